@@ -1,0 +1,59 @@
+# QueueBox: the PostgreSQL extension (PGXS) plus the core's unit tests.
+#
+#   make && make install     build and install queuebox.so and its SQL
+#   make installcheck        pg_regress, isolation specs and TAP on temp clusters
+#   make unit                cmocka tests of src/common, built with no PostgreSQL header
+#   make unit SANITIZE=1     the same under ASan + UBSan
+#
+EXTENSION   = queuebox
+EXTVERSION  = 0.1.0
+MODULE_big  = queuebox
+
+COMMON_SRCS = $(sort $(wildcard src/common/*.c))
+PGEXT_SRCS  = $(sort $(wildcard src/pgext/*.c))
+OBJS        = $(COMMON_SRCS:.c=.o) $(PGEXT_SRCS:.c=.o)
+DATA        = sql/queuebox--$(EXTVERSION).sql
+
+WARN        = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers \
+              -Wno-sign-compare -Wno-declaration-after-statement
+PG_CPPFLAGS = -Isrc/common -DQB_VERSION=\"$(EXTVERSION)\"
+PG_CFLAGS   = -std=gnu11 $(WARN) $(QB_EXTRA_CFLAGS)
+SHLIB_LINK  = -lcurl -ljansson -lyaml -lssl -lcrypto $(QB_EXTRA_LDFLAGS)
+
+# pg_regress: sql/*.sql minus the extension script, outputs in expected/.
+REGRESS      = $(filter-out queuebox--%,$(basename $(notdir $(wildcard sql/*.sql))))
+REGRESS_OPTS = --inputdir=. --temp-config=test/queuebox.conf --temp-instance=./tmp_check
+ISOLATION      = $(basename $(notdir $(wildcard test/isolation/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test/isolation --temp-config=test/queuebox.conf --temp-instance=./tmp_check_iso
+TAP_TESTS   = 1
+PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
+PROVE_FLAGS = -I test/perl
+
+EXTRA_CLEAN = tmp_check tmp_check_iso results output_iso test/unit/bin test/sink/qb_sink
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# ---- the core alone: no PostgreSQL include path, plain cc ----------------
+UNIT_CC      ?= cc
+UNIT_CFLAGS   = -std=gnu11 -g -O1 $(WARN) -Isrc/common -DQB_VERSION=\"$(EXTVERSION)\"
+UNIT_LIBS     = -lcmocka -lcurl -ljansson -lyaml -lssl -lcrypto -lm
+ifeq ($(SANITIZE),1)
+UNIT_CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+endif
+UNIT_TESTS    = $(basename $(notdir $(wildcard test/unit/test_*.c)))
+UNIT_BINS     = $(addprefix test/unit/bin/,$(UNIT_TESTS))
+
+test/unit/bin/%: test/unit/%.c $(COMMON_SRCS) $(wildcard src/common/*.h)
+	@mkdir -p test/unit/bin
+	$(UNIT_CC) $(UNIT_CFLAGS) -o $@ $< $(COMMON_SRCS) $(UNIT_LIBS)
+
+.PHONY: unit sink
+unit: $(UNIT_BINS)
+	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+
+# The loopback HTTP sink used by the TAP tests, the demo and the benchmarks.
+sink: test/sink/qb_sink
+test/sink/qb_sink: test/sink/qb_sink.c
+	$(UNIT_CC) -std=gnu11 -O2 $(WARN) -o $@ $< -lmicrohttpd -ljansson

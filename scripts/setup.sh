@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install every Debian package QueueBox builds, tests and benchmarks with.
+# Idempotent: packages already present are skipped by apt-get.  Needs root
+# (or sudo).  Later issues' libraries (brokers, FreeTDS, jq) are installed
+# now too, so one set-up serves every milestone.
+set -euo pipefail
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+PKGS=(
+  build-essential pkg-config make gcc
+  postgresql-15 postgresql-server-dev-15 postgresql-client-15 libpq-dev
+  libcurl4-openssl-dev libjansson-dev libyaml-dev libssl-dev libcmocka-dev
+  libipc-run-perl libmicrohttpd-dev
+  librabbitmq-dev librdkafka-dev libnats-dev freetds-dev unixodbc-dev tdsodbc libjq-dev
+  curl wrk
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # The Debian package would start a cluster of its own; we never use it.
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi

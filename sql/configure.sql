@@ -1,0 +1,92 @@
+-- queuebox.configure(): validate, store, refuse with the key path, change
+-- nothing on a refusal.
+SELECT count(*) AS stored FROM queuebox.config;
+
+SELECT queuebox.configure($yaml$
+destinations:
+  payments: { type: http, baseUrl: "http://127.0.0.1:9000", path: /events }
+routes:
+  - topicPattern: "orders.**"
+    destination: payments
+$yaml$);
+SELECT id, document LIKE '%payments%' AS has_doc, updated_by = current_user AS by_me
+FROM queuebox.config;
+
+-- validate() checks without storing
+SELECT queuebox.validate($yaml$
+outbox: { batchSize: 500, retention: 12h }
+destinations:
+  a: { type: http, baseUrl: "https://example.com", timeoutMs: 2000, headers: { X-Api-Key: k } }
+  b: { type: rabbitmq, url: "amqp://127.0.0.1:5672/", exchange: events }
+  c: { type: kafka, brokers: "127.0.0.1:9092" }
+  d: { type: nats, url: "nats://127.0.0.1:4222" }
+routes:
+  - { topicPattern: "a.*", destination: a }
+  - { topicPattern: "**", destination: b }
+$yaml$);
+
+-- every refusal names the key path (or line and column) and changes nothing
+SELECT queuebox.configure($yaml$
+outbox:
+  batchsize: 10
+$yaml$);
+SELECT queuebox.configure($yaml$
+outbox:
+  batchSize: many
+$yaml$);
+SELECT queuebox.configure($yaml$
+outbox: { batchSize: 0 }
+$yaml$);
+SELECT queuebox.configure($yaml$
+outbox: { backoff: { jitter: 2 } }
+$yaml$);
+SELECT queuebox.configure($yaml$
+destinations:
+  p: { type: http, baseUrl: "ftp://example.com" }
+$yaml$);
+SELECT queuebox.configure($yaml$
+destinations:
+  p: { type: smtp, baseUrl: "http://example.com" }
+$yaml$);
+SELECT queuebox.configure($yaml$
+destinations:
+  p: { type: http }
+$yaml$);
+SELECT queuebox.configure($yaml$
+destinations:
+  p: { type: http, baseUrl: "http://example.com" }
+routes:
+  - { topicPattern: "a.**", destination: nope }
+$yaml$);
+SELECT queuebox.configure($yaml$
+routes:
+  - { topicPattern: "a..b", destination: p }
+$yaml$);
+SELECT queuebox.configure($yaml$
+sources:
+  stripe: { type: http }
+$yaml$);
+SELECT queuebox.configure($yaml$
+outbox: { batchSize: 10
+$yaml$);
+SELECT queuebox.configure($yaml$
+destinations:
+  p: { type: http, baseUrl: "http://example.com", headers: { X-Key: "${QUEUEBOX_REGRESS_UNSET_VARIABLE}" } }
+$yaml$);
+SELECT queuebox.configure('- just\n- a list');
+
+-- still the first document
+SELECT document LIKE '%payments%' AS unchanged FROM queuebox.config;
+
+-- a refusal inside a transaction leaves the transaction aborted, nothing stored
+BEGIN;
+SELECT queuebox.configure('outbox: { pollIntervalMs: 5 }');
+ROLLBACK;
+SELECT document LIKE '%payments%' AS unchanged FROM queuebox.config;
+
+-- route_of() follows the stored configuration
+SELECT t, queuebox.route_of(t) FROM (VALUES ('orders'), ('orders.created'), ('orders.eu.paid'), ('payments.x')) v(t);
+
+-- an empty document is valid: every default
+SELECT queuebox.validate('');
+SELECT queuebox.validate('# only a comment');

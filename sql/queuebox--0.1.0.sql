@@ -1,0 +1,268 @@
+/*
+ * queuebox--0.1.0.sql
+ *	  Schema of the QueueBox extension: the outbox, its configuration, and the
+ *	  statements the workers run.
+ *
+ * The claim and settle statements live here, as functions, so that there is
+ * one copy of the SQL: the background workers call them through SPI, the
+ * daemon through libpq, and the isolation specs call them directly.
+ */
+\echo Use "CREATE EXTENSION queuebox" to load this file. \quit
+
+-- ---------------------------------------------------------------------------
+-- The outbox
+-- ---------------------------------------------------------------------------
+CREATE TABLE queuebox.outbox (
+	id				bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	message_id		uuid NOT NULL DEFAULT gen_random_uuid(),
+	topic			text NOT NULL CHECK (topic <> ''),
+	key				text,
+	payload			jsonb NOT NULL,
+	headers			jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(headers) = 'object'),
+	state			varchar(50) NOT NULL DEFAULT 'pending'
+		CONSTRAINT outbox_state_check
+		CHECK (state IN ('pending', 'processing', 'sent', 'dead')),
+	attempt			int NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+	max_attempts	int CHECK (max_attempts IS NULL OR max_attempts >= 1),
+	scheduled_at	timestamptz NOT NULL DEFAULT now(),
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	claim_token		uuid,
+	lease_until		timestamptz,
+	last_error		text
+) WITH (fillfactor = 80);
+
+COMMENT ON TABLE queuebox.outbox IS
+	'Messages to deliver. Insert in the transaction of your business write; QueueBox claims, routes and publishes them.';
+COMMENT ON COLUMN queuebox.outbox.key IS
+	'Ordering unit: rows of one key are delivered one at a time in id order. NULL takes part in no ordering.';
+COMMENT ON COLUMN queuebox.outbox.max_attempts IS
+	'Delivery attempts before the row goes dead; NULL takes outbox.maxAttempts from the configuration.';
+COMMENT ON COLUMN queuebox.outbox.lease_until IS
+	'While processing: when the claim expires and the reclaim step returns the row to pending.';
+
+-- The claim scans due pending rows in order; sent and dead rows are in no
+-- partial index, so millions of them cost the claim nothing.
+CREATE INDEX outbox_due_idx ON queuebox.outbox (scheduled_at, id)
+	WHERE state = 'pending';
+-- The per-key predicate: is an earlier row of this key still unsettled?
+CREATE INDEX outbox_key_open_idx ON queuebox.outbox (key, id)
+	WHERE state IN ('pending', 'processing') AND key IS NOT NULL;
+-- The reclaim step: expired leases.
+CREATE INDEX outbox_lease_idx ON queuebox.outbox (lease_until)
+	WHERE state = 'processing';
+-- Retention: old sent rows, oldest first.
+CREATE INDEX outbox_sent_idx ON queuebox.outbox (created_at)
+	WHERE state = 'sent';
+
+-- ---------------------------------------------------------------------------
+-- Configuration: one document, validated by queuebox.configure()
+-- ---------------------------------------------------------------------------
+CREATE TABLE queuebox.config (
+	id			int PRIMARY KEY DEFAULT 1 CHECK (id = 1),
+	document	text NOT NULL,
+	updated_at	timestamptz NOT NULL DEFAULT now(),
+	updated_by	name NOT NULL DEFAULT current_user
+);
+COMMENT ON TABLE queuebox.config IS
+	'The active configuration document (raw YAML; ${NAME} references are expanded by the workers). Change it with queuebox.configure().';
+
+-- ---------------------------------------------------------------------------
+-- C functions
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION queuebox.configure(document text) RETURNS text
+	AS 'MODULE_PATHNAME', 'qb_sql_configure'
+	LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION queuebox.configure(text) IS
+	'Validate a YAML configuration document and make it the active one (workers reload it after commit).';
+
+CREATE FUNCTION queuebox.validate(document text) RETURNS text
+	AS 'MODULE_PATHNAME', 'qb_sql_validate'
+	LANGUAGE C STRICT STABLE;
+COMMENT ON FUNCTION queuebox.validate(text) IS
+	'Validate a YAML configuration document without storing it; raises the same ERROR as configure().';
+
+CREATE FUNCTION queuebox._wake_outbox() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'qb_sql_wake_outbox'
+	LANGUAGE C;
+
+-- One statement-level trigger arms a wake that fires at commit, whatever
+-- inserted the rows (INSERT, COPY, a function, enqueue()).
+CREATE TRIGGER outbox_wake AFTER INSERT ON queuebox.outbox
+	FOR EACH STATEMENT EXECUTE FUNCTION queuebox._wake_outbox();
+
+CREATE FUNCTION queuebox.worker_status(
+	OUT worker text, OUT pid int, OUT database text)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'qb_sql_worker_status'
+	LANGUAGE C STRICT VOLATILE;
+
+-- ---------------------------------------------------------------------------
+-- The application's convenience form of INSERT
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION queuebox.enqueue(
+	topic text, payload jsonb, key text DEFAULT NULL, headers jsonb DEFAULT '{}')
+	RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	INSERT INTO queuebox.outbox (topic, key, payload, headers)
+	VALUES (topic, key, payload, coalesce(headers, '{}'))
+	RETURNING id
+$$;
+COMMENT ON FUNCTION queuebox.enqueue(text, jsonb, text, jsonb) IS
+	'Insert one outbox row in the current transaction; returns its id.';
+
+-- ---------------------------------------------------------------------------
+-- The worker statements (one copy of the SQL for every host)
+-- ---------------------------------------------------------------------------
+
+/*
+ * _outbox_claim: move up to batch_size due pending rows to processing under
+ * one claim token, with a lease of lease_ms.  A keyed row is claimable only
+ * when no earlier row of its key is pending or processing, so the rows of one
+ * key go out one at a time in id order, across every worker and replica.
+ * SKIP LOCKED keeps concurrent claimers off each other's rows.
+ */
+CREATE FUNCTION queuebox._outbox_claim(
+	batch_size int, lease_ms bigint, default_max_attempts int, token uuid)
+	RETURNS TABLE (id bigint, message_id uuid, topic text, key text,
+				   payload text, headers text, attempt int, max_attempts int)
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH due AS (
+		SELECT o.id
+		FROM queuebox.outbox o
+		WHERE o.state = 'pending'
+		  AND o.scheduled_at <= now()
+		  AND (o.key IS NULL OR NOT EXISTS (
+				SELECT 1 FROM queuebox.outbox e
+				WHERE e.key = o.key AND e.id < o.id
+				  AND e.state IN ('pending', 'processing')))
+		ORDER BY o.scheduled_at, o.id
+		LIMIT batch_size
+		FOR UPDATE SKIP LOCKED
+	)
+	UPDATE queuebox.outbox o
+	SET state = 'processing',
+		claim_token = token,
+		lease_until = now() + lease_ms * interval '1 millisecond'
+	FROM due
+	WHERE o.id = due.id
+	RETURNING o.id, o.message_id, o.topic, o.key, o.payload::text, o.headers::text,
+			  o.attempt, coalesce(o.max_attempts, default_max_attempts)
+$$;
+
+/*
+ * _outbox_settle: end a claim for a whole batch in one statement.  Each
+ * element i says what happened to ids[i]: 'sent', 'retry' (back to pending,
+ * due after delays_ms[i]), 'dead', or 'release' (back to pending, attempt
+ * unchanged: the worker stopped before it knew).  Fenced by the claim token:
+ * a row whose lease was taken over is not touched.  Returns rows changed.
+ */
+CREATE FUNCTION queuebox._outbox_settle(
+	token uuid, ids bigint[], outcomes text[], attempts int[],
+	delays_ms bigint[], errors text[])
+	RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH s AS (
+		SELECT * FROM unnest(ids, outcomes, attempts, delays_ms, errors)
+			AS s(id, outcome, attempt, delay_ms, error)
+	), u AS (
+		UPDATE queuebox.outbox o
+		SET state = CASE s.outcome WHEN 'sent' THEN 'sent'
+								   WHEN 'dead' THEN 'dead'
+								   ELSE 'pending' END,
+			attempt = s.attempt,
+			scheduled_at = CASE s.outcome
+				WHEN 'retry' THEN now() + s.delay_ms * interval '1 millisecond'
+				ELSE o.scheduled_at END,
+			last_error = CASE s.outcome WHEN 'sent' THEN o.last_error
+										ELSE s.error END,
+			claim_token = NULL,
+			lease_until = NULL
+		FROM s
+		WHERE o.id = s.id
+		  AND o.claim_token = token
+		  AND o.state = 'processing'
+		RETURNING 1
+	)
+	SELECT count(*) FROM u
+$$;
+
+/*
+ * _outbox_reclaim: a claim whose lease expired (its worker crashed or hung)
+ * goes back to pending.  The attempt is not counted: nobody knows whether it
+ * was made, and delivery is at least once anyway.
+ */
+CREATE FUNCTION queuebox._outbox_reclaim(max_rows int)
+	RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH x AS (
+		SELECT o.id FROM queuebox.outbox o
+		WHERE o.state = 'processing' AND o.lease_until < now()
+		ORDER BY o.lease_until
+		LIMIT max_rows
+		FOR UPDATE SKIP LOCKED
+	), u AS (
+		UPDATE queuebox.outbox o
+		SET state = 'pending', claim_token = NULL, lease_until = NULL,
+			last_error = 'lease expired: the claim was not settled within outbox.claimTimeoutMs; returned to pending'
+		FROM x WHERE o.id = x.id
+		RETURNING 1
+	)
+	SELECT count(*) FROM u
+$$;
+
+/* _outbox_retention: delete up to max_rows sent rows older than keep_sec. */
+CREATE FUNCTION queuebox._outbox_retention(keep_sec bigint, max_rows int)
+	RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH x AS (
+		SELECT o.id FROM queuebox.outbox o
+		WHERE o.state = 'sent'
+		  AND o.created_at < now() - keep_sec * interval '1 second'
+		ORDER BY o.created_at
+		LIMIT max_rows
+		FOR UPDATE SKIP LOCKED
+	), d AS (
+		DELETE FROM queuebox.outbox o USING x WHERE o.id = x.id RETURNING 1
+	)
+	SELECT count(*) FROM d
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Visibility
+-- ---------------------------------------------------------------------------
+
+/*
+ * outbox_stats: one row per (destination, state) plus a total per state
+ * (destination NULL).  The destination is the route the current
+ * configuration gives the row's topic; rows no route matches show as
+ * '(no route)'.
+ */
+CREATE FUNCTION queuebox.route_of(topic text) RETURNS text
+	AS 'MODULE_PATHNAME', 'qb_sql_route_of'
+	LANGUAGE C STRICT STABLE;
+COMMENT ON FUNCTION queuebox.route_of(text) IS
+	'The destination the active configuration routes a topic to, or NULL when no route matches.';
+
+CREATE VIEW queuebox.outbox_stats AS
+	WITH per_topic AS (
+		SELECT topic, state, count(*) AS n,
+			   min(created_at) FILTER (WHERE state = 'pending') AS oldest_pending
+		FROM queuebox.outbox
+		GROUP BY topic, state
+	), routed AS (
+		SELECT coalesce(queuebox.route_of(topic), '(no route)') AS destination,
+			   state, n, oldest_pending
+		FROM per_topic
+	)
+	SELECT destination, state, sum(n)::bigint AS rows,
+		   now() - min(oldest_pending) AS oldest_pending_age
+	FROM routed
+	GROUP BY GROUPING SETS ((destination, state), (state))
+	ORDER BY destination NULLS FIRST, state;
+COMMENT ON VIEW queuebox.outbox_stats IS
+	'Rows per state and per destination (destination NULL: all destinations), with the age of the oldest pending row.';

@@ -1,0 +1,2184 @@
+/*-------------------------------------------------------------------------
+ * qb_config.c
+ *	  Load, override and validate a configuration document.
+ *
+ * A document goes through three steps, so that a value from the document
+ * and a value from an override meet exactly one validator:
+ *
+ *	1. load	  libyaml's event stream becomes a tree of nodes (mapping,
+ *			  sequence, scalar), each with the 1-based line and column where
+ *			  it starts.  Scalars are kept raw: ${NAME} is not expanded yet.
+ *	2. override  QUEUEBOX_* variables replace or add scalar nodes in the tree.
+ *	3. validate  the tree is checked key by key into a QbConfig.  Each scalar
+ *			  of the document is expanded (qb_expand_env) when it is read,
+ *			  then type-checked; an override's value is taken as it is.
+ *
+ * Wording:
+ *	- node: one element of the tree.  A node made by an override has line 0
+ *	  and remembers the variable's name, so its errors name the variable.
+ *	- null: an unquoted empty value, "~" or "null".  A null section
+ *	  ("outbox:" with nothing under it) counts as absent.
+ *	- key path: see qb_config.h.  A key holding a '.' is written ["a.b"].
+ *
+ * Overrides (QUEUEBOX_* environment variables)
+ * --------------------------------------------
+ * The text after "QUEUEBOX_" is compared, ignoring case, with the name of
+ * each known scalar key path: every path segment upper-cased, each character
+ * other than a letter or a digit turned into '_', the segments joined by '_'.
+ *
+ *	QUEUEBOX_OUTBOX_BATCHSIZE					outbox.batchSize
+ *	QUEUEBOX_OUTBOX_BACKOFF_INITIALMS			outbox.backoff.initialMs
+ *	QUEUEBOX_DESTINATIONS_PAYMENTS_BASEURL		destinations.payments.baseUrl
+ *	QUEUEBOX_DESTINATIONS_MY_API_TIMEOUTMS		destinations.my-api.timeoutMs
+ *	QUEUEBOX_DESTINATIONS_PAYMENTS_HEADERS_X_API_KEY
+ *												destinations.payments.headers.X-Api-Key
+ *	QUEUEBOX_ROUTES_0_DESTINATION				routes[0].destination
+ *
+ * The known scalar key paths are the outbox keys and outbox.backoff keys,
+ * and, for each destination and route the document defines: every scalar
+ * key of any destination type, the headers and kafka config entries the
+ * document already has, and routes[i].topicPattern / .destination.  An
+ * override cannot create a destination, a route, a header or a kafka
+ * property, and cannot replace a mapping or a sequence.
+ *
+ * An override replaces the value at its path, or adds the key when the
+ * document lacks it (creating outbox: and outbox.backoff: as needed).  Its
+ * value is validated like a document value but is not ${}-expanded: it
+ * already comes from the environment.  Errors name the variable and the key
+ * path, e.g. "QUEUEBOX_OUTBOX_BATCHSIZE (outbox.batchSize): expected ...".
+ * A key that is known but not allowed for the destination's type (say
+ * QUEUEBOX_DESTINATIONS_PAYMENTS_EXCHANGE on an http destination) is an
+ * error, so a stale override is noticed.  A variable matching no known path
+ * (QUEUEBOX_TEST_*, for one) is ignored.  Two variables for one path, or a
+ * name matching two paths (destinations "a-b" and "a_b"), are errors.
+ *
+ * YAML aliases (*name) are refused: a handful of nested aliases can expand a
+ * small document into billions of nodes.  Anchors alone are harmless.
+ *-------------------------------------------------------------------------
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <yaml.h>
+
+#include "qb_config.h"
+#include "qb_route.h"
+
+extern char **environ;
+
+#define QT_MAX_DEPTH	64		/* deeper than any valid document */
+#define QV_PATHLEN		512
+#define QV_MSGLEN		QB_ERRLEN
+
+/* ---------------------------------------------------------------------
+ * The tree
+ * ---------------------------------------------------------------------
+ */
+typedef enum QtKind
+{
+	QT_SCALAR,
+	QT_MAP,
+	QT_SEQ
+} QtKind;
+
+typedef struct QtNode QtNode;
+struct QtNode
+{
+	QtKind		kind;
+	int			line;			/* 1-based; 0 for a node made by an override */
+	int			column;
+	char	   *text;			/* scalar: raw value, NUL-terminated */
+	size_t		len;			/* scalar: its length (a "\0" escape makes it
+								 * differ from strlen) */
+	bool		plain;			/* scalar: unquoted, so it may be null */
+	char	   *envvar;			/* the override variable that made this node */
+	QtNode	  **keys;			/* map: the key scalars, parallel to kids */
+	QtNode	  **kids;			/* map: values; seq: items */
+	int			n;
+	int			cap;
+};
+
+/* qt_new: an empty node. */
+static QtNode *
+qt_new(QtKind kind, int line, int column)
+{
+	QtNode	   *n = calloc(1, sizeof(QtNode));
+
+	if (n != NULL)
+	{
+		n->kind = kind;
+		n->line = line;
+		n->column = column;
+	}
+	return n;
+}
+
+/* qt_scalar: a scalar node holding a copy of len bytes of text. */
+static QtNode *
+qt_scalar(const char *text, size_t len, int line, int column)
+{
+	QtNode	   *n = qt_new(QT_SCALAR, line, column);
+
+	if (n == NULL)
+		return NULL;
+	n->text = malloc(len + 1);
+	if (n->text == NULL)
+	{
+		free(n);
+		return NULL;
+	}
+	memcpy(n->text, text, len);
+	n->text[len] = '\0';
+	n->len = len;
+	return n;
+}
+
+/* qt_free: a node and everything under it. */
+static void
+qt_free(QtNode *n)
+{
+	int			i;
+
+	if (n == NULL)
+		return;
+	for (i = 0; i < n->n; i++)
+	{
+		if (n->keys != NULL)
+			qt_free(n->keys[i]);
+		qt_free(n->kids[i]);
+	}
+	free(n->keys);
+	free(n->kids);
+	free(n->text);
+	free(n->envvar);
+	free(n);
+}
+
+/* qt_append: add an item (key NULL) or a key/value pair; false when out of memory. */
+static bool
+qt_append(QtNode *parent, QtNode *key, QtNode *kid)
+{
+	if (parent->n == parent->cap)
+	{
+		int			cap = parent->cap ? parent->cap * 2 : 8;
+		QtNode	  **kids;
+
+		kids = realloc(parent->kids, cap * sizeof(QtNode *));
+		if (kids == NULL)
+			return false;
+		parent->kids = kids;
+		if (parent->kind == QT_MAP)
+		{
+			QtNode	  **keys = realloc(parent->keys, cap * sizeof(QtNode *));
+
+			if (keys == NULL)
+				return false;
+			parent->keys = keys;
+		}
+		parent->cap = cap;
+	}
+	if (parent->kind == QT_MAP)
+		parent->keys[parent->n] = key;
+	parent->kids[parent->n] = kid;
+	parent->n++;
+	return true;
+}
+
+/* qt_is_null: absent, or a YAML null (unquoted "", "~", "null"). */
+static bool
+qt_is_null(const QtNode *n)
+{
+	if (n == NULL)
+		return true;
+	if (n->kind != QT_SCALAR || !n->plain || n->envvar != NULL)
+		return false;
+	return n->len == 0 || strcmp(n->text, "~") == 0 ||
+		strcmp(n->text, "null") == 0 || strcmp(n->text, "Null") == 0 ||
+		strcmp(n->text, "NULL") == 0;
+}
+
+/* qt_find: index of key in a mapping, or -1.  The first one wins. */
+static int
+qt_find(const QtNode *map, const char *key)
+{
+	int			i;
+
+	if (map == NULL || map->kind != QT_MAP)
+		return -1;
+	for (i = 0; i < map->n; i++)
+		if (map->keys[i]->kind == QT_SCALAR && strcmp(map->keys[i]->text, key) == 0)
+			return i;
+	return -1;
+}
+
+/* qt_get: the value under key in a mapping, or NULL. */
+static QtNode *
+qt_get(const QtNode *map, const char *key)
+{
+	int			i = qt_find(map, key);
+
+	return i < 0 ? NULL : map->kids[i];
+}
+
+static const char *
+qt_kind_name(const QtNode *n)
+{
+	switch (n->kind)
+	{
+		case QT_MAP:
+			return "a mapping";
+		case QT_SEQ:
+			return "a sequence";
+		default:
+			return "a scalar";
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * Loading: libyaml events to a tree
+ *
+ * The event API rather than yaml_parser_load because an alias must be
+ * refused where it is written; the document API resolves it silently.
+ * ---------------------------------------------------------------------
+ */
+typedef struct QtLoader
+{
+	yaml_parser_t parser;
+	const char *text;
+	size_t		len;
+	char	   *err;
+	size_t		errlen;
+} QtLoader;
+
+/*
+ * qt_parser_error: turn libyaml's error into our message.  A reader error
+ * (bad UTF-8, a control character) carries a byte offset and no mark,
+ * because libyaml decodes ahead of the parser; count lines and characters
+ * up to that offset ourselves.
+ */
+static void
+qt_parser_error(QtLoader *ld)
+{
+	yaml_parser_t *p = &ld->parser;
+
+	if (p->error == YAML_MEMORY_ERROR)
+		snprintf(ld->err, ld->errlen, "out of memory while parsing the YAML document");
+	else if (p->error == YAML_READER_ERROR)
+	{
+		size_t		off = p->problem_offset < ld->len ? p->problem_offset : ld->len;
+		size_t		i;
+		int			line = 1;
+		int			column = 1;
+		char		value[16] = "";
+
+		for (i = 0; i < off; i++)
+		{
+			unsigned char c = (unsigned char) ld->text[i];
+
+			if (c == '\n' || (c == '\r' && (i + 1 >= ld->len || ld->text[i + 1] != '\n')))
+			{
+				line++;
+				column = 1;
+			}
+			else if (c != '\r' && (c & 0xC0) != 0x80)
+				column++;
+		}
+		if (p->problem_value != -1)
+			snprintf(value, sizeof(value), " (0x%X)", (unsigned) p->problem_value);
+		snprintf(ld->err, ld->errlen,
+				 "YAML syntax error at line %d, column %d: %s%s; the document must be UTF-8 text without control characters",
+				 line, column, p->problem ? p->problem : "unreadable input", value);
+	}
+	else
+	{
+		char		context[160] = "";
+
+		if (p->context != NULL)
+			snprintf(context, sizeof(context), " (%s at line %d, column %d)",
+					 p->context, (int) p->context_mark.line + 1,
+					 (int) p->context_mark.column + 1);
+		snprintf(ld->err, ld->errlen,
+				 "YAML syntax error at line %d, column %d: %s%s; check the indentation and quote values that contain \": \" or start with a special character",
+				 (int) p->problem_mark.line + 1, (int) p->problem_mark.column + 1,
+				 p->problem ? p->problem : "unknown error", context);
+	}
+}
+
+/* qt_next: the next event, or false with the error written. */
+static bool
+qt_next(QtLoader *ld, yaml_event_t *ev)
+{
+	if (!yaml_parser_parse(&ld->parser, ev))
+	{
+		qt_parser_error(ld);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * qt_node: build the node that starts with *ev, reading the events of its
+ * content.  Consumes *ev.  NULL with the error written on failure.
+ */
+static QtNode *
+qt_node(QtLoader *ld, yaml_event_t *ev, int depth)
+{
+	int			line = (int) ev->start_mark.line + 1;
+	int			column = (int) ev->start_mark.column + 1;
+	QtNode	   *node = NULL;
+	QtNode	   *key = NULL;
+	QtNode	   *val = NULL;
+	yaml_event_t sub;
+	yaml_event_type_t end;
+
+	switch (ev->type)
+	{
+		case YAML_SCALAR_EVENT:
+			node = qt_scalar((const char *) ev->data.scalar.value,
+							 ev->data.scalar.length, line, column);
+			if (node == NULL)
+				goto oom;
+			node->plain = (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE);
+			yaml_event_delete(ev);
+			return node;
+
+		case YAML_ALIAS_EVENT:
+			snprintf(ld->err, ld->errlen,
+					 "YAML alias \"*%.40s\" at line %d, column %d: aliases are not supported, because a few of them can expand a small document without bound; write the value out instead",
+					 (const char *) ev->data.alias.anchor, line, column);
+			yaml_event_delete(ev);
+			return NULL;
+
+		case YAML_MAPPING_START_EVENT:
+		case YAML_SEQUENCE_START_EVENT:
+			if (depth >= QT_MAX_DEPTH)
+			{
+				snprintf(ld->err, ld->errlen,
+						 "YAML nesting deeper than %d levels at line %d, column %d: a configuration needs no more than a few",
+						 QT_MAX_DEPTH, line, column);
+				yaml_event_delete(ev);
+				return NULL;
+			}
+			if (ev->type == YAML_MAPPING_START_EVENT)
+			{
+				node = qt_new(QT_MAP, line, column);
+				end = YAML_MAPPING_END_EVENT;
+			}
+			else
+			{
+				node = qt_new(QT_SEQ, line, column);
+				end = YAML_SEQUENCE_END_EVENT;
+			}
+			if (node == NULL)
+				goto oom;
+			yaml_event_delete(ev);
+			for (;;)
+			{
+				if (!qt_next(ld, &sub))
+					goto fail;
+				if (sub.type == end)
+				{
+					yaml_event_delete(&sub);
+					break;
+				}
+				if (node->kind == QT_MAP)
+				{
+					key = qt_node(ld, &sub, depth + 1);
+					if (key == NULL)
+						goto fail;
+					if (!qt_next(ld, &sub))
+						goto fail;
+				}
+				val = qt_node(ld, &sub, depth + 1);
+				if (val == NULL)
+					goto fail;
+				if (!qt_append(node, key, val))
+				{
+					snprintf(ld->err, ld->errlen, "out of memory while loading the YAML document");
+					goto fail;
+				}
+				key = val = NULL;
+			}
+			return node;
+
+		default:
+			snprintf(ld->err, ld->errlen,
+					 "YAML syntax error at line %d, column %d: unexpected YAML event %d",
+					 line, column, (int) ev->type);
+			yaml_event_delete(ev);
+			return NULL;
+	}
+
+oom:
+	snprintf(ld->err, ld->errlen, "out of memory while loading the YAML document");
+	yaml_event_delete(ev);
+	return NULL;
+
+fail:
+	qt_free(key);
+	qt_free(val);
+	qt_free(node);
+	return NULL;
+}
+
+/*
+ * qt_load: the tree of a whole stream.  *root stays NULL for an empty
+ * stream (nothing, or only comments).  A second document is refused rather
+ * than ignored, so that a stray "---" cannot hide half of a file.
+ */
+static int
+qt_load(const char *text, size_t len, QtNode **root, char *err, size_t errlen)
+{
+	QtLoader	ld;
+	yaml_event_t ev;
+	QtNode	   *node = NULL;
+	int			rc = -1;
+
+	*root = NULL;
+	memset(&ld, 0, sizeof(ld));
+	ld.text = text;
+	ld.len = len;
+	ld.err = err;
+	ld.errlen = errlen;
+	if (!yaml_parser_initialize(&ld.parser))
+	{
+		snprintf(err, errlen, "out of memory while parsing the YAML document");
+		return -1;
+	}
+	yaml_parser_set_input_string(&ld.parser, (const unsigned char *) text, len);
+	/* no UTF-16 detection: the document is UTF-8, and a BOM is still fine */
+	yaml_parser_set_encoding(&ld.parser, YAML_UTF8_ENCODING);
+
+	if (!qt_next(&ld, &ev))		/* stream start */
+		goto done;
+	yaml_event_delete(&ev);
+	if (!qt_next(&ld, &ev))
+		goto done;
+	if (ev.type == YAML_STREAM_END_EVENT)
+	{
+		yaml_event_delete(&ev);
+		rc = 0;
+		goto done;
+	}
+	yaml_event_delete(&ev);		/* document start */
+	if (!qt_next(&ld, &ev))
+		goto done;
+	node = qt_node(&ld, &ev, 0);
+	if (node == NULL)
+		goto done;
+	if (!qt_next(&ld, &ev))		/* document end */
+		goto done;
+	yaml_event_delete(&ev);
+	if (!qt_next(&ld, &ev))
+		goto done;
+	if (ev.type != YAML_STREAM_END_EVENT)
+	{
+		snprintf(err, errlen,
+				 "a second YAML document starts at line %d: keep the whole configuration in one document (remove the \"---\" line)",
+				 (int) ev.start_mark.line + 1);
+		yaml_event_delete(&ev);
+		goto done;
+	}
+	yaml_event_delete(&ev);
+	*root = node;
+	node = NULL;
+	rc = 0;
+
+done:
+	qt_free(node);
+	yaml_parser_delete(&ld.parser);
+	return rc;
+}
+
+/* ---------------------------------------------------------------------
+ * A growing string
+ * ---------------------------------------------------------------------
+ */
+typedef struct QsBuf
+{
+	char	   *data;
+	size_t		len;
+	size_t		cap;
+	bool		oom;
+} QsBuf;
+
+/* qs_add: append len bytes; on failure the buffer remembers it. */
+static void
+qs_add(QsBuf *b, const char *s, size_t len)
+{
+	if (b->oom)
+		return;
+	if (b->len + len + 1 > b->cap)
+	{
+		size_t		cap = b->cap ? b->cap : 64;
+		char	   *data;
+
+		while (cap < b->len + len + 1)
+			cap *= 2;
+		data = realloc(b->data, cap);
+		if (data == NULL)
+		{
+			b->oom = true;
+			return;
+		}
+		b->data = data;
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, s, len);
+	b->len += len;
+	b->data[b->len] = '\0';
+}
+
+/* ---------------------------------------------------------------------
+ * ${NAME} expansion
+ * ---------------------------------------------------------------------
+ */
+
+/* qb_expand_env: see qb_config.h.  Messages name variables, never values. */
+char *
+qb_expand_env(const char *in, char *err, size_t errlen)
+{
+	QsBuf		b = {0};
+	const char *p = in;
+	char	   *name = NULL;
+
+	qs_add(&b, "", 0);			/* an empty input still gives a string */
+	while (*p != '\0')
+	{
+		if (p[0] == '$' && p[1] == '$' && p[2] == '{')
+		{
+			qs_add(&b, "${", 2);
+			p += 3;
+		}
+		else if (p[0] == '$' && p[1] == '{')
+		{
+			const char *start = p + 2;
+			const char *close = strchr(start, '}');
+			size_t		nlen;
+			size_t		i;
+			bool		ok;
+			const char *value;
+
+			if (close == NULL)
+			{
+				snprintf(err, errlen,
+						 "unterminated ${ reference: close it with '}', or write $${ for a literal ${");
+				goto fail;
+			}
+			nlen = close - start;
+			ok = nlen > 0 && (isalpha((unsigned char) start[0]) || start[0] == '_');
+			for (i = 1; ok && i < nlen; i++)
+				ok = isalnum((unsigned char) start[i]) || start[i] == '_';
+			if (!ok)
+			{
+				snprintf(err, errlen,
+						 "bad variable name in \"${%.*s}\": a name is a letter or '_' followed by letters, digits and '_' (write $${ for a literal ${)",
+						 nlen > 40 ? 40 : (int) nlen, start);
+				goto fail;
+			}
+			name = strndup(start, nlen);
+			if (name == NULL)
+			{
+				snprintf(err, errlen, "out of memory");
+				goto fail;
+			}
+			value = getenv(name);
+			if (value == NULL)
+			{
+				snprintf(err, errlen,
+						 "environment variable %s is not set; set it in the environment of the server or daemon that loads the configuration",
+						 name);
+				goto fail;
+			}
+			qs_add(&b, value, strlen(value));
+			free(name);
+			name = NULL;
+			p = close + 1;
+		}
+		else
+		{
+			qs_add(&b, p, 1);
+			p++;
+		}
+	}
+	if (b.oom)
+	{
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	return b.data;
+
+fail:
+	free(name);
+	free(b.data);
+	return NULL;
+}
+
+/* ---------------------------------------------------------------------
+ * URLs
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * url_hostport: check "host[:port]" or "[v6]:port" of len bytes.  The port
+ * is optional; when present it must be 1..65535.
+ */
+static bool
+url_hostport(const char *s, size_t len, char *err, size_t errlen)
+{
+	size_t		i = 0;
+	size_t		hostlen;
+
+	if (len > 0 && s[0] == '[')
+	{
+		for (i = 1; i < len && s[i] != ']'; i++)
+			if (!isxdigit((unsigned char) s[i]) && s[i] != ':' && s[i] != '.')
+			{
+				snprintf(err, errlen, "invalid character in the IPv6 address of the host");
+				return false;
+			}
+		if (i >= len || i == 1)
+		{
+			snprintf(err, errlen, "the IPv6 host needs its closing ']' and an address inside");
+			return false;
+		}
+		i++;
+		if (i < len && s[i] != ':')
+		{
+			snprintf(err, errlen, "unexpected text after the IPv6 host; write [address]:port");
+			return false;
+		}
+	}
+	else
+	{
+		for (i = 0; i < len && s[i] != ':'; i++)
+			if (!isalnum((unsigned char) s[i]) && s[i] != '-' && s[i] != '.' && s[i] != '_')
+			{
+				snprintf(err, errlen, "invalid character in the host name (letters, digits, '-', '.' and '_' only)");
+				return false;
+			}
+		hostlen = i;
+		if (hostlen == 0)
+		{
+			snprintf(err, errlen, "no host; write scheme://host[:port]");
+			return false;
+		}
+	}
+	if (i < len)
+	{
+		long		port = 0;
+		size_t		digits = 0;
+
+		for (i++; i < len; i++, digits++)
+		{
+			if (!isdigit((unsigned char) s[i]) || port > 65535)
+			{
+				port = -1;
+				break;
+			}
+			port = port * 10 + (s[i] - '0');
+		}
+		if (digits == 0 || port < 1 || port > 65535)
+		{
+			snprintf(err, errlen, "the port must be a number from 1 to 65535");
+			return false;
+		}
+	}
+	return true;
+}
+
+/* qb_url_check_scheme: see qb_config.h. */
+bool
+qb_url_check_scheme(const char *url, const char *const *schemes, int flags,
+					char *err, size_t errlen)
+{
+	const char *sep;
+	const char *auth;
+	const char *rest;
+	const char *at;
+	const char *p;
+	size_t		slen;
+	int			i;
+	bool		known = false;
+
+	for (p = url; *p != '\0'; p++)
+		if ((unsigned char) *p <= ' ' || *p == 0x7f)
+		{
+			snprintf(err, errlen, "the URL contains a space or a control character; percent-encode it");
+			return false;
+		}
+	sep = strstr(url, "://");
+	for (p = url; sep != NULL && p < sep; p++)
+		if (!isalnum((unsigned char) *p) && *p != '+' && *p != '-' && *p != '.')
+			sep = NULL;
+	if (sep == NULL || sep == url)
+	{
+		snprintf(err, errlen, "not a URL: expected %s://host[:port][/path]", schemes[0]);
+		return false;
+	}
+	slen = sep - url;
+	for (i = 0; schemes[i] != NULL; i++)
+		if (strlen(schemes[i]) == slen && strncasecmp(url, schemes[i], slen) == 0)
+			known = true;
+	if (!known)
+	{
+		QsBuf		list = {0};
+
+		for (i = 0; schemes[i] != NULL; i++)
+		{
+			if (i > 0)
+				qs_add(&list, schemes[i + 1] ? ", " : " or ", schemes[i + 1] ? 2 : 4);
+			qs_add(&list, schemes[i], strlen(schemes[i]));
+		}
+		snprintf(err, errlen, "unsupported scheme \"%.*s\" (use %s)",
+				 slen > 20 ? 20 : (int) slen, url, list.data ? list.data : "?");
+		free(list.data);
+		return false;
+	}
+	auth = sep + 3;
+	rest = auth + strcspn(auth, "/?#");
+	if (rest == auth)
+	{
+		snprintf(err, errlen, "no host after \"%.*s://\"; write %s://host[:port]",
+				 (int) slen, url, schemes[0]);
+		return false;
+	}
+	at = NULL;
+	for (p = auth; p < rest; p++)
+		if (*p == '@')
+			at = p;
+	if (at != NULL)
+	{
+		if (!(flags & QB_URL_USERINFO))
+		{
+			snprintf(err, errlen,
+					 "user info (user@ or user:password@) is not allowed in this URL; send credentials as headers instead");
+			return false;
+		}
+		auth = at + 1;
+	}
+	if (!url_hostport(auth, rest - auth, err, errlen))
+		return false;
+	p = rest + strcspn(rest, "?#");
+	if (*p == '?' && !(flags & QB_URL_QUERY))
+	{
+		snprintf(err, errlen, "a query string (?...) is not allowed in this URL; remove it");
+		return false;
+	}
+	if (strchr(p, '#') != NULL)
+	{
+		snprintf(err, errlen, "a fragment (#...) is not allowed in a URL here; remove it");
+		return false;
+	}
+	return true;
+}
+
+/* qb_url_check: see qb_config.h. */
+bool
+qb_url_check(const char *url, char *err, size_t errlen)
+{
+	static const char *const http[] = {"http", "https", NULL};
+
+	return qb_url_check_scheme(url, http, 0, err, errlen);
+}
+
+/*
+ * url_brokers: kafka's bootstrap list, "host[:port],host[:port]", each
+ * entry optionally with a "proto://" prefix as librdkafka allows.
+ */
+static bool
+url_brokers(const char *s, char *err, size_t errlen)
+{
+	const char *p = s;
+
+	for (;;)
+	{
+		size_t		len = strcspn(p, ",");
+		const char *sep;
+		const char *q;
+
+		for (q = p; q < p + len; q++)
+			if ((unsigned char) *q <= ' ' || *q == 0x7f)
+			{
+				snprintf(err, errlen, "the broker list contains a space or a control character; write host:port,host:port");
+				return false;
+			}
+		sep = strstr(p, "://");
+		if (sep != NULL && sep < p + len)
+		{
+			len -= (sep + 3) - p;
+			p = sep + 3;
+		}
+		if (len == 0)
+		{
+			snprintf(err, errlen, "empty entry in the broker list; write host:port,host:port");
+			return false;
+		}
+		if (!url_hostport(p, len, err, errlen))
+			return false;
+		p += len;
+		if (*p == '\0')
+			return true;
+		p++;
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * The schema
+ * ---------------------------------------------------------------------
+ */
+static const char *const qs_top_keys[] =
+{"outbox", "destinations", "routes", NULL};
+static const char *const qs_outbox_keys[] =
+{"pollIntervalMs", "batchSize", "maxAttempts", "claimTimeoutMs", "backoff", "retention", NULL};
+static const char *const qs_outbox_scalars[] =
+{"pollIntervalMs", "batchSize", "maxAttempts", "claimTimeoutMs", "retention", NULL};
+static const char *const qs_backoff_keys[] =
+{"initialMs", "maxMs", "multiplier", "jitter", NULL};
+static const char *const qs_http_keys[] =
+{"type", "baseUrl", "path", "headers", "timeoutMs", NULL};
+static const char *const qs_rabbitmq_keys[] =
+{"type", "url", "exchange", "routingKey", "persistent", "mandatory", NULL};
+static const char *const qs_kafka_keys[] =
+{"type", "brokers", "topic", "config", NULL};
+static const char *const qs_nats_keys[] =
+{"type", "url", "subject", "jetstream", NULL};
+/* every scalar key of any destination type: what an override may set */
+static const char *const qs_dest_scalars[] =
+{"type", "baseUrl", "path", "timeoutMs", "url", "exchange", "routingKey",
+"persistent", "mandatory", "brokers", "topic", "subject", "jetstream", NULL};
+static const char *const qs_route_keys[] =
+{"topicPattern", "destination", NULL};
+
+#define QS_RETENTION_MAX	(36500L * 86400L)
+#define QS_MS_MAX			2147483647L
+
+/* ---------------------------------------------------------------------
+ * Key paths
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * qv_fmt: snprintf through a va_list, so that a path cut at QV_PATHLEN (it
+ * stays recognisable) is not a -Wformat-truncation error.
+ */
+static void
+qv_fmt(char *buf, size_t size, const char *fmt,...)
+	__attribute__((format(printf, 3, 4)));
+
+static void
+qv_fmt(char *buf, size_t size, const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, size, fmt, ap);
+	va_end(ap);
+}
+
+/* qv_path_key: parent.key, or parent["key"] when the key would be ambiguous. */
+static void
+qv_path_key(char *buf, size_t size, const char *parent, const char *key)
+{
+	bool		plain = key[0] != '\0' && strpbrk(key, ".[]\" ") == NULL;
+
+	if (plain)
+		qv_fmt(buf, size, "%s%s%s", parent, parent[0] ? "." : "", key);
+	else
+		qv_fmt(buf, size, "%s[\"%s\"]", parent, key);
+}
+
+static void
+qv_path_index(char *buf, size_t size, const char *parent, int i)
+{
+	qv_fmt(buf, size, "%s[%d]", parent, i);
+}
+
+/* ---------------------------------------------------------------------
+ * Overrides
+ * ---------------------------------------------------------------------
+ */
+
+/* A candidate key path; seg[k] NULL stands for the route index. */
+typedef struct QoPath
+{
+	const char *seg[4];
+	int			nseg;
+	int			index;
+} QoPath;
+
+/* qo_seg_match: does the segment's override spelling begin *r?  Advances *r. */
+static bool
+qo_seg_match(const char **r, const char *seg)
+{
+	const char *p = *r;
+
+	for (; *seg != '\0'; seg++, p++)
+	{
+		int			want = isalnum((unsigned char) *seg) ? toupper((unsigned char) *seg) : '_';
+
+		if (toupper((unsigned char) *p) != want)
+			return false;
+	}
+	*r = p;
+	return true;
+}
+
+/* qo_matches: does rest (the name after QUEUEBOX_) spell this path? */
+static bool
+qo_matches(const char *rest, const QoPath *path)
+{
+	const char *r = rest;
+	int			s;
+
+	for (s = 0; s < path->nseg; s++)
+	{
+		char		num[16];
+
+		if (s > 0)
+		{
+			if (*r != '_')
+				return false;
+			r++;
+		}
+		if (path->seg[s] == NULL)
+		{
+			snprintf(num, sizeof(num), "%d", path->index);
+			if (!qo_seg_match(&r, num))
+				return false;
+		}
+		else if (!qo_seg_match(&r, path->seg[s]))
+			return false;
+	}
+	return *r == '\0';
+}
+
+static void
+qo_display(char *buf, size_t size, const QoPath *path)
+{
+	char		tmp[QV_PATHLEN];
+	int			s;
+
+	buf[0] = '\0';
+	for (s = 0; s < path->nseg; s++)
+	{
+		qv_fmt(tmp, sizeof(tmp), "%s", buf);
+		if (path->seg[s] == NULL)
+			qv_path_index(buf, size, tmp, path->index);
+		else
+			qv_path_key(buf, size, tmp, path->seg[s]);
+	}
+}
+
+typedef struct QoFound
+{
+	int			count;
+	QoPath		first;
+	QoPath		second;
+} QoFound;
+
+static void
+qo_try(QoFound *f, const char *rest, const QoPath *path)
+{
+	if (!qo_matches(rest, path))
+		return;
+	if (f->count == 0)
+		f->first = *path;
+	else if (f->count == 1)
+		f->second = *path;
+	f->count++;
+}
+
+/* qo_try_map: the entries of a headers: or config: mapping. */
+static void
+qo_try_map(QoFound *f, const char *rest, const char *name, const QtNode *dest,
+		   const char *section)
+{
+	const QtNode *m = qt_get(dest, section);
+	int			i;
+
+	if (m == NULL || m->kind != QT_MAP)
+		return;
+	for (i = 0; i < m->n; i++)
+	{
+		QoPath		p = {{"destinations", name, section, m->keys[i]->text}, 4, 0};
+
+		if (m->keys[i]->kind == QT_SCALAR)
+			qo_try(f, rest, &p);
+	}
+}
+
+/* qo_collect: every known scalar key path that rest spells. */
+static void
+qo_collect(const QtNode *root, const char *rest, QoFound *f)
+{
+	const QtNode *m;
+	int			i,
+				k;
+
+	for (k = 0; qs_outbox_scalars[k] != NULL; k++)
+	{
+		QoPath		p = {{"outbox", qs_outbox_scalars[k]}, 2, 0};
+
+		qo_try(f, rest, &p);
+	}
+	for (k = 0; qs_backoff_keys[k] != NULL; k++)
+	{
+		QoPath		p = {{"outbox", "backoff", qs_backoff_keys[k]}, 3, 0};
+
+		qo_try(f, rest, &p);
+	}
+	m = qt_get(root, "destinations");
+	if (m != NULL && m->kind == QT_MAP)
+	{
+		for (i = 0; i < m->n; i++)
+		{
+			const char *name = m->keys[i]->text;
+
+			if (m->keys[i]->kind != QT_SCALAR || m->kids[i]->kind != QT_MAP)
+				continue;
+			for (k = 0; qs_dest_scalars[k] != NULL; k++)
+			{
+				QoPath		p = {{"destinations", name, qs_dest_scalars[k]}, 3, 0};
+
+				qo_try(f, rest, &p);
+			}
+			qo_try_map(f, rest, name, m->kids[i], "headers");
+			qo_try_map(f, rest, name, m->kids[i], "config");
+		}
+	}
+	m = qt_get(root, "routes");
+	if (m != NULL && m->kind == QT_SEQ)
+	{
+		for (i = 0; i < m->n; i++)
+		{
+			if (m->kids[i]->kind != QT_MAP)
+				continue;
+			for (k = 0; qs_route_keys[k] != NULL; k++)
+			{
+				QoPath		p = {{"routes", NULL, qs_route_keys[k]}, 3, i};
+
+				qo_try(f, rest, &p);
+			}
+		}
+	}
+}
+
+/*
+ * qo_apply: set the scalar at path to value, made by variable var.  Missing
+ * outbox:/backoff: mappings are created; a path through something that is
+ * not a mapping is left for the validator to report.  -1 on error.
+ */
+static int
+qo_apply(QtNode **root, const QoPath *path, const char *var, const char *value,
+		 char *err, size_t errlen)
+{
+	QtNode	   *cur;
+	QtNode	   *node = NULL;
+	QtNode	   *key = NULL;
+	int			s,
+				i;
+
+	if (*root == NULL && (*root = qt_new(QT_MAP, 0, 0)) == NULL)
+		goto oom;
+	cur = *root;
+	for (s = 0; s < path->nseg - 1; s++)
+	{
+		if (path->seg[s + 1] == NULL)
+		{
+			/* routes: collected from the tree, so the item exists */
+			cur = qt_get(cur, path->seg[s])->kids[path->index];
+			s++;
+			continue;
+		}
+		i = qt_find(cur, path->seg[s]);
+		if (i >= 0 && cur->kids[i]->kind == QT_MAP)
+		{
+			cur = cur->kids[i];
+			continue;
+		}
+		if (i >= 0 && !qt_is_null(cur->kids[i]))
+			return 0;
+		if ((node = qt_new(QT_MAP, 0, 0)) == NULL)
+			goto oom;
+		if (i >= 0)
+		{
+			qt_free(cur->kids[i]);
+			cur->kids[i] = node;
+		}
+		else
+		{
+			if ((key = qt_scalar(path->seg[s], strlen(path->seg[s]), 0, 0)) == NULL ||
+				!qt_append(cur, key, node))
+				goto oom;
+		}
+		cur = node;
+		node = key = NULL;
+	}
+
+	if ((node = qt_scalar(value, strlen(value), 0, 0)) == NULL ||
+		(node->envvar = strdup(var)) == NULL)
+		goto oom;
+	i = qt_find(cur, path->seg[path->nseg - 1]);
+	if (i >= 0)
+	{
+		if (cur->kids[i]->envvar != NULL)
+		{
+			char		disp[QV_PATHLEN];
+
+			qo_display(disp, sizeof(disp), path);
+			snprintf(err, errlen, "%s and %s both set %s: unset one of them",
+					 cur->kids[i]->envvar, var, disp);
+			qt_free(node);
+			return -1;
+		}
+		qt_free(cur->kids[i]);
+		cur->kids[i] = node;
+		return 0;
+	}
+	key = qt_scalar(path->seg[path->nseg - 1], strlen(path->seg[path->nseg - 1]), 0, 0);
+	if (key == NULL || (key->envvar = strdup(var)) == NULL || !qt_append(cur, key, node))
+		goto oom;
+	return 0;
+
+oom:
+	qt_free(node);
+	qt_free(key);
+	snprintf(err, errlen, "out of memory while applying %s", var);
+	return -1;
+}
+
+/* qo_overrides: apply every QUEUEBOX_* variable of the environment. */
+static int
+qo_overrides(QtNode **root, char *err, size_t errlen)
+{
+	char	  **e;
+
+	/* a document that is not a mapping fails validation anyway */
+	if (*root != NULL && (*root)->kind != QT_MAP)
+		return 0;
+	for (e = environ; e != NULL && *e != NULL; e++)
+	{
+		const char *eq;
+		char	   *var;
+		QoFound		f = {0};
+		int			rc = 0;
+
+		if (strncmp(*e, "QUEUEBOX_", 9) != 0 || (eq = strchr(*e, '=')) == NULL)
+			continue;
+		if ((var = strndup(*e, eq - *e)) == NULL)
+		{
+			snprintf(err, errlen, "out of memory");
+			return -1;
+		}
+		qo_collect(*root, var + 9, &f);
+		if (f.count > 1)
+		{
+			char		a[QV_PATHLEN],
+						b[QV_PATHLEN];
+
+			qo_display(a, sizeof(a), &f.first);
+			qo_display(b, sizeof(b), &f.second);
+			snprintf(err, errlen,
+					 "%s matches both %s and %s: override names compare letters and digits only, so rename one of them",
+					 var, a, b);
+			rc = -1;
+		}
+		else if (f.count == 1)
+			rc = qo_apply(root, &f.first, var, eq + 1, err, errlen);
+		free(var);
+		if (rc != 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------------
+ * Validation
+ * ---------------------------------------------------------------------
+ */
+typedef struct QvCtx
+{
+	char	   *err;
+	size_t		errlen;
+} QvCtx;
+
+/*
+ * qv_error: "path: message (line L, column C)", or for a node made by an
+ * override "VAR (path): message".
+ */
+static bool
+qv_error(QvCtx *cx, const char *path, const QtNode *at, const char *fmt,...)
+	__attribute__((format(printf, 4, 5)));
+
+static bool
+qv_error(QvCtx *cx, const char *path, const QtNode *at, const char *fmt,...)
+{
+	char		msg[QV_MSGLEN];
+	va_list		ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (at != NULL && at->envvar != NULL)
+		snprintf(cx->err, cx->errlen, "%s (%s): %s", at->envvar,
+				 path[0] ? path : "document", msg);
+	else if (at != NULL && at->line > 0)
+		snprintf(cx->err, cx->errlen, "%s: %s (line %d, column %d)",
+				 path[0] ? path : "document", msg, at->line, at->column);
+	else
+		snprintf(cx->err, cx->errlen, "%s: %s", path[0] ? path : "document", msg);
+	return false;
+}
+
+/*
+ * qv_echo: a value quoted for a message, control characters escaped and cut
+ * at 40 characters.  Used for numbers, booleans and names only: strings such
+ * as URLs and header values may hold secrets and are never echoed.
+ */
+static const char *
+qv_echo(char *buf, size_t size, const char *s)
+{
+	size_t		o = 0;
+	int			n;
+
+	if (*s == '\0')
+		return "an empty value";
+	buf[o++] = '"';
+	for (n = 0; *s != '\0' && o + 8 < size; s++, n++)
+	{
+		if (n == 40)
+		{
+			memcpy(buf + o, "...", 3);
+			o += 3;
+			break;
+		}
+		if ((unsigned char) *s < ' ' || *s == 0x7f)
+			o += snprintf(buf + o, size - o, "\\x%02X", (unsigned char) *s);
+		else
+			buf[o++] = *s;
+	}
+	buf[o++] = '"';
+	buf[o] = '\0';
+	return buf;
+}
+
+/*
+ * qv_text: a scalar's value as a new string: a document value ${}-expanded,
+ * an override's value as it is.  what describes the expected value for the
+ * message when the node is not a scalar.
+ */
+static bool
+qv_text(QvCtx *cx, const char *path, const QtNode *n, const char *what, char **out)
+{
+	char		msg[QV_MSGLEN];
+
+	*out = NULL;
+	if (n->kind != QT_SCALAR)
+		return qv_error(cx, path, n, "expected %s, got %s", what, qt_kind_name(n));
+	if (n->envvar != NULL)
+		*out = strdup(n->text);
+	else
+	{
+		if (strlen(n->text) != n->len)
+			return qv_error(cx, path, n, "the value contains a NUL character (\\0); remove it");
+		*out = qb_expand_env(n->text, msg, sizeof(msg));
+		if (*out == NULL)
+			return qv_error(cx, path, n, "%s", msg);
+	}
+	if (*out == NULL)
+		return qv_error(cx, path, n, "out of memory");
+	return true;
+}
+
+/* qv_parse_long: an optionally signed decimal integer, nothing else. */
+static bool
+qv_parse_long(const char *s, long *out)
+{
+	const char *p = s;
+	char	   *end;
+
+	if (*p == '-' || *p == '+')
+		p++;
+	if (!isdigit((unsigned char) *p))
+		return false;
+	for (; *p != '\0'; p++)
+		if (!isdigit((unsigned char) *p))
+			return false;
+	errno = 0;
+	*out = strtol(s, &end, 10);
+	return errno == 0;
+}
+
+/* qv_int: an integer in lo..hi. */
+static bool
+qv_int(QvCtx *cx, const char *path, const QtNode *n, long lo, long hi, long *out)
+{
+	char		what[96];
+	char		echo[64];
+	char	   *s;
+	long		v;
+	bool		ok;
+
+	snprintf(what, sizeof(what), "an integer from %ld to %ld", lo, hi);
+	if (!qv_text(cx, path, n, what, &s))
+		return false;
+	ok = qv_parse_long(s, &v) && v >= lo && v <= hi;
+	if (ok)
+		*out = v;
+	else
+		qv_error(cx, path, n, "expected %s, got %s", what, qv_echo(echo, sizeof(echo), s));
+	free(s);
+	return ok;
+}
+
+/*
+ * qv_number: a finite decimal number in lo..hi (hi may be INFINITY).  The
+ * syntax is checked before strtod, which would also take "nan", "inf" and
+ * hexadecimal.
+ */
+static bool
+qv_number(QvCtx *cx, const char *path, const QtNode *n, double lo, double hi,
+		  const char *what, double *out)
+{
+	char		echo[64];
+	char	   *s;
+	const char *p;
+	bool		ok;
+	int			digits = 0;
+	double		v = 0;
+
+	if (!qv_text(cx, path, n, what, &s))
+		return false;
+	p = s;
+	if (*p == '-' || *p == '+')
+		p++;
+	for (; isdigit((unsigned char) *p); p++)
+		digits++;
+	if (*p == '.')
+		for (p++; isdigit((unsigned char) *p); p++)
+			digits++;
+	ok = digits > 0;
+	if (ok && (*p == 'e' || *p == 'E'))
+	{
+		p++;
+		if (*p == '-' || *p == '+')
+			p++;
+		ok = isdigit((unsigned char) *p);
+		while (isdigit((unsigned char) *p))
+			p++;
+	}
+	ok = ok && *p == '\0';
+	if (ok)
+	{
+		v = strtod(s, NULL);
+		ok = isfinite(v) && v >= lo && v <= hi;
+	}
+	if (ok)
+		*out = v;
+	else
+		qv_error(cx, path, n, "expected %s, got %s", what, qv_echo(echo, sizeof(echo), s));
+	free(s);
+	return ok;
+}
+
+/* qv_bool: true or false, nothing else (no yes/no/on/off: YAML 1.1 traps). */
+static bool
+qv_bool(QvCtx *cx, const char *path, const QtNode *n, bool *out)
+{
+	char		echo[64];
+	char	   *s;
+	bool		ok = true;
+
+	if (!qv_text(cx, path, n, "true or false", &s))
+		return false;
+	if (strcmp(s, "true") == 0)
+		*out = true;
+	else if (strcmp(s, "false") == 0)
+		*out = false;
+	else
+		ok = qv_error(cx, path, n, "expected true or false, got %s",
+					  qv_echo(echo, sizeof(echo), s));
+	free(s);
+	return ok;
+}
+
+/* qv_string: any scalar as text; nonempty refuses "". */
+static bool
+qv_string(QvCtx *cx, const char *path, const QtNode *n, bool nonempty, char **out)
+{
+	if (!qv_text(cx, path, n, "a string", out))
+		return false;
+	if (nonempty && (*out)[0] == '\0')
+	{
+		free(*out);
+		*out = NULL;
+		return qv_error(cx, path, n, "must not be empty");
+	}
+	return true;
+}
+
+/* qv_duration: "<n>d", "<n>h", "<n>m", "<n>s" or plain seconds, in seconds. */
+static bool
+qv_duration(QvCtx *cx, const char *path, const QtNode *n, long *out)
+{
+	static const char what[] =
+		"a duration like \"7d\", \"12h\", \"30m\", \"45s\" or a number of seconds, from 1s to 36500d";
+	char		echo[64];
+	char	   *s;
+	const char *p;
+	long		v = 0;
+	long		unit = 1;
+	bool		ok;
+
+	if (!qv_text(cx, path, n, what, &s))
+		return false;
+	for (p = s; isdigit((unsigned char) *p) && v <= QS_RETENTION_MAX; p++)
+		v = v * 10 + (*p - '0');
+	ok = p > s;
+	if (ok && *p != '\0')
+	{
+		switch (*p)
+		{
+			case 'd':
+				unit = 86400;
+				break;
+			case 'h':
+				unit = 3600;
+				break;
+			case 'm':
+				unit = 60;
+				break;
+			case 's':
+				unit = 1;
+				break;
+			default:
+				ok = false;
+		}
+		ok = ok && p[1] == '\0';
+	}
+	ok = ok && v >= 1 && v <= QS_RETENTION_MAX / unit;
+	if (ok)
+		*out = v * unit;
+	else
+		qv_error(cx, path, n, "expected %s, got %s", what, qv_echo(echo, sizeof(echo), s));
+	free(s);
+	return ok;
+}
+
+/*
+ * qv_section: a mapping or a sequence, or NULL (absent or null) in *out.
+ */
+static bool
+qv_section(QvCtx *cx, const char *path, const QtNode *n, QtKind want, const QtNode **out)
+{
+	*out = NULL;
+	if (qt_is_null(n))
+		return true;
+	if (n->kind != want)
+		return qv_error(cx, path, n, "expected %s, got %s",
+						want == QT_MAP ? "a mapping (indented key: value lines)"
+						: "a sequence (lines starting with \"- \")",
+						qt_kind_name(n));
+	*out = n;
+	return true;
+}
+
+/* qv_list: "a, b, c" into buf. */
+static void
+qv_list(char *buf, size_t size, const char *const *names)
+{
+	size_t		o = 0;
+	int			i;
+
+	buf[0] = '\0';
+	for (i = 0; names[i] != NULL && o < size; i++)
+		o += snprintf(buf + o, size - o, "%s%s", i ? ", " : "", names[i]);
+}
+
+/*
+ * qv_keys: check the keys of a mapping: strings, no duplicate, and (when
+ * allowed is not NULL) each one of allowed.  forwhat qualifies "unknown key"
+ * ("for an http destination").
+ */
+static bool
+qv_keys(QvCtx *cx, const char *path, const QtNode *map, const char *const *allowed,
+		const char *forwhat)
+{
+	char		sub[QV_PATHLEN];
+	int			i,
+				j,
+				k;
+
+	for (i = 0; i < map->n; i++)
+	{
+		const QtNode *key = map->keys[i];
+
+		if (key->kind != QT_SCALAR)
+			return qv_error(cx, path, key, "a key must be a string, got %s", qt_kind_name(key));
+		if (strlen(key->text) != key->len)
+			return qv_error(cx, path, key, "a key contains a NUL character (\\0); remove it");
+		qv_path_key(sub, sizeof(sub), path, key->text);
+		for (j = 0; j < i; j++)
+			if (strcmp(map->keys[j]->text, key->text) == 0)
+				return qv_error(cx, sub, key,
+								"duplicate key (first at line %d, column %d); keep only one",
+								map->keys[j]->line, map->keys[j]->column);
+		if (allowed == NULL)
+			continue;
+		for (k = 0; allowed[k] != NULL; k++)
+			if (strcmp(allowed[k], key->text) == 0)
+				break;
+		if (allowed[k] == NULL)
+		{
+			char		list[256];
+			char		hint[96] = "";
+
+			qv_list(list, sizeof(list), allowed);
+			for (k = 0; allowed[k] != NULL; k++)
+				if (strcasecmp(allowed[k], key->text) == 0)
+					snprintf(hint, sizeof(hint), "; did you mean %s?", allowed[k]);
+			return qv_error(cx, sub, key, "unknown key%s%s (allowed: %s)%s",
+							forwhat ? " " : "", forwhat ? forwhat : "", list, hint);
+		}
+	}
+	return true;
+}
+
+/* qv_outbox: the outbox: section onto the defaults already in *o. */
+static bool
+qv_outbox(QvCtx *cx, const QtNode *node, QbOutboxConf *o)
+{
+	const QtNode *m;
+	const QtNode *b;
+	const QtNode *n;
+	const QtNode *max_node;
+	long		v;
+
+	if (!qv_section(cx, "outbox", node, QT_MAP, &m))
+		return false;
+	if (m == NULL)
+		return true;
+	if (!qv_keys(cx, "outbox", m, qs_outbox_keys, NULL))
+		return false;
+	if ((n = qt_get(m, "pollIntervalMs")) != NULL)
+	{
+		if (!qv_int(cx, "outbox.pollIntervalMs", n, 10, 3600000, &v))
+			return false;
+		o->poll_interval_ms = (int) v;
+	}
+	if ((n = qt_get(m, "batchSize")) != NULL)
+	{
+		if (!qv_int(cx, "outbox.batchSize", n, 1, 10000, &v))
+			return false;
+		o->batch_size = (int) v;
+	}
+	if ((n = qt_get(m, "maxAttempts")) != NULL)
+	{
+		if (!qv_int(cx, "outbox.maxAttempts", n, 1, 1000000, &v))
+			return false;
+		o->max_attempts = (int) v;
+	}
+	if ((n = qt_get(m, "claimTimeoutMs")) != NULL &&
+		!qv_int(cx, "outbox.claimTimeoutMs", n, 1000, 86400000, &o->claim_timeout_ms))
+		return false;
+	if ((n = qt_get(m, "retention")) != NULL &&
+		!qv_duration(cx, "outbox.retention", n, &o->retention_sec))
+		return false;
+
+	if (!qv_section(cx, "outbox.backoff", qt_get(m, "backoff"), QT_MAP, &b))
+		return false;
+	if (b == NULL)
+		return true;
+	if (!qv_keys(cx, "outbox.backoff", b, qs_backoff_keys, NULL))
+		return false;
+	if ((n = qt_get(b, "initialMs")) != NULL &&
+		!qv_int(cx, "outbox.backoff.initialMs", n, 1, QS_MS_MAX, &o->backoff.initial_ms))
+		return false;
+	if ((max_node = qt_get(b, "maxMs")) != NULL &&
+		!qv_int(cx, "outbox.backoff.maxMs", max_node, 1, QS_MS_MAX, &o->backoff.max_ms))
+		return false;
+	if ((n = qt_get(b, "multiplier")) != NULL &&
+		!qv_number(cx, "outbox.backoff.multiplier", n, 1.0, INFINITY,
+				   "a number >= 1 (1 keeps the delay constant)", &o->backoff.multiplier))
+		return false;
+	if ((n = qt_get(b, "jitter")) != NULL &&
+		!qv_number(cx, "outbox.backoff.jitter", n, 0.0, 1.0,
+				   "a number from 0 to 1", &o->backoff.jitter))
+		return false;
+	if (o->backoff.max_ms < o->backoff.initial_ms)
+	{
+		if (max_node != NULL)
+			return qv_error(cx, "outbox.backoff.maxMs", max_node,
+							"must be at least initialMs (%ld), got %ld; raise maxMs or lower initialMs",
+							o->backoff.initial_ms, o->backoff.max_ms);
+		return qv_error(cx, "outbox.backoff.initialMs", qt_get(b, "initialMs"),
+						"is larger than maxMs (%ld, the default); lower it or set outbox.backoff.maxMs",
+						o->backoff.max_ms);
+	}
+	return true;
+}
+
+/* qv_header_name: an HTTP token (RFC 9110 tchar). */
+static bool
+qv_header_name(const char *s)
+{
+	if (*s == '\0')
+		return false;
+	for (; *s != '\0'; s++)
+		if (!isalnum((unsigned char) *s) && strchr("!#$%&'*+-.^_`|~", *s) == NULL)
+			return false;
+	return true;
+}
+
+/*
+ * qv_pairs: a string-to-string mapping (headers:, kafka config:) into a new
+ * array.  Header names must be HTTP tokens, unique in any letter case, and
+ * header values may hold no control character but a tab: libcurl would send
+ * them as they are and split the request.
+ */
+static bool
+qv_pairs(QvCtx *cx, const char *path, const QtNode *node, bool http,
+		 QbHeader **out, int *nout)
+{
+	const QtNode *m;
+	char		sub[QV_PATHLEN];
+	int			i,
+				j;
+
+	if (!qv_section(cx, path, node, QT_MAP, &m))
+		return false;
+	if (m == NULL || m->n == 0)
+		return true;
+	if (!qv_keys(cx, path, m, NULL, NULL))
+		return false;
+	if ((*out = calloc(m->n, sizeof(QbHeader))) == NULL)
+		return qv_error(cx, path, m, "out of memory");
+	*nout = m->n;
+	for (i = 0; i < m->n; i++)
+	{
+		const char *name = m->keys[i]->text;
+		const char *p;
+
+		qv_path_key(sub, sizeof(sub), path, name);
+		if (http && !qv_header_name(name))
+			return qv_error(cx, sub, m->keys[i],
+							"not a valid HTTP header name: use letters, digits and !#$%%&'*+-.^_`|~ only");
+		if (!http && name[0] == '\0')
+			return qv_error(cx, sub, m->keys[i], "a property name must not be empty");
+		for (j = 0; http && j < i; j++)
+			if (strcasecmp(m->keys[j]->text, name) == 0)
+				return qv_error(cx, sub, m->keys[i],
+								"the same header as at line %d, column %d (header names ignore case); keep one",
+								m->keys[j]->line, m->keys[j]->column);
+		if (((*out)[i].name = strdup(name)) == NULL)
+			return qv_error(cx, sub, m->keys[i], "out of memory");
+		if (!qv_string(cx, sub, m->kids[i], false, &(*out)[i].value))
+			return false;
+		for (p = (*out)[i].value; http && *p != '\0'; p++)
+			if (((unsigned char) *p < ' ' && *p != '\t') || *p == 0x7f)
+				return qv_error(cx, sub, m->kids[i],
+								"the header value contains a line break or another control character; remove it");
+	}
+	return true;
+}
+
+/* qv_required: the value under key, or an error naming what is missing. */
+static const QtNode *
+qv_required(QvCtx *cx, const char *path, const QtNode *m, const char *key,
+			const char *why)
+{
+	const QtNode *n = qt_get(m, key);
+
+	if (n == NULL)
+		qv_error(cx, path, m, "missing required key %s (%s)", key, why);
+	return n;
+}
+
+/* qv_http: the keys of an http destination. */
+static bool
+qv_http(QvCtx *cx, const char *path, const QtNode *m, QbDestination *d)
+{
+	static const char url_why[] = "an http destination needs one, e.g. baseUrl: \"https://host:8443\"";
+	char		sub[QV_PATHLEN];
+	char		msg[QV_MSGLEN];
+	const QtNode *n;
+	size_t		len;
+	const char *p;
+	long		v;
+
+	if ((n = qv_required(cx, path, m, "baseUrl", url_why)) == NULL)
+		return false;
+	qv_path_key(sub, sizeof(sub), path, "baseUrl");
+	if (!qv_string(cx, sub, n, false, &d->base_url))
+		return false;
+	if (!qb_url_check(d->base_url, msg, sizeof(msg)))
+		return qv_error(cx, sub, n, "%s", msg);
+	/* the path is appended to it: keep no trailing '/' */
+	len = strlen(d->base_url);
+	while (len > 0 && d->base_url[len - 1] == '/')
+		d->base_url[--len] = '\0';
+
+	if ((n = qt_get(m, "path")) != NULL)
+	{
+		qv_path_key(sub, sizeof(sub), path, "path");
+		if (!qv_string(cx, sub, n, false, &d->path))
+			return false;
+		if (d->path[0] != '\0' && d->path[0] != '/')
+			return qv_error(cx, sub, n, "must start with '/', e.g. path: /events");
+		for (p = d->path; *p != '\0'; p++)
+			if ((unsigned char) *p <= ' ' || *p == 0x7f || *p == '?' || *p == '#')
+				return qv_error(cx, sub, n,
+								"must not contain a space, a control character, '?' or '#'; percent-encode them");
+	}
+	else if ((d->path = strdup("")) == NULL)
+		return qv_error(cx, path, m, "out of memory");
+
+	if ((d->url = malloc(strlen(d->base_url) + strlen(d->path) + 1)) == NULL)
+		return qv_error(cx, path, m, "out of memory");
+	strcpy(d->url, d->base_url);
+	strcat(d->url, d->path);
+
+	qv_path_key(sub, sizeof(sub), path, "headers");
+	if (!qv_pairs(cx, sub, qt_get(m, "headers"), true, &d->headers, &d->nheaders))
+		return false;
+
+	if ((n = qt_get(m, "timeoutMs")) != NULL)
+	{
+		qv_path_key(sub, sizeof(sub), path, "timeoutMs");
+		if (!qv_int(cx, sub, n, 1, 600000, &v))
+			return false;
+		d->timeout_ms = v;
+	}
+	return true;
+}
+
+/*
+ * qv_broker_url: a required url/brokers key into d->broker_url.  A NATS url
+ * may list several servers separated by commas, as cnats accepts.
+ */
+static bool
+qv_broker_url(QvCtx *cx, const char *path, const QtNode *m, QbDestination *d,
+			  const char *key, const char *why)
+{
+	static const char *const amqp[] = {"amqp", "amqps", NULL};
+	static const char *const nats[] = {"nats", "tls", NULL};
+	char		sub[QV_PATHLEN];
+	char		msg[QV_MSGLEN];
+	const QtNode *n;
+	bool		ok = true;
+
+	if ((n = qv_required(cx, path, m, key, why)) == NULL)
+		return false;
+	qv_path_key(sub, sizeof(sub), path, key);
+	if (!qv_string(cx, sub, n, false, &d->broker_url))
+		return false;
+	if (d->type == QB_DEST_RABBITMQ)
+		ok = qb_url_check_scheme(d->broker_url, amqp, QB_URL_USERINFO | QB_URL_QUERY,
+								 msg, sizeof(msg));
+	else if (d->type == QB_DEST_KAFKA)
+		ok = url_brokers(d->broker_url, msg, sizeof(msg));
+	else
+	{
+		char	   *copy = strdup(d->broker_url);
+		char	   *one;
+		char	   *save = NULL;
+
+		if (copy == NULL)
+			return qv_error(cx, sub, n, "out of memory");
+		if (copy[0] == '\0' || copy[strlen(copy) - 1] == ',' || strstr(copy, ",,") != NULL)
+		{
+			snprintf(msg, sizeof(msg), "empty entry in the server list; write nats://host:port[,nats://host:port]");
+			ok = false;
+		}
+		for (one = strtok_r(copy, ",", &save); ok && one != NULL; one = strtok_r(NULL, ",", &save))
+			ok = qb_url_check_scheme(one, nats, QB_URL_USERINFO, msg, sizeof(msg));
+		free(copy);
+	}
+	if (!ok)
+		return qv_error(cx, sub, n, "%s", msg);
+	return true;
+}
+
+/* qv_target: an optional or required exchange/topic/subject into d->target. */
+static bool
+qv_target(QvCtx *cx, const char *path, const QtNode *m, QbDestination *d,
+		  const char *key, const char *why, bool nonempty)
+{
+	char		sub[QV_PATHLEN];
+	const QtNode *n;
+
+	if (why != NULL)
+	{
+		if ((n = qv_required(cx, path, m, key, why)) == NULL)
+			return false;
+	}
+	else if ((n = qt_get(m, key)) == NULL)
+		return true;
+	qv_path_key(sub, sizeof(sub), path, key);
+	return qv_string(cx, sub, n, nonempty, &d->target);
+}
+
+/* qv_flag: an optional boolean key. */
+static bool
+qv_flag(QvCtx *cx, const char *path, const QtNode *m, const char *key, bool *out)
+{
+	char		sub[QV_PATHLEN];
+	const QtNode *n = qt_get(m, key);
+
+	if (n == NULL)
+		return true;
+	qv_path_key(sub, sizeof(sub), path, key);
+	return qv_bool(cx, sub, n, out);
+}
+
+/* qv_destination: one entry of destinations: into *d (d->name already set). */
+static bool
+qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d)
+{
+	static const char *const types[] = {"http", "rabbitmq", "kafka", "nats", NULL};
+	char		sub[QV_PATHLEN];
+	char		echo[64];
+	char		forwhat[48];
+	char	   *type = NULL;
+	const QtNode *m;
+	const QtNode *n;
+	const char *const *allowed;
+	int			t;
+
+	d->path = NULL;
+	d->timeout_ms = 10000;
+	d->persistent = true;
+	d->mandatory = true;
+	if (!qv_section(cx, path, node, QT_MAP, &m))
+		return false;
+	if (m == NULL)
+		return qv_error(cx, path, node,
+						"expected a mapping with at least type: (http, rabbitmq, kafka or nats), got an empty value");
+	if (!qv_keys(cx, path, m, NULL, NULL))
+		return false;
+	if ((n = qv_required(cx, path, m, "type", "one of http, rabbitmq, kafka, nats")) == NULL)
+		return false;
+	qv_path_key(sub, sizeof(sub), path, "type");
+	if (!qv_text(cx, sub, n, "one of http, rabbitmq, kafka, nats", &type))
+		return false;
+	for (t = 0; types[t] != NULL; t++)
+		if (strcmp(types[t], type) == 0)
+			break;
+	if (types[t] == NULL)
+	{
+		qv_error(cx, sub, n, "expected one of http, rabbitmq, kafka, nats, got %s",
+				 qv_echo(echo, sizeof(echo), type));
+		free(type);
+		return false;
+	}
+	free(type);
+	d->type = (QbDestType) t;
+	allowed = d->type == QB_DEST_HTTP ? qs_http_keys :
+		d->type == QB_DEST_RABBITMQ ? qs_rabbitmq_keys :
+		d->type == QB_DEST_KAFKA ? qs_kafka_keys : qs_nats_keys;
+	snprintf(forwhat, sizeof(forwhat), "for a%s %s destination",
+			 d->type == QB_DEST_HTTP ? "n" : "", types[t]);
+	if (!qv_keys(cx, path, m, allowed, forwhat))
+		return false;
+
+	switch (d->type)
+	{
+		case QB_DEST_HTTP:
+			return qv_http(cx, path, m, d);
+		case QB_DEST_RABBITMQ:
+			if (!qv_broker_url(cx, path, m, d, "url",
+							   "a rabbitmq destination needs one, e.g. url: \"amqp://user:password@host:5672/\"") ||
+				!qv_target(cx, path, m, d, "exchange",
+						   "a rabbitmq destination publishes to an exchange; \"\" is the default exchange",
+						   false) ||
+				!qv_flag(cx, path, m, "persistent", &d->persistent) ||
+				!qv_flag(cx, path, m, "mandatory", &d->mandatory))
+				return false;
+			if ((n = qt_get(m, "routingKey")) != NULL)
+			{
+				qv_path_key(sub, sizeof(sub), path, "routingKey");
+				return qv_string(cx, sub, n, false, &d->routing_key);
+			}
+			if ((d->routing_key = strdup("{{ topic }}")) == NULL)
+				return qv_error(cx, path, m, "out of memory");
+			return true;
+		case QB_DEST_KAFKA:
+			qv_path_key(sub, sizeof(sub), path, "config");
+			return qv_broker_url(cx, path, m, d, "brokers",
+								 "a kafka destination needs its bootstrap servers, e.g. brokers: \"host:9092\"") &&
+				qv_target(cx, path, m, d, "topic", NULL, true) &&
+				qv_pairs(cx, sub, qt_get(m, "config"), false, &d->props, &d->nprops);
+		case QB_DEST_NATS:
+			return qv_broker_url(cx, path, m, d, "url",
+								 "a nats destination needs one, e.g. url: \"nats://host:4222\"") &&
+				qv_target(cx, path, m, d, "subject", NULL, true) &&
+				qv_flag(cx, path, m, "jetstream", &d->jetstream);
+	}
+	return true;
+}
+
+/* qv_destinations: the destinations: section. */
+static bool
+qv_destinations(QvCtx *cx, const QtNode *node, QbConfig *cfg)
+{
+	char		sub[QV_PATHLEN];
+	const QtNode *m;
+	const char *p;
+	int			i;
+
+	if (!qv_section(cx, "destinations", node, QT_MAP, &m))
+		return false;
+	if (m == NULL || m->n == 0)
+		return true;
+	if (!qv_keys(cx, "destinations", m, NULL, NULL))
+		return false;
+	if ((cfg->destinations = calloc(m->n, sizeof(QbDestination))) == NULL)
+		return qv_error(cx, "destinations", m, "out of memory");
+	cfg->ndestinations = m->n;
+	for (i = 0; i < m->n; i++)
+	{
+		const char *name = m->keys[i]->text;
+
+		qv_path_key(sub, sizeof(sub), "destinations", name);
+		for (p = name; *p != '\0'; p++)
+			if (!isalnum((unsigned char) *p) && *p != '_' && *p != '-')
+				break;
+		if (*p != '\0' || name[0] == '\0')
+			return qv_error(cx, sub, m->keys[i],
+							"a destination name may use only letters, digits, '_' and '-'");
+		if ((cfg->destinations[i].name = strdup(name)) == NULL)
+			return qv_error(cx, sub, m, "out of memory");
+		if (!qv_destination(cx, sub, m->kids[i], &cfg->destinations[i]))
+			return false;
+	}
+	return true;
+}
+
+/* qv_routes: the routes: section, after the destinations it names. */
+static bool
+qv_routes(QvCtx *cx, const QtNode *node, QbConfig *cfg)
+{
+	char		path[QV_PATHLEN];
+	char		sub[QV_PATHLEN];
+	char		msg[QV_MSGLEN];
+	const QtNode *seq;
+	int			i,
+				j;
+
+	if (!qv_section(cx, "routes", node, QT_SEQ, &seq))
+		return false;
+	if (seq == NULL || seq->n == 0)
+		return true;
+	if ((cfg->routes = calloc(seq->n, sizeof(QbRoute))) == NULL)
+		return qv_error(cx, "routes", seq, "out of memory");
+	cfg->nroutes = seq->n;
+	for (i = 0; i < seq->n; i++)
+	{
+		QbRoute    *r = &cfg->routes[i];
+		const QtNode *m;
+		const QtNode *n;
+
+		qv_path_index(path, sizeof(path), "routes", i);
+		if (!qv_section(cx, path, seq->kids[i], QT_MAP, &m))
+			return false;
+		if (m == NULL)
+			return qv_error(cx, path, seq->kids[i],
+							"expected a mapping with topicPattern and destination, got an empty value");
+		if (!qv_keys(cx, path, m, qs_route_keys, NULL))
+			return false;
+
+		if ((n = qv_required(cx, path, m, "topicPattern",
+							 "the topics this route takes, e.g. topicPattern: \"orders.**\"")) == NULL)
+			return false;
+		qv_path_key(sub, sizeof(sub), path, "topicPattern");
+		if (!qv_string(cx, sub, n, false, &r->topic_pattern))
+			return false;
+		if (!qb_pattern_check(r->topic_pattern, msg, sizeof(msg)))
+			return qv_error(cx, sub, n, "%s", msg);
+
+		if ((n = qv_required(cx, path, m, "destination",
+							 "the name of an entry under destinations:")) == NULL)
+			return false;
+		qv_path_key(sub, sizeof(sub), path, "destination");
+		if (!qv_string(cx, sub, n, false, &r->destination))
+			return false;
+		r->dest_index = -1;
+		for (j = 0; j < cfg->ndestinations; j++)
+			if (strcmp(cfg->destinations[j].name, r->destination) == 0)
+				r->dest_index = j;
+		if (r->dest_index < 0)
+		{
+			char		echo[64];
+			char		names[256];
+			size_t		o = 0;
+
+			names[0] = '\0';
+			for (j = 0; j < cfg->ndestinations && o < sizeof(names); j++)
+				o += snprintf(names + o, sizeof(names) - o, "%s%s", j ? ", " : "",
+							  cfg->destinations[j].name);
+			if (cfg->ndestinations == 0)
+				return qv_error(cx, sub, n,
+								"unknown destination %s (no destination is defined; add it under destinations:)",
+								qv_echo(echo, sizeof(echo), r->destination));
+			return qv_error(cx, sub, n, "unknown destination %s (defined: %s)",
+							qv_echo(echo, sizeof(echo), r->destination), names);
+		}
+	}
+	return true;
+}
+
+/* qv_document: the whole tree into cfg, which holds the defaults. */
+static bool
+qv_document(QvCtx *cx, const QtNode *root, QbConfig *cfg)
+{
+	if (qt_is_null(root))
+		return true;
+	if (root->kind != QT_MAP)
+	{
+		snprintf(cx->err, cx->errlen,
+				 "the document must be a mapping with the keys outbox, destinations and routes, got %s (line %d, column %d)",
+				 qt_kind_name(root), root->line, root->column);
+		return false;
+	}
+	return qv_keys(cx, "", root, qs_top_keys, NULL) &&
+		qv_outbox(cx, qt_get(root, "outbox"), &cfg->outbox) &&
+		qv_destinations(cx, qt_get(root, "destinations"), cfg) &&
+		qv_routes(cx, qt_get(root, "routes"), cfg);
+}
+
+/* ---------------------------------------------------------------------
+ * Public functions
+ * ---------------------------------------------------------------------
+ */
+
+/* qb_config_defaults: see qb_config.h; the table of defaults is there. */
+void
+qb_config_defaults(QbConfig *out)
+{
+	memset(out, 0, sizeof(QbConfig));
+	out->outbox.poll_interval_ms = 500;
+	out->outbox.batch_size = 100;
+	out->outbox.max_attempts = 10;
+	out->outbox.claim_timeout_ms = 300000;
+	out->outbox.backoff.initial_ms = 1000;
+	out->outbox.backoff.max_ms = 3600000;
+	out->outbox.backoff.multiplier = 2.0;
+	out->outbox.backoff.jitter = 0.2;
+	out->outbox.retention_sec = 7L * 86400L;
+}
+
+/* qb_config_parse: load, override, validate; see qb_config.h. */
+int
+qb_config_parse(const char *text, size_t len, QbConfig **out, char *err,
+				size_t errlen)
+{
+	QtNode	   *root = NULL;
+	QbConfig   *cfg = NULL;
+	QvCtx		cx = {err, errlen};
+
+	*out = NULL;
+	if (errlen > 0)
+		err[0] = '\0';
+	if (qt_load(text ? text : "", text ? len : 0, &root, err, errlen) != 0)
+		goto fail;
+	if (qo_overrides(&root, err, errlen) != 0)
+		goto fail;
+	if ((cfg = malloc(sizeof(QbConfig))) == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	qb_config_defaults(cfg);
+	if (!qv_document(&cx, root, cfg))
+		goto fail;
+	qt_free(root);
+	*out = cfg;
+	return 0;
+
+fail:
+	qt_free(root);
+	qb_config_free(cfg);
+	return -1;
+}
+
+static void
+qb_pairs_free(QbHeader *pairs, int n)
+{
+	int			i;
+
+	for (i = 0; pairs != NULL && i < n; i++)
+	{
+		free(pairs[i].name);
+		free(pairs[i].value);
+	}
+	free(pairs);
+}
+
+/* qb_config_free: also takes a half-built config (the parser's error path). */
+void
+qb_config_free(QbConfig *cfg)
+{
+	int			i;
+
+	if (cfg == NULL)
+		return;
+	for (i = 0; cfg->destinations != NULL && i < cfg->ndestinations; i++)
+	{
+		QbDestination *d = &cfg->destinations[i];
+
+		free(d->name);
+		free(d->base_url);
+		free(d->path);
+		free(d->url);
+		qb_pairs_free(d->headers, d->nheaders);
+		free(d->broker_url);
+		free(d->target);
+		free(d->routing_key);
+		qb_pairs_free(d->props, d->nprops);
+	}
+	free(cfg->destinations);
+	for (i = 0; cfg->routes != NULL && i < cfg->nroutes; i++)
+	{
+		free(cfg->routes[i].topic_pattern);
+		free(cfg->routes[i].destination);
+	}
+	free(cfg->routes);
+	free(cfg);
+}
+
+/* qb_config_destination: see qb_config.h. */
+const QbDestination *
+qb_config_destination(const QbConfig *cfg, const char *name)
+{
+	int			i;
+
+	for (i = 0; cfg != NULL && i < cfg->ndestinations; i++)
+		if (strcmp(cfg->destinations[i].name, name) == 0)
+			return &cfg->destinations[i];
+	return NULL;
+}
+
+/* qb_dest_type_name: the type as written in the document. */
+const char *
+qb_dest_type_name(QbDestType t)
+{
+	switch (t)
+	{
+		case QB_DEST_HTTP:
+			return "http";
+		case QB_DEST_RABBITMQ:
+			return "rabbitmq";
+		case QB_DEST_KAFKA:
+			return "kafka";
+		case QB_DEST_NATS:
+			return "nats";
+	}
+	return "unknown";
+}

@@ -1,0 +1,167 @@
+/*-------------------------------------------------------------------------
+ * qb_config.h
+ *	  The configuration model and its validator (libyaml).
+ *
+ * Wording:
+ *	- A document is the YAML text a user gives to queuebox.configure() or to
+ *	  the daemon's --config.  It is stored raw: ${NAME} references are expanded
+ *	  each time it is loaded, so secrets never land in a table.
+ *	- A key path names a value in the document: "outbox.backoff.initialMs",
+ *	  "destinations.payments.baseUrl", "routes[1].destination".
+ *	- An override is a QUEUEBOX_* environment variable that replaces the value
+ *	  at one key path (the mapping is documented at the top of qb_config.c).
+ *
+ * Everything here is plain C: malloc'd, no PostgreSQL header.  A QbConfig is
+ * immutable once built; the engines hold a pointer and swap it on reload.
+ *-------------------------------------------------------------------------
+ */
+#ifndef QB_CONFIG_H
+#define QB_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define QB_ERRLEN 512
+
+/*
+ * Defaults (qb_config_defaults) and accepted ranges, as in the document:
+ *
+ *	outbox.pollIntervalMs	500			integer 10..3600000
+ *	outbox.batchSize		100			integer 1..10000
+ *	outbox.maxAttempts		10			integer 1..1000000
+ *	outbox.claimTimeoutMs	300000		integer 1000..86400000
+ *	outbox.backoff.initialMs 1000		integer 1..2147483647
+ *	outbox.backoff.maxMs	3600000		integer initialMs..2147483647
+ *	outbox.backoff.multiplier 2			number >= 1 (1 means a constant delay)
+ *	outbox.backoff.jitter	0.2			number 0..1
+ *	outbox.retention		7d			"<n>d", "<n>h", "<n>m", "<n>s" or an
+ *										integer of seconds; 1s..36500d
+ *
+ * Destinations (every key optional unless marked required):
+ *	http		baseUrl (required), path "", headers {}, timeoutMs 10000 (1..600000)
+ *	rabbitmq	url (required, amqp/amqps), exchange (required),
+ *				routingKey "{{ topic }}", persistent true, mandatory true
+ *	kafka		brokers (required, "host[:port],..."), topic (none: the row's
+ *				topic), config {} (librdkafka properties, string to string)
+ *	nats		url (required, nats/tls), subject (none: the row's topic),
+ *				jetstream false
+ * Integers, numbers and booleans may be written quoted ("100"), so that a
+ * ${NAME} reference or an override can supply them; booleans are true/false.
+ */
+
+typedef struct QbBackoff
+{
+	long		initial_ms;		/* default 1000 */
+	long		max_ms;			/* default 3600000 */
+	double		multiplier;		/* default 2 */
+	double		jitter;			/* default 0.2, in [0, 1] */
+} QbBackoff;
+
+typedef struct QbOutboxConf
+{
+	int			poll_interval_ms;	/* default 500 */
+	int			batch_size;		/* default 100, 1..10000 */
+	int			max_attempts;	/* default 10, >= 1 */
+	long		claim_timeout_ms;	/* default 300000 */
+	QbBackoff	backoff;
+	long		retention_sec;	/* default 7d; "7d", "12h", "30m", "45s" or seconds */
+} QbOutboxConf;
+
+typedef enum QbDestType
+{
+	QB_DEST_HTTP,
+	QB_DEST_RABBITMQ,
+	QB_DEST_KAFKA,
+	QB_DEST_NATS
+} QbDestType;
+
+typedef struct QbHeader
+{
+	char	   *name;
+	char	   *value;
+} QbHeader;
+
+typedef struct QbDestination
+{
+	char	   *name;			/* the map key under destinations: */
+	QbDestType	type;
+	/* http */
+	char	   *base_url;		/* http:// or https://, no trailing '/' kept */
+	char	   *path;			/* default "" ; starts with '/' when set */
+	char	   *url;			/* base_url + path, ready for libcurl */
+	QbHeader   *headers;		/* static headers, in document order */
+	int			nheaders;
+	long		timeout_ms;		/* default 10000 */
+	/* rabbitmq / kafka / nats: validated and kept, not yet published to */
+	char	   *broker_url;		/* rabbitmq url | nats url | kafka brokers */
+	char	   *target;			/* exchange | topic | subject; NULL: row topic */
+	char	   *routing_key;	/* rabbitmq: template, default "{{ topic }}" */
+	bool		persistent;		/* rabbitmq: default true */
+	bool		mandatory;		/* rabbitmq: default true */
+	QbHeader   *props;			/* kafka: config: librdkafka properties */
+	int			nprops;
+	bool		jetstream;		/* nats: default false */
+} QbDestination;
+
+typedef struct QbRoute
+{
+	char	   *topic_pattern;	/* '*' one segment, '**' any number */
+	char	   *destination;	/* a destinations: key */
+	int			dest_index;		/* index into QbConfig.destinations */
+} QbRoute;
+
+typedef struct QbConfig
+{
+	QbOutboxConf outbox;
+	QbDestination *destinations;
+	int			ndestinations;
+	QbRoute    *routes;
+	int			nroutes;
+} QbConfig;
+
+/* Fill *out with every default of the model (no destinations, no routes). */
+extern void qb_config_defaults(QbConfig *out);
+
+/*
+ * Parse and validate a whole document.  ${NAME} references are expanded and
+ * QUEUEBOX_* overrides applied (both read through getenv).  On success returns
+ * 0 and a new config in *out.  On failure returns -1, leaves *out NULL, and
+ * writes one message to err: the key path (or line and column for a YAML
+ * syntax error), what was wrong and what to do, e.g.
+ *   outbox.batchSize: expected an integer from 1 to 10000, got "many" (line 3, column 14)
+ */
+extern int	qb_config_parse(const char *text, size_t len, QbConfig **out,
+							char *err, size_t errlen);
+extern void qb_config_free(QbConfig *cfg);
+
+/* Destination by name, or NULL. */
+extern const QbDestination *qb_config_destination(const QbConfig *cfg, const char *name);
+
+/*
+ * Expand ${NAME} references in one scalar.  Returns a malloc'd string or NULL
+ * with err set (unset variable, unterminated reference, bad name).  "$${"
+ * stands for a literal "${".
+ */
+extern char *qb_expand_env(const char *in, char *err, size_t errlen);
+
+/*
+ * Check a destination base URL: http or https scheme, a host, an optional
+ * port 1..65535, no user info, no query or fragment.  Returns true or false
+ * with the reason in err.
+ */
+extern bool qb_url_check(const char *url, char *err, size_t errlen);
+
+/*
+ * The same check for another family of schemes (a NULL-terminated list, e.g.
+ * {"amqp", "amqps", NULL}).  Broker URLs may carry user info (credentials)
+ * and a query (client options), so the flags allow them.  Messages never
+ * repeat the URL: it may hold a password.
+ */
+#define QB_URL_USERINFO		0x01
+#define QB_URL_QUERY		0x02
+extern bool qb_url_check_scheme(const char *url, const char *const *schemes,
+								int flags, char *err, size_t errlen);
+
+extern const char *qb_dest_type_name(QbDestType t);
+
+#endif							/* QB_CONFIG_H */

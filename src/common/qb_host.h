@@ -1,0 +1,56 @@
+/*-------------------------------------------------------------------------
+ * qb_host.h
+ *	  The host interface: what an engine needs from the process it runs in.
+ *
+ * Two hosts implement it: the PostgreSQL background worker (latch, wait event
+ * set, elog) and the daemon (poll, a self-pipe, stderr).  The engines are
+ * single-threaded state machines: every callback is made on the engine's own
+ * thread, and none of them may longjmp.
+ *-------------------------------------------------------------------------
+ */
+#ifndef QB_HOST_H
+#define QB_HOST_H
+
+#include <stdbool.h>
+#include "qb_config.h"
+
+typedef enum QbLogLevel
+{
+	QB_LOG_DEBUG,
+	QB_LOG_INFO,
+	QB_LOG_WARNING,
+	QB_LOG_ERROR
+} QbLogLevel;
+
+typedef enum QbWaitResult
+{
+	QB_WAIT_TIMEOUT = 0,
+	QB_WAIT_FD = 1,				/* the fd given is readable */
+	QB_WAIT_WOKEN = 2			/* woken: a commit, a config change, a signal */
+} QbWaitResult;
+
+typedef struct QbHost
+{
+	void	   *ctx;
+	void		(*log) (void *ctx, QbLogLevel level, const char *msg);
+
+	/*
+	 * Block until fd (when >= 0) is readable, the host is woken, or
+	 * timeout_ms passes (-1: no timeout).  Returns a QbWaitResult bitmask.
+	 */
+	int			(*wait) (void *ctx, int fd, long timeout_ms);
+
+	/* True once the process was asked to stop (SIGTERM). */
+	bool		(*should_stop) (void *ctx);
+
+	/*
+	 * True when the stored configuration changed since the last call (and at
+	 * the first call).  The engine then reloads it through the store.
+	 */
+	bool		(*config_changed) (void *ctx);
+} QbHost;
+
+extern void qb_log(const QbHost *host, QbLogLevel level, const char *fmt,...)
+			__attribute__((format(printf, 3, 4)));
+
+#endif							/* QB_HOST_H */

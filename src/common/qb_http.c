@@ -1,0 +1,541 @@
+/*-------------------------------------------------------------------------
+ * qb_http.c
+ *	  The HTTP publisher: libcurl multi, socket API, a private epoll set.
+ *
+ * Wording: see qb_http.h.  A transfer is an easy handle in flight; finished
+ * transfers go back to a free list so their buffers are reused.
+ *
+ * Threads: libcurl's threaded resolver may start a thread inside
+ * curl_multi_socket_action(); we block every signal around those calls so the
+ * thread inherits a full mask (PostgreSQL's signal handlers must only ever
+ * run on the worker's own thread).
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "qb_http.h"
+
+#ifndef QB_VERSION
+#define QB_VERSION "dev"
+#endif
+
+#define QBH_ERRBODY 200			/* bytes of an error answer kept for last_error */
+
+typedef struct QbhTransfer
+{
+	CURL	   *easy;
+	struct curl_slist *headers;
+	int			tag;
+	char		errbuf[CURL_ERROR_SIZE];
+	char		body[QBH_ERRBODY + 1];	/* the start of the answer */
+	size_t		body_len;
+	struct QbhTransfer *next;	/* free list, or the in-flight list */
+	struct QbhTransfer *prev;	/* in-flight list */
+} QbhTransfer;
+
+struct QbHttp
+{
+	CURLM	   *multi;
+	int			epfd;
+	long		timer_ms;		/* libcurl's requested timeout; -1 none */
+	struct timespec timer_set_at;
+	int			in_flight;
+	QbhTransfer *active;		/* in flight, doubly linked */
+	QbhTransfer *free_list;
+};
+
+static int	qbh_socket_cb(CURL *e, curl_socket_t s, int what, void *userp, void *socketp);
+static int	qbh_timer_cb(CURLM *m, long timeout_ms, void *userp);
+static size_t qbh_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
+static void qbh_action(QbHttp *h, curl_socket_t s, int ev_bitmask);
+
+/*
+ * qb_http_new creates the multi handle and its epoll set.  curl_global_init
+ * is idempotent per process after the first call; the host calls it once
+ * before creating threads (libcurl requires that).
+ */
+QbHttp *
+qb_http_new(char *err, size_t errlen)
+{
+	QbHttp	   *h = calloc(1, sizeof(QbHttp));
+
+	if (h == NULL)
+		goto err;
+	h->epfd = -1;
+	h->timer_ms = -1;
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+	{
+		snprintf(err, errlen, "curl_global_init failed");
+		goto err;
+	}
+	h->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (h->epfd < 0)
+	{
+		snprintf(err, errlen, "epoll_create1: %s", strerror(errno));
+		goto err;
+	}
+	h->multi = curl_multi_init();
+	if (h->multi == NULL)
+	{
+		snprintf(err, errlen, "curl_multi_init failed");
+		goto err;
+	}
+	curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, qbh_socket_cb);
+	curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
+	curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, qbh_timer_cb);
+	curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
+	/* Keep a connection per concurrent post alive between batches. */
+	curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, 512L);
+	return h;
+
+err:
+	if (h != NULL)
+	{
+		if (h->epfd >= 0)
+			close(h->epfd);
+		free(h);
+	}
+	else
+		snprintf(err, errlen, "out of memory");
+	return NULL;
+}
+
+/* qb_http_free ends every transfer and closes every connection. */
+void
+qb_http_free(QbHttp *h)
+{
+	if (h == NULL)
+		return;
+	qb_http_abort_all(h);
+	while (h->free_list)
+	{
+		QbhTransfer *t = h->free_list;
+
+		h->free_list = t->next;
+		curl_easy_cleanup(t->easy);
+		free(t);
+	}
+	curl_multi_cleanup(h->multi);
+	close(h->epfd);
+	free(h);
+}
+
+int
+qb_http_fd(const QbHttp *h)
+{
+	return h->epfd;
+}
+
+int
+qb_http_in_flight(const QbHttp *h)
+{
+	return h->in_flight;
+}
+
+/*
+ * qbh_socket_cb mirrors libcurl's interest in a socket into our epoll set.
+ * socketp is non-NULL once we have added the socket, which tells ADD from MOD.
+ */
+static int
+qbh_socket_cb(CURL *e, curl_socket_t s, int what, void *userp, void *socketp)
+{
+	QbHttp	   *h = userp;
+	struct epoll_event ev = {0};
+
+	if (what == CURL_POLL_REMOVE)
+	{
+		epoll_ctl(h->epfd, EPOLL_CTL_DEL, s, NULL);
+		curl_multi_assign(h->multi, s, NULL);
+		return 0;
+	}
+	if (what & CURL_POLL_IN)
+		ev.events |= EPOLLIN;
+	if (what & CURL_POLL_OUT)
+		ev.events |= EPOLLOUT;
+	ev.data.fd = s;
+	if (socketp == NULL)
+	{
+		if (epoll_ctl(h->epfd, EPOLL_CTL_ADD, s, &ev) != 0 && errno == EEXIST)
+			epoll_ctl(h->epfd, EPOLL_CTL_MOD, s, &ev);
+		curl_multi_assign(h->multi, s, h);
+	}
+	else
+		epoll_ctl(h->epfd, EPOLL_CTL_MOD, s, &ev);
+	return 0;
+}
+
+static int
+qbh_timer_cb(CURLM *m, long timeout_ms, void *userp)
+{
+	QbHttp	   *h = userp;
+
+	h->timer_ms = timeout_ms;
+	clock_gettime(CLOCK_MONOTONIC, &h->timer_set_at);
+	return 0;
+}
+
+/* qbh_write_cb keeps the first bytes of an answer for the error message. */
+static size_t
+qbh_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	QbhTransfer *t = userdata;
+	size_t		n = size * nmemb;
+	size_t		room = QBH_ERRBODY - t->body_len;
+
+	if (room > 0)
+	{
+		size_t		k = n < room ? n : room;
+
+		memcpy(t->body + t->body_len, ptr, k);
+		t->body_len += k;
+		t->body[t->body_len] = '\0';
+	}
+	return n;
+}
+
+/* qbh_action runs one curl_multi_socket_action with every signal blocked. */
+static void
+qbh_action(QbHttp *h, curl_socket_t s, int ev_bitmask)
+{
+	sigset_t	all,
+				old;
+	int			running;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	curl_multi_socket_action(h->multi, s, ev_bitmask, &running);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/*
+ * qbh_header_ok refuses a header that would corrupt the request: a name that
+ * is not an HTTP token, or a value with CR, LF or NUL (header injection).
+ */
+static bool
+qbh_header_ok(const char *name, const char *value)
+{
+	static const char *tchar = "!#$%&'*+-.^_`|~";
+
+	if (*name == '\0')
+		return false;
+	for (const char *p = name; *p; p++)
+	{
+		unsigned char c = (unsigned char) *p;
+
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+			  (c >= 'A' && c <= 'Z') || strchr(tchar, c)))
+			return false;
+	}
+	for (const char *p = value; *p; p++)
+		if (*p == '\r' || *p == '\n')
+			return false;
+	return true;
+}
+
+/* Headers the publisher sets itself; a row or destination cannot replace them. */
+static bool
+qbh_reserved(const char *name)
+{
+	return strcasecmp(name, "Content-Type") == 0 ||
+		strcasecmp(name, "X-Message-Id") == 0 ||
+		strcasecmp(name, "Content-Length") == 0 ||
+		strcasecmp(name, "Host") == 0 ||
+		strcasecmp(name, "Transfer-Encoding") == 0 ||
+		strcasecmp(name, "Expect") == 0;
+}
+
+static bool
+qbh_static_has(const QbDestination *dest, const char *name)
+{
+	for (int i = 0; i < dest->nheaders; i++)
+		if (strcasecmp(dest->headers[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+static bool
+qbh_append(struct curl_slist **list, const char *name, const char *value)
+{
+	char		line[8192];
+	struct curl_slist *n;
+	int			len;
+
+	len = snprintf(line, sizeof(line), "%s: %s", name, value);
+	if (len < 0 || (size_t) len >= sizeof(line))
+		return false;
+	n = curl_slist_append(*list, line);
+	if (n == NULL)
+		return false;
+	*list = n;
+	return true;
+}
+
+/*
+ * qbh_build_headers: the row's headers, then the destination's static ones
+ * (which win over a row header of the same name), then ours.
+ */
+static bool
+qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
+				  const char *message_id, const char *row_headers,
+				  char *err, size_t errlen)
+{
+	if (row_headers != NULL && row_headers[0] != '\0' && strcmp(row_headers, "{}") != 0)
+	{
+		json_error_t jerr;
+		json_t	   *obj = json_loads(row_headers, JSON_DECODE_ANY, &jerr);
+		const char *name;
+		json_t	   *val;
+
+		if (obj == NULL || !json_is_object(obj))
+		{
+			snprintf(err, errlen, "the row's headers are not a JSON object");
+			json_decref(obj);
+			return false;
+		}
+		json_object_foreach(obj, name, val)
+		{
+			char	   *dumped = NULL;
+			const char *v;
+			bool		ok;
+
+			if (qbh_reserved(name) || qbh_static_has(dest, name))
+				continue;
+			if (json_is_string(val))
+				v = json_string_value(val);
+			else if (json_is_null(val))
+				continue;
+			else
+			{
+				dumped = json_dumps(val, JSON_ENCODE_ANY | JSON_COMPACT);
+				v = dumped ? dumped : "";
+			}
+			if (!qbh_header_ok(name, v))
+			{
+				snprintf(err, errlen,
+						 "row header \"%.100s\" is not a valid HTTP header (names are tokens, values contain no CR or LF); fix the row's headers and replay it",
+						 name);
+				free(dumped);
+				json_decref(obj);
+				return false;
+			}
+			ok = qbh_append(list, name, v);
+			free(dumped);
+			if (!ok)
+			{
+				snprintf(err, errlen, "row header \"%.100s\" is longer than 8 KiB", name);
+				json_decref(obj);
+				return false;
+			}
+		}
+		json_decref(obj);
+	}
+	for (int i = 0; i < dest->nheaders; i++)
+	{
+		if (qbh_reserved(dest->headers[i].name))
+			continue;
+		if (!qbh_append(list, dest->headers[i].name, dest->headers[i].value))
+		{
+			snprintf(err, errlen, "destination header \"%.100s\" is too long", dest->headers[i].name);
+			return false;
+		}
+	}
+	if (!qbh_append(list, "Content-Type", "application/json") ||
+		!qbh_append(list, "X-Message-Id", message_id) ||
+		!qbh_append(list, "Expect", ""))	/* no 100-continue round trip */
+	{
+		snprintf(err, errlen, "out of memory building headers");
+		return false;
+	}
+	return true;
+}
+
+bool
+qb_http_post(QbHttp *h, const QbDestination *dest,
+			 const char *message_id, const char *row_headers,
+			 const char *body, size_t body_len, int tag,
+			 char *err, size_t errlen)
+{
+	QbhTransfer *t = h->free_list;
+	struct curl_slist *headers = NULL;
+
+	if (!qbh_build_headers(&headers, dest, message_id, row_headers, err, errlen))
+	{
+		curl_slist_free_all(headers);
+		return false;
+	}
+	if (t != NULL)
+	{
+		h->free_list = t->next;
+		curl_easy_reset(t->easy);
+	}
+	else
+	{
+		t = calloc(1, sizeof(QbhTransfer));
+		if (t == NULL || (t->easy = curl_easy_init()) == NULL)
+		{
+			free(t);
+			curl_slist_free_all(headers);
+			snprintf(err, errlen, "out of memory");
+			return false;
+		}
+	}
+	t->headers = headers;
+	t->tag = tag;
+	t->errbuf[0] = '\0';
+	t->body_len = 0;
+	t->body[0] = '\0';
+	t->next = t->prev = NULL;
+
+	curl_easy_setopt(t->easy, CURLOPT_URL, dest->url);
+	curl_easy_setopt(t->easy, CURLOPT_POST, 1L);
+	curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) body_len);
+	curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, t->headers);
+	curl_easy_setopt(t->easy, CURLOPT_USERAGENT, "queuebox/" QB_VERSION);
+	curl_easy_setopt(t->easy, CURLOPT_TIMEOUT_MS, dest->timeout_ms);
+	curl_easy_setopt(t->easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(t->easy, CURLOPT_ERRORBUFFER, t->errbuf);
+	curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, qbh_write_cb);
+	curl_easy_setopt(t->easy, CURLOPT_WRITEDATA, t);
+	curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t);
+	curl_easy_setopt(t->easy, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(t->easy, CURLOPT_TCP_NODELAY, 1L);
+	/* A redirect of a POST is not a delivery; report it as a failure. */
+	curl_easy_setopt(t->easy, CURLOPT_FOLLOWLOCATION, 0L);
+
+	if (curl_multi_add_handle(h->multi, t->easy) != CURLM_OK)
+	{
+		curl_slist_free_all(t->headers);
+		t->headers = NULL;
+		t->next = h->free_list;
+		h->free_list = t;
+		snprintf(err, errlen, "curl_multi_add_handle failed");
+		return false;
+	}
+	t->prev = NULL;
+	t->next = h->active;
+	if (h->active)
+		h->active->prev = t;
+	h->active = t;
+	h->in_flight++;
+	return true;
+}
+
+long
+qb_http_timeout_ms(QbHttp *h)
+{
+	struct timespec now;
+	long		elapsed;
+
+	if (h->timer_ms < 0)
+		return h->in_flight > 0 ? 1000 : -1;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	elapsed = (now.tv_sec - h->timer_set_at.tv_sec) * 1000 +
+		(now.tv_nsec - h->timer_set_at.tv_nsec) / 1000000;
+	return h->timer_ms > elapsed ? h->timer_ms - elapsed : 0;
+}
+
+/* qbh_recycle takes a transfer out of the multi and onto the free list. */
+static void
+qbh_recycle(QbHttp *h, QbhTransfer *t)
+{
+	curl_multi_remove_handle(h->multi, t->easy);
+	curl_slist_free_all(t->headers);
+	t->headers = NULL;
+	if (t->prev)
+		t->prev->next = t->next;
+	else
+		h->active = t->next;
+	if (t->next)
+		t->next->prev = t->prev;
+	t->prev = NULL;
+	t->next = h->free_list;
+	h->free_list = t;
+	h->in_flight--;
+}
+
+/* qbh_finish turns one finished transfer into an outcome and recycles it. */
+static void
+qbh_finish(QbHttp *h, CURL *easy, CURLcode code, QbHttpDone done, void *arg)
+{
+	QbhTransfer *t = NULL;
+	QbHttpOutcome out = {0};
+	char	   *url = NULL;
+
+	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **) &t);
+	curl_easy_getinfo(easy, CURLINFO_EFFECTIVE_URL, &url);
+	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &out.status);
+	if (code != CURLE_OK)
+	{
+		out.ok = false;
+		snprintf(out.error, sizeof(out.error), "POST %s failed: %s",
+				 url ? url : "?", t->errbuf[0] ? t->errbuf : curl_easy_strerror(code));
+	}
+	else if (out.status >= 200 && out.status < 300)
+		out.ok = true;
+	else
+	{
+		/* keep the answer printable: stop at the first control byte */
+		for (size_t i = 0; i < t->body_len; i++)
+			if ((unsigned char) t->body[i] < 0x20)
+			{
+				t->body[i] = '\0';
+				break;
+			}
+		snprintf(out.error, sizeof(out.error), "POST %s answered HTTP %ld%s%s",
+				 url ? url : "?", out.status, t->body[0] ? ": " : "", t->body);
+	}
+	qbh_recycle(h, t);
+	done(arg, t->tag, &out);
+}
+
+void
+qb_http_perform(QbHttp *h, QbHttpDone done, void *arg)
+{
+	struct epoll_event evs[64];
+	int			n;
+	CURLMsg    *msg;
+	int			left;
+
+	n = epoll_wait(h->epfd, evs, 64, 0);
+	for (int i = 0; i < n; i++)
+	{
+		int			mask = 0;
+
+		if (evs[i].events & (EPOLLIN | EPOLLHUP))
+			mask |= CURL_CSELECT_IN;
+		if (evs[i].events & EPOLLOUT)
+			mask |= CURL_CSELECT_OUT;
+		if (evs[i].events & EPOLLERR)
+			mask |= CURL_CSELECT_ERR;
+		qbh_action(h, evs[i].data.fd, mask);
+	}
+	if (h->timer_ms >= 0 && qb_http_timeout_ms(h) == 0)
+	{
+		h->timer_ms = -1;
+		qbh_action(h, CURL_SOCKET_TIMEOUT, 0);
+	}
+	while ((msg = curl_multi_info_read(h->multi, &left)) != NULL)
+		if (msg->msg == CURLMSG_DONE)
+			qbh_finish(h, msg->easy_handle, msg->data.result, done, arg);
+}
+
+/* qb_http_abort_all drops every post in flight without reporting it. */
+void
+qb_http_abort_all(QbHttp *h)
+{
+	while (h->active)
+		qbh_recycle(h, h->active);
+}

@@ -1,0 +1,67 @@
+/*-------------------------------------------------------------------------
+ * qb_http.h
+ *	  The HTTP publisher: many concurrent POSTs on one thread (libcurl multi).
+ *
+ * Wording:
+ *	- A post is one delivery attempt of one row; the caller tags it with the
+ *	  row's index in its batch and gets that tag back with the outcome.
+ *	- The publisher's fd is a private epoll set holding every socket libcurl
+ *	  uses; the host waits on it beside its own wake-ups, so the worker keeps
+ *	  answering signals while requests are in flight.
+ *
+ * Connections are kept alive across batches (the multi handle owns the
+ * connection cache).  Every libcurl call that may start the threaded
+ * resolver runs with all signals blocked, so a resolver thread never takes a
+ * signal meant for the worker.
+ *-------------------------------------------------------------------------
+ */
+#ifndef QB_HTTP_H
+#define QB_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "qb_config.h"
+
+typedef struct QbHttp QbHttp;
+
+typedef struct QbHttpOutcome
+{
+	bool		ok;				/* a 2xx answer */
+	long		status;			/* HTTP status, 0 when no answer */
+	char		error[512];		/* why it failed, for last_error */
+} QbHttpOutcome;
+
+typedef void (*QbHttpDone) (void *arg, int tag, const QbHttpOutcome *outcome);
+
+extern QbHttp *qb_http_new(char *err, size_t errlen);
+extern void qb_http_free(QbHttp *h);
+
+/* The fd to wait on for readability; constant for the publisher's life. */
+extern int	qb_http_fd(const QbHttp *h);
+
+/*
+ * Start one POST of body to dest->url with the row's headers (a JSON object,
+ * may be NULL), the destination's static headers, Content-Type,
+ * X-Message-Id and User-Agent.  Returns false with err set when the request
+ * cannot be made at all (a row header that is not a valid HTTP header): that
+ * is the row's fault and retrying will not help.
+ */
+extern bool qb_http_post(QbHttp *h, const QbDestination *dest,
+						 const char *message_id, const char *row_headers,
+						 const char *body, size_t body_len, int tag,
+						 char *err, size_t errlen);
+
+/* Posts started and not yet reported. */
+extern int	qb_http_in_flight(const QbHttp *h);
+
+/* How long the host may wait before qb_http_perform must run (ms, >= 0). */
+extern long qb_http_timeout_ms(QbHttp *h);
+
+/* Drive I/O without blocking; report every finished post through done. */
+extern void qb_http_perform(QbHttp *h, QbHttpDone done, void *arg);
+
+/* Abandon every post in flight; they are not reported. */
+extern void qb_http_abort_all(QbHttp *h);
+
+#endif							/* QB_HTTP_H */

@@ -1,0 +1,408 @@
+/*-------------------------------------------------------------------------
+ * qb_outbox.c
+ *	  The outbox engine loop.
+ *
+ * Wording:
+ *	- A batch is the rows of one claim.  Every row of a batch ends in exactly
+ *	  one settle outcome: sent, retry, dead or release.
+ *	- A round is claim -> route -> publish concurrently -> settle.
+ *
+ * Transaction rules: the claim and the settle are each one short transaction
+ * in the store; nothing is open while requests are in flight.  If the settle
+ * cannot be written, the rows stay processing and come back to pending when
+ * their lease expires: delivery is at least once, never lost.
+ *
+ * Waking: after a round that had rows the engine claims again at once; only
+ * an empty claim lets it sleep.  Because the host clears its wake-up only
+ * inside wait(), a commit that lands while a batch is in flight is seen by
+ * that next claim (its snapshot is newer) or leaves the wake-up set.
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qb_backoff.h"
+#include "qb_http.h"
+#include "qb_outbox.h"
+#include "qb_route.h"
+
+#define QBO_RECLAIM_EVERY_MS	1000
+#define QBO_RETENTION_EVERY_MS	60000
+#define QBO_RETENTION_BATCH		1000
+#define QBO_SETTLE_TRIES		3
+
+typedef struct QboRound
+{
+	const QbConfig *cfg;
+	QbOutboxRow *rows;
+	int			nrows;
+	QbSettle   *settles;
+	char	  **errors;			/* owned strings behind settles[i].error */
+	bool	   *done;
+	QbOutboxStats *stats;
+} QboRound;
+
+typedef struct QboEngine
+{
+	const QbHost *host;
+	const QbStore *store;
+	int			worker_index;
+	QbConfig   *cfg;			/* NULL until a valid document is stored */
+	QbHttp	   *http;
+	long		next_reclaim;
+	long		next_retention;
+	bool		warned_no_config;
+	QbOutboxStats *stats;
+} QboEngine;
+
+static long
+qbo_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * qbo_reload reads the stored document and swaps the engine's config.  An
+ * invalid stored document (for example a ${NAME} this process cannot see)
+ * keeps the previous config and says why; with no previous config the
+ * engine claims nothing, because dead-lettering rows for want of a route
+ * the user is about to configure would lose their work.
+ */
+static void
+qbo_reload(QboEngine *e)
+{
+	char		err[QB_ERRLEN];
+	char	   *text = NULL;
+	QbConfig   *cfg = NULL;
+
+	if (e->store->config_load(e->store->ctx, &text, err, sizeof(err)) != 0)
+	{
+		qb_log(e->host, QB_LOG_WARNING, "could not read the configuration: %s", err);
+		return;
+	}
+	if (text == NULL)
+	{
+		if (!e->warned_no_config)
+			qb_log(e->host, QB_LOG_INFO,
+				   "no configuration stored yet; outbox rows wait until SELECT queuebox.configure(...) is run");
+		e->warned_no_config = true;
+		qb_config_free(e->cfg);
+		e->cfg = NULL;
+		return;
+	}
+	if (qb_config_parse(text, strlen(text), &cfg, err, sizeof(err)) != 0)
+	{
+		qb_log(e->host, QB_LOG_WARNING,
+			   "the stored configuration is not valid in this worker (%s); %s",
+			   err, e->cfg ? "keeping the previous one" : "claiming nothing until it is fixed");
+		free(text);
+		return;
+	}
+	free(text);
+	qb_config_free(e->cfg);
+	e->cfg = cfg;
+	e->warned_no_config = false;
+	qb_log(e->host, QB_LOG_INFO, "configuration loaded: %d destinations, %d routes",
+		   cfg->ndestinations, cfg->nroutes);
+}
+
+/* qbo_set sets a row's outcome, copying the error text. */
+static void
+qbo_set(QboRound *r, int i, QbSettleKind kind, int attempt, long delay_ms, const char *error)
+{
+	r->settles[i].id = r->rows[i].id;
+	r->settles[i].kind = kind;
+	r->settles[i].attempt = attempt;
+	r->settles[i].delay_ms = delay_ms;
+	free(r->errors[i]);
+	r->errors[i] = error ? strdup(error) : NULL;
+	r->settles[i].error = r->errors[i];
+	r->done[i] = true;
+}
+
+/*
+ * qbo_failed records a failed attempt: retry with backoff, or dead when this
+ * attempt was the row's last.
+ */
+static void
+qbo_failed(QboRound *r, int i, const char *why)
+{
+	QbOutboxRow *row = &r->rows[i];
+	int			attempt = row->attempt + 1;
+	char		msg[768];
+
+	if (attempt >= row->max_attempts)
+	{
+		snprintf(msg, sizeof(msg), "attempt %d of %d failed, none remain: %s",
+				 attempt, row->max_attempts, why);
+		qbo_set(r, i, QB_SETTLE_DEAD, attempt, 0, msg);
+		r->stats->dead++;
+	}
+	else
+	{
+		long		delay = qb_backoff_delay_ms(&r->cfg->outbox.backoff, attempt,
+											   qb_random_unit());
+
+		snprintf(msg, sizeof(msg), "attempt %d of %d failed, retry in %ld ms: %s",
+				 attempt, row->max_attempts, delay, why);
+		qbo_set(r, i, QB_SETTLE_RETRY, attempt, delay, msg);
+		r->stats->retried++;
+	}
+}
+
+static void
+qbo_http_done(void *arg, int tag, const QbHttpOutcome *out)
+{
+	QboRound   *r = arg;
+
+	if (out->ok)
+	{
+		qbo_set(r, tag, QB_SETTLE_SENT, r->rows[tag].attempt + 1, 0, NULL);
+		r->stats->sent++;
+	}
+	else
+		qbo_failed(r, tag, out->error);
+}
+
+/*
+ * qbo_dispatch routes every row and starts its publish; rows that cannot be
+ * published (no route, a destination type this build cannot publish to, a
+ * malformed row) get their outcome at once.
+ */
+static void
+qbo_dispatch(QboEngine *e, QboRound *r)
+{
+	char		err[512];
+	char		msg[768];
+
+	for (int i = 0; i < r->nrows; i++)
+	{
+		QbOutboxRow *row = &r->rows[i];
+		int			ri = qb_route_find(r->cfg, row->topic);
+		const QbDestination *dest;
+
+		if (ri < 0)
+		{
+			snprintf(msg, sizeof(msg),
+					 "no route matches topic \"%.200s\"; add a route for it, then set the row back to pending",
+					 row->topic);
+			qbo_set(r, i, QB_SETTLE_DEAD, row->attempt, 0, msg);
+			r->stats->dead++;
+			continue;
+		}
+		dest = &r->cfg->destinations[r->cfg->routes[ri].dest_index];
+		if (dest->type != QB_DEST_HTTP)
+		{
+			snprintf(msg, sizeof(msg),
+					 "destination \"%s\" is of type %s, which this version of QueueBox cannot publish to yet; route the topic to an http destination, then set the row back to pending",
+					 dest->name, qb_dest_type_name(dest->type));
+			qbo_set(r, i, QB_SETTLE_DEAD, row->attempt, 0, msg);
+			r->stats->dead++;
+			continue;
+		}
+		if (!qb_http_post(e->http, dest, row->message_id, row->headers,
+						  row->payload, row->payload_len, i, err, sizeof(err)))
+		{
+			qbo_set(r, i, QB_SETTLE_DEAD, row->attempt, 0, err);
+			r->stats->dead++;
+		}
+	}
+}
+
+/*
+ * qbo_publish drives the posts of a round until all have answered or the
+ * host asks to stop; on a stop, unanswered rows are released (back to
+ * pending, no attempt spent) so another worker delivers them at once.
+ */
+static void
+qbo_publish(QboEngine *e, QboRound *r)
+{
+	qb_http_perform(e->http, qbo_http_done, r);
+	while (qb_http_in_flight(e->http) > 0)
+	{
+		long		timeout;
+
+		if (e->host->should_stop(e->host->ctx))
+		{
+			qb_http_abort_all(e->http);
+			for (int i = 0; i < r->nrows; i++)
+				if (!r->done[i])
+				{
+					qbo_set(r, i, QB_SETTLE_RELEASE, r->rows[i].attempt, 0,
+							"released: the worker stopped before the destination answered");
+					r->stats->released++;
+				}
+			return;
+		}
+		timeout = qb_http_timeout_ms(e->http);
+		if (timeout < 0 || timeout > 1000)
+			timeout = 1000;
+		if (timeout > 0)
+			e->host->wait(e->host->ctx, qb_http_fd(e->http), timeout);
+		qb_http_perform(e->http, qbo_http_done, r);
+	}
+}
+
+/*
+ * qbo_settle writes the round's outcomes in one statement, trying a few
+ * times: if the database is briefly unavailable the lease still protects the
+ * rows, but settling now avoids a duplicate delivery later.
+ */
+static void
+qbo_settle(QboEngine *e, QboRound *r, const char *token)
+{
+	char		err[QB_ERRLEN];
+	int			changed = 0;
+
+	for (int tries = 1;; tries++)
+	{
+		if (e->store->outbox_settle(e->store->ctx, token, r->settles, r->nrows,
+									&changed, err, sizeof(err)) == 0)
+			break;
+		if (tries >= QBO_SETTLE_TRIES)
+		{
+			qb_log(e->host, QB_LOG_WARNING,
+				   "could not settle a batch of %d rows (%s); they return to pending when their lease expires",
+				   r->nrows, err);
+			return;
+		}
+		e->host->wait(e->host->ctx, -1, 200 * tries);
+	}
+	if (changed != r->nrows)
+		qb_log(e->host, QB_LOG_INFO,
+			   "settled %d of %d rows; the others' leases had expired and were taken over",
+			   changed, r->nrows);
+}
+
+/* qbo_round runs one claim; returns rows claimed, or -1 on a claim error. */
+static int
+qbo_round(QboEngine *e)
+{
+	const QbOutboxConf *oc = &e->cfg->outbox;
+	char		token[QB_UUID_LEN + 1];
+	char		err[QB_ERRLEN];
+	QboRound	r = {0};
+	int			n = 0;
+
+	if (!qb_uuid_v4(token))
+	{
+		qb_log(e->host, QB_LOG_WARNING, "no random bytes for a claim token");
+		return -1;
+	}
+	if (e->store->outbox_claim(e->store->ctx, oc->batch_size, oc->claim_timeout_ms,
+							   oc->max_attempts, token, &r.rows, &r.nrows,
+							   err, sizeof(err)) != 0)
+	{
+		qb_log(e->host, QB_LOG_WARNING, "claim failed: %s", err);
+		return -1;
+	}
+	n = r.nrows;
+	if (n == 0)
+		return 0;
+
+	r.cfg = e->cfg;
+	r.stats = e->stats;
+	r.settles = calloc(n, sizeof(QbSettle));
+	r.errors = calloc(n, sizeof(char *));
+	r.done = calloc(n, sizeof(bool));
+	if (r.settles == NULL || r.errors == NULL || r.done == NULL)
+	{
+		/* Leave the rows to their lease; nothing was published. */
+		qb_log(e->host, QB_LOG_WARNING, "out of memory for a batch of %d rows", n);
+		goto done;
+	}
+	e->stats->batches++;
+	qbo_dispatch(e, &r);
+	qbo_publish(e, &r);
+	qbo_settle(e, &r, token);
+
+done:
+	if (r.errors)
+		for (int i = 0; i < n; i++)
+			free(r.errors[i]);
+	free(r.errors);
+	free(r.settles);
+	free(r.done);
+	qb_outbox_rows_free(r.rows, r.nrows);
+	return n;
+}
+
+/* qbo_housekeeping returns expired leases and trims old sent rows. */
+static void
+qbo_housekeeping(QboEngine *e, long now)
+{
+	char		err[QB_ERRLEN];
+	int			n = 0;
+
+	if (now >= e->next_reclaim)
+	{
+		e->next_reclaim = now + QBO_RECLAIM_EVERY_MS;
+		if (e->store->outbox_reclaim(e->store->ctx, 1000, &n, err, sizeof(err)) != 0)
+			qb_log(e->host, QB_LOG_WARNING, "reclaim failed: %s", err);
+		else if (n > 0)
+		{
+			e->stats->reclaimed += n;
+			qb_log(e->host, QB_LOG_INFO, "returned %d rows with expired leases to pending", n);
+		}
+	}
+	if (e->worker_index == 0 && now >= e->next_retention)
+	{
+		e->next_retention = now + QBO_RETENTION_EVERY_MS;
+		do
+		{
+			n = 0;
+			if (e->store->outbox_retention(e->store->ctx, e->cfg->outbox.retention_sec,
+										   QBO_RETENTION_BATCH, &n, err, sizeof(err)) != 0)
+			{
+				qb_log(e->host, QB_LOG_WARNING, "retention failed: %s", err);
+				break;
+			}
+			e->stats->deleted += n;
+		} while (n == QBO_RETENTION_BATCH && !e->host->should_stop(e->host->ctx));
+	}
+}
+
+int
+qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
+			  QbOutboxStats *stats, char *err, size_t errlen)
+{
+	QboEngine	e = {0};
+	QbOutboxStats local = {0};
+
+	e.host = host;
+	e.store = store;
+	e.worker_index = worker_index;
+	e.stats = stats ? stats : &local;
+	e.http = qb_http_new(err, errlen);
+	if (e.http == NULL)
+		return -1;
+
+	while (!host->should_stop(host->ctx))
+	{
+		int			claimed;
+		long		wait_ms;
+
+		/* with no usable config, look again after every wait */
+		if (host->config_changed(host->ctx) || e.cfg == NULL)
+			qbo_reload(&e);
+		if (e.cfg == NULL)
+		{
+			host->wait(host->ctx, -1, 5000);
+			continue;
+		}
+		qbo_housekeeping(&e, qbo_now_ms());
+		claimed = qbo_round(&e);
+		if (claimed > 0)
+			continue;			/* drain: claim again before sleeping */
+		wait_ms = claimed < 0 ? 1000 : e.cfg->outbox.poll_interval_ms;
+		host->wait(host->ctx, -1, wait_ms);
+	}
+	qb_http_free(e.http);
+	qb_config_free(e.cfg);
+	return 0;
+}

@@ -1,0 +1,36 @@
+/*-------------------------------------------------------------------------
+ * qb_outbox.h
+ *	  The outbox engine: claim, route, publish, settle, reclaim, retention.
+ *
+ * One engine runs per outbox worker; several engines (in one server or in
+ * several replicas) share one table, kept apart by SKIP LOCKED claims, claim
+ * tokens and leases.  See qb_outbox.c for the loop.
+ *-------------------------------------------------------------------------
+ */
+#ifndef QB_OUTBOX_H
+#define QB_OUTBOX_H
+
+#include "qb_host.h"
+#include "qb_store.h"
+
+typedef struct QbOutboxStats
+{
+	long		batches;
+	long		sent;
+	long		retried;
+	long		dead;
+	long		released;
+	long		reclaimed;
+	long		deleted;
+} QbOutboxStats;
+
+/*
+ * Run the engine until the host says stop.  worker_index 0 also runs
+ * retention.  Returns 0 after a clean stop, -1 when it could not start
+ * (err says why).
+ */
+extern int	qb_outbox_run(const QbHost *host, const QbStore *store,
+						  int worker_index, QbOutboxStats *stats,
+						  char *err, size_t errlen);
+
+#endif							/* QB_OUTBOX_H */

@@ -1,0 +1,206 @@
+/*-------------------------------------------------------------------------
+ * launcher.c
+ *	  The queuebox launcher: one static background worker that starts and
+ *	  watches the outbox workers.
+ *
+ * Wording:
+ *	- The launcher connects to no database (shared catalogs only), so a
+ *	  missing queuebox.database is something it can notice and report, not a
+ *	  FATAL at connect that the postmaster would turn into a crash loop.
+ *	- Workers are dynamic background workers (never restarted by the
+ *	  postmaster); the launcher restarts one that exits, after a short pause.
+ *
+ * SIGHUP re-reads the GUCs: a new queuebox.database or
+ * queuebox.outbox_workers stops the workers and starts the new set.
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/dbcommands.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "qb_pg.h"
+
+#define QBL_CHECK_MS		1000
+#define QBL_NO_DB_RETRY_MS	5000
+
+typedef struct QblWorker
+{
+	BackgroundWorkerHandle *handle;
+	TimestampTz restart_after;	/* 0: start at once */
+} QblWorker;
+
+static QblWorker qbl_workers[QB_MAX_OUTBOX_WORKERS];
+static int	qbl_nrunning = 0;	/* workers in the current set */
+static char qbl_database[NAMEDATALEN];
+
+static bool qbl_database_exists(const char *name);
+static bool qbl_start_worker(int index);
+static void qbl_stop_all(void);
+
+static void
+qbl_on_exit(int code, Datum arg)
+{
+	if (qb_shared)
+	{
+		qb_shared->launcher_latch = NULL;
+		qb_shared->launcher_pid = 0;
+	}
+}
+
+void
+qb_launcher_main(Datum arg)
+{
+	bool		warned_missing = false;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_appname("queuebox launcher");
+
+	qb_shared->launcher_pid = MyProcPid;
+	qb_shared->launcher_latch = MyLatch;
+	before_shmem_exit(qbl_on_exit, 0);
+
+	for (;;)
+	{
+		long		wait_ms = QBL_CHECK_MS;
+		int			want = qb_outbox_workers;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			if (qbl_nrunning > 0 &&
+				(strcmp(qbl_database, qb_database) != 0 || qbl_nrunning != qb_outbox_workers))
+			{
+				ereport(LOG,
+						(errmsg("queuebox launcher: restarting the outbox workers for database \"%s\" (%d workers)",
+								qb_database, qb_outbox_workers)));
+				qbl_stop_all();
+			}
+			warned_missing = false;
+		}
+
+		if (qbl_nrunning == 0 && want > 0)
+		{
+			if (!qbl_database_exists(qb_database))
+			{
+				if (!warned_missing)
+					ereport(LOG,
+							(errcode(ERRCODE_UNDEFINED_DATABASE),
+							 errmsg("queuebox: database \"%s\" does not exist; the outbox workers wait for it",
+									qb_database),
+							 errhint("Create the database and run CREATE EXTENSION queuebox in it, or set queuebox.database and reload the configuration.")));
+				warned_missing = true;
+				wait_ms = QBL_NO_DB_RETRY_MS;
+			}
+			else
+			{
+				strlcpy(qbl_database, qb_database, NAMEDATALEN);
+				strlcpy(qb_shared->database, qb_database, NAMEDATALEN);
+				for (int i = 0; i < want; i++)
+				{
+					qbl_workers[i].handle = NULL;
+					qbl_workers[i].restart_after = 0;
+				}
+				qbl_nrunning = want;
+				warned_missing = false;
+			}
+		}
+
+		/* start what is not running; notice what stopped */
+		for (int i = 0; i < qbl_nrunning; i++)
+		{
+			QblWorker  *w = &qbl_workers[i];
+			pid_t		pid;
+
+			if (w->handle != NULL &&
+				GetBackgroundWorkerPid(w->handle, &pid) == BGWH_STOPPED)
+			{
+				pfree(w->handle);
+				w->handle = NULL;
+				w->restart_after = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
+			}
+			if (w->handle == NULL && GetCurrentTimestamp() >= w->restart_after)
+			{
+				if (!qbl_start_worker(i))
+					w->restart_after = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 5000);
+			}
+		}
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 wait_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/* qbl_database_exists looks the name up in the shared catalog pg_database. */
+static bool
+qbl_database_exists(const char *name)
+{
+	Oid			oid;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	oid = get_database_oid(name, true);
+	CommitTransactionCommand();
+	return OidIsValid(oid);
+}
+
+static bool
+qbl_start_worker(int index)
+{
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	worker.bgw_main_arg = Int32GetDatum(index);
+	worker.bgw_notify_pid = MyProcPid;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "queuebox");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "qb_outbox_worker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "queuebox outbox %d", index);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "queuebox outbox");
+	strlcpy(worker.bgw_extra, qbl_database, BGW_EXTRALEN);
+
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("queuebox: could not start outbox worker %d: out of background worker slots", index),
+				 errhint("Increase max_worker_processes (the launcher and each outbox worker take one).")));
+		return false;
+	}
+	qbl_workers[index].handle = handle;
+	return true;
+}
+
+/* qbl_stop_all terminates the current set and waits until it is gone. */
+static void
+qbl_stop_all(void)
+{
+	for (int i = 0; i < qbl_nrunning; i++)
+	{
+		if (qbl_workers[i].handle == NULL)
+			continue;
+		TerminateBackgroundWorker(qbl_workers[i].handle);
+		(void) WaitForBackgroundWorkerShutdown(qbl_workers[i].handle);
+		pfree(qbl_workers[i].handle);
+		qbl_workers[i].handle = NULL;
+	}
+	qbl_nrunning = 0;
+}

@@ -1,0 +1,66 @@
+/*-------------------------------------------------------------------------
+ * qb_pg.h
+ *	  What the PostgreSQL host's files share: GUCs, the shared-memory state,
+ *	  worker entry points, the SPI store.
+ *
+ * Shared memory (QbShared), who writes what:
+ *	- config_generation: bumped (atomic add) by the commit callback of a
+ *	  transaction that ran queuebox.configure(); workers compare it with the
+ *	  generation they loaded.
+ *	- launcher_pid, launcher_latch: written by the launcher only.
+ *	- outbox[i].pid, outbox[i].latch: written by outbox worker i only (set
+ *	  after it connects, cleared in before_shmem_exit).  Any backend reads
+ *	  them without a lock: a stale latch pointer still points into the
+ *	  PGPROC array, so the worst a race can do is a spurious wake-up.
+ *	No process-local pointer (a CURLM *, a heap address) is ever stored here.
+ *-------------------------------------------------------------------------
+ */
+#ifndef QB_PG_H
+#define QB_PG_H
+
+#include "postgres.h"
+
+#include "port/atomics.h"
+#include "storage/latch.h"
+
+#include "qb_store.h"
+
+#define QB_MAX_OUTBOX_WORKERS 64
+
+typedef struct QbWorkerSlot
+{
+	pid_t		pid;
+	Latch	   *latch;
+} QbWorkerSlot;
+
+typedef struct QbShared
+{
+	pg_atomic_uint32 config_generation;
+	pid_t		launcher_pid;
+	Latch	   *launcher_latch;
+	char		database[NAMEDATALEN];	/* the database the workers serve */
+	QbWorkerSlot outbox[QB_MAX_OUTBOX_WORKERS];
+} QbShared;
+
+/* GUCs */
+extern char *qb_database;
+extern int	qb_outbox_workers;
+extern bool qb_worker_async_commit;
+
+extern QbShared *qb_shared;
+
+/* queuebox.c */
+extern void qb_arm_outbox_wake(void);
+extern void qb_arm_config_wake(void);
+
+/* launcher.c */
+extern PGDLLEXPORT void qb_launcher_main(Datum arg);
+
+/* outbox_worker.c */
+extern PGDLLEXPORT void qb_outbox_worker_main(Datum arg);
+
+/* spi_store.c */
+extern void qb_spi_store_init(QbStore *store);
+extern char *qb_spi_load_document(void);
+
+#endif							/* QB_PG_H */

@@ -1,0 +1,171 @@
+/*-------------------------------------------------------------------------
+ * queuebox.c
+ *	  Module load: GUCs, shared memory, the launcher, and wake on commit.
+ *
+ * Wake on commit: a statement-level AFTER INSERT trigger on queuebox.outbox
+ * (and queuebox.configure()) only set a backend-local flag.  The transaction
+ * callback, registered once here so every backend inherits it, turns the
+ * flag into SetLatch on each outbox worker at XACT_EVENT_COMMIT: by then the
+ * commit is visible, so the worker's next snapshot sees the rows.  Abort and
+ * PREPARE clear the flag; a prepared transaction's rows are found by the
+ * fallback poll (outbox.pollIntervalMs).  Nothing in the callback can raise
+ * an error: the transaction has already committed.
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/guc.h"
+
+#include "qb_pg.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+char	   *qb_database = NULL;
+int			qb_outbox_workers = 2;
+bool		qb_worker_async_commit = true;
+
+QbShared   *qb_shared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static bool qb_outbox_wake_armed = false;
+static bool qb_config_wake_armed = false;
+
+static void qb_shmem_request(void);
+static void qb_shmem_startup(void);
+static void qb_xact_callback(XactEvent event, void *arg);
+
+void
+_PG_init(void)
+{
+	BackgroundWorker worker;
+
+	if (!process_shared_preload_libraries_in_progress)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("queuebox must be loaded via shared_preload_libraries"),
+				 errhint("Add queuebox to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	DefineCustomStringVariable("queuebox.database",
+							   "Database whose queuebox tables the workers serve.",
+							   "The extension must be created there (CREATE EXTENSION queuebox).",
+							   &qb_database, "postgres",
+							   PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("queuebox.outbox_workers",
+							"Number of outbox worker processes.",
+							"Each claims its own batches; 0 disables delivery.",
+							&qb_outbox_workers, 2, 0, QB_MAX_OUTBOX_WORKERS,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("queuebox.worker_async_commit",
+							 "Commit the workers' claim and settle transactions asynchronously.",
+							 "Safe for delivery: a claim or settle lost in a crash only makes a row be delivered again.",
+							 &qb_worker_async_commit, true,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	MarkGUCPrefixReserved("queuebox");
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = qb_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = qb_shmem_startup;
+
+	RegisterXactCallback(qb_xact_callback, NULL);
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "queuebox");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "qb_launcher_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "queuebox launcher");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "queuebox launcher");
+	RegisterBackgroundWorker(&worker);
+}
+
+static void
+qb_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(QbShared)));
+}
+
+static void
+qb_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	qb_shared = ShmemInitStruct("queuebox", sizeof(QbShared), &found);
+	if (!found)
+	{
+		memset(qb_shared, 0, sizeof(QbShared));
+		pg_atomic_init_u32(&qb_shared->config_generation, 1);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* qb_arm_outbox_wake: the current transaction inserted outbox rows. */
+void
+qb_arm_outbox_wake(void)
+{
+	qb_outbox_wake_armed = true;
+}
+
+/* qb_arm_config_wake: the current transaction stored a configuration. */
+void
+qb_arm_config_wake(void)
+{
+	qb_config_wake_armed = true;
+}
+
+static void
+qb_wake_outbox_workers(void)
+{
+	for (int i = 0; i < QB_MAX_OUTBOX_WORKERS; i++)
+	{
+		Latch	   *latch = qb_shared->outbox[i].latch;
+
+		if (latch != NULL)
+			SetLatch(latch);
+	}
+}
+
+static void
+qb_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (qb_shared != NULL)
+			{
+				if (qb_config_wake_armed)
+					pg_atomic_fetch_add_u32(&qb_shared->config_generation, 1);
+				if (qb_config_wake_armed || qb_outbox_wake_armed)
+					qb_wake_outbox_workers();
+			}
+			qb_outbox_wake_armed = false;
+			qb_config_wake_armed = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			qb_outbox_wake_armed = false;
+			qb_config_wake_armed = false;
+			break;
+		default:
+			break;
+	}
+}

@@ -1,0 +1,383 @@
+/*-------------------------------------------------------------------------
+ * spi_store.c
+ *	  The SPI store: the core's QbStore over SPI inside a background worker.
+ *
+ * Transaction rules: every store call is one transaction of its own
+ * (StartTransactionCommand ... CommitTransactionCommand) holding one
+ * statement, the extension's own SQL function (queuebox._outbox_claim and
+ * friends in queuebox--*.sql), so the SQL text exists once for every host.
+ *
+ * Errors: each call runs inside PG_TRY.  An ERROR (the extension was
+ * dropped, a lock timeout, the database shutting down) aborts the
+ * transaction and comes back as -1 with the message; the core never sees a
+ * longjmp, so its malloc'd state is never abandoned.  Results are copied
+ * into malloc'd memory before commit.
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "pgstat.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "qb_pg.h"
+
+typedef struct QbsPlans
+{
+	SPIPlanPtr	claim;
+	SPIPlanPtr	settle;
+	SPIPlanPtr	reclaim;
+	SPIPlanPtr	retention;
+	SPIPlanPtr	config;
+} QbsPlans;
+
+static QbsPlans qbs_plans;
+
+/* qbs_begin opens the call's transaction and SPI; activity names the call. */
+static void
+qbs_begin(const char *activity)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+static void
+qbs_commit(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+}
+
+/* qbs_fail turns the current error into err and rolls the transaction back. */
+static void
+qbs_fail(MemoryContext cxt, char *err, size_t errlen)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	snprintf(err, errlen, "%s", edata->message);
+	FreeErrorData(edata);
+	AbortCurrentTransaction();
+}
+
+static SPIPlanPtr
+qbs_prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types)
+{
+	if (*slot == NULL)
+	{
+		SPIPlanPtr	p = SPI_prepare(sql, nargs, types);
+
+		if (p == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql,
+				 SPI_result_code_string(SPI_result));
+		SPI_keepplan(p);
+		*slot = p;
+	}
+	return *slot;
+}
+
+static char *
+qbs_strdup_col(HeapTuple tup, TupleDesc desc, int col)
+{
+	char	   *v = SPI_getvalue(tup, desc, col);
+	char	   *out;
+
+	if (v == NULL)
+		return NULL;
+	out = strdup(v);
+	if (out == NULL)
+		elog(ERROR, "out of memory");
+	return out;
+}
+
+static int
+qbs_config_load(void *ctx, char **text, char *err, size_t errlen)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile int rc = 0;
+
+	*text = NULL;
+	PG_TRY();
+	{
+		qbs_begin("queuebox: load configuration");
+		/* the database may not have the extension (yet, or any more) */
+		if (OidIsValid(get_extension_oid("queuebox", true)))
+		{
+			SPIPlanPtr	p = qbs_prepare(&qbs_plans.config,
+										"SELECT document FROM queuebox.config WHERE id = 1",
+										0, NULL);
+
+			if (SPI_execute_plan(p, NULL, NULL, true, 1) != SPI_OK_SELECT)
+				elog(ERROR, "reading queuebox.config failed");
+			if (SPI_processed == 1)
+				*text = qbs_strdup_col(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		}
+		qbs_commit();
+	}
+	PG_CATCH();
+	{
+		free(*text);
+		*text = NULL;
+		qbs_fail(cxt, err, errlen);
+		rc = -1;
+	}
+	PG_END_TRY();
+	return rc;
+}
+
+static int
+qbs_outbox_claim(void *ctx, int batch_size, long lease_ms,
+				 int default_max_attempts, const char *token,
+				 QbOutboxRow **rows_out, int *nrows_out,
+				 char *err, size_t errlen)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	QbOutboxRow *volatile rows = NULL;
+	volatile int nrows = 0;
+	volatile int rc = 0;
+
+	*rows_out = NULL;
+	*nrows_out = 0;
+	PG_TRY();
+	{
+		Oid			types[4] = {INT4OID, INT8OID, INT4OID, TEXTOID};
+		Datum		values[4];
+		SPIPlanPtr	p;
+		uint64		n;
+
+		qbs_begin("queuebox: claim");
+		p = qbs_prepare(&qbs_plans.claim,
+						"SELECT id, message_id::text, topic, key, payload, headers, attempt, max_attempts"
+						" FROM queuebox._outbox_claim($1, $2, $3, $4::uuid)",
+						4, types);
+		values[0] = Int32GetDatum(batch_size);
+		values[1] = Int64GetDatum(lease_ms);
+		values[2] = Int32GetDatum(default_max_attempts);
+		values[3] = CStringGetTextDatum(token);
+		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "queuebox._outbox_claim failed");
+		n = SPI_processed;
+		if (n > 0)
+		{
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+
+			rows = calloc(n, sizeof(QbOutboxRow));
+			if (rows == NULL)
+				elog(ERROR, "out of memory");
+			for (uint64 i = 0; i < n; i++)
+			{
+				HeapTuple	tup = SPI_tuptable->vals[i];
+				QbOutboxRow *r = &rows[i];
+				bool		isnull;
+				char	   *mid;
+
+				r->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+				mid = SPI_getvalue(tup, desc, 2);
+				strlcpy(r->message_id, mid ? mid : "", sizeof(r->message_id));
+				r->topic = qbs_strdup_col(tup, desc, 3);
+				r->key = qbs_strdup_col(tup, desc, 4);
+				r->payload = qbs_strdup_col(tup, desc, 5);
+				r->payload_len = r->payload ? strlen(r->payload) : 0;
+				r->headers = qbs_strdup_col(tup, desc, 6);
+				r->attempt = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
+				r->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
+				nrows = i + 1;
+			}
+		}
+		qbs_commit();
+	}
+	PG_CATCH();
+	{
+		qb_outbox_rows_free(rows, nrows);
+		rows = NULL;
+		nrows = 0;
+		qbs_fail(cxt, err, errlen);
+		rc = -1;
+	}
+	PG_END_TRY();
+	*rows_out = rows;
+	*nrows_out = nrows;
+	return rc;
+}
+
+static const char *
+qbs_outcome_name(QbSettleKind k)
+{
+	switch (k)
+	{
+		case QB_SETTLE_SENT:
+			return "sent";
+		case QB_SETTLE_RETRY:
+			return "retry";
+		case QB_SETTLE_DEAD:
+			return "dead";
+		case QB_SETTLE_RELEASE:
+			return "release";
+	}
+	return "release";
+}
+
+static int
+qbs_outbox_settle(void *ctx, const char *token, const QbSettle *settles, int n,
+				  int *nchanged, char *err, size_t errlen)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile int rc = 0;
+
+	*nchanged = 0;
+	PG_TRY();
+	{
+		Oid			types[6] = {TEXTOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
+		INT8ARRAYOID, TEXTARRAYOID};
+		Datum		values[6];
+		Datum	   *ids,
+				   *outcomes,
+				   *attempts,
+				   *delays,
+				   *errors;
+		bool	   *errnulls;
+		int			dims[1] = {n};
+		int			lbs[1] = {1};
+		SPIPlanPtr	p;
+		bool		isnull;
+
+		qbs_begin("queuebox: settle");
+		ids = palloc(sizeof(Datum) * n);
+		outcomes = palloc(sizeof(Datum) * n);
+		attempts = palloc(sizeof(Datum) * n);
+		delays = palloc(sizeof(Datum) * n);
+		errors = palloc(sizeof(Datum) * n);
+		errnulls = palloc(sizeof(bool) * n);
+		for (int i = 0; i < n; i++)
+		{
+			ids[i] = Int64GetDatum(settles[i].id);
+			outcomes[i] = CStringGetTextDatum(qbs_outcome_name(settles[i].kind));
+			attempts[i] = Int32GetDatum(settles[i].attempt);
+			delays[i] = Int64GetDatum(settles[i].delay_ms);
+			errnulls[i] = settles[i].error == NULL;
+			errors[i] = errnulls[i] ? (Datum) 0 : CStringGetTextDatum(settles[i].error);
+		}
+		p = qbs_prepare(&qbs_plans.settle,
+						"SELECT queuebox._outbox_settle($1::uuid, $2, $3, $4, $5, $6)",
+						6, types);
+		values[0] = CStringGetTextDatum(token);
+		values[1] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		values[2] = PointerGetDatum(construct_array(outcomes, n, TEXTOID, -1, false, TYPALIGN_INT));
+		values[3] = PointerGetDatum(construct_array(attempts, n, INT4OID, 4, true, TYPALIGN_INT));
+		values[4] = PointerGetDatum(construct_array(delays, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		values[5] = PointerGetDatum(construct_md_array(errors, errnulls, 1, dims, lbs,
+													   TEXTOID, -1, false, TYPALIGN_INT));
+		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "queuebox._outbox_settle failed");
+		*nchanged = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+													  SPI_tuptable->tupdesc, 1, &isnull));
+		qbs_commit();
+	}
+	PG_CATCH();
+	{
+		qbs_fail(cxt, err, errlen);
+		rc = -1;
+	}
+	PG_END_TRY();
+	return rc;
+}
+
+/* qbs_count_call runs "SELECT fn($1, $2)" returning a bigint count. */
+static int
+qbs_count_call(SPIPlanPtr *slot, const char *sql, const char *activity,
+			   int nargs, Oid *types, Datum *values, int *count,
+			   char *err, size_t errlen)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile int rc = 0;
+
+	*count = 0;
+	PG_TRY();
+	{
+		SPIPlanPtr	p;
+		bool		isnull;
+
+		qbs_begin(activity);
+		p = qbs_prepare(slot, sql, nargs, types);
+		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "%s failed", sql);
+		*count = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												   SPI_tuptable->tupdesc, 1, &isnull));
+		qbs_commit();
+	}
+	PG_CATCH();
+	{
+		qbs_fail(cxt, err, errlen);
+		rc = -1;
+	}
+	PG_END_TRY();
+	return rc;
+}
+
+static int
+qbs_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
+{
+	Oid			types[1] = {INT4OID};
+	Datum		values[1] = {Int32GetDatum(limit)};
+
+	return qbs_count_call(&qbs_plans.reclaim, "SELECT queuebox._outbox_reclaim($1)",
+						  "queuebox: reclaim", 1, types, values, n, err, errlen);
+}
+
+static int
+qbs_outbox_retention(void *ctx, long retention_sec, int limit, int *n,
+					 char *err, size_t errlen)
+{
+	Oid			types[2] = {INT8OID, INT4OID};
+	Datum		values[2] = {Int64GetDatum(retention_sec), Int32GetDatum(limit)};
+
+	return qbs_count_call(&qbs_plans.retention, "SELECT queuebox._outbox_retention($1, $2)",
+						  "queuebox: retention", 2, types, values, n, err, errlen);
+}
+
+void
+qb_spi_store_init(QbStore *store)
+{
+	memset(store, 0, sizeof(QbStore));
+	store->config_load = qbs_config_load;
+	store->outbox_claim = qbs_outbox_claim;
+	store->outbox_settle = qbs_outbox_settle;
+	store->outbox_reclaim = qbs_outbox_reclaim;
+	store->outbox_retention = qbs_outbox_retention;
+}
+
+/*
+ * qb_spi_load_document reads the stored document from inside a running
+ * transaction (SQL-callable functions); palloc'd, or NULL.
+ */
+char *
+qb_spi_load_document(void)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	char	   *doc = NULL;
+
+	SPI_connect();
+	if (SPI_execute("SELECT document FROM queuebox.config WHERE id = 1", true, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1)
+	{
+		char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+		if (v != NULL)
+			doc = MemoryContextStrdup(caller, v);
+	}
+	SPI_finish();
+	return doc;
+}

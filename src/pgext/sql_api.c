@@ -1,0 +1,184 @@
+/*-------------------------------------------------------------------------
+ * sql_api.c
+ *	  SQL-callable functions: configure, validate, route_of, worker_status,
+ *	  and the trigger that arms the outbox wake.
+ *
+ * configure() validates with the same core validator as the daemon; an
+ * invalid document raises an ERROR naming the key path and changes nothing.
+ * The stored document is the raw text: ${NAME} references are expanded by
+ * whoever loads it, so secrets never reach a table.
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+#include "qb_config.h"
+#include "qb_pg.h"
+#include "qb_route.h"
+
+PG_FUNCTION_INFO_V1(qb_sql_configure);
+PG_FUNCTION_INFO_V1(qb_sql_validate);
+PG_FUNCTION_INFO_V1(qb_sql_wake_outbox);
+PG_FUNCTION_INFO_V1(qb_sql_route_of);
+PG_FUNCTION_INFO_V1(qb_sql_worker_status);
+
+/* The last document route_of() parsed, malloc'd, with its text. */
+static char *qbsql_cached_text = NULL;
+static QbConfig *qbsql_cached_cfg = NULL;
+
+/*
+ * qbsql_parse validates a document or raises the ERROR users see from
+ * configure() and validate().
+ */
+static QbConfig *
+qbsql_parse(text *doc)
+{
+	char	   *s = text_to_cstring(doc);
+	char		err[QB_ERRLEN];
+	QbConfig   *cfg = NULL;
+
+	if (qb_config_parse(s, strlen(s), &cfg, err, sizeof(err)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid queuebox configuration: %s", err),
+				 errdetail("Nothing was changed; the active configuration is the one before this call."),
+				 errhint("See docs/configuration.md for every key, its type and its default.")));
+	pfree(s);
+	return cfg;
+}
+
+static text *
+qbsql_summary(const char *verb, const QbConfig *cfg)
+{
+	char		buf[256];
+
+	snprintf(buf, sizeof(buf), "%s: %d destination%s, %d route%s",
+			 verb, cfg->ndestinations, cfg->ndestinations == 1 ? "" : "s",
+			 cfg->nroutes, cfg->nroutes == 1 ? "" : "s");
+	return cstring_to_text(buf);
+}
+
+/* queuebox.configure(document text) returns text */
+Datum
+qb_sql_configure(PG_FUNCTION_ARGS)
+{
+	text	   *doc = PG_GETARG_TEXT_PP(0);
+	QbConfig   *cfg = qbsql_parse(doc);
+	text	   *summary = qbsql_summary("configuration stored (workers reload it at commit)", cfg);
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {PointerGetDatum(doc)};
+
+	qb_config_free(cfg);
+	SPI_connect();
+	if (SPI_execute_with_args("INSERT INTO queuebox.config (id, document) VALUES (1, $1)"
+							  " ON CONFLICT (id) DO UPDATE SET document = excluded.document,"
+							  " updated_at = now(), updated_by = current_user",
+							  1, types, values, NULL, false, 0) != SPI_OK_INSERT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not store the queuebox configuration")));
+	SPI_finish();
+	qb_arm_config_wake();
+	PG_RETURN_TEXT_P(summary);
+}
+
+/* queuebox.validate(document text) returns text */
+Datum
+qb_sql_validate(PG_FUNCTION_ARGS)
+{
+	QbConfig   *cfg = qbsql_parse(PG_GETARG_TEXT_PP(0));
+	text	   *summary = qbsql_summary("valid", cfg);
+
+	qb_config_free(cfg);
+	PG_RETURN_TEXT_P(summary);
+}
+
+/* AFTER INSERT FOR EACH STATEMENT on queuebox.outbox */
+Datum
+qb_sql_wake_outbox(PG_FUNCTION_ARGS)
+{
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("queuebox._wake_outbox() must be called as a trigger")));
+	qb_arm_outbox_wake();
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * queuebox.route_of(topic text) returns text: the destination the active
+ * configuration gives a topic.  The parsed document is cached per backend
+ * and reparsed only when the stored text changes.
+ */
+Datum
+qb_sql_route_of(PG_FUNCTION_ARGS)
+{
+	char	   *topic = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *doc = qb_spi_load_document();
+	int			ri;
+
+	if (doc == NULL)
+		PG_RETURN_NULL();
+	if (qbsql_cached_text == NULL || strcmp(qbsql_cached_text, doc) != 0)
+	{
+		char		err[QB_ERRLEN];
+		QbConfig   *cfg = NULL;
+
+		if (qb_config_parse(doc, strlen(doc), &cfg, err, sizeof(err)) != 0)
+			PG_RETURN_NULL();
+		qb_config_free(qbsql_cached_cfg);
+		free(qbsql_cached_text);
+		qbsql_cached_cfg = cfg;
+		qbsql_cached_text = strdup(doc);
+		if (qbsql_cached_text == NULL)
+		{
+			qb_config_free(qbsql_cached_cfg);
+			qbsql_cached_cfg = NULL;
+			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+		}
+	}
+	ri = qb_route_find(qbsql_cached_cfg, topic);
+	if (ri < 0)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(qbsql_cached_cfg->routes[ri].destination));
+}
+
+/* queuebox.worker_status(): the launcher and the outbox workers running now. */
+Datum
+qb_sql_worker_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (qb_shared->launcher_pid != 0)
+	{
+		values[0] = CStringGetTextDatum("launcher");
+		values[1] = Int32GetDatum(qb_shared->launcher_pid);
+		nulls[2] = true;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	nulls[2] = false;
+	for (int i = 0; i < QB_MAX_OUTBOX_WORKERS; i++)
+	{
+		pid_t		pid = qb_shared->outbox[i].pid;
+		char		name[32];
+
+		if (pid == 0)
+			continue;
+		snprintf(name, sizeof(name), "outbox %d", i);
+		values[0] = CStringGetTextDatum(name);
+		values[1] = Int32GetDatum(pid);
+		values[2] = CStringGetTextDatum(qb_shared->database);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
