@@ -19,6 +19,8 @@ SELECT topic, key, headers, state FROM queuebox.outbox ORDER BY id;
 SELECT count(DISTINCT message_id) = count(*) AS distinct_ids FROM queuebox.outbox;
 
 -- CHECK constraints name the four states and nothing else
+-- (terse: the DETAIL would print the row's random message_id)
+\set VERBOSITY terse
 INSERT INTO queuebox.outbox (topic, payload, state) VALUES ('t', '{}', 'failed');
 INSERT INTO queuebox.outbox (topic, payload, state) VALUES ('t', '{}', 'processed');
 UPDATE queuebox.outbox SET state = 'sent' WHERE topic = 'orders.paid';
@@ -32,6 +34,7 @@ INSERT INTO queuebox.outbox (topic, payload, headers) VALUES ('t', '{}', '[1]');
 INSERT INTO queuebox.outbox (topic, payload, max_attempts) VALUES ('t', '{}', 0);
 INSERT INTO queuebox.outbox (topic, payload, attempt) VALUES ('t', '{}', -1);
 INSERT INTO queuebox.outbox (id, topic, payload) VALUES (99, 't', '{}');
+\set VERBOSITY default
 SELECT count(*) AS rows_after_refusals FROM queuebox.outbox;
 
 -- the claim uses the partial indexes, not a scan of sent rows
