@@ -120,7 +120,10 @@ COMMENT ON FUNCTION queuebox.enqueue(text, jsonb, text, jsonb) IS
  * one claim token, with a lease of lease_ms.  A keyed row is claimable only
  * when no earlier row of its key is pending or processing, so the rows of one
  * key go out one at a time in id order, across every worker and replica.
- * SKIP LOCKED keeps concurrent claimers off each other's rows.
+ * SKIP LOCKED keeps concurrent claimers off each other's rows.  The ids go
+ * through ARRAY(...) so the UPDATE is an index lookup per id whatever the
+ * planner guesses for a LIMIT it cannot see (a join plan here scanned the
+ * whole table).
  */
 CREATE FUNCTION queuebox._outbox_claim(
 	batch_size int, lease_ms bigint, default_max_attempts int, token uuid)
@@ -128,25 +131,22 @@ CREATE FUNCTION queuebox._outbox_claim(
 				   payload text, headers text, attempt int, max_attempts int)
 	LANGUAGE sql VOLATILE
 	AS $$
-	WITH due AS (
-		SELECT o.id
-		FROM queuebox.outbox o
-		WHERE o.state = 'pending'
-		  AND o.scheduled_at <= now()
-		  AND (o.key IS NULL OR NOT EXISTS (
-				SELECT 1 FROM queuebox.outbox e
-				WHERE e.key = o.key AND e.id < o.id
-				  AND e.state IN ('pending', 'processing')))
-		ORDER BY o.scheduled_at, o.id
-		LIMIT batch_size
-		FOR UPDATE SKIP LOCKED
-	)
 	UPDATE queuebox.outbox o
 	SET state = 'processing',
 		claim_token = token,
 		lease_until = now() + lease_ms * interval '1 millisecond'
-	FROM due
-	WHERE o.id = due.id
+	WHERE o.id = ANY (ARRAY(
+		SELECT c.id
+		FROM queuebox.outbox c
+		WHERE c.state = 'pending'
+		  AND c.scheduled_at <= now()
+		  AND (c.key IS NULL OR NOT EXISTS (
+				SELECT 1 FROM queuebox.outbox e
+				WHERE e.key = c.key AND e.id < c.id
+				  AND e.state IN ('pending', 'processing')))
+		ORDER BY c.scheduled_at, c.id
+		LIMIT batch_size
+		FOR UPDATE SKIP LOCKED))
 	RETURNING o.id, o.message_id, o.topic, o.key, o.payload::text, o.headers::text,
 			  o.attempt, coalesce(o.max_attempts, default_max_attempts)
 $$;
@@ -182,6 +182,7 @@ CREATE FUNCTION queuebox._outbox_settle(
 			lease_until = NULL
 		FROM s
 		WHERE o.id = s.id
+		  AND o.id = ANY (ids)		-- a primary key lookup per id
 		  AND o.claim_token = token
 		  AND o.state = 'processing'
 		RETURNING 1
@@ -198,17 +199,16 @@ CREATE FUNCTION queuebox._outbox_reclaim(max_rows int)
 	RETURNS bigint
 	LANGUAGE sql VOLATILE
 	AS $$
-	WITH x AS (
-		SELECT o.id FROM queuebox.outbox o
-		WHERE o.state = 'processing' AND o.lease_until < now()
-		ORDER BY o.lease_until
-		LIMIT max_rows
-		FOR UPDATE SKIP LOCKED
-	), u AS (
+	WITH u AS (
 		UPDATE queuebox.outbox o
 		SET state = 'pending', claim_token = NULL, lease_until = NULL,
 			last_error = 'lease expired: the claim was not settled within outbox.claimTimeoutMs; returned to pending'
-		FROM x WHERE o.id = x.id
+		WHERE o.id = ANY (ARRAY(
+			SELECT x.id FROM queuebox.outbox x
+			WHERE x.state = 'processing' AND x.lease_until < now()
+			ORDER BY x.lease_until
+			LIMIT max_rows
+			FOR UPDATE SKIP LOCKED))
 		RETURNING 1
 	)
 	SELECT count(*) FROM u
@@ -219,15 +219,16 @@ CREATE FUNCTION queuebox._outbox_retention(keep_sec bigint, max_rows int)
 	RETURNS bigint
 	LANGUAGE sql VOLATILE
 	AS $$
-	WITH x AS (
-		SELECT o.id FROM queuebox.outbox o
-		WHERE o.state = 'sent'
-		  AND o.created_at < now() - keep_sec * interval '1 second'
-		ORDER BY o.created_at
-		LIMIT max_rows
-		FOR UPDATE SKIP LOCKED
-	), d AS (
-		DELETE FROM queuebox.outbox o USING x WHERE o.id = x.id RETURNING 1
+	WITH d AS (
+		DELETE FROM queuebox.outbox o
+		WHERE o.id = ANY (ARRAY(
+			SELECT x.id FROM queuebox.outbox x
+			WHERE x.state = 'sent'
+			  AND x.created_at < now() - keep_sec * interval '1 second'
+			ORDER BY x.created_at
+			LIMIT max_rows
+			FOR UPDATE SKIP LOCKED))
+		RETURNING 1
 	)
 	SELECT count(*) FROM d
 $$;

@@ -707,12 +707,6 @@ qb_url_check_scheme(const char *url, const char *const *schemes, int flags,
 	int			i;
 	bool		known = false;
 
-	for (p = url; *p != '\0'; p++)
-		if ((unsigned char) *p <= ' ' || *p == 0x7f)
-		{
-			snprintf(err, errlen, "the URL contains a space or a control character; percent-encode it");
-			return false;
-		}
 	sep = strstr(url, "://");
 	for (p = url; sep != NULL && p < sep; p++)
 		if (!isalnum((unsigned char) *p) && *p != '+' && *p != '-' && *p != '.')
@@ -722,6 +716,12 @@ qb_url_check_scheme(const char *url, const char *const *schemes, int flags,
 		snprintf(err, errlen, "not a URL: expected %s://host[:port][/path]", schemes[0]);
 		return false;
 	}
+	for (p = url; *p != '\0'; p++)
+		if ((unsigned char) *p <= ' ' || *p == 0x7f)
+		{
+			snprintf(err, errlen, "the URL contains a space or a control character; percent-encode it");
+			return false;
+		}
 	slen = sep - url;
 	for (i = 0; schemes[i] != NULL; i++)
 		if (strlen(schemes[i]) == slen && strncasecmp(url, schemes[i], slen) == 0)

@@ -352,7 +352,11 @@ qbo_housekeeping(QboEngine *e, long now)
 	}
 	if (e->worker_index == 0 && now >= e->next_retention)
 	{
-		e->next_retention = now + QBO_RETENTION_EVERY_MS;
+		/* a tenth of the retention period, between 1 s and a minute */
+		long		every = e->cfg->outbox.retention_sec * 100;
+
+		e->next_retention = now + (every < 1000 ? 1000 :
+								   every > QBO_RETENTION_EVERY_MS ? QBO_RETENTION_EVERY_MS : every);
 		do
 		{
 			n = 0;

@@ -16,8 +16,14 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
 #include "access/xact.h"
-#include "commands/dbcommands.h"
+#include "catalog/pg_database.h"
+#include "utils/fmgroids.h"
+#include "utils/snapmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -120,6 +126,24 @@ qb_launcher_main(Datum arg)
 			}
 		}
 
+		/*
+		 * A worker that stopped is restarted, unless its database is gone
+		 * (dropped WITH (FORCE)): then go back to waiting for it, rather than
+		 * starting workers that would fail to connect every second.
+		 */
+		for (int i = 0; i < qbl_nrunning; i++)
+		{
+			pid_t		pid;
+
+			if (qbl_workers[i].handle != NULL &&
+				GetBackgroundWorkerPid(qbl_workers[i].handle, &pid) == BGWH_STOPPED &&
+				!qbl_database_exists(qbl_database))
+			{
+				qbl_stop_all();
+				break;
+			}
+		}
+
 		/* start what is not running; notice what stopped */
 		for (int i = 0; i < qbl_nrunning; i++)
 		{
@@ -146,17 +170,32 @@ qb_launcher_main(Datum arg)
 	}
 }
 
-/* qbl_database_exists looks the name up in the shared catalog pg_database. */
+/*
+ * qbl_database_exists looks the name up in the shared catalog pg_database.
+ * A heap scan, not get_database_oid(): with no database selected, opening
+ * pg_database's name index needs pg_class, which fails on a new cluster
+ * whose shared relcache init file does not exist yet.
+ */
 static bool
 qbl_database_exists(const char *name)
 {
-	Oid			oid;
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	bool		found;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
-	oid = get_database_oid(name, true);
+	(void) GetTransactionSnapshot();
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_database_datname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum(name));
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &key);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
 	CommitTransactionCommand();
-	return OidIsValid(oid);
+	return found;
 }
 
 static bool

@@ -135,11 +135,16 @@ qbw_wait(void *ctx, int fd, long timeout_ms)
 	return result;
 }
 
+/*
+ * qbw_should_stop: SIGTERM, or the launcher that started us is gone (a new
+ * launcher starts a fresh set; two workers must never share a slot).
+ */
 static bool
 qbw_should_stop(void *ctx)
 {
 	qbw_interrupts();
-	return qbw_got_sigterm;
+	return qbw_got_sigterm ||
+		qb_shared->launcher_pid != MyBgworkerEntry->bgw_notify_pid;
 }
 
 static bool
