@@ -50,9 +50,10 @@ CREATE INDEX outbox_key_open_idx ON queuebox.outbox (key, id)
 -- The reclaim step: expired leases.
 CREATE INDEX outbox_lease_idx ON queuebox.outbox (lease_until)
 	WHERE state = 'processing';
--- Retention: old sent rows, oldest first.
-CREATE INDEX outbox_sent_idx ON queuebox.outbox (created_at)
-	WHERE state = 'sent';
+-- Retention: old rows by creation time.  BRIN, not a partial btree on sent
+-- rows: every settle to 'sent' would otherwise add a btree entry, and rows
+-- are created in time order, so block ranges summarise created_at well.
+CREATE INDEX outbox_created_brin ON queuebox.outbox USING brin (created_at);
 
 -- ---------------------------------------------------------------------------
 -- Configuration: one document, validated by queuebox.configure()
@@ -65,6 +66,12 @@ CREATE TABLE queuebox.config (
 );
 COMMENT ON TABLE queuebox.config IS
 	'The active configuration document (raw YAML; ${NAME} references are expanded by the workers). Change it with queuebox.configure().';
+
+-- pg_dump keeps the rows of both tables (undelivered messages, the active
+-- configuration) instead of treating them as part of the extension.
+SELECT pg_catalog.pg_extension_config_dump('queuebox.outbox', '');
+SELECT pg_catalog.pg_extension_config_dump('queuebox.config', '');
+SELECT pg_catalog.pg_extension_config_dump('queuebox.outbox_id_seq', '');
 
 -- ---------------------------------------------------------------------------
 -- C functions
@@ -225,7 +232,6 @@ CREATE FUNCTION queuebox._outbox_retention(keep_sec bigint, max_rows int)
 			SELECT x.id FROM queuebox.outbox x
 			WHERE x.state = 'sent'
 			  AND x.created_at < now() - keep_sec * interval '1 second'
-			ORDER BY x.created_at
 			LIMIT max_rows
 			FOR UPDATE SKIP LOCKED))
 		RETURNING 1

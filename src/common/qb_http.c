@@ -221,7 +221,8 @@ qbh_action(QbHttp *h, curl_socket_t s, int ev_bitmask)
 
 /*
  * qbh_header_ok refuses a header that would corrupt the request: a name that
- * is not an HTTP token, or a value with CR, LF or NUL (header injection).
+ * is not an HTTP token, or a value with a control character other than tab
+ * (CR/LF would inject headers).
  */
 static bool
 qbh_header_ok(const char *name, const char *value)
@@ -239,8 +240,12 @@ qbh_header_ok(const char *name, const char *value)
 			return false;
 	}
 	for (const char *p = value; *p; p++)
-		if (*p == '\r' || *p == '\n')
+	{
+		unsigned char c = (unsigned char) *p;
+
+		if ((c < 0x20 && c != '\t') || c == 0x7f)
 			return false;
+	}
 	return true;
 }
 
@@ -253,7 +258,8 @@ qbh_reserved(const char *name)
 		strcasecmp(name, "Content-Length") == 0 ||
 		strcasecmp(name, "Host") == 0 ||
 		strcasecmp(name, "Transfer-Encoding") == 0 ||
-		strcasecmp(name, "Expect") == 0;
+		strcasecmp(name, "Expect") == 0 ||
+		strcasecmp(name, "User-Agent") == 0;
 }
 
 static bool
@@ -324,7 +330,7 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 			if (!qbh_header_ok(name, v))
 			{
 				snprintf(err, errlen,
-						 "row header \"%.100s\" is not a valid HTTP header (names are tokens, values contain no CR or LF); fix the row's headers and replay it",
+						 "row header \"%.100s\" is not a valid HTTP header (names are tokens, values contain no control characters); fix the row's headers and replay it",
 						 name);
 				free(dumped);
 				json_decref(obj);

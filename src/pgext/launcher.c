@@ -81,7 +81,7 @@ qb_launcher_main(Datum arg)
 	for (;;)
 	{
 		long		wait_ms = QBL_CHECK_MS;
-		int			want = qb_outbox_workers;
+		int			want;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -98,6 +98,7 @@ qb_launcher_main(Datum arg)
 			}
 			warned_missing = false;
 		}
+		want = qb_outbox_workers;
 
 		if (qbl_nrunning == 0 && want > 0)
 		{

@@ -99,6 +99,14 @@ qbw_wait_set(int fd)
 	return qbw_wes_fd;
 }
 
+/* qbw_apply_gucs: settings that act through this backend's own GUCs. */
+static void
+qbw_apply_gucs(void)
+{
+	SetConfigOption("synchronous_commit", qb_worker_async_commit ? "off" : "on",
+					PGC_SUSET, PGC_S_OVERRIDE);
+}
+
 static void
 qbw_interrupts(void)
 {
@@ -107,6 +115,7 @@ qbw_interrupts(void)
 	{
 		ConfigReloadPending = false;
 		ProcessConfigFile(PGC_SIGHUP);
+		qbw_apply_gucs();
 	}
 }
 
@@ -173,8 +182,7 @@ qb_outbox_worker_main(Datum arg)
 	BackgroundWorkerInitializeConnection(MyBgworkerEntry->bgw_extra, NULL, 0);
 	pgstat_report_appname("queuebox outbox");
 
-	if (qb_worker_async_commit)
-		SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	qbw_apply_gucs();
 
 	qb_shared->outbox[qbw_index].pid = MyProcPid;
 	qb_shared->outbox[qbw_index].latch = MyLatch;
