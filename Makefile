@@ -29,7 +29,7 @@ TAP_TESTS   = 1
 PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 PROVE_FLAGS = -I test/perl
 
-EXTRA_CLEAN = tmp_check tmp_check_iso results output_iso test/unit/bin test/sink/qb_sink
+EXTRA_CLEAN = tmp_check tmp_check_iso results output_iso test/unit/bin test/unit/bin-san test/sink/qb_sink
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -38,15 +38,17 @@ include $(PGXS)
 # ---- the core alone: no PostgreSQL include path, plain cc ----------------
 UNIT_CC      ?= cc
 UNIT_CFLAGS   = -std=gnu11 -g -O1 $(WARN) -Isrc/common -DQB_VERSION=\"$(EXTVERSION)\"
-UNIT_LIBS     = -lcmocka -lcurl -ljansson -lyaml -lssl -lcrypto -lm
+UNIT_LIBS     = -lcmocka -lcurl -ljansson -lyaml -lssl -lcrypto -lm -lpthread
 ifeq ($(SANITIZE),1)
 UNIT_CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 endif
 UNIT_TESTS    = $(basename $(notdir $(wildcard test/unit/test_*.c)))
-UNIT_BINS     = $(addprefix test/unit/bin/,$(UNIT_TESTS))
+# sanitizer builds live apart, so flags never mix in one binary
+UNIT_BIN_DIR  = test/unit/bin$(if $(filter 1,$(SANITIZE)),-san)
+UNIT_BINS     = $(addprefix $(UNIT_BIN_DIR)/,$(UNIT_TESTS))
 
-test/unit/bin/%: test/unit/%.c $(COMMON_SRCS) $(wildcard src/common/*.h)
-	@mkdir -p test/unit/bin
+$(UNIT_BIN_DIR)/%: test/unit/%.c $(COMMON_SRCS) $(wildcard src/common/*.h)
+	@mkdir -p $(UNIT_BIN_DIR)
 	$(UNIT_CC) $(UNIT_CFLAGS) -o $@ $< $(COMMON_SRCS) $(UNIT_LIBS)
 
 .PHONY: unit sink

@@ -41,7 +41,9 @@ qb_backoff_delay_ms(const QbBackoff *b, int attempt, double r)
 		r = nextafter(1.0, 0.0);
 	if (attempt < 1)
 		attempt = 1;
-	if (isinf(mult))
+	if (initial == 0.0)
+		base = 0.0;				/* and not 0 * inf = NaN below */
+	else if (isinf(mult))
 		base = attempt == 1 ? initial : max;
 	else
 		base = initial * pow(mult, (double) (attempt - 1));

@@ -226,6 +226,7 @@ qt_get(const QtNode *map, const char *key)
 	return i < 0 ? NULL : map->kids[i];
 }
 
+/* qt_kind_name: "a mapping", ... for messages. */
 static const char *
 qt_kind_name(const QtNode *n)
 {
@@ -894,6 +895,7 @@ qv_path_key(char *buf, size_t size, const char *parent, const char *key)
 		qv_fmt(buf, size, "%s[\"%s\"]", parent, key);
 }
 
+/* qv_path_index: parent[i]. */
 static void
 qv_path_index(char *buf, size_t size, const char *parent, int i)
 {
@@ -959,6 +961,7 @@ qo_matches(const char *rest, const QoPath *path)
 	return *r == '\0';
 }
 
+/* qo_display: a candidate path as the validator would print it. */
 static void
 qo_display(char *buf, size_t size, const QoPath *path)
 {
@@ -983,6 +986,7 @@ typedef struct QoFound
 	QoPath		second;
 } QoFound;
 
+/* qo_try: count a candidate that rest spells, keeping the first two. */
 static void
 qo_try(QoFound *f, const char *rest, const QoPath *path)
 {
@@ -1323,7 +1327,7 @@ qv_int(QvCtx *cx, const char *path, const QtNode *n, long lo, long hi, long *out
 	char		what[96];
 	char		echo[64];
 	char	   *s;
-	long		v;
+	long		v = 0;
 	bool		ok;
 
 	snprintf(what, sizeof(what), "an integer from %ld to %ld", lo, hi);
@@ -2034,6 +2038,48 @@ qv_routes(QvCtx *cx, const QtNode *node, QbConfig *cfg)
 	return true;
 }
 
+/*
+ * qv_leases: a request must end before its row's lease does, or the reclaim
+ * step hands the row to another worker while the first is still waiting for
+ * the answer, and the message goes out twice.
+ */
+static bool
+qv_leases(QvCtx *cx, const QtNode *root, const QbConfig *cfg)
+{
+	const QtNode *dests = root ? qt_get(root, "destinations") : NULL;
+	const QtNode *outbox = root ? qt_get(root, "outbox") : NULL;
+	int			i;
+
+	for (i = 0; i < cfg->ndestinations; i++)
+	{
+		const QbDestination *d = &cfg->destinations[i];
+		const QtNode *dn = dests ? qt_get(dests, d->name) : NULL;
+		const QtNode *at = dn ? qt_get(dn, "timeoutMs") : NULL;
+		char		path[QV_PATHLEN];
+
+		if (d->type != QB_DEST_HTTP || d->timeout_ms < cfg->outbox.claim_timeout_ms)
+			continue;
+		if (at == NULL && outbox != NULL && qt_get(outbox, "claimTimeoutMs") != NULL)
+		{
+			at = qt_get(outbox, "claimTimeoutMs");
+			snprintf(path, sizeof(path), "outbox.claimTimeoutMs");
+		}
+		else
+		{
+			char		parent[QV_PATHLEN];
+
+			qv_path_key(parent, sizeof(parent), "destinations", d->name);
+			qv_path_key(path, sizeof(path), parent, "timeoutMs");
+			if (at == NULL)
+				at = dn;
+		}
+		return qv_error(cx, path, at,
+						"destination %s waits up to %ld ms for an answer (timeoutMs), which is not less than outbox.claimTimeoutMs (%ld ms): the lease would expire mid-request and the row be delivered twice; lower timeoutMs or raise claimTimeoutMs",
+						d->name, d->timeout_ms, cfg->outbox.claim_timeout_ms);
+	}
+	return true;
+}
+
 /* qv_document: the whole tree into cfg, which holds the defaults. */
 static bool
 qv_document(QvCtx *cx, const QtNode *root, QbConfig *cfg)
@@ -2050,7 +2096,8 @@ qv_document(QvCtx *cx, const QtNode *root, QbConfig *cfg)
 	return qv_keys(cx, "", root, qs_top_keys, NULL) &&
 		qv_outbox(cx, qt_get(root, "outbox"), &cfg->outbox) &&
 		qv_destinations(cx, qt_get(root, "destinations"), cfg) &&
-		qv_routes(cx, qt_get(root, "routes"), cfg);
+		qv_routes(cx, qt_get(root, "routes"), cfg) &&
+		qv_leases(cx, root, cfg);
 }
 
 /* ---------------------------------------------------------------------
@@ -2108,6 +2155,7 @@ fail:
 	return -1;
 }
 
+/* qb_pairs_free: a headers or props array and its strings. */
 static void
 qb_pairs_free(QbHeader *pairs, int n)
 {

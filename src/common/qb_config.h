@@ -9,7 +9,7 @@
  *	- A key path names a value in the document: "outbox.backoff.initialMs",
  *	  "destinations.payments.baseUrl", "routes[1].destination".
  *	- An override is a QUEUEBOX_* environment variable that replaces the value
- *	  at one key path (the mapping is documented at the top of qb_config.c).
+ *	  at one key path (docs/configuration.md; the rules at the top of qb_config.c).
  *
  * Everything here is plain C: malloc'd, no PostgreSQL header.  A QbConfig is
  * immutable once built; the engines hold a pointer and swap it on reload.

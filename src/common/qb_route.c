@@ -35,6 +35,7 @@ seg_next(const char *s)
 	return *s == '.' ? s + 1 : NULL;
 }
 
+/* seg_is: is the segment at s exactly what? */
 static bool
 seg_is(const char *s, const char *what)
 {
@@ -43,6 +44,7 @@ seg_is(const char *s, const char *what)
 	return seg_len(s) == len && strncmp(s, what, len) == 0;
 }
 
+/* seg_equal: are the segments at a and b the same text? */
 static bool
 seg_equal(const char *a, const char *b)
 {

@@ -1,0 +1,920 @@
+/*-------------------------------------------------------------------------
+ * test_config.c
+ *	  Unit tests of qb_config.c: loading, ${NAME} expansion, QUEUEBOX_*
+ *	  overrides, validation and URL checks.
+ *
+ * Wording: "accept" parses a document and returns the config, failing the
+ * test with the parser's message if it is refused; "refuse" parses a
+ * document and checks that the message holds each expected substring.
+ * Every test sets and unsets its own environment variables.
+ *-------------------------------------------------------------------------
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "qb_config.h"
+
+/* accept: parse text, fail the test with the message when it is refused. */
+static QbConfig *
+accept(const char *text)
+{
+	QbConfig   *cfg = (QbConfig *) 0x1;
+	char		err[QB_ERRLEN] = "";
+
+	if (qb_config_parse(text, strlen(text), &cfg, err, sizeof(err)) != 0)
+		fail_msg("refused: %s\n--- document:\n%s", err, text);
+	assert_non_null(cfg);
+	return cfg;
+}
+
+/*
+ * refuse: parse text, expect a refusal whose message holds every string of
+ * the NULL-terminated list.
+ */
+static void
+refuse(const char *text,...)
+{
+	QbConfig   *cfg = (QbConfig *) 0x1;
+	char		err[QB_ERRLEN] = "";
+	const char *want;
+	va_list		ap;
+
+	if (qb_config_parse(text, strlen(text), &cfg, err, sizeof(err)) == 0)
+	{
+		qb_config_free(cfg);
+		fail_msg("accepted, expected a refusal:\n%s", text);
+	}
+	assert_null(cfg);
+	va_start(ap, text);
+	while ((want = va_arg(ap, const char *)) != NULL)
+		if (strstr(err, want) == NULL)
+			fail_msg("message \"%s\"\n lacks \"%s\"", err, want);
+	va_end(ap);
+}
+
+/* refused_message: the message of a refusal, for checks of what it lacks. */
+static void
+refused_message(const char *text, char *err, size_t errlen)
+{
+	QbConfig   *cfg = NULL;
+
+	assert_int_equal(qb_config_parse(text, strlen(text), &cfg, err, errlen), -1);
+	assert_null(cfg);
+}
+
+static void
+assert_defaults(const QbConfig *c)
+{
+	assert_int_equal(c->outbox.poll_interval_ms, 500);
+	assert_int_equal(c->outbox.batch_size, 100);
+	assert_int_equal(c->outbox.max_attempts, 10);
+	assert_int_equal(c->outbox.claim_timeout_ms, 300000);
+	assert_int_equal(c->outbox.backoff.initial_ms, 1000);
+	assert_int_equal(c->outbox.backoff.max_ms, 3600000);
+	assert_true(c->outbox.backoff.multiplier == 2.0);
+	assert_true(c->outbox.backoff.jitter == 0.2);
+	assert_int_equal(c->outbox.retention_sec, 7 * 86400);
+	assert_int_equal(c->ndestinations, 0);
+	assert_null(c->destinations);
+	assert_int_equal(c->nroutes, 0);
+	assert_null(c->routes);
+}
+
+static const char full_doc[] =
+"outbox:\n"
+"  pollIntervalMs: 250\n"
+"  batchSize: 50\n"
+"  maxAttempts: 7\n"
+"  claimTimeoutMs: 60000\n"
+"  backoff: { initialMs: 100, maxMs: 60000, multiplier: 1.5, jitter: 0.1 }\n"
+"  retention: 12h\n"
+"destinations:\n"
+"  payments:\n"
+"    type: http\n"
+"    baseUrl: \"http://127.0.0.1:9000/\"\n"
+"    path: /events\n"
+"    headers: { X-Api-Key: \"${QB_T_API_KEY}\", X-Static: plain }\n"
+"    timeoutMs: 2500\n"
+"  bus:   { type: rabbitmq, url: \"amqp://guest:guest@127.0.0.1:5672/\", exchange: events, routingKey: \"{{ topic }}.x\", persistent: false, mandatory: true }\n"
+"  log:   { type: kafka, brokers: \"127.0.0.1:9092,localhost:9093\", topic: \"x\", config: { \"linger.ms\": \"5\", acks: all } }\n"
+"  fan:   { type: nats, url: \"nats://127.0.0.1:4222\", subject: \"y\", jetstream: true }\n"
+"routes:\n"
+"  - topicPattern: \"orders.**\"\n"
+"    destination: payments\n"
+"  - topicPattern: \"*.audit\"\n"
+"    destination: log\n";
+
+/* ---- defaults and the full model ---------------------------------- */
+
+static void
+test_empty_documents(void **state)
+{
+	static const char *const docs[] = {
+		"", "\n\n", "# only a comment\n   # and another\n", "---\n", "--- # c\n...\n",
+		"~\n", "outbox:\ndestinations:\nroutes:\n", "outbox: {}\ndestinations: {}\nroutes: []\n",
+	};
+	QbConfig	d;
+	size_t		i;
+
+	qb_config_defaults(&d);
+	assert_defaults(&d);
+	for (i = 0; i < sizeof(docs) / sizeof(docs[0]); i++)
+	{
+		QbConfig   *c = accept(docs[i]);
+
+		assert_defaults(c);
+		qb_config_free(c);
+	}
+	/* NULL text with length 0 is an empty document too */
+	{
+		QbConfig   *c = NULL;
+		char		err[QB_ERRLEN];
+
+		assert_int_equal(qb_config_parse(NULL, 0, &c, err, sizeof(err)), 0);
+		assert_defaults(c);
+		qb_config_free(c);
+	}
+}
+
+static void
+test_full_document(void **state)
+{
+	QbConfig   *c;
+	const QbDestination *d;
+
+	setenv("QB_T_API_KEY", "k-123", 1);
+	c = accept(full_doc);
+	unsetenv("QB_T_API_KEY");
+
+	assert_int_equal(c->outbox.poll_interval_ms, 250);
+	assert_int_equal(c->outbox.batch_size, 50);
+	assert_int_equal(c->outbox.max_attempts, 7);
+	assert_int_equal(c->outbox.claim_timeout_ms, 60000);
+	assert_int_equal(c->outbox.backoff.initial_ms, 100);
+	assert_int_equal(c->outbox.backoff.max_ms, 60000);
+	assert_true(c->outbox.backoff.multiplier == 1.5);
+	assert_true(c->outbox.backoff.jitter == 0.1);
+	assert_int_equal(c->outbox.retention_sec, 12 * 3600);
+	assert_int_equal(c->ndestinations, 4);
+
+	d = qb_config_destination(c, "payments");
+	assert_non_null(d);
+	assert_ptr_equal(d, &c->destinations[0]);
+	assert_int_equal(d->type, QB_DEST_HTTP);
+	assert_string_equal(d->base_url, "http://127.0.0.1:9000");	/* '/' dropped */
+	assert_string_equal(d->path, "/events");
+	assert_string_equal(d->url, "http://127.0.0.1:9000/events");
+	assert_int_equal(d->nheaders, 2);
+	assert_string_equal(d->headers[0].name, "X-Api-Key");
+	assert_string_equal(d->headers[0].value, "k-123");
+	assert_string_equal(d->headers[1].name, "X-Static");
+	assert_string_equal(d->headers[1].value, "plain");
+	assert_int_equal(d->timeout_ms, 2500);
+	assert_null(d->broker_url);
+
+	d = qb_config_destination(c, "bus");
+	assert_int_equal(d->type, QB_DEST_RABBITMQ);
+	assert_string_equal(d->broker_url, "amqp://guest:guest@127.0.0.1:5672/");
+	assert_string_equal(d->target, "events");
+	assert_string_equal(d->routing_key, "{{ topic }}.x");
+	assert_false(d->persistent);
+	assert_true(d->mandatory);
+	assert_null(d->url);
+
+	d = qb_config_destination(c, "log");
+	assert_int_equal(d->type, QB_DEST_KAFKA);
+	assert_string_equal(d->broker_url, "127.0.0.1:9092,localhost:9093");
+	assert_string_equal(d->target, "x");
+	assert_int_equal(d->nprops, 2);
+	assert_string_equal(d->props[0].name, "linger.ms");
+	assert_string_equal(d->props[0].value, "5");
+	assert_string_equal(d->props[1].name, "acks");
+	assert_string_equal(d->props[1].value, "all");
+
+	d = qb_config_destination(c, "fan");
+	assert_int_equal(d->type, QB_DEST_NATS);
+	assert_string_equal(d->broker_url, "nats://127.0.0.1:4222");
+	assert_string_equal(d->target, "y");
+	assert_true(d->jetstream);
+
+	assert_null(qb_config_destination(c, "nope"));
+	assert_int_equal(c->nroutes, 2);
+	assert_string_equal(c->routes[0].topic_pattern, "orders.**");
+	assert_string_equal(c->routes[0].destination, "payments");
+	assert_int_equal(c->routes[0].dest_index, 0);
+	assert_int_equal(c->routes[1].dest_index, 2);
+	qb_config_free(c);
+
+	assert_string_equal(qb_dest_type_name(QB_DEST_HTTP), "http");
+	assert_string_equal(qb_dest_type_name(QB_DEST_RABBITMQ), "rabbitmq");
+	assert_string_equal(qb_dest_type_name(QB_DEST_KAFKA), "kafka");
+	assert_string_equal(qb_dest_type_name(QB_DEST_NATS), "nats");
+}
+
+static void
+test_partial_defaults(void **state)
+{
+	QbConfig   *c = accept("outbox:\n  batchSize: 5\n  backoff: { jitter: 0 }\n"
+						   "destinations:\n"
+						   "  h: { type: http, baseUrl: \"https://example.com/base\" }\n"
+						   "  r: { type: rabbitmq, url: \"amqps://h\", exchange: \"\" }\n"
+						   "  k: { type: kafka, brokers: h }\n"
+						   "  n: { type: nats, url: \"tls://a:1,nats://u:p@b:2\" }\n");
+	const QbDestination *d;
+
+	assert_int_equal(c->outbox.batch_size, 5);
+	assert_int_equal(c->outbox.poll_interval_ms, 500);
+	assert_int_equal(c->outbox.max_attempts, 10);
+	assert_int_equal(c->outbox.backoff.initial_ms, 1000);
+	assert_int_equal(c->outbox.backoff.max_ms, 3600000);
+	assert_true(c->outbox.backoff.multiplier == 2.0);
+	assert_true(c->outbox.backoff.jitter == 0.0);
+	assert_int_equal(c->outbox.retention_sec, 604800);
+
+	d = &c->destinations[0];
+	assert_string_equal(d->base_url, "https://example.com/base");
+	assert_string_equal(d->path, "");
+	assert_string_equal(d->url, "https://example.com/base");
+	assert_int_equal(d->nheaders, 0);
+	assert_int_equal(d->timeout_ms, 10000);
+	d = &c->destinations[1];
+	assert_string_equal(d->target, "");	/* AMQP's default exchange */
+	assert_string_equal(d->routing_key, "{{ topic }}");
+	assert_true(d->persistent);
+	assert_true(d->mandatory);
+	d = &c->destinations[2];
+	assert_null(d->target);
+	assert_int_equal(d->nprops, 0);
+	d = &c->destinations[3];
+	assert_null(d->target);
+	assert_false(d->jetstream);
+	qb_config_free(c);
+}
+
+static void
+test_scalar_forms(void **state)
+{
+	static const struct
+	{
+		const char *retention;
+		long		sec;
+	}			r[] = {
+		{"7d", 604800}, {"12h", 43200}, {"30m", 1800}, {"45s", 45},
+		{"3600", 3600}, {"1", 1}, {"\"90\"", 90}, {"36500d", 36500L * 86400},
+	};
+	char		doc[128];
+	size_t		i;
+	QbConfig   *c;
+
+	for (i = 0; i < sizeof(r) / sizeof(r[0]); i++)
+	{
+		snprintf(doc, sizeof(doc), "outbox:\n  retention: %s\n", r[i].retention);
+		c = accept(doc);
+		assert_int_equal(c->outbox.retention_sec, r[i].sec);
+		qb_config_free(c);
+	}
+	/* quoted numbers are accepted, so ${} and overrides can supply them */
+	c = accept("outbox: { batchSize: \"17\", backoff: { multiplier: \"1\", jitter: 1, initialMs: 5, maxMs: 5 } }\n");
+	assert_int_equal(c->outbox.batch_size, 17);
+	assert_true(c->outbox.backoff.multiplier == 1.0);
+	assert_true(c->outbox.backoff.jitter == 1.0);
+	qb_config_free(c);
+	c = accept("outbox: { pollIntervalMs: 10, batchSize: 10000, maxAttempts: 1000000, claimTimeoutMs: 86400000, backoff: { multiplier: 2.5e0 } }\n");
+	assert_int_equal(c->outbox.poll_interval_ms, 10);
+	assert_int_equal(c->outbox.batch_size, 10000);
+	assert_int_equal(c->outbox.max_attempts, 1000000);
+	assert_int_equal(c->outbox.claim_timeout_ms, 86400000);
+	assert_true(c->outbox.backoff.multiplier == 2.5);
+	qb_config_free(c);
+}
+
+/* ---- refusals: keys ----------------------------------------------- */
+
+static void
+test_unknown_keys(void **state)
+{
+	refuse("outbox:\n  batchsize: 5\n",
+		   "outbox.batchsize: unknown key (allowed: pollIntervalMs, batchSize, maxAttempts, claimTimeoutMs, backoff, retention)",
+		   "did you mean batchSize?", "(line 2, column 3)", NULL);
+	refuse("outbox: {}\nsources:\n  a: {}\n",
+		   "sources: unknown key (allowed: outbox, destinations, routes)", "(line 2, column 1)", NULL);
+	refuse("outbox:\n  backoff:\n    initial: 5\n",
+		   "outbox.backoff.initial: unknown key (allowed: initialMs, maxMs, multiplier, jitter)",
+		   "(line 3, column 5)", NULL);
+	refuse("destinations:\n  bus: { type: rabbitmq, url: \"amqp://h\", exchange: e, baseUrl: \"http://h\" }\n",
+		   "destinations.bus.baseUrl: unknown key for a rabbitmq destination (allowed: type, url, exchange, routingKey, persistent, mandatory)",
+		   "(line 2, column 56)", NULL);
+	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", transform: x }\n",
+		   "destinations.p.transform: unknown key for an http destination (allowed: type, baseUrl, path, headers, timeoutMs)",
+		   NULL);
+	refuse("destinations:\n  k: { type: kafka, brokers: h, subject: s }\n",
+		   "destinations.k.subject: unknown key for a kafka destination (allowed: type, brokers, topic, config)", NULL);
+	refuse("destinations:\n  n: { type: nats, url: \"nats://h\", topic: s }\n",
+		   "destinations.n.topic: unknown key for a nats destination (allowed: type, url, subject, jetstream)", NULL);
+	refuse("destinations: { p: { type: http, baseUrl: \"http://h\" } }\nroutes:\n  - topicPattern: a\n    destination: p\n    priority: 1\n",
+		   "routes[0].priority: unknown key (allowed: topicPattern, destination)", "(line 5, column 5)", NULL);
+	refuse("? [a, b]\n: 1\n", "a key must be a string", NULL);
+}
+
+static void
+test_duplicate_keys(void **state)
+{
+	refuse("outbox:\n  batchSize: 1\n  batchSize: 2\n",
+		   "outbox.batchSize: duplicate key (first at line 2, column 3)", "(line 3, column 3)", NULL);
+	refuse("outbox: {}\noutbox: {}\n", "outbox: duplicate key (first at line 1, column 1)", NULL);
+	refuse("destinations:\n  a: { type: nats, url: \"nats://h\" }\n  a: { type: nats, url: \"nats://h\" }\n",
+		   "destinations.a: duplicate key (first at line 2, column 3)", NULL);
+	refuse("destinations:\n  a: { type: http, baseUrl: \"http://h\", headers: { X-A: 1, X-A: 2 } }\n",
+		   "destinations.a.headers.X-A: duplicate key", NULL);
+	refuse("destinations:\n  a: { type: http, baseUrl: \"http://h\", headers: { X-A: 1, x-a: 2 } }\n",
+		   "destinations.a.headers.x-a: the same header as at line 2", NULL);
+}
+
+static void
+test_required_keys(void **state)
+{
+	refuse("destinations:\n  payments:\n    baseUrl: \"http://h\"\n",
+		   "destinations.payments: missing required key type", "(line 3, column 5)", NULL);
+	refuse("destinations:\n  payments: { type: http, path: /x }\n",
+		   "destinations.payments: missing required key baseUrl", NULL);
+	refuse("destinations:\n  bus: { type: rabbitmq, url: \"amqp://h\" }\n",
+		   "destinations.bus: missing required key exchange", NULL);
+	refuse("destinations:\n  bus: { type: rabbitmq, exchange: e }\n",
+		   "destinations.bus: missing required key url", NULL);
+	refuse("destinations:\n  log: { type: kafka, topic: t }\n",
+		   "destinations.log: missing required key brokers", NULL);
+	refuse("destinations:\n  fan: { type: nats }\n", "destinations.fan: missing required key url", NULL);
+	refuse("destinations:\n  fan:\n", "destinations.fan: expected a mapping with at least type:", NULL);
+	refuse("destinations: { p: { type: nats, url: \"nats://h\" } }\nroutes:\n  - destination: p\n",
+		   "routes[0]: missing required key topicPattern", "(line 3, column 5)", NULL);
+	refuse("destinations: { p: { type: nats, url: \"nats://h\" } }\nroutes:\n  - topicPattern: a\n",
+		   "routes[0]: missing required key destination", NULL);
+	refuse("routes:\n  -\n", "routes[0]: expected a mapping with topicPattern and destination", NULL);
+}
+
+/* ---- refusals: values --------------------------------------------- */
+
+static void
+test_wrong_types(void **state)
+{
+	refuse("outbox:\n  batchSize: many\n",
+		   "outbox.batchSize: expected an integer from 1 to 10000, got \"many\" (line 2, column 14)", NULL);
+	refuse("outbox:\n  pollIntervalMs: 500\n  batchSize: many\n",
+		   "outbox.batchSize: expected an integer from 1 to 10000, got \"many\" (line 3, column 14)", NULL);
+	refuse("outbox: { batchSize: 0 }\n", "outbox.batchSize: expected an integer from 1 to 10000, got \"0\"", NULL);
+	refuse("outbox: { batchSize: 10001 }\n", "got \"10001\"", NULL);
+	refuse("outbox: { batchSize: 1.5 }\n", "got \"1.5\"", NULL);
+	refuse("outbox: { batchSize: 0x10 }\n", "got \"0x10\"", NULL);
+	refuse("outbox: { batchSize: 99999999999999999999999 }\n", "outbox.batchSize: expected an integer", NULL);
+	refuse("outbox: { batchSize: }\n", "outbox.batchSize: expected an integer from 1 to 10000, got an empty value", NULL);
+	refuse("outbox: { batchSize: [1] }\n", "outbox.batchSize: expected an integer from 1 to 10000, got a sequence", NULL);
+	refuse("outbox: { batchSize: \"a\\tb\" }\n", "got \"a\\x09b\"", NULL);
+	refuse("outbox: { pollIntervalMs: 9 }\n", "outbox.pollIntervalMs: expected an integer from 10 to 3600000", NULL);
+	refuse("outbox: { maxAttempts: 0 }\n", "outbox.maxAttempts: expected an integer from 1 to 1000000", NULL);
+	refuse("outbox: { claimTimeoutMs: 999 }\n", "outbox.claimTimeoutMs: expected an integer from 1000 to 86400000", NULL);
+	refuse("outbox: { backoff: { initialMs: 0 } }\n", "outbox.backoff.initialMs: expected an integer from 1", NULL);
+	refuse("outbox: { backoff: { initialMs: 10, maxMs: 5 } }\n",
+		   "outbox.backoff.maxMs: must be at least initialMs (10), got 5", NULL);
+	refuse("outbox: { backoff: { initialMs: 4000000 } }\n",
+		   "outbox.backoff.initialMs: is larger than maxMs (3600000, the default)", NULL);
+	refuse("outbox: { backoff: { multiplier: 0.5 } }\n", "outbox.backoff.multiplier: expected a number >= 1", "got \"0.5\"", NULL);
+	refuse("outbox: { backoff: { multiplier: .inf } }\n", "outbox.backoff.multiplier: expected a number", NULL);
+	refuse("outbox: { backoff: { multiplier: nan } }\n", "got \"nan\"", NULL);
+	refuse("outbox: { backoff: { multiplier: 1e999 } }\n", "got \"1e999\"", NULL);
+	refuse("outbox: { backoff: { multiplier: 2x } }\n", "outbox.backoff.multiplier: expected a number >= 1", "got \"2x\"", NULL);
+	refuse("outbox: { backoff: { jitter: 0.1.2 } }\n", "got \"0.1.2\"", NULL);
+	refuse("outbox: { backoff: { multiplier: 0x2 } }\n", "got \"0x2\"", NULL);
+	refuse("outbox: { backoff: { multiplier: 2e } }\n", "got \"2e\"", NULL);
+	refuse("outbox: { backoff: { jitter: 1.5 } }\n", "outbox.backoff.jitter: expected a number from 0 to 1, got \"1.5\"", NULL);
+	refuse("outbox: { backoff: { jitter: -0.1 } }\n", "outbox.backoff.jitter", NULL);
+	refuse("outbox: { backoff: 5 }\n", "outbox.backoff: expected a mapping", NULL);
+	refuse("outbox: [1]\n", "outbox: expected a mapping", "got a sequence (line 1, column 9)", NULL);
+	refuse("routes: { a: 1 }\n", "routes: expected a sequence", NULL);
+	refuse("destinations: [1]\n", "destinations: expected a mapping", NULL);
+
+	refuse("outbox: { retention: 0 }\n", "outbox.retention: expected a duration", "got \"0\"", NULL);
+	refuse("outbox: { retention: 7x }\n", "got \"7x\"", NULL);
+	refuse("outbox: { retention: d }\n", "got \"d\"", NULL);
+	refuse("outbox: { retention: -1 }\n", "got \"-1\"", NULL);
+	refuse("outbox: { retention: 7 d }\n", "got \"7 d\"", NULL);
+	refuse("outbox: { retention: 36501d }\n", "got \"36501d\"", NULL);
+	refuse("outbox: { retention: 99999999999999999999999999d }\n", "outbox.retention: expected a duration", NULL);
+
+	refuse("destinations:\n  bus: { type: rabbitmq, url: \"amqp://h\", exchange: e, persistent: yes }\n",
+		   "destinations.bus.persistent: expected true or false, got \"yes\"", NULL);
+	refuse("destinations:\n  fan: { type: nats, url: \"nats://h\", jetstream: 1 }\n",
+		   "destinations.fan.jetstream: expected true or false, got \"1\"", NULL);
+	refuse("destinations:\n  p: { type: smtp }\n",
+		   "destinations.p.type: expected one of http, rabbitmq, kafka, nats, got \"smtp\" (line 2, column 14)", NULL);
+	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", timeoutMs: 600001 }\n",
+		   "destinations.p.timeoutMs: expected an integer from 1 to 600000", NULL);
+	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", path: events }\n",
+		   "destinations.p.path: must start with '/'", NULL);
+	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", path: \"/a?b=1\" }\n",
+		   "destinations.p.path: must not contain", NULL);
+	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", headers: [a] }\n",
+		   "destinations.p.headers: expected a mapping", NULL);
+	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", headers: { \"X Key\": v } }\n",
+		   "destinations.p.headers[\"X Key\"]: not a valid HTTP header name", NULL);
+	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", headers: { \"X:K\": v } }\n",
+		   "not a valid HTTP header name", NULL);
+	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", headers: { X-K: \"a\\r\\nX-Evil: 1\" } }\n",
+		   "destinations.p.headers.X-K: the header value contains a line break", NULL);
+	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", headers: { X-K: { a: 1 } } }\n",
+		   "destinations.p.headers.X-K: expected a string, got a mapping", NULL);
+	refuse("destinations:\n  log: { type: kafka, brokers: h, config: { \"linger.ms\": [5] } }\n",
+		   "destinations.log.config[\"linger.ms\"]: expected a string", NULL);
+	refuse("destinations:\n  log: { type: kafka, brokers: h, topic: \"\" }\n",
+		   "destinations.log.topic: must not be empty", NULL);
+	refuse("destinations:\n  \"pay ments\": { type: nats, url: \"nats://h\" }\n",
+		   "destinations[\"pay ments\"]: a destination name may use only letters, digits, '_' and '-'", NULL);
+	refuse("destinations:\n  \"a.b\": { type: nats, url: \"nats://h\" }\n",
+		   "destinations[\"a.b\"]: a destination name", NULL);
+	refuse("outbox: { batchSize: \"1\\02\" }\n", "outbox.batchSize: the value contains a NUL character", NULL);
+}
+
+static void
+test_routes_validation(void **state)
+{
+	static const char *const bad[] = {"a..b", ".a", "a.", "a*", "*a", "**x", "a.***", "", "a b"};
+	char		doc[256];
+	size_t		i;
+
+	refuse("destinations:\n  payments: { type: http, baseUrl: \"http://h\" }\n"
+		   "  bus: { type: rabbitmq, url: \"amqp://h\", exchange: e }\n"
+		   "routes:\n  - topicPattern: \"**\"\n    destination: nope\n",
+		   "routes[0].destination: unknown destination \"nope\" (defined: payments, bus) (line 6, column 18)", NULL);
+	refuse("routes:\n  - { topicPattern: a, destination: x }\n",
+		   "routes[0].destination: unknown destination \"x\" (no destination is defined", NULL);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+	{
+		snprintf(doc, sizeof(doc),
+				 "destinations: { p: { type: nats, url: \"nats://h\" } }\n"
+				 "routes:\n  - { topicPattern: a, destination: p }\n"
+				 "  - topicPattern: \"%s\"\n    destination: p\n", bad[i]);
+		refuse(doc, "routes[1].topicPattern: ", "(line 4, column 19)", NULL);
+	}
+	refuse("destinations: { p: { type: nats, url: \"nats://h\" } }\nroutes:\n  - { topicPattern: \"a..b\", destination: p }\n",
+		   "routes[0].topicPattern: segment 2 is empty", NULL);
+	refuse("destinations: { p: { type: nats, url: \"nats://h\" } }\nroutes:\n  - { topicPattern: \"a.b*\", destination: p }\n",
+		   "routes[0].topicPattern: segment 2 \"b*\" mixes '*' with other text", NULL);
+}
+
+/* ---- refusals: the YAML itself ------------------------------------ */
+
+static void
+test_yaml_errors(void **state)
+{
+	char		err[QB_ERRLEN];
+
+	refuse("outbox: [1, 2\n", "YAML syntax error at line ", NULL);
+	refuse("outbox:\n  batchSize: 1\n bad: 2\n", "YAML syntax error at line 3, column 2: ", NULL);
+	refuse("a: b: c\n", "YAML syntax error at line 1, column 5: mapping values are not allowed in this context", NULL);
+	refuse("outbox:\n\tbatchSize: 1\n", "YAML syntax error at line 2, column 1", NULL);
+	/* invalid UTF-8: libyaml reports a byte offset; we report where */
+	refuse("outbox:\n  retention: \"\xff\"\n",
+		   "YAML syntax error at line 2, column 15: invalid leading UTF-8 octet (0xFF)",
+		   "must be UTF-8", NULL);
+	refuse("# caf\xc3\xa9\nroutes: \"\xc3\"\n", "YAML syntax error at line 2, column 11: invalid trailing UTF-8 octet (0x22)", NULL);
+	refuse("outbox: \"\xc0\xaf\"\n", "YAML syntax error at line 1, column 10", NULL);
+	/* columns count characters, not bytes */
+	refuse("outbox: { retention: \"caf\xc3\xa9\xff\" }\n",
+		   "YAML syntax error at line 1, column 27: invalid leading UTF-8 octet (0xFF)", NULL);
+	refuse("outbox: \"a\x01\"\n", "YAML syntax error at line 1, column 11: control characters are not allowed", NULL);
+	/* a UTF-16 byte order mark: the document must be UTF-8 */
+	refuse("\xff\xfeo\0u\0", "YAML syntax error at line 1, column 1", NULL);
+	/* a UTF-8 BOM is fine */
+	qb_config_free(accept("\xef\xbb\xbfoutbox: { batchSize: 3 }\n"));
+
+	refuse("- a\n- b\n", "the document must be a mapping with the keys outbox, destinations and routes, got a sequence (line 1, column 1)", NULL);
+	refuse("hello\n", "the document must be a mapping", "got a scalar", NULL);
+	refuse("outbox: {}\n---\nroutes: []\n", "a second YAML document starts at line 2", NULL);
+
+	/* aliases are refused where they are written */
+	refuse("outbox: &o { batchSize: 1 }\ndestinations: *o\n",
+		   "YAML alias \"*o\" at line 2, column 15: aliases are not supported", NULL);
+	refuse("a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n"
+		   "b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+		   "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+		   "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
+		   "e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+		   "f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n"
+		   "g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n"
+		   "outbox: *g\n",
+		   "YAML alias \"*a\" at line 2, column 8", NULL);
+	/* an anchor without an alias is harmless */
+	qb_config_free(accept("outbox: &o { batchSize: 2 }\n"));
+
+	/* nesting that no valid document has */
+	{
+		char		deep[400];
+		int			i;
+
+		for (i = 0; i < 150; i++)
+			deep[i] = '[';
+		for (; i < 300; i++)
+			deep[i] = ']';
+		deep[300] = '\0';
+		refused_message(deep, err, sizeof(err));
+		assert_non_null(strstr(err, "YAML nesting deeper than 64 levels"));
+	}
+}
+
+/* ---- ${NAME} ------------------------------------------------------ */
+
+static void
+test_expand_env_direct(void **state)
+{
+	static const struct
+	{
+		const char *in;
+		const char *out;
+	}			ok[] = {
+		{"", ""}, {"plain", "plain"}, {"${QB_T_A}", "alpha"}, {"x${QB_T_A}y${QB_T_A}z", "xalphayalphaz"},
+		{"$${QB_T_A}", "${QB_T_A}"}, {"$$", "$$"}, {"$", "$"}, {"a$b", "a$b"}, {"$$${QB_T_A}", "$${QB_T_A}"},
+		{"${QB_T_EMPTY}", ""}, {"${QB_T_REF}", "${QB_T_A}"},	/* one pass only */
+		{"${_x1}", "u"}, {"}{", "}{"},
+	};
+	static const struct
+	{
+		const char *in;
+		const char *msg;
+	}			bad[] = {
+		{"${QB_T_UNSET}", "environment variable QB_T_UNSET is not set"},
+		{"${QB_T_A", "unterminated ${ reference"},
+		{"abc ${", "unterminated ${ reference"},
+		{"${}", "bad variable name in \"${}\""},
+		{"${1A}", "bad variable name in \"${1A}\""},
+		{"${A-B}", "bad variable name"},
+		{"${A:-x}", "bad variable name"},
+	};
+	char		err[QB_ERRLEN];
+	size_t		i;
+
+	setenv("QB_T_A", "alpha", 1);
+	setenv("QB_T_EMPTY", "", 1);
+	setenv("QB_T_REF", "${QB_T_A}", 1);
+	setenv("_x1", "u", 1);
+	unsetenv("QB_T_UNSET");
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+	{
+		char	   *s = qb_expand_env(ok[i].in, err, sizeof(err));
+
+		if (s == NULL)
+			fail_msg("%s: %s", ok[i].in, err);
+		assert_string_equal(s, ok[i].out);
+		free(s);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+	{
+		err[0] = '\0';
+		assert_null(qb_expand_env(bad[i].in, err, sizeof(err)));
+		if (strstr(err, bad[i].msg) == NULL)
+			fail_msg("%s: \"%s\" lacks \"%s\"", bad[i].in, err, bad[i].msg);
+	}
+	unsetenv("QB_T_A");
+	unsetenv("QB_T_EMPTY");
+	unsetenv("QB_T_REF");
+	unsetenv("_x1");
+}
+
+static void
+test_expand_env_in_document(void **state)
+{
+	QbConfig   *c;
+	char		err[QB_ERRLEN];
+
+	setenv("QB_T_BATCH", "42", 1);
+	setenv("QB_T_HOST", "127.0.0.1:9000", 1);
+	setenv("QB_T_KEY", "s3cr3t-value", 1);
+	c = accept("outbox:\n  batchSize: ${QB_T_BATCH}\n"
+			   "destinations:\n  payments:\n    type: http\n    baseUrl: \"http://${QB_T_HOST}\"\n"
+			   "    path: /a/$${QB_T_BATCH}/b\n"
+			   "    headers: { X-Api-Key: \"Bearer ${QB_T_KEY}\" }\n"
+			   "  log: { type: kafka, brokers: h, config: { \"${QB_T_KEY}\": x } }\n");
+	assert_int_equal(c->outbox.batch_size, 42);
+	assert_string_equal(c->destinations[0].url, "http://127.0.0.1:9000/a/${QB_T_BATCH}/b");
+	assert_string_equal(c->destinations[0].headers[0].value, "Bearer s3cr3t-value");
+	/* keys are not expanded */
+	assert_string_equal(c->destinations[1].props[0].name, "${QB_T_KEY}");
+	qb_config_free(c);
+
+	/* expansion happens before the type check */
+	setenv("QB_T_BATCH", "lots", 1);
+	refuse("outbox:\n  batchSize: ${QB_T_BATCH}\n",
+		   "outbox.batchSize: expected an integer from 1 to 10000, got \"lots\" (line 2, column 14)", NULL);
+
+	unsetenv("QB_T_UNSET");
+	refuse("destinations:\n  payments:\n    type: http\n    baseUrl: \"http://h\"\n"
+		   "    headers: { X-Api-Key: \"${QB_T_UNSET}\" }\n",
+		   "destinations.payments.headers.X-Api-Key: environment variable QB_T_UNSET is not set",
+		   "(line 5, column 27)", NULL);
+	refuse("outbox:\n  retention: \"${QB_T_BATCH\"\n", "outbox.retention: unterminated ${ reference", NULL);
+
+	/* a secret that makes the value invalid is not echoed */
+	setenv("QB_T_KEY", "s3cr3t\r\nX-Evil: 1", 1);
+	refused_message("destinations:\n  p: { type: http, baseUrl: \"http://h\", headers: { X-K: \"${QB_T_KEY}\" } }\n",
+					err, sizeof(err));
+	assert_non_null(strstr(err, "destinations.p.headers.X-K: the header value contains a line break"));
+	assert_null(strstr(err, "s3cr3t"));
+	setenv("QB_T_KEY", "http://user:s3cr3t@h", 1);
+	refused_message("destinations:\n  p: { type: http, baseUrl: \"${QB_T_KEY}\" }\n", err, sizeof(err));
+	assert_non_null(strstr(err, "destinations.p.baseUrl: user info"));
+	assert_null(strstr(err, "s3cr3t"));
+
+	unsetenv("QB_T_BATCH");
+	unsetenv("QB_T_HOST");
+	unsetenv("QB_T_KEY");
+}
+
+/* ---- QUEUEBOX_* overrides ----------------------------------------- */
+
+static const char override_doc[] =
+"outbox:\n"
+"  batchSize: 100\n"
+"destinations:\n"
+"  payments:\n"
+"    type: http\n"
+"    baseUrl: \"http://127.0.0.1:9000\"\n"
+"    headers: { X-Api-Key: doc-key }\n"
+"  bus: { type: rabbitmq, url: \"amqp://h\", exchange: e }\n"
+"  my-api: { type: http, baseUrl: \"http://h\" }\n"
+"routes:\n"
+"  - topicPattern: \"orders.**\"\n"
+"    destination: payments\n";
+
+static void
+test_overrides_valid(void **state)
+{
+	QbConfig   *c;
+
+	/* ignored: not a key, and the test settings */
+	setenv("QUEUEBOX_TEST_SOMETHING", "x", 1);
+	setenv("QUEUEBOX_NOPE", "x", 1);
+	setenv("QUEUEBOX_OUTBOX_NOPE", "x", 1);
+	setenv("QUEUEBOX_DESTINATIONS_GHOST_BASEURL", "x", 1);
+	setenv("QUEUEBOX_ROUTES_7_DESTINATION", "x", 1);
+	setenv("QUEUEBOX_OUTBOX", "x", 1);	/* a mapping, not a scalar */
+
+	setenv("QUEUEBOX_OUTBOX_BATCHSIZE", "7", 1);
+	setenv("QUEUEBOX_outbox_maxAttempts", "3", 1);	/* case is ignored */
+	setenv("QUEUEBOX_OUTBOX_BACKOFF_INITIALMS", "250", 1);	/* backoff: created */
+	setenv("QUEUEBOX_OUTBOX_RETENTION", "2h", 1);
+	setenv("QUEUEBOX_DESTINATIONS_PAYMENTS_BASEURL", "https://example.com/base", 1);
+	setenv("QUEUEBOX_DESTINATIONS_PAYMENTS_PATH", "/in", 1);
+	setenv("QUEUEBOX_DESTINATIONS_PAYMENTS_HEADERS_X_API_KEY", "${NOT_EXPANDED}", 1);
+	setenv("QUEUEBOX_DESTINATIONS_MY_API_TIMEOUTMS", "1234", 1);
+	setenv("QUEUEBOX_DESTINATIONS_BUS_PERSISTENT", "false", 1);
+	setenv("QUEUEBOX_ROUTES_0_DESTINATION", "bus", 1);
+	setenv("QUEUEBOX_ROUTES_0_TOPICPATTERN", "**", 1);
+
+	c = accept(override_doc);
+	assert_int_equal(c->outbox.batch_size, 7);
+	assert_int_equal(c->outbox.max_attempts, 3);
+	assert_int_equal(c->outbox.backoff.initial_ms, 250);
+	assert_int_equal(c->outbox.backoff.max_ms, 3600000);
+	assert_int_equal(c->outbox.retention_sec, 7200);
+	assert_string_equal(c->destinations[0].url, "https://example.com/base/in");
+	assert_string_equal(c->destinations[0].headers[0].value, "${NOT_EXPANDED}");
+	assert_int_equal(c->destinations[2].timeout_ms, 1234);
+	assert_false(c->destinations[1].persistent);
+	assert_string_equal(c->routes[0].destination, "bus");
+	assert_int_equal(c->routes[0].dest_index, 1);
+	assert_string_equal(c->routes[0].topic_pattern, "**");
+	qb_config_free(c);
+
+	/* an empty document takes outbox overrides too */
+	c = accept("");
+	assert_int_equal(c->outbox.batch_size, 7);
+	assert_int_equal(c->outbox.backoff.initial_ms, 250);
+	assert_int_equal(c->ndestinations, 0);
+	qb_config_free(c);
+	/* and so does a null outbox: */
+	c = accept("outbox:\n");
+	assert_int_equal(c->outbox.batch_size, 7);
+	qb_config_free(c);
+
+	unsetenv("QUEUEBOX_TEST_SOMETHING");
+	unsetenv("QUEUEBOX_NOPE");
+	unsetenv("QUEUEBOX_OUTBOX_NOPE");
+	unsetenv("QUEUEBOX_DESTINATIONS_GHOST_BASEURL");
+	unsetenv("QUEUEBOX_ROUTES_7_DESTINATION");
+	unsetenv("QUEUEBOX_OUTBOX");
+	unsetenv("QUEUEBOX_OUTBOX_BATCHSIZE");
+	unsetenv("QUEUEBOX_outbox_maxAttempts");
+	unsetenv("QUEUEBOX_OUTBOX_BACKOFF_INITIALMS");
+	unsetenv("QUEUEBOX_OUTBOX_RETENTION");
+	unsetenv("QUEUEBOX_DESTINATIONS_PAYMENTS_BASEURL");
+	unsetenv("QUEUEBOX_DESTINATIONS_PAYMENTS_PATH");
+	unsetenv("QUEUEBOX_DESTINATIONS_PAYMENTS_HEADERS_X_API_KEY");
+	unsetenv("QUEUEBOX_DESTINATIONS_MY_API_TIMEOUTMS");
+	unsetenv("QUEUEBOX_DESTINATIONS_BUS_PERSISTENT");
+	unsetenv("QUEUEBOX_ROUTES_0_DESTINATION");
+	unsetenv("QUEUEBOX_ROUTES_0_TOPICPATTERN");
+
+	/* with the variables gone, the document's values are back */
+	c = accept(override_doc);
+	assert_int_equal(c->outbox.batch_size, 100);
+	assert_string_equal(c->destinations[0].url, "http://127.0.0.1:9000");
+	qb_config_free(c);
+}
+
+static void
+test_overrides_invalid(void **state)
+{
+	char		err[QB_ERRLEN];
+
+	setenv("QUEUEBOX_OUTBOX_BATCHSIZE", "many", 1);
+	refuse(override_doc,
+		   "QUEUEBOX_OUTBOX_BATCHSIZE (outbox.batchSize): expected an integer from 1 to 10000, got \"many\"", NULL);
+	refuse("", "QUEUEBOX_OUTBOX_BATCHSIZE (outbox.batchSize): expected an integer", NULL);
+	/* two variables for one key */
+	setenv("QUEUEBOX_Outbox_BatchSize", "5", 1);
+	refuse(override_doc, "both set outbox.batchSize: unset one of them", NULL);
+	unsetenv("QUEUEBOX_Outbox_BatchSize");
+	unsetenv("QUEUEBOX_OUTBOX_BATCHSIZE");
+
+	setenv("QUEUEBOX_OUTBOX_BACKOFF_MAXMS", "10", 1);
+	refuse(override_doc, "QUEUEBOX_OUTBOX_BACKOFF_MAXMS (outbox.backoff.maxMs): must be at least initialMs (1000), got 10", NULL);
+	unsetenv("QUEUEBOX_OUTBOX_BACKOFF_MAXMS");
+
+	setenv("QUEUEBOX_DESTINATIONS_PAYMENTS_BASEURL", "ftp://user:s3cr3t@x", 1);
+	refused_message(override_doc, err, sizeof(err));
+	assert_non_null(strstr(err, "QUEUEBOX_DESTINATIONS_PAYMENTS_BASEURL (destinations.payments.baseUrl): unsupported scheme \"ftp\""));
+	assert_null(strstr(err, "s3cr3t"));
+	unsetenv("QUEUEBOX_DESTINATIONS_PAYMENTS_BASEURL");
+
+	/* a key of another destination type: a stale override is noticed */
+	setenv("QUEUEBOX_DESTINATIONS_PAYMENTS_EXCHANGE", "e", 1);
+	refuse(override_doc,
+		   "QUEUEBOX_DESTINATIONS_PAYMENTS_EXCHANGE (destinations.payments.exchange): unknown key for an http destination",
+		   NULL);
+	unsetenv("QUEUEBOX_DESTINATIONS_PAYMENTS_EXCHANGE");
+
+	setenv("QUEUEBOX_ROUTES_0_DESTINATION", "nope", 1);
+	refuse(override_doc,
+		   "QUEUEBOX_ROUTES_0_DESTINATION (routes[0].destination): unknown destination \"nope\" (defined: payments, bus, my-api)",
+		   NULL);
+	unsetenv("QUEUEBOX_ROUTES_0_DESTINATION");
+
+	setenv("QUEUEBOX_DESTINATIONS_BUS_MANDATORY", "TRUE", 1);
+	refuse(override_doc, "QUEUEBOX_DESTINATIONS_BUS_MANDATORY (destinations.bus.mandatory): expected true or false, got \"TRUE\"", NULL);
+	unsetenv("QUEUEBOX_DESTINATIONS_BUS_MANDATORY");
+
+	/* one name for two paths */
+	setenv("QUEUEBOX_DESTINATIONS_A_B_TYPE", "nats", 1);
+	refuse("destinations:\n  a-b: { type: nats, url: \"nats://h\" }\n  a_b: { type: nats, url: \"nats://h\" }\n",
+		   "QUEUEBOX_DESTINATIONS_A_B_TYPE matches both destinations.a-b.type and destinations.a_b.type", NULL);
+	unsetenv("QUEUEBOX_DESTINATIONS_A_B_TYPE");
+
+	/* an override does not hide a document that is not a mapping */
+	setenv("QUEUEBOX_OUTBOX_BATCHSIZE", "5", 1);
+	refuse("- 1\n", "the document must be a mapping", NULL);
+	refuse("outbox: 5\n", "outbox: expected a mapping", NULL);
+	unsetenv("QUEUEBOX_OUTBOX_BATCHSIZE");
+}
+
+/* ---- URLs ------------------------------------------------------------ */
+
+static void
+test_url_check(void **state)
+{
+	static const char *const good[] = {
+		"http://127.0.0.1:9000", "https://example.com/base", "HTTPS://Example.COM", "http://h:1",
+		"http://h:65535/a/b/", "http://[::1]:8080/x", "http://[::1]", "http://my_host.local",
+	};
+	static const struct
+	{
+		const char *url;
+		const char *msg;
+	}			bad[] = {
+		{"ftp://x", "unsupported scheme \"ftp\" (use http or https)"},
+		{"http://", "no host after \"http://\""},
+		{"http:///path", "no host"},
+		{"http://host:0", "the port must be a number from 1 to 65535"},
+		{"http://host:99999", "the port must be a number from 1 to 65535"},
+		{"http://host:", "the port must be"},
+		{"http://host:80x", "the port must be"},
+		{"http://host:99999999999999999999", "the port must be"},
+		{"http://user@host", "user info (user@ or user:password@) is not allowed"},
+		{"http://user:pw@host", "user info"},
+		{"http://h/p?q=1", "a query string (?...) is not allowed"},
+		{"http://h?q", "a query string"},
+		{"http://h/p#frag", "a fragment"},
+		{"not a url", "not a URL"},
+		{"not-a-url", "not a URL"},
+		{"", "not a URL"},
+		{"://h", "not a URL"},
+		{"http://h h", "space"},
+		{"http://h\n", "control character"},
+		{"http://ho$t", "invalid character in the host name"},
+		{"http://[::1", "closing ']'"},
+		{"http://[zz]", "IPv6"},
+		{"http://[::1]x", "after the IPv6 host"},
+	};
+	char		err[QB_ERRLEN];
+	size_t		i;
+
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		if (!qb_url_check(good[i], err, sizeof(err)))
+			fail_msg("%s refused: %s", good[i], err);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+	{
+		err[0] = '\0';
+		if (qb_url_check(bad[i].url, err, sizeof(err)))
+			fail_msg("%s accepted", bad[i].url);
+		if (strstr(err, bad[i].msg) == NULL)
+			fail_msg("%s: \"%s\" lacks \"%s\"", bad[i].url, err, bad[i].msg);
+	}
+
+	/* the message never repeats the URL: it may hold a password */
+	assert_false(qb_url_check("http://u:s3cr3t@h", err, sizeof(err)));
+	assert_null(strstr(err, "s3cr3t"));
+
+	/* the scheme-aware form */
+	{
+		static const char *const amqp[] = {"amqp", "amqps", NULL};
+
+		assert_true(qb_url_check_scheme("amqp://guest:guest@127.0.0.1:5672/", amqp,
+										QB_URL_USERINFO | QB_URL_QUERY, err, sizeof(err)));
+		assert_true(qb_url_check_scheme("amqps://h/vhost?heartbeat=10", amqp,
+										QB_URL_USERINFO | QB_URL_QUERY, err, sizeof(err)));
+		assert_false(qb_url_check_scheme("amqp://u:p@h", amqp, 0, err, sizeof(err)));
+		assert_non_null(strstr(err, "user info"));
+		assert_false(qb_url_check_scheme("http://h", amqp, QB_URL_USERINFO, err, sizeof(err)));
+		assert_non_null(strstr(err, "unsupported scheme \"http\" (use amqp or amqps)"));
+		assert_false(qb_url_check_scheme("amqp://u:s3cr3t@h:0/", amqp, QB_URL_USERINFO, err, sizeof(err)));
+		assert_non_null(strstr(err, "port"));
+		assert_null(strstr(err, "s3cr3t"));
+	}
+
+	/* the same checks reached through a document */
+	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h/p?q=1\" }\n",
+		   "destinations.p.baseUrl: a query string", "(line 2, column 29)", NULL);
+	refuse("destinations:\n  p: { type: http, baseUrl: \"\" }\n", "destinations.p.baseUrl: not a URL", NULL);
+	refuse("destinations:\n  b: { type: rabbitmq, url: \"http://h\", exchange: e }\n",
+		   "destinations.b.url: unsupported scheme \"http\" (use amqp or amqps)", NULL);
+	refuse("destinations:\n  n: { type: nats, url: \"amqp://h\" }\n",
+		   "destinations.n.url: unsupported scheme \"amqp\" (use nats or tls)", NULL);
+	refuse("destinations:\n  n: { type: nats, url: \"nats://a:1,\" }\n", "destinations.n.url: empty entry", NULL);
+	refuse("destinations:\n  n: { type: nats, url: \"nats://a:1,nats://b:0\" }\n", "destinations.n.url: the port", NULL);
+	refuse("destinations:\n  k: { type: kafka, brokers: \"a:9092,,b\" }\n", "destinations.k.brokers: empty entry", NULL);
+	refuse("destinations:\n  k: { type: kafka, brokers: \"a:0\" }\n", "destinations.k.brokers: the port", NULL);
+	refuse("destinations:\n  k: { type: kafka, brokers: \"\" }\n", "destinations.k.brokers: empty entry", NULL);
+	refuse("destinations:\n  k: { type: kafka, brokers: \"a b\" }\n", "destinations.k.brokers: the broker list contains a space", NULL);
+	qb_config_free(accept("destinations:\n  k: { type: kafka, brokers: \"SSL://a:9093,[::1]:9092,c\" }\n"));
+}
+
+/* A request must end before its lease: timeoutMs < claimTimeoutMs. */
+static void
+test_lease_outlasts_request(void **state)
+{
+	QbConfig   *c;
+
+	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", timeoutMs: 300000 }\n",
+		   "destinations.p.timeoutMs:", "not less than outbox.claimTimeoutMs (300000 ms)",
+		   "line 2", NULL);
+	/* the default timeoutMs (10000) against a short lease points at the lease */
+	refuse("outbox: { claimTimeoutMs: 5000 }\n"
+		   "destinations:\n  p: { type: http, baseUrl: \"http://h\" }\n",
+		   "outbox.claimTimeoutMs:", "waits up to 10000 ms", "line 1", NULL);
+	c = accept("outbox: { claimTimeoutMs: 700000 }\n"
+			   "destinations:\n  p: { type: http, baseUrl: \"http://h\", timeoutMs: 600000 }\n");
+	assert_int_equal(c->destinations[0].timeout_ms, 600000);
+	qb_config_free(c);
+	/* brokers have no timeoutMs of this kind */
+	c = accept("outbox: { claimTimeoutMs: 1000 }\n"
+			   "destinations:\n  n: { type: nats, url: \"nats://127.0.0.1:4222\" }\n");
+	qb_config_free(c);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_empty_documents),
+		cmocka_unit_test(test_full_document),
+		cmocka_unit_test(test_partial_defaults),
+		cmocka_unit_test(test_scalar_forms),
+		cmocka_unit_test(test_unknown_keys),
+		cmocka_unit_test(test_duplicate_keys),
+		cmocka_unit_test(test_required_keys),
+		cmocka_unit_test(test_wrong_types),
+		cmocka_unit_test(test_routes_validation),
+		cmocka_unit_test(test_yaml_errors),
+		cmocka_unit_test(test_expand_env_direct),
+		cmocka_unit_test(test_expand_env_in_document),
+		cmocka_unit_test(test_overrides_valid),
+		cmocka_unit_test(test_overrides_invalid),
+		cmocka_unit_test(test_url_check),
+		cmocka_unit_test(test_lease_outlasts_request),
+	};
+
+	return cmocka_run_group_tests_name("qb_config", tests, NULL, NULL);
+}
