@@ -3,9 +3,8 @@
  *	  Schema of the QueueBox extension: the outbox, its configuration, and the
  *	  statements the workers run.
  *
- * The claim and settle statements live here, as functions, so that there is
- * one copy of the SQL: the background workers call them through SPI, the
- * daemon through libpq, and the isolation specs call them directly.
+ * The statements the workers run live in src/common/qb_sql_pg.h; the
+ * internal functions _outbox_claim() and friends below run the same text.
  */
 \echo Use "CREATE EXTENSION queuebox" to load this file. \quit
 
@@ -119,125 +118,49 @@ COMMENT ON FUNCTION queuebox.enqueue(text, jsonb, text, jsonb) IS
 	'Insert one outbox row in the current transaction; returns its id.';
 
 -- ---------------------------------------------------------------------------
--- The worker statements (one copy of the SQL for every host)
+-- The worker statements
 -- ---------------------------------------------------------------------------
+-- The workers run these statements through SPI; the functions below run the
+-- same text (src/common/qb_sql_pg.h), so tests of them test what the workers
+-- do.  They are internal: an application never needs to call them.
 
 /*
  * _outbox_claim: move up to batch_size due pending rows to processing under
  * one claim token, with a lease of lease_ms.  A keyed row is claimable only
- * when no earlier row of its key is pending or processing, so the rows of one
- * key go out one at a time in id order, across every worker and replica.
- * SKIP LOCKED keeps concurrent claimers off each other's rows.  The ids go
- * through ARRAY(...) so the UPDATE is an index lookup per id whatever the
- * planner guesses for a LIMIT it cannot see (a join plan here scanned the
- * whole table).
+ * when no earlier row of its key is pending or processing.
  */
 CREATE FUNCTION queuebox._outbox_claim(
 	batch_size int, lease_ms bigint, default_max_attempts int, token uuid)
 	RETURNS TABLE (id bigint, message_id uuid, topic text, key text,
 				   payload text, headers text, attempt int, max_attempts int)
-	LANGUAGE sql VOLATILE
-	AS $$
-	UPDATE queuebox.outbox o
-	SET state = 'processing',
-		claim_token = token,
-		lease_until = now() + lease_ms * interval '1 millisecond'
-	WHERE o.id = ANY (ARRAY(
-		SELECT c.id
-		FROM queuebox.outbox c
-		WHERE c.state = 'pending'
-		  AND c.scheduled_at <= now()
-		  AND (c.key IS NULL OR NOT EXISTS (
-				SELECT 1 FROM queuebox.outbox e
-				WHERE e.key = c.key AND e.id < c.id
-				  AND e.state IN ('pending', 'processing')))
-		ORDER BY c.scheduled_at, c.id
-		LIMIT batch_size
-		FOR UPDATE SKIP LOCKED))
-	RETURNING o.id, o.message_id, o.topic, o.key, o.payload::text, o.headers::text,
-			  o.attempt, coalesce(o.max_attempts, default_max_attempts)
-$$;
+	AS 'MODULE_PATHNAME', 'qb_sql_outbox_claim'
+	LANGUAGE C VOLATILE;
 
 /*
- * _outbox_settle: end a claim for a whole batch in one statement.  Each
- * element i says what happened to ids[i]: 'sent', 'retry' (back to pending,
- * due after delays_ms[i]), 'dead', or 'release' (back to pending, attempt
- * unchanged: the worker stopped before it knew).  Fenced by the claim token:
- * a row whose lease was taken over is not touched.  Returns rows changed.
+ * _outbox_settle: end a claim for a whole batch in one statement.  Element i
+ * says what happened to ids[i]: 'sent', 'retry' (pending again, due after
+ * delays_ms[i]), 'dead', or 'release' (pending again, attempt unchanged: the
+ * worker stopped before it knew).  Fenced by the claim token; returns the
+ * rows changed.
  */
 CREATE FUNCTION queuebox._outbox_settle(
 	token uuid, ids bigint[], outcomes text[], attempts int[],
 	delays_ms bigint[], errors text[])
 	RETURNS bigint
-	LANGUAGE sql VOLATILE
-	AS $$
-	WITH s AS (
-		SELECT * FROM unnest(ids, outcomes, attempts, delays_ms, errors)
-			AS s(id, outcome, attempt, delay_ms, error)
-	), u AS (
-		UPDATE queuebox.outbox o
-		SET state = CASE s.outcome WHEN 'sent' THEN 'sent'
-								   WHEN 'dead' THEN 'dead'
-								   ELSE 'pending' END,
-			attempt = s.attempt,
-			scheduled_at = CASE s.outcome
-				WHEN 'retry' THEN now() + s.delay_ms * interval '1 millisecond'
-				ELSE o.scheduled_at END,
-			last_error = CASE s.outcome WHEN 'sent' THEN o.last_error
-										ELSE s.error END,
-			claim_token = NULL,
-			lease_until = NULL
-		FROM s
-		WHERE o.id = s.id
-		  AND o.id = ANY (ids)		-- a primary key lookup per id
-		  AND o.claim_token = token
-		  AND o.state = 'processing'
-		RETURNING 1
-	)
-	SELECT count(*) FROM u
-$$;
+	AS 'MODULE_PATHNAME', 'qb_sql_outbox_settle'
+	LANGUAGE C VOLATILE;
 
-/*
- * _outbox_reclaim: a claim whose lease expired (its worker crashed or hung)
- * goes back to pending.  The attempt is not counted: nobody knows whether it
- * was made, and delivery is at least once anyway.
- */
+/* _outbox_reclaim: expired leases go back to pending, attempt unchanged. */
 CREATE FUNCTION queuebox._outbox_reclaim(max_rows int)
 	RETURNS bigint
-	LANGUAGE sql VOLATILE
-	AS $$
-	WITH u AS (
-		UPDATE queuebox.outbox o
-		SET state = 'pending', claim_token = NULL, lease_until = NULL,
-			last_error = 'lease expired: the claim was not settled within outbox.claimTimeoutMs; returned to pending'
-		WHERE o.id = ANY (ARRAY(
-			SELECT x.id FROM queuebox.outbox x
-			WHERE x.state = 'processing' AND x.lease_until < now()
-			ORDER BY x.lease_until
-			LIMIT max_rows
-			FOR UPDATE SKIP LOCKED))
-		RETURNING 1
-	)
-	SELECT count(*) FROM u
-$$;
+	AS 'MODULE_PATHNAME', 'qb_sql_outbox_reclaim'
+	LANGUAGE C STRICT VOLATILE;
 
 /* _outbox_retention: delete up to max_rows sent rows older than keep_sec. */
 CREATE FUNCTION queuebox._outbox_retention(keep_sec bigint, max_rows int)
 	RETURNS bigint
-	LANGUAGE sql VOLATILE
-	AS $$
-	WITH d AS (
-		DELETE FROM queuebox.outbox o
-		WHERE o.id = ANY (ARRAY(
-			SELECT x.id FROM queuebox.outbox x
-			WHERE x.state = 'sent'
-			  AND x.created_at < now() - keep_sec * interval '1 second'
-			LIMIT max_rows
-			FOR UPDATE SKIP LOCKED))
-		RETURNING 1
-	)
-	SELECT count(*) FROM d
-$$;
+	AS 'MODULE_PATHNAME', 'qb_sql_outbox_retention'
+	LANGUAGE C STRICT VOLATILE;
 
 -- ---------------------------------------------------------------------------
 -- Visibility

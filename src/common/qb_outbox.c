@@ -288,6 +288,9 @@ qbo_round(QboEngine *e)
 	char		err[QB_ERRLEN];
 	QboRound	r = {0};
 	int			n = 0;
+	long		t0 = qbo_now_ms();
+	long		t1,
+				t2;
 
 	if (!qb_uuid_v4(token))
 	{
@@ -302,6 +305,8 @@ qbo_round(QboEngine *e)
 		return -1;
 	}
 	n = r.nrows;
+	t1 = qbo_now_ms();
+	e->stats->claim_ms += t1 - t0;
 	if (n == 0)
 		return 0;
 
@@ -319,7 +324,10 @@ qbo_round(QboEngine *e)
 	e->stats->batches++;
 	qbo_dispatch(e, &r);
 	qbo_publish(e, &r);
+	t2 = qbo_now_ms();
+	e->stats->publish_ms += t2 - t1;
 	qbo_settle(e, &r, token);
+	e->stats->settle_ms += qbo_now_ms() - t2;
 
 done:
 	if (r.errors)

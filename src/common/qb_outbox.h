@@ -22,6 +22,10 @@ typedef struct QbOutboxStats
 	long		released;
 	long		reclaimed;
 	long		deleted;
+	/* wall time spent per phase, for the stop log line and benchmarks */
+	long		claim_ms;
+	long		publish_ms;
+	long		settle_ms;
 } QbOutboxStats;
 
 /*

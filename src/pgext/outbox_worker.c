@@ -206,6 +206,8 @@ qb_outbox_worker_main(Datum arg)
 	ereport(LOG,
 			(errmsg("queuebox outbox %d stopped: %ld batches, %ld sent, %ld retried, %ld dead, %ld released",
 					qbw_index, stats.batches, stats.sent, stats.retried, stats.dead,
-					stats.released)));
+					stats.released),
+			 errdetail("Time spent: claim %ld ms, publish %ld ms, settle %ld ms.",
+					   stats.claim_ms, stats.publish_ms, stats.settle_ms)));
 	proc_exit(0);
 }

@@ -4,8 +4,9 @@
  *
  * Transaction rules: every store call is one transaction of its own
  * (StartTransactionCommand ... CommitTransactionCommand) holding one
- * statement, the extension's own SQL function (queuebox._outbox_claim and
- * friends in queuebox--*.sql), so the SQL text exists once for every host.
+ * statement from qb_sql_pg.h, the one copy of the SQL for every host (the
+ * SQL-callable queuebox._outbox_claim() and friends run the same text).
+ * Plans are prepared once per process and kept.
  *
  * Errors: each call runs inside PG_TRY.  An ERROR (the extension was
  * dropped, a lock timeout, the database shutting down) aborts the
@@ -27,6 +28,7 @@
 #include "utils/snapmgr.h"
 
 #include "qb_pg.h"
+#include "qb_sql_pg.h"
 
 typedef struct QbsPlans
 {
@@ -116,9 +118,7 @@ qbs_config_load(void *ctx, char **text, char *err, size_t errlen)
 		/* the database may not have the extension (yet, or any more) */
 		if (OidIsValid(get_extension_oid("queuebox", true)))
 		{
-			SPIPlanPtr	p = qbs_prepare(&qbs_plans.config,
-										"SELECT document FROM queuebox.config WHERE id = 1",
-										0, NULL);
+			SPIPlanPtr	p = qbs_prepare(&qbs_plans.config, QB_PG_CONFIG_LOAD, 0, NULL);
 
 			if (SPI_execute_plan(p, NULL, NULL, true, 1) != SPI_OK_SELECT)
 				elog(ERROR, "reading queuebox.config failed");
@@ -153,22 +153,19 @@ qbs_outbox_claim(void *ctx, int batch_size, long lease_ms,
 	*nrows_out = 0;
 	PG_TRY();
 	{
-		Oid			types[4] = {INT4OID, INT8OID, INT4OID, TEXTOID};
+		Oid			types[4] = {INT4OID, INT8OID, INT4OID, UUIDOID};
 		Datum		values[4];
 		SPIPlanPtr	p;
 		uint64		n;
 
 		qbs_begin("queuebox: claim");
-		p = qbs_prepare(&qbs_plans.claim,
-						"SELECT id, message_id::text, topic, key, payload, headers, attempt, max_attempts"
-						" FROM queuebox._outbox_claim($1, $2, $3, $4::uuid)",
-						4, types);
+		p = qbs_prepare(&qbs_plans.claim, QB_PG_OUTBOX_CLAIM, 4, types);
 		values[0] = Int32GetDatum(batch_size);
 		values[1] = Int64GetDatum(lease_ms);
 		values[2] = Int32GetDatum(default_max_attempts);
-		values[3] = CStringGetTextDatum(token);
-		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "queuebox._outbox_claim failed");
+		values[3] = DirectFunctionCall1(uuid_in, CStringGetDatum(token));
+		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+			elog(ERROR, "the outbox claim failed");
 		n = SPI_processed;
 		if (n > 0)
 		{
@@ -240,7 +237,7 @@ qbs_outbox_settle(void *ctx, const char *token, const QbSettle *settles, int n,
 	*nchanged = 0;
 	PG_TRY();
 	{
-		Oid			types[6] = {TEXTOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
+		Oid			types[6] = {UUIDOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
 		INT8ARRAYOID, TEXTARRAYOID};
 		Datum		values[6];
 		Datum	   *ids,
@@ -252,8 +249,6 @@ qbs_outbox_settle(void *ctx, const char *token, const QbSettle *settles, int n,
 		int			dims[1] = {n};
 		int			lbs[1] = {1};
 		SPIPlanPtr	p;
-		bool		isnull;
-
 		qbs_begin("queuebox: settle");
 		ids = palloc(sizeof(Datum) * n);
 		outcomes = palloc(sizeof(Datum) * n);
@@ -270,20 +265,17 @@ qbs_outbox_settle(void *ctx, const char *token, const QbSettle *settles, int n,
 			errnulls[i] = settles[i].error == NULL;
 			errors[i] = errnulls[i] ? (Datum) 0 : CStringGetTextDatum(settles[i].error);
 		}
-		p = qbs_prepare(&qbs_plans.settle,
-						"SELECT queuebox._outbox_settle($1::uuid, $2, $3, $4, $5, $6)",
-						6, types);
-		values[0] = CStringGetTextDatum(token);
+		p = qbs_prepare(&qbs_plans.settle, QB_PG_OUTBOX_SETTLE, 6, types);
+		values[0] = DirectFunctionCall1(uuid_in, CStringGetDatum(token));
 		values[1] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 		values[2] = PointerGetDatum(construct_array(outcomes, n, TEXTOID, -1, false, TYPALIGN_INT));
 		values[3] = PointerGetDatum(construct_array(attempts, n, INT4OID, 4, true, TYPALIGN_INT));
 		values[4] = PointerGetDatum(construct_array(delays, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 		values[5] = PointerGetDatum(construct_md_array(errors, errnulls, 1, dims, lbs,
 													   TEXTOID, -1, false, TYPALIGN_INT));
-		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "queuebox._outbox_settle failed");
-		*nchanged = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-													  SPI_tuptable->tupdesc, 1, &isnull));
+		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "the outbox settle failed");
+		*nchanged = (int) SPI_processed;
 		qbs_commit();
 	}
 	PG_CATCH();
@@ -295,9 +287,9 @@ qbs_outbox_settle(void *ctx, const char *token, const QbSettle *settles, int n,
 	return rc;
 }
 
-/* qbs_count_call runs "SELECT fn($1, $2)" returning a bigint count. */
+/* qbs_count_call runs one statement and reports the rows it changed. */
 static int
-qbs_count_call(SPIPlanPtr *slot, const char *sql, const char *activity,
+qbs_count_call(SPIPlanPtr *slot, const char *sql, int ok_code, const char *activity,
 			   int nargs, Oid *types, Datum *values, int *count,
 			   char *err, size_t errlen)
 {
@@ -308,14 +300,12 @@ qbs_count_call(SPIPlanPtr *slot, const char *sql, const char *activity,
 	PG_TRY();
 	{
 		SPIPlanPtr	p;
-		bool		isnull;
 
 		qbs_begin(activity);
 		p = qbs_prepare(slot, sql, nargs, types);
-		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "%s failed", sql);
-		*count = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-												   SPI_tuptable->tupdesc, 1, &isnull));
+		if (SPI_execute_plan(p, values, NULL, false, 0) != ok_code)
+			elog(ERROR, "%s failed", activity);
+		*count = (int) SPI_processed;
 		qbs_commit();
 	}
 	PG_CATCH();
@@ -333,7 +323,7 @@ qbs_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
 	Oid			types[1] = {INT4OID};
 	Datum		values[1] = {Int32GetDatum(limit)};
 
-	return qbs_count_call(&qbs_plans.reclaim, "SELECT queuebox._outbox_reclaim($1)",
+	return qbs_count_call(&qbs_plans.reclaim, QB_PG_OUTBOX_RECLAIM, SPI_OK_UPDATE,
 						  "queuebox: reclaim", 1, types, values, n, err, errlen);
 }
 
@@ -344,7 +334,7 @@ qbs_outbox_retention(void *ctx, long retention_sec, int limit, int *n,
 	Oid			types[2] = {INT8OID, INT4OID};
 	Datum		values[2] = {Int64GetDatum(retention_sec), Int32GetDatum(limit)};
 
-	return qbs_count_call(&qbs_plans.retention, "SELECT queuebox._outbox_retention($1, $2)",
+	return qbs_count_call(&qbs_plans.retention, QB_PG_OUTBOX_RETENTION, SPI_OK_DELETE,
 						  "queuebox: retention", 2, types, values, n, err, errlen);
 }
 
@@ -370,7 +360,7 @@ qb_spi_load_document(void)
 	char	   *doc = NULL;
 
 	SPI_connect();
-	if (SPI_execute("SELECT document FROM queuebox.config WHERE id = 1", true, 1) == SPI_OK_SELECT &&
+	if (SPI_execute(QB_PG_CONFIG_LOAD, true, 1) == SPI_OK_SELECT &&
 		SPI_processed == 1)
 	{
 		char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);

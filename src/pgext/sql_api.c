@@ -22,12 +22,17 @@
 #include "qb_config.h"
 #include "qb_pg.h"
 #include "qb_route.h"
+#include "qb_sql_pg.h"
 
 PG_FUNCTION_INFO_V1(qb_sql_configure);
 PG_FUNCTION_INFO_V1(qb_sql_validate);
 PG_FUNCTION_INFO_V1(qb_sql_wake_outbox);
 PG_FUNCTION_INFO_V1(qb_sql_route_of);
 PG_FUNCTION_INFO_V1(qb_sql_worker_status);
+PG_FUNCTION_INFO_V1(qb_sql_outbox_claim);
+PG_FUNCTION_INFO_V1(qb_sql_outbox_settle);
+PG_FUNCTION_INFO_V1(qb_sql_outbox_reclaim);
+PG_FUNCTION_INFO_V1(qb_sql_outbox_retention);
 
 /* The last document route_of() parsed, malloc'd, with its text. */
 static char *qbsql_cached_text = NULL;
@@ -181,4 +186,87 @@ qb_sql_worker_status(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/*
+ * qbsql_run executes one of the worker statements in the caller's
+ * transaction with the caller's arguments, which have the statement's types.
+ */
+static uint64
+qbsql_run(FunctionCallInfo fcinfo, const char *sql, int ok_code, int nargs,
+		  const Oid *types)
+{
+	Datum		values[8];
+	char		nulls[8];
+	int			rc;
+
+	Assert(nargs <= 8);
+	for (int i = 0; i < nargs; i++)
+	{
+		values[i] = PG_GETARG_DATUM(i);
+		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+	}
+	rc = SPI_execute_with_args(sql, nargs, (Oid *) types, values, nulls, false, 0);
+	if (rc != ok_code)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("queuebox statement failed: %s", SPI_result_code_string(rc))));
+	return SPI_processed;
+}
+
+/* queuebox._outbox_claim(batch_size, lease_ms, default_max_attempts, token) */
+Datum
+qb_sql_outbox_claim(PG_FUNCTION_ARGS)
+{
+	static const Oid types[4] = {INT4OID, INT8OID, INT4OID, UUIDOID};
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	uint64		n;
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	n = qbsql_run(fcinfo, QB_PG_OUTBOX_CLAIM, SPI_OK_UPDATE_RETURNING, 4, types);
+	for (uint64 i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* queuebox._outbox_settle(token, ids, outcomes, attempts, delays_ms, errors) */
+Datum
+qb_sql_outbox_settle(PG_FUNCTION_ARGS)
+{
+	static const Oid types[6] = {UUIDOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
+	INT8ARRAYOID, TEXTARRAYOID};
+	uint64		n;
+
+	SPI_connect();
+	n = qbsql_run(fcinfo, QB_PG_OUTBOX_SETTLE, SPI_OK_UPDATE, 6, types);
+	SPI_finish();
+	PG_RETURN_INT64((int64) n);
+}
+
+/* queuebox._outbox_reclaim(max_rows) */
+Datum
+qb_sql_outbox_reclaim(PG_FUNCTION_ARGS)
+{
+	static const Oid types[1] = {INT4OID};
+	uint64		n;
+
+	SPI_connect();
+	n = qbsql_run(fcinfo, QB_PG_OUTBOX_RECLAIM, SPI_OK_UPDATE, 1, types);
+	SPI_finish();
+	PG_RETURN_INT64((int64) n);
+}
+
+/* queuebox._outbox_retention(keep_sec, max_rows) */
+Datum
+qb_sql_outbox_retention(PG_FUNCTION_ARGS)
+{
+	static const Oid types[2] = {INT8OID, INT4OID};
+	uint64		n;
+
+	SPI_connect();
+	n = qbsql_run(fcinfo, QB_PG_OUTBOX_RETENTION, SPI_OK_DELETE, 2, types);
+	SPI_finish();
+	PG_RETURN_INT64((int64) n);
 }

@@ -1,0 +1,95 @@
+/*-------------------------------------------------------------------------
+ * qb_sql_pg.h
+ *	  The PostgreSQL statements of the outbox, one copy for every host.
+ *
+ * The background workers run them through SPI with saved plans; the
+ * SQL-callable wrappers queuebox._outbox_claim() and friends run the same
+ * text (so pg_regress and the isolation specs test exactly what the workers
+ * run); the daemon's libpq store will send the same text.  Parameters are
+ * typed by the caller ($n with the OIDs noted below).
+ *
+ * Why these shapes:
+ *	- Ids go through ARRAY(...): the UPDATE is then a primary-key lookup per
+ *	  id, whatever the planner guesses for a LIMIT it cannot see (a hash
+ *	  join plan here scanned the whole table).
+ *	- A keyed row is claimable only when no earlier row of its key is
+ *	  pending or processing: one row per key in flight, in id order, across
+ *	  every worker and replica.  SKIP LOCKED keeps claimers apart.
+ *	- The settle is fenced by the claim token alone: only processing rows
+ *	  carry one, and naming the state too lets the planner AND in the lease
+ *	  index, a scan of every processing row per settled row.
+ *-------------------------------------------------------------------------
+ */
+#ifndef QB_SQL_PG_H
+#define QB_SQL_PG_H
+
+/*
+ * Claim: $1 int4 batch size, $2 int8 lease in ms, $3 int4 default
+ * max_attempts, $4 uuid claim token.  Returns the claimed rows.
+ */
+#define QB_PG_OUTBOX_CLAIM \
+	"UPDATE queuebox.outbox o" \
+	" SET state = 'processing', claim_token = $4," \
+	"     lease_until = now() + $2 * interval '1 millisecond'" \
+	" WHERE o.id = ANY (ARRAY(" \
+	"   SELECT c.id FROM queuebox.outbox c" \
+	"   WHERE c.state = 'pending' AND c.scheduled_at <= now()" \
+	"     AND (c.key IS NULL OR NOT EXISTS (" \
+	"       SELECT 1 FROM queuebox.outbox e" \
+	"       WHERE e.key = c.key AND e.id < c.id" \
+	"         AND e.state IN ('pending', 'processing')))" \
+	"   ORDER BY c.scheduled_at, c.id" \
+	"   LIMIT $1" \
+	"   FOR UPDATE SKIP LOCKED))" \
+	" RETURNING o.id, o.message_id, o.topic, o.key, o.payload::text, o.headers::text," \
+	"           o.attempt, coalesce(o.max_attempts, $3)"
+
+/*
+ * Settle: $1 uuid claim token, $2 int8[] ids, $3 text[] outcomes ('sent',
+ * 'retry', 'dead', 'release'), $4 int4[] attempts, $5 int8[] retry delays in
+ * ms, $6 text[] errors.  A retry is due after its delay; a release keeps the
+ * row's attempt and due time.  The row count is the rows changed.
+ */
+#define QB_PG_OUTBOX_SETTLE \
+	"UPDATE queuebox.outbox o" \
+	" SET state = CASE s.outcome WHEN 'sent' THEN 'sent' WHEN 'dead' THEN 'dead'" \
+	"                            ELSE 'pending' END," \
+	"     attempt = s.attempt," \
+	"     scheduled_at = CASE s.outcome" \
+	"                      WHEN 'retry' THEN now() + s.delay_ms * interval '1 millisecond'" \
+	"                      ELSE o.scheduled_at END," \
+	"     last_error = CASE s.outcome WHEN 'sent' THEN o.last_error ELSE s.error END," \
+	"     claim_token = NULL, lease_until = NULL" \
+	" FROM unnest($2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::text[])" \
+	"      AS s(id, outcome, attempt, delay_ms, error)" \
+	" WHERE o.id = s.id AND o.claim_token = $1"
+
+/*
+ * Reclaim: $1 int4 most rows.  Expired leases go back to pending; the
+ * attempt is not counted (nobody knows whether it was made).
+ */
+#define QB_PG_OUTBOX_RECLAIM \
+	"UPDATE queuebox.outbox o" \
+	" SET state = 'pending', claim_token = NULL, lease_until = NULL," \
+	"     last_error = 'lease expired: the claim was not settled within outbox.claimTimeoutMs; returned to pending'" \
+	" WHERE o.id = ANY (ARRAY(" \
+	"   SELECT x.id FROM queuebox.outbox x" \
+	"   WHERE x.state = 'processing' AND x.lease_until < now()" \
+	"   ORDER BY x.lease_until LIMIT $1" \
+	"   FOR UPDATE SKIP LOCKED))"
+
+/* Retention: $1 int8 seconds to keep, $2 int4 most rows. */
+#define QB_PG_OUTBOX_RETENTION \
+	"DELETE FROM queuebox.outbox o" \
+	" WHERE o.id = ANY (ARRAY(" \
+	"   SELECT x.id FROM queuebox.outbox x" \
+	"   WHERE x.state = 'sent'" \
+	"     AND x.created_at < now() - $1 * interval '1 second'" \
+	"   LIMIT $2" \
+	"   FOR UPDATE SKIP LOCKED))"
+
+/* The stored configuration document. */
+#define QB_PG_CONFIG_LOAD \
+	"SELECT document FROM queuebox.config WHERE id = 1"
+
+#endif							/* QB_SQL_PG_H */
