@@ -27,13 +27,15 @@ ISOLATION      = $(basename $(notdir $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --temp-config=test/queuebox.conf --temp-instance=./tmp_check_iso
 TAP_TESTS   = 1
 PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
-PROVE_FLAGS = -I test/perl
 
 EXTRA_CLEAN = tmp_check tmp_check_iso results output_iso test/unit/bin test/unit/bin-san test/sink/qb_sink
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# after the include: Makefile.global resets PROVE_FLAGS
+PG_PROVE_FLAGS += -I $(srcdir)/test/perl
 
 # ---- the core alone: no PostgreSQL include path, plain cc ----------------
 UNIT_CC      ?= cc

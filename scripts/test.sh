@@ -45,7 +45,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
        ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
 fi
 status=0
-( cd "$WORK/src" && "${RUNAS[@]}" "${ENV[@]}" make -s installcheck PROVE_FLAGS="-I test/perl --timer" ) || status=$?
+( cd "$WORK/src" && "${RUNAS[@]}" "${ENV[@]}" make -s installcheck PROVE_FLAGS="--timer" ) || status=$?
 if [ $status -ne 0 ]; then
   for f in "$WORK"/src/regression.diffs "$WORK"/src/output_iso/regression.diffs; do
     [ -f "$f" ] && { echo "---- $f"; cat "$f"; }

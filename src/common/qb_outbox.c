@@ -107,6 +107,8 @@ qbo_reload(QboEngine *e)
 	qb_config_free(e->cfg);
 	e->cfg = cfg;
 	e->warned_no_config = false;
+	/* a new retention period takes effect now, not at the old schedule */
+	e->next_retention = 0;
 	qb_log(e->host, QB_LOG_INFO, "configuration loaded: %d destinations, %d routes",
 		   cfg->ndestinations, cfg->nroutes);
 }
@@ -292,6 +294,9 @@ qbo_round(QboEngine *e)
 	long		t1,
 				t2;
 
+	/* a stop that landed after the loop's check must not claim a batch */
+	if (e->host->should_stop(e->host->ctx))
+		return 0;
 	if (!qb_uuid_v4(token))
 	{
 		qb_log(e->host, QB_LOG_WARNING, "no random bytes for a claim token");
@@ -322,6 +327,16 @@ qbo_round(QboEngine *e)
 		goto done;
 	}
 	e->stats->batches++;
+	if (e->host->should_stop(e->host->ctx))
+	{
+		/* stopped during the claim: hand the rows back unsent */
+		for (int i = 0; i < n; i++)
+			qbo_set(&r, i, QB_SETTLE_RELEASE, r.rows[i].attempt, 0,
+					"released: the worker stopped before publishing");
+		e->stats->released += n;
+		qbo_settle(e, &r, token);
+		goto done;
+	}
 	qbo_dispatch(e, &r);
 	qbo_publish(e, &r);
 	t2 = qbo_now_ms();

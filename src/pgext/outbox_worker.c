@@ -14,8 +14,8 @@
  * ProcSignalBarriers (DROP DATABASE) promptly.
  *
  * Memory: the engine mallocs its own state; SPI results are copied out of
- * the transaction before commit (spi_store.c), so nothing here outlives a
- * memory context reset.
+ * the transaction before commit (spi_store.c).  Between transactions the
+ * current context is a loop context reset at every wait.
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -35,6 +35,7 @@
 #include "qb_pg.h"
 
 static volatile sig_atomic_t qbw_got_sigterm = false;
+static MemoryContext qbw_loop_cxt = NULL;
 static int	qbw_index = -1;
 static uint32 qbw_config_generation = 0;
 
@@ -128,6 +129,8 @@ qbw_wait(void *ctx, int fd, long timeout_ms)
 
 	if (qbw_got_sigterm)
 		return QB_WAIT_WOKEN;
+	/* between transactions nothing lives in the loop context: start afresh */
+	MemoryContextReset(qbw_loop_cxt);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	n = WaitEventSetWait(qbw_wait_set(fd), timeout_ms, ev, lengthof(ev), PG_WAIT_EXTENSION);
 	for (int i = 0; i < n; i++)
@@ -183,6 +186,14 @@ qb_outbox_worker_main(Datum arg)
 	pgstat_report_appname("queuebox outbox");
 
 	qbw_apply_gucs();
+
+	/*
+	 * Whatever PostgreSQL allocates outside a transaction on our behalf (error
+	 * copies, GUC reloads) goes to a context reset at every wait.
+	 */
+	qbw_loop_cxt = AllocSetContextCreate(TopMemoryContext, "queuebox outbox loop",
+										 ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(qbw_loop_cxt);
 
 	qb_shared->outbox[qbw_index].pid = MyProcPid;
 	qb_shared->outbox[qbw_index].latch = MyLatch;

@@ -1,0 +1,436 @@
+# QueueBoxTest.pm
+#   Shared helpers of the QueueBox TAP tests (test/t/*.pl).
+#
+#   - qb_node:          a PostgreSQL::Test::Cluster with queuebox preloaded,
+#                       started, CREATE EXTENSION done
+#   - qb_config_yaml /  build a configuration document (block YAML) from a
+#     qb_configure      Perl structure, and store it with queuebox.configure()
+#   - qb_sink_*:        start/stop the loopback sink (test/sink/qb_sink) and
+#                       read its JSONL request log
+#   - qb_wait_query /   bounded waits: poll_query_until with a chosen timeout,
+#     qb_wait_for       and a polling loop around a Perl predicate
+#
+# No helper asserts on elapsed time; every wait is bounded and reports what
+# it waited for when it gives up.
+
+package QueueBoxTest;
+
+use strict;
+use warnings;
+
+use Carp;
+use Cwd qw(abs_path);
+use Exporter 'import';
+use File::Basename qw(dirname);
+use HTTP::Tiny;
+use IO::Socket::INET;
+use JSON::PP;
+use POSIX qw(WNOHANG);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep time);
+
+our @EXPORT = qw(
+  qb_node qb_config_yaml qb_configure qb_sql_quote
+  qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats
+  qb_wait_query qb_wait_for qb_worker_pids qb_launcher_pid qb_free_port
+  qb_count qb_outbox_count qb_version qb_wait_log
+);
+
+my $json = JSON::PP->new->canonical(1);
+my @live_sinks;
+our $sink_seq = 0;
+
+# test/perl/QueueBoxTest.pm -> the repository root
+my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
+
+sub sink_binary
+{
+	my @cand = ("$ROOT/test/sink/qb_sink");
+	unshift @cand, "$ENV{TESTDIR}/test/sink/qb_sink" if $ENV{TESTDIR};
+	for my $b (@cand)
+	{
+		return abs_path($b) if -x $b;
+	}
+	BAIL_OUT("test/sink/qb_sink is not built (run: make sink); looked in @cand");
+}
+
+# ---------------------------------------------------------------- the node
+
+# qb_node($name, workers => 2, database => 'postgres', conf => '...',
+#         create_extension => 1)
+sub qb_node
+{
+	my ($name, %o) = @_;
+	my $workers = $o{workers} // 2;
+	my $database = $o{database} // 'postgres';
+	my $node = PostgreSQL::Test::Cluster->new($name);
+
+	$node->init;
+	$node->append_conf('postgresql.conf', <<"EOC");
+shared_preload_libraries = 'queuebox'
+queuebox.database = '$database'
+queuebox.outbox_workers = $workers
+log_min_messages = log
+max_worker_processes = 16
+EOC
+	$node->append_conf('postgresql.conf', $o{conf}) if defined $o{conf};
+	$node->start;
+	$node->safe_psql($database, 'CREATE EXTENSION queuebox')
+	  if ($o{create_extension} // 1) && $database eq 'postgres';
+	return $node;
+}
+
+sub qb_version
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql($db // 'postgres',
+		"SELECT extversion FROM pg_extension WHERE extname = 'queuebox'");
+}
+
+# ---------------------------------------------------------------- config
+
+sub yaml_scalar
+{
+	my ($v) = @_;
+	return 'null' unless defined $v;
+	return $v if $v =~ /^-?[0-9]+(\.[0-9]+)?$/;
+	return $json->encode($v) if ref $v eq '';    # a double-quoted string
+	croak "not a scalar: $v";
+}
+
+sub yaml_emit
+{
+	my ($v, $indent) = @_;
+	my $pad = '  ' x $indent;
+	my $out = '';
+	if (ref $v eq 'HASH')
+	{
+		return " {}\n" unless %$v;
+		$out .= "\n";
+		for my $k (sort keys %$v)
+		{
+			my $kv = $v->{$k};
+			my $key = $k =~ /^[A-Za-z0-9_-]+$/ ? $k : $json->encode($k);
+			if (ref $kv)
+			{
+				$out .= "$pad$key:" . yaml_emit($kv, $indent + 1);
+			}
+			else
+			{
+				$out .= "$pad$key: " . yaml_scalar($kv) . "\n";
+			}
+		}
+	}
+	elsif (ref $v eq 'ARRAY')
+	{
+		return " []\n" unless @$v;
+		$out .= "\n";
+		for my $e (@$v)
+		{
+			my $inner = yaml_emit($e, $indent + 1);
+			if (ref $e eq 'HASH')
+			{
+				# "- k: v" for the first key, the rest aligned under it
+				$inner =~ s/^\n//;
+				$inner =~ s/^\Q$pad  \E//;
+				$out .= "$pad- $inner";
+			}
+			else
+			{
+				$out .= "$pad- " . yaml_scalar($e) . "\n";
+			}
+		}
+	}
+	else
+	{
+		croak "top level must be a mapping" if $indent == 0;
+		$out .= ' ' . yaml_scalar($v) . "\n";
+	}
+	return $out;
+}
+
+# qb_config_yaml(outbox => {...}, destinations => {...}, routes => [...])
+# The outbox section defaults to fast test settings (small backoff, short
+# poll); pass outbox keys to override them, or outbox => undef to omit it.
+sub qb_config_yaml
+{
+	my (%c) = @_;
+	my %doc;
+	if (!exists $c{outbox} || defined $c{outbox})
+	{
+		my %ob = (
+			pollIntervalMs => 100,
+			batchSize => 50,
+			maxAttempts => 10,
+			backoff => {
+				initialMs => 50,
+				maxMs => 200,
+				multiplier => 2,
+				jitter => 0
+			});
+		my $given = $c{outbox} // {};
+		for my $k (keys %$given)
+		{
+			if ($k eq 'backoff')
+			{
+				$ob{backoff} = { %{ $ob{backoff} }, %{ $given->{backoff} } };
+			}
+			else
+			{
+				$ob{$k} = $given->{$k};
+			}
+		}
+		$doc{outbox} = \%ob;
+	}
+	$doc{destinations} = $c{destinations} if $c{destinations};
+	$doc{routes} = $c{routes} if $c{routes};
+	my $y = yaml_emit(\%doc, 0);
+	$y =~ s/^\n//;
+	return $y;
+}
+
+sub qb_sql_quote
+{
+	my ($s) = @_;
+	$s =~ s/'/''/g;
+	return "'$s'";
+}
+
+# qb_configure($node, $yaml[, $db]): store a document; dies if refused.
+sub qb_configure
+{
+	my ($node, $yaml, $db) = @_;
+	return $node->safe_psql($db // 'postgres',
+		'SELECT queuebox.configure(' . qb_sql_quote($yaml) . ')');
+}
+
+# ---------------------------------------------------------------- the sink
+
+sub qb_free_port
+{
+	my $s = IO::Socket::INET->new(
+		LocalAddr => '127.0.0.1',
+		LocalPort => 0,
+		Proto => 'tcp',
+		Listen => 1,
+		ReuseAddr => 1) or die "cannot bind a port: $!";
+	my $port = $s->sockport;
+	close $s;
+	return $port;
+}
+
+# qb_sink_start(name => 's1', port => 0, delay_ms => N, status => S)
+# Returns { pid, port, url, log, name }.  The log is JSONL, one line per
+# answered request; a restarted sink (same name) appends to a new file.
+sub qb_sink_start
+{
+	my (%o) = @_;
+	my $bin = sink_binary();
+	my $name = $o{name} // 'sink';
+	my $dir = $PostgreSQL::Test::Utils::tmp_check;
+	my $tag = sprintf('%s_%d_%d', $name, $$, ++$QueueBoxTest::sink_seq);
+	my $portfile = "$dir/$tag.port";
+	my $log = "$dir/$tag.jsonl";
+	my $out = "$dir/$tag.out";
+	unlink $portfile;
+
+	my @cmd = ($bin, '--port', $o{port} // 0, '--port-file', $portfile,
+		'--log', $log);
+	push @cmd, '--delay-ms', $o{delay_ms} if defined $o{delay_ms};
+	push @cmd, '--status', $o{status} if defined $o{status};
+
+	# A restart on a fixed port may meet the old socket briefly: retry.
+	for my $try (1 .. 50)
+	{
+		my $pid = fork();
+		die "fork: $!" unless defined $pid;
+		if ($pid == 0)
+		{
+			open(STDOUT, '>>', $out) or POSIX::_exit(126);
+			open(STDERR, '>&', \*STDOUT) or POSIX::_exit(126);
+			exec(@cmd) or POSIX::_exit(127);
+		}
+		my $deadline = time + 10;
+		while (time < $deadline)
+		{
+			if (-s $portfile)
+			{
+				my $port = slurp_file($portfile);
+				chomp $port;
+				my $s = {
+					pid => $pid,
+					port => $port,
+					url => "http://127.0.0.1:$port",
+					log => $log,
+					name => $name
+				};
+				push @live_sinks, $s;
+				note "sink $name started: pid $pid, port $port, log $log";
+				return $s;
+			}
+			last if waitpid($pid, WNOHANG) == $pid;    # exited: port busy?
+			usleep(20_000);
+		}
+		kill 'KILL', $pid;
+		waitpid($pid, 0);
+		usleep(100_000);
+	}
+	die "the sink did not start: @cmd; see $out";
+}
+
+# qb_sink_stop($sink[, 'TERM' | 'KILL'])
+sub qb_sink_stop
+{
+	my ($s, $sig) = @_;
+	return unless $s->{pid};
+	kill($sig // 'TERM', $s->{pid});
+	my $deadline = time + 20;
+	while (time < $deadline)
+	{
+		last if waitpid($s->{pid}, WNOHANG) == $s->{pid};
+		usleep(20_000);
+	}
+	if (kill(0, $s->{pid}))
+	{
+		kill 'KILL', $s->{pid};
+		waitpid($s->{pid}, 0);
+	}
+	@live_sinks = grep { $_ != $s } @live_sinks;
+	$s->{pid} = undef;
+	return;
+}
+
+END
+{
+	for my $s (@live_sinks)
+	{
+		next unless $s->{pid};
+		kill 'KILL', $s->{pid};
+		waitpid($s->{pid}, 0);
+	}
+}
+
+# qb_sink_requests($sink): every logged request, in log order, each a hash
+# with t_us, method, path, headers (lowercased names), body, status, plus
+# idx (line number) and mid (the x-message-id header).
+sub qb_sink_requests
+{
+	my ($s) = @_;
+	my @r;
+	return \@r unless -e $s->{log};
+	open(my $fh, '<', $s->{log}) or die "open $s->{log}: $!";
+	my $i = 0;
+	while (my $line = <$fh>)
+	{
+		next unless $line =~ /\n\z/;    # a line being written
+		my $e = decode_json($line);
+		$e->{idx} = $i++;
+		$e->{mid} = $e->{headers}{'x-message-id'} // '';
+		push @r, $e;
+	}
+	close $fh;
+	return \@r;
+}
+
+# qb_sink_by_id($sink): { message_id => [requests in log order] }
+sub qb_sink_by_id
+{
+	my ($s) = @_;
+	my %by;
+	push @{ $by{ $_->{mid} } }, $_ for @{ qb_sink_requests($s) };
+	return \%by;
+}
+
+sub qb_sink_stats
+{
+	my ($s) = @_;
+	my $r = HTTP::Tiny->new(timeout => 10)->get("$s->{url}/_sink/stats");
+	die "sink stats: $r->{status} $r->{reason}" unless $r->{success};
+	return decode_json($r->{content});
+}
+
+# ---------------------------------------------------------------- waiting
+
+# qb_wait_query($node, $sql, $expected, $what, timeout => 60, db => 'postgres')
+# poll_query_until with a bounded timeout; an ok() named $what.
+sub qb_wait_query
+{
+	my ($node, $sql, $expected, $what, %o) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	local $PostgreSQL::Test::Utils::timeout_default = $o{timeout} // 60;
+	my $t0 = time;
+	my $ok = $node->poll_query_until($o{db} // 'postgres', $sql, $expected);
+	note sprintf('%s: %.1f s', $what, time - $t0);
+	return ok($ok, $what);
+}
+
+# qb_wait_for(sub { ... }, $what, timeout => 60): poll a predicate every
+# 100 ms; an ok() named $what.  Returns the predicate's last value.
+sub qb_wait_for
+{
+	my ($pred, $what, %o) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $deadline = time + ($o{timeout} // 60);
+	my $t0 = time;
+	my $v;
+	while (1)
+	{
+		$v = eval { $pred->() };
+		last if $v;
+		last if time >= $deadline;
+		usleep(100_000);
+	}
+	note sprintf('%s: %.1f s', $what, time - $t0);
+	ok($v, $what) unless $o{no_ok};
+	return $v;
+}
+
+# qb_wait_log($node, qr/.../, $offset, timeout => 60): wait until the
+# server log from $offset matches; returns the log text read (matched or
+# not), never dies.  No ok(): the caller asserts on what it needs.
+sub qb_wait_log
+{
+	my ($node, $re, $offset, %o) = @_;
+	my $deadline = time + ($o{timeout} // 60);
+	my $log = '';
+	while (1)
+	{
+		$log = slurp_file($node->logfile, $offset // 0);
+		last if $log =~ $re || time >= $deadline;
+		usleep(100_000);
+	}
+	return $log;
+}
+
+# ---------------------------------------------------------------- state
+
+sub qb_count
+{
+	my ($node, $where, $db) = @_;
+	return $node->safe_psql($db // 'postgres',
+		'SELECT count(*) FROM queuebox.outbox' . ($where ? " WHERE $where" : ''));
+}
+
+sub qb_outbox_count { return qb_count($_[0], undef, $_[1]); }
+
+# PIDs of the outbox workers (pg_stat_activity), sorted.
+sub qb_worker_pids
+{
+	my ($node, $db) = @_;
+	my $out = $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'queuebox outbox'"
+		  . ($db ? ' AND datname = ' . qb_sql_quote($db) : '')
+		  . ' ORDER BY pid');
+	return grep { $_ ne '' } split /\n/, $out;
+}
+
+sub qb_launcher_pid
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'queuebox launcher'");
+}
+
+1;
