@@ -4,8 +4,10 @@
 #   2. build with warnings as errors, install the extension
 #   3. cmocka unit tests of the core (no PostgreSQL header)
 #   4. pg_regress + isolation specs + TAP on temp clusters (make installcheck)
-# With SANITIZE=1 the core's unit tests and the extension are built with
-# ASan/UBSan, and the temp clusters run with the sanitizer runtime preloaded.
+# With SANITIZE=1 the core's unit tests run under ASan + UBSan, and the
+# extension is built with UBSan for the cluster tests.  (ASan cannot be used
+# inside the server here: with libasan preloaded, Debian's postgres binary
+# hangs at start, even for `postgres -V`.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -15,8 +17,8 @@ scripts/setup.sh
 SAN_CFLAGS=""
 SAN_LDFLAGS=""
 if [ "${SANITIZE:-0}" = 1 ]; then
-  SAN_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-  SAN_LDFLAGS="-fsanitize=address,undefined"
+  SAN_CFLAGS="-fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+  SAN_LDFLAGS="-fsanitize=undefined"
 fi
 
 echo "== build (warnings are errors)"
@@ -41,8 +43,7 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 ENV=()
 if [ "${SANITIZE:-0}" = 1 ]; then
-  ENV=(env LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
-       ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+  ENV=(env UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
 fi
 status=0
 ( cd "$WORK/src" && "${RUNAS[@]}" "${ENV[@]}" make -s installcheck PROVE_FLAGS="--timer" ) || status=$?
@@ -54,5 +55,8 @@ if [ $status -ne 0 ]; then
     [ -f "$f" ] && { echo "---- $f (last 60 lines)"; tail -n 60 "$f"; }
   done
   exit $status
+fi
+if [ "${SANITIZE:-0}" = 1 ] && grep -rl "runtime error" "$WORK"/src/tmp_check "$WORK"/src/log 2>/dev/null; then
+  echo "UBSan reported runtime errors in the server logs above"; exit 1
 fi
 echo "== all tests passed"
