@@ -295,8 +295,9 @@ qbh_append(struct curl_slist **list, const char *name, const char *value)
 static bool
 qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 				  const char *message_id, const char *row_headers,
-				  char *err, size_t errlen)
+				  bool *row_fault, char *err, size_t errlen)
 {
+	*row_fault = true;
 	if (row_headers != NULL && row_headers[0] != '\0' && strcmp(row_headers, "{}") != 0)
 	{
 		json_error_t jerr;
@@ -354,6 +355,7 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 		if (!qbh_append(list, dest->headers[i].name, dest->headers[i].value))
 		{
 			snprintf(err, errlen, "destination header \"%.100s\" is too long", dest->headers[i].name);
+			*row_fault = false;
 			return false;
 		}
 	}
@@ -362,12 +364,13 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 		!qbh_append(list, "Expect", ""))	/* no 100-continue round trip */
 	{
 		snprintf(err, errlen, "out of memory building headers");
+		*row_fault = false;
 		return false;
 	}
 	return true;
 }
 
-bool
+QbHttpStart
 qb_http_post(QbHttp *h, const QbDestination *dest,
 			 const char *message_id, const char *row_headers,
 			 const char *body, size_t body_len, int tag,
@@ -376,10 +379,13 @@ qb_http_post(QbHttp *h, const QbDestination *dest,
 	QbhTransfer *t = h->free_list;
 	struct curl_slist *headers = NULL;
 
-	if (!qbh_build_headers(&headers, dest, message_id, row_headers, err, errlen))
+	bool		row_fault = true;
+
+	if (!qbh_build_headers(&headers, dest, message_id, row_headers, &row_fault,
+						   err, errlen))
 	{
 		curl_slist_free_all(headers);
-		return false;
+		return row_fault ? QB_HTTP_ROW_INVALID : QB_HTTP_NOT_STARTED;
 	}
 	if (t != NULL)
 	{
@@ -394,7 +400,7 @@ qb_http_post(QbHttp *h, const QbDestination *dest,
 			free(t);
 			curl_slist_free_all(headers);
 			snprintf(err, errlen, "out of memory");
-			return false;
+			return QB_HTTP_NOT_STARTED;
 		}
 	}
 	t->headers = headers;
@@ -428,7 +434,7 @@ qb_http_post(QbHttp *h, const QbDestination *dest,
 		t->next = h->free_list;
 		h->free_list = t;
 		snprintf(err, errlen, "curl_multi_add_handle failed");
-		return false;
+		return QB_HTTP_NOT_STARTED;
 	}
 	t->prev = NULL;
 	t->next = h->active;
@@ -436,7 +442,7 @@ qb_http_post(QbHttp *h, const QbDestination *dest,
 		h->active->prev = t;
 	h->active = t;
 	h->in_flight++;
-	return true;
+	return QB_HTTP_STARTED;
 }
 
 long

@@ -40,14 +40,21 @@ extern void qb_http_free(QbHttp *h);
 /* The fd to wait on for readability; constant for the publisher's life. */
 extern int	qb_http_fd(const QbHttp *h);
 
+typedef enum QbHttpStart
+{
+	QB_HTTP_STARTED,			/* in flight; the outcome comes via perform */
+	QB_HTTP_ROW_INVALID,		/* the row can never be sent as it is */
+	QB_HTTP_NOT_STARTED			/* a local failure (memory, libcurl): retry */
+} QbHttpStart;
+
 /*
  * Start one POST of body to dest->url with the row's headers (a JSON object,
  * may be NULL), the destination's static headers, Content-Type,
- * X-Message-Id and User-Agent.  Returns false with err set when the request
- * cannot be made at all (a row header that is not a valid HTTP header): that
- * is the row's fault and retrying will not help.
+ * X-Message-Id and User-Agent.  When it does not start, err says why:
+ * QB_HTTP_ROW_INVALID for a row header that is not a valid HTTP header
+ * (retrying will not help), QB_HTTP_NOT_STARTED for a local failure.
  */
-extern bool qb_http_post(QbHttp *h, const QbDestination *dest,
+extern QbHttpStart qb_http_post(QbHttp *h, const QbDestination *dest,
 						 const char *message_id, const char *row_headers,
 						 const char *body, size_t body_len, int tag,
 						 char *err, size_t errlen);

@@ -207,11 +207,18 @@ qbo_dispatch(QboEngine *e, QboRound *r)
 			r->stats->dead++;
 			continue;
 		}
-		if (!qb_http_post(e->http, dest, row->message_id, row->headers,
-						  row->payload, row->payload_len, i, err, sizeof(err)))
+		switch (qb_http_post(e->http, dest, row->message_id, row->headers,
+							 row->payload, row->payload_len, i, err, sizeof(err)))
 		{
-			qbo_set(r, i, QB_SETTLE_DEAD, row->attempt, 0, err);
-			r->stats->dead++;
+			case QB_HTTP_STARTED:
+				break;
+			case QB_HTTP_ROW_INVALID:
+				qbo_set(r, i, QB_SETTLE_DEAD, row->attempt, 0, err);
+				r->stats->dead++;
+				break;
+			case QB_HTTP_NOT_STARTED:
+				qbo_failed(r, i, err);
+				break;
 		}
 	}
 }
