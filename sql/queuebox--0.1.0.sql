@@ -28,7 +28,13 @@ CREATE TABLE queuebox.outbox (
 	claim_token		uuid,
 	lease_until		timestamptz,
 	last_error		text
-) WITH (fillfactor = 80);
+) WITH (fillfactor = 80,
+	  -- a queue table: every row is updated twice, so vacuum it early and
+	  -- often; until it is, claims walk the dead entries of delivered rows
+	  autovacuum_vacuum_scale_factor = 0.01,
+	  autovacuum_vacuum_threshold = 1000,
+	  autovacuum_vacuum_insert_scale_factor = 0.05,
+	  autovacuum_analyze_scale_factor = 0.02);
 
 COMMENT ON TABLE queuebox.outbox IS
 	'Messages to deliver. Insert in the transaction of your business write; QueueBox claims, routes and publishes them.';

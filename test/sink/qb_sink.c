@@ -45,7 +45,12 @@
  *	A per-request delay_ms replaces --delay-ms for that request.
  *
  * Control endpoints (not logged, not counted):
- *	GET  /_sink/stats  -> {"requests": n, "ok": n, "failed": n}  (ok = 2xx)
+ *	GET  /_sink/stats  -> {"requests": n, "ok": n, "failed": n,   (ok = 2xx)
+ *						   "aborted": n, "slow": n, "max_answer_ms": x}
+ *		diagnostics: aborted = answers queued whose connection ended before
+ *		the answer was fully sent; slow = answers fully sent more than 1 s
+ *		after the body was received (scripted delays excluded); max_answer_ms
+ *		= the longest such time.
  *	POST /_sink/reset  -> zeroes the counters and the fail table
  *
  * SIGTERM / SIGINT: pending delayed answers are released, the daemon is
@@ -99,6 +104,9 @@ static bool opt_quiet = false;
 static atomic_ulong n_requests;
 static atomic_ulong n_ok;
 static atomic_ulong n_failed;
+static atomic_ulong n_aborted;	/* answer queued, connection ended before it was sent */
+static atomic_ulong n_slow;		/* answers fully sent more than 1 s after receipt */
+static atomic_ulong max_answer_us;	/* receipt -> answer fully sent, delays excluded */
 
 static FILE *log_fp = NULL;
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -123,6 +131,8 @@ typedef struct Req
 	int			status;
 	long		delay_ms;
 	int64_t		t_us;
+	uint64_t	t_mono_ns;		/* full body received (CLOCK_MONOTONIC) */
+	bool		answered;		/* a counted answer was queued */
 } Req;
 
 /* ------------------------------------------------------------------ fail table */
@@ -639,8 +649,12 @@ answer_control(struct MHD_Connection *c, const char *method, const char *url)
 
 	if (strcmp(url, "/_sink/stats") == 0 && strcmp(method, "GET") == 0)
 	{
-		snprintf(buf, sizeof(buf), "{\"requests\":%lu,\"ok\":%lu,\"failed\":%lu}",
-				 atomic_load(&n_requests), atomic_load(&n_ok), atomic_load(&n_failed));
+		snprintf(buf, sizeof(buf),
+				 "{\"requests\":%lu,\"ok\":%lu,\"failed\":%lu,"
+				 "\"aborted\":%lu,\"slow\":%lu,\"max_answer_ms\":%.3f}",
+				 atomic_load(&n_requests), atomic_load(&n_ok), atomic_load(&n_failed),
+				 atomic_load(&n_aborted), atomic_load(&n_slow),
+				 atomic_load(&max_answer_us) / 1000.0);
 		return answer_json(c, 200, buf);
 	}
 	if (strcmp(url, "/_sink/reset") == 0 && strcmp(method, "POST") == 0)
@@ -648,6 +662,9 @@ answer_control(struct MHD_Connection *c, const char *method, const char *url)
 		atomic_store(&n_requests, 0);
 		atomic_store(&n_ok, 0);
 		atomic_store(&n_failed, 0);
+		atomic_store(&n_aborted, 0);
+		atomic_store(&n_slow, 0);
+		atomic_store(&max_answer_us, 0);
 		fail_reset();
 		return answer_json(c, 200, "{\"ok\":true}");
 	}
@@ -730,6 +747,7 @@ handler(void *cls, struct MHD_Connection *c, const char *url, const char *method
 	if (!r->decided)
 	{
 		r->t_us = real_us();
+		r->t_mono_ns = mono_ns();
 		r->decided = true;
 		decide(c, r);
 		if (r->delay_ms > 0)
@@ -741,6 +759,7 @@ handler(void *cls, struct MHD_Connection *c, const char *url, const char *method
 		}
 	}
 
+	r->answered = true;
 	atomic_fetch_add(&n_requests, 1);
 	if (r->status >= 200 && r->status < 300)
 		atomic_fetch_add(&n_ok, 1);
@@ -766,6 +785,24 @@ completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
 	Req		   *r = *con_cls;
 
+	if (r && r->answered && r->t_mono_ns)
+	{
+		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+			atomic_fetch_add(&n_aborted, 1);
+		else
+		{
+			uint64_t	us = (mono_ns() - r->t_mono_ns) / 1000;
+			uint64_t	delay_us = r->delay_ms > 0 ? (uint64_t) r->delay_ms * 1000 : 0;
+
+			us = us > delay_us ? us - delay_us : 0;
+			if (us > 1000000)
+				atomic_fetch_add(&n_slow, 1);
+			unsigned long cur = atomic_load(&max_answer_us);
+
+			while (us > cur && !atomic_compare_exchange_weak(&max_answer_us, &cur, us))
+				;
+		}
+	}
 	if (r)
 	{
 		free(r->body);
@@ -950,8 +987,16 @@ main(int argc, char **argv)
 	pthread_cond_init(&timer_cv, &ca);
 	pthread_condattr_destroy(&ca);
 
+	/*
+	 * No MHD_USE_TURBO: its "potentially unsafe optimizations" are not worth
+	 * the doubt in a sink whose job is to be trusted by the tests.
+	 * QB_SINK_TURBO=1 turns it on (for comparison only).
+	 */
 	unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
-		MHD_USE_TURBO | MHD_USE_ERROR_LOG;
+		MHD_USE_ERROR_LOG;
+
+	if (getenv("QB_SINK_TURBO") && strcmp(getenv("QB_SINK_TURBO"), "1") == 0)
+		flags |= MHD_USE_TURBO;
 	struct MHD_Daemon *d;
 
 	struct MHD_OptionItem opts[16];
