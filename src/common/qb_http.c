@@ -165,14 +165,23 @@ qbh_socket_cb(CURL *e, curl_socket_t s, int what, void *userp, void *socketp)
 	if (what & CURL_POLL_OUT)
 		ev.events |= EPOLLOUT;
 	ev.data.fd = s;
+
+	/*
+	 * socketp only hints whether the socket is in our set.  A closed socket
+	 * leaves epoll silently, and its fd number can come back as a new
+	 * connection that libcurl still knows by the old entry: a MOD then fails
+	 * with ENOENT, and the answer on that socket would never be seen (the
+	 * request times out with 0 bytes received although the endpoint
+	 * answered).  So fall back from MOD to ADD and from ADD to MOD.
+	 */
 	if (socketp == NULL)
 	{
 		if (epoll_ctl(h->epfd, EPOLL_CTL_ADD, s, &ev) != 0 && errno == EEXIST)
 			epoll_ctl(h->epfd, EPOLL_CTL_MOD, s, &ev);
 		curl_multi_assign(h->multi, s, h);
 	}
-	else
-		epoll_ctl(h->epfd, EPOLL_CTL_MOD, s, &ev);
+	else if (epoll_ctl(h->epfd, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT)
+		epoll_ctl(h->epfd, EPOLL_CTL_ADD, s, &ev);
 	return 0;
 }
 
