@@ -23,7 +23,9 @@
  *	--status CODE	default answer status (default 200)
  *	--delay-ms MS	delay every answer by MS (suspend/resume + a timer thread;
  *					the MHD thread never sleeps)
- *	--threads N		MHD thread pool size (default 1: one internal epoll thread)
+ *	--threads N		MHD thread pool size (default 2; with one internal epoll
+ *					thread, two concurrent curl-multi clients saw ~0.1-0.2 % of
+ *					keep-alive requests answered but never read, until a timeout)
  *	--quiet			no informational output on stderr (the "listening" line
  *					on stdout is always printed: it is the readiness signal)
  *
@@ -96,7 +98,7 @@ static const char *opt_port_file = NULL;
 static const char *opt_log = NULL;
 static int	opt_status = 200;
 static long opt_delay_ms = 0;
-static int	opt_threads = 1;
+static int	opt_threads = 2;
 static bool opt_quiet = false;
 
 /* ------------------------------------------------------------------ state */
