@@ -34,7 +34,10 @@ CREATE TABLE queuebox.outbox (
 	  autovacuum_vacuum_scale_factor = 0.01,
 	  autovacuum_vacuum_threshold = 1000,
 	  autovacuum_vacuum_insert_scale_factor = 0.05,
-	  autovacuum_analyze_scale_factor = 0.02);
+	  autovacuum_analyze_scale_factor = 0.02,
+	  -- truncating the table's empty tail takes an ACCESS EXCLUSIVE lock that
+	  -- stalls every claim and insert for its duration
+	  vacuum_truncate = false);
 
 COMMENT ON TABLE queuebox.outbox IS
 	'Messages to deliver. Insert in the transaction of your business write; QueueBox claims, routes and publishes them.';
