@@ -54,7 +54,7 @@ $(UNIT_BIN_DIR)/%: test/unit/%.c $(COMMON_SRCS) $(wildcard src/common/*.h)
 	$(UNIT_CC) $(UNIT_CFLAGS) -o $@ $< $(COMMON_SRCS) $(UNIT_LIBS)
 
 .PHONY: unit sink
-unit: $(UNIT_BINS)
+unit: $(UNIT_BINS) test/sink/qb_sink
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 
 # The loopback HTTP sink used by the TAP tests, the demo and the benchmarks.

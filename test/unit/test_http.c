@@ -1,0 +1,364 @@
+/*-------------------------------------------------------------------------
+ * test_http.c
+ *	  The HTTP publisher against a real loopback endpoint: the project's sink
+ *	  (test/sink/qb_sink, built by `make sink`), started per test run.
+ *
+ * What it pins down: the headers a destination receives and which one wins,
+ * 2xx vs other answers, connection refused, timeouts, rows whose headers
+ * cannot be sent (refused before any byte leaves), and abort.
+ *-------------------------------------------------------------------------
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "qb_http.h"
+
+#define SINK "test/sink/qb_sink"
+
+static pid_t sink_pid = -1;
+static char sink_dir[] = "/tmp/qb-test-http.XXXXXX";
+static char sink_url[128];
+static char log_path[256];
+
+typedef struct Outcome
+{
+	int			n;
+	bool		ok[16];
+	long		status[16];
+	char		error[16][512];
+} Outcome;
+
+static void
+record(void *arg, int tag, const QbHttpOutcome *o)
+{
+	Outcome    *out = arg;
+
+	assert_true(tag >= 0 && tag < 16);
+	out->n++;
+	out->ok[tag] = o->ok;
+	out->status[tag] = o->status;
+	snprintf(out->error[tag], sizeof(out->error[tag]), "%s", o->error);
+}
+
+/* drive: run the publisher until nothing is in flight (bounded). */
+static void
+drive(QbHttp *h, Outcome *out)
+{
+	for (int rounds = 0; qb_http_in_flight(h) > 0 && rounds < 10000; rounds++)
+	{
+		struct pollfd p = {.fd = qb_http_fd(h), .events = POLLIN};
+		long		t = qb_http_timeout_ms(h);
+
+		if (t < 0 || t > 200)
+			t = 200;
+		if (t > 0)
+			poll(&p, 1, (int) t);
+		qb_http_perform(h, record, out);
+	}
+	assert_int_equal(qb_http_in_flight(h), 0);
+}
+
+static int
+start_sink(void **state)
+{
+	char		port_file[256];
+	char		port[16] = "";
+
+	if (access(SINK, X_OK) != 0)
+	{
+		fprintf(stderr, "test_http: %s is missing: run `make sink` first\n", SINK);
+		return -1;
+	}
+	if (mkdtemp(sink_dir) == NULL)
+		return -1;
+	snprintf(port_file, sizeof(port_file), "%s/port", sink_dir);
+	snprintf(log_path, sizeof(log_path), "%s/log.jsonl", sink_dir);
+	sink_pid = fork();
+	if (sink_pid == 0)
+	{
+		freopen("/dev/null", "w", stdout);
+		execl(SINK, SINK, "--port", "0", "--port-file", port_file, "--log", log_path,
+			  "--quiet", (char *) NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 200; i++)
+	{
+		FILE	   *f = fopen(port_file, "r");
+
+		if (f != NULL)
+		{
+			if (fgets(port, sizeof(port), f) == NULL)
+				port[0] = '\0';
+			fclose(f);
+			if (port[0])
+				break;
+		}
+		usleep(25000);
+	}
+	if (!port[0])
+		return -1;
+	port[strcspn(port, "\n")] = '\0';
+	snprintf(sink_url, sizeof(sink_url), "http://127.0.0.1:%s/events", port);
+	return 0;
+}
+
+static int
+stop_sink(void **state)
+{
+	char		cmd[300];
+
+	if (sink_pid > 0)
+	{
+		kill(sink_pid, SIGTERM);
+		waitpid(sink_pid, NULL, 0);
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", sink_dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* the sink's log line for a message id (a new reference), or NULL */
+static json_t *
+logged(const char *message_id)
+{
+	FILE	   *f = fopen(log_path, "r");
+	char		line[65536];
+	json_t	   *found = NULL;
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f) != NULL)
+	{
+		json_t	   *r = json_loads(line, 0, NULL);
+		const char *mid;
+
+		if (r == NULL)
+			continue;
+		mid = json_string_value(json_object_get(json_object_get(r, "headers"), "x-message-id"));
+		if (mid != NULL && strcmp(mid, message_id) == 0)
+		{
+			json_decref(found);
+			found = r;
+		}
+		else
+			json_decref(r);
+	}
+	fclose(f);
+	return found;
+}
+
+static const char *
+header(json_t *rec, const char *name)
+{
+	return json_string_value(json_object_get(json_object_get(rec, "headers"), name));
+}
+
+static QbDestination
+dest_for(const char *url, long timeout_ms)
+{
+	static QbHeader statics[] = {{"X-Static", "dest"}, {"X-Api-Key", "k-1"}};
+	QbDestination d = {0};
+
+	d.name = "sink";
+	d.type = QB_DEST_HTTP;
+	d.url = (char *) url;
+	d.headers = statics;
+	d.nheaders = 2;
+	d.timeout_ms = timeout_ms;
+	return d;
+}
+
+/* What the endpoint receives, and which header wins. */
+static void
+test_headers_and_body(void **state)
+{
+	char		err[512];
+	QbHttp	   *h = qb_http_new(err, sizeof(err));
+	QbDestination d = dest_for(sink_url, 5000);
+	Outcome		out = {0};
+	const char *mid = "11111111-2222-4333-8444-555555555555";
+	const char *body = "{\"id\": 1}";
+	json_t	   *rec;
+
+	assert_non_null(h);
+	assert_int_equal(qb_http_post(h, &d, mid,
+								  "{\"X-Correlation-Id\": \"c-1\", \"User-Agent\": \"evil\","
+								  " \"Content-Type\": \"text/plain\", \"X-Static\": \"row\","
+								  " \"X-Message-Id\": \"forged\", \"X-Num\": 7, \"X-Null\": null}",
+								  body, strlen(body), 3, err, sizeof(err)),
+					 QB_HTTP_STARTED);
+	assert_int_equal(qb_http_in_flight(h), 1);
+	drive(h, &out);
+	assert_int_equal(out.n, 1);
+	assert_true(out.ok[3]);
+	assert_int_equal(out.status[3], 200);
+
+	rec = logged(mid);
+	assert_non_null(rec);
+	assert_string_equal(json_string_value(json_object_get(rec, "method")), "POST");
+	assert_string_equal(json_string_value(json_object_get(rec, "path")), "/events");
+	assert_string_equal(json_string_value(json_object_get(rec, "body")), body);
+	assert_string_equal(header(rec, "content-type"), "application/json");
+	assert_string_equal(header(rec, "x-message-id"), mid);
+	assert_string_equal(header(rec, "user-agent"), "queuebox/" QB_VERSION);
+	assert_string_equal(header(rec, "x-correlation-id"), "c-1");
+	assert_string_equal(header(rec, "x-static"), "dest");	/* the destination wins */
+	assert_string_equal(header(rec, "x-api-key"), "k-1");
+	assert_string_equal(header(rec, "x-num"), "7");	/* non-strings as JSON text */
+	assert_null(header(rec, "x-null"));
+	assert_null(header(rec, "expect"));	/* no 100-continue round trip */
+	json_decref(rec);
+	qb_http_free(h);
+}
+
+/* Non-2xx answers fail with the status and the start of the answer. */
+static void
+test_error_status(void **state)
+{
+	char		err[512];
+	QbHttp	   *h = qb_http_new(err, sizeof(err));
+	QbDestination d = dest_for(sink_url, 5000);
+	Outcome		out = {0};
+	const char *body = "{\"_sink\": {\"fail\": 1, \"status\": 503}}";
+
+	assert_int_equal(qb_http_post(h, &d, "21111111-2222-4333-8444-555555555555", NULL,
+								  body, strlen(body), 0, err, sizeof(err)), QB_HTTP_STARTED);
+	drive(h, &out);
+	assert_false(out.ok[0]);
+	assert_int_equal(out.status[0], 503);
+	assert_non_null(strstr(out.error[0], "answered HTTP 503"));
+	assert_non_null(strstr(out.error[0], sink_url));
+
+	/* the same message again: the sink's script lets the second through */
+	assert_int_equal(qb_http_post(h, &d, "21111111-2222-4333-8444-555555555555", NULL,
+								  body, strlen(body), 1, err, sizeof(err)), QB_HTTP_STARTED);
+	drive(h, &out);
+	assert_true(out.ok[1]);
+	qb_http_free(h);
+}
+
+/* A port nobody listens on, and an answer slower than timeoutMs. */
+static void
+test_refused_and_timeout(void **state)
+{
+	char		err[512];
+	char		url[128];
+	QbHttp	   *h = qb_http_new(err, sizeof(err));
+	Outcome		out = {0};
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t	len = sizeof(a);
+	int			s = socket(AF_INET, SOCK_STREAM, 0);
+	QbDestination down,
+				slow;
+	const char *body = "{\"_sink\": {\"fail\": 1, \"status\": 200, \"delay_ms\": 2000}}";
+
+	/* an ephemeral port that was free a moment ago, closed again */
+	assert_int_equal(bind(s, (struct sockaddr *) &a, sizeof(a)), 0);
+	assert_int_equal(getsockname(s, (struct sockaddr *) &a, &len), 0);
+	close(s);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/x", ntohs(a.sin_port));
+	down = dest_for(url, 2000);
+	slow = dest_for(sink_url, 300);
+
+	assert_int_equal(qb_http_post(h, &down, "31111111-2222-4333-8444-555555555555", NULL,
+								  "{}", 2, 0, err, sizeof(err)), QB_HTTP_STARTED);
+	assert_int_equal(qb_http_post(h, &slow, "41111111-2222-4333-8444-555555555555", NULL,
+								  body, strlen(body), 1, err, sizeof(err)), QB_HTTP_STARTED);
+	drive(h, &out);
+	assert_int_equal(out.n, 2);
+	assert_false(out.ok[0]);
+	assert_int_equal(out.status[0], 0);
+	assert_non_null(strstr(out.error[0], "connect"));
+	assert_false(out.ok[1]);
+	assert_non_null(strstr(out.error[1], "timed out"));
+	qb_http_free(h);
+}
+
+/* Headers that would corrupt the request: refused before sending. */
+static void
+test_invalid_row_headers(void **state)
+{
+	char		err[512];
+	QbHttp	   *h = qb_http_new(err, sizeof(err));
+	QbDestination d = dest_for(sink_url, 5000);
+
+	assert_int_equal(qb_http_post(h, &d, "51111111-2222-4333-8444-555555555555",
+								  "{\"X-Evil\": \"a\\r\\nInjected: 1\"}", "{}", 2, 0,
+								  err, sizeof(err)), QB_HTTP_ROW_INVALID);
+	assert_non_null(strstr(err, "X-Evil"));
+	assert_int_equal(qb_http_post(h, &d, "51111111-2222-4333-8444-555555555555",
+								  "{\"Bad Name\": \"v\"}", "{}", 2, 0, err, sizeof(err)),
+					 QB_HTTP_ROW_INVALID);
+	assert_int_equal(qb_http_post(h, &d, "51111111-2222-4333-8444-555555555555",
+								  "[1, 2]", "{}", 2, 0, err, sizeof(err)),
+					 QB_HTTP_ROW_INVALID);
+	assert_int_equal(qb_http_in_flight(h), 0);
+	assert_null(logged("51111111-2222-4333-8444-555555555555"));
+	qb_http_free(h);
+}
+
+/* Many concurrent posts over kept-alive connections, then abort. */
+static void
+test_concurrency_and_abort(void **state)
+{
+	char		err[512];
+	QbHttp	   *h = qb_http_new(err, sizeof(err));
+	QbDestination d = dest_for(sink_url, 5000);
+	Outcome		out = {0};
+	const char *slow = "{\"_sink\": {\"fail\": 1, \"status\": 200, \"delay_ms\": 3000}}";
+
+	for (int round = 0; round < 3; round++)
+	{
+		memset(&out, 0, sizeof(out));
+		for (int i = 0; i < 16; i++)
+		{
+			char		mid[40];
+
+			snprintf(mid, sizeof(mid), "6%07d-2222-4333-8444-555555555555", round * 100 + i);
+			assert_int_equal(qb_http_post(h, &d, mid, NULL, "{}", 2, i, err, sizeof(err)),
+							 QB_HTTP_STARTED);
+		}
+		drive(h, &out);
+		assert_int_equal(out.n, 16);
+		for (int i = 0; i < 16; i++)
+			assert_true(out.ok[i]);
+	}
+
+	memset(&out, 0, sizeof(out));
+	assert_int_equal(qb_http_post(h, &d, "71111111-2222-4333-8444-555555555555", NULL,
+								  slow, strlen(slow), 0, err, sizeof(err)), QB_HTTP_STARTED);
+	qb_http_perform(h, record, &out);
+	qb_http_abort_all(h);
+	assert_int_equal(qb_http_in_flight(h), 0);
+	assert_int_equal(out.n, 0);	/* aborted posts are not reported */
+	qb_http_free(h);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_headers_and_body),
+		cmocka_unit_test(test_error_status),
+		cmocka_unit_test(test_refused_and_timeout),
+		cmocka_unit_test(test_invalid_row_headers),
+		cmocka_unit_test(test_concurrency_and_abort),
+	};
+
+	return cmocka_run_group_tests(tests, start_sink, stop_sink);
+}
