@@ -146,7 +146,6 @@ qbw_wait(void *ctx, int fd, long timeout_ms)
 		return QB_WAIT_WOKEN;
 	/* between transactions nothing lives in the loop context: start afresh */
 	MemoryContextReset(qbw_loop_cxt);
-	pgstat_report_activity(STATE_IDLE, NULL);
 	n = WaitEventSetWait(qbw_wait_set(fd), timeout_ms, ev, lengthof(ev), PG_WAIT_EXTENSION);
 	for (int i = 0; i < n; i++)
 	{

@@ -59,6 +59,8 @@ qbs_commit(void)
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_stat(false);
+	/* no transaction is open while requests are in flight: show it */
+	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
 /* qbs_fail turns the current error into err and rolls the transaction back. */
@@ -73,6 +75,7 @@ qbs_fail(MemoryContext cxt, char *err, size_t errlen)
 	snprintf(err, errlen, "%s", edata->message);
 	FreeErrorData(edata);
 	AbortCurrentTransaction();
+	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
 static SPIPlanPtr
