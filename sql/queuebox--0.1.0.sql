@@ -172,6 +172,153 @@ CREATE FUNCTION queuebox._outbox_retention(keep_sec bigint, max_rows int)
 	LANGUAGE C STRICT VOLATILE;
 
 -- ---------------------------------------------------------------------------
+-- The inbox
+-- ---------------------------------------------------------------------------
+CREATE TABLE queuebox.inbox (
+	id				bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	source			text NOT NULL CHECK (source <> ''),
+	idempotency_key	text NOT NULL CHECK (idempotency_key <> ''),
+	event_type		text,
+	aggregate_id	text,
+	payload			jsonb NOT NULL,
+	headers			jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(headers) = 'object'),
+	consumption		varchar(10) NOT NULL DEFAULT 'push'
+		CONSTRAINT inbox_consumption_check CHECK (consumption IN ('push', 'pull')),
+	state			varchar(50) NOT NULL DEFAULT 'pending'
+		CONSTRAINT inbox_state_check
+		CHECK (state IN ('pending', 'processing', 'processed', 'dead')),
+	attempt			int NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+	scheduled_at	timestamptz NOT NULL DEFAULT now(),
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	claim_token		uuid,
+	lease_until		timestamptz,
+	last_error		text,
+	CONSTRAINT inbox_source_idempotency_key UNIQUE (source, idempotency_key)
+) WITH (fillfactor = 80,
+	  autovacuum_vacuum_scale_factor = 0.01,
+	  autovacuum_vacuum_threshold = 1000,
+	  autovacuum_analyze_scale_factor = 0.02,
+	  vacuum_truncate = false);
+
+COMMENT ON TABLE queuebox.inbox IS
+	'Messages received from outside, stored once per (source, idempotency_key). Push rows are forwarded by the relay; pull rows are consumed with queuebox.inbox_claim() and friends.';
+COMMENT ON COLUMN queuebox.inbox.consumption IS
+	'push: the relay forwards the row into the outbox; pull: the application consumes it. Stored at receipt.';
+
+-- Pull claims: open rows of a source in created_at order ...
+CREATE INDEX inbox_open_idx ON queuebox.inbox (source, created_at, id)
+	WHERE state IN ('pending', 'processing');
+-- ... and the per-aggregate predicate: an earlier open row of the aggregate?
+CREATE INDEX inbox_aggregate_open_idx ON queuebox.inbox (source, aggregate_id, created_at, id)
+	WHERE state IN ('pending', 'processing') AND aggregate_id IS NOT NULL;
+
+SELECT pg_catalog.pg_extension_config_dump('queuebox.inbox', '');
+SELECT pg_catalog.pg_extension_config_dump('queuebox.inbox_id_seq', '');
+
+-- ---------------------------------------------------------------------------
+-- Pull consumption: the five statements (examples/pull/sql/postgresql/)
+-- ---------------------------------------------------------------------------
+-- Each is one statement, safe to call from any driver with bound parameters.
+-- renew, complete, retry and dead return true only when exactly one row
+-- changed: false means another worker owns the message, so stop the work.
+
+/*
+ * inbox_claim: up to batch_size messages of one pull source, each with a new
+ * claim token and a lease of lease_ms.  Claimable: pending and due, or
+ * processing with an expired lease (a takeover; the old token is fenced off).
+ * A row with an aggregate is claimable only when no earlier row (created_at,
+ * id) of the same source and aggregate is pending or processing, so at most
+ * one message per (source, aggregate_id) is held, in created_at order.
+ */
+CREATE FUNCTION queuebox.inbox_claim(source text, batch_size int, lease_ms int)
+	RETURNS TABLE (id bigint, claim_token uuid, source text, idempotency_key text,
+				   event_type text, aggregate_id text, payload jsonb, headers jsonb,
+				   attempt int, created_at timestamptz)
+	LANGUAGE sql VOLATILE
+	AS $$
+	UPDATE queuebox.inbox i
+	SET state = 'processing',
+		claim_token = gen_random_uuid(),
+		lease_until = now() + inbox_claim.lease_ms * interval '1 millisecond'
+	WHERE i.id = ANY (ARRAY(
+		SELECT c.id FROM queuebox.inbox c
+		WHERE c.source = inbox_claim.source
+		  AND c.consumption = 'pull'
+		  AND c.state IN ('pending', 'processing')
+		  AND ((c.state = 'pending' AND c.scheduled_at <= now())
+			   OR (c.state = 'processing' AND c.lease_until < now()))
+		  AND (c.aggregate_id IS NULL OR NOT EXISTS (
+				SELECT 1 FROM queuebox.inbox e
+				WHERE e.source = c.source AND e.aggregate_id = c.aggregate_id
+				  AND e.state IN ('pending', 'processing')
+				  AND (e.created_at, e.id) < (c.created_at, c.id)))
+		ORDER BY c.created_at, c.id
+		LIMIT inbox_claim.batch_size
+		FOR UPDATE SKIP LOCKED))
+	RETURNING i.id, i.claim_token, i.source, i.idempotency_key, i.event_type,
+			  i.aggregate_id, i.payload, i.headers, i.attempt, i.created_at
+$$;
+
+/* inbox_renew: extend the lease of a message this token still holds. */
+CREATE FUNCTION queuebox.inbox_renew(id bigint, claim_token uuid, lease_ms int)
+	RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.inbox i
+		SET lease_until = now() + inbox_renew.lease_ms * interval '1 millisecond'
+		WHERE i.id = inbox_renew.id AND i.claim_token = inbox_renew.claim_token
+		  AND i.state = 'processing'
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u
+$$;
+
+/* inbox_complete: the work is done; run it in the business transaction. */
+CREATE FUNCTION queuebox.inbox_complete(id bigint, claim_token uuid)
+	RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.inbox i
+		SET state = 'processed', claim_token = NULL, lease_until = NULL
+		WHERE i.id = inbox_complete.id AND i.claim_token = inbox_complete.claim_token
+		  AND i.state = 'processing'
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u
+$$;
+
+/* inbox_retry: back to pending, attempt + 1, due after delay_ms. */
+CREATE FUNCTION queuebox.inbox_retry(id bigint, claim_token uuid, delay_ms int, error text)
+	RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.inbox i
+		SET state = 'pending', attempt = i.attempt + 1,
+			scheduled_at = now() + greatest(inbox_retry.delay_ms, 0) * interval '1 millisecond',
+			last_error = inbox_retry.error, claim_token = NULL, lease_until = NULL
+		WHERE i.id = inbox_retry.id AND i.claim_token = inbox_retry.claim_token
+		  AND i.state = 'processing'
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u
+$$;
+
+/* inbox_dead: give up; dead is final (only an operator requeues). */
+CREATE FUNCTION queuebox.inbox_dead(id bigint, claim_token uuid, error text)
+	RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.inbox i
+		SET state = 'dead', last_error = inbox_dead.error,
+			claim_token = NULL, lease_until = NULL
+		WHERE i.id = inbox_dead.id AND i.claim_token = inbox_dead.claim_token
+		  AND i.state = 'processing'
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u
+$$;
+
+-- ---------------------------------------------------------------------------
 -- Visibility
 -- ---------------------------------------------------------------------------
 
