@@ -319,6 +319,129 @@ CREATE FUNCTION queuebox.inbox_dead(id bigint, claim_token uuid, error text)
 $$;
 
 -- ---------------------------------------------------------------------------
+-- Operations: requeue and replay
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION queuebox.topic_matches(pattern text, topic text) RETURNS boolean
+	AS 'MODULE_PATHNAME', 'qb_sql_topic_matches'
+	LANGUAGE C STRICT IMMUTABLE;
+COMMENT ON FUNCTION queuebox.topic_matches(text, text) IS
+	'True when the topic matches the pattern, as routes match: "*" one segment, "**" any number.';
+
+CREATE FUNCTION queuebox._arm_outbox_wake() RETURNS void
+	AS 'MODULE_PATHNAME', 'qb_sql_arm_outbox_wake'
+	LANGUAGE C VOLATILE;
+
+/*
+ * requeue_outbox(id): a dead row back to pending, due now, attempts reset.
+ * The row keeps its id and message_id, so it keeps its place in its key's
+ * order.  True when the row was dead and is now pending.
+ */
+CREATE FUNCTION queuebox.requeue_outbox(id bigint) RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.outbox o
+		SET state = 'pending', attempt = 0, scheduled_at = now(),
+			claim_token = NULL, lease_until = NULL
+		WHERE o.id = requeue_outbox.id AND o.state = 'dead'
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u, LATERAL (SELECT queuebox._arm_outbox_wake()) w
+$$;
+
+/*
+ * requeue_outbox(topic_pattern, since, until): every dead row whose topic
+ * matches (NULL: all) and whose created_at is in [since, until) (NULL: open).
+ * Rows keep their ids, so each key's order is kept.  Returns rows requeued.
+ */
+CREATE FUNCTION queuebox.requeue_outbox(
+	topic_pattern text, since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL)
+	RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.outbox o
+		SET state = 'pending', attempt = 0, scheduled_at = now(),
+			claim_token = NULL, lease_until = NULL
+		WHERE o.state = 'dead'
+		  AND (requeue_outbox.topic_pattern IS NULL
+			   OR queuebox.topic_matches(requeue_outbox.topic_pattern, o.topic))
+		  AND (requeue_outbox.since IS NULL OR o.created_at >= requeue_outbox.since)
+		  AND (requeue_outbox.until IS NULL OR o.created_at < requeue_outbox.until)
+		RETURNING 1)
+	SELECT count(*) FROM u, LATERAL (SELECT queuebox._arm_outbox_wake()) w
+$$;
+
+/*
+ * replay_outbox(id): a new pending row with the same topic, key, payload,
+ * headers and max_attempts, and a new message_id; any state may be
+ * replayed.  Returns the new row's id, or NULL when there is no such row.
+ */
+CREATE FUNCTION queuebox.replay_outbox(id bigint) RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	INSERT INTO queuebox.outbox (topic, key, payload, headers, max_attempts)
+	SELECT o.topic, o.key, o.payload, o.headers, o.max_attempts
+	FROM queuebox.outbox o WHERE o.id = replay_outbox.id
+	RETURNING id
+$$;
+
+/*
+ * replay_outbox(state, topic_pattern, since, until): replays every row in
+ * that state (NULL: any) matching the filters, in id order, so the copies
+ * keep each key's order.  Returns rows replayed.
+ */
+CREATE FUNCTION queuebox.replay_outbox(
+	state text, topic_pattern text DEFAULT NULL,
+	since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL)
+	RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH n AS (
+		INSERT INTO queuebox.outbox (topic, key, payload, headers, max_attempts)
+		SELECT o.topic, o.key, o.payload, o.headers, o.max_attempts
+		FROM queuebox.outbox o
+		WHERE (replay_outbox.state IS NULL OR o.state = replay_outbox.state)
+		  AND (replay_outbox.topic_pattern IS NULL
+			   OR queuebox.topic_matches(replay_outbox.topic_pattern, o.topic))
+		  AND (replay_outbox.since IS NULL OR o.created_at >= replay_outbox.since)
+		  AND (replay_outbox.until IS NULL OR o.created_at < replay_outbox.until)
+		ORDER BY o.id
+		RETURNING 1)
+	SELECT count(*) FROM n
+$$;
+
+/* requeue_inbox(id): a dead inbox row back to pending, attempts reset. */
+CREATE FUNCTION queuebox.requeue_inbox(id bigint) RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.inbox i
+		SET state = 'pending', attempt = 0, scheduled_at = now(),
+			claim_token = NULL, lease_until = NULL
+		WHERE i.id = requeue_inbox.id AND i.state = 'dead'
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u
+$$;
+
+/* requeue_inbox(source, since, until): every dead row of a source (NULL: all). */
+CREATE FUNCTION queuebox.requeue_inbox(
+	source text, since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL)
+	RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.inbox i
+		SET state = 'pending', attempt = 0, scheduled_at = now(),
+			claim_token = NULL, lease_until = NULL
+		WHERE i.state = 'dead'
+		  AND (requeue_inbox.source IS NULL OR i.source = requeue_inbox.source)
+		  AND (requeue_inbox.since IS NULL OR i.created_at >= requeue_inbox.since)
+		  AND (requeue_inbox.until IS NULL OR i.created_at < requeue_inbox.until)
+		RETURNING 1)
+	SELECT count(*) FROM u
+$$;
+
+-- ---------------------------------------------------------------------------
 -- Visibility
 -- ---------------------------------------------------------------------------
 

@@ -191,7 +191,7 @@ qbo_dispatch(QboEngine *e, QboRound *r)
 		if (ri < 0)
 		{
 			snprintf(msg, sizeof(msg),
-					 "no route matches topic \"%.200s\"; add a route for it, then set the row back to pending",
+					 "no route matches topic \"%.200s\"; add a route for it, then requeue the row (queuebox.requeue_outbox)",
 					 row->topic);
 			qbo_set(r, i, QB_SETTLE_DEAD, row->attempt, 0, msg);
 			r->stats->dead++;
@@ -201,7 +201,7 @@ qbo_dispatch(QboEngine *e, QboRound *r)
 		if (dest->type != QB_DEST_HTTP)
 		{
 			snprintf(msg, sizeof(msg),
-					 "destination \"%s\" is of type %s, which this version of QueueBox cannot publish to yet; route the topic to an http destination, then set the row back to pending",
+					 "destination \"%s\" is of type %s, which this version of QueueBox cannot publish to yet; route the topic to an http destination, then requeue the row (queuebox.requeue_outbox)",
 					 dest->name, qb_dest_type_name(dest->type));
 			qbo_set(r, i, QB_SETTLE_DEAD, row->attempt, 0, msg);
 			r->stats->dead++;

@@ -29,6 +29,8 @@ PG_FUNCTION_INFO_V1(qb_sql_validate);
 PG_FUNCTION_INFO_V1(qb_sql_wake_outbox);
 PG_FUNCTION_INFO_V1(qb_sql_route_of);
 PG_FUNCTION_INFO_V1(qb_sql_worker_status);
+PG_FUNCTION_INFO_V1(qb_sql_topic_matches);
+PG_FUNCTION_INFO_V1(qb_sql_arm_outbox_wake);
 PG_FUNCTION_INFO_V1(qb_sql_outbox_claim);
 PG_FUNCTION_INFO_V1(qb_sql_outbox_settle);
 PG_FUNCTION_INFO_V1(qb_sql_outbox_reclaim);
@@ -269,4 +271,32 @@ qb_sql_outbox_retention(PG_FUNCTION_ARGS)
 	n = qbsql_run(fcinfo, QB_PG_OUTBOX_RETENTION, SPI_OK_DELETE, 2, types);
 	SPI_finish();
 	PG_RETURN_INT64((int64) n);
+}
+
+/* queuebox.topic_matches(pattern text, topic text): the routes' matcher */
+Datum
+qb_sql_topic_matches(PG_FUNCTION_ARGS)
+{
+	char	   *pattern = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *topic = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	char		err[QB_ERRLEN];
+
+	if (!qb_pattern_check(pattern, err, sizeof(err)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid topic pattern \"%s\": %s", pattern, err),
+				 errhint("Segments are separated by single dots; \"*\" matches one segment, \"**\" any number.")));
+	PG_RETURN_BOOL(qb_topic_match(pattern, topic));
+}
+
+/*
+ * queuebox._arm_outbox_wake(): wake the outbox workers when this transaction
+ * commits (for operations that make rows due by UPDATE, which the INSERT
+ * trigger does not see).
+ */
+Datum
+qb_sql_arm_outbox_wake(PG_FUNCTION_ARGS)
+{
+	qb_arm_outbox_wake();
+	PG_RETURN_VOID();
 }
