@@ -13,7 +13,7 @@ PKGS=(
   libcurl4-openssl-dev libjansson-dev libyaml-dev libssl-dev libcmocka-dev
   libipc-run-perl libmicrohttpd-dev
   librabbitmq-dev librdkafka-dev libnats-dev freetds-dev unixodbc-dev tdsodbc libjq-dev
-  curl wrk
+  curl wrk openssl
 )
 
 missing=()
