@@ -212,6 +212,13 @@ CREATE INDEX inbox_open_idx ON queuebox.inbox (source, created_at, id)
 CREATE INDEX inbox_aggregate_open_idx ON queuebox.inbox (source, aggregate_id, created_at, id)
 	WHERE state IN ('pending', 'processing') AND aggregate_id IS NOT NULL;
 
+-- The relay: open push rows in created_at order, and the per-aggregate
+-- predicate across every push source.
+CREATE INDEX inbox_push_open_idx ON queuebox.inbox (created_at, id)
+	WHERE state IN ('pending', 'processing') AND consumption = 'push';
+CREATE INDEX inbox_push_aggregate_idx ON queuebox.inbox (aggregate_id, created_at, id)
+	WHERE state IN ('pending', 'processing') AND consumption = 'push' AND aggregate_id IS NOT NULL;
+
 SELECT pg_catalog.pg_extension_config_dump('queuebox.inbox', '');
 SELECT pg_catalog.pg_extension_config_dump('queuebox.inbox_id_seq', '');
 
@@ -317,6 +324,24 @@ CREATE FUNCTION queuebox.inbox_dead(id bigint, claim_token uuid, error text)
 		RETURNING 1)
 	SELECT count(*) = 1 FROM u
 $$;
+
+-- ---------------------------------------------------------------------------
+-- The relay statements (the relay worker runs the same text)
+-- ---------------------------------------------------------------------------
+/* _relay_claim: push rows to forward, one per aggregate across all push sources. */
+CREATE FUNCTION queuebox._relay_claim(batch_size int, lease_ms bigint, token uuid)
+	RETURNS TABLE (id bigint, source text, event_type text, created_at timestamptz)
+	AS 'MODULE_PATHNAME', 'qb_sql_relay_claim'
+	LANGUAGE C VOLATILE;
+
+/*
+ * _relay_forward: the claimed rows with their rendered topics become outbox
+ * rows and are marked processed (an empty topic: dead), in one statement.
+ */
+CREATE FUNCTION queuebox._relay_forward(token uuid, ids bigint[], topics text[], max_attempts int)
+	RETURNS bigint
+	AS 'MODULE_PATHNAME', 'qb_sql_relay_forward'
+	LANGUAGE C VOLATILE;
 
 -- ---------------------------------------------------------------------------
 -- Operations: requeue and replay

@@ -88,6 +88,74 @@
 	"   LIMIT $2" \
 	"   FOR UPDATE SKIP LOCKED))"
 
+/*
+ * Relay claim: $1 int4 batch size, $2 int8 lease in ms, $3 uuid claim token.
+ * Push rows, pending and due or processing with an expired lease.  One
+ * message of an aggregate is in flight across all push sources together, in
+ * created_at order; rows without an aggregate take part in no ordering.
+ */
+#define QB_PG_RELAY_CLAIM \
+	"UPDATE queuebox.inbox i" \
+	" SET state = 'processing', claim_token = $3," \
+	"     lease_until = now() + $2 * interval '1 millisecond'" \
+	" WHERE i.id = ANY (ARRAY(" \
+	"   SELECT c.id FROM queuebox.inbox c" \
+	"   WHERE c.consumption = 'push' AND c.state IN ('pending', 'processing')" \
+	"     AND ((c.state = 'pending' AND c.scheduled_at <= now())" \
+	"          OR (c.state = 'processing' AND c.lease_until < now()))" \
+	"     AND (c.aggregate_id IS NULL OR NOT EXISTS (" \
+	"       SELECT 1 FROM queuebox.inbox e" \
+	"       WHERE e.consumption = 'push' AND e.aggregate_id = c.aggregate_id" \
+	"         AND e.state IN ('pending', 'processing')" \
+	"         AND (e.created_at, e.id) < (c.created_at, c.id)))" \
+	"   ORDER BY c.created_at, c.id" \
+	"   LIMIT $1" \
+	"   FOR UPDATE SKIP LOCKED))" \
+	" RETURNING i.id, i.source, i.event_type, i.created_at"
+
+/*
+ * Relay forward: $1 uuid claim token, $2 int8[] inbox ids, $3 text[] their
+ * rendered topics, $4 int4 max_attempts for the outbox rows (NULL: the
+ * outbox default).  In one statement, so in one transaction: each claimed
+ * row with a non-empty topic becomes an outbox row (key = aggregate_id, the
+ * stored payload, the received headers with x-inbox-id, x-source,
+ * x-idempotency-key and X-Correlation-Id replacing any of those names in any
+ * letter case) inserted in created_at order, and is marked processed; a row
+ * whose topic rendered empty is marked dead.  Fenced by the token; the row
+ * count is the inbox rows settled.
+ */
+#define QB_PG_RELAY_FORWARD \
+	"WITH s AS (" \
+	"   SELECT * FROM unnest($2::bigint[], $3::text[]) AS s(id, topic))," \
+	" c AS (" \
+	"   SELECT i.*, s.topic AS out_topic FROM queuebox.inbox i JOIN s ON s.id = i.id" \
+	"   WHERE i.claim_token = $1 AND i.state = 'processing')," \
+	" ins AS (" \
+	"   INSERT INTO queuebox.outbox (topic, key, payload, headers, max_attempts)" \
+	"   SELECT c.out_topic, c.aggregate_id, c.payload," \
+	"     coalesce((SELECT jsonb_object_agg(h.k, h.v) FROM jsonb_each(c.headers) h(k, v)" \
+	"               WHERE lower(h.k) NOT IN ('x-inbox-id', 'x-source', 'x-idempotency-key'," \
+	"                                        'x-correlation-id')), '{}'::jsonb)" \
+	"     || jsonb_build_object('x-inbox-id', c.id::text, 'x-source', c.source," \
+	"                           'x-idempotency-key', c.idempotency_key)" \
+	"     || coalesce((SELECT jsonb_build_object('X-Correlation-Id', h.v)" \
+	"                  FROM jsonb_each(c.headers) h(k, v)" \
+	"                  WHERE lower(h.k) = 'x-correlation-id' LIMIT 1), '{}'::jsonb)," \
+	"     $4" \
+	"   FROM c WHERE c.out_topic <> ''" \
+	"   ORDER BY c.created_at, c.id" \
+	"   RETURNING 1)," \
+	" u AS (" \
+	"   UPDATE queuebox.inbox i" \
+	"   SET state = CASE WHEN c.out_topic <> '' THEN 'processed' ELSE 'dead' END," \
+	"       last_error = CASE WHEN c.out_topic <> '' THEN i.last_error" \
+	"         ELSE 'the topic template rendered empty, so the message can reach no destination;" \
+	" set eventTypePath or use {{ source }} in the topic, then requeue the row' END," \
+	"       claim_token = NULL, lease_until = NULL" \
+	"   FROM c WHERE i.id = c.id" \
+	"   RETURNING 1)" \
+	" SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM ins)"
+
 /* The stored configuration document. */
 #define QB_PG_CONFIG_LOAD \
 	"SELECT document FROM queuebox.config WHERE id = 1"

@@ -31,6 +31,8 @@ PG_FUNCTION_INFO_V1(qb_sql_route_of);
 PG_FUNCTION_INFO_V1(qb_sql_worker_status);
 PG_FUNCTION_INFO_V1(qb_sql_topic_matches);
 PG_FUNCTION_INFO_V1(qb_sql_arm_outbox_wake);
+PG_FUNCTION_INFO_V1(qb_sql_relay_claim);
+PG_FUNCTION_INFO_V1(qb_sql_relay_forward);
 PG_FUNCTION_INFO_V1(qb_sql_outbox_claim);
 PG_FUNCTION_INFO_V1(qb_sql_outbox_settle);
 PG_FUNCTION_INFO_V1(qb_sql_outbox_reclaim);
@@ -299,4 +301,37 @@ qb_sql_arm_outbox_wake(PG_FUNCTION_ARGS)
 {
 	qb_arm_outbox_wake();
 	PG_RETURN_VOID();
+}
+
+/* queuebox._relay_claim(batch_size, lease_ms, token) */
+Datum
+qb_sql_relay_claim(PG_FUNCTION_ARGS)
+{
+	static const Oid types[3] = {INT4OID, INT8OID, UUIDOID};
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	uint64		n;
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	n = qbsql_run(fcinfo, QB_PG_RELAY_CLAIM, SPI_OK_UPDATE_RETURNING, 3, types);
+	for (uint64 i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* queuebox._relay_forward(token, ids, topics, max_attempts): inbox rows settled */
+Datum
+qb_sql_relay_forward(PG_FUNCTION_ARGS)
+{
+	static const Oid types[4] = {UUIDOID, INT8ARRAYOID, TEXTARRAYOID, INT4OID};
+	bool		isnull;
+	int64		n;
+
+	SPI_connect();
+	if (qbsql_run(fcinfo, QB_PG_RELAY_FORWARD, SPI_OK_SELECT, 4, types) != 1)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("relay forward returned no row")));
+	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	SPI_finish();
+	PG_RETURN_INT64(n);
 }
