@@ -218,21 +218,42 @@ qbsql_run(FunctionCallInfo fcinfo, const char *sql, int ok_code, int nargs,
 	return SPI_processed;
 }
 
-/* queuebox._outbox_claim(batch_size, lease_ms, default_max_attempts, token) */
-Datum
-qb_sql_outbox_claim(PG_FUNCTION_ARGS)
+/* qbsql_count: run a worker statement, return the rows it changed. */
+static Datum
+qbsql_count(FunctionCallInfo fcinfo, const char *sql, int ok_code, int nargs,
+			const Oid *types)
 {
-	static const Oid types[4] = {INT4OID, INT8OID, INT4OID, UUIDOID};
+	uint64		n;
+
+	SPI_connect();
+	n = qbsql_run(fcinfo, sql, ok_code, nargs, types);
+	SPI_finish();
+	PG_RETURN_INT64((int64) n);
+}
+
+/* qbsql_rows: run a worker statement with RETURNING, return its rows as a set. */
+static Datum
+qbsql_rows(FunctionCallInfo fcinfo, const char *sql, int nargs, const Oid *types)
+{
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	uint64		n;
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	n = qbsql_run(fcinfo, QB_PG_OUTBOX_CLAIM, SPI_OK_UPDATE_RETURNING, 4, types);
+	n = qbsql_run(fcinfo, sql, SPI_OK_UPDATE_RETURNING, nargs, types);
 	for (uint64 i = 0; i < n; i++)
 		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
 	SPI_finish();
 	return (Datum) 0;
+}
+
+/* queuebox._outbox_claim(batch_size, lease_ms, default_max_attempts, token) */
+Datum
+qb_sql_outbox_claim(PG_FUNCTION_ARGS)
+{
+	static const Oid types[4] = {INT4OID, INT8OID, INT4OID, UUIDOID};
+
+	return qbsql_rows(fcinfo, QB_PG_OUTBOX_CLAIM, 4, types);
 }
 
 /* queuebox._outbox_settle(token, ids, outcomes, attempts, delays_ms, errors) */
@@ -241,12 +262,8 @@ qb_sql_outbox_settle(PG_FUNCTION_ARGS)
 {
 	static const Oid types[6] = {UUIDOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
 	INT8ARRAYOID, TEXTARRAYOID};
-	uint64		n;
 
-	SPI_connect();
-	n = qbsql_run(fcinfo, QB_PG_OUTBOX_SETTLE, SPI_OK_UPDATE, 6, types);
-	SPI_finish();
-	PG_RETURN_INT64((int64) n);
+	return qbsql_count(fcinfo, QB_PG_OUTBOX_SETTLE, SPI_OK_UPDATE, 6, types);
 }
 
 /* queuebox._outbox_reclaim(max_rows) */
@@ -254,12 +271,8 @@ Datum
 qb_sql_outbox_reclaim(PG_FUNCTION_ARGS)
 {
 	static const Oid types[1] = {INT4OID};
-	uint64		n;
 
-	SPI_connect();
-	n = qbsql_run(fcinfo, QB_PG_OUTBOX_RECLAIM, SPI_OK_UPDATE, 1, types);
-	SPI_finish();
-	PG_RETURN_INT64((int64) n);
+	return qbsql_count(fcinfo, QB_PG_OUTBOX_RECLAIM, SPI_OK_UPDATE, 1, types);
 }
 
 /* queuebox._outbox_retention(keep_sec, max_rows) */
@@ -267,12 +280,8 @@ Datum
 qb_sql_outbox_retention(PG_FUNCTION_ARGS)
 {
 	static const Oid types[2] = {INT8OID, INT4OID};
-	uint64		n;
 
-	SPI_connect();
-	n = qbsql_run(fcinfo, QB_PG_OUTBOX_RETENTION, SPI_OK_DELETE, 2, types);
-	SPI_finish();
-	PG_RETURN_INT64((int64) n);
+	return qbsql_count(fcinfo, QB_PG_OUTBOX_RETENTION, SPI_OK_DELETE, 2, types);
 }
 
 /* queuebox.topic_matches(pattern text, topic text): the routes' matcher */
@@ -308,16 +317,8 @@ Datum
 qb_sql_relay_claim(PG_FUNCTION_ARGS)
 {
 	static const Oid types[3] = {INT4OID, INT8OID, UUIDOID};
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	uint64		n;
 
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
-	n = qbsql_run(fcinfo, QB_PG_RELAY_CLAIM, SPI_OK_UPDATE_RETURNING, 3, types);
-	for (uint64 i = 0; i < n; i++)
-		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
-	SPI_finish();
-	return (Datum) 0;
+	return qbsql_rows(fcinfo, QB_PG_RELAY_CLAIM, 3, types);
 }
 
 /* queuebox._relay_forward(token, ids, topics, max_attempts): inbox rows settled */
