@@ -21,6 +21,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "qb_auth.h"
+
 #define QB_ERRLEN 512
 
 /*
@@ -45,6 +47,25 @@
  *				topic), config {} (librdkafka properties, string to string)
  *	nats		url (required, nats/tls), subject (none: the row's topic),
  *				jetstream false
+ *
+ * Sources (sources.<name>; type http is the only type so far):
+ *	path (required, starts with '/', unique), idempotencyKeyPath or
+ *	idempotencyKeyHeader (exactly one; standard-webhooks auth defaults to the
+ *	webhook-id header), eventTypePath or eventTypeHeader (at most one),
+ *	aggregateIdPath, topic "{{ eventType }}" (names: source, eventType),
+ *	consumption push (default) | pull, maxBodyBytes 1048576 (1..67108864),
+ *	auth {type hmac-sha256|github|stripe|standard-webhooks|bearer, secret or
+ *	secrets [..] (HMAC types), header (hmac-sha256, required), prefix,
+ *	encoding hex|base64, toleranceSec 300 (stripe, standard-webhooks;
+ *	1..86400), token (bearer)}.
+ * inbox:	basePath "/inbox"; relay {enabled true, pollIntervalMs 100 (10..3600000),
+ *			batchSize 100 (1..10000), claimTimeoutMs 300000 (1000..86400000),
+ *			maxAttempts (1..1000000; unset: outbox.maxAttempts)}
+ * http:	listen (unset: no listener; "8080" or ":8080" means 127.0.0.1:8080,
+ *			"host:port" with an IPv4 literal, "[v6]:port" or localhost),
+ *			maxConnections 256 (1..10000), connectionTimeoutMs 10000
+ *			(1000..3600000), storeTimeoutMs 5000 (100..600000)
+ * admin:	token (at least 16 characters; unset: the /admin/ routes are off)
  * Integers, numbers and booleans may be written quoted ("100"), so that a
  * ${NAME} reference or an override can supply them; booleans are true/false.
  */
@@ -110,6 +131,63 @@ typedef struct QbRoute
 	int			dest_index;		/* index into QbConfig.destinations */
 } QbRoute;
 
+typedef enum QbConsumption
+{
+	QB_CONSUME_PUSH,			/* the relay forwards the rows into the outbox */
+	QB_CONSUME_PULL				/* the application's workers claim the rows */
+} QbConsumption;
+
+typedef enum QbSourceType
+{
+	QB_SOURCE_HTTP
+} QbSourceType;
+
+typedef struct QbSource
+{
+	char	   *name;			/* the map key under sources: */
+	QbSourceType type;
+	char	   *path;			/* "/stripe": answered at inbox.basePath + path */
+	char	   *idempotency_key_path;	/* JSONPath, or NULL */
+	char	   *idempotency_key_header; /* header name, or NULL */
+	char	   *event_type_path;	/* JSONPath, or NULL */
+	char	   *event_type_header;	/* header name, or NULL */
+	char	   *aggregate_id_path;	/* JSONPath, or NULL */
+	char	   *topic;			/* template; default "{{ eventType }}" */
+	QbConsumption consumption;	/* default push */
+	long		max_body_bytes; /* default 1048576 */
+
+	/*
+	 * auth.type is QB_AUTH_NONE without an auth: section.  Its strings are
+	 * owned by the config (secrets, header, prefix, token).
+	 */
+	QbAuth		auth;
+} QbSource;
+
+typedef struct QbRelayConf
+{
+	bool		enabled;		/* default true */
+	int			poll_interval_ms;	/* default 100 */
+	int			batch_size;		/* default 100 */
+	long		claim_timeout_ms;	/* default 300000 */
+	int			max_attempts;	/* 0: outbox.maxAttempts */
+} QbRelayConf;
+
+typedef struct QbInboxConf
+{
+	char	   *base_path;		/* default "/inbox"; no trailing '/'; "" = root */
+	QbRelayConf relay;
+} QbInboxConf;
+
+typedef struct QbHttpConf
+{
+	char	   *listen;			/* as written, NULL: no listener */
+	char	   *host;			/* an IP literal (IPv6 without brackets) */
+	int			port;			/* 1..65535 */
+	int			max_connections;	/* default 256 */
+	long		connection_timeout_ms;	/* default 10000 */
+	long		store_timeout_ms;	/* default 5000: longer answers 503 */
+} QbHttpConf;
+
 typedef struct QbConfig
 {
 	QbOutboxConf outbox;
@@ -117,6 +195,11 @@ typedef struct QbConfig
 	int			ndestinations;
 	QbRoute    *routes;
 	int			nroutes;
+	QbSource   *sources;
+	int			nsources;
+	QbInboxConf inbox;			/* base_path is always set */
+	QbHttpConf	http;
+	char	   *admin_token;	/* NULL: the /admin/ routes are off */
 } QbConfig;
 
 /* Fill *out with every default of the model (no destinations, no routes). */
@@ -136,6 +219,12 @@ extern void qb_config_free(QbConfig *cfg);
 
 /* Destination by name, or NULL. */
 extern const QbDestination *qb_config_destination(const QbConfig *cfg, const char *name);
+
+/* Source by name, or NULL. */
+extern const QbSource *qb_config_source(const QbConfig *cfg, const char *name);
+
+/* The max_attempts the relay gives the outbox rows it writes. */
+extern int	qb_config_relay_max_attempts(const QbConfig *cfg);
 
 /*
  * Expand ${NAME} references in one scalar.  Returns a malloc'd string or NULL
