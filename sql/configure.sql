@@ -67,6 +67,17 @@ sources:
   stripe: { type: http }
 $yaml$);
 SELECT queuebox.configure($yaml$
+sources:
+  stripe: { type: http, path: /stripe, idempotencyKeyPath: $.id, auth: { type: stripe, secret: abc, header: X-Sig } }
+$yaml$);
+SELECT queuebox.configure($yaml$
+sources:
+  stripe: { type: http, path: /stripe, idempotencyKeyPath: $.id }
+$yaml$);
+SELECT queuebox.configure('http: { listen: "10.0.0.300:80" }');
+SELECT queuebox.configure('admin: { token: tooshort }');
+SELECT queuebox.configure('inbox: { relay: { enabled: sometimes } }');
+SELECT queuebox.configure($yaml$
 outbox: { batchSize: 10
 $yaml$);
 SELECT queuebox.configure($yaml$
@@ -86,6 +97,23 @@ SELECT document LIKE '%payments%' AS unchanged FROM queuebox.config;
 
 -- route_of() follows the stored configuration
 SELECT t, queuebox.route_of(t) FROM (VALUES ('orders'), ('orders.created'), ('orders.eu.paid'), ('payments.x')) v(t);
+
+-- sources, inbox, http and admin
+SELECT queuebox.validate($yaml$
+sources:
+  stripe:
+    type: http
+    path: /stripe
+    idempotencyKeyPath: $.id
+    eventTypePath: $.type
+    aggregateIdPath: $.data.object.customer
+    topic: "stripe.{{ eventType }}"
+    auth: { type: stripe, secret: whsec_test }
+  orders: { type: http, path: /orders, idempotencyKeyPath: $.id, consumption: pull }
+inbox: { basePath: /hooks, relay: { batchSize: 50 } }
+http: { listen: 18080 }
+admin: { token: 0123456789abcdef0123 }
+$yaml$);
 
 -- an empty document is valid: every default
 SELECT queuebox.validate('');

@@ -122,6 +122,31 @@ qba_b64_decode(const char *in, unsigned char *out)
 	return n;
 }
 
+/* qb_auth_secret_check: see qb_auth.h. */
+bool
+qb_auth_secret_check(QbAuthType t, const char *secret, char *err, size_t errlen)
+{
+	unsigned char key[512];
+	const char *b64 = secret;
+
+	if (secret[0] == '\0')
+	{
+		snprintf(err, errlen, "a secret must not be empty");
+		return false;
+	}
+	if (t != QB_AUTH_STANDARD_WEBHOOKS)
+		return true;
+	if (strncmp(b64, "whsec_", 6) == 0)
+		b64 += 6;
+	if (strlen(b64) > 4 * (sizeof(key) / 3) || qba_b64_decode(b64, key) <= 0)
+	{
+		snprintf(err, errlen,
+				 "a standard-webhooks secret is whsec_ followed by base64 (as the sender shows it); this one is not valid base64");
+		return false;
+	}
+	return true;
+}
+
 /*
  * qba_match_any: does the candidate (already encoded as the sender encodes
  * it) equal the HMAC of the parts under any secret?  Every secret is

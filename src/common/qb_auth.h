@@ -67,4 +67,11 @@ extern bool qb_auth_verify(const QbAuth *auth, QbHeaderGet get, void *ctx,
 
 extern const char *qb_auth_type_name(QbAuthType t);
 
+/*
+ * qb_auth_secret_check: can this secret sign for the scheme?  A
+ * standard-webhooks secret must be base64 (after an optional whsec_
+ * prefix) of at most 384 bytes.  The message never repeats the secret.
+ */
+extern bool qb_auth_secret_check(QbAuthType t, const char *secret, char *err, size_t errlen);
+
 #endif							/* QB_AUTH_H */

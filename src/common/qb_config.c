@@ -34,8 +34,13 @@
  *												destinations.payments.headers.X-Api-Key
  *	QUEUEBOX_ROUTES_0_DESTINATION				routes[0].destination
  *
- * The known scalar key paths are the outbox keys and outbox.backoff keys,
- * and, for each destination and route the document defines: every scalar
+ *	QUEUEBOX_HTTP_LISTEN						http.listen
+ *	QUEUEBOX_ADMIN_TOKEN						admin.token
+ *	QUEUEBOX_SOURCES_STRIPE_AUTH_SECRET			sources.stripe.auth.secret
+ *
+ * The known scalar key paths are the outbox, outbox.backoff, inbox,
+ * inbox.relay, http and admin keys, and, for each source (its scalar keys
+ * and auth's) and each destination and route the document defines: every scalar
  * key of any destination type, the headers and kafka config entries the
  * document already has, and routes[i].topicPattern / .destination.  An
  * override cannot create a destination, a route, a header or a kafka
@@ -65,9 +70,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
 #include <yaml.h>
 
 #include "qb_config.h"
+#include "qb_extract.h"
 #include "qb_route.h"
 
 extern char **environ;
@@ -835,7 +842,7 @@ url_brokers(const char *s, char *err, size_t errlen)
  * ---------------------------------------------------------------------
  */
 static const char *const qs_top_keys[] =
-{"outbox", "destinations", "routes", NULL};
+{"outbox", "destinations", "routes", "sources", "inbox", "http", "admin", NULL};
 static const char *const qs_outbox_keys[] =
 {"pollIntervalMs", "batchSize", "maxAttempts", "claimTimeoutMs", "backoff", "retention", NULL};
 static const char *const qs_outbox_scalars[] =
@@ -856,6 +863,31 @@ static const char *const qs_dest_scalars[] =
 "persistent", "mandatory", "brokers", "topic", "subject", "jetstream", NULL};
 static const char *const qs_route_keys[] =
 {"topicPattern", "destination", NULL};
+static const char *const qs_source_keys[] =
+{"type", "path", "idempotencyKeyPath", "idempotencyKeyHeader", "eventTypePath",
+"eventTypeHeader", "aggregateIdPath", "topic", "consumption", "maxBodyBytes", "auth", NULL};
+static const char *const qs_source_scalars[] =
+{"type", "path", "idempotencyKeyPath", "idempotencyKeyHeader", "eventTypePath",
+"eventTypeHeader", "aggregateIdPath", "topic", "consumption", "maxBodyBytes", NULL};
+/* auth keys by type, in the order of QbAuthType (NONE has none) */
+static const char *const qs_auth_hmac_keys[] =
+{"type", "secret", "secrets", "header", "prefix", "encoding", NULL};
+static const char *const qs_auth_github_keys[] =
+{"type", "secret", "secrets", NULL};
+static const char *const qs_auth_timed_keys[] =
+{"type", "secret", "secrets", "toleranceSec", NULL};
+static const char *const qs_auth_bearer_keys[] =
+{"type", "token", NULL};
+static const char *const qs_auth_scalars[] =
+{"type", "secret", "header", "prefix", "encoding", "toleranceSec", "token", NULL};
+static const char *const qs_inbox_keys[] =
+{"basePath", "relay", NULL};
+static const char *const qs_relay_keys[] =
+{"enabled", "pollIntervalMs", "batchSize", "claimTimeoutMs", "maxAttempts", NULL};
+static const char *const qs_http_section_keys[] =
+{"listen", "maxConnections", "connectionTimeoutMs", "storeTimeoutMs", NULL};
+static const char *const qs_admin_keys[] =
+{"token", NULL};
 
 #define QS_RETENTION_MAX	(36500L * 86400L)
 #define QS_MS_MAX			2147483647L
@@ -1037,6 +1069,52 @@ qo_collect(const QtNode *root, const char *rest, QoFound *f)
 		QoPath		p = {{"outbox", "backoff", qs_backoff_keys[k]}, 3, 0};
 
 		qo_try(f, rest, &p);
+	}
+	{
+		QoPath		p = {{"inbox", "basePath"}, 2, 0};
+
+		qo_try(f, rest, &p);
+	}
+	for (k = 0; qs_relay_keys[k] != NULL; k++)
+	{
+		QoPath		p = {{"inbox", "relay", qs_relay_keys[k]}, 3, 0};
+
+		qo_try(f, rest, &p);
+	}
+	for (k = 0; qs_http_section_keys[k] != NULL; k++)
+	{
+		QoPath		p = {{"http", qs_http_section_keys[k]}, 2, 0};
+
+		qo_try(f, rest, &p);
+	}
+	for (k = 0; qs_admin_keys[k] != NULL; k++)
+	{
+		QoPath		p = {{"admin", qs_admin_keys[k]}, 2, 0};
+
+		qo_try(f, rest, &p);
+	}
+	m = qt_get(root, "sources");
+	if (m != NULL && m->kind == QT_MAP)
+	{
+		for (i = 0; i < m->n; i++)
+		{
+			const char *name = m->keys[i]->text;
+
+			if (m->keys[i]->kind != QT_SCALAR || m->kids[i]->kind != QT_MAP)
+				continue;
+			for (k = 0; qs_source_scalars[k] != NULL; k++)
+			{
+				QoPath		p = {{"sources", name, qs_source_scalars[k]}, 3, 0};
+
+				qo_try(f, rest, &p);
+			}
+			for (k = 0; qs_auth_scalars[k] != NULL; k++)
+			{
+				QoPath		p = {{"sources", name, "auth", qs_auth_scalars[k]}, 4, 0};
+
+				qo_try(f, rest, &p);
+			}
+		}
 	}
 	m = qt_get(root, "destinations");
 	if (m != NULL && m->kind == QT_MAP)
@@ -1705,6 +1783,9 @@ qv_required(QvCtx *cx, const char *path, const QtNode *m, const char *key,
 	return n;
 }
 
+static bool qv_url_path(QvCtx *cx, const char *path, const QtNode *n, const char *s,
+						const char *example);
+
 /* qv_http: the keys of an http destination. */
 static bool
 qv_http(QvCtx *cx, const char *path, const QtNode *m, QbDestination *d)
@@ -1714,7 +1795,6 @@ qv_http(QvCtx *cx, const char *path, const QtNode *m, QbDestination *d)
 	char		msg[QV_MSGLEN];
 	const QtNode *n;
 	size_t		len;
-	const char *p;
 	long		v;
 
 	if ((n = qv_required(cx, path, m, "baseUrl", url_why)) == NULL)
@@ -1734,12 +1814,8 @@ qv_http(QvCtx *cx, const char *path, const QtNode *m, QbDestination *d)
 		qv_path_key(sub, sizeof(sub), path, "path");
 		if (!qv_string(cx, sub, n, false, &d->path))
 			return false;
-		if (d->path[0] != '\0' && d->path[0] != '/')
-			return qv_error(cx, sub, n, "must start with '/', e.g. path: /events");
-		for (p = d->path; *p != '\0'; p++)
-			if ((unsigned char) *p <= ' ' || *p == 0x7f || *p == '?' || *p == '#')
-				return qv_error(cx, sub, n,
-								"must not contain a space, a control character, '?' or '#'; percent-encode them");
+		if (d->path[0] != '\0' && !qv_url_path(cx, sub, n, d->path, "path: /events"))
+			return false;
 	}
 	else if ((d->path = strdup("")) == NULL)
 		return qv_error(cx, path, m, "out of memory");
@@ -1928,38 +2004,59 @@ qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d
 	return true;
 }
 
+/*
+ * qv_named_section: a mapping of named entries (destinations:, sources:)
+ * into a zeroed array of n elements of size each; n stays 0 when the
+ * section is absent or empty.
+ */
+static bool
+qv_named_section(QvCtx *cx, const char *path, const QtNode *node, size_t size,
+				 void **arr, int *n, const QtNode **m)
+{
+	if (!qv_section(cx, path, node, QT_MAP, m))
+		return false;
+	if (*m == NULL || (*m)->n == 0)
+		return true;
+	if (!qv_keys(cx, path, *m, NULL, NULL))
+		return false;
+	if ((*arr = calloc((*m)->n, size)) == NULL)
+		return qv_error(cx, path, *m, "out of memory");
+	*n = (*m)->n;
+	return true;
+}
+
+/* qv_name: an entry's name: letters, digits, '_' and '-'; copied to *out. */
+static bool
+qv_name(QvCtx *cx, const char *path, const QtNode *key, const char *what, char **out)
+{
+	const char *p;
+
+	for (p = key->text; *p != '\0'; p++)
+		if (!isalnum((unsigned char) *p) && *p != '_' && *p != '-')
+			break;
+	if (*p != '\0' || key->text[0] == '\0')
+		return qv_error(cx, path, key, "%s name may use only letters, digits, '_' and '-'", what);
+	if ((*out = strdup(key->text)) == NULL)
+		return qv_error(cx, path, key, "out of memory");
+	return true;
+}
+
 /* qv_destinations: the destinations: section. */
 static bool
 qv_destinations(QvCtx *cx, const QtNode *node, QbConfig *cfg)
 {
 	char		sub[QV_PATHLEN];
 	const QtNode *m;
-	const char *p;
 	int			i;
 
-	if (!qv_section(cx, "destinations", node, QT_MAP, &m))
+	if (!qv_named_section(cx, "destinations", node, sizeof(QbDestination),
+						  (void **) &cfg->destinations, &cfg->ndestinations, &m))
 		return false;
-	if (m == NULL || m->n == 0)
-		return true;
-	if (!qv_keys(cx, "destinations", m, NULL, NULL))
-		return false;
-	if ((cfg->destinations = calloc(m->n, sizeof(QbDestination))) == NULL)
-		return qv_error(cx, "destinations", m, "out of memory");
-	cfg->ndestinations = m->n;
-	for (i = 0; i < m->n; i++)
+	for (i = 0; i < cfg->ndestinations; i++)
 	{
-		const char *name = m->keys[i]->text;
-
-		qv_path_key(sub, sizeof(sub), "destinations", name);
-		for (p = name; *p != '\0'; p++)
-			if (!isalnum((unsigned char) *p) && *p != '_' && *p != '-')
-				break;
-		if (*p != '\0' || name[0] == '\0')
-			return qv_error(cx, sub, m->keys[i],
-							"a destination name may use only letters, digits, '_' and '-'");
-		if ((cfg->destinations[i].name = strdup(name)) == NULL)
-			return qv_error(cx, sub, m, "out of memory");
-		if (!qv_destination(cx, sub, m->kids[i], &cfg->destinations[i]))
+		qv_path_key(sub, sizeof(sub), "destinations", m->keys[i]->text);
+		if (!qv_name(cx, sub, m->keys[i], "a destination", &cfg->destinations[i].name) ||
+			!qv_destination(cx, sub, m->kids[i], &cfg->destinations[i]))
 			return false;
 	}
 	return true;
@@ -2038,6 +2135,591 @@ qv_routes(QvCtx *cx, const QtNode *node, QbConfig *cfg)
 	return true;
 }
 
+/* ---------------------------------------------------------------------
+ * Sources, inbox, http, admin
+ * ---------------------------------------------------------------------
+ */
+
+/* qv_opt_int: an optional integer key of mapping m into *out. */
+static bool
+qv_opt_int(QvCtx *cx, const char *path, const QtNode *m, const char *key,
+		   long lo, long hi, long *out)
+{
+	char		sub[QV_PATHLEN];
+	const QtNode *n = qt_get(m, key);
+
+	if (n == NULL)
+		return true;
+	qv_path_key(sub, sizeof(sub), path, key);
+	return qv_int(cx, sub, n, lo, hi, out);
+}
+
+/* qv_opt_string: an optional string key of mapping m into *out (left NULL). */
+static bool
+qv_opt_string(QvCtx *cx, const char *path, const QtNode *m, const char *key,
+			  bool nonempty, char **out)
+{
+	char		sub[QV_PATHLEN];
+	const QtNode *n = qt_get(m, key);
+
+	if (n == NULL)
+		return true;
+	qv_path_key(sub, sizeof(sub), path, key);
+	return qv_string(cx, sub, n, nonempty, out);
+}
+
+/*
+ * qv_url_path: a URL path as configured: starts with '/', no space, control
+ * character, '?' or '#'.  Shared by destination paths and inbox paths.
+ */
+static bool
+qv_url_path(QvCtx *cx, const char *path, const QtNode *n, const char *s, const char *example)
+{
+	const char *p;
+
+	if (s[0] != '/')
+		return qv_error(cx, path, n, "must start with '/', e.g. %s", example);
+	for (p = s; *p != '\0'; p++)
+		if ((unsigned char) *p <= ' ' || *p == 0x7f || *p == '?' || *p == '#')
+			return qv_error(cx, path, n,
+							"must not contain a space, a control character, '?' or '#'; percent-encode them");
+	return true;
+}
+
+/* qv_opt_jsonpath: an optional JSONPath key, checked. */
+static bool
+qv_opt_jsonpath(QvCtx *cx, const char *path, const QtNode *m, const char *key, char **out)
+{
+	char		sub[QV_PATHLEN];
+	char		msg[QV_MSGLEN];
+
+	if (!qv_opt_string(cx, path, m, key, true, out))
+		return false;
+	if (*out == NULL)
+		return true;
+	qv_path_key(sub, sizeof(sub), path, key);
+	if (!qb_jsonpath_check(*out, msg, sizeof(msg)))
+		return qv_error(cx, sub, qt_get(m, key), "%s", msg);
+	return true;
+}
+
+/* qv_opt_header: an optional key naming an HTTP header, checked. */
+static bool
+qv_opt_header(QvCtx *cx, const char *path, const QtNode *m, const char *key, char **out)
+{
+	char		sub[QV_PATHLEN];
+
+	if (!qv_opt_string(cx, path, m, key, true, out))
+		return false;
+	if (*out == NULL || qv_header_name(*out))
+		return true;
+	qv_path_key(sub, sizeof(sub), path, key);
+	return qv_error(cx, sub, qt_get(m, key),
+					"not a valid HTTP header name: use letters, digits and !#$%%&'*+-.^_`|~ only");
+}
+
+/*
+ * qv_one_of: at most one of two keys (a JSONPath and a header) is set; with
+ * required, exactly one.
+ */
+static bool
+qv_one_of(QvCtx *cx, const char *path, const QtNode *m, const char *a, const char *b)
+{
+	char		sub[QV_PATHLEN];
+
+	if (qt_get(m, a) == NULL || qt_get(m, b) == NULL)
+		return true;
+	qv_path_key(sub, sizeof(sub), path, b);
+	return qv_error(cx, sub, qt_get(m, b),
+					"set %s or %s, not both: the value must come from one place", a, b);
+}
+
+/* qv_secrets: auth.secret or auth.secrets (a list, for rotation), checked. */
+static bool
+qv_secrets(QvCtx *cx, const char *path, const QtNode *m, QbAuth *a)
+{
+	char		sub[QV_PATHLEN];
+	char		msg[QV_MSGLEN];
+	const QtNode *one = qt_get(m, "secret");
+	const QtNode *many = qt_get(m, "secrets");
+	const QtNode *seq;
+	char	  **secrets;
+	int			n,
+				i;
+
+	if (one != NULL && many != NULL)
+	{
+		qv_path_key(sub, sizeof(sub), path, "secrets");
+		return qv_error(cx, sub, many,
+						"set secret or secrets, not both (secrets: [new, old] accepts either during a rotation)");
+	}
+	if (one == NULL && many == NULL)
+		return qv_error(cx, path, m,
+						"missing required key secret (the signing secret, e.g. secret: \"${STRIPE_WEBHOOK_SECRET}\"; secrets: [..] accepts several during a rotation)");
+	qv_path_key(sub, sizeof(sub), path, one ? "secret" : "secrets");
+	if (many != NULL)
+	{
+		if (!qv_section(cx, sub, many, QT_SEQ, &seq))
+			return false;
+		if (seq == NULL || seq->n == 0)
+			return qv_error(cx, sub, many, "expected a list of at least one secret");
+		n = seq->n;
+	}
+	else
+	{
+		seq = NULL;
+		n = 1;
+	}
+	if ((secrets = calloc(n, sizeof(char *))) == NULL)
+		return qv_error(cx, sub, m, "out of memory");
+	a->secrets = (const char *const *) secrets;
+	a->nsecrets = n;
+	for (i = 0; i < n; i++)
+	{
+		const QtNode *item = seq ? seq->kids[i] : one;
+		char		at[QV_PATHLEN];
+
+		if (seq)
+			qv_path_index(at, sizeof(at), sub, i);
+		else
+			snprintf(at, sizeof(at), "%s", sub);
+		if (!qv_string(cx, at, item, true, &secrets[i]))
+			return false;
+		if (!qb_auth_secret_check(a->type, secrets[i], msg, sizeof(msg)))
+			return qv_error(cx, at, item, "%s", msg);
+	}
+	return true;
+}
+
+/* qv_auth: a source's auth: section into s->auth. */
+static bool
+qv_auth(QvCtx *cx, const char *path, const QtNode *node, QbSource *s)
+{
+	static const char *const types[] =
+	{"hmac-sha256", "github", "stripe", "standard-webhooks", "bearer", NULL};
+	static const char *const *const keys[] =
+	{qs_auth_hmac_keys, qs_auth_github_keys, qs_auth_timed_keys, qs_auth_timed_keys,
+	qs_auth_bearer_keys};
+	char		sub[QV_PATHLEN];
+	char		echo[64];
+	char		forwhat[64];
+	char	   *type = NULL;
+	const QtNode *m;
+	const QtNode *n;
+	QbAuth	   *a = &s->auth;
+	char	   *enc = NULL;
+	int			t;
+
+	a->tolerance_sec = 300;
+	if (!qv_section(cx, path, node, QT_MAP, &m))
+		return false;
+	if (m == NULL)
+		return qv_error(cx, path, node,
+						"expected a mapping with at least type: (hmac-sha256, github, stripe, standard-webhooks or bearer); remove auth: to accept unsigned requests");
+	if (!qv_keys(cx, path, m, NULL, NULL))
+		return false;
+	if ((n = qv_required(cx, path, m, "type",
+						 "one of hmac-sha256, github, stripe, standard-webhooks, bearer")) == NULL)
+		return false;
+	qv_path_key(sub, sizeof(sub), path, "type");
+	if (!qv_text(cx, sub, n, "one of hmac-sha256, github, stripe, standard-webhooks, bearer", &type))
+		return false;
+	for (t = 0; types[t] != NULL; t++)
+		if (strcmp(types[t], type) == 0)
+			break;
+	if (types[t] == NULL)
+	{
+		qv_error(cx, sub, n,
+				 "expected one of hmac-sha256, github, stripe, standard-webhooks, bearer, got %s",
+				 qv_echo(echo, sizeof(echo), type));
+		free(type);
+		return false;
+	}
+	free(type);
+	a->type = (QbAuthType) (QB_AUTH_HMAC_SHA256 + t);
+	snprintf(forwhat, sizeof(forwhat), "for auth type %s", types[t]);
+	if (!qv_keys(cx, path, m, keys[t], forwhat))
+		return false;
+
+	if (a->type == QB_AUTH_BEARER)
+	{
+		if ((n = qv_required(cx, path, m, "token",
+							 "the token senders put in Authorization: Bearer <token>, e.g. token: \"${ORDERS_TOKEN}\"")) == NULL)
+			return false;
+		qv_path_key(sub, sizeof(sub), path, "token");
+		return qv_string(cx, sub, n, true, (char **) &a->token);
+	}
+	if (!qv_secrets(cx, path, m, a))
+		return false;
+	if (a->type == QB_AUTH_STRIPE || a->type == QB_AUTH_STANDARD_WEBHOOKS)
+		return qv_opt_int(cx, path, m, "toleranceSec", 1, 86400, &a->tolerance_sec);
+	if (a->type != QB_AUTH_HMAC_SHA256)
+		return true;
+
+	if (qt_get(m, "header") == NULL)
+		return qv_error(cx, path, m,
+						"missing required key header (the request header that carries the signature, e.g. header: X-Signature)");
+	if (!qv_opt_header(cx, path, m, "header", (char **) &a->header) ||
+		!qv_opt_string(cx, path, m, "prefix", false, (char **) &a->prefix) ||
+		!qv_opt_string(cx, path, m, "encoding", true, &enc))
+		return false;
+	a->encoding = QB_SIG_HEX;
+	if (enc != NULL)
+	{
+		if (strcmp(enc, "base64") == 0)
+			a->encoding = QB_SIG_BASE64;
+		else if (strcmp(enc, "hex") != 0)
+		{
+			qv_path_key(sub, sizeof(sub), path, "encoding");
+			qv_error(cx, sub, qt_get(m, "encoding"), "expected hex or base64, got %s",
+					 qv_echo(echo, sizeof(echo), enc));
+			free(enc);
+			return false;
+		}
+		free(enc);
+	}
+	return true;
+}
+
+/*
+ * qv_topic: the topic template of a source.  A push source whose template
+ * reads {{ eventType }} with no way to find an event type would send every
+ * message to dead, so it is refused here.
+ */
+static bool
+qv_topic(QvCtx *cx, const char *path, const QtNode *m, QbSource *s)
+{
+	static const char *const names[] = {"source", "eventType", NULL};
+	const char *with[] = {"s", "e"};
+	const char *without[] = {"s", NULL};
+	char		sub[QV_PATHLEN];
+	char		msg[QV_MSGLEN];
+	const QtNode *n = qt_get(m, "topic");
+	char	   *a,
+			   *b;
+	bool		reads_event,
+				empty;
+
+	qv_path_key(sub, sizeof(sub), path, "topic");
+	if (n != NULL)
+	{
+		if (!qv_string(cx, sub, n, true, &s->topic))
+			return false;
+		if (!qb_template_check(s->topic, names, msg, sizeof(msg)))
+			return qv_error(cx, sub, n, "%s", msg);
+	}
+	else if ((s->topic = strdup("{{ eventType }}")) == NULL)
+		return qv_error(cx, path, m, "out of memory");
+	if (s->consumption == QB_CONSUME_PULL)
+		return true;
+	a = qb_template_render(s->topic, names, with);
+	b = qb_template_render(s->topic, names, without);
+	if (a == NULL || b == NULL)
+	{
+		free(a);
+		free(b);
+		return qv_error(cx, sub, n ? n : m, "out of memory");
+	}
+	reads_event = strcmp(a, b) != 0;
+	empty = a[0] == '\0';
+	free(a);
+	free(b);
+	if (empty)
+		return qv_error(cx, sub, n ? n : m,
+						"the template renders an empty topic, so no route could match; write text or {{ source }} in it");
+	if (reads_event && s->event_type_path == NULL && s->event_type_header == NULL)
+		return qv_error(cx, sub, n ? n : m,
+						"%s {{ eventType }} but the source sets neither eventTypePath nor eventTypeHeader, so every message would render an empty topic and go dead; set one of them, or use {{ source }}",
+						n ? "the template reads" : "the default topic is");
+	return true;
+}
+
+/* qv_source: one entry of sources: into *s (s->name already set). */
+static bool
+qv_source(QvCtx *cx, const char *path, const QtNode *node, QbSource *s)
+{
+	char		sub[QV_PATHLEN];
+	char		echo[64];
+	char	   *text = NULL;
+	const QtNode *m;
+	const QtNode *n;
+	size_t		len;
+
+	s->consumption = QB_CONSUME_PUSH;
+	s->max_body_bytes = 1048576;
+	s->auth.tolerance_sec = 300;
+	if (!qv_section(cx, path, node, QT_MAP, &m))
+		return false;
+	if (m == NULL)
+		return qv_error(cx, path, node,
+						"expected a mapping with at least type: http, path: and idempotencyKeyPath:, got an empty value");
+	if (!qv_keys(cx, path, m, NULL, NULL))
+		return false;
+	if ((n = qv_required(cx, path, m, "type", "the kind of source; http receives webhooks")) == NULL)
+		return false;
+	qv_path_key(sub, sizeof(sub), path, "type");
+	if (!qv_text(cx, sub, n, "http", &text))
+		return false;
+	if (strcmp(text, "http") != 0)
+	{
+		qv_error(cx, sub, n, "expected http (the only source type so far), got %s",
+				 qv_echo(echo, sizeof(echo), text));
+		free(text);
+		return false;
+	}
+	free(text);
+	s->type = QB_SOURCE_HTTP;
+	if (!qv_keys(cx, path, m, qs_source_keys, "for an http source"))
+		return false;
+
+	if ((n = qv_required(cx, path, m, "path",
+						 "where the source answers under inbox.basePath, e.g. path: /stripe")) == NULL)
+		return false;
+	qv_path_key(sub, sizeof(sub), path, "path");
+	if (!qv_string(cx, sub, n, true, &s->path) ||
+		!qv_url_path(cx, sub, n, s->path, "path: /stripe"))
+		return false;
+	len = strlen(s->path);
+	if (len < 2 || s->path[len - 1] == '/')
+		return qv_error(cx, sub, n, "must name something after '/' and not end with '/', e.g. path: /stripe");
+
+	if ((n = qt_get(m, "auth")) != NULL)
+	{
+		qv_path_key(sub, sizeof(sub), path, "auth");
+		if (!qv_auth(cx, sub, n, s))
+			return false;
+	}
+
+	if ((n = qt_get(m, "consumption")) != NULL)
+	{
+		qv_path_key(sub, sizeof(sub), path, "consumption");
+		if (!qv_text(cx, sub, n, "push or pull", &text))
+			return false;
+		if (strcmp(text, "pull") == 0)
+			s->consumption = QB_CONSUME_PULL;
+		else if (strcmp(text, "push") != 0)
+		{
+			qv_error(cx, sub, n, "expected push (the relay forwards the rows) or pull (your workers claim them), got %s",
+					 qv_echo(echo, sizeof(echo), text));
+			free(text);
+			return false;
+		}
+		free(text);
+	}
+
+	if (!qv_one_of(cx, path, m, "idempotencyKeyPath", "idempotencyKeyHeader") ||
+		!qv_opt_jsonpath(cx, path, m, "idempotencyKeyPath", &s->idempotency_key_path) ||
+		!qv_opt_header(cx, path, m, "idempotencyKeyHeader", &s->idempotency_key_header) ||
+		!qv_one_of(cx, path, m, "eventTypePath", "eventTypeHeader") ||
+		!qv_opt_jsonpath(cx, path, m, "eventTypePath", &s->event_type_path) ||
+		!qv_opt_header(cx, path, m, "eventTypeHeader", &s->event_type_header) ||
+		!qv_opt_jsonpath(cx, path, m, "aggregateIdPath", &s->aggregate_id_path) ||
+		!qv_opt_int(cx, path, m, "maxBodyBytes", 1, 67108864, &s->max_body_bytes))
+		return false;
+	if (s->idempotency_key_path == NULL && s->idempotency_key_header == NULL)
+	{
+		/* Standard Webhooks names each message in webhook-id */
+		if (s->auth.type != QB_AUTH_STANDARD_WEBHOOKS)
+			return qv_error(cx, path, m,
+							"missing idempotencyKeyPath or idempotencyKeyHeader: the value that makes a repeat a duplicate, e.g. idempotencyKeyPath: $.id");
+		if ((s->idempotency_key_header = strdup("webhook-id")) == NULL)
+			return qv_error(cx, path, m, "out of memory");
+	}
+	return qv_topic(cx, path, m, s);
+}
+
+/* qv_sources: the sources: section. */
+static bool
+qv_sources(QvCtx *cx, const QtNode *node, QbConfig *cfg)
+{
+	char		sub[QV_PATHLEN];
+	const QtNode *m;
+	int			i,
+				j;
+
+	if (!qv_named_section(cx, "sources", node, sizeof(QbSource),
+						  (void **) &cfg->sources, &cfg->nsources, &m))
+		return false;
+	for (i = 0; i < cfg->nsources; i++)
+	{
+		qv_path_key(sub, sizeof(sub), "sources", m->keys[i]->text);
+		if (!qv_name(cx, sub, m->keys[i], "a source", &cfg->sources[i].name) ||
+			!qv_source(cx, sub, m->kids[i], &cfg->sources[i]))
+			return false;
+		for (j = 0; j < i; j++)
+			if (strcmp(cfg->sources[j].path, cfg->sources[i].path) == 0)
+			{
+				char		at[QV_PATHLEN];
+
+				qv_path_key(at, sizeof(at), sub, "path");
+				return qv_error(cx, at, qt_get(m->kids[i], "path"),
+								"the same path as source %s: each source needs a path of its own",
+								cfg->sources[j].name);
+			}
+	}
+	return true;
+}
+
+/* qv_inbox: the inbox: section (basePath, relay). */
+static bool
+qv_inbox(QvCtx *cx, const QtNode *node, QbInboxConf *in)
+{
+	const QtNode *m;
+	const QtNode *r;
+	const QtNode *n;
+	char	   *base = NULL;
+	size_t		len;
+	long		v;
+
+	if (!qv_section(cx, "inbox", node, QT_MAP, &m))
+		return false;
+	if (m != NULL && !qv_keys(cx, "inbox", m, qs_inbox_keys, NULL))
+		return false;
+	if (m != NULL && (n = qt_get(m, "basePath")) != NULL)
+	{
+		if (!qv_string(cx, "inbox.basePath", n, false, &base))
+			return false;
+		if (base[0] != '\0' && !qv_url_path(cx, "inbox.basePath", n, base, "basePath: /inbox"))
+		{
+			free(base);
+			return false;
+		}
+		len = strlen(base);
+		while (len > 0 && base[len - 1] == '/')
+			base[--len] = '\0';
+	}
+	else if ((base = strdup("/inbox")) == NULL)
+		return qv_error(cx, "inbox", m, "out of memory");
+	in->base_path = base;
+
+	if (m == NULL)
+		return true;
+	if (!qv_section(cx, "inbox.relay", qt_get(m, "relay"), QT_MAP, &r))
+		return false;
+	if (r == NULL)
+		return true;
+	if (!qv_keys(cx, "inbox.relay", r, qs_relay_keys, NULL) ||
+		!qv_flag(cx, "inbox.relay", r, "enabled", &in->relay.enabled))
+		return false;
+	v = in->relay.poll_interval_ms;
+	if (!qv_opt_int(cx, "inbox.relay", r, "pollIntervalMs", 10, 3600000, &v))
+		return false;
+	in->relay.poll_interval_ms = (int) v;
+	v = in->relay.batch_size;
+	if (!qv_opt_int(cx, "inbox.relay", r, "batchSize", 1, 10000, &v))
+		return false;
+	in->relay.batch_size = (int) v;
+	if (!qv_opt_int(cx, "inbox.relay", r, "claimTimeoutMs", 1000, 86400000,
+					&in->relay.claim_timeout_ms))
+		return false;
+	v = in->relay.max_attempts;
+	if (!qv_opt_int(cx, "inbox.relay", r, "maxAttempts", 1, 1000000, &v))
+		return false;
+	in->relay.max_attempts = (int) v;
+	return true;
+}
+
+/*
+ * qv_listen: http.listen into host and port.  A port alone binds loopback:
+ * listening on every interface must be asked for (0.0.0.0:8080).
+ */
+static bool
+qv_listen(QvCtx *cx, const QtNode *n, QbHttpConf *h)
+{
+	static const char what[] =
+		"expected host:port with an IP address (127.0.0.1:8080, [::1]:8080, 0.0.0.0:8080 for every interface) or a port alone (8080 listens on 127.0.0.1)";
+	unsigned char addr[16];
+	char	   *colon;
+	char	   *host;
+	char	   *end;
+	long		port;
+	bool		v6 = false;
+
+	if (!qv_string(cx, "http.listen", n, true, &h->listen))
+		return false;
+	host = h->listen;
+	if (host[0] == '[')
+	{
+		if ((end = strchr(host, ']')) == NULL || end[1] != ':')
+			return qv_error(cx, "http.listen", n, "%s", what);
+		host = strndup(host + 1, end - host - 1);
+		colon = end + 1;
+		v6 = true;
+	}
+	else
+	{
+		colon = strrchr(host, ':');
+		host = colon ? strndup(host, colon - host) : strdup("");
+	}
+	if (host == NULL)
+		return qv_error(cx, "http.listen", n, "out of memory");
+	h->host = host;
+	errno = 0;
+	port = strtol(colon ? colon + 1 : h->listen, &end, 10);
+	if (errno != 0 || *end != '\0' || end == (colon ? colon + 1 : h->listen) || port < 1 || port > 65535)
+		return qv_error(cx, "http.listen", n, "%s; the port must be 1 to 65535", what);
+	h->port = (int) port;
+	if (host[0] == '\0' || strcmp(host, "localhost") == 0)
+	{
+		free(h->host);
+		if ((h->host = strdup("127.0.0.1")) == NULL)
+			return qv_error(cx, "http.listen", n, "out of memory");
+		return true;
+	}
+	if (inet_pton(v6 ? AF_INET6 : AF_INET, host, addr) != 1)
+		return qv_error(cx, "http.listen", n, "%s; %s is not an IP%s address", what,
+						v6 ? "the part in brackets" : "the host", v6 ? "v6" : "v4");
+	return true;
+}
+
+/* qv_http_section: the http: section (the ingress, health, metrics, admin). */
+static bool
+qv_http_section(QvCtx *cx, const QtNode *node, QbHttpConf *h)
+{
+	const QtNode *m;
+	const QtNode *n;
+	long		v;
+
+	if (!qv_section(cx, "http", node, QT_MAP, &m))
+		return false;
+	if (m == NULL)
+		return true;
+	if (!qv_keys(cx, "http", m, qs_http_section_keys, NULL))
+		return false;
+	if ((n = qt_get(m, "listen")) != NULL && !qt_is_null(n) && !qv_listen(cx, n, h))
+		return false;
+	v = h->max_connections;
+	if (!qv_opt_int(cx, "http", m, "maxConnections", 1, 10000, &v))
+		return false;
+	h->max_connections = (int) v;
+	return qv_opt_int(cx, "http", m, "connectionTimeoutMs", 1000, 3600000,
+					  &h->connection_timeout_ms) &&
+		qv_opt_int(cx, "http", m, "storeTimeoutMs", 100, 600000, &h->store_timeout_ms);
+}
+
+/* qv_admin: the admin: section. */
+static bool
+qv_admin(QvCtx *cx, const QtNode *node, QbConfig *cfg)
+{
+	const QtNode *m;
+	const QtNode *n;
+
+	if (!qv_section(cx, "admin", node, QT_MAP, &m))
+		return false;
+	if (m == NULL)
+		return true;
+	if (!qv_keys(cx, "admin", m, qs_admin_keys, NULL))
+		return false;
+	if ((n = qt_get(m, "token")) == NULL || qt_is_null(n))
+		return true;
+	if (!qv_string(cx, "admin.token", n, true, &cfg->admin_token))
+		return false;
+	if (strlen(cfg->admin_token) < 16)
+		return qv_error(cx, "admin.token", n,
+						"an admin token needs at least 16 characters; generate one with: openssl rand -hex 32");
+	return true;
+}
+
 /*
  * qv_leases: a request must end before its row's lease does, or the reclaim
  * step hands the row to another worker while the first is still waiting for
@@ -2085,11 +2767,11 @@ static bool
 qv_document(QvCtx *cx, const QtNode *root, QbConfig *cfg)
 {
 	if (qt_is_null(root))
-		return true;
+		return qv_inbox(cx, NULL, &cfg->inbox);
 	if (root->kind != QT_MAP)
 	{
 		snprintf(cx->err, cx->errlen,
-				 "the document must be a mapping with the keys outbox, destinations and routes, got %s (line %d, column %d)",
+				 "the document must be a mapping with the keys outbox, destinations, routes, sources, inbox, http and admin, got %s (line %d, column %d)",
 				 qt_kind_name(root), root->line, root->column);
 		return false;
 	}
@@ -2097,7 +2779,11 @@ qv_document(QvCtx *cx, const QtNode *root, QbConfig *cfg)
 		qv_outbox(cx, qt_get(root, "outbox"), &cfg->outbox) &&
 		qv_destinations(cx, qt_get(root, "destinations"), cfg) &&
 		qv_routes(cx, qt_get(root, "routes"), cfg) &&
-		qv_leases(cx, root, cfg);
+		qv_leases(cx, root, cfg) &&
+		qv_sources(cx, qt_get(root, "sources"), cfg) &&
+		qv_inbox(cx, qt_get(root, "inbox"), &cfg->inbox) &&
+		qv_http_section(cx, qt_get(root, "http"), &cfg->http) &&
+		qv_admin(cx, qt_get(root, "admin"), cfg);
 }
 
 /* ---------------------------------------------------------------------
@@ -2119,6 +2805,13 @@ qb_config_defaults(QbConfig *out)
 	out->outbox.backoff.multiplier = 2.0;
 	out->outbox.backoff.jitter = 0.2;
 	out->outbox.retention_sec = 7L * 86400L;
+	out->inbox.relay.enabled = true;
+	out->inbox.relay.poll_interval_ms = 100;
+	out->inbox.relay.batch_size = 100;
+	out->inbox.relay.claim_timeout_ms = 300000;
+	out->http.max_connections = 256;
+	out->http.connection_timeout_ms = 10000;
+	out->http.store_timeout_ms = 5000;
 }
 
 /* qb_config_parse: load, override, validate; see qb_config.h. */
@@ -2198,6 +2891,30 @@ qb_config_free(QbConfig *cfg)
 		free(cfg->routes[i].destination);
 	}
 	free(cfg->routes);
+	for (i = 0; cfg->sources != NULL && i < cfg->nsources; i++)
+	{
+		QbSource   *src = &cfg->sources[i];
+
+		free(src->name);
+		free(src->path);
+		free(src->idempotency_key_path);
+		free(src->idempotency_key_header);
+		free(src->event_type_path);
+		free(src->event_type_header);
+		free(src->aggregate_id_path);
+		free(src->topic);
+		for (int k = 0; src->auth.secrets != NULL && k < src->auth.nsecrets; k++)
+			free((char *) src->auth.secrets[k]);
+		free((char **) src->auth.secrets);
+		free((char *) src->auth.header);
+		free((char *) src->auth.prefix);
+		free((char *) src->auth.token);
+	}
+	free(cfg->sources);
+	free(cfg->inbox.base_path);
+	free(cfg->http.listen);
+	free(cfg->http.host);
+	free(cfg->admin_token);
 	free(cfg);
 }
 
@@ -2211,6 +2928,26 @@ qb_config_destination(const QbConfig *cfg, const char *name)
 		if (strcmp(cfg->destinations[i].name, name) == 0)
 			return &cfg->destinations[i];
 	return NULL;
+}
+
+/* qb_config_source: see qb_config.h. */
+const QbSource *
+qb_config_source(const QbConfig *cfg, const char *name)
+{
+	int			i;
+
+	for (i = 0; cfg != NULL && i < cfg->nsources; i++)
+		if (strcmp(cfg->sources[i].name, name) == 0)
+			return &cfg->sources[i];
+	return NULL;
+}
+
+/* qb_config_relay_max_attempts: inbox.relay.maxAttempts, else outbox.maxAttempts. */
+int
+qb_config_relay_max_attempts(const QbConfig *cfg)
+{
+	return cfg->inbox.relay.max_attempts > 0 ? cfg->inbox.relay.max_attempts
+		: cfg->outbox.max_attempts;
 }
 
 /* qb_dest_type_name: the type as written in the document. */

@@ -66,11 +66,17 @@ qbsql_parse(text *doc)
 static text *
 qbsql_summary(const char *verb, const QbConfig *cfg)
 {
-	char		buf[256];
+	char		buf[512];
+	char		listen[128] = "";
 
-	snprintf(buf, sizeof(buf), "%s: %d destination%s, %d route%s",
+	if (cfg->http.host != NULL)
+		snprintf(listen, sizeof(listen), strchr(cfg->http.host, ':') ?
+				 ", listening on [%s]:%d" : ", listening on %s:%d",
+				 cfg->http.host, cfg->http.port);
+	snprintf(buf, sizeof(buf), "%s: %d destination%s, %d route%s, %d source%s%s",
 			 verb, cfg->ndestinations, cfg->ndestinations == 1 ? "" : "s",
-			 cfg->nroutes, cfg->nroutes == 1 ? "" : "s");
+			 cfg->nroutes, cfg->nroutes == 1 ? "" : "s",
+			 cfg->nsources, cfg->nsources == 1 ? "" : "s", listen);
 	return cstring_to_text(buf);
 }
 

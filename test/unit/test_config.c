@@ -302,8 +302,8 @@ test_unknown_keys(void **state)
 	refuse("outbox:\n  batchsize: 5\n",
 		   "outbox.batchsize: unknown key (allowed: pollIntervalMs, batchSize, maxAttempts, claimTimeoutMs, backoff, retention)",
 		   "did you mean batchSize?", "(line 2, column 3)", NULL);
-	refuse("outbox: {}\nsources:\n  a: {}\n",
-		   "sources: unknown key (allowed: outbox, destinations, routes)", "(line 2, column 1)", NULL);
+	refuse("outbox: {}\nsinks:\n  a: {}\n",
+		   "sinks: unknown key (allowed: outbox, destinations, routes, sources, inbox, http, admin)", "(line 2, column 1)", NULL);
 	refuse("outbox:\n  backoff:\n    initial: 5\n",
 		   "outbox.backoff.initial: unknown key (allowed: initialMs, maxMs, multiplier, jitter)",
 		   "(line 3, column 5)", NULL);
@@ -492,7 +492,7 @@ test_yaml_errors(void **state)
 	/* a UTF-8 BOM is fine */
 	qb_config_free(accept("\xef\xbb\xbfoutbox: { batchSize: 3 }\n"));
 
-	refuse("- a\n- b\n", "the document must be a mapping with the keys outbox, destinations and routes, got a sequence (line 1, column 1)", NULL);
+	refuse("- a\n- b\n", "the document must be a mapping with the keys outbox, destinations, routes, sources, inbox, http and admin, got a sequence (line 1, column 1)", NULL);
 	refuse("hello\n", "the document must be a mapping", "got a scalar", NULL);
 	refuse("outbox: {}\n---\nroutes: []\n", "a second YAML document starts at line 2", NULL);
 
@@ -894,6 +894,276 @@ test_lease_outlasts_request(void **state)
 	qb_config_free(c);
 }
 
+/* ---- sources, inbox, http, admin ---------------------------------- */
+
+static void
+test_sources_valid(void **state)
+{
+	QbConfig   *cfg;
+	const QbSource *s;
+
+	setenv("QBT_STRIPE_SECRET", "whsec_stripe_one", 1);
+	cfg = accept("sources:\n"
+				 "  stripe:\n"
+				 "    type: http\n"
+				 "    path: /stripe\n"
+				 "    idempotencyKeyPath: $.id\n"
+				 "    eventTypePath: $.type\n"
+				 "    aggregateIdPath: $.data.object.customer\n"
+				 "    topic: \"stripe.{{ eventType }}\"\n"
+				 "    auth: {type: stripe, secret: \"${QBT_STRIPE_SECRET}\", toleranceSec: 60}\n"
+				 "  orders:\n"
+				 "    type: http\n"
+				 "    path: /orders\n"
+				 "    idempotencyKeyHeader: Idempotency-Key\n"
+				 "    consumption: pull\n"
+				 "    maxBodyBytes: 4096\n"
+				 "    auth: {type: bearer, token: orders-token}\n"
+				 "  svix:\n"
+				 "    type: http\n"
+				 "    path: /svix\n"
+				 "    eventTypeHeader: X-Event\n"
+				 "    auth:\n"
+				 "      type: standard-webhooks\n"
+				 "      secrets: [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\", \"whsec_b2xkc2VjcmV0\"]\n"
+				 "  gh:\n"
+				 "    type: http\n"
+				 "    path: /github\n"
+				 "    idempotencyKeyHeader: X-GitHub-Delivery\n"
+				 "    topic: \"github.{{ source }}\"\n"
+				 "    auth: {type: github, secret: gh}\n"
+				 "  custom:\n"
+				 "    type: http\n"
+				 "    path: /custom\n"
+				 "    idempotencyKeyPath: \"$['event id']\"\n"
+				 "    eventTypePath: $.kind\n"
+				 "    auth: {type: hmac-sha256, secrets: [a, b], header: X-Sig, prefix: \"sha256=\", encoding: base64}\n"
+				 "inbox:\n"
+				 "  basePath: /hooks/\n"
+				 "  relay: {enabled: false, pollIntervalMs: 50, batchSize: 10, claimTimeoutMs: 5000, maxAttempts: 3}\n"
+				 "http: {listen: \"0.0.0.0:8443\", maxConnections: 10, connectionTimeoutMs: 2000, storeTimeoutMs: 300}\n"
+				 "admin: {token: 0123456789abcdef}\n");
+	assert_int_equal(cfg->nsources, 5);
+	s = qb_config_source(cfg, "stripe");
+	assert_non_null(s);
+	assert_string_equal(s->path, "/stripe");
+	assert_string_equal(s->idempotency_key_path, "$.id");
+	assert_null(s->idempotency_key_header);
+	assert_string_equal(s->event_type_path, "$.type");
+	assert_string_equal(s->aggregate_id_path, "$.data.object.customer");
+	assert_string_equal(s->topic, "stripe.{{ eventType }}");
+	assert_int_equal(s->consumption, QB_CONSUME_PUSH);
+	assert_int_equal(s->max_body_bytes, 1048576);
+	assert_int_equal(s->auth.type, QB_AUTH_STRIPE);
+	assert_int_equal(s->auth.nsecrets, 1);
+	assert_string_equal(s->auth.secrets[0], "whsec_stripe_one");
+	assert_int_equal(s->auth.tolerance_sec, 60);
+
+	s = qb_config_source(cfg, "orders");
+	assert_int_equal(s->consumption, QB_CONSUME_PULL);
+	assert_string_equal(s->idempotency_key_header, "Idempotency-Key");
+	assert_int_equal(s->max_body_bytes, 4096);
+	assert_int_equal(s->auth.type, QB_AUTH_BEARER);
+	assert_string_equal(s->auth.token, "orders-token");
+	/* a pull source needs no event type for its (unused) default topic */
+	assert_string_equal(s->topic, "{{ eventType }}");
+
+	s = qb_config_source(cfg, "svix");
+	assert_int_equal(s->auth.type, QB_AUTH_STANDARD_WEBHOOKS);
+	assert_int_equal(s->auth.nsecrets, 2);
+	assert_int_equal(s->auth.tolerance_sec, 300);
+	/* standard webhooks: the idempotency key defaults to webhook-id */
+	assert_string_equal(s->idempotency_key_header, "webhook-id");
+	assert_string_equal(s->event_type_header, "X-Event");
+
+	s = qb_config_source(cfg, "custom");
+	assert_int_equal(s->auth.type, QB_AUTH_HMAC_SHA256);
+	assert_string_equal(s->auth.header, "X-Sig");
+	assert_string_equal(s->auth.prefix, "sha256=");
+	assert_int_equal(s->auth.encoding, QB_SIG_BASE64);
+	assert_int_equal(s->auth.nsecrets, 2);
+	assert_null(qb_config_source(cfg, "nope"));
+
+	assert_string_equal(cfg->inbox.base_path, "/hooks");
+	assert_false(cfg->inbox.relay.enabled);
+	assert_int_equal(cfg->inbox.relay.poll_interval_ms, 50);
+	assert_int_equal(cfg->inbox.relay.batch_size, 10);
+	assert_int_equal(cfg->inbox.relay.claim_timeout_ms, 5000);
+	assert_int_equal(qb_config_relay_max_attempts(cfg), 3);
+	assert_string_equal(cfg->http.host, "0.0.0.0");
+	assert_int_equal(cfg->http.port, 8443);
+	assert_int_equal(cfg->http.max_connections, 10);
+	assert_int_equal(cfg->http.connection_timeout_ms, 2000);
+	assert_int_equal(cfg->http.store_timeout_ms, 300);
+	assert_string_equal(cfg->admin_token, "0123456789abcdef");
+	qb_config_free(cfg);
+	unsetenv("QBT_STRIPE_SECRET");
+
+	/* defaults: basePath /inbox, relay on, no listener, no admin */
+	cfg = accept("outbox: {maxAttempts: 7}\n");
+	assert_string_equal(cfg->inbox.base_path, "/inbox");
+	assert_true(cfg->inbox.relay.enabled);
+	assert_int_equal(cfg->inbox.relay.poll_interval_ms, 100);
+	assert_int_equal(cfg->inbox.relay.batch_size, 100);
+	assert_int_equal(cfg->inbox.relay.claim_timeout_ms, 300000);
+	assert_int_equal(qb_config_relay_max_attempts(cfg), 7);
+	assert_null(cfg->http.listen);
+	assert_int_equal(cfg->http.max_connections, 256);
+	assert_null(cfg->admin_token);
+	assert_int_equal(cfg->nsources, 0);
+	qb_config_free(cfg);
+	cfg = accept("");
+	assert_string_equal(cfg->inbox.base_path, "/inbox");
+	qb_config_free(cfg);
+
+	/* listen forms: a port alone binds loopback */
+	cfg = accept("http: {listen: 8080}\ninbox: {basePath: /}\n");
+	assert_string_equal(cfg->http.host, "127.0.0.1");
+	assert_int_equal(cfg->http.port, 8080);
+	assert_string_equal(cfg->inbox.base_path, "");
+	qb_config_free(cfg);
+	cfg = accept("http: {listen: \":9000\"}\n");
+	assert_string_equal(cfg->http.host, "127.0.0.1");
+	qb_config_free(cfg);
+	cfg = accept("http: {listen: \"localhost:9001\"}\n");
+	assert_string_equal(cfg->http.host, "127.0.0.1");
+	qb_config_free(cfg);
+	cfg = accept("http: {listen: \"[::1]:9002\"}\n");
+	assert_string_equal(cfg->http.host, "::1");
+	assert_int_equal(cfg->http.port, 9002);
+	qb_config_free(cfg);
+}
+
+#define SRC "sources:\n  s:\n    type: http\n    path: /s\n"
+
+static void
+test_sources_invalid(void **state)
+{
+	refuse("sources:\n  s: {}\n", "sources.s: missing required key type", NULL);
+	refuse("sources:\n  s: {type: kafka}\n", "sources.s.type: expected http", "got \"kafka\"", NULL);
+	refuse("sources:\n  \"a b\": {type: http}\n", "a source name may use only", NULL);
+	refuse("sources:\n  s: {type: http, path: /s, idempotencyKeyPath: $.id, eventTypePath: $.t, fooBar: 1}\n",
+		   "sources.s.fooBar: unknown key for an http source", NULL);
+	refuse("sources:\n  s: {type: http, idempotencyKeyPath: $.id}\n",
+		   "sources.s: missing required key path", NULL);
+	refuse("sources:\n  s: {type: http, path: stripe, idempotencyKeyPath: $.id}\n",
+		   "sources.s.path: must start with '/'", NULL);
+	refuse("sources:\n  s: {type: http, path: /a/, idempotencyKeyPath: $.id}\n",
+		   "sources.s.path: must name something after '/' and not end with '/'", NULL);
+	refuse(SRC "    eventTypePath: $.t\n",
+		   "sources.s: missing idempotencyKeyPath or idempotencyKeyHeader", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    idempotencyKeyHeader: X-Id\n    eventTypePath: $.t\n",
+		   "sources.s.idempotencyKeyHeader: set idempotencyKeyPath or idempotencyKeyHeader, not both", NULL);
+	refuse(SRC "    idempotencyKeyPath: id\n", "sources.s.idempotencyKeyPath:", "$", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    aggregateIdPath: \"$.a[\"\n", "sources.s.aggregateIdPath:", NULL);
+	refuse(SRC "    idempotencyKeyHeader: \"X Id\"\n", "sources.s.idempotencyKeyHeader: not a valid HTTP header name", NULL);
+	/* push with the default topic and no event type: every message would go dead */
+	refuse(SRC "    idempotencyKeyPath: $.id\n",
+		   "sources.s.topic: the default topic is {{ eventType }} but the source sets neither eventTypePath nor eventTypeHeader",
+		   "(line 3, column 5)", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: \"x.{{ eventType }}\"\n",
+		   "sources.s.topic: the template reads {{ eventType }}", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: \"{{ nope }}\"\n", "sources.s.topic:", "nope", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: \"\"\n", "sources.s.topic: must not be empty", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    eventTypePath: $.t\n    consumption: later\n",
+		   "sources.s.consumption: expected push", "got \"later\"", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    eventTypePath: $.t\n    maxBodyBytes: 0\n",
+		   "sources.s.maxBodyBytes: expected an integer from 1 to 67108864", NULL);
+	refuse("sources:\n  a: {type: http, path: /x, idempotencyKeyPath: $.id, topic: a}\n"
+		   "  b: {type: http, path: /x, idempotencyKeyPath: $.id, topic: b}\n",
+		   "sources.b.path: the same path as source a", NULL);
+
+	/* auth */
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: t\n    auth:\n",
+		   "sources.s.auth: expected a mapping with at least type:", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: t\n    auth: {type: md5, secret: x}\n",
+		   "sources.s.auth.type: expected one of hmac-sha256, github, stripe, standard-webhooks, bearer, got \"md5\"", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: t\n    auth: {type: github}\n",
+		   "sources.s.auth: missing required key secret", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: t\n    auth: {type: github, secret: a, secrets: [b]}\n",
+		   "sources.s.auth.secrets: set secret or secrets, not both", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: t\n    auth: {type: github, secrets: []}\n",
+		   "sources.s.auth.secrets: expected a list of at least one secret", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: t\n    auth: {type: github, secrets: [a, \"\"]}\n",
+		   "sources.s.auth.secrets[1]: must not be empty", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: t\n    auth: {type: github, secret: a, header: X-Sig}\n",
+		   "sources.s.auth.header: unknown key for auth type github", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: t\n    auth: {type: hmac-sha256, secret: a}\n",
+		   "sources.s.auth: missing required key header", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: t\n    auth: {type: hmac-sha256, secret: a, header: X-S, encoding: hexa}\n",
+		   "sources.s.auth.encoding: expected hex or base64, got \"hexa\"", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: t\n    auth: {type: stripe, secret: a, toleranceSec: 0}\n",
+		   "sources.s.auth.toleranceSec: expected an integer from 1 to 86400", NULL);
+	refuse(SRC "    topic: t\n    auth: {type: standard-webhooks, secret: \"whsec_not base64!\"}\n",
+		   "sources.s.auth.secret: a standard-webhooks secret is whsec_ followed by base64", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: t\n    auth: {type: bearer}\n",
+		   "sources.s.auth: missing required key token", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: t\n    auth: {type: bearer, token: x, secret: y}\n",
+		   "sources.s.auth.secret: unknown key for auth type bearer", NULL);
+	refuse(SRC "    idempotencyKeyPath: $.id\n    topic: t\n    auth: {type: github, secret: \"${QBT_UNSET_SECRET}\"}\n",
+		   "sources.s.auth.secret:", "QBT_UNSET_SECRET", NULL);
+}
+
+static void
+test_inbox_http_admin_invalid(void **state)
+{
+	char		err[QB_ERRLEN];
+
+	refuse("inbox: {basePath: inbox}\n", "inbox.basePath: must start with '/'", NULL);
+	refuse("inbox: {relay: {batchSize: 0}}\n", "inbox.relay.batchSize: expected an integer from 1 to 10000", NULL);
+	refuse("inbox: {relay: {enabled: maybe}}\n", "inbox.relay.enabled: expected true or false", NULL);
+	refuse("inbox: {relay: {pollMs: 1}}\n", "inbox.relay.pollMs: unknown key", NULL);
+	refuse("inbox: {relay: {maxAttempts: 0}}\n", "inbox.relay.maxAttempts: expected an integer from 1 to 1000000", NULL);
+	refuse("inbox: {relay: {claimTimeoutMs: 10}}\n", "inbox.relay.claimTimeoutMs", NULL);
+	refuse("inbox: {queue: x}\n", "inbox.queue: unknown key (allowed: basePath, relay)", NULL);
+	refuse("http: {listen: \"127.0.0.1\"}\n", "http.listen: expected host:port", NULL);
+	refuse("http: {listen: \"127.0.0.1:0\"}\n", "http.listen:", "the port must be 1 to 65535", NULL);
+	refuse("http: {listen: \"127.0.0.1:99999\"}\n", "the port must be 1 to 65535", NULL);
+	refuse("http: {listen: \"example.com:80\"}\n", "http.listen:", "the host is not an IPv4 address", NULL);
+	refuse("http: {listen: \"[::1:80\"}\n", "http.listen: expected host:port", NULL);
+	refuse("http: {listen: \"[zz]:80\"}\n", "the part in brackets is not an IPv6 address", NULL);
+	refuse("http: {maxConnections: 0}\n", "http.maxConnections: expected an integer from 1 to 10000", NULL);
+	refuse("http: {connectionTimeoutMs: 5}\n", "http.connectionTimeoutMs", NULL);
+	refuse("http: {port: 80}\n", "http.port: unknown key", NULL);
+	refuse("admin: {token: short}\n", "admin.token: an admin token needs at least 16 characters", NULL);
+	refuse("admin: {user: x}\n", "admin.user: unknown key (allowed: token)", NULL);
+
+	/* secrets and tokens are never echoed */
+	refused_message("admin: {token: s3cr3t}\n", err, sizeof(err));
+	assert_null(strstr(err, "s3cr3t"));
+	refused_message(SRC "    topic: t\n    auth: {type: standard-webhooks, secret: \"whsec_hunter2!!\"}\n",
+					err, sizeof(err));
+	assert_null(strstr(err, "hunter2"));
+}
+
+static void
+test_overrides_inbox(void **state)
+{
+	QbConfig   *cfg;
+
+	setenv("QUEUEBOX_HTTP_LISTEN", "127.0.0.1:18099", 1);
+	setenv("QUEUEBOX_ADMIN_TOKEN", "from-the-environment-1234", 1);
+	setenv("QUEUEBOX_INBOX_RELAY_BATCHSIZE", "7", 1);
+	setenv("QUEUEBOX_SOURCES_GH_AUTH_SECRET", "rotated", 1);
+	setenv("QUEUEBOX_SOURCES_GH_MAXBODYBYTES", "2048", 1);
+	cfg = accept("sources:\n  gh:\n    type: http\n    path: /gh\n    idempotencyKeyHeader: X-GitHub-Delivery\n"
+				 "    topic: gh\n    auth: {type: github, secret: old}\n");
+	assert_string_equal(cfg->http.host, "127.0.0.1");
+	assert_int_equal(cfg->http.port, 18099);
+	assert_string_equal(cfg->admin_token, "from-the-environment-1234");
+	assert_int_equal(cfg->inbox.relay.batch_size, 7);
+	assert_string_equal(cfg->sources[0].auth.secrets[0], "rotated");
+	assert_int_equal(cfg->sources[0].max_body_bytes, 2048);
+	qb_config_free(cfg);
+	setenv("QUEUEBOX_INBOX_RELAY_BATCHSIZE", "lots", 1);
+	refuse("", "QUEUEBOX_INBOX_RELAY_BATCHSIZE (inbox.relay.batchSize): expected an integer", NULL);
+	unsetenv("QUEUEBOX_HTTP_LISTEN");
+	unsetenv("QUEUEBOX_ADMIN_TOKEN");
+	unsetenv("QUEUEBOX_INBOX_RELAY_BATCHSIZE");
+	unsetenv("QUEUEBOX_SOURCES_GH_AUTH_SECRET");
+	unsetenv("QUEUEBOX_SOURCES_GH_MAXBODYBYTES");
+}
+
 int
 main(void)
 {
@@ -914,6 +1184,10 @@ main(void)
 		cmocka_unit_test(test_overrides_invalid),
 		cmocka_unit_test(test_url_check),
 		cmocka_unit_test(test_lease_outlasts_request),
+		cmocka_unit_test(test_sources_valid),
+		cmocka_unit_test(test_sources_invalid),
+		cmocka_unit_test(test_inbox_http_admin_invalid),
+		cmocka_unit_test(test_overrides_inbox),
 	};
 
 	return cmocka_run_group_tests_name("qb_config", tests, NULL, NULL);
