@@ -156,6 +156,66 @@
 	"   RETURNING 1)" \
 	" SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM ins)"
 
+/*
+ * Inbox insert (the ingress): $1..$7 text[] of source, idempotency key,
+ * event type, aggregate id, payload (JSON text), headers (JSON text),
+ * consumption.  Rows go in array order, so of two rows of one key in a call
+ * the first is stored; a key that exists is skipped.  Returns the stored
+ * rows' id, source and idempotency key.
+ */
+#define QB_PG_INBOX_INSERT \
+	"INSERT INTO queuebox.inbox (source, idempotency_key, event_type, aggregate_id," \
+	"                            payload, headers, consumption)" \
+	" SELECT r.source, r.key, r.event_type, r.aggregate_id, r.payload::jsonb," \
+	"        r.headers::jsonb, r.consumption" \
+	" FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]," \
+	"             $6::text[], $7::text[]) WITH ORDINALITY" \
+	"      AS r(source, key, event_type, aggregate_id, payload, headers, consumption, n)" \
+	" ORDER BY r.n" \
+	" ON CONFLICT (source, idempotency_key) DO NOTHING" \
+	" RETURNING id, source, idempotency_key"
+
+/*
+ * The named queries of QbStore.query_text, indexed by QbQuery; parameters
+ * are text and cast here.  Each returns one text value.
+ */
+#define QB_PG_DEAD_ROWS(table, cols) \
+	"SELECT coalesce(json_agg(d ORDER BY d.id), '[]')::text FROM (" \
+	"  SELECT " cols " FROM queuebox." table \
+	"  WHERE state = 'dead' ORDER BY id LIMIT coalesce($1::int, 100)) d"
+
+static const char *const qb_pg_queries[] = {
+	/* QB_Q_READY: the queue tables are there and readable */
+	"SELECT count(*)::text FROM queuebox.config",
+	/* QB_Q_GAUGES: each count walks a partial index over the open states */
+	"SELECT json_build_object("
+	"  'outbox_pending', (SELECT count(*) FROM queuebox.outbox WHERE state = 'pending'),"
+	"  'outbox_processing', (SELECT count(*) FROM queuebox.outbox WHERE state = 'processing'),"
+	"  'outbox_oldest', coalesce((SELECT extract(epoch FROM now() - min(created_at))"
+	"                             FROM queuebox.outbox WHERE state = 'pending'), 0),"
+	"  'inbox_pending', (SELECT count(*) FROM queuebox.inbox WHERE state = 'pending'),"
+	"  'inbox_processing', (SELECT count(*) FROM queuebox.inbox WHERE state = 'processing'),"
+	"  'inbox_oldest', coalesce((SELECT extract(epoch FROM now() - min(created_at))"
+	"                            FROM queuebox.inbox WHERE state = 'pending'), 0))::text",
+	QB_PG_DEAD_ROWS("outbox", "id, message_id, topic, key, attempt, max_attempts, last_error, created_at"),
+	QB_PG_DEAD_ROWS("inbox", "id, source, idempotency_key, event_type, aggregate_id, consumption, attempt, last_error, created_at"),
+	"SELECT json_build_object('id', queuebox.replay_outbox($1::bigint))::text",
+	"SELECT json_build_object('requeued', queuebox.requeue_outbox($1::bigint))::text",
+	"SELECT json_build_object('id', queuebox.replay_inbox($1::bigint))::text",
+	"SELECT json_build_object('requeued', queuebox.requeue_inbox($1::bigint))::text",
+	"SELECT json_build_object('replayed', queuebox.replay_outbox($1::text, $2::text,"
+	"  $3::timestamptz, $4::timestamptz))::text",
+	"SELECT json_build_object('requeued', queuebox.requeue_outbox($1::text,"
+	"  $2::timestamptz, $3::timestamptz))::text",
+	"SELECT json_build_object('replayed', queuebox.replay_inbox($1::text, $2::text,"
+	"  $3::timestamptz, $4::timestamptz))::text",
+	"SELECT json_build_object('requeued', queuebox.requeue_inbox($1::text,"
+	"  $2::timestamptz, $3::timestamptz))::text",
+};
+
+/* the number of text parameters of each query, indexed by QbQuery */
+static const int qb_pg_query_nparams[] = {0, 0, 1, 1, 1, 1, 1, 1, 4, 3, 4, 3};
+
 /* The stored configuration document. */
 #define QB_PG_CONFIG_LOAD \
 	"SELECT document FROM queuebox.config WHERE id = 1"

@@ -57,6 +57,38 @@ typedef struct QbSettle
 	const char *error;			/* last_error; NULL for SENT */
 } QbSettle;
 
+/* One received message for inbox_insert; strings borrowed from the caller. */
+typedef struct QbInboxRow
+{
+	const char *source;
+	const char *idempotency_key;
+	const char *event_type;		/* NULL when the source has none */
+	const char *aggregate_id;	/* NULL: takes part in no ordering */
+	const char *payload;		/* JSON text */
+	const char *headers;		/* JSON object text */
+	bool		pull;			/* consumption pull (else push) */
+} QbInboxRow;
+
+/* The queries of query_text, and the text parameters each takes. */
+typedef enum QbQuery
+{
+	QB_Q_READY,					/* () */
+	QB_Q_GAUGES,				/* () -> {"outbox_pending": .., ...} */
+	QB_Q_DEAD_OUTBOX,			/* (limit) -> [rows] */
+	QB_Q_DEAD_INBOX,			/* (limit) -> [rows] */
+	QB_Q_REPLAY_OUTBOX,			/* (id) -> {"id": new id | null} */
+	QB_Q_REQUEUE_OUTBOX,		/* (id) -> {"requeued": bool} */
+	QB_Q_REPLAY_INBOX,			/* (id) -> {"id": new outbox id} */
+	QB_Q_REQUEUE_INBOX,			/* (id) -> {"requeued": bool} */
+	QB_Q_REPLAY_OUTBOX_BULK,	/* (state, topicPattern, since, until) -> {"replayed": n} */
+	QB_Q_REQUEUE_OUTBOX_BULK,	/* (topicPattern, since, until) -> {"requeued": n} */
+	QB_Q_REPLAY_INBOX_BULK,		/* (state, source, since, until) -> {"replayed": n} */
+	QB_Q_REQUEUE_INBOX_BULK,	/* (source, since, until) -> {"requeued": n} */
+	QB_NQUERIES
+} QbQuery;
+
+#define QB_QUERY_BAD_INPUT (-2)
+
 typedef struct QbStore
 {
 	void	   *ctx;
@@ -77,6 +109,28 @@ typedef struct QbStore
 	/* delete up to limit sent rows created more than retention_sec ago */
 	int			(*outbox_retention) (void *ctx, long retention_sec, int limit,
 									 int *ndeleted, char *err, size_t errlen);
+
+	/*
+	 * Store received messages in one transaction, committed before return:
+	 * ids[i] is the new row's id, or 0 when (source, idempotency_key)
+	 * already existed (a duplicate, also of an earlier row of the same
+	 * call).  The statement may take at most timeout_ms; -1 with err when it
+	 * fails, and then nothing of the call is stored.
+	 */
+	int			(*inbox_insert) (void *ctx, const QbInboxRow *rows, int n,
+								 long timeout_ms, int64_t *ids,
+								 char *err, size_t errlen);
+
+	/*
+	 * One named query (QbQuery) with text parameters (NULL for SQL NULL),
+	 * returning one text value, in a transaction of its own: readiness, the
+	 * metrics gauges and the admin operations.  Each store has its own text
+	 * for each query.  *out is malloc'd, or NULL for no row or SQL NULL.
+	 * Returns 0, -1 when the database failed, or QB_QUERY_BAD_INPUT when it
+	 * refused a parameter (a malformed timestamp, an unknown state).
+	 */
+	int			(*query_text) (void *ctx, QbQuery query, const char *const *params,
+							   long timeout_ms, char **out, char *err, size_t errlen);
 } QbStore;
 
 extern void qb_outbox_rows_free(QbOutboxRow *rows, int n);

@@ -26,6 +26,7 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
 
 #include "qb_pg.h"
 #include "qb_sql_pg.h"
@@ -37,6 +38,7 @@ typedef struct QbsPlans
 	SPIPlanPtr	reclaim;
 	SPIPlanPtr	retention;
 	SPIPlanPtr	config;
+	SPIPlanPtr	inbox_insert;
 } QbsPlans;
 
 static QbsPlans qbs_plans;
@@ -63,19 +65,25 @@ qbs_commit(void)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
-/* qbs_fail turns the current error into err and rolls the transaction back. */
-static void
+/*
+ * qbs_fail turns the current error into err and rolls the transaction back;
+ * returns the error's SQLSTATE.
+ */
+static int
 qbs_fail(MemoryContext cxt, char *err, size_t errlen)
 {
 	ErrorData  *edata;
+	int			code;
 
 	MemoryContextSwitchTo(cxt);
 	edata = CopyErrorData();
 	FlushErrorState();
 	snprintf(err, errlen, "%s", edata->message);
+	code = edata->sqlerrcode;
 	FreeErrorData(edata);
 	AbortCurrentTransaction();
 	pgstat_report_activity(STATE_IDLE, NULL);
+	return code;
 }
 
 static SPIPlanPtr
@@ -341,6 +349,168 @@ qbs_outbox_retention(void *ctx, long retention_sec, int limit, int *n,
 						  "queuebox: retention", 2, types, values, n, err, errlen);
 }
 
+/*
+ * qbs_text_array: n C strings (NULL for SQL NULL) picked from rows as a
+ * text[] datum; field is the byte offset of a const char * in QbInboxRow.
+ */
+static Datum
+qbs_text_array(const QbInboxRow *rows, int n, size_t field)
+{
+	Datum	   *items = palloc(sizeof(Datum) * n);
+	bool	   *nulls = palloc(sizeof(bool) * n);
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	for (int i = 0; i < n; i++)
+	{
+		const char *v = *(const char *const *) ((const char *) &rows[i] + field);
+
+		nulls[i] = v == NULL;
+		items[i] = v == NULL ? (Datum) 0 : CStringGetTextDatum(v);
+	}
+	return PointerGetDatum(construct_md_array(items, nulls, 1, dims, lbs, TEXTOID, -1,
+											  false, TYPALIGN_INT));
+}
+
+/*
+ * qbs_arm_timeout bounds the call's statement: SPI does not arm
+ * statement_timeout the way a client session does, so the timer is set
+ * here and the cancel it raises comes back as an ERROR like any other.
+ */
+static void
+qbs_arm_timeout(long timeout_ms)
+{
+	if (timeout_ms > 0)
+		enable_timeout_after(STATEMENT_TIMEOUT, (int) timeout_ms);
+}
+
+static void
+qbs_disarm_timeout(void)
+{
+	disable_timeout(STATEMENT_TIMEOUT, false);
+}
+
+static int
+qbs_inbox_insert(void *ctx, const QbInboxRow *rows, int n, long timeout_ms,
+				 int64_t *ids, char *err, size_t errlen)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile int rc = 0;
+
+	memset(ids, 0, sizeof(int64_t) * n);
+	PG_TRY();
+	{
+		Oid			types[7] = {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+		TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+		Datum		values[7];
+		Datum	   *consumption = palloc(sizeof(Datum) * n);
+		SPIPlanPtr	p;
+
+		qbs_begin("queuebox: store received messages");
+		qbs_arm_timeout(timeout_ms);
+		values[0] = qbs_text_array(rows, n, offsetof(QbInboxRow, source));
+		values[1] = qbs_text_array(rows, n, offsetof(QbInboxRow, idempotency_key));
+		values[2] = qbs_text_array(rows, n, offsetof(QbInboxRow, event_type));
+		values[3] = qbs_text_array(rows, n, offsetof(QbInboxRow, aggregate_id));
+		values[4] = qbs_text_array(rows, n, offsetof(QbInboxRow, payload));
+		values[5] = qbs_text_array(rows, n, offsetof(QbInboxRow, headers));
+		for (int i = 0; i < n; i++)
+			consumption[i] = CStringGetTextDatum(rows[i].pull ? "pull" : "push");
+		values[6] = PointerGetDatum(construct_array(consumption, n, TEXTOID, -1, false,
+													TYPALIGN_INT));
+		p = qbs_prepare(&qbs_plans.inbox_insert, QB_PG_INBOX_INSERT, 7, types);
+		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_INSERT_RETURNING)
+			elog(ERROR, "the inbox insert failed");
+		/* match each stored row to the first request of its key */
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[r];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		isnull;
+			int64		id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+			char	   *source = SPI_getvalue(tup, desc, 2);
+			char	   *key = SPI_getvalue(tup, desc, 3);
+
+			for (int i = 0; i < n; i++)
+				if (ids[i] == 0 && strcmp(rows[i].source, source) == 0 &&
+					strcmp(rows[i].idempotency_key, key) == 0)
+				{
+					ids[i] = id;
+					break;
+				}
+		}
+		qbs_disarm_timeout();
+		qbs_commit();
+	}
+	PG_CATCH();
+	{
+		qbs_disarm_timeout();
+		qbs_fail(cxt, err, errlen);
+		memset(ids, 0, sizeof(int64_t) * n);
+		rc = -1;
+	}
+	PG_END_TRY();
+	return rc;
+}
+
+/*
+ * qbs_bad_input: an error that a caller's parameter caused (a malformed
+ * timestamp, a state the CHECK refuses), as opposed to the database failing.
+ */
+static bool
+qbs_bad_input(int sqlerrcode)
+{
+	return ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_DATA_EXCEPTION ||
+		ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION ||
+		sqlerrcode == ERRCODE_INVALID_PARAMETER_VALUE;
+}
+
+static int
+qbs_query_text(void *ctx, QbQuery query, const char *const *params, long timeout_ms,
+			   char **out, char *err, size_t errlen)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile int rc = 0;
+	int			nparams = qb_pg_query_nparams[query];
+
+	StaticAssertStmt(lengthof(qb_pg_queries) == QB_NQUERIES, "one SQL text per QbQuery");
+	StaticAssertStmt(lengthof(qb_pg_query_nparams) == QB_NQUERIES, "one count per QbQuery");
+	*out = NULL;
+	PG_TRY();
+	{
+		Oid			types[4];
+		Datum		values[4];
+		char		nulls[4];
+		int			ret;
+
+		qbs_begin("queuebox: query");
+		qbs_arm_timeout(timeout_ms);
+		for (int i = 0; i < nparams; i++)
+		{
+			types[i] = TEXTOID;
+			nulls[i] = params[i] == NULL ? 'n' : ' ';
+			values[i] = params[i] == NULL ? (Datum) 0 : CStringGetTextDatum(params[i]);
+		}
+		ret = SPI_execute_with_args(qb_pg_queries[query], nparams, types, values, nulls,
+									false, 1);
+		if (ret < 0)
+			elog(ERROR, "query failed: %s", SPI_result_code_string(ret));
+		if (SPI_tuptable != NULL && SPI_processed > 0)
+			*out = qbs_strdup_col(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		qbs_disarm_timeout();
+		qbs_commit();
+	}
+	PG_CATCH();
+	{
+		qbs_disarm_timeout();
+		rc = qbs_bad_input(qbs_fail(cxt, err, errlen)) ? QB_QUERY_BAD_INPUT : -1;
+		free(*out);
+		*out = NULL;
+	}
+	PG_END_TRY();
+	return rc;
+}
+
 void
 qb_spi_store_init(QbStore *store)
 {
@@ -350,6 +520,8 @@ qb_spi_store_init(QbStore *store)
 	store->outbox_settle = qbs_outbox_settle;
 	store->outbox_reclaim = qbs_outbox_reclaim;
 	store->outbox_retention = qbs_outbox_retention;
+	store->inbox_insert = qbs_inbox_insert;
+	store->query_text = qbs_query_text;
 }
 
 /*

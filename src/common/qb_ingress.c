@@ -1,0 +1,1076 @@
+/*-------------------------------------------------------------------------
+ * qb_ingress.c
+ *	  The HTTP ingress engine: libmicrohttpd in external epoll mode, one
+ *	  thread, answering after the inbox rows commit.
+ *
+ * Wording:
+ *	- The listener is one MHD daemon, built from http.listen and the limits
+ *	  of the http: section.  It is rebuilt when those change and removed
+ *	  when listen is unset.
+ *	- A request is one HTTP exchange (QbiRequest).  It is answered at once
+ *	  (health, 4xx) or deferred: suspended until the main loop has done its
+ *	  database work, then resumed and answered.
+ *	- A batch is the inbox rows of every request deferred during one pass
+ *	  of MHD_run: one store call, one transaction, one commit for all.
+ *
+ * The path of a webhook (POST inbox.basePath + source.path):
+ *	1. headers	no source at the path: 404; not POST: 405; a Content-Length
+ *				over maxBodyBytes: 413 before any byte of the body is read.
+ *	2. body		bytes are kept up to maxBodyBytes; past it they are read
+ *				and dropped and the answer is 413.
+ *	3. checks	authentication over the raw body (401), JSON (400, with the
+ *				line, column and byte), UTF-8 of the stored headers (400),
+ *				the idempotency key (422).  A refusal stores nothing.
+ *	4. store	the request joins the batch and is suspended; after the pass
+ *				the batch is inserted and committed, then each request is
+ *				answered 202 (new), 200 duplicate, or 503 when the store
+ *				failed (nothing of the batch is stored then).
+ *
+ * Transaction rules: no database call is made inside an MHD callback (a
+ * callback cannot longjmp and must not block other connections); every
+ * store call happens in the main loop between passes.  A 202 is only ever
+ * sent after the commit that stored its row.
+ *
+ * Memory: each request owns its buffers; it holds a reference to the config
+ * it was routed with, so a reload never frees a source under a request.
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "qb_config.h"
+#include "qb_extract.h"
+#include "qb_ingress.h"
+
+#define QBI_MAX_VALUE_BYTES	1024	/* idempotency key, event type, aggregate id */
+#define QBI_ADMIN_MAX_BODY	65536
+#define QBI_STOP_DRAIN_MS	1000
+
+typedef struct QbiConfigRef
+{
+	QbConfig   *cfg;
+	int			refs;
+} QbiConfigRef;
+
+typedef enum QbiKind
+{
+	QBI_ANSWERED,				/* status and answer are set */
+	QBI_INBOX,					/* a webhook for src */
+	QBI_READY,
+	QBI_METRICS,
+	QBI_ADMIN
+} QbiKind;
+
+typedef struct QbiEngine QbiEngine;
+
+typedef struct QbiRequest
+{
+	QbiEngine  *e;
+	struct MHD_Connection *conn;
+	QbiConfigRef *ref;
+	const QbSource *src;		/* QBI_INBOX: in ref->cfg */
+	QbiKind		kind;
+	char	   *method;
+	char	   *path;
+	char	   *limit;			/* admin: ?limit= */
+	char	   *body;
+	size_t		len;
+	size_t		cap;
+	size_t		max;			/* body limit */
+	bool		too_big;
+	bool		deferred;		/* suspended, waiting for the main loop */
+	int			status;			/* 0 until decided */
+	char	   *answer;
+	const char *content_type;
+	bool		allow_post;		/* 405: Allow: POST */
+	/* QBI_INBOX, once checked */
+	char	   *key;
+	char	   *event_type;
+	char	   *aggregate_id;
+	char	   *headers;
+	struct QbiRequest *next;	/* the deferred list */
+} QbiRequest;
+
+struct QbiEngine
+{
+	const QbHost *host;
+	const QbStore *store;
+	QbMetrics  *metrics;
+	QbIngressStats *stats;
+	QbiConfigRef *ref;			/* the current config, NULL until one loads */
+	struct MHD_Daemon *mhd;
+	int			epoll_fd;
+	char		listen_key[160];	/* what the daemon was built from */
+	QbiRequest *deferred;		/* suspended requests, newest first */
+	int			ndeferred;
+};
+
+/* ---- small helpers -------------------------------------------------- */
+
+static void
+qbi_unref(QbiConfigRef *ref)
+{
+	if (ref != NULL && --ref->refs == 0)
+	{
+		qb_config_free(ref->cfg);
+		free(ref);
+	}
+}
+
+char *
+qb_answer(const char *status, const char *reason)
+{
+	json_t	   *o = json_object();
+	char	   *text;
+
+	json_object_set_new(o, "status", json_string(status));
+	if (reason != NULL)
+	{
+		json_t	   *r = json_string(reason);
+
+		/* a reason quoting bad input may not be UTF-8: say so plainly */
+		json_object_set_new(o, "reason", r ? r : json_string("(reason not printable)"));
+	}
+	text = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	return text;
+}
+
+/* qbi_set: decide the answer; reason NULL for none. */
+static void
+qbi_set(QbiRequest *r, int status, const char *word, const char *reason)
+{
+	r->status = status;
+	free(r->answer);
+	r->answer = qb_answer(word, reason);
+	r->content_type = "application/json";
+	r->kind = QBI_ANSWERED;
+}
+
+/*
+ * qb_utf8_invalid_at: RFC 3629 UTF-8, no overlongs, no surrogates, nothing
+ * above U+10FFFF; also refuses NUL, which text columns cannot hold.
+ */
+long
+qb_utf8_invalid_at(const char *str, size_t len)
+{
+	const unsigned char *s = (const unsigned char *) str;
+	size_t		i = 0;
+
+	while (i < len)
+	{
+		unsigned char c = s[i];
+		size_t		n;
+		unsigned	cp;
+
+		if (c == 0)
+			return (long) i;
+		if (c < 0x80)
+		{
+			i++;
+			continue;
+		}
+		if (c >= 0xC2 && c <= 0xDF)
+			n = 1, cp = c & 0x1F;
+		else if (c >= 0xE0 && c <= 0xEF)
+			n = 2, cp = c & 0x0F;
+		else if (c >= 0xF0 && c <= 0xF4)
+			n = 3, cp = c & 0x07;
+		else
+			return (long) i;
+		for (size_t k = 1; k <= n; k++)
+		{
+			if (i + k >= len || (s[i + k] & 0xC0) != 0x80)
+				return (long) i;
+			cp = (cp << 6) | (s[i + k] & 0x3F);
+		}
+		if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+			(cp >= 0xD800 && cp <= 0xDFFF))
+			return (long) i;
+		i += n + 1;
+	}
+	return -1;
+}
+
+/* ---- headers -------------------------------------------------------- */
+
+typedef struct QbiHeaders
+{
+	const QbSource *src;
+	json_t	   *obj;
+	char		bad[160];		/* the first header that is not UTF-8 */
+} QbiHeaders;
+
+/* Transport headers describe this hop, not the message: never stored. */
+static bool
+qbi_transport_header(const char *name)
+{
+	static const char *const hop[] = {"Host", "Content-Length", "Transfer-Encoding",
+		"Connection", "Keep-Alive", "Expect", "TE", "Upgrade", "Proxy-Connection",
+	"Trailer", NULL};
+
+	for (int i = 0; hop[i] != NULL; i++)
+		if (strcasecmp(hop[i], name) == 0)
+			return true;
+	return false;
+}
+
+static enum MHD_Result
+qbi_header_cb(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
+{
+	QbiHeaders *h = cls;
+	long		at;
+	json_t	   *old;
+
+	if (name == NULL || qbi_transport_header(name) ||
+		qb_header_redacted(name, h->src->auth.header))
+		return MHD_YES;
+	if (value == NULL)
+		value = "";
+	if (h->bad[0] == '\0' &&
+		((at = qb_utf8_invalid_at(name, strlen(name))) >= 0 ||
+		 (at = qb_utf8_invalid_at(value, strlen(value))) >= 0))
+	{
+		snprintf(h->bad, sizeof(h->bad), "%.100s", name);
+		return MHD_YES;
+	}
+	if (h->bad[0] != '\0')
+		return MHD_YES;
+	/* a repeated header keeps every value, comma-separated (RFC 9110 5.3) */
+	if ((old = json_object_get(h->obj, name)) != NULL)
+	{
+		const char *prev = json_string_value(old);
+		size_t		n = strlen(prev) + strlen(value) + 3;
+		char	   *joined = malloc(n);
+
+		if (joined == NULL)
+			return MHD_NO;
+		snprintf(joined, n, "%s, %s", prev, value);
+		json_object_set_new(h->obj, name, json_string(joined));
+		free(joined);
+	}
+	else
+		json_object_set_new(h->obj, name, json_string(value));
+	return MHD_YES;
+}
+
+/* for qb_auth_verify */
+static const char *
+qbi_header_get(void *ctx, const char *name)
+{
+	return MHD_lookup_connection_value((struct MHD_Connection *) ctx, MHD_HEADER_KIND, name);
+}
+
+/* ---- the webhook checks --------------------------------------------- */
+
+/*
+ * qbi_value: a key, event type or aggregate id from a header or a JSONPath.
+ * Returns false with an answer set when a required value is missing or
+ * unusable; *out NULL when an optional one is absent.
+ */
+static bool
+qbi_value(QbiRequest *r, json_t *doc, const char *path, const char *header,
+		  const char *what, bool required, char **out)
+{
+	char		reason[512];
+	const char *v = NULL;
+	char	   *owned = NULL;
+
+	*out = NULL;
+	if (header != NULL)
+	{
+		v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, header);
+		if (v == NULL || v[0] == '\0')
+		{
+			if (!required)
+				return true;
+			snprintf(reason, sizeof(reason),
+					 "the %s header is missing or empty; this source takes its %s from it, so send it", header, what);
+			qbi_set(r, 422, "error", reason);
+			return false;
+		}
+	}
+	else if (path != NULL)
+	{
+		json_t	   *j = qb_jsonpath_get(doc, path);
+
+		owned = qb_jsonpath_text(doc, path);
+		if (owned == NULL || owned[0] == '\0')
+		{
+			free(owned);
+			if (!required)
+				return true;
+			snprintf(reason, sizeof(reason),
+					 j == NULL || json_is_null(j) ?
+					 "the body has no value at %s, which this source reads its %s from; send it" :
+					 "the value at %s, which this source reads its %s from, must be a non-empty string or an integer",
+					 path, what);
+			qbi_set(r, 422, "error", reason);
+			return false;
+		}
+		v = owned;
+	}
+	else
+		return true;
+	if (strlen(v) > QBI_MAX_VALUE_BYTES)
+	{
+		snprintf(reason, sizeof(reason), "the %s is longer than %d bytes; shorten it",
+				 what, QBI_MAX_VALUE_BYTES);
+		free(owned);
+		qbi_set(r, 422, "error", reason);
+		return false;
+	}
+	if (qb_utf8_invalid_at(v, strlen(v)) >= 0)
+	{
+		snprintf(reason, sizeof(reason), "the %s (byte %ld) is not valid UTF-8",
+				 what, qb_utf8_invalid_at(v, strlen(v)));
+		free(owned);
+		qbi_set(r, 400, "error", reason);
+		return false;
+	}
+	*out = owned ? owned : strdup(v);
+	return true;
+}
+
+/*
+ * qbi_check_webhook: step 3 of the banner.  True when the request may be
+ * stored (key and headers set); false with the answer set.
+ */
+static bool
+qbi_check_webhook(QbiRequest *r)
+{
+	const QbSource *s = r->src;
+	char		reason[QB_ERRLEN];
+	char		msg[QB_ERRLEN];
+	json_error_t jerr;
+	json_t	   *doc;
+	QbiHeaders	h = {s, NULL, ""};
+	bool		ok;
+
+	if (s->auth.type != QB_AUTH_NONE &&
+		!qb_auth_verify(&s->auth, qbi_header_get, r->conn, (const unsigned char *) r->body,
+						r->len, time(NULL), msg, sizeof(msg)))
+	{
+		snprintf(reason, sizeof(reason), "authentication failed: %s", msg);
+		qbi_set(r, 401, "error", reason);
+		return false;
+	}
+	if (r->len == 0)
+	{
+		qbi_set(r, 400, "error", "the body is empty; send the event as JSON");
+		return false;
+	}
+	doc = json_loadb(r->body, r->len, JSON_DECODE_ANY, &jerr);
+	if (doc == NULL)
+	{
+		snprintf(reason, sizeof(reason),
+				 "the body is not valid JSON: %s at line %d, column %d (byte %d); send UTF-8 JSON",
+				 jerr.text, jerr.line, jerr.column, jerr.position);
+		qbi_set(r, 400, "error", reason);
+		return false;
+	}
+	ok = qbi_value(r, doc, s->idempotency_key_path, s->idempotency_key_header,
+				   "idempotency key", true, &r->key) &&
+		qbi_value(r, doc, s->event_type_path, s->event_type_header, "event type", false,
+				  &r->event_type) &&
+		qbi_value(r, doc, s->aggregate_id_path, NULL, "aggregate id", false, &r->aggregate_id);
+	json_decref(doc);
+	if (!ok)
+		return false;
+
+	h.obj = json_object();
+	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, qbi_header_cb, &h);
+	if (h.bad[0] != '\0')
+	{
+		json_decref(h.obj);
+		snprintf(reason, sizeof(reason),
+				 "the %s header is not valid UTF-8; send header values as UTF-8 (or ASCII)", h.bad);
+		qbi_set(r, 400, "error", reason);
+		return false;
+	}
+	r->headers = json_dumps(h.obj, JSON_COMPACT);
+	json_decref(h.obj);
+	if (r->headers == NULL)
+	{
+		qbi_set(r, 503, "unavailable", "out of memory; retry later");
+		return false;
+	}
+	return true;
+}
+
+/* ---- routing ---------------------------------------------------------- */
+
+/* qbi_source_at: the source answering at path, or NULL. */
+static const QbSource *
+qbi_source_at(const QbConfig *cfg, const char *path)
+{
+	size_t		blen = strlen(cfg->inbox.base_path);
+
+	if (strncmp(path, cfg->inbox.base_path, blen) != 0)
+		return NULL;
+	for (int i = 0; i < cfg->nsources; i++)
+		if (strcmp(path + blen, cfg->sources[i].path) == 0)
+			return &cfg->sources[i];
+	return NULL;
+}
+
+static void
+qbi_admin_route(QbiRequest *r, const QbConfig *cfg)
+{
+	QbAuth		auth = {QB_AUTH_BEARER};
+	char		msg[QB_ERRLEN];
+
+	if (cfg->admin_token == NULL)
+	{
+		qbi_set(r, 404, "error", "the admin routes are off; set admin.token to turn them on");
+		return;
+	}
+	auth.token = cfg->admin_token;
+	if (!qb_auth_verify(&auth, qbi_header_get, r->conn, NULL, 0, time(NULL), msg, sizeof(msg)))
+	{
+		char		reason[QB_ERRLEN + 64];
+
+		snprintf(reason, sizeof(reason), "admin authentication failed: %s", msg);
+		qbi_set(r, 401, "error", reason);
+		if (r->e->metrics)
+			qb_metrics_add(&r->e->metrics->admin_unauthorized, 1);
+		return;
+	}
+	r->kind = QBI_ADMIN;
+	r->max = QBI_ADMIN_MAX_BODY;
+}
+
+/*
+ * qbi_route: the first look at a request, headers only.  Decides the
+ * answer when it needs no body and no database.
+ */
+static void
+qbi_route(QbiRequest *r)
+{
+	const QbConfig *cfg = r->ref->cfg;
+	const char *cl;
+	bool		get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+
+	if (strcmp(r->path, "/healthz") == 0 || strcmp(r->path, "/readyz") == 0 ||
+		strcmp(r->path, "/metrics") == 0)
+	{
+		if (!get)
+		{
+			qbi_set(r, 405, "error", "use GET");
+			return;
+		}
+		if (r->path[1] == 'h')
+			qbi_set(r, 200, "ok", NULL);
+		else
+			r->kind = r->path[1] == 'r' ? QBI_READY : QBI_METRICS;
+		return;
+	}
+	if (strcmp(r->path, "/admin") == 0 || strncmp(r->path, "/admin/", 7) == 0)
+	{
+		qbi_admin_route(r, cfg);
+		return;
+	}
+	if ((r->src = qbi_source_at(cfg, r->path)) == NULL)
+	{
+		qbi_set(r, 404, "error",
+				"no source answers at this path; webhooks go to inbox.basePath followed by a source's path");
+		if (r->e->metrics)
+			qb_metrics_add(&r->e->metrics->http_not_found, 1);
+		return;
+	}
+	if (strcmp(r->method, "POST") != 0)
+	{
+		qbi_set(r, 405, "error", "a source takes POST only");
+		r->allow_post = true;
+		if (r->e->metrics)
+			qb_metrics_add(&r->e->metrics->http_not_found, 1);
+		return;
+	}
+	r->kind = QBI_INBOX;
+	r->max = (size_t) r->src->max_body_bytes;
+	cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	if (cl != NULL && strtoull(cl, NULL, 10) > r->max)
+	{
+		char		reason[256];
+
+		snprintf(reason, sizeof(reason),
+				 "the body (Content-Length %s) is over this source's maxBodyBytes (%ld); nothing was read or stored",
+				 cl, r->src->max_body_bytes);
+		qbi_set(r, 413, "error", reason);
+	}
+}
+
+/* ---- MHD callbacks ----------------------------------------------------- */
+
+static void
+qbi_count(QbiRequest *r)
+{
+	QbiEngine  *e = r->e;
+	QbReceiveResult res;
+
+	if (r->src == NULL)
+		return;
+	switch (r->status)
+	{
+		case 202:
+			res = QB_RX_ACCEPTED;
+			e->stats->accepted++;
+			break;
+		case 200:
+			res = QB_RX_DUPLICATE;
+			e->stats->duplicates++;
+			break;
+		case 401:
+			res = QB_RX_UNAUTHORIZED;
+			break;
+		case 413:
+			res = QB_RX_TOO_LARGE;
+			break;
+		case 422:
+			res = QB_RX_UNPROCESSABLE;
+			break;
+		case 503:
+			res = QB_RX_UNAVAILABLE;
+			e->stats->unavailable++;
+			break;
+		case 405:
+			return;
+		default:
+			res = QB_RX_BAD_REQUEST;
+			break;
+	}
+	if (r->status >= 400 && r->status < 500)
+		e->stats->refused++;
+	qb_metrics_received(e->metrics, r->src->name, res);
+}
+
+static enum MHD_Result
+qbi_respond(QbiRequest *r)
+{
+	struct MHD_Response *resp;
+	const char *text = r->answer ? r->answer : "";
+	enum MHD_Result ret;
+
+	qbi_count(r);
+	resp = MHD_create_response_from_buffer(strlen(text), (void *) text, MHD_RESPMEM_MUST_COPY);
+	if (resp == NULL)
+		return MHD_NO;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+							r->content_type ? r->content_type : "application/json");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	if (r->allow_post)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "POST");
+	ret = MHD_queue_response(r->conn, (unsigned int) r->status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static void
+qbi_request_free(QbiRequest *r)
+{
+	qbi_unref(r->ref);
+	free(r->method);
+	free(r->path);
+	free(r->limit);
+	free(r->body);
+	free(r->answer);
+	free(r->key);
+	free(r->event_type);
+	free(r->aggregate_id);
+	free(r->headers);
+	free(r);
+}
+
+static void
+qbi_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+			  enum MHD_RequestTerminationCode toe)
+{
+	QbiRequest *r = *con_cls;
+
+	if (r == NULL)
+		return;
+	/* a deferred request is never completed: MHD does not time out suspended ones */
+	qbi_request_free(r);
+	*con_cls = NULL;
+}
+
+/* qbi_defer: suspend the request until the main loop has served it. */
+static enum MHD_Result
+qbi_defer(QbiRequest *r)
+{
+	QbiEngine  *e = r->e;
+
+	r->deferred = true;
+	r->next = e->deferred;
+	e->deferred = r;
+	e->ndeferred++;
+	MHD_suspend_connection(r->conn);
+	return MHD_YES;
+}
+
+static enum MHD_Result
+qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+		   const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+	QbiEngine  *e = cls;
+	QbiRequest *r = *con_cls;
+
+	if (r == NULL)
+	{
+		const char *limit = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit");
+
+		if ((r = calloc(1, sizeof(QbiRequest))) == NULL)
+			return MHD_NO;
+		r->e = e;
+		r->conn = conn;
+		r->ref = e->ref;
+		r->ref->refs++;
+		r->method = strdup(method);
+		r->path = strdup(url);
+		r->limit = limit ? strdup(limit) : NULL;
+		*con_cls = r;
+		if (r->method == NULL || r->path == NULL)
+			return MHD_NO;
+		r->kind = QBI_ANSWERED;
+		qbi_route(r);
+		if (r->status != 0)
+			return qbi_respond(r);
+		return MHD_YES;
+	}
+
+	if (*upload_size > 0)
+	{
+		size_t		n = *upload_size;
+
+		*upload_size = 0;
+		if (r->too_big)
+			return MHD_YES;
+		if (r->len + n > r->max)
+		{
+			/* read and drop the rest: 0.9.75 cannot answer mid-upload */
+			r->too_big = true;
+			free(r->body);
+			r->body = NULL;
+			return MHD_YES;
+		}
+		if (r->len + n + 1 > r->cap)
+		{
+			size_t		cap = r->cap ? r->cap : 4096;
+			char	   *b;
+
+			while (cap < r->len + n + 1)
+				cap *= 2;
+			if ((b = realloc(r->body, cap)) == NULL)
+				return MHD_NO;
+			r->body = b;
+			r->cap = cap;
+		}
+		memcpy(r->body + r->len, upload, n);
+		r->len += n;
+		r->body[r->len] = '\0';
+		return MHD_YES;
+	}
+
+	/* the whole request is here, or the main loop resumed it */
+	if (r->status != 0)
+		return qbi_respond(r);
+	if (r->deferred)
+		return MHD_YES;			/* not possible: resumed requests have a status */
+	if (r->too_big)
+	{
+		char		reason[256];
+
+		snprintf(reason, sizeof(reason),
+				 "the body is over %zu bytes (maxBodyBytes); nothing was stored", r->max);
+		qbi_set(r, 413, "error", reason);
+		return qbi_respond(r);
+	}
+	if (r->kind == QBI_INBOX && !qbi_check_webhook(r))
+		return qbi_respond(r);
+	return qbi_defer(r);
+}
+
+/* ---- the main loop's work ---------------------------------------------- */
+
+static void
+qbi_store_batch(QbiEngine *e)
+{
+	QbiRequest *r;
+	QbInboxRow *rows;
+	QbiRequest **reqs;
+	int64_t    *ids;
+	int			n = 0;
+	char		err[QB_ERRLEN];
+	int			rc = -1;
+
+	for (r = e->deferred; r != NULL; r = r->next)
+		if (r->kind == QBI_INBOX)
+			n++;
+	if (n == 0)
+		return;
+	rows = calloc(n, sizeof(QbInboxRow));
+	reqs = calloc(n, sizeof(QbiRequest *));
+	ids = calloc(n, sizeof(int64_t));
+	if (rows != NULL && reqs != NULL && ids != NULL)
+	{
+		int			i = n;
+
+		/* the list is newest first: store in arrival order */
+		for (r = e->deferred; r != NULL; r = r->next)
+		{
+			if (r->kind != QBI_INBOX)
+				continue;
+			i--;
+			reqs[i] = r;
+			rows[i].source = r->src->name;
+			rows[i].idempotency_key = r->key;
+			rows[i].event_type = r->event_type;
+			rows[i].aggregate_id = r->aggregate_id;
+			rows[i].payload = r->body;
+			rows[i].headers = r->headers;
+			rows[i].pull = r->src->consumption == QB_CONSUME_PULL;
+		}
+		rc = e->store->inbox_insert(e->store->ctx, rows, n,
+									e->ref->cfg->http.store_timeout_ms, ids, err, sizeof(err));
+		e->stats->batches++;
+	}
+	else
+		snprintf(err, sizeof(err), "out of memory");
+	if (rc != 0)
+		qb_log(e->host, QB_LOG_WARNING, "could not store %d received message%s, answered 503: %s",
+			   n, n == 1 ? "" : "s", err);
+	for (int i = 0; reqs != NULL && i < n; i++)
+	{
+		json_t	   *o;
+
+		r = reqs[i];
+		if (rc != 0)
+		{
+			char		reason[QB_ERRLEN + 64];
+
+			snprintf(reason, sizeof(reason), "the database did not store the message (%s); retry later", err);
+			qbi_set(r, 503, "unavailable", reason);
+			continue;
+		}
+		o = ids[i] > 0 ?
+			json_pack("{s:s,s:I,s:s,s:s}", "status", "accepted", "id", (json_int_t) ids[i],
+					  "source", r->src->name, "idempotencyKey", r->key) :
+			json_pack("{s:s,s:s,s:s}", "status", "duplicate", "source", r->src->name,
+					  "idempotencyKey", r->key);
+		r->status = ids[i] > 0 ? 202 : 200;
+		free(r->answer);
+		r->answer = o ? json_dumps(o, JSON_COMPACT) : NULL;
+		r->content_type = "application/json";
+		json_decref(o);
+	}
+	free(rows);
+	free(reqs);
+	free(ids);
+}
+
+/* qbi_gauges: read the gauges for /metrics; database_up false on failure. */
+static void
+qbi_gauges(QbiEngine *e, QbGauges *g)
+{
+	char		err[QB_ERRLEN];
+	char	   *text = NULL;
+	json_t	   *o;
+
+	memset(g, 0, sizeof(*g));
+	g->outbox_pending = g->outbox_processing = g->outbox_oldest_pending_sec = -1;
+	g->inbox_pending = g->inbox_processing = g->inbox_oldest_pending_sec = -1;
+	if (e->store->query_text(e->store->ctx, QB_Q_GAUGES, NULL,
+							 e->ref->cfg->http.store_timeout_ms, &text, err, sizeof(err)) != 0 ||
+		text == NULL || (o = json_loads(text, 0, NULL)) == NULL)
+	{
+		free(text);
+		return;
+	}
+	g->database_up = true;
+	g->outbox_pending = json_number_value(json_object_get(o, "outbox_pending"));
+	g->outbox_processing = json_number_value(json_object_get(o, "outbox_processing"));
+	g->outbox_oldest_pending_sec = json_number_value(json_object_get(o, "outbox_oldest"));
+	g->inbox_pending = json_number_value(json_object_get(o, "inbox_pending"));
+	g->inbox_processing = json_number_value(json_object_get(o, "inbox_processing"));
+	g->inbox_oldest_pending_sec = json_number_value(json_object_get(o, "inbox_oldest"));
+	json_decref(o);
+	free(text);
+}
+
+/* qbi_serve_one: a deferred request other than a webhook. */
+static void
+qbi_serve_one(QbiEngine *e, QbiRequest *r)
+{
+	char		err[QB_ERRLEN];
+	char	   *text = NULL;
+	QbGauges	g;
+
+	switch (r->kind)
+	{
+		case QBI_READY:
+			if (e->store->query_text(e->store->ctx, QB_Q_READY, NULL,
+									 r->ref->cfg->http.store_timeout_ms, &text, err,
+									 sizeof(err)) != 0)
+			{
+				char		reason[QB_ERRLEN + 32];
+
+				snprintf(reason, sizeof(reason), "database unavailable: %s", err);
+				qbi_set(r, 503, "unavailable", reason);
+			}
+			else
+				qbi_set(r, 200, "ready", NULL);
+			free(text);
+			break;
+		case QBI_METRICS:
+			qbi_gauges(e, &g);
+			r->answer = qb_metrics_render(e->metrics, &g);
+			r->status = r->answer ? 200 : 503;
+			r->content_type = "text/plain; version=0.0.4; charset=utf-8";
+			break;
+		case QBI_ADMIN:
+			qb_admin_handle(e->store, r->ref->cfg->http.store_timeout_ms, r->method,
+							r->path + strlen("/admin"), r->limit, r->body, r->len,
+							&r->status, &r->answer);
+			r->content_type = "application/json";
+			break;
+		default:
+			break;
+	}
+}
+
+/* qbi_serve: the database work of one pass, then resume every request. */
+static void
+qbi_serve(QbiEngine *e)
+{
+	QbiRequest *r;
+	QbiRequest *next;
+
+	if (e->deferred == NULL)
+		return;
+	qbi_store_batch(e);
+	for (r = e->deferred; r != NULL; r = r->next)
+		if (r->kind != QBI_INBOX && r->status == 0)
+			qbi_serve_one(e, r);
+	for (r = e->deferred; r != NULL; r = next)
+	{
+		next = r->next;
+		r->next = NULL;
+		r->deferred = false;
+		if (r->status == 0)
+			qbi_set(r, 503, "unavailable", "out of memory; retry later");
+		MHD_resume_connection(r->conn);
+	}
+	e->deferred = NULL;
+	e->ndeferred = 0;
+}
+
+/* ---- the listener ------------------------------------------------------ */
+
+static void
+qbi_mhd_log(void *cls, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0)));
+
+static void
+qbi_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	QbiEngine  *e = cls;
+	char		msg[512];
+	size_t		n;
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	n = strlen(msg);
+	while (n > 0 && msg[n - 1] == '\n')
+		msg[--n] = '\0';
+	qb_log(e->host, QB_LOG_DEBUG, "http: %s", msg);
+}
+
+static void
+qbi_stop_listener(QbiEngine *e)
+{
+	if (e->mhd == NULL)
+		return;
+	qbi_serve(e);				/* nothing may stay suspended */
+	MHD_run(e->mhd);
+	MHD_stop_daemon(e->mhd);
+	e->mhd = NULL;
+	e->epoll_fd = -1;
+	e->listen_key[0] = '\0';
+}
+
+static int
+qbi_start_listener(QbiEngine *e, const QbHttpConf *h, char *err, size_t errlen)
+{
+	struct sockaddr_storage ss;
+	unsigned int timeout_s = (unsigned int) ((h->connection_timeout_ms + 999) / 1000);
+	bool		v6 = strchr(h->host, ':') != NULL;
+	const union MHD_DaemonInfo *info;
+
+	memset(&ss, 0, sizeof(ss));
+	if (v6)
+	{
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *) &ss;
+
+		a->sin6_family = AF_INET6;
+		a->sin6_port = htons((uint16_t) h->port);
+		inet_pton(AF_INET6, h->host, &a->sin6_addr);
+	}
+	else
+	{
+		struct sockaddr_in *a = (struct sockaddr_in *) &ss;
+
+		a->sin_family = AF_INET;
+		a->sin_port = htons((uint16_t) h->port);
+		inet_pton(AF_INET, h->host, &a->sin_addr);
+	}
+	e->mhd = MHD_start_daemon(MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_EPOLL |
+							  (v6 ? MHD_USE_IPv6 : 0),
+							  (uint16_t) h->port, NULL, NULL, qbi_access, e,
+							  MHD_OPTION_EXTERNAL_LOGGER, qbi_mhd_log, e,
+							  MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &ss,
+							  MHD_OPTION_CONNECTION_LIMIT, (unsigned int) h->max_connections,
+							  MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
+							  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) 65536,
+							  MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int) 512,
+							  MHD_OPTION_NOTIFY_COMPLETED, qbi_completed, e,
+							  MHD_OPTION_END);
+	if (e->mhd == NULL)
+	{
+		snprintf(err, errlen, "could not listen on %s:%d (%s); is the port in use?",
+				 h->host, h->port, strerror(errno));
+		return -1;
+	}
+	info = MHD_get_daemon_info(e->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	e->epoll_fd = info ? info->epoll_fd : -1;
+	return 0;
+}
+
+/*
+ * qbi_reload: swap to the stored configuration and rebuild the listener if
+ * its settings changed.  An invalid stored document keeps the previous one.
+ */
+static void
+qbi_reload(QbiEngine *e)
+{
+	char		err[QB_ERRLEN];
+	char		key[sizeof(e->listen_key)];
+	char	   *text = NULL;
+	QbConfig   *cfg = NULL;
+	QbiConfigRef *ref;
+	const QbHttpConf *h;
+
+	if (e->store->config_load(e->store->ctx, &text, err, sizeof(err)) != 0)
+	{
+		qb_log(e->host, QB_LOG_WARNING, "could not read the configuration: %s", err);
+		return;
+	}
+	if (qb_config_parse(text, text ? strlen(text) : 0, &cfg, err, sizeof(err)) != 0)
+	{
+		qb_log(e->host, QB_LOG_WARNING, "the stored configuration is not valid here (%s); keeping the previous one", err);
+		free(text);
+		return;
+	}
+	free(text);
+	if ((ref = calloc(1, sizeof(QbiConfigRef))) == NULL)
+	{
+		qb_config_free(cfg);
+		return;
+	}
+	ref->cfg = cfg;
+	ref->refs = 1;
+	qbi_unref(e->ref);
+	e->ref = ref;
+
+	h = &cfg->http;
+	if (h->host != NULL)
+		snprintf(key, sizeof(key), "%s|%d|%d|%ld", h->host, h->port, h->max_connections,
+				 h->connection_timeout_ms);
+	else
+		key[0] = '\0';
+	if (strcmp(key, e->listen_key) == 0)
+		return;
+	qbi_stop_listener(e);
+	if (key[0] == '\0')
+	{
+		qb_log(e->host, QB_LOG_INFO, "not listening: http.listen is not set");
+		return;
+	}
+	if (qbi_start_listener(e, h, err, sizeof(err)) != 0)
+	{
+		qb_log(e->host, QB_LOG_WARNING, "%s", err);
+		return;
+	}
+	snprintf(e->listen_key, sizeof(e->listen_key), "%s", key);
+	qb_log(e->host, QB_LOG_INFO, "listening on %s%s%s:%d", strchr(h->host, ':') ? "[" : "",
+		   h->host, strchr(h->host, ':') ? "]" : "", h->port);
+}
+
+int
+qb_ingress_run(const QbHost *host, const QbStore *store, QbMetrics *metrics,
+			   QbIngressStats *stats, char *err, size_t errlen)
+{
+	QbiEngine	e;
+
+	memset(&e, 0, sizeof(e));
+	e.host = host;
+	e.store = store;
+	e.metrics = metrics;
+	e.stats = stats;
+	e.epoll_fd = -1;
+
+	while (!host->should_stop(host->ctx))
+	{
+		MHD_UNSIGNED_LONG_LONG mhd_ms;
+		long		wait_ms = 1000;
+
+		if (host->config_changed(host->ctx))
+			qbi_reload(&e);
+		if (e.mhd == NULL)
+		{
+			host->wait(host->ctx, -1, wait_ms);
+			continue;
+		}
+		if (MHD_get_timeout(e.mhd, &mhd_ms) == MHD_YES && (long) mhd_ms < wait_ms)
+			wait_ms = (long) mhd_ms;
+		host->wait(host->ctx, e.epoll_fd, wait_ms);
+		MHD_run(e.mhd);
+		/* answer what this pass deferred, then let MHD send it */
+		while (e.deferred != NULL)
+		{
+			qbi_serve(&e);
+			MHD_run(e.mhd);
+		}
+	}
+
+	/* stop: take no new connection, answer what is in hand, then close */
+	if (e.mhd != NULL)
+	{
+		long		waited = 0;
+
+		MHD_quiesce_daemon(e.mhd);
+		while (waited < QBI_STOP_DRAIN_MS)
+		{
+			const union MHD_DaemonInfo *info;
+
+			qbi_serve(&e);
+			MHD_run(e.mhd);
+			info = MHD_get_daemon_info(e.mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+			if (info == NULL || info->num_connections == 0)
+				break;
+			host->wait(host->ctx, e.epoll_fd, 50);
+			waited += 50;
+		}
+		qbi_stop_listener(&e);
+	}
+	qbi_unref(e.ref);
+	return 0;
+}

@@ -1,0 +1,49 @@
+/*-------------------------------------------------------------------------
+ * qb_ingress.h
+ *	  The HTTP ingress: webhooks into the inbox, health, readiness, metrics
+ *	  and the admin routes, served by libmicrohttpd on the engine's thread.
+ *
+ * See qb_ingress.c for the request path and the answers.
+ *-------------------------------------------------------------------------
+ */
+#ifndef QB_INGRESS_H
+#define QB_INGRESS_H
+
+#include "qb_host.h"
+#include "qb_metrics.h"
+#include "qb_store.h"
+
+typedef struct QbIngressStats
+{
+	long		accepted;		/* 202 */
+	long		duplicates;		/* 200 duplicate */
+	long		refused;		/* 4xx */
+	long		unavailable;	/* 503 */
+	long		batches;		/* store calls */
+} QbIngressStats;
+
+/*
+ * Run until the host says stop.  metrics may be NULL.  Returns 0 after a
+ * clean stop (requests whose rows committed are answered first), -1 when it
+ * could not start (err says why).
+ */
+extern int	qb_ingress_run(const QbHost *host, const QbStore *store, QbMetrics *metrics,
+						   QbIngressStats *stats, char *err, size_t errlen);
+
+/*
+ * The admin routes (qb_admin.c).  Runs one operation through the store and
+ * sets *status and *answer (malloc'd JSON).  method and path are the
+ * request's; path starts after "/admin".  body may be NULL.
+ */
+extern void qb_admin_handle(const QbStore *store, long timeout_ms, const char *method,
+							const char *path, const char *query_limit,
+							const char *body, size_t body_len,
+							int *status, char **answer);
+
+/* {"status":..., "reason":...} as malloc'd JSON text. */
+extern char *qb_answer(const char *status, const char *reason);
+
+/* Offset of the first byte that is not valid UTF-8, or -1 when all are. */
+extern long qb_utf8_invalid_at(const char *s, size_t len);
+
+#endif							/* QB_INGRESS_H */

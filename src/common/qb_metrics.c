@@ -1,0 +1,296 @@
+/*-------------------------------------------------------------------------
+ * qb_metrics.c
+ *	  Shared counters and the Prometheus text exposition.
+ *
+ * See qb_metrics.h for the vocabulary and the concurrency rules.  The
+ * histogram keeps one count per bucket (not cumulative) so that an
+ * observation is a single atomic add; the renderer accumulates.
+ *-------------------------------------------------------------------------
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qb_metrics.h"
+
+static const double qbm_bounds[QB_METRICS_NBUCKETS] =
+{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
+
+static const char *const qbm_results[QB_NRESULTS] =
+{"accepted", "duplicate", "bad_request", "unauthorized", "too_large", "unprocessable",
+"unavailable"};
+
+void
+qb_metrics_init(QbMetrics *m)
+{
+	memset(m, 0, sizeof(QbMetrics));
+}
+
+void
+qb_metrics_add(uint64_t *counter, uint64_t n)
+{
+	__atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
+}
+
+/*
+ * qbm_slot: the slot counting for name: an existing one, else a free one
+ * taken now, else "_other" (the last slot, kept for overflow).
+ */
+static QbMetricSlot *
+qbm_slot(QbMetricSlot *slots, const char *name)
+{
+	QbMetricSlot *other = &slots[QB_METRICS_SLOTS - 1];
+	int			i;
+
+	for (i = 0; i < QB_METRICS_SLOTS - 1; i++)
+	{
+		QbMetricSlot *s = &slots[i];
+		uint32_t	state = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+
+		if (state == 2 && strncmp(s->name, name, QB_METRICS_NAMELEN - 1) == 0)
+			return s;
+		if (state == 0)
+		{
+			uint32_t	expect = 0;
+
+			if (!__atomic_compare_exchange_n(&s->state, &expect, 1, false,
+											 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+				continue;		/* taken under us: look at it again next time */
+			snprintf(s->name, sizeof(s->name), "%s", name);
+			__atomic_store_n(&s->state, 2, __ATOMIC_RELEASE);
+			return s;
+		}
+	}
+	if (__atomic_load_n(&other->state, __ATOMIC_ACQUIRE) != 2)
+	{
+		uint32_t	expect = 0;
+
+		if (__atomic_compare_exchange_n(&other->state, &expect, 1, false,
+										__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		{
+			snprintf(other->name, sizeof(other->name), "_other");
+			__atomic_store_n(&other->state, 2, __ATOMIC_RELEASE);
+		}
+	}
+	return other;
+}
+
+void
+qb_metrics_delivery(QbMetrics *m, const char *destination, QbDeliveryOutcome outcome,
+					double latency_sec)
+{
+	QbMetricSlot *s;
+	int			b;
+
+	if (m == NULL)
+		return;
+	s = qbm_slot(m->destinations, destination ? destination : "_none");
+	qb_metrics_add(&s->count[outcome], 1);
+	if (outcome != QB_DELIVERED || latency_sec < 0)
+		return;
+	for (b = 0; b < QB_METRICS_NBUCKETS && latency_sec > qbm_bounds[b]; b++)
+		;
+	qb_metrics_add(&s->bucket[b], 1);
+	qb_metrics_add(&s->latency_sum_us, (uint64_t) (latency_sec * 1e6));
+}
+
+void
+qb_metrics_received(QbMetrics *m, const char *source, QbReceiveResult result)
+{
+	if (m == NULL)
+		return;
+	qb_metrics_add(&qbm_slot(m->sources, source)->count[result], 1);
+}
+
+/* ---- rendering ------------------------------------------------------ */
+
+typedef struct QbmBuf
+{
+	char	   *data;
+	size_t		len;
+	size_t		cap;
+	bool		oom;
+} QbmBuf;
+
+static void
+qbm_printf(QbmBuf *b, const char *fmt,...)
+__attribute__((format(printf, 2, 3)));
+
+static void
+qbm_printf(QbmBuf *b, const char *fmt,...)
+{
+	va_list		ap;
+	int			n;
+
+	if (b->oom)
+		return;
+	for (;;)
+	{
+		va_start(ap, fmt);
+		n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+		if (n >= 0 && (size_t) n < b->cap - b->len)
+		{
+			b->len += n;
+			return;
+		}
+		{
+			size_t		cap = b->cap * 2 + (n > 0 ? n : 0);
+			char	   *d = realloc(b->data, cap);
+
+			if (d == NULL)
+			{
+				b->oom = true;
+				return;
+			}
+			b->data = d;
+			b->cap = cap;
+		}
+	}
+}
+
+/* A snapshot of the slots summed by name (two slots may share one). */
+typedef struct QbmRow
+{
+	char		name[QB_METRICS_NAMELEN];
+	uint64_t	count[QB_NRESULTS];
+	uint64_t	bucket[QB_METRICS_NBUCKETS + 1];
+	uint64_t	latency_sum_us;
+} QbmRow;
+
+static int
+qbm_snapshot(const QbMetricSlot *slots, QbmRow *rows)
+{
+	int			n = 0;
+
+	for (int i = 0; i < QB_METRICS_SLOTS; i++)
+	{
+		const QbMetricSlot *s = &slots[i];
+		QbmRow	   *r = NULL;
+
+		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 2)
+			continue;
+		for (int j = 0; j < n; j++)
+			if (strcmp(rows[j].name, s->name) == 0)
+				r = &rows[j];
+		if (r == NULL)
+		{
+			r = &rows[n++];
+			memset(r, 0, sizeof(*r));
+			memcpy(r->name, s->name, sizeof(r->name));
+			r->name[sizeof(r->name) - 1] = '\0';
+		}
+		for (int k = 0; k < QB_NRESULTS; k++)
+			r->count[k] += __atomic_load_n(&s->count[k], __ATOMIC_RELAXED);
+		for (int k = 0; k <= QB_METRICS_NBUCKETS; k++)
+			r->bucket[k] += __atomic_load_n(&s->bucket[k], __ATOMIC_RELAXED);
+		r->latency_sum_us += __atomic_load_n(&s->latency_sum_us, __ATOMIC_RELAXED);
+	}
+	return n;
+}
+
+/* qbm_counter: one counter family over the rows, labelled by label. */
+static void
+qbm_family(QbmBuf *b, const char *metric, const char *help, const char *label,
+		   const QbmRow *rows, int n, int index)
+{
+	qbm_printf(b, "# HELP %s %s\n# TYPE %s counter\n", metric, help, metric);
+	for (int i = 0; i < n; i++)
+		qbm_printf(b, "%s{%s=\"%s\"} %llu\n", metric, label, rows[i].name,
+				   (unsigned long long) rows[i].count[index]);
+}
+
+static void
+qbm_gauge(QbmBuf *b, const char *metric, const char *help, double v)
+{
+	if (v < 0)
+		return;
+	qbm_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.6g\n", metric, help, metric, metric, v);
+}
+
+char *
+qb_metrics_render(const QbMetrics *m, const QbGauges *g)
+{
+	QbmBuf		b = {malloc(4096), 0, 4096, false};
+	QbmRow	   *rows = malloc(sizeof(QbmRow) * QB_METRICS_SLOTS);
+	int			n;
+
+	if (b.data == NULL || rows == NULL)
+	{
+		free(b.data);
+		free(rows);
+		return NULL;
+	}
+	b.data[0] = '\0';
+
+	n = qbm_snapshot(m->destinations, rows);
+	qbm_family(&b, "queuebox_outbox_delivered_total",
+			   "Outbox messages the destination acknowledged.", "destination", rows, n, QB_DELIVERED);
+	qbm_family(&b, "queuebox_outbox_failed_total",
+			   "Failed delivery attempts that scheduled a retry.", "destination", rows, n, QB_FAILED);
+	qbm_family(&b, "queuebox_outbox_dead_total",
+			   "Outbox messages moved to dead.", "destination", rows, n, QB_DEAD);
+	qbm_printf(&b, "# HELP queuebox_delivery_latency_seconds From the outbox row's created_at to the destination's acknowledgement.\n"
+			   "# TYPE queuebox_delivery_latency_seconds histogram\n");
+	for (int i = 0; i < n; i++)
+	{
+		uint64_t	cum = 0;
+
+		for (int k = 0; k < QB_METRICS_NBUCKETS; k++)
+		{
+			cum += rows[i].bucket[k];
+			qbm_printf(&b, "queuebox_delivery_latency_seconds_bucket{destination=\"%s\",le=\"%g\"} %llu\n",
+					   rows[i].name, qbm_bounds[k], (unsigned long long) cum);
+		}
+		cum += rows[i].bucket[QB_METRICS_NBUCKETS];
+		qbm_printf(&b, "queuebox_delivery_latency_seconds_bucket{destination=\"%s\",le=\"+Inf\"} %llu\n"
+				   "queuebox_delivery_latency_seconds_sum{destination=\"%s\"} %.6f\n"
+				   "queuebox_delivery_latency_seconds_count{destination=\"%s\"} %llu\n",
+				   rows[i].name, (unsigned long long) cum,
+				   rows[i].name, rows[i].latency_sum_us / 1e6,
+				   rows[i].name, (unsigned long long) cum);
+	}
+
+	n = qbm_snapshot(m->sources, rows);
+	qbm_printf(&b, "# HELP queuebox_inbox_received_total Ingress answers by source and result.\n"
+			   "# TYPE queuebox_inbox_received_total counter\n");
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < QB_NRESULTS; k++)
+			qbm_printf(&b, "queuebox_inbox_received_total{source=\"%s\",result=\"%s\"} %llu\n",
+					   rows[i].name, qbm_results[k], (unsigned long long) rows[i].count[k]);
+
+	qbm_printf(&b, "# HELP queuebox_relay_forwarded_total Inbox rows the relay wrote into the outbox.\n"
+			   "# TYPE queuebox_relay_forwarded_total counter\nqueuebox_relay_forwarded_total %llu\n"
+			   "# HELP queuebox_relay_dead_total Inbox rows the relay marked dead (empty topic).\n"
+			   "# TYPE queuebox_relay_dead_total counter\nqueuebox_relay_dead_total %llu\n"
+			   "# HELP queuebox_http_not_found_total Requests answered 404 or 405.\n"
+			   "# TYPE queuebox_http_not_found_total counter\nqueuebox_http_not_found_total %llu\n"
+			   "# HELP queuebox_admin_unauthorized_total Admin requests refused for a missing or wrong token.\n"
+			   "# TYPE queuebox_admin_unauthorized_total counter\nqueuebox_admin_unauthorized_total %llu\n",
+			   (unsigned long long) __atomic_load_n(&m->relay_forwarded, __ATOMIC_RELAXED),
+			   (unsigned long long) __atomic_load_n(&m->relay_dead, __ATOMIC_RELAXED),
+			   (unsigned long long) __atomic_load_n(&m->http_not_found, __ATOMIC_RELAXED),
+			   (unsigned long long) __atomic_load_n(&m->admin_unauthorized, __ATOMIC_RELAXED));
+
+	if (g != NULL)
+	{
+		qbm_gauge(&b, "queuebox_database_up", "1 when the last scrape could read the queue tables.",
+				  g->database_up ? 1 : 0);
+		qbm_gauge(&b, "queuebox_outbox_pending", "Outbox rows in state pending.", g->outbox_pending);
+		qbm_gauge(&b, "queuebox_outbox_processing", "Outbox rows claimed and in flight.", g->outbox_processing);
+		qbm_gauge(&b, "queuebox_outbox_oldest_pending_age_seconds",
+				  "Age of the oldest pending outbox row (0 when none).", g->outbox_oldest_pending_sec);
+		qbm_gauge(&b, "queuebox_inbox_pending", "Inbox rows in state pending.", g->inbox_pending);
+		qbm_gauge(&b, "queuebox_inbox_processing", "Inbox rows claimed and in flight.", g->inbox_processing);
+		qbm_gauge(&b, "queuebox_inbox_oldest_pending_age_seconds",
+				  "Age of the oldest pending inbox row (0 when none).", g->inbox_oldest_pending_sec);
+	}
+	free(rows);
+	if (b.oom)
+	{
+		free(b.data);
+		return NULL;
+	}
+	return b.data;
+}

@@ -1,0 +1,100 @@
+/*-------------------------------------------------------------------------
+ * qb_metrics.h
+ *	  Counters every worker adds to, and their Prometheus text rendering.
+ *
+ * Wording:
+ *	- A QbMetrics block is plain memory: in PostgreSQL it lives in shared
+ *	  memory and every worker process adds to it; in the daemon it is one
+ *	  block in the process.  Nothing in it is a pointer.
+ *	- A slot counts for one name (a destination or a source).  Slots are
+ *	  taken on first use and never given back; when all are taken, counts go
+ *	  to the slot named "_other".
+ *	- Gauges (pending rows, oldest pending age) are read from the database
+ *	  at scrape time by the caller and passed to qb_metrics_render.
+ *
+ * Concurrency: every add is one relaxed atomic add; a slot is taken with a
+ * compare-and-swap, then its name is written, then it is published.  Two
+ * processes taking a slot for the same name at once end with two slots of
+ * that name; the renderer sums slots by name, so nothing is counted twice
+ * or shown twice.
+ *-------------------------------------------------------------------------
+ */
+#ifndef QB_METRICS_H
+#define QB_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define QB_METRICS_SLOTS	64
+#define QB_METRICS_NAMELEN	64
+/* delivery latency buckets, seconds (upper bounds); +Inf is implicit */
+#define QB_METRICS_NBUCKETS 14
+
+typedef enum QbDeliveryOutcome
+{
+	QB_DELIVERED,				/* sent: the destination acknowledged it */
+	QB_FAILED,					/* an attempt failed; a retry is scheduled */
+	QB_DEAD,					/* moved to dead */
+	QB_NOUTCOMES
+} QbDeliveryOutcome;
+
+typedef enum QbReceiveResult
+{
+	QB_RX_ACCEPTED,				/* 202 */
+	QB_RX_DUPLICATE,			/* 200 */
+	QB_RX_BAD_REQUEST,			/* 400 */
+	QB_RX_UNAUTHORIZED,			/* 401 */
+	QB_RX_TOO_LARGE,			/* 413 */
+	QB_RX_UNPROCESSABLE,		/* 422 */
+	QB_RX_UNAVAILABLE,			/* 503 */
+	QB_NRESULTS
+} QbReceiveResult;
+
+typedef struct QbMetricSlot
+{
+	uint32_t	state;			/* 0 free, 1 being named, 2 in use */
+	char		name[QB_METRICS_NAMELEN];
+	uint64_t	count[QB_NRESULTS]; /* by QbDeliveryOutcome or QbReceiveResult */
+	uint64_t	bucket[QB_METRICS_NBUCKETS + 1];	/* latency histogram, last = +Inf */
+	uint64_t	latency_sum_us;
+} QbMetricSlot;
+
+typedef struct QbMetrics
+{
+	QbMetricSlot destinations[QB_METRICS_SLOTS];
+	QbMetricSlot sources[QB_METRICS_SLOTS];
+	uint64_t	relay_forwarded;
+	uint64_t	relay_dead;
+	uint64_t	http_not_found; /* 404 and 405 answers, any path */
+	uint64_t	admin_unauthorized; /* 401 on /admin/ */
+} QbMetrics;
+
+/* What the caller read from the database for this scrape; -1 = unknown. */
+typedef struct QbGauges
+{
+	double		outbox_pending;
+	double		outbox_processing;
+	double		outbox_oldest_pending_sec;
+	double		inbox_pending;
+	double		inbox_processing;
+	double		inbox_oldest_pending_sec;
+	bool		database_up;
+} QbGauges;
+
+/* Zero a block (a fresh shared-memory segment or a daemon's). */
+extern void qb_metrics_init(QbMetrics *m);
+
+/* One delivery outcome for a destination; latency_sec < 0: not observed. */
+extern void qb_metrics_delivery(QbMetrics *m, const char *destination,
+								QbDeliveryOutcome outcome, double latency_sec);
+
+/* One answer of the ingress for a source. */
+extern void qb_metrics_received(QbMetrics *m, const char *source, QbReceiveResult result);
+
+extern void qb_metrics_add(uint64_t *counter, uint64_t n);
+
+/* The Prometheus text exposition (version 0.0.4), malloc'd; NULL when out of memory. */
+extern char *qb_metrics_render(const QbMetrics *m, const QbGauges *g);
+
+#endif							/* QB_METRICS_H */
