@@ -350,7 +350,7 @@ static bool
 qbi_check_webhook(QbiRequest *r)
 {
 	const QbSource *s = r->src;
-	char		reason[QB_ERRLEN];
+	char		reason[QB_ERRLEN + 128];
 	char		msg[QB_ERRLEN];
 	json_error_t jerr;
 	json_t	   *doc;

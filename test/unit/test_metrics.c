@@ -1,0 +1,121 @@
+/*
+ * test_metrics.c: the shared counters, their Prometheus rendering, and the
+ * ingress's UTF-8 check.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "qb_ingress.h"
+#include "qb_metrics.h"
+
+static void
+has(const char *text, const char *line)
+{
+	if (strstr(text, line) == NULL)
+		fail_msg("missing line \"%s\" in:\n%s", line, text);
+}
+
+static void
+test_render(void **state)
+{
+	QbMetrics  *m = malloc(sizeof(QbMetrics));
+	QbGauges	g = {12, 3, 4.5, 7, 0, 0, true};
+	char	   *t;
+
+	qb_metrics_init(m);
+	qb_metrics_delivery(m, "payments", QB_DELIVERED, 0.003);
+	qb_metrics_delivery(m, "payments", QB_DELIVERED, 0.2);
+	qb_metrics_delivery(m, "payments", QB_DELIVERED, 1000);
+	qb_metrics_delivery(m, "payments", QB_FAILED, -1);
+	qb_metrics_delivery(m, "audit", QB_DEAD, -1);
+	qb_metrics_received(m, "stripe", QB_RX_ACCEPTED);
+	qb_metrics_received(m, "stripe", QB_RX_ACCEPTED);
+	qb_metrics_received(m, "stripe", QB_RX_UNAUTHORIZED);
+	qb_metrics_add(&m->relay_forwarded, 5);
+	/* a second slot of one name (two processes naming it at once) is summed */
+	m->sources[5].state = 2;
+	strcpy(m->sources[5].name, "stripe");
+	m->sources[5].count[QB_RX_ACCEPTED] = 10;
+
+	t = qb_metrics_render(m, &g);
+	assert_non_null(t);
+	has(t, "# TYPE queuebox_outbox_delivered_total counter\n");
+	has(t, "queuebox_outbox_delivered_total{destination=\"payments\"} 3\n");
+	has(t, "queuebox_outbox_failed_total{destination=\"payments\"} 1\n");
+	has(t, "queuebox_outbox_dead_total{destination=\"audit\"} 1\n");
+	has(t, "queuebox_delivery_latency_seconds_bucket{destination=\"payments\",le=\"0.005\"} 1\n");
+	has(t, "queuebox_delivery_latency_seconds_bucket{destination=\"payments\",le=\"0.25\"} 2\n");
+	has(t, "queuebox_delivery_latency_seconds_bucket{destination=\"payments\",le=\"300\"} 2\n");
+	has(t, "queuebox_delivery_latency_seconds_bucket{destination=\"payments\",le=\"+Inf\"} 3\n");
+	has(t, "queuebox_delivery_latency_seconds_count{destination=\"payments\"} 3\n");
+	has(t, "queuebox_delivery_latency_seconds_sum{destination=\"payments\"} 1000.203000\n");
+	has(t, "queuebox_inbox_received_total{source=\"stripe\",result=\"accepted\"} 12\n");
+	has(t, "queuebox_inbox_received_total{source=\"stripe\",result=\"unauthorized\"} 1\n");
+	has(t, "queuebox_inbox_received_total{source=\"stripe\",result=\"unavailable\"} 0\n");
+	has(t, "queuebox_relay_forwarded_total 5\n");
+	has(t, "queuebox_outbox_pending 12\n");
+	has(t, "queuebox_outbox_oldest_pending_age_seconds 4.5\n");
+	has(t, "queuebox_database_up 1\n");
+	/* the summed slot is shown once */
+	{
+		const char *first = strstr(t, "source=\"stripe\",result=\"accepted\"");
+
+		assert_null(strstr(first + 1, "source=\"stripe\",result=\"accepted\""));
+	}
+	free(t);
+	free(m);
+}
+
+static void
+test_overflow_slot(void **state)
+{
+	QbMetrics  *m = malloc(sizeof(QbMetrics));
+	char		name[32];
+	char	   *t;
+
+	qb_metrics_init(m);
+	for (int i = 0; i < QB_METRICS_SLOTS + 5; i++)
+	{
+		snprintf(name, sizeof(name), "d%d", i);
+		qb_metrics_delivery(m, name, QB_DELIVERED, -1);
+	}
+	t = qb_metrics_render(m, NULL);
+	has(t, "queuebox_outbox_delivered_total{destination=\"d62\"} 1\n");
+	has(t, "queuebox_outbox_delivered_total{destination=\"_other\"} 6\n");
+	assert_null(strstr(t, "queuebox_outbox_pending"));
+	free(t);
+	free(m);
+}
+
+static void
+test_utf8(void **state)
+{
+	assert_int_equal(qb_utf8_invalid_at("plain ascii", 11), -1);
+	assert_int_equal(qb_utf8_invalid_at("caf\xc3\xa9", 5), -1);
+	assert_int_equal(qb_utf8_invalid_at("\xf0\x9f\x98\x80", 4), -1);
+	assert_int_equal(qb_utf8_invalid_at("caf\xe9", 4), 3);		/* Latin-1 */
+	assert_int_equal(qb_utf8_invalid_at("ab\xc0\xaf", 4), 2);	/* overlong */
+	assert_int_equal(qb_utf8_invalid_at("\xed\xa0\x80", 3), 0); /* surrogate */
+	assert_int_equal(qb_utf8_invalid_at("x\xf4\x90\x80\x80", 5), 1); /* > U+10FFFF */
+	assert_int_equal(qb_utf8_invalid_at("ab\xe2\x82", 4), 2);	/* cut short */
+	assert_int_equal(qb_utf8_invalid_at("a\0b", 3), 1);		/* NUL */
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_render),
+		cmocka_unit_test(test_overflow_slot),
+		cmocka_unit_test(test_utf8),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
