@@ -219,6 +219,18 @@ CREATE INDEX inbox_push_open_idx ON queuebox.inbox (created_at, id)
 CREATE INDEX inbox_push_aggregate_idx ON queuebox.inbox (aggregate_id, created_at, id)
 	WHERE state IN ('pending', 'processing') AND consumption = 'push' AND aggregate_id IS NOT NULL;
 
+CREATE FUNCTION queuebox._wake_relay() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'qb_sql_wake_relay'
+	LANGUAGE C;
+
+-- As on the outbox: whatever inserts inbox rows wakes the relay at commit.
+CREATE TRIGGER inbox_wake AFTER INSERT ON queuebox.inbox
+	FOR EACH STATEMENT EXECUTE FUNCTION queuebox._wake_relay();
+
+CREATE FUNCTION queuebox._arm_relay_wake() RETURNS void
+	AS 'MODULE_PATHNAME', 'qb_sql_arm_relay_wake'
+	LANGUAGE C VOLATILE;
+
 SELECT pg_catalog.pg_extension_config_dump('queuebox.inbox', '');
 SELECT pg_catalog.pg_extension_config_dump('queuebox.inbox_id_seq', '');
 
@@ -445,7 +457,7 @@ CREATE FUNCTION queuebox.requeue_inbox(id bigint) RETURNS boolean
 			claim_token = NULL, lease_until = NULL
 		WHERE i.id = requeue_inbox.id AND i.state = 'dead'
 		RETURNING 1)
-	SELECT count(*) = 1 FROM u
+	SELECT count(*) = 1 FROM u, LATERAL (SELECT queuebox._arm_relay_wake()) w
 $$;
 
 /* requeue_inbox(source, since, until): every dead row of a source (NULL: all). */
@@ -463,8 +475,34 @@ CREATE FUNCTION queuebox.requeue_inbox(
 		  AND (requeue_inbox.since IS NULL OR i.created_at >= requeue_inbox.since)
 		  AND (requeue_inbox.until IS NULL OR i.created_at < requeue_inbox.until)
 		RETURNING 1)
-	SELECT count(*) FROM u
+	SELECT count(*) FROM u, LATERAL (SELECT queuebox._arm_relay_wake()) w
 $$;
+
+/*
+ * replay_inbox(id): a new outbox row from an inbox row in any state,
+ * mapped as the relay maps it (topic rendered from the source's template in
+ * the CURRENT configuration, key = aggregate_id, the payload, the headers
+ * with x-inbox-id, x-source, x-idempotency-key and X-Correlation-Id set by
+ * QueueBox, inbox.relay.maxAttempts).  The inbox row is not changed.
+ * Returns the new outbox id; an unknown id or an empty topic is an ERROR.
+ */
+CREATE FUNCTION queuebox.replay_inbox(id bigint) RETURNS bigint
+	AS 'MODULE_PATHNAME', 'qb_sql_replay_inbox_one'
+	LANGUAGE C STRICT VOLATILE;
+
+/*
+ * replay_inbox(state, source, since, until): every inbox row in that state
+ * (NULL: any) of that source (NULL: any) created in [since, until), in
+ * created_at, id order, so each aggregate's order is kept.  Rows whose
+ * topic renders empty are skipped and counted in a NOTICE.  Returns the
+ * outbox rows inserted.
+ */
+CREATE FUNCTION queuebox.replay_inbox(
+	state text, source text DEFAULT NULL,
+	since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL)
+	RETURNS bigint
+	AS 'MODULE_PATHNAME', 'qb_sql_replay_inbox'
+	LANGUAGE C VOLATILE;
 
 -- ---------------------------------------------------------------------------
 -- Visibility

@@ -170,7 +170,7 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 	if (rt == NULL)
 	{
 		qba_error(status, answer, 404,
-				  "no such admin route; see docs/operations.md (outbox|inbox/dead, outbox|inbox/{id}/replay|requeue, outbox|inbox/replay|requeue)");
+				  "no such admin route; see docs/http-api.md (outbox|inbox/dead, outbox|inbox/{id}/replay|requeue, outbox|inbox/replay|requeue)");
 		return;
 	}
 	if (strcmp(method, rt->query == QB_Q_DEAD_OUTBOX || rt->query == QB_Q_DEAD_INBOX ? "GET" : "POST") != 0)
@@ -208,7 +208,7 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 	{
 		json_error_t jerr;
 
-		doc = body_len > 0 ? json_loadb(body, body_len, 0, &jerr) : json_object();
+		doc = body_len > 0 ? json_loadb(body, body_len, 0, &jerr) : json_pack("{}");
 		if (doc == NULL)
 		{
 			char		reason[300];
@@ -229,6 +229,8 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 
 	if (rc == QB_QUERY_BAD_INPUT)
 		qba_error(status, answer, 422, err);
+	else if (rc == QB_QUERY_NOT_FOUND)
+		qba_error(status, answer, 404, err);
 	else if (rc != 0)
 	{
 		char		reason[600];

@@ -50,6 +50,15 @@ typedef struct QbHost
 	bool		(*config_changed) (void *ctx);
 } QbHost;
 
+/*
+ * Reload an engine's configuration from the store (qb_util.c); true when
+ * *cfg was replaced.  what_waits names the rows that wait without one.
+ */
+struct QbStore;
+extern bool qb_reload_config(const QbHost *host, const struct QbStore *store,
+							 QbConfig **cfg, bool *warned_no_config,
+							 const char *what_waits);
+
 extern void qb_log(const QbHost *host, QbLogLevel level, const char *fmt,...)
 			__attribute__((format(printf, 3, 4)));
 

@@ -130,7 +130,7 @@ qbi_unref(QbiConfigRef *ref)
 char *
 qb_answer(const char *status, const char *reason)
 {
-	json_t	   *o = json_object();
+	json_t	   *o = json_pack("{}");
 	char	   *text;
 
 	json_object_set_new(o, "status", json_string(status));
@@ -388,7 +388,7 @@ qbi_check_webhook(QbiRequest *r)
 	if (!ok)
 		return false;
 
-	h.obj = json_object();
+	h.obj = json_pack("{}");
 	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, qbi_header_cb, &h);
 	if (h.bad[0] != '\0')
 	{

@@ -4,6 +4,10 @@
  *	  and the admin routes, served by libmicrohttpd on the engine's thread.
  *
  * See qb_ingress.c for the request path and the answers.
+ *
+ * jansson: never call json_object() here or in qb_admin.c.  The postgres
+ * executable exports a json_object symbol (the SQL function), which wins
+ * over jansson's inside a backend; json_pack("{}") makes an empty object.
  *-------------------------------------------------------------------------
  */
 #ifndef QB_INGRESS_H

@@ -66,51 +66,16 @@ qbo_now_ms(void)
 	return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/*
- * qbo_reload reads the stored document and swaps the engine's config.  An
- * invalid stored document (for example a ${NAME} this process cannot see)
- * keeps the previous config and says why; with no previous config the
- * engine claims nothing, because dead-lettering rows for want of a route
- * the user is about to configure would lose their work.
- */
+/* qbo_reload swaps the engine's config for the stored one (qb_reload_config). */
 static void
 qbo_reload(QboEngine *e)
 {
-	char		err[QB_ERRLEN];
-	char	   *text = NULL;
-	QbConfig   *cfg = NULL;
-
-	if (e->store->config_load(e->store->ctx, &text, err, sizeof(err)) != 0)
-	{
-		qb_log(e->host, QB_LOG_WARNING, "could not read the configuration: %s", err);
+	if (!qb_reload_config(e->host, e->store, &e->cfg, &e->warned_no_config, "outbox rows"))
 		return;
-	}
-	if (text == NULL)
-	{
-		if (!e->warned_no_config)
-			qb_log(e->host, QB_LOG_INFO,
-				   "no configuration stored yet; outbox rows wait until SELECT queuebox.configure(...) is run");
-		e->warned_no_config = true;
-		qb_config_free(e->cfg);
-		e->cfg = NULL;
-		return;
-	}
-	if (qb_config_parse(text, strlen(text), &cfg, err, sizeof(err)) != 0)
-	{
-		qb_log(e->host, QB_LOG_WARNING,
-			   "the stored configuration is not valid in this worker (%s); %s",
-			   err, e->cfg ? "keeping the previous one" : "claiming nothing until it is fixed");
-		free(text);
-		return;
-	}
-	free(text);
-	qb_config_free(e->cfg);
-	e->cfg = cfg;
-	e->warned_no_config = false;
 	/* a new retention period takes effect now, not at the old schedule */
 	e->next_retention = 0;
 	qb_log(e->host, QB_LOG_INFO, "configuration loaded: %d destinations, %d routes",
-		   cfg->ndestinations, cfg->nroutes);
+		   e->cfg->ndestinations, e->cfg->nroutes);
 }
 
 /* qbo_set sets a row's outcome, copying the error text. */

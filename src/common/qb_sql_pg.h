@@ -114,15 +114,38 @@
 	" RETURNING i.id, i.source, i.event_type, i.created_at"
 
 /*
+ * The inbox-to-outbox mapping, shared by the relay's forward and
+ * queuebox.replay_inbox(): an INSERT from a relation c holding inbox rows
+ * plus their rendered topic out_topic, in created_at order, skipping rows
+ * whose topic rendered empty.  key = aggregate_id, the stored payload, the
+ * received headers with x-inbox-id, x-source, x-idempotency-key and
+ * X-Correlation-Id replacing any of those names in any letter case (the
+ * received correlation id, whatever its case, is kept under the canonical
+ * name).  max_attempts is the parameter named by the caller.
+ */
+#define QB_PG_INBOX_TO_OUTBOX(max_attempts_param) \
+	"INSERT INTO queuebox.outbox (topic, key, payload, headers, max_attempts)" \
+	" SELECT c.out_topic, c.aggregate_id, c.payload," \
+	"   coalesce((SELECT jsonb_object_agg(h.k, h.v) FROM jsonb_each(c.headers) h(k, v)" \
+	"             WHERE lower(h.k) NOT IN ('x-inbox-id', 'x-source', 'x-idempotency-key'," \
+	"                                      'x-correlation-id')), '{}'::jsonb)" \
+	"   || jsonb_build_object('x-inbox-id', c.id::text, 'x-source', c.source," \
+	"                         'x-idempotency-key', c.idempotency_key)" \
+	"   || coalesce((SELECT jsonb_build_object('X-Correlation-Id', h.v)" \
+	"                FROM jsonb_each(c.headers) h(k, v)" \
+	"                WHERE lower(h.k) = 'x-correlation-id' LIMIT 1), '{}'::jsonb)," \
+	"   " max_attempts_param \
+	" FROM c WHERE c.out_topic <> ''" \
+	" ORDER BY c.created_at, c.id"
+
+/*
  * Relay forward: $1 uuid claim token, $2 int8[] inbox ids, $3 text[] their
  * rendered topics, $4 int4 max_attempts for the outbox rows (NULL: the
  * outbox default).  In one statement, so in one transaction: each claimed
- * row with a non-empty topic becomes an outbox row (key = aggregate_id, the
- * stored payload, the received headers with x-inbox-id, x-source,
- * x-idempotency-key and X-Correlation-Id replacing any of those names in any
- * letter case) inserted in created_at order, and is marked processed; a row
- * whose topic rendered empty is marked dead.  Fenced by the token; the row
- * count is the inbox rows settled.
+ * row with a non-empty topic becomes an outbox row (QB_PG_INBOX_TO_OUTBOX)
+ * and is marked processed; a row whose topic rendered empty is marked dead.
+ * Fenced by the token.  Returns one row: the inbox rows settled, the outbox
+ * rows inserted.
  */
 #define QB_PG_RELAY_FORWARD \
 	"WITH s AS (" \
@@ -131,19 +154,7 @@
 	"   SELECT i.*, s.topic AS out_topic FROM queuebox.inbox i JOIN s ON s.id = i.id" \
 	"   WHERE i.claim_token = $1 AND i.state = 'processing')," \
 	" ins AS (" \
-	"   INSERT INTO queuebox.outbox (topic, key, payload, headers, max_attempts)" \
-	"   SELECT c.out_topic, c.aggregate_id, c.payload," \
-	"     coalesce((SELECT jsonb_object_agg(h.k, h.v) FROM jsonb_each(c.headers) h(k, v)" \
-	"               WHERE lower(h.k) NOT IN ('x-inbox-id', 'x-source', 'x-idempotency-key'," \
-	"                                        'x-correlation-id')), '{}'::jsonb)" \
-	"     || jsonb_build_object('x-inbox-id', c.id::text, 'x-source', c.source," \
-	"                           'x-idempotency-key', c.idempotency_key)" \
-	"     || coalesce((SELECT jsonb_build_object('X-Correlation-Id', h.v)" \
-	"                  FROM jsonb_each(c.headers) h(k, v)" \
-	"                  WHERE lower(h.k) = 'x-correlation-id' LIMIT 1), '{}'::jsonb)," \
-	"     $4" \
-	"   FROM c WHERE c.out_topic <> ''" \
-	"   ORDER BY c.created_at, c.id" \
+	"   " QB_PG_INBOX_TO_OUTBOX("$4") \
 	"   RETURNING 1)," \
 	" u AS (" \
 	"   UPDATE queuebox.inbox i" \
@@ -215,6 +226,35 @@ static const char *const qb_pg_queries[] = {
 
 /* the number of text parameters of each query, indexed by QbQuery */
 static const int qb_pg_query_nparams[] = {0, 0, 1, 1, 1, 1, 1, 1, 4, 3, 4, 3};
+
+/*
+ * Replay, the rows to replay: $1 int8 one id (NULL: by filter), $2 text
+ * state (NULL: any), $3 text source (NULL: any), $4 timestamptz since, $5
+ * timestamptz until (NULL: open).  In created_at, id order; the caller
+ * renders each row's topic from the current configuration.
+ */
+#define QB_PG_INBOX_REPLAY_SELECT \
+	"SELECT i.id, i.source, i.event_type FROM queuebox.inbox i" \
+	" WHERE ($1::bigint IS NULL OR i.id = $1)" \
+	"   AND ($2::text IS NULL OR i.state = $2)" \
+	"   AND ($3::text IS NULL OR i.source = $3)" \
+	"   AND ($4::timestamptz IS NULL OR i.created_at >= $4)" \
+	"   AND ($5::timestamptz IS NULL OR i.created_at < $5)" \
+	" ORDER BY i.created_at, i.id"
+
+/*
+ * Replay, the insert: $1 int8[] inbox ids, $2 text[] their rendered topics,
+ * $3 int4 max_attempts.  New outbox rows through the relay's mapping, in
+ * created_at, id order; the inbox rows are not changed.  Returns the new
+ * outbox ids.
+ */
+#define QB_PG_INBOX_REPLAY \
+	"WITH s AS (" \
+	"   SELECT * FROM unnest($1::bigint[], $2::text[]) AS s(id, topic))," \
+	" c AS (" \
+	"   SELECT i.*, s.topic AS out_topic FROM queuebox.inbox i JOIN s ON s.id = i.id)" \
+	" " QB_PG_INBOX_TO_OUTBOX("$3") \
+	" RETURNING id"
 
 /* The stored configuration document. */
 #define QB_PG_CONFIG_LOAD \

@@ -14,8 +14,13 @@
  * the same rows' behalf, so no transaction spans a publish.  A store never
  * longjmps into the core: errors come back as -1 with a message in err.
  *
- * Memory: rows returned by outbox_claim are malloc'd by the store and freed
- * by the caller with qb_outbox_rows_free().
+ *	- The relay's claim moves push inbox rows to processing the same way;
+ *	  its forward writes their outbox rows and settles them (processed, or
+ *	  dead for an empty topic) in one transaction, fenced by the token.
+ *
+ * Memory: rows returned by outbox_claim and relay_claim are malloc'd by the
+ * store and freed by the caller with qb_outbox_rows_free() and
+ * qb_relay_rows_free().
  *-------------------------------------------------------------------------
  */
 #ifndef QB_STORE_H
@@ -39,6 +44,14 @@ typedef struct QbOutboxRow
 	int			attempt;		/* attempts made before this claim */
 	int			max_attempts;	/* the row's, or outbox.maxAttempts */
 } QbOutboxRow;
+
+/* A push inbox row the relay claimed: what the topic template needs. */
+typedef struct QbRelayRow
+{
+	int64_t		id;
+	char	   *source;
+	char	   *event_type;		/* NULL: the message carries none */
+} QbRelayRow;
 
 typedef enum QbSettleKind
 {
@@ -88,6 +101,7 @@ typedef enum QbQuery
 } QbQuery;
 
 #define QB_QUERY_BAD_INPUT (-2)
+#define QB_QUERY_NOT_FOUND (-3)	/* the row named by id does not exist */
 
 typedef struct QbStore
 {
@@ -126,14 +140,31 @@ typedef struct QbStore
 	 * returning one text value, in a transaction of its own: readiness, the
 	 * metrics gauges and the admin operations.  Each store has its own text
 	 * for each query.  *out is malloc'd, or NULL for no row or SQL NULL.
-	 * Returns 0, -1 when the database failed, or QB_QUERY_BAD_INPUT when it
-	 * refused a parameter (a malformed timestamp, an unknown state).
+	 * Returns 0, -1 when the database failed, QB_QUERY_BAD_INPUT when it
+	 * refused a parameter (a malformed timestamp, an unknown state), or
+	 * QB_QUERY_NOT_FOUND when the operation raised "no data found".
 	 */
 	int			(*query_text) (void *ctx, QbQuery query, const char *const *params,
 							   long timeout_ms, char **out, char *err, size_t errlen);
+
+	/* claim up to batch_size push inbox rows under token with a lease */
+	int			(*relay_claim) (void *ctx, int batch_size, long lease_ms,
+								const char *token, QbRelayRow **rows, int *nrows,
+								char *err, size_t errlen);
+
+	/*
+	 * Forward claimed rows: topics[i] is the rendered topic of ids[i] ("" :
+	 * dead).  One transaction.  *nsettled is the inbox rows settled (fewer
+	 * than n when a lease was taken over), *ninserted the outbox rows.
+	 */
+	int			(*relay_forward) (void *ctx, const char *token, const int64_t *ids,
+								  const char *const *topics, int n, int max_attempts,
+								  int *nsettled, int *ninserted,
+								  char *err, size_t errlen);
 } QbStore;
 
 extern void qb_outbox_rows_free(QbOutboxRow *rows, int n);
+extern void qb_relay_rows_free(QbRelayRow *rows, int n);
 
 /* A random (version 4) UUID in canonical text form, from OpenSSL RAND_bytes. */
 extern bool qb_uuid_v4(char out[QB_UUID_LEN + 1]);

@@ -1,12 +1,13 @@
 /*-------------------------------------------------------------------------
  * qb_util.c
  *	  Small shared helpers of the core: UUIDs, logging through the host,
- *	  freeing claimed rows.
+ *	  loading the stored configuration, freeing claimed rows.
  *-------------------------------------------------------------------------
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <openssl/rand.h>
 
@@ -46,6 +47,66 @@ qb_log(const QbHost *host, QbLogLevel level, const char *fmt,...)
 	host->log(host->ctx, level, buf);
 }
 
+/*
+ * qb_store_load_config reads the stored document and parses it with the
+ * validator every host uses.  Returns 1 with a new config in *out, 0 when no
+ * document is stored, -1 with err set (unreadable, or not valid in this
+ * process, e.g. a ${NAME} it cannot see).
+ */
+static int
+qb_store_load_config(const QbStore *store, QbConfig **out, char *err, size_t errlen)
+{
+	char	   *text = NULL;
+	int			rc;
+
+	*out = NULL;
+	if (store->config_load(store->ctx, &text, err, errlen) != 0)
+		return -1;
+	if (text == NULL)
+		return 0;
+	rc = qb_config_parse(text, strlen(text), out, err, errlen) == 0 ? 1 : -1;
+	free(text);
+	return rc;
+}
+
+/*
+ * qb_reload_config swaps an engine's *cfg for the stored document; true
+ * when it did.  With no document stored, *cfg becomes NULL (said once,
+ * naming what waits).  An invalid stored document keeps the previous
+ * config; with none the engine claims nothing, because acting on rows for
+ * want of a route or a template the user is about to configure would lose
+ * their work.
+ */
+bool
+qb_reload_config(const QbHost *host, const QbStore *store, QbConfig **cfg,
+				 bool *warned_no_config, const char *what_waits)
+{
+	char		err[QB_ERRLEN];
+	QbConfig   *loaded = NULL;
+
+	switch (qb_store_load_config(store, &loaded, err, sizeof(err)))
+	{
+		case 0:
+			if (!*warned_no_config)
+				qb_log(host, QB_LOG_INFO,
+					   "no configuration stored yet; %s wait until SELECT queuebox.configure(...) is run",
+					   what_waits);
+			*warned_no_config = true;
+			qb_config_free(*cfg);
+			*cfg = NULL;
+			return false;
+		case -1:
+			qb_log(host, QB_LOG_WARNING,
+				   "could not load the stored configuration (%s); %s",
+				   err, *cfg ? "keeping the previous one" : "claiming nothing until it is fixed");
+			return false;
+	}
+	qb_config_free(*cfg);
+	*cfg = loaded;
+	*warned_no_config = false;
+	return true;
+}
+
 /* qb_outbox_rows_free frees what a store's outbox_claim returned. */
 void
 qb_outbox_rows_free(QbOutboxRow *rows, int n)
@@ -58,6 +119,20 @@ qb_outbox_rows_free(QbOutboxRow *rows, int n)
 		free(rows[i].key);
 		free(rows[i].payload);
 		free(rows[i].headers);
+	}
+	free(rows);
+}
+
+/* qb_relay_rows_free frees what a store's relay_claim returned. */
+void
+qb_relay_rows_free(QbRelayRow *rows, int n)
+{
+	if (rows == NULL)
+		return;
+	for (int i = 0; i < n; i++)
+	{
+		free(rows[i].source);
+		free(rows[i].event_type);
 	}
 	free(rows);
 }

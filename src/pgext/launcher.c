@@ -1,17 +1,20 @@
 /*-------------------------------------------------------------------------
  * launcher.c
  *	  The queuebox launcher: one static background worker that starts and
- *	  watches the outbox workers.
+ *	  watches the dynamic workers (the outbox workers and the relay).
  *
  * Wording:
+ *	- A role is a kind of dynamic worker: its entry function, its name and
+ *	  how many the GUCs ask for (qbl_roles).  The set is every worker of
+ *	  every role, numbered role by role: outbox 0..N-1, then the relay.
  *	- The launcher connects to no database (shared catalogs only), so a
  *	  missing queuebox.database is something it can notice and report, not a
  *	  FATAL at connect that the postmaster would turn into a crash loop.
  *	- Workers are dynamic background workers (never restarted by the
  *	  postmaster); the launcher restarts one that exits, after a short pause.
  *
- * SIGHUP re-reads the GUCs: a new queuebox.database or
- * queuebox.outbox_workers stops the workers and starts the new set.
+ * SIGHUP re-reads the GUCs: a new queuebox.database, queuebox.outbox_workers
+ * or queuebox.relay_worker stops the whole set and starts the new one.
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -39,18 +42,61 @@
 #define QBL_CHECK_MS		1000
 #define QBL_NO_DB_RETRY_MS	5000
 
+/*
+ * qbl_roles: every kind of dynamic worker.  count() reads the GUCs; an
+ * ingress role (the HTTP listener) goes here too, with its own count.
+ */
+typedef struct QblRole
+{
+	const char *name;			/* "outbox": bgw_type "queuebox outbox" */
+	const char *function;		/* the entry point in queuebox.so */
+	bool		numbered;		/* bgw_name "queuebox outbox 3" */
+	int			(*count) (void);
+} QblRole;
+
+static int
+qbl_outbox_count(void)
+{
+	return qb_outbox_workers;
+}
+
+static int
+qbl_relay_count(void)
+{
+	return qb_relay_worker ? 1 : 0;
+}
+
+static int
+qbl_ingress_count(void)
+{
+	return qb_ingress_worker ? 1 : 0;
+}
+
+static const QblRole qbl_roles[] = {
+	{"outbox", "qb_outbox_worker_main", true, qbl_outbox_count},
+	{"relay", "qb_relay_worker_main", false, qbl_relay_count},
+	{"ingress", "qb_ingress_worker_main", false, qbl_ingress_count},
+};
+
+#define QBL_NROLES			lengthof(qbl_roles)
+#define QBL_MAX_WORKERS		(QB_MAX_OUTBOX_WORKERS + 2)
+
 typedef struct QblWorker
 {
+	const QblRole *role;
+	int			index;			/* within its role: the main argument */
 	BackgroundWorkerHandle *handle;
 	TimestampTz restart_after;	/* 0: start at once */
 } QblWorker;
 
-static QblWorker qbl_workers[QB_MAX_OUTBOX_WORKERS];
+static QblWorker qbl_workers[QBL_MAX_WORKERS];
 static int	qbl_nrunning = 0;	/* workers in the current set */
+static int	qbl_counts[QBL_NROLES]; /* per role, in the current set */
 static char qbl_database[NAMEDATALEN];
 
 static bool qbl_database_exists(const char *name);
-static bool qbl_start_worker(int index);
+static int	qbl_wanted(int *counts);
+static bool qbl_start_worker(QblWorker *w);
 static void qbl_stop_all(void);
 
 static void
@@ -81,6 +127,7 @@ qb_launcher_main(Datum arg)
 	for (;;)
 	{
 		long		wait_ms = QBL_CHECK_MS;
+		int			want_counts[QBL_NROLES];
 		int			want;
 
 		CHECK_FOR_INTERRUPTS();
@@ -88,17 +135,19 @@ qb_launcher_main(Datum arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			(void) qbl_wanted(want_counts);
 			if (qbl_nrunning > 0 &&
-				(strcmp(qbl_database, qb_database) != 0 || qbl_nrunning != qb_outbox_workers))
+				(strcmp(qbl_database, qb_database) != 0 ||
+				 memcmp(qbl_counts, want_counts, sizeof(qbl_counts)) != 0))
 			{
 				ereport(LOG,
-						(errmsg("queuebox launcher: restarting the outbox workers for database \"%s\" (%d workers)",
-								qb_database, qb_outbox_workers)));
+						(errmsg("queuebox launcher: restarting the workers for database \"%s\" (%d outbox workers, relay %s)",
+								qb_database, qb_outbox_workers, qb_relay_worker ? "on" : "off")));
 				qbl_stop_all();
 			}
 			warned_missing = false;
 		}
-		want = qb_outbox_workers;
+		want = qbl_wanted(want_counts);
 
 		if (qbl_nrunning == 0 && want > 0)
 		{
@@ -107,7 +156,7 @@ qb_launcher_main(Datum arg)
 				if (!warned_missing)
 					ereport(LOG,
 							(errcode(ERRCODE_UNDEFINED_DATABASE),
-							 errmsg("queuebox: database \"%s\" does not exist; the outbox workers wait for it",
+							 errmsg("queuebox: database \"%s\" does not exist; the workers wait for it",
 									qb_database),
 							 errhint("Create the database and run CREATE EXTENSION queuebox in it, or set queuebox.database and reload the configuration.")));
 				warned_missing = true;
@@ -115,13 +164,19 @@ qb_launcher_main(Datum arg)
 			}
 			else
 			{
+				int			n = 0;
+
 				strlcpy(qbl_database, qb_database, NAMEDATALEN);
 				strlcpy(qb_shared->database, qb_database, NAMEDATALEN);
-				for (int i = 0; i < want; i++)
-				{
-					qbl_workers[i].handle = NULL;
-					qbl_workers[i].restart_after = 0;
-				}
+				for (int r = 0; r < QBL_NROLES; r++)
+					for (int i = 0; i < want_counts[r]; i++, n++)
+					{
+						qbl_workers[n].role = &qbl_roles[r];
+						qbl_workers[n].index = i;
+						qbl_workers[n].handle = NULL;
+						qbl_workers[n].restart_after = 0;
+					}
+				memcpy(qbl_counts, want_counts, sizeof(qbl_counts));
 				qbl_nrunning = want;
 				warned_missing = false;
 			}
@@ -160,7 +215,7 @@ qb_launcher_main(Datum arg)
 			}
 			if (w->handle == NULL && GetCurrentTimestamp() >= w->restart_after)
 			{
-				if (!qbl_start_worker(i))
+				if (!qbl_start_worker(w))
 					w->restart_after = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 5000);
 			}
 		}
@@ -199,8 +254,20 @@ qbl_database_exists(const char *name)
 	return found;
 }
 
+/* qbl_wanted fills counts per role from the GUCs; returns the total. */
+static int
+qbl_wanted(int *counts)
+{
+	int			total = 0;
+
+	for (int r = 0; r < QBL_NROLES; r++)
+		total += counts[r] = qbl_roles[r].count();
+	Assert(total <= QBL_MAX_WORKERS);
+	return total;
+}
+
 static bool
-qbl_start_worker(int index)
+qbl_start_worker(QblWorker *w)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
@@ -209,23 +276,26 @@ qbl_start_worker(int index)
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	worker.bgw_main_arg = Int32GetDatum(index);
+	worker.bgw_main_arg = Int32GetDatum(w->index);
 	worker.bgw_notify_pid = MyProcPid;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "queuebox");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "qb_outbox_worker_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "queuebox outbox %d", index);
-	snprintf(worker.bgw_type, BGW_MAXLEN, "queuebox outbox");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", w->role->function);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "queuebox %s", w->role->name);
+	if (w->role->numbered)
+		snprintf(worker.bgw_name, BGW_MAXLEN, "queuebox %s %d", w->role->name, w->index);
+	else
+		snprintf(worker.bgw_name, BGW_MAXLEN, "queuebox %s", w->role->name);
 	strlcpy(worker.bgw_extra, qbl_database, BGW_EXTRALEN);
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 	{
 		ereport(WARNING,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("queuebox: could not start outbox worker %d: out of background worker slots", index),
-				 errhint("Increase max_worker_processes (the launcher and each outbox worker take one).")));
+				 errmsg("queuebox: could not start %s: out of background worker slots", worker.bgw_name),
+				 errhint("Increase max_worker_processes (the launcher, each outbox worker and the relay take one).")));
 		return false;
 	}
-	qbl_workers[index].handle = handle;
+	w->handle = handle;
 	return true;
 }
 

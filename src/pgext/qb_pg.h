@@ -9,9 +9,10 @@
  *	  generation they loaded.
  *	- launcher_pid, launcher_latch: written by the launcher only.
  *	- outbox[i].pid, outbox[i].latch: written by outbox worker i only (set
- *	  after it connects, cleared in before_shmem_exit).  Any backend reads
- *	  them without a lock: a stale latch pointer still points into the
- *	  PGPROC array, so the worst a race can do is a spurious wake-up.
+ *	  after it connects, cleared in before_shmem_exit).  relay likewise, by
+ *	  the one relay worker.  Any backend reads them without a lock: a stale
+ *	  latch pointer still points into the PGPROC array, so the worst a race
+ *	  can do is a spurious wake-up.
  *	No process-local pointer (a CURLM *, a heap address) is ever stored here.
  *-------------------------------------------------------------------------
  */
@@ -22,7 +23,10 @@
 
 #include "port/atomics.h"
 #include "storage/latch.h"
+#include "utils/array.h"
 
+#include "qb_host.h"
+#include "qb_metrics.h"
 #include "qb_store.h"
 
 #define QB_MAX_OUTBOX_WORKERS 64
@@ -40,27 +44,41 @@ typedef struct QbShared
 	Latch	   *launcher_latch;
 	char		database[NAMEDATALEN];	/* the database the workers serve */
 	QbWorkerSlot outbox[QB_MAX_OUTBOX_WORKERS];
+	QbWorkerSlot relay;
+	QbWorkerSlot ingress;
+	QbMetrics	metrics;		/* every worker adds; the ingress renders */
 } QbShared;
 
 /* GUCs */
 extern char *qb_database;
 extern int	qb_outbox_workers;
 extern bool qb_worker_async_commit;
+extern bool qb_relay_worker;
+extern bool qb_ingress_worker;
 
 extern QbShared *qb_shared;
 
 /* queuebox.c */
 extern void qb_arm_outbox_wake(void);
 extern void qb_arm_config_wake(void);
+extern void qb_arm_relay_wake(void);
 
 /* launcher.c */
 extern PGDLLEXPORT void qb_launcher_main(Datum arg);
 
-/* outbox_worker.c */
+/* worker_host.c */
+extern void qb_worker_host_start(const char *label, QbWorkerSlot *slot,
+								 bool may_commit_async, QbHost *host);
+
+/* outbox_worker.c, relay_worker.c */
 extern PGDLLEXPORT void qb_outbox_worker_main(Datum arg);
+extern PGDLLEXPORT void qb_relay_worker_main(Datum arg);
+extern PGDLLEXPORT void qb_ingress_worker_main(Datum arg);
 
 /* spi_store.c */
 extern void qb_spi_store_init(QbStore *store);
 extern char *qb_spi_load_document(void);
+extern ArrayType *qb_int8_array(Datum *elems, int n);
+extern ArrayType *qb_text_array(Datum *elems, int n);
 
 #endif							/* QB_PG_H */

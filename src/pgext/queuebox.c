@@ -2,13 +2,15 @@
  * queuebox.c
  *	  Module load: GUCs, shared memory, the launcher, and wake on commit.
  *
- * Wake on commit: a statement-level AFTER INSERT trigger on queuebox.outbox
- * (and queuebox.configure()) only set a backend-local flag.  The transaction
- * callback, registered once here so every backend inherits it, turns the
- * flag into SetLatch on each outbox worker at XACT_EVENT_COMMIT: by then the
- * commit is visible, so the worker's next snapshot sees the rows.  Abort and
- * PREPARE clear the flag; a prepared transaction's rows are found by the
- * fallback poll (outbox.pollIntervalMs).  Nothing in the callback can raise
+ * Wake on commit: statement-level AFTER INSERT triggers on queuebox.outbox
+ * and queuebox.inbox (and queuebox.configure()) only set backend-local
+ * flags.  The transaction callback, registered once here so every backend
+ * inherits it, turns them into SetLatch at XACT_EVENT_COMMIT (outbox rows:
+ * each outbox worker; inbox rows: the relay worker; a configuration: all of
+ * them): by then the commit is visible, so the worker's next snapshot sees
+ * the rows.  Abort and PREPARE clear the flags; a prepared transaction's
+ * rows are found by the fallback poll (outbox.pollIntervalMs,
+ * inbox.relay.pollIntervalMs).  Nothing in the callback can raise
  * an error: the transaction has already committed.
  *-------------------------------------------------------------------------
  */
@@ -32,6 +34,8 @@ void		_PG_init(void);
 char	   *qb_database = NULL;
 int			qb_outbox_workers = 2;
 bool		qb_worker_async_commit = true;
+bool		qb_relay_worker = true;
+bool		qb_ingress_worker = true;
 
 QbShared   *qb_shared = NULL;
 
@@ -39,6 +43,7 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 static bool qb_outbox_wake_armed = false;
+static bool qb_relay_wake_armed = false;
 static bool qb_config_wake_armed = false;
 
 static void qb_shmem_request(void);
@@ -70,6 +75,16 @@ _PG_init(void)
 							 "Commit the workers' claim and settle transactions asynchronously.",
 							 "Safe for delivery: a claim or settle lost in a crash only makes a row be delivered again.",
 							 &qb_worker_async_commit, true,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("queuebox.relay_worker",
+							 "Run the relay worker, which forwards push inbox rows into the outbox.",
+							 "Off: push rows stay pending (as with inbox.relay.enabled: false, but for every database of the server).",
+							 &qb_relay_worker, true,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("queuebox.ingress_worker",
+							 "Run the ingress worker, which serves http.listen (webhooks, health, metrics, admin).",
+							 "It listens only when the stored configuration sets http.listen.",
+							 &qb_ingress_worker, true,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("queuebox");
 
@@ -112,6 +127,7 @@ qb_shmem_startup(void)
 	{
 		memset(qb_shared, 0, sizeof(QbShared));
 		pg_atomic_init_u32(&qb_shared->config_generation, 1);
+		qb_metrics_init(&qb_shared->metrics);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -121,6 +137,13 @@ void
 qb_arm_outbox_wake(void)
 {
 	qb_outbox_wake_armed = true;
+}
+
+/* qb_arm_relay_wake: the current transaction inserted inbox rows. */
+void
+qb_arm_relay_wake(void)
+{
+	qb_relay_wake_armed = true;
 }
 
 /* qb_arm_config_wake: the current transaction stored a configuration. */
@@ -143,6 +166,24 @@ qb_wake_outbox_workers(void)
 }
 
 static void
+qb_wake_slot(QbWorkerSlot *slot)
+{
+	Latch	   *latch = slot->latch;
+
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
+/* qb_clear_wakes: the transaction ended; nothing is armed any more. */
+static void
+qb_clear_wakes(void)
+{
+	qb_outbox_wake_armed = false;
+	qb_relay_wake_armed = false;
+	qb_config_wake_armed = false;
+}
+
+static void
 qb_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
@@ -155,15 +196,17 @@ qb_xact_callback(XactEvent event, void *arg)
 					pg_atomic_fetch_add_u32(&qb_shared->config_generation, 1);
 				if (qb_config_wake_armed || qb_outbox_wake_armed)
 					qb_wake_outbox_workers();
+				if (qb_config_wake_armed || qb_relay_wake_armed)
+					qb_wake_slot(&qb_shared->relay);
+				if (qb_config_wake_armed)
+					qb_wake_slot(&qb_shared->ingress);
 			}
-			qb_outbox_wake_armed = false;
-			qb_config_wake_armed = false;
+			qb_clear_wakes();
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
-			qb_outbox_wake_armed = false;
-			qb_config_wake_armed = false;
+			qb_clear_wakes();
 			break;
 		default:
 			break;

@@ -38,10 +38,26 @@ typedef struct QbsPlans
 	SPIPlanPtr	reclaim;
 	SPIPlanPtr	retention;
 	SPIPlanPtr	config;
+	SPIPlanPtr	relay_claim;
+	SPIPlanPtr	relay_forward;
 	SPIPlanPtr	inbox_insert;
 } QbsPlans;
 
 static QbsPlans qbs_plans;
+
+/* qb_int8_array: a one-dimensional bigint[] of n elements. */
+ArrayType *
+qb_int8_array(Datum *elems, int n)
+{
+	return construct_array(elems, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+}
+
+/* qb_text_array: a one-dimensional text[] of n elements (no NULLs). */
+ArrayType *
+qb_text_array(Datum *elems, int n)
+{
+	return construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT);
+}
 
 /* qbs_begin opens the call's transaction and SPI; activity names the call. */
 static void
@@ -149,14 +165,25 @@ qbs_config_load(void *ctx, char **text, char *err, size_t errlen)
 	return rc;
 }
 
+/* A claim's row copier and row freer: QbOutboxRow or QbRelayRow. */
+typedef void (*QbsCopyRow) (HeapTuple tup, TupleDesc desc, void *row);
+typedef void (*QbsFreeRows) (void *rows, int n);
+
+/*
+ * qbs_claim_call runs a claim statement (values[token_arg] is set from
+ * token) and copies its rows into a calloc'd array of row_size elements.
+ * Each row is counted before it is copied, so free_rows also frees a row
+ * copied in part when an ERROR cut it short.
+ */
 static int
-qbs_outbox_claim(void *ctx, int batch_size, long lease_ms,
-				 int default_max_attempts, const char *token,
-				 QbOutboxRow **rows_out, int *nrows_out,
-				 char *err, size_t errlen)
+qbs_claim_call(SPIPlanPtr *slot, const char *sql, const char *activity,
+			   int nargs, Oid *types, Datum *values, int token_arg,
+			   const char *token, size_t row_size, QbsCopyRow copy,
+			   QbsFreeRows free_rows, void **rows_out, int *nrows_out,
+			   char *err, size_t errlen)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	QbOutboxRow *volatile rows = NULL;
+	char	   *volatile rows = NULL;
 	volatile int nrows = 0;
 	volatile int rc = 0;
 
@@ -164,52 +191,31 @@ qbs_outbox_claim(void *ctx, int batch_size, long lease_ms,
 	*nrows_out = 0;
 	PG_TRY();
 	{
-		Oid			types[4] = {INT4OID, INT8OID, INT4OID, UUIDOID};
-		Datum		values[4];
 		SPIPlanPtr	p;
 		uint64		n;
 
-		qbs_begin("queuebox: claim");
-		p = qbs_prepare(&qbs_plans.claim, QB_PG_OUTBOX_CLAIM, 4, types);
-		values[0] = Int32GetDatum(batch_size);
-		values[1] = Int64GetDatum(lease_ms);
-		values[2] = Int32GetDatum(default_max_attempts);
-		values[3] = DirectFunctionCall1(uuid_in, CStringGetDatum(token));
+		qbs_begin(activity);
+		p = qbs_prepare(slot, sql, nargs, types);
+		values[token_arg] = DirectFunctionCall1(uuid_in, CStringGetDatum(token));
 		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
-			elog(ERROR, "the outbox claim failed");
+			elog(ERROR, "%s failed", activity);
 		n = SPI_processed;
 		if (n > 0)
 		{
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-
-			rows = calloc(n, sizeof(QbOutboxRow));
+			rows = calloc(n, row_size);
 			if (rows == NULL)
 				elog(ERROR, "out of memory");
 			for (uint64 i = 0; i < n; i++)
 			{
-				HeapTuple	tup = SPI_tuptable->vals[i];
-				QbOutboxRow *r = &rows[i];
-				bool		isnull;
-				char	   *mid;
-
-				r->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-				mid = SPI_getvalue(tup, desc, 2);
-				strlcpy(r->message_id, mid ? mid : "", sizeof(r->message_id));
-				r->topic = qbs_strdup_col(tup, desc, 3);
-				r->key = qbs_strdup_col(tup, desc, 4);
-				r->payload = qbs_strdup_col(tup, desc, 5);
-				r->payload_len = r->payload ? strlen(r->payload) : 0;
-				r->headers = qbs_strdup_col(tup, desc, 6);
-				r->attempt = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
-				r->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
 				nrows = i + 1;
+				copy(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, rows + i * row_size);
 			}
 		}
 		qbs_commit();
 	}
 	PG_CATCH();
 	{
-		qb_outbox_rows_free(rows, nrows);
+		free_rows(rows, nrows);
 		rows = NULL;
 		nrows = 0;
 		qbs_fail(cxt, err, errlen);
@@ -219,6 +225,47 @@ qbs_outbox_claim(void *ctx, int batch_size, long lease_ms,
 	*rows_out = rows;
 	*nrows_out = nrows;
 	return rc;
+}
+
+static void
+qbs_copy_outbox_row(HeapTuple tup, TupleDesc desc, void *row)
+{
+	QbOutboxRow *r = row;
+	bool		isnull;
+	char	   *mid;
+
+	r->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	mid = SPI_getvalue(tup, desc, 2);
+	strlcpy(r->message_id, mid ? mid : "", sizeof(r->message_id));
+	r->topic = qbs_strdup_col(tup, desc, 3);
+	r->key = qbs_strdup_col(tup, desc, 4);
+	r->payload = qbs_strdup_col(tup, desc, 5);
+	r->payload_len = r->payload ? strlen(r->payload) : 0;
+	r->headers = qbs_strdup_col(tup, desc, 6);
+	r->attempt = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
+	r->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
+}
+
+static void
+qbs_free_outbox_rows(void *rows, int n)
+{
+	qb_outbox_rows_free(rows, n);
+}
+
+static int
+qbs_outbox_claim(void *ctx, int batch_size, long lease_ms,
+				 int default_max_attempts, const char *token,
+				 QbOutboxRow **rows_out, int *nrows_out,
+				 char *err, size_t errlen)
+{
+	Oid			types[4] = {INT4OID, INT8OID, INT4OID, UUIDOID};
+	Datum		values[4] = {Int32GetDatum(batch_size), Int64GetDatum(lease_ms),
+	Int32GetDatum(default_max_attempts), 0};
+
+	return qbs_claim_call(&qbs_plans.claim, QB_PG_OUTBOX_CLAIM, "queuebox: claim",
+						  4, types, values, 3, token, sizeof(QbOutboxRow),
+						  qbs_copy_outbox_row, qbs_free_outbox_rows,
+						  (void **) rows_out, nrows_out, err, errlen);
 }
 
 static const char *
@@ -278,10 +325,10 @@ qbs_outbox_settle(void *ctx, const char *token, const QbSettle *settles, int n,
 		}
 		p = qbs_prepare(&qbs_plans.settle, QB_PG_OUTBOX_SETTLE, 6, types);
 		values[0] = DirectFunctionCall1(uuid_in, CStringGetDatum(token));
-		values[1] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		values[2] = PointerGetDatum(construct_array(outcomes, n, TEXTOID, -1, false, TYPALIGN_INT));
+		values[1] = PointerGetDatum(qb_int8_array(ids, n));
+		values[2] = PointerGetDatum(qb_text_array(outcomes, n));
 		values[3] = PointerGetDatum(construct_array(attempts, n, INT4OID, 4, true, TYPALIGN_INT));
-		values[4] = PointerGetDatum(construct_array(delays, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		values[4] = PointerGetDatum(qb_int8_array(delays, n));
 		values[5] = PointerGetDatum(construct_md_array(errors, errnulls, 1, dims, lbs,
 													   TEXTOID, -1, false, TYPALIGN_INT));
 		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_UPDATE)
@@ -347,6 +394,87 @@ qbs_outbox_retention(void *ctx, long retention_sec, int limit, int *n,
 
 	return qbs_count_call(&qbs_plans.retention, QB_PG_OUTBOX_RETENTION, SPI_OK_DELETE,
 						  "queuebox: retention", 2, types, values, n, err, errlen);
+}
+
+static void
+qbs_copy_relay_row(HeapTuple tup, TupleDesc desc, void *row)
+{
+	QbRelayRow *r = row;
+	bool		isnull;
+
+	r->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	r->source = qbs_strdup_col(tup, desc, 2);
+	r->event_type = qbs_strdup_col(tup, desc, 3);
+}
+
+static void
+qbs_free_relay_rows(void *rows, int n)
+{
+	qb_relay_rows_free(rows, n);
+}
+
+static int
+qbs_relay_claim(void *ctx, int batch_size, long lease_ms, const char *token,
+				QbRelayRow **rows_out, int *nrows_out, char *err, size_t errlen)
+{
+	Oid			types[3] = {INT4OID, INT8OID, UUIDOID};
+	Datum		values[3] = {Int32GetDatum(batch_size), Int64GetDatum(lease_ms), 0};
+
+	return qbs_claim_call(&qbs_plans.relay_claim, QB_PG_RELAY_CLAIM, "queuebox: relay claim",
+						  3, types, values, 2, token, sizeof(QbRelayRow),
+						  qbs_copy_relay_row, qbs_free_relay_rows,
+						  (void **) rows_out, nrows_out, err, errlen);
+}
+
+static int
+qbs_relay_forward(void *ctx, const char *token, const int64_t *ids,
+				  const char *const *topics, int n, int max_attempts,
+				  int *nsettled, int *ninserted, char *err, size_t errlen)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile int rc = 0;
+
+	*nsettled = 0;
+	*ninserted = 0;
+	PG_TRY();
+	{
+		Oid			types[4] = {UUIDOID, INT8ARRAYOID, TEXTARRAYOID, INT4OID};
+		Datum		values[4];
+		Datum	   *idd,
+				   *topicd;
+		SPIPlanPtr	p;
+		bool		isnull;
+
+		qbs_begin("queuebox: relay forward");
+		idd = palloc(sizeof(Datum) * n);
+		topicd = palloc(sizeof(Datum) * n);
+		for (int i = 0; i < n; i++)
+		{
+			idd[i] = Int64GetDatum(ids[i]);
+			topicd[i] = CStringGetTextDatum(topics[i]);
+		}
+		p = qbs_prepare(&qbs_plans.relay_forward, QB_PG_RELAY_FORWARD, 4, types);
+		values[0] = DirectFunctionCall1(uuid_in, CStringGetDatum(token));
+		values[1] = PointerGetDatum(qb_int8_array(idd, n));
+		values[2] = PointerGetDatum(qb_text_array(topicd, n));
+		values[3] = Int32GetDatum(max_attempts);
+		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "the relay forward failed");
+		*nsettled = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+													  SPI_tuptable->tupdesc, 1, &isnull));
+		*ninserted = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+													   SPI_tuptable->tupdesc, 2, &isnull));
+		qbs_commit();
+	}
+	PG_CATCH();
+	{
+		*nsettled = 0;
+		*ninserted = 0;
+		qbs_fail(cxt, err, errlen);
+		rc = -1;
+	}
+	PG_END_TRY();
+	return rc;
 }
 
 /*
@@ -503,7 +631,10 @@ qbs_query_text(void *ctx, QbQuery query, const char *const *params, long timeout
 	PG_CATCH();
 	{
 		qbs_disarm_timeout();
-		rc = qbs_bad_input(qbs_fail(cxt, err, errlen)) ? QB_QUERY_BAD_INPUT : -1;
+		int			code = qbs_fail(cxt, err, errlen);
+
+		rc = code == ERRCODE_NO_DATA_FOUND ? QB_QUERY_NOT_FOUND :
+			qbs_bad_input(code) ? QB_QUERY_BAD_INPUT : -1;
 		free(*out);
 		*out = NULL;
 	}
@@ -520,6 +651,8 @@ qb_spi_store_init(QbStore *store)
 	store->outbox_settle = qbs_outbox_settle;
 	store->outbox_reclaim = qbs_outbox_reclaim;
 	store->outbox_retention = qbs_outbox_retention;
+	store->relay_claim = qbs_relay_claim;
+	store->relay_forward = qbs_relay_forward;
 	store->inbox_insert = qbs_inbox_insert;
 	store->query_text = qbs_query_text;
 }

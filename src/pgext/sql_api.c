@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  * sql_api.c
  *	  SQL-callable functions: configure, validate, route_of, worker_status,
- *	  and the trigger that arms the outbox wake.
+ *	  replay_inbox, and the triggers that arm the outbox and relay wakes.
  *
  * configure() validates with the same core validator as the daemon; an
  * invalid document raises an ERROR naming the key path and changes nothing.
@@ -19,14 +19,22 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
+#include "catalog/pg_type.h"
+#include "utils/array.h"
+
 #include "qb_config.h"
 #include "qb_pg.h"
+#include "qb_relay.h"
 #include "qb_route.h"
 #include "qb_sql_pg.h"
 
 PG_FUNCTION_INFO_V1(qb_sql_configure);
 PG_FUNCTION_INFO_V1(qb_sql_validate);
 PG_FUNCTION_INFO_V1(qb_sql_wake_outbox);
+PG_FUNCTION_INFO_V1(qb_sql_wake_relay);
+PG_FUNCTION_INFO_V1(qb_sql_arm_relay_wake);
+PG_FUNCTION_INFO_V1(qb_sql_replay_inbox_one);
+PG_FUNCTION_INFO_V1(qb_sql_replay_inbox);
 PG_FUNCTION_INFO_V1(qb_sql_route_of);
 PG_FUNCTION_INFO_V1(qb_sql_worker_status);
 PG_FUNCTION_INFO_V1(qb_sql_topic_matches);
@@ -115,16 +123,43 @@ qb_sql_validate(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(summary);
 }
 
-/* AFTER INSERT FOR EACH STATEMENT on queuebox.outbox */
-Datum
-qb_sql_wake_outbox(PG_FUNCTION_ARGS)
+/* qbsql_check_trigger: the wake functions run only as triggers. */
+static void
+qbsql_check_trigger(FunctionCallInfo fcinfo, const char *name)
 {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("queuebox._wake_outbox() must be called as a trigger")));
+				 errmsg("queuebox.%s() must be called as a trigger", name)));
+}
+
+/* AFTER INSERT FOR EACH STATEMENT on queuebox.outbox */
+Datum
+qb_sql_wake_outbox(PG_FUNCTION_ARGS)
+{
+	qbsql_check_trigger(fcinfo, "_wake_outbox");
 	qb_arm_outbox_wake();
 	return PointerGetDatum(NULL);
+}
+
+/* AFTER INSERT FOR EACH STATEMENT on queuebox.inbox */
+Datum
+qb_sql_wake_relay(PG_FUNCTION_ARGS)
+{
+	qbsql_check_trigger(fcinfo, "_wake_relay");
+	qb_arm_relay_wake();
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * queuebox._arm_relay_wake(): wake the relay when this transaction commits
+ * (requeue_inbox makes rows pending by UPDATE, which the trigger misses).
+ */
+Datum
+qb_sql_arm_relay_wake(PG_FUNCTION_ARGS)
+{
+	qb_arm_relay_wake();
+	PG_RETURN_VOID();
 }
 
 /*
@@ -165,7 +200,7 @@ qb_sql_route_of(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(qbsql_cached_cfg->routes[ri].destination));
 }
 
-/* queuebox.worker_status(): the launcher and the outbox workers running now. */
+/* queuebox.worker_status(): the launcher, the outbox workers, the relay and the ingress running now. */
 Datum
 qb_sql_worker_status(PG_FUNCTION_ARGS)
 {
@@ -182,6 +217,7 @@ qb_sql_worker_status(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	nulls[2] = false;
+	values[2] = CStringGetTextDatum(qb_shared->database);
 	for (int i = 0; i < QB_MAX_OUTBOX_WORKERS; i++)
 	{
 		pid_t		pid = qb_shared->outbox[i].pid;
@@ -192,7 +228,16 @@ qb_sql_worker_status(PG_FUNCTION_ARGS)
 		snprintf(name, sizeof(name), "outbox %d", i);
 		values[0] = CStringGetTextDatum(name);
 		values[1] = Int32GetDatum(pid);
-		values[2] = CStringGetTextDatum(qb_shared->database);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	for (int r = 0; r < 2; r++)
+	{
+		QbWorkerSlot *slot = r == 0 ? &qb_shared->relay : &qb_shared->ingress;
+
+		if (slot->pid == 0)
+			continue;
+		values[0] = CStringGetTextDatum(r == 0 ? "relay" : "ingress");
+		values[1] = Int32GetDatum(slot->pid);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
@@ -341,4 +386,193 @@ qb_sql_relay_forward(PG_FUNCTION_ARGS)
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	SPI_finish();
 	PG_RETURN_INT64(n);
+}
+
+/*
+ * The replay of inbox rows: qbsql_replay selects the rows (one id, or by
+ * filter), renders each topic from the CURRENT configuration exactly as the
+ * relay does (qb_relay_topic), and inserts the outbox rows through the
+ * relay's mapping (QB_PG_INBOX_REPLAY) in created_at, id order.  The inbox
+ * rows are not changed.
+ */
+typedef struct QbsqlReplay
+{
+	int64		one_id;			/* the id asked for, or 0 */
+	bool		single;
+	int			nrows;			/* rows selected */
+	int			nskipped;		/* of which the topic rendered empty */
+	int64		first_id;		/* the first new outbox id */
+	int64		inserted;
+	/* for the single form's error: the row that rendered empty */
+	char	   *skipped_source;
+} QbsqlReplay;
+
+/* qbsql_load_config: the stored document, validated, or an ERROR. */
+static QbConfig *
+qbsql_load_config(void)
+{
+	char	   *doc = qb_spi_load_document();
+	char		err[QB_ERRLEN];
+	QbConfig   *cfg = NULL;
+
+	if (doc == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("no queuebox configuration is stored"),
+				 errdetail("A replayed inbox row takes its topic from its source's template in the configuration."),
+				 errhint("Store one with SELECT queuebox.configure(...).")));
+	if (qb_config_parse(doc, strlen(doc), &cfg, err, sizeof(err)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the stored queuebox configuration is not valid in this session: %s", err),
+				 errhint("Fix the document with queuebox.configure(), or the environment it reads.")));
+	pfree(doc);
+	return cfg;
+}
+
+/*
+ * qbsql_replay_rows runs with cfg loaded (the caller frees it, also on an
+ * ERROR): select, render, insert.
+ */
+static void
+qbsql_replay_rows(const QbConfig *cfg, Datum *sel_values, char *sel_nulls,
+				  QbsqlReplay *r)
+{
+	Oid			sel_types[5] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Oid			ins_types[3] = {INT8ARRAYOID, TEXTARRAYOID, INT4OID};
+	Datum		ins_values[3];
+	Datum	   *ids;
+	Datum	   *topics;
+	int			n = 0;
+	SPITupleTable *tt;
+
+	if (SPI_execute_with_args(QB_PG_INBOX_REPLAY_SELECT, 5, sel_types, sel_values,
+							  sel_nulls, true, 0) != SPI_OK_SELECT)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading queuebox.inbox failed")));
+	tt = SPI_tuptable;
+	r->nrows = (int) SPI_processed;
+	if (r->nrows == 0)
+		return;
+	ids = palloc(sizeof(Datum) * r->nrows);
+	topics = palloc(sizeof(Datum) * r->nrows);
+	for (int i = 0; i < r->nrows; i++)
+	{
+		HeapTuple	tup = tt->vals[i];
+		bool		isnull;
+		bool		known;
+		char	   *source = SPI_getvalue(tup, tt->tupdesc, 2);
+		char	   *topic = qb_relay_topic(cfg, source, SPI_getvalue(tup, tt->tupdesc, 3), &known);
+
+		if (topic == NULL)
+			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+		if (topic[0] == '\0')
+		{
+			r->nskipped++;
+			r->skipped_source = source;
+			free(topic);
+			continue;
+		}
+		ids[n] = SPI_getbinval(tup, tt->tupdesc, 1, &isnull);
+		topics[n] = CStringGetTextDatum(topic);
+		free(topic);
+		n++;
+	}
+	if (n == 0)
+		return;
+	ins_values[0] = PointerGetDatum(qb_int8_array(ids, n));
+	ins_values[1] = PointerGetDatum(qb_text_array(topics, n));
+	ins_values[2] = Int32GetDatum(qb_config_relay_max_attempts(cfg));
+	if (SPI_execute_with_args(QB_PG_INBOX_REPLAY, 3, ins_types, ins_values, NULL,
+							  false, 0) != SPI_OK_INSERT_RETURNING)
+		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("inserting the replayed outbox rows failed")));
+	r->inserted = (int64) SPI_processed;
+	if (r->inserted > 0)
+	{
+		bool		isnull;
+
+		r->first_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												  SPI_tuptable->tupdesc, 1, &isnull));
+	}
+}
+
+static void
+qbsql_replay(Datum *sel_values, char *sel_nulls, QbsqlReplay *r)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	QbConfig   *volatile cfg = NULL;
+
+	SPI_connect();
+	cfg = qbsql_load_config();
+	PG_TRY();
+	{
+		qbsql_replay_rows(cfg, sel_values, sel_nulls, r);
+	}
+	PG_FINALLY();
+	{
+		qb_config_free(cfg);
+	}
+	PG_END_TRY();
+	if (r->skipped_source)
+		r->skipped_source = MemoryContextStrdup(caller, r->skipped_source);
+	SPI_finish();
+}
+
+#define QBSQL_EMPTY_TOPIC_HINT \
+	"Set eventTypePath (or eventTypeHeader) on the source, or use {{ source }} in its topic template, then replay again."
+
+/*
+ * queuebox.replay_inbox(id bigint) returns bigint: a new outbox row from
+ * one inbox row, in any state; returns its id.
+ */
+Datum
+qb_sql_replay_inbox_one(PG_FUNCTION_ARGS)
+{
+	QbsqlReplay r = {0};
+	Datum		values[5] = {PG_GETARG_DATUM(0), 0, 0, 0, 0};
+	char		nulls[5] = {' ', 'n', 'n', 'n', 'n'};
+
+	r.one_id = PG_GETARG_INT64(0);
+	r.single = true;
+	qbsql_replay(values, nulls, &r);
+	if (r.nrows == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_NO_DATA_FOUND),
+				 errmsg("inbox row " INT64_FORMAT " does not exist", r.one_id),
+				 errhint("Find the row with SELECT id, source, idempotency_key, state FROM queuebox.inbox.")));
+	if (r.nskipped > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_EXCEPTION),
+				 errmsg("the topic of inbox row " INT64_FORMAT " renders empty, so no route could take it", r.one_id),
+				 errdetail("The topic template of source \"%s\" reads a value the message does not carry (usually {{ eventType }}).",
+						   r.skipped_source),
+				 errhint(QBSQL_EMPTY_TOPIC_HINT)));
+	PG_RETURN_INT64(r.first_id);
+}
+
+/*
+ * queuebox.replay_inbox(state, source, since, until) returns bigint: every
+ * inbox row in that state (NULL: any) of that source (NULL: any) created in
+ * [since, until), in created_at, id order; rows whose topic renders empty
+ * are skipped (a NOTICE counts them).  Returns the outbox rows inserted.
+ */
+Datum
+qb_sql_replay_inbox(PG_FUNCTION_ARGS)
+{
+	QbsqlReplay r = {0};
+	Datum		values[5] = {0};
+	char		nulls[5] = {'n', ' ', ' ', ' ', ' '};
+
+	for (int i = 0; i < 4; i++)
+	{
+		values[i + 1] = PG_GETARG_DATUM(i);
+		nulls[i + 1] = PG_ARGISNULL(i) ? 'n' : ' ';
+	}
+	qbsql_replay(values, nulls, &r);
+	if (r.nskipped > 0)
+		ereport(NOTICE,
+				(errmsg("%d inbox row%s skipped: the topic renders empty", r.nskipped,
+						r.nskipped == 1 ? " was" : "s were"),
+				 errdetail("For example a row of source \"%s\".", r.skipped_source),
+				 errhint(QBSQL_EMPTY_TOPIC_HINT)));
+	PG_RETURN_INT64(r.inserted);
 }

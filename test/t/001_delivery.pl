@@ -47,10 +47,10 @@ qb_wait_query($node, q{
 						  (a.pid IS NOT NULL), ',' ORDER BY s.worker)
 		FROM queuebox.worker_status() s
 		LEFT JOIN pg_stat_activity a ON a.pid = s.pid
-		  AND a.backend_type = CASE WHEN s.worker = 'launcher' THEN 'queuebox launcher'
+		  AND a.backend_type = CASE WHEN s.worker IN ('launcher', 'relay', 'ingress') THEN 'queuebox ' || s.worker
 									ELSE 'queuebox outbox' END},
-	'launcher:-:true,outbox 0:postgres:true,outbox 1:postgres:true',
-	'worker_status() lists the launcher and both workers with their live pids', timeout => 30);
+	'ingress:postgres:true,launcher:-:true,outbox 0:postgres:true,outbox 1:postgres:true,relay:postgres:true',
+	'worker_status() lists the launcher, both outbox workers, the relay and the ingress with their live pids', timeout => 30);
 
 # ---- configuration: two http destinations on the sink, one route each
 qb_configure(

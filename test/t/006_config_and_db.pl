@@ -199,7 +199,7 @@ qb_wait_query($node,
 	my $n2 = qb_node('nodb', database => 'qb_missing');
 	my $log = qb_wait_log($n2, qr/HINT:.*CREATE EXTENSION queuebox/, 0, timeout => 30);
 	like($log,
-		qr/LOG:  queuebox: database "qb_missing" does not exist; the outbox workers wait for it/,
+		qr/LOG:  queuebox: database "qb_missing" does not exist; the workers wait for it/,
 		'a missing queuebox.database is reported in the log');
 	like($log,
 		qr/HINT:  Create the database and run CREATE EXTENSION queuebox in it, or set queuebox.database and reload the configuration\./,
@@ -219,7 +219,7 @@ qb_wait_query($node,
 	ok($stable, 'over 6 s the launcher keeps its pid and starts no worker (no crash loop)');
 	$log = slurp_file($n2->logfile);
 	unlike($log, qr/"queuebox launcher" \(PID \d+\) exited/, 'the launcher never exited');
-	is(scalar(() = $log =~ /does not exist; the outbox workers wait for it/g),
+	is(scalar(() = $log =~ /does not exist; the workers wait for it/g),
 		1, 'the missing database is reported once, not at every re-check');
 
 	$n2->safe_psql('postgres', 'CREATE DATABASE qb_app');
@@ -238,7 +238,7 @@ qb_wait_query($node,
 	is(qb_launcher_pid($n2), $l1, 'the same launcher started them');
 	qb_wait_query($n2,
 		q{SELECT string_agg(worker || ':' || coalesce(database, '-'), ',' ORDER BY worker) FROM queuebox.worker_status()},
-		'launcher:-,outbox 0:qb_app,outbox 1:qb_app', 'worker_status() shows the workers in qb_app',
+		'ingress:qb_app,launcher:-,outbox 0:qb_app,outbox 1:qb_app,relay:qb_app', 'worker_status() shows the workers in qb_app',
 		timeout => 30, db => 'qb_app');
 	is(qb_outbox_count($n2, 'qb_app'), '0', 'qb_app: outbox empty before');
 	my $mid = $n2->safe_psql('qb_app', q{

@@ -1,0 +1,222 @@
+/*-------------------------------------------------------------------------
+ * qb_relay.c
+ *	  The relay engine loop: push inbox rows into the outbox.
+ *
+ * Wording:
+ *	- A batch is the push rows of one relay claim.  Every row of a batch
+ *	  ends in one forward: processed (an outbox row was written from it) or
+ *	  dead (its topic rendered empty, so no route could ever take it).
+ *	- The topic is rendered here, in C, from the row's source's template in
+ *	  the current configuration (names "source" and "eventType"); the
+ *	  database never sees a template.
+ *
+ * Transaction rules: the claim and the forward are each one short
+ * transaction in the store.  The forward writes the outbox rows and settles
+ * the inbox rows in one statement, so a row is forwarded exactly once: a
+ * crash before its commit leaves the inbox row processing (back to
+ * claimable when the lease expires) and no outbox row; a crash after leaves
+ * both.  If the forward cannot be written, the rows wait for their lease.
+ *
+ * Waking: a batch that came back full is followed by another claim at
+ * once; otherwise the engine waits inbox.relay.pollIntervalMs or until the
+ * host wakes it (an inbox insert or a configuration change committed).
+ * With inbox.relay.enabled false it claims nothing and waits for a change.
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qb_extract.h"
+#include "qb_relay.h"
+
+#define QBR_FORWARD_TRIES	3
+#define QBR_IDLE_WAIT_MS	5000
+
+typedef struct QbrEngine
+{
+	const QbHost *host;
+	const QbStore *store;
+	QbConfig   *cfg;			/* NULL until a valid document is stored */
+	bool		warned_no_config;
+	bool		warned_disabled;
+	bool		warned_unknown; /* a row of a source not in cfg was seen */
+	QbRelayStats *stats;
+} QbrEngine;
+
+static const char *const qbr_names[] = {"source", "eventType", NULL};
+
+char *
+qb_relay_topic(const QbConfig *cfg, const char *source, const char *event_type,
+			   bool *known)
+{
+	const QbSource *src = qb_config_source(cfg, source);
+	const char *tmpl = src && src->topic ? src->topic : QB_RELAY_DEFAULT_TOPIC;
+	const char *values[] = {source, event_type, NULL};
+
+	*known = src != NULL;
+	return qb_template_render(tmpl, qbr_names, values);
+}
+
+/* qbr_reload swaps the engine's config for the stored one (qb_reload_config). */
+static void
+qbr_reload(QbrEngine *e)
+{
+	if (!qb_reload_config(e->host, e->store, &e->cfg, &e->warned_no_config, "push inbox rows"))
+		return;
+	e->warned_disabled = false;
+	e->warned_unknown = false;
+	qb_log(e->host, QB_LOG_INFO, "configuration loaded: %d sources, relay %s",
+		   e->cfg->nsources,
+		   e->cfg->inbox.relay.enabled ? "enabled" : "disabled (inbox.relay.enabled: false)");
+}
+
+/*
+ * qbr_forward writes the batch, trying a few times: if the database is
+ * briefly unavailable the lease still protects the rows, but forwarding now
+ * spares them a wait of claimTimeoutMs.
+ */
+static int
+qbr_forward(QbrEngine *e, const char *token, const int64_t *ids,
+			const char *const *topics, int n)
+{
+	char		err[QB_ERRLEN];
+	int			settled = 0;
+	int			inserted = 0;
+
+	for (int tries = 1;; tries++)
+	{
+		if (e->store->relay_forward(e->store->ctx, token, ids, topics, n,
+									qb_config_relay_max_attempts(e->cfg),
+									&settled, &inserted, err, sizeof(err)) == 0)
+			break;
+		if (tries >= QBR_FORWARD_TRIES)
+		{
+			qb_log(e->host, QB_LOG_WARNING,
+				   "could not forward a batch of %d rows (%s); they are claimed again when their lease expires",
+				   n, err);
+			return -1;
+		}
+		e->host->wait(e->host->ctx, -1, 200 * tries);
+	}
+	e->stats->batches++;
+	e->stats->forwarded += inserted;
+	e->stats->dead += settled - inserted;
+	e->stats->taken_over += n - settled;
+	if (settled != n)
+		qb_log(e->host, QB_LOG_INFO,
+			   "forwarded %d of %d rows; the others' leases had expired and were taken over",
+			   settled, n);
+	if (settled > inserted)
+		qb_log(e->host, QB_LOG_WARNING,
+			   "%d inbox rows went to dead: their topic template rendered empty (set eventTypePath or use {{ source }} in the topic, then requeue them)",
+			   settled - inserted);
+	return 0;
+}
+
+/* qbr_round runs one claim and forward; rows claimed, or -1 on an error. */
+static int
+qbr_round(QbrEngine *e)
+{
+	const QbRelayConf *rc = &e->cfg->inbox.relay;
+	char		token[QB_UUID_LEN + 1];
+	char		err[QB_ERRLEN];
+	QbRelayRow *rows = NULL;
+	int			n = 0;
+	int64_t    *ids = NULL;
+	char	  **topics = NULL;
+	int			result = -1;
+
+	if (!qb_uuid_v4(token))
+	{
+		qb_log(e->host, QB_LOG_WARNING, "no random bytes for a claim token");
+		return -1;
+	}
+	if (e->store->relay_claim(e->store->ctx, rc->batch_size, rc->claim_timeout_ms,
+							  token, &rows, &n, err, sizeof(err)) != 0)
+	{
+		qb_log(e->host, QB_LOG_WARNING, "relay claim failed: %s", err);
+		return -1;
+	}
+	if (n == 0)
+		return 0;
+
+	ids = calloc(n, sizeof(int64_t));
+	topics = calloc(n, sizeof(char *));
+	if (ids == NULL || topics == NULL)
+		goto err;
+	for (int i = 0; i < n; i++)
+	{
+		bool		known;
+
+		ids[i] = rows[i].id;
+		topics[i] = qb_relay_topic(e->cfg, rows[i].source, rows[i].event_type, &known);
+		if (topics[i] == NULL)
+			goto err;
+		if (!known && !e->warned_unknown)
+		{
+			qb_log(e->host, QB_LOG_WARNING,
+				   "inbox row %lld is of source \"%s\", which the configuration no longer has; its topic is rendered with the default template \"%s\" (further rows of unknown sources are not reported until the configuration changes)",
+				   (long long) rows[i].id, rows[i].source, QB_RELAY_DEFAULT_TOPIC);
+			e->warned_unknown = true;
+		}
+	}
+	if (qbr_forward(e, token, ids, (const char *const *) topics, n) != 0)
+		goto done;
+	result = n;
+	goto done;
+
+err:
+	/* the rows stay claimed and come back when their lease expires */
+	qb_log(e->host, QB_LOG_WARNING, "out of memory for a relay batch of %d rows", n);
+done:
+	if (topics)
+		for (int i = 0; i < n; i++)
+			free(topics[i]);
+	free(topics);
+	free(ids);
+	qb_relay_rows_free(rows, n);
+	return result;
+}
+
+int
+qb_relay_run(const QbHost *host, const QbStore *store, QbRelayStats *stats,
+			 char *err, size_t errlen)
+{
+	QbrEngine	e = {0};
+	QbRelayStats local = {0};
+
+	e.host = host;
+	e.store = store;
+	e.stats = stats ? stats : &local;
+
+	while (!host->should_stop(host->ctx))
+	{
+		int			claimed;
+
+		/* with no usable config, look again after every wait */
+		if (host->config_changed(host->ctx) || e.cfg == NULL)
+			qbr_reload(&e);
+		if (e.cfg == NULL)
+		{
+			host->wait(host->ctx, -1, QBR_IDLE_WAIT_MS);
+			continue;
+		}
+		if (!e.cfg->inbox.relay.enabled)
+		{
+			if (!e.warned_disabled)
+				qb_log(host, QB_LOG_INFO,
+					   "inbox.relay.enabled is false: push rows stay pending until it is turned on");
+			e.warned_disabled = true;
+			host->wait(host->ctx, -1, QBR_IDLE_WAIT_MS);
+			continue;
+		}
+		claimed = qbr_round(&e);
+		if (claimed >= e.cfg->inbox.relay.batch_size)
+			continue;			/* a full batch: more may be waiting */
+		host->wait(host->ctx, -1,
+				   claimed < 0 ? 1000 : e.cfg->inbox.relay.poll_interval_ms);
+	}
+	qb_config_free(e.cfg);
+	return 0;
+}

@@ -1,0 +1,241 @@
+/*-------------------------------------------------------------------------
+ * worker_host.c
+ *	  The PostgreSQL host of the core's engines, shared by every dynamic
+ *	  worker (outbox, relay): what a background worker gives an engine.
+ *
+ * Wording:
+ *	- The host is the QbHost this file fills in: elog for logging, a
+ *	  WaitEventSet (latch + postmaster death + an engine's fd) for waiting,
+ *	  a SIGTERM flag for stopping, the shared config generation for reloads.
+ *	- A slot is the worker's QbWorkerSlot in shared memory (pid, latch),
+ *	  which backends use to wake it at commit.
+ *
+ * Signals: SIGTERM only sets a flag and the latch, so an engine can finish
+ * or release the rows of a batch in flight before the process exits.
+ * SIGHUP reloads GUCs.  Every wait ends with CHECK_FOR_INTERRUPTS(), which
+ * serves ProcSignalBarriers (DROP DATABASE) promptly.
+ *
+ * Memory: the engines malloc their own state; SPI results are copied out of
+ * the transaction before commit (spi_store.c).  Between transactions the
+ * current context is a loop context reset at every wait.
+ *
+ * One process runs one worker, so the state below is per process.
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "qb_pg.h"
+
+static volatile sig_atomic_t qbh_got_sigterm = false;
+static MemoryContext qbh_loop_cxt = NULL;
+static QbWorkerSlot *qbh_slot = NULL;
+static char qbh_label[BGW_MAXLEN];
+static bool qbh_may_commit_async = false;
+static uint32 qbh_config_generation = 0;
+
+/* Two wait sets: latch only, and latch plus an engine's fd. */
+static WaitEventSet *qbh_wes_latch = NULL;
+static WaitEventSet *qbh_wes_fd = NULL;
+static int	qbh_wes_fd_fd = -1;
+
+static void
+qbh_sigterm(SIGNAL_ARGS)
+{
+	int			save_errno = errno;
+
+	qbh_got_sigterm = true;
+	SetLatch(MyLatch);
+	errno = save_errno;
+}
+
+static void
+qbh_on_exit(int code, Datum arg)
+{
+	if (qbh_slot != NULL)
+	{
+		qbh_slot->latch = NULL;
+		qbh_slot->pid = 0;
+	}
+}
+
+static void
+qbh_log(void *ctx, QbLogLevel level, const char *msg)
+{
+	int			elevel = level == QB_LOG_DEBUG ? DEBUG1 :
+		level == QB_LOG_INFO ? LOG : WARNING;
+
+	ereport(elevel, (errmsg("%s: %s", qbh_label, msg)));
+}
+
+static WaitEventSet *
+qbh_wait_set(int fd)
+{
+	if (fd < 0)
+	{
+		if (qbh_wes_latch == NULL)
+		{
+			qbh_wes_latch = CreateWaitEventSet(TopMemoryContext, 2);
+			AddWaitEventToSet(qbh_wes_latch, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+			AddWaitEventToSet(qbh_wes_latch, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+		}
+		return qbh_wes_latch;
+	}
+	if (qbh_wes_fd == NULL || qbh_wes_fd_fd != fd)
+	{
+		/* PG 15 cannot remove an fd from a set: build a new one */
+		if (qbh_wes_fd != NULL)
+			FreeWaitEventSet(qbh_wes_fd);
+		qbh_wes_fd = CreateWaitEventSet(TopMemoryContext, 3);
+		AddWaitEventToSet(qbh_wes_fd, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(qbh_wes_fd, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+		AddWaitEventToSet(qbh_wes_fd, WL_SOCKET_READABLE, fd, NULL, NULL);
+		qbh_wes_fd_fd = fd;
+	}
+	return qbh_wes_fd;
+}
+
+/*
+ * qbh_apply_gucs: settings that act through this backend's own GUCs.
+ *
+ * synchronous_commit: the outbox's claims and settles may commit
+ * asynchronously (queuebox.worker_async_commit): one lost in a crash only
+ * makes a row be delivered again.  The relay's forward never does: it
+ * settles an inbox row and writes its outbox row, and its commit must be as
+ * durable as the insert that stored the message.
+ *
+ * The claims must walk their index in order and stop after batch_size
+ * claimable rows.  Without statistics (a freshly filled table, before
+ * autoanalyze) the planner instead bitmap-scans every due row, checks the
+ * per-key predicate on each and sorts: 50-150 ms a claim at 20k rows, and a
+ * plan kept from an empty table seq-scans.  This backend runs only our
+ * statements, each meant to be an index walk or a primary-key lookup, so
+ * it turns the alternatives off rather than trusting estimates.
+ */
+static void
+qbh_apply_gucs(void)
+{
+	SetConfigOption("synchronous_commit",
+					qbh_may_commit_async && qb_worker_async_commit ? "off" : "on",
+					PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_bitmapscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_sort", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_hashjoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+static void
+qbh_interrupts(void)
+{
+	CHECK_FOR_INTERRUPTS();
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+		qbh_apply_gucs();
+	}
+}
+
+static int
+qbh_wait(void *ctx, int fd, long timeout_ms)
+{
+	WaitEvent	ev[3];
+	int			n;
+	int			result = QB_WAIT_TIMEOUT;
+
+	if (qbh_got_sigterm)
+		return QB_WAIT_WOKEN;
+	/* between transactions nothing lives in the loop context: start afresh */
+	MemoryContextReset(qbh_loop_cxt);
+	n = WaitEventSetWait(qbh_wait_set(fd), timeout_ms, ev, lengthof(ev), PG_WAIT_EXTENSION);
+	for (int i = 0; i < n; i++)
+	{
+		if (ev[i].events & WL_LATCH_SET)
+		{
+			ResetLatch(MyLatch);
+			result |= QB_WAIT_WOKEN;
+		}
+		if (ev[i].events & WL_SOCKET_READABLE)
+			result |= QB_WAIT_FD;
+	}
+	qbh_interrupts();
+	return result;
+}
+
+/*
+ * qbh_should_stop: SIGTERM, or the launcher that started us is gone (a new
+ * launcher starts a fresh set; two workers must never share a slot).
+ */
+static bool
+qbh_should_stop(void *ctx)
+{
+	qbh_interrupts();
+	return qbh_got_sigterm ||
+		qb_shared->launcher_pid != MyBgworkerEntry->bgw_notify_pid;
+}
+
+static bool
+qbh_config_changed(void *ctx)
+{
+	uint32		gen = pg_atomic_read_u32(&qb_shared->config_generation);
+
+	if (gen == qbh_config_generation)
+		return false;
+	qbh_config_generation = gen;
+	return true;
+}
+
+/*
+ * qb_worker_host_start turns this dynamic worker into an engine's host:
+ * signals, the database connection (bgw_extra names it), GUCs, the loop
+ * context, the shared slot.  label prefixes every log line ("queuebox
+ * outbox 0"); may_commit_async lets queuebox.worker_async_commit apply.
+ */
+void
+qb_worker_host_start(const char *label, QbWorkerSlot *slot, bool may_commit_async,
+					 QbHost *host)
+{
+	strlcpy(qbh_label, label, sizeof(qbh_label));
+	qbh_may_commit_async = may_commit_async;
+
+	pqsignal(SIGTERM, qbh_sigterm);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(MyBgworkerEntry->bgw_extra, NULL, 0);
+	pgstat_report_appname(MyBgworkerEntry->bgw_type);
+
+	qbh_apply_gucs();
+
+	/*
+	 * Whatever PostgreSQL allocates outside a transaction on our behalf (error
+	 * copies, GUC reloads) goes to a context reset at every wait.
+	 */
+	qbh_loop_cxt = AllocSetContextCreate(TopMemoryContext, "queuebox worker loop",
+										 ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(qbh_loop_cxt);
+
+	qbh_slot = slot;
+	slot->pid = MyProcPid;
+	slot->latch = MyLatch;
+	before_shmem_exit(qbh_on_exit, 0);
+
+	ereport(LOG,
+			(errmsg("%s started in database \"%s\"", label, MyBgworkerEntry->bgw_extra)));
+
+	memset(host, 0, sizeof(QbHost));
+	host->log = qbh_log;
+	host->wait = qbh_wait;
+	host->should_stop = qbh_should_stop;
+	host->config_changed = qbh_config_changed;
+}

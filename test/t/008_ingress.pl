@@ -1,0 +1,399 @@
+# The HTTP ingress end to end: every answer of a source with a real client,
+# each authentication scheme, limits, slow clients, 503 while the database
+# cannot store, a restart that loses nothing answered 202, health, metrics
+# and the admin routes.
+use strict;
+use warnings;
+
+use Digest::SHA qw(hmac_sha256 hmac_sha256_hex);
+use HTTP::Tiny;
+use IO::Socket::INET;
+use IO::Select;
+use JSON::PP;
+use MIME::Base64 qw(encode_base64 decode_base64);
+use PostgreSQL::Test::Utils;
+use QueueBoxTest;
+use Test::More;
+use POSIX ();
+use Time::HiRes qw(usleep);
+
+my $json = JSON::PP->new->canonical(1);
+my $node = qb_node('ingress', workers => 0, conf => "queuebox.relay_worker = off\n");
+my $port = qb_free_port();
+my $base = "http://127.0.0.1:$port";
+my $admin_token = 'admin-token-0123456789';
+my $sw_secret = 'whsec_' . encode_base64('standard webhooks secret', '');
+
+my $yaml = <<"EOY";
+http: { listen: "127.0.0.1:$port", connectionTimeoutMs: 2000, storeTimeoutMs: 500, maxConnections: 50 }
+admin: { token: "$admin_token" }
+sources:
+  plain:
+    type: http
+    path: /plain
+    idempotencyKeyPath: \$.id
+    eventTypePath: \$.type
+    aggregateIdPath: \$.customer
+    maxBodyBytes: 1024
+  gh:
+    type: http
+    path: /github
+    idempotencyKeyHeader: X-GitHub-Delivery
+    eventTypeHeader: X-GitHub-Event
+    auth: { type: github, secret: gh-secret }
+  stripe:
+    type: http
+    path: /stripe
+    idempotencyKeyPath: \$.id
+    eventTypePath: \$.type
+    auth: { type: stripe, secrets: [new-secret, old-secret], toleranceSec: 300 }
+  sw:
+    type: http
+    path: /sw
+    eventTypePath: \$.type
+    auth: { type: standard-webhooks, secret: "$sw_secret" }
+  hm:
+    type: http
+    path: /hmac
+    idempotencyKeyPath: \$.id
+    topic: "hm.{{ source }}"
+    auth: { type: hmac-sha256, secret: hm-secret, header: X-Sig, prefix: "sha256=", encoding: base64 }
+  orders:
+    type: http
+    path: /orders
+    idempotencyKeyHeader: Idempotency-Key
+    consumption: pull
+    auth: { type: bearer, token: orders-token }
+EOY
+qb_configure($node, $yaml);
+
+my $http = HTTP::Tiny->new(timeout => 10, keep_alive => 0);
+
+sub post
+{
+	my ($path, $body, %h) = @_;
+	return $http->request('POST', "$base$path", { content => $body, headers => \%h });
+}
+
+sub reason
+{
+	my ($r) = @_;
+	my $d = eval { $json->decode($r->{content}) } // {};
+	return $d->{reason} // '';
+}
+
+# raw_request($bytes): send bytes as they are (HTTP::Tiny refuses some on
+# purpose) and read the answer until the server closes or 10 s pass.
+sub raw_request
+{
+	my ($bytes) = @_;
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) or die $!;
+	print $s $bytes;
+	my $sel = IO::Select->new($s);
+	my $got = '';
+	while ($sel->can_read(10))
+	{
+		my $n = sysread($s, my $buf, 4096);
+		last unless $n;
+		$got .= $buf;
+		last if $got =~ /\r\n\r\n.*\}/s;
+	}
+	close $s;
+	my ($status) = $got =~ m{^HTTP/1\.1 (\d+)};
+	my (undef, $content) = split /\r\n\r\n/, $got, 2;
+	return { status => $status // 0, content => $content // '' };
+}
+
+sub inbox_count
+{
+	my ($where) = @_;
+	return $node->safe_psql('postgres',
+		'SELECT count(*) FROM queuebox.inbox' . ($where ? " WHERE $where" : ''));
+}
+
+qb_wait_for(sub { my $r = $http->get("$base/healthz"); $r->{status} == 200 },
+	'the ingress listens', 30);
+
+# ---- 202, duplicate, stored fields and headers
+my $r = post('/inbox/plain', '{"id":"a1","type":"order.created","customer":"c1"}',
+	'Content-Type' => 'application/json', 'X-Correlation-Id' => 'corr-1',
+	'Authorization' => 'Basic c2VjcmV0', 'Cookie' => 'session=1', 'X-Custom' => 'kept');
+is($r->{status}, 202, 'a new message is accepted');
+my $d = $json->decode($r->{content});
+is($d->{status}, 'accepted', '202 body says accepted');
+is($d->{idempotencyKey}, 'a1', '202 body names the key');
+my $row = $node->safe_psql('postgres',
+	"SELECT id, source, idempotency_key, event_type, aggregate_id, consumption, state,"
+	  . " headers ? 'X-Correlation-Id', headers ? 'X-Custom', headers ? 'Authorization',"
+	  . " headers ? 'Cookie', headers ? 'Host', payload->>'customer'"
+	  . " FROM queuebox.inbox WHERE idempotency_key = 'a1'");
+is($row, "$d->{id}|plain|a1|order.created|c1|push|pending|t|t|f|f|f|c1",
+	'the row holds the extracted fields, kept headers, no credentials or transport headers');
+
+$r = post('/inbox/plain', '{"id":"a1","type":"order.created","customer":"c1"}');
+is($r->{status}, 200, 'a repeat is answered 200');
+is($json->decode($r->{content})->{status}, 'duplicate', '200 body says duplicate');
+is(inbox_count("idempotency_key = 'a1'"), 1, 'the repeat stored nothing');
+
+# ---- refusals store nothing
+my $before = inbox_count();
+$r = post('/inbox/plain', '{"id": "b1", "type": ');
+is($r->{status}, 400, 'malformed JSON is 400');
+like(reason($r), qr/not valid JSON: .* at line 1, column \d+ \(byte \d+\)/, '400 says where');
+$r = post('/inbox/plain', "{\"id\": \"b2\", \"type\": \"x\xff\"}");
+is($r->{status}, 400, 'bad UTF-8 in the body is 400');
+like(reason($r), qr/not valid JSON/, 'bad UTF-8 reason');
+$r = post('/inbox/plain', '');
+is($r->{status}, 400, 'an empty body is 400');
+$r = post('/inbox/plain', '{"type":"x"}');
+is($r->{status}, 422, 'a missing idempotency key is 422');
+like(reason($r), qr/no value at \$\.id/, '422 names the JSONPath');
+$r = post('/inbox/plain', '{"id":{"nested":1},"type":"x"}');
+is($r->{status}, 422, 'an object as idempotency key is 422');
+$r = raw_request("POST /inbox/plain HTTP/1.1\r\nHost: x\r\nX-Bad: caf\xe9\r\n"
+	  . "Content-Length: 11\r\nConnection: close\r\n\r\n{\"id\":\"b3\"}");
+is($r->{status}, 400, 'a header that is not UTF-8 is 400');
+like(reason($r), qr/X-Bad header is not valid UTF-8/i, '400 names the header');
+$r = $http->get("$base/inbox/plain");
+is($r->{status}, 405, 'GET on a source is 405');
+is($r->{headers}{allow}, 'POST', '405 carries Allow: POST');
+$r = post('/inbox/nope', '{}');
+is($r->{status}, 404, 'an unknown path is 404');
+like(reason($r), qr/no source answers/, '404 reason');
+$r = post('/inbox/plain', '{"id":"big","pad":"' . ('x' x 2000) . '"}');
+is($r->{status}, 413, 'a body over maxBodyBytes is 413');
+is(inbox_count(), $before, 'no refusal stored a row');
+
+# ---- 413 before the body is read: headers only, then wait for the answer
+$r = raw_request("POST /inbox/plain HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+	  . "Content-Length: 50000000\r\n\r\n");
+is($r->{status}, 413, '413 is answered without reading a 50 MB body');
+
+# ---- chunked body over the limit: read and dropped, then 413
+my $chunk = 'y' x 600;
+$r = raw_request("POST /inbox/plain HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+	  . sprintf("%x\r\n%s\r\n", length $chunk, $chunk) x 3 . "0\r\n\r\n");
+is($r->{status}, 413, 'a chunked body over the limit is 413');
+is(inbox_count(), $before, 'no refusal stored a row');
+
+# ---- authentication, every scheme
+my $body = '{"action":"opened","number":1}';
+$r = post('/inbox/github', $body, 'X-GitHub-Delivery' => 'd-1', 'X-GitHub-Event' => 'pull_request',
+	'X-Hub-Signature-256' => 'sha256=' . hmac_sha256_hex($body, 'gh-secret'));
+is($r->{status}, 202, 'github: a valid signature is accepted');
+is($node->safe_psql('postgres',
+	"SELECT event_type || '|' || (headers ? 'X-Hub-Signature-256')::text FROM queuebox.inbox WHERE source = 'gh'"),
+	'pull_request|false', 'github: event type from the header; the signature header is not stored');
+$r = post('/inbox/github', $body, 'X-GitHub-Delivery' => 'd-2',
+	'X-Hub-Signature-256' => 'sha256=' . hmac_sha256_hex($body, 'wrong'));
+is($r->{status}, 401, 'github: a wrong secret is 401');
+like(reason($r), qr/X-Hub-Signature-256/, '401 names the header');
+$r = post('/inbox/github', $body . ' ', 'X-GitHub-Delivery' => 'd-3',
+	'X-Hub-Signature-256' => 'sha256=' . hmac_sha256_hex($body, 'gh-secret'));
+is($r->{status}, 401, 'github: a tampered body is 401');
+$r = post('/inbox/github', $body, 'X-GitHub-Delivery' => 'd-4');
+is($r->{status}, 401, 'github: no signature is 401');
+is(inbox_count("source = 'gh'"), 1, 'nothing is stored for a 401');
+
+my $now = time;
+my $sbody = '{"id":"evt_1","type":"invoice.paid"}';
+my $sig = hmac_sha256_hex("$now.$sbody", 'old-secret');
+$r = post('/inbox/stripe', $sbody, 'Stripe-Signature' => "t=$now,v1=$sig");
+is($r->{status}, 202, 'stripe: the old secret of a rotation is still accepted');
+my $stale = $now - 1000;
+$sig = hmac_sha256_hex("$stale.$sbody", 'new-secret');
+$r = post('/inbox/stripe', '{"id":"evt_2","type":"x"}', 'Stripe-Signature' => "t=$stale,v1=$sig");
+is($r->{status}, 401, 'stripe: a stale timestamp is 401');
+like(reason($r), qr/tolerance|timestamp/i, 'stale reason');
+
+my $swbody = '{"type":"user.created"}';
+my $swsig = encode_base64(hmac_sha256("msg_1.$now.$swbody", decode_base64(substr($sw_secret, 6))), '');
+$r = post('/inbox/sw', $swbody, 'webhook-id' => 'msg_1', 'webhook-timestamp' => $now,
+	'webhook-signature' => "v1,$swsig");
+is($r->{status}, 202, 'standard-webhooks: a valid signature is accepted');
+is($node->safe_psql('postgres', "SELECT idempotency_key FROM queuebox.inbox WHERE source = 'sw'"),
+	'msg_1', 'standard-webhooks: the key defaults to webhook-id');
+
+my $hbody = '{"id":"h1"}';
+$r = post('/inbox/hmac', $hbody, 'X-Sig' => 'sha256=' . encode_base64(hmac_sha256($hbody, 'hm-secret'), ''));
+is($r->{status}, 202, 'hmac-sha256: base64 with a prefix is accepted');
+$r = post('/inbox/hmac', '{"id":"h2"}', 'X-Sig' => 'sha256=' . encode_base64(hmac_sha256($hbody, 'hm-secret'), ''));
+is($r->{status}, 401, 'hmac-sha256: a signature of another body is 401');
+
+$r = post('/inbox/orders', '{"n":1}', 'Authorization' => 'Bearer wrong', 'Idempotency-Key' => 'o1');
+is($r->{status}, 401, 'bearer: a wrong token is 401');
+$r = post('/inbox/orders', '{"n":1}', 'Authorization' => 'Bearer orders-token', 'Idempotency-Key' => 'o1');
+is($r->{status}, 202, 'bearer: the right token is accepted');
+$r = post('/inbox/orders', '{"n":1}', 'Authorization' => 'Bearer orders-token');
+is($r->{status}, 422, 'a missing idempotency key header is 422');
+like(reason($r), qr/Idempotency-Key header is missing/, '422 names the header');
+is($node->safe_psql('postgres', "SELECT consumption FROM queuebox.inbox WHERE source = 'orders'"),
+	'pull', 'the consumption of the source is stored on the row');
+
+# ---- a slow client cannot hold the listener
+{
+	my $slow = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) or die $!;
+	print $slow "POST /inbox/plain HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"id\":";
+	my $ok = 0;
+	for my $i (1 .. 5)
+	{
+		$r = post('/inbox/plain', qq({"id":"slow-$i","type":"t"}));
+		$ok++ if $r->{status} == 202;
+	}
+	is($ok, 5, 'other clients are served while a slow client holds a connection');
+	my $sel = IO::Select->new($slow);
+	my $closed = 0;
+	for (1 .. 100)
+	{
+		if ($sel->can_read(0.2))
+		{
+			my $n = sysread($slow, my $buf, 4096);
+			if (!$n) { $closed = 1; last; }
+		}
+	}
+	ok($closed, 'the slow client is disconnected after connectionTimeoutMs');
+	close $slow;
+}
+
+# ---- 503 while the database cannot store, and nothing half-stored
+{
+	my $locker = $node->background_psql('postgres');
+	$locker->query_safe('BEGIN; LOCK TABLE queuebox.inbox IN ACCESS EXCLUSIVE MODE;');
+	$r = post('/inbox/plain', '{"id":"locked-1","type":"t"}');
+	is($r->{status}, 503, 'the store timing out is 503');
+	like(reason($r), qr/did not store the message.*retry later/, '503 says to retry');
+	$r = $http->get("$base/healthz");
+	is($r->{status}, 200, 'health stays 200 while the store is blocked');
+	$locker->query_safe('ROLLBACK;');
+	$locker->quit;
+	is(inbox_count("idempotency_key = 'locked-1'"), 0, 'the 503 stored nothing');
+	$r = post('/inbox/plain', '{"id":"locked-1","type":"t"}');
+	is($r->{status}, 202, 'the retried message is accepted once the store is back');
+}
+
+# ---- health, readiness, metrics
+$r = $http->get("$base/readyz");
+is($r->{status}, 200, 'readyz is 200 with the database up');
+$r = $http->get("$base/metrics");
+is($r->{status}, 200, 'metrics answers');
+like($r->{headers}{'content-type'}, qr{^text/plain; version=0\.0\.4}, 'Prometheus content type');
+like($r->{content}, qr/^queuebox_inbox_received_total\{source="plain",result="accepted"\} 7$/m,
+	'accepted count per source');
+like($r->{content}, qr/^queuebox_inbox_received_total\{source="plain",result="duplicate"\} 1$/m,
+	'duplicate count');
+like($r->{content}, qr/^queuebox_inbox_received_total\{source="gh",result="unauthorized"\} 3$/m,
+	'unauthorized count');
+like($r->{content}, qr/^queuebox_inbox_received_total\{source="plain",result="unavailable"\} 1$/m,
+	'unavailable count');
+my $pending = inbox_count("state = 'pending'");
+like($r->{content}, qr/^queuebox_inbox_pending $pending$/m, 'the inbox pending gauge');
+like($r->{content}, qr/^queuebox_database_up 1$/m, 'database up');
+
+# ---- admin
+$r = $http->get("$base/admin/outbox/dead");
+is($r->{status}, 401, 'admin without a token is 401');
+$r = $http->get("$base/admin/outbox/dead", { headers => { Authorization => 'Bearer nope' } });
+is($r->{status}, 401, 'admin with a wrong token is 401');
+my %auth = (Authorization => "Bearer $admin_token");
+my $dead_id = $node->safe_psql('postgres',
+	"INSERT INTO queuebox.outbox (topic, key, payload, state, attempt, last_error)"
+	  . " VALUES ('t.x', 'k', '{\"v\":1}', 'dead', 10, 'gave up') RETURNING id");
+$r = $http->get("$base/admin/outbox/dead?limit=10", { headers => \%auth });
+is($r->{status}, 200, 'admin lists dead outbox rows');
+is($json->decode($r->{content})->[0]{id}, $dead_id, 'the dead row is listed');
+$r = $http->request('POST', "$base/admin/outbox/$dead_id/replay", { headers => \%auth });
+is($r->{status}, 200, 'admin replays an outbox row');
+my $new_id = $json->decode($r->{content})->{id};
+ok($new_id > $dead_id, 'the replay is a new row');
+$r = $http->request('POST', "$base/admin/outbox/$dead_id/requeue", { headers => \%auth });
+is($r->{status}, 200, 'admin requeues a dead outbox row');
+is($node->safe_psql('postgres', "SELECT state || attempt FROM queuebox.outbox WHERE id = $dead_id"),
+	'pending0', 'requeued: pending, attempts reset');
+$r = $http->request('POST', "$base/admin/outbox/$dead_id/requeue", { headers => \%auth });
+is($r->{status}, 404, 'requeue of a row that is not dead is 404');
+$r = $http->request('POST', "$base/admin/outbox/requeue",
+	{ headers => \%auth, content => '{"topicPattern":"t.*","bogus":1}' });
+is($r->{status}, 400, 'an unknown filter key is 400');
+like(reason($r), qr/unknown key "bogus"/, 'the key is named');
+$r = $http->request('POST', "$base/admin/inbox/requeue",
+	{ headers => \%auth, content => '{"source":"plain","since":"not a time"}' });
+is($r->{status}, 422, 'a malformed timestamp is 422');
+$node->safe_psql('postgres', "UPDATE queuebox.inbox SET state = 'dead', last_error = 'x' WHERE idempotency_key = 'a1'");
+$r = $http->request('POST', "$base/admin/inbox/requeue", { headers => \%auth, content => '{"source":"plain"}' });
+is($r->{status}, 200, 'admin requeues dead inbox rows in bulk');
+is($json->decode($r->{content})->{requeued}, 1, 'one row requeued');
+$r = $http->request('POST', "$base/admin/inbox/999999/replay", { headers => \%auth });
+is($r->{status}, 404, 'replay of an inbox row that does not exist is 404');
+my $a1 = $node->safe_psql('postgres', "SELECT id FROM queuebox.inbox WHERE idempotency_key = 'a1'");
+$r = $http->request('POST', "$base/admin/inbox/$a1/replay", { headers => \%auth });
+is($r->{status}, 200, 'admin replays an inbox row into the outbox');
+is($node->safe_psql('postgres', "SELECT topic || '|' || key || '|' || (headers->>'x-inbox-id') FROM queuebox.outbox WHERE id = "
+	  . $json->decode($r->{content})->{id}), "order.created|c1|$a1", 'through the relay mapping');
+$r = $http->request('POST', "$base/admin/nothing", { headers => \%auth });
+is($r->{status}, 404, 'an unknown admin route is 404');
+$r = $http->request('DELETE', "$base/admin/outbox/dead", { headers => \%auth });
+is($r->{status}, 405, 'a wrong method on an admin route is 405');
+
+# ---- a restart loses nothing that was answered 202
+{
+	my $total = 400;
+	my $log = $node->basedir . '/restart_answers.txt';
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		my $c = HTTP::Tiny->new(timeout => 5, keep_alive => 0);
+		open my $fh, '>', $log or die;
+		$fh->autoflush(1);
+		for my $i (1 .. $total)
+		{
+			my $a = $c->request('POST', "$base/inbox/plain",
+				{ content => qq({"id":"r-$i","type":"t","customer":"c$i"}) });
+			print $fh "r-$i $a->{status}\n";
+			usleep(5_000);
+		}
+		close $fh;
+		# _exit: a plain exit would run the test library's END blocks here,
+		# which stop the node
+		POSIX::_exit(0);
+	}
+	qb_wait_for(sub { -s $log && (() = slurp_file($log) =~ /\n/g) >= 50 },
+		'the client has sent 50 messages', 60);
+	$node->restart;
+	waitpid($pid, 0);
+	my %ans = map { split / / } split /\n/, slurp_file($log);
+	my @accepted = grep { $ans{$_} == 202 } keys %ans;
+	my @other = grep { $ans{$_} != 202 } keys %ans;
+	ok(@accepted >= 50, scalar(@accepted) . ' messages were accepted around the restart');
+	my $bad = join ',', grep { $ans{$_} !~ /^(503|599)$/ } @other;
+	is($bad, '', 'every other answer is 503 or no connection');
+	my $stored = $node->safe_psql('postgres',
+		"SELECT count(*) FROM queuebox.inbox WHERE idempotency_key = ANY ('{"
+		  . join(',', @accepted) . "}')");
+	is($stored, scalar(@accepted), 'every message answered 202 is stored after the restart');
+	qb_wait_for(sub { my $h = $http->get("$base/healthz"); $h->{status} == 200 },
+		'the ingress listens again', 60);
+	my $retried = 0;
+	for my $k (@other)
+	{
+		(my $i = $k) =~ s/^r-//;
+		my $a = post('/inbox/plain', qq({"id":"$k","type":"t","customer":"c$i"}));
+		$retried++ if $a->{status} == 202 || $a->{status} == 200;
+	}
+	is($retried, scalar(@other), 'the messages not answered 202 are accepted when sent again');
+	is(inbox_count("idempotency_key LIKE 'r-%'"), $total, 'all messages stored exactly once');
+}
+
+# ---- no listener without http.listen; admin off without a token
+qb_configure($node, "sources:\n  plain: { type: http, path: /plain, idempotencyKeyPath: \$.id, topic: p }\n");
+qb_wait_for(sub { !IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) },
+	'the listener closes when http.listen is removed', 30);
+qb_configure($node, "http: { listen: $port }\n");
+qb_wait_for(sub { my $h = $http->get("$base/healthz"); $h->{status} == 200 },
+	'a port alone listens on loopback', 30);
+$r = $http->get("$base/admin/outbox/dead", { headers => \%auth });
+is($r->{status}, 404, 'without admin.token the admin routes are off');
+like(reason($r), qr/set admin.token/, 'and the answer says how to turn them on');
+
+$node->stop;
+done_testing();
