@@ -34,6 +34,10 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# PGXS tracks no header dependencies: a struct that grows in a header must
+# rebuild every object, or two objects disagree on its layout.
+$(OBJS): $(wildcard src/common/*.h src/pgext/*.h)
+
 # after the include: Makefile.global resets PROVE_FLAGS
 PG_PROVE_FLAGS += -I $(srcdir)/test/perl
 

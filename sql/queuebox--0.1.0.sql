@@ -141,7 +141,8 @@ COMMENT ON FUNCTION queuebox.enqueue(text, jsonb, text, jsonb) IS
 CREATE FUNCTION queuebox._outbox_claim(
 	batch_size int, lease_ms bigint, default_max_attempts int, token uuid)
 	RETURNS TABLE (id bigint, message_id uuid, topic text, key text,
-				   payload text, headers text, attempt int, max_attempts int)
+				   payload text, headers text, attempt int, max_attempts int,
+				   created_epoch double precision)
 	AS 'MODULE_PATHNAME', 'qb_sql_outbox_claim'
 	LANGUAGE C VOLATILE;
 

@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include "qb_config.h"
+#include "qb_metrics.h"
 
 typedef enum QbLogLevel
 {
@@ -48,6 +49,9 @@ typedef struct QbHost
 	 * the first call).  The engine then reloads it through the store.
 	 */
 	bool		(*config_changed) (void *ctx);
+
+	/* Where the engines count what they do (shared by every worker), or NULL. */
+	QbMetrics  *metrics;
 } QbHost;
 
 /*

@@ -41,6 +41,7 @@ typedef struct QboRound
 	QbSettle   *settles;
 	char	  **errors;			/* owned strings behind settles[i].error */
 	bool	   *done;
+	const char **dest;			/* the destination each row was routed to, or NULL */
 	QbOutboxStats *stats;
 } QboRound;
 
@@ -163,6 +164,7 @@ qbo_dispatch(QboEngine *e, QboRound *r)
 			continue;
 		}
 		dest = &r->cfg->destinations[r->cfg->routes[ri].dest_index];
+		r->dest[i] = dest->name;
 		if (dest->type != QB_DEST_HTTP)
 		{
 			snprintf(msg, sizeof(msg),
@@ -223,6 +225,44 @@ qbo_publish(QboEngine *e, QboRound *r)
 }
 
 /*
+ * qbo_count adds a settled round to the shared metrics: what a destination
+ * acknowledged (with the time since the row was created), what failed and
+ * what went dead.  Counted once the settle is written, so a round whose
+ * settle is lost (and is delivered again) is not counted twice.
+ */
+static void
+qbo_count(QboEngine *e, const QboRound *r)
+{
+	struct timespec now;
+	double		t;
+
+	if (e->host->metrics == NULL)
+		return;
+	clock_gettime(CLOCK_REALTIME, &now);
+	t = now.tv_sec + now.tv_nsec / 1e9;
+	for (int i = 0; i < r->nrows; i++)
+	{
+		const char *d = r->dest[i] ? r->dest[i] : "_unrouted";
+
+		switch (r->settles[i].kind)
+		{
+			case QB_SETTLE_SENT:
+				qb_metrics_delivery(e->host->metrics, d, QB_DELIVERED,
+									t - r->rows[i].created_epoch);
+				break;
+			case QB_SETTLE_RETRY:
+				qb_metrics_delivery(e->host->metrics, d, QB_FAILED, -1);
+				break;
+			case QB_SETTLE_DEAD:
+				qb_metrics_delivery(e->host->metrics, d, QB_DEAD, -1);
+				break;
+			case QB_SETTLE_RELEASE:
+				break;
+		}
+	}
+}
+
+/*
  * qbo_settle writes the round's outcomes in one statement, trying a few
  * times: if the database is briefly unavailable the lease still protects the
  * rows, but settling now avoids a duplicate delivery later.
@@ -247,6 +287,7 @@ qbo_settle(QboEngine *e, QboRound *r, const char *token)
 		}
 		e->host->wait(e->host->ctx, -1, 200 * tries);
 	}
+	qbo_count(e, r);
 	if (changed != r->nrows)
 		qb_log(e->host, QB_LOG_INFO,
 			   "settled %d of %d rows; the others' leases had expired and were taken over",
@@ -292,7 +333,8 @@ qbo_round(QboEngine *e)
 	r.settles = calloc(n, sizeof(QbSettle));
 	r.errors = calloc(n, sizeof(char *));
 	r.done = calloc(n, sizeof(bool));
-	if (r.settles == NULL || r.errors == NULL || r.done == NULL)
+	r.dest = calloc(n, sizeof(char *));
+	if (r.settles == NULL || r.errors == NULL || r.done == NULL || r.dest == NULL)
 	{
 		/* Leave the rows to their lease; nothing was published. */
 		qb_log(e->host, QB_LOG_WARNING, "out of memory for a batch of %d rows", n);
@@ -323,6 +365,7 @@ done:
 	free(r.errors);
 	free(r.settles);
 	free(r.done);
+	free(r.dest);
 	qb_outbox_rows_free(r.rows, r.nrows);
 	return n;
 }

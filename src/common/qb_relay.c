@@ -102,6 +102,11 @@ qbr_forward(QbrEngine *e, const char *token, const int64_t *ids,
 	e->stats->batches++;
 	e->stats->forwarded += inserted;
 	e->stats->dead += settled - inserted;
+	if (e->host->metrics != NULL)
+	{
+		qb_metrics_add(&e->host->metrics->relay_forwarded, (uint64_t) inserted);
+		qb_metrics_add(&e->host->metrics->relay_dead, (uint64_t) (settled - inserted));
+	}
 	e->stats->taken_over += n - settled;
 	if (settled != n)
 		qb_log(e->host, QB_LOG_INFO,

@@ -42,7 +42,8 @@
 	"   LIMIT $1" \
 	"   FOR UPDATE SKIP LOCKED))" \
 	" RETURNING o.id, o.message_id, o.topic, o.key, o.payload::text, o.headers::text," \
-	"           o.attempt, coalesce(o.max_attempts, $3)"
+	"           o.attempt, coalesce(o.max_attempts, $3)," \
+	"           extract(epoch FROM o.created_at)::float8"
 
 /*
  * Settle: $1 uuid claim token, $2 int8[] ids, $3 text[] outcomes ('sent',

@@ -43,6 +43,7 @@ typedef struct QbOutboxRow
 	char	   *headers;		/* JSON object text */
 	int			attempt;		/* attempts made before this claim */
 	int			max_attempts;	/* the row's, or outbox.maxAttempts */
+	double		created_epoch;	/* created_at in Unix seconds: for the latency metric */
 } QbOutboxRow;
 
 /* A push inbox row the relay claimed: what the topic template needs. */

@@ -244,6 +244,7 @@ qbs_copy_outbox_row(HeapTuple tup, TupleDesc desc, void *row)
 	r->headers = qbs_strdup_col(tup, desc, 6);
 	r->attempt = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
 	r->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
+	r->created_epoch = DatumGetFloat8(SPI_getbinval(tup, desc, 9, &isnull));
 }
 
 static void

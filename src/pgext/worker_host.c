@@ -238,4 +238,5 @@ qb_worker_host_start(const char *label, QbWorkerSlot *slot, bool may_commit_asyn
 	host->wait = qbh_wait;
 	host->should_stop = qbh_should_stop;
 	host->config_changed = qbh_config_changed;
+	host->metrics = &qb_shared->metrics;
 }
