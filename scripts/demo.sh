@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The QueueBox demo: a throwaway PostgreSQL 15 cluster with the extension
-# preloaded, a loopback HTTP sink, and rows inserted in a business
-# transaction that the sink receives.  Everything it starts it stops.
+# preloaded, a loopback HTTP sink, rows inserted in a business transaction
+# that the sink receives, and a signed webhook that comes in through the
+# inbox, is forwarded by the relay and delivered too.  Everything it starts
+# it stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -21,6 +23,7 @@ if [ "$(id -u)" -eq 0 ]; then
   RUNAS=(runuser -u postgres --)
 fi
 PORT=$(( 20000 + RANDOM % 20000 ))
+HTTP_PORT=$(( PORT + 1 ))
 SINK_PID=""
 cleanup() {
   [ -n "$SINK_PID" ] && kill "$SINK_PID" 2>/dev/null || true
@@ -57,6 +60,17 @@ destinations:
 routes:
   - topicPattern: \"orders.**\"
     destination: payments
+  - topicPattern: \"github.**\"
+    destination: payments
+http: { listen: $HTTP_PORT }
+sources:
+  github:
+    type: http
+    path: /github
+    idempotencyKeyHeader: X-GitHub-Delivery
+    eventTypeHeader: X-GitHub-Event
+    topic: \"github.{{ eventType }}\"
+    auth: { type: github, secret: demo-secret }
 \$yaml\$)"
 run "CREATE TABLE orders (id int PRIMARY KEY, customer text)"
 run "BEGIN;
@@ -67,9 +81,28 @@ COMMIT"
 run "SELECT queuebox.enqueue('orders.paid', '{\"id\": 1, \"amount\": 990}', 'customer-42')"
 run "SELECT queuebox.enqueue('shipping.label', '{\"id\": 1}')"
 
+for _ in $(seq 50); do
+  curl -s -o /dev/null "http://127.0.0.1:$HTTP_PORT/healthz" && break
+  sleep 0.1
+done
+BODY='{"action":"opened","pull_request":{"number":7}}'
+SIG=$(printf '%s' "$BODY" | openssl dgst -sha256 -hmac demo-secret -hex | sed 's/^.* //')
+echo
+echo "\$ curl -X POST http://127.0.0.1:$HTTP_PORT/inbox/github -H 'X-Hub-Signature-256: sha256=$SIG' ... (signed webhook)"
+curl -s -X POST "http://127.0.0.1:$HTTP_PORT/inbox/github" -H "Content-Type: application/json" \
+  -H "X-GitHub-Delivery: delivery-1" -H "X-GitHub-Event: pull_request" \
+  -H "X-Hub-Signature-256: sha256=$SIG" -d "$BODY"; echo
+echo "\$ the same webhook again (a retry by the sender)"
+curl -s -X POST "http://127.0.0.1:$HTTP_PORT/inbox/github" -H "Content-Type: application/json" \
+  -H "X-GitHub-Delivery: delivery-1" -H "X-GitHub-Event: pull_request" \
+  -H "X-Hub-Signature-256: sha256=$SIG" -d "$BODY"; echo
+echo "\$ a webhook signed with the wrong secret"
+curl -s -X POST "http://127.0.0.1:$HTTP_PORT/inbox/github" -H "X-GitHub-Delivery: delivery-2" \
+  -H "X-Hub-Signature-256: sha256=0000" -d "$BODY"; echo
+
 for _ in $(seq 100); do
   n=$("${PSQL[@]}" -d app -tAc "SELECT count(*) FROM queuebox.outbox WHERE state IN ('sent','dead')")
-  [ "$n" -ge 3 ] && break
+  [ "$n" -ge 4 ] && break
   sleep 0.1
 done
 
@@ -81,6 +114,10 @@ r=json.loads(sys.stdin.read()); h=r["headers"]
 print("%s %s  X-Message-Id=%s  X-Correlation-Id=%s  User-Agent=%s\n   body: %s" % (r["method"], r["path"], h.get("x-message-id"), h.get("x-correlation-id","-"), h.get("user-agent"), r["body"]))' 2>/dev/null || echo "$line"
 done < "$DIR/sink.log"
 run "SELECT id, topic, key, state, attempt, last_error FROM queuebox.outbox ORDER BY id"
+run "SELECT id, source, idempotency_key, event_type, state FROM queuebox.inbox ORDER BY id"
 run "SELECT * FROM queuebox.outbox_stats"
 echo
-echo "== demo done: 'orders.*' rows were delivered; 'shipping.label' has no route, so it is dead with a reason"
+echo "== metrics (GET /metrics, excerpt)"
+curl -s "http://127.0.0.1:$HTTP_PORT/metrics" | grep -E '^queuebox_(outbox_delivered_total|inbox_received_total\{source="github",result="(accepted|duplicate|unauthorized)"|relay_forwarded_total)'
+echo
+echo "== demo done: 'orders.*' rows and the webhook were delivered; 'shipping.label' has no route, so it is dead with a reason"
