@@ -1,0 +1,139 @@
+# shellcheck shell=bash
+# bench/lib.sh: what the inbox benchmarks share (sourced, not run).
+#
+# Before sourcing, a script sets PGBIN and defines nothing else of these.
+# After it: log, die, free_port; qb_bench_prereqs (installed extension,
+# not an ASan build; R_SANITIZED names a UBSan build); COMMIT (read at the
+# start: the tree may move on while a benchmark runs); qb_bench_workdir NAME
+# (WORK, as_pg, and an EXIT trap that stops the cluster when PG_STARTED=1,
+# prints the server log tail on failure, and calls bench_cleanup_extra when
+# the script defines it).
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+qb_bench_prereqs() {
+	[[ -x "$PGBIN/initdb" ]] || die "no $PGBIN/initdb (postgresql-15)"
+	PSQL=$PGBIN/psql	# used by the scripts that source this file
+	export PSQL
+	command -v python3 >/dev/null || die "python3 is needed for the summaries"
+	PKGLIBDIR=$(pg_config --pkglibdir)
+	[[ -f "$PKGLIBDIR/queuebox.so" ]] || die "queuebox.so is not installed in $PKGLIBDIR (make && make install)"
+	[[ -f "$(pg_config --sharedir)/extension/queuebox.control" ]] || die "queuebox.control is not installed"
+	if ldd "$PKGLIBDIR/queuebox.so" 2>/dev/null | grep -q 'libasan'; then
+		die "$PKGLIBDIR/queuebox.so is an ASan build; reinstall a plain build (make clean && make && make install)"
+	fi
+	R_SANITIZED=
+	if ldd "$PKGLIBDIR/queuebox.so" 2>/dev/null | grep -q 'libubsan'; then
+		R_SANITIZED="UBSan build of queuebox.so"
+		log "WARNING: $PKGLIBDIR/queuebox.so is a UBSan build: QueueBox figures will be somewhat low"
+	fi
+	COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "no commit")
+	if [[ -n "$(git -C "$ROOT" status --porcelain -- src sql 2>/dev/null)" ]]; then
+		COMMIT+=" (uncommitted changes in src/ or sql/)"
+	fi
+}
+
+qb_bench_workdir() {
+	WORK=$(mktemp -d "/tmp/qb-bench-$1.XXXXXX")
+	chmod 755 "$WORK"
+	if [[ $(id -u) -eq 0 ]]; then
+		id postgres >/dev/null 2>&1 || die "running as root needs a postgres user"
+		chown postgres: "$WORK"
+		as_pg() { runuser -u postgres -- "$@"; }
+	else
+		as_pg() { "$@"; }
+	fi
+	PG_STARTED=0
+	trap qb_bench_cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
+qb_bench_cleanup() {
+	local rc=$?
+	set +e
+	if declare -F bench_cleanup_extra >/dev/null; then bench_cleanup_extra; fi
+	if (( PG_STARTED )); then
+		as_pg "$PGBIN/pg_ctl" -D "$WORK/data" -m fast -w -t 60 stop >/dev/null 2>&1
+	fi
+	if (( rc != 0 )) && [[ -f "$WORK/pg.log" ]]; then
+		echo "---- last lines of the server log ($WORK/pg.log)" >&2
+		tail -n 30 "$WORK/pg.log" >&2
+	fi
+	if [[ "${QB_BENCH_KEEP:-0}" == 1 || $rc -ne 0 ]]; then
+		echo "kept $WORK" >&2
+	else
+		rm -rf "$WORK"
+	fi
+	exit $rc
+}
+
+# qb_bench_cluster NAME MAX_CONNECTIONS RELAY(on|off): initdb and start a
+# cluster in $WORK/data with queuebox preloaded for database bench, no outbox
+# worker, synchronous commit; sets PGPORT, CONN_BASE, PGVERSION and q DB SQL.
+qb_bench_cluster() {
+	PGPORT=$(free_port) || die "no free port"
+	log "initdb in $WORK/data (port $PGPORT, shared_buffers $SB)"
+	as_pg "$PGBIN/initdb" -D "$WORK/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$WORK/initdb.log" 2>&1 \
+		|| { cat "$WORK/initdb.log" >&2; die "initdb failed"; }
+	{
+		echo "# bench/$1"
+		echo "listen_addresses = '127.0.0.1'"
+		echo "port = $PGPORT"
+		echo "unix_socket_directories = '$WORK'"
+		echo "max_connections = $2"
+		echo "shared_buffers = $SB"
+		echo "max_wal_size = 16GB"
+		echo "checkpoint_timeout = 30min"
+		echo "fsync = on"
+		echo "synchronous_commit = on"
+		echo "shared_preload_libraries = 'queuebox'"
+		echo "queuebox.database = 'bench'"
+		echo "queuebox.outbox_workers = 0"
+		echo "queuebox.relay_worker = $3"
+	} | as_pg tee -a "$WORK/data/postgresql.conf" >/dev/null
+	as_pg "$PGBIN/pg_ctl" -D "$WORK/data" -l "$WORK/pg.log" -w -t 120 start >/dev/null \
+		|| die "the cluster did not start"
+	PG_STARTED=1
+	CONN_BASE="host=127.0.0.1 port=$PGPORT user=postgres"
+	PGVERSION=$(q postgres "SHOW server_version")
+	log "PostgreSQL $PGVERSION up"
+}
+
+q() { # q DB SQL...: one statement, tuples only
+	local db=$1; shift
+	"$PSQL" "$CONN_BASE dbname=$db" -X -v ON_ERROR_STOP=1 -At -q -c "$*"
+}
+
+# cpu_busy, busy_note (a warning when the machine is not idle, kept in BUSY),
+# fdiv A B DIGITS, and the results array R
+cpu_busy() { # share of the CPUs busy over one second (all processes)
+	local a b
+	read -ra a < <(head -1 /proc/stat); sleep 1; read -ra b < <(head -1 /proc/stat)
+	python3 - "${a[@]:1}" -- "${b[@]:1}" <<'EOF'
+import sys
+i = sys.argv.index('--')
+a = list(map(int, sys.argv[1:i])); b = list(map(int, sys.argv[i + 1:]))
+d = [y - x for x, y in zip(a, b)]
+tot = sum(d[:8]) or 1
+print(round(100.0 * (tot - d[3] - d[4]) / tot))
+EOF
+}
+declare -A R   # results
+BUSY=()
+busy_note() {
+	local b; b=$(cpu_busy)
+	BUSY+=("$b")
+	(( b <= 15 )) || log "WARNING: the CPUs are ${b}% busy while this benchmark is idle: another process is using the machine; figures will be low"
+}
+fdiv() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f'{a/b:.{int(sys.argv[3])}f}' if b else 'n/a')" "$@"; }
+
+free_port() { # a free TCP port on 127.0.0.1: nothing answers a connect to it
+	local p _
+	for _ in $(seq 1 50); do
+		p=$(( 20000 + RANDOM % 40000 ))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
+	done
+	return 1
+}
