@@ -18,7 +18,7 @@ WARN        = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-ini
               -Wno-sign-compare -Wno-declaration-after-statement
 PG_CPPFLAGS = -Isrc/common -DQB_VERSION=\"$(EXTVERSION)\"
 PG_CFLAGS   = -std=gnu11 $(WARN) $(QB_EXTRA_CFLAGS)
-SHLIB_LINK  = -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto $(QB_EXTRA_LDFLAGS)
+SHLIB_LINK  = -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto $(QB_EXTRA_LDFLAGS)
 
 # pg_regress: sql/*.sql minus the extension script, outputs in expected/.
 REGRESS      = outbox_schema outbox_cycle configure stats inbox_pull operations relay relay_ops
@@ -44,7 +44,7 @@ PG_PROVE_FLAGS += -I $(srcdir)/test/perl
 # ---- the core alone: no PostgreSQL include path, plain cc ----------------
 UNIT_CC      ?= cc
 UNIT_CFLAGS   = -std=gnu11 -g -O1 $(WARN) -Isrc/common -DQB_VERSION=\"$(EXTVERSION)\"
-UNIT_LIBS     = -lcmocka -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -lpthread
+UNIT_LIBS     = -lcmocka -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -lpthread
 ifeq ($(SANITIZE),1)
 UNIT_CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 endif

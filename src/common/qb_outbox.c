@@ -24,7 +24,7 @@
 #include <time.h>
 
 #include "qb_backoff.h"
-#include "qb_http.h"
+#include "qb_publish.h"
 #include "qb_outbox.h"
 #include "qb_route.h"
 
@@ -51,7 +51,7 @@ typedef struct QboEngine
 	const QbStore *store;
 	int			worker_index;
 	QbConfig   *cfg;			/* NULL until a valid document is stored */
-	QbHttp	   *http;
+	QbPubSet   *pub;			/* the publishers, one per destination type in use */
 	long		next_reclaim;
 	long		next_retention;
 	bool		warned_no_config;
@@ -124,7 +124,7 @@ qbo_failed(QboRound *r, int i, const char *why)
 }
 
 static void
-qbo_http_done(void *arg, int tag, const QbHttpOutcome *out)
+qbo_publish_done(void *arg, int tag, const QbPubOutcome *out)
 {
 	QboRound   *r = arg;
 
@@ -132,6 +132,15 @@ qbo_http_done(void *arg, int tag, const QbHttpOutcome *out)
 	{
 		qbo_set(r, tag, QB_SETTLE_SENT, r->rows[tag].attempt + 1, 0, NULL);
 		r->stats->sent++;
+	}
+	else if (out->permanent)
+	{
+		char		msg[768];
+
+		snprintf(msg, sizeof(msg), "attempt %d refused for good: %s",
+				 r->rows[tag].attempt + 1, out->error);
+		qbo_set(r, tag, QB_SETTLE_DEAD, r->rows[tag].attempt + 1, 0, msg);
+		r->stats->dead++;
 	}
 	else
 		qbo_failed(r, tag, out->error);
@@ -147,6 +156,7 @@ qbo_dispatch(QboEngine *e, QboRound *r)
 {
 	char		err[512];
 	char		msg[768];
+	QbMessage	m;
 
 	for (int i = 0; i < r->nrows; i++)
 	{
@@ -165,25 +175,22 @@ qbo_dispatch(QboEngine *e, QboRound *r)
 		}
 		dest = &r->cfg->destinations[r->cfg->routes[ri].dest_index];
 		r->dest[i] = dest->name;
-		if (dest->type != QB_DEST_HTTP)
+		m.message_id = row->message_id;
+		m.topic = row->topic;
+		m.key = row->key;
+		m.headers = row->headers;
+		m.body = row->payload;
+		m.body_len = row->payload_len;
+		switch (qb_pubset_start(e->pub, dest, &m, i, err, sizeof(err)))
 		{
-			snprintf(msg, sizeof(msg),
-					 "destination \"%s\" is of type %s, which this version of QueueBox cannot publish to yet; route the topic to an http destination, then requeue the row (queuebox.requeue_outbox)",
-					 dest->name, qb_dest_type_name(dest->type));
-			qbo_set(r, i, QB_SETTLE_DEAD, row->attempt, 0, msg);
-			r->stats->dead++;
-			continue;
-		}
-		switch (qb_http_post(e->http, dest, row->message_id, row->headers,
-							 row->payload, row->payload_len, i, err, sizeof(err)))
-		{
-			case QB_HTTP_STARTED:
+			case QB_PUB_STARTED:
 				break;
-			case QB_HTTP_ROW_INVALID:
+			case QB_PUB_ROW_INVALID:
+				/* a row (or a destination type) that can never be sent as it is */
 				qbo_set(r, i, QB_SETTLE_DEAD, row->attempt, 0, err);
 				r->stats->dead++;
 				break;
-			case QB_HTTP_NOT_STARTED:
+			case QB_PUB_NOT_STARTED:
 				qbo_failed(r, i, err);
 				break;
 		}
@@ -198,14 +205,14 @@ qbo_dispatch(QboEngine *e, QboRound *r)
 static void
 qbo_publish(QboEngine *e, QboRound *r)
 {
-	qb_http_perform(e->http, qbo_http_done, r);
-	while (qb_http_in_flight(e->http) > 0)
+	qb_pubset_perform(e->pub, qbo_publish_done, r);
+	while (qb_pubset_in_flight(e->pub) > 0)
 	{
 		long		timeout;
 
 		if (e->host->should_stop(e->host->ctx))
 		{
-			qb_http_abort_all(e->http);
+			qb_pubset_abort_all(e->pub);
 			for (int i = 0; i < r->nrows; i++)
 				if (!r->done[i])
 				{
@@ -215,12 +222,12 @@ qbo_publish(QboEngine *e, QboRound *r)
 				}
 			return;
 		}
-		timeout = qb_http_timeout_ms(e->http);
+		timeout = qb_pubset_timeout_ms(e->pub);
 		if (timeout < 0 || timeout > 1000)
 			timeout = 1000;
 		if (timeout > 0)
-			e->host->wait(e->host->ctx, qb_http_fd(e->http), timeout);
-		qb_http_perform(e->http, qbo_http_done, r);
+			e->host->wait(e->host->ctx, qb_pubset_fd(e->pub), timeout);
+		qb_pubset_perform(e->pub, qbo_publish_done, r);
 	}
 }
 
@@ -420,8 +427,8 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 	e.store = store;
 	e.worker_index = worker_index;
 	e.stats = stats ? stats : &local;
-	e.http = qb_http_new(err, errlen);
-	if (e.http == NULL)
+	e.pub = qb_pubset_new(err, errlen);
+	if (e.pub == NULL)
 		return -1;
 
 	while (!host->should_stop(host->ctx))
@@ -444,7 +451,7 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 		wait_ms = claimed < 0 ? 1000 : e.cfg->outbox.poll_interval_ms;
 		host->wait(host->ctx, -1, wait_ms);
 	}
-	qb_http_free(e.http);
+	qb_pubset_free(e.pub);
 	qb_config_free(e.cfg);
 	return 0;
 }

@@ -1,0 +1,255 @@
+/*-------------------------------------------------------------------------
+ * qb_publish.c
+ *	  The publish set, and the HTTP publisher's entry in it.
+ *
+ * See qb_publish.h for the vocabulary.  The set keeps one instance per
+ * destination type, created on first use; each instance's fd joins the
+ * set's epoll fd once, when the instance is created (a publisher's fd is
+ * constant for its life).
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "qb_http.h"
+#include "qb_publish.h"
+
+#define QBP_NTYPES 4
+
+/* The publishers this build has, indexed by QbDestType; NULL: not yet. */
+static const QbPublisherOps *const qbp_ops[QBP_NTYPES] = {
+	[QB_DEST_HTTP] = &qb_http_publisher,
+	[QB_DEST_RABBITMQ] = NULL,
+	[QB_DEST_KAFKA] = NULL,
+	[QB_DEST_NATS] = NULL,
+};
+
+struct QbPubSet
+{
+	int			epfd;
+	void	   *inst[QBP_NTYPES];
+};
+
+bool
+qb_pubset_supports(QbDestType type)
+{
+	return (int) type >= 0 && (int) type < QBP_NTYPES && qbp_ops[type] != NULL;
+}
+
+QbPubSet *
+qb_pubset_new(char *err, size_t errlen)
+{
+	QbPubSet   *s = calloc(1, sizeof(QbPubSet));
+
+	if (s == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if ((s->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+	{
+		snprintf(err, errlen, "epoll_create1: %s", strerror(errno));
+		free(s);
+		return NULL;
+	}
+	return s;
+}
+
+void
+qb_pubset_free(QbPubSet *s)
+{
+	if (s == NULL)
+		return;
+	for (int t = 0; t < QBP_NTYPES; t++)
+		if (s->inst[t] != NULL)
+			qbp_ops[t]->destroy(s->inst[t]);
+	close(s->epfd);
+	free(s);
+}
+
+/* qbp_instance: the type's publisher, created on first use. */
+static void *
+qbp_instance(QbPubSet *s, QbDestType t, char *err, size_t errlen)
+{
+	int			fd;
+
+	if (s->inst[t] != NULL)
+		return s->inst[t];
+	if ((s->inst[t] = qbp_ops[t]->create(err, errlen)) == NULL)
+		return NULL;
+	if ((fd = qbp_ops[t]->fd(s->inst[t])) >= 0)
+	{
+		struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t) t};
+
+		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+		{
+			snprintf(err, errlen, "epoll_ctl: %s", strerror(errno));
+			qbp_ops[t]->destroy(s->inst[t]);
+			s->inst[t] = NULL;
+			return NULL;
+		}
+	}
+	return s->inst[t];
+}
+
+QbPubStart
+qb_pubset_start(QbPubSet *s, const QbDestination *dest, const QbMessage *m, int tag,
+				char *err, size_t errlen)
+{
+	void	   *p;
+
+	if (!qb_pubset_supports(dest->type))
+	{
+		snprintf(err, errlen,
+				 "destination \"%s\" is of type %s, which this version of QueueBox cannot publish to yet; route the topic to an http destination, then requeue the row (queuebox.requeue_outbox)",
+				 dest->name, qb_dest_type_name(dest->type));
+		return QB_PUB_ROW_INVALID;
+	}
+	if ((p = qbp_instance(s, dest->type, err, errlen)) == NULL)
+		return QB_PUB_NOT_STARTED;
+	return qbp_ops[dest->type]->start(p, dest, m, tag, err, errlen);
+}
+
+int
+qb_pubset_in_flight(QbPubSet *s)
+{
+	int			n = 0;
+
+	for (int t = 0; t < QBP_NTYPES; t++)
+		if (s->inst[t] != NULL)
+			n += qbp_ops[t]->in_flight(s->inst[t]);
+	return n;
+}
+
+int
+qb_pubset_fd(QbPubSet *s)
+{
+	return s->epfd;
+}
+
+long
+qb_pubset_timeout_ms(QbPubSet *s)
+{
+	long		best = 1000;
+
+	for (int t = 0; t < QBP_NTYPES; t++)
+		if (s->inst[t] != NULL && qbp_ops[t]->in_flight(s->inst[t]) > 0)
+		{
+			long		ms = qbp_ops[t]->timeout_ms(s->inst[t]);
+
+			if (ms >= 0 && ms < best)
+				best = ms;
+		}
+	return best;
+}
+
+void
+qb_pubset_perform(QbPubSet *s, QbPubDone done, void *arg)
+{
+	for (int t = 0; t < QBP_NTYPES; t++)
+		if (s->inst[t] != NULL)
+			qbp_ops[t]->perform(s->inst[t], done, arg);
+}
+
+void
+qb_pubset_abort_all(QbPubSet *s)
+{
+	for (int t = 0; t < QBP_NTYPES; t++)
+		if (s->inst[t] != NULL)
+			qbp_ops[t]->abort_all(s->inst[t]);
+}
+
+/* ---- the HTTP publisher (qb_http.c) behind the ops --------------------- */
+
+typedef struct QbpHttpCall
+{
+	QbPubDone	done;
+	void	   *arg;
+} QbpHttpCall;
+
+static void *
+qbp_http_create(char *err, size_t errlen)
+{
+	return qb_http_new(err, errlen);
+}
+
+static void
+qbp_http_destroy(void *p)
+{
+	qb_http_free(p);
+}
+
+static QbPubStart
+qbp_http_start(void *p, const QbDestination *dest, const QbMessage *m, int tag,
+			   char *err, size_t errlen)
+{
+	switch (qb_http_post(p, dest, m->message_id, m->headers, m->body, m->body_len, tag,
+						 err, errlen))
+	{
+		case QB_HTTP_STARTED:
+			return QB_PUB_STARTED;
+		case QB_HTTP_ROW_INVALID:
+			return QB_PUB_ROW_INVALID;
+		case QB_HTTP_NOT_STARTED:
+			break;
+	}
+	return QB_PUB_NOT_STARTED;
+}
+
+static int
+qbp_http_in_flight(void *p)
+{
+	return qb_http_in_flight(p);
+}
+
+static int
+qbp_http_fd(void *p)
+{
+	return qb_http_fd(p);
+}
+
+static long
+qbp_http_timeout_ms(void *p)
+{
+	return qb_http_timeout_ms(p);
+}
+
+static void
+qbp_http_done(void *arg, int tag, const QbHttpOutcome *o)
+{
+	QbpHttpCall *call = arg;
+	QbPubOutcome out = {o->ok, false, ""};
+
+	snprintf(out.error, sizeof(out.error), "%s", o->error);
+	call->done(call->arg, tag, &out);
+}
+
+static void
+qbp_http_perform(void *p, QbPubDone done, void *arg)
+{
+	QbpHttpCall call = {done, arg};
+
+	qb_http_perform(p, qbp_http_done, &call);
+}
+
+static void
+qbp_http_abort_all(void *p)
+{
+	qb_http_abort_all(p);
+}
+
+const QbPublisherOps qb_http_publisher = {
+	QB_DEST_HTTP,
+	qbp_http_create,
+	qbp_http_destroy,
+	qbp_http_start,
+	qbp_http_in_flight,
+	qbp_http_fd,
+	qbp_http_timeout_ms,
+	qbp_http_perform,
+	qbp_http_abort_all,
+};

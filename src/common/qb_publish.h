@@ -1,0 +1,101 @@
+/*-------------------------------------------------------------------------
+ * qb_publish.h
+ *	  The publishers behind the outbox engine: one per destination type
+ *	  (http, rabbitmq, kafka, nats), driven the same way.
+ *
+ * Wording:
+ *	- A message is what one outbox row becomes at a destination: message id,
+ *	  topic, key, headers (a JSON object), body.
+ *	- A publish is one delivery attempt of one message, tagged with the row's
+ *	  index in its batch; its outcome comes back through perform(): ok, a
+ *	  failed attempt (retry with backoff), or permanent (dead at once: the
+ *	  broker will never accept it as it is).
+ *	- The publish set (QbPubSet) holds one publisher per destination type in
+ *	  use, created on first use and kept across batches (connections too),
+ *	  and one epoll fd over every publisher's fd, so the host waits on one fd.
+ *
+ * Threads: a publisher runs on the engine's thread.  A library that starts
+ * threads of its own (librdkafka, cnats) hands results over through its fd
+ * (a pipe or an event queue); its threads never call back into the engine
+ * and never run with signals unblocked (clibs.md §0).
+ *-------------------------------------------------------------------------
+ */
+#ifndef QB_PUBLISH_H
+#define QB_PUBLISH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "qb_config.h"
+
+typedef struct QbMessage
+{
+	const char *message_id;		/* the row's message_id (uuid text) */
+	const char *topic;
+	const char *key;			/* NULL when the row has none */
+	const char *headers;		/* JSON object text, or NULL */
+	const char *body;
+	size_t		body_len;
+} QbMessage;
+
+typedef struct QbPubOutcome
+{
+	bool		ok;				/* the destination acknowledged it */
+	bool		permanent;		/* not ok and retrying cannot help: dead now */
+	char		error[512];		/* why it failed, for last_error */
+} QbPubOutcome;
+
+typedef void (*QbPubDone) (void *arg, int tag, const QbPubOutcome *outcome);
+
+typedef enum QbPubStart
+{
+	QB_PUB_STARTED,				/* in flight; the outcome comes via perform */
+	QB_PUB_ROW_INVALID,			/* the row can never be sent as it is: dead */
+	QB_PUB_NOT_STARTED			/* a local or connection failure: retry */
+} QbPubStart;
+
+/*
+ * One publisher implementation.  Every function is called on the engine's
+ * thread.  fd() is an fd to wait on for readability (-1: none; then the
+ * engine relies on timeout_ms()).  perform() never blocks.
+ */
+typedef struct QbPublisherOps
+{
+	QbDestType	type;
+	void	   *(*create) (char *err, size_t errlen);
+	void		(*destroy) (void *p);
+	QbPubStart	(*start) (void *p, const QbDestination *dest, const QbMessage *m, int tag,
+						  char *err, size_t errlen);
+	int			(*in_flight) (void *p);
+	int			(*fd) (void *p);
+	long		(*timeout_ms) (void *p);
+	void		(*perform) (void *p, QbPubDone done, void *arg);
+	/* give up on every publish in flight (a stop); they are not reported */
+	void		(*abort_all) (void *p);
+} QbPublisherOps;
+
+/* The implementations (qb_http.c, qb_pub_*.c); NULL ops: not built yet. */
+extern const QbPublisherOps qb_http_publisher;
+
+typedef struct QbPubSet QbPubSet;
+
+extern QbPubSet *qb_pubset_new(char *err, size_t errlen);
+extern void qb_pubset_free(QbPubSet *s);
+
+/* Start one publish to dest, creating its type's publisher on first use. */
+extern QbPubStart qb_pubset_start(QbPubSet *s, const QbDestination *dest, const QbMessage *m,
+								  int tag, char *err, size_t errlen);
+extern int	qb_pubset_in_flight(QbPubSet *s);
+
+/* The one fd to wait on (an epoll set over the publishers' fds). */
+extern int	qb_pubset_fd(QbPubSet *s);
+
+/* How long the host may wait before perform must run (ms, >= 0). */
+extern long qb_pubset_timeout_ms(QbPubSet *s);
+extern void qb_pubset_perform(QbPubSet *s, QbPubDone done, void *arg);
+extern void qb_pubset_abort_all(QbPubSet *s);
+
+/* True when this build can publish to the type. */
+extern bool qb_pubset_supports(QbDestType type);
+
+#endif							/* QB_PUBLISH_H */
