@@ -14,6 +14,7 @@ PKGS=(
   libipc-run-perl libmicrohttpd-dev
   librabbitmq-dev librdkafka-dev libnats-dev freetds-dev unixodbc-dev tdsodbc libjq-dev
   curl wrk openssl
+  rabbitmq-server nats-server
 )
 
 missing=()
