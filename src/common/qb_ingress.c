@@ -41,6 +41,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -1055,8 +1056,8 @@ qb_ingress_run(const QbHost *host, const QbStore *store, QbMetrics *metrics,
 	if (e.mhd != NULL)
 	{
 		long		waited = 0;
+		MHD_socket lfd = MHD_quiesce_daemon(e.mhd);
 
-		MHD_quiesce_daemon(e.mhd);
 		while (waited < QBI_STOP_DRAIN_MS)
 		{
 			const union MHD_DaemonInfo *info;
@@ -1070,6 +1071,9 @@ qb_ingress_run(const QbHost *host, const QbStore *store, QbMetrics *metrics,
 			waited += 50;
 		}
 		qbi_stop_listener(&e);
+		/* a quiesced daemon leaves its listening socket to the caller */
+		if (lfd != MHD_INVALID_SOCKET)
+			close(lfd);
 	}
 	qbi_unref(e.ref);
 	return 0;
