@@ -1905,6 +1905,25 @@ qv_target(QvCtx *cx, const char *path, const QtNode *m, QbDestination *d,
 	return qv_string(cx, sub, n, nonempty, &d->target);
 }
 
+/*
+ * qv_subject_template: a nats subject is a template over the row's topic and
+ * key; check it now so a typo fails the document, not every delivery.
+ */
+static bool
+qv_subject_template(QvCtx *cx, const char *path, const QtNode *m, QbDestination *d)
+{
+	static const char *const names[] = {"topic", "key", NULL};
+	char		sub[QV_PATHLEN];
+	char		msg[QV_MSGLEN];
+
+	if (d->target == NULL)
+		return true;
+	qv_path_key(sub, sizeof(sub), path, "subject");
+	if (!qb_template_check(d->target, names, msg, sizeof(msg)))
+		return qv_error(cx, sub, qt_get(m, "subject"), "%s", msg);
+	return true;
+}
+
 /* qv_flag: an optional boolean key. */
 static bool
 qv_flag(QvCtx *cx, const char *path, const QtNode *m, const char *key, bool *out)
@@ -1996,9 +2015,16 @@ qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d
 				qv_target(cx, path, m, d, "topic", NULL, true) &&
 				qv_pairs(cx, sub, qt_get(m, "config"), false, &d->props, &d->nprops);
 		case QB_DEST_NATS:
+			/*
+			 * JetStream by default: core NATS is at most once and loses
+			 * messages across a server restart (measured), which an outbox
+			 * must not do silently.
+			 */
+			d->jetstream = true;
 			return qv_broker_url(cx, path, m, d, "url",
 								 "a nats destination needs one, e.g. url: \"nats://host:4222\"") &&
 				qv_target(cx, path, m, d, "subject", NULL, true) &&
+				qv_subject_template(cx, path, m, d) &&
 				qv_flag(cx, path, m, "jetstream", &d->jetstream);
 	}
 	return true;

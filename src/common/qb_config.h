@@ -45,8 +45,9 @@
  *				routingKey "{{ topic }}", persistent true, mandatory true
  *	kafka		brokers (required, "host[:port],..."), topic (none: the row's
  *				topic), config {} (librdkafka properties, string to string)
- *	nats		url (required, nats/tls), subject (none: the row's topic),
- *				jetstream false
+ *	nats		url (required, nats/tls; comma-separated servers), subject
+ *				(template over topic and key; none: the row's topic),
+ *				jetstream true
  *
  * Sources (sources.<name>; type http is the only type so far):
  *	path (required, starts with '/', unique), idempotencyKeyPath or
@@ -121,7 +122,7 @@ typedef struct QbDestination
 	bool		mandatory;		/* rabbitmq: default true */
 	QbHeader   *props;			/* kafka: config: librdkafka properties */
 	int			nprops;
-	bool		jetstream;		/* nats: default false */
+	bool		jetstream;		/* nats: default true */
 } QbDestination;
 
 typedef struct QbRoute

@@ -1,0 +1,797 @@
+/*-------------------------------------------------------------------------
+ * qb_pub_nats.c
+ *	  The NATS publisher (cnats): JetStream publishes with acknowledgements,
+ *	  or core NATS publishes confirmed by a flush.
+ *
+ * Wording:
+ *	- A link is one destination's connection (a natsConnection, plus its
+ *	  JetStream context when jetstream is on), keyed by destination name,
+ *	  url and mode, kept across batches; cnats reconnects it by itself.
+ *	- A ticket is one publish in flight: the row's tag, the natsMsg pointer
+ *	  that cnats hands back to the ack handler (used as an identity only,
+ *	  never dereferenced by us after the publish), and a deadline.
+ *	- A JetStream publish is answered when its ack handler runs: an ack, a
+ *	  server error, or cnats's own MaxWait timeout.  A core publish is
+ *	  answered by the flush (a PING/PONG round trip) that perform() runs
+ *	  once per batch: it proves the server received the message, no more.
+ *
+ * Threads: cnats calls the ack handler on its own threads.  The handler
+ * only writes the outcome into the ticket under the mutex and a byte into a
+ * pipe whose read end is fd(); perform(), on the engine's thread, drains the
+ * pipe and reports.  Every cnats call that may start a thread (nats_Open,
+ * the connect, the JetStream context, the first async publish of a link)
+ * runs with every signal blocked: cnats's threads inherit that mask, so
+ * SIGTERM, SIGHUP and the latch's SIGURG reach only the worker's thread
+ * (clibs.md §0).  Threads cnats starts later (reconnect) come from those.
+ *
+ * Failures: no stream captures the subject → a retry whose last_error says
+ * how to fix it (an operator may add the stream, then the retries land);
+ * a message over the server's max_payload → dead; the rest → retry.
+ * JetStream drops a retried duplicate by its Nats-Msg-Id (the row's
+ * message_id) within the stream's duplicate window.
+ *-------------------------------------------------------------------------
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE				/* pipe2 */
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <nats/nats.h>
+
+#include "qb_extract.h"
+#include "qb_pub_nats.h"
+
+#define QBN_ACK_WAIT_MS		5000	/* cnats's MaxWait for one async ack */
+#define QBN_GRACE_MS		5000	/* then our own deadline: a lost callback */
+#define QBN_FLUSH_MS		2000	/* the per-batch flush of core publishes */
+#define QBN_CONNECT_MS		2000
+#define QBN_RECONNECT_MS	250
+#define QBN_RETRY_CONNECT_MS 1000	/* a failed connect is not retried sooner */
+
+typedef struct QbNats QbNats;
+
+typedef struct QbnLink
+{
+	char	   *name;
+	char	   *url;
+	bool		jetstream;
+	natsConnection *nc;			/* NULL until a connect succeeds */
+	jsCtx	   *js;
+	bool		async_started;	/* cnats's pub-ack thread exists */
+	int			core_pending;	/* core publishes not yet flushed */
+	long		retry_at;		/* after a failed connect */
+	char		error[512];		/* why the last connect failed */
+	QbNats	   *owner;
+	struct QbnLink *next;
+} QbnLink;
+
+typedef struct QbnTicket
+{
+	const natsMsg *msg;			/* identity for the ack handler; NULL: core */
+	QbnLink    *link;
+	int			tag;
+	long		deadline;
+	bool		live;			/* in flight, not yet reported */
+	bool		answered;		/* out holds the outcome */
+	QbPubOutcome out;
+} QbnTicket;
+
+struct QbNats
+{
+	pthread_mutex_t mu;			/* tickets, nt, in_flight, pipe_w */
+	int			pipe_r;
+	int			pipe_w;
+	QbnTicket  *tickets;
+	int			nt;
+	int			cap;
+	int			in_flight;
+	QbnLink    *links;
+};
+
+static long
+qbn_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+qbn_block_signals(sigset_t *old)
+{
+	sigset_t	all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, old);
+}
+
+static void
+qbn_restore_signals(const sigset_t *old)
+{
+	pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+/* qbn_redact copies a server list with every user:password replaced. */
+static void
+qbn_redact(const char *url, char *out, size_t outlen)
+{
+	size_t		o = 0;
+
+	for (const char *p = url; *p && o + 1 < outlen;)
+	{
+		const char *end = strchr(p, ',');
+		const char *scheme = strstr(p, "://");
+		const char *at;
+		size_t		len = end ? (size_t) (end - p) : strlen(p);
+
+		if (scheme != NULL && scheme < p + len &&
+			(at = memchr(scheme, '@', p + len - scheme)) != NULL)
+			o += snprintf(out + o, outlen - o, "%.*s***%.*s",
+						  (int) (scheme + 3 - p), p, (int) (p + len - at), at);
+		else
+			o += snprintf(out + o, outlen - o, "%.*s", (int) len, p);
+		if (o >= outlen)
+			break;
+		p += len;
+		if (*p == ',')
+			out[o++] = *p++;
+	}
+	out[o < outlen ? o : outlen - 1] = '\0';
+}
+
+/* qbn_status_text: cnats's status text plus its last error detail. */
+static void
+qbn_status_text(natsStatus s, char *out, size_t outlen)
+{
+	const char *last = nats_GetLastError(NULL);
+
+	/* the detail often repeats the status after a source location: skip it */
+	if (last != NULL && *last && strstr(last, natsStatus_GetText(s)) == NULL)
+		snprintf(out, outlen, "%s (%s)", natsStatus_GetText(s), last);
+	else
+		snprintf(out, outlen, "%s", natsStatus_GetText(s));
+}
+
+/* ---- the ack handler: runs on a cnats thread ------------------------- */
+
+/*
+ * qbn_ack records one JetStream outcome in its ticket and wakes the engine.
+ * It calls nothing of PostgreSQL's and never blocks beyond the mutex.
+ */
+static void
+qbn_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
+{
+	QbnLink    *l = closure;
+	QbNats	   *n = l->owner;
+	const char *subj = natsMsg_GetSubject(msg);
+
+	pthread_mutex_lock(&n->mu);
+	for (int i = 0; i < n->nt; i++)
+	{
+		QbnTicket  *t = &n->tickets[i];
+
+		if (!t->live || t->answered || t->msg != msg)
+			continue;
+		t->answered = true;
+		t->out.ok = pae == NULL;
+		t->out.permanent = false;
+		if (pae == NULL)
+			t->out.error[0] = '\0';
+		else if (pae->Err == NATS_NO_RESPONDERS)
+			snprintf(t->out.error, sizeof(t->out.error),
+					 "no JetStream stream captures subject %s; create one (e.g. nats stream add --subjects %s) or set jetstream: false",
+					 subj, subj);
+		else if (pae->Err == NATS_TIMEOUT)
+			snprintf(t->out.error, sizeof(t->out.error),
+					 "no acknowledgement from JetStream for subject %s within %d ms",
+					 subj, QBN_ACK_WAIT_MS);
+		else
+		{
+			/* 10054: over the stream's maximum message size, for good */
+			t->out.permanent = pae->ErrCode == 10054;
+			snprintf(t->out.error, sizeof(t->out.error),
+					 "JetStream refused the message on subject %s: %s (status %s, err_code %d)",
+					 subj, pae->ErrText ? pae->ErrText : "",
+					 natsStatus_GetText(pae->Err), (int) pae->ErrCode);
+		}
+		break;
+	}
+	if (n->pipe_w >= 0)
+		(void) !write(n->pipe_w, "x", 1);	/* full pipe: already readable */
+	pthread_mutex_unlock(&n->mu);
+	natsMsg_Destroy(msg);		/* the handler owns it */
+}
+
+/* ---- links ------------------------------------------------------------ */
+
+/*
+ * qbn_connect opens a link's connection (and JetStream context) with every
+ * signal blocked.  Reconnects go on forever, a few times a second: a
+ * restarted server gets its publishes back without an engine round.  For
+ * JetStream the reconnect buffer is (as good as) off: a publish during a
+ * reconnect fails at once and is retried with backoff, instead of waiting
+ * in a buffer for an ack that times out.
+ */
+static bool
+qbn_connect(QbnLink *l)
+{
+	natsOptions *o = NULL;
+	natsStatus	s;
+	sigset_t	old;
+	jsOptions	jo;
+	char		url[256];
+	char		why[200];
+
+	qbn_block_signals(&old);
+	s = natsOptions_Create(&o);
+	if (s == NATS_OK)
+		s = natsOptions_SetURL(o, l->url);
+	if (s == NATS_OK)
+		s = natsOptions_SetName(o, "queuebox");
+	if (s == NATS_OK)
+		s = natsOptions_SetTimeout(o, QBN_CONNECT_MS);
+	if (s == NATS_OK)
+		s = natsOptions_SetMaxReconnect(o, -1);
+	if (s == NATS_OK)
+		s = natsOptions_SetReconnectWait(o, QBN_RECONNECT_MS);
+	if (s == NATS_OK && l->jetstream)
+		s = natsOptions_SetReconnectBufSize(o, 1);
+	if (s == NATS_OK)
+		s = natsConnection_Connect(&l->nc, o);
+	if (s == NATS_OK && l->jetstream)
+	{
+		jsOptions_Init(&jo);
+		jo.PublishAsync.AckHandler = qbn_ack;
+		jo.PublishAsync.AckHandlerClosure = l;
+		s = natsConnection_JetStream(&l->js, l->nc, &jo);
+	}
+	qbn_restore_signals(&old);
+	natsOptions_Destroy(o);
+	if (s == NATS_OK)
+		return true;
+
+	qbn_status_text(s, why, sizeof(why));
+	qbn_redact(l->url, url, sizeof(url));
+	snprintf(l->error, sizeof(l->error), "cannot connect to NATS at %.200s: %.200s", url, why);
+	if (l->nc != NULL)
+	{
+		natsConnection_Destroy(l->nc);
+		l->nc = NULL;
+	}
+	l->retry_at = qbn_now_ms() + QBN_RETRY_CONNECT_MS;
+	return false;
+}
+
+/* qbn_link: the destination's connected link, or NULL with the reason. */
+static QbnLink *
+qbn_link(QbNats *n, const QbDestination *d, char *err, size_t errlen)
+{
+	QbnLink    *l;
+
+	for (l = n->links; l != NULL; l = l->next)
+		if (strcmp(l->name, d->name) == 0 && strcmp(l->url, d->broker_url) == 0 &&
+			l->jetstream == d->jetstream)
+			break;
+	if (l == NULL)
+	{
+		if ((l = calloc(1, sizeof(QbnLink))) == NULL ||
+			(l->name = strdup(d->name)) == NULL || (l->url = strdup(d->broker_url)) == NULL)
+		{
+			if (l != NULL)
+				free(l->name);
+			free(l);
+			snprintf(err, errlen, "out of memory");
+			return NULL;
+		}
+		l->jetstream = d->jetstream;
+		l->owner = n;
+		l->next = n->links;
+		n->links = l;
+	}
+	if (l->nc != NULL)
+		return l;
+	if (qbn_now_ms() >= l->retry_at && qbn_connect(l))
+		return l;
+	snprintf(err, errlen, "%s", l->error);
+	return NULL;
+}
+
+/* ---- the message ------------------------------------------------------ */
+
+/*
+ * qbn_subject renders the destination's subject for a row (the row's topic
+ * when none is set) and checks it is a literal NATS subject; NULL with the
+ * reason otherwise.
+ */
+static char *
+qbn_subject(const QbDestination *d, const QbMessage *m, bool *invalid, char *err, size_t errlen)
+{
+	static const char *const names[] = {"topic", "key", NULL};
+	const char *values[] = {m->topic, m->key, NULL};
+	char	   *s = d->target ? qb_template_render(d->target, names, values) : strdup(m->topic);
+	const char *tok;
+
+	*invalid = false;
+	if (s == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	tok = s;
+	for (const char *p = s;; p++)
+	{
+		if (*p == '.' || *p == '\0')
+		{
+			size_t		len = p - tok;
+
+			if (len == 0 || (len == 1 && (*tok == '*' || *tok == '>')))
+				break;
+			if (*p == '\0')
+				return s;
+			tok = p + 1;
+		}
+		else if ((unsigned char) *p <= ' ' || *p == 0x7f)
+			break;
+	}
+	snprintf(err, errlen,
+			 "subject \"%.200s\" is not a valid NATS subject (non-empty dot-separated tokens, no spaces, no wildcards); check the destination's subject template and the row's topic and key",
+			 s);
+	*invalid = true;
+	free(s);
+	return NULL;
+}
+
+/* qbn_header_ok: a name and value that cannot break the header block. */
+static bool
+qbn_header_ok(const char *name, const char *value)
+{
+	if (*name == '\0')
+		return false;
+	for (const char *p = name; *p; p++)
+		if ((unsigned char) *p <= ' ' || *p == ':' || *p == 0x7f)
+			return false;
+	for (const char *p = value; *p; p++)
+		if (*p == '\r' || *p == '\n')
+			return false;
+	return true;
+}
+
+/*
+ * qbn_headers copies the row's headers (a JSON object; non-strings as JSON
+ * text, nulls skipped) into msg, then Nats-Msg-Id = message_id, which wins
+ * over a row header of that name.  Returns a QbPubStart.
+ */
+static QbPubStart
+qbn_headers(natsMsg *msg, const QbMessage *m, char *err, size_t errlen)
+{
+	json_t	   *h = NULL;
+	const char *name;
+	json_t	   *v;
+	natsStatus	s;
+
+	if (m->headers != NULL && *m->headers)
+	{
+		if ((h = json_loads(m->headers, JSON_DECODE_ANY, NULL)) == NULL || !json_is_object(h))
+		{
+			json_decref(h);
+			snprintf(err, errlen, "the row's headers are not a JSON object");
+			return QB_PUB_ROW_INVALID;
+		}
+		json_object_foreach(h, name, v)
+		{
+			char	   *text = NULL;
+			const char *value;
+
+			if (json_is_null(v))
+				continue;
+			if (json_is_string(v))
+				value = json_string_value(v);
+			else if ((value = text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT)) == NULL)
+			{
+				json_decref(h);
+				snprintf(err, errlen, "out of memory");
+				return QB_PUB_NOT_STARTED;
+			}
+			if (!qbn_header_ok(name, value))
+			{
+				snprintf(err, errlen,
+						 "header \"%.100s\" cannot be sent as a NATS header (a name with a space, ':' or control character, or a value with CR/LF)",
+						 name);
+				free(text);
+				json_decref(h);
+				return QB_PUB_ROW_INVALID;
+			}
+			s = natsMsgHeader_Set(msg, name, value);
+			free(text);
+			if (s != NATS_OK)
+			{
+				snprintf(err, errlen, "setting header \"%.100s\": %s", name, natsStatus_GetText(s));
+				json_decref(h);
+				return QB_PUB_NOT_STARTED;
+			}
+		}
+		json_decref(h);
+	}
+	if ((s = natsMsgHeader_Set(msg, "Nats-Msg-Id", m->message_id)) != NATS_OK)
+	{
+		snprintf(err, errlen, "setting Nats-Msg-Id: %s", natsStatus_GetText(s));
+		return QB_PUB_NOT_STARTED;
+	}
+	return QB_PUB_STARTED;
+}
+
+/* qbn_ticket_add registers a publish before cnats can answer it; -1: no memory. */
+static int
+qbn_ticket_add(QbNats *n, QbnLink *l, const natsMsg *msg, int tag, long wait_ms)
+{
+	int			i = -1;
+
+	pthread_mutex_lock(&n->mu);
+	if (n->nt == n->cap)
+	{
+		int			cap = n->cap ? n->cap * 2 : 64;
+		QbnTicket  *t = realloc(n->tickets, cap * sizeof(QbnTicket));
+
+		if (t == NULL)
+			goto out;
+		n->tickets = t;
+		n->cap = cap;
+	}
+	i = n->nt++;
+	memset(&n->tickets[i], 0, sizeof(QbnTicket));
+	n->tickets[i].msg = msg;
+	n->tickets[i].link = l;
+	n->tickets[i].tag = tag;
+	n->tickets[i].deadline = qbn_now_ms() + wait_ms;
+	n->tickets[i].live = true;
+	n->in_flight++;
+out:
+	pthread_mutex_unlock(&n->mu);
+	return i;
+}
+
+static void
+qbn_ticket_drop(QbNats *n, int i)
+{
+	pthread_mutex_lock(&n->mu);
+	if (n->tickets[i].live)
+	{
+		n->tickets[i].live = false;
+		n->in_flight--;
+	}
+	pthread_mutex_unlock(&n->mu);
+}
+
+/* ---- the ops ---------------------------------------------------------- */
+
+static void *
+qbn_create(char *err, size_t errlen)
+{
+	static bool opened = false;
+	QbNats	   *n;
+	int			fds[2];
+
+	if (!opened)
+	{
+		sigset_t	old;
+		natsStatus	s;
+
+		/* cnats's library threads start here: with every signal blocked */
+		qbn_block_signals(&old);
+		s = nats_Open(-1);
+		qbn_restore_signals(&old);
+		if (s != NATS_OK)
+		{
+			snprintf(err, errlen, "nats_Open: %s", natsStatus_GetText(s));
+			return NULL;
+		}
+		opened = true;			/* once per process; never closed (§4) */
+	}
+	if ((n = calloc(1, sizeof(QbNats))) == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0)
+	{
+		snprintf(err, errlen, "pipe2: %s", strerror(errno));
+		free(n);
+		return NULL;
+	}
+	pthread_mutex_init(&n->mu, NULL);
+	n->pipe_r = fds[0];
+	n->pipe_w = fds[1];
+	return n;
+}
+
+/*
+ * qbn_destroy closes every connection.  The QbNats and its links stay
+ * allocated: a cnats thread may still be inside qbn_ack with a link as its
+ * closure, and this runs only as the worker exits.  Closing the pipe under
+ * the mutex keeps a late handler from writing to a reused fd.
+ */
+static void
+qbn_destroy(void *p)
+{
+	QbNats	   *n = p;
+
+	for (QbnLink *l = n->links; l != NULL; l = l->next)
+	{
+		if (l->nc != NULL)
+			natsConnection_Close(l->nc);
+		jsCtx_Destroy(l->js);
+		l->js = NULL;
+		natsConnection_Destroy(l->nc);
+		l->nc = NULL;
+	}
+	pthread_mutex_lock(&n->mu);
+	n->nt = 0;
+	n->in_flight = 0;
+	close(n->pipe_r);
+	close(n->pipe_w);
+	n->pipe_r = n->pipe_w = -1;
+	pthread_mutex_unlock(&n->mu);
+}
+
+static QbPubStart
+qbn_start(void *p, const QbDestination *dest, const QbMessage *m, int tag,
+		  char *err, size_t errlen)
+{
+	QbNats	   *n = p;
+	QbnLink    *l;
+	natsMsg    *msg = NULL;
+	char	   *subject;
+	bool		invalid;
+	natsStatus	s;
+	QbPubStart	rc;
+	int			ti;
+	char		why[200];
+
+	if ((subject = qbn_subject(dest, m, &invalid, err, errlen)) == NULL)
+		return invalid ? QB_PUB_ROW_INVALID : QB_PUB_NOT_STARTED;
+	if ((l = qbn_link(n, dest, err, errlen)) == NULL)
+	{
+		rc = QB_PUB_NOT_STARTED;
+		goto done;
+	}
+	if ((s = natsMsg_Create(&msg, subject, NULL, m->body, (int) m->body_len)) != NATS_OK)
+	{
+		snprintf(err, errlen, "natsMsg_Create: %s", natsStatus_GetText(s));
+		rc = QB_PUB_NOT_STARTED;
+		goto done;
+	}
+	if ((rc = qbn_headers(msg, m, err, errlen)) != QB_PUB_STARTED)
+		goto done;
+
+	if (l->jetstream)
+	{
+		jsPubOptions po;
+		sigset_t	old;
+
+		if ((ti = qbn_ticket_add(n, l, msg, tag, QBN_ACK_WAIT_MS + QBN_GRACE_MS)) < 0)
+		{
+			snprintf(err, errlen, "out of memory");
+			rc = QB_PUB_NOT_STARTED;
+			goto done;
+		}
+		jsPubOptions_Init(&po);
+		po.MaxWait = QBN_ACK_WAIT_MS;
+		/* the first async publish starts cnats's pub-ack thread */
+		if (!l->async_started)
+			qbn_block_signals(&old);
+		s = js_PublishMsgAsync(l->js, &msg, &po);	/* clears msg when it takes it */
+		if (!l->async_started)
+		{
+			qbn_restore_signals(&old);
+			l->async_started = s == NATS_OK;
+		}
+	}
+	else
+	{
+		if ((ti = qbn_ticket_add(n, l, NULL, tag, QBN_FLUSH_MS + QBN_GRACE_MS)) < 0)
+		{
+			snprintf(err, errlen, "out of memory");
+			rc = QB_PUB_NOT_STARTED;
+			goto done;
+		}
+		if ((s = natsConnection_PublishMsg(l->nc, msg)) == NATS_OK)
+			l->core_pending++;
+	}
+	if (s == NATS_OK)
+	{
+		rc = QB_PUB_STARTED;
+		goto done;
+	}
+
+	qbn_ticket_drop(n, ti);
+	qbn_status_text(s, why, sizeof(why));
+	if (s == NATS_MAX_PAYLOAD)
+	{
+		snprintf(err, errlen, "the message (%zu bytes) is over the NATS server's max_payload: %s",
+				 m->body_len, why);
+		rc = QB_PUB_ROW_INVALID;
+	}
+	else
+	{
+		snprintf(err, errlen, "publishing to NATS subject %s failed: %s%s", subject, why,
+				 natsConnection_Status(l->nc) == NATS_CONN_STATUS_RECONNECTING ?
+				 " (the connection to the server is down; cnats is reconnecting)" : "");
+		rc = QB_PUB_NOT_STARTED;
+	}
+
+done:
+	natsMsg_Destroy(msg);		/* no-op once cnats took it */
+	free(subject);
+	return rc;
+}
+
+static int
+qbn_in_flight(void *p)
+{
+	QbNats	   *n = p;
+	int			k;
+
+	pthread_mutex_lock(&n->mu);
+	k = n->in_flight;
+	pthread_mutex_unlock(&n->mu);
+	return k;
+}
+
+static int
+qbn_fd(void *p)
+{
+	return ((QbNats *) p)->pipe_r;
+}
+
+static long
+qbn_timeout_ms(void *p)
+{
+	QbNats	   *n = p;
+	long		now = qbn_now_ms();
+	long		best = -1;
+
+	for (QbnLink *l = n->links; l != NULL; l = l->next)
+		if (l->core_pending > 0)
+			return 0;			/* perform flushes them */
+	pthread_mutex_lock(&n->mu);
+	for (int i = 0; i < n->nt; i++)
+		if (n->tickets[i].live)
+		{
+			long		ms = n->tickets[i].deadline - now;
+
+			if (ms < 0)
+				ms = 0;
+			if (best < 0 || ms < best)
+				best = ms;
+		}
+	pthread_mutex_unlock(&n->mu);
+	return best;
+}
+
+/*
+ * qbn_flush confirms a link's core publishes with one bounded flush; the
+ * only wait on the engine's thread, at most QBN_FLUSH_MS per link and batch.
+ */
+static void
+qbn_flush(QbNats *n, QbnLink *l)
+{
+	natsStatus	s = natsConnection_FlushTimeout(l->nc, QBN_FLUSH_MS);
+	char		why[200];
+	char		url[256];
+
+	qbn_status_text(s, why, sizeof(why));
+	qbn_redact(l->url, url, sizeof(url));
+	l->core_pending = 0;
+	pthread_mutex_lock(&n->mu);
+	for (int i = 0; i < n->nt; i++)
+	{
+		QbnTicket  *t = &n->tickets[i];
+
+		if (!t->live || t->answered || t->link != l || t->msg != NULL)
+			continue;
+		t->answered = true;
+		t->out.ok = s == NATS_OK;
+		if (s != NATS_OK)
+			snprintf(t->out.error, sizeof(t->out.error),
+					 "NATS server at %.200s did not confirm the publish within %d ms: %.150s",
+					 url, QBN_FLUSH_MS, why);
+	}
+	pthread_mutex_unlock(&n->mu);
+}
+
+static void
+qbn_perform(void *p, QbPubDone done, void *arg)
+{
+	QbNats	   *n = p;
+	char		buf[256];
+	long		now;
+	int			nready = 0;
+	int		   *tags = NULL;
+	QbPubOutcome *outs = NULL;
+
+	while (read(n->pipe_r, buf, sizeof(buf)) > 0)
+		;
+	for (QbnLink *l = n->links; l != NULL; l = l->next)
+		if (l->core_pending > 0)
+			qbn_flush(n, l);
+
+	now = qbn_now_ms();
+	pthread_mutex_lock(&n->mu);
+	if (n->in_flight > 0)
+	{
+		tags = malloc(n->nt * sizeof(int));
+		outs = malloc(n->nt * sizeof(QbPubOutcome));
+	}
+	if (tags != NULL && outs != NULL)
+		for (int i = 0; i < n->nt; i++)
+		{
+			QbnTicket  *t = &n->tickets[i];
+
+			if (!t->live)
+				continue;
+			if (!t->answered && now >= t->deadline)
+			{
+				/* cnats never called back: count the attempt as failed */
+				t->out.ok = false;
+				t->out.permanent = false;
+				snprintf(t->out.error, sizeof(t->out.error),
+						 "no answer from NATS within %d ms", QBN_ACK_WAIT_MS + QBN_GRACE_MS);
+				t->answered = true;
+			}
+			if (!t->answered)
+				continue;
+			t->live = false;
+			n->in_flight--;
+			tags[nready] = t->tag;
+			outs[nready++] = t->out;
+		}
+	if (n->in_flight == 0)
+		n->nt = 0;
+	pthread_mutex_unlock(&n->mu);
+
+	/* report outside the mutex: done() belongs to the engine */
+	for (int i = 0; i < nready; i++)
+		done(arg, tags[i], &outs[i]);
+	free(tags);
+	free(outs);
+}
+
+/*
+ * qbn_abort_all forgets every publish in flight; their late acks find no
+ * ticket and are dropped, and a message that did land is deduplicated when
+ * the row is published again.
+ */
+static void
+qbn_abort_all(void *p)
+{
+	QbNats	   *n = p;
+
+	for (QbnLink *l = n->links; l != NULL; l = l->next)
+		l->core_pending = 0;
+	pthread_mutex_lock(&n->mu);
+	n->nt = 0;
+	n->in_flight = 0;
+	pthread_mutex_unlock(&n->mu);
+}
+
+const QbPublisherOps qb_nats_publisher = {
+	QB_DEST_NATS,
+	qbn_create,
+	qbn_destroy,
+	qbn_start,
+	qbn_in_flight,
+	qbn_fd,
+	qbn_timeout_ms,
+	qbn_perform,
+	qbn_abort_all,
+};

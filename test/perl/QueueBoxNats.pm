@@ -1,0 +1,151 @@
+# QueueBoxNats.pm
+#   NATS helpers of the QueueBox TAP tests (test/t/012_nats.pl).
+#
+#   - nats_start / nats_stop: a real nats-server -js on a free loopback port
+#     with its store in the test's temp dir; a restarted server keeps its
+#     port and store (pass the old server to nats_start).  Every server still
+#     running is stopped when the test ends, even when it fails.
+#   - nats_add_stream / nats_count / nats_dump: test/brokers/nats_tool (a
+#     cnats client; the nats CLI is not installed): create a stream, count
+#     its messages, read them back as hashes (seq, subject, data, headers).
+#
+# Waits are bounded; nothing here asserts on elapsed time.
+
+package QueueBoxNats;
+
+use strict;
+use warnings;
+
+use Carp;
+use Cwd qw(abs_path);
+use Exporter 'import';
+use File::Basename qw(dirname);
+use IO::Socket::INET;
+use IPC::Run;
+use JSON::PP;
+use POSIX qw(WNOHANG);
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep time);
+
+use QueueBoxTest qw(qb_free_port);
+
+our @EXPORT = qw(nats_start nats_stop nats_add_stream nats_count nats_dump);
+
+my $SERVER = '/usr/sbin/nats-server';
+my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
+my %live;    # pid -> server
+
+sub tool_binary
+{
+	for my $dir (grep { defined } $ENV{TESTDIR}, $ROOT)
+	{
+		return "$dir/test/brokers/nats_tool" if -x "$dir/test/brokers/nats_tool";
+	}
+	BAIL_OUT('test/brokers/nats_tool is not built (run: make sink)');
+}
+
+# nats_start(name => 'n1'[, again => $old_server]): start nats-server -js;
+# with again, on the old one's port and store.  Returns
+# { pid, port, url, dir, log, name }.
+sub nats_start
+{
+	my (%o) = @_;
+	my $old = $o{again};
+	my $name = $old ? $old->{name} : $o{name} // 'nats';
+	my $port = $old ? $old->{port} : qb_free_port();
+	my $dir = $old ? $old->{dir} : "${PostgreSQL::Test::Utils::tmp_check}/nats_$name";
+	my $log = "$dir.log";
+	mkdir $dir unless -d $dir;
+	BAIL_OUT("$SERVER is not installed") unless -x $SERVER;
+
+	my $pid = fork();
+	croak "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		open STDOUT, '>>', $log or die "cannot open $log: $!";
+		open STDERR, '>&', \*STDOUT or die;
+		exec $SERVER, '-js', '-a', '127.0.0.1', '-p', $port, '-sd', $dir
+		  or die "exec $SERVER: $!";
+	}
+	my $s = { pid => $pid, port => $port, url => "nats://127.0.0.1:$port",
+		dir => $dir, log => $log, name => $name };
+	$live{$pid} = $s;
+
+	# ready when JetStream answers (a stream lookup gets "not found")
+	my $deadline = time + 30;
+	while (time < $deadline)
+	{
+		croak "nats-server exited at start; see $log" if waitpid($pid, WNOHANG) == $pid;
+		my ($rc, $out, $err) = tool($s, 'count', '__probe__');
+		return $s if $err =~ /10059|not found/i;
+		usleep(100_000);
+	}
+	nats_stop($s, 'KILL');
+	croak "nats-server did not become ready within 30 s; see $log";
+}
+
+# nats_stop($server[, 'TERM' | 'KILL']): stop it and reap it (bounded).
+sub nats_stop
+{
+	my ($s, $sig) = @_;
+	return unless $s && $live{ $s->{pid} };
+	kill $sig // 'TERM', $s->{pid};
+	my $deadline = time + 30;
+	while (waitpid($s->{pid}, WNOHANG) == 0)
+	{
+		if (time >= $deadline)
+		{
+			kill 'KILL', $s->{pid};
+			waitpid($s->{pid}, 0);
+			last;
+		}
+		usleep(50_000);
+	}
+	delete $live{ $s->{pid} };
+}
+
+END
+{
+	my $rc = $?;
+	nats_stop($_, 'KILL') for values %live;
+	$? = $rc;
+}
+
+# tool($server, @args) -> (exit status, stdout, stderr)
+sub tool
+{
+	my ($s, @args) = @_;
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run([ tool_binary(), $s->{url}, @args ], '<', \undef, '>', \$out, '2>', \$err);
+	return ($? >> 8, $out, $err);
+}
+
+sub nats_add_stream
+{
+	my ($s, $name, @subjects) = @_;
+	my ($rc, $out, $err) = tool($s, 'add-stream', $name, @subjects);
+	croak "add-stream $name: $err" if $rc != 0;
+	return 1;
+}
+
+# The stream's message count; undef when it does not exist.
+sub nats_count
+{
+	my ($s, $name) = @_;
+	my ($rc, $out, $err) = tool($s, 'count', $name);
+	return undef if $rc != 0;
+	chomp $out;
+	return $out;
+}
+
+# Every message of the stream, in stream order: [{seq, subject, data, headers}].
+sub nats_dump
+{
+	my ($s, $name) = @_;
+	my ($rc, $out, $err) = tool($s, 'dump', $name);
+	croak "dump $name: $err" if $rc != 0;
+	return [ map { decode_json($_) } grep { $_ ne '' } split /\n/, $out ];
+}
+
+1;
