@@ -63,6 +63,9 @@ extern bool qb_reload_config(const QbHost *host, const struct QbStore *store,
 							 QbConfig **cfg, bool *warned_no_config,
 							 const char *what_waits);
 
+/* Milliseconds on the monotonic clock (qb_util.c): deadlines and timings. */
+extern long qb_now_ms(void);
+
 extern void qb_log(const QbHost *host, QbLogLevel level, const char *fmt,...)
 			__attribute__((format(printf, 3, 4)));
 

@@ -58,15 +58,6 @@ typedef struct QboEngine
 	QbOutboxStats *stats;
 } QboEngine;
 
-static long
-qbo_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* qbo_reload swaps the engine's config for the stored one (qb_reload_config). */
 static void
 qbo_reload(QboEngine *e)
@@ -310,7 +301,7 @@ qbo_round(QboEngine *e)
 	char		err[QB_ERRLEN];
 	QboRound	r = {0};
 	int			n = 0;
-	long		t0 = qbo_now_ms();
+	long		t0 = qb_now_ms();
 	long		t1,
 				t2;
 
@@ -330,7 +321,7 @@ qbo_round(QboEngine *e)
 		return -1;
 	}
 	n = r.nrows;
-	t1 = qbo_now_ms();
+	t1 = qb_now_ms();
 	e->stats->claim_ms += t1 - t0;
 	if (n == 0)
 		return 0;
@@ -360,10 +351,10 @@ qbo_round(QboEngine *e)
 	}
 	qbo_dispatch(e, &r);
 	qbo_publish(e, &r);
-	t2 = qbo_now_ms();
+	t2 = qb_now_ms();
 	e->stats->publish_ms += t2 - t1;
 	qbo_settle(e, &r, token);
-	e->stats->settle_ms += qbo_now_ms() - t2;
+	e->stats->settle_ms += qb_now_ms() - t2;
 
 done:
 	if (r.errors)
@@ -444,7 +435,7 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 			host->wait(host->ctx, -1, 5000);
 			continue;
 		}
-		qbo_housekeeping(&e, qbo_now_ms());
+		qbo_housekeeping(&e, qb_now_ms());
 		claimed = qbo_round(&e);
 		if (claimed > 0)
 			continue;			/* drain: claim again before sleeping */

@@ -48,6 +48,7 @@
 #include <nats/nats.h>
 
 #include "qb_extract.h"
+#include "qb_host.h"
 #include "qb_pub_nats.h"
 
 #define QBN_ACK_WAIT_MS		5000	/* cnats's MaxWait for one async ack */
@@ -96,15 +97,6 @@ struct QbNats
 	int			in_flight;
 	QbnLink    *links;
 };
-
-static long
-qbn_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void
 qbn_block_signals(sigset_t *old)
@@ -268,7 +260,7 @@ qbn_connect(QbnLink *l)
 		natsConnection_Destroy(l->nc);
 		l->nc = NULL;
 	}
-	l->retry_at = qbn_now_ms() + QBN_RETRY_CONNECT_MS;
+	l->retry_at = qb_now_ms() + QBN_RETRY_CONNECT_MS;
 	return false;
 }
 
@@ -300,7 +292,7 @@ qbn_link(QbNats *n, const QbDestination *d, char *err, size_t errlen)
 	}
 	if (l->nc != NULL)
 		return l;
-	if (qbn_now_ms() >= l->retry_at && qbn_connect(l))
+	if (qb_now_ms() >= l->retry_at && qbn_connect(l))
 		return l;
 	snprintf(err, errlen, "%s", l->error);
 	return NULL;
@@ -452,7 +444,7 @@ qbn_ticket_add(QbNats *n, QbnLink *l, const natsMsg *msg, int tag, long wait_ms)
 	n->tickets[i].msg = msg;
 	n->tickets[i].link = l;
 	n->tickets[i].tag = tag;
-	n->tickets[i].deadline = qbn_now_ms() + wait_ms;
+	n->tickets[i].deadline = qb_now_ms() + wait_ms;
 	n->tickets[i].live = true;
 	n->in_flight++;
 out:
@@ -657,7 +649,7 @@ static long
 qbn_timeout_ms(void *p)
 {
 	QbNats	   *n = p;
-	long		now = qbn_now_ms();
+	long		now = qb_now_ms();
 	long		best = -1;
 
 	for (QbnLink *l = n->links; l != NULL; l = l->next)
@@ -725,7 +717,7 @@ qbn_perform(void *p, QbPubDone done, void *arg)
 		if (l->core_pending > 0)
 			qbn_flush(n, l);
 
-	now = qbn_now_ms();
+	now = qb_now_ms();
 	pthread_mutex_lock(&n->mu);
 	if (n->in_flight > 0)
 	{

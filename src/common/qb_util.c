@@ -6,6 +6,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,4 +136,14 @@ qb_relay_rows_free(QbRelayRow *rows, int n)
 		free(rows[i].event_type);
 	}
 	free(rows);
+}
+
+/* qb_now_ms: see qb_host.h. */
+long
+qb_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
