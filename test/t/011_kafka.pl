@@ -98,8 +98,8 @@ is_deeply(
 
 # ---- per-key order while deliveries fail and are retried
 my $before = qb_outbox_count($node);
-is(qb_kafka_cmd($kafka, 'errors 80 6'), "ok\n",
-	'the next 80 produce requests fail with NOT_LEADER_FOR_PARTITION (retriable)');
+is(qb_kafka_cmd($kafka, 'errors 300 6'), "ok\n",
+	'the next 300 produce requests fail with NOT_LEADER_FOR_PARTITION (retriable)');
 my ($nkeys, $per_key) = (8, 5);
 for my $s (0 .. $per_key - 1)
 {
