@@ -525,6 +525,33 @@ qbk_classify(const rd_kafka_message_t *m, QbPubOutcome *out)
 			 " (the broker may have stored it: a consumer may see it twice, with the same message-id header)" : "");
 }
 
+/*
+ * qbk_is_fatal: the producer raised a fatal error (an idempotence guarantee
+ * it can no longer keep); it takes no more messages and is made anew once
+ * nothing of it is in flight.
+ */
+static bool
+qbk_is_fatal(QbkProducer *p)
+{
+	char		why[8];
+
+	if (!p->fatal && rd_kafka_fatal_error(p->rk, why, sizeof(why)) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		p->fatal = true;
+	return p->fatal;
+}
+
+/* qbk_fatal_message: the last_error of a row failed by a fatal error. */
+static void
+qbk_fatal_message(QbkProducer *p, char *buf, size_t len)
+{
+	char		why[256];
+
+	if (rd_kafka_fatal_error(p->rk, why, sizeof(why)) == RD_KAFKA_RESP_ERR_NO_ERROR)
+		snprintf(why, sizeof(why), "%s", p->last_error);
+	snprintf(buf, len, "kafka destination \"%s\": the producer hit a fatal error and is made anew: %.300s",
+			 p->dest, why);
+}
+
 /* dr_msg_cb: served by rd_kafka_poll inside perform, on the engine thread. */
 static void
 qbk_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
@@ -541,6 +568,8 @@ qbk_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	k->slots[tag].producer = NULL;
 	k->in_flight--;
 	qbk_classify(m, &out);
+	if (!out.ok && qbk_is_fatal(p))
+		qbk_fatal_message(p, out.error, sizeof(out.error));
 	if (k->done != NULL)
 		k->done(k->done_arg, tag, &out);
 }
@@ -584,20 +613,13 @@ qbk_perform(void *arg, QbPubDone done, void *done_arg)
 	k->done_arg = done_arg;
 	for (QbkProducer *p = k->producers; p != NULL; p = p->next)
 	{
-		char		why[256];
-
 		rd_kafka_poll(p->rk, 0);
-		if (p->fatal || rd_kafka_fatal_error(p->rk, why, sizeof(why)) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		if (qbk_is_fatal(p))
 		{
 			char		msg[512];
 
 			/* the idempotent producer cannot go on: fail its rows, make it anew */
-			p->fatal = true;
-			if (rd_kafka_fatal_error(p->rk, why, sizeof(why)) == RD_KAFKA_RESP_ERR_NO_ERROR)
-				snprintf(why, sizeof(why), "%s", p->last_error);
-			snprintf(msg, sizeof(msg),
-					 "kafka destination \"%s\": the producer hit a fatal error and is made anew: %s",
-					 p->dest, why);
+			qbk_fatal_message(p, msg, sizeof(msg));
 			qbk_fail_producer(k, p, msg, done, done_arg);
 		}
 	}

@@ -4,7 +4,8 @@
 #   key, payload and headers plus its message id, on the templated topic;
 #   a key's messages stay in order in their partition while deliveries fail
 #   and are retried; an unknown topic is dead at once with a last_error that
-#   says to create it; a broker down mid-stream loses nothing.
+#   says to create it; a broker down mid-stream loses nothing; a fatal
+#   producer error fails the row in flight and a new producer sends it.
 use strict;
 use warnings;
 
@@ -19,7 +20,7 @@ use QueueBoxTest;
 use QueueBoxKafka;
 
 my $kafka = qb_kafka_start(
-	topics => [ 'qb.orders:1', 'ordered:4', 'stream:2' ],
+	topics => [ 'qb.orders:1', 'ordered:4', 'stream:2', 'fatal:1' ],
 	missing => ['ghost']);
 my $node = qb_node('kafka');
 
@@ -44,6 +45,12 @@ qb_configure(
 				brokers => $kafka->{bootstrap},
 				config => { 'message.timeout.ms' => '1500', 'linger.ms' => '5' }
 			},
+			# gapless: an out-of-order sequence is fatal for the producer
+			kf => {
+				type => 'kafka',
+				brokers => $kafka->{bootstrap},
+				config => { 'enable.gapless.guarantee' => 'true' }
+			},
 			kg => {
 				type => 'kafka',
 				brokers => $kafka->{bootstrap},
@@ -53,6 +60,7 @@ qb_configure(
 		routes => [
 			{ topicPattern => 'orders', destination => 'kd' },
 			{ topicPattern => 'ghost', destination => 'kg' },
+			{ topicPattern => 'fatal', destination => 'kf' },
 			{ topicPattern => '**', destination => 'ko' },
 		]));
 
@@ -161,6 +169,19 @@ my $stream = qb_kafka_consume($kafka, 'stream');
 my %got = map { (($_->{headers}{'message-id'} // '') => 1) } @$stream;
 is(scalar(grep { $ids{$_} } keys %got), 20, 'rows sent = distinct messages consumed (20)');
 is(scalar(grep { !$ids{$_} } keys %got), 0, 'every message is one of the rows: a duplicate has the same message id');
+
+# ---- a fatal producer error fails the row in flight; a new producer sends it
+$before = qb_outbox_count($node);
+is(qb_kafka_cmd($kafka, 'errors 1 45'), "ok\n",
+	'the next produce request fails with OUT_OF_ORDER_SEQUENCE_NUMBER (fatal with gapless)');
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, key, payload) VALUES ('fatal', 'f', '{"n": 1}')});
+qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE topic = 'fatal'",
+	'sent', 'the row is sent in the end');
+like($node->safe_psql('postgres', "SELECT attempt || ' ' || coalesce(last_error, '') FROM queuebox.outbox WHERE topic = 'fatal'"),
+	qr/^2 .*the producer hit a fatal error and is made anew/,
+	'its first attempt failed with the fatal error, the second went through a new producer');
+is(scalar(@{ qb_kafka_consume($kafka, 'fatal') }), 1, 'one message on the topic');
+is(qb_outbox_count($node), $before + 1, 'rows counted after: one more');
 
 qb_kafka_stop($kafka);
 $node->stop;
