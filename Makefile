@@ -29,7 +29,8 @@ TAP_TESTS   = 1
 PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 
 EXTRA_CLEAN = tmp_check tmp_check_iso results output_iso test/unit/bin test/unit/bin-san test/sink/qb_sink \
-              test/brokers/nats_tool
+              test/brokers/nats_tool \
+              test/brokers/kafka_mock
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -63,10 +64,14 @@ unit: $(UNIT_BINS) test/sink/qb_sink
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 
 # The loopback HTTP sink used by the TAP tests, the demo and the benchmarks.
-sink: test/sink/qb_sink test/brokers/nats_tool
+sink: test/sink/qb_sink test/brokers/nats_tool test/brokers/kafka_mock
 test/sink/qb_sink: test/sink/qb_sink.c
 	$(UNIT_CC) -std=gnu11 -O2 $(WARN) -o $@ $< -lmicrohttpd -ljansson
 
 # The NATS TAP test's client: create streams, read them back (no nats CLI).
 test/brokers/nats_tool: test/brokers/nats_tool.c
 	$(UNIT_CC) -std=gnu11 -O2 $(WARN) -o $@ $< -lnats -ljansson
+
+# The Kafka cluster of TAP 011: librdkafka's mock cluster in a helper process.
+test/brokers/kafka_mock: test/brokers/kafka_mock.c
+	$(UNIT_CC) -std=gnu11 -O2 $(WARN) -o $@ $< -lrdkafka -ljansson

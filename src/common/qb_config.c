@@ -71,6 +71,7 @@
 #include <string.h>
 
 #include <arpa/inet.h>
+#include <librdkafka/rdkafka.h>
 #include <yaml.h>
 
 #include "qb_config.h"
@@ -1937,6 +1938,106 @@ qv_flag(QvCtx *cx, const char *path, const QtNode *m, const char *key, bool *out
 	return qv_bool(cx, sub, n, out);
 }
 
+/*
+ * The kafka branch of qv_destination.  d->timeout_ms is the producer's
+ * message.timeout.ms: how long librdkafka may keep retrying a message before
+ * its delivery report says it failed (default 30000, below the default
+ * claimTimeoutMs so a report always arrives before the row's lease ends).
+ */
+#define QV_KAFKA_TIMEOUT_MS 30000
+
+/* qv_kafka_topic: the topic template may name {{ topic }} and {{ key }}. */
+static bool
+qv_kafka_topic(QvCtx *cx, const char *path, const QtNode *m, QbDestination *d)
+{
+	static const char *const names[] = {"topic", "key", NULL};
+	char		sub[QV_PATHLEN];
+	char		msg[QV_MSGLEN];
+
+	d->timeout_ms = QV_KAFKA_TIMEOUT_MS;
+	if (d->target == NULL)
+		return true;
+	qv_path_key(sub, sizeof(sub), path, "topic");
+	if (!qb_template_check(d->target, names, msg, sizeof(msg)))
+		return qv_error(cx, sub, qt_get(m, "topic"), "%s", msg);
+	return true;
+}
+
+/*
+ * qv_kafka_config: each property is applied to a scratch rd_kafka_conf_t
+ * (no thread starts), so a typo or a bad value is refused now with
+ * librdkafka's own words.  The properties QueueBox owns are refused: they
+ * carry its delivery guarantees (idempotence, acks=all, a delivery report
+ * for every message) or are set from other keys.
+ */
+static bool
+qv_kafka_config(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d)
+{
+	static const struct
+	{
+		const char *name;
+		const char *only;		/* the one value accepted, or NULL: none */
+		const char *why;
+	}			owned[] =
+	{
+		{"enable.idempotence", "true", "QueueBox always produces idempotently, so a retried message is never written twice"},
+		{"acks", "all", "QueueBox marks a row sent only once every in-sync replica has it"},
+		{"request.required.acks", "all", "QueueBox marks a row sent only once every in-sync replica has it"},
+		{"delivery.report.only.error", "false", "QueueBox needs a delivery report for every message to mark its row sent"},
+		{"dr_cb", NULL, "QueueBox handles the delivery reports itself"},
+		{"dr_msg_cb", NULL, "QueueBox handles the delivery reports itself"},
+		{"transactional.id", NULL, "QueueBox's producer is idempotent, not transactional"},
+		{"bootstrap.servers", NULL, "write the servers under brokers:"},
+		{"metadata.broker.list", NULL, "write the servers under brokers:"},
+		{"log.queue", NULL, "QueueBox reads librdkafka's log on its own thread"},
+		{NULL, NULL, NULL}
+	};
+	rd_kafka_conf_t *conf;
+	char		sub[QV_PATHLEN];
+	char		msg[QV_MSGLEN];
+	bool		ok = true;
+
+	if (d->nprops == 0)
+		return true;
+	if ((conf = rd_kafka_conf_new()) == NULL)
+		return qv_error(cx, path, node, "out of memory");
+	for (int i = 0; ok && i < d->nprops; i++)
+	{
+		const char *name = d->props[i].name;
+		const char *value = d->props[i].value;
+
+		qv_path_key(sub, sizeof(sub), path, name);
+		for (int o = 0; owned[o].name != NULL; o++)
+		{
+			const char *only = owned[o].only;
+
+			if (strcmp(owned[o].name, name) != 0 ||
+				(only != NULL && (strcmp(only, value) == 0 ||
+								  (strcmp(only, "all") == 0 && strcmp(value, "-1") == 0))))
+				continue;
+			ok = qv_error(cx, sub, node->kids[i], "QueueBox sets %s itself%s%s: %s; remove it",
+						  name, only ? " to " : "", only ? only : "", owned[o].why);
+			break;
+		}
+		if (!ok)
+			break;
+		if (rd_kafka_conf_set(conf, name, value, msg, sizeof(msg)) != RD_KAFKA_CONF_OK)
+		{
+			ok = qv_error(cx, sub, node->kids[i], "librdkafka refused it: %s", msg);
+			break;
+		}
+		if (strcmp(name, "message.timeout.ms") == 0 || strcmp(name, "delivery.timeout.ms") == 0)
+		{
+			d->timeout_ms = strtol(value, NULL, 10);
+			if (d->timeout_ms <= 0)
+				ok = qv_error(cx, sub, node->kids[i],
+							  "0 means retry forever, and a row's delivery report must arrive before its lease ends; give a number of milliseconds, e.g. 30000");
+		}
+	}
+	rd_kafka_conf_destroy(conf);
+	return ok;
+}
+
 /* qv_destination: one entry of destinations: into *d (d->name already set). */
 static bool
 qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d)
@@ -2013,7 +2114,9 @@ qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d
 			return qv_broker_url(cx, path, m, d, "brokers",
 								 "a kafka destination needs its bootstrap servers, e.g. brokers: \"host:9092\"") &&
 				qv_target(cx, path, m, d, "topic", NULL, true) &&
-				qv_pairs(cx, sub, qt_get(m, "config"), false, &d->props, &d->nprops);
+				qv_kafka_topic(cx, path, m, d) &&
+				qv_pairs(cx, sub, qt_get(m, "config"), false, &d->props, &d->nprops) &&
+				qv_kafka_config(cx, sub, qt_get(m, "config"), d);
 		case QB_DEST_NATS:
 			/*
 			 * JetStream by default: core NATS is at most once and loses
@@ -2762,10 +2865,15 @@ qv_leases(QvCtx *cx, const QtNode *root, const QbConfig *cfg)
 	{
 		const QbDestination *d = &cfg->destinations[i];
 		const QtNode *dn = dests ? qt_get(dests, d->name) : NULL;
-		const QtNode *at = dn ? qt_get(dn, "timeoutMs") : NULL;
+		bool		kafka = d->type == QB_DEST_KAFKA;
+		/* kafka: the wait is librdkafka's message.timeout.ms, under config: */
+		const QtNode *cf = kafka && dn ? qt_get(dn, "config") : NULL;
+		const char *what = kafka ? "config[\"message.timeout.ms\"]" : "timeoutMs";
+		const QtNode *at = kafka ? (cf && cf->kind == QT_MAP ? qt_get(cf, "message.timeout.ms") : NULL)
+			: dn ? qt_get(dn, "timeoutMs") : NULL;
 		char		path[QV_PATHLEN];
 
-		if (d->type != QB_DEST_HTTP || d->timeout_ms < cfg->outbox.claim_timeout_ms)
+		if ((d->type != QB_DEST_HTTP && !kafka) || d->timeout_ms < cfg->outbox.claim_timeout_ms)
 			continue;
 		if (at == NULL && outbox != NULL && qt_get(outbox, "claimTimeoutMs") != NULL)
 		{
@@ -2777,13 +2885,21 @@ qv_leases(QvCtx *cx, const QtNode *root, const QbConfig *cfg)
 			char		parent[QV_PATHLEN];
 
 			qv_path_key(parent, sizeof(parent), "destinations", d->name);
-			qv_path_key(path, sizeof(path), parent, "timeoutMs");
+			if (kafka)
+			{
+				char		conf[QV_PATHLEN];
+
+				qv_path_key(conf, sizeof(conf), parent, "config");
+				qv_path_key(path, sizeof(path), conf, "message.timeout.ms");
+			}
+			else
+				qv_path_key(path, sizeof(path), parent, "timeoutMs");
 			if (at == NULL)
 				at = dn;
 		}
 		return qv_error(cx, path, at,
-						"destination %s waits up to %ld ms for an answer (timeoutMs), which is not less than outbox.claimTimeoutMs (%ld ms): the lease would expire mid-request and the row be delivered twice; lower timeoutMs or raise claimTimeoutMs",
-						d->name, d->timeout_ms, cfg->outbox.claim_timeout_ms);
+						"destination %s waits up to %ld ms for an answer (%s), which is not less than outbox.claimTimeoutMs (%ld ms): the lease would expire mid-request and the row be delivered twice; lower %s or raise claimTimeoutMs",
+						d->name, d->timeout_ms, what, cfg->outbox.claim_timeout_ms, what);
 	}
 	return true;
 }

@@ -43,8 +43,11 @@
  *	http		baseUrl (required), path "", headers {}, timeoutMs 10000 (1..600000)
  *	rabbitmq	url (required, amqp/amqps), exchange (required),
  *				routingKey "{{ topic }}", persistent true, mandatory true
- *	kafka		brokers (required, "host[:port],..."), topic (none: the row's
- *				topic), config {} (librdkafka properties, string to string)
+ *	kafka		brokers (required, "host[:port],..."), topic (template with
+ *				topic and key; none: the row's topic), config {} (librdkafka
+ *				properties, string to string, each checked by librdkafka;
+ *				the ones QueueBox sets itself are refused); timeout_ms is
+ *				message.timeout.ms, 30000 unless config sets it (> 0)
  *	nats		url (required, nats/tls; comma-separated servers), subject
  *				(template over topic and key; none: the row's topic),
  *				jetstream true

@@ -599,13 +599,15 @@ test_expand_env_in_document(void **state)
 			   "destinations:\n  payments:\n    type: http\n    baseUrl: \"http://${QB_T_HOST}\"\n"
 			   "    path: /a/$${QB_T_BATCH}/b\n"
 			   "    headers: { X-Api-Key: \"Bearer ${QB_T_KEY}\" }\n"
-			   "  log: { type: kafka, brokers: h, config: { \"${QB_T_KEY}\": x } }\n");
+			   "  log: { type: kafka, brokers: h, config: { \"sasl.password\": \"${QB_T_KEY}\" } }\n");
 	assert_int_equal(c->outbox.batch_size, 42);
 	assert_string_equal(c->destinations[0].url, "http://127.0.0.1:9000/a/${QB_T_BATCH}/b");
 	assert_string_equal(c->destinations[0].headers[0].value, "Bearer s3cr3t-value");
-	/* keys are not expanded */
-	assert_string_equal(c->destinations[1].props[0].name, "${QB_T_KEY}");
+	assert_string_equal(c->destinations[1].props[0].value, "s3cr3t-value");
 	qb_config_free(c);
+	/* keys are not expanded: librdkafka is asked about the name as written */
+	refuse("destinations:\n  log: { type: kafka, brokers: h, config: { \"${QB_T_KEY}\": x } }\n",
+		   "destinations.log.config.${QB_T_KEY}: librdkafka refused it: No such configuration property", NULL);
 
 	/* expansion happens before the type check */
 	setenv("QB_T_BATCH", "lots", 1);
@@ -900,6 +902,14 @@ test_lease_outlasts_request(void **state)
 	assert_string_equal(c->destinations[0].target, "out.{{ topic }}.{{ key }}");
 	assert_false(c->destinations[0].jetstream);
 	qb_config_free(c);
+	/* kafka: librdkafka's message.timeout.ms must end before the lease */
+	refuse("outbox: {claimTimeoutMs: 20000}\ndestinations:\n  k: {type: kafka, brokers: \"h:9092\"}\n",
+		   "outbox.claimTimeoutMs: destination k waits up to 30000 ms", "config[\"message.timeout.ms\"]", NULL);
+	refuse("destinations:\n  k: {type: kafka, brokers: \"h:9092\", config: {message.timeout.ms: \"400000\"}}\n",
+		   "destinations.k.config[\"message.timeout.ms\"]: destination k waits up to 400000 ms", NULL);
+	c = accept("outbox: {claimTimeoutMs: 20000}\ndestinations:\n  k: {type: kafka, brokers: \"h:9092\","
+			   " config: {message.timeout.ms: \"10000\"}}\n");
+	qb_config_free(c);
 }
 
 /* ---- sources, inbox, http, admin ---------------------------------- */
@@ -1172,6 +1182,38 @@ test_overrides_inbox(void **state)
 	unsetenv("QUEUEBOX_SOURCES_GH_MAXBODYBYTES");
 }
 
+/* kafka: config: is checked by librdkafka; QueueBox's own properties are refused. */
+static void
+test_kafka_destination(void **state)
+{
+	QbConfig   *c;
+
+	c = accept("destinations:\n  k: { type: kafka, brokers: \"h:9092\", topic: \"events.{{ topic }}\",\n"
+			   "       config: { \"linger.ms\": \"5\", acks: \"-1\", \"enable.idempotence\": \"true\" } }\n");
+	assert_int_equal(c->destinations[0].timeout_ms, 30000);
+	assert_string_equal(c->destinations[0].target, "events.{{ topic }}");
+	qb_config_free(c);
+	c = accept("destinations:\n  k: { type: kafka, brokers: h, config: { \"message.timeout.ms\": \"2000\" } }\n");
+	assert_int_equal(c->destinations[0].timeout_ms, 2000);
+	qb_config_free(c);
+	refuse("destinations:\n  k: { type: kafka, brokers: h, topic: \"{{ subject }}\" }\n",
+		   "destinations.k.topic: ", "subject", NULL);
+	refuse("destinations:\n  k: { type: kafka, brokers: h, config: { \"linger.ms\": \"soon\" } }\n",
+		   "destinations.k.config[\"linger.ms\"]: librdkafka refused it: ", NULL);
+	refuse("destinations:\n  k: { type: kafka, brokers: h, config: { \"no.such.thing\": \"1\" } }\n",
+		   "destinations.k.config[\"no.such.thing\"]: librdkafka refused it: No such configuration property", NULL);
+	refuse("destinations:\n  k: { type: kafka, brokers: h, config: { \"enable.idempotence\": \"false\" } }\n",
+		   "destinations.k.config[\"enable.idempotence\"]: QueueBox sets enable.idempotence itself to true", "remove it", NULL);
+	refuse("destinations:\n  k: { type: kafka, brokers: h, config: { acks: \"1\" } }\n",
+		   "destinations.k.config.acks: QueueBox sets acks itself to all", "in-sync replica", NULL);
+	refuse("destinations:\n  k: { type: kafka, brokers: h, config: { \"bootstrap.servers\": \"x:1\" } }\n",
+		   "write the servers under brokers:", NULL);
+	refuse("destinations:\n  k: { type: kafka, brokers: h, config: { \"delivery.report.only.error\": \"true\" } }\n",
+		   "a delivery report for every message", NULL);
+	refuse("destinations:\n  k: { type: kafka, brokers: h, config: { \"message.timeout.ms\": \"0\" } }\n",
+		   "destinations.k.config[\"message.timeout.ms\"]: 0 means retry forever", NULL);
+}
+
 int
 main(void)
 {
@@ -1196,6 +1238,7 @@ main(void)
 		cmocka_unit_test(test_sources_invalid),
 		cmocka_unit_test(test_inbox_http_admin_invalid),
 		cmocka_unit_test(test_overrides_inbox),
+		cmocka_unit_test(test_kafka_destination),
 	};
 
 	return cmocka_run_group_tests_name("qb_config", tests, NULL, NULL);

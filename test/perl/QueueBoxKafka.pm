@@ -1,0 +1,120 @@
+# QueueBoxKafka.pm
+#   TAP helpers for the Kafka destination (test/t/011_kafka.pl): a Kafka
+#   cluster in a helper process (test/brokers/kafka_mock, librdkafka's mock
+#   cluster on loopback TCP), driven through its stdin.
+#
+#   - qb_kafka_start:    start it with topics (and topics it must not know);
+#                        returns { bootstrap, ... } once it listens
+#   - qb_kafka_cmd:      one command (errors, down, up), its answer
+#   - qb_kafka_consume:  every message of a topic, each a hash with
+#                        partition, offset, key, value, headers
+#   - qb_kafka_stop:     quit and reap it
+#
+# Every wait is bounded and says what it waited for when it gives up.
+
+package QueueBoxKafka;
+
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use Exporter 'import';
+use File::Basename qw(dirname);
+use IPC::Run;
+use JSON::PP;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep time);
+
+our @EXPORT = qw(qb_kafka_start qb_kafka_cmd qb_kafka_consume qb_kafka_stop);
+
+my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
+my @live;
+
+# the helper as the installcheck copy built it (TESTDIR), else this tree's
+sub mock_binary
+{
+	my @dirs = grep { defined } ($ENV{TESTDIR}, $ROOT);
+	my ($bin) = grep { -x } map { "$_/test/brokers/kafka_mock" } @dirs;
+	BAIL_OUT("test/brokers/kafka_mock is not built (run: make sink); looked in @dirs")
+	  unless $bin;
+	return abs_path($bin);
+}
+
+# qb_kafka_start(topics => ['events:3'], missing => ['nowhere'], brokers => 1)
+sub qb_kafka_start
+{
+	my (%o) = @_;
+	my $dir = $PostgreSQL::Test::Utils::tmp_check;
+	my $file = "$dir/kafka_mock_$$." . (scalar(@live) + 1) . '.bootstrap';
+	my @cmd = (mock_binary(), '--bootstrap-file', $file, '--brokers', $o{brokers} // 1);
+	push @cmd, '--topic', $_ for @{ $o{topics} // [] };
+	push @cmd, '--missing', $_ for @{ $o{missing} // [] };
+	unlink $file;
+
+	my $k = { in => '', out => '', err => '', file => $file };
+	$k->{h} = IPC::Run::start(\@cmd, '<', \$k->{in}, '>', \$k->{out}, '2>', \$k->{err});
+	push @live, $k;
+	my $deadline = time + 30;
+	while (!-s $file && time < $deadline)
+	{
+		die "kafka_mock exited: $k->{err}" unless $k->{h}->pumpable;
+		$k->{h}->pump_nb;
+		usleep(20_000);
+	}
+	die "kafka_mock wrote no bootstrap file within 30 s: $k->{err}" unless -s $file;
+	($k->{bootstrap}) = slurp_file($file) =~ /^(\S+)/;
+	note "kafka mock cluster at $k->{bootstrap}";
+	return $k;
+}
+
+# qb_kafka_cmd($k, 'down 1'): the lines answered, up to and including the
+# last one ("ok", "error ..." or "end N ...").
+sub qb_kafka_cmd
+{
+	my ($k, $cmd, %o) = @_;
+	$k->{out} = '';
+	$k->{in} .= "$cmd\n";
+	my $deadline = time + ($o{timeout} // 60);
+	while ($k->{out} !~ /^(ok|error.*|end \d+.*)\n\z/m && time < $deadline)
+	{
+		$k->{h}->pump_nb;
+		usleep(20_000);
+	}
+	die "kafka_mock did not answer \"$cmd\" within the timeout; said: $k->{out} $k->{err}"
+	  unless $k->{out} =~ /^(ok|error.*|end \d+.*)\n\z/m;
+	return $k->{out};
+}
+
+# qb_kafka_consume($k, $topic): [ {partition, offset, key, value, headers} ]
+# in partition then offset order.
+sub qb_kafka_consume
+{
+	my ($k, $topic) = @_;
+	my $out = qb_kafka_cmd($k, "consume $topic");
+	die "consume $topic: $out" unless $out =~ /^end (\d+)\n\z/m;
+	my @msgs = map { decode_json($_) } grep { /^\{/ } split /\n/, $out;
+	return [ sort { $a->{partition} <=> $b->{partition} || $a->{offset} <=> $b->{offset} } @msgs ];
+}
+
+sub qb_kafka_stop
+{
+	my ($k) = @_;
+	return unless $k->{h};
+	$k->{in} .= "quit\n";
+	eval { $k->{h}->finish; };
+	$k->{h}->kill_kill if $@;
+	@live = grep { $_ != $k } @live;
+	delete $k->{h};
+	return;
+}
+
+END
+{
+	for my $k (@live)
+	{
+		eval { $k->{h}->kill_kill; } if $k->{h};
+	}
+}
+
+1;
