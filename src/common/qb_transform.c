@@ -20,10 +20,11 @@
  * worker's environment; ${NAME} in the configured text is the way to put a
  * value in.  The shadows are lexical: libjq's builtins keep the originals.
  *
- * The run protocol, child to parent over a pipe: one byte 'O' or 'R', one
- * byte the index in the chain (255: none), then the output JSON text or the
- * reason.  Anything else (no bytes, a child killed) is classified from the
- * wait status.
+ * The run protocol, child to parent over a pipe: one byte 'S' as each
+ * transform of the chain starts (so a stage that never ends is known), then
+ * one byte 'O' or 'R', one byte the index in the chain (255: none), then the
+ * output JSON text or the reason.  Anything else (no answer, a child killed)
+ * is classified from the wait status.
  *-------------------------------------------------------------------------
  */
 #ifndef _GNU_SOURCE
@@ -377,6 +378,7 @@ qbt_child(const QbTransform *const *chain, int n, const char *payload, size_t le
 		jv			r;
 		jv			more;
 
+		qbt_write_all(fd, "S", 1);	/* this stage is running */
 		in = jv_array_append(in, cur);
 		in = jv_array_append(in, qbt_opt_string(vars ? vars->topic : NULL));
 		in = jv_array_append(in, qbt_opt_string(vars ? vars->key : NULL));
@@ -430,6 +432,7 @@ qb_transform_run_chain(const QbTransform *const *chain, int n, const char *paylo
 	char	   *buf = NULL;
 	size_t		got = 0;
 	size_t		cap = 0;
+	size_t		stages = 0;
 	long		deadline;
 	bool		timed_out = false;
 	bool		too_big = false;
@@ -496,8 +499,8 @@ qb_transform_run_chain(const QbTransform *const *chain, int n, const char *paylo
 			size_t		ncap = cap ? cap * 2 : 65536;
 			char	   *nb;
 
-			if (ncap > (size_t) lim.max_output + 3)
-				ncap = (size_t) lim.max_output + 3;
+			if (ncap > (size_t) lim.max_output + n + 3)
+				ncap = (size_t) lim.max_output + n + 3;
 			if (ncap <= got)
 			{
 				too_big = true;
@@ -527,6 +530,17 @@ qb_transform_run_chain(const QbTransform *const *chain, int n, const char *paylo
 			waited = false;
 			break;
 		}
+	}
+
+	/* the stages that started: the last one is where a limit was hit */
+	while (stages < got && buf[stages] == 'S')
+		stages++;
+	if (at && stages > 0)
+		*at = (int) stages - 1;
+	if (stages > 0)
+	{
+		memmove(buf, buf + stages, got - stages);
+		got -= stages;
 	}
 
 	if (timed_out)

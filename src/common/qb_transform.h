@@ -78,7 +78,8 @@ extern const char *qb_transform_text(const QbTransform *t);
  * Run a chain of n transforms on a payload (JSON text, len bytes).  On OK,
  * *out is the new payload (malloc'd, NUL-terminated, compact JSON) and
  * *outlen its length.  On REJECTED, *at is the index in the chain that
- * rejected (-1: a limit of the whole run) and err the reason.  limits NULL
+ * rejected or was running when a limit was hit (-1: the payload itself is
+ * not JSON) and err the reason.  limits NULL
  * uses the defaults above.
  */
 extern QbTransformResult qb_transform_run_chain(const QbTransform *const *chain, int n,
