@@ -1183,6 +1183,14 @@ test_transforms(void **state)
 	assert_string_equal(qb_transform_text(cfg->routes[0].transform), "{id: .id, topic: $topic}");
 	qb_config_free(cfg);
 
+	/* an override replaces a program (not ${}-expanded: $topic stays) */
+	setenv("QUEUEBOX_ROUTES_0_TRANSFORM", "{t: $topic}", 1);
+	cfg = accept("destinations: { p: { type: http, baseUrl: \"http://h\" } }\n"
+				 "routes:\n  - { topicPattern: a, destination: p, transform: . }\n");
+	unsetenv("QUEUEBOX_ROUTES_0_TRANSFORM");
+	assert_string_equal(qb_transform_text(cfg->routes[0].transform), "{t: $topic}");
+	qb_config_free(cfg);
+
 	refuse("destinations: { p: { type: http, baseUrl: \"http://h\" } }\n"
 		   "routes:\n  - { topicPattern: a, destination: p, transform: '{a: }' }\n",
 		   "routes[0].transform: not a valid jq program: syntax error", "(line 3, column", NULL);

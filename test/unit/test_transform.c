@@ -214,7 +214,7 @@ test_state_reuse(void **state)
 	for (int round = 0; round < 3; round++)
 		for (int i = 0; i < 4; i++)
 		{
-			char		in[4];
+			char		in[16];
 
 			snprintf(in, sizeof(in), "%d", i);
 			if (i < 3)
