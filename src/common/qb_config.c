@@ -851,25 +851,28 @@ static const char *const qs_outbox_scalars[] =
 static const char *const qs_backoff_keys[] =
 {"initialMs", "maxMs", "multiplier", "jitter", NULL};
 static const char *const qs_http_keys[] =
-{"type", "baseUrl", "path", "headers", "timeoutMs", NULL};
+{"type", "baseUrl", "path", "headers", "timeoutMs", "transform", NULL};
 static const char *const qs_rabbitmq_keys[] =
-{"type", "url", "exchange", "routingKey", "persistent", "mandatory", NULL};
+{"type", "url", "exchange", "routingKey", "persistent", "mandatory", "transform", NULL};
 static const char *const qs_kafka_keys[] =
-{"type", "brokers", "topic", "config", NULL};
+{"type", "brokers", "topic", "config", "transform", NULL};
 static const char *const qs_nats_keys[] =
-{"type", "url", "subject", "jetstream", NULL};
+{"type", "url", "subject", "jetstream", "transform", NULL};
 /* every scalar key of any destination type: what an override may set */
 static const char *const qs_dest_scalars[] =
 {"type", "baseUrl", "path", "timeoutMs", "url", "exchange", "routingKey",
-"persistent", "mandatory", "brokers", "topic", "subject", "jetstream", NULL};
+"persistent", "mandatory", "brokers", "topic", "subject", "jetstream", "transform",
+NULL};
 static const char *const qs_route_keys[] =
-{"topicPattern", "destination", NULL};
+{"topicPattern", "destination", "transform", NULL};
 static const char *const qs_source_keys[] =
 {"type", "path", "idempotencyKeyPath", "idempotencyKeyHeader", "eventTypePath",
-"eventTypeHeader", "aggregateIdPath", "topic", "consumption", "maxBodyBytes", "auth", NULL};
+"eventTypeHeader", "aggregateIdPath", "topic", "consumption", "maxBodyBytes", "auth",
+"transform", NULL};
 static const char *const qs_source_scalars[] =
 {"type", "path", "idempotencyKeyPath", "idempotencyKeyHeader", "eventTypePath",
-"eventTypeHeader", "aggregateIdPath", "topic", "consumption", "maxBodyBytes", NULL};
+"eventTypeHeader", "aggregateIdPath", "topic", "consumption", "maxBodyBytes", "transform",
+NULL};
 /* auth keys by type, in the order of QbAuthType (NONE has none) */
 static const char *const qs_auth_hmac_keys[] =
 {"type", "secret", "secrets", "header", "prefix", "encoding", NULL};
@@ -2038,6 +2041,30 @@ qv_kafka_config(QvCtx *cx, const char *path, const QtNode *node, QbDestination *
 	return ok;
 }
 
+/*
+ * qv_transform: an optional transform: key of mapping m, compiled into *out;
+ * a program libjq refuses is refused with its message.
+ */
+static bool
+qv_transform(QvCtx *cx, const char *path, const QtNode *m, QbTransform **out)
+{
+	char		sub[QV_PATHLEN];
+	char		msg[QV_MSGLEN];
+	char	   *text = NULL;
+	const QtNode *n = qt_get(m, "transform");
+
+	if (n == NULL)
+		return true;
+	qv_path_key(sub, sizeof(sub), path, "transform");
+	if (!qv_string(cx, sub, n, true, &text))
+		return false;
+	*out = qb_transform_compile(text, msg, sizeof(msg));
+	free(text);
+	if (*out == NULL)
+		return qv_error(cx, sub, n, "%s", msg);
+	return true;
+}
+
 /* qv_destination: one entry of destinations: into *d (d->name already set). */
 static bool
 qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d)
@@ -2085,7 +2112,8 @@ qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d
 		d->type == QB_DEST_KAFKA ? qs_kafka_keys : qs_nats_keys;
 	snprintf(forwhat, sizeof(forwhat), "for a%s %s destination",
 			 d->type == QB_DEST_HTTP ? "n" : "", types[t]);
-	if (!qv_keys(cx, path, m, allowed, forwhat))
+	if (!qv_keys(cx, path, m, allowed, forwhat) ||
+		!qv_transform(cx, path, m, &d->transform))
 		return false;
 
 	switch (d->type)
@@ -2260,6 +2288,8 @@ qv_routes(QvCtx *cx, const QtNode *node, QbConfig *cfg)
 			return qv_error(cx, sub, n, "unknown destination %s (defined: %s)",
 							qv_echo(echo, sizeof(echo), r->destination), names);
 		}
+		if (!qv_transform(cx, path, m, &r->transform))
+			return false;
 	}
 	return true;
 }
@@ -2643,7 +2673,8 @@ qv_source(QvCtx *cx, const char *path, const QtNode *node, QbSource *s)
 		!qv_opt_jsonpath(cx, path, m, "eventTypePath", &s->event_type_path) ||
 		!qv_opt_header(cx, path, m, "eventTypeHeader", &s->event_type_header) ||
 		!qv_opt_jsonpath(cx, path, m, "aggregateIdPath", &s->aggregate_id_path) ||
-		!qv_opt_int(cx, path, m, "maxBodyBytes", 1, 67108864, &s->max_body_bytes))
+		!qv_opt_int(cx, path, m, "maxBodyBytes", 1, 67108864, &s->max_body_bytes) ||
+		!qv_transform(cx, path, m, &s->transform))
 		return false;
 	if (s->idempotency_key_path == NULL && s->idempotency_key_header == NULL)
 	{
@@ -3025,12 +3056,14 @@ qb_config_free(QbConfig *cfg)
 		free(d->target);
 		free(d->routing_key);
 		qb_pairs_free(d->props, d->nprops);
+		qb_transform_free(d->transform);
 	}
 	free(cfg->destinations);
 	for (i = 0; cfg->routes != NULL && i < cfg->nroutes; i++)
 	{
 		free(cfg->routes[i].topic_pattern);
 		free(cfg->routes[i].destination);
+		qb_transform_free(cfg->routes[i].transform);
 	}
 	free(cfg->routes);
 	for (i = 0; cfg->sources != NULL && i < cfg->nsources; i++)
@@ -3051,6 +3084,7 @@ qb_config_free(QbConfig *cfg)
 		free((char *) src->auth.header);
 		free((char *) src->auth.prefix);
 		free((char *) src->auth.token);
+		qb_transform_free(src->transform);
 	}
 	free(cfg->sources);
 	free(cfg->inbox.base_path);

@@ -22,6 +22,7 @@
 #include <stddef.h>
 
 #include "qb_auth.h"
+#include "qb_transform.h"
 
 #define QB_ERRLEN 512
 
@@ -70,6 +71,8 @@
  *			maxConnections 256 (1..10000), connectionTimeoutMs 10000
  *			(1000..3600000), storeTimeoutMs 5000 (100..600000)
  * admin:	token (at least 16 characters; unset: the /admin/ routes are off)
+ * transform:	a jq program (docs/transforms.md) on a route, a destination or
+ *			a source; compiled here, a compile error refuses the document.
  * Integers, numbers and booleans may be written quoted ("100"), so that a
  * ${NAME} reference or an override can supply them; booleans are true/false.
  */
@@ -126,6 +129,7 @@ typedef struct QbDestination
 	QbHeader   *props;			/* kafka: config: librdkafka properties */
 	int			nprops;
 	bool		jetstream;		/* nats: default true */
+	QbTransform *transform;		/* transform: compiled, or NULL */
 } QbDestination;
 
 typedef struct QbRoute
@@ -133,6 +137,7 @@ typedef struct QbRoute
 	char	   *topic_pattern;	/* '*' one segment, '**' any number */
 	char	   *destination;	/* a destinations: key */
 	int			dest_index;		/* index into QbConfig.destinations */
+	QbTransform *transform;		/* transform: compiled, or NULL */
 } QbRoute;
 
 typedef enum QbConsumption
@@ -165,6 +170,7 @@ typedef struct QbSource
 	 * owned by the config (secrets, header, prefix, token).
 	 */
 	QbAuth		auth;
+	QbTransform *transform;		/* transform: compiled, or NULL */
 } QbSource;
 
 typedef struct QbRelayConf

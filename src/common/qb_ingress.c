@@ -20,7 +20,9 @@
  *				and dropped and the answer is 413.
  *	3. checks	authentication over the raw body (401), JSON (400, with the
  *				line, column and byte), UTF-8 of the stored headers (400),
- *				the idempotency key (422).  A refusal stores nothing.
+ *				the idempotency key (422), then the source's transform
+ *				(422 on a rejection; the output is what is stored).
+ *				A refusal stores nothing.
  *	4. store	the request joins the batch and is suspended; after the pass
  *				the batch is inserted and committed, then each request is
  *				answered 202 (new), 200 duplicate, or 503 when the store
@@ -52,6 +54,7 @@
 #include "qb_config.h"
 #include "qb_extract.h"
 #include "qb_ingress.h"
+#include "qb_transform.h"
 
 #define QBI_MAX_VALUE_BYTES	1024	/* idempotency key, event type, aggregate id */
 #define QBI_ADMIN_MAX_BODY	65536
@@ -344,6 +347,43 @@ qbi_value(QbiRequest *r, json_t *doc, const char *path, const char *header,
 }
 
 /*
+ * qbi_transform: the source's transform on the checked body, after the
+ * values were extracted from it (spec: extract, then transform, then the
+ * duplicate check).  The output replaces the body, so it is what is stored;
+ * a rejection answers 422 and stores nothing.
+ */
+static bool
+qbi_transform(QbiRequest *r)
+{
+	QbTransformVars vars = {NULL, r->aggregate_id, r->headers, r->src->name, r->event_type};
+	char		err[QB_ERRLEN];
+	char		reason[QB_ERRLEN + 64];
+	char	   *out;
+	size_t		len;
+
+	switch (qb_transform_run(r->src->transform, r->body, r->len, &vars, NULL, &out, &len,
+							 err, sizeof(err)))
+	{
+		case QB_TRANSFORM_OK:
+			free(r->body);
+			r->body = out;
+			r->len = len;
+			r->cap = len + 1;
+			return true;
+		case QB_TRANSFORM_REJECTED:
+			snprintf(reason, sizeof(reason), "the source transform rejected the message: %s", err);
+			qbi_set(r, 422, "error", reason);
+			return false;
+		case QB_TRANSFORM_FAILED:
+			snprintf(reason, sizeof(reason), "the source transform could not run: %s; retry later",
+					 err);
+			qbi_set(r, 503, "unavailable", reason);
+			return false;
+	}
+	return true;
+}
+
+/*
  * qbi_check_webhook: step 3 of the banner.  True when the request may be
  * stored (key and headers set); false with the answer set.
  */
@@ -406,7 +446,7 @@ qbi_check_webhook(QbiRequest *r)
 		qbi_set(r, 503, "unavailable", "out of memory; retry later");
 		return false;
 	}
-	return true;
+	return s->transform == NULL || qbi_transform(r);
 }
 
 /* ---- routing ---------------------------------------------------------- */

@@ -5,7 +5,9 @@
  * Wording:
  *	- A batch is the rows of one claim.  Every row of a batch ends in exactly
  *	  one settle outcome: sent, retry, dead or release.
- *	- A round is claim -> route -> publish concurrently -> settle.
+ *	- A round is claim -> route -> transform -> publish concurrently ->
+ *	  settle.  The route's transform runs before the destination's; a
+ *	  rejection sends the row dead at once (docs/transforms.md).
  *
  * Transaction rules: the claim and the settle are each one short transaction
  * in the store; nothing is open while requests are in flight.  If the settle
@@ -27,6 +29,7 @@
 #include "qb_publish.h"
 #include "qb_outbox.h"
 #include "qb_route.h"
+#include "qb_transform.h"
 
 #define QBO_RECLAIM_EVERY_MS	1000
 #define QBO_RETENTION_EVERY_MS	60000
@@ -138,6 +141,64 @@ qbo_publish_done(void *arg, int tag, const QbPubOutcome *out)
 }
 
 /*
+ * qbo_transform runs the route's transform, then the destination's, on a
+ * routed row (one helper run for both) and puts the result in the row's
+ * payload, so the round frees it.  Returns false when the row got its
+ * outcome: dead for a rejection, a failed attempt when the helper could not
+ * run.
+ */
+static bool
+qbo_transform(QboRound *r, int i, int ri, const QbDestination *dest)
+{
+	QbOutboxRow *row = &r->rows[i];
+	const QbTransform *chain[2];
+	const char *names[2];
+	char		place[2][160];
+	char		err[QB_ERRLEN];
+	char		msg[768];
+	QbTransformVars vars = {row->topic, row->key, row->headers, NULL, NULL};
+	char	   *out;
+	size_t		outlen;
+	int			n = 0;
+	int			at;
+
+	if (r->cfg->routes[ri].transform != NULL)
+	{
+		snprintf(place[n], sizeof(place[n]), "route routes[%d]", ri);
+		names[n] = place[n];
+		chain[n++] = r->cfg->routes[ri].transform;
+	}
+	if (dest->transform != NULL)
+	{
+		snprintf(place[n], sizeof(place[n]), "destination %s", dest->name);
+		names[n] = place[n];
+		chain[n++] = dest->transform;
+	}
+	if (n == 0)
+		return true;
+	switch (qb_transform_run_chain(chain, n, row->payload, row->payload_len, &vars, NULL,
+								   &out, &outlen, &at, err, sizeof(err)))
+	{
+		case QB_TRANSFORM_OK:
+			free(row->payload);
+			row->payload = out;
+			row->payload_len = outlen;
+			return true;
+		case QB_TRANSFORM_REJECTED:
+			/* at < 0: the payload itself (not JSON), before any transform */
+			snprintf(msg, sizeof(msg), "%s transform rejected the message: %s",
+					 names[at >= 0 && at < n ? at : 0], err);
+			qbo_set(r, i, QB_SETTLE_DEAD, row->attempt, 0, msg);
+			r->stats->dead++;
+			return false;
+		case QB_TRANSFORM_FAILED:
+			qbo_failed(r, i, err);
+			return false;
+	}
+	return true;
+}
+
+/*
  * qbo_dispatch routes every row and starts its publish; rows that cannot be
  * published (no route, a destination type this build cannot publish to, a
  * malformed row) get their outcome at once.
@@ -166,6 +227,8 @@ qbo_dispatch(QboEngine *e, QboRound *r)
 		}
 		dest = &r->cfg->destinations[r->cfg->routes[ri].dest_index];
 		r->dest[i] = dest->name;
+		if (!qbo_transform(r, i, ri, dest))
+			continue;
 		m.message_id = row->message_id;
 		m.topic = row->topic;
 		m.key = row->key;

@@ -308,17 +308,17 @@ test_unknown_keys(void **state)
 		   "outbox.backoff.initial: unknown key (allowed: initialMs, maxMs, multiplier, jitter)",
 		   "(line 3, column 5)", NULL);
 	refuse("destinations:\n  bus: { type: rabbitmq, url: \"amqp://h\", exchange: e, baseUrl: \"http://h\" }\n",
-		   "destinations.bus.baseUrl: unknown key for a rabbitmq destination (allowed: type, url, exchange, routingKey, persistent, mandatory)",
+		   "destinations.bus.baseUrl: unknown key for a rabbitmq destination (allowed: type, url, exchange, routingKey, persistent, mandatory, transform)",
 		   "(line 2, column 56)", NULL);
-	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", transform: x }\n",
-		   "destinations.p.transform: unknown key for an http destination (allowed: type, baseUrl, path, headers, timeoutMs)",
+	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", filter: x }\n",
+		   "destinations.p.filter: unknown key for an http destination (allowed: type, baseUrl, path, headers, timeoutMs, transform)",
 		   NULL);
 	refuse("destinations:\n  k: { type: kafka, brokers: h, subject: s }\n",
-		   "destinations.k.subject: unknown key for a kafka destination (allowed: type, brokers, topic, config)", NULL);
+		   "destinations.k.subject: unknown key for a kafka destination (allowed: type, brokers, topic, config, transform)", NULL);
 	refuse("destinations:\n  n: { type: nats, url: \"nats://h\", topic: s }\n",
-		   "destinations.n.topic: unknown key for a nats destination (allowed: type, url, subject, jetstream)", NULL);
+		   "destinations.n.topic: unknown key for a nats destination (allowed: type, url, subject, jetstream, transform)", NULL);
 	refuse("destinations: { p: { type: http, baseUrl: \"http://h\" } }\nroutes:\n  - topicPattern: a\n    destination: p\n    priority: 1\n",
-		   "routes[0].priority: unknown key (allowed: topicPattern, destination)", "(line 5, column 5)", NULL);
+		   "routes[0].priority: unknown key (allowed: topicPattern, destination, transform)", "(line 5, column 5)", NULL);
 	refuse("? [a, b]\n: 1\n", "a key must be a string", NULL);
 }
 
@@ -1214,6 +1214,46 @@ test_kafka_destination(void **state)
 		   "destinations.k.config[\"message.timeout.ms\"]: 0 means retry forever", NULL);
 }
 
+/* ---- transforms: compiled at load, a compile error names the key ------ */
+
+static void
+test_transforms(void **state)
+{
+	QbConfig   *cfg;
+
+	cfg = accept("destinations:\n  p: { type: http, baseUrl: \"http://h\", transform: '. + {via: \"p\"}' }\n"
+				 "routes:\n  - { topicPattern: \"a.**\", destination: p, transform: '{id: .id, topic: $topic}' }\n"
+				 "  - { topicPattern: \"**\", destination: p }\n"
+				 "sources:\n  s:\n    type: http\n    path: /s\n    idempotencyKeyPath: $.id\n    topic: \"{{ source }}\"\n"
+				 "    transform: |\n      def amount: .cents / 100;\n      {id, amount: amount, source: $source}\n");
+	assert_non_null(cfg->routes[0].transform);
+	assert_null(cfg->routes[1].transform);
+	assert_non_null(cfg->destinations[0].transform);
+	assert_non_null(cfg->sources[0].transform);
+	assert_string_equal(qb_transform_text(cfg->routes[0].transform), "{id: .id, topic: $topic}");
+	qb_config_free(cfg);
+
+	/* an override replaces a program (not ${}-expanded: $topic stays) */
+	setenv("QUEUEBOX_ROUTES_0_TRANSFORM", "{t: $topic}", 1);
+	cfg = accept("destinations: { p: { type: http, baseUrl: \"http://h\" } }\n"
+				 "routes:\n  - { topicPattern: a, destination: p, transform: . }\n");
+	unsetenv("QUEUEBOX_ROUTES_0_TRANSFORM");
+	assert_string_equal(qb_transform_text(cfg->routes[0].transform), "{t: $topic}");
+	qb_config_free(cfg);
+
+	refuse("destinations: { p: { type: http, baseUrl: \"http://h\" } }\n"
+		   "routes:\n  - { topicPattern: a, destination: p, transform: '{a: }' }\n",
+		   "routes[0].transform: not a valid jq program: syntax error", "(line 3, column", NULL);
+	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", transform: 'nope(1)' }\n",
+		   "destinations.p.transform: not a valid jq program: nope/1 is not defined", NULL);
+	refuse("destinations:\n  k: { type: kafka, brokers: h, transform: '$who' }\n",
+		   "destinations.k.transform: not a valid jq program: $who is not defined", NULL);
+	refuse("sources:\n  s: { type: http, path: /s, idempotencyKeyPath: $.id, topic: x, transform: '.a |||' }\n",
+		   "sources.s.transform: not a valid jq program: syntax error", NULL);
+	refuse("sources:\n  s: { type: http, path: /s, idempotencyKeyPath: $.id, topic: x, transform: '' }\n",
+		   "sources.s.transform: must not be empty", NULL);
+}
+
 int
 main(void)
 {
@@ -1239,6 +1279,7 @@ main(void)
 		cmocka_unit_test(test_inbox_http_admin_invalid),
 		cmocka_unit_test(test_overrides_inbox),
 		cmocka_unit_test(test_kafka_destination),
+		cmocka_unit_test(test_transforms),
 	};
 
 	return cmocka_run_group_tests_name("qb_config", tests, NULL, NULL);

@@ -1,0 +1,99 @@
+/*-------------------------------------------------------------------------
+ * qb_transform.h
+ *	  jq transforms (libjq 1.6): compiled once per configuration, run on one
+ *	  payload at a time in a forked helper that a deadline can kill.
+ *
+ * Wording:
+ *	- A transform is one `transform:` program of a route, a destination or
+ *	  a source, compiled (QbTransform).  The payload is `.`; $topic, $key,
+ *	  $headers, $source and $eventType are bound for each run (null when the
+ *	  place has no such value).
+ *	- A chain is the transforms one message passes through, in order (route
+ *	  then destination); each one's output is the next one's input.
+ *	- A rejection is a run whose message must not go on: error(v) with any
+ *	  v (error(null) included), no output, more than one output, a runtime
+ *	  error, or a limit hit.  A failure is a run that could not happen at all
+ *	  (no fork, no memory in this process): the message itself is not to
+ *	  blame and may be tried again.
+ *
+ * Why a helper process: libjq has no instruction, time or memory budget and
+ * cannot be interrupted from C (clibs.md §8), and a jq_state that ran halt
+ * is corrupt.  Each run forks; the child runs the chain on its copy of the
+ * compiled states under an RLIMIT_DATA cap and writes the result to a pipe;
+ * the parent reads with a deadline and SIGKILLs the child when it passes.
+ * The parent's jq_state never runs, so nothing a program does can corrupt it.
+ *
+ * Plain C, malloc'd, no PostgreSQL header.  A QbTransform is immutable after
+ * compile and used from one thread.
+ *-------------------------------------------------------------------------
+ */
+#ifndef QB_TRANSFORM_H
+#define QB_TRANSFORM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Default limits of one run (of a whole chain). */
+#define QB_TRANSFORM_TIMEOUT_MS		1000
+#define QB_TRANSFORM_MAX_OUTPUT		(64L * 1024 * 1024)	/* bytes of JSON text */
+#define QB_TRANSFORM_MAX_MEMORY		(512L * 1024 * 1024)	/* heap the helper may add */
+
+typedef struct QbTransform QbTransform;
+
+typedef struct QbTransformVars
+{
+	const char *topic;			/* NULL binds null */
+	const char *key;
+	const char *headers;		/* JSON object text; NULL (or not an object) binds null */
+	const char *source;
+	const char *event_type;
+} QbTransformVars;
+
+typedef struct QbTransformLimits
+{
+	long		timeout_ms;
+	long		max_output;
+	long		max_memory;
+} QbTransformLimits;
+
+typedef enum QbTransformResult
+{
+	QB_TRANSFORM_OK,
+	QB_TRANSFORM_REJECTED,		/* err says why; the message must not go on */
+	QB_TRANSFORM_FAILED			/* err says why; nothing was decided */
+} QbTransformResult;
+
+/*
+ * Compile a jq program.  Returns NULL with jq's message in err (e.g. "not a
+ * valid jq program: syntax error, unexpected INVALID_CHARACTER at
+ * <top-level>, line 1").  Costs about 17 ms (libjq compiles its builtins).
+ */
+extern QbTransform *qb_transform_compile(const char *program, char *err, size_t errlen);
+extern void qb_transform_free(QbTransform *t);
+
+/* The program as written. */
+extern const char *qb_transform_text(const QbTransform *t);
+
+/*
+ * Run a chain of n transforms on a payload (JSON text, len bytes).  On OK,
+ * *out is the new payload (malloc'd, NUL-terminated, compact JSON) and
+ * *outlen its length.  On REJECTED, *at is the index in the chain that
+ * rejected or was running when a limit was hit (-1: the payload itself is
+ * not JSON) and err the reason.  limits NULL
+ * uses the defaults above.
+ */
+extern QbTransformResult qb_transform_run_chain(const QbTransform *const *chain, int n,
+												const char *payload, size_t len,
+												const QbTransformVars *vars,
+												const QbTransformLimits *limits,
+												char **out, size_t *outlen, int *at,
+												char *err, size_t errlen);
+
+/* One transform: qb_transform_run_chain with n = 1. */
+extern QbTransformResult qb_transform_run(const QbTransform *t, const char *payload, size_t len,
+										  const QbTransformVars *vars,
+										  const QbTransformLimits *limits,
+										  char **out, size_t *outlen,
+										  char *err, size_t errlen);
+
+#endif							/* QB_TRANSFORM_H */

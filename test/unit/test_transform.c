@@ -1,0 +1,308 @@
+/*-------------------------------------------------------------------------
+ * test_transform.c
+ *	  Unit tests of qb_transform.c: compile, reshape, bindings, every kind of
+ *	  rejection (error, error(null), empty, several outputs, halt,
+ *	  halt_error), the limits (a runaway, output size, memory) and chains.
+ *
+ * Wording: "ok" runs a program and returns its output, failing the test if
+ * it is not accepted; "rejected" runs one and checks the reason holds a
+ * substring.
+ *-------------------------------------------------------------------------
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "qb_transform.h"
+
+static QbTransform *
+compile(const char *program)
+{
+	char		err[512] = "";
+	QbTransform *t = qb_transform_compile(program, err, sizeof(err));
+
+	if (t == NULL)
+		fail_msg("refused %s: %s", program, err);
+	return t;
+}
+
+/* run1: compile program and run it once on payload. */
+static QbTransformResult
+run1(const char *program, const char *payload, const QbTransformVars *vars,
+	 const QbTransformLimits *lim, char **out, char *err, size_t errlen)
+{
+	QbTransform *t = compile(program);
+	size_t		len = 0;
+	QbTransformResult r;
+
+	r = qb_transform_run(t, payload, strlen(payload), vars, lim, out, &len, err, errlen);
+	qb_transform_free(t);
+	if (r == QB_TRANSFORM_OK)
+		assert_int_equal(len, strlen(*out));
+	return r;
+}
+
+/* ok: run program on payload; the caller frees the output. */
+static char *
+ok(const char *program, const char *payload, const QbTransformVars *vars)
+{
+	char		err[512] = "";
+	char	   *out = NULL;
+	QbTransformResult r = run1(program, payload, vars, NULL, &out, err, sizeof(err));
+
+	if (r != QB_TRANSFORM_OK)
+		fail_msg("%s on %s: result %d: %s", program, payload, r, err);
+	return out;
+}
+
+static void
+rejected(const char *program, const char *payload, const QbTransformLimits *lim,
+		 const char *want)
+{
+	char		err[512] = "";
+	char	   *out = NULL;
+	QbTransformResult r = run1(program, payload, NULL, lim, &out, err, sizeof(err));
+
+	if (r != QB_TRANSFORM_REJECTED)
+		fail_msg("%s: expected a rejection, got result %d (%s)", program, r, out ? out : err);
+	assert_null(out);
+	if (strstr(err, want) == NULL)
+		fail_msg("%s: reason \"%s\" lacks \"%s\"", program, err, want);
+}
+
+static void
+test_compile(void **state)
+{
+	char		err[512];
+	QbTransform *t;
+
+	t = compile("{id: .id, n: (.items | length)}");
+	assert_string_equal(qb_transform_text(t), "{id: .id, n: (.items | length)}");
+	qb_transform_free(t);
+	/* definitions before the filter, a trailing comment, the bound names */
+	qb_transform_free(compile("def twice: . * 2; .n | twice # done"));
+	qb_transform_free(compile("{t: $topic, k: $key, h: $headers, s: $source, e: $eventType}"));
+
+	assert_null(qb_transform_compile(".a |||", err, sizeof(err)));
+	assert_non_null(strstr(err, "not a valid jq program: syntax error"));
+	assert_null(strstr(err, "qb_raise"));		/* the wrapper never shows */
+	assert_null(strstr(err, "shell quoting"));
+	assert_null(qb_transform_compile("$nope", err, sizeof(err)));
+	assert_non_null(strstr(err, "$nope is not defined"));
+	assert_null(qb_transform_compile("nosuchfn(1)", err, sizeof(err)));
+	assert_non_null(strstr(err, "nosuchfn/1 is not defined"));
+	assert_null(qb_transform_compile("  ", err, sizeof(err)));
+	assert_non_null(strstr(err, "empty"));
+	assert_null(qb_transform_compile("import \"x\" as x; .", err, sizeof(err)));
+	assert_non_null(strstr(err, "not a valid jq program"));
+}
+
+static void
+test_reshape(void **state)
+{
+	char	   *out;
+
+	out = ok("{id: .order.id, total: ([.order.lines[].price] | add), tags: (.tags | map(ascii_upcase))}",
+			 "{\"order\":{\"id\":42,\"lines\":[{\"price\":10},{\"price\":7}]},\"tags\":[\"vip\",\"eu\"]}",
+			 NULL);
+	assert_string_equal(out, "{\"id\":42,\"total\":17,\"tags\":[\"VIP\",\"EU\"]}");
+	free(out);
+	/* any JSON value may come out, and non-ASCII text survives */
+	out = ok(".name", "{\"name\":\"Zo\\u00eb \xe2\x82\xac\"}", NULL);
+	assert_string_equal(out, "\"Zo\xc3\xab \xe2\x82\xac\"");
+	free(out);
+	/* try/catch still works, and a caught error(null) is a value */
+	out = ok("try error(\"x\") catch .", "1", NULL);
+	assert_string_equal(out, "\"x\"");
+	free(out);
+}
+
+static void
+test_bindings(void **state)
+{
+	QbTransformVars v = {"orders.created", "cust-7", "{\"x-tenant\":\"acme\"}", "stripe",
+	"invoice.paid"};
+	QbTransformVars none = {0};
+	char	   *out;
+
+	out = ok("{t: $topic, k: $key, tenant: $headers[\"x-tenant\"], s: $source, e: $eventType, p: .}",
+			 "[1]", &v);
+	assert_string_equal(out, "{\"t\":\"orders.created\",\"k\":\"cust-7\",\"tenant\":\"acme\","
+						"\"s\":\"stripe\",\"e\":\"invoice.paid\",\"p\":[1]}");
+	free(out);
+	out = ok("[$topic, $key, $headers, $source, $eventType]", "{}", &none);
+	assert_string_equal(out, "[null,null,null,null,null]");
+	free(out);
+	out = ok("[$topic, $headers]", "{}", NULL);
+	assert_string_equal(out, "[null,null]");
+	free(out);
+	/* the variables are fresh for every run of one compiled program */
+	{
+		QbTransform *t = compile("$key");
+		char		err[256];
+		char	   *o;
+		size_t		len;
+		QbTransformVars a = {.key = "a"};
+		QbTransformVars b = {.key = "b"};
+
+		assert_int_equal(qb_transform_run(t, "1", 1, &a, NULL, &o, &len, err, sizeof(err)),
+						 QB_TRANSFORM_OK);
+		assert_string_equal(o, "\"a\"");
+		free(o);
+		assert_int_equal(qb_transform_run(t, "1", 1, &b, NULL, &o, &len, err, sizeof(err)),
+						 QB_TRANSFORM_OK);
+		assert_string_equal(o, "\"b\"");
+		free(o);
+		qb_transform_free(t);
+	}
+}
+
+static void
+test_rejections(void **state)
+{
+	/* program, payload, a substring of the reason */
+	static const char *const cases[][3] = {
+		{"if .amount > 100 then error(\"too large\") else . end", "{\"amount\":500}", "too large"},
+		{"error({code: \"R1\"})", "{}", "{\"code\":\"R1\"}"},
+		/* libjq 1.6 treats error(null) like empty: here it rejects */
+		{"error(null)", "{}", "error(null)"},
+		{"1, error(null), 2", "{}", "error(null)"},
+		{"null | error", "{}", "error(null)"},
+		{"empty", "{}", "no output"},
+		{"select(.keep)", "{\"keep\":false}", "no output"},
+		{".[]", "[1,2]", "more than one output"},
+		{".a + 1", "{\"a\":\"x\"}", "cannot be added"},
+		{".", "{\"a\":", "not valid JSON"},
+		/* halt corrupts a libjq 1.6 state: it is an error instead */
+		{"halt", "{}", "halt is not allowed"},
+		{"\"bye\" | halt_error", "{}", "bye"},
+		{"{why: 1} | halt_error(1)", "{}", "{\"why\":1}"},
+		{"input", "{}", "not available"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		rejected(cases[i][0], cases[i][1], NULL, cases[i][2]);
+}
+
+/* the worker's environment stays out of reach */
+static void
+test_environment(void **state)
+{
+	char	   *out;
+
+	setenv("QB_TRANSFORM_SECRET", "s3cr3t", 1);
+	out = ok("[env.QB_TRANSFORM_SECRET, $ENV.QB_TRANSFORM_SECRET]", "{}", NULL);
+	assert_string_equal(out, "[null,null]");
+	free(out);
+	unsetenv("QB_TRANSFORM_SECRET");
+}
+
+/* the same compiled state keeps working after every kind of run */
+static void
+test_state_reuse(void **state)
+{
+	QbTransform *t = compile("if . == 0 then halt elif . == 1 then error(null) elif . == 2 then empty else . * 10 end");
+	char		err[256];
+	char	   *o;
+	size_t		len;
+
+	for (int round = 0; round < 3; round++)
+		for (int i = 0; i < 4; i++)
+		{
+			char		in[16];
+
+			snprintf(in, sizeof(in), "%d", i);
+			if (i < 3)
+				assert_int_equal(qb_transform_run(t, in, 1, NULL, NULL, &o, &len, err, sizeof(err)),
+								 QB_TRANSFORM_REJECTED);
+			else
+			{
+				assert_int_equal(qb_transform_run(t, in, 1, NULL, NULL, &o, &len, err, sizeof(err)),
+								 QB_TRANSFORM_OK);
+				assert_string_equal(o, "30");
+				free(o);
+			}
+		}
+	qb_transform_free(t);
+}
+
+static void
+test_limits(void **state)
+{
+	QbTransformLimits fast = {300, QB_TRANSFORM_MAX_OUTPUT, QB_TRANSFORM_MAX_MEMORY};
+	QbTransformLimits small = {5000, 100, QB_TRANSFORM_MAX_MEMORY};
+	QbTransformLimits lean = {20000, QB_TRANSFORM_MAX_OUTPUT, 64L * 1024 * 1024};
+
+	/* endless loops, in time and in recursion */
+	rejected("last(range(1e15))", "0", &fast, "ran longer than 300 ms");
+	rejected("def f: f; f", "0", &fast, "");
+	rejected("[range(200)]", "0", &small, "output is over 100 bytes");
+	/* an unbounded allocation hits the helper's memory cap, not the host */
+	rejected("[range(1e9)] | length", "0", &lean, "memory");
+}
+
+static void
+test_chain(void **state)
+{
+	QbTransform *a = compile(". + {route: true, order: [\"route\"]}");
+	QbTransform *b = compile(".order += [\"destination\"] | .dest = $topic");
+	QbTransform *bad = compile("error(\"stop\")");
+	const QbTransform *ab[] = {a, b};
+	const QbTransform *abad[] = {a, bad};
+	QbTransformVars v = {.topic = "t.1"};
+	char		err[256];
+	char	   *o;
+	size_t		len;
+	int			at = 7;
+
+	assert_int_equal(qb_transform_run_chain(ab, 2, "{\"x\":1}", 7, &v, NULL, &o, &len, &at,
+											err, sizeof(err)), QB_TRANSFORM_OK);
+	assert_string_equal(o, "{\"x\":1,\"route\":true,\"order\":[\"route\",\"destination\"],\"dest\":\"t.1\"}");
+	free(o);
+	assert_int_equal(qb_transform_run_chain(abad, 2, "{}", 2, &v, NULL, &o, &len, &at,
+											err, sizeof(err)), QB_TRANSFORM_REJECTED);
+	assert_int_equal(at, 1);
+	assert_string_equal(err, "stop");
+	/* a runaway second stage is named as the one running */
+	{
+		QbTransform *loop = compile("last(range(1e15))");
+		const QbTransform *aloop[] = {a, loop};
+		QbTransformLimits fast = {200, QB_TRANSFORM_MAX_OUTPUT, QB_TRANSFORM_MAX_MEMORY};
+
+		assert_int_equal(qb_transform_run_chain(aloop, 2, "{}", 2, &v, &fast, &o, &len, &at,
+												err, sizeof(err)), QB_TRANSFORM_REJECTED);
+		assert_int_equal(at, 1);
+		assert_non_null(strstr(err, "ran longer than 200 ms"));
+		qb_transform_free(loop);
+	}
+	/* an empty chain copies the payload */
+	assert_int_equal(qb_transform_run_chain(ab, 0, "{}", 2, &v, NULL, &o, &len, &at,
+											err, sizeof(err)), QB_TRANSFORM_OK);
+	assert_string_equal(o, "{}");
+	free(o);
+	qb_transform_free(a);
+	qb_transform_free(b);
+	qb_transform_free(bad);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_compile),
+		cmocka_unit_test(test_reshape),
+		cmocka_unit_test(test_bindings),
+		cmocka_unit_test(test_rejections),
+		cmocka_unit_test(test_environment),
+		cmocka_unit_test(test_state_reuse),
+		cmocka_unit_test(test_limits),
+		cmocka_unit_test(test_chain),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
