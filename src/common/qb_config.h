@@ -148,7 +148,10 @@ typedef enum QbConsumption
 
 typedef enum QbSourceType
 {
-	QB_SOURCE_HTTP
+	QB_SOURCE_HTTP,				/* webhooks, answered by the ingress */
+	QB_SOURCE_RABBITMQ,			/* the rest: consumed by a consumer worker */
+	QB_SOURCE_KAFKA,
+	QB_SOURCE_NATS
 } QbSourceType;
 
 typedef struct QbSource
@@ -171,6 +174,21 @@ typedef struct QbSource
 	 */
 	QbAuth		auth;
 	QbTransform *transform;		/* transform: compiled, or NULL */
+
+	/* broker sources (rabbitmq, kafka, nats): what the consumer connects to */
+	char	   *broker_url;		/* rabbitmq url | kafka brokers | nats url */
+	char	   *queue;			/* rabbitmq: the queue consumed (not declared) */
+	int			prefetch;		/* rabbitmq: basic.qos, default 100 */
+	bool		event_type_from_header; /* rabbitmq: the AMQP type property */
+	char	  **topics;			/* kafka: the topics subscribed */
+	int			ntopics;
+	char	   *group;			/* kafka: group.id, default "queuebox-<source>" */
+	QbHeader   *props;			/* kafka: extra librdkafka consumer properties */
+	int			nprops;
+	char	   *subject;		/* nats: the filter subject */
+	char	   *stream;			/* nats: the JetStream stream */
+	char	   *durable;		/* nats: durable pull consumer, default "queuebox-<source>" */
+	int			batch_size;		/* broker sources: messages per store, default 100 */
 } QbSource;
 
 typedef struct QbRelayConf

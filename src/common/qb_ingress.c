@@ -460,7 +460,7 @@ qbi_source_at(const QbConfig *cfg, const char *path)
 	if (strncmp(path, cfg->inbox.base_path, blen) != 0)
 		return NULL;
 	for (int i = 0; i < cfg->nsources; i++)
-		if (strcmp(path + blen, cfg->sources[i].path) == 0)
+		if (cfg->sources[i].type == QB_SOURCE_HTTP && strcmp(path + blen, cfg->sources[i].path) == 0)
 			return &cfg->sources[i];
 	return NULL;
 }

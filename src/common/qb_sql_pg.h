@@ -169,20 +169,24 @@
 	" SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM ins)"
 
 /*
- * Inbox insert (the ingress): $1..$7 text[] of source, idempotency key,
- * event type, aggregate id, payload (JSON text), headers (JSON text),
- * consumption.  Rows go in array order, so of two rows of one key in a call
+ * Inbox insert (the ingress, the consumers): $1..$8 text[] of source,
+ * idempotency key, event type, aggregate id, payload (JSON text), headers
+ * (JSON text), consumption, and last_error (NULL: pending; else the row is
+ * stored dead, spec: a broker message that is not JSON or that the
+ * transform rejected).  Rows go in array order, so of two rows of one key in a call
  * the first is stored; a key that exists is skipped.  Returns the stored
  * rows' id, source and idempotency key.
  */
 #define QB_PG_INBOX_INSERT \
 	"INSERT INTO queuebox.inbox (source, idempotency_key, event_type, aggregate_id," \
-	"                            payload, headers, consumption)" \
+	"                            payload, headers, consumption, state, last_error)" \
 	" SELECT r.source, r.key, r.event_type, r.aggregate_id, r.payload::jsonb," \
-	"        r.headers::jsonb, r.consumption" \
+	"        r.headers::jsonb, r.consumption," \
+	"        CASE WHEN r.last_error IS NULL THEN 'pending' ELSE 'dead' END, r.last_error" \
 	" FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]," \
-	"             $6::text[], $7::text[]) WITH ORDINALITY" \
-	"      AS r(source, key, event_type, aggregate_id, payload, headers, consumption, n)" \
+	"             $6::text[], $7::text[], $8::text[]) WITH ORDINALITY" \
+	"      AS r(source, key, event_type, aggregate_id, payload, headers, consumption," \
+	"           last_error, n)" \
 	" ORDER BY r.n" \
 	" ON CONFLICT (source, idempotency_key) DO NOTHING" \
 	" RETURNING id, source, idempotency_key"

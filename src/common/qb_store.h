@@ -81,6 +81,7 @@ typedef struct QbInboxRow
 	const char *payload;		/* JSON text */
 	const char *headers;		/* JSON object text */
 	bool		pull;			/* consumption pull (else push) */
+	const char *dead_error;		/* NULL: pending; else stored dead with this last_error */
 } QbInboxRow;
 
 /* The queries of query_text, and the text parameters each takes. */

@@ -529,9 +529,9 @@ qbs_inbox_insert(void *ctx, const QbInboxRow *rows, int n, long timeout_ms,
 	memset(ids, 0, sizeof(int64_t) * n);
 	PG_TRY();
 	{
-		Oid			types[7] = {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
-		TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
-		Datum		values[7];
+		Oid			types[8] = {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+		TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+		Datum		values[8];
 		Datum	   *consumption = palloc(sizeof(Datum) * n);
 		SPIPlanPtr	p;
 
@@ -547,7 +547,8 @@ qbs_inbox_insert(void *ctx, const QbInboxRow *rows, int n, long timeout_ms,
 			consumption[i] = CStringGetTextDatum(rows[i].pull ? "pull" : "push");
 		values[6] = PointerGetDatum(construct_array(consumption, n, TEXTOID, -1, false,
 													TYPALIGN_INT));
-		p = qbs_prepare(&qbs_plans.inbox_insert, QB_PG_INBOX_INSERT, 7, types);
+		values[7] = qbs_text_array(rows, n, offsetof(QbInboxRow, dead_error));
+		p = qbs_prepare(&qbs_plans.inbox_insert, QB_PG_INBOX_INSERT, 8, types);
 		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_INSERT_RETURNING)
 			elog(ERROR, "the inbox insert failed");
 		/* match each stored row to the first request of its key */
