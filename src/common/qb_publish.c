@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "qb_http.h"
+#include "qb_pub_amqp.h"
 #include "qb_publish.h"
 
 #define QBP_NTYPES 4
@@ -23,7 +24,7 @@
 /* The publishers this build has, indexed by QbDestType; NULL: not yet. */
 static const QbPublisherOps *const qbp_ops[QBP_NTYPES] = {
 	[QB_DEST_HTTP] = &qb_http_publisher,
-	[QB_DEST_RABBITMQ] = NULL,
+	[QB_DEST_RABBITMQ] = &qb_amqp_publisher,
 	[QB_DEST_KAFKA] = NULL,
 	[QB_DEST_NATS] = NULL,
 };
