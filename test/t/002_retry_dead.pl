@@ -31,17 +31,13 @@ qb_configure(
 				timeoutMs => 300
 			},
 			down => { type => 'http', baseUrl => "http://127.0.0.1:$down_port", path => '/x' },
-			mq => {
-				type => 'rabbitmq',
-				url => 'amqp://guest:guest@127.0.0.1:5672/',
-				exchange => 'events'
-			},
+			kf => { type => 'kafka', brokers => '127.0.0.1:9092' },
 		},
 		routes => [
 			{ topicPattern => 'orders.**', destination => 'web' },
 			{ topicPattern => 'slow.**', destination => 'slow' },
 			{ topicPattern => 'down.**', destination => 'down' },
-			{ topicPattern => 'mq.**', destination => 'mq' },
+			{ topicPattern => 'kf.**', destination => 'kf' },
 		]));
 
 # One row per case; ids are looked up by the "case" field of the payload.
@@ -51,7 +47,7 @@ $node->safe_psql('postgres', q{
 	('orders.b', '{"case": "always503", "_sink": {"status": 503}}', 3),
 	('orders.c', '{"case": "default_max", "_sink": {"status": 500}}', NULL),
 	('nowhere.at.all', '{"case": "no_route"}', 5),
-	('mq.orders', '{"case": "rabbitmq"}', 5),
+	('kf.orders', '{"case": "kafka"}', 5),
 	('down.x', '{"case": "down"}', 3),
 	('down.y', '{"case": "down_observe"}', 1000),
 	('slow.x', '{"case": "timeout", "_sink": {"fail": 1, "delay_ms": 3000}}', 3),
@@ -92,7 +88,7 @@ qb_wait_query($node,
 
 my $by_id = qb_sink_by_id($sink);
 my %n = map { $_ => scalar @{ $by_id->{ row($_)->{mid} } // [] } }
-  qw(fail2 always503 default_max no_route rabbitmq down down_observe timeout redirect bad_header);
+  qw(fail2 always503 default_max no_route kafka down down_observe timeout redirect bad_header);
 
 # ---- fails twice, then succeeds
 my $r = row('fail2');
@@ -128,12 +124,12 @@ like($r->{last_error}, qr/no route/, 'no route: last_error says no route matches
 is($n{no_route}, 0, 'no route: no request');
 
 # ---- a destination type that cannot be published to yet
-$r = row('rabbitmq');
-is($r->{state}, 'dead', 'rabbitmq destination: dead');
-is($r->{attempt}, '0', 'rabbitmq destination: no attempt counted');
-like($r->{last_error}, qr/rabbitmq/, 'rabbitmq destination: last_error names the type');
-like($r->{last_error}, qr/\byet\b/, 'rabbitmq destination: last_error says it is not supported yet');
-is($n{rabbitmq}, 0, 'rabbitmq destination: no HTTP request');
+$r = row('kafka');
+is($r->{state}, 'dead', 'kafka destination: dead');
+is($r->{attempt}, '0', 'kafka destination: no attempt counted');
+like($r->{last_error}, qr/kafka/, 'kafka destination: last_error names the type');
+like($r->{last_error}, qr/\byet\b/, 'kafka destination: last_error says it is not supported yet');
+is($n{kafka}, 0, 'kafka destination: no HTTP request');
 
 # ---- destination down
 $r = row('down');
