@@ -30,7 +30,8 @@ PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 
 EXTRA_CLEAN = tmp_check tmp_check_iso results output_iso test/unit/bin test/unit/bin-san test/sink/qb_sink \
               test/brokers/nats_tool \
-              test/brokers/kafka_mock
+              test/brokers/kafka_mock \
+              test/brokers/amqp_tool
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -59,14 +60,21 @@ $(UNIT_BIN_DIR)/%: test/unit/%.c $(COMMON_SRCS) $(wildcard src/common/*.h)
 	@mkdir -p $(UNIT_BIN_DIR)
 	$(UNIT_CC) $(UNIT_CFLAGS) -o $@ $< $(COMMON_SRCS) $(UNIT_LIBS)
 
-.PHONY: unit sink
+.PHONY: unit sink brokers-tools
 unit: $(UNIT_BINS) test/sink/qb_sink
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 
-# The loopback HTTP sink used by the TAP tests, the demo and the benchmarks.
-sink: test/sink/qb_sink test/brokers/nats_tool test/brokers/kafka_mock
+# The loopback HTTP sink used by the TAP tests, the demo and the benchmarks;
+# the broker tests' helpers come with it (scripts/test.sh runs make sink).
+sink: test/sink/qb_sink brokers-tools
 test/sink/qb_sink: test/sink/qb_sink.c
 	$(UNIT_CC) -std=gnu11 -O2 $(WARN) -o $@ $< -lmicrohttpd -ljansson
+
+brokers-tools: test/brokers/amqp_tool test/brokers/nats_tool test/brokers/kafka_mock
+
+# A small AMQP client for TAP 010: declare, bind, count and fetch messages.
+test/brokers/amqp_tool: test/brokers/amqp_tool.c
+	$(UNIT_CC) -std=gnu11 -O2 $(WARN) -o $@ $< -lrabbitmq -ljansson
 
 # The NATS TAP test's client: create streams, read them back (no nats CLI).
 test/brokers/nats_tool: test/brokers/nats_tool.c

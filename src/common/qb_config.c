@@ -76,6 +76,7 @@
 
 #include "qb_config.h"
 #include "qb_extract.h"
+#include "qb_pub_amqp.h"
 #include "qb_route.h"
 
 extern char **environ;
@@ -2143,10 +2144,34 @@ qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d
 				!qv_flag(cx, path, m, "persistent", &d->persistent) ||
 				!qv_flag(cx, path, m, "mandatory", &d->mandatory))
 				return false;
-			if ((n = qt_get(m, "routingKey")) != NULL)
 			{
-				qv_path_key(sub, sizeof(sub), path, "routingKey");
-				return qv_string(cx, sub, n, false, &d->routing_key);
+				/* what the publisher reads from the url: vhost, options */
+				QbAmqpUrl	u;
+				char		msg[QV_MSGLEN];
+				bool		ok = qb_amqp_url_parse(d->broker_url, &u, msg, sizeof(msg));
+
+				qb_amqp_url_free(&u);
+				if (!ok)
+				{
+					qv_path_key(sub, sizeof(sub), path, "url");
+					return qv_error(cx, sub, qt_get(m, "url"), "%s", msg);
+				}
+				if (strlen(d->target) > 255)
+				{
+					qv_path_key(sub, sizeof(sub), path, "exchange");
+					return qv_error(cx, sub, qt_get(m, "exchange"),
+									"an exchange name is at most 255 bytes");
+				}
+				if ((n = qt_get(m, "routingKey")) != NULL)
+				{
+					qv_path_key(sub, sizeof(sub), path, "routingKey");
+					if (!qv_string(cx, sub, n, false, &d->routing_key))
+						return false;
+					if (!qb_template_check(d->routing_key, qb_amqp_routing_key_names,
+										   msg, sizeof(msg)))
+						return qv_error(cx, sub, n, "%s", msg);
+					return true;
+				}
 			}
 			if ((d->routing_key = strdup("{{ topic }}")) == NULL)
 				return qv_error(cx, path, m, "out of memory");

@@ -42,8 +42,10 @@
  *
  * Destinations (every key optional unless marked required):
  *	http		baseUrl (required), path "", headers {}, timeoutMs 10000 (1..600000)
- *	rabbitmq	url (required, amqp/amqps), exchange (required),
- *				routingKey "{{ topic }}", persistent true, mandatory true
+ *	rabbitmq	url (required, amqp/amqps; vhost and options as
+ *				qb_amqp_url_parse reads them), exchange (required, <= 255 bytes),
+ *				routingKey "{{ topic }}" (a template of topic and key),
+ *				persistent true, mandatory true
  *	kafka		brokers (required, "host[:port],..."), topic (template with
  *				topic and key; none: the row's topic), config {} (librdkafka
  *				properties, string to string, each checked by librdkafka;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "qb_http.h"
+#include "qb_pub_amqp.h"
 #include "qb_pub_kafka.h"
 #include "qb_publish.h"
 #include "qb_pub_nats.h"
@@ -25,7 +26,7 @@
 /* The publishers this build has, indexed by QbDestType; NULL: not yet. */
 static const QbPublisherOps *const qbp_ops[QBP_NTYPES] = {
 	[QB_DEST_HTTP] = &qb_http_publisher,
-	[QB_DEST_RABBITMQ] = NULL,
+	[QB_DEST_RABBITMQ] = &qb_amqp_publisher,
 	[QB_DEST_KAFKA] = &qb_kafka_publisher,
 	[QB_DEST_NATS] = &qb_nats_publisher,
 };

@@ -31,17 +31,11 @@ qb_configure(
 				timeoutMs => 300
 			},
 			down => { type => 'http', baseUrl => "http://127.0.0.1:$down_port", path => '/x' },
-			mq => {
-				type => 'rabbitmq',
-				url => 'amqp://guest:guest@127.0.0.1:5672/',
-				exchange => 'events'
-			},
 		},
 		routes => [
 			{ topicPattern => 'orders.**', destination => 'web' },
 			{ topicPattern => 'slow.**', destination => 'slow' },
 			{ topicPattern => 'down.**', destination => 'down' },
-			{ topicPattern => 'mq.**', destination => 'mq' },
 		]));
 
 # One row per case; ids are looked up by the "case" field of the payload.
@@ -51,7 +45,6 @@ $node->safe_psql('postgres', q{
 	('orders.b', '{"case": "always503", "_sink": {"status": 503}}', 3),
 	('orders.c', '{"case": "default_max", "_sink": {"status": 500}}', NULL),
 	('nowhere.at.all', '{"case": "no_route"}', 5),
-	('mq.orders', '{"case": "rabbitmq"}', 5),
 	('down.x', '{"case": "down"}', 3),
 	('down.y', '{"case": "down_observe"}', 1000),
 	('slow.x', '{"case": "timeout", "_sink": {"fail": 1, "delay_ms": 3000}}', 3),
@@ -59,7 +52,7 @@ $node->safe_psql('postgres', q{
 	INSERT INTO queuebox.outbox (topic, payload, headers, max_attempts) VALUES
 	('orders.h', '{"case": "bad_header"}', jsonb_build_object('X-Bad', 'a' || chr(13) || chr(10) || 'Injected: 1'), 5);
 });
-my $inserted = 10;
+my $inserted = 9;
 is(qb_outbox_count($node), $inserted, "$inserted rows inserted");
 
 sub row
@@ -92,7 +85,7 @@ qb_wait_query($node,
 
 my $by_id = qb_sink_by_id($sink);
 my %n = map { $_ => scalar @{ $by_id->{ row($_)->{mid} } // [] } }
-  qw(fail2 always503 default_max no_route rabbitmq down down_observe timeout redirect bad_header);
+  qw(fail2 always503 default_max no_route down down_observe timeout redirect bad_header);
 
 # ---- fails twice, then succeeds
 my $r = row('fail2');
@@ -127,13 +120,6 @@ is($r->{attempt}, '0', 'no route: no attempt counted');
 like($r->{last_error}, qr/no route/, 'no route: last_error says no route matches');
 is($n{no_route}, 0, 'no route: no request');
 
-# ---- a destination type that cannot be published to yet
-$r = row('rabbitmq');
-is($r->{state}, 'dead', 'rabbitmq destination: dead');
-is($r->{attempt}, '0', 'rabbitmq destination: no attempt counted');
-like($r->{last_error}, qr/rabbitmq/, 'rabbitmq destination: last_error names the type');
-like($r->{last_error}, qr/\byet\b/, 'rabbitmq destination: last_error says it is not supported yet');
-is($n{rabbitmq}, 0, 'rabbitmq destination: no HTTP request');
 
 # ---- destination down
 $r = row('down');

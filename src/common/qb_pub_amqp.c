@@ -1,0 +1,1632 @@
+/*-------------------------------------------------------------------------
+ * qb_pub_amqp.c
+ *	  The RabbitMQ publisher: librabbitmq-c 0.11, publisher confirms, one
+ *	  connection and channel per destination, driven from the engine's
+ *	  thread without blocking while messages are in flight.
+ *
+ * Wording: see qb_pub_amqp.h.  An outcome that is known outside perform()
+ * (a connection found closed while starting a publish) waits in the done
+ * list and is reported by the next perform(); it counts as in flight until
+ * then, so the engine keeps driving the publisher.
+ *
+ * What the broker sends back, and what it means for a message:
+ *	- basic.ack (multiple or not): delivered, unless a basic.return for that
+ *	  message came first (RabbitMQ acks a returned message too): then it is
+ *	  a failed attempt, "unroutable".  basic.return carries no delivery tag;
+ *	  the message_id property of the returned content names the message.
+ *	- basic.nack: a failed attempt (a queue refused it, e.g. x-overflow
+ *	  reject-publish, or the broker could not store it).
+ *	- channel.close (404 NOT_FOUND for a missing exchange, 403 ...) or
+ *	  connection.close (320 CONNECTION_FORCED at a broker shutdown), or the
+ *	  socket failing: every unconfirmed message of that connection is a
+ *	  failed attempt with the broker's reason; the connection is closed and
+ *	  opened again by the next publish to its destination.
+ *	- no confirm within QBA_CONFIRM_TIMEOUT_MS: the same, as a timeout.
+ *
+ * Waiting: fd() is a private epoll set holding every connection's socket,
+ * constant for the publisher's life.  librabbitmq reads the socket in
+ * chunks, so frames may sit in its buffer while the socket is quiet:
+ * perform() reads until nothing complete is left, and timeout_ms() is 0
+ * whenever something is buffered, so a buffered ack is never waited on.
+ *
+ * Blocking: connecting (TCP, TLS, login, channel.open, confirm.select) is
+ * bounded by connection_timeout and the RPC timeout; after a failed
+ * connect, the destination's publishes fail at once until a backoff
+ * (QBA_BACKOFF_MIN_MS doubling to QBA_BACKOFF_MAX_MS) has passed.
+ * basic.publish writes to the socket; librabbitmq waits without bound only
+ * when the socket's send buffer is full, which a broker that stops reading
+ * (connection.blocked, a resource alarm) could cause: we ask for
+ * connection.blocked notices and stop publishing to a blocked connection.
+ *
+ * Heartbeats: off unless the url asks for them (?heartbeat=N).  With them
+ * on, perform() services them while messages are in flight; between
+ * batches nothing reads the socket, so the broker may close an idle
+ * connection, which the next publish notices and reopens.
+ *
+ * No thread is created: librabbitmq has none.
+ *-------------------------------------------------------------------------
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <amqp.h>
+#include <amqp_framing.h>
+#include <amqp_ssl_socket.h>
+#include <amqp_tcp_socket.h>
+#include <jansson.h>
+#include <openssl/ssl.h>
+
+#include "qb_extract.h"
+#include "qb_pub_amqp.h"
+
+#ifndef QB_VERSION
+#define QB_VERSION "dev"
+#endif
+
+#define QBA_CHANNEL				1
+#define QBA_FRAME_MAX			131072
+#define QBA_CONFIRM_TIMEOUT_MS	30000
+#define QBA_BLOCKED_WAIT_MS		5000	/* confirm wait once blocked */
+#define QBA_POLL_MS				100
+#define QBA_RPC_TIMEOUT_MS		10000
+#define QBA_CLOSE_TIMEOUT_MS	1000
+#define QBA_BACKOFF_MIN_MS		200
+#define QBA_BACKOFF_MAX_MS		10000
+#define QBA_SHORTSTR_MAX		255
+
+const char *const qb_amqp_routing_key_names[] = {"topic", "key", NULL};
+
+/* ---- the url ------------------------------------------------------------ */
+
+static int
+qba_hex(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* qba_decode: a malloc'd percent-decoded copy of s[0..len), or NULL. */
+static char *
+qba_decode(const char *s, size_t len, const char *what, char *err, size_t errlen)
+{
+	char	   *out = malloc(len + 1);
+	size_t		o = 0;
+
+	if (out == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	for (size_t i = 0; i < len; i++)
+	{
+		if (s[i] == '%')
+		{
+			int			hi = i + 2 < len ? qba_hex((unsigned char) s[i + 1]) : -1;
+			int			lo = i + 2 < len ? qba_hex((unsigned char) s[i + 2]) : -1;
+
+			if (hi < 0 || lo < 0)
+			{
+				snprintf(err, errlen, "bad percent-encoding in the %s (write %%XX with two hex digits)", what);
+				free(out);
+				return NULL;
+			}
+			if (hi == 0 && lo == 0)
+			{
+				snprintf(err, errlen, "the %s contains %%00", what);
+				free(out);
+				return NULL;
+			}
+			out[o++] = (char) (hi * 16 + lo);
+			i += 2;
+		}
+		else
+			out[o++] = s[i];
+	}
+	out[o] = '\0';
+	return out;
+}
+
+void
+qb_amqp_url_free(QbAmqpUrl *u)
+{
+	free(u->user);
+	free(u->password);
+	free(u->host);
+	free(u->vhost);
+	free(u->cacert);
+	free(u->cert);
+	free(u->key);
+	memset(u, 0, sizeof(*u));
+}
+
+/* qba_int: a whole decimal number in [lo, hi]. */
+static bool
+qba_int(const char *s, long lo, long hi, long *out)
+{
+	char	   *end;
+	long		v;
+
+	if (*s == '\0' || !isdigit((unsigned char) *s))
+		return false;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+/* qba_option: one name=value of the query. */
+static bool
+qba_option(QbAmqpUrl *u, const char *name, const char *value, char *err, size_t errlen)
+{
+	long		v;
+	char	  **file = NULL;
+
+	if (strcmp(name, "heartbeat") == 0)
+	{
+		if (!qba_int(value, 0, 3600, &v))
+		{
+			snprintf(err, errlen, "heartbeat in the URL query must be a number of seconds from 0 to 3600");
+			return false;
+		}
+		u->heartbeat = (int) v;
+		return true;
+	}
+	if (strcmp(name, "connection_timeout") == 0)
+	{
+		if (!qba_int(value, 1, 600000, &v))
+		{
+			snprintf(err, errlen, "connection_timeout in the URL query must be milliseconds from 1 to 600000");
+			return false;
+		}
+		u->connect_timeout_ms = v;
+		return true;
+	}
+	if (strcmp(name, "cacertfile") == 0)
+		file = &u->cacert;
+	else if (strcmp(name, "certfile") == 0)
+		file = &u->cert;
+	else if (strcmp(name, "keyfile") == 0)
+		file = &u->key;
+	else if (strcmp(name, "verify") != 0)
+	{
+		snprintf(err, errlen,
+				 "unsupported option \"%.40s\" in the URL query (known: heartbeat, connection_timeout, cacertfile, certfile, keyfile, verify)",
+				 name);
+		return false;
+	}
+	if (!u->tls)
+	{
+		snprintf(err, errlen, "%s in the URL query is for amqps:// URLs only", name);
+		return false;
+	}
+	if (file == NULL)
+	{
+		if (strcmp(value, "verify_peer") == 0)
+			u->verify = true;
+		else if (strcmp(value, "verify_none") == 0)
+			u->verify = false;
+		else
+		{
+			snprintf(err, errlen, "verify in the URL query must be verify_peer or verify_none");
+			return false;
+		}
+		return true;
+	}
+	if (value[0] == '\0')
+	{
+		snprintf(err, errlen, "%s in the URL query is empty; give a file path", name);
+		return false;
+	}
+	free(*file);
+	if ((*file = strdup(value)) == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return false;
+	}
+	return true;
+}
+
+bool
+qb_amqp_url_parse(const char *url, QbAmqpUrl *u, char *err, size_t errlen)
+{
+	const char *sep;
+	const char *auth;
+	const char *end;
+	const char *at = NULL;
+	const char *hp;
+	const char *hend;
+	const char *colon = NULL;
+	const char *p;
+	size_t		slen;
+
+	memset(u, 0, sizeof(*u));
+	u->connect_timeout_ms = 5000;
+	u->verify = true;
+
+	sep = strstr(url, "://");
+	if (sep == NULL)
+	{
+		snprintf(err, errlen, "not a URL: expected amqp://host[:port][/vhost]");
+		return false;
+	}
+	slen = sep - url;
+	if (slen == 4 && strncasecmp(url, "amqp", 4) == 0)
+		u->tls = false;
+	else if (slen == 5 && strncasecmp(url, "amqps", 5) == 0)
+		u->tls = true;
+	else
+	{
+		snprintf(err, errlen, "unsupported scheme (use amqp or amqps)");
+		return false;
+	}
+	for (p = url; *p != '\0'; p++)
+		if ((unsigned char) *p <= ' ' || *p == 0x7f)
+		{
+			snprintf(err, errlen, "the URL contains a space or a control character; percent-encode it");
+			return false;
+		}
+	if (strchr(url, '#') != NULL)
+	{
+		snprintf(err, errlen, "a fragment (#...) is not allowed in the URL; remove it");
+		return false;
+	}
+
+	auth = sep + 3;
+	end = auth + strcspn(auth, "/?");
+	for (p = auth; p < end; p++)
+		if (*p == '@')
+			at = p;
+	if (at != NULL)
+	{
+		const char *c = memchr(auth, ':', at - auth);
+
+		if (c == NULL)
+			c = at;
+		if ((u->user = qba_decode(auth, c - auth, "user name", err, errlen)) == NULL)
+			return false;
+		if (c < at)
+		{
+			if ((u->password = qba_decode(c + 1, at - c - 1, "password", err, errlen)) == NULL)
+				return false;
+		}
+		else if ((u->password = strdup("")) == NULL)
+		{
+			snprintf(err, errlen, "out of memory");
+			return false;
+		}
+		hp = at + 1;
+	}
+	else
+	{
+		u->user = strdup("guest");
+		u->password = strdup("guest");
+		hp = auth;
+	}
+	if (u->user == NULL || u->password == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return false;
+	}
+
+	/* host and port */
+	if (hp < end && *hp == '[')
+	{
+		const char *rb = memchr(hp, ']', end - hp);
+
+		if (rb == NULL || rb == hp + 1)
+		{
+			snprintf(err, errlen, "an IPv6 address needs its closing ']' (amqp://[::1]:5672)");
+			return false;
+		}
+		u->host = strndup(hp + 1, rb - hp - 1);
+		hend = rb + 1;
+		if (hend < end && *hend != ':')
+		{
+			snprintf(err, errlen, "unexpected text after ']'; write [address]:port");
+			return false;
+		}
+		colon = hend < end ? hend : NULL;
+	}
+	else
+	{
+		colon = memchr(hp, ':', end - hp);
+		hend = colon ? colon : end;
+		if (hend == hp)
+		{
+			snprintf(err, errlen, "no host in the URL; write amqp://host[:port]");
+			return false;
+		}
+		u->host = qba_decode(hp, hend - hp, "host", err, errlen);
+		if (u->host == NULL)
+			return false;
+	}
+	if (u->host == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return false;
+	}
+	u->port = u->tls ? 5671 : 5672;
+	if (colon != NULL && colon + 1 < end)
+	{
+		char		num[8];
+		long		v;
+		size_t		n = end - colon - 1;
+
+		if (n >= sizeof(num))
+			n = sizeof(num) - 1;
+		memcpy(num, colon + 1, n);
+		num[n] = '\0';
+		if ((size_t) (end - colon - 1) >= sizeof(num) || !qba_int(num, 1, 65535, &v))
+		{
+			snprintf(err, errlen, "the port must be a number from 1 to 65535");
+			return false;
+		}
+		u->port = (int) v;
+	}
+
+	/* the vhost: one path segment */
+	p = end;
+	if (*p == '/')
+	{
+		const char *q = p + 1 + strcspn(p + 1, "?");
+
+		if (memchr(p + 1, '/', q - p - 1) != NULL)
+		{
+			snprintf(err, errlen,
+					 "the vhost is one path segment; percent-encode a '/' in it as %%2f (\"/\" itself is the default)");
+			return false;
+		}
+		if ((u->vhost = qba_decode(p + 1, q - p - 1, "vhost", err, errlen)) == NULL)
+			return false;
+		p = q;
+	}
+	if (u->vhost == NULL || u->vhost[0] == '\0')
+	{
+		free(u->vhost);
+		if ((u->vhost = strdup("/")) == NULL)
+		{
+			snprintf(err, errlen, "out of memory");
+			return false;
+		}
+	}
+
+	/* the query: name=value pairs */
+	if (*p == '?')
+	{
+		p++;
+		while (*p != '\0')
+		{
+			size_t		n = strcspn(p, "&");
+			const char *eq = memchr(p, '=', n);
+			char	   *name;
+			char	   *value;
+			bool		ok;
+
+			if (n == 0)
+			{
+				p++;
+				continue;
+			}
+			if (eq == NULL)
+			{
+				snprintf(err, errlen, "an option in the URL query has no value; write name=value");
+				return false;
+			}
+			name = qba_decode(p, eq - p, "query", err, errlen);
+			if (name == NULL)
+				return false;
+			value = qba_decode(eq + 1, p + n - eq - 1, "query", err, errlen);
+			if (value == NULL)
+			{
+				free(name);
+				return false;
+			}
+			ok = qba_option(u, name, value, err, errlen);
+			free(name);
+			free(value);
+			if (!ok)
+				return false;
+			p += n;
+			if (*p == '&')
+				p++;
+		}
+	}
+	if ((u->cert == NULL) != (u->key == NULL))
+	{
+		snprintf(err, errlen, "certfile and keyfile in the URL query go together: give both or neither");
+		return false;
+	}
+	return true;
+}
+
+/* ---- the headers table --------------------------------------------------- */
+
+void
+qb_amqp_headers_free(QbAmqpHeader *h, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		free(h[i].name);
+		free(h[i].value);
+	}
+	free(h);
+}
+
+bool
+qb_amqp_headers_build(const char *row_headers, QbAmqpHeader **out, int *n,
+					  char **correlation_id, char *err, size_t errlen)
+{
+	json_error_t jerr;
+	json_t	   *obj;
+	const char *name;
+	json_t	   *val;
+	QbAmqpHeader *h;
+	int			k = 0;
+
+	*out = NULL;
+	*n = 0;
+	*correlation_id = NULL;
+	if (row_headers == NULL || row_headers[0] == '\0')
+		return true;
+	obj = json_loads(row_headers, JSON_DECODE_ANY, &jerr);
+	if (obj == NULL || !json_is_object(obj))
+	{
+		snprintf(err, errlen, "the row's headers are not a JSON object");
+		json_decref(obj);
+		return false;
+	}
+	if (json_object_size(obj) == 0)
+	{
+		json_decref(obj);
+		return true;
+	}
+	h = calloc(json_object_size(obj), sizeof(QbAmqpHeader));
+	if (h == NULL)
+		goto oom;
+	json_object_foreach(obj, name, val)
+	{
+		char	   *v;
+
+		if (json_is_null(val))
+			continue;
+		if (strlen(name) > QBA_SHORTSTR_MAX || name[0] == '\0')
+		{
+			snprintf(err, errlen,
+					 "row header name \"%.60s...\" is %s; an AMQP header name is 1 to 255 bytes; fix the row's headers and replay it",
+					 name, name[0] == '\0' ? "empty" : "longer than 255 bytes");
+			qb_amqp_headers_free(h, k);
+			free(*correlation_id);
+			*correlation_id = NULL;
+			json_decref(obj);
+			return false;
+		}
+		if (json_is_string(val))
+			v = strdup(json_string_value(val));
+		else
+			v = json_dumps(val, JSON_ENCODE_ANY | JSON_COMPACT);
+		if (v == NULL || (h[k].name = strdup(name)) == NULL)
+		{
+			free(v);
+			qb_amqp_headers_free(h, k);
+			goto oom;
+		}
+		h[k].value = v;
+		if (strcasecmp(name, "X-Correlation-Id") == 0 && json_is_string(val) &&
+			*correlation_id == NULL && strlen(v) <= QBA_SHORTSTR_MAX)
+			*correlation_id = strdup(v);
+		k++;
+	}
+	json_decref(obj);
+	if (k == 0)
+	{
+		free(h);
+		h = NULL;
+	}
+	*out = h;
+	*n = k;
+	return true;
+
+oom:
+	free(*correlation_id);
+	*correlation_id = NULL;
+	json_decref(obj);
+	snprintf(err, errlen, "out of memory");
+	return false;
+}
+
+/* ---- the publisher -------------------------------------------------------- */
+
+typedef struct QbaPending
+{
+	int			tag;			/* the engine's tag (row index) */
+	uint64_t	dtag;			/* the channel's delivery tag */
+	char	   *message_id;
+	char	   *returned;		/* why the broker returned it, or NULL */
+	long		deadline_ms;	/* no confirm by then: failed */
+	struct QbaPending *next;
+} QbaPending;
+
+typedef struct QbaDone
+{
+	int			tag;
+	QbPubOutcome out;
+	struct QbaDone *next;
+} QbaDone;
+
+typedef struct QbaConn
+{
+	char	   *name;			/* the destination's name ... */
+	char	   *url;			/* ... and url: the key */
+	QbAmqpUrl	u;
+	char		where[320];		/* "rabbitmq host:port vhost /", for messages */
+
+	amqp_connection_state_t amqp;	/* NULL: not connected */
+	int			fd;				/* the socket in the epoll set, or -1 */
+	uint64_t	next_dtag;
+
+	QbaPending *head;			/* unconfirmed, in delivery tag order */
+	QbaPending *tail;
+	int			npending;
+
+	/* a basic.return in progress: its header and body frames follow */
+	int			ret_state;		/* 0 none, 1 header expected, 2 body */
+	uint64_t	ret_left;
+	char		ret_why[512];
+
+	bool		blocked;		/* connection.blocked until unblocked */
+	char		blocked_why[256];
+
+	/* after a failed connect: publishes fail at once until retry_at_ms */
+	long		retry_at_ms;
+	long		backoff_ms;
+	char		down_why[512];
+
+	struct QbaConn *next;
+} QbaConn;
+
+typedef struct QbAmqp
+{
+	int			epfd;
+	QbaConn    *conns;
+	QbaDone    *done_head;
+	QbaDone    *done_tail;
+	int			ndone;
+} QbAmqp;
+
+static long
+qba_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+qba_tv(struct timeval *tv, long ms)
+{
+	tv->tv_sec = ms / 1000;
+	tv->tv_usec = (ms % 1000) * 1000;
+}
+
+/* qba_report queues an outcome for the next perform. */
+static void
+qba_report(QbAmqp *a, int tag, bool ok, const char *why)
+{
+	QbaDone    *d = calloc(1, sizeof(QbaDone));
+
+	if (d == NULL)
+		return;					/* the lease will bring the row back */
+	d->tag = tag;
+	d->out.ok = ok;
+	d->out.permanent = false;
+	if (why != NULL)
+		snprintf(d->out.error, sizeof(d->out.error), "%s", why);
+	if (a->done_tail)
+		a->done_tail->next = d;
+	else
+		a->done_head = d;
+	a->done_tail = d;
+	a->ndone++;
+}
+
+static void
+qba_pending_free(QbaPending *m)
+{
+	free(m->message_id);
+	free(m->returned);
+	free(m);
+}
+
+/* qba_settle_head takes the first unconfirmed message off and reports it. */
+static void
+qba_settle_head(QbAmqp *a, QbaConn *c, bool ok, const char *why)
+{
+	QbaPending *m = c->head;
+
+	c->head = m->next;
+	if (c->head == NULL)
+		c->tail = NULL;
+	c->npending--;
+	if (ok && m->returned != NULL)
+		qba_report(a, m->tag, false, m->returned);
+	else
+		qba_report(a, m->tag, ok, why);
+	qba_pending_free(m);
+}
+
+/* qba_fail_all: every unconfirmed message of c is a failed attempt. */
+static void
+qba_fail_all(QbAmqp *a, QbaConn *c, const char *why)
+{
+	while (c->head != NULL)
+		qba_settle_head(a, c, false, why);
+	c->ret_state = 0;
+}
+
+/* qba_drop_all: forget every unconfirmed message of c (a stop). */
+static void
+qba_drop_all(QbaConn *c)
+{
+	while (c->head != NULL)
+	{
+		QbaPending *m = c->head;
+
+		c->head = m->next;
+		qba_pending_free(m);
+	}
+	c->tail = NULL;
+	c->npending = 0;
+	c->ret_state = 0;
+}
+
+/*
+ * qba_disconnect closes c's connection.  graceful: say connection.close and
+ * wait (bounded) for close-ok, for a connection that is still sound; else
+ * just drop the socket.  Unconfirmed messages must be settled before.
+ */
+static void
+qba_disconnect(QbAmqp *a, QbaConn *c, bool graceful)
+{
+	if (c->amqp == NULL)
+		return;
+	if (c->fd >= 0)
+		epoll_ctl(a->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	c->fd = -1;
+	if (graceful)
+	{
+		struct timeval tv;
+
+		qba_tv(&tv, QBA_CLOSE_TIMEOUT_MS);
+		amqp_set_rpc_timeout(c->amqp, &tv);
+		amqp_connection_close(c->amqp, AMQP_REPLY_SUCCESS);
+	}
+	amqp_destroy_connection(c->amqp);
+	c->amqp = NULL;
+	c->blocked = false;
+	c->ret_state = 0;
+}
+
+/* qba_lost: the connection is unusable: fail what is unconfirmed, close it. */
+static void
+qba_lost(QbAmqp *a, QbaConn *c, const char *why, bool graceful)
+{
+	qba_fail_all(a, c, why);
+	qba_disconnect(a, c, graceful);
+}
+
+static void
+qba_conn_free(QbAmqp *a, QbaConn *c)
+{
+	qba_drop_all(c);
+	qba_disconnect(a, c, true);
+	qb_amqp_url_free(&c->u);
+	free(c->name);
+	free(c->url);
+	free(c);
+}
+
+static void *
+qba_create(char *err, size_t errlen)
+{
+	QbAmqp	   *a = calloc(1, sizeof(QbAmqp));
+
+	if (a == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if ((a->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+	{
+		snprintf(err, errlen, "epoll_create1: %s", strerror(errno));
+		free(a);
+		return NULL;
+	}
+	return a;
+}
+
+static void
+qba_done_clear(QbAmqp *a)
+{
+	while (a->done_head != NULL)
+	{
+		QbaDone    *d = a->done_head;
+
+		a->done_head = d->next;
+		free(d);
+	}
+	a->done_tail = NULL;
+	a->ndone = 0;
+}
+
+static void
+qba_destroy(void *p)
+{
+	QbAmqp	   *a = p;
+
+	if (a == NULL)
+		return;
+	while (a->conns != NULL)
+	{
+		QbaConn    *c = a->conns;
+
+		a->conns = c->next;
+		qba_conn_free(a, c);
+	}
+	qba_done_clear(a);
+	close(a->epfd);
+	free(a);
+}
+
+/*
+ * qba_conn_for finds the destination's connection, or makes an unconnected
+ * one.  A connection of the same destination name with another url (the
+ * configuration changed) is closed once it has nothing unconfirmed.
+ */
+static QbaConn *
+qba_conn_for(QbAmqp *a, const QbDestination *dest, char *err, size_t errlen)
+{
+	QbaConn   **pp = &a->conns;
+	QbaConn    *c;
+	char		uerr[256];
+
+	while ((c = *pp) != NULL)
+	{
+		if (strcmp(c->name, dest->name) == 0)
+		{
+			if (strcmp(c->url, dest->broker_url) == 0)
+				return c;
+			if (c->npending == 0)
+			{
+				*pp = c->next;
+				qba_conn_free(a, c);
+				continue;
+			}
+		}
+		pp = &c->next;
+	}
+	c = calloc(1, sizeof(QbaConn));
+	if (c == NULL || (c->name = strdup(dest->name)) == NULL ||
+		(c->url = strdup(dest->broker_url)) == NULL)
+	{
+		if (c)
+			free(c->name);
+		free(c);
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	c->fd = -1;
+	uerr[0] = '\0';
+	if (!qb_amqp_url_parse(dest->broker_url, &c->u, uerr, sizeof(uerr)))
+	{
+		snprintf(err, errlen, "destination \"%s\": bad url: %s", dest->name, uerr);
+		qb_amqp_url_free(&c->u);
+		free(c->name);
+		free(c->url);
+		free(c);
+		return NULL;
+	}
+	snprintf(c->where, sizeof(c->where), "rabbitmq %s%s%s:%d vhost %s",
+			 strchr(c->u.host, ':') ? "[" : "", c->u.host,
+			 strchr(c->u.host, ':') ? "]" : "", c->u.port, c->u.vhost);
+	c->next = a->conns;
+	a->conns = c;
+	return c;
+}
+
+/* qba_rpc_error describes a failed RPC reply. */
+static void
+qba_rpc_error(const QbaConn *c, amqp_rpc_reply_t r, const char *what, char *err, size_t errlen)
+{
+	switch (r.reply_type)
+	{
+		case AMQP_RESPONSE_NORMAL:
+			snprintf(err, errlen, "%s: %s: no error", c->where, what);
+			break;
+		case AMQP_RESPONSE_NONE:
+			snprintf(err, errlen, "%s: %s: no reply from the broker", c->where, what);
+			break;
+		case AMQP_RESPONSE_LIBRARY_EXCEPTION:
+			snprintf(err, errlen, "%s: %s failed: %s", c->where, what,
+					 amqp_error_string2(r.library_error));
+			break;
+		case AMQP_RESPONSE_SERVER_EXCEPTION:
+			if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD)
+			{
+				amqp_connection_close_t *m = r.reply.decoded;
+
+				snprintf(err, errlen, "%s: %s refused by the broker: %u %.*s", c->where, what,
+						 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
+			}
+			else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
+			{
+				amqp_channel_close_t *m = r.reply.decoded;
+
+				snprintf(err, errlen, "%s: %s refused by the broker: %u %.*s", c->where, what,
+						 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
+			}
+			else
+				snprintf(err, errlen, "%s: %s: unexpected method 0x%08X from the broker",
+						 c->where, what, r.reply.id);
+			break;
+	}
+}
+
+/*
+ * qba_tcp_connect: a non-blocking TCP connection to host:port within
+ * timeout_ms (librabbitmq's own loses the errno of a refused connect).
+ * The socket stays non-blocking, as librabbitmq's would: its reads and
+ * writes wait with poll() where they must.  -1 with the reason in err.
+ */
+static int
+qba_tcp_connect(const char *host, int port, long timeout_ms, char *err, size_t errlen)
+{
+	struct addrinfo hints = {0};
+	struct addrinfo *res = NULL;
+	char		service[16];
+	long		deadline = qba_now_ms() + timeout_ms;
+	int			rc;
+	int			fd = -1;
+
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_ADDRCONFIG;
+	snprintf(service, sizeof(service), "%d", port);
+	if ((rc = getaddrinfo(host, service, &hints, &res)) != 0)
+	{
+		snprintf(err, errlen, "cannot resolve host: %s", gai_strerror(rc));
+		return -1;
+	}
+	snprintf(err, errlen, "no address");
+	for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
+	{
+		int			one = 1;
+		int			soerr = 0;
+		socklen_t	len = sizeof(soerr);
+
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+		if (fd < 0)
+		{
+			snprintf(err, errlen, "socket: %s", strerror(errno));
+			continue;
+		}
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0)
+		{
+			if (errno != EINPROGRESS)
+				soerr = errno;
+			else
+			{
+				for (;;)
+				{
+					struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+					long		left = deadline - qba_now_ms();
+					int			n;
+
+					if (left <= 0)
+					{
+						soerr = ETIMEDOUT;
+						break;
+					}
+					n = poll(&pfd, 1, (int) left);
+					if (n < 0 && errno == EINTR)
+						continue;
+					if (n < 0)
+						soerr = errno;
+					else if (n == 0)
+						soerr = ETIMEDOUT;
+					else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0)
+						soerr = errno;
+					break;
+				}
+			}
+		}
+		if (soerr == 0)
+		{
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			freeaddrinfo(res);
+			return fd;
+		}
+		if (soerr == ETIMEDOUT)
+			snprintf(err, errlen, "no answer within %ld ms", timeout_ms);
+		else
+			snprintf(err, errlen, "%s", strerror(soerr));
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	return -1;
+}
+
+/* qba_connect opens c: socket, login, channel 1, confirm.select. */
+static bool
+qba_connect(QbAmqp *a, QbaConn *c, char *err, size_t errlen)
+{
+	amqp_socket_t *sock;
+	struct timeval tv;
+	amqp_rpc_reply_t r;
+	amqp_table_entry_t caps[3];
+	amqp_table_entry_t props[2];
+	amqp_table_t client;
+	char		cname[300];
+	int			rc;
+	int			saved_errno;
+	struct epoll_event ev = {.events = EPOLLIN};
+
+	if ((c->amqp = amqp_new_connection()) == NULL)
+	{
+		snprintf(err, errlen, "%s: out of memory", c->where);
+		return false;
+	}
+	if (c->u.tls)
+	{
+		sock = amqp_ssl_socket_new(c->amqp);
+		if (sock != NULL)
+		{
+			amqp_ssl_socket_set_verify_peer(sock, c->u.verify);
+			amqp_ssl_socket_set_verify_hostname(sock, c->u.verify);
+			if (c->u.cacert && amqp_ssl_socket_set_cacert(sock, c->u.cacert) != AMQP_STATUS_OK)
+			{
+				snprintf(err, errlen, "%s: cannot use cacertfile %s", c->where, c->u.cacert);
+				goto fail;
+			}
+			/* librabbitmq 0.11 loads no CA by itself: use the system's */
+			if (c->u.cacert == NULL && c->u.verify)
+				SSL_CTX_set_default_verify_paths(amqp_ssl_socket_get_context(sock));
+			if (c->u.cert && amqp_ssl_socket_set_key(sock, c->u.cert, c->u.key) != AMQP_STATUS_OK)
+			{
+				snprintf(err, errlen, "%s: cannot use certfile %s with keyfile %s",
+						 c->where, c->u.cert, c->u.key);
+				goto fail;
+			}
+		}
+	}
+	else
+		sock = amqp_tcp_socket_new(c->amqp);
+	if (sock == NULL)
+	{
+		snprintf(err, errlen, "%s: cannot create a socket", c->where);
+		goto fail;
+	}
+	if (c->u.tls)
+	{
+		qba_tv(&tv, c->u.connect_timeout_ms);
+		errno = 0;
+		rc = amqp_socket_open_noblock(sock, c->u.host, c->u.port, &tv);
+		saved_errno = errno;
+		if (rc != AMQP_STATUS_OK)
+		{
+			if (rc == AMQP_STATUS_SOCKET_ERROR && saved_errno != 0 && saved_errno != EINPROGRESS)
+				snprintf(err, errlen, "%s: cannot connect: %s", c->where, strerror(saved_errno));
+			else if (rc == AMQP_STATUS_SOCKET_ERROR)
+			{
+				/* librabbitmq lost the reason: connect once more to learn it */
+				char		why[256];
+				int			fd = qba_tcp_connect(c->u.host, c->u.port, c->u.connect_timeout_ms,
+												 why, sizeof(why));
+
+				if (fd >= 0)
+				{
+					close(fd);
+					snprintf(why, sizeof(why), "a socket error");
+				}
+				snprintf(err, errlen, "%s: cannot connect: %s", c->where, why);
+			}
+			else if (rc == AMQP_STATUS_TIMEOUT)
+				snprintf(err, errlen, "%s: cannot connect: no answer within %ld ms", c->where,
+						 c->u.connect_timeout_ms);
+			else
+				snprintf(err, errlen, "%s: cannot connect: %s", c->where, amqp_error_string2(rc));
+			goto fail;
+		}
+	}
+	else
+	{
+		/* our own connect, for an exact reason ("Connection refused") */
+		char		why[256];
+		int			fd = qba_tcp_connect(c->u.host, c->u.port, c->u.connect_timeout_ms,
+										 why, sizeof(why));
+
+		if (fd < 0)
+		{
+			snprintf(err, errlen, "%s: cannot connect: %s", c->where, why);
+			goto fail;
+		}
+		amqp_tcp_socket_set_sockfd(sock, fd);
+	}
+
+	/* ask for connection.blocked notices; keep authentication_failure_close */
+	caps[0].key = amqp_cstring_bytes("connection.blocked");
+	caps[0].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+	caps[0].value.value.boolean = 1;
+	caps[1].key = amqp_cstring_bytes("authentication_failure_close");
+	caps[1].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+	caps[1].value.value.boolean = 1;
+	caps[2].key = amqp_cstring_bytes("publisher_confirms");
+	caps[2].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+	caps[2].value.value.boolean = 1;
+	snprintf(cname, sizeof(cname), "queuebox " QB_VERSION " outbox, destination %s", c->name);
+	props[0].key = amqp_cstring_bytes("capabilities");
+	props[0].value.kind = AMQP_FIELD_KIND_TABLE;
+	props[0].value.value.table.num_entries = 3;
+	props[0].value.value.table.entries = caps;
+	props[1].key = amqp_cstring_bytes("connection_name");
+	props[1].value.kind = AMQP_FIELD_KIND_UTF8;
+	props[1].value.value.bytes = amqp_cstring_bytes(cname);
+	client.num_entries = 2;
+	client.entries = props;
+
+	qba_tv(&tv, c->u.connect_timeout_ms > QBA_RPC_TIMEOUT_MS ? c->u.connect_timeout_ms : QBA_RPC_TIMEOUT_MS);
+	amqp_set_handshake_timeout(c->amqp, &tv);
+	amqp_set_rpc_timeout(c->amqp, &tv);
+	r = amqp_login_with_properties(c->amqp, c->u.vhost, 0, QBA_FRAME_MAX, c->u.heartbeat,
+								   &client, AMQP_SASL_METHOD_PLAIN, c->u.user, c->u.password);
+	if (r.reply_type != AMQP_RESPONSE_NORMAL)
+	{
+		qba_rpc_error(c, r, "login", err, errlen);
+		goto fail;
+	}
+	amqp_channel_open(c->amqp, QBA_CHANNEL);
+	r = amqp_get_rpc_reply(c->amqp);
+	if (r.reply_type != AMQP_RESPONSE_NORMAL)
+	{
+		qba_rpc_error(c, r, "channel.open", err, errlen);
+		goto fail;
+	}
+	amqp_confirm_select(c->amqp, QBA_CHANNEL);
+	r = amqp_get_rpc_reply(c->amqp);
+	if (r.reply_type != AMQP_RESPONSE_NORMAL)
+	{
+		qba_rpc_error(c, r, "confirm.select", err, errlen);
+		goto fail;
+	}
+	c->fd = amqp_socket_get_sockfd(sock);
+	ev.data.ptr = c;
+	if (c->fd < 0 || epoll_ctl(a->epfd, EPOLL_CTL_ADD, c->fd, &ev) != 0)
+	{
+		snprintf(err, errlen, "%s: epoll_ctl: %s", c->where, strerror(errno));
+		c->fd = -1;
+		goto fail;
+	}
+	c->next_dtag = 1;
+	c->blocked = false;
+	c->ret_state = 0;
+	c->backoff_ms = 0;
+	c->retry_at_ms = 0;
+	return true;
+
+fail:
+	amqp_destroy_connection(c->amqp);
+	c->amqp = NULL;
+	c->fd = -1;
+	c->backoff_ms = c->backoff_ms == 0 ? QBA_BACKOFF_MIN_MS :
+		(c->backoff_ms * 2 > QBA_BACKOFF_MAX_MS ? QBA_BACKOFF_MAX_MS : c->backoff_ms * 2);
+	c->retry_at_ms = qba_now_ms() + c->backoff_ms;
+	snprintf(c->down_why, sizeof(c->down_why), "%s", err);
+	return false;
+}
+
+/* qba_pending_by_mid: the first unconfirmed, unreturned message with the id. */
+static QbaPending *
+qba_pending_by_mid(QbaConn *c, const char *mid, size_t len)
+{
+	for (QbaPending *m = c->head; m != NULL; m = m->next)
+		if (m->returned == NULL && strlen(m->message_id) == len &&
+			memcmp(m->message_id, mid, len) == 0)
+			return m;
+	return NULL;
+}
+
+/* qba_confirm settles what a basic.ack or basic.nack names. */
+static void
+qba_confirm(QbAmqp *a, QbaConn *c, uint64_t dtag, bool multiple, bool ack)
+{
+	static const char nack[] =
+		"the broker refused the message (basic.nack): a queue it was routed to rejected it (e.g. x-overflow reject-publish on a full queue) or the broker could not store it";
+	char		why[1024];
+
+	snprintf(why, sizeof(why), "%s: %s", c->where, nack);
+	if (multiple)
+	{
+		while (c->head != NULL && c->head->dtag <= dtag)
+			qba_settle_head(a, c, ack, ack ? NULL : why);
+		return;
+	}
+	if (c->head != NULL && c->head->dtag == dtag)
+	{
+		qba_settle_head(a, c, ack, ack ? NULL : why);
+		return;
+	}
+	/* out of order (RabbitMQ does not do that, but the protocol allows it) */
+	for (QbaPending *prev = c->head; prev != NULL && prev->next != NULL; prev = prev->next)
+		if (prev->next->dtag == dtag)
+		{
+			QbaPending *m = prev->next;
+
+			prev->next = m->next;
+			if (c->tail == m)
+				c->tail = prev;
+			c->npending--;
+			if (ack && m->returned != NULL)
+				qba_report(a, m->tag, false, m->returned);
+			else
+				qba_report(a, m->tag, ack, ack ? NULL : why);
+			qba_pending_free(m);
+			return;
+		}
+}
+
+/*
+ * qba_frame handles one frame.  Returns false when the connection was
+ * closed (by the broker, or because it broke).
+ */
+static bool
+qba_frame(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
+{
+	char		why[1024];
+
+	if (f->frame_type == AMQP_FRAME_HEADER)
+	{
+		if (c->ret_state == 1 && f->channel == QBA_CHANNEL)
+		{
+			amqp_basic_properties_t *pr = f->payload.properties.decoded;
+			QbaPending *m = NULL;
+
+			if (pr != NULL && (pr->_flags & AMQP_BASIC_MESSAGE_ID_FLAG))
+				m = qba_pending_by_mid(c, pr->message_id.bytes, pr->message_id.len);
+			if (m != NULL)
+				m->returned = strdup(c->ret_why);
+			c->ret_left = f->payload.properties.body_size;
+			c->ret_state = c->ret_left > 0 ? 2 : 0;
+		}
+		return true;
+	}
+	if (f->frame_type == AMQP_FRAME_BODY)
+	{
+		if (c->ret_state == 2 && f->channel == QBA_CHANNEL)
+		{
+			size_t		len = f->payload.body_fragment.len;
+
+			c->ret_left = len >= c->ret_left ? 0 : c->ret_left - len;
+			if (c->ret_left == 0)
+				c->ret_state = 0;
+		}
+		return true;
+	}
+	if (f->frame_type != AMQP_FRAME_METHOD)
+		return true;
+
+	switch (f->payload.method.id)
+	{
+		case AMQP_BASIC_ACK_METHOD:
+			{
+				amqp_basic_ack_t *m = f->payload.method.decoded;
+
+				qba_confirm(a, c, m->delivery_tag, m->multiple != 0, true);
+				return true;
+			}
+		case AMQP_BASIC_NACK_METHOD:
+			{
+				amqp_basic_nack_t *m = f->payload.method.decoded;
+
+				qba_confirm(a, c, m->delivery_tag, m->multiple != 0, false);
+				return true;
+			}
+		case AMQP_BASIC_RETURN_METHOD:
+			{
+				amqp_basic_return_t *m = f->payload.method.decoded;
+
+				if (m->exchange.len == 0)
+					snprintf(c->ret_why, sizeof(c->ret_why),
+							 "%s: unroutable: no queue is named \"%.*s\" for the default exchange (the broker returned the mandatory message: %u %.*s)",
+							 c->where, (int) m->routing_key.len, (char *) m->routing_key.bytes,
+							 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
+				else
+					snprintf(c->ret_why, sizeof(c->ret_why),
+							 "%s: unroutable: no queue is bound to exchange \"%.*s\" with routing key \"%.*s\" (the broker returned the mandatory message: %u %.*s)",
+							 c->where, (int) m->exchange.len, (char *) m->exchange.bytes,
+							 (int) m->routing_key.len, (char *) m->routing_key.bytes,
+							 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
+				c->ret_state = 1;
+				return true;
+			}
+		case AMQP_CHANNEL_CLOSE_METHOD:
+			{
+				amqp_channel_close_t *m = f->payload.method.decoded;
+				amqp_channel_close_ok_t ok = {0};
+
+				snprintf(why, sizeof(why), "%s: the broker closed the channel: %u %.*s%s",
+						 c->where, m->reply_code, (int) m->reply_text.len,
+						 (char *) m->reply_text.bytes,
+						 m->reply_code == 404 ? " (declare it, or fix the destination)" : "");
+				amqp_send_method(c->amqp, f->channel, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+				/* the next publish opens a new connection */
+				qba_lost(a, c, why, true);
+				return false;
+			}
+		case AMQP_CONNECTION_CLOSE_METHOD:
+			{
+				amqp_connection_close_t *m = f->payload.method.decoded;
+				amqp_connection_close_ok_t ok = {0};
+
+				snprintf(why, sizeof(why), "%s: the broker closed the connection: %u %.*s",
+						 c->where, m->reply_code, (int) m->reply_text.len,
+						 (char *) m->reply_text.bytes);
+				amqp_send_method(c->amqp, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+				qba_lost(a, c, why, false);
+				return false;
+			}
+		case AMQP_CONNECTION_BLOCKED_METHOD:
+			{
+				amqp_connection_blocked_t *m = f->payload.method.decoded;
+
+				long		soon = qba_now_ms() + QBA_BLOCKED_WAIT_MS;
+
+				c->blocked = true;
+				snprintf(c->blocked_why, sizeof(c->blocked_why), "%.*s",
+						 (int) m->reason.len, (char *) m->reason.bytes);
+				/* the broker reads nothing more: do not hold the batch long */
+				for (QbaPending *p = c->head; p != NULL; p = p->next)
+					if (p->deadline_ms > soon)
+						p->deadline_ms = soon;
+				return true;
+			}
+		case AMQP_CONNECTION_UNBLOCKED_METHOD:
+			c->blocked = false;
+			return true;
+		default:
+			return true;
+	}
+}
+
+/*
+ * qba_drain reads every frame that has arrived on c, without waiting.
+ * Returns false when the connection is gone afterwards.
+ */
+static bool
+qba_drain(QbAmqp *a, QbaConn *c)
+{
+	char		why[1024];
+
+	while (c->amqp != NULL)
+	{
+		amqp_frame_t f;
+		struct timeval tv = {0, 0};
+		int			rc;
+
+		rc = amqp_simple_wait_frame_noblock(c->amqp, &f, &tv);
+		if (rc == AMQP_STATUS_TIMEOUT)
+		{
+			if (amqp_frames_enqueued(c->amqp) || amqp_data_in_buffer(c->amqp))
+				continue;
+			amqp_maybe_release_buffers(c->amqp);
+			return true;
+		}
+		if (rc != AMQP_STATUS_OK)
+		{
+			snprintf(why, sizeof(why), "%s: connection lost: %s", c->where,
+					 amqp_error_string2(rc));
+			qba_lost(a, c, why, false);
+			return false;
+		}
+		if (!qba_frame(a, c, &f))
+			return false;
+		amqp_maybe_release_buffers(c->amqp);
+	}
+	return false;
+}
+
+static QbPubStart
+qba_start(void *p, const QbDestination *dest, const QbMessage *msg, int tag,
+		  char *err, size_t errlen)
+{
+	QbAmqp	   *a = p;
+	QbaConn    *c;
+	const char *vals[3];
+	char	   *rkey;
+	QbAmqpHeader *hdrs = NULL;
+	int			nhdrs = 0;
+	char	   *corr = NULL;
+	amqp_table_entry_t *entries = NULL;
+	amqp_basic_properties_t props;
+	amqp_bytes_t body;
+	QbaPending *m;
+	int			rc;
+	QbPubStart	result = QB_PUB_NOT_STARTED;
+
+	/* what the row becomes: refuse for good what can never be sent */
+	vals[0] = msg->topic;
+	vals[1] = msg->key;
+	vals[2] = NULL;
+	rkey = qb_template_render(dest->routing_key ? dest->routing_key : "{{ topic }}",
+							  qb_amqp_routing_key_names, vals);
+	if (rkey == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return QB_PUB_NOT_STARTED;
+	}
+	if (strlen(rkey) > QBA_SHORTSTR_MAX)
+	{
+		snprintf(err, errlen,
+				 "the routing key rendered from \"%.100s\" is %zu bytes; AMQP allows 255: shorten the row's topic or key, or change the destination's routingKey, then replay the row",
+				 dest->routing_key ? dest->routing_key : "{{ topic }}", strlen(rkey));
+		free(rkey);
+		return QB_PUB_ROW_INVALID;
+	}
+	if (!qb_amqp_headers_build(msg->headers, &hdrs, &nhdrs, &corr, err, errlen))
+	{
+		free(rkey);
+		return strstr(err, "out of memory") ? QB_PUB_NOT_STARTED : QB_PUB_ROW_INVALID;
+	}
+	if (strlen(msg->message_id) > QBA_SHORTSTR_MAX)
+	{
+		snprintf(err, errlen, "the message id is longer than 255 bytes");
+		result = QB_PUB_ROW_INVALID;
+		goto out;
+	}
+
+	/* the connection */
+	if ((c = qba_conn_for(a, dest, err, errlen)) == NULL)
+		goto out;
+	if (c->amqp != NULL)
+		qba_drain(a, c);		/* notice a close that came while idle */
+	if (c->amqp == NULL)
+	{
+		long		now = qba_now_ms();
+
+		if (c->retry_at_ms > now)
+		{
+			snprintf(err, errlen, "%s (the next connection attempt is in %ld ms)",
+					 c->down_why, c->retry_at_ms - now);
+			goto out;
+		}
+		if (!qba_connect(a, c, err, errlen))
+			goto out;
+	}
+	if (c->blocked)
+	{
+		snprintf(err, errlen,
+				 "%s: the broker blocks publishing on this connection (connection.blocked: %s); a resource alarm (memory or disk) is raised on the broker",
+				 c->where, c->blocked_why);
+		goto out;
+	}
+
+	/* the message */
+	memset(&props, 0, sizeof(props));
+	props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
+		AMQP_BASIC_MESSAGE_ID_FLAG;
+	props.content_type = amqp_cstring_bytes("application/json");
+	props.delivery_mode = dest->persistent ? AMQP_DELIVERY_PERSISTENT : AMQP_DELIVERY_NONPERSISTENT;
+	props.message_id = amqp_cstring_bytes(msg->message_id);
+	if (corr != NULL)
+	{
+		props._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
+		props.correlation_id = amqp_cstring_bytes(corr);
+	}
+	if (nhdrs > 0)
+	{
+		if ((entries = calloc(nhdrs, sizeof(amqp_table_entry_t))) == NULL)
+		{
+			snprintf(err, errlen, "out of memory");
+			goto out;
+		}
+		for (int i = 0; i < nhdrs; i++)
+		{
+			entries[i].key = amqp_cstring_bytes(hdrs[i].name);
+			entries[i].value.kind = AMQP_FIELD_KIND_UTF8;
+			entries[i].value.value.bytes = amqp_cstring_bytes(hdrs[i].value);
+		}
+		props._flags |= AMQP_BASIC_HEADERS_FLAG;
+		props.headers.num_entries = nhdrs;
+		props.headers.entries = entries;
+	}
+	if ((m = calloc(1, sizeof(QbaPending))) == NULL ||
+		(m->message_id = strdup(msg->message_id)) == NULL)
+	{
+		free(m);
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	body.bytes = (void *) msg->body;
+	body.len = msg->body_len;
+	rc = amqp_basic_publish(c->amqp, QBA_CHANNEL, amqp_cstring_bytes(dest->target ? dest->target : ""),
+							amqp_cstring_bytes(rkey), dest->mandatory ? 1 : 0, 0, &props, body);
+	if (rc != AMQP_STATUS_OK)
+	{
+		qba_pending_free(m);
+		if (rc == AMQP_STATUS_TABLE_TOO_BIG)
+		{
+			snprintf(err, errlen, "the row's headers do not fit in an AMQP header frame (%s)",
+					 amqp_error_string2(rc));
+			result = QB_PUB_ROW_INVALID;
+			/* nothing was written: the connection is still sound */
+			goto out;
+		}
+		snprintf(err, errlen, "%s: publish failed, connection lost: %s", c->where,
+				 amqp_error_string2(rc));
+		qba_lost(a, c, err, false);
+		goto out;
+	}
+	m->tag = tag;
+	m->dtag = c->next_dtag++;
+	m->deadline_ms = qba_now_ms() + QBA_CONFIRM_TIMEOUT_MS;
+	if (c->tail)
+		c->tail->next = m;
+	else
+		c->head = m;
+	c->tail = m;
+	c->npending++;
+	result = QB_PUB_STARTED;
+
+out:
+	free(entries);
+	qb_amqp_headers_free(hdrs, nhdrs);
+	free(corr);
+	free(rkey);
+	return result;
+}
+
+static int
+qba_in_flight(void *p)
+{
+	QbAmqp	   *a = p;
+	int			n = a->ndone;
+
+	for (QbaConn *c = a->conns; c != NULL; c = c->next)
+		n += c->npending;
+	return n;
+}
+
+static int
+qba_fd(void *p)
+{
+	return ((QbAmqp *) p)->epfd;
+}
+
+static long
+qba_timeout_ms(void *p)
+{
+	QbAmqp	   *a = p;
+	long		now = qba_now_ms();
+	long		best = -1;
+
+	if (a->ndone > 0)
+		return 0;
+	for (QbaConn *c = a->conns; c != NULL; c = c->next)
+	{
+		long		ms;
+
+		if (c->amqp == NULL || c->npending == 0)
+			continue;
+		if (amqp_frames_enqueued(c->amqp) || amqp_data_in_buffer(c->amqp))
+			return 0;
+		ms = c->head->deadline_ms - now;
+		if (ms < 0)
+			ms = 0;
+		if (ms > QBA_POLL_MS)
+			ms = QBA_POLL_MS;
+		if (best < 0 || ms < best)
+			best = ms;
+	}
+	return best;
+}
+
+static void
+qba_perform(void *p, QbPubDone done, void *arg)
+{
+	QbAmqp	   *a = p;
+	long		now;
+	QbaDone    *list;
+
+	for (QbaConn *c = a->conns; c != NULL; c = c->next)
+		if (c->amqp != NULL)
+			qba_drain(a, c);
+	now = qba_now_ms();
+	for (QbaConn *c = a->conns; c != NULL; c = c->next)
+	{
+		char		why[1024];
+
+		if (c->head == NULL || c->head->deadline_ms > now)
+			continue;
+		if (c->blocked)
+		{
+			/*
+			 * Keep the connection: a new one would be blocked too, and this
+			 * one tells us when the alarm clears.  A late ack finds no
+			 * message (tags are never reused) and is ignored.
+			 */
+			snprintf(why, sizeof(why),
+					 "%s: no publisher confirm: the broker blocks publishing on this connection (connection.blocked: %s); a resource alarm (memory or disk) is raised on the broker",
+					 c->where, c->blocked_why);
+			qba_fail_all(a, c, why);
+		}
+		else
+		{
+			snprintf(why, sizeof(why), "%s: no publisher confirm within %d ms; the connection is reopened",
+					 c->where, QBA_CONFIRM_TIMEOUT_MS);
+			qba_lost(a, c, why, false);
+		}
+	}
+
+	/* report: detach the list first, done() may lead to new publishes */
+	list = a->done_head;
+	a->done_head = a->done_tail = NULL;
+	a->ndone = 0;
+	while (list != NULL)
+	{
+		QbaDone    *d = list;
+
+		list = d->next;
+		done(arg, d->tag, &d->out);
+		free(d);
+	}
+}
+
+/*
+ * qba_abort_all: a stop.  Unconfirmed messages are forgotten and their
+ * connections dropped, so a late ack can never be taken for another one.
+ */
+static void
+qba_abort_all(void *p)
+{
+	QbAmqp	   *a = p;
+
+	for (QbaConn *c = a->conns; c != NULL; c = c->next)
+		if (c->npending > 0)
+		{
+			qba_drop_all(c);
+			qba_disconnect(a, c, false);
+		}
+	qba_done_clear(a);
+}
+
+const QbPublisherOps qb_amqp_publisher = {
+	QB_DEST_RABBITMQ,
+	qba_create,
+	qba_destroy,
+	qba_start,
+	qba_in_flight,
+	qba_fd,
+	qba_timeout_ms,
+	qba_perform,
+	qba_abort_all,
+};
