@@ -314,7 +314,12 @@ qbks_headers(const rd_kafka_message_t *m, char **message_id)
 	if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR ||
 		rd_kafka_header_cnt(hdrs) == 0)
 		return NULL;
-	if ((o = json_object()) == NULL)
+	/*
+	 * json_pack, not json_object(): inside the server that name is
+	 * PostgreSQL's SQL function json_object, which the dynamic linker
+	 * finds first.
+	 */
+	if ((o = json_pack("{}")) == NULL)
 		return NULL;
 	for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &val, &len) == RD_KAFKA_RESP_ERR_NO_ERROR; i++)
 	{
