@@ -42,6 +42,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "qb_extract.h"
+#include "qb_kafka.h"
 #include "qb_pub_kafka.h"
 
 #define QBK_MSGID_HEADER "message-id"
@@ -157,12 +158,6 @@ qbk_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		p->fatal = true;
 }
 
-/* log_cb: with log.queue the log is served by rd_kafka_poll; keep nothing. */
-static void
-qbk_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-}
-
 /* qbk_fingerprint: what the producer is made from, to see a change. */
 static char *
 qbk_fingerprint(const QbDestination *d)
@@ -179,18 +174,6 @@ qbk_fingerprint(const QbDestination *d)
 	for (int i = 0; i < d->nprops; i++)
 		w += sprintf(w, "\n%s=%s", d->props[i].name, d->props[i].value);
 	return s;
-}
-
-/* qbk_set: one property, or false with librdkafka's reason in err. */
-static bool
-qbk_set(rd_kafka_conf_t *conf, const char *name, const char *value, char *err, size_t errlen)
-{
-	char		why[256];
-
-	if (rd_kafka_conf_set(conf, name, value, why, sizeof(why)) == RD_KAFKA_CONF_OK)
-		return true;
-	snprintf(err, errlen, "kafka property %s: %s", name, why);
-	return false;
 }
 
 /*
@@ -216,17 +199,17 @@ qbk_producer_new(QbKafka *k, const QbDestination *d, char *err, size_t errlen)
 	p->kafka = k;
 	snprintf(timeout, sizeof(timeout), "%ld", d->timeout_ms);
 	for (int i = 0; i < d->nprops; i++)
-		if (!qbk_set(conf, d->props[i].name, d->props[i].value, err, errlen))
+		if (!qb_kafka_set(conf, d->props[i].name, d->props[i].value, err, errlen))
 			goto err;
-	if (!qbk_set(conf, "bootstrap.servers", d->broker_url, err, errlen) ||
-		!qbk_set(conf, "enable.idempotence", "true", err, errlen) ||
-		!qbk_set(conf, "acks", "all", err, errlen) ||
-		!qbk_set(conf, "message.timeout.ms", timeout, err, errlen) ||
-		!qbk_set(conf, "log.queue", "true", err, errlen))
+	if (!qb_kafka_set(conf, "bootstrap.servers", d->broker_url, err, errlen) ||
+		!qb_kafka_set(conf, "enable.idempotence", "true", err, errlen) ||
+		!qb_kafka_set(conf, "acks", "all", err, errlen) ||
+		!qb_kafka_set(conf, "message.timeout.ms", timeout, err, errlen) ||
+		!qb_kafka_set(conf, "log.queue", "true", err, errlen))
 		goto err;
 	rd_kafka_conf_set_dr_msg_cb(conf, qbk_dr_cb);
 	rd_kafka_conf_set_error_cb(conf, qbk_error_cb);
-	rd_kafka_conf_set_log_cb(conf, qbk_log_cb);
+	rd_kafka_conf_set_log_cb(conf, qb_kafka_log_silent);
 	rd_kafka_conf_set_opaque(conf, p);
 	/* rd_kafka_new starts librdkafka's threads; they block every signal */
 	if ((p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why))) == NULL)

@@ -11,6 +11,13 @@
  * string to FILE (renamed into place, so a reader never sees half of it),
  * then answers one command per line on stdout:
  *
+ *	produce JSON	one message from {"topic", "key" (optional), "value",
+ *					"headers": {name: string} (optional), "partition"
+ *					(optional)}, sent and flushed; then "ok PARTITION
+ *					OFFSET" or "error REASON"
+ *	committed GROUP TOPIC
+ *					the offsets GROUP committed on each partition of TOPIC:
+ *					"ok O0 O1 ..." in partition order, -1 where none
  *	consume TOPIC	every message of TOPIC from the start of each partition,
  *					one JSON object a line {"partition", "offset", "key",
  *					"value", "headers": {name: value}}, then "end N"
@@ -23,6 +30,7 @@
  * is a test helper, never linked into QueueBox.
  *-------------------------------------------------------------------------
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +42,10 @@
 
 static rd_kafka_mock_cluster_t *mc;
 static const char *bootstraps;
+static rd_kafka_t *producer;	/* made by the first produce */
+static rd_kafka_resp_err_t dr_err;
+static int32_t dr_partition;
+static int64_t dr_offset;
 
 static void
 die(const char *what, const char *why)
@@ -87,25 +99,142 @@ km_print(const rd_kafka_message_t *m)
 	json_decref(o);
 }
 
+static void
+km_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+	dr_err = m->err;
+	dr_partition = m->partition;
+	dr_offset = m->offset;
+}
+
+/* km_produce: one message described by a JSON object, sent and flushed. */
+static void
+km_produce(const char *text)
+{
+	json_error_t jerr;
+	json_t	   *o = json_loads(text, 0, &jerr);
+	json_t	   *key,
+			   *hdrs;
+	const char *topic,
+			   *value,
+			   *name;
+	json_t	   *v;
+	rd_kafka_headers_t *h;
+	rd_kafka_resp_err_t err;
+	int32_t		partition = RD_KAFKA_PARTITION_UA;
+	char		why[512];
+
+	if (o == NULL || !json_is_string(json_object_get(o, "topic")) ||
+		!json_is_string(json_object_get(o, "value")))
+	{
+		printf("error produce wants {\"topic\", \"value\", ...}\n");
+		json_decref(o);
+		return;
+	}
+	if (producer == NULL)
+	{
+		rd_kafka_conf_t *conf = rd_kafka_conf_new();
+
+		rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps, why, sizeof(why));
+		rd_kafka_conf_set(conf, "enable.idempotence", "true", why, sizeof(why));
+		rd_kafka_conf_set(conf, "linger.ms", "0", why, sizeof(why));
+		rd_kafka_conf_set_dr_msg_cb(conf, km_dr_cb);
+		if ((producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof(why))) == NULL)
+			die("producer", why);
+	}
+	topic = json_string_value(json_object_get(o, "topic"));
+	value = json_string_value(json_object_get(o, "value"));
+	key = json_object_get(o, "key");
+	if (json_is_integer(json_object_get(o, "partition")))
+		partition = (int32_t) json_integer_value(json_object_get(o, "partition"));
+	h = rd_kafka_headers_new(4);
+	hdrs = json_object_get(o, "headers");
+	json_object_foreach(hdrs, name, v)
+		if (json_is_string(v))
+			rd_kafka_header_add(h, name, -1, json_string_value(v), -1);
+	dr_err = RD_KAFKA_RESP_ERR__IN_PROGRESS;
+	err = rd_kafka_producev(producer,
+							RD_KAFKA_V_TOPIC(topic),
+							RD_KAFKA_V_PARTITION(partition),
+							RD_KAFKA_V_KEY(json_is_string(key) ? json_string_value(key) : NULL,
+										   json_is_string(key) ? json_string_length(key) : 0),
+							RD_KAFKA_V_VALUE((void *) value, json_string_length(json_object_get(o, "value"))),
+							RD_KAFKA_V_HEADERS(h),
+							RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+							RD_KAFKA_V_END);
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		rd_kafka_headers_destroy(h);	/* not taken on failure */
+		printf("error %s\n", rd_kafka_err2str(err));
+	}
+	else if (rd_kafka_flush(producer, 30000) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		printf("error flush timed out\n");
+	else if (dr_err != RD_KAFKA_RESP_ERR_NO_ERROR)
+		printf("error %s\n", rd_kafka_err2str(dr_err));
+	else
+		printf("ok %d %lld\n", (int) dr_partition, (long long) dr_offset);
+	json_decref(o);
+}
+
+/* km_consumer: a consumer in group that commits nothing by itself. */
+static rd_kafka_t *
+km_consumer(const char *group, bool eof)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_t *rk;
+	char		why[512];
+
+	rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps, why, sizeof(why));
+	rd_kafka_conf_set(conf, "enable.partition.eof", eof ? "true" : "false", why, sizeof(why));
+	rd_kafka_conf_set(conf, "group.id", group, why, sizeof(why));
+	rd_kafka_conf_set(conf, "enable.auto.commit", "false", why, sizeof(why));
+	if ((rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof(why))) == NULL)
+		die("consumer", why);
+	return rk;
+}
+
+/* km_committed: the group's committed offsets, asked without joining it. */
+static void
+km_committed(const char *group, const char *topic)
+{
+	rd_kafka_t *rk = km_consumer(group, false);
+	rd_kafka_topic_partition_list_t *parts;
+	rd_kafka_resp_err_t err;
+	int			n;
+
+	if ((n = km_partitions(rk, topic)) < 0)
+	{
+		printf("error no such topic\n");
+		rd_kafka_destroy(rk);
+		return;
+	}
+	parts = rd_kafka_topic_partition_list_new(n);
+	for (int p = 0; p < n; p++)
+		rd_kafka_topic_partition_list_add(parts, topic, p);
+	if ((err = rd_kafka_committed(rk, parts, 10000)) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		printf("error %s\n", rd_kafka_err2str(err));
+	else
+	{
+		printf("ok");
+		for (int p = 0; p < n; p++)
+			printf(" %lld", parts->elems[p].offset < 0 ? -1LL : (long long) parts->elems[p].offset);
+		printf("\n");
+	}
+	rd_kafka_topic_partition_list_destroy(parts);
+	rd_kafka_destroy(rk);
+}
+
 /* km_consume: every message of topic, read until each partition's end. */
 static void
 km_consume(const char *topic)
 {
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_t *rk = km_consumer("kafka_mock", true);
 	rd_kafka_topic_partition_list_t *parts;
-	rd_kafka_t *rk;
-	char		err[512];
 	int			n,
 				eof = 0,
 				count = 0;
 	time_t		deadline = time(NULL) + 30;
 
-	rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps, err, sizeof(err));
-	rd_kafka_conf_set(conf, "enable.partition.eof", "true", err, sizeof(err));
-	rd_kafka_conf_set(conf, "group.id", "kafka_mock", err, sizeof(err));
-	rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof(err));
-	if ((rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err))) == NULL)
-		die("consumer", err);
 	if ((n = km_partitions(rk, topic)) < 0)
 	{
 		printf("end 0 no such topic\n");
@@ -144,7 +273,7 @@ main(int argc, char **argv)
 	int			nbrokers = 1;
 	rd_kafka_t *owner;
 	char		err[512];
-	char		line[1024];
+	static char line[65536];
 	char		tmp[1024];
 	FILE	   *f;
 
@@ -195,10 +324,15 @@ main(int argc, char **argv)
 	while (fgets(line, sizeof(line), stdin) != NULL)
 	{
 		char		arg[512];
+		char		arg2[256];
 		int			a,
 					b;
 
-		if (sscanf(line, "consume %511s", arg) == 1)
+		if (strncmp(line, "produce ", 8) == 0)
+			km_produce(line + 8);
+		else if (sscanf(line, "committed %255s %255s", arg, arg2) == 2)
+			km_committed(arg, arg2);
+		else if (sscanf(line, "consume %511s", arg) == 1)
 			km_consume(arg);
 		else if (sscanf(line, "errors %d %d", &a, &b) == 2)
 		{
@@ -215,6 +349,8 @@ main(int argc, char **argv)
 		else
 			printf("error unknown command\n");
 	}
+	if (producer != NULL)
+		rd_kafka_destroy(producer);
 	rd_kafka_mock_cluster_destroy(mc);
 	rd_kafka_destroy(owner);
 	return 0;

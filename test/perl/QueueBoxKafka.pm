@@ -8,6 +8,10 @@
 #   - qb_kafka_cmd:      one command (errors, down, up), its answer
 #   - qb_kafka_consume:  every message of a topic, each a hash with
 #                        partition, offset, key, value, headers
+#   - qb_kafka_produce:  send one message (topic, value, key, headers,
+#                        partition); returns its "topic/partition/offset"
+#   - qb_kafka_committed: a group's committed offsets on a topic, one a
+#                        partition (-1: none)
 #   - qb_kafka_stop:     quit and reap it
 #
 # Every wait is bounded and says what it waited for when it gives up.
@@ -26,7 +30,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep time);
 
-our @EXPORT = qw(qb_kafka_start qb_kafka_cmd qb_kafka_consume qb_kafka_stop);
+our @EXPORT = qw(qb_kafka_start qb_kafka_cmd qb_kafka_consume qb_kafka_produce qb_kafka_committed qb_kafka_stop);
 
 my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
 my @live;
@@ -69,20 +73,20 @@ sub qb_kafka_start
 }
 
 # qb_kafka_cmd($k, 'down 1'): the lines answered, up to and including the
-# last one ("ok", "error ..." or "end N ...").
+# last one ("ok ...", "error ..." or "end N ...").
 sub qb_kafka_cmd
 {
 	my ($k, $cmd, %o) = @_;
 	$k->{out} = '';
 	$k->{in} .= "$cmd\n";
 	my $deadline = time + ($o{timeout} // 60);
-	while ($k->{out} !~ /^(ok|error.*|end \d+.*)\n\z/m && time < $deadline)
+	while ($k->{out} !~ /^(ok.*|error.*|end \d+.*)\n\z/m && time < $deadline)
 	{
 		$k->{h}->pump_nb;
 		usleep(20_000);
 	}
 	die "kafka_mock did not answer \"$cmd\" within the timeout; said: $k->{out} $k->{err}"
-	  unless $k->{out} =~ /^(ok|error.*|end \d+.*)\n\z/m;
+	  unless $k->{out} =~ /^(ok.*|error.*|end \d+.*)\n\z/m;
 	return $k->{out};
 }
 
@@ -95,6 +99,30 @@ sub qb_kafka_consume
 	die "consume $topic: $out" unless $out =~ /^end (\d+)\n\z/m;
 	my @msgs = map { decode_json($_) } grep { /^\{/ } split /\n/, $out;
 	return [ sort { $a->{partition} <=> $b->{partition} || $a->{offset} <=> $b->{offset} } @msgs ];
+}
+
+# qb_kafka_produce($k, topic => 't', value => '{"a":1}', key => 'k',
+#   headers => { 'message-id' => 'm-1' }, partition => 0): "t/P/O" once the
+# cluster has it (the helper flushes before it answers)
+sub qb_kafka_produce
+{
+	my ($k, %m) = @_;
+	my %msg = (topic => $m{topic}, value => $m{value});
+	$msg{key} = $m{key} if defined $m{key};
+	$msg{headers} = $m{headers} if $m{headers};
+	$msg{partition} = $m{partition} + 0 if defined $m{partition};
+	my $out = qb_kafka_cmd($k, 'produce ' . JSON::PP->new->utf8->canonical->encode(\%msg));
+	die "produce to $m{topic}: $out" unless $out =~ /^ok (\d+) (\d+)\n\z/;
+	return "$m{topic}/$1/$2";
+}
+
+# qb_kafka_committed($k, $group, $topic): [ offset of partition 0, 1, ... ]
+sub qb_kafka_committed
+{
+	my ($k, $group, $topic) = @_;
+	my $out = qb_kafka_cmd($k, "committed $group $topic");
+	die "committed $group $topic: $out" unless $out =~ /^ok((?: -?\d+)+)\n\z/;
+	return [ map { $_ + 0 } split ' ', $1 ];
 }
 
 sub qb_kafka_stop
