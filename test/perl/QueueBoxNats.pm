@@ -11,6 +11,8 @@
 #   - nats_publish / nats_consumer (test/t/015_nats_source.pl): JetStream
 #     publishes with headers, and a durable consumer's state (delivered,
 #     ack_floor, num_ack_pending, num_redelivered, num_pending).
+#   - nats_thread_masks: a worker's other threads (cnats's) and those that
+#     do not block the signals the worker must get itself.
 #
 # Waits are bounded; nothing here asserts on elapsed time.
 
@@ -33,7 +35,7 @@ use Time::HiRes qw(usleep time);
 
 use QueueBoxTest qw(qb_free_port);
 
-our @EXPORT = qw(nats_start nats_stop nats_add_stream nats_count nats_dump nats_publish nats_consumer);
+our @EXPORT = qw(nats_start nats_stop nats_add_stream nats_count nats_dump nats_publish nats_consumer nats_thread_masks);
 
 my $SERVER = '/usr/sbin/nats-server';
 my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
@@ -175,6 +177,23 @@ sub nats_consumer
 	my ($rc, $out, $err) = tool($s, 'consumer', $stream, $durable);
 	return undef if $rc != 0;
 	return decode_json($out);
+}
+
+# nats_thread_masks($pid) -> (number of threads besides the main one,
+# "tid:SigBlk" of each that lets SIGHUP, SIGINT, SIGUSR1, SIGTERM or SIGURG
+# (the latch) through)
+sub nats_thread_masks
+{
+	my ($pid) = @_;
+	my @tasks = grep { $_ != $pid } map { m{/(\d+)$} ? $1 : () } glob("/proc/$pid/task/*");
+	my @unmasked;
+	for my $tid (@tasks)
+	{
+		my ($blk) = slurp_file("/proc/$pid/task/$tid/status") =~ /^SigBlk:\s*([0-9a-f]+)/m;
+		my $mask = hex($blk // '0');
+		push @unmasked, "$tid:$blk" if grep { !($mask & (1 << ($_ - 1))) } 1, 2, 10, 15, 23;
+	}
+	return (scalar @tasks, @unmasked);
 }
 
 1;
