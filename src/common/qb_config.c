@@ -869,10 +869,24 @@ static const char *const qs_source_keys[] =
 {"type", "path", "idempotencyKeyPath", "idempotencyKeyHeader", "eventTypePath",
 "eventTypeHeader", "aggregateIdPath", "topic", "consumption", "maxBodyBytes", "auth",
 "transform", NULL};
+static const char *const qs_rabbitmq_source_keys[] =
+{"type", "url", "queue", "prefetch", "idempotencyKeyPath", "idempotencyKeyHeader",
+"eventTypePath", "eventTypeFromHeader", "aggregateIdPath", "topic", "consumption",
+"transform", "batchSize", NULL};
+static const char *const qs_kafka_source_keys[] =
+{"type", "brokers", "topics", "group", "config", "idempotencyKeyPath", "idempotencyKeyHeader",
+"eventTypePath", "eventTypeHeader", "aggregateIdPath", "topic", "consumption", "transform",
+"batchSize", NULL};
+static const char *const qs_nats_source_keys[] =
+{"type", "url", "subject", "stream", "durable", "idempotencyKeyPath", "idempotencyKeyHeader",
+"eventTypePath", "eventTypeHeader", "aggregateIdPath", "topic", "consumption", "transform",
+"batchSize", NULL};
+/* every scalar key of any source type: what an override may set */
 static const char *const qs_source_scalars[] =
 {"type", "path", "idempotencyKeyPath", "idempotencyKeyHeader", "eventTypePath",
 "eventTypeHeader", "aggregateIdPath", "topic", "consumption", "maxBodyBytes", "transform",
-NULL};
+"url", "queue", "prefetch", "eventTypeFromHeader", "brokers", "group", "subject", "stream",
+"durable", "batchSize", NULL};
 /* auth keys by type, in the order of QbAuthType (NONE has none) */
 static const char *const qs_auth_hmac_keys[] =
 {"type", "secret", "secrets", "header", "prefix", "encoding", NULL};
@@ -2567,7 +2581,7 @@ qv_topic(QvCtx *cx, const char *path, const QtNode *m, QbSource *s)
 		if (!qb_template_check(s->topic, names, msg, sizeof(msg)))
 			return qv_error(cx, sub, n, "%s", msg);
 	}
-	else if ((s->topic = strdup("{{ eventType }}")) == NULL)
+	else if ((s->topic = strdup(s->type == QB_SOURCE_HTTP ? "{{ eventType }}" : "{{ source }}")) == NULL)
 		return qv_error(cx, path, m, "out of memory");
 	if (s->consumption == QB_CONSUME_PULL)
 		return true;
@@ -2586,10 +2600,125 @@ qv_topic(QvCtx *cx, const char *path, const QtNode *m, QbSource *s)
 	if (empty)
 		return qv_error(cx, sub, n ? n : m,
 						"the template renders an empty topic, so no route could match; write text or {{ source }} in it");
-	if (reads_event && s->event_type_path == NULL && s->event_type_header == NULL)
+	if (reads_event && s->event_type_path == NULL && s->event_type_header == NULL &&
+		!s->event_type_from_header)
 		return qv_error(cx, sub, n ? n : m,
-						"%s {{ eventType }} but the source sets neither eventTypePath nor eventTypeHeader, so every message would render an empty topic and go dead; set one of them, or use {{ source }}",
-						n ? "the template reads" : "the default topic is");
+						"%s {{ eventType }} but the source sets neither eventTypePath nor %s, so every message would render an empty topic and go dead; set one of them, or use {{ source }}",
+						n ? "the template reads" : "the default topic is",
+						s->type == QB_SOURCE_RABBITMQ ? "eventTypeFromHeader: true" : "eventTypeHeader");
+	return true;
+}
+
+/* qv_prefixed: prefix followed by name, malloc'd (a default consumer name). */
+static char *
+qv_prefixed(const char *prefix, const char *name)
+{
+	size_t		n = strlen(prefix) + strlen(name) + 1;
+	char	   *out = malloc(n);
+
+	if (out != NULL)
+		snprintf(out, n, "%s%s", prefix, name);
+	return out;
+}
+
+/*
+ * qv_broker_source: the connection keys of a rabbitmq, kafka or nats source.
+ * Names that default from the source name (kafka group, nats durable) are
+ * filled in here.
+ */
+static bool
+qv_broker_source(QvCtx *cx, const char *path, const QtNode *m, QbSource *s)
+{
+	static const char *const amqp[] = {"amqp", "amqps", NULL};
+	static const char *const nats[] = {"nats", "tls", NULL};
+	char		sub[QV_PATHLEN];
+	char		msg[QV_MSGLEN];
+	const QtNode *n;
+	const QtNode *seq;
+	long		v;
+	bool		ok;
+
+	if (s->type == QB_SOURCE_KAFKA)
+	{
+		if ((n = qv_required(cx, path, m, "brokers",
+							 "a kafka source needs its bootstrap servers, e.g. brokers: \"host:9092\"")) == NULL)
+			return false;
+		qv_path_key(sub, sizeof(sub), path, "brokers");
+		if (!qv_string(cx, sub, n, true, &s->broker_url))
+			return false;
+		if (!url_brokers(s->broker_url, msg, sizeof(msg)))
+			return qv_error(cx, sub, n, "%s", msg);
+		if ((n = qv_required(cx, path, m, "topics",
+							 "the Kafka topics to consume, e.g. topics: [orders]")) == NULL)
+			return false;
+		qv_path_key(sub, sizeof(sub), path, "topics");
+		if (!qv_section(cx, sub, n, QT_SEQ, &seq))
+			return false;
+		if (seq == NULL || seq->n == 0)
+			return qv_error(cx, sub, n, "expected a list of at least one topic, e.g. topics: [orders]");
+		if ((s->topics = calloc(seq->n, sizeof(char *))) == NULL)
+			return qv_error(cx, sub, n, "out of memory");
+		s->ntopics = seq->n;
+		for (int i = 0; i < seq->n; i++)
+		{
+			char		at[QV_PATHLEN];
+
+			qv_path_index(at, sizeof(at), sub, i);
+			if (!qv_string(cx, at, seq->kids[i], true, &s->topics[i]))
+				return false;
+		}
+		qv_path_key(sub, sizeof(sub), path, "config");
+		if (!qv_opt_string(cx, path, m, "group", true, &s->group) ||
+			!qv_pairs(cx, sub, qt_get(m, "config"), false, &s->props, &s->nprops))
+			return false;
+		if (s->group == NULL && (s->group = qv_prefixed("queuebox-", s->name)) == NULL)
+			return qv_error(cx, path, m, "out of memory");
+		return true;
+	}
+
+	if ((n = qv_required(cx, path, m, "url", s->type == QB_SOURCE_RABBITMQ ?
+						 "a rabbitmq source needs one, e.g. url: \"amqp://user:password@host:5672/\"" :
+						 "a nats source needs one, e.g. url: \"nats://host:4222\"")) == NULL)
+		return false;
+	qv_path_key(sub, sizeof(sub), path, "url");
+	if (!qv_string(cx, sub, n, true, &s->broker_url))
+		return false;
+	ok = s->type == QB_SOURCE_RABBITMQ ?
+		qb_url_check_scheme(s->broker_url, amqp, QB_URL_USERINFO | QB_URL_QUERY, msg, sizeof(msg)) :
+		qb_url_check_scheme(s->broker_url, nats, QB_URL_USERINFO, msg, sizeof(msg));
+	if (!ok)
+		return qv_error(cx, sub, n, "%s", msg);
+
+	if (s->type == QB_SOURCE_RABBITMQ)
+	{
+		if ((n = qv_required(cx, path, m, "queue",
+							 "the queue to consume (QueueBox does not declare it), e.g. queue: orders")) == NULL)
+			return false;
+		qv_path_key(sub, sizeof(sub), path, "queue");
+		if (!qv_string(cx, sub, n, true, &s->queue))
+			return false;
+		v = s->prefetch;
+		if (!qv_opt_int(cx, path, m, "prefetch", 1, 65535, &v))
+			return false;
+		s->prefetch = (int) v;
+		return true;
+	}
+
+	/* nats */
+	if ((n = qv_required(cx, path, m, "subject", "the subject to consume, e.g. subject: orders.>")) == NULL)
+		return false;
+	qv_path_key(sub, sizeof(sub), path, "subject");
+	if (!qv_string(cx, sub, n, true, &s->subject))
+		return false;
+	if ((n = qv_required(cx, path, m, "stream",
+						 "the JetStream stream that captures the subject, e.g. stream: ORDERS")) == NULL)
+		return false;
+	qv_path_key(sub, sizeof(sub), path, "stream");
+	if (!qv_string(cx, sub, n, true, &s->stream) ||
+		!qv_opt_string(cx, path, m, "durable", true, &s->durable))
+		return false;
+	if (s->durable == NULL && (s->durable = qv_prefixed("queuebox-", s->name)) == NULL)
+		return qv_error(cx, path, m, "out of memory");
 	return true;
 }
 
@@ -2597,57 +2726,75 @@ qv_topic(QvCtx *cx, const char *path, const QtNode *m, QbSource *s)
 static bool
 qv_source(QvCtx *cx, const char *path, const QtNode *node, QbSource *s)
 {
+	static const char *const types[] = {"http", "rabbitmq", "kafka", "nats", NULL};
+	static const char *const *const keys[] =
+	{qs_source_keys, qs_rabbitmq_source_keys, qs_kafka_source_keys, qs_nats_source_keys};
 	char		sub[QV_PATHLEN];
 	char		echo[64];
+	char		forwhat[48];
 	char	   *text = NULL;
 	const QtNode *m;
 	const QtNode *n;
-	size_t		len;
+	int			t;
+	long		v;
 
 	s->consumption = QB_CONSUME_PUSH;
 	s->max_body_bytes = 1048576;
 	s->auth.tolerance_sec = 300;
+	s->prefetch = 100;
+	s->batch_size = 100;
 	if (!qv_section(cx, path, node, QT_MAP, &m))
 		return false;
 	if (m == NULL)
 		return qv_error(cx, path, node,
-						"expected a mapping with at least type: http, path: and idempotencyKeyPath:, got an empty value");
+						"expected a mapping with at least type: (http, rabbitmq, kafka or nats), got an empty value");
 	if (!qv_keys(cx, path, m, NULL, NULL))
 		return false;
-	if ((n = qv_required(cx, path, m, "type", "the kind of source; http receives webhooks")) == NULL)
+	if ((n = qv_required(cx, path, m, "type",
+						 "the kind of source: http receives webhooks; rabbitmq, kafka and nats consume a broker")) == NULL)
 		return false;
 	qv_path_key(sub, sizeof(sub), path, "type");
-	if (!qv_text(cx, sub, n, "http", &text))
+	if (!qv_text(cx, sub, n, "one of http, rabbitmq, kafka, nats", &text))
 		return false;
-	if (strcmp(text, "http") != 0)
+	for (t = 0; types[t] != NULL; t++)
+		if (strcmp(types[t], text) == 0)
+			break;
+	if (types[t] == NULL)
 	{
-		qv_error(cx, sub, n, "expected http (the only source type so far), got %s",
+		qv_error(cx, sub, n, "expected one of http, rabbitmq, kafka, nats, got %s",
 				 qv_echo(echo, sizeof(echo), text));
 		free(text);
 		return false;
 	}
 	free(text);
-	s->type = QB_SOURCE_HTTP;
-	if (!qv_keys(cx, path, m, qs_source_keys, "for an http source"))
+	s->type = (QbSourceType) t;
+	snprintf(forwhat, sizeof(forwhat), "for a%s %s source", t == 0 ? "n" : "", types[t]);
+	if (!qv_keys(cx, path, m, keys[t], forwhat))
 		return false;
 
-	if ((n = qv_required(cx, path, m, "path",
-						 "where the source answers under inbox.basePath, e.g. path: /stripe")) == NULL)
-		return false;
-	qv_path_key(sub, sizeof(sub), path, "path");
-	if (!qv_string(cx, sub, n, true, &s->path) ||
-		!qv_url_path(cx, sub, n, s->path, "path: /stripe"))
-		return false;
-	len = strlen(s->path);
-	if (len < 2 || s->path[len - 1] == '/')
-		return qv_error(cx, sub, n, "must name something after '/' and not end with '/', e.g. path: /stripe");
-
-	if ((n = qt_get(m, "auth")) != NULL)
+	if (s->type == QB_SOURCE_HTTP)
 	{
-		qv_path_key(sub, sizeof(sub), path, "auth");
-		if (!qv_auth(cx, sub, n, s))
+		size_t		len;
+
+		if ((n = qv_required(cx, path, m, "path",
+							 "where the source answers under inbox.basePath, e.g. path: /stripe")) == NULL)
 			return false;
+		qv_path_key(sub, sizeof(sub), path, "path");
+		if (!qv_string(cx, sub, n, true, &s->path) ||
+			!qv_url_path(cx, sub, n, s->path, "path: /stripe"))
+			return false;
+		len = strlen(s->path);
+		if (len < 2 || s->path[len - 1] == '/')
+			return qv_error(cx, sub, n, "must name something after '/' and not end with '/', e.g. path: /stripe");
+		if ((n = qt_get(m, "auth")) != NULL)
+		{
+			qv_path_key(sub, sizeof(sub), path, "auth");
+			if (!qv_auth(cx, sub, n, s))
+				return false;
+		}
 	}
+	else if (!qv_broker_source(cx, path, m, s))
+		return false;
 
 	if ((n = qt_get(m, "consumption")) != NULL)
 	{
@@ -2666,17 +2813,23 @@ qv_source(QvCtx *cx, const char *path, const QtNode *node, QbSource *s)
 		free(text);
 	}
 
+	v = s->batch_size;
 	if (!qv_one_of(cx, path, m, "idempotencyKeyPath", "idempotencyKeyHeader") ||
 		!qv_opt_jsonpath(cx, path, m, "idempotencyKeyPath", &s->idempotency_key_path) ||
 		!qv_opt_header(cx, path, m, "idempotencyKeyHeader", &s->idempotency_key_header) ||
 		!qv_one_of(cx, path, m, "eventTypePath", "eventTypeHeader") ||
+		!qv_one_of(cx, path, m, "eventTypePath", "eventTypeFromHeader") ||
 		!qv_opt_jsonpath(cx, path, m, "eventTypePath", &s->event_type_path) ||
 		!qv_opt_header(cx, path, m, "eventTypeHeader", &s->event_type_header) ||
+		!qv_flag(cx, path, m, "eventTypeFromHeader", &s->event_type_from_header) ||
 		!qv_opt_jsonpath(cx, path, m, "aggregateIdPath", &s->aggregate_id_path) ||
 		!qv_opt_int(cx, path, m, "maxBodyBytes", 1, 67108864, &s->max_body_bytes) ||
+		!qv_opt_int(cx, path, m, "batchSize", 1, 10000, &v) ||
 		!qv_transform(cx, path, m, &s->transform))
 		return false;
-	if (s->idempotency_key_path == NULL && s->idempotency_key_header == NULL)
+	s->batch_size = (int) v;
+	if (s->type == QB_SOURCE_HTTP && s->idempotency_key_path == NULL &&
+		s->idempotency_key_header == NULL)
 	{
 		/* Standard Webhooks names each message in webhook-id */
 		if (s->auth.type != QB_AUTH_STANDARD_WEBHOOKS)
@@ -2707,7 +2860,8 @@ qv_sources(QvCtx *cx, const QtNode *node, QbConfig *cfg)
 			!qv_source(cx, sub, m->kids[i], &cfg->sources[i]))
 			return false;
 		for (j = 0; j < i; j++)
-			if (strcmp(cfg->sources[j].path, cfg->sources[i].path) == 0)
+			if (cfg->sources[i].type == QB_SOURCE_HTTP && cfg->sources[j].type == QB_SOURCE_HTTP &&
+				strcmp(cfg->sources[j].path, cfg->sources[i].path) == 0)
 			{
 				char		at[QV_PATHLEN];
 
@@ -3078,6 +3232,16 @@ qb_config_free(QbConfig *cfg)
 		free(src->event_type_header);
 		free(src->aggregate_id_path);
 		free(src->topic);
+		free(src->broker_url);
+		free(src->queue);
+		for (int k = 0; src->topics != NULL && k < src->ntopics; k++)
+			free(src->topics[k]);
+		free(src->topics);
+		free(src->group);
+		qb_pairs_free(src->props, src->nprops);
+		free(src->subject);
+		free(src->stream);
+		free(src->durable);
 		for (int k = 0; src->auth.secrets != NULL && k < src->auth.nsecrets; k++)
 			free((char *) src->auth.secrets[k]);
 		free((char **) src->auth.secrets);

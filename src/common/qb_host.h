@@ -52,6 +52,13 @@ typedef struct QbHost
 
 	/* Where the engines count what they do (shared by every worker), or NULL. */
 	QbMetrics  *metrics;
+
+	/*
+	 * Told of every configuration an engine loads (NULL: none stored), or
+	 * NULL.  The PostgreSQL host publishes the number of broker sources, so
+	 * the launcher starts one consumer worker per source.
+	 */
+	void		(*config_loaded) (void *ctx, const QbConfig *cfg);
 } QbHost;
 
 /*

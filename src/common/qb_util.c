@@ -95,6 +95,8 @@ qb_reload_config(const QbHost *host, const QbStore *store, QbConfig **cfg,
 			*warned_no_config = true;
 			qb_config_free(*cfg);
 			*cfg = NULL;
+			if (host->config_loaded)
+				host->config_loaded(host->ctx, NULL);
 			return false;
 		case -1:
 			qb_log(host, QB_LOG_WARNING,
@@ -105,6 +107,8 @@ qb_reload_config(const QbHost *host, const QbStore *store, QbConfig **cfg,
 	qb_config_free(*cfg);
 	*cfg = loaded;
 	*warned_no_config = false;
+	if (host->config_loaded)
+		host->config_loaded(host->ctx, loaded);
 	return true;
 }
 

@@ -72,14 +72,22 @@ qbl_ingress_count(void)
 	return qb_ingress_worker ? 1 : 0;
 }
 
+/* one consumer per broker source of the configuration, up to the GUC */
+static int
+qbl_consumer_count(void)
+{
+	return Min(qb_max_consumer_workers, (int) pg_atomic_read_u32(&qb_shared->broker_sources));
+}
+
 static const QblRole qbl_roles[] = {
 	{"outbox", "qb_outbox_worker_main", true, qbl_outbox_count},
 	{"relay", "qb_relay_worker_main", false, qbl_relay_count},
 	{"ingress", "qb_ingress_worker_main", false, qbl_ingress_count},
+	{"consumer", "qb_consumer_worker_main", true, qbl_consumer_count},
 };
 
 #define QBL_NROLES			lengthof(qbl_roles)
-#define QBL_MAX_WORKERS		(QB_MAX_OUTBOX_WORKERS + 2)
+#define QBL_MAX_WORKERS		(QB_MAX_OUTBOX_WORKERS + 2 + QB_MAX_CONSUMER_WORKERS)
 
 typedef struct QblWorker
 {
@@ -95,6 +103,7 @@ static int	qbl_counts[QBL_NROLES]; /* per role, in the current set */
 static char qbl_database[NAMEDATALEN];
 
 static bool qbl_database_exists(const char *name);
+static void qbl_resize_consumers(int want);
 static int	qbl_wanted(int *counts);
 static bool qbl_start_worker(QblWorker *w);
 static void qbl_stop_all(void);
@@ -136,9 +145,10 @@ qb_launcher_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			(void) qbl_wanted(want_counts);
+			/* the consumers (the last role) are resized in place, below */
 			if (qbl_nrunning > 0 &&
 				(strcmp(qbl_database, qb_database) != 0 ||
-				 memcmp(qbl_counts, want_counts, sizeof(qbl_counts)) != 0))
+				 memcmp(qbl_counts, want_counts, sizeof(int) * (QBL_NROLES - 1)) != 0))
 			{
 				ereport(LOG,
 						(errmsg("queuebox launcher: restarting the workers for database \"%s\" (%d outbox workers, relay %s)",
@@ -181,6 +191,9 @@ qb_launcher_main(Datum arg)
 				warned_missing = false;
 			}
 		}
+
+		if (qbl_nrunning > 0)
+			qbl_resize_consumers(want_counts[QBL_NROLES - 1]);
 
 		/*
 		 * A worker that stopped is restarted, unless its database is gone
@@ -297,6 +310,45 @@ qbl_start_worker(QblWorker *w)
 	}
 	w->handle = handle;
 	return true;
+}
+
+/*
+ * qbl_resize_consumers: the consumer role is the last of the set, so a
+ * configuration that adds or removes broker sources appends or stops
+ * consumers at the tail and leaves every other worker running.
+ */
+static void
+qbl_resize_consumers(int want)
+{
+	int			have = qbl_counts[QBL_NROLES - 1];
+
+	if (want == have)
+		return;
+	ereport(LOG,
+			(errmsg("queuebox launcher: %d consumer worker%s for the broker sources (was %d)",
+					want, want == 1 ? "" : "s", have)));
+	for (int i = have; i < want; i++)
+	{
+		QblWorker  *w = &qbl_workers[qbl_nrunning++];
+
+		w->role = &qbl_roles[QBL_NROLES - 1];
+		w->index = i;
+		w->handle = NULL;
+		w->restart_after = 0;
+	}
+	for (int i = have; i > want; i--)
+	{
+		QblWorker  *w = &qbl_workers[--qbl_nrunning];
+
+		if (w->handle != NULL)
+		{
+			TerminateBackgroundWorker(w->handle);
+			(void) WaitForBackgroundWorkerShutdown(w->handle);
+			pfree(w->handle);
+			w->handle = NULL;
+		}
+	}
+	qbl_counts[QBL_NROLES - 1] = want;
 }
 
 /* qbl_stop_all terminates the current set and waits until it is gone. */

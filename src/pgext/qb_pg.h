@@ -30,6 +30,7 @@
 #include "qb_store.h"
 
 #define QB_MAX_OUTBOX_WORKERS 64
+#define QB_MAX_CONSUMER_WORKERS 32
 
 typedef struct QbWorkerSlot
 {
@@ -40,12 +41,14 @@ typedef struct QbWorkerSlot
 typedef struct QbShared
 {
 	pg_atomic_uint32 config_generation;
+	pg_atomic_uint32 broker_sources;	/* in the last configuration a worker loaded */
 	pid_t		launcher_pid;
 	Latch	   *launcher_latch;
 	char		database[NAMEDATALEN];	/* the database the workers serve */
 	QbWorkerSlot outbox[QB_MAX_OUTBOX_WORKERS];
 	QbWorkerSlot relay;
 	QbWorkerSlot ingress;
+	QbWorkerSlot consumer[QB_MAX_CONSUMER_WORKERS];
 	QbMetrics	metrics;		/* every worker adds; the ingress renders */
 } QbShared;
 
@@ -55,6 +58,7 @@ extern int	qb_outbox_workers;
 extern bool qb_worker_async_commit;
 extern bool qb_relay_worker;
 extern bool qb_ingress_worker;
+extern int	qb_max_consumer_workers;
 
 extern QbShared *qb_shared;
 
@@ -74,6 +78,7 @@ extern void qb_worker_host_start(const char *label, QbWorkerSlot *slot,
 extern PGDLLEXPORT void qb_outbox_worker_main(Datum arg);
 extern PGDLLEXPORT void qb_relay_worker_main(Datum arg);
 extern PGDLLEXPORT void qb_ingress_worker_main(Datum arg);
+extern PGDLLEXPORT void qb_consumer_worker_main(Datum arg);
 
 /* spi_store.c */
 extern void qb_spi_store_init(QbStore *store);

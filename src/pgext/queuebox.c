@@ -36,6 +36,7 @@ int			qb_outbox_workers = 2;
 bool		qb_worker_async_commit = true;
 bool		qb_relay_worker = true;
 bool		qb_ingress_worker = true;
+int			qb_max_consumer_workers = 8;
 
 QbShared   *qb_shared = NULL;
 
@@ -81,6 +82,11 @@ _PG_init(void)
 							 "Off: push rows stay pending (as with inbox.relay.enabled: false, but for every database of the server).",
 							 &qb_relay_worker, true,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("queuebox.max_consumer_workers",
+							"Most consumer worker processes for broker sources.",
+							"One runs per rabbitmq, kafka or nats source of the configuration, up to this many; 0 consumes none.",
+							&qb_max_consumer_workers, 8, 0, QB_MAX_CONSUMER_WORKERS,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomBoolVariable("queuebox.ingress_worker",
 							 "Run the ingress worker, which serves http.listen (webhooks, health, metrics, admin).",
 							 "It listens only when the stored configuration sets http.listen.",
@@ -127,6 +133,7 @@ qb_shmem_startup(void)
 	{
 		memset(qb_shared, 0, sizeof(QbShared));
 		pg_atomic_init_u32(&qb_shared->config_generation, 1);
+		pg_atomic_init_u32(&qb_shared->broker_sources, 0);
 		qb_metrics_init(&qb_shared->metrics);
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -199,7 +206,11 @@ qb_xact_callback(XactEvent event, void *arg)
 				if (qb_config_wake_armed || qb_relay_wake_armed)
 					qb_wake_slot(&qb_shared->relay);
 				if (qb_config_wake_armed)
+				{
 					qb_wake_slot(&qb_shared->ingress);
+					for (int i = 0; i < QB_MAX_CONSUMER_WORKERS; i++)
+						qb_wake_slot(&qb_shared->consumer[i]);
+				}
 			}
 			qb_clear_wakes();
 			break;

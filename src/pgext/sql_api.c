@@ -230,13 +230,19 @@ qb_sql_worker_status(PG_FUNCTION_ARGS)
 		values[1] = Int32GetDatum(pid);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
-	for (int r = 0; r < 2; r++)
+	for (int r = 0; r < 2 + QB_MAX_CONSUMER_WORKERS; r++)
 	{
-		QbWorkerSlot *slot = r == 0 ? &qb_shared->relay : &qb_shared->ingress;
+		QbWorkerSlot *slot = r == 0 ? &qb_shared->relay : r == 1 ? &qb_shared->ingress :
+			&qb_shared->consumer[r - 2];
+		char		name[32];
 
 		if (slot->pid == 0)
 			continue;
-		values[0] = CStringGetTextDatum(r == 0 ? "relay" : "ingress");
+		if (r < 2)
+			snprintf(name, sizeof(name), "%s", r == 0 ? "relay" : "ingress");
+		else
+			snprintf(name, sizeof(name), "consumer %d", r - 2);
+		values[0] = CStringGetTextDatum(name);
 		values[1] = Int32GetDatum(slot->pid);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}

@@ -197,6 +197,24 @@ qbh_config_changed(void *ctx)
 }
 
 /*
+ * qbh_config_loaded publishes how many broker sources the configuration
+ * has; the launcher, which reads no table, starts one consumer worker per
+ * source from it.  Every worker publishes the same number for the same
+ * document, so the last writer is as good as any.
+ */
+static void
+qbh_config_loaded(void *ctx, const QbConfig *cfg)
+{
+	uint32		n = 0;
+
+	for (int i = 0; cfg != NULL && i < cfg->nsources; i++)
+		n += cfg->sources[i].type != QB_SOURCE_HTTP;
+	if (pg_atomic_exchange_u32(&qb_shared->broker_sources, n) != n &&
+		qb_shared->launcher_latch != NULL)
+		SetLatch(qb_shared->launcher_latch);
+}
+
+/*
  * qb_worker_host_start turns this dynamic worker into an engine's host:
  * signals, the database connection (bgw_extra names it), GUCs, the loop
  * context, the shared slot.  label prefixes every log line ("queuebox
@@ -239,4 +257,5 @@ qb_worker_host_start(const char *label, QbWorkerSlot *slot, bool may_commit_asyn
 	host->should_stop = qbh_should_stop;
 	host->config_changed = qbh_config_changed;
 	host->metrics = &qb_shared->metrics;
+	host->config_loaded = qbh_config_loaded;
 }

@@ -1058,7 +1058,7 @@ static void
 test_sources_invalid(void **state)
 {
 	refuse("sources:\n  s: {}\n", "sources.s: missing required key type", NULL);
-	refuse("sources:\n  s: {type: kafka}\n", "sources.s.type: expected http", "got \"kafka\"", NULL);
+	refuse("sources:\n  s: {type: sqs}\n", "sources.s.type: expected one of http, rabbitmq, kafka, nats", "got \"sqs\"", NULL);
 	refuse("sources:\n  \"a b\": {type: http}\n", "a source name may use only", NULL);
 	refuse("sources:\n  s: {type: http, path: /s, idempotencyKeyPath: $.id, eventTypePath: $.t, fooBar: 1}\n",
 		   "sources.s.fooBar: unknown key for an http source", NULL);
@@ -1254,6 +1254,56 @@ test_transforms(void **state)
 		   "sources.s.transform: must not be empty", NULL);
 }
 
+/* ---- broker sources: rabbitmq, kafka, nats ------------------------------ */
+static void
+test_broker_sources(void **state)
+{
+	QbConfig   *c;
+	const QbSource *s;
+
+	c = accept("sources:\n"
+			   "  mq: { type: rabbitmq, url: \"amqp://u:p@h:5672/\", queue: orders, prefetch: 10,"
+			   " eventTypeFromHeader: true, topic: \"mq.{{ eventType }}\" }\n"
+			   "  k: { type: kafka, brokers: \"h:9092\", topics: [a, b], idempotencyKeyHeader: message-id,"
+			   " config: { \"fetch.min.bytes\": \"1\" }, batchSize: 50 }\n"
+			   "  n: { type: nats, url: \"nats://h:4222\", subject: \"orders.>\", stream: ORDERS,"
+			   " consumption: pull }\n"
+			   "  web: { type: http, path: /w, idempotencyKeyPath: $.id, topic: w }\n");
+	s = qb_config_source(c, "mq");
+	assert_int_equal(s->type, QB_SOURCE_RABBITMQ);
+	assert_string_equal(s->queue, "orders");
+	assert_int_equal(s->prefetch, 10);
+	assert_true(s->event_type_from_header);
+	assert_null(s->path);
+	s = qb_config_source(c, "k");
+	assert_int_equal(s->type, QB_SOURCE_KAFKA);
+	assert_int_equal(s->ntopics, 2);
+	assert_string_equal(s->topics[1], "b");
+	assert_string_equal(s->group, "queuebox-k");
+	assert_string_equal(s->topic, "{{ source }}");
+	assert_int_equal(s->batch_size, 50);
+	assert_int_equal(s->nprops, 1);
+	s = qb_config_source(c, "n");
+	assert_int_equal(s->type, QB_SOURCE_NATS);
+	assert_string_equal(s->durable, "queuebox-n");
+	assert_string_equal(s->stream, "ORDERS");
+	assert_int_equal(s->batch_size, 100);
+	qb_config_free(c);
+
+	refuse("sources:\n  mq: { type: rabbitmq, url: \"amqp://h\" }\n", "sources.mq: missing required key queue", NULL);
+	refuse("sources:\n  mq: { type: rabbitmq, url: \"http://h\", queue: q }\n", "sources.mq.url:", NULL);
+	refuse("sources:\n  mq: { type: rabbitmq, url: \"amqp://h\", queue: q, path: /x }\n",
+		   "sources.mq.path: unknown key for a rabbitmq source", NULL);
+	/* the spec's rule: an AMQP template reading eventType needs a way to find one */
+	refuse("sources:\n  mq: { type: rabbitmq, url: \"amqp://h\", queue: q, topic: \"x.{{ eventType }}\" }\n",
+		   "sources.mq.topic: the template reads {{ eventType }}", "eventTypeFromHeader: true", NULL);
+	refuse("sources:\n  k: { type: kafka, brokers: \"h:9092\" }\n", "sources.k: missing required key topics", NULL);
+	refuse("sources:\n  k: { type: kafka, brokers: \"h:9092\", topics: [] }\n",
+		   "sources.k.topics: expected a list of at least one topic", NULL);
+	refuse("sources:\n  n: { type: nats, url: \"nats://h\", subject: a }\n", "sources.n: missing required key stream", NULL);
+	refuse("sources:\n  n: { type: sqs }\n", "sources.n.type: expected one of http, rabbitmq, kafka, nats", NULL);
+}
+
 int
 main(void)
 {
@@ -1280,6 +1330,7 @@ main(void)
 		cmocka_unit_test(test_overrides_inbox),
 		cmocka_unit_test(test_kafka_destination),
 		cmocka_unit_test(test_transforms),
+		cmocka_unit_test(test_broker_sources),
 	};
 
 	return cmocka_run_group_tests_name("qb_config", tests, NULL, NULL);

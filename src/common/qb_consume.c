@@ -1,0 +1,451 @@
+/*-------------------------------------------------------------------------
+ * qb_consume.c
+ *	  The consumer engine: broker messages into the inbox, acknowledged only
+ *	  after they commit.
+ *
+ * Wording (see also qb_consume.h):
+ *	- The slot is this worker's number; it serves the slot-th broker source
+ *	  of the configuration, in document order (http sources are the
+ *	  ingress's and are not counted).
+ *	- A round is fetch -> make rows -> store (one transaction) -> ack.
+ *
+ * Making a row of a delivery (spec, "The path of an inbox message"):
+ *	1. extract	the idempotency key (idempotencyKeyPath, idempotencyKeyHeader,
+ *				else the broker's message id, else its position), the event
+ *				type (eventTypePath, eventTypeHeader, or the AMQP type with
+ *				eventTypeFromHeader) and the aggregate id;
+ *	2. transform  the source transform, if any;
+ *	3. store	  pending, or dead with the reason when the body is not JSON
+ *				or the transform rejected it (an AMQP-family source stores
+ *				such a message dead, then acknowledges it; spec).
+ *
+ * Transaction rules: the rows of a round are stored in one store call; the
+ * round is acknowledged only after it returns 0.  When it fails the round is
+ * released (the broker keeps the messages) and the engine backs off: the
+ * database being down stops acknowledging, it never drops a message.  A
+ * crash between commit and ack redelivers the round; the unique (source,
+ * idempotency key) makes each redelivered message a duplicate.
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <jansson.h>
+#include <openssl/evp.h>
+
+#include "qb_consume.h"
+#include "qb_extract.h"
+#include "qb_ingress.h"
+#include "qb_transform.h"
+
+#define QBC_IDLE_WAIT_MS	1000
+#define QBC_POLL_WAIT_MS	100
+#define QBC_REOPEN_MIN_MS	1000
+#define QBC_REOPEN_MAX_MS	30000
+#define QBC_MAX_VALUE_BYTES 1024
+
+/* The consumers this build has, indexed by QbSourceType; NULL: not yet. */
+static const QbConsumerOps *const qbc_ops[] = {
+	[QB_SOURCE_HTTP] = NULL,
+	[QB_SOURCE_RABBITMQ] = NULL,
+	[QB_SOURCE_KAFKA] = NULL,
+	[QB_SOURCE_NATS] = NULL,
+};
+
+const QbConsumerOps *
+qb_consumer_ops(QbSourceType type)
+{
+	if ((int) type < 0 || (size_t) type >= sizeof(qbc_ops) / sizeof(qbc_ops[0]))
+		return NULL;
+	return qbc_ops[type];
+}
+
+void
+qb_deliveries_clear(QbDelivery *d, int n)
+{
+	for (int i = 0; d != NULL && i < n; i++)
+	{
+		free(d[i].body);
+		free(d[i].headers);
+		free(d[i].message_id);
+		free(d[i].type);
+		free(d[i].position);
+		memset(&d[i], 0, sizeof(QbDelivery));
+	}
+}
+
+/* One delivery made into a row; the strings are owned here. */
+typedef struct QbcRow
+{
+	char	   *key;
+	char	   *event_type;
+	char	   *aggregate_id;
+	char	   *payload;
+	char	   *dead_error;
+} QbcRow;
+
+static void
+qbc_row_clear(QbcRow *r)
+{
+	free(r->key);
+	free(r->event_type);
+	free(r->aggregate_id);
+	free(r->payload);
+	free(r->dead_error);
+	memset(r, 0, sizeof(*r));
+}
+
+typedef struct QbcEngine
+{
+	const QbHost *host;
+	const QbStore *store;
+	int			slot;
+	QbConfig   *cfg;
+	const QbSource *src;		/* in cfg, or NULL: no broker source for this slot */
+	const QbConsumerOps *ops;
+	void	   *c;				/* the open consumer, or NULL */
+	long		reopen_at;
+	long		reopen_wait;
+	bool		warned_no_config;
+	bool		warned_idle;
+	QbConsumeStats *stats;
+} QbcEngine;
+
+/* qbc_pick: the slot-th broker source of cfg, or NULL. */
+static const QbSource *
+qbc_pick(const QbConfig *cfg, int slot)
+{
+	int			k = 0;
+
+	for (int i = 0; cfg != NULL && i < cfg->nsources; i++)
+		if (cfg->sources[i].type != QB_SOURCE_HTTP && k++ == slot)
+			return &cfg->sources[i];
+	return NULL;
+}
+
+static void
+qbc_close(QbcEngine *e)
+{
+	if (e->c != NULL)
+		e->ops->close(e->c);
+	e->c = NULL;
+}
+
+/*
+ * qbc_reload: a new configuration closes the consumer; the next round opens
+ * one for whatever source this slot now has.
+ */
+static void
+qbc_reload(QbcEngine *e)
+{
+	int			nbroker = 0;
+
+	if (!qb_reload_config(e->host, e->store, &e->cfg, &e->warned_no_config, "broker messages"))
+		return;
+	qbc_close(e);
+	e->reopen_at = 0;
+	e->reopen_wait = QBC_REOPEN_MIN_MS;
+	e->src = qbc_pick(e->cfg, e->slot);
+	e->ops = e->src ? qb_consumer_ops(e->src->type) : NULL;
+	e->warned_idle = false;
+	for (int i = 0; e->cfg != NULL && i < e->cfg->nsources; i++)
+		nbroker += e->cfg->sources[i].type != QB_SOURCE_HTTP;
+	if (e->src != NULL && e->ops == NULL)
+		qb_log(e->host, QB_LOG_WARNING,
+			   "source \"%s\" is of type %s, which this build of QueueBox cannot consume yet; its messages stay in the broker",
+			   e->src->name, e->src->type == QB_SOURCE_RABBITMQ ? "rabbitmq" :
+			   e->src->type == QB_SOURCE_KAFKA ? "kafka" : "nats");
+	else if (e->src != NULL)
+		qb_log(e->host, QB_LOG_INFO, "consuming source \"%s\"", e->src->name);
+}
+
+/*
+ * qbc_payload_of: the stored payload of a body that is not JSON: a JSON
+ * string of the body when it is UTF-8, else {"base64": ...}, so the dead
+ * row keeps the message for an operator.
+ */
+static char *
+qbc_payload_of(const QbDelivery *d)
+{
+	json_t	   *v;
+	char	   *out;
+
+	if (qb_utf8_invalid_at(d->body, d->len) < 0)
+		v = json_stringn(d->body, d->len);
+	else
+	{
+		char	   *b64 = malloc(4 * ((d->len + 2) / 3) + 1);
+
+		if (b64 == NULL)
+			return NULL;
+		EVP_EncodeBlock((unsigned char *) b64, (const unsigned char *) d->body, (int) d->len);
+		v = json_pack("{s:s}", "base64", b64);
+		free(b64);
+	}
+	out = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+	json_decref(v);
+	return out;
+}
+
+/* qbc_header: a header of the delivery by name (any letter case), malloc'd. */
+static char *
+qbc_header(const QbDelivery *d, const char *name)
+{
+	json_t	   *h = d->headers ? json_loads(d->headers, 0, NULL) : NULL;
+	const char *k;
+	json_t	   *v;
+	char	   *out = NULL;
+
+	json_object_foreach(h, k, v)
+	{
+		if (strcasecmp(k, name) == 0 && json_is_string(v))
+		{
+			out = strdup(json_string_value(v));
+			break;
+		}
+	}
+	json_decref(h);
+	return out;
+}
+
+/* qbc_usable: a key, type or aggregate id that a text column can hold. */
+static bool
+qbc_usable(const char *v)
+{
+	return v != NULL && v[0] != '\0' && strlen(v) <= QBC_MAX_VALUE_BYTES &&
+		qb_utf8_invalid_at(v, strlen(v)) < 0;
+}
+
+/*
+ * qbc_make_row: steps 1-2 of the banner.  Returns false only when out of
+ * memory; a message that cannot be stored pending becomes a dead row.
+ */
+static bool
+qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r)
+{
+	char		err[QB_ERRLEN];
+	char		msg[QB_ERRLEN + 128];
+	json_error_t jerr;
+	json_t	   *doc = json_loadb(d->body, d->len, JSON_DECODE_ANY, &jerr);
+	char		uuid[QB_UUID_LEN + 1];
+
+	memset(r, 0, sizeof(*r));
+	/* 1. extract */
+	if (doc != NULL && s->idempotency_key_path != NULL)
+		r->key = qb_jsonpath_text(doc, s->idempotency_key_path);
+	else if (s->idempotency_key_header != NULL)
+		r->key = qbc_header(d, s->idempotency_key_header);
+	else if (d->message_id != NULL && d->message_id[0] != '\0')
+		r->key = strdup(d->message_id);
+	else if (d->position != NULL)
+		r->key = strdup(d->position);
+	if (doc != NULL && s->event_type_path != NULL)
+		r->event_type = qb_jsonpath_text(doc, s->event_type_path);
+	else if (s->event_type_header != NULL)
+		r->event_type = qbc_header(d, s->event_type_header);
+	else if (s->event_type_from_header && d->type != NULL)
+		r->event_type = strdup(d->type);
+	if (doc != NULL && s->aggregate_id_path != NULL)
+		r->aggregate_id = qb_jsonpath_text(doc, s->aggregate_id_path);
+	if (r->event_type != NULL && !qbc_usable(r->event_type))
+	{
+		free(r->event_type);
+		r->event_type = NULL;
+	}
+	if (r->aggregate_id != NULL && !qbc_usable(r->aggregate_id))
+	{
+		free(r->aggregate_id);
+		r->aggregate_id = NULL;
+	}
+
+	if (doc == NULL)
+	{
+		snprintf(msg, sizeof(msg),
+				 "the message body is not JSON (%s at byte %d); it is kept here as a JSON string (or base64) for an operator",
+				 jerr.text, jerr.position);
+		r->dead_error = strdup(msg);
+		r->payload = qbc_payload_of(d);
+	}
+	else
+	{
+		json_decref(doc);
+		r->payload = strndup(d->body, d->len);
+	}
+	if (!qbc_usable(r->key))
+	{
+		/* a dead row still needs a unique key: it is made up, and says so */
+		free(r->key);
+		r->key = NULL;
+		if (!qb_uuid_v4(uuid))
+			return false;
+		if ((r->key = malloc(strlen(uuid) + 8)) == NULL)
+			return false;
+		snprintf(r->key, strlen(uuid) + 8, "no-key:%s", uuid);
+		if (r->dead_error == NULL)
+			r->dead_error = strdup("the message has no usable idempotency key (none at idempotencyKeyPath or idempotencyKeyHeader, no broker message id, or longer than 1024 bytes, or not UTF-8); set one, then requeue the row");
+	}
+
+	/* 2. transform (only what is JSON: a dead row is kept as it came) */
+	if (r->dead_error == NULL && s->transform != NULL && r->payload != NULL)
+	{
+		QbTransformVars vars = {NULL, r->aggregate_id, d->headers, s->name, r->event_type};
+		char	   *out = NULL;
+		size_t		len = 0;
+
+		switch (qb_transform_run(s->transform, r->payload, strlen(r->payload), &vars, NULL,
+								 &out, &len, err, sizeof(err)))
+		{
+			case QB_TRANSFORM_OK:
+				free(r->payload);
+				r->payload = out;
+				break;
+			case QB_TRANSFORM_REJECTED:
+			case QB_TRANSFORM_FAILED:
+				snprintf(msg, sizeof(msg), "the source transform rejected the message: %s", err);
+				r->dead_error = strdup(msg);
+				break;
+		}
+	}
+	return r->key != NULL && r->payload != NULL;
+}
+
+/* qbc_round: fetch, store, acknowledge.  Returns the deliveries handled. */
+static int
+qbc_round(QbcEngine *e)
+{
+	const QbSource *s = e->src;
+	int			max = s->batch_size;
+	QbDelivery *d = calloc(max, sizeof(QbDelivery));
+	QbcRow	   *rows = calloc(max, sizeof(QbcRow));
+	QbInboxRow *in = calloc(max, sizeof(QbInboxRow));
+	int64_t    *ids = calloc(max, sizeof(int64_t));
+	char		err[QB_ERRLEN];
+	int			n = 0;
+
+	if (d == NULL || rows == NULL || in == NULL || ids == NULL)
+	{
+		qb_log(e->host, QB_LOG_WARNING, "out of memory for a batch of %d messages", max);
+		goto done;
+	}
+	n = e->ops->fetch(e->c, d, max, err, sizeof(err));
+	if (n < 0)
+	{
+		qb_log(e->host, QB_LOG_WARNING, "source \"%s\": %s; reconnecting", s->name, err);
+		qbc_close(e);
+		e->reopen_at = qb_now_ms() + QBC_REOPEN_MIN_MS;
+		n = 0;
+		goto done;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		if (!qbc_make_row(s, &d[i], &rows[i]))
+		{
+			/* no row for it: give the round back rather than lose one */
+			qb_log(e->host, QB_LOG_WARNING, "out of memory while reading a message; the batch goes back to the broker");
+			e->ops->release(e->c, d, n, QBC_REOPEN_MIN_MS);
+			goto done;
+		}
+		in[i].source = s->name;
+		in[i].idempotency_key = rows[i].key;
+		in[i].event_type = rows[i].event_type;
+		in[i].aggregate_id = rows[i].aggregate_id;
+		in[i].payload = rows[i].payload;
+		in[i].headers = d[i].headers ? d[i].headers : "{}";
+		in[i].pull = s->consumption == QB_CONSUME_PULL;
+		in[i].dead_error = rows[i].dead_error;
+	}
+	if (n == 0)
+		goto done;
+	if (e->store->inbox_insert(e->store->ctx, in, n, e->cfg->http.store_timeout_ms, ids,
+							   err, sizeof(err)) != 0)
+	{
+		e->stats->store_failures++;
+		qb_log(e->host, QB_LOG_WARNING,
+			   "source \"%s\": could not store %d messages (%s); they go back to the broker and are fetched again",
+			   s->name, n, err);
+		e->ops->release(e->c, d, n, QBC_REOPEN_MIN_MS);
+		/* back off: the database is not taking rows now */
+		e->host->wait(e->host->ctx, -1, QBC_REOPEN_MIN_MS);
+		goto done;
+	}
+	e->stats->batches++;
+	for (int i = 0; i < n; i++)
+	{
+		QbReceiveResult res = ids[i] == 0 ? QB_RX_DUPLICATE :
+			rows[i].dead_error ? QB_RX_UNPROCESSABLE : QB_RX_ACCEPTED;
+
+		if (ids[i] == 0)
+			e->stats->duplicates++;
+		else if (rows[i].dead_error)
+			e->stats->dead++;
+		else
+			e->stats->stored++;
+		qb_metrics_received(e->host->metrics, s->name, res);
+	}
+	if (e->ops->ack(e->c, d, n, err, sizeof(err)) != 0)
+		qb_log(e->host, QB_LOG_WARNING,
+			   "source \"%s\": stored %d messages but could not acknowledge them (%s); the broker will deliver them again and they will be counted as duplicates",
+			   s->name, n, err);
+
+done:
+	for (int i = 0; rows != NULL && i < max; i++)
+		qbc_row_clear(&rows[i]);
+	qb_deliveries_clear(d, max);
+	free(d);
+	free(rows);
+	free(in);
+	free(ids);
+	return n;
+}
+
+int
+qb_consume_run(const QbHost *host, const QbStore *store, int slot, QbConsumeStats *stats,
+			   char *err, size_t errlen)
+{
+	QbcEngine	e = {0};
+
+	e.host = host;
+	e.store = store;
+	e.slot = slot;
+	e.stats = stats;
+	e.reopen_wait = QBC_REOPEN_MIN_MS;
+
+	while (!host->should_stop(host->ctx))
+	{
+		long		now;
+
+		if (host->config_changed(host->ctx))
+			qbc_reload(&e);
+		if (e.src == NULL || e.ops == NULL)
+		{
+			host->wait(host->ctx, -1, QBC_IDLE_WAIT_MS);
+			continue;
+		}
+		now = qb_now_ms();
+		if (e.c == NULL)
+		{
+			if (now < e.reopen_at)
+			{
+				host->wait(host->ctx, -1, e.reopen_at - now);
+				continue;
+			}
+			if ((e.c = e.ops->open(e.src, err, errlen)) == NULL)
+			{
+				qb_log(host, QB_LOG_WARNING, "source \"%s\": could not connect (%s); retrying in %ld ms",
+					   e.src->name, err, e.reopen_wait);
+				e.reopen_at = now + e.reopen_wait;
+				e.reopen_wait = e.reopen_wait * 2 > QBC_REOPEN_MAX_MS ? QBC_REOPEN_MAX_MS : e.reopen_wait * 2;
+				continue;
+			}
+			e.reopen_wait = QBC_REOPEN_MIN_MS;
+		}
+		/* a full batch means more may be waiting: go again at once */
+		if (qbc_round(&e) < e.src->batch_size && e.c != NULL)
+			host->wait(host->ctx, e.ops->fd(e.c), QBC_POLL_WAIT_MS);
+	}
+	qbc_close(&e);
+	qb_config_free(e.cfg);
+	return 0;
+}
