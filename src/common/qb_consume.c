@@ -38,6 +38,7 @@
 #include "qb_consume.h"
 #include "qb_extract.h"
 #include "qb_ingress.h"
+#include "qb_src_nats.h"
 #include "qb_transform.h"
 
 #define QBC_IDLE_WAIT_MS	1000
@@ -51,7 +52,7 @@ static const QbConsumerOps *const qbc_ops[] = {
 	[QB_SOURCE_HTTP] = NULL,
 	[QB_SOURCE_RABBITMQ] = NULL,
 	[QB_SOURCE_KAFKA] = NULL,
-	[QB_SOURCE_NATS] = NULL,
+	[QB_SOURCE_NATS] = &qb_nats_consumer,
 };
 
 const QbConsumerOps *
