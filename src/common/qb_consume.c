@@ -39,6 +39,7 @@
 #include "qb_extract.h"
 #include "qb_ingress.h"
 #include "qb_src_kafka.h"
+#include "qb_src_nats.h"
 #include "qb_transform.h"
 
 #define QBC_IDLE_WAIT_MS	1000
@@ -52,7 +53,7 @@ static const QbConsumerOps *const qbc_ops[] = {
 	[QB_SOURCE_HTTP] = NULL,
 	[QB_SOURCE_RABBITMQ] = NULL,
 	[QB_SOURCE_KAFKA] = &qb_kafka_consumer,
-	[QB_SOURCE_NATS] = NULL,
+	[QB_SOURCE_NATS] = &qb_nats_consumer,
 };
 
 const QbConsumerOps *

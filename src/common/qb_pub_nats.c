@@ -37,7 +37,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,13 +48,12 @@
 
 #include "qb_extract.h"
 #include "qb_host.h"
+#include "qb_nats.h"
 #include "qb_pub_nats.h"
 
 #define QBN_ACK_WAIT_MS		5000	/* cnats's MaxWait for one async ack */
 #define QBN_GRACE_MS		5000	/* then our own deadline: a lost callback */
 #define QBN_FLUSH_MS		2000	/* the per-batch flush of core publishes */
-#define QBN_CONNECT_MS		2000
-#define QBN_RECONNECT_MS	250
 #define QBN_RETRY_CONNECT_MS 1000	/* a failed connect is not retried sooner */
 
 typedef struct QbNats QbNats;
@@ -97,62 +95,6 @@ struct QbNats
 	int			in_flight;
 	QbnLink    *links;
 };
-
-static void
-qbn_block_signals(sigset_t *old)
-{
-	sigset_t	all;
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, old);
-}
-
-static void
-qbn_restore_signals(const sigset_t *old)
-{
-	pthread_sigmask(SIG_SETMASK, old, NULL);
-}
-
-/* qbn_redact copies a server list with every user:password replaced. */
-static void
-qbn_redact(const char *url, char *out, size_t outlen)
-{
-	size_t		o = 0;
-
-	for (const char *p = url; *p && o + 1 < outlen;)
-	{
-		const char *end = strchr(p, ',');
-		const char *scheme = strstr(p, "://");
-		const char *at;
-		size_t		len = end ? (size_t) (end - p) : strlen(p);
-
-		if (scheme != NULL && scheme < p + len &&
-			(at = memchr(scheme, '@', p + len - scheme)) != NULL)
-			o += snprintf(out + o, outlen - o, "%.*s***%.*s",
-						  (int) (scheme + 3 - p), p, (int) (p + len - at), at);
-		else
-			o += snprintf(out + o, outlen - o, "%.*s", (int) len, p);
-		if (o >= outlen)
-			break;
-		p += len;
-		if (*p == ',')
-			out[o++] = *p++;
-	}
-	out[o < outlen ? o : outlen - 1] = '\0';
-}
-
-/* qbn_status_text: cnats's status text plus its last error detail. */
-static void
-qbn_status_text(natsStatus s, char *out, size_t outlen)
-{
-	const char *last = nats_GetLastError(NULL);
-
-	/* the detail often repeats the status after a source location: skip it */
-	if (last != NULL && *last && strstr(last, natsStatus_GetText(s)) == NULL)
-		snprintf(out, outlen, "%s (%s)", natsStatus_GetText(s), last);
-	else
-		snprintf(out, outlen, "%s", natsStatus_GetText(s));
-}
 
 /* ---- the ack handler: runs on a cnats thread ------------------------- */
 
@@ -224,18 +166,8 @@ qbn_connect(QbnLink *l)
 	char		url[256];
 	char		why[200];
 
-	qbn_block_signals(&old);
-	s = natsOptions_Create(&o);
-	if (s == NATS_OK)
-		s = natsOptions_SetURL(o, l->url);
-	if (s == NATS_OK)
-		s = natsOptions_SetName(o, "queuebox");
-	if (s == NATS_OK)
-		s = natsOptions_SetTimeout(o, QBN_CONNECT_MS);
-	if (s == NATS_OK)
-		s = natsOptions_SetMaxReconnect(o, -1);
-	if (s == NATS_OK)
-		s = natsOptions_SetReconnectWait(o, QBN_RECONNECT_MS);
+	qb_nats_block_signals(&old);
+	o = qb_nats_options(l->url, &s);
 	if (s == NATS_OK && l->jetstream)
 		s = natsOptions_SetReconnectBufSize(o, 1);
 	if (s == NATS_OK)
@@ -247,13 +179,13 @@ qbn_connect(QbnLink *l)
 		jo.PublishAsync.AckHandlerClosure = l;
 		s = natsConnection_JetStream(&l->js, l->nc, &jo);
 	}
-	qbn_restore_signals(&old);
+	qb_nats_restore_signals(&old);
 	natsOptions_Destroy(o);
 	if (s == NATS_OK)
 		return true;
 
-	qbn_status_text(s, why, sizeof(why));
-	qbn_redact(l->url, url, sizeof(url));
+	qb_nats_status_text(s, why, sizeof(why));
+	qb_nats_redact(l->url, url, sizeof(url));
 	snprintf(l->error, sizeof(l->error), "cannot connect to NATS at %.200s: %.200s", url, why);
 	if (l->nc != NULL)
 	{
@@ -469,26 +401,11 @@ qbn_ticket_drop(QbNats *n, int i)
 static void *
 qbn_create(char *err, size_t errlen)
 {
-	static bool opened = false;
 	QbNats	   *n;
 	int			fds[2];
 
-	if (!opened)
-	{
-		sigset_t	old;
-		natsStatus	s;
-
-		/* cnats's library threads start here: with every signal blocked */
-		qbn_block_signals(&old);
-		s = nats_Open(-1);
-		qbn_restore_signals(&old);
-		if (s != NATS_OK)
-		{
-			snprintf(err, errlen, "nats_Open: %s", natsStatus_GetText(s));
-			return NULL;
-		}
-		opened = true;			/* once per process; never closed (§4) */
-	}
+	if (!qb_nats_open(err, errlen))
+		return NULL;
 	if ((n = calloc(1, sizeof(QbNats))) == NULL)
 	{
 		snprintf(err, errlen, "out of memory");
@@ -580,11 +497,11 @@ qbn_start(void *p, const QbDestination *dest, const QbMessage *m, int tag,
 		po.MaxWait = QBN_ACK_WAIT_MS;
 		/* the first async publish starts cnats's pub-ack thread */
 		if (!l->async_started)
-			qbn_block_signals(&old);
+			qb_nats_block_signals(&old);
 		s = js_PublishMsgAsync(l->js, &msg, &po);	/* clears msg when it takes it */
 		if (!l->async_started)
 		{
-			qbn_restore_signals(&old);
+			qb_nats_restore_signals(&old);
 			l->async_started = s == NATS_OK;
 		}
 	}
@@ -606,7 +523,7 @@ qbn_start(void *p, const QbDestination *dest, const QbMessage *m, int tag,
 	}
 
 	qbn_ticket_drop(n, ti);
-	qbn_status_text(s, why, sizeof(why));
+	qb_nats_status_text(s, why, sizeof(why));
 	if (s == NATS_MAX_PAYLOAD)
 	{
 		snprintf(err, errlen, "the message (%zu bytes) is over the NATS server's max_payload: %s",
@@ -681,8 +598,8 @@ qbn_flush(QbNats *n, QbnLink *l)
 	char		why[200];
 	char		url[256];
 
-	qbn_status_text(s, why, sizeof(why));
-	qbn_redact(l->url, url, sizeof(url));
+	qb_nats_status_text(s, why, sizeof(why));
+	qb_nats_redact(l->url, url, sizeof(url));
 	l->core_pending = 0;
 	pthread_mutex_lock(&n->mu);
 	for (int i = 0; i < n->nt; i++)

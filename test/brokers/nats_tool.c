@@ -1,12 +1,21 @@
 /*-------------------------------------------------------------------------
  * nats_tool.c
- *	  A small cnats client for the NATS TAP tests (test/t/012_nats.pl),
+ *	  A small cnats client for the NATS TAP tests (test/t/012_nats.pl,
+ *	  test/t/015_nats_source.pl),
  *	  since the nats CLI is not installed.
  *
- *	nats_tool URL add-stream NAME SUBJECT...   create a file stream
+ *	nats_tool URL add-stream NAME SUBJECT... [-w MS]
+ *		create a file stream; its duplicate window is 10 min, or MS
  *	nats_tool URL count NAME                   print its message count
  *	nats_tool URL dump NAME                    one JSON line per message:
  *		{"seq":..,"subject":..,"data":..,"headers":{name:value}}
+ *	nats_tool URL publish SUBJECT DATA [-n N] [NAME:VALUE]...
+ *		JetStream publishes with headers, N times (default 1), "{i}" in
+ *		DATA and the values replaced by 1..N; one JSON line per publish:
+ *		{"seq":..,"duplicate":true|false}
+ *	nats_tool URL consumer STREAM DURABLE      the consumer's state:
+ *		{"delivered":..,"ack_floor":..,"num_ack_pending":..,
+ *		 "num_redelivered":..,"num_pending":..}
  *
  * Exit status 0 on success, 1 with the reason on stderr.
  *-------------------------------------------------------------------------
@@ -40,6 +49,11 @@ add_stream(jsCtx *js, const char *name, char **subjects, int n)
 	cfg.SubjectsLen = n;
 	cfg.Storage = js_FileStorage;
 	cfg.Duplicates = (int64_t) 600 * 1000000000;	/* 10 min dedup window */
+	if (n >= 3 && strcmp(subjects[n - 2], "-w") == 0)
+	{
+		cfg.Duplicates = (int64_t) atol(subjects[n - 1]) * 1000000;
+		cfg.SubjectsLen = n - 2;
+	}
 	if ((s = js_AddStream(&si, js, &cfg, NULL, &jerr)) != NATS_OK)
 		return fail("js_AddStream", s, jerr);
 	jsStreamInfo_Destroy(si);
@@ -103,6 +117,101 @@ dump(jsCtx *js, const char *name)
 	return 0;
 }
 
+/* subst: text with every "{i}" replaced by i (malloc'd). */
+static char *
+subst(const char *text, int i)
+{
+	char		num[16];
+	size_t		n = strlen(text) + 1;
+	char	   *out;
+	char	   *o;
+
+	snprintf(num, sizeof(num), "%d", i);
+	for (const char *p = strstr(text, "{i}"); p != NULL; p = strstr(p + 3, "{i}"))
+		n += strlen(num);
+	if ((out = malloc(n)) == NULL)
+		return NULL;
+	o = out;
+	for (const char *p = text; *p;)
+	{
+		if (strncmp(p, "{i}", 3) == 0)
+		{
+			o += sprintf(o, "%s", num);
+			p += 3;
+		}
+		else
+			*o++ = *p++;
+	}
+	*o = '\0';
+	return out;
+}
+
+static int
+publish(jsCtx *js, const char *subject, const char *data, char **args, int nargs)
+{
+	int			count = 1;
+
+	if (nargs >= 2 && strcmp(args[0], "-n") == 0)
+	{
+		count = atoi(args[1]);
+		args += 2;
+		nargs -= 2;
+	}
+	for (int i = 1; i <= count; i++)
+	{
+		natsMsg    *m = NULL;
+		jsPubAck   *pa = NULL;
+		jsErrCode	jerr = 0;
+		char	   *body = subst(data, i);
+		natsStatus	s = natsMsg_Create(&m, subject, NULL, body, (int) strlen(body));
+
+		for (int a = 0; s == NATS_OK && a < nargs; a++)
+		{
+			char	   *colon = strchr(args[a], ':');
+			char	   *name;
+			char	   *value;
+
+			if (colon == NULL)
+			{
+				fprintf(stderr, "nats_tool: a header is NAME:VALUE, got %s\n", args[a]);
+				return 1;
+			}
+			name = strndup(args[a], colon - args[a]);
+			value = subst(colon + 1, i);
+			s = natsMsgHeader_Add(m, name, value);
+			free(name);
+			free(value);
+		}
+		free(body);
+		if (s == NATS_OK)
+			s = js_PublishMsg(&pa, js, m, NULL, &jerr);
+		natsMsg_Destroy(m);
+		if (s != NATS_OK)
+			return fail("js_PublishMsg", s, jerr);
+		printf("{\"seq\":%llu,\"duplicate\":%s}\n", (unsigned long long) pa->Sequence,
+			   pa->Duplicate ? "true" : "false");
+		jsPubAck_Destroy(pa);
+	}
+	return 0;
+}
+
+static int
+consumer(jsCtx *js, const char *stream, const char *durable)
+{
+	jsConsumerInfo *ci = NULL;
+	jsErrCode	jerr = 0;
+	natsStatus	s = js_GetConsumerInfo(&ci, js, stream, durable, NULL, &jerr);
+
+	if (s != NATS_OK)
+		return fail("js_GetConsumerInfo", s, jerr);
+	printf("{\"delivered\":%llu,\"ack_floor\":%llu,\"num_ack_pending\":%lld,\"num_redelivered\":%lld,\"num_pending\":%llu}\n",
+		   (unsigned long long) ci->Delivered.Stream, (unsigned long long) ci->AckFloor.Stream,
+		   (long long) ci->NumAckPending, (long long) ci->NumRedelivered,
+		   (unsigned long long) ci->NumPending);
+	jsConsumerInfo_Destroy(ci);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -113,7 +222,7 @@ main(int argc, char **argv)
 
 	if (argc < 4)
 	{
-		fprintf(stderr, "usage: nats_tool URL add-stream NAME SUBJECT... | count NAME | dump NAME\n");
+		fprintf(stderr, "usage: nats_tool URL add-stream NAME SUBJECT... | count NAME | dump NAME | publish SUBJECT DATA [-n N] [NAME:VALUE]... | consumer STREAM DURABLE\n");
 		return 2;
 	}
 	if ((s = natsConnection_ConnectTo(&nc, argv[1])) != NATS_OK)
@@ -134,6 +243,10 @@ main(int argc, char **argv)
 	}
 	else if (strcmp(argv[2], "dump") == 0)
 		rc = dump(js, argv[3]);
+	else if (strcmp(argv[2], "publish") == 0 && argc >= 5)
+		rc = publish(js, argv[3], argv[4], argv + 5, argc - 5);
+	else if (strcmp(argv[2], "consumer") == 0 && argc >= 5)
+		rc = consumer(js, argv[3], argv[4]);
 	else
 		fprintf(stderr, "nats_tool: unknown command %s\n", argv[2]);
 	jsCtx_Destroy(js);

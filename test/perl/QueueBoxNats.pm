@@ -8,6 +8,11 @@
 #   - nats_add_stream / nats_count / nats_dump: test/brokers/nats_tool (a
 #     cnats client; the nats CLI is not installed): create a stream, count
 #     its messages, read them back as hashes (seq, subject, data, headers).
+#   - nats_publish / nats_consumer (test/t/015_nats_source.pl): JetStream
+#     publishes with headers, and a durable consumer's state (delivered,
+#     ack_floor, num_ack_pending, num_redelivered, num_pending).
+#   - nats_thread_masks: a worker's other threads (cnats's) and those that
+#     do not block the signals the worker must get itself.
 #
 # Waits are bounded; nothing here asserts on elapsed time.
 
@@ -30,7 +35,7 @@ use Time::HiRes qw(usleep time);
 
 use QueueBoxTest qw(qb_free_port);
 
-our @EXPORT = qw(nats_start nats_stop nats_add_stream nats_count nats_dump);
+our @EXPORT = qw(nats_start nats_stop nats_add_stream nats_count nats_dump nats_publish nats_consumer nats_thread_masks);
 
 my $SERVER = '/usr/sbin/nats-server';
 my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
@@ -121,9 +126,12 @@ sub tool
 	return ($? >> 8, $out, $err);
 }
 
+# nats_add_stream($server, $name, @subjects[, { dup_window_ms => MS }])
 sub nats_add_stream
 {
 	my ($s, $name, @subjects) = @_;
+	my $o = ref $subjects[-1] eq 'HASH' ? pop @subjects : {};
+	push @subjects, '-w', $o->{dup_window_ms} if $o->{dup_window_ms};
 	my ($rc, $out, $err) = tool($s, 'add-stream', $name, @subjects);
 	croak "add-stream $name: $err" if $rc != 0;
 	return 1;
@@ -146,6 +154,46 @@ sub nats_dump
 	my ($rc, $out, $err) = tool($s, 'dump', $name);
 	croak "dump $name: $err" if $rc != 0;
 	return [ map { decode_json($_) } grep { $_ ne '' } split /\n/, $out ];
+}
+
+# nats_publish($server, $subject, $data, n => N, headers => { name => value })
+# publishes N times (default 1); "{i}" in data and header values becomes
+# 1..N.  Returns [{seq, duplicate}] (duplicate: the stream dropped it).
+sub nats_publish
+{
+	my ($s, $subject, $data, %o) = @_;
+	my @args = ('publish', $subject, $data);
+	push @args, '-n', $o{n} if $o{n};
+	push @args, map { "$_:$o{headers}{$_}" } sort keys %{ $o{headers} // {} };
+	my ($rc, $out, $err) = tool($s, @args);
+	croak "publish to $subject: $err" if $rc != 0;
+	return [ map { decode_json($_) } grep { $_ ne '' } split /\n/, $out ];
+}
+
+# A durable consumer's state as a hash; undef when it does not exist.
+sub nats_consumer
+{
+	my ($s, $stream, $durable) = @_;
+	my ($rc, $out, $err) = tool($s, 'consumer', $stream, $durable);
+	return undef if $rc != 0;
+	return decode_json($out);
+}
+
+# nats_thread_masks($pid) -> (number of threads besides the main one,
+# "tid:SigBlk" of each that lets SIGHUP, SIGINT, SIGUSR1, SIGTERM or SIGURG
+# (the latch) through)
+sub nats_thread_masks
+{
+	my ($pid) = @_;
+	my @tasks = grep { $_ != $pid } map { m{/(\d+)$} ? $1 : () } glob("/proc/$pid/task/*");
+	my @unmasked;
+	for my $tid (@tasks)
+	{
+		my ($blk) = slurp_file("/proc/$pid/task/$tid/status") =~ /^SigBlk:\s*([0-9a-f]+)/m;
+		my $mask = hex($blk // '0');
+		push @unmasked, "$tid:$blk" if grep { !($mask & (1 << ($_ - 1))) } 1, 2, 10, 15, 23;
+	}
+	return (scalar @tasks, @unmasked);
 }
 
 1;

@@ -151,7 +151,8 @@ sub yaml_emit
 	return $out;
 }
 
-# qb_config_yaml(outbox => {...}, destinations => {...}, routes => [...])
+# qb_config_yaml(outbox => {...}, destinations => {...}, routes => [...],
+#                sources => {...}, http => {...})
 # The outbox section defaults to fast test settings (small backoff, short
 # poll); pass outbox keys to override them, or outbox => undef to omit it.
 sub qb_config_yaml
@@ -184,8 +185,8 @@ sub qb_config_yaml
 		}
 		$doc{outbox} = \%ob;
 	}
-	$doc{destinations} = $c{destinations} if $c{destinations};
-	$doc{routes} = $c{routes} if $c{routes};
+	# every other section (destinations, routes, sources, http, inbox) as given
+	$doc{$_} = $c{$_} for grep { $_ ne 'outbox' && defined $c{$_} } keys %c;
 	my $y = yaml_emit(\%doc, 0);
 	$y =~ s/^\n//;
 	return $y;

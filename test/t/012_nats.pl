@@ -148,16 +148,8 @@ is(nats_count($nats, 'QB'), $qb_before + 200, 'restart: the earlier messages sur
 my @pids = qb_worker_pids($node);
 is(scalar @pids, 1, 'one outbox worker');
 my $pid = $pids[0];
-my @tasks = grep { $_ != $pid } map { m{/(\d+)$} ? $1 : () } glob("/proc/$pid/task/*");
-cmp_ok(scalar @tasks, '>=', 3, 'the worker runs cnats threads (its NATS connection is open)');
-my @unmasked;
-for my $tid (@tasks)
-{
-	my ($blk) = slurp_file("/proc/$pid/task/$tid/status") =~ /^SigBlk:\s*([0-9a-f]+)/m;
-	my $mask = hex($blk // '0');
-	# SIGHUP 1, SIGINT 2, SIGUSR1 10, SIGTERM 15, SIGURG 23 (the latch)
-	push @unmasked, "$tid:$blk" if grep { !($mask & (1 << ($_ - 1))) } 1, 2, 10, 15, 23;
-}
+my ($nthreads, @unmasked) = nats_thread_masks($pid);
+cmp_ok($nthreads, '>=', 3, 'the worker runs cnats threads (its NATS connection is open)');
 is("@unmasked", '', 'every cnats thread blocks SIGHUP, SIGINT, SIGUSR1, SIGTERM and SIGURG');
 
 # SIGHUP to the worker alone (ALTER SYSTEM reloads nobody by itself): only

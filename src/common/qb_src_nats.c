@@ -1,0 +1,464 @@
+/*-------------------------------------------------------------------------
+ * qb_src_nats.c
+ *	  The NATS source consumer (cnats): a JetStream durable pull consumer on
+ *	  the source's stream, filtered by its subject, whose messages the
+ *	  consumer engine (qb_consume.c) stores in the inbox.
+ *
+ * Wording:
+ *	- The durable is the JetStream consumer named by the source (default
+ *	  "queuebox-<source>"); open() creates it, or binds to it when it
+ *	  exists, with explicit acks and MaxAckPending of at least a batch.  It
+ *	  outlives the worker: a restarted worker resumes where the acks stop.
+ *	- A held message is a natsMsg fetched and handed to the engine as a
+ *	  delivery, kept until ack() or release(); a delivery's handle is its
+ *	  index in the held array.
+ *	- A delivery's body is the message data, its headers the NATS headers
+ *	  as a JSON object (a header given several times: its values joined
+ *	  by ", "), its message_id the Nats-Msg-Id header (so a message
+ *	  QueueBox published dedups on its outbox message_id), its position
+ *	  "stream/stream_sequence", the key when nothing better exists.
+ *
+ * Waiting: a pull subscription is synchronous and offers no fd.  fetch()
+ * polls with natsSubscription_Fetch bounded by QBNS_FETCH_MS, and the
+ * engine calls it at least every ~100 ms (it waits min(fd, 100 ms)).  The
+ * trade-off: an idle source answers a new message within ~100 ms, not at
+ * once, and each idle poll costs the worker a few ms and one small request
+ * to the server.  fd() is a pipe that we write ourselves when a fetch came
+ * back full, so a backlog is drained batch after batch without sleeping.
+ *
+ * Acknowledgement: ack() runs only after the engine committed the rows;
+ * the last ack of a batch is synchronous, so the batch's acks reached the
+ * server when it returns (the server processes a connection's acks in
+ * order).  A worker killed before that gets the batch again after the
+ * consumer's AckWait (30 s, the server's default): the store then counts
+ * the repeats as duplicates, nothing is lost.  release() naks with the
+ * engine's delay, so a database that is down is not hammered.
+ *
+ * Threads: no callback of ours runs on a cnats thread (no async handler,
+ * the connection state is polled), so nothing here crosses threads.  The
+ * connect, the JetStream context and the subscribe run with every signal
+ * blocked, so cnats's threads never take SIGTERM, SIGHUP or the latch's
+ * SIGURG (qb_nats.h).
+ *-------------------------------------------------------------------------
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE				/* pipe2 */
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <nats/nats.h>
+
+#include "qb_nats.h"
+#include "qb_src_nats.h"
+
+#define QBNS_FETCH_MS		5		/* one poll of the pull consumer */
+#define QBNS_API_WAIT_MS	5000	/* JetStream API requests (subscribe) */
+#define QBNS_ACK_WAIT_MS	2000	/* the synchronous last ack of a batch */
+#define QBNS_MIN_ACK_PENDING 1000	/* the server's default MaxAckPending */
+
+typedef struct QbnsConsumer
+{
+	natsConnection *nc;
+	jsCtx	   *js;
+	natsSubscription *sub;
+	natsMsg   **held;			/* by handle; NULL once acked or released */
+	int			nheld;
+	int			cap;
+	int			live;			/* non-NULL entries of held */
+	int			pipe_r;			/* fd(): readable after a full fetch */
+	int			pipe_w;
+	char		url[256];		/* redacted, for messages */
+	char	   *what;			/* "stream S, subject X, durable D" */
+} QbnsConsumer;
+
+static void qbns_close(void *p);
+
+/* ---- deliveries -------------------------------------------------------- */
+
+/* qbns_headers: the message's headers as JSON object text, NULL when none. */
+static char *
+qbns_headers(natsMsg *m, bool *oom)
+{
+	const char **keys = NULL;
+	int			nkeys = 0;
+	json_t	   *o;
+	char	   *text = NULL;
+
+	*oom = false;
+	if (natsMsgHeader_Keys(m, &keys, &nkeys) != NATS_OK || nkeys == 0)
+		return NULL;			/* NATS_NOT_FOUND: no header */
+	/* json_pack: the postgres executable exports a json_object of its own */
+	if ((o = json_pack("{}")) == NULL)
+		goto oom;
+	for (int i = 0; i < nkeys; i++)
+	{
+		const char **vals = NULL;
+		int			nvals = 0;
+		char	   *joined;
+		size_t		len = 1;
+
+		if (natsMsgHeader_Values(m, keys[i], &vals, &nvals) != NATS_OK)
+			continue;
+		for (int j = 0; j < nvals; j++)
+			len += strlen(vals[j]) + 2;
+		if ((joined = malloc(len)) == NULL)
+		{
+			free((void *) vals);
+			goto oom;
+		}
+		joined[0] = '\0';
+		for (int j = 0; j < nvals; j++)
+		{
+			if (j > 0)
+				strcat(joined, ", ");
+			strcat(joined, vals[j]);
+		}
+		free((void *) vals);
+		if (json_object_set_new(o, keys[i], json_string(joined)) != 0)
+		{
+			free(joined);
+			goto oom;
+		}
+		free(joined);
+	}
+	text = json_dumps(o, JSON_COMPACT);
+	if (text == NULL)
+		goto oom;
+	json_decref(o);
+	free((void *) keys);
+	return text;
+
+oom:
+	json_decref(o);
+	free((void *) keys);
+	*oom = true;
+	return NULL;
+}
+
+/* qbns_fill copies one message into a delivery; false: out of memory. */
+static bool
+qbns_fill(natsMsg *m, QbDelivery *d)
+{
+	jsMsgMetaData *md = NULL;
+	const char *mid = NULL;
+	int			len = natsMsg_GetDataLength(m);
+	bool		oom;
+
+	memset(d, 0, sizeof(*d));
+	if ((d->body = malloc(len + 1)) == NULL)
+		goto oom;
+	if (len > 0)
+		memcpy(d->body, natsMsg_GetData(m), len);
+	d->body[len] = '\0';
+	d->len = len;
+	d->headers = qbns_headers(m, &oom);
+	if (oom)
+		goto oom;
+	if (natsMsgHeader_Get(m, "Nats-Msg-Id", &mid) == NATS_OK && mid != NULL && *mid &&
+		(d->message_id = strdup(mid)) == NULL)
+		goto oom;
+	if (natsMsg_GetMetaData(&md, m) == NATS_OK)
+	{
+		size_t		plen = strlen(md->Stream) + 24;
+
+		if ((d->position = malloc(plen)) == NULL)
+			goto oom;
+		snprintf(d->position, plen, "%s/%" PRIu64, md->Stream, md->Sequence.Stream);
+		jsMsgMetaData_Destroy(md);
+	}
+	return true;
+
+oom:
+	jsMsgMetaData_Destroy(md);
+	qb_deliveries_clear(d, 1);
+	return false;
+}
+
+/* qbns_take: the held message of a handle, now ours to finish; or NULL. */
+static natsMsg *
+qbns_take(QbnsConsumer *c, uint64_t handle)
+{
+	natsMsg    *m;
+
+	if (handle >= (uint64_t) c->nheld || (m = c->held[handle]) == NULL)
+		return NULL;
+	c->held[handle] = NULL;
+	if (--c->live == 0)
+		c->nheld = 0;			/* every handle answered: start over */
+	return m;
+}
+
+/* ---- the ops ----------------------------------------------------------- */
+
+static void *
+qbns_open(const QbSource *src, char *err, size_t errlen)
+{
+	QbnsConsumer *c;
+	natsOptions *o = NULL;
+	jsOptions	jo;
+	jsSubOptions so;
+	jsErrCode	jerr = 0;
+	natsStatus	s;
+	sigset_t	old;
+	int			fds[2];
+	char		durable[256];
+	char		why[300];
+
+	if (!qb_nats_open(err, errlen))
+		return NULL;
+	if ((c = calloc(1, sizeof(QbnsConsumer))) == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	c->pipe_r = c->pipe_w = -1;
+	if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0)
+	{
+		snprintf(err, errlen, "pipe2: %s", strerror(errno));
+		goto err;
+	}
+	c->pipe_r = fds[0];
+	c->pipe_w = fds[1];
+	if (src->durable != NULL && *src->durable)
+		snprintf(durable, sizeof(durable), "%s", src->durable);
+	else
+		snprintf(durable, sizeof(durable), "queuebox-%s", src->name);
+	qb_nats_redact(src->broker_url, c->url, sizeof(c->url));
+	if (asprintf(&c->what, "stream %s, subject %s, durable %s",
+				 src->stream, src->subject, durable) < 0)
+	{
+		c->what = NULL;
+		snprintf(err, errlen, "out of memory");
+		goto err;
+	}
+
+	/* the connection's threads start here: with every signal blocked */
+	qb_nats_block_signals(&old);
+	o = qb_nats_options(src->broker_url, &s);
+	if (s == NATS_OK)
+		s = natsConnection_Connect(&c->nc, o);
+	if (s != NATS_OK)
+	{
+		qb_nats_restore_signals(&old);
+		qb_nats_status_text(s, why, sizeof(why));
+		snprintf(err, errlen, "cannot connect to NATS at %s: %s", c->url, why);
+		goto err;
+	}
+	jsOptions_Init(&jo);
+	jo.Wait = QBNS_API_WAIT_MS;
+	s = natsConnection_JetStream(&c->js, c->nc, &jo);
+	if (s == NATS_OK)
+	{
+		jsSubOptions_Init(&so);
+		so.Stream = src->stream;
+		so.Config.AckPolicy = js_AckExplicit;
+		so.Config.MaxAckPending = src->batch_size > QBNS_MIN_ACK_PENDING ?
+			src->batch_size : QBNS_MIN_ACK_PENDING;
+		s = js_PullSubscribe(&c->sub, c->js, src->subject, durable, NULL, &so, &jerr);
+	}
+	qb_nats_restore_signals(&old);
+	if (s != NATS_OK)
+	{
+		qb_nats_status_text(s, why, sizeof(why));
+		snprintf(err, errlen, "cannot consume from NATS at %s (%s): %s%s",
+				 c->url, c->what, why,
+				 jerr == JSStreamNotFoundErr ?
+				 "; the stream does not exist: create it (e.g. nats stream add) with a subject that captures the source's subject" :
+				 s == NATS_NO_RESPONDERS ? "; is JetStream enabled on the server (nats-server -js)?" : "");
+		goto err;
+	}
+	natsOptions_Destroy(o);
+	return c;
+
+err:
+	natsOptions_Destroy(o);
+	qbns_close(c);
+	return NULL;
+}
+
+/*
+ * qbns_close naks what is still held (so it comes back before AckWait),
+ * then drops the subscription without deleting the durable, and the
+ * connection.
+ */
+static void
+qbns_close(void *p)
+{
+	QbnsConsumer *c = p;
+
+	if (c == NULL)
+		return;
+	for (int i = 0; i < c->nheld; i++)
+		if (c->held[i] != NULL)
+		{
+			(void) natsMsg_Nak(c->held[i], NULL);
+			natsMsg_Destroy(c->held[i]);
+		}
+	free(c->held);
+	natsSubscription_Destroy(c->sub);	/* keeps the durable (not Unsubscribe) */
+	jsCtx_Destroy(c->js);
+	if (c->nc != NULL)
+		natsConnection_Close(c->nc);
+	natsConnection_Destroy(c->nc);
+	if (c->pipe_r >= 0)
+		close(c->pipe_r);
+	if (c->pipe_w >= 0)
+		close(c->pipe_w);
+	free(c->what);
+	free(c);
+}
+
+static int
+qbns_fd(void *p)
+{
+	return ((QbnsConsumer *) p)->pipe_r;
+}
+
+static int
+qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
+{
+	QbnsConsumer *c = p;
+	natsMsgList list = {0};
+	jsErrCode	jerr = 0;
+	natsStatus	s;
+	natsConnStatus st;
+	char		buf[64];
+	char		why[300];
+	int			k = 0;
+
+	while (read(c->pipe_r, buf, sizeof(buf)) > 0)
+		;
+	st = natsConnection_Status(c->nc);
+	if (st == NATS_CONN_STATUS_CLOSED)
+	{
+		snprintf(err, errlen, "the connection to NATS at %s is closed", c->url);
+		return -1;
+	}
+	if (st != NATS_CONN_STATUS_CONNECTED)
+		return 0;				/* cnats is reconnecting by itself */
+	if (c->nheld + max > c->cap)
+	{
+		int			cap = c->nheld + max;
+		natsMsg   **h = realloc(c->held, cap * sizeof(natsMsg *));
+
+		if (h == NULL)
+		{
+			snprintf(err, errlen, "out of memory");
+			return -1;
+		}
+		c->held = h;
+		c->cap = cap;
+	}
+
+	s = natsSubscription_Fetch(&list, c->sub, max, QBNS_FETCH_MS, &jerr);
+	if (s == NATS_TIMEOUT)
+		return 0;
+	if (s != NATS_OK)
+	{
+		if (natsConnection_Status(c->nc) == NATS_CONN_STATUS_RECONNECTING)
+			return 0;
+		qb_nats_status_text(s, why, sizeof(why));
+		snprintf(err, errlen, "fetching from NATS at %s (%s) failed: %s (err_code %d)",
+				 c->url, c->what, why, (int) jerr);
+		return -1;
+	}
+	for (int i = 0; i < list.Count; i++)
+	{
+		natsMsg    *m = list.Msgs[i];
+
+		list.Msgs[i] = NULL;	/* ours now, not the list's */
+		if (k < max && qbns_fill(m, &out[k]))
+		{
+			out[k].handle = c->nheld;
+			c->held[c->nheld++] = m;
+			c->live++;
+			k++;
+		}
+		else
+		{
+			/* out of memory: give it back rather than drop it */
+			(void) natsMsg_Nak(m, NULL);
+			natsMsg_Destroy(m);
+		}
+	}
+	natsMsgList_Destroy(&list);
+	if (k == max)
+		(void) !write(c->pipe_w, "x", 1);	/* a backlog: come back at once */
+	return k;
+}
+
+static int
+qbns_ack(void *p, const QbDelivery *d, int n, char *err, size_t errlen)
+{
+	QbnsConsumer *c = p;
+	jsOptions	jo;
+	natsStatus	bad = NATS_OK;
+	jsErrCode	jerr = 0;
+	char		why[300];
+	int			last = -1;
+
+	jsOptions_Init(&jo);
+	jo.Wait = QBNS_ACK_WAIT_MS;
+	for (int i = 0; i < n; i++)
+		if (d[i].handle < (uint64_t) c->nheld && c->held[d[i].handle] != NULL)
+			last = i;
+	for (int i = 0; i <= last; i++)
+	{
+		natsMsg    *m = qbns_take(c, d[i].handle);
+		natsStatus	s;
+
+		if (m == NULL)
+			continue;
+		s = i == last ? natsMsg_AckSync(m, &jo, &jerr) : natsMsg_Ack(m, &jo);
+		if (s != NATS_OK && bad == NATS_OK)
+		{
+			bad = s;
+			qb_nats_status_text(s, why, sizeof(why));
+		}
+		natsMsg_Destroy(m);
+	}
+	if (bad == NATS_OK)
+		return 0;
+	/* the rows are stored: a lost ack only brings the repeats back */
+	snprintf(err, errlen,
+			 "acknowledging to NATS at %s (%s) failed: %s; the server will redeliver and the repeats are counted as duplicates",
+			 c->url, c->what, why);
+	return -1;
+}
+
+static void
+qbns_release(void *p, const QbDelivery *d, int n, long delay_ms)
+{
+	QbnsConsumer *c = p;
+
+	for (int i = 0; i < n; i++)
+	{
+		natsMsg    *m = qbns_take(c, d[i].handle);
+
+		if (m == NULL)
+			continue;
+		/* a failed nak is redelivered after AckWait anyway */
+		if (delay_ms > 0)
+			(void) natsMsg_NakWithDelay(m, delay_ms, NULL);
+		else
+			(void) natsMsg_Nak(m, NULL);
+		natsMsg_Destroy(m);
+	}
+}
+
+const QbConsumerOps qb_nats_consumer = {
+	QB_SOURCE_NATS,
+	qbns_open,
+	qbns_close,
+	qbns_fd,
+	qbns_fetch,
+	qbns_ack,
+	qbns_release,
+};

@@ -1,0 +1,219 @@
+# 015_nats_source.pl
+#   The NATS source against a real nats-server -js: a JetStream durable pull
+#   consumer stores what the stream holds as inbox rows (key = Nats-Msg-Id,
+#   else "stream/sequence"; headers; payload); a second stream message with
+#   a Nats-Msg-Id already stored is a duplicate; a body that is not JSON is a
+#   dead row and is acknowledged; acknowledgements wait for the commit (a
+#   consumer worker killed while its store is blocked loses nothing and
+#   stores nothing twice); a store that fails naks with a delay and loses
+#   nothing; SIGHUP and SIGTERM reach the consumer worker while its NATS
+#   connection is open.
+use strict;
+use warnings;
+
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use QueueBoxTest;
+use QueueBoxNats;
+
+my $DURABLE = 'queuebox-ev';
+my $nats = nats_start(name => 'src');
+# a short duplicate window: the test can put two messages with one
+# Nats-Msg-Id into the stream
+nats_add_stream($nats, 'EV', 'ev.>', { dup_window_ms => 500 });
+# the kill -9 case needs the postmaster to reinitialize (the test default is off)
+my $node = qb_node('nats_src', workers => 1, conf => "restart_after_crash = on\n");
+
+sub configure
+{
+	my (%http) = @_;
+	qb_configure(
+		$node,
+		qb_config_yaml(
+			(%http ? (http => \%http) : ()),
+			sources => {
+				ev => {
+					type => 'nats', url => $nats->{url}, subject => 'ev.>', stream => 'EV',
+					consumption => 'pull', eventTypePath => '$.type', batchSize => 10,
+				},
+			}));
+}
+configure();
+
+sub inbox_count
+{
+	my ($where) = @_;
+	return $node->safe_psql('postgres',
+		'SELECT count(*) FROM queuebox.inbox' . ($where ? " WHERE $where" : ''));
+}
+
+sub row
+{
+	my ($key) = @_;
+	my $r = $node->safe_psql('postgres', 'SELECT state, coalesce(event_type, \'\'), payload::text, headers::text'
+		  . ' FROM queuebox.inbox WHERE source = \'ev\' AND idempotency_key = ' . qb_sql_quote($key));
+	return undef if $r eq '';
+	my @f = split /\|/, $r, 4;
+	return { state => $f[0], event_type => $f[1], payload => decode_json($f[2]), headers => decode_json($f[3]) };
+}
+
+sub consumer_pids
+{
+	return grep { $_ ne '' } split /\n/, $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'queuebox consumer' ORDER BY pid");
+}
+
+# the durable is drained: every message delivered and acknowledged
+sub drained
+{
+	my ($what, %o) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	return qb_wait_for(sub {
+		my $c = nats_consumer($nats, 'EV', $DURABLE);
+		$c && $c->{num_ack_pending} == 0 && $c->{num_pending} == 0
+		  && $c->{ack_floor} == nats_count($nats, 'EV');
+	}, $what, timeout => $o{timeout} // 60);
+}
+
+is(inbox_count(), '0', 'the inbox is empty before the test');
+
+# ---- N messages: keys, headers, payload
+my $pub = nats_publish($nats, 'ev.order', '{"type":"order.created","n":{i}}', n => 4,
+	headers => { 'Nats-Msg-Id' => 'order-{i}', 'X-Trace' => 't{i}' });
+is(scalar(grep { !$_->{duplicate} } @$pub), 4, '4 messages with a Nats-Msg-Id in the stream');
+$pub = nats_publish($nats, 'ev.plain', '{"type":"plain","n":{i}}', n => 3);
+my @plain_seq = map { $_->{seq} } @$pub;
+is(nats_count($nats, 'EV'), 7, 'the stream holds 7 messages');
+qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE source = 'ev'", '7',
+	'the 7 messages are stored', timeout => 60);
+for my $i (1 .. 4)
+{
+	my $r = row("order-$i");
+	ok($r, "order-$i: the key is its Nats-Msg-Id") or next;
+	is($r->{state}, 'pending', "order-$i: pending");
+	is($r->{event_type}, 'order.created', "order-$i: event type from eventTypePath");
+	is_deeply($r->{payload}, { type => 'order.created', n => $i }, "order-$i: payload");
+	is($r->{headers}{'X-Trace'}, "t$i", "order-$i: NATS headers stored");
+	is($r->{headers}{'Nats-Msg-Id'}, "order-$i", "order-$i: Nats-Msg-Id among the headers");
+}
+for my $i (1 .. 3)
+{
+	my $r = row("EV/$plain_seq[$i - 1]");
+	ok($r, "plain $i: no Nats-Msg-Id, the key is stream/sequence EV/$plain_seq[$i - 1]") or next;
+	is_deeply($r->{payload}, { type => 'plain', n => $i }, "plain $i: payload");
+}
+drained('all 7 acknowledged after the commit');
+
+# ---- a second stream message with a stored Nats-Msg-Id is a duplicate
+my $before = inbox_count();
+my $stream_before = nats_count($nats, 'EV');
+# the window is 500 ms: publish until the stream keeps a second copy
+qb_wait_for(sub { !nats_publish($nats, 'ev.order', '{"type":"order.created","n":1}',
+		headers => { 'Nats-Msg-Id' => 'order-1' })->[0]{duplicate} },
+	'a second message with Nats-Msg-Id order-1 enters the stream', timeout => 30);
+is(nats_count($nats, 'EV'), $stream_before + 1, 'the stream holds one more message');
+drained('the repeat is acknowledged');
+is(inbox_count(), $before, 'the repeat is not stored again');
+is(inbox_count("idempotency_key = 'order-1'"), '1', 'order-1 is stored once');
+
+# ---- a body that is not JSON: a dead row, acknowledged
+$before = inbox_count();
+$stream_before = nats_count($nats, 'EV');
+nats_publish($nats, 'ev.bad', 'not json at all', headers => { 'Nats-Msg-Id' => 'bad-1' });
+is(nats_count($nats, 'EV'), $stream_before + 1, 'the non-JSON message is in the stream');
+qb_wait_query($node, "SELECT state FROM queuebox.inbox WHERE idempotency_key = 'bad-1'", 'dead',
+	'the non-JSON message is a dead row', timeout => 60);
+is(row('bad-1')->{payload}, 'not json at all', 'the dead row keeps the body as a JSON string');
+is(inbox_count(), $before + 1, 'one row more');
+drained('the non-JSON message is acknowledged (nothing pending on the durable)');
+
+# ---- acknowledged only after the commit: kill -9 while the store is blocked
+$before = inbox_count();
+$stream_before = nats_count($nats, 'EV');
+{
+	my $locker = $node->background_psql('postgres', on_error_stop => 0);
+	$locker->query_safe('BEGIN; LOCK TABLE queuebox.inbox IN ACCESS EXCLUSIVE MODE;');
+	nats_publish($nats, 'ev.crash', '{"type":"crash","n":{i}}', n => 5,
+		headers => { 'Nats-Msg-Id' => 'crash-{i}' });
+	is(nats_count($nats, 'EV'), $stream_before + 5, 'crash: 5 messages in the stream');
+	qb_wait_for(sub { nats_consumer($nats, 'EV', $DURABLE)->{num_ack_pending} == 5 },
+		'crash: the 5 are delivered to the worker and not acknowledged while the store is blocked',
+		timeout => 60);
+	my @pids = consumer_pids();
+	is(scalar @pids, 1, 'crash: one consumer worker');
+	my $off = -s $node->logfile;
+	ok(kill('KILL', $pids[0]), "crash: kill -9 consumer worker $pids[0]");
+	local $PostgreSQL::Test::Utils::timeout_default = 60;
+	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $off);
+	pass('crash: the postmaster crash-restarts the cluster (the lock is gone with it)');
+	eval { $locker->quit };
+}
+cmp_ok(nats_consumer($nats, 'EV', $DURABLE)->{ack_floor}, '<', nats_count($nats, 'EV'),
+	'crash: the 5 were not acknowledged');
+# the server redelivers them after the durable's AckWait (30 s)
+qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE idempotency_key LIKE 'crash-%'", '5',
+	'crash: the 5 are stored after the restart', timeout => 120);
+drained('crash: the 5 are acknowledged after the restart', timeout => 60);
+is(inbox_count(), $before + 5, 'crash: exactly 5 rows more: no loss, no duplicate');
+
+# ---- the store fails: nak with a delay, nothing lost
+configure(storeTimeoutMs => 500);
+$before = inbox_count();
+$stream_before = nats_count($nats, 'EV');
+{
+	my $locker = $node->background_psql('postgres');
+	$locker->query_safe('BEGIN; LOCK TABLE queuebox.inbox IN ACCESS EXCLUSIVE MODE;');
+	nats_publish($nats, 'ev.down', '{"type":"down","n":{i}}', n => 3,
+		headers => { 'Nats-Msg-Id' => 'down-{i}' });
+	is(nats_count($nats, 'EV'), $stream_before + 3, 'db down: 3 messages in the stream');
+	# a nak brings the batch back: the server counts the redeliveries
+	qb_wait_for(sub { nats_consumer($nats, 'EV', $DURABLE)->{num_redelivered} > 0 },
+		'db down: the failed batch is given back (nak) and redelivered', timeout => 60);
+	$locker->query_safe('ROLLBACK;');
+	$locker->quit;
+}
+qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE idempotency_key LIKE 'down-%'", '3',
+	'db down: the 3 are stored once the database is back', timeout => 60);
+drained('db down: all acknowledged');
+is(inbox_count(), $before + 3, 'db down: exactly 3 rows more');
+
+# ---- signals reach the consumer worker while its NATS connection is open
+my @pids = consumer_pids();
+is(scalar @pids, 1, 'one consumer worker');
+my $pid = $pids[0];
+my ($nthreads, @unmasked) = nats_thread_masks($pid);
+cmp_ok($nthreads, '>=', 3, 'the consumer worker runs cnats threads (its connection is open)');
+is("@unmasked", '', 'every cnats thread blocks SIGHUP, SIGINT, SIGUSR1, SIGTERM and SIGURG');
+
+my $off = -s $node->logfile;
+$node->safe_psql('postgres', "ALTER SYSTEM SET log_min_messages = 'debug5'");
+kill 'HUP', $pid;
+# an idle consumer runs no transaction: give it a message to store
+nats_publish($nats, 'ev.hup', '{"type":"hup"}', headers => { 'Nats-Msg-Id' => 'hup-1' });
+my $log = qb_wait_log($node, qr/\[$pid\] DEBUG:/, $off, timeout => 30);
+like($log, qr/\[$pid\] DEBUG:/, 'SIGHUP: the consumer worker reloaded its configuration');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET log_min_messages');
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+
+qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE idempotency_key = 'hup-1'", '1',
+	'the message sent with the SIGHUP is stored', timeout => 60);
+drained('and acknowledged');
+kill 'TERM', $pid;
+qb_wait_for(sub { !kill(0, $pid) }, 'SIGTERM: the consumer worker exits', timeout => 30);
+qb_wait_for(sub { my @p = consumer_pids(); @p == 1 && $p[0] != $pid },
+	'SIGTERM: the launcher starts a new consumer worker', timeout => 60);
+$before = inbox_count();
+nats_publish($nats, 'ev.after', '{"type":"after"}', headers => { 'Nats-Msg-Id' => 'after-1' });
+qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE idempotency_key = 'after-1'", '1',
+	'the new consumer worker stores from NATS', timeout => 60);
+drained('and acknowledges');
+is(inbox_count(), $before + 1, 'one row more at the end');
+
+$node->stop;
+nats_stop($nats);
+done_testing();
