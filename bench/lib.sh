@@ -129,6 +129,26 @@ busy_note() {
 }
 fdiv() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f'{a/b:.{int(sys.argv[3])}f}' if b else 'n/a')" "$@"; }
 
+# qb_bench_poll_until_false DEADLINE_EPOCH SQL: run SQL (a boolean) every
+# 100 ms from one psql session until it is false; echoes the time then, or
+# timeout / fail / crash.  The session's pid is POLL_PID while it runs.
+qb_bench_poll_until_false() {
+	local deadline=$1 sql=$2 line
+	coproc POLL { "$PSQL" "$CONN_BASE dbname=bench" -X -At -q 2>&1; }
+	while :; do
+		echo "$sql" >&"${POLL[1]}"
+		IFS= read -r -t 30 line <&"${POLL[0]}" || { line=timeout; }
+		if [[ "$line" == f ]]; then echo "$EPOCHREALTIME"; break; fi
+		if [[ "$line" != t ]]; then echo "poll failed: $line" >&2; echo fail; break; fi
+		if (( EPOCHSECONDS > deadline )); then echo timeout; break; fi
+		if grep -q 'terminated by signal' "$WORK/pg.log"; then echo crash; break; fi
+		sleep 0.1
+	done
+	{ echo '\q' >&"${POLL[1]}"; } 2>/dev/null || true
+	wait "$POLL_PID" 2>/dev/null || true
+	POLL_PID=
+}
+
 free_port() { # a free TCP port on 127.0.0.1: nothing answers a connect to it
 	local p _
 	for _ in $(seq 1 50); do

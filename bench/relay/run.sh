@@ -181,20 +181,7 @@ check_db() { # check_db DB PREFIX: outbox rows, processed, dead, left
 # Poll every 100 ms from one psql session until no push row is pending or
 # processing.  Echoes the time.
 wait_drained() { # wait_drained DEADLINE_EPOCH
-	local deadline=$1 line
-	coproc POLL { "$PSQL" "$CONN_BASE dbname=bench" -X -At -q 2>&1; }
-	while :; do
-		echo "SELECT EXISTS (SELECT 1 FROM queuebox.inbox WHERE state IN ('pending', 'processing') AND consumption = 'push');" >&"${POLL[1]}"
-		IFS= read -r -t 30 line <&"${POLL[0]}" || { line=timeout; }
-		if [[ "$line" == f ]]; then now; break; fi
-		if [[ "$line" != t ]]; then echo "poll failed: $line" >&2; echo fail; break; fi
-		if (( EPOCHSECONDS > deadline )); then echo timeout; break; fi
-		if grep -q 'terminated by signal' "$WORK/pg.log"; then echo crash; break; fi
-		sleep 0.1
-	done
-	{ echo '\q' >&"${POLL[1]}"; } 2>/dev/null || true
-	wait "$POLL_PID" 2>/dev/null || true
-	POLL_PID=
+	qb_bench_poll_until_false "$1" "SELECT EXISTS (SELECT 1 FROM queuebox.inbox WHERE state IN ('pending', 'processing') AND consumption = 'push');"
 }
 
 # ================================================================ the runs
