@@ -38,6 +38,7 @@
 #include "qb_consume.h"
 #include "qb_extract.h"
 #include "qb_ingress.h"
+#include "qb_src_amqp.h"
 #include "qb_src_kafka.h"
 #include "qb_src_nats.h"
 #include "qb_transform.h"
@@ -51,7 +52,7 @@
 /* The consumers this build has, indexed by QbSourceType; NULL: not yet. */
 static const QbConsumerOps *const qbc_ops[] = {
 	[QB_SOURCE_HTTP] = NULL,
-	[QB_SOURCE_RABBITMQ] = NULL,
+	[QB_SOURCE_RABBITMQ] = &qb_amqp_consumer,
 	[QB_SOURCE_KAFKA] = &qb_kafka_consumer,
 	[QB_SOURCE_NATS] = &qb_nats_consumer,
 };

@@ -13,11 +13,7 @@
  *	  yet.  A returned message (basic.return: mandatory and unroutable) is
  *	  still acked by the broker afterwards; we report that ack as a failure.
  *
- * The URL is amqp[s]://[user[:password]@]host[:port][/vhost][?options]; an
- * empty or missing vhost is "/" (write %2f for it explicitly, or any other
- * vhost percent-encoded).  Options: heartbeat (seconds, 0 = off, the
- * default), connection_timeout (ms, default 5000), and for amqps cacertfile,
- * certfile, keyfile, verify (verify_peer, the default, or verify_none).
+ * The URL: see qb_amqp.h.
  *-------------------------------------------------------------------------
  */
 #ifndef QB_PUB_AMQP_H
@@ -26,31 +22,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "qb_amqp.h"
 #include "qb_publish.h"
-
-typedef struct QbAmqpUrl
-{
-	bool		tls;			/* amqps */
-	char	   *user;			/* default "guest" */
-	char	   *password;		/* default "guest" */
-	char	   *host;			/* without brackets for an IPv6 literal */
-	int			port;			/* default 5672, 5671 with TLS */
-	char	   *vhost;			/* default "/" */
-	int			heartbeat;		/* seconds; 0 = off */
-	long		connect_timeout_ms; /* default 5000 */
-	char	   *cacert;			/* amqps: CA bundle (PEM), or NULL */
-	char	   *cert;			/* amqps: client certificate (PEM), or NULL */
-	char	   *key;			/* amqps: client key (PEM), or NULL */
-	bool		verify;			/* amqps: verify the peer and host name */
-} QbAmqpUrl;
-
-/*
- * Parse a destination url.  On failure returns false with the reason in err;
- * the message never repeats the url (it may hold a password).  Free with
- * qb_amqp_url_free (also after a failure).
- */
-extern bool qb_amqp_url_parse(const char *url, QbAmqpUrl *out, char *err, size_t errlen);
-extern void qb_amqp_url_free(QbAmqpUrl *u);
 
 /* The names a routingKey template may use: topic, key (NULL-terminated). */
 extern const char *const qb_amqp_routing_key_names[];

@@ -207,6 +207,60 @@ get_all(const char *queue)
 	}
 }
 
+/* publish: one persistent message to the default exchange, key = queue. */
+static void
+publish(const char *queue, const char *body, const char *mid, const char *type,
+		const char *headers)
+{
+	amqp_basic_properties_t p = {0};
+	amqp_table_entry_t e[32];
+	json_error_t jerr;
+	json_t	   *h = json_loads(headers, 0, &jerr);
+	const char *k;
+	json_t	   *v;
+	int			n = 0;
+
+	if (h == NULL || !json_is_object(h))
+	{
+		fprintf(stderr, "amqp_tool: publish: HEADERS_JSON is not a JSON object\n");
+		exit(2);
+	}
+	json_object_foreach(h, k, v)
+	{
+		if (n == 32 || !json_is_string(v))
+			continue;
+		e[n].key = amqp_cstring_bytes(k);
+		e[n].value.kind = AMQP_FIELD_KIND_UTF8;
+		e[n].value.value.bytes = amqp_cstring_bytes(json_string_value(v));
+		n++;
+	}
+	p._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
+	p.delivery_mode = 2;
+	if (*mid)
+	{
+		p._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
+		p.message_id = amqp_cstring_bytes(mid);
+	}
+	if (*type)
+	{
+		p._flags |= AMQP_BASIC_TYPE_FLAG;
+		p.type = amqp_cstring_bytes(type);
+	}
+	if (n > 0)
+	{
+		p._flags |= AMQP_BASIC_HEADERS_FLAG;
+		p.headers.num_entries = n;
+		p.headers.entries = e;
+	}
+	if (amqp_basic_publish(conn, 1, amqp_cstring_bytes(""), amqp_cstring_bytes(queue), 0, 0,
+						   &p, amqp_cstring_bytes(body)) != AMQP_STATUS_OK)
+	{
+		fprintf(stderr, "amqp_tool: basic.publish failed\n");
+		exit(1);
+	}
+	json_decref(h);
+}
+
 static void
 usage(void)
 {
@@ -214,7 +268,9 @@ usage(void)
 			"usage: amqp_tool URL COMMAND [ARGS] ...\n"
 			"  ping | exchange NAME TYPE | exchange-delete NAME | queue NAME |\n"
 			"  queue-reject NAME MAXLEN | queue-delete NAME | bind QUEUE EXCHANGE KEY |\n"
-			"  unbind QUEUE EXCHANGE KEY | purge QUEUE | count QUEUE | get QUEUE\n");
+			"  unbind QUEUE EXCHANGE KEY | purge QUEUE | count QUEUE | get QUEUE |\n"
+			"  publish QUEUE BODY MESSAGE_ID TYPE HEADERS_JSON (exchange \"\", key QUEUE;\n"
+			"  an empty MESSAGE_ID or TYPE: not set; HEADERS_JSON an object of strings)\n");
 	exit(2);
 }
 
@@ -339,6 +395,12 @@ main(int argc, char **argv)
 			die_reply(amqp_get_rpc_reply(conn), "queue.declare (passive)");
 			printf("%u\n", ok->message_count);
 			i += 2;
+		}
+		else if (strcmp(cmd, "publish") == 0)
+		{
+			need(argc, i, 5);
+			publish(argv[i + 1], argv[i + 2], argv[i + 3], argv[i + 4], argv[i + 5]);
+			i += 6;
 		}
 		else if (strcmp(cmd, "get") == 0)
 		{

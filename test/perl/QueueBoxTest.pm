@@ -95,6 +95,7 @@ sub yaml_scalar
 {
 	my ($v) = @_;
 	return 'null' unless defined $v;
+	return $v ? 'true' : 'false' if JSON::PP::is_bool($v);    # JSON::PP::true/false
 	return $v if $v =~ /^-?[0-9]+(\.[0-9]+)?$/;
 	return $json->encode($v) if ref $v eq '';    # a double-quoted string
 	croak "not a scalar: $v";
