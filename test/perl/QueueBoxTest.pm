@@ -72,7 +72,9 @@ sub qb_node
 shared_preload_libraries = 'queuebox'
 queuebox.database = '$database'
 queuebox.outbox_workers = $workers
-log_min_messages = log
+# warning, not log: log_min_messages ranks LOG above WARNING, so "log"
+# would hide every WARNING from the server log the tests read
+log_min_messages = warning
 max_worker_processes = 16
 EOC
 	$node->append_conf('postgresql.conf', $o{conf}) if defined $o{conf};
