@@ -2080,15 +2080,51 @@ qv_transform(QvCtx *cx, const char *path, const QtNode *m, QbTransform **out)
 	return true;
 }
 
+/*
+ * qv_typed: a mapping whose type: key names one of types (what spells them
+ * for messages); sets *m and the index *t.  empty is the message for an
+ * empty value, why the hint for a missing type:.
+ */
+static bool
+qv_typed(QvCtx *cx, const char *path, const QtNode *node, const char *const *types,
+		 const char *what, const char *empty, const char *why, const QtNode **m, int *t)
+{
+	char		sub[QV_PATHLEN];
+	char		echo[64];
+	char	   *type = NULL;
+	const QtNode *n;
+
+	if (!qv_section(cx, path, node, QT_MAP, m))
+		return false;
+	if (*m == NULL)
+		return qv_error(cx, path, node, "%s", empty);
+	if (!qv_keys(cx, path, *m, NULL, NULL))
+		return false;
+	if ((n = qv_required(cx, path, *m, "type", why)) == NULL)
+		return false;
+	qv_path_key(sub, sizeof(sub), path, "type");
+	if (!qv_text(cx, sub, n, what, &type))
+		return false;
+	for (*t = 0; types[*t] != NULL; (*t)++)
+		if (strcmp(types[*t], type) == 0)
+			break;
+	if (types[*t] == NULL)
+	{
+		qv_error(cx, sub, n, "expected %s, got %s", what, qv_echo(echo, sizeof(echo), type));
+		free(type);
+		return false;
+	}
+	free(type);
+	return true;
+}
+
 /* qv_destination: one entry of destinations: into *d (d->name already set). */
 static bool
 qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d)
 {
 	static const char *const types[] = {"http", "rabbitmq", "kafka", "nats", NULL};
 	char		sub[QV_PATHLEN];
-	char		echo[64];
 	char		forwhat[48];
-	char	   *type = NULL;
 	const QtNode *m;
 	const QtNode *n;
 	const char *const *allowed;
@@ -2098,29 +2134,10 @@ qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d
 	d->timeout_ms = 10000;
 	d->persistent = true;
 	d->mandatory = true;
-	if (!qv_section(cx, path, node, QT_MAP, &m))
+	if (!qv_typed(cx, path, node, types, "one of http, rabbitmq, kafka, nats",
+				  "expected a mapping with at least type: (http, rabbitmq, kafka or nats), got an empty value",
+				  "one of http, rabbitmq, kafka, nats", &m, &t))
 		return false;
-	if (m == NULL)
-		return qv_error(cx, path, node,
-						"expected a mapping with at least type: (http, rabbitmq, kafka or nats), got an empty value");
-	if (!qv_keys(cx, path, m, NULL, NULL))
-		return false;
-	if ((n = qv_required(cx, path, m, "type", "one of http, rabbitmq, kafka, nats")) == NULL)
-		return false;
-	qv_path_key(sub, sizeof(sub), path, "type");
-	if (!qv_text(cx, sub, n, "one of http, rabbitmq, kafka, nats", &type))
-		return false;
-	for (t = 0; types[t] != NULL; t++)
-		if (strcmp(types[t], type) == 0)
-			break;
-	if (types[t] == NULL)
-	{
-		qv_error(cx, sub, n, "expected one of http, rabbitmq, kafka, nats, got %s",
-				 qv_echo(echo, sizeof(echo), type));
-		free(type);
-		return false;
-	}
-	free(type);
 	d->type = (QbDestType) t;
 	allowed = d->type == QB_DEST_HTTP ? qs_http_keys :
 		d->type == QB_DEST_RABBITMQ ? qs_rabbitmq_keys :
@@ -2501,7 +2518,6 @@ qv_auth(QvCtx *cx, const char *path, const QtNode *node, QbSource *s)
 	char		sub[QV_PATHLEN];
 	char		echo[64];
 	char		forwhat[64];
-	char	   *type = NULL;
 	const QtNode *m;
 	const QtNode *n;
 	QbAuth	   *a = &s->auth;
@@ -2509,31 +2525,10 @@ qv_auth(QvCtx *cx, const char *path, const QtNode *node, QbSource *s)
 	int			t;
 
 	a->tolerance_sec = 300;
-	if (!qv_section(cx, path, node, QT_MAP, &m))
+	if (!qv_typed(cx, path, node, types, "one of hmac-sha256, github, stripe, standard-webhooks, bearer",
+				  "expected a mapping with at least type: (hmac-sha256, github, stripe, standard-webhooks or bearer); remove auth: to accept unsigned requests",
+				  "one of hmac-sha256, github, stripe, standard-webhooks, bearer", &m, &t))
 		return false;
-	if (m == NULL)
-		return qv_error(cx, path, node,
-						"expected a mapping with at least type: (hmac-sha256, github, stripe, standard-webhooks or bearer); remove auth: to accept unsigned requests");
-	if (!qv_keys(cx, path, m, NULL, NULL))
-		return false;
-	if ((n = qv_required(cx, path, m, "type",
-						 "one of hmac-sha256, github, stripe, standard-webhooks, bearer")) == NULL)
-		return false;
-	qv_path_key(sub, sizeof(sub), path, "type");
-	if (!qv_text(cx, sub, n, "one of hmac-sha256, github, stripe, standard-webhooks, bearer", &type))
-		return false;
-	for (t = 0; types[t] != NULL; t++)
-		if (strcmp(types[t], type) == 0)
-			break;
-	if (types[t] == NULL)
-	{
-		qv_error(cx, sub, n,
-				 "expected one of hmac-sha256, github, stripe, standard-webhooks, bearer, got %s",
-				 qv_echo(echo, sizeof(echo), type));
-		free(type);
-		return false;
-	}
-	free(type);
 	a->type = (QbAuthType) (QB_AUTH_HMAC_SHA256 + t);
 	snprintf(forwhat, sizeof(forwhat), "for auth type %s", types[t]);
 	if (!qv_keys(cx, path, m, keys[t], forwhat))
@@ -2768,30 +2763,11 @@ qv_source(QvCtx *cx, const char *path, const QtNode *node, QbSource *s)
 	s->auth.tolerance_sec = 300;
 	s->prefetch = 100;
 	s->batch_size = 100;
-	if (!qv_section(cx, path, node, QT_MAP, &m))
+	if (!qv_typed(cx, path, node, types, "one of http, rabbitmq, kafka, nats",
+				  "expected a mapping with at least type: (http, rabbitmq, kafka or nats), got an empty value",
+				  "the kind of source: http receives webhooks; rabbitmq, kafka and nats consume a broker",
+				  &m, &t))
 		return false;
-	if (m == NULL)
-		return qv_error(cx, path, node,
-						"expected a mapping with at least type: (http, rabbitmq, kafka or nats), got an empty value");
-	if (!qv_keys(cx, path, m, NULL, NULL))
-		return false;
-	if ((n = qv_required(cx, path, m, "type",
-						 "the kind of source: http receives webhooks; rabbitmq, kafka and nats consume a broker")) == NULL)
-		return false;
-	qv_path_key(sub, sizeof(sub), path, "type");
-	if (!qv_text(cx, sub, n, "one of http, rabbitmq, kafka, nats", &text))
-		return false;
-	for (t = 0; types[t] != NULL; t++)
-		if (strcmp(types[t], text) == 0)
-			break;
-	if (types[t] == NULL)
-	{
-		qv_error(cx, sub, n, "expected one of http, rabbitmq, kafka, nats, got %s",
-				 qv_echo(echo, sizeof(echo), text));
-		free(text);
-		return false;
-	}
-	free(text);
 	s->type = (QbSourceType) t;
 	snprintf(forwhat, sizeof(forwhat), "for a%s %s source", t == 0 ? "n" : "", types[t]);
 	if (!qv_keys(cx, path, m, keys[t], forwhat))

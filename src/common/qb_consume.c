@@ -192,25 +192,19 @@ qbc_payload_of(const QbDelivery *d)
 	return out;
 }
 
-/* qbc_header: a header of the delivery by name (any letter case), malloc'd. */
+/* qbc_header: a header by name (any letter case) from the parsed headers, malloc'd. */
 static char *
-qbc_header(const QbDelivery *d, const char *name)
+qbc_header(json_t *headers, const char *name)
 {
-	json_t	   *h = d->headers ? json_loads(d->headers, 0, NULL) : NULL;
 	const char *k;
 	json_t	   *v;
-	char	   *out = NULL;
 
-	json_object_foreach(h, k, v)
+	json_object_foreach(headers, k, v)
 	{
 		if (strcasecmp(k, name) == 0 && json_is_string(v))
-		{
-			out = strdup(json_string_value(v));
-			break;
-		}
+			return strdup(json_string_value(v));
 	}
-	json_decref(h);
-	return out;
+	return NULL;
 }
 
 /* qbc_usable: a key, type or aggregate id that a text column can hold. */
@@ -232,6 +226,8 @@ qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r)
 	char		msg[QB_ERRLEN + 128];
 	json_error_t jerr;
 	json_t	   *doc = json_loadb(d->body, d->len, JSON_DECODE_ANY, &jerr);
+	/* parsed once: the key and the event type may both come from headers */
+	json_t	   *headers = d->headers ? json_loads(d->headers, 0, NULL) : NULL;
 	char		uuid[QB_UUID_LEN + 1];
 
 	memset(r, 0, sizeof(*r));
@@ -239,7 +235,7 @@ qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r)
 	if (doc != NULL && s->idempotency_key_path != NULL)
 		r->key = qb_jsonpath_text(doc, s->idempotency_key_path);
 	else if (s->idempotency_key_header != NULL)
-		r->key = qbc_header(d, s->idempotency_key_header);
+		r->key = qbc_header(headers, s->idempotency_key_header);
 	else if (d->message_id != NULL && d->message_id[0] != '\0')
 		r->key = strdup(d->message_id);
 	else if (d->position != NULL)
@@ -247,11 +243,12 @@ qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r)
 	if (doc != NULL && s->event_type_path != NULL)
 		r->event_type = qb_jsonpath_text(doc, s->event_type_path);
 	else if (s->event_type_header != NULL)
-		r->event_type = qbc_header(d, s->event_type_header);
+		r->event_type = qbc_header(headers, s->event_type_header);
 	else if (s->event_type_from_header && d->type != NULL)
 		r->event_type = strdup(d->type);
 	if (doc != NULL && s->aggregate_id_path != NULL)
 		r->aggregate_id = qb_jsonpath_text(doc, s->aggregate_id_path);
+	json_decref(headers);
 	if (r->event_type != NULL && !qbc_usable(r->event_type))
 	{
 		free(r->event_type);

@@ -35,7 +35,7 @@ our @EXPORT = qw(
   qb_node qb_config_yaml qb_configure qb_sql_quote
   qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats
   qb_wait_query qb_wait_for qb_worker_pids qb_launcher_pid qb_free_port
-  qb_count qb_outbox_count qb_version qb_wait_log
+  qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
 );
 
 my $json = JSON::PP->new->canonical(1);
@@ -435,6 +435,29 @@ sub qb_launcher_pid
 	my ($node) = @_;
 	return $node->safe_psql('postgres',
 		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'queuebox launcher'");
+}
+
+# qb_inbox_count($node[, $where]): inbox rows, optionally filtered.
+sub qb_inbox_count
+{
+	my ($node, $where) = @_;
+	return $node->safe_psql('postgres',
+		'SELECT count(*) FROM queuebox.inbox' . ($where ? " WHERE $where" : ''));
+}
+
+# qb_inbox_row($node, $source, $key): { state, event_type, payload, headers }
+# of one inbox row (payload and headers decoded), or undef.
+sub qb_inbox_row
+{
+	my ($node, $source, $key) = @_;
+	my $r = $node->safe_psql('postgres',
+		q{SELECT state, coalesce(event_type, ''), payload::text, headers::text}
+		  . ' FROM queuebox.inbox WHERE source = ' . qb_sql_quote($source)
+		  . ' AND idempotency_key = ' . qb_sql_quote($key));
+	return undef if $r eq '';
+	my @f = split /\|/, $r, 4;
+	return { state => $f[0], event_type => $f[1], payload => decode_json($f[2]),
+		headers => decode_json($f[3]) };
 }
 
 1;

@@ -104,12 +104,7 @@ sub raw_request
 	return { status => $status // 0, content => $content // '' };
 }
 
-sub inbox_count
-{
-	my ($where) = @_;
-	return $node->safe_psql('postgres',
-		'SELECT count(*) FROM queuebox.inbox' . ($where ? " WHERE $where" : ''));
-}
+sub inbox_count { return qb_inbox_count($node, @_); }
 
 qb_wait_for(sub { my $r = $http->get("$base/healthz"); $r->{status} == 200 },
 	'the ingress listens', 30);

@@ -40,22 +40,9 @@ sub configure
 }
 configure();
 
-sub inbox_count
-{
-	my ($where) = @_;
-	return $node->safe_psql('postgres',
-		'SELECT count(*) FROM queuebox.inbox' . ($where ? " WHERE $where" : ''));
-}
+sub inbox_count { return qb_inbox_count($node, @_); }
 
-sub row
-{
-	my ($key) = @_;
-	my $r = $node->safe_psql('postgres', 'SELECT state, coalesce(event_type, \'\'), payload::text, coalesce(headers::text, \'{}\')'
-		  . ' FROM queuebox.inbox WHERE source = \'ev\' AND idempotency_key = ' . qb_sql_quote($key));
-	return undef if $r eq '';
-	my @f = split /\|/, $r, 4;
-	return { state => $f[0], event_type => $f[1], payload => decode_json($f[2]), headers => decode_json($f[3]) };
-}
+sub row { return qb_inbox_row($node, 'ev', $_[0]); }
 
 sub publish
 {
