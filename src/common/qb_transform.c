@@ -3,7 +3,7 @@
  *	  jq transforms: compile at configure time, run in a forked helper.
  *
  * Wording (see qb_transform.h): a transform, a chain, a rejection, a
- * failure.  The helper is the child process of one run.
+ * failure.  The helper is the child process that runs them.
  *
  * The program is compiled wrapped, so that the per-message values can be
  * bound without recompiling (jq_compile_args binds constants only):
@@ -20,21 +20,21 @@
  * worker's environment; ${NAME} in the configured text is the way to put a
  * value in.  The shadows are lexical: libjq's builtins keep the originals.
  *
- * The run protocol, child to parent over a pipe: one byte 'S' as each
- * transform of the chain starts (so a stage that never ends is known), then
- * one byte 'O' or 'R', one byte the index in the chain (255: none), then the
- * output JSON text or the reason.  Anything else (no answer, a child killed)
- * is classified from the wait status.
+ * The run protocol is in "the helper: wire format" below: a request per
+ * run, one answer.  The stage running is posted in a page shared with the
+ * helper, so a stage that never ends is known.  No answer (a deadline
+ * passed, the helper died) is classified from the wait status.
  *-------------------------------------------------------------------------
  */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE				/* pipe2 */
+#define _GNU_SOURCE				/* close_range */
 #endif
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +42,9 @@
 #include <unistd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 
 #include <jq.h>
@@ -55,7 +58,11 @@ struct QbTransform
 {
 	jq_state   *jq;
 	char	   *text;
+	unsigned long serial;		/* order of compilation, from 1 */
 };
+
+/* the serial of the newest transform compiled in this process */
+static unsigned long qbt_serial_last = 0;
 
 static const char qbt_prelude[] =
 	"def _qb_raise: error(.); "
@@ -217,6 +224,7 @@ qb_transform_compile(const char *program, char *err, size_t errlen)
 	free(wrapped);
 	/* e lives on this stack: runs must not call back into it */
 	jq_set_error_cb(t->jq, qbt_quiet_cb, NULL);
+	t->serial = ++qbt_serial_last;
 	return t;
 }
 
@@ -237,42 +245,98 @@ qb_transform_text(const QbTransform *t)
 	return t->text;
 }
 
+/* ---- the helper: wire format -------------------------------------------- */
+
+/*
+ * A request, parent to helper: this header, then the strings it counts
+ * (payload, topic, key, headers, source, event type; QBT_NULL_LEN: NULL)
+ * back to back.  The chain travels as pointers: the helper is a fork of the
+ * parent, and qb_transform_run_chain makes sure every one existed at the fork
+ * (serials only grow, and a transform alive now and older than the fork was
+ * alive at the fork).
+ */
+#define QBT_MAX_CHAIN	8
+#define QBT_NSTR		6
+#define QBT_NULL_LEN	UINT32_MAX
+
+typedef struct QbtRequest
+{
+	uint32_t	n;
+	uint32_t	len[QBT_NSTR];
+	long		max_output;
+	const QbTransform *chain[QBT_MAX_CHAIN];
+	unsigned long serial[QBT_MAX_CHAIN];
+} QbtRequest;
+
+/* The answer, helper to parent: this header, then len bytes of text. */
+typedef struct QbtFinal
+{
+	char		kind;			/* 'O' output, 'R' rejection */
+	unsigned char index;		/* in the chain; QBT_NO_INDEX: none */
+	unsigned char bye;			/* the helper exits after this answer */
+	uint32_t	len;			/* bytes of text that follow */
+} QbtFinal;
+
 /* ---- the helper (child) ------------------------------------------------- */
 
-static void
-qbt_write_all(int fd, const char *p, size_t n)
+/*
+ * The index in the chain of the stage running, written by the helper before
+ * each stage and read by the parent when a deadline passes (-1: none yet).
+ */
+static volatile int *qbt_stage = NULL;
+
+/* qbt_io_full reads or writes all n bytes; false on EOF or an error. */
+static bool
+qbt_io_full(int fd, void *p, size_t n, bool writing)
 {
+	char	   *c = p;
+
 	while (n > 0)
 	{
-		ssize_t		w = write(fd, p, n);
+		ssize_t		r = writing ? send(fd, c, n, MSG_NOSIGNAL) : read(fd, c, n);
 
-		if (w < 0 && errno == EINTR)
+		if (r < 0 && errno == EINTR)
 			continue;
-		if (w <= 0)
-			_exit(3);
-		p += w;
-		n -= w;
+		if (r <= 0)
+			return false;
+		c += r;
+		n -= r;
 	}
+	return true;
 }
 
-/* qbt_send writes one answer and ends the child. */
+/* qbt_answer sends the final frame of one run; a broken socket ends the helper. */
 static void
-qbt_send(int fd, char kind, int index, const char *text, size_t len)
+qbt_answer(int fd, char kind, int index, bool bye, const char *text, size_t len)
 {
-	char		head[2];
+	QbtFinal	f;
+	struct iovec iov[2] = {{&f, sizeof(f)}, {(void *) text, len}};
+	ssize_t		w;
 
-	head[0] = kind;
-	head[1] = (char) (index < 0 || index >= QBT_NO_INDEX ? QBT_NO_INDEX : index);
-	qbt_write_all(fd, head, 2);
-	qbt_write_all(fd, text, len);
-	_exit(0);
+	memset(&f, 0, sizeof(f));
+	f.kind = kind;
+	f.index = (unsigned char) (index < 0 || index >= QBT_NO_INDEX ? QBT_NO_INDEX : index);
+	f.bye = bye;
+	f.len = (uint32_t) len;
+	/* one write when it fits the socket's buffer: the parent wakes once */
+	do
+		w = writev(fd, iov, 2);
+	while (w < 0 && errno == EINTR);
+	if (w < 0)
+		_exit(3);
+	if ((size_t) w < sizeof(f) &&
+		!qbt_io_full(fd, (char *) &f + w, sizeof(f) - w, true))
+		_exit(3);
+	w = (size_t) w < sizeof(f) ? 0 : w - (ssize_t) sizeof(f);
+	if (!qbt_io_full(fd, (char *) text + w, len - w, true))
+		_exit(3);
 }
 
 static void
-qbt_reject(int fd, int index, const char *fmt,...) __attribute__((format(printf, 3, 4), noreturn));
+qbt_reject(int fd, int index, bool bye, const char *fmt,...) __attribute__((format(printf, 4, 5)));
 
 static void
-qbt_reject(int fd, int index, const char *fmt,...)
+qbt_reject(int fd, int index, bool bye, const char *fmt,...)
 {
 	char		buf[1024];
 	va_list		ap;
@@ -285,18 +349,17 @@ qbt_reject(int fd, int index, const char *fmt,...)
 		n = 0;
 	if ((size_t) n >= sizeof(buf))
 		n = sizeof(buf) - 1;
-	qbt_send(fd, 'R', index, buf, n);
-	_exit(0);
+	qbt_answer(fd, 'R', index, bye, buf, n);
 }
 
-/* qbt_error_text: an error value as text (a string as is, else compact JSON). */
+/* qbt_reject_value rejects with an error value as text (a string as is, else compact JSON). */
 static void
 qbt_reject_value(int fd, int index, const char *what, jv v)
 {
-	if (jv_get_kind(v) == JV_KIND_STRING)
-		qbt_reject(fd, index, "%s%.900s", what, jv_string_value(v));
-	v = jv_dump_string(v, 0);
-	qbt_reject(fd, index, "%s%.900s", what, jv_string_value(v));
+	if (jv_get_kind(v) != JV_KIND_STRING)
+		v = jv_dump_string(v, 0);
+	qbt_reject(fd, index, false, "%s%.900s", what, jv_string_value(v));
+	jv_free(v);
 }
 
 static jv
@@ -330,20 +393,101 @@ qbt_limit_memory(long extra)
 	fclose(f);
 }
 
-static void qbt_child(const QbTransform *const *chain, int n, const char *payload, size_t len,
-					  const QbTransformVars *vars, long max_memory, int fd, pid_t parent)
-			__attribute__((noreturn));
-
+/*
+ * qbt_child_run runs one request's chain and answers it.  s holds the
+ * request's strings (NULL for a NULL one).
+ */
 static void
-qbt_child(const QbTransform *const *chain, int n, const char *payload, size_t len,
-		  const QbTransformVars *vars, long max_memory, int fd, pid_t parent)
+qbt_child_run(int fd, const QbtRequest *rq, char *const *s)
 {
-	static const int ignored[] = {SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM};
-	static const int fatal[] = {SIGQUIT, SIGABRT, SIGSEGV, SIGBUS, SIGFPE};
-	sigset_t	none;
 	jv			cur;
 	jv			headers;
-	jv			s;
+	jv			out;
+
+	cur = jv_parse_sized(s[0], (int) rq->len[0]);
+	if (!jv_is_valid(cur))
+	{
+		qbt_reject_value(fd, QBT_NO_INDEX, "the payload is not valid JSON: ", jv_invalid_get_msg(cur));
+		return;
+	}
+	headers = s[3] ? jv_parse(s[3]) : jv_null();
+	if (jv_get_kind(headers) != JV_KIND_OBJECT)
+	{
+		jv_free(headers);
+		headers = jv_null();
+	}
+	for (uint32_t i = 0; i < rq->n; i++)
+	{
+		jq_state   *jq = rq->chain[i]->jq;
+		jv			in = jv_array();
+		jv			r;
+		jv			more;
+		*qbt_stage = (int) i;
+		in = jv_array_append(in, cur);
+		in = jv_array_append(in, qbt_opt_string(s[1]));
+		in = jv_array_append(in, qbt_opt_string(s[2]));
+		in = jv_array_append(in, jv_copy(headers));
+		in = jv_array_append(in, qbt_opt_string(s[4]));
+		in = jv_array_append(in, qbt_opt_string(s[5]));
+		jq_start(jq, in, 0);
+		r = jq_next(jq);
+		if (!jv_is_valid(r))
+		{
+			jv_free(headers);
+			/* a halted jq_state is corrupt (the prelude should make this unreachable) */
+			if (jq_halted(jq))
+			{
+				jv_free(r);
+				qbt_reject(fd, i, true, "the program halted");
+			}
+			else if (jv_invalid_has_msg(jv_copy(r)))
+				qbt_reject_value(fd, i, "", jv_invalid_get_msg(r));
+			else
+			{
+				jv_free(r);
+				qbt_reject(fd, i, false, "the program produced no output (empty); a transform must output exactly one value");
+			}
+			return;
+		}
+		more = jq_next(jq);
+		if (jv_is_valid(more) || jv_invalid_has_msg(jv_copy(more)))
+		{
+			jv_free(headers);
+			jv_free(r);
+			if (jv_is_valid(more))
+			{
+				jv_free(more);
+				qbt_reject(fd, i, false, "the program produced more than one output; a transform must output exactly one value (collect several with [...])");
+			}
+			else
+				qbt_reject_value(fd, i, "", jv_invalid_get_msg(more));
+			return;
+		}
+		jv_free(more);
+		cur = r;
+	}
+	jv_free(headers);
+	out = jv_dump_string(cur, 0);
+	if ((long) jv_string_length_bytes(jv_copy(out)) > rq->max_output)
+		qbt_reject(fd, (int) rq->n - 1, false, "the transform's output is over %ld bytes", rq->max_output);
+	else
+		qbt_answer(fd, 'O', QBT_NO_INDEX, false, jv_string_value(out),
+				   jv_string_length_bytes(jv_copy(out)));
+	jv_free(out);
+}
+
+static void qbt_child(int fd, pid_t parent, long max_memory) __attribute__((noreturn));
+
+/*
+ * qbt_child serves requests until the parent goes away (EOF) or a run
+ * leaves its jq_state unusable.
+ */
+static void
+qbt_child(int fd, pid_t parent, long max_memory)
+{
+	static const int ignored[] = {SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM, SIGCHLD};
+	static const int fatal[] = {SIGQUIT, SIGABRT, SIGSEGV, SIGBUS, SIGFPE};
+	sigset_t	none;
 
 	/*
 	 * The host's handlers are not ours to run: a reload's SIGHUP or a stop's
@@ -359,56 +503,165 @@ qbt_child(const QbTransform *const *chain, int n, const char *payload, size_t le
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(3);
+
+	/*
+	 * Keep only our socket: a copy of the parent's connections (database,
+	 * brokers, the listening socket) would hold them open after the parent
+	 * closes them.
+	 */
+	if (fd != 3)
+	{
+		if (dup2(fd, 3) < 0)
+			_exit(3);
+		fd = 3;
+	}
+	close_range(4, ~0U, 0);
 	qbt_limit_memory(max_memory);
 
-	cur = jv_parse_sized(payload, (int) len);
-	if (!jv_is_valid(cur))
-		qbt_reject_value(fd, QBT_NO_INDEX, "the payload is not valid JSON: ",
-						 jv_invalid_get_msg(cur));
-	headers = vars && vars->headers ? jv_parse(vars->headers) : jv_null();
-	if (jv_get_kind(headers) != JV_KIND_OBJECT)
+	for (;;)
 	{
-		jv_free(headers);
-		headers = jv_null();
-	}
-	for (int i = 0; i < n; i++)
-	{
-		jq_state   *jq = chain[i]->jq;
-		jv			in = jv_array();
-		jv			r;
-		jv			more;
+		QbtRequest	rq;
+		char	   *s[QBT_NSTR] = {NULL};
+		char	   *buf;
+		size_t		total = 0;
+		size_t		off = 0;
 
-		qbt_write_all(fd, "S", 1);	/* this stage is running */
-		in = jv_array_append(in, cur);
-		in = jv_array_append(in, qbt_opt_string(vars ? vars->topic : NULL));
-		in = jv_array_append(in, qbt_opt_string(vars ? vars->key : NULL));
-		in = jv_array_append(in, jv_copy(headers));
-		in = jv_array_append(in, qbt_opt_string(vars ? vars->source : NULL));
-		in = jv_array_append(in, qbt_opt_string(vars ? vars->event_type : NULL));
-		jq_start(jq, in, 0);
-		r = jq_next(jq);
-		if (!jv_is_valid(r))
+		if (!qbt_io_full(fd, &rq, sizeof(rq), false))
+			_exit(0);			/* the parent is gone */
+		for (int i = 0; i < QBT_NSTR; i++)
+			if (rq.len[i] != QBT_NULL_LEN)
+				total += rq.len[i] + 1;
+		if ((buf = malloc(total + 1)) == NULL)
+			_exit(3);
+		for (int i = 0; i < QBT_NSTR; i++)
 		{
-			if (jq_halted(jq))
-				qbt_reject(fd, i, "the program halted");
-			if (jv_invalid_has_msg(jv_copy(r)))
-				qbt_reject_value(fd, i, "", jv_invalid_get_msg(r));
-			qbt_reject(fd, i, "the program produced no output (empty); a transform must output exactly one value");
+			if (rq.len[i] == QBT_NULL_LEN)
+				continue;
+			s[i] = buf + off;
+			if (!qbt_io_full(fd, s[i], rq.len[i], false))
+				_exit(0);
+			s[i][rq.len[i]] = '\0';
+			off += rq.len[i] + 1;
 		}
-		more = jq_next(jq);
-		if (jv_is_valid(more))
-			qbt_reject(fd, i, "the program produced more than one output; a transform must output exactly one value (collect several with [...])");
-		if (jv_invalid_has_msg(jv_copy(more)))
-			qbt_reject_value(fd, i, "", jv_invalid_get_msg(more));
-		cur = r;
+		/* the parent checked; a mismatch here is a bug, not the message's fault */
+		for (uint32_t i = 0; i < rq.n; i++)
+			if (rq.chain[i]->serial != rq.serial[i])
+				_exit(4);
+		*qbt_stage = -1;
+		qbt_child_run(fd, &rq, s);
+		free(buf);
 	}
-	jv_free(headers);
-	s = jv_dump_string(cur, 0);
-	qbt_send(fd, 'O', QBT_NO_INDEX, jv_string_value(s), jv_string_length_bytes(jv_copy(s)));
-	_exit(0);
 }
 
-/* ---- the run (parent) --------------------------------------------------- */
+/* ---- the helper (parent) ------------------------------------------------ */
+
+/*
+ * One helper per process, started at the first run and kept: a fork costs
+ * a millisecond or more (it grows with the worker's memory), a run on a
+ * kept helper costs a round trip.  It is replaced when a chain holds a
+ * transform compiled after it was forked (a reload), when the memory limit
+ * changes, after a run that hit a limit or killed it, and every
+ * QBT_HELPER_RUNS runs (so a slow leak in libjq cannot grow without end).
+ */
+#define QBT_HELPER_RUNS		10000
+
+typedef struct QbtHelper
+{
+	pid_t		pid;			/* -1: none */
+	int			fd;
+	unsigned long serial;		/* the newest transform it holds */
+	long		max_memory;
+	long		runs;
+} QbtHelper;
+
+static QbtHelper qbt_helper = {-1, -1, 0, 0, 0};
+
+/*
+ * qbt_helper_stop ends the helper; kill says whether it may be mid-run.
+ * Returns the wait status in *status (false: none, it was reaped for us).
+ */
+static bool
+qbt_helper_stop(bool kill_it, int *status)
+{
+	bool		waited = true;
+	int			st = 0;
+
+	if (qbt_helper.pid < 0)
+		return false;
+	if (kill_it)
+		kill(qbt_helper.pid, SIGKILL);
+	close(qbt_helper.fd);		/* an idle helper sees EOF and exits */
+	while (waitpid(qbt_helper.pid, &st, 0) < 0)
+	{
+		/* ECHILD: SIGCHLD is ignored here and the child was reaped for us */
+		if (errno != EINTR)
+		{
+			waited = false;
+			break;
+		}
+	}
+	qbt_helper.pid = -1;
+	qbt_helper.fd = -1;
+	munmap((void *) qbt_stage, sizeof(int));
+	qbt_stage = NULL;
+	if (status)
+		*status = st;
+	return waited;
+}
+
+static bool
+qbt_helper_start(long max_memory, char *err, size_t errlen)
+{
+	int			sv[2];
+	pid_t		pid;
+	pid_t		parent = getpid();
+
+	void	   *page = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	if (page == MAP_FAILED)
+	{
+		snprintf(err, errlen, "could not start the transform helper: mmap: %s", strerror(errno));
+		return false;
+	}
+	qbt_stage = page;
+	*qbt_stage = -1;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+	{
+		snprintf(err, errlen, "could not start the transform helper: socketpair: %s", strerror(errno));
+		goto fail;
+	}
+	pid = fork();
+	if (pid < 0)
+	{
+		snprintf(err, errlen, "could not start the transform helper: fork: %s", strerror(errno));
+		close(sv[0]);
+		close(sv[1]);
+		goto fail;
+	}
+	if (pid == 0)
+	{
+		close(sv[0]);
+		qbt_child(sv[1], parent, max_memory);
+	}
+	close(sv[1]);
+	qbt_helper.pid = pid;
+	qbt_helper.fd = sv[0];
+	qbt_helper.serial = qbt_serial_last;
+	qbt_helper.max_memory = max_memory;
+	qbt_helper.runs = 0;
+	return true;
+
+fail:
+	munmap(page, sizeof(int));
+	qbt_stage = NULL;
+	return false;
+}
+
+pid_t
+qb_transform_helper_pid(void)
+{
+	return qbt_helper.pid;
+}
 
 static long
 qbt_now_ms(void)
@@ -419,6 +672,64 @@ qbt_now_ms(void)
 	return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/*
+ * qbt_io_deadline sends (writing) or receives the bytes of iov[0..cnt) on
+ * the helper's socket by the deadline; iov is consumed.  It tries first and
+ * polls only when the socket is not ready: most answers are there at once.
+ * Returns 1 done, 0 deadline passed, -1 EOF or a broken socket.
+ */
+static int
+qbt_io_deadline(struct iovec *iov, int cnt, bool writing, long deadline)
+{
+	while (cnt > 0)
+	{
+		struct msghdr msg;
+		ssize_t		r;
+
+		if (iov->iov_len == 0)
+		{
+			iov++;
+			cnt--;
+			continue;
+		}
+		memset(&msg, 0, sizeof(msg));
+		msg.msg_iov = iov;
+		msg.msg_iovlen = cnt;
+		r = writing ? sendmsg(qbt_helper.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT)
+			: recvmsg(qbt_helper.fd, &msg, MSG_DONTWAIT);
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		{
+			struct pollfd pfd = {qbt_helper.fd, writing ? POLLOUT : POLLIN, 0};
+			long		left = deadline - qbt_now_ms();
+
+			if (left <= 0)
+				return 0;
+			if (poll(&pfd, 1, (int) left) < 0 && errno != EINTR)
+				return -1;
+			continue;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		/* consume r bytes of the vector */
+		while (r > 0)
+		{
+			size_t		k = (size_t) r < iov->iov_len ? (size_t) r : iov->iov_len;
+
+			iov->iov_base = (char *) iov->iov_base + k;
+			iov->iov_len -= k;
+			r -= k;
+			if (iov->iov_len == 0)
+			{
+				iov++;
+				cnt--;
+			}
+		}
+	}
+	return 1;
+}
+
 QbTransformResult
 qb_transform_run_chain(const QbTransform *const *chain, int n, const char *payload, size_t len,
 					   const QbTransformVars *vars, const QbTransformLimits *limits,
@@ -426,19 +737,17 @@ qb_transform_run_chain(const QbTransform *const *chain, int n, const char *paylo
 {
 	QbTransformLimits lim = {QB_TRANSFORM_TIMEOUT_MS, QB_TRANSFORM_MAX_OUTPUT,
 	QB_TRANSFORM_MAX_MEMORY};
-	int			fds[2];
-	pid_t		pid;
-	pid_t		parent = getpid();
-	char	   *buf = NULL;
-	size_t		got = 0;
-	size_t		cap = 0;
-	size_t		stages = 0;
+	QbtRequest	rq;
+	QbtFinal	fin;
+	const char *s[QBT_NSTR];
+	unsigned long newest = 0;
 	long		deadline;
-	bool		timed_out = false;
-	bool		too_big = false;
+	struct iovec iov[1 + QBT_NSTR];
+	int			iovcnt;
+	int			rc = -1;
 	int			status = 0;
 	bool		waited;
-	QbTransformResult res;
+	char	   *buf;
 
 	*out = NULL;
 	*outlen = 0;
@@ -455,157 +764,131 @@ qb_transform_run_chain(const QbTransform *const *chain, int n, const char *paylo
 		*outlen = len;
 		return QB_TRANSFORM_OK;
 	}
-	if (pipe2(fds, O_CLOEXEC) != 0)
+	if (n > QBT_MAX_CHAIN || len >= QBT_NULL_LEN)
 	{
-		snprintf(err, errlen, "could not start the transform helper: pipe: %s", strerror(errno));
+		snprintf(err, errlen, "the transform chain (%d) or the payload (%zu bytes) is too long", n, len);
 		return QB_TRANSFORM_FAILED;
 	}
-	pid = fork();
-	if (pid < 0)
-	{
-		snprintf(err, errlen, "could not start the transform helper: fork: %s", strerror(errno));
-		close(fds[0]);
-		close(fds[1]);
-		return QB_TRANSFORM_FAILED;
-	}
-	if (pid == 0)
-	{
-		close(fds[0]);
-		qbt_child(chain, n, payload, len, vars, lim.max_memory, fds[1], parent);
-	}
-	close(fds[1]);
 
-	/* read the answer until EOF, the deadline or the output cap */
+	memset(&rq, 0, sizeof(rq));
+	rq.n = n;
+	rq.max_output = lim.max_output;
+	s[0] = payload;
+	s[1] = vars ? vars->topic : NULL;
+	s[2] = vars ? vars->key : NULL;
+	s[3] = vars ? vars->headers : NULL;
+	s[4] = vars ? vars->source : NULL;
+	s[5] = vars ? vars->event_type : NULL;
+	for (int i = 0; i < QBT_NSTR; i++)
+	{
+		size_t		l = i == 0 ? len : s[i] ? strlen(s[i]) : 0;
+
+		if (s[i] != NULL && l >= QBT_NULL_LEN)
+			s[i] = NULL;
+		rq.len[i] = s[i] ? (uint32_t) l : QBT_NULL_LEN;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		rq.chain[i] = chain[i];
+		rq.serial[i] = chain[i]->serial;
+		if (chain[i]->serial > newest)
+			newest = chain[i]->serial;
+	}
+
+	/* a helper forked before one of these transforms existed cannot run it */
+	if (qbt_helper.pid >= 0 &&
+		(qbt_helper.serial < newest || qbt_helper.max_memory != lim.max_memory ||
+		 qbt_helper.runs >= QBT_HELPER_RUNS))
+		qbt_helper_stop(false, NULL);
+
 	deadline = qbt_now_ms() + lim.timeout_ms;
-	for (;;)
+	for (int attempt = 0; attempt < 2 && rc < 0; attempt++)
 	{
-		struct pollfd pfd = {fds[0], POLLIN, 0};
-		long		left = deadline - qbt_now_ms();
-		ssize_t		r;
-		int			pr;
+		iovcnt = 0;
+		iov[iovcnt++] = (struct iovec) {&rq, sizeof(rq)};
+		for (int i = 0; i < QBT_NSTR; i++)
+			if (rq.len[i] != QBT_NULL_LEN)
+				iov[iovcnt++] = (struct iovec) {(void *) s[i], rq.len[i]};
 
-		if (left <= 0)
+		/* a kept helper may have died while idle (the OOM killer): start another */
+		if (attempt > 0)
+			qbt_helper_stop(true, NULL);
+		if (qbt_helper.pid < 0 && !qbt_helper_start(lim.max_memory, err, errlen))
+			return QB_TRANSFORM_FAILED;
+		rc = qbt_io_deadline(iov, iovcnt, true, deadline);
+	}
+	qbt_helper.runs++;
+
+	/* the answer's header */
+	if (rc == 1)
+	{
+		iov[0] = (struct iovec) {&fin, sizeof(fin)};
+		rc = qbt_io_deadline(iov, 1, false, deadline);
+	}
+	if (at && qbt_stage != NULL && *qbt_stage >= 0)
+		*at = *qbt_stage;
+
+	if (rc == 1 && (fin.kind == 'O' || fin.kind == 'R'))
+	{
+		if (fin.kind == 'O' && (long) fin.len > lim.max_output)
 		{
-			timed_out = true;
-			break;
+			qbt_helper_stop(true, NULL);
+			snprintf(err, errlen, "the transform's output is over %ld bytes", lim.max_output);
+			return QB_TRANSFORM_REJECTED;
 		}
-		pr = poll(&pfd, 1, (int) left);
-		if (pr < 0 && errno != EINTR)
-			break;
-		if (pr <= 0)
-			continue;
-		if (got == cap)
+		if ((buf = malloc((size_t) fin.len + 1)) == NULL)
 		{
-			size_t		ncap = cap ? cap * 2 : 65536;
-			char	   *nb;
-
-			if (ncap > (size_t) lim.max_output + n + 3)
-				ncap = (size_t) lim.max_output + n + 3;
-			if (ncap <= got)
+			qbt_helper_stop(true, NULL);	/* its answer is still on the socket */
+			goto nomem;
+		}
+		iov[0] = (struct iovec) {buf, fin.len};
+		rc = qbt_io_deadline(iov, 1, false, deadline);
+		if (rc == 1)
+		{
+			buf[fin.len] = '\0';
+			if (fin.bye)
+				qbt_helper_stop(false, NULL);
+			if (fin.kind == 'O')
 			{
-				too_big = true;
-				break;
+				*out = buf;
+				*outlen = fin.len;
+				return QB_TRANSFORM_OK;
 			}
-			if ((nb = realloc(buf, ncap)) == NULL)
-				break;
-			buf = nb;
-			cap = ncap;
+			if (at)
+				*at = fin.index == QBT_NO_INDEX ? -1 : fin.index;
+			snprintf(err, errlen, "%s", buf);
+			free(buf);
+			return QB_TRANSFORM_REJECTED;
 		}
-		r = read(fds[0], buf + got, cap - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		got += r;
-	}
-	close(fds[0]);
-	if (timed_out || too_big)
-		kill(pid, SIGKILL);
-	waited = true;
-	while (waitpid(pid, &status, 0) < 0)
-	{
-		/* ECHILD: SIGCHLD is ignored here and the child was reaped for us */
-		if (errno != EINTR)
-		{
-			waited = false;
-			break;
-		}
+		free(buf);
 	}
 
-	/* the stages that started: the last one is where a limit was hit */
-	while (stages < got && buf[stages] == 'S')
-		stages++;
-	if (at && stages > 0)
-		*at = (int) stages - 1;
-	if (stages > 0)
-	{
-		memmove(buf, buf + stages, got - stages);
-		got -= stages;
-	}
-
-	if (timed_out)
+	/* no (whole) answer: the deadline passed, or the helper died on this run */
+	waited = qbt_helper_stop(rc == 0 || rc == 1, &status);
+	if (rc == 0)
 	{
 		snprintf(err, errlen, "the transform ran longer than %ld ms and was stopped (an endless loop?)",
 				 lim.timeout_ms);
-		res = QB_TRANSFORM_REJECTED;
+		return QB_TRANSFORM_REJECTED;
 	}
-	else if (too_big)
-	{
-		snprintf(err, errlen, "the transform's output is over %ld bytes", lim.max_output);
-		res = QB_TRANSFORM_REJECTED;
-	}
-	else if (got >= 2 && (buf[0] == 'O' || buf[0] == 'R') &&
-			 (!waited || (WIFEXITED(status) && WEXITSTATUS(status) == 0)))
-	{
-		if (buf[0] == 'R')
-		{
-			if (at)
-				*at = (unsigned char) buf[1] == QBT_NO_INDEX ? -1 : (unsigned char) buf[1];
-			snprintf(err, errlen, "%.*s", (int) (got - 2), buf + 2);
-			res = QB_TRANSFORM_REJECTED;
-		}
-		else
-		{
-			/* reuse the buffer: drop the two header bytes, add a NUL */
-			memmove(buf, buf + 2, got - 2);
-			if (got - 2 + 1 > cap)
-			{
-				char	   *nb = realloc(buf, got - 1);
-
-				if (nb == NULL)
-					goto nomem;
-				buf = nb;
-			}
-			buf[got - 2] = '\0';
-			*out = buf;
-			*outlen = got - 2;
-			return QB_TRANSFORM_OK;
-		}
-	}
-	else if (waited && WIFSIGNALED(status) &&
-			 (WTERMSIG(status) == SIGKILL || WTERMSIG(status) == SIGQUIT))
+	if (waited && WIFSIGNALED(status) &&
+		(WTERMSIG(status) == SIGKILL || WTERMSIG(status) == SIGQUIT))
 	{
 		/* killed from outside (a shutdown, the OOM killer): not the message's fault */
 		snprintf(err, errlen, "the transform helper was killed by signal %d", WTERMSIG(status));
-		res = QB_TRANSFORM_FAILED;
+		return QB_TRANSFORM_FAILED;
 	}
-	else if (buf == NULL && got == 0 && cap == 0 && !waited)
+	if (!waited)
 	{
 		snprintf(err, errlen, "the transform helper vanished");
-		res = QB_TRANSFORM_FAILED;
+		return QB_TRANSFORM_FAILED;
 	}
-	else
-	{
-		snprintf(err, errlen,
-				 "the transform crashed or ran out of memory (a run may use %ld MB more than the worker)",
-				 lim.max_memory / (1024 * 1024));
-		res = QB_TRANSFORM_REJECTED;
-	}
-	free(buf);
-	return res;
+	snprintf(err, errlen,
+			 "the transform crashed or ran out of memory (a run may use %ld MB more than the worker)",
+			 lim.max_memory / (1024 * 1024));
+	return QB_TRANSFORM_REJECTED;
 
 nomem:
-	free(buf);
 	snprintf(err, errlen, "out of memory for the transform's output");
 	return QB_TRANSFORM_FAILED;
 }

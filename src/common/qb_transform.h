@@ -18,13 +18,18 @@
  *
  * Why a helper process: libjq has no instruction, time or memory budget and
  * cannot be interrupted from C (clibs.md §8), and a jq_state that ran halt
- * is corrupt.  Each run forks; the child runs the chain on its copy of the
- * compiled states under an RLIMIT_DATA cap and writes the result to a pipe;
- * the parent reads with a deadline and SIGKILLs the child when it passes.
- * The parent's jq_state never runs, so nothing a program does can corrupt it.
+ * is corrupt.  Runs happen in a child process, the helper, forked at the
+ * first run and kept: it holds copies of the compiled states, runs each
+ * chain under an RLIMIT_DATA cap and answers over a socket; the parent
+ * waits with a deadline and SIGKILLs the helper when it passes (the next
+ * run forks a new one).  A helper is also replaced after a reload (a chain
+ * holds a transform compiled after the fork), after a crash and every
+ * 10,000 runs.  The parent's jq_state never runs, so nothing a program does
+ * can corrupt it.
  *
  * Plain C, malloc'd, no PostgreSQL header.  A QbTransform is immutable after
- * compile and used from one thread.
+ * compile.  One thread of a process runs transforms (the helper is per
+ * process).
  *-------------------------------------------------------------------------
  */
 #ifndef QB_TRANSFORM_H
@@ -32,6 +37,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /* Default limits of one run (of a whole chain). */
 #define QB_TRANSFORM_TIMEOUT_MS		1000
@@ -95,5 +101,8 @@ extern QbTransformResult qb_transform_run(const QbTransform *t, const char *payl
 										  const QbTransformLimits *limits,
 										  char **out, size_t *outlen,
 										  char *err, size_t errlen);
+
+/* The helper's pid, -1 when none runs (for tests). */
+extern pid_t qb_transform_helper_pid(void);
 
 #endif							/* QB_TRANSFORM_H */

@@ -2,7 +2,9 @@
  * test_transform.c
  *	  Unit tests of qb_transform.c: compile, reshape, bindings, every kind of
  *	  rejection (error, error(null), empty, several outputs, halt,
- *	  halt_error), the limits (a runaway, output size, memory) and chains.
+ *	  halt_error), the limits (a runaway, output size, memory), chains and
+ *	  the kept helper process (reused, replaced after a limit, a reload or
+ *	  its run budget, holding none of the caller's descriptors).
  *
  * Wording: "ok" runs a program and returns its output, failing the test if
  * it is not accepted; "rejected" runs one and checks the reason holds a
@@ -17,6 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include "qb_transform.h"
 
@@ -290,6 +296,108 @@ test_chain(void **state)
 	qb_transform_free(bad);
 }
 
+/* run_ok: t on {"n":1} must be accepted and give expect */
+static void
+run_ok(const QbTransform *t, const char *expect)
+{
+	char		err[256] = "";
+	char	   *o = NULL;
+	size_t		len;
+
+	if (qb_transform_run(t, "{\"n\":1}", 7, NULL, NULL, &o, &len, err, sizeof(err)) != QB_TRANSFORM_OK)
+		fail_msg("not accepted: %s", err);
+	assert_string_equal(o, expect);
+	free(o);
+}
+
+/* count_fds: the open descriptors of a process, from /proc */
+static int
+count_fds(pid_t pid)
+{
+	char		path[64];
+	DIR		   *d;
+	struct dirent *e;
+	int			n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int) pid);
+	assert_non_null(d = opendir(path));
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+/* the helper is kept across runs and replaced only when it must be */
+static void
+test_helper(void **state)
+{
+	QbTransform *t = compile(".n += 1");
+	QbTransform *rej = compile("error(\"no\")");
+	QbTransform *loop = compile("last(range(1e15))");
+	QbTransformLimits fast = {200, QB_TRANSFORM_MAX_OUTPUT, QB_TRANSFORM_MAX_MEMORY};
+	QbTransform *later;
+	char		err[256];
+	char	   *o;
+	size_t		len;
+	pid_t		pid;
+	pid_t		pid2;
+	int			extra = open("/dev/null", O_RDONLY);
+
+	/* kept: many runs, rejections among them, one process */
+	run_ok(t, "{\"n\":2}");
+	pid = qb_transform_helper_pid();
+	assert_true(pid > 0);
+	for (int i = 0; i < 200; i++)
+	{
+		run_ok(t, "{\"n\":2}");
+		assert_int_equal(qb_transform_run(rej, "{}", 2, NULL, NULL, &o, &len, err, sizeof(err)),
+						 QB_TRANSFORM_REJECTED);
+		assert_string_equal(err, "no");
+	}
+	assert_int_equal(qb_transform_helper_pid(), pid);
+
+	/* it holds stdin, stdout, stderr and its socket, none of the caller's */
+	assert_true(extra >= 0);
+	assert_int_equal(count_fds(pid), 4);
+	close(extra);
+
+	/* a runaway kills it; the next run starts another and works */
+	assert_int_equal(qb_transform_run(loop, "0", 1, NULL, &fast, &o, &len, err, sizeof(err)),
+					 QB_TRANSFORM_REJECTED);
+	assert_int_equal(qb_transform_helper_pid(), -1);
+	assert_int_equal(kill(pid, 0), -1);
+	run_ok(t, "{\"n\":2}");
+	pid2 = qb_transform_helper_pid();
+	assert_true(pid2 > 0 && pid2 != pid);
+
+	/* a transform compiled after the fork (a reload) gets a new helper */
+	later = compile(".n += 10");
+	run_ok(later, "{\"n\":11}");
+	assert_true(qb_transform_helper_pid() != pid2);
+	/* ... which still runs the older ones */
+	pid = qb_transform_helper_pid();
+	run_ok(t, "{\"n\":2}");
+	assert_int_equal(qb_transform_helper_pid(), pid);
+
+	/* killed while idle (the OOM killer): the run goes to a new helper */
+	kill(pid, SIGKILL);
+	usleep(50 * 1000);
+	run_ok(t, "{\"n\":2}");
+	assert_true(qb_transform_helper_pid() != pid);
+
+	/* its run budget spent, it is replaced */
+	pid = qb_transform_helper_pid();
+	for (int i = 0; i < 10000; i++)
+		run_ok(t, "{\"n\":2}");
+	assert_true(qb_transform_helper_pid() != pid);
+
+	qb_transform_free(t);
+	qb_transform_free(rej);
+	qb_transform_free(loop);
+	qb_transform_free(later);
+}
+
 int
 main(void)
 {
@@ -302,6 +410,7 @@ main(void)
 		cmocka_unit_test(test_state_reuse),
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_chain),
+		cmocka_unit_test(test_helper),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
