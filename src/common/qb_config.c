@@ -1982,47 +1982,70 @@ qv_kafka_topic(QvCtx *cx, const char *path, const QtNode *m, QbDestination *d)
 }
 
 /*
- * qv_kafka_config: each property is applied to a scratch rd_kafka_conf_t
- * (no thread starts), so a typo or a bad value is refused now with
- * librdkafka's own words.  The properties QueueBox owns are refused: they
- * carry its delivery guarantees (idempotence, acks=all, a delivery report
- * for every message) or are set from other keys.
+ * A librdkafka property QueueBox sets itself: refused in config: unless it
+ * has the one value QueueBox gives it (only), with why.
+ */
+typedef struct QvOwnedProp
+{
+	const char *name;
+	const char *only;			/* the one value accepted, or NULL: none */
+	const char *why;
+} QvOwnedProp;
+
+/* a producer's: they carry the delivery guarantees or come from other keys */
+static const QvOwnedProp qv_kafka_producer_owned[] =
+{
+	{"enable.idempotence", "true", "QueueBox always produces idempotently, so a retried message is never written twice"},
+	{"acks", "all", "QueueBox marks a row sent only once every in-sync replica has it"},
+	{"request.required.acks", "all", "QueueBox marks a row sent only once every in-sync replica has it"},
+	{"delivery.report.only.error", "false", "QueueBox needs a delivery report for every message to mark its row sent"},
+	{"dr_cb", NULL, "QueueBox handles the delivery reports itself"},
+	{"dr_msg_cb", NULL, "QueueBox handles the delivery reports itself"},
+	{"transactional.id", NULL, "QueueBox's producer is idempotent, not transactional"},
+	{"bootstrap.servers", NULL, "write the servers under brokers:"},
+	{"metadata.broker.list", NULL, "write the servers under brokers:"},
+	{"log.queue", NULL, "QueueBox reads librdkafka's log on its own thread"},
+	{NULL, NULL, NULL}
+};
+
+/* a consumer's: offsets are committed only after the rows commit */
+static const QvOwnedProp qv_kafka_consumer_owned[] =
+{
+	{"enable.auto.commit", "false", "QueueBox commits an offset only after its row is stored"},
+	{"enable.auto.offset.store", "false", "QueueBox commits an offset only after its row is stored"},
+	{"group.id", NULL, "write the consumer group under group:"},
+	{"bootstrap.servers", NULL, "write the servers under brokers:"},
+	{"metadata.broker.list", NULL, "write the servers under brokers:"},
+	{"log.queue", NULL, "QueueBox serves librdkafka's log and events on the worker's thread"},
+	{"rebalance_cb", NULL, "QueueBox uses librdkafka's default rebalancing"},
+	{"offset_commit_cb", NULL, "QueueBox commits offsets itself"},
+	{NULL, NULL, NULL}
+};
+
+/*
+ * qv_kafka_props: each property of a config: mapping (node) is applied to a
+ * scratch rd_kafka_conf_t (no thread starts), so a typo or a bad value is
+ * refused now with librdkafka's own words; the properties QueueBox owns
+ * are refused with why.  timeout_ms (a producer's, or NULL) gets
+ * message.timeout.ms or delivery.timeout.ms when one is set.
  */
 static bool
-qv_kafka_config(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d)
+qv_kafka_props(QvCtx *cx, const char *path, const QtNode *node, const QbHeader *props,
+			   int nprops, const QvOwnedProp *owned, long *timeout_ms)
 {
-	static const struct
-	{
-		const char *name;
-		const char *only;		/* the one value accepted, or NULL: none */
-		const char *why;
-	}			owned[] =
-	{
-		{"enable.idempotence", "true", "QueueBox always produces idempotently, so a retried message is never written twice"},
-		{"acks", "all", "QueueBox marks a row sent only once every in-sync replica has it"},
-		{"request.required.acks", "all", "QueueBox marks a row sent only once every in-sync replica has it"},
-		{"delivery.report.only.error", "false", "QueueBox needs a delivery report for every message to mark its row sent"},
-		{"dr_cb", NULL, "QueueBox handles the delivery reports itself"},
-		{"dr_msg_cb", NULL, "QueueBox handles the delivery reports itself"},
-		{"transactional.id", NULL, "QueueBox's producer is idempotent, not transactional"},
-		{"bootstrap.servers", NULL, "write the servers under brokers:"},
-		{"metadata.broker.list", NULL, "write the servers under brokers:"},
-		{"log.queue", NULL, "QueueBox reads librdkafka's log on its own thread"},
-		{NULL, NULL, NULL}
-	};
 	rd_kafka_conf_t *conf;
 	char		sub[QV_PATHLEN];
 	char		msg[QV_MSGLEN];
 	bool		ok = true;
 
-	if (d->nprops == 0)
+	if (nprops == 0)
 		return true;
 	if ((conf = rd_kafka_conf_new()) == NULL)
 		return qv_error(cx, path, node, "out of memory");
-	for (int i = 0; ok && i < d->nprops; i++)
+	for (int i = 0; ok && i < nprops; i++)
 	{
-		const char *name = d->props[i].name;
-		const char *value = d->props[i].value;
+		const char *name = props[i].name;
+		const char *value = props[i].value;
 
 		qv_path_key(sub, sizeof(sub), path, name);
 		for (int o = 0; owned[o].name != NULL; o++)
@@ -2044,10 +2067,11 @@ qv_kafka_config(QvCtx *cx, const char *path, const QtNode *node, QbDestination *
 			ok = qv_error(cx, sub, node->kids[i], "librdkafka refused it: %s", msg);
 			break;
 		}
-		if (strcmp(name, "message.timeout.ms") == 0 || strcmp(name, "delivery.timeout.ms") == 0)
+		if (timeout_ms != NULL &&
+			(strcmp(name, "message.timeout.ms") == 0 || strcmp(name, "delivery.timeout.ms") == 0))
 		{
-			d->timeout_ms = strtol(value, NULL, 10);
-			if (d->timeout_ms <= 0)
+			*timeout_ms = strtol(value, NULL, 10);
+			if (*timeout_ms <= 0)
 				ok = qv_error(cx, sub, node->kids[i],
 							  "0 means retry forever, and a row's delivery report must arrive before its lease ends; give a number of milliseconds, e.g. 30000");
 		}
@@ -2200,7 +2224,8 @@ qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d
 				qv_target(cx, path, m, d, "topic", NULL, true) &&
 				qv_kafka_topic(cx, path, m, d) &&
 				qv_pairs(cx, sub, qt_get(m, "config"), false, &d->props, &d->nprops) &&
-				qv_kafka_config(cx, sub, qt_get(m, "config"), d);
+				qv_kafka_props(cx, sub, qt_get(m, "config"), d->props, d->nprops,
+							   qv_kafka_producer_owned, &d->timeout_ms);
 		case QB_DEST_NATS:
 			/*
 			 * JetStream by default: core NATS is at most once and loses
@@ -2689,7 +2714,9 @@ qv_broker_source(QvCtx *cx, const char *path, const QtNode *m, QbSource *s)
 		}
 		qv_path_key(sub, sizeof(sub), path, "config");
 		if (!qv_opt_string(cx, path, m, "group", true, &s->group) ||
-			!qv_pairs(cx, sub, qt_get(m, "config"), false, &s->props, &s->nprops))
+			!qv_pairs(cx, sub, qt_get(m, "config"), false, &s->props, &s->nprops) ||
+			!qv_kafka_props(cx, sub, qt_get(m, "config"), s->props, s->nprops,
+							qv_kafka_consumer_owned, NULL))
 			return false;
 		if (s->group == NULL && (s->group = qv_prefixed("queuebox-", s->name)) == NULL)
 			return qv_error(cx, path, m, "out of memory");

@@ -1301,6 +1301,18 @@ test_broker_sources(void **state)
 	refuse("sources:\n  k: { type: kafka, brokers: \"h:9092\", topics: [] }\n",
 		   "sources.k.topics: expected a list of at least one topic", NULL);
 	refuse("sources:\n  n: { type: nats, url: \"nats://h\", subject: a }\n", "sources.n: missing required key stream", NULL);
+	/* a kafka source's config: is checked by librdkafka; offsets stay QueueBox's */
+	qb_config_free(accept("sources:\n  k: { type: kafka, brokers: h, topics: [a],\n"
+						  "       config: { \"auto.offset.reset\": latest, \"session.timeout.ms\": \"6000\" } }\n"));
+	refuse("sources:\n  k: { type: kafka, brokers: h, topics: [a], config: { \"no.such.thing\": \"1\" } }\n",
+		   "sources.k.config[\"no.such.thing\"]: librdkafka refused it: No such configuration property", NULL);
+	refuse("sources:\n  k: { type: kafka, brokers: h, topics: [a], config: { \"fetch.wait.max.ms\": \"soon\" } }\n",
+		   "sources.k.config[\"fetch.wait.max.ms\"]: librdkafka refused it: ", NULL);
+	refuse("sources:\n  k: { type: kafka, brokers: h, topics: [a], config: { \"enable.auto.commit\": \"true\" } }\n",
+		   "sources.k.config[\"enable.auto.commit\"]: QueueBox sets enable.auto.commit itself to false",
+		   "only after its row is stored", NULL);
+	refuse("sources:\n  k: { type: kafka, brokers: h, topics: [a], config: { \"group.id\": g } }\n",
+		   "write the consumer group under group:", NULL);
 	refuse("sources:\n  n: { type: sqs }\n", "sources.n.type: expected one of http, rabbitmq, kafka, nats", NULL);
 }
 
