@@ -9,6 +9,10 @@
  *	  "queuebox-<source>"); open() creates it, or binds to it when it
  *	  exists, with explicit acks and MaxAckPending of at least a batch.  It
  *	  outlives the worker: a restarted worker resumes where the acks stop.
+ *	  An existing durable keeps its settings (an operator may have made it),
+ *	  except that a MaxAckPending below a batch is raised: cnats refuses to
+ *	  bind when a requested value differs from the stored one, so none is
+ *	  requested then (qbns_durable).
  *	- A held message is a natsMsg fetched and handed to the engine as a
  *	  delivery, kept until ack() or release(); a delivery's handle is its
  *	  index in the held array.
@@ -197,6 +201,50 @@ qbns_take(QbnsConsumer *c, uint64_t handle)
 
 /* ---- the ops ----------------------------------------------------------- */
 
+/*
+ * qbns_durable looks the durable up.  *exists says whether it does; one
+ * whose MaxAckPending is below want is updated to want (the server changes
+ * it in place, nothing is redelivered).  One without explicit acks cannot
+ * hold a message until its row commits: *refused, and why in err.
+ */
+static natsStatus
+qbns_durable(QbnsConsumer *c, const QbSource *src, const char *durable, int64_t want,
+			 bool *exists, bool *refused, jsErrCode *jerr, char *err, size_t errlen)
+{
+	jsConsumerInfo *ci = NULL;
+	natsStatus	s;
+
+	*exists = false;
+	s = js_GetConsumerInfo(&ci, c->js, src->stream, durable, NULL, jerr);
+	if (s == NATS_NOT_FOUND && *jerr != JSStreamNotFoundErr)
+	{
+		*jerr = 0;
+		return NATS_OK;
+	}
+	if (s != NATS_OK)
+		return s;
+	*exists = true;
+	if (ci->Config->AckPolicy != js_AckExplicit)
+	{
+		snprintf(err, errlen,
+				 "the durable %s of stream %s does not use explicit acks, so a message could be acknowledged before its row is stored; delete it, or name another durable: (QueueBox creates it)",
+				 durable, src->stream);
+		*refused = true;
+		s = NATS_INVALID_ARG;
+	}
+	else if (ci->Config->MaxAckPending > 0 && ci->Config->MaxAckPending < want)
+	{
+		jsConsumerConfig cc = *ci->Config;
+		jsConsumerInfo *up = NULL;
+
+		cc.MaxAckPending = want;
+		s = js_UpdateConsumer(&up, c->js, src->stream, &cc, NULL, jerr);
+		jsConsumerInfo_Destroy(up);
+	}
+	jsConsumerInfo_Destroy(ci);
+	return s;
+}
+
 static void *
 qbns_open(const QbSource *src, char *err, size_t errlen)
 {
@@ -210,6 +258,9 @@ qbns_open(const QbSource *src, char *err, size_t errlen)
 	int			fds[2];
 	char		durable[256];
 	char		why[300];
+	int64_t		want = src->batch_size > QBNS_MIN_ACK_PENDING ? src->batch_size : QBNS_MIN_ACK_PENDING;
+	bool		exists = false;
+	bool		refused = false;
 
 	if (!qb_nats_open(err, errlen))
 		return NULL;
@@ -255,15 +306,18 @@ qbns_open(const QbSource *src, char *err, size_t errlen)
 	jo.Wait = QBNS_API_WAIT_MS;
 	s = natsConnection_JetStream(&c->js, c->nc, &jo);
 	if (s == NATS_OK)
+		s = qbns_durable(c, src, durable, want, &exists, &refused, &jerr, err, errlen);
+	if (s == NATS_OK)
 	{
 		jsSubOptions_Init(&so);
 		so.Stream = src->stream;
 		so.Config.AckPolicy = js_AckExplicit;
-		so.Config.MaxAckPending = src->batch_size > QBNS_MIN_ACK_PENDING ?
-			src->batch_size : QBNS_MIN_ACK_PENDING;
+		so.Config.MaxAckPending = exists ? 0 : want;
 		s = js_PullSubscribe(&c->sub, c->js, src->subject, durable, NULL, &so, &jerr);
 	}
 	qb_nats_restore_signals(&old);
+	if (refused)
+		goto err;				/* qbns_durable's words are in err */
 	if (s != NATS_OK)
 	{
 		qb_nats_status_text(s, why, sizeof(why));

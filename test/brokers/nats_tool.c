@@ -195,6 +195,28 @@ publish(jsCtx *js, const char *subject, const char *data, char **args, int nargs
 	return 0;
 }
 
+/* add-consumer: a durable pull consumer made by hand, as an operator would */
+static int
+add_consumer(jsCtx *js, const char *stream, const char *durable, const char *subject,
+			 const char *max_ack_pending, const char *ack)
+{
+	jsConsumerConfig cc;
+	jsConsumerInfo *ci = NULL;
+	jsErrCode	jerr = 0;
+	natsStatus	s;
+
+	jsConsumerConfig_Init(&cc);
+	cc.Durable = durable;
+	cc.FilterSubject = subject;
+	cc.MaxAckPending = atoll(max_ack_pending);
+	cc.AckPolicy = strcmp(ack, "none") == 0 ? js_AckNone : js_AckExplicit;
+	if ((s = js_AddConsumer(&ci, js, stream, &cc, NULL, &jerr)) != NATS_OK)
+		return fail("js_AddConsumer", s, jerr);
+	jsConsumerInfo_Destroy(ci);
+	printf("ok\n");
+	return 0;
+}
+
 static int
 consumer(jsCtx *js, const char *stream, const char *durable)
 {
@@ -204,10 +226,10 @@ consumer(jsCtx *js, const char *stream, const char *durable)
 
 	if (s != NATS_OK)
 		return fail("js_GetConsumerInfo", s, jerr);
-	printf("{\"delivered\":%llu,\"ack_floor\":%llu,\"num_ack_pending\":%lld,\"num_redelivered\":%lld,\"num_pending\":%llu}\n",
+	printf("{\"delivered\":%llu,\"ack_floor\":%llu,\"num_ack_pending\":%lld,\"num_redelivered\":%lld,\"num_pending\":%llu,\"max_ack_pending\":%lld}\n",
 		   (unsigned long long) ci->Delivered.Stream, (unsigned long long) ci->AckFloor.Stream,
 		   (long long) ci->NumAckPending, (long long) ci->NumRedelivered,
-		   (unsigned long long) ci->NumPending);
+		   (unsigned long long) ci->NumPending, (long long) ci->Config->MaxAckPending);
 	jsConsumerInfo_Destroy(ci);
 	return 0;
 }
@@ -222,7 +244,7 @@ main(int argc, char **argv)
 
 	if (argc < 4)
 	{
-		fprintf(stderr, "usage: nats_tool URL add-stream NAME SUBJECT... | count NAME | dump NAME | publish SUBJECT DATA [-n N] [NAME:VALUE]... | consumer STREAM DURABLE\n");
+		fprintf(stderr, "usage: nats_tool URL add-stream NAME SUBJECT... | count NAME | dump NAME | publish SUBJECT DATA [-n N] [NAME:VALUE]... | consumer STREAM DURABLE | add-consumer STREAM DURABLE SUBJECT MAX_ACK_PENDING explicit|none\n");
 		return 2;
 	}
 	if ((s = natsConnection_ConnectTo(&nc, argv[1])) != NATS_OK)
@@ -247,6 +269,8 @@ main(int argc, char **argv)
 		rc = publish(js, argv[3], argv[4], argv + 5, argc - 5);
 	else if (strcmp(argv[2], "consumer") == 0 && argc >= 5)
 		rc = consumer(js, argv[3], argv[4]);
+	else if (strcmp(argv[2], "add-consumer") == 0 && argc >= 8)
+		rc = add_consumer(js, argv[3], argv[4], argv[5], argv[6], argv[7]);
 	else
 		fprintf(stderr, "nats_tool: unknown command %s\n", argv[2]);
 	jsCtx_Destroy(js);

@@ -35,7 +35,7 @@ use Time::HiRes qw(usleep time);
 
 use QueueBoxTest qw(qb_free_port);
 
-our @EXPORT = qw(nats_start nats_stop nats_add_stream nats_count nats_dump nats_publish nats_consumer nats_thread_masks);
+our @EXPORT = qw(nats_start nats_stop nats_add_stream nats_count nats_dump nats_publish nats_consumer nats_add_consumer nats_thread_masks);
 
 my $SERVER = '/usr/sbin/nats-server';
 my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
@@ -168,6 +168,16 @@ sub nats_publish
 	my ($rc, $out, $err) = tool($s, @args);
 	croak "publish to $subject: $err" if $rc != 0;
 	return [ map { decode_json($_) } grep { $_ ne '' } split /\n/, $out ];
+}
+
+# nats_add_consumer($server, $stream, $durable, $subject, $max_ack_pending,
+# 'explicit' | 'none'): a durable pull consumer made by hand; dies on failure
+sub nats_add_consumer
+{
+	my ($s, @args) = @_;
+	my ($rc, $out, $err) = tool($s, 'add-consumer', @args);
+	die "nats_tool add-consumer @args: $err" if $rc != 0;
+	return 1;
 }
 
 # A durable consumer's state as a hash; undef when it does not exist.

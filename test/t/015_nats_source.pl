@@ -7,7 +7,8 @@
 #   consumer worker killed while its store is blocked loses nothing and
 #   stores nothing twice); a store that fails naks with a delay and loses
 #   nothing; SIGHUP and SIGTERM reach the consumer worker while its NATS
-#   connection is open.
+#   connection is open; a durable made by hand is used as it is, its low
+#   MaxAckPending raised, and one without explicit acks is refused.
 use strict;
 use warnings;
 
@@ -200,6 +201,46 @@ qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE idempotency_key 
 	'the new consumer worker stores from NATS', timeout => 60);
 drained('and acknowledges');
 is(inbox_count(), $before + 1, 'one row more at the end');
+
+# ---- a durable made by hand: kept, its low MaxAckPending raised; one
+# ---- without explicit acks refused with what to do, nothing consumed
+nats_add_stream($nats, 'HAND', 'hand.>');
+nats_add_consumer($nats, 'HAND', 'hand-low', 'hand.>', 5, 'explicit');
+nats_add_stream($nats, 'NONE', 'none.>');
+nats_add_consumer($nats, 'NONE', 'hand-none', 'none.>', 1000, 'none');
+sub configure_hand
+{
+	my ($durable, $stream, $subject) = @_;
+	qb_configure(
+		$node,
+		qb_config_yaml(
+			sources => {
+				hand => {
+					type => 'nats', url => $nats->{url}, subject => $subject, stream => $stream,
+					durable => $durable, consumption => 'pull', batchSize => 10,
+				},
+			}));
+}
+$before = inbox_count();
+nats_publish($nats, 'hand.x', qq({"n":$_}), headers => { 'Nats-Msg-Id' => "hand-$_" }) for 1 .. 30;
+configure_hand('hand-low', 'HAND', 'hand.>');
+qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE source = 'hand'", '30',
+	'hand-made durable: the 30 messages are stored through it', timeout => 60);
+is(inbox_count(), $before + 30, 'hand-made durable: 30 rows more, no other');
+my $hc = nats_consumer($nats, 'HAND', 'hand-low');
+is($hc->{max_ack_pending}, 1000, 'hand-made durable: its MaxAckPending of 5 is raised to 1000');
+qb_wait_for(sub { my $c = nats_consumer($nats, 'HAND', 'hand-low');
+		$c->{num_ack_pending} == 0 && $c->{num_pending} == 0 && $c->{ack_floor} == 30 },
+	'hand-made durable: the 30 are acknowledged', timeout => 60);
+
+$off = -s $node->logfile;
+configure_hand('hand-none', 'NONE', 'none.>');
+nats_publish($nats, 'none.x', '{"n":1}', headers => { 'Nats-Msg-Id' => 'none-1' });
+$log = qb_wait_log($node, qr/does not use explicit acks/, $off, timeout => 60);
+like($log, qr/source "hand": could not connect \(.*the durable hand-none of stream NONE does not use explicit acks.*delete it, or name another durable/,
+	'a durable without explicit acks is refused, saying what to do');
+is(inbox_count(), $before + 30, 'nothing is stored through a durable without explicit acks');
+is(nats_count($nats, 'NONE'), 1, 'the message stays in its stream');
 
 $node->stop;
 nats_stop($nats);
