@@ -20,7 +20,10 @@
  * delivery tag of the batch, after the engine committed it; release() one
  * basic.nack multiple=true requeue=true, and the broker redelivers.  A
  * worker that dies before ack() loses its channel: the broker requeues
- * what was unacknowledged, and the repeats are counted as duplicates.
+ * what was unacknowledged, and the repeats are counted as duplicates.  An
+ * ack or nack that cannot be sent marks the connection dead: fetch() then
+ * fails at once rather than hand over deliveries still buffered, which
+ * could be stored but never acknowledged.
  *
  * A channel.close or connection.close from the broker (the queue deleted,
  * a broker shutdown) makes fetch() return -1 with the broker's text; the
@@ -399,6 +402,12 @@ qbsa_ack(void *p, const QbDelivery *d, int n, char *err, size_t errlen)
 		rc = amqp_basic_ack(c->amqp, QBSA_CHANNEL, last, 1);
 	if (rc == AMQP_STATUS_OK)
 		return 0;
+
+	/*
+	 * The socket is gone: deliveries still buffered could be stored, but not
+	 * acknowledged; the next fetch() reconnects instead.
+	 */
+	c->dead = true;
 	/* the rows are stored: a lost ack only brings the repeats back */
 	snprintf(err, errlen,
 			 "%s: basic.ack failed: %s; the broker will redeliver and the repeats are counted as duplicates",
@@ -413,8 +422,9 @@ qbsa_release(void *p, const QbDelivery *d, int n, long delay_ms)
 	uint64_t	last = qbsa_last(d, n);
 
 	/* AMQP has no delay: the engine's backoff spaces the redeliveries */
-	if (last != 0 && !c->dead)
-		(void) amqp_basic_nack(c->amqp, QBSA_CHANNEL, last, 1, 1);
+	if (last != 0 && !c->dead &&
+		amqp_basic_nack(c->amqp, QBSA_CHANNEL, last, 1, 1) != AMQP_STATUS_OK)
+		c->dead = true;			/* the broker requeues them with the connection */
 }
 
 const QbConsumerOps qb_amqp_consumer = {

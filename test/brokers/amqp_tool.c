@@ -23,6 +23,9 @@
  *								line each: exchange, routing_key, redelivered,
  *								message_id, correlation_id, content_type,
  *								delivery_mode, headers, body
+ *	  publish QUEUE BODY MESSAGE_ID TYPE HEADERS_JSON
+ *								a persistent message to QUEUE (default exchange),
+ *								returning once the broker confirms it
  *
  * Commands run in order on one connection; the first failure prints the
  * broker's reason on stderr and exits 1.
@@ -38,6 +41,7 @@
 #include <jansson.h>
 
 static amqp_connection_state_t conn;
+static int	confirming;			/* channel 1 is in confirm mode */
 
 static void
 die_reply(amqp_rpc_reply_t r, const char *what)
@@ -207,7 +211,12 @@ get_all(const char *queue)
 	}
 }
 
-/* publish: one persistent message to the default exchange, key = queue. */
+/*
+ * publish: one persistent message to the default exchange, key = queue, in
+ * confirm mode: it returns once the broker has taken the message (for a
+ * durable queue, written it to disk), so a broker killed right after still
+ * has it.
+ */
 static void
 publish(const char *queue, const char *body, const char *mid, const char *type,
 		const char *headers)
@@ -219,6 +228,9 @@ publish(const char *queue, const char *body, const char *mid, const char *type,
 	const char *k;
 	json_t	   *v;
 	int			n = 0;
+	amqp_frame_t f;
+	struct timeval tv = {30, 0};
+	int			rc;
 
 	if (h == NULL || !json_is_object(h))
 	{
@@ -252,10 +264,28 @@ publish(const char *queue, const char *body, const char *mid, const char *type,
 		p.headers.num_entries = n;
 		p.headers.entries = e;
 	}
+	if (!confirming)
+	{
+		amqp_confirm_select(conn, 1);
+		die_reply(amqp_get_rpc_reply(conn), "confirm.select");
+		confirming = 1;
+	}
 	if (amqp_basic_publish(conn, 1, amqp_cstring_bytes(""), amqp_cstring_bytes(queue), 0, 0,
 						   &p, amqp_cstring_bytes(body)) != AMQP_STATUS_OK)
 	{
 		fprintf(stderr, "amqp_tool: basic.publish failed\n");
+		exit(1);
+	}
+	/* one message in flight at a time: the next frame is its basic.ack */
+	if ((rc = amqp_simple_wait_frame_noblock(conn, &f, &tv)) != AMQP_STATUS_OK)
+	{
+		fprintf(stderr, "amqp_tool: publish: no confirm: %s\n", amqp_error_string2(rc));
+		exit(1);
+	}
+	if (f.frame_type != AMQP_FRAME_METHOD || f.payload.method.id != AMQP_BASIC_ACK_METHOD)
+	{
+		fprintf(stderr, "amqp_tool: publish: the broker did not confirm (method 0x%08X)\n",
+				f.frame_type == AMQP_FRAME_METHOD ? f.payload.method.id : 0);
 		exit(1);
 	}
 	json_decref(h);

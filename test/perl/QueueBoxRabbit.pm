@@ -17,7 +17,8 @@
 #                   rmq_kill: SIGKILL to the Erlang VM (an abrupt loss).
 #                   Both also stop the private epmd.  An END block stops
 #                   every broker still running, whatever happened.
-#   - rmq_tool:     run test/brokers/amqp_tool (declare, bind, count, get);
+#   - rmq_tool:     run test/brokers/amqp_tool (declare, bind, publish with
+#                   confirms, count, get);
 #                   rmq_count, rmq_get: a queue's ready messages, and every
 #                   message taken off it (decoded JSON lines).
 #
