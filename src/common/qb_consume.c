@@ -363,8 +363,8 @@ qbc_round(QbcEngine *e)
 	{
 		e->stats->store_failures++;
 		qb_log(e->host, QB_LOG_WARNING,
-			   "source \"%s\": could not store %d messages (%s); they go back to the broker and are fetched again",
-			   s->name, n, err);
+			   "source \"%s\": could not store %d message%s (%s); %s back to the broker and %s fetched again",
+			   s->name, n, n == 1 ? "" : "s", err, n == 1 ? "it goes" : "they go", n == 1 ? "is" : "are");
 		e->ops->release(e->c, d, n, QBC_REOPEN_MIN_MS);
 		/* back off: the database is not taking rows now */
 		e->host->wait(e->host->ctx, -1, QBC_REOPEN_MIN_MS);
@@ -386,8 +386,9 @@ qbc_round(QbcEngine *e)
 	}
 	if (e->ops->ack(e->c, d, n, err, sizeof(err)) != 0)
 		qb_log(e->host, QB_LOG_WARNING,
-			   "source \"%s\": stored %d messages but could not acknowledge them (%s); the broker will deliver them again and they will be counted as duplicates",
-			   s->name, n, err);
+			   "source \"%s\": stored %d message%s but could not acknowledge %s (%s); the broker will deliver %s again and %s counted as duplicates",
+			   s->name, n, n == 1 ? "" : "s", n == 1 ? "it" : "them", err,
+			   n == 1 ? "it" : "them", n == 1 ? "it will be" : "they will be");
 
 done:
 	for (int i = 0; rows != NULL && i < max; i++)
