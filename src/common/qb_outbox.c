@@ -71,6 +71,8 @@ qbo_reload(QboEngine *e)
 	e->next_retention = 0;
 	qb_log(e->host, QB_LOG_INFO, "configuration loaded: %d destinations, %d routes",
 		   e->cfg->ndestinations, e->cfg->nroutes);
+	/* between batches: nothing is in flight; drop what no destination uses */
+	qb_pubset_prune(e->pub, e->cfg);
 }
 
 /* qbo_set sets a row's outcome, copying the error text. */

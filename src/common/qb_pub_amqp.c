@@ -415,6 +415,28 @@ qba_destroy(void *p)
 	free(a);
 }
 
+/* qba_prune closes the connections of destinations gone from cfg. */
+static void
+qba_prune(void *p, const QbConfig *cfg)
+{
+	QbAmqp	   *a = p;
+	QbaConn   **pp = &a->conns;
+	QbaConn    *c;
+
+	while ((c = *pp) != NULL)
+	{
+		const QbDestination *d = qb_pubset_dest(cfg, QB_DEST_RABBITMQ, c->name);
+
+		if (c->npending == 0 && (d == NULL || strcmp(c->url, d->broker_url) != 0))
+		{
+			*pp = c->next;
+			qba_conn_free(a, c);
+			continue;
+		}
+		pp = &c->next;
+	}
+}
+
 /*
  * qba_conn_for finds the destination's connection, or makes an unconnected
  * one.  A connection of the same destination name with another url (the
@@ -1006,4 +1028,5 @@ const QbPublisherOps qb_amqp_publisher = {
 	qba_timeout_ms,
 	qba_perform,
 	qba_abort_all,
+	qba_prune,
 };

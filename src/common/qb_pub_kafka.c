@@ -292,6 +292,33 @@ qbk_producer_for(QbKafka *k, const QbDestination *d, char *err, size_t errlen)
 	return p;
 }
 
+/* qbk_prune destroys the producers of destinations gone from cfg or changed. */
+static void
+qbk_prune(void *arg, const QbConfig *cfg)
+{
+	QbKafka    *k = arg;
+	QbkProducer **pp = &k->producers;
+	QbkProducer *p;
+
+	while ((p = *pp) != NULL)
+	{
+		const QbDestination *d = qb_pubset_dest(cfg, QB_DEST_KAFKA, p->dest);
+		char	   *fp = d != NULL ? qbk_fingerprint(d) : NULL;
+		bool		keep = fp != NULL && strcmp(fp, p->fingerprint) == 0;
+
+		free(fp);
+		for (int t = 0; !keep && t < k->nslots; t++)
+			keep = k->slots[t].producer == p;
+		if (!keep)
+		{
+			*pp = p->next;
+			qbk_producer_free(p);
+			continue;
+		}
+		pp = &p->next;
+	}
+}
+
 /* qbk_headers: the row's headers (a JSON object) plus the message id. */
 static rd_kafka_headers_t *
 qbk_headers(const QbMessage *m, char *err, size_t errlen)
@@ -634,4 +661,5 @@ const QbPublisherOps qb_kafka_publisher = {
 	qbk_timeout_ms,
 	qbk_perform,
 	qbk_abort_all,
+	qbk_prune,
 };

@@ -693,6 +693,40 @@ qbn_abort_all(void *p)
 	pthread_mutex_unlock(&n->mu);
 }
 
+/*
+ * qbn_prune closes the connections of destinations gone from cfg (or whose
+ * url or jetstream changed).  The link stays allocated, as in qbn_destroy,
+ * and connects again if a destination like it comes back.
+ */
+static void
+qbn_prune(void *p, const QbConfig *cfg)
+{
+	QbNats	   *n = p;
+
+	for (QbnLink *l = n->links; l != NULL; l = l->next)
+	{
+		const QbDestination *d = qb_pubset_dest(cfg, QB_DEST_NATS, l->name);
+		bool		busy = false;
+
+		if (l->nc == NULL ||
+			(d != NULL && strcmp(d->broker_url, l->url) == 0 && d->jetstream == l->jetstream))
+			continue;
+		pthread_mutex_lock(&n->mu);
+		for (int i = 0; i < n->nt; i++)
+			busy |= n->tickets[i].live && n->tickets[i].link == l;
+		pthread_mutex_unlock(&n->mu);
+		if (busy)
+			continue;
+		natsConnection_Close(l->nc);
+		jsCtx_Destroy(l->js);
+		l->js = NULL;
+		natsConnection_Destroy(l->nc);
+		l->nc = NULL;
+		l->async_started = false;
+		l->core_pending = 0;
+	}
+}
+
 const QbPublisherOps qb_nats_publisher = {
 	QB_DEST_NATS,
 	qbn_create,
@@ -703,4 +737,5 @@ const QbPublisherOps qb_nats_publisher = {
 	qbn_timeout_ms,
 	qbn_perform,
 	qbn_abort_all,
+	qbn_prune,
 };

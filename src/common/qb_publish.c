@@ -159,6 +159,23 @@ qb_pubset_perform(QbPubSet *s, QbPubDone done, void *arg)
 }
 
 void
+qb_pubset_prune(QbPubSet *s, const QbConfig *cfg)
+{
+	for (int t = 0; t < QBP_NTYPES; t++)
+		if (s->inst[t] != NULL && qbp_ops[t]->prune != NULL)
+			qbp_ops[t]->prune(s->inst[t], cfg);
+}
+
+const QbDestination *
+qb_pubset_dest(const QbConfig *cfg, QbDestType type, const char *name)
+{
+	for (int i = 0; cfg != NULL && i < cfg->ndestinations; i++)
+		if (cfg->destinations[i].type == type && strcmp(cfg->destinations[i].name, name) == 0)
+			return &cfg->destinations[i];
+	return NULL;
+}
+
+void
 qb_pubset_abort_all(QbPubSet *s)
 {
 	for (int t = 0; t < QBP_NTYPES; t++)

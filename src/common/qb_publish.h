@@ -72,6 +72,13 @@ typedef struct QbPublisherOps
 	void		(*perform) (void *p, QbPubDone done, void *arg);
 	/* give up on every publish in flight (a stop); they are not reported */
 	void		(*abort_all) (void *p);
+
+	/*
+	 * After a reload, with nothing in flight: close the connections no
+	 * destination of cfg uses any more (removed, or its url changed).
+	 * NULL: the publisher keeps none of its own (HTTP: curl's cache).
+	 */
+	void		(*prune) (void *p, const QbConfig *cfg);
 } QbPublisherOps;
 
 /* The implementations (qb_http.c, qb_pub_*.c); NULL ops: not built yet. */
@@ -94,6 +101,16 @@ extern int	qb_pubset_fd(QbPubSet *s);
 extern long qb_pubset_timeout_ms(QbPubSet *s);
 extern void qb_pubset_perform(QbPubSet *s, QbPubDone done, void *arg);
 extern void qb_pubset_abort_all(QbPubSet *s);
+
+/* After a reload, between batches: each publisher's prune. */
+extern void qb_pubset_prune(QbPubSet *s, const QbConfig *cfg);
+
+/*
+ * The destination of cfg named name with this type, or NULL: what a
+ * publisher's prune asks of each connection it holds.
+ */
+extern const QbDestination *qb_pubset_dest(const QbConfig *cfg, QbDestType type,
+										   const char *name);
 
 /* True when this build can publish to the type. */
 extern bool qb_pubset_supports(QbDestType type);

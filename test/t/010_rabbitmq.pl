@@ -5,7 +5,8 @@
 #   key, an exchange that does not exist yet); basic.nack, basic.return, a
 #   missing exchange and a refused connection retried until dead with the
 #   reason; amqps with certificate checks; the broker stopped, then killed,
-#   mid-stream and started again with nothing lost and no operator action.
+#   mid-stream and started again with nothing lost and no operator action;
+#   a destination removed by a reload has its connections closed.
 use strict;
 use warnings;
 
@@ -405,6 +406,36 @@ for my $k (sort keys %seqs_by_key)
 	}
 }
 ok($ordered, 'stream: each key\'s messages are in order across the restarts');
+
+# ---- a destination removed by a reload: its connections are closed
+# the outbox connections the broker holds for a destination (one per worker)
+sub dest_conns
+{
+	my ($dest) = @_;
+	# the connection name is in the client properties
+	my $out = rmq_ctl($rmq, '-q', 'list_connections', '--no-table-headers', 'client_properties');
+	return scalar grep { /outbox, destination \Q$dest\E"/ } split /\n/, $out;
+}
+# a row each, so both destinations hold a connection (the broker's restart
+# above dropped them; a publisher connects again at its next message)
+insert_rows(q{('orders.created', 'o-last', '{"case": "reload1"}', '{}', 100)},
+	q{('stream.x', 's-last', '{"case": "reload2", "seq": 0, "key": "s-last"}', '{}', 100)});
+qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE payload->>'case' LIKE 'reload_' AND state = 'sent'},
+	'2', 'reload: a row to each destination is sent', timeout => 60);
+cmp_ok(dest_conns('orders'), '>=', 1, 'reload: the orders destination holds a connection');
+cmp_ok(dest_conns('stream'), '>=', 1, 'reload: so does the stream destination');
+qb_configure(
+	$node,
+	qb_config_yaml(
+		outbox => { maxAttempts => 100000, batchSize => 20 },
+		destinations => { stream => { %mq, exchange => 'qb.stream', routingKey => 'stream' } },
+		routes => [ { topicPattern => 'stream.**', destination => 'stream' } ]));
+qb_wait_for(sub { dest_conns('orders') == 0 },
+	'reload: the connections of the removed orders destination are closed', timeout => 60);
+insert_rows(q{('stream.x', 's-after', '{"case": "reload3", "seq": 0, "key": "s-after"}', '{}', 100)});
+qb_wait_query($node, q{SELECT state FROM queuebox.outbox WHERE key = 's-after'}, 'sent',
+	'reload: the destination that stayed still delivers', timeout => 60);
+cmp_ok(dest_conns('stream'), '>=', 1, 'reload: and keeps its connection');
 
 # ---- after
 is(qb_outbox_count($node), $inserted, "after: the outbox holds the $inserted rows inserted");
