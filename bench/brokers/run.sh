@@ -1,29 +1,45 @@
 #!/usr/bin/env bash
-# bench/brokers/run.sh: the outbox publishing into a broker (Kafka, NATS)
-# against the same library publishing the same messages with no database,
-# measured in the same run.
+# bench/brokers/run.sh: QueueBox against a message broker, both ways, each
+# beside an anchor measured in the same run:
+#   publish  the outbox publishing into the broker (Kafka, NATS, RabbitMQ)
+#            against the same library publishing the same messages with no
+#            database;
+#   consume  a broker source's consumer storing a preloaded backlog into the
+#            inbox against pgbench inserting the same inbox rows.
 #
 #   bench/brokers/run.sh [--record] [N_ROWS]        (default 100000)
 #
 # Run from anywhere after `make && make install` (as root, or as a user who
 # can run initdb).  See bench/README.md ("bench/brokers").
 #
-# One temporary PostgreSQL 15 cluster (bench/lib.sh's settings), one Kafka
-# cluster (test/brokers/kafka_mock: librdkafka's mock cluster on loopback TCP,
-# one broker, topics qb.bench and plain.bench with QB_BENCH_KAFKA_PARTITIONS
-# partitions) and one nats-server -js (streams QB on qb.> and PLAIN on
-# plain.>, file storage, made by test/brokers/nats_tool).  Configuration:
-# outbox.batchSize 500; destination kafka (topic qb.bench, config linger.ms 5,
-# the rest as QueueBox sets it: idempotent, acks=all, message.timeout.ms
-# 30000) for rows of topic kafka.bench, destination nats (subject qb.bench,
-# jetstream: true) for rows of topic nats.bench.  For each broker:
+# One temporary PostgreSQL 15 cluster (bench/lib.sh's settings, outbox and
+# consumer workers off until measured, relay off), one Kafka cluster
+# (test/brokers/kafka_mock: librdkafka's mock cluster on loopback TCP, one
+# broker, topics qb.bench and plain.bench with QB_BENCH_KAFKA_PARTITIONS
+# partitions, src.bench with enough partitions to hold N messages: the mock
+# keeps about 5 MB per partition), one nats-server -js (streams QB on qb.>,
+# PLAIN on plain.>, SRC on src.>, file storage, made by
+# test/brokers/nats_tool) and one private rabbitmq-server (loopback ports,
+# its own node name, cookie, mnesia and logs in the temp dir, as
+# test/perl/QueueBoxRabbit.pm starts it; direct exchange bench with durable
+# queues qb.bench, plain.bench and src.bench bound by their names, qb.bench
+# by rabbitmq.bench, the rows' topic).  Configuration: outbox.batchSize 500;
+# destinations kafka (topic qb.bench, config linger.ms 5, the rest as
+# QueueBox sets it: idempotent, acks=all, message.timeout.ms 30000), nats
+# (subject qb.bench, jetstream: true) and rabbitmq (exchange bench, routing
+# key the row's topic, persistent, mandatory, publisher confirms), routed by
+# the rows' topics kafka.bench, nats.bench and rabbitmq.bench.
+#
+# publish, for each broker:
 #   preload  with queuebox.outbox_workers = 0: TRUNCATE, N rows in one
 #            INSERT ... SELECT generate_series (QB_BENCH_KEYS keys, the
 #            ~340-byte payload and the X-Correlation-Id header of
 #            bench/outbox-http), VACUUM ANALYZE, CHECKPOINT.
 #   P1       the anchor: bench/brokers/plain_producer (built here with cc)
 #            publishes N messages of the rows' average payload size, same
-#            keys, same headers, same library and settings, from one process.
+#            keys, same headers, same library and settings, from one process
+#            (RabbitMQ: confirm mode, persistent, mandatory, at most
+#            QB_BENCH_RABBIT_WINDOW messages unconfirmed).
 #   Q        QueueBox: ALTER SYSTEM queuebox.outbox_workers = QB_BENCH_WORKERS,
 #            pg_reload_conf(); the clock runs from the reload until no row is
 #            pending or processing (polled every 100 ms).  rows/s = N / time.
@@ -31,15 +47,56 @@
 #            own account of the phase) and the broker is asked how many
 #            messages it holds (Kafka: also how many distinct message-ids).
 #   P2       the anchor again.
-# Ratio: QueueBox rows/s / the mean of P1 and P2.
+#   Ratio: QueueBox rows/s / the mean of P1 and P2.
+#   RabbitMQ queues are purged before each of P1, Q and P2, so each starts
+#   on an empty queue.
+#
+# consume: first the anchors A1, then for each broker:
+#   preload  the consumer off (queuebox.max_consumer_workers = 0): TRUNCATE
+#            the inbox, store a configuration whose only source is this
+#            broker's (kafka_in: topic src.bench; nats_in: stream SRC,
+#            subject src.>; rabbitmq_in: queue src.bench; batchSize
+#            QB_BENCH_SRC_BATCH, RabbitMQ prefetch QB_BENCH_RABBIT_PREFETCH),
+#            then plain_producer publishes N messages into it (each with a
+#            unique 36-character id the source takes as idempotency key),
+#            CHECKPOINT.
+#   C        ALTER SYSTEM queuebox.max_consumer_workers = 1, pg_reload_conf();
+#            the clock runs from the reload until the source has N inbox rows
+#            (polled every 100 ms: the inbox id sequence, then count(*) once
+#            it reaches N).  rows/s = N / time; also N / (time since the
+#            first id was taken), which leaves out the worker's start and
+#            its connect (a Kafka group join).  Then the worker is stopped
+#            (its stop line: batches, stored, dead, duplicates) and the broker
+#            is asked what is left (RabbitMQ: ready messages; Kafka: the
+#            group's committed offsets; NATS: the durable's state).
+#   and the anchors again (A2).  One outbox worker runs, idle, throughout:
+#   the launcher starts a consumer for each broker source that a worker
+#   counted when it loaded the configuration, and with no outbox worker and
+#   the relay off no worker loads it.  Anchors, pgbench -n -M prepared, one client
+#   (the consumer is one worker), synchronous_commit on (the consumer
+#   commits synchronously), rows like the consumer's (36-character key,
+#   payload of the same size parsed as jsonb, a two-header object):
+#     single   one INSERT ... ON CONFLICT DO NOTHING of one row per
+#              transaction, for QB_BENCH_PGBENCH_T seconds (one fsync per
+#              row: N rows would take minutes on a slow disk);
+#     batched  QB_BENCH_SRC_BATCH rows per INSERT ... SELECT ... ON CONFLICT
+#              DO NOTHING RETURNING, one per transaction, as the consumer's
+#              store does, until N rows.
+#   Ratios: consumer rows/s / the mean of each anchor's A1 and A2.
 #
 # Environment knobs (all optional):
-#   QB_BENCH_BROKERS="kafka nats"   brokers to measure
+#   QB_BENCH_BROKERS="kafka nats rabbitmq"   brokers to measure
+#   QB_BENCH_SIDES="publish consume"         which directions
 #   QB_BENCH_KEYS=1000              distinct keys
 #   QB_BENCH_BATCH=500              outbox.batchSize
 #   QB_BENCH_WORKERS=2              queuebox.outbox_workers during Q
-#   QB_BENCH_KAFKA_PARTITIONS=3     partitions of each mock topic
+#   QB_BENCH_KAFKA_PARTITIONS=3     partitions of qb.bench and plain.bench
 #   QB_BENCH_LINGER_MS=5            linger.ms (QueueBox's config and the anchor's)
+#   QB_BENCH_RABBIT_WINDOW=500      the RabbitMQ anchor's unconfirmed messages
+#                                   (default: QB_BENCH_BATCH, one outbox batch)
+#   QB_BENCH_SRC_BATCH=100          the sources' batchSize (their default)
+#   QB_BENCH_RABBIT_PREFETCH=100    the RabbitMQ source's prefetch (its default)
+#   QB_BENCH_PGBENCH_T=15           seconds of the single-row anchor
 #   QB_BENCH_SHARED_BUFFERS         default 4GB (2GB when RAM < 16 GiB)
 #   QB_BENCH_KEEP=1                 keep the temp dir (cluster, logs) on exit
 #   QB_BENCH_RECORD=1               same as --record: append to bench/RESULTS.md
@@ -55,33 +112,50 @@ CMDLINE="bench/brokers/run.sh"; [[ "$RECORD" == 1 ]] && CMDLINE+=" --record"; CM
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
-BROKERS=${QB_BENCH_BROKERS:-kafka nats}
+BROKERS=${QB_BENCH_BROKERS:-kafka nats rabbitmq}
+SIDES=${QB_BENCH_SIDES:-publish consume}
 KEYS=${QB_BENCH_KEYS:-1000}
 BATCH=${QB_BENCH_BATCH:-500}
 WORKERS=${QB_BENCH_WORKERS:-2}
 PARTS=${QB_BENCH_KAFKA_PARTITIONS:-3}
 LINGER=${QB_BENCH_LINGER_MS:-5}
+WINDOW=${QB_BENCH_RABBIT_WINDOW:-$BATCH}
+SRC_BATCH=${QB_BENCH_SRC_BATCH:-100}
+PREFETCH=${QB_BENCH_RABBIT_PREFETCH:-100}
+PGBENCH_T=${QB_BENCH_PGBENCH_T:-15}
 TIMEOUT=${QB_BENCH_TIMEOUT:-600}
+STALL=60	# the consumer stores nothing for this long: fail
 NATS_SERVER=${NATS_SERVER:-/usr/sbin/nats-server}
+RABBIT_SERVER=${RABBIT_SERVER:-/usr/lib/rabbitmq/bin/rabbitmq-server}
+RABBIT_CTL=$(dirname "$RABBIT_SERVER")/rabbitmqctl
 MEM_KB=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
 if [[ -n "${QB_BENCH_SHARED_BUFFERS:-}" ]]; then SB=$QB_BENCH_SHARED_BUFFERS
 elif (( MEM_KB >= 16 * 1024 * 1024 )); then SB=4GB; else SB=2GB; fi
-for b in $BROKERS; do [[ "$b" == kafka || "$b" == nats ]] || { echo "QB_BENCH_BROKERS: kafka and/or nats" >&2; exit 2; }; done
-for v in "$KEYS" "$BATCH" "$WORKERS" "$PARTS"; do [[ "$v" =~ ^[0-9]+$ && "$v" -ge 1 ]] || { echo "knobs must be numbers >= 1" >&2; exit 2; }; done
+for b in $BROKERS; do [[ "$b" == kafka || "$b" == nats || "$b" == rabbitmq ]] || { echo "QB_BENCH_BROKERS: kafka, nats and/or rabbitmq" >&2; exit 2; }; done
+for v in $SIDES; do [[ "$v" == publish || "$v" == consume ]] || { echo "QB_BENCH_SIDES: publish and/or consume" >&2; exit 2; }; done
+for v in "$KEYS" "$BATCH" "$WORKERS" "$PARTS" "$WINDOW" "$SRC_BATCH" "$PREFETCH" "$PGBENCH_T"; do [[ "$v" =~ ^[0-9]+$ && "$v" -ge 1 ]] || { echo "knobs must be numbers >= 1" >&2; exit 2; }; done
+# src.bench holds the N preloaded messages: the mock keeps about 5 MB (some
+# 12,000 of these messages) per partition and drops the oldest beyond
+SRC_PARTS=$(( (N + 7999) / 8000 )); (( SRC_PARTS >= PARTS )) || SRC_PARTS=$PARTS
+has() { [[ " $1 " == *" $2 "* ]]; }	# has LIST WORD
 
 # ---------------------------------------------------------------- prerequisites
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 qb_bench_prereqs
-[[ -x "$NATS_SERVER" ]] || [[ "$BROKERS" != *nats* ]] || die "$NATS_SERVER is not installed"
-if [[ ! -x "$ROOT/test/brokers/kafka_mock" || ! -x "$ROOT/test/brokers/nats_tool" ]]; then
+[[ -x "$NATS_SERVER" ]] || ! has "$BROKERS" nats || die "$NATS_SERVER is not installed"
+[[ -x "$RABBIT_SERVER" && -x "$RABBIT_CTL" ]] || ! has "$BROKERS" rabbitmq || die "$RABBIT_SERVER is not installed (scripts/setup.sh installs it)"
+PGBENCH=$PGBIN/pgbench; [[ -x "$PGBENCH" ]] || PGBENCH=$(command -v pgbench) || die "pgbench not found"
+if [[ ! -x "$ROOT/test/brokers/kafka_mock" || ! -x "$ROOT/test/brokers/nats_tool" || ! -x "$ROOT/test/brokers/amqp_tool" ]]; then
 	log "building test/brokers (make sink)"
 	make -s -C "$ROOT" sink >/dev/null || die "make sink failed"
 fi
 KAFKA_MOCK=$ROOT/test/brokers/kafka_mock
 NATS_TOOL=$ROOT/test/brokers/nats_tool
+AMQP_TOOL=$ROOT/test/brokers/amqp_tool
 
-POLL_PID="" KM_PID="" NATS_RUN_PID=""
+POLL_PID="" KM_PID="" NATS_RUN_PID="" RMQ_ENV=()
+rabbit() { as_pg env "${RMQ_ENV[@]}" "$@"; }	# rabbit CMD...: in the broker's environment
 bench_cleanup_extra() {
 	[[ -n "${POLL_PID:-}" ]] && kill -TERM "$POLL_PID" 2>/dev/null
 	if [[ -n "${KM_PID:-}" ]]; then
@@ -97,25 +171,33 @@ bench_cleanup_extra() {
 		kill -KILL "$np" 2>/dev/null
 	fi
 	[[ -n "${NATS_RUN_PID:-}" ]] && wait "$NATS_RUN_PID" 2>/dev/null
+	if [[ -s "$WORK/rabbitmq/sid" ]]; then
+		# a graceful stop, then whatever is left of its session, then its epmd
+		local sid; sid=$(cat "$WORK/rabbitmq/sid")
+		rabbit timeout 60 "$RABBIT_CTL" -n "$RMQ_NODE" stop >"$WORK/rabbitmq/stop.out" 2>&1
+		for _ in $(seq 1 300); do [[ -n "$(ps -o pid= -s "$sid")" ]] || break; sleep 0.1; done
+		kill -KILL -- "-$sid" 2>/dev/null
+		rabbit /usr/lib/erlang/bin/epmd -port "$RMQ_EPMD_PORT" -kill >/dev/null 2>&1
+	fi
 	return 0
 }
 qb_bench_workdir brokers
 
 log "building bench/brokers/plain_producer"
 PLAIN=$WORK/plain_producer
-cc -std=gnu11 -O2 -Wall -o "$PLAIN" "$HERE/plain_producer.c" -lrdkafka -lnats || die "cannot build plain_producer"
+cc -std=gnu11 -O2 -Wall -o "$PLAIN" "$HERE/plain_producer.c" -lrdkafka -lnats -lrabbitmq || die "cannot build plain_producer"
 
 # ---------------------------------------------------------------- the brokers
-if [[ "$BROKERS" == *kafka* ]]; then
+if has "$BROKERS" kafka; then
 	mkfifo "$WORK/km.in"
 	"$KAFKA_MOCK" --bootstrap-file "$WORK/km.bootstrap" --topic "qb.bench:$PARTS" --topic "plain.bench:$PARTS" \
-		<"$WORK/km.in" >"$WORK/km.out" 2>"$WORK/km.err" &
+		--topic "src.bench:$SRC_PARTS" <"$WORK/km.in" >"$WORK/km.out" 2>"$WORK/km.err" &
 	KM_PID=$!
 	exec 7>"$WORK/km.in"
 	for _ in $(seq 1 300); do [[ -s "$WORK/km.bootstrap" ]] && break; kill -0 "$KM_PID" 2>/dev/null || break; sleep 0.1; done
 	[[ -s "$WORK/km.bootstrap" ]] || die "kafka_mock did not start: $(cat "$WORK/km.err")"
 	KAFKA_BOOT=$(head -1 "$WORK/km.bootstrap")
-	log "kafka mock cluster at $KAFKA_BOOT (pid $KM_PID, $PARTS partitions per topic)"
+	log "kafka mock cluster at $KAFKA_BOOT (pid $KM_PID, $PARTS partitions for qb.bench and plain.bench, $SRC_PARTS for src.bench)"
 fi
 km_consume() { # km_consume TOPIC: "written kept distinct_message_ids_kept end_line"
 	local off; off=$(stat -c %s "$WORK/km.out")
@@ -135,8 +217,18 @@ for line in sys.stdin:
         end = line.strip()
 print(sum(hw.values()), n, len(ids), end.replace(" ", "_"))'
 }
+km_answer() { # km_answer COMMAND: kafka_mock's one-line answer to it
+	local off; off=$(stat -c %s "$WORK/km.out")
+	echo "$1" >&7
+	for _ in $(seq 1 300); do
+		[[ $(stat -c %s "$WORK/km.out") -gt $off ]] && tail -c +$(( off + 1 )) "$WORK/km.out" | grep -q . && break
+		sleep 0.1
+	done
+	sleep 0.1
+	tail -c +$(( off + 1 )) "$WORK/km.out" | head -1
+}
 
-if [[ "$BROKERS" == *nats* ]]; then
+if has "$BROKERS" nats; then
 	NATS_PORT=$(free_port) || die "no free port"
 	NATS_URL=nats://127.0.0.1:$NATS_PORT
 	as_pg mkdir -p "$WORK/nats"
@@ -152,32 +244,95 @@ if [[ "$BROKERS" == *nats* ]]; then
 	(( ready )) || die "nats-server did not become ready: $(tail -5 "$WORK/nats.log")"
 	"$NATS_TOOL" "$NATS_URL" add-stream QB 'qb.>' || die "add-stream QB"
 	"$NATS_TOOL" "$NATS_URL" add-stream PLAIN 'plain.>' || die "add-stream PLAIN"
+	"$NATS_TOOL" "$NATS_URL" add-stream SRC 'src.>' || die "add-stream SRC"
 	NATS_VERSION=$("$NATS_SERVER" --version 2>&1 | head -1)
-	log "nats-server at $NATS_URL (pid $(cat "$WORK/nats.pid"), $NATS_VERSION), streams QB (qb.>) and PLAIN (plain.>)"
+	log "nats-server at $NATS_URL (pid $(cat "$WORK/nats.pid"), $NATS_VERSION), streams QB (qb.>), PLAIN (plain.>) and SRC (src.>)"
 fi
+
+# A private rabbitmq-server, as test/perl/QueueBoxRabbit.pm starts one: its
+# own node name, loopback ports (AMQP, distribution, epmd), cookie, mnesia,
+# logs and config under $WORK/rabbitmq, no plugins; run as postgres when
+# the script runs as root.
+if has "$BROKERS" rabbitmq; then
+	RD=$WORK/rabbitmq
+	RMQ_NODE=qbbench$$@localhost
+	RMQ_PORT=$(free_port) || die "no free port"
+	RMQ_DIST_PORT=$(free_port) || die "no free port"
+	RMQ_EPMD_PORT=$(free_port) || die "no free port"
+	(( RMQ_PORT != RMQ_DIST_PORT && RMQ_PORT != RMQ_EPMD_PORT && RMQ_DIST_PORT != RMQ_EPMD_PORT )) || die "free_port gave the same port twice; run again"
+	mkdir -p "$RD/home" "$RD/mnesia" "$RD/log"
+	chmod 700 "$RD/home"
+	python3 -c 'import random, string; print("".join(random.choice(string.ascii_uppercase) for _ in range(20)), end="")' >"$RD/home/.erlang.cookie"
+	chmod 400 "$RD/home/.erlang.cookie"
+	: >"$RD/enabled_plugins"; : >"$RD/rabbitmq-env.conf"
+	printf '%s\n' "listeners.tcp.default = 127.0.0.1:$RMQ_PORT" "disk_free_limit.absolute = 1MB" \
+		"log.console = false" "log.file.level = info" >"$RD/rabbitmq.conf"
+	[[ $(id -u) -eq 0 ]] && chown -R postgres: "$RD"
+	RMQ_ENV=(HOME="$RD/home" RABBITMQ_NODENAME="$RMQ_NODE" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+		RABBITMQ_NODE_PORT="$RMQ_PORT" RABBITMQ_DIST_PORT="$RMQ_DIST_PORT"
+		ERL_EPMD_PORT="$RMQ_EPMD_PORT" ERL_EPMD_ADDRESS=127.0.0.1
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}"
+		RABBITMQ_MNESIA_BASE="$RD/mnesia" RABBITMQ_LOG_BASE="$RD/log" RABBITMQ_CONFIG_FILE="$RD/rabbitmq.conf"
+		RABBITMQ_ENABLED_PLUGINS_FILE="$RD/enabled_plugins" RABBITMQ_CONF_ENV_FILE="$RD/rabbitmq-env.conf"
+		RABBITMQ_PID_FILE="$RD/rabbitmq.pid" RABBITMQ_ALLOW_INPUT= LANG=C.UTF-8 LC_ALL=C.UTF-8)
+	t_rmq=$EPOCHREALTIME
+	# its own session (the cleanup stops all of it); sid: the session's id
+	rabbit setsid bash -c 'echo $$ >"$1/sid"; exec "$2"' - "$RD" "$RABBIT_SERVER" </dev/null >"$RD/server.out" 2>&1 &
+	ready=0
+	for _ in $(seq 1 120); do
+		if rabbit timeout 40 "$RABBIT_CTL" -n "$RMQ_NODE" await_startup --timeout 30 >"$RD/await.out" 2>&1; then ready=1; break; fi
+		[[ -s "$RD/sid" && -n "$(ps -o pid= -s "$(cat "$RD/sid")")" ]] || break
+		sleep 0.5
+	done
+	(( ready )) || die "rabbitmq-server did not start: $(tail -5 "$RD/server.out") $(tail -3 "$RD/await.out")"
+	RABBIT_URL=amqp://guest:guest@127.0.0.1:$RMQ_PORT/
+	"$AMQP_TOOL" "$RABBIT_URL" exchange bench direct queue qb.bench queue plain.bench queue src.bench \
+		bind qb.bench bench rabbitmq.bench bind plain.bench bench plain.bench bind src.bench bench src.bench \
+		|| die "cannot declare the RabbitMQ exchange and queues"
+	RABBIT_VERSION=$(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || echo '?')
+	log "rabbitmq-server $RABBIT_VERSION at $RABBIT_URL (node $RMQ_NODE, up in $(python3 -c "print(round($EPOCHREALTIME - $t_rmq, 1))") s); exchange bench, queues qb.bench, plain.bench, src.bench"
+fi
+rmq_count() { "$AMQP_TOOL" "$RABBIT_URL" count "$1"; }
+rmq_purge() { "$AMQP_TOOL" "$RABBIT_URL" purge "$1" >/dev/null || die "cannot purge $1"; }
 
 # ---------------------------------------------------------------- the cluster
 qb_bench_cluster brokers 50 off
 q postgres "CREATE DATABASE bench"
 q bench "CREATE EXTENSION queuebox"
-q bench "SELECT queuebox.configure(\$yaml\$
+
+# configure [SOURCE_YAML]: the destinations and routes, and at most one
+# broker source (the consumer side measures one at a time)
+configure() {
+	q bench "SELECT queuebox.configure(\$yaml\$
 outbox: { batchSize: $BATCH }
 destinations:
   kafka: { type: kafka, brokers: \"${KAFKA_BOOT:-127.0.0.1:9}\", topic: qb.bench, config: { \"linger.ms\": \"$LINGER\" } }
   nats: { type: nats, url: \"${NATS_URL:-nats://127.0.0.1:9}\", subject: qb.bench, jetstream: true }
+  rabbitmq: { type: rabbitmq, url: \"${RABBIT_URL:-amqp://guest:guest@127.0.0.1:9/}\", exchange: bench, persistent: true, mandatory: true }
 routes:
   - { topicPattern: \"kafka.**\", destination: kafka }
   - { topicPattern: \"nats.**\", destination: nats }
+  - { topicPattern: \"rabbitmq.**\", destination: rabbitmq }
+${1:+sources:
+  $1}
 \$yaml\$)" >/dev/null
+}
+configure
 
-worker_count() { q bench "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'queuebox outbox%'"; }
-set_workers() { # set_workers K: ALTER SYSTEM + reload, returns at once
-	q postgres "ALTER SYSTEM SET queuebox.outbox_workers = $1"
+role_count() { q bench "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'queuebox $1%'"; }
+set_guc() { # set_guc NAME VALUE: ALTER SYSTEM + reload, returns at once
+	q postgres "ALTER SYSTEM SET queuebox.$1 = $2"
 	q postgres "SELECT pg_reload_conf()" >/dev/null
 }
-wait_workers() { # wait_workers K: until K outbox workers run
-	for _ in $(seq 1 300); do [[ "$(worker_count)" == "$1" ]] && return 0; sleep 0.1; done
-	die "expected $1 outbox workers, pg_stat_activity shows $(worker_count)"
+wait_role() { # wait_role ROLE K: until K workers of the role (outbox, consumer) run
+	for _ in $(seq 1 300); do [[ "$(role_count "$1")" == "$2" ]] && return 0; sleep 0.1; done
+	die "expected $2 $1 workers, pg_stat_activity shows $(role_count "$1")"
+}
+set_guc max_consumer_workers 0
+# stop_line ROLE FROM_LINE: the stop lines the role's workers logged since
+stop_line() {
+	tail -n +$(( $2 + 1 )) "$WORK/pg.log" | grep -A1 "queuebox $1 [0-9]* stopped" \
+		| sed -n "s/.*LOG: *queuebox $1 \([0-9]*\) stopped: \(.*\)/worker \1: \2/p; s/.*DETAIL: *\(.*\)/  \1/p" | paste -sd' ' - || true
 }
 
 # ---------------------------------------------------------------- helpers
@@ -188,6 +343,8 @@ PAYLOAD_SQL="jsonb_build_object('seq', g, 'type', 'order.created', 'orderId', 'o
                               jsonb_build_object('sku', 'B-200', 'qty', 1, 'price', '5.00')),
   'total', '44.80', 'currency', 'EUR', 'note', 'padding padding padding padding padding pad')"
 HEADERS_SQL="'{\"X-Correlation-Id\":\"c\"}'::jsonb"
+# the rows' average payload size as PostgreSQL prints it: every message's size
+SIZE=$(q bench "SELECT round(avg(octet_length(($PAYLOAD_SQL)::text))) FROM generate_series(1, $N) g")
 
 # Poll every 100 ms from one psql session until no row is pending or
 # processing.  Echoes the time.
@@ -195,43 +352,117 @@ wait_drained() { # wait_drained DEADLINE_EPOCH
 	qb_bench_poll_until_false "$1" "SELECT EXISTS (SELECT 1 FROM queuebox.outbox WHERE state = 'pending') OR EXISTS (SELECT 1 FROM queuebox.outbox WHERE state = 'processing');"
 }
 
-plain_run() { # plain_run BROKER KEY SIZE: the anchor, into R[KEY_*]
+# wait_inbox N SOURCE DEADLINE_EPOCH: poll every 100 ms from one psql
+# session until SOURCE has N inbox rows.  Cheap while it runs: the inbox id
+# sequence (taken by every insert, before it commits); count(*) only once it
+# reaches N.  Echoes "T_FIRST T_END" (the first poll that saw an id taken,
+# the poll that saw N rows), or "fail: why".
+wait_inbox() {
+	local n=$1 src=$2 deadline=$3 line t s c t_first="" last=-1 changed=$EPOCHSECONDS
+	local sql="SELECT s || ' ' || CASE WHEN s >= $n THEN (SELECT count(*) FROM queuebox.inbox WHERE source = '$src')::text ELSE '-' END FROM (SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('queuebox.inbox', 'id')::regclass), 0) AS s) x;"
+	coproc POLL { "$PSQL" "$CONN_BASE dbname=bench" -X -At -q 2>&1; }
+	while :; do
+		echo "$sql" >&"${POLL[1]}"
+		IFS= read -r -t 30 line <&"${POLL[0]}" || line=timeout
+		t=$EPOCHREALTIME
+		if [[ ! "$line" =~ ^([0-9]+)\ ([0-9]+|-)$ ]]; then echo "fail: the poll answered: $line"; break; fi
+		s=${BASH_REMATCH[1]} c=${BASH_REMATCH[2]}
+		[[ -z "$t_first" ]] && (( s > 0 )) && t_first=$t
+		if [[ "$c" != - ]] && (( c >= n )); then echo "$t_first $t"; break; fi
+		(( s != last )) && { last=$s; changed=$EPOCHSECONDS; }
+		if (( EPOCHSECONDS - changed > STALL )); then echo "fail: nothing stored for ${STALL}s: $s ids taken, $c rows"; break; fi
+		if (( EPOCHSECONDS > deadline )); then echo "fail: timeout: $s ids taken"; break; fi
+		if grep -q 'terminated by signal' "$WORK/pg.log"; then echo "fail: a server process crashed"; break; fi
+		sleep 0.1
+	done
+	{ echo '\q' >&"${POLL[1]}"; } 2>/dev/null || true
+	wait "$POLL_PID" 2>/dev/null || true
+	POLL_PID=
+}
+
+# plain_run BROKER KEY TARGET: plain_producer publishes N messages of SIZE
+# bytes to TARGET (topic, subject, or routing key on exchange bench); the
+# figures go into R[KEY_*]
+plain_run() {
 	local out rc=0
-	if [[ "$1" == kafka ]]; then
-		out=$("$PLAIN" kafka "$KAFKA_BOOT" plain.bench "$N" "$KEYS" "$3" "$LINGER") || rc=$?
-	else
-		out=$("$PLAIN" nats "$NATS_URL" plain.bench "$N" "$KEYS" "$3") || rc=$?
-	fi
-	log "plain $1: $out"
+	case $1 in
+		kafka) out=$("$PLAIN" kafka "$KAFKA_BOOT" "$3" "$N" "$KEYS" "$SIZE" "$LINGER") || rc=$? ;;
+		nats) out=$("$PLAIN" nats "$NATS_URL" "$3" "$N" "$KEYS" "$SIZE") || rc=$? ;;
+		rabbitmq) out=$("$PLAIN" rabbitmq "$RABBIT_URL" bench "$3" "$N" "$KEYS" "$SIZE" "$WINDOW") || rc=$? ;;
+	esac
+	log "plain $1 -> $3: $out"
 	(( rc == 0 )) || die "plain_producer $1 failed (exit $rc): $out"
 	read -r _ R[${2}_acked] _ R[${2}_elapsed] _ R[${2}_rows_s] _ R[${2}_setup_ms] _ R[${2}_errors] _ <<<"$out"
 }
 
-# ================================================================ the runs
+# the consumer's anchors: pgbench, one client, rows like the consumer's
+q bench "CREATE SEQUENCE anchor_seq"
+python3 - "$WORK" "$SIZE" "$SRC_BATCH" <<'PY'
+import sys
+work, size, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+# payload {"seq":n,"pad":"x..."}: about SIZE bytes for a 6-digit n
+pad = max(1, size - 23)
+row = ("SELECT 'anchor', k, ('{\"seq\":' || n || ',\"pad\":\"' || repeat('x', %d) || '\"}')::jsonb, "
+       "('{\"X-Correlation-Id\":\"c\",\"message-id\":\"' || k || '\"}')::jsonb "
+       "FROM (SELECT n, '00000000-0000-4000-8000-' || lpad(n::text, 12, '0') AS k "
+       "FROM (SELECT nextval('anchor_seq') AS n FROM generate_series(1, %d)) s) r ")
+with open(work + "/anchor-single.sql", "w") as f:
+    f.write("INSERT INTO queuebox.inbox (source, idempotency_key, payload, headers) "
+            + row % (pad, 1) + "ON CONFLICT (source, idempotency_key) DO NOTHING;\n")
+with open(work + "/anchor-batched.sql", "w") as f:
+    f.write("INSERT INTO queuebox.inbox (source, idempotency_key, payload, headers) "
+            + row % (pad, batch) + "ON CONFLICT (source, idempotency_key) DO NOTHING RETURNING id, source, idempotency_key;\n")
+PY
+chmod 644 "$WORK"/anchor-*.sql
+
+# anchor_runs TAG: the single-row and the batched anchor, into R[TAG_*]
+anchor_runs() {
+	local tag=$1 kind tps rows args
+	for kind in single batched; do
+		q bench "TRUNCATE queuebox.inbox RESTART IDENTITY"
+		q postgres "CHECKPOINT"
+		busy_note
+		if [[ $kind == single ]]; then args=(-T "$PGBENCH_T"); else args=(-t $(( (N + SRC_BATCH - 1) / SRC_BATCH ))); fi
+		"$PGBENCH" -h 127.0.0.1 -p "$PGPORT" -U postgres -n -M prepared -c 1 -j 1 "${args[@]}" \
+			-f "$WORK/anchor-$kind.sql" bench >"$WORK/pgbench-$tag-$kind.out" 2>&1 \
+			|| { cat "$WORK/pgbench-$tag-$kind.out" >&2; die "pgbench failed ($tag $kind)"; }
+		tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$WORK/pgbench-$tag-$kind.out")
+		[[ -n "$tps" ]] || { cat "$WORK/pgbench-$tag-$kind.out" >&2; die "could not read pgbench's tps ($tag $kind)"; }
+		rows=$(q bench "SELECT count(*) FROM queuebox.inbox WHERE source = 'anchor'")
+		if [[ $kind == single ]]; then R[${tag}_${kind}]=$(printf '%.0f' "$tps"); else R[${tag}_${kind}]=$(python3 -c "print(round($tps * $SRC_BATCH))"); fi
+		R[${tag}_${kind}_rows]=$rows
+		log "anchor $tag $kind: ${R[${tag}_${kind}]} rows/s ($rows rows, pgbench: $(grep -E '^(number of transactions actually|latency average)' "$WORK/pgbench-$tag-$kind.out" | paste -sd';' -))"
+	done
+}
+
+# ================================================================ publish
 busy_note
+if has "$SIDES" publish; then
 for B in $BROKERS; do
 	# preload, workers off
-	set_workers 0
-	wait_workers 0
+	set_guc outbox_workers 0
+	wait_role outbox 0
 	q bench "TRUNCATE queuebox.outbox"
 	log "$B: preloading $N rows ($KEYS keys, topic $B.bench)"
 	q bench "INSERT INTO queuebox.outbox (topic, key, payload, headers)
 	         SELECT '$B.bench', 'k' || (g % $KEYS), $PAYLOAD_SQL, $HEADERS_SQL FROM generate_series(1, $N) g"
-	R[${B}_size]=$(q bench "SELECT round(avg(octet_length(payload::text))) FROM queuebox.outbox")
 	q bench "VACUUM ANALYZE queuebox.outbox"
 	q postgres "CHECKPOINT"
-	log "$B: payload $(( R[${B}_size] )) bytes on average"
+	log "$B: payload $SIZE bytes on average"
 
 	# P1: the anchor
+	[[ $B == rabbitmq ]] && rmq_purge plain.bench
 	busy_note
-	plain_run "$B" "${B}_p1" "${R[${B}_size]}"
+	plain_run "$B" "${B}_p1" plain.bench
+	[[ $B == rabbitmq ]] && R[${B}_p1_queue]=$(rmq_count plain.bench)
 
 	# Q: QueueBox
+	[[ $B == rabbitmq ]] && rmq_purge qb.bench
 	busy_note
 	logline=$(wc -l <"$WORK/pg.log")
 	log "$B: starting $WORKERS outbox workers (batchSize $BATCH)"
 	t0=$(now)
-	set_workers "$WORKERS"
+	set_guc outbox_workers "$WORKERS"
 	t1=$(wait_drained $(( EPOCHSECONDS + TIMEOUT )))
 	[[ "$t1" =~ ^[0-9] ]] || die "$B: the outbox did not drain within ${TIMEOUT}s ($t1): $(q bench "SELECT state, count(*) FROM queuebox.outbox GROUP BY 1" | tr '\n' ' '); last_error: $(q bench "SELECT last_error FROM queuebox.outbox WHERE last_error IS NOT NULL LIMIT 1")"
 	R[${B}_q_elapsed]=$(python3 -c "print(f'{$t1 - $t0:.3f}')")
@@ -239,44 +470,132 @@ for B in $BROKERS; do
 	read -r R[${B}_sent] R[${B}_dead] R[${B}_retried] <<<"$(q bench "SELECT count(*) FILTER (WHERE state = 'sent'), count(*) FILTER (WHERE state = 'dead'), count(*) FILTER (WHERE attempt > 1) FROM queuebox.outbox" | tr '|' ' ')"
 	R[${B}_last_error]=$(q bench "SELECT last_error || ' (' || count(*) || ' rows)' FROM queuebox.outbox WHERE last_error IS NOT NULL GROUP BY last_error ORDER BY count(*) DESC LIMIT 2" | paste -sd';' -)
 	log "$B: QueueBox $N rows in ${R[${B}_q_elapsed]}s -> ${R[${B}_q_rows_s]} rows/s; sent ${R[${B}_sent]}, dead ${R[${B}_dead]}, retried ${R[${B}_retried]}${R[${B}_last_error]:+; last_error: ${R[${B}_last_error]}}"
-	set_workers 0
-	wait_workers 0
+	set_guc outbox_workers 0
+	wait_role outbox 0
 	sleep 0.5
-	R[${B}_account]=$(tail -n +$(( logline + 1 )) "$WORK/pg.log" | grep -A1 'queuebox outbox [0-9]* stopped' | sed -n 's/.*LOG: *queuebox outbox \([0-9]*\) stopped: \(.*\)/worker \1: \2/p; s/.*DETAIL: *\(.*\)/  \1/p' | paste -sd' ' - || true)
+	R[${B}_account]=$(stop_line outbox "$logline")
 	[[ -n "${R[${B}_account]}" ]] && log "$B: ${R[${B}_account]}"
-	if [[ "$B" == kafka ]]; then
-		read -r written msgs ids end <<<"$(km_consume qb.bench)"
-		R[${B}_broker]="topic qb.bench: $written messages written (sum of the partitions' end offsets), the last $msgs kept by the mock (it keeps about 5 MB per partition) with $ids distinct message-ids ($end)"
-	else
-		R[${B}_broker]="stream QB holds $("$NATS_TOOL" "$NATS_URL" count QB 2>&1) messages"
-	fi
+	case $B in
+		kafka)
+			read -r written msgs ids end <<<"$(km_consume qb.bench)"
+			R[${B}_broker]="topic qb.bench: $written messages written (sum of the partitions' end offsets), the last $msgs kept by the mock (it keeps about 5 MB per partition) with $ids distinct message-ids ($end)" ;;
+		nats) R[${B}_broker]="stream QB holds $("$NATS_TOOL" "$NATS_URL" count QB 2>&1) messages" ;;
+		rabbitmq) R[${B}_broker]="queue qb.bench holds $(rmq_count qb.bench) messages" ;;
+	esac
 	log "$B: ${R[${B}_broker]}"
 
 	# P2: the anchor again
+	[[ $B == rabbitmq ]] && rmq_purge plain.bench
 	busy_note
-	plain_run "$B" "${B}_p2" "${R[${B}_size]}"
+	plain_run "$B" "${B}_p2" plain.bench
+	if [[ $B == rabbitmq ]]; then
+		R[${B}_p2_queue]=$(rmq_count plain.bench)
+		R[${B}_broker]+="; plain.bench held ${R[${B}_p1_queue]} and ${R[${B}_p2_queue]}"
+		rmq_purge plain.bench; rmq_purge qb.bench
+	fi
 	R[${B}_p_mean]=$(python3 -c "print(round((${R[${B}_p1_rows_s]} + ${R[${B}_p2_rows_s]}) / 2))")
 	R[${B}_ratio]=$(fdiv "${R[${B}_q_rows_s]}" "${R[${B}_p_mean]}" 3)
 	if [[ "${R[${B}_sent]}" == "$N" && "${R[${B}_dead]}" == 0 ]]; then R[${B}_check]=ok; else R[${B}_check]=FAIL; fi
 done
+set_guc outbox_workers 0
+wait_role outbox 0
+q bench "TRUNCATE queuebox.outbox"
+fi
+
+# ================================================================ consume
+if has "$SIDES" consume; then
+# One idle outbox worker runs throughout (the outbox is empty): the launcher
+# starts a consumer per broker source counted by a worker that loaded the
+# configuration, and with no outbox worker and no relay none loads it.
+set_guc outbox_workers 1
+wait_role outbox 1
+anchor_runs a1
+for B in $BROKERS; do
+	SRC=${B}_in
+	case $B in
+		kafka) yaml="$SRC: { type: kafka, brokers: \"$KAFKA_BOOT\", topics: [src.bench], batchSize: $SRC_BATCH }"; target=src.bench ;;
+		nats) yaml="$SRC: { type: nats, url: \"$NATS_URL\", stream: SRC, subject: \"src.>\", batchSize: $SRC_BATCH }"; target=src.bench ;;
+		rabbitmq) yaml="$SRC: { type: rabbitmq, url: \"$RABBIT_URL\", queue: src.bench, prefetch: $PREFETCH, batchSize: $SRC_BATCH }"; target=src.bench ;;
+	esac
+	# preload, the consumer off
+	set_guc max_consumer_workers 0
+	wait_role consumer 0
+	q bench "TRUNCATE queuebox.inbox RESTART IDENTITY"
+	configure "$yaml"
+	log "$B: preloading $N messages into $target"
+	plain_run "$B" "${B}_pre" "$target"
+	q postgres "CHECKPOINT"
+
+	# C: the consumer
+	busy_note
+	logline=$(wc -l <"$WORK/pg.log")
+	log "$B: starting the consumer of source $SRC (batchSize $SRC_BATCH)"
+	t0=$(now)
+	set_guc max_consumer_workers 1
+	res=$(wait_inbox "$N" "$SRC" $(( EPOCHSECONDS + TIMEOUT )))
+	[[ "$res" =~ ^[0-9.]+\ [0-9.]+$ ]] || die "$B: the consumer did not store $N rows ($res)$([[ $B == kafka ]] && echo "; the mock keeps about 5 MB per partition of src.bench ($SRC_PARTS partitions): a shortfall may be messages it dropped"); $(grep -m3 'queuebox consumer' "$WORK/pg.log" | tail -3 | paste -sd' ' -)"
+	read -r tf t1 <<<"$res"
+	R[c_${B}_elapsed]=$(python3 -c "print(f'{$t1 - $t0:.3f}')")
+	R[c_${B}_rows_s]=$(python3 -c "print(round($N / ($t1 - $t0)))")
+	R[c_${B}_start]=$(python3 -c "print(f'{$tf - $t0:.2f}')")
+	R[c_${B}_steady]=$(python3 -c "print(round($N / ($t1 - $tf)) if $t1 > $tf else 'n/a')")
+	read -r R[c_${B}_rows] R[c_${B}_dead] <<<"$(q bench "SELECT count(*), count(*) FILTER (WHERE state = 'dead') FROM queuebox.inbox WHERE source = '$SRC'" | tr '|' ' ')"
+	log "$B: consumer $N rows in ${R[c_${B}_elapsed]}s -> ${R[c_${B}_rows_s]} rows/s (first id after ${R[c_${B}_start]}s; ${R[c_${B}_steady]} rows/s from there); rows ${R[c_${B}_rows]}, dead ${R[c_${B}_dead]}"
+	set_guc max_consumer_workers 0
+	wait_role consumer 0
+	sleep 0.5
+	R[c_${B}_account]=$(stop_line consumer "$logline")
+	[[ -n "${R[c_${B}_account]}" ]] && log "$B: ${R[c_${B}_account]}"
+	case $B in
+		kafka) R[c_${B}_broker]="group queuebox-$SRC committed offsets summing to $(km_answer "committed queuebox-$SRC src.bench" | awk '$1 == "ok" {s = 0; for (i = 2; i <= NF; i++) s += $i; print s; next} {print "? (" $0 ")"}') on src.bench ($SRC_PARTS partitions)" ;;
+		nats) R[c_${B}_broker]="durable queuebox-$SRC: $("$NATS_TOOL" "$NATS_URL" consumer SRC "queuebox-$SRC" 2>&1)" ;;
+		rabbitmq) R[c_${B}_broker]="queue src.bench: $(rmq_count src.bench) ready left" ;;
+	esac
+	log "$B: ${R[c_${B}_broker]}"
+	if [[ "${R[c_${B}_rows]}" == "$N" && "${R[c_${B}_dead]}" == 0 ]]; then R[c_${B}_check]=ok; else R[c_${B}_check]=FAIL; fi
+done
+configure
+anchor_runs a2
+set_guc outbox_workers 0
+wait_role outbox 0
+for kind in single batched; do
+	R[a_${kind}]=$(python3 -c "print(round((${R[a1_${kind}]} + ${R[a2_${kind}]}) / 2))")
+done
+for B in $BROKERS; do
+	R[c_${B}_r_single]=$(fdiv "${R[c_${B}_rows_s]}" "${R[a_single]}" 2)
+	R[c_${B}_r_batched]=$(fdiv "${R[c_${B}_rows_s]}" "${R[a_batched]}" 2)
+done
+fi
 busy_note
 if c=$(grep -m1 'terminated by signal' "$WORK/pg.log"); then die "a server process crashed: $c"; fi
 
 # ================================================================ summary
-RABBIT="not measured: no RabbitMQ publisher at HEAD (src/common/qb_pub_amqp.c)"
-git -C "$ROOT" cat-file -e HEAD:src/common/qb_pub_amqp.c 2>/dev/null && RABBIT="not measured yet by this script (HEAD has a RabbitMQ publisher: add it here)"
 SUMMARY=$(
-	echo "| broker | QueueBox (rows/s) | plain producer, before / after (rows/s) | QueueBox / plain (mean) | checks |"
-	echo "|---|---|---|---|---|"
+	if has "$SIDES" publish; then
+		echo "Publish: the outbox into the broker."
+		echo
+		echo "| broker | QueueBox (rows/s) | plain producer, before / after (rows/s) | QueueBox / plain (mean) | checks |"
+		echo "|---|---|---|---|---|"
+		for B in $BROKERS; do
+			echo "| $B | ${R[${B}_q_rows_s]} (${R[${B}_q_elapsed]} s) | ${R[${B}_p1_rows_s]} (${R[${B}_p1_elapsed]} s) / ${R[${B}_p2_rows_s]} (${R[${B}_p2_elapsed]} s) | ${R[${B}_ratio]} | ${R[${B}_check]}: sent ${R[${B}_sent]}, dead ${R[${B}_dead]}, rows retried ${R[${B}_retried]}; ${R[${B}_broker]}; plain: ${R[${B}_p1_acked]} + ${R[${B}_p2_acked]} acknowledged |"
+		done
+		echo
+	fi
+	if has "$SIDES" consume; then
+		echo "Consume: a broker source's backlog into the inbox (one consumer worker, batchSize $SRC_BATCH)."
+		echo
+		echo "| source | consumer (rows/s) from the reload | from the first id taken | single-row INSERT, before / after (rows/s) | batched INSERT of $SRC_BATCH, before / after (rows/s) | consumer / single-row | consumer / batched | checks |"
+		echo "|---|---|---|---|---|---|---|---|"
+		for B in $BROKERS; do
+			echo "| $B | ${R[c_${B}_rows_s]} (${R[c_${B}_elapsed]} s) | ${R[c_${B}_steady]} (first id after ${R[c_${B}_start]} s) | ${R[a1_single]} / ${R[a2_single]} | ${R[a1_batched]} / ${R[a2_batched]} | ${R[c_${B}_r_single]} | ${R[c_${B}_r_batched]} | ${R[c_${B}_check]}: rows ${R[c_${B}_rows]}, dead ${R[c_${B}_dead]}; ${R[c_${B}_broker]}; preload by plain_producer ${R[${B}_pre_rows_s]} msg/s |"
+		done
+		echo
+		echo "Anchors, pgbench -n -M prepared -c 1 over TCP: single-row = one INSERT ... ON CONFLICT DO NOTHING per transaction for ${PGBENCH_T} s (${R[a1_single_rows]} and ${R[a2_single_rows]} rows); batched = $SRC_BATCH rows per INSERT ... SELECT ... ON CONFLICT DO NOTHING RETURNING per transaction, as the consumer's store, ${R[a1_batched_rows]} and ${R[a2_batched_rows]} rows."
+	fi
 	for B in $BROKERS; do
-		echo "| $B | ${R[${B}_q_rows_s]} (${R[${B}_q_elapsed]} s) | ${R[${B}_p1_rows_s]} (${R[${B}_p1_elapsed]} s) / ${R[${B}_p2_rows_s]} (${R[${B}_p2_elapsed]} s) | ${R[${B}_ratio]} | ${R[${B}_check]}: sent ${R[${B}_sent]}, dead ${R[${B}_dead]}, rows retried ${R[${B}_retried]}; ${R[${B}_broker]}; plain: ${R[${B}_p1_acked]} + ${R[${B}_p2_acked]} acknowledged |"
-	done
-	echo "| rabbitmq | $RABBIT | | | |"
-	echo
-	echo "Consumer (inbox) rows/s: not measured yet."
-	for B in $BROKERS; do
-		[[ -n "${R[${B}_last_error]}" ]] && echo "$B rows retried, most common last_error: ${R[${B}_last_error]}."
-		[[ -n "${R[${B}_account]}" ]] && echo "$B, the outbox workers' own account at stop: ${R[${B}_account]}"
+		[[ -n "${R[${B}_last_error]:-}" ]] && echo "$B rows retried, most common last_error: ${R[${B}_last_error]}."
+		[[ -n "${R[${B}_account]:-}" ]] && echo "$B, the outbox workers' own account at stop: ${R[${B}_account]}"
+		[[ -n "${R[c_${B}_account]:-}" ]] && echo "$B, the consumer's own account at stop: ${R[c_${B}_account]}"
 	done
 	echo "CPU busy while the benchmark was idle, at the start, before each measurement and at the end (%): ${BUSY[*]} (above ~15: the machine was shared, figures are low)."
 )
@@ -289,11 +608,16 @@ if [[ "$RECORD" == 1 ]]; then
 		echo
 		echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — bench/brokers, N=$N, commit $COMMIT${R_SANITIZED:+ ($R_SANITIZED)}"
 		echo
-		echo "Command: \`$CMDLINE\` (brokers \"$BROKERS\", keys $KEYS, batchSize $BATCH, workers $WORKERS)."
+		echo "Command: \`$CMDLINE\` (brokers \"$BROKERS\", sides \"$SIDES\", keys $KEYS, batchSize $BATCH, workers $WORKERS, source batchSize $SRC_BATCH)."
 		echo "Machine: $(nproc) cores, $(( MEM_KB / 1024 / 1024 )) GiB RAM, $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-linux}"), kernel $(uname -r)."
-		echo "PostgreSQL $PGVERSION, fresh cluster: shared_buffers $SB, max_wal_size 16GB, checkpoint_timeout 30min, fsync on, synchronous_commit on; queuebox.outbox_workers 0 while preloading, $WORKERS while measured."
-		echo "Brokers on the same machine: Kafka = librdkafka $(dpkg-query -W -f '${Version}' librdkafka1 2>/dev/null || echo '?')'s mock cluster (test/brokers/kafka_mock, 1 broker, $PARTS partitions, in memory; not a real Kafka broker); NATS = ${NATS_VERSION:-n/a} -js, file storage, cnats $(dpkg-query -W -f '${Version}' libnats3.4 2>/dev/null || echo '?')."
-		echo "QueueBox: N rows preloaded with the workers off (~${R[${BROKERS%% *}_size]}-byte payload, $KEYS keys, header X-Correlation-Id), VACUUM ANALYZE + CHECKPOINT, then the workers started by ALTER SYSTEM + pg_reload_conf(); time from the reload until no row is pending or processing. Kafka destination: topic qb.bench, linger.ms $LINGER, idempotent, acks=all (QueueBox's settings); NATS destination: subject qb.bench, jetstream true. Anchor: bench/brokers/plain_producer, one process, the same library and settings, N messages of the same size, keys and headers (Kafka: produce all, flush; NATS: js_PublishMsgAsync all, js_PublishAsyncComplete), run before and after QueueBox; its time includes making the connection, as QueueBox's includes starting the workers."
+		echo "PostgreSQL $PGVERSION, fresh cluster: shared_buffers $SB, max_wal_size 16GB, checkpoint_timeout 30min, fsync on, synchronous_commit on; queuebox.outbox_workers 0 and queuebox.max_consumer_workers 0 except while measured, relay off."
+		echo "Brokers on the same machine: Kafka = librdkafka $(dpkg-query -W -f '${Version}' librdkafka1 2>/dev/null || echo '?')'s mock cluster (test/brokers/kafka_mock, 1 broker, $PARTS partitions for the outbox's topics, $SRC_PARTS for the source's, in memory; not a real Kafka broker); NATS = ${NATS_VERSION:-n/a} -js, file storage, cnats $(dpkg-query -W -f '${Version}' libnats3.4 2>/dev/null || echo '?'); RabbitMQ = rabbitmq-server ${RABBIT_VERSION:-n/a} (Erlang $(dpkg-query -W -f '${Version}' erlang-base 2>/dev/null || echo '?')), durable classic queues, librabbitmq $(dpkg-query -W -f '${Version}' librabbitmq4 2>/dev/null || echo '?')."
+		if has "$SIDES" publish; then
+			echo "Publish: N rows preloaded with the workers off (~$SIZE-byte payload, $KEYS keys, header X-Correlation-Id), VACUUM ANALYZE + CHECKPOINT, then the workers started by ALTER SYSTEM + pg_reload_conf(); time from the reload until no row is pending or processing. Kafka destination: topic qb.bench, linger.ms $LINGER, idempotent, acks=all (QueueBox's settings); NATS destination: subject qb.bench, jetstream true; RabbitMQ destination: exchange bench, routing key the topic, persistent, mandatory, publisher confirms. Anchor: bench/brokers/plain_producer, one process, the same library and settings, N messages of the same size, keys and headers (Kafka: produce all, flush; NATS: js_PublishMsgAsync all, js_PublishAsyncComplete; RabbitMQ: confirm mode, persistent, mandatory, at most $WINDOW unconfirmed), run before and after QueueBox; its time includes making the connection, as QueueBox's includes starting the workers."
+		fi
+		if has "$SIDES" consume; then
+			echo "Consume: N messages (~$SIZE bytes, a unique 36-character id each) preloaded by plain_producer with the consumer off, then queuebox.max_consumer_workers 1 by ALTER SYSTEM + pg_reload_conf(); time from the reload until the source has N inbox rows. Sources: kafka (topic src.bench, a new group), nats (stream SRC, a new durable pull consumer), rabbitmq (queue src.bench, prefetch $PREFETCH), each batchSize $SRC_BATCH. Anchors measured before and after the consumers; the ratios use their mean."
+		fi
 		echo
 		echo "$SUMMARY"
 	} >>"$ROOT/bench/RESULTS.md"
