@@ -470,7 +470,14 @@ qbns_ack(void *p, const QbDelivery *d, int n, char *err, size_t errlen)
 
 		if (m == NULL)
 			continue;
-		s = i == last ? natsMsg_AckSync(m, &jo, &jerr) : natsMsg_Ack(m, &jo);
+		/*
+		 * Options with a Wait make cnats send every ack as a request and wait
+		 * for its reply: a batch cost one round trip per message, and with
+		 * the server gone the worker stalled Wait per message.  The others go
+		 * without options, a plain publish (kept in cnats's reconnect buffer
+		 * while it reconnects).
+		 */
+		s = i == last ? natsMsg_AckSync(m, &jo, &jerr) : natsMsg_Ack(m, NULL);
 		if (s != NATS_OK && bad == NATS_OK)
 		{
 			bad = s;
@@ -480,9 +487,8 @@ qbns_ack(void *p, const QbDelivery *d, int n, char *err, size_t errlen)
 	}
 	if (bad == NATS_OK)
 		return 0;
-	/* the rows are stored: a lost ack only brings the repeats back */
-	snprintf(err, errlen,
-			 "acknowledging to NATS at %s (%s) failed: %s; the server will redeliver and the repeats are counted as duplicates",
+	/* the rows are stored: a lost ack only brings the repeats back (the engine says so) */
+	snprintf(err, errlen, "acknowledging to NATS at %s (%s) failed: %s",
 			 c->url, c->what, why);
 	return -1;
 }

@@ -24,6 +24,12 @@
  *	errors N CODE	the next N produce requests fail with Kafka error CODE
  *					(a number, e.g. 6 NOT_LEADER_FOR_PARTITION), then "ok"
  *	down ID, up ID	broker ID (1..N) refuses connections / takes them again
+ *					(no leader moves: what it leads or coordinates waits)
+ *	coordinator GROUP ID
+ *					broker ID coordinates GROUP, so a test can take the
+ *					coordinator down without the partitions' leaders; "ok"
+ *	leader TOPIC PARTITION ID
+ *					broker ID leads the partition; "ok"
  *	quit			stop (so does the end of stdin)
  *
  * The mock API is experimental in librdkafka 2.0.2 (clibs.md §1); this file
@@ -340,6 +346,10 @@ main(int argc, char **argv)
 				rd_kafka_mock_push_request_errors(mc, 0 /* Produce */ , 1, (rd_kafka_resp_err_t) b);
 			printf("ok\n");
 		}
+		else if (sscanf(line, "coordinator %255s %d", arg2, &a) == 2)
+			printf("%s\n", rd_kafka_mock_coordinator_set(mc, "group", arg2, a) ? "error" : "ok");
+		else if (sscanf(line, "leader %255s %d %d", arg2, &a, &b) == 3)
+			printf("%s\n", rd_kafka_mock_partition_set_leader(mc, arg2, a, b) ? "error" : "ok");
 		else if (sscanf(line, "down %d", &a) == 1)
 			printf("%s\n", rd_kafka_mock_broker_set_down(mc, a) ? "error" : "ok");
 		else if (sscanf(line, "up %d", &a) == 1)

@@ -1,11 +1,13 @@
 # QueueBoxKafka.pm
-#   TAP helpers for the Kafka destination (test/t/011_kafka.pl): a Kafka
-#   cluster in a helper process (test/brokers/kafka_mock, librdkafka's mock
-#   cluster on loopback TCP), driven through its stdin.
+#   TAP helpers for the Kafka destination and source (test/t/011_kafka.pl,
+#   test/t/014_kafka_source.pl): a Kafka cluster in a helper process
+#   (test/brokers/kafka_mock, librdkafka's mock cluster on loopback TCP),
+#   driven through its stdin.
 #
 #   - qb_kafka_start:    start it with topics (and topics it must not know);
 #                        returns { bootstrap, ... } once it listens
-#   - qb_kafka_cmd:      one command (errors, down, up), its answer
+#   - qb_kafka_cmd:      one command (errors, down, up, coordinator,
+#                        leader), its answer
 #   - qb_kafka_consume:  every message of a topic, each a hash with
 #                        partition, offset, key, value, headers
 #   - qb_kafka_produce:  send one message (topic, value, key, headers,

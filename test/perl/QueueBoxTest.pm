@@ -36,6 +36,7 @@ our @EXPORT = qw(
   qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats
   qb_wait_query qb_wait_for qb_worker_pids qb_launcher_pid qb_free_port
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
+  qb_consumers_on_lock
 );
 
 my $json = JSON::PP->new->canonical(1);
@@ -428,6 +429,16 @@ sub qb_worker_pids
 		  . ($db ? ' AND datname = ' . qb_sql_quote($db) : '')
 		  . ' ORDER BY pid');
 	return grep { $_ ne '' } split /\n/, $out;
+}
+
+# PIDs of the consumer workers whose store waits on a lock (a test's LOCK
+# TABLE on the inbox holds a fetched batch there).
+sub qb_consumers_on_lock
+{
+	my ($node) = @_;
+	return grep { $_ ne '' } split /\n/, $node->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity
+		  WHERE backend_type = 'queuebox consumer' AND wait_event_type = 'Lock' ORDER BY pid});
 }
 
 sub qb_launcher_pid

@@ -6,7 +6,11 @@
 #   body that is not JSON is a dead row and its offset is committed all the
 #   same; offsets are committed only after the rows are, so a store that
 #   fails or a worker killed mid-store loses nothing and stores nothing
-#   twice; a new group reads everything again and adds no row.
+#   twice; the broker (leader and coordinator) down mid-stream, or on three
+#   brokers the coordinator alone, then back: each message produced before,
+#   during (coordinator case) and after is stored once and the group
+#   commits to the end, with no operator action; a new group reads
+#   everything again and adds no row.
 use strict;
 use warnings;
 
@@ -21,6 +25,10 @@ use QueueBoxTest;
 use QueueBoxKafka;
 
 my $kafka = qb_kafka_start(topics => [ 'events:3', 'dedup:1' ]);
+# three brokers: the group's coordinator (3) is not a partition leader (1, 2)
+my $kafka3 = qb_kafka_start(brokers => 3, topics => ['flow:2']);
+is(qb_kafka_cmd($kafka3, $_), "ok\n", "3 brokers: $_")
+  for 'coordinator queuebox-kc 3', 'leader flow 0 1', 'leader flow 1 2';
 # PostgreSQL::Test::Cluster turns restart_after_crash off; the kill -9 needs it
 my $node = qb_node('ksrc', conf => "restart_after_crash = on\n");
 
@@ -32,7 +40,7 @@ sub configure
 	my $g = $group ? "\n    group: $group" : '';
 	qb_configure($node, <<"EOY");
 http:
-  storeTimeoutMs: 1000
+  storeTimeoutMs: 60000      # a store waits out the test's locks
 sources:
   ks:
     type: kafka
@@ -49,6 +57,13 @@ sources:
     idempotencyKeyHeader: message-id
     consumption: pull
     config: { $config }
+  kc:
+    type: kafka
+    brokers: "$kafka3->{bootstrap}"
+    topics: [flow]
+    consumption: pull
+    batchSize: 5
+    config: { $config }
 EOY
 }
 
@@ -61,26 +76,33 @@ sub rows
 
 sub committed { return join ',', @{ qb_kafka_committed($kafka, @_) }; }
 
-# how many messages each partition of events holds, from the produce answers
-my %high;
-my @positions;
-sub produce_events
+# how many messages each partition of a topic holds, from the produce
+# answers: topic => [ end of partition 0, 1, ... ]; and their positions
+my (%high, %positions);
+sub produce
 {
-	my (@msgs) = @_;
+	my ($k, $topic, @msgs) = @_;
 	for my $m (@msgs)
 	{
-		my $pos = qb_kafka_produce($kafka, topic => 'events', %$m);
+		my $pos = qb_kafka_produce($k, topic => $topic, %$m);
 		my (undef, $p, $o) = split m{/}, $pos;
-		$high{$p} = $o + 1 if ($high{$p} // 0) < $o + 1;
-		push @positions, $pos;
+		$high{$topic}[$p] = $o + 1 if ($high{$topic}[$p] // 0) < $o + 1;
+		push @{ $positions{$topic} }, $pos;
 	}
 	return;
 }
-sub high_marks { return join ',', map { $high{$_} // 0 } 0 .. 2; }
+sub produce_events { return produce($kafka, 'events', @_); }
+# high_marks([$topic, $partitions]): as qb_kafka_committed answers them
+sub high_marks
+{
+	my ($topic, $n) = @_ ? @_ : ('events', 3);
+	return join ',', map { $high{$topic}[$_] // 0 } 0 .. $n - 1;
+}
+my $positions = $positions{events} = [];
 
 configure();
 qb_wait_query($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'queuebox consumer'",
-	'2', 'a consumer worker runs for each kafka source', timeout => 30);
+	'3', 'a consumer worker runs for each kafka source', timeout => 30);
 
 # ---- N messages: one pending row each, keyed by position, in partition order
 my ($nkeys, $per_key) = (4, 3);
@@ -103,12 +125,12 @@ is(rows("source = 'ks' AND state = 'pending'"), $n, 'every row is pending (pull)
 my %by_key = map { my @f = split /\|/; ($f[0] => \@f) } split /\n/, $node->safe_psql('postgres',
 	q{SELECT idempotency_key, payload->>'k', payload->>'s', headers->>'x-trace', event_type
 	  FROM queuebox.inbox WHERE source = 'ks'});
-is_deeply([ sort keys %by_key ], [ sort @positions ],
+is_deeply([ sort keys %by_key ], [ sort @$positions ],
 	'the idempotency keys are the positions topic/partition/offset');
 my $good = grep {
 	my $r = $by_key{$_};
 	$r && $r->[3] eq "t-$r->[1]-$r->[2]" && $r->[4] eq 'order.placed'
-} @positions;
+} @$positions;
 is($good, $n, 'each row has its payload, its Kafka headers and the event type');
 
 # per partition, the order of the rows (created_at, id) is the offset order,
@@ -181,10 +203,8 @@ $marks = committed('queuebox-ks', 'events');
 my $locker = $node->background_psql('postgres');
 $locker->query_safe('BEGIN; LOCK TABLE queuebox.inbox IN EXCLUSIVE MODE;');
 produce_events(map { { key => "c$_", value => encode_json({ k => "c$_", s => 0 }) } } 1 .. 6);
-my $pid = qb_wait_for(sub {
-	$node->safe_psql('postgres', q{SELECT pid FROM pg_stat_activity
-		WHERE backend_type = 'queuebox consumer' AND wait_event_type = 'Lock'});
-}, 'the ks consumer waits on the locked inbox', timeout => 60);
+my $pid = qb_wait_for(sub { (qb_consumers_on_lock($node))[0] },
+	'the ks consumer waits on the locked inbox', timeout => 60);
 is(committed('queuebox-ks', 'events'), $marks, 'nothing committed while the store waits');
 ok(kill('KILL', $pid), "kill -9 consumer worker $pid");
 eval { $locker->quit; };
@@ -193,11 +213,77 @@ qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE source = 'ks'",
 qb_wait_for(sub { committed('queuebox-ks', 'events') eq high_marks() },
 	'and committed', timeout => 90);
 
+# ---- the broker goes down mid-stream and comes back: no operator action
+# down_mid_batch($k, $broker, $source, $tag, sub { produce }): with the
+# inbox locked, produce; once a batch waits on the lock take the broker
+# down and let the lock go: the consumer stores the batch with the broker
+# gone and cannot commit its offsets.
+sub down_mid_batch
+{
+	my ($k, $broker, $source, $tag, $produce) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $lock = $node->background_psql('postgres');
+	$lock->query_safe('BEGIN; LOCK TABLE queuebox.inbox IN EXCLUSIVE MODE;');
+	$produce->();
+	qb_wait_for(sub { qb_consumers_on_lock($node) }, "$tag: a batch waits on the locked inbox");
+	my $off = -s $node->logfile;
+	is(qb_kafka_cmd($k, "down $broker"), "ok\n", "$tag: broker $broker goes down mid-stream");
+	$lock->query_safe('ROLLBACK');
+	$lock->quit;
+	my $re = qr/source "$source": stored \d+ messages but could not acknowledge/;
+	like(qb_wait_log($node, $re, $off, timeout => 90), $re,
+		"$tag: the batch is stored with broker $broker down, and its offsets cannot be committed");
+	return;
+}
+
+# The one broker leads every partition and coordinates the group.  Produced
+# before the down and after the up (a produce waits for the broker); the
+# topic-wide check below then finds each message stored once.
+$before = rows("source = 'ks'");
+down_mid_batch($kafka, 1, 'ks', 'down', sub {
+	produce_events(map { { key => "d$_", value => encode_json({ k => "d$_", s => 0 }) } } 1 .. 30);
+});
+cmp_ok(rows("source = 'ks'"), '>', $before, 'down: rows were stored meanwhile');
+is(qb_kafka_cmd($kafka, 'up 1'), "ok\n", 'down: the broker comes back');
+qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE source = 'ks'",
+	$before + 30, 'down: the 30 produced before the down are stored, once each', timeout => 120);
+qb_wait_for(sub { committed('queuebox-ks', 'events') eq high_marks() },
+	'down: with no new message, the group commits every partition to its end', timeout => 90);
+produce_events(map { { key => "u$_", value => encode_json({ k => "u$_", s => 0 }) } } 1 .. 30);
+qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE source = 'ks'",
+	$before + 60, 'down: the 30 produced after the up are stored, once each', timeout => 120);
+qb_wait_for(sub { committed('queuebox-ks', 'events') eq high_marks() },
+	'down: and committed to the end', timeout => 90);
+
+# ---- three brokers: the coordinator goes down, the leaders stay up
+# The commit after the stored batch waits for a coordinator (up to
+# session.timeout.ms) and fails; producing still works meanwhile.
+sub flow_msgs { my ($tag) = @_; return map { { key => "$tag$_", value => encode_json({ k => "$tag$_" }) } } 1 .. 10; }
+sub flow_committed { return join(',', @{ qb_kafka_committed($kafka3, 'queuebox-kc', 'flow') }) eq high_marks('flow', 2); }
+down_mid_batch($kafka3, 3, 'kc', 'coordinator', sub { produce($kafka3, 'flow', flow_msgs('b')) });
+produce($kafka3, 'flow', flow_msgs('m'));    # dies unless the leaders take them
+is(qb_kafka_cmd($kafka3, 'up 3'), "ok\n", 'coordinator: broker 3 comes back');
+qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE source = 'kc'",
+	'20', 'coordinator: the 20 are stored, once each', timeout => 120);
+qb_wait_for(\&flow_committed,
+	'coordinator: with no new message, the group commits both partitions to their end', timeout => 90);
+produce($kafka3, 'flow', flow_msgs('a'));
+qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE source = 'kc'",
+	'30', 'coordinator: the 10 produced after the up are stored', timeout => 120);
+qb_wait_for(\&flow_committed,
+	'coordinator: and committed to the end', timeout => 90);
+my $flow = qb_kafka_consume($kafka3, 'flow');
+is(scalar(@$flow), 30, 'coordinator: flow holds the 30 messages produced');
+is_deeply(
+	[ sort split /\n/, $node->safe_psql('postgres', q{SELECT idempotency_key FROM queuebox.inbox WHERE source = 'kc'}) ],
+	[ sort map { "flow/$_->{partition}/$_->{offset}" } @$flow ],
+	'coordinator: one row per message of flow, no gap, no double');
+
 # ---- no gaps, no doubles: one row per message of the topic
 my $all = qb_kafka_consume($kafka, 'events');
-is(scalar(@$all), scalar(@positions), 'the topic holds every message produced');
+is(scalar(@$all), scalar(@$positions), 'the topic holds every message produced');
 is($node->safe_psql('postgres', q{SELECT count(DISTINCT idempotency_key) FROM queuebox.inbox WHERE source = 'ks'}),
-	scalar(@positions), 'one row per message');
+	scalar(@$positions), 'one row per message');
 is_deeply(
 	[ sort split /\n/, $node->safe_psql('postgres', q{SELECT idempotency_key FROM queuebox.inbox WHERE source = 'ks'}) ],
 	[ sort map { "events/$_->{partition}/$_->{offset}" } @$all ],
@@ -212,4 +298,5 @@ is(rows("source = 'ks'"), $before, 'the redelivered messages are duplicates: no 
 
 $node->stop;
 qb_kafka_stop($kafka);
+qb_kafka_stop($kafka3);
 done_testing();

@@ -6,9 +6,13 @@
 #   dead row and is acknowledged; acknowledgements wait for the commit (a
 #   consumer worker killed while its store is blocked loses nothing and
 #   stores nothing twice); a store that fails naks with a delay and loses
-#   nothing; SIGHUP and SIGTERM reach the consumer worker while its NATS
-#   connection is open; a durable made by hand is used as it is, its low
-#   MaxAckPending raised, and one without explicit acks is refused.
+#   nothing; nats-server stopped (TERM, then KILL) while a batch is in its
+#   store and restarted on the same store: the same worker resumes from the
+#   durable with no operator action, every message published before the
+#   stop and after the restart is stored once and the durable drains;
+#   SIGHUP and SIGTERM reach the consumer worker while its NATS connection
+#   is open; a durable made by hand is used as it is, its low MaxAckPending
+#   raised, and one without explicit acks is refused.
 use strict;
 use warnings;
 
@@ -169,6 +173,55 @@ qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE idempotency_key 
 	'db down: the 3 are stored once the database is back', timeout => 60);
 drained('db down: all acknowledged');
 is(inbox_count(), $before + 3, 'db down: exactly 3 rows more');
+
+# ---- nats-server stopped mid-consume, restarted on the same store
+# A lock holds a fetched batch in its store while the server stops (TERM,
+# then KILL); let go, the batch is stored with the server gone and its acks
+# cannot reach it.  The durable lives in the server's store: after the
+# restart the same worker resumes from it with no operator action.  These
+# messages have no Nats-Msg-Id: each is keyed by its stream/sequence, so a
+# redelivered one is a duplicate of its own row.
+configure(storeTimeoutMs => 60000);    # the store waits out the lock
+sub restart_mid_consume
+{
+	my ($sig) = @_;
+	my $subject = 'ev.restart.' . lc $sig;
+	my $before = inbox_count();
+	my $stream_before = nats_count($nats, 'EV');
+	my @pids = consumer_pids();
+	my $locker = $node->background_psql('postgres');
+	$locker->query_safe('BEGIN; LOCK TABLE queuebox.inbox IN ACCESS EXCLUSIVE MODE;');
+	my @seqs = map { $_->{seq} } @{ nats_publish($nats, $subject, '{"type":"restart","n":{i}}', n => 50) };
+	is(nats_count($nats, 'EV'), $stream_before + 50, "$sig: 50 messages in the stream before the stop");
+	# a fetch returns what is there (1 to 10): the batch's size is read from the log
+	qb_wait_for(sub { nats_consumer($nats, 'EV', $DURABLE)->{num_ack_pending} > 0 && qb_consumers_on_lock($node) },
+		"$sig: a fetched batch waits on the locked inbox", timeout => 60);
+	my $off = -s $node->logfile;
+	my $server = $nats->{pid};
+	nats_stop($nats, $sig);
+	ok(!kill(0, $server), "$sig: nats-server $server is gone mid-consume");
+	$locker->query_safe('ROLLBACK');
+	$locker->quit;
+	my ($held) = qb_wait_log($node, qr/source "ev": stored \d+ messages but could not acknowledge/, $off,
+		timeout => 60) =~ /source "ev": stored (\d+) messages but could not acknowledge/;
+	ok($held, "$sig: the batch is stored with the server gone, and its acknowledgement cannot reach it");
+	cmp_ok(inbox_count(), '>=', $before + ($held // 1), "$sig: its rows are there");
+	$nats = nats_start(again => $nats);
+	is(nats_count($nats, 'EV'), $stream_before + 50, "$sig: restarted on its store, the stream kept the 50");
+	push @seqs, map { $_->{seq} } @{ nats_publish($nats, $subject, '{"type":"restart","n":{i}}', n => 50) };
+	is(nats_count($nats, 'EV'), $stream_before + 100, "$sig: 50 more published after the restart");
+	qb_wait_query($node, 'SELECT count(*) FROM queuebox.inbox', $before + 100,
+		"$sig: all 100 are stored", timeout => 120);
+	drained("$sig: the durable drains: nothing pending, nothing unacknowledged", timeout => 120);
+	is(inbox_count(), $before + 100, "$sig: exactly 100 rows more: none lost, none twice");
+	my %keys = map { $_ => 1 } split /\n/, $node->safe_psql('postgres',
+		"SELECT idempotency_key FROM queuebox.inbox WHERE source = 'ev'");
+	is(scalar(grep { $keys{"EV/$_"} } @seqs), 100, "$sig: a row for each message, keyed by its sequence");
+	is_deeply([ consumer_pids() ], \@pids, "$sig: the same consumer worker throughout");
+	return;
+}
+restart_mid_consume('TERM');
+restart_mid_consume('KILL');
 
 # ---- signals reach the consumer worker while its NATS connection is open
 my @pids = consumer_pids();
