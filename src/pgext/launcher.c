@@ -72,11 +72,20 @@ qbl_ingress_count(void)
 	return qb_ingress_worker ? 1 : 0;
 }
 
-/* one consumer per broker source of the configuration, up to the GUC */
+/*
+ * One consumer per broker source of the configuration, up to the GUC.  The
+ * launcher reads no table: until a configure() commits or a worker loads
+ * the document (QB_BROKER_SOURCES_UNKNOWN, after every start), one consumer
+ * runs to load it, and the count it publishes sizes the role.
+ */
 static int
 qbl_consumer_count(void)
 {
-	return Min(qb_max_consumer_workers, (int) pg_atomic_read_u32(&qb_shared->broker_sources));
+	uint32		n = pg_atomic_read_u32(&qb_shared->broker_sources);
+
+	if (n == QB_BROKER_SOURCES_UNKNOWN)
+		return Min(qb_max_consumer_workers, 1);
+	return Min(qb_max_consumer_workers, (int) n);
 }
 
 static const QblRole qbl_roles[] = {

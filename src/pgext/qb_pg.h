@@ -32,6 +32,9 @@
 #define QB_MAX_OUTBOX_WORKERS 64
 #define QB_MAX_CONSUMER_WORKERS 32
 
+/* no configuration was stored or loaded since the server started */
+#define QB_BROKER_SOURCES_UNKNOWN PG_UINT32_MAX
+
 typedef struct QbWorkerSlot
 {
 	pid_t		pid;
@@ -41,7 +44,9 @@ typedef struct QbWorkerSlot
 typedef struct QbShared
 {
 	pg_atomic_uint32 config_generation;
-	pg_atomic_uint32 broker_sources;	/* in the last configuration a worker loaded */
+	pg_atomic_uint32 broker_sources;	/* in the last configuration stored or
+										 * loaded; QB_BROKER_SOURCES_UNKNOWN
+										 * until then */
 	pid_t		launcher_pid;
 	Latch	   *launcher_latch;
 	char		database[NAMEDATALEN];	/* the database the workers serve */
@@ -64,7 +69,7 @@ extern QbShared *qb_shared;
 
 /* queuebox.c */
 extern void qb_arm_outbox_wake(void);
-extern void qb_arm_config_wake(void);
+extern void qb_arm_config_wake(int broker_sources);
 extern void qb_arm_relay_wake(void);
 
 /* launcher.c */

@@ -46,6 +46,7 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static bool qb_outbox_wake_armed = false;
 static bool qb_relay_wake_armed = false;
 static bool qb_config_wake_armed = false;
+static int	qb_config_broker_sources = 0;	/* of the configuration armed */
 
 static void qb_shmem_request(void);
 static void qb_shmem_startup(void);
@@ -133,7 +134,7 @@ qb_shmem_startup(void)
 	{
 		memset(qb_shared, 0, sizeof(QbShared));
 		pg_atomic_init_u32(&qb_shared->config_generation, 1);
-		pg_atomic_init_u32(&qb_shared->broker_sources, 0);
+		pg_atomic_init_u32(&qb_shared->broker_sources, QB_BROKER_SOURCES_UNKNOWN);
 		qb_metrics_init(&qb_shared->metrics);
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -153,11 +154,17 @@ qb_arm_relay_wake(void)
 	qb_relay_wake_armed = true;
 }
 
-/* qb_arm_config_wake: the current transaction stored a configuration. */
+/*
+ * qb_arm_config_wake: the current transaction stored a configuration with
+ * this many broker sources.  At commit the count goes to shared memory for
+ * the launcher: no worker may be running to load the document and publish
+ * it (outbox workers 0, relay and ingress off).
+ */
 void
-qb_arm_config_wake(void)
+qb_arm_config_wake(int broker_sources)
 {
 	qb_config_wake_armed = true;
+	qb_config_broker_sources = broker_sources;
 }
 
 static void
@@ -200,7 +207,14 @@ qb_xact_callback(XactEvent event, void *arg)
 			if (qb_shared != NULL)
 			{
 				if (qb_config_wake_armed)
+				{
 					pg_atomic_fetch_add_u32(&qb_shared->config_generation, 1);
+					if (pg_atomic_exchange_u32(&qb_shared->broker_sources,
+											   (uint32) qb_config_broker_sources) !=
+						(uint32) qb_config_broker_sources &&
+						qb_shared->launcher_latch != NULL)
+						SetLatch(qb_shared->launcher_latch);
+				}
 				if (qb_config_wake_armed || qb_outbox_wake_armed)
 					qb_wake_outbox_workers();
 				if (qb_config_wake_armed || qb_relay_wake_armed)

@@ -2,7 +2,8 @@
 #   One consumer worker per broker source: the launcher starts them as the
 #   stored configuration gains broker sources and stops them as it loses
 #   them, up to queuebox.max_consumer_workers, without restarting the other
-#   workers.
+#   workers; with no other worker running, configure() itself tells the
+#   launcher, and after a restart one consumer loads the stored document.
 use strict;
 use warnings;
 
@@ -30,7 +31,9 @@ sub outbox_pids
 
 qb_wait_query($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'queuebox outbox'",
 	'2', 'two outbox workers run', timeout => 30);
-is(consumers(), '0', 'no consumer worker without a broker source');
+# at start one consumer loads the document; with none stored it stops
+qb_wait_query($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'queuebox consumer'",
+	'0', 'no consumer worker without a broker source', timeout => 30);
 my $pids = outbox_pids();
 
 my $src = sub {
@@ -53,6 +56,27 @@ qb_wait_query($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type =
 is(outbox_pids(), $pids, 'and the outbox workers still run');
 ok($node->log_contains(qr/queuebox launcher: 2 consumer workers for the broker sources \(was 1\)/),
 	'the launcher logs the change');
+
+# ---- no outbox worker, no relay, no ingress: nothing else loads the document
+$node->safe_psql('postgres', 'ALTER SYSTEM SET queuebox.outbox_workers = 0');
+$node->safe_psql('postgres', 'ALTER SYSTEM SET queuebox.relay_worker = off');
+$node->safe_psql('postgres', 'ALTER SYSTEM SET queuebox.ingress_worker = off');
+$node->reload;
+qb_wait_query($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'queuebox %' AND backend_type <> 'queuebox launcher'",
+	'0', 'alone: no queuebox worker runs', timeout => 30);
+qb_configure($node, $src->(1));
+qb_wait_query($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'queuebox consumer'",
+	'1', 'alone: a kafka source stored by configure() starts its consumer worker', timeout => 30);
+$node->restart;
+qb_wait_query($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'queuebox consumer'",
+	'1', 'alone: after a restart the stored kafka source has its consumer worker', timeout => 30);
+qb_configure($node, $src->(0));
+qb_wait_query($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'queuebox consumer'",
+	'0', 'alone: removing the source stops it', timeout => 30);
+$node->restart;
+# the consumer started to load the document stops once it has
+qb_wait_query($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'queuebox consumer'",
+	'0', 'alone: after a restart with no broker source no consumer worker stays', timeout => 30);
 
 $node->stop;
 done_testing();
