@@ -216,11 +216,13 @@ qbc_usable(const char *v)
 }
 
 /*
- * qbc_make_row: steps 1-2 of the banner.  Returns false only when out of
- * memory; a message that cannot be stored pending becomes a dead row.
+ * qbc_make_row: steps 1-2 of the banner.  Returns false, with why, only
+ * when the message is not to blame (out of memory, a transform that could
+ * not run at all): the batch then goes back to the broker.  A message that
+ * cannot be stored pending becomes a dead row.
  */
 static bool
-qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r)
+qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_t whylen)
 {
 	char		err[QB_ERRLEN];
 	char		msg[QB_ERRLEN + 128];
@@ -302,13 +304,21 @@ qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r)
 				r->payload = out;
 				break;
 			case QB_TRANSFORM_REJECTED:
-			case QB_TRANSFORM_FAILED:
 				snprintf(msg, sizeof(msg), "the source transform rejected the message: %s", err);
 				r->dead_error = strdup(msg);
 				break;
+			case QB_TRANSFORM_FAILED:
+				/* not the message's fault (no fork, the helper killed): later */
+				snprintf(why, whylen, "the source transform could not run (%.400s)", err);
+				return false;
 		}
 	}
-	return r->key != NULL && r->payload != NULL;
+	if (r->key == NULL || r->payload == NULL)
+	{
+		snprintf(why, whylen, "out of memory while reading a message");
+		return false;
+	}
+	return true;
 }
 
 /* qbc_round: fetch, store, acknowledge.  Returns the deliveries handled. */
@@ -340,11 +350,13 @@ qbc_round(QbcEngine *e)
 	}
 	for (int i = 0; i < n; i++)
 	{
-		if (!qbc_make_row(s, &d[i], &rows[i]))
+		if (!qbc_make_row(s, &d[i], &rows[i], err, sizeof(err)))
 		{
 			/* no row for it: give the round back rather than lose one */
-			qb_log(e->host, QB_LOG_WARNING, "out of memory while reading a message; the batch goes back to the broker");
+			qb_log(e->host, QB_LOG_WARNING, "source \"%s\": %s; the batch goes back to the broker",
+				   s->name, err);
 			e->ops->release(e->c, d, n, QBC_REOPEN_MIN_MS);
+			e->host->wait(e->host->ctx, -1, QBC_REOPEN_MIN_MS);
 			goto done;
 		}
 		in[i].source = s->name;

@@ -280,6 +280,16 @@ typedef struct QbtFinal
 /* ---- the helper (child) ------------------------------------------------- */
 
 /*
+ * How the helper ends when it cannot answer.  Only QBT_EXIT_NOMEM (the
+ * request does not fit its memory) is the message's doing; a crash is a
+ * signal.  The rest are failures: the message is tried again.
+ */
+#define QBT_EXIT_GONE	0		/* the parent closed the socket */
+#define QBT_EXIT_NOMEM	3
+#define QBT_EXIT_BUG	4		/* a request that cannot be */
+#define QBT_EXIT_IO		5		/* the socket broke, or the setup failed */
+
+/*
  * The index in the chain of the stage running, written by the helper before
  * each stage and read by the parent when a deadline passes (-1: none yet).
  */
@@ -323,13 +333,13 @@ qbt_answer(int fd, char kind, int index, bool bye, const char *text, size_t len)
 		w = writev(fd, iov, 2);
 	while (w < 0 && errno == EINTR);
 	if (w < 0)
-		_exit(3);
+		_exit(QBT_EXIT_IO);
 	if ((size_t) w < sizeof(f) &&
 		!qbt_io_full(fd, (char *) &f + w, sizeof(f) - w, true))
-		_exit(3);
+		_exit(QBT_EXIT_IO);
 	w = (size_t) w < sizeof(f) ? 0 : w - (ssize_t) sizeof(f);
 	if (!qbt_io_full(fd, (char *) text + w, len - w, true))
-		_exit(3);
+		_exit(QBT_EXIT_IO);
 }
 
 static void
@@ -502,7 +512,7 @@ qbt_child(int fd, pid_t parent, long max_memory)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
-		_exit(3);
+		_exit(QBT_EXIT_GONE);
 
 	/*
 	 * Keep only our socket: a copy of the parent's connections (database,
@@ -512,10 +522,17 @@ qbt_child(int fd, pid_t parent, long max_memory)
 	if (fd != 3)
 	{
 		if (dup2(fd, 3) < 0)
-			_exit(3);
+			_exit(QBT_EXIT_IO);
 		fd = 3;
 	}
-	close_range(4, ~0U, 0);
+	if (close_range(4, ~0U, 0) != 0)
+	{
+		/* before Linux 5.9: every descriptor the process may have */
+		long		max = sysconf(_SC_OPEN_MAX);
+
+		for (long i = 4; i < (max > 0 && max < 65536 ? max : 65536); i++)
+			close((int) i);
+	}
 	qbt_limit_memory(max_memory);
 
 	for (;;)
@@ -527,27 +544,26 @@ qbt_child(int fd, pid_t parent, long max_memory)
 		size_t		off = 0;
 
 		if (!qbt_io_full(fd, &rq, sizeof(rq), false))
-			_exit(0);			/* the parent is gone */
+			_exit(QBT_EXIT_GONE);
 		for (int i = 0; i < QBT_NSTR; i++)
 			if (rq.len[i] != QBT_NULL_LEN)
 				total += rq.len[i] + 1;
 		if ((buf = malloc(total + 1)) == NULL)
-			_exit(3);
+			_exit(QBT_EXIT_NOMEM);
 		for (int i = 0; i < QBT_NSTR; i++)
 		{
 			if (rq.len[i] == QBT_NULL_LEN)
 				continue;
 			s[i] = buf + off;
 			if (!qbt_io_full(fd, s[i], rq.len[i], false))
-				_exit(0);
+				_exit(QBT_EXIT_GONE);
 			s[i][rq.len[i]] = '\0';
 			off += rq.len[i] + 1;
 		}
 		/* the parent checked; a mismatch here is a bug, not the message's fault */
 		for (uint32_t i = 0; i < rq.n; i++)
 			if (rq.chain[i]->serial != rq.serial[i])
-				_exit(4);
-		*qbt_stage = -1;
+				_exit(QBT_EXIT_BUG);
 		qbt_child_run(fd, &rq, s);
 		free(buf);
 	}
@@ -730,6 +746,134 @@ qbt_io_deadline(struct iovec *iov, int cnt, bool writing, long deadline)
 	return 1;
 }
 
+/*
+ * qbt_run_once sends one request to the helper (starting one if needed) and
+ * reads its answer.  *crashed says a rejection is the helper's death on
+ * this message (a crash, or no memory), which the caller may retry once.
+ */
+static QbTransformResult
+qbt_run_once(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
+			 char **out, size_t *outlen, int *at, bool *crashed, char *err, size_t errlen)
+{
+	QbtFinal	fin;
+	struct iovec iov[1 + QBT_NSTR];
+	int			iovcnt;
+	int			rc = -1;
+	int			status = 0;
+	bool		waited;
+	char	   *buf;
+	long		deadline;
+
+	/* the request: the deadline covers only the run, from when it is sent */
+	deadline = qbt_now_ms() + lim->timeout_ms;
+	for (int attempt = 0; attempt < 2 && rc < 0; attempt++)
+	{
+		iovcnt = 0;
+		iov[iovcnt++] = (struct iovec) {rq, sizeof(*rq)};
+		for (int i = 0; i < QBT_NSTR; i++)
+			if (rq->len[i] != QBT_NULL_LEN)
+				iov[iovcnt++] = (struct iovec) {(void *) s[i], rq->len[i]};
+
+		/* a kept helper may have died while idle (the OOM killer): start another */
+		if (attempt > 0)
+			qbt_helper_stop(true, NULL);
+		if (qbt_helper.pid < 0 && !qbt_helper_start(lim->max_memory, err, errlen))
+			return QB_TRANSFORM_FAILED;
+		*qbt_stage = -1;
+		rc = qbt_io_deadline(iov, iovcnt, true, deadline);
+	}
+	if (rc != 1)
+	{
+		/* it would not take the message: the helper's trouble, not the message's */
+		qbt_helper_stop(true, NULL);
+		snprintf(err, errlen, "the transform helper did not take the message (%s)",
+				 rc == 0 ? "timed out" : "its socket broke");
+		return QB_TRANSFORM_FAILED;
+	}
+	qbt_helper.runs++;
+	deadline = qbt_now_ms() + lim->timeout_ms;
+
+	/* the answer's header */
+	iov[0] = (struct iovec) {&fin, sizeof(fin)};
+	rc = qbt_io_deadline(iov, 1, false, deadline);
+	if (at && *qbt_stage >= 0)
+		*at = *qbt_stage;
+
+	if (rc == 1 && (fin.kind == 'O' || fin.kind == 'R'))
+	{
+		if (fin.kind == 'O' && (long) fin.len > lim->max_output)
+		{
+			qbt_helper_stop(true, NULL);
+			if (at)
+				*at = (int) rq->n - 1;
+			snprintf(err, errlen, "the transform's output is over %ld bytes", lim->max_output);
+			return QB_TRANSFORM_REJECTED;
+		}
+		if ((buf = malloc((size_t) fin.len + 1)) == NULL)
+		{
+			qbt_helper_stop(true, NULL);	/* its answer is still on the socket */
+			snprintf(err, errlen, "out of memory for the transform's output");
+			return QB_TRANSFORM_FAILED;
+		}
+		iov[0] = (struct iovec) {buf, fin.len};
+		rc = qbt_io_deadline(iov, 1, false, deadline);
+		if (rc == 1)
+		{
+			buf[fin.len] = '\0';
+			if (fin.bye)
+				qbt_helper_stop(false, NULL);
+			if (fin.kind == 'O')
+			{
+				*out = buf;
+				*outlen = fin.len;
+				return QB_TRANSFORM_OK;
+			}
+			if (at)
+				*at = fin.index == QBT_NO_INDEX ? -1 : fin.index;
+			snprintf(err, errlen, "%s", buf);
+			free(buf);
+			return QB_TRANSFORM_REJECTED;
+		}
+		free(buf);
+	}
+
+	/*
+	 * No (whole) answer: the deadline passed, or the helper died on this
+	 * run.  Killed either way (a helper stuck in a loop would never see the
+	 * EOF; killing a dead one keeps its wait status).
+	 */
+	waited = qbt_helper_stop(true, &status);
+	if (rc == 0)
+	{
+		snprintf(err, errlen, "the transform ran longer than %ld ms and was stopped (an endless loop?)",
+				 lim->timeout_ms);
+		return QB_TRANSFORM_REJECTED;
+	}
+	if (waited && WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL && WTERMSIG(status) != SIGQUIT)
+	{
+		*crashed = true;
+		snprintf(err, errlen,
+				 "the transform crashed or ran out of memory (signal %d; a run may use %ld MB more than the worker)",
+				 WTERMSIG(status), lim->max_memory / (1024 * 1024));
+		return QB_TRANSFORM_REJECTED;
+	}
+	if (waited && WIFEXITED(status) && WEXITSTATUS(status) == QBT_EXIT_NOMEM)
+	{
+		*crashed = true;
+		snprintf(err, errlen, "the message does not fit the transform helper's memory (%ld MB more than the worker)",
+				 lim->max_memory / (1024 * 1024));
+		return QB_TRANSFORM_REJECTED;
+	}
+	/* killed from outside (a shutdown, the OOM killer), or gone: not the message's fault */
+	if (!waited)
+		snprintf(err, errlen, "the transform helper vanished");
+	else if (WIFSIGNALED(status))
+		snprintf(err, errlen, "the transform helper was killed by signal %d", WTERMSIG(status));
+	else
+		snprintf(err, errlen, "the transform helper exited with code %d", WEXITSTATUS(status));
+	return QB_TRANSFORM_FAILED;
+}
+
 QbTransformResult
 qb_transform_run_chain(const QbTransform *const *chain, int n, const char *payload, size_t len,
 					   const QbTransformVars *vars, const QbTransformLimits *limits,
@@ -738,16 +882,8 @@ qb_transform_run_chain(const QbTransform *const *chain, int n, const char *paylo
 	QbTransformLimits lim = {QB_TRANSFORM_TIMEOUT_MS, QB_TRANSFORM_MAX_OUTPUT,
 	QB_TRANSFORM_MAX_MEMORY};
 	QbtRequest	rq;
-	QbtFinal	fin;
 	const char *s[QBT_NSTR];
 	unsigned long newest = 0;
-	long		deadline;
-	struct iovec iov[1 + QBT_NSTR];
-	int			iovcnt;
-	int			rc = -1;
-	int			status = 0;
-	bool		waited;
-	char	   *buf;
 
 	*out = NULL;
 	*outlen = 0;
@@ -758,7 +894,10 @@ qb_transform_run_chain(const QbTransform *const *chain, int n, const char *paylo
 	if (n <= 0)
 	{
 		if ((*out = malloc(len + 1)) == NULL)
-			goto nomem;
+		{
+			snprintf(err, errlen, "out of memory for the transform's output");
+			return QB_TRANSFORM_FAILED;
+		}
 		memcpy(*out, payload, len);
 		(*out)[len] = '\0';
 		*outlen = len;
@@ -801,96 +940,20 @@ qb_transform_run_chain(const QbTransform *const *chain, int n, const char *paylo
 		 qbt_helper.runs >= QBT_HELPER_RUNS))
 		qbt_helper_stop(false, NULL);
 
-	deadline = qbt_now_ms() + lim.timeout_ms;
-	for (int attempt = 0; attempt < 2 && rc < 0; attempt++)
+	/*
+	 * A crash on a helper that ran other messages before may be theirs (a
+	 * heap grown and fragmented by them): the message gets a fresh helper
+	 * before it is blamed.
+	 */
+	for (int attempt = 0;; attempt++)
 	{
-		iovcnt = 0;
-		iov[iovcnt++] = (struct iovec) {&rq, sizeof(rq)};
-		for (int i = 0; i < QBT_NSTR; i++)
-			if (rq.len[i] != QBT_NULL_LEN)
-				iov[iovcnt++] = (struct iovec) {(void *) s[i], rq.len[i]};
+		bool		crashed = false;
+		bool		fresh = qbt_helper.pid < 0 || qbt_helper.runs == 0;
+		QbTransformResult res = qbt_run_once(&rq, s, &lim, out, outlen, at, &crashed, err, errlen);
 
-		/* a kept helper may have died while idle (the OOM killer): start another */
-		if (attempt > 0)
-			qbt_helper_stop(true, NULL);
-		if (qbt_helper.pid < 0 && !qbt_helper_start(lim.max_memory, err, errlen))
-			return QB_TRANSFORM_FAILED;
-		rc = qbt_io_deadline(iov, iovcnt, true, deadline);
+		if (res != QB_TRANSFORM_REJECTED || !crashed || fresh || attempt > 0)
+			return res;
 	}
-	qbt_helper.runs++;
-
-	/* the answer's header */
-	if (rc == 1)
-	{
-		iov[0] = (struct iovec) {&fin, sizeof(fin)};
-		rc = qbt_io_deadline(iov, 1, false, deadline);
-	}
-	if (at && qbt_stage != NULL && *qbt_stage >= 0)
-		*at = *qbt_stage;
-
-	if (rc == 1 && (fin.kind == 'O' || fin.kind == 'R'))
-	{
-		if (fin.kind == 'O' && (long) fin.len > lim.max_output)
-		{
-			qbt_helper_stop(true, NULL);
-			snprintf(err, errlen, "the transform's output is over %ld bytes", lim.max_output);
-			return QB_TRANSFORM_REJECTED;
-		}
-		if ((buf = malloc((size_t) fin.len + 1)) == NULL)
-		{
-			qbt_helper_stop(true, NULL);	/* its answer is still on the socket */
-			goto nomem;
-		}
-		iov[0] = (struct iovec) {buf, fin.len};
-		rc = qbt_io_deadline(iov, 1, false, deadline);
-		if (rc == 1)
-		{
-			buf[fin.len] = '\0';
-			if (fin.bye)
-				qbt_helper_stop(false, NULL);
-			if (fin.kind == 'O')
-			{
-				*out = buf;
-				*outlen = fin.len;
-				return QB_TRANSFORM_OK;
-			}
-			if (at)
-				*at = fin.index == QBT_NO_INDEX ? -1 : fin.index;
-			snprintf(err, errlen, "%s", buf);
-			free(buf);
-			return QB_TRANSFORM_REJECTED;
-		}
-		free(buf);
-	}
-
-	/* no (whole) answer: the deadline passed, or the helper died on this run */
-	waited = qbt_helper_stop(rc == 0 || rc == 1, &status);
-	if (rc == 0)
-	{
-		snprintf(err, errlen, "the transform ran longer than %ld ms and was stopped (an endless loop?)",
-				 lim.timeout_ms);
-		return QB_TRANSFORM_REJECTED;
-	}
-	if (waited && WIFSIGNALED(status) &&
-		(WTERMSIG(status) == SIGKILL || WTERMSIG(status) == SIGQUIT))
-	{
-		/* killed from outside (a shutdown, the OOM killer): not the message's fault */
-		snprintf(err, errlen, "the transform helper was killed by signal %d", WTERMSIG(status));
-		return QB_TRANSFORM_FAILED;
-	}
-	if (!waited)
-	{
-		snprintf(err, errlen, "the transform helper vanished");
-		return QB_TRANSFORM_FAILED;
-	}
-	snprintf(err, errlen,
-			 "the transform crashed or ran out of memory (a run may use %ld MB more than the worker)",
-			 lim.max_memory / (1024 * 1024));
-	return QB_TRANSFORM_REJECTED;
-
-nomem:
-	snprintf(err, errlen, "out of memory for the transform's output");
-	return QB_TRANSFORM_FAILED;
 }
 
 QbTransformResult

@@ -46,11 +46,15 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static bool qb_outbox_wake_armed = false;
 static bool qb_relay_wake_armed = false;
 static bool qb_config_wake_armed = false;
-static int	qb_config_broker_sources = 0;	/* of the configuration armed */
+static int	qb_config_broker_sources = 0;	/* of the configuration armed; -1:
+												 * not known */
+static SubTransactionId qb_config_armed_subid = InvalidSubTransactionId;
 
 static void qb_shmem_request(void);
 static void qb_shmem_startup(void);
 static void qb_xact_callback(XactEvent event, void *arg);
+static void qb_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+								SubTransactionId parentSubid, void *arg);
 
 void
 _PG_init(void)
@@ -101,6 +105,7 @@ _PG_init(void)
 	shmem_startup_hook = qb_shmem_startup;
 
 	RegisterXactCallback(qb_xact_callback, NULL);
+	RegisterSubXactCallback(qb_subxact_callback, NULL);
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -165,6 +170,21 @@ qb_arm_config_wake(int broker_sources)
 {
 	qb_config_wake_armed = true;
 	qb_config_broker_sources = broker_sources;
+	qb_config_armed_subid = GetCurrentSubTransactionId();
+}
+
+/*
+ * qb_subxact_callback: a savepoint rolled back over a configure() leaves the
+ * stored document unknown here (an earlier one of this transaction may be
+ * what commits): the launcher is told "not known" and a consumer loads it.
+ */
+static void
+qb_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB && qb_config_wake_armed &&
+		qb_config_armed_subid >= mySubid)
+		qb_config_broker_sources = -1;
 }
 
 static void
@@ -209,9 +229,10 @@ qb_xact_callback(XactEvent event, void *arg)
 				if (qb_config_wake_armed)
 				{
 					pg_atomic_fetch_add_u32(&qb_shared->config_generation, 1);
-					if (pg_atomic_exchange_u32(&qb_shared->broker_sources,
-											   (uint32) qb_config_broker_sources) !=
-						(uint32) qb_config_broker_sources &&
+					uint32		n = qb_config_broker_sources < 0 ?
+						QB_BROKER_SOURCES_UNKNOWN : (uint32) qb_config_broker_sources;
+
+					if (pg_atomic_exchange_u32(&qb_shared->broker_sources, n) != n &&
 						qb_shared->launcher_latch != NULL)
 						SetLatch(qb_shared->launcher_latch);
 				}

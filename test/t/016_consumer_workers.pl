@@ -78,5 +78,13 @@ $node->restart;
 qb_wait_query($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'queuebox consumer'",
 	'0', 'alone: after a restart with no broker source no consumer worker stays', timeout => 30);
 
+# a savepoint rolled back over a configure(): the document that commits
+# (one kafka source) decides, not the one rolled back (none)
+$node->safe_psql('postgres', 'BEGIN; SELECT queuebox.configure(' . qb_sql_quote($src->(1)) . ');'
+	  . ' SAVEPOINT s; SELECT queuebox.configure(' . qb_sql_quote($src->(0)) . ');'
+	  . ' ROLLBACK TO SAVEPOINT s; COMMIT;');
+qb_wait_query($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'queuebox consumer'",
+	'1', 'alone: a configure() rolled back to a savepoint does not hide the committed source', timeout => 30);
+
 $node->stop;
 done_testing();

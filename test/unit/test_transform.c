@@ -386,6 +386,23 @@ test_helper(void **state)
 	run_ok(t, "{\"n\":2}");
 	assert_true(qb_transform_helper_pid() != pid);
 
+	/*
+	 * a message that does not fit the memory is rejected on a used helper
+	 * too (after one more try on a fresh one), and the next run works
+	 */
+	{
+		QbTransform *hog = compile("[range(1e9)] | length");
+		QbTransformLimits lean = {20000, QB_TRANSFORM_MAX_OUTPUT, 64L * 1024 * 1024};
+
+		run_ok(t, "{\"n\":2}");
+		run_ok(t, "{\"n\":2}");
+		assert_int_equal(qb_transform_run(hog, "0", 1, NULL, &lean, &o, &len, err, sizeof(err)),
+						 QB_TRANSFORM_REJECTED);
+		assert_non_null(strstr(err, "memory"));
+		run_ok(t, "{\"n\":2}");
+		qb_transform_free(hog);
+	}
+
 	/* its run budget spent, it is replaced */
 	pid = qb_transform_helper_pid();
 	for (int i = 0; i < 10000; i++)
