@@ -123,7 +123,7 @@ qbn_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
 			t->out.error[0] = '\0';
 		else if (pae->Err == NATS_NO_RESPONDERS)
 			snprintf(t->out.error, sizeof(t->out.error),
-					 "no JetStream stream captures subject %s; create one (e.g. nats stream add --subjects %s) or set jetstream: false",
+					 "no JetStream stream captures subject %s; create one (e.g. nats stream add --subjects %s) or set jetstream: false (just after a server restart this also means JetStream is not up yet: the row is retried)",
 					 subj, subj);
 		else if (pae->Err == NATS_TIMEOUT)
 			snprintf(t->out.error, sizeof(t->out.error),
