@@ -27,8 +27,9 @@
  * engine calls it at least every ~100 ms (it waits min(fd, 100 ms)).  The
  * trade-off: an idle source answers a new message within ~100 ms, not at
  * once, and each idle poll costs the worker a few ms and one small request
- * to the server.  fd() is a pipe that we write ourselves when a fetch came
- * back full, so a backlog is drained batch after batch without sleeping.
+ * to the server.  fd() is a pipe that we write ourselves when a fetch
+ * brought messages, so a backlog is drained batch after batch without
+ * sleeping.
  *
  * Acknowledgement: ack() runs only after the engine committed the rows;
  * the last ack of a batch is synchronous, so the batch's acks reached the
@@ -443,8 +444,13 @@ qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
 		}
 	}
 	natsMsgList_Destroy(&list);
-	if (k == max)
-		(void) !write(c->pipe_w, "x", 1);	/* a backlog: come back at once */
+	/*
+	 * Messages came: more may wait, come back at once.  Not only when the
+	 * fetch was full: one that ends at its 5 ms expiry a few messages short
+	 * is common under load, and waiting 100 ms after it cut the rate tenfold.
+	 */
+	if (k > 0)
+		(void) !write(c->pipe_w, "x", 1);
 	return k;
 }
 
