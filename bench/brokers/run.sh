@@ -504,9 +504,10 @@ fi
 
 # ================================================================ consume
 if has "$SIDES" consume; then
-# One idle outbox worker runs throughout (the outbox is empty): the launcher
-# starts a consumer per broker source counted by a worker that loaded the
-# configuration, and with no outbox worker and no relay none loads it.
+# One idle outbox worker runs throughout (the outbox is empty).  It was
+# needed before d1f197a (only a worker that loaded the configuration told
+# the launcher about broker sources; configure() does now) and is kept so
+# the figures compare with the earlier sections.
 set_guc outbox_workers 1
 wait_role outbox 1
 anchor_runs a1
