@@ -2718,6 +2718,17 @@ qv_broker_source(QvCtx *cx, const char *path, const QtNode *m, QbSource *s)
 			!qv_kafka_props(cx, sub, qt_get(m, "config"), s->props, s->nprops,
 							qv_kafka_consumer_owned, NULL))
 			return false;
+		/* the close path (rd_kafka_assign(NULL)) assumes eager rebalancing */
+		for (int i = 0; i < s->nprops; i++)
+			if (strcmp(s->props[i].name, "partition.assignment.strategy") == 0 &&
+				strstr(s->props[i].value, "cooperative") != NULL)
+			{
+				char		at[QV_PATHLEN];
+
+				qv_path_key(at, sizeof(at), sub, s->props[i].name);
+				return qv_error(cx, at, qt_get(m, "config")->kids[i],
+								"QueueBox consumes with an eager assignor (range or roundrobin); cooperative rebalancing is not supported yet");
+			}
 		if (s->group == NULL && (s->group = qv_prefixed("queuebox-", s->name)) == NULL)
 			return qv_error(cx, path, m, "out of memory");
 		return true;

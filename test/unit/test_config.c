@@ -1313,6 +1313,9 @@ test_broker_sources(void **state)
 		   "only after its row is stored", NULL);
 	refuse("sources:\n  k: { type: kafka, brokers: h, topics: [a], config: { \"group.id\": g } }\n",
 		   "write the consumer group under group:", NULL);
+	refuse("sources:\n  k: { type: kafka, brokers: h, topics: [a], config: { \"partition.assignment.strategy\": cooperative-sticky } }\n",
+		   "sources.k.config[\"partition.assignment.strategy\"]: QueueBox consumes with an eager assignor", NULL);
+	qb_config_free(accept("sources:\n  k: { type: kafka, brokers: h, topics: [a], config: { \"partition.assignment.strategy\": roundrobin } }\n"));
 	refuse("sources:\n  n: { type: sqs }\n", "sources.n.type: expected one of http, rabbitmq, kafka, nats", NULL);
 }
 
