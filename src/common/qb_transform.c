@@ -280,9 +280,11 @@ typedef struct QbtFinal
 /* ---- the helper (child) ------------------------------------------------- */
 
 /*
- * How the helper ends when it cannot answer.  Only QBT_EXIT_NOMEM (the
- * request does not fit its memory) is the message's doing; a crash is a
- * signal.  The rest are failures: the message is tried again.
+ * How the helper ends when it cannot answer.  These are ours: QBT_EXIT_NOMEM
+ * (the request does not fit its memory) is the message's doing, the rest
+ * are failures (the message is tried again).  A signal other than SIGKILL
+ * or SIGQUIT, or an exit code not listed here (libjq, a sanitizer), is a
+ * crash on the message.
  */
 #define QBT_EXIT_GONE	0		/* the parent closed the socket */
 #define QBT_EXIT_NOMEM	3
@@ -862,6 +864,16 @@ qbt_run_once(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
 		*crashed = true;
 		snprintf(err, errlen, "the message does not fit the transform helper's memory (%ld MB more than the worker)",
 				 lim->max_memory / (1024 * 1024));
+		return QB_TRANSFORM_REJECTED;
+	}
+	if (waited && WIFEXITED(status) && WEXITSTATUS(status) != QBT_EXIT_GONE &&
+		WEXITSTATUS(status) != QBT_EXIT_BUG && WEXITSTATUS(status) != QBT_EXIT_IO)
+	{
+		/* an exit of libjq's or a runtime's own (ASan's out of memory exits 1) */
+		*crashed = true;
+		snprintf(err, errlen,
+				 "the transform crashed or ran out of memory (exit code %d; a run may use %ld MB more than the worker)",
+				 WEXITSTATUS(status), lim->max_memory / (1024 * 1024));
 		return QB_TRANSFORM_REJECTED;
 	}
 	/* killed from outside (a shutdown, the OOM killer), or gone: not the message's fault */
