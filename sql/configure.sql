@@ -118,3 +118,12 @@ $yaml$);
 -- an empty document is valid: every default
 SELECT queuebox.validate('');
 SELECT queuebox.validate('# only a comment');
+
+-- a configure() cannot be prepared: COMMIT PREPARED would never reach the
+-- workers; nothing is prepared and the stored document stays as it was
+SELECT md5(document) AS doc_before FROM queuebox.config WHERE id = 1 \gset
+BEGIN;
+SELECT queuebox.configure('');
+PREPARE TRANSACTION 'qb_configure';
+SELECT count(*) AS prepared FROM pg_prepared_xacts WHERE gid = 'qb_configure';
+SELECT md5(document) = :'doc_before' AS unchanged FROM queuebox.config WHERE id = 1;

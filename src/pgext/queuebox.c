@@ -228,10 +228,10 @@ qb_xact_callback(XactEvent event, void *arg)
 			{
 				if (qb_config_wake_armed)
 				{
-					pg_atomic_fetch_add_u32(&qb_shared->config_generation, 1);
 					uint32		n = qb_config_broker_sources < 0 ?
 						QB_BROKER_SOURCES_UNKNOWN : (uint32) qb_config_broker_sources;
 
+					pg_atomic_fetch_add_u32(&qb_shared->config_generation, 1);
 					if (pg_atomic_exchange_u32(&qb_shared->broker_sources, n) != n &&
 						qb_shared->launcher_latch != NULL)
 						SetLatch(qb_shared->launcher_latch);
@@ -248,6 +248,15 @@ qb_xact_callback(XactEvent event, void *arg)
 				}
 			}
 			qb_clear_wakes();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			/* COMMIT PREPARED runs no callback of ours: the workers would never hear */
+			if (qb_config_wake_armed)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that ran queuebox.configure()"),
+						 errdetail("The workers learn of a new configuration when its transaction commits, and a prepared transaction commits where QueueBox cannot see it."),
+						 errhint("Run queuebox.configure() in a transaction of its own.")));
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:

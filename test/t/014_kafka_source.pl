@@ -230,7 +230,7 @@ sub down_mid_batch
 	is(qb_kafka_cmd($k, "down $broker"), "ok\n", "$tag: broker $broker goes down mid-stream");
 	$lock->query_safe('ROLLBACK');
 	$lock->quit;
-	my $re = qr/source "$source": stored \d+ messages but could not acknowledge/;
+	my $re = qr/source "$source": stored \d+ messages? but could not acknowledge/;
 	like(qb_wait_log($node, $re, $off, timeout => 90), $re,
 		"$tag: the batch is stored with broker $broker down, and its offsets cannot be committed");
 	return;

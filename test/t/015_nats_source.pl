@@ -202,8 +202,8 @@ sub restart_mid_consume
 	ok(!kill(0, $server), "$sig: nats-server $server is gone mid-consume");
 	$locker->query_safe('ROLLBACK');
 	$locker->quit;
-	my ($held) = qb_wait_log($node, qr/source "ev": stored \d+ messages but could not acknowledge/, $off,
-		timeout => 60) =~ /source "ev": stored (\d+) messages but could not acknowledge/;
+	my ($held) = qb_wait_log($node, qr/source "ev": stored \d+ messages? but could not acknowledge/, $off,
+		timeout => 60) =~ /source "ev": stored (\d+) messages? but could not acknowledge/;
 	ok($held, "$sig: the batch is stored with the server gone, and its acknowledgement cannot reach it");
 	cmp_ok(inbox_count(), '>=', $before + ($held // 1), "$sig: its rows are there");
 	$nats = nats_start(again => $nats);
