@@ -3229,6 +3229,16 @@ qb_pairs_free(QbHeader *pairs, int n)
 }
 
 /* qb_config_free: also takes a half-built config (the parser's error path). */
+int
+qb_config_broker_sources(const QbConfig *cfg)
+{
+	int			n = 0;
+
+	for (int i = 0; cfg != NULL && i < cfg->nsources; i++)
+		n += cfg->sources[i].type != QB_SOURCE_HTTP;
+	return n;
+}
+
 void
 qb_config_free(QbConfig *cfg)
 {

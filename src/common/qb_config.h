@@ -247,6 +247,9 @@ extern int	qb_config_parse(const char *text, size_t len, QbConfig **out,
 							char *err, size_t errlen);
 extern void qb_config_free(QbConfig *cfg);
 
+/* The sources that consume a broker (rabbitmq, kafka, nats); 0 for NULL. */
+extern int	qb_config_broker_sources(const QbConfig *cfg);
+
 /* Destination by name, or NULL. */
 extern const QbDestination *qb_config_destination(const QbConfig *cfg, const char *name);
 

@@ -321,6 +321,17 @@ qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_
 	return true;
 }
 
+/*
+ * qbc_give_back returns a batch to the broker and backs off: what stopped
+ * it (the database, a transform that cannot run) is not over yet.
+ */
+static void
+qbc_give_back(QbcEngine *e, QbDelivery *d, int n)
+{
+	e->ops->release(e->c, d, n, QBC_REOPEN_MIN_MS);
+	e->host->wait(e->host->ctx, -1, QBC_REOPEN_MIN_MS);
+}
+
 /* qbc_round: fetch, store, acknowledge.  Returns the deliveries handled. */
 static int
 qbc_round(QbcEngine *e)
@@ -355,8 +366,7 @@ qbc_round(QbcEngine *e)
 			/* no row for it: give the round back rather than lose one */
 			qb_log(e->host, QB_LOG_WARNING, "source \"%s\": %s; the batch goes back to the broker",
 				   s->name, err);
-			e->ops->release(e->c, d, n, QBC_REOPEN_MIN_MS);
-			e->host->wait(e->host->ctx, -1, QBC_REOPEN_MIN_MS);
+			qbc_give_back(e, d, n);
 			goto done;
 		}
 		in[i].source = s->name;
@@ -377,9 +387,7 @@ qbc_round(QbcEngine *e)
 		qb_log(e->host, QB_LOG_WARNING,
 			   "source \"%s\": could not store %d message%s (%s); %s back to the broker and %s fetched again",
 			   s->name, n, n == 1 ? "" : "s", err, n == 1 ? "it goes" : "they go", n == 1 ? "is" : "are");
-		e->ops->release(e->c, d, n, QBC_REOPEN_MIN_MS);
-		/* back off: the database is not taking rows now */
-		e->host->wait(e->host->ctx, -1, QBC_REOPEN_MIN_MS);
+		qbc_give_back(e, d, n);
 		goto done;
 	}
 	e->stats->batches++;

@@ -154,8 +154,7 @@ qbo_transform(QboRound *r, int i, int ri, const QbDestination *dest)
 {
 	QbOutboxRow *row = &r->rows[i];
 	const QbTransform *chain[2];
-	const char *names[2];
-	char		place[2][160];
+	char		place[160];
 	char		err[QB_ERRLEN];
 	char		msg[768];
 	QbTransformVars vars = {row->topic, row->key, row->headers, NULL, NULL};
@@ -164,18 +163,12 @@ qbo_transform(QboRound *r, int i, int ri, const QbDestination *dest)
 	int			n = 0;
 	int			at;
 
-	if (r->cfg->routes[ri].transform != NULL)
-	{
-		snprintf(place[n], sizeof(place[n]), "route routes[%d]", ri);
-		names[n] = place[n];
+	bool		routed = r->cfg->routes[ri].transform != NULL;
+
+	if (routed)
 		chain[n++] = r->cfg->routes[ri].transform;
-	}
 	if (dest->transform != NULL)
-	{
-		snprintf(place[n], sizeof(place[n]), "destination %s", dest->name);
-		names[n] = place[n];
 		chain[n++] = dest->transform;
-	}
 	if (n == 0)
 		return true;
 	switch (qb_transform_run_chain(chain, n, row->payload, row->payload_len, &vars, NULL,
@@ -188,8 +181,11 @@ qbo_transform(QboRound *r, int i, int ri, const QbDestination *dest)
 			return true;
 		case QB_TRANSFORM_REJECTED:
 			/* at < 0: the payload itself (not JSON), before any transform */
-			snprintf(msg, sizeof(msg), "%s transform rejected the message: %s",
-					 names[at >= 0 && at < n ? at : 0], err);
+			if (routed && (at <= 0 || at >= n))
+				snprintf(place, sizeof(place), "route routes[%d]", ri);
+			else
+				snprintf(place, sizeof(place), "destination %s", dest->name);
+			snprintf(msg, sizeof(msg), "%s transform rejected the message: %s", place, err);
 			qbo_set(r, i, QB_SETTLE_DEAD, row->attempt, 0, msg);
 			r->stats->dead++;
 			return false;

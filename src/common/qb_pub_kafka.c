@@ -250,6 +250,16 @@ qbk_fail_producer(QbKafka *k, QbkProducer *p, const char *why, QbPubDone done, v
 		}
 }
 
+/* qbk_producer_busy: a publish of p is in flight (its report is still due). */
+static bool
+qbk_producer_busy(const QbKafka *k, const QbkProducer *p)
+{
+	for (int t = 0; t < k->nslots; t++)
+		if (k->slots[t].producer == p)
+			return true;
+	return false;
+}
+
 /*
  * qbk_producer_for: the destination's producer, made on first use, or anew
  * when its settings changed or it hit a fatal error and nothing of it is in
@@ -267,16 +277,12 @@ qbk_producer_for(QbKafka *k, const QbDestination *d, char *err, size_t errlen)
 			break;
 	if ((p = *pp) != NULL)
 	{
-		bool		busy = false;
-
 		if ((fp = qbk_fingerprint(d)) == NULL)
 		{
 			snprintf(err, errlen, "out of memory");
 			return NULL;
 		}
-		for (int t = 0; t < k->nslots; t++)
-			busy |= k->slots[t].producer == p;
-		if ((strcmp(fp, p->fingerprint) == 0 && !p->fatal) || busy)
+		if ((strcmp(fp, p->fingerprint) == 0 && !p->fatal) || qbk_producer_busy(k, p))
 		{
 			free(fp);
 			return p;
@@ -307,9 +313,7 @@ qbk_prune(void *arg, const QbConfig *cfg)
 		bool		keep = fp != NULL && strcmp(fp, p->fingerprint) == 0;
 
 		free(fp);
-		for (int t = 0; !keep && t < k->nslots; t++)
-			keep = k->slots[t].producer == p;
-		if (!keep)
+		if (!keep && !qbk_producer_busy(k, p))
 		{
 			*pp = p->next;
 			qbk_producer_free(p);

@@ -424,6 +424,23 @@ qbn_create(char *err, size_t errlen)
 }
 
 /*
+ * qbn_link_close closes a link's connection; the link itself stays (see
+ * qbn_destroy) and connects again at its next publish.
+ */
+static void
+qbn_link_close(QbnLink *l)
+{
+	if (l->nc != NULL)
+		natsConnection_Close(l->nc);
+	jsCtx_Destroy(l->js);
+	l->js = NULL;
+	natsConnection_Destroy(l->nc);
+	l->nc = NULL;
+	l->async_started = false;
+	l->core_pending = 0;
+}
+
+/*
  * qbn_destroy closes every connection.  The QbNats and its links stay
  * allocated: a cnats thread may still be inside qbn_ack with a link as its
  * closure, and this runs only as the worker exits.  Closing the pipe under
@@ -435,14 +452,7 @@ qbn_destroy(void *p)
 	QbNats	   *n = p;
 
 	for (QbnLink *l = n->links; l != NULL; l = l->next)
-	{
-		if (l->nc != NULL)
-			natsConnection_Close(l->nc);
-		jsCtx_Destroy(l->js);
-		l->js = NULL;
-		natsConnection_Destroy(l->nc);
-		l->nc = NULL;
-	}
+		qbn_link_close(l);
 	pthread_mutex_lock(&n->mu);
 	n->nt = 0;
 	n->in_flight = 0;
@@ -715,15 +725,8 @@ qbn_prune(void *p, const QbConfig *cfg)
 		for (int i = 0; i < n->nt; i++)
 			busy |= n->tickets[i].live && n->tickets[i].link == l;
 		pthread_mutex_unlock(&n->mu);
-		if (busy)
-			continue;
-		natsConnection_Close(l->nc);
-		jsCtx_Destroy(l->js);
-		l->js = NULL;
-		natsConnection_Destroy(l->nc);
-		l->nc = NULL;
-		l->async_started = false;
-		l->core_pending = 0;
+		if (!busy)
+			qbn_link_close(l);
 	}
 }
 

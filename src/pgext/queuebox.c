@@ -46,7 +46,7 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static bool qb_outbox_wake_armed = false;
 static bool qb_relay_wake_armed = false;
 static bool qb_config_wake_armed = false;
-static int	qb_config_broker_sources = 0;	/* of the configuration armed; -1:
+static int	qb_armed_broker_sources = 0;	/* of the configuration armed; -1:
 												 * not known */
 static SubTransactionId qb_config_armed_subid = InvalidSubTransactionId;
 
@@ -169,7 +169,7 @@ void
 qb_arm_config_wake(int broker_sources)
 {
 	qb_config_wake_armed = true;
-	qb_config_broker_sources = broker_sources;
+	qb_armed_broker_sources = broker_sources;
 	qb_config_armed_subid = GetCurrentSubTransactionId();
 }
 
@@ -184,7 +184,7 @@ qb_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB && qb_config_wake_armed &&
 		qb_config_armed_subid >= mySubid)
-		qb_config_broker_sources = -1;
+		qb_armed_broker_sources = -1;
 }
 
 static void
@@ -228,8 +228,8 @@ qb_xact_callback(XactEvent event, void *arg)
 			{
 				if (qb_config_wake_armed)
 				{
-					uint32		n = qb_config_broker_sources < 0 ?
-						QB_BROKER_SOURCES_UNKNOWN : (uint32) qb_config_broker_sources;
+					uint32		n = qb_armed_broker_sources < 0 ?
+						QB_BROKER_SOURCES_UNKNOWN : (uint32) qb_armed_broker_sources;
 
 					pg_atomic_fetch_add_u32(&qb_shared->config_generation, 1);
 					if (pg_atomic_exchange_u32(&qb_shared->broker_sources, n) != n &&

@@ -97,10 +97,8 @@ qb_sql_configure(PG_FUNCTION_ARGS)
 	text	   *summary = qbsql_summary("configuration stored (workers reload it at commit)", cfg);
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {PointerGetDatum(doc)};
-	int			broker_sources = 0;
+	int			broker_sources = qb_config_broker_sources(cfg);
 
-	for (int i = 0; i < cfg->nsources; i++)
-		broker_sources += cfg->sources[i].type != QB_SOURCE_HTTP;
 	qb_config_free(cfg);
 	SPI_connect();
 	if (SPI_execute_with_args("INSERT INTO queuebox.config (id, document) VALUES (1, $1)"

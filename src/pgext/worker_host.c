@@ -205,10 +205,8 @@ qbh_config_changed(void *ctx)
 static void
 qbh_config_loaded(void *ctx, const QbConfig *cfg)
 {
-	uint32		n = 0;
+	uint32		n = (uint32) qb_config_broker_sources(cfg);
 
-	for (int i = 0; cfg != NULL && i < cfg->nsources; i++)
-		n += cfg->sources[i].type != QB_SOURCE_HTTP;
 	if (pg_atomic_exchange_u32(&qb_shared->broker_sources, n) != n &&
 		qb_shared->launcher_latch != NULL)
 		SetLatch(qb_shared->launcher_latch);

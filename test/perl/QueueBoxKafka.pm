@@ -23,29 +23,20 @@ package QueueBoxKafka;
 use strict;
 use warnings;
 
-use Cwd qw(abs_path);
 use Exporter 'import';
-use File::Basename qw(dirname);
 use IPC::Run;
 use JSON::PP;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep time);
 
+use QueueBoxTest qw(qb_test_binary);
+
 our @EXPORT = qw(qb_kafka_start qb_kafka_cmd qb_kafka_consume qb_kafka_produce qb_kafka_committed qb_kafka_stop);
 
-my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
 my @live;
 
 # the helper as the installcheck copy built it (TESTDIR), else this tree's
-sub mock_binary
-{
-	my @dirs = grep { defined } ($ENV{TESTDIR}, $ROOT);
-	my ($bin) = grep { -x } map { "$_/test/brokers/kafka_mock" } @dirs;
-	BAIL_OUT("test/brokers/kafka_mock is not built (run: make sink); looked in @dirs")
-	  unless $bin;
-	return abs_path($bin);
-}
 
 # qb_kafka_start(topics => ['events:3'], missing => ['nowhere'], brokers => 1)
 sub qb_kafka_start
@@ -53,7 +44,7 @@ sub qb_kafka_start
 	my (%o) = @_;
 	my $dir = $PostgreSQL::Test::Utils::tmp_check;
 	my $file = "$dir/kafka_mock_$$." . (scalar(@live) + 1) . '.bootstrap';
-	my @cmd = (mock_binary(), '--bootstrap-file', $file, '--brokers', $o{brokers} // 1);
+	my @cmd = (qb_test_binary('test/brokers/kafka_mock'), '--bootstrap-file', $file, '--brokers', $o{brokers} // 1);
 	push @cmd, '--topic', $_ for @{ $o{topics} // [] };
 	push @cmd, '--missing', $_ for @{ $o{missing} // [] };
 	unlink $file;

@@ -22,9 +22,7 @@ use strict;
 use warnings;
 
 use Carp;
-use Cwd qw(abs_path);
 use Exporter 'import';
-use File::Basename qw(dirname);
 use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
@@ -33,22 +31,13 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep time);
 
-use QueueBoxTest qw(qb_free_port);
+use QueueBoxTest qw(qb_free_port qb_test_binary);
 
 our @EXPORT = qw(nats_start nats_stop nats_add_stream nats_count nats_dump nats_publish nats_consumer nats_add_consumer nats_thread_masks);
 
 my $SERVER = '/usr/sbin/nats-server';
-my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
 my %live;    # pid -> server
 
-sub tool_binary
-{
-	for my $dir (grep { defined } $ENV{TESTDIR}, $ROOT)
-	{
-		return "$dir/test/brokers/nats_tool" if -x "$dir/test/brokers/nats_tool";
-	}
-	BAIL_OUT('test/brokers/nats_tool is not built (run: make sink)');
-}
 
 # nats_start(name => 'n1'[, again => $old_server]): start nats-server -js;
 # with again, on the old one's port and store.  Returns
@@ -122,7 +111,7 @@ sub tool
 {
 	my ($s, @args) = @_;
 	my ($out, $err) = ('', '');
-	my $ok = IPC::Run::run([ tool_binary(), $s->{url}, @args ], '<', \undef, '>', \$out, '2>', \$err);
+	my $ok = IPC::Run::run([ qb_test_binary('test/brokers/nats_tool'), $s->{url}, @args ], '<', \undef, '>', \$out, '2>', \$err);
 	return ($? >> 8, $out, $err);
 }
 

@@ -30,9 +30,7 @@ use strict;
 use warnings;
 
 use Carp;
-use Cwd qw(abs_path);
 use Exporter 'import';
-use File::Basename qw(dirname);
 use File::Path qw(make_path);
 use IPC::Run;
 use JSON::PP;
@@ -41,28 +39,17 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep time);
 
-use QueueBoxTest qw(qb_free_port);
+use QueueBoxTest qw(qb_free_port qb_test_binary);
 
 our @EXPORT = qw(
   rmq_start rmq_stop rmq_kill rmq_running rmq_ctl
   rmq_tool rmq_count rmq_get
 );
 
-my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
 my $SERVER = '/usr/lib/rabbitmq/bin/rabbitmq-server';
 my $CTL = '/usr/lib/rabbitmq/bin/rabbitmqctl';
 my @live;
 
-sub tool_binary
-{
-	my @cand = ("$ROOT/test/brokers/amqp_tool");
-	unshift @cand, "$ENV{TESTDIR}/test/brokers/amqp_tool" if $ENV{TESTDIR};
-	for my $b (@cand)
-	{
-		return abs_path($b) if -x $b;
-	}
-	BAIL_OUT("test/brokers/amqp_tool is not built (run: make sink); looked in @cand");
-}
 
 # The environment every rabbitmq-server and rabbitmqctl of this broker runs in.
 sub broker_env
@@ -347,7 +334,7 @@ sub tool_run
 	my ($r, @args) = @_;
 	my $out = '';
 	my $err = '';
-	my $h = IPC::Run::start([ tool_binary(), $r->{url}, @args ],
+	my $h = IPC::Run::start([ qb_test_binary('test/brokers/amqp_tool'), $r->{url}, @args ],
 		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(60));
 	my $ok = eval { $h->finish; 1 };
 	if (!$ok)

@@ -36,7 +36,7 @@ our @EXPORT = qw(
   qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats
   qb_wait_query qb_wait_for qb_worker_pids qb_launcher_pid qb_free_port
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
-  qb_consumers_on_lock
+  qb_consumers_on_lock qb_test_binary
 );
 
 my $json = JSON::PP->new->canonical(1);
@@ -46,15 +46,18 @@ our $sink_seq = 0;
 # test/perl/QueueBoxTest.pm -> the repository root
 my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
 
-sub sink_binary
+# qb_test_binary('test/brokers/nats_tool'): a helper program `make sink`
+# builds, from the test's tree (TESTDIR) or this repository's
+sub qb_test_binary
 {
-	my @cand = ("$ROOT/test/sink/qb_sink");
-	unshift @cand, "$ENV{TESTDIR}/test/sink/qb_sink" if $ENV{TESTDIR};
+	my ($rel) = @_;
+	my @cand = ("$ROOT/$rel");
+	unshift @cand, "$ENV{TESTDIR}/$rel" if $ENV{TESTDIR};
 	for my $b (@cand)
 	{
 		return abs_path($b) if -x $b;
 	}
-	BAIL_OUT("test/sink/qb_sink is not built (run: make sink); looked in @cand");
+	BAIL_OUT("$rel is not built (run: make sink); looked in @cand");
 }
 
 # ---------------------------------------------------------------- the node
@@ -232,7 +235,7 @@ sub qb_free_port
 sub qb_sink_start
 {
 	my (%o) = @_;
-	my $bin = sink_binary();
+	my $bin = qb_test_binary('test/sink/qb_sink');
 	my $name = $o{name} // 'sink';
 	my $dir = $PostgreSQL::Test::Utils::tmp_check;
 	my $tag = sprintf('%s_%d_%d', $name, $$, ++$QueueBoxTest::sink_seq);
