@@ -228,8 +228,9 @@ qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_
 	char		msg[QB_ERRLEN + 128];
 	json_error_t jerr;
 	json_t	   *doc = json_loadb(d->body, d->len, JSON_DECODE_ANY, &jerr);
-	/* parsed once: the key and the event type may both come from headers */
-	json_t	   *headers = d->headers ? json_loads(d->headers, 0, NULL) : NULL;
+	/* parsed once, and only when the key or the event type comes from one */
+	json_t	   *headers = d->headers && (s->idempotency_key_header || s->event_type_header) ?
+		json_loads(d->headers, 0, NULL) : NULL;
 	char		uuid[QB_UUID_LEN + 1];
 
 	memset(r, 0, sizeof(*r));
