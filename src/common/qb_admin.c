@@ -14,6 +14,8 @@
  *	POST /outbox/requeue  {"topicPattern", "since", "until"}
  *	POST /inbox/replay    {"state", "source", "since", "until"}
  *	POST /inbox/requeue   {"source", "since", "until"}
+ *	POST /destinations/{name}/resume	close a destination's circuit (after
+ *										a 410 Gone); its held rows flow again
  * Bulk forms keep per-key order (the SQL functions work in id or
  * created_at order).  Answers are JSON; errors carry a reason.
  *
@@ -50,6 +52,7 @@ static const QbaRoute qba_routes[] = {
 	{"outbox", "requeue", false, QB_Q_REQUEUE_OUTBOX_BULK, {"topicPattern", "since", "until"}},
 	{"inbox", "replay", false, QB_Q_REPLAY_INBOX_BULK, {"state", "source", "since", "until"}},
 	{"inbox", "requeue", false, QB_Q_REQUEUE_INBOX_BULK, {"source", "since", "until"}},
+	{"destinations", "resume", true, QB_Q_RESUME_DESTINATION, {NULL}},
 };
 
 static void
@@ -115,7 +118,22 @@ qba_body_params(const QbaRoute *rt, json_t *doc, const char **params, int *statu
 	return true;
 }
 
-/* qba_nothing: a by-id answer that changed nothing ({"id": null} or {"requeued": false}). */
+/* qba_name: a destination name in a path: letters, digits, '-', '_', '.'. */
+static bool
+qba_name(const char *s, size_t n)
+{
+	if (n == 0 || n > 200)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char) s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.')
+			return false;
+	return true;
+}
+
+/*
+ * qba_nothing: a by-id answer that found nothing ({"id": null},
+ * {"requeued": false}, or a destination the configuration does not have).
+ */
 static bool
 qba_nothing(const char *out)
 {
@@ -124,7 +142,8 @@ qba_nothing(const char *out)
 
 	if (o == NULL)
 		return false;
-	none = json_is_null(json_object_get(o, "id")) || json_is_false(json_object_get(o, "requeued"));
+	none = json_is_null(json_object_get(o, "id")) || json_is_false(json_object_get(o, "requeued")) ||
+		json_is_false(json_object_get(o, "known"));
 	json_decref(o);
 	return none;
 }
@@ -170,7 +189,7 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 	if (rt == NULL)
 	{
 		qba_error(status, answer, 404,
-				  "no such admin route; see docs/http-api.md (outbox|inbox/dead, outbox|inbox/{id}/replay|requeue, outbox|inbox/replay|requeue)");
+				  "no such admin route; see docs/http-api.md (outbox|inbox/dead, outbox|inbox/{id}/replay|requeue, outbox|inbox/replay|requeue, destinations/{name}/resume)");
 		return;
 	}
 	if (strcmp(method, rt->query == QB_Q_DEAD_OUTBOX || rt->query == QB_Q_DEAD_INBOX ? "GET" : "POST") != 0)
@@ -179,7 +198,22 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 				  "use GET" : "use POST");
 		return;
 	}
-	if (rt->by_id)
+	if (rt->query == QB_Q_RESUME_DESTINATION)
+	{
+		char		name[201];
+
+		if (!qba_name(id, idlen))
+		{
+			qba_error(status, answer, 400,
+					  "the destination name in the path must be 1 to 200 letters, digits, '-', '_' or '.'");
+			return;
+		}
+		memcpy(name, id, idlen);
+		name[idlen] = '\0';
+		params[0] = name;
+		rc = store->query_text(store->ctx, rt->query, params, timeout_ms, &out, err, sizeof(err));
+	}
+	else if (rt->by_id)
 	{
 		char		idbuf[20];
 
@@ -244,6 +278,7 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 	else if (rt->by_id && qba_nothing(out))
 	{
 		qba_error(status, answer, 404,
+				  rt->query == QB_Q_RESUME_DESTINATION ? "no destination of this name in the configuration" :
 				  strcmp(verb, "requeue") == 0 ? "no dead row with this id (only dead rows can be requeued)"
 				  : "no row with this id");
 	}

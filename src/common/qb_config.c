@@ -852,18 +852,20 @@ static const char *const qs_outbox_scalars[] =
 static const char *const qs_backoff_keys[] =
 {"initialMs", "maxMs", "multiplier", "jitter", NULL};
 static const char *const qs_http_keys[] =
-{"type", "baseUrl", "path", "headers", "timeoutMs", "transform", NULL};
+{"type", "baseUrl", "path", "headers", "timeoutMs", "transform", "maxInFlight", "circuitBreaker", NULL};
 static const char *const qs_rabbitmq_keys[] =
-{"type", "url", "exchange", "routingKey", "persistent", "mandatory", "transform", NULL};
+{"type", "url", "exchange", "routingKey", "persistent", "mandatory", "transform", "maxInFlight", "circuitBreaker", NULL};
 static const char *const qs_kafka_keys[] =
-{"type", "brokers", "topic", "config", "transform", NULL};
+{"type", "brokers", "topic", "config", "transform", "maxInFlight", "circuitBreaker", NULL};
 static const char *const qs_nats_keys[] =
-{"type", "url", "subject", "jetstream", "transform", NULL};
+{"type", "url", "subject", "jetstream", "transform", "maxInFlight", "circuitBreaker", NULL};
 /* every scalar key of any destination type: what an override may set */
 static const char *const qs_dest_scalars[] =
 {"type", "baseUrl", "path", "timeoutMs", "url", "exchange", "routingKey",
 "persistent", "mandatory", "brokers", "topic", "subject", "jetstream", "transform",
-NULL};
+"maxInFlight", NULL};
+static const char *const qs_breaker_keys[] =
+{"failures", "cooldownMs", NULL};
 static const char *const qs_route_keys[] =
 {"topicPattern", "destination", "transform", NULL};
 static const char *const qs_source_keys[] =
@@ -1147,6 +1149,12 @@ qo_collect(const QtNode *root, const char *rest, QoFound *f)
 			for (k = 0; qs_dest_scalars[k] != NULL; k++)
 			{
 				QoPath		p = {{"destinations", name, qs_dest_scalars[k]}, 3, 0};
+
+				qo_try(f, rest, &p);
+			}
+			for (k = 0; qs_breaker_keys[k] != NULL; k++)
+			{
+				QoPath		p = {{"destinations", name, "circuitBreaker", qs_breaker_keys[k]}, 4, 0};
 
 				qo_try(f, rest, &p);
 			}
@@ -2142,6 +2150,39 @@ qv_typed(QvCtx *cx, const char *path, const QtNode *node, const char *const *typ
 	return true;
 }
 
+static bool qv_opt_int(QvCtx *cx, const char *path, const QtNode *m, const char *key,
+					   long lo, long hi, long *out);
+
+/*
+ * qv_delivery_control: the keys every destination type has that shape how
+ * the engine feeds it: maxInFlight, circuitBreaker {failures, cooldownMs}.
+ */
+static bool
+qv_delivery_control(QvCtx *cx, const char *path, const QtNode *m, QbDestination *d)
+{
+	char		sub[QV_PATHLEN];
+	const QtNode *cb = qt_get(m, "circuitBreaker");
+	long		v = d->max_in_flight;
+	long		failures = d->breaker_failures;
+
+	if (!qv_opt_int(cx, path, m, "maxInFlight", 1, 10000, &v))
+		return false;
+	d->max_in_flight = (int) v;
+	if (cb == NULL)
+		return true;
+	qv_path_key(sub, sizeof(sub), path, "circuitBreaker");
+	if (cb->kind != QT_MAP)
+		return qv_error(cx, sub, cb,
+						"expected a mapping such as { failures: 10, cooldownMs: 30000 }, got %s",
+						qt_kind_name(cb));
+	if (!qv_keys(cx, sub, cb, qs_breaker_keys, "in circuitBreaker") ||
+		!qv_opt_int(cx, sub, cb, "failures", 1, 1000000, &failures) ||
+		!qv_opt_int(cx, sub, cb, "cooldownMs", 100, 86400000, &d->breaker_cooldown_ms))
+		return false;
+	d->breaker_failures = (int) failures;
+	return true;
+}
+
 /* qv_destination: one entry of destinations: into *d (d->name already set). */
 static bool
 qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d)
@@ -2158,6 +2199,9 @@ qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d
 	d->timeout_ms = 10000;
 	d->persistent = true;
 	d->mandatory = true;
+	d->max_in_flight = QB_DEFAULT_MAX_IN_FLIGHT;
+	d->breaker_failures = QB_DEFAULT_BREAKER_FAILURES;
+	d->breaker_cooldown_ms = QB_DEFAULT_BREAKER_COOLDOWN_MS;
 	if (!qv_typed(cx, path, node, types, "one of http, rabbitmq, kafka, nats",
 				  "expected a mapping with at least type: (http, rabbitmq, kafka or nats), got an empty value",
 				  "one of http, rabbitmq, kafka, nats", &m, &t))
@@ -2169,7 +2213,8 @@ qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d
 	snprintf(forwhat, sizeof(forwhat), "for a%s %s destination",
 			 d->type == QB_DEST_HTTP ? "n" : "", types[t]);
 	if (!qv_keys(cx, path, m, allowed, forwhat) ||
-		!qv_transform(cx, path, m, &d->transform))
+		!qv_transform(cx, path, m, &d->transform) ||
+		!qv_delivery_control(cx, path, m, d))
 		return false;
 
 	switch (d->type)

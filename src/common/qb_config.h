@@ -55,6 +55,11 @@
  *				(template over topic and key; none: the row's topic),
  *				jetstream true
  *
+ * Every destination type also takes maxInFlight 128 (1..10000: publishes in
+ * flight at once, across the engine's claims) and circuitBreaker {failures
+ * 10 (1..1000000 consecutive failed attempts open it), cooldownMs 30000
+ * (100..86400000 before one probe row is tried)}.
+ *
  * Sources (sources.<name>; type http is the only type so far):
  *	path (required, starts with '/', unique), idempotencyKeyPath or
  *	idempotencyKeyHeader (exactly one; standard-webhooks auth defaults to the
@@ -132,7 +137,15 @@ typedef struct QbDestination
 	int			nprops;
 	bool		jetstream;		/* nats: default true */
 	QbTransform *transform;		/* transform: compiled, or NULL */
+	/* every type: how the engine feeds it (docs/delivery.md) */
+	int			max_in_flight;	/* maxInFlight, default QB_DEFAULT_MAX_IN_FLIGHT */
+	int			breaker_failures;	/* circuitBreaker.failures, default 10 */
+	long		breaker_cooldown_ms;	/* circuitBreaker.cooldownMs, default 30000 */
 } QbDestination;
+
+#define QB_DEFAULT_MAX_IN_FLIGHT 128
+#define QB_DEFAULT_BREAKER_FAILURES 10
+#define QB_DEFAULT_BREAKER_COOLDOWN_MS 30000L
 
 typedef struct QbRoute
 {

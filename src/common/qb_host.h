@@ -12,6 +12,7 @@
 #define QB_HOST_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include "qb_config.h"
 #include "qb_metrics.h"
 
@@ -59,6 +60,14 @@ typedef struct QbHost
 	 * the launcher starts one consumer worker per source.
 	 */
 	void		(*config_loaded) (void *ctx, const QbConfig *cfg);
+
+	/*
+	 * The outbox engine's intake floor (docs/design/claim.md): the lowest
+	 * "rows above this id committed late" reported since the last call, or
+	 * -1 when none was.  NULL: the host cannot know; the engine then reads
+	 * intake from the start at every poll.
+	 */
+	int64_t		(*late_floor) (void *ctx);
 } QbHost;
 
 /*

@@ -826,6 +826,7 @@ qbi_gauges(QbiEngine *e, QbGauges *g)
 	char		err[QB_ERRLEN];
 	char	   *text = NULL;
 	json_t	   *o;
+	const char **names;
 
 	memset(g, 0, sizeof(*g));
 	g->outbox_pending = g->outbox_processing = g->outbox_oldest_pending_sec = -1;
@@ -844,6 +845,20 @@ qbi_gauges(QbiEngine *e, QbGauges *g)
 	g->inbox_pending = json_number_value(json_object_get(o, "inbox_pending"));
 	g->inbox_processing = json_number_value(json_object_get(o, "inbox_processing"));
 	g->inbox_oldest_pending_sec = json_number_value(json_object_get(o, "inbox_oldest"));
+	g->ndests = e->ref->cfg->ndestinations;
+	g->dest_circuits = calloc(g->ndests + 1, sizeof(int));
+	names = calloc(g->ndests + 1, sizeof(char *));
+	g->dest_names = names;
+	if (g->dest_circuits == NULL || names == NULL)
+		g->ndests = 0;
+	for (int i = 0; i < g->ndests; i++)
+	{
+		const char *name = e->ref->cfg->destinations[i].name;
+
+		names[i] = name;
+		g->dest_circuits[i] = qb_circuit_parse(json_string_value(
+			json_object_get(json_object_get(o, "circuits"), name)));
+	}
 	json_decref(o);
 	free(text);
 }
@@ -875,6 +890,8 @@ qbi_serve_one(QbiEngine *e, QbiRequest *r)
 		case QBI_METRICS:
 			qbi_gauges(e, &g);
 			r->answer = qb_metrics_render(e->metrics, &g);
+			free(g.dest_circuits);
+			free((void *) g.dest_names);
 			r->status = r->answer ? 200 : 503;
 			r->content_type = "text/plain; version=0.0.4; charset=utf-8";
 			break;

@@ -285,6 +285,17 @@ qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 		qbm_gauge(&b, "queuebox_inbox_processing", "Inbox rows claimed and in flight.", g->inbox_processing);
 		qbm_gauge(&b, "queuebox_inbox_oldest_pending_age_seconds",
 				  "Age of the oldest pending inbox row (0 when none).", g->inbox_oldest_pending_sec);
+		if (g->ndests > 0)
+		{
+			static const char *const states[] = {"closed", "open", "half-open", "disabled"};
+
+			qbm_printf(&b, "# HELP queuebox_destination_state 1 for the state each destination's circuit is in.\n"
+					   "# TYPE queuebox_destination_state gauge\n");
+			for (int i = 0; i < g->ndests; i++)
+				for (int k = 0; k < 4; k++)
+					qbm_printf(&b, "queuebox_destination_state{destination=\"%s\",state=\"%s\"} %d\n",
+							   g->dest_names[i], states[k], g->dest_circuits[i] == k ? 1 : 0);
+		}
 	}
 	free(rows);
 	if (b.oom)

@@ -80,6 +80,10 @@ typedef struct QbGauges
 	double		inbox_processing;
 	double		inbox_oldest_pending_sec;
 	bool		database_up;
+	/* each configured destination's circuit (QbCircuit: 0 closed .. 3 disabled) */
+	int			ndests;
+	const char *const *dest_names;
+	int		   *dest_circuits;
 } QbGauges;
 
 /* Zero a block (a fresh shared-memory segment or a daemon's). */

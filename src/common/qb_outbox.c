@@ -2,22 +2,36 @@
  * qb_outbox.c
  *	  The outbox engine loop.
  *
- * Wording:
- *	- A batch is the rows of one claim.  Every row of a batch ends in exactly
- *	  one settle outcome: sent, retry, dead or release.
- *	- A round is claim -> route -> transform -> publish concurrently ->
- *	  settle.  The route's transform runs before the destination's; a
- *	  rejection sends the row dead at once (docs/transforms.md).
+ * Wording (docs/design/claim.md):
+ *	- A slot holds one claimed row from its claim until its settle is
+ *	  written: queued (routed, waiting for room at its destination), sending
+ *	  (a publish in flight), or done (its settle outcome is known).
+ *	- A cycle is one store transaction: settle the done slots, count their
+ *	  attempts into the destinations' circuit breakers, promote the next row
+ *	  of each key that ended, and claim again.  Several settles share a
+ *	  commit; a settle never waits for a slow request of another row.
+ *	- A destination takes rows when its circuit is closed and no Retry-After
+ *	  pauses it; at most maxInFlight of its rows are sending at once, as many
+ *	  more may wait queued, and rows beyond that go back to the table routed
+ *	  (claimed again when it has room).  Rows of a destination that takes
+ *	  none are held (hold 'destination') without spending an attempt, except
+ *	  the one probe row of a half-open destination.
+ *	- The intake floor: new rows are claimed in id order above the floor,
+ *	  so a claim does not walk the index entries of rows already delivered
+ *	  (a held snapshot keeps them).  The host reports rows that committed
+ *	  below it (late_floor); every QBO_FULL_SCAN_MS, and whenever the host
+ *	  cannot report, the claim reads intake from the start.
  *
- * Transaction rules: the claim and the settle are each one short transaction
- * in the store; nothing is open while requests are in flight.  If the settle
- * cannot be written, the rows stay processing and come back to pending when
- * their lease expires: delivery is at least once, never lost.
+ * Transaction rules: each cycle is one short transaction in the store;
+ * nothing is open while requests are in flight.  If a cycle cannot be
+ * written, its done rows stay processing in the table and the engine tries
+ * again; if it never can, their leases expire and they come back to
+ * pending: delivery is at least once, never lost.
  *
- * Waking: after a round that had rows the engine claims again at once; only
- * an empty claim lets it sleep.  Because the host clears its wake-up only
- * inside wait(), a commit that lands while a batch is in flight is seen by
- * that next claim (its snapshot is newer) or leaves the wake-up set.
+ * Waking: the engine claims again while the last claim brought rows and
+ * its destinations have room; an empty claim lets it wait for a wake (a
+ * commit) or the poll interval.  The host clears its wake-up only inside
+ * wait(), so a commit that lands during a cycle is seen by the next one.
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>
@@ -32,21 +46,48 @@
 #include "qb_transform.h"
 
 #define QBO_RECLAIM_EVERY_MS	1000
+#define QBO_UNPARK_EVERY_MS		1000
+#define QBO_UNPARK_BATCH		1000
 #define QBO_RETENTION_EVERY_MS	60000
 #define QBO_RETENTION_BATCH		1000
-#define QBO_SETTLE_TRIES		3
+#define QBO_FULL_SCAN_MS		1000
+#define QBO_SETTLE_DELAY_MS		2	/* the longest a done row waits for company */
+#define QBO_CYCLE_RETRY_MS		200
 
-typedef struct QboRound
+typedef enum QboSlotState
 {
-	const QbConfig *cfg;
-	QbOutboxRow *rows;
-	int			nrows;
-	QbSettle   *settles;
-	char	  **errors;			/* owned strings behind settles[i].error */
-	bool	   *done;
-	const char **dest;			/* the destination each row was routed to, or NULL */
-	QbOutboxStats *stats;
-} QboRound;
+	QBO_FREE,
+	QBO_QUEUED,
+	QBO_SENDING,
+	QBO_DONE
+} QboSlotState;
+
+typedef struct QboSlot
+{
+	QboSlotState st;
+	QbOutboxRow row;			/* owned */
+	char		token[QB_UUID_LEN + 1];
+	int			dest;			/* index into cfg->destinations, -1: none */
+	int			route;			/* index into cfg->routes, -1: none */
+	QbSettle	settle;			/* when done */
+	char	   *error;			/* owned text behind settle.error */
+	long		done_at;
+	/* what the attempt told the destination's breaker */
+	bool		attempted;
+	bool		attempt_ok;
+	bool		gone;
+	long		retry_after_ms;
+} QboSlot;
+
+/* One destination of the configuration, as this engine sees it now. */
+typedef struct QboDest
+{
+	int			sending;
+	int			queued;
+	QbCircuit	state;			/* from the last claim's states */
+	bool		paused;
+	bool		probe;			/* we won its half-open probe and not yet sent it */
+} QboDest;
 
 typedef struct QboEngine
 {
@@ -54,49 +95,107 @@ typedef struct QboEngine
 	const QbStore *store;
 	int			worker_index;
 	QbConfig   *cfg;			/* NULL until a valid document is stored */
-	QbPubSet   *pub;			/* the publishers, one per destination type in use */
+	QbPubSet   *pub;
+	QboSlot    *slots;
+	int			nslots;
+	int			nactive;		/* slots not free */
+	QboDest    *dests;			/* cfg->ndestinations */
+	int64_t		floor;
+	long		next_full_scan;
 	long		next_reclaim;
+	long		next_unpark;
 	long		next_retention;
+	long		next_cycle_try; /* after a failed cycle */
+	bool		claim_idle;		/* the last claim brought nothing: wait */
+	bool		reload_pending;
 	bool		warned_no_config;
 	QbOutboxStats *stats;
 } QboEngine;
 
-/* qbo_reload swaps the engine's config for the stored one (qb_reload_config). */
-static void
-qbo_reload(QboEngine *e)
+/* ---------------------------------------------------------------------
+ * Slots
+ * ---------------------------------------------------------------------
+ */
+
+static QboSlot *
+qbo_slot_new(QboEngine *e, int *index)
 {
-	if (!qb_reload_config(e->host, e->store, &e->cfg, &e->warned_no_config, "outbox rows"))
-		return;
-	/* a new retention period takes effect now, not at the old schedule */
-	e->next_retention = 0;
-	qb_log(e->host, QB_LOG_INFO, "configuration loaded: %d destinations, %d routes",
-		   e->cfg->ndestinations, e->cfg->nroutes);
-	/* between batches: nothing is in flight; drop what no destination uses */
-	qb_pubset_prune(e->pub, e->cfg);
+	for (int i = 0; i < e->nslots; i++)
+		if (e->slots[i].st == QBO_FREE)
+		{
+			*index = i;
+			e->nactive++;
+			return &e->slots[i];
+		}
+	{
+		int			n = e->nslots ? e->nslots * 2 : 256;
+		QboSlot    *s = realloc(e->slots, n * sizeof(QboSlot));
+
+		if (s == NULL)
+			return NULL;
+		memset(s + e->nslots, 0, (n - e->nslots) * sizeof(QboSlot));
+		*index = e->nslots;
+		e->slots = s;
+		e->nslots = n;
+		e->nactive++;
+		return &e->slots[*index];
+	}
 }
 
-/* qbo_set sets a row's outcome, copying the error text. */
 static void
-qbo_set(QboRound *r, int i, QbSettleKind kind, int attempt, long delay_ms, const char *error)
+qbo_slot_free(QboEngine *e, QboSlot *s)
 {
-	r->settles[i].id = r->rows[i].id;
-	r->settles[i].kind = kind;
-	r->settles[i].attempt = attempt;
-	r->settles[i].delay_ms = delay_ms;
-	free(r->errors[i]);
-	r->errors[i] = error ? strdup(error) : NULL;
-	r->settles[i].error = r->errors[i];
-	r->done[i] = true;
+	qb_outbox_rows_free_one(&s->row);
+	free(s->error);
+	memset(s, 0, sizeof(*s));
+	e->nactive--;
+}
+
+static QboDest *
+qbo_dest(QboEngine *e, const QboSlot *s)
+{
+	return s->dest >= 0 ? &e->dests[s->dest] : NULL;
+}
+
+static const char *
+qbo_dest_name(QboEngine *e, const QboSlot *s)
+{
+	return s->dest >= 0 ? e->cfg->destinations[s->dest].name : NULL;
+}
+
+/* qbo_done gives a slot its settle outcome, copying the error text. */
+static void
+qbo_done(QboEngine *e, QboSlot *s, QbSettleKind kind, int attempt, long delay_ms,
+		 const char *error)
+{
+	QboDest    *d = qbo_dest(e, s);
+
+	if (d != NULL && s->st == QBO_SENDING)
+		d->sending--;
+	if (d != NULL && s->st == QBO_QUEUED)
+		d->queued--;
+	free(s->error);
+	s->error = error ? strdup(error) : NULL;
+	s->settle.id = s->row.id;
+	s->settle.token = s->token;
+	s->settle.kind = kind;
+	s->settle.attempt = attempt;
+	s->settle.delay_ms = delay_ms;
+	s->settle.error = s->error;
+	s->settle.destination = qbo_dest_name(e, s);
+	s->st = QBO_DONE;
+	s->done_at = qb_now_ms();
 }
 
 /*
- * qbo_failed records a failed attempt: retry with backoff, or dead when this
- * attempt was the row's last.
+ * qbo_failed records a failed attempt: retry with backoff (at least the
+ * Retry-After the destination asked for, capped by backoff.maxMs), or dead
+ * when this attempt was the row's last.
  */
 static void
-qbo_failed(QboRound *r, int i, const char *why)
+qbo_failed(QboEngine *e, QboSlot *s, const char *why, long retry_after_ms)
 {
-	QbOutboxRow *row = &r->rows[i];
+	QbOutboxRow *row = &s->row;
 	int			attempt = row->attempt + 1;
 	char		msg[768];
 
@@ -104,55 +203,123 @@ qbo_failed(QboRound *r, int i, const char *why)
 	{
 		snprintf(msg, sizeof(msg), "attempt %d of %d failed, none remain: %s",
 				 attempt, row->max_attempts, why);
-		qbo_set(r, i, QB_SETTLE_DEAD, attempt, 0, msg);
-		r->stats->dead++;
+		qbo_done(e, s, QB_SETTLE_DEAD, attempt, 0, msg);
+		e->stats->dead++;
 	}
 	else
 	{
-		long		delay = qb_backoff_delay_ms(&r->cfg->outbox.backoff, attempt,
-											   qb_random_unit());
+		const QbBackoff *b = &e->cfg->outbox.backoff;
+		long		delay = qb_backoff_delay_ms(b, attempt, qb_random_unit());
 
+		if (retry_after_ms > delay)
+			delay = retry_after_ms < b->max_ms ? retry_after_ms : b->max_ms;
 		snprintf(msg, sizeof(msg), "attempt %d of %d failed, retry in %ld ms: %s",
 				 attempt, row->max_attempts, delay, why);
-		qbo_set(r, i, QB_SETTLE_RETRY, attempt, delay, msg);
-		r->stats->retried++;
+		qbo_done(e, s, QB_SETTLE_RETRY, attempt, delay, msg);
+		e->stats->retried++;
 	}
 }
+
+/* qbo_hold parks a row until its destination takes rows again. */
+static void
+qbo_hold(QboEngine *e, QboSlot *s, int attempt, const char *why)
+{
+	char		msg[768];
+
+	snprintf(msg, sizeof(msg), "held, no attempt spent: destination %s %s; delivered once it takes rows again",
+			 qbo_dest_name(e, s), why);
+	qbo_done(e, s, QB_SETTLE_HOLD, attempt, 0, msg);
+	e->stats->held++;
+}
+
+/* qbo_hold_reason: why destination d takes no rows now, or NULL when it does. */
+static const char *
+qbo_hold_reason(const QboDest *d)
+{
+	switch (d->state)
+	{
+		case QB_CIRCUIT_DISABLED:
+			return "is disabled (it answered 410 Gone; queuebox.resume_destination() enables it)";
+		case QB_CIRCUIT_OPEN:
+			return "has an open circuit (consecutive failures)";
+		case QB_CIRCUIT_HALF_OPEN:
+			return "is half-open (one probe row is being tried)";
+		case QB_CIRCUIT_CLOSED:
+			break;
+	}
+	return d->paused ? "is paused (it answered Retry-After)" : NULL;
+}
+
+/* ---------------------------------------------------------------------
+ * Publishing
+ * ---------------------------------------------------------------------
+ */
 
 static void
 qbo_publish_done(void *arg, int tag, const QbPubOutcome *out)
 {
-	QboRound   *r = arg;
+	QboEngine  *e = arg;
+	QboSlot    *s;
+	QboDest    *d;
+	/* only an HTTP answer carries these */
+	bool		gone = out->status == 410 && out->gone;
+	long		ra = (out->status == 429 || out->status == 503) ? out->retry_after_ms : -1;
 
+	if (tag < 0 || tag >= e->nslots || e->slots[tag].st != QBO_SENDING)
+		return;
+	s = &e->slots[tag];
+	d = qbo_dest(e, s);
+	s->attempted = true;
+	s->attempt_ok = out->ok;
+	s->gone = gone;
+	s->retry_after_ms = ra > 0 ? ra : 0;
 	if (out->ok)
 	{
-		qbo_set(r, tag, QB_SETTLE_SENT, r->rows[tag].attempt + 1, 0, NULL);
-		r->stats->sent++;
+		qbo_done(e, s, QB_SETTLE_SENT, s->row.attempt + 1, 0, NULL);
+		e->stats->sent++;
+	}
+	else if (gone)
+	{
+		char		msg[768];
+
+		snprintf(msg, sizeof(msg), "attempt %d answered 410 Gone: %s",
+				 s->row.attempt + 1, out->error);
+		d->state = QB_CIRCUIT_DISABLED;
+		qbo_hold(e, s, s->row.attempt + 1, "was disabled by this answer");
+		free(s->error);
+		s->error = strdup(msg);
+		s->settle.error = s->error;
 	}
 	else if (out->permanent)
 	{
 		char		msg[768];
 
+		/* the row's fault, not the destination's: the breaker is not told */
+		s->attempted = false;
 		snprintf(msg, sizeof(msg), "attempt %d refused for good: %s",
-				 r->rows[tag].attempt + 1, out->error);
-		qbo_set(r, tag, QB_SETTLE_DEAD, r->rows[tag].attempt + 1, 0, msg);
-		r->stats->dead++;
+				 s->row.attempt + 1, out->error);
+		qbo_done(e, s, QB_SETTLE_DEAD, s->row.attempt + 1, 0, msg);
+		e->stats->dead++;
 	}
 	else
-		qbo_failed(r, tag, out->error);
+	{
+		if (ra > 0)
+			d->paused = true;
+		qbo_failed(e, s, out->error, ra);
+	}
 }
 
 /*
  * qbo_transform runs the route's transform, then the destination's, on a
  * routed row (one helper run for both) and puts the result in the row's
- * payload, so the round frees it.  Returns false when the row got its
- * outcome: dead for a rejection, a failed attempt when the helper could not
- * run.
+ * payload.  Returns false when the row got its outcome: dead for a
+ * rejection, a failed attempt when the helper could not run.
  */
 static bool
-qbo_transform(QboRound *r, int i, int ri, const QbDestination *dest)
+qbo_transform(QboEngine *e, QboSlot *s)
 {
-	QbOutboxRow *row = &r->rows[i];
+	QbOutboxRow *row = &s->row;
+	const QbDestination *dest = &e->cfg->destinations[s->dest];
 	const QbTransform *chain[2];
 	char		place[160];
 	char		err[QB_ERRLEN];
@@ -162,11 +329,10 @@ qbo_transform(QboRound *r, int i, int ri, const QbDestination *dest)
 	size_t		outlen;
 	int			n = 0;
 	int			at;
-
-	bool		routed = r->cfg->routes[ri].transform != NULL;
+	bool		routed = e->cfg->routes[s->route].transform != NULL;
 
 	if (routed)
-		chain[n++] = r->cfg->routes[ri].transform;
+		chain[n++] = e->cfg->routes[s->route].transform;
 	if (dest->transform != NULL)
 		chain[n++] = dest->transform;
 	if (n == 0)
@@ -182,254 +348,481 @@ qbo_transform(QboRound *r, int i, int ri, const QbDestination *dest)
 		case QB_TRANSFORM_REJECTED:
 			/* at < 0: the payload itself (not JSON), before any transform */
 			if (routed && (at <= 0 || at >= n))
-				snprintf(place, sizeof(place), "route routes[%d]", ri);
+				snprintf(place, sizeof(place), "route routes[%d]", s->route);
 			else
 				snprintf(place, sizeof(place), "destination %s", dest->name);
 			snprintf(msg, sizeof(msg), "%s transform rejected the message: %s", place, err);
-			qbo_set(r, i, QB_SETTLE_DEAD, row->attempt, 0, msg);
-			r->stats->dead++;
+			qbo_done(e, s, QB_SETTLE_DEAD, row->attempt, 0, msg);
+			e->stats->dead++;
 			return false;
 		case QB_TRANSFORM_FAILED:
-			qbo_failed(r, i, err);
+			qbo_failed(e, s, err, 0);
 			return false;
 	}
 	return true;
 }
 
-/*
- * qbo_dispatch routes every row and starts its publish; rows that cannot be
- * published (no route, a destination type this build cannot publish to, a
- * malformed row) get their outcome at once.
- */
+/* qbo_start publishes a queued row; it may get its outcome at once. */
 static void
-qbo_dispatch(QboEngine *e, QboRound *r)
+qbo_start(QboEngine *e, QboSlot *s, int tag)
 {
+	QboDest    *d = qbo_dest(e, s);
 	char		err[512];
-	char		msg[768];
 	QbMessage	m;
 
-	for (int i = 0; i < r->nrows; i++)
+	d->queued--;
+	s->st = QBO_SENDING;
+	d->sending++;
+	if (!qbo_transform(e, s))
+		return;
+	m.message_id = s->row.message_id;
+	m.topic = s->row.topic;
+	m.key = s->row.key;
+	m.headers = s->row.headers;
+	m.body = s->row.payload;
+	m.body_len = s->row.payload_len;
+	switch (qb_pubset_start(e->pub, &e->cfg->destinations[s->dest], &m, tag, err, sizeof(err)))
 	{
-		QbOutboxRow *row = &r->rows[i];
-		int			ri = qb_route_find(r->cfg, row->topic);
-		const QbDestination *dest;
-
-		if (ri < 0)
-		{
-			snprintf(msg, sizeof(msg),
-					 "no route matches topic \"%.200s\"; add a route for it, then requeue the row (queuebox.requeue_outbox)",
-					 row->topic);
-			qbo_set(r, i, QB_SETTLE_DEAD, row->attempt, 0, msg);
-			r->stats->dead++;
-			continue;
-		}
-		dest = &r->cfg->destinations[r->cfg->routes[ri].dest_index];
-		r->dest[i] = dest->name;
-		if (!qbo_transform(r, i, ri, dest))
-			continue;
-		m.message_id = row->message_id;
-		m.topic = row->topic;
-		m.key = row->key;
-		m.headers = row->headers;
-		m.body = row->payload;
-		m.body_len = row->payload_len;
-		switch (qb_pubset_start(e->pub, dest, &m, i, err, sizeof(err)))
-		{
-			case QB_PUB_STARTED:
-				break;
-			case QB_PUB_ROW_INVALID:
-				/* a row (or a destination type) that can never be sent as it is */
-				qbo_set(r, i, QB_SETTLE_DEAD, row->attempt, 0, err);
-				r->stats->dead++;
-				break;
-			case QB_PUB_NOT_STARTED:
-				qbo_failed(r, i, err);
-				break;
-		}
+		case QB_PUB_STARTED:
+			break;
+		case QB_PUB_ROW_INVALID:
+			/* a row (or a destination type) that can never be sent as it is */
+			qbo_done(e, s, QB_SETTLE_DEAD, s->row.attempt, 0, err);
+			e->stats->dead++;
+			break;
+		case QB_PUB_NOT_STARTED:
+			s->attempted = true;
+			qbo_failed(e, s, err, 0);
+			break;
 	}
 }
 
 /*
- * qbo_publish drives the posts of a round until all have answered or the
- * host asks to stop; on a stop, unanswered rows are released (back to
- * pending, no attempt spent) so another worker delivers them at once.
+ * qbo_start_queued starts queued rows, oldest claim first within each
+ * destination's room; rows of a destination that stopped taking rows are
+ * held instead.
  */
 static void
-qbo_publish(QboEngine *e, QboRound *r)
+qbo_start_queued(QboEngine *e)
 {
-	qb_pubset_perform(e->pub, qbo_publish_done, r);
-	while (qb_pubset_in_flight(e->pub) > 0)
+	for (int i = 0; i < e->nslots; i++)
 	{
-		long		timeout;
+		QboSlot    *s = &e->slots[i];
+		QboDest    *d;
+		const char *why;
 
-		if (e->host->should_stop(e->host->ctx))
-		{
-			qb_pubset_abort_all(e->pub);
-			for (int i = 0; i < r->nrows; i++)
-				if (!r->done[i])
-				{
-					qbo_set(r, i, QB_SETTLE_RELEASE, r->rows[i].attempt, 0,
-							"released: the worker stopped before the destination answered");
-					r->stats->released++;
-				}
-			return;
-		}
-		timeout = qb_pubset_timeout_ms(e->pub);
-		if (timeout < 0 || timeout > 1000)
-			timeout = 1000;
-		if (timeout > 0)
-			e->host->wait(e->host->ctx, qb_pubset_fd(e->pub), timeout);
-		qb_pubset_perform(e->pub, qbo_publish_done, r);
+		if (s->st != QBO_QUEUED)
+			continue;
+		d = qbo_dest(e, s);
+		if ((why = qbo_hold_reason(d)) != NULL)
+			qbo_hold(e, s, s->row.attempt, why);
+		else if (d->sending < e->cfg->destinations[s->dest].max_in_flight)
+			qbo_start(e, s, i);
 	}
 }
 
 /*
- * qbo_count adds a settled round to the shared metrics: what a destination
+ * qbo_dispatch routes one claimed row: it is queued for its destination,
+ * or gets its outcome at once (no route, held, not due, no room).
+ */
+static void
+qbo_dispatch(QboEngine *e, QbOutboxRow *row, const char *token)
+{
+	int			tag;
+	QboSlot    *s;
+	QboDest    *d;
+	const QbDestination *dest;
+	const char *why;
+	char		msg[768];
+
+	if (!row->claimed)
+	{
+		/* parked behind its key or moved to ready: nothing to do */
+		e->stats->parked++;
+		qb_outbox_rows_free_one(row);
+		return;
+	}
+	if ((s = qbo_slot_new(e, &tag)) == NULL)
+	{
+		/* left to its lease: nothing was published */
+		qb_log(e->host, QB_LOG_WARNING, "out of memory for a claimed row; it returns to pending when its lease expires");
+		qb_outbox_rows_free_one(row);
+		return;
+	}
+	s->row = *row;
+	memset(row, 0, sizeof(*row));
+	strcpy(s->token, token);
+	s->dest = -1;
+	s->route = qb_route_find(e->cfg, s->row.topic);
+	s->st = QBO_QUEUED;
+	if (s->route < 0)
+	{
+		snprintf(msg, sizeof(msg),
+				 "no route matches topic \"%.200s\"; add a route for it, then requeue the row (queuebox.requeue_outbox)",
+				 s->row.topic);
+		s->st = QBO_FREE;		/* not counted anywhere yet */
+		qbo_done(e, s, QB_SETTLE_DEAD, s->row.attempt, 0, msg);
+		e->stats->dead++;
+		return;
+	}
+	/* a row keeps the destination it was first routed to (claim.md) */
+	s->dest = -1;
+	if (s->row.destination != NULL)
+		for (int i = 0; i < e->cfg->ndestinations; i++)
+			if (strcmp(e->cfg->destinations[i].name, s->row.destination) == 0)
+				s->dest = i;
+	if (s->dest < 0)
+		s->dest = e->cfg->routes[s->route].dest_index;
+	dest = &e->cfg->destinations[s->dest];
+	d = &e->dests[s->dest];
+	d->queued++;
+	if (s->row.not_due)
+		qbo_done(e, s, QB_SETTLE_ROUTE, s->row.attempt, 0, NULL);
+	else if (s->row.probe && d->probe)
+	{
+		/* the one row a half-open destination is tried with */
+		d->probe = false;
+		qb_log(e->host, QB_LOG_INFO, "destination %s is half-open: trying row %lld as its probe",
+			   dest->name, (long long) s->row.id);
+		qbo_start(e, s, tag);
+	}
+	else if ((why = qbo_hold_reason(d)) != NULL)
+		qbo_hold(e, s, s->row.attempt, why);
+	else if (d->queued > dest->max_in_flight)
+		/* more than it can take soon: back to the table, routed */
+		qbo_done(e, s, QB_SETTLE_ROUTE, s->row.attempt, 0, NULL);
+	else if (d->sending < dest->max_in_flight)
+		qbo_start(e, s, tag);
+}
+
+/* ---------------------------------------------------------------------
+ * Cycles
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * qbo_count adds settled rows to the shared metrics: what a destination
  * acknowledged (with the time since the row was created), what failed and
- * what went dead.  Counted once the settle is written, so a round whose
- * settle is lost (and is delivered again) is not counted twice.
+ * what went dead.  Counted once the settle is written, so a settle that is
+ * lost (and delivered again) is not counted twice.
  */
 static void
-qbo_count(QboEngine *e, const QboRound *r)
+qbo_count(QboEngine *e, const QboSlot *s, double now)
 {
-	struct timespec now;
-	double		t;
+	const char *d = s->dest >= 0 ? e->cfg->destinations[s->dest].name : "_unrouted";
 
 	if (e->host->metrics == NULL)
 		return;
-	clock_gettime(CLOCK_REALTIME, &now);
-	t = now.tv_sec + now.tv_nsec / 1e9;
-	for (int i = 0; i < r->nrows; i++)
+	switch (s->settle.kind)
 	{
-		const char *d = r->dest[i] ? r->dest[i] : "_unrouted";
-
-		switch (r->settles[i].kind)
-		{
-			case QB_SETTLE_SENT:
-				qb_metrics_delivery(e->host->metrics, d, QB_DELIVERED,
-									t - r->rows[i].created_epoch);
-				break;
-			case QB_SETTLE_RETRY:
+		case QB_SETTLE_SENT:
+			qb_metrics_delivery(e->host->metrics, d, QB_DELIVERED, now - s->row.created_epoch);
+			break;
+		case QB_SETTLE_RETRY:
+			qb_metrics_delivery(e->host->metrics, d, QB_FAILED, -1);
+			break;
+		case QB_SETTLE_DEAD:
+			qb_metrics_delivery(e->host->metrics, d, QB_DEAD, -1);
+			break;
+		case QB_SETTLE_HOLD:
+			if (s->attempted)
 				qb_metrics_delivery(e->host->metrics, d, QB_FAILED, -1);
-				break;
-			case QB_SETTLE_DEAD:
-				qb_metrics_delivery(e->host->metrics, d, QB_DEAD, -1);
-				break;
-			case QB_SETTLE_RELEASE:
-				break;
-		}
+			break;
+		case QB_SETTLE_RELEASE:
+		case QB_SETTLE_ROUTE:
+			break;
+	}
+}
+
+/* qbo_tally adds a done slot's attempt to its destination's tally. */
+static void
+qbo_tally(QboEngine *e, const QboSlot *s, QbDestTally *t, int *nt)
+{
+	const QbDestination *dest;
+	QbDestTally *x = NULL;
+
+	if (!s->attempted || s->dest < 0)
+		return;
+	dest = &e->cfg->destinations[s->dest];
+	for (int i = 0; i < *nt; i++)
+		if (strcmp(t[i].destination, dest->name) == 0)
+			x = &t[i];
+	if (x == NULL)
+	{
+		x = &t[(*nt)++];
+		memset(x, 0, sizeof(*x));
+		x->destination = dest->name;
+		x->threshold = dest->breaker_failures;
+		x->cooldown_ms = dest->breaker_cooldown_ms;
+	}
+	if (s->attempt_ok)
+		x->ok++;
+	else
+	{
+		x->failed++;
+		x->error = s->error;
+	}
+	x->gone |= s->gone;
+	if (s->retry_after_ms > x->retry_after_ms)
+		x->retry_after_ms = s->retry_after_ms;
+}
+
+static int
+qbo_tally_cmp(const void *a, const void *b)
+{
+	return strcmp(((const QbDestTally *) a)->destination, ((const QbDestTally *) b)->destination);
+}
+
+/*
+ * qbo_tally_needed: a destination's successes change nothing the breaker
+ * keeps when it is closed, unpaused and has no failures counted (as the
+ * last claim saw it): then the cycle need not lock its row.
+ */
+static bool
+qbo_tally_needed(QboEngine *e, const QbDestTally *t)
+{
+	if (t->failed > 0 || t->gone || t->retry_after_ms > 0)
+		return true;
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+		if (strcmp(e->cfg->destinations[i].name, t->destination) == 0)
+			return e->dests[i].state != QB_CIRCUIT_CLOSED || e->dests[i].paused ||
+				e->dests[i].probe;
+	return true;
+}
+
+/* qbo_apply_states takes the destination states a claim read. */
+static void
+qbo_apply_states(QboEngine *e, const QbCycleOut *out)
+{
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+	{
+		QboDest    *d = &e->dests[i];
+		const QbDestState *st = NULL;
+
+		for (int j = 0; j < out->nstates; j++)
+			if (strcmp(out->states[j].destination, e->cfg->destinations[i].name) == 0)
+				st = &out->states[j];
+		d->state = st ? st->state : QB_CIRCUIT_CLOSED;
+		d->paused = st ? st->paused : false;
+		d->probe = st ? st->probe : false;
 	}
 }
 
 /*
- * qbo_settle writes the round's outcomes in one statement, trying a few
- * times: if the database is briefly unavailable the lease still protects the
- * rows, but settling now avoids a duplicate delivery later.
+ * qbo_apply_changes logs each circuit that a cycle moved, once per move,
+ * and unparks the rows of a destination that closed.
  */
 static void
-qbo_settle(QboEngine *e, QboRound *r, const char *token)
+qbo_apply_changes(QboEngine *e, const QbCycleOut *out)
 {
-	char		err[QB_ERRLEN];
-	int			changed = 0;
+	const char *closed[64];
+	int			nclosed = 0;
 
-	for (int tries = 1;; tries++)
+	for (int i = 0; i < out->nchanges; i++)
 	{
-		if (e->store->outbox_settle(e->store->ctx, token, r->settles, r->nrows,
-									&changed, err, sizeof(err)) == 0)
-			break;
-		if (tries >= QBO_SETTLE_TRIES)
-		{
-			qb_log(e->host, QB_LOG_WARNING,
-				   "could not settle a batch of %d rows (%s); they return to pending when their lease expires",
-				   r->nrows, err);
-			return;
-		}
-		e->host->wait(e->host->ctx, -1, 200 * tries);
+		const QbDestChange *c = &out->changes[i];
+
+		for (int j = 0; j < e->cfg->ndestinations; j++)
+			if (strcmp(e->cfg->destinations[j].name, c->destination) == 0)
+			{
+				e->dests[j].state = c->new_state;
+				e->dests[j].paused = c->paused;
+			}
+		if (c->old_state == c->new_state)
+			continue;
+		qb_log(e->host, c->new_state == QB_CIRCUIT_CLOSED ? QB_LOG_INFO : QB_LOG_WARNING,
+			   "destination %s: circuit %s -> %s%s", c->destination,
+			   qb_circuit_name(c->old_state), qb_circuit_name(c->new_state),
+			   c->new_state == QB_CIRCUIT_OPEN ? "; its rows are held, no attempt spent, until a probe succeeds" :
+			   c->new_state == QB_CIRCUIT_DISABLED ? "; it answered 410 Gone: its rows are held until queuebox.resume_destination() or POST /admin/destinations/{name}/resume" :
+			   c->new_state == QB_CIRCUIT_CLOSED ? "; its held rows are delivered again" : "");
+		if (c->new_state == QB_CIRCUIT_CLOSED && nclosed < 64)
+			closed[nclosed++] = c->destination;
 	}
-	qbo_count(e, r);
-	if (changed != r->nrows)
-		qb_log(e->host, QB_LOG_INFO,
-			   "settled %d of %d rows; the others' leases had expired and were taken over",
-			   changed, r->nrows);
+	if (nclosed > 0)
+	{
+		char		err[QB_ERRLEN];
+		int			n;
+
+		if (e->store->outbox_unpark(e->store->ctx, closed, nclosed, QBO_UNPARK_BATCH,
+									&n, err, sizeof(err)) != 0)
+			qb_log(e->host, QB_LOG_WARNING, "unpark failed: %s", err);
+		e->next_unpark = 0;		/* and the rest at the next housekeeping */
+	}
 }
 
-/* qbo_round runs one claim; returns rows claimed, or -1 on a claim error. */
+/* qbo_room: routed rows destination i may be given by a claim now. */
 static int
-qbo_round(QboEngine *e)
+qbo_room(QboEngine *e, int i)
+{
+	const QbDestination *dest = &e->cfg->destinations[i];
+	QboDest    *d = &e->dests[i];
+	int			room = 2 * dest->max_in_flight - d->sending - d->queued;
+
+	if (qbo_hold_reason(d) != NULL)
+		return 0;
+	if (room > e->cfg->outbox.batch_size)
+		room = e->cfg->outbox.batch_size;
+	return room > 0 ? room : 0;
+}
+
+/* qbo_want_claim: is there room anywhere, and rows may be waiting? */
+static bool
+qbo_want_claim(QboEngine *e)
+{
+	if (e->reload_pending || e->claim_idle || e->host->should_stop(e->host->ctx))
+		return false;
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+		if (qbo_room(e, i) > 0)
+			return true;
+	/* no destination at all: rows still need their "no route" outcome */
+	return e->cfg->ndestinations == 0;
+}
+
+/*
+ * qbo_cycle settles the done slots and, when claim is set, claims again,
+ * in one store transaction.  Returns the rows claimed (parked ones count:
+ * the claim made progress), 0 for an empty claim or none, -1 when the
+ * store failed (the done slots stay done and are tried again).
+ */
+static int
+qbo_cycle(QboEngine *e, bool claim)
 {
 	const QbOutboxConf *oc = &e->cfg->outbox;
+	QbSettle   *settles = NULL;
+	QbDestTally *tallies = NULL;
+	int		   *which = NULL;
+	int			ns = 0,
+				nt = 0,
+				nkept = 0;
+	QbCycleOut	out = {0};
+	QbClaimReq	req = {0};
+	const char **dests = NULL;
+	int		   *limits = NULL;
 	char		token[QB_UUID_LEN + 1];
 	char		err[QB_ERRLEN];
-	QboRound	r = {0};
-	int			n = 0;
+	int			claimed = 0;
 	long		t0 = qb_now_ms();
-	long		t1,
-				t2;
+	int			rc = -1;
 
-	/* a stop that landed after the loop's check must not claim a batch */
-	if (e->host->should_stop(e->host->ctx))
-		return 0;
-	if (!qb_uuid_v4(token))
+	settles = malloc(sizeof(QbSettle) * (e->nactive + 1));
+	tallies = malloc(sizeof(QbDestTally) * (e->cfg->ndestinations + 1));
+	which = malloc(sizeof(int) * (e->nactive + 1));
+	dests = malloc(sizeof(char *) * (e->cfg->ndestinations + 1));
+	limits = malloc(sizeof(int) * (e->cfg->ndestinations + 1));
+	if (!settles || !tallies || !which || !dests || !limits)
 	{
-		qb_log(e->host, QB_LOG_WARNING, "no random bytes for a claim token");
-		return -1;
-	}
-	if (e->store->outbox_claim(e->store->ctx, oc->batch_size, oc->claim_timeout_ms,
-							   oc->max_attempts, token, &r.rows, &r.nrows,
-							   err, sizeof(err)) != 0)
-	{
-		qb_log(e->host, QB_LOG_WARNING, "claim failed: %s", err);
-		return -1;
-	}
-	n = r.nrows;
-	t1 = qb_now_ms();
-	e->stats->claim_ms += t1 - t0;
-	if (n == 0)
-		return 0;
-
-	r.cfg = e->cfg;
-	r.stats = e->stats;
-	r.settles = calloc(n, sizeof(QbSettle));
-	r.errors = calloc(n, sizeof(char *));
-	r.done = calloc(n, sizeof(bool));
-	r.dest = calloc(n, sizeof(char *));
-	if (r.settles == NULL || r.errors == NULL || r.done == NULL || r.dest == NULL)
-	{
-		/* Leave the rows to their lease; nothing was published. */
-		qb_log(e->host, QB_LOG_WARNING, "out of memory for a batch of %d rows", n);
+		qb_log(e->host, QB_LOG_WARNING, "out of memory for a settle");
 		goto done;
 	}
-	e->stats->batches++;
-	if (e->host->should_stop(e->host->ctx))
+	for (int i = 0; i < e->nslots; i++)
+		if (e->slots[i].st == QBO_DONE)
+		{
+			which[ns] = i;
+			settles[ns++] = e->slots[i].settle;
+			qbo_tally(e, &e->slots[i], tallies, &nt);
+		}
+	/* only the tallies that may change something lock a breaker row */
+	for (int i = 0; i < nt; i++)
+		if (qbo_tally_needed(e, &tallies[i]))
+			tallies[nkept++] = tallies[i];
+	qsort(tallies, nkept, sizeof(QbDestTally), qbo_tally_cmp);
+	if (claim)
 	{
-		/* stopped during the claim: hand the rows back unsent */
-		for (int i = 0; i < n; i++)
-			qbo_set(&r, i, QB_SETTLE_RELEASE, r.rows[i].attempt, 0,
-					"released: the worker stopped before publishing");
-		e->stats->released += n;
-		qbo_settle(e, &r, token);
+		int64_t		late = e->host->late_floor ? e->host->late_floor(e->host->ctx) : -1;
+		long		now = qb_now_ms();
+
+		if (!qb_uuid_v4(token))
+		{
+			qb_log(e->host, QB_LOG_WARNING, "no random bytes for a claim token");
+			claim = false;
+		}
+		if (late >= 0 && late < e->floor)
+			e->floor = late;
+		if (now >= e->next_full_scan)
+		{
+			e->floor = 0;
+			e->next_full_scan = now + QBO_FULL_SCAN_MS;
+		}
+		req.batch_size = oc->batch_size;
+		req.lease_ms = oc->claim_timeout_ms;
+		req.default_max_attempts = oc->max_attempts;
+		req.token = token;
+		req.floor = e->floor;
+		req.probe_ms = oc->claim_timeout_ms;
+		req.dests = dests;
+		req.limits = limits;
+		for (int i = 0; i < e->cfg->ndestinations; i++)
+			if ((limits[req.ndests] = qbo_room(e, i)) > 0)
+				dests[req.ndests++] = e->cfg->destinations[i].name;
+	}
+	if (ns == 0 && !claim)
+	{
+		rc = 0;
 		goto done;
 	}
-	qbo_dispatch(e, &r);
-	qbo_publish(e, &r);
-	t2 = qb_now_ms();
-	e->stats->publish_ms += t2 - t1;
-	qbo_settle(e, &r, token);
-	e->stats->settle_ms += qb_now_ms() - t2;
+	if (e->store->outbox_cycle(e->store->ctx, tallies, nkept, settles, ns,
+							   claim ? &req : NULL, &out, err, sizeof(err)) != 0)
+	{
+		qb_log(e->host, QB_LOG_WARNING, "%s failed: %s%s", claim ? "claim" : "settle", err,
+			   ns > 0 ? "; the finished rows are settled at the next try, or return to pending when their lease expires" : "");
+		e->next_cycle_try = qb_now_ms() + QBO_CYCLE_RETRY_MS;
+		goto done;
+	}
+	if (ns > 0)
+	{
+		struct timespec now;
+
+		clock_gettime(CLOCK_REALTIME, &now);
+		for (int i = 0; i < ns; i++)
+		{
+			qbo_count(e, &e->slots[which[i]], now.tv_sec + now.tv_nsec / 1e9);
+			qbo_slot_free(e, &e->slots[which[i]]);
+		}
+		if (out.nsettled != ns)
+			qb_log(e->host, QB_LOG_INFO,
+				   "settled %d of %d rows; the others' leases had expired and were taken over",
+				   out.nsettled, ns);
+		e->stats->settle_ms += qb_now_ms() - t0;
+	}
+	qbo_apply_changes(e, &out);
+	rc = 0;
+	if (claim)
+	{
+		int64_t		top = -1;
+
+		e->stats->claim_ms += qb_now_ms() - t0;
+		e->stats->batches++;
+		qbo_apply_states(e, &out);
+		for (int i = 0; i < out.nrows; i++)
+		{
+			if (out.rows[i].in_intake && out.rows[i].id > top)
+				top = out.rows[i].id;
+			claimed++;
+			qbo_dispatch(e, &out.rows[i], token);
+		}
+		if (top > e->floor)
+			e->floor = top;
+		e->claim_idle = claimed == 0;
+		rc = claimed;
+	}
 
 done:
-	if (r.errors)
-		for (int i = 0; i < n; i++)
-			free(r.errors[i]);
-	free(r.errors);
-	free(r.settles);
-	free(r.done);
-	free(r.dest);
-	qb_outbox_rows_free(r.rows, r.nrows);
-	return n;
+	qb_cycle_out_free(&out);
+	free(settles);
+	free(tallies);
+	free(which);
+	free(dests);
+	free(limits);
+	return rc;
 }
 
-/* qbo_housekeeping returns expired leases and trims old sent rows. */
+/* ---------------------------------------------------------------------
+ * Housekeeping, reload, stop
+ * ---------------------------------------------------------------------
+ */
+
+/* qbo_housekeeping returns expired leases, unparks, trims old sent rows. */
 static void
 qbo_housekeeping(QboEngine *e, long now)
 {
@@ -445,6 +838,33 @@ qbo_housekeeping(QboEngine *e, long now)
 		{
 			e->stats->reclaimed += n;
 			qb_log(e->host, QB_LOG_INFO, "returned %d rows with expired leases to pending", n);
+		}
+	}
+	if (now >= e->next_unpark && e->cfg->ndestinations > 0)
+	{
+		/*
+		 * Rows held for a destination that takes rows again (an operator
+		 * resumed it, a pause ended, another worker closed it).
+		 */
+		const char **names = malloc(sizeof(char *) * e->cfg->ndestinations);
+		int			k = 0;
+
+		e->next_unpark = now + QBO_UNPARK_EVERY_MS;
+		if (names != NULL)
+		{
+			for (int i = 0; i < e->cfg->ndestinations; i++)
+				if (qbo_hold_reason(&e->dests[i]) == NULL)
+					names[k++] = e->cfg->destinations[i].name;
+			if (k > 0 && e->store->outbox_unpark(e->store->ctx, names, k, QBO_UNPARK_BATCH,
+												 &n, err, sizeof(err)) != 0)
+				qb_log(e->host, QB_LOG_WARNING, "unpark failed: %s", err);
+			else if (k > 0 && n > 0)
+			{
+				e->claim_idle = false;
+				if (n == QBO_UNPARK_BATCH)
+					e->next_unpark = 0;
+			}
+			free(names);
 		}
 	}
 	if (e->worker_index == 0 && now >= e->next_retention)
@@ -468,6 +888,99 @@ qbo_housekeeping(QboEngine *e, long now)
 	}
 }
 
+/* qbo_reload swaps the engine's config for the stored one (qb_reload_config). */
+static void
+qbo_reload(QboEngine *e)
+{
+	QboDest    *d;
+
+	e->reload_pending = false;
+	if (!qb_reload_config(e->host, e->store, &e->cfg, &e->warned_no_config, "outbox rows"))
+		return;
+	d = calloc(e->cfg->ndestinations + 1, sizeof(QboDest));
+	if (d == NULL)
+	{
+		qb_log(e->host, QB_LOG_WARNING, "out of memory for the destinations; claiming nothing");
+		qb_config_free(e->cfg);
+		e->cfg = NULL;
+		return;
+	}
+	free(e->dests);
+	e->dests = d;
+	e->claim_idle = false;
+	e->floor = 0;
+	/* a new retention period takes effect now, not at the old schedule */
+	e->next_retention = 0;
+	e->next_unpark = 0;
+	qb_log(e->host, QB_LOG_INFO, "configuration loaded: %d destinations, %d routes",
+		   e->cfg->ndestinations, e->cfg->nroutes);
+	/* nothing is in flight: drop what no destination uses */
+	qb_pubset_prune(e->pub, e->cfg);
+	if (e->worker_index == 0)
+	{
+		/* rows routed to a destination that is gone are routed again */
+		const char **names = malloc(sizeof(char *) * (e->cfg->ndestinations + 1));
+		char		err[QB_ERRLEN];
+		int			n = 0;
+
+		for (int i = 0; names != NULL && i < e->cfg->ndestinations; i++)
+			names[i] = e->cfg->destinations[i].name;
+		if (names == NULL ||
+			e->store->outbox_unroute(e->store->ctx, names, e->cfg->ndestinations, &n,
+									 err, sizeof(err)) != 0)
+			qb_log(e->host, QB_LOG_WARNING, "routing the rows of removed destinations again failed: %s",
+				   names ? err : "out of memory");
+		else if (n > 0)
+			qb_log(e->host, QB_LOG_INFO, "%d rows of removed destinations are routed again", n);
+		free(names);
+	}
+}
+
+/*
+ * qbo_stop: the host asks to stop.  Rows not yet answered are released
+ * (back to pending, no attempt spent) so another worker delivers them at
+ * once; the done ones are settled.
+ */
+static void
+qbo_stop(QboEngine *e)
+{
+	qb_pubset_abort_all(e->pub);
+	for (int i = 0; i < e->nslots; i++)
+	{
+		QboSlot    *s = &e->slots[i];
+
+		if (s->st == QBO_QUEUED || s->st == QBO_SENDING)
+		{
+			qbo_done(e, s, QB_SETTLE_RELEASE, s->row.attempt, 0,
+					 "released: the worker stopped before the destination answered");
+			e->stats->released++;
+		}
+	}
+	for (int tries = 0; tries < 3 && e->nactive > 0; tries++)
+		if (qbo_cycle(e, false) < 0)
+			e->host->wait(e->host->ctx, -1, 200 * (tries + 1));
+	if (e->nactive > 0)
+		qb_log(e->host, QB_LOG_WARNING,
+			   "could not settle %d rows at stop; they return to pending when their lease expires",
+			   e->nactive);
+}
+
+/* qbo_count_state: slots in state st. */
+static int
+qbo_count_state(const QboEngine *e, QboSlotState st, long *oldest_done)
+{
+	int			n = 0;
+
+	for (int i = 0; i < e->nslots; i++)
+		if (e->slots[i].st == st)
+		{
+			if (oldest_done && (n == 0 || e->slots[i].done_at < *oldest_done))
+				*oldest_done = e->slots[i].done_at;
+			n++;
+		}
+	return n;
+}
+
 int
 qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 			  QbOutboxStats *stats, char *err, size_t errlen)
@@ -485,24 +998,78 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 
 	while (!host->should_stop(host->ctx))
 	{
-		int			claimed;
-		long		wait_ms;
+		long		now = qb_now_ms();
+		long		oldest_done = 0;
+		int			ndone,
+					nbusy;
+		bool		claim;
+		long		timeout;
+		int			woke;
 
-		/* with no usable config, look again after every wait */
-		if (host->config_changed(host->ctx) || e.cfg == NULL)
+		if (host->config_changed(host->ctx))
+			e.reload_pending = true;
+		if ((e.reload_pending || e.cfg == NULL) && e.nactive == 0)
 			qbo_reload(&e);
 		if (e.cfg == NULL)
 		{
+			/* with no usable config, look again after every wait */
 			host->wait(host->ctx, -1, 5000);
 			continue;
 		}
-		qbo_housekeeping(&e, qb_now_ms());
-		claimed = qbo_round(&e);
-		if (claimed > 0)
-			continue;			/* drain: claim again before sleeping */
-		wait_ms = claimed < 0 ? 1000 : e.cfg->outbox.poll_interval_ms;
-		host->wait(host->ctx, -1, wait_ms);
+		qbo_housekeeping(&e, now);
+		qbo_start_queued(&e);
+
+		ndone = qbo_count_state(&e, QBO_DONE, &oldest_done);
+		nbusy = e.nactive - ndone;
+		claim = qbo_want_claim(&e) && now >= e.next_cycle_try;
+		if ((claim || (ndone > 0 &&
+					   (nbusy == 0 || ndone >= e.cfg->outbox.batch_size / 2 ||
+						now - oldest_done >= QBO_SETTLE_DELAY_MS ||
+						e.reload_pending))) &&
+			now >= e.next_cycle_try)
+		{
+			if (qbo_cycle(&e, claim) > 0)
+			{
+				qb_pubset_perform(e.pub, qbo_publish_done, &e);
+				continue;		/* drain: claim again before sleeping */
+			}
+		}
+		qb_pubset_perform(e.pub, qbo_publish_done, &e);
+
+		/* wait for an answer, a wake, a settle that is due, or the poll */
+		ndone = qbo_count_state(&e, QBO_DONE, &oldest_done);
+		if (ndone > 0)
+			timeout = QBO_SETTLE_DELAY_MS;
+		else if (qb_pubset_in_flight(e.pub) > 0)
+		{
+			timeout = qb_pubset_timeout_ms(e.pub);
+			if (timeout < 0 || timeout > 1000)
+				timeout = 1000;
+		}
+		else
+			timeout = e.claim_idle ? e.cfg->outbox.poll_interval_ms : QBO_CYCLE_RETRY_MS;
+		if (e.next_cycle_try > now && e.next_cycle_try - now < timeout)
+			timeout = e.next_cycle_try - now;
+		woke = host->wait(host->ctx, qb_pubset_in_flight(e.pub) > 0 ? qb_pubset_fd(e.pub) : -1,
+						  timeout);
+		if (woke & QB_WAIT_WOKEN)
+			e.claim_idle = false;
+		else if (woke == QB_WAIT_TIMEOUT && e.claim_idle && qb_pubset_in_flight(e.pub) == 0)
+		{
+			/* the poll: due retries, and rows the floor could not know of */
+			e.claim_idle = false;
+			if (host->late_floor == NULL)
+				e.next_full_scan = 0;
+		}
+		qb_pubset_perform(e.pub, qbo_publish_done, &e);
 	}
+	if (e.cfg != NULL)
+		qbo_stop(&e);
+	for (int i = 0; i < e.nslots; i++)
+		if (e.slots[i].st != QBO_FREE)
+			qbo_slot_free(&e, &e.slots[i]);
+	free(e.slots);
+	free(e.dests);
 	qb_pubset_free(e.pub);
 	qb_config_free(e.cfg);
 	return 0;

@@ -1,6 +1,7 @@
 /*-------------------------------------------------------------------------
  * qb_outbox.h
- *	  The outbox engine: claim, route, publish, settle, reclaim, retention.
+ *	  The outbox engine: claim, route, publish, settle, circuit breakers,
+ *	  reclaim, unpark, retention.
  *
  * One engine runs per outbox worker; several engines (in one server or in
  * several replicas) share one table, kept apart by SKIP LOCKED claims, claim
@@ -20,6 +21,8 @@ typedef struct QbOutboxStats
 	long		retried;
 	long		dead;
 	long		released;
+	long		held;			/* rows held for their destination */
+	long		parked;			/* rows a claim parked behind their key */
 	long		reclaimed;
 	long		deleted;
 	/* wall time spent per phase, for the stop log line and benchmarks */

@@ -24,54 +24,295 @@
 #define QB_SQL_PG_H
 
 /*
- * Claim: $1 int4 batch size, $2 int8 lease in ms, $3 int4 default
- * max_attempts, $4 uuid claim token.  Returns the claimed rows.
+ * The claim (docs/design/claim.md).  A pending row is in exactly one of
+ * four places, each with its own partial index, and a claim reads only the
+ * places that can give it a row now:
+ *	- intake: new rows (destination and hold NULL), in id order from the
+ *	  worker's floor $5 (ids at or below it were all seen, except rows that
+ *	  committed late, which the host reports by lowering the floor);
+ *	- ready: rows a settle or an operator made claimable again but that no
+ *	  worker has routed yet (hold 'ready'), in due order;
+ *	- routed: rows whose destination is known (retries, rows written back),
+ *	  per destination $6 with at most $7 rows each, in due order, only for
+ *	  destinations that take rows now;
+ *	- probes $8: one row held for each destination whose half-open probe
+ *	  this worker won.
+ * Rows held behind a key (hold 'key') or a destination (hold 'destination')
+ * are in no claimed index, so however many there are the claim reads none.
+ *
+ * Of the candidates, a keyed row whose key has an earlier open row is not
+ * claimed: it is parked (hold 'key') when that earlier row could be locked
+ * FOR SHARE and is still open, so the settle that ends the earlier row is
+ * sure to see the park and promote it (QB_PG_OUTBOX_PROMOTE); when the
+ * earlier row is locked by another transaction it is only moved to ready,
+ * to be looked at again.  The others are claimed: processing, token $4,
+ * lease $2 ms.  Nothing waits on a lock (SKIP LOCKED throughout).
+ *
+ * $1 int4 rows from intake and from ready, $2 int8 lease ms, $3 int4
+ * default max_attempts, $4 uuid token, $5 int8 intake floor, $6 text[]
+ * destinations, $7 int4[] their limits, $8 text[] probe destinations.
+ * Returns every row changed: claimed ones with their content, parked and
+ * moved ones with claimed false; in_intake says the row came from intake
+ * (the caller's floor), not_due a row claimed before its scheduled_at (an
+ * intake row: routed and written back, not published), probe the row
+ * claimed as its destination's probe.  A destination of $6 whose circuit
+ * is not closed, or that is paused, gives no row (the list may be a cycle
+ * old).
  */
 #define QB_PG_OUTBOX_CLAIM \
-	"UPDATE queuebox.outbox o" \
-	" SET state = 'processing', claim_token = $4," \
-	"     lease_until = now() + $2 * interval '1 millisecond'" \
-	" WHERE o.id = ANY (ARRAY(" \
-	"   SELECT c.id FROM queuebox.outbox c" \
-	"   WHERE c.state = 'pending' AND c.scheduled_at <= now()" \
-	"     AND (c.key IS NULL OR NOT EXISTS (" \
-	"       SELECT 1 FROM queuebox.outbox e" \
-	"       WHERE e.key = c.key AND e.id < c.id" \
-	"         AND e.state IN ('pending', 'processing')))" \
-	"   ORDER BY c.scheduled_at, c.id" \
-	"   LIMIT $1" \
-	"   FOR UPDATE SKIP LOCKED))" \
+	"WITH c_intake AS (" \
+	"   SELECT c.id, c.key FROM queuebox.outbox c" \
+	"   WHERE c.state = 'pending' AND c.destination IS NULL AND c.hold IS NULL" \
+	"     AND c.id > $5" \
+	"   ORDER BY c.id LIMIT $1 FOR UPDATE SKIP LOCKED)," \
+	" c_ready AS (" \
+	"   SELECT c.id, c.key FROM queuebox.outbox c" \
+	"   WHERE c.state = 'pending' AND c.hold = 'ready' AND c.scheduled_at <= now()" \
+	"   ORDER BY c.scheduled_at, c.id LIMIT $1 FOR UPDATE SKIP LOCKED)," \
+	" c_routed AS (" \
+	"   SELECT r.id, r.key FROM (" \
+	"     SELECT * FROM unnest($6::text[], $7::int[]) AS u(name, lim)" \
+	"     WHERE NOT EXISTS (SELECT 1 FROM queuebox.destination_state s" \
+	"                       WHERE s.destination = u.name" \
+	"                         AND (s.state <> 'closed' OR s.paused_until > now()))) d" \
+	"   CROSS JOIN LATERAL (" \
+	"     SELECT c.id, c.key FROM queuebox.outbox c" \
+	"     WHERE c.destination = d.name AND c.state = 'pending' AND c.hold IS NULL" \
+	"       AND c.scheduled_at <= now()" \
+	"     ORDER BY c.scheduled_at, c.id LIMIT d.lim FOR UPDATE SKIP LOCKED) r)," \
+	" c_probe AS (" \
+	"   SELECT r.id, r.key FROM unnest($8::text[]) AS d(name)" \
+	"   CROSS JOIN LATERAL (" \
+	"     SELECT c.id, c.key FROM queuebox.outbox c" \
+	"     WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'destination'" \
+	"     ORDER BY c.id LIMIT 1 FOR UPDATE SKIP LOCKED) r)," \
+	" cand AS (" \
+	"   SELECT * FROM c_intake UNION ALL SELECT * FROM c_ready" \
+	"   UNION ALL SELECT * FROM c_routed UNION ALL SELECT * FROM c_probe)," \
+	" blk AS (" \
+	"   SELECT c.id AS cid, b.id AS bid FROM cand c" \
+	"   CROSS JOIN LATERAL (" \
+	"     SELECT e.id FROM queuebox.outbox e" \
+	"     WHERE e.key = c.key AND e.id < c.id AND e.state IN ('pending', 'processing')" \
+	"     ORDER BY e.id DESC LIMIT 1) b" \
+	"   WHERE c.key IS NOT NULL)," \
+	" lk AS (" \
+	"   SELECT e.id FROM queuebox.outbox e" \
+	"   WHERE e.id IN (SELECT bid FROM blk) AND e.state IN ('pending', 'processing')" \
+	"   FOR SHARE SKIP LOCKED)," \
+	" dec AS (" \
+	"   SELECT c.id, CASE WHEN b.bid IS NULL THEN 'claim'" \
+	"                     WHEN b.bid IN (SELECT id FROM lk) THEN 'park'" \
+	"                     ELSE 'ready' END AS what" \
+	"   FROM cand c LEFT JOIN blk b ON b.cid = c.id)" \
+	" UPDATE queuebox.outbox o" \
+	" SET state = CASE WHEN o.id = ANY (ARRAY(SELECT id FROM dec WHERE what = 'claim'))" \
+	"                  THEN 'processing' ELSE 'pending' END," \
+	"     hold = CASE WHEN o.id = ANY (ARRAY(SELECT id FROM dec WHERE what = 'claim')) THEN NULL" \
+	"                 WHEN o.id = ANY (ARRAY(SELECT id FROM dec WHERE what = 'park')) THEN 'key'" \
+	"                 ELSE 'ready' END," \
+	"     claim_token = CASE WHEN o.id = ANY (ARRAY(SELECT id FROM dec WHERE what = 'claim'))" \
+	"                        THEN $4 END," \
+	"     lease_until = CASE WHEN o.id = ANY (ARRAY(SELECT id FROM dec WHERE what = 'claim'))" \
+	"                        THEN now() + $2 * interval '1 millisecond' END" \
+	" WHERE o.id = ANY (ARRAY(SELECT id FROM dec))" \
 	" RETURNING o.id, o.message_id, o.topic, o.key, o.payload::text, o.headers::text," \
 	"           o.attempt, coalesce(o.max_attempts, $3)," \
-	"           extract(epoch FROM o.created_at)::float8"
+	"           extract(epoch FROM o.created_at)::float8," \
+	"           o.state = 'processing', o.destination," \
+	"           o.id = ANY (ARRAY(SELECT id FROM c_intake))," \
+	"           o.scheduled_at > now()," \
+	"           o.id = ANY (ARRAY(SELECT id FROM c_probe))"
 
 /*
- * Settle: $1 uuid claim token, $2 int8[] ids, $3 text[] outcomes ('sent',
- * 'retry', 'dead', 'release'), $4 int4[] attempts, $5 int8[] retry delays in
- * ms, $6 text[] errors.  A retry is due after its delay; a release keeps the
- * row's attempt and due time.  The row count is the rows changed.
+ * Settle: $1 uuid[] claim tokens, $2 int8[] ids, $3 text[] outcomes, $4
+ * int4[] attempts, $5 int8[] retry delays in ms, $6 text[] errors, $7
+ * text[] the destination each row was routed to (NULL: not routed).
+ * Outcomes: 'sent' and 'dead' are final; 'retry' is pending again, due
+ * after its delay; 'release' is pending again with its attempt and due time
+ * unchanged (a worker that stopped before it knew); 'route' is pending with
+ * its destination recorded, attempt unchanged (claimed before it was due,
+ * or more rows than the destination can take now); 'hold' waits for its
+ * destination (hold 'destination': an open or disabled circuit, a
+ * Retry-After pause).  A retry whose destination is not taking rows (the
+ * breaker statement of the same transaction opened it) is held the same
+ * way, its attempt counted.  Fenced by each row's token.  Returns the key
+ * and state of each row changed: the caller promotes the keys of the rows
+ * that ended (QB_PG_OUTBOX_PROMOTE, a later statement).
  */
 #define QB_PG_OUTBOX_SETTLE \
 	"UPDATE queuebox.outbox o" \
 	" SET state = CASE s.outcome WHEN 'sent' THEN 'sent' WHEN 'dead' THEN 'dead'" \
 	"                            ELSE 'pending' END," \
 	"     attempt = s.attempt," \
+	"     destination = coalesce(s.destination, o.destination)," \
+	"     hold = CASE WHEN s.outcome = 'hold' THEN 'destination'" \
+	"                 WHEN s.outcome = 'retry' AND coalesce(ds.blocked, false) THEN 'destination'" \
+	"                 WHEN s.outcome IN ('release', 'route', 'retry')" \
+	"                      AND coalesce(s.destination, o.destination) IS NULL THEN 'ready'" \
+	"                 END," \
 	"     scheduled_at = CASE s.outcome" \
 	"                      WHEN 'retry' THEN now() + s.delay_ms * interval '1 millisecond'" \
 	"                      ELSE o.scheduled_at END," \
-	"     last_error = CASE s.outcome WHEN 'sent' THEN o.last_error ELSE s.error END," \
+	"     last_error = CASE WHEN s.outcome IN ('sent', 'route') THEN o.last_error ELSE s.error END," \
 	"     claim_token = NULL, lease_until = NULL" \
-	" FROM unnest($2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::text[])" \
-	"      AS s(id, outcome, attempt, delay_ms, error)" \
-	" WHERE o.id = s.id AND o.claim_token = $1"
+	" FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::text[]," \
+	"             $7::text[]) AS s(token, id, outcome, attempt, delay_ms, error, destination)" \
+	" LEFT JOIN LATERAL (" \
+	"   SELECT d.state <> 'closed' OR coalesce(d.paused_until > now(), false) AS blocked" \
+	"   FROM queuebox.destination_state d WHERE d.destination = s.destination) ds ON true" \
+	" WHERE o.id = s.id AND o.claim_token = s.token" \
+	" RETURNING o.key, o.state"
+
+/*
+ * Promote: $1 text[] keys whose row just ended (sent or dead), in a
+ * statement after the settle, so its snapshot sees every park made while
+ * the ended row was open (the claim parked them holding a FOR SHARE lock on
+ * that row, which the settle's update waited for).  The first open row of
+ * each key becomes claimable: parked behind the key, it is released (to
+ * ready when not routed yet); still in intake, it moves to ready, so a
+ * claim that skips it while this statement holds its lock cannot leave it
+ * below a floor.  The row is updated even when a concurrent claim is
+ * parking it: the update then waits, re-reads the parked row and releases
+ * it.
+ */
+#define QB_PG_OUTBOX_PROMOTE \
+	"UPDATE queuebox.outbox o" \
+	" SET hold = CASE WHEN o.destination IS NULL THEN 'ready' END" \
+	" WHERE o.id = ANY (ARRAY(" \
+	"   SELECT (SELECT e.id FROM queuebox.outbox e" \
+	"           WHERE e.key = k.key AND e.state IN ('pending', 'processing')" \
+	"           ORDER BY e.id LIMIT 1)" \
+	"   FROM unnest($1::text[]) AS k(key)))" \
+	"   AND o.state = 'pending'" \
+	"   AND (o.hold = 'key' OR (o.hold IS NULL AND o.destination IS NULL))"
+
+/*
+ * Breaker: $1 text[] destinations (sorted, so two settles lock them in one
+ * order), $2 int4[] attempts that succeeded, $3 int4[] attempts that
+ * failed, $4 bool[] a 410 Gone among them, $5 int8[] Retry-After in ms (0:
+ * none), $6 text[] the last error, $7 int4[] circuitBreaker.failures, $8
+ * int8[] circuitBreaker.cooldownMs.  The shared state of each destination
+ * (queuebox.destination_state), read under a row lock and written only when
+ * it changes:
+ *	- closed -> open after `failures` consecutive failed attempts (counted
+ *	  by every worker and replica together; a success resets the count);
+ *	- half-open -> open when the probe fails, -> closed when it succeeds;
+ *	- any -> disabled on a 410, until queuebox.resume_destination();
+ *	- a Retry-After pauses the destination (paused_until) without changing
+ *	  its state.
+ * Returns each destination's state before and after, and whether it is
+ * paused now.
+ */
+#define QB_PG_OUTBOX_BREAKER \
+	"WITH t AS (" \
+	"   SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::bool[], $5::bigint[]," \
+	"                        $6::text[], $7::int[], $8::bigint[])" \
+	"   AS t(destination, n_ok, n_fail, gone, retry_after_ms, error, threshold, cooldown_ms))," \
+	" cur AS (" \
+	"   SELECT d.destination, d.state, d.failures, d.paused_until" \
+	"   FROM queuebox.destination_state d WHERE d.destination = ANY ($1::text[])" \
+	"   ORDER BY d.destination FOR UPDATE)," \
+	" nx AS (" \
+	"   SELECT t.*, coalesce(c.state, 'closed') AS old_state," \
+	"     CASE WHEN t.gone OR c.state = 'disabled' THEN 'disabled'" \
+	"          WHEN t.n_ok > 0 THEN 'closed'" \
+	"          WHEN t.n_fail > 0 AND c.state IN ('open', 'half-open') THEN 'open'" \
+	"          WHEN t.n_fail > 0 AND coalesce(c.failures, 0) + t.n_fail >= t.threshold THEN 'open'" \
+	"          ELSE coalesce(c.state, 'closed') END AS new_state," \
+	"     CASE WHEN t.n_ok > 0 AND NOT t.gone THEN 0" \
+	"          ELSE coalesce(c.failures, 0) + t.n_fail END AS new_failures," \
+	"     CASE WHEN t.retry_after_ms > 0" \
+	"          THEN greatest(c.paused_until, now() + t.retry_after_ms * interval '1 millisecond')" \
+	"          ELSE c.paused_until END AS new_paused," \
+	"     c.destination IS NULL AS missing, c.failures AS old_failures, c.paused_until AS old_paused" \
+	"   FROM t LEFT JOIN cur c ON c.destination = t.destination)," \
+	" up AS (" \
+	"   INSERT INTO queuebox.destination_state AS s" \
+	"     (destination, state, failures, opened_at, probe_at, paused_until, last_error, changed_at)" \
+	"   SELECT nx.destination, nx.new_state, nx.new_failures," \
+	"          CASE WHEN nx.new_state IN ('open', 'disabled') THEN now() END," \
+	"          CASE WHEN nx.new_state = 'open' THEN now() + nx.cooldown_ms * interval '1 millisecond' END," \
+	"          nx.new_paused, CASE WHEN nx.n_fail > 0 THEN nx.error END, now()" \
+	"   FROM nx" \
+	"   WHERE nx.missing OR nx.new_state <> nx.old_state OR nx.new_failures <> nx.old_failures" \
+	"      OR nx.new_paused IS DISTINCT FROM nx.old_paused" \
+	"   ON CONFLICT (destination) DO UPDATE" \
+	"   SET state = EXCLUDED.state, failures = EXCLUDED.failures," \
+	"       opened_at = CASE WHEN EXCLUDED.state = s.state THEN s.opened_at" \
+	"                        ELSE EXCLUDED.opened_at END," \
+	"       probe_at = CASE WHEN EXCLUDED.state = 'open' AND s.state = 'open' THEN s.probe_at" \
+	"                       ELSE EXCLUDED.probe_at END," \
+	"       paused_until = EXCLUDED.paused_until," \
+	"       last_error = coalesce(EXCLUDED.last_error, s.last_error)," \
+	"       changed_at = CASE WHEN EXCLUDED.state = s.state THEN s.changed_at ELSE now() END" \
+	"   RETURNING 1)" \
+	" SELECT nx.destination, nx.old_state, nx.new_state," \
+	"        coalesce(nx.new_paused > now(), false), (SELECT count(*) FROM up)" \
+	" FROM nx ORDER BY nx.destination"
+
+/*
+ * States: $1 int8 how long a probe may take (ms).  Every destination that
+ * does not simply take rows now: not closed, failures counted, or paused.
+ * An open destination whose cooldown is over goes half-open here, and the
+ * one claim that moves it names it in `probe`: that worker claims one held
+ * row of it as the probe (QB_PG_OUTBOX_CLAIM $8).  A half-open destination
+ * whose probe never settled (probe_at passed) is probed again.
+ */
+#define QB_PG_OUTBOX_STATES \
+	"WITH p AS (" \
+	"   UPDATE queuebox.destination_state d" \
+	"   SET state = 'half-open', probe_at = now() + $1 * interval '1 millisecond'," \
+	"       changed_at = now()" \
+	"   WHERE d.destination IN (" \
+	"     SELECT x.destination FROM queuebox.destination_state x" \
+	"     WHERE x.state IN ('open', 'half-open') AND x.probe_at <= now()" \
+	"     FOR UPDATE SKIP LOCKED)" \
+	"   RETURNING d.destination)" \
+	" SELECT d.destination, CASE WHEN p.destination IS NOT NULL THEN 'half-open' ELSE d.state END," \
+	"        d.failures, coalesce(d.paused_until > now(), false), p.destination IS NOT NULL," \
+	"        d.state" \
+	" FROM queuebox.destination_state d LEFT JOIN p ON p.destination = d.destination" \
+	" WHERE d.state <> 'closed' OR d.failures > 0 OR d.paused_until > now()" \
+	"    OR p.destination IS NOT NULL"
+
+/*
+ * Unpark: $1 text[] destinations taking rows again, $2 int4 most rows.
+ * Rows held for them become claimable, due now at the latest: they waited
+ * for the destination, not for their own backoff.  Returns the rows moved.
+ */
+#define QB_PG_OUTBOX_UNPARK \
+	"UPDATE queuebox.outbox o" \
+	" SET hold = NULL, scheduled_at = least(o.scheduled_at, now())" \
+	" WHERE o.id = ANY (ARRAY(" \
+	"   SELECT x.id FROM unnest($1::text[]) AS d(name)" \
+	"   CROSS JOIN LATERAL (" \
+	"     SELECT c.id FROM queuebox.outbox c" \
+	"     WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'destination'" \
+	"     ORDER BY c.id LIMIT $2 FOR UPDATE SKIP LOCKED) x))" \
+	"   AND o.state = 'pending' AND o.hold = 'destination'"
+
+/*
+ * Unroute: $1 text[] the destinations of the configuration.  Rows routed
+ * to a destination that no longer exists are routed again by the next
+ * claim (to ready; a row parked behind its key stays parked).  Run once
+ * after a reload; it reads every routed pending row.
+ */
+#define QB_PG_OUTBOX_UNROUTE \
+	"UPDATE queuebox.outbox o" \
+	" SET destination = NULL, hold = CASE WHEN o.hold = 'key' THEN 'key' ELSE 'ready' END" \
+	" WHERE o.state = 'pending' AND o.destination IS NOT NULL" \
+	"   AND NOT (o.destination = ANY ($1::text[]))"
 
 /*
  * Reclaim: $1 int4 most rows.  Expired leases go back to pending; the
- * attempt is not counted (nobody knows whether it was made).
+ * attempt is not counted (nobody knows whether it was made).  A row that
+ * was never routed goes to ready, not back into intake (below the floors).
  */
 #define QB_PG_OUTBOX_RECLAIM \
 	"UPDATE queuebox.outbox o" \
 	" SET state = 'pending', claim_token = NULL, lease_until = NULL," \
+	"     hold = CASE WHEN o.destination IS NULL THEN 'ready' END," \
 	"     last_error = 'lease expired: the claim was not settled within outbox.claimTimeoutMs; returned to pending'" \
 	" WHERE o.id = ANY (ARRAY(" \
 	"   SELECT x.id FROM queuebox.outbox x" \
@@ -212,7 +453,9 @@ static const char *const qb_pg_queries[] = {
 	"  'inbox_pending', (SELECT count(*) FROM queuebox.inbox WHERE state = 'pending'),"
 	"  'inbox_processing', (SELECT count(*) FROM queuebox.inbox WHERE state = 'processing'),"
 	"  'inbox_oldest', coalesce((SELECT extract(epoch FROM now() - min(created_at))"
-	"                            FROM queuebox.inbox WHERE state = 'pending'), 0))::text",
+	"                            FROM queuebox.inbox WHERE state = 'pending'), 0),"
+	"  'circuits', (SELECT coalesce(json_object_agg(destination, state), '{}')"
+	"               FROM queuebox.destination_state))::text",
 	QB_PG_DEAD_ROWS("outbox", "id, message_id, topic, key, attempt, max_attempts, last_error, created_at"),
 	QB_PG_DEAD_ROWS("inbox", "id, source, idempotency_key, event_type, aggregate_id, consumption, attempt, last_error, created_at"),
 	"SELECT json_build_object('id', queuebox.replay_outbox($1::bigint))::text",
@@ -227,10 +470,12 @@ static const char *const qb_pg_queries[] = {
 	"  $3::timestamptz, $4::timestamptz))::text",
 	"SELECT json_build_object('requeued', queuebox.requeue_inbox($1::text,"
 	"  $2::timestamptz, $3::timestamptz))::text",
+	"SELECT json_build_object('known', $1::text = ANY (queuebox._destination_names()),"
+	"  'resumed', queuebox.resume_destination($1::text))::text",
 };
 
 /* the number of text parameters of each query, indexed by QbQuery */
-static const int qb_pg_query_nparams[] = {0, 0, 1, 1, 1, 1, 1, 1, 4, 3, 4, 3};
+static const int qb_pg_query_nparams[] = {0, 0, 1, 1, 1, 1, 1, 1, 4, 3, 4, 3, 1};
 
 /*
  * Replay, the rows to replay: $1 int8 one id (NULL: by filter), $2 text

@@ -2,12 +2,20 @@
  * qb_store.h
  *	  The store interface: every way the engines touch the database.
  *
- * Wording:
- *	- A claim moves due pending rows to processing under one claim token and
- *	  a lease; a settle ends a claim (sent, retry, dead, release), fenced by
- *	  that token so a stale worker changes nothing.
+ * Wording (docs/design/claim.md):
+ *	- A claim moves claimable pending rows to processing under a claim token
+ *	  and a lease; a settle ends a claim (sent, retry, dead, release, route,
+ *	  hold), fenced by the row's token so a stale worker changes nothing.
  *	- release puts a claimed row back to pending without spending an attempt
- *	  (used when a worker stops mid-batch).
+ *	  (used when a worker stops mid-batch); route records where the row goes
+ *	  and puts it back (claimed before it was due, or its destination is
+ *	  full); hold parks it until its destination takes rows again.
+ *	- A cycle is one transaction: the settles of finished rows, the circuit
+ *	  breakers they move, the promotion of the next row of each key that
+ *	  ended, and the next claim.  One commit for all of it.
+ *	- A destination's circuit: closed (takes rows), open (rows held, no
+ *	  attempt spent), half-open (one probe row in flight), disabled (a 410
+ *	  Gone, until an operator resumes it); a Retry-After pauses it.
  *
  * Transaction rules: each call is one short transaction of its own, committed
  * before it returns.  No call is ever made while network I/O is in flight on
@@ -18,7 +26,7 @@
  *	  its forward writes their outbox rows and settles them (processed, or
  *	  dead for an empty topic) in one transaction, fenced by the token.
  *
- * Memory: rows returned by outbox_claim and relay_claim are malloc'd by the
+ * Memory: rows returned by outbox_cycle and relay_claim are malloc'd by the
  * store and freed by the caller with qb_outbox_rows_free() and
  * qb_relay_rows_free().
  *-------------------------------------------------------------------------
@@ -44,6 +52,11 @@ typedef struct QbOutboxRow
 	int			attempt;		/* attempts made before this claim */
 	int			max_attempts;	/* the row's, or outbox.maxAttempts */
 	double		created_epoch;	/* created_at in Unix seconds: for the latency metric */
+	bool		claimed;		/* false: the claim parked it or moved it to ready */
+	char	   *destination;	/* where an earlier claim routed it, or NULL */
+	bool		in_intake;		/* read from intake: counts for the floor */
+	bool		not_due;		/* claimed before its scheduled_at: route it back */
+	bool		probe;			/* the half-open probe of its destination */
 } QbOutboxRow;
 
 /* A push inbox row the relay claimed: what the topic template needs. */
@@ -59,17 +72,87 @@ typedef enum QbSettleKind
 	QB_SETTLE_SENT,
 	QB_SETTLE_RETRY,
 	QB_SETTLE_DEAD,
-	QB_SETTLE_RELEASE
+	QB_SETTLE_RELEASE,
+	QB_SETTLE_ROUTE,
+	QB_SETTLE_HOLD
 } QbSettleKind;
 
 typedef struct QbSettle
 {
 	int64_t		id;
+	const char *token;			/* the claim token the row was claimed with */
 	QbSettleKind kind;
 	int			attempt;		/* the row's attempt after this outcome */
 	long		delay_ms;		/* RETRY: scheduled_at = now() + delay */
 	const char *error;			/* last_error; NULL for SENT */
+	const char *destination;	/* where the row was routed, or NULL */
 } QbSettle;
+
+typedef enum QbCircuit
+{
+	QB_CIRCUIT_CLOSED,
+	QB_CIRCUIT_OPEN,
+	QB_CIRCUIT_HALF_OPEN,
+	QB_CIRCUIT_DISABLED
+} QbCircuit;
+
+/* What one cycle's settles did at one destination: for its breaker. */
+typedef struct QbDestTally
+{
+	const char *destination;
+	int			ok;				/* attempts that succeeded */
+	int			failed;			/* attempts that failed (a 410 included) */
+	bool		gone;			/* one answered 410 Gone */
+	long		retry_after_ms; /* the longest Retry-After, 0: none */
+	const char *error;			/* the last failure's text */
+	int			threshold;		/* circuitBreaker.failures */
+	long		cooldown_ms;	/* circuitBreaker.cooldownMs */
+} QbDestTally;
+
+/* A destination whose circuit a cycle's breaker statement looked at. */
+typedef struct QbDestChange
+{
+	char	   *destination;
+	QbCircuit	old_state;
+	QbCircuit	new_state;
+	bool		paused;
+} QbDestChange;
+
+/* A destination that does not simply take rows now, as the claim saw it. */
+typedef struct QbDestState
+{
+	char	   *destination;
+	QbCircuit	state;
+	int			failures;		/* consecutive failed attempts counted */
+	bool		paused;			/* a Retry-After is in force */
+	bool		probe;			/* this claim moved it half-open: send its probe */
+} QbDestState;
+
+/* What a cycle claims (QB_PG_OUTBOX_CLAIM's parameters). */
+typedef struct QbClaimReq
+{
+	int			batch_size;		/* rows from intake, and from ready */
+	long		lease_ms;
+	int			default_max_attempts;
+	const char *token;
+	int64_t		floor;			/* intake ids above this only */
+	const char *const *dests;	/* routed rows of these destinations ... */
+	const int  *limits;			/* ... at most this many each */
+	int			ndests;
+	long		probe_ms;		/* how long a half-open probe may take */
+} QbClaimReq;
+
+/* What a cycle returns; free with qb_cycle_out_free(). */
+typedef struct QbCycleOut
+{
+	int			nsettled;		/* rows the settles changed (fenced ones not) */
+	QbDestChange *changes;
+	int			nchanges;
+	QbDestState *states;		/* only when a claim ran */
+	int			nstates;
+	QbOutboxRow *rows;			/* claimed, parked and moved rows */
+	int			nrows;
+} QbCycleOut;
 
 /* One received message for inbox_insert; strings borrowed from the caller. */
 typedef struct QbInboxRow
@@ -88,7 +171,7 @@ typedef struct QbInboxRow
 typedef enum QbQuery
 {
 	QB_Q_READY,					/* () */
-	QB_Q_GAUGES,				/* () -> {"outbox_pending": .., ...} */
+	QB_Q_GAUGES,				/* () -> {"outbox_pending": .., ..., "circuits": {name: state}} */
 	QB_Q_DEAD_OUTBOX,			/* (limit) -> [rows] */
 	QB_Q_DEAD_INBOX,			/* (limit) -> [rows] */
 	QB_Q_REPLAY_OUTBOX,			/* (id) -> {"id": new id | null} */
@@ -99,6 +182,7 @@ typedef enum QbQuery
 	QB_Q_REQUEUE_OUTBOX_BULK,	/* (topicPattern, since, until) -> {"requeued": n} */
 	QB_Q_REPLAY_INBOX_BULK,		/* (state, source, since, until) -> {"replayed": n} */
 	QB_Q_REQUEUE_INBOX_BULK,	/* (source, since, until) -> {"requeued": n} */
+	QB_Q_RESUME_DESTINATION,	/* (name) -> {"resumed": bool, "known": bool} */
 	QB_NQUERIES
 } QbQuery;
 
@@ -112,13 +196,22 @@ typedef struct QbStore
 	/* The raw configuration document, malloc'd, or NULL when none is stored. */
 	int			(*config_load) (void *ctx, char **text, char *err, size_t errlen);
 
-	int			(*outbox_claim) (void *ctx, int batch_size, long lease_ms,
-								 int default_max_attempts, const char *token,
-								 QbOutboxRow **rows, int *nrows,
+	/*
+	 * One cycle, one transaction: the tallies into the circuit breakers,
+	 * the settles, the promotion of the keys that ended, then (claim not
+	 * NULL) the destination states and the claim.  On -1 nothing of it is
+	 * committed: the settled rows stay processing until their lease ends.
+	 */
+	int			(*outbox_cycle) (void *ctx, const QbDestTally *tallies, int ntallies,
+								 const QbSettle *settles, int nsettles,
+								 const QbClaimReq *claim, QbCycleOut *out,
 								 char *err, size_t errlen);
-	int			(*outbox_settle) (void *ctx, const char *token,
-								  const QbSettle *settles, int n,
-								  int *nchanged, char *err, size_t errlen);
+	/* rows held for these destinations (taking rows again) become claimable */
+	int			(*outbox_unpark) (void *ctx, const char *const *dests, int n, int limit,
+								  int *nmoved, char *err, size_t errlen);
+	/* rows routed to a destination not among these are routed again */
+	int			(*outbox_unroute) (void *ctx, const char *const *dests, int n,
+								   int *nmoved, char *err, size_t errlen);
 	/* processing rows whose lease expired go back to pending */
 	int			(*outbox_reclaim) (void *ctx, int limit, int *nreclaimed,
 								   char *err, size_t errlen);
@@ -166,6 +259,12 @@ typedef struct QbStore
 } QbStore;
 
 extern void qb_outbox_rows_free(QbOutboxRow *rows, int n);
+extern void qb_outbox_rows_free_one(QbOutboxRow *row);
+extern void qb_cycle_out_free(QbCycleOut *out);
+
+/* "closed", "open", "half-open", "disabled" and back (unknown: closed) */
+extern const char *qb_circuit_name(QbCircuit c);
+extern QbCircuit qb_circuit_parse(const char *name);
 extern void qb_relay_rows_free(QbRelayRow *rows, int n);
 
 /* A random (version 4) UUID in canonical text form, from OpenSSL RAND_bytes. */

@@ -112,20 +112,58 @@ qb_reload_config(const QbHost *host, const QbStore *store, QbConfig **cfg,
 	return true;
 }
 
-/* qb_outbox_rows_free frees what a store's outbox_claim returned. */
+/* qb_outbox_rows_free_one frees what one row owns (not the row itself). */
+void
+qb_outbox_rows_free_one(QbOutboxRow *row)
+{
+	free(row->topic);
+	free(row->key);
+	free(row->payload);
+	free(row->headers);
+	free(row->destination);
+	memset(row, 0, sizeof(*row));
+}
+
+/* qb_outbox_rows_free frees the rows a store's outbox_cycle returned. */
 void
 qb_outbox_rows_free(QbOutboxRow *rows, int n)
 {
 	if (rows == NULL)
 		return;
 	for (int i = 0; i < n; i++)
-	{
-		free(rows[i].topic);
-		free(rows[i].key);
-		free(rows[i].payload);
-		free(rows[i].headers);
-	}
+		qb_outbox_rows_free_one(&rows[i]);
 	free(rows);
+}
+
+/* qb_cycle_out_free frees all a store's outbox_cycle returned. */
+void
+qb_cycle_out_free(QbCycleOut *out)
+{
+	for (int i = 0; i < out->nchanges; i++)
+		free(out->changes[i].destination);
+	for (int i = 0; i < out->nstates; i++)
+		free(out->states[i].destination);
+	free(out->changes);
+	free(out->states);
+	qb_outbox_rows_free(out->rows, out->nrows);
+	memset(out, 0, sizeof(*out));
+}
+
+static const char *const qb_circuit_names[] = {"closed", "open", "half-open", "disabled"};
+
+const char *
+qb_circuit_name(QbCircuit c)
+{
+	return qb_circuit_names[c];
+}
+
+QbCircuit
+qb_circuit_parse(const char *name)
+{
+	for (int i = 0; i < 4; i++)
+		if (name != NULL && strcmp(name, qb_circuit_names[i]) == 0)
+			return (QbCircuit) i;
+	return QB_CIRCUIT_CLOSED;
 }
 
 /* qb_relay_rows_free frees what a store's relay_claim returned. */

@@ -38,9 +38,9 @@ qb_outbox_worker_main(Datum arg)
 				 errmsg("queuebox outbox %d could not start: %s", index, err)));
 
 	ereport(LOG,
-			(errmsg("queuebox outbox %d stopped: %ld batches, %ld sent, %ld retried, %ld dead, %ld released",
+			(errmsg("queuebox outbox %d stopped: %ld claims, %ld sent, %ld retried, %ld dead, %ld released, %ld held, %ld parked",
 					index, stats.batches, stats.sent, stats.retried, stats.dead,
-					stats.released),
+					stats.released, stats.held, stats.parked),
 			 errdetail("Time spent: claim %ld ms, publish %ld ms, settle %ld ms.",
 					   stats.claim_ms, stats.publish_ms, stats.settle_ms)));
 	proc_exit(0);

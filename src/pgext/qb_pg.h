@@ -13,6 +13,8 @@
  *	  the one relay worker.  Any backend reads them without a lock: a stale
  *	  latch pointer still points into the PGPROC array, so the worst a race
  *	  can do is a spurious wake-up.
+ *	- outbox[i].late_floor: lowered by the commit callback of any backend
+ *	  whose transaction inserted outbox rows, taken by worker i.
  *	No process-local pointer (a CURLM *, a heap address) is ever stored here.
  *-------------------------------------------------------------------------
  */
@@ -39,6 +41,13 @@ typedef struct QbWorkerSlot
 {
 	pid_t		pid;
 	Latch	   *latch;
+	/*
+	 * Outbox workers: the lowest "ids above this may have committed late"
+	 * reported by a committing inserter since the worker last took it
+	 * (PG_UINT64_MAX: none).  Any backend lowers it (atomic compare and
+	 * swap); the worker exchanges it (claim.md, the intake floor).
+	 */
+	pg_atomic_uint64 late_floor;
 } QbWorkerSlot;
 
 typedef struct QbShared
@@ -69,6 +78,8 @@ extern QbShared *qb_shared;
 
 /* queuebox.c */
 extern void qb_arm_outbox_wake(void);
+extern void qb_note_outbox_first_id(int64 after);
+extern uint64 qb_take_outbox_late_floor(QbWorkerSlot *slot);
 extern void qb_arm_config_wake(int broker_sources);
 extern void qb_arm_relay_wake(void);
 
@@ -88,6 +99,7 @@ extern PGDLLEXPORT void qb_consumer_worker_main(Datum arg);
 /* spi_store.c */
 extern void qb_spi_store_init(QbStore *store);
 extern char *qb_spi_load_document(void);
+extern uint64 qb_spi_outbox_settle(Datum *args, const char *nulls);
 extern ArrayType *qb_int8_array(Datum *elems, int n);
 extern ArrayType *qb_text_array(Datum *elems, int n);
 

@@ -44,6 +44,7 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 static bool qb_outbox_wake_armed = false;
+static int64 qb_outbox_first_id = -1;	/* qb_note_outbox_first_id; -1: none */
 static bool qb_relay_wake_armed = false;
 static bool qb_config_wake_armed = false;
 static int	qb_armed_broker_sources = 0;	/* of the configuration armed; -1:
@@ -140,6 +141,8 @@ qb_shmem_startup(void)
 		memset(qb_shared, 0, sizeof(QbShared));
 		pg_atomic_init_u32(&qb_shared->config_generation, 1);
 		pg_atomic_init_u32(&qb_shared->broker_sources, QB_BROKER_SOURCES_UNKNOWN);
+		for (int i = 0; i < QB_MAX_OUTBOX_WORKERS; i++)
+			pg_atomic_init_u64(&qb_shared->outbox[i].late_floor, PG_UINT64_MAX);
 		qb_metrics_init(&qb_shared->metrics);
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -150,6 +153,43 @@ void
 qb_arm_outbox_wake(void)
 {
 	qb_outbox_wake_armed = true;
+}
+
+/*
+ * qb_note_outbox_first_id: the current transaction is about to insert outbox
+ * rows, all with ids above `after`.  At commit every outbox worker learns
+ * it, so a row that commits after a claim passed its id is still claimed
+ * (claim.md, the intake floor).  -1: not known; the workers look from the
+ * start.
+ */
+void
+qb_note_outbox_first_id(int64 after)
+{
+	if (after < 0)
+		after = 0;
+	if (qb_outbox_first_id < 0 || after < qb_outbox_first_id)
+		qb_outbox_first_id = after;
+}
+
+/* qb_take_outbox_late_floor: what committers reported since the last call. */
+uint64
+qb_take_outbox_late_floor(QbWorkerSlot *slot)
+{
+	return pg_atomic_exchange_u64(&slot->late_floor, PG_UINT64_MAX);
+}
+
+/* qb_lower_late_floors tells every outbox worker slot of a late commit. */
+static void
+qb_lower_late_floors(uint64 after)
+{
+	for (int i = 0; i < QB_MAX_OUTBOX_WORKERS; i++)
+	{
+		pg_atomic_uint64 *f = &qb_shared->outbox[i].late_floor;
+		uint64		cur = pg_atomic_read_u64(f);
+
+		while (after < cur && !pg_atomic_compare_exchange_u64(f, &cur, after))
+			;
+	}
 }
 
 /* qb_arm_relay_wake: the current transaction inserted inbox rows. */
@@ -215,6 +255,7 @@ qb_clear_wakes(void)
 	qb_outbox_wake_armed = false;
 	qb_relay_wake_armed = false;
 	qb_config_wake_armed = false;
+	qb_outbox_first_id = -1;
 }
 
 static void
@@ -236,6 +277,8 @@ qb_xact_callback(XactEvent event, void *arg)
 						qb_shared->launcher_latch != NULL)
 						SetLatch(qb_shared->launcher_latch);
 				}
+				if (qb_outbox_first_id >= 0)
+					qb_lower_late_floors((uint64) qb_outbox_first_id);
 				if (qb_config_wake_armed || qb_outbox_wake_armed)
 					qb_wake_outbox_workers();
 				if (qb_config_wake_armed || qb_relay_wake_armed)

@@ -24,6 +24,7 @@
 #include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timeout.h"
@@ -35,6 +36,11 @@ typedef struct QbsPlans
 {
 	SPIPlanPtr	claim;
 	SPIPlanPtr	settle;
+	SPIPlanPtr	promote;
+	SPIPlanPtr	breaker;
+	SPIPlanPtr	states;
+	SPIPlanPtr	unpark;
+	SPIPlanPtr	unroute;
 	SPIPlanPtr	reclaim;
 	SPIPlanPtr	retention;
 	SPIPlanPtr	config;
@@ -145,7 +151,20 @@ qbs_config_load(void *ctx, char **text, char *err, size_t errlen)
 		/* the database may not have the extension (yet, or any more) */
 		if (OidIsValid(get_extension_oid("queuebox", true)))
 		{
-			SPIPlanPtr	p = qbs_prepare(&qbs_plans.config, QB_PG_CONFIG_LOAD, 0, NULL);
+			SPIPlanPtr	p;
+
+			/* a library newer than the schema: the statements would fail */
+			if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'queuebox'",
+							true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+			{
+				char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+				if (v != NULL && strcmp(v, QB_VERSION) != 0)
+					ereport(ERROR,
+							(errmsg("the queuebox schema in this database is version %s and the library is version %s; run ALTER EXTENSION queuebox UPDATE",
+									v, QB_VERSION)));
+			}
+			p = qbs_prepare(&qbs_plans.config, QB_PG_CONFIG_LOAD, 0, NULL);
 
 			if (SPI_execute_plan(p, NULL, NULL, true, 1) != SPI_OK_SELECT)
 				elog(ERROR, "reading queuebox.config failed");
@@ -245,28 +264,11 @@ qbs_copy_outbox_row(HeapTuple tup, TupleDesc desc, void *row)
 	r->attempt = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
 	r->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
 	r->created_epoch = DatumGetFloat8(SPI_getbinval(tup, desc, 9, &isnull));
-}
-
-static void
-qbs_free_outbox_rows(void *rows, int n)
-{
-	qb_outbox_rows_free(rows, n);
-}
-
-static int
-qbs_outbox_claim(void *ctx, int batch_size, long lease_ms,
-				 int default_max_attempts, const char *token,
-				 QbOutboxRow **rows_out, int *nrows_out,
-				 char *err, size_t errlen)
-{
-	Oid			types[4] = {INT4OID, INT8OID, INT4OID, UUIDOID};
-	Datum		values[4] = {Int32GetDatum(batch_size), Int64GetDatum(lease_ms),
-	Int32GetDatum(default_max_attempts), 0};
-
-	return qbs_claim_call(&qbs_plans.claim, QB_PG_OUTBOX_CLAIM, "queuebox: claim",
-						  4, types, values, 3, token, sizeof(QbOutboxRow),
-						  qbs_copy_outbox_row, qbs_free_outbox_rows,
-						  (void **) rows_out, nrows_out, err, errlen);
+	r->claimed = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
+	r->destination = qbs_strdup_col(tup, desc, 11);
+	r->in_intake = DatumGetBool(SPI_getbinval(tup, desc, 12, &isnull));
+	r->not_due = DatumGetBool(SPI_getbinval(tup, desc, 13, &isnull));
+	r->probe = DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull));
 }
 
 static const char *
@@ -282,68 +284,275 @@ qbs_outcome_name(QbSettleKind k)
 			return "dead";
 		case QB_SETTLE_RELEASE:
 			return "release";
+		case QB_SETTLE_ROUTE:
+			return "route";
+		case QB_SETTLE_HOLD:
+			return "hold";
 	}
 	return "release";
 }
 
+/* qbs_array: a one-dimensional array of n elements, NULLs where nulls[i]. */
+static Datum
+qbs_array(Datum *elems, bool *nulls, int n, Oid type)
+{
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+	int16		len;
+	bool		byval;
+	char		align;
+
+	get_typlenbyvalalign(type, &len, &byval, &align);
+	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, type,
+											  len, byval, align));
+}
+
+/* qbs_text_or_null: a text Datum, or a NULL flag. */
+static Datum
+qbs_text_or_null(const char *s, bool *isnull)
+{
+	*isnull = s == NULL;
+	return s ? CStringGetTextDatum(s) : (Datum) 0;
+}
+
+/*
+ * qb_spi_outbox_settle runs the settle and then the promotion of the keys
+ * whose row ended, each in its own statement (QB_PG_OUTBOX_PROMOTE says
+ * why), inside the caller's transaction with SPI connected.  The arguments
+ * are the arrays of QB_PG_OUTBOX_SETTLE; returns the rows settled.
+ */
+uint64
+qb_spi_outbox_settle(Datum *args, const char *nulls)
+{
+	static const Oid types[7] = {UUIDARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
+	INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+	static const Oid promote_types[1] = {TEXTARRAYOID};
+	SPIPlanPtr	p = qbs_prepare(&qbs_plans.settle, QB_PG_OUTBOX_SETTLE, 7, (Oid *) types);
+	uint64		settled;
+	Datum	   *keys;
+	int			nkeys = 0;
+
+	if (SPI_execute_plan(p, args, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "the outbox settle failed");
+	settled = SPI_processed;
+	keys = palloc(sizeof(Datum) * (settled + 1));
+	for (uint64 i = 0; i < settled; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		char	   *key = SPI_getvalue(tup, SPI_tuptable->tupdesc, 1);
+		char	   *state = SPI_getvalue(tup, SPI_tuptable->tupdesc, 2);
+
+		if (key != NULL && (strcmp(state, "sent") == 0 || strcmp(state, "dead") == 0))
+			keys[nkeys++] = CStringGetTextDatum(key);
+	}
+	if (nkeys > 0)
+	{
+		Datum		a[1] = {PointerGetDatum(qb_text_array(keys, nkeys))};
+
+		p = qbs_prepare(&qbs_plans.promote, QB_PG_OUTBOX_PROMOTE, 1, (Oid *) promote_types);
+		if (SPI_execute_plan(p, a, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "promoting the next row of each key failed");
+	}
+	return settled;
+}
+
+/* qbs_breaker runs QB_PG_OUTBOX_BREAKER for the cycle's tallies. */
+static void
+qbs_breaker(const QbDestTally *t, int n, QbCycleOut *out)
+{
+	static const Oid types[8] = {TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, BOOLARRAYOID,
+	INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
+	Datum		v[8];
+	Datum	   *col[8];
+	bool	   *errnull = palloc(sizeof(bool) * n);
+	SPIPlanPtr	p = qbs_prepare(&qbs_plans.breaker, QB_PG_OUTBOX_BREAKER, 8, (Oid *) types);
+
+	for (int c = 0; c < 8; c++)
+		col[c] = palloc(sizeof(Datum) * n);
+	for (int i = 0; i < n; i++)
+	{
+		col[0][i] = CStringGetTextDatum(t[i].destination);
+		col[1][i] = Int32GetDatum(t[i].ok);
+		col[2][i] = Int32GetDatum(t[i].failed);
+		col[3][i] = BoolGetDatum(t[i].gone);
+		col[4][i] = Int64GetDatum(t[i].retry_after_ms);
+		col[5][i] = qbs_text_or_null(t[i].error, &errnull[i]);
+		col[6][i] = Int32GetDatum(t[i].threshold);
+		col[7][i] = Int64GetDatum(t[i].cooldown_ms);
+	}
+	v[0] = qbs_array(col[0], NULL, n, TEXTOID);
+	v[1] = qbs_array(col[1], NULL, n, INT4OID);
+	v[2] = qbs_array(col[2], NULL, n, INT4OID);
+	v[3] = qbs_array(col[3], NULL, n, BOOLOID);
+	v[4] = qbs_array(col[4], NULL, n, INT8OID);
+	v[5] = qbs_array(col[5], errnull, n, TEXTOID);
+	v[6] = qbs_array(col[6], NULL, n, INT4OID);
+	v[7] = qbs_array(col[7], NULL, n, INT8OID);
+	if (SPI_execute_plan(p, v, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "the circuit breaker statement failed");
+	if (SPI_processed == 0)
+		return;
+	out->changes = calloc(SPI_processed, sizeof(QbDestChange));
+	if (out->changes == NULL)
+		elog(ERROR, "out of memory");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	d = SPI_tuptable->tupdesc;
+		QbDestChange *c = &out->changes[out->nchanges++];
+		bool		isnull;
+
+		c->destination = qbs_strdup_col(tup, d, 1);
+		c->old_state = qb_circuit_parse(SPI_getvalue(tup, d, 2));
+		c->new_state = qb_circuit_parse(SPI_getvalue(tup, d, 3));
+		c->paused = DatumGetBool(SPI_getbinval(tup, d, 4, &isnull));
+	}
+}
+
+/* qbs_states runs QB_PG_OUTBOX_STATES; returns the probe names as text[]. */
+static Datum
+qbs_states(long probe_ms, QbCycleOut *out)
+{
+	static const Oid types[1] = {INT8OID};
+	Datum		v[1] = {Int64GetDatum(probe_ms)};
+	SPIPlanPtr	p = qbs_prepare(&qbs_plans.states, QB_PG_OUTBOX_STATES, 1, (Oid *) types);
+	Datum	   *probes;
+	int			nprobes = 0;
+
+	if (SPI_execute_plan(p, v, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "reading the destination states failed");
+	probes = palloc(sizeof(Datum) * (SPI_processed + 1));
+	if (SPI_processed > 0)
+	{
+		out->states = calloc(SPI_processed, sizeof(QbDestState));
+		if (out->states == NULL)
+			elog(ERROR, "out of memory");
+	}
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	d = SPI_tuptable->tupdesc;
+		QbDestState *st = &out->states[out->nstates++];
+		bool		isnull;
+
+		st->destination = qbs_strdup_col(tup, d, 1);
+		st->state = qb_circuit_parse(SPI_getvalue(tup, d, 2));
+		st->failures = DatumGetInt32(SPI_getbinval(tup, d, 3, &isnull));
+		st->paused = DatumGetBool(SPI_getbinval(tup, d, 4, &isnull));
+		st->probe = DatumGetBool(SPI_getbinval(tup, d, 5, &isnull));
+		if (st->probe)
+			probes[nprobes++] = CStringGetTextDatum(st->destination);
+	}
+	return PointerGetDatum(qb_text_array(probes, nprobes));
+}
+
+/* qbs_claim runs QB_PG_OUTBOX_CLAIM and copies its rows into out. */
+static void
+qbs_claim(const QbClaimReq *c, Datum probes, QbCycleOut *out)
+{
+	static const Oid types[8] = {INT4OID, INT8OID, INT4OID, UUIDOID, INT8OID,
+	TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+	Datum		v[8];
+	Datum	   *dests = palloc(sizeof(Datum) * (c->ndests + 1));
+	Datum	   *limits = palloc(sizeof(Datum) * (c->ndests + 1));
+	SPIPlanPtr	p = qbs_prepare(&qbs_plans.claim, QB_PG_OUTBOX_CLAIM, 8, (Oid *) types);
+	uint64		n;
+
+	for (int i = 0; i < c->ndests; i++)
+	{
+		dests[i] = CStringGetTextDatum(c->dests[i]);
+		limits[i] = Int32GetDatum(c->limits[i]);
+	}
+	v[0] = Int32GetDatum(c->batch_size);
+	v[1] = Int64GetDatum(c->lease_ms);
+	v[2] = Int32GetDatum(c->default_max_attempts);
+	v[3] = DirectFunctionCall1(uuid_in, CStringGetDatum(c->token));
+	v[4] = Int64GetDatum(c->floor);
+	v[5] = qbs_array(dests, NULL, c->ndests, TEXTOID);
+	v[6] = qbs_array(limits, NULL, c->ndests, INT4OID);
+	v[7] = probes;
+	if (SPI_execute_plan(p, v, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "the outbox claim failed");
+	n = SPI_processed;
+	if (n == 0)
+		return;
+	out->rows = calloc(n, sizeof(QbOutboxRow));
+	if (out->rows == NULL)
+		elog(ERROR, "out of memory");
+	for (uint64 i = 0; i < n; i++)
+	{
+		/* counted first, so a row copied in part is freed too */
+		out->nrows = i + 1;
+		qbs_copy_outbox_row(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, &out->rows[i]);
+	}
+}
+
 static int
-qbs_outbox_settle(void *ctx, const char *token, const QbSettle *settles, int n,
-				  int *nchanged, char *err, size_t errlen)
+qbs_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
+				 const QbSettle *settles, int nsettles, const QbClaimReq *claim,
+				 QbCycleOut *out, char *err, size_t errlen)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile int rc = 0;
 
-	*nchanged = 0;
+	memset(out, 0, sizeof(*out));
 	PG_TRY();
 	{
-		Oid			types[6] = {UUIDOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
-		INT8ARRAYOID, TEXTARRAYOID};
-		Datum		values[6];
-		Datum	   *ids,
-				   *outcomes,
-				   *attempts,
-				   *delays,
-				   *errors;
-		bool	   *errnulls;
-		int			dims[1] = {n};
-		int			lbs[1] = {1};
-		SPIPlanPtr	p;
-		qbs_begin("queuebox: settle");
-		ids = palloc(sizeof(Datum) * n);
-		outcomes = palloc(sizeof(Datum) * n);
-		attempts = palloc(sizeof(Datum) * n);
-		delays = palloc(sizeof(Datum) * n);
-		errors = palloc(sizeof(Datum) * n);
-		errnulls = palloc(sizeof(bool) * n);
-		for (int i = 0; i < n; i++)
+		qbs_begin(claim ? "queuebox: settle and claim" : "queuebox: settle");
+		if (ntallies > 0)
+			qbs_breaker(tallies, ntallies, out);
+		if (nsettles > 0)
 		{
-			ids[i] = Int64GetDatum(settles[i].id);
-			outcomes[i] = CStringGetTextDatum(qbs_outcome_name(settles[i].kind));
-			attempts[i] = Int32GetDatum(settles[i].attempt);
-			delays[i] = Int64GetDatum(settles[i].delay_ms);
-			errnulls[i] = settles[i].error == NULL;
-			errors[i] = errnulls[i] ? (Datum) 0 : CStringGetTextDatum(settles[i].error);
+			Datum		args[7];
+			char		nulls[7] = "       ";
+			Datum	   *col[7];
+			bool	   *errnull = palloc(sizeof(bool) * nsettles);
+			bool	   *destnull = palloc(sizeof(bool) * nsettles);
+
+			for (int c = 0; c < 7; c++)
+				col[c] = palloc(sizeof(Datum) * nsettles);
+			for (int i = 0; i < nsettles; i++)
+			{
+				col[0][i] = DirectFunctionCall1(uuid_in, CStringGetDatum(settles[i].token));
+				col[1][i] = Int64GetDatum(settles[i].id);
+				col[2][i] = CStringGetTextDatum(qbs_outcome_name(settles[i].kind));
+				col[3][i] = Int32GetDatum(settles[i].attempt);
+				col[4][i] = Int64GetDatum(settles[i].delay_ms);
+				col[5][i] = qbs_text_or_null(settles[i].error, &errnull[i]);
+				col[6][i] = qbs_text_or_null(settles[i].destination, &destnull[i]);
+			}
+			args[0] = qbs_array(col[0], NULL, nsettles, UUIDOID);
+			args[1] = qbs_array(col[1], NULL, nsettles, INT8OID);
+			args[2] = qbs_array(col[2], NULL, nsettles, TEXTOID);
+			args[3] = qbs_array(col[3], NULL, nsettles, INT4OID);
+			args[4] = qbs_array(col[4], NULL, nsettles, INT8OID);
+			args[5] = qbs_array(col[5], errnull, nsettles, TEXTOID);
+			args[6] = qbs_array(col[6], destnull, nsettles, TEXTOID);
+			out->nsettled = (int) qb_spi_outbox_settle(args, nulls);
 		}
-		p = qbs_prepare(&qbs_plans.settle, QB_PG_OUTBOX_SETTLE, 6, types);
-		values[0] = DirectFunctionCall1(uuid_in, CStringGetDatum(token));
-		values[1] = PointerGetDatum(qb_int8_array(ids, n));
-		values[2] = PointerGetDatum(qb_text_array(outcomes, n));
-		values[3] = PointerGetDatum(construct_array(attempts, n, INT4OID, 4, true, TYPALIGN_INT));
-		values[4] = PointerGetDatum(qb_int8_array(delays, n));
-		values[5] = PointerGetDatum(construct_md_array(errors, errnulls, 1, dims, lbs,
-													   TEXTOID, -1, false, TYPALIGN_INT));
-		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "the outbox settle failed");
-		*nchanged = (int) SPI_processed;
+		if (claim != NULL)
+			qbs_claim(claim, qbs_states(claim->probe_ms, out), out);
 		qbs_commit();
 	}
 	PG_CATCH();
 	{
+		qb_cycle_out_free(out);
 		qbs_fail(cxt, err, errlen);
 		rc = -1;
 	}
 	PG_END_TRY();
 	return rc;
+}
+
+/* qbs_names: a text[] of n names. */
+static Datum
+qbs_names(const char *const *names, int n)
+{
+	Datum	   *d = palloc(sizeof(Datum) * (n + 1));
+
+	for (int i = 0; i < n; i++)
+		d[i] = CStringGetTextDatum(names[i]);
+	return PointerGetDatum(qb_text_array(d, n));
 }
 
 /* qbs_count_call runs one statement and reports the rows it changed. */
@@ -395,6 +604,59 @@ qbs_outbox_retention(void *ctx, long retention_sec, int limit, int *n,
 
 	return qbs_count_call(&qbs_plans.retention, QB_PG_OUTBOX_RETENTION, SPI_OK_DELETE,
 						  "queuebox: retention", 2, types, values, n, err, errlen);
+}
+
+/*
+ * The names go in as text[] built inside the transaction, so the call's
+ * Datum is made by qbs_count_call's caller: a small wrapper per statement.
+ */
+static int
+qbs_names_call(SPIPlanPtr *slot, const char *sql, const char *activity,
+			   const char *const *names, int n, int limit, int *count,
+			   char *err, size_t errlen)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile int rc = 0;
+
+	*count = 0;
+	PG_TRY();
+	{
+		Oid			types[2] = {TEXTARRAYOID, INT4OID};
+		Datum		v[2];
+		SPIPlanPtr	p;
+
+		qbs_begin(activity);
+		p = qbs_prepare(slot, sql, limit >= 0 ? 2 : 1, types);
+		v[0] = qbs_names(names, n);
+		v[1] = Int32GetDatum(limit);
+		if (SPI_execute_plan(p, v, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "%s failed", activity);
+		*count = (int) SPI_processed;
+		qbs_commit();
+	}
+	PG_CATCH();
+	{
+		qbs_fail(cxt, err, errlen);
+		rc = -1;
+	}
+	PG_END_TRY();
+	return rc;
+}
+
+static int
+qbs_outbox_unpark(void *ctx, const char *const *dests, int n, int limit, int *nmoved,
+				  char *err, size_t errlen)
+{
+	return qbs_names_call(&qbs_plans.unpark, QB_PG_OUTBOX_UNPARK, "queuebox: unpark",
+						  dests, n, limit, nmoved, err, errlen);
+}
+
+static int
+qbs_outbox_unroute(void *ctx, const char *const *dests, int n, int *nmoved,
+				   char *err, size_t errlen)
+{
+	return qbs_names_call(&qbs_plans.unroute, QB_PG_OUTBOX_UNROUTE, "queuebox: unroute",
+						  dests, n, -1, nmoved, err, errlen);
 }
 
 static void
@@ -649,8 +911,9 @@ qb_spi_store_init(QbStore *store)
 {
 	memset(store, 0, sizeof(QbStore));
 	store->config_load = qbs_config_load;
-	store->outbox_claim = qbs_outbox_claim;
-	store->outbox_settle = qbs_outbox_settle;
+	store->outbox_cycle = qbs_outbox_cycle;
+	store->outbox_unpark = qbs_outbox_unpark;
+	store->outbox_unroute = qbs_outbox_unroute;
 	store->outbox_reclaim = qbs_outbox_reclaim;
 	store->outbox_retention = qbs_outbox_retention;
 	store->relay_claim = qbs_relay_claim;

@@ -18,6 +18,13 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "access/relation.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_sequence.h"
+#include "commands/sequence.h"
+#include "storage/bufmgr.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
 
 #include "catalog/pg_type.h"
 #include "utils/array.h"
@@ -43,6 +50,10 @@ PG_FUNCTION_INFO_V1(qb_sql_relay_claim);
 PG_FUNCTION_INFO_V1(qb_sql_relay_forward);
 PG_FUNCTION_INFO_V1(qb_sql_outbox_claim);
 PG_FUNCTION_INFO_V1(qb_sql_outbox_settle);
+PG_FUNCTION_INFO_V1(qb_sql_outbox_breaker);
+PG_FUNCTION_INFO_V1(qb_sql_outbox_states);
+PG_FUNCTION_INFO_V1(qb_sql_outbox_unpark);
+PG_FUNCTION_INFO_V1(qb_sql_destination_names);
 PG_FUNCTION_INFO_V1(qb_sql_outbox_reclaim);
 PG_FUNCTION_INFO_V1(qb_sql_outbox_retention);
 
@@ -134,12 +145,64 @@ qbsql_check_trigger(FunctionCallInfo fcinfo, const char *name)
 				 errmsg("queuebox.%s() must be called as a trigger", name)));
 }
 
-/* AFTER INSERT FOR EACH STATEMENT on queuebox.outbox */
+/*
+ * qbsql_outbox_seq_last: the last value queuebox.outbox_id_seq handed out,
+ * read from its page (as pg_sequence_last_value() does, without its
+ * privilege check: an INSERT needs none on an identity's sequence).  -1
+ * when it cannot be known: no sequence, or a cache above 1, with which a
+ * backend may still hand out ids below it.
+ */
+static int64
+qbsql_outbox_seq_last(void)
+{
+	Oid			nsp = get_namespace_oid("queuebox", true);
+	Oid			seqoid = OidIsValid(nsp) ? get_relname_relid("outbox_id_seq", nsp) : InvalidOid;
+	HeapTuple	pgseq;
+	Relation	rel;
+	Buffer		buf;
+	Page		page;
+	HeapTupleHeader th;
+	int64		last;
+	bool		called;
+
+	if (!OidIsValid(seqoid))
+		return -1;
+	pgseq = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seqoid));
+	if (!HeapTupleIsValid(pgseq))
+		return -1;
+	if (((Form_pg_sequence) GETSTRUCT(pgseq))->seqcache != 1)
+	{
+		ReleaseSysCache(pgseq);
+		return -1;
+	}
+	ReleaseSysCache(pgseq);
+	rel = relation_open(seqoid, AccessShareLock);
+	buf = ReadBuffer(rel, 0);
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	page = BufferGetPage(buf);
+	th = (HeapTupleHeader) PageGetItem(page, PageGetItemId(page, FirstOffsetNumber));
+	last = ((Form_pg_sequence_data) ((char *) th + th->t_hoff))->last_value;
+	called = ((Form_pg_sequence_data) ((char *) th + th->t_hoff))->is_called;
+	UnlockReleaseBuffer(buf);
+	relation_close(rel, AccessShareLock);
+	/* not called yet: last_value itself is the next id */
+	return called ? last : last - 1;
+}
+
+/*
+ * BEFORE INSERT FOR EACH STATEMENT on queuebox.outbox: wake the workers at
+ * commit, and tell them the ids of this statement's rows are above the
+ * sequence's value now (the late-commit report of claim.md).  Fired AFTER
+ * (a 0.1.0 schema), it cannot know, and says so.
+ */
 Datum
 qb_sql_wake_outbox(PG_FUNCTION_ARGS)
 {
+	TriggerData *td = (TriggerData *) fcinfo->context;
+
 	qbsql_check_trigger(fcinfo, "_wake_outbox");
 	qb_arm_outbox_wake();
+	qb_note_outbox_first_id(TRIGGER_FIRED_BEFORE(td->tg_event) ? qbsql_outbox_seq_last() : -1);
 	return PointerGetDatum(NULL);
 }
 
@@ -164,26 +227,24 @@ qb_sql_arm_relay_wake(PG_FUNCTION_ARGS)
 }
 
 /*
- * queuebox.route_of(topic text) returns text: the destination the active
- * configuration gives a topic.  The parsed document is cached per backend
- * and reparsed only when the stored text changes.
+ * qbsql_cached_config: the stored document, parsed; cached per backend and
+ * reparsed only when the stored text changes.  NULL when none is stored or
+ * it does not parse (it was valid when stored: an override changed).
  */
-Datum
-qb_sql_route_of(PG_FUNCTION_ARGS)
+static const QbConfig *
+qbsql_cached_config(void)
 {
-	char	   *topic = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	char	   *doc = qb_spi_load_document();
-	int			ri;
 
 	if (doc == NULL)
-		PG_RETURN_NULL();
+		return NULL;
 	if (qbsql_cached_text == NULL || strcmp(qbsql_cached_text, doc) != 0)
 	{
 		char		err[QB_ERRLEN];
 		QbConfig   *cfg = NULL;
 
 		if (qb_config_parse(doc, strlen(doc), &cfg, err, sizeof(err)) != 0)
-			PG_RETURN_NULL();
+			return NULL;
 		qb_config_free(qbsql_cached_cfg);
 		free(qbsql_cached_text);
 		qbsql_cached_cfg = cfg;
@@ -195,10 +256,40 @@ qb_sql_route_of(PG_FUNCTION_ARGS)
 			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
 		}
 	}
-	ri = qb_route_find(qbsql_cached_cfg, topic);
+	return qbsql_cached_cfg;
+}
+
+/*
+ * queuebox.route_of(topic text) returns text: the destination the active
+ * configuration gives a topic.  The parsed document is cached per backend
+ * and reparsed only when the stored text changes.
+ */
+Datum
+qb_sql_route_of(PG_FUNCTION_ARGS)
+{
+	char	   *topic = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	const QbConfig *cfg = qbsql_cached_config();
+	int			ri;
+
+	if (cfg == NULL)
+		PG_RETURN_NULL();
+	ri = qb_route_find(cfg, topic);
 	if (ri < 0)
 		PG_RETURN_NULL();
-	PG_RETURN_TEXT_P(cstring_to_text(qbsql_cached_cfg->routes[ri].destination));
+	PG_RETURN_TEXT_P(cstring_to_text(cfg->routes[ri].destination));
+}
+
+/* queuebox._destination_names(): the destinations of the stored document. */
+Datum
+qb_sql_destination_names(PG_FUNCTION_ARGS)
+{
+	const QbConfig *cfg = qbsql_cached_config();
+	int			n = cfg ? cfg->ndestinations : 0;
+	Datum	   *d = palloc(sizeof(Datum) * (n + 1));
+
+	for (int i = 0; i < n; i++)
+		d[i] = CStringGetTextDatum(cfg->destinations[i].name);
+	PG_RETURN_ARRAYTYPE_P(qb_text_array(d, n));
 }
 
 /* queuebox.worker_status(): the launcher, the outbox workers, the relay and the ingress running now. */
@@ -289,39 +380,117 @@ qbsql_count(FunctionCallInfo fcinfo, const char *sql, int ok_code, int nargs,
 	PG_RETURN_INT64((int64) n);
 }
 
-/* qbsql_rows: run a worker statement with RETURNING, return its rows as a set. */
+/* qbsql_rows: run a worker statement that returns rows, return them as a set. */
 static Datum
-qbsql_rows(FunctionCallInfo fcinfo, const char *sql, int nargs, const Oid *types)
+qbsql_rows(FunctionCallInfo fcinfo, const char *sql, int ok_code, int nargs,
+		   const Oid *types)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	uint64		n;
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	n = qbsql_run(fcinfo, sql, SPI_OK_UPDATE_RETURNING, nargs, types);
+	n = qbsql_run(fcinfo, sql, ok_code, nargs, types);
 	for (uint64 i = 0; i < n; i++)
 		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
 	SPI_finish();
 	return (Datum) 0;
 }
 
-/* queuebox._outbox_claim(batch_size, lease_ms, default_max_attempts, token) */
+/*
+ * qbsql_check_nargs: a function of the 0.1.0 schema called into this
+ * library has fewer arguments than the statement needs.
+ */
+static void
+qbsql_check_nargs(FunctionCallInfo fcinfo, int nargs, const char *name)
+{
+	if (PG_NARGS() != nargs)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("queuebox.%s() of an older schema version was called", name),
+				 errdetail("The installed library is version %s; the schema in this database is older.", QB_VERSION),
+				 errhint("Run ALTER EXTENSION queuebox UPDATE.")));
+}
+
+/*
+ * queuebox._outbox_claim(batch_size, lease_ms, default_max_attempts, token,
+ * floor, destinations, limits, probes)
+ */
 Datum
 qb_sql_outbox_claim(PG_FUNCTION_ARGS)
 {
-	static const Oid types[4] = {INT4OID, INT8OID, INT4OID, UUIDOID};
+	static const Oid types[8] = {INT4OID, INT8OID, INT4OID, UUIDOID, INT8OID,
+	TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
 
-	return qbsql_rows(fcinfo, QB_PG_OUTBOX_CLAIM, 4, types);
+	qbsql_check_nargs(fcinfo, 8, "_outbox_claim");
+	return qbsql_rows(fcinfo, QB_PG_OUTBOX_CLAIM, SPI_OK_UPDATE_RETURNING, 8, types);
 }
 
-/* queuebox._outbox_settle(token, ids, outcomes, attempts, delays_ms, errors) */
+/*
+ * queuebox._outbox_settle(token, ids, outcomes, attempts, delays_ms,
+ * errors, destinations): the workers' settle and promotion
+ * (qb_spi_outbox_settle), every row under one token.
+ */
 Datum
 qb_sql_outbox_settle(PG_FUNCTION_ARGS)
 {
-	static const Oid types[6] = {UUIDOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
-	INT8ARRAYOID, TEXTARRAYOID};
+	ArrayType  *ids;
+	int			n;
+	Datum	   *tokens;
+	Datum		args[7];
+	char		nulls[7];
+	uint64		settled;
 
-	return qbsql_count(fcinfo, QB_PG_OUTBOX_SETTLE, SPI_OK_UPDATE, 6, types);
+	qbsql_check_nargs(fcinfo, 7, "_outbox_settle");
+	for (int i = 0; i < 6; i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("queuebox._outbox_settle() argument %d is NULL", i + 1)));
+	ids = PG_GETARG_ARRAYTYPE_P(1);
+	n = ArrayGetNItems(ARR_NDIM(ids), ARR_DIMS(ids));
+	tokens = palloc(sizeof(Datum) * (n + 1));
+	for (int i = 0; i < n; i++)
+		tokens[i] = PG_GETARG_DATUM(0);
+	args[0] = PointerGetDatum(construct_array(tokens, n, UUIDOID, 16, false, TYPALIGN_CHAR));
+	nulls[0] = ' ';
+	for (int i = 1; i < 7; i++)
+	{
+		args[i] = PG_GETARG_DATUM(i);
+		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+	}
+	SPI_connect();
+	settled = qb_spi_outbox_settle(args, nulls);
+	SPI_finish();
+	PG_RETURN_INT64((int64) settled);
+}
+
+/* queuebox._outbox_breaker(destinations, succeeded, failed, gone, retry_after_ms, errors, failures, cooldown_ms) */
+Datum
+qb_sql_outbox_breaker(PG_FUNCTION_ARGS)
+{
+	static const Oid types[8] = {TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, BOOLARRAYOID,
+	INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
+
+	return qbsql_rows(fcinfo, QB_PG_OUTBOX_BREAKER, SPI_OK_SELECT, 8, types);
+}
+
+/* queuebox._outbox_states(probe_ms) */
+Datum
+qb_sql_outbox_states(PG_FUNCTION_ARGS)
+{
+	static const Oid types[1] = {INT8OID};
+
+	return qbsql_rows(fcinfo, QB_PG_OUTBOX_STATES, SPI_OK_SELECT, 1, types);
+}
+
+/* queuebox._outbox_unpark(destinations, max_rows) */
+Datum
+qb_sql_outbox_unpark(PG_FUNCTION_ARGS)
+{
+	static const Oid types[2] = {TEXTARRAYOID, INT4OID};
+
+	return qbsql_count(fcinfo, QB_PG_OUTBOX_UNPARK, SPI_OK_UPDATE, 2, types);
 }
 
 /* queuebox._outbox_reclaim(max_rows) */
@@ -376,7 +545,7 @@ qb_sql_relay_claim(PG_FUNCTION_ARGS)
 {
 	static const Oid types[3] = {INT4OID, INT8OID, UUIDOID};
 
-	return qbsql_rows(fcinfo, QB_PG_RELAY_CLAIM, 3, types);
+	return qbsql_rows(fcinfo, QB_PG_RELAY_CLAIM, SPI_OK_UPDATE_RETURNING, 3, types);
 }
 
 /* queuebox._relay_forward(token, ids, topics, max_attempts): inbox rows settled */

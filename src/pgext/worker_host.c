@@ -212,6 +212,15 @@ qbh_config_loaded(void *ctx, const QbConfig *cfg)
 		SetLatch(qb_shared->launcher_latch);
 }
 
+/* qbh_late_floor: the outbox worker's late-commit report (claim.md). */
+static int64_t
+qbh_late_floor(void *ctx)
+{
+	uint64		f = qb_take_outbox_late_floor(qbh_slot);
+
+	return f >= (uint64) PG_INT64_MAX ? -1 : (int64_t) f;
+}
+
 /*
  * qb_worker_host_start turns this dynamic worker into an engine's host:
  * signals, the database connection (bgw_extra names it), GUCs, the loop
@@ -256,4 +265,5 @@ qb_worker_host_start(const char *label, QbWorkerSlot *slot, bool may_commit_asyn
 	host->config_changed = qbh_config_changed;
 	host->metrics = &qb_shared->metrics;
 	host->config_loaded = qbh_config_loaded;
+	host->late_floor = qbh_late_floor;
 }

@@ -1,0 +1,266 @@
+/*
+ * queuebox--0.1.0--0.2.0.sql
+ *	  Delivery that no down destination, hot key or held snapshot can stall
+ *	  (docs/design/claim.md).
+ *
+ * A new install runs queuebox--0.1.0.sql and then this script, so a fresh
+ * database and an upgraded one are the same schema by construction.
+ *
+ * What changes:
+ *	- outbox.destination: the destination a worker routed the row to, set at
+ *	  its first claim (NULL: not routed yet);
+ *	- outbox.hold: why a pending row is not claimable now: 'key' (an earlier
+ *	  row of its key is open), 'destination' (its destination's circuit is
+ *	  open, it was disabled by a 410, or it asked for a pause), 'ready'
+ *	  (claimable, not routed yet); NULL: new, or routed and due at
+ *	  scheduled_at.  The states of the spec are unchanged.
+ *	- the due index is replaced by one index per place a claim reads
+ *	  (intake, ready, routed, held), so held rows cost a claim nothing;
+ *	- queuebox.destination_state: each destination's circuit breaker, shared
+ *	  by every worker and replica;
+ *	- the wake trigger fires BEFORE the insert, so it also learns the first
+ *	  id a transaction can have (the late-commit report, claim.md).
+ *
+ * Upgrading builds four indexes on queuebox.outbox while holding its lock:
+ * on a large outbox, run it when a pause of inserts is acceptable.  Rows
+ * pending at the upgrade are claimed from intake again and keep their order.
+ */
+\echo Use "ALTER EXTENSION queuebox UPDATE" to load this file. \quit
+
+ALTER TABLE queuebox.outbox
+	ADD COLUMN destination text,
+	ADD COLUMN hold varchar(20)
+		CONSTRAINT outbox_hold_check CHECK (hold IN ('key', 'destination', 'ready'));
+
+COMMENT ON COLUMN queuebox.outbox.destination IS
+	'The destination a worker routed the row to at its first claim; NULL until then.';
+COMMENT ON COLUMN queuebox.outbox.hold IS
+	'Why a pending row waits: key (an earlier row of its key is open), destination (its destination is not taking rows), ready (claimable, not yet routed); NULL: new, or routed and due at scheduled_at.';
+
+DROP INDEX queuebox.outbox_due_idx;
+-- New rows, in id order: the claim reads from its floor (claim.md).
+CREATE INDEX outbox_intake_idx ON queuebox.outbox (id)
+	WHERE state = 'pending' AND destination IS NULL AND hold IS NULL;
+-- Rows made claimable again before they were routed.
+CREATE INDEX outbox_ready_idx ON queuebox.outbox (scheduled_at, id)
+	WHERE state = 'pending' AND hold = 'ready';
+-- Routed rows, per destination in due order: the claim asks each
+-- destination only for what it can take now.
+CREATE INDEX outbox_routed_idx ON queuebox.outbox (destination, scheduled_at, id)
+	WHERE state = 'pending' AND hold IS NULL AND destination IS NOT NULL;
+-- Rows held for their destination: the probe and the unpark read them.
+CREATE INDEX outbox_held_idx ON queuebox.outbox (destination, id)
+	WHERE state = 'pending' AND hold = 'destination';
+
+-- ---------------------------------------------------------------------------
+-- Destinations: the circuit breaker every worker and replica shares
+-- ---------------------------------------------------------------------------
+CREATE TABLE queuebox.destination_state (
+	destination		text PRIMARY KEY,
+	state			varchar(20) NOT NULL DEFAULT 'closed'
+		CONSTRAINT destination_state_check
+		CHECK (state IN ('closed', 'open', 'half-open', 'disabled')),
+	failures		int NOT NULL DEFAULT 0 CHECK (failures >= 0),
+	opened_at		timestamptz,
+	probe_at		timestamptz,
+	paused_until	timestamptz,
+	last_error		text,
+	changed_at		timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE queuebox.destination_state IS
+	'Circuit breaker per destination, shared by every worker and replica: closed (rows flow), open (rows held, no attempt spent), half-open (one probe row in flight), disabled (a 410 Gone; until queuebox.resume_destination()). Written only on a change.';
+SELECT pg_catalog.pg_extension_config_dump('queuebox.destination_state', '');
+
+-- ---------------------------------------------------------------------------
+-- The wake trigger: before the insert, so it can note the sequence's value
+-- ---------------------------------------------------------------------------
+DROP TRIGGER outbox_wake ON queuebox.outbox;
+CREATE TRIGGER outbox_wake BEFORE INSERT ON queuebox.outbox
+	FOR EACH STATEMENT EXECUTE FUNCTION queuebox._wake_outbox();
+
+-- ---------------------------------------------------------------------------
+-- The worker statements (src/common/qb_sql_pg.h)
+-- ---------------------------------------------------------------------------
+DROP FUNCTION queuebox._outbox_claim(int, bigint, int, uuid);
+/*
+ * _outbox_claim: claim up to batch_size new rows (ids above floor) and up to
+ * batch_size ready rows, plus, per destination in destinations, up to
+ * limits[i] routed due rows, plus one held row of each destination in
+ * probes.  A keyed row with an earlier open row of its key is parked (hold
+ * 'key') instead.  claimed is false for rows parked or moved to ready.
+ */
+CREATE FUNCTION queuebox._outbox_claim(
+	batch_size int, lease_ms bigint, default_max_attempts int, token uuid,
+	floor bigint DEFAULT 0, destinations text[] DEFAULT '{}', limits int[] DEFAULT '{}',
+	probes text[] DEFAULT '{}')
+	RETURNS TABLE (id bigint, message_id uuid, topic text, key text,
+				   payload text, headers text, attempt int, max_attempts int,
+				   created_epoch double precision, claimed boolean, destination text,
+				   in_intake boolean, not_due boolean, probe boolean)
+	AS 'MODULE_PATHNAME', 'qb_sql_outbox_claim'
+	LANGUAGE C VOLATILE;
+
+DROP FUNCTION queuebox._outbox_settle(uuid, bigint[], text[], int[], bigint[], text[]);
+/*
+ * _outbox_settle: end a claim.  Element i says what happened to ids[i]:
+ * 'sent', 'retry' (due after delays_ms[i]), 'dead', 'release' (pending,
+ * attempt unchanged), 'route' (pending with its destination recorded) or
+ * 'hold' (waits for its destination).  destinations[i] is where the row was
+ * routed (NULL: not routed).  Fenced by the token; then the first open row
+ * of each key that ended is promoted, in a statement of its own.  Returns
+ * the rows changed.
+ */
+CREATE FUNCTION queuebox._outbox_settle(
+	token uuid, ids bigint[], outcomes text[], attempts int[],
+	delays_ms bigint[], errors text[], destinations text[] DEFAULT NULL)
+	RETURNS bigint
+	AS 'MODULE_PATHNAME', 'qb_sql_outbox_settle'
+	LANGUAGE C VOLATILE;
+
+/*
+ * _outbox_breaker: count a settle's attempts per destination into the
+ * shared circuit breakers; returns each destination's state before and
+ * after.
+ */
+CREATE FUNCTION queuebox._outbox_breaker(
+	destinations text[], succeeded int[], failed int[], gone boolean[],
+	retry_after_ms bigint[], errors text[], failures int[], cooldown_ms bigint[])
+	RETURNS TABLE (destination text, old_state text, new_state text, paused boolean,
+				   written bigint)
+	AS 'MODULE_PATHNAME', 'qb_sql_outbox_breaker'
+	LANGUAGE C VOLATILE;
+
+/*
+ * _outbox_states: the destinations that do not simply take rows now; an
+ * open one whose cooldown is over goes half-open, and probe is true for the
+ * caller that moved it.
+ */
+CREATE FUNCTION queuebox._outbox_states(probe_ms bigint)
+	RETURNS TABLE (destination text, state text, failures int, paused boolean,
+				   probe boolean, stored_state text)
+	AS 'MODULE_PATHNAME', 'qb_sql_outbox_states'
+	LANGUAGE C VOLATILE;
+
+/* _outbox_unpark: rows held for these destinations become claimable. */
+CREATE FUNCTION queuebox._outbox_unpark(destinations text[], max_rows int)
+	RETURNS bigint
+	AS 'MODULE_PATHNAME', 'qb_sql_outbox_unpark'
+	LANGUAGE C STRICT VOLATILE;
+
+-- ---------------------------------------------------------------------------
+-- Operations
+-- ---------------------------------------------------------------------------
+/*
+ * requeue_outbox(id): a dead row back to pending, due now, attempts reset,
+ * routed again with the current configuration.  It keeps its id, so it
+ * keeps its place in its key's order.
+ */
+CREATE OR REPLACE FUNCTION queuebox.requeue_outbox(id bigint) RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.outbox o
+		SET state = 'pending', attempt = 0, scheduled_at = now(),
+			claim_token = NULL, lease_until = NULL, destination = NULL, hold = 'ready'
+		WHERE o.id = requeue_outbox.id AND o.state = 'dead'
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u, LATERAL (SELECT queuebox._arm_outbox_wake()) w
+$$;
+
+CREATE OR REPLACE FUNCTION queuebox.requeue_outbox(
+	topic_pattern text, since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL)
+	RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.outbox o
+		SET state = 'pending', attempt = 0, scheduled_at = now(),
+			claim_token = NULL, lease_until = NULL, destination = NULL, hold = 'ready'
+		WHERE o.state = 'dead'
+		  AND (requeue_outbox.topic_pattern IS NULL
+			   OR queuebox.topic_matches(requeue_outbox.topic_pattern, o.topic))
+		  AND (requeue_outbox.since IS NULL OR o.created_at >= requeue_outbox.since)
+		  AND (requeue_outbox.until IS NULL OR o.created_at < requeue_outbox.until)
+		RETURNING 1)
+	SELECT count(*) FROM u, LATERAL (SELECT queuebox._arm_outbox_wake()) w
+$$;
+
+/*
+ * destination_status(): one row per destination of the configuration (and
+ * any with a stored state): its circuit, why, and the rows waiting for it.
+ */
+CREATE FUNCTION queuebox.destination_status(
+	OUT destination text, OUT state text, OUT failures int, OUT opened_at timestamptz,
+	OUT probe_at timestamptz, OUT paused_until timestamptz, OUT last_error text,
+	OUT changed_at timestamptz, OUT pending bigint, OUT held bigint)
+	RETURNS SETOF record
+	LANGUAGE sql STABLE
+	AS $$
+	WITH names AS (
+		SELECT n FROM unnest(queuebox._destination_names()) n
+		UNION SELECT d.destination FROM queuebox.destination_state d)
+	SELECT n, coalesce(d.state, 'closed'), coalesce(d.failures, 0), d.opened_at,
+		   d.probe_at, d.paused_until, d.last_error, d.changed_at,
+		   (SELECT count(*) FROM queuebox.outbox o
+			WHERE o.state = 'pending' AND o.destination = names.n),
+		   (SELECT count(*) FROM queuebox.outbox o
+			WHERE o.state = 'pending' AND o.hold = 'destination' AND o.destination = names.n)
+	FROM names LEFT JOIN queuebox.destination_state d ON d.destination = names.n
+	ORDER BY n
+$$;
+COMMENT ON FUNCTION queuebox.destination_status() IS
+	'Each destination''s circuit (closed, open, half-open, disabled), consecutive failures, pause, last error, and its pending and held rows.';
+
+CREATE FUNCTION queuebox._destination_names() RETURNS text[]
+	AS 'MODULE_PATHNAME', 'qb_sql_destination_names'
+	LANGUAGE C STABLE;
+
+/*
+ * resume_destination(name): close the circuit of a destination (disabled by
+ * a 410, or open), clear its failures and pause; its held rows are
+ * delivered again.  True when it was not simply closed.
+ */
+CREATE FUNCTION queuebox.resume_destination(name text) RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.destination_state d
+		SET state = 'closed', failures = 0, paused_until = NULL, probe_at = NULL,
+			opened_at = NULL, changed_at = now()
+		WHERE d.destination = resume_destination.name
+		  AND (d.state <> 'closed' OR d.failures > 0 OR d.paused_until IS NOT NULL)
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u, LATERAL (SELECT queuebox._arm_outbox_wake()) w
+$$;
+COMMENT ON FUNCTION queuebox.resume_destination(text) IS
+	'Close a destination''s circuit (after a 410 Gone, or to end an open one now); its held rows are delivered again.';
+
+/*
+ * outbox_stats: as before, by the destination a row was routed to (its
+ * topic's route when not routed yet), with the destination's circuit.
+ */
+CREATE OR REPLACE VIEW queuebox.outbox_stats AS
+	WITH per_topic AS (
+		SELECT topic, destination, state, count(*) AS n,
+			   min(created_at) FILTER (WHERE state = 'pending') AS oldest_pending
+		FROM queuebox.outbox
+		GROUP BY topic, destination, state
+	), routed AS (
+		SELECT coalesce(destination, queuebox.route_of(topic), '(no route)') AS destination,
+			   state, n, oldest_pending
+		FROM per_topic
+	)
+	SELECT r.destination, r.state, sum(r.n)::bigint AS rows,
+		   now() - min(r.oldest_pending) AS oldest_pending_age,
+		   CASE WHEN r.destination IS NULL THEN NULL
+				WHEN r.destination = '(no route)' THEN NULL
+				ELSE coalesce(min(d.state), 'closed') END::text AS circuit
+	FROM routed r LEFT JOIN queuebox.destination_state d ON d.destination = r.destination
+	GROUP BY GROUPING SETS ((r.destination, r.state), (r.state))
+	ORDER BY r.destination NULLS FIRST, r.state;
+COMMENT ON VIEW queuebox.outbox_stats IS
+	'Rows per state and per destination (destination NULL: all destinations), with the age of the oldest pending row and the destination''s circuit.';
+
+/* The schema version the workers check before they claim. */
+CREATE FUNCTION queuebox._schema_version() RETURNS text
+	LANGUAGE sql IMMUTABLE AS $$ SELECT '0.2.0'::text $$;
