@@ -33,6 +33,7 @@
 #include <jansson.h>
 
 #include "qb_http.h"
+#include "qb_sign.h"
 
 #ifndef QB_VERSION
 #define QB_VERSION "dev"
@@ -265,9 +266,8 @@ qbh_header_ok(const char *name, const char *value)
 	return true;
 }
 
-/* Headers the publisher sets itself; a row or destination cannot replace them. */
-static bool
-qbh_reserved(const char *name)
+bool
+qb_http_header_reserved(const char *name)
 {
 	return strcasecmp(name, "Content-Type") == 0 ||
 		strcasecmp(name, "X-Message-Id") == 0 ||
@@ -304,13 +304,22 @@ qbh_append(struct curl_slist **list, const char *name, const char *value)
 	return true;
 }
 
+/* qbh_sign_add: qbh_append as qb_sign_request's callback. */
+static bool
+qbh_sign_add(void *list, const char *name, const char *value)
+{
+	return qbh_append(list, name, value);
+}
+
 /*
  * qbh_build_headers: the row's headers, then the destination's static ones
- * (which win over a row header of the same name), then ours.
+ * (which win over a row header of the same name), then ours, then the
+ * signature's (over body, timestamped now).
  */
 static bool
 qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 				  const char *message_id, const char *row_headers,
+				  const char *body, size_t body_len,
 				  bool *row_fault, char *err, size_t errlen)
 {
 	*row_fault = true;
@@ -333,7 +342,8 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 			const char *v;
 			bool		ok;
 
-			if (qbh_reserved(name) || qbh_static_has(dest, name))
+			if (qb_http_header_reserved(name) || qbh_static_has(dest, name) ||
+				qb_sign_sets(&dest->signing, name))
 				continue;
 			if (json_is_string(val))
 				v = json_string_value(val);
@@ -366,7 +376,7 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 	}
 	for (int i = 0; i < dest->nheaders; i++)
 	{
-		if (qbh_reserved(dest->headers[i].name))
+		if (qb_http_header_reserved(dest->headers[i].name))
 			continue;
 		if (!qbh_append(list, dest->headers[i].name, dest->headers[i].value))
 		{
@@ -380,6 +390,12 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 		!qbh_append(list, "Expect", ""))	/* no 100-continue round trip */
 	{
 		snprintf(err, errlen, "out of memory building headers");
+		*row_fault = false;
+		return false;
+	}
+	if (!qb_sign_request(&dest->signing, message_id, (long long) time(NULL), body, body_len,
+						 qbh_sign_add, list, err, errlen))
+	{
 		*row_fault = false;
 		return false;
 	}
@@ -397,8 +413,8 @@ qb_http_post(QbHttp *h, const QbDestination *dest,
 
 	bool		row_fault = true;
 
-	if (!qbh_build_headers(&headers, dest, message_id, row_headers, &row_fault,
-						   err, errlen))
+	if (!qbh_build_headers(&headers, dest, message_id, row_headers, body, body_len,
+						   &row_fault, err, errlen))
 	{
 		curl_slist_free_all(headers);
 		return row_fault ? QB_HTTP_ROW_INVALID : QB_HTTP_NOT_STARTED;

@@ -7,7 +7,7 @@
  * 2xx vs other answers, connection refused, timeouts, rows whose headers
  * cannot be sent (refused before any byte leaves), and abort; the outcome's
  * details (410 gone, Retry-After of a 429 or 503, and the Retry-After
- * parser alone).
+ * parser alone); the signature headers of a signed destination.
  *-------------------------------------------------------------------------
  */
 #include <stdarg.h>
@@ -32,6 +32,7 @@
 #include <jansson.h>
 
 #include "qb_http.h"
+#include "qb_sign.h"
 
 #define SINK "test/sink/qb_sink"
 
@@ -469,6 +470,53 @@ test_outcome_details(void **state)
 	qb_http_free(h);
 }
 
+/* rec_get: a logged request's header, as qb_auth_verify asks for one. */
+static const char *
+rec_get(void *rec, const char *name)
+{
+	return header(rec, name);
+}
+
+/* A signed destination: the signature headers, over the body sent. */
+static void
+test_signed_request(void **state)
+{
+	static const char *const secrets[] = {"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"};
+	char		err[512];
+	QbHttp	   *h = qb_http_new(err, sizeof(err));
+	QbDestination d = dest_for(sink_url, 5000);
+	QbSignKey	key;
+	Outcome		out = {0};
+	const char *mid = "b1111111-2222-4333-8444-555555555555";
+	const char *body = "{\"signed\": true}";
+	QbAuth		verify = {.type = QB_AUTH_STANDARD_WEBHOOKS, .secrets = secrets, .nsecrets = 1};
+	json_t	   *rec;
+	long long	ts;
+
+	assert_true(qb_sign_key(QB_AUTH_STANDARD_WEBHOOKS, secrets[0], &key, err, sizeof(err)));
+	d.signing.type = QB_AUTH_STANDARD_WEBHOOKS;
+	d.signing.keys = &key;
+	d.signing.nkeys = 1;
+	/* a row cannot forge or replace a signature header */
+	assert_int_equal(qb_http_post(h, &d, mid, "{\"webhook-signature\": \"v1,forged\", \"Webhook-Id\": \"x\"}",
+								  body, strlen(body), 0, err, sizeof(err)), QB_HTTP_STARTED);
+	drive(h, &out);
+	assert_true(out.ok[0]);
+	rec = logged(mid);
+	assert_non_null(rec);
+	assert_string_equal(header(rec, "webhook-id"), mid);
+	ts = atoll(header(rec, "webhook-timestamp"));
+	assert_in_range(ts, (long long) time(NULL) - 30, (long long) time(NULL) + 1);
+	assert_non_null(strstr(header(rec, "webhook-signature"), "v1,"));
+	assert_null(strstr(header(rec, "webhook-signature"), "forged"));
+	if (!qb_auth_verify(&verify, rec_get, rec, (const unsigned char *) body,
+						strlen(body), (time_t) ts, err, sizeof(err)))
+		fail_msg("the signed request does not verify: %s", err);
+	json_decref(rec);
+	free(key.bytes);
+	qb_http_free(h);
+}
+
 int
 main(void)
 {
@@ -480,6 +528,7 @@ main(void)
 		cmocka_unit_test(test_concurrency_and_abort),
 		cmocka_unit_test(test_retry_after_values),
 		cmocka_unit_test(test_outcome_details),
+		cmocka_unit_test(test_signed_request),
 	};
 
 	return cmocka_run_group_tests(tests, start_sink, stop_sink);
