@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install every Debian package QueueBox builds, tests and benchmarks with.
+# Install every Debian package QueueBox builds, tests and benchmarks with,
+# Node with npm, and the npm packages of test/node (from its lockfile).
 # Idempotent: packages already present are skipped by apt-get.  Needs root
 # (or sudo).  Later issues' libraries (brokers, FreeTDS, jq) are installed
 # now too, so one set-up serves every milestone.
@@ -29,4 +30,20 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 else
   echo "setup: all packages present"
+fi
+
+# Node and npm for the receivers' libraries the TAP tests verify signatures
+# with (test/node).  A node that is already there (say from NodeSource,
+# whose nodejs carries its own npm) is kept: Debian's npm would conflict.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "setup: installing nodejs npm"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends nodejs npm
+fi
+# Their packages, from the lockfile; again only when it changed.
+NODE_DIR="$(dirname "$0")/../test/node"
+if [ ! "$NODE_DIR/node_modules/.package-lock.json" -nt "$NODE_DIR/package-lock.json" ]; then
+  echo "setup: npm ci in test/node"
+  npm ci --prefix "$NODE_DIR" --no-audit --no-fund
 fi

@@ -4,7 +4,8 @@
  *
  * Every check ends in qba_same(): both sides are hashed with SHA-256 and the
  * digests compared with CRYPTO_memcmp, so neither the content nor the length
- * of a guess shows in the timing.  HMACs and base64 come from OpenSSL.
+ * of a guess shows in the timing.  HMACs and base64 come from qb_crypto.c,
+ * which outbound signing (qb_sign.c) shares.
  *-------------------------------------------------------------------------
  */
 #include <ctype.h>
@@ -14,11 +15,10 @@
 #include <strings.h>
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/params.h>
 #include <openssl/sha.h>
 
 #include "qb_auth.h"
+#include "qb_crypto.h"
 
 #define QBA_MAX_SIGS 16
 
@@ -55,79 +55,11 @@ qba_same(const void *a, size_t alen, const void *b, size_t blen)
 	return CRYPTO_memcmp(da, db, sizeof(da)) == 0 && alen == blen;
 }
 
-/* qba_hmac: HMAC-SHA256 of the concatenated parts. */
-static void
-qba_hmac(const unsigned char *key, size_t keylen,
-		 const unsigned char *const *parts, const size_t *lens, int nparts,
-		 unsigned char out[SHA256_DIGEST_LENGTH])
-{
-	EVP_MAC    *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
-	EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
-	OSSL_PARAM	params[2];
-	size_t		outlen = 0;
-
-	params[0] = OSSL_PARAM_construct_utf8_string("digest", (char *) "SHA256", 0);
-	params[1] = OSSL_PARAM_construct_end();
-	memset(out, 0, SHA256_DIGEST_LENGTH);
-	if (ctx != NULL && EVP_MAC_init(ctx, key, keylen, params) == 1)
-	{
-		for (int i = 0; i < nparts; i++)
-			EVP_MAC_update(ctx, parts[i], lens[i]);
-		EVP_MAC_final(ctx, out, &outlen, SHA256_DIGEST_LENGTH);
-	}
-	EVP_MAC_CTX_free(ctx);
-	EVP_MAC_free(mac);
-}
-
-static void
-qba_hex(const unsigned char *in, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-
-	for (size_t i = 0; i < n; i++)
-	{
-		out[2 * i] = digits[in[i] >> 4];
-		out[2 * i + 1] = digits[in[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
-/* qba_b64: standard base64 with padding, NUL-terminated (OpenSSL). */
-static void
-qba_b64(const unsigned char *in, size_t n, char *out)
-{
-	EVP_EncodeBlock((unsigned char *) out, in, (int) n);
-}
-
-/*
- * qba_b64_decode: standard base64 into out (room for 3/4 of the input);
- * returns the decoded length or -1.  EVP_DecodeBlock counts padding as
- * zero bytes, so they are taken off again.
- */
-static int
-qba_b64_decode(const char *in, unsigned char *out)
-{
-	size_t		len = strlen(in);
-	int			n;
-
-	if (len == 0 || len % 4 != 0)
-		return -1;
-	n = EVP_DecodeBlock(out, (const unsigned char *) in, (int) len);
-	if (n < 0)
-		return -1;
-	if (in[len - 1] == '=')
-		n--;
-	if (in[len - 2] == '=')
-		n--;
-	return n;
-}
-
 /* qb_auth_secret_check: see qb_auth.h. */
 bool
 qb_auth_secret_check(QbAuthType t, const char *secret, char *err, size_t errlen)
 {
-	unsigned char key[512];
-	const char *b64 = secret;
+	unsigned char key[QB_WHSEC_MAX];
 
 	if (secret[0] == '\0')
 	{
@@ -136,9 +68,7 @@ qb_auth_secret_check(QbAuthType t, const char *secret, char *err, size_t errlen)
 	}
 	if (t != QB_AUTH_STANDARD_WEBHOOKS)
 		return true;
-	if (strncmp(b64, "whsec_", 6) == 0)
-		b64 += 6;
-	if (strlen(b64) > 4 * (sizeof(key) / 3) || qba_b64_decode(b64, key) <= 0)
+	if (qb_whsec_decode(secret, key) <= 0)
 	{
 		snprintf(err, errlen,
 				 "a standard-webhooks secret is whsec_ followed by base64 (as the sender shows it); this one is not valid base64");
@@ -160,29 +90,26 @@ qba_match_any(const QbAuth *a, const unsigned char *const *parts, const size_t *
 
 	for (int i = 0; i < a->nsecrets; i++)
 	{
-		unsigned char key[512];
+		unsigned char key[QB_WHSEC_MAX];
 		const unsigned char *k = (const unsigned char *) a->secrets[i];
 		size_t		klen = strlen(a->secrets[i]);
-		unsigned char mac[SHA256_DIGEST_LENGTH];
-		char		expect[2 * SHA256_DIGEST_LENGTH + 8];
+		unsigned char mac[QB_HMAC_LEN];
+		char		expect[QB_HMAC_HEX_LEN + 1];
 
 		if (whsec)
 		{
-			const char *b64 = a->secrets[i];
-			int			n;
+			int			n = qb_whsec_decode(a->secrets[i], key);
 
-			if (strncmp(b64, "whsec_", 6) == 0)
-				b64 += 6;
-			if (strlen(b64) > 4 * (sizeof(key) / 3) || (n = qba_b64_decode(b64, key)) < 0)
+			if (n < 0)
 				continue;
 			k = key;
 			klen = (size_t) n;
 		}
-		qba_hmac(k, klen, parts, lens, nparts, mac);
+		qb_hmac_sha256(k, klen, parts, lens, nparts, mac);
 		if (enc == QB_SIG_HEX)
-			qba_hex(mac, sizeof(mac), expect);
+			qb_hex_encode(mac, sizeof(mac), expect);
 		else
-			qba_b64(mac, sizeof(mac), expect);
+			qb_b64_encode(mac, sizeof(mac), expect);
 		if (qba_same(expect, strlen(expect), candidate, strlen(candidate)))
 			ok = true;
 	}

@@ -37,12 +37,13 @@
  *	QUEUEBOX_HTTP_LISTEN						http.listen
  *	QUEUEBOX_ADMIN_TOKEN						admin.token
  *	QUEUEBOX_SOURCES_STRIPE_AUTH_SECRET			sources.stripe.auth.secret
+ *	QUEUEBOX_DESTINATIONS_BILLING_SIGNING_SECRET	destinations.billing.signing.secret
  *
  * The known scalar key paths are the outbox, outbox.backoff, inbox,
  * inbox.relay, http and admin keys, and, for each source (its scalar keys
  * and auth's) and each destination and route the document defines: every scalar
- * key of any destination type, the headers and kafka config entries the
- * document already has, and routes[i].topicPattern / .destination.  An
+ * key of any destination type and of signing:, the headers and kafka config
+ * entries the document already has, and routes[i].topicPattern / .destination.  An
  * override cannot create a destination, a route, a header or a kafka
  * property, and cannot replace a mapping or a sequence.
  *
@@ -76,6 +77,7 @@
 
 #include "qb_config.h"
 #include "qb_extract.h"
+#include "qb_http.h"
 #include "qb_pub_amqp.h"
 #include "qb_route.h"
 
@@ -852,7 +854,8 @@ static const char *const qs_outbox_scalars[] =
 static const char *const qs_backoff_keys[] =
 {"initialMs", "maxMs", "multiplier", "jitter", NULL};
 static const char *const qs_http_keys[] =
-{"type", "baseUrl", "path", "headers", "timeoutMs", "transform", "maxInFlight", "circuitBreaker", NULL};
+{"type", "baseUrl", "path", "headers", "timeoutMs", "transform", "signing", "maxInFlight",
+"circuitBreaker", NULL};
 static const char *const qs_rabbitmq_keys[] =
 {"type", "url", "exchange", "routingKey", "persistent", "mandatory", "transform", "maxInFlight", "circuitBreaker", NULL};
 static const char *const qs_kafka_keys[] =
@@ -901,6 +904,9 @@ static const char *const qs_auth_bearer_keys[] =
 {"type", "token", NULL};
 static const char *const qs_auth_scalars[] =
 {"type", "secret", "header", "prefix", "encoding", "toleranceSec", "token", NULL};
+/* an http destination's signing: keys by scheme are auth's github and hmac ones */
+static const char *const qs_signing_scalars[] =
+{"type", "secret", "header", "prefix", "encoding", NULL};
 static const char *const qs_inbox_keys[] =
 {"basePath", "relay", NULL};
 static const char *const qs_relay_keys[] =
@@ -911,6 +917,9 @@ static const char *const qs_admin_keys[] =
 {"token", NULL};
 
 #define QS_RETENTION_MAX	(36500L * 86400L)
+/* signing: every signature of a request fits one 8 KiB header line */
+#define QV_SIGNING_MAX_KEYS		16
+#define QV_SIGNING_MAX_PREFIX	64
 #define QS_MS_MAX			2147483647L
 
 /* ---------------------------------------------------------------------
@@ -1155,6 +1164,12 @@ qo_collect(const QtNode *root, const char *rest, QoFound *f)
 			for (k = 0; qs_breaker_keys[k] != NULL; k++)
 			{
 				QoPath		p = {{"destinations", name, "circuitBreaker", qs_breaker_keys[k]}, 4, 0};
+
+				qo_try(f, rest, &p);
+			}
+			for (k = 0; qs_signing_scalars[k] != NULL; k++)
+			{
+				QoPath		p = {{"destinations", name, "signing", qs_signing_scalars[k]}, 4, 0};
 
 				qo_try(f, rest, &p);
 			}
@@ -1812,6 +1827,7 @@ qv_required(QvCtx *cx, const char *path, const QtNode *m, const char *key,
 
 static bool qv_url_path(QvCtx *cx, const char *path, const QtNode *n, const char *s,
 						const char *example);
+static bool qv_signing(QvCtx *cx, const char *path, const QtNode *m, QbDestination *d);
 
 /* qv_http: the keys of an http destination. */
 static bool
@@ -1863,7 +1879,7 @@ qv_http(QvCtx *cx, const char *path, const QtNode *m, QbDestination *d)
 			return false;
 		d->timeout_ms = v;
 	}
-	return true;
+	return qt_get(m, "signing") == NULL || qv_signing(cx, path, m, d);
 }
 
 /*
@@ -2212,6 +2228,12 @@ qv_destination(QvCtx *cx, const char *path, const QtNode *node, QbDestination *d
 		d->type == QB_DEST_KAFKA ? qs_kafka_keys : qs_nats_keys;
 	snprintf(forwhat, sizeof(forwhat), "for a%s %s destination",
 			 d->type == QB_DEST_HTTP ? "n" : "", types[t]);
+	if (d->type != QB_DEST_HTTP && (n = qt_get(m, "signing")) != NULL)
+	{
+		qv_path_key(sub, sizeof(sub), path, "signing");
+		return qv_error(cx, sub, n,
+						"signing is for http destinations only (it signs the HTTP request); remove it, or sign the payload in a transform");
+	}
 	if (!qv_keys(cx, path, m, allowed, forwhat) ||
 		!qv_transform(cx, path, m, &d->transform) ||
 		!qv_delivery_control(cx, path, m, d))
@@ -2519,9 +2541,14 @@ qv_one_of(QvCtx *cx, const char *path, const QtNode *m, const char *a, const cha
 					"set %s or %s, not both: the value must come from one place", a, b);
 }
 
-/* qv_secrets: auth.secret or auth.secrets (a list, for rotation), checked. */
+/*
+ * qv_secrets: secret or secrets (a list, for rotation) of an auth: or
+ * signing: section m, each checked for scheme t, into *out (owned by the
+ * caller even on failure).  hint follows "missing required key secret".
+ */
 static bool
-qv_secrets(QvCtx *cx, const char *path, const QtNode *m, QbAuth *a)
+qv_secrets(QvCtx *cx, const char *path, const QtNode *m, QbAuthType t, const char *hint,
+		   char ***out, int *nout)
 {
 	char		sub[QV_PATHLEN];
 	char		msg[QV_MSGLEN];
@@ -2539,8 +2566,7 @@ qv_secrets(QvCtx *cx, const char *path, const QtNode *m, QbAuth *a)
 						"set secret or secrets, not both (secrets: [new, old] accepts either during a rotation)");
 	}
 	if (one == NULL && many == NULL)
-		return qv_error(cx, path, m,
-						"missing required key secret (the signing secret, e.g. secret: \"${STRIPE_WEBHOOK_SECRET}\"; secrets: [..] accepts several during a rotation)");
+		return qv_error(cx, path, m, "missing required key secret (%s)", hint);
 	qv_path_key(sub, sizeof(sub), path, one ? "secret" : "secrets");
 	if (many != NULL)
 	{
@@ -2557,8 +2583,8 @@ qv_secrets(QvCtx *cx, const char *path, const QtNode *m, QbAuth *a)
 	}
 	if ((secrets = calloc(n, sizeof(char *))) == NULL)
 		return qv_error(cx, sub, m, "out of memory");
-	a->secrets = (const char *const *) secrets;
-	a->nsecrets = n;
+	*out = secrets;
+	*nout = n;
 	for (i = 0; i < n; i++)
 	{
 		const QtNode *item = seq ? seq->kids[i] : one;
@@ -2570,8 +2596,45 @@ qv_secrets(QvCtx *cx, const char *path, const QtNode *m, QbAuth *a)
 			snprintf(at, sizeof(at), "%s", sub);
 		if (!qv_string(cx, at, item, true, &secrets[i]))
 			return false;
-		if (!qb_auth_secret_check(a->type, secrets[i], msg, sizeof(msg)))
+		if (!qb_auth_secret_check(t, secrets[i], msg, sizeof(msg)))
 			return qv_error(cx, at, item, "%s", msg);
+	}
+	return true;
+}
+
+/*
+ * qv_hmac_keys: the header (required; why says what it carries), prefix and
+ * encoding keys of an hmac-sha256 scheme, in a source's auth: or an http
+ * destination's signing:.
+ */
+static bool
+qv_hmac_keys(QvCtx *cx, const char *path, const QtNode *m, const char *why,
+			 char **header, char **prefix, QbSigEncoding *encoding)
+{
+	char		sub[QV_PATHLEN];
+	char		echo[64];
+	char	   *enc = NULL;
+
+	if (qt_get(m, "header") == NULL)
+		return qv_error(cx, path, m, "missing required key header (%s, e.g. header: X-Signature)", why);
+	if (!qv_opt_header(cx, path, m, "header", header) ||
+		!qv_opt_string(cx, path, m, "prefix", false, prefix) ||
+		!qv_opt_string(cx, path, m, "encoding", true, &enc))
+		return false;
+	*encoding = QB_SIG_HEX;
+	if (enc != NULL)
+	{
+		if (strcmp(enc, "base64") == 0)
+			*encoding = QB_SIG_BASE64;
+		else if (strcmp(enc, "hex") != 0)
+		{
+			qv_path_key(sub, sizeof(sub), path, "encoding");
+			qv_error(cx, sub, qt_get(m, "encoding"), "expected hex or base64, got %s",
+					 qv_echo(echo, sizeof(echo), enc));
+			free(enc);
+			return false;
+		}
+		free(enc);
 	}
 	return true;
 }
@@ -2586,12 +2649,13 @@ qv_auth(QvCtx *cx, const char *path, const QtNode *node, QbSource *s)
 	{qs_auth_hmac_keys, qs_auth_github_keys, qs_auth_timed_keys, qs_auth_timed_keys,
 	qs_auth_bearer_keys};
 	char		sub[QV_PATHLEN];
-	char		echo[64];
 	char		forwhat[64];
 	const QtNode *m;
 	const QtNode *n;
 	QbAuth	   *a = &s->auth;
-	char	   *enc = NULL;
+	char	  **secrets = NULL;
+	int			nsecrets = 0;
+	bool		ok;
 	int			t;
 
 	a->tolerance_sec = 300;
@@ -2612,35 +2676,112 @@ qv_auth(QvCtx *cx, const char *path, const QtNode *node, QbSource *s)
 		qv_path_key(sub, sizeof(sub), path, "token");
 		return qv_string(cx, sub, n, true, (char **) &a->token);
 	}
-	if (!qv_secrets(cx, path, m, a))
+	ok = qv_secrets(cx, path, m, a->type,
+					"the signing secret, e.g. secret: \"${STRIPE_WEBHOOK_SECRET}\"; secrets: [..] accepts several during a rotation",
+					&secrets, &nsecrets);
+	a->secrets = (const char *const *) secrets;
+	a->nsecrets = nsecrets;
+	if (!ok)
 		return false;
 	if (a->type == QB_AUTH_STRIPE || a->type == QB_AUTH_STANDARD_WEBHOOKS)
 		return qv_opt_int(cx, path, m, "toleranceSec", 1, 86400, &a->tolerance_sec);
 	if (a->type != QB_AUTH_HMAC_SHA256)
 		return true;
+	return qv_hmac_keys(cx, path, m, "the request header that carries the signature",
+						(char **) &a->header, (char **) &a->prefix, &a->encoding);
+}
 
-	if (qt_get(m, "header") == NULL)
-		return qv_error(cx, path, m,
-						"missing required key header (the request header that carries the signature, e.g. header: X-Signature)");
-	if (!qv_opt_header(cx, path, m, "header", (char **) &a->header) ||
-		!qv_opt_string(cx, path, m, "prefix", false, (char **) &a->prefix) ||
-		!qv_opt_string(cx, path, m, "encoding", true, &enc))
+/*
+ * qv_signing: the signing: section of the http destination mapping m (at
+ * path) into d->signing, each secret decoded into its key here so that no
+ * request decodes one.  The headers it sets must be none that QueueBox sets
+ * on every request or that the destination's headers: already send.
+ * Secrets are never echoed.
+ */
+static bool
+qv_signing(QvCtx *cx, const char *path, const QtNode *m, QbDestination *d)
+{
+	static const char *const types[] = {"standard-webhooks", "hmac-sha256", NULL};
+	static const QbAuthType codes[] = {QB_AUTH_STANDARD_WEBHOOKS, QB_AUTH_HMAC_SHA256};
+	static const char *const *const keys[] = {qs_auth_github_keys, qs_auth_hmac_keys};
+	char		at[QV_PATHLEN];
+	char		sub[QV_PATHLEN];
+	char		forwhat[64];
+	char		msg[QV_MSGLEN];
+	const QtNode *sm;
+	const QtNode *hm = qt_get(m, "headers");
+	QbSigning  *s = &d->signing;
+	char	  **secrets = NULL;
+	int			nsecrets = 0;
+	bool		ok;
+	int			t;
+
+	qv_path_key(at, sizeof(at), path, "signing");
+	if (!qv_typed(cx, at, qt_get(m, "signing"), types, "one of standard-webhooks, hmac-sha256",
+				  "expected a mapping with at least type: (standard-webhooks or hmac-sha256) and secret:; remove signing: to send unsigned requests",
+				  "one of standard-webhooks, hmac-sha256", &sm, &t))
 		return false;
-	a->encoding = QB_SIG_HEX;
-	if (enc != NULL)
+	snprintf(forwhat, sizeof(forwhat), "for signing type %s", types[t]);
+	if (!qv_keys(cx, at, sm, keys[t], forwhat))
+		return false;
+	s->type = codes[t];
+	if (s->type == QB_AUTH_HMAC_SHA256)
 	{
-		if (strcmp(enc, "base64") == 0)
-			a->encoding = QB_SIG_BASE64;
-		else if (strcmp(enc, "hex") != 0)
-		{
-			qv_path_key(sub, sizeof(sub), path, "encoding");
-			qv_error(cx, sub, qt_get(m, "encoding"), "expected hex or base64, got %s",
-					 qv_echo(echo, sizeof(echo), enc));
-			free(enc);
+		if (!qv_hmac_keys(cx, at, sm, "the request header QueueBox puts the signature in",
+						  &s->header, &s->prefix, &s->encoding))
 			return false;
-		}
-		free(enc);
+		qv_path_key(sub, sizeof(sub), at, "header");
+		if (qb_http_header_reserved(s->header))
+			return qv_error(cx, sub, qt_get(sm, "header"),
+							"QueueBox sets %s itself on every request; choose another name, e.g. X-Signature",
+							s->header);
+		qv_path_key(sub, sizeof(sub), at, "prefix");
+		if (s->prefix != NULL && strlen(s->prefix) > QV_SIGNING_MAX_PREFIX)
+			return qv_error(cx, sub, qt_get(sm, "prefix"), "a prefix is at most %d bytes",
+							QV_SIGNING_MAX_PREFIX);
+		for (const char *p = s->prefix; p != NULL && *p != '\0'; p++)
+			if (((unsigned char) *p < ' ' && *p != '\t') || *p == 0x7f)
+				return qv_error(cx, sub, qt_get(sm, "prefix"),
+								"the prefix contains a line break or another control character; remove it");
 	}
+	ok = qv_secrets(cx, at, sm, s->type,
+					s->type == QB_AUTH_STANDARD_WEBHOOKS ?
+					"the key requests are signed with, whsec_ and base64, e.g. secret: \"${BILLING_SIGNING_SECRET}\"; secrets: [new, old] signs with each during a rotation" :
+					"the key requests are signed with, e.g. secret: \"${BILLING_SIGNING_SECRET}\"; secrets: [new, old] signs with each during a rotation",
+					&secrets, &nsecrets);
+	if (ok && nsecrets > QV_SIGNING_MAX_KEYS)
+	{
+		qv_path_key(sub, sizeof(sub), at, "secrets");
+		ok = qv_error(cx, sub, qt_get(sm, "secrets"),
+					  "at most %d secrets (each adds a signature to every request); keep the new and the previous one",
+					  QV_SIGNING_MAX_KEYS);
+	}
+	if (ok && (s->keys = calloc(nsecrets, sizeof(QbSignKey))) == NULL)
+		ok = qv_error(cx, at, sm, "out of memory");
+	if (ok)
+		s->nkeys = nsecrets;
+	for (int i = 0; ok && i < nsecrets; i++)
+		if (!qb_sign_key(s->type, secrets[i], &s->keys[i], msg, sizeof(msg)))
+			ok = qv_error(cx, at, sm, "%s", msg);
+	for (int i = 0; secrets != NULL && i < nsecrets; i++)
+	{
+		if (secrets[i] != NULL)
+			explicit_bzero(secrets[i], strlen(secrets[i]));
+		free(secrets[i]);
+	}
+	free(secrets);
+	if (!ok)
+		return false;
+
+	/* a header sent twice leaves the receiver to pick one of the values */
+	for (int i = 0; i < d->nheaders; i++)
+		if (qb_sign_sets(s, d->headers[i].name))
+		{
+			qv_path_key(at, sizeof(at), path, "headers");
+			qv_path_key(sub, sizeof(sub), at, d->headers[i].name);
+			return qv_error(cx, sub, hm->keys[i],
+							"signing: sets this header itself on every request; remove it from headers:");
+		}
 	return true;
 }
 
@@ -3300,6 +3441,7 @@ qb_config_free(QbConfig *cfg)
 		free(d->path);
 		free(d->url);
 		qb_pairs_free(d->headers, d->nheaders);
+		qb_signing_free(&d->signing);
 		free(d->broker_url);
 		free(d->target);
 		free(d->routing_key);

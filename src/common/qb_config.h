@@ -22,6 +22,7 @@
 #include <stddef.h>
 
 #include "qb_auth.h"
+#include "qb_sign.h"
 #include "qb_transform.h"
 
 #define QB_ERRLEN 512
@@ -41,7 +42,11 @@
  *										integer of seconds; 1s..36500d
  *
  * Destinations (every key optional unless marked required):
- *	http		baseUrl (required), path "", headers {}, timeoutMs 10000 (1..600000)
+ *	http		baseUrl (required), path "", headers {}, timeoutMs 10000 (1..600000),
+ *				signing {type standard-webhooks|hmac-sha256, secret or secrets
+ *				[..] (keys decoded here, qb_sign_key), header (hmac-sha256,
+ *				required, an HTTP token QueueBox does not set itself), prefix,
+ *				encoding hex|base64}; absent: requests are not signed
  *	rabbitmq	url (required, amqp/amqps; vhost and options as
  *				qb_amqp_url_parse reads them), exchange (required, <= 255 bytes),
  *				routingKey "{{ topic }}" (a template of topic and key),
@@ -127,6 +132,7 @@ typedef struct QbDestination
 	QbHeader   *headers;		/* static headers, in document order */
 	int			nheaders;
 	long		timeout_ms;		/* default 10000 */
+	QbSigning	signing;		/* signing:, keys decoded; type NONE without */
 	/* rabbitmq / kafka / nats: validated and kept, not yet published to */
 	char	   *broker_url;		/* rabbitmq url | nats url | kafka brokers */
 	char	   *target;			/* exchange | topic | subject; NULL: row topic */

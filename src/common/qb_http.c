@@ -5,6 +5,12 @@
  * Wording: see qb_http.h.  A transfer is an easy handle in flight; finished
  * transfers go back to a free list so their buffers are reused.
  *
+ * Outcomes: 2xx is ok; any other answer is a failed attempt carrying its
+ * status.  410 Gone also sets gone (the engine parks the row and stops the
+ * destination: no retry will change the receiver's mind), and 429 or 503
+ * carry the Retry-After delay when the answer has one.  Never permanent:
+ * an HTTP answer says nothing about the row itself.
+ *
  * Threads: libcurl's threaded resolver may start a thread inside
  * curl_multi_socket_action(); we block every signal around those calls so the
  * thread inherits a full mask (PostgreSQL's signal handlers must only ever
@@ -12,6 +18,7 @@
  *-------------------------------------------------------------------------
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -26,6 +33,7 @@
 #include <jansson.h>
 
 #include "qb_http.h"
+#include "qb_sign.h"
 
 #ifndef QB_VERSION
 #define QB_VERSION "dev"
@@ -258,9 +266,8 @@ qbh_header_ok(const char *name, const char *value)
 	return true;
 }
 
-/* Headers the publisher sets itself; a row or destination cannot replace them. */
-static bool
-qbh_reserved(const char *name)
+bool
+qb_http_header_reserved(const char *name)
 {
 	return strcasecmp(name, "Content-Type") == 0 ||
 		strcasecmp(name, "X-Message-Id") == 0 ||
@@ -297,13 +304,22 @@ qbh_append(struct curl_slist **list, const char *name, const char *value)
 	return true;
 }
 
+/* qbh_sign_add: qbh_append as qb_sign_request's callback. */
+static bool
+qbh_sign_add(void *list, const char *name, const char *value)
+{
+	return qbh_append(list, name, value);
+}
+
 /*
  * qbh_build_headers: the row's headers, then the destination's static ones
- * (which win over a row header of the same name), then ours.
+ * (which win over a row header of the same name), then ours, then the
+ * signature's (over body, timestamped now).
  */
 static bool
 qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 				  const char *message_id, const char *row_headers,
+				  const char *body, size_t body_len,
 				  bool *row_fault, char *err, size_t errlen)
 {
 	*row_fault = true;
@@ -326,7 +342,8 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 			const char *v;
 			bool		ok;
 
-			if (qbh_reserved(name) || qbh_static_has(dest, name))
+			if (qb_http_header_reserved(name) || qbh_static_has(dest, name) ||
+				qb_sign_sets(&dest->signing, name))
 				continue;
 			if (json_is_string(val))
 				v = json_string_value(val);
@@ -359,7 +376,7 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 	}
 	for (int i = 0; i < dest->nheaders; i++)
 	{
-		if (qbh_reserved(dest->headers[i].name))
+		if (qb_http_header_reserved(dest->headers[i].name))
 			continue;
 		if (!qbh_append(list, dest->headers[i].name, dest->headers[i].value))
 		{
@@ -373,6 +390,12 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 		!qbh_append(list, "Expect", ""))	/* no 100-continue round trip */
 	{
 		snprintf(err, errlen, "out of memory building headers");
+		*row_fault = false;
+		return false;
+	}
+	if (!qb_sign_request(&dest->signing, message_id, (long long) time(NULL), body, body_len,
+						 qbh_sign_add, list, err, errlen))
+	{
 		*row_fault = false;
 		return false;
 	}
@@ -390,8 +413,8 @@ qb_http_post(QbHttp *h, const QbDestination *dest,
 
 	bool		row_fault = true;
 
-	if (!qbh_build_headers(&headers, dest, message_id, row_headers, &row_fault,
-						   err, errlen))
+	if (!qbh_build_headers(&headers, dest, message_id, row_headers, body, body_len,
+						   &row_fault, err, errlen))
 	{
 		curl_slist_free_all(headers);
 		return row_fault ? QB_HTTP_ROW_INVALID : QB_HTTP_NOT_STARTED;
@@ -487,13 +510,57 @@ qbh_recycle(QbHttp *h, QbhTransfer *t)
 	h->in_flight--;
 }
 
+/*
+ * qb_http_retry_after_ms: see qb_http.h.  The date form goes through
+ * curl_getdate, libcurl's own parser (the one CURLINFO_RETRY_AFTER uses);
+ * that info itself reads 0 for an absent header, a garbled one and "now"
+ * alike, which the engine must tell apart.
+ */
+long
+qb_http_retry_after_ms(const char *value, long long now)
+{
+	const char *p = value;
+	long long	secs = 0;
+	time_t		date;
+
+	if (value == NULL)
+		return -1;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (*p >= '0' && *p <= '9')
+	{
+		for (; *p >= '0' && *p <= '9'; p++)
+			secs = secs < LONG_MAX / 10000 ? secs * 10 + (*p - '0') : LONG_MAX / 10000;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		return *p == '\0' ? (long) secs * 1000 : -1;
+	}
+	if (*p == '\0' || (date = curl_getdate(p, NULL)) == -1)
+		return -1;
+	return (long long) date > now ? (long) ((long long) date - now) * 1000 : 0;
+}
+
+/* qbh_retry_after: the Retry-After delay of a 429 or 503 answer, or -1. */
+static long
+qbh_retry_after(CURL *easy, long status)
+{
+	struct curl_header *hdr = NULL;
+
+	if (status != 429 && status != 503)
+		return -1;
+	if (curl_easy_header(easy, "Retry-After", 0, CURLH_HEADER, -1, &hdr) != CURLHE_OK)
+		return -1;
+	return qb_http_retry_after_ms(hdr->value, (long long) time(NULL));
+}
+
 /* qbh_finish turns one finished transfer into an outcome and recycles it. */
 static void
 qbh_finish(QbHttp *h, CURL *easy, CURLcode code, QbHttpDone done, void *arg)
 {
 	QbhTransfer *t = NULL;
-	QbHttpOutcome out = {0};
+	QbHttpOutcome out = {.retry_after_ms = -1};
 	char	   *url = NULL;
+	char		why[80] = "";
 
 	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **) &t);
 	curl_easy_getinfo(easy, CURLINFO_EFFECTIVE_URL, &url);
@@ -515,8 +582,14 @@ qbh_finish(QbHttp *h, CURL *easy, CURLcode code, QbHttpDone done, void *arg)
 				t->body[i] = '\0';
 				break;
 			}
-		snprintf(out.error, sizeof(out.error), "POST %s answered HTTP %ld%s%s",
-				 url ? url : "?", out.status, t->body[0] ? ": " : "", t->body);
+		out.gone = out.status == 410;
+		out.retry_after_ms = qbh_retry_after(easy, out.status);
+		if (out.gone)
+			snprintf(why, sizeof(why), " (Gone: the receiver asks not to be sent more)");
+		else if (out.retry_after_ms >= 0)
+			snprintf(why, sizeof(why), " (Retry-After: %ld ms)", out.retry_after_ms);
+		snprintf(out.error, sizeof(out.error), "POST %s answered HTTP %ld%s%s%s",
+				 url ? url : "?", out.status, why, t->body[0] ? ": " : "", t->body);
 	}
 	qbh_recycle(h, t);
 	done(arg, t->tag, &out);

@@ -29,6 +29,8 @@ typedef struct QbHttpOutcome
 {
 	bool		ok;				/* a 2xx answer */
 	long		status;			/* HTTP status, 0 when no answer */
+	bool		gone;			/* 410 Gone: the receiver asks us to stop */
+	long		retry_after_ms; /* 429 or 503 with a Retry-After: its delay; -1 none */
 	char		error[512];		/* why it failed, for last_error */
 } QbHttpOutcome;
 
@@ -50,14 +52,30 @@ typedef enum QbHttpStart
 /*
  * Start one POST of body to dest->url with the row's headers (a JSON object,
  * may be NULL), the destination's static headers, Content-Type,
- * X-Message-Id and User-Agent.  When it does not start, err says why:
- * QB_HTTP_ROW_INVALID for a row header that is not a valid HTTP header
- * (retrying will not help), QB_HTTP_NOT_STARTED for a local failure.
+ * X-Message-Id, User-Agent and, with signing:, the signature headers over
+ * body (qb_sign.h; the timestamp is the time of this call).  When it does
+ * not start, err says why: QB_HTTP_ROW_INVALID for a row header that is not
+ * a valid HTTP header (retrying will not help), QB_HTTP_NOT_STARTED for a
+ * local failure.
  */
 extern QbHttpStart qb_http_post(QbHttp *h, const QbDestination *dest,
 						 const char *message_id, const char *row_headers,
 						 const char *body, size_t body_len, int tag,
 						 char *err, size_t errlen);
+
+/*
+ * A header the publisher sets itself (Content-Type, X-Message-Id,
+ * User-Agent, and those libcurl owns); a row or a destination cannot set it.
+ */
+extern bool qb_http_header_reserved(const char *name);
+
+/*
+ * qb_http_retry_after_ms: the delay a Retry-After value asks for, in ms
+ * (delta-seconds or an HTTP-date, read as libcurl reads it, against now in
+ * Unix seconds; a date in the past is 0); -1 for NULL or a value that is
+ * neither.
+ */
+extern long qb_http_retry_after_ms(const char *value, long long now);
 
 /* Posts started and not yet reported. */
 extern int	qb_http_in_flight(const QbHttp *h);

@@ -255,8 +255,8 @@ qba_report(QbAmqp *a, int tag, bool ok, const char *why)
 	if (d == NULL)
 		return;					/* the lease will bring the row back */
 	d->tag = tag;
+	d->out = (QbPubOutcome) QB_PUB_OUTCOME_INIT;
 	d->out.ok = ok;
-	d->out.permanent = false;
 	if (why != NULL)
 		snprintf(d->out.error, sizeof(d->out.error), "%s", why);
 	if (a->done_tail)

@@ -240,7 +240,7 @@ qbk_fail_producer(QbKafka *k, QbkProducer *p, const char *why, QbPubDone done, v
 	for (int t = 0; t < k->nslots; t++)
 		if (k->slots[t].producer == p)
 		{
-			QbPubOutcome out = {false, false, ""};
+			QbPubOutcome out = QB_PUB_OUTCOME_INIT;
 
 			k->slots[t].producer = NULL;
 			k->in_flight--;
@@ -504,9 +504,8 @@ qbk_classify(const rd_kafka_message_t *m, QbPubOutcome *out)
 	const char *topic = m->rkt ? rd_kafka_topic_name(m->rkt) : "?";
 	const char *advice = NULL;	/* set: permanent */
 
+	*out = (QbPubOutcome) QB_PUB_OUTCOME_INIT;
 	out->ok = m->err == RD_KAFKA_RESP_ERR_NO_ERROR;
-	out->permanent = false;
-	out->error[0] = '\0';
 	switch (m->err)
 	{
 		case RD_KAFKA_RESP_ERR_NO_ERROR:

@@ -373,6 +373,7 @@ qbn_ticket_add(QbNats *n, QbnLink *l, const natsMsg *msg, int tag, long wait_ms)
 	}
 	i = n->nt++;
 	memset(&n->tickets[i], 0, sizeof(QbnTicket));
+	n->tickets[i].out = (QbPubOutcome) QB_PUB_OUTCOME_INIT;
 	n->tickets[i].msg = msg;
 	n->tickets[i].link = l;
 	n->tickets[i].tag = tag;

@@ -242,8 +242,12 @@ static void
 qbp_http_done(void *arg, int tag, const QbHttpOutcome *o)
 {
 	QbpHttpCall *call = arg;
-	QbPubOutcome out = {o->ok, false, ""};
+	QbPubOutcome out = QB_PUB_OUTCOME_INIT;
 
+	out.ok = o->ok;
+	out.status = (int) o->status;
+	out.gone = o->gone;
+	out.retry_after_ms = o->retry_after_ms;
 	snprintf(out.error, sizeof(out.error), "%s", o->error);
 	call->done(call->arg, tag, &out);
 }

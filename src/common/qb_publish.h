@@ -48,6 +48,14 @@ typedef struct QbPubOutcome
 	long		retry_after_ms; /* 429 or 503 with a Retry-After header: its delay in ms (delta-seconds or HTTP-date); -1 when none */
 } QbPubOutcome;
 
+/*
+ * A failed attempt with no detail: what every publisher starts an outcome
+ * from (QbPubOutcome o = QB_PUB_OUTCOME_INIT, or a compound literal), so
+ * that a field added here gets its "none" value everywhere.
+ */
+#define QB_PUB_OUTCOME_INIT \
+	{.ok = false, .permanent = false, .error = "", .status = 0, .gone = false, .retry_after_ms = -1}
+
 typedef void (*QbPubDone) (void *arg, int tag, const QbPubOutcome *outcome);
 
 typedef enum QbPubStart

@@ -9,6 +9,8 @@
 #                       read its JSONL request log
 #   - qb_wait_query /   bounded waits: poll_query_until with a chosen timeout,
 #     qb_wait_for       and a polling loop around a Perl predicate
+#   - qb_npm_dir:       a test/node-style folder with its npm packages
+#                       installed from the lockfile (npm ci)
 #
 # No helper asserts on elapsed time; every wait is bounded and reports what
 # it waited for when it gives up.
@@ -36,7 +38,7 @@ our @EXPORT = qw(
   qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats
   qb_wait_query qb_wait_for qb_worker_pids qb_launcher_pid qb_free_port
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
-  qb_consumers_on_lock qb_test_binary
+  qb_consumers_on_lock qb_test_binary qb_npm_dir
 );
 
 my $json = JSON::PP->new->canonical(1);
@@ -58,6 +60,33 @@ sub qb_test_binary
 		return abs_path($b) if -x $b;
 	}
 	BAIL_OUT("$rel is not built (run: make sink); looked in @cand");
+}
+
+# qb_npm_dir('test/node'): that folder, from the test's tree (TESTDIR) or this
+# repository's, with its packages installed from package-lock.json by
+# `npm ci` unless an install newer than the lockfile is there.  Bails out
+# without node or npm (scripts/setup.sh installs both).
+sub qb_npm_dir
+{
+	my ($rel) = @_;
+	my @cand = ("$ROOT/$rel");
+	unshift @cand, "$ENV{TESTDIR}/$rel" if $ENV{TESTDIR};
+	my ($dir) = grep { -e "$_/package-lock.json" } @cand;
+	BAIL_OUT("$rel/package-lock.json not found; looked in @cand") unless $dir;
+	$dir = abs_path($dir);
+	for my $tool ('node', 'npm')
+	{
+		BAIL_OUT("$tool is not installed (run scripts/setup.sh)")
+		  if system("command -v $tool >/dev/null 2>&1") != 0;
+	}
+	my $stamp = "$dir/node_modules/.package-lock.json";
+	return $dir if -e $stamp && -M $stamp <= -M "$dir/package-lock.json";
+	# the cache in the test's own folder: HOME may not be ours (runuser)
+	local $ENV{npm_config_cache} = "$PostgreSQL::Test::Utils::tmp_check/npm-cache";
+	my ($out, $err) = run_command(['npm', 'ci', '--no-audit', '--no-fund', '--prefix', $dir]);
+	BAIL_OUT("npm ci in $dir failed: $err") unless -e $stamp;
+	note "npm ci in $dir: $out";
+	return $dir;
 }
 
 # ---------------------------------------------------------------- the node

@@ -36,7 +36,7 @@
  * application/json, HTTP/1.1 keep-alive.  Bodies up to 1 MiB; larger -> 413.
  *
  * Scripted behaviour, per message, from the JSON body:
- *	{"_sink": {"fail": N, "status": S, "delay_ms": D}, ...}
+ *	{"_sink": {"fail": N, "status": S, "delay_ms": D, "retry_after": "R"}, ...}
  *	- "fail" given: the first N requests carrying the same X-Message-Id value
  *	  are answered with S (default 500) after D ms; later ones get 200 at
  *	  once.  Counted per X-Message-Id in a hash table (requests without the
@@ -45,6 +45,10 @@
  *	- only "delay_ms": every such request is answered with the default status
  *	  after D ms (a slow endpoint).
  *	A per-request delay_ms replaces --delay-ms for that request.
+ *	- "retry_after" (a string, sent as it is: "30", an HTTP-date, or garbage
+ *	  to test a client): every answer with the scripted status S carries
+ *	  "Retry-After: R"; the 200s after the "fail" ones do not.  A value with
+ *	  a control character is ignored.
  *
  * Control endpoints (not logged, not counted):
  *	GET  /_sink/stats  -> {"requests": n, "ok": n, "failed": n,   (ok = 2xx)
@@ -135,6 +139,7 @@ typedef struct Req
 	int64_t		t_us;
 	uint64_t	t_mono_ns;		/* full body received (CLOCK_MONOTONIC) */
 	bool		answered;		/* a counted answer was queued */
+	char		retry_after[128];	/* scripted Retry-After, "" none */
 } Req;
 
 /* ------------------------------------------------------------------ fail table */
@@ -588,8 +593,14 @@ decide(struct MHD_Connection *c, Req *r)
 		json_t	   *jf = json_object_get(sk, "fail");
 		json_t	   *js = json_object_get(sk, "status");
 		json_t	   *jd = json_object_get(sk, "delay_ms");
+		json_t	   *jr = json_object_get(sk, "retry_after");
+		const char *ra = json_is_string(jr) ? json_string_value(jr) : "";
 		int			st = 500;
 		long		delay = -1;
+
+		for (const char *p = ra; *p != '\0'; p++)
+			if ((unsigned char) *p < ' ' || *p == 0x7f)
+				ra = "";
 
 		if (json_is_integer(js))
 		{
@@ -609,6 +620,7 @@ decide(struct MHD_Connection *c, Req *r)
 			if (n <= (long) json_integer_value(jf))
 			{
 				r->status = st;
+				snprintf(r->retry_after, sizeof(r->retry_after), "%s", ra);
 				if (delay >= 0)
 					r->delay_ms = delay;
 			}
@@ -621,7 +633,10 @@ decide(struct MHD_Connection *c, Req *r)
 		else
 		{
 			if (js)
+			{
 				r->status = st;
+				snprintf(r->retry_after, sizeof(r->retry_after), "%s", ra);
+			}
 			if (delay >= 0)
 				r->delay_ms = delay;
 		}
@@ -629,8 +644,9 @@ decide(struct MHD_Connection *c, Req *r)
 	json_decref(doc);
 }
 
+/* answer_json: a fresh answer, with a Retry-After header when given one. */
 static MHD_Result_t
-answer_json(struct MHD_Connection *c, int status, const char *text)
+answer_json(struct MHD_Connection *c, int status, const char *text, const char *retry_after)
 {
 	struct MHD_Response *resp =
 		MHD_create_response_from_buffer(strlen(text), (void *) text, MHD_RESPMEM_MUST_COPY);
@@ -639,6 +655,8 @@ answer_json(struct MHD_Connection *c, int status, const char *text)
 	if (!resp)
 		return MHD_NO;
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	if (retry_after != NULL)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
 	ret = MHD_queue_response(c, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
@@ -657,7 +675,7 @@ answer_control(struct MHD_Connection *c, const char *method, const char *url)
 				 atomic_load(&n_requests), atomic_load(&n_ok), atomic_load(&n_failed),
 				 atomic_load(&n_aborted), atomic_load(&n_slow),
 				 atomic_load(&max_answer_us) / 1000.0);
-		return answer_json(c, 200, buf);
+		return answer_json(c, 200, buf, NULL);
 	}
 	if (strcmp(url, "/_sink/reset") == 0 && strcmp(method, "POST") == 0)
 	{
@@ -668,9 +686,9 @@ answer_control(struct MHD_Connection *c, const char *method, const char *url)
 		atomic_store(&n_slow, 0);
 		atomic_store(&max_answer_us, 0);
 		fail_reset();
-		return answer_json(c, 200, "{\"ok\":true}");
+		return answer_json(c, 200, "{\"ok\":true}", NULL);
 	}
-	return answer_json(c, 404, "{\"ok\":false,\"error\":\"unknown control endpoint\"}");
+	return answer_json(c, 404, "{\"ok\":false,\"error\":\"unknown control endpoint\"}", NULL);
 }
 
 static MHD_Result_t
@@ -772,6 +790,10 @@ handler(void *cls, struct MHD_Connection *c, const char *url, const char *method
 
 	struct MHD_Response *resp;
 
+	if (r->retry_after[0] != '\0')		/* the scripted status with its header */
+		return answer_json(c, r->status,
+						   r->status >= 200 && r->status < 300 ? BODY_OK : BODY_FAIL,
+						   r->retry_after);
 	if (r->status == HTTP_TOO_LARGE && r->too_large)
 		resp = resp_big;
 	else if (r->status >= 200 && r->status < 300)

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "qb_auth.h"
+#include "openssl_cli.h"
 
 typedef struct Headers
 {
@@ -36,30 +37,6 @@ get(void *ctx, const char *name)
 		if (strcasecmp(h->names[i], name) == 0)
 			return h->values[i];
 	return NULL;
-}
-
-/* openssl_mac: the HMAC by the openssl CLI (hex or base64 output). */
-static void
-openssl_mac(const char *keyopt, const char *data, bool b64, char *out, size_t outlen)
-{
-	char		cmd[1024];
-	char		path[] = "/tmp/qb-auth-XXXXXX";
-	int			fd = mkstemp(path);
-	FILE	   *p;
-
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, data, strlen(data)), (int) strlen(data));
-	close(fd);
-	snprintf(cmd, sizeof(cmd),
-			 b64 ? "openssl dgst -sha256 -mac HMAC -macopt %s -binary %s | openssl base64 -A"
-			 : "openssl dgst -sha256 -mac HMAC -macopt %s -r %s | cut -d' ' -f1",
-			 keyopt, path);
-	p = popen(cmd, "r");
-	assert_non_null(p);
-	assert_non_null(fgets(out, (int) outlen, p));
-	pclose(p);
-	out[strcspn(out, "\n")] = '\0';
-	unlink(path);
 }
 
 static const char *BODY = "{\"id\":\"evt_1\",\"type\":\"invoice.paid\"}";

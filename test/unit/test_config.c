@@ -308,15 +308,15 @@ test_unknown_keys(void **state)
 		   "outbox.backoff.initial: unknown key (allowed: initialMs, maxMs, multiplier, jitter)",
 		   "(line 3, column 5)", NULL);
 	refuse("destinations:\n  bus: { type: rabbitmq, url: \"amqp://h\", exchange: e, baseUrl: \"http://h\" }\n",
-		   "destinations.bus.baseUrl: unknown key for a rabbitmq destination (allowed: type, url, exchange, routingKey, persistent, mandatory, transform)",
+		   "destinations.bus.baseUrl: unknown key for a rabbitmq destination (allowed: type, url, exchange, routingKey, persistent, mandatory, transform, maxInFlight, circuitBreaker)",
 		   "(line 2, column 56)", NULL);
 	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", filter: x }\n",
-		   "destinations.p.filter: unknown key for an http destination (allowed: type, baseUrl, path, headers, timeoutMs, transform)",
+		   "destinations.p.filter: unknown key for an http destination (allowed: type, baseUrl, path, headers, timeoutMs, transform, signing, maxInFlight, circuitBreaker)",
 		   NULL);
 	refuse("destinations:\n  k: { type: kafka, brokers: h, subject: s }\n",
-		   "destinations.k.subject: unknown key for a kafka destination (allowed: type, brokers, topic, config, transform)", NULL);
+		   "destinations.k.subject: unknown key for a kafka destination (allowed: type, brokers, topic, config, transform, maxInFlight, circuitBreaker)", NULL);
 	refuse("destinations:\n  n: { type: nats, url: \"nats://h\", topic: s }\n",
-		   "destinations.n.topic: unknown key for a nats destination (allowed: type, url, subject, jetstream, transform)", NULL);
+		   "destinations.n.topic: unknown key for a nats destination (allowed: type, url, subject, jetstream, transform, maxInFlight, circuitBreaker)", NULL);
 	refuse("destinations: { p: { type: http, baseUrl: \"http://h\" } }\nroutes:\n  - topicPattern: a\n    destination: p\n    priority: 1\n",
 		   "routes[0].priority: unknown key (allowed: topicPattern, destination, transform)", "(line 5, column 5)", NULL);
 	refuse("? [a, b]\n: 1\n", "a key must be a string", NULL);
@@ -1319,6 +1319,140 @@ test_broker_sources(void **state)
 	refuse("sources:\n  n: { type: sqs }\n", "sources.n.type: expected one of http, rabbitmq, kafka, nats", NULL);
 }
 
+/* ---- signing: on http destinations ---------------------------------- */
+
+#define SIGNED_DEST "destinations:\n  hooks:\n    type: http\n    baseUrl: \"http://127.0.0.1:9000\"\n"
+
+static void
+test_signing_valid(void **state)
+{
+	QbConfig   *c;
+	const QbSigning *s;
+
+	/* no signing: unsigned */
+	c = accept(SIGNED_DEST);
+	assert_int_equal(c->destinations[0].signing.type, QB_AUTH_NONE);
+	assert_int_equal(c->destinations[0].signing.nkeys, 0);
+	qb_config_free(c);
+
+	/* standard-webhooks: whsec_ keys decoded once, here; bare base64 too */
+	c = accept(SIGNED_DEST
+			   "    signing:\n      type: standard-webhooks\n"
+			   "      secrets: [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\", \"cXVldWVib3gtcm90YXRlZC1rZXktMDE=\"]\n");
+	s = &c->destinations[0].signing;
+	assert_int_equal(s->type, QB_AUTH_STANDARD_WEBHOOKS);
+	assert_int_equal(s->nkeys, 2);
+	assert_int_equal(s->keys[0].len, 24);
+	assert_memory_equal(s->keys[0].bytes,
+						"\x31\xf2\x90\xf6\xbf\x06\x29\x8a\xab\x4f\x08\xd4\x3c\x3f\x08\x2c\xf6\x48\xa3\x62\xda\x2d\xa4\xb0", 24);
+	assert_int_equal(s->keys[1].len, 23);
+	assert_memory_equal(s->keys[1].bytes, "queuebox-rotated-key-01", 23);
+	assert_null(s->header);
+	qb_config_free(c);
+
+	/* hmac-sha256: defaults hex and no prefix; the secret's own bytes */
+	c = accept(SIGNED_DEST "    signing: {type: hmac-sha256, header: X-Signature, secret: s3cret}\n");
+	s = &c->destinations[0].signing;
+	assert_int_equal(s->type, QB_AUTH_HMAC_SHA256);
+	assert_string_equal(s->header, "X-Signature");
+	assert_null(s->prefix);
+	assert_int_equal(s->encoding, QB_SIG_HEX);
+	assert_int_equal(s->nkeys, 1);
+	assert_int_equal(s->keys[0].len, 6);
+	assert_memory_equal(s->keys[0].bytes, "s3cret", 6);
+	qb_config_free(c);
+
+	c = accept(SIGNED_DEST "    headers: {X-Team: a}\n"
+			   "    signing: {type: hmac-sha256, header: X-Hub-Signature-256, prefix: \"sha256=\", encoding: base64, secrets: [a, b]}\n");
+	s = &c->destinations[0].signing;
+	assert_string_equal(s->prefix, "sha256=");
+	assert_int_equal(s->encoding, QB_SIG_BASE64);
+	assert_int_equal(s->nkeys, 2);
+	qb_config_free(c);
+
+	/* overrides: the secret from the environment, as it is */
+	setenv("QUEUEBOX_DESTINATIONS_HOOKS_SIGNING_SECRET", "from-env", 1);
+	c = accept(SIGNED_DEST "    signing: {type: hmac-sha256, header: X-Sig, secret: in-doc}\n");
+	s = &c->destinations[0].signing;
+	assert_int_equal(s->keys[0].len, 8);
+	assert_memory_equal(s->keys[0].bytes, "from-env", 8);
+	qb_config_free(c);
+	/* ... or the whole section from overrides */
+	setenv("QUEUEBOX_DESTINATIONS_HOOKS_SIGNING_TYPE", "standard-webhooks", 1);
+	setenv("QUEUEBOX_DESTINATIONS_HOOKS_SIGNING_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", 1);
+	c = accept(SIGNED_DEST);
+	assert_int_equal(c->destinations[0].signing.type, QB_AUTH_STANDARD_WEBHOOKS);
+	assert_int_equal(c->destinations[0].signing.keys[0].len, 24);
+	qb_config_free(c);
+	unsetenv("QUEUEBOX_DESTINATIONS_HOOKS_SIGNING_TYPE");
+	unsetenv("QUEUEBOX_DESTINATIONS_HOOKS_SIGNING_SECRET");
+}
+
+static void
+test_signing_invalid(void **state)
+{
+	char		err[QB_ERRLEN];
+
+	refuse(SIGNED_DEST "    signing:\n",
+		   "destinations.hooks.signing: expected a mapping with at least type:", NULL);
+	refuse(SIGNED_DEST "    signing: {type: sha1, secret: x}\n",
+		   "destinations.hooks.signing.type: expected one of standard-webhooks, hmac-sha256, got \"sha1\"", NULL);
+	refuse(SIGNED_DEST "    signing: {secret: x}\n",
+		   "destinations.hooks.signing: missing required key type", NULL);
+	/* unknown keys, per scheme */
+	refuse(SIGNED_DEST "    signing: {type: standard-webhooks, secret: \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\", header: X-Sig}\n",
+		   "destinations.hooks.signing.header: unknown key for signing type standard-webhooks (allowed: type, secret, secrets)", NULL);
+	refuse(SIGNED_DEST "    signing: {type: hmac-sha256, header: X-Sig, secret: a, toleranceSec: 5}\n",
+		   "destinations.hooks.signing.toleranceSec: unknown key for signing type hmac-sha256", NULL);
+	/* secrets */
+	refuse(SIGNED_DEST "    signing: {type: standard-webhooks}\n",
+		   "destinations.hooks.signing: missing required key secret", "whsec_", NULL);
+	refuse(SIGNED_DEST "    signing: {type: hmac-sha256, header: X-Sig}\n",
+		   "destinations.hooks.signing: missing required key secret", NULL);
+	refuse(SIGNED_DEST "    signing: {type: hmac-sha256, header: X-Sig, secret: a, secrets: [b]}\n",
+		   "destinations.hooks.signing.secrets: set secret or secrets, not both", NULL);
+	refuse(SIGNED_DEST "    signing: {type: hmac-sha256, header: X-Sig, secrets: [a, \"\"]}\n",
+		   "destinations.hooks.signing.secrets[1]: must not be empty", NULL);
+	refused_message(SIGNED_DEST "    signing: {type: standard-webhooks, secret: \"whsec_not*base64-TOPSECRET\"}\n",
+					err, sizeof(err));
+	assert_non_null(strstr(err, "destinations.hooks.signing.secret: a standard-webhooks secret is whsec_ followed by base64"));
+	assert_null(strstr(err, "TOPSECRET"));
+	refuse(SIGNED_DEST "    signing: {type: hmac-sha256, header: X-Sig, secrets: [a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q]}\n",
+		   "destinations.hooks.signing.secrets: at most 16 secrets", NULL);
+	/* the header */
+	refuse(SIGNED_DEST "    signing: {type: hmac-sha256, secret: a}\n",
+		   "destinations.hooks.signing: missing required key header", NULL);
+	refuse(SIGNED_DEST "    signing: {type: hmac-sha256, header: \"\", secret: a}\n",
+		   "destinations.hooks.signing.header: must not be empty", NULL);
+	refuse(SIGNED_DEST "    signing: {type: hmac-sha256, header: \"X Sig\", secret: a}\n",
+		   "destinations.hooks.signing.header: not a valid HTTP header name", NULL);
+	refuse(SIGNED_DEST "    signing: {type: hmac-sha256, header: x-message-id, secret: a}\n",
+		   "destinations.hooks.signing.header: QueueBox sets x-message-id itself on every request", NULL);
+	refuse(SIGNED_DEST "    signing: {type: hmac-sha256, header: Content-Type, secret: a}\n",
+		   "destinations.hooks.signing.header: QueueBox sets Content-Type itself", NULL);
+	refuse(SIGNED_DEST "    headers: {x-sig: static}\n    signing: {type: hmac-sha256, header: X-Sig, secret: a}\n",
+		   "destinations.hooks.headers.x-sig: signing: sets this header itself on every request; remove it from headers:", NULL);
+	refuse(SIGNED_DEST "    headers: {Webhook-Timestamp: \"1\"}\n"
+		   "    signing: {type: standard-webhooks, secret: \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"}\n",
+		   "destinations.hooks.headers.Webhook-Timestamp: signing: sets this header itself", NULL);
+	refuse(SIGNED_DEST "    signing: {type: hmac-sha256, header: X-Sig, secret: a, encoding: hexa}\n",
+		   "destinations.hooks.signing.encoding: expected hex or base64, got \"hexa\"", NULL);
+	refuse(SIGNED_DEST "    signing: {type: hmac-sha256, header: X-Sig, secret: a, prefix: \"a\\nb\"}\n",
+		   "destinations.hooks.signing.prefix: the prefix contains a line break", NULL);
+	/* other destination types */
+	refuse("destinations:\n  bus: {type: nats, url: \"nats://127.0.0.1:4222\", signing: {type: hmac-sha256}}\n",
+		   "destinations.bus.signing: signing is for http destinations only", NULL);
+	/* an override names its variable and never echoes the secret */
+	setenv("QUEUEBOX_DESTINATIONS_HOOKS_SIGNING_SECRET", "whsec_%%TOPSECRET%%", 1);
+	refused_message(SIGNED_DEST "    signing: {type: standard-webhooks, secret: x}\n", err, sizeof(err));
+	assert_non_null(strstr(err, "QUEUEBOX_DESTINATIONS_HOOKS_SIGNING_SECRET (destinations.hooks.signing.secret): a standard-webhooks secret"));
+	assert_null(strstr(err, "TOPSECRET"));
+	/* a stale override on a destination that cannot sign is noticed */
+	refuse("destinations:\n  hooks: {type: nats, url: \"nats://127.0.0.1:4222\"}\n",
+		   "destinations.hooks.signing: signing is for http destinations only", NULL);
+	unsetenv("QUEUEBOX_DESTINATIONS_HOOKS_SIGNING_SECRET");
+}
+
 int
 main(void)
 {
@@ -1346,6 +1480,8 @@ main(void)
 		cmocka_unit_test(test_kafka_destination),
 		cmocka_unit_test(test_transforms),
 		cmocka_unit_test(test_broker_sources),
+		cmocka_unit_test(test_signing_valid),
+		cmocka_unit_test(test_signing_invalid),
 	};
 
 	return cmocka_run_group_tests_name("qb_config", tests, NULL, NULL);

@@ -5,7 +5,9 @@
  *
  * What it pins down: the headers a destination receives and which one wins,
  * 2xx vs other answers, connection refused, timeouts, rows whose headers
- * cannot be sent (refused before any byte leaves), and abort.
+ * cannot be sent (refused before any byte leaves), and abort; the outcome's
+ * details (410 gone, Retry-After of a 429 or 503, and the Retry-After
+ * parser alone); the signature headers of a signed destination.
  *-------------------------------------------------------------------------
  */
 #include <stdarg.h>
@@ -24,11 +26,13 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "qb_http.h"
+#include "qb_sign.h"
 
 #define SINK "test/sink/qb_sink"
 
@@ -42,6 +46,8 @@ typedef struct Outcome
 	int			n;
 	bool		ok[16];
 	long		status[16];
+	bool		gone[16];
+	long		retry_after_ms[16];
 	char		error[16][512];
 } Outcome;
 
@@ -54,6 +60,8 @@ record(void *arg, int tag, const QbHttpOutcome *o)
 	out->n++;
 	out->ok[tag] = o->ok;
 	out->status[tag] = o->status;
+	out->gone[tag] = o->gone;
+	out->retry_after_ms[tag] = o->retry_after_ms;
 	snprintf(out->error[tag], sizeof(out->error[tag]), "%s", o->error);
 }
 
@@ -349,6 +357,166 @@ test_concurrency_and_abort(void **state)
 	qb_http_free(h);
 }
 
+/* http_date: an IMF-fixdate t seconds from now. */
+static void
+http_date(long long t, char *buf, size_t len)
+{
+	time_t		when = (time_t) t;
+	struct tm	tm;
+
+	gmtime_r(&when, &tm);
+	strftime(buf, len, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+}
+
+/* The Retry-After parser alone: both forms, absent, garbage. */
+static void
+test_retry_after_values(void **state)
+{
+	long long	now = 1764460800;	/* Sun, 30 Nov 2025 00:00:00 GMT */
+	char		date[64];
+
+	assert_int_equal(qb_http_retry_after_ms("120", now), 120000);
+	assert_int_equal(qb_http_retry_after_ms(" 5 ", now), 5000);
+	assert_int_equal(qb_http_retry_after_ms("0", now), 0);
+	http_date(now + 90, date, sizeof(date));
+	assert_int_equal(qb_http_retry_after_ms(date, now), 90000);
+	assert_int_equal(qb_http_retry_after_ms("Sun, 30 Nov 2025 00:01:00 GMT", now), 60000);
+	/* the obsolete forms HTTP still allows, through the same parser */
+	assert_int_equal(qb_http_retry_after_ms("Sunday, 30-Nov-25 00:00:30 GMT", now), 30000);
+	assert_int_equal(qb_http_retry_after_ms("Sun Nov 30 00:00:10 2025", now), 10000);
+	/* a date already past: now */
+	assert_int_equal(qb_http_retry_after_ms("Sun, 06 Nov 1994 08:49:37 GMT", now), 0);
+	/* absent, empty, garbage */
+	assert_int_equal(qb_http_retry_after_ms(NULL, now), -1);
+	assert_int_equal(qb_http_retry_after_ms("", now), -1);
+	assert_int_equal(qb_http_retry_after_ms("soon", now), -1);
+	assert_int_equal(qb_http_retry_after_ms("12abc", now), -1);
+	assert_int_equal(qb_http_retry_after_ms("-5", now), -1);
+	assert_int_equal(qb_http_retry_after_ms("1.5", now), -1);
+	/* absurdly large: clamped, not overflowed */
+	assert_true(qb_http_retry_after_ms("99999999999999999999999", now) > 0);
+}
+
+/* post_scripted: one post of a _sink script, driven to its outcome. */
+static void
+post_scripted(QbHttp *h, QbDestination *d, int tag, const char *script, Outcome *out)
+{
+	char		mid[64];
+	char		body[256];
+	char		err[512];
+
+	snprintf(mid, sizeof(mid), "a%07d-2222-4333-8444-555555555555", tag);
+	snprintf(body, sizeof(body), "{\"_sink\": %s}", script);
+	assert_int_equal(qb_http_post(h, d, mid, NULL, body, strlen(body), tag, err, sizeof(err)),
+					 QB_HTTP_STARTED);
+	drive(h, out);
+}
+
+/* Status, gone and Retry-After as the publisher reports them. */
+static void
+test_outcome_details(void **state)
+{
+	char		err[512];
+	char		script[160];
+	char		date[64];
+	QbHttp	   *h = qb_http_new(err, sizeof(err));
+	QbDestination d = dest_for(sink_url, 5000);
+	Outcome		out = {0};
+
+	post_scripted(h, &d, 0, "{\"status\": 429, \"retry_after\": \"7\"}", &out);
+	assert_false(out.ok[0]);
+	assert_int_equal(out.status[0], 429);
+	assert_false(out.gone[0]);
+	assert_int_equal(out.retry_after_ms[0], 7000);
+	assert_non_null(strstr(out.error[0], "answered HTTP 429 (Retry-After: 7000 ms)"));
+
+	http_date((long long) time(NULL) + 120, date, sizeof(date));
+	snprintf(script, sizeof(script), "{\"status\": 503, \"retry_after\": \"%s\"}", date);
+	post_scripted(h, &d, 1, script, &out);
+	assert_int_equal(out.status[1], 503);
+	assert_in_range(out.retry_after_ms[1], 115000, 121000);
+
+	post_scripted(h, &d, 2, "{\"status\": 429}", &out);
+	assert_int_equal(out.status[2], 429);
+	assert_int_equal(out.retry_after_ms[2], -1);
+
+	post_scripted(h, &d, 3, "{\"status\": 503, \"retry_after\": \"whenever\"}", &out);
+	assert_int_equal(out.retry_after_ms[3], -1);
+
+	/* only 429 and 503 carry a delay */
+	post_scripted(h, &d, 4, "{\"status\": 500, \"retry_after\": \"7\"}", &out);
+	assert_int_equal(out.status[4], 500);
+	assert_int_equal(out.retry_after_ms[4], -1);
+
+	post_scripted(h, &d, 5, "{\"status\": 410}", &out);
+	assert_false(out.ok[5]);
+	assert_int_equal(out.status[5], 410);
+	assert_true(out.gone[5]);
+	assert_int_equal(out.retry_after_ms[5], -1);
+	assert_non_null(strstr(out.error[5], "answered HTTP 410 (Gone"));
+
+	post_scripted(h, &d, 6, "{\"delay_ms\": 0}", &out);
+	assert_true(out.ok[6]);
+	assert_int_equal(out.status[6], 200);
+	assert_false(out.gone[6]);
+	assert_int_equal(out.retry_after_ms[6], -1);
+
+	/* no answer at all: status 0 */
+	d.url = "http://127.0.0.1:1/events";
+	post_scripted(h, &d, 7, "{}", &out);
+	assert_false(out.ok[7]);
+	assert_int_equal(out.status[7], 0);
+	assert_int_equal(out.retry_after_ms[7], -1);
+	qb_http_free(h);
+}
+
+/* rec_get: a logged request's header, as qb_auth_verify asks for one. */
+static const char *
+rec_get(void *rec, const char *name)
+{
+	return header(rec, name);
+}
+
+/* A signed destination: the signature headers, over the body sent. */
+static void
+test_signed_request(void **state)
+{
+	static const char *const secrets[] = {"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"};
+	char		err[512];
+	QbHttp	   *h = qb_http_new(err, sizeof(err));
+	QbDestination d = dest_for(sink_url, 5000);
+	QbSignKey	key;
+	Outcome		out = {0};
+	const char *mid = "b1111111-2222-4333-8444-555555555555";
+	const char *body = "{\"signed\": true}";
+	QbAuth		verify = {.type = QB_AUTH_STANDARD_WEBHOOKS, .secrets = secrets, .nsecrets = 1};
+	json_t	   *rec;
+	long long	ts;
+
+	assert_true(qb_sign_key(QB_AUTH_STANDARD_WEBHOOKS, secrets[0], &key, err, sizeof(err)));
+	d.signing.type = QB_AUTH_STANDARD_WEBHOOKS;
+	d.signing.keys = &key;
+	d.signing.nkeys = 1;
+	/* a row cannot forge or replace a signature header */
+	assert_int_equal(qb_http_post(h, &d, mid, "{\"webhook-signature\": \"v1,forged\", \"Webhook-Id\": \"x\"}",
+								  body, strlen(body), 0, err, sizeof(err)), QB_HTTP_STARTED);
+	drive(h, &out);
+	assert_true(out.ok[0]);
+	rec = logged(mid);
+	assert_non_null(rec);
+	assert_string_equal(header(rec, "webhook-id"), mid);
+	ts = atoll(header(rec, "webhook-timestamp"));
+	assert_in_range(ts, (long long) time(NULL) - 30, (long long) time(NULL) + 1);
+	assert_non_null(strstr(header(rec, "webhook-signature"), "v1,"));
+	assert_null(strstr(header(rec, "webhook-signature"), "forged"));
+	if (!qb_auth_verify(&verify, rec_get, rec, (const unsigned char *) body,
+						strlen(body), (time_t) ts, err, sizeof(err)))
+		fail_msg("the signed request does not verify: %s", err);
+	json_decref(rec);
+	free(key.bytes);
+	qb_http_free(h);
+}
+
 int
 main(void)
 {
@@ -358,6 +526,9 @@ main(void)
 		cmocka_unit_test(test_refused_and_timeout),
 		cmocka_unit_test(test_invalid_row_headers),
 		cmocka_unit_test(test_concurrency_and_abort),
+		cmocka_unit_test(test_retry_after_values),
+		cmocka_unit_test(test_outcome_details),
+		cmocka_unit_test(test_signed_request),
 	};
 
 	return cmocka_run_group_tests(tests, start_sink, stop_sink);
