@@ -1048,8 +1048,8 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 		}
 		else
 			timeout = e.claim_idle ? e.cfg->outbox.poll_interval_ms : QBO_CYCLE_RETRY_MS;
-		if (e.next_cycle_try > now && e.next_cycle_try - now < timeout)
-			timeout = e.next_cycle_try - now;
+		if (e.next_cycle_try > now && (ndone > 0 || e.next_cycle_try - now < timeout))
+			timeout = e.next_cycle_try - now;	/* a failed cycle: not before its retry */
 		woke = host->wait(host->ctx, qb_pubset_in_flight(e.pub) > 0 ? qb_pubset_fd(e.pub) : -1,
 						  timeout);
 		if (woke & QB_WAIT_WOKEN)
