@@ -1453,6 +1453,43 @@ test_signing_invalid(void **state)
 	unsetenv("QUEUEBOX_DESTINATIONS_HOOKS_SIGNING_SECRET");
 }
 
+/* maxInFlight and circuitBreaker: defaults, values, errors, overrides */
+static void
+test_delivery_control(void **state)
+{
+	QbConfig   *c;
+
+	c = accept("destinations:\n  a: {type: http, baseUrl: \"http://h\"}\n"
+			   "  b: {type: nats, url: \"nats://h\", maxInFlight: 7,"
+			   " circuitBreaker: {failures: 3, cooldownMs: 500}}\n");
+	assert_int_equal(c->destinations[0].max_in_flight, 128);
+	assert_int_equal(c->destinations[0].breaker_failures, 10);
+	assert_int_equal(c->destinations[0].breaker_cooldown_ms, 30000);
+	assert_int_equal(c->destinations[1].max_in_flight, 7);
+	assert_int_equal(c->destinations[1].breaker_failures, 3);
+	assert_int_equal(c->destinations[1].breaker_cooldown_ms, 500);
+	qb_config_free(c);
+
+	refuse("destinations:\n  a: {type: http, baseUrl: \"http://h\", maxInFlight: 0}\n",
+		   "destinations.a.maxInFlight: expected an integer from 1 to 10000", NULL);
+	refuse("destinations:\n  a: {type: http, baseUrl: \"http://h\", circuitBreaker: 5}\n",
+		   "destinations.a.circuitBreaker: expected a mapping", NULL);
+	refuse("destinations:\n  a: {type: http, baseUrl: \"http://h\", circuitBreaker: {failure: 5}}\n",
+		   "destinations.a.circuitBreaker.failure: unknown key", "failures, cooldownMs", NULL);
+	refuse("destinations:\n  a: {type: kafka, brokers: \"h:9092\", circuitBreaker: {cooldownMs: 10}}\n",
+		   "destinations.a.circuitBreaker.cooldownMs: expected an integer from 100 to 86400000", NULL);
+
+	setenv("QUEUEBOX_DESTINATIONS_A_MAXINFLIGHT", "9", 1);
+	setenv("QUEUEBOX_DESTINATIONS_A_CIRCUITBREAKER_FAILURES", "4", 1);
+	c = accept("destinations:\n  a: {type: http, baseUrl: \"http://h\", circuitBreaker: {cooldownMs: 200}}\n");
+	assert_int_equal(c->destinations[0].max_in_flight, 9);
+	assert_int_equal(c->destinations[0].breaker_failures, 4);
+	assert_int_equal(c->destinations[0].breaker_cooldown_ms, 200);
+	qb_config_free(c);
+	unsetenv("QUEUEBOX_DESTINATIONS_A_MAXINFLIGHT");
+	unsetenv("QUEUEBOX_DESTINATIONS_A_CIRCUITBREAKER_FAILURES");
+}
+
 int
 main(void)
 {
@@ -1470,6 +1507,7 @@ main(void)
 		cmocka_unit_test(test_expand_env_direct),
 		cmocka_unit_test(test_expand_env_in_document),
 		cmocka_unit_test(test_overrides_valid),
+		cmocka_unit_test(test_delivery_control),
 		cmocka_unit_test(test_overrides_invalid),
 		cmocka_unit_test(test_url_check),
 		cmocka_unit_test(test_lease_outlasts_request),
