@@ -744,7 +744,6 @@ qbo_cycle(QboEngine *e, bool claim)
 			e->floor = 0;
 			e->next_full_scan = now + QBO_FULL_SCAN_MS;
 		}
-		req.batch_size = oc->batch_size;
 		req.lease_ms = oc->claim_timeout_ms;
 		req.default_max_attempts = oc->max_attempts;
 		req.token = token;
@@ -754,7 +753,13 @@ qbo_cycle(QboEngine *e, bool claim)
 		req.limits = limits;
 		for (int i = 0; i < e->cfg->ndestinations; i++)
 			if ((limits[req.ndests] = qbo_room(e, i)) > 0)
+			{
+				req.batch_size += limits[req.ndests];
 				dests[req.ndests++] = e->cfg->destinations[i].name;
+			}
+		/* new rows: no more than the destinations can take (rows over go back) */
+		if (req.batch_size > oc->batch_size || e->cfg->ndestinations == 0)
+			req.batch_size = oc->batch_size;
 	}
 	if (ns == 0 && !claim)
 	{

@@ -169,23 +169,37 @@
  * statement after the settle, so its snapshot sees every park made while
  * the ended row was open (the claim parked them holding a FOR SHARE lock on
  * that row, which the settle's update waited for).  The first open row of
- * each key becomes claimable: parked behind the key, it is released (to
- * ready when not routed yet); still in intake, it moves to ready, so a
- * claim that skips it while this statement holds its lock cannot leave it
- * below a floor.  The row is updated even when a concurrent claim is
- * parking it: the update then waits, re-reads the parked row and releases
- * it.
+ * each key is released: parked behind the key, or still in intake (moved,
+ * so a claim that skips it while this statement holds its lock cannot
+ * leave it below a floor).  With a token $2 (the cycle claims too), a due
+ * released row is claimed at once with it (lease $3 ms, default
+ * max_attempts $4): a key's next row costs no park and no claim of its
+ * own, and a hot key moves one row per cycle.  Without one, it goes to
+ * ready (not routed yet) or back to its destination's routed rows.  The
+ * row is updated even when a concurrent claim is parking it: the update
+ * then waits, re-reads the parked row and releases it.  Returns the rows
+ * as the claim does.
  */
 #define QB_PG_OUTBOX_PROMOTE \
 	"UPDATE queuebox.outbox o" \
-	" SET hold = CASE WHEN o.destination IS NULL THEN 'ready' END" \
+	" SET state = CASE WHEN $2::uuid IS NOT NULL AND o.scheduled_at <= now()" \
+	"                  THEN 'processing' ELSE 'pending' END," \
+	"     hold = CASE WHEN $2::uuid IS NOT NULL AND o.scheduled_at <= now() THEN NULL" \
+	"                 WHEN o.destination IS NULL THEN 'ready' END," \
+	"     claim_token = CASE WHEN o.scheduled_at <= now() THEN $2::uuid END," \
+	"     lease_until = CASE WHEN $2::uuid IS NOT NULL AND o.scheduled_at <= now()" \
+	"                        THEN now() + $3 * interval '1 millisecond' END" \
 	" WHERE o.id = ANY (ARRAY(" \
 	"   SELECT (SELECT e.id FROM queuebox.outbox e" \
 	"           WHERE e.key = k.key AND e.state IN ('pending', 'processing')" \
 	"           ORDER BY e.id LIMIT 1)" \
 	"   FROM unnest($1::text[]) AS k(key)))" \
 	"   AND o.state = 'pending'" \
-	"   AND (o.hold = 'key' OR (o.hold IS NULL AND o.destination IS NULL))"
+	"   AND (o.hold = 'key' OR (o.hold IS NULL AND o.destination IS NULL))" \
+	" RETURNING o.id, o.message_id, o.topic, o.key, o.payload::text, o.headers::text," \
+	"           o.attempt, coalesce(o.max_attempts, $4)," \
+	"           extract(epoch FROM o.created_at)::float8," \
+	"           o.state = 'processing', o.destination, false, false, false"
 
 /*
  * Breaker: $1 text[] destinations (sorted, so two settles lock them in one

@@ -316,17 +316,45 @@ qbs_text_or_null(const char *s, bool *isnull)
 }
 
 /*
+ * qbs_take_rows appends the rows of the last statement (claim-shaped) to
+ * out->rows.  Each row is counted before it is copied, so a row copied in
+ * part when an ERROR cuts it short is freed too.
+ */
+static void
+qbs_take_rows(QbCycleOut *out)
+{
+	uint64		n = SPI_processed;
+	QbOutboxRow *rows;
+
+	if (n == 0 || out == NULL)
+		return;
+	rows = realloc(out->rows, (out->nrows + n) * sizeof(QbOutboxRow));
+	if (rows == NULL)
+		elog(ERROR, "out of memory");
+	memset(rows + out->nrows, 0, n * sizeof(QbOutboxRow));
+	out->rows = rows;
+	for (uint64 i = 0; i < n; i++)
+	{
+		out->nrows++;
+		qbs_copy_outbox_row(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+							&out->rows[out->nrows - 1]);
+	}
+}
+
+/*
  * qb_spi_outbox_settle runs the settle and then the promotion of the keys
  * whose row ended, each in its own statement (QB_PG_OUTBOX_PROMOTE says
  * why), inside the caller's transaction with SPI connected.  The arguments
- * are the arrays of QB_PG_OUTBOX_SETTLE; returns the rows settled.
+ * are the arrays of QB_PG_OUTBOX_SETTLE.  With claim, the promoted rows
+ * that are due are claimed under its token and appended to out->rows.
+ * Returns the rows settled.
  */
 uint64
-qb_spi_outbox_settle(Datum *args, const char *nulls)
+qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, QbCycleOut *out)
 {
 	static const Oid types[7] = {UUIDARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
 	INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
-	static const Oid promote_types[1] = {TEXTARRAYOID};
+	static const Oid promote_types[4] = {TEXTARRAYOID, UUIDOID, INT8OID, INT4OID};
 	SPIPlanPtr	p = qbs_prepare(&qbs_plans.settle, QB_PG_OUTBOX_SETTLE, 7, (Oid *) types);
 	uint64		settled;
 	Datum	   *keys;
@@ -347,11 +375,26 @@ qb_spi_outbox_settle(Datum *args, const char *nulls)
 	}
 	if (nkeys > 0)
 	{
-		Datum		a[1] = {PointerGetDatum(qb_text_array(keys, nkeys))};
+		Datum		a[4];
+		char		n[4] = "    ";
 
-		p = qbs_prepare(&qbs_plans.promote, QB_PG_OUTBOX_PROMOTE, 1, (Oid *) promote_types);
-		if (SPI_execute_plan(p, a, NULL, false, 0) != SPI_OK_UPDATE)
+		a[0] = PointerGetDatum(qb_text_array(keys, nkeys));
+		if (claim != NULL)
+		{
+			a[1] = DirectFunctionCall1(uuid_in, CStringGetDatum(claim->token));
+			a[2] = Int64GetDatum(claim->lease_ms);
+			a[3] = Int32GetDatum(claim->default_max_attempts);
+		}
+		else
+		{
+			n[1] = n[2] = n[3] = 'n';
+			a[1] = a[2] = a[3] = (Datum) 0;
+		}
+		p = qbs_prepare(&qbs_plans.promote, QB_PG_OUTBOX_PROMOTE, 4, (Oid *) promote_types);
+		if (SPI_execute_plan(p, a, n, false, 0) != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "promoting the next row of each key failed");
+		if (claim != NULL)
+			qbs_take_rows(out);
 	}
 	return settled;
 }
@@ -456,7 +499,6 @@ qbs_claim(const QbClaimReq *c, Datum probes, QbCycleOut *out)
 	Datum	   *dests = palloc(sizeof(Datum) * (c->ndests + 1));
 	Datum	   *limits = palloc(sizeof(Datum) * (c->ndests + 1));
 	SPIPlanPtr	p = qbs_prepare(&qbs_plans.claim, QB_PG_OUTBOX_CLAIM, 8, (Oid *) types);
-	uint64		n;
 
 	for (int i = 0; i < c->ndests; i++)
 	{
@@ -473,18 +515,7 @@ qbs_claim(const QbClaimReq *c, Datum probes, QbCycleOut *out)
 	v[7] = probes;
 	if (SPI_execute_plan(p, v, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "the outbox claim failed");
-	n = SPI_processed;
-	if (n == 0)
-		return;
-	out->rows = calloc(n, sizeof(QbOutboxRow));
-	if (out->rows == NULL)
-		elog(ERROR, "out of memory");
-	for (uint64 i = 0; i < n; i++)
-	{
-		/* counted first, so a row copied in part is freed too */
-		out->nrows = i + 1;
-		qbs_copy_outbox_row(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, &out->rows[i]);
-	}
+	qbs_take_rows(out);
 }
 
 static int
@@ -528,7 +559,7 @@ qbs_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 			args[4] = qbs_array(col[4], NULL, nsettles, INT8OID);
 			args[5] = qbs_array(col[5], errnull, nsettles, TEXTOID);
 			args[6] = qbs_array(col[6], destnull, nsettles, TEXTOID);
-			out->nsettled = (int) qb_spi_outbox_settle(args, nulls);
+			out->nsettled = (int) qb_spi_outbox_settle(args, nulls, claim, out);
 		}
 		if (claim != NULL)
 			qbs_claim(claim, qbs_states(claim->probe_ms, out), out);

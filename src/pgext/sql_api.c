@@ -460,7 +460,7 @@ qb_sql_outbox_settle(PG_FUNCTION_ARGS)
 		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
 	}
 	SPI_connect();
-	settled = qb_spi_outbox_settle(args, nulls);
+	settled = qb_spi_outbox_settle(args, nulls, NULL, NULL);
 	SPI_finish();
 	PG_RETURN_INT64((int64) settled);
 }
