@@ -788,15 +788,18 @@ qbo_cycle(QboEngine *e, bool claim)
 			qb_log(e->host, QB_LOG_INFO,
 				   "settled %d of %d rows; the others' leases had expired and were taken over",
 				   out.nsettled, ns);
-		e->stats->settle_ms += qb_now_ms() - t0;
 	}
+	/* a cycle's time: claim_ms when it claimed (with its settles), else settle_ms */
+	if (claim)
+		e->stats->claim_ms += qb_now_ms() - t0;
+	else
+		e->stats->settle_ms += qb_now_ms() - t0;
 	qbo_apply_changes(e, &out);
 	rc = 0;
 	if (claim)
 	{
 		int64_t		top = -1;
 
-		e->stats->claim_ms += qb_now_ms() - t0;
 		e->stats->batches++;
 		qbo_apply_states(e, &out);
 		for (int i = 0; i < out.nrows; i++)
@@ -1055,8 +1058,14 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 			timeout = e.claim_idle ? e.cfg->outbox.poll_interval_ms : QBO_CYCLE_RETRY_MS;
 		if (e.next_cycle_try > now && (ndone > 0 || e.next_cycle_try - now < timeout))
 			timeout = e.next_cycle_try - now;	/* a failed cycle: not before its retry */
-		woke = host->wait(host->ctx, qb_pubset_in_flight(e.pub) > 0 ? qb_pubset_fd(e.pub) : -1,
-						  timeout);
+		{
+			long		w0 = qb_now_ms();
+
+			woke = host->wait(host->ctx, qb_pubset_in_flight(e.pub) > 0 ? qb_pubset_fd(e.pub) : -1,
+							  timeout);
+			/* waiting for answers (or for work, when none is in flight) */
+			e.stats->publish_ms += qb_now_ms() - w0;
+		}
 		if (woke & QB_WAIT_WOKEN)
 			e.claim_idle = false;
 		else if (woke == QB_WAIT_TIMEOUT && e.claim_idle && qb_pubset_in_flight(e.pub) == 0)

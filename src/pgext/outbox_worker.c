@@ -41,7 +41,7 @@ qb_outbox_worker_main(Datum arg)
 			(errmsg("queuebox outbox %d stopped: %ld claims, %ld sent, %ld retried, %ld dead, %ld released, %ld held, %ld parked",
 					index, stats.batches, stats.sent, stats.retried, stats.dead,
 					stats.released, stats.held, stats.parked),
-			 errdetail("Time spent: claim %ld ms, publish %ld ms, settle %ld ms.",
+			 errdetail("Time spent: claim %ld ms (cycles that claimed, with their settles), waiting %ld ms, settle %ld ms (cycles that only settled).",
 					   stats.claim_ms, stats.publish_ms, stats.settle_ms)));
 	proc_exit(0);
 }
