@@ -160,7 +160,8 @@
 	"             $7::text[]) AS s(token, id, outcome, attempt, delay_ms, error, destination)" \
 	" LEFT JOIN LATERAL (" \
 	"   SELECT d.state <> 'closed' OR coalesce(d.paused_until > now(), false) AS blocked" \
-	"   FROM queuebox.destination_state d WHERE d.destination = s.destination) ds ON true" \
+	"   FROM queuebox.destination_state d" \
+	"   WHERE s.outcome = 'retry' AND d.destination = s.destination) ds ON true" \
 	" WHERE o.id = s.id AND o.claim_token = s.token" \
 	" RETURNING o.key, o.state"
 
