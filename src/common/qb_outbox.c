@@ -476,7 +476,7 @@ qbo_dispatch(QboEngine *e, QbOutboxRow *row, const char *token)
 	dest = &e->cfg->destinations[s->dest];
 	d = &e->dests[s->dest];
 	d->queued++;
-	if (s->row.not_due)
+	if (s->row.not_due && !s->row.probe)
 		qbo_done(e, s, QB_SETTLE_ROUTE, s->row.attempt, 0, NULL);
 	else if (s->row.probe && d->probe)
 	{

@@ -35,8 +35,10 @@
  *	- routed: rows whose destination is known (retries, rows written back),
  *	  per destination $6 with at most $7 rows each, in due order, only for
  *	  destinations that take rows now;
- *	- probes $8: one row held for each destination whose half-open probe
- *	  this worker won.
+ *	- probes $8: one row of each destination whose half-open probe this
+ *	  worker won: its oldest held row, or else its routed row due first
+ *	  (due or not: a retry waiting out its backoff must not keep the
+ *	  circuit from closing).
  * Rows held behind a key (hold 'key') or a destination (hold 'destination')
  * are in no claimed index, so however many there are the claim reads none.
  *
@@ -80,12 +82,21 @@
 	"     WHERE c.destination = d.name AND c.state = 'pending' AND c.hold IS NULL" \
 	"       AND c.scheduled_at <= now()" \
 	"     ORDER BY c.scheduled_at, c.id LIMIT d.lim FOR UPDATE SKIP LOCKED) r)," \
-	" c_probe AS (" \
-	"   SELECT r.id, r.key FROM unnest($8::text[]) AS d(name)" \
+	" c_probe_held AS (" \
+	"   SELECT r.id, r.key, d.name FROM unnest($8::text[]) AS d(name)" \
 	"   CROSS JOIN LATERAL (" \
 	"     SELECT c.id, c.key FROM queuebox.outbox c" \
 	"     WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'destination'" \
 	"     ORDER BY c.id LIMIT 1 FOR UPDATE SKIP LOCKED) r)," \
+	" c_probe AS (" \
+	"   SELECT id, key FROM c_probe_held" \
+	"   UNION ALL" \
+	"   SELECT r.id, r.key FROM unnest($8::text[]) AS d(name)" \
+	"   CROSS JOIN LATERAL (" \
+	"     SELECT c.id, c.key FROM queuebox.outbox c" \
+	"     WHERE c.destination = d.name AND c.state = 'pending' AND c.hold IS NULL" \
+	"     ORDER BY c.scheduled_at, c.id LIMIT 1 FOR UPDATE SKIP LOCKED) r" \
+	"   WHERE d.name NOT IN (SELECT name FROM c_probe_held))," \
 	" cand AS (" \
 	"   SELECT * FROM c_intake UNION ALL SELECT * FROM c_ready" \
 	"   UNION ALL SELECT * FROM c_routed UNION ALL SELECT * FROM c_probe)," \
