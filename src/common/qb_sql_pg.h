@@ -218,6 +218,21 @@
  * Returns each destination's state before and after, and whether it is
  * paused now.
  */
+/*
+ * Breaker rows: $1 text[] destinations.  Run before QB_PG_OUTBOX_BREAKER,
+ * in a statement of its own, so that the breaker's FOR UPDATE finds every
+ * row it counts into.  Without it two settles that both found a
+ * destination's row missing both inserted it, and the second (ON CONFLICT
+ * DO UPDATE) overwrote the first's state with its own view: an open or
+ * disabled circuit closed again, its failures lost, and its opening logged
+ * twice.  This insert waits for a concurrent one instead and then does
+ * nothing.
+ */
+#define QB_PG_OUTBOX_BREAKER_ROWS \
+	"INSERT INTO queuebox.destination_state (destination)" \
+	" SELECT DISTINCT u.name FROM unnest($1::text[]) AS u(name)" \
+	" ON CONFLICT (destination) DO NOTHING"
+
 #define QB_PG_OUTBOX_BREAKER \
 	"WITH t AS (" \
 	"   SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::bool[], $5::bigint[]," \
