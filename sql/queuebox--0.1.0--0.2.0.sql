@@ -187,7 +187,9 @@ $$;
 
 /*
  * destination_status(): one row per destination of the configuration (and
- * any with a stored state): its circuit, why, and the rows waiting for it.
+ * any with a stored state): its circuit, why, and the rows waiting for it:
+ * pending counts the rows not routed yet by their topic's route, as
+ * outbox_stats does (rows parked behind a key are mostly not routed yet).
  */
 CREATE FUNCTION queuebox.destination_status(
 	OUT destination text, OUT state text, OUT failures int, OUT opened_at timestamptz,
@@ -198,15 +200,22 @@ CREATE FUNCTION queuebox.destination_status(
 	AS $$
 	WITH names AS (
 		SELECT n FROM unnest(queuebox._destination_names()) n
-		UNION SELECT d.destination FROM queuebox.destination_state d)
-	SELECT n, coalesce(d.state, 'closed'), coalesce(d.failures, 0), d.opened_at,
+		UNION SELECT d.destination FROM queuebox.destination_state d),
+	per_topic AS (
+		SELECT o.destination, o.topic, count(*) AS pending,
+			   count(*) FILTER (WHERE o.hold = 'destination') AS held
+		FROM queuebox.outbox o WHERE o.state = 'pending'
+		GROUP BY o.destination, o.topic),
+	waiting AS (
+		SELECT coalesce(p.destination, queuebox.route_of(p.topic)) AS n,
+			   sum(p.pending)::bigint AS pending, sum(p.held)::bigint AS held
+		FROM per_topic p GROUP BY 1)
+	SELECT names.n, coalesce(d.state, 'closed'), coalesce(d.failures, 0), d.opened_at,
 		   d.probe_at, d.paused_until, d.last_error, d.changed_at,
-		   (SELECT count(*) FROM queuebox.outbox o
-			WHERE o.state = 'pending' AND o.destination = names.n),
-		   (SELECT count(*) FROM queuebox.outbox o
-			WHERE o.state = 'pending' AND o.hold = 'destination' AND o.destination = names.n)
+		   coalesce(w.pending, 0), coalesce(w.held, 0)
 	FROM names LEFT JOIN queuebox.destination_state d ON d.destination = names.n
-	ORDER BY n
+	LEFT JOIN waiting w ON w.n = names.n
+	ORDER BY names.n
 $$;
 COMMENT ON FUNCTION queuebox.destination_status() IS
 	'Each destination''s circuit (closed, open, half-open, disabled), consecutive failures, pause, last error, and its pending and held rows.';

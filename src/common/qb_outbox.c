@@ -476,16 +476,21 @@ qbo_dispatch(QboEngine *e, QbOutboxRow *row, const char *token)
 	dest = &e->cfg->destinations[s->dest];
 	d = &e->dests[s->dest];
 	d->queued++;
-	if (s->row.not_due && !s->row.probe)
-		qbo_done(e, s, QB_SETTLE_ROUTE, s->row.attempt, 0, NULL);
-	else if (s->row.probe && d->probe)
+	if (s->row.probe && d->probe)
 	{
-		/* the one row a half-open destination is tried with */
+		/*
+		 * The one row a half-open destination is tried with, due or not: a
+		 * held row waited for its destination, not for its own backoff (as
+		 * at the unpark); a routed probe may be a retry waiting out its
+		 * backoff, which must not keep the circuit from closing.
+		 */
 		d->probe = false;
 		qb_log(e->host, QB_LOG_INFO, "destination %s is half-open: trying row %lld as its probe",
 			   dest->name, (long long) s->row.id);
 		qbo_start(e, s, tag);
 	}
+	else if (s->row.not_due)
+		qbo_done(e, s, QB_SETTLE_ROUTE, s->row.attempt, 0, NULL);
 	else if ((why = qbo_hold_reason(d)) != NULL)
 		qbo_hold(e, s, s->row.attempt, why);
 	else if (d->queued > dest->max_in_flight)

@@ -230,6 +230,21 @@
  * Returns each destination's state before and after, and whether it is
  * paused now.
  */
+/*
+ * Breaker rows: $1 text[] destinations.  Run before QB_PG_OUTBOX_BREAKER,
+ * in a statement of its own, so that the breaker's FOR UPDATE finds every
+ * row it counts into.  Without it two settles that both found a
+ * destination's row missing both inserted it, and the second (ON CONFLICT
+ * DO UPDATE) overwrote the first's state with its own view: an open or
+ * disabled circuit closed again, its failures lost, and its opening logged
+ * twice.  This insert waits for a concurrent one instead and then does
+ * nothing.
+ */
+#define QB_PG_OUTBOX_BREAKER_ROWS \
+	"INSERT INTO queuebox.destination_state (destination)" \
+	" SELECT DISTINCT u.name FROM unnest($1::text[]) AS u(name)" \
+	" ON CONFLICT (destination) DO NOTHING"
+
 #define QB_PG_OUTBOX_BREAKER \
 	"WITH t AS (" \
 	"   SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::bool[], $5::bigint[]," \
@@ -306,12 +321,19 @@
  * Unpark: $1 text[] destinations taking rows again, $2 int4 most rows.
  * Rows held for them become claimable, due now at the latest: they waited
  * for the destination, not for their own backoff.  Returns the rows moved.
+ * A destination of $1 whose stored circuit is not closed, or that is
+ * paused, keeps its rows (the caller's view may be stale, as a worker's is
+ * before its first claim): they are its half-open probes.
  */
 #define QB_PG_OUTBOX_UNPARK \
 	"UPDATE queuebox.outbox o" \
 	" SET hold = NULL, scheduled_at = least(o.scheduled_at, now())" \
 	" WHERE o.id = ANY (ARRAY(" \
-	"   SELECT x.id FROM unnest($1::text[]) AS d(name)" \
+	"   SELECT x.id FROM (" \
+	"     SELECT u.name FROM unnest($1::text[]) AS u(name)" \
+	"     WHERE NOT EXISTS (SELECT 1 FROM queuebox.destination_state s" \
+	"                       WHERE s.destination = u.name" \
+	"                         AND (s.state <> 'closed' OR s.paused_until > now()))) d" \
 	"   CROSS JOIN LATERAL (" \
 	"     SELECT c.id FROM queuebox.outbox c" \
 	"     WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'destination'" \

@@ -11,6 +11,9 @@
 #     qb_wait_for       and a polling loop around a Perl predicate
 #   - qb_npm_dir:       a test/node-style folder with its npm packages
 #                       installed from the lockfile (npm ci)
+#   - qb_key_order /    what the sinks delivered per key, in log order, and
+#     qb_dest_status /  the destinations' circuits (destination_status(),
+#     qb_log_count      the server log)
 #
 # No helper asserts on elapsed time; every wait is bounded and reports what
 # it waited for when it gives up.
@@ -39,6 +42,7 @@ our @EXPORT = qw(
   qb_wait_query qb_wait_for qb_worker_pids qb_launcher_pid qb_free_port
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
   qb_consumers_on_lock qb_test_binary qb_npm_dir
+  qb_key_order qb_dest_status qb_log_count qb_kill9_crash qb_insert_keyed
 );
 
 my $json = JSON::PP->new->canonical(1);
@@ -439,6 +443,138 @@ sub qb_wait_log
 		usleep(100_000);
 	}
 	return $log;
+}
+
+# ---------------------------------------------------------------- delivery
+
+# qb_key_order($node, $sinks, $where): the 2xx answers the sinks (one sink
+# or an arrayref, read in that order: a sink restarted on the same port
+# comes after the one it replaced) gave to the outbox rows matching $where,
+# per key (NULL keys are not ordered).  Returns {
+#   rows       the rows matching $where,
+#   delivered  of them, rows with at least one 2xx,
+#   dups       rows with more than one 2xx (at least once),
+#   dup_ids    their ids,
+#   keys, keys_in_order
+#              keys, and keys whose every row has a 2xx and whose 2xx
+#              answers, in log order, never go back to an earlier id (a
+#              repeat of the same id is allowed: count it with dups),
+#   requests   requests of these rows, any status,
+#   bad        diagnostics of the keys out of order }
+sub qb_key_order
+{
+	my ($node, $sinks, $where) = @_;
+	$sinks = [$sinks] if ref $sinks eq 'HASH';
+	my (%row, %ids_of);
+	for my $l (split /\n/, $node->safe_psql('postgres',
+			'SELECT message_id, id, coalesce(key, \'\') FROM queuebox.outbox'
+			  . ($where ? " WHERE $where" : '') . ' ORDER BY id'))
+	{
+		my ($mid, $id, $key) = split /\|/, $l, 3;
+		$row{$mid} = { id => $id, key => $key };
+		push @{ $ids_of{$key} }, $id if $key ne '';
+	}
+	my (%ok_seq, %ok_n);
+	my $requests = 0;
+	for my $s (@$sinks)
+	{
+		for my $r (@{ qb_sink_requests($s) })
+		{
+			my $m = $row{ $r->{mid} } or next;
+			$requests++;
+			next unless $r->{status} >= 200 && $r->{status} < 300;
+			$ok_n{ $r->{mid} }++;
+			push @{ $ok_seq{ $m->{key} } }, $m->{id} if $m->{key} ne '';
+		}
+	}
+	my %res = (rows => scalar(keys %row), requests => $requests,
+		keys => scalar(keys %ids_of), keys_in_order => 0, bad => []);
+	$res{delivered} = grep { $ok_n{$_} } keys %row;
+	my @dup = sort { $a <=> $b } map { $row{$_}{id} } grep { ($ok_n{$_} // 0) > 1 } keys %row;
+	$res{dups} = @dup;
+	$res{dup_ids} = \@dup;
+	for my $key (sort keys %ids_of)
+	{
+		my @seq = @{ $ok_seq{$key} // [] };
+		my @distinct;
+		my $back = 0;
+		for my $id (@seq)
+		{
+			if (@distinct && $id < $distinct[-1]) { $back = 1; last }
+			push @distinct, $id unless @distinct && $id == $distinct[-1];
+		}
+		if (!$back && "@distinct" eq "@{ $ids_of{$key} }")
+		{
+			$res{keys_in_order}++;
+		}
+		elsif (@{ $res{bad} } < 5)
+		{
+			push @{ $res{bad} }, sprintf('key %s: 2xx in log order: %s; ids: %s', $key,
+				join(',', @seq[0 .. ($#seq > 30 ? 30 : $#seq)]),
+				join(',', @{ $ids_of{$key} }[0 .. ($#{ $ids_of{$key} } > 30 ? 30 : $#{ $ids_of{$key} })]));
+		}
+	}
+	return \%res;
+}
+
+# qb_dest_status($node, $name): queuebox.destination_status() of one
+# destination as a hash (state, failures, opened_at, probe_at, paused_until,
+# last_error, changed_at, pending, held, plus paused: paused_until > now()).
+sub qb_dest_status
+{
+	my ($node, $name) = @_;
+	my $r = $node->safe_psql('postgres',
+		q{SELECT state, failures, coalesce(opened_at::text, ''), coalesce(probe_at::text, ''),
+				 coalesce(paused_until::text, ''), coalesce(paused_until > now(), false),
+				 pending, held, coalesce(changed_at::text, ''),
+				 coalesce(replace(last_error, E'\n', ' '), '')
+		  FROM queuebox.destination_status() WHERE destination = } . qb_sql_quote($name));
+	return undef if $r eq '';
+	my %h;
+	@h{qw(state failures opened_at probe_at paused_until paused pending held changed_at last_error)}
+	  = split /\|/, $r, 10;
+	$h{paused} = $h{paused} eq 't' ? 1 : 0;
+	return \%h;
+}
+
+# qb_log_count($node, qr/.../, $offset): lines of the server log from
+# $offset that match.
+sub qb_log_count
+{
+	my ($node, $re, $offset) = @_;
+	return scalar grep { $_ =~ $re } split /\n/, slurp_file($node->logfile, $offset // 0);
+}
+
+# qb_kill9_crash($node, $pid, $what): kill -9 a backend (a worker) and wait
+# for the postmaster to reinitialize (the node needs restart_after_crash =
+# on); two ok()s.  Returns the log offset from before the kill.
+sub qb_kill9_crash
+{
+	my ($node, $pid, $what) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $offset = -s $node->logfile;
+	ok(kill('KILL', $pid), "$what: kill -9 $pid");
+	local $PostgreSQL::Test::Utils::timeout_default = 60;
+	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $offset);
+	pass("$what: the postmaster crash-restarts the cluster");
+	return $offset;
+}
+
+# qb_insert_keyed($node, $topic, $n, $nkeys, $prefix[, $first_sink]): $n
+# rows of $topic, row i with key $prefix . (i % $nkeys) and payload
+# {"seq": i}; $first_sink (JSON text) is the "_sink" script of row 0.
+sub qb_insert_keyed
+{
+	my ($node, $topic, $n, $nkeys, $prefix, $first_sink) = @_;
+	my $payload = $first_sink
+	  ? "CASE WHEN i = 0 THEN jsonb_build_object('seq', i, '_sink', "
+	  . qb_sql_quote($first_sink) . "::jsonb) ELSE jsonb_build_object('seq', i) END"
+	  : "jsonb_build_object('seq', i)";
+	$node->safe_psql('postgres',
+		'INSERT INTO queuebox.outbox (topic, key, payload) SELECT ' . qb_sql_quote($topic)
+		  . ', ' . qb_sql_quote($prefix) . " || (i % $nkeys), $payload"
+		  . " FROM generate_series(0, $n - 1) i");
+	return;
 }
 
 # ---------------------------------------------------------------- state
