@@ -12,7 +12,8 @@
  *	  commit; a settle never waits for a slow request of another row.
  *	- A destination takes rows when its circuit is closed and no Retry-After
  *	  pauses it; at most maxInFlight of its rows are sending at once, as many
- *	  more may wait queued, and rows beyond that go back to the table routed
+ *	  more plus a batch may wait queued (a cycle's promotions are not
+ *	  bounded by its room), and rows beyond that go back to the table routed
  *	  (claimed again when it has room).  Rows of a destination that takes
  *	  none are held (hold 'destination') without spending an attempt, except
  *	  the one probe row of a half-open destination.
@@ -51,7 +52,7 @@
 #define QBO_RETENTION_EVERY_MS	60000
 #define QBO_RETENTION_BATCH		1000
 #define QBO_FULL_SCAN_MS		1000
-#define QBO_SETTLE_DELAY_MS		2	/* the longest a done row waits for company */
+#define QBO_SETTLE_DELAY_MS		5	/* the longest a done row waits for company */
 #define QBO_CYCLE_RETRY_MS		200
 
 typedef enum QboSlotState
@@ -493,7 +494,7 @@ qbo_dispatch(QboEngine *e, QbOutboxRow *row, const char *token)
 		qbo_done(e, s, QB_SETTLE_ROUTE, s->row.attempt, 0, NULL);
 	else if ((why = qbo_hold_reason(d)) != NULL)
 		qbo_hold(e, s, s->row.attempt, why);
-	else if (d->queued > dest->max_in_flight)
+	else if (d->queued > dest->max_in_flight + e->cfg->outbox.batch_size)
 		/* more than it can take soon: back to the table, routed */
 		qbo_done(e, s, QB_SETTLE_ROUTE, s->row.attempt, 0, NULL);
 	else if (d->sending < dest->max_in_flight)
@@ -671,15 +672,25 @@ qbo_room(QboEngine *e, int i)
 	return room > 0 ? room : 0;
 }
 
-/* qbo_want_claim: is there room anywhere, and rows may be waiting? */
+/*
+ * qbo_want_claim: rows may be waiting, and a destination has room for half
+ * of what it may be given at once (claims of a few rows each would cost a
+ * transaction per few rows), or nothing at all is in flight.
+ */
 static bool
 qbo_want_claim(QboEngine *e)
 {
 	if (e->reload_pending || e->claim_idle || e->host->should_stop(e->host->ctx))
 		return false;
 	for (int i = 0; i < e->cfg->ndestinations; i++)
-		if (qbo_room(e, i) > 0)
+	{
+		int			most = 2 * e->cfg->destinations[i].max_in_flight;
+
+		if (most > e->cfg->outbox.batch_size)
+			most = e->cfg->outbox.batch_size;
+		if (qbo_room(e, i) > 0 && (qbo_room(e, i) * 2 >= most || e->nactive == 0))
 			return true;
+	}
 	/* no destination at all: rows still need their "no route" outcome */
 	return e->cfg->ndestinations == 0;
 }

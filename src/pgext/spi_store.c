@@ -567,7 +567,23 @@ qbs_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 			out->nsettled = (int) qb_spi_outbox_settle(args, nulls, claim, out);
 		}
 		if (claim != NULL)
-			qbs_claim(claim, qbs_states(claim->probe_ms, out), out);
+		{
+			/*
+			 * The rows the promotion claimed came first: new and ready rows
+			 * only for the room left.  A new row read while its key's earlier
+			 * row is open costs a park, and the promotion takes it anyway when
+			 * that row ends; while promotions fill the room, rows further back
+			 * wait their turn, as in any queue.
+			 */
+			QbClaimReq	c = *claim;
+
+			for (int i = 0; i < out->nrows; i++)
+				if (out->rows[i].claimed)
+					c.batch_size--;
+			if (c.batch_size < 0)
+				c.batch_size = 0;
+			qbs_claim(&c, qbs_states(claim->probe_ms, out), out);
+		}
 		qbs_commit();
 	}
 	PG_CATCH();
