@@ -273,7 +273,9 @@ qbo_publish_done(void *arg, int tag, const QbPubOutcome *out)
 	s->attempted = true;
 	s->attempt_ok = out->ok;
 	s->gone = gone;
-	s->retry_after_ms = ra > 0 ? ra : 0;
+	/* the destination's pause, as the row's retry, is capped by backoff.maxMs */
+	s->retry_after_ms = ra <= 0 ? 0 : ra < e->cfg->outbox.backoff.max_ms ? ra :
+		e->cfg->outbox.backoff.max_ms;
 	if (out->ok)
 	{
 		qbo_done(e, s, QB_SETTLE_SENT, s->row.attempt + 1, 0, NULL);
