@@ -1,0 +1,82 @@
+# The intake floor (docs/design/claim.md): new rows are claimed from where
+# the last claim stopped, so rows that commit late must still be delivered:
+# an insert that got its id before a claim passed it and committed after,
+# a prepared transaction (COMMIT PREPARED runs no callback of ours), and
+# rows inserted while a REPEATABLE READ snapshot is held.  Rows are counted
+# before and after each case.
+use strict;
+use warnings;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use QueueBoxTest;
+
+my $node = qb_node('floor', conf => "max_prepared_transactions = 4\n");
+my $sink = qb_sink_start(name => 'floor');
+
+qb_configure($node,
+	qb_config_yaml(
+		destinations => { s => { type => 'http', baseUrl => $sink->{url}, path => '/e' } },
+		routes => [ { topicPattern => '**', destination => 's' } ]));
+
+my $sent = sub {
+	my ($topic) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT count(*) FROM queuebox.outbox WHERE topic = '$topic' AND state = 'sent'");
+};
+
+# ---- a late commit: its id is below rows claimed before it committed
+my $late = $node->background_psql('postgres');
+$late->query_safe(q{BEGIN; INSERT INTO queuebox.outbox (topic, payload) VALUES ('late', '{"n": 0}')});
+my $late_id = $late->query_safe(q{SELECT max(id) FROM queuebox.outbox WHERE topic = 'late'});
+$late_id =~ s/\s+//g;
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, key, payload)
+	SELECT 'early', 'e' || (g % 10), jsonb_build_object('n', g) FROM generate_series(1, 200) g});
+qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = 'early' AND state = 'sent'",
+	200, 'the 200 rows inserted after it are sent (the claims passed its id)');
+cmp_ok($node->safe_psql('postgres', "SELECT min(id) FROM queuebox.outbox WHERE topic = 'early'"),
+	'>', $late_id, 'their ids are above the open transaction\'s row');
+$late->query_safe('COMMIT');
+$late->quit;
+qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE topic = 'late'", 'sent',
+	'the row that committed late is sent');
+is(scalar(grep { $_->{body} =~ /"n": 0/ } @{ qb_sink_requests($sink) }), 1,
+	'and it reached the sink once');
+
+# ---- a prepared transaction's rows
+$node->safe_psql('postgres', q{BEGIN;
+	INSERT INTO queuebox.outbox (topic, payload) SELECT 'prepared', jsonb_build_object('n', g) FROM generate_series(1, 5) g;
+	PREPARE TRANSACTION 'qb_floor'});
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload)
+	SELECT 'after', jsonb_build_object('n', g) FROM generate_series(1, 50) g});
+qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = 'after' AND state = 'sent'",
+	50, 'rows inserted after the PREPARE are sent');
+$node->safe_psql('postgres', q{COMMIT PREPARED 'qb_floor'});
+qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = 'prepared' AND state = 'sent'",
+	5, 'the prepared transaction\'s 5 rows are sent after COMMIT PREPARED (no commit callback: the full read finds them)');
+
+# ---- a held snapshot: a REPEATABLE READ reader open from before the rows
+my $before = qb_outbox_count($node);
+my $reader = $node->background_psql('postgres');
+$reader->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+my $seen = $reader->query_safe('SELECT count(*) FROM queuebox.outbox');
+$seen =~ s/\s+//g;
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, key, payload)
+	SELECT 'held', 'h' || (g % 100), jsonb_build_object('n', g) FROM generate_series(1, 3000) g});
+qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = 'held' AND state = 'sent'",
+	3000, 'the 3000 rows inserted under a held snapshot are sent', timeout => 120);
+my $still = $reader->query_safe('SELECT count(*) FROM queuebox.outbox');
+$still =~ s/\s+//g;
+is($still, $seen, 'the reader\'s snapshot was held the whole time (it still sees the old count)');
+$reader->query_safe('COMMIT');
+$reader->quit;
+is(qb_outbox_count($node), $before + 3000, 'no row appeared or vanished');
+is($node->safe_psql('postgres', "SELECT count(*) FROM queuebox.outbox WHERE state <> 'sent'"),
+	'0', 'every row of the test is sent');
+my $o = qb_key_order($node, $sink, "topic = 'held'");
+is($o->{delivered}, 3000, 'the sink has every held-snapshot row');
+is($o->{keys_in_order}, $o->{keys}, 'each key\'s rows reached the sink in id order')
+  or diag(explain($o->{bad}));
+
+qb_sink_stop($sink);
+$node->stop;
+done_testing();
