@@ -273,3 +273,224 @@ COMMENT ON VIEW queuebox.outbox_stats IS
 /* The schema version the workers check before they claim. */
 CREATE FUNCTION queuebox._schema_version() RETURNS text
 	LANGUAGE sql IMMUTABLE AS $$ SELECT '0.2.0'::text $$;
+
+-- ===========================================================================
+-- The inbox: pull and relay claims that no failing aggregate can slow
+-- (docs/design/claim.md, "The inbox: pull and relay")
+-- ===========================================================================
+/*
+ * The same design as the outbox: a row that cannot be claimed because an
+ * earlier row of its unit is open is parked (hold 'aggregate') at its first
+ * claim, and leaves the claim's indexes; the statement that ends the
+ * earlier row promotes the next one, in a later statement of the same
+ * transaction.  The units:
+ *	- pull: (source, aggregate_id); a pull row waits for every earlier open
+ *	  row of its source and aggregate (as in 0.1.0, push rows of the same
+ *	  source included);
+ *	- push (the relay): aggregate_id across every push source; a push row
+ *	  waits for earlier open push rows only.
+ * Rows without an aggregate take part in no ordering and are never parked.
+ * The states of the spec are unchanged (parked rows are pending).
+ */
+ALTER TABLE queuebox.inbox
+	ADD COLUMN hold varchar(20)
+		CONSTRAINT inbox_hold_check CHECK (hold IN ('aggregate'));
+COMMENT ON COLUMN queuebox.inbox.hold IS
+	'aggregate: a pending row waiting for an earlier open row of its aggregate (released when that row ends); NULL: claimable when due.';
+
+-- The claims read due unparked rows in due order (a head retried a day
+-- ahead is not walked), and expired leases from an index of their own.  The
+-- order within an aggregate does not come from these indexes: a row is
+-- claimed only when no earlier row of its unit is open (the aggregate
+-- indexes below), and parking leaves one open head per unit to look at.
+DROP INDEX queuebox.inbox_push_open_idx;
+CREATE INDEX inbox_pull_due_idx ON queuebox.inbox (source, scheduled_at, created_at, id)
+	WHERE state = 'pending' AND consumption = 'pull' AND hold IS NULL;
+CREATE INDEX inbox_pull_lease_idx ON queuebox.inbox (source, lease_until)
+	WHERE state = 'processing' AND consumption = 'pull';
+CREATE INDEX inbox_push_due_idx ON queuebox.inbox (scheduled_at, created_at, id)
+	WHERE state = 'pending' AND consumption = 'push' AND hold IS NULL;
+CREATE INDEX inbox_push_lease_idx ON queuebox.inbox (lease_until)
+	WHERE state = 'processing' AND consumption = 'push';
+-- inbox_open_idx stays for the gauges and operators (no claim reads it);
+-- inbox_aggregate_open_idx and inbox_push_aggregate_idx find a row's
+-- nearest earlier open row (the claim) and a unit's first (the promotion).
+
+/*
+ * inbox_claim: as in 0.1.0 (same signature, same rows), now O(batch_size):
+ * candidates are due unparked pull rows of the source in due order, and
+ * processing rows whose lease expired (a takeover, the old token fenced
+ * off), up to batch_size together.  For each candidate with an aggregate,
+ * its nearest earlier open row (created_at, id) of the same source and
+ * aggregate:
+ *	- none: claimed (new token, lease);
+ *	- one this statement can lock FOR SHARE and that is still open: the
+ *	  candidate is parked (pending, hold 'aggregate'; a takeover candidate
+ *	  loses its expired claim).  The lock is why no park is lost: the
+ *	  statement that ends that earlier row must wait for it, so its
+ *	  promotion (a later snapshot) sees the park;
+ *	- one locked by another transaction (being claimed or ended right now):
+ *	  left as it is, still a candidate for the next claim.
+ * Nothing waits (SKIP LOCKED throughout).
+ */
+CREATE OR REPLACE FUNCTION queuebox.inbox_claim(source text, batch_size int, lease_ms int)
+	RETURNS TABLE (id bigint, claim_token uuid, source text, idempotency_key text,
+				   event_type text, aggregate_id text, payload jsonb, headers jsonb,
+				   attempt int, created_at timestamptz)
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH c_lease AS MATERIALIZED (
+		SELECT c.id, c.aggregate_id, c.created_at FROM queuebox.inbox c
+		WHERE c.source = inbox_claim.source AND c.consumption = 'pull'
+		  AND c.state = 'processing' AND c.lease_until < now()
+		ORDER BY c.lease_until LIMIT inbox_claim.batch_size
+		FOR UPDATE SKIP LOCKED),
+	c_due AS MATERIALIZED (
+		SELECT c.id, c.aggregate_id, c.created_at FROM queuebox.inbox c
+		WHERE c.source = inbox_claim.source AND c.consumption = 'pull'
+		  AND c.state = 'pending' AND c.hold IS NULL AND c.scheduled_at <= now()
+		ORDER BY c.scheduled_at, c.created_at, c.id
+		LIMIT greatest(inbox_claim.batch_size - (SELECT count(*) FROM c_lease), 0)
+		FOR UPDATE SKIP LOCKED),
+	cand AS (SELECT * FROM c_lease UNION ALL SELECT * FROM c_due),
+	blk AS MATERIALIZED (
+		SELECT c.id AS cid, b.id AS bid FROM cand c
+		CROSS JOIN LATERAL (
+			SELECT e.id FROM queuebox.inbox e
+			WHERE e.source = inbox_claim.source AND e.aggregate_id = c.aggregate_id
+			  AND e.state IN ('pending', 'processing')
+			  AND (e.created_at, e.id) < (c.created_at, c.id)
+			ORDER BY e.created_at DESC, e.id DESC LIMIT 1) b
+		WHERE c.aggregate_id IS NOT NULL),
+	lk AS MATERIALIZED (
+		SELECT e.id FROM queuebox.inbox e
+		WHERE e.id = ANY (ARRAY(SELECT bid FROM blk)) AND e.state IN ('pending', 'processing')
+		FOR SHARE SKIP LOCKED),
+	dec AS MATERIALIZED (
+		SELECT c.id, b.bid IS NULL AS claim FROM cand c LEFT JOIN blk b ON b.cid = c.id
+		WHERE b.bid IS NULL OR b.bid = ANY (ARRAY(SELECT id FROM lk))),
+	u AS (
+		UPDATE queuebox.inbox i
+		SET state = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))
+						 THEN 'processing' ELSE 'pending' END,
+			hold = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))
+						THEN NULL ELSE 'aggregate' END,
+			claim_token = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))
+							   THEN gen_random_uuid() END,
+			lease_until = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))
+							   THEN now() + inbox_claim.lease_ms * interval '1 millisecond' END
+		WHERE i.id = ANY (ARRAY(SELECT id FROM dec))
+		RETURNING i.state = 'processing' AS claim, i.id, i.claim_token, i.source,
+				  i.idempotency_key, i.event_type, i.aggregate_id, i.payload, i.headers,
+				  i.attempt, i.created_at)
+	SELECT u.id, u.claim_token, u.source, u.idempotency_key, u.event_type,
+		   u.aggregate_id, u.payload, u.headers, u.attempt, u.created_at
+	FROM u WHERE u.claim ORDER BY u.created_at, u.id
+$$;
+
+/*
+ * inbox_complete and inbox_dead: as in 0.1.0 (true only when exactly one
+ * row changed), and they promote the next row of the (source, aggregate):
+ * both are _inbox_end, two statements, each with its own snapshot (a
+ * VOLATILE SQL function takes a new one per statement in READ COMMITTED):
+ *	1. lock the claimed row FOR NO KEY UPDATE: this waits for every claim
+ *	   that is parking a row behind it (they hold FOR SHARE on it), and from
+ *	   then on no claim can park behind it (SKIP LOCKED);
+ *	2. end the row (state processed or dead, last_error set for dead), and
+ *	   release the first other open row of its source and aggregate when
+ *	   that is a pending pull row.  This snapshot is newer than every park
+ *	   behind the row, so it sees them all.  A row that looks unparked is
+ *	   updated too (hold stays NULL), so a park this snapshot cannot see
+ *	   (REPEATABLE READ, SERIALIZABLE) ends in a serialization failure
+ *	   rather than in a row parked for ever.
+ * Run them in READ COMMITTED (the client libraries do): in REPEATABLE READ
+ * a row inserted and parked after the transaction's snapshot is missed.
+ */
+CREATE FUNCTION queuebox._inbox_end(id bigint, claim_token uuid, end_state text, error text)
+	RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	SELECT 1 FROM queuebox.inbox i
+	WHERE i.id = _inbox_end.id AND i.claim_token = _inbox_end.claim_token
+	  AND i.state = 'processing'
+	FOR NO KEY UPDATE;
+
+	WITH u AS (
+		UPDATE queuebox.inbox i
+		SET state = _inbox_end.end_state,
+			last_error = CASE WHEN _inbox_end.end_state = 'dead' THEN _inbox_end.error
+							  ELSE i.last_error END,
+			claim_token = NULL, lease_until = NULL
+		WHERE i.id = _inbox_end.id AND i.claim_token = _inbox_end.claim_token
+		  AND i.state = 'processing'
+		RETURNING i.id, i.source, i.aggregate_id),
+	p AS (
+		UPDATE queuebox.inbox o SET hold = NULL
+		WHERE o.id = (
+			SELECT f.id FROM u CROSS JOIN LATERAL (
+				SELECT e.id, e.consumption FROM queuebox.inbox e
+				WHERE e.source = u.source AND e.aggregate_id = u.aggregate_id
+				  AND e.state IN ('pending', 'processing') AND e.id <> u.id
+				ORDER BY e.created_at, e.id LIMIT 1) f
+			WHERE f.consumption = 'pull')
+		  AND o.state = 'pending'
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u
+$$;
+
+CREATE OR REPLACE FUNCTION queuebox.inbox_complete(id bigint, claim_token uuid)
+	RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	SELECT queuebox._inbox_end(inbox_complete.id, inbox_complete.claim_token, 'processed', NULL)
+$$;
+
+CREATE OR REPLACE FUNCTION queuebox.inbox_dead(id bigint, claim_token uuid, error text)
+	RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	SELECT queuebox._inbox_end(inbox_dead.id, inbox_dead.claim_token, 'dead', inbox_dead.error)
+$$;
+
+/*
+ * inbox_retry needs no change: the row stays open (pending, due later), so
+ * the rows parked behind it stay parked, and it is claimed again from the
+ * due index when due (it has no earlier open row, so it is never parked).
+ *
+ * requeue_inbox: a dead row back to pending, unparked (hold NULL; a dead
+ * row was never parked, the assignment only makes it certain).  Nothing
+ * parked behind others is stuck by it: the next claim checks the requeued
+ * row's order like any new row's, and parks it behind an open earlier row
+ * if there is one; a row parked behind a later row is released when that
+ * row ends, or, when the requeued row is now the first open row of the
+ * unit, by the promotion of the requeued row's own end (a promotion
+ * releases the first open row of the unit, whichever row ended).
+ */
+CREATE OR REPLACE FUNCTION queuebox.requeue_inbox(id bigint) RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.inbox i
+		SET state = 'pending', attempt = 0, scheduled_at = now(),
+			claim_token = NULL, lease_until = NULL, hold = NULL
+		WHERE i.id = requeue_inbox.id AND i.state = 'dead'
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u, LATERAL (SELECT queuebox._arm_relay_wake()) w
+$$;
+
+CREATE OR REPLACE FUNCTION queuebox.requeue_inbox(
+	source text, since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL)
+	RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.inbox i
+		SET state = 'pending', attempt = 0, scheduled_at = now(),
+			claim_token = NULL, lease_until = NULL, hold = NULL
+		WHERE i.state = 'dead'
+		  AND (requeue_inbox.source IS NULL OR i.source = requeue_inbox.source)
+		  AND (requeue_inbox.since IS NULL OR i.created_at >= requeue_inbox.since)
+		  AND (requeue_inbox.until IS NULL OR i.created_at < requeue_inbox.until)
+		RETURNING 1)
+	SELECT count(*) FROM u, LATERAL (SELECT queuebox._arm_relay_wake()) w
+$$;

@@ -55,6 +55,24 @@ SELECT state, count(*) FROM queuebox.inbox GROUP BY state ORDER BY state;
 -- the inbox trigger is in place (it arms the relay's wake at commit)
 SELECT tgname FROM pg_trigger WHERE tgrelid = 'queuebox.inbox'::regclass AND NOT tgisinternal;
 
+-- requeue_inbox and parking: a dead row goes back unparked, and the relay
+-- claims it before the later rows of its aggregate, which wait parked
+-- behind it and are released one by one as each forward ends its row
+DELETE FROM queuebox.inbox;
+INSERT INTO queuebox.inbox (source, idempotency_key, aggregate_id, payload, consumption, state, created_at) VALUES
+  ('github', 'q_1', 'cus_9', '{"n": 1}', 'push', 'dead', now() - interval '3 min'),
+  ('stripe', 'q_2', 'cus_9', '{"n": 2}', 'push', 'pending', now() - interval '2 min'),
+  ('github', 'q_3', 'cus_9', '{"n": 3}', 'push', 'pending', now() - interval '1 min');
+SELECT queuebox.requeue_inbox('github') AS requeued;
+SELECT idempotency_key FROM queuebox._relay_claim(10, 60000, 'cccccccc-0000-0000-0000-000000000001') c
+JOIN queuebox.inbox i USING (id);
+SELECT idempotency_key, state, hold FROM queuebox.inbox ORDER BY created_at;
+SELECT queuebox._relay_forward('cccccccc-0000-0000-0000-000000000001',
+  ARRAY(SELECT id FROM queuebox.inbox WHERE idempotency_key = 'q_1'), ARRAY['github.x'], NULL);
+SELECT idempotency_key, state, hold FROM queuebox.inbox ORDER BY created_at;
+SELECT idempotency_key FROM queuebox._relay_claim(10, 60000, 'cccccccc-0000-0000-0000-000000000002') c
+JOIN queuebox.inbox i USING (id);
+
 DELETE FROM queuebox.outbox;
 DELETE FROM queuebox.inbox;
 DELETE FROM queuebox.config;

@@ -380,28 +380,65 @@
 
 /*
  * Relay claim: $1 int4 batch size, $2 int8 lease in ms, $3 uuid claim token.
- * Push rows, pending and due or processing with an expired lease.  One
- * message of an aggregate is in flight across all push sources together, in
- * created_at order; rows without an aggregate take part in no ordering.
+ * One message of an aggregate is in flight across all push sources
+ * together, in created_at order; rows without an aggregate take part in no
+ * ordering.  As the outbox claim (docs/design/claim.md, "The inbox: pull
+ * and relay"), O(batch), whatever waits:
+ *	- candidates: push rows whose lease expired (a takeover), then pending
+ *	  unparked due push rows in due order, up to $1 together: a head
+ *	  retried later is not walked, and parked rows are in neither index;
+ *	- for each candidate with an aggregate, its nearest earlier open push
+ *	  row (created_at, id) of that aggregate: none, the row is claimed;
+ *	  one this statement can lock FOR SHARE and that is still open, the
+ *	  row is parked (pending, hold 'aggregate'; a takeover loses its
+ *	  expired claim), and the forward that ends the earlier row must wait
+ *	  for that lock, so its promotion (QB_PG_RELAY_PROMOTE, a later
+ *	  statement) sees the park; one locked by another transaction, the row
+ *	  is left as it is, a candidate again next time.
+ * Nothing waits (SKIP LOCKED throughout).  Returns the claimed rows only.
  */
 #define QB_PG_RELAY_CLAIM \
-	"UPDATE queuebox.inbox i" \
-	" SET state = 'processing', claim_token = $3," \
-	"     lease_until = now() + $2 * interval '1 millisecond'" \
-	" WHERE i.id = ANY (ARRAY(" \
-	"   SELECT c.id FROM queuebox.inbox c" \
-	"   WHERE c.consumption = 'push' AND c.state IN ('pending', 'processing')" \
-	"     AND ((c.state = 'pending' AND c.scheduled_at <= now())" \
-	"          OR (c.state = 'processing' AND c.lease_until < now()))" \
-	"     AND (c.aggregate_id IS NULL OR NOT EXISTS (" \
-	"       SELECT 1 FROM queuebox.inbox e" \
-	"       WHERE e.consumption = 'push' AND e.aggregate_id = c.aggregate_id" \
-	"         AND e.state IN ('pending', 'processing')" \
-	"         AND (e.created_at, e.id) < (c.created_at, c.id)))" \
-	"   ORDER BY c.created_at, c.id" \
-	"   LIMIT $1" \
-	"   FOR UPDATE SKIP LOCKED))" \
-	" RETURNING i.id, i.source, i.event_type, i.created_at"
+	"WITH c_lease AS MATERIALIZED (" \
+	"   SELECT c.id, c.aggregate_id, c.created_at FROM queuebox.inbox c" \
+	"   WHERE c.consumption = 'push' AND c.state = 'processing' AND c.lease_until < now()" \
+	"   ORDER BY c.lease_until LIMIT $1 FOR UPDATE SKIP LOCKED)," \
+	" c_due AS MATERIALIZED (" \
+	"   SELECT c.id, c.aggregate_id, c.created_at FROM queuebox.inbox c" \
+	"   WHERE c.consumption = 'push' AND c.state = 'pending' AND c.hold IS NULL" \
+	"     AND c.scheduled_at <= now()" \
+	"   ORDER BY c.scheduled_at, c.created_at, c.id" \
+	"   LIMIT greatest($1 - (SELECT count(*) FROM c_lease), 0) FOR UPDATE SKIP LOCKED)," \
+	" cand AS (SELECT * FROM c_lease UNION ALL SELECT * FROM c_due)," \
+	" blk AS MATERIALIZED (" \
+	"   SELECT c.id AS cid, b.id AS bid FROM cand c" \
+	"   CROSS JOIN LATERAL (" \
+	"     SELECT e.id FROM queuebox.inbox e" \
+	"     WHERE e.consumption = 'push' AND e.aggregate_id = c.aggregate_id" \
+	"       AND e.state IN ('pending', 'processing')" \
+	"       AND (e.created_at, e.id) < (c.created_at, c.id)" \
+	"     ORDER BY e.created_at DESC, e.id DESC LIMIT 1) b" \
+	"   WHERE c.aggregate_id IS NOT NULL)," \
+	" lk AS MATERIALIZED (" \
+	"   SELECT e.id FROM queuebox.inbox e" \
+	"   WHERE e.id = ANY (ARRAY(SELECT bid FROM blk)) AND e.state IN ('pending', 'processing')" \
+	"   FOR SHARE SKIP LOCKED)," \
+	" dec AS MATERIALIZED (" \
+	"   SELECT c.id, b.bid IS NULL AS claim FROM cand c LEFT JOIN blk b ON b.cid = c.id" \
+	"   WHERE b.bid IS NULL OR b.bid = ANY (ARRAY(SELECT id FROM lk)))," \
+	" u AS (" \
+	"   UPDATE queuebox.inbox i" \
+	"   SET state = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))" \
+	"                    THEN 'processing' ELSE 'pending' END," \
+	"       hold = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))" \
+	"                   THEN NULL ELSE 'aggregate' END," \
+	"       claim_token = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))" \
+	"                          THEN $3::uuid END," \
+	"       lease_until = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))" \
+	"                          THEN now() + $2 * interval '1 millisecond' END" \
+	"   WHERE i.id = ANY (ARRAY(SELECT id FROM dec))" \
+	"   RETURNING i.id, i.source, i.event_type, i.created_at, i.state = 'processing' AS claimed)" \
+	" SELECT u.id, u.source, u.event_type, u.created_at FROM u WHERE u.claimed" \
+	" ORDER BY u.created_at, u.id"
 
 /*
  * The inbox-to-outbox mapping, shared by the relay's forward and
@@ -435,7 +472,8 @@
  * row with a non-empty topic becomes an outbox row (QB_PG_INBOX_TO_OUTBOX)
  * and is marked processed; a row whose topic rendered empty is marked dead.
  * Fenced by the token.  Returns one row: the inbox rows settled, the outbox
- * rows inserted.
+ * rows inserted.  The caller then runs QB_PG_RELAY_PROMOTE with the same
+ * ids, in a later statement of the same transaction.
  */
 #define QB_PG_RELAY_FORWARD \
 	"WITH s AS (" \
@@ -456,6 +494,43 @@
 	"   FROM c WHERE i.id = c.id" \
 	"   RETURNING 1)" \
 	" SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM ins)"
+
+/*
+ * Relay promote: $1 int8[] the inbox rows the forward just ended (processed
+ * or dead), in a statement after it, so its snapshot sees every park made
+ * while they were open (the claim parked them holding a FOR SHARE lock on
+ * the ended row, which the forward's update waited for).  For each ended
+ * row with an aggregate, two units may have been waiting on it:
+ *	- the aggregate across push sources: its first open push row;
+ *	- the row's (source, aggregate) for pull rows (a pull row waits for
+ *	  earlier open rows of its source, push ones too): the first open row
+ *	  of the source and aggregate, when it is a pull row.
+ * Each such first row, when pending, is released (hold NULL).  A row that
+ * looks unparked is updated too: if a claim is parking it at that moment
+ * the update waits for it and releases the parked version.  Rows of the
+ * first kind that are not first stay parked behind their own earlier row.
+ * Returns the rows released.
+ */
+#define QB_PG_RELAY_PROMOTE \
+	"WITH x AS (" \
+	"   SELECT i.source, i.aggregate_id FROM queuebox.inbox i" \
+	"   WHERE i.id = ANY ($1::bigint[]) AND i.aggregate_id IS NOT NULL" \
+	"     AND i.state IN ('processed', 'dead'))," \
+	" nx AS (" \
+	"   SELECT (SELECT e.id FROM queuebox.inbox e" \
+	"           WHERE e.consumption = 'push' AND e.aggregate_id = x.aggregate_id" \
+	"             AND e.state IN ('pending', 'processing')" \
+	"           ORDER BY e.created_at, e.id LIMIT 1) AS id FROM x" \
+	"   UNION ALL" \
+	"   SELECT f.id FROM x CROSS JOIN LATERAL (" \
+	"     SELECT e.id, e.consumption FROM queuebox.inbox e" \
+	"     WHERE e.source = x.source AND e.aggregate_id = x.aggregate_id" \
+	"       AND e.state IN ('pending', 'processing')" \
+	"     ORDER BY e.created_at, e.id LIMIT 1) f" \
+	"   WHERE f.consumption = 'pull')" \
+	" UPDATE queuebox.inbox o SET hold = NULL" \
+	" WHERE o.id = ANY (ARRAY(SELECT id FROM nx WHERE id IS NOT NULL))" \
+	"   AND o.state = 'pending'"
 
 /*
  * Inbox insert (the ingress, the consumers): $1..$8 text[] of source,

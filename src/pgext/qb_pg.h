@@ -99,6 +99,7 @@ extern PGDLLEXPORT void qb_consumer_worker_main(Datum arg);
 /* spi_store.c */
 extern void qb_spi_store_init(QbStore *store);
 extern char *qb_spi_load_document(void);
+extern uint64 qb_spi_relay_promote(Datum ids);
 extern uint64 qb_spi_outbox_settle(Datum *args, const char *nulls,
 								   const QbClaimReq *claim, QbCycleOut *out);
 extern ArrayType *qb_int8_array(Datum *elems, int n);

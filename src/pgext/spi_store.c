@@ -47,6 +47,7 @@ typedef struct QbsPlans
 	SPIPlanPtr	config;
 	SPIPlanPtr	relay_claim;
 	SPIPlanPtr	relay_forward;
+	SPIPlanPtr	relay_promote;
 	SPIPlanPtr	inbox_insert;
 } QbsPlans;
 
@@ -196,7 +197,7 @@ typedef void (*QbsFreeRows) (void *rows, int n);
  * copied in part when an ERROR cut it short.
  */
 static int
-qbs_claim_call(SPIPlanPtr *slot, const char *sql, const char *activity,
+qbs_claim_call(SPIPlanPtr *slot, const char *sql, const char *activity, int ok_code,
 			   int nargs, Oid *types, Datum *values, int token_arg,
 			   const char *token, size_t row_size, QbsCopyRow copy,
 			   QbsFreeRows free_rows, void **rows_out, int *nrows_out,
@@ -217,7 +218,7 @@ qbs_claim_call(SPIPlanPtr *slot, const char *sql, const char *activity,
 		qbs_begin(activity);
 		p = qbs_prepare(slot, sql, nargs, types);
 		values[token_arg] = DirectFunctionCall1(uuid_in, CStringGetDatum(token));
-		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
+		if (SPI_execute_plan(p, values, NULL, false, 0) != ok_code)
 			elog(ERROR, "%s failed", activity);
 		n = SPI_processed;
 		if (n > 0)
@@ -736,9 +737,27 @@ qbs_relay_claim(void *ctx, int batch_size, long lease_ms, const char *token,
 	Datum		values[3] = {Int32GetDatum(batch_size), Int64GetDatum(lease_ms), 0};
 
 	return qbs_claim_call(&qbs_plans.relay_claim, QB_PG_RELAY_CLAIM, "queuebox: relay claim",
-						  3, types, values, 2, token, sizeof(QbRelayRow),
+						  SPI_OK_SELECT, 3, types, values, 2, token, sizeof(QbRelayRow),
 						  qbs_copy_relay_row, qbs_free_relay_rows,
 						  (void **) rows_out, nrows_out, err, errlen);
+}
+
+/*
+ * qb_spi_relay_promote releases the next row of each aggregate whose row
+ * the forward just ended (QB_PG_RELAY_PROMOTE), in a statement of its own
+ * after the forward and in its transaction, with SPI connected: a new
+ * statement takes a new snapshot, which sees every park made behind the
+ * ended rows.  ids is the forward's bigint[].  Returns the rows released.
+ */
+uint64
+qb_spi_relay_promote(Datum ids)
+{
+	static const Oid types[1] = {INT8ARRAYOID};
+	SPIPlanPtr	p = qbs_prepare(&qbs_plans.relay_promote, QB_PG_RELAY_PROMOTE, 1, (Oid *) types);
+
+	if (SPI_execute_plan(p, &ids, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "promoting the next row of each aggregate failed");
+	return SPI_processed;
 }
 
 static int
@@ -779,6 +798,7 @@ qbs_relay_forward(void *ctx, const char *token, const int64_t *ids,
 													  SPI_tuptable->tupdesc, 1, &isnull));
 		*ninserted = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 													   SPI_tuptable->tupdesc, 2, &isnull));
+		qb_spi_relay_promote(values[1]);
 		qbs_commit();
 	}
 	PG_CATCH();

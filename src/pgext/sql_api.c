@@ -545,10 +545,14 @@ qb_sql_relay_claim(PG_FUNCTION_ARGS)
 {
 	static const Oid types[3] = {INT4OID, INT8OID, UUIDOID};
 
-	return qbsql_rows(fcinfo, QB_PG_RELAY_CLAIM, SPI_OK_UPDATE_RETURNING, 3, types);
+	return qbsql_rows(fcinfo, QB_PG_RELAY_CLAIM, SPI_OK_SELECT, 3, types);
 }
 
-/* queuebox._relay_forward(token, ids, topics, max_attempts): inbox rows settled */
+/*
+ * queuebox._relay_forward(token, ids, topics, max_attempts): inbox rows
+ * settled; then, in a statement of its own, the next row of each aggregate
+ * that ended is promoted (qb_spi_relay_promote), as the relay worker does.
+ */
 Datum
 qb_sql_relay_forward(PG_FUNCTION_ARGS)
 {
@@ -560,6 +564,8 @@ qb_sql_relay_forward(PG_FUNCTION_ARGS)
 	if (qbsql_run(fcinfo, QB_PG_RELAY_FORWARD, SPI_OK_SELECT, 4, types) != 1)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("relay forward returned no row")));
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (!PG_ARGISNULL(1))
+		qb_spi_relay_promote(PG_GETARG_DATUM(1));
 	SPI_finish();
 	PG_RETURN_INT64(n);
 }
