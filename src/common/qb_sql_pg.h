@@ -98,7 +98,7 @@
 	"   WHERE c.key IS NOT NULL)," \
 	" lk AS (" \
 	"   SELECT e.id FROM queuebox.outbox e" \
-	"   WHERE e.id IN (SELECT bid FROM blk) AND e.state IN ('pending', 'processing')" \
+	"   WHERE e.id = ANY (ARRAY(SELECT bid FROM blk)) AND e.state IN ('pending', 'processing')" \
 	"   FOR SHARE SKIP LOCKED)," \
 	" dec AS (" \
 	"   SELECT c.id, CASE WHEN b.bid IS NULL THEN 'claim'" \
