@@ -252,6 +252,21 @@
 	" FROM nx ORDER BY nx.destination"
 
 /*
+ * Breaker rows: $1 text[] the destinations of QB_PG_OUTBOX_BREAKER, run in a
+ * statement of the same transaction just before it.  It creates the state
+ * row of each destination that has none yet (closed, no failures), so the
+ * breaker statement always counts into a row it has locked: two settles
+ * that both found no row would each insert the row from nothing, and the
+ * second's ON CONFLICT update would overwrite the first's count.  Waits for
+ * a concurrent creator of the same row; writes nothing for a destination
+ * that has its row.
+ */
+#define QB_PG_OUTBOX_BREAKER_ROWS \
+	"INSERT INTO queuebox.destination_state (destination)" \
+	" SELECT d FROM unnest($1::text[]) AS d ORDER BY d" \
+	" ON CONFLICT (destination) DO NOTHING"
+
+/*
  * States: $1 int8 how long a probe may take (ms).  Every destination that
  * does not simply take rows now: not closed, failures counted, or paused.
  * An open destination whose cooldown is over goes half-open here, and the
