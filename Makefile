@@ -21,7 +21,7 @@ PG_CFLAGS   = -std=gnu11 $(WARN) $(QB_EXTRA_CFLAGS)
 SHLIB_LINK  = -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto $(QB_EXTRA_LDFLAGS)
 
 # pg_regress: sql/*.sql minus the extension script, outputs in expected/.
-REGRESS      = outbox_schema outbox_cycle configure stats inbox_pull operations relay relay_ops transforms
+REGRESS      = outbox_schema outbox_cycle configure stats inbox_pull operations relay relay_ops transforms breaker
 REGRESS_OPTS = --inputdir=. --temp-config=test/queuebox.conf --temp-instance=./tmp_check
 ISOLATION      = $(basename $(notdir $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --temp-config=test/queuebox.conf --temp-instance=./tmp_check_iso

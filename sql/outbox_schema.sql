@@ -2,6 +2,8 @@
 CREATE EXTENSION queuebox;
 
 \d queuebox.outbox
+-- each destination's circuit breaker, shared by every worker
+\d queuebox.destination_state
 
 -- enqueue() inserts a pending row with defaults and returns its id
 SELECT queuebox.enqueue('orders.created', '{"id": 1}', 'customer-42',
@@ -34,18 +36,73 @@ INSERT INTO queuebox.outbox (topic, payload, headers) VALUES ('t', '{}', '[1]');
 INSERT INTO queuebox.outbox (topic, payload, max_attempts) VALUES ('t', '{}', 0);
 INSERT INTO queuebox.outbox (topic, payload, attempt) VALUES ('t', '{}', -1);
 INSERT INTO queuebox.outbox (id, topic, payload) VALUES (99, 't', '{}');
+-- hold names the three reasons a pending row waits, and nothing else
+INSERT INTO queuebox.outbox (topic, payload, hold) VALUES ('t', '{}', 'parked');
+INSERT INTO queuebox.destination_state (destination, state) VALUES ('web', 'broken');
+INSERT INTO queuebox.destination_state (destination, failures) VALUES ('web', -1);
 \set VERBOSITY default
 SELECT count(*) AS rows_after_refusals FROM queuebox.outbox;
 
--- the claim uses the partial indexes, not a scan of sent rows
-SET enable_seqscan = off;
-EXPLAIN (COSTS OFF)
-SELECT o.id FROM queuebox.outbox o
-WHERE o.state = 'pending' AND o.scheduled_at <= now()
-ORDER BY o.scheduled_at, o.id LIMIT 100;
-EXPLAIN (COSTS OFF)
-SELECT 1 FROM queuebox.outbox e
-WHERE e.key = 'k' AND e.id < 10 AND e.state IN ('pending', 'processing');
-RESET enable_seqscan;
+-- Each part of the claim reads its own partial index, never a scan of
+-- sent rows or of held ones.  The statements are the workers' own text,
+-- read from src/common/qb_sql_pg.h (pg_regress runs in the tree), planned
+-- with their parameters as the SQL wrappers run them; plans after ANALYZE
+-- of an outbox that is mostly sent and held rows, with a few rows in each
+-- place the claim reads.
+\set VERBOSITY terse
+INSERT INTO queuebox.outbox (topic, key, payload, state, destination)
+  SELECT 't', 'k' || (i % 100), '{}', 'sent', 'web' FROM generate_series(1, 20000) i;
+INSERT INTO queuebox.outbox (topic, key, payload, hold, destination)
+  SELECT 't', 'h' || (i % 100), '{}', 'key', CASE WHEN i % 2 = 0 THEN 'web' END FROM generate_series(1, 2000) i;
+INSERT INTO queuebox.outbox (topic, key, payload, hold, destination)
+  SELECT 't', NULL, '{}', 'destination', 'web' FROM generate_series(1, 2000) i;
+INSERT INTO queuebox.outbox (topic, key, payload, hold, destination)
+  SELECT 't', 'r' || i, '{}', CASE i % 3 WHEN 0 THEN 'ready' END,
+         CASE i % 3 WHEN 1 THEN 'web' END
+  FROM generate_series(1, 30) i;
+ANALYZE queuebox.outbox;
+SELECT state, hold, destination IS NOT NULL AS routed, count(*)
+FROM queuebox.outbox GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
+
+-- scans(name, args): the scans of queuebox.outbox in the plan of prepared
+-- statement name with these arguments, under the CTE each is in (a scan of
+-- the whole outbox would show as a Seq Scan or Bitmap Heap Scan)
+CREATE FUNCTION pg_temp.scans(stmt text, args text) RETURNS SETOF text
+LANGUAGE plpgsql AS $f$
+DECLARE
+  l text;
+BEGIN
+  FOR l IN EXECUTE format('EXPLAIN (COSTS OFF) EXECUTE %s(%s)', stmt, args) LOOP
+    IF l ~ '^ *CTE \w+$' OR l ~ 'Scan.* on outbox ' THEN
+      RETURN NEXT rtrim(regexp_replace(l, '->  ', ''));
+    END IF;
+  END LOOP;
+END $f$;
+
+\set claim_sql `sed -n '/^#define QB_PG_OUTBOX_CLAIM /,/^$/p' src/common/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
+PREPARE claim(int, bigint, int, uuid, bigint, text[], int[], text[]) AS :claim_sql;
+-- intake (outbox_intake_idx from the floor), ready (outbox_ready_idx),
+-- routed per destination (outbox_routed_idx), the probe's held row
+-- (outbox_held_idx), each candidate's blocker (outbox_key_open_idx), the
+-- blockers' locks and the update by primary key
+SELECT * FROM pg_temp.scans('claim',
+  $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY['web']$$);
+-- the same with the generic plan (the workers' saved plan may become one)
+SET plan_cache_mode = force_generic_plan;
+SELECT * FROM pg_temp.scans('claim',
+  $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY['web']$$);
+RESET plan_cache_mode;
+
+\set promote_sql `sed -n '/^#define QB_PG_OUTBOX_PROMOTE /,/^$/p' src/common/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
+PREPARE promote(text[]) AS :promote_sql;
+-- the promotion: the first open row of each key (outbox_key_open_idx)
+SELECT * FROM pg_temp.scans('promote', $$ARRAY['h1', 'h2']$$);
+
+\set unpark_sql `sed -n '/^#define QB_PG_OUTBOX_UNPARK /,/^$/p' src/common/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
+PREPARE unpark(text[], int) AS :unpark_sql;
+-- the unpark: a destination's held rows (outbox_held_idx)
+SELECT * FROM pg_temp.scans('unpark', $$ARRAY['web'], 1000$$);
+DEALLOCATE ALL;
+\set VERBOSITY default
 
 DELETE FROM queuebox.outbox;

@@ -109,7 +109,7 @@
 	"   WHERE c.key IS NOT NULL)," \
 	" lk AS (" \
 	"   SELECT e.id FROM queuebox.outbox e" \
-	"   WHERE e.id IN (SELECT bid FROM blk) AND e.state IN ('pending', 'processing')" \
+	"   WHERE e.id = ANY (ARRAY(SELECT bid FROM blk)) AND e.state IN ('pending', 'processing')" \
 	"   FOR SHARE SKIP LOCKED)," \
 	" dec AS (" \
 	"   SELECT c.id, CASE WHEN b.bid IS NULL THEN 'claim'" \
@@ -230,21 +230,6 @@
  * Returns each destination's state before and after, and whether it is
  * paused now.
  */
-/*
- * Breaker rows: $1 text[] destinations.  Run before QB_PG_OUTBOX_BREAKER,
- * in a statement of its own, so that the breaker's FOR UPDATE finds every
- * row it counts into.  Without it two settles that both found a
- * destination's row missing both inserted it, and the second (ON CONFLICT
- * DO UPDATE) overwrote the first's state with its own view: an open or
- * disabled circuit closed again, its failures lost, and its opening logged
- * twice.  This insert waits for a concurrent one instead and then does
- * nothing.
- */
-#define QB_PG_OUTBOX_BREAKER_ROWS \
-	"INSERT INTO queuebox.destination_state (destination)" \
-	" SELECT DISTINCT u.name FROM unnest($1::text[]) AS u(name)" \
-	" ON CONFLICT (destination) DO NOTHING"
-
 #define QB_PG_OUTBOX_BREAKER \
 	"WITH t AS (" \
 	"   SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::bool[], $5::bigint[]," \
@@ -291,6 +276,21 @@
 	" SELECT nx.destination, nx.old_state, nx.new_state," \
 	"        coalesce(nx.new_paused > now(), false), (SELECT count(*) FROM up)" \
 	" FROM nx ORDER BY nx.destination"
+
+/*
+ * Breaker rows: $1 text[] the destinations of QB_PG_OUTBOX_BREAKER, run in a
+ * statement of the same transaction just before it.  It creates the state
+ * row of each destination that has none yet (closed, no failures), so the
+ * breaker statement always counts into a row it has locked: two settles
+ * that both found no row would each insert the row from nothing, and the
+ * second's ON CONFLICT update would overwrite the first's count.  Waits for
+ * a concurrent creator of the same row; writes nothing for a destination
+ * that has its row.
+ */
+#define QB_PG_OUTBOX_BREAKER_ROWS \
+	"INSERT INTO queuebox.destination_state (destination)" \
+	" SELECT d FROM unnest($1::text[]) AS d ORDER BY d" \
+	" ON CONFLICT (destination) DO NOTHING"
 
 /*
  * States: $1 int8 how long a probe may take (ms).  Every destination that

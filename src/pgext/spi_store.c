@@ -411,6 +411,7 @@ qbs_breaker(const QbDestTally *t, int n, QbCycleOut *out)
 	Datum	   *col[8];
 	bool	   *errnull = palloc(sizeof(bool) * n);
 	SPIPlanPtr	p = qbs_prepare(&qbs_plans.breaker, QB_PG_OUTBOX_BREAKER, 8, (Oid *) types);
+	SPIPlanPtr	rows;
 
 	for (int c = 0; c < 8; c++)
 		col[c] = palloc(sizeof(Datum) * n);
@@ -433,10 +434,9 @@ qbs_breaker(const QbDestTally *t, int n, QbCycleOut *out)
 	v[5] = qbs_array(col[5], errnull, n, TEXTOID);
 	v[6] = qbs_array(col[6], NULL, n, INT4OID);
 	v[7] = qbs_array(col[7], NULL, n, INT8OID);
-	/* every row the breaker counts into exists (QB_PG_OUTBOX_BREAKER_ROWS) */
-	if (SPI_execute_plan(qbs_prepare(&qbs_plans.breaker_rows, QB_PG_OUTBOX_BREAKER_ROWS, 1,
-									 (Oid *) types), v, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "the circuit breaker rows statement failed");
+	rows = qbs_prepare(&qbs_plans.breaker_rows, QB_PG_OUTBOX_BREAKER_ROWS, 1, (Oid *) types);
+	if (SPI_execute_plan(rows, v, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "creating the circuit breaker rows failed");
 	if (SPI_execute_plan(p, v, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "the circuit breaker statement failed");
 	if (SPI_processed == 0)

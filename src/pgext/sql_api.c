@@ -472,7 +472,18 @@ qb_sql_outbox_breaker(PG_FUNCTION_ARGS)
 	static const Oid types[8] = {TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, BOOLARRAYOID,
 	INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
 
-	return qbsql_rows(fcinfo, QB_PG_OUTBOX_BREAKER, SPI_OK_SELECT, 8, types);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	uint64		n;
+
+	/* as qbs_breaker: the rows first, in a statement of their own */
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	qbsql_run(fcinfo, QB_PG_OUTBOX_BREAKER_ROWS, SPI_OK_INSERT, 1, types);
+	n = qbsql_run(fcinfo, QB_PG_OUTBOX_BREAKER, SPI_OK_SELECT, 8, types);
+	for (uint64 i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+	SPI_finish();
+	return (Datum) 0;
 }
 
 /* queuebox._outbox_states(probe_ms) */
