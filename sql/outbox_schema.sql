@@ -94,9 +94,9 @@ SELECT * FROM pg_temp.scans('claim',
 RESET plan_cache_mode;
 
 \set promote_sql `sed -n '/^#define QB_PG_OUTBOX_PROMOTE /,/^$/p' src/common/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
-PREPARE promote(text[]) AS :promote_sql;
--- the promotion: the first open row of each key (outbox_key_open_idx)
-SELECT * FROM pg_temp.scans('promote', $$ARRAY['h1', 'h2']$$);
+PREPARE promote(text[], uuid, bigint, int) AS :promote_sql;
+-- the promotion: the first open row of each key (outbox_key_open_idx), claimed with the cycle's token
+SELECT * FROM pg_temp.scans('promote', $$ARRAY['h1', 'h2'], '11111111-1111-1111-1111-111111111111', 60000, 10$$);
 
 \set unpark_sql `sed -n '/^#define QB_PG_OUTBOX_UNPARK /,/^$/p' src/common/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
 PREPARE unpark(text[], int) AS :unpark_sql;
