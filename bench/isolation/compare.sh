@@ -18,7 +18,7 @@ set -euo pipefail
 REV=$1; shift
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-LOCK=/tmp/qb-install.lock
+LOCK=${QB_INSTALL_LOCK:-/tmp/qb-install.lock}	# another path only when the caller holds this one
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
