@@ -1,13 +1,17 @@
 # shellcheck shell=bash
-# bench/lib.sh: what the inbox benchmarks share (sourced, not run).
+# bench/lib.sh: what the benchmarks share (sourced, not run).
 #
-# Before sourcing, a script sets PGBIN and defines nothing else of these.
-# After it: log, die, free_port; qb_bench_prereqs (installed extension,
-# not an ASan build; R_SANITIZED names a UBSan build); COMMIT (read at the
-# start: the tree may move on while a benchmark runs); qb_bench_workdir NAME
-# (WORK, as_pg, and an EXIT trap that stops the cluster when PG_STARTED=1,
-# prints the server log tail on failure, and calls bench_cleanup_extra when
-# the script defines it).
+# Before sourcing, a script sets PGBIN (and ROOT) and defines nothing else of
+# these.  After it: log, die, free_port; qb_bench_prereqs (installed
+# extension, not an ASan build; R_SANITIZED names a UBSan build); COMMIT
+# (read at the start: the tree may move on while a benchmark runs;
+# QB_BENCH_COMMIT overrides it, for bench/isolation/compare.sh);
+# qb_bench_workdir NAME (WORK, as_pg, and an EXIT trap that stops the sinks
+# in PIDS_TO_KILL and the cluster when PG_STARTED=1, prints the server log
+# tail on failure, and calls bench_cleanup_extra when the script defines it);
+# qb_bench_cluster; q; the sinks (qb_bench_sink_build, start_sink,
+# sink_stats, sink_reset); the rows (PAYLOAD_SQL, HEADERS_SQL); the workers
+# (role_count, set_guc, wait_role, stop_line); qb_bench_machine.
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -28,6 +32,7 @@ qb_bench_prereqs() {
 		R_SANITIZED="UBSan build of queuebox.so"
 		log "WARNING: $PKGLIBDIR/queuebox.so is a UBSan build: QueueBox figures will be somewhat low"
 	fi
+	if [[ -n "${QB_BENCH_COMMIT:-}" ]]; then COMMIT=$QB_BENCH_COMMIT; return 0; fi
 	COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "no commit")
 	if [[ -n "$(git -C "$ROOT" status --porcelain -- src sql 2>/dev/null)" ]]; then
 		COMMIT+=" (uncommitted changes in src/ or sql/)"
@@ -45,6 +50,7 @@ qb_bench_workdir() {
 		as_pg() { "$@"; }
 	fi
 	PG_STARTED=0
+	PIDS_TO_KILL=()
 	trap qb_bench_cleanup EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
@@ -54,6 +60,9 @@ qb_bench_cleanup() {
 	local rc=$?
 	set +e
 	if declare -F bench_cleanup_extra >/dev/null; then bench_cleanup_extra; fi
+	for p in "${PIDS_TO_KILL[@]:-}"; do
+		[[ -n "$p" ]] && kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null
+	done
 	if (( PG_STARTED )); then
 		as_pg "$PGBIN/pg_ctl" -D "$WORK/data" -m fast -w -t 60 stop >/dev/null 2>&1
 	fi
@@ -69,9 +78,10 @@ qb_bench_cleanup() {
 	exit $rc
 }
 
-# qb_bench_cluster NAME MAX_CONNECTIONS RELAY(on|off): initdb and start a
-# cluster in $WORK/data with queuebox preloaded for database bench, no outbox
-# worker, synchronous commit; sets PGPORT, CONN_BASE, PGVERSION and q DB SQL.
+# qb_bench_cluster NAME MAX_CONNECTIONS RELAY(on|off) [OUTBOX_WORKERS]: initdb
+# and start a cluster in $WORK/data with queuebox preloaded for database
+# bench, OUTBOX_WORKERS outbox workers (default 0), synchronous commit; sets
+# PGPORT, CONN_BASE, PGVERSION and q DB SQL.
 qb_bench_cluster() {
 	PGPORT=$(free_port) || die "no free port"
 	log "initdb in $WORK/data (port $PGPORT, shared_buffers $SB)"
@@ -90,7 +100,7 @@ qb_bench_cluster() {
 		echo "synchronous_commit = on"
 		echo "shared_preload_libraries = 'queuebox'"
 		echo "queuebox.database = 'bench'"
-		echo "queuebox.outbox_workers = 0"
+		echo "queuebox.outbox_workers = ${4:-0}"
 		echo "queuebox.relay_worker = $3"
 	} | as_pg tee -a "$WORK/data/postgresql.conf" >/dev/null
 	as_pg "$PGBIN/pg_ctl" -D "$WORK/data" -l "$WORK/pg.log" -w -t 120 start >/dev/null \
@@ -156,4 +166,62 @@ free_port() { # a free TCP port on 127.0.0.1: nothing answers a connect to it
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
 	done
 	return 1
+}
+
+# ---------------------------------------------------------------- the sinks
+# qb_bench_sink_build: SINK, test/sink/qb_sink, built (make sink) if missing
+# or older than its source.
+qb_bench_sink_build() {
+	SINK=$ROOT/test/sink/qb_sink
+	if [[ ! -x "$SINK" || "$ROOT/test/sink/qb_sink.c" -nt "$SINK" ]]; then
+		log "building the sink (make sink)"
+		make -s -C "$ROOT" sink >&2
+	fi
+}
+start_sink() { # start_sink NAME [extra args]: sets SINK_PORT_<NAME>, SINK_PID_<NAME>
+	local name=$1; shift
+	local pf="$WORK/sink-$name.port"
+	"$SINK" --port 0 --port-file "$pf" --quiet "$@" >"$WORK/sink-$name.out" 2>&1 &
+	local pid=$!
+	PIDS_TO_KILL+=("$pid")
+	for _ in $(seq 1 100); do
+		[[ -s "$pf" ]] && break
+		kill -0 "$pid" 2>/dev/null || die "sink $name exited: $(cat "$WORK/sink-$name.out")"
+		sleep 0.05
+	done
+	[[ -s "$pf" ]] || die "sink $name did not start"
+	printf -v "SINK_PORT_$name" '%s' "$(cat "$pf")"
+	printf -v "SINK_PID_$name" '%s' "$pid"
+}
+sink_stats() { curl -s --max-time 5 "http://127.0.0.1:$1/_sink/stats"; }
+sink_reset() { curl -s --max-time 5 -X POST "http://127.0.0.1:$1/_sink/reset" >/dev/null; }
+
+# ---------------------------------------------------------------- the rows
+# ~300 bytes of JSON per row (bench/outbox-http checks it), 2 fields vary with g.
+PAYLOAD_SQL="jsonb_build_object('seq', g, 'type', 'order.created', 'orderId', 'ord-' || g,
+  'customer', jsonb_build_object('id', 'cus-' || (g % 9973), 'name', 'Jane Example', 'email', 'jane@example.com'),
+  'items', jsonb_build_array(jsonb_build_object('sku', 'A-100', 'qty', 2, 'price', '19.90'),
+                              jsonb_build_object('sku', 'B-200', 'qty', 1, 'price', '5.00')),
+  'total', '44.80', 'currency', 'EUR', 'note', 'padding padding padding padding padding pad')"
+HEADERS_SQL="'{\"X-Correlation-Id\":\"c\"}'::jsonb"
+
+# ---------------------------------------------------------------- the workers
+role_count() { q bench "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'queuebox $1%'"; }
+set_guc() { # set_guc NAME VALUE: ALTER SYSTEM + reload, returns at once
+	q postgres "ALTER SYSTEM SET queuebox.$1 = $2"
+	q postgres "SELECT pg_reload_conf()" >/dev/null
+}
+wait_role() { # wait_role ROLE K: until K workers of the role (outbox, consumer) run
+	for _ in $(seq 1 300); do [[ "$(role_count "$1")" == "$2" ]] && return 0; sleep 0.1; done
+	die "expected $2 $1 workers, pg_stat_activity shows $(role_count "$1")"
+}
+# stop_line ROLE FROM_LINE: the stop lines the role's workers logged since
+stop_line() {
+	tail -n +$(( $2 + 1 )) "$WORK/pg.log" | grep -A1 "queuebox $1 [0-9]* stopped" \
+		| sed -n "s/.*LOG: *queuebox $1 \([0-9]*\) stopped: \(.*\)/worker \1: \2/p; s/.*DETAIL: *\(.*\)/  \1/p" | paste -sd' ' - || true
+}
+
+# qb_bench_machine: the "Machine:" line of a RESULTS.md section
+qb_bench_machine() {
+	echo "Machine: $(nproc) cores, $(( $(awk '/^MemTotal:/ {print $2}' /proc/meminfo) / 1024 / 1024 )) GiB RAM, $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-linux}"), kernel $(uname -r)."
 }

@@ -319,30 +319,10 @@ ${1:+sources:
 }
 configure
 
-role_count() { q bench "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'queuebox $1%'"; }
-set_guc() { # set_guc NAME VALUE: ALTER SYSTEM + reload, returns at once
-	q postgres "ALTER SYSTEM SET queuebox.$1 = $2"
-	q postgres "SELECT pg_reload_conf()" >/dev/null
-}
-wait_role() { # wait_role ROLE K: until K workers of the role (outbox, consumer) run
-	for _ in $(seq 1 300); do [[ "$(role_count "$1")" == "$2" ]] && return 0; sleep 0.1; done
-	die "expected $2 $1 workers, pg_stat_activity shows $(role_count "$1")"
-}
 set_guc max_consumer_workers 0
-# stop_line ROLE FROM_LINE: the stop lines the role's workers logged since
-stop_line() {
-	tail -n +$(( $2 + 1 )) "$WORK/pg.log" | grep -A1 "queuebox $1 [0-9]* stopped" \
-		| sed -n "s/.*LOG: *queuebox $1 \([0-9]*\) stopped: \(.*\)/worker \1: \2/p; s/.*DETAIL: *\(.*\)/  \1/p" | paste -sd' ' - || true
-}
 
 # ---------------------------------------------------------------- helpers
 now() { echo "$EPOCHREALTIME"; }
-PAYLOAD_SQL="jsonb_build_object('seq', g, 'type', 'order.created', 'orderId', 'ord-' || g,
-  'customer', jsonb_build_object('id', 'cus-' || (g % 9973), 'name', 'Jane Example', 'email', 'jane@example.com'),
-  'items', jsonb_build_array(jsonb_build_object('sku', 'A-100', 'qty', 2, 'price', '19.90'),
-                              jsonb_build_object('sku', 'B-200', 'qty', 1, 'price', '5.00')),
-  'total', '44.80', 'currency', 'EUR', 'note', 'padding padding padding padding padding pad')"
-HEADERS_SQL="'{\"X-Correlation-Id\":\"c\"}'::jsonb"
 # the rows' average payload size as PostgreSQL prints it: every message's size
 SIZE=$(q bench "SELECT round(avg(octet_length(($PAYLOAD_SQL)::text))) FROM generate_series(1, $N) g")
 
@@ -610,7 +590,7 @@ if [[ "$RECORD" == 1 ]]; then
 		echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — bench/brokers, N=$N, commit $COMMIT${R_SANITIZED:+ ($R_SANITIZED)}"
 		echo
 		echo "Command: \`$CMDLINE\` (brokers \"$BROKERS\", sides \"$SIDES\", keys $KEYS, batchSize $BATCH, workers $WORKERS, source batchSize $SRC_BATCH)."
-		echo "Machine: $(nproc) cores, $(( MEM_KB / 1024 / 1024 )) GiB RAM, $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-linux}"), kernel $(uname -r)."
+		qb_bench_machine
 		echo "PostgreSQL $PGVERSION, fresh cluster: shared_buffers $SB, max_wal_size 16GB, checkpoint_timeout 30min, fsync on, synchronous_commit on; queuebox.outbox_workers 0 and queuebox.max_consumer_workers 0 except while measured, relay off."
 		echo "Brokers on the same machine: Kafka = librdkafka $(dpkg-query -W -f '${Version}' librdkafka1 2>/dev/null || echo '?')'s mock cluster (test/brokers/kafka_mock, 1 broker, $PARTS partitions for the outbox's topics, $SRC_PARTS for the source's, in memory; not a real Kafka broker); NATS = ${NATS_VERSION:-n/a} -js, file storage, cnats $(dpkg-query -W -f '${Version}' libnats3.4 2>/dev/null || echo '?'); RabbitMQ = rabbitmq-server ${RABBIT_VERSION:-n/a} (Erlang $(dpkg-query -W -f '${Version}' erlang-base 2>/dev/null || echo '?')), durable classic queues, librabbitmq $(dpkg-query -W -f '${Version}' librabbitmq4 2>/dev/null || echo '?')."
 		if has "$SIDES" publish; then

@@ -183,7 +183,7 @@ if [[ "$RECORD" == 1 ]]; then
 		echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — bench/inbox-http, commit $COMMIT${R_SANITIZED:+ ($R_SANITIZED)}"
 		echo
 		echo "Command: \`$CMDLINE\` (clients \"$CLIENTS\", ${DURATION}s per run)."
-		echo "Machine: $(nproc) cores, $(( MEM_KB / 1024 / 1024 )) GiB RAM, $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-linux}"), kernel $(uname -r)."
+		qb_bench_machine
 		echo "PostgreSQL $PGVERSION, fresh cluster: shared_buffers $SB, max_wal_size 16GB, checkpoint_timeout 30min, fsync on, synchronous_commit on; queuebox.outbox_workers 0, relay off (only the ingress works)."
 		echo "Ingress: source \`bench\` (POST /inbox/bench, key from X-Id, no auth), wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}') -t$WRK_THREADS --latency with bench/inbox-http/post.lua (unique key per request, ${R[payload_bytes]}-byte JSON body). Anchor: pgbench -n -M prepared -T $DURATION -j 2 over TCP, one single-row INSERT into queuebox.inbox per transaction (same payload, the headers the ingress stored). TRUNCATE + CHECKPOINT before each run."
 		echo

@@ -262,7 +262,7 @@ if [[ "$RECORD" == 1 ]]; then
 		echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — bench/relay, N=$N, commit $COMMIT${R_SANITIZED:+ ($R_SANITIZED)}"
 		echo
 		echo "Command: \`$CMDLINE\` (aggregates \"$AGGS\", batchSize \"$BATCHES\")."
-		echo "Machine: $(nproc) cores, $(( MEM_KB / 1024 / 1024 )) GiB RAM, $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-linux}"), kernel $(uname -r)."
+		qb_bench_machine
 		echo "PostgreSQL $PGVERSION, fresh cluster: shared_buffers $SB, max_wal_size 16GB, checkpoint_timeout 30min, fsync on, synchronous_commit on; queuebox.outbox_workers 0, queuebox.relay_worker on."
 		echo "Relay: N pending push rows (source hooks, event_type e, ~200-byte payload) in one INSERT ... SELECT generate_series after TRUNCATE + CHECKPOINT; time from the INSERT's return until no push row is pending or processing. Anchor: the same rows in a database the relay does not serve, forwarded by a PL/pgSQL loop of queuebox._relay_claim(batchSize) + queuebox._relay_forward with a COMMIT after each (no client round trips)."
 		echo
