@@ -166,6 +166,12 @@ is(join(',', map { $_->{status} } @{ qb_sink_by_id($sink_g)->{$gone_mid} }), '41
 is(qb_dest_status($node, 'g')->{state}, 'closed', 'gone: g is closed');
 
 # ==== 6. Retry-After: a 429 pauses the destination, the retry waits
+# The pause and the retry are capped by backoff.maxMs (200 ms in this
+# test's backoff): raise it above the 1 s asked for.
+$log_offset = -s $node->logfile;
+qb_configure($node, config(backoff => { maxMs => 5000 }));
+qb_wait_for(sub { qb_log_count($node, qr/queuebox outbox \d: configuration loaded/, $log_offset) >= 2 },
+	'retry-after: both workers loaded backoff.maxMs 5000', timeout => 30);
 qb_insert_keyed($node, 'p.ev', 1, 1, 'pk', '{"fail": 1, "status": 429, "retry_after": "1"}');
 my $ra_mid = $node->safe_psql('postgres', "SELECT message_id FROM queuebox.outbox WHERE topic = 'p.ev'");
 my $ps = qb_wait_for(
