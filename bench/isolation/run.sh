@@ -248,13 +248,14 @@ alone_and_with() {
 head_line() { echo "${R[$1_with_rows_s]} rows/s (${R[$1_with_done]} in ${R[$1_with_elapsed]} s"; }
 
 # ================================================================ down
-down_setup() { # B's rows, until every B key's head has failed once
+down_setup() { # B's rows, until every B key's head has failed once (or, 0.2.0, is held for B's open circuit)
 	local t=$EPOCHREALTIME
 	q bench "$(fill b.event "$DOWN_ROWS" "'b' || (g % $DOWN_KEYS)")"
-	wait_true "down: every B key's head failed once" \
-		"SELECT count(*) = $(( DOWN_KEYS < DOWN_ROWS ? DOWN_KEYS : DOWN_ROWS )) FROM (SELECT DISTINCT ON (key) attempt FROM queuebox.outbox
-		  WHERE topic = 'b.event' AND state IN ('pending', 'processing') ORDER BY key, id) h WHERE attempt > 0"
-	log "down: every B head failed at least once, $(python3 -c "print(f'{$EPOCHREALTIME - $t:.1f}')") s after the insert began"
+	# to_jsonb: 0.1.0 has no hold column
+	wait_true "down: every B key's head failed once or is held" \
+		"SELECT count(*) = $(( DOWN_KEYS < DOWN_ROWS ? DOWN_KEYS : DOWN_ROWS )) FROM (SELECT DISTINCT ON (key) attempt, to_jsonb(o) ->> 'hold' AS hold FROM queuebox.outbox o
+		  WHERE topic = 'b.event' AND state IN ('pending', 'processing') ORDER BY key, id) h WHERE attempt > 0 OR hold = 'destination'"
+	log "down: every B head failed at least once or is held, $(python3 -c "print(f'{$EPOCHREALTIME - $t:.1f}')") s after the insert began"
 }
 if has_phase down; then
 	log "phase down: A's $A_ROWS rows alone, then behind B's $DOWN_ROWS rows over $DOWN_KEYS keys in retry (127.0.0.1:$DOWN_PORT refuses)"

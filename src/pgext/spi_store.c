@@ -608,11 +608,17 @@ qbs_names(const char *const *names, int n)
 	return PointerGetDatum(qb_text_array(d, n));
 }
 
-/* qbs_count_call runs one statement and reports the rows it changed. */
+/*
+ * qbs_count_call runs one statement and reports the rows it changed.  When
+ * build is set it fills values inside the transaction (arrays are palloc'd
+ * there) from build_arg.
+ */
+typedef void (*QbsBuild) (Datum *values, const void *build_arg);
+
 static int
 qbs_count_call(SPIPlanPtr *slot, const char *sql, int ok_code, const char *activity,
-			   int nargs, Oid *types, Datum *values, int *count,
-			   char *err, size_t errlen)
+			   int nargs, Oid *types, Datum *values, QbsBuild build, const void *build_arg,
+			   int *count, char *err, size_t errlen)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile int rc = 0;
@@ -624,6 +630,8 @@ qbs_count_call(SPIPlanPtr *slot, const char *sql, int ok_code, const char *activ
 
 		qbs_begin(activity);
 		p = qbs_prepare(slot, sql, nargs, types);
+		if (build != NULL)
+			build(values, build_arg);
 		if (SPI_execute_plan(p, values, NULL, false, 0) != ok_code)
 			elog(ERROR, "%s failed", activity);
 		*count = (int) SPI_processed;
@@ -645,7 +653,7 @@ qbs_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
 	Datum		values[1] = {Int32GetDatum(limit)};
 
 	return qbs_count_call(&qbs_plans.reclaim, QB_PG_OUTBOX_RECLAIM, SPI_OK_UPDATE,
-						  "queuebox: reclaim", 1, types, values, n, err, errlen);
+						  "queuebox: reclaim", 1, types, values, NULL, NULL, n, err, errlen);
 }
 
 static int
@@ -656,60 +664,48 @@ qbs_outbox_retention(void *ctx, long retention_sec, int limit, int *n,
 	Datum		values[2] = {Int64GetDatum(retention_sec), Int32GetDatum(limit)};
 
 	return qbs_count_call(&qbs_plans.retention, QB_PG_OUTBOX_RETENTION, SPI_OK_DELETE,
-						  "queuebox: retention", 2, types, values, n, err, errlen);
+						  "queuebox: retention", 2, types, values, NULL, NULL, n, err, errlen);
 }
 
-/*
- * The names go in as text[] built inside the transaction, so the call's
- * Datum is made by qbs_count_call's caller: a small wrapper per statement.
- */
-static int
-qbs_names_call(SPIPlanPtr *slot, const char *sql, const char *activity,
-			   const char *const *names, int n, int limit, int *count,
-			   char *err, size_t errlen)
+/* The destinations of an unpark or unroute, as text[] in $1. */
+typedef struct QbsNames
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile int rc = 0;
+	const char *const *names;
+	int			n;
+} QbsNames;
 
-	*count = 0;
-	PG_TRY();
-	{
-		Oid			types[2] = {TEXTARRAYOID, INT4OID};
-		Datum		v[2];
-		SPIPlanPtr	p;
+static void
+qbs_build_names(Datum *values, const void *arg)
+{
+	const QbsNames *x = arg;
 
-		qbs_begin(activity);
-		p = qbs_prepare(slot, sql, limit >= 0 ? 2 : 1, types);
-		v[0] = qbs_names(names, n);
-		v[1] = Int32GetDatum(limit);
-		if (SPI_execute_plan(p, v, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "%s failed", activity);
-		*count = (int) SPI_processed;
-		qbs_commit();
-	}
-	PG_CATCH();
-	{
-		qbs_fail(cxt, err, errlen);
-		rc = -1;
-	}
-	PG_END_TRY();
-	return rc;
+	values[0] = qbs_names(x->names, x->n);
 }
 
 static int
 qbs_outbox_unpark(void *ctx, const char *const *dests, int n, int limit, int *nmoved,
 				  char *err, size_t errlen)
 {
-	return qbs_names_call(&qbs_plans.unpark, QB_PG_OUTBOX_UNPARK, "queuebox: unpark",
-						  dests, n, limit, nmoved, err, errlen);
+	Oid			types[2] = {TEXTARRAYOID, INT4OID};
+	Datum		values[2] = {0, Int32GetDatum(limit)};
+	QbsNames	x = {dests, n};
+
+	return qbs_count_call(&qbs_plans.unpark, QB_PG_OUTBOX_UNPARK, SPI_OK_UPDATE,
+						  "queuebox: unpark", 2, types, values, qbs_build_names, &x,
+						  nmoved, err, errlen);
 }
 
 static int
 qbs_outbox_unroute(void *ctx, const char *const *dests, int n, int *nmoved,
 				   char *err, size_t errlen)
 {
-	return qbs_names_call(&qbs_plans.unroute, QB_PG_OUTBOX_UNROUTE, "queuebox: unroute",
-						  dests, n, -1, nmoved, err, errlen);
+	Oid			types[1] = {TEXTARRAYOID};
+	Datum		values[1] = {0};
+	QbsNames	x = {dests, n};
+
+	return qbs_count_call(&qbs_plans.unroute, QB_PG_OUTBOX_UNROUTE, SPI_OK_UPDATE,
+						  "queuebox: unroute", 1, types, values, qbs_build_names, &x,
+						  nmoved, err, errlen);
 }
 
 static void
