@@ -366,8 +366,9 @@ EOF
 		q claimdb "VACUUM ANALYZE queuebox.outbox"
 		# warm-up: rounds of committed claims of 1000 (1, 2, 4, ... claims: a
 		# claim that sets aside only part of the blocked rows costs few
-		# counts) until a round leaves the unseen blocked rows where they
-		# were (on 0.1.0 the first claim changes nothing about them)
+		# counts) until none is unseen, or a round after the first leaves
+		# them where they were (on 0.1.0 no claim changes them; on 0.2.0 the
+		# first round takes the retrying heads, which are new rows too)
 		t=$EPOCHREALTIME; tw=$EPOCHSECONDS; n=0; k=1; u0=$(q claimdb "$UNSEEN_SQL")
 		R[claim_${case}_unseen]=$u0
 		while :; do
@@ -376,7 +377,8 @@ EOF
 			done
 			n=$(( n + k )); k=$(( k * 2 ))
 			u1=$(q claimdb "$UNSEEN_SQL")
-			(( u1 < u0 )) || break
+			(( u1 > 0 )) || break
+			(( u1 < u0 || n == 1 )) || break
 			u0=$u1
 			(( EPOCHSECONDS - tw <= TIMEOUT )) || die "claim: the warm-up did not settle within ${TIMEOUT}s ($u1 unseen blocked rows left)"
 		done
