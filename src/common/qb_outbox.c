@@ -158,6 +158,16 @@ qbo_dest(QboEngine *e, const QboSlot *s)
 	return s->dest >= 0 ? &e->dests[s->dest] : NULL;
 }
 
+/* qbo_dest_index: the index in cfg->destinations of a name, or -1. */
+static int
+qbo_dest_index(const QboEngine *e, const char *name)
+{
+	for (int i = 0; name != NULL && i < e->cfg->ndestinations; i++)
+		if (strcmp(e->cfg->destinations[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
 static const char *
 qbo_dest_name(QboEngine *e, const QboSlot *s)
 {
@@ -262,9 +272,8 @@ qbo_publish_done(void *arg, int tag, const QbPubOutcome *out)
 	QboEngine  *e = arg;
 	QboSlot    *s;
 	QboDest    *d;
-	/* only an HTTP answer carries these */
-	bool		gone = out->status == 410 && out->gone;
-	long		ra = (out->status == 429 || out->status == 503) ? out->retry_after_ms : -1;
+	bool		gone = out->gone;
+	long		ra = out->retry_after_ms;	/* -1: none (only a 429 or 503 has one) */
 
 	if (tag < 0 || tag >= e->nslots || e->slots[tag].st != QBO_SENDING)
 		return;
@@ -463,17 +472,12 @@ qbo_dispatch(QboEngine *e, QbOutboxRow *row, const char *token)
 		snprintf(msg, sizeof(msg),
 				 "no route matches topic \"%.200s\"; add a route for it, then requeue the row (queuebox.requeue_outbox)",
 				 s->row.topic);
-		s->st = QBO_FREE;		/* not counted anywhere yet */
 		qbo_done(e, s, QB_SETTLE_DEAD, s->row.attempt, 0, msg);
 		e->stats->dead++;
 		return;
 	}
 	/* a row keeps the destination it was first routed to (claim.md) */
-	s->dest = -1;
-	if (s->row.destination != NULL)
-		for (int i = 0; i < e->cfg->ndestinations; i++)
-			if (strcmp(e->cfg->destinations[i].name, s->row.destination) == 0)
-				s->dest = i;
+	s->dest = qbo_dest_index(e, s->row.destination);
 	if (s->dest < 0)
 		s->dest = e->cfg->routes[s->route].dest_index;
 	dest = &e->cfg->destinations[s->dest];
@@ -589,53 +593,54 @@ qbo_tally_cmp(const void *a, const void *b)
 static bool
 qbo_tally_needed(QboEngine *e, const QbDestTally *t)
 {
-	if (t->failed > 0 || t->gone || t->retry_after_ms > 0)
+	int			i = qbo_dest_index(e, t->destination);
+
+	if (t->failed > 0 || t->gone || t->retry_after_ms > 0 || i < 0)
 		return true;
-	for (int i = 0; i < e->cfg->ndestinations; i++)
-		if (strcmp(e->cfg->destinations[i].name, t->destination) == 0)
-			return e->dests[i].state != QB_CIRCUIT_CLOSED || e->dests[i].paused ||
-				e->dests[i].probe;
-	return true;
+	return e->dests[i].state != QB_CIRCUIT_CLOSED || e->dests[i].paused || e->dests[i].probe;
 }
 
 /* qbo_apply_states takes the destination states a claim read. */
 static void
 qbo_apply_states(QboEngine *e, const QbCycleOut *out)
 {
+	/* a destination the claim did not list simply takes rows */
 	for (int i = 0; i < e->cfg->ndestinations; i++)
 	{
-		QboDest    *d = &e->dests[i];
-		const QbDestState *st = NULL;
+		e->dests[i].state = QB_CIRCUIT_CLOSED;
+		e->dests[i].paused = false;
+		e->dests[i].probe = false;
+	}
+	for (int j = 0; j < out->nstates; j++)
+	{
+		int			i = qbo_dest_index(e, out->states[j].destination);
 
-		for (int j = 0; j < out->nstates; j++)
-			if (strcmp(out->states[j].destination, e->cfg->destinations[i].name) == 0)
-				st = &out->states[j];
-		d->state = st ? st->state : QB_CIRCUIT_CLOSED;
-		d->paused = st ? st->paused : false;
-		d->probe = st ? st->probe : false;
+		if (i < 0)
+			continue;
+		e->dests[i].state = out->states[j].state;
+		e->dests[i].paused = out->states[j].paused;
+		e->dests[i].probe = out->states[j].probe;
 	}
 }
 
 /*
- * qbo_apply_changes logs each circuit that a cycle moved, once per move,
- * and unparks the rows of a destination that closed.
+ * qbo_apply_changes logs each circuit that a cycle moved, once per move;
+ * the rows of a destination that closed are unparked by the housekeeping
+ * of the next pass, which it schedules at once.
  */
 static void
 qbo_apply_changes(QboEngine *e, const QbCycleOut *out)
 {
-	const char *closed[64];
-	int			nclosed = 0;
-
 	for (int i = 0; i < out->nchanges; i++)
 	{
 		const QbDestChange *c = &out->changes[i];
+		int			j = qbo_dest_index(e, c->destination);
 
-		for (int j = 0; j < e->cfg->ndestinations; j++)
-			if (strcmp(e->cfg->destinations[j].name, c->destination) == 0)
-			{
-				e->dests[j].state = c->new_state;
-				e->dests[j].paused = c->paused;
-			}
+		if (j >= 0)
+		{
+			e->dests[j].state = c->new_state;
+			e->dests[j].paused = c->paused;
+		}
 		if (c->old_state == c->new_state)
 			continue;
 		qb_log(e->host, c->new_state == QB_CIRCUIT_CLOSED ? QB_LOG_INFO : QB_LOG_WARNING,
@@ -644,18 +649,8 @@ qbo_apply_changes(QboEngine *e, const QbCycleOut *out)
 			   c->new_state == QB_CIRCUIT_OPEN ? "; its rows are held, no attempt spent, until a probe succeeds" :
 			   c->new_state == QB_CIRCUIT_DISABLED ? "; it answered 410 Gone: its rows are held until queuebox.resume_destination() or POST /admin/destinations/{name}/resume" :
 			   c->new_state == QB_CIRCUIT_CLOSED ? "; its held rows are delivered again" : "");
-		if (c->new_state == QB_CIRCUIT_CLOSED && nclosed < 64)
-			closed[nclosed++] = c->destination;
-	}
-	if (nclosed > 0)
-	{
-		char		err[QB_ERRLEN];
-		int			n;
-
-		if (e->store->outbox_unpark(e->store->ctx, closed, nclosed, QBO_UNPARK_BATCH,
-									&n, err, sizeof(err)) != 0)
-			qb_log(e->host, QB_LOG_WARNING, "unpark failed: %s", err);
-		e->next_unpark = 0;		/* and the rest at the next housekeeping */
+		if (c->new_state == QB_CIRCUIT_CLOSED)
+			e->next_unpark = 0;
 	}
 }
 
@@ -687,10 +682,11 @@ qbo_want_claim(QboEngine *e)
 	for (int i = 0; i < e->cfg->ndestinations; i++)
 	{
 		int			most = 2 * e->cfg->destinations[i].max_in_flight;
+		int			room = qbo_room(e, i);
 
 		if (most > e->cfg->outbox.batch_size)
 			most = e->cfg->outbox.batch_size;
-		if (qbo_room(e, i) > 0 && (qbo_room(e, i) * 2 >= most || e->nactive == 0))
+		if (room > 0 && (room * 2 >= most || e->nactive == 0))
 			return true;
 	}
 	/* no destination at all: rows still need their "no route" outcome */

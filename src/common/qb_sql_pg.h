@@ -227,8 +227,9 @@
  *	- any -> disabled on a 410, until queuebox.resume_destination();
  *	- a Retry-After pauses the destination (paused_until) without changing
  *	  its state.
- * Returns each destination's state before and after, and whether it is
- * paused now.
+ * Every row exists: QB_PG_OUTBOX_BREAKER_ROWS creates the missing ones in
+ * the statement before.  Returns each destination's state before and
+ * after, and whether it is paused now.
  */
 #define QB_PG_OUTBOX_BREAKER \
 	"WITH t AS (" \
@@ -240,38 +241,34 @@
 	"   FROM queuebox.destination_state d WHERE d.destination = ANY ($1::text[])" \
 	"   ORDER BY d.destination FOR UPDATE)," \
 	" nx AS (" \
-	"   SELECT t.*, coalesce(c.state, 'closed') AS old_state," \
+	"   SELECT t.*, c.state AS old_state," \
 	"     CASE WHEN t.gone OR c.state = 'disabled' THEN 'disabled'" \
 	"          WHEN t.n_ok > 0 THEN 'closed'" \
 	"          WHEN t.n_fail > 0 AND c.state IN ('open', 'half-open') THEN 'open'" \
-	"          WHEN t.n_fail > 0 AND coalesce(c.failures, 0) + t.n_fail >= t.threshold THEN 'open'" \
-	"          ELSE coalesce(c.state, 'closed') END AS new_state," \
+	"          WHEN t.n_fail > 0 AND c.failures + t.n_fail >= t.threshold THEN 'open'" \
+	"          ELSE c.state END AS new_state," \
 	"     CASE WHEN t.n_ok > 0 AND NOT t.gone THEN 0" \
-	"          ELSE coalesce(c.failures, 0) + t.n_fail END AS new_failures," \
+	"          ELSE c.failures + t.n_fail END AS new_failures," \
 	"     CASE WHEN t.retry_after_ms > 0" \
 	"          THEN greatest(c.paused_until, now() + t.retry_after_ms * interval '1 millisecond')" \
 	"          ELSE c.paused_until END AS new_paused," \
-	"     c.destination IS NULL AS missing, c.failures AS old_failures, c.paused_until AS old_paused" \
-	"   FROM t LEFT JOIN cur c ON c.destination = t.destination)," \
+	"     c.failures AS old_failures, c.paused_until AS old_paused" \
+	"   FROM t JOIN cur c ON c.destination = t.destination)," \
 	" up AS (" \
-	"   INSERT INTO queuebox.destination_state AS s" \
-	"     (destination, state, failures, opened_at, probe_at, paused_until, last_error, changed_at)" \
-	"   SELECT nx.destination, nx.new_state, nx.new_failures," \
-	"          CASE WHEN nx.new_state IN ('open', 'disabled') THEN now() END," \
-	"          CASE WHEN nx.new_state = 'open' THEN now() + nx.cooldown_ms * interval '1 millisecond' END," \
-	"          nx.new_paused, CASE WHEN nx.n_fail > 0 THEN nx.error END, now()" \
+	"   UPDATE queuebox.destination_state s" \
+	"   SET state = nx.new_state, failures = nx.new_failures," \
+	"       opened_at = CASE WHEN nx.new_state = s.state THEN s.opened_at" \
+	"                        WHEN nx.new_state IN ('open', 'disabled') THEN now() END," \
+	"       probe_at = CASE WHEN nx.new_state = 'open' AND s.state = 'open' THEN s.probe_at" \
+	"                       WHEN nx.new_state = 'open'" \
+	"                       THEN now() + nx.cooldown_ms * interval '1 millisecond' END," \
+	"       paused_until = nx.new_paused," \
+	"       last_error = coalesce(CASE WHEN nx.n_fail > 0 THEN nx.error END, s.last_error)," \
+	"       changed_at = CASE WHEN nx.new_state = s.state THEN s.changed_at ELSE now() END" \
 	"   FROM nx" \
-	"   WHERE nx.missing OR nx.new_state <> nx.old_state OR nx.new_failures <> nx.old_failures" \
-	"      OR nx.new_paused IS DISTINCT FROM nx.old_paused" \
-	"   ON CONFLICT (destination) DO UPDATE" \
-	"   SET state = EXCLUDED.state, failures = EXCLUDED.failures," \
-	"       opened_at = CASE WHEN EXCLUDED.state = s.state THEN s.opened_at" \
-	"                        ELSE EXCLUDED.opened_at END," \
-	"       probe_at = CASE WHEN EXCLUDED.state = 'open' AND s.state = 'open' THEN s.probe_at" \
-	"                       ELSE EXCLUDED.probe_at END," \
-	"       paused_until = EXCLUDED.paused_until," \
-	"       last_error = coalesce(EXCLUDED.last_error, s.last_error)," \
-	"       changed_at = CASE WHEN EXCLUDED.state = s.state THEN s.changed_at ELSE now() END" \
+	"   WHERE s.destination = nx.destination" \
+	"     AND (nx.new_state <> nx.old_state OR nx.new_failures <> nx.old_failures" \
+	"          OR nx.new_paused IS DISTINCT FROM nx.old_paused)" \
 	"   RETURNING 1)" \
 	" SELECT nx.destination, nx.old_state, nx.new_state," \
 	"        coalesce(nx.new_paused > now(), false), (SELECT count(*) FROM up)" \

@@ -309,6 +309,41 @@ qbs_array(Datum *elems, bool *nulls, int n, Oid type)
 											  len, byval, align));
 }
 
+/*
+ * QbsColumns: the columns of an unnest() statement, n values each, built
+ * row by row and then turned into one array per column (NULL where
+ * null[c][i]; nulls are false unless set).
+ */
+typedef struct QbsColumns
+{
+	int			ncols;
+	int			n;
+	Datum	   *col[8];
+	bool	   *null[8];
+} QbsColumns;
+
+static QbsColumns
+qbs_columns_new(int ncols, int n)
+{
+	QbsColumns	c = {ncols, n};
+
+	Assert(ncols <= 8);
+	for (int i = 0; i < ncols; i++)
+	{
+		c.col[i] = palloc(sizeof(Datum) * (n + 1));
+		c.null[i] = palloc0(sizeof(bool) * (n + 1));
+	}
+	return c;
+}
+
+/* qbs_columns_arrays: out[i] = column i as an array of elem[i]. */
+static void
+qbs_columns_arrays(const QbsColumns *c, const Oid *elem, Datum *out)
+{
+	for (int i = 0; i < c->ncols; i++)
+		out[i] = qbs_array(c->col[i], c->null[i], c->n, elem[i]);
+}
+
 /* qbs_text_or_null: a text Datum, or a NULL flag. */
 static Datum
 qbs_text_or_null(const char *s, bool *isnull)
@@ -407,33 +442,25 @@ qbs_breaker(const QbDestTally *t, int n, QbCycleOut *out)
 {
 	static const Oid types[8] = {TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, BOOLARRAYOID,
 	INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
+	static const Oid elem[8] = {TEXTOID, INT4OID, INT4OID, BOOLOID, INT8OID, TEXTOID,
+	INT4OID, INT8OID};
 	Datum		v[8];
-	Datum	   *col[8];
-	bool	   *errnull = palloc(sizeof(bool) * n);
+	QbsColumns	c = qbs_columns_new(8, n);
 	SPIPlanPtr	p = qbs_prepare(&qbs_plans.breaker, QB_PG_OUTBOX_BREAKER, 8, (Oid *) types);
 	SPIPlanPtr	rows;
 
-	for (int c = 0; c < 8; c++)
-		col[c] = palloc(sizeof(Datum) * n);
 	for (int i = 0; i < n; i++)
 	{
-		col[0][i] = CStringGetTextDatum(t[i].destination);
-		col[1][i] = Int32GetDatum(t[i].ok);
-		col[2][i] = Int32GetDatum(t[i].failed);
-		col[3][i] = BoolGetDatum(t[i].gone);
-		col[4][i] = Int64GetDatum(t[i].retry_after_ms);
-		col[5][i] = qbs_text_or_null(t[i].error, &errnull[i]);
-		col[6][i] = Int32GetDatum(t[i].threshold);
-		col[7][i] = Int64GetDatum(t[i].cooldown_ms);
+		c.col[0][i] = CStringGetTextDatum(t[i].destination);
+		c.col[1][i] = Int32GetDatum(t[i].ok);
+		c.col[2][i] = Int32GetDatum(t[i].failed);
+		c.col[3][i] = BoolGetDatum(t[i].gone);
+		c.col[4][i] = Int64GetDatum(t[i].retry_after_ms);
+		c.col[5][i] = qbs_text_or_null(t[i].error, &c.null[5][i]);
+		c.col[6][i] = Int32GetDatum(t[i].threshold);
+		c.col[7][i] = Int64GetDatum(t[i].cooldown_ms);
 	}
-	v[0] = qbs_array(col[0], NULL, n, TEXTOID);
-	v[1] = qbs_array(col[1], NULL, n, INT4OID);
-	v[2] = qbs_array(col[2], NULL, n, INT4OID);
-	v[3] = qbs_array(col[3], NULL, n, BOOLOID);
-	v[4] = qbs_array(col[4], NULL, n, INT8OID);
-	v[5] = qbs_array(col[5], errnull, n, TEXTOID);
-	v[6] = qbs_array(col[6], NULL, n, INT4OID);
-	v[7] = qbs_array(col[7], NULL, n, INT8OID);
+	qbs_columns_arrays(&c, elem, v);
 	rows = qbs_prepare(&qbs_plans.breaker_rows, QB_PG_OUTBOX_BREAKER_ROWS, 1, (Oid *) types);
 	if (SPI_execute_plan(rows, v, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "creating the circuit breaker rows failed");
@@ -540,31 +567,23 @@ qbs_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 			qbs_breaker(tallies, ntallies, out);
 		if (nsettles > 0)
 		{
+			static const Oid elem[7] = {UUIDOID, INT8OID, TEXTOID, INT4OID, INT8OID,
+			TEXTOID, TEXTOID};
 			Datum		args[7];
 			char		nulls[7] = "       ";
-			Datum	   *col[7];
-			bool	   *errnull = palloc(sizeof(bool) * nsettles);
-			bool	   *destnull = palloc(sizeof(bool) * nsettles);
+			QbsColumns	c = qbs_columns_new(7, nsettles);
 
-			for (int c = 0; c < 7; c++)
-				col[c] = palloc(sizeof(Datum) * nsettles);
 			for (int i = 0; i < nsettles; i++)
 			{
-				col[0][i] = DirectFunctionCall1(uuid_in, CStringGetDatum(settles[i].token));
-				col[1][i] = Int64GetDatum(settles[i].id);
-				col[2][i] = CStringGetTextDatum(qbs_outcome_name(settles[i].kind));
-				col[3][i] = Int32GetDatum(settles[i].attempt);
-				col[4][i] = Int64GetDatum(settles[i].delay_ms);
-				col[5][i] = qbs_text_or_null(settles[i].error, &errnull[i]);
-				col[6][i] = qbs_text_or_null(settles[i].destination, &destnull[i]);
+				c.col[0][i] = DirectFunctionCall1(uuid_in, CStringGetDatum(settles[i].token));
+				c.col[1][i] = Int64GetDatum(settles[i].id);
+				c.col[2][i] = CStringGetTextDatum(qbs_outcome_name(settles[i].kind));
+				c.col[3][i] = Int32GetDatum(settles[i].attempt);
+				c.col[4][i] = Int64GetDatum(settles[i].delay_ms);
+				c.col[5][i] = qbs_text_or_null(settles[i].error, &c.null[5][i]);
+				c.col[6][i] = qbs_text_or_null(settles[i].destination, &c.null[6][i]);
 			}
-			args[0] = qbs_array(col[0], NULL, nsettles, UUIDOID);
-			args[1] = qbs_array(col[1], NULL, nsettles, INT8OID);
-			args[2] = qbs_array(col[2], NULL, nsettles, TEXTOID);
-			args[3] = qbs_array(col[3], NULL, nsettles, INT4OID);
-			args[4] = qbs_array(col[4], NULL, nsettles, INT8OID);
-			args[5] = qbs_array(col[5], errnull, nsettles, TEXTOID);
-			args[6] = qbs_array(col[6], destnull, nsettles, TEXTOID);
+			qbs_columns_arrays(&c, elem, args);
 			out->nsettled = (int) qb_spi_outbox_settle(args, nulls, claim, out);
 		}
 		if (claim != NULL)

@@ -380,16 +380,22 @@ qbsql_count(FunctionCallInfo fcinfo, const char *sql, int ok_code, int nargs,
 	PG_RETURN_INT64((int64) n);
 }
 
-/* qbsql_rows: run a worker statement that returns rows, return them as a set. */
+/*
+ * qbsql_rows: run a worker statement that returns rows, return them as a
+ * set.  pre_sql (or NULL), an INSERT taking the first argument, runs first
+ * in a statement of its own.
+ */
 static Datum
-qbsql_rows(FunctionCallInfo fcinfo, const char *sql, int ok_code, int nargs,
-		   const Oid *types)
+qbsql_rows(FunctionCallInfo fcinfo, const char *pre_sql, const char *sql, int ok_code,
+		   int nargs, const Oid *types)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	uint64		n;
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	if (pre_sql != NULL)
+		qbsql_run(fcinfo, pre_sql, SPI_OK_INSERT, 1, types);
 	n = qbsql_run(fcinfo, sql, ok_code, nargs, types);
 	for (uint64 i = 0; i < n; i++)
 		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
@@ -423,7 +429,7 @@ qb_sql_outbox_claim(PG_FUNCTION_ARGS)
 	TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
 
 	qbsql_check_nargs(fcinfo, 8, "_outbox_claim");
-	return qbsql_rows(fcinfo, QB_PG_OUTBOX_CLAIM, SPI_OK_UPDATE_RETURNING, 8, types);
+	return qbsql_rows(fcinfo, NULL, QB_PG_OUTBOX_CLAIM, SPI_OK_UPDATE_RETURNING, 8, types);
 }
 
 /*
@@ -472,18 +478,9 @@ qb_sql_outbox_breaker(PG_FUNCTION_ARGS)
 	static const Oid types[8] = {TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, BOOLARRAYOID,
 	INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
 
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	uint64		n;
-
 	/* as qbs_breaker: the rows first, in a statement of their own */
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
-	qbsql_run(fcinfo, QB_PG_OUTBOX_BREAKER_ROWS, SPI_OK_INSERT, 1, types);
-	n = qbsql_run(fcinfo, QB_PG_OUTBOX_BREAKER, SPI_OK_SELECT, 8, types);
-	for (uint64 i = 0; i < n; i++)
-		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
-	SPI_finish();
-	return (Datum) 0;
+	return qbsql_rows(fcinfo, QB_PG_OUTBOX_BREAKER_ROWS, QB_PG_OUTBOX_BREAKER, SPI_OK_SELECT,
+					  8, types);
 }
 
 /* queuebox._outbox_states(probe_ms) */
@@ -492,7 +489,7 @@ qb_sql_outbox_states(PG_FUNCTION_ARGS)
 {
 	static const Oid types[1] = {INT8OID};
 
-	return qbsql_rows(fcinfo, QB_PG_OUTBOX_STATES, SPI_OK_SELECT, 1, types);
+	return qbsql_rows(fcinfo, NULL, QB_PG_OUTBOX_STATES, SPI_OK_SELECT, 1, types);
 }
 
 /* queuebox._outbox_unpark(destinations, max_rows) */
@@ -556,7 +553,7 @@ qb_sql_relay_claim(PG_FUNCTION_ARGS)
 {
 	static const Oid types[3] = {INT4OID, INT8OID, UUIDOID};
 
-	return qbsql_rows(fcinfo, QB_PG_RELAY_CLAIM, SPI_OK_SELECT, 3, types);
+	return qbsql_rows(fcinfo, NULL, QB_PG_RELAY_CLAIM, SPI_OK_SELECT, 3, types);
 }
 
 /*
