@@ -574,7 +574,7 @@ qbk_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	uint64_t	o = (uint64_t) (uintptr_t) m->_private;
 	int			tag = (int) (uint32_t) o;
 	uint32_t	gen = (uint32_t) (o >> 32);
-	QbPubOutcome out = {0};
+	QbPubOutcome out;			/* qbk_classify starts it from QB_PUB_OUTCOME_INIT */
 
 	if (tag >= k->nslots || k->slots[tag].producer != p || k->slots[tag].gen != gen)
 		return;					/* aborted, or failed with its producer */
