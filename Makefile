@@ -6,13 +6,13 @@
 #   make unit SANITIZE=1     the same under ASan + UBSan
 #
 EXTENSION   = queuebox
-EXTVERSION  = 0.2.0
+EXTVERSION  = 0.3.0
 MODULE_big  = queuebox
 
 COMMON_SRCS = $(sort $(wildcard src/common/*.c))
 PGEXT_SRCS  = $(sort $(wildcard src/pgext/*.c))
 OBJS        = $(COMMON_SRCS:.c=.o) $(PGEXT_SRCS:.c=.o)
-DATA        = sql/queuebox--0.1.0.sql sql/queuebox--0.1.0--0.2.0.sql
+DATA        = sql/queuebox--0.1.0.sql sql/queuebox--0.1.0--0.2.0.sql sql/queuebox--0.2.0--0.3.0.sql
 
 WARN        = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers \
               -Wno-sign-compare -Wno-declaration-after-statement

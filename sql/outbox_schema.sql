@@ -60,6 +60,8 @@ INSERT INTO queuebox.outbox (topic, key, payload, hold, destination)
   SELECT 't', 'r' || i, '{}', CASE i % 3 WHEN 0 THEN 'ready' END,
          CASE i % 3 WHEN 1 THEN 'web' END
   FROM generate_series(1, 30) i;
+INSERT INTO queuebox.outbox (topic, key, payload, hold, destination)
+  SELECT 't', 'n' || i, '{}', 'intake', 'web' FROM generate_series(1, 30) i;
 ANALYZE queuebox.outbox;
 SELECT state, hold, destination IS NOT NULL AS routed, count(*)
 FROM queuebox.outbox GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
@@ -80,17 +82,19 @@ BEGIN
 END $f$;
 
 \set claim_sql `sed -n '/^#define QB_PG_OUTBOX_CLAIM /,/^$/p' src/common/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
-PREPARE claim(int, bigint, int, uuid, bigint, text[], int[], text[]) AS :claim_sql;
--- intake (outbox_intake_idx from the floor), ready (outbox_ready_idx),
--- routed per destination (outbox_routed_idx), the probe's held row
--- (outbox_held_idx), each candidate's blocker (outbox_key_open_idx), the
--- blockers' locks and the update by primary key
+PREPARE claim(int, bigint, int, uuid, bigint, text[], int[], text[], bigint[]) AS :claim_sql;
+-- per destination its routed rows (outbox_routed_idx) then its intake from
+-- its floor (outbox_dest_intake_idx), the unrouted intake
+-- (outbox_intake_idx from the floor), ready (outbox_ready_idx), the
+-- probe's held, routed or intake row (outbox_held_idx, outbox_routed_idx,
+-- outbox_dest_intake_idx), each candidate's blocker (outbox_key_open_idx),
+-- the blockers' locks and the update by primary key
 SELECT * FROM pg_temp.scans('claim',
-  $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY['web']$$);
+  $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY['web'], ARRAY[0]::bigint[]$$);
 -- the same with the generic plan (the workers' saved plan may become one)
 SET plan_cache_mode = force_generic_plan;
 SELECT * FROM pg_temp.scans('claim',
-  $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY['web']$$);
+  $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY['web'], ARRAY[0]::bigint[]$$);
 RESET plan_cache_mode;
 
 \set promote_sql `sed -n '/^#define QB_PG_OUTBOX_PROMOTE /,/^$/p' src/common/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`

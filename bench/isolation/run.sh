@@ -248,14 +248,19 @@ alone_and_with() {
 head_line() { echo "${R[$1_with_rows_s]} rows/s (${R[$1_with_done]} in ${R[$1_with_elapsed]} s"; }
 
 # ================================================================ down
-down_setup() { # B's rows, until every B key's head has failed once (or, 0.2.0, is held for B's open circuit)
+down_setup() { # B's rows, until every B key's head has failed once, or (0.2.0 on) B's circuit is open
 	local t=$EPOCHREALTIME
 	q bench "$(fill b.event "$DOWN_ROWS" "'b' || (g % $DOWN_KEYS)")"
-	# to_jsonb: 0.1.0 has no hold column
-	wait_true "down: every B key's head failed once or is held" \
-		"SELECT count(*) = $(( DOWN_KEYS < DOWN_ROWS ? DOWN_KEYS : DOWN_ROWS )) FROM (SELECT DISTINCT ON (key) attempt, to_jsonb(o) ->> 'hold' AS hold FROM queuebox.outbox o
-		  WHERE topic = 'b.event' AND state IN ('pending', 'processing') ORDER BY key, id) h WHERE attempt > 0 OR hold = 'destination'"
-	log "down: every B head failed at least once or is held, $(python3 -c "print(f'{$EPOCHREALTIME - $t:.1f}')") s after the insert began"
+	if [[ $(q bench "SELECT to_regclass('queuebox.destination_state') IS NOT NULL") == t ]]; then
+		# 0.2.0 holds the rows of an open destination (0.3.0 leaves them in its intake)
+		wait_true "down: B's circuit is open" \
+			"SELECT EXISTS (SELECT 1 FROM queuebox.destination_state WHERE destination = 'b' AND state = 'open')"
+	else
+		wait_true "down: every B key's head failed once" \
+			"SELECT count(*) = $(( DOWN_KEYS < DOWN_ROWS ? DOWN_KEYS : DOWN_ROWS )) FROM (SELECT DISTINCT ON (key) attempt FROM queuebox.outbox o
+			  WHERE topic = 'b.event' AND state IN ('pending', 'processing') ORDER BY key, id) h WHERE attempt > 0"
+	fi
+	log "down: B is down with its rows waiting, $(python3 -c "print(f'{$EPOCHREALTIME - $t:.1f}')") s after the insert began"
 }
 if has_phase down; then
 	log "phase down: A's $A_ROWS rows alone, then behind B's $DOWN_ROWS rows over $DOWN_KEYS keys in retry (127.0.0.1:$DOWN_PORT refuses)"

@@ -17,11 +17,13 @@
  *	  (claimed again when it has room).  Rows of a destination that takes
  *	  none are held (hold 'destination') without spending an attempt, except
  *	  the one probe row of a half-open destination.
- *	- The intake floor: new rows are claimed in id order above the floor,
- *	  so a claim does not walk the index entries of rows already delivered
- *	  (a held snapshot keeps them).  The host reports rows that committed
- *	  below it (late_floor); every QBO_FULL_SCAN_MS, and whenever the host
- *	  cannot report, the claim reads intake from the start.
+ *	- The intake floors: new rows are claimed in id order above a floor,
+ *	  one per destination (rows routed at insert) and one for rows not
+ *	  routed yet, so a claim does not walk the index entries of rows
+ *	  already delivered (a held snapshot keeps them).  The host reports
+ *	  rows that committed below them (late_floor); every QBO_FULL_SCAN_MS,
+ *	  and whenever the host cannot report, the claim reads intake from the
+ *	  start.
  *
  * Transaction rules: each cycle is one short transaction in the store;
  * nothing is open while requests are in flight.  If a cycle cannot be
@@ -88,6 +90,7 @@ typedef struct QboDest
 	QbCircuit	state;			/* from the last claim's states */
 	bool		paused;
 	bool		probe;			/* we won its half-open probe and not yet sent it */
+	int64_t		floor;			/* its intake: ids above this only */
 } QboDest;
 
 typedef struct QboEngine
@@ -101,7 +104,7 @@ typedef struct QboEngine
 	int			nslots;
 	int			nactive;		/* slots not free */
 	QboDest    *dests;			/* cfg->ndestinations */
-	int64_t		floor;
+	int64_t		floor;			/* the unrouted intake: ids above this only */
 	long		next_full_scan;
 	long		next_reclaim;
 	long		next_unpark;
@@ -713,6 +716,7 @@ qbo_cycle(QboEngine *e, bool claim)
 	QbClaimReq	req = {0};
 	const char **dests = NULL;
 	int		   *limits = NULL;
+	int64_t    *floors = NULL;
 	char		token[QB_UUID_LEN + 1];
 	char		err[QB_ERRLEN];
 	int			claimed = 0;
@@ -724,7 +728,8 @@ qbo_cycle(QboEngine *e, bool claim)
 	which = malloc(sizeof(int) * (e->nactive + 1));
 	dests = malloc(sizeof(char *) * (e->cfg->ndestinations + 1));
 	limits = malloc(sizeof(int) * (e->cfg->ndestinations + 1));
-	if (!settles || !tallies || !which || !dests || !limits)
+	floors = malloc(sizeof(int64_t) * (e->cfg->ndestinations + 1));
+	if (!settles || !tallies || !which || !dests || !limits || !floors)
 	{
 		qb_log(e->host, QB_LOG_WARNING, "out of memory for a settle");
 		goto done;
@@ -751,12 +756,18 @@ qbo_cycle(QboEngine *e, bool claim)
 			qb_log(e->host, QB_LOG_WARNING, "no random bytes for a claim token");
 			claim = false;
 		}
-		if (late >= 0 && late < e->floor)
-			e->floor = late;
 		if (now >= e->next_full_scan)
 		{
-			e->floor = 0;
+			late = 0;
 			e->next_full_scan = now + QBO_FULL_SCAN_MS;
+		}
+		if (late >= 0)
+		{
+			if (late < e->floor)
+				e->floor = late;
+			for (int i = 0; i < e->cfg->ndestinations; i++)
+				if (late < e->dests[i].floor)
+					e->dests[i].floor = late;
 		}
 		req.lease_ms = oc->claim_timeout_ms;
 		req.default_max_attempts = oc->max_attempts;
@@ -765,10 +776,12 @@ qbo_cycle(QboEngine *e, bool claim)
 		req.probe_ms = oc->claim_timeout_ms;
 		req.dests = dests;
 		req.limits = limits;
+		req.floors = floors;
 		for (int i = 0; i < e->cfg->ndestinations; i++)
 			if ((limits[req.ndests] = qbo_room(e, i)) > 0)
 			{
 				req.batch_size += limits[req.ndests];
+				floors[req.ndests] = e->dests[i].floor;
 				dests[req.ndests++] = e->cfg->destinations[i].name;
 			}
 		/* new rows: no more than the destinations can take (rows over go back) */
@@ -812,19 +825,22 @@ qbo_cycle(QboEngine *e, bool claim)
 	rc = 0;
 	if (claim)
 	{
-		int64_t		top = -1;
-
 		e->stats->batches++;
 		qbo_apply_states(e, &out);
 		for (int i = 0; i < out.nrows; i++)
 		{
-			if (out.rows[i].in_intake && out.rows[i].id > top)
-				top = out.rows[i].id;
+			if (out.rows[i].in_intake)
+			{
+				const char *dn = out.rows[i].destination;
+				int			j = dn ? qbo_dest_index(e, dn) : -1;
+				int64_t    *f = dn == NULL ? &e->floor : j >= 0 ? &e->dests[j].floor : NULL;
+
+				if (f != NULL && out.rows[i].id > *f)
+					*f = out.rows[i].id;
+			}
 			claimed++;
 			qbo_dispatch(e, &out.rows[i], token);
 		}
-		if (top > e->floor)
-			e->floor = top;
 		e->claim_idle = claimed == 0;
 		rc = claimed;
 	}
@@ -836,6 +852,7 @@ done:
 	free(which);
 	free(dests);
 	free(limits);
+	free(floors);
 	return rc;
 }
 

@@ -25,20 +25,26 @@
 
 /*
  * The claim (docs/design/claim.md).  A pending row is in exactly one of
- * four places, each with its own partial index, and a claim reads only the
+ * five places, each with its own partial index, and a claim reads only the
  * places that can give it a row now:
- *	- intake: new rows (destination and hold NULL), in id order from the
- *	  worker's floor $5 (ids at or below it were all seen, except rows that
- *	  committed late, which the host reports by lowering the floor);
+ *	- a destination's intake: new rows the outbox_route trigger routed at
+ *	  insert (hold 'intake'), per destination $6 in id order from its floor
+ *	  $9 (ids at or below it were all seen, except rows that committed
+ *	  late, which the host reports by lowering the floors);
+ *	- routed: rows whose destination is known and that a claim met before
+ *	  (retries, rows written back, hold NULL), per destination in due
+ *	  order.  A destination of $6 gives at most $7 rows from these two
+ *	  places, routed rows first, and only when it takes rows now: the rows
+ *	  of a full, slow or open destination are not read at all;
+ *	- the unrouted intake: new rows inserted with no published routes
+ *	  (destination and hold NULL), in id order from the floor $5;
  *	- ready: rows a settle or an operator made claimable again but that no
- *	  worker has routed yet (hold 'ready'), in due order;
- *	- routed: rows whose destination is known (retries, rows written back),
- *	  per destination $6 with at most $7 rows each, in due order, only for
- *	  destinations that take rows now;
+ *	  worker has routed yet (hold 'ready'), in due order.  From these two,
+ *	  whose destinations are not known yet, at most $1 rows in all;
  *	- probes $8: one row of each destination whose half-open probe this
  *	  worker won: its oldest held row, or else its routed row due first
  *	  (due or not: a retry waiting out its backoff must not keep the
- *	  circuit from closing).
+ *	  circuit from closing), or else its oldest intake row.
  * Rows held behind a key (hold 'key') or a destination (hold 'destination')
  * are in no claimed index, so however many there are the claim reads none.
  *
@@ -50,19 +56,38 @@
  * to be looked at again.  The others are claimed: processing, token $4,
  * lease $2 ms.  Nothing waits on a lock (SKIP LOCKED throughout).
  *
- * $1 int4 rows from intake and from ready, $2 int8 lease ms, $3 int4
- * default max_attempts, $4 uuid token, $5 int8 intake floor, $6 text[]
- * destinations, $7 int4[] their limits, $8 text[] probe destinations.
- * Returns every row changed: claimed ones with their content, parked and
- * moved ones with claimed false; in_intake says the row came from intake
- * (the caller's floor), not_due a row claimed before its scheduled_at (an
- * intake row: routed and written back, not published), probe the row
- * claimed as its destination's probe.  A destination of $6 whose circuit
- * is not closed, or that is paused, gives no row (the list may be a cycle
- * old).
+ * $1 int4 rows from the unrouted intake and ready, $2 int8 lease ms, $3
+ * int4 default max_attempts, $4 uuid token, $5 int8 unrouted intake floor,
+ * $6 text[] destinations, $7 int4[] their limits, $8 text[] probe
+ * destinations, $9 int8[] the destinations' intake floors.  Returns every
+ * row changed: claimed ones with their content, parked and moved ones with
+ * claimed false; in_intake says the row came from an intake (the caller's
+ * floor of its destination, or the unrouted floor when destination is
+ * NULL), not_due a row claimed before its scheduled_at (an intake row:
+ * written back routed, not published), probe the row claimed as its
+ * destination's probe.  A destination of $6 whose circuit is not closed,
+ * or that is paused, gives no row (the list may be a cycle old).
  */
 #define QB_PG_OUTBOX_CLAIM \
-	"WITH c_intake AS (" \
+	"WITH c_dest AS (" \
+	"   SELECT r.id, r.key, r.intake FROM (" \
+	"     SELECT * FROM unnest($6::text[], $7::int[], $9::bigint[]) AS u(name, lim, floor)" \
+	"     WHERE NOT EXISTS (SELECT 1 FROM queuebox.destination_state s" \
+	"                       WHERE s.destination = u.name" \
+	"                         AND (s.state <> 'closed' OR s.paused_until > now()))) d" \
+	"   CROSS JOIN LATERAL (" \
+	"     SELECT x.id, x.key, x.intake FROM (" \
+	"       (SELECT * FROM (SELECT c.id, c.key, false AS intake FROM queuebox.outbox c" \
+	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold IS NULL" \
+	"          AND c.scheduled_at <= now()" \
+	"        ORDER BY c.scheduled_at, c.id LIMIT d.lim FOR UPDATE SKIP LOCKED) b)" \
+	"       UNION ALL" \
+	"       (SELECT * FROM (SELECT c.id, c.key, true FROM queuebox.outbox c" \
+	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'intake'" \
+	"          AND c.id > coalesce(d.floor, 0)" \
+	"        ORDER BY c.id LIMIT d.lim FOR UPDATE SKIP LOCKED) b)) x" \
+	"     LIMIT d.lim) r)," \
+	" c_intake AS (" \
 	"   SELECT c.id, c.key FROM queuebox.outbox c" \
 	"   WHERE c.state = 'pending' AND c.destination IS NULL AND c.hold IS NULL" \
 	"     AND c.id > $5" \
@@ -70,36 +95,27 @@
 	" c_ready AS (" \
 	"   SELECT c.id, c.key FROM queuebox.outbox c" \
 	"   WHERE c.state = 'pending' AND c.hold = 'ready' AND c.scheduled_at <= now()" \
-	"   ORDER BY c.scheduled_at, c.id LIMIT $1 FOR UPDATE SKIP LOCKED)," \
-	" c_routed AS (" \
-	"   SELECT r.id, r.key FROM (" \
-	"     SELECT * FROM unnest($6::text[], $7::int[]) AS u(name, lim)" \
-	"     WHERE NOT EXISTS (SELECT 1 FROM queuebox.destination_state s" \
-	"                       WHERE s.destination = u.name" \
-	"                         AND (s.state <> 'closed' OR s.paused_until > now()))) d" \
-	"   CROSS JOIN LATERAL (" \
-	"     SELECT c.id, c.key FROM queuebox.outbox c" \
-	"     WHERE c.destination = d.name AND c.state = 'pending' AND c.hold IS NULL" \
-	"       AND c.scheduled_at <= now()" \
-	"     ORDER BY c.scheduled_at, c.id LIMIT d.lim FOR UPDATE SKIP LOCKED) r)," \
-	" c_probe_held AS (" \
-	"   SELECT r.id, r.key, d.name FROM unnest($8::text[]) AS d(name)" \
-	"   CROSS JOIN LATERAL (" \
-	"     SELECT c.id, c.key FROM queuebox.outbox c" \
-	"     WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'destination'" \
-	"     ORDER BY c.id LIMIT 1 FOR UPDATE SKIP LOCKED) r)," \
+	"   ORDER BY c.scheduled_at, c.id" \
+	"   LIMIT greatest($1 - (SELECT count(*) FROM c_intake), 0) FOR UPDATE SKIP LOCKED)," \
 	" c_probe AS (" \
-	"   SELECT id, key FROM c_probe_held" \
-	"   UNION ALL" \
 	"   SELECT r.id, r.key FROM unnest($8::text[]) AS d(name)" \
 	"   CROSS JOIN LATERAL (" \
-	"     SELECT c.id, c.key FROM queuebox.outbox c" \
-	"     WHERE c.destination = d.name AND c.state = 'pending' AND c.hold IS NULL" \
-	"     ORDER BY c.scheduled_at, c.id LIMIT 1 FOR UPDATE SKIP LOCKED) r" \
-	"   WHERE d.name NOT IN (SELECT name FROM c_probe_held))," \
+	"     SELECT x.id, x.key FROM (" \
+	"       (SELECT * FROM (SELECT c.id, c.key FROM queuebox.outbox c" \
+	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'destination'" \
+	"        ORDER BY c.id LIMIT 1 FOR UPDATE SKIP LOCKED) b)" \
+	"       UNION ALL" \
+	"       (SELECT * FROM (SELECT c.id, c.key FROM queuebox.outbox c" \
+	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold IS NULL" \
+	"        ORDER BY c.scheduled_at, c.id LIMIT 1 FOR UPDATE SKIP LOCKED) b)" \
+	"       UNION ALL" \
+	"       (SELECT * FROM (SELECT c.id, c.key FROM queuebox.outbox c" \
+	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'intake'" \
+	"        ORDER BY c.id LIMIT 1 FOR UPDATE SKIP LOCKED) b)) x" \
+	"     LIMIT 1) r)," \
 	" cand AS (" \
-	"   SELECT * FROM c_intake UNION ALL SELECT * FROM c_ready" \
-	"   UNION ALL SELECT * FROM c_routed UNION ALL SELECT * FROM c_probe)," \
+	"   SELECT id, key FROM c_dest UNION ALL SELECT * FROM c_intake" \
+	"   UNION ALL SELECT * FROM c_ready UNION ALL SELECT * FROM c_probe)," \
 	" blk AS (" \
 	"   SELECT c.id AS cid, b.id AS bid FROM cand c" \
 	"   CROSS JOIN LATERAL (" \
@@ -131,7 +147,8 @@
 	"           o.attempt, coalesce(o.max_attempts, $3)," \
 	"           extract(epoch FROM o.created_at)::float8," \
 	"           o.state = 'processing', o.destination," \
-	"           o.id = ANY (ARRAY(SELECT id FROM c_intake))," \
+	"           o.id = ANY (ARRAY(SELECT id FROM c_intake))" \
+	"             OR o.id = ANY (ARRAY(SELECT id FROM c_dest WHERE intake))," \
 	"           o.scheduled_at > now()," \
 	"           o.id = ANY (ARRAY(SELECT id FROM c_probe))"
 
@@ -181,16 +198,14 @@
  * statement after the settle, so its snapshot sees every park made while
  * the ended row was open (the claim parked them holding a FOR SHARE lock on
  * that row, which the settle's update waited for).  The first open row of
- * each key is released: parked behind the key, or still in intake (moved,
- * so a claim that skips it while this statement holds its lock cannot
- * leave it below a floor).  With a token $2 (the cycle claims too), a due
+ * each key is released if it is parked behind the key; a row a claim has
+ * not met yet is left where it is (in intake or routed), for the claim
+ * that meets it: that costs no write, and a claim can no longer park it
+ * behind the row that ended.  With a token $2 (the cycle claims too), a due
  * released row is claimed at once with it (lease $3 ms, default
- * max_attempts $4): a key's next row costs no park and no claim of its
- * own, and a hot key moves one row per cycle.  Without one, it goes to
- * ready (not routed yet) or back to its destination's routed rows.  The
- * row is updated even when a concurrent claim is parking it: the update
- * then waits, re-reads the parked row and releases it.  Returns the rows
- * as the claim does.
+ * max_attempts $4): a hot key moves one row per cycle without a claim of
+ * its own.  Without one, it goes to ready (not routed yet) or back to its
+ * destination's routed rows.  Returns the rows as the claim does.
  */
 #define QB_PG_OUTBOX_PROMOTE \
 	"UPDATE queuebox.outbox o" \
@@ -206,8 +221,7 @@
 	"           WHERE e.key = k.key AND e.state IN ('pending', 'processing')" \
 	"           ORDER BY e.id LIMIT 1)" \
 	"   FROM unnest($1::text[]) AS k(key)))" \
-	"   AND o.state = 'pending'" \
-	"   AND (o.hold = 'key' OR (o.hold IS NULL AND o.destination IS NULL))" \
+	"   AND o.state = 'pending' AND o.hold = 'key'" \
 	" RETURNING o.id, o.message_id, o.topic, o.key, o.payload::text, o.headers::text," \
 	"           o.attempt, coalesce(o.max_attempts, $4)," \
 	"           extract(epoch FROM o.created_at)::float8," \

@@ -131,13 +131,14 @@ typedef struct QbDestState
 /* What a cycle claims (QB_PG_OUTBOX_CLAIM's parameters). */
 typedef struct QbClaimReq
 {
-	int			batch_size;		/* rows from intake, and from ready */
+	int			batch_size;		/* rows from unrouted intake and ready, in all */
 	long		lease_ms;
 	int			default_max_attempts;
 	const char *token;
-	int64_t		floor;			/* intake ids above this only */
-	const char *const *dests;	/* routed rows of these destinations ... */
+	int64_t		floor;			/* unrouted intake ids above this only */
+	const char *const *dests;	/* routed and intake rows of these destinations ... */
 	const int  *limits;			/* ... at most this many each */
+	const int64_t *floors;		/* ... intake ids above this only */
 	int			ndests;
 	long		probe_ms;		/* how long a half-open probe may take */
 } QbClaimReq;

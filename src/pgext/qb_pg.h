@@ -15,6 +15,9 @@
  *	  can do is a spurious wake-up.
  *	- outbox[i].late_floor: lowered by the commit callback of any backend
  *	  whose transaction inserted outbox rows, taken by worker i.
+ *	- routes: written by any worker at a configuration load and by the
+ *	  commit callback of a configure() in the served database, read by the
+ *	  outbox_route trigger of any backend; a seqlock (outbox_route.c).
  *	No process-local pointer (a CURLM *, a heap address) is ever stored here.
  *-------------------------------------------------------------------------
  */
@@ -50,6 +53,25 @@ typedef struct QbWorkerSlot
 	pg_atomic_uint64 late_floor;
 } QbWorkerSlot;
 
+/* The routes new outbox rows are routed by (outbox_route.c). */
+#define QB_ROUTES_MAX 256
+#define QB_ROUTE_PATTERN_MAX 256
+#define QB_ROUTE_DEST_MAX 128
+
+typedef struct QbPublishedRoute
+{
+	char		pattern[QB_ROUTE_PATTERN_MAX];
+	char		destination[QB_ROUTE_DEST_MAX];
+} QbPublishedRoute;
+
+typedef struct QbRouteTable
+{
+	pg_atomic_uint64 generation;	/* odd while a worker writes */
+	Oid			database;		/* whose configuration */
+	int			nroutes;		/* -1: none usable */
+	QbPublishedRoute routes[QB_ROUTES_MAX];
+} QbRouteTable;
+
 typedef struct QbShared
 {
 	pg_atomic_uint32 config_generation;
@@ -64,6 +86,7 @@ typedef struct QbShared
 	QbWorkerSlot ingress;
 	QbWorkerSlot consumer[QB_MAX_CONSUMER_WORKERS];
 	QbMetrics	metrics;		/* every worker adds; the ingress renders */
+	QbRouteTable routes;
 } QbShared;
 
 /* GUCs */
@@ -82,6 +105,12 @@ extern void qb_note_outbox_first_id(int64 after);
 extern uint64 qb_take_outbox_late_floor(QbWorkerSlot *slot);
 extern void qb_arm_config_wake(int broker_sources);
 extern void qb_arm_relay_wake(void);
+
+/* outbox_route.c */
+extern bool qb_publish_routes(const QbConfig *cfg);
+extern void qb_stage_routes(const QbConfig *cfg, bool unknown);
+extern void qb_publish_staged_routes(void);
+extern void qb_clear_staged_routes(void);
 
 /* launcher.c */
 extern PGDLLEXPORT void qb_launcher_main(Datum arg);

@@ -144,6 +144,8 @@ qb_shmem_startup(void)
 		for (int i = 0; i < QB_MAX_OUTBOX_WORKERS; i++)
 			pg_atomic_init_u64(&qb_shared->outbox[i].late_floor, PG_UINT64_MAX);
 		qb_metrics_init(&qb_shared->metrics);
+		pg_atomic_init_u64(&qb_shared->routes.generation, 0);
+		qb_shared->routes.nroutes = -1;
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -224,7 +226,10 @@ qb_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB && qb_config_wake_armed &&
 		qb_config_armed_subid >= mySubid)
+	{
 		qb_armed_broker_sources = -1;
+		qb_stage_routes(NULL, true);
+	}
 }
 
 static void
@@ -256,6 +261,7 @@ qb_clear_wakes(void)
 	qb_relay_wake_armed = false;
 	qb_config_wake_armed = false;
 	qb_outbox_first_id = -1;
+	qb_clear_staged_routes();
 }
 
 static void
@@ -272,6 +278,7 @@ qb_xact_callback(XactEvent event, void *arg)
 					uint32		n = qb_armed_broker_sources < 0 ?
 						QB_BROKER_SOURCES_UNKNOWN : (uint32) qb_armed_broker_sources;
 
+					qb_publish_staged_routes();
 					pg_atomic_fetch_add_u32(&qb_shared->config_generation, 1);
 					if (pg_atomic_exchange_u32(&qb_shared->broker_sources, n) != n &&
 						qb_shared->launcher_latch != NULL)

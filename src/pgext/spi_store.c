@@ -522,30 +522,37 @@ qbs_states(long probe_ms, QbCycleOut *out)
 	return PointerGetDatum(qb_text_array(probes, nprobes));
 }
 
-/* qbs_claim runs QB_PG_OUTBOX_CLAIM and copies its rows into out. */
+/*
+ * qbs_claim runs QB_PG_OUTBOX_CLAIM and copies its rows into out.  limits
+ * overrides c->limits (what the promotion left of them).
+ */
 static void
-qbs_claim(const QbClaimReq *c, Datum probes, QbCycleOut *out)
+qbs_claim(const QbClaimReq *c, const int *limits, Datum probes, QbCycleOut *out)
 {
-	static const Oid types[8] = {INT4OID, INT8OID, INT4OID, UUIDOID, INT8OID,
-	TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
-	Datum		v[8];
-	Datum	   *dests = palloc(sizeof(Datum) * (c->ndests + 1));
-	Datum	   *limits = palloc(sizeof(Datum) * (c->ndests + 1));
-	SPIPlanPtr	p = qbs_prepare(&qbs_plans.claim, QB_PG_OUTBOX_CLAIM, 8, (Oid *) types);
+	static const Oid types[9] = {INT4OID, INT8OID, INT4OID, UUIDOID, INT8OID,
+	TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT8ARRAYOID};
+	Datum		v[9];
+	QbsColumns	d = qbs_columns_new(3, c->ndests);
+	static const Oid elem[3] = {TEXTOID, INT4OID, INT8OID};
+	Datum		arrays[3];
+	SPIPlanPtr	p = qbs_prepare(&qbs_plans.claim, QB_PG_OUTBOX_CLAIM, 9, (Oid *) types);
 
 	for (int i = 0; i < c->ndests; i++)
 	{
-		dests[i] = CStringGetTextDatum(c->dests[i]);
-		limits[i] = Int32GetDatum(c->limits[i]);
+		d.col[0][i] = CStringGetTextDatum(c->dests[i]);
+		d.col[1][i] = Int32GetDatum(limits[i]);
+		d.col[2][i] = Int64GetDatum(c->floors ? c->floors[i] : 0);
 	}
+	qbs_columns_arrays(&d, elem, arrays);
 	v[0] = Int32GetDatum(c->batch_size);
 	v[1] = Int64GetDatum(c->lease_ms);
 	v[2] = Int32GetDatum(c->default_max_attempts);
 	v[3] = DirectFunctionCall1(uuid_in, CStringGetDatum(c->token));
 	v[4] = Int64GetDatum(c->floor);
-	v[5] = qbs_array(dests, NULL, c->ndests, TEXTOID);
-	v[6] = qbs_array(limits, NULL, c->ndests, INT4OID);
+	v[5] = arrays[0];
+	v[6] = arrays[1];
 	v[7] = probes;
+	v[8] = arrays[2];
 	if (SPI_execute_plan(p, v, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "the outbox claim failed");
 	qbs_take_rows(out);
@@ -589,20 +596,34 @@ qbs_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 		if (claim != NULL)
 		{
 			/*
-			 * The rows the promotion claimed came first: new and ready rows
-			 * only for the room left.  A new row read while its key's earlier
-			 * row is open costs a park, and the promotion takes it anyway when
-			 * that row ends; while promotions fill the room, rows further back
-			 * wait their turn, as in any queue.
+			 * The rows the promotion claimed came first: each destination is
+			 * asked only for the room they left it, and the unrouted places
+			 * for what is left of the batch.
 			 */
 			QbClaimReq	c = *claim;
+			int		   *limits = palloc(sizeof(int) * (claim->ndests + 1));
 
+			memcpy(limits, claim->limits, sizeof(int) * claim->ndests);
 			for (int i = 0; i < out->nrows; i++)
-				if (out->rows[i].claimed)
+			{
+				const QbOutboxRow *r = &out->rows[i];
+				int			j = 0;
+
+				if (!r->claimed)
+					continue;
+				if (r->destination == NULL)
+				{
 					c.batch_size--;
+					continue;
+				}
+				while (j < claim->ndests && strcmp(claim->dests[j], r->destination) != 0)
+					j++;
+				if (j < claim->ndests && limits[j] > 0)
+					limits[j]--;
+			}
 			if (c.batch_size < 0)
 				c.batch_size = 0;
-			qbs_claim(&c, qbs_states(claim->probe_ms, out), out);
+			qbs_claim(&c, limits, qbs_states(claim->probe_ms, out), out);
 		}
 		qbs_commit();
 	}

@@ -11,6 +11,7 @@
  */
 #include "postgres.h"
 
+#include "commands/dbcommands.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -110,6 +111,9 @@ qb_sql_configure(PG_FUNCTION_ARGS)
 	Datum		values[1] = {PointerGetDatum(doc)};
 	int			broker_sources = qb_config_broker_sources(cfg);
 
+	/* the routes take effect at commit, in the database the workers serve */
+	if (qb_database != NULL && strcmp(get_database_name(MyDatabaseId), qb_database) == 0)
+		qb_stage_routes(cfg, false);
 	qb_config_free(cfg);
 	SPI_connect();
 	if (SPI_execute_with_args("INSERT INTO queuebox.config (id, document) VALUES (1, $1)"
@@ -341,6 +345,8 @@ qb_sql_worker_status(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+#define QBSQL_MAX_ARGS 9
+
 /*
  * qbsql_run executes one of the worker statements in the caller's
  * transaction with the caller's arguments, which have the statement's types.
@@ -349,11 +355,12 @@ static uint64
 qbsql_run(FunctionCallInfo fcinfo, const char *sql, int ok_code, int nargs,
 		  const Oid *types)
 {
-	Datum		values[8];
-	char		nulls[8];
+	Datum		values[QBSQL_MAX_ARGS];
+	char		nulls[QBSQL_MAX_ARGS];
 	int			rc;
 
-	Assert(nargs <= 8);
+	if (nargs > QBSQL_MAX_ARGS)
+		elog(ERROR, "queuebox: a statement of %d arguments (at most %d)", nargs, QBSQL_MAX_ARGS);
 	for (int i = 0; i < nargs; i++)
 	{
 		values[i] = PG_GETARG_DATUM(i);
@@ -420,16 +427,16 @@ qbsql_check_nargs(FunctionCallInfo fcinfo, int nargs, const char *name)
 
 /*
  * queuebox._outbox_claim(batch_size, lease_ms, default_max_attempts, token,
- * floor, destinations, limits, probes)
+ * floor, destinations, limits, probes, floors)
  */
 Datum
 qb_sql_outbox_claim(PG_FUNCTION_ARGS)
 {
-	static const Oid types[8] = {INT4OID, INT8OID, INT4OID, UUIDOID, INT8OID,
-	TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID};
+	static const Oid types[9] = {INT4OID, INT8OID, INT4OID, UUIDOID, INT8OID,
+	TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT8ARRAYOID};
 
-	qbsql_check_nargs(fcinfo, 8, "_outbox_claim");
-	return qbsql_rows(fcinfo, NULL, QB_PG_OUTBOX_CLAIM, SPI_OK_UPDATE_RETURNING, 8, types);
+	qbsql_check_nargs(fcinfo, 9, "_outbox_claim");
+	return qbsql_rows(fcinfo, NULL, QB_PG_OUTBOX_CLAIM, SPI_OK_UPDATE_RETURNING, 9, types);
 }
 
 /*

@@ -198,14 +198,25 @@ qbh_config_changed(void *ctx)
 
 /*
  * qbh_config_loaded publishes how many broker sources the configuration
- * has; the launcher, which reads no table, starts one consumer worker per
- * source from it.  Every worker publishes the same number for the same
- * document, so the last writer is as good as any.
+ * has (the launcher, which reads no table, starts one consumer worker per
+ * source from it) and its routes (the outbox_route trigger routes new rows
+ * by them).  Every worker publishes the same for the same document, so the
+ * last writer is as good as any.
  */
 static void
 qbh_config_loaded(void *ctx, const QbConfig *cfg)
 {
 	uint32		n = (uint32) qb_config_broker_sources(cfg);
+	static bool warned = false;
+
+	if (!qb_publish_routes(cfg) && !warned)
+	{
+		warned = true;
+		ereport(LOG,
+				(errmsg("queuebox: the configuration's routes do not fit in shared memory; new outbox rows are routed at their first claim"),
+				 errdetail("At most %d routes, topic patterns under %d bytes and destination names under %d bytes are routed at insert.",
+						   QB_ROUTES_MAX, QB_ROUTE_PATTERN_MAX, QB_ROUTE_DEST_MAX)));
+	}
 
 	if (pg_atomic_exchange_u32(&qb_shared->broker_sources, n) != n &&
 		qb_shared->launcher_latch != NULL)

@@ -35,6 +35,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep time);
+use FindBin;
 
 our @EXPORT = qw(
   qb_node qb_config_yaml qb_configure qb_sql_quote
@@ -43,7 +44,17 @@ our @EXPORT = qw(
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
   qb_consumers_on_lock qb_test_binary qb_npm_dir
   qb_key_order qb_dest_status qb_log_count qb_kill9_crash qb_insert_keyed
+  qb_schema_description $QB_LATEST
 );
+
+# The version a fresh CREATE EXTENSION installs (queuebox.control).
+our $QB_LATEST = do {
+	my $control = "$FindBin::RealBin/../../queuebox.control";
+	open(my $fh, '<', $control) or die "cannot read $control: $!";
+	my ($v) = map { /^default_version\s*=\s*'([^']+)'/ ? ($1) : () } <$fh>;
+	die "no default_version in $control" unless defined $v;
+	$v;
+};
 
 my $json = JSON::PP->new->canonical(1);
 my @live_sinks;
@@ -126,6 +137,54 @@ sub qb_version
 	my ($node, $db) = @_;
 	return $node->safe_psql($db // 'postgres',
 		"SELECT extversion FROM pg_extension WHERE extname = 'queuebox'");
+}
+
+# qb_schema_description(node, db): every object of the queuebox schema, one
+# line each, in a stable order: the upgrade tests compare an upgraded
+# database with a fresh install by it.
+sub qb_schema_description
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql($db, q{
+	SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+		   || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+		   || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
+		   || coalesce(' -- ' || col_description(c.oid, a.attnum), '')
+	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+	JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+	LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+	WHERE n.nspname = 'queuebox'
+	UNION ALL
+	SELECT 'relation ' || c.relname || ' ' || c.relkind::text || ' ' || coalesce(array_to_string(c.reloptions, ','), '')
+		   || coalesce(' -- ' || obj_description(c.oid, 'pg_class'), '')
+	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'queuebox'
+	UNION ALL
+	SELECT 'index ' || pg_get_indexdef(i.indexrelid)
+	FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+	WHERE n.nspname = 'queuebox'
+	UNION ALL
+	SELECT 'constraint ' || conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(oid)
+	FROM pg_constraint WHERE connamespace = 'queuebox'::regnamespace
+	UNION ALL
+	SELECT 'trigger ' || pg_get_triggerdef(t.oid)
+	FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+	WHERE c.relnamespace = 'queuebox'::regnamespace AND NOT t.tgisinternal
+	UNION ALL
+	SELECT 'function ' || pg_get_functiondef(p.oid) || coalesce(' -- ' || obj_description(p.oid, 'pg_proc'), '')
+	FROM pg_proc p WHERE p.pronamespace = 'queuebox'::regnamespace
+	UNION ALL
+	SELECT 'view ' || c.relname || ' ' || pg_get_viewdef(c.oid)
+	FROM pg_class c WHERE c.relnamespace = 'queuebox'::regnamespace AND c.relkind = 'v'
+	UNION ALL
+	SELECT 'sequence ' || s.seqrelid::regclass || ' ' || s.seqtypid::regtype || ' ' || s.seqincrement
+	FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid WHERE c.relnamespace = 'queuebox'::regnamespace
+	UNION ALL
+	SELECT 'member ' || pg_describe_object(d.classid, d.objid, d.objsubid)
+	FROM pg_depend d JOIN pg_extension e ON d.refclassid = 'pg_extension'::regclass AND d.refobjid = e.oid
+	WHERE e.extname = 'queuebox' AND d.deptype = 'e'
+	UNION ALL
+	SELECT 'config ' || unnest(extconfig)::regclass || ' ' FROM pg_extension WHERE extname = 'queuebox'
+	ORDER BY 1});
 }
 
 # ---------------------------------------------------------------- config

@@ -1,6 +1,7 @@
 # 019_upgrade.pl
-#   ALTER EXTENSION queuebox UPDATE from 0.1.0 to 0.2.0 with rows in every
-#   state: while the schema is 0.1.0 the 0.2.0 workers refuse to claim (and
+#   ALTER EXTENSION queuebox UPDATE from 0.1.0 to the current version
+#   (through every upgrade script) with rows in every state: while the
+#   schema is 0.1.0 the current workers refuse to claim (and
 #   say to run the update); after it, every pending row is delivered, per
 #   key in id order (a row left processing by a 0.1.0 worker once its lease
 #   expired), sent and dead rows and the inbox are unchanged, and the
@@ -78,7 +79,7 @@ is(scalar(keys %open_before), 17, '17 rows are open (16 pending, 1 processing) b
 
 # ---- the 0.2.0 workers do not claim from a 0.1.0 schema, and say why
 my $log = qb_wait_log($node, qr/run ALTER EXTENSION queuebox UPDATE/, $logstart, timeout => 60);
-like($log, qr/the queuebox schema in this database is version 0\.1\.0 and the library is version 0\.2\.0; run ALTER EXTENSION queuebox UPDATE/,
+like($log, qr/the queuebox schema in this database is version 0\.1\.0 and the library is version \Q$QB_LATEST\E; run ALTER EXTENSION queuebox UPDATE/,
 	'the workers log that the schema is 0.1.0 and to run ALTER EXTENSION queuebox UPDATE');
 # a worker tried again after the rows were there, and still claimed nothing
 like(qb_wait_log($node, qr/queuebox outbox \d: .*run ALTER EXTENSION queuebox UPDATE/, $after_fill, timeout => 60),
@@ -90,8 +91,8 @@ is($node->safe_psql('postgres',
 
 # ---- the upgrade
 $node->safe_psql('postgres', 'ALTER EXTENSION queuebox UPDATE');
-is(qb_version($node), '0.2.0', 'extversion is 0.2.0 after ALTER EXTENSION queuebox UPDATE');
-is($node->safe_psql('postgres', 'SELECT queuebox._schema_version()'), '0.2.0', '_schema_version() says 0.2.0');
+is(qb_version($node), $QB_LATEST, "extversion is $QB_LATEST after ALTER EXTENSION queuebox UPDATE");
+is($node->safe_psql('postgres', 'SELECT queuebox._schema_version()'), $QB_LATEST, "_schema_version() says $QB_LATEST");
 is($node->safe_psql('postgres',
 		"SELECT count(*) FROM queuebox.outbox WHERE destination IS NOT NULL OR hold IS NOT NULL"),
 	'0', 'every row is unrouted and not held after the upgrade (pending rows are in intake)');
@@ -144,49 +145,9 @@ is($node->safe_psql('postgres', $inbox_sql), $inbox_before, 'inbox rows are unch
 # ---- the upgraded schema is the fresh install's
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', 'CREATE EXTENSION queuebox');
-is(qb_version($node, 'fresh'), '0.2.0', 'a fresh install is 0.2.0');
-my $schema_sql = q{
-	SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
-		   || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
-		   || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
-		   || coalesce(' -- ' || col_description(c.oid, a.attnum), '')
-	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-	JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-	LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
-	WHERE n.nspname = 'queuebox'
-	UNION ALL
-	SELECT 'relation ' || c.relname || ' ' || c.relkind::text || ' ' || coalesce(array_to_string(c.reloptions, ','), '')
-		   || coalesce(' -- ' || obj_description(c.oid, 'pg_class'), '')
-	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'queuebox'
-	UNION ALL
-	SELECT 'index ' || pg_get_indexdef(i.indexrelid)
-	FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-	WHERE n.nspname = 'queuebox'
-	UNION ALL
-	SELECT 'constraint ' || conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(oid)
-	FROM pg_constraint WHERE connamespace = 'queuebox'::regnamespace
-	UNION ALL
-	SELECT 'trigger ' || pg_get_triggerdef(t.oid)
-	FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-	WHERE c.relnamespace = 'queuebox'::regnamespace AND NOT t.tgisinternal
-	UNION ALL
-	SELECT 'function ' || pg_get_functiondef(p.oid) || coalesce(' -- ' || obj_description(p.oid, 'pg_proc'), '')
-	FROM pg_proc p WHERE p.pronamespace = 'queuebox'::regnamespace
-	UNION ALL
-	SELECT 'view ' || c.relname || ' ' || pg_get_viewdef(c.oid)
-	FROM pg_class c WHERE c.relnamespace = 'queuebox'::regnamespace AND c.relkind = 'v'
-	UNION ALL
-	SELECT 'sequence ' || s.seqrelid::regclass || ' ' || s.seqtypid::regtype || ' ' || s.seqincrement
-	FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid WHERE c.relnamespace = 'queuebox'::regnamespace
-	UNION ALL
-	SELECT 'member ' || pg_describe_object(d.classid, d.objid, d.objsubid)
-	FROM pg_depend d JOIN pg_extension e ON d.refclassid = 'pg_extension'::regclass AND d.refobjid = e.oid
-	WHERE e.extname = 'queuebox' AND d.deptype = 'e'
-	UNION ALL
-	SELECT 'config ' || unnest(extconfig)::regclass || ' ' FROM pg_extension WHERE extname = 'queuebox'
-	ORDER BY 1};
-my $upgraded = $node->safe_psql('postgres', $schema_sql);
-my $fresh = $node->safe_psql('fresh', $schema_sql);
+is(qb_version($node, 'fresh'), $QB_LATEST, "a fresh install is $QB_LATEST");
+my $upgraded = qb_schema_description($node, 'postgres');
+my $fresh = qb_schema_description($node, 'fresh');
 cmp_ok(scalar(split /\n/, $fresh), '>', 100, 'the schema description covers the whole schema');
 is($upgraded, $fresh, 'the upgraded schema equals a fresh install (columns, indexes, constraints, triggers, functions, views, comments)');
 for my $rel (qw(queuebox.outbox queuebox.inbox queuebox.destination_state))

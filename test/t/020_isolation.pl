@@ -61,17 +61,19 @@ sub b_places
 			   count(*) FILTER (WHERE state = 'processing'),
 			   count(*) FILTER (WHERE state = 'sent'),
 			   count(*) FILTER (WHERE state = 'dead'),
-			   coalesce(sum(attempt), 0)
+			   coalesce(sum(attempt), 0),
+			   count(*) FILTER (WHERE state = 'pending' AND hold = 'intake'),
+			   count(*) FILTER (WHERE state = 'pending' AND hold = 'intake' AND attempt > 0)
 		FROM queuebox.outbox WHERE topic = 'b.ev'});
 	my %h;
-	@h{qw(total held parked routed claimable processing sent dead attempts)} = split /\|/, $r;
+	@h{qw(total held parked routed claimable processing sent dead attempts intake intake_tried)} = split /\|/, $r;
 	return \%h;
 }
 
 sub places_str
 {
 	my ($p) = @_;
-	return join(', ', map { "$_=$p->{$_}" } qw(total held parked routed claimable processing sent dead attempts));
+	return join(', ', map { "$_=$p->{$_}" } qw(total held parked routed intake claimable processing sent dead attempts));
 }
 
 # ==== 1. a down destination with a deep backlog while another delivers
@@ -91,9 +93,15 @@ qb_wait_for(
 my $b_before = b_places();
 note 'b before: ' . places_str($b_before);
 is($b_before->{total}, $nb, "phase 1: b still has its $nb rows");
-is($b_before->{parked}, $nb - 200, 'phase 1: all rows but the 200 key heads are parked behind their key');
-is($b_before->{held} + $b_before->{routed}, 200,
-	'phase 1: the 200 heads are held for b or routed to it (waiting for it to close)');
+is($b_before->{held} + $b_before->{routed} + $b_before->{parked} + $b_before->{intake}, $nb,
+	'phase 1: every row of b waits: held, routed, parked behind its key, or in its intake');
+cmp_ok($b_before->{intake}, '>', 0, "phase 1: rows no claim met wait in b's intake ($b_before->{intake})");
+is($b_before->{intake_tried}, 0, "phase 1: b's intake rows spent no attempt");
+is($node->safe_psql('postgres', q{
+		SELECT count(*) FROM (SELECT DISTINCT ON (key) hold FROM queuebox.outbox
+		  WHERE topic = 'b.ev' AND state IN ('pending', 'processing') ORDER BY key, id) h
+		WHERE hold = 'key'}),
+	'0', 'phase 1: no key of b has its first open row parked (none is stuck)');
 is($b_before->{dead} + $b_before->{sent}, 0, 'phase 1: none of b\'s rows is dead or sent');
 is($node->safe_psql('postgres',
 		"SELECT rows FROM queuebox.outbox_stats WHERE destination = 'b' AND state = 'pending'"),

@@ -119,9 +119,9 @@ qb_wait_for(
 	sub {
 		qb_dest_status($node, 'g')->{state} eq 'disabled'
 		  && qb_count($node, "topic = 'g.ev' AND (state = 'processing' OR (state = 'pending'"
-			  . " AND hold IS DISTINCT FROM 'destination' AND hold IS DISTINCT FROM 'key'))") == 0;
+			  . " AND (hold = 'ready' OR destination IS NULL)))") == 0;
 	},
-	'gone: a 410 disables g; its rows are held or parked, none in flight', timeout => 30);
+	'gone: a 410 disables g; its rows wait for it (held, parked, routed or in its intake), none in flight', timeout => 30);
 my $g_reqs = scalar @{ qb_sink_requests($sink_g) };
 my $g_att = $node->safe_psql('postgres', q{
 	SELECT coalesce(sum(attempt), 0) || '/' || count(*) FILTER (WHERE state = 'pending' AND attempt > 0)

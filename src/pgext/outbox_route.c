@@ -1,0 +1,284 @@
+/*-------------------------------------------------------------------------
+ * outbox_route.c
+ *	  Routing at insert: the routes the workers publish in shared memory,
+ *	  and the outbox_route trigger that reads them (docs/design/claim.md,
+ *	  "Routed at insert").
+ *
+ * Vocabulary:
+ *	- the published routes (QbRouteTable in QbShared): the topic patterns
+ *	  and destinations of the configuration a worker loaded last, for the
+ *	  database the workers serve.  nroutes < 0: none usable (no document,
+ *	  or routes that do not fit); the trigger then routes nothing.
+ *	- a backend's copy: what the trigger matches against, refreshed when
+ *	  the table's generation moved.
+ *
+ * Concurrency: a seqlock.  A publisher (any worker, at each configuration
+ * load; the commit of a configure() in the database the workers serve;
+ * unchanged routes are not written) makes the generation odd with a
+ * compare-and-swap, writes, and makes it even again.  A reader copies the
+ * table and keeps the copy only when it saw the same even generation
+ * before and after; after a few failed tries it routes nothing this row
+ * (the claim routes the row instead).  No lock is held, nothing waits on a
+ * backend.  A row routed by the routes of a moment ago is still routed by
+ * the configuration's topic rules: a route change applies to rows inserted
+ * after the workers loaded it.
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "commands/trigger.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/rel.h"
+
+#include "qb_pg.h"
+#include "qb_route.h"
+
+PG_FUNCTION_INFO_V1(qb_sql_route_outbox);
+
+#define QBR_READ_TRIES 8
+
+/* A backend's copy of the published routes. */
+static QbPublishedRoute *qbr_copy = NULL;
+static int	qbr_ncopy = -1;
+static uint64 qbr_copy_gen = 0;
+
+/* The outbox's attribute numbers, found once per relation. */
+static Oid	qbr_relid = InvalidOid;
+static int	qbr_att_topic = 0;
+static int	qbr_att_destination = 0;
+static int	qbr_att_hold = 0;
+
+/*
+ * Routes staged for a publish: a worker's load, or a configure() whose
+ * transaction has not committed yet.  staged_n: -1 none usable, -2
+ * nothing staged.
+ */
+static QbPublishedRoute qbr_staged[QB_ROUTES_MAX];
+static int	qbr_staged_n = -2;
+
+/*
+ * qbr_stage copies cfg's routes (NULL: no document) into the staging area;
+ * -1 when they do not fit (more than QB_ROUTES_MAX, or a name too long).
+ */
+static int
+qbr_stage(const QbConfig *cfg)
+{
+	if (cfg == NULL || cfg->nroutes > QB_ROUTES_MAX)
+		return qbr_staged_n = -1;
+	for (int i = 0; i < cfg->nroutes; i++)
+	{
+		if (strlen(cfg->routes[i].topic_pattern) >= QB_ROUTE_PATTERN_MAX ||
+			strlen(cfg->routes[i].destination) >= QB_ROUTE_DEST_MAX)
+			return qbr_staged_n = -1;
+		strlcpy(qbr_staged[i].pattern, cfg->routes[i].topic_pattern, QB_ROUTE_PATTERN_MAX);
+		strlcpy(qbr_staged[i].destination, cfg->routes[i].destination, QB_ROUTE_DEST_MAX);
+	}
+	return qbr_staged_n = cfg->nroutes;
+}
+
+/*
+ * qbr_publish writes the staged routes into the shared table (unless it
+ * holds them already).  Raises no error: it also runs in the commit
+ * callback.
+ */
+static void
+qbr_publish(void)
+{
+	QbRouteTable *t = &qb_shared->routes;
+	int			n = qbr_staged_n;
+	uint64		gen;
+
+	for (;;)
+	{
+		gen = pg_atomic_read_u64(&t->generation);
+		if (gen % 2 == 0 && pg_atomic_compare_exchange_u64(&t->generation, &gen, gen + 1))
+			break;
+		pg_usleep(100L);
+	}
+	/* the compare-and-swap is a full barrier: the writes below follow it */
+	if (t->database == MyDatabaseId && t->nroutes == n &&
+		(n <= 0 || memcmp(t->routes, qbr_staged, sizeof(QbPublishedRoute) * n) == 0))
+	{
+		pg_atomic_write_u64(&t->generation, gen);	/* nothing changed */
+		return;
+	}
+	t->database = MyDatabaseId;
+	t->nroutes = n;
+	if (n > 0)
+		memcpy(t->routes, qbr_staged, sizeof(QbPublishedRoute) * n);
+	pg_write_barrier();
+	pg_atomic_write_u64(&t->generation, gen + 2);
+}
+
+/*
+ * qb_publish_routes: a worker loaded cfg (NULL: no document stored).  Its
+ * routes become the ones new rows are routed by.  Returns false when they
+ * do not fit: rows are then routed at their claim.
+ */
+bool
+qb_publish_routes(const QbConfig *cfg)
+{
+	int			n = qbr_stage(cfg);
+
+	if (qb_shared != NULL)
+		qbr_publish();
+	qbr_staged_n = -2;
+	return cfg == NULL || n >= 0;
+}
+
+/*
+ * qb_stage_routes: configure() stored cfg in the database the workers
+ * serve; its routes are published when the transaction commits
+ * (qb_publish_staged_routes), so rows inserted after the commit are routed
+ * by them even before a worker has loaded the document.  unknown: a
+ * savepoint rolled back over a configure(), so what commits is not known
+ * here; nothing is published and the workers publish at their load.
+ */
+void
+qb_stage_routes(const QbConfig *cfg, bool unknown)
+{
+	if (unknown)
+		qbr_staged_n = -2;
+	else
+		(void) qbr_stage(cfg);
+}
+
+/* qb_publish_staged_routes: at commit (queuebox.c's callback). */
+void
+qb_publish_staged_routes(void)
+{
+	if (qbr_staged_n != -2 && qb_shared != NULL)
+		qbr_publish();
+	qbr_staged_n = -2;
+}
+
+/* qb_clear_staged_routes: the transaction ended without a commit. */
+void
+qb_clear_staged_routes(void)
+{
+	qbr_staged_n = -2;
+}
+
+/*
+ * qbr_refresh: the backend's copy is the published table as of now, or
+ * false when it could not be read (a publisher kept writing): route
+ * nothing this time.
+ */
+static bool
+qbr_refresh(void)
+{
+	QbRouteTable *t = &qb_shared->routes;
+
+	if (qbr_copy == NULL)
+	{
+		qbr_copy = malloc(sizeof(QbPublishedRoute) * QB_ROUTES_MAX);
+		if (qbr_copy == NULL)
+			return false;
+	}
+	for (int tries = 0; tries < QBR_READ_TRIES; tries++)
+	{
+		uint64		g1 = pg_atomic_read_u64(&t->generation);
+		int			n;
+
+		if (g1 == qbr_copy_gen)
+			return true;
+		if (g1 % 2 == 1)
+			continue;
+		pg_read_barrier();
+		n = t->database == MyDatabaseId ? t->nroutes : -1;
+		if (n > 0)
+			memcpy(qbr_copy, t->routes, sizeof(QbPublishedRoute) * n);
+		pg_read_barrier();
+		if (pg_atomic_read_u64(&t->generation) == g1)
+		{
+			qbr_ncopy = n;
+			qbr_copy_gen = g1;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* qbr_attnums finds topic, destination and hold in the outbox's row type. */
+static bool
+qbr_attnums(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	if (RelationGetRelid(rel) == qbr_relid)
+		return true;
+	qbr_att_topic = qbr_att_destination = qbr_att_hold = 0;
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute a = TupleDescAttr(desc, i);
+
+		if (a->attisdropped)
+			continue;
+		if (strcmp(NameStr(a->attname), "topic") == 0)
+			qbr_att_topic = i + 1;
+		else if (strcmp(NameStr(a->attname), "destination") == 0)
+			qbr_att_destination = i + 1;
+		else if (strcmp(NameStr(a->attname), "hold") == 0)
+			qbr_att_hold = i + 1;
+	}
+	if (qbr_att_topic == 0 || qbr_att_destination == 0 || qbr_att_hold == 0)
+		return false;
+	qbr_relid = RelationGetRelid(rel);
+	return true;
+}
+
+/*
+ * BEFORE INSERT FOR EACH ROW on queuebox.outbox: a row with neither a
+ * destination nor a hold gets its topic's destination and hold 'intake'.
+ * A row no published route matches (or inserted before any worker
+ * published) is left unrouted: the claim routes it, or gives it its "no
+ * route" outcome.
+ */
+Datum
+qb_sql_route_outbox(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	Datum		topic;
+	char	   *t;
+	int			cols[2];
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(td->tg_event) || !TRIGGER_FIRED_BY_INSERT(td->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("queuebox._route_outbox() must be called as a BEFORE INSERT FOR EACH ROW trigger")));
+	tup = td->tg_trigtuple;
+	if (qb_shared == NULL || !qbr_refresh() || qbr_ncopy <= 0 || !qbr_attnums(td->tg_relation))
+		return PointerGetDatum(tup);
+	desc = RelationGetDescr(td->tg_relation);
+	(void) heap_getattr(tup, qbr_att_destination, desc, &isnull);
+	if (!isnull)
+		return PointerGetDatum(tup);
+	(void) heap_getattr(tup, qbr_att_hold, desc, &isnull);
+	if (!isnull)
+		return PointerGetDatum(tup);
+	topic = heap_getattr(tup, qbr_att_topic, desc, &isnull);
+	if (isnull)
+		return PointerGetDatum(tup);	/* the NOT NULL constraint says why */
+	t = TextDatumGetCString(topic);
+	for (int i = 0; i < qbr_ncopy; i++)
+		if (qb_topic_match(qbr_copy[i].pattern, t))
+		{
+			cols[0] = qbr_att_destination;
+			values[0] = CStringGetTextDatum(qbr_copy[i].destination);
+			cols[1] = qbr_att_hold;
+			values[1] = CStringGetTextDatum("intake");
+			pfree(t);
+			return PointerGetDatum(heap_modify_tuple_by_cols(tup, desc, 2, cols, values, nulls));
+		}
+	pfree(t);
+	return PointerGetDatum(tup);
+}
