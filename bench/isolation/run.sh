@@ -434,6 +434,9 @@ if has_phase insert; then
 			[[ -n "$tps" ]] || { cat "$WORK/pgbench-insert-$t-$r.out" >&2; die "could not read pgbench's tps (insert $t)"; }
 			R[insert_${t}_all]+="$(printf '%.0f' "$tps") "
 			log "insert round $r, $t: $(printf '%.0f' "$tps") tps"
+			# to_jsonb: 0.1.0 has no hold column; 0.3.0 routes at insert
+			[[ $t == outbox ]] && log "insert round $r: rows routed at insert (hold intake): $(q bench \
+				"SELECT count(*) FILTER (WHERE to_jsonb(o) ->> 'hold' = 'intake') || ' of ' || count(*) FROM queuebox.outbox o")"
 		done
 	done
 	median() { python3 -c "import statistics,sys; print(round(statistics.median(map(float, sys.argv[1:]))))" "$@"; }
