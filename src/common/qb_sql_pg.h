@@ -24,8 +24,8 @@
 #define QB_SQL_PG_H
 
 /*
- * The claim (docs/design/claim.md).  A pending row is in exactly one of
- * five places, each with its own partial index, and a claim reads only the
+ * The claim (docs/design/claim.md).  A pending row is in exactly one
+ * place, each with its own partial index, and a claim reads only the
  * places that can give it a row now:
  *	- a destination's intake: new rows the outbox_route trigger routed at
  *	  insert (hold 'intake'), per destination $6 in id order from its floor
