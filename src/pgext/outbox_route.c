@@ -17,11 +17,11 @@
  * unchanged routes are not written) makes the generation odd with a
  * compare-and-swap, writes, and makes it even again.  A reader copies the
  * table and keeps the copy only when it saw the same even generation
- * before and after; after a few failed tries it routes nothing this row
- * (the claim routes the row instead).  No lock is held, nothing waits on a
- * backend.  A row routed by the routes of a moment ago is still routed by
- * the configuration's topic rules: a route change applies to rows inserted
- * after the workers loaded it.
+ * before and after; it spins while the generation is odd, and after
+ * QBR_READ_TRIES it routes nothing this row (the claim routes it instead).
+ * No lock is held, nothing waits on a backend.  A row routed by the routes
+ * of a moment ago is still routed by the configuration's topic rules: a
+ * route change applies to rows inserted after the workers loaded it.
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -38,7 +38,8 @@
 
 PG_FUNCTION_INFO_V1(qb_sql_route_outbox);
 
-#define QBR_READ_TRIES 8
+/* a reader's spins while a publisher writes (microseconds), then it gives up */
+#define QBR_READ_TRIES 10000
 
 /* A backend's copy of the published routes. */
 static QbPublishedRoute *qbr_copy = NULL;
@@ -73,24 +74,45 @@ qbr_stage(const QbConfig *cfg)
 		if (strlen(cfg->routes[i].topic_pattern) >= QB_ROUTE_PATTERN_MAX ||
 			strlen(cfg->routes[i].destination) >= QB_ROUTE_DEST_MAX)
 			return qbr_staged_n = -1;
+		/* zeroed first: the table is compared with memcmp */
+		memset(&qbr_staged[i], 0, sizeof(QbPublishedRoute));
 		strlcpy(qbr_staged[i].pattern, cfg->routes[i].topic_pattern, QB_ROUTE_PATTERN_MAX);
 		strlcpy(qbr_staged[i].destination, cfg->routes[i].destination, QB_ROUTE_DEST_MAX);
 	}
 	return qbr_staged_n = cfg->nroutes;
 }
 
+/* qbr_holds: the shared table holds the staged routes already. */
+static bool
+qbr_holds(const QbRouteTable *t, int n)
+{
+	return t->database == MyDatabaseId && t->nroutes == n &&
+		(n <= 0 || memcmp(t->routes, qbr_staged, sizeof(QbPublishedRoute) * n) == 0);
+}
+
 /*
- * qbr_publish writes the staged routes into the shared table (unless it
- * holds them already).  Raises no error: it also runs in the commit
- * callback.
+ * qbr_publish writes the staged routes into the shared table unless it
+ * holds them already (most loads: every worker loads every document), which
+ * it checks first as a reader, without making the generation odd.  Raises
+ * no error: it also runs in the commit callback.
  */
 static void
 qbr_publish(void)
 {
 	QbRouteTable *t = &qb_shared->routes;
 	int			n = qbr_staged_n;
-	uint64		gen;
+	uint64		gen = pg_atomic_read_u64(&t->generation);
 
+	if (gen % 2 == 0)
+	{
+		bool		same;
+
+		pg_read_barrier();
+		same = qbr_holds(t, n);
+		pg_read_barrier();
+		if (same && pg_atomic_read_u64(&t->generation) == gen)
+			return;
+	}
 	for (;;)
 	{
 		gen = pg_atomic_read_u64(&t->generation);
@@ -99,10 +121,9 @@ qbr_publish(void)
 		pg_usleep(100L);
 	}
 	/* the compare-and-swap is a full barrier: the writes below follow it */
-	if (t->database == MyDatabaseId && t->nroutes == n &&
-		(n <= 0 || memcmp(t->routes, qbr_staged, sizeof(QbPublishedRoute) * n) == 0))
+	if (qbr_holds(t, n))
 	{
-		pg_atomic_write_u64(&t->generation, gen);	/* nothing changed */
+		pg_atomic_write_u64(&t->generation, gen);	/* a publisher before us wrote them */
 		return;
 	}
 	t->database = MyDatabaseId;
@@ -186,7 +207,10 @@ qbr_refresh(void)
 		if (g1 == qbr_copy_gen)
 			return true;
 		if (g1 % 2 == 1)
+		{
+			pg_spin_delay();
 			continue;
+		}
 		pg_read_barrier();
 		n = t->database == MyDatabaseId ? t->nroutes : -1;
 		if (n > 0)

@@ -49,10 +49,13 @@ is($node->safe_psql('postgres',
 		q{INSERT INTO queuebox.outbox (topic, payload, hold) VALUES ('x.ready', '{}', 'ready')
 		  RETURNING coalesce(destination, '-') || ':' || hold}),
 	'-:ready', 'a row inserted with a hold is left as it is');
+# counted in the inserting transaction: once it commits the workers claim the rows
 is($node->safe_psql('postgres', q{
+		BEGIN;
 		INSERT INTO queuebox.outbox (topic, payload)
 		SELECT 'x.many', '{}' FROM generate_series(1, 500);
-		SELECT count(*) FROM queuebox.outbox WHERE topic = 'x.many' AND destination = 'a' AND hold = 'intake'}),
+		SELECT count(*) FROM queuebox.outbox WHERE topic = 'x.many' AND destination = 'a' AND hold = 'intake';
+		COMMIT}),
 	'500', 'a multi-row INSERT routes every row');
 
 qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE state IN ('pending', 'processing')",
