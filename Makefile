@@ -14,7 +14,7 @@ PGEXT_SRCS  = $(sort $(wildcard src/pgext/*.c))
 OBJS        = $(COMMON_SRCS:.c=.o) $(PGEXT_SRCS:.c=.o)
 DATA        = sql/queuebox--0.1.0.sql sql/queuebox--0.1.0--0.2.0.sql sql/queuebox--0.2.0--0.3.0.sql
 
-WARN        = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers \
+WARN        = -Wall -Wextra -Werror -Wno-unused-parameter \
               -Wno-sign-compare -Wno-declaration-after-statement
 PG_CPPFLAGS = -Isrc/common -DQB_VERSION=\"$(EXTVERSION)\"
 PG_CFLAGS   = -std=gnu11 $(WARN) $(QB_EXTRA_CFLAGS)

@@ -30,7 +30,8 @@
 
 #include <jansson.h>
 
-#include "qb_ingress.h"
+#include "qb_admin.h"
+#include "qb_answer.h"
 
 typedef struct QbaRoute
 {

@@ -37,11 +37,11 @@
 
 #include "qb_consume.h"
 #include "qb_extract.h"
-#include "qb_ingress.h"
 #include "qb_src_amqp.h"
 #include "qb_src_kafka.h"
 #include "qb_src_nats.h"
 #include "qb_transform.h"
+#include "qb_utf8.h"
 
 #define QBC_IDLE_WAIT_MS	1000
 #define QBC_POLL_WAIT_MS	100

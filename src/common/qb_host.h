@@ -71,7 +71,7 @@ typedef struct QbHost
 } QbHost;
 
 /*
- * Reload an engine's configuration from the store (qb_util.c); true when
+ * Reload an engine's configuration from the store (qb_host.c); true when
  * *cfg was replaced.  what_waits names the rows that wait without one.
  */
 struct QbStore;
@@ -79,7 +79,7 @@ extern bool qb_reload_config(const QbHost *host, const struct QbStore *store,
 							 QbConfig **cfg, bool *warned_no_config,
 							 const char *what_waits);
 
-/* Milliseconds on the monotonic clock (qb_util.c): deadlines and timings. */
+/* Milliseconds on the monotonic clock (qb_host.c): deadlines and timings. */
 extern long qb_now_ms(void);
 
 extern void qb_log(const QbHost *host, QbLogLevel level, const char *fmt,...)

@@ -51,9 +51,12 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
+#include "qb_admin.h"
+#include "qb_answer.h"
 #include "qb_config.h"
 #include "qb_extract.h"
 #include "qb_ingress.h"
+#include "qb_utf8.h"
 #include "qb_transform.h"
 
 #define QBI_MAX_VALUE_BYTES	1024	/* idempotency key, event type, aggregate id */
@@ -131,25 +134,6 @@ qbi_unref(QbiConfigRef *ref)
 	}
 }
 
-char *
-qb_answer(const char *status, const char *reason)
-{
-	json_t	   *o = json_pack("{}");
-	char	   *text;
-
-	json_object_set_new(o, "status", json_string(status));
-	if (reason != NULL)
-	{
-		json_t	   *r = json_string(reason);
-
-		/* a reason quoting bad input may not be UTF-8: say so plainly */
-		json_object_set_new(o, "reason", r ? r : json_string("(reason not printable)"));
-	}
-	text = json_dumps(o, JSON_COMPACT);
-	json_decref(o);
-	return text;
-}
-
 /* qbi_set: decide the answer; reason NULL for none. */
 static void
 qbi_set(QbiRequest *r, int status, const char *word, const char *reason)
@@ -159,51 +143,6 @@ qbi_set(QbiRequest *r, int status, const char *word, const char *reason)
 	r->answer = qb_answer(word, reason);
 	r->content_type = "application/json";
 	r->kind = QBI_ANSWERED;
-}
-
-/*
- * qb_utf8_invalid_at: RFC 3629 UTF-8, no overlongs, no surrogates, nothing
- * above U+10FFFF; also refuses NUL, which text columns cannot hold.
- */
-long
-qb_utf8_invalid_at(const char *str, size_t len)
-{
-	const unsigned char *s = (const unsigned char *) str;
-	size_t		i = 0;
-
-	while (i < len)
-	{
-		unsigned char c = s[i];
-		size_t		n;
-		unsigned	cp;
-
-		if (c == 0)
-			return (long) i;
-		if (c < 0x80)
-		{
-			i++;
-			continue;
-		}
-		if (c >= 0xC2 && c <= 0xDF)
-			n = 1, cp = c & 0x1F;
-		else if (c >= 0xE0 && c <= 0xEF)
-			n = 2, cp = c & 0x0F;
-		else if (c >= 0xF0 && c <= 0xF4)
-			n = 3, cp = c & 0x07;
-		else
-			return (long) i;
-		for (size_t k = 1; k <= n; k++)
-		{
-			if (i + k >= len || (s[i + k] & 0xC0) != 0x80)
-				return (long) i;
-			cp = (cp << 6) | (s[i + k] & 0x3F);
-		}
-		if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-			(cp >= 0xD800 && cp <= 0xDFFF))
-			return (long) i;
-		i += n + 1;
-	}
-	return -1;
 }
 
 /* ---- headers -------------------------------------------------------- */
@@ -468,7 +407,7 @@ qbi_source_at(const QbConfig *cfg, const char *path)
 static void
 qbi_admin_route(QbiRequest *r, const QbConfig *cfg)
 {
-	QbAuth		auth = {QB_AUTH_BEARER};
+	QbAuth		auth = {.type = QB_AUTH_BEARER};
 	char		msg[QB_ERRLEN];
 
 	if (cfg->admin_token == NULL)

@@ -34,20 +34,4 @@ typedef struct QbIngressStats
 extern int	qb_ingress_run(const QbHost *host, const QbStore *store, QbMetrics *metrics,
 						   QbIngressStats *stats, char *err, size_t errlen);
 
-/*
- * The admin routes (qb_admin.c).  Runs one operation through the store and
- * sets *status and *answer (malloc'd JSON).  method and path are the
- * request's; path starts after "/admin".  body may be NULL.
- */
-extern void qb_admin_handle(const QbStore *store, long timeout_ms, const char *method,
-							const char *path, const char *query_limit,
-							const char *body, size_t body_len,
-							int *status, char **answer);
-
-/* {"status":..., "reason":...} as malloc'd JSON text. */
-extern char *qb_answer(const char *status, const char *reason);
-
-/* Offset of the first byte that is not valid UTF-8, or -1 when all are. */
-extern long qb_utf8_invalid_at(const char *s, size_t len);
-
 #endif							/* QB_INGRESS_H */

@@ -1019,14 +1019,14 @@ qba_abort_all(void *p)
 }
 
 const QbPublisherOps qb_amqp_publisher = {
-	QB_DEST_RABBITMQ,
-	qba_create,
-	qba_destroy,
-	qba_start,
-	qba_in_flight,
-	qba_fd,
-	qba_timeout_ms,
-	qba_perform,
-	qba_abort_all,
-	qba_prune,
+	.type = QB_DEST_RABBITMQ,
+	.create = qba_create,
+	.destroy = qba_destroy,
+	.start = qba_start,
+	.in_flight = qba_in_flight,
+	.fd = qba_fd,
+	.timeout_ms = qba_timeout_ms,
+	.perform = qba_perform,
+	.abort_all = qba_abort_all,
+	.prune = qba_prune,
 };

@@ -655,14 +655,14 @@ qbk_abort_all(void *arg)
 }
 
 const QbPublisherOps qb_kafka_publisher = {
-	QB_DEST_KAFKA,
-	qbk_create,
-	qbk_destroy,
-	qbk_start,
-	qbk_in_flight,
-	qbk_fd,
-	qbk_timeout_ms,
-	qbk_perform,
-	qbk_abort_all,
-	qbk_prune,
+	.type = QB_DEST_KAFKA,
+	.create = qbk_create,
+	.destroy = qbk_destroy,
+	.start = qbk_start,
+	.in_flight = qbk_in_flight,
+	.fd = qbk_fd,
+	.timeout_ms = qbk_timeout_ms,
+	.perform = qbk_perform,
+	.abort_all = qbk_abort_all,
+	.prune = qbk_prune,
 };

@@ -732,14 +732,14 @@ qbn_prune(void *p, const QbConfig *cfg)
 }
 
 const QbPublisherOps qb_nats_publisher = {
-	QB_DEST_NATS,
-	qbn_create,
-	qbn_destroy,
-	qbn_start,
-	qbn_in_flight,
-	qbn_fd,
-	qbn_timeout_ms,
-	qbn_perform,
-	qbn_abort_all,
-	qbn_prune,
+	.type = QB_DEST_NATS,
+	.create = qbn_create,
+	.destroy = qbn_destroy,
+	.start = qbn_start,
+	.in_flight = qbn_in_flight,
+	.fd = qbn_fd,
+	.timeout_ms = qbn_timeout_ms,
+	.perform = qbn_perform,
+	.abort_all = qbn_abort_all,
+	.prune = qbn_prune,
 };

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  * qb_publish.c
- *	  The publish set, and the HTTP publisher's entry in it.
+ *	  The publish set: one instance of each publisher type in use.
  *
  * See qb_publish.h for the vocabulary.  The set keeps one instance per
  * destination type, created on first use; each instance's fd joins the
@@ -15,8 +15,8 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-#include "qb_http.h"
 #include "qb_pub_amqp.h"
+#include "qb_pub_http.h"
 #include "qb_pub_kafka.h"
 #include "qb_publish.h"
 #include "qb_pub_nats.h"
@@ -182,98 +182,3 @@ qb_pubset_abort_all(QbPubSet *s)
 		if (s->inst[t] != NULL)
 			qbp_ops[t]->abort_all(s->inst[t]);
 }
-
-/* ---- the HTTP publisher (qb_http.c) behind the ops --------------------- */
-
-typedef struct QbpHttpCall
-{
-	QbPubDone	done;
-	void	   *arg;
-} QbpHttpCall;
-
-static void *
-qbp_http_create(char *err, size_t errlen)
-{
-	return qb_http_new(err, errlen);
-}
-
-static void
-qbp_http_destroy(void *p)
-{
-	qb_http_free(p);
-}
-
-static QbPubStart
-qbp_http_start(void *p, const QbDestination *dest, const QbMessage *m, int tag,
-			   char *err, size_t errlen)
-{
-	switch (qb_http_post(p, dest, m->message_id, m->headers, m->body, m->body_len, tag,
-						 err, errlen))
-	{
-		case QB_HTTP_STARTED:
-			return QB_PUB_STARTED;
-		case QB_HTTP_ROW_INVALID:
-			return QB_PUB_ROW_INVALID;
-		case QB_HTTP_NOT_STARTED:
-			break;
-	}
-	return QB_PUB_NOT_STARTED;
-}
-
-static int
-qbp_http_in_flight(void *p)
-{
-	return qb_http_in_flight(p);
-}
-
-static int
-qbp_http_fd(void *p)
-{
-	return qb_http_fd(p);
-}
-
-static long
-qbp_http_timeout_ms(void *p)
-{
-	return qb_http_timeout_ms(p);
-}
-
-static void
-qbp_http_done(void *arg, int tag, const QbHttpOutcome *o)
-{
-	QbpHttpCall *call = arg;
-	QbPubOutcome out = QB_PUB_OUTCOME_INIT;
-
-	out.ok = o->ok;
-	out.status = (int) o->status;
-	out.gone = o->gone;
-	out.retry_after_ms = o->retry_after_ms;
-	snprintf(out.error, sizeof(out.error), "%s", o->error);
-	call->done(call->arg, tag, &out);
-}
-
-static void
-qbp_http_perform(void *p, QbPubDone done, void *arg)
-{
-	QbpHttpCall call = {done, arg};
-
-	qb_http_perform(p, qbp_http_done, &call);
-}
-
-static void
-qbp_http_abort_all(void *p)
-{
-	qb_http_abort_all(p);
-}
-
-const QbPublisherOps qb_http_publisher = {
-	QB_DEST_HTTP,
-	qbp_http_create,
-	qbp_http_destroy,
-	qbp_http_start,
-	qbp_http_in_flight,
-	qbp_http_fd,
-	qbp_http_timeout_ms,
-	qbp_http_perform,
-	qbp_http_abort_all,
-};

@@ -92,8 +92,7 @@ typedef struct QbPublisherOps
 	void		(*prune) (void *p, const QbConfig *cfg);
 } QbPublisherOps;
 
-/* The implementations (qb_http.c, qb_pub_*.c); NULL ops: not built yet. */
-extern const QbPublisherOps qb_http_publisher;
+/* The implementations: qb_pub_http.c, qb_pub_amqp.c, qb_pub_kafka.c, qb_pub_nats.c. */
 
 typedef struct QbPubSet QbPubSet;
 

@@ -428,11 +428,11 @@ qbsa_release(void *p, const QbDelivery *d, int n, long delay_ms)
 }
 
 const QbConsumerOps qb_amqp_consumer = {
-	QB_SOURCE_RABBITMQ,
-	qbsa_open,
-	qbsa_close,
-	qbsa_fd,
-	qbsa_fetch,
-	qbsa_ack,
-	qbsa_release,
+	.type = QB_SOURCE_RABBITMQ,
+	.open = qbsa_open,
+	.close = qbsa_close,
+	.fd = qbsa_fd,
+	.fetch = qbsa_fetch,
+	.ack = qbsa_ack,
+	.release = qbsa_release,
 };

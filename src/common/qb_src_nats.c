@@ -520,11 +520,11 @@ qbns_release(void *p, const QbDelivery *d, int n, long delay_ms)
 }
 
 const QbConsumerOps qb_nats_consumer = {
-	QB_SOURCE_NATS,
-	qbns_open,
-	qbns_close,
-	qbns_fd,
-	qbns_fetch,
-	qbns_ack,
-	qbns_release,
+	.type = QB_SOURCE_NATS,
+	.open = qbns_open,
+	.close = qbns_close,
+	.fd = qbns_fd,
+	.fetch = qbns_fetch,
+	.ack = qbns_ack,
+	.release = qbns_release,
 };

@@ -325,7 +325,7 @@ typedef struct QbsColumns
 static QbsColumns
 qbs_columns_new(int ncols, int n)
 {
-	QbsColumns	c = {ncols, n};
+	QbsColumns	c = {.ncols = ncols, .n = n};
 
 	Assert(ncols <= 8);
 	for (int i = 0; i < ncols; i++)

@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "qb_ingress.h"
 #include "qb_metrics.h"
+#include "qb_utf8.h"
 
 static void
 has(const char *text, const char *line)
@@ -26,7 +26,8 @@ static void
 test_render(void **state)
 {
 	QbMetrics  *m = malloc(sizeof(QbMetrics));
-	QbGauges	g = {12, 3, 4.5, 7, 0, 0, true};
+	QbGauges	g = {.outbox_pending = 12, .outbox_processing = 3, .outbox_oldest_pending_sec = 4.5,
+				   .inbox_pending = 7, .database_up = true};
 	char	   *t;
 
 	qb_metrics_init(m);

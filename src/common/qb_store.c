@@ -1,0 +1,101 @@
+/*-------------------------------------------------------------------------
+ * qb_store.c
+ *	  What qb_store.h declares besides the store ops: claim tokens, freeing
+ *	  what a store's claims return, the circuit names.
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/rand.h>
+
+#include "qb_store.h"
+
+/*
+ * qb_uuid_v4 writes a random UUID.  Claim tokens must be unguessable by
+ * another claimer, so they come from OpenSSL's CSPRNG, not from rand().
+ */
+bool
+qb_uuid_v4(char out[QB_UUID_LEN + 1])
+{
+	unsigned char b[16];
+
+	if (RAND_bytes(b, sizeof(b)) != 1)
+		return false;
+	b[6] = (b[6] & 0x0f) | 0x40;
+	b[8] = (b[8] & 0x3f) | 0x80;
+	snprintf(out, QB_UUID_LEN + 1,
+			 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+			 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+			 b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+	return true;
+}
+
+/* qb_outbox_rows_free_one frees what one row owns (not the row itself). */
+void
+qb_outbox_rows_free_one(QbOutboxRow *row)
+{
+	free(row->topic);
+	free(row->key);
+	free(row->payload);
+	free(row->headers);
+	free(row->destination);
+	memset(row, 0, sizeof(*row));
+}
+
+/* qb_outbox_rows_free frees the rows a store's outbox_cycle returned. */
+void
+qb_outbox_rows_free(QbOutboxRow *rows, int n)
+{
+	if (rows == NULL)
+		return;
+	for (int i = 0; i < n; i++)
+		qb_outbox_rows_free_one(&rows[i]);
+	free(rows);
+}
+
+/* qb_cycle_out_free frees all a store's outbox_cycle returned. */
+void
+qb_cycle_out_free(QbCycleOut *out)
+{
+	for (int i = 0; i < out->nchanges; i++)
+		free(out->changes[i].destination);
+	for (int i = 0; i < out->nstates; i++)
+		free(out->states[i].destination);
+	free(out->changes);
+	free(out->states);
+	qb_outbox_rows_free(out->rows, out->nrows);
+	memset(out, 0, sizeof(*out));
+}
+
+static const char *const qb_circuit_names[] = {"closed", "open", "half-open", "disabled"};
+
+const char *
+qb_circuit_name(QbCircuit c)
+{
+	return qb_circuit_names[c];
+}
+
+QbCircuit
+qb_circuit_parse(const char *name)
+{
+	for (int i = 0; i < 4; i++)
+		if (name != NULL && strcmp(name, qb_circuit_names[i]) == 0)
+			return (QbCircuit) i;
+	return QB_CIRCUIT_CLOSED;
+}
+
+/* qb_relay_rows_free frees what a store's relay_claim returned. */
+void
+qb_relay_rows_free(QbRelayRow *rows, int n)
+{
+	if (rows == NULL)
+		return;
+	for (int i = 0; i < n; i++)
+	{
+		free(rows[i].source);
+		free(rows[i].event_type);
+	}
+	free(rows);
+}
