@@ -9,14 +9,21 @@ EXTENSION   = queuebox
 EXTVERSION  = 0.3.0
 MODULE_big  = queuebox
 
-COMMON_SRCS = $(sort $(wildcard src/common/*.c))
+# The core (src/common), by folder: engine/ (the engine loops and their host
+# and store contracts), publish/ (destinations), source/ (webhook and broker
+# sources), broker/ (the broker links both use), lib/ (configuration,
+# routing, transforms and other helpers), store/ (the stores' SQL).
+COMMON_DIRS = engine publish source broker lib store
+COMMON_INC  = $(addprefix -Isrc/common/,$(COMMON_DIRS))
+COMMON_SRCS = $(sort $(wildcard $(addsuffix /*.c,$(addprefix src/common/,$(COMMON_DIRS)))))
+COMMON_HDRS = $(wildcard $(addsuffix /*.h,$(addprefix src/common/,$(COMMON_DIRS))))
 PGEXT_SRCS  = $(sort $(wildcard src/pgext/*.c))
 OBJS        = $(COMMON_SRCS:.c=.o) $(PGEXT_SRCS:.c=.o)
 DATA        = sql/queuebox--0.1.0.sql sql/queuebox--0.1.0--0.2.0.sql sql/queuebox--0.2.0--0.3.0.sql
 
 WARN        = -Wall -Wextra -Werror -Wno-unused-parameter \
               -Wno-sign-compare -Wno-declaration-after-statement
-PG_CPPFLAGS = -Isrc/common -DQB_VERSION=\"$(EXTVERSION)\"
+PG_CPPFLAGS = $(COMMON_INC) -DQB_VERSION=\"$(EXTVERSION)\"
 PG_CFLAGS   = -std=gnu11 $(WARN) $(QB_EXTRA_CFLAGS)
 SHLIB_LINK  = -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto $(QB_EXTRA_LDFLAGS)
 
@@ -39,14 +46,14 @@ include $(PGXS)
 
 # PGXS tracks no header dependencies: a struct that grows in a header must
 # rebuild every object, or two objects disagree on its layout.
-$(OBJS): $(wildcard src/common/*.h src/pgext/*.h)
+$(OBJS): $(COMMON_HDRS) $(wildcard src/pgext/*.h)
 
 # after the include: Makefile.global resets PROVE_FLAGS
 PG_PROVE_FLAGS += -I $(srcdir)/test/perl
 
 # ---- the core alone: no PostgreSQL include path, plain cc ----------------
 UNIT_CC      ?= cc
-UNIT_CFLAGS   = -std=gnu11 -g -O1 $(WARN) -Isrc/common -DQB_VERSION=\"$(EXTVERSION)\"
+UNIT_CFLAGS   = -std=gnu11 -g -O1 $(WARN) $(COMMON_INC) -DQB_VERSION=\"$(EXTVERSION)\"
 UNIT_LIBS     = -lcmocka -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -lpthread
 ifeq ($(SANITIZE),1)
 UNIT_CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -56,7 +63,7 @@ UNIT_TESTS    = $(basename $(notdir $(wildcard test/unit/test_*.c)))
 UNIT_BIN_DIR  = test/unit/bin$(if $(filter 1,$(SANITIZE)),-san)
 UNIT_BINS     = $(addprefix $(UNIT_BIN_DIR)/,$(UNIT_TESTS))
 
-$(UNIT_BIN_DIR)/%: test/unit/%.c $(COMMON_SRCS) $(wildcard src/common/*.h)
+$(UNIT_BIN_DIR)/%: test/unit/%.c $(COMMON_SRCS) $(COMMON_HDRS)
 	@mkdir -p $(UNIT_BIN_DIR)
 	$(UNIT_CC) $(UNIT_CFLAGS) -o $@ $< $(COMMON_SRCS) $(UNIT_LIBS)
 

@@ -79,7 +79,7 @@ CREATE TRIGGER outbox_wake BEFORE INSERT ON queuebox.outbox
 	FOR EACH STATEMENT EXECUTE FUNCTION queuebox._wake_outbox();
 
 -- ---------------------------------------------------------------------------
--- The worker statements (src/common/qb_sql_pg.h)
+-- The worker statements (src/common/store/qb_sql_pg.h)
 -- ---------------------------------------------------------------------------
 DROP FUNCTION queuebox._outbox_claim(int, bigint, int, uuid);
 /*

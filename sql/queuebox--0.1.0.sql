@@ -3,7 +3,7 @@
  *	  Schema of the QueueBox extension: the outbox, its configuration, and the
  *	  statements the workers run.
  *
- * The statements the workers run live in src/common/qb_sql_pg.h; the
+ * The statements the workers run live in src/common/store/qb_sql_pg.h; the
  * internal functions _outbox_claim() and friends below run the same text.
  */
 \echo Use "CREATE EXTENSION queuebox" to load this file. \quit
@@ -130,7 +130,7 @@ COMMENT ON FUNCTION queuebox.enqueue(text, jsonb, text, jsonb) IS
 -- The worker statements
 -- ---------------------------------------------------------------------------
 -- The workers run these statements through SPI; the functions below run the
--- same text (src/common/qb_sql_pg.h), so tests of them test what the workers
+-- same text (src/common/store/qb_sql_pg.h), so tests of them test what the workers
 -- do.  They are internal: an application never needs to call them.
 
 /*

@@ -25,7 +25,7 @@
  *	rabbitmq: one connection (librabbitmq, frame_max 131072, no heartbeat),
  *	       channel 1 in confirm mode, basic.publish persistent (delivery
  *	       mode 2), mandatory, content_type application/json, as
- *	       src/common/qb_pub_amqp.c publishes; at most WINDOW (default 500,
+ *	       src/common/publish/qb_pub_amqp.c publishes; at most WINDOW (default 500,
  *	       an outbox batch) messages unconfirmed: when the window is full it
  *	       waits for basic.ack / basic.nack (multiple or not), and after each
  *	       publish it reads, without waiting, what the broker has sent, as
