@@ -40,14 +40,15 @@ PG_FUNCTION_INFO_V1(qb_sql_route_outbox);
 
 /* a reader's spins while a publisher writes (microseconds), then it gives up */
 #define QBR_READ_TRIES 10000
+/* a publisher's waits of 100 us for another publisher (1 s), then it gives up */
+#define QBR_PUBLISH_TRIES 10000
 
 /* A backend's copy of the published routes. */
 static QbPublishedRoute *qbr_copy = NULL;
 static int	qbr_ncopy = -1;
 static uint64 qbr_copy_gen = 0;
 
-/* The outbox's attribute numbers, found once per relation. */
-static Oid	qbr_relid = InvalidOid;
+/* The outbox's attribute numbers, checked against its row type each time. */
 static int	qbr_att_topic = 0;
 static int	qbr_att_destination = 0;
 static int	qbr_att_hold = 0;
@@ -113,11 +114,14 @@ qbr_publish(void)
 		if (same && pg_atomic_read_u64(&t->generation) == gen)
 			return;
 	}
-	for (;;)
+	for (int tries = 0;; tries++)
 	{
 		gen = pg_atomic_read_u64(&t->generation);
 		if (gen % 2 == 0 && pg_atomic_compare_exchange_u64(&t->generation, &gen, gen + 1))
 			break;
+		/* another publisher writes for microseconds; never wait without end */
+		if (tries >= QBR_PUBLISH_TRIES)
+			return;
 		pg_usleep(100L);
 	}
 	/* the compare-and-swap is a full barrier: the writes below follow it */
@@ -226,32 +230,42 @@ qbr_refresh(void)
 	return false;
 }
 
-/* qbr_attnums finds topic, destination and hold in the outbox's row type. */
+/* qbr_is: attribute attnum of desc is the live column name. */
+static bool
+qbr_is(TupleDesc desc, int attnum, const char *name)
+{
+	Form_pg_attribute a;
+
+	if (attnum < 1 || attnum > desc->natts)
+		return false;
+	a = TupleDescAttr(desc, attnum - 1);
+	return !a->attisdropped && strcmp(NameStr(a->attname), name) == 0;
+}
+
+/*
+ * qbr_attnums finds topic, destination and hold in the outbox's row type.
+ * The numbers found last are checked first (three name compares): a column
+ * dropped and added again by an upgrade moves them.
+ */
 static bool
 qbr_attnums(Relation rel)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 
-	if (RelationGetRelid(rel) == qbr_relid)
+	if (qbr_is(desc, qbr_att_topic, "topic") && qbr_is(desc, qbr_att_destination, "destination") &&
+		qbr_is(desc, qbr_att_hold, "hold"))
 		return true;
 	qbr_att_topic = qbr_att_destination = qbr_att_hold = 0;
-	for (int i = 0; i < desc->natts; i++)
+	for (int i = 1; i <= desc->natts; i++)
 	{
-		Form_pg_attribute a = TupleDescAttr(desc, i);
-
-		if (a->attisdropped)
-			continue;
-		if (strcmp(NameStr(a->attname), "topic") == 0)
-			qbr_att_topic = i + 1;
-		else if (strcmp(NameStr(a->attname), "destination") == 0)
-			qbr_att_destination = i + 1;
-		else if (strcmp(NameStr(a->attname), "hold") == 0)
-			qbr_att_hold = i + 1;
+		if (qbr_is(desc, i, "topic"))
+			qbr_att_topic = i;
+		else if (qbr_is(desc, i, "destination"))
+			qbr_att_destination = i;
+		else if (qbr_is(desc, i, "hold"))
+			qbr_att_hold = i;
 	}
-	if (qbr_att_topic == 0 || qbr_att_destination == 0 || qbr_att_hold == 0)
-		return false;
-	qbr_relid = RelationGetRelid(rel);
-	return true;
+	return qbr_att_topic != 0 && qbr_att_destination != 0 && qbr_att_hold != 0;
 }
 
 /*
