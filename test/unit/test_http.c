@@ -33,12 +33,10 @@
 
 #include "qb_http.h"
 #include "qb_sign.h"
+#include "test_sink.h"
 
-#define SINK "test/sink/qb_sink"
-
-static pid_t sink_pid = -1;
-static char sink_dir[] = "/tmp/qb-test-http.XXXXXX";
-static char sink_url[128];
+static TestSink sink;
+static char sink_url[160];
 static char log_path[256];
 
 typedef struct Outcome
@@ -86,59 +84,17 @@ drive(QbHttp *h, Outcome *out)
 static int
 start_sink(void **state)
 {
-	char		port_file[256];
-	char		port[16] = "";
-
-	if (access(SINK, X_OK) != 0)
-	{
-		fprintf(stderr, "test_http: %s is missing: run `make sink` first\n", SINK);
+	if (test_sink_start(&sink, "test-http", true) != 0)
 		return -1;
-	}
-	if (mkdtemp(sink_dir) == NULL)
-		return -1;
-	snprintf(port_file, sizeof(port_file), "%s/port", sink_dir);
-	snprintf(log_path, sizeof(log_path), "%s/log.jsonl", sink_dir);
-	sink_pid = fork();
-	if (sink_pid == 0)
-	{
-		freopen("/dev/null", "w", stdout);
-		execl(SINK, SINK, "--port", "0", "--port-file", port_file, "--log", log_path,
-			  "--quiet", (char *) NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 200; i++)
-	{
-		FILE	   *f = fopen(port_file, "r");
-
-		if (f != NULL)
-		{
-			if (fgets(port, sizeof(port), f) == NULL)
-				port[0] = '\0';
-			fclose(f);
-			if (port[0])
-				break;
-		}
-		usleep(25000);
-	}
-	if (!port[0])
-		return -1;
-	port[strcspn(port, "\n")] = '\0';
-	snprintf(sink_url, sizeof(sink_url), "http://127.0.0.1:%s/events", port);
+	snprintf(sink_url, sizeof(sink_url), "%s/events", sink.base);
+	snprintf(log_path, sizeof(log_path), "%s", sink.log);
 	return 0;
 }
 
 static int
 stop_sink(void **state)
 {
-	char		cmd[300];
-
-	if (sink_pid > 0)
-	{
-		kill(sink_pid, SIGTERM);
-		waitpid(sink_pid, NULL, 0);
-	}
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", sink_dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return test_sink_stop(&sink);
 }
 
 /* the sink's log line for a message id (a new reference), or NULL */

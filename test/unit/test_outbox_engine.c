@@ -33,13 +33,11 @@
 
 #include "qb_config.h"
 #include "qb_outbox.h"
+#include "test_sink.h"
 
-#define SINK "test/sink/qb_sink"
 #define MAX_ROWS 64
 #define MAX_CLAIMS 256
 
-static pid_t sink_pid = -1;
-static char sink_dir[] = "/tmp/qb-test-engine.XXXXXX";
 static char sink_base[128];
 
 /* ---- the fake store ---------------------------------------------------- */
@@ -460,59 +458,21 @@ test_retry_then_dead_and_no_route(void **state)
 
 /* ---- the sink ---------------------------------------------------------- */
 
+static TestSink sink;
+
 static int
 start_sink(void **state)
 {
-	char		port_file[256];
-	char		port[16] = "";
-
-	if (access(SINK, X_OK) != 0)
-	{
-		fprintf(stderr, "test_outbox_engine: %s is missing: run `make sink` first\n", SINK);
+	if (test_sink_start(&sink, "test-engine", false) != 0)
 		return -1;
-	}
-	if (mkdtemp(sink_dir) == NULL)
-		return -1;
-	snprintf(port_file, sizeof(port_file), "%s/port", sink_dir);
-	sink_pid = fork();
-	if (sink_pid == 0)
-	{
-		freopen("/dev/null", "w", stdout);
-		execl(SINK, SINK, "--port", "0", "--port-file", port_file, "--quiet", (char *) NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 200 && !port[0]; i++)
-	{
-		FILE	   *fp = fopen(port_file, "r");
-
-		if (fp != NULL)
-		{
-			if (fgets(port, sizeof(port), fp) == NULL)
-				port[0] = '\0';
-			fclose(fp);
-		}
-		if (!port[0])
-			usleep(25000);
-	}
-	if (!port[0])
-		return -1;
-	port[strcspn(port, "\n")] = '\0';
-	snprintf(sink_base, sizeof(sink_base), "http://127.0.0.1:%s", port);
+	snprintf(sink_base, sizeof(sink_base), "%s", sink.base);
 	return 0;
 }
 
 static int
 stop_sink(void **state)
 {
-	char		cmd[300];
-
-	if (sink_pid > 0)
-	{
-		kill(sink_pid, SIGTERM);
-		waitpid(sink_pid, NULL, 0);
-	}
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", sink_dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return test_sink_stop(&sink);
 }
 
 int
