@@ -65,7 +65,7 @@ typedef struct QbConsumerOps
 	void		(*release) (void *c, const QbDelivery *d, int n, long delay_ms);
 } QbConsumerOps;
 
-/* The implementations (qb_src_*.c); NULL in the table: not built yet. */
+/* The implementations (qb_src_*.c); NULL: not a broker (http sources are the ingress's). */
 extern const QbConsumerOps *qb_consumer_ops(QbSourceType type);
 
 typedef struct QbConsumeStats

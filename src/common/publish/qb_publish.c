@@ -108,7 +108,7 @@ qb_pubset_start(QbPubSet *s, const QbDestination *dest, const QbMessage *m, int 
 	if (!qb_pubset_supports(dest->type))
 	{
 		snprintf(err, errlen,
-				 "destination \"%s\" is of type %s, which this version of QueueBox cannot publish to yet; route the topic to an http destination, then requeue the row (queuebox.requeue_outbox)",
+				 "destination \"%s\" is of type %s, which this build of QueueBox cannot publish to; route the topic to an http destination, then requeue the row (queuebox.requeue_outbox)",
 				 dest->name, qb_dest_type_name(dest->type));
 		return QB_PUB_ROW_INVALID;
 	}
