@@ -110,6 +110,45 @@ qbs_fail(MemoryContext cxt, char *err, size_t errlen)
 	return code;
 }
 
+/*
+ * qbs_txn runs body(arg) in a transaction of its own (qbs_begin ...
+ * qbs_commit), the skeleton of every store call.  When an ERROR cuts it
+ * short, undo(arg) (or NULL) releases what body had malloc'd or armed, the
+ * error becomes err, the transaction rolls back, *sqlstate (or NULL) gets
+ * its SQLSTATE, and -1 is returned.  body and undo reach their state only
+ * through arg, which lives in the caller's frame: nothing of it is a
+ * local of the frame that longjmps.
+ */
+typedef void (*QbsTxnFn) (void *arg);
+
+static int
+qbs_txn(const char *activity, QbsTxnFn body, QbsTxnFn undo, void *arg, int *sqlstate,
+		char *err, size_t errlen)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile int rc = 0;
+
+	PG_TRY();
+	{
+		qbs_begin(activity);
+		body(arg);
+		qbs_commit();
+	}
+	PG_CATCH();
+	{
+		int			code;
+
+		if (undo != NULL)
+			undo(arg);
+		code = qbs_fail(cxt, err, errlen);
+		if (sqlstate != NULL)
+			*sqlstate = code;
+		rc = -1;
+	}
+	PG_END_TRY();
+	return rc;
+}
+
 static SPIPlanPtr
 qbs_prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types)
 {
@@ -140,50 +179,50 @@ qbs_strdup_col(HeapTuple tup, TupleDesc desc, int col)
 	return out;
 }
 
+static void
+qbs_config_load_body(void *arg)
+{
+	char	  **text = arg;
+
+	/* the database may not have the extension (yet, or any more) */
+	if (OidIsValid(get_extension_oid("queuebox", true)))
+	{
+		SPIPlanPtr	p;
+
+		/* a library newer than the schema: the statements would fail */
+		if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'queuebox'",
+						true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+		{
+			char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+			if (v != NULL && strcmp(v, QB_VERSION) != 0)
+				ereport(ERROR,
+						(errmsg("the queuebox schema in this database is version %s and the library is version %s; run ALTER EXTENSION queuebox UPDATE",
+								v, QB_VERSION)));
+		}
+		p = qbs_prepare(&qbs_plans.config, QB_PG_CONFIG_LOAD, 0, NULL);
+		if (SPI_execute_plan(p, NULL, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "reading queuebox.config failed");
+		if (SPI_processed == 1)
+			*text = qbs_strdup_col(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	}
+}
+
+static void
+qbs_free_text(void *arg)
+{
+	char	  **text = arg;
+
+	free(*text);
+	*text = NULL;
+}
+
 static int
 qbs_config_load(void *ctx, char **text, char *err, size_t errlen)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile int rc = 0;
-
 	*text = NULL;
-	PG_TRY();
-	{
-		qbs_begin("queuebox: load configuration");
-		/* the database may not have the extension (yet, or any more) */
-		if (OidIsValid(get_extension_oid("queuebox", true)))
-		{
-			SPIPlanPtr	p;
-
-			/* a library newer than the schema: the statements would fail */
-			if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'queuebox'",
-							true, 1) == SPI_OK_SELECT && SPI_processed == 1)
-			{
-				char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-
-				if (v != NULL && strcmp(v, QB_VERSION) != 0)
-					ereport(ERROR,
-							(errmsg("the queuebox schema in this database is version %s and the library is version %s; run ALTER EXTENSION queuebox UPDATE",
-									v, QB_VERSION)));
-			}
-			p = qbs_prepare(&qbs_plans.config, QB_PG_CONFIG_LOAD, 0, NULL);
-
-			if (SPI_execute_plan(p, NULL, NULL, true, 1) != SPI_OK_SELECT)
-				elog(ERROR, "reading queuebox.config failed");
-			if (SPI_processed == 1)
-				*text = qbs_strdup_col(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-		}
-		qbs_commit();
-	}
-	PG_CATCH();
-	{
-		free(*text);
-		*text = NULL;
-		qbs_fail(cxt, err, errlen);
-		rc = -1;
-	}
-	PG_END_TRY();
-	return rc;
+	return qbs_txn("queuebox: load configuration", qbs_config_load_body, qbs_free_text, text,
+				   NULL, err, errlen);
 }
 
 /* A claim's row copier and row freer: QbOutboxRow or QbRelayRow. */
@@ -196,6 +235,56 @@ typedef void (*QbsFreeRows) (void *rows, int n);
  * Each row is counted before it is copied, so free_rows also frees a row
  * copied in part when an ERROR cut it short.
  */
+typedef struct QbsClaimCall
+{
+	SPIPlanPtr *slot;
+	const char *sql;
+	const char *activity;
+	int			ok_code;
+	int			nargs;
+	Oid		   *types;
+	Datum	   *values;
+	int			token_arg;
+	const char *token;
+	size_t		row_size;
+	QbsCopyRow	copy;
+	QbsFreeRows free_rows;
+	char	   *rows;
+	int			nrows;
+} QbsClaimCall;
+
+static void
+qbs_claim_call_body(void *arg)
+{
+	QbsClaimCall *c = arg;
+	SPIPlanPtr	p = qbs_prepare(c->slot, c->sql, c->nargs, c->types);
+	uint64		n;
+
+	c->values[c->token_arg] = DirectFunctionCall1(uuid_in, CStringGetDatum(c->token));
+	if (SPI_execute_plan(p, c->values, NULL, false, 0) != c->ok_code)
+		elog(ERROR, "%s failed", c->activity);
+	n = SPI_processed;
+	if (n == 0)
+		return;
+	if ((c->rows = calloc(n, c->row_size)) == NULL)
+		elog(ERROR, "out of memory");
+	for (uint64 i = 0; i < n; i++)
+	{
+		c->nrows = i + 1;
+		c->copy(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, c->rows + i * c->row_size);
+	}
+}
+
+static void
+qbs_claim_call_undo(void *arg)
+{
+	QbsClaimCall *c = arg;
+
+	c->free_rows(c->rows, c->nrows);
+	c->rows = NULL;
+	c->nrows = 0;
+}
+
 static int
 qbs_claim_call(SPIPlanPtr *slot, const char *sql, const char *activity, int ok_code,
 			   int nargs, Oid *types, Datum *values, int token_arg,
@@ -203,48 +292,14 @@ qbs_claim_call(SPIPlanPtr *slot, const char *sql, const char *activity, int ok_c
 			   QbsFreeRows free_rows, void **rows_out, int *nrows_out,
 			   char *err, size_t errlen)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	char	   *volatile rows = NULL;
-	volatile int nrows = 0;
-	volatile int rc = 0;
+	QbsClaimCall c = {.slot = slot, .sql = sql, .activity = activity, .ok_code = ok_code,
+		.nargs = nargs, .types = types, .values = values, .token_arg = token_arg,
+		.token = token, .row_size = row_size, .copy = copy, .free_rows = free_rows};
+	int			rc = qbs_txn(activity, qbs_claim_call_body, qbs_claim_call_undo, &c, NULL,
+							 err, errlen);
 
-	*rows_out = NULL;
-	*nrows_out = 0;
-	PG_TRY();
-	{
-		SPIPlanPtr	p;
-		uint64		n;
-
-		qbs_begin(activity);
-		p = qbs_prepare(slot, sql, nargs, types);
-		values[token_arg] = DirectFunctionCall1(uuid_in, CStringGetDatum(token));
-		if (SPI_execute_plan(p, values, NULL, false, 0) != ok_code)
-			elog(ERROR, "%s failed", activity);
-		n = SPI_processed;
-		if (n > 0)
-		{
-			rows = calloc(n, row_size);
-			if (rows == NULL)
-				elog(ERROR, "out of memory");
-			for (uint64 i = 0; i < n; i++)
-			{
-				nrows = i + 1;
-				copy(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, rows + i * row_size);
-			}
-		}
-		qbs_commit();
-	}
-	PG_CATCH();
-	{
-		free_rows(rows, nrows);
-		rows = NULL;
-		nrows = 0;
-		qbs_fail(cxt, err, errlen);
-		rc = -1;
-	}
-	PG_END_TRY();
-	*rows_out = rows;
-	*nrows_out = nrows;
+	*rows_out = c.rows;
+	*nrows_out = c.nrows;
 	return rc;
 }
 
@@ -558,83 +613,98 @@ qbs_claim(const QbClaimReq *c, const int *limits, Datum probes, QbCycleOut *out)
 	qbs_take_rows(out);
 }
 
+typedef struct QbsCycle
+{
+	const QbDestTally *tallies;
+	int			ntallies;
+	const QbSettle *settles;
+	int			nsettles;
+	const QbClaimReq *claim;
+	QbCycleOut *out;
+} QbsCycle;
+
+static void
+qbs_cycle_body(void *arg)
+{
+	QbsCycle   *cy = arg;
+	const QbClaimReq *claim = cy->claim;
+	QbCycleOut *out = cy->out;
+
+	if (cy->ntallies > 0)
+		qbs_breaker(cy->tallies, cy->ntallies, out);
+	if (cy->nsettles > 0)
+	{
+		static const Oid elem[7] = {UUIDOID, INT8OID, TEXTOID, INT4OID, INT8OID,
+		TEXTOID, TEXTOID};
+		const QbSettle *settles = cy->settles;
+		Datum		args[7];
+		char		nulls[7] = "       ";
+		QbsColumns	c = qbs_columns_new(7, cy->nsettles);
+
+		for (int i = 0; i < cy->nsettles; i++)
+		{
+			c.col[0][i] = DirectFunctionCall1(uuid_in, CStringGetDatum(settles[i].token));
+			c.col[1][i] = Int64GetDatum(settles[i].id);
+			c.col[2][i] = CStringGetTextDatum(qbs_outcome_name(settles[i].kind));
+			c.col[3][i] = Int32GetDatum(settles[i].attempt);
+			c.col[4][i] = Int64GetDatum(settles[i].delay_ms);
+			c.col[5][i] = qbs_text_or_null(settles[i].error, &c.null[5][i]);
+			c.col[6][i] = qbs_text_or_null(settles[i].destination, &c.null[6][i]);
+		}
+		qbs_columns_arrays(&c, elem, args);
+		out->nsettled = (int) qb_spi_outbox_settle(args, nulls, claim, out);
+	}
+	if (claim != NULL)
+	{
+		/*
+		 * The rows the promotion claimed came first: each destination is
+		 * asked only for the room they left it, and the unrouted places
+		 * for what is left of the batch.
+		 */
+		QbClaimReq	req = *claim;
+		int		   *limits = palloc(sizeof(int) * (claim->ndests + 1));
+
+		memcpy(limits, claim->limits, sizeof(int) * claim->ndests);
+		for (int i = 0; i < out->nrows; i++)
+		{
+			const QbOutboxRow *r = &out->rows[i];
+			int			j = 0;
+
+			if (!r->claimed)
+				continue;
+			if (r->destination == NULL)
+			{
+				req.batch_size--;
+				continue;
+			}
+			while (j < claim->ndests && strcmp(claim->dests[j], r->destination) != 0)
+				j++;
+			if (j < claim->ndests && limits[j] > 0)
+				limits[j]--;
+		}
+		if (req.batch_size < 0)
+			req.batch_size = 0;
+		qbs_claim(&req, limits, qbs_states(claim->probe_ms, out), out);
+	}
+}
+
+static void
+qbs_cycle_undo(void *arg)
+{
+	qb_cycle_out_free(((QbsCycle *) arg)->out);
+}
+
 static int
 qbs_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 				 const QbSettle *settles, int nsettles, const QbClaimReq *claim,
 				 QbCycleOut *out, char *err, size_t errlen)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile int rc = 0;
+	QbsCycle	c = {.tallies = tallies, .ntallies = ntallies, .settles = settles,
+		.nsettles = nsettles, .claim = claim, .out = out};
 
 	memset(out, 0, sizeof(*out));
-	PG_TRY();
-	{
-		qbs_begin(claim ? "queuebox: settle and claim" : "queuebox: settle");
-		if (ntallies > 0)
-			qbs_breaker(tallies, ntallies, out);
-		if (nsettles > 0)
-		{
-			static const Oid elem[7] = {UUIDOID, INT8OID, TEXTOID, INT4OID, INT8OID,
-			TEXTOID, TEXTOID};
-			Datum		args[7];
-			char		nulls[7] = "       ";
-			QbsColumns	c = qbs_columns_new(7, nsettles);
-
-			for (int i = 0; i < nsettles; i++)
-			{
-				c.col[0][i] = DirectFunctionCall1(uuid_in, CStringGetDatum(settles[i].token));
-				c.col[1][i] = Int64GetDatum(settles[i].id);
-				c.col[2][i] = CStringGetTextDatum(qbs_outcome_name(settles[i].kind));
-				c.col[3][i] = Int32GetDatum(settles[i].attempt);
-				c.col[4][i] = Int64GetDatum(settles[i].delay_ms);
-				c.col[5][i] = qbs_text_or_null(settles[i].error, &c.null[5][i]);
-				c.col[6][i] = qbs_text_or_null(settles[i].destination, &c.null[6][i]);
-			}
-			qbs_columns_arrays(&c, elem, args);
-			out->nsettled = (int) qb_spi_outbox_settle(args, nulls, claim, out);
-		}
-		if (claim != NULL)
-		{
-			/*
-			 * The rows the promotion claimed came first: each destination is
-			 * asked only for the room they left it, and the unrouted places
-			 * for what is left of the batch.
-			 */
-			QbClaimReq	c = *claim;
-			int		   *limits = palloc(sizeof(int) * (claim->ndests + 1));
-
-			memcpy(limits, claim->limits, sizeof(int) * claim->ndests);
-			for (int i = 0; i < out->nrows; i++)
-			{
-				const QbOutboxRow *r = &out->rows[i];
-				int			j = 0;
-
-				if (!r->claimed)
-					continue;
-				if (r->destination == NULL)
-				{
-					c.batch_size--;
-					continue;
-				}
-				while (j < claim->ndests && strcmp(claim->dests[j], r->destination) != 0)
-					j++;
-				if (j < claim->ndests && limits[j] > 0)
-					limits[j]--;
-			}
-			if (c.batch_size < 0)
-				c.batch_size = 0;
-			qbs_claim(&c, limits, qbs_states(claim->probe_ms, out), out);
-		}
-		qbs_commit();
-	}
-	PG_CATCH();
-	{
-		qb_cycle_out_free(out);
-		qbs_fail(cxt, err, errlen);
-		rc = -1;
-	}
-	PG_END_TRY();
-	return rc;
+	return qbs_txn(claim ? "queuebox: settle and claim" : "queuebox: settle",
+				   qbs_cycle_body, qbs_cycle_undo, &c, NULL, err, errlen);
 }
 
 /* qbs_names: a text[] of n names. */
@@ -655,34 +725,44 @@ qbs_names(const char *const *names, int n)
  */
 typedef void (*QbsBuild) (Datum *values, const void *build_arg);
 
+typedef struct QbsCountCall
+{
+	SPIPlanPtr *slot;
+	const char *sql;
+	int			ok_code;
+	const char *activity;
+	int			nargs;
+	Oid		   *types;
+	Datum	   *values;
+	QbsBuild	build;
+	const void *build_arg;
+	int			count;
+} QbsCountCall;
+
+static void
+qbs_count_call_body(void *arg)
+{
+	QbsCountCall *c = arg;
+	SPIPlanPtr	p = qbs_prepare(c->slot, c->sql, c->nargs, c->types);
+
+	if (c->build != NULL)
+		c->build(c->values, c->build_arg);
+	if (SPI_execute_plan(p, c->values, NULL, false, 0) != c->ok_code)
+		elog(ERROR, "%s failed", c->activity);
+	c->count = (int) SPI_processed;
+}
+
 static int
 qbs_count_call(SPIPlanPtr *slot, const char *sql, int ok_code, const char *activity,
 			   int nargs, Oid *types, Datum *values, QbsBuild build, const void *build_arg,
 			   int *count, char *err, size_t errlen)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile int rc = 0;
+	QbsCountCall c = {.slot = slot, .sql = sql, .ok_code = ok_code, .activity = activity,
+		.nargs = nargs, .types = types, .values = values, .build = build,
+	.build_arg = build_arg};
+	int			rc = qbs_txn(activity, qbs_count_call_body, NULL, &c, NULL, err, errlen);
 
-	*count = 0;
-	PG_TRY();
-	{
-		SPIPlanPtr	p;
-
-		qbs_begin(activity);
-		p = qbs_prepare(slot, sql, nargs, types);
-		if (build != NULL)
-			build(values, build_arg);
-		if (SPI_execute_plan(p, values, NULL, false, 0) != ok_code)
-			elog(ERROR, "%s failed", activity);
-		*count = (int) SPI_processed;
-		qbs_commit();
-	}
-	PG_CATCH();
-	{
-		qbs_fail(cxt, err, errlen);
-		rc = -1;
-	}
-	PG_END_TRY();
+	*count = rc == 0 ? c.count : 0;
 	return rc;
 }
 
@@ -796,55 +876,59 @@ qb_spi_relay_promote(Datum ids)
 	return SPI_processed;
 }
 
+typedef struct QbsForward
+{
+	const char *token;
+	const int64_t *ids;
+	const char *const *topics;
+	int			n;
+	int			max_attempts;
+	int			nsettled;
+	int			ninserted;
+} QbsForward;
+
+static void
+qbs_relay_forward_body(void *arg)
+{
+	QbsForward *f = arg;
+	Oid			types[4] = {UUIDOID, INT8ARRAYOID, TEXTARRAYOID, INT4OID};
+	Datum		values[4];
+	Datum	   *idd = palloc(sizeof(Datum) * (f->n + 1));
+	Datum	   *topicd = palloc(sizeof(Datum) * (f->n + 1));
+	SPIPlanPtr	p;
+	bool		isnull;
+
+	for (int i = 0; i < f->n; i++)
+	{
+		idd[i] = Int64GetDatum(f->ids[i]);
+		topicd[i] = CStringGetTextDatum(f->topics[i]);
+	}
+	p = qbs_prepare(&qbs_plans.relay_forward, QB_PG_RELAY_FORWARD, 4, types);
+	values[0] = DirectFunctionCall1(uuid_in, CStringGetDatum(f->token));
+	values[1] = PointerGetDatum(qb_int8_array(idd, f->n));
+	values[2] = PointerGetDatum(qb_text_array(topicd, f->n));
+	values[3] = Int32GetDatum(f->max_attempts);
+	if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "the relay forward failed");
+	f->nsettled = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+													SPI_tuptable->tupdesc, 1, &isnull));
+	f->ninserted = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+													 SPI_tuptable->tupdesc, 2, &isnull));
+	qb_spi_relay_promote(values[1]);
+}
+
 static int
 qbs_relay_forward(void *ctx, const char *token, const int64_t *ids,
 				  const char *const *topics, int n, int max_attempts,
 				  int *nsettled, int *ninserted, char *err, size_t errlen)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile int rc = 0;
+	QbsForward	f = {.token = token, .ids = ids, .topics = topics, .n = n,
+	.max_attempts = max_attempts};
+	int			rc = qbs_txn("queuebox: relay forward", qbs_relay_forward_body, NULL, &f,
+							 NULL, err, errlen);
 
-	*nsettled = 0;
-	*ninserted = 0;
-	PG_TRY();
-	{
-		Oid			types[4] = {UUIDOID, INT8ARRAYOID, TEXTARRAYOID, INT4OID};
-		Datum		values[4];
-		Datum	   *idd,
-				   *topicd;
-		SPIPlanPtr	p;
-		bool		isnull;
-
-		qbs_begin("queuebox: relay forward");
-		idd = palloc(sizeof(Datum) * n);
-		topicd = palloc(sizeof(Datum) * n);
-		for (int i = 0; i < n; i++)
-		{
-			idd[i] = Int64GetDatum(ids[i]);
-			topicd[i] = CStringGetTextDatum(topics[i]);
-		}
-		p = qbs_prepare(&qbs_plans.relay_forward, QB_PG_RELAY_FORWARD, 4, types);
-		values[0] = DirectFunctionCall1(uuid_in, CStringGetDatum(token));
-		values[1] = PointerGetDatum(qb_int8_array(idd, n));
-		values[2] = PointerGetDatum(qb_text_array(topicd, n));
-		values[3] = Int32GetDatum(max_attempts);
-		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "the relay forward failed");
-		*nsettled = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-													  SPI_tuptable->tupdesc, 1, &isnull));
-		*ninserted = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-													   SPI_tuptable->tupdesc, 2, &isnull));
-		qb_spi_relay_promote(values[1]);
-		qbs_commit();
-	}
-	PG_CATCH();
-	{
-		*nsettled = 0;
-		*ninserted = 0;
-		qbs_fail(cxt, err, errlen);
-		rc = -1;
-	}
-	PG_END_TRY();
+	*nsettled = rc == 0 ? f.nsettled : 0;
+	*ninserted = rc == 0 ? f.ninserted : 0;
 	return rc;
 }
 
@@ -889,68 +973,80 @@ qbs_disarm_timeout(void)
 	disable_timeout(STATEMENT_TIMEOUT, false);
 }
 
+typedef struct QbsInsert
+{
+	const QbInboxRow *rows;
+	int			n;
+	long		timeout_ms;
+	int64_t    *ids;
+} QbsInsert;
+
+static void
+qbs_inbox_insert_body(void *arg)
+{
+	QbsInsert  *a = arg;
+	const QbInboxRow *rows = a->rows;
+	int			n = a->n;
+	Oid			types[8] = {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
+	TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+	Datum		values[8];
+	Datum	   *consumption = palloc(sizeof(Datum) * (n + 1));
+	SPIPlanPtr	p;
+
+	qbs_arm_timeout(a->timeout_ms);
+	values[0] = qbs_text_array(rows, n, offsetof(QbInboxRow, source));
+	values[1] = qbs_text_array(rows, n, offsetof(QbInboxRow, idempotency_key));
+	values[2] = qbs_text_array(rows, n, offsetof(QbInboxRow, event_type));
+	values[3] = qbs_text_array(rows, n, offsetof(QbInboxRow, aggregate_id));
+	values[4] = qbs_text_array(rows, n, offsetof(QbInboxRow, payload));
+	values[5] = qbs_text_array(rows, n, offsetof(QbInboxRow, headers));
+	for (int i = 0; i < n; i++)
+		consumption[i] = CStringGetTextDatum(rows[i].pull ? "pull" : "push");
+	values[6] = PointerGetDatum(construct_array(consumption, n, TEXTOID, -1, false,
+												TYPALIGN_INT));
+	values[7] = qbs_text_array(rows, n, offsetof(QbInboxRow, dead_error));
+	p = qbs_prepare(&qbs_plans.inbox_insert, QB_PG_INBOX_INSERT, 8, types);
+	if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "the inbox insert failed");
+	/* match each stored row to the first request of its key */
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		int64		id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		char	   *source = SPI_getvalue(tup, desc, 2);
+		char	   *key = SPI_getvalue(tup, desc, 3);
+
+		for (int i = 0; i < n; i++)
+			if (a->ids[i] == 0 && strcmp(rows[i].source, source) == 0 &&
+				strcmp(rows[i].idempotency_key, key) == 0)
+			{
+				a->ids[i] = id;
+				break;
+			}
+	}
+	qbs_disarm_timeout();
+}
+
+static void
+qbs_inbox_insert_undo(void *arg)
+{
+	QbsInsert  *a = arg;
+
+	qbs_disarm_timeout();
+	memset(a->ids, 0, sizeof(int64_t) * a->n);
+}
+
 static int
 qbs_inbox_insert(void *ctx, const QbInboxRow *rows, int n, long timeout_ms,
 				 int64_t *ids, char *err, size_t errlen)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile int rc = 0;
+	QbsInsert	a = {.rows = rows, .n = n, .timeout_ms = timeout_ms, .ids = ids};
 
 	memset(ids, 0, sizeof(int64_t) * n);
-	PG_TRY();
-	{
-		Oid			types[8] = {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
-		TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
-		Datum		values[8];
-		Datum	   *consumption = palloc(sizeof(Datum) * n);
-		SPIPlanPtr	p;
-
-		qbs_begin("queuebox: store received messages");
-		qbs_arm_timeout(timeout_ms);
-		values[0] = qbs_text_array(rows, n, offsetof(QbInboxRow, source));
-		values[1] = qbs_text_array(rows, n, offsetof(QbInboxRow, idempotency_key));
-		values[2] = qbs_text_array(rows, n, offsetof(QbInboxRow, event_type));
-		values[3] = qbs_text_array(rows, n, offsetof(QbInboxRow, aggregate_id));
-		values[4] = qbs_text_array(rows, n, offsetof(QbInboxRow, payload));
-		values[5] = qbs_text_array(rows, n, offsetof(QbInboxRow, headers));
-		for (int i = 0; i < n; i++)
-			consumption[i] = CStringGetTextDatum(rows[i].pull ? "pull" : "push");
-		values[6] = PointerGetDatum(construct_array(consumption, n, TEXTOID, -1, false,
-													TYPALIGN_INT));
-		values[7] = qbs_text_array(rows, n, offsetof(QbInboxRow, dead_error));
-		p = qbs_prepare(&qbs_plans.inbox_insert, QB_PG_INBOX_INSERT, 8, types);
-		if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_INSERT_RETURNING)
-			elog(ERROR, "the inbox insert failed");
-		/* match each stored row to the first request of its key */
-		for (uint64 r = 0; r < SPI_processed; r++)
-		{
-			HeapTuple	tup = SPI_tuptable->vals[r];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			bool		isnull;
-			int64		id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-			char	   *source = SPI_getvalue(tup, desc, 2);
-			char	   *key = SPI_getvalue(tup, desc, 3);
-
-			for (int i = 0; i < n; i++)
-				if (ids[i] == 0 && strcmp(rows[i].source, source) == 0 &&
-					strcmp(rows[i].idempotency_key, key) == 0)
-				{
-					ids[i] = id;
-					break;
-				}
-		}
-		qbs_disarm_timeout();
-		qbs_commit();
-	}
-	PG_CATCH();
-	{
-		qbs_disarm_timeout();
-		qbs_fail(cxt, err, errlen);
-		memset(ids, 0, sizeof(int64_t) * n);
-		rc = -1;
-	}
-	PG_END_TRY();
-	return rc;
+	return qbs_txn("queuebox: store received messages", qbs_inbox_insert_body,
+				   qbs_inbox_insert_undo, &a, NULL, err, errlen);
 }
 
 /*
@@ -965,53 +1061,65 @@ qbs_bad_input(int sqlerrcode)
 		sqlerrcode == ERRCODE_INVALID_PARAMETER_VALUE;
 }
 
+typedef struct QbsQuery
+{
+	QbQuery		query;
+	const char *const *params;
+	long		timeout_ms;
+	char	  **out;
+} QbsQuery;
+
+static void
+qbs_query_text_body(void *arg)
+{
+	QbsQuery   *q = arg;
+	int			nparams = qb_pg_query_nparams[q->query];
+	Oid			types[4];
+	Datum		values[4];
+	char		nulls[4];
+	int			ret;
+
+	qbs_arm_timeout(q->timeout_ms);
+	for (int i = 0; i < nparams; i++)
+	{
+		types[i] = TEXTOID;
+		nulls[i] = q->params[i] == NULL ? 'n' : ' ';
+		values[i] = q->params[i] == NULL ? (Datum) 0 : CStringGetTextDatum(q->params[i]);
+	}
+	ret = SPI_execute_with_args(qb_pg_queries[q->query], nparams, types, values, nulls,
+								false, 1);
+	if (ret < 0)
+		elog(ERROR, "query failed: %s", SPI_result_code_string(ret));
+	if (SPI_tuptable != NULL && SPI_processed > 0)
+		*q->out = qbs_strdup_col(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	qbs_disarm_timeout();
+}
+
+static void
+qbs_query_text_undo(void *arg)
+{
+	QbsQuery   *q = arg;
+
+	qbs_disarm_timeout();
+	free(*q->out);
+	*q->out = NULL;
+}
+
 static int
 qbs_query_text(void *ctx, QbQuery query, const char *const *params, long timeout_ms,
 			   char **out, char *err, size_t errlen)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile int rc = 0;
-	int			nparams = qb_pg_query_nparams[query];
+	QbsQuery	q = {.query = query, .params = params, .timeout_ms = timeout_ms, .out = out};
+	int			code = 0;
 
 	StaticAssertStmt(lengthof(qb_pg_queries) == QB_NQUERIES, "one SQL text per QbQuery");
 	StaticAssertStmt(lengthof(qb_pg_query_nparams) == QB_NQUERIES, "one count per QbQuery");
 	*out = NULL;
-	PG_TRY();
-	{
-		Oid			types[4];
-		Datum		values[4];
-		char		nulls[4];
-		int			ret;
-
-		qbs_begin("queuebox: query");
-		qbs_arm_timeout(timeout_ms);
-		for (int i = 0; i < nparams; i++)
-		{
-			types[i] = TEXTOID;
-			nulls[i] = params[i] == NULL ? 'n' : ' ';
-			values[i] = params[i] == NULL ? (Datum) 0 : CStringGetTextDatum(params[i]);
-		}
-		ret = SPI_execute_with_args(qb_pg_queries[query], nparams, types, values, nulls,
-									false, 1);
-		if (ret < 0)
-			elog(ERROR, "query failed: %s", SPI_result_code_string(ret));
-		if (SPI_tuptable != NULL && SPI_processed > 0)
-			*out = qbs_strdup_col(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-		qbs_disarm_timeout();
-		qbs_commit();
-	}
-	PG_CATCH();
-	{
-		qbs_disarm_timeout();
-		int			code = qbs_fail(cxt, err, errlen);
-
-		rc = code == ERRCODE_NO_DATA_FOUND ? QB_QUERY_NOT_FOUND :
-			qbs_bad_input(code) ? QB_QUERY_BAD_INPUT : -1;
-		free(*out);
-		*out = NULL;
-	}
-	PG_END_TRY();
-	return rc;
+	if (qbs_txn("queuebox: query", qbs_query_text_body, qbs_query_text_undo, &q, &code,
+				err, errlen) == 0)
+		return 0;
+	return code == ERRCODE_NO_DATA_FOUND ? QB_QUERY_NOT_FOUND :
+		qbs_bad_input(code) ? QB_QUERY_BAD_INPUT : -1;
 }
 
 void
