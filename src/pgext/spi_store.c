@@ -1018,13 +1018,7 @@ qbs_inbox_insert_body(void *arg)
 		char	   *source = SPI_getvalue(tup, desc, 2);
 		char	   *key = SPI_getvalue(tup, desc, 3);
 
-		for (int i = 0; i < n; i++)
-			if (a->ids[i] == 0 && strcmp(rows[i].source, source) == 0 &&
-				strcmp(rows[i].idempotency_key, key) == 0)
-			{
-				a->ids[i] = id;
-				break;
-			}
+		(void) qb_inbox_match(rows, n, a->ids, id, source, key);
 	}
 	qbs_disarm_timeout();
 }
@@ -1047,18 +1041,6 @@ qbs_inbox_insert(void *ctx, const QbInboxRow *rows, int n, long timeout_ms,
 	memset(ids, 0, sizeof(int64_t) * n);
 	return qbs_txn("queuebox: store received messages", qbs_inbox_insert_body,
 				   qbs_inbox_insert_undo, &a, NULL, err, errlen);
-}
-
-/*
- * qbs_bad_input: an error that a caller's parameter caused (a malformed
- * timestamp, a state the CHECK refuses), as opposed to the database failing.
- */
-static bool
-qbs_bad_input(int sqlerrcode)
-{
-	return ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_DATA_EXCEPTION ||
-		ERRCODE_TO_CATEGORY(sqlerrcode) == ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION ||
-		sqlerrcode == ERRCODE_INVALID_PARAMETER_VALUE;
 }
 
 typedef struct QbsQuery
@@ -1118,8 +1100,7 @@ qbs_query_text(void *ctx, QbQuery query, const char *const *params, long timeout
 	if (qbs_txn("queuebox: query", qbs_query_text_body, qbs_query_text_undo, &q, &code,
 				err, errlen) == 0)
 		return 0;
-	return code == ERRCODE_NO_DATA_FOUND ? QB_QUERY_NOT_FOUND :
-		qbs_bad_input(code) ? QB_QUERY_BAD_INPUT : -1;
+	return qb_query_failure(unpack_sql_state(code));
 }
 
 void

@@ -99,3 +99,29 @@ qb_relay_rows_free(QbRelayRow *rows, int n)
 	}
 	free(rows);
 }
+
+int
+qb_query_failure(const char *sqlstate)
+{
+	if (sqlstate == NULL || strlen(sqlstate) != 5)
+		return -1;
+	if (strcmp(sqlstate, "P0002") == 0)
+		return QB_QUERY_NOT_FOUND;
+	if (strncmp(sqlstate, "22", 2) == 0 || strncmp(sqlstate, "23", 2) == 0)
+		return QB_QUERY_BAD_INPUT;
+	return -1;
+}
+
+int
+qb_inbox_match(const QbInboxRow *rows, int n, int64_t *ids, int64_t id,
+			   const char *source, const char *key)
+{
+	for (int i = 0; i < n; i++)
+		if (ids[i] == 0 && strcmp(rows[i].source, source) == 0 &&
+			strcmp(rows[i].idempotency_key, key) == 0)
+		{
+			ids[i] = id;
+			return i;
+		}
+	return -1;
+}

@@ -271,4 +271,22 @@ extern void qb_relay_rows_free(QbRelayRow *rows, int n);
 /* A random (version 4) UUID in canonical text form, from OpenSSL RAND_bytes. */
 extern bool qb_uuid_v4(char out[QB_UUID_LEN + 1]);
 
+/*
+ * What a store's failed query_text statement means to its caller, from the
+ * statement's SQLSTATE (five characters; PostgreSQL, libpq and ODBC all
+ * report them): QB_QUERY_NOT_FOUND for "no data found" (P0002, the row an
+ * operation names does not exist), QB_QUERY_BAD_INPUT for an error the
+ * caller's parameters caused (class 22 data exception, class 23 integrity
+ * constraint violation), else -1 (the database failed).
+ */
+extern int	qb_query_failure(const char *sqlstate);
+
+/*
+ * The inbox insert's answer, row by row: a stored row (id, source, key) is
+ * the first request of rows[] with that source and idempotency key whose
+ * ids[] is still 0.  Returns its index, or -1.
+ */
+extern int	qb_inbox_match(const QbInboxRow *rows, int n, int64_t *ids, int64_t id,
+						   const char *source, const char *key);
+
 #endif							/* QB_STORE_H */
