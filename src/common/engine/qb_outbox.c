@@ -14,9 +14,11 @@
  *	  pauses it; at most maxInFlight of its rows are sending at once, as many
  *	  more plus a batch may wait queued (a cycle's promotions are not
  *	  bounded by its room), and rows beyond that go back to the table routed
- *	  (claimed again when it has room).  Rows of a destination that takes
- *	  none are held (hold 'destination') without spending an attempt, except
- *	  the one probe row of a half-open destination.
+ *	  (claimed again when it has room).  A destination that takes no rows
+ *	  is not asked for any (its intake waits untouched); its rows this
+ *	  worker had already claimed are held (hold 'destination') without
+ *	  spending an attempt, except the one probe row of a half-open
+ *	  destination.
  *	- The intake floors: new rows are claimed in id order above a floor,
  *	  one per destination (rows routed at insert) and one for rows not
  *	  routed yet, so a claim does not walk the index entries of rows
