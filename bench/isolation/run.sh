@@ -233,6 +233,8 @@ conclude() {
 	ROWS_TSV+=("$(printf '%s\t' "$1" "$6" "$7" "${R[$1_ratio]}" "$5")")
 	check_crash
 }
+# median N...: the rounded median of the numbers given
+median() { python3 -c "import statistics,sys; print(round(statistics.median(map(float, sys.argv[1:]))))" "$@"; }
 sink_requests() { sink_stats "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])'; }
 
 busy_note
@@ -296,8 +298,7 @@ if has_phase slow; then
 		log "slow round $r: ratio ${slow_ratios[-1]}; sink B answered ${slow_b[-1]} requests/s meanwhile; B's rows still waiting at the end: ${R[slow_b_left]}"
 		(( R[slow_b_left] > 0 )) || log "WARNING: B's backlog ran out during the measurement; raise QB_BENCH_SLOW_ROWS"
 	done
-	med() { python3 -c "import statistics,sys; print(round(statistics.median(map(float, sys.argv[1:]))))" "$@"; }
-	R[slow_alone_rows_s]=$(med "${slow_alone[@]}"); R[slow_with_rows_s]=$(med "${slow_with[@]}"); R[slow_b_rate]=$(med "${slow_b[@]}")
+	R[slow_alone_rows_s]=$(median "${slow_alone[@]}"); R[slow_with_rows_s]=$(median "${slow_with[@]}"); R[slow_b_rate]=$(median "${slow_b[@]}")
 	conclude slow "${R[slow_with_rows_s]}" "${R[slow_alone_rows_s]}" 2 ">= 0.8" \
 		"A alone, median of ${slow_alone[*]}: ${R[slow_alone_rows_s]} rows/s" \
 		"beside slow B, median of ${slow_with[*]}: ${R[slow_with_rows_s]} rows/s (ratios by round ${slow_ratios[*]}; B meanwhile ${R[slow_b_rate]} req/s, ${R[slow_b_left]} rows still waiting)"
@@ -451,7 +452,6 @@ if has_phase insert; then
 				"SELECT count(*) FILTER (WHERE to_jsonb(o) ->> 'hold' = 'intake') || ' of ' || count(*) FROM queuebox.outbox o")"
 		done
 	done
-	median() { python3 -c "import statistics,sys; print(round(statistics.median(map(float, sys.argv[1:]))))" "$@"; }
 	# shellcheck disable=SC2086
 	R[insert_outbox]=$(median ${R[insert_outbox_all]})
 	# shellcheck disable=SC2086
