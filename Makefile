@@ -19,7 +19,13 @@ COMMON_SRCS = $(sort $(wildcard $(addsuffix /*.c,$(addprefix src/common/,$(COMMO
 COMMON_HDRS = $(wildcard $(addsuffix /*.h,$(addprefix src/common/,$(COMMON_DIRS))))
 PGEXT_SRCS  = $(sort $(wildcard src/pgext/*.c))
 OBJS        = $(PGEXT_SRCS:.c=.o)
+# The upgrade scripts, and the install script of the current version, put
+# together from the schema's parts (docs/design/schema.md): the tables and
+# the shared SQL functions (sql/schema/, which the daemon's schema is made of
+# too) around what the extension does in C (sql/pgext/host.sql).
 DATA        = sql/queuebox--0.1.0.sql sql/queuebox--0.1.0--0.2.0.sql sql/queuebox--0.2.0--0.3.0.sql
+SCHEMA_PARTS = sql/schema/tables.sql sql/schema/functions.sql
+DATA_built  = sql/queuebox--$(EXTVERSION).sql
 
 WARN        = -Wall -Wextra -Werror -Wno-unused-parameter \
               -Wno-sign-compare -Wno-declaration-after-statement
@@ -59,6 +65,9 @@ CORE_LIB      = $(CORE_DIR)/libqbcore.a
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+sql/queuebox--$(EXTVERSION).sql: sql/pgext/head.sql sql/schema/tables.sql sql/pgext/host.sql sql/schema/functions.sql
+	cat $^ > $@
 
 # PGXS tracks no header dependencies: a struct that grows in a header must
 # rebuild every object, or two objects disagree on its layout.

@@ -303,7 +303,7 @@ test_unknown_keys(void **state)
 		   "outbox.batchsize: unknown key (allowed: pollIntervalMs, batchSize, maxAttempts, claimTimeoutMs, backoff, retention)",
 		   "did you mean batchSize?", "(line 2, column 3)", NULL);
 	refuse("outbox: {}\nsinks:\n  a: {}\n",
-		   "sinks: unknown key (allowed: outbox, destinations, routes, sources, inbox, http, admin)", "(line 2, column 1)", NULL);
+		   "sinks: unknown key (allowed: outbox, destinations, routes, sources, inbox, http, admin, database, daemon)", "(line 2, column 1)", NULL);
 	refuse("outbox:\n  backoff:\n    initial: 5\n",
 		   "outbox.backoff.initial: unknown key (allowed: initialMs, maxMs, multiplier, jitter)",
 		   "(line 3, column 5)", NULL);

@@ -846,7 +846,7 @@ url_brokers(const char *s, char *err, size_t errlen)
  * ---------------------------------------------------------------------
  */
 static const char *const qs_top_keys[] =
-{"outbox", "destinations", "routes", "sources", "inbox", "http", "admin", NULL};
+{"outbox", "destinations", "routes", "sources", "inbox", "http", "admin", "database", "daemon", NULL};
 static const char *const qs_outbox_keys[] =
 {"pollIntervalMs", "batchSize", "maxAttempts", "claimTimeoutMs", "backoff", "retention", NULL};
 static const char *const qs_outbox_scalars[] =
@@ -915,6 +915,10 @@ static const char *const qs_http_section_keys[] =
 {"listen", "maxConnections", "connectionTimeoutMs", "storeTimeoutMs", NULL};
 static const char *const qs_admin_keys[] =
 {"token", NULL};
+static const char *const qs_database_keys[] =
+{"url", "listen", "statementTimeoutMs", "connectTimeoutMs", "idlePollMaxMs", NULL};
+static const char *const qs_daemon_keys[] =
+{"outboxWorkers", "shutdownGraceMs", "logFormat", NULL};
 
 #define QS_RETENTION_MAX	(36500L * 86400L)
 /* signing: every signature of a request fits one 8 KiB header line */
@@ -1120,6 +1124,18 @@ qo_collect(const QtNode *root, const char *rest, QoFound *f)
 	for (k = 0; qs_admin_keys[k] != NULL; k++)
 	{
 		QoPath		p = {{"admin", qs_admin_keys[k]}, 2, 0};
+
+		qo_try(f, rest, &p);
+	}
+	for (k = 0; qs_database_keys[k] != NULL; k++)
+	{
+		QoPath		p = {{"database", qs_database_keys[k]}, 2, 0};
+
+		qo_try(f, rest, &p);
+	}
+	for (k = 0; qs_daemon_keys[k] != NULL; k++)
+	{
+		QoPath		p = {{"daemon", qs_daemon_keys[k]}, 2, 0};
 
 		qo_try(f, rest, &p);
 	}
@@ -3236,6 +3252,70 @@ qv_http_section(QvCtx *cx, const QtNode *node, QbHttpConf *h)
 		qv_opt_int(cx, "http", m, "storeTimeoutMs", 100, 600000, &h->store_timeout_ms);
 }
 
+/* qv_database: the daemon's database: section (the extension ignores it). */
+static bool
+qv_database(QvCtx *cx, const QtNode *node, QbDatabaseConf *d)
+{
+	static const char *const schemes[] = {"postgres", "postgresql", "sqlserver", NULL};
+	const QtNode *m;
+	const QtNode *n;
+	char		why[256];
+
+	if (!qv_section(cx, "database", node, QT_MAP, &m))
+		return false;
+	if (m == NULL)
+		return true;
+	if (!qv_keys(cx, "database", m, qs_database_keys, NULL))
+		return false;
+	if ((n = qt_get(m, "url")) != NULL && !qt_is_null(n))
+	{
+		if (!qv_string(cx, "database.url", n, true, &d->url))
+			return false;
+		if (!qb_url_check_scheme(d->url, schemes, QB_URL_USERINFO | QB_URL_QUERY, why, sizeof(why)))
+			return qv_error(cx, "database.url", n, "%s (postgres://user:${PASSWORD}@host:5432/db or sqlserver://...)", why);
+	}
+	return qv_flag(cx, "database", m, "listen", &d->listen) &&
+		qv_opt_int(cx, "database", m, "statementTimeoutMs", 100, 3600000, &d->statement_timeout_ms) &&
+		qv_opt_int(cx, "database", m, "connectTimeoutMs", 1000, 600000, &d->connect_timeout_ms) &&
+		qv_opt_int(cx, "database", m, "idlePollMaxMs", 10, 3600000, &d->idle_poll_max_ms);
+}
+
+/* qv_daemon: the daemon: section (the extension ignores it). */
+static bool
+qv_daemon(QvCtx *cx, const QtNode *node, QbDaemonConf *d)
+{
+	const QtNode *m;
+	const QtNode *n;
+	long		v;
+	char	   *fmt = NULL;
+
+	if (!qv_section(cx, "daemon", node, QT_MAP, &m))
+		return false;
+	if (m == NULL)
+		return true;
+	if (!qv_keys(cx, "daemon", m, qs_daemon_keys, NULL))
+		return false;
+	v = d->outbox_workers;
+	if (!qv_opt_int(cx, "daemon", m, "outboxWorkers", 1, 64, &v))
+		return false;
+	d->outbox_workers = (int) v;
+	if (!qv_opt_int(cx, "daemon", m, "shutdownGraceMs", 0, 3600000, &d->shutdown_grace_ms))
+		return false;
+	if ((n = qt_get(m, "logFormat")) != NULL && !qt_is_null(n))
+	{
+		if (!qv_string(cx, "daemon.logFormat", n, true, &fmt))
+			return false;
+		if (strcmp(fmt, "text") != 0 && strcmp(fmt, "json") != 0)
+		{
+			free(fmt);
+			return qv_error(cx, "daemon.logFormat", n, "expected text or json");
+		}
+		d->log_json = strcmp(fmt, "json") == 0;
+		free(fmt);
+	}
+	return true;
+}
+
 /* qv_admin: the admin: section. */
 static bool
 qv_admin(QvCtx *cx, const QtNode *node, QbConfig *cfg)
@@ -3335,7 +3415,9 @@ qv_document(QvCtx *cx, const QtNode *root, QbConfig *cfg)
 		qv_sources(cx, qt_get(root, "sources"), cfg) &&
 		qv_inbox(cx, qt_get(root, "inbox"), &cfg->inbox) &&
 		qv_http_section(cx, qt_get(root, "http"), &cfg->http) &&
-		qv_admin(cx, qt_get(root, "admin"), cfg);
+		qv_admin(cx, qt_get(root, "admin"), cfg) &&
+		qv_database(cx, qt_get(root, "database"), &cfg->database) &&
+		qv_daemon(cx, qt_get(root, "daemon"), &cfg->daemon);
 }
 
 /* ---------------------------------------------------------------------
@@ -3364,6 +3446,11 @@ qb_config_defaults(QbConfig *out)
 	out->http.max_connections = 256;
 	out->http.connection_timeout_ms = 10000;
 	out->http.store_timeout_ms = 5000;
+	out->database.statement_timeout_ms = 30000;
+	out->database.connect_timeout_ms = 10000;
+	out->database.idle_poll_max_ms = 2000;
+	out->daemon.outbox_workers = 2;
+	out->daemon.shutdown_grace_ms = 10000;
 }
 
 /* qb_config_parse: load, override, validate; see qb_config.h. */
@@ -3491,6 +3578,7 @@ qb_config_free(QbConfig *cfg)
 	free(cfg->http.listen);
 	free(cfg->http.host);
 	free(cfg->admin_token);
+	free(cfg->database.url);
 	free(cfg);
 }
 

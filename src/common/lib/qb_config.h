@@ -237,6 +237,24 @@ typedef struct QbHttpConf
 	long		store_timeout_ms;	/* default 5000: longer answers 503 */
 } QbHttpConf;
 
+/* database: (the daemon only; the extension ignores it) */
+typedef struct QbDatabaseConf
+{
+	char	   *url;			/* postgres://, postgresql:// or sqlserver://; NULL: unset */
+	bool		listen;			/* LISTEN for a NOTIFY per inserting transaction */
+	long		statement_timeout_ms;	/* default 30000 */
+	long		connect_timeout_ms; /* default 10000 */
+	long		idle_poll_max_ms;	/* default 2000: idle polling backs off to this */
+} QbDatabaseConf;
+
+/* daemon: (the daemon only) */
+typedef struct QbDaemonConf
+{
+	int			outbox_workers; /* default 2 */
+	long		shutdown_grace_ms;	/* default 10000 */
+	bool		log_json;		/* logFormat json (default text) */
+} QbDaemonConf;
+
 typedef struct QbConfig
 {
 	QbOutboxConf outbox;
@@ -249,6 +267,8 @@ typedef struct QbConfig
 	QbInboxConf inbox;			/* base_path is always set */
 	QbHttpConf	http;
 	char	   *admin_token;	/* NULL: the /admin/ routes are off */
+	QbDatabaseConf database;
+	QbDaemonConf daemon;
 } QbConfig;
 
 /* Fill *out with every default of the model (no destinations, no routes). */

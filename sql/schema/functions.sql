@@ -1,0 +1,411 @@
+/*
+ * sql/schema/functions.sql
+ *	  The SQL functions and views of QueueBox that both hosts share: the
+ *	  application's enqueue(), the five pull statements, the operations
+ *	  (requeue, replay of outbox rows, destinations) and the views.
+ *
+ * They call a few functions each host defines in its host file, before this
+ * one: topic_matches(), route_of(), _destination_names(), _arm_outbox_wake()
+ * and _arm_relay_wake() (sql/pgext/host.sql in C; sql/daemon/host-postgresql.sql
+ * in SQL).  The order of the parts and the rules for a change:
+ * sql/schema/tables.sql and docs/design/schema.md.
+ */
+
+-- ---------------------------------------------------------------------------
+-- The application's convenience form of INSERT
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION queuebox.enqueue(
+	topic text, payload jsonb, key text DEFAULT NULL, headers jsonb DEFAULT '{}')
+	RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	INSERT INTO queuebox.outbox (topic, key, payload, headers)
+	VALUES (topic, key, payload, coalesce(headers, '{}'))
+	RETURNING id
+$$;
+COMMENT ON FUNCTION queuebox.enqueue(text, jsonb, text, jsonb) IS
+	'Insert one outbox row in the current transaction; returns its id.';
+
+-- ---------------------------------------------------------------------------
+-- Pull consumption: the five statements (examples/pull/sql/postgresql/)
+-- ---------------------------------------------------------------------------
+-- Each is one statement, safe to call from any driver with bound parameters.
+-- renew, complete, retry and dead return true only when exactly one row
+-- changed: false means another worker owns the message, so stop the work.
+
+/*
+ * inbox_claim: up to batch_size messages of one pull source, each with a
+ * new claim token and a lease of lease_ms, at most one per (source,
+ * aggregate_id) in created_at order, in O(batch_size).  Candidates are due unparked pull rows of the source in due order, and
+ * processing rows whose lease expired (a takeover, the old token fenced
+ * off), up to batch_size together.  For each candidate with an aggregate,
+ * its nearest earlier open row (created_at, id) of the same source and
+ * aggregate:
+ *	- none: claimed (new token, lease);
+ *	- one this statement can lock FOR SHARE and that is still open: the
+ *	  candidate is parked (pending, hold 'aggregate'; a takeover candidate
+ *	  loses its expired claim).  The lock is why no park is lost: the
+ *	  statement that ends that earlier row must wait for it, so its
+ *	  promotion (a later snapshot) sees the park;
+ *	- one locked by another transaction (being claimed or ended right now):
+ *	  left as it is, still a candidate for the next claim.
+ * Nothing waits (SKIP LOCKED throughout).
+ */
+CREATE FUNCTION queuebox.inbox_claim(source text, batch_size int, lease_ms int)
+	RETURNS TABLE (id bigint, claim_token uuid, source text, idempotency_key text,
+				   event_type text, aggregate_id text, payload jsonb, headers jsonb,
+				   attempt int, created_at timestamptz)
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH c_lease AS MATERIALIZED (
+		SELECT c.id, c.aggregate_id, c.created_at FROM queuebox.inbox c
+		WHERE c.source = inbox_claim.source AND c.consumption = 'pull'
+		  AND c.state = 'processing' AND c.lease_until < now()
+		ORDER BY c.lease_until LIMIT inbox_claim.batch_size
+		FOR UPDATE SKIP LOCKED),
+	c_due AS MATERIALIZED (
+		SELECT c.id, c.aggregate_id, c.created_at FROM queuebox.inbox c
+		WHERE c.source = inbox_claim.source AND c.consumption = 'pull'
+		  AND c.state = 'pending' AND c.hold IS NULL AND c.scheduled_at <= now()
+		ORDER BY c.scheduled_at, c.created_at, c.id
+		LIMIT greatest(inbox_claim.batch_size - (SELECT count(*) FROM c_lease), 0)
+		FOR UPDATE SKIP LOCKED),
+	cand AS (SELECT * FROM c_lease UNION ALL SELECT * FROM c_due),
+	blk AS MATERIALIZED (
+		SELECT c.id AS cid, b.id AS bid FROM cand c
+		CROSS JOIN LATERAL (
+			SELECT e.id FROM queuebox.inbox e
+			WHERE e.source = inbox_claim.source AND e.aggregate_id = c.aggregate_id
+			  AND e.state IN ('pending', 'processing')
+			  AND (e.created_at, e.id) < (c.created_at, c.id)
+			ORDER BY e.created_at DESC, e.id DESC LIMIT 1) b
+		WHERE c.aggregate_id IS NOT NULL),
+	lk AS MATERIALIZED (
+		SELECT e.id FROM queuebox.inbox e
+		WHERE e.id = ANY (ARRAY(SELECT bid FROM blk)) AND e.state IN ('pending', 'processing')
+		FOR SHARE SKIP LOCKED),
+	dec AS MATERIALIZED (
+		SELECT c.id, b.bid IS NULL AS claim FROM cand c LEFT JOIN blk b ON b.cid = c.id
+		WHERE b.bid IS NULL OR b.bid = ANY (ARRAY(SELECT id FROM lk))),
+	u AS (
+		UPDATE queuebox.inbox i
+		SET state = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))
+						 THEN 'processing' ELSE 'pending' END,
+			hold = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))
+						THEN NULL ELSE 'aggregate' END,
+			claim_token = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))
+							   THEN gen_random_uuid() END,
+			lease_until = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))
+							   THEN now() + inbox_claim.lease_ms * interval '1 millisecond' END
+		WHERE i.id = ANY (ARRAY(SELECT id FROM dec))
+		RETURNING i.state = 'processing' AS claim, i.id, i.claim_token, i.source,
+				  i.idempotency_key, i.event_type, i.aggregate_id, i.payload, i.headers,
+				  i.attempt, i.created_at)
+	SELECT u.id, u.claim_token, u.source, u.idempotency_key, u.event_type,
+		   u.aggregate_id, u.payload, u.headers, u.attempt, u.created_at
+	FROM u WHERE u.claim ORDER BY u.created_at, u.id
+$$;
+
+/* inbox_renew: extend the lease of a message this token still holds. */
+CREATE FUNCTION queuebox.inbox_renew(id bigint, claim_token uuid, lease_ms int)
+	RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.inbox i
+		SET lease_until = now() + inbox_renew.lease_ms * interval '1 millisecond'
+		WHERE i.id = inbox_renew.id AND i.claim_token = inbox_renew.claim_token
+		  AND i.state = 'processing'
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u
+$$;
+
+/*
+ * inbox_complete and inbox_dead: true only when exactly one row changed;
+ * they promote the next row of the (source, aggregate):
+ * both are _inbox_end, two statements, each with its own snapshot (a
+ * VOLATILE SQL function takes a new one per statement in READ COMMITTED):
+ *	1. lock the claimed row FOR NO KEY UPDATE: this waits for every claim
+ *	   that is parking a row behind it (they hold FOR SHARE on it), and from
+ *	   then on no claim can park behind it (SKIP LOCKED);
+ *	2. end the row (state processed or dead, last_error set for dead), and
+ *	   release the first other open row of its source and aggregate when
+ *	   that is a pending pull row.  This snapshot is newer than every park
+ *	   behind the row, so it sees them all.  A row that looks unparked is
+ *	   updated too (hold stays NULL), so a park this snapshot cannot see
+ *	   (REPEATABLE READ, SERIALIZABLE) ends in a serialization failure
+ *	   rather than in a row parked for ever.
+ * Run them in READ COMMITTED (the client libraries do): in REPEATABLE READ
+ * a row inserted and parked after the transaction's snapshot is missed.
+ */
+CREATE FUNCTION queuebox._inbox_end(id bigint, claim_token uuid, end_state text, error text)
+	RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	SELECT 1 FROM queuebox.inbox i
+	WHERE i.id = _inbox_end.id AND i.claim_token = _inbox_end.claim_token
+	  AND i.state = 'processing'
+	FOR NO KEY UPDATE;
+
+	WITH u AS (
+		UPDATE queuebox.inbox i
+		SET state = _inbox_end.end_state,
+			last_error = CASE WHEN _inbox_end.end_state = 'dead' THEN _inbox_end.error
+							  ELSE i.last_error END,
+			claim_token = NULL, lease_until = NULL
+		WHERE i.id = _inbox_end.id AND i.claim_token = _inbox_end.claim_token
+		  AND i.state = 'processing'
+		RETURNING i.id, i.source, i.aggregate_id),
+	p AS (
+		UPDATE queuebox.inbox o SET hold = NULL
+		WHERE o.id = (
+			SELECT f.id FROM u CROSS JOIN LATERAL (
+				SELECT e.id, e.consumption FROM queuebox.inbox e
+				WHERE e.source = u.source AND e.aggregate_id = u.aggregate_id
+				  AND e.state IN ('pending', 'processing') AND e.id <> u.id
+				ORDER BY e.created_at, e.id LIMIT 1) f
+			WHERE f.consumption = 'pull')
+		  AND o.state = 'pending'
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u
+$$;
+
+CREATE FUNCTION queuebox.inbox_complete(id bigint, claim_token uuid)
+	RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	SELECT queuebox._inbox_end(inbox_complete.id, inbox_complete.claim_token, 'processed', NULL)
+$$;
+
+CREATE FUNCTION queuebox.inbox_dead(id bigint, claim_token uuid, error text)
+	RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	SELECT queuebox._inbox_end(inbox_dead.id, inbox_dead.claim_token, 'dead', inbox_dead.error)
+$$;
+
+/* inbox_retry: back to pending, attempt + 1, due after delay_ms. */
+CREATE FUNCTION queuebox.inbox_retry(id bigint, claim_token uuid, delay_ms int, error text)
+	RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.inbox i
+		SET state = 'pending', attempt = i.attempt + 1,
+			scheduled_at = now() + greatest(inbox_retry.delay_ms, 0) * interval '1 millisecond',
+			last_error = inbox_retry.error, claim_token = NULL, lease_until = NULL
+		WHERE i.id = inbox_retry.id AND i.claim_token = inbox_retry.claim_token
+		  AND i.state = 'processing'
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Operations: requeue and replay
+-- ---------------------------------------------------------------------------
+/*
+ * requeue_outbox(id): a dead row back to pending, due now, attempts reset,
+ * routed again with the current configuration.  It keeps its id, so it
+ * keeps its place in its key's order.
+ */
+CREATE FUNCTION queuebox.requeue_outbox(id bigint) RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.outbox o
+		SET state = 'pending', attempt = 0, scheduled_at = now(),
+			claim_token = NULL, lease_until = NULL, destination = NULL, hold = 'ready'
+		WHERE o.id = requeue_outbox.id AND o.state = 'dead'
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u, LATERAL (SELECT queuebox._arm_outbox_wake()) w
+$$;
+
+CREATE FUNCTION queuebox.requeue_outbox(
+	topic_pattern text, since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL)
+	RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.outbox o
+		SET state = 'pending', attempt = 0, scheduled_at = now(),
+			claim_token = NULL, lease_until = NULL, destination = NULL, hold = 'ready'
+		WHERE o.state = 'dead'
+		  AND (requeue_outbox.topic_pattern IS NULL
+			   OR queuebox.topic_matches(requeue_outbox.topic_pattern, o.topic))
+		  AND (requeue_outbox.since IS NULL OR o.created_at >= requeue_outbox.since)
+		  AND (requeue_outbox.until IS NULL OR o.created_at < requeue_outbox.until)
+		RETURNING 1)
+	SELECT count(*) FROM u, LATERAL (SELECT queuebox._arm_outbox_wake()) w
+$$;
+
+/*
+ * replay_outbox(id): a new pending row with the same topic, key, payload,
+ * headers and max_attempts, and a new message_id; any state may be
+ * replayed.  Returns the new row's id, or NULL when there is no such row.
+ */
+CREATE FUNCTION queuebox.replay_outbox(id bigint) RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	INSERT INTO queuebox.outbox (topic, key, payload, headers, max_attempts)
+	SELECT o.topic, o.key, o.payload, o.headers, o.max_attempts
+	FROM queuebox.outbox o WHERE o.id = replay_outbox.id
+	RETURNING id
+$$;
+
+/*
+ * replay_outbox(state, topic_pattern, since, until): replays every row in
+ * that state (NULL: any) matching the filters, in id order, so the copies
+ * keep each key's order.  Returns rows replayed.
+ */
+CREATE FUNCTION queuebox.replay_outbox(
+	state text, topic_pattern text DEFAULT NULL,
+	since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL)
+	RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH n AS (
+		INSERT INTO queuebox.outbox (topic, key, payload, headers, max_attempts)
+		SELECT o.topic, o.key, o.payload, o.headers, o.max_attempts
+		FROM queuebox.outbox o
+		WHERE (replay_outbox.state IS NULL OR o.state = replay_outbox.state)
+		  AND (replay_outbox.topic_pattern IS NULL
+			   OR queuebox.topic_matches(replay_outbox.topic_pattern, o.topic))
+		  AND (replay_outbox.since IS NULL OR o.created_at >= replay_outbox.since)
+		  AND (replay_outbox.until IS NULL OR o.created_at < replay_outbox.until)
+		ORDER BY o.id
+		RETURNING 1)
+	SELECT count(*) FROM n
+$$;
+
+/*
+ * inbox_retry needs no change: the row stays open (pending, due later), so
+ * the rows parked behind it stay parked, and it is claimed again from the
+ * due index when due (it has no earlier open row, so it is never parked).
+ *
+ * requeue_inbox: a dead row back to pending, unparked (hold NULL; a dead
+ * row was never parked, the assignment only makes it certain).  Nothing
+ * parked behind others is stuck by it: the next claim checks the requeued
+ * row's order like any new row's, and parks it behind an open earlier row
+ * if there is one; a row parked behind a later row is released when that
+ * row ends, or, when the requeued row is now the first open row of the
+ * unit, by the promotion of the requeued row's own end (a promotion
+ * releases the first open row of the unit, whichever row ended).
+ */
+CREATE FUNCTION queuebox.requeue_inbox(id bigint) RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.inbox i
+		SET state = 'pending', attempt = 0, scheduled_at = now(),
+			claim_token = NULL, lease_until = NULL, hold = NULL
+		WHERE i.id = requeue_inbox.id AND i.state = 'dead'
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u, LATERAL (SELECT queuebox._arm_relay_wake()) w
+$$;
+
+CREATE FUNCTION queuebox.requeue_inbox(
+	source text, since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL)
+	RETURNS bigint
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.inbox i
+		SET state = 'pending', attempt = 0, scheduled_at = now(),
+			claim_token = NULL, lease_until = NULL, hold = NULL
+		WHERE i.state = 'dead'
+		  AND (requeue_inbox.source IS NULL OR i.source = requeue_inbox.source)
+		  AND (requeue_inbox.since IS NULL OR i.created_at >= requeue_inbox.since)
+		  AND (requeue_inbox.until IS NULL OR i.created_at < requeue_inbox.until)
+		RETURNING 1)
+	SELECT count(*) FROM u, LATERAL (SELECT queuebox._arm_relay_wake()) w
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Destinations and visibility
+-- ---------------------------------------------------------------------------
+/*
+ * destination_status(): one row per destination of the configuration (and
+ * any with a stored state): its circuit, why, and the rows waiting for it:
+ * pending counts the rows not routed yet by their topic's route, as
+ * outbox_stats does (rows parked behind a key are mostly not routed yet).
+ */
+CREATE FUNCTION queuebox.destination_status(
+	OUT destination text, OUT state text, OUT failures int, OUT opened_at timestamptz,
+	OUT probe_at timestamptz, OUT paused_until timestamptz, OUT last_error text,
+	OUT changed_at timestamptz, OUT pending bigint, OUT held bigint)
+	RETURNS SETOF record
+	LANGUAGE sql STABLE
+	AS $$
+	WITH names AS (
+		SELECT n FROM unnest(queuebox._destination_names()) n
+		UNION SELECT d.destination FROM queuebox.destination_state d),
+	per_topic AS (
+		SELECT o.destination, o.topic, count(*) AS pending,
+			   count(*) FILTER (WHERE o.hold = 'destination') AS held
+		FROM queuebox.outbox o WHERE o.state = 'pending'
+		GROUP BY o.destination, o.topic),
+	waiting AS (
+		SELECT coalesce(p.destination, queuebox.route_of(p.topic)) AS n,
+			   sum(p.pending)::bigint AS pending, sum(p.held)::bigint AS held
+		FROM per_topic p GROUP BY 1)
+	SELECT names.n, coalesce(d.state, 'closed'), coalesce(d.failures, 0), d.opened_at,
+		   d.probe_at, d.paused_until, d.last_error, d.changed_at,
+		   coalesce(w.pending, 0), coalesce(w.held, 0)
+	FROM names LEFT JOIN queuebox.destination_state d ON d.destination = names.n
+	LEFT JOIN waiting w ON w.n = names.n
+	ORDER BY names.n
+$$;
+COMMENT ON FUNCTION queuebox.destination_status() IS
+	'Each destination''s circuit (closed, open, half-open, disabled), consecutive failures, pause, last error, and its pending and held rows.';
+
+
+/*
+ * resume_destination(name): close the circuit of a destination (disabled by
+ * a 410, or open), clear its failures and pause; its held rows are
+ * delivered again.  True when it was not simply closed.
+ */
+CREATE FUNCTION queuebox.resume_destination(name text) RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.destination_state d
+		SET state = 'closed', failures = 0, paused_until = NULL, probe_at = NULL,
+			opened_at = NULL, changed_at = now()
+		WHERE d.destination = resume_destination.name
+		  AND (d.state <> 'closed' OR d.failures > 0 OR d.paused_until IS NOT NULL)
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u, LATERAL (SELECT queuebox._arm_outbox_wake()) w
+$$;
+COMMENT ON FUNCTION queuebox.resume_destination(text) IS
+	'Close a destination''s circuit (after a 410 Gone, or to end an open one now); its held rows are delivered again.';
+
+/*
+ * outbox_stats: one row per (destination, state) plus a total per state
+ * (destination NULL), by the destination a row was routed to (its topic's
+ * route when not routed yet), with the destination's circuit.
+ */
+CREATE VIEW queuebox.outbox_stats AS
+	WITH per_topic AS (
+		SELECT topic, destination, state, count(*) AS n,
+			   min(created_at) FILTER (WHERE state = 'pending') AS oldest_pending
+		FROM queuebox.outbox
+		GROUP BY topic, destination, state
+	), routed AS (
+		SELECT coalesce(destination, queuebox.route_of(topic), '(no route)') AS destination,
+			   state, n, oldest_pending
+		FROM per_topic
+	)
+	SELECT r.destination, r.state, sum(r.n)::bigint AS rows,
+		   now() - min(r.oldest_pending) AS oldest_pending_age,
+		   CASE WHEN r.destination IS NULL THEN NULL
+				WHEN r.destination = '(no route)' THEN NULL
+				ELSE coalesce(min(d.state), 'closed') END::text AS circuit
+	FROM routed r LEFT JOIN queuebox.destination_state d ON d.destination = r.destination
+	GROUP BY GROUPING SETS ((r.destination, r.state), (r.state))
+	ORDER BY r.destination NULLS FIRST, r.state;
+COMMENT ON VIEW queuebox.outbox_stats IS
+	'Rows per state and per destination (destination NULL: all destinations), with the age of the oldest pending row and the destination''s circuit.';
+
+/* The schema version the workers check before they claim. */
+CREATE FUNCTION queuebox._schema_version() RETURNS text
+	LANGUAGE sql IMMUTABLE AS $$ SELECT '0.3.0'::text $$;

@@ -1,0 +1,177 @@
+/*
+ * sql/schema/tables.sql
+ *	  The tables and indexes of QueueBox, as of the current schema version:
+ *	  one copy for both hosts.
+ *
+ * The extension's install script (sql/queuebox--<version>.sql, made by the
+ * Makefile) and the daemon's PostgreSQL schema (sql/daemon/) are both put
+ * together from this file, a host file (sql/pgext/host.sql or
+ * sql/daemon/host-postgresql.sql: what each host does in C or in SQL) and
+ * sql/schema/functions.sql, in that order.  docs/design/schema.md has the
+ * rules for a schema change.  No psql meta-command here: the daemon sends
+ * the text as it is.
+ */
+
+-- ---------------------------------------------------------------------------
+-- The outbox
+-- ---------------------------------------------------------------------------
+CREATE TABLE queuebox.outbox (
+	id				bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	message_id		uuid NOT NULL DEFAULT gen_random_uuid(),
+	topic			text NOT NULL CHECK (topic <> ''),
+	key				text,
+	payload			jsonb NOT NULL,
+	headers			jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(headers) = 'object'),
+	state			varchar(50) NOT NULL DEFAULT 'pending'
+		CONSTRAINT outbox_state_check
+		CHECK (state IN ('pending', 'processing', 'sent', 'dead')),
+	attempt			int NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+	max_attempts	int CHECK (max_attempts IS NULL OR max_attempts >= 1),
+	scheduled_at	timestamptz NOT NULL DEFAULT now(),
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	claim_token		uuid,
+	lease_until		timestamptz,
+	last_error		text,
+	destination		text,
+	hold			varchar(20)
+		CONSTRAINT outbox_hold_check CHECK (hold IN ('key', 'destination', 'ready', 'intake'))
+) WITH (fillfactor = 80,
+	  -- a queue table: every row is updated twice, so vacuum it early and
+	  -- often; until it is, claims walk the dead entries of delivered rows
+	  autovacuum_vacuum_scale_factor = 0.01,
+	  autovacuum_vacuum_threshold = 1000,
+	  autovacuum_vacuum_insert_scale_factor = 0.05,
+	  autovacuum_analyze_scale_factor = 0.02,
+	  -- truncating the table's empty tail takes an ACCESS EXCLUSIVE lock that
+	  -- stalls every claim and insert for its duration
+	  vacuum_truncate = false);
+
+COMMENT ON TABLE queuebox.outbox IS
+	'Messages to deliver. Insert in the transaction of your business write; QueueBox claims, routes and publishes them.';
+COMMENT ON COLUMN queuebox.outbox.key IS
+	'Ordering unit: rows of one key are delivered one at a time in id order. NULL takes part in no ordering.';
+COMMENT ON COLUMN queuebox.outbox.max_attempts IS
+	'Delivery attempts before the row goes dead; NULL takes outbox.maxAttempts from the configuration.';
+COMMENT ON COLUMN queuebox.outbox.lease_until IS
+	'While processing: when the claim expires and the reclaim step returns the row to pending.';
+COMMENT ON COLUMN queuebox.outbox.destination IS
+	'The destination the row is routed to: at insert (the outbox_route trigger) or at its first claim; NULL until then.';
+COMMENT ON COLUMN queuebox.outbox.hold IS
+	'Where a pending row waits: intake (new, routed at insert), key (an earlier row of its key is open), destination (its destination is not taking rows), ready (claimable, not yet routed); NULL: new and not routed, or routed and due at scheduled_at.';
+
+-- Each place a pending row can wait in has its own partial index, so a claim
+-- reads only the places that can give it a row now (docs/design/claim.md);
+-- sent and dead rows are in no partial index and cost the claims nothing.
+-- New rows that were not routed at insert (the unrouted intake), in id
+-- order: the claim reads them from its floor (claim.md).
+CREATE INDEX outbox_intake_idx ON queuebox.outbox (id)
+	WHERE state = 'pending' AND destination IS NULL AND hold IS NULL;
+-- Rows made claimable again before they were routed.
+CREATE INDEX outbox_ready_idx ON queuebox.outbox (scheduled_at, id)
+	WHERE state = 'pending' AND hold = 'ready';
+-- Routed rows, per destination in due order: the claim asks each
+-- destination only for what it can take now.
+CREATE INDEX outbox_routed_idx ON queuebox.outbox (destination, scheduled_at, id)
+	WHERE state = 'pending' AND hold IS NULL AND destination IS NOT NULL;
+-- Rows held for their destination: the probe and the unpark read them.
+CREATE INDEX outbox_held_idx ON queuebox.outbox (destination, id)
+	WHERE state = 'pending' AND hold = 'destination';
+-- New rows routed at insert, per destination in id order: a claim reads a
+-- destination's rows from its floor, and only when it has room.
+CREATE INDEX outbox_dest_intake_idx ON queuebox.outbox (destination, id)
+	WHERE state = 'pending' AND hold = 'intake';
+-- The per-key predicate: is an earlier row of this key still unsettled?
+CREATE INDEX outbox_key_open_idx ON queuebox.outbox (key, id)
+	WHERE state IN ('pending', 'processing') AND key IS NOT NULL;
+-- The reclaim step: expired leases.
+CREATE INDEX outbox_lease_idx ON queuebox.outbox (lease_until)
+	WHERE state = 'processing';
+-- Retention: old rows by creation time.  BRIN, not a partial btree on sent
+-- rows: every settle to 'sent' would otherwise add a btree entry, and rows
+-- are created in time order, so block ranges summarise created_at well.
+CREATE INDEX outbox_created_brin ON queuebox.outbox USING brin (created_at);
+
+-- ---------------------------------------------------------------------------
+-- Destinations: the circuit breaker every worker and replica shares
+-- ---------------------------------------------------------------------------
+CREATE TABLE queuebox.destination_state (
+	destination		text PRIMARY KEY,
+	state			varchar(20) NOT NULL DEFAULT 'closed'
+		CONSTRAINT destination_state_check
+		CHECK (state IN ('closed', 'open', 'half-open', 'disabled')),
+	failures		int NOT NULL DEFAULT 0 CHECK (failures >= 0),
+	opened_at		timestamptz,
+	probe_at		timestamptz,
+	paused_until	timestamptz,
+	last_error		text,
+	changed_at		timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE queuebox.destination_state IS
+	'Circuit breaker per destination, shared by every worker and replica: closed (rows flow), open (rows held, no attempt spent), half-open (one probe row in flight), disabled (a 410 Gone; until queuebox.resume_destination()). Written only on a change.';
+
+-- ---------------------------------------------------------------------------
+-- The inbox
+-- ---------------------------------------------------------------------------
+CREATE TABLE queuebox.inbox (
+	id				bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	source			text NOT NULL CHECK (source <> ''),
+	idempotency_key	text NOT NULL CHECK (idempotency_key <> ''),
+	event_type		text,
+	aggregate_id	text,
+	payload			jsonb NOT NULL,
+	headers			jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(headers) = 'object'),
+	consumption		varchar(10) NOT NULL DEFAULT 'push'
+		CONSTRAINT inbox_consumption_check CHECK (consumption IN ('push', 'pull')),
+	state			varchar(50) NOT NULL DEFAULT 'pending'
+		CONSTRAINT inbox_state_check
+		CHECK (state IN ('pending', 'processing', 'processed', 'dead')),
+	attempt			int NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+	scheduled_at	timestamptz NOT NULL DEFAULT now(),
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	claim_token		uuid,
+	lease_until		timestamptz,
+	last_error		text,
+	hold			varchar(20)
+		CONSTRAINT inbox_hold_check CHECK (hold IN ('aggregate')),
+	CONSTRAINT inbox_source_idempotency_key UNIQUE (source, idempotency_key)
+) WITH (fillfactor = 80,
+	  autovacuum_vacuum_scale_factor = 0.01,
+	  autovacuum_vacuum_threshold = 1000,
+	  autovacuum_analyze_scale_factor = 0.02,
+	  vacuum_truncate = false);
+
+COMMENT ON TABLE queuebox.inbox IS
+	'Messages received from outside, stored once per (source, idempotency_key). Push rows are forwarded by the relay; pull rows are consumed with queuebox.inbox_claim() and friends.';
+COMMENT ON COLUMN queuebox.inbox.consumption IS
+	'push: the relay forwards the row into the outbox; pull: the application consumes it. Stored at receipt.';
+COMMENT ON COLUMN queuebox.inbox.hold IS
+	'aggregate: a pending row waiting for an earlier open row of its aggregate (released when that row ends); NULL: claimable when due.';
+
+-- Pull claims: open rows of a source in created_at order ...
+CREATE INDEX inbox_open_idx ON queuebox.inbox (source, created_at, id)
+	WHERE state IN ('pending', 'processing');
+-- ... and the per-aggregate predicate: an earlier open row of the aggregate?
+CREATE INDEX inbox_aggregate_open_idx ON queuebox.inbox (source, aggregate_id, created_at, id)
+	WHERE state IN ('pending', 'processing') AND aggregate_id IS NOT NULL;
+
+-- The relay's per-aggregate predicate across every push source.
+CREATE INDEX inbox_push_aggregate_idx ON queuebox.inbox (aggregate_id, created_at, id)
+	WHERE state IN ('pending', 'processing') AND consumption = 'push' AND aggregate_id IS NOT NULL;
+
+-- The claims read due unparked rows in due order (a head retried a day
+-- ahead is not walked), and expired leases from an index of their own.  The
+-- order within an aggregate does not come from these indexes: a row is
+-- claimed only when no earlier row of its unit is open (the aggregate
+-- indexes below), and parking leaves one open head per unit to look at.
+CREATE INDEX inbox_pull_due_idx ON queuebox.inbox (source, scheduled_at, created_at, id)
+	WHERE state = 'pending' AND consumption = 'pull' AND hold IS NULL;
+CREATE INDEX inbox_pull_lease_idx ON queuebox.inbox (source, lease_until)
+	WHERE state = 'processing' AND consumption = 'pull';
+CREATE INDEX inbox_push_due_idx ON queuebox.inbox (scheduled_at, created_at, id)
+	WHERE state = 'pending' AND consumption = 'push' AND hold IS NULL;
+CREATE INDEX inbox_push_lease_idx ON queuebox.inbox (lease_until)
+	WHERE state = 'processing' AND consumption = 'push';
+-- inbox_open_idx stays for the gauges and operators (no claim reads it);
+-- inbox_aggregate_open_idx and inbox_push_aggregate_idx find a row's
+-- nearest earlier open row (the claim) and a unit's first (the promotion).
+
