@@ -41,7 +41,7 @@ ISOLATION_OPTS = --inputdir=test/isolation --temp-config=test/queuebox.conf --te
 TAP_TESTS   = 1
 PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 
-EXTRA_CLEAN = build tmp_check tmp_check_iso results output_iso test/unit/bin test/unit/bin-san test/sink/qb_sink \
+EXTRA_CLEAN = build queuebox-mssqld tmp_check tmp_check_iso results output_iso test/unit/bin test/unit/bin-san test/sink/qb_sink \
               test/brokers/nats_tool \
               test/brokers/kafka_mock \
               test/brokers/amqp_tool
@@ -67,7 +67,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 sql/queuebox--$(EXTVERSION).sql: sql/pgext/head.sql sql/schema/tables.sql sql/pgext/host.sql sql/schema/functions.sql
-	cat $^ > $@
+	cat $^ | sed 's/@SCHEMA_VERSION@/$(EXTVERSION)/g' > $@
 
 # PGXS tracks no header dependencies: a struct that grows in a header must
 # rebuild every object, or two objects disagree on its layout.
@@ -123,3 +123,55 @@ test/brokers/nats_tool: test/brokers/nats_tool.c
 # The Kafka cluster of TAP 011: librdkafka's mock cluster in a helper process.
 test/brokers/kafka_mock: test/brokers/kafka_mock.c
 	$(UNIT_CC) -std=gnu11 -O2 $(WARN) -o $@ $< -lrdkafka -ljansson
+
+# ---- the daemon: queuebox-mssqld (src/mssqld/, docs/daemon.md) -----------
+# The same core, with the libpq store and the daemon host; plain cc, libpq's
+# header only (no server header).  Its schema is the extension's tables and
+# shared SQL functions (sql/schema/) around sql/daemon/*-postgresql.sql,
+# embedded as a C string.
+PQ_INCDIR     := $(shell $(PG_CONFIG) --includedir)
+DAEMON_DIR     = build/mssqld$(if $(filter 1,$(SANITIZE)),-san)
+DAEMON_CFLAGS  = $(CORE_CFLAGS) -D_GNU_SOURCE -Isrc/mssqld -I$(PQ_INCDIR)
+DAEMON_SRCS    = $(filter-out src/mssqld/main.c,$(sort $(wildcard src/mssqld/*.c)))
+DAEMON_OBJS    = $(patsubst src/mssqld/%.c,$(DAEMON_DIR)/%.o,$(DAEMON_SRCS)) $(DAEMON_DIR)/schema_pg.o
+DAEMON_LIB     = $(DAEMON_DIR)/libqbd.a
+DAEMON_LIBS    = -lpq -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -lpthread
+DAEMON_SCHEMA  = sql/daemon/begin-postgresql.sql sql/schema/tables.sql sql/daemon/host-postgresql.sql sql/schema/functions.sql
+DAEMON_PREFIX ?= /usr/local
+
+$(DAEMON_DIR)/%.o: src/mssqld/%.c $(COMMON_HDRS) $(wildcard src/mssqld/*.h)
+	@mkdir -p $(dir $@)
+	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
+
+# the schema as one C string: backslashes and quotes escaped, a line a line
+$(DAEMON_DIR)/schema_pg.c: $(DAEMON_SCHEMA) Makefile
+	@mkdir -p $(dir $@)
+	{ echo '/* made by the Makefile from $(DAEMON_SCHEMA): do not edit */'; \
+	  echo 'const char qbd_schema_version[] = "$(EXTVERSION)";'; \
+	  echo 'const char qbd_schema_pg[] ='; \
+	  cat $(DAEMON_SCHEMA) | sed 's/@SCHEMA_VERSION@/$(EXTVERSION)/g' | \
+	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/'; \
+	  echo ';'; } > $@
+$(DAEMON_DIR)/schema_pg.o: $(DAEMON_DIR)/schema_pg.c
+	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
+
+$(DAEMON_LIB): $(DAEMON_OBJS)
+	rm -f $@
+	ar rcs $@ $^
+
+queuebox-mssqld: $(DAEMON_DIR)/main.o $(DAEMON_LIB) $(CORE_LIB)
+	$(CORE_CC) $(CORE_CFLAGS) -o $@ $^ $(DAEMON_LIBS)
+
+all: queuebox-mssqld
+
+.PHONY: install-daemon
+install: install-daemon
+install-daemon: queuebox-mssqld
+	install -d $(DESTDIR)$(DAEMON_PREFIX)/bin $(DESTDIR)$(DAEMON_PREFIX)/lib/systemd/system
+	install -m 755 queuebox-mssqld $(DESTDIR)$(DAEMON_PREFIX)/bin/queuebox-mssqld
+	sed 's|@BINDIR@|$(DAEMON_PREFIX)/bin|' packaging/queuebox-mssqld.service > $(DESTDIR)$(DAEMON_PREFIX)/lib/systemd/system/queuebox-mssqld.service
+
+# the daemon's unit tests link its library and libpq as well
+$(UNIT_BIN_DIR)/test_daemon: test/unit/test_daemon.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS)
+	@mkdir -p $(UNIT_BIN_DIR)
+	$(UNIT_CC) $(UNIT_CFLAGS) -D_GNU_SOURCE -Isrc/mssqld -I$(PQ_INCDIR) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) $(UNIT_LIBS) -lpq

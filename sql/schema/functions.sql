@@ -408,4 +408,4 @@ COMMENT ON VIEW queuebox.outbox_stats IS
 
 /* The schema version the workers check before they claim. */
 CREATE FUNCTION queuebox._schema_version() RETURNS text
-	LANGUAGE sql IMMUTABLE AS $$ SELECT '0.3.0'::text $$;
+	LANGUAGE sql IMMUTABLE AS $$ SELECT '@SCHEMA_VERSION@'::text $$;

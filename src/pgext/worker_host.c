@@ -277,4 +277,5 @@ qb_worker_host_start(const char *label, QbWorkerSlot *slot, bool may_commit_asyn
 	host->metrics = &qb_shared->metrics;
 	host->config_loaded = qbh_config_loaded;
 	host->late_floor = qbh_late_floor;
+	host->polled = NULL;		/* woken at commit: polls need no stretching */
 }

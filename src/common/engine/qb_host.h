@@ -68,6 +68,13 @@ typedef struct QbHost
 	 * intake from the start at every poll.
 	 */
 	int64_t		(*late_floor) (void *ctx);
+
+	/*
+	 * Told after each look for work (a claim) whether it found any, or
+	 * NULL.  A host with no wake at commit stretches its idle polls with it
+	 * (the daemon: daemon_host.c); the PostgreSQL host is woken at commit.
+	 */
+	void		(*polled) (void *ctx, bool found);
 } QbHost;
 
 /*

@@ -844,6 +844,8 @@ qbo_cycle(QboEngine *e, bool claim)
 			qbo_dispatch(e, &out.rows[i], token);
 		}
 		e->claim_idle = claimed == 0;
+		if (e->host->polled)
+			e->host->polled(e->host->ctx, claimed > 0);
 		rc = claimed;
 	}
 

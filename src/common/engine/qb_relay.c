@@ -217,6 +217,8 @@ qb_relay_run(const QbHost *host, const QbStore *store, QbRelayStats *stats,
 			continue;
 		}
 		claimed = qbr_round(&e);
+		if (host->polled && claimed >= 0)
+			host->polled(host->ctx, claimed > 0);
 		if (claimed >= e.cfg->inbox.relay.batch_size)
 			continue;			/* a full batch: more may be waiting */
 		host->wait(host->ctx, -1,

@@ -1,0 +1,344 @@
+/*-------------------------------------------------------------------------
+ * migrate.c
+ *	  The daemon's PostgreSQL schema: installed, checked and upgraded
+ *	  without the extension, and the configuration's routes written where
+ *	  the SQL functions read them.
+ *
+ * Wording:
+ *	- The schema text (qbd_schema_pg, made by the Makefile from sql/daemon/
+ *	  and sql/schema/: the same tables, indexes and SQL functions as the
+ *	  extension's install script) creates schema queuebox at the version of
+ *	  this build (qbd_schema_version).
+ *	- A migration takes the schema from one version to the next; the ones
+ *	  this build knows are qbd_upgrades[], in order.  Versions the daemon
+ *	  applied are rows of queuebox.schema_version.
+ *	- The migration lock is a transaction advisory lock (QBD_MIGRATE_LOCK):
+ *	  two daemons starting together take turns, and the second finds the
+ *	  schema the first made.
+ *
+ * Transaction rules: qbd_migrate is one transaction (BEGIN, the lock, the
+ * checks, the DDL, COMMIT); on any error it rolls back and the database is
+ * as before.  PostgreSQL's DDL is transactional, so a half-made schema
+ * never stays behind.  qbd_publish_config is one transaction too.
+ *
+ * Values are always bound parameters; the only text sent as it is, is the
+ * schema's own DDL, built into the binary.
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "qbd.h"
+
+/* 'queuebox' as a number: the key of the migration lock (docs/daemon.md) */
+#define QBD_MIGRATE_LOCK	"7087869466226663544"
+
+extern const char qbd_schema_pg[];
+
+/* A step from one version to the next (none yet: 0.3.0 is the first). */
+typedef struct QbdUpgrade
+{
+	const char *from;
+	const char *to;
+	const char *sql;
+} QbdUpgrade;
+
+static const QbdUpgrade qbd_upgrades[] = {
+	{.from = NULL, .to = NULL, .sql = NULL}
+};
+
+/* qbd_exec: one statement with text parameters; the result, or NULL with err. */
+static PGresult *
+qbd_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
+		 ExecStatusType want, const char *what, char *err, size_t errlen)
+{
+	PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+
+	if (PQresultStatus(res) == want)
+		return res;
+	snprintf(err, errlen, "%s: %s", what,
+			 res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+	/* libpq's messages end with a newline: one line per event */
+	err[strcspn(err, "\n")] = '\0';
+	PQclear(res);
+	return NULL;
+}
+
+static bool
+qbd_ok(PGconn *conn, const char *sql, int nparams, const char *const *params,
+	   const char *what, char *err, size_t errlen)
+{
+	PGresult   *res = qbd_exec(conn, sql, nparams, params, PGRES_COMMAND_OK, what, err, errlen);
+
+	PQclear(res);
+	return res != NULL;
+}
+
+/* qbd_version_index: where a version stands among the known ones, or -1. */
+static int
+qbd_version_index(const char *v)
+{
+	int			i = 0;
+
+	for (const QbdUpgrade *u = qbd_upgrades; u->from != NULL; u++, i++)
+		if (strcmp(u->from, v) == 0)
+			return i;
+	/* the current version comes after every step */
+	return strcmp(v, qbd_schema_version) == 0 ? i : -1;
+}
+
+/*
+ * qbd_migrate: see qbd.h.  *installed is true when this call created the
+ * schema (the caller says so in the log).
+ */
+int
+qbd_migrate(PGconn *conn, bool *installed, char *err, size_t errlen)
+{
+	PGresult   *res = NULL;
+	char		have[64] = "";
+	bool		has_version_table;
+	bool		has_outbox;
+	int			at;
+
+	*installed = false;
+	if (!qbd_ok(conn, "BEGIN", 0, NULL, "could not begin the migration", err, errlen))
+		return -1;
+	if ((res = qbd_exec(conn, "SELECT pg_advisory_xact_lock(" QBD_MIGRATE_LOCK ")", 0, NULL,
+						PGRES_TUPLES_OK, "could not take the migration lock", err, errlen)) == NULL)
+		goto fail;
+	PQclear(res);
+
+	/* the extension's workers would claim the same rows: one host per database */
+	if ((res = qbd_exec(conn, "SELECT extversion FROM pg_extension WHERE extname = 'queuebox'",
+						0, NULL, PGRES_TUPLES_OK, "could not look for the extension", err, errlen)) == NULL)
+		goto fail;
+	if (PQntuples(res) > 0)
+	{
+		snprintf(err, errlen,
+				 "the queuebox extension (version %s) is installed in this database, and its background workers serve it; "
+				 "queuebox-mssqld refuses to serve the same tables. Use the daemon only where the extension cannot be loaded, "
+				 "or point database.url at another database",
+				 PQgetvalue(res, 0, 0));
+		goto fail;
+	}
+	PQclear(res);
+
+	if ((res = qbd_exec(conn,
+						"SELECT to_regclass('queuebox.schema_version') IS NOT NULL,"
+						"       to_regclass('queuebox.outbox') IS NOT NULL",
+						0, NULL, PGRES_TUPLES_OK, "could not look at schema queuebox", err, errlen)) == NULL)
+		goto fail;
+	has_version_table = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	has_outbox = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+	PQclear(res);
+	res = NULL;
+
+	if (!has_version_table && has_outbox)
+	{
+		snprintf(err, errlen,
+				 "schema queuebox holds an outbox table that queuebox-mssqld did not make (no queuebox.schema_version): "
+				 "left by a dropped extension or made by hand. Move its rows elsewhere and drop the schema, "
+				 "or point database.url at another database");
+		goto fail;
+	}
+	if (!has_version_table)
+	{
+		const char *params[1] = {qbd_schema_version};
+
+		/* one simple query: the whole schema, inside this transaction */
+		res = PQexec(conn, qbd_schema_pg);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
+		{
+			snprintf(err, errlen, "could not create the QueueBox schema: %s",
+					 PQresultErrorMessage(res));
+			err[strcspn(err, "\n")] = '\0';
+			goto fail;
+		}
+		PQclear(res);
+		res = NULL;
+		if (!qbd_ok(conn, "INSERT INTO queuebox.schema_version (version) VALUES ($1)", 1, params,
+					"could not record the schema version", err, errlen))
+			goto fail;
+		*installed = true;
+	}
+	else
+	{
+		if ((res = qbd_exec(conn,
+							"SELECT version FROM queuebox.schema_version ORDER BY applied_at DESC, version DESC LIMIT 1",
+							0, NULL, PGRES_TUPLES_OK, "could not read the schema version", err, errlen)) == NULL)
+			goto fail;
+		if (PQntuples(res) == 1)
+			snprintf(have, sizeof(have), "%s", PQgetvalue(res, 0, 0));
+		PQclear(res);
+		res = NULL;
+		if ((at = qbd_version_index(have)) < 0)
+		{
+			snprintf(err, errlen,
+					 "the QueueBox schema here is at version %s, which this queuebox-mssqld (schema %s) does not know: "
+					 "a newer daemon migrated it. Run that version of queuebox-mssqld (or newer) against this database",
+					 have[0] ? have : "(none recorded)", qbd_schema_version);
+			goto fail;
+		}
+		for (const QbdUpgrade *u = &qbd_upgrades[at]; u->from != NULL; u++)
+		{
+			const char *params[1] = {u->to};
+
+			res = PQexec(conn, u->sql);
+			if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
+			{
+				snprintf(err, errlen, "could not migrate the schema from %s to %s: %s",
+						 u->from, u->to, PQresultErrorMessage(res));
+				err[strcspn(err, "\n")] = '\0';
+				goto fail;
+			}
+			PQclear(res);
+			res = NULL;
+			if (!qbd_ok(conn, "INSERT INTO queuebox.schema_version (version) VALUES ($1)", 1, params,
+						"could not record the schema version", err, errlen))
+				goto fail;
+		}
+	}
+	if (!qbd_ok(conn, "COMMIT", 0, NULL, "could not commit the migration", err, errlen))
+		goto fail;
+	return 0;
+
+fail:
+	PQclear(res);
+	PQclear(PQexec(conn, "ROLLBACK"));
+	*installed = false;
+	return -1;
+}
+
+/* qbd_text_array: a PostgreSQL array literal of the strings, malloc'd. */
+static char *
+qbd_text_array(const char *const *items, int n)
+{
+	size_t		len = 3;
+	char	   *out;
+	char	   *p;
+
+	for (int i = 0; i < n; i++)
+		len += 2 * strlen(items[i]) + 3;
+	if ((out = malloc(len)) == NULL)
+		return NULL;
+	p = out;
+	*p++ = '{';
+	for (int i = 0; i < n; i++)
+	{
+		if (i > 0)
+			*p++ = ',';
+		*p++ = '"';
+		for (const char *s = items[i]; *s; s++)
+		{
+			if (*s == '"' || *s == '\\')
+				*p++ = '\\';
+			*p++ = *s;
+		}
+		*p++ = '"';
+	}
+	*p++ = '}';
+	*p = '\0';
+	return out;
+}
+
+/*
+ * qbd_publish_config: see qbd.h.  The routes and destinations replace the
+ * stored ones; the notify triggers are switched only when they differ, so
+ * a reload that leaves database.listen alone takes no table lock.
+ */
+int
+qbd_publish_config(PGconn *conn, const QbConfig *cfg, char *err, size_t errlen)
+{
+	const char **patterns = calloc(cfg->nroutes + 1, sizeof(char *));
+	const char **dests = calloc(cfg->nroutes + 1, sizeof(char *));
+	const char **names = calloc(cfg->ndestinations + 1, sizeof(char *));
+	char	   *a_pat = NULL;
+	char	   *a_dst = NULL;
+	char	   *a_names = NULL;
+	PGresult   *res = NULL;
+	int			rc = -1;
+
+	if (patterns == NULL || dests == NULL || names == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		goto done;
+	}
+	for (int i = 0; i < cfg->nroutes; i++)
+	{
+		patterns[i] = cfg->routes[i].topic_pattern;
+		dests[i] = cfg->routes[i].destination;
+	}
+	for (int i = 0; i < cfg->ndestinations; i++)
+		names[i] = cfg->destinations[i].name;
+	a_pat = qbd_text_array(patterns, cfg->nroutes);
+	a_dst = qbd_text_array(dests, cfg->nroutes);
+	a_names = qbd_text_array(names, cfg->ndestinations);
+	if (a_pat == NULL || a_dst == NULL || a_names == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		goto done;
+	}
+	if (!qbd_ok(conn, "BEGIN", 0, NULL, "could not begin", err, errlen))
+		goto done;
+	{
+		const char *p2[2] = {a_pat, a_dst};
+		const char *p1[1] = {a_names};
+		const char *pl[1] = {cfg->database.listen ? "t" : "f"};
+		int			ntrig;
+
+		if (!qbd_ok(conn, "DELETE FROM queuebox.config_route", 0, NULL,
+					"could not write the routes", err, errlen) ||
+			!qbd_ok(conn,
+					"INSERT INTO queuebox.config_route (position, pattern, destination)"
+					" SELECT n, p, d FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(p, d, n)",
+					2, p2, "could not write the routes", err, errlen) ||
+			!qbd_ok(conn, "DELETE FROM queuebox.config_destination", 0, NULL,
+					"could not write the destinations", err, errlen) ||
+			!qbd_ok(conn, "INSERT INTO queuebox.config_destination (name) SELECT unnest($1::text[])",
+					1, p1, "could not write the destinations", err, errlen))
+			goto rollback;
+		/* the triggers whose enabled state is not what database.listen asks */
+		if ((res = qbd_exec(conn,
+							"SELECT t.tgname FROM pg_trigger t"
+							" WHERE t.tgrelid IN ('queuebox.outbox'::regclass, 'queuebox.inbox'::regclass)"
+							"   AND t.tgname IN ('outbox_notify', 'inbox_notify')"
+							"   AND (t.tgenabled <> 'D') <> $1::boolean ORDER BY 1",
+							1, pl, PGRES_TUPLES_OK, "could not read the notify triggers", err, errlen)) == NULL)
+			goto rollback;
+		ntrig = PQntuples(res);
+		for (int i = 0; i < ntrig; i++)
+		{
+			/* constant text: the two names are ours, and DDL takes no parameter */
+			bool		outbox = strcmp(PQgetvalue(res, i, 0), "outbox_notify") == 0;
+			const char *sql = cfg->database.listen ?
+				(outbox ? "ALTER TABLE queuebox.outbox ENABLE TRIGGER outbox_notify" :
+				 "ALTER TABLE queuebox.inbox ENABLE TRIGGER inbox_notify") :
+				(outbox ? "ALTER TABLE queuebox.outbox DISABLE TRIGGER outbox_notify" :
+				 "ALTER TABLE queuebox.inbox DISABLE TRIGGER inbox_notify");
+
+			if (!qbd_ok(conn, sql, 0, NULL, "could not switch a notify trigger", err, errlen))
+				goto rollback;
+		}
+		PQclear(res);
+		res = NULL;
+	}
+	if (!qbd_ok(conn, "COMMIT", 0, NULL, "could not commit", err, errlen))
+		goto rollback;
+	rc = 0;
+	goto done;
+
+rollback:
+	PQclear(PQexec(conn, "ROLLBACK"));
+done:
+	PQclear(res);
+	free(patterns);
+	free(dests);
+	free(names);
+	free(a_pat);
+	free(a_dst);
+	free(a_names);
+	return rc;
+}

@@ -1,0 +1,630 @@
+/*-------------------------------------------------------------------------
+ * supervisor.c
+ *	  The daemon's first process: the configuration file, the schema, and
+ *	  one process per role, restarted when it exits.
+ *
+ * Wording (qbd.h has the rest):
+ *	- Wanted roles come from the configuration (qbd_roles_wanted); the role
+ *	  table holds every role the supervisor runs or will run again, and a
+ *	  retired one until its process is gone.
+ *	- A reload is a SIGHUP: the file is read and validated again; an
+ *	  invalid file is logged with its key path and changes nothing.  A valid
+ *	  one is published in the shared block (each role reloads it, as the
+ *	  extension's workers reload after configure()), written to the
+ *	  database's config tables, and the role table follows it.  When the
+ *	  database: section changed, every role is restarted to open its store
+ *	  anew.
+ *	- A stop is a SIGTERM or SIGINT: every role gets SIGTERM and
+ *	  daemon.shutdownGraceMs to finish its rows in flight; what is still
+ *	  running then gets SIGKILL (its rows come back through their lease).
+ *
+ * Why processes, not threads: an engine owns libcurl multi handles, a
+ * libmicrohttpd daemon, librdkafka or cnats connections and a transform
+ * helper it forks; a crash in any of them (or a leak) ends one role, which
+ * is restarted, as the postmaster restarts a background worker.  Forking
+ * happens only here, while this process has one thread (checked).
+ *
+ * The supervisor's database connection is short-lived: it connects to
+ * migrate and to write the config tables, then disconnects, so no role
+ * inherits its socket.
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <libpq-fe.h>
+
+#include "qbd.h"
+
+#define QBD_MAX_ROLES	(64 + 2 + 256)
+/* retries of the database at start and of the config tables' write */
+#define QBD_DB_RETRY_MIN_MS	1000L
+#define QBD_DB_RETRY_MAX_MS	30000L
+
+static int	qbds_pipe[2] = {-1, -1};
+
+static void
+qbds_signal(int sig)
+{
+	int			save = errno;
+	char		c = (char) sig;
+
+	if (write(qbds_pipe[1], &c, 1) < 0)
+	{
+		/* full: the loop will look anyway */
+	}
+	errno = save;
+}
+
+/* ---------------------------------------------------------------------
+ * The policy: pure functions, unit-tested (test/unit/test_daemon.c)
+ * ---------------------------------------------------------------------
+ */
+
+/* qbd_roles_wanted: see qbd.h. */
+int
+qbd_roles_wanted(const QbConfig *cfg, QbdRole *roles, int max)
+{
+	int			n = 0;
+	int			brokers = qb_config_broker_sources(cfg);
+
+#define QBD_ADD(k, i) do { if (n < max) roles[n++] = (QbdRole) {.kind = (k), .index = (i)}; } while (0)
+	for (int i = 0; i < cfg->daemon.outbox_workers; i++)
+		QBD_ADD(QBD_ROLE_OUTBOX, i);
+	QBD_ADD(QBD_ROLE_RELAY, 0);
+	QBD_ADD(QBD_ROLE_INGRESS, 0);
+	for (int i = 0; i < brokers; i++)
+		QBD_ADD(QBD_ROLE_CONSUMER, i);
+#undef QBD_ADD
+	return n;
+}
+
+/* qbd_restart_delay: see qbd.h. */
+long
+qbd_restart_delay(int crashes)
+{
+	long		d = QBD_RESTART_MIN_MS;
+
+	if (crashes <= 0)
+		return 0;
+	for (int i = 1; i < crashes && d < QBD_RESTART_MAX_MS; i++)
+		d *= 2;
+	return d < QBD_RESTART_MAX_MS ? d : QBD_RESTART_MAX_MS;
+}
+
+/* qbd_role_exited: see qbd.h. */
+void
+qbd_role_exited(QbdRole *r, long now_ms)
+{
+	if (now_ms - r->started_ms >= QBD_RESTART_STABLE_MS)
+		r->crashes = 0;
+	else
+		r->crashes++;
+	r->pid = 0;
+	r->restart_at_ms = now_ms + qbd_restart_delay(r->crashes);
+}
+
+static bool
+qbds_same(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* qbd_database_changed: see qbd.h. */
+bool
+qbd_database_changed(const QbConfig *a, const QbConfig *b)
+{
+	return !qbds_same(a->database.url, b->database.url) ||
+		a->database.listen != b->database.listen ||
+		a->database.statement_timeout_ms != b->database.statement_timeout_ms ||
+		a->database.connect_timeout_ms != b->database.connect_timeout_ms;
+}
+
+/* qbd_thread_count: see qbd.h. */
+int
+qbd_thread_count(void)
+{
+	FILE	   *f = fopen("/proc/self/status", "r");
+	char		line[256];
+	int			n = -1;
+
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	fclose(f);
+	return n;
+}
+
+/* qbd_config_read: see qbd.h. */
+int
+qbd_config_read(const char *path, char **text, QbConfig **cfg, char *err, size_t errlen)
+{
+	FILE	   *f;
+	char	   *buf = NULL;
+	size_t		len;
+	char		why[QB_ERRLEN];
+
+	*text = NULL;
+	*cfg = NULL;
+	if ((f = fopen(path, "r")) == NULL)
+	{
+		snprintf(err, errlen, "could not open the configuration file %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if ((buf = malloc(QBD_DOC_MAX + 2)) == NULL)
+	{
+		fclose(f);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	len = fread(buf, 1, QBD_DOC_MAX + 1, f);
+	if (ferror(f))
+	{
+		snprintf(err, errlen, "could not read the configuration file %s: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (len > QBD_DOC_MAX)
+	{
+		snprintf(err, errlen, "the configuration file %s is larger than %d bytes; move large transforms into fewer, shorter programs",
+				 path, QBD_DOC_MAX);
+		goto fail;
+	}
+	buf[len] = '\0';
+	fclose(f);
+	f = NULL;
+	if (qb_config_parse(buf, len, cfg, why, sizeof(why)) != 0)
+	{
+		snprintf(err, errlen, "%s: %s", path, why);
+		goto fail;
+	}
+	if (qbd_config_check_daemon(*cfg, why, sizeof(why)) != 0)
+	{
+		snprintf(err, errlen, "%s: %s", path, why);
+		qb_config_free(*cfg);
+		*cfg = NULL;
+		goto fail;
+	}
+	*text = buf;
+	return 0;
+
+fail:
+	if (f != NULL)
+		fclose(f);
+	free(buf);
+	return -1;
+}
+
+/* qbd_config_check_daemon: see qbd.h. */
+int
+qbd_config_check_daemon(const QbConfig *cfg, char *err, size_t errlen)
+{
+	const char *u = cfg->database.url;
+
+	if (u == NULL)
+	{
+		snprintf(err, errlen,
+				 "database.url: queuebox-mssqld needs the database it serves, e.g. "
+				 "database: {url: \"postgres://queuebox:${PGPASSWORD}@db.internal:5432/app\"}");
+		return -1;
+	}
+	if (strncmp(u, "sqlserver://", 12) == 0)
+	{
+		snprintf(err, errlen,
+				 "database.url: sqlserver:// is not built yet: this queuebox-mssqld serves PostgreSQL (postgres://...); "
+				 "SQL Server comes with the ODBC store in a later release");
+		return -1;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------------
+ * The database: migrate at start, write the config tables at each load
+ * ---------------------------------------------------------------------
+ */
+static PGconn *
+qbds_connect(const QbConfig *cfg, char *err, size_t errlen)
+{
+	char		timeout[32];
+	char		safe[512];
+	const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
+	const char *vals[] = {cfg->database.url, timeout, "queuebox-mssqld supervisor", NULL};
+	PGconn	   *conn;
+
+	snprintf(timeout, sizeof(timeout), "%ld", (cfg->database.connect_timeout_ms + 999) / 1000);
+	conn = PQconnectdbParams(keys, vals, 1);
+	if (PQstatus(conn) == CONNECTION_OK)
+		return conn;
+	qbd_redact_url(cfg->database.url, safe, sizeof(safe));
+	snprintf(err, errlen, "could not connect to %s: %s", safe,
+			 conn ? PQerrorMessage(conn) : "out of memory");
+	err[strcspn(err, "\n")] = '\0';
+	PQfinish(conn);
+	return NULL;
+}
+
+/* qbds_prepare_db: migrate (unless only_publish) and write the config tables. */
+static int
+qbds_prepare_db(const QbConfig *cfg, bool migrate, char *err, size_t errlen)
+{
+	PGconn	   *conn = qbds_connect(cfg, err, errlen);
+	bool		installed = false;
+	int			rc = -1;
+
+	if (conn == NULL)
+		return -1;
+	if (migrate)
+	{
+		if (qbd_migrate(conn, &installed, err, errlen) != 0)
+			goto done;
+		if (installed)
+			qbd_log(QB_LOG_INFO, "created the QueueBox schema (version %s)", qbd_schema_version);
+	}
+	rc = qbd_publish_config(conn, cfg, err, errlen);
+done:
+	PQfinish(conn);
+	return rc;
+}
+
+/* qbd_migrate_only: --migrate (main.c). */
+int
+qbd_migrate_only(const QbConfig *cfg, char *err, size_t errlen)
+{
+	return qbds_prepare_db(cfg, true, err, errlen);
+}
+
+/* ---------------------------------------------------------------------
+ * The loop
+ * ---------------------------------------------------------------------
+ */
+typedef struct QbdSup
+{
+	const QbdOptions *opt;
+	QbdShared  *sh;
+	char	   *text;
+	QbConfig   *cfg;
+	QbdRole		roles[QBD_MAX_ROLES];
+	bool		restart_asked[QBD_MAX_ROLES];	/* SIGTERM sent to restart it */
+	int			nroles;
+	bool		db_ready;		/* migrated: roles may start */
+	bool		publish_pending;	/* the config tables are behind the file */
+	long		db_retry_at;
+	long		db_retry_ms;
+	bool		stopping;
+	long		stop_deadline;
+	bool		warned_threads;
+} QbdSup;
+
+static int
+qbds_find(QbdSup *s, QbdRoleKind kind, int index)
+{
+	for (int i = 0; i < s->nroles; i++)
+		if (s->roles[i].kind == kind && s->roles[i].index == index && !s->roles[i].retired)
+			return i;
+	return -1;
+}
+
+/* qbds_follow: make the role table what the configuration wants. */
+static void
+qbds_follow(QbdSup *s)
+{
+	QbdRole		want[QBD_MAX_ROLES];
+	int			n = qbd_roles_wanted(s->cfg, want, QBD_MAX_ROLES);
+
+	for (int i = 0; i < s->nroles; i++)
+	{
+		bool		keep = false;
+
+		for (int j = 0; j < n; j++)
+			keep |= want[j].kind == s->roles[i].kind && want[j].index == s->roles[i].index;
+		if (!keep && !s->roles[i].retired)
+		{
+			char		name[64];
+
+			qbd_role_name(s->roles[i].kind, s->roles[i].index, name, sizeof(name));
+			s->roles[i].retired = true;
+			if (s->roles[i].pid > 0)
+			{
+				qbd_log(QB_LOG_INFO, "stopping %s: the configuration no longer needs it", name);
+				kill(s->roles[i].pid, SIGTERM);
+			}
+		}
+	}
+	for (int j = 0; j < n; j++)
+		if (qbds_find(s, want[j].kind, want[j].index) < 0 && s->nroles < QBD_MAX_ROLES)
+		{
+			s->restart_asked[s->nroles] = false;
+			s->roles[s->nroles++] = want[j];
+		}
+	/* drop retired roles whose process is gone */
+	for (int i = 0; i < s->nroles;)
+		if (s->roles[i].retired && s->roles[i].pid == 0)
+		{
+			s->roles[i] = s->roles[s->nroles - 1];
+			s->restart_asked[i] = s->restart_asked[s->nroles - 1];
+			s->nroles--;
+		}
+		else
+			i++;
+}
+
+static void
+qbds_fork(QbdSup *s, QbdRole *r)
+{
+	char		name[64];
+	int			threads = qbd_thread_count();
+	pid_t		pid;
+
+	qbd_role_name(r->kind, r->index, name, sizeof(name));
+	if (threads > 1 && !s->warned_threads)
+	{
+		qbd_log(QB_LOG_WARNING, "the supervisor has %d threads; forking %s anyway (a library started a thread it should not have)",
+				threads, name);
+		s->warned_threads = true;
+	}
+	pid = fork();
+	if (pid < 0)
+	{
+		qbd_log(QB_LOG_ERROR, "could not fork %s: %s; trying again in %ld ms", name,
+				strerror(errno), QBD_RESTART_MIN_MS);
+		r->restart_at_ms = qb_now_ms() + QBD_RESTART_MIN_MS;
+		return;
+	}
+	if (pid == 0)
+	{
+		struct sigaction sa = {.sa_handler = SIG_DFL};
+
+		close(qbds_pipe[0]);
+		close(qbds_pipe[1]);
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGCHLD, &sa, NULL);
+		sigaction(SIGHUP, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGINT, &sa, NULL);
+		_exit(qbd_role_main(s->sh, r->kind, r->index));
+	}
+	r->pid = pid;
+	r->started_ms = qb_now_ms();
+	qbd_log(QB_LOG_DEBUG, "forked %s (pid %d)", name, (int) pid);
+}
+
+static void
+qbds_reap(QbdSup *s)
+{
+	int			status;
+	pid_t		pid;
+
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+	{
+		for (int i = 0; i < s->nroles; i++)
+		{
+			QbdRole    *r = &s->roles[i];
+			char		name[64];
+			char		how[64];
+
+			if (r->pid != pid)
+				continue;
+			qbd_role_name(r->kind, r->index, name, sizeof(name));
+			if (WIFSIGNALED(status))
+				snprintf(how, sizeof(how), "was killed by signal %d", WTERMSIG(status));
+			else
+				snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(status));
+			if (s->stopping || r->retired)
+			{
+				qbd_log(QB_LOG_INFO, "%s (pid %d) %s", name, (int) pid, how);
+				r->pid = 0;
+			}
+			else if (s->restart_asked[i])
+			{
+				s->restart_asked[i] = false;
+				r->pid = 0;
+				r->restart_at_ms = qb_now_ms();
+				qbd_log(QB_LOG_INFO, "%s (pid %d) %s; starting it again with the new database settings",
+						name, (int) pid, how);
+			}
+			else
+			{
+				qbd_role_exited(r, qb_now_ms());
+				qbd_log(WIFEXITED(status) && WEXITSTATUS(status) == 0 ? QB_LOG_WARNING : QB_LOG_ERROR,
+						"%s (pid %d) %s; restarting it in %ld ms", name, (int) pid, how,
+						r->restart_at_ms - qb_now_ms());
+			}
+			break;
+		}
+	}
+	qbds_follow(s);
+}
+
+static void
+qbds_reload(QbdSup *s)
+{
+	char		err[QB_ERRLEN];
+	char	   *text;
+	QbConfig   *cfg;
+	bool		restart;
+
+	if (qbd_config_read(s->opt->config_path, &text, &cfg, err, sizeof(err)) != 0)
+	{
+		qbd_log(QB_LOG_ERROR, "configuration not reloaded, the running one stays: %s", err);
+		return;
+	}
+	restart = qbd_database_changed(s->cfg, cfg);
+	qb_config_free(s->cfg);
+	free(s->text);
+	s->cfg = cfg;
+	s->text = text;
+	qbd_log_set_json(cfg->daemon.log_json);
+	qbd_shared_publish(s->sh, text, strlen(text));
+	s->publish_pending = true;
+	s->db_retry_at = 0;
+	qbds_follow(s);
+	for (int i = 0; i < s->nroles; i++)
+		if (s->roles[i].pid > 0 && !s->roles[i].retired)
+		{
+			if (restart)
+				s->restart_asked[i] = true;
+			kill(s->roles[i].pid, restart ? SIGTERM : SIGHUP);
+		}
+	qbd_log(QB_LOG_INFO, "configuration reloaded from %s%s", s->opt->config_path,
+			restart ? "; the database settings changed, so every role restarts" : "");
+}
+
+static void
+qbds_begin_stop(QbdSup *s, int sig)
+{
+	if (s->stopping)
+		return;
+	s->stopping = true;
+	s->stop_deadline = qb_now_ms() + s->cfg->daemon.shutdown_grace_ms;
+	qbd_log(QB_LOG_INFO, "received signal %d: stopping every role (grace %ld ms)", sig,
+			s->cfg->daemon.shutdown_grace_ms);
+	for (int i = 0; i < s->nroles; i++)
+		if (s->roles[i].pid > 0)
+			kill(s->roles[i].pid, SIGTERM);
+}
+
+/* qbds_db_step: migrate or write the config tables when due; retried with a backoff. */
+static void
+qbds_db_step(QbdSup *s, long now)
+{
+	char		err[QB_ERRLEN];
+
+	if ((s->db_ready && !s->publish_pending) || now < s->db_retry_at)
+		return;
+	if (qbds_prepare_db(s->cfg, !s->db_ready, err, sizeof(err)) != 0)
+	{
+		s->db_retry_ms = s->db_retry_ms ? s->db_retry_ms * 2 : QBD_DB_RETRY_MIN_MS;
+		if (s->db_retry_ms > QBD_DB_RETRY_MAX_MS)
+			s->db_retry_ms = QBD_DB_RETRY_MAX_MS;
+		s->db_retry_at = now + s->db_retry_ms;
+		qbd_log(QB_LOG_ERROR, "%s; trying again in %ld ms", err, s->db_retry_ms);
+		return;
+	}
+	if (!s->db_ready)
+		qbd_log(QB_LOG_INFO, "schema queuebox is at version %s; starting the roles", qbd_schema_version);
+	s->db_ready = true;
+	s->publish_pending = false;
+	s->db_retry_ms = 0;
+}
+
+/* qbd_supervise: see qbd.h.  Takes text and cfg. */
+int
+qbd_supervise(const QbdOptions *opt, char *text, QbConfig *cfg)
+{
+	static QbdSup s;
+	struct sigaction sa;
+	char		err[QB_ERRLEN];
+	char		safe[512];
+
+	memset(&s, 0, sizeof(s));
+	s.opt = opt;
+	s.text = text;
+	s.cfg = cfg;
+	qbd_log_init("supervisor", cfg->daemon.log_json);
+	if ((s.sh = qbd_shared_create(err, sizeof(err))) == NULL)
+	{
+		qbd_log(QB_LOG_ERROR, "%s", err);
+		return 1;
+	}
+	qbd_shared_publish(s.sh, text, strlen(text));
+	if (pipe2(qbds_pipe, O_NONBLOCK | O_CLOEXEC) != 0)
+	{
+		qbd_log(QB_LOG_ERROR, "could not make the signal pipe: %s", strerror(errno));
+		return 1;
+	}
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = qbds_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+	sigaction(SIGCHLD, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	qbd_redact_url(cfg->database.url, safe, sizeof(safe));
+	qbd_log(QB_LOG_INFO, "queuebox-mssqld %s starting: configuration %s, database %s",
+			QB_VERSION, opt->config_path, safe);
+	qbds_follow(&s);
+
+	for (;;)
+	{
+		long		now = qb_now_ms();
+		long		timeout = 1000;
+		struct pollfd p = {.fd = qbds_pipe[0], .events = POLLIN};
+		bool		running = false;
+
+		if (!s.stopping)
+			qbds_db_step(&s, now);
+		for (int i = 0; i < s.nroles; i++)
+		{
+			QbdRole    *r = &s.roles[i];
+
+			if (r->pid > 0)
+				running = true;
+			else if (!s.stopping && s.db_ready && !r->retired)
+			{
+				if (r->restart_at_ms <= now)
+				{
+					qbds_fork(&s, r);
+					running |= r->pid > 0;
+				}
+				else if (r->restart_at_ms - now < timeout)
+					timeout = r->restart_at_ms - now;
+			}
+		}
+		if (s.stopping)
+		{
+			if (!running)
+			{
+				qbd_log(QB_LOG_INFO, "stopped");
+				return 0;
+			}
+			if (now >= s.stop_deadline)
+			{
+				for (int i = 0; i < s.nroles; i++)
+					if (s.roles[i].pid > 0)
+					{
+						char		name[64];
+
+						qbd_role_name(s.roles[i].kind, s.roles[i].index, name, sizeof(name));
+						qbd_log(QB_LOG_WARNING, "%s (pid %d) did not stop within daemon.shutdownGraceMs; killing it (its rows come back when their lease ends)",
+								name, (int) s.roles[i].pid);
+						kill(s.roles[i].pid, SIGKILL);
+					}
+				s.stop_deadline = now + 1000;
+			}
+			else if (s.stop_deadline - now < timeout)
+				timeout = s.stop_deadline - now;
+		}
+		if (!s.db_ready || s.publish_pending)
+		{
+			if (s.db_retry_at > now && s.db_retry_at - now < timeout)
+				timeout = s.db_retry_at - now;
+		}
+		if (poll(&p, 1, (int) (timeout > 0 ? timeout : 0)) > 0)
+		{
+			char		buf[64];
+			ssize_t		n;
+
+			while ((n = read(qbds_pipe[0], buf, sizeof(buf))) > 0)
+				for (ssize_t k = 0; k < n; k++)
+				{
+					if (buf[k] == SIGHUP && !s.stopping)
+						qbds_reload(&s);
+					else if (buf[k] == SIGTERM || buf[k] == SIGINT)
+						qbds_begin_stop(&s, buf[k]);
+				}
+		}
+		qbds_reap(&s);
+	}
+}

@@ -1,0 +1,196 @@
+# test/perl/QueueBoxDaemon.pm
+#   The daemon's TAP helpers: a plain cluster (no shared_preload_libraries,
+#   no extension, TCP on loopback), a role that logs in with a password or
+#   none, and queuebox-mssqld started, signalled and read like a server.
+#
+#   qbd_node($name)                      the cluster; role qbd (CREATE on
+#                                        the database, no superuser)
+#   qbd_url($node, user => 'qbd', password => undef, db => 'postgres')
+#   qbd_start($node, $yaml, name => 'd1', args => [])   -> daemon handle
+#   qbd_signal($d, 'HUP'|'TERM'|'KILL'), qbd_wait_exit($d, $timeout)
+#   qbd_log($d), qbd_wait_daemon_log($d, qr/.../, $offset, timeout => 30)
+#   qbd_role_pids($d)                    { 'outbox 0' => pid, ... } from ps
+#   qbd_run(@args)                       [exit code, stdout, stderr]
+package QueueBoxDaemon;
+
+use strict;
+use warnings;
+
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
+use POSIX qw(WNOHANG);
+use Time::HiRes qw(usleep);
+use Exporter 'import';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use QueueBoxTest;
+
+our @EXPORT = qw(qbd_node qbd_url qbd_start qbd_signal qbd_wait_exit qbd_log
+  qbd_wait_daemon_log qbd_role_pids qbd_run qbd_binary qbd_write_conf);
+
+my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
+my @live;
+my $seq = 0;
+
+sub qbd_binary
+{
+	my @cand = ("$ROOT/queuebox-mssqld");
+	unshift @cand, "$ENV{TESTDIR}/queuebox-mssqld" if $ENV{TESTDIR};
+	for my $b (@cand)
+	{
+		return abs_path($b) if -x $b;
+	}
+	BAIL_OUT("queuebox-mssqld is not built (run: make); looked in @cand");
+}
+
+# A cluster as a managed PostgreSQL gives it: no preload, nothing of
+# QueueBox installed, a login role that may create a schema in the database.
+sub qbd_node
+{
+	my ($name, %o) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf', <<"EOC");
+listen_addresses = '127.0.0.1'
+log_min_messages = warning
+password_encryption = 'scram-sha-256'
+EOC
+	$node->append_conf('postgresql.conf', $o{conf}) if defined $o{conf};
+	# the password role first: pg_hba takes the first line that matches
+	open(my $fh, '>', $node->data_dir . '/pg_hba.conf') or die $!;
+	print $fh "local all all trust\n"
+	  . "host all qbdpw 127.0.0.1/32 scram-sha-256\n"
+	  . "host all all 127.0.0.1/32 trust\n";
+	close $fh;
+	$node->start;
+	$node->safe_psql('postgres', q{
+		CREATE ROLE qbd LOGIN;
+		GRANT CREATE ON DATABASE postgres TO qbd;
+		CREATE ROLE qbdpw LOGIN PASSWORD 'right-password';
+		GRANT CREATE ON DATABASE postgres TO qbdpw;
+	});
+	return $node;
+}
+
+sub qbd_url
+{
+	my ($node, %o) = @_;
+	my $user = $o{user} // 'qbd';
+	my $auth = defined $o{password} ? "$user:$o{password}" : $user;
+	my $host = $o{host} // '127.0.0.1';
+	my $port = $o{port} // $node->port;
+	return "postgres://$auth\@$host:$port/" . ($o{db} // 'postgres');
+}
+
+sub qbd_write_conf
+{
+	my ($yaml, $name) = @_;
+	my $path = "$PostgreSQL::Test::Utils::tmp_check/${name}_" . $$ . '_' . (++$seq) . '.yaml';
+	open(my $fh, '>', $path) or die "$path: $!";
+	print $fh $yaml;
+	close $fh;
+	return $path;
+}
+
+# qbd_start($node, $yaml, name => 'd1', args => [], env => {}): the daemon
+# in the background, its stderr in a log file.  Returns { pid, log, conf }.
+sub qbd_start
+{
+	my ($node, $yaml, %o) = @_;
+	my $name = $o{name} // 'daemon';
+	my $conf = $o{conf} // qbd_write_conf($yaml, $name);
+	my $log = "$PostgreSQL::Test::Utils::tmp_check/${name}_" . $$ . '_' . (++$seq) . '.log';
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		$ENV{$_} = $o{env}{$_} for keys %{ $o{env} // {} };
+		open(STDOUT, '>>', $log) or POSIX::_exit(126);
+		open(STDERR, '>&', \*STDOUT) or POSIX::_exit(126);
+		exec(qbd_binary(), '--config', $conf, @{ $o{args} // [] }) or POSIX::_exit(127);
+	}
+	my $d = { pid => $pid, log => $log, conf => $conf, name => $name };
+	push @live, $d;
+	note "queuebox-mssqld $name started: pid $pid, log $log";
+	return $d;
+}
+
+sub qbd_signal
+{
+	my ($d, $sig) = @_;
+	kill($sig, $d->{pid}) if $d->{pid};
+}
+
+# qbd_wait_exit($d, $timeout): the exit status, or undef if still running
+sub qbd_wait_exit
+{
+	my ($d, $timeout) = @_;
+	my $deadline = time + ($timeout // 30);
+	while (time < $deadline)
+	{
+		if (waitpid($d->{pid}, WNOHANG) == $d->{pid})
+		{
+			my $st = $?;
+			$d->{pid} = undef;
+			@live = grep { $_ != $d } @live;
+			return $st;
+		}
+		usleep(50_000);
+	}
+	return undef;
+}
+
+sub qbd_log
+{
+	my ($d, $offset) = @_;
+	return -e $d->{log} ? slurp_file($d->{log}, $offset // 0) : '';
+}
+
+sub qbd_wait_daemon_log
+{
+	my ($d, $re, $offset, %o) = @_;
+	my $deadline = time + ($o{timeout} // 30);
+	my $text = '';
+	while (1)
+	{
+		$text = qbd_log($d, $offset);
+		last if $text =~ $re || time >= $deadline;
+		usleep(100_000);
+	}
+	return $text;
+}
+
+# the daemon's role processes, by role name ("outbox 0"), from their
+# children of the supervisor and their process names ("qb outbox 0")
+sub qbd_role_pids
+{
+	my ($d) = @_;
+	my %pids;
+	return \%pids unless $d->{pid};
+	for my $l (split /\n/, `ps -o pid=,comm= --ppid $d->{pid}`)
+	{
+		$pids{$2} = $1 if $l =~ /^\s*(\d+)\s+qb (.+?)\s*$/;
+	}
+	return \%pids;
+}
+
+sub qbd_run
+{
+	my (@args) = @_;
+	my ($stdout, $stderr) = ('', '');
+	my $ok = IPC::Run::run([ qbd_binary(), @args ], '>', \$stdout, '2>', \$stderr);
+	return [ $? >> 8, $stdout, $stderr ];
+}
+
+END
+{
+	for my $d (@live)
+	{
+		next unless $d->{pid};
+		kill 'KILL', $d->{pid};
+		waitpid($d->{pid}, 0);
+	}
+}
+
+1;

@@ -1,0 +1,225 @@
+# 028_daemon.pl
+#   queuebox-mssqld on a plain PostgreSQL (no shared_preload_libraries, no
+#   extension, a login role that is not a superuser): the command line
+#   (--version, --check, --migrate), the schema it installs, delivery with
+#   retries, dead rows and per-key order, LISTEN, SIGHUP with a valid and an
+#   invalid file, and SIGTERM.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use QueueBoxTest;
+use QueueBoxDaemon;
+
+my $node = qbd_node('daemon');
+my $url = qbd_url($node);
+my $sink = qb_sink_start(name => 'daemon');
+
+sub conf
+{
+	my (%o) = @_;
+	return qb_config_yaml(
+		outbox => { pollIntervalMs => 100, maxAttempts => 3, %{ $o{outbox} // {} } },
+		destinations => $o{destinations} // {
+			sink => { type => 'http', baseUrl => $sink->{url}, path => '/events', timeoutMs => 2000 } },
+		routes => $o{routes} // [ { topic => 'orders.**', destination => 'sink' } ],
+		database => { url => $url, %{ $o{database} // {} } },
+		daemon => { outboxWorkers => 2, shutdownGraceMs => 5000 });
+}
+
+# ---- the command line
+my $r = qbd_run('--version');
+is($r->[0], 0, '--version exits 0');
+like($r->[1], qr/^queuebox-mssqld \d+\.\d+\.\d+ \(schema \d+\.\d+\.\d+\)$/m, '--version names the build and its schema');
+
+$r = qbd_run('--config', qbd_write_conf(conf(), 'check'), '--check');
+is($r->[0], 0, '--check on a valid file exits 0');
+like($r->[1], qr/configuration file .* is valid: 1 destination, 1 route, 0 sources .* 2 outbox workers; database postgres:\/\/qbd\@127\.0\.0\.1:\d+\/postgres/,
+	'--check says what the file configures');
+is(qb_count_tables($node), '0', '--check does not touch the database');
+
+$r = qbd_run('--config', qbd_write_conf(conf() . "bogus: 1\n", 'check'), '--check');
+is($r->[0], 1, '--check on an unknown key exits 1');
+like($r->[2], qr/configuration test failed: .*: bogus: unknown key/, '--check names the unknown key');
+
+$r = qbd_run('--config', qbd_write_conf(conf(outbox => { batchSize => 'many' }), 'check'), '--check');
+like($r->[2], qr/outbox\.batchSize: expected an integer from 1 to 10000, got "many"/,
+	'--check names the key path and the reason of a bad value');
+
+$r = qbd_run('--config', qbd_write_conf(qb_config_yaml(database => { url => 'sqlserver://sa:Secret1@db:1433/app' }), 'check'), '--check');
+is($r->[0], 1, 'a sqlserver:// URL is refused');
+like($r->[2], qr/database\.url: sqlserver:\/\/ is not built yet/, 'sqlserver:// is refused as not built yet');
+unlike($r->[2], qr/Secret1/, 'the refusal does not repeat the password');
+
+$r = qbd_run('--config', qbd_write_conf(qb_config_yaml(), 'check'), '--check');
+like($r->[2], qr/database\.url: queuebox-mssqld needs the database it serves/, 'a file without database.url is refused');
+
+$r = qbd_run('--check');
+is($r->[0], 2, 'no --config: exit 2');
+like($r->[2], qr/--config FILE is required/, 'no --config: says what is missing');
+
+# ---- --migrate: the schema, as the role qbd, twice
+$r = qbd_run('--config', qbd_write_conf(conf(), 'migrate'), '--migrate');
+is($r->[0], 0, '--migrate exits 0') or diag $r->[2];
+like($r->[1], qr/schema queuebox in postgres:\/\/qbd\@127\.0\.0\.1:\d+\/postgres is at version \d/, '--migrate says the version');
+like($r->[2], qr/created the QueueBox schema/, '--migrate created the schema');
+is($node->safe_psql('postgres', q{SELECT string_agg(version, ',') FROM queuebox.schema_version}),
+	$node->safe_psql('postgres', 'SELECT queuebox._schema_version()'),
+	'schema_version records the version, as _schema_version() says');
+is($node->safe_psql('postgres', q{SELECT nspowner::regrole FROM pg_namespace WHERE nspname = 'queuebox'}),
+	'qbd', 'the schema belongs to the daemon role (no superuser needed)');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_extension WHERE extname = 'queuebox'}),
+	'0', 'no extension involved');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+	WHERE p.pronamespace = 'queuebox'::regnamespace AND l.lanname = 'c'}), '0', 'no C function in the schema');
+for my $f (qw(enqueue inbox_claim inbox_renew inbox_complete inbox_retry inbox_dead requeue_outbox
+	replay_outbox requeue_inbox destination_status resume_destination topic_matches route_of))
+{
+	ok($node->safe_psql('postgres', "SELECT count(*) > 0 FROM pg_proc WHERE proname = '$f' AND pronamespace = 'queuebox'::regnamespace") eq 't',
+		"the schema has queuebox.$f()");
+}
+is($node->safe_psql('postgres', q{SELECT string_agg(destination, ',') FROM queuebox.config_route}),
+	'sink', '--migrate writes the routes for route_of()');
+is($node->safe_psql('postgres', q{SELECT queuebox.route_of('orders.created')}), 'sink', 'route_of() follows the file');
+
+$r = qbd_run('--config', qbd_write_conf(conf(), 'migrate'), '--migrate');
+is($r->[0], 0, 'a second --migrate exits 0');
+unlike($r->[2], qr/created/, 'a second --migrate creates nothing');
+
+# a schema newer than the daemon knows is refused, with what to do
+$node->safe_psql('postgres', q{INSERT INTO queuebox.schema_version (version, applied_at) VALUES ('9.9.9', now() + interval '1 s')});
+$r = qbd_run('--config', qbd_write_conf(conf(), 'migrate'), '--migrate');
+is($r->[0], 1, 'a newer schema: --migrate exits 1');
+like($r->[2], qr/at version 9\.9\.9, which this queuebox-mssqld \(schema [\d.]+\) does not know: a newer daemon migrated it\. Run that version/,
+	'a newer schema is refused with what to do');
+$node->safe_psql('postgres', q{DELETE FROM queuebox.schema_version WHERE version = '9.9.9'});
+
+# ---- delivery: the daemon serves the outbox
+my $d = qbd_start($node, conf(), name => 'd1');
+my $log = qbd_wait_daemon_log($d, qr/outbox 1\[\d+\]: started/);
+like($log, qr/supervisor\[\d+\]: queuebox-mssqld [\d.]+ starting: configuration .*, database postgres:\/\/qbd\@/, 'the supervisor logs its start');
+like($log, qr/outbox 0\[\d+\]: started/, 'outbox 0 started');
+like($log, qr/relay\[\d+\]: started/, 'the relay started');
+like($log, qr/ingress\[\d+\]: started/, 'the ingress started');
+qb_wait_query($node, q{SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'queuebox-mssqld %'},
+	'4', 'pg_stat_activity shows the four roles by application_name');
+is(scalar(keys %{ qbd_role_pids($d) }), 4, 'ps shows the four role processes, named qb <role>');
+
+$node->safe_psql('postgres', q{
+	BEGIN;
+	INSERT INTO queuebox.outbox (topic, key, payload)
+		SELECT 'orders.created', 'k' || (i % 10), jsonb_build_object('seq', i) FROM generate_series(1, 300) i;
+	COMMIT;
+	BEGIN;
+	INSERT INTO queuebox.outbox (topic, payload) VALUES ('orders.rolled', '{}');
+	ROLLBACK;
+	INSERT INTO queuebox.outbox (topic, payload) VALUES ('orders.fail2', '{"_sink": {"fail": 2, "status": 500}}');
+	INSERT INTO queuebox.outbox (topic, payload) VALUES ('orders.dead', '{"_sink": {"status": 503}}');
+	INSERT INTO queuebox.outbox (topic, payload) VALUES ('nowhere.x', '{}');
+});
+qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE state IN ('sent', 'dead')},
+	'303', 'every row reaches a final state', timeout => 60);
+my $o = qb_key_order($node, $sink, q{topic = 'orders.created'});
+is($o->{delivered}, 300, 'the 300 keyed rows are delivered');
+is($o->{keys_in_order}, 10, 'each of the 10 keys is delivered in id order');
+is($o->{dups}, 0, 'no row is delivered twice');
+is($node->safe_psql('postgres', q{SELECT state || ' ' || attempt FROM queuebox.outbox WHERE topic = 'orders.fail2'}),
+	'sent 3', 'failed twice, then sent on the third attempt');
+is($node->safe_psql('postgres', q{SELECT state || ' ' || attempt FROM queuebox.outbox WHERE topic = 'orders.dead'}),
+	'dead 3', 'always 503: dead after outbox.maxAttempts');
+like($node->safe_psql('postgres', q{SELECT state || ' ' || last_error FROM queuebox.outbox WHERE topic = 'nowhere.x'}),
+	qr/^dead .*no route/, 'no route: dead at once');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'orders.rolled'}), '0', 'a rolled-back row never exists');
+is($node->safe_psql('postgres', q{SELECT state, rows FROM queuebox.outbox_stats WHERE destination = 'sink' AND state = 'sent'}),
+	'sent|301', 'outbox_stats groups by destination on the daemon schema');
+like($node->safe_psql('postgres', q{SELECT destination || ':' || state FROM queuebox.destination_status()}),
+	qr/^sink:closed$/, 'destination_status() lists the file\'s destination');
+
+# ---- SIGHUP with an invalid file: logged with the key path, nothing changes
+my $off = -s $d->{log};
+open(my $fh, '>', $d->{conf}) or die;
+print $fh conf(outbox => { batchSize => 0 });
+close $fh;
+qbd_signal($d, 'HUP');
+$log = qbd_wait_daemon_log($d, qr/configuration not reloaded/, $off);
+like($log, qr/ERROR supervisor\[\d+\]: configuration not reloaded, the running one stays: .*outbox\.batchSize: expected an integer from 1 to 10000/,
+	'an invalid file on SIGHUP is logged with its key path, and the running configuration stays');
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) VALUES ('orders.after_bad_hup', '{}')});
+qb_wait_query($node, q{SELECT state FROM queuebox.outbox WHERE topic = 'orders.after_bad_hup'}, 'sent',
+	'after an invalid reload, rows are still delivered');
+
+# ---- SIGHUP with a valid file: a new route to a second path takes effect
+$off = -s $d->{log};
+open($fh, '>', $d->{conf}) or die;
+print $fh conf(
+	destinations => {
+		sink => { type => 'http', baseUrl => $sink->{url}, path => '/events', timeoutMs => 2000 },
+		audit => { type => 'http', baseUrl => $sink->{url}, path => '/audit', timeoutMs => 2000 } },
+	routes => [ { topic => 'audit.*', destination => 'audit' }, { topic => 'orders.**', destination => 'sink' } ]);
+close $fh;
+qbd_signal($d, 'HUP');
+$log = qbd_wait_daemon_log($d, qr/configuration reloaded/, $off);
+like($log, qr/configuration reloaded from /, 'a valid file on SIGHUP is reloaded');
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) VALUES ('audit.login', '{"who": "ann"}')});
+qb_wait_for(sub { grep { $_->{path} eq '/audit' } @{ qb_sink_requests($sink) } },
+	'the reloaded route delivers to the new destination');
+qb_wait_query($node, q{SELECT string_agg(destination, ',' ORDER BY position) FROM queuebox.config_route},
+	'audit,sink', 'the reload rewrites the routes for route_of()');
+
+# ---- SIGTERM: every role stops, the supervisor exits 0
+$off = -s $d->{log};
+qbd_signal($d, 'TERM');
+my $st = qbd_wait_exit($d, 30);
+is($st, 0, 'SIGTERM: the daemon exits 0');
+$log = qbd_log($d, $off);
+like($log, qr/outbox 0\[\d+\]: stopped: \d+ claims/, 'SIGTERM: outbox 0 logs what it did');
+like($log, qr/supervisor\[\d+\]: stopped/, 'SIGTERM: the supervisor stops last');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM queuebox.outbox WHERE state = 'processing'}), '0',
+	'SIGTERM: no row is left processing');
+qb_wait_query($node, q{SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'queuebox-mssqld %'},
+	'0', 'SIGTERM: every connection is closed');
+
+# ---- LISTEN: with a poll of an hour, delivery depends on the NOTIFY
+$d = qbd_start($node, conf(outbox => { pollIntervalMs => 3600000 }, database => { listen => 'true' }), name => 'listen');
+qbd_wait_daemon_log($d, qr/outbox 1\[\d+\]: started/);
+qb_wait_query($node, q{SELECT string_agg(tgname || ':' || tgenabled, ',' ORDER BY tgname) FROM pg_trigger
+	WHERE tgname IN ('outbox_notify', 'inbox_notify')}, 'inbox_notify:O,outbox_notify:O',
+	'database.listen: true enables the notify triggers');
+# the roles LISTEN once connected; a row inserted before that waits for the
+# next NOTIFY, so insert until one is delivered, then count
+qb_wait_for(sub {
+	$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) VALUES ('orders.listen', '{}')});
+	usleep(200_000);
+	$node->safe_psql('postgres', q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'orders.listen' AND state = 'sent'}) > 0;
+}, 'with LISTEN and an hour-long poll, a committed row is delivered');
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) SELECT 'orders.listen2', '{}' FROM generate_series(1, 20)});
+qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'orders.listen2' AND state = 'sent'},
+	'20', 'with LISTEN, every later commit is delivered at once (no poll)', timeout => 30);
+qbd_signal($d, 'TERM');
+is(qbd_wait_exit($d, 30), 0, 'the LISTEN daemon stops');
+
+# listen off again: the triggers are disabled at the next start
+$r = qbd_run('--config', qbd_write_conf(conf(), 'migrate'), '--migrate');
+is($node->safe_psql('postgres', q{SELECT string_agg(tgname || ':' || tgenabled, ',' ORDER BY tgname) FROM pg_trigger
+	WHERE tgname IN ('outbox_notify', 'inbox_notify')}), 'inbox_notify:D,outbox_notify:D',
+	'database.listen: false disables the notify triggers (no NOTIFY cost on inserts)');
+
+# ---- the extension refuses a database the daemon manages
+# (the library is not preloaded here: only the install script runs)
+my ($ret, $out, $err) = $node->psql('postgres', 'CREATE EXTENSION queuebox');
+isnt($ret, 0, 'CREATE EXTENSION is refused where the daemon made the schema');
+like($err, qr/schema "queuebox" is managed by queuebox-mssqld in this database/, 'the refusal says why');
+
+sub qb_count_tables
+{
+	my ($n) = @_;
+	return $n->safe_psql('postgres', q{SELECT count(*) FROM pg_namespace WHERE nspname = 'queuebox'});
+}
+
+done_testing();
