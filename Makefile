@@ -114,3 +114,13 @@ test/brokers/nats_tool: test/brokers/nats_tool.c
 # The Kafka cluster of TAP 011: librdkafka's mock cluster in a helper process.
 test/brokers/kafka_mock: test/brokers/kafka_mock.c
 	$(UNIT_CC) -std=gnu11 -O2 $(WARN) -o $@ $< -lrdkafka -ljansson
+
+# ---- the daemon's libpq store (src/mssqld/pq_store.c) ----------------------
+# Not part of the core (the core has no libpq): plain cc with libpq's
+# headers, into an object of its own that the daemon's targets link
+# (src/mssqld/, with -lpq).  Only this store's rules live here.
+PQ_INC        = -I$(shell $(PG_CONFIG) --includedir) -Isrc/mssqld
+PQ_STORE_OBJ  = build/mssqld/pq_store.o
+$(PQ_STORE_OBJ): src/mssqld/pq_store.c src/mssqld/pq_store.h $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(CORE_CC) $(CORE_CFLAGS) $(PQ_INC) -c -o $@ $<
