@@ -36,6 +36,7 @@ TAP_TESTS   = 1
 PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 
 EXTRA_CLEAN = build tmp_check tmp_check_iso results output_iso test/unit/bin test/unit/bin-san test/sink/qb_sink \
+              test/store/conformance \
               test/brokers/nats_tool \
               test/brokers/kafka_mock \
               test/brokers/amqp_tool
@@ -124,3 +125,12 @@ PQ_STORE_OBJ  = build/mssqld/pq_store.o
 $(PQ_STORE_OBJ): src/mssqld/pq_store.c src/mssqld/pq_store.h $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
 	$(CORE_CC) $(CORE_CFLAGS) $(PQ_INC) -c -o $@ $<
+
+# The store conformance suite: the same scenarios against the libpq store
+# and the extension's SQL-callable wrappers (TAP 027 runs it; `make sink`,
+# which scripts/test.sh runs before the cluster tests, builds it).
+.PHONY: store-conformance
+store-conformance: test/store/conformance
+test/store/conformance: test/store/conformance.c $(PQ_STORE_OBJ) $(CORE_LIB) $(COMMON_HDRS)
+	$(UNIT_CC) $(UNIT_CFLAGS) $(PQ_INC) -o $@ $< $(PQ_STORE_OBJ) $(CORE_LIB) -lpq $(UNIT_LIBS)
+sink: store-conformance
