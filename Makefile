@@ -121,7 +121,7 @@ test/brokers/kafka_mock: test/brokers/kafka_mock.c
 # headers, into an object of its own that the daemon's targets link
 # (src/mssqld/, with -lpq).  Only this store's rules live here.
 PQ_INC        = -I$(shell $(PG_CONFIG) --includedir) -Isrc/mssqld
-PQ_STORE_OBJ  = build/mssqld/pq_store.o
+PQ_STORE_OBJ  = build/mssqld$(if $(filter 1,$(SANITIZE)),-san)/pq_store.o
 $(PQ_STORE_OBJ): src/mssqld/pq_store.c src/mssqld/pq_store.h $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
 	$(CORE_CC) $(CORE_CFLAGS) $(PQ_INC) -c -o $@ $<

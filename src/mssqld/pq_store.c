@@ -24,14 +24,17 @@
  * open across a call.  A COMMIT whose answer was lost with the connection
  * has an unknown outcome: the op fails saying so and is not retried here
  * (rows it claimed come back through their lease; a forward or settle is
- * fenced by its claim token).  The engines' cycles may commit
- * asynchronously (QbPqConf.async_commit, SET LOCAL in the cycle only, as
- * the extension's queuebox.worker_async_commit); the relay's forward and
- * the inbox insert never do.
+ * fenced by its claim token).  With QbPqConf.async_commit (the outbox
+ * engines' stores, as the extension's queuebox.worker_async_commit) the
+ * session commits asynchronously: a cycle lost in a crash only makes a
+ * row be delivered again.  The relay's forward and the inbox insert must
+ * be durable, so on such a session they SET LOCAL synchronous_commit on
+ * (a store per engine, as the daemon makes them, never pays for that).
  *
  * Session: each connect sets what the extension's workers set for their
  * backend (worker_host.c qbh_apply_gucs): the planner alternatives the
- * statements must not take are off, statement_timeout when configured.
+ * statements must not take are off, statement_timeout when configured,
+ * synchronous_commit off with async_commit.
  * Then the LISTEN channels asked for are issued again.
  *
  * Secrets: messages name the server as user@host:port/dbname, never the
@@ -421,6 +424,8 @@ qbpq_session(QbPqStore *s, char *err, size_t errlen)
 		if (qbpq_set(s, "statement_timeout", ms, false, err, errlen) != 0)
 			return -1;
 	}
+	if (s->async_commit && qbpq_set(s, "synchronous_commit", "off", false, err, errlen) != 0)
+		return -1;
 	for (int i = 0; i < s->nchannels; i++)
 		if (qbpq_listen_one(s, s->channels[i], err, errlen) != 0)
 			return -1;
@@ -537,6 +542,16 @@ qbpq_txn(QbPqStore *s, const char *what, long timeout_ms, QbpqBody body, void *a
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * qbpq_durable: this transaction commits synchronously even on a session
+ * that commits asynchronously (the relay's forward, the inbox insert).
+ */
+static int
+qbpq_durable(QbPqStore *s, char *err, size_t errlen)
+{
+	return s->async_commit ? qbpq_set(s, "synchronous_commit", "on", true, err, errlen) : 0;
 }
 
 /* ---- reading results ---------------------------------------------------------- */
@@ -815,8 +830,6 @@ qbpq_cycle_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 	int		   *limits;
 	int			rc;
 
-	if (s->async_commit && qbpq_set(s, "synchronous_commit", "off", true, err, errlen) != 0)
-		return -1;
 	if (cy->ntallies > 0 &&
 		qbpq_breaker(s, cy->tallies, cy->ntallies, cy->out, err, errlen) != 0)
 		return -1;
@@ -1011,6 +1024,8 @@ qbpq_relay_forward_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 	PGresult   *res;
 	QbpqArgs	p = {.v = {f->args.v[1]}};
 
+	if (qbpq_durable(s, err, errlen) != 0)
+		return -1;
 	if ((res = qbpq_run(s, QBPQ_RELAY_FORWARD, &f->args, PGRES_TUPLES_OK, "the relay forward",
 						err, errlen)) == NULL)
 		return -1;
@@ -1063,6 +1078,8 @@ qbpq_inbox_insert_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 	QbpqInsert *a = arg;
 	PGresult   *res;
 
+	if (qbpq_durable(s, err, errlen) != 0)
+		return -1;
 	if ((res = qbpq_run(s, QBPQ_INBOX_INSERT, &a->args, PGRES_TUPLES_OK, "the inbox insert",
 						err, errlen)) == NULL)
 		return -1;

@@ -569,7 +569,8 @@ sa_store(QbStore *s)
 
 	qb_pq_store_ops(pq, &fallback);
 	*s = (QbStore) {
-		.ctx = NULL,
+		/* the adapter's own ops use spi_conn; the fallback ones take the pq store */
+		.ctx = pq,
 		.config_load = fallback.config_load,
 		.outbox_cycle = sa_cycle,
 		.outbox_unpark = sa_unpark,
@@ -582,8 +583,6 @@ sa_store(QbStore *s)
 		.relay_claim = sa_relay_claim,
 		.relay_forward = sa_relay_forward,
 	};
-	/* the fallback ops take the pq store as their ctx */
-	s->ctx = pq;
 }
 
 /* ---- fixtures ------------------------------------------------------------------ */
@@ -1022,6 +1021,30 @@ test_breaker(void **state)
 	assert_string_equal(outbox_state(row), "pending");
 }
 
+/* Rows held for a destination taking rows again are unparked; rows of a removed one unrouted. */
+static void
+test_unpark_unroute(void **state)
+{
+	int64_t		held = add_outbox("t.hold", NULL);
+	int64_t		routed = add_outbox("t.hold", NULL);
+	const char *d1[1] = {"d1"};
+	const char *gone[1] = {"d2"};
+	int			n = -1;
+
+	PQclear(q("UPDATE queuebox.outbox SET destination = 'd1', hold = 'destination' WHERE id = $1",
+			  1, num(held)));
+	PQclear(q("UPDATE queuebox.outbox SET destination = 'd1', hold = NULL WHERE id = $1", 1, num(routed)));
+	assert_int_equal(store.outbox_unpark(store.ctx, d1, 1, 10, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(qv("SELECT count(*) FROM queuebox.outbox WHERE hold IS NULL AND destination = 'd1'",
+						0, NULL, NULL), 2);
+	assert_int_equal(store.outbox_unroute(store.ctx, gone, 1, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(qv("SELECT count(*) FROM queuebox.outbox WHERE hold = 'ready' AND destination IS NULL",
+						0, NULL, NULL), 2);
+	assert_int_equal(outbox_count("pending"), 2);
+}
+
 /* pq: wait for a NOTIFY on the store's socket; the count drained. */
 static int
 wait_notified(void)
@@ -1108,6 +1131,29 @@ test_pq_wrong_password(void **state)
 	qb_pq_store_free(s);
 }
 
+/* pq: an unreachable server is a clear error; the URL's password is in no message. */
+static void
+test_pq_unreachable(void **state)
+{
+	QbPqConf	c = {.url = "postgresql://qb_user:Hunter2-secret@127.0.0.1:1/qbdb?sslmode=disable",
+	.application_name = "qb unreachable", .connect_timeout_ms = 1500};
+	QbPqStore  *s = qb_pq_store_new(&c);
+	QbStore		st;
+	int			n = -1;
+
+	qb_pq_store_ops(s, &st);
+	assert_int_equal(st.outbox_reclaim(st.ctx, 10, &n, err, sizeof(err)), -1);
+	print_message("unreachable: %s\n", err);
+	assert_non_null(strstr(err, "connecting to PostgreSQL at qb_user@127.0.0.1:1/qbdb"));
+	assert_non_null(strstr(err, "refused"));
+	assert_null(strstr(err, "Hunter2"));
+	assert_int_equal(n, 0);
+	assert_int_equal(st.outbox_reclaim(st.ctx, 10, &n, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "database unreachable, next try in "));
+	assert_null(strstr(err, "Hunter2"));
+	qb_pq_store_free(s);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1123,10 +1169,12 @@ main(int argc, char **argv)
 		cmocka_unit_test_setup(test_inbox_insert_timeout, clean),
 		cmocka_unit_test_setup(test_query_text, clean),
 		cmocka_unit_test_setup(test_breaker, clean),
+		cmocka_unit_test_setup(test_unpark_unroute, clean),
 	};
 	const struct CMUnitTest pq_only[] = {
 		cmocka_unit_test_setup(test_pq_backend_killed, clean),
 		cmocka_unit_test_setup(test_pq_wrong_password, clean),
+		cmocka_unit_test_setup(test_pq_unreachable, clean),
 	};
 	QbPqConf	conf = {.application_name = APP_NAME, .connect_timeout_ms = 5000,
 	.statement_timeout_ms = 30000, .async_commit = true};
