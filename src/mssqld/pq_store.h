@@ -45,7 +45,10 @@ extern void qb_pq_store_ops(QbPqStore *s, QbStore *store);
 /* connect now if not connected; 0 or -1 (err says why, without the password) */
 extern int	qb_pq_store_connect(QbPqStore *s, char *err, size_t errlen);
 
-/* the connection's socket (-1 if none): the host polls it for NOTIFY */
+/*
+ * the connection's socket (-1 if none): the host polls it for NOTIFY.  A
+ * reconnect gives a new socket: ask again after each op.
+ */
 extern int	qb_pq_store_socket(const QbPqStore *s);
 
 /* LISTEN, re-issued after every reconnect */
