@@ -42,6 +42,7 @@ TAP_TESTS   = 1
 PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 
 EXTRA_CLEAN = build queuebox-mssqld tmp_check tmp_check_iso results output_iso test/unit/bin test/unit/bin-san test/sink/qb_sink \
+              test/store/conformance \
               test/brokers/nats_tool \
               test/brokers/kafka_mock \
               test/brokers/amqp_tool
@@ -128,7 +129,8 @@ test/brokers/kafka_mock: test/brokers/kafka_mock.c
 # The same core, with the libpq store and the daemon host; plain cc, libpq's
 # header only (no server header).  Its schema is the extension's tables and
 # shared SQL functions (sql/schema/) around sql/daemon/*-postgresql.sql,
-# embedded as a C string.
+# embedded as a C string.  The libpq store (src/mssqld/pq_store.c) is one of
+# the daemon's objects: the core has no libpq.
 PQ_INCDIR     := $(shell $(PG_CONFIG) --includedir)
 DAEMON_DIR     = build/mssqld$(if $(filter 1,$(SANITIZE)),-san)
 DAEMON_CFLAGS  = $(CORE_CFLAGS) -D_GNU_SOURCE -Isrc/mssqld -I$(PQ_INCDIR)
@@ -175,3 +177,12 @@ install-daemon: queuebox-mssqld
 $(UNIT_BIN_DIR)/test_daemon: test/unit/test_daemon.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS)
 	@mkdir -p $(UNIT_BIN_DIR)
 	$(UNIT_CC) $(UNIT_CFLAGS) -D_GNU_SOURCE -Isrc/mssqld -I$(PQ_INCDIR) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) $(UNIT_LIBS) -lpq
+
+# The store conformance suite: the same scenarios against the libpq store
+# and the extension's SQL-callable wrappers (TAP 027 runs it; `make sink`,
+# which scripts/test.sh runs before the cluster tests, builds it).
+.PHONY: store-conformance
+store-conformance: test/store/conformance
+test/store/conformance: test/store/conformance.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS)
+	$(UNIT_CC) $(UNIT_CFLAGS) -Isrc/mssqld -I$(PQ_INCDIR) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) -lpq $(UNIT_LIBS)
+sink: store-conformance

@@ -328,27 +328,6 @@ qbs_copy_outbox_row(HeapTuple tup, TupleDesc desc, void *row)
 	r->probe = DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull));
 }
 
-static const char *
-qbs_outcome_name(QbSettleKind k)
-{
-	switch (k)
-	{
-		case QB_SETTLE_SENT:
-			return "sent";
-		case QB_SETTLE_RETRY:
-			return "retry";
-		case QB_SETTLE_DEAD:
-			return "dead";
-		case QB_SETTLE_RELEASE:
-			return "release";
-		case QB_SETTLE_ROUTE:
-			return "route";
-		case QB_SETTLE_HOLD:
-			return "hold";
-	}
-	return "release";
-}
-
 /* qbs_array: a one-dimensional array of n elements, NULLs where nulls[i]. */
 static Datum
 qbs_array(Datum *elems, bool *nulls, int n, Oid type)
@@ -577,12 +556,9 @@ qbs_states(long probe_ms, QbCycleOut *out)
 	return PointerGetDatum(qb_text_array(probes, nprobes));
 }
 
-/*
- * qbs_claim runs QB_PG_OUTBOX_CLAIM and copies its rows into out.  limits
- * overrides c->limits (what the promotion left of them).
- */
+/* qbs_claim runs QB_PG_OUTBOX_CLAIM and copies its rows into out. */
 static void
-qbs_claim(const QbClaimReq *c, const int *limits, Datum probes, QbCycleOut *out)
+qbs_claim(const QbClaimReq *c, Datum probes, QbCycleOut *out)
 {
 	static const Oid types[9] = {INT4OID, INT8OID, INT4OID, UUIDOID, INT8OID,
 	TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT8ARRAYOID};
@@ -595,7 +571,7 @@ qbs_claim(const QbClaimReq *c, const int *limits, Datum probes, QbCycleOut *out)
 	for (int i = 0; i < c->ndests; i++)
 	{
 		d.col[0][i] = CStringGetTextDatum(c->dests[i]);
-		d.col[1][i] = Int32GetDatum(limits[i]);
+		d.col[1][i] = Int32GetDatum(c->limits[i]);
 		d.col[2][i] = Int64GetDatum(c->floors ? c->floors[i] : 0);
 	}
 	qbs_columns_arrays(&d, elem, arrays);
@@ -613,20 +589,10 @@ qbs_claim(const QbClaimReq *c, const int *limits, Datum probes, QbCycleOut *out)
 	qbs_take_rows(out);
 }
 
-typedef struct QbsCycle
-{
-	const QbDestTally *tallies;
-	int			ntallies;
-	const QbSettle *settles;
-	int			nsettles;
-	const QbClaimReq *claim;
-	QbCycleOut *out;
-} QbsCycle;
-
 static void
 qbs_cycle_body(void *arg)
 {
-	QbsCycle   *cy = arg;
+	QbCycleCall *cy = arg;
 	const QbClaimReq *claim = cy->claim;
 	QbCycleOut *out = cy->out;
 
@@ -645,7 +611,7 @@ qbs_cycle_body(void *arg)
 		{
 			c.col[0][i] = DirectFunctionCall1(uuid_in, CStringGetDatum(settles[i].token));
 			c.col[1][i] = Int64GetDatum(settles[i].id);
-			c.col[2][i] = CStringGetTextDatum(qbs_outcome_name(settles[i].kind));
+			c.col[2][i] = CStringGetTextDatum(qb_settle_kind_name(settles[i].kind));
 			c.col[3][i] = Int32GetDatum(settles[i].attempt);
 			c.col[4][i] = Int64GetDatum(settles[i].delay_ms);
 			c.col[5][i] = qbs_text_or_null(settles[i].error, &c.null[5][i]);
@@ -661,37 +627,18 @@ qbs_cycle_body(void *arg)
 		 * asked only for the room they left it, and the unrouted places
 		 * for what is left of the batch.
 		 */
-		QbClaimReq	req = *claim;
+		QbClaimReq	req;
 		int		   *limits = palloc(sizeof(int) * (claim->ndests + 1));
 
-		memcpy(limits, claim->limits, sizeof(int) * claim->ndests);
-		for (int i = 0; i < out->nrows; i++)
-		{
-			const QbOutboxRow *r = &out->rows[i];
-			int			j = 0;
-
-			if (!r->claimed)
-				continue;
-			if (r->destination == NULL)
-			{
-				req.batch_size--;
-				continue;
-			}
-			while (j < claim->ndests && strcmp(claim->dests[j], r->destination) != 0)
-				j++;
-			if (j < claim->ndests && limits[j] > 0)
-				limits[j]--;
-		}
-		if (req.batch_size < 0)
-			req.batch_size = 0;
-		qbs_claim(&req, limits, qbs_states(claim->probe_ms, out), out);
+		qb_claim_left(claim, out->rows, out->nrows, &req, limits);
+		qbs_claim(&req, qbs_states(claim->probe_ms, out), out);
 	}
 }
 
 static void
 qbs_cycle_undo(void *arg)
 {
-	qb_cycle_out_free(((QbsCycle *) arg)->out);
+	qb_cycle_out_free(((QbCycleCall *) arg)->out);
 }
 
 static int
@@ -699,7 +646,7 @@ qbs_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 				 const QbSettle *settles, int nsettles, const QbClaimReq *claim,
 				 QbCycleOut *out, char *err, size_t errlen)
 {
-	QbsCycle	c = {.tallies = tallies, .ntallies = ntallies, .settles = settles,
+	QbCycleCall c = {.tallies = tallies, .ntallies = ntallies, .settles = settles,
 		.nsettles = nsettles, .claim = claim, .out = out};
 
 	memset(out, 0, sizeof(*out));

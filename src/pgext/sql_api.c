@@ -596,11 +596,12 @@ typedef struct QbsqlReplay
 {
 	int64		one_id;			/* the id asked for, or 0 */
 	bool		single;
+	QbReplay	rows;			/* selected and rendered (malloc'd, freed at once) */
 	int			nrows;			/* rows selected */
 	int			nskipped;		/* of which the topic rendered empty */
 	int64		first_id;		/* the first new outbox id */
 	int64		inserted;
-	/* for the single form's error: the row that rendered empty */
+	/* for the error or NOTICE: the source of a row that rendered empty */
 	char	   *skipped_source;
 } QbsqlReplay;
 
@@ -628,8 +629,8 @@ qbsql_load_config(void)
 }
 
 /*
- * qbsql_replay_rows runs with cfg loaded (the caller frees it, also on an
- * ERROR): select, render, insert.
+ * qbsql_replay_rows runs with cfg loaded (the caller frees it and r->rows,
+ * also on an ERROR): select, render (qb_replay_render), insert.
  */
 static void
 qbsql_replay_rows(const QbConfig *cfg, Datum *sel_values, char *sel_nulls,
@@ -640,44 +641,45 @@ qbsql_replay_rows(const QbConfig *cfg, Datum *sel_values, char *sel_nulls,
 	Datum		ins_values[3];
 	Datum	   *ids;
 	Datum	   *topics;
-	int			n = 0;
+	int64	   *sel_ids;
+	const char **sources;
+	const char **event_types;
+	int			nrows;
 	SPITupleTable *tt;
 
 	if (SPI_execute_with_args(QB_PG_INBOX_REPLAY_SELECT, 5, sel_types, sel_values,
 							  sel_nulls, true, 0) != SPI_OK_SELECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading queuebox.inbox failed")));
 	tt = SPI_tuptable;
-	r->nrows = (int) SPI_processed;
-	if (r->nrows == 0)
-		return;
-	ids = palloc(sizeof(Datum) * r->nrows);
-	topics = palloc(sizeof(Datum) * r->nrows);
-	for (int i = 0; i < r->nrows; i++)
+	nrows = (int) SPI_processed;
+	sel_ids = palloc(sizeof(int64) * (nrows + 1));
+	sources = palloc(sizeof(char *) * (nrows + 1));
+	event_types = palloc(sizeof(char *) * (nrows + 1));
+	for (int i = 0; i < nrows; i++)
 	{
-		HeapTuple	tup = tt->vals[i];
 		bool		isnull;
-		bool		known;
-		char	   *source = SPI_getvalue(tup, tt->tupdesc, 2);
-		char	   *topic = qb_relay_topic(cfg, source, SPI_getvalue(tup, tt->tupdesc, 3), &known);
 
-		if (topic == NULL)
-			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
-		if (topic[0] == '\0')
-		{
-			r->nskipped++;
-			r->skipped_source = source;
-			free(topic);
-			continue;
-		}
-		ids[n] = SPI_getbinval(tup, tt->tupdesc, 1, &isnull);
-		topics[n] = CStringGetTextDatum(topic);
-		free(topic);
-		n++;
+		sel_ids[i] = DatumGetInt64(SPI_getbinval(tt->vals[i], tt->tupdesc, 1, &isnull));
+		sources[i] = SPI_getvalue(tt->vals[i], tt->tupdesc, 2);
+		event_types[i] = SPI_getvalue(tt->vals[i], tt->tupdesc, 3);
 	}
-	if (n == 0)
+	if (!qb_replay_render(cfg, (const int64_t *) sel_ids, sources, event_types, nrows, &r->rows))
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+	r->nrows = r->rows.nrows;
+	r->nskipped = r->rows.nskipped;
+	if (r->rows.skipped >= 0)
+		r->skipped_source = (char *) sources[r->rows.skipped];
+	if (r->rows.n == 0)
 		return;
-	ins_values[0] = PointerGetDatum(qb_int8_array(ids, n));
-	ins_values[1] = PointerGetDatum(qb_text_array(topics, n));
+	ids = palloc(sizeof(Datum) * r->rows.n);
+	topics = palloc(sizeof(Datum) * r->rows.n);
+	for (int i = 0; i < r->rows.n; i++)
+	{
+		ids[i] = Int64GetDatum(r->rows.ids[i]);
+		topics[i] = CStringGetTextDatum(r->rows.topics[i]);
+	}
+	ins_values[0] = PointerGetDatum(qb_int8_array(ids, r->rows.n));
+	ins_values[1] = PointerGetDatum(qb_text_array(topics, r->rows.n));
 	ins_values[2] = Int32GetDatum(qb_config_relay_max_attempts(cfg));
 	if (SPI_execute_with_args(QB_PG_INBOX_REPLAY, 3, ins_types, ins_values, NULL,
 							  false, 0) != SPI_OK_INSERT_RETURNING)
@@ -707,15 +709,13 @@ qbsql_replay(Datum *sel_values, char *sel_nulls, QbsqlReplay *r)
 	PG_FINALLY();
 	{
 		qb_config_free(cfg);
+		qb_replay_free(&r->rows);
 	}
 	PG_END_TRY();
 	if (r->skipped_source)
 		r->skipped_source = MemoryContextStrdup(caller, r->skipped_source);
 	SPI_finish();
 }
-
-#define QBSQL_EMPTY_TOPIC_HINT \
-	"Set eventTypePath (or eventTypeHeader) on the source, or use {{ source }} in its topic template, then replay again."
 
 /*
  * queuebox.replay_inbox(id bigint) returns bigint: a new outbox row from
@@ -734,15 +734,14 @@ qb_sql_replay_inbox_one(PG_FUNCTION_ARGS)
 	if (r.nrows == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_NO_DATA_FOUND),
-				 errmsg("inbox row " INT64_FORMAT " does not exist", r.one_id),
+				 errmsg(QB_REPLAY_MISSING_FMT, (long long) r.one_id),
 				 errhint("Find the row with SELECT id, source, idempotency_key, state FROM queuebox.inbox.")));
 	if (r.nskipped > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_EXCEPTION),
-				 errmsg("the topic of inbox row " INT64_FORMAT " renders empty, so no route could take it", r.one_id),
-				 errdetail("The topic template of source \"%s\" reads a value the message does not carry (usually {{ eventType }}).",
-						   r.skipped_source),
-				 errhint(QBSQL_EMPTY_TOPIC_HINT)));
+				 errmsg(QB_REPLAY_EMPTY_FMT, (long long) r.one_id),
+				 errdetail(QB_REPLAY_EMPTY_DETAIL_FMT, r.skipped_source),
+				 errhint(QB_REPLAY_EMPTY_HINT)));
 	PG_RETURN_INT64(r.first_id);
 }
 
@@ -770,6 +769,6 @@ qb_sql_replay_inbox(PG_FUNCTION_ARGS)
 				(errmsg("%d inbox row%s skipped: the topic renders empty", r.nskipped,
 						r.nskipped == 1 ? " was" : "s were"),
 				 errdetail("For example a row of source \"%s\".", r.skipped_source),
-				 errhint(QBSQL_EMPTY_TOPIC_HINT)));
+				 errhint(QB_REPLAY_EMPTY_HINT)));
 	PG_RETURN_INT64(r.inserted);
 }

@@ -32,6 +32,7 @@
 #include <jansson.h>
 
 #include "qb_http.h"
+#include "qb_publish.h"
 #include "qb_sign.h"
 #include "test_sink.h"
 
@@ -61,6 +62,25 @@ record(void *arg, int tag, const QbHttpOutcome *o)
 	out->gone[tag] = o->gone;
 	out->retry_after_ms[tag] = o->retry_after_ms;
 	snprintf(out->error[tag], sizeof(out->error[tag]), "%s", o->error);
+}
+
+/*
+ * post: qb_http_post with the row's headers as text, parsed as the engine
+ * parses them (qb_message_headers): text that is not a JSON object is the
+ * engine's ROW_INVALID before the publisher is called.
+ */
+static QbHttpStart
+post(QbHttp *h, const QbDestination *d, const char *mid, const char *headers,
+	 const char *body, size_t body_len, int tag, char *err, size_t errlen)
+{
+	json_t	   *obj;
+	QbHttpStart r;
+
+	if (!qb_message_headers(headers, &obj, err, errlen))
+		return QB_HTTP_ROW_INVALID;
+	r = qb_http_post(h, d, mid, obj, body, body_len, tag, err, errlen);
+	json_decref(obj);
+	return r;
 }
 
 /* drive: run the publisher until nothing is in flight (bounded). */
@@ -160,7 +180,7 @@ test_headers_and_body(void **state)
 	json_t	   *rec;
 
 	assert_non_null(h);
-	assert_int_equal(qb_http_post(h, &d, mid,
+	assert_int_equal(post(h, &d, mid,
 								  "{\"X-Correlation-Id\": \"c-1\", \"User-Agent\": \"evil\","
 								  " \"Content-Type\": \"text/plain\", \"X-Static\": \"row\","
 								  " \"X-Message-Id\": \"forged\", \"X-Num\": 7, \"X-Null\": null}",
@@ -200,7 +220,7 @@ test_error_status(void **state)
 	Outcome		out = {0};
 	const char *body = "{\"_sink\": {\"fail\": 1, \"status\": 503}}";
 
-	assert_int_equal(qb_http_post(h, &d, "21111111-2222-4333-8444-555555555555", NULL,
+	assert_int_equal(post(h, &d, "21111111-2222-4333-8444-555555555555", NULL,
 								  body, strlen(body), 0, err, sizeof(err)), QB_HTTP_STARTED);
 	drive(h, &out);
 	assert_false(out.ok[0]);
@@ -209,7 +229,7 @@ test_error_status(void **state)
 	assert_non_null(strstr(out.error[0], sink_url));
 
 	/* the same message again: the sink's script lets the second through */
-	assert_int_equal(qb_http_post(h, &d, "21111111-2222-4333-8444-555555555555", NULL,
+	assert_int_equal(post(h, &d, "21111111-2222-4333-8444-555555555555", NULL,
 								  body, strlen(body), 1, err, sizeof(err)), QB_HTTP_STARTED);
 	drive(h, &out);
 	assert_true(out.ok[1]);
@@ -239,9 +259,9 @@ test_refused_and_timeout(void **state)
 	down = dest_for(url, 2000);
 	slow = dest_for(sink_url, 300);
 
-	assert_int_equal(qb_http_post(h, &down, "31111111-2222-4333-8444-555555555555", NULL,
+	assert_int_equal(post(h, &down, "31111111-2222-4333-8444-555555555555", NULL,
 								  "{}", 2, 0, err, sizeof(err)), QB_HTTP_STARTED);
-	assert_int_equal(qb_http_post(h, &slow, "41111111-2222-4333-8444-555555555555", NULL,
+	assert_int_equal(post(h, &slow, "41111111-2222-4333-8444-555555555555", NULL,
 								  body, strlen(body), 1, err, sizeof(err)), QB_HTTP_STARTED);
 	drive(h, &out);
 	assert_int_equal(out.n, 2);
@@ -261,14 +281,14 @@ test_invalid_row_headers(void **state)
 	QbHttp	   *h = qb_http_new(err, sizeof(err));
 	QbDestination d = dest_for(sink_url, 5000);
 
-	assert_int_equal(qb_http_post(h, &d, "51111111-2222-4333-8444-555555555555",
+	assert_int_equal(post(h, &d, "51111111-2222-4333-8444-555555555555",
 								  "{\"X-Evil\": \"a\\r\\nInjected: 1\"}", "{}", 2, 0,
 								  err, sizeof(err)), QB_HTTP_ROW_INVALID);
 	assert_non_null(strstr(err, "X-Evil"));
-	assert_int_equal(qb_http_post(h, &d, "51111111-2222-4333-8444-555555555555",
+	assert_int_equal(post(h, &d, "51111111-2222-4333-8444-555555555555",
 								  "{\"Bad Name\": \"v\"}", "{}", 2, 0, err, sizeof(err)),
 					 QB_HTTP_ROW_INVALID);
-	assert_int_equal(qb_http_post(h, &d, "51111111-2222-4333-8444-555555555555",
+	assert_int_equal(post(h, &d, "51111111-2222-4333-8444-555555555555",
 								  "[1, 2]", "{}", 2, 0, err, sizeof(err)),
 					 QB_HTTP_ROW_INVALID);
 	assert_int_equal(qb_http_in_flight(h), 0);
@@ -294,7 +314,7 @@ test_concurrency_and_abort(void **state)
 			char		mid[40];
 
 			snprintf(mid, sizeof(mid), "6%07d-2222-4333-8444-555555555555", round * 100 + i);
-			assert_int_equal(qb_http_post(h, &d, mid, NULL, "{}", 2, i, err, sizeof(err)),
+			assert_int_equal(post(h, &d, mid, NULL, "{}", 2, i, err, sizeof(err)),
 							 QB_HTTP_STARTED);
 		}
 		drive(h, &out);
@@ -304,7 +324,7 @@ test_concurrency_and_abort(void **state)
 	}
 
 	memset(&out, 0, sizeof(out));
-	assert_int_equal(qb_http_post(h, &d, "71111111-2222-4333-8444-555555555555", NULL,
+	assert_int_equal(post(h, &d, "71111111-2222-4333-8444-555555555555", NULL,
 								  slow, strlen(slow), 0, err, sizeof(err)), QB_HTTP_STARTED);
 	qb_http_perform(h, record, &out);
 	qb_http_abort_all(h);
@@ -363,7 +383,7 @@ post_scripted(QbHttp *h, QbDestination *d, int tag, const char *script, Outcome 
 
 	snprintf(mid, sizeof(mid), "a%07d-2222-4333-8444-555555555555", tag);
 	snprintf(body, sizeof(body), "{\"_sink\": %s}", script);
-	assert_int_equal(qb_http_post(h, d, mid, NULL, body, strlen(body), tag, err, sizeof(err)),
+	assert_int_equal(post(h, d, mid, NULL, body, strlen(body), tag, err, sizeof(err)),
 					 QB_HTTP_STARTED);
 	drive(h, out);
 }
@@ -454,7 +474,7 @@ test_signed_request(void **state)
 	d.signing.keys = &key;
 	d.signing.nkeys = 1;
 	/* a row cannot forge or replace a signature header */
-	assert_int_equal(qb_http_post(h, &d, mid, "{\"webhook-signature\": \"v1,forged\", \"Webhook-Id\": \"x\"}",
+	assert_int_equal(post(h, &d, mid, "{\"webhook-signature\": \"v1,forged\", \"Webhook-Id\": \"x\"}",
 								  body, strlen(body), 0, err, sizeof(err)), QB_HTTP_STARTED);
 	drive(h, &out);
 	assert_true(out.ok[0]);

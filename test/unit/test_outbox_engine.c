@@ -55,6 +55,7 @@ typedef struct FakeRow
 	int64_t		id;
 	char		topic[64];
 	char		payload[256];
+	char		headers[128];	/* "" : {} */
 	char		destination[64];	/* "" : unrouted */
 	RowState	state;
 	int			attempt;
@@ -177,7 +178,7 @@ fake_claim(Fake *f, const QbClaimReq *c, QbCycleOut *out)
 		o->topic = strdup(r->topic);
 		o->payload = strdup(r->payload);
 		o->payload_len = strlen(r->payload);
-		o->headers = strdup("{}");
+		o->headers = strdup(r->headers[0] ? r->headers : "{}");
 		o->attempt = r->attempt;
 		o->max_attempts = 2;
 		o->claimed = true;
@@ -456,6 +457,32 @@ test_retry_then_dead_and_no_route(void **state)
 	free(f);
 }
 
+/*
+ * The row's headers are parsed once, by the engine, for every publisher:
+ * headers that are not a JSON object make the row dead at once, no
+ * attempt counted and no request made; the row's headers reach the
+ * destination.
+ */
+static void
+test_row_headers_parsed_once(void **state)
+{
+	Fake	   *f = fake_new();
+	QbOutboxStats stats = {0};
+	FakeRow    *bad = add_row(f, "web.bad", NULL, NULL);
+	FakeRow    *good = add_row(f, "web.good", NULL, NULL);
+
+	snprintf(bad->headers, sizeof(bad->headers), "[1, 2]");
+	snprintf(good->headers, sizeof(good->headers), "{\"X-Tenant\": \"acme\"}");
+	run(f, &stats);
+	assert_int_equal(bad->state, ROW_DEAD);
+	assert_int_equal(bad->attempt, 0);
+	assert_non_null(strstr(bad->last_error, "the row's headers are not a JSON object"));
+	assert_int_equal(good->state, ROW_SENT);
+	assert_int_equal(stats.dead, 1);
+	assert_int_equal(stats.sent, 1);
+	free(f);
+}
+
 /* ---- the sink ---------------------------------------------------------- */
 
 static TestSink sink;
@@ -481,6 +508,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_delivers_every_row_once),
 		cmocka_unit_test(test_retry_then_dead_and_no_route),
+		cmocka_unit_test(test_row_headers_parsed_once),
 	};
 
 	return cmocka_run_group_tests(tests, start_sink, stop_sink);

@@ -386,6 +386,8 @@ qbo_start(QboEngine *e, QboSlot *s, int tag)
 	QboDest    *d = qbo_dest(e, s);
 	char		err[512];
 	QbMessage	m;
+	json_t	   *headers = NULL;
+	QbPubStart	r;
 
 	d->queued--;
 	s->st = QBO_SENDING;
@@ -395,10 +397,16 @@ qbo_start(QboEngine *e, QboSlot *s, int tag)
 	m.message_id = s->row.message_id;
 	m.topic = s->row.topic;
 	m.key = s->row.key;
-	m.headers = s->row.headers;
 	m.body = s->row.payload;
 	m.body_len = s->row.payload_len;
-	switch (qb_pubset_start(e->pub, &e->cfg->destinations[s->dest], &m, tag, err, sizeof(err)))
+	/* parsed here, once, for whichever publisher takes the message */
+	r = qb_message_headers(s->row.headers, &headers, err, sizeof(err)) ?
+		QB_PUB_STARTED : QB_PUB_ROW_INVALID;
+	m.headers = headers;
+	if (r == QB_PUB_STARTED)
+		r = qb_pubset_start(e->pub, &e->cfg->destinations[s->dest], &m, tag, err, sizeof(err));
+	json_decref(headers);
+	switch (r)
 	{
 		case QB_PUB_STARTED:
 			break;

@@ -58,6 +58,54 @@ qb_relay_topic(const QbConfig *cfg, const char *source, const char *event_type,
 	return qb_template_render(tmpl, qbr_names, values);
 }
 
+bool
+qb_replay_render(const QbConfig *cfg, const int64_t *ids, const char *const *sources,
+				 const char *const *event_types, int nrows, QbReplay *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->skipped = -1;
+	r->nrows = nrows;
+	if (nrows == 0)
+		return true;
+	r->ids = malloc(sizeof(int64_t) * nrows);
+	r->topics = calloc(nrows, sizeof(char *));
+	if (r->ids == NULL || r->topics == NULL)
+		goto oom;
+	for (int i = 0; i < nrows; i++)
+	{
+		bool		known;
+		char	   *topic = qb_relay_topic(cfg, sources[i], event_types[i], &known);
+
+		if (topic == NULL)
+			goto oom;
+		if (topic[0] == '\0')
+		{
+			r->nskipped++;
+			r->skipped = i;
+			free(topic);
+			continue;
+		}
+		r->ids[r->n] = ids[i];
+		r->topics[r->n++] = topic;
+	}
+	return true;
+
+oom:
+	qb_replay_free(r);
+	return false;
+}
+
+void
+qb_replay_free(QbReplay *r)
+{
+	for (int i = 0; i < r->n; i++)
+		free(r->topics[i]);
+	free(r->ids);
+	free(r->topics);
+	memset(r, 0, sizeof(*r));
+	r->skipped = -1;
+}
+
 /* qbr_reload swaps the engine's config for the stored one (qb_reload_config). */
 static void
 qbr_reload(QbrEngine *e)

@@ -12,6 +12,7 @@
 #define QB_RELAY_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "qb_config.h"
 #include "qb_host.h"
@@ -37,6 +38,43 @@ typedef struct QbRelayStats
  */
 extern char *qb_relay_topic(const QbConfig *cfg, const char *source,
 							const char *event_type, bool *known);
+
+/*
+ * The replay of inbox rows into the outbox (queuebox.replay_inbox() and
+ * every store's QB_Q_REPLAY_INBOX and QB_Q_REPLAY_INBOX_BULK): the rows
+ * QB_PG_INBOX_REPLAY_SELECT read (or the ODBC store's equivalent), each
+ * topic rendered from the CURRENT configuration exactly as the relay does
+ * (qb_relay_topic), then inserted in that order (QB_PG_INBOX_REPLAY).  A
+ * row whose topic renders empty is skipped: the single form fails on it,
+ * the bulk form counts it.
+ */
+typedef struct QbReplay
+{
+	int			nrows;			/* rows selected */
+	int			nskipped;		/* of which the topic rendered empty */
+	int			skipped;		/* the index of the last one skipped, -1: none */
+	int			n;				/* rows to insert: */
+	int64_t    *ids;			/* ... their inbox ids */
+	char	  **topics;			/* ... their rendered topics */
+} QbReplay;
+
+/*
+ * Render the topics of nrows selected rows (ids, sources, event types NULL
+ * when none) into r; malloc'd, free with qb_replay_free.  False when out of
+ * memory (r is then empty).
+ */
+extern bool qb_replay_render(const QbConfig *cfg, const int64_t *ids,
+							 const char *const *sources, const char *const *event_types,
+							 int nrows, QbReplay *r);
+extern void qb_replay_free(QbReplay *r);
+
+/* The replay's messages, shared by the extension's ERRORs and the stores' err. */
+#define QB_REPLAY_MISSING_FMT "inbox row %lld does not exist"
+#define QB_REPLAY_EMPTY_FMT "the topic of inbox row %lld renders empty, so no route could take it"
+#define QB_REPLAY_EMPTY_DETAIL_FMT \
+	"The topic template of source \"%s\" reads a value the message does not carry (usually {{ eventType }})."
+#define QB_REPLAY_EMPTY_HINT \
+	"Set eventTypePath (or eventTypeHeader) on the source, or use {{ source }} in its topic template, then replay again."
 
 /*
  * Run the engine until the host says stop.  Returns 0 after a clean stop,

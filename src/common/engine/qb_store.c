@@ -86,6 +86,27 @@ qb_circuit_parse(const char *name)
 	return QB_CIRCUIT_CLOSED;
 }
 
+const char *
+qb_settle_kind_name(QbSettleKind k)
+{
+	switch (k)
+	{
+		case QB_SETTLE_SENT:
+			return "sent";
+		case QB_SETTLE_RETRY:
+			return "retry";
+		case QB_SETTLE_DEAD:
+			return "dead";
+		case QB_SETTLE_RELEASE:
+			return "release";
+		case QB_SETTLE_ROUTE:
+			return "route";
+		case QB_SETTLE_HOLD:
+			return "hold";
+	}
+	return "release";
+}
+
 /* qb_relay_rows_free frees what a store's relay_claim returned. */
 void
 qb_relay_rows_free(QbRelayRow *rows, int n)
@@ -124,4 +145,32 @@ qb_inbox_match(const QbInboxRow *rows, int n, int64_t *ids, int64_t id,
 			return i;
 		}
 	return -1;
+}
+
+void
+qb_claim_left(const QbClaimReq *claim, const QbOutboxRow *rows, int nrows,
+			  QbClaimReq *req, int *limits)
+{
+	*req = *claim;
+	memcpy(limits, claim->limits, sizeof(int) * claim->ndests);
+	req->limits = limits;
+	for (int i = 0; i < nrows; i++)
+	{
+		const QbOutboxRow *r = &rows[i];
+		int			j = 0;
+
+		if (!r->claimed)
+			continue;
+		if (r->destination == NULL)
+		{
+			req->batch_size--;
+			continue;
+		}
+		while (j < claim->ndests && strcmp(claim->dests[j], r->destination) != 0)
+			j++;
+		if (j < claim->ndests && limits[j] > 0)
+			limits[j]--;
+	}
+	if (req->batch_size < 0)
+		req->batch_size = 0;
 }

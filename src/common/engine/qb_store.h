@@ -155,6 +155,20 @@ typedef struct QbCycleOut
 	int			nrows;
 } QbCycleOut;
 
+/*
+ * The arguments of one outbox_cycle call, as a store hands them to the
+ * body of its transaction skeleton.
+ */
+typedef struct QbCycleCall
+{
+	const QbDestTally *tallies;
+	int			ntallies;
+	const QbSettle *settles;
+	int			nsettles;
+	const QbClaimReq *claim;
+	QbCycleOut *out;
+} QbCycleCall;
+
 /* One received message for inbox_insert; strings borrowed from the caller. */
 typedef struct QbInboxRow
 {
@@ -268,6 +282,9 @@ extern const char *qb_circuit_name(QbCircuit c);
 extern QbCircuit qb_circuit_parse(const char *name);
 extern void qb_relay_rows_free(QbRelayRow *rows, int n);
 
+/* A settle's outcome as QB_PG_OUTBOX_SETTLE names it: "sent", "retry", ... */
+extern const char *qb_settle_kind_name(QbSettleKind k);
+
 /* A random (version 4) UUID in canonical text form, from OpenSSL RAND_bytes. */
 extern bool qb_uuid_v4(char out[QB_UUID_LEN + 1]);
 
@@ -280,6 +297,16 @@ extern bool qb_uuid_v4(char out[QB_UUID_LEN + 1]);
  * constraint violation), else -1 (the database failed).
  */
 extern int	qb_query_failure(const char *sqlstate);
+
+/*
+ * What a cycle's claim asks for once its promotion claimed rows (the rows
+ * promoted first, QB_PG_OUTBOX_PROMOTE): each destination only the room
+ * they left it, the unrouted places what is left of the batch.  *req is
+ * claim with batch_size lowered and limits pointing at limits[] (ndests
+ * elements, the caller's), lowered per destination.
+ */
+extern void qb_claim_left(const QbClaimReq *claim, const QbOutboxRow *rows, int nrows,
+						  QbClaimReq *req, int *limits);
 
 /*
  * The inbox insert's answer, row by row: a stored row (id, source, key) is

@@ -318,25 +318,17 @@ qbh_sign_add(void *list, const char *name, const char *value)
  */
 static bool
 qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
-				  const char *message_id, const char *row_headers,
+				  const char *message_id, const json_t *row_headers,
 				  const char *body, size_t body_len,
 				  bool *row_fault, char *err, size_t errlen)
 {
 	*row_fault = true;
-	if (row_headers != NULL && row_headers[0] != '\0' && strcmp(row_headers, "{}") != 0)
+	if (row_headers != NULL)
 	{
-		json_error_t jerr;
-		json_t	   *obj = json_loads(row_headers, JSON_DECODE_ANY, &jerr);
 		const char *name;
 		json_t	   *val;
 
-		if (obj == NULL || !json_is_object(obj))
-		{
-			snprintf(err, errlen, "the row's headers are not a JSON object");
-			json_decref(obj);
-			return false;
-		}
-		json_object_foreach(obj, name, val)
+		json_object_foreach((json_t *) row_headers, name, val)
 		{
 			char	   *dumped = NULL;
 			const char *v;
@@ -360,7 +352,6 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 						 "row header \"%.100s\" is not a valid HTTP header (names are tokens, values contain no control characters); fix the row's headers and replay it",
 						 name);
 				free(dumped);
-				json_decref(obj);
 				return false;
 			}
 			ok = qbh_append(list, name, v);
@@ -368,11 +359,9 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 			if (!ok)
 			{
 				snprintf(err, errlen, "row header \"%.100s\" is longer than 8 KiB", name);
-				json_decref(obj);
 				return false;
 			}
 		}
-		json_decref(obj);
 	}
 	for (int i = 0; i < dest->nheaders; i++)
 	{
@@ -404,7 +393,7 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 
 QbHttpStart
 qb_http_post(QbHttp *h, const QbDestination *dest,
-			 const char *message_id, const char *row_headers,
+			 const char *message_id, const json_t *row_headers,
 			 const char *body, size_t body_len, int tag,
 			 char *err, size_t errlen)
 {

@@ -21,6 +21,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "qb_config.h"
 
 typedef struct QbHttp QbHttp;
@@ -50,8 +52,8 @@ typedef enum QbHttpStart
 } QbHttpStart;
 
 /*
- * Start one POST of body to dest->url with the row's headers (a JSON object,
- * may be NULL), the destination's static headers, Content-Type,
+ * Start one POST of body to dest->url with the row's headers (a parsed JSON
+ * object, qb_message_headers; may be NULL), the destination's static headers, Content-Type,
  * X-Message-Id, User-Agent and, with signing:, the signature headers over
  * body (qb_sign.h; the timestamp is the time of this call).  When it does
  * not start, err says why: QB_HTTP_ROW_INVALID for a row header that is not
@@ -59,7 +61,7 @@ typedef enum QbHttpStart
  * local failure.
  */
 extern QbHttpStart qb_http_post(QbHttp *h, const QbDestination *dest,
-						 const char *message_id, const char *row_headers,
+						 const char *message_id, const json_t *row_headers,
 						 const char *body, size_t body_len, int tag,
 						 char *err, size_t errlen);
 

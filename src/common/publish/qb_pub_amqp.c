@@ -105,11 +105,9 @@ qb_amqp_headers_free(QbAmqpHeader *h, int n)
 }
 
 bool
-qb_amqp_headers_build(const char *row_headers, QbAmqpHeader **out, int *n,
+qb_amqp_headers_build(const json_t *row_headers, QbAmqpHeader **out, int *n,
 					  char **correlation_id, char *err, size_t errlen)
 {
-	json_error_t jerr;
-	json_t	   *obj;
 	const char *name;
 	json_t	   *val;
 	QbAmqpHeader *h;
@@ -118,24 +116,12 @@ qb_amqp_headers_build(const char *row_headers, QbAmqpHeader **out, int *n,
 	*out = NULL;
 	*n = 0;
 	*correlation_id = NULL;
-	if (row_headers == NULL || row_headers[0] == '\0')
+	if (row_headers == NULL || json_object_size(row_headers) == 0)
 		return true;
-	obj = json_loads(row_headers, JSON_DECODE_ANY, &jerr);
-	if (obj == NULL || !json_is_object(obj))
-	{
-		snprintf(err, errlen, "the row's headers are not a JSON object");
-		json_decref(obj);
-		return false;
-	}
-	if (json_object_size(obj) == 0)
-	{
-		json_decref(obj);
-		return true;
-	}
-	h = calloc(json_object_size(obj), sizeof(QbAmqpHeader));
+	h = calloc(json_object_size(row_headers), sizeof(QbAmqpHeader));
 	if (h == NULL)
 		goto oom;
-	json_object_foreach(obj, name, val)
+	json_object_foreach((json_t *) row_headers, name, val)
 	{
 		char	   *v;
 
@@ -149,7 +135,6 @@ qb_amqp_headers_build(const char *row_headers, QbAmqpHeader **out, int *n,
 			qb_amqp_headers_free(h, k);
 			free(*correlation_id);
 			*correlation_id = NULL;
-			json_decref(obj);
 			return false;
 		}
 		if (json_is_string(val))
@@ -168,7 +153,6 @@ qb_amqp_headers_build(const char *row_headers, QbAmqpHeader **out, int *n,
 			*correlation_id = strdup(v);
 		k++;
 	}
-	json_decref(obj);
 	if (k == 0)
 	{
 		free(h);
@@ -181,7 +165,6 @@ qb_amqp_headers_build(const char *row_headers, QbAmqpHeader **out, int *n,
 oom:
 	free(*correlation_id);
 	*correlation_id = NULL;
-	json_decref(obj);
 	snprintf(err, errlen, "out of memory");
 	return false;
 }

@@ -323,24 +323,17 @@ qbk_prune(void *arg, const QbConfig *cfg)
 	}
 }
 
-/* qbk_headers: the row's headers (a JSON object) plus the message id. */
+/* qbk_headers: the row's headers (parsed by the engine) plus the message id. */
 static rd_kafka_headers_t *
 qbk_headers(const QbMessage *m, char *err, size_t errlen)
 {
 	rd_kafka_headers_t *hdrs = rd_kafka_headers_new(8);
-	json_t	   *obj = NULL;
-	json_error_t jerr;
 	const char *name;
 	json_t	   *v;
 
 	if (m->headers != NULL)
 	{
-		if ((obj = json_loads(m->headers, 0, &jerr)) == NULL || !json_is_object(obj))
-		{
-			snprintf(err, errlen, "the row's headers are not a JSON object; fix them, then requeue the row (queuebox.requeue_outbox)");
-			goto err;
-		}
-		json_object_foreach(obj, name, v)
+		json_object_foreach((json_t *) m->headers, name, v)
 		{
 			if (json_is_string(v))
 				rd_kafka_header_add(hdrs, name, -1, json_string_value(v), json_string_length(v));
@@ -358,13 +351,11 @@ qbk_headers(const QbMessage *m, char *err, size_t errlen)
 				free(text);
 			}
 		}
-		json_decref(obj);
 	}
 	rd_kafka_header_add(hdrs, QBK_MSGID_HEADER, -1, m->message_id, -1);
 	return hdrs;
 
 err:
-	json_decref(obj);
 	rd_kafka_headers_destroy(hdrs);
 	return NULL;
 }
@@ -444,10 +435,7 @@ qbk_start(void *arg, const QbDestination *d, const QbMessage *m, int tag,
 		goto done;
 	}
 	if ((hdrs = qbk_headers(m, err, errlen)) == NULL)
-	{
-		r = QB_PUB_ROW_INVALID;
-		goto done;
-	}
+		goto done;				/* out of memory: a local failure, retried */
 	if ((p = qbk_producer_for(k, d, err, errlen)) == NULL)
 		goto done;
 	e = rd_kafka_producev(p->rk,

@@ -291,27 +291,20 @@ qbn_header_ok(const char *name, const char *value)
 }
 
 /*
- * qbn_headers copies the row's headers (a JSON object; non-strings as JSON
+ * qbn_headers copies the row's headers (parsed by the engine; non-strings as JSON
  * text, nulls skipped) into msg, then Nats-Msg-Id = message_id, which wins
  * over a row header of that name.  Returns a QbPubStart.
  */
 static QbPubStart
 qbn_headers(natsMsg *msg, const QbMessage *m, char *err, size_t errlen)
 {
-	json_t	   *h = NULL;
 	const char *name;
 	json_t	   *v;
 	natsStatus	s;
 
-	if (m->headers != NULL && *m->headers)
+	if (m->headers != NULL)
 	{
-		if ((h = json_loads(m->headers, JSON_DECODE_ANY, NULL)) == NULL || !json_is_object(h))
-		{
-			json_decref(h);
-			snprintf(err, errlen, "the row's headers are not a JSON object");
-			return QB_PUB_ROW_INVALID;
-		}
-		json_object_foreach(h, name, v)
+		json_object_foreach((json_t *) m->headers, name, v)
 		{
 			char	   *text = NULL;
 			const char *value;
@@ -322,7 +315,6 @@ qbn_headers(natsMsg *msg, const QbMessage *m, char *err, size_t errlen)
 				value = json_string_value(v);
 			else if ((value = text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT)) == NULL)
 			{
-				json_decref(h);
 				snprintf(err, errlen, "out of memory");
 				return QB_PUB_NOT_STARTED;
 			}
@@ -332,7 +324,6 @@ qbn_headers(natsMsg *msg, const QbMessage *m, char *err, size_t errlen)
 						 "header \"%.100s\" cannot be sent as a NATS header (a name with a space, ':' or control character, or a value with CR/LF)",
 						 name);
 				free(text);
-				json_decref(h);
 				return QB_PUB_ROW_INVALID;
 			}
 			s = natsMsgHeader_Set(msg, name, value);
@@ -340,11 +331,9 @@ qbn_headers(natsMsg *msg, const QbMessage *m, char *err, size_t errlen)
 			if (s != NATS_OK)
 			{
 				snprintf(err, errlen, "setting header \"%.100s\": %s", name, natsStatus_GetText(s));
-				json_decref(h);
 				return QB_PUB_NOT_STARTED;
 			}
 		}
-		json_decref(h);
 	}
 	if ((s = natsMsgHeader_Set(msg, "Nats-Msg-Id", m->message_id)) != NATS_OK)
 	{

@@ -99,6 +99,29 @@ qbp_instance(QbPubSet *s, QbDestType t, char *err, size_t errlen)
 	return s->inst[t];
 }
 
+bool
+qb_message_headers(const char *text, json_t **out, char *err, size_t errlen)
+{
+	json_t	   *obj;
+
+	*out = NULL;
+	if (text == NULL || text[0] == '\0' || strcmp(text, "{}") == 0)
+		return true;
+	obj = json_loads(text, JSON_DECODE_ANY, NULL);
+	if (obj == NULL || !json_is_object(obj))
+	{
+		json_decref(obj);
+		snprintf(err, errlen,
+				 "the row's headers are not a JSON object; fix them, then requeue the row (queuebox.requeue_outbox)");
+		return false;
+	}
+	if (json_object_size(obj) == 0)
+		json_decref(obj);
+	else
+		*out = obj;
+	return true;
+}
+
 QbPubStart
 qb_pubset_start(QbPubSet *s, const QbDestination *dest, const QbMessage *m, int tag,
 				char *err, size_t errlen)

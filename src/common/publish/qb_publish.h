@@ -5,7 +5,10 @@
  *
  * Wording:
  *	- A message is what one outbox row becomes at a destination: message id,
- *	  topic, key, headers (a JSON object), body.
+ *	  topic, key, headers, body.  The engine parses the row's headers text
+ *	  once per message (qb_message_headers) and hands every publisher the
+ *	  parsed object, so no publisher parses or re-validates it: a row whose
+ *	  headers are not a JSON object is dead before any publisher sees it.
  *	- A publish is one delivery attempt of one message, tagged with the row's
  *	  index in its batch; its outcome comes back through perform(): ok, a
  *	  failed attempt (retry with backoff), or permanent (dead at once: the
@@ -26,6 +29,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "qb_config.h"
 
 typedef struct QbMessage
@@ -33,7 +38,7 @@ typedef struct QbMessage
 	const char *message_id;		/* the row's message_id (uuid text) */
 	const char *topic;
 	const char *key;			/* NULL when the row has none */
-	const char *headers;		/* JSON object text, or NULL */
+	const json_t *headers;		/* a JSON object (borrowed), or NULL: none */
 	const char *body;
 	size_t		body_len;
 } QbMessage;
@@ -121,6 +126,15 @@ extern void qb_pubset_prune(QbPubSet *s, const QbConfig *cfg);
  */
 extern const QbDestination *qb_pubset_dest(const QbConfig *cfg, QbDestType type,
 										   const char *name);
+
+/*
+ * The row's headers text (NULL, "" and "{}" are none) parsed for a
+ * QbMessage: *out is a JSON object to json_decref after the publish
+ * started (publishers copy what they keep), or NULL for none.  False with
+ * err when the text is not a JSON object: the row can never be sent as it
+ * is (QB_PUB_ROW_INVALID, whatever the destination type).
+ */
+extern bool qb_message_headers(const char *text, json_t **out, char *err, size_t errlen);
 
 /* True when this build can publish to the type. */
 extern bool qb_pubset_supports(QbDestType type);

@@ -1,0 +1,1420 @@
+/*-------------------------------------------------------------------------
+ * pq_store.c
+ *	  The libpq store: the core's QbStore over one libpq connection.
+ *
+ * Wording:
+ *	- A statement is one of qb_sql_pg.h's, the one copy of the PostgreSQL
+ *	  SQL for every host (the SPI store runs the same text): prepared once
+ *	  per connection, lazily, under a fixed name (qbpq_stmts), and prepared
+ *	  again after a reconnect.  Parameters are typed (paramTypes OIDs) and
+ *	  sent as text: numbers in decimal, arrays as PostgreSQL array literals
+ *	  (qb_pg_array.h).  No value is ever spliced into SQL text.
+ *	- An op is one QbStore call: one transaction (BEGIN ... COMMIT,
+ *	  ROLLBACK on any error) holding the statements the SPI store runs for
+ *	  it (qbpq_txn), so both stores commit the same units.
+ *	- The connection is lost when libpq says so (PQstatus), or a statement
+ *	  failed with no SQLSTATE, a class 08 one (connection exception) or
+ *	  57P01-57P03 (the server shutting down or starting).  A lost connection
+ *	  is closed; the next op connects again.  A connect that fails starts a
+ *	  backoff (250 ms doubling to 10 s): until it ends every op fails at
+ *	  once, "database unreachable, next try in N ms: <why>", so an engine
+ *	  loop never spins on a dead server.  A connect that succeeds ends it.
+ *
+ * Transaction rules: as qb_store.h: one short transaction per op, never
+ * open across a call.  A COMMIT whose answer was lost with the connection
+ * has an unknown outcome: the op fails saying so and is not retried here
+ * (rows it claimed come back through their lease; a forward or settle is
+ * fenced by its claim token).  With QbPqConf.async_commit (the outbox
+ * engines' stores, as the extension's queuebox.worker_async_commit) the
+ * session commits asynchronously: a cycle lost in a crash only makes a
+ * row be delivered again.  The relay's forward and the inbox insert must
+ * be durable, so on such a session they SET LOCAL synchronous_commit on
+ * (a store per engine, as the daemon makes them, never pays for that).
+ *
+ * Session: each connect sets what the extension's workers set for their
+ * backend (worker_host.c qbh_apply_gucs): the planner alternatives the
+ * statements must not take are off, statement_timeout when configured,
+ * synchronous_commit off with async_commit.
+ * Then the LISTEN channels asked for are issued again.
+ *
+ * Secrets: messages name the server as user@host:port/dbname, never the
+ * URL; the password is scrubbed from whatever libpq says.
+ *
+ * Threads: one store, one connection, one thread at a time.
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <libpq-fe.h>
+
+#include "pq_store.h"
+#include "qb_host.h"
+#include "qb_pg_array.h"
+#include "qb_relay.h"
+#include "qb_sql_pg.h"
+
+/* The parameter types (pg_type OIDs) the statements take. */
+#define QBPQ_BOOL		16
+#define QBPQ_INT8		20
+#define QBPQ_INT4		23
+#define QBPQ_TEXT		25
+#define QBPQ_BOOLARR	1000
+#define QBPQ_INT4ARR	1007
+#define QBPQ_TEXTARR	1009
+#define QBPQ_INT8ARR	1016
+#define QBPQ_TSTZ		1184
+#define QBPQ_UUID		2950
+#define QBPQ_UUIDARR	2951
+
+#define QBPQ_MAXARGS	9
+#define QBPQ_BACKOFF_FIRST_MS	250
+#define QBPQ_BACKOFF_MAX_MS		10000
+
+/* The statements, by the slot their prepared name and flag live in. */
+typedef enum QbpqId
+{
+	QBPQ_CLAIM,
+	QBPQ_SETTLE,
+	QBPQ_PROMOTE,
+	QBPQ_BREAKER,
+	QBPQ_BREAKER_ROWS,
+	QBPQ_STATES,
+	QBPQ_UNPARK,
+	QBPQ_UNROUTE,
+	QBPQ_RECLAIM,
+	QBPQ_RETENTION,
+	QBPQ_RELAY_CLAIM,
+	QBPQ_RELAY_FORWARD,
+	QBPQ_RELAY_PROMOTE,
+	QBPQ_INBOX_INSERT,
+	QBPQ_REPLAY_SELECT,
+	QBPQ_REPLAY,
+	QBPQ_SET_CONFIG,
+	QBPQ_QUERY,					/* + QbQuery: qb_pg_queries[] */
+	QBPQ_NSTMTS = QBPQ_QUERY + QB_NQUERIES
+} QbpqId;
+
+typedef struct QbpqStmt
+{
+	const char *sql;
+	int			nparams;
+	unsigned int types[QBPQ_MAXARGS];
+} QbpqStmt;
+
+static const QbpqStmt qbpq_stmts[QBPQ_QUERY] = {
+	[QBPQ_CLAIM] = {QB_PG_OUTBOX_CLAIM, 9,
+	{QBPQ_INT4, QBPQ_INT8, QBPQ_INT4, QBPQ_UUID, QBPQ_INT8, QBPQ_TEXTARR, QBPQ_INT4ARR,
+	QBPQ_TEXTARR, QBPQ_INT8ARR}},
+	[QBPQ_SETTLE] = {QB_PG_OUTBOX_SETTLE, 7,
+	{QBPQ_UUIDARR, QBPQ_INT8ARR, QBPQ_TEXTARR, QBPQ_INT4ARR, QBPQ_INT8ARR, QBPQ_TEXTARR,
+	QBPQ_TEXTARR}},
+	[QBPQ_PROMOTE] = {QB_PG_OUTBOX_PROMOTE, 4, {QBPQ_TEXTARR, QBPQ_UUID, QBPQ_INT8, QBPQ_INT4}},
+	[QBPQ_BREAKER] = {QB_PG_OUTBOX_BREAKER, 8,
+	{QBPQ_TEXTARR, QBPQ_INT4ARR, QBPQ_INT4ARR, QBPQ_BOOLARR, QBPQ_INT8ARR, QBPQ_TEXTARR,
+	QBPQ_INT4ARR, QBPQ_INT8ARR}},
+	[QBPQ_BREAKER_ROWS] = {QB_PG_OUTBOX_BREAKER_ROWS, 1, {QBPQ_TEXTARR}},
+	[QBPQ_STATES] = {QB_PG_OUTBOX_STATES, 1, {QBPQ_INT8}},
+	[QBPQ_UNPARK] = {QB_PG_OUTBOX_UNPARK, 2, {QBPQ_TEXTARR, QBPQ_INT4}},
+	[QBPQ_UNROUTE] = {QB_PG_OUTBOX_UNROUTE, 1, {QBPQ_TEXTARR}},
+	[QBPQ_RECLAIM] = {QB_PG_OUTBOX_RECLAIM, 1, {QBPQ_INT4}},
+	[QBPQ_RETENTION] = {QB_PG_OUTBOX_RETENTION, 2, {QBPQ_INT8, QBPQ_INT4}},
+	[QBPQ_RELAY_CLAIM] = {QB_PG_RELAY_CLAIM, 3, {QBPQ_INT4, QBPQ_INT8, QBPQ_UUID}},
+	[QBPQ_RELAY_FORWARD] = {QB_PG_RELAY_FORWARD, 4,
+	{QBPQ_UUID, QBPQ_INT8ARR, QBPQ_TEXTARR, QBPQ_INT4}},
+	[QBPQ_RELAY_PROMOTE] = {QB_PG_RELAY_PROMOTE, 1, {QBPQ_INT8ARR}},
+	[QBPQ_INBOX_INSERT] = {QB_PG_INBOX_INSERT, 8,
+	{QBPQ_TEXTARR, QBPQ_TEXTARR, QBPQ_TEXTARR, QBPQ_TEXTARR, QBPQ_TEXTARR, QBPQ_TEXTARR,
+	QBPQ_TEXTARR, QBPQ_TEXTARR}},
+	[QBPQ_REPLAY_SELECT] = {QB_PG_INBOX_REPLAY_SELECT, 5,
+	{QBPQ_INT8, QBPQ_TEXT, QBPQ_TEXT, QBPQ_TSTZ, QBPQ_TSTZ}},
+	[QBPQ_REPLAY] = {QB_PG_INBOX_REPLAY, 3, {QBPQ_INT8ARR, QBPQ_TEXTARR, QBPQ_INT4}},
+	/* a setting of the session or (local) of the transaction, as SET does */
+	[QBPQ_SET_CONFIG] = {"SELECT set_config($1, $2, $3)", 3, {QBPQ_TEXT, QBPQ_TEXT, QBPQ_BOOL}},
+};
+
+struct QbPqStore
+{
+	char	   *url;
+	char	   *application_name;
+	char	   *where;			/* user@host:port/dbname: the URL without its secrets */
+	char	   *password;		/* scrubbed from libpq's messages; NULL: none given */
+	long		connect_timeout_ms;
+	long		statement_timeout_ms;
+	bool		async_commit;
+	PGconn	   *conn;			/* NULL: not connected */
+	bool		prepared[QBPQ_NSTMTS];
+	long		backoff_ms;		/* the last wait; 0: the last connect worked */
+	long		retry_at_ms;	/* no connect before this (monotonic ms) */
+	char		last_error[512];	/* why the last connect failed */
+	char		sqlstate[6];	/* of the op's failed statement, "" when none */
+	char	  **channels;		/* LISTEN after every connect */
+	int			nchannels;
+	const QbConfig *cfg;		/* borrowed, for the inbox replay's topics */
+};
+
+/* ---- messages ------------------------------------------------------------ */
+
+/*
+ * qbpq_scrub copies libpq's message into err after what, without its
+ * trailing newline and with the password (if libpq ever echoed it) masked.
+ */
+static void
+qbpq_scrub(const QbPqStore *s, const char *what, const char *msg, char *err, size_t errlen)
+{
+	char		buf[1024];
+	size_t		len;
+	char	   *hit;
+
+	snprintf(buf, sizeof(buf), "%s", msg && *msg ? msg : "no message from libpq");
+	len = strlen(buf);
+	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
+		buf[--len] = '\0';
+	/* a short password would mask every such letter: too short to matter */
+	while (s->password != NULL && strlen(s->password) >= 4 &&
+		   (hit = strstr(buf, s->password)) != NULL)
+	{
+		size_t		plen = strlen(s->password);
+
+		memset(hit, '*', 3);
+		memmove(hit + 3, hit + plen, strlen(hit + plen) + 1);
+	}
+	snprintf(err, errlen, "%s: %s", what, buf);
+}
+
+/* qbpq_describe: s->where (user@host:port/dbname) and s->password, from the URL or conninfo. */
+static bool
+qbpq_describe(QbPqStore *s)
+{
+	char	   *perr = NULL;
+	PQconninfoOption *opts = PQconninfoParse(s->url, &perr);
+	const char *user = NULL,
+			   *host = NULL,
+			   *port = NULL,
+			   *db = NULL;
+	char		buf[512];
+
+	PQfreemem(perr);
+	if (opts == NULL)
+	{
+		/* libpq will refuse it at connect, with its reason */
+		s->where = strdup("the PostgreSQL server (the connection string does not parse)");
+		return s->where != NULL;
+	}
+	for (PQconninfoOption *o = opts; o->keyword != NULL; o++)
+	{
+		if (o->val == NULL || o->val[0] == '\0')
+			continue;
+		if (strcmp(o->keyword, "user") == 0)
+			user = o->val;
+		else if (strcmp(o->keyword, "host") == 0 || (strcmp(o->keyword, "hostaddr") == 0 && !host))
+			host = o->val;
+		else if (strcmp(o->keyword, "port") == 0)
+			port = o->val;
+		else if (strcmp(o->keyword, "dbname") == 0)
+			db = o->val;
+		else if (strcmp(o->keyword, "password") == 0 && (s->password = strdup(o->val)) == NULL)
+			break;
+	}
+	snprintf(buf, sizeof(buf), "PostgreSQL at %s%s%s%s%s/%s", user ? user : "", user ? "@" : "",
+			 host ? host : "(default host)", port ? ":" : "", port ? port : "",
+			 db ? db : "(default database)");
+	PQconninfoFree(opts);
+	s->where = strdup(buf);
+	return s->where != NULL;
+}
+
+/* ---- the connection --------------------------------------------------------- */
+
+/* qbpq_drop closes a connection that is lost (or never became usable). */
+static void
+qbpq_drop(QbPqStore *s)
+{
+	if (s->conn != NULL)
+		PQfinish(s->conn);
+	s->conn = NULL;
+	memset(s->prepared, 0, sizeof(s->prepared));
+}
+
+/* qbpq_lost: does this failure mean the connection is gone? */
+static bool
+qbpq_lost(const QbPqStore *s, const char *state)
+{
+	return s->conn == NULL || PQstatus(s->conn) != CONNECTION_OK ||
+		state == NULL || state[0] == '\0' || strncmp(state, "08", 2) == 0 ||
+		strcmp(state, "57P01") == 0 || strcmp(state, "57P02") == 0 ||
+		strcmp(state, "57P03") == 0;
+}
+
+/*
+ * qbpq_failed records a failed statement: err = what + libpq's message,
+ * s->sqlstate its SQLSTATE; a lost connection is dropped.
+ */
+static void
+qbpq_failed(QbPqStore *s, const PGresult *res, const char *what, char *err, size_t errlen)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = res ? PQresultErrorMessage(res) : NULL;
+
+	if ((msg == NULL || *msg == '\0') && s->conn != NULL)
+		msg = PQerrorMessage(s->conn);
+	snprintf(s->sqlstate, sizeof(s->sqlstate), "%s", state ? state : "");
+	qbpq_scrub(s, what, msg, err, errlen);
+	if (qbpq_lost(s, state))
+		qbpq_drop(s);
+}
+
+/* qbpq_command runs SQL text with no parameter and no row (BEGIN, LISTEN ...). */
+static int
+qbpq_command(QbPqStore *s, const char *sql, const char *what, char *err, size_t errlen)
+{
+	PGresult   *res = PQexec(s->conn, sql);
+	int			rc = 0;
+
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+	{
+		qbpq_failed(s, res, what, err, errlen);
+		rc = -1;
+	}
+	PQclear(res);
+	return rc;
+}
+
+/*
+ * The parameters of one statement: text values, numbers formatted into
+ * num[], arrays built in arr[] (qbpq_args_array once an array is full).
+ * Out of memory sticks and fails the statement.
+ */
+typedef struct QbpqArgs
+{
+	const char *v[QBPQ_MAXARGS];
+	char		num[QBPQ_MAXARGS][24];
+	QbPgArray	arr[QBPQ_MAXARGS];
+	bool		oom;
+} QbpqArgs;
+
+static void
+qbpq_args_int(QbpqArgs *a, int i, long long v)
+{
+	snprintf(a->num[i], sizeof(a->num[i]), "%lld", v);
+	a->v[i] = a->num[i];
+}
+
+/* qbpq_args_array: parameter i is arr[i] (filled by the caller). */
+static void
+qbpq_args_array(QbpqArgs *a, int i)
+{
+	if ((a->v[i] = qb_pg_array_text(&a->arr[i])) == NULL)
+		a->oom = true;
+}
+
+static void
+qbpq_args_free(QbpqArgs *a)
+{
+	for (int i = 0; i < QBPQ_MAXARGS; i++)
+		qb_pg_array_free(&a->arr[i]);
+}
+
+/*
+ * qbpq_run executes statement id (preparing it on this connection first)
+ * and returns its result when its status is want, else NULL with err.
+ */
+static PGresult *
+qbpq_run(QbPqStore *s, int id, const QbpqArgs *a, ExecStatusType want, const char *what,
+		 char *err, size_t errlen)
+{
+	char		name[16];
+	const char *sql = id >= QBPQ_QUERY ? qb_pg_queries[id - QBPQ_QUERY] : qbpq_stmts[id].sql;
+	int			nparams = id >= QBPQ_QUERY ? qb_pg_query_nparams[id - QBPQ_QUERY] :
+		qbpq_stmts[id].nparams;
+	static const unsigned int text_types[QBPQ_MAXARGS] = {QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT,
+	QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT};
+	PGresult   *res;
+
+	if (a->oom)
+	{
+		snprintf(err, errlen, "%s: out of memory building its parameters", what);
+		return NULL;
+	}
+	snprintf(name, sizeof(name), "qb_%d", id);
+	if (!s->prepared[id])
+	{
+		res = PQprepare(s->conn, name, sql, nparams,
+						id >= QBPQ_QUERY ? text_types : qbpq_stmts[id].types);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		{
+			qbpq_failed(s, res, what, err, errlen);
+			PQclear(res);
+			return NULL;
+		}
+		PQclear(res);
+		s->prepared[id] = true;
+	}
+	res = PQexecPrepared(s->conn, name, nparams, a->v, NULL, NULL, 0);
+	if (PQresultStatus(res) != want)
+	{
+		qbpq_failed(s, res, what, err, errlen);
+		PQclear(res);
+		return NULL;
+	}
+	return res;
+}
+
+/* qbpq_set: set_config(name, value, is_local), as SET [LOCAL] does. */
+static int
+qbpq_set(QbPqStore *s, const char *name, const char *value, bool local, char *err, size_t errlen)
+{
+	QbpqArgs	a = {.v = {name, value, local ? "t" : "f"}};
+	char		what[96];
+	PGresult   *res;
+
+	snprintf(what, sizeof(what), "setting %s", name);
+	if ((res = qbpq_run(s, QBPQ_SET_CONFIG, &a, PGRES_TUPLES_OK, what, err, errlen)) == NULL)
+		return -1;
+	PQclear(res);
+	return 0;
+}
+
+static int
+qbpq_listen_one(QbPqStore *s, const char *channel, char *err, size_t errlen)
+{
+	/* LISTEN takes no parameter: the channel goes in as a quoted identifier */
+	char	   *ident = PQescapeIdentifier(s->conn, channel, strlen(channel));
+	char	   *sql;
+	int			rc;
+
+	if (ident == NULL)
+	{
+		qbpq_failed(s, NULL, "quoting a LISTEN channel", err, errlen);
+		return -1;
+	}
+	sql = malloc(strlen(ident) + 8);
+	if (sql == NULL)
+	{
+		PQfreemem(ident);
+		snprintf(err, errlen, "LISTEN: out of memory");
+		return -1;
+	}
+	sprintf(sql, "LISTEN %s", ident);
+	rc = qbpq_command(s, sql, "LISTEN", err, errlen);
+	free(sql);
+	PQfreemem(ident);
+	return rc;
+}
+
+/*
+ * qbpq_session sets up a new connection as the extension's workers set up
+ * their backend, then issues the LISTENs.
+ */
+static int
+qbpq_session(QbPqStore *s, char *err, size_t errlen)
+{
+	static const char *const off[] = {"enable_seqscan", "enable_bitmapscan", "enable_sort",
+	"enable_hashjoin", "jit"};
+	char		ms[24];
+
+	for (size_t i = 0; i < sizeof(off) / sizeof(off[0]); i++)
+		if (qbpq_set(s, off[i], "off", false, err, errlen) != 0)
+			return -1;
+	if (s->statement_timeout_ms > 0)
+	{
+		snprintf(ms, sizeof(ms), "%ld", s->statement_timeout_ms);
+		if (qbpq_set(s, "statement_timeout", ms, false, err, errlen) != 0)
+			return -1;
+	}
+	if (s->async_commit && qbpq_set(s, "synchronous_commit", "off", false, err, errlen) != 0)
+		return -1;
+	for (int i = 0; i < s->nchannels; i++)
+		if (qbpq_listen_one(s, s->channels[i], err, errlen) != 0)
+			return -1;
+	return 0;
+}
+
+/* qbpq_open makes one connection attempt. */
+static int
+qbpq_open(QbPqStore *s, char *err, size_t errlen)
+{
+	const char *keys[4] = {"dbname", "application_name", NULL, NULL};
+	const char *vals[4] = {s->url, s->application_name, NULL, NULL};
+	char		secs[24];
+	char		what[600];
+
+	if (s->connect_timeout_ms > 0)
+	{
+		/* libpq counts whole seconds: round up, never to 0 (no limit) */
+		snprintf(secs, sizeof(secs), "%ld", (s->connect_timeout_ms + 999) / 1000);
+		keys[2] = "connect_timeout";
+		vals[2] = secs;
+	}
+	snprintf(what, sizeof(what), "connecting to %s", s->where);
+	s->conn = PQconnectdbParams(keys, vals, 1);
+	if (s->conn == NULL || PQstatus(s->conn) != CONNECTION_OK)
+	{
+		qbpq_scrub(s, what, s->conn ? PQerrorMessage(s->conn) : "out of memory", err, errlen);
+		qbpq_drop(s);
+		return -1;
+	}
+	memset(s->prepared, 0, sizeof(s->prepared));
+	if (qbpq_session(s, err, errlen) != 0)
+	{
+		qbpq_drop(s);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * qbpq_ensure: a usable connection, or -1.  Connects when there is none,
+ * unless the backoff of the last failed connect is still running.
+ */
+static int
+qbpq_ensure(QbPqStore *s, char *err, size_t errlen)
+{
+	long		now;
+
+	if (s->conn != NULL && PQstatus(s->conn) == CONNECTION_OK)
+		return 0;
+	qbpq_drop(s);
+	now = qb_now_ms();
+	if (now < s->retry_at_ms)
+	{
+		snprintf(err, errlen, "database unreachable, next try in %ld ms: %s",
+				 s->retry_at_ms - now, s->last_error);
+		return -1;
+	}
+	if (qbpq_open(s, err, errlen) == 0)
+	{
+		s->backoff_ms = 0;
+		s->retry_at_ms = 0;
+		s->last_error[0] = '\0';
+		return 0;
+	}
+	s->backoff_ms = s->backoff_ms == 0 ? QBPQ_BACKOFF_FIRST_MS :
+		(s->backoff_ms * 2 > QBPQ_BACKOFF_MAX_MS ? QBPQ_BACKOFF_MAX_MS : s->backoff_ms * 2);
+	s->retry_at_ms = qb_now_ms() + s->backoff_ms;
+	snprintf(s->last_error, sizeof(s->last_error), "%s", err);
+	return -1;
+}
+
+/* ---- one op, one transaction ---------------------------------------------- */
+
+typedef int (*QbpqBody) (QbPqStore *s, void *arg, char *err, size_t errlen);
+
+/*
+ * qbpq_txn runs body(arg) in a transaction of its own: connect if needed,
+ * BEGIN, SET LOCAL statement_timeout (timeout_ms > 0), body, COMMIT.  When
+ * body fails (-1, or a QB_QUERY_* code) the transaction is rolled back and
+ * its code returned.
+ */
+static int
+qbpq_txn(QbPqStore *s, const char *what, long timeout_ms, QbpqBody body, void *arg,
+		 char *err, size_t errlen)
+{
+	char		ms[24];
+	char		buf[512];
+	int			rc;
+
+	s->sqlstate[0] = '\0';
+	if (qbpq_ensure(s, err, errlen) != 0 || qbpq_command(s, "BEGIN", what, err, errlen) != 0)
+		return -1;
+	snprintf(ms, sizeof(ms), "%ld", timeout_ms);
+	rc = timeout_ms > 0 ? qbpq_set(s, "statement_timeout", ms, true, err, errlen) : 0;
+	if (rc == 0)
+		rc = body(s, arg, err, errlen);
+	if (rc != 0)
+	{
+		if (s->conn != NULL && qbpq_command(s, "ROLLBACK", what, buf, sizeof(buf)) != 0)
+			qbpq_drop(s);
+		return rc;
+	}
+	if (qbpq_command(s, "COMMIT", what, err, errlen) != 0)
+	{
+		if (s->conn == NULL)
+		{
+			/* the answer was lost with the connection: never guess */
+			snprintf(buf, sizeof(buf), "%s", err);
+			snprintf(err, errlen,
+					 "%s (the connection was lost at COMMIT, so whether it committed is unknown; claimed rows come back when their lease ends)",
+					 buf);
+		}
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * qbpq_durable: this transaction commits synchronously even on a session
+ * that commits asynchronously (the relay's forward, the inbox insert).
+ */
+static int
+qbpq_durable(QbPqStore *s, char *err, size_t errlen)
+{
+	return s->async_commit ? qbpq_set(s, "synchronous_commit", "on", true, err, errlen) : 0;
+}
+
+/* ---- reading results ---------------------------------------------------------- */
+
+/* qbpq_dup: a column as a malloc'd string, NULL for SQL NULL; *oom on failure. */
+static char *
+qbpq_dup(const PGresult *res, int row, int col, bool *oom)
+{
+	char	   *v;
+
+	if (PQgetisnull(res, row, col))
+		return NULL;
+	if ((v = strdup(PQgetvalue(res, row, col))) == NULL)
+		*oom = true;
+	return v;
+}
+
+static long long
+qbpq_int(const PGresult *res, int row, int col)
+{
+	return PQgetisnull(res, row, col) ? 0 : strtoll(PQgetvalue(res, row, col), NULL, 10);
+}
+
+static bool
+qbpq_bool(const PGresult *res, int row, int col)
+{
+	return !PQgetisnull(res, row, col) && PQgetvalue(res, row, col)[0] == 't';
+}
+
+/* qbpq_oom: the op's err for a copy that ran out of memory. */
+static int
+qbpq_oom(const char *what, char *err, size_t errlen)
+{
+	snprintf(err, errlen, "%s: out of memory copying its rows", what);
+	return -1;
+}
+
+/*
+ * qbpq_take_rows appends the rows of a claim-shaped result (QB_PG_OUTBOX_CLAIM,
+ * QB_PG_OUTBOX_PROMOTE) to out->rows.  Each row is counted before it is
+ * copied, so a row copied in part is freed with the rest.
+ */
+static int
+qbpq_take_rows(const PGresult *res, QbCycleOut *out, const char *what, char *err, size_t errlen)
+{
+	int			n = PQntuples(res);
+	QbOutboxRow *rows;
+	bool		oom = false;
+
+	if (n == 0)
+		return 0;
+	if ((rows = realloc(out->rows, (out->nrows + n) * sizeof(QbOutboxRow))) == NULL)
+		return qbpq_oom(what, err, errlen);
+	memset(rows + out->nrows, 0, n * sizeof(QbOutboxRow));
+	out->rows = rows;
+	for (int i = 0; i < n && !oom; i++)
+	{
+		QbOutboxRow *r = &out->rows[out->nrows++];
+
+		r->id = qbpq_int(res, i, 0);
+		snprintf(r->message_id, sizeof(r->message_id), "%s", PQgetvalue(res, i, 1));
+		r->topic = qbpq_dup(res, i, 2, &oom);
+		r->key = qbpq_dup(res, i, 3, &oom);
+		r->payload = qbpq_dup(res, i, 4, &oom);
+		r->payload_len = r->payload ? strlen(r->payload) : 0;
+		r->headers = qbpq_dup(res, i, 5, &oom);
+		r->attempt = (int) qbpq_int(res, i, 6);
+		r->max_attempts = (int) qbpq_int(res, i, 7);
+		r->created_epoch = strtod(PQgetvalue(res, i, 8), NULL);
+		r->claimed = qbpq_bool(res, i, 9);
+		r->destination = qbpq_dup(res, i, 10, &oom);
+		r->in_intake = qbpq_bool(res, i, 11);
+		r->not_due = qbpq_bool(res, i, 12);
+		r->probe = qbpq_bool(res, i, 13);
+	}
+	return oom ? qbpq_oom(what, err, errlen) : 0;
+}
+
+/* ---- the outbox cycle -------------------------------------------------------- */
+
+/* qbpq_breaker: QB_PG_OUTBOX_BREAKER_ROWS then QB_PG_OUTBOX_BREAKER. */
+static int
+qbpq_breaker(QbPqStore *s, const QbDestTally *t, int n, QbCycleOut *out,
+			 char *err, size_t errlen)
+{
+	QbpqArgs	a = {0};
+	PGresult   *res = NULL;
+	bool		oom = false;
+	int			rc = -1;
+
+	for (int i = 0; i < n; i++)
+	{
+		qb_pg_array_add(&a.arr[0], t[i].destination);
+		qb_pg_array_add_int(&a.arr[1], t[i].ok);
+		qb_pg_array_add_int(&a.arr[2], t[i].failed);
+		qb_pg_array_add_bool(&a.arr[3], t[i].gone);
+		qb_pg_array_add_int(&a.arr[4], t[i].retry_after_ms);
+		qb_pg_array_add(&a.arr[5], t[i].error);
+		qb_pg_array_add_int(&a.arr[6], t[i].threshold);
+		qb_pg_array_add_int(&a.arr[7], t[i].cooldown_ms);
+	}
+	for (int i = 0; i < 8; i++)
+		qbpq_args_array(&a, i);
+	if ((res = qbpq_run(s, QBPQ_BREAKER_ROWS, &a, PGRES_COMMAND_OK,
+						"creating the circuit breaker rows", err, errlen)) == NULL)
+		goto done;
+	PQclear(res);
+	if ((res = qbpq_run(s, QBPQ_BREAKER, &a, PGRES_TUPLES_OK,
+						"the circuit breaker statement", err, errlen)) == NULL)
+		goto done;
+	if (PQntuples(res) > 0 &&
+		(out->changes = calloc(PQntuples(res), sizeof(QbDestChange))) == NULL)
+	{
+		rc = qbpq_oom("the circuit breaker statement", err, errlen);
+		goto done;
+	}
+	for (int i = 0; i < PQntuples(res); i++)
+	{
+		QbDestChange *c = &out->changes[out->nchanges++];
+
+		c->destination = qbpq_dup(res, i, 0, &oom);
+		c->old_state = qb_circuit_parse(PQgetvalue(res, i, 1));
+		c->new_state = qb_circuit_parse(PQgetvalue(res, i, 2));
+		c->paused = qbpq_bool(res, i, 3);
+	}
+	rc = oom ? qbpq_oom("the circuit breaker statement", err, errlen) : 0;
+done:
+	PQclear(res);
+	qbpq_args_free(&a);
+	return rc;
+}
+
+/*
+ * qbpq_settle: QB_PG_OUTBOX_SETTLE, then QB_PG_OUTBOX_PROMOTE for the keys
+ * whose row ended, in a statement of its own (its comment says why).  With
+ * claim, the promoted rows that are due are claimed under its token.
+ */
+static int
+qbpq_settle(QbPqStore *s, const QbSettle *st, int n, const QbClaimReq *claim,
+			QbCycleOut *out, char *err, size_t errlen)
+{
+	QbpqArgs	a = {0};
+	QbpqArgs	p = {0};
+	PGresult   *res = NULL;
+	int			nkeys = 0;
+	int			rc = -1;
+
+	for (int i = 0; i < n; i++)
+	{
+		qb_pg_array_add(&a.arr[0], st[i].token);
+		qb_pg_array_add_int(&a.arr[1], st[i].id);
+		qb_pg_array_add(&a.arr[2], qb_settle_kind_name(st[i].kind));
+		qb_pg_array_add_int(&a.arr[3], st[i].attempt);
+		qb_pg_array_add_int(&a.arr[4], st[i].delay_ms);
+		qb_pg_array_add(&a.arr[5], st[i].error);
+		qb_pg_array_add(&a.arr[6], st[i].destination);
+	}
+	for (int i = 0; i < 7; i++)
+		qbpq_args_array(&a, i);
+	if ((res = qbpq_run(s, QBPQ_SETTLE, &a, PGRES_TUPLES_OK, "the outbox settle",
+						err, errlen)) == NULL)
+		goto done;
+	out->nsettled = PQntuples(res);
+	for (int i = 0; i < PQntuples(res); i++)
+	{
+		const char *state = PQgetvalue(res, i, 1);
+
+		if (!PQgetisnull(res, i, 0) && (strcmp(state, "sent") == 0 || strcmp(state, "dead") == 0))
+		{
+			qb_pg_array_add(&p.arr[0], PQgetvalue(res, i, 0));
+			nkeys++;
+		}
+	}
+	PQclear(res);
+	res = NULL;
+	if (nkeys > 0)
+	{
+		qbpq_args_array(&p, 0);
+		if (claim != NULL)
+		{
+			p.v[1] = claim->token;
+			qbpq_args_int(&p, 2, claim->lease_ms);
+			qbpq_args_int(&p, 3, claim->default_max_attempts);
+		}
+		if ((res = qbpq_run(s, QBPQ_PROMOTE, &p, PGRES_TUPLES_OK,
+							"promoting the next row of each key", err, errlen)) == NULL)
+			goto done;
+		if (claim != NULL &&
+			qbpq_take_rows(res, out, "promoting the next row of each key", err, errlen) != 0)
+			goto done;
+	}
+	rc = 0;
+done:
+	PQclear(res);
+	qbpq_args_free(&a);
+	qbpq_args_free(&p);
+	return rc;
+}
+
+/* qbpq_states: QB_PG_OUTBOX_STATES into out; the probe names into probes. */
+static int
+qbpq_states(QbPqStore *s, long probe_ms, QbCycleOut *out, QbPgArray *probes,
+			char *err, size_t errlen)
+{
+	QbpqArgs	a = {0};
+	PGresult   *res;
+	bool		oom = false;
+	int			n;
+
+	qbpq_args_int(&a, 0, probe_ms);
+	if ((res = qbpq_run(s, QBPQ_STATES, &a, PGRES_TUPLES_OK,
+						"reading the destination states", err, errlen)) == NULL)
+		return -1;
+	n = PQntuples(res);
+	if (n > 0 && (out->states = calloc(n, sizeof(QbDestState))) == NULL)
+		oom = true;
+	for (int i = 0; i < n && !oom; i++)
+	{
+		QbDestState *st = &out->states[out->nstates++];
+
+		st->destination = qbpq_dup(res, i, 0, &oom);
+		st->state = qb_circuit_parse(PQgetvalue(res, i, 1));
+		st->failures = (int) qbpq_int(res, i, 2);
+		st->paused = qbpq_bool(res, i, 3);
+		st->probe = qbpq_bool(res, i, 4);
+		if (st->probe)
+			qb_pg_array_add(probes, st->destination);
+	}
+	PQclear(res);
+	return oom ? qbpq_oom("reading the destination states", err, errlen) : 0;
+}
+
+/* qbpq_claim: QB_PG_OUTBOX_CLAIM, its rows into out. */
+static int
+qbpq_claim(QbPqStore *s, const QbClaimReq *c, QbPgArray *probes, QbCycleOut *out,
+		   char *err, size_t errlen)
+{
+	QbpqArgs	a = {0};
+	PGresult   *res;
+	int			rc = -1;
+
+	for (int i = 0; i < c->ndests; i++)
+	{
+		qb_pg_array_add(&a.arr[5], c->dests[i]);
+		qb_pg_array_add_int(&a.arr[6], c->limits[i]);
+		qb_pg_array_add_int(&a.arr[8], c->floors ? c->floors[i] : 0);
+	}
+	qbpq_args_int(&a, 0, c->batch_size);
+	qbpq_args_int(&a, 1, c->lease_ms);
+	qbpq_args_int(&a, 2, c->default_max_attempts);
+	a.v[3] = c->token;
+	qbpq_args_int(&a, 4, c->floor);
+	qbpq_args_array(&a, 5);
+	qbpq_args_array(&a, 6);
+	if ((a.v[7] = qb_pg_array_text(probes)) == NULL)
+		a.oom = true;
+	qbpq_args_array(&a, 8);
+	if ((res = qbpq_run(s, QBPQ_CLAIM, &a, PGRES_TUPLES_OK, "the outbox claim",
+						err, errlen)) != NULL)
+	{
+		rc = qbpq_take_rows(res, out, "the outbox claim", err, errlen);
+		PQclear(res);
+	}
+	qbpq_args_free(&a);
+	return rc;
+}
+
+/* qbpq_cycle_body: as the SPI store's qbs_cycle_body, statement for statement. */
+static int
+qbpq_cycle_body(QbPqStore *s, void *arg, char *err, size_t errlen)
+{
+	QbCycleCall *cy = arg;
+	const QbClaimReq *claim = cy->claim;
+	QbClaimReq	req;
+	QbPgArray	probes = {0};
+	int		   *limits;
+	int			rc;
+
+	if (cy->ntallies > 0 &&
+		qbpq_breaker(s, cy->tallies, cy->ntallies, cy->out, err, errlen) != 0)
+		return -1;
+	if (cy->nsettles > 0 &&
+		qbpq_settle(s, cy->settles, cy->nsettles, claim, cy->out, err, errlen) != 0)
+		return -1;
+	if (claim == NULL)
+		return 0;
+	if ((limits = malloc(sizeof(int) * (claim->ndests + 1))) == NULL)
+		return qbpq_oom("the outbox claim", err, errlen);
+	qb_claim_left(claim, cy->out->rows, cy->out->nrows, &req, limits);
+	rc = qbpq_states(s, claim->probe_ms, cy->out, &probes, err, errlen);
+	if (rc == 0)
+		rc = qbpq_claim(s, &req, &probes, cy->out, err, errlen);
+	qb_pg_array_free(&probes);
+	free(limits);
+	return rc;
+}
+
+static int
+qbpq_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
+				  const QbSettle *settles, int nsettles, const QbClaimReq *claim,
+				  QbCycleOut *out, char *err, size_t errlen)
+{
+	QbCycleCall c = {.tallies = tallies, .ntallies = ntallies, .settles = settles,
+		.nsettles = nsettles, .claim = claim, .out = out};
+	int			rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = qbpq_txn(ctx, claim ? "settle and claim" : "settle", 0, qbpq_cycle_body, &c,
+				  err, errlen);
+	if (rc != 0)
+		qb_cycle_out_free(out);
+	return rc;
+}
+
+/* ---- the ops that count rows ------------------------------------------------- */
+
+typedef struct QbpqCount
+{
+	int			id;
+	const char *what;
+	QbpqArgs	args;
+	int			count;
+} QbpqCount;
+
+static int
+qbpq_count_body(QbPqStore *s, void *arg, char *err, size_t errlen)
+{
+	QbpqCount  *c = arg;
+	PGresult   *res = qbpq_run(s, c->id, &c->args, PGRES_COMMAND_OK, c->what, err, errlen);
+
+	if (res == NULL)
+		return -1;
+	c->count = atoi(PQcmdTuples(res));
+	PQclear(res);
+	return 0;
+}
+
+/* qbpq_count runs c's statement as an op; *count is the rows it changed. */
+static int
+qbpq_count(QbPqStore *s, QbpqCount *c, int *count, char *err, size_t errlen)
+{
+	int			rc = qbpq_txn(s, c->what, 0, qbpq_count_body, c, err, errlen);
+
+	*count = rc == 0 ? c->count : 0;
+	qbpq_args_free(&c->args);
+	return rc;
+}
+
+/* qbpq_names: parameter 0 is the text[] of names. */
+static void
+qbpq_names(QbpqArgs *a, const char *const *names, int n)
+{
+	for (int i = 0; i < n; i++)
+		qb_pg_array_add(&a->arr[0], names[i]);
+	qbpq_args_array(a, 0);
+}
+
+static int
+qbpq_outbox_unpark(void *ctx, const char *const *dests, int n, int limit, int *nmoved,
+				   char *err, size_t errlen)
+{
+	QbpqCount	c = {.id = QBPQ_UNPARK, .what = "unpark"};
+
+	qbpq_names(&c.args, dests, n);
+	qbpq_args_int(&c.args, 1, limit);
+	return qbpq_count(ctx, &c, nmoved, err, errlen);
+}
+
+static int
+qbpq_outbox_unroute(void *ctx, const char *const *dests, int n, int *nmoved,
+					char *err, size_t errlen)
+{
+	QbpqCount	c = {.id = QBPQ_UNROUTE, .what = "unroute"};
+
+	qbpq_names(&c.args, dests, n);
+	return qbpq_count(ctx, &c, nmoved, err, errlen);
+}
+
+static int
+qbpq_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
+{
+	QbpqCount	c = {.id = QBPQ_RECLAIM, .what = "reclaim"};
+
+	qbpq_args_int(&c.args, 0, limit);
+	return qbpq_count(ctx, &c, n, err, errlen);
+}
+
+static int
+qbpq_outbox_retention(void *ctx, long retention_sec, int limit, int *n,
+					  char *err, size_t errlen)
+{
+	QbpqCount	c = {.id = QBPQ_RETENTION, .what = "retention"};
+
+	qbpq_args_int(&c.args, 0, retention_sec);
+	qbpq_args_int(&c.args, 1, limit);
+	return qbpq_count(ctx, &c, n, err, errlen);
+}
+
+/* ---- the relay ------------------------------------------------------------------ */
+
+typedef struct QbpqRelayClaim
+{
+	int			batch_size;
+	long		lease_ms;
+	const char *token;
+	QbRelayRow *rows;
+	int			nrows;
+} QbpqRelayClaim;
+
+static int
+qbpq_relay_claim_body(QbPqStore *s, void *arg, char *err, size_t errlen)
+{
+	QbpqRelayClaim *c = arg;
+	QbpqArgs	a = {0};
+	PGresult   *res;
+	bool		oom = false;
+	int			n;
+
+	qbpq_args_int(&a, 0, c->batch_size);
+	qbpq_args_int(&a, 1, c->lease_ms);
+	a.v[2] = c->token;
+	if ((res = qbpq_run(s, QBPQ_RELAY_CLAIM, &a, PGRES_TUPLES_OK, "relay claim",
+						err, errlen)) == NULL)
+		return -1;
+	n = PQntuples(res);
+	if (n > 0 && (c->rows = calloc(n, sizeof(QbRelayRow))) == NULL)
+		oom = true;
+	for (int i = 0; i < n && !oom; i++)
+	{
+		QbRelayRow *r = &c->rows[c->nrows++];
+
+		r->id = qbpq_int(res, i, 0);
+		r->source = qbpq_dup(res, i, 1, &oom);
+		r->event_type = qbpq_dup(res, i, 2, &oom);
+	}
+	PQclear(res);
+	return oom ? qbpq_oom("relay claim", err, errlen) : 0;
+}
+
+static int
+qbpq_relay_claim(void *ctx, int batch_size, long lease_ms, const char *token,
+				 QbRelayRow **rows, int *nrows, char *err, size_t errlen)
+{
+	QbpqRelayClaim c = {.batch_size = batch_size, .lease_ms = lease_ms, .token = token};
+	int			rc = qbpq_txn(ctx, "relay claim", 0, qbpq_relay_claim_body, &c, err, errlen);
+
+	if (rc != 0)
+	{
+		qb_relay_rows_free(c.rows, c.nrows);
+		c.rows = NULL;
+		c.nrows = 0;
+	}
+	*rows = c.rows;
+	*nrows = c.nrows;
+	return rc;
+}
+
+typedef struct QbpqForward
+{
+	QbpqArgs	args;
+	int			nsettled;
+	int			ninserted;
+} QbpqForward;
+
+/* the forward, then QB_PG_RELAY_PROMOTE with the same ids, in a later statement */
+static int
+qbpq_relay_forward_body(QbPqStore *s, void *arg, char *err, size_t errlen)
+{
+	QbpqForward *f = arg;
+	PGresult   *res;
+	QbpqArgs	p = {.v = {f->args.v[1]}};
+
+	if (qbpq_durable(s, err, errlen) != 0)
+		return -1;
+	if ((res = qbpq_run(s, QBPQ_RELAY_FORWARD, &f->args, PGRES_TUPLES_OK, "the relay forward",
+						err, errlen)) == NULL)
+		return -1;
+	f->nsettled = (int) qbpq_int(res, 0, 0);
+	f->ninserted = (int) qbpq_int(res, 0, 1);
+	PQclear(res);
+	if ((res = qbpq_run(s, QBPQ_RELAY_PROMOTE, &p, PGRES_COMMAND_OK,
+						"promoting the next row of each aggregate", err, errlen)) == NULL)
+		return -1;
+	PQclear(res);
+	return 0;
+}
+
+static int
+qbpq_relay_forward(void *ctx, const char *token, const int64_t *ids,
+				   const char *const *topics, int n, int max_attempts,
+				   int *nsettled, int *ninserted, char *err, size_t errlen)
+{
+	QbpqForward f = {.args = {.v = {token}}};
+	int			rc;
+
+	for (int i = 0; i < n; i++)
+	{
+		qb_pg_array_add_int(&f.args.arr[1], ids[i]);
+		qb_pg_array_add(&f.args.arr[2], topics[i]);
+	}
+	qbpq_args_array(&f.args, 1);
+	qbpq_args_array(&f.args, 2);
+	qbpq_args_int(&f.args, 3, max_attempts);
+	rc = qbpq_txn(ctx, "relay forward", 0, qbpq_relay_forward_body, &f, err, errlen);
+	qbpq_args_free(&f.args);
+	*nsettled = rc == 0 ? f.nsettled : 0;
+	*ninserted = rc == 0 ? f.ninserted : 0;
+	return rc;
+}
+
+/* ---- the inbox insert --------------------------------------------------------- */
+
+typedef struct QbpqInsert
+{
+	const QbInboxRow *rows;
+	int			n;
+	int64_t    *ids;
+	QbpqArgs	args;
+} QbpqInsert;
+
+static int
+qbpq_inbox_insert_body(QbPqStore *s, void *arg, char *err, size_t errlen)
+{
+	QbpqInsert *a = arg;
+	PGresult   *res;
+
+	if (qbpq_durable(s, err, errlen) != 0)
+		return -1;
+	if ((res = qbpq_run(s, QBPQ_INBOX_INSERT, &a->args, PGRES_TUPLES_OK, "the inbox insert",
+						err, errlen)) == NULL)
+		return -1;
+	/* match each stored row to the first request of its key */
+	for (int r = 0; r < PQntuples(res); r++)
+		(void) qb_inbox_match(a->rows, a->n, a->ids, qbpq_int(res, r, 0),
+							  PQgetvalue(res, r, 1), PQgetvalue(res, r, 2));
+	PQclear(res);
+	return 0;
+}
+
+static int
+qbpq_inbox_insert(void *ctx, const QbInboxRow *rows, int n, long timeout_ms,
+				  int64_t *ids, char *err, size_t errlen)
+{
+	QbpqInsert	a = {.rows = rows, .n = n, .ids = ids};
+	int			rc;
+
+	memset(ids, 0, sizeof(int64_t) * n);
+	for (int i = 0; i < n; i++)
+	{
+		qb_pg_array_add(&a.args.arr[0], rows[i].source);
+		qb_pg_array_add(&a.args.arr[1], rows[i].idempotency_key);
+		qb_pg_array_add(&a.args.arr[2], rows[i].event_type);
+		qb_pg_array_add(&a.args.arr[3], rows[i].aggregate_id);
+		qb_pg_array_add(&a.args.arr[4], rows[i].payload);
+		qb_pg_array_add(&a.args.arr[5], rows[i].headers);
+		qb_pg_array_add(&a.args.arr[6], rows[i].pull ? "pull" : "push");
+		qb_pg_array_add(&a.args.arr[7], rows[i].dead_error);
+	}
+	for (int i = 0; i < 8; i++)
+		qbpq_args_array(&a.args, i);
+	rc = qbpq_txn(ctx, "storing received messages", timeout_ms, qbpq_inbox_insert_body, &a,
+				  err, errlen);
+	if (rc != 0)
+		memset(ids, 0, sizeof(int64_t) * n);
+	qbpq_args_free(&a.args);
+	return rc;
+}
+
+/* ---- query_text --------------------------------------------------------------- */
+
+typedef struct QbpqQuery
+{
+	QbQuery		query;
+	const char *const *params;
+	char	  **out;
+} QbpqQuery;
+
+/* qbpq_answer: *out = the malloc'd JSON text of one count, as json_build_object prints it. */
+static int
+qbpq_answer(char **out, const char *name, bool null, long long v, char *err, size_t errlen)
+{
+	char		buf[64];
+
+	if (null)
+		snprintf(buf, sizeof(buf), "{\"%s\" : null}", name);
+	else
+		snprintf(buf, sizeof(buf), "{\"%s\" : %lld}", name, v);
+	if ((*out = strdup(buf)) == NULL)
+		return qbpq_oom("the replay", err, errlen);
+	return 0;
+}
+
+/*
+ * qbpq_replay: QB_Q_REPLAY_INBOX and QB_Q_REPLAY_INBOX_BULK without the
+ * extension's queuebox.replay_inbox() (a plain-SQL schema has none): the
+ * rows (QB_PG_INBOX_REPLAY_SELECT), their topics from the configuration in
+ * force (qb_replay_render, as the extension renders them), the insert
+ * (QB_PG_INBOX_REPLAY); the answers and failures are the extension's.
+ */
+static int
+qbpq_replay(QbPqStore *s, QbpqQuery *q, char *err, size_t errlen)
+{
+	bool		single = q->query == QB_Q_REPLAY_INBOX;
+	QbpqArgs	a = {0};
+	QbpqArgs	ins = {0};
+	PGresult   *sel = NULL;
+	PGresult   *res = NULL;
+	QbReplay	r = {.skipped = -1};
+	int64_t    *ids = NULL;
+	const char **sources = NULL;
+	const char **types = NULL;
+	int			n;
+	int			rc = -1;
+
+	if (s->cfg == NULL)
+	{
+		snprintf(err, errlen,
+				 "no queuebox configuration is in force: a replayed inbox row takes its topic from its source's template");
+		return -1;
+	}
+	if (single && q->params[0] == NULL)
+		return qbpq_answer(q->out, "id", true, 0, err, errlen);	/* STRICT, as the SQL function */
+	for (int i = 0; i < 4; i++)
+		a.v[i + 1] = single ? NULL : q->params[i];
+	a.v[0] = single ? q->params[0] : NULL;
+	if ((sel = qbpq_run(s, QBPQ_REPLAY_SELECT, &a, PGRES_TUPLES_OK,
+						"reading the inbox rows to replay", err, errlen)) == NULL)
+		return -1;
+	n = PQntuples(sel);
+	ids = malloc(sizeof(int64_t) * (n + 1));
+	sources = malloc(sizeof(char *) * (n + 1));
+	types = malloc(sizeof(char *) * (n + 1));
+	if (ids == NULL || sources == NULL || types == NULL)
+	{
+		rc = qbpq_oom("the replay", err, errlen);
+		goto done;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		ids[i] = qbpq_int(sel, i, 0);
+		sources[i] = PQgetvalue(sel, i, 1);
+		types[i] = PQgetisnull(sel, i, 2) ? NULL : PQgetvalue(sel, i, 2);
+	}
+	if (!qb_replay_render(s->cfg, ids, sources, types, n, &r))
+	{
+		rc = qbpq_oom("the replay", err, errlen);
+		goto done;
+	}
+	if (single && r.nrows == 0)
+	{
+		snprintf(err, errlen, QB_REPLAY_MISSING_FMT, strtoll(q->params[0], NULL, 10));
+		rc = QB_QUERY_NOT_FOUND;
+		goto done;
+	}
+	if (single && r.nskipped > 0)
+	{
+		char		detail[300];
+
+		snprintf(detail, sizeof(detail), QB_REPLAY_EMPTY_DETAIL_FMT, sources[r.skipped]);
+		snprintf(err, errlen, QB_REPLAY_EMPTY_FMT ": %s %s", (long long) ids[r.skipped],
+				 detail, QB_REPLAY_EMPTY_HINT);
+		rc = QB_QUERY_BAD_INPUT;
+		goto done;
+	}
+	if (r.n > 0)
+	{
+		for (int i = 0; i < r.n; i++)
+		{
+			qb_pg_array_add_int(&ins.arr[0], r.ids[i]);
+			qb_pg_array_add(&ins.arr[1], r.topics[i]);
+		}
+		qbpq_args_array(&ins, 0);
+		qbpq_args_array(&ins, 1);
+		qbpq_args_int(&ins, 2, qb_config_relay_max_attempts(s->cfg));
+		if ((res = qbpq_run(s, QBPQ_REPLAY, &ins, PGRES_TUPLES_OK,
+							"inserting the replayed outbox rows", err, errlen)) == NULL)
+			goto done;
+	}
+	if (single)
+		rc = qbpq_answer(q->out, "id", res == NULL || PQntuples(res) == 0,
+						 res ? qbpq_int(res, 0, 0) : 0, err, errlen);
+	else
+		rc = qbpq_answer(q->out, "replayed", false, res ? PQntuples(res) : 0, err, errlen);
+done:
+	PQclear(sel);
+	PQclear(res);
+	qbpq_args_free(&ins);
+	qb_replay_free(&r);
+	free(ids);
+	free(sources);
+	free(types);
+	return rc;
+}
+
+static int
+qbpq_query_text_body(QbPqStore *s, void *arg, char *err, size_t errlen)
+{
+	QbpqQuery  *q = arg;
+	QbpqArgs	a = {0};
+	PGresult   *res;
+	bool		oom = false;
+
+	if (q->query == QB_Q_REPLAY_INBOX || q->query == QB_Q_REPLAY_INBOX_BULK)
+		return qbpq_replay(s, q, err, errlen);
+	for (int i = 0; i < qb_pg_query_nparams[q->query]; i++)
+		a.v[i] = q->params[i];
+	if ((res = qbpq_run(s, QBPQ_QUERY + q->query, &a, PGRES_TUPLES_OK, "query", err,
+						errlen)) == NULL)
+		return -1;
+	if (PQntuples(res) > 0)
+		*q->out = qbpq_dup(res, 0, 0, &oom);
+	PQclear(res);
+	return oom ? qbpq_oom("query", err, errlen) : 0;
+}
+
+static int
+qbpq_query_text(void *ctx, QbQuery query, const char *const *params, long timeout_ms,
+				char **out, char *err, size_t errlen)
+{
+	QbPqStore  *s = ctx;
+	QbpqQuery	q = {.query = query, .params = params, .out = out};
+	int			rc;
+
+	_Static_assert(sizeof(qb_pg_queries) / sizeof(qb_pg_queries[0]) == QB_NQUERIES,
+				   "one SQL text per QbQuery");
+	*out = NULL;
+	rc = qbpq_txn(s, "query", timeout_ms, qbpq_query_text_body, &q, err, errlen);
+	if (rc == 0)
+		return 0;
+	free(*out);
+	*out = NULL;
+	/* the store's own codes stand; a failed statement says what its SQLSTATE means */
+	return rc == -1 ? qb_query_failure(s->sqlstate) : rc;
+}
+
+/* The daemon reads its document from a file: this op is replaced. */
+static int
+qbpq_config_load(void *ctx, char **text, char *err, size_t errlen)
+{
+	*text = NULL;
+	return 0;
+}
+
+/* ---- the API ----------------------------------------------------------------------- */
+
+QbPqStore *
+qb_pq_store_new(const QbPqConf *conf)
+{
+	QbPqStore  *s = calloc(1, sizeof(QbPqStore));
+
+	if (s == NULL)
+		return NULL;
+	s->url = strdup(conf->url ? conf->url : "");
+	s->application_name = strdup(conf->application_name ? conf->application_name : "queuebox");
+	s->connect_timeout_ms = conf->connect_timeout_ms;
+	s->statement_timeout_ms = conf->statement_timeout_ms;
+	s->async_commit = conf->async_commit;
+	if (s->url == NULL || s->application_name == NULL || !qbpq_describe(s))
+	{
+		qb_pq_store_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+void
+qb_pq_store_ops(QbPqStore *s, QbStore *store)
+{
+	*store = (QbStore) {
+		.ctx = s,
+		.config_load = qbpq_config_load,
+		.outbox_cycle = qbpq_outbox_cycle,
+		.outbox_unpark = qbpq_outbox_unpark,
+		.outbox_unroute = qbpq_outbox_unroute,
+		.outbox_reclaim = qbpq_outbox_reclaim,
+		.outbox_retention = qbpq_outbox_retention,
+		.inbox_insert = qbpq_inbox_insert,
+		.query_text = qbpq_query_text,
+		.relay_claim = qbpq_relay_claim,
+		.relay_forward = qbpq_relay_forward,
+	};
+}
+
+int
+qb_pq_store_connect(QbPqStore *s, char *err, size_t errlen)
+{
+	return qbpq_ensure(s, err, errlen);
+}
+
+int
+qb_pq_store_socket(const QbPqStore *s)
+{
+	return s->conn != NULL ? PQsocket(s->conn) : -1;
+}
+
+int
+qb_pq_store_listen(QbPqStore *s, const char *channel, char *err, size_t errlen)
+{
+	bool		connected = s->conn != NULL && PQstatus(s->conn) == CONNECTION_OK;
+	bool		known = false;
+
+	for (int i = 0; i < s->nchannels; i++)
+		known |= strcmp(s->channels[i], channel) == 0;
+	if (!known)
+	{
+		char	  **c = realloc(s->channels, sizeof(char *) * (s->nchannels + 1));
+
+		if (c == NULL || (c[s->nchannels] = strdup(channel)) == NULL)
+		{
+			if (c != NULL)
+				s->channels = c;
+			snprintf(err, errlen, "LISTEN: out of memory");
+			return -1;
+		}
+		s->channels = c;
+		s->nchannels++;
+	}
+	/* a new connection issues every channel's LISTEN itself */
+	if (!connected)
+		return qbpq_ensure(s, err, errlen);
+	return qbpq_listen_one(s, channel, err, errlen);
+}
+
+int
+qb_pq_store_notified(QbPqStore *s)
+{
+	PGnotify   *n;
+	int			count = 0;
+
+	if (s->conn == NULL)
+		return 0;
+	if (!PQconsumeInput(s->conn))
+	{
+		/* the next op connects again (and says why if it cannot) */
+		qbpq_drop(s);
+		return 0;
+	}
+	while ((n = PQnotifies(s->conn)) != NULL)
+	{
+		count++;
+		PQfreemem(n);
+	}
+	return count;
+}
+
+void
+qb_pq_store_set_config(QbPqStore *s, const QbConfig *cfg)
+{
+	s->cfg = cfg;
+}
+
+void
+qb_pq_store_free(QbPqStore *s)
+{
+	if (s == NULL)
+		return;
+	qbpq_drop(s);
+	for (int i = 0; i < s->nchannels; i++)
+		free(s->channels[i]);
+	free(s->channels);
+	free(s->url);
+	free(s->application_name);
+	free(s->where);
+	free(s->password);
+	free(s);
+}

@@ -1,0 +1,65 @@
+/*-------------------------------------------------------------------------
+ * pq_store.h
+ *	  The libpq store: the core's QbStore over one libpq connection, for
+ *	  queuebox-mssqld on PostgreSQL (managed PostgreSQL, where no extension
+ *	  can be loaded, and the daemon's end-to-end tests).
+ *
+ * One store is one connection, used by one engine thread; give each engine
+ * its own store.  It runs the same SQL text as the SPI store (qb_sql_pg.h),
+ * so both are held to one contract (test/store/conformance.c).
+ *
+ * The connection is made on first use (or qb_pq_store_connect) and made
+ * again after it is lost, with a backoff: while it waits, every op fails at
+ * once with "database unreachable, next try in N ms: <why>".
+ *-------------------------------------------------------------------------
+ */
+#ifndef PQ_STORE_H
+#define PQ_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "qb_config.h"
+#include "qb_store.h"
+
+typedef struct QbPqConf
+{
+	const char *url;			/* libpq URI (postgres://...) or conninfo; TLS options (sslmode, sslrootcert, ...) pass through in it */
+	const char *application_name;	/* e.g. "queuebox-mssqld outbox 0" */
+	long		connect_timeout_ms; /* connect_timeout, rounded up to seconds (libpq's unit) */
+	long		statement_timeout_ms;	/* SET statement_timeout at each connect; 0: server default */
+	bool		async_commit;	/* SET synchronous_commit = off for the engines' cycles (as the extension's queuebox.worker_async_commit) */
+} QbPqConf;
+
+typedef struct QbPqStore QbPqStore;
+
+/* copies the strings; does not connect.  NULL when out of memory. */
+extern QbPqStore *qb_pq_store_new(const QbPqConf *conf);
+
+/*
+ * fills every op (named initialisers), ctx = s; config_load returns "no
+ * document" (the daemon replaces that op: its document comes from a file)
+ */
+extern void qb_pq_store_ops(QbPqStore *s, QbStore *store);
+
+/* connect now if not connected; 0 or -1 (err says why, without the password) */
+extern int	qb_pq_store_connect(QbPqStore *s, char *err, size_t errlen);
+
+/*
+ * the connection's socket (-1 if none): the host polls it for NOTIFY.  A
+ * reconnect gives a new socket: ask again after each op.
+ */
+extern int	qb_pq_store_socket(const QbPqStore *s);
+
+/* LISTEN, re-issued after every reconnect */
+extern int	qb_pq_store_listen(QbPqStore *s, const char *channel, char *err, size_t errlen);
+
+/* consume input, drain and count notifications (0 when none) */
+extern int	qb_pq_store_notified(QbPqStore *s);
+
+/* the configuration in force (borrowed), for the ops that render topics (inbox replay) */
+extern void qb_pq_store_set_config(QbPqStore *s, const QbConfig *cfg);
+
+extern void qb_pq_store_free(QbPqStore *s);
+
+#endif							/* PQ_STORE_H */
