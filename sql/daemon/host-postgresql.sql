@@ -14,26 +14,50 @@
 /*
  * topic_matches: "*" is one segment (any text between dots, empty
  * included), "**" any number of segments, zero included; any other
- * segment matches itself, case included.  Written as a regular expression
- * over "." || topic, each segment with the dot before it, and every
- * character of a literal segment that is not a letter, digit or '_'
- * escaped (a backslash before such a character stands for itself).  An
- * empty topic has no segment, so only a pattern made of "**" matches it.
+ * segment matches itself, case included.  A pattern the routes would
+ * refuse raises the extension's ERROR (22023), segment by segment as
+ * qb_pattern_check says it.  The match is a regular expression over
+ * "." || topic, each segment with the dot before it, and every character of
+ * a literal segment that is not a letter, digit or '_' escaped (a backslash
+ * before such a character stands for itself).  An empty topic has no
+ * segment, so only a pattern made of "**" matches it.
  */
 CREATE FUNCTION queuebox.topic_matches(pattern text, topic text) RETURNS boolean
-	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+	LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 	AS $$
-	SELECT CASE
-		WHEN topic_matches.pattern = '' THEN false
-		WHEN topic_matches.topic = '' THEN topic_matches.pattern ~ '^\*\*(\.\*\*)*$'
-		ELSE ('.' || topic_matches.topic) ~ ('^' || (
-			SELECT string_agg(CASE s WHEN '**' THEN '(\.[^.]*)*'
-									 WHEN '*' THEN '\.[^.]*'
-									 ELSE '\.' || regexp_replace(s, '([^[:alnum:]_])', '\\\1', 'g')
-							  END, '' ORDER BY n)
-			FROM unnest(string_to_array(topic_matches.pattern, '.')) WITH ORDINALITY AS u(s, n))
-			|| '$')
-	END
+DECLARE
+	segs text[] := string_to_array(pattern, '.');
+	re text := '';
+	s text;
+	why text;
+BEGIN
+	IF pattern = '' THEN
+		why := 'the pattern is empty; use "**" to match every topic';
+	ELSE
+		FOR n IN 1 .. cardinality(segs) LOOP
+			s := segs[n];
+			IF s = '' THEN
+				why := format('segment %s is empty (a leading, trailing or doubled dot); segments are separated by single dots, e.g. "orders.*.created"', n);
+			ELSIF s ~ '[\x01-\x20\x7f]' THEN
+				why := format('segment %s contains a space or a control character', n);
+			ELSIF s NOT IN ('*', '**') AND strpos(s, '*') > 0 THEN
+				why := format('segment %s "%s" mixes ''*'' with other text: a wildcard is a whole segment, "*" for one segment or "**" for any number', n, left(s, 40));
+			END IF;
+			EXIT WHEN why IS NOT NULL;
+			re := re || CASE s WHEN '**' THEN '(\.[^.]*)*' WHEN '*' THEN '\.[^.]*'
+							   ELSE '\.' || regexp_replace(s, '([^[:alnum:]_])', '\\\1', 'g') END;
+		END LOOP;
+	END IF;
+	IF why IS NOT NULL THEN
+		RAISE EXCEPTION 'invalid topic pattern "%": %', pattern, why
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Segments are separated by single dots; "*" matches one segment, "**" any number.';
+	END IF;
+	IF topic = '' THEN
+		RETURN pattern ~ '^\*\*(\.\*\*)*$';
+	END IF;
+	RETURN ('.' || topic) ~ ('^' || re || '$');
+END
 $$;
 COMMENT ON FUNCTION queuebox.topic_matches(text, text) IS
 	'True when the topic matches the pattern, as routes match: "*" one segment, "**" any number.';

@@ -245,10 +245,9 @@ qbd_host_listen(QbdHost *h, const char *channel, char *err, size_t errlen)
 {
 	if (h->pq == NULL)
 		return 0;
-	if (qb_pq_store_listen(h->pq, channel, err, errlen) != 0)
-		return -1;
+	/* the store keeps the channel and LISTENs again at each new connection */
 	h->listening = true;
-	return 0;
+	return qb_pq_store_listen(h->pq, channel, err, errlen);
 }
 
 bool

@@ -50,6 +50,28 @@ static const QbdUpgrade qbd_upgrades[] = {
 	{.from = NULL, .to = NULL, .sql = NULL}
 };
 
+/*
+ * qbd_pg_error: "what: the server's message (SQLSTATE)" on one line, with
+ * its hint when it has one; libpq's own text when the server said nothing.
+ */
+static void
+qbd_pg_error(PGconn *conn, const PGresult *res, const char *what, char *err, size_t errlen)
+{
+	const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	const char *hint = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_HINT) : NULL;
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	if (primary != NULL)
+		snprintf(err, errlen, "%s: %s (SQLSTATE %s)%s%s", what, primary, state ? state : "?",
+				 hint ? "; " : "", hint ? hint : "");
+	else
+		snprintf(err, errlen, "%s: %s", what, res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+	/* libpq's messages end with a newline: one line per event */
+	for (char *p = err; *p; p++)
+		if (*p == '\n')
+			*p = ' ';
+}
+
 /* qbd_exec: one statement with text parameters; the result, or NULL with err. */
 static PGresult *
 qbd_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
@@ -59,10 +81,7 @@ qbd_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
 
 	if (PQresultStatus(res) == want)
 		return res;
-	snprintf(err, errlen, "%s: %s", what,
-			 res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
-	/* libpq's messages end with a newline: one line per event */
-	err[strcspn(err, "\n")] = '\0';
+	qbd_pg_error(conn, res, what, err, errlen);
 	PQclear(res);
 	return NULL;
 }
@@ -152,9 +171,7 @@ qbd_migrate(PGconn *conn, bool *installed, char *err, size_t errlen)
 		res = PQexec(conn, qbd_schema_pg);
 		if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
 		{
-			snprintf(err, errlen, "could not create the QueueBox schema: %s",
-					 PQresultErrorMessage(res));
-			err[strcspn(err, "\n")] = '\0';
+			qbd_pg_error(conn, res, "could not create the QueueBox schema", err, errlen);
 			goto fail;
 		}
 		PQclear(res);
@@ -189,9 +206,10 @@ qbd_migrate(PGconn *conn, bool *installed, char *err, size_t errlen)
 			res = PQexec(conn, u->sql);
 			if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
 			{
-				snprintf(err, errlen, "could not migrate the schema from %s to %s: %s",
-						 u->from, u->to, PQresultErrorMessage(res));
-				err[strcspn(err, "\n")] = '\0';
+				char		what[128];
+
+				snprintf(what, sizeof(what), "could not migrate the schema from %s to %s", u->from, u->to);
+				qbd_pg_error(conn, res, what, err, errlen);
 				goto fail;
 			}
 			PQclear(res);

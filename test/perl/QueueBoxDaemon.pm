@@ -21,6 +21,8 @@ use File::Basename qw(dirname);
 use POSIX qw(WNOHANG);
 use Time::HiRes qw(usleep);
 use Exporter 'import';
+use IPC::Run;
+use Test::More;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -185,6 +187,8 @@ sub qbd_run
 
 END
 {
+	# waitpid sets $?, which END would make the test's exit status
+	local $?;
 	for my $d (@live)
 	{
 		next unless $d->{pid};

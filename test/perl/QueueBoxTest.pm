@@ -404,6 +404,8 @@ sub qb_sink_stop
 
 END
 {
+	# waitpid sets $?, which END would make the test's exit status
+	local $?;
 	for my $s (@live_sinks)
 	{
 		next unless $s->{pid};

@@ -28,7 +28,7 @@ sub conf
 		outbox => { pollIntervalMs => 100, maxAttempts => 3, %{ $o{outbox} // {} } },
 		destinations => $o{destinations} // {
 			sink => { type => 'http', baseUrl => $sink->{url}, path => '/events', timeoutMs => 2000 } },
-		routes => $o{routes} // [ { topic => 'orders.**', destination => 'sink' } ],
+		routes => $o{routes} // [ { topicPattern => 'orders.**', destination => 'sink' } ],
 		database => { url => $url, %{ $o{database} // {} } },
 		daemon => { outboxWorkers => 2, shutdownGraceMs => 5000 });
 }
@@ -161,7 +161,7 @@ print $fh conf(
 	destinations => {
 		sink => { type => 'http', baseUrl => $sink->{url}, path => '/events', timeoutMs => 2000 },
 		audit => { type => 'http', baseUrl => $sink->{url}, path => '/audit', timeoutMs => 2000 } },
-	routes => [ { topic => 'audit.*', destination => 'audit' }, { topic => 'orders.**', destination => 'sink' } ]);
+	routes => [ { topicPattern => 'audit.*', destination => 'audit' }, { topicPattern => 'orders.**', destination => 'sink' } ]);
 close $fh;
 qbd_signal($d, 'HUP');
 $log = qbd_wait_daemon_log($d, qr/configuration reloaded/, $off);
@@ -188,7 +188,7 @@ qb_wait_query($node, q{SELECT count(*) FROM pg_stat_activity WHERE application_n
 # ---- LISTEN: with a poll of an hour, delivery depends on the NOTIFY
 $d = qbd_start($node, conf(outbox => { pollIntervalMs => 3600000 }, database => { listen => 'true' }), name => 'listen');
 qbd_wait_daemon_log($d, qr/outbox 1\[\d+\]: started/);
-qb_wait_query($node, q{SELECT string_agg(tgname || ':' || tgenabled, ',' ORDER BY tgname) FROM pg_trigger
+qb_wait_query($node, q{SELECT string_agg(tgname || ':' || tgenabled::text, ',' ORDER BY tgname) FROM pg_trigger
 	WHERE tgname IN ('outbox_notify', 'inbox_notify')}, 'inbox_notify:O,outbox_notify:O',
 	'database.listen: true enables the notify triggers');
 # the roles LISTEN once connected; a row inserted before that waits for the
@@ -206,7 +206,7 @@ is(qbd_wait_exit($d, 30), 0, 'the LISTEN daemon stops');
 
 # listen off again: the triggers are disabled at the next start
 $r = qbd_run('--config', qbd_write_conf(conf(), 'migrate'), '--migrate');
-is($node->safe_psql('postgres', q{SELECT string_agg(tgname || ':' || tgenabled, ',' ORDER BY tgname) FROM pg_trigger
+is($node->safe_psql('postgres', q{SELECT string_agg(tgname || ':' || tgenabled::text, ',' ORDER BY tgname) FROM pg_trigger
 	WHERE tgname IN ('outbox_notify', 'inbox_notify')}), 'inbox_notify:D,outbox_notify:D',
 	'database.listen: false disables the notify triggers (no NOTIFY cost on inserts)');
 

@@ -25,10 +25,10 @@ sub conf
 {
 	my (%o) = @_;
 	return qb_config_yaml(
-		outbox => { pollIntervalMs => 100, claimTimeoutMs => 3000, batchSize => 20, %{ $o{outbox} // {} } },
+		outbox => { pollIntervalMs => 100, claimTimeoutMs => 4000, batchSize => 20, %{ $o{outbox} // {} } },
 		destinations => $o{destinations} // {
-			sink => { type => 'http', baseUrl => $sink->{url}, path => '/f', timeoutMs => 5000 } },
-		routes => $o{routes} // [ { topic => '**', destination => 'sink' } ],
+			sink => { type => 'http', baseUrl => $sink->{url}, path => '/f', timeoutMs => 3000 } },
+		routes => $o{routes} // [ { topicPattern => '**', destination => 'sink' } ],
 		database => { url => $o{url} // qbd_url($node), connectTimeoutMs => 2000, %{ $o{database} // {} } },
 		daemon => { outboxWorkers => 2, shutdownGraceMs => 5000 });
 }
@@ -122,8 +122,8 @@ $d = qbd_start($node, conf(
 	destinations => {
 		down => { type => 'http', baseUrl => "http://127.0.0.1:$down", timeoutMs => 500,
 			circuitBreaker => { failures => 3, cooldownMs => 600000 } },
-		sink => { type => 'http', baseUrl => $sink->{url}, path => '/f', timeoutMs => 5000 } },
-	routes => [ { topic => 'down.*', destination => 'down' }, { topic => '**', destination => 'sink' } ],
+		sink => { type => 'http', baseUrl => $sink->{url}, path => '/f', timeoutMs => 3000 } },
+	routes => [ { topicPattern => 'down.*', destination => 'down' }, { topicPattern => '**', destination => 'sink' } ],
 	outbox => { maxAttempts => 1000 }), name => 'isolation');
 qbd_wait_daemon_log($d, qr/outbox 1\[\d+\]: started/);
 $node->safe_psql('postgres', q{
@@ -154,7 +154,8 @@ unlike($log, qr/started/, 'wrong password: no role starts before the database is
 qbd_signal($d, 'TERM');
 is(qbd_wait_exit($d, 10), 0, 'wrong password: SIGTERM still stops it');
 
-# the right password works
+# the right password works (qbdpw may use the schema qbd made: its member)
+$node->safe_psql('postgres', 'GRANT qbd TO qbdpw');
 $d = qbd_start($node, conf(url => qbd_url($node, user => 'qbdpw', password => 'right-password')), name => 'goodpw');
 like(qbd_wait_daemon_log($d, qr/outbox 0\[\d+\]: started/), qr/outbox 0\[\d+\]: started/, 'the right password connects');
 qbd_signal($d, 'TERM');

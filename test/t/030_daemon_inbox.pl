@@ -34,7 +34,8 @@ my $token = 'admin-token-0123456789abcdef';
 
 my $yaml = qb_config_yaml(
 	destinations => { web => { type => 'http', baseUrl => $sink->{url}, path => '/hooks' } },
-	routes => [ { topic => 'shop.**', destination => 'web' }, { topic => 'ev.**', destination => 'web' } ],
+	routes => [ { topicPattern => 'shop.**', destination => 'web' }, { topicPattern => 'ev.**', destination => 'web' },
+		{ topicPattern => 'tasks.**', destination => 'web' } ],
 	database => { url => qbd_url($node) },
 	daemon => { outboxWorkers => 1 })
   . <<"EOY";
@@ -54,6 +55,7 @@ sources:
     path: /tasks
     idempotencyKeyHeader: X-Task-Id
     consumption: pull
+    topic: "tasks.{{ source }}"
   ev:
     type: nats
     url: "$nats->{url}"
@@ -157,10 +159,12 @@ like($a->{content}, qr/poison/, 'admin lists the dead pull row');
 my $dead_id = $node->safe_psql('postgres', q{SELECT id FROM queuebox.inbox WHERE state = 'dead'});
 $a = $http->request('POST', "$base/admin/inbox/$dead_id/replay", { headers => { Authorization => "Bearer $token" } });
 is($a->{status}, 200, 'admin replays an inbox row into the outbox (the topic rendered by the daemon)') or diag $a->{content};
+qb_wait_query($node, q{SELECT state FROM queuebox.outbox WHERE topic = 'tasks.tasks'}, 'sent',
+	'the replayed row is delivered');
 
 # ---- the SQL topic_matches() of the daemon equals the extension's C one
 my $ext = qb_node('daemon_inbox_ext');
-my @seg = ('a', 'b', '*', '**', 'a.b', 'x-y', 'é', '');
+my @seg = ('a', 'b', '*', '**', 'a.b', 'x-y', 'é', 'a+b', 'A');
 my @cases;
 srand(7);
 for (1 .. 400)
@@ -170,10 +174,18 @@ for (1 .. 400)
 	next if $p eq '';
 	push @cases, [ $p, $t ];
 }
-my $values = join(',', map { '(' . qb_sql_quote($_->[0]) . ',' . qb_sql_quote($_->[1]) . ')' } @cases);
-my $q = "SELECT string_agg(queuebox.topic_matches(p, t)::text, ',' ORDER BY n) FROM (VALUES $values) WITH ORDINALITY v(p, t, n)";
+my $i = 0;
+my $values = join(',', map { '(' . (++$i) . ',' . qb_sql_quote($_->[0]) . ',' . qb_sql_quote($_->[1]) . ')' } @cases);
+my $q = "SELECT string_agg(queuebox.topic_matches(p, t)::text, ',' ORDER BY n) FROM (VALUES $values) v(n, p, t)";
 is($node->safe_psql('postgres', $q), $ext->safe_psql('postgres', $q),
 	scalar(@cases) . ' random patterns and topics: the daemon\'s SQL topic_matches() answers as the C one');
+for my $bad ('', 'a..b', '.a', 'a.', 'or*ders', 'a b')
+{
+	my (undef, undef, $e1) = $node->psql('postgres', 'SELECT queuebox.topic_matches(' . qb_sql_quote($bad) . q{, 'a')});
+	my (undef, undef, $e2) = $ext->psql('postgres', 'SELECT queuebox.topic_matches(' . qb_sql_quote($bad) . q{, 'a')});
+	s/^.*?ERROR:\s+//s, s/\n.*//s for $e1, $e2;
+	ok($e1 ne '' && $e1 eq $e2, "an invalid pattern \"$bad\" is refused with the extension's message ($e1)");
+}
 
 qbd_signal($d, 'TERM');
 is(qbd_wait_exit($d, 30), 0, 'the daemon stops');

@@ -42,9 +42,9 @@ test_roles_wanted(void **state)
 		"database: {url: 'postgres://q@localhost/db'}\n"
 		"daemon: {outboxWorkers: 3}\n"
 		"sources:\n"
-		"  hook: {type: http, path: /h, idempotencyKeyHeader: X-Id}\n"
-		"  orders: {type: rabbitmq, url: 'amqp://localhost', queue: q}\n"
-		"  clicks: {type: nats, url: 'nats://localhost', subject: c, stream: s}\n");
+		"  hook: {type: http, path: /h, idempotencyKeyHeader: X-Id, topic: '{{ source }}'}\n"
+		"  orders: {type: rabbitmq, url: 'amqp://localhost', queue: q, topic: '{{ source }}'}\n"
+		"  clicks: {type: nats, url: 'nats://localhost', subject: c, stream: s, topic: '{{ source }}'}\n");
 	QbdRole		r[16];
 	int			n = qbd_roles_wanted(cfg, r, 16);
 	char		name[64];

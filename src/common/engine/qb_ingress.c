@@ -986,6 +986,9 @@ qbi_reload(QbiEngine *e)
 	ref->refs = 1;
 	qbi_unref(e->ref);
 	e->ref = ref;
+	/* the admin routes' store renders replayed topics with it */
+	if (e->host->config_loaded)
+		e->host->config_loaded(e->host->ctx, cfg);
 
 	h = &cfg->http;
 	if (h->host != NULL)

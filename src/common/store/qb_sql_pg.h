@@ -576,8 +576,8 @@
 	"  WHERE state = 'dead' ORDER BY id LIMIT coalesce($1::int, 100)) d"
 
 static const char *const qb_pg_queries[] = {
-	/* QB_Q_READY: the queue tables are there and readable */
-	"SELECT count(*)::text FROM queuebox.config",
+	/* QB_Q_READY: the schema is there (both hosts' schemas have the function) */
+	"SELECT queuebox._schema_version()",
 	/* QB_Q_GAUGES: each count walks a partial index over the open states */
 	"SELECT json_build_object("
 	"  'outbox_pending', (SELECT count(*) FROM queuebox.outbox WHERE state = 'pending'),"
