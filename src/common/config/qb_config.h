@@ -1,6 +1,8 @@
 /*-------------------------------------------------------------------------
  * qb_config.h
- *	  The configuration model and its validator (libyaml).
+ *	  The configuration model and its validator (libyaml): the public face
+ *	  of the qb_config_* family in src/common/config (qb_config_int.h lists
+ *	  its files).
  *
  * Wording:
  *	- A document is the YAML text a user gives to queuebox.configure() or to
@@ -9,7 +11,8 @@
  *	- A key path names a value in the document: "outbox.backoff.initialMs",
  *	  "destinations.payments.baseUrl", "routes[1].destination".
  *	- An override is a QUEUEBOX_* environment variable that replaces the value
- *	  at one key path (docs/configuration.md; the rules at the top of qb_config.c).
+ *	  at one key path (docs/configuration.md; the rules at the top of
+ *	  qb_config_override.c).
  *
  * Everything here is plain C: malloc'd, no PostgreSQL header.  A QbConfig is
  * immutable once built; the engines hold a pointer and swap it on reload.
