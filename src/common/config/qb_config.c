@@ -48,52 +48,44 @@ qb_config_defaults(QbConfig *out)
 	out->http.store_timeout_ms = 5000;
 }
 
-/* qb_config_parse: load, override, validate; see qb_config.h. */
+/*
+ * qb_config_parse: load, override, validate; see qb_config.h.  The tree
+ * lives in a scratch arena freed here; the config in its own.
+ */
 int
 qb_config_parse(const char *text, size_t len, QbConfig **out, char *err,
 				size_t errlen)
 {
-	QbcfNode	   *root = NULL;
-	QbConfig   *cfg = NULL;
-	QbcfCtx		cx = {err, errlen};
+	QbcfArena  *scratch = qbcf_arena_new();
+	QbcfArena  *arena = qbcf_arena_new();
+	QbcfNode   *root = NULL;
+	QbConfig   *cfg;
+	QbcfCtx		cx = {arena, err, errlen};
 
 	*out = NULL;
 	if (errlen > 0)
 		err[0] = '\0';
-	if (qbcf_load(text ? text : "", text ? len : 0, &root, err, errlen) != 0)
-		goto fail;
-	if (qbcf_overrides(&root, err, errlen) != 0)
-		goto fail;
-	if ((cfg = malloc(sizeof(QbConfig))) == NULL)
+	if (scratch == NULL || arena == NULL ||
+		(cfg = qbcf_arena_alloc(arena, sizeof(QbConfig))) == NULL)
 	{
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
+	if (qbcf_load(scratch, text ? text : "", text ? len : 0, &root, err, errlen) != 0 ||
+		qbcf_overrides(scratch, &root, err, errlen) != 0)
+		goto fail;
 	qb_config_defaults(cfg);
+	cfg->arena = arena;
 	if (!qbcf_document(&cx, root, cfg))
 		goto fail;
-	qbcf_node_free(root);
+	qbcf_arena_free(scratch);
 	*out = cfg;
 	return 0;
 
 fail:
-	qbcf_node_free(root);
-	qb_config_free(cfg);
+	qbcf_arena_free(scratch);
+	qbcf_arena_free(arena);
 	return -1;
-}
-
-/* qbcf_pairs_free: a headers or props array and its strings. */
-static void
-qbcf_pairs_free(QbHeader *pairs, int n)
-{
-	int			i;
-
-	for (i = 0; pairs != NULL && i < n; i++)
-	{
-		free(pairs[i].name);
-		free(pairs[i].value);
-	}
-	free(pairs);
 }
 
 /* qb_config_broker_sources: see qb_config.h. */
@@ -107,74 +99,16 @@ qb_config_broker_sources(const QbConfig *cfg)
 	return n;
 }
 
-/* qb_config_free: also takes a half-built config (the parser's error path). */
+/*
+ * qb_config_free: the arena, and with it everything the config holds; the
+ * handles it owns (compiled jq transforms, the only ones: qbcf_transform)
+ * are released first.  NULL is fine.
+ */
 void
 qb_config_free(QbConfig *cfg)
 {
-	int			i;
-
-	if (cfg == NULL)
-		return;
-	for (i = 0; cfg->destinations != NULL && i < cfg->ndestinations; i++)
-	{
-		QbDestination *d = &cfg->destinations[i];
-
-		free(d->name);
-		free(d->base_url);
-		free(d->path);
-		free(d->url);
-		qbcf_pairs_free(d->headers, d->nheaders);
-		qb_signing_free(&d->signing);
-		free(d->broker_url);
-		free(d->target);
-		free(d->routing_key);
-		qbcf_pairs_free(d->props, d->nprops);
-		qb_transform_free(d->transform);
-	}
-	free(cfg->destinations);
-	for (i = 0; cfg->routes != NULL && i < cfg->nroutes; i++)
-	{
-		free(cfg->routes[i].topic_pattern);
-		free(cfg->routes[i].destination);
-		qb_transform_free(cfg->routes[i].transform);
-	}
-	free(cfg->routes);
-	for (i = 0; cfg->sources != NULL && i < cfg->nsources; i++)
-	{
-		QbSource   *src = &cfg->sources[i];
-
-		free(src->name);
-		free(src->path);
-		free(src->idempotency_key_path);
-		free(src->idempotency_key_header);
-		free(src->event_type_path);
-		free(src->event_type_header);
-		free(src->aggregate_id_path);
-		free(src->topic);
-		free(src->broker_url);
-		free(src->queue);
-		for (int k = 0; src->topics != NULL && k < src->ntopics; k++)
-			free(src->topics[k]);
-		free(src->topics);
-		free(src->group);
-		qbcf_pairs_free(src->props, src->nprops);
-		free(src->subject);
-		free(src->stream);
-		free(src->durable);
-		for (int k = 0; src->auth.secrets != NULL && k < src->auth.nsecrets; k++)
-			free((char *) src->auth.secrets[k]);
-		free((char **) src->auth.secrets);
-		free((char *) src->auth.header);
-		free((char *) src->auth.prefix);
-		free((char *) src->auth.token);
-		qb_transform_free(src->transform);
-	}
-	free(cfg->sources);
-	free(cfg->inbox.base_path);
-	free(cfg->http.listen);
-	free(cfg->http.host);
-	free(cfg->admin_token);
-	free(cfg);
+	if (cfg != NULL)
+		qbcf_arena_free(cfg->arena);
 }
 
 /* qb_config_destination: see qb_config.h. */

@@ -14,8 +14,13 @@
  *	  at one key path (docs/configuration.md; the rules at the top of
  *	  qb_config_override.c).
  *
- * Everything here is plain C: malloc'd, no PostgreSQL header.  A QbConfig is
- * immutable once built; the engines hold a pointer and swap it on reload.
+ * Everything here is plain C, no PostgreSQL header.  A QbConfig and all it
+ * points to (strings, arrays, signing keys) live in one arena the config
+ * owns, and its compiled transforms are released with it: qb_config_free is
+ * one call, and a pointer into a config (a destination, a name) is good
+ * exactly as long as the config.  A QbConfig is immutable once built; the
+ * engines hold a pointer and swap it on reload, dropping every pointer into
+ * the old one.
  *-------------------------------------------------------------------------
  */
 #ifndef QB_CONFIG_H
@@ -252,9 +257,13 @@ typedef struct QbConfig
 	QbInboxConf inbox;			/* base_path is always set */
 	QbHttpConf	http;
 	char	   *admin_token;	/* NULL: the /admin/ routes are off */
+	struct QbcfArena *arena;	/* private: owns everything above */
 } QbConfig;
 
-/* Fill *out with every default of the model (no destinations, no routes). */
+/*
+ * Fill *out with every default of the model (no destinations, no routes).
+ * Such a config owns nothing: do not pass it to qb_config_free.
+ */
 extern void qb_config_defaults(QbConfig *out);
 
 /*

@@ -123,7 +123,6 @@ qbcf_duration(QbcfCtx *cx, const char *path, const QbcfNode *n, long *out)
 		*out = v * unit;
 	else
 		qbcf_error(cx, path, n, "expected %s, got %s", what, qbcf_echo(echo, sizeof(echo), s));
-	free(s);
 	return ok;
 }
 
@@ -205,9 +204,18 @@ qbcf_outbox(QbcfCtx *cx, const QbcfNode *node, QbOutboxConf *o)
  * Destinations and routes
  * ---------------------------------------------------------------------
  */
+/* qbcf_transform_release: a compiled transform, at the config's free. */
+static void
+qbcf_transform_release(void *t)
+{
+	qb_transform_free(t);
+}
+
 /*
  * qbcf_transform: an optional transform: key of mapping m, compiled into *out;
- * a program libjq refuses is refused with its message.
+ * a program libjq refuses is refused with its message.  The compiled
+ * program is libjq's memory, not the arena's: the arena owns it (releases
+ * it when it is freed).
  */
 static bool
 qbcf_transform(QbcfCtx *cx, const char *path, const QbcfNode *m, QbTransform **out)
@@ -222,10 +230,13 @@ qbcf_transform(QbcfCtx *cx, const char *path, const QbcfNode *m, QbTransform **o
 	qbcf_path_key(sub, sizeof(sub), path, "transform");
 	if (!qbcf_string(cx, sub, n, true, &text))
 		return false;
-	*out = qb_transform_compile(text, msg, sizeof(msg));
-	free(text);
-	if (*out == NULL)
+	if ((*out = qb_transform_compile(text, msg, sizeof(msg))) == NULL)
 		return qbcf_error(cx, sub, n, "%s", msg);
+	if (!qbcf_arena_own(cx->arena, qbcf_transform_release, *out))
+	{
+		*out = NULL;
+		return qbcf_error(cx, sub, n, "out of memory");
+	}
 	return true;
 }
 
@@ -375,7 +386,7 @@ qbcf_named_section(QbcfCtx *cx, const char *path, const QbcfNode *node, size_t s
 		return true;
 	if (!qbcf_check_keys(cx, path, *m, NULL, NULL))
 		return false;
-	if ((*arr = calloc((*m)->n, size)) == NULL)
+	if ((*arr = qbcf_arena_alloc(cx->arena, (*m)->n * size)) == NULL)
 		return qbcf_error(cx, path, *m, "out of memory");
 	*n = (*m)->n;
 	return true;
@@ -392,7 +403,7 @@ qbcf_name(QbcfCtx *cx, const char *path, const QbcfNode *key, const char *what, 
 			break;
 	if (*p != '\0' || key->text[0] == '\0')
 		return qbcf_error(cx, path, key, "%s name may use only letters, digits, '_' and '-'", what);
-	if ((*out = strdup(key->text)) == NULL)
+	if ((*out = qbcf_arena_strdup(cx->arena, key->text)) == NULL)
 		return qbcf_error(cx, path, key, "out of memory");
 	return true;
 }
@@ -433,7 +444,7 @@ qbcf_routes(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
 		return false;
 	if (seq == NULL || seq->n == 0)
 		return true;
-	if ((cfg->routes = calloc(seq->n, sizeof(QbRoute))) == NULL)
+	if ((cfg->routes = qbcf_arena_alloc(cx->arena, seq->n * sizeof(QbRoute))) == NULL)
 		return qbcf_error(cx, "routes", seq, "out of memory");
 	cfg->nroutes = seq->n;
 	for (i = 0; i < seq->n; i++)
@@ -557,7 +568,8 @@ qbcf_topic(QbcfCtx *cx, const char *path, const QbcfNode *m, QbSource *s)
 		if (!qb_template_check(s->topic, names, msg, sizeof(msg)))
 			return qbcf_error(cx, sub, n, "%s", msg);
 	}
-	else if ((s->topic = strdup(s->type == QB_SOURCE_HTTP ? "{{ eventType }}" : "{{ source }}")) == NULL)
+	else if ((s->topic = qbcf_arena_strdup(cx->arena, s->type == QB_SOURCE_HTTP ?
+											"{{ eventType }}" : "{{ source }}")) == NULL)
 		return qbcf_error(cx, path, m, "out of memory");
 	if (s->consumption == QB_CONSUME_PULL)
 		return true;
@@ -636,13 +648,8 @@ qbcf_source(QbcfCtx *cx, const char *path, const QbcfNode *node, QbSource *s)
 		if (strcmp(text, "pull") == 0)
 			s->consumption = QB_CONSUME_PULL;
 		else if (strcmp(text, "push") != 0)
-		{
-			qbcf_error(cx, sub, n, "expected push (the relay forwards the rows) or pull (your workers claim them), got %s",
-					   qbcf_echo(echo, sizeof(echo), text));
-			free(text);
-			return false;
-		}
-		free(text);
+			return qbcf_error(cx, sub, n, "expected push (the relay forwards the rows) or pull (your workers claim them), got %s",
+							  qbcf_echo(echo, sizeof(echo), text));
 	}
 	v = s->batch_size;
 	if (!qbcf_one_of(cx, path, m, "idempotencyKeyPath", "idempotencyKeyHeader") ||
@@ -666,11 +673,12 @@ qbcf_source(QbcfCtx *cx, const char *path, const QbcfNode *node, QbSource *s)
 		if (s->auth.type != QB_AUTH_STANDARD_WEBHOOKS)
 			return qbcf_error(cx, path, m,
 							  "missing idempotencyKeyPath or idempotencyKeyHeader: the value that makes a repeat a duplicate, e.g. idempotencyKeyPath: $.id");
-		if ((s->idempotency_key_header = strdup("webhook-id")) == NULL)
+		if ((s->idempotency_key_header = qbcf_arena_strdup(cx->arena, "webhook-id")) == NULL)
 			return qbcf_error(cx, path, m, "out of memory");
 	}
 	return qbcf_topic(cx, path, m, s);
 }
+
 /* qbcf_sources: the sources: section. */
 static bool
 qbcf_sources(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
@@ -724,15 +732,12 @@ qbcf_inbox(QbcfCtx *cx, const QbcfNode *node, QbInboxConf *in)
 		if (!qbcf_string(cx, "inbox.basePath", n, false, &base))
 			return false;
 		if (base[0] != '\0' && !qbcf_url_path(cx, "inbox.basePath", n, base, "basePath: /inbox"))
-		{
-			free(base);
 			return false;
-		}
 		len = strlen(base);
 		while (len > 0 && base[len - 1] == '/')
 			base[--len] = '\0';
 	}
-	else if ((base = strdup("/inbox")) == NULL)
+	else if ((base = qbcf_arena_strdup(cx->arena, "/inbox")) == NULL)
 		return qbcf_error(cx, "inbox", m, "out of memory");
 	in->base_path = base;
 
@@ -786,14 +791,14 @@ qbcf_listen(QbcfCtx *cx, const QbcfNode *n, QbHttpConf *h)
 	{
 		if ((end = strchr(host, ']')) == NULL || end[1] != ':')
 			return qbcf_error(cx, "http.listen", n, "%s", what);
-		host = strndup(host + 1, end - host - 1);
+		host = qbcf_arena_strndup(cx->arena, host + 1, end - host - 1);
 		colon = end + 1;
 		v6 = true;
 	}
 	else
 	{
 		colon = strrchr(host, ':');
-		host = colon ? strndup(host, colon - host) : strdup("");
+		host = qbcf_arena_strndup(cx->arena, host, colon ? (size_t) (colon - host) : 0);
 	}
 	if (host == NULL)
 		return qbcf_error(cx, "http.listen", n, "out of memory");
@@ -805,8 +810,7 @@ qbcf_listen(QbcfCtx *cx, const QbcfNode *n, QbHttpConf *h)
 	h->port = (int) port;
 	if (host[0] == '\0' || strcmp(host, "localhost") == 0)
 	{
-		free(h->host);
-		if ((h->host = strdup("127.0.0.1")) == NULL)
+		if ((h->host = qbcf_arena_strdup(cx->arena, "127.0.0.1")) == NULL)
 			return qbcf_error(cx, "http.listen", n, "out of memory");
 		return true;
 	}

@@ -86,7 +86,7 @@ qbcf_secrets(QbcfCtx *cx, const char *path, const QbcfNode *m, QbAuthType t, con
 		seq = NULL;
 		n = 1;
 	}
-	if ((secrets = calloc(n, sizeof(char *))) == NULL)
+	if ((secrets = qbcf_arena_alloc(cx->arena, n * sizeof(char *))) == NULL)
 		return qbcf_error(cx, sub, m, "out of memory");
 	*out = secrets;
 	*nout = n;
@@ -134,12 +134,9 @@ qbcf_hmac_keys(QbcfCtx *cx, const char *path, const QbcfNode *m, const char *why
 		else if (strcmp(enc, "hex") != 0)
 		{
 			qbcf_path_key(sub, sizeof(sub), path, "encoding");
-			qbcf_error(cx, sub, qbcf_get(m, "encoding"), "expected hex or base64, got %s",
-					   qbcf_echo(echo, sizeof(echo), enc));
-			free(enc);
-			return false;
+			return qbcf_error(cx, sub, qbcf_get(m, "encoding"), "expected hex or base64, got %s",
+							  qbcf_echo(echo, sizeof(echo), enc));
 		}
-		free(enc);
 	}
 	return true;
 }
@@ -148,6 +145,31 @@ qbcf_hmac_keys(QbcfCtx *cx, const char *path, const QbcfNode *m, const char *why
  * The destination
  * ---------------------------------------------------------------------
  */
+
+/*
+ * qbcf_sign_key: qb_sign_key's key of one secret, moved into the arena
+ * (qb_sign_key mallocs it; the copy it made is wiped and freed).
+ */
+static bool
+qbcf_sign_key(QbcfCtx *cx, QbAuthType t, const char *secret, QbSignKey *out,
+			  char *msg, size_t msglen)
+{
+	QbSignKey	k;
+
+	if (!qb_sign_key(t, secret, &k, msg, msglen))
+		return false;
+	out->bytes = qbcf_arena_memdup(cx->arena, k.bytes, k.len);
+	out->len = k.len;
+	explicit_bzero(k.bytes, k.len);
+	free(k.bytes);
+	if (out->bytes == NULL)
+	{
+		snprintf(msg, msglen, "out of memory");
+		return false;
+	}
+	return true;
+}
+
 /*
  * qbcf_signing: the signing: section of the http destination mapping m (at
  * path) into d->signing, each secret decoded into its key here so that no
@@ -213,20 +235,17 @@ qbcf_signing(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestination *d)
 						"at most %d secrets (each adds a signature to every request); keep the new and the previous one",
 						QBCF_SIGNING_MAX_KEYS);
 	}
-	if (ok && (s->keys = calloc(nsecrets, sizeof(QbSignKey))) == NULL)
+	if (ok && (s->keys = qbcf_arena_alloc(cx->arena, nsecrets * sizeof(QbSignKey))) == NULL)
 		ok = qbcf_error(cx, at, sm, "out of memory");
 	if (ok)
 		s->nkeys = nsecrets;
 	for (int i = 0; ok && i < nsecrets; i++)
-		if (!qb_sign_key(s->type, secrets[i], &s->keys[i], msg, sizeof(msg)))
+		if (!qbcf_sign_key(cx, s->type, secrets[i], &s->keys[i], msg, sizeof(msg)))
 			ok = qbcf_error(cx, at, sm, "%s", msg);
+	/* the keys are what requests use: wipe the secrets now, not at the free */
 	for (int i = 0; secrets != NULL && i < nsecrets; i++)
-	{
 		if (secrets[i] != NULL)
 			explicit_bzero(secrets[i], strlen(secrets[i]));
-		free(secrets[i]);
-	}
-	free(secrets);
 	if (!ok)
 		return false;
 
@@ -273,10 +292,10 @@ qbcf_http(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestination *d)
 		if (d->path[0] != '\0' && !qbcf_url_path(cx, sub, n, d->path, "path: /events"))
 			return false;
 	}
-	else if ((d->path = strdup("")) == NULL)
+	else if ((d->path = qbcf_arena_strdup(cx->arena, "")) == NULL)
 		return qbcf_error(cx, path, m, "out of memory");
 
-	if ((d->url = malloc(strlen(d->base_url) + strlen(d->path) + 1)) == NULL)
+	if ((d->url = qbcf_arena_alloc(cx->arena, strlen(d->base_url) + strlen(d->path) + 1)) == NULL)
 		return qbcf_error(cx, path, m, "out of memory");
 	strcpy(d->url, d->base_url);
 	strcat(d->url, d->path);

@@ -9,6 +9,7 @@
  * keeps qb_config_*), one file per phase:
  *	qb_config.c				qb_config_parse (load, override, validate),
  *							defaults, free, lookups
+ *	qb_config_arena.c		the arena every part of a QbConfig comes from
  *	qb_config_tree.c		load: libyaml's events become a tree of QbcfNode
  *	qb_config_env.c			${NAME} expansion; URL and broker-list checks
  *	qb_config_override.c	override: QUEUEBOX_* variables onto the tree
@@ -33,6 +34,8 @@
  *	- a check (qbcf_*): reads one value or section into the config; returns
  *	  false with the message written to the context (qbcf_error) otherwise.
  *	  The first failure ends the validation: one message per document.
+ *	  Every string and array a check makes is in the context's arena (the
+ *	  config's), so a failed check leaves nothing to free but the arena.
  *-------------------------------------------------------------------------
  */
 #ifndef QB_CONFIG_INT_H
@@ -47,7 +50,21 @@
 #define QBCF_MSGLEN		QB_ERRLEN
 #define QBCF_MS_MAX		2147483647L
 
-/* ---- the tree (qb_config_tree.c) ---------------------------------- */
+/* ---- the arena (qb_config_arena.c) -------------------------------- */
+
+typedef struct QbcfArena QbcfArena;
+
+extern QbcfArena *qbcf_arena_new(void);
+/* NULL when out of memory; memory is zeroed and aligned for any type */
+extern void *qbcf_arena_alloc(QbcfArena *a, size_t n);
+extern void *qbcf_arena_memdup(QbcfArena *a, const void *src, size_t n);
+extern char *qbcf_arena_strdup(QbcfArena *a, const char *s);
+extern char *qbcf_arena_strndup(QbcfArena *a, const char *s, size_t n);
+/* release(handle) when the arena is freed; on false it was released now */
+extern bool qbcf_arena_own(QbcfArena *a, void (*release) (void *handle), void *handle);
+extern void qbcf_arena_free(QbcfArena *a);
+
+/* ---- the tree (qb_config_tree.c): in the parse's scratch arena ----- */
 
 typedef enum QbcfKind
 {
@@ -73,17 +90,17 @@ struct QbcfNode
 	int			cap;
 };
 
-extern QbcfNode *qbcf_node_new(QbcfKind kind, int line, int column);
-extern QbcfNode *qbcf_scalar(const char *text, size_t len, int line, int column);
-extern bool qbcf_append(QbcfNode *parent, QbcfNode *key, QbcfNode *kid);
-extern void qbcf_node_free(QbcfNode *n);
+extern QbcfNode *qbcf_node_new(QbcfArena *a, QbcfKind kind, int line, int column);
+extern QbcfNode *qbcf_scalar(QbcfArena *a, const char *text, size_t len, int line, int column);
+extern bool qbcf_append(QbcfArena *a, QbcfNode *parent, QbcfNode *key, QbcfNode *kid);
 extern bool qbcf_is_null(const QbcfNode *n);
 extern int	qbcf_find(const QbcfNode *map, const char *key);
 extern QbcfNode *qbcf_get(const QbcfNode *map, const char *key);
 extern const char *qbcf_kind_name(const QbcfNode *n);
 
 /* The tree of a whole stream; *root stays NULL for an empty one.  -1 with err. */
-extern int	qbcf_load(const char *text, size_t len, QbcfNode **root, char *err, size_t errlen);
+extern int	qbcf_load(QbcfArena *a, const char *text, size_t len, QbcfNode **root,
+					  char *err, size_t errlen);
 
 /* ---- environment and URLs (qb_config_env.c) ----------------------- */
 
@@ -93,12 +110,14 @@ extern bool qbcf_brokers_check(const char *s, char *err, size_t errlen);
 /* ---- overrides (qb_config_override.c) ----------------------------- */
 
 /* Apply every QUEUEBOX_* variable of the environment to the tree.  -1 with err. */
-extern int	qbcf_overrides(QbcfNode **root, char *err, size_t errlen);
+extern int	qbcf_overrides(QbcfArena *a, QbcfNode **root, char *err, size_t errlen);
 
 /* ---- the validator's pieces (qb_config_value.c) ------------------- */
 
+/* what a check writes to: the config's arena, and the one message */
 typedef struct QbcfCtx
 {
+	QbcfArena  *arena;
 	char	   *err;
 	size_t		errlen;
 } QbcfCtx;
@@ -147,7 +166,7 @@ extern bool qbcf_pairs(QbcfCtx *cx, const char *path, const QbcfNode *node, bool
 extern bool qbcf_typed(QbcfCtx *cx, const char *path, const QbcfNode *node,
 					   const char *const *types, const char *what, const char *empty,
 					   const char *why, const QbcfNode **m, int *t);
-extern char *qbcf_prefixed(const char *prefix, const char *name);
+extern char *qbcf_prefixed(QbcfCtx *cx, const char *prefix, const char *name);
 
 /* ---- the document (qb_config_check.c) ----------------------------- */
 

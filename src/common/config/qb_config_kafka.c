@@ -200,7 +200,7 @@ qbcf_kafka_source(QbcfCtx *cx, const char *path, const QbcfNode *m, QbSource *s)
 		return false;
 	if (seq == NULL || seq->n == 0)
 		return qbcf_error(cx, sub, n, "expected a list of at least one topic, e.g. topics: [orders]");
-	if ((s->topics = calloc(seq->n, sizeof(char *))) == NULL)
+	if ((s->topics = qbcf_arena_alloc(cx->arena, seq->n * sizeof(char *))) == NULL)
 		return qbcf_error(cx, sub, n, "out of memory");
 	s->ntopics = seq->n;
 	for (int i = 0; i < seq->n; i++)
@@ -228,7 +228,7 @@ qbcf_kafka_source(QbcfCtx *cx, const char *path, const QbcfNode *m, QbSource *s)
 			return qbcf_error(cx, at, qbcf_get(m, "config")->kids[i],
 							  "QueueBox consumes with an eager assignor (range or roundrobin); cooperative rebalancing is not supported yet");
 		}
-	if (s->group == NULL && (s->group = qbcf_prefixed("queuebox-", s->name)) == NULL)
+	if (s->group == NULL && (s->group = qbcf_prefixed(cx, "queuebox-", s->name)) == NULL)
 		return qbcf_error(cx, path, m, "out of memory");
 	return true;
 }

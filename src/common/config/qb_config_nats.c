@@ -28,7 +28,7 @@ qbcf_nats_urls(QbcfCtx *cx, const char *path, const QbcfNode *n, const char *url
 {
 	char		sub[QBCF_PATHLEN];
 	char		msg[QBCF_MSGLEN];
-	char	   *copy = strdup(url);
+	char	   *copy = qbcf_arena_strdup(cx->arena, url);
 	char	   *one;
 	char	   *save = NULL;
 	bool		ok = true;
@@ -43,7 +43,6 @@ qbcf_nats_urls(QbcfCtx *cx, const char *path, const QbcfNode *n, const char *url
 	}
 	for (one = strtok_r(copy, ",", &save); ok && one != NULL; one = strtok_r(NULL, ",", &save))
 		ok = qb_url_check_scheme(one, qbcf_nats_schemes, QB_URL_USERINFO, msg, sizeof(msg));
-	free(copy);
 	if (!ok)
 		return qbcf_error(cx, sub, n, "%s", msg);
 	return true;
@@ -102,7 +101,7 @@ qbcf_nats_source(QbcfCtx *cx, const char *path, const QbcfNode *m, QbSource *s)
 							  true, &s->stream, &n) ||
 		!qbcf_opt_string(cx, path, m, "durable", true, &s->durable))
 		return false;
-	if (s->durable == NULL && (s->durable = qbcf_prefixed("queuebox-", s->name)) == NULL)
+	if (s->durable == NULL && (s->durable = qbcf_prefixed(cx, "queuebox-", s->name)) == NULL)
 		return qbcf_error(cx, path, m, "out of memory");
 	return true;
 }

@@ -313,21 +313,23 @@ qbcf_ov_collect(const QbcfNode *root, const char *rest, QbcfOvFound *f)
 }
 
 /*
- * qbcf_ov_apply: set the scalar at path to value, made by variable var.  Missing
- * outbox:/backoff: mappings are created; a path through something that is
- * not a mapping is left for the validator to report.  -1 on error.
+ * qbcf_ov_apply: set the scalar at path to value, made by variable var, with
+ * the new nodes in arena a.  Missing outbox:/backoff: mappings are created;
+ * a path through something that is not a mapping is left for the validator
+ * to report.  -1 on error.
  */
 static int
-qbcf_ov_apply(QbcfNode **root, const QbcfOvPath *path, const char *var, const char *value,
-			  char *err, size_t errlen)
+qbcf_ov_apply(QbcfArena *a, QbcfNode **root, const QbcfOvPath *path, const char *var,
+			  const char *value, char *err, size_t errlen)
 {
-	QbcfNode	   *cur;
-	QbcfNode	   *node = NULL;
-	QbcfNode	   *key = NULL;
+	QbcfNode   *cur;
+	QbcfNode   *node;
+	QbcfNode   *key;
+	const char *last = path->seg[path->nseg - 1];
 	int			s,
 				i;
 
-	if (*root == NULL && (*root = qbcf_node_new(QBCF_MAP, 0, 0)) == NULL)
+	if (*root == NULL && (*root = qbcf_node_new(a, QBCF_MAP, 0, 0)) == NULL)
 		goto oom;
 	cur = *root;
 	for (s = 0; s < path->nseg - 1; s++)
@@ -347,27 +349,20 @@ qbcf_ov_apply(QbcfNode **root, const QbcfOvPath *path, const char *var, const ch
 		}
 		if (i >= 0 && !qbcf_is_null(cur->kids[i]))
 			return 0;
-		if ((node = qbcf_node_new(QBCF_MAP, 0, 0)) == NULL)
+		if ((node = qbcf_node_new(a, QBCF_MAP, 0, 0)) == NULL)
 			goto oom;
 		if (i >= 0)
-		{
-			qbcf_node_free(cur->kids[i]);
-			cur->kids[i] = node;
-		}
-		else
-		{
-			if ((key = qbcf_scalar(path->seg[s], strlen(path->seg[s]), 0, 0)) == NULL ||
-				!qbcf_append(cur, key, node))
-				goto oom;
-		}
+			cur->kids[i] = node;	/* the null it replaces stays in the arena */
+		else if ((key = qbcf_scalar(a, path->seg[s], strlen(path->seg[s]), 0, 0)) == NULL ||
+				 !qbcf_append(a, cur, key, node))
+			goto oom;
 		cur = node;
-		node = key = NULL;
 	}
 
-	if ((node = qbcf_scalar(value, strlen(value), 0, 0)) == NULL ||
-		(node->envvar = strdup(var)) == NULL)
+	if ((node = qbcf_scalar(a, value, strlen(value), 0, 0)) == NULL ||
+		(node->envvar = qbcf_arena_strdup(a, var)) == NULL)
 		goto oom;
-	i = qbcf_find(cur, path->seg[path->nseg - 1]);
+	i = qbcf_find(cur, last);
 	if (i >= 0)
 	{
 		if (cur->kids[i]->envvar != NULL)
@@ -377,28 +372,24 @@ qbcf_ov_apply(QbcfNode **root, const QbcfOvPath *path, const char *var, const ch
 			qbcf_ov_display(disp, sizeof(disp), path);
 			snprintf(err, errlen, "%s and %s both set %s: unset one of them",
 					 cur->kids[i]->envvar, var, disp);
-			qbcf_node_free(node);
 			return -1;
 		}
-		qbcf_node_free(cur->kids[i]);
 		cur->kids[i] = node;
 		return 0;
 	}
-	key = qbcf_scalar(path->seg[path->nseg - 1], strlen(path->seg[path->nseg - 1]), 0, 0);
-	if (key == NULL || (key->envvar = strdup(var)) == NULL || !qbcf_append(cur, key, node))
+	if ((key = qbcf_scalar(a, last, strlen(last), 0, 0)) == NULL ||
+		(key->envvar = node->envvar) == NULL || !qbcf_append(a, cur, key, node))
 		goto oom;
 	return 0;
 
 oom:
-	qbcf_node_free(node);
-	qbcf_node_free(key);
 	snprintf(err, errlen, "out of memory while applying %s", var);
 	return -1;
 }
 
-/* qbcf_overrides: apply every QUEUEBOX_* variable of the environment. */
+/* qbcf_overrides: apply every QUEUEBOX_* variable of the environment (nodes in a). */
 int
-qbcf_overrides(QbcfNode **root, char *err, size_t errlen)
+qbcf_overrides(QbcfArena *a, QbcfNode **root, char *err, size_t errlen)
 {
 	char	  **e;
 
@@ -409,12 +400,12 @@ qbcf_overrides(QbcfNode **root, char *err, size_t errlen)
 	{
 		const char *eq;
 		char	   *var;
-		QbcfOvFound		f = {0};
+		QbcfOvFound f = {0};
 		int			rc = 0;
 
 		if (strncmp(*e, "QUEUEBOX_", 9) != 0 || (eq = strchr(*e, '=')) == NULL)
 			continue;
-		if ((var = strndup(*e, eq - *e)) == NULL)
+		if ((var = qbcf_arena_strndup(a, *e, eq - *e)) == NULL)
 		{
 			snprintf(err, errlen, "out of memory");
 			return -1;
@@ -422,19 +413,18 @@ qbcf_overrides(QbcfNode **root, char *err, size_t errlen)
 		qbcf_ov_collect(*root, var + 9, &f);
 		if (f.count > 1)
 		{
-			char		a[QBCF_PATHLEN],
-						b[QBCF_PATHLEN];
+			char		first[QBCF_PATHLEN],
+						second[QBCF_PATHLEN];
 
-			qbcf_ov_display(a, sizeof(a), &f.first);
-			qbcf_ov_display(b, sizeof(b), &f.second);
+			qbcf_ov_display(first, sizeof(first), &f.first);
+			qbcf_ov_display(second, sizeof(second), &f.second);
 			snprintf(err, errlen,
 					 "%s matches both %s and %s: override names compare letters and digits only, so rename one of them",
-					 var, a, b);
+					 var, first, second);
 			rc = -1;
 		}
 		else if (f.count == 1)
-			rc = qbcf_ov_apply(root, &f.first, var, eq + 1, err, errlen);
-		free(var);
+			rc = qbcf_ov_apply(a, root, &f.first, var, eq + 1, err, errlen);
 		if (rc != 0)
 			return -1;
 	}

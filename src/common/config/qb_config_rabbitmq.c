@@ -84,7 +84,7 @@ qbcf_rabbitmq(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestination *d
 			return qbcf_error(cx, sub, n, "%s", msg);
 		return true;
 	}
-	if ((d->routing_key = strdup("{{ topic }}")) == NULL)
+	if ((d->routing_key = qbcf_arena_strdup(cx->arena, "{{ topic }}")) == NULL)
 		return qbcf_error(cx, path, m, "out of memory");
 	return true;
 }

@@ -20,11 +20,11 @@
 
 #define QBCF_MAX_DEPTH	64		/* deeper than any valid document */
 
-/* qbcf_node_new: an empty node. */
+/* qbcf_node_new: an empty node in arena a. */
 QbcfNode *
-qbcf_node_new(QbcfKind kind, int line, int column)
+qbcf_node_new(QbcfArena *a, QbcfKind kind, int line, int column)
 {
-	QbcfNode	   *n = calloc(1, sizeof(QbcfNode));
+	QbcfNode   *n = qbcf_arena_alloc(a, sizeof(QbcfNode));
 
 	if (n != NULL)
 	{
@@ -37,66 +37,45 @@ qbcf_node_new(QbcfKind kind, int line, int column)
 
 /* qbcf_scalar: a scalar node holding a copy of len bytes of text. */
 QbcfNode *
-qbcf_scalar(const char *text, size_t len, int line, int column)
+qbcf_scalar(QbcfArena *a, const char *text, size_t len, int line, int column)
 {
-	QbcfNode	   *n = qbcf_node_new(QBCF_SCALAR, line, column);
+	QbcfNode   *n = qbcf_node_new(a, QBCF_SCALAR, line, column);
 
-	if (n == NULL)
+	/* memdup, not strndup: a "\0" escape puts a NUL inside the value */
+	if (n == NULL || (n->text = qbcf_arena_alloc(a, len + 1)) == NULL)
 		return NULL;
-	n->text = malloc(len + 1);
-	if (n->text == NULL)
-	{
-		free(n);
-		return NULL;
-	}
 	memcpy(n->text, text, len);
-	n->text[len] = '\0';
 	n->len = len;
 	return n;
 }
 
-/* qbcf_node_free: a node and everything under it. */
-void
-qbcf_node_free(QbcfNode *n)
-{
-	int			i;
-
-	if (n == NULL)
-		return;
-	for (i = 0; i < n->n; i++)
-	{
-		if (n->keys != NULL)
-			qbcf_node_free(n->keys[i]);
-		qbcf_node_free(n->kids[i]);
-	}
-	free(n->keys);
-	free(n->kids);
-	free(n->text);
-	free(n->envvar);
-	free(n);
-}
-
-/* qbcf_append: add an item (key NULL) or a key/value pair; false when out of memory. */
+/*
+ * qbcf_append: add an item (key NULL) or a key/value pair; false when out
+ * of memory.  A full array is copied into one twice its size; the old one
+ * stays in the arena, which costs less than the final array.
+ */
 bool
-qbcf_append(QbcfNode *parent, QbcfNode *key, QbcfNode *kid)
+qbcf_append(QbcfArena *a, QbcfNode *parent, QbcfNode *key, QbcfNode *kid)
 {
 	if (parent->n == parent->cap)
 	{
 		int			cap = parent->cap ? parent->cap * 2 : 8;
-		QbcfNode	  **kids;
+		QbcfNode  **kids = qbcf_arena_alloc(a, cap * sizeof(QbcfNode *));
+		QbcfNode  **keys = NULL;
 
-		kids = realloc(parent->kids, cap * sizeof(QbcfNode *));
 		if (kids == NULL)
 			return false;
-		parent->kids = kids;
-		if (parent->kind == QBCF_MAP)
+		if (parent->kind == QBCF_MAP &&
+			(keys = qbcf_arena_alloc(a, cap * sizeof(QbcfNode *))) == NULL)
+			return false;
+		if (parent->n > 0)
 		{
-			QbcfNode	  **keys = realloc(parent->keys, cap * sizeof(QbcfNode *));
-
-			if (keys == NULL)
-				return false;
-			parent->keys = keys;
+			memcpy(kids, parent->kids, parent->n * sizeof(QbcfNode *));
+			if (keys != NULL)
+				memcpy(keys, parent->keys, parent->n * sizeof(QbcfNode *));
 		}
+		parent->kids = kids;
+		parent->keys = keys;
 		parent->cap = cap;
 	}
 	if (parent->kind == QBCF_MAP)
@@ -166,6 +145,7 @@ qbcf_kind_name(const QbcfNode *n)
  */
 typedef struct QbcfLoader
 {
+	QbcfArena  *arena;			/* the nodes' */
 	yaml_parser_t parser;
 	const char *text;
 	size_t		len;
@@ -249,16 +229,16 @@ qbcf_read_node(QbcfLoader *ld, yaml_event_t *ev, int depth)
 {
 	int			line = (int) ev->start_mark.line + 1;
 	int			column = (int) ev->start_mark.column + 1;
-	QbcfNode	   *node = NULL;
-	QbcfNode	   *key = NULL;
-	QbcfNode	   *val = NULL;
+	QbcfNode   *node = NULL;
+	QbcfNode   *key = NULL;
+	QbcfNode   *val = NULL;
 	yaml_event_t sub;
 	yaml_event_type_t end;
 
 	switch (ev->type)
 	{
 		case YAML_SCALAR_EVENT:
-			node = qbcf_scalar((const char *) ev->data.scalar.value,
+			node = qbcf_scalar(ld->arena, (const char *) ev->data.scalar.value,
 							   ev->data.scalar.length, line, column);
 			if (node == NULL)
 				goto oom;
@@ -285,12 +265,12 @@ qbcf_read_node(QbcfLoader *ld, yaml_event_t *ev, int depth)
 			}
 			if (ev->type == YAML_MAPPING_START_EVENT)
 			{
-				node = qbcf_node_new(QBCF_MAP, line, column);
+				node = qbcf_node_new(ld->arena, QBCF_MAP, line, column);
 				end = YAML_MAPPING_END_EVENT;
 			}
 			else
 			{
-				node = qbcf_node_new(QBCF_SEQ, line, column);
+				node = qbcf_node_new(ld->arena, QBCF_SEQ, line, column);
 				end = YAML_SEQUENCE_END_EVENT;
 			}
 			if (node == NULL)
@@ -316,7 +296,7 @@ qbcf_read_node(QbcfLoader *ld, yaml_event_t *ev, int depth)
 				val = qbcf_read_node(ld, &sub, depth + 1);
 				if (val == NULL)
 					goto fail;
-				if (!qbcf_append(node, key, val))
+				if (!qbcf_append(ld->arena, node, key, val))
 				{
 					snprintf(ld->err, ld->errlen, "out of memory while loading the YAML document");
 					goto fail;
@@ -339,27 +319,27 @@ oom:
 	return NULL;
 
 fail:
-	qbcf_node_free(key);
-	qbcf_node_free(val);
-	qbcf_node_free(node);
+	/* the nodes made so far are the arena's */
 	return NULL;
 }
 
 /*
- * qbcf_load: the tree of a whole stream.  *root stays NULL for an empty
- * stream (nothing, or only comments).  A second document is refused rather
+ * qbcf_load: the tree of a whole stream, in arena a.  *root stays NULL for
+ * an empty stream (nothing, or only comments).  A second document is refused rather
  * than ignored, so that a stray "---" cannot hide half of a file.
  */
 int
-qbcf_load(const char *text, size_t len, QbcfNode **root, char *err, size_t errlen)
+qbcf_load(QbcfArena *a, const char *text, size_t len, QbcfNode **root, char *err,
+		  size_t errlen)
 {
 	QbcfLoader	ld;
 	yaml_event_t ev;
-	QbcfNode	   *node = NULL;
+	QbcfNode   *node = NULL;
 	int			rc = -1;
 
 	*root = NULL;
 	memset(&ld, 0, sizeof(ld));
+	ld.arena = a;
 	ld.text = text;
 	ld.len = len;
 	ld.err = err;
@@ -405,11 +385,9 @@ qbcf_load(const char *text, size_t len, QbcfNode **root, char *err, size_t errle
 	}
 	yaml_event_delete(&ev);
 	*root = node;
-	node = NULL;
 	rc = 0;
 
 done:
-	qbcf_node_free(node);
 	yaml_parser_delete(&ld.parser);
 	return rc;
 }

@@ -120,9 +120,10 @@ qbcf_echo(char *buf, size_t size, const char *s)
 }
 
 /*
- * qbcf_text: a scalar's value as a new string: a document value ${}-expanded,
- * an override's value as it is.  what describes the expected value for the
- * message when the node is not a scalar.
+ * qbcf_text: a scalar's value as a new string in the config's arena: a
+ * document value ${}-expanded, an override's value as it is.  what
+ * describes the expected value for the message when the node is not a
+ * scalar.
  */
 bool
 qbcf_text(QbcfCtx *cx, const char *path, const QbcfNode *n, const char *what, char **out)
@@ -133,14 +134,19 @@ qbcf_text(QbcfCtx *cx, const char *path, const QbcfNode *n, const char *what, ch
 	if (n->kind != QBCF_SCALAR)
 		return qbcf_error(cx, path, n, "expected %s, got %s", what, qbcf_kind_name(n));
 	if (n->envvar != NULL)
-		*out = strdup(n->text);
+		*out = qbcf_arena_strdup(cx->arena, n->text);
 	else
 	{
+		char	   *expanded;
+
 		if (strlen(n->text) != n->len)
 			return qbcf_error(cx, path, n, "the value contains a NUL character (\\0); remove it");
-		*out = qb_expand_env(n->text, msg, sizeof(msg));
-		if (*out == NULL)
+		if ((expanded = qb_expand_env(n->text, msg, sizeof(msg))) == NULL)
 			return qbcf_error(cx, path, n, "%s", msg);
+		*out = qbcf_arena_strdup(cx->arena, expanded);
+		/* it may hold a secret from the environment */
+		explicit_bzero(expanded, strlen(expanded));
+		free(expanded);
 	}
 	if (*out == NULL)
 		return qbcf_error(cx, path, n, "out of memory");
@@ -184,7 +190,6 @@ qbcf_int(QbcfCtx *cx, const char *path, const QbcfNode *n, long lo, long hi, lon
 		*out = v;
 	else
 		qbcf_error(cx, path, n, "expected %s, got %s", what, qbcf_echo(echo, sizeof(echo), s));
-	free(s);
 	return ok;
 }
 
@@ -234,7 +239,6 @@ qbcf_number(QbcfCtx *cx, const char *path, const QbcfNode *n, double lo, double 
 		*out = v;
 	else
 		qbcf_error(cx, path, n, "expected %s, got %s", what, qbcf_echo(echo, sizeof(echo), s));
-	free(s);
 	return ok;
 }
 
@@ -255,7 +259,6 @@ qbcf_bool(QbcfCtx *cx, const char *path, const QbcfNode *n, bool *out)
 	else
 		ok = qbcf_error(cx, path, n, "expected true or false, got %s",
 						qbcf_echo(echo, sizeof(echo), s));
-	free(s);
 	return ok;
 }
 
@@ -267,7 +270,6 @@ qbcf_string(QbcfCtx *cx, const char *path, const QbcfNode *n, bool nonempty, cha
 		return false;
 	if (nonempty && (*out)[0] == '\0')
 	{
-		free(*out);
 		*out = NULL;
 		return qbcf_error(cx, path, n, "must not be empty");
 	}
@@ -486,7 +488,7 @@ qbcf_pairs(QbcfCtx *cx, const char *path, const QbcfNode *node, bool http,
 		return true;
 	if (!qbcf_check_keys(cx, path, m, NULL, NULL))
 		return false;
-	if ((*out = calloc(m->n, sizeof(QbHeader))) == NULL)
+	if ((*out = qbcf_arena_alloc(cx->arena, m->n * sizeof(QbHeader))) == NULL)
 		return qbcf_error(cx, path, m, "out of memory");
 	*nout = m->n;
 	for (i = 0; i < m->n; i++)
@@ -505,7 +507,7 @@ qbcf_pairs(QbcfCtx *cx, const char *path, const QbcfNode *node, bool http,
 				return qbcf_error(cx, sub, m->keys[i],
 								  "the same header as at line %d, column %d (header names ignore case); keep one",
 								  m->keys[j]->line, m->keys[j]->column);
-		if (((*out)[i].name = strdup(name)) == NULL)
+		if (((*out)[i].name = qbcf_arena_strdup(cx->arena, name)) == NULL)
 			return qbcf_error(cx, sub, m->keys[i], "out of memory");
 		if (!qbcf_string(cx, sub, m->kids[i], false, &(*out)[i].value))
 			return false;
@@ -546,21 +548,17 @@ qbcf_typed(QbcfCtx *cx, const char *path, const QbcfNode *node, const char *cons
 		if (strcmp(types[*t], type) == 0)
 			break;
 	if (types[*t] == NULL)
-	{
-		qbcf_error(cx, sub, n, "expected %s, got %s", what, qbcf_echo(echo, sizeof(echo), type));
-		free(type);
-		return false;
-	}
-	free(type);
+		return qbcf_error(cx, sub, n, "expected %s, got %s", what,
+						  qbcf_echo(echo, sizeof(echo), type));
 	return true;
 }
 
-/* qbcf_prefixed: prefix followed by name, malloc'd (a default consumer name). */
+/* qbcf_prefixed: prefix followed by name, in the arena (a default consumer name). */
 char *
-qbcf_prefixed(const char *prefix, const char *name)
+qbcf_prefixed(QbcfCtx *cx, const char *prefix, const char *name)
 {
 	size_t		n = strlen(prefix) + strlen(name) + 1;
-	char	   *out = malloc(n);
+	char	   *out = qbcf_arena_alloc(cx->arena, n);
 
 	if (out != NULL)
 		snprintf(out, n, "%s%s", prefix, name);
