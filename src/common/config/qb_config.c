@@ -46,6 +46,13 @@ qb_config_defaults(QbConfig *out)
 	out->http.max_connections = 256;
 	out->http.connection_timeout_ms = 10000;
 	out->http.store_timeout_ms = 5000;
+	out->database.listen = false;
+	out->database.statement_timeout_ms = 30000;
+	out->database.connect_timeout_ms = 10000;
+	out->database.idle_poll_max_ms = 2000;
+	out->daemon.outbox_workers = 2;
+	out->daemon.shutdown_grace_ms = 10000;
+	out->daemon.log_format = QB_LOG_FORMAT_TEXT;
 }
 
 /*

@@ -91,6 +91,17 @@
  *			maxConnections 256 (1..10000), connectionTimeoutMs 10000
  *			(1000..3600000), storeTimeoutMs 5000 (100..600000)
  * admin:	token (at least 16 characters; unset: the /admin/ routes are off)
+ * database:	daemon only (queuebox-mssqld; the extension accepts and ignores
+ *			it): url (unset: the daemon says it needs one; postgres://,
+ *			postgresql:// or sqlserver://, credentials and a query allowed,
+ *			never repeated in a message), listen false (PostgreSQL: LISTEN for
+ *			the outbox's NOTIFY instead of polling alone), statementTimeoutMs
+ *			30000 (100..3600000), connectTimeoutMs 10000 (1000..600000),
+ *			idlePollMaxMs 2000 (10..3600000: idle polling backs off from
+ *			outbox.pollIntervalMs and inbox.relay.pollIntervalMs up to this)
+ * daemon:	daemon only, as database: outboxWorkers 2 (1..64), shutdownGraceMs
+ *			10000 (0..3600000: how long in-flight deliveries may finish after
+ *			SIGTERM), logFormat text | json (default text)
  * transform:	a jq program (docs/transforms.md) on a route, a destination or
  *			a source; compiled here, a compile error refuses the document.
  * Integers, numbers and booleans may be written quoted ("100"), so that a
@@ -245,6 +256,29 @@ typedef struct QbHttpConf
 	long		store_timeout_ms;	/* default 5000: longer answers 503 */
 } QbHttpConf;
 
+/* database: and daemon: are the daemon's; the extension ignores them */
+typedef struct QbDatabaseConf
+{
+	char	   *url;			/* NULL: not in the document */
+	bool		listen;			/* default false */
+	long		statement_timeout_ms;	/* default 30000 */
+	long		connect_timeout_ms; /* default 10000 */
+	long		idle_poll_max_ms;	/* default 2000 */
+} QbDatabaseConf;
+
+typedef enum QbLogFormat
+{
+	QB_LOG_FORMAT_TEXT,			/* the default */
+	QB_LOG_FORMAT_JSON			/* one JSON object per line */
+} QbLogFormat;
+
+typedef struct QbDaemonConf
+{
+	int			outbox_workers; /* default 2 */
+	long		shutdown_grace_ms;	/* default 10000 */
+	QbLogFormat log_format;		/* default text */
+} QbDaemonConf;
+
 typedef struct QbConfig
 {
 	QbOutboxConf outbox;
@@ -257,6 +291,8 @@ typedef struct QbConfig
 	QbInboxConf inbox;			/* base_path is always set */
 	QbHttpConf	http;
 	char	   *admin_token;	/* NULL: the /admin/ routes are off */
+	QbDatabaseConf database;	/* daemon only */
+	QbDaemonConf daemon;		/* daemon only */
 	struct QbcfArena *arena;	/* private: owns everything above */
 } QbConfig;
 

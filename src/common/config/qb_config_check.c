@@ -5,7 +5,9 @@
  *	  expanded (qb_expand_env) when it is read, then type-checked; an
  *	  override's value is taken as it is.
  *
- * Here: the fixed sections (outbox, inbox, http, admin), routes, the leases
+ * Here: the fixed sections (outbox, inbox, http, admin, and database and
+ * daemon, which only the daemon uses: validated here all the same, so a
+ * document is valid or not whoever loads it), routes, the leases
  * check, and what every destination and every source shares (type:,
  * transform:, maxInFlight and circuitBreaker; consumption, the JSONPaths and
  * headers, topic).  A type's own keys are its file's (qb_config_<type>.c),
@@ -51,7 +53,7 @@ const QbcfSourceType *const qbcf_source_types[] =
  * ---------------------------------------------------------------------
  */
 static const char *const qbcf_keys_top[] =
-{"outbox", "destinations", "routes", "sources", "inbox", "http", "admin", NULL};
+{"outbox", "destinations", "routes", "sources", "inbox", "http", "admin", "database", "daemon", NULL};
 static const char *const qbcf_keys_outbox[] =
 {"pollIntervalMs", "batchSize", "maxAttempts", "claimTimeoutMs", "backoff", "retention", NULL};
 const char *const qbcf_scalars_outbox[] =
@@ -72,6 +74,11 @@ const char *const qbcf_keys_http_section[] =
 {"listen", "maxConnections", "connectionTimeoutMs", "storeTimeoutMs", NULL};
 const char *const qbcf_keys_admin[] =
 {"token", NULL};
+/* the daemon's (queuebox-mssqld); the extension reads and ignores them */
+const char *const qbcf_keys_database[] =
+{"url", "listen", "statementTimeoutMs", "connectTimeoutMs", "idlePollMaxMs", NULL};
+const char *const qbcf_keys_daemon[] =
+{"outboxWorkers", "shutdownGraceMs", "logFormat", NULL};
 
 #define QBCF_RETENTION_MAX	(36500L * 86400L)
 
@@ -869,6 +876,75 @@ qbcf_admin(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
 }
 
 /*
+ * qbcf_database: the database: section (daemon only).  The url is not
+ * required here: the extension needs none, and the daemon checks that it
+ * has one.  Credentials and a query (driver options) are allowed in it;
+ * no message repeats it, because it holds the password.
+ */
+static bool
+qbcf_database(QbcfCtx *cx, const QbcfNode *node, QbDatabaseConf *db)
+{
+	static const char *const schemes[] = {"postgres", "postgresql", "sqlserver", NULL};
+	char		msg[QBCF_MSGLEN];
+	const QbcfNode *m;
+	const QbcfNode *n;
+
+	if (!qbcf_section(cx, "database", node, QBCF_MAP, &m))
+		return false;
+	if (m == NULL)
+		return true;
+	if (!qbcf_check_keys(cx, "database", m, qbcf_keys_database, NULL))
+		return false;
+	if ((n = qbcf_get(m, "url")) != NULL && !qbcf_is_null(n))
+	{
+		if (!qbcf_string(cx, "database.url", n, true, &db->url))
+			return false;
+		if (!qb_url_check_scheme(db->url, schemes, QB_URL_USERINFO | QB_URL_QUERY,
+								 msg, sizeof(msg)))
+			return qbcf_error(cx, "database.url", n, "%s", msg);
+	}
+	return qbcf_flag(cx, "database", m, "listen", &db->listen) &&
+		qbcf_opt_int(cx, "database", m, "statementTimeoutMs", 100, 3600000,
+					 &db->statement_timeout_ms) &&
+		qbcf_opt_int(cx, "database", m, "connectTimeoutMs", 1000, 600000,
+					 &db->connect_timeout_ms) &&
+		qbcf_opt_int(cx, "database", m, "idlePollMaxMs", 10, 3600000, &db->idle_poll_max_ms);
+}
+
+/* qbcf_daemon: the daemon: section (daemon only). */
+static bool
+qbcf_daemon(QbcfCtx *cx, const QbcfNode *node, QbDaemonConf *d)
+{
+	char		echo[64];
+	char	   *format;
+	const QbcfNode *m;
+	const QbcfNode *n;
+	long		v;
+
+	if (!qbcf_section(cx, "daemon", node, QBCF_MAP, &m))
+		return false;
+	if (m == NULL)
+		return true;
+	if (!qbcf_check_keys(cx, "daemon", m, qbcf_keys_daemon, NULL))
+		return false;
+	v = d->outbox_workers;
+	if (!qbcf_opt_int(cx, "daemon", m, "outboxWorkers", 1, 64, &v) ||
+		!qbcf_opt_int(cx, "daemon", m, "shutdownGraceMs", 0, 3600000, &d->shutdown_grace_ms))
+		return false;
+	d->outbox_workers = (int) v;
+	if ((n = qbcf_get(m, "logFormat")) == NULL)
+		return true;
+	if (!qbcf_text(cx, "daemon.logFormat", n, "text or json", &format))
+		return false;
+	if (strcmp(format, "json") == 0)
+		d->log_format = QB_LOG_FORMAT_JSON;
+	else if (strcmp(format, "text") != 0)
+		return qbcf_error(cx, "daemon.logFormat", n, "expected text or json, got %s",
+						  qbcf_echo(echo, sizeof(echo), format));
+	return true;
+}
+
+/*
  * qbcf_leases: a request must end before its row's lease does, or the reclaim
  * step hands the row to another worker while the first is still waiting for
  * the answer, and the message goes out twice.
@@ -931,9 +1007,12 @@ qbcf_document(QbcfCtx *cx, const QbcfNode *root, QbConfig *cfg)
 		return qbcf_inbox(cx, NULL, &cfg->inbox);
 	if (root->kind != QBCF_MAP)
 	{
+		char		keys[256];
+
+		qbcf_list(keys, sizeof(keys), qbcf_keys_top, " and ");
 		snprintf(cx->err, cx->errlen,
-				 "the document must be a mapping with the keys outbox, destinations, routes, sources, inbox, http and admin, got %s (line %d, column %d)",
-				 qbcf_kind_name(root), root->line, root->column);
+				 "the document must be a mapping with the keys %s, got %s (line %d, column %d)",
+				 keys, qbcf_kind_name(root), root->line, root->column);
 		return false;
 	}
 	return qbcf_check_keys(cx, "", root, qbcf_keys_top, NULL) &&
@@ -944,5 +1023,7 @@ qbcf_document(QbcfCtx *cx, const QbcfNode *root, QbConfig *cfg)
 		qbcf_sources(cx, qbcf_get(root, "sources"), cfg) &&
 		qbcf_inbox(cx, qbcf_get(root, "inbox"), &cfg->inbox) &&
 		qbcf_http_section(cx, qbcf_get(root, "http"), &cfg->http) &&
-		qbcf_admin(cx, qbcf_get(root, "admin"), cfg);
+		qbcf_admin(cx, qbcf_get(root, "admin"), cfg) &&
+		qbcf_database(cx, qbcf_get(root, "database"), &cfg->database) &&
+		qbcf_daemon(cx, qbcf_get(root, "daemon"), &cfg->daemon);
 }

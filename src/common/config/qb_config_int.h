@@ -17,7 +17,8 @@
  *							paths and the messages that name them
  *	qb_config_check.c		validate, the document: outbox, what every
  *							destination and source shares, routes, leases,
- *							inbox, http, admin
+ *							inbox, http, admin, and the daemon's database
+ *							and daemon
  *	qb_config_http.c, qb_config_rabbitmq.c, qb_config_kafka.c,
  *	qb_config_nats.c		validate, per type: each type's destination and
  *							source keys, reached through qbcf_dest_types and
@@ -180,6 +181,8 @@ extern const char *const qbcf_scalars_inbox[];
 extern const char *const qbcf_keys_relay[];
 extern const char *const qbcf_keys_http_section[];
 extern const char *const qbcf_keys_admin[];
+extern const char *const qbcf_keys_database[];
+extern const char *const qbcf_keys_daemon[];
 extern const char *const qbcf_keys_breaker[];
 extern const char *const qbcf_keys_route[];
 

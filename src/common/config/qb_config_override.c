@@ -20,19 +20,24 @@
  *
  *	QUEUEBOX_HTTP_LISTEN						http.listen
  *	QUEUEBOX_ADMIN_TOKEN						admin.token
+ *	QUEUEBOX_DATABASE_URL						database.url
+ *	QUEUEBOX_DAEMON_OUTBOXWORKERS				daemon.outboxWorkers
  *	QUEUEBOX_SOURCES_STRIPE_AUTH_SECRET			sources.stripe.auth.secret
  *	QUEUEBOX_DESTINATIONS_BILLING_SIGNING_SECRET	destinations.billing.signing.secret
  *
  * The known scalar key paths are the outbox, outbox.backoff, inbox,
- * inbox.relay, http and admin keys, and, for each source (its scalar keys
- * and auth's) and each destination and route the document defines: every scalar
- * key of any destination type and of signing:, the headers and kafka config
- * entries the document already has, and routes[i].topicPattern / .destination.  An
- * override cannot create a destination, a route, a header or a kafka
+ * inbox.relay, http, admin, database and daemon keys (qbcf_ov_sections),
+ * and, for each source (its scalar keys of any source type and auth's) and
+ * each destination and route the document defines: every scalar key of any
+ * destination type (the types' tables) and of circuitBreaker: and
+ * signing:, the headers and kafka config entries the document already has,
+ * and routes[i].topicPattern / .destination / .transform.  An override
+ * cannot create a destination, a source, a route, a header or a kafka
  * property, and cannot replace a mapping or a sequence.
  *
  * An override replaces the value at its path, or adds the key when the
- * document lacks it (creating outbox: and outbox.backoff: as needed).  Its
+ * document lacks it (creating outbox:, outbox.backoff: and the like as
+ * needed).  Its
  * value is validated like a document value but is not ${}-expanded: it
  * already comes from the environment.  Errors name the variable and the key
  * path, e.g. "QUEUEBOX_OUTBOX_BATCHSIZE (outbox.batchSize): expected ...".
@@ -182,6 +187,8 @@ static const QbcfOvSection qbcf_ov_sections[] =
 	{.seg = {"inbox", "relay"}, .nseg = 2, .keys = qbcf_keys_relay},
 	{.seg = {"http"}, .nseg = 1, .keys = qbcf_keys_http_section},
 	{.seg = {"admin"}, .nseg = 1, .keys = qbcf_keys_admin},
+	{.seg = {"database"}, .nseg = 1, .keys = qbcf_keys_database},
+	{.seg = {"daemon"}, .nseg = 1, .keys = qbcf_keys_daemon},
 };
 
 /*
