@@ -154,7 +154,8 @@ qb_config_relay_max_attempts(const QbConfig *cfg)
 const char *
 qb_dest_type_name(QbDestType t)
 {
-	if ((int) t < 0 || (int) t > QB_DEST_NATS || qbcf_dest_types[t] == NULL)
-		return "unknown";
-	return qbcf_dest_types[t]->type;
+	for (int i = 0; qbcf_dest_types[i] != NULL; i++)
+		if (i == (int) t)
+			return qbcf_dest_types[i]->type;
+	return "unknown";
 }

@@ -48,6 +48,12 @@ const QbcfSourceType *const qbcf_source_types[] =
 	NULL
 };
 
+/* the lists made from the tables have room for QBCF_MAX_TYPES */
+_Static_assert(sizeof(qbcf_dest_types) / sizeof(qbcf_dest_types[0]) <= QBCF_MAX_TYPES + 1,
+			   "raise QBCF_MAX_TYPES");
+_Static_assert(sizeof(qbcf_source_types) / sizeof(qbcf_source_types[0]) <= QBCF_MAX_TYPES + 1,
+			   "raise QBCF_MAX_TYPES");
+
 /* ---------------------------------------------------------------------
  * The fixed sections' keys
  * ---------------------------------------------------------------------
@@ -299,7 +305,7 @@ qbcf_type_words(const char *const *names, char *one, size_t onelen, char *altern
 static bool
 qbcf_destination(QbcfCtx *cx, const char *path, const QbcfNode *node, QbDestination *d)
 {
-	const char *types[QB_DEST_NATS + 2] = {NULL};
+	const char *types[QBCF_MAX_TYPES + 1] = {NULL};
 	const QbcfDestType *type;
 	char		sub[QBCF_PATHLEN];
 	char		forwhat[48];
@@ -611,7 +617,7 @@ qbcf_topic(QbcfCtx *cx, const char *path, const QbcfNode *m, QbSource *s)
 static bool
 qbcf_source(QbcfCtx *cx, const char *path, const QbcfNode *node, QbSource *s)
 {
-	const char *types[QB_SOURCE_NATS + 2] = {NULL};
+	const char *types[QBCF_MAX_TYPES + 1] = {NULL};
 	const QbcfSourceType *type;
 	char		sub[QBCF_PATHLEN];
 	char		echo[64];

@@ -215,7 +215,12 @@ typedef struct QbcfSourceType
 	bool		(*check) (QbcfCtx *cx, const char *path, const QbcfNode *m, QbSource *s);
 } QbcfSourceType;
 
-/* by QbDestType and QbSourceType, NULL-terminated (qb_config_check.c) */
+/*
+ * By QbDestType and QbSourceType, NULL-terminated (qb_config_check.c); a
+ * hole would end a table early.  Lists made from them (names, keys) have
+ * room for QBCF_MAX_TYPES, which the tables are checked against.
+ */
+#define QBCF_MAX_TYPES	8
 extern const QbcfDestType *const qbcf_dest_types[];
 extern const QbcfSourceType *const qbcf_source_types[];
 

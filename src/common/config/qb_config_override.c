@@ -250,8 +250,8 @@ qbcf_ov_under(QbcfOvFound *f, const char *rest, const char *section, const char 
 static void
 qbcf_ov_collect(const QbcfNode *root, const char *rest, QbcfOvFound *f)
 {
-	const char *const *dest_keys[QB_DEST_NATS + 2] = {NULL};
-	const char *const *source_keys[QB_SOURCE_NATS + 2] = {NULL};
+	const char *const *dest_keys[QBCF_MAX_TYPES + 1] = {NULL};
+	const char *const *source_keys[QBCF_MAX_TYPES + 1] = {NULL};
 	const QbcfNode *m;
 	int			i,
 				k;
