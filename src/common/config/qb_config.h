@@ -298,7 +298,8 @@ typedef struct QbConfig
 
 /*
  * Fill *out with every default of the model (no destinations, no routes).
- * Such a config owns nothing: do not pass it to qb_config_free.
+ * Such a config has no arena and owns nothing (qb_config_free does nothing
+ * to it).
  */
 extern void qb_config_defaults(QbConfig *out);
 

@@ -18,7 +18,7 @@
 static const char *const qbcf_keys_http[] =
 {"type", "baseUrl", "path", "headers", "timeoutMs", "transform", "signing", "maxInFlight",
 "circuitBreaker", NULL};
-static const char *const qbcf_keys_source[] =
+static const char *const qbcf_keys_http_source[] =
 {"type", "path", "idempotencyKeyPath", "idempotencyKeyHeader", "eventTypePath",
 "eventTypeHeader", "aggregateIdPath", "topic", "consumption", "maxBodyBytes", "auth",
 "transform", NULL};
@@ -48,8 +48,8 @@ const char *const qbcf_scalars_signing[] =
  */
 /*
  * qbcf_secrets: secret or secrets (a list, for rotation) of an auth: or
- * signing: section m, each checked for scheme t, into *out (owned by the
- * caller even on failure).  hint follows "missing required key secret".
+ * signing: section m, each checked for scheme t, into *out (the arena's,
+ * also on failure).  hint follows "missing required key secret".
  */
 static bool
 qbcf_secrets(QbcfCtx *cx, const char *path, const QbcfNode *m, QbAuthType t, const char *hint,
@@ -404,6 +404,6 @@ qbcf_http_source(QbcfCtx *cx, const char *path, const QbcfNode *m, QbSource *s)
 const QbcfSourceType qbcf_source_http =
 {
 	.type = "http",
-	.keys = qbcf_keys_source,
+	.keys = qbcf_keys_http_source,
 	.check = qbcf_http_source,
 };
