@@ -1530,7 +1530,7 @@ test_daemon_defaults(void **state)
 		assert_int_equal(x->database.idle_poll_max_ms, 2000);
 		assert_int_equal(x->daemon.outbox_workers, 2);
 		assert_int_equal(x->daemon.shutdown_grace_ms, 10000);
-		assert_int_equal(x->daemon.log_format, QB_LOG_FORMAT_TEXT);
+		assert_false(x->daemon.log_json);
 	}
 	qb_config_free(c);
 	/* empty and null sections are absent */
@@ -1564,7 +1564,7 @@ test_daemon_every_key(void **state)
 	assert_int_equal(c->database.idle_poll_max_ms, 10);
 	assert_int_equal(c->daemon.outbox_workers, 64);
 	assert_int_equal(c->daemon.shutdown_grace_ms, 0);
-	assert_int_equal(c->daemon.log_format, QB_LOG_FORMAT_JSON);
+	assert_true(c->daemon.log_json);
 	qb_config_free(c);
 	unsetenv("QBT_DB_PASSWORD");
 
@@ -1664,7 +1664,7 @@ test_daemon_overrides(void **state)
 	assert_string_equal(c->database.url, "sqlserver://qb:" PASSWORD "@mssql:1433?database=app");
 	assert_true(c->database.listen);
 	assert_int_equal(c->daemon.outbox_workers, 8);
-	assert_int_equal(c->daemon.log_format, QB_LOG_FORMAT_JSON);
+	assert_true(c->daemon.log_json);
 	qb_config_free(c);
 	c = accept("");
 	assert_string_equal(c->database.url, "sqlserver://qb:" PASSWORD "@mssql:1433?database=app");

@@ -52,7 +52,7 @@ qb_config_defaults(QbConfig *out)
 	out->database.idle_poll_max_ms = 2000;
 	out->daemon.outbox_workers = 2;
 	out->daemon.shutdown_grace_ms = 10000;
-	out->daemon.log_format = QB_LOG_FORMAT_TEXT;
+	out->daemon.log_json = false;
 }
 
 /*

@@ -266,17 +266,12 @@ typedef struct QbDatabaseConf
 	long		idle_poll_max_ms;	/* default 2000 */
 } QbDatabaseConf;
 
-typedef enum QbLogFormat
-{
-	QB_LOG_FORMAT_TEXT,			/* the default */
-	QB_LOG_FORMAT_JSON			/* one JSON object per line */
-} QbLogFormat;
-
 typedef struct QbDaemonConf
 {
 	int			outbox_workers; /* default 2 */
 	long		shutdown_grace_ms;	/* default 10000 */
-	QbLogFormat log_format;		/* default text */
+	bool		log_json;		/* logFormat: json (one object per line); false:
+								 * text, the default */
 } QbDaemonConf;
 
 typedef struct QbConfig

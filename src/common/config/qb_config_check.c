@@ -943,7 +943,7 @@ qbcf_daemon(QbcfCtx *cx, const QbcfNode *node, QbDaemonConf *d)
 	if (!qbcf_text(cx, "daemon.logFormat", n, "text or json", &format))
 		return false;
 	if (strcmp(format, "json") == 0)
-		d->log_format = QB_LOG_FORMAT_JSON;
+		d->log_json = true;
 	else if (strcmp(format, "text") != 0)
 		return qbcf_error(cx, "daemon.logFormat", n, "expected text or json, got %s",
 						  qbcf_echo(echo, sizeof(echo), format));
