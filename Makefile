@@ -11,9 +11,10 @@ MODULE_big  = queuebox
 
 # The core (src/common), by folder: engine/ (the engine loops and their host
 # and store contracts), publish/ (destinations), source/ (webhook and broker
-# sources), broker/ (the broker links both use), lib/ (configuration,
-# routing, transforms and other helpers), store/ (the stores' SQL).
-COMMON_DIRS = engine publish source broker lib store
+# sources), broker/ (the broker links both use), config/ (the
+# configuration's model and validator, the qb_config_* family), lib/
+# (routing, transforms and other helpers), store/ (the stores' SQL).
+COMMON_DIRS = engine publish source broker config lib store
 COMMON_INC  = $(addprefix -Isrc/common/,$(COMMON_DIRS))
 COMMON_SRCS = $(sort $(wildcard $(addsuffix /*.c,$(addprefix src/common/,$(COMMON_DIRS)))))
 COMMON_HDRS = $(wildcard $(addsuffix /*.h,$(addprefix src/common/,$(COMMON_DIRS))))

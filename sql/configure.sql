@@ -119,6 +119,16 @@ $yaml$);
 SELECT queuebox.validate('');
 SELECT queuebox.validate('# only a comment');
 
+-- database: and daemon: are the daemon's (queuebox-mssqld); the extension
+-- validates them like every key and ignores them.  A refused url is never
+-- repeated: it holds the password.
+SELECT queuebox.validate($yaml$
+database: { url: "postgresql://qb:Pa55word@db.internal:5432/app?sslmode=require", listen: true, idlePollMaxMs: 5000 }
+daemon: { outboxWorkers: 4, shutdownGraceMs: 0, logFormat: json }
+$yaml$);
+SELECT queuebox.validate('database: { url: "mysql://qb:Pa55word@db/app" }');
+SELECT queuebox.validate('daemon: { workers: 4 }');
+
 -- a configure() cannot be prepared: COMMIT PREPARED would never reach the
 -- workers; nothing is prepared and the stored document stays as it was
 SELECT md5(document) AS doc_before FROM queuebox.config WHERE id = 1 \gset

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  * test_config.c
- *	  Unit tests of qb_config.c: loading, ${NAME} expansion, QUEUEBOX_*
- *	  overrides, validation and URL checks.
+ *	  Unit tests of the configuration (src/common/config, the qb_config_*
+ *	  family): loading, ${NAME} expansion, QUEUEBOX_* overrides, validation,
+ *	  URL checks, and the daemon's database: and daemon: keys.
  *
  * Wording: "accept" parses a document and returns the config, failing the
  * test with the parser's message if it is refused; "refuse" parses a
@@ -494,7 +495,7 @@ test_yaml_errors(void **state)
 	/* a UTF-8 BOM is fine */
 	qb_config_free(accept("\xef\xbb\xbfoutbox: { batchSize: 3 }\n"));
 
-	refuse("- a\n- b\n", "the document must be a mapping with the keys outbox, destinations, routes, sources, inbox, http and admin, got a sequence (line 1, column 1)", NULL);
+	refuse("- a\n- b\n", "the document must be a mapping with the keys outbox, destinations, routes, sources, inbox, http, admin, database and daemon, got a sequence (line 1, column 1)", NULL);
 	refuse("hello\n", "the document must be a mapping", "got a scalar", NULL);
 	refuse("outbox: {}\n---\nroutes: []\n", "a second YAML document starts at line 2", NULL);
 
@@ -1490,6 +1491,204 @@ test_delivery_control(void **state)
 	unsetenv("QUEUEBOX_DESTINATIONS_A_CIRCUITBREAKER_FAILURES");
 }
 
+/* ---- the daemon's keys: database:, daemon: ------------------------ */
+
+/*
+ * The extension accepts and ignores them; the daemon (queuebox-mssqld)
+ * reads them.  A database url holds a password, which no message repeats.
+ */
+#define PASSWORD "Pa55-w0rd-never-shown"
+
+/* refuse_hiding: refuse, and the message must not hold PASSWORD */
+static void
+refuse_hiding(const char *text, const char *want)
+{
+	char		err[QB_ERRLEN] = "";
+
+	refused_message(text, err, sizeof(err));
+	if (strstr(err, PASSWORD) != NULL)
+		fail_msg("the message repeats the password: %s", err);
+	if (strstr(err, want) == NULL)
+		fail_msg("message \"%s\"\n lacks \"%s\"", err, want);
+}
+
+static void
+test_daemon_defaults(void **state)
+{
+	QbConfig	d;
+	QbConfig   *c = accept("");
+
+	qb_config_defaults(&d);
+	for (int i = 0; i < 2; i++)
+	{
+		const QbConfig *x = i == 0 ? &d : c;
+
+		assert_null(x->database.url);
+		assert_false(x->database.listen);
+		assert_int_equal(x->database.statement_timeout_ms, 30000);
+		assert_int_equal(x->database.connect_timeout_ms, 10000);
+		assert_int_equal(x->database.idle_poll_max_ms, 2000);
+		assert_int_equal(x->daemon.outbox_workers, 2);
+		assert_int_equal(x->daemon.shutdown_grace_ms, 10000);
+		assert_false(x->daemon.log_json);
+	}
+	qb_config_free(c);
+	/* empty and null sections are absent */
+	c = accept("database:\ndaemon: {}\n");
+	assert_null(c->database.url);
+	assert_int_equal(c->daemon.outbox_workers, 2);
+	qb_config_free(c);
+	c = accept("database: { url: }\n");
+	assert_null(c->database.url);
+	qb_config_free(c);
+}
+
+static void
+test_daemon_every_key(void **state)
+{
+	QbConfig   *c;
+
+	setenv("QBT_DB_PASSWORD", PASSWORD, 1);
+	c = accept("database:\n"
+			   "  url: \"postgresql://qb:${QBT_DB_PASSWORD}@db.internal:5432/app?sslmode=require\"\n"
+			   "  listen: true\n"
+			   "  statementTimeoutMs: 100\n"
+			   "  connectTimeoutMs: 600000\n"
+			   "  idlePollMaxMs: \"10\"\n"
+			   "daemon: { outboxWorkers: 64, shutdownGraceMs: 0, logFormat: json }\n");
+	assert_string_equal(c->database.url,
+						"postgresql://qb:" PASSWORD "@db.internal:5432/app?sslmode=require");
+	assert_true(c->database.listen);
+	assert_int_equal(c->database.statement_timeout_ms, 100);
+	assert_int_equal(c->database.connect_timeout_ms, 600000);
+	assert_int_equal(c->database.idle_poll_max_ms, 10);
+	assert_int_equal(c->daemon.outbox_workers, 64);
+	assert_int_equal(c->daemon.shutdown_grace_ms, 0);
+	assert_true(c->daemon.log_json);
+	qb_config_free(c);
+	unsetenv("QBT_DB_PASSWORD");
+
+	c = accept("database: { url: \"postgres://h/app\", idlePollMaxMs: 3600000 }\n"
+			   "daemon: { outboxWorkers: 1, shutdownGraceMs: 3600000, logFormat: text }\n");
+	assert_string_equal(c->database.url, "postgres://h/app");
+	assert_int_equal(c->daemon.outbox_workers, 1);
+	qb_config_free(c);
+	c = accept("database: { url: \"sqlserver://qb:secret@[::1]:1433?database=app\" }\n");
+	assert_string_equal(c->database.url, "sqlserver://qb:secret@[::1]:1433?database=app");
+	qb_config_free(c);
+}
+
+static void
+test_daemon_ranges(void **state)
+{
+	refuse("database: { statementTimeoutMs: 99 }\n",
+		   "database.statementTimeoutMs: expected an integer from 100 to 3600000, got \"99\"",
+		   "(line 1, column 33)", NULL);
+	refuse("database: { statementTimeoutMs: 3600001 }\n",
+		   "database.statementTimeoutMs: expected an integer from 100 to 3600000", NULL);
+	refuse("database: { connectTimeoutMs: 999 }\n",
+		   "database.connectTimeoutMs: expected an integer from 1000 to 600000", NULL);
+	refuse("database: { connectTimeoutMs: 600001 }\n",
+		   "database.connectTimeoutMs: expected an integer from 1000 to 600000", NULL);
+	refuse("database: { idlePollMaxMs: 9 }\n",
+		   "database.idlePollMaxMs: expected an integer from 10 to 3600000", NULL);
+	refuse("database: { listen: yes }\n",
+		   "database.listen: expected true or false, got \"yes\"", NULL);
+	refuse("daemon: { outboxWorkers: 0 }\n",
+		   "daemon.outboxWorkers: expected an integer from 1 to 64, got \"0\"", NULL);
+	refuse("daemon: { outboxWorkers: 65 }\n",
+		   "daemon.outboxWorkers: expected an integer from 1 to 64", NULL);
+	refuse("daemon: { shutdownGraceMs: -1 }\n",
+		   "daemon.shutdownGraceMs: expected an integer from 0 to 3600000", NULL);
+	refuse("daemon: { logFormat: xml }\n",
+		   "daemon.logFormat: expected text or json, got \"xml\"", NULL);
+	refuse("daemon: { logFormat: [json] }\n",
+		   "daemon.logFormat: expected text or json, got a sequence", NULL);
+	refuse("database: [url]\n", "database: expected a mapping", NULL);
+	refuse("daemon: 4\n", "daemon: expected a mapping", NULL);
+}
+
+static void
+test_daemon_unknown_keys(void **state)
+{
+	refuse("database: { url: \"postgres://h/app\", user: qb }\n",
+		   "database.user: unknown key (allowed: url, listen, statementTimeoutMs, connectTimeoutMs, idlePollMaxMs)",
+		   "(line 1, column 38)", NULL);
+	refuse("database: { URL: \"postgres://h/app\" }\n",
+		   "database.URL: unknown key", "did you mean url?", NULL);
+	refuse("daemon: { workers: 4 }\n",
+		   "daemon.workers: unknown key (allowed: outboxWorkers, shutdownGraceMs, logFormat)", NULL);
+	refuse("database: { url: \"postgres://h/app\", url: \"postgres://h/b\" }\n",
+		   "database.url: duplicate key", NULL);
+}
+
+/* the url: its schemes, and messages that never repeat it */
+static void
+test_daemon_url(void **state)
+{
+	refuse_hiding("database: { url: \"mysql://qb:" PASSWORD "@db/app\" }\n",
+				  "database.url: unsupported scheme \"mysql\" (use postgres, postgresql or sqlserver) (line 1, column 18)");
+	refuse_hiding("database: { url: \"http://qb:" PASSWORD "@db/app\" }\n",
+				  "database.url: unsupported scheme \"http\"");
+	refuse_hiding("database: { url: \"qb:" PASSWORD "@db/app\" }\n",
+				  "database.url: not a URL: expected postgres://host[:port][/path]");
+	refuse_hiding("database: { url: \"postgres://qb:" PASSWORD "@db:99999/app\" }\n",
+				  "database.url: the port must be a number from 1 to 65535");
+	refuse_hiding("database: { url: \"postgres://qb:" PASSWORD "@db host/app\" }\n",
+				  "database.url: the URL contains a space");
+	refuse_hiding("database: { url: \"postgres://qb:" PASSWORD "@/app\" }\n",
+				  "database.url: no host");
+	refuse_hiding("database: { url: \"postgres://qb:" PASSWORD "@db/app#x\" }\n",
+				  "database.url: a fragment (#...) is not allowed");
+	refuse("database: { url: \"\" }\n", "database.url: must not be empty", NULL);
+	/* a password from the environment is not repeated either */
+	setenv("QBT_DB_URL", "mysql://qb:" PASSWORD "@db/app", 1);
+	refuse_hiding("database: { url: \"${QBT_DB_URL}\" }\n",
+				  "database.url: unsupported scheme \"mysql\"");
+	unsetenv("QBT_DB_URL");
+	refuse_hiding("database: { url: \"${QBT_DB_UNSET_URL}\" }\n",
+				  "database.url: environment variable QBT_DB_UNSET_URL is not set");
+}
+
+static void
+test_daemon_overrides(void **state)
+{
+	QbConfig   *c;
+
+	setenv("QUEUEBOX_DATABASE_URL", "sqlserver://qb:" PASSWORD "@mssql:1433?database=app", 1);
+	setenv("QUEUEBOX_DATABASE_LISTEN", "true", 1);
+	setenv("QUEUEBOX_DAEMON_OUTBOXWORKERS", "8", 1);
+	setenv("QUEUEBOX_DAEMON_LOGFORMAT", "json", 1);
+	/* replaces the document's value, and adds the sections it lacks */
+	c = accept("database: { url: \"postgres://h/app\" }\n");
+	assert_string_equal(c->database.url, "sqlserver://qb:" PASSWORD "@mssql:1433?database=app");
+	assert_true(c->database.listen);
+	assert_int_equal(c->daemon.outbox_workers, 8);
+	assert_true(c->daemon.log_json);
+	qb_config_free(c);
+	c = accept("");
+	assert_string_equal(c->database.url, "sqlserver://qb:" PASSWORD "@mssql:1433?database=app");
+	qb_config_free(c);
+	unsetenv("QUEUEBOX_DATABASE_LISTEN");
+	unsetenv("QUEUEBOX_DAEMON_OUTBOXWORKERS");
+	unsetenv("QUEUEBOX_DAEMON_LOGFORMAT");
+
+	/* an override's error names the variable and the key path */
+	setenv("QUEUEBOX_DATABASE_URL", "mysql://qb:" PASSWORD "@db/app", 1);
+	refuse_hiding("", "QUEUEBOX_DATABASE_URL (database.url): unsupported scheme \"mysql\"");
+	unsetenv("QUEUEBOX_DATABASE_URL");
+	setenv("QUEUEBOX_DATABASE_IDLEPOLLMAXMS", "5", 1);
+	refuse("", "QUEUEBOX_DATABASE_IDLEPOLLMAXMS (database.idlePollMaxMs): expected an integer from 10 to 3600000, got \"5\"", NULL);
+	unsetenv("QUEUEBOX_DATABASE_IDLEPOLLMAXMS");
+	setenv("QUEUEBOX_DAEMON_SHUTDOWNGRACEMS", "soon", 1);
+	refuse("", "QUEUEBOX_DAEMON_SHUTDOWNGRACEMS (daemon.shutdownGraceMs): expected an integer", NULL);
+	unsetenv("QUEUEBOX_DAEMON_SHUTDOWNGRACEMS");
+	/* a name that spells no key is ignored, as everywhere */
+	setenv("QUEUEBOX_DATABASE_PASSWORD", "x", 1);
+	qb_config_free(accept(""));
+	unsetenv("QUEUEBOX_DATABASE_PASSWORD");
+}
+
 int
 main(void)
 {
@@ -1520,6 +1719,12 @@ main(void)
 		cmocka_unit_test(test_broker_sources),
 		cmocka_unit_test(test_signing_valid),
 		cmocka_unit_test(test_signing_invalid),
+		cmocka_unit_test(test_daemon_defaults),
+		cmocka_unit_test(test_daemon_every_key),
+		cmocka_unit_test(test_daemon_ranges),
+		cmocka_unit_test(test_daemon_unknown_keys),
+		cmocka_unit_test(test_daemon_url),
+		cmocka_unit_test(test_daemon_overrides),
 	};
 
 	return cmocka_run_group_tests_name("qb_config", tests, NULL, NULL);

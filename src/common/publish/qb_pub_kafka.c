@@ -22,7 +22,7 @@
  *	  becomes non-empty (rd_kafka_queue_io_event_enable); fd() is its read
  *	  end, and perform() drains it and polls every producer without waiting.
  *	- Every producer is idempotent with acks=all (QueueBox refuses a config
- *	  that says otherwise, qb_config.c), and message.timeout.ms is the
+ *	  that says otherwise, qb_config_kafka.c), and message.timeout.ms is the
  *	  destination's timeout_ms, below the lease, so every message in flight
  *	  gets a report before its row could be claimed again.
  *	- rd_kafka_producev can fail at once (a cached unknown topic, a message

@@ -1,6 +1,8 @@
 /*-------------------------------------------------------------------------
  * qb_config.h
- *	  The configuration model and its validator (libyaml).
+ *	  The configuration model and its validator (libyaml): the public face
+ *	  of the qb_config_* family in src/common/config (qb_config_int.h lists
+ *	  its files).
  *
  * Wording:
  *	- A document is the YAML text a user gives to queuebox.configure() or to
@@ -9,10 +11,16 @@
  *	- A key path names a value in the document: "outbox.backoff.initialMs",
  *	  "destinations.payments.baseUrl", "routes[1].destination".
  *	- An override is a QUEUEBOX_* environment variable that replaces the value
- *	  at one key path (docs/configuration.md; the rules at the top of qb_config.c).
+ *	  at one key path (docs/configuration.md; the rules at the top of
+ *	  qb_config_override.c).
  *
- * Everything here is plain C: malloc'd, no PostgreSQL header.  A QbConfig is
- * immutable once built; the engines hold a pointer and swap it on reload.
+ * Everything here is plain C, no PostgreSQL header.  A QbConfig and all it
+ * points to (strings, arrays, signing keys) live in one arena the config
+ * owns, and its compiled transforms are released with it: qb_config_free is
+ * one call, and a pointer into a config (a destination, a name) is good
+ * exactly as long as the config.  A QbConfig is immutable once built; the
+ * engines hold a pointer and swap it on reload, dropping every pointer into
+ * the old one.
  *-------------------------------------------------------------------------
  */
 #ifndef QB_CONFIG_H
@@ -83,6 +91,17 @@
  *			maxConnections 256 (1..10000), connectionTimeoutMs 10000
  *			(1000..3600000), storeTimeoutMs 5000 (100..600000)
  * admin:	token (at least 16 characters; unset: the /admin/ routes are off)
+ * database:	daemon only (queuebox-mssqld; the extension accepts and ignores
+ *			it): url (unset: the daemon says it needs one; postgres://,
+ *			postgresql:// or sqlserver://, credentials and a query allowed,
+ *			never repeated in a message), listen false (PostgreSQL: LISTEN for
+ *			the outbox's NOTIFY instead of polling alone), statementTimeoutMs
+ *			30000 (100..3600000), connectTimeoutMs 10000 (1000..600000),
+ *			idlePollMaxMs 2000 (10..3600000: idle polling backs off from
+ *			outbox.pollIntervalMs and inbox.relay.pollIntervalMs up to this)
+ * daemon:	daemon only, as database: outboxWorkers 2 (1..64), shutdownGraceMs
+ *			10000 (0..3600000: how long in-flight deliveries may finish after
+ *			SIGTERM), logFormat text | json (default text)
  * transform:	a jq program (docs/transforms.md) on a route, a destination or
  *			a source; compiled here, a compile error refuses the document.
  * Integers, numbers and booleans may be written quoted ("100"), so that a
@@ -237,22 +256,22 @@ typedef struct QbHttpConf
 	long		store_timeout_ms;	/* default 5000: longer answers 503 */
 } QbHttpConf;
 
-/* database: (the daemon only; the extension ignores it) */
+/* database: and daemon: are the daemon's; the extension ignores them */
 typedef struct QbDatabaseConf
 {
-	char	   *url;			/* postgres://, postgresql:// or sqlserver://; NULL: unset */
-	bool		listen;			/* LISTEN for a NOTIFY per inserting transaction */
+	char	   *url;			/* NULL: not in the document */
+	bool		listen;			/* default false */
 	long		statement_timeout_ms;	/* default 30000 */
 	long		connect_timeout_ms; /* default 10000 */
-	long		idle_poll_max_ms;	/* default 2000: idle polling backs off to this */
+	long		idle_poll_max_ms;	/* default 2000 */
 } QbDatabaseConf;
 
-/* daemon: (the daemon only) */
 typedef struct QbDaemonConf
 {
 	int			outbox_workers; /* default 2 */
 	long		shutdown_grace_ms;	/* default 10000 */
-	bool		log_json;		/* logFormat json (default text) */
+	bool		log_json;		/* logFormat: json (one object per line); false:
+								 * text, the default */
 } QbDaemonConf;
 
 typedef struct QbConfig
@@ -267,11 +286,16 @@ typedef struct QbConfig
 	QbInboxConf inbox;			/* base_path is always set */
 	QbHttpConf	http;
 	char	   *admin_token;	/* NULL: the /admin/ routes are off */
-	QbDatabaseConf database;
-	QbDaemonConf daemon;
+	QbDatabaseConf database;	/* daemon only */
+	QbDaemonConf daemon;		/* daemon only */
+	struct QbcfArena *arena;	/* private: owns everything above */
 } QbConfig;
 
-/* Fill *out with every default of the model (no destinations, no routes). */
+/*
+ * Fill *out with every default of the model (no destinations, no routes).
+ * Such a config has no arena and owns nothing (qb_config_free does nothing
+ * to it).
+ */
 extern void qb_config_defaults(QbConfig *out);
 
 /*

@@ -1,0 +1,114 @@
+/*-------------------------------------------------------------------------
+ * qb_config_nats.c
+ *	  The nats type: a nats destination (url, subject, jetstream) and a nats
+ *	  source (url, subject, stream, durable: a JetStream pull consumer).
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qb_config_int.h"
+
+static const char *const qbcf_keys_nats[] =
+{"type", "url", "subject", "jetstream", "transform", "maxInFlight", "circuitBreaker", NULL};
+static const char *const qbcf_keys_nats_source[] =
+{"type", "url", "subject", "stream", "durable", "idempotencyKeyPath", "idempotencyKeyHeader",
+"eventTypePath", "eventTypeHeader", "aggregateIdPath", "topic", "consumption", "transform",
+"batchSize", NULL};
+
+static const char *const qbcf_nats_schemes[] = {"nats", "tls", NULL};
+
+/*
+ * qbcf_nats_urls: a destination's url, which may list several servers
+ * separated by commas, as cnats accepts.
+ */
+static bool
+qbcf_nats_urls(QbcfCtx *cx, const char *path, const QbcfNode *n, const char *url)
+{
+	char		sub[QBCF_PATHLEN];
+	char		msg[QBCF_MSGLEN];
+	char	   *copy = qbcf_arena_strdup(cx->arena, url);
+	char	   *one;
+	char	   *save = NULL;
+	bool		ok = true;
+
+	qbcf_path_key(sub, sizeof(sub), path, "url");
+	if (copy == NULL)
+		return qbcf_error(cx, sub, n, "out of memory");
+	if (copy[0] == '\0' || copy[strlen(copy) - 1] == ',' || strstr(copy, ",,") != NULL)
+	{
+		snprintf(msg, sizeof(msg), "empty entry in the server list; write nats://host:port[,nats://host:port]");
+		ok = false;
+	}
+	for (one = strtok_r(copy, ",", &save); ok && one != NULL; one = strtok_r(NULL, ",", &save))
+		ok = qb_url_check_scheme(one, qbcf_nats_schemes, QB_URL_USERINFO, msg, sizeof(msg));
+	if (!ok)
+		return qbcf_error(cx, sub, n, "%s", msg);
+	return true;
+}
+
+/* qbcf_nats: the keys of a nats destination (the shared ones are read). */
+static bool
+qbcf_nats(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestination *d)
+{
+	const QbcfNode *n;
+
+	/*
+	 * JetStream by default: core NATS is at most once and loses messages
+	 * across a server restart (measured), which an outbox must not do
+	 * silently.
+	 */
+	d->jetstream = true;
+	return qbcf_required_string(cx, path, m, "url",
+								"a nats destination needs one, e.g. url: \"nats://host:4222\"",
+								false, &d->broker_url, &n) &&
+		qbcf_nats_urls(cx, path, n, d->broker_url) &&
+		qbcf_target(cx, path, m, d, "subject", NULL, true) &&
+		qbcf_target_template(cx, path, m, d, "subject") &&
+		qbcf_flag(cx, path, m, "jetstream", &d->jetstream);
+}
+
+const QbcfDestType qbcf_dest_nats =
+{
+	.type = "nats",
+	.keys = qbcf_keys_nats,
+	.check = qbcf_nats,
+};
+
+/*
+ * qbcf_nats_source: the server, the subject and the stream a nats source
+ * consumes; the durable consumer's name defaults from the source's.
+ */
+static bool
+qbcf_nats_source(QbcfCtx *cx, const char *path, const QbcfNode *m, QbSource *s)
+{
+	char		sub[QBCF_PATHLEN];
+	char		msg[QBCF_MSGLEN];
+	const QbcfNode *n;
+
+	if (!qbcf_required_string(cx, path, m, "url",
+							  "a nats source needs one, e.g. url: \"nats://host:4222\"",
+							  true, &s->broker_url, &n))
+		return false;
+	qbcf_path_key(sub, sizeof(sub), path, "url");
+	if (!qb_url_check_scheme(s->broker_url, qbcf_nats_schemes, QB_URL_USERINFO, msg, sizeof(msg)))
+		return qbcf_error(cx, sub, n, "%s", msg);
+	if (!qbcf_required_string(cx, path, m, "subject", "the subject to consume, e.g. subject: orders.>",
+							  true, &s->subject, &n) ||
+		!qbcf_required_string(cx, path, m, "stream",
+							  "the JetStream stream that captures the subject, e.g. stream: ORDERS",
+							  true, &s->stream, &n) ||
+		!qbcf_opt_string(cx, path, m, "durable", true, &s->durable))
+		return false;
+	if (s->durable == NULL && (s->durable = qbcf_prefixed(cx, "queuebox-", s->name)) == NULL)
+		return qbcf_error(cx, path, m, "out of memory");
+	return true;
+}
+
+const QbcfSourceType qbcf_source_nats =
+{
+	.type = "nats",
+	.keys = qbcf_keys_nats_source,
+	.check = qbcf_nats_source,
+};
