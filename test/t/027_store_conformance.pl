@@ -17,6 +17,7 @@ use Test::More;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use QueueBoxTest;
+use QueueBoxDaemon;
 
 my $bin = qb_test_binary('test/store/conformance');
 my $node = qb_node('conformance', workers => 0, conf => <<'EOC');
@@ -55,6 +56,23 @@ for my $kind ('pq', 'spi')
 	ok($ok, "the $kind store passes the conformance suite")
 	  or diag "conformance $kind failed:\n$stdout$stderr";
 	unlike("$stdout$stderr", qr/\Q$pw\E|\Q$bad_secret\E/, "no password in the $kind suite's output");
+}
+
+# ---- the libpq store on the daemon's own schema: a plain cluster, no
+# extension, the schema made by queuebox-mssqld --migrate
+my $plain = qbd_node('conformance_plain');
+my $r = qbd_run('--config', qbd_write_conf(qb_config_yaml(database => { url => qbd_url($plain) }), 'conformance'),
+	'--migrate');
+is($r->[0], 0, 'queuebox-mssqld --migrate makes the daemon schema') or diag $r->[2];
+{
+	local $ENV{QB_CONFORMANCE_DSN} = $plain->connstr('postgres') . ' user=qbd';
+	local $ENV{QB_CONFORMANCE_BAD_DSN} = $plain->connstr('postgres') . " host=127.0.0.1 user=qbdpw password=$bad_secret";
+	local $ENV{QB_CONFORMANCE_BAD_PASSWORD} = $bad_secret;
+	my ($stdout, $stderr) = ('', '');
+	my $ok = IPC::Run::run([ $bin, 'pq' ], '>', \$stdout, '2>', \$stderr, IPC::Run::timeout(300));
+	note "conformance pq (daemon schema):\n$stdout$stderr";
+	ok($ok, 'the pq store passes the conformance suite on the daemon\'s schema (no extension)')
+	  or diag "conformance pq on the daemon schema failed:\n$stdout$stderr";
 }
 
 done_testing();
