@@ -2,14 +2,16 @@
 # The QueueBox demo: a throwaway PostgreSQL 15 cluster with the extension
 # preloaded, a loopback HTTP sink, rows inserted in a business transaction
 # that the sink receives, and a signed webhook that comes in through the
-# inbox, is forwarded by the relay and delivered too.  Everything it starts
+# inbox, is forwarded by the relay and delivered too.  Then the same on a
+# plain cluster (no preload, no extension, no superuser), served by the
+# daemon queuebox-mssqld, as on a managed PostgreSQL.  Everything it starts
 # it stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 scripts/setup.sh >/dev/null
-echo "== building and installing the extension"
+echo "== building and installing the extension and the daemon"
 make -s >/dev/null
 make -s install >/dev/null
 make -s sink >/dev/null
@@ -24,10 +26,14 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 PORT=$(( 20000 + RANDOM % 20000 ))
 HTTP_PORT=$(( PORT + 1 ))
+PLAIN_PORT=$(( PORT + 2 ))
 SINK_PID=""
+DAEMON_PID=""
 cleanup() {
+  [ -n "$DAEMON_PID" ] && kill "$DAEMON_PID" 2>/dev/null && wait "$DAEMON_PID" 2>/dev/null || true
   [ -n "$SINK_PID" ] && kill "$SINK_PID" 2>/dev/null || true
   "${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$DIR/data" -m fast stop >/dev/null 2>&1 || true
+  "${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$DIR/plain" -m fast stop >/dev/null 2>&1 || true
   rm -rf "$DIR"
 }
 trap cleanup EXIT
@@ -121,3 +127,61 @@ echo "== metrics (GET /metrics, excerpt)"
 curl -s "http://127.0.0.1:$HTTP_PORT/metrics" | grep -E '^queuebox_(outbox_delivered_total|inbox_received_total\{source="github",result="(accepted|duplicate|unauthorized)"|relay_forwarded_total)'
 echo
 echo "== demo done: 'orders.*' rows and the webhook were delivered; 'shipping.label' has no route, so it is dead with a reason"
+
+# ---------------------------------------------------------------- the daemon
+echo
+echo "== part 2: a plain cluster (no shared_preload_libraries, no extension), served by queuebox-mssqld"
+"${RUNAS[@]}" "$PGBIN/initdb" -D "$DIR/plain" -A trust -U postgres >/dev/null
+cat >> "$DIR/plain/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $PLAIN_PORT
+unix_socket_directories = '$DIR'
+CONF
+"${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$DIR/plain" -l "$DIR/plain.log" -w start >/dev/null
+PLAIN=("${RUNAS[@]}" psql -X -q -h "$DIR" -p "$PLAIN_PORT" -U postgres -v ON_ERROR_STOP=1)
+"${PLAIN[@]}" -d postgres -c "CREATE DATABASE shop"
+prun() { echo; echo "shop=# $1"; "${PLAIN[@]}" -d shop -c "$1"; }
+prun "CREATE ROLE queuebox LOGIN; GRANT CREATE ON DATABASE shop TO queuebox"
+cat > "$DIR/daemon.yaml" <<YAML
+database:
+  url: "postgres://queuebox@127.0.0.1:$PLAIN_PORT/shop"
+  listen: true
+destinations:
+  fulfilment: { type: http, baseUrl: "http://127.0.0.1:$SINK_PORT", path: /fulfilment }
+routes:
+  - topicPattern: "orders.**"
+    destination: fulfilment
+YAML
+chmod 644 "$DIR/daemon.yaml"
+echo
+echo "\$ queuebox-mssqld --config daemon.yaml --check"
+"$ROOT/queuebox-mssqld" --config "$DIR/daemon.yaml" --check
+echo "\$ queuebox-mssqld --config daemon.yaml &"
+# the daemon is a client of the database: it needs no server account
+"$ROOT/queuebox-mssqld" --config "$DIR/daemon.yaml" 2>"$DIR/daemon.log" &
+DAEMON_PID=$!
+for _ in $(seq 100); do grep -q 'outbox 1\[[0-9]*\]: started' "$DIR/daemon.log" && break; sleep 0.1; done
+sed 's/^/   /' "$DIR/daemon.log"
+prun "SELECT version FROM queuebox.schema_version"
+prun "CREATE TABLE orders (id int PRIMARY KEY, customer text)"
+prun "BEGIN;
+INSERT INTO orders VALUES (7, 'customer-7');
+INSERT INTO queuebox.outbox (topic, key, payload) VALUES ('orders.created', 'customer-7', '{\"id\": 7}');
+COMMIT"
+for _ in $(seq 100); do
+  n=$("${PLAIN[@]}" -d shop -tAc "SELECT count(*) FROM queuebox.outbox WHERE state = 'sent'")
+  [ "$n" -ge 1 ] && break
+  sleep 0.1
+done
+echo
+echo "== what the sink received from the daemon"
+grep '"/fulfilment"' "$DIR/sink.log" | python3 -c 'import json,sys
+for l in sys.stdin:
+    r=json.loads(l); print("%s %s  X-Message-Id=%s\n   body: %s" % (r["method"], r["path"], r["headers"].get("x-message-id"), r["body"]))'
+prun "SELECT id, topic, state, attempt FROM queuebox.outbox"
+kill -TERM "$DAEMON_PID"; wait "$DAEMON_PID" || true; DAEMON_PID=""
+echo
+echo "== the daemon stopped (SIGTERM):"
+tail -n 3 "$DIR/daemon.log" | sed 's/^/   /'
+echo
+echo "== demo done: the daemon delivered the 'orders.created' row from a plain PostgreSQL (docs/daemon.md)"

@@ -9,7 +9,8 @@
  *	  (daemon.logFormat; the level words are the extension's: DEBUG, LOG,
  *	  WARNING, ERROR in text, lower case in JSON).
  *
- * A line is written with one write(2) so lines of several processes sharing
+ * DEBUG lines are written only with QUEUEBOX_MSSQLD_DEBUG=1 in the
+ * environment.  A line is written with one write(2) so lines of several processes sharing
  * stderr do not interleave (lines stay below PIPE_BUF in practice: messages
  * are cut at 2 KiB).  Nothing here logs a secret by itself; callers name a
  * database URL only through qbd_redact_url.
@@ -97,12 +98,18 @@ qbd_log_format(char *buf, size_t len, bool json, double epoch, const char *role,
 void
 qbd_log(QbLogLevel level, const char *fmt,...)
 {
+	static int	debug = -1;
 	char		msg[2048];
 	char		line[4096];
 	struct timeval tv;
 	va_list		ap;
 	size_t		n;
 
+	/* DEBUG lines only with QUEUEBOX_MSSQLD_DEBUG=1, as the server hides DEBUG1 */
+	if (debug < 0)
+		debug = getenv("QUEUEBOX_MSSQLD_DEBUG") != NULL && strcmp(getenv("QUEUEBOX_MSSQLD_DEBUG"), "1") == 0;
+	if (level == QB_LOG_DEBUG && !debug)
+		return;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);

@@ -11,6 +11,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use File::Basename ();
 
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
@@ -215,6 +216,22 @@ is($node->safe_psql('postgres', q{SELECT string_agg(tgname || ':' || tgenabled::
 my ($ret, $out, $err) = $node->psql('postgres', 'CREATE EXTENSION queuebox');
 isnt($ret, 0, 'CREATE EXTENSION is refused where the daemon made the schema');
 like($err, qr/schema "queuebox" is managed by queuebox-mssqld in this database/, 'the refusal says why');
+
+# ---- the systemd unit is valid for systemd (sandboxing keys included)
+SKIP:
+{
+	skip 'systemd-analyze is not installed', 1 unless -x '/usr/bin/systemd-analyze';
+	my $src = "$FindBin::RealBin/../../packaging/queuebox-mssqld.service";
+	my $unit = "$PostgreSQL::Test::Utils::tmp_check/queuebox-mssqld.service";
+	my $bindir = File::Basename::dirname(qbd_binary());
+	open(my $in, '<', $src) or die "$src: $!";
+	open(my $out, '>', $unit) or die "$unit: $!";
+	while (<$in>) { s/\@BINDIR\@/$bindir/g; print $out $_; }
+	close $in;
+	close $out;
+	my ($o, $e) = run_command([ '/usr/bin/systemd-analyze', 'verify', $unit ]);
+	is("$o$e", '', 'systemd-analyze verify finds nothing wrong with packaging/queuebox-mssqld.service');
+}
 
 sub qb_count_tables
 {
