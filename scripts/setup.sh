@@ -15,6 +15,7 @@ PKGS=(
   libipc-run-perl libmicrohttpd-dev
   librabbitmq-dev librdkafka-dev libnats-dev freetds-dev unixodbc-dev tdsodbc libjq-dev
   curl wrk openssl
+  systemd
   rabbitmq-server nats-server
 )
 

@@ -73,7 +73,8 @@
  * 10 (1..1000000 consecutive failed attempts open it), cooldownMs 30000
  * (100..86400000 before one probe row is tried)}.
  *
- * Sources (sources.<name>; type http is the only type so far):
+ * Sources (sources.<name>; type http answered by the ingress, or a broker
+ * type rabbitmq, kafka, nats consumed by a consumer worker: docs/broker-sources.md):
  *	path (required, starts with '/', unique), idempotencyKeyPath or
  *	idempotencyKeyHeader (exactly one; standard-webhooks auth defaults to the
  *	webhook-id header), eventTypePath or eventTypeHeader (at most one),
@@ -152,7 +153,7 @@ typedef struct QbDestination
 	int			nheaders;
 	long		timeout_ms;		/* default 10000 */
 	QbSigning	signing;		/* signing:, keys decoded; type NONE without */
-	/* rabbitmq / kafka / nats: validated and kept, not yet published to */
+	/* rabbitmq / kafka / nats: what the broker publishers connect to */
 	char	   *broker_url;		/* rabbitmq url | nats url | kafka brokers */
 	char	   *target;			/* exchange | topic | subject; NULL: row topic */
 	char	   *routing_key;	/* rabbitmq: template, default "{{ topic }}" */
