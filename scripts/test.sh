@@ -5,7 +5,8 @@
 #   3. cmocka unit tests of the core (no PostgreSQL header)
 #   4. pg_regress + isolation specs + TAP on temp clusters (make installcheck)
 # With SANITIZE=1 the core's unit tests run under ASan + UBSan, and the
-# extension is built with UBSan for the cluster tests.  (ASan cannot be used
+# extension is built with UBSan for the cluster tests, the daemon with ASan +
+# UBSan (its LeakSanitizer reports fail the run).  (ASan cannot be used
 # inside the server here: with libasan preloaded, Debian's postgres binary
 # hangs at start, even for `postgres -V`.)
 set -euo pipefail
@@ -26,6 +27,12 @@ make -s clean >/dev/null
 make -s QB_EXTRA_CFLAGS="$SAN_CFLAGS" QB_EXTRA_LDFLAGS="$SAN_LDFLAGS"
 make -s install >/dev/null
 make -s sink
+if [ "${SANITIZE:-0}" = 1 ]; then
+  # The daemon is an ordinary process: it runs under ASan + UBSan (and
+  # LeakSanitizer) in full, not only UBSan as the extension must.
+  rm -f queuebox-mssqld
+  make -s SANITIZE=1 queuebox-mssqld
+fi
 
 echo "== unit tests (cmocka)"
 make -s unit SANITIZE="${SANITIZE:-0}"
@@ -43,7 +50,9 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 ENV=()
 if [ "${SANITIZE:-0}" = 1 ]; then
-  ENV=(env UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+  mkdir -p "$WORK/asan" && chmod 777 "$WORK/asan"
+  ENV=(env UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+       ASAN_OPTIONS="log_path=$WORK/asan/daemon:detect_leaks=1")
 fi
 status=0
 ( cd "$WORK/src" && "${RUNAS[@]}" "${ENV[@]}" make -s installcheck PROVE_FLAGS="--timer" ) || status=$?
@@ -60,5 +69,9 @@ fi
 # merely named after a "runtime error" does not count
 if [ "${SANITIZE:-0}" = 1 ] && grep -rlE "\.[ch]:[0-9]+:[0-9]+: runtime error:" "$WORK"/src/tmp_check "$WORK"/src/log 2>/dev/null; then
   echo "UBSan reported runtime errors in the server logs above"; exit 1
+fi
+# the daemon's reports (ASan, LeakSanitizer) go to files: a leak does not fail a test by itself
+if [ "${SANITIZE:-0}" = 1 ] && [ -n "$(ls -A "$WORK/asan" 2>/dev/null)" ]; then
+  cat "$WORK"/asan/*; echo "ASan or LeakSanitizer reported errors in queuebox-mssqld (above)"; exit 1
 fi
 echo "== all tests passed"

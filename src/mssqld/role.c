@@ -127,9 +127,7 @@ qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index)
 	qbd_log_init(name, false);
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
 	/* the kernel keeps 15 bytes: "qb outbox 12", "qb consumer 3" */
-	memcpy(title, "qb ", 3);
-	strncpy(title + 3, name, sizeof(title) - 4);
-	title[sizeof(title) - 1] = '\0';
+	snprintf(title, sizeof(title), "qb %.12s", name);
 	prctl(PR_SET_NAME, title);
 
 	/* the supervisor published a valid document before it forked */

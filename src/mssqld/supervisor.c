@@ -51,6 +51,9 @@
 
 static int	qbds_pipe[2] = {-1, -1};
 
+/* LeakSanitizer's check, present in sanitizer builds only (a role ends with _exit) */
+extern void __lsan_do_leak_check(void) __attribute__((weak));
+
 static void
 qbds_signal(int sig)
 {
@@ -390,7 +393,13 @@ qbds_fork(QbdSup *s, QbdRole *r)
 		sigaction(SIGHUP, &sa, NULL);
 		sigaction(SIGTERM, &sa, NULL);
 		sigaction(SIGINT, &sa, NULL);
-		_exit(qbd_role_main(s->sh, r->kind, r->index));
+		{
+			int			rc = qbd_role_main(s->sh, r->kind, r->index);
+
+			if (__lsan_do_leak_check)
+				__lsan_do_leak_check();
+			_exit(rc);
+		}
 	}
 	r->pid = pid;
 	r->started_ms = qb_now_ms();
