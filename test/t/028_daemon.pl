@@ -31,7 +31,7 @@ sub conf
 			sink => { type => 'http', baseUrl => $sink->{url}, path => '/events', timeoutMs => 2000 } },
 		routes => $o{routes} // [ { topicPattern => 'orders.**', destination => 'sink' } ],
 		database => { url => $url, %{ $o{database} // {} } },
-		daemon => { outboxWorkers => 2, shutdownGraceMs => 5000 });
+		daemon => { outboxWorkers => $o{workers} // 2, shutdownGraceMs => 5000 });
 }
 
 # ---- the command line
@@ -172,6 +172,41 @@ qb_wait_for(sub { grep { $_->{path} eq '/audit' } @{ qb_sink_requests($sink) } }
 	'the reloaded route delivers to the new destination');
 qb_wait_query($node, q{SELECT string_agg(destination, ',' ORDER BY position) FROM queuebox.config_route},
 	'audit,sink', 'the reload rewrites the routes for route_of()');
+
+# ---- SIGHUP that changes the role set: three outbox workers, then one
+sub rewrite
+{
+	open(my $f, '>', $d->{conf}) or die;
+	print $f conf(@_);
+	close $f;
+}
+$off = -s $d->{log};
+rewrite(workers => 3);
+qbd_signal($d, 'HUP');
+$log = qbd_wait_daemon_log($d, qr/outbox 2\[\d+\]: started/, $off);
+like($log, qr/outbox 2\[\d+\]: started/, 'a reload with daemon.outboxWorkers 3 starts a third outbox worker');
+$off = -s $d->{log};
+rewrite(workers => 1);
+qbd_signal($d, 'HUP');
+$log = qbd_wait_daemon_log($d, qr/outbox 2 \(pid \d+\) exited.*outbox 1 \(pid \d+\) exited|outbox 1 \(pid \d+\) exited.*outbox 2 \(pid \d+\) exited/s, $off);
+like($log, qr/stopping outbox 1: the configuration no longer needs it/, 'a reload with daemon.outboxWorkers 1 stops outbox 1');
+like($log, qr/stopping outbox 2: the configuration no longer needs it/, '... and outbox 2');
+qb_wait_for(sub { my $p = qbd_role_pids($d); $p->{'outbox 0'} && !$p->{'outbox 1'} && !$p->{'outbox 2'} },
+	'one outbox worker runs after the reload');
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) VALUES ('orders.one_worker', '{}')});
+qb_wait_query($node, q{SELECT state FROM queuebox.outbox WHERE topic = 'orders.one_worker'}, 'sent',
+	'one outbox worker still delivers');
+
+# ---- SIGHUP that changes the database section: every role restarts
+my $pids = qbd_role_pids($d);
+$off = -s $d->{log};
+rewrite(workers => 1, database => { statementTimeoutMs => 20000 });
+qbd_signal($d, 'HUP');
+$log = qbd_wait_daemon_log($d, qr/(starting it again with the new database settings.*){3}/s, $off);
+like($log, qr/the database settings changed, so every role restarts/, 'a reload that changes database: says every role restarts');
+qb_wait_for(sub { my $p = qbd_role_pids($d); scalar(keys %$p) == 3 && !grep { $p->{$_} == ($pids->{$_} // 0) } keys %$p },
+	'every role runs as a new process after a database: change');
+unlike(qbd_log($d, $off), qr/restarting it in/, 'a restart asked by a reload is not counted as a crash');
 
 # ---- SIGTERM: every role stops, the supervisor exits 0
 $off = -s $d->{log};
