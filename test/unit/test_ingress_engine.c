@@ -67,6 +67,8 @@ typedef struct Fake
 	int			ninserts;		/* inbox_insert calls, failed ones too */
 	long		insert_timeout_ms;	/* as the last call passed it */
 	int			fail_inserts;	/* the next this many inserts fail */
+	long		insert_delay_ms;	/* each insert takes this long */
+	int			max_batch;		/* the most rows one insert was given */
 	bool		ready_fails;
 	int			nqueries[QB_NQUERIES];
 	char		last_param[64]; /* the last query's first parameter */
@@ -101,6 +103,10 @@ fake_insert(void *ctx, const QbInboxRow *rows, int n, long timeout_ms, int64_t *
 	pthread_mutex_lock(&f->lock);
 	f->ninserts++;
 	f->insert_timeout_ms = timeout_ms;
+	if (n > f->max_batch)
+		f->max_batch = n;
+	if (f->insert_delay_ms > 0)
+		usleep(f->insert_delay_ms * 1000);
 	if (f->fail_inserts > 0)
 	{
 		f->fail_inserts--;
@@ -265,6 +271,23 @@ answer_write(char *data, size_t size, size_t n, void *arg)
 	return len;
 }
 
+/* easy_new: a handle for one request to url, its answer into a. */
+static CURL *
+easy_new(const char *url, struct curl_slist *headers, Answer *a)
+{
+	CURL	   *c = curl_easy_init();
+
+	memset(a, 0, sizeof(*a));
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, answer_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, a);
+	return c;
+}
+
 /* http: one request; headers NULL-terminated, body NULL for a GET. */
 static Answer *
 http(int port, const char *method, const char *path, const char *const *headers,
@@ -272,22 +295,15 @@ http(int port, const char *method, const char *path, const char *const *headers,
 {
 	static Answer a;
 	char		url[256];
-	CURL	   *c = curl_easy_init();
 	struct curl_slist *list = NULL;
+	CURL	   *c;
 
-	memset(&a, 0, sizeof(a));
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
 	for (int i = 0; headers && headers[i]; i++)
 		list = curl_slist_append(list, headers[i]);
 	list = curl_slist_append(list, "Expect:");
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
+	c = easy_new(url, list, &a);
 	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, list);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, answer_write);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &a);
 	if (body != NULL)
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
 	if (curl_easy_perform(c) == CURLE_OK)
@@ -544,9 +560,107 @@ test_admin_token(void **state)
 }
 
 /*
+ * Webhooks that arrive while a store call runs are stored together, in one
+ * call (a batch), and each is answered with its own row's id; a key sent
+ * twice in one batch is stored once, the later one answered duplicate.
+ */
+static void
+test_batch_answers_each_its_id(void **state)
+{
+	enum
+	{
+		N = 6
+	};
+	Fake	   *f = start(false, false);
+	int			port = port_of(f);
+	const char *keys[N] = {"a", "b", "c", "a", "d", "e"};
+	CURLM	   *multi = curl_multi_init();
+	CURL	   *easy[N];
+	struct curl_slist *hdrs[N];
+	Answer		answers[N];
+	char		url[128];
+	int			running = 0;
+	int			accepted = 0;
+	int			duplicates = 0;
+
+	pthread_mutex_lock(&f->lock);
+	f->insert_delay_ms = 100;
+	pthread_mutex_unlock(&f->lock);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/inbox/hook", port);
+	for (int i = 0; i < N; i++)
+	{
+		char		h[64];
+
+		snprintf(h, sizeof(h), "Idempotency-Key: %s", keys[i]);
+		hdrs[i] = curl_slist_append(curl_slist_append(NULL, h), "Expect:");
+		easy[i] = easy_new(url, hdrs[i], &answers[i]);
+		curl_easy_setopt(easy[i], CURLOPT_POSTFIELDS, "{\"type\": \"t\"}");
+		curl_multi_add_handle(multi, easy[i]);
+	}
+	do
+	{
+		curl_multi_perform(multi, &running);
+		if (running)
+			curl_multi_poll(multi, NULL, 0, 100, NULL);
+	} while (running);
+	for (int i = 0; i < N; i++)
+	{
+		curl_easy_getinfo(easy[i], CURLINFO_RESPONSE_CODE, &answers[i].status);
+		curl_multi_remove_handle(multi, easy[i]);
+		curl_easy_cleanup(easy[i]);
+		curl_slist_free_all(hdrs[i]);
+	}
+	curl_multi_cleanup(multi);
+	stop(f);
+
+	assert_int_equal(f->nrows, N - 1);
+	for (int i = 0; i < N; i++)
+	{
+		char		want[96];
+		int			row = -1;
+
+		for (int j = 0; j < f->nrows; j++)
+			if (strcmp(f->rows[j].key, keys[i]) == 0)
+				row = j;
+		assert_true(row >= 0);
+		if (answers[i].status == 200)
+		{
+			duplicates++;
+			assert_string_equal(keys[i], "a");
+			assert_non_null(strstr(answers[i].body, "\"status\":\"duplicate\""));
+			continue;
+		}
+		assert_int_equal(answers[i].status, 202);
+		accepted++;
+		snprintf(want, sizeof(want), "\"id\":%lld,", (long long) f->rows[row].id);
+		assert_non_null(strstr(answers[i].body, want));
+	}
+	assert_int_equal(accepted, N - 1);
+	assert_int_equal(duplicates, 1);
+	assert_true(f->max_batch > 1);	/* some arrived during a store call */
+	assert_true(f->stats.batches < N);
+	assert_int_equal(f->stats.accepted, N - 1);
+	assert_int_equal(f->stats.duplicates, 1);
+	fake_free(f);
+}
+
+/* reconfigure: store text and report a change; back once the engine looked. */
+static void
+reconfigure(Fake *f, const char *text)
+{
+	pthread_mutex_lock(&f->lock);
+	snprintf(f->config, sizeof(f->config), "%s", text);
+	pthread_mutex_unlock(&f->lock);
+	test_host_change(&f->th);
+	while (test_host_get(f->th.config_changes) > 0)
+		usleep(5000);
+}
+
+/*
  * A configuration change with a new document moves the listener to its
  * new port (the old one answers no more) and config_loaded hears the new
- * configuration; the admin routes it turns off answer 404.
+ * configuration; the admin routes it turns off answer 404.  An invalid
+ * document keeps both; a document without http.listen stops the listener.
  */
 static void
 test_reload_moves_listener(void **state)
@@ -563,9 +677,21 @@ test_reload_moves_listener(void **state)
 	assert_int_equal(port_of(f), new_port);
 	assert_int_equal(get(old_port, "/healthz")->status, 0);
 	assert_int_equal(http(new_port, "GET", "/admin/outbox/dead", good, NULL)->status, 404);
+
+	/* an invalid document keeps the listener and the configuration */
+	reconfigure(f, "http: { listen: 70000 }\n");
+	assert_int_equal(get(new_port, "/healthz")->status, 200);	/* a pass after the reload */
+	assert_int_equal(port_of(f), new_port);
+
+	/* http.listen removed: the listener stops */
+	reconfigure(f, "inbox: { basePath: /in }\n");
+	for (int i = 0; i < 100 && get(new_port, "/healthz")->status != 0; i++)
+		usleep(20000);
+	assert_int_equal(get(new_port, "/healthz")->status, 0);
 	stop(f);
-	assert_int_equal(f->th.nloaded, 2);
+	assert_int_equal(f->th.nloaded, 3);
 	assert_int_equal(f->th.nloaded_null, 0);
+	assert_non_null(strstr(f->th.warned, "keeping the previous one"));
 	fake_free(f);
 }
 
@@ -615,6 +741,7 @@ main(void)
 		cmocka_unit_test(test_store_failure_503),
 		cmocka_unit_test(test_health_and_ready),
 		cmocka_unit_test(test_admin_token),
+		cmocka_unit_test(test_batch_answers_each_its_id),
 		cmocka_unit_test(test_reload_moves_listener),
 		cmocka_unit_test(test_metrics_null),
 	};
