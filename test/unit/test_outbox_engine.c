@@ -33,6 +33,7 @@
 
 #include "qb_config.h"
 #include "qb_outbox.h"
+#include "test_host.h"
 #include "test_sink.h"
 
 #define MAX_ROWS 64
@@ -87,19 +88,7 @@ typedef struct Fake
 	int			tally_failed[8];	/* per destination index of the config */
 	char		tally_names[8][64];
 	int			ntally_names;
-	long		deadline_ms;
-	bool		timed_out;
-	bool		config_given;
 } Fake;
-
-static long
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
 
 static int
 fake_config_load(void *ctx, char **text, char *err, size_t errlen)
@@ -134,7 +123,7 @@ fake_claim(Fake *f, const QbClaimReq *c, QbCycleOut *out)
 	FakeClaim  *rec = &f->claims[f->nclaims < MAX_CLAIMS ? f->nclaims++ : MAX_CLAIMS - 1];
 	int			left[8];
 	int			unrouted = c->batch_size;
-	long		now = now_ms();
+	long		now = test_now_ms();
 
 	memset(rec, 0, sizeof(*rec));
 	rec->batch_size = c->batch_size;
@@ -226,7 +215,7 @@ fake_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 				break;
 			case QB_SETTLE_RETRY:
 				r->state = ROW_PENDING;
-				r->due_ms = now_ms() + s->delay_ms;
+				r->due_ms = test_now_ms() + s->delay_ms;
 				break;
 			default:
 				r->state = ROW_PENDING;
@@ -270,51 +259,17 @@ fake_retention(void *ctx, long sec, int limit, int *n, char *err, size_t errlen)
 	return fake_zero(ctx, n);
 }
 
-/* ---- the fake host ----------------------------------------------------- */
+/* ---- the fake host (test_host.h): stop once every row is final ------ */
 
-static void
-fake_log(void *ctx, QbLogLevel level, const char *msg)
-{
-	if (level >= QB_LOG_WARNING)
-		fprintf(stderr, "engine: %s\n", msg);
-}
-
-static int
-fake_wait(void *ctx, int fd, long timeout_ms)
-{
-	struct pollfd p = {.fd = fd, .events = POLLIN};
-
-	if (timeout_ms < 0 || timeout_ms > 20)
-		timeout_ms = 20;
-	if (fd >= 0)
-		return poll(&p, 1, (int) timeout_ms) > 0 ? QB_WAIT_FD : QB_WAIT_TIMEOUT;
-	usleep(timeout_ms * 1000);
-	return QB_WAIT_TIMEOUT;
-}
-
-/* Stop once every row is final, or at the deadline (a failure). */
 static bool
-fake_should_stop(void *ctx)
+fake_done(void *arg)
 {
-	Fake	   *f = ctx;
-	bool		done = true;
+	Fake	   *f = arg;
 
 	for (int i = 0; i < f->nrows; i++)
 		if (f->rows[i].state == ROW_PENDING || f->rows[i].state == ROW_PROCESSING)
-			done = false;
-	if (!done && now_ms() > f->deadline_ms)
-		f->timed_out = true;
-	return done || f->timed_out;
-}
-
-static bool
-fake_config_changed(void *ctx)
-{
-	Fake	   *f = ctx;
-	bool		first = !f->config_given;
-
-	f->config_given = true;
-	return first;
+			return false;
+	return true;
 }
 
 static void
@@ -329,18 +284,14 @@ run(Fake *f, QbOutboxStats *stats)
 		.outbox_reclaim = fake_reclaim,
 		.outbox_retention = fake_retention,
 	};
-	QbHost		host = {
-		.ctx = f,
-		.log = fake_log,
-		.wait = fake_wait,
-		.should_stop = fake_should_stop,
-		.config_changed = fake_config_changed,
-	};
+	TestHost	th;
 	char		err[256] = "";
 
-	f->deadline_ms = now_ms() + 20000;
-	assert_int_equal(qb_outbox_run(&host, &store, 0, stats, err, sizeof(err)), 0);
-	assert_false(f->timed_out);
+	test_host_init(&th, fake_done, f, 20000, 20);
+	th.host.polled = NULL;
+	th.host.config_loaded = NULL;
+	assert_int_equal(qb_outbox_run(&th.host, &store, 0, stats, err, sizeof(err)), 0);
+	assert_false(th.timed_out);
 }
 
 static Fake *

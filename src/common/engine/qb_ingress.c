@@ -1019,12 +1019,13 @@ qb_ingress_run(const QbHost *host, const QbStore *store, QbMetrics *metrics,
 			   QbIngressStats *stats, char *err, size_t errlen)
 {
 	QbiEngine	e;
+	QbIngressStats local = {0};
 
 	memset(&e, 0, sizeof(e));
 	e.host = host;
 	e.store = store;
 	e.metrics = metrics;
-	e.stats = stats;
+	e.stats = stats ? stats : &local;
 	e.epoll_fd = -1;
 
 	while (!host->should_stop(host->ctx))

@@ -27,7 +27,7 @@ typedef struct QbIngressStats
 } QbIngressStats;
 
 /*
- * Run until the host says stop.  metrics may be NULL.  Returns 0 after a
+ * Run until the host says stop.  metrics and stats may be NULL.  Returns 0 after a
  * clean stop (requests whose rows committed are answered first), -1 when it
  * could not start (err says why).
  */

@@ -192,7 +192,10 @@ qbr_round(QbrEngine *e)
 		return -1;
 	}
 	if (n == 0)
+	{
+		qb_relay_rows_free(rows, 0);	/* a store may return an empty array */
 		return 0;
+	}
 
 	ids = calloc(n, sizeof(int64_t));
 	topics = calloc(n, sizeof(char *));

@@ -212,6 +212,7 @@ qbm_gauge(QbmBuf *b, const char *metric, const char *help, double v)
 char *
 qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 {
+	static const QbMetrics none;	/* m NULL: nothing counted */
 	QbmBuf		b = {malloc(4096), 0, 4096, false};
 	QbmRow	   *rows = malloc(sizeof(QbmRow) * QB_METRICS_SLOTS);
 	int			n;
@@ -223,6 +224,8 @@ qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 		return NULL;
 	}
 	b.data[0] = '\0';
+	if (m == NULL)
+		m = &none;
 
 	n = qbm_snapshot(m->destinations, rows);
 	qbm_family(&b, "queuebox_outbox_delivered_total",

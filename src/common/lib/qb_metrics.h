@@ -98,7 +98,10 @@ extern void qb_metrics_received(QbMetrics *m, const char *source, QbReceiveResul
 
 extern void qb_metrics_add(uint64_t *counter, uint64_t n);
 
-/* The Prometheus text exposition (version 0.0.4), malloc'd; NULL when out of memory. */
+/*
+ * The Prometheus text exposition (version 0.0.4), malloc'd; NULL when out of
+ * memory.  m NULL renders every counter 0 (a host that keeps none).
+ */
 extern char *qb_metrics_render(const QbMetrics *m, const QbGauges *g);
 
 #endif							/* QB_METRICS_H */
