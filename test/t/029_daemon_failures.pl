@@ -181,4 +181,13 @@ like($log, qr/trying again in 1000 ms.*trying again in 2000 ms/s, 'unreachable s
 qbd_signal($d, 'TERM');
 is(qbd_wait_exit($d, 10), 0, 'unreachable server: SIGTERM stops it');
 
+# ---- libpq's options pass through the URL: sslmode=require against a
+# server without TLS is libpq's own refusal, logged and retried
+$d = qbd_start($node, conf(url => qbd_url($node) . '?sslmode=require&application_name=ignored'), name => 'tls');
+$log = qbd_wait_daemon_log($d, qr/trying again in 1000 ms/, 0, timeout => 15);
+like($log, qr/could not connect to postgres:\/\/qbd\@127\.0\.0\.1:\d+\/postgres\?sslmode=require&application_name=ignored: .*SSL/,
+	'sslmode=require in the URL reaches libpq (the server has no TLS: refused, and said so)');
+qbd_signal($d, 'TERM');
+is(qbd_wait_exit($d, 10), 0, 'sslmode=require: SIGTERM stops it');
+
 done_testing();
