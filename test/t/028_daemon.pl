@@ -61,6 +61,24 @@ unlike($r->[2], qr/Secret1/, 'the refusal does not repeat the password');
 $r = qbd_run('--config', qbd_write_conf(qb_config_yaml(), 'check'), '--check');
 like($r->[2], qr/database\.url: queuebox-mssqld needs the database it serves/, 'a file without database.url is refused');
 
+# ${NAME} and QUEUEBOX_ overrides follow the extension's rules
+{
+	local $ENV{QUEUEBOX_DATABASE_URL} = $url;
+	$r = qbd_run('--config', qbd_write_conf(qb_config_yaml(), 'check'), '--check');
+	is($r->[0], 0, 'QUEUEBOX_DATABASE_URL gives database.url') or diag $r->[2];
+	like($r->[1], qr/database postgres:\/\/qbd\@127\.0\.0\.1/, 'the override is the URL in force');
+}
+{
+	local $ENV{QB_TEST_DB_PASSWORD} = 'Secret-from-env';
+	$r = qbd_run('--config', qbd_write_conf(qb_config_yaml(
+		database => { url => 'postgres://qbd:${QB_TEST_DB_PASSWORD}@127.0.0.1:' . $node->port . '/postgres' }), 'check'), '--check');
+	is($r->[0], 0, '${NAME} in database.url reads the environment');
+	like($r->[1], qr/database postgres:\/\/qbd:\*\*\*\@127/, '--check shows the URL with its password hidden');
+	unlike($r->[1] . $r->[2], qr/Secret-from-env/, 'the password from the environment is not printed');
+}
+$r = qbd_run('--config', qbd_write_conf(qb_config_yaml(database => { url => 'postgres://qbd:${QB_TEST_UNSET_VAR}@h/db' }), 'check'), '--check');
+like($r->[2], qr/database\.url: environment variable QB_TEST_UNSET_VAR is not set/, 'an unset ${NAME} is named');
+
 $r = qbd_run('--check');
 is($r->[0], 2, 'no --config: exit 2');
 like($r->[2], qr/--config FILE is required/, 'no --config: says what is missing');
