@@ -15,9 +15,15 @@ ROOT=$PWD
 
 scripts/setup.sh
 
+# make reads the environment: a SANITIZE=1 given to this script must reach
+# only the makes that ask for it (an ASan core linked into queuebox.so would
+# not load in the server)
+SAN=${SANITIZE:-0}
+unset SANITIZE
+
 SAN_CFLAGS=""
 SAN_LDFLAGS=""
-if [ "${SANITIZE:-0}" = 1 ]; then
+if [ "$SAN" = 1 ]; then
   SAN_CFLAGS="-fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
   SAN_LDFLAGS="-fsanitize=undefined"
 fi
@@ -27,7 +33,7 @@ make -s clean >/dev/null
 make -s QB_EXTRA_CFLAGS="$SAN_CFLAGS" QB_EXTRA_LDFLAGS="$SAN_LDFLAGS"
 make -s install >/dev/null
 make -s sink
-if [ "${SANITIZE:-0}" = 1 ]; then
+if [ "$SAN" = 1 ]; then
   # The daemon is an ordinary process: it runs under ASan + UBSan (and
   # LeakSanitizer) in full, not only UBSan as the extension must.
   rm -f queuebox-mssqld
@@ -35,7 +41,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
 fi
 
 echo "== unit tests (cmocka)"
-make -s unit SANITIZE="${SANITIZE:-0}"
+make -s unit SANITIZE="$SAN"
 
 # initdb refuses to run as root: run the cluster tests as the postgres user
 # in a copy of the tree it owns.
@@ -49,7 +55,7 @@ if [ "$(id -u)" -eq 0 ]; then
   RUNAS=(runuser -u postgres --)
 fi
 ENV=()
-if [ "${SANITIZE:-0}" = 1 ]; then
+if [ "$SAN" = 1 ]; then
   mkdir -p "$WORK/asan" && chmod 777 "$WORK/asan"
   ENV=(env UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
        ASAN_OPTIONS="log_path=$WORK/asan/daemon:detect_leaks=1")
@@ -67,11 +73,11 @@ if [ $status -ne 0 ]; then
 fi
 # UBSan's own format (file:line:column: runtime error:), so a test that is
 # merely named after a "runtime error" does not count
-if [ "${SANITIZE:-0}" = 1 ] && grep -rlE "\.[ch]:[0-9]+:[0-9]+: runtime error:" "$WORK"/src/tmp_check "$WORK"/src/log 2>/dev/null; then
+if [ "$SAN" = 1 ] && grep -rlE "\.[ch]:[0-9]+:[0-9]+: runtime error:" "$WORK"/src/tmp_check "$WORK"/src/log 2>/dev/null; then
   echo "UBSan reported runtime errors in the server logs above"; exit 1
 fi
 # the daemon's reports (ASan, LeakSanitizer) go to files: a leak does not fail a test by itself
-if [ "${SANITIZE:-0}" = 1 ] && [ -n "$(ls -A "$WORK/asan" 2>/dev/null)" ]; then
+if [ "$SAN" = 1 ] && [ -n "$(ls -A "$WORK/asan" 2>/dev/null)" ]; then
   cat "$WORK"/asan/*; echo "ASan or LeakSanitizer reported errors in queuebox-mssqld (above)"; exit 1
 fi
 echo "== all tests passed"
