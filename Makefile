@@ -185,5 +185,5 @@ $(UNIT_BIN_DIR)/test_daemon: test/unit/test_daemon.c $(DAEMON_LIB) $(CORE_LIB) $
 .PHONY: store-conformance
 store-conformance: test/store/conformance
 test/store/conformance: test/store/conformance.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS)
-	$(UNIT_CC) $(UNIT_CFLAGS) -Isrc/mssqld -I$(PQ_INCDIR) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) -lpq $(UNIT_LIBS)
+	$(UNIT_CC) $(UNIT_CFLAGS) -Isrc/mssqld -I$(PQ_INCDIR) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) -lpq $(UNIT_LIBS) $(QB_EXTRA_LDFLAGS)
 sink: store-conformance

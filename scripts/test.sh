@@ -32,7 +32,7 @@ echo "== build (warnings are errors)"
 make -s clean >/dev/null
 make -s QB_EXTRA_CFLAGS="$SAN_CFLAGS" QB_EXTRA_LDFLAGS="$SAN_LDFLAGS"
 make -s install >/dev/null
-make -s sink
+make -s sink QB_EXTRA_CFLAGS="$SAN_CFLAGS" QB_EXTRA_LDFLAGS="$SAN_LDFLAGS"
 if [ "$SAN" = 1 ]; then
   # The daemon is an ordinary process: it runs under ASan + UBSan (and
   # LeakSanitizer) in full, not only UBSan as the extension must.
