@@ -11,7 +11,8 @@
  *	- Idle polling: a role that does not listen has no wake at commit, so
  *	  it polls.  An engine waiting out its poll interval (no fd, a timeout
  *	  of at least its configured interval) after polls that found nothing
- *	  (the engine says so through polled()) waits twice as long for each,
+ *	  (the engine says so through polled(); a poll is a look right after an
+ *	  idle wait that ran out) waits twice as long for each,
  *	  up to database.idlePollMaxMs; a poll that finds work, a wake or an fd
  *	  event, or a wait of another kind (work in flight) starts again from
  *	  the interval.  A role that listens is woken at commit and keeps
@@ -132,6 +133,9 @@ qbdh_wait(void *ctx, int fd, long timeout_ms)
 		result |= QB_WAIT_WOKEN;
 	if (result != QB_WAIT_TIMEOUT)
 		h->idle_streak = 0;
+	/* an idle wait (the poll interval, nothing in flight) that ran out */
+	h->last_timed_out = result == QB_WAIT_TIMEOUT && fd < 0 && h->poll_base_ms > 0 &&
+		timeout_ms >= h->poll_base_ms;
 	return result;
 }
 
@@ -141,7 +145,15 @@ qbdh_polled(void *ctx, bool found)
 {
 	QbdHost    *h = ctx;
 
-	h->idle_streak = found ? 0 : h->idle_streak + 1;
+	/*
+	 * Only a poll, a look right after an idle wait that ran out, counts: the
+	 * engine's look again after a batch (to drain) finds nothing whenever
+	 * the batch took everything, and must not stretch a steady trickle.
+	 */
+	if (found)
+		h->idle_streak = 0;
+	else if (h->last_timed_out)
+		h->idle_streak++;
 }
 
 static bool

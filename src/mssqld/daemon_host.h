@@ -22,6 +22,7 @@ typedef struct QbdHost
 	long		poll_base_ms;	/* the engine's poll interval (0: no idle polling) */
 	long		idle_max_ms;	/* database.idlePollMaxMs */
 	int			idle_streak;	/* idle polls in a row that found nothing */
+	bool		last_timed_out; /* the last wait was an idle one that ran out */
 } QbdHost;
 
 /*

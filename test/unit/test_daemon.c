@@ -303,6 +303,14 @@ test_threads(void **state)
 
 /* ---- the role host: signals and idle polling ------------------------- */
 
+/* one idle poll: a wait that times out, then the engine's look for work */
+static void
+idle_poll(QbHost *host, bool found)
+{
+	assert_int_equal(host->wait(host->ctx, -1, 10), QB_WAIT_TIMEOUT);
+	host->polled(host->ctx, found);
+}
+
 static void
 test_host_signals(void **state)
 {
@@ -310,8 +318,8 @@ test_host_signals(void **state)
 	QbdShared  *sh = qbd_shared_create(err, sizeof(err));
 	QbdHost		dh;
 	QbHost		host;
-	QbConfig   *cfg = parse("database: {url: 'postgres://q@h/db', idlePollMaxMs: 400}\n"
-							"outbox: {pollIntervalMs: 50}\n");
+	QbConfig   *cfg = parse("database: {url: 'postgres://q@h/db', idlePollMaxMs: 80}\n"
+							"outbox: {pollIntervalMs: 10}\n");
 
 	assert_int_equal(qbd_host_start(&dh, sh, QBD_ROLE_OUTBOX, NULL, &host, NULL, err, sizeof(err)), 0);
 	host.config_loaded(host.ctx, cfg);
@@ -326,25 +334,40 @@ test_host_signals(void **state)
 	assert_true(host.config_changed(host.ctx));
 
 	/* idle polling: each empty poll doubles the idle wait, up to the max */
-	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 50), 50);
-	host.polled(host.ctx, false);
-	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 50), 100);
-	host.polled(host.ctx, false);
-	host.polled(host.ctx, false);
-	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 50), 400);
+	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 10), 10);
+	idle_poll(&host, false);
+	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 10), 20);
+	idle_poll(&host, false);
+	idle_poll(&host, false);
+	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 10), 80);
 	for (int i = 0; i < 20; i++)
-		host.polled(host.ctx, false);
-	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 50), 400);
+		idle_poll(&host, false);
+	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 10), 80);
 	/* work in flight (an fd, a short timeout) is never stretched */
-	assert_int_equal(qbd_host_idle_timeout(&dh, 3, 50), 50);
-	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 5), 5);
+	assert_int_equal(qbd_host_idle_timeout(&dh, 3, 10), 10);
+	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 2), 2);
 	/* a poll that found work, or a wake, starts again from the interval */
-	host.polled(host.ctx, true);
-	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 50), 50);
-	host.polled(host.ctx, false);
+	idle_poll(&host, true);
+	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 10), 10);
+	/*
+	 * a steady trickle: the poll finds rows, the look again after the
+	 * batch (no wait timed out before it) finds none, and that does not
+	 * stretch the next wait
+	 */
+	for (int i = 0; i < 5; i++)
+	{
+		idle_poll(&host, true);
+		/* the batch's waits: an answer, then a settle delay that runs out */
+		raise(SIGHUP);
+		assert_int_equal(host.wait(host.ctx, -1, 5000), QB_WAIT_WOKEN);
+		assert_int_equal(host.wait(host.ctx, -1, 2), QB_WAIT_TIMEOUT);
+		host.polled(host.ctx, false);
+	}
+	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 10), 10);
+	idle_poll(&host, false);
 	raise(SIGHUP);
 	assert_int_equal(host.wait(host.ctx, -1, 5000), QB_WAIT_WOKEN);
-	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 50), 50);
+	assert_int_equal(qbd_host_idle_timeout(&dh, -1, 10), 10);
 
 	/* SIGTERM: stop, and every wait returns at once */
 	raise(SIGTERM);
