@@ -397,6 +397,12 @@ qbpq_pipeline(QbPqStore *s, QbpqStep *steps, int n, bool commit, char *err, size
 	bool		commit_ok = false;
 	bool		lost = false;
 
+	if (n > QBPQ_MAXSTEPS)
+	{
+		snprintf(err, errlen, "%s: %d statements in one pipeline, at most %d", what, n,
+				 QBPQ_MAXSTEPS);
+		return -1;
+	}
 	for (int i = 0; i < n; i++)
 	{
 		steps[i].res = NULL;
