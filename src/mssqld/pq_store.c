@@ -61,6 +61,11 @@
 
 #include <libpq-fe.h>
 
+/* the op's statements go out in pipeline mode ("Round trips" above) */
+#ifndef LIBPQ_HAS_PIPELINING
+#error "queuebox-mssqld needs libpq 14 or later (pipeline mode): install a newer libpq-dev / libpq-devel"
+#endif
+
 #include "pq_store.h"
 #include "qb_host.h"
 #include "qb_pg_array.h"
