@@ -10,7 +10,10 @@
 # in PIDS_TO_KILL and the cluster when PG_STARTED=1, prints the server log
 # tail on failure, and calls bench_cleanup_extra when the script defines it);
 # qb_bench_cluster; q; the sinks (qb_bench_sink_build, start_sink,
-# sink_stats, sink_reset); the rows (PAYLOAD_SQL, HEADERS_SQL); the workers
+# sink_stats, sink_reset); the rows (PAYLOAD_SQL, HEADERS_SQL, fill_sql);
+# pgbench (pgbench_tps, the SQL-only claim + settle cycle:
+# qb_bench_claim_settle_script, qb_bench_claim_settle); latency
+# (qb_bench_latency_build, qb_bench_latency); cpu_ms; the workers
 # (role_count, set_guc, wait_role, stop_line); qb_bench_machine.
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -117,7 +120,7 @@ q() { # q DB SQL...: one statement, tuples only
 }
 
 # cpu_busy, busy_note (a warning when the machine is not idle, kept in BUSY),
-# fdiv A B DIGITS, and the results array R
+# median X..., fdiv A B DIGITS, and the results array R
 cpu_busy() { # share of the CPUs busy over one second (all processes)
 	local a b
 	read -ra a < <(head -1 /proc/stat); sleep 1; read -ra b < <(head -1 /proc/stat)
@@ -137,14 +140,21 @@ busy_note() {
 	BUSY+=("$b")
 	(( b <= 15 )) || log "WARNING: the CPUs are ${b}% busy while this benchmark is idle: another process is using the machine; figures will be low"
 }
-fdiv() { python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f'{a/b:.{int(sys.argv[3])}f}' if b else 'n/a')" "$@"; }
+# median N...: the rounded median of the numbers given
+median() { python3 -c "import statistics,sys; print(round(statistics.median(map(float, sys.argv[1:]))))" "$@"; }
+fdiv() { # fdiv A B DIGITS: A / B, or n/a when either is not a number or B is 0
+	python3 -c "import sys
+try: a,b=float(sys.argv[1]),float(sys.argv[2])
+except ValueError: a,b=0,0
+print(f'{a/b:.{int(sys.argv[3])}f}' if b else 'n/a')" "$@"; }
 
-# qb_bench_poll_until_false DEADLINE_EPOCH SQL: run SQL (a boolean) every
-# 100 ms from one psql session until it is false; echoes the time then, or
-# timeout / fail / crash.  The session's pid is POLL_PID while it runs.
+# qb_bench_poll_until_false DEADLINE_EPOCH SQL [DB]: run SQL (a boolean)
+# every 100 ms from one psql session on DB (default bench) until it is
+# false; echoes the time then, or timeout / fail / crash.  The session's
+# pid is POLL_PID while it runs.
 qb_bench_poll_until_false() {
-	local deadline=$1 sql=$2 line
-	coproc POLL { "$PSQL" "$CONN_BASE dbname=bench" -X -At -q 2>&1; }
+	local deadline=$1 sql=$2 db=${3:-bench} line
+	coproc POLL { "$PSQL" "$CONN_BASE dbname=$db" -X -At -q 2>&1; }
 	while :; do
 		echo "$sql" >&"${POLL[1]}"
 		IFS= read -r -t 30 line <&"${POLL[0]}" || { line=timeout; }
@@ -204,6 +214,137 @@ PAYLOAD_SQL="jsonb_build_object('seq', g, 'type', 'order.created', 'orderId', 'o
                               jsonb_build_object('sku', 'B-200', 'qty', 1, 'price', '5.00')),
   'total', '44.80', 'currency', 'EUR', 'note', 'padding padding padding padding padding pad')"
 HEADERS_SQL="'{\"X-Correlation-Id\":\"c\"}'::jsonb"
+
+# fill_sql ROWS TOPIC: ROWS outbox rows in one INSERT, round-robin over
+# $KEYS keys, with the payload and headers above
+fill_sql() {
+	echo "INSERT INTO queuebox.outbox (topic, key, payload, headers)
+	      SELECT '$2', 'k' || (g % $KEYS), $PAYLOAD_SQL, $HEADERS_SQL
+	      FROM generate_series(1, $1) g"
+}
+
+# ---------------------------------------------------------------- pgbench
+# pgbench_tps FILE: the tps pgbench printed (without initial connection time)
+pgbench_tps() { sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$1"; }
+
+# qb_bench_claim_settle_script FILE: the SQL-only cycle of the extension's
+# own functions, as its workers run it: one queuebox._outbox_claim(100, ...)
+# and one queuebox._outbox_settle(...) of the rows claimed, each in its own
+# transaction.  The claim token is derived from client_id and a random
+# number, so no extra round trip is spent to make one.
+qb_bench_claim_settle_script() {
+	cat >"$1" <<'EOF'
+\set r random(1, 1000000000000)
+SELECT coalesce(array_agg(id), '{}')::text AS ids, count(*) AS n FROM queuebox._outbox_claim(100, 300000, 10, md5(:client_id::text || '-' || :r::text)::uuid) \gset
+SELECT queuebox._outbox_settle(md5(:client_id::text || '-' || :r::text)::uuid, :ids::bigint[], array_fill('sent'::text, ARRAY[:n::int]), array_fill(1, ARRAY[:n::int]), array_fill(0::bigint, ARRAY[:n::int]), array_fill(NULL::text, ARRAY[:n::int]));
+EOF
+	chmod 644 "$1"
+}
+
+# qb_bench_claim_settle PREFIX SCRIPT [TABLE]: VACUUM ANALYZE TABLE
+# (queuebox.outbox), CHECKPOINT, then pgbench -n -M prepared -T $PGBENCH_T
+# -c 2 -j 2 of SCRIPT on database $SQL_DB (default sqlonly), with
+# PGOPTIONS=$PGB_OPTIONS.  Sets R[PREFIX_tps, _txns, _settled,
+# _rows_per_claim, _rows_s, _left]; rows/s = rows that became sent / the
+# run's elapsed time; n/a when the run ran out of pending rows.
+qb_bench_claim_settle() {
+	local pre=$1 script=$2 tbl=${3:-queuebox.outbox} db=${SQL_DB:-sqlonly} sent0 sent1 left tps txns settled
+	q "$db" "VACUUM ANALYZE $tbl"
+	q postgres "CHECKPOINT"
+	sent0=$(q "$db" "SELECT count(*) FROM $tbl WHERE state = 'sent'")
+	PGOPTIONS="${PGB_OPTIONS:-}" "$PGBENCH" -h 127.0.0.1 -p "$PGPORT" -U postgres -n -M prepared -T "$PGBENCH_T" -c 2 -j 2 \
+		-f "$script" "$db" >"$WORK/pgbench-$pre.out" 2>&1 \
+		|| { cat "$WORK/pgbench-$pre.out" >&2; die "pgbench failed ($pre)"; }
+	sent1=$(q "$db" "SELECT count(*) FROM $tbl WHERE state = 'sent'")
+	left=$(q "$db" "SELECT count(*) FROM $tbl WHERE state IN ('pending', 'processing')")
+	tps=$(pgbench_tps "$WORK/pgbench-$pre.out")
+	txns=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$WORK/pgbench-$pre.out")
+	settled=$(( sent1 - sent0 ))
+	R[${pre}_tps]=$(printf '%.1f' "$tps"); R[${pre}_txns]=$txns; R[${pre}_settled]=$settled
+	R[${pre}_rows_per_claim]=$(fdiv "$settled" "$txns" 1)
+	# rows/s = rows settled / the run's elapsed time (= txns / tps)
+	R[${pre}_rows_s]=$(python3 -c "print(round($settled * $tps / $txns))")
+	R[${pre}_left]=$left
+	log "SQL-only ($pre): tps=${R[${pre}_tps]} txns=$txns rows settled=$settled (${R[${pre}_rows_per_claim]} per claim) -> ${R[${pre}_rows_s]} rows/s; pending left $left"
+	# a run that ran out of rows measured its rows, not the limit: no figure
+	(( left > 0 )) || { log "WARNING: SQL-only ($pre) ran out of pending rows, so it gives no figure; raise QB_BENCH_SQL_ROWS"; R[${pre}_rows_s]=n/a; }
+}
+
+# ---------------------------------------------------------------- latency
+# qb_bench_latency_build: $WORK/latency, from bench/latency.c
+qb_bench_latency_build() {
+	cc -std=gnu11 -O2 -Wall -Wextra -o "$WORK/latency" "$ROOT/bench/latency.c" \
+		-I"$(pg_config --includedir)" -I/usr/include/postgresql -L"$(pg_config --libdir)" -lpq
+}
+
+# qb_bench_latency PRE DB SINK_LOG [COUNT [RATE]]: one run of $WORK/latency
+# (COUNT single-row transactions at RATE/s, default LAT_COUNT / LAT_RATE,
+# topic latency.event) into DB, joined by seq with the lines a qb_sink
+# --log wrote to SINK_LOG since; latency = the sink's t_us (body received)
+# - the time just before COMMIT.  Sets R[PRE_n, _sent, _p50, _p99, _max,
+# _commit] (ms; _commit: the COMMIT round trip alone, p50).
+qb_bench_latency() {
+	local pre=$1 db=$2 slog=$3 count=${4:-$LAT_COUNT} rate=${5:-$LAT_RATE} lines0 i
+	lines0=$(wc -l <"$slog")
+	"$WORK/latency" "$CONN_BASE dbname=$db" "$count" "$rate" latency.event >"$WORK/latency-$pre.out" \
+		|| die "the latency client failed"
+	# wait (bounded: 30 s, longer than any idle poll) for every row to reach the sink
+	for i in $(seq 1 300); do
+		(( $(wc -l <"$slog") - lines0 >= count )) && break
+		sleep 0.1
+	done
+	R[${pre}_summary]=$(python3 - "$WORK/latency-$pre.out" "$slog" "$lines0" <<-'EOF'
+	import json, sys
+	sent = {}
+	commit = []
+	for line in open(sys.argv[1]):
+	    seq, t, c = line.split()
+	    sent[int(seq)] = int(t)
+	    commit.append(int(c) / 1000.0)
+	first = {}
+	with open(sys.argv[2]) as f:
+	    for i, line in enumerate(f):
+	        if i < int(sys.argv[3]):
+	            continue
+	        d = json.loads(line)
+	        if not 200 <= d["status"] < 300:
+	            continue
+	        try:
+	            b = json.loads(d["body"])
+	        except ValueError:
+	            continue
+	        seq = b.get("seq")
+	        if seq is None and isinstance(b.get("payload"), dict):
+	            seq = b["payload"].get("seq")
+	        if isinstance(seq, int) and seq in sent and seq not in first:
+	            first[seq] = d["t_us"]
+	lat = sorted((first[s] - sent[s]) / 1000.0 for s in first)
+	def pct(p):
+	    return lat[min(len(lat) - 1, int(round(p / 100.0 * (len(lat) - 1))))]
+	commit.sort()
+	c50 = commit[len(commit) // 2] if commit else float("nan")
+	if lat:
+	    print(f"{len(lat)} {len(sent)} {pct(50):.2f} {pct(99):.2f} {lat[-1]:.2f} {c50:.2f}")
+	else:
+	    print(f"0 {len(sent)} n/a n/a n/a n/a")
+	EOF
+	)
+	read -r "R[${pre}_n]" "R[${pre}_sent]" "R[${pre}_p50]" "R[${pre}_p99]" "R[${pre}_max]" "R[${pre}_commit]" <<<"${R[${pre}_summary]}"
+	log "latency ($pre): ${R[${pre}_n]}/${R[${pre}_sent]} delivered; p50 ${R[${pre}_p50]} ms, p99 ${R[${pre}_p99]} ms, max ${R[${pre}_max]} ms; COMMIT round trip p50 ${R[${pre}_commit]} ms"
+}
+
+# cpu_ms PID...: the CPU time (user + system, ms) the processes have used
+# so far; a process that is gone counts 0
+cpu_ms() {
+	local t=0 p f
+	for p in "$@"; do
+		# fields 14 and 15 of /proc/PID/stat, after the ")" that ends the name
+		f=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || continue
+		read -ra f <<<"$f"
+		t=$(( t + f[11] + f[12] ))
+	done
+	echo $(( t * 1000 / $(getconf CLK_TCK) ))
+}
 
 # ---------------------------------------------------------------- the workers
 role_count() { q bench "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'queuebox $1%'"; }

@@ -233,8 +233,6 @@ conclude() {
 	ROWS_TSV+=("$(printf '%s\t' "$1" "$6" "$7" "${R[$1_ratio]}" "$5")")
 	check_crash
 }
-# median N...: the rounded median of the numbers given
-median() { python3 -c "import statistics,sys; print(round(statistics.median(map(float, sys.argv[1:]))))" "$@"; }
 sink_requests() { sink_stats "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])'; }
 
 busy_note

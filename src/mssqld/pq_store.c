@@ -20,6 +20,17 @@
  *	  once, "database unreachable, next try in N ms: <why>", so an engine
  *	  loop never spins on a dead server.  A connect that succeeds ends it.
  *
+ * Round trips: the statements of an op go out in libpq's pipeline mode
+ * (libpq 14+), so an op pays a round trip per batch of statements whose
+ * parameters do not wait for an earlier answer, not one per statement:
+ * BEGIN (and the SET LOCALs of the op: statement_timeout, durability) go
+ * out with the op's first statement, COMMIT with its last one where the
+ * op knows it (qbpq_run_commit), each statement's first Parse on a
+ * connection with its first execution.  A cycle is three or four round
+ * trips (settle; promote; states; claim + COMMIT), an insert or a count
+ * one.  The transaction is the same: one per op, and a failed statement
+ * skips the rest of its batch (COMMIT included), then ROLLBACK.
+ *
  * Transaction rules: as qb_store.h: one short transaction per op, never
  * open across a call.  A COMMIT whose answer was lost with the connection
  * has an unknown outcome: the op fails saying so and is not retried here
@@ -49,6 +60,11 @@
 #include <time.h>
 
 #include <libpq-fe.h>
+
+/* the op's statements go out in pipeline mode ("Round trips" above) */
+#ifndef LIBPQ_HAS_PIPELINING
+#error "queuebox-mssqld needs libpq 14 or later (pipeline mode): install a newer libpq-dev / libpq-devel"
+#endif
 
 #include "pq_store.h"
 #include "qb_host.h"
@@ -150,6 +166,12 @@ struct QbPqStore
 	long		retry_at_ms;	/* no connect before this (monotonic ms) */
 	char		last_error[512];	/* why the last connect failed */
 	char		sqlstate[6];	/* of the op's failed statement, "" when none */
+	/* the op in progress (qbpq_txn): see "Round trips" above */
+	bool		begin_pending;	/* its BEGIN goes out with its first statement */
+	long		begin_timeout_ms;	/* > 0: SET LOCAL statement_timeout after that BEGIN */
+	bool		begin_durable;	/* SET LOCAL synchronous_commit on after that BEGIN */
+	bool		in_txn;			/* its BEGIN succeeded and no COMMIT ended it yet */
+	bool		committed;		/* its COMMIT went out with its last statement and succeeded */
 	char	  **channels;		/* LISTEN after every connect */
 	int			nchannels;
 	const QbConfig *cfg;		/* borrowed, for the inbox replay's topics */
@@ -317,49 +339,254 @@ qbpq_args_free(QbpqArgs *a)
 		qb_pg_array_free(&a->arr[i]);
 }
 
+/* The COMMIT whose answer was lost with the connection: never guess. */
+static void
+qbpq_commit_lost(char *err, size_t errlen)
+{
+	char		buf[512];
+
+	snprintf(buf, sizeof(buf), "%s", err);
+	snprintf(err, errlen,
+			 "%s (the connection was lost at COMMIT, so whether it committed is unknown; claimed rows come back when their lease ends)",
+			 buf);
+}
+
+/* One statement of a pipeline: what to run, and (out) its result. */
+typedef struct QbpqStep
+{
+	int			id;				/* QbpqId (QBPQ_QUERY + n: a query_text query) */
+	const QbpqArgs *args;
+	ExecStatusType want;
+	const char *what;
+	PGresult   *res;			/* its result when its status is want */
+} QbpqStep;
+
+#define QBPQ_MAXSTEPS	4
+
+/* What each answer of a pipeline answers. */
+typedef enum QbpqSent
+{
+	QBPQ_SENT_BEGIN,
+	QBPQ_SENT_LOCAL,			/* a SET LOCAL after BEGIN */
+	QBPQ_SENT_PREPARE,
+	QBPQ_SENT_STEP,
+	QBPQ_SENT_COMMIT
+} QbpqSent;
+
+/*
+ * qbpq_pipeline sends, in pipeline mode and in this order, the op's pending
+ * BEGIN and SET LOCALs, the Parse of each statement not yet prepared on
+ * this connection, steps[0..n-1], and COMMIT when commit is set, then one
+ * Sync, and reads every answer.  0: every steps[i].res set (the caller
+ * clears them).  -1: err says what failed first (the statements after it
+ * were skipped by the server), every res NULL; a lost connection is
+ * dropped, and when the COMMIT was sent its outcome is unknown, which err
+ * says.
+ */
+static int
+qbpq_pipeline(QbPqStore *s, QbpqStep *steps, int n, bool commit, char *err, size_t errlen)
+{
+	static const unsigned int text_types[QBPQ_MAXARGS] = {QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT,
+	QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT};
+	static const char *const local_sql = "SELECT set_config($1, $2, true)";
+	QbpqSent	sent[3 + 2 * QBPQ_MAXSTEPS + 1];
+	int			sent_step[3 + 2 * QBPQ_MAXSTEPS + 1];
+	int			nsent = 0;
+	char		name[16];
+	char		ms[24];
+	const char *what = n > 0 ? steps[0].what : "COMMIT";
+	const char *fail_what = NULL;
+	PGresult   *fail = NULL;
+	bool		ok = true;
+	bool		begun = false;
+	bool		commit_ok = false;
+	bool		lost = false;
+
+	if (n > QBPQ_MAXSTEPS)
+	{
+		snprintf(err, errlen, "%s: %d statements in one pipeline, at most %d", what, n,
+				 QBPQ_MAXSTEPS);
+		return -1;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		steps[i].res = NULL;
+		if (steps[i].args->oom)
+		{
+			snprintf(err, errlen, "%s: out of memory building its parameters", steps[i].what);
+			return -1;
+		}
+	}
+	if (PQenterPipelineMode(s->conn) != 1)
+	{
+		qbpq_failed(s, NULL, what, err, errlen);
+		return -1;
+	}
+	if (s->begin_pending)
+	{
+		ok &= PQsendQueryParams(s->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) == 1;
+		sent[nsent++] = QBPQ_SENT_BEGIN;
+		if (s->begin_timeout_ms > 0)
+		{
+			const char *v[2] = {"statement_timeout", ms};
+
+			snprintf(ms, sizeof(ms), "%ld", s->begin_timeout_ms);
+			ok &= PQsendQueryParams(s->conn, local_sql, 2, NULL, v, NULL, NULL, 0) == 1;
+			sent[nsent++] = QBPQ_SENT_LOCAL;
+		}
+		if (s->begin_durable)
+		{
+			const char *v[2] = {"synchronous_commit", "on"};
+
+			ok &= PQsendQueryParams(s->conn, local_sql, 2, NULL, v, NULL, NULL, 0) == 1;
+			sent[nsent++] = QBPQ_SENT_LOCAL;
+		}
+	}
+	for (int i = 0; i < n && ok; i++)
+	{
+		int			id = steps[i].id;
+		int			nparams = id >= QBPQ_QUERY ? qb_pg_query_nparams[id - QBPQ_QUERY] :
+			qbpq_stmts[id].nparams;
+
+		snprintf(name, sizeof(name), "qb_%d", id);
+		if (!s->prepared[id])
+		{
+			ok &= PQsendPrepare(s->conn, name,
+								id >= QBPQ_QUERY ? qb_pg_queries[id - QBPQ_QUERY] : qbpq_stmts[id].sql,
+								nparams, id >= QBPQ_QUERY ? text_types : qbpq_stmts[id].types) == 1;
+			sent_step[nsent] = i;
+			sent[nsent++] = QBPQ_SENT_PREPARE;
+		}
+		ok &= PQsendQueryPrepared(s->conn, name, nparams, steps[i].args->v, NULL, NULL, 0) == 1;
+		sent_step[nsent] = i;
+		sent[nsent++] = QBPQ_SENT_STEP;
+	}
+	if (commit && ok)
+	{
+		ok &= PQsendQueryParams(s->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) == 1;
+		sent[nsent++] = QBPQ_SENT_COMMIT;
+	}
+	if (!ok || PQpipelineSync(s->conn) != 1)
+	{
+		/* nothing was sent, or the socket failed: the connection is not usable */
+		qbpq_failed(s, NULL, what, err, errlen);
+		qbpq_drop(s);
+		if (commit)
+			qbpq_commit_lost(err, errlen);
+		return -1;
+	}
+	/* the answers: one result then NULL for each command, then the Sync's */
+	for (int k = 0; k < nsent && !lost; k++)
+	{
+		PGresult   *res = PQgetResult(s->conn);
+		ExecStatusType st = PQresultStatus(res);
+		ExecStatusType want = sent[k] == QBPQ_SENT_STEP ? steps[sent_step[k]].want :
+			sent[k] == QBPQ_SENT_LOCAL ? PGRES_TUPLES_OK : PGRES_COMMAND_OK;
+
+		if (res == NULL)
+		{
+			lost = true;		/* no answer at all: the connection went */
+			break;
+		}
+		if (st == want)
+		{
+			if (sent[k] == QBPQ_SENT_STEP)
+			{
+				steps[sent_step[k]].res = res;
+				res = NULL;
+			}
+			else if (sent[k] == QBPQ_SENT_PREPARE)
+				s->prepared[steps[sent_step[k]].id] = true;
+			else if (sent[k] == QBPQ_SENT_BEGIN)
+				begun = true;
+			else if (sent[k] == QBPQ_SENT_COMMIT)
+				commit_ok = true;
+		}
+		else if (st != PGRES_PIPELINE_ABORTED && fail == NULL)
+		{
+			/* the first failure; the server skipped what came after it */
+			fail = res;
+			res = NULL;
+			fail_what = sent[k] == QBPQ_SENT_STEP || sent[k] == QBPQ_SENT_PREPARE ?
+				steps[sent_step[k]].what : sent[k] == QBPQ_SENT_COMMIT ? "COMMIT" : what;
+			if (sent[k] == QBPQ_SENT_COMMIT)
+				s->in_txn = false;	/* a failed COMMIT ends the transaction */
+		}
+		PQclear(res);
+		/* the NULL that ends this command's results */
+		while ((res = PQgetResult(s->conn)) != NULL)
+		{
+			if (PQresultStatus(res) == PGRES_PIPELINE_SYNC)
+				break;			/* not expected here: treat the rest as lost */
+			PQclear(res);
+		}
+		if (res != NULL)
+		{
+			PQclear(res);
+			lost = true;
+		}
+	}
+	if (!lost)
+	{
+		PGresult   *res = PQgetResult(s->conn);
+
+		lost = PQresultStatus(res) != PGRES_PIPELINE_SYNC;
+		PQclear(res);
+	}
+	if (!lost && PQexitPipelineMode(s->conn) != 1)
+		lost = true;
+	if (begun)
+	{
+		s->begin_pending = false;
+		s->in_txn = true;
+	}
+	if (commit_ok)
+	{
+		s->in_txn = false;
+		s->committed = true;
+	}
+	if (!lost && fail == NULL)
+		return 0;
+	for (int i = 0; i < n; i++)
+	{
+		PQclear(steps[i].res);
+		steps[i].res = NULL;
+	}
+	if (fail != NULL)
+		qbpq_failed(s, fail, fail_what, err, errlen);
+	else
+		qbpq_failed(s, NULL, what, err, errlen);
+	PQclear(fail);
+	if (lost)
+		qbpq_drop(s);
+	/* the connection went with the COMMIT sent and not answered: never guess */
+	if (commit && !commit_ok && s->conn == NULL)
+		qbpq_commit_lost(err, errlen);
+	return -1;
+}
+
 /*
  * qbpq_run executes statement id (preparing it on this connection first)
- * and returns its result when its status is want, else NULL with err.
+ * and returns its result when its status is want, else NULL with err.  The
+ * op's pending BEGIN goes with it.
  */
 static PGresult *
 qbpq_run(QbPqStore *s, int id, const QbpqArgs *a, ExecStatusType want, const char *what,
 		 char *err, size_t errlen)
 {
-	char		name[16];
-	const char *sql = id >= QBPQ_QUERY ? qb_pg_queries[id - QBPQ_QUERY] : qbpq_stmts[id].sql;
-	int			nparams = id >= QBPQ_QUERY ? qb_pg_query_nparams[id - QBPQ_QUERY] :
-		qbpq_stmts[id].nparams;
-	static const unsigned int text_types[QBPQ_MAXARGS] = {QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT,
-	QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT};
-	PGresult   *res;
+	QbpqStep	step = {.id = id, .args = a, .want = want, .what = what};
 
-	if (a->oom)
-	{
-		snprintf(err, errlen, "%s: out of memory building its parameters", what);
-		return NULL;
-	}
-	snprintf(name, sizeof(name), "qb_%d", id);
-	if (!s->prepared[id])
-	{
-		res = PQprepare(s->conn, name, sql, nparams,
-						id >= QBPQ_QUERY ? text_types : qbpq_stmts[id].types);
-		if (PQresultStatus(res) != PGRES_COMMAND_OK)
-		{
-			qbpq_failed(s, res, what, err, errlen);
-			PQclear(res);
-			return NULL;
-		}
-		PQclear(res);
-		s->prepared[id] = true;
-	}
-	res = PQexecPrepared(s->conn, name, nparams, a->v, NULL, NULL, 0);
-	if (PQresultStatus(res) != want)
-	{
-		qbpq_failed(s, res, what, err, errlen);
-		PQclear(res);
-		return NULL;
-	}
-	return res;
+	return qbpq_pipeline(s, &step, 1, false, err, errlen) == 0 ? step.res : NULL;
+}
+
+/* qbpq_run_commit: qbpq_run for an op's last statement, its COMMIT with it. */
+static PGresult *
+qbpq_run_commit(QbPqStore *s, int id, const QbpqArgs *a, ExecStatusType want,
+				const char *what, char *err, size_t errlen)
+{
+	QbpqStep	step = {.id = id, .args = a, .want = want, .what = what};
+
+	return qbpq_pipeline(s, &step, 1, true, err, errlen) == 0 ? step.res : NULL;
 }
 
 /* qbpq_set: set_config(name, value, is_local), as SET [LOCAL] does. */
@@ -504,41 +731,45 @@ typedef int (*QbpqBody) (QbPqStore *s, void *arg, char *err, size_t errlen);
 
 /*
  * qbpq_txn runs body(arg) in a transaction of its own: connect if needed,
- * BEGIN, SET LOCAL statement_timeout (timeout_ms > 0), body, COMMIT.  When
- * body fails (-1, or a QB_QUERY_* code) the transaction is rolled back and
- * its code returned.
+ * BEGIN and SET LOCAL statement_timeout (timeout_ms > 0) with the body's
+ * first statement, body, COMMIT (with the body's last statement when it
+ * ran it with qbpq_run_commit).  When body fails (-1, or a QB_QUERY_*
+ * code) the transaction is rolled back and its code returned.  A body that
+ * ran no statement opened no transaction: nothing to commit.
  */
 static int
 qbpq_txn(QbPqStore *s, const char *what, long timeout_ms, QbpqBody body, void *arg,
 		 char *err, size_t errlen)
 {
-	char		ms[24];
 	char		buf[512];
 	int			rc;
 
 	s->sqlstate[0] = '\0';
-	if (qbpq_ensure(s, err, errlen) != 0 || qbpq_command(s, "BEGIN", what, err, errlen) != 0)
+	if (qbpq_ensure(s, err, errlen) != 0)
 		return -1;
-	snprintf(ms, sizeof(ms), "%ld", timeout_ms);
-	rc = timeout_ms > 0 ? qbpq_set(s, "statement_timeout", ms, true, err, errlen) : 0;
-	if (rc == 0)
-		rc = body(s, arg, err, errlen);
+	s->begin_pending = true;
+	s->begin_timeout_ms = timeout_ms;
+	s->begin_durable = false;
+	s->in_txn = false;
+	s->committed = false;
+	rc = body(s, arg, err, errlen);
+	s->begin_pending = false;
+	if (rc == 0 && s->committed)
+		return 0;
+	if (rc == 0 && s->conn != NULL && !s->in_txn)
+		return 0;
 	if (rc != 0)
 	{
-		if (s->conn != NULL && qbpq_command(s, "ROLLBACK", what, buf, sizeof(buf)) != 0)
+		if (s->conn != NULL && s->in_txn && qbpq_command(s, "ROLLBACK", what, buf, sizeof(buf)) != 0)
 			qbpq_drop(s);
+		s->in_txn = false;
 		return rc;
 	}
-	if (qbpq_command(s, "COMMIT", what, err, errlen) != 0)
+	s->in_txn = false;
+	if (s->conn == NULL || qbpq_command(s, "COMMIT", what, err, errlen) != 0)
 	{
 		if (s->conn == NULL)
-		{
-			/* the answer was lost with the connection: never guess */
-			snprintf(buf, sizeof(buf), "%s", err);
-			snprintf(err, errlen,
-					 "%s (the connection was lost at COMMIT, so whether it committed is unknown; claimed rows come back when their lease ends)",
-					 buf);
-		}
+			qbpq_commit_lost(err, errlen);
 		return -1;
 	}
 	return 0;
@@ -551,7 +782,15 @@ qbpq_txn(QbPqStore *s, const char *what, long timeout_ms, QbpqBody body, void *a
 static int
 qbpq_durable(QbPqStore *s, char *err, size_t errlen)
 {
-	return s->async_commit ? qbpq_set(s, "synchronous_commit", "on", true, err, errlen) : 0;
+	if (!s->async_commit)
+		return 0;
+	if (s->begin_pending)
+	{
+		/* with the BEGIN, in the first statement's round trip */
+		s->begin_durable = true;
+		return 0;
+	}
+	return qbpq_set(s, "synchronous_commit", "on", true, err, errlen);
 }
 
 /* ---- reading results ---------------------------------------------------------- */
@@ -685,20 +924,20 @@ done:
 }
 
 /*
- * qbpq_settle: QB_PG_OUTBOX_SETTLE, then QB_PG_OUTBOX_PROMOTE for the keys
- * whose row ended, in a statement of its own (its comment says why).  With
+ * qbpq_settle: QB_PG_OUTBOX_SETTLE.  p gets the parameters of
+ * QB_PG_OUTBOX_PROMOTE for the keys whose row ended (*nkeys of them), run
+ * by the caller in a statement of its own (its comment says why); with
  * claim, the promoted rows that are due are claimed under its token.
  */
 static int
 qbpq_settle(QbPqStore *s, const QbSettle *st, int n, const QbClaimReq *claim,
-			QbCycleOut *out, char *err, size_t errlen)
+			QbpqArgs *p, int *nkeys, QbCycleOut *out, char *err, size_t errlen)
 {
 	QbpqArgs	a = {0};
-	QbpqArgs	p = {0};
 	PGresult   *res = NULL;
-	int			nkeys = 0;
 	int			rc = -1;
 
+	*nkeys = 0;
 	for (int i = 0; i < n; i++)
 	{
 		qb_pg_array_add(&a.arr[0], st[i].token);
@@ -721,51 +960,34 @@ qbpq_settle(QbPqStore *s, const QbSettle *st, int n, const QbClaimReq *claim,
 
 		if (!PQgetisnull(res, i, 0) && (strcmp(state, "sent") == 0 || strcmp(state, "dead") == 0))
 		{
-			qb_pg_array_add(&p.arr[0], PQgetvalue(res, i, 0));
-			nkeys++;
+			qb_pg_array_add(&p->arr[0], PQgetvalue(res, i, 0));
+			(*nkeys)++;
 		}
 	}
-	PQclear(res);
-	res = NULL;
-	if (nkeys > 0)
+	if (*nkeys > 0)
 	{
-		qbpq_args_array(&p, 0);
+		qbpq_args_array(p, 0);
 		if (claim != NULL)
 		{
-			p.v[1] = claim->token;
-			qbpq_args_int(&p, 2, claim->lease_ms);
-			qbpq_args_int(&p, 3, claim->default_max_attempts);
+			p->v[1] = claim->token;
+			qbpq_args_int(p, 2, claim->lease_ms);
+			qbpq_args_int(p, 3, claim->default_max_attempts);
 		}
-		if ((res = qbpq_run(s, QBPQ_PROMOTE, &p, PGRES_TUPLES_OK,
-							"promoting the next row of each key", err, errlen)) == NULL)
-			goto done;
-		if (claim != NULL &&
-			qbpq_take_rows(res, out, "promoting the next row of each key", err, errlen) != 0)
-			goto done;
 	}
 	rc = 0;
 done:
 	PQclear(res);
 	qbpq_args_free(&a);
-	qbpq_args_free(&p);
 	return rc;
 }
 
-/* qbpq_states: QB_PG_OUTBOX_STATES into out; the probe names into probes. */
+/* qbpq_states: the result of QB_PG_OUTBOX_STATES into out; the probe names into probes. */
 static int
-qbpq_states(QbPqStore *s, long probe_ms, QbCycleOut *out, QbPgArray *probes,
-			char *err, size_t errlen)
+qbpq_states(const PGresult *res, QbCycleOut *out, QbPgArray *probes, char *err, size_t errlen)
 {
-	QbpqArgs	a = {0};
-	PGresult   *res;
 	bool		oom = false;
-	int			n;
+	int			n = PQntuples(res);
 
-	qbpq_args_int(&a, 0, probe_ms);
-	if ((res = qbpq_run(s, QBPQ_STATES, &a, PGRES_TUPLES_OK,
-						"reading the destination states", err, errlen)) == NULL)
-		return -1;
-	n = PQntuples(res);
 	if (n > 0 && (out->states = calloc(n, sizeof(QbDestState))) == NULL)
 		oom = true;
 	for (int i = 0; i < n && !oom; i++)
@@ -780,7 +1002,6 @@ qbpq_states(QbPqStore *s, long probe_ms, QbCycleOut *out, QbPgArray *probes,
 		if (st->probe)
 			qb_pg_array_add(probes, st->destination);
 	}
-	PQclear(res);
 	return oom ? qbpq_oom("reading the destination states", err, errlen) : 0;
 }
 
@@ -809,7 +1030,8 @@ qbpq_claim(QbPqStore *s, const QbClaimReq *c, QbPgArray *probes, QbCycleOut *out
 	if ((a.v[7] = qb_pg_array_text(probes)) == NULL)
 		a.oom = true;
 	qbpq_args_array(&a, 8);
-	if ((res = qbpq_run(s, QBPQ_CLAIM, &a, PGRES_TUPLES_OK, "the outbox claim",
+	/* the cycle's last statement: its COMMIT goes with it */
+	if ((res = qbpq_run_commit(s, QBPQ_CLAIM, &a, PGRES_TUPLES_OK, "the outbox claim",
 						err, errlen)) != NULL)
 	{
 		rc = qbpq_take_rows(res, out, "the outbox claim", err, errlen);
@@ -819,7 +1041,13 @@ qbpq_claim(QbPqStore *s, const QbClaimReq *c, QbPgArray *probes, QbCycleOut *out
 	return rc;
 }
 
-/* qbpq_cycle_body: as the SPI store's qbs_cycle_body, statement for statement. */
+/*
+ * qbpq_cycle_body: as the SPI store's qbs_cycle_body, statement for
+ * statement.  The round trips: the breaker's two statements (when it has
+ * tallies) and the settle; then the promote with the destination states
+ * (neither waits for the other); then the claim, which takes the promoted
+ * rows and the probes into account, with the COMMIT.
+ */
 static int
 qbpq_cycle_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 {
@@ -827,24 +1055,55 @@ qbpq_cycle_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 	const QbClaimReq *claim = cy->claim;
 	QbClaimReq	req;
 	QbPgArray	probes = {0};
-	int		   *limits;
-	int			rc;
+	QbpqArgs	p = {0};
+	QbpqArgs	sa = {0};
+	QbpqStep	steps[2];
+	int			nsteps = 0;
+	int			nkeys = 0;
+	int		   *limits = NULL;
+	int			rc = -1;
 
 	if (cy->ntallies > 0 &&
 		qbpq_breaker(s, cy->tallies, cy->ntallies, cy->out, err, errlen) != 0)
-		return -1;
+		goto done;
 	if (cy->nsettles > 0 &&
-		qbpq_settle(s, cy->settles, cy->nsettles, claim, cy->out, err, errlen) != 0)
-		return -1;
+		qbpq_settle(s, cy->settles, cy->nsettles, claim, &p, &nkeys, cy->out, err, errlen) != 0)
+		goto done;
+	if (nkeys > 0)
+		steps[nsteps++] = (QbpqStep) {.id = QBPQ_PROMOTE, .args = &p, .want = PGRES_TUPLES_OK,
+		.what = "promoting the next row of each key"};
+	if (claim != NULL)
+	{
+		qbpq_args_int(&sa, 0, claim->probe_ms);
+		steps[nsteps++] = (QbpqStep) {.id = QBPQ_STATES, .args = &sa, .want = PGRES_TUPLES_OK,
+		.what = "reading the destination states"};
+	}
+	/* a settle alone commits with its promote */
+	if (nsteps > 0 && qbpq_pipeline(s, steps, nsteps, claim == NULL, err, errlen) != 0)
+		goto done;
+	if (nkeys > 0 && claim != NULL &&
+		qbpq_take_rows(steps[0].res, cy->out, "promoting the next row of each key", err, errlen) != 0)
+		goto done;
 	if (claim == NULL)
-		return 0;
+	{
+		rc = 0;
+		goto done;
+	}
+	if (qbpq_states(steps[nsteps - 1].res, cy->out, &probes, err, errlen) != 0)
+		goto done;
 	if ((limits = malloc(sizeof(int) * (claim->ndests + 1))) == NULL)
-		return qbpq_oom("the outbox claim", err, errlen);
+	{
+		rc = qbpq_oom("the outbox claim", err, errlen);
+		goto done;
+	}
 	qb_claim_left(claim, cy->out->rows, cy->out->nrows, &req, limits);
-	rc = qbpq_states(s, claim->probe_ms, cy->out, &probes, err, errlen);
-	if (rc == 0)
-		rc = qbpq_claim(s, &req, &probes, cy->out, err, errlen);
+	rc = qbpq_claim(s, &req, &probes, cy->out, err, errlen);
+done:
+	/* the results of a pipeline that failed are cleared already (NULL) */
+	for (int i = 0; i < nsteps; i++)
+		PQclear(steps[i].res);
 	qb_pg_array_free(&probes);
+	qbpq_args_free(&p);
 	free(limits);
 	return rc;
 }
@@ -880,7 +1139,8 @@ static int
 qbpq_count_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 {
 	QbpqCount  *c = arg;
-	PGresult   *res = qbpq_run(s, c->id, &c->args, PGRES_COMMAND_OK, c->what, err, errlen);
+	PGresult   *res = qbpq_run_commit(s, c->id, &c->args, PGRES_COMMAND_OK, c->what, err,
+										errlen);
 
 	if (res == NULL)
 		return -1;
@@ -973,7 +1233,7 @@ qbpq_relay_claim_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 	qbpq_args_int(&a, 0, c->batch_size);
 	qbpq_args_int(&a, 1, c->lease_ms);
 	a.v[2] = c->token;
-	if ((res = qbpq_run(s, QBPQ_RELAY_CLAIM, &a, PGRES_TUPLES_OK, "relay claim",
+	if ((res = qbpq_run_commit(s, QBPQ_RELAY_CLAIM, &a, PGRES_TUPLES_OK, "relay claim",
 						err, errlen)) == NULL)
 		return -1;
 	n = PQntuples(res);
@@ -1016,26 +1276,29 @@ typedef struct QbpqForward
 	int			ninserted;
 } QbpqForward;
 
-/* the forward, then QB_PG_RELAY_PROMOTE with the same ids, in a later statement */
+/*
+ * the forward, then QB_PG_RELAY_PROMOTE with the same ids, in a later
+ * statement (its parameters are the forward's, so both go in one round
+ * trip, with the BEGIN and the COMMIT)
+ */
 static int
 qbpq_relay_forward_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 {
 	QbpqForward *f = arg;
-	PGresult   *res;
 	QbpqArgs	p = {.v = {f->args.v[1]}};
+	QbpqStep	steps[2] = {
+		{.id = QBPQ_RELAY_FORWARD, .args = &f->args, .want = PGRES_TUPLES_OK,
+		.what = "the relay forward"},
+		{.id = QBPQ_RELAY_PROMOTE, .args = &p, .want = PGRES_COMMAND_OK,
+		.what = "promoting the next row of each aggregate"},
+	};
 
-	if (qbpq_durable(s, err, errlen) != 0)
+	if (qbpq_durable(s, err, errlen) != 0 || qbpq_pipeline(s, steps, 2, true, err, errlen) != 0)
 		return -1;
-	if ((res = qbpq_run(s, QBPQ_RELAY_FORWARD, &f->args, PGRES_TUPLES_OK, "the relay forward",
-						err, errlen)) == NULL)
-		return -1;
-	f->nsettled = (int) qbpq_int(res, 0, 0);
-	f->ninserted = (int) qbpq_int(res, 0, 1);
-	PQclear(res);
-	if ((res = qbpq_run(s, QBPQ_RELAY_PROMOTE, &p, PGRES_COMMAND_OK,
-						"promoting the next row of each aggregate", err, errlen)) == NULL)
-		return -1;
-	PQclear(res);
+	f->nsettled = (int) qbpq_int(steps[0].res, 0, 0);
+	f->ninserted = (int) qbpq_int(steps[0].res, 0, 1);
+	PQclear(steps[0].res);
+	PQclear(steps[1].res);
 	return 0;
 }
 
@@ -1080,7 +1343,7 @@ qbpq_inbox_insert_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 
 	if (qbpq_durable(s, err, errlen) != 0)
 		return -1;
-	if ((res = qbpq_run(s, QBPQ_INBOX_INSERT, &a->args, PGRES_TUPLES_OK, "the inbox insert",
+	if ((res = qbpq_run_commit(s, QBPQ_INBOX_INSERT, &a->args, PGRES_TUPLES_OK, "the inbox insert",
 						err, errlen)) == NULL)
 		return -1;
 	/* match each stored row to the first request of its key */
@@ -1258,7 +1521,7 @@ qbpq_query_text_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 		return qbpq_replay(s, q, err, errlen);
 	for (int i = 0; i < qb_pg_query_nparams[q->query]; i++)
 		a.v[i] = q->params[i];
-	if ((res = qbpq_run(s, QBPQ_QUERY + q->query, &a, PGRES_TUPLES_OK, "query", err,
+	if ((res = qbpq_run_commit(s, QBPQ_QUERY + q->query, &a, PGRES_TUPLES_OK, "query", err,
 						errlen)) == NULL)
 		return -1;
 	if (PQntuples(res) > 0)
