@@ -19,6 +19,14 @@
  *	  worker had already claimed are held (hold 'destination') without
  *	  spending an attempt, except the one probe row of a half-open
  *	  destination.
+ *	- Rows not routed yet (the unrouted intake and ready rows: the daemon's
+ *	  new rows, or the extension's before its routes are published) are
+ *	  routed here, so their claim cannot ask each destination for its room.
+ *	  It is sized by the room of the destinations such rows went to lately
+ *	  (a decaying share per destination), plus a tenth of a batch for the
+ *	  others, so an idle destination's room does not keep claiming rows a
+ *	  busy one must write back, and a destination with no share yet still
+ *	  gets its rows claimed (and so a share).
  *	- The intake floors: new rows are claimed in id order above a floor,
  *	  one per destination (rows routed at insert) and one for rows not
  *	  routed yet, so a claim does not walk the index entries of rows
@@ -58,6 +66,7 @@
 #define QBO_FULL_SCAN_MS		1000
 #define QBO_SETTLE_DELAY_MS		5	/* the longest a done row waits for company */
 #define QBO_CYCLE_RETRY_MS		200
+#define QBO_SHARE_MIN			0.05	/* a share below this counts as none */
 
 typedef enum QboSlotState
 {
@@ -93,6 +102,8 @@ typedef struct QboDest
 	bool		paused;
 	bool		probe;			/* we won its half-open probe and not yet sent it */
 	int64_t		floor;			/* its intake: ids above this only */
+	double		unrouted_share; /* rows not routed yet it got, per claim, decaying */
+	int			unrouted_now;	/* ... in the claim being dispatched */
 } QboDest;
 
 typedef struct QboEngine
@@ -495,6 +506,8 @@ qbo_dispatch(QboEngine *e, QbOutboxRow *row, const char *token)
 		s->dest = e->cfg->routes[s->route].dest_index;
 	dest = &e->cfg->destinations[s->dest];
 	d = &e->dests[s->dest];
+	if (s->row.destination == NULL)
+		d->unrouted_now++;		/* routed here: for the next claims' size */
 	d->queued++;
 	if (s->row.probe && d->probe)
 	{
@@ -667,6 +680,26 @@ qbo_apply_changes(QboEngine *e, const QbCycleOut *out)
 	}
 }
 
+/*
+ * qbo_update_shares: after a claim's rows are dispatched, each
+ * destination's share of the rows that were not routed yet decays by a
+ * quarter and takes a quarter of what it got now (a claim that brought none
+ * changes nothing).
+ */
+static void
+qbo_update_shares(QboEngine *e)
+{
+	int			total = 0;
+
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+		total += e->dests[i].unrouted_now;
+	for (int i = 0; i < e->cfg->ndestinations && total > 0; i++)
+		e->dests[i].unrouted_share = 0.75 * e->dests[i].unrouted_share +
+			0.25 * e->dests[i].unrouted_now;
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+		e->dests[i].unrouted_now = 0;
+}
+
 /* qbo_room: routed rows destination i may be given by a claim now. */
 static int
 qbo_room(QboEngine *e, int i)
@@ -787,14 +820,26 @@ qbo_cycle(QboEngine *e, bool claim)
 		req.dests = dests;
 		req.limits = limits;
 		req.floors = floors;
-		for (int i = 0; i < e->cfg->ndestinations; i++)
-			if ((limits[req.ndests] = qbo_room(e, i)) > 0)
-			{
-				req.batch_size += limits[req.ndests];
-				floors[req.ndests] = e->dests[i].floor;
-				dests[req.ndests++] = e->cfg->destinations[i].name;
-			}
-		/* new rows: no more than the destinations can take (rows over go back) */
+		{
+			int			shared = 0;	/* room of the destinations unrouted rows go to */
+			int			other = 0;
+			bool		history = false;
+
+			for (int i = 0; i < e->cfg->ndestinations; i++)
+				history |= e->dests[i].unrouted_share >= QBO_SHARE_MIN;
+			for (int i = 0; i < e->cfg->ndestinations; i++)
+				if ((limits[req.ndests] = qbo_room(e, i)) > 0)
+				{
+					if (!history || e->dests[i].unrouted_share >= QBO_SHARE_MIN)
+						shared += limits[req.ndests];
+					else
+						other += limits[req.ndests];
+					floors[req.ndests] = e->dests[i].floor;
+					dests[req.ndests++] = e->cfg->destinations[i].name;
+				}
+			/* rows not routed yet: what their destinations can take (the banner) */
+			req.batch_size = shared + (other < oc->batch_size / 10 + 1 ? other : oc->batch_size / 10 + 1);
+		}
 		if (req.batch_size > oc->batch_size || e->cfg->ndestinations == 0)
 			req.batch_size = oc->batch_size;
 	}
@@ -851,6 +896,7 @@ qbo_cycle(QboEngine *e, bool claim)
 			claimed++;
 			qbo_dispatch(e, &out.rows[i], token);
 		}
+		qbo_update_shares(e);
 		e->claim_idle = claimed == 0;
 		if (e->host->polled)
 			e->host->polled(e->host->ctx, claimed > 0);
