@@ -9,6 +9,7 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use IPC::Run;
 use Test::More;
 use Time::HiRes qw(usleep);
 use File::Basename ();
@@ -110,6 +111,26 @@ is($node->safe_psql('postgres', q{SELECT queuebox.route_of('orders.created')}), 
 $r = qbd_run('--config', qbd_write_conf(conf(), 'migrate'), '--migrate');
 is($r->[0], 0, 'a second --migrate exits 0');
 unlike($r->[2], qr/created/, 'a second --migrate creates nothing');
+
+# two daemons migrating a new database at the same moment take turns
+$node->safe_psql('postgres', 'CREATE DATABASE race OWNER qbd');
+{
+	my $race = qbd_write_conf(qb_config_yaml(database => { url => qbd_url($node, db => 'race') }), 'race');
+	my @h;
+	my @out;
+	for my $i (0, 1)
+	{
+		$out[$i] = { out => '', err => '' };
+		push @h, IPC::Run::start([ qbd_binary(), '--config', $race, '--migrate' ],
+			'>', \$out[$i]{out}, '2>', \$out[$i]{err});
+	}
+	my @rc = map { $_->finish; $_->result(0) } @h;
+	is("@rc", '0 0', 'two --migrate at once on a new database: both exit 0');
+	is(scalar(grep { $_->{err} =~ /created the QueueBox schema/ } @out), 1,
+		'two --migrate at once: exactly one creates the schema (the other waits on the migration lock)');
+	is($node->safe_psql('race', 'SELECT count(*) FROM queuebox.schema_version'), '1',
+		'two --migrate at once: one version recorded');
+}
 
 # a schema newer than the daemon knows is refused, with what to do
 $node->safe_psql('postgres', q{INSERT INTO queuebox.schema_version (version, applied_at) VALUES ('9.9.9', now() + interval '1 s')});
