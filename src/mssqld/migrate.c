@@ -31,6 +31,7 @@
 
 #include <libpq-fe.h>
 
+#include "qb_pg_array.h"
 #include "qbd.h"
 
 /* 'queuebox' as a number: the key of the migration lock (docs/daemon.md) */
@@ -94,6 +95,26 @@ qbd_ok(PGconn *conn, const char *sql, int nparams, const char *const *params,
 
 	PQclear(res);
 	return res != NULL;
+}
+
+/*
+ * qbd_apply: run one of the schema's scripts (constant text built into the
+ * binary, one simple query) in the open transaction, then record the
+ * version it brings.  false with err on failure.
+ */
+static bool
+qbd_apply(PGconn *conn, const char *script, const char *version, const char *what,
+		  char *err, size_t errlen)
+{
+	PGresult   *res = PQexec(conn, script);
+	const char *params[1] = {version};
+	bool		ok = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK;
+
+	if (!ok)
+		qbd_pg_error(conn, res, what, err, errlen);
+	PQclear(res);
+	return ok && qbd_ok(conn, "INSERT INTO queuebox.schema_version (version) VALUES ($1)", 1, params,
+						"could not record the schema version", err, errlen);
 }
 
 /* qbd_version_index: where a version stands among the known ones, or -1. */
@@ -165,19 +186,8 @@ qbd_migrate(PGconn *conn, bool *installed, char *err, size_t errlen)
 	}
 	if (!has_version_table)
 	{
-		const char *params[1] = {qbd_schema_version};
-
-		/* one simple query: the whole schema, inside this transaction */
-		res = PQexec(conn, qbd_schema_pg);
-		if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
-		{
-			qbd_pg_error(conn, res, "could not create the QueueBox schema", err, errlen);
-			goto fail;
-		}
-		PQclear(res);
-		res = NULL;
-		if (!qbd_ok(conn, "INSERT INTO queuebox.schema_version (version) VALUES ($1)", 1, params,
-					"could not record the schema version", err, errlen))
+		if (!qbd_apply(conn, qbd_schema_pg, qbd_schema_version, "could not create the QueueBox schema",
+					   err, errlen))
 			goto fail;
 		*installed = true;
 	}
@@ -201,21 +211,10 @@ qbd_migrate(PGconn *conn, bool *installed, char *err, size_t errlen)
 		}
 		for (const QbdUpgrade *u = &qbd_upgrades[at]; u->from != NULL; u++)
 		{
-			const char *params[1] = {u->to};
+			char		what[128];
 
-			res = PQexec(conn, u->sql);
-			if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
-			{
-				char		what[128];
-
-				snprintf(what, sizeof(what), "could not migrate the schema from %s to %s", u->from, u->to);
-				qbd_pg_error(conn, res, what, err, errlen);
-				goto fail;
-			}
-			PQclear(res);
-			res = NULL;
-			if (!qbd_ok(conn, "INSERT INTO queuebox.schema_version (version) VALUES ($1)", 1, params,
-						"could not record the schema version", err, errlen))
+			snprintf(what, sizeof(what), "could not migrate the schema from %s to %s", u->from, u->to);
+			if (!qbd_apply(conn, u->sql, u->to, what, err, errlen))
 				goto fail;
 		}
 	}
@@ -230,38 +229,6 @@ fail:
 	return -1;
 }
 
-/* qbd_text_array: a PostgreSQL array literal of the strings, malloc'd. */
-static char *
-qbd_text_array(const char *const *items, int n)
-{
-	size_t		len = 3;
-	char	   *out;
-	char	   *p;
-
-	for (int i = 0; i < n; i++)
-		len += 2 * strlen(items[i]) + 3;
-	if ((out = malloc(len)) == NULL)
-		return NULL;
-	p = out;
-	*p++ = '{';
-	for (int i = 0; i < n; i++)
-	{
-		if (i > 0)
-			*p++ = ',';
-		*p++ = '"';
-		for (const char *s = items[i]; *s; s++)
-		{
-			if (*s == '"' || *s == '\\')
-				*p++ = '\\';
-			*p++ = *s;
-		}
-		*p++ = '"';
-	}
-	*p++ = '}';
-	*p = '\0';
-	return out;
-}
-
 /*
  * qbd_publish_config: see qbd.h.  The routes and destinations replace the
  * stored ones; the notify triggers are switched only when they differ, so
@@ -270,30 +237,25 @@ qbd_text_array(const char *const *items, int n)
 int
 qbd_publish_config(PGconn *conn, const QbConfig *cfg, char *err, size_t errlen)
 {
-	const char **patterns = calloc(cfg->nroutes + 1, sizeof(char *));
-	const char **dests = calloc(cfg->nroutes + 1, sizeof(char *));
-	const char **names = calloc(cfg->ndestinations + 1, sizeof(char *));
-	char	   *a_pat = NULL;
-	char	   *a_dst = NULL;
-	char	   *a_names = NULL;
+	QbPgArray	pat = {0};
+	QbPgArray	dst = {0};
+	QbPgArray	names = {0};
+	const char *a_pat;
+	const char *a_dst;
+	const char *a_names;
 	PGresult   *res = NULL;
 	int			rc = -1;
 
-	if (patterns == NULL || dests == NULL || names == NULL)
-	{
-		snprintf(err, errlen, "out of memory");
-		goto done;
-	}
 	for (int i = 0; i < cfg->nroutes; i++)
 	{
-		patterns[i] = cfg->routes[i].topic_pattern;
-		dests[i] = cfg->routes[i].destination;
+		qb_pg_array_add(&pat, cfg->routes[i].topic_pattern);
+		qb_pg_array_add(&dst, cfg->routes[i].destination);
 	}
 	for (int i = 0; i < cfg->ndestinations; i++)
-		names[i] = cfg->destinations[i].name;
-	a_pat = qbd_text_array(patterns, cfg->nroutes);
-	a_dst = qbd_text_array(dests, cfg->nroutes);
-	a_names = qbd_text_array(names, cfg->ndestinations);
+		qb_pg_array_add(&names, cfg->destinations[i].name);
+	a_pat = qb_pg_array_text(&pat);
+	a_dst = qb_pg_array_text(&dst);
+	a_names = qb_pg_array_text(&names);
 	if (a_pat == NULL || a_dst == NULL || a_names == NULL)
 	{
 		snprintf(err, errlen, "out of memory");
@@ -352,11 +314,8 @@ rollback:
 	PQclear(PQexec(conn, "ROLLBACK"));
 done:
 	PQclear(res);
-	free(patterns);
-	free(dests);
-	free(names);
-	free(a_pat);
-	free(a_dst);
-	free(a_names);
+	qb_pg_array_free(&pat);
+	qb_pg_array_free(&dst);
+	qb_pg_array_free(&names);
 	return rc;
 }
