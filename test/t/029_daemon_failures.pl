@@ -104,8 +104,10 @@ check_order(q{topic = 'kill.all'}, 400, 'kill -9 daemon');
 # two new daemons, so their stop lines count these rows only
 qbd_signal($d, 'TERM');
 is(qbd_wait_exit($d, 30), 0, 'kill -9 daemon: the daemon that finished stops');
-$d = qbd_start($node, conf(), name => 'first');
-my $d2 = qbd_start($node, conf(), name => 'second');
+# both woken at the commit (LISTEN): an idle daemon's stretched poll would
+# let the other take every row before it looks
+$d = qbd_start($node, conf(database => { listen => 'true' }), name => 'first');
+my $d2 = qbd_start($node, conf(database => { listen => 'true' }), name => 'second');
 qbd_wait_daemon_log($_, qr/outbox 1\[\d+\]: started/) for $d, $d2;
 my %off = (first => 0, second => 0);
 qb_insert_keyed($node, 'two.daemons', 1000, 50, 'td');
