@@ -72,23 +72,26 @@ qbdh_log(void *ctx, QbLogLevel level, const char *msg)
 	qbd_log(level, "%s", msg);
 }
 
+/* qbdh_idle_wait: the engine waits out its poll interval, nothing in flight */
+static bool
+qbdh_idle_wait(const QbdHost *h, int fd, long timeout_ms)
+{
+	return fd < 0 && h->poll_base_ms > 0 && timeout_ms >= h->poll_base_ms;
+}
+
 /* qbd_host_idle_timeout: the timeout an idle wait really takes (the banner). */
 long
 qbd_host_idle_timeout(QbdHost *h, int fd, long timeout_ms)
 {
-	if (fd >= 0 || h->poll_base_ms <= 0 || timeout_ms < h->poll_base_ms)
-		return timeout_ms;
-	if (h->idle_streak > 0)
-	{
-		long		t = timeout_ms;
+	long		t = timeout_ms;
 
-		for (int i = 0; i < h->idle_streak && t < h->idle_max_ms; i++)
-			t *= 2;
-		if (t > h->idle_max_ms)
-			t = h->idle_max_ms > timeout_ms ? h->idle_max_ms : timeout_ms;
-		return t;
-	}
-	return timeout_ms;
+	if (!qbdh_idle_wait(h, fd, timeout_ms))
+		return timeout_ms;
+	for (int i = 0; i < h->idle_streak && t < h->idle_max_ms; i++)
+		t *= 2;
+	if (t > h->idle_max_ms)
+		t = h->idle_max_ms > timeout_ms ? h->idle_max_ms : timeout_ms;
+	return t;
 }
 
 static int
@@ -133,9 +136,7 @@ qbdh_wait(void *ctx, int fd, long timeout_ms)
 		result |= QB_WAIT_WOKEN;
 	if (result != QB_WAIT_TIMEOUT)
 		h->idle_streak = 0;
-	/* an idle wait (the poll interval, nothing in flight) that ran out */
-	h->last_timed_out = result == QB_WAIT_TIMEOUT && fd < 0 && h->poll_base_ms > 0 &&
-		timeout_ms >= h->poll_base_ms;
+	h->last_timed_out = result == QB_WAIT_TIMEOUT && qbdh_idle_wait(h, fd, timeout_ms);
 	return result;
 }
 
@@ -260,10 +261,4 @@ qbd_host_listen(QbdHost *h, const char *channel, char *err, size_t errlen)
 	/* the store keeps the channel and LISTENs again at each new connection */
 	h->listening = true;
 	return qb_pq_store_listen(h->pq, channel, err, errlen);
-}
-
-bool
-qbd_host_stopping(void)
-{
-	return qbdh_stop != 0;
 }

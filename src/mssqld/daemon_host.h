@@ -35,6 +35,5 @@ extern int	qbd_host_start(QbdHost *h, QbdShared *sh, QbdRoleKind kind, QbPqStore
 extern int	qbd_host_listen(QbdHost *h, const char *channel, char *err, size_t errlen);
 /* The timeout an engine's wait takes after idle polls (daemon_host.c). */
 extern long qbd_host_idle_timeout(QbdHost *h, int fd, long timeout_ms);
-extern bool qbd_host_stopping(void);
 
 #endif							/* DAEMON_HOST_H */

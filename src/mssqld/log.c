@@ -107,7 +107,11 @@ qbd_log(QbLogLevel level, const char *fmt,...)
 
 	/* DEBUG lines only with QUEUEBOX_MSSQLD_DEBUG=1, as the server hides DEBUG1 */
 	if (debug < 0)
-		debug = getenv("QUEUEBOX_MSSQLD_DEBUG") != NULL && strcmp(getenv("QUEUEBOX_MSSQLD_DEBUG"), "1") == 0;
+	{
+		const char *v = getenv("QUEUEBOX_MSSQLD_DEBUG");
+
+		debug = v != NULL && strcmp(v, "1") == 0;
+	}
 	if (level == QB_LOG_DEBUG && !debug)
 		return;
 	va_start(ap, fmt);

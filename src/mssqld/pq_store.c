@@ -660,23 +660,30 @@ qbpq_session(QbPqStore *s, char *err, size_t errlen)
 }
 
 /* qbpq_open makes one connection attempt. */
-static int
-qbpq_open(QbPqStore *s, char *err, size_t errlen)
+PGconn *
+qb_pq_connect(const char *url, const char *application_name, long connect_timeout_ms)
 {
 	const char *keys[4] = {"dbname", "application_name", NULL, NULL};
-	const char *vals[4] = {s->url, s->application_name, NULL, NULL};
+	const char *vals[4] = {url, application_name, NULL, NULL};
 	char		secs[24];
-	char		what[600];
 
-	if (s->connect_timeout_ms > 0)
+	if (connect_timeout_ms > 0)
 	{
 		/* libpq counts whole seconds: round up, never to 0 (no limit) */
-		snprintf(secs, sizeof(secs), "%ld", (s->connect_timeout_ms + 999) / 1000);
+		snprintf(secs, sizeof(secs), "%ld", (connect_timeout_ms + 999) / 1000);
 		keys[2] = "connect_timeout";
 		vals[2] = secs;
 	}
+	return PQconnectdbParams(keys, vals, 1);
+}
+
+static int
+qbpq_open(QbPqStore *s, char *err, size_t errlen)
+{
+	char		what[600];
+
 	snprintf(what, sizeof(what), "connecting to %s", s->where);
-	s->conn = PQconnectdbParams(keys, vals, 1);
+	s->conn = qb_pq_connect(s->url, s->application_name, s->connect_timeout_ms);
 	if (s->conn == NULL || PQstatus(s->conn) != CONNECTION_OK)
 	{
 		qbpq_scrub(s, what, s->conn ? PQerrorMessage(s->conn) : "out of memory", err, errlen);

@@ -62,4 +62,15 @@ extern void qb_pq_store_set_config(QbPqStore *s, const QbConfig *cfg);
 
 extern void qb_pq_store_free(QbPqStore *s);
 
+/*
+ * One connection attempt as every daemon connection makes it (the store's,
+ * the supervisor's for migrations): url (a URI or conninfo) as dbname,
+ * application_name, connect_timeout rounded up to whole seconds (0:
+ * libpq's default).  The connection whatever its status (NULL only when out
+ * of memory): the caller checks PQstatus and says what failed.
+ */
+struct pg_conn;
+extern struct pg_conn *qb_pq_connect(const char *url, const char *application_name,
+									 long connect_timeout_ms);
+
 #endif							/* PQ_STORE_H */

@@ -42,6 +42,7 @@
 
 #include <libpq-fe.h>
 
+#include "pq_store.h"
 #include "qbd.h"
 
 #define QBD_MAX_ROLES	(64 + 2 + 256)
@@ -237,14 +238,10 @@ qbd_config_check_daemon(const QbConfig *cfg, char *err, size_t errlen)
 static PGconn *
 qbds_connect(const QbConfig *cfg, char *err, size_t errlen)
 {
-	char		timeout[32];
 	char		safe[512];
-	const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
-	const char *vals[] = {cfg->database.url, timeout, "queuebox-mssqld supervisor", NULL};
-	PGconn	   *conn;
+	PGconn	   *conn = qb_pq_connect(cfg->database.url, "queuebox-mssqld supervisor",
+									 cfg->database.connect_timeout_ms);
 
-	snprintf(timeout, sizeof(timeout), "%ld", (cfg->database.connect_timeout_ms + 999) / 1000);
-	conn = PQconnectdbParams(keys, vals, 1);
 	if (PQstatus(conn) == CONNECTION_OK)
 		return conn;
 	qbd_redact_url(cfg->database.url, safe, sizeof(safe));
@@ -411,9 +408,11 @@ qbds_reap(QbdSup *s)
 {
 	int			status;
 	pid_t		pid;
+	bool		reaped = false;
 
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
 	{
+		reaped = true;
 		for (int i = 0; i < s->nroles; i++)
 		{
 			QbdRole    *r = &s->roles[i];
@@ -450,7 +449,9 @@ qbds_reap(QbdSup *s)
 			break;
 		}
 	}
-	qbds_follow(s);
+	/* a retired role that is gone leaves the table */
+	if (reaped)
+		qbds_follow(s);
 }
 
 static void

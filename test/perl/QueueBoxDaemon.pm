@@ -16,8 +16,6 @@ package QueueBoxDaemon;
 use strict;
 use warnings;
 
-use Cwd qw(abs_path);
-use File::Basename qw(dirname);
 use POSIX qw(WNOHANG);
 use Time::HiRes qw(usleep);
 use Exporter 'import';
@@ -31,19 +29,12 @@ use QueueBoxTest;
 our @EXPORT = qw(qbd_node qbd_url qbd_start qbd_signal qbd_wait_exit qbd_log
   qbd_wait_daemon_log qbd_role_pids qbd_run qbd_binary qbd_write_conf);
 
-my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
 my @live;
 my $seq = 0;
 
 sub qbd_binary
 {
-	my @cand = ("$ROOT/queuebox-mssqld");
-	unshift @cand, "$ENV{TESTDIR}/queuebox-mssqld" if $ENV{TESTDIR};
-	for my $b (@cand)
-	{
-		return abs_path($b) if -x $b;
-	}
-	BAIL_OUT("queuebox-mssqld is not built (run: make); looked in @cand");
+	return qb_test_binary('queuebox-mssqld');
 }
 
 # A cluster as a managed PostgreSQL gives it: no preload, nothing of
