@@ -136,10 +136,13 @@ PQ_INCDIR     := $(shell $(PG_CONFIG) --includedir)
 DAEMON_DIR     = build/mssqld$(if $(filter 1,$(SANITIZE)),-san)
 DAEMON_CFLAGS  = $(CORE_CFLAGS) -D_GNU_SOURCE -Isrc/mssqld -I$(PQ_INCDIR)
 DAEMON_SRCS    = $(filter-out src/mssqld/main.c,$(sort $(wildcard src/mssqld/*.c)))
-DAEMON_OBJS    = $(patsubst src/mssqld/%.c,$(DAEMON_DIR)/%.o,$(DAEMON_SRCS)) $(DAEMON_DIR)/schema_pg.o
+DAEMON_OBJS    = $(patsubst src/mssqld/%.c,$(DAEMON_DIR)/%.o,$(DAEMON_SRCS)) $(DAEMON_DIR)/schema_pg.o \
+                 $(DAEMON_DIR)/schema_mssql.o
 DAEMON_LIB     = $(DAEMON_DIR)/libqbd.a
-DAEMON_LIBS    = -lpq -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -lpthread
+DAEMON_LIBS    = -lpq -lodbc -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -lpthread
 DAEMON_SCHEMA  = sql/daemon/begin-postgresql.sql sql/schema/tables.sql sql/daemon/host-postgresql.sql sql/schema/functions.sql
+# SQL Server's schema (docs/sqlserver.md): T-SQL batches ending at GO lines
+DAEMON_MSSQL   = sql/sqlserver/tables.sql sql/sqlserver/topics.sql sql/sqlserver/engine.sql sql/sqlserver/operations.sql
 DAEMON_PREFIX ?= /usr/local
 
 $(DAEMON_DIR)/%.o: src/mssqld/%.c $(COMMON_HDRS) $(wildcard src/mssqld/*.h)
@@ -156,6 +159,15 @@ $(DAEMON_DIR)/schema_pg.c: $(DAEMON_SCHEMA) Makefile
 	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/'; \
 	  echo ';'; } > $@
 $(DAEMON_DIR)/schema_pg.o: $(DAEMON_DIR)/schema_pg.c
+	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
+$(DAEMON_DIR)/schema_mssql.c: $(DAEMON_MSSQL) Makefile
+	@mkdir -p $(dir $@)
+	{ echo '/* made by the Makefile from $(DAEMON_MSSQL): do not edit */'; \
+	  echo 'const char qbd_schema_mssql[] ='; \
+	  cat $(DAEMON_MSSQL) | sed 's/@SCHEMA_VERSION@/$(EXTVERSION)/g' | \
+	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/'; \
+	  echo ';'; } > $@
+$(DAEMON_DIR)/schema_mssql.o: $(DAEMON_DIR)/schema_mssql.c
 	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
 
 $(DAEMON_LIB): $(DAEMON_OBJS)
@@ -177,7 +189,12 @@ install-daemon: queuebox-mssqld
 # the daemon's unit tests link its library and libpq as well
 $(UNIT_BIN_DIR)/test_daemon: test/unit/test_daemon.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS)
 	@mkdir -p $(UNIT_BIN_DIR)
-	$(UNIT_CC) $(UNIT_CFLAGS) -D_GNU_SOURCE -Isrc/mssqld -I$(PQ_INCDIR) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) $(UNIT_LIBS) -lpq
+	$(UNIT_CC) $(UNIT_CFLAGS) -D_GNU_SOURCE -Isrc/mssqld -I$(PQ_INCDIR) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) $(UNIT_LIBS) -lpq -lodbc
+
+# the SQL Server pieces that need no server (the ODBC store's helpers, the schema's batches)
+$(UNIT_BIN_DIR)/test_odbc: test/unit/test_odbc.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS)
+	@mkdir -p $(UNIT_BIN_DIR)
+	$(UNIT_CC) $(UNIT_CFLAGS) -D_GNU_SOURCE -Isrc/mssqld -I$(PQ_INCDIR) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) $(UNIT_LIBS) -lpq -lodbc
 
 # The store conformance suite: the same scenarios against the libpq store
 # and the extension's SQL-callable wrappers (TAP 027 runs it; `make sink`,
@@ -185,5 +202,5 @@ $(UNIT_BIN_DIR)/test_daemon: test/unit/test_daemon.c $(DAEMON_LIB) $(CORE_LIB) $
 .PHONY: store-conformance
 store-conformance: test/store/conformance
 test/store/conformance: test/store/conformance.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS)
-	$(UNIT_CC) $(UNIT_CFLAGS) -Isrc/mssqld -I$(PQ_INCDIR) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) -lpq $(UNIT_LIBS) $(QB_EXTRA_LDFLAGS)
+	$(UNIT_CC) $(UNIT_CFLAGS) -Isrc/mssqld -I$(PQ_INCDIR) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) -lpq -lodbc $(UNIT_LIBS) $(QB_EXTRA_LDFLAGS)
 sink: store-conformance

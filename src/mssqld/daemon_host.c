@@ -181,6 +181,8 @@ qbdh_config_loaded(void *ctx, const QbConfig *cfg)
 
 	if (h->pq != NULL)
 		qb_pq_store_set_config(h->pq, cfg);
+	if (h->odbc != NULL)
+		qb_odbc_store_set_config(h->odbc, cfg);
 	if (cfg != NULL)
 	{
 		h->idle_max_ms = cfg->database.idle_poll_max_ms;

@@ -8,6 +8,7 @@
 
 #include "qb_host.h"
 #include "qb_store.h"
+#include "odbc_store.h"
 #include "pq_store.h"
 #include "qbd.h"
 
@@ -16,6 +17,7 @@ typedef struct QbdHost
 	QbdShared  *shared;
 	QbdRoleKind kind;
 	QbPqStore  *pq;				/* the role's store, for LISTEN; NULL: none */
+	QbOdbcStore *odbc;			/* or the SQL Server store (no LISTEN: polls) */
 	bool		listening;
 	uint64_t	loaded_gen;		/* the document generation last loaded */
 	bool		loaded_once;

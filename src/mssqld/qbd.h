@@ -154,4 +154,17 @@ extern int	qbd_migrate(struct pg_conn *conn, bool *installed, char *err, size_t 
 extern int	qbd_publish_config(struct pg_conn *conn, const QbConfig *cfg,
 							   char *err, size_t errlen);
 
+/* ---- odbc_migrate.c: the SQL Server schema (docs/sqlserver.md) -------- */
+struct QbOdbcConn;
+/* as qbd_migrate, under sp_getapplock; one transaction, committed or rolled back */
+extern int	qb_mssql_migrate(struct QbOdbcConn *c, bool *installed, char *err, size_t errlen);
+/* as qbd_publish_config: the routes and destination names, one transaction */
+extern int	qb_mssql_publish_config(struct QbOdbcConn *c, const QbConfig *cfg,
+									char *err, size_t errlen);
+/* split a T-SQL script on its GO lines; fn's first non-zero answer, or 0 */
+extern int	qb_mssql_batches(const char *script, int (*fn) (void *arg, const char *batch), void *arg);
+
+/* the database a URL names: true for sqlserver:// (the ODBC store), else PostgreSQL */
+extern bool qbd_is_sqlserver(const char *url);
+
 #endif							/* QBD_H */

@@ -117,7 +117,8 @@ qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index)
 	char	   *doc;
 	uint64_t	gen = 0;
 	QbConfig   *cfg = NULL;
-	QbPqStore  *pq;
+	QbPqStore  *pq = NULL;
+	QbOdbcStore *odbc = NULL;
 	QbdHost		dh;
 	QbHost		host;
 	QbStore		store;
@@ -143,30 +144,43 @@ qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index)
 	qbd_log_set_json(cfg->daemon.log_json);
 
 	snprintf(app, sizeof(app), "queuebox-mssqld %s", name);
-	pq = qb_pq_store_new(&(QbPqConf) {
-		.url = cfg->database.url,
-		.application_name = app,
-		.connect_timeout_ms = cfg->database.connect_timeout_ms,
-		.statement_timeout_ms = cfg->database.statement_timeout_ms,
-		.async_commit = true,
-	});
-	if (pq == NULL)
+	if (qbd_is_sqlserver(cfg->database.url))
+		odbc = qb_odbc_store_new(&(QbOdbcConf) {
+			.url = cfg->database.url,
+			.application_name = app,
+			.connect_timeout_ms = cfg->database.connect_timeout_ms,
+			.statement_timeout_ms = cfg->database.statement_timeout_ms,
+		}, err, sizeof(err));
+	else
+		pq = qb_pq_store_new(&(QbPqConf) {
+			.url = cfg->database.url,
+			.application_name = app,
+			.connect_timeout_ms = cfg->database.connect_timeout_ms,
+			.statement_timeout_ms = cfg->database.statement_timeout_ms,
+			.async_commit = true,
+		});
+	if (pq == NULL && odbc == NULL)
 	{
-		qbd_log(QB_LOG_ERROR, "out of memory");
+		qbd_log(QB_LOG_ERROR, "%s", odbc == NULL && qbd_is_sqlserver(cfg->database.url) ? err : "out of memory");
 		qb_config_free(cfg);
 		return 1;
 	}
-	qb_pq_store_ops(pq, &store);
+	if (pq != NULL)
+		qb_pq_store_ops(pq, &store);
+	else
+		qb_odbc_store_ops(odbc, &store);
 	if (qbd_host_start(&dh, sh, kind, pq, &host, &store, err, sizeof(err)) != 0)
 	{
 		qbd_log(QB_LOG_ERROR, "%s", err);
 		qb_pq_store_free(pq);
+		qb_odbc_store_free(odbc);
 		qb_config_free(cfg);
 		return 1;
 	}
-	if (qb_pq_store_connect(pq, err, sizeof(err)) != 0)
+	dh.odbc = odbc;
+	if ((pq ? qb_pq_store_connect(pq, err, sizeof(err)) : qb_odbc_store_connect(odbc, err, sizeof(err))) != 0)
 		qbd_log(QB_LOG_WARNING, "%s; retrying", err);
-	if (cfg->database.listen && (kind == QBD_ROLE_OUTBOX || kind == QBD_ROLE_RELAY) &&
+	if (pq != NULL && cfg->database.listen && (kind == QBD_ROLE_OUTBOX || kind == QBD_ROLE_RELAY) &&
 		qbd_host_listen(&dh, kind == QBD_ROLE_OUTBOX ? "queuebox_outbox" : "queuebox_inbox",
 						err, sizeof(err)) != 0)
 		qbd_log(QB_LOG_WARNING, "%s; LISTEN is tried again at the next connection", err);
@@ -175,5 +189,6 @@ qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index)
 	qbd_log(QB_LOG_INFO, "started");
 	rc = qbd_role_run(sh, kind, index, &host, &store, name);
 	qb_pq_store_free(pq);
+	qb_odbc_store_free(odbc);
 	return rc;
 }

@@ -42,6 +42,7 @@
 
 #include <libpq-fe.h>
 
+#include "odbc_store.h"
 #include "pq_store.h"
 #include "qbd.h"
 
@@ -221,14 +222,30 @@ qbd_config_check_daemon(const QbConfig *cfg, char *err, size_t errlen)
 				 "database: {url: \"postgres://queuebox:${PGPASSWORD}@db.internal:5432/app\"}");
 		return -1;
 	}
-	if (strncmp(u, "sqlserver://", 12) == 0)
+	if (qbd_is_sqlserver(u))
 	{
-		snprintf(err, errlen,
-				 "database.url: sqlserver:// is not built yet: this queuebox-mssqld serves PostgreSQL (postgres://...); "
-				 "SQL Server comes with the ODBC store in a later release");
-		return -1;
+		QbOdbcUrl	parsed;
+
+		if (qb_odbc_url_parse(u, &parsed, err, errlen) != 0)
+			return -1;
+		qb_odbc_url_free(&parsed);
+		if (cfg->database.listen)
+		{
+			snprintf(err, errlen,
+					 "database.listen: SQL Server has no notification at commit (LISTEN is PostgreSQL's); "
+					 "remove the key: the daemon polls SQL Server, stretching idle polls up to database.idlePollMaxMs "
+					 "(docs/sqlserver.md)");
+			return -1;
+		}
 	}
 	return 0;
+}
+
+/* qbd_is_sqlserver: see qbd.h. */
+bool
+qbd_is_sqlserver(const char *url)
+{
+	return url != NULL && strncmp(url, "sqlserver://", 12) == 0;
 }
 
 /* ---------------------------------------------------------------------
@@ -252,15 +269,41 @@ qbds_connect(const QbConfig *cfg, char *err, size_t errlen)
 	return NULL;
 }
 
-/* qbds_prepare_db: migrate (unless only_publish) and write the config tables. */
+/* qbds_prepare_mssql: qbds_prepare_db on SQL Server. */
 static int
-qbds_prepare_db(const QbConfig *cfg, bool migrate, char *err, size_t errlen)
+qbds_prepare_mssql(const QbConfig *cfg, bool migrate, char *err, size_t errlen)
 {
-	PGconn	   *conn = qbds_connect(cfg, err, errlen);
+	QbOdbcConn *conn = qb_odbc_connect(cfg->database.url, "queuebox-mssqld supervisor",
+									   cfg->database.connect_timeout_ms, err, errlen);
 	bool		installed = false;
 	int			rc = -1;
 
 	if (conn == NULL)
+		return -1;
+	if (migrate)
+	{
+		if (qb_mssql_migrate(conn, &installed, err, errlen) != 0)
+			goto done;
+		if (installed)
+			qbd_log(QB_LOG_INFO, "created the QueueBox schema on SQL Server (version %s)", qbd_schema_version);
+	}
+	rc = qb_mssql_publish_config(conn, cfg, err, errlen);
+done:
+	qb_odbc_close(conn);
+	return rc;
+}
+
+/* qbds_prepare_db: migrate (unless only_publish) and write the config tables. */
+static int
+qbds_prepare_db(const QbConfig *cfg, bool migrate, char *err, size_t errlen)
+{
+	PGconn	   *conn;
+	bool		installed = false;
+	int			rc = -1;
+
+	if (qbd_is_sqlserver(cfg->database.url))
+		return qbds_prepare_mssql(cfg, migrate, err, errlen);
+	if ((conn = qbds_connect(cfg, err, errlen)) == NULL)
 		return -1;
 	if (migrate)
 	{

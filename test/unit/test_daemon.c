@@ -271,9 +271,21 @@ test_config_file(void **state)
 	free(doc);
 	unlink(path);
 
+	path = write_file("database: {url: 'sqlserver://sa:s3cret@mssql:1433/app?encrypt=false'}\n");
+	assert_int_equal(qbd_config_read(path, &doc, &cfg, err, sizeof(err)), 0);
+	assert_true(qbd_is_sqlserver(cfg->database.url));
+	qb_config_free(cfg);
+	free(doc);
+	unlink(path);
+
 	expect_read_error("outbox: {}\n", "database.url: queuebox-mssqld needs the database it serves");
-	expect_read_error("database: {url: 'sqlserver://sa:s3cret@mssql:1433/app'}\n",
-					  "database.url: sqlserver:// is not built yet");
+	/* SQL Server: the URL is checked at read time, and it has no LISTEN */
+	expect_read_error("database: {url: 'sqlserver://sa:s3cret@mssql:1433/app', listen: true}\n",
+					  "database.listen: SQL Server has no notification at commit");
+	expect_read_error("database: {url: 'sqlserver://sa:s3cret@mssql:1433/app?ssl=1'}\n",
+					  "database.url: unknown option \"ssl\"");
+	expect_read_error("database: {url: 'sqlserver://sa:s3cret@mssql:1433'}\n",
+					  "database.url: no database");
 	expect_read_error("database: {url: 'mysql://q:s3cret@h/db'}\n", "database.url:");
 	expect_read_error("database: {url: 'postgres://q:s3cret@h/db', lissten: true}\n",
 					  "database.lissten: unknown key");

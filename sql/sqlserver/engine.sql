@@ -1,0 +1,829 @@
+/*
+ * sql/sqlserver/engine.sql
+ *	  What the daemon's engines run on SQL Server: the outbox cycle, the
+ *	  maintenance steps, the inbox insert, the relay, and the five pull
+ *	  statements, as procedures over the tables of sql/sqlserver/tables.sql.
+ *
+ * The same statements as src/common/store/qb_sql_pg.h, step for step (read
+ * that file's comments for why each is shaped as it is), in T-SQL:
+ *	- FOR UPDATE SKIP LOCKED is WITH (ROWLOCK, READPAST, UPDLOCK): the update
+ *	  lock is held to the end of the transaction and other claimers skip
+ *	  the row; FOR SHARE SKIP LOCKED is WITH (ROWLOCK, READPAST,
+ *	  REPEATABLEREAD).  The statement that changes a row always re-checks
+ *	  its state (and token), so even an engine that ignores a hint never
+ *	  gives one row to two claimers.
+ *	- Arrays are JSON arrays in one NVARCHAR(MAX) parameter, read with
+ *	  OPENJSON; results come back as result sets, in a fixed order.
+ *	- Each procedure runs in its caller's transaction (the daemon's ODBC
+ *	  store turns autocommit off) with XACT_ABORT ON: any error rolls the
+ *	  whole transaction back.  The pull claim is the exception: it opens
+ *	  its own when called outside one, because its application lock needs
+ *	  a transaction to belong to.
+ *	- A deadlock (1205) or a lock timeout (1222) ends the transaction; the
+ *	  daemon runs it again, and every step is fenced by a claim token, so a
+ *	  second run changes nothing the first did.
+ *	- Errors the caller caused are THROW 50022 (bad input, as SQLSTATE
+ *	  22023) and 50002 (no such row, as P0002); the pull claim's lock
+ *	  timeout is THROW 51000, as the spec says.
+ */
+
+/* _after: t plus ms milliseconds (DATEADD takes an INT; leases and pauses may not fit one). */
+CREATE FUNCTION queuebox._after(@t DATETIME2(6), @ms BIGINT) RETURNS DATETIME2(6)
+AS
+BEGIN
+	RETURN DATEADD(millisecond, CAST(@ms % 1000 AS INT), DATEADD(second, CAST(@ms / 1000 AS INT), @t));
+END
+GO
+
+/* _epoch: seconds since 1970 as a float (DATEDIFF in seconds runs out of INT in 2038). */
+CREATE FUNCTION queuebox._epoch(@t DATETIME2(6)) RETURNS FLOAT
+AS
+BEGIN
+	RETURN CAST(DATEDIFF(day, '19700101', @t) AS FLOAT) * 86400.0
+		+ DATEDIFF(millisecond, CAST(CAST(@t AS DATE) AS DATETIME2(6)), @t) / 1000.0;
+END
+GO
+
+/*
+ * _outbox_cycle: one cycle, in the caller's transaction (qb_store.h,
+ * QbStore.outbox_cycle): the tallies into the circuit breakers, the
+ * settles, the promotion of the next row of each key that ended, then
+ * (@claim not NULL) the destination states and the claim.
+ *	@tallies [{"d": destination, "ok": n, "fail": n, "gone": bool, "ra": Retry-After ms,
+ *	           "err": text, "th": failures threshold, "cd": cooldown ms}] or NULL
+ *	@settles [{"id": id, "t": token, "o": outcome, "a": attempt, "ms": delay ms,
+ *	           "err": text, "d": destination}] or NULL
+ *	@claim   {"batch": n, "lease": ms, "maxa": default max_attempts, "token": uuid,
+ *	          "floor": unrouted intake floor, "probe": probe ms,
+ *	          "dests": [{"n": destination, "l": limit}]} or NULL
+ * Four result sets, always, in this order: the breaker's destinations
+ * (destination, old_state, new_state, paused); the rows the settles changed
+ * (one row, one column); the destination states (destination, state,
+ * failures, paused, probe; empty without a claim); the rows changed by the
+ * promotion and the claim (as QB_PG_OUTBOX_CLAIM returns them).
+ */
+CREATE PROCEDURE queuebox._outbox_cycle
+	@tallies NVARCHAR(MAX), @settles NVARCHAR(MAX), @claim NVARCHAR(MAX)
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @now DATETIME2(6) = SYSUTCDATETIME();
+	DECLARE @nsettled INT = 0;
+	DECLARE @token UNIQUEIDENTIFIER = CONVERT(UNIQUEIDENTIFIER, JSON_VALUE(@claim, '$.token'));
+	DECLARE @lease BIGINT = CONVERT(BIGINT, JSON_VALUE(@claim, '$.lease'));
+	DECLARE @maxa INT = ISNULL(CONVERT(INT, JSON_VALUE(@claim, '$.maxa')), 1);
+	DECLARE @changes TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
+							old_state NVARCHAR(20), new_state NVARCHAR(20), paused BIT);
+	DECLARE @ended TABLE ([key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2);
+	DECLARE @states TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
+						   state NVARCHAR(20), failures INT, paused BIT, probe BIT);
+	DECLARE @rows TABLE (id BIGINT PRIMARY KEY, claimed BIT, destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2,
+						 src CHAR(1), not_due BIT);
+
+	/* -- the circuit breakers (QB_PG_OUTBOX_BREAKER_ROWS, QB_PG_OUTBOX_BREAKER) -- */
+	IF @tallies IS NOT NULL
+	BEGIN
+		DECLARE @t TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
+						  n_ok INT, n_fail INT, gone BIT, retry_after_ms BIGINT, error NVARCHAR(MAX),
+						  threshold INT, cooldown_ms BIGINT);
+		DECLARE @nx TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
+						   old_state NVARCHAR(20), new_state NVARCHAR(20), old_failures INT,
+						   new_failures INT, old_paused DATETIME2(6), new_paused DATETIME2(6),
+						   n_fail INT, error NVARCHAR(MAX), cooldown_ms BIGINT);
+
+		INSERT @t (destination, n_ok, n_fail, gone, retry_after_ms, error, threshold, cooldown_ms)
+			SELECT destination, n_ok, n_fail, ISNULL(gone, 0), ISNULL(retry_after_ms, 0), error,
+				   threshold, cooldown_ms
+			FROM OPENJSON(@tallies) WITH (destination NVARCHAR(200) '$.d', n_ok INT '$.ok',
+										  n_fail INT '$.fail', gone BIT '$.gone',
+										  retry_after_ms BIGINT '$.ra', error NVARCHAR(MAX) '$.err',
+										  threshold INT '$.th', cooldown_ms BIGINT '$.cd');
+		-- every destination has its row before the counts go in: the range
+		-- lock makes a second creator wait, then find the row
+		INSERT queuebox.destination_state (destination)
+			SELECT t.destination FROM @t t
+			WHERE NOT EXISTS (SELECT 1 FROM queuebox.destination_state d WITH (UPDLOCK, HOLDLOCK)
+							  WHERE d.destination = t.destination);
+		INSERT @nx (destination, old_state, new_state, old_failures, new_failures, old_paused,
+					new_paused, n_fail, error, cooldown_ms)
+			SELECT t.destination, c.state,
+				   CASE WHEN t.gone = 1 OR c.state = N'disabled' THEN N'disabled'
+						WHEN t.n_ok > 0 THEN N'closed'
+						WHEN t.n_fail > 0 AND c.state IN (N'open', N'half-open') THEN N'open'
+						WHEN t.n_fail > 0 AND c.failures + t.n_fail >= t.threshold THEN N'open'
+						ELSE c.state END,
+				   c.failures,
+				   CASE WHEN t.n_ok > 0 AND t.gone = 0 THEN 0 ELSE c.failures + t.n_fail END,
+				   c.paused_until,
+				   CASE WHEN t.retry_after_ms > 0
+							 AND (c.paused_until IS NULL OR c.paused_until < queuebox._after(@now, t.retry_after_ms))
+						THEN queuebox._after(@now, t.retry_after_ms)
+						ELSE c.paused_until END,
+				   t.n_fail, t.error, t.cooldown_ms
+			FROM @t t
+			JOIN queuebox.destination_state c WITH (UPDLOCK, ROWLOCK) ON c.destination = t.destination;
+		UPDATE s
+		SET state = nx.new_state, failures = nx.new_failures,
+			opened_at = CASE WHEN nx.new_state = s.state THEN s.opened_at
+							 WHEN nx.new_state IN (N'open', N'disabled') THEN @now END,
+			probe_at = CASE WHEN nx.new_state = N'open' AND s.state = N'open' THEN s.probe_at
+							WHEN nx.new_state = N'open' THEN queuebox._after(@now, nx.cooldown_ms) END,
+			paused_until = nx.new_paused,
+			last_error = COALESCE(CASE WHEN nx.n_fail > 0 THEN nx.error END, s.last_error),
+			changed_at = CASE WHEN nx.new_state = s.state THEN s.changed_at ELSE @now END
+		FROM queuebox.destination_state s JOIN @nx nx ON nx.destination = s.destination
+		WHERE nx.new_state <> nx.old_state OR nx.new_failures <> nx.old_failures
+		   OR ISNULL(nx.new_paused, '00010101') <> ISNULL(nx.old_paused, '00010101');
+		INSERT @changes (destination, old_state, new_state, paused)
+			SELECT destination, old_state, new_state,
+				   CASE WHEN new_paused > @now THEN 1 ELSE 0 END
+			FROM @nx;
+	END
+
+	/* -- the settles (QB_PG_OUTBOX_SETTLE), fenced by each row's token -- */
+	IF @settles IS NOT NULL
+	BEGIN
+		DECLARE @s TABLE (id BIGINT, token UNIQUEIDENTIFIER, outcome NVARCHAR(10), attempt INT,
+						  delay_ms BIGINT, error NVARCHAR(MAX),
+						  destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2);
+		DECLARE @settled TABLE ([key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2, state NVARCHAR(50));
+
+		INSERT @s (id, token, outcome, attempt, delay_ms, error, destination)
+			SELECT id, token, outcome, attempt, ISNULL(delay_ms, 0), error, destination
+			FROM OPENJSON(@settles) WITH (id BIGINT '$.id', token UNIQUEIDENTIFIER '$.t',
+										  outcome NVARCHAR(10) '$.o', attempt INT '$.a',
+										  delay_ms BIGINT '$.ms', error NVARCHAR(MAX) '$.err',
+										  destination NVARCHAR(200) '$.d');
+		UPDATE o
+		SET state = CASE s.outcome WHEN N'sent' THEN N'sent' WHEN N'dead' THEN N'dead' ELSE N'pending' END,
+			attempt = s.attempt,
+			destination = COALESCE(s.destination, o.destination),
+			hold = CASE WHEN s.outcome = N'hold' THEN N'destination'
+						WHEN s.outcome = N'retry'
+							 AND EXISTS (SELECT 1 FROM queuebox.destination_state d
+										 WHERE d.destination = s.destination
+										   AND (d.state <> N'closed' OR d.paused_until > @now))
+						THEN N'destination'
+						WHEN s.outcome IN (N'release', N'route', N'retry')
+							 AND COALESCE(s.destination, o.destination) IS NULL THEN N'ready' END,
+			scheduled_at = CASE s.outcome WHEN N'retry' THEN queuebox._after(@now, s.delay_ms)
+							   ELSE o.scheduled_at END,
+			last_error = CASE WHEN s.outcome IN (N'sent', N'route') THEN o.last_error ELSE s.error END,
+			claim_token = NULL, lease_until = NULL
+		OUTPUT inserted.[key], inserted.state INTO @settled ([key], state)
+		FROM queuebox.outbox o JOIN @s s ON s.id = o.id
+		WHERE o.claim_token = s.token AND o.state = N'processing';
+		SELECT @nsettled = COUNT(*) FROM @settled;
+		INSERT @ended ([key])
+			SELECT DISTINCT [key] FROM @settled
+			WHERE [key] IS NOT NULL AND state IN (N'sent', N'dead');
+	END
+
+	/*
+	 * -- the promotion (QB_PG_OUTBOX_PROMOTE), a statement after the settle:
+	 * the settle's update waited for every claim that parked a row behind
+	 * an ended row (they held a shared lock on it), so this one reads
+	 * their parks.  With a claim, a due released row is claimed at once.
+	 */
+	IF EXISTS (SELECT 1 FROM @ended)
+	BEGIN
+		DECLARE @promoted TABLE (id BIGINT, claimed BIT, destination NVARCHAR(200));
+
+		UPDATE o
+		SET state = CASE WHEN @token IS NOT NULL AND o.scheduled_at <= @now THEN N'processing' ELSE N'pending' END,
+			hold = CASE WHEN @token IS NOT NULL AND o.scheduled_at <= @now THEN NULL
+						WHEN o.destination IS NULL THEN N'ready' END,
+			claim_token = CASE WHEN o.scheduled_at <= @now THEN @token END,
+			lease_until = CASE WHEN @token IS NOT NULL AND o.scheduled_at <= @now
+							   THEN queuebox._after(@now, @lease) END
+		OUTPUT inserted.id, CASE WHEN inserted.state = N'processing' THEN 1 ELSE 0 END,
+			   inserted.destination INTO @promoted (id, claimed, destination)
+		FROM queuebox.outbox o
+		WHERE o.id IN (SELECT (SELECT TOP (1) e.id FROM queuebox.outbox e
+							   WHERE e.[key] = k.[key] AND e.state IN (N'pending', N'processing')
+							   ORDER BY e.id)
+					   FROM @ended k)
+		  AND o.state = N'pending' AND o.hold = N'key';
+		INSERT @rows (id, claimed, destination, src, not_due)
+			SELECT id, claimed, destination, 'k', 0 FROM @promoted;
+	END
+
+	IF @claim IS NOT NULL
+	BEGIN
+		DECLARE @probe_ms BIGINT = CONVERT(BIGINT, JSON_VALUE(@claim, '$.probe'));
+		DECLARE @batch INT = CONVERT(INT, JSON_VALUE(@claim, '$.batch'));
+		DECLARE @floor BIGINT = ISNULL(CONVERT(BIGINT, JSON_VALUE(@claim, '$.floor')), 0);
+		DECLARE @left INT;
+		DECLARE @p TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY);
+		DECLARE @d TABLE (name NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, lim INT);
+		DECLARE @cand TABLE (id BIGINT PRIMARY KEY, [key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2, src CHAR(1));
+		DECLARE @blk TABLE (cid BIGINT PRIMARY KEY, bid BIGINT);
+		DECLARE @lk TABLE (id BIGINT PRIMARY KEY);
+		DECLARE @out TABLE (id BIGINT PRIMARY KEY, claimed BIT, destination NVARCHAR(200), not_due BIT);
+
+		/* -- the destination states (QB_PG_OUTBOX_STATES): a cooled-down open circuit goes half-open -- */
+		UPDATE d
+		SET state = N'half-open', probe_at = queuebox._after(@now, @probe_ms), changed_at = @now
+		OUTPUT inserted.destination INTO @p (destination)
+		FROM queuebox.destination_state d WITH (ROWLOCK, READPAST, UPDLOCK)
+		WHERE d.state IN (N'open', N'half-open') AND d.probe_at <= @now;
+		INSERT @states (destination, state, failures, paused, probe)
+			SELECT d.destination, d.state, d.failures,
+				   CASE WHEN d.paused_until > @now THEN 1 ELSE 0 END,
+				   CASE WHEN p.destination IS NOT NULL THEN 1 ELSE 0 END
+			FROM queuebox.destination_state d LEFT JOIN @p p ON p.destination = d.destination
+			WHERE d.state <> N'closed' OR d.failures > 0 OR d.paused_until > @now
+			   OR p.destination IS NOT NULL;
+
+		/* -- what the promotion left of the claim (qb_claim_left) -- */
+		SET @batch = @batch - (SELECT COUNT(*) FROM @rows WHERE claimed = 1 AND destination IS NULL);
+		IF @batch < 0
+			SET @batch = 0;
+		INSERT @d (name, lim)
+			SELECT name, lim FROM OPENJSON(@claim, '$.dests') WITH (name NVARCHAR(200) '$.n', lim INT '$.l');
+		UPDATE d
+		SET lim = CASE WHEN d.lim > x.n THEN d.lim - x.n ELSE 0 END
+		FROM @d d JOIN (SELECT destination, COUNT(*) AS n FROM @rows WHERE claimed = 1
+						GROUP BY destination) x ON x.destination = d.name;
+
+		/* -- the candidates: routed rows per destination taking rows, the unrouted intake, ready, probes -- */
+		INSERT @cand (id, [key], src)
+			SELECT r.id, r.[key], 'd'
+			FROM @d d
+			CROSS APPLY (SELECT TOP (d.lim) c.id, c.[key] FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+						 WHERE c.destination = d.name AND c.destination IS NOT NULL
+						   AND c.state = N'pending' AND c.hold IS NULL AND c.scheduled_at <= @now
+						 ORDER BY c.scheduled_at, c.id) r
+			WHERE d.lim > 0
+			  AND NOT EXISTS (SELECT 1 FROM queuebox.destination_state s
+							  WHERE s.destination = d.name
+								AND (s.state <> N'closed' OR s.paused_until > @now));
+		INSERT @cand (id, [key], src)
+			SELECT TOP (@batch) c.id, c.[key], 'i' FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+			WHERE c.state = N'pending' AND c.destination IS NULL AND c.hold IS NULL AND c.id > @floor
+			ORDER BY c.id;
+		SET @left = @batch - @@ROWCOUNT;
+		IF @left > 0
+			INSERT @cand (id, [key], src)
+				SELECT TOP (@left) c.id, c.[key], 'r' FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+				WHERE c.state = N'pending' AND c.hold = N'ready' AND c.scheduled_at <= @now
+				ORDER BY c.scheduled_at, c.id;
+		INSERT @cand (id, [key], src)
+			SELECT r.id, r.[key], 'p'
+			FROM @p pd
+			CROSS APPLY (SELECT TOP (1) x.id, x.[key] FROM (
+							SELECT 1 AS pri, h.id, h.[key] FROM (
+								SELECT TOP (1) c.id, c.[key] FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+								WHERE c.destination = pd.destination AND c.state = N'pending'
+								  AND c.hold = N'destination'
+								ORDER BY c.id) h
+							UNION ALL
+							SELECT 2, g.id, g.[key] FROM (
+								SELECT TOP (1) c.id, c.[key] FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+								WHERE c.destination = pd.destination AND c.destination IS NOT NULL
+								  AND c.state = N'pending' AND c.hold IS NULL
+								ORDER BY c.scheduled_at, c.id) g) x
+						 ORDER BY x.pri) r
+			WHERE NOT EXISTS (SELECT 1 FROM @cand k WHERE k.id = r.id);
+
+		/*
+		 * -- per-key order: a keyed candidate with an earlier open row of its
+		 * key is parked behind it when that row can be share-locked (so the
+		 * settle that ends it waits for this commit, and its promotion sees
+		 * the park), else moved to ready to be looked at again --
+		 */
+		INSERT @blk (cid, bid)
+			SELECT c.id, b.id FROM @cand c
+			CROSS APPLY (SELECT TOP (1) e.id FROM queuebox.outbox e
+						 WHERE e.[key] = c.[key] AND e.id < c.id
+						   AND e.state IN (N'pending', N'processing')
+						 ORDER BY e.id DESC) b
+			WHERE c.[key] IS NOT NULL;
+		INSERT @lk (id)
+			SELECT e.id FROM queuebox.outbox e WITH (ROWLOCK, READPAST, REPEATABLEREAD)
+			WHERE e.id IN (SELECT bid FROM @blk) AND e.state IN (N'pending', N'processing');
+
+		UPDATE o
+		SET state = CASE WHEN b.cid IS NULL THEN N'processing' ELSE N'pending' END,
+			hold = CASE WHEN b.cid IS NULL THEN NULL WHEN l.id IS NOT NULL THEN N'key' ELSE N'ready' END,
+			claim_token = CASE WHEN b.cid IS NULL THEN @token END,
+			lease_until = CASE WHEN b.cid IS NULL THEN queuebox._after(@now, @lease) END
+		OUTPUT inserted.id, CASE WHEN inserted.state = N'processing' THEN 1 ELSE 0 END,
+			   inserted.destination, CASE WHEN inserted.scheduled_at > @now THEN 1 ELSE 0 END
+			   INTO @out (id, claimed, destination, not_due)
+		FROM queuebox.outbox o
+		JOIN @cand c ON c.id = o.id
+		LEFT JOIN @blk b ON b.cid = c.id
+		LEFT JOIN @lk l ON l.id = b.bid
+		WHERE o.state = N'pending' AND o.claim_token IS NULL;
+		INSERT @rows (id, claimed, destination, src, not_due)
+			SELECT u.id, u.claimed, u.destination, c.src, u.not_due
+			FROM @out u JOIN @cand c ON c.id = u.id;
+	END
+
+	SELECT destination, old_state, new_state, paused FROM @changes ORDER BY destination;
+	SELECT @nsettled AS settled;
+	SELECT destination, state, failures, paused, probe FROM @states ORDER BY destination;
+	SELECT o.id, o.message_id, o.topic, o.[key], o.payload, o.headers, o.attempt,
+		   COALESCE(o.max_attempts, @maxa) AS max_attempts, queuebox._epoch(o.created_at) AS created_epoch,
+		   r.claimed, o.destination,
+		   CASE WHEN r.src = 'i' THEN 1 ELSE 0 END AS in_intake, r.not_due,
+		   CASE WHEN r.src = 'p' THEN 1 ELSE 0 END AS probe
+	FROM @rows r JOIN queuebox.outbox o ON o.id = r.id
+	ORDER BY o.id;
+END
+GO
+
+/*
+ * _outbox_unpark (QB_PG_OUTBOX_UNPARK): rows held for the destinations of
+ * @dests (a JSON array of names), at most @limit each, become claimable,
+ * due now at the latest.  A destination whose stored circuit is not
+ * closed, or that is paused, keeps its rows.  One row: the rows moved.
+ */
+CREATE PROCEDURE queuebox._outbox_unpark @dests NVARCHAR(MAX), @limit INT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @now DATETIME2(6) = SYSUTCDATETIME();
+	DECLARE @n INT;
+
+	UPDATE o
+	SET hold = NULL, scheduled_at = CASE WHEN o.scheduled_at < @now THEN o.scheduled_at ELSE @now END
+	FROM queuebox.outbox o
+	WHERE o.id IN (
+		SELECT x.id
+		FROM OPENJSON(@dests) WITH (name NVARCHAR(200) '$') d
+		CROSS APPLY (SELECT TOP (@limit) c.id FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+					 WHERE c.destination = d.name AND c.state = N'pending' AND c.hold = N'destination'
+					 ORDER BY c.id) x
+		WHERE NOT EXISTS (SELECT 1 FROM queuebox.destination_state s
+						  WHERE s.destination = d.name
+							AND (s.state <> N'closed' OR s.paused_until > @now)))
+	  AND o.state = N'pending' AND o.hold = N'destination';
+	SET @n = @@ROWCOUNT;
+	SELECT @n AS moved;
+END
+GO
+
+/*
+ * _outbox_unroute (QB_PG_OUTBOX_UNROUTE): rows routed to a destination not
+ * among @dests (a JSON array of the configuration's names) are routed again
+ * by the next claim.  One row: the rows moved.
+ */
+CREATE PROCEDURE queuebox._outbox_unroute @dests NVARCHAR(MAX)
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @n INT;
+
+	UPDATE o
+	SET destination = NULL, hold = CASE WHEN o.hold = N'key' THEN N'key' ELSE N'ready' END
+	FROM queuebox.outbox o
+	WHERE o.state = N'pending' AND o.destination IS NOT NULL
+	  AND o.destination NOT IN (SELECT name FROM OPENJSON(@dests) WITH (name NVARCHAR(200) '$'));
+	SET @n = @@ROWCOUNT;
+	SELECT @n AS moved;
+END
+GO
+
+/* _outbox_reclaim (QB_PG_OUTBOX_RECLAIM): expired leases back to pending, at most @limit. */
+CREATE PROCEDURE queuebox._outbox_reclaim @limit INT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @now DATETIME2(6) = SYSUTCDATETIME();
+	DECLARE @n INT;
+
+	UPDATE o
+	SET state = N'pending', claim_token = NULL, lease_until = NULL,
+		hold = CASE WHEN o.destination IS NULL THEN N'ready' END,
+		last_error = N'lease expired: the claim was not settled within outbox.claimTimeoutMs; returned to pending'
+	FROM queuebox.outbox o
+	WHERE o.id IN (SELECT TOP (@limit) x.id FROM queuebox.outbox x WITH (ROWLOCK, READPAST, UPDLOCK)
+				   WHERE x.state = N'processing' AND x.lease_until < @now
+				   ORDER BY x.lease_until)
+	  AND o.state = N'processing' AND o.lease_until < @now;
+	SET @n = @@ROWCOUNT;
+	SELECT @n AS reclaimed;
+END
+GO
+
+/* _outbox_retention (QB_PG_OUTBOX_RETENTION): delete at most @limit sent rows older than @seconds. */
+CREATE PROCEDURE queuebox._outbox_retention @seconds BIGINT, @limit INT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @before DATETIME2(6) = queuebox._after(SYSUTCDATETIME(), -1000 * @seconds);
+	DECLARE @n INT;
+
+	DELETE o FROM queuebox.outbox o
+	WHERE o.id IN (SELECT TOP (@limit) x.id FROM queuebox.outbox x WITH (ROWLOCK, READPAST, UPDLOCK)
+				   WHERE x.state = N'sent' AND x.created_at < @before)
+	  AND o.state = N'sent';
+	SET @n = @@ROWCOUNT;
+	SELECT @n AS deleted;
+END
+GO
+
+/*
+ * _inbox_insert (QB_PG_INBOX_INSERT): @rows [{"s": source, "k": idempotency
+ * key, "e": event type, "a": aggregate id, "p": payload JSON text, "h":
+ * headers JSON text, "c": "push" or "pull", "err": last_error (NULL:
+ * pending, else stored dead)}].  In array order; of two rows of one key
+ * the first is stored, a key that exists is skipped (the range lock makes a
+ * concurrent insert of the same key wait, then skip; should two still
+ * meet, the unique index answers 2601 and the daemon runs the call again).
+ * Returns the stored rows' id, source and idempotency key.
+ */
+CREATE PROCEDURE queuebox._inbox_insert @rows NVARCHAR(MAX)
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+
+	INSERT queuebox.inbox (source, idempotency_key, event_type, aggregate_id, payload, headers,
+						   consumption, state, last_error)
+	OUTPUT inserted.id, inserted.source, inserted.idempotency_key
+	SELECT r.s, r.k, r.e, r.a, r.p, ISNULL(r.h, N'{}'), r.c,
+		   CASE WHEN r.err IS NULL THEN N'pending' ELSE N'dead' END, r.err
+	FROM (SELECT CAST(j.[key] AS INT) AS n, x.*,
+				 ROW_NUMBER() OVER (PARTITION BY x.s, x.k ORDER BY CAST(j.[key] AS INT)) AS nth
+		  FROM OPENJSON(@rows) j
+		  CROSS APPLY OPENJSON(j.[value]) WITH (s NVARCHAR(200) '$.s', k NVARCHAR(400) '$.k',
+												e NVARCHAR(400) '$.e', a NVARCHAR(400) '$.a',
+												p NVARCHAR(MAX) '$.p', h NVARCHAR(MAX) '$.h',
+												c NVARCHAR(10) '$.c', err NVARCHAR(MAX) '$.err') x) r
+	WHERE r.nth = 1
+	  AND NOT EXISTS (SELECT 1 FROM queuebox.inbox i WITH (UPDLOCK, HOLDLOCK)
+					  WHERE i.source = r.s AND i.idempotency_key = r.k)
+	ORDER BY r.n;
+END
+GO
+
+/*
+ * _relay_claim (QB_PG_RELAY_CLAIM): up to @batch push rows under @token
+ * with a lease of @lease ms, one in flight per aggregate across every push
+ * source, in created_at order.  Returns the claimed rows: id, source,
+ * event_type, in created_at order.
+ */
+CREATE PROCEDURE queuebox._relay_claim @batch INT, @lease BIGINT, @token UNIQUEIDENTIFIER
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @now DATETIME2(6) = SYSUTCDATETIME();
+	DECLARE @left INT;
+	DECLARE @cand TABLE (id BIGINT PRIMARY KEY, aggregate_id NVARCHAR(400) COLLATE Latin1_General_100_BIN2,
+						 created_at DATETIME2(6));
+	DECLARE @blk TABLE (cid BIGINT PRIMARY KEY, bid BIGINT);
+	DECLARE @lk TABLE (id BIGINT PRIMARY KEY);
+	DECLARE @out TABLE (id BIGINT PRIMARY KEY, claimed BIT);
+
+	INSERT @cand (id, aggregate_id, created_at)
+		SELECT TOP (@batch) c.id, c.aggregate_id, c.created_at
+		FROM queuebox.inbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+		WHERE c.consumption = N'push' AND c.state = N'processing' AND c.lease_until < @now
+		ORDER BY c.lease_until;
+	SET @left = @batch - @@ROWCOUNT;
+	IF @left > 0
+		INSERT @cand (id, aggregate_id, created_at)
+			SELECT TOP (@left) c.id, c.aggregate_id, c.created_at
+			FROM queuebox.inbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+			WHERE c.consumption = N'push' AND c.state = N'pending' AND c.hold IS NULL
+			  AND c.scheduled_at <= @now
+			ORDER BY c.scheduled_at, c.created_at, c.id;
+	INSERT @blk (cid, bid)
+		SELECT c.id, b.id FROM @cand c
+		CROSS APPLY (SELECT TOP (1) e.id FROM queuebox.inbox e
+					 WHERE e.consumption = N'push' AND e.aggregate_id = c.aggregate_id
+					   AND e.state IN (N'pending', N'processing')
+					   AND (e.created_at < c.created_at OR (e.created_at = c.created_at AND e.id < c.id))
+					 ORDER BY e.created_at DESC, e.id DESC) b
+		WHERE c.aggregate_id IS NOT NULL;
+	INSERT @lk (id)
+		SELECT e.id FROM queuebox.inbox e WITH (ROWLOCK, READPAST, REPEATABLEREAD)
+		WHERE e.id IN (SELECT bid FROM @blk) AND e.state IN (N'pending', N'processing');
+
+	-- a candidate whose earlier row is locked elsewhere is left as it is
+	UPDATE i
+	SET state = CASE WHEN b.cid IS NULL THEN N'processing' ELSE N'pending' END,
+		hold = CASE WHEN b.cid IS NULL THEN NULL ELSE N'aggregate' END,
+		claim_token = CASE WHEN b.cid IS NULL THEN @token END,
+		lease_until = CASE WHEN b.cid IS NULL THEN queuebox._after(@now, @lease) END
+	OUTPUT inserted.id, CASE WHEN inserted.state = N'processing' THEN 1 ELSE 0 END INTO @out (id, claimed)
+	FROM queuebox.inbox i
+	JOIN @cand c ON c.id = i.id
+	LEFT JOIN @blk b ON b.cid = c.id
+	WHERE (b.cid IS NULL OR b.bid IN (SELECT id FROM @lk))
+	  AND ((i.state = N'pending' AND i.claim_token IS NULL)
+		   OR (i.state = N'processing' AND i.lease_until < @now));
+	SELECT i.id, i.source, i.event_type
+	FROM @out u JOIN queuebox.inbox i ON i.id = u.id
+	WHERE u.claimed = 1
+	ORDER BY i.created_at, i.id;
+END
+GO
+
+/*
+ * _relay_headers (QB_PG_INBOX_TO_OUTBOX): the received headers with
+ * x-inbox-id, x-source, x-idempotency-key and X-Correlation-Id replacing
+ * any of those names in any letter case (the received correlation id,
+ * whatever its case, kept under the canonical name).
+ */
+CREATE FUNCTION queuebox._relay_headers(@headers NVARCHAR(MAX), @id BIGINT, @source NVARCHAR(200),
+										@key NVARCHAR(400)) RETURNS NVARCHAR(MAX)
+AS
+BEGIN
+	DECLARE @kept NVARCHAR(MAX), @corr NVARCHAR(MAX);
+
+	SELECT @kept = STRING_AGG(CAST(N'"' + STRING_ESCAPE(h.[key], 'json') + N'":'
+								   + CASE h.[type] WHEN 1 THEN N'"' + STRING_ESCAPE(h.[value], 'json') + N'"'
+												   WHEN 0 THEN N'null'
+												   ELSE h.[value] END AS NVARCHAR(MAX)), N',')
+	FROM OPENJSON(@headers) h
+	WHERE LOWER(h.[key]) NOT IN (N'x-inbox-id', N'x-source', N'x-idempotency-key', N'x-correlation-id');
+	SELECT TOP (1) @corr = CASE h.[type] WHEN 1 THEN N'"' + STRING_ESCAPE(h.[value], 'json') + N'"'
+										 WHEN 0 THEN N'null' ELSE h.[value] END
+	FROM OPENJSON(@headers) h
+	WHERE LOWER(h.[key]) = N'x-correlation-id';
+	RETURN N'{' + ISNULL(@kept + N',', N'')
+		+ N'"x-inbox-id":"' + CAST(@id AS NVARCHAR(20)) + N'",'
+		+ N'"x-source":"' + STRING_ESCAPE(@source, 'json') + N'",'
+		+ N'"x-idempotency-key":"' + STRING_ESCAPE(@key, 'json') + N'"'
+		+ ISNULL(N',"X-Correlation-Id":' + @corr, N'') + N'}';
+END
+GO
+
+/*
+ * _relay_forward (QB_PG_RELAY_FORWARD, then QB_PG_RELAY_PROMOTE in a later
+ * statement): @rows [{"id": inbox id, "t": rendered topic}] claimed under
+ * @token.  Each row with a non-empty topic becomes an outbox row and is
+ * marked processed; one whose topic rendered empty is marked dead.  Then
+ * the next row of each ended row's aggregate is released.  One row: the
+ * inbox rows settled, the outbox rows inserted.
+ */
+CREATE PROCEDURE queuebox._relay_forward @token UNIQUEIDENTIFIER, @rows NVARCHAR(MAX), @max_attempts INT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @c TABLE (id BIGINT PRIMARY KEY, out_topic NVARCHAR(400));
+	DECLARE @ended TABLE (id BIGINT PRIMARY KEY, source NVARCHAR(200) COLLATE Latin1_General_100_BIN2,
+						  aggregate_id NVARCHAR(400) COLLATE Latin1_General_100_BIN2);
+	DECLARE @ninserted INT;
+
+	INSERT @c (id, out_topic)
+		SELECT s.id, s.t FROM OPENJSON(@rows) WITH (id BIGINT '$.id', t NVARCHAR(400) '$.t') s
+		JOIN queuebox.inbox i WITH (UPDLOCK, ROWLOCK) ON i.id = s.id
+		WHERE i.claim_token = @token AND i.state = N'processing';
+	INSERT queuebox.outbox (topic, [key], payload, headers, max_attempts)
+		SELECT c.out_topic, i.aggregate_id, i.payload,
+			   queuebox._relay_headers(i.headers, i.id, i.source, i.idempotency_key), @max_attempts
+		FROM @c c JOIN queuebox.inbox i ON i.id = c.id
+		WHERE c.out_topic <> N''
+		ORDER BY i.created_at, i.id;
+	SET @ninserted = @@ROWCOUNT;
+	UPDATE i
+	SET state = CASE WHEN c.out_topic <> N'' THEN N'processed' ELSE N'dead' END,
+		last_error = CASE WHEN c.out_topic <> N'' THEN i.last_error
+			ELSE N'the topic template rendered empty, so the message can reach no destination; set eventTypePath or use {{ source }} in the topic, then requeue the row' END,
+		claim_token = NULL, lease_until = NULL
+	OUTPUT inserted.id, inserted.source, inserted.aggregate_id INTO @ended (id, source, aggregate_id)
+	FROM queuebox.inbox i JOIN @c c ON c.id = i.id
+	WHERE i.claim_token = @token AND i.state = N'processing';
+
+	-- the promotion: a statement after the forward's update, which waited
+	-- for every claim parking a row behind an ended one
+	UPDATE o SET hold = NULL
+	FROM queuebox.inbox o
+	WHERE o.state = N'pending'
+	  AND o.id IN (
+		SELECT (SELECT TOP (1) e.id FROM queuebox.inbox e
+				WHERE e.consumption = N'push' AND e.aggregate_id = x.aggregate_id
+				  AND e.state IN (N'pending', N'processing')
+				ORDER BY e.created_at, e.id)
+		FROM @ended x WHERE x.aggregate_id IS NOT NULL
+		UNION ALL
+		SELECT f.id FROM @ended x
+		CROSS APPLY (SELECT TOP (1) e.id, e.consumption FROM queuebox.inbox e
+					 WHERE e.source = x.source AND e.aggregate_id = x.aggregate_id
+					   AND e.state IN (N'pending', N'processing')
+					 ORDER BY e.created_at, e.id) f
+		WHERE x.aggregate_id IS NOT NULL AND f.consumption = N'pull');
+	SELECT (SELECT COUNT(*) FROM @ended) AS settled, @ninserted AS inserted;
+END
+GO
+
+/*
+ * _inbox_replay (QB_PG_INBOX_REPLAY): new outbox rows from inbox rows
+ * through the relay's mapping, @rows [{"id": inbox id, "t": rendered
+ * topic}], in created_at, id order; the inbox rows are not changed.  One
+ * row: the rows inserted, and the first new id.
+ */
+CREATE PROCEDURE queuebox._inbox_replay @rows NVARCHAR(MAX), @max_attempts INT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @ids TABLE (id BIGINT);
+
+	INSERT queuebox.outbox (topic, [key], payload, headers, max_attempts)
+	OUTPUT inserted.id INTO @ids (id)
+	SELECT s.t, i.aggregate_id, i.payload,
+		   queuebox._relay_headers(i.headers, i.id, i.source, i.idempotency_key), @max_attempts
+	FROM OPENJSON(@rows) WITH (id BIGINT '$.id', t NVARCHAR(400) '$.t') s
+	JOIN queuebox.inbox i ON i.id = s.id
+	WHERE s.t <> N''
+	ORDER BY i.created_at, i.id;
+	SELECT COUNT(*) AS replayed, MIN(id) AS first_id FROM @ids;
+END
+GO
+
+-- ---------------------------------------------------------------------------
+-- The five pull statements (examples/pull/sql/sqlserver, docs/pull.md)
+-- ---------------------------------------------------------------------------
+/*
+ * inbox_claim: up to @batch_size messages of pull source @source, each with
+ * a new claim token and a lease of @lease_ms, as queuebox.inbox_claim() on
+ * PostgreSQL: expired leases first (a takeover), then due rows in due
+ * order, never two open rows of one (source, aggregate).
+ *
+ * One claim at a time per source: an exclusive application lock owned by
+ * the transaction (released at its end).  A claim that waits 10 s for it
+ * raises Msg 51000: a temporary failure, claim again after a pause.  Run it
+ * alone in its own transaction and commit before a handler starts; called
+ * outside a transaction it opens and commits its own.
+ */
+CREATE PROCEDURE queuebox.inbox_claim @source NVARCHAR(200), @batch_size INT, @lease_ms INT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @now DATETIME2(6);
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+	DECLARE @lock INT;
+	DECLARE @resource NVARCHAR(255) = N'queuebox.inbox_claim:' + @source;
+	DECLARE @left INT;
+	DECLARE @cand TABLE (id BIGINT PRIMARY KEY, aggregate_id NVARCHAR(400) COLLATE Latin1_General_100_BIN2,
+						 created_at DATETIME2(6));
+	DECLARE @blk TABLE (cid BIGINT PRIMARY KEY, bid BIGINT);
+	DECLARE @lk TABLE (id BIGINT PRIMARY KEY);
+	DECLARE @out TABLE (id BIGINT PRIMARY KEY, claimed BIT);
+
+	IF @source IS NULL OR @batch_size IS NULL OR @batch_size < 1 OR @lease_ms IS NULL OR @lease_ms < 1
+		THROW 50022, N'queuebox.inbox_claim: @source, @batch_size (1 or more) and @lease_ms (1 or more) are required', 1;
+	IF @own = 1
+		BEGIN TRANSACTION;
+	EXEC @lock = sp_getapplock @Resource = @resource, @LockMode = N'Exclusive',
+		 @LockOwner = N'Transaction', @LockTimeout = 10000;
+	IF @lock < 0
+		THROW 51000, N'queuebox.inbox_claim: another claim of this source held its lock for 10 s; this is temporary: wait, then claim again (one source takes one claim at a time on SQL Server: split a busy source)', 1;
+	SET @now = SYSUTCDATETIME();
+
+	INSERT @cand (id, aggregate_id, created_at)
+		SELECT TOP (@batch_size) c.id, c.aggregate_id, c.created_at
+		FROM queuebox.inbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+		WHERE c.source = @source AND c.consumption = N'pull' AND c.state = N'processing'
+		  AND c.lease_until < @now
+		ORDER BY c.lease_until;
+	SET @left = @batch_size - @@ROWCOUNT;
+	IF @left > 0
+		INSERT @cand (id, aggregate_id, created_at)
+			SELECT TOP (@left) c.id, c.aggregate_id, c.created_at
+			FROM queuebox.inbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+			WHERE c.source = @source AND c.consumption = N'pull' AND c.state = N'pending'
+			  AND c.hold IS NULL AND c.scheduled_at <= @now
+			ORDER BY c.scheduled_at, c.created_at, c.id;
+	INSERT @blk (cid, bid)
+		SELECT c.id, b.id FROM @cand c
+		CROSS APPLY (SELECT TOP (1) e.id FROM queuebox.inbox e
+					 WHERE e.source = @source AND e.aggregate_id = c.aggregate_id
+					   AND e.state IN (N'pending', N'processing')
+					   AND (e.created_at < c.created_at OR (e.created_at = c.created_at AND e.id < c.id))
+					 ORDER BY e.created_at DESC, e.id DESC) b
+		WHERE c.aggregate_id IS NOT NULL;
+	INSERT @lk (id)
+		SELECT e.id FROM queuebox.inbox e WITH (ROWLOCK, READPAST, REPEATABLEREAD)
+		WHERE e.id IN (SELECT bid FROM @blk) AND e.state IN (N'pending', N'processing');
+
+	UPDATE i
+	SET state = CASE WHEN b.cid IS NULL THEN N'processing' ELSE N'pending' END,
+		hold = CASE WHEN b.cid IS NULL THEN NULL ELSE N'aggregate' END,
+		claim_token = CASE WHEN b.cid IS NULL THEN NEWID() END,
+		lease_until = CASE WHEN b.cid IS NULL THEN queuebox._after(@now, @lease_ms) END
+	OUTPUT inserted.id, CASE WHEN inserted.state = N'processing' THEN 1 ELSE 0 END INTO @out (id, claimed)
+	FROM queuebox.inbox i
+	JOIN @cand c ON c.id = i.id
+	LEFT JOIN @blk b ON b.cid = c.id
+	WHERE (b.cid IS NULL OR b.bid IN (SELECT id FROM @lk))
+	  AND ((i.state = N'pending' AND i.claim_token IS NULL)
+		   OR (i.state = N'processing' AND i.lease_until < @now));
+
+	SELECT i.id, i.claim_token, i.source, i.idempotency_key, i.event_type, i.aggregate_id,
+		   i.payload, i.headers, i.attempt, i.created_at
+	FROM @out u JOIN queuebox.inbox i ON i.id = u.id
+	WHERE u.claimed = 1
+	ORDER BY i.created_at, i.id;
+	IF @own = 1
+		COMMIT;
+END
+GO
+
+/* inbox_renew: extend the lease of a message this token still holds; renewed 1 or 0. */
+CREATE PROCEDURE queuebox.inbox_renew @id BIGINT, @claim_token UNIQUEIDENTIFIER, @lease_ms INT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @n INT;
+
+	UPDATE queuebox.inbox
+	SET lease_until = queuebox._after(SYSUTCDATETIME(), @lease_ms)
+	WHERE id = @id AND claim_token = @claim_token AND state = N'processing';
+	SET @n = @@ROWCOUNT;
+	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS renewed;
+END
+GO
+
+/*
+ * _inbox_end: end a claimed pull row (processed, or dead with @error), then
+ * release the next row of its (source, aggregate).  The update waits for
+ * every claim that is parking a row behind this one (they hold a shared
+ * lock on it); the release is a later statement, so it reads their parks.
+ */
+CREATE PROCEDURE queuebox._inbox_end @id BIGINT, @claim_token UNIQUEIDENTIFIER, @end_state NVARCHAR(50),
+	@error NVARCHAR(MAX), @ok BIT OUTPUT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @u TABLE (id BIGINT, source NVARCHAR(200) COLLATE Latin1_General_100_BIN2,
+					  aggregate_id NVARCHAR(400) COLLATE Latin1_General_100_BIN2);
+
+	UPDATE queuebox.inbox
+	SET state = @end_state,
+		last_error = CASE WHEN @end_state = N'dead' THEN @error ELSE last_error END,
+		claim_token = NULL, lease_until = NULL
+	OUTPUT inserted.id, inserted.source, inserted.aggregate_id INTO @u (id, source, aggregate_id)
+	WHERE id = @id AND claim_token = @claim_token AND state = N'processing';
+	SET @ok = CASE WHEN (SELECT COUNT(*) FROM @u) = 1 THEN 1 ELSE 0 END;
+
+	UPDATE o SET hold = NULL
+	FROM queuebox.inbox o
+	WHERE o.state = N'pending'
+	  AND o.id = (SELECT f.id FROM @u u
+				  CROSS APPLY (SELECT TOP (1) e.id, e.consumption FROM queuebox.inbox e
+							   WHERE e.source = u.source AND e.aggregate_id = u.aggregate_id
+								 AND e.state IN (N'pending', N'processing') AND e.id <> u.id
+							   ORDER BY e.created_at, e.id) f
+				  WHERE f.consumption = N'pull');
+END
+GO
+
+/* inbox_complete: the message is processed; completed 1, or 0 when another worker owns it. */
+CREATE PROCEDURE queuebox.inbox_complete @id BIGINT, @claim_token UNIQUEIDENTIFIER
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @ok BIT;
+
+	EXEC queuebox._inbox_end @id, @claim_token, N'processed', NULL, @ok OUTPUT;
+	SELECT @ok AS completed;
+END
+GO
+
+/* inbox_dead: the message goes dead with @error; dead 1, or 0 when another worker owns it. */
+CREATE PROCEDURE queuebox.inbox_dead @id BIGINT, @claim_token UNIQUEIDENTIFIER, @error NVARCHAR(MAX)
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @ok BIT;
+
+	EXEC queuebox._inbox_end @id, @claim_token, N'dead', @error, @ok OUTPUT;
+	SELECT @ok AS dead;
+END
+GO
+
+/* inbox_retry: back to pending, attempt + 1, due after @delay_ms; retried 1 or 0. */
+CREATE PROCEDURE queuebox.inbox_retry @id BIGINT, @claim_token UNIQUEIDENTIFIER, @delay_ms INT,
+	@error NVARCHAR(MAX)
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @n INT;
+
+	UPDATE queuebox.inbox
+	SET state = N'pending', attempt = attempt + 1,
+		scheduled_at = queuebox._after(SYSUTCDATETIME(), CASE WHEN @delay_ms > 0 THEN @delay_ms ELSE 0 END),
+		last_error = @error, claim_token = NULL, lease_until = NULL
+	WHERE id = @id AND claim_token = @claim_token AND state = N'processing';
+	SET @n = @@ROWCOUNT;
+	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS retried;
+END
+GO

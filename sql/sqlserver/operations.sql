@@ -1,0 +1,227 @@
+/*
+ * sql/sqlserver/operations.sql
+ *	  What operators run on SQL Server: requeue and replay, the destinations'
+ *	  circuits, the stats view and the schema version, as on PostgreSQL
+ *	  (sql/schema/functions.sql).  T-SQL has no overloading, so each
+ *	  by-filter form has a name of its own (..._matching).
+ *
+ * Each procedure is one statement's worth of work and returns one result
+ * row; run it in a transaction of its own (EXEC in autocommit is one).
+ * Filters: NULL means any; @since and @until bound created_at (UTC),
+ * @until excluded.  A pattern the routes would refuse raises 50022.
+ */
+
+/* requeue_outbox: a dead row back to pending, due now, attempts reset, routed again. */
+CREATE PROCEDURE queuebox.requeue_outbox @id BIGINT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @n INT;
+
+	UPDATE queuebox.outbox
+	SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
+		lease_until = NULL, destination = NULL, hold = N'ready'
+	WHERE id = @id AND state = N'dead';
+	SET @n = @@ROWCOUNT;
+	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS requeued;
+END
+GO
+
+CREATE PROCEDURE queuebox.requeue_outbox_matching @topic_pattern NVARCHAR(400) = NULL,
+	@since DATETIME2(6) = NULL, @until DATETIME2(6) = NULL
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @why NVARCHAR(400) = queuebox._pattern_error(@topic_pattern);
+	DECLARE @msg NVARCHAR(2048);
+	DECLARE @n INT;
+
+	IF @why IS NOT NULL
+	BEGIN
+		SET @msg = CONCAT(N'invalid topic pattern "', @topic_pattern, N'": ', @why);
+		THROW 50022, @msg, 1;
+	END
+	UPDATE queuebox.outbox
+	SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
+		lease_until = NULL, destination = NULL, hold = N'ready'
+	WHERE state = N'dead'
+	  AND (@topic_pattern IS NULL OR queuebox.topic_matches(@topic_pattern, topic) = 1)
+	  AND (@since IS NULL OR created_at >= @since)
+	  AND (@until IS NULL OR created_at < @until);
+	SET @n = @@ROWCOUNT;
+	SELECT CAST(@n AS BIGINT) AS requeued;
+END
+GO
+
+/* replay_outbox: a new pending row with the same content and a new message_id; its id, or NULL. */
+CREATE PROCEDURE queuebox.replay_outbox @id BIGINT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @ids TABLE (id BIGINT);
+
+	INSERT queuebox.outbox (topic, [key], payload, headers, max_attempts)
+	OUTPUT inserted.id INTO @ids (id)
+	SELECT topic, [key], payload, headers, max_attempts FROM queuebox.outbox WHERE id = @id;
+	SELECT (SELECT id FROM @ids) AS id;
+END
+GO
+
+/* replay_outbox_matching: every row in @state (NULL: any) matching the filters, in id order. */
+CREATE PROCEDURE queuebox.replay_outbox_matching @state NVARCHAR(50) = NULL,
+	@topic_pattern NVARCHAR(400) = NULL, @since DATETIME2(6) = NULL, @until DATETIME2(6) = NULL
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @why NVARCHAR(400) = queuebox._pattern_error(@topic_pattern);
+	DECLARE @msg NVARCHAR(2048);
+	DECLARE @n INT;
+
+	IF @state IS NOT NULL AND @state NOT IN (N'pending', N'processing', N'sent', N'dead')
+	BEGIN
+		SET @msg = CONCAT(N'unknown outbox state "', LEFT(@state, 50), N'": use pending, processing, sent or dead');
+		THROW 50022, @msg, 1;
+	END
+	IF @why IS NOT NULL
+	BEGIN
+		SET @msg = CONCAT(N'invalid topic pattern "', @topic_pattern, N'": ', @why);
+		THROW 50022, @msg, 1;
+	END
+	INSERT queuebox.outbox (topic, [key], payload, headers, max_attempts)
+	SELECT topic, [key], payload, headers, max_attempts FROM queuebox.outbox
+	WHERE (@state IS NULL OR state = @state)
+	  AND (@topic_pattern IS NULL OR queuebox.topic_matches(@topic_pattern, topic) = 1)
+	  AND (@since IS NULL OR created_at >= @since)
+	  AND (@until IS NULL OR created_at < @until)
+	ORDER BY id;
+	SET @n = @@ROWCOUNT;
+	SELECT CAST(@n AS BIGINT) AS replayed;
+END
+GO
+
+/* requeue_inbox: a dead row back to pending, unparked, attempts reset. */
+CREATE PROCEDURE queuebox.requeue_inbox @id BIGINT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @n INT;
+
+	UPDATE queuebox.inbox
+	SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
+		lease_until = NULL, hold = NULL
+	WHERE id = @id AND state = N'dead';
+	SET @n = @@ROWCOUNT;
+	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS requeued;
+END
+GO
+
+CREATE PROCEDURE queuebox.requeue_inbox_matching @source NVARCHAR(200) = NULL,
+	@since DATETIME2(6) = NULL, @until DATETIME2(6) = NULL
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @n INT;
+
+	UPDATE queuebox.inbox
+	SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
+		lease_until = NULL, hold = NULL
+	WHERE state = N'dead'
+	  AND (@source IS NULL OR source = @source)
+	  AND (@since IS NULL OR created_at >= @since)
+	  AND (@until IS NULL OR created_at < @until);
+	SET @n = @@ROWCOUNT;
+	SELECT CAST(@n AS BIGINT) AS requeued;
+END
+GO
+
+/*
+ * destination_status: one row per destination of the configuration (and
+ * any with a stored state): its circuit, why, and the rows waiting for it
+ * (rows not routed yet count under their topic's route).
+ */
+CREATE PROCEDURE queuebox.destination_status
+AS
+BEGIN
+	SET NOCOUNT ON;
+
+	WITH names AS (
+		SELECT name AS n FROM queuebox.config_destination
+		UNION SELECT destination FROM queuebox.destination_state),
+	per_topic AS (
+		SELECT destination, topic, COUNT(*) AS pending,
+			   SUM(CASE WHEN hold = N'destination' THEN 1 ELSE 0 END) AS held
+		FROM queuebox.outbox WHERE state = N'pending'
+		GROUP BY destination, topic),
+	routed AS (
+		SELECT COALESCE(destination, queuebox.route_of(topic)) AS n, pending, held FROM per_topic),
+	waiting AS (
+		SELECT n, CAST(SUM(pending) AS BIGINT) AS pending, CAST(SUM(held) AS BIGINT) AS held
+		FROM routed GROUP BY n)
+	SELECT names.n AS destination, COALESCE(d.state, N'closed') AS state,
+		   COALESCE(d.failures, 0) AS failures, d.opened_at, d.probe_at, d.paused_until,
+		   d.last_error, d.changed_at, COALESCE(w.pending, 0) AS pending, COALESCE(w.held, 0) AS held
+	FROM names
+	LEFT JOIN queuebox.destination_state d ON d.destination = names.n
+	LEFT JOIN waiting w ON w.n = names.n
+	ORDER BY names.n;
+END
+GO
+
+/* resume_destination: close a destination's circuit; resumed 1 when it was not simply closed. */
+CREATE PROCEDURE queuebox.resume_destination @name NVARCHAR(200)
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @n INT;
+
+	UPDATE queuebox.destination_state
+	SET state = N'closed', failures = 0, paused_until = NULL, probe_at = NULL, opened_at = NULL,
+		changed_at = SYSUTCDATETIME()
+	WHERE destination = @name
+	  AND (state <> N'closed' OR failures > 0 OR paused_until IS NOT NULL);
+	SET @n = @@ROWCOUNT;
+	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS resumed;
+END
+GO
+
+/*
+ * outbox_stats: rows per (destination, state) plus a total per state
+ * (destination NULL), with the age of the oldest pending row in seconds and
+ * the destination's circuit.
+ */
+CREATE VIEW queuebox.outbox_stats AS
+	WITH per_topic AS (
+		SELECT topic, destination, state, COUNT(*) AS n,
+			   MIN(CASE WHEN state = N'pending' THEN created_at END) AS oldest_pending
+		FROM queuebox.outbox
+		GROUP BY topic, destination, state),
+	routed AS (
+		SELECT COALESCE(destination, queuebox.route_of(topic), N'(no route)') AS destination,
+			   state, n, oldest_pending
+		FROM per_topic)
+	SELECT r.destination, r.state, CAST(SUM(r.n) AS BIGINT) AS [rows],
+		   DATEDIFF(millisecond, MIN(r.oldest_pending), SYSUTCDATETIME()) / 1000.0 AS oldest_pending_age_s,
+		   CASE WHEN GROUPING(r.destination) = 1 OR r.destination = N'(no route)' THEN NULL
+				ELSE COALESCE(MIN(d.state), N'closed') END AS circuit
+	FROM routed r LEFT JOIN queuebox.destination_state d ON d.destination = r.destination
+	GROUP BY GROUPING SETS ((r.destination, r.state), (r.state));
+GO
+
+/*
+ * _utc: an ISO 8601 time (with an offset or Z; none: UTC) as DATETIME2 in
+ * UTC, NULL for NULL.  A malformed time fails with a conversion error (241).
+ */
+CREATE FUNCTION queuebox._utc(@t NVARCHAR(64)) RETURNS DATETIME2(6)
+AS
+BEGIN
+	RETURN CAST(SWITCHOFFSET(CONVERT(DATETIMEOFFSET(6), @t), 0) AS DATETIME2(6));
+END
+GO
+
+/* The schema version the engines check before they claim. */
+CREATE FUNCTION queuebox._schema_version() RETURNS NVARCHAR(50)
+AS
+BEGIN
+	RETURN N'@SCHEMA_VERSION@';
+END
+GO

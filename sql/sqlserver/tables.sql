@@ -1,0 +1,157 @@
+/*
+ * sql/sqlserver/tables.sql
+ *	  The tables and indexes of QueueBox on SQL Server, as of the current
+ *	  schema version: the same columns, states and places as the PostgreSQL
+ *	  schema (sql/schema/tables.sql), in T-SQL.
+ *
+ * queuebox-mssqld runs this file, then sql/sqlserver/topics.sql,
+ * sql/sqlserver/engine.sql and sql/sqlserver/operations.sql, one batch at a
+ * time (a line holding only GO ends a batch), in one transaction under its
+ * migration lock (sp_getapplock, docs/sqlserver.md).  Every value the daemon
+ * sends is a bound parameter; the only text sent as it is, is this DDL.
+ *
+ * Types: ids BIGINT IDENTITY, tokens UNIQUEIDENTIFIER, states NVARCHAR(50)
+ * with CHECK constraints naming the spec's states, JSON in NVARCHAR(MAX)
+ * checked with ISJSON (an object or an array: SQL Server 2019 accepts no
+ * JSON scalar), times DATETIME2 in UTC.  Indexed text has a length (an
+ * index key holds at most 1,700 bytes): topics and keys 400 characters,
+ * sources and destinations 200, idempotency keys 400.
+ */
+
+CREATE SCHEMA queuebox;
+GO
+
+-- The versions applied, one row per migration: the newest is the schema's.
+CREATE TABLE queuebox.schema_version (
+	version		NVARCHAR(50) NOT NULL CONSTRAINT schema_version_pkey PRIMARY KEY,
+	applied_at	DATETIME2(6) NOT NULL CONSTRAINT schema_version_applied_at_default DEFAULT SYSUTCDATETIME(),
+	applied_by	NVARCHAR(128) NOT NULL CONSTRAINT schema_version_applied_by_default DEFAULT SUSER_SNAME()
+);
+
+-- What the procedures that follow the configuration read (routes, names):
+-- the daemon writes them at every load of its file.
+CREATE TABLE queuebox.config_route (
+	position	INT NOT NULL CONSTRAINT config_route_pkey PRIMARY KEY,
+	pattern		NVARCHAR(400) NOT NULL,
+	destination	NVARCHAR(200) NOT NULL
+);
+CREATE TABLE queuebox.config_destination (
+	name		NVARCHAR(200) NOT NULL CONSTRAINT config_destination_pkey PRIMARY KEY
+);
+
+-- ---------------------------------------------------------------------------
+-- The outbox
+-- ---------------------------------------------------------------------------
+CREATE TABLE queuebox.outbox (
+	id				BIGINT IDENTITY(1, 1) NOT NULL CONSTRAINT outbox_pkey PRIMARY KEY,
+	message_id		UNIQUEIDENTIFIER NOT NULL CONSTRAINT outbox_message_id_default DEFAULT NEWID(),
+	topic			NVARCHAR(400) NOT NULL CONSTRAINT outbox_topic_check CHECK (topic <> N''),
+	[key]			NVARCHAR(400) NULL,
+	payload			NVARCHAR(MAX) NOT NULL CONSTRAINT outbox_payload_check CHECK (ISJSON(payload) = 1),
+	headers			NVARCHAR(MAX) NOT NULL CONSTRAINT outbox_headers_default DEFAULT N'{}'
+		CONSTRAINT outbox_headers_check CHECK (ISJSON(headers) = 1 AND LEFT(LTRIM(headers), 1) = N'{'),
+	state			NVARCHAR(50) NOT NULL CONSTRAINT outbox_state_default DEFAULT N'pending'
+		CONSTRAINT outbox_state_check CHECK (state IN (N'pending', N'processing', N'sent', N'dead')),
+	attempt			INT NOT NULL CONSTRAINT outbox_attempt_default DEFAULT 0
+		CONSTRAINT outbox_attempt_check CHECK (attempt >= 0),
+	max_attempts	INT NULL CONSTRAINT outbox_max_attempts_check CHECK (max_attempts IS NULL OR max_attempts >= 1),
+	scheduled_at	DATETIME2(6) NOT NULL CONSTRAINT outbox_scheduled_at_default DEFAULT SYSUTCDATETIME(),
+	created_at		DATETIME2(6) NOT NULL CONSTRAINT outbox_created_at_default DEFAULT SYSUTCDATETIME(),
+	claim_token		UNIQUEIDENTIFIER NULL,
+	lease_until		DATETIME2(6) NULL,
+	last_error		NVARCHAR(MAX) NULL,
+	destination		NVARCHAR(200) NULL,
+	hold			NVARCHAR(20) NULL
+		CONSTRAINT outbox_hold_check CHECK (hold IN (N'key', N'destination', N'ready', N'intake'))
+);
+
+-- One filtered index per place a pending row can wait in, as on PostgreSQL
+-- (docs/design/claim.md): a claim reads only the places that can give it a
+-- row now, and sent and dead rows are in no filtered index.  Rows are not
+-- routed at insert here (no trigger), so hold 'intake' stays unused.
+CREATE INDEX outbox_intake_idx ON queuebox.outbox (id)
+	WHERE state = N'pending' AND destination IS NULL AND hold IS NULL;
+CREATE INDEX outbox_ready_idx ON queuebox.outbox (scheduled_at, id)
+	WHERE state = N'pending' AND hold = N'ready';
+CREATE INDEX outbox_routed_idx ON queuebox.outbox (destination, scheduled_at, id)
+	WHERE state = N'pending' AND hold IS NULL AND destination IS NOT NULL;
+CREATE INDEX outbox_held_idx ON queuebox.outbox (destination, id)
+	WHERE state = N'pending' AND hold = N'destination';
+CREATE INDEX outbox_key_open_idx ON queuebox.outbox ([key], id)
+	WHERE state IN (N'pending', N'processing') AND [key] IS NOT NULL;
+CREATE INDEX outbox_lease_idx ON queuebox.outbox (lease_until)
+	WHERE state = N'processing';
+-- The gauges count the open states, operators read the dead rows.
+CREATE INDEX outbox_open_state_idx ON queuebox.outbox (state, created_at)
+	WHERE state IN (N'pending', N'processing');
+CREATE INDEX outbox_dead_idx ON queuebox.outbox (id)
+	WHERE state = N'dead';
+-- Retention reads sent rows by creation time.
+CREATE INDEX outbox_sent_idx ON queuebox.outbox (created_at)
+	WHERE state = N'sent';
+
+-- ---------------------------------------------------------------------------
+-- Destinations: the circuit breaker every worker and replica shares
+-- ---------------------------------------------------------------------------
+CREATE TABLE queuebox.destination_state (
+	destination		NVARCHAR(200) NOT NULL CONSTRAINT destination_state_pkey PRIMARY KEY,
+	state			NVARCHAR(20) NOT NULL CONSTRAINT destination_state_state_default DEFAULT N'closed'
+		CONSTRAINT destination_state_check
+		CHECK (state IN (N'closed', N'open', N'half-open', N'disabled')),
+	failures		INT NOT NULL CONSTRAINT destination_state_failures_default DEFAULT 0
+		CONSTRAINT destination_state_failures_check CHECK (failures >= 0),
+	opened_at		DATETIME2(6) NULL,
+	probe_at		DATETIME2(6) NULL,
+	paused_until	DATETIME2(6) NULL,
+	last_error		NVARCHAR(MAX) NULL,
+	changed_at		DATETIME2(6) NOT NULL CONSTRAINT destination_state_changed_at_default DEFAULT SYSUTCDATETIME()
+);
+
+-- ---------------------------------------------------------------------------
+-- The inbox
+-- ---------------------------------------------------------------------------
+CREATE TABLE queuebox.inbox (
+	id				BIGINT IDENTITY(1, 1) NOT NULL CONSTRAINT inbox_pkey PRIMARY KEY,
+	source			NVARCHAR(200) NOT NULL CONSTRAINT inbox_source_check CHECK (source <> N''),
+	idempotency_key	NVARCHAR(400) NOT NULL CONSTRAINT inbox_idempotency_key_check CHECK (idempotency_key <> N''),
+	event_type		NVARCHAR(400) NULL,
+	aggregate_id	NVARCHAR(400) NULL,
+	payload			NVARCHAR(MAX) NOT NULL CONSTRAINT inbox_payload_check CHECK (ISJSON(payload) = 1),
+	headers			NVARCHAR(MAX) NOT NULL CONSTRAINT inbox_headers_default DEFAULT N'{}'
+		CONSTRAINT inbox_headers_check CHECK (ISJSON(headers) = 1 AND LEFT(LTRIM(headers), 1) = N'{'),
+	consumption		NVARCHAR(10) NOT NULL CONSTRAINT inbox_consumption_default DEFAULT N'push'
+		CONSTRAINT inbox_consumption_check CHECK (consumption IN (N'push', N'pull')),
+	state			NVARCHAR(50) NOT NULL CONSTRAINT inbox_state_default DEFAULT N'pending'
+		CONSTRAINT inbox_state_check CHECK (state IN (N'pending', N'processing', N'processed', N'dead')),
+	attempt			INT NOT NULL CONSTRAINT inbox_attempt_default DEFAULT 0
+		CONSTRAINT inbox_attempt_check CHECK (attempt >= 0),
+	scheduled_at	DATETIME2(6) NOT NULL CONSTRAINT inbox_scheduled_at_default DEFAULT SYSUTCDATETIME(),
+	created_at		DATETIME2(6) NOT NULL CONSTRAINT inbox_created_at_default DEFAULT SYSUTCDATETIME(),
+	claim_token		UNIQUEIDENTIFIER NULL,
+	lease_until		DATETIME2(6) NULL,
+	last_error		NVARCHAR(MAX) NULL,
+	hold			NVARCHAR(20) NULL CONSTRAINT inbox_hold_check CHECK (hold IN (N'aggregate'))
+);
+-- Stored once per (source, idempotency key): a second insert answers 2601
+-- (2627 on some engines), which the daemon counts as a duplicate.
+CREATE UNIQUE INDEX inbox_source_idempotency_key ON queuebox.inbox (source, idempotency_key);
+
+CREATE INDEX inbox_aggregate_open_idx ON queuebox.inbox (source, aggregate_id, created_at, id)
+	WHERE state IN (N'pending', N'processing') AND aggregate_id IS NOT NULL;
+CREATE INDEX inbox_push_aggregate_idx ON queuebox.inbox (aggregate_id, created_at, id)
+	WHERE state IN (N'pending', N'processing') AND consumption = N'push' AND aggregate_id IS NOT NULL;
+CREATE INDEX inbox_pull_due_idx ON queuebox.inbox (source, scheduled_at, created_at, id)
+	WHERE state = N'pending' AND consumption = N'pull' AND hold IS NULL;
+CREATE INDEX inbox_pull_lease_idx ON queuebox.inbox (source, lease_until)
+	WHERE state = N'processing' AND consumption = N'pull';
+CREATE INDEX inbox_push_due_idx ON queuebox.inbox (scheduled_at, created_at, id)
+	WHERE state = N'pending' AND consumption = N'push' AND hold IS NULL;
+CREATE INDEX inbox_push_lease_idx ON queuebox.inbox (lease_until)
+	WHERE state = N'processing' AND consumption = N'push';
+CREATE INDEX inbox_open_idx ON queuebox.inbox (source, created_at, id)
+	WHERE state IN (N'pending', N'processing');
+CREATE INDEX inbox_open_state_idx ON queuebox.inbox (state, created_at)
+	WHERE state IN (N'pending', N'processing');
+CREATE INDEX inbox_dead_idx ON queuebox.inbox (id)
+	WHERE state = N'dead';
+GO

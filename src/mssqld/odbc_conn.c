@@ -1,0 +1,409 @@
+/*-------------------------------------------------------------------------
+ * odbc_conn.c
+ *	  One ODBC connection to SQL Server: connect, run a statement with bound
+ *	  parameters and read every result set, end the transaction.  The ODBC
+ *	  store and the SQL Server migrations both use it.
+ *
+ * Wording:
+ *	- A connection is an environment and a connection handle, connected
+ *	  with a DSN-less string (odbc_url.c) with autocommit off: every
+ *	  statement runs in the open transaction, which qb_odbc_end ends.
+ *	- A statement is prepared and executed once (SQLPrepare + SQLExecute:
+ *	  FreeTDS sends sp_prepexec with typed @P parameters); every value is
+ *	  a bound parameter (qb_odbc_binding says how each type is bound).
+ *	- Results: every result set of the statement is read to its end, in
+ *	  order, each value as UTF-8 text (SQLGetData in pieces, so NVARCHAR(MAX)
+ *	  has no size limit); an error raised by a later statement of a batch
+ *	  surfaces at SQLMoreResults and fails the call.
+ *	- Errors: the first diagnostic record names the failure and gives its
+ *	  class (odbc_error.c); a QBO_LOST class marks the connection lost.
+ *
+ * Secrets: the connection string holds the password; it is built, used and
+ * wiped here, never logged.  Messages name the server as user@host:port/db.
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sql.h>
+#include <sqlext.h>
+
+#include "odbc_store.h"
+
+struct QbOdbcConn
+{
+	SQLHENV		env;
+	SQLHDBC		dbc;
+	bool		lost;
+	char		where[300];		/* user@host:port/db, for messages */
+};
+
+/* qb_odbc_binding: see odbc_store.h. */
+QbOdbcBinding
+qb_odbc_binding(const QbOdbcParam *p)
+{
+	size_t		len = p->text ? strlen(p->text) : 0;
+
+	switch (p->type)
+	{
+		case QBO_T_INT:
+			return (QbOdbcBinding) {.c_type = SQL_C_SBIGINT, .sql_type = SQL_BIGINT, .column_size = 19};
+		case QBO_T_UUID:
+			return (QbOdbcBinding) {.c_type = SQL_C_CHAR, .sql_type = SQL_GUID, .column_size = 36};
+		case QBO_T_TEXT:
+			break;
+	}
+	/* UTF-8 in, NVARCHAR on the wire (ClientCharset=UTF-8); past 4000 characters NVARCHAR(MAX) */
+	if (len > 4000)
+		return (QbOdbcBinding) {.c_type = SQL_C_CHAR, .sql_type = SQL_WLONGVARCHAR, .column_size = len};
+	return (QbOdbcBinding) {.c_type = SQL_C_CHAR, .sql_type = SQL_WVARCHAR,
+	.column_size = len > 0 ? len : 1};
+}
+
+/*
+ * qboc_diag: the first diagnostic record of handle into err ("what: message
+ * (SQLSTATE s, error n)"), its class into *cls.
+ */
+static void
+qboc_diag(QbOdbcConn *c, SQLSMALLINT type, SQLHANDLE handle, const char *what,
+		  QbOdbcClass *cls, char *err, size_t errlen)
+{
+	SQLCHAR		state[6] = "";
+	SQLCHAR		msg[1024] = "";
+	SQLINTEGER	native = 0;
+	SQLSMALLINT len = 0;
+	QbOdbcClass k = QBO_FAILED;
+
+	if (SQL_SUCCEEDED(SQLGetDiagRec(type, handle, 1, state, &native, msg, sizeof(msg), &len)))
+	{
+		/* "[FreeTDS][SQL Server]text": keep the text */
+		const char *text = (const char *) msg;
+		const char *b;
+
+		while ((b = strstr(text, "]")) != NULL && text[0] == '[')
+			text = b + 1;
+		k = qb_odbc_classify((const char *) state, (long) native);
+		snprintf(err, errlen, "%s: %s (SQLSTATE %s, error %ld)", what, text, state, (long) native);
+	}
+	else
+		snprintf(err, errlen, "%s: the driver gave no reason", what);
+	for (char *p = err; *p; p++)
+		if (*p == '\n' || *p == '\r')
+			*p = ' ';
+	if (k == QBO_LOST && c != NULL)
+		c->lost = true;
+	if (cls != NULL)
+		*cls = k;
+}
+
+/* qb_odbc_connect: see odbc_store.h. */
+QbOdbcConn *
+qb_odbc_connect(const char *url, const char *application_name, long connect_timeout_ms,
+				char *err, size_t errlen)
+{
+	QbOdbcUrl	u;
+	QbOdbcConn *c;
+	char	   *cs = NULL;
+	char		what[400];
+	SQLRETURN	rc;
+
+	if (qb_odbc_url_parse(url, &u, err, errlen) != 0)
+		return NULL;
+	if ((c = calloc(1, sizeof(*c))) == NULL ||
+		(cs = qb_odbc_conn_string(&u, qb_odbc_default_driver(), application_name)) == NULL)
+	{
+		snprintf(err, errlen, "connecting to SQL Server: out of memory");
+		goto fail;
+	}
+	snprintf(c->where, sizeof(c->where), "%s@%s:%d/%s", u.user, u.host, u.port, u.database);
+	snprintf(what, sizeof(what), "connecting to %s", c->where);
+	if (!SQL_SUCCEEDED(SQLAllocHandle(SQL_HANDLE_ENV, SQL_NULL_HANDLE, &c->env)) ||
+		!SQL_SUCCEEDED(SQLSetEnvAttr(c->env, SQL_ATTR_ODBC_VERSION, (SQLPOINTER) SQL_OV_ODBC3, 0)) ||
+		!SQL_SUCCEEDED(SQLAllocHandle(SQL_HANDLE_DBC, c->env, &c->dbc)))
+	{
+		snprintf(err, errlen, "%s: unixODBC could not make a connection handle", what);
+		goto fail;
+	}
+	if (connect_timeout_ms > 0)
+	{
+		SQLULEN		secs = (SQLULEN) ((connect_timeout_ms + 999) / 1000);
+
+		SQLSetConnectAttr(c->dbc, SQL_ATTR_LOGIN_TIMEOUT, (SQLPOINTER) secs, 0);
+		SQLSetConnectAttr(c->dbc, SQL_ATTR_CONNECTION_TIMEOUT, (SQLPOINTER) secs, 0);
+	}
+	rc = SQLDriverConnect(c->dbc, NULL, (SQLCHAR *) cs, SQL_NTS, NULL, 0, NULL, SQL_DRIVER_NOPROMPT);
+	/* the string holds the password: gone before anything else happens */
+	memset(cs, 0, strlen(cs));
+	if (!SQL_SUCCEEDED(rc))
+	{
+		qboc_diag(c, SQL_HANDLE_DBC, c->dbc, what, NULL, err, errlen);
+		if (strstr(err, "Data source name not found") != NULL || strstr(err, "SQLSTATE IM002") != NULL)
+			snprintf(err + strlen(err), errlen - strlen(err),
+					 "; install the FreeTDS ODBC driver (Debian: apt-get install tdsodbc) or name its library with ?odbcDriver=/path/libtdsodbc.so");
+		SQLFreeHandle(SQL_HANDLE_DBC, c->dbc);
+		c->dbc = SQL_NULL_HDBC;
+		goto fail;
+	}
+	if (!SQL_SUCCEEDED(SQLSetConnectAttr(c->dbc, SQL_ATTR_AUTOCOMMIT, (SQLPOINTER) SQL_AUTOCOMMIT_OFF, 0)))
+	{
+		qboc_diag(c, SQL_HANDLE_DBC, c->dbc, what, NULL, err, errlen);
+		goto fail;
+	}
+	free(cs);
+	qb_odbc_url_free(&u);
+	return c;
+
+fail:
+	free(cs);
+	qb_odbc_url_free(&u);
+	qb_odbc_close(c);
+	return NULL;
+}
+
+void
+qb_odbc_close(QbOdbcConn *c)
+{
+	if (c == NULL)
+		return;
+	if (c->dbc != SQL_NULL_HDBC && c->dbc != NULL)
+	{
+		if (!c->lost)
+			SQLEndTran(SQL_HANDLE_DBC, c->dbc, SQL_ROLLBACK);
+		SQLDisconnect(c->dbc);
+		SQLFreeHandle(SQL_HANDLE_DBC, c->dbc);
+	}
+	if (c->env != SQL_NULL_HENV && c->env != NULL)
+		SQLFreeHandle(SQL_HANDLE_ENV, c->env);
+	free(c);
+}
+
+bool
+qb_odbc_lost(const QbOdbcConn *c)
+{
+	return c == NULL || c->lost;
+}
+
+/* qboc_value: column col of the current row as malloc'd text, NULL for SQL NULL. */
+static int
+qboc_value(SQLHSTMT st, SQLUSMALLINT col, char **out, bool *oom)
+{
+	size_t		cap = 256;
+	size_t		len = 0;
+	char	   *buf = malloc(cap);
+
+	*out = NULL;
+	if (buf == NULL)
+	{
+		*oom = true;
+		return -1;
+	}
+	for (;;)
+	{
+		SQLLEN		ind = 0;
+		SQLRETURN	rc = SQLGetData(st, col, SQL_C_CHAR, buf + len, (SQLLEN) (cap - len), &ind);
+
+		if (rc == SQL_NO_DATA)
+			break;
+		if (!SQL_SUCCEEDED(rc))
+		{
+			free(buf);
+			return -1;
+		}
+		if (ind == SQL_NULL_DATA)
+		{
+			free(buf);
+			return 0;
+		}
+		{
+			size_t		got = strlen(buf + len);
+
+			/* SQL_SUCCESS_WITH_INFO with room to spare is not a truncation */
+			if (rc == SQL_SUCCESS || len + got < cap - 1)
+			{
+				len += got;
+				break;
+			}
+		}
+		/* truncated (01004): the piece filled what was left, less its NUL */
+		len = cap - 1;
+		cap = ind != SQL_NO_TOTAL && (size_t) ind + len + 1 > cap * 2 ? (size_t) ind + len + 1 : cap * 2;
+		{
+			char	   *nb = realloc(buf, cap);
+
+			if (nb == NULL)
+			{
+				free(buf);
+				*oom = true;
+				return -1;
+			}
+			buf = nb;
+		}
+	}
+	buf[len] = '\0';
+	*out = buf;
+	return 0;
+}
+
+/* qb_odbc_exec: see odbc_store.h. */
+int
+qb_odbc_exec(QbOdbcConn *c, const char *sql, const QbOdbcParam *params, int n,
+			 long timeout_ms, QbOdbcRow row, void *arg, QbOdbcClass *cls,
+			 char *err, size_t errlen)
+{
+	SQLHSTMT	st = SQL_NULL_HSTMT;
+	SQLLEN	   *ind = NULL;
+	SQLBIGINT  *nums = NULL;
+	char	  **values = NULL;
+	int			set = 0;
+	int			rc = -1;
+	bool		oom = false;
+	SQLRETURN	r;
+
+	*cls = QBO_FAILED;
+	if (c == NULL || c->lost)
+	{
+		*cls = QBO_LOST;
+		snprintf(err, errlen, "no connection to SQL Server");
+		return -1;
+	}
+	if (!SQL_SUCCEEDED(SQLAllocHandle(SQL_HANDLE_STMT, c->dbc, &st)))
+	{
+		qboc_diag(c, SQL_HANDLE_DBC, c->dbc, "allocating a statement", cls, err, errlen);
+		return -1;
+	}
+	if (timeout_ms > 0)
+		SQLSetStmtAttr(st, SQL_ATTR_QUERY_TIMEOUT, (SQLPOINTER) (SQLULEN) ((timeout_ms + 999) / 1000), 0);
+	if (!SQL_SUCCEEDED(SQLPrepare(st, (SQLCHAR *) sql, SQL_NTS)))
+	{
+		qboc_diag(c, SQL_HANDLE_STMT, st, "preparing the statement", cls, err, errlen);
+		goto done;
+	}
+	if (n > 0 && ((ind = calloc(n, sizeof(SQLLEN))) == NULL ||
+				  (nums = calloc(n, sizeof(SQLBIGINT))) == NULL))
+	{
+		oom = true;
+		goto done;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		QbOdbcBinding b = qb_odbc_binding(&params[i]);
+		SQLPOINTER	value;
+
+		if (params[i].type == QBO_T_INT)
+		{
+			nums[i] = params[i].num;
+			value = &nums[i];
+			ind[i] = 0;
+		}
+		else
+		{
+			value = (SQLPOINTER) params[i].text;
+			ind[i] = params[i].text ? SQL_NTS : SQL_NULL_DATA;
+		}
+		if (!SQL_SUCCEEDED(SQLBindParameter(st, (SQLUSMALLINT) (i + 1), SQL_PARAM_INPUT, b.c_type,
+											b.sql_type, b.column_size, 0, value, 0, &ind[i])))
+		{
+			qboc_diag(c, SQL_HANDLE_STMT, st, "binding a parameter", cls, err, errlen);
+			goto done;
+		}
+	}
+	r = SQLExecute(st);
+	if (!SQL_SUCCEEDED(r) && r != SQL_NO_DATA)
+	{
+		qboc_diag(c, SQL_HANDLE_STMT, st, "running the statement", cls, err, errlen);
+		goto done;
+	}
+	for (;;)
+	{
+		SQLSMALLINT ncols = 0;
+
+		SQLNumResultCols(st, &ncols);
+		if (ncols > 0)
+		{
+			if ((values = calloc(ncols, sizeof(char *))) == NULL)
+			{
+				oom = true;
+				goto done;
+			}
+			while ((r = SQLFetch(st)) != SQL_NO_DATA)
+			{
+				int			stop;
+
+				if (!SQL_SUCCEEDED(r))
+				{
+					qboc_diag(c, SQL_HANDLE_STMT, st, "reading a result", cls, err, errlen);
+					goto done;
+				}
+				for (int i = 0; i < ncols; i++)
+					if (qboc_value(st, (SQLUSMALLINT) (i + 1), &values[i], &oom) != 0)
+					{
+						for (int j = 0; j < i; j++)
+							free(values[j]);
+						if (!oom)
+							qboc_diag(c, SQL_HANDLE_STMT, st, "reading a value", cls, err, errlen);
+						goto done;
+					}
+				stop = row ? row(arg, set, ncols, values) : 0;
+				for (int i = 0; i < ncols; i++)
+				{
+					free(values[i]);
+					values[i] = NULL;
+				}
+				if (stop != 0)
+				{
+					snprintf(err, errlen, "out of memory reading a result");
+					oom = true;
+					goto done;
+				}
+			}
+			free(values);
+			values = NULL;
+			set++;
+		}
+		r = SQLMoreResults(st);
+		if (r == SQL_NO_DATA)
+			break;
+		if (!SQL_SUCCEEDED(r))
+		{
+			qboc_diag(c, SQL_HANDLE_STMT, st, "running the statement", cls, err, errlen);
+			goto done;
+		}
+	}
+	rc = 0;
+done:
+	if (oom)
+	{
+		snprintf(err, errlen, "out of memory");
+		*cls = QBO_FAILED;
+		rc = -1;
+	}
+	free(values);
+	free(ind);
+	free(nums);
+	if (st != SQL_NULL_HSTMT)
+	{
+		SQLFreeStmt(st, SQL_CLOSE);
+		SQLFreeHandle(SQL_HANDLE_STMT, st);
+	}
+	return rc;
+}
+
+/* qb_odbc_end: see odbc_store.h. */
+int
+qb_odbc_end(QbOdbcConn *c, bool commit, char *err, size_t errlen)
+{
+	if (c == NULL || c->lost)
+	{
+		snprintf(err, errlen, "no connection to SQL Server");
+		return -1;
+	}
+	if (!SQL_SUCCEEDED(SQLEndTran(SQL_HANDLE_DBC, c->dbc, commit ? SQL_COMMIT : SQL_ROLLBACK)))
+	{
+		qboc_diag(c, SQL_HANDLE_DBC, c->dbc, commit ? "committing" : "rolling back", NULL, err, errlen);
+		/* a transaction whose end failed is in an unknown state: start afresh */
+		c->lost = true;
+		return -1;
+	}
+	return 0;
+}

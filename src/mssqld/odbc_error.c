@@ -1,0 +1,86 @@
+/*-------------------------------------------------------------------------
+ * odbc_error.c
+ *	  What an ODBC diagnostic means to the store: its class, from the
+ *	  SQLSTATE and SQL Server's native error number.
+ *
+ * The native number decides where SQL Server has one (ODBC reports most
+ * server errors as SQLSTATE 42000 or 23000, whatever they are); the
+ * SQLSTATE decides for what the driver itself says (08xxx: the connection,
+ * HYT00: the statement's timeout).  Numbers of SQL Server 2019 and later,
+ * and the one a Babelfish engine answers for a lock timeout (33557097),
+ * which SQL Server never sends.
+ *-------------------------------------------------------------------------
+ */
+#include <string.h>
+
+#include "odbc_store.h"
+
+typedef struct QboNative
+{
+	long		native;
+	QbOdbcClass cls;
+} QboNative;
+
+static const QboNative qbo_natives[] = {
+	{.native = 1205, .cls = QBO_RETRY},		/* chosen as the deadlock victim */
+	{.native = 1222, .cls = QBO_RETRY},		/* lock request time out period exceeded */
+	{.native = 33557097, .cls = QBO_RETRY},	/* Babelfish: canceling statement due to lock timeout */
+	{.native = 2601, .cls = QBO_DUPLICATE},	/* duplicate key row in a unique index */
+	{.native = 2627, .cls = QBO_DUPLICATE},	/* violation of a UNIQUE or PRIMARY KEY constraint */
+	{.native = 51000, .cls = QBO_PULL_BUSY},	/* inbox_claim: the source's lock was held 10 s */
+	{.native = 50022, .cls = QBO_BAD_INPUT},	/* a procedure refused a parameter */
+	{.native = 50002, .cls = QBO_NOT_FOUND},	/* a procedure found no such row */
+	{.native = 245, .cls = QBO_BAD_INPUT},	/* conversion failed (a number) */
+	{.native = 241, .cls = QBO_BAD_INPUT},	/* conversion failed (a date or time) */
+	{.native = 242, .cls = QBO_BAD_INPUT},	/* a date or time out of range */
+	{.native = 8114, .cls = QBO_BAD_INPUT},	/* error converting a data type */
+	{.native = 8115, .cls = QBO_BAD_INPUT},	/* arithmetic overflow */
+	{.native = 8169, .cls = QBO_BAD_INPUT},	/* conversion to uniqueidentifier failed */
+	{.native = 547, .cls = QBO_BAD_INPUT},	/* a CHECK constraint */
+	{.native = 515, .cls = QBO_BAD_INPUT},	/* NULL into a NOT NULL column */
+	{.native = 2628, .cls = QBO_BAD_INPUT},	/* string or binary data would be truncated (2019+) */
+	{.native = 8152, .cls = QBO_BAD_INPUT},	/* the same, before 2019 */
+	{.native = 13609, .cls = QBO_BAD_INPUT},	/* JSON text is not properly formatted */
+};
+
+/* qb_odbc_classify: see odbc_store.h. */
+QbOdbcClass
+qb_odbc_classify(const char *sqlstate, long native)
+{
+	if (sqlstate != NULL && (strncmp(sqlstate, "08", 2) == 0 || strcmp(sqlstate, "HYT01") == 0))
+		return QBO_LOST;
+	if (sqlstate != NULL && strcmp(sqlstate, "HYT00") == 0)
+		return QBO_TIMEOUT;
+	for (size_t i = 0; i < sizeof(qbo_natives) / sizeof(qbo_natives[0]); i++)
+		if (qbo_natives[i].native == native)
+			return qbo_natives[i].cls;
+	/* 40001 is a serialization failure, as a deadlock victim is reported by some drivers */
+	if (sqlstate != NULL && strcmp(sqlstate, "40001") == 0)
+		return QBO_RETRY;
+	return QBO_FAILED;
+}
+
+const char *
+qb_odbc_class_name(QbOdbcClass c)
+{
+	switch (c)
+	{
+		case QBO_RETRY:
+			return "retry";
+		case QBO_DUPLICATE:
+			return "duplicate";
+		case QBO_PULL_BUSY:
+			return "pull busy";
+		case QBO_BAD_INPUT:
+			return "bad input";
+		case QBO_NOT_FOUND:
+			return "not found";
+		case QBO_TIMEOUT:
+			return "timeout";
+		case QBO_LOST:
+			return "lost";
+		case QBO_FAILED:
+			break;
+	}
+	return "failed";
+}

@@ -1,0 +1,302 @@
+/*-------------------------------------------------------------------------
+ * odbc_migrate.c
+ *	  The daemon's SQL Server schema: installed, checked and upgraded, and
+ *	  the configuration's routes written where the procedures read them.
+ *
+ * Wording:
+ *	- The schema text (qbd_schema_mssql, made by the Makefile from
+ *	  sql/sqlserver/: tables, topics, engine, operations) creates schema queuebox at the version of this
+ *	  build (qbd_schema_version).  It is a list of batches: a line holding
+ *	  only GO ends one (CREATE PROCEDURE and CREATE FUNCTION must each be
+ *	  alone in its batch), and each batch is sent as it is.
+ *	- A migration takes the schema from one version to the next: the ones
+ *	  this build knows are qbd_mssql_upgrades[], in order (none yet: 0.3.0
+ *	  is the first SQL Server schema).
+ *	- The migration lock is an exclusive application lock owned by the
+ *	  transaction (sp_getapplock on QBD_MSSQL_LOCK): two daemons starting
+ *	  together take turns, and the second finds the schema the first made.
+ *
+ * Transaction rules: qb_mssql_migrate is one transaction (the lock, the
+ * checks, the DDL, the version row, the commit); on any error it is rolled
+ * back, and SQL Server's DDL is transactional, so a half-made schema never
+ * stays behind.  qb_mssql_publish_config is one transaction too.
+ *
+ * Values are always bound parameters; the only text sent as it is, is the
+ * schema's own DDL, built into the binary.
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "odbc_store.h"
+#include "qbd.h"
+
+#define QBD_MSSQL_LOCK	"queuebox.migrate"
+
+extern const char qbd_schema_mssql[];
+
+typedef struct QbdMssqlUpgrade
+{
+	const char *from;
+	const char *to;
+	const char *sql;
+} QbdMssqlUpgrade;
+
+static const QbdMssqlUpgrade qbd_mssql_upgrades[] = {
+	{.from = NULL, .to = NULL, .sql = NULL}
+};
+
+/* one value of the first row */
+typedef struct QbdmFirst
+{
+	char	   *v[2];
+	int			rows;
+} QbdmFirst;
+
+static int
+qbdm_first(void *arg, int set, int ncols, char **values)
+{
+	QbdmFirst  *f = arg;
+
+	if (set == 0 && f->rows++ == 0)
+		for (int i = 0; i < ncols && i < 2; i++)
+		{
+			f->v[i] = values[i];
+			values[i] = NULL;
+		}
+	return 0;
+}
+
+static void
+qbdm_first_free(QbdmFirst *f)
+{
+	free(f->v[0]);
+	free(f->v[1]);
+	memset(f, 0, sizeof(*f));
+}
+
+/*
+ * qb_mssql_batches: call fn for each batch of script (the text between
+ * lines holding only GO, blank batches skipped).  Returns fn's first
+ * non-zero answer, or 0.  Public for the unit tests.
+ */
+int
+qb_mssql_batches(const char *script, int (*fn) (void *arg, const char *batch), void *arg)
+{
+	const char *p = script;
+	size_t		cap = strlen(script) + 1;
+	char	   *buf = malloc(cap);
+	size_t		len = 0;
+	int			rc = 0;
+
+	if (buf == NULL)
+		return -1;
+	while (rc == 0)
+	{
+		const char *eol = strchr(p, '\n');
+		size_t		n = eol ? (size_t) (eol - p) : strlen(p);
+		const char *t = p;
+		size_t		tn = n;
+
+		/* the separator: GO alone on its line, spaces and a CR around it */
+		while (tn > 0 && (*t == ' ' || *t == '\t'))
+			t++, tn--;
+		while (tn > 0 && (t[tn - 1] == ' ' || t[tn - 1] == '\t' || t[tn - 1] == '\r'))
+			tn--;
+		if ((tn == 2 && strncasecmp(t, "GO", 2) == 0) || eol == NULL)
+		{
+			if (eol == NULL && !(tn == 2 && strncasecmp(t, "GO", 2) == 0))
+			{
+				memcpy(buf + len, p, n);
+				len += n;
+			}
+			buf[len] = '\0';
+			if (strspn(buf, " \t\r\n") < len)
+				rc = fn(arg, buf);
+			len = 0;
+		}
+		else
+		{
+			memcpy(buf + len, p, n);
+			len += n;
+			buf[len++] = '\n';
+		}
+		if (eol == NULL)
+			break;
+		p = eol + 1;
+	}
+	free(buf);
+	return rc;
+}
+
+typedef struct QbdmApply
+{
+	QbOdbcConn *conn;
+	const char *what;
+	char	   *err;
+	size_t		errlen;
+} QbdmApply;
+
+static int
+qbdm_batch(void *arg, const char *batch)
+{
+	QbdmApply  *a = arg;
+	QbOdbcClass cls;
+
+	return qb_odbc_exec(a->conn, batch, NULL, 0, 0, NULL, NULL, &cls, a->err, a->errlen);
+}
+
+/* qbdm_apply: one script's batches, then its version recorded; in the open transaction. */
+static bool
+qbdm_apply(QbOdbcConn *c, const char *script, const char *version, const char *what,
+		   char *err, size_t errlen)
+{
+	QbdmApply	a = {.conn = c, .what = what, .err = err, .errlen = errlen};
+	QbOdbcParam v = {.type = QBO_T_TEXT, .text = version};
+	QbOdbcClass cls;
+	char		why[QB_ERRLEN];
+
+	if (qb_mssql_batches(script, qbdm_batch, &a) != 0)
+	{
+		snprintf(why, sizeof(why), "%s", err);
+		snprintf(err, errlen, "%s: %s", what, why);
+		return false;
+	}
+	if (qb_odbc_exec(c, "INSERT INTO queuebox.schema_version (version) VALUES (?)", &v, 1, 0,
+					 NULL, NULL, &cls, err, errlen) != 0)
+		return false;
+	return true;
+}
+
+static int
+qbdm_version_index(const char *v)
+{
+	int			i = 0;
+
+	for (const QbdMssqlUpgrade *u = qbd_mssql_upgrades; u->from != NULL; u++, i++)
+		if (strcmp(u->from, v) == 0)
+			return i;
+	return strcmp(v, qbd_schema_version) == 0 ? i : -1;
+}
+
+/* qb_mssql_migrate: see qbd.h. */
+int
+qb_mssql_migrate(QbOdbcConn *c, bool *installed, char *err, size_t errlen)
+{
+	QbdmFirst	f = {0};
+	QbOdbcClass cls;
+	char		have[64] = "";
+	char		buf[QB_ERRLEN];
+	int			at;
+
+	*installed = false;
+	if (qb_odbc_exec(c,
+					 "DECLARE @r INT; EXEC @r = sp_getapplock @Resource = N'" QBD_MSSQL_LOCK "',"
+					 " @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 60000;"
+					 " SELECT @r", NULL, 0, 0, qbdm_first, &f, &cls, err, errlen) != 0)
+		goto fail;
+	if (f.v[0] == NULL || atoi(f.v[0]) < 0)
+	{
+		snprintf(err, errlen,
+				 "could not take the migration lock (sp_getapplock answered %s): another queuebox-mssqld held it for 60 s",
+				 f.v[0] ? f.v[0] : "nothing");
+		goto fail;
+	}
+	qbdm_first_free(&f);
+	if (qb_odbc_exec(c,
+					 "SELECT CASE WHEN OBJECT_ID(N'queuebox.schema_version') IS NULL THEN 0 ELSE 1 END,"
+					 "       CASE WHEN SCHEMA_ID(N'queuebox') IS NULL THEN 0 ELSE 1 END",
+					 NULL, 0, 0, qbdm_first, &f, &cls, err, errlen) != 0)
+		goto fail;
+	if (f.v[0] != NULL && strcmp(f.v[0], "0") == 0 && f.v[1] != NULL && strcmp(f.v[1], "1") == 0)
+	{
+		snprintf(err, errlen,
+				 "schema queuebox exists but queuebox-mssqld did not make it (no queuebox.schema_version): "
+				 "move its tables elsewhere and drop the schema, or point database.url at another database");
+		goto fail;
+	}
+	if (f.v[0] != NULL && strcmp(f.v[0], "0") == 0)
+	{
+		qbdm_first_free(&f);
+		if (!qbdm_apply(c, qbd_schema_mssql, qbd_schema_version, "could not create the QueueBox schema",
+						err, errlen))
+			goto fail;
+		*installed = true;
+	}
+	else
+	{
+		qbdm_first_free(&f);
+		if (qb_odbc_exec(c,
+						 "SELECT TOP (1) version FROM queuebox.schema_version ORDER BY applied_at DESC, version DESC",
+						 NULL, 0, 0, qbdm_first, &f, &cls, err, errlen) != 0)
+			goto fail;
+		snprintf(have, sizeof(have), "%s", f.v[0] ? f.v[0] : "");
+		qbdm_first_free(&f);
+		if ((at = qbdm_version_index(have)) < 0)
+		{
+			snprintf(err, errlen,
+					 "the QueueBox schema here is at version %s, which this queuebox-mssqld (schema %s) does not know: "
+					 "a newer daemon migrated it. Run that version of queuebox-mssqld (or newer) against this database",
+					 have[0] ? have : "(none recorded)", qbd_schema_version);
+			goto fail;
+		}
+		for (const QbdMssqlUpgrade *u = &qbd_mssql_upgrades[at]; u->from != NULL; u++)
+		{
+			char		what[128];
+
+			snprintf(what, sizeof(what), "could not migrate the schema from %s to %s", u->from, u->to);
+			if (!qbdm_apply(c, u->sql, u->to, what, err, errlen))
+				goto fail;
+		}
+	}
+	if (qb_odbc_end(c, true, err, errlen) != 0)
+		goto fail;
+	return 0;
+
+fail:
+	qbdm_first_free(&f);
+	if (!qb_odbc_lost(c))
+		(void) qb_odbc_end(c, false, buf, sizeof(buf));
+	*installed = false;
+	return -1;
+}
+
+/* qb_mssql_publish_config: see qbd.h.  The routes and destinations replace the stored ones. */
+int
+qb_mssql_publish_config(QbOdbcConn *c, const QbConfig *cfg, char *err, size_t errlen)
+{
+	QbOdbcClass cls;
+	char		buf[QB_ERRLEN];
+
+	if (qb_odbc_exec(c, "DELETE FROM queuebox.config_route; DELETE FROM queuebox.config_destination",
+					 NULL, 0, 0, NULL, NULL, &cls, err, errlen) != 0)
+		goto fail;
+	for (int i = 0; i < cfg->nroutes; i++)
+	{
+		QbOdbcParam p[3] = {
+			{.type = QBO_T_INT, .num = i + 1},
+			{.type = QBO_T_TEXT, .text = cfg->routes[i].topic_pattern},
+			{.type = QBO_T_TEXT, .text = cfg->routes[i].destination},
+		};
+
+		if (qb_odbc_exec(c, "INSERT INTO queuebox.config_route (position, pattern, destination) VALUES (?, ?, ?)",
+						 p, 3, 0, NULL, NULL, &cls, err, errlen) != 0)
+			goto fail;
+	}
+	for (int i = 0; i < cfg->ndestinations; i++)
+	{
+		QbOdbcParam p[1] = {{.type = QBO_T_TEXT, .text = cfg->destinations[i].name}};
+
+		if (qb_odbc_exec(c, "INSERT INTO queuebox.config_destination (name) VALUES (?)",
+						 p, 1, 0, NULL, NULL, &cls, err, errlen) != 0)
+			goto fail;
+	}
+	if (qb_odbc_end(c, true, err, errlen) != 0)
+		goto fail;
+	return 0;
+fail:
+	if (!qb_odbc_lost(c))
+		(void) qb_odbc_end(c, false, buf, sizeof(buf));
+	return -1;
+}

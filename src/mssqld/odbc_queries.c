@@ -1,0 +1,120 @@
+/*-------------------------------------------------------------------------
+ * odbc_queries.c
+ *	  The T-SQL of QbStore.query_text on SQL Server: readiness, the metrics
+ *	  gauges, the dead rows and the operations, one text per QbQuery.
+ *
+ * Each text takes its parameters as '?' markers, once each and in order,
+ * bound as text (DECLARE @x TYPE = ? converts them: a malformed number or
+ * time fails with a conversion error, which the store reads as bad input),
+ * and returns one row with one JSON text value, as the PostgreSQL texts
+ * do.  The operations call the procedures of sql/sqlserver/operations.sql
+ * through INSERT ... EXEC, so an operator's EXEC and the admin route run
+ * the same code.  QB_Q_REPLAY_INBOX and QB_Q_REPLAY_INBOX_BULK are not
+ * here: their topics are rendered in C (odbc_store.c, qbos_replay).
+ *-------------------------------------------------------------------------
+ */
+#include <stddef.h>
+
+#include "odbc_store.h"
+
+#define QBOQ_DEAD(table, cols) \
+	"DECLARE @lim INT = ISNULL(CONVERT(INT, ?), 100);" \
+	" SELECT ISNULL((SELECT TOP (@lim) " cols \
+	"  FROM queuebox." table " WHERE state = N'dead' ORDER BY id" \
+	"  FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')"
+
+/* a BIT result of procedure call into {"name": true|false} */
+#define QBOQ_FLAG(decl, call, name) \
+	decl " DECLARE @r TABLE (r BIT);" \
+	" INSERT @r EXEC " call ";" \
+	" SELECT CASE WHEN (SELECT r FROM @r) = 1 THEN N'{\"" name "\":true}'" \
+	"             ELSE N'{\"" name "\":false}' END"
+
+/* a count result of procedure call into {"name": n} */
+#define QBOQ_COUNT(decl, call, name) \
+	decl " DECLARE @r TABLE (n BIGINT);" \
+	" INSERT @r EXEC " call ";" \
+	" SELECT N'{\"" name "\":' + CAST((SELECT n FROM @r) AS NVARCHAR(20)) + N'}'"
+
+typedef struct QboQuery
+{
+	const char *sql;			/* NULL: rendered in C */
+	int			nparams;
+} QboQuery;
+
+static const QboQuery qbo_queries[QB_NQUERIES] = {
+	[QB_Q_READY] = {.sql = "SELECT queuebox._schema_version()", .nparams = 0},
+	[QB_Q_GAUGES] = {.sql =
+		"DECLARE @now FLOAT = queuebox._epoch(SYSUTCDATETIME());"
+		" SELECT (SELECT"
+		"  (SELECT COUNT_BIG(*) FROM queuebox.outbox WHERE state = N'pending') AS outbox_pending,"
+		"  (SELECT COUNT_BIG(*) FROM queuebox.outbox WHERE state = N'processing') AS outbox_processing,"
+		"  ISNULL((SELECT @now - queuebox._epoch(MIN(created_at)) FROM queuebox.outbox"
+		"          WHERE state = N'pending'), 0) AS outbox_oldest,"
+		"  (SELECT COUNT_BIG(*) FROM queuebox.inbox WHERE state = N'pending') AS inbox_pending,"
+		"  (SELECT COUNT_BIG(*) FROM queuebox.inbox WHERE state = N'processing') AS inbox_processing,"
+		"  ISNULL((SELECT @now - queuebox._epoch(MIN(created_at)) FROM queuebox.inbox"
+		"          WHERE state = N'pending'), 0) AS inbox_oldest,"
+		"  JSON_QUERY(ISNULL((SELECT N'{' + STRING_AGG(CAST(N'\"' + STRING_ESCAPE(destination, 'json')"
+		"                    + N'\":\"' + state + N'\"' AS NVARCHAR(MAX)), N',') + N'}'"
+		"                    FROM queuebox.destination_state), N'{}')) AS circuits"
+		"  FOR JSON PATH, WITHOUT_ARRAY_WRAPPER)",
+	.nparams = 0},
+	[QB_Q_DEAD_OUTBOX] = {.sql = QBOQ_DEAD("outbox",
+										   "id, LOWER(CONVERT(NVARCHAR(36), message_id)) AS message_id, topic, [key],"
+										   " attempt, max_attempts, last_error,"
+										   " CONVERT(NVARCHAR(33), created_at, 127) + N'Z' AS created_at"),
+	.nparams = 1},
+	[QB_Q_DEAD_INBOX] = {.sql = QBOQ_DEAD("inbox",
+										  "id, source, idempotency_key, event_type, aggregate_id, consumption, attempt,"
+										  " last_error, CONVERT(NVARCHAR(33), created_at, 127) + N'Z' AS created_at"),
+	.nparams = 1},
+	[QB_Q_REPLAY_OUTBOX] = {.sql =
+		"DECLARE @id BIGINT = CONVERT(BIGINT, ?); DECLARE @r TABLE (id BIGINT);"
+		" INSERT @r EXEC queuebox.replay_outbox @id;"
+		" SELECT (SELECT (SELECT id FROM @r) AS id FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES)",
+	.nparams = 1},
+	[QB_Q_REQUEUE_OUTBOX] = {.sql = QBOQ_FLAG("DECLARE @id BIGINT = CONVERT(BIGINT, ?);",
+											  "queuebox.requeue_outbox @id", "requeued"),
+	.nparams = 1},
+	[QB_Q_REPLAY_INBOX] = {.sql = NULL, .nparams = 1},
+	[QB_Q_REQUEUE_INBOX] = {.sql = QBOQ_FLAG("DECLARE @id BIGINT = CONVERT(BIGINT, ?);",
+											 "queuebox.requeue_inbox @id", "requeued"),
+	.nparams = 1},
+	[QB_Q_REPLAY_OUTBOX_BULK] = {.sql = QBOQ_COUNT(
+		"DECLARE @st NVARCHAR(50) = ?; DECLARE @p NVARCHAR(400) = ?;"
+		" DECLARE @since DATETIME2(6) = queuebox._utc(?); DECLARE @until DATETIME2(6) = queuebox._utc(?);",
+		"queuebox.replay_outbox_matching @st, @p, @since, @until", "replayed"),
+	.nparams = 4},
+	[QB_Q_REQUEUE_OUTBOX_BULK] = {.sql = QBOQ_COUNT(
+		"DECLARE @p NVARCHAR(400) = ?;"
+		" DECLARE @since DATETIME2(6) = queuebox._utc(?); DECLARE @until DATETIME2(6) = queuebox._utc(?);",
+		"queuebox.requeue_outbox_matching @p, @since, @until", "requeued"),
+	.nparams = 3},
+	[QB_Q_REPLAY_INBOX_BULK] = {.sql = NULL, .nparams = 4},
+	[QB_Q_REQUEUE_INBOX_BULK] = {.sql = QBOQ_COUNT(
+		"DECLARE @s NVARCHAR(200) = ?;"
+		" DECLARE @since DATETIME2(6) = queuebox._utc(?); DECLARE @until DATETIME2(6) = queuebox._utc(?);",
+		"queuebox.requeue_inbox_matching @s, @since, @until", "requeued"),
+	.nparams = 3},
+	[QB_Q_RESUME_DESTINATION] = {.sql =
+		"DECLARE @n NVARCHAR(200) = ?; DECLARE @r TABLE (r BIT);"
+		" INSERT @r EXEC queuebox.resume_destination @n;"
+		" SELECT N'{\"known\":' + CASE WHEN EXISTS (SELECT 1 FROM queuebox.config_destination"
+		"                                           WHERE name = @n) THEN N'true' ELSE N'false' END"
+		"        + N',\"resumed\":' + CASE WHEN (SELECT r FROM @r) = 1 THEN N'true' ELSE N'false' END + N'}'",
+	.nparams = 1},
+};
+
+/* qb_odbc_query_text: see odbc_store.h. */
+const char *
+qb_odbc_query_text(QbQuery q, int *nparams)
+{
+	if ((int) q < 0 || q >= QB_NQUERIES)
+	{
+		*nparams = 0;
+		return NULL;
+	}
+	*nparams = qbo_queries[q].nparams;
+	return qbo_queries[q].sql;
+}

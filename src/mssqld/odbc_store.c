@@ -1,0 +1,860 @@
+/*-------------------------------------------------------------------------
+ * odbc_store.c
+ *	  The ODBC store: the core's QbStore over one SQL Server connection.
+ *
+ * Wording (odbc_store.h has the rest):
+ *	- An op is one transaction: qbos_txn connects when needed, runs the op's
+ *	  body (procedure calls of sql/sqlserver/engine.sql, each an
+ *	  "EXEC queuebox.<procedure> ?, ..." with bound parameters), commits.
+ *	  A body that failed is rolled back; one whose error is a deadlock
+ *	  victim, a lock timeout or (the inbox insert) a duplicate that a
+ *	  concurrent insert slipped in is run again, up to QBOS_TRIES times.
+ *	- A lost connection is dropped; the next op connects again, after a
+ *	  backoff (250 ms doubling to 10 s) while connects fail: until it ends
+ *	  every op fails at once, "database unreachable, next try in N ms".
+ *	- A COMMIT whose answer was lost has an unknown outcome: the op fails
+ *	  saying so and is not run again (claimed rows come back through their
+ *	  lease; settles and forwards are fenced by their claim token).
+ *
+ * Transaction rules: as qb_store.h, one short transaction per op.  SQL
+ * Server commits durably; there is no asynchronous commit to choose.
+ *
+ * Threads: one store, one connection, one thread at a time.
+ *-------------------------------------------------------------------------
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "odbc_store.h"
+#include "qb_host.h"
+#include "qb_relay.h"
+
+#define QBOS_TRIES				3
+#define QBOS_BACKOFF_FIRST_MS	250
+#define QBOS_BACKOFF_MAX_MS		10000
+
+struct QbOdbcStore
+{
+	char	   *url;
+	char	   *application_name;
+	long		connect_timeout_ms;
+	long		statement_timeout_ms;
+	QbOdbcConn *conn;
+	long		backoff_ms;
+	long		retry_at_ms;
+	char		last_error[QB_ERRLEN];
+	const QbConfig *cfg;
+};
+
+/* ---- connections and transactions ------------------------------------------------ */
+
+static void
+qbos_drop(QbOdbcStore *s)
+{
+	qb_odbc_close(s->conn);
+	s->conn = NULL;
+}
+
+/* qbos_ensure: a connection, or -1 (at once while the backoff runs). */
+static int
+qbos_ensure(QbOdbcStore *s, char *err, size_t errlen)
+{
+	long		now;
+
+	if (s->conn != NULL && !qb_odbc_lost(s->conn))
+		return 0;
+	qbos_drop(s);
+	now = qb_now_ms();
+	if (now < s->retry_at_ms)
+	{
+		snprintf(err, errlen, "database unreachable, next try in %ld ms: %s",
+				 s->retry_at_ms - now, s->last_error);
+		return -1;
+	}
+	s->conn = qb_odbc_connect(s->url, s->application_name, s->connect_timeout_ms, err, errlen);
+	if (s->conn != NULL)
+	{
+		s->backoff_ms = 0;
+		s->retry_at_ms = 0;
+		s->last_error[0] = '\0';
+		return 0;
+	}
+	s->backoff_ms = s->backoff_ms == 0 ? QBOS_BACKOFF_FIRST_MS :
+		(s->backoff_ms * 2 > QBOS_BACKOFF_MAX_MS ? QBOS_BACKOFF_MAX_MS : s->backoff_ms * 2);
+	s->retry_at_ms = qb_now_ms() + s->backoff_ms;
+	snprintf(s->last_error, sizeof(s->last_error), "%s", err);
+	return -1;
+}
+
+/*
+ * A body runs the op's statements on s->conn; on failure it returns -1 and
+ * leaves the failing statement's class in *cls (QBO_FAILED for its own).
+ */
+typedef int (*QbosBody) (QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t errlen);
+
+/* qbos_txn: see the banner.  Returns 0, or -1 with *cls the last failure's class. */
+static int
+qbos_txn(QbOdbcStore *s, const char *what, QbosBody body, void *arg, bool retry_duplicate,
+		 QbOdbcClass *cls, char *err, size_t errlen)
+{
+	char		buf[QB_ERRLEN];
+
+	for (int attempt = 1;; attempt++)
+	{
+		QbOdbcClass k = QBO_FAILED;
+
+		if (qbos_ensure(s, err, errlen) != 0)
+		{
+			*cls = QBO_LOST;
+			return -1;
+		}
+		if (body(s, arg, &k, err, errlen) == 0)
+		{
+			if (qb_odbc_end(s->conn, true, buf, sizeof(buf)) == 0)
+				return 0;
+			snprintf(err, errlen, "%s: the commit's outcome is unknown (%s); rows it claimed come back when their lease ends",
+					 what, buf);
+			qbos_drop(s);
+			*cls = QBO_LOST;
+			return -1;
+		}
+		*cls = k;
+		if (!qb_odbc_lost(s->conn) && qb_odbc_end(s->conn, false, buf, sizeof(buf)) != 0)
+			qbos_drop(s);
+		if (k == QBO_LOST)
+			qbos_drop(s);
+		if (attempt < QBOS_TRIES && (k == QBO_RETRY || (retry_duplicate && k == QBO_DUPLICATE)))
+			continue;
+		return -1;
+	}
+}
+
+static long
+qbos_timeout(const QbOdbcStore *s, long op_ms)
+{
+	return op_ms > 0 ? op_ms : s->statement_timeout_ms;
+}
+
+#define QBOS_TEXT(v)	((QbOdbcParam) {.type = QBO_T_TEXT, .text = (v)})
+#define QBOS_INT(v)		((QbOdbcParam) {.type = QBO_T_INT, .num = (v)})
+#define QBOS_UUID(v)	((QbOdbcParam) {.type = QBO_T_UUID, .text = (v)})
+
+static long long
+qbos_num(const char *v)
+{
+	return v ? strtoll(v, NULL, 10) : 0;
+}
+
+static bool
+qbos_bool(const char *v)
+{
+	return v != NULL && (strcmp(v, "1") == 0 || strcmp(v, "true") == 0);
+}
+
+/* qbos_take: the value, moved out of the row (the reader frees what is left). */
+static char *
+qbos_take(char **values, int i)
+{
+	char	   *v = values[i];
+
+	values[i] = NULL;
+	return v;
+}
+
+/* ---- the cycle ---------------------------------------------------------------------- */
+
+typedef struct QbosCycle
+{
+	const QbCycleCall *call;
+	char	   *tallies;
+	char	   *settles;
+	char	   *claim;
+} QbosCycle;
+
+static bool
+qbos_grow(void **arr, int n, size_t size)
+{
+	void	   *na = realloc(*arr, size * (n + 1));
+
+	if (na == NULL)
+		return false;
+	*arr = na;
+	return true;
+}
+
+/* the four result sets of queuebox._outbox_cycle into the QbCycleOut */
+static int
+qbos_cycle_row(void *arg, int set, int ncols, char **v)
+{
+	QbCycleOut *out = arg;
+
+	if (set == 0 && ncols >= 4)
+	{
+		QbDestChange *c;
+
+		if (!qbos_grow((void **) &out->changes, out->nchanges, sizeof(QbDestChange)))
+			return -1;
+		c = &out->changes[out->nchanges++];
+		c->destination = qbos_take(v, 0);
+		c->old_state = qb_circuit_parse(v[1] ? v[1] : "closed");
+		c->new_state = qb_circuit_parse(v[2] ? v[2] : "closed");
+		c->paused = qbos_bool(v[3]);
+	}
+	else if (set == 1 && ncols >= 1)
+		out->nsettled = (int) qbos_num(v[0]);
+	else if (set == 2 && ncols >= 5)
+	{
+		QbDestState *st;
+
+		if (!qbos_grow((void **) &out->states, out->nstates, sizeof(QbDestState)))
+			return -1;
+		st = &out->states[out->nstates++];
+		st->destination = qbos_take(v, 0);
+		st->state = qb_circuit_parse(v[1] ? v[1] : "closed");
+		st->failures = (int) qbos_num(v[2]);
+		st->paused = qbos_bool(v[3]);
+		st->probe = qbos_bool(v[4]);
+	}
+	else if (set == 3 && ncols >= 14)
+	{
+		QbOutboxRow *r;
+
+		if (!qbos_grow((void **) &out->rows, out->nrows, sizeof(QbOutboxRow)))
+			return -1;
+		r = &out->rows[out->nrows++];
+		memset(r, 0, sizeof(*r));
+		r->id = qbos_num(v[0]);
+		/* SQL Server prints UUIDs in capitals; the other stores in small letters */
+		for (int i = 0; v[1] && v[1][i] && i < QB_UUID_LEN; i++)
+			r->message_id[i] = (char) tolower((unsigned char) v[1][i]);
+		r->topic = qbos_take(v, 2);
+		r->key = qbos_take(v, 3);
+		r->payload = qbos_take(v, 4);
+		r->payload_len = r->payload ? strlen(r->payload) : 0;
+		r->headers = qbos_take(v, 5);
+		r->attempt = (int) qbos_num(v[6]);
+		r->max_attempts = (int) qbos_num(v[7]);
+		r->created_epoch = v[8] ? strtod(v[8], NULL) : 0;
+		r->claimed = qbos_bool(v[9]);
+		r->destination = qbos_take(v, 10);
+		r->in_intake = qbos_bool(v[11]);
+		r->not_due = qbos_bool(v[12]);
+		r->probe = qbos_bool(v[13]);
+		if (r->topic == NULL || r->payload == NULL || r->headers == NULL)
+			return -1;
+	}
+	return 0;
+}
+
+static int
+qbos_cycle_body(QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t errlen)
+{
+	QbosCycle  *c = arg;
+	QbOdbcParam p[3] = {QBOS_TEXT(c->tallies), QBOS_TEXT(c->settles), QBOS_TEXT(c->claim)};
+
+	/* a second run starts from nothing */
+	qb_cycle_out_free(c->call->out);
+	memset(c->call->out, 0, sizeof(*c->call->out));
+	return qb_odbc_exec(s->conn, "EXEC queuebox._outbox_cycle ?, ?, ?", p, 3,
+						s->statement_timeout_ms, qbos_cycle_row, c->call->out, cls, err, errlen);
+}
+
+static int
+qbos_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
+				  const QbSettle *settles, int nsettles, const QbClaimReq *claim,
+				  QbCycleOut *out, char *err, size_t errlen)
+{
+	QbCycleCall call = {.tallies = tallies, .ntallies = ntallies, .settles = settles,
+		.nsettles = nsettles, .claim = claim, .out = out};
+	QbosCycle	c = {.call = &call};
+	QbOdbcClass cls;
+	bool		oom = false;
+	int			rc = -1;
+
+	memset(out, 0, sizeof(*out));
+	c.tallies = qb_odbc_json_tallies(tallies, ntallies, &oom);
+	c.settles = qb_odbc_json_settles(settles, nsettles, &oom);
+	c.claim = qb_odbc_json_claim(claim, &oom);
+	if (oom)
+		snprintf(err, errlen, "settle and claim: out of memory");
+	else
+		rc = qbos_txn(ctx, claim ? "settle and claim" : "settle", qbos_cycle_body, &c, false,
+					  &cls, err, errlen);
+	if (rc != 0)
+		qb_cycle_out_free(out);
+	free(c.tallies);
+	free(c.settles);
+	free(c.claim);
+	return rc;
+}
+
+/* ---- the ops that count rows ---------------------------------------------------------- */
+
+typedef struct QbosCount
+{
+	const char *sql;
+	QbOdbcParam p[2];
+	int			np;
+	long long	n;
+} QbosCount;
+
+static int
+qbos_count_row(void *arg, int set, int ncols, char **v)
+{
+	QbosCount  *c = arg;
+
+	if (set == 0 && ncols >= 1)
+		c->n = qbos_num(v[0]);
+	return 0;
+}
+
+static int
+qbos_count_body(QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t errlen)
+{
+	QbosCount  *c = arg;
+
+	c->n = 0;
+	return qb_odbc_exec(s->conn, c->sql, c->p, c->np, s->statement_timeout_ms, qbos_count_row, c,
+						cls, err, errlen);
+}
+
+static int
+qbos_count(QbOdbcStore *s, QbosCount *c, const char *what, int *n, char *err, size_t errlen)
+{
+	QbOdbcClass cls;
+	int			rc = qbos_txn(s, what, qbos_count_body, c, false, &cls, err, errlen);
+
+	*n = rc == 0 ? (int) c->n : 0;
+	return rc;
+}
+
+static int
+qbos_outbox_unpark(void *ctx, const char *const *dests, int n, int limit, int *nmoved,
+				   char *err, size_t errlen)
+{
+	bool		oom = false;
+	char	   *names = qb_odbc_json_names(dests, n, &oom);
+	QbosCount	c = {.sql = "EXEC queuebox._outbox_unpark ?, ?",
+	.p = {QBOS_TEXT(names), QBOS_INT(limit)}, .np = 2};
+	int			rc;
+
+	if (names == NULL)
+	{
+		*nmoved = 0;
+		snprintf(err, errlen, "unpark: out of memory");
+		return -1;
+	}
+	rc = qbos_count(ctx, &c, "unpark", nmoved, err, errlen);
+	free(names);
+	return rc;
+}
+
+static int
+qbos_outbox_unroute(void *ctx, const char *const *dests, int n, int *nmoved,
+					char *err, size_t errlen)
+{
+	bool		oom = false;
+	char	   *names = qb_odbc_json_names(dests, n, &oom);
+	QbosCount	c = {.sql = "EXEC queuebox._outbox_unroute ?", .p = {QBOS_TEXT(names)}, .np = 1};
+	int			rc;
+
+	if (names == NULL)
+	{
+		*nmoved = 0;
+		snprintf(err, errlen, "unroute: out of memory");
+		return -1;
+	}
+	rc = qbos_count(ctx, &c, "unroute", nmoved, err, errlen);
+	free(names);
+	return rc;
+}
+
+static int
+qbos_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
+{
+	QbosCount	c = {.sql = "EXEC queuebox._outbox_reclaim ?", .p = {QBOS_INT(limit)}, .np = 1};
+
+	return qbos_count(ctx, &c, "reclaim", n, err, errlen);
+}
+
+static int
+qbos_outbox_retention(void *ctx, long retention_sec, int limit, int *n, char *err, size_t errlen)
+{
+	QbosCount	c = {.sql = "EXEC queuebox._outbox_retention ?, ?",
+	.p = {QBOS_INT(retention_sec), QBOS_INT(limit)}, .np = 2};
+
+	return qbos_count(ctx, &c, "retention", n, err, errlen);
+}
+
+/* ---- the relay ---------------------------------------------------------------------- */
+
+typedef struct QbosRelayClaim
+{
+	int			batch;
+	long		lease_ms;
+	const char *token;
+	QbRelayRow *rows;
+	int			n;
+} QbosRelayClaim;
+
+static int
+qbos_relay_row(void *arg, int set, int ncols, char **v)
+{
+	QbosRelayClaim *c = arg;
+	QbRelayRow *r;
+
+	if (set != 0 || ncols < 3)
+		return 0;
+	if (!qbos_grow((void **) &c->rows, c->n, sizeof(QbRelayRow)))
+		return -1;
+	r = &c->rows[c->n++];
+	r->id = qbos_num(v[0]);
+	r->source = qbos_take(v, 1);
+	r->event_type = qbos_take(v, 2);
+	return r->source == NULL ? -1 : 0;
+}
+
+static int
+qbos_relay_claim_body(QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t errlen)
+{
+	QbosRelayClaim *c = arg;
+	QbOdbcParam p[3] = {QBOS_INT(c->batch), QBOS_INT(c->lease_ms), QBOS_UUID(c->token)};
+
+	qb_relay_rows_free(c->rows, c->n);
+	c->rows = NULL;
+	c->n = 0;
+	return qb_odbc_exec(s->conn, "EXEC queuebox._relay_claim ?, ?, ?", p, 3,
+						s->statement_timeout_ms, qbos_relay_row, c, cls, err, errlen);
+}
+
+static int
+qbos_relay_claim(void *ctx, int batch_size, long lease_ms, const char *token,
+				 QbRelayRow **rows, int *nrows, char *err, size_t errlen)
+{
+	QbosRelayClaim c = {.batch = batch_size, .lease_ms = lease_ms, .token = token};
+	QbOdbcClass cls;
+	int			rc = qbos_txn(ctx, "relay claim", qbos_relay_claim_body, &c, false, &cls, err, errlen);
+
+	if (rc != 0)
+	{
+		qb_relay_rows_free(c.rows, c.n);
+		c.rows = NULL;
+		c.n = 0;
+	}
+	*rows = c.rows;
+	*nrows = c.n;
+	return rc;
+}
+
+typedef struct QbosForward
+{
+	const char *token;
+	char	   *rows;
+	int			max_attempts;
+	int			nsettled;
+	int			ninserted;
+} QbosForward;
+
+static int
+qbos_forward_row(void *arg, int set, int ncols, char **v)
+{
+	QbosForward *f = arg;
+
+	if (set == 0 && ncols >= 2)
+	{
+		f->nsettled = (int) qbos_num(v[0]);
+		f->ninserted = (int) qbos_num(v[1]);
+	}
+	return 0;
+}
+
+static int
+qbos_forward_body(QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t errlen)
+{
+	QbosForward *f = arg;
+	QbOdbcParam p[3] = {QBOS_UUID(f->token), QBOS_TEXT(f->rows),
+	f->max_attempts > 0 ? QBOS_INT(f->max_attempts) : QBOS_TEXT(NULL)};
+
+	f->nsettled = f->ninserted = 0;
+	return qb_odbc_exec(s->conn, "EXEC queuebox._relay_forward ?, ?, ?", p, 3,
+						s->statement_timeout_ms, qbos_forward_row, f, cls, err, errlen);
+}
+
+static int
+qbos_relay_forward(void *ctx, const char *token, const int64_t *ids,
+				   const char *const *topics, int n, int max_attempts,
+				   int *nsettled, int *ninserted, char *err, size_t errlen)
+{
+	bool		oom = false;
+	QbosForward f = {.token = token, .max_attempts = max_attempts};
+	QbOdbcClass cls;
+	int			rc = -1;
+
+	*nsettled = *ninserted = 0;
+	if (n == 0)
+		return 0;
+	if ((f.rows = qb_odbc_json_topics(ids, topics, n, &oom)) == NULL)
+	{
+		snprintf(err, errlen, "relay forward: out of memory");
+		return -1;
+	}
+	rc = qbos_txn(ctx, "relay forward", qbos_forward_body, &f, false, &cls, err, errlen);
+	if (rc == 0)
+	{
+		*nsettled = f.nsettled;
+		*ninserted = f.ninserted;
+	}
+	free(f.rows);
+	return rc;
+}
+
+/* ---- the inbox insert --------------------------------------------------------------- */
+
+typedef struct QbosInsert
+{
+	const QbInboxRow *rows;
+	int			n;
+	int64_t    *ids;
+	char	   *json;
+	long		timeout_ms;
+} QbosInsert;
+
+static int
+qbos_insert_row(void *arg, int set, int ncols, char **v)
+{
+	QbosInsert *a = arg;
+
+	/* match each stored row to the first request of its key */
+	if (set == 0 && ncols >= 3 && v[1] != NULL && v[2] != NULL)
+		(void) qb_inbox_match(a->rows, a->n, a->ids, qbos_num(v[0]), v[1], v[2]);
+	return 0;
+}
+
+static int
+qbos_insert_body(QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t errlen)
+{
+	QbosInsert *a = arg;
+	QbOdbcParam p[1] = {QBOS_TEXT(a->json)};
+
+	memset(a->ids, 0, sizeof(int64_t) * a->n);
+	return qb_odbc_exec(s->conn, "EXEC queuebox._inbox_insert ?", p, 1, qbos_timeout(s, a->timeout_ms),
+						qbos_insert_row, a, cls, err, errlen);
+}
+
+static int
+qbos_inbox_insert(void *ctx, const QbInboxRow *rows, int n, long timeout_ms,
+				  int64_t *ids, char *err, size_t errlen)
+{
+	bool		oom = false;
+	QbosInsert	a = {.rows = rows, .n = n, .ids = ids, .timeout_ms = timeout_ms};
+	QbOdbcClass cls;
+	int			rc;
+
+	memset(ids, 0, sizeof(int64_t) * n);
+	if (n == 0)
+		return 0;
+	if ((a.json = qb_odbc_json_inbox_rows(rows, n, &oom)) == NULL)
+	{
+		snprintf(err, errlen, "storing received messages: out of memory");
+		return -1;
+	}
+	/* a duplicate is a concurrent insert of the same key: the next run skips it */
+	rc = qbos_txn(ctx, "storing received messages", qbos_insert_body, &a, true, &cls, err, errlen);
+	if (rc != 0)
+		memset(ids, 0, sizeof(int64_t) * n);
+	free(a.json);
+	return rc;
+}
+
+/* ---- query_text --------------------------------------------------------------------- */
+
+typedef struct QbosQuery
+{
+	QbQuery		query;
+	const char *const *params;
+	long		timeout_ms;
+	char	  **out;
+	/* the replay's select */
+	int64_t    *ids;
+	char	  **sources;
+	char	  **types;
+	int			n;
+	long long	replayed;
+	long long	first_id;
+	bool		first_null;
+} QbosQuery;
+
+static int
+qbos_text_row(void *arg, int set, int ncols, char **v)
+{
+	QbosQuery  *q = arg;
+
+	if (set == 0 && ncols >= 1 && *q->out == NULL)
+		*q->out = qbos_take(v, 0);
+	return 0;
+}
+
+static int
+qbos_select_row(void *arg, int set, int ncols, char **v)
+{
+	QbosQuery  *q = arg;
+
+	if (set != 0 || ncols < 3)
+		return 0;
+	if (!qbos_grow((void **) &q->ids, q->n, sizeof(int64_t)) ||
+		!qbos_grow((void **) &q->sources, q->n, sizeof(char *)) ||
+		!qbos_grow((void **) &q->types, q->n, sizeof(char *)))
+		return -1;
+	q->ids[q->n] = qbos_num(v[0]);
+	q->sources[q->n] = qbos_take(v, 1);
+	q->types[q->n] = qbos_take(v, 2);
+	q->n++;
+	return 0;
+}
+
+static int
+qbos_replayed_row(void *arg, int set, int ncols, char **v)
+{
+	QbosQuery  *q = arg;
+
+	if (set == 0 && ncols >= 2)
+	{
+		q->replayed = qbos_num(v[0]);
+		q->first_null = v[1] == NULL;
+		q->first_id = qbos_num(v[1]);
+	}
+	return 0;
+}
+
+static void
+qbos_select_free(QbosQuery *q)
+{
+	for (int i = 0; i < q->n; i++)
+	{
+		free(q->sources[i]);
+		free(q->types[i]);
+	}
+	free(q->ids);
+	free(q->sources);
+	free(q->types);
+	q->ids = NULL;
+	q->sources = q->types = NULL;
+	q->n = 0;
+}
+
+/*
+ * qbos_replay: QB_Q_REPLAY_INBOX and QB_Q_REPLAY_INBOX_BULK, as the libpq
+ * store does them: the rows, their topics rendered from the configuration
+ * in force (qb_replay_render), the insert (queuebox._inbox_replay).
+ */
+static int
+qbos_replay(QbOdbcStore *s, QbosQuery *q, QbOdbcClass *cls, char *err, size_t errlen)
+{
+	bool		single = q->query == QB_Q_REPLAY_INBOX;
+	QbOdbcParam sel[5];
+	QbReplay	r = {.skipped = -1};
+	char	   *rows = NULL;
+	char		buf[96];
+	bool		oom = false;
+	int			rc = -1;
+
+	*cls = QBO_FAILED;
+	qbos_select_free(q);
+	if (s->cfg == NULL)
+	{
+		snprintf(err, errlen,
+				 "no queuebox configuration is in force: a replayed inbox row takes its topic from its source's template");
+		return -1;
+	}
+	if (single && q->params[0] == NULL)
+		return (*q->out = strdup("{\"id\":null}")) ? 0 : -1;
+	sel[0] = QBOS_TEXT(single ? q->params[0] : NULL);
+	for (int i = 0; i < 4; i++)
+		sel[i + 1] = QBOS_TEXT(single ? NULL : q->params[i]);
+	if (qb_odbc_exec(s->conn,
+					 "DECLARE @id BIGINT = CONVERT(BIGINT, ?); DECLARE @st NVARCHAR(50) = ?;"
+					 " DECLARE @src NVARCHAR(200) = ?; DECLARE @since DATETIME2(6) = queuebox._utc(?);"
+					 " DECLARE @until DATETIME2(6) = queuebox._utc(?);"
+					 " SELECT i.id, i.source, i.event_type FROM queuebox.inbox i"
+					 " WHERE (@id IS NULL OR i.id = @id) AND (@st IS NULL OR i.state = @st)"
+					 "   AND (@src IS NULL OR i.source = @src)"
+					 "   AND (@since IS NULL OR i.created_at >= @since)"
+					 "   AND (@until IS NULL OR i.created_at < @until)"
+					 " ORDER BY i.created_at, i.id",
+					 sel, 5, q->timeout_ms, qbos_select_row, q, cls, err, errlen) != 0)
+		return -1;
+	if (!qb_replay_render(s->cfg, q->ids, (const char *const *) q->sources,
+						  (const char *const *) q->types, q->n, &r))
+	{
+		snprintf(err, errlen, "the replay: out of memory");
+		return -1;
+	}
+	if (single && r.nrows == 0)
+	{
+		snprintf(err, errlen, QB_REPLAY_MISSING_FMT, strtoll(q->params[0], NULL, 10));
+		*cls = QBO_NOT_FOUND;
+		goto done;
+	}
+	if (single && r.nskipped > 0)
+	{
+		char		detail[300];
+
+		snprintf(detail, sizeof(detail), QB_REPLAY_EMPTY_DETAIL_FMT, q->sources[r.skipped]);
+		snprintf(err, errlen, QB_REPLAY_EMPTY_FMT ": %s %s", (long long) q->ids[r.skipped],
+				 detail, QB_REPLAY_EMPTY_HINT);
+		*cls = QBO_BAD_INPUT;
+		goto done;
+	}
+	q->replayed = 0;
+	q->first_null = true;
+	if (r.n > 0)
+	{
+		QbOdbcParam ins[2];
+
+		if ((rows = qb_odbc_json_topics(r.ids, (const char *const *) r.topics, r.n, &oom)) == NULL)
+		{
+			snprintf(err, errlen, "the replay: out of memory");
+			goto done;
+		}
+		ins[0] = QBOS_TEXT(rows);
+		ins[1] = QBOS_INT(qb_config_relay_max_attempts(s->cfg));
+		if (qb_odbc_exec(s->conn, "EXEC queuebox._inbox_replay ?, ?", ins, 2, q->timeout_ms,
+						 qbos_replayed_row, q, cls, err, errlen) != 0)
+			goto done;
+	}
+	if (single && q->first_null)
+		snprintf(buf, sizeof(buf), "{\"id\":null}");
+	else if (single)
+		snprintf(buf, sizeof(buf), "{\"id\":%lld}", q->first_id);
+	else
+		snprintf(buf, sizeof(buf), "{\"replayed\":%lld}", q->replayed);
+	if ((*q->out = strdup(buf)) == NULL)
+	{
+		snprintf(err, errlen, "the replay: out of memory");
+		goto done;
+	}
+	rc = 0;
+done:
+	free(rows);
+	qb_replay_free(&r);
+	return rc;
+}
+
+static int
+qbos_query_body(QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t errlen)
+{
+	QbosQuery  *q = arg;
+	QbOdbcParam p[4];
+	int			np;
+	const char *sql = qb_odbc_query_text(q->query, &np);
+
+	free(*q->out);
+	*q->out = NULL;
+	if (q->query == QB_Q_REPLAY_INBOX || q->query == QB_Q_REPLAY_INBOX_BULK)
+		return qbos_replay(s, q, cls, err, errlen);
+	if (sql == NULL || np > 4)
+	{
+		*cls = QBO_FAILED;
+		snprintf(err, errlen, "query %d has no SQL Server text", (int) q->query);
+		return -1;
+	}
+	for (int i = 0; i < np; i++)
+		p[i] = QBOS_TEXT(q->params[i]);
+	return qb_odbc_exec(s->conn, sql, p, np, q->timeout_ms, qbos_text_row, q, cls, err, errlen);
+}
+
+static int
+qbos_query_text(void *ctx, QbQuery query, const char *const *params, long timeout_ms,
+				char **out, char *err, size_t errlen)
+{
+	QbOdbcStore *s = ctx;
+	QbosQuery	q = {.query = query, .params = params, .out = out,
+	.timeout_ms = qbos_timeout(s, timeout_ms)};
+	QbOdbcClass cls = QBO_FAILED;
+	int			rc;
+
+	*out = NULL;
+	rc = qbos_txn(s, "query", qbos_query_body, &q, false, &cls, err, errlen);
+	qbos_select_free(&q);
+	if (rc == 0)
+		return 0;
+	free(*out);
+	*out = NULL;
+	return cls == QBO_BAD_INPUT ? QB_QUERY_BAD_INPUT : cls == QBO_NOT_FOUND ? QB_QUERY_NOT_FOUND : -1;
+}
+
+/* The daemon reads its document from a file: this op is replaced. */
+static int
+qbos_config_load(void *ctx, char **text, char *err, size_t errlen)
+{
+	*text = NULL;
+	return 0;
+}
+
+/* ---- the API -------------------------------------------------------------------------- */
+
+QbOdbcStore *
+qb_odbc_store_new(const QbOdbcConf *conf, char *err, size_t errlen)
+{
+	QbOdbcStore *s;
+	QbOdbcUrl	u;
+
+	/* a URL that cannot connect is refused now, not at every op */
+	if (qb_odbc_url_parse(conf->url, &u, err, errlen) != 0)
+		return NULL;
+	qb_odbc_url_free(&u);
+	if ((s = calloc(1, sizeof(QbOdbcStore))) == NULL ||
+		(s->url = strdup(conf->url)) == NULL ||
+		(s->application_name = strdup(conf->application_name ? conf->application_name : "queuebox")) == NULL)
+	{
+		qb_odbc_store_free(s);
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	s->connect_timeout_ms = conf->connect_timeout_ms;
+	s->statement_timeout_ms = conf->statement_timeout_ms;
+	return s;
+}
+
+void
+qb_odbc_store_ops(QbOdbcStore *s, QbStore *store)
+{
+	*store = (QbStore) {
+		.ctx = s,
+		.config_load = qbos_config_load,
+		.outbox_cycle = qbos_outbox_cycle,
+		.outbox_unpark = qbos_outbox_unpark,
+		.outbox_unroute = qbos_outbox_unroute,
+		.outbox_reclaim = qbos_outbox_reclaim,
+		.outbox_retention = qbos_outbox_retention,
+		.inbox_insert = qbos_inbox_insert,
+		.query_text = qbos_query_text,
+		.relay_claim = qbos_relay_claim,
+		.relay_forward = qbos_relay_forward,
+	};
+}
+
+int
+qb_odbc_store_connect(QbOdbcStore *s, char *err, size_t errlen)
+{
+	return qbos_ensure(s, err, errlen);
+}
+
+void
+qb_odbc_store_set_config(QbOdbcStore *s, const QbConfig *cfg)
+{
+	s->cfg = cfg;
+}
+
+void
+qb_odbc_store_free(QbOdbcStore *s)
+{
+	if (s == NULL)
+		return;
+	qbos_drop(s);
+	free(s->url);
+	free(s->application_name);
+	free(s);
+}

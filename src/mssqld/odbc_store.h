@@ -1,0 +1,181 @@
+/*-------------------------------------------------------------------------
+ * odbc_store.h
+ *	  The ODBC store: the core's QbStore over one ODBC connection to SQL
+ *	  Server (FreeTDS's driver under unixODBC), for queuebox-mssqld with a
+ *	  sqlserver:// URL; and the pieces of it that need no server (the
+ *	  connection string, the error classes, the JSON parameters), which the
+ *	  unit tests call directly.
+ *
+ * Wording:
+ *	- A procedure is one of sql/sqlserver/engine.sql's; an op is one
+ *	  QbStore call: one transaction (autocommit off, SQLEndTran) holding
+ *	  the procedure calls the op needs, as the libpq store holds its
+ *	  statements.  Arrays go to a procedure as one JSON array in a bound
+ *	  NVARCHAR(MAX) parameter; every value is bound (SQLBindParameter),
+ *	  never spliced into SQL text.
+ *	- An error's class (QbOdbcClass) comes from its SQLSTATE and native
+ *	  error number: a deadlock victim or a lock timeout is run again (the
+ *	  whole op, up to QBO_RETRIES times: every step is fenced by a token,
+ *	  so a second run changes nothing the first did); a lost connection is
+ *	  closed and made again with a backoff (250 ms doubling to 10 s), the
+ *	  rows in flight coming back through their lease.
+ *
+ * One store is one connection, used by one engine thread.
+ *-------------------------------------------------------------------------
+ */
+#ifndef ODBC_STORE_H
+#define ODBC_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qb_config.h"
+#include "qb_store.h"
+
+/* ---- the connection string --------------------------------------------- */
+
+/*
+ * What a sqlserver:// URL says: sqlserver://user:password@host[:port]/database
+ * [?encrypt=true|false|request&odbcDriver=...].  User and password are
+ * percent-decoded.  encrypt: true (the default) requires TLS, request
+ * uses it when the server offers it, false never.
+ */
+typedef struct QbOdbcUrl
+{
+	char	   *user;
+	char	   *password;
+	char	   *host;
+	int			port;			/* 1433 when the URL has none */
+	char	   *database;
+	const char *encryption;		/* FreeTDS's word: "require", "request", "off" */
+	char	   *driver;			/* odbcDriver, or NULL: the default */
+} QbOdbcUrl;
+
+/* parse url; -1 with err naming the part or the key that is wrong (no secret in it) */
+extern int	qb_odbc_url_parse(const char *url, QbOdbcUrl *u, char *err, size_t errlen);
+extern void qb_odbc_url_free(QbOdbcUrl *u);
+
+/*
+ * A connection string value: as it is when it holds none of ;{}= and no
+ * space at either end, else in braces with each } doubled.
+ */
+extern size_t qb_odbc_quote(const char *value, char *out, size_t outlen);
+
+/*
+ * The DSN-less connection string for u: DRIVER (u->driver, else
+ * default_driver), SERVER, PORT, DATABASE, UID, PWD, TDS_Version=7.4,
+ * ClientCharset=UTF-8, Encryption, APP (application_name).  malloc'd; it
+ * holds the password: never log it.  NULL when out of memory.
+ */
+extern char *qb_odbc_conn_string(const QbOdbcUrl *u, const char *default_driver,
+								 const char *application_name);
+
+/* The FreeTDS driver library where Debian and others put it, or "{FreeTDS}" (a registered name). */
+extern const char *qb_odbc_default_driver(void);
+
+/* ---- errors ------------------------------------------------------------ */
+
+typedef enum QbOdbcClass
+{
+	QBO_FAILED,					/* anything else: the op fails, the connection stays */
+	QBO_RETRY,					/* deadlock victim (1205), lock timeout (1222): run the op again */
+	QBO_DUPLICATE,				/* a unique index (2601, 2627) */
+	QBO_PULL_BUSY,				/* the pull claim's application lock (51000): temporary */
+	QBO_BAD_INPUT,				/* the caller's value: 50022, conversions, CHECK, truncation */
+	QBO_NOT_FOUND,				/* 50002: the row an operation names does not exist */
+	QBO_TIMEOUT,				/* the statement ran out of time (HYT00) */
+	QBO_LOST					/* the connection is gone (class 08, HYT01): reconnect */
+} QbOdbcClass;
+
+/* the class of one diagnostic record */
+extern QbOdbcClass qb_odbc_classify(const char *sqlstate, long native);
+extern const char *qb_odbc_class_name(QbOdbcClass c);
+
+/* ---- the JSON parameters of sql/sqlserver/engine.sql --------------------- */
+/* Each returns malloc'd compact JSON text, or NULL when n is 0 or out of memory (*oom). */
+extern char *qb_odbc_json_tallies(const QbDestTally *t, int n, bool *oom);
+extern char *qb_odbc_json_settles(const QbSettle *s, int n, bool *oom);
+extern char *qb_odbc_json_claim(const QbClaimReq *c, bool *oom);
+extern char *qb_odbc_json_inbox_rows(const QbInboxRow *rows, int n, bool *oom);
+extern char *qb_odbc_json_names(const char *const *names, int n, bool *oom);
+extern char *qb_odbc_json_topics(const int64_t *ids, const char *const *topics, int n, bool *oom);
+
+/* ---- parameters -------------------------------------------------------- */
+
+typedef enum QbOdbcType
+{
+	QBO_T_TEXT,					/* NVARCHAR (NVARCHAR(MAX) past 4000 characters) */
+	QBO_T_INT,					/* BIGINT */
+	QBO_T_UUID					/* UNIQUEIDENTIFIER */
+} QbOdbcType;
+
+/* One bound parameter: text, or a number for QBO_T_INT. */
+typedef struct QbOdbcParam
+{
+	QbOdbcType	type;
+	const char *text;			/* NULL: SQL NULL (TEXT, UUID) */
+	long long	num;
+} QbOdbcParam;
+
+/* How a parameter is bound: SQLBindParameter's C type, SQL type and column size. */
+typedef struct QbOdbcBinding
+{
+	short		c_type;
+	short		sql_type;
+	unsigned long column_size;
+} QbOdbcBinding;
+
+extern QbOdbcBinding qb_odbc_binding(const QbOdbcParam *p);
+
+/* ---- the statements ------------------------------------------------------ */
+
+/* The T-SQL text of a QbQuery and the text parameters it takes (NULL: none). */
+extern const char *qb_odbc_query_text(QbQuery q, int *nparams);
+
+/* ---- the store ------------------------------------------------------------ */
+
+typedef struct QbOdbcConf
+{
+	const char *url;			/* sqlserver://... */
+	const char *application_name;
+	long		connect_timeout_ms; /* SQL_ATTR_LOGIN_TIMEOUT, rounded up to seconds */
+	long		statement_timeout_ms;	/* SQL_ATTR_QUERY_TIMEOUT per statement, rounded up; 0: none */
+} QbOdbcConf;
+
+typedef struct QbOdbcStore QbOdbcStore;
+
+/* copies the strings; does not connect.  NULL with err when the URL is wrong or out of memory. */
+extern QbOdbcStore *qb_odbc_store_new(const QbOdbcConf *conf, char *err, size_t errlen);
+extern void qb_odbc_store_ops(QbOdbcStore *s, QbStore *store);
+extern int	qb_odbc_store_connect(QbOdbcStore *s, char *err, size_t errlen);
+extern void qb_odbc_store_set_config(QbOdbcStore *s, const QbConfig *cfg);
+extern void qb_odbc_store_free(QbOdbcStore *s);
+
+/* ---- one connection, for the store and for the migrations ---------------- */
+
+typedef struct QbOdbcConn QbOdbcConn;	/* struct QbOdbcConn, as qbd.h names it */
+
+/* connect (autocommit off); NULL with err (the server named as user@host:port/db) */
+extern QbOdbcConn *qb_odbc_connect(const char *url, const char *application_name,
+								   long connect_timeout_ms, char *err, size_t errlen);
+extern void qb_odbc_close(QbOdbcConn *c);
+
+/*
+ * Run sql with params; then, for each result set in order, call row(arg,
+ * set, ncols, values) for each row (values[i] NULL for SQL NULL; the text
+ * of any type, UTF-8).  row returns 0 to go on.  Returns 0, or -1 with err
+ * and *cls the class of the first error.  No commit: see qb_odbc_end.
+ */
+typedef int (*QbOdbcRow) (void *arg, int set, int ncols, char **values);
+extern int	qb_odbc_exec(QbOdbcConn *c, const char *sql, const QbOdbcParam *params, int n,
+						 long timeout_ms, QbOdbcRow row, void *arg, QbOdbcClass *cls,
+						 char *err, size_t errlen);
+
+/* commit (true) or roll back the open transaction; -1 with err (the connection is then lost) */
+extern int	qb_odbc_end(QbOdbcConn *c, bool commit, char *err, size_t errlen);
+
+/* the connection failed (class QBO_LOST): drop it */
+extern bool qb_odbc_lost(const QbOdbcConn *c);
+
+#endif							/* ODBC_STORE_H */

@@ -1,0 +1,340 @@
+/*-------------------------------------------------------------------------
+ * odbc_url.c
+ *	  sqlserver:// URLs into DSN-less FreeTDS connection strings.
+ *
+ * Wording:
+ *	- The URL is parsed by libcurl's URL API (any scheme), its user, password
+ *	  and query values percent-decoded.  Query keys: encrypt and odbcDriver;
+ *	  any other key is refused by name, so a typo never silently weakens
+ *	  the connection.
+ *	- A connection string is KEY=value pairs separated by ';'.  A value that
+ *	  holds ';', '{', '}' or '=' (or starts or ends with a space) goes in
+ *	  braces with each '}' doubled, as ODBC says; a password is always
+ *	  braced, so what it holds never matters.
+ *
+ * Secrets: the password is only ever in the returned connection string;
+ * error messages name the part that is wrong, never its value.
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "odbc_store.h"
+
+/* qbou_part: one part of a parsed URL, decoded (NULL when absent). */
+static char *
+qbou_part(CURLU *h, CURLUPart part)
+{
+	char	   *v = NULL;
+	char	   *dup;
+
+	if (curl_url_get(h, part, &v, CURLU_URLDECODE) != CURLUE_OK || v == NULL)
+		return NULL;
+	dup = strdup(v);
+	curl_free(v);
+	return dup;
+}
+
+static char *
+qbou_unescape(const char *s, size_t len)
+{
+	int			n = 0;
+	char	   *v = curl_easy_unescape(NULL, s, (int) len, &n);
+	char	   *dup;
+
+	if (v == NULL)
+		return NULL;
+	dup = strndup(v, n);
+	curl_free(v);
+	return dup;
+}
+
+/* qbou_query: the query's keys, one at a time. */
+static int
+qbou_query(const char *q, QbOdbcUrl *u, char *err, size_t errlen)
+{
+	while (q != NULL && *q != '\0')
+	{
+		const char *amp = strchr(q, '&');
+		size_t		len = amp ? (size_t) (amp - q) : strlen(q);
+		const char *eq = memchr(q, '=', len);
+		char	   *key = qbou_unescape(q, eq ? (size_t) (eq - q) : len);
+		char	   *val = eq ? qbou_unescape(eq + 1, len - (eq + 1 - q)) : strdup("");
+		int			rc = 0;
+
+		if (key == NULL || val == NULL)
+		{
+			snprintf(err, errlen, "database.url: out of memory");
+			rc = -1;
+		}
+		else if (strcmp(key, "encrypt") == 0)
+		{
+			if (strcmp(val, "true") == 0 || strcmp(val, "require") == 0)
+				u->encryption = "require";
+			else if (strcmp(val, "request") == 0)
+				u->encryption = "request";
+			else if (strcmp(val, "false") == 0 || strcmp(val, "off") == 0)
+				u->encryption = "off";
+			else
+			{
+				snprintf(err, errlen,
+						 "database.url: encrypt=%.40s is not a choice: use encrypt=true (TLS required, the default), "
+						 "encrypt=request (TLS when the server offers it) or encrypt=false", val);
+				rc = -1;
+			}
+		}
+		else if (strcmp(key, "odbcDriver") == 0 && val[0] != '\0')
+		{
+			free(u->driver);
+			u->driver = val;
+			val = NULL;
+		}
+		else if (len > 0)
+		{
+			snprintf(err, errlen,
+					 "database.url: unknown option \"%.40s\" in the query; a sqlserver:// URL takes encrypt and odbcDriver, "
+					 "e.g. sqlserver://queuebox:${MSSQL_PASSWORD}@db.internal:1433/app?encrypt=true", key);
+			rc = -1;
+		}
+		free(key);
+		free(val);
+		if (rc != 0)
+			return -1;
+		q = amp ? amp + 1 : NULL;
+	}
+	return 0;
+}
+
+/* qb_odbc_url_parse: see odbc_store.h. */
+int
+qb_odbc_url_parse(const char *url, QbOdbcUrl *u, char *err, size_t errlen)
+{
+	CURLU	   *h = curl_url();
+	char	   *port = NULL;
+	char	   *path = NULL;
+	char	   *query = NULL;
+	CURLUcode	uc;
+	int			rc = -1;
+
+	memset(u, 0, sizeof(*u));
+	u->port = 1433;
+	u->encryption = "require";
+	if (h == NULL)
+	{
+		snprintf(err, errlen, "database.url: out of memory");
+		return -1;
+	}
+	if (url == NULL || strncmp(url, "sqlserver://", 12) != 0)
+	{
+		snprintf(err, errlen, "database.url: not a sqlserver:// URL");
+		goto done;
+	}
+	if ((uc = curl_url_set(h, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME)) == CURLUE_BAD_PORT_NUMBER)
+	{
+		snprintf(err, errlen, "database.url: the port must be a number from 1 to 65535");
+		goto done;
+	}
+	if (uc != CURLUE_OK)
+	{
+		snprintf(err, errlen,
+				 "database.url: not a valid URL; write sqlserver://user:password@host:1433/database "
+				 "(percent-encode @, : and / in the user or password)");
+		goto done;
+	}
+	u->user = qbou_part(h, CURLUPART_USER);
+	u->password = qbou_part(h, CURLUPART_PASSWORD);
+	u->host = qbou_part(h, CURLUPART_HOST);
+	path = qbou_part(h, CURLUPART_PATH);
+	if (curl_url_get(h, CURLUPART_QUERY, &query, 0) != CURLUE_OK)
+		query = NULL;
+	if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK && port != NULL)
+	{
+		char	   *end;
+		long		p = strtol(port, &end, 10);
+
+		if (*end != '\0' || p < 1 || p > 65535)
+		{
+			snprintf(err, errlen, "database.url: the port must be a number from 1 to 65535");
+			goto done;
+		}
+		u->port = (int) p;
+	}
+	if (u->host == NULL || u->host[0] == '\0')
+	{
+		snprintf(err, errlen, "database.url: no host; write sqlserver://user:password@host:1433/database");
+		goto done;
+	}
+	if (u->user == NULL || u->user[0] == '\0')
+	{
+		snprintf(err, errlen,
+				 "database.url: no user; SQL Server logins need one: sqlserver://queuebox:${MSSQL_PASSWORD}@%s:%d/app",
+				 u->host, u->port);
+		goto done;
+	}
+	if (path == NULL || path[0] != '/' || path[1] == '\0' || strchr(path + 1, '/') != NULL)
+	{
+		snprintf(err, errlen,
+				 "database.url: no database; name it as the path: sqlserver://%s@%s:%d/app",
+				 u->user, u->host, u->port);
+		goto done;
+	}
+	if ((u->database = strdup(path + 1)) == NULL)
+	{
+		snprintf(err, errlen, "database.url: out of memory");
+		goto done;
+	}
+	if (qbou_query(query, u, err, errlen) != 0)
+		goto done;
+	rc = 0;
+done:
+	curl_free(port);
+	curl_free(query);
+	free(path);
+	curl_url_cleanup(h);
+	if (rc != 0)
+		qb_odbc_url_free(u);
+	return rc;
+}
+
+void
+qb_odbc_url_free(QbOdbcUrl *u)
+{
+	free(u->user);
+	free(u->password);
+	free(u->host);
+	free(u->database);
+	free(u->driver);
+	memset(u, 0, sizeof(*u));
+}
+
+/* qb_odbc_quote: see odbc_store.h.  Returns the length the value needs (without NUL). */
+size_t
+qb_odbc_quote(const char *value, char *out, size_t outlen)
+{
+	size_t		n = strlen(value);
+	bool		brace = n > 0 && (value[0] == ' ' || value[n - 1] == ' ');
+	size_t		need = 0;
+
+	for (const char *p = value; *p; p++)
+		brace |= *p == ';' || *p == '{' || *p == '}' || *p == '=';
+	if (!brace)
+	{
+		if (outlen > 0)
+			snprintf(out, outlen, "%s", value);
+		return n;
+	}
+#define QBOU_PUT(ch) do { if (need + 1 < outlen) out[need] = (ch); need++; } while (0)
+	QBOU_PUT('{');
+	for (const char *p = value; *p; p++)
+	{
+		QBOU_PUT(*p);
+		if (*p == '}')
+			QBOU_PUT('}');
+	}
+	QBOU_PUT('}');
+#undef QBOU_PUT
+	if (outlen > 0)
+		out[need < outlen ? need : outlen - 1] = '\0';
+	return need;
+}
+
+/* qbou_add: ";KEY=value" (the first without ';'), value quoted, or braced always. */
+static bool
+qbou_add(char **buf, size_t *len, const char *key, const char *value, bool always_brace)
+{
+	size_t		vlen = always_brace ? 2 * strlen(value) + 2 : qb_odbc_quote(value, NULL, 0);
+	size_t		klen = strlen(key);
+	char	   *nb = realloc(*buf, *len + klen + vlen + 3);
+	char	   *p;
+
+	if (nb == NULL)
+		return false;
+	*buf = nb;
+	p = nb + *len;
+	if (*len > 0)
+		*p++ = ';';
+	memcpy(p, key, klen);
+	p += klen;
+	*p++ = '=';
+	if (always_brace)
+	{
+		*p++ = '{';
+		for (const char *v = value; *v; v++)
+		{
+			*p++ = *v;
+			if (*v == '}')
+				*p++ = '}';
+		}
+		*p++ = '}';
+		*p = '\0';
+	}
+	else
+		qb_odbc_quote(value, p, vlen + 1);
+	*len = strlen(nb);
+	return true;
+}
+
+/* qbou_add_raw: ";KEY=value" with value as it is. */
+static bool
+qbou_add_raw(char **buf, size_t *len, const char *key, const char *value)
+{
+	size_t		need = *len + strlen(key) + strlen(value) + 3;
+	char	   *nb = realloc(*buf, need);
+
+	if (nb == NULL)
+		return false;
+	*buf = nb;
+	snprintf(nb + *len, need - *len, "%s%s=%s", *len > 0 ? ";" : "", key, value);
+	*len = strlen(nb);
+	return true;
+}
+
+/* qb_odbc_conn_string: see odbc_store.h. */
+char *
+qb_odbc_conn_string(const QbOdbcUrl *u, const char *default_driver, const char *application_name)
+{
+	char	   *buf = NULL;
+	size_t		len = 0;
+	char		port[16];
+	const char *driver = u->driver ? u->driver : default_driver;
+
+	snprintf(port, sizeof(port), "%d", u->port);
+	/* a registered driver name comes braced already ("{FreeTDS}"): as it is */
+	if (!(driver[0] == '{' ? qbou_add_raw(&buf, &len, "DRIVER", driver) :
+		  qbou_add(&buf, &len, "DRIVER", driver, false)) ||
+		!qbou_add(&buf, &len, "SERVER", u->host, false) ||
+		!qbou_add(&buf, &len, "PORT", port, false) ||
+		!qbou_add(&buf, &len, "DATABASE", u->database, false) ||
+		!qbou_add(&buf, &len, "UID", u->user, false) ||
+		!qbou_add(&buf, &len, "PWD", u->password ? u->password : "", true) ||
+		!qbou_add(&buf, &len, "TDS_Version", "7.4", false) ||
+		!qbou_add(&buf, &len, "ClientCharset", "UTF-8", false) ||
+		!qbou_add(&buf, &len, "Encryption", u->encryption, false) ||
+		(application_name != NULL && !qbou_add(&buf, &len, "APP", application_name, false)))
+	{
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+/* qb_odbc_default_driver: see odbc_store.h. */
+const char *
+qb_odbc_default_driver(void)
+{
+	static const char *const paths[] = {
+		"/usr/lib/x86_64-linux-gnu/odbc/libtdsodbc.so",
+		"/usr/lib/aarch64-linux-gnu/odbc/libtdsodbc.so",
+		"/usr/lib64/libtdsodbc.so.0",
+		"/usr/local/lib/libtdsodbc.so",
+	};
+
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+		if (access(paths[i], R_OK) == 0)
+			return paths[i];
+	return "{FreeTDS}";
+}
