@@ -12,7 +12,7 @@ PKGS=(
   build-essential pkg-config make gcc
   postgresql-15 postgresql-server-dev-15 postgresql-client-15 libpq-dev
   libcurl4-openssl-dev libjansson-dev libyaml-dev libssl-dev libcmocka-dev
-  libipc-run-perl libmicrohttpd-dev
+  libipc-run-perl libdbd-odbc-perl libmicrohttpd-dev
   librabbitmq-dev librdkafka-dev libnats-dev freetds-dev unixodbc-dev tdsodbc libjq-dev
   curl wrk openssl
   systemd

@@ -15,7 +15,10 @@
  * checked with ISJSON (an object or an array: SQL Server 2019 accepts no
  * JSON scalar), times DATETIME2 in UTC.  Indexed text has a length (an
  * index key holds at most 1,700 bytes): topics and keys 400 characters,
- * sources and destinations 200, idempotency keys 400.
+ * sources and destinations 200, idempotency keys 400.  Names, keys and
+ * topics compare as PostgreSQL's text does, code point by code point
+ * (Latin1_General_100_BIN2, whatever the database's collation): "Evt-1" and
+ * "evt-1" are two idempotency keys, two ordering keys, two topics.
  */
 
 CREATE SCHEMA queuebox;
@@ -32,11 +35,11 @@ CREATE TABLE queuebox.schema_version (
 -- the daemon writes them at every load of its file.
 CREATE TABLE queuebox.config_route (
 	position	INT NOT NULL CONSTRAINT config_route_pkey PRIMARY KEY,
-	pattern		NVARCHAR(400) NOT NULL,
-	destination	NVARCHAR(200) NOT NULL
+	pattern		NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NOT NULL,
+	destination	NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL
 );
 CREATE TABLE queuebox.config_destination (
-	name		NVARCHAR(200) NOT NULL CONSTRAINT config_destination_pkey PRIMARY KEY
+	name		NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL CONSTRAINT config_destination_pkey PRIMARY KEY
 );
 
 -- ---------------------------------------------------------------------------
@@ -45,8 +48,8 @@ CREATE TABLE queuebox.config_destination (
 CREATE TABLE queuebox.outbox (
 	id				BIGINT IDENTITY(1, 1) NOT NULL CONSTRAINT outbox_pkey PRIMARY KEY,
 	message_id		UNIQUEIDENTIFIER NOT NULL CONSTRAINT outbox_message_id_default DEFAULT NEWID(),
-	topic			NVARCHAR(400) NOT NULL CONSTRAINT outbox_topic_check CHECK (topic <> N''),
-	[key]			NVARCHAR(400) NULL,
+	topic			NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NOT NULL CONSTRAINT outbox_topic_check CHECK (topic <> N''),
+	[key]			NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL,
 	payload			NVARCHAR(MAX) NOT NULL CONSTRAINT outbox_payload_check CHECK (ISJSON(payload) = 1),
 	headers			NVARCHAR(MAX) NOT NULL CONSTRAINT outbox_headers_default DEFAULT N'{}'
 		CONSTRAINT outbox_headers_check CHECK (ISJSON(headers) = 1 AND LEFT(LTRIM(headers), 1) = N'{'),
@@ -60,7 +63,7 @@ CREATE TABLE queuebox.outbox (
 	claim_token		UNIQUEIDENTIFIER NULL,
 	lease_until		DATETIME2(6) NULL,
 	last_error		NVARCHAR(MAX) NULL,
-	destination		NVARCHAR(200) NULL,
+	destination		NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NULL,
 	hold			NVARCHAR(20) NULL
 		CONSTRAINT outbox_hold_check CHECK (hold IN (N'key', N'destination', N'ready', N'intake'))
 );
@@ -94,7 +97,7 @@ CREATE INDEX outbox_sent_idx ON queuebox.outbox (created_at)
 -- Destinations: the circuit breaker every worker and replica shares
 -- ---------------------------------------------------------------------------
 CREATE TABLE queuebox.destination_state (
-	destination		NVARCHAR(200) NOT NULL CONSTRAINT destination_state_pkey PRIMARY KEY,
+	destination		NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL CONSTRAINT destination_state_pkey PRIMARY KEY,
 	state			NVARCHAR(20) NOT NULL CONSTRAINT destination_state_state_default DEFAULT N'closed'
 		CONSTRAINT destination_state_check
 		CHECK (state IN (N'closed', N'open', N'half-open', N'disabled')),
@@ -112,10 +115,10 @@ CREATE TABLE queuebox.destination_state (
 -- ---------------------------------------------------------------------------
 CREATE TABLE queuebox.inbox (
 	id				BIGINT IDENTITY(1, 1) NOT NULL CONSTRAINT inbox_pkey PRIMARY KEY,
-	source			NVARCHAR(200) NOT NULL CONSTRAINT inbox_source_check CHECK (source <> N''),
-	idempotency_key	NVARCHAR(400) NOT NULL CONSTRAINT inbox_idempotency_key_check CHECK (idempotency_key <> N''),
-	event_type		NVARCHAR(400) NULL,
-	aggregate_id	NVARCHAR(400) NULL,
+	source			NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL CONSTRAINT inbox_source_check CHECK (source <> N''),
+	idempotency_key	NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NOT NULL CONSTRAINT inbox_idempotency_key_check CHECK (idempotency_key <> N''),
+	event_type		NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL,
+	aggregate_id	NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL,
 	payload			NVARCHAR(MAX) NOT NULL CONSTRAINT inbox_payload_check CHECK (ISJSON(payload) = 1),
 	headers			NVARCHAR(MAX) NOT NULL CONSTRAINT inbox_headers_default DEFAULT N'{}'
 		CONSTRAINT inbox_headers_check CHECK (ISJSON(headers) = 1 AND LEFT(LTRIM(headers), 1) = N'{'),

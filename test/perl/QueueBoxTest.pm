@@ -43,7 +43,7 @@ our @EXPORT = qw(
   qb_wait_query qb_wait_for qb_worker_pids qb_launcher_pid qb_free_port
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
   qb_consumers_on_lock qb_test_binary qb_npm_dir
-  qb_key_order qb_dest_status qb_log_count qb_kill9_crash qb_insert_keyed
+  qb_key_order qb_key_order_of qb_dest_status qb_log_count qb_kill9_crash qb_insert_keyed
   qb_schema_description $QB_LATEST
 );
 
@@ -525,13 +525,22 @@ sub qb_wait_log
 sub qb_key_order
 {
 	my ($node, $sinks, $where) = @_;
+	my @rows = map { [ split /\|/, $_, 3 ] } split /\n/, $node->safe_psql('postgres',
+		'SELECT message_id, id, coalesce(key, \'\') FROM queuebox.outbox'
+		  . ($where ? " WHERE $where" : '') . ' ORDER BY id');
+	return qb_key_order_of(\@rows, $sinks);
+}
+
+# qb_key_order_of(\@rows, $sinks): qb_key_order over rows read elsewhere
+# (SQL Server: QueueBoxMssql), each [message_id, id, key or ''] in id order.
+sub qb_key_order_of
+{
+	my ($rows, $sinks) = @_;
 	$sinks = [$sinks] if ref $sinks eq 'HASH';
 	my (%row, %ids_of);
-	for my $l (split /\n/, $node->safe_psql('postgres',
-			'SELECT message_id, id, coalesce(key, \'\') FROM queuebox.outbox'
-			  . ($where ? " WHERE $where" : '') . ' ORDER BY id'))
+	for my $l (@$rows)
 	{
-		my ($mid, $id, $key) = split /\|/, $l, 3;
+		my ($mid, $id, $key) = @$l;
 		$row{$mid} = { id => $id, key => $key };
 		push @{ $ids_of{$key} }, $id if $key ne '';
 	}

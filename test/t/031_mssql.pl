@@ -1,0 +1,418 @@
+# 031_mssql.pl
+#   queuebox-mssqld on SQL Server (QUEUEBOX_TEST_MSSQL_URL, e.g.
+#   sqlserver://qb:secret@127.0.0.1:1433/qbtest?encrypt=false; skipped,
+#   saying why, when it is not set): the migrations (twice, two at once, a
+#   foreign schema refused), delivery with per-key order, retries and dead
+#   rows, a down destination beside a healthy one with a hot key, kill -9
+#   of an outbox role mid-delivery, the server cut away and given back,
+#   the ingress with duplicates and a bad signature, the relay with its
+#   headers, the five pull statements and the claim's app-lock timeout
+#   (Msg 51000), the admin routes and /metrics, and T-SQL topic_matches
+#   against the extension's C one.  Every case counts rows before and after.
+#
+#   The suite drops and recreates schema queuebox in the database the URL
+#   names: give it a database of its own.
+use strict;
+use warnings;
+
+use Digest::SHA qw(hmac_sha256_hex);
+use HTTP::Tiny;
+use JSON::PP;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use QueueBoxMssql;
+
+BEGIN
+{
+	unless (QueueBoxMssql::mssql_url())
+	{
+		plan skip_all => 'QUEUEBOX_TEST_MSSQL_URL is not set: no SQL Server to run against '
+		  . '(set it to sqlserver://user:password@host:port/database?encrypt=false, '
+		  . 'a database this suite may drop schema queuebox in)';
+	}
+}
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use QueueBoxTest;
+use QueueBoxDaemon;
+
+my $url = mssql_url();
+my $dbh = mssql_connect($url);
+my $json = JSON::PP->new->canonical(1);
+my $sink = qb_sink_start(name => 'mssql', delay_ms => 5);
+mssql_reset($dbh);
+
+sub conf
+{
+	my (%o) = @_;
+	return qb_config_yaml(
+		outbox => { pollIntervalMs => 100, maxAttempts => 3, claimTimeoutMs => 5000, batchSize => 20,
+			backoff => { initialMs => 50, maxMs => 200 }, %{ $o{outbox} // {} } },
+		destinations => $o{destinations} // {
+			sink => { type => 'http', baseUrl => $sink->{url}, path => '/events', timeoutMs => 3000 } },
+		routes => $o{routes} // [ { topicPattern => '**', destination => 'sink' } ],
+		database => { url => $o{url} // $url, connectTimeoutMs => 3000, idlePollMaxMs => 500,
+			%{ $o{database} // {} } },
+		daemon => { outboxWorkers => $o{workers} // 2, shutdownGraceMs => 5000 }) . ($o{extra} // '');
+}
+
+sub count
+{
+	my ($table, $where, @bind) = @_;
+	return mssql_value($dbh, "SELECT COUNT(*) FROM queuebox.$table" . ($where ? " WHERE $where" : ''), @bind);
+}
+
+sub all_final
+{
+	my ($like, $n, $what) = @_;
+	mssql_wait($dbh, q{SELECT COUNT(*) FROM queuebox.outbox WHERE state IN (N'sent', N'dead') AND topic LIKE ?},
+		[$like], $n, $what, timeout => 180);
+}
+
+sub check_order
+{
+	my ($like, $n, $what) = @_;
+	my $o = mssql_key_order($dbh, $sink, 'topic LIKE ?', $like);
+	is($o->{delivered}, $n, "$what: every row delivered");
+	is($o->{keys_in_order}, $o->{keys}, "$what: every key in id order") or diag explain $o->{bad};
+	return $o;
+}
+
+# ---- migrations
+my $r = qbd_run('--config', qbd_write_conf(conf(), 'migrate'), '--migrate');
+is($r->[0], 0, '--migrate creates the schema') or diag $r->[2];
+like($r->[2], qr/created the QueueBox schema on SQL Server \(version \d+\.\d+\.\d+\)/, '--migrate says it created the schema');
+my $version = mssql_value($dbh, 'SELECT queuebox._schema_version()');
+is(mssql_value($dbh, 'SELECT COUNT(*) FROM queuebox.schema_version WHERE version = ?', $version), 1,
+	'the version is recorded once');
+$r = qbd_run('--config', qbd_write_conf(conf(), 'migrate'), '--migrate');
+is($r->[0], 0, '--migrate again: nothing to do') or diag $r->[2];
+unlike($r->[2], qr/created/, '--migrate again creates nothing');
+mssql_reset($dbh);
+{
+	my @h = map {
+		my $out = '';
+		my $h = IPC::Run::start([ qbd_binary(), '--config', qbd_write_conf(conf(), "m$_"), '--migrate' ],
+			'>', \$out, '2>', \$out);
+		[ $h, \$out ]
+	} 1 .. 2;
+	my @rc = map { $_->[0]->finish; $? >> 8 } @h;
+	is("@rc", '0 0', 'two --migrate at once both succeed (the app lock serialises them)')
+	  or diag ${ $h[0][1] }, ${ $h[1][1] };
+	is(mssql_value($dbh, 'SELECT COUNT(*) FROM queuebox.schema_version'), 1, 'two --migrate at once: one schema, one version row');
+}
+is(mssql_value($dbh, q{SELECT COUNT(*) FROM queuebox.config_route WHERE pattern = N'**' AND destination = N'sink'}), 1,
+	'the routes are written where the procedures read them');
+
+# ---- delivery, per-key order, and the schema's refusals
+my $d = qbd_start(undef, conf(), name => 'mssql');
+qbd_wait_daemon_log($d, qr/outbox 1\[\d+\]: started/);
+mssql_insert_keyed($dbh, 'orders.created', 300, 15, 'k');
+all_final('orders.created', 300, 'delivery: 300 rows reach a final state');
+is(count('outbox', q{topic = N'orders.created' AND state <> N'sent'}), 0, 'delivery: every row is sent');
+my $o = check_order('orders.created', 300, 'delivery');
+is($o->{dups}, 0, 'delivery: no row delivered twice');
+{
+	my $req = (grep { $_->{path} eq '/events' } @{ qb_sink_requests($sink) })[0];
+	like($req->{headers}{'x-message-id'}, qr/^[0-9a-f-]{36}$/, 'delivery: the message id is a UUID in small letters');
+	like($req->{body}, qr/"seq"/, 'delivery: the payload is the row\'s');
+}
+eval { mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, payload) VALUES (N'x', N'not json')}) };
+like($@, qr/outbox_payload_check/, 'a payload that is not JSON is refused by its CHECK constraint');
+eval { mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, payload, headers) VALUES (N'x', N'{}', N'[1]')}) };
+like($@, qr/outbox_headers_check/, 'headers that are not a JSON object are refused');
+eval { mssql_do($dbh, q{UPDATE queuebox.outbox SET state = N'lost' WHERE id = (SELECT MIN(id) FROM queuebox.outbox)}) };
+like($@, qr/outbox_state_check/, 'a state the spec does not name is refused');
+
+# ---- retries, then dead
+my $failing = qb_sink_start(name => 'mssql_500', status => 500);
+qbd_signal($d, 'TERM');
+is(qbd_wait_exit($d, 30), 0, 'the daemon stops on SIGTERM');
+my $two = conf(
+	destinations => {
+		sink => { type => 'http', baseUrl => $sink->{url}, path => '/events', timeoutMs => 3000 },
+		failing => { type => 'http', baseUrl => $failing->{url}, path => '/x', timeoutMs => 3000,
+			circuitBreaker => { failures => 1000 } } },
+	routes => [ { topicPattern => 'fail.*', destination => 'failing' }, { topicPattern => '**', destination => 'sink' } ]);
+$d = qbd_start(undef, $two, name => 'mssql_retry');
+mssql_insert_keyed($dbh, 'fail.always', 10, 10, 'f');
+mssql_wait($dbh, q{SELECT COUNT(*) FROM queuebox.outbox WHERE topic = N'fail.always' AND state = N'dead'}, [], 10,
+	'retry: every row of a failing destination goes dead after maxAttempts', timeout => 120);
+is(mssql_value($dbh, q{SELECT MIN(attempt) FROM queuebox.outbox WHERE topic = N'fail.always'}), 3,
+	'retry: each dead row made its three attempts');
+like(mssql_value($dbh, q{SELECT MAX(last_error) FROM queuebox.outbox WHERE topic = N'fail.always'}), qr/500/,
+	'retry: last_error says what the destination answered');
+is(scalar(grep { $_->{path} eq '/x' } @{ qb_sink_requests($failing) }), 30, 'retry: the failing destination saw 3 attempts of each row');
+
+# ---- a down destination beside a healthy one, with a hot key
+qbd_signal($d, 'TERM');
+qbd_wait_exit($d, 30);
+my $down = qb_free_port();
+$d = qbd_start(undef, conf(
+	destinations => {
+		down => { type => 'http', baseUrl => "http://127.0.0.1:$down", timeoutMs => 500,
+			circuitBreaker => { failures => 3, cooldownMs => 600000 } },
+		sink => { type => 'http', baseUrl => $sink->{url}, path => '/events', timeoutMs => 3000 } },
+	routes => [ { topicPattern => 'down.*', destination => 'down' }, { topicPattern => '**', destination => 'sink' } ],
+	outbox => { maxAttempts => 1000 }), name => 'mssql_isolation');
+qbd_wait_daemon_log($d, qr/outbox 1\[\d+\]: started/);
+mssql_insert_keyed($dbh, 'down.x', 200, 5, 'dk');
+mssql_insert_keyed($dbh, 'healthy.hot', 150, 1, 'hot');
+mssql_insert_keyed($dbh, 'healthy.cold', 300, 50, 'c');
+all_final('healthy.%', 450, 'down destination: the healthy destination delivers all its rows, hot key included');
+check_order('healthy.%', 450, 'down destination: healthy rows');
+mssql_wait($dbh, q{SELECT state FROM queuebox.destination_state WHERE destination = N'down'}, [], 'open',
+	'down destination: its circuit is open');
+is(count('outbox', q{topic = N'down.x' AND state = N'dead'}), 0, 'down destination: its rows are not spent (none dead)');
+is(count('outbox', q{topic = N'down.x'}), 200, 'down destination: its 200 rows are all still there');
+{
+	my $st = mssql_rows($dbh, 'EXEC queuebox.destination_status');
+	my ($row) = grep { $_->[0] eq 'down' } @$st;
+	is($row->[1], 'open', 'destination_status: the down destination is open');
+	ok($row->[9] > 0, "destination_status: it holds rows ($row->[9])");
+}
+
+# ---- kill -9 of an outbox role mid-delivery
+mssql_insert_keyed($dbh, 'kill.role', 400, 20, 'kr');
+mssql_wait($dbh, q{SELECT CASE WHEN COUNT(*) > 40 THEN 1 ELSE 0 END FROM queuebox.outbox WHERE topic = N'kill.role' AND state = N'sent'},
+	[], 1, 'kill -9 role: delivery is under way');
+my $pids = qbd_role_pids($d);
+my $off = -s $d->{log};
+ok(kill('KILL', $pids->{'outbox 0'}), 'kill -9 role: outbox 0 killed');
+my $log = qbd_wait_daemon_log($d, qr/outbox 0\[\d+\]: started/, $off);
+like($log, qr/outbox 0 \(pid \d+\) was killed by signal 9; restarting it/, 'kill -9 role: the supervisor restarts it');
+all_final('kill.role', 400, 'kill -9 role: every row reaches a final state (the lease returns what it held)');
+is(count('outbox', q{topic = N'kill.role' AND state <> N'sent'}), 0, 'kill -9 role: every row is sent');
+check_order('kill.role', 400, 'kill -9 role');
+qbd_signal($d, 'TERM');
+is(qbd_wait_exit($d, 30), 0, 'the daemon stops');
+
+# ---- the server cut away and given back (a proxy between the daemon and the server)
+my $proxy = mssql_proxy_start($url);
+$d = qbd_start(undef, conf(url => $proxy->{url}), name => 'mssql_cut');
+qbd_wait_daemon_log($d, qr/outbox 1\[\d+\]: started/);
+mssql_insert_keyed($dbh, 'cut.server', 400, 20, 'cs');
+mssql_wait($dbh, q{SELECT CASE WHEN COUNT(*) > 20 THEN 1 ELSE 0 END FROM queuebox.outbox WHERE topic = N'cut.server' AND state = N'sent'},
+	[], 1, 'server cut: delivery is under way');
+$off = -s $d->{log};
+mssql_proxy_cut($proxy);
+my $at_cut = count('outbox', q{topic = N'cut.server' AND state = N'sent'});
+$log = qbd_wait_daemon_log($d, qr/WARNING outbox \d\[\d+\]: .*(unreachable|connect|link|SQLSTATE 08)/i, $off, timeout => 30);
+like($log, qr/WARNING outbox \d\[\d+\]: /, 'server cut: the roles log the lost server');
+sleep 2;
+is(count('outbox', q{topic = N'cut.server'}), 400, 'server cut: no row is lost while the server is away');
+$proxy = mssql_proxy_start($url, port => $proxy->{port});
+all_final('cut.server', 400, 'server cut: back, every row reaches a final state');
+is(count('outbox', q{topic = N'cut.server' AND state <> N'sent'}), 0, 'server cut: every row is sent');
+check_order('cut.server', 400, 'server cut');
+unlike(qbd_log($d, $off), qr/restarting it in/, 'server cut: no role died, they reconnected');
+qbd_signal($d, 'TERM');
+is(qbd_wait_exit($d, 30), 0, 'the daemon stops');
+mssql_proxy_stop($proxy);
+
+# ---- the ingress, the relay, pull, admin and metrics
+my $port = qb_free_port();
+my $base = "http://127.0.0.1:$port";
+my $http = HTTP::Tiny->new(timeout => 30, keep_alive => 0);
+my $secret = 'whsec-mssql-0123456789';
+my $token = 'admin-token-mssql-0123456789';
+my $inbox_yaml = conf(
+	destinations => { web => { type => 'http', baseUrl => $sink->{url}, path => '/hooks' } },
+	routes => [ { topicPattern => 'shop.**', destination => 'web' }, { topicPattern => 'tasks.**', destination => 'web' } ],
+	workers => 1,
+	extra => <<"EOY");
+http: { listen: "127.0.0.1:$port" }
+admin: { token: "$token" }
+sources:
+  shop:
+    type: http
+    path: /shop
+    idempotencyKeyPath: \$.id
+    eventTypePath: \$.type
+    aggregateIdPath: \$.order
+    topic: "shop.{{ eventType }}"
+    auth: { type: hmac-sha256, header: X-Signature, secret: "$secret" }
+  tasks:
+    type: http
+    path: /tasks
+    idempotencyKeyHeader: X-Task-Id
+    consumption: pull
+    topic: "tasks.{{ source }}"
+inbox:
+  relay: { pollIntervalMs: 50 }
+EOY
+$d = qbd_start(undef, $inbox_yaml, name => 'mssql_inbox');
+qb_wait_for(sub { $http->get("$base/readyz")->{status} == 200 }, '/readyz: the SQL Server is reachable', timeout => 30);
+
+sub post_shop
+{
+	my ($body, %h) = @_;
+	return $http->request('POST', "$base/inbox/shop", {
+		content => $body,
+		headers => { 'Content-Type' => 'application/json', 'X-Correlation-Id' => 'corr-1',
+			'X-Signature' => $h{sig} // hmac_sha256_hex($body, $secret) } });
+}
+my $before = count('inbox');
+for my $seq (1 .. 4)
+{
+	for my $order (1 .. 2)
+	{
+		my $rr = post_shop($json->encode({ id => "e-$order-$seq", type => 'order.step', order => "o$order", seq => $seq }));
+		is($rr->{status}, 202, "webhook e-$order-$seq: 202") if $seq == 1;
+	}
+}
+my $dup = post_shop($json->encode({ id => 'e-1-1', type => 'order.step', order => 'o1', seq => 1 }));
+is($dup->{status}, 200, 'a repeated idempotency key: 200');
+like($dup->{content}, qr/"status":\s*"duplicate"/, 'a repeated idempotency key: duplicate');
+is(post_shop('{"id": "forged", "type": "x"}', sig => 'deadbeef')->{status}, 401, 'a bad signature: 401');
+is(count('inbox', q{idempotency_key = N'forged'}), 0, 'a bad signature stores nothing');
+is(count('inbox') - $before, 8, 'eight webhooks stored once each');
+qb_wait_for(sub { scalar(grep { $_->{path} eq '/hooks' } @{ qb_sink_requests($sink) }) >= 8 },
+	'the relay and the outbox deliver the eight webhooks', timeout => 60);
+my @hooks = grep { $_->{path} eq '/hooks' } @{ qb_sink_requests($sink) };
+is(scalar(@hooks), 8, 'each webhook is delivered once');
+my %seq_of;
+my $order_ok = 1;
+for my $h (@hooks)
+{
+	my $p = $json->decode($h->{body});
+	$order_ok = 0 if ($seq_of{ $p->{order} } // 0) > $p->{seq};
+	$seq_of{ $p->{order} } = $p->{seq};
+}
+ok($order_ok, "each order's webhooks arrive in the order received");
+is($hooks[0]{headers}{'x-source'}, 'shop', 'the relay sets x-source');
+like($hooks[0]{headers}{'x-idempotency-key'}, qr/^e-\d-\d$/, 'the relay sets x-idempotency-key');
+ok($hooks[0]{headers}{'x-inbox-id'}, 'the relay sets x-inbox-id');
+is($hooks[0]{headers}{'x-correlation-id'}, 'corr-1', 'the relay keeps X-Correlation-Id');
+mssql_wait($dbh, q{SELECT COUNT(*) FROM queuebox.inbox WHERE source = N'shop' AND state = N'processed'}, [], 8,
+	'the relay marks the push rows processed');
+
+# pull: the five statements of examples/pull/sql/sqlserver
+for my $i (1 .. 3)
+{
+	my $rr = $http->request('POST', "$base/inbox/tasks",
+		{ content => qq({"n": $i}), headers => { 'Content-Type' => 'application/json', 'X-Task-Id' => "t$i" } });
+	is($rr->{status}, 202, "pull webhook t$i: 202");
+}
+# the statement of examples/pull/sql/sqlserver/$name.sql, as a driver sends it
+sub example
+{
+	my ($name) = @_;
+	my $t = slurp_file("$FindBin::RealBin/../../examples/pull/sql/sqlserver/$name.sql");
+	$t =~ s/^--.*\n//mg;
+	return $t;
+}
+sub claim
+{
+	my ($n) = @_;
+	return mssql_rows($dbh, example('claim'), 'tasks', $n, 30000);
+}
+my $c = claim(2);
+is(scalar(@$c), 2, 'inbox_claim gives two of the three pull rows');
+like($c->[0][1], qr/^[0-9A-Fa-f-]{36}$/, 'inbox_claim gives each row a claim token');
+is($c->[0][2], 'tasks', 'inbox_claim returns the source');
+is($json->decode($c->[0][6])->{n}, 1, 'inbox_claim returns the payload, oldest first');
+my ($id1, $tok1, $id2, $tok2) = ($c->[0][0], $c->[0][1], $c->[1][0], $c->[1][1]);
+is(mssql_value($dbh, example('renew'), $id1, $tok1, 60000), 1, 'inbox_renew: 1');
+is(mssql_value($dbh, example('complete'), $id1, $tok1), 1, 'inbox_complete: 1');
+is(mssql_value($dbh, example('complete'), $id1, $tok1), 0, 'inbox_complete again: 0');
+is(mssql_value($dbh, example('renew'), $id1, $tok1, 60000), 0,
+	'inbox_renew of a completed row: 0');
+is(mssql_value($dbh, example('retry'), $id2, $tok2, 0, 'later'), 1,
+	'inbox_retry: 1');
+$c = claim(5);
+is(scalar(@$c), 2, 'inbox_claim again: the retried row and the third');
+my ($retried) = grep { $_->[0] == $id2 } @$c;
+is($retried->[8], 1, 'the retried row comes back with attempt 1');
+is(mssql_value($dbh, example('dead'), $c->[0][0], $c->[0][1], 'poison'), 1,
+	'inbox_dead: 1');
+is(count('inbox', q{source = N'tasks' AND state = N'processed'}), 1, 'pull: one processed');
+is(count('inbox', q{source = N'tasks' AND state = N'dead'}), 1, 'pull: one dead');
+{
+	my $other = mssql_connect($url);
+	$other->begin_work;
+	mssql_value($other, q{DECLARE @r INT; EXEC @r = sp_getapplock @Resource = N'queuebox.inbox_claim:tasks',
+		@LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 1000; SELECT @r});
+	my $t0 = time;
+	eval { claim(1) };
+	my $waited = time - $t0;
+	like($@, qr/51000|another claim of this source held its lock/, 'a claim behind a held lock raises Msg 51000');
+	ok($waited >= 9, sprintf('it waited for the lock first (%.1f s)', $waited));
+	$other->rollback;
+	is(scalar(@{ claim(5) }), 0, 'the lock released, the claim runs (nothing left to claim)');
+	$other->disconnect;
+}
+eval { mssql_value($dbh, example('claim'), 'tasks', 0, 30000) };
+like($@, qr/batch_size \(1 or more\)/, 'inbox_claim refuses a batch size of 0 and says why');
+
+# admin and metrics
+is($http->get("$base/admin/inbox/dead")->{status}, 401, 'admin without the token: 401');
+my $a = $http->request('GET', "$base/admin/inbox/dead", { headers => { Authorization => "Bearer $token" } });
+is($a->{status}, 200, 'admin with the token: 200');
+like($a->{content}, qr/poison/, 'admin lists the dead pull row');
+my $dead_inbox = mssql_value($dbh, q{SELECT id FROM queuebox.inbox WHERE state = N'dead'});
+$a = $http->request('POST', "$base/admin/inbox/$dead_inbox/replay", { headers => { Authorization => "Bearer $token" } });
+is($a->{status}, 200, 'admin replays an inbox row into the outbox (the topic rendered by the daemon)') or diag $a->{content};
+mssql_wait($dbh, q{SELECT state FROM queuebox.outbox WHERE topic = N'tasks.tasks'}, [], 'sent', 'the replayed row is delivered');
+$a = $http->request('GET', "$base/admin/outbox/dead", { headers => { Authorization => "Bearer $token" } });
+is($a->{status}, 200, 'admin lists dead outbox rows');
+my $dead_rows = $json->decode($a->{content});
+is(scalar(@$dead_rows), 10, 'admin: the ten dead rows of the failing destination');
+my $dead_out = $dead_rows->[0]{id};
+$a = $http->request('POST', "$base/admin/outbox/$dead_out/requeue", { headers => { Authorization => "Bearer $token" } });
+is($a->{status}, 200, 'admin requeues a dead outbox row') or diag $a->{content};
+is(mssql_value($dbh, 'SELECT state FROM queuebox.outbox WHERE id = ?', $dead_out) =~ /^(pending|processing|sent|dead)$/ ? 1 : 0, 1,
+	'the requeued row is back in the flow');
+$a = $http->request('POST', "$base/admin/outbox/requeue",
+	{ content => '{"topicPattern": "a..b"}', headers => { Authorization => "Bearer $token", 'Content-Type' => 'application/json' } });
+is($a->{status}, 400, 'a bulk requeue with an invalid pattern: 400') or diag $a->{content};
+like($a->{content}, qr/segment 2 is empty/, 'the 400 says which segment is wrong');
+my $m = $http->get("$base/metrics");
+like($m->{content}, qr/queuebox_inbox_received_total\{source="shop",result="accepted"\} 8/, '/metrics counts what the ingress received');
+like($m->{content}, qr/queuebox_outbox_pending\s+\d+/, '/metrics reads the gauges from SQL Server');
+qbd_signal($d, 'TERM');
+is(qbd_wait_exit($d, 30), 0, 'the daemon stops');
+
+# ---- T-SQL topic_matches against the extension's C one
+{
+	my $ext = qb_node('mssql_topics');
+	my @seg = ('a', 'b', '*', '**', 'a.b', 'x-y', 'é', 'a+b', 'A');
+	my @cases;
+	srand(11);
+	for (1 .. 300)
+	{
+		my $p = join('.', map { $seg[ int(rand(@seg)) ] } 1 .. 1 + int(rand(4)));
+		my $t = join('.', map { ('a', 'b', 'x-y', 'é', 'c', '')[ int(rand(6)) ] } 1 .. 1 + int(rand(5)));
+		push @cases, [ $p, $t ];
+	}
+	my $i = 0;
+	my $values = join(',', map { '(' . (++$i) . ',' . qb_sql_quote($_->[0]) . ',' . qb_sql_quote($_->[1]) . ')' } @cases);
+	my @c = split /,/, $ext->safe_psql('postgres',
+		"SELECT string_agg(CASE WHEN queuebox.topic_matches(p, t) THEN '1' ELSE '0' END, ',' ORDER BY n) FROM (VALUES $values) v(n, p, t)");
+	my $sth = $dbh->prepare('SELECT queuebox.topic_matches(?, ?)');
+	my @s = map { $sth->execute(@$_); my ($v) = $sth->fetchrow_array; $sth->finish; $v } @cases;
+	is("@s", "@c", scalar(@cases) . ' random patterns and topics: T-SQL topic_matches answers as the C one');
+	for my $bad ('', 'a..b', '.a', 'or*ders', 'a b')
+	{
+		is(mssql_value($dbh, 'SELECT queuebox.topic_matches(?, ?)', $bad, 'a'), undef, "an invalid pattern \"$bad\": NULL");
+		ok(mssql_value($dbh, 'SELECT queuebox._pattern_error(?)', $bad), "an invalid pattern \"$bad\": _pattern_error says why");
+	}
+}
+
+# ---- a schema queuebox that the daemon did not make is refused
+mssql_reset($dbh);
+mssql_do($dbh, 'CREATE SCHEMA queuebox');
+mssql_do($dbh, 'CREATE TABLE queuebox.outbox (id INT)');
+$r = qbd_run('--config', qbd_write_conf(conf(), 'foreign'), '--migrate');
+is($r->[0], 1, 'a foreign schema queuebox: --migrate fails');
+like($r->[2], qr/schema queuebox exists but queuebox-mssqld did not make it/, 'a foreign schema: the message says what to do');
+is(mssql_value($dbh, q{SELECT COUNT(*) FROM sys.objects WHERE schema_id = SCHEMA_ID(N'queuebox')}), 1,
+	'a foreign schema: nothing is added to it');
+mssql_reset($dbh);
+
+$dbh->disconnect;
+done_testing();
