@@ -84,7 +84,8 @@ qboc_diag(QbOdbcConn *c, SQLSMALLINT type, SQLHANDLE handle, const char *what,
 		while ((b = strstr(text, "]")) != NULL && text[0] == '[')
 			text = b + 1;
 		k = qb_odbc_classify((const char *) state, (long) native);
-		snprintf(err, errlen, "%s: %s (SQLSTATE %s, error %ld)", what, text, state, (long) native);
+		snprintf(err, errlen, "%s: %s%s (SQLSTATE %s, error %ld)", what,
+				 k == QBO_TIMEOUT ? "statement timeout: " : "", text, state, (long) native);
 	}
 	else
 		snprintf(err, errlen, "%s: the driver gave no reason", what);

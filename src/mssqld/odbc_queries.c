@@ -6,8 +6,9 @@
  * Each text takes its parameters as '?' markers, once each and in order,
  * bound as text (DECLARE @x TYPE = ? converts them: a malformed number or
  * time fails with a conversion error, which the store reads as bad input),
- * and returns one row with one JSON text value, as the PostgreSQL texts
- * do.  The operations call the procedures of sql/sqlserver/operations.sql
+ * and returns one row with one JSON text value, spaced as PostgreSQL's
+ * json_build_object prints it ({"requeued" : true}), so both stores answer
+ * the admin routes with the same bytes.  The operations call the procedures of sql/sqlserver/operations.sql
  * through INSERT ... EXEC, so an operator's EXEC and the admin route run
  * the same code.  QB_Q_REPLAY_INBOX and QB_Q_REPLAY_INBOX_BULK are not
  * here: their topics are rendered in C (odbc_store.c, qbos_replay).
@@ -27,14 +28,14 @@
 #define QBOQ_FLAG(decl, call, name) \
 	decl " DECLARE @r TABLE (r BIT);" \
 	" INSERT @r EXEC " call ";" \
-	" SELECT CASE WHEN (SELECT r FROM @r) = 1 THEN N'{\"" name "\":true}'" \
-	"             ELSE N'{\"" name "\":false}' END"
+	" SELECT CASE WHEN (SELECT r FROM @r) = 1 THEN N'{\"" name "\" : true}'" \
+	"             ELSE N'{\"" name "\" : false}' END"
 
 /* a count result of procedure call into {"name": n} */
 #define QBOQ_COUNT(decl, call, name) \
 	decl " DECLARE @r TABLE (n BIGINT);" \
 	" INSERT @r EXEC " call ";" \
-	" SELECT N'{\"" name "\":' + CAST((SELECT n FROM @r) AS NVARCHAR(20)) + N'}'"
+	" SELECT N'{\"" name "\" : ' + CAST((SELECT n FROM @r) AS NVARCHAR(20)) + N'}'"
 
 typedef struct QboQuery
 {
@@ -72,7 +73,7 @@ static const QboQuery qbo_queries[QB_NQUERIES] = {
 	[QB_Q_REPLAY_OUTBOX] = {.sql =
 		"DECLARE @id BIGINT = CONVERT(BIGINT, ?); DECLARE @r TABLE (id BIGINT);"
 		" INSERT @r EXEC queuebox.replay_outbox @id;"
-		" SELECT (SELECT (SELECT id FROM @r) AS id FOR JSON PATH, WITHOUT_ARRAY_WRAPPER, INCLUDE_NULL_VALUES)",
+		" SELECT N'{\"id\" : ' + ISNULL(CAST((SELECT id FROM @r) AS NVARCHAR(20)), N'null') + N'}'",
 	.nparams = 1},
 	[QB_Q_REQUEUE_OUTBOX] = {.sql = QBOQ_FLAG("DECLARE @id BIGINT = CONVERT(BIGINT, ?);",
 											  "queuebox.requeue_outbox @id", "requeued"),
@@ -100,9 +101,9 @@ static const QboQuery qbo_queries[QB_NQUERIES] = {
 	[QB_Q_RESUME_DESTINATION] = {.sql =
 		"DECLARE @n NVARCHAR(200) = ?; DECLARE @r TABLE (r BIT);"
 		" INSERT @r EXEC queuebox.resume_destination @n;"
-		" SELECT N'{\"known\":' + CASE WHEN EXISTS (SELECT 1 FROM queuebox.config_destination"
-		"                                           WHERE name = @n) THEN N'true' ELSE N'false' END"
-		"        + N',\"resumed\":' + CASE WHEN (SELECT r FROM @r) = 1 THEN N'true' ELSE N'false' END + N'}'",
+		" SELECT N'{\"known\" : ' + CASE WHEN EXISTS (SELECT 1 FROM queuebox.config_destination"
+		"                                             WHERE name = @n) THEN N'true' ELSE N'false' END"
+		"        + N', \"resumed\" : ' + CASE WHEN (SELECT r FROM @r) = 1 THEN N'true' ELSE N'false' END + N'}'",
 	.nparams = 1},
 };
 

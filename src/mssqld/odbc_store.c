@@ -669,7 +669,7 @@ qbos_replay(QbOdbcStore *s, QbosQuery *q, QbOdbcClass *cls, char *err, size_t er
 		return -1;
 	}
 	if (single && q->params[0] == NULL)
-		return (*q->out = strdup("{\"id\":null}")) ? 0 : -1;
+		return (*q->out = strdup("{\"id\" : null}")) ? 0 : -1;
 	sel[0] = QBOS_TEXT(single ? q->params[0] : NULL);
 	for (int i = 0; i < 4; i++)
 		sel[i + 1] = QBOS_TEXT(single ? NULL : q->params[i]);
@@ -724,12 +724,13 @@ qbos_replay(QbOdbcStore *s, QbosQuery *q, QbOdbcClass *cls, char *err, size_t er
 						 qbos_replayed_row, q, cls, err, errlen) != 0)
 			goto done;
 	}
+	/* spaced as json_build_object prints it, as the libpq store answers */
 	if (single && q->first_null)
-		snprintf(buf, sizeof(buf), "{\"id\":null}");
+		snprintf(buf, sizeof(buf), "{\"id\" : null}");
 	else if (single)
-		snprintf(buf, sizeof(buf), "{\"id\":%lld}", q->first_id);
+		snprintf(buf, sizeof(buf), "{\"id\" : %lld}", q->first_id);
 	else
-		snprintf(buf, sizeof(buf), "{\"replayed\":%lld}", q->replayed);
+		snprintf(buf, sizeof(buf), "{\"replayed\" : %lld}", q->replayed);
 	if ((*q->out = strdup(buf)) == NULL)
 	{
 		snprintf(err, errlen, "the replay: out of memory");

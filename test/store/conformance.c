@@ -6,6 +6,10 @@
  *	                           of a database with the queuebox extension;
  *	                           QB_CONFORMANCE_BAD_DSN: one whose password is
  *	                           wrong, for the pq store's failure scenario)
+ *	  conformance odbc        (QB_CONFORMANCE_MSSQL_URL: a sqlserver:// URL of
+ *	                           a database queuebox-mssqld --migrate made the
+ *	                           schema in; QB_CONFORMANCE_BAD_MSSQL_URL: the
+ *	                           same with a wrong password, optional)
  *
  * Wording:
  *	- The store under test: `pq` is the libpq store (src/mssqld/pq_store.c);
@@ -13,7 +17,10 @@
  *	  wrappers (queuebox._outbox_claim() and friends, which run the SPI
  *	  store's statements through SPI), so the SPI side is held to the same
  *	  contract.  Two ops have no wrapper (the inbox insert, the unroute):
- *	  the adapter runs the pq store's for them, saying so.
+ *	  the adapter runs the pq store's for them, saying so.  `odbc` is the
+ *	  SQL Server store (src/mssqld/odbc_store.c), against SQL Server or a
+ *	  TDS engine; its admin connection is ODBC too, and the admin
+ *	  statements that differ between the dialects are written twice (D()).
  *	- The admin connection is the suite's own: it sets rows up, counts them
  *	  before and after each step, and plays the other sessions (a lock
  *	  holder, pg_terminate_backend).  Every scenario starts from empty
@@ -38,6 +45,7 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
+#include "odbc_store.h"
 #include "pq_store.h"
 #include "qb_config.h"
 #include "qb_pg_array.h"
@@ -51,7 +59,11 @@
 
 static const char *dsn;
 static bool kind_pq;
+static bool mssql;				/* the odbc kind: T-SQL admin statements */
 static PGconn *admin;
+static QbOdbcConn *madmin;		/* the odbc kind's admin connection */
+static bool madmin_txn;			/* a BEGIN was run: no commit after each statement */
+static QbOdbcStore *odbc;
 static QbStore store;			/* the store under test */
 static QbPqStore *pq;			/* the pq store (the spi adapter's fallback too) */
 static QbConfig *cfg;
@@ -59,33 +71,122 @@ static char err[1024];
 
 /* ---- the admin connection ------------------------------------------------- */
 
-/* q: run sql with text params on the admin connection; the result, checked. */
-static PGresult *
+/* D: the admin statement of the dialect under test */
+#define D(pg, ms) (mssql ? (ms) : (pg))
+
+/* An admin result: every value as text (NULL for SQL NULL), row by row. */
+typedef struct Res
+{
+	int			n;
+	int			ncols;
+	char	  **v;
+} Res;
+
+static const char *
+rv(const Res *r, int row, int col)
+{
+	return row < r->n && col < r->ncols ? r->v[row * r->ncols + col] : NULL;
+}
+
+static void
+rfree(Res *r)
+{
+	for (int i = 0; r && i < r->n * r->ncols; i++)
+		free(r->v[i]);
+	if (r)
+		free(r->v);
+	free(r);
+}
+
+static int
+res_row(void *arg, int set, int ncols, char **values)
+{
+	Res		   *r = arg;
+
+	if (set != 0)
+		return 0;
+	r->ncols = ncols;
+	r->v = realloc(r->v, sizeof(char *) * (r->n + 1) * ncols);
+	for (int i = 0; i < ncols; i++)
+	{
+		r->v[r->n * ncols + i] = values[i];
+		values[i] = NULL;
+	}
+	r->n++;
+	return 0;
+}
+
+/*
+ * q: run sql with text params on the admin connection; the result, checked.
+ * On SQL Server $n markers become ? (each used once, in order), and BEGIN,
+ * COMMIT and ROLLBACK steer the connection's transaction.
+ */
+static Res *
 q(const char *sql, int n, ...)
 {
 	const char *v[8];
 	va_list		ap;
-	PGresult   *res;
+	Res		   *r = calloc(1, sizeof(Res));
 
 	va_start(ap, n);
 	for (int i = 0; i < n; i++)
 		v[i] = va_arg(ap, const char *);
 	va_end(ap);
-	res = PQexecParams(admin, sql, n, NULL, v, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK && PQresultStatus(res) != PGRES_COMMAND_OK)
-		fail_msg("admin statement failed: %s\n%s", PQresultErrorMessage(res), sql);
-	return res;
+	if (mssql)
+	{
+		QbOdbcParam p[8];
+		QbOdbcClass cls;
+		char		t[4096];
+		char		e[1024];
+		size_t		k = 0;
+
+		if (strcmp(sql, "BEGIN") == 0 || strcmp(sql, "COMMIT") == 0 || strcmp(sql, "ROLLBACK") == 0)
+		{
+			madmin_txn = strcmp(sql, "BEGIN") == 0;
+			if (!madmin_txn && qb_odbc_end(madmin, strcmp(sql, "COMMIT") == 0, e, sizeof(e)) != 0)
+				fail_msg("admin %s failed: %s", sql, e);
+			return r;
+		}
+		for (const char *c = sql; *c && k + 1 < sizeof(t); c++)
+		{
+			t[k++] = *c == '$' ? '?' : *c;
+			if (*c == '$')
+				while (c[1] >= '0' && c[1] <= '9')
+					c++;
+		}
+		t[k] = '\0';
+		for (int i = 0; i < n; i++)
+			p[i] = (QbOdbcParam) {.type = QBO_T_TEXT, .text = v[i]};
+		if (qb_odbc_exec(madmin, t, p, n, 30000, res_row, r, &cls, e, sizeof(e)) != 0)
+			fail_msg("admin statement failed: %s\n%s", e, t);
+		if (!madmin_txn && qb_odbc_end(madmin, true, e, sizeof(e)) != 0)
+			fail_msg("admin commit failed: %s", e);
+		return r;
+	}
+	{
+		PGresult   *res = PQexecParams(admin, sql, n, NULL, v, NULL, NULL, 0);
+
+		if (PQresultStatus(res) != PGRES_TUPLES_OK && PQresultStatus(res) != PGRES_COMMAND_OK)
+			fail_msg("admin statement failed: %s\n%s", PQresultErrorMessage(res), sql);
+		r->n = PQntuples(res);
+		r->ncols = PQnfields(res);
+		r->v = calloc((size_t) r->n * r->ncols + 1, sizeof(char *));
+		for (int i = 0; i < r->n; i++)
+			for (int c = 0; c < r->ncols; c++)
+				r->v[i * r->ncols + c] = PQgetisnull(res, i, c) ? NULL : strdup(PQgetvalue(res, i, c));
+		PQclear(res);
+	}
+	return r;
 }
 
 /* qv: the first value of a one-row answer as a number (0 for NULL or none). */
 static long long
 qv(const char *sql, int n, const char *a, const char *b)
 {
-	PGresult   *res = q(sql, n, a, b);
-	long long	v = PQntuples(res) > 0 && !PQgetisnull(res, 0, 0) ?
-		strtoll(PQgetvalue(res, 0, 0), NULL, 10) : 0;
+	Res		   *res = q(sql, n, a, b);
+	long long	v = rv(res, 0, 0) ? strtoll(rv(res, 0, 0), NULL, 10) : 0;
 
-	PQclear(res);
+	rfree(res);
 	return v;
 }
 
@@ -94,10 +195,10 @@ static const char *
 qs(const char *sql, const char *a)
 {
 	static char buf[2048];
-	PGresult   *res = q(sql, a ? 1 : 0, a);
+	Res		   *res = q(sql, a ? 1 : 0, a);
 
-	snprintf(buf, sizeof(buf), "%s", PQntuples(res) > 0 ? PQgetvalue(res, 0, 0) : "");
-	PQclear(res);
+	snprintf(buf, sizeof(buf), "%s", rv(res, 0, 0) ? rv(res, 0, 0) : "");
+	rfree(res);
 	return buf;
 }
 
@@ -115,22 +216,25 @@ num(long long v)
 static long long
 outbox_count(const char *state)
 {
-	return qv("SELECT count(*) FROM queuebox.outbox WHERE $1::text IS NULL OR state = $1", 1,
-			  state, NULL);
+	return qv(D("SELECT count(*) FROM queuebox.outbox WHERE $1::text IS NULL OR state = $1",
+				"DECLARE @s NVARCHAR(50) = ?; SELECT COUNT(*) FROM queuebox.outbox WHERE @s IS NULL OR state = @s"),
+			  1, state, NULL);
 }
 
 static long long
 inbox_count(const char *state)
 {
-	return qv("SELECT count(*) FROM queuebox.inbox WHERE $1::text IS NULL OR state = $1", 1,
-			  state, NULL);
+	return qv(D("SELECT count(*) FROM queuebox.inbox WHERE $1::text IS NULL OR state = $1",
+				"DECLARE @s NVARCHAR(50) = ?; SELECT COUNT(*) FROM queuebox.inbox WHERE @s IS NULL OR state = @s"),
+			  1, state, NULL);
 }
 
 static int64_t
 add_outbox(const char *topic, const char *key)
 {
-	return qv("INSERT INTO queuebox.outbox (topic, key, payload) VALUES ($1, $2, '{\"n\": 1}')"
-			  " RETURNING id", 2, topic, key);
+	return qv(D("INSERT INTO queuebox.outbox (topic, key, payload) VALUES ($1, $2, '{\"n\": 1}') RETURNING id",
+				"INSERT INTO queuebox.outbox (topic, [key], payload) OUTPUT inserted.id VALUES (?, ?, N'{\"n\": 1}')"),
+			  2, topic, key);
 }
 
 static const char *
@@ -590,7 +694,8 @@ sa_store(QbStore *s)
 static int
 clean(void **state)
 {
-	PQclear(q("TRUNCATE queuebox.outbox, queuebox.inbox, queuebox.destination_state", 0));
+	rfree(q(D("TRUNCATE queuebox.outbox, queuebox.inbox, queuebox.destination_state",
+			  "TRUNCATE TABLE queuebox.outbox; TRUNCATE TABLE queuebox.inbox; TRUNCATE TABLE queuebox.destination_state"), 0));
 	assert_int_equal(outbox_count(NULL), 0);
 	assert_int_equal(inbox_count(NULL), 0);
 	qb_uuid_v4(token_a);
@@ -685,8 +790,10 @@ test_settle_fenced(void **state)
 	assert_string_equal(outbox_state(r1), "sent");
 	assert_string_equal(outbox_state(r2), "pending");
 	assert_string_equal(outbox_state(r3), "dead");
-	assert_int_equal(qv("SELECT count(*) FROM queuebox.outbox WHERE id = $1 AND attempt = 1"
-						" AND last_error = 'boom' AND scheduled_at > now() + interval '50 s'",
+	assert_int_equal(qv(D("SELECT count(*) FROM queuebox.outbox WHERE id = $1 AND attempt = 1"
+						  " AND last_error = 'boom' AND scheduled_at > now() + interval '50 s'",
+						  "SELECT COUNT(*) FROM queuebox.outbox WHERE id = ? AND attempt = 1"
+						  " AND last_error = N'boom' AND scheduled_at > DATEADD(second, 50, SYSUTCDATETIME())"),
 						1, num(r2), NULL), 1);
 	assert_string_equal(qs("SELECT last_error FROM queuebox.outbox WHERE id = $1", num(r3)),
 						"bad \"row\"");
@@ -708,7 +815,7 @@ test_release_keeps_attempt(void **state)
 				b;
 	QbSettle	rel = {.id = id, .token = token_a, .kind = QB_SETTLE_RELEASE, .attempt = 2};
 
-	PQclear(q("UPDATE queuebox.outbox SET attempt = 2 WHERE id = $1", 1, num(id)));
+	rfree(q("UPDATE queuebox.outbox SET attempt = 2 WHERE id = $1", 1, num(id)));
 	a = claim(10, 30000, token_a);
 	assert_int_equal(nclaimed(&a), 1);
 	assert_int_equal(a.rows[0].attempt, 2);
@@ -758,11 +865,12 @@ test_retention(void **state)
 	int64_t		old_dead = add_outbox("t.ret", NULL);
 	int			n = -1;
 
-	PQclear(q("UPDATE queuebox.outbox SET state = 'sent' WHERE id IN ($1, $2)", 2,
+	rfree(q("UPDATE queuebox.outbox SET state = 'sent' WHERE id IN ($1, $2)", 2,
 			  num(old_sent), num(new_sent)));
-	PQclear(q("UPDATE queuebox.outbox SET state = 'dead' WHERE id = $1", 1, num(old_dead)));
-	PQclear(q("UPDATE queuebox.outbox SET created_at = now() - interval '2 hours'"
-			  " WHERE id IN ($1, $2)", 2, num(old_sent), num(old_dead)));
+	rfree(q("UPDATE queuebox.outbox SET state = 'dead' WHERE id = $1", 1, num(old_dead)));
+	rfree(q(D("UPDATE queuebox.outbox SET created_at = now() - interval '2 hours' WHERE id IN ($1, $2)",
+			  "UPDATE queuebox.outbox SET created_at = DATEADD(hour, -2, SYSUTCDATETIME()) WHERE id IN (?, ?)"),
+			2, num(old_sent), num(old_dead)));
 	assert_int_equal(outbox_count(NULL), 3);
 	assert_int_equal(store.outbox_retention(store.ctx, 3600, 100, &n, err, sizeof(err)), 0);
 	assert_int_equal(n, 1);
@@ -794,7 +902,7 @@ test_relay(void **state)
 	const char *topics[2];
 	int			nsettled = -1,
 				ninserted = -1;
-	PGresult   *res;
+	Res		   *res;
 
 	insert_inbox(in, 2, ids);
 	assert_int_equal(inbox_count("pending"), 2);
@@ -820,17 +928,20 @@ test_relay(void **state)
 	assert_int_equal(inbox_count("dead"), 1);
 	assert_int_equal(qv("SELECT count(*) FROM queuebox.inbox WHERE idempotency_key = 'r2'"
 						" AND last_error LIKE '%rendered empty%'", 0, NULL, NULL), 1);
-	res = q("SELECT topic, key, max_attempts, headers->>'x-inbox-id', headers->>'x-source',"
-			" headers->>'x-idempotency-key', headers->>'X-Correlation-Id' FROM queuebox.outbox", 0);
-	assert_int_equal(PQntuples(res), 1);
-	assert_string_equal(PQgetvalue(res, 0, 0), "web.order.created");
-	assert_string_equal(PQgetvalue(res, 0, 1), "agg-1");
-	assert_string_equal(PQgetvalue(res, 0, 2), "7");
-	assert_string_equal(PQgetvalue(res, 0, 3), num(ids[0]));
-	assert_string_equal(PQgetvalue(res, 0, 4), "web");
-	assert_string_equal(PQgetvalue(res, 0, 5), "r1");
-	assert_string_equal(PQgetvalue(res, 0, 6), "c-9");
-	PQclear(res);
+	res = q(D("SELECT topic, key, max_attempts, headers->>'x-inbox-id', headers->>'x-source',"
+			  " headers->>'x-idempotency-key', headers->>'X-Correlation-Id' FROM queuebox.outbox",
+			  "SELECT topic, [key], max_attempts, JSON_VALUE(headers, '$.\"x-inbox-id\"'),"
+			  " JSON_VALUE(headers, '$.\"x-source\"'), JSON_VALUE(headers, '$.\"x-idempotency-key\"'),"
+			  " JSON_VALUE(headers, '$.\"X-Correlation-Id\"') FROM queuebox.outbox"), 0);
+	assert_int_equal(res->n, 1);
+	assert_string_equal(rv(res, 0, 0), "web.order.created");
+	assert_string_equal(rv(res, 0, 1), "agg-1");
+	assert_string_equal(rv(res, 0, 2), "7");
+	assert_string_equal(rv(res, 0, 3), num(ids[0]));
+	assert_string_equal(rv(res, 0, 4), "web");
+	assert_string_equal(rv(res, 0, 5), "r1");
+	assert_string_equal(rv(res, 0, 6), "c-9");
+	rfree(res);
 	qb_relay_rows_free(rows, nrows);
 }
 
@@ -858,8 +969,10 @@ test_inbox_insert(void **state)
 	assert_int_equal(inbox_count(NULL), 3);
 	assert_int_equal(inbox_count("dead"), 1);
 	assert_string_equal(qs("SELECT idempotency_key FROM queuebox.inbox WHERE id = $1", num(ids[1])), odd);
-	assert_string_equal(qs("SELECT event_type || '|' || consumption || '|' || (payload->>'s')"
-						   " || '|' || (headers->>'h') FROM queuebox.inbox WHERE id = $1",
+	assert_string_equal(qs(D("SELECT event_type || '|' || consumption || '|' || (payload->>'s')"
+							 " || '|' || (headers->>'h') FROM queuebox.inbox WHERE id = $1",
+							 "SELECT CONCAT(event_type, N'|', consumption, N'|', JSON_VALUE(payload, '$.s'),"
+							 " N'|', JSON_VALUE(headers, '$.h')) FROM queuebox.inbox WHERE id = ?"),
 						   num(ids[1])), "e,\"t\"|pull|\xc3\xa9\\|{v}");
 	insert_inbox(in, 1, again);
 	assert_int_equal(again[0], 0);
@@ -877,8 +990,8 @@ test_inbox_insert_timeout(void **state)
 	long		ms;
 
 	/* an uncommitted row of the same key: ON CONFLICT must wait for it */
-	PQclear(q("BEGIN", 0));
-	PQclear(q("INSERT INTO queuebox.inbox (source, idempotency_key, payload, headers, consumption)"
+	rfree(q("BEGIN", 0));
+	rfree(q("INSERT INTO queuebox.inbox (source, idempotency_key, payload, headers, consumption)"
 			  " VALUES ('web', 'locked', '{}', '{}', 'push')", 0));
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	assert_int_equal(store.inbox_insert(store.ctx, &in, 1, 300, &id, err, sizeof(err)), -1);
@@ -887,7 +1000,7 @@ test_inbox_insert_timeout(void **state)
 	assert_non_null(strstr(err, "statement timeout"));
 	assert_int_equal(id, 0);
 	assert_in_range(ms, 250, 5000);
-	PQclear(q("ROLLBACK", 0));
+	rfree(q("ROLLBACK", 0));
 	assert_int_equal(inbox_count(NULL), 0);
 	/* the store is usable at once: a timeout is not a lost connection */
 	insert_inbox(&in, 1, &id);
@@ -911,7 +1024,7 @@ test_query_text(void **state)
 	long long	new_id;
 
 	add_outbox("t.q", NULL);
-	PQclear(q("UPDATE queuebox.outbox SET state = 'dead', last_error = 'x' WHERE id = $1", 1, num(dead)));
+	rfree(q("UPDATE queuebox.outbox SET state = 'dead', last_error = 'x' WHERE id = $1", 1, num(dead)));
 	insert_inbox(in, 2, ids);
 
 	assert_int_equal(query(QB_Q_READY, &out, NULL, NULL, NULL, NULL), 0);
@@ -988,7 +1101,7 @@ test_breaker(void **state)
 	char	   *out = NULL;
 	json_t	   *j;
 
-	PQclear(q("UPDATE queuebox.outbox SET destination = 'd1', hold = NULL WHERE id = $1", 1, num(row)));
+	rfree(q("UPDATE queuebox.outbox SET destination = 'd1', hold = NULL WHERE id = $1", 1, num(row)));
 	o = cycle(t, 2, NULL, 0, 0, 0, NULL, NULL, 0);
 	assert_int_equal(o.nchanges, 2);
 	for (int i = 0; i < o.nchanges; i++)
@@ -1031,9 +1144,9 @@ test_unpark_unroute(void **state)
 	const char *gone[1] = {"d2"};
 	int			n = -1;
 
-	PQclear(q("UPDATE queuebox.outbox SET destination = 'd1', hold = 'destination' WHERE id = $1",
+	rfree(q("UPDATE queuebox.outbox SET destination = 'd1', hold = 'destination' WHERE id = $1",
 			  1, num(held)));
-	PQclear(q("UPDATE queuebox.outbox SET destination = 'd1', hold = NULL WHERE id = $1", 1, num(routed)));
+	rfree(q("UPDATE queuebox.outbox SET destination = 'd1', hold = NULL WHERE id = $1", 1, num(routed)));
 	assert_int_equal(store.outbox_unpark(store.ctx, d1, 1, 10, &n, err, sizeof(err)), 0);
 	assert_int_equal(n, 1);
 	assert_int_equal(qv("SELECT count(*) FROM queuebox.outbox WHERE hold IS NULL AND destination = 'd1'",
@@ -1070,7 +1183,7 @@ test_pq_backend_killed(void **state)
 	assert_int_equal(qb_pq_store_listen(pq, "qb_conformance", err, sizeof(err)), 0);
 	assert_int_equal(query(QB_Q_READY, &out, NULL, NULL, NULL, NULL), 0);
 	free(out);
-	PQclear(q("SELECT pg_notify($1, '')", 1, "qb_conformance"));
+	rfree(q("SELECT pg_notify($1, '')", 1, "qb_conformance"));
 	assert_true(wait_notified() >= 1);
 	pid = qv("SELECT pid FROM pg_stat_activity WHERE application_name = $1", 1, APP_NAME, NULL);
 	assert_true(pid > 0);
@@ -1085,7 +1198,7 @@ test_pq_backend_killed(void **state)
 	free(out);
 	assert_true(qv("SELECT pid FROM pg_stat_activity WHERE application_name = $1", 1, APP_NAME,
 				   NULL) != pid);
-	PQclear(q("SELECT pg_notify($1, '')", 1, "qb_conformance"));
+	rfree(q("SELECT pg_notify($1, '')", 1, "qb_conformance"));
 	assert_true(wait_notified() >= 1);
 }
 
@@ -1154,6 +1267,94 @@ test_pq_unreachable(void **state)
 	qb_pq_store_free(s);
 }
 
+/* odbc: a wrong password is a clear error, with no secret in it, retried with the backoff. */
+static void
+test_odbc_wrong_password(void **state)
+{
+	const char *bad = getenv("QB_CONFORMANCE_BAD_MSSQL_URL");
+	QbOdbcStore *s;
+	QbStore		st;
+	char	   *out = NULL;
+	const char *const none[1] = {NULL};
+
+	if (bad == NULL)
+	{
+		print_message("QB_CONFORMANCE_BAD_MSSQL_URL is not set: the wrong-password scenario is skipped\n");
+		skip();
+	}
+	s = qb_odbc_store_new(&(QbOdbcConf) {.url = bad, .application_name = "qb bad",
+		.connect_timeout_ms = 5000}, err, sizeof(err));
+	assert_non_null(s);
+	qb_odbc_store_ops(s, &st);
+	assert_int_equal(qb_odbc_store_connect(s, err, sizeof(err)), -1);
+	print_message("wrong password: %s\n", err);
+	assert_non_null(strstr(err, "connecting to "));
+	assert_non_null(strstr(err, "SQLSTATE"));
+	assert_null(strstr(err, "Wrong-Secret-9"));
+	assert_int_equal(st.query_text(st.ctx, QB_Q_READY, none, 1000, &out, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "database unreachable, next try in "));
+	assert_null(strstr(err, "Wrong-Secret-9"));
+	qb_odbc_store_free(s);
+}
+
+/* odbc: an unreachable server is a clear error; the URL's password is in no message. */
+static void
+test_odbc_unreachable(void **state)
+{
+	QbOdbcStore *s = qb_odbc_store_new(&(QbOdbcConf) {
+		.url = "sqlserver://qb_user:Hunter2%3Bsecret%7D@127.0.0.1:1/qbdb?encrypt=false",
+		.application_name = "qb unreachable", .connect_timeout_ms = 2000}, err, sizeof(err));
+	QbStore		st;
+	int			n = -1;
+
+	assert_non_null(s);
+	qb_odbc_store_ops(s, &st);
+	assert_int_equal(st.outbox_reclaim(st.ctx, 10, &n, err, sizeof(err)), -1);
+	print_message("unreachable: %s\n", err);
+	assert_non_null(strstr(err, "connecting to qb_user@127.0.0.1:1/qbdb"));
+	assert_null(strstr(err, "Hunter2"));
+	assert_int_equal(n, 0);
+	assert_int_equal(st.outbox_reclaim(st.ctx, 10, &n, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "database unreachable, next try in "));
+	assert_null(strstr(err, "Hunter2"));
+	qb_odbc_store_free(s);
+}
+
+/* main_odbc: the common scenarios against the ODBC store, then its connection scenarios. */
+static int
+main_odbc(const struct CMUnitTest *common, size_t ncommon, const struct CMUnitTest *own, size_t nown)
+{
+	int			failed;
+
+	mssql = true;
+	dsn = getenv("QB_CONFORMANCE_MSSQL_URL");
+	if (dsn == NULL)
+	{
+		fprintf(stderr, "usage: QB_CONFORMANCE_MSSQL_URL=sqlserver://... conformance odbc\n");
+		return 2;
+	}
+	if ((madmin = qb_odbc_connect(dsn, APP_NAME " admin", 5000, err, sizeof(err))) == NULL)
+	{
+		fprintf(stderr, "conformance: cannot connect: %s\n", err);
+		return 2;
+	}
+	if (qb_config_parse(CONFIG_DOC, strlen(CONFIG_DOC), &cfg, err, sizeof(err)) != 0 ||
+		(odbc = qb_odbc_store_new(&(QbOdbcConf) {.url = dsn, .application_name = APP_NAME,
+			.connect_timeout_ms = 5000, .statement_timeout_ms = 30000}, err, sizeof(err))) == NULL)
+	{
+		fprintf(stderr, "conformance: %s\n", err);
+		return 2;
+	}
+	qb_odbc_store_set_config(odbc, cfg);
+	qb_odbc_store_ops(odbc, &store);
+	failed = _cmocka_run_group_tests("store odbc", common, ncommon, NULL, NULL);
+	failed += _cmocka_run_group_tests("store odbc: connection", own, nown, NULL, NULL);
+	qb_odbc_store_free(odbc);
+	qb_odbc_close(madmin);
+	qb_config_free(cfg);
+	return failed == 0 ? 0 : 1;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1176,14 +1377,22 @@ main(int argc, char **argv)
 		cmocka_unit_test_setup(test_pq_wrong_password, clean),
 		cmocka_unit_test_setup(test_pq_unreachable, clean),
 	};
+	const struct CMUnitTest odbc_only[] = {
+		cmocka_unit_test_setup(test_odbc_wrong_password, clean),
+		cmocka_unit_test_setup(test_odbc_unreachable, clean),
+	};
 	QbPqConf	conf = {.application_name = APP_NAME, .connect_timeout_ms = 5000,
 	.statement_timeout_ms = 30000, .async_commit = true};
 	int			failed;
 
+	if (argc == 2 && strcmp(argv[1], "odbc") == 0)
+		return main_odbc(common, sizeof(common) / sizeof(common[0]),
+						 odbc_only, sizeof(odbc_only) / sizeof(odbc_only[0]));
 	dsn = getenv("QB_CONFORMANCE_DSN");
 	if (argc != 2 || (strcmp(argv[1], "pq") != 0 && strcmp(argv[1], "spi") != 0) || dsn == NULL)
 	{
-		fprintf(stderr, "usage: QB_CONFORMANCE_DSN=... %s pq|spi\n", argv[0]);
+		fprintf(stderr, "usage: QB_CONFORMANCE_DSN=... %s pq|spi\n"
+				"       QB_CONFORMANCE_MSSQL_URL=sqlserver://... %s odbc\n", argv[0], argv[0]);
 		return 2;
 	}
 	kind_pq = strcmp(argv[1], "pq") == 0;
@@ -1204,16 +1413,16 @@ main(int argc, char **argv)
 	 * store renders them from the set config, as the daemon's does.
 	 */
 	{
-		PGresult   *r = q("SELECT to_regprocedure('queuebox.configure(text)') IS NOT NULL", 0);
+		Res		   *r = q("SELECT to_regprocedure('queuebox.configure(text)') IS NOT NULL", 0);
 
-		if (strcmp(PQgetvalue(r, 0, 0), "t") == 0)
-			PQclear(q("SELECT queuebox.configure($1)", 1, CONFIG_DOC));
+		if (strcmp(rv(r, 0, 0), "t") == 0)
+			rfree(q("SELECT queuebox.configure($1)", 1, CONFIG_DOC));
 		else if (!kind_pq)
 		{
 			fprintf(stderr, "conformance: the spi kind needs the extension's schema\n");
 			return 2;
 		}
-		PQclear(r);
+		rfree(r);
 	}
 	conf.url = dsn;
 	pq = qb_pq_store_new(&conf);

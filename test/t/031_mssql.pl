@@ -108,6 +108,19 @@ mssql_reset($dbh);
 is(mssql_value($dbh, q{SELECT COUNT(*) FROM queuebox.config_route WHERE pattern = N'**' AND destination = N'sink'}), 1,
 	'the routes are written where the procedures read them');
 
+# ---- the store conformance suite, odbc kind (test/store/conformance.c, as TAP 027 runs it)
+{
+	(my $bad = $url) =~ s{^(sqlserver://[^:@/]+)(?::[^@/]*)?\@}{$1:Wrong-Secret-9\@};
+	local $ENV{QB_CONFORMANCE_MSSQL_URL} = $url;
+	local $ENV{QB_CONFORMANCE_BAD_MSSQL_URL} = $bad;
+	my ($out, $errout) = ('', '');
+	IPC::Run::run([ qb_test_binary('test/store/conformance'), 'odbc' ], '>', \$out, '2>', \$errout);
+	is($? >> 8, 0, 'the store conformance suite passes against the ODBC store') or diag "$out\n$errout";
+	like($out . $errout, qr/\[  PASSED  \] 12 test\(s\)/, 'the twelve common scenarios ran');
+	unlike($out . $errout, qr/Wrong-Secret-9/, 'no message shows the wrong password');
+	is(count('outbox') + count('inbox'), 0, 'the suite leaves the tables empty');
+}
+
 # ---- delivery, per-key order, and the schema's refusals
 my $d = qbd_start(undef, conf(), name => 'mssql');
 qbd_wait_daemon_log($d, qr/outbox 1\[\d+\]: started/);
