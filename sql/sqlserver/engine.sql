@@ -14,6 +14,12 @@
  *	  gives one row to two claimers.
  *	- Arrays are JSON arrays in one NVARCHAR(MAX) parameter, read with
  *	  OPENJSON; results come back as result sets, in a fixed order.
+ *	- No OUTPUT clause: a statement that must know which rows it changes
+ *	  first reads them under an update lock into a table variable (the
+ *	  lock keeps them as read), then updates them by a join; what the claim
+ *	  took is read back by its token.  The same text runs on SQL Server and
+ *	  on a Babelfish engine, which mishandles OUTPUT with a join or in a
+ *	  cached plan (docs/sqlserver.md).
  *	- Each procedure runs in its caller's transaction (the daemon's ODBC
  *	  store turns autocommit off) with XACT_ABORT ON: any error rolls the
  *	  whole transaction back.  The pull claim is the exception: it opens
@@ -147,7 +153,8 @@ BEGIN
 		DECLARE @s TABLE (id BIGINT, token UNIQUEIDENTIFIER, outcome NVARCHAR(10), attempt INT,
 						  delay_ms BIGINT, error NVARCHAR(MAX),
 						  destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2);
-		DECLARE @settled TABLE ([key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2, state NVARCHAR(50));
+		DECLARE @settled TABLE (id BIGINT PRIMARY KEY, [key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2,
+								state NVARCHAR(50));
 
 		INSERT @s (id, token, outcome, attempt, delay_ms, error, destination)
 			SELECT id, token, outcome, attempt, ISNULL(delay_ms, 0), error, destination
@@ -155,8 +162,14 @@ BEGIN
 										  outcome NVARCHAR(10) '$.o', attempt INT '$.a',
 										  delay_ms BIGINT '$.ms', error NVARCHAR(MAX) '$.err',
 										  destination NVARCHAR(200) '$.d');
+		-- the rows this token still holds, locked: the ones the update changes
+		INSERT @settled (id, [key], state)
+			SELECT o.id, o.[key], CASE s.outcome WHEN N'sent' THEN N'sent' WHEN N'dead' THEN N'dead'
+										 ELSE N'pending' END
+			FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK) JOIN @s s ON s.id = o.id
+			WHERE o.claim_token = s.token AND o.state = N'processing';
 		UPDATE o
-		SET state = CASE s.outcome WHEN N'sent' THEN N'sent' WHEN N'dead' THEN N'dead' ELSE N'pending' END,
+		SET state = w.state,
 			attempt = s.attempt,
 			destination = COALESCE(s.destination, o.destination),
 			hold = CASE WHEN s.outcome = N'hold' THEN N'destination'
@@ -171,8 +184,9 @@ BEGIN
 							   ELSE o.scheduled_at END,
 			last_error = CASE WHEN s.outcome IN (N'sent', N'route') THEN o.last_error ELSE s.error END,
 			claim_token = NULL, lease_until = NULL
-		OUTPUT inserted.[key], inserted.state INTO @settled ([key], state)
-		FROM queuebox.outbox o JOIN @s s ON s.id = o.id
+		FROM queuebox.outbox o
+		JOIN @settled w ON w.id = o.id
+		JOIN @s s ON s.id = o.id
 		WHERE o.claim_token = s.token AND o.state = N'processing';
 		SELECT @nsettled = COUNT(*) FROM @settled;
 		INSERT @ended ([key])
@@ -188,25 +202,27 @@ BEGIN
 	 */
 	IF EXISTS (SELECT 1 FROM @ended)
 	BEGIN
-		DECLARE @promoted TABLE (id BIGINT, claimed BIT, destination NVARCHAR(200));
+		DECLARE @promoted TABLE (id BIGINT PRIMARY KEY, claim BIT);
 
+		INSERT @promoted (id, claim)
+			SELECT o.id, CASE WHEN @token IS NOT NULL AND o.scheduled_at <= @now THEN 1 ELSE 0 END
+			FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK)
+			WHERE o.id IN (SELECT (SELECT TOP (1) e.id FROM queuebox.outbox e
+								   WHERE e.[key] = k.[key] AND e.state IN (N'pending', N'processing')
+								   ORDER BY e.id)
+						   FROM @ended k)
+			  AND o.state = N'pending' AND o.hold = N'key';
 		UPDATE o
-		SET state = CASE WHEN @token IS NOT NULL AND o.scheduled_at <= @now THEN N'processing' ELSE N'pending' END,
-			hold = CASE WHEN @token IS NOT NULL AND o.scheduled_at <= @now THEN NULL
-						WHEN o.destination IS NULL THEN N'ready' END,
-			claim_token = CASE WHEN o.scheduled_at <= @now THEN @token END,
-			lease_until = CASE WHEN @token IS NOT NULL AND o.scheduled_at <= @now
-							   THEN queuebox._after(@now, @lease) END
-		OUTPUT inserted.id, CASE WHEN inserted.state = N'processing' THEN 1 ELSE 0 END,
-			   inserted.destination INTO @promoted (id, claimed, destination)
-		FROM queuebox.outbox o
-		WHERE o.id IN (SELECT (SELECT TOP (1) e.id FROM queuebox.outbox e
-							   WHERE e.[key] = k.[key] AND e.state IN (N'pending', N'processing')
-							   ORDER BY e.id)
-					   FROM @ended k)
-		  AND o.state = N'pending' AND o.hold = N'key';
+		SET state = CASE WHEN p.claim = 1 THEN N'processing' ELSE N'pending' END,
+			hold = CASE WHEN p.claim = 1 THEN NULL WHEN o.destination IS NULL THEN N'ready' END,
+			claim_token = CASE WHEN p.claim = 1 THEN @token END,
+			lease_until = CASE WHEN p.claim = 1 THEN queuebox._after(@now, @lease) END
+		FROM queuebox.outbox o JOIN @promoted p ON p.id = o.id
+		WHERE o.state = N'pending' AND o.hold = N'key';
 		INSERT @rows (id, claimed, destination, src, not_due)
-			SELECT id, claimed, destination, 'k', 0 FROM @promoted;
+			SELECT o.id, CASE WHEN o.claim_token = @token AND o.state = N'processing' THEN 1 ELSE 0 END,
+				   o.destination, 'k', 0
+			FROM @promoted p JOIN queuebox.outbox o ON o.id = p.id;
 	END
 
 	IF @claim IS NOT NULL
@@ -220,14 +236,14 @@ BEGIN
 		DECLARE @cand TABLE (id BIGINT PRIMARY KEY, [key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2, src CHAR(1));
 		DECLARE @blk TABLE (cid BIGINT PRIMARY KEY, bid BIGINT);
 		DECLARE @lk TABLE (id BIGINT PRIMARY KEY);
-		DECLARE @out TABLE (id BIGINT PRIMARY KEY, claimed BIT, destination NVARCHAR(200), not_due BIT);
 
 		/* -- the destination states (QB_PG_OUTBOX_STATES): a cooled-down open circuit goes half-open -- */
+		INSERT @p (destination)
+			SELECT d.destination FROM queuebox.destination_state d WITH (ROWLOCK, READPAST, UPDLOCK)
+			WHERE d.state IN (N'open', N'half-open') AND d.probe_at <= @now;
 		UPDATE d
 		SET state = N'half-open', probe_at = queuebox._after(@now, @probe_ms), changed_at = @now
-		OUTPUT inserted.destination INTO @p (destination)
-		FROM queuebox.destination_state d WITH (ROWLOCK, READPAST, UPDLOCK)
-		WHERE d.state IN (N'open', N'half-open') AND d.probe_at <= @now;
+		FROM queuebox.destination_state d JOIN @p p ON p.destination = d.destination;
 		INSERT @states (destination, state, failures, paused, probe)
 			SELECT d.destination, d.state, d.failures,
 				   CASE WHEN d.paused_until > @now THEN 1 ELSE 0 END,
@@ -304,22 +320,27 @@ BEGIN
 			SELECT e.id FROM queuebox.outbox e WITH (ROWLOCK, READPAST, REPEATABLEREAD)
 			WHERE e.id IN (SELECT bid FROM @blk) AND e.state IN (N'pending', N'processing');
 
+		-- the candidates still pending and unclaimed (the lock keeps them so)
+		DELETE c FROM @cand c
+		WHERE NOT EXISTS (SELECT 1 FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK)
+						  WHERE o.id = c.id AND o.state = N'pending' AND o.claim_token IS NULL);
 		UPDATE o
 		SET state = CASE WHEN b.cid IS NULL THEN N'processing' ELSE N'pending' END,
 			hold = CASE WHEN b.cid IS NULL THEN NULL WHEN l.id IS NOT NULL THEN N'key' ELSE N'ready' END,
 			claim_token = CASE WHEN b.cid IS NULL THEN @token END,
 			lease_until = CASE WHEN b.cid IS NULL THEN queuebox._after(@now, @lease) END
-		OUTPUT inserted.id, CASE WHEN inserted.state = N'processing' THEN 1 ELSE 0 END,
-			   inserted.destination, CASE WHEN inserted.scheduled_at > @now THEN 1 ELSE 0 END
-			   INTO @out (id, claimed, destination, not_due)
 		FROM queuebox.outbox o
 		JOIN @cand c ON c.id = o.id
 		LEFT JOIN @blk b ON b.cid = c.id
 		LEFT JOIN @lk l ON l.id = b.bid
 		WHERE o.state = N'pending' AND o.claim_token IS NULL;
+		-- what changed, by the token: exact even where a lock hint is not honoured
 		INSERT @rows (id, claimed, destination, src, not_due)
-			SELECT u.id, u.claimed, u.destination, c.src, u.not_due
-			FROM @out u JOIN @cand c ON c.id = u.id;
+			SELECT o.id, CASE WHEN o.claim_token = @token THEN 1 ELSE 0 END, o.destination, c.src,
+				   CASE WHEN o.scheduled_at > @now THEN 1 ELSE 0 END
+			FROM @cand c JOIN queuebox.outbox o ON o.id = c.id
+			WHERE (o.claim_token = @token AND o.state = N'processing')
+			   OR (o.state = N'pending' AND o.hold IN (N'key', N'ready'));
 	END
 
 	SELECT destination, old_state, new_state, paused FROM @changes ORDER BY destination;
@@ -432,9 +453,11 @@ GO
 
 /*
  * _inbox_insert (QB_PG_INBOX_INSERT): @rows [{"s": source, "k": idempotency
- * key, "e": event type, "a": aggregate id, "p": payload JSON text, "h":
- * headers JSON text, "c": "push" or "pull", "err": last_error (NULL:
- * pending, else stored dead)}].  In array order; of two rows of one key
+ * key, "e": event type, "a": aggregate id, "p": the payload, "ps": true
+ * when p is [the payload] (a JSON scalar: AS JSON reads objects and arrays
+ * only), "h": the headers object, "c": "push" or "pull", "err": last_error
+ * (NULL: pending, else stored dead)}].  Payload and headers are JSON values
+ * in the document, read AS JSON: stored as sent, never escaped twice.  In array order; of two rows of one key
  * the first is stored, a key that exists is skipped (the range lock makes a
  * concurrent insert of the same key wait, then skip; should two still
  * meet, the unique index answers 2601 and the daemon runs the call again).
@@ -445,23 +468,33 @@ AS
 BEGIN
 	SET NOCOUNT ON;
 	SET XACT_ABORT ON;
+	DECLARE @new TABLE (n INT PRIMARY KEY, s NVARCHAR(200) COLLATE Latin1_General_100_BIN2,
+						k NVARCHAR(400) COLLATE Latin1_General_100_BIN2, e NVARCHAR(400), a NVARCHAR(400),
+						p NVARCHAR(MAX), h NVARCHAR(MAX), c NVARCHAR(10), err NVARCHAR(MAX));
 
+	INSERT @new (n, s, k, e, a, p, h, c, err)
+		SELECT r.n, r.s, r.k, r.e, r.a,
+			   CASE WHEN r.ps = 1 THEN SUBSTRING(r.p, 2, LEN(r.p) - 2) ELSE r.p END, r.h, r.c, r.err
+		FROM (SELECT CAST(j.[key] AS INT) AS n, x.*,
+					 ROW_NUMBER() OVER (PARTITION BY x.s, x.k ORDER BY CAST(j.[key] AS INT)) AS nth
+			  FROM OPENJSON(@rows) j
+			  CROSS APPLY OPENJSON(j.[value]) WITH (s NVARCHAR(200) '$.s', k NVARCHAR(400) '$.k',
+													e NVARCHAR(400) '$.e', a NVARCHAR(400) '$.a',
+													p NVARCHAR(MAX) '$.p' AS JSON, ps BIT '$.ps',
+													h NVARCHAR(MAX) '$.h' AS JSON,
+													c NVARCHAR(10) '$.c', err NVARCHAR(MAX) '$.err') x) r
+		WHERE r.nth = 1
+		  AND NOT EXISTS (SELECT 1 FROM queuebox.inbox i WITH (UPDLOCK, HOLDLOCK)
+						  WHERE i.source = r.s AND i.idempotency_key = r.k);
 	INSERT queuebox.inbox (source, idempotency_key, event_type, aggregate_id, payload, headers,
 						   consumption, state, last_error)
-	OUTPUT inserted.id, inserted.source, inserted.idempotency_key
-	SELECT r.s, r.k, r.e, r.a, r.p, ISNULL(r.h, N'{}'), r.c,
-		   CASE WHEN r.err IS NULL THEN N'pending' ELSE N'dead' END, r.err
-	FROM (SELECT CAST(j.[key] AS INT) AS n, x.*,
-				 ROW_NUMBER() OVER (PARTITION BY x.s, x.k ORDER BY CAST(j.[key] AS INT)) AS nth
-		  FROM OPENJSON(@rows) j
-		  CROSS APPLY OPENJSON(j.[value]) WITH (s NVARCHAR(200) '$.s', k NVARCHAR(400) '$.k',
-												e NVARCHAR(400) '$.e', a NVARCHAR(400) '$.a',
-												p NVARCHAR(MAX) '$.p', h NVARCHAR(MAX) '$.h',
-												c NVARCHAR(10) '$.c', err NVARCHAR(MAX) '$.err') x) r
-	WHERE r.nth = 1
-	  AND NOT EXISTS (SELECT 1 FROM queuebox.inbox i WITH (UPDLOCK, HOLDLOCK)
-					  WHERE i.source = r.s AND i.idempotency_key = r.k)
-	ORDER BY r.n;
+		SELECT s, k, e, a, p, ISNULL(h, N'{}'), c,
+			   CASE WHEN err IS NULL THEN N'pending' ELSE N'dead' END, err
+		FROM @new ORDER BY n;
+	-- the keys were locked by the check above: these rows are this call's
+	SELECT i.id, i.source, i.idempotency_key
+	FROM @new w JOIN queuebox.inbox i ON i.source = w.s AND i.idempotency_key = w.k
+	ORDER BY w.n;
 END
 GO
 
@@ -482,8 +515,6 @@ BEGIN
 						 created_at DATETIME2(6));
 	DECLARE @blk TABLE (cid BIGINT PRIMARY KEY, bid BIGINT);
 	DECLARE @lk TABLE (id BIGINT PRIMARY KEY);
-	DECLARE @out TABLE (id BIGINT PRIMARY KEY, claimed BIT);
-
 	INSERT @cand (id, aggregate_id, created_at)
 		SELECT TOP (@batch) c.id, c.aggregate_id, c.created_at
 		FROM queuebox.inbox c WITH (ROWLOCK, READPAST, UPDLOCK)
@@ -515,16 +546,16 @@ BEGIN
 		hold = CASE WHEN b.cid IS NULL THEN NULL ELSE N'aggregate' END,
 		claim_token = CASE WHEN b.cid IS NULL THEN @token END,
 		lease_until = CASE WHEN b.cid IS NULL THEN queuebox._after(@now, @lease) END
-	OUTPUT inserted.id, CASE WHEN inserted.state = N'processing' THEN 1 ELSE 0 END INTO @out (id, claimed)
 	FROM queuebox.inbox i
 	JOIN @cand c ON c.id = i.id
 	LEFT JOIN @blk b ON b.cid = c.id
 	WHERE (b.cid IS NULL OR b.bid IN (SELECT id FROM @lk))
 	  AND ((i.state = N'pending' AND i.claim_token IS NULL)
 		   OR (i.state = N'processing' AND i.lease_until < @now));
+	-- what this claim took, by its token
 	SELECT i.id, i.source, i.event_type
-	FROM @out u JOIN queuebox.inbox i ON i.id = u.id
-	WHERE u.claimed = 1
+	FROM @cand c JOIN queuebox.inbox i ON i.id = c.id
+	WHERE i.claim_token = @token AND i.state = N'processing'
 	ORDER BY i.created_at, i.id;
 END
 GO
@@ -588,12 +619,14 @@ BEGIN
 		WHERE c.out_topic <> N''
 		ORDER BY i.created_at, i.id;
 	SET @ninserted = @@ROWCOUNT;
+	-- @c holds the rows this token holds, locked: all of them end here
+	INSERT @ended (id, source, aggregate_id)
+		SELECT i.id, i.source, i.aggregate_id FROM @c c JOIN queuebox.inbox i ON i.id = c.id;
 	UPDATE i
 	SET state = CASE WHEN c.out_topic <> N'' THEN N'processed' ELSE N'dead' END,
 		last_error = CASE WHEN c.out_topic <> N'' THEN i.last_error
 			ELSE N'the topic template rendered empty, so the message can reach no destination; set eventTypePath or use {{ source }} in the topic, then requeue the row' END,
 		claim_token = NULL, lease_until = NULL
-	OUTPUT inserted.id, inserted.source, inserted.aggregate_id INTO @ended (id, source, aggregate_id)
 	FROM queuebox.inbox i JOIN @c c ON c.id = i.id
 	WHERE i.claim_token = @token AND i.state = N'processing';
 
@@ -623,24 +656,25 @@ GO
  * _inbox_replay (QB_PG_INBOX_REPLAY): new outbox rows from inbox rows
  * through the relay's mapping, @rows [{"id": inbox id, "t": rendered
  * topic}], in created_at, id order; the inbox rows are not changed.  One
- * row: the rows inserted, and the first new id.
+ * row: the rows inserted, and the new id when there is one.
  */
 CREATE PROCEDURE queuebox._inbox_replay @rows NVARCHAR(MAX), @max_attempts INT
 AS
 BEGIN
 	SET NOCOUNT ON;
 	SET XACT_ABORT ON;
-	DECLARE @ids TABLE (id BIGINT);
+	DECLARE @n INT;
 
 	INSERT queuebox.outbox (topic, [key], payload, headers, max_attempts)
-	OUTPUT inserted.id INTO @ids (id)
 	SELECT s.t, i.aggregate_id, i.payload,
 		   queuebox._relay_headers(i.headers, i.id, i.source, i.idempotency_key), @max_attempts
 	FROM OPENJSON(@rows) WITH (id BIGINT '$.id', t NVARCHAR(400) '$.t') s
 	JOIN queuebox.inbox i ON i.id = s.id
 	WHERE s.t <> N''
 	ORDER BY i.created_at, i.id;
-	SELECT COUNT(*) AS replayed, MIN(id) AS first_id FROM @ids;
+	SET @n = @@ROWCOUNT;
+	-- the new id is asked for one row only (the admin route's single replay)
+	SELECT @n AS replayed, CASE WHEN @n = 1 THEN CAST(SCOPE_IDENTITY() AS BIGINT) END AS first_id;
 END
 GO
 
@@ -670,11 +704,9 @@ BEGIN
 	DECLARE @resource NVARCHAR(255) = N'queuebox.inbox_claim:' + @source;
 	DECLARE @left INT;
 	DECLARE @cand TABLE (id BIGINT PRIMARY KEY, aggregate_id NVARCHAR(400) COLLATE Latin1_General_100_BIN2,
-						 created_at DATETIME2(6));
+						 created_at DATETIME2(6), token UNIQUEIDENTIFIER);
 	DECLARE @blk TABLE (cid BIGINT PRIMARY KEY, bid BIGINT);
 	DECLARE @lk TABLE (id BIGINT PRIMARY KEY);
-	DECLARE @out TABLE (id BIGINT PRIMARY KEY, claimed BIT);
-
 	IF @source IS NULL OR @batch_size IS NULL OR @batch_size < 1 OR @lease_ms IS NULL OR @lease_ms < 1
 		THROW 50022, N'queuebox.inbox_claim: @source, @batch_size (1 or more) and @lease_ms (1 or more) are required', 1;
 	IF @own = 1
@@ -711,12 +743,14 @@ BEGIN
 		SELECT e.id FROM queuebox.inbox e WITH (ROWLOCK, READPAST, REPEATABLEREAD)
 		WHERE e.id IN (SELECT bid FROM @blk) AND e.state IN (N'pending', N'processing');
 
+	-- each claimed row's new token, drawn first: what changed is read back by it
+	UPDATE c SET token = CASE WHEN b.cid IS NULL THEN NEWID() END
+	FROM @cand c LEFT JOIN @blk b ON b.cid = c.id;
 	UPDATE i
-	SET state = CASE WHEN b.cid IS NULL THEN N'processing' ELSE N'pending' END,
-		hold = CASE WHEN b.cid IS NULL THEN NULL ELSE N'aggregate' END,
-		claim_token = CASE WHEN b.cid IS NULL THEN NEWID() END,
-		lease_until = CASE WHEN b.cid IS NULL THEN queuebox._after(@now, @lease_ms) END
-	OUTPUT inserted.id, CASE WHEN inserted.state = N'processing' THEN 1 ELSE 0 END INTO @out (id, claimed)
+	SET state = CASE WHEN c.token IS NOT NULL THEN N'processing' ELSE N'pending' END,
+		hold = CASE WHEN c.token IS NOT NULL THEN NULL ELSE N'aggregate' END,
+		claim_token = c.token,
+		lease_until = CASE WHEN c.token IS NOT NULL THEN queuebox._after(@now, @lease_ms) END
 	FROM queuebox.inbox i
 	JOIN @cand c ON c.id = i.id
 	LEFT JOIN @blk b ON b.cid = c.id
@@ -726,8 +760,8 @@ BEGIN
 
 	SELECT i.id, i.claim_token, i.source, i.idempotency_key, i.event_type, i.aggregate_id,
 		   i.payload, i.headers, i.attempt, i.created_at
-	FROM @out u JOIN queuebox.inbox i ON i.id = u.id
-	WHERE u.claimed = 1
+	FROM @cand c JOIN queuebox.inbox i ON i.id = c.id
+	WHERE c.token IS NOT NULL AND i.claim_token = c.token AND i.state = N'processing'
 	ORDER BY i.created_at, i.id;
 	IF @own = 1
 		COMMIT;
@@ -765,13 +799,15 @@ BEGIN
 	DECLARE @u TABLE (id BIGINT, source NVARCHAR(200) COLLATE Latin1_General_100_BIN2,
 					  aggregate_id NVARCHAR(400) COLLATE Latin1_General_100_BIN2);
 
+	INSERT @u (id, source, aggregate_id)
+		SELECT id, source, aggregate_id FROM queuebox.inbox WITH (UPDLOCK, ROWLOCK)
+		WHERE id = @id AND claim_token = @claim_token AND state = N'processing';
 	UPDATE queuebox.inbox
 	SET state = @end_state,
 		last_error = CASE WHEN @end_state = N'dead' THEN @error ELSE last_error END,
 		claim_token = NULL, lease_until = NULL
-	OUTPUT inserted.id, inserted.source, inserted.aggregate_id INTO @u (id, source, aggregate_id)
 	WHERE id = @id AND claim_token = @claim_token AND state = N'processing';
-	SET @ok = CASE WHEN (SELECT COUNT(*) FROM @u) = 1 THEN 1 ELSE 0 END;
+	SET @ok = CASE WHEN @@ROWCOUNT = 1 THEN 1 ELSE 0 END;
 
 	UPDATE o SET hold = NULL
 	FROM queuebox.inbox o

@@ -58,12 +58,12 @@ CREATE PROCEDURE queuebox.replay_outbox @id BIGINT
 AS
 BEGIN
 	SET NOCOUNT ON;
-	DECLARE @ids TABLE (id BIGINT);
+	DECLARE @n INT;
 
 	INSERT queuebox.outbox (topic, [key], payload, headers, max_attempts)
-	OUTPUT inserted.id INTO @ids (id)
 	SELECT topic, [key], payload, headers, max_attempts FROM queuebox.outbox WHERE id = @id;
-	SELECT (SELECT id FROM @ids) AS id;
+	SET @n = @@ROWCOUNT;
+	SELECT CASE WHEN @n = 1 THEN CAST(SCOPE_IDENTITY() AS BIGINT) END AS id;
 END
 GO
 

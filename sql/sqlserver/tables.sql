@@ -12,8 +12,9 @@
  *
  * Types: ids BIGINT IDENTITY, tokens UNIQUEIDENTIFIER, states NVARCHAR(50)
  * with CHECK constraints naming the spec's states, JSON in NVARCHAR(MAX)
- * checked with ISJSON (an object or an array: SQL Server 2019 accepts no
- * JSON scalar), times DATETIME2 in UTC.  Indexed text has a length (an
+ * checked with ISJSON, times DATETIME2 in UTC.  A payload may be any JSON
+ * value, as on PostgreSQL: ISJSON of SQL Server 2019 accepts only an object
+ * or an array, so the check reads the payload inside brackets.  Indexed text has a length (an
  * index key holds at most 1,700 bytes): topics and keys 400 characters,
  * sources and destinations 200, idempotency keys 400.  Names, keys and
  * topics compare as PostgreSQL's text does, code point by code point
@@ -50,7 +51,7 @@ CREATE TABLE queuebox.outbox (
 	message_id		UNIQUEIDENTIFIER NOT NULL CONSTRAINT outbox_message_id_default DEFAULT NEWID(),
 	topic			NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NOT NULL CONSTRAINT outbox_topic_check CHECK (topic <> N''),
 	[key]			NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL,
-	payload			NVARCHAR(MAX) NOT NULL CONSTRAINT outbox_payload_check CHECK (ISJSON(payload) = 1),
+	payload			NVARCHAR(MAX) NOT NULL CONSTRAINT outbox_payload_check CHECK (ISJSON(N'[' + payload + N']') = 1),
 	headers			NVARCHAR(MAX) NOT NULL CONSTRAINT outbox_headers_default DEFAULT N'{}'
 		CONSTRAINT outbox_headers_check CHECK (ISJSON(headers) = 1 AND LEFT(LTRIM(headers), 1) = N'{'),
 	state			NVARCHAR(50) NOT NULL CONSTRAINT outbox_state_default DEFAULT N'pending'
@@ -119,7 +120,7 @@ CREATE TABLE queuebox.inbox (
 	idempotency_key	NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NOT NULL CONSTRAINT inbox_idempotency_key_check CHECK (idempotency_key <> N''),
 	event_type		NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL,
 	aggregate_id	NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL,
-	payload			NVARCHAR(MAX) NOT NULL CONSTRAINT inbox_payload_check CHECK (ISJSON(payload) = 1),
+	payload			NVARCHAR(MAX) NOT NULL CONSTRAINT inbox_payload_check CHECK (ISJSON(N'[' + payload + N']') = 1),
 	headers			NVARCHAR(MAX) NOT NULL CONSTRAINT inbox_headers_default DEFAULT N'{}'
 		CONSTRAINT inbox_headers_check CHECK (ISJSON(headers) = 1 AND LEFT(LTRIM(headers), 1) = N'{'),
 	consumption		NVARCHAR(10) NOT NULL CONSTRAINT inbox_consumption_default DEFAULT N'push'

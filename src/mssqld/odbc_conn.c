@@ -6,8 +6,15 @@
  *
  * Wording:
  *	- A connection is an environment and a connection handle, connected
- *	  with a DSN-less string (odbc_url.c) with autocommit off: every
- *	  statement runs in the open transaction, which qb_odbc_end ends.
+ *	  with a DSN-less string (odbc_url.c), its session set to XACT_ABORT ON
+ *	  (any error rolls the open transaction back) and NOCOUNT ON.
+ *	- Transactions are T-SQL's own, sent as statements: qb_odbc_begin sends
+ *	  BEGIN TRANSACTION, qb_odbc_end COMMIT or a ROLLBACK guarded by
+ *	  @@TRANCOUNT.  Not ODBC's autocommit-off mode: after a server-side
+ *	  abort (XACT_ABORT, a deadlock victim) the driver's idea of the open
+ *	  transaction and the server's part, and the next statements would run
+ *	  in no transaction at all.  A batch may also carry its own
+ *	  BEGIN ... COMMIT (the ODBC store's one-statement ops do).
  *	- A statement is prepared and executed once (SQLPrepare + SQLExecute:
  *	  FreeTDS sends sp_prepexec with typed @P parameters); every value is
  *	  a bound parameter (qb_odbc_binding says how each type is bound).
@@ -146,10 +153,12 @@ qb_odbc_connect(const char *url, const char *application_name, long connect_time
 		c->dbc = SQL_NULL_HDBC;
 		goto fail;
 	}
-	if (!SQL_SUCCEEDED(SQLSetConnectAttr(c->dbc, SQL_ATTR_AUTOCOMMIT, (SQLPOINTER) SQL_AUTOCOMMIT_OFF, 0)))
 	{
-		qboc_diag(c, SQL_HANDLE_DBC, c->dbc, what, NULL, err, errlen);
-		goto fail;
+		QbOdbcClass cls;
+
+		if (qb_odbc_exec(c, "SET XACT_ABORT ON; SET NOCOUNT ON", NULL, 0, 0, NULL, NULL, &cls,
+						 err, errlen) != 0)
+			goto fail;
 	}
 	free(cs);
 	qb_odbc_url_free(&u);
@@ -169,8 +178,7 @@ qb_odbc_close(QbOdbcConn *c)
 		return;
 	if (c->dbc != SQL_NULL_HDBC && c->dbc != NULL)
 	{
-		if (!c->lost)
-			SQLEndTran(SQL_HANDLE_DBC, c->dbc, SQL_ROLLBACK);
+		/* an open transaction ends with the session: rolled back */
 		SQLDisconnect(c->dbc);
 		SQLFreeHandle(SQL_HANDLE_DBC, c->dbc);
 	}
@@ -390,21 +398,26 @@ done:
 	return rc;
 }
 
+/* qb_odbc_begin: see odbc_store.h. */
+int
+qb_odbc_begin(QbOdbcConn *c, char *err, size_t errlen)
+{
+	QbOdbcClass cls;
+
+	return qb_odbc_exec(c, "BEGIN TRANSACTION", NULL, 0, 0, NULL, NULL, &cls, err, errlen);
+}
+
 /* qb_odbc_end: see odbc_store.h. */
 int
 qb_odbc_end(QbOdbcConn *c, bool commit, char *err, size_t errlen)
 {
-	if (c == NULL || c->lost)
-	{
-		snprintf(err, errlen, "no connection to SQL Server");
-		return -1;
-	}
-	if (!SQL_SUCCEEDED(SQLEndTran(SQL_HANDLE_DBC, c->dbc, commit ? SQL_COMMIT : SQL_ROLLBACK)))
-	{
-		qboc_diag(c, SQL_HANDLE_DBC, c->dbc, commit ? "committing" : "rolling back", NULL, err, errlen);
-		/* a transaction whose end failed is in an unknown state: start afresh */
-		c->lost = true;
-		return -1;
-	}
-	return 0;
+	QbOdbcClass cls;
+
+	/* a rollback is safe whatever the server already undid */
+	if (qb_odbc_exec(c, commit ? "COMMIT TRANSACTION" : "IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION",
+					 NULL, 0, 0, NULL, NULL, &cls, err, errlen) == 0)
+		return 0;
+	/* a transaction whose end failed is in an unknown state: start afresh */
+	c->lost = true;
+	return -1;
 }

@@ -11,6 +11,7 @@
  *-------------------------------------------------------------------------
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include <jansson.h>
 
@@ -101,26 +102,93 @@ qb_odbc_json_claim(const QbClaimReq *c, bool *oom)
 	return qboj_done(o, failed, oom);
 }
 
+/* qboj_append: text onto a growing buffer; false when out of memory. */
+static bool
+qboj_append(char **buf, size_t *len, size_t *cap, const char *text)
+{
+	size_t		n = strlen(text);
+
+	if (*len + n + 1 > *cap)
+	{
+		size_t		ncap = (*len + n + 1) * 2;
+		char	   *nb = realloc(*buf, ncap);
+
+		if (nb == NULL)
+			return false;
+		*buf = nb;
+		*cap = ncap;
+	}
+	memcpy(*buf + *len, text, n + 1);
+	*len += n;
+	return true;
+}
+
+/* qboj_is_container: a JSON text whose value is an object or an array */
+static bool
+qboj_is_container(const char *text)
+{
+	text += strspn(text, " \t\r\n");
+	return *text == '{' || *text == '[';
+}
+
+/*
+ * The rows of an inbox insert.  The payload and the headers are JSON texts
+ * already (the ingress and the consumers made or checked them): they go
+ * into the document as JSON values, as they are, and the procedure reads
+ * them AS JSON, so no character of them is escaped twice.  A payload that
+ * is a JSON scalar goes inside brackets, with "ps": true.  A text that is
+ * not JSON fails the call here, saying so.
+ */
 char *
 qb_odbc_json_inbox_rows(const QbInboxRow *rows, int n, bool *oom)
 {
-	json_t	   *a;
-	bool		failed = false;
+	char	   *buf = NULL;
+	size_t		len = 0;
+	size_t		cap = 0;
+	bool		ok = true;
+	bool		bad = false;
 
 	if (n <= 0)
 		return NULL;
-	a = json_array();
-	for (int i = 0; i < n && a != NULL; i++)
-		failed |= json_array_append_new(a, json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:s,s:o}",
-													 "s", qboj_str(rows[i].source),
-													 "k", qboj_str(rows[i].idempotency_key),
-													 "e", qboj_str(rows[i].event_type),
-													 "a", qboj_str(rows[i].aggregate_id),
-													 "p", qboj_str(rows[i].payload),
-													 "h", qboj_str(rows[i].headers),
-													 "c", rows[i].pull ? "pull" : "push",
-													 "err", qboj_str(rows[i].dead_error))) != 0;
-	return qboj_done(a, failed, oom);
+	ok = qboj_append(&buf, &len, &cap, "[");
+	for (int i = 0; i < n && ok; i++)
+	{
+		const QbInboxRow *r = &rows[i];
+		json_t	   *o = json_pack("{s:o,s:o,s:o,s:o,s:s,s:o,s:b}",
+								  "s", qboj_str(r->source), "k", qboj_str(r->idempotency_key),
+								  "e", qboj_str(r->event_type), "a", qboj_str(r->aggregate_id),
+								  "c", r->pull ? "pull" : "push", "err", qboj_str(r->dead_error),
+								  "ps", !qboj_is_container(r->payload ? r->payload : ""));
+		char	   *head = o ? json_dumps(o, JSON_COMPACT) : NULL;
+		json_t	   *check_p = json_loads(r->payload ? r->payload : "", JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, NULL);
+		json_t	   *check_h = json_loads(r->headers ? r->headers : "{}", JSON_DECODE_INT_AS_REAL, NULL);
+		bool		scalar = !qboj_is_container(r->payload ? r->payload : "");
+
+		bad = check_p == NULL || check_h == NULL || !json_is_object(check_h);
+		/* head is {...}: drop its brace, splice the two JSON values after it */
+		ok = head != NULL && !bad &&
+			(i == 0 || qboj_append(&buf, &len, &cap, ",")) &&
+			qboj_append(&buf, &len, &cap, "{\"p\":") &&
+			(!scalar || qboj_append(&buf, &len, &cap, "[")) &&
+			qboj_append(&buf, &len, &cap, r->payload) &&
+			(!scalar || qboj_append(&buf, &len, &cap, "]")) &&
+			qboj_append(&buf, &len, &cap, ",\"h\":") &&
+			qboj_append(&buf, &len, &cap, r->headers ? r->headers : "{}") &&
+			qboj_append(&buf, &len, &cap, ",") &&
+			qboj_append(&buf, &len, &cap, head + 1);
+		json_decref(o);
+		json_decref(check_p);
+		json_decref(check_h);
+		free(head);
+	}
+	ok = ok && qboj_append(&buf, &len, &cap, "]");
+	if (!ok)
+	{
+		free(buf);
+		*oom = !bad;
+		return NULL;
+	}
+	return buf;
 }
 
 char *

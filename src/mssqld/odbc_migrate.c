@@ -191,6 +191,8 @@ qb_mssql_migrate(QbOdbcConn *c, bool *installed, char *err, size_t errlen)
 	int			at;
 
 	*installed = false;
+	if (qb_odbc_begin(c, err, errlen) != 0)
+		return -1;
 	if (qb_odbc_exec(c,
 					 "DECLARE @r INT; EXEC @r = sp_getapplock @Resource = N'" QBD_MSSQL_LOCK "',"
 					 " @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 60000;"
@@ -269,6 +271,8 @@ qb_mssql_publish_config(QbOdbcConn *c, const QbConfig *cfg, char *err, size_t er
 	QbOdbcClass cls;
 	char		buf[QB_ERRLEN];
 
+	if (qb_odbc_begin(c, err, errlen) != 0)
+		return -1;
 	if (qb_odbc_exec(c, "DELETE FROM queuebox.config_route; DELETE FROM queuebox.config_destination",
 					 NULL, 0, 0, NULL, NULL, &cls, err, errlen) != 0)
 		goto fail;

@@ -4,8 +4,10 @@
  *	  gauges, the dead rows and the operations, one text per QbQuery.
  *
  * Each text takes its parameters as '?' markers, once each and in order,
- * bound as text (DECLARE @x TYPE = ? converts them: a malformed number or
- * time fails with a conversion error, which the store reads as bad input),
+ * bound as text and checked before use (QBOQ_ID, QBOQ_TIME: a malformed
+ * number or time is THROW 50022 naming the parameter, which the store
+ * reads as bad input, whatever number the engine gives its own conversion
+ * errors),
  * and returns one row with one JSON text value, spaced as PostgreSQL's
  * json_build_object prints it ({"requeued" : true}), so both stores answer
  * the admin routes with the same bytes.  The operations call the procedures of sql/sqlserver/operations.sql
@@ -18,8 +20,22 @@
 
 #include "odbc_store.h"
 
+/* a text parameter as a number: @name BIGINT, or THROW 50022 saying which */
+#define QBOQ_ID(name) \
+	"DECLARE @" name "_t NVARCHAR(64) = ?;" \
+	" IF @" name "_t IS NOT NULL AND TRY_CONVERT(BIGINT, @" name "_t) IS NULL" \
+	"  THROW 50022, N'" name ": not a whole number', 1;" \
+	" DECLARE @" name " BIGINT = TRY_CONVERT(BIGINT, @" name "_t);"
+
+/* a text parameter as a time: @name DATETIME2 in UTC, or THROW 50022 saying which */
+#define QBOQ_TIME(name) \
+	" DECLARE @" name "_t NVARCHAR(64) = ?;" \
+	" IF @" name "_t IS NOT NULL AND TRY_CONVERT(DATETIMEOFFSET(6), @" name "_t) IS NULL" \
+	"  THROW 50022, N'" name ": not a time; write it in ISO 8601, e.g. 2026-12-01T09:30:00Z', 1;" \
+	" DECLARE @" name " DATETIME2(6) = queuebox._utc(@" name "_t);"
+
 #define QBOQ_DEAD(table, cols) \
-	"DECLARE @lim INT = ISNULL(CONVERT(INT, ?), 100);" \
+	QBOQ_ID("limit") " DECLARE @lim INT = ISNULL(@limit, 100);" \
 	" SELECT ISNULL((SELECT TOP (@lim) " cols \
 	"  FROM queuebox." table " WHERE state = N'dead' ORDER BY id" \
 	"  FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')"
@@ -37,6 +53,17 @@
 	" INSERT @r EXEC " call ";" \
 	" SELECT N'{\"" name "\" : ' + CAST((SELECT n FROM @r) AS NVARCHAR(20)) + N'}'"
 
+/* The rows a replay of inbox rows reads (odbc_store.c renders their topics). */
+const char qb_odbc_replay_select[] =
+	QBOQ_ID("id") " DECLARE @st NVARCHAR(50) = ?; DECLARE @src NVARCHAR(200) = ?;"
+	QBOQ_TIME("since") QBOQ_TIME("until")
+	" SELECT i.id, i.source, i.event_type FROM queuebox.inbox i"
+	" WHERE (@id IS NULL OR i.id = @id) AND (@st IS NULL OR i.state = @st)"
+	"   AND (@src IS NULL OR i.source = @src)"
+	"   AND (@since IS NULL OR i.created_at >= @since)"
+	"   AND (@until IS NULL OR i.created_at < @until)"
+	" ORDER BY i.created_at, i.id";
+
 typedef struct QboQuery
 {
 	const char *sql;			/* NULL: rendered in C */
@@ -45,21 +72,26 @@ typedef struct QboQuery
 
 static const QboQuery qbo_queries[QB_NQUERIES] = {
 	[QB_Q_READY] = {.sql = "SELECT queuebox._schema_version()", .nparams = 0},
+	/* built as text: a JSON fragment nested with FOR JSON is a string on some engines */
 	[QB_Q_GAUGES] = {.sql =
 		"DECLARE @now FLOAT = queuebox._epoch(SYSUTCDATETIME());"
-		" SELECT (SELECT"
-		"  (SELECT COUNT_BIG(*) FROM queuebox.outbox WHERE state = N'pending') AS outbox_pending,"
-		"  (SELECT COUNT_BIG(*) FROM queuebox.outbox WHERE state = N'processing') AS outbox_processing,"
-		"  ISNULL((SELECT @now - queuebox._epoch(MIN(created_at)) FROM queuebox.outbox"
-		"          WHERE state = N'pending'), 0) AS outbox_oldest,"
-		"  (SELECT COUNT_BIG(*) FROM queuebox.inbox WHERE state = N'pending') AS inbox_pending,"
-		"  (SELECT COUNT_BIG(*) FROM queuebox.inbox WHERE state = N'processing') AS inbox_processing,"
-		"  ISNULL((SELECT @now - queuebox._epoch(MIN(created_at)) FROM queuebox.inbox"
-		"          WHERE state = N'pending'), 0) AS inbox_oldest,"
-		"  JSON_QUERY(ISNULL((SELECT N'{' + STRING_AGG(CAST(N'\"' + STRING_ESCAPE(destination, 'json')"
-		"                    + N'\":\"' + state + N'\"' AS NVARCHAR(MAX)), N',') + N'}'"
-		"                    FROM queuebox.destination_state), N'{}')) AS circuits"
-		"  FOR JSON PATH, WITHOUT_ARRAY_WRAPPER)",
+		" SELECT N'{\"outbox_pending\" : '"
+		"  + CAST((SELECT COUNT_BIG(*) FROM queuebox.outbox WHERE state = N'pending') AS NVARCHAR(20))"
+		"  + N', \"outbox_processing\" : '"
+		"  + CAST((SELECT COUNT_BIG(*) FROM queuebox.outbox WHERE state = N'processing') AS NVARCHAR(20))"
+		"  + N', \"outbox_oldest\" : '"
+		"  + CONVERT(NVARCHAR(40), CAST(ISNULL((SELECT @now - queuebox._epoch(MIN(created_at))"
+		"      FROM queuebox.outbox WHERE state = N'pending'), 0) AS DECIMAL(20, 6)))"
+		"  + N', \"inbox_pending\" : '"
+		"  + CAST((SELECT COUNT_BIG(*) FROM queuebox.inbox WHERE state = N'pending') AS NVARCHAR(20))"
+		"  + N', \"inbox_processing\" : '"
+		"  + CAST((SELECT COUNT_BIG(*) FROM queuebox.inbox WHERE state = N'processing') AS NVARCHAR(20))"
+		"  + N', \"inbox_oldest\" : '"
+		"  + CONVERT(NVARCHAR(40), CAST(ISNULL((SELECT @now - queuebox._epoch(MIN(created_at))"
+		"      FROM queuebox.inbox WHERE state = N'pending'), 0) AS DECIMAL(20, 6)))"
+		"  + N', \"circuits\" : {' + ISNULL((SELECT STRING_AGG(CAST(N'\"' + STRING_ESCAPE(destination, 'json')"
+		"      + N'\" : \"' + state + N'\"' AS NVARCHAR(MAX)), N', ') FROM queuebox.destination_state), N'')"
+		"  + N'}}'",
 	.nparams = 0},
 	[QB_Q_DEAD_OUTBOX] = {.sql = QBOQ_DEAD("outbox",
 										   "id, LOWER(CONVERT(NVARCHAR(36), message_id)) AS message_id, topic, [key],"
@@ -71,31 +103,28 @@ static const QboQuery qbo_queries[QB_NQUERIES] = {
 										  " last_error, CONVERT(NVARCHAR(33), created_at, 127) + N'Z' AS created_at"),
 	.nparams = 1},
 	[QB_Q_REPLAY_OUTBOX] = {.sql =
-		"DECLARE @id BIGINT = CONVERT(BIGINT, ?); DECLARE @r TABLE (id BIGINT);"
+		QBOQ_ID("id") " DECLARE @r TABLE (id BIGINT);"
 		" INSERT @r EXEC queuebox.replay_outbox @id;"
 		" SELECT N'{\"id\" : ' + ISNULL(CAST((SELECT id FROM @r) AS NVARCHAR(20)), N'null') + N'}'",
 	.nparams = 1},
-	[QB_Q_REQUEUE_OUTBOX] = {.sql = QBOQ_FLAG("DECLARE @id BIGINT = CONVERT(BIGINT, ?);",
+	[QB_Q_REQUEUE_OUTBOX] = {.sql = QBOQ_FLAG(QBOQ_ID("id"),
 											  "queuebox.requeue_outbox @id", "requeued"),
 	.nparams = 1},
 	[QB_Q_REPLAY_INBOX] = {.sql = NULL, .nparams = 1},
-	[QB_Q_REQUEUE_INBOX] = {.sql = QBOQ_FLAG("DECLARE @id BIGINT = CONVERT(BIGINT, ?);",
+	[QB_Q_REQUEUE_INBOX] = {.sql = QBOQ_FLAG(QBOQ_ID("id"),
 											 "queuebox.requeue_inbox @id", "requeued"),
 	.nparams = 1},
 	[QB_Q_REPLAY_OUTBOX_BULK] = {.sql = QBOQ_COUNT(
-		"DECLARE @st NVARCHAR(50) = ?; DECLARE @p NVARCHAR(400) = ?;"
-		" DECLARE @since DATETIME2(6) = queuebox._utc(?); DECLARE @until DATETIME2(6) = queuebox._utc(?);",
+		"DECLARE @st NVARCHAR(50) = ?; DECLARE @p NVARCHAR(400) = ?;" QBOQ_TIME("since") QBOQ_TIME("until"),
 		"queuebox.replay_outbox_matching @st, @p, @since, @until", "replayed"),
 	.nparams = 4},
 	[QB_Q_REQUEUE_OUTBOX_BULK] = {.sql = QBOQ_COUNT(
-		"DECLARE @p NVARCHAR(400) = ?;"
-		" DECLARE @since DATETIME2(6) = queuebox._utc(?); DECLARE @until DATETIME2(6) = queuebox._utc(?);",
+		"DECLARE @p NVARCHAR(400) = ?;" QBOQ_TIME("since") QBOQ_TIME("until"),
 		"queuebox.requeue_outbox_matching @p, @since, @until", "requeued"),
 	.nparams = 3},
 	[QB_Q_REPLAY_INBOX_BULK] = {.sql = NULL, .nparams = 4},
 	[QB_Q_REQUEUE_INBOX_BULK] = {.sql = QBOQ_COUNT(
-		"DECLARE @s NVARCHAR(200) = ?;"
-		" DECLARE @since DATETIME2(6) = queuebox._utc(?); DECLARE @until DATETIME2(6) = queuebox._utc(?);",
+		"DECLARE @s NVARCHAR(200) = ?;" QBOQ_TIME("since") QBOQ_TIME("until"),
 		"queuebox.requeue_inbox_matching @s, @since, @until", "requeued"),
 	.nparams = 3},
 	[QB_Q_RESUME_DESTINATION] = {.sql =

@@ -3,9 +3,10 @@
  *	  The ODBC store: the core's QbStore over one SQL Server connection.
  *
  * Wording (odbc_store.h has the rest):
- *	- An op is one transaction: qbos_txn connects when needed, runs the op's
- *	  body (procedure calls of sql/sqlserver/engine.sql, each an
- *	  "EXEC queuebox.<procedure> ?, ..." with bound parameters), commits.
+ *	- An op is one transaction: qbos_txn connects when needed, sends BEGIN
+ *	  TRANSACTION, runs the op's body (procedure calls of
+ *	  sql/sqlserver/engine.sql, each an "EXEC queuebox.<procedure> ?, ..."
+ *	  with bound parameters), sends COMMIT.
  *	  A body that failed is rolled back; one whose error is a deadlock
  *	  victim, a lock timeout or (the inbox insert) a duplicate that a
  *	  concurrent insert slipped in is run again, up to QBOS_TRIES times.
@@ -108,6 +109,12 @@ qbos_txn(QbOdbcStore *s, const char *what, QbosBody body, void *arg, bool retry_
 		if (qbos_ensure(s, err, errlen) != 0)
 		{
 			*cls = QBO_LOST;
+			return -1;
+		}
+		if (qb_odbc_begin(s->conn, err, errlen) != 0)
+		{
+			*cls = QBO_LOST;
+			qbos_drop(s);
 			return -1;
 		}
 		if (body(s, arg, &k, err, errlen) == 0)
@@ -557,7 +564,8 @@ qbos_inbox_insert(void *ctx, const QbInboxRow *rows, int n, long timeout_ms,
 		return 0;
 	if ((a.json = qb_odbc_json_inbox_rows(rows, n, &oom)) == NULL)
 	{
-		snprintf(err, errlen, "storing received messages: out of memory");
+		snprintf(err, errlen, "storing received messages: %s", oom ? "out of memory" :
+				 "a payload is not JSON text, or the headers are not a JSON object");
 		return -1;
 	}
 	/* a duplicate is a concurrent insert of the same key: the next run skips it */
@@ -673,16 +681,7 @@ qbos_replay(QbOdbcStore *s, QbosQuery *q, QbOdbcClass *cls, char *err, size_t er
 	sel[0] = QBOS_TEXT(single ? q->params[0] : NULL);
 	for (int i = 0; i < 4; i++)
 		sel[i + 1] = QBOS_TEXT(single ? NULL : q->params[i]);
-	if (qb_odbc_exec(s->conn,
-					 "DECLARE @id BIGINT = CONVERT(BIGINT, ?); DECLARE @st NVARCHAR(50) = ?;"
-					 " DECLARE @src NVARCHAR(200) = ?; DECLARE @since DATETIME2(6) = queuebox._utc(?);"
-					 " DECLARE @until DATETIME2(6) = queuebox._utc(?);"
-					 " SELECT i.id, i.source, i.event_type FROM queuebox.inbox i"
-					 " WHERE (@id IS NULL OR i.id = @id) AND (@st IS NULL OR i.state = @st)"
-					 "   AND (@src IS NULL OR i.source = @src)"
-					 "   AND (@since IS NULL OR i.created_at >= @since)"
-					 "   AND (@until IS NULL OR i.created_at < @until)"
-					 " ORDER BY i.created_at, i.id",
+	if (qb_odbc_exec(s->conn, qb_odbc_replay_select,
 					 sel, 5, q->timeout_ms, qbos_select_row, q, cls, err, errlen) != 0)
 		return -1;
 	if (!qb_replay_render(s->cfg, q->ids, (const char *const *) q->sources,

@@ -93,7 +93,11 @@ extern QbOdbcClass qb_odbc_classify(const char *sqlstate, long native);
 extern const char *qb_odbc_class_name(QbOdbcClass c);
 
 /* ---- the JSON parameters of sql/sqlserver/engine.sql --------------------- */
-/* Each returns malloc'd compact JSON text, or NULL when n is 0 or out of memory (*oom). */
+/*
+ * Each returns malloc'd compact JSON text, or NULL when n is 0 or out of
+ * memory (*oom); qb_odbc_json_inbox_rows also NULL without *oom when a
+ * payload is not JSON text or the headers are not a JSON object.
+ */
 extern char *qb_odbc_json_tallies(const QbDestTally *t, int n, bool *oom);
 extern char *qb_odbc_json_settles(const QbSettle *s, int n, bool *oom);
 extern char *qb_odbc_json_claim(const QbClaimReq *c, bool *oom);
@@ -131,6 +135,7 @@ extern QbOdbcBinding qb_odbc_binding(const QbOdbcParam *p);
 /* ---- the statements ------------------------------------------------------ */
 
 /* The T-SQL text of a QbQuery and the text parameters it takes (NULL: none). */
+extern const char qb_odbc_replay_select[];	/* (id, state, source, since, until) -> id, source, event_type */
 extern const char *qb_odbc_query_text(QbQuery q, int *nparams);
 
 /* ---- the store ------------------------------------------------------------ */
@@ -156,7 +161,7 @@ extern void qb_odbc_store_free(QbOdbcStore *s);
 
 typedef struct QbOdbcConn QbOdbcConn;	/* struct QbOdbcConn, as qbd.h names it */
 
-/* connect (autocommit off); NULL with err (the server named as user@host:port/db) */
+/* connect (XACT_ABORT ON); NULL with err (the server named as user@host:port/db) */
 extern QbOdbcConn *qb_odbc_connect(const char *url, const char *application_name,
 								   long connect_timeout_ms, char *err, size_t errlen);
 extern void qb_odbc_close(QbOdbcConn *c);
@@ -165,14 +170,21 @@ extern void qb_odbc_close(QbOdbcConn *c);
  * Run sql with params; then, for each result set in order, call row(arg,
  * set, ncols, values) for each row (values[i] NULL for SQL NULL; the text
  * of any type, UTF-8).  row returns 0 to go on.  Returns 0, or -1 with err
- * and *cls the class of the first error.  No commit: see qb_odbc_end.
+ * and *cls the class of the first error.  Outside a transaction (no
+ * qb_odbc_begin) each statement of sql commits on its own.
  */
 typedef int (*QbOdbcRow) (void *arg, int set, int ncols, char **values);
 extern int	qb_odbc_exec(QbOdbcConn *c, const char *sql, const QbOdbcParam *params, int n,
 						 long timeout_ms, QbOdbcRow row, void *arg, QbOdbcClass *cls,
 						 char *err, size_t errlen);
 
-/* commit (true) or roll back the open transaction; -1 with err (the connection is then lost) */
+/* BEGIN TRANSACTION; -1 with err */
+extern int	qb_odbc_begin(QbOdbcConn *c, char *err, size_t errlen);
+
+/*
+ * COMMIT (true), or roll back whatever transaction is open (none is no
+ * error); -1 with err, and the connection is then marked lost
+ */
 extern int	qb_odbc_end(QbOdbcConn *c, bool commit, char *err, size_t errlen);
 
 /* the connection failed (class QBO_LOST): drop it */

@@ -249,14 +249,33 @@ test_json_inbox_and_names(void **state)
 	char	   *text = qb_odbc_json_inbox_rows(rows, 2, &oom);
 	json_t	   *j = load(text);
 
-	/* the payload travels as a string, the procedure stores its text */
-	assert_string_equal(json_string_value(json_object_get(json_array_get(j, 0), "p")), "{\"a\":\"\\u00e9\"}");
+	/* the payload and headers are JSON values in the document, as sent */
+	assert_non_null(strstr(text, "\"p\":{\"a\":\"\\u00e9\"},\"h\":{}"));
+	assert_string_equal(json_string_value(json_object_get(json_object_get(json_array_get(j, 0), "p"), "a")), "\xc3\xa9");
+	assert_false(json_is_true(json_object_get(json_array_get(j, 0), "ps")));
 	assert_string_equal(json_string_value(json_object_get(json_array_get(j, 0), "c")), "push");
 	assert_true(json_is_null(json_object_get(json_array_get(j, 0), "a")));
 	assert_string_equal(json_string_value(json_object_get(json_array_get(j, 1), "c")), "pull");
 	assert_string_equal(json_string_value(json_object_get(json_array_get(j, 1), "err")), "not JSON");
 	json_decref(j);
 	free(text);
+
+	/* a JSON scalar payload goes inside brackets, flagged; big integers are kept as written */
+	{
+		QbInboxRow	sc[1] = {{.source = "s", .idempotency_key = "k", .payload = " 12345678901234567890123",
+		.headers = "{\"x\": 1}"}};
+		QbInboxRow	bad[1] = {{.source = "s", .idempotency_key = "k", .payload = "{oops", .headers = "{}"}};
+		QbInboxRow	badh[1] = {{.source = "s", .idempotency_key = "k", .payload = "{}", .headers = "[1]"}};
+
+		text = qb_odbc_json_inbox_rows(sc, 1, &oom);
+		assert_non_null(strstr(text, "\"p\":[ 12345678901234567890123]"));
+		assert_non_null(strstr(text, "\"ps\":true"));
+		free(text);
+		assert_null(qb_odbc_json_inbox_rows(bad, 1, &oom));
+		assert_false(oom);
+		assert_null(qb_odbc_json_inbox_rows(badh, 1, &oom));
+		assert_false(oom);
+	}
 
 	text = qb_odbc_json_names(names, 2, &oom);
 	assert_string_equal(text, "[\"a\\\"b\",\"c\"]");
