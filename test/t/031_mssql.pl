@@ -45,6 +45,13 @@ my $dbh = mssql_connect($url);
 my $json = JSON::PP->new->canonical(1);
 my $sink = qb_sink_start(name => 'mssql', delay_ms => 5);
 mssql_reset($dbh);
+# A Babelfish engine speaks TDS and T-SQL but ignores READPAST and the share
+# lock a claim parks a row under, so two claimers can strand a parked row
+# there: on it the suite runs one outbox worker (docs/sqlserver.md, Testing).
+my $babelfish = defined mssql_value($dbh, q{SELECT CAST(SERVERPROPERTY('BabelfishVersion') AS NVARCHAR(20))});
+my $workers = $babelfish ? 1 : 2;
+note $babelfish ? 'the server is Babelfish: one outbox worker, concurrency is not judged'
+  : 'the server is SQL Server: two outbox workers';
 
 sub conf
 {
@@ -57,7 +64,7 @@ sub conf
 		routes => $o{routes} // [ { topicPattern => '**', destination => 'sink' } ],
 		database => { url => $o{url} // $url, connectTimeoutMs => 3000, idlePollMaxMs => 500,
 			%{ $o{database} // {} } },
-		daemon => { outboxWorkers => $o{workers} // 2, shutdownGraceMs => 5000 }) . ($o{extra} // '');
+		daemon => { outboxWorkers => $o{workers} // $workers, shutdownGraceMs => 5000 }) . ($o{extra} // '');
 }
 
 sub count
@@ -123,7 +130,7 @@ is(mssql_value($dbh, q{SELECT COUNT(*) FROM queuebox.config_route WHERE pattern 
 
 # ---- delivery, per-key order, and the schema's refusals
 my $d = qbd_start(undef, conf(), name => 'mssql');
-qbd_wait_daemon_log($d, qr/outbox 1\[\d+\]: started/);
+qbd_wait_daemon_log($d, qr/outbox \d\[\d+\]: started/);
 mssql_insert_keyed($dbh, 'orders.created', 300, 15, 'k');
 all_final('orders.created', 300, 'delivery: 300 rows reach a final state');
 is(count('outbox', q{topic = N'orders.created' AND state <> N'sent'}), 0, 'delivery: every row is sent');
@@ -172,7 +179,7 @@ $d = qbd_start(undef, conf(
 		sink => { type => 'http', baseUrl => $sink->{url}, path => '/events', timeoutMs => 3000 } },
 	routes => [ { topicPattern => 'down.*', destination => 'down' }, { topicPattern => '**', destination => 'sink' } ],
 	outbox => { maxAttempts => 1000 }), name => 'mssql_isolation');
-qbd_wait_daemon_log($d, qr/outbox 1\[\d+\]: started/);
+qbd_wait_daemon_log($d, qr/outbox \d\[\d+\]: started/);
 mssql_insert_keyed($dbh, 'down.x', 200, 5, 'dk');
 mssql_insert_keyed($dbh, 'healthy.hot', 150, 1, 'hot');
 mssql_insert_keyed($dbh, 'healthy.cold', 300, 50, 'c');
@@ -207,7 +214,7 @@ is(qbd_wait_exit($d, 30), 0, 'the daemon stops');
 # ---- the server cut away and given back (a proxy between the daemon and the server)
 my $proxy = mssql_proxy_start($url);
 $d = qbd_start(undef, conf(url => $proxy->{url}), name => 'mssql_cut');
-qbd_wait_daemon_log($d, qr/outbox 1\[\d+\]: started/);
+qbd_wait_daemon_log($d, qr/outbox \d\[\d+\]: started/);
 mssql_insert_keyed($dbh, 'cut.server', 400, 20, 'cs');
 mssql_wait($dbh, q{SELECT CASE WHEN COUNT(*) > 20 THEN 1 ELSE 0 END FROM queuebox.outbox WHERE topic = N'cut.server' AND state = N'sent'},
 	[], 1, 'server cut: delivery is under way');
@@ -234,7 +241,7 @@ my $http = HTTP::Tiny->new(timeout => 30, keep_alive => 0);
 my $secret = 'whsec-mssql-0123456789';
 my $token = 'admin-token-mssql-0123456789';
 my $inbox_yaml = conf(
-	destinations => { web => { type => 'http', baseUrl => $sink->{url}, path => '/hooks' } },
+	destinations => { web => { type => 'http', baseUrl => $sink->{url}, path => '/hooks', timeoutMs => 3000 } },
 	routes => [ { topicPattern => 'shop.**', destination => 'web' }, { topicPattern => 'tasks.**', destination => 'web' } ],
 	workers => 1,
 	extra => <<"EOY");
@@ -374,7 +381,8 @@ mssql_wait($dbh, q{SELECT state FROM queuebox.outbox WHERE topic = N'tasks.tasks
 $a = $http->request('GET', "$base/admin/outbox/dead", { headers => { Authorization => "Bearer $token" } });
 is($a->{status}, 200, 'admin lists dead outbox rows');
 my $dead_rows = $json->decode($a->{content});
-is(scalar(@$dead_rows), 10, 'admin: the ten dead rows of the failing destination');
+is(scalar(grep { $_->{topic} eq 'fail.always' } @$dead_rows), 10, 'admin: the ten dead rows of the failing destination')
+  or diag explain mssql_rows($dbh, q{SELECT topic, COUNT(*), MAX(last_error) FROM queuebox.outbox WHERE state = N'dead' GROUP BY topic});
 my $dead_out = $dead_rows->[0]{id};
 $a = $http->request('POST', "$base/admin/outbox/$dead_out/requeue", { headers => { Authorization => "Bearer $token" } });
 is($a->{status}, 200, 'admin requeues a dead outbox row') or diag $a->{content};
@@ -382,8 +390,8 @@ is(mssql_value($dbh, 'SELECT state FROM queuebox.outbox WHERE id = ?', $dead_out
 	'the requeued row is back in the flow');
 $a = $http->request('POST', "$base/admin/outbox/requeue",
 	{ content => '{"topicPattern": "a..b"}', headers => { Authorization => "Bearer $token", 'Content-Type' => 'application/json' } });
-is($a->{status}, 400, 'a bulk requeue with an invalid pattern: 400') or diag $a->{content};
-like($a->{content}, qr/segment 2 is empty/, 'the 400 says which segment is wrong');
+is($a->{status}, 422, 'a bulk requeue with an invalid pattern: 422 (a value the database refused)') or diag $a->{content};
+like($a->{content}, qr/segment 2 is empty/, 'the 422 says which segment is wrong');
 my $m = $http->get("$base/metrics");
 like($m->{content}, qr/queuebox_inbox_received_total\{source="shop",result="accepted"\} 8/, '/metrics counts what the ingress received');
 like($m->{content}, qr/queuebox_outbox_pending\s+\d+/, '/metrics reads the gauges from SQL Server');
