@@ -118,11 +118,17 @@ qb_odbc_connect(const char *url, const char *application_name, long connect_time
 
 	if (qb_odbc_url_parse(url, &u, err, errlen) != 0)
 		return NULL;
-	if ((c = calloc(1, sizeof(*c))) == NULL ||
-		(cs = qb_odbc_conn_string(&u, qb_odbc_default_driver(), application_name)) == NULL)
+	if ((c = calloc(1, sizeof(*c))) == NULL)
 	{
 		snprintf(err, errlen, "connecting to SQL Server: out of memory");
 		goto fail;
+	}
+	{
+		const char *driver = u.driver ? u.driver : qb_odbc_default_driver();
+
+		if ((cs = qb_odbc_conn_string(&u, driver, application_name, qb_odbc_braces_for(driver),
+									  err, errlen)) == NULL)
+			goto fail;
 	}
 	snprintf(c->where, sizeof(c->where), "%s@%s:%d/%s", u.user, u.host, u.port, u.database);
 	snprintf(what, sizeof(what), "connecting to %s", c->where);

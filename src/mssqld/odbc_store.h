@@ -56,20 +56,38 @@ typedef struct QbOdbcUrl
 extern int	qb_odbc_url_parse(const char *url, QbOdbcUrl *u, char *err, size_t errlen);
 extern void qb_odbc_url_free(QbOdbcUrl *u);
 
+/* How braced values are written: ODBC's rule, or FreeTDS 1.3's. */
+typedef enum QbOdbcBraces
+{
+	QBO_BRACES_ODBC,			/* { ... } with each } doubled */
+	QBO_BRACES_FREETDS13,		/* { ... } as it is; "};" or a final } cannot be written */
+} QbOdbcBraces;
+
 /*
  * A connection string value: as it is when it holds none of ;{}= and no
- * space at either end, else in braces with each } doubled.
+ * space at either end (and !always), else in braces in style.  Returns the
+ * length it needs (without NUL), or (size_t) -1 when style cannot write it;
+ * writes at most outlen bytes with the NUL.
  */
-extern size_t qb_odbc_quote(const char *value, char *out, size_t outlen);
+extern size_t qb_odbc_quote(const char *value, QbOdbcBraces style, bool always,
+							char *out, size_t outlen);
 
 /*
  * The DSN-less connection string for u: DRIVER (u->driver, else
  * default_driver), SERVER, PORT, DATABASE, UID, PWD, TDS_Version=7.4,
  * ClientCharset=UTF-8, Encryption, APP (application_name).  malloc'd; it
- * holds the password: never log it.  NULL when out of memory.
+ * holds the password: never log it.  NULL with err when out of memory or
+ * when style cannot write a value (err names which, never its value).
  */
 extern char *qb_odbc_conn_string(const QbOdbcUrl *u, const char *default_driver,
-								 const char *application_name);
+								 const char *application_name, QbOdbcBraces style,
+								 char *err, size_t errlen);
+
+/* "freetds vX.Y" of a driver library: 1 and the version, or 0 (not FreeTDS) */
+extern int	qb_odbc_freetds_version(const char *path, int *major, int *minor);
+
+/* the brace style a driver (a library path, or a {registered name}: ODBC's) reads */
+extern QbOdbcBraces qb_odbc_braces_for(const char *driver);
 
 /* The FreeTDS driver library where Debian and others put it, or "{FreeTDS}" (a registered name). */
 extern const char *qb_odbc_default_driver(void);

@@ -11,6 +11,11 @@
  *	  holds ';', '{', '}' or '=' (or starts or ends with a space) goes in
  *	  braces with each '}' doubled, as ODBC says; a password is always
  *	  braced, so what it holds never matters.
+ *	- FreeTDS before 1.4 reads braces its own way: a braced value ends at
+ *	  the first "};" and "}}" stays two characters.  For such a driver
+ *	  (qb_odbc_braces_for reads its version) a '}' is not doubled, and a
+ *	  value holding "};" or ending in '}' cannot be written: refused with
+ *	  what to do, never sent to be misread.
  *
  * Secrets: the password is only ever in the returned connection string;
  * error messages name the part that is wrong, never its value.
@@ -211,12 +216,12 @@ qb_odbc_url_free(QbOdbcUrl *u)
 	memset(u, 0, sizeof(*u));
 }
 
-/* qb_odbc_quote: see odbc_store.h.  Returns the length the value needs (without NUL). */
+/* qb_odbc_quote: see odbc_store.h. */
 size_t
-qb_odbc_quote(const char *value, char *out, size_t outlen)
+qb_odbc_quote(const char *value, QbOdbcBraces style, bool always, char *out, size_t outlen)
 {
 	size_t		n = strlen(value);
-	bool		brace = n > 0 && (value[0] == ' ' || value[n - 1] == ' ');
+	bool		brace = always || (n > 0 && (value[0] == ' ' || value[n - 1] == ' '));
 	size_t		need = 0;
 
 	for (const char *p = value; *p; p++)
@@ -227,12 +232,15 @@ qb_odbc_quote(const char *value, char *out, size_t outlen)
 			snprintf(out, outlen, "%s", value);
 		return n;
 	}
+	/* FreeTDS 1.3 ends a braced value at the first "};" and reads "}}" as two */
+	if (style == QBO_BRACES_FREETDS13 && (strstr(value, "};") != NULL || (n > 0 && value[n - 1] == '}')))
+		return (size_t) -1;
 #define QBOU_PUT(ch) do { if (need + 1 < outlen) out[need] = (ch); need++; } while (0)
 	QBOU_PUT('{');
 	for (const char *p = value; *p; p++)
 	{
 		QBOU_PUT(*p);
-		if (*p == '}')
+		if (*p == '}' && style == QBO_BRACES_ODBC)
 			QBOU_PUT('}');
 	}
 	QBOU_PUT('}');
@@ -242,17 +250,24 @@ qb_odbc_quote(const char *value, char *out, size_t outlen)
 	return need;
 }
 
-/* qbou_add: ";KEY=value" (the first without ';'), value quoted, or braced always. */
-static bool
-qbou_add(char **buf, size_t *len, const char *key, const char *value, bool always_brace)
+/*
+ * qbou_add: ";KEY=value" (the first without ';'), the value quoted in
+ * style (always braced with always).  0, -1 out of memory, -2 when the
+ * style cannot write the value.
+ */
+static int
+qbou_add(char **buf, size_t *len, const char *key, const char *value, QbOdbcBraces style,
+		 bool always)
 {
-	size_t		vlen = always_brace ? 2 * strlen(value) + 2 : qb_odbc_quote(value, NULL, 0);
+	size_t		vlen = qb_odbc_quote(value, style, always, NULL, 0);
 	size_t		klen = strlen(key);
-	char	   *nb = realloc(*buf, *len + klen + vlen + 3);
+	char	   *nb;
 	char	   *p;
 
-	if (nb == NULL)
-		return false;
+	if (vlen == (size_t) -1)
+		return -2;
+	if ((nb = realloc(*buf, *len + klen + vlen + 3)) == NULL)
+		return -1;
 	*buf = nb;
 	p = nb + *len;
 	if (*len > 0)
@@ -260,66 +275,128 @@ qbou_add(char **buf, size_t *len, const char *key, const char *value, bool alway
 	memcpy(p, key, klen);
 	p += klen;
 	*p++ = '=';
-	if (always_brace)
-	{
-		*p++ = '{';
-		for (const char *v = value; *v; v++)
-		{
-			*p++ = *v;
-			if (*v == '}')
-				*p++ = '}';
-		}
-		*p++ = '}';
-		*p = '\0';
-	}
-	else
-		qb_odbc_quote(value, p, vlen + 1);
+	qb_odbc_quote(value, style, always, p, vlen + 1);
 	*len = strlen(nb);
-	return true;
-}
-
-/* qbou_add_raw: ";KEY=value" with value as it is. */
-static bool
-qbou_add_raw(char **buf, size_t *len, const char *key, const char *value)
-{
-	size_t		need = *len + strlen(key) + strlen(value) + 3;
-	char	   *nb = realloc(*buf, need);
-
-	if (nb == NULL)
-		return false;
-	*buf = nb;
-	snprintf(nb + *len, need - *len, "%s%s=%s", *len > 0 ? ";" : "", key, value);
-	*len = strlen(nb);
-	return true;
+	return 0;
 }
 
 /* qb_odbc_conn_string: see odbc_store.h. */
 char *
-qb_odbc_conn_string(const QbOdbcUrl *u, const char *default_driver, const char *application_name)
+qb_odbc_conn_string(const QbOdbcUrl *u, const char *default_driver, const char *application_name,
+					QbOdbcBraces style, char *err, size_t errlen)
 {
 	char	   *buf = NULL;
 	size_t		len = 0;
 	char		port[16];
 	const char *driver = u->driver ? u->driver : default_driver;
+	struct
+	{
+		const char *key;
+		const char *value;
+		bool		always;
+	}			kv[] = {
+		{"SERVER", u->host, false},
+		{"PORT", port, false},
+		{"DATABASE", u->database, false},
+		{"UID", u->user, false},
+		/* braced whatever it holds: no password can add a keyword */
+		{"PWD", u->password ? u->password : "", true},
+		{"TDS_Version", "7.4", false},
+		{"ClientCharset", "UTF-8", false},
+		{"Encryption", u->encryption, false},
+		{"APP", application_name, false},
+	};
 
 	snprintf(port, sizeof(port), "%d", u->port);
 	/* a registered driver name comes braced already ("{FreeTDS}"): as it is */
-	if (!(driver[0] == '{' ? qbou_add_raw(&buf, &len, "DRIVER", driver) :
-		  qbou_add(&buf, &len, "DRIVER", driver, false)) ||
-		!qbou_add(&buf, &len, "SERVER", u->host, false) ||
-		!qbou_add(&buf, &len, "PORT", port, false) ||
-		!qbou_add(&buf, &len, "DATABASE", u->database, false) ||
-		!qbou_add(&buf, &len, "UID", u->user, false) ||
-		!qbou_add(&buf, &len, "PWD", u->password ? u->password : "", true) ||
-		!qbou_add(&buf, &len, "TDS_Version", "7.4", false) ||
-		!qbou_add(&buf, &len, "ClientCharset", "UTF-8", false) ||
-		!qbou_add(&buf, &len, "Encryption", u->encryption, false) ||
-		(application_name != NULL && !qbou_add(&buf, &len, "APP", application_name, false)))
+	if (driver[0] == '{')
 	{
-		free(buf);
-		return NULL;
+		if ((buf = malloc(strlen(driver) + 8)) == NULL)
+			goto oom;
+		snprintf(buf, strlen(driver) + 8, "DRIVER=%s", driver);
+		len = strlen(buf);
+	}
+	else if (qbou_add(&buf, &len, "DRIVER", driver, QBO_BRACES_ODBC, false) != 0)
+		goto oom;
+	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+	{
+		int			rc;
+
+		if (kv[i].value == NULL)
+			continue;
+		if ((rc = qbou_add(&buf, &len, kv[i].key, kv[i].value, style, kv[i].always)) == -1)
+			goto oom;
+		if (rc == -2)
+		{
+			snprintf(err, errlen,
+					 "database.url: the %s holds \"};\" or ends with \"}\", which FreeTDS before 1.4 cannot read "
+					 "in a connection string; choose another, or install FreeTDS 1.4 or later",
+					 strcmp(kv[i].key, "PWD") == 0 ? "password" : kv[i].key);
+			free(buf);
+			return NULL;
+		}
 	}
 	return buf;
+oom:
+	free(buf);
+	snprintf(err, errlen, "out of memory");
+	return NULL;
+}
+
+/*
+ * qb_odbc_freetds_version: the version a FreeTDS library says it is, from
+ * the "freetds vX.Y" text every build carries (it exports no function that
+ * tells); 0 when it is not FreeTDS, or unreadable.  Read once per path.
+ */
+int
+qb_odbc_freetds_version(const char *path, int *major, int *minor)
+{
+	static const char needle[] = "freetds v";
+	FILE	   *f = fopen(path, "rb");
+	char		buf[65536 + 32];
+	size_t		keep = 0;
+	int			found = 0;
+
+	*major = *minor = 0;
+	if (f == NULL)
+		return 0;
+	for (;;)
+	{
+		size_t		n = fread(buf + keep, 1, sizeof(buf) - keep - 1, f);
+		char	   *p;
+
+		if (n == 0)
+			break;
+		n += keep;
+		buf[n] = '\0';
+		for (p = buf; p + sizeof(needle) < buf + n; p++)
+			if (memcmp(p, needle, sizeof(needle) - 1) == 0 &&
+				sscanf(p + sizeof(needle) - 1, "%d.%d", major, minor) == 2)
+			{
+				found = 1;
+				break;
+			}
+		if (found)
+			break;
+		/* a needle cut at the end of this piece is whole in the next */
+		keep = n < 32 ? n : 32;
+		memmove(buf, buf + n - keep, keep);
+	}
+	fclose(f);
+	return found;
+}
+
+/* qb_odbc_braces_for: the brace style the driver at path reads. */
+QbOdbcBraces
+qb_odbc_braces_for(const char *driver)
+{
+	int			major,
+				minor;
+
+	if (driver[0] != '{' && qb_odbc_freetds_version(driver, &major, &minor) &&
+		(major < 1 || (major == 1 && minor < 4)))
+		return QBO_BRACES_FREETDS13;
+	return QBO_BRACES_ODBC;
 }
 
 /* qb_odbc_default_driver: see odbc_store.h. */

@@ -226,9 +226,19 @@ qbd_config_check_daemon(const QbConfig *cfg, char *err, size_t errlen)
 	{
 		QbOdbcUrl	parsed;
 
+		const char *driver;
+		char	   *cs;
+
 		if (qb_odbc_url_parse(u, &parsed, err, errlen) != 0)
 			return -1;
+		/* what the driver cannot read is refused now, not at each connect */
+		driver = parsed.driver ? parsed.driver : qb_odbc_default_driver();
+		cs = qb_odbc_conn_string(&parsed, driver, NULL, qb_odbc_braces_for(driver), err, errlen);
 		qb_odbc_url_free(&parsed);
+		if (cs == NULL)
+			return -1;
+		memset(cs, 0, strlen(cs));
+		free(cs);
 		if (cfg->database.listen)
 		{
 			snprintf(err, errlen,

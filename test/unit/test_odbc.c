@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include <jansson.h>
@@ -27,17 +28,26 @@
 extern const char qbd_schema_mssql[];
 
 static char *
-conn_string(const char *url, const char *driver)
+conn_string_in(const char *url, const char *driver, QbOdbcBraces style, char *err, size_t errlen)
 {
 	QbOdbcUrl	u;
-	char		err[QB_ERRLEN] = "";
 	char	   *cs;
 
-	if (qb_odbc_url_parse(url, &u, err, sizeof(err)) != 0)
+	if (qb_odbc_url_parse(url, &u, err, errlen) != 0)
 		fail_msg("parse of %s failed: %s", url, err);
-	cs = qb_odbc_conn_string(&u, driver, "queuebox-mssqld outbox 0");
+	cs = qb_odbc_conn_string(&u, driver, "queuebox-mssqld outbox 0", style, err, errlen);
 	qb_odbc_url_free(&u);
-	assert_non_null(cs);
+	return cs;
+}
+
+static char *
+conn_string(const char *url, const char *driver)
+{
+	char		err[QB_ERRLEN] = "";
+	char	   *cs = conn_string_in(url, driver, QBO_BRACES_ODBC, err, sizeof(err));
+
+	if (cs == NULL)
+		fail_msg("%s: %s", url, err);
 	return cs;
 }
 
@@ -82,21 +92,87 @@ test_conn_string_escaping(void **state)
 	free(cs);
 }
 
+/* FreeTDS before 1.4 reads "}}" as two braces and ends a value at "};" */
+static void
+test_conn_string_freetds13(void **state)
+{
+	char		err[QB_ERRLEN] = "";
+	char	   *cs = conn_string_in("sqlserver://u:a%3Bb%7Dc@db/app", "/x/libtdsodbc.so",
+									QBO_BRACES_FREETDS13, err, sizeof(err));
+
+	assert_non_null(cs);
+	assert_non_null(strstr(cs, ";PWD={a;b}c};"));
+	free(cs);
+	/* "};" and a final "}" cannot be written: refused, the password not named */
+	assert_null(conn_string_in("sqlserver://u:a%7D%3Bb@db/app", "/x/libtdsodbc.so",
+							   QBO_BRACES_FREETDS13, err, sizeof(err)));
+	assert_non_null(strstr(err, "the password holds \"};\" or ends with \"}\""));
+	assert_non_null(strstr(err, "FreeTDS 1.4"));
+	assert_null(strstr(err, "a}"));
+	assert_null(conn_string_in("sqlserver://u:ab%7D@db/app", "/x/libtdsodbc.so",
+							   QBO_BRACES_FREETDS13, err, sizeof(err)));
+}
+
+static void
+write_fake(const char *path, const char *version)
+{
+	FILE	   *f = fopen(path, "wb");
+	static char junk[70000];
+
+	assert_non_null(f);
+	memset(junk, 'x', sizeof(junk));
+	/* the text past the first read's 64 KiB, cut across two pieces */
+	fwrite(junk, 1, 65536 - 5, f);
+	fputs(version, f);
+	fwrite(junk, 1, 100, f);
+	fclose(f);
+}
+
+static void
+test_freetds_version(void **state)
+{
+	char		path[] = "/tmp/qb_test_odbc_XXXXXX";
+	int			fd = mkstemp(path);
+	int			major,
+				minor;
+
+	assert_true(fd >= 0);
+	close(fd);
+	write_fake(path, "freetds v1.3.17");
+	assert_int_equal(qb_odbc_freetds_version(path, &major, &minor), 1);
+	assert_int_equal(major, 1);
+	assert_int_equal(minor, 3);
+	assert_int_equal(qb_odbc_braces_for(path), QBO_BRACES_FREETDS13);
+	write_fake(path, "freetds v1.4.2");
+	assert_int_equal(qb_odbc_braces_for(path), QBO_BRACES_ODBC);
+	write_fake(path, "no version here");
+	assert_int_equal(qb_odbc_freetds_version(path, &major, &minor), 0);
+	assert_int_equal(qb_odbc_braces_for(path), QBO_BRACES_ODBC);
+	unlink(path);
+	assert_int_equal(qb_odbc_braces_for("/nonexistent/libtdsodbc.so"), QBO_BRACES_ODBC);
+	assert_int_equal(qb_odbc_braces_for("{FreeTDS}"), QBO_BRACES_ODBC);
+}
+
 static void
 test_quote(void **state)
 {
 	char		out[64];
 
-	assert_int_equal(qb_odbc_quote("plain", out, sizeof(out)), 5);
+	assert_int_equal(qb_odbc_quote("plain", QBO_BRACES_ODBC, false, out, sizeof(out)), 5);
 	assert_string_equal(out, "plain");
-	assert_int_equal(qb_odbc_quote("a}b", out, sizeof(out)), 6);
+	assert_int_equal(qb_odbc_quote("plain", QBO_BRACES_ODBC, true, out, sizeof(out)), 7);
+	assert_string_equal(out, "{plain}");
+	assert_int_equal(qb_odbc_quote("a}b", QBO_BRACES_ODBC, false, out, sizeof(out)), 6);
 	assert_string_equal(out, "{a}}b}");
-	qb_odbc_quote(" lead", out, sizeof(out));
+	assert_int_equal(qb_odbc_quote("a}b", QBO_BRACES_FREETDS13, false, out, sizeof(out)), 5);
+	assert_string_equal(out, "{a}b}");
+	assert_int_equal(qb_odbc_quote("a};b", QBO_BRACES_FREETDS13, false, out, sizeof(out)), (size_t) -1);
+	qb_odbc_quote(" lead", QBO_BRACES_ODBC, false, out, sizeof(out));
 	assert_string_equal(out, "{ lead}");
-	qb_odbc_quote("k=v", out, sizeof(out));
+	qb_odbc_quote("k=v", QBO_BRACES_ODBC, false, out, sizeof(out));
 	assert_string_equal(out, "{k=v}");
 	/* a short buffer is cut, never overrun; the length says what it needs */
-	assert_int_equal(qb_odbc_quote("a;b", out, 3), 5);
+	assert_int_equal(qb_odbc_quote("a;b", QBO_BRACES_ODBC, false, out, 3), 5);
 	assert_string_equal(out, "{a");
 }
 
@@ -374,6 +450,8 @@ test_query_texts(void **state)
 		}
 	}
 	assert_null(qb_odbc_query_text(QB_NQUERIES, &(int) {0}));
+	/* the replay's select: id, state, source, since, until */
+	assert_int_equal(count_markers(qb_odbc_replay_select), 5);
 }
 
 typedef struct Batches
@@ -462,6 +540,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_conn_string),
 		cmocka_unit_test(test_conn_string_escaping),
+		cmocka_unit_test(test_conn_string_freetds13),
+		cmocka_unit_test(test_freetds_version),
 		cmocka_unit_test(test_quote),
 		cmocka_unit_test(test_url_errors),
 		cmocka_unit_test(test_classify),
