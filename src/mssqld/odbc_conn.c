@@ -15,9 +15,12 @@
  *	  transaction and the server's part, and the next statements would run
  *	  in no transaction at all.  A batch may also carry its own
  *	  BEGIN ... COMMIT (the ODBC store's one-statement ops do).
- *	- A statement is prepared and executed once (SQLPrepare + SQLExecute:
- *	  FreeTDS sends sp_prepexec with typed @P parameters); every value is
- *	  a bound parameter (qb_odbc_binding says how each type is bound).
+ *	- A statement with parameters is prepared once per connection
+ *	  (SQLPrepare; FreeTDS sends sp_prepexec with typed @P parameters, then
+ *	  sp_execute on the handle) and its handle kept, for up to QBOC_CACHE
+ *	  texts; every value is a bound parameter (qb_odbc_binding says how
+ *	  each type is bound).  A statement without one (BEGIN, COMMIT, the
+ *	  schema's DDL) is sent as it is (SQLExecDirect).
  *	- Results: every result set of the statement is read to its end, in
  *	  order, each value as UTF-8 text (SQLGetData in pieces, so NVARCHAR(MAX)
  *	  has no size limit); an error raised by a later statement of a batch
@@ -38,13 +41,47 @@
 
 #include "odbc_store.h"
 
+#define QBOC_CACHE	24
+
+typedef struct QbocPrepared
+{
+	char	   *sql;
+	SQLHSTMT	st;
+} QbocPrepared;
+
 struct QbOdbcConn
 {
 	SQLHENV		env;
 	SQLHDBC		dbc;
 	bool		lost;
 	char		where[300];		/* user@host:port/db, for messages */
+	QbocPrepared prepared[QBOC_CACHE];
+	int			nprepared;
 };
+
+/* qboc_forget: drop a kept handle (its state is unknown after an error) */
+static void
+qboc_forget(QbOdbcConn *c, SQLHSTMT st)
+{
+	for (int i = 0; i < c->nprepared; i++)
+		if (c->prepared[i].st == st)
+		{
+			free(c->prepared[i].sql);
+			c->prepared[i] = c->prepared[--c->nprepared];
+			break;
+		}
+	SQLFreeHandle(SQL_HANDLE_STMT, st);
+}
+
+/* qboc_kept: the kept handle of sql, or SQL_NULL_HSTMT */
+static SQLHSTMT
+qboc_kept(QbOdbcConn *c, const char *sql)
+{
+	for (int i = 0; i < c->nprepared; i++)
+		if (strcmp(c->prepared[i].sql, sql) == 0)
+			return c->prepared[i].st;
+	return SQL_NULL_HSTMT;
+}
 
 /* qb_odbc_binding: see odbc_store.h. */
 QbOdbcBinding
@@ -182,6 +219,11 @@ qb_odbc_close(QbOdbcConn *c)
 {
 	if (c == NULL)
 		return;
+	for (int i = 0; i < c->nprepared; i++)
+	{
+		SQLFreeHandle(SQL_HANDLE_STMT, c->prepared[i].st);
+		free(c->prepared[i].sql);
+	}
 	if (c->dbc != SQL_NULL_HDBC && c->dbc != NULL)
 	{
 		/* an open transaction ends with the session: rolled back */
@@ -273,6 +315,7 @@ qb_odbc_exec(QbOdbcConn *c, const char *sql, const QbOdbcParam *params, int n,
 	int			set = 0;
 	int			rc = -1;
 	bool		oom = false;
+	bool		kept = false;
 	SQLRETURN	r;
 
 	*cls = QBO_FAILED;
@@ -282,18 +325,31 @@ qb_odbc_exec(QbOdbcConn *c, const char *sql, const QbOdbcParam *params, int n,
 		snprintf(err, errlen, "no connection to SQL Server");
 		return -1;
 	}
-	if (!SQL_SUCCEEDED(SQLAllocHandle(SQL_HANDLE_STMT, c->dbc, &st)))
+	if (n > 0 && (st = qboc_kept(c, sql)) != SQL_NULL_HSTMT)
+	{
+		kept = true;
+		SQLFreeStmt(st, SQL_RESET_PARAMS);
+	}
+	else if (!SQL_SUCCEEDED(SQLAllocHandle(SQL_HANDLE_STMT, c->dbc, &st)))
 	{
 		qboc_diag(c, SQL_HANDLE_DBC, c->dbc, "allocating a statement", cls, err, errlen);
 		return -1;
 	}
-	if (timeout_ms > 0)
-		SQLSetStmtAttr(st, SQL_ATTR_QUERY_TIMEOUT, (SQLPOINTER) (SQLULEN) ((timeout_ms + 999) / 1000), 0);
-	if (!SQL_SUCCEEDED(SQLPrepare(st, (SQLCHAR *) sql, SQL_NTS)))
+	else if (n > 0)
 	{
-		qboc_diag(c, SQL_HANDLE_STMT, st, "preparing the statement", cls, err, errlen);
-		goto done;
+		if (!SQL_SUCCEEDED(SQLPrepare(st, (SQLCHAR *) sql, SQL_NTS)))
+		{
+			qboc_diag(c, SQL_HANDLE_STMT, st, "preparing the statement", cls, err, errlen);
+			goto done;
+		}
+		if (c->nprepared < QBOC_CACHE && (c->prepared[c->nprepared].sql = strdup(sql)) != NULL)
+		{
+			c->prepared[c->nprepared++].st = st;
+			kept = true;
+		}
 	}
+	SQLSetStmtAttr(st, SQL_ATTR_QUERY_TIMEOUT,
+				   (SQLPOINTER) (SQLULEN) (timeout_ms > 0 ? (timeout_ms + 999) / 1000 : 0), 0);
 	if (n > 0 && ((ind = calloc(n, sizeof(SQLLEN))) == NULL ||
 				  (nums = calloc(n, sizeof(SQLBIGINT))) == NULL))
 	{
@@ -323,7 +379,7 @@ qb_odbc_exec(QbOdbcConn *c, const char *sql, const QbOdbcParam *params, int n,
 			goto done;
 		}
 	}
-	r = SQLExecute(st);
+	r = n > 0 ? SQLExecute(st) : SQLExecDirect(st, (SQLCHAR *) sql, SQL_NTS);
 	if (!SQL_SUCCEEDED(r) && r != SQL_NO_DATA)
 	{
 		qboc_diag(c, SQL_HANDLE_STMT, st, "running the statement", cls, err, errlen);
@@ -399,7 +455,11 @@ done:
 	if (st != SQL_NULL_HSTMT)
 	{
 		SQLFreeStmt(st, SQL_CLOSE);
-		SQLFreeHandle(SQL_HANDLE_STMT, st);
+		/* a kept handle that failed is prepared again next time */
+		if (!kept)
+			SQLFreeHandle(SQL_HANDLE_STMT, st);
+		else if (rc != 0)
+			qboc_forget(c, st);
 	}
 	return rc;
 }

@@ -1320,7 +1320,7 @@ static void
 test_odbc_unreachable(void **state)
 {
 	QbOdbcStore *s = qb_odbc_store_new(&(QbOdbcConf) {
-		.url = "sqlserver://qb_user:Hunter2%3Bsecret%7D@127.0.0.1:1/qbdb?encrypt=false",
+		.url = "sqlserver://qb_user:Hunter2%3Bse%7Dcret@127.0.0.1:1/qbdb?encrypt=false",
 		.application_name = "qb unreachable", .connect_timeout_ms = 2000}, err, sizeof(err));
 	QbStore		st;
 	int			n = -1;
