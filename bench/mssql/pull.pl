@@ -51,7 +51,7 @@ sub statement
 my $cmd = shift // '';
 if ($cmd eq 'fill')
 {
-	my ($url, $source, $rows) = @_;
+	my ($url, $source, $rows) = @ARGV;
 	my $dbh = connect_url($url);
 	my $n = 0;
 	while ($n < $rows)
@@ -67,7 +67,7 @@ if ($cmd eq 'fill')
 }
 if ($cmd eq 'outbox')
 {
-	my ($url, $topic, $rows) = @_;
+	my ($url, $topic, $rows) = @ARGV;
 	my $dbh = connect_url($url);
 	$dbh->begin_work;
 	for (my $n = 0; $n < $rows; $n += 500)
@@ -81,7 +81,7 @@ if ($cmd eq 'outbox')
 }
 if ($cmd eq 'reset')
 {
-	my $dbh = connect_url($_[0]);
+	my $dbh = connect_url($ARGV[0]);
 	for my $k ([ 'P', 'PROCEDURE' ], [ 'V', 'VIEW' ], [ 'FN', 'FUNCTION' ], [ 'IF', 'FUNCTION' ],
 		[ 'TF', 'FUNCTION' ], [ 'U', 'TABLE' ])
 	{
@@ -98,13 +98,13 @@ if ($cmd eq 'reset')
 }
 if ($cmd eq 'count')
 {
-	my ($url, $sql) = @_;
+	my ($url, $sql) = @ARGV;
 	my ($v) = connect_url($url)->selectrow_array($sql);
 	print(($v // ''), "\n");
 	exit 0;
 }
 die "usage: pull.pl fill|outbox|count|run ...\n" unless $cmd eq 'run';
-my ($url, $sources, $clients, $seconds) = @_;
+my ($url, $sources, $clients, $seconds) = @ARGV;
 my @src = split /,/, $sources;
 my @kids;
 pipe(my $r, my $w) or die "pipe: $!";

@@ -21,7 +21,7 @@
 #      from commit to none pending or processing, on each database.
 #
 # Knobs: QB_BENCH_PULL_T=10 (s per pull run), QB_BENCH_PULL_ROWS (rows per
-# source, default 20000 on SQL Server, 400000 on PostgreSQL: a claimer that
+# source, default 20000 on SQL Server, 100000 on PostgreSQL: a claimer that
 # runs out of rows measures nothing, and the run says so), QB_BENCH_N=20000
 # (phase E rows), QB_BENCH_WORKERS=1, QB_BENCH_PHASES=PE, QB_BENCH_TIMEOUT=600.
 set -euo pipefail
@@ -37,7 +37,7 @@ if [[ -z "$URL" ]]; then
 fi
 PULL_T=${QB_BENCH_PULL_T:-10}
 MS_ROWS=${QB_BENCH_PULL_ROWS:-20000}
-PG_ROWS=${QB_BENCH_PULL_ROWS:-400000}
+PG_ROWS=${QB_BENCH_PULL_ROWS:-100000}
 N=${QB_BENCH_N:-20000}
 WORKERS=${QB_BENCH_WORKERS:-1}
 PHASES=${QB_BENCH_PHASES:-PE}
@@ -84,8 +84,8 @@ conf "$PG_URL" "$SINK_PORT_pg" >"$WORK/pg.yaml"
 $PULL reset "$URL" >/dev/null
 "$DAEMON" --config "$WORK/ms.yaml" --migrate >/dev/null 2>&1 || die "migrate on SQL Server failed: run $DAEMON --config $WORK/ms.yaml --migrate"
 
-declare -a R
-row() { R+=("| $1 | $2 | $3 | $4 |"); }
+declare -a OUT_ROWS
+row() { OUT_ROWS+=("| $1 | $2 | $3 | $4 |"); }
 
 if has P; then
 	cat >"$WORK/claim1.sql" <<'EOC'
@@ -97,6 +97,7 @@ EOC
 		q pbench "INSERT INTO queuebox.inbox (source, idempotency_key, payload, consumption) SELECT '$s', '$s-' || g, jsonb_build_object('n', g), 'pull' FROM generate_series(1, $PG_ROWS) g"
 	done
 	q pbench "VACUUM ANALYZE queuebox.inbox"
+	q pbench "CHECKPOINT"
 	for run in "1 one" "4 one" "4 s1,s2,s3,s4"; do
 		read -r C SRCS <<<"$run"
 		log "pull: $C client(s) on $SRCS"
@@ -104,18 +105,19 @@ EOC
 		ms_claims=$(awk '{print $2}' <<<"$out"); ms_busy=$(awk '{print $4}' <<<"$out")
 		ms_rate=$(python3 -c "print(round($ms_claims / $PULL_T, 1))")
 		if [[ "$SRCS" == *,* ]]; then
-			as_pg "$PGBENCH" -h "$WORK" -p "$PGPORT" -U postgres -n -M prepared -T "$PULL_T" -c "$C" -j 2 \
-				-D src="x" -f <(sed "s/:src/'s' || (:client_id + 1)/" "$WORK/claim1.sql") pbench >"$WORK/pgb.out" 2>&1 \
-				|| { cat "$WORK/pgb.out" >&2; die "pgbench failed"; }
+			sed "s/:src/'s' || (:client_id + 1)/" "$WORK/claim1.sql" >"$WORK/claim.sql"
 		else
-			as_pg "$PGBENCH" -h "$WORK" -p "$PGPORT" -U postgres -n -M prepared -T "$PULL_T" -c "$C" -j 2 \
-				-f <(sed "s/:src/'one'/" "$WORK/claim1.sql") pbench >"$WORK/pgb.out" 2>&1 \
-				|| { cat "$WORK/pgb.out" >&2; die "pgbench failed"; }
+			sed "s/:src/'one'/" "$WORK/claim1.sql" >"$WORK/claim.sql"
 		fi
+		chmod 644 "$WORK/claim.sql"
+		as_pg "$PGBENCH" -h "$WORK" -p "$PGPORT" -U postgres -n -M prepared -T "$PULL_T" -c "$C" -j 2 \
+			-f "$WORK/claim.sql" pbench >"$WORK/pgb.out" 2>&1 || { cat "$WORK/pgb.out" >&2; die "pgbench failed"; }
 		pg_rate=$(pgbench_tps "$WORK/pgb.out"); pg_rate=$(python3 -c "print(round($pg_rate, 1))")
 		left=$($PULL count "$URL" "SELECT COUNT(*) FROM queuebox.inbox WHERE state = N'pending'")
+		pg_left=$(q pbench "SELECT count(*) FROM queuebox.inbox WHERE state = 'pending'")
 		row "pull claims/s, $C client(s) on $( [[ "$SRCS" == *,* ]] && echo "4 sources" || echo "1 source")" \
-			"$ms_rate ($ms_busy Msg 51000; $left rows left)" "$pg_rate" "$(python3 -c "print(round($ms_rate / $pg_rate, 3))")"
+			"$ms_rate ($ms_busy Msg 51000; $left rows left)" "$pg_rate ($pg_left rows left)" \
+			"$(python3 -c "print(round($ms_rate / $pg_rate, 3))")"
 	done
 fi
 
@@ -159,7 +161,7 @@ fi
 	echo
 	echo "| measure | SQL Server side | PostgreSQL | SQL Server / PostgreSQL |"
 	echo "|---|---|---|---|"
-	printf '%s\n' "${R[@]}"
+	printf "%s\n" "${OUT_ROWS[@]}"
 	echo
 } | tee "$WORK/section.md"
 if ((RECORD)); then cat "$WORK/section.md" >>"$ROOT/bench/RESULTS.md"; log "recorded in bench/RESULTS.md"; fi
