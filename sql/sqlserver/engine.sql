@@ -21,8 +21,8 @@
  *	  on a Babelfish engine, which mishandles OUTPUT with a join or in a
  *	  cached plan (docs/sqlserver.md).
  *	- Each procedure runs in its caller's transaction (the daemon's ODBC
- *	  store turns autocommit off) with XACT_ABORT ON: any error rolls the
- *	  whole transaction back.  The pull claim is the exception: it opens
+ *	  store sends BEGIN TRANSACTION first) with XACT_ABORT ON: any error
+ *	  rolls the whole transaction back.  The pull claim is the exception: it opens
  *	  its own when called outside one, because its application lock needs
  *	  a transaction to belong to.
  *	- A deadlock (1205) or a lock timeout (1222) ends the transaction; the
@@ -457,11 +457,12 @@ GO
  * when p is [the payload] (a JSON scalar: AS JSON reads objects and arrays
  * only), "h": the headers object, "c": "push" or "pull", "err": last_error
  * (NULL: pending, else stored dead)}].  Payload and headers are JSON values
- * in the document, read AS JSON: stored as sent, never escaped twice.  In array order; of two rows of one key
- * the first is stored, a key that exists is skipped (the range lock makes a
- * concurrent insert of the same key wait, then skip; should two still
- * meet, the unique index answers 2601 and the daemon runs the call again).
- * Returns the stored rows' id, source and idempotency key.
+ * in the document, read AS JSON: stored as sent, never escaped twice.  In
+ * array order; of two rows of one key the first is stored, a key that
+ * exists is skipped (the range lock makes a concurrent insert of the same
+ * key wait, then skip; should two still meet, the unique index answers
+ * 2601 and the daemon runs the call again).  Returns the stored rows' id,
+ * source and idempotency key, in array order.
  */
 CREATE PROCEDURE queuebox._inbox_insert @rows NVARCHAR(MAX)
 AS

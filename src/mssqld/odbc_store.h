@@ -8,7 +8,7 @@
  *
  * Wording:
  *	- A procedure is one of sql/sqlserver/engine.sql's; an op is one
- *	  QbStore call: one transaction (autocommit off, SQLEndTran) holding
+ *	  QbStore call: one transaction (BEGIN TRANSACTION ... COMMIT) holding
  *	  the procedure calls the op needs, as the libpq store holds its
  *	  statements.  Arrays go to a procedure as one JSON array in a bound
  *	  NVARCHAR(MAX) parameter; every value is bound (SQLBindParameter),
