@@ -10,6 +10,7 @@
  * OPENJSON).
  *-------------------------------------------------------------------------
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,6 +101,52 @@ qb_odbc_json_claim(const QbClaimReq *c, bool *oom)
 				  "floor", (json_int_t) c->floor, "probe", (json_int_t) c->probe_ms,
 				  "dests", dests);
 	return qboj_done(o, failed, oom);
+}
+
+/* qboj_units: UTF-16 code units of UTF-8 text (a 4-byte sequence is two) */
+static size_t
+qboj_units(const char *s)
+{
+	size_t		n = 0;
+
+	for (const unsigned char *p = (const unsigned char *) s; *p; p++)
+		n += (*p & 0xC0) != 0x80 ? (*p >= 0xF0 ? 2 : 1) : 0;
+	return n;
+}
+
+/* qb_odbc_check_lengths: see odbc_store.h. */
+int
+qb_odbc_check_lengths(const QbInboxRow *rows, int n, char *err, size_t errlen)
+{
+	for (int i = 0; i < n; i++)
+	{
+		const struct
+		{
+			const char *name;
+			const char *value;
+			size_t		max;
+		}			f[] = {
+			{"source", rows[i].source, 200},
+			{"idempotency key", rows[i].idempotency_key, 400},
+			{"event type", rows[i].event_type, 400},
+			{"aggregate id", rows[i].aggregate_id, 400},
+		};
+
+		for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++)
+		{
+			size_t		len = f[k].value ? qboj_units(f[k].value) : 0;
+
+			if (len > f[k].max)
+			{
+				snprintf(err, errlen,
+						 "the %s of a message of source \"%.60s\" is %zu characters long; SQL Server stores at most %zu "
+						 "(docs/sqlserver.md); shorten it at the sender or with the source's transform",
+						 f[k].name, rows[i].source ? rows[i].source : "", len, f[k].max);
+				return -1;
+			}
+		}
+	}
+	return 0;
 }
 
 /* qboj_append: text onto a growing buffer; false when out of memory. */

@@ -562,6 +562,8 @@ qbos_inbox_insert(void *ctx, const QbInboxRow *rows, int n, long timeout_ms,
 	memset(ids, 0, sizeof(int64_t) * n);
 	if (n == 0)
 		return 0;
+	if (qb_odbc_check_lengths(rows, n, err, errlen) != 0)
+		return -1;
 	if ((a.json = qb_odbc_json_inbox_rows(rows, n, &oom)) == NULL)
 	{
 		snprintf(err, errlen, "storing received messages: %s", oom ? "out of memory" :

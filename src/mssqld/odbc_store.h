@@ -123,6 +123,14 @@ extern char *qb_odbc_json_inbox_rows(const QbInboxRow *rows, int n, bool *oom);
 extern char *qb_odbc_json_names(const char *const *names, int n, bool *oom);
 extern char *qb_odbc_json_topics(const int64_t *ids, const char *const *topics, int n, bool *oom);
 
+/*
+ * The inbox columns' lengths on SQL Server (sql/sqlserver/tables.sql, in
+ * UTF-16 code units): a row whose source, idempotency key, event type or
+ * aggregate id is longer cannot be stored.  -1 with err naming the first
+ * such row, field and length, else 0.
+ */
+extern int	qb_odbc_check_lengths(const QbInboxRow *rows, int n, char *err, size_t errlen);
+
 /* ---- parameters -------------------------------------------------------- */
 
 typedef enum QbOdbcType

@@ -318,6 +318,16 @@ for my $i (1 .. 3)
 		{ content => qq({"n": $i}), headers => { 'Content-Type' => 'application/json', 'X-Task-Id' => "t$i" } });
 	is($rr->{status}, 202, "pull webhook t$i: 202");
 }
+# a key longer than the column: refused with the reason, nothing stored
+{
+	my $before_long = count('inbox');
+	my $rr = $http->request('POST', "$base/inbox/tasks",
+		{ content => '{"n": 9}', headers => { 'Content-Type' => 'application/json', 'X-Task-Id' => 'k' x 401 } });
+	is($rr->{status}, 503, 'an idempotency key longer than SQL Server stores: 503 (the core takes 1024 bytes)');
+	like($rr->{content}, qr/is 401 characters long; SQL Server stores at most 400/, 'the answer says which field and the limit');
+	is(count('inbox'), $before_long, 'the long key stores nothing');
+}
+
 # the statement of examples/pull/sql/sqlserver/$name.sql, as a driver sends it
 sub example
 {

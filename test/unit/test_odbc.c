@@ -372,6 +372,35 @@ test_json_inbox_and_names(void **state)
 	assert_false(oom);
 }
 
+/* the inbox columns' lengths, in UTF-16 units: said before anything is sent */
+static void
+test_check_lengths(void **state)
+{
+	char		key[402];
+	char		wide[4 * 201 + 1];
+	char		err[QB_ERRLEN] = "";
+	QbInboxRow	r = {.source = "web", .idempotency_key = key, .payload = "{}", .headers = "{}"};
+
+	memset(key, 'k', 400);
+	key[400] = '\0';
+	assert_int_equal(qb_odbc_check_lengths(&r, 1, err, sizeof(err)), 0);
+	key[400] = 'k';
+	key[401] = '\0';
+	assert_int_equal(qb_odbc_check_lengths(&r, 1, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "the idempotency key of a message of source \"web\" is 401 characters long; SQL Server stores at most 400"));
+	/* 100 four-byte characters are 200 UTF-16 units: a source of 200 fits */
+	wide[0] = '\0';
+	for (int i = 0; i < 100; i++)
+		strcat(wide, "\xf0\x9f\x98\x80");
+	r.idempotency_key = "k";
+	r.source = wide;
+	assert_int_equal(qb_odbc_check_lengths(&r, 1, err, sizeof(err)), 0);
+	strcat(wide, "e");
+	assert_int_equal(qb_odbc_check_lengths(&r, 1, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "the source of a message"));
+	assert_non_null(strstr(err, "is 201 characters long; SQL Server stores at most 200"));
+}
+
 static void
 test_binding(void **state)
 {
@@ -548,6 +577,7 @@ main(void)
 		cmocka_unit_test(test_json_settles),
 		cmocka_unit_test(test_json_claim_and_tallies),
 		cmocka_unit_test(test_json_inbox_and_names),
+		cmocka_unit_test(test_check_lengths),
 		cmocka_unit_test(test_binding),
 		cmocka_unit_test(test_query_texts),
 		cmocka_unit_test(test_batches),
