@@ -1,0 +1,31 @@
+# 032_client_c.pl
+#   libqueuebox-inbox (clients/c), the C pull worker, on a real cluster with
+#   the extension: the scenarios of clients/SCENARIOS.md that
+#   clients/c/test/test_worker.c runs (commit together, renewal, a lost
+#   lease, retry and policies, shutdown grace).
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use IPC::Run;
+use Test::More;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use QueueBoxTest;
+
+my $node = qb_node('client_c');
+my $bin = qb_test_binary('clients/c/test/test_worker');
+my ($out, $err) = ('', '');
+{
+	local $ENV{QBI_TEST_DSN} = $node->connstr('postgres');
+	IPC::Run::run([$bin], '>', \$out, '2>', \$err);
+}
+my $rc = $? >> 8;
+note $out, $err;
+is($rc, 0, 'the C worker passes its scenarios') or diag "$out\n$err";
+like($out . $err, qr/\[  PASSED  \] 7 test\(s\)/, 'all seven ran');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'}), '0',
+	'no transaction is left open');
+done_testing();
