@@ -2,7 +2,8 @@
 #   libqueuebox-inbox (clients/c), the C pull worker, on a real cluster with
 #   the extension: the scenarios of clients/SCENARIOS.md that
 #   clients/c/test/test_worker.c runs (commit together, renewal, a lost
-#   lease, retry and policies, shutdown grace).
+#   lease, retry and policies, shutdown grace, max_concurrency 4 over 8
+#   aggregates).
 use strict;
 use warnings;
 
@@ -25,7 +26,7 @@ my ($out, $err) = ('', '');
 my $rc = $? >> 8;
 note $out, $err;
 is($rc, 0, 'the C worker passes its scenarios') or diag "$out\n$err";
-like($out . $err, qr/\[  PASSED  \] 7 test\(s\)/, 'all seven ran');
+like($out . $err, qr/\[  PASSED  \] 8 test\(s\)/, 'all eight ran');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'}), '0',
 	'no transaction is left open');
 done_testing();

@@ -27,10 +27,14 @@
  *	  completed and no attempt spent (the lease expires); messages claimed
  *	  but not started are left to their lease too.
  *
- * Threads: qbi_worker_run blocks in the caller's thread and runs one
- * handler at a time (max_concurrency 1); the renewal runs in a thread of
- * its own.  qbi_worker_stop may be called from any thread or from a
- * signal handler.  Nothing is printed unless a logger is given.
+ * Threads: qbi_worker_run blocks in the caller's thread, which claims;
+ * handlers run in max_concurrency threads of the library (default 1), each
+ * with a connection of its own, so a handler must be safe to call from a
+ * thread other than the caller's, and, with max_concurrency above 1,
+ * beside another message's handler (never one of the same aggregate: the
+ * claim gives one open message per aggregate).  The renewal runs in a
+ * thread of its own.  qbi_worker_stop may be called from any thread or
+ * from a signal handler.  Nothing is printed unless a logger is given.
  *-------------------------------------------------------------------------
  */
 #ifndef QUEUEBOX_INBOX_H
@@ -110,6 +114,7 @@ typedef struct QbiOptions
 	const char *conninfo;		/* libpq connection string or URI */
 	const char *source;			/* the pull source */
 	int			batch_size;		/* default 10 */
+	int			max_concurrency;	/* handlers at once, default 1: never two of one aggregate */
 	long		lease_ms;		/* default 30000 */
 	long		shutdown_grace_ms;	/* default 30000 */
 	long		idle_ms;		/* wait after a claim that found nothing, default 500 */

@@ -4,12 +4,19 @@
  *	  dead, with the lease renewed on a second connection.
  *
  * Wording (queuebox_inbox.h has the contract):
- *	- The work connection claims (its own transaction) and runs each
- *	  handler's transaction; the renewal connection belongs to the renewer
- *	  thread, which renews every held message every third of the lease.
- *	- Held: the messages of the current claim not finished yet; the
- *	  renewer reads them under the worker's mutex, and marks one lost
- *	  (cancelled) when its renewal changes no row.
+ *	- The claims' connection belongs to the caller's thread (qbi_worker_run),
+ *	  which claims a batch whenever every message of the last one was taken
+ *	  and a slot is free.  A slot is a thread with a connection of its own
+ *	  that runs one handler at a time (max_concurrency slots); the renewal
+ *	  connection belongs to the renewer thread, which renews every held
+ *	  message every third of the lease.
+ *	- Held: the messages claimed and not finished, a list under the
+ *	  worker's mutex; queued ones wait for a slot.  The claim gives at most
+ *	  one open message per (source, aggregate), so slots in parallel never
+ *	  run two of one aggregate, and each aggregate keeps its order.
+ *	- The renewer copies the held ids and tokens under the mutex, renews
+ *	  without it, and marks a message lost (cancelled) when its renewal
+ *	  changed no row.
  *	- The statements are the five of examples/pull/sql/postgresql, with
  *	  bound parameters.
  *
@@ -39,7 +46,8 @@ typedef struct QbiHeld
 	QbiMessage	msg;
 	char	   *values[10];		/* the claim's columns, owned */
 	volatile bool cancelled;
-	bool		done;
+	bool		running;		/* a slot took it */
+	struct QbiHeld *next;
 } QbiHeld;
 
 struct QbiWorker
@@ -50,12 +58,16 @@ struct QbiWorker
 	volatile sig_atomic_t stop;
 	int			wake[2];		/* stop writes a byte: waits end at once */
 	pthread_mutex_t mu;
-	QbiHeld    *held;			/* the current claim's messages */
-	int			nheld;
+	pthread_cond_t cv;			/* a message queued, a slot free, a stop */
+	QbiHeld    *held;			/* claimed and not finished, in claim order */
+	int			nqueued;		/* of them, not taken by a slot yet */
+	int			nrunning;
 	QbiCounters counters;
 	long		stop_seen_ms;	/* when the renewer first saw the stop, 0: not yet */
 	bool		quit_renewer;
-	PGconn	   *conn;
+	PGconn	   *conn;			/* the claims' connection */
+	QbiHandler	handler;
+	void	   *handler_arg;
 };
 
 static long
@@ -126,10 +138,11 @@ qbi_worker_new(const QbiOptions *opt, char *err, size_t errlen)
 		return NULL;
 	}
 	if (opt->batch_size < 0 || opt->batch_size > 10000 || opt->lease_ms < 0 ||
+		opt->max_concurrency < 0 || opt->max_concurrency > 256 ||
 		(opt->lease_ms > 0 && opt->lease_ms < 100) || opt->shutdown_grace_ms < 0 || opt->idle_ms < 0)
 	{
 		snprintf(err, errlen,
-				 "qbi_worker_new: batch_size is 1 to 10000, lease_ms at least 100, shutdown_grace_ms and idle_ms 0 or more (0: the default)");
+				 "qbi_worker_new: batch_size is 1 to 10000, max_concurrency 1 to 256, lease_ms at least 100, shutdown_grace_ms and idle_ms 0 or more (0: the default)");
 		return NULL;
 	}
 	if ((w = calloc(1, sizeof(*w))) == NULL)
@@ -152,6 +165,8 @@ qbi_worker_new(const QbiOptions *opt, char *err, size_t errlen)
 		w->opt.idle_ms = 500;
 	if (w->opt.policy == NULL)
 		w->opt.policy = qbi_default_policy;
+	if (w->opt.max_concurrency == 0)
+		w->opt.max_concurrency = 1;
 	w->wake[0] = w->wake[1] = -1;
 	if (w->conninfo == NULL || w->source == NULL || pipe2(w->wake, O_NONBLOCK | O_CLOEXEC) != 0)
 	{
@@ -160,6 +175,7 @@ qbi_worker_new(const QbiOptions *opt, char *err, size_t errlen)
 		return NULL;
 	}
 	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
 	return w;
 }
 
@@ -168,6 +184,7 @@ qbi_worker_stop(QbiWorker *w)
 {
 	char		c = 1;
 
+	/* a flag and a byte: both async-signal-safe; the waits see either */
 	w->stop = 1;
 	if (write(w->wake[1], &c, 1) < 0)
 	{
@@ -266,15 +283,32 @@ qbi_renewer(void *arg)
 	{
 		bool		quit;
 		long		now = qbi_now_ms();
+		int			n = 0;
+		int64_t    *ids = NULL;
+		char	  **tokens = NULL;
 
 		pthread_mutex_lock(&w->mu);
 		quit = w->quit_renewer;
-		/* past the shutdown grace the running handler is cancelled */
+		/* past the shutdown grace the running handlers are cancelled */
 		if (w->stop && w->stop_seen_ms == 0)
 			w->stop_seen_ms = now;
 		if (w->stop && now - w->stop_seen_ms >= w->opt.shutdown_grace_ms)
-			for (int i = 0; i < w->nheld; i++)
-				w->held[i].cancelled = true;
+			for (QbiHeld *h = w->held; h; h = h->next)
+				h->cancelled = true;
+		if (!quit && now >= next)
+		{
+			for (QbiHeld *h = w->held; h; h = h->next)
+				n++;
+			ids = calloc(n + 1, sizeof(int64_t));
+			tokens = calloc(n + 1, sizeof(char *));
+			n = 0;
+			for (QbiHeld *h = w->held; h && ids && tokens; h = h->next)
+				if (!h->cancelled)
+				{
+					ids[n] = h->msg.id;
+					tokens[n++] = strdup(h->msg.claim_token);
+				}
+		}
 		pthread_mutex_unlock(&w->mu);
 		if (quit)
 			break;
@@ -286,29 +320,32 @@ qbi_renewer(void *arg)
 				PQfinish(c);
 				c = PQconnectdb(w->conninfo);
 			}
-			pthread_mutex_lock(&w->mu);
-			for (int i = 0; i < w->nheld && PQstatus(c) == CONNECTION_OK; i++)
+			for (int i = 0; i < n && PQstatus(c) == CONNECTION_OK; i++)
 			{
-				QbiHeld    *h = &w->held[i];
 				char		id[24];
 				char		lease[24];
-				const char *v[3] = {id, h->msg.claim_token, lease};
+				const char *v[3] = {id, tokens[i], lease};
 
-				if (h->done || h->cancelled)
+				if (tokens[i] == NULL)
 					continue;
-				snprintf(id, sizeof(id), "%lld", (long long) h->msg.id);
+				snprintf(id, sizeof(id), "%lld", (long long) ids[i]);
 				snprintf(lease, sizeof(lease), "%ld", w->opt.lease_ms);
 				err[0] = '\0';
-				if (!qbi_flag(c, "SELECT queuebox.inbox_renew($1, $2, $3)", 3, v, err, sizeof(err)))
-				{
-					/* a failed statement is not a lost lease: the next round tries again */
-					if (err[0] != '\0')
-						continue;
-					h->cancelled = true;
-				}
+				/* a failed statement is not a lost lease: the next round tries again */
+				if (qbi_flag(c, "SELECT queuebox.inbox_renew($1, $2, $3)", 3, v, err, sizeof(err)) ||
+					err[0] != '\0')
+					continue;
+				pthread_mutex_lock(&w->mu);
+				for (QbiHeld *h = w->held; h; h = h->next)
+					if (h->msg.id == ids[i] && strcmp(h->msg.claim_token, tokens[i]) == 0)
+						h->cancelled = true;
+				pthread_mutex_unlock(&w->mu);
 			}
-			pthread_mutex_unlock(&w->mu);
 		}
+		for (int i = 0; tokens && i < n; i++)
+			free(tokens[i]);
+		free(tokens);
+		free(ids);
 		usleep(20 * 1000);
 	}
 	PQfinish(c);
@@ -318,7 +355,7 @@ qbi_renewer(void *arg)
 /* ---- one message ------------------------------------------------------------- */
 
 static void
-qbi_handle(QbiWorker *w, QbiHeld *h, QbiHandler handler, void *arg)
+qbi_handle(QbiWorker *w, PGconn *conn, QbiHeld *h)
 {
 	char		err[QBI_ERRLEN] = "";
 	char		serr[QBI_ERRLEN];
@@ -327,27 +364,27 @@ qbi_handle(QbiWorker *w, QbiHeld *h, QbiHandler handler, void *arg)
 	int			rc;
 
 	snprintf(id, sizeof(id), "%lld", (long long) h->msg.id);
-	if (!qbi_command(w->conn, "BEGIN", serr, sizeof(serr)))
+	if (!qbi_command(conn, "BEGIN", serr, sizeof(serr)))
 	{
 		qbi_log(w, QBI_LOG_WARNING, "message %s: could not begin: %s", id, serr);
 		return;
 	}
-	rc = handler(arg, &h->msg, w->conn, &h->cancelled, err, sizeof(err));
+	rc = w->handler(w->handler_arg, &h->msg, conn, &h->cancelled, err, sizeof(err));
 	if (rc == 0 && !h->cancelled)
 	{
-		if (qbi_flag(w->conn, "SELECT queuebox.inbox_complete($1, $2)", 2, v2, serr, sizeof(serr)) &&
-			qbi_command(w->conn, "COMMIT", serr, sizeof(serr)))
+		if (qbi_flag(conn, "SELECT queuebox.inbox_complete($1, $2)", 2, v2, serr, sizeof(serr)) &&
+			qbi_command(conn, "COMMIT", serr, sizeof(serr)))
 		{
 			qbi_count(w, &w->counters.completed);
 			return;
 		}
 		/* another worker owns it: none of the handler's writes stay */
-		qbi_command(w->conn, "ROLLBACK", serr, sizeof(serr));
+		qbi_command(conn, "ROLLBACK", serr, sizeof(serr));
 		qbi_count(w, &w->counters.lease_lost);
 		qbi_log(w, QBI_LOG_WARNING, "message %s: the completion changed no row (the lease was lost); rolled back", id);
 		return;
 	}
-	qbi_command(w->conn, "ROLLBACK", serr, sizeof(serr));
+	qbi_command(conn, "ROLLBACK", serr, sizeof(serr));
 	if (h->cancelled)
 	{
 		/* lost, or past the shutdown grace: nothing completed, no attempt spent */
@@ -364,8 +401,8 @@ qbi_handle(QbiWorker *w, QbiHeld *h, QbiHandler handler, void *arg)
 		const char *v3[3] = {id, h->msg.claim_token, v4[3]};
 
 		snprintf(delay, sizeof(delay), "%ld", d.delay_ms);
-		if (d.dead ? qbi_flag(w->conn, "SELECT queuebox.inbox_dead($1, $2, $3)", 3, v3, serr, sizeof(serr)) :
-			qbi_flag(w->conn, "SELECT queuebox.inbox_retry($1, $2, $3, $4)", 4, v4, serr, sizeof(serr)))
+		if (d.dead ? qbi_flag(conn, "SELECT queuebox.inbox_dead($1, $2, $3)", 3, v3, serr, sizeof(serr)) :
+			qbi_flag(conn, "SELECT queuebox.inbox_retry($1, $2, $3, $4)", 4, v4, serr, sizeof(serr)))
 			qbi_count(w, d.dead ? &w->counters.dead : &w->counters.retried);
 		else
 			qbi_log(w, QBI_LOG_WARNING, "message %s: the %s changed no row (the lease was lost)", id,
@@ -373,33 +410,94 @@ qbi_handle(QbiWorker *w, QbiHeld *h, QbiHandler handler, void *arg)
 	}
 }
 
-/* ---- the loop -------------------------------------------------------------------- */
+/* ---- the held list ------------------------------------------------------------ */
 
 static void
-qbi_held_free(QbiWorker *w)
+qbi_held_free_one(QbiHeld *h)
 {
-	pthread_mutex_lock(&w->mu);
-	for (int i = 0; i < w->nheld; i++)
-		for (int k = 0; k < 10; k++)
-			free(w->held[i].values[k]);
-	free(w->held);
-	w->held = NULL;
-	w->nheld = 0;
-	pthread_mutex_unlock(&w->mu);
+	for (int k = 0; k < 10; k++)
+		free(h->values[k]);
+	free(h);
 }
 
-/* qbi_claim: one claim, committed; the messages into w->held.  -1 with err. */
-static int
-qbi_claim(QbiWorker *w, char *err, size_t errlen)
+/* qbi_unlink: take h out of the list (the mutex is held) */
+static void
+qbi_unlink(QbiWorker *w, QbiHeld *h)
 {
-	char		batch[16];
+	for (QbiHeld **p = &w->held; *p; p = &(*p)->next)
+		if (*p == h)
+		{
+			*p = h->next;
+			break;
+		}
+}
+
+/* ---- the slots ------------------------------------------------------------------ */
+
+typedef struct QbiSlot
+{
+	QbiWorker  *w;
+	pthread_t	t;
+	PGconn	   *conn;
+} QbiSlot;
+
+static void *
+qbi_slot(void *arg)
+{
+	QbiSlot    *s = arg;
+	QbiWorker  *w = s->w;
+
+	for (;;)
+	{
+		QbiHeld    *h = NULL;
+
+		pthread_mutex_lock(&w->mu);
+		while (!w->stop && w->nqueued == 0)
+			pthread_cond_wait(&w->cv, &w->mu);
+		if (!w->stop)
+			for (h = w->held; h && h->running; h = h->next)
+				;
+		if (h != NULL)
+		{
+			h->running = true;
+			w->nqueued--;
+			w->nrunning++;
+		}
+		pthread_mutex_unlock(&w->mu);
+		/* a stop starts no new message: the queued ones are left to their lease */
+		if (h == NULL)
+			break;
+		if (PQstatus(s->conn) != CONNECTION_OK)
+			PQreset(s->conn);
+		if (h->cancelled)
+			qbi_count(w, &w->counters.lease_lost);
+		else
+			qbi_handle(w, s->conn, h);
+		pthread_mutex_lock(&w->mu);
+		qbi_unlink(w, h);
+		w->nrunning--;
+		pthread_cond_broadcast(&w->cv);
+		pthread_mutex_unlock(&w->mu);
+		qbi_held_free_one(h);
+	}
+	return NULL;
+}
+
+/* ---- the claim -------------------------------------------------------------------- */
+
+/* qbi_claim: one claim of up to batch messages, committed, queued for the slots.  -1 with err. */
+static int
+qbi_claim(QbiWorker *w, int batch, char *err, size_t errlen)
+{
+	char		nb[16];
 	char		lease[24];
-	const char *v[3] = {w->source, batch, lease};
+	const char *v[3] = {w->source, nb, lease};
 	PGresult   *r;
-	QbiHeld    *held;
+	QbiHeld    *first = NULL;
+	QbiHeld   **tail = &first;
 	int			n;
 
-	snprintf(batch, sizeof(batch), "%d", w->opt.batch_size);
+	snprintf(nb, sizeof(nb), "%d", batch);
 	snprintf(lease, sizeof(lease), "%ld", w->opt.lease_ms);
 	if (!qbi_command(w->conn, "BEGIN", err, errlen))
 		return -1;
@@ -409,22 +507,19 @@ qbi_claim(QbiWorker *w, char *err, size_t errlen)
 					  3, v, err, errlen)) == NULL ||
 		!qbi_command(w->conn, "COMMIT", err, errlen))
 	{
+		char		ignored[QBI_ERRLEN];
+
 		PQclear(r);
-		qbi_command(w->conn, "ROLLBACK", err + strlen(err), 0);
+		qbi_command(w->conn, "ROLLBACK", ignored, sizeof(ignored));
 		return -1;
 	}
 	n = PQntuples(r);
-	held = calloc(n + 1, sizeof(QbiHeld));
-	if (held == NULL)
-	{
-		PQclear(r);
-		snprintf(err, errlen, "out of memory (the claimed messages come back when their lease ends)");
-		return -1;
-	}
 	for (int i = 0; i < n; i++)
 	{
-		QbiHeld    *h = &held[i];
+		QbiHeld    *h = calloc(1, sizeof(QbiHeld));
 
+		if (h == NULL)
+			break;				/* the ones not kept come back when their lease ends */
 		for (int k = 0; k < 10; k++)
 			h->values[k] = PQgetisnull(r, i, k) ? NULL : strdup(PQgetvalue(r, i, k));
 		h->msg = (QbiMessage) {
@@ -433,12 +528,21 @@ qbi_claim(QbiWorker *w, char *err, size_t errlen)
 			.aggregate_id = h->values[5], .payload = h->values[6], .headers = h->values[7],
 			.attempt = atoi(h->values[8]), .created_at = h->values[9],
 		};
+		*tail = h;
+		tail = &h->next;
 	}
 	PQclear(r);
 	pthread_mutex_lock(&w->mu);
-	w->held = held;
-	w->nheld = n;
+	{
+		QbiHeld   **end = &w->held;
+
+		while (*end)
+			end = &(*end)->next;
+		*end = first;
+	}
+	w->nqueued += n;
 	w->counters.claimed += n;
+	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
 	return n;
 }
@@ -448,53 +552,108 @@ int
 qbi_worker_run(QbiWorker *w, QbiHandler handler, void *arg, char *err, size_t errlen)
 {
 	pthread_t	renewer;
+	int			nslots = w->opt.max_concurrency;
+	QbiSlot    *slots = calloc(nslots, sizeof(QbiSlot));
+	int			started = 0;
 
+	w->handler = handler;
+	w->handler_arg = arg;
 	w->conn = PQconnectdb(w->conninfo);
-	if (PQstatus(w->conn) != CONNECTION_OK)
+	if (slots == NULL || PQstatus(w->conn) != CONNECTION_OK)
 	{
-		snprintf(err, errlen, "could not connect: %s", PQerrorMessage(w->conn));
+		snprintf(err, errlen, "could not connect: %s", slots ? PQerrorMessage(w->conn) : "out of memory");
 		err[strcspn(err, "\n")] = '\0';
+		free(slots);
 		return -1;
 	}
-	w->quit_renewer = false;
-	if (pthread_create(&renewer, NULL, qbi_renewer, w) != 0)
+	for (int i = 0; i < nslots; i++)
 	{
-		snprintf(err, errlen, "could not start the renewal thread");
+		slots[i].w = w;
+		slots[i].conn = PQconnectdb(w->conninfo);
+		if (PQstatus(slots[i].conn) != CONNECTION_OK)
+		{
+			snprintf(err, errlen, "could not connect: %s", PQerrorMessage(slots[i].conn));
+			err[strcspn(err, "\n")] = '\0';
+			break;
+		}
+		if (pthread_create(&slots[i].t, NULL, qbi_slot, &slots[i]) != 0)
+			break;
+		started++;
+	}
+	w->quit_renewer = false;
+	if (started < nslots || pthread_create(&renewer, NULL, qbi_renewer, w) != 0)
+	{
+		if (started == nslots)
+			snprintf(err, errlen, "could not start the renewal thread");
+		qbi_worker_stop(w);
+		pthread_mutex_lock(&w->mu);
+		pthread_cond_broadcast(&w->cv);
+		pthread_mutex_unlock(&w->mu);
+		for (int i = 0; i < started; i++)
+			pthread_join(slots[i].t, NULL);
+		for (int i = 0; i < nslots; i++)
+			PQfinish(slots[i].conn);
+		free(slots);
 		return -1;
 	}
 	while (!w->stop)
 	{
 		char		cerr[QBI_ERRLEN] = "";
-		int			n = qbi_claim(w, cerr, sizeof(cerr));
+		int			room;
+		int			n;
 
+		/* claim when every claimed message was taken and a slot is free */
+		pthread_mutex_lock(&w->mu);
+		while (!w->stop && (w->nqueued > 0 || w->nrunning >= nslots))
+		{
+			struct timespec until;
+
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_nsec += 100 * 1000000L;
+			if (until.tv_nsec >= 1000000000L)
+			{
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&w->cv, &w->mu, &until);
+		}
+		room = nslots - w->nrunning;
+		pthread_mutex_unlock(&w->mu);
+		if (w->stop)
+			break;
+		/* one slot: a whole batch, in order; several: no more than they can start */
+		n = qbi_claim(w, nslots == 1 ? w->opt.batch_size :
+					  (room < w->opt.batch_size ? room : w->opt.batch_size), cerr, sizeof(cerr));
 		if (n < 0)
 		{
 			qbi_log(w, QBI_LOG_WARNING, "claim failed: %s; claiming again in %ld ms", cerr, w->opt.idle_ms);
 			if (PQstatus(w->conn) != CONNECTION_OK)
 				PQreset(w->conn);
 			qbi_wait(w, w->opt.idle_ms);
-			continue;
 		}
-		for (int i = 0; i < n && !w->stop; i++)
-		{
-			QbiHeld    *h = &w->held[i];
-
-			if (h->cancelled)
-				qbi_count(w, &w->counters.lease_lost);
-			else
-				qbi_handle(w, h, handler, arg);
-			pthread_mutex_lock(&w->mu);
-			h->done = true;
-			pthread_mutex_unlock(&w->mu);
-		}
-		/* on a stop, the messages not started are left to their lease */
-		qbi_held_free(w);
-		if (n == 0)
+		else if (n == 0)
 			qbi_wait(w, w->opt.idle_ms);
 	}
 	pthread_mutex_lock(&w->mu);
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	for (int i = 0; i < nslots; i++)
+		pthread_join(slots[i].t, NULL);
+	pthread_mutex_lock(&w->mu);
 	w->quit_renewer = true;
+	/* claimed and never started: left to their lease, no attempt spent */
+	while (w->held)
+	{
+		QbiHeld    *h = w->held;
+
+		w->held = h->next;
+		qbi_held_free_one(h);
+	}
+	w->nqueued = 0;
 	pthread_mutex_unlock(&w->mu);
 	pthread_join(renewer, NULL);
+	for (int i = 0; i < nslots; i++)
+		PQfinish(slots[i].conn);
+	free(slots);
 	return 0;
 }

@@ -423,6 +423,70 @@ test_shutdown_grace(void **state)
 	assert_string_equal(val("SELECT state || ':' || attempt FROM queuebox.inbox"), "processing:0");
 }
 
+/* max_concurrency 4 over 8 aggregates: parallel across aggregates, never within one, order kept */
+typedef struct Conc
+{
+	pthread_mutex_t mu;
+	int			running;
+	int			max_running;
+	int			per_agg[8];		/* running now, per aggregate */
+	bool		overlap;		/* two of one aggregate at once */
+	int			last_seq[8];	/* the last seq handled, per aggregate */
+	bool		out_of_order;
+	int			done;
+} Conc;
+
+static int
+h_concurrent(void *arg, const QbiMessage *m, PGconn *tx, const volatile bool *cancelled,
+			 char *err, size_t errlen)
+{
+	Conc	   *c = arg;
+	int			agg = atoi(m->aggregate_id + 1);
+	int			seq = payload_n(m);
+
+	pthread_mutex_lock(&c->mu);
+	c->running++;
+	if (c->running > c->max_running)
+		c->max_running = c->running;
+	if (c->per_agg[agg]++ > 0)
+		c->overlap = true;
+	if (seq < c->last_seq[agg])
+		c->out_of_order = true;
+	c->last_seq[agg] = seq;
+	pthread_mutex_unlock(&c->mu);
+	usleep(60 * 1000);
+	pthread_mutex_lock(&c->mu);
+	c->running--;
+	c->per_agg[agg]--;
+	c->done++;
+	pthread_mutex_unlock(&c->mu);
+	return write_biz(tx, m, err, errlen);
+}
+
+static void
+test_max_concurrency(void **state)
+{
+	Conc		c = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	Run		   *r;
+	QbiCounters k;
+
+	/* 8 aggregates a0..a7, 5 messages each, seq 1..40 in insertion order */
+	sql("INSERT INTO queuebox.inbox (source, idempotency_key, aggregate_id, payload, consumption)"
+		" SELECT 'jobs', 'c' || i, 'a' || (i % 8), jsonb_build_object('n', i), 'pull'"
+		" FROM generate_series(1, 40) i");
+	r = start((QbiOptions) {.max_concurrency = 4, .batch_size = 10}, h_concurrent, &c);
+	wait_for("SELECT count(*) FROM queuebox.inbox WHERE state = 'processed'", "40");
+	k = finish(r);
+	assert_int_equal(k.completed, 40);
+	assert_int_equal(c.done, 40);
+	assert_false(c.overlap);
+	assert_false(c.out_of_order);
+	assert_true(c.max_running > 1);
+	assert_true(c.max_running <= 4);
+	assert_string_equal(val("SELECT count(*) FROM biz"), "40");
+	print_message("max_concurrency 4: up to %d handlers ran at once\n", c.max_running);
+}
+
 static void
 test_options(void **state)
 {
@@ -432,6 +496,8 @@ test_options(void **state)
 	assert_non_null(strstr(err, "source"));
 	assert_null(qbi_worker_new(&(QbiOptions) {.conninfo = dsn, .source = "s", .lease_ms = 50}, err, sizeof(err)));
 	assert_non_null(strstr(err, "lease_ms at least 100"));
+	assert_null(qbi_worker_new(&(QbiOptions) {.conninfo = dsn, .source = "s", .max_concurrency = 1000}, err, sizeof(err)));
+	assert_non_null(strstr(err, "max_concurrency 1 to 256"));
 }
 
 int
@@ -445,6 +511,7 @@ main(void)
 		cmocka_unit_test_setup(test_retry_and_policy, clean),
 		cmocka_unit_test_setup(test_default_policy, clean),
 		cmocka_unit_test_setup(test_shutdown_grace, clean),
+		cmocka_unit_test_setup(test_max_concurrency, clean),
 	};
 
 	if ((dsn = getenv("QBI_TEST_DSN")) == NULL)
