@@ -42,7 +42,7 @@ ISOLATION_OPTS = --inputdir=test/isolation --temp-config=test/queuebox.conf --te
 TAP_TESTS   = 1
 PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
 
-EXTRA_CLEAN = build clients/c/build clients/c/lib clients/c/queuebox-inbox.pc clients/c/test/test_worker queuebox-mssqld tmp_check tmp_check_iso results output_iso test/unit/bin test/unit/bin-san test/sink/qb_sink \
+EXTRA_CLEAN = build clients/c/build clients/c/lib clients/c/queuebox-inbox.pc clients/c/test/test_worker clients/c/test/qbi_test_worker queuebox-mssqld tmp_check tmp_check_iso results output_iso test/unit/bin test/unit/bin-san test/sink/qb_sink \
               test/store/conformance \
               test/brokers/nats_tool \
               test/brokers/kafka_mock \
@@ -195,7 +195,7 @@ $(UNIT_BIN_DIR)/test_daemon: test/unit/test_daemon.c $(DAEMON_LIB) $(CORE_LIB) $
 .PHONY: clients-c
 sink: clients-c
 clients-c:
-	$(MAKE) -C clients/c all test/test_worker QB_EXTRA_CFLAGS="$(QB_EXTRA_CFLAGS)" QB_EXTRA_LDFLAGS="$(QB_EXTRA_LDFLAGS)"
+	$(MAKE) -C clients/c all test/test_worker test/qbi_test_worker QB_EXTRA_CFLAGS="$(QB_EXTRA_CFLAGS)" QB_EXTRA_LDFLAGS="$(QB_EXTRA_LDFLAGS)"
 
 # the SQL Server pieces that need no server (the ODBC store's helpers, the schema's batches)
 $(UNIT_BIN_DIR)/test_odbc: test/unit/test_odbc.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS)
