@@ -1,0 +1,271 @@
+// @alternayte/queuebox-inbox: a pull worker for the QueueBox inbox.
+//
+// The library holds the claim, the lease renewal, the completion, the retry
+// and the dead letter (docs/pull.md, "The five statements"); the application
+// writes only the handler:
+//   - a claim takes up to batchSize messages of one source in a transaction
+//     of its own, committed before any handler starts;
+//   - the handler gets the message, a client in an open transaction and an
+//     AbortSignal; on return the message is completed in that transaction and
+//     committed; a completion that changes no row (another worker owns the
+//     message) rolls the whole transaction back;
+//   - every third of the lease each held message is renewed on another
+//     connection of the pool; a renewal that changes no row aborts the
+//     handler's signal, and its writes are rolled back;
+//   - on an error the transaction is rolled back and the retry policy
+//     decides: retryAfter(ms) or deadLetter(); the default is exponential
+//     backoff with jitter from 1 s, dead on the fifth attempt;
+//   - maxConcurrency handlers at once (default 1), never two messages of one
+//     aggregate (the claim gives one open message per aggregate);
+//   - when the run's signal aborts: no more claims; running handlers keep
+//     shutdownGraceMs, past it their signal aborts, nothing is completed and
+//     no attempt spent (the lease expires).
+
+/** The policy's answer: retry after a delay. */
+export function retryAfter(ms) {
+  return { dead: false, delayMs: Math.max(0, Math.floor(ms)) };
+}
+
+/** The policy's answer: move the message to dead. */
+export function deadLetter() {
+  return { dead: true, delayMs: 0 };
+}
+
+/** Exponential backoff with ±20 % jitter from 1 s (at most 5 minutes); dead on the fifth attempt. */
+export function defaultRetryPolicy(message) {
+  if (message.attempt + 1 >= 5) return deadLetter();
+  const base = Math.min(1000 * 2 ** message.attempt, 300000);
+  return retryAfter(base * (0.8 + 0.4 * Math.random()));
+}
+
+/** Thrown into a handler's transaction when its message is no longer this worker's. */
+export class LeaseLostError extends Error {
+  constructor(id) {
+    super(`message ${id}: the lease was lost (another worker owns the message); its writes were rolled back`);
+    this.name = 'LeaseLostError';
+  }
+}
+
+function message(row) {
+  return {
+    id: String(row.id),
+    claimToken: row.claim_token,
+    source: row.source,
+    idempotencyKey: row.idempotency_key,
+    eventType: row.event_type ?? null,
+    aggregateId: row.aggregate_id ?? null,
+    payload: row.payload,
+    headers: row.headers ?? {},
+    attempt: Number(row.attempt),
+    createdAt: row.created_at instanceof Date ? row.created_at : new Date(row.created_at),
+    /** The payload as a typed value (a parse hook: pass a function that checks it). */
+    json(check) {
+      return check ? check(this.payload) : this.payload;
+    },
+  };
+}
+
+/**
+ * The PostgreSQL dialect over a pg.Pool: the five statements of
+ * examples/pull/sql/postgresql, with bound parameters.
+ */
+export function fromPg(pool) {
+  async function one(sql, params) {
+    const r = await pool.query(sql, params);
+    return r.rows[0]?.ok === true;
+  }
+  return {
+    dialect: 'postgresql',
+    async claim(source, batchSize, leaseMs) {
+      const c = await pool.connect();
+      try {
+        await c.query('BEGIN');
+        const r = await c.query(
+          'SELECT id, claim_token, source, idempotency_key, event_type, aggregate_id, payload, headers, attempt, created_at' +
+            ' FROM queuebox.inbox_claim($1, $2, $3)',
+          [source, batchSize, leaseMs]);
+        await c.query('COMMIT');
+        return r.rows.map(message);
+      } catch (e) {
+        await c.query('ROLLBACK').catch(() => {});
+        throw e;
+      } finally {
+        c.release();
+      }
+    },
+    renew: (m, leaseMs) => one('SELECT queuebox.inbox_renew($1, $2, $3) AS ok', [m.id, m.claimToken, leaseMs]),
+    retry: (m, delayMs, error) =>
+      one('SELECT queuebox.inbox_retry($1, $2, $3, $4) AS ok', [m.id, m.claimToken, delayMs, error]),
+    dead: (m, error) => one('SELECT queuebox.inbox_dead($1, $2, $3) AS ok', [m.id, m.claimToken, error]),
+    async inTransaction(m, work) {
+      const c = await pool.connect();
+      try {
+        await c.query('BEGIN');
+        await work(c);
+        const r = await c.query('SELECT queuebox.inbox_complete($1, $2) AS ok', [m.id, m.claimToken]);
+        if (r.rows[0]?.ok !== true) throw new LeaseLostError(m.id);
+        await c.query('COMMIT');
+      } catch (e) {
+        await c.query('ROLLBACK').catch(() => {});
+        throw e;
+      } finally {
+        c.release();
+      }
+    },
+  };
+}
+
+const sleep = (ms, signal) =>
+  new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+
+export class InboxWorker {
+  /**
+   * @param db fromPg(pool)
+   * @param options { source, batchSize = 10, leaseMs = 30000, maxConcurrency = 1,
+   *   shutdownGraceMs = 30000, idleMs = 500, retryPolicy, logger }
+   */
+  constructor(db, options = {}) {
+    if (!db || typeof db.claim !== 'function') throw new TypeError('InboxWorker: pass fromPg(pool) as the first argument');
+    if (!options.source) throw new TypeError('InboxWorker: options.source (the pull source) is required');
+    const o = { batchSize: 10, leaseMs: 30000, maxConcurrency: 1, shutdownGraceMs: 30000, idleMs: 500, ...options };
+    for (const [k, min, max] of [['batchSize', 1, 10000], ['leaseMs', 100, 86400000], ['maxConcurrency', 1, 256],
+      ['shutdownGraceMs', 0, 86400000], ['idleMs', 1, 3600000]]) {
+      if (!Number.isInteger(o[k]) || o[k] < min || o[k] > max)
+        throw new RangeError(`InboxWorker: options.${k} must be an integer from ${min} to ${max}, got ${o[k]}`);
+    }
+    this.db = db;
+    this.options = o;
+    this.policy = o.retryPolicy ?? defaultRetryPolicy;
+    this.logger = o.logger ?? null;
+    this.counters = { claimed: 0, completed: 0, retried: 0, dead: 0, leaseLost: 0 };
+  }
+
+  log(level, msg) {
+    this.logger?.[level]?.(msg);
+  }
+
+  /** Claim and handle messages until signal aborts; resolves once every running handler ended. */
+  async run(handler, signal) {
+    const o = this.options;
+    const held = new Map();   // id -> { message, controller, lost }
+    const running = new Set();
+    let stopping = false;
+    // resolves when the run is asked to stop; no timer, so nothing outlives the run
+    const aborted = new Promise((resolve) => {
+      if (signal?.aborted) resolve();
+      else signal?.addEventListener('abort', () => resolve(), { once: true });
+    });
+    const renewer = setInterval(() => this.renewAll(held), Math.floor(o.leaseMs / 3));
+    try {
+      while (!signal?.aborted) {
+        if (running.size >= o.maxConcurrency) {
+          await Promise.race([...running, aborted]);
+          continue;
+        }
+        let batch;
+        try {
+          batch = await this.db.claim(o.source, Math.min(o.batchSize, o.maxConcurrency - running.size || 1), o.leaseMs);
+        } catch (e) {
+          this.log('warn', `claim failed: ${e.message}; claiming again in ${o.idleMs} ms`);
+          await sleep(o.idleMs, signal);
+          continue;
+        }
+        this.counters.claimed += batch.length;
+        if (batch.length === 0) {
+          await sleep(o.idleMs, signal);
+          continue;
+        }
+        // one slot: the batch in claim order; several: each message its own slot
+        for (const m of batch) held.set(m.id, { message: m, controller: new AbortController(), lost: false });
+        if (o.maxConcurrency === 1) {
+          const p = (async () => {
+            for (const m of batch) {
+              if (signal?.aborted) break;   // not started: left to its lease
+              await this.handleOne(held.get(m.id), handler, () => stopping);
+              held.delete(m.id);
+            }
+            for (const m of batch) held.delete(m.id);
+          })();
+          running.add(p);
+          p.finally(() => running.delete(p));
+        } else {
+          for (const m of batch) {
+            const p = this.handleOne(held.get(m.id), handler, () => stopping).finally(() => {
+              held.delete(m.id);
+              running.delete(p);
+            });
+            running.add(p);
+          }
+        }
+      }
+    } finally {
+      stopping = true;
+      if (running.size > 0) {
+        let timer;
+        const grace = new Promise((resolve) => { timer = setTimeout(() => resolve('late'), o.shutdownGraceMs); });
+        const all = Promise.allSettled([...running]);
+        const outcome = await Promise.race([all.then(() => 'done'), grace]);
+        clearTimeout(timer);
+        if (outcome === 'late') {
+          for (const h of held.values()) h.controller.abort(new Error('the shutdown grace ran out'));
+          await all;
+        }
+      }
+      clearInterval(renewer);
+    }
+  }
+
+  async renewAll(held) {
+    for (const h of held.values()) {
+      if (h.lost || h.controller.signal.aborted) continue;
+      try {
+        if (!(await this.db.renew(h.message, this.options.leaseMs))) {
+          h.lost = true;
+          h.controller.abort(new LeaseLostError(h.message.id));
+        }
+      } catch (e) {
+        this.log('warn', `renewal of message ${h.message.id} failed: ${e.message}; trying again`);
+      }
+    }
+  }
+
+  async handleOne(h, handler, stopping) {
+    const m = h.message;
+    if (h.lost) {
+      this.counters.leaseLost++;
+      return;
+    }
+    try {
+      await this.db.inTransaction(m, async (tx) => {
+        await handler(m, tx, h.controller.signal);
+        if (h.controller.signal.aborted) throw h.controller.signal.reason ?? new Error('cancelled');
+      });
+      this.counters.completed++;
+    } catch (e) {
+      if (h.lost || e instanceof LeaseLostError) {
+        h.lost = true;
+        this.counters.leaseLost++;
+        this.log('warn', `message ${m.id}: the lease was lost; rolled back`);
+        return;
+      }
+      if (stopping() && h.controller.signal.aborted) {
+        this.log('warn', `message ${m.id}: the shutdown grace ran out; rolled back, no attempt spent`);
+        return;
+      }
+      const error = e?.message ?? String(e);
+      const d = this.policy(m, e) ?? defaultRetryPolicy(m);
+      const ok = d.dead ? await this.db.dead(m, error) : await this.db.retry(m, d.delayMs, error);
+      if (ok) this.counters[d.dead ? 'dead' : 'retried']++;
+      else this.log('warn', `message ${m.id}: the ${d.dead ? 'dead letter' : 'retry'} changed no row (the lease was lost)`);
+    }
+  }
+}
