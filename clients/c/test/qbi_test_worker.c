@@ -6,7 +6,10 @@
  *	  business row is keyed by (source, idempotency key), so a message run
  *	  twice (a lease taken over after a kill) applies once.
  *
- *	  qbi_test_worker CONNINFO NAME LEASE_MS HANDLER_MS
+ *	  qbi_test_worker CONNINFO NAME LEASE_MS HANDLER_MS [BATCH [SOURCE]]
+ *
+ *	  HANDLER_MS -1: a no-op handler (bench/pull measures the library's own
+ *	  cost with it).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -33,6 +36,9 @@ handle(void *arg, const QbiMessage *m, PGconn *tx, const volatile bool *cancelle
 	const char *v[3] = {m->source, m->idempotency_key, name};
 	PGresult   *r;
 
+	if (handler_ms < 0)
+		return 0;
+
 	/* the effect first, then the slow part: a kill in between leaves it uncommitted */
 	r = PQexecParams(tx, "INSERT INTO effects (source, idempotency_key, worker) VALUES ($1, $2, $3)"
 					 " ON CONFLICT (source, idempotency_key) DO NOTHING", 3, NULL, v, NULL, NULL, 0);
@@ -54,14 +60,15 @@ main(int argc, char **argv)
 	char		err[QBI_ERRLEN];
 	QbiCounters c;
 
-	if (argc != 5)
+	if (argc < 5 || argc > 7)
 	{
-		fprintf(stderr, "usage: qbi_test_worker CONNINFO NAME LEASE_MS HANDLER_MS\n");
+		fprintf(stderr, "usage: qbi_test_worker CONNINFO NAME LEASE_MS HANDLER_MS [BATCH [SOURCE]]\n");
 		return 2;
 	}
 	name = argv[2];
 	handler_ms = atol(argv[4]);
-	worker = qbi_worker_new(&(QbiOptions) {.conninfo = argv[1], .source = "jobs", .batch_size = 5,
+	worker = qbi_worker_new(&(QbiOptions) {.conninfo = argv[1], .source = argc > 6 ? argv[6] : "jobs",
+		.batch_size = argc > 5 ? atoi(argv[5]) : 5,
 		.lease_ms = atol(argv[3]), .idle_ms = 50, .shutdown_grace_ms = 5000}, err, sizeof(err));
 	if (worker == NULL)
 	{

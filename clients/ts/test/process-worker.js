@@ -2,19 +2,21 @@
 // source, kill -9 mid-handler), as clients/c/test/qbi_test_worker.c is for
 // TAP 032: source "jobs" until SIGTERM, its handler idempotent (the effect
 // keyed by source and idempotency key, so a message run twice applies once).
-//   node process-worker.js NAME LEASE_MS HANDLER_MS   (QBI_TEST_PGHOST, QBI_TEST_PGPORT)
+//   node process-worker.js NAME LEASE_MS HANDLER_MS [BATCH [SOURCE]]   (QBI_TEST_PGHOST, QBI_TEST_PGPORT)
+// HANDLER_MS -1: a no-op handler (bench/pull measures the library's own cost with it).
 import pg from 'pg';
 import { InboxWorker, fromPg } from '../src/index.js';
 
-const [name, leaseMs, handlerMs] = process.argv.slice(2);
+const [name, leaseMs, handlerMs, batch = '5', source = 'jobs'] = process.argv.slice(2);
 const pool = new pg.Pool({ host: process.env.QBI_TEST_PGHOST, port: Number(process.env.QBI_TEST_PGPORT),
   database: 'postgres', max: 4 });
-const worker = new InboxWorker(fromPg(pool), { source: 'jobs', batchSize: 5, leaseMs: Number(leaseMs), idleMs: 50,
+const worker = new InboxWorker(fromPg(pool), { source, batchSize: Number(batch), leaseMs: Number(leaseMs), idleMs: 50,
   shutdownGraceMs: 5000 });
 const stop = new AbortController();
 process.on('SIGTERM', () => stop.abort());
 console.log('ready');
 await worker.run(async (m, tx, signal) => {
+  if (Number(handlerMs) < 0) return;
   // the effect first, then the slow part: a kill in between leaves it uncommitted
   await tx.query('INSERT INTO effects (source, idempotency_key, worker) VALUES ($1, $2, $3)' +
     ' ON CONFLICT (source, idempotency_key) DO NOTHING', [m.source, m.idempotencyKey, name]);

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# bench/pull/run.sh: the pull worker libraries against the raw pull statements, in one run.
+#
+#   bench/pull/run.sh [--record]
+#
+# Run from the repository root after `make && make install && make sink` (the
+# extension installed; clients/c built; clients/ts's packages installed, as
+# TAP 033 does), as root or as a user who can run initdb.  One temporary
+# cluster with the extension.  For batch sizes 10 and 100 and 1 and 4
+# workers:
+#   raw  the anchor: pgbench, each transaction one claim of the batch whose
+#        rows are completed in the same statement (the five statements'
+#        cheapest use: no handler, no renewal, one transaction per batch);
+#   C    clients/c (libqueuebox-inbox) in W processes (test/qbi_test_worker
+#        with a no-op handler): messages/s from start to N processed;
+#   TS   clients/ts (@alternayte/queuebox-inbox) the same (test/process-worker.js).
+# Each library figure is divided by the raw one of the same batch and workers
+# (target >= 0.8).  Knobs: QB_BENCH_N=20000 (messages per library run),
+# QB_BENCH_PGBENCH_T=10, QB_BENCH_RAW_ROWS=400000 (per raw run).
+set -euo pipefail
+
+RECORD=${QB_BENCH_RECORD:-0}
+if [[ "${1:-}" == "--record" ]]; then RECORD=1; shift; fi
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+N=${QB_BENCH_N:-20000}
+PGBENCH_T=${QB_BENCH_PGBENCH_T:-10}
+RAW_ROWS=${QB_BENCH_RAW_ROWS:-400000}
+TIMEOUT=${QB_BENCH_TIMEOUT:-600}
+SB=1GB
+CW=$ROOT/clients/c/test/qbi_test_worker
+TW=$ROOT/clients/ts/test/process-worker.js
+
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+qb_bench_prereqs
+PGBENCH=$PGBIN/pgbench; [[ -x "$PGBENCH" ]] || PGBENCH=$(command -v pgbench) || die "pgbench not found"
+[[ -x "$CW" ]] || die "no $CW (make sink)"
+[[ -d "$ROOT/clients/ts/node_modules/pg" ]] || die "clients/ts has no node_modules (npm ci --prefix clients/ts)"
+qb_bench_workdir pull
+qb_bench_cluster pull 100 on 1
+q postgres "CREATE DATABASE bench"
+q bench "CREATE EXTENSION queuebox"
+
+fill() { # fill SOURCE ROWS
+	q bench "INSERT INTO queuebox.inbox (source, idempotency_key, payload, consumption)
+	         SELECT '$1', '$1-' || g, jsonb_build_object('n', g, 'note', 'padding padding padding'), 'pull'
+	         FROM generate_series(1, $2) g"
+	q bench "VACUUM ANALYZE queuebox.inbox"
+	q bench "CHECKPOINT"
+}
+drain() { # drain KIND WORKERS BATCH SOURCE: messages/s of N messages
+	local kind=$1 w=$2 b=$3 src=$4 pids=() t0 t1 left
+	fill "$src" "$N"
+	t0=$(date +%s.%N)
+	for i in $(seq 1 "$w"); do
+		if [[ "$kind" == c ]]; then
+			"$CW" "host=$WORK port=$PGPORT dbname=bench user=postgres" "w$i" 30000 -1 "$b" "$src" >"$WORK/$kind-$i.out" 2>&1 &
+		else
+			QBI_TEST_PGHOST=$WORK QBI_TEST_PGPORT=$PGPORT node "$TW" "w$i" 30000 -1 "$b" "$src" >"$WORK/$kind-$i.out" 2>&1 &
+		fi
+		pids+=($!)
+	done
+	for _ in $(seq 1 $(( TIMEOUT * 20 ))); do
+		left=$(q bench "SELECT count(*) FROM queuebox.inbox WHERE source = '$src' AND state <> 'processed'")
+		[[ "$left" == 0 ]] && break
+		sleep 0.05
+	done
+	t1=$(date +%s.%N)
+	kill -TERM "${pids[@]}" 2>/dev/null || true
+	wait "${pids[@]}" 2>/dev/null || true
+	[[ "$left" == 0 ]] || die "$kind w=$w b=$b: $left messages left after ${TIMEOUT}s"
+	python3 -c "print(round($N / ($t1 - $t0)))"
+}
+raw() { # raw WORKERS BATCH SOURCE: messages/s through the raw statements
+	local w=$1 b=$2 src=$3
+	fill "$src" "$RAW_ROWS"
+	cat >"$WORK/raw.sql" <<EOS
+SELECT count(*) FILTER (WHERE queuebox.inbox_complete(c.id, c.claim_token)) FROM queuebox.inbox_claim('$src', $b, 30000) c;
+EOS
+	chmod 644 "$WORK/raw.sql"
+	as_pg "$PGBENCH" -h "$WORK" -p "$PGPORT" -U postgres -n -M prepared -T "$PGBENCH_T" -c "$w" -j 2 \
+		-f "$WORK/raw.sql" bench >"$WORK/raw.out" 2>&1 || { cat "$WORK/raw.out" >&2; die "pgbench failed"; }
+	local done_rows
+	done_rows=$(q bench "SELECT count(*) FROM queuebox.inbox WHERE source = '$src' AND state = 'processed'")
+	(( done_rows < RAW_ROWS )) || die "raw w=$w b=$b ran out of rows: raise QB_BENCH_RAW_ROWS"
+	python3 -c "print(round($done_rows / $PGBENCH_T))"
+}
+
+declare -a OUT_ROWS
+k=0
+for b in 10 100; do
+	for w in 1 4; do
+		k=$((k + 1))
+		log "batch $b, $w worker(s): raw"
+		r=$(raw "$w" "$b" "raw$k")
+		log "batch $b, $w worker(s): C"
+		c=$(drain c "$w" "$b" "c$k")
+		log "batch $b, $w worker(s): TypeScript"
+		t=$(drain ts "$w" "$b" "ts$k")
+		OUT_ROWS+=("| batch $b, $w worker(s) | $r | $c | $(python3 -c "print(round($c / $r, 2))") | $t | $(python3 -c "print(round($t / $r, 2))") |")
+	done
+done
+{
+	echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — bench/pull, commit $COMMIT"
+	echo
+	echo "Command: \`bench/pull/run.sh$( ((RECORD)) && echo " --record")\`. $N messages per library run (no-op handler, one transaction per message, renewal thread on), pgbench -T $PGBENCH_T for the raw anchor (claim and complete in one statement per batch)."
+	qb_bench_machine
+	echo "PostgreSQL $(q postgres 'SHOW server_version'), a fresh cluster (shared_buffers $SB) with the extension. Node $(node --version)."
+	echo
+	echo "| run | raw statements (msg/s) | C library (msg/s) | C / raw | TypeScript library (msg/s) | TS / raw |"
+	echo "|---|---|---|---|---|---|"
+	printf "%s\n" "${OUT_ROWS[@]}"
+	echo
+} | tee "$WORK/section.md"
+if ((RECORD)); then cat "$WORK/section.md" >>"$ROOT/bench/RESULTS.md"; log "recorded in bench/RESULTS.md"; fi
