@@ -15,17 +15,18 @@
 #        with a no-op handler): messages/s from start to N processed;
 #   TS   clients/ts (@alternayte/queuebox-inbox) the same (test/process-worker.js).
 # Each library figure is divided by the raw one of the same batch and workers
-# (target >= 0.8).  Knobs: QB_BENCH_N=20000 (messages per library run),
-# QB_BENCH_PGBENCH_T=10, QB_BENCH_RAW_ROWS=400000 (per raw run).
+# (target >= 0.8).  Knobs: QB_BENCH_N=5000 (messages per library run),
+# QB_BENCH_PGBENCH_T=10, QB_BENCH_RAW_ROWS=300000 (per raw run; the run
+# stops if pgbench drains them).
 set -euo pipefail
 
 RECORD=${QB_BENCH_RECORD:-0}
 if [[ "${1:-}" == "--record" ]]; then RECORD=1; shift; fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
-N=${QB_BENCH_N:-20000}
+N=${QB_BENCH_N:-5000}
 PGBENCH_T=${QB_BENCH_PGBENCH_T:-10}
-RAW_ROWS=${QB_BENCH_RAW_ROWS:-400000}
+RAW_ROWS=${QB_BENCH_RAW_ROWS:-300000}
 TIMEOUT=${QB_BENCH_TIMEOUT:-600}
 SB=1GB
 CW=$ROOT/clients/c/test/qbi_test_worker
@@ -57,7 +58,8 @@ drain() { # drain KIND WORKERS BATCH SOURCE: messages/s of N messages
 		if [[ "$kind" == c ]]; then
 			"$CW" "host=$WORK port=$PGPORT dbname=bench user=postgres" "w$i" 30000 -1 "$b" "$src" >"$WORK/$kind-$i.out" 2>&1 &
 		else
-			QBI_TEST_PGHOST=$WORK QBI_TEST_PGPORT=$PGPORT node "$TW" "w$i" 30000 -1 "$b" "$src" >"$WORK/$kind-$i.out" 2>&1 &
+			QBI_TEST_PGHOST=$WORK QBI_TEST_PGPORT=$PGPORT QBI_TEST_PGDATABASE=bench QBI_TEST_PGUSER=postgres \
+				node "$TW" "w$i" 30000 -1 "$b" "$src" >"$WORK/$kind-$i.out" 2>&1 &
 		fi
 		pids+=($!)
 	done

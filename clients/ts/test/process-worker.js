@@ -2,16 +2,19 @@
 // source, kill -9 mid-handler), as clients/c/test/qbi_test_worker.c is for
 // TAP 032: source "jobs" until SIGTERM, its handler idempotent (the effect
 // keyed by source and idempotency key, so a message run twice applies once).
-//   node process-worker.js NAME LEASE_MS HANDLER_MS [BATCH [SOURCE]]   (QBI_TEST_PGHOST, QBI_TEST_PGPORT)
+//   node process-worker.js NAME LEASE_MS HANDLER_MS [BATCH [SOURCE]]
+//   (QBI_TEST_PGHOST, QBI_TEST_PGPORT; QBI_TEST_PGDATABASE and QBI_TEST_PGUSER default to postgres)
 // HANDLER_MS -1: a no-op handler (bench/pull measures the library's own cost with it).
 import pg from 'pg';
 import { InboxWorker, fromPg } from '../src/index.js';
 
 const [name, leaseMs, handlerMs, batch = '5', source = 'jobs'] = process.argv.slice(2);
 const pool = new pg.Pool({ host: process.env.QBI_TEST_PGHOST, port: Number(process.env.QBI_TEST_PGPORT),
-  database: 'postgres', max: 4 });
+  database: process.env.QBI_TEST_PGDATABASE ?? 'postgres', user: process.env.QBI_TEST_PGUSER ?? 'postgres', max: 4 });
+// a worker that cannot claim says so (the library prints nothing by default)
+const logger = { warn: (m) => console.error(m) };
 const worker = new InboxWorker(fromPg(pool), { source, batchSize: Number(batch), leaseMs: Number(leaseMs), idleMs: 50,
-  shutdownGraceMs: 5000 });
+  shutdownGraceMs: 5000, logger });
 const stop = new AbortController();
 process.on('SIGTERM', () => stop.abort());
 console.log('ready');
