@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <curl/curl.h>
 
@@ -346,7 +347,7 @@ oom:
 /*
  * qb_odbc_freetds_version: the version a FreeTDS library says it is, from
  * the "freetds vX.Y" text every build carries (it exports no function that
- * tells); 0 when it is not FreeTDS, or unreadable.  Read once per path.
+ * tells); 0 when it is not FreeTDS, or unreadable.
  */
 int
 qb_odbc_freetds_version(const char *path, int *major, int *minor)
@@ -386,17 +387,32 @@ qb_odbc_freetds_version(const char *path, int *major, int *minor)
 	return found;
 }
 
-/* qb_odbc_braces_for: the brace style the driver at path reads. */
+/*
+ * qb_odbc_braces_for: the brace style the driver at path reads.  The
+ * library is read once per file and process (a reconnect reads nothing).
+ */
 QbOdbcBraces
 qb_odbc_braces_for(const char *driver)
 {
+	static char last_path[512];
+	static struct stat last_st;
+	static QbOdbcBraces last_style;
+	struct stat st;
 	int			major,
 				minor;
 
-	if (driver[0] != '{' && qb_odbc_freetds_version(driver, &major, &minor) &&
-		(major < 1 || (major == 1 && minor < 4)))
-		return QBO_BRACES_FREETDS13;
-	return QBO_BRACES_ODBC;
+	if (driver[0] == '{')
+		return QBO_BRACES_ODBC;
+	/* the same file as last time (path, inode, size, change time): its answer */
+	if (stat(driver, &st) == 0 && strcmp(last_path, driver) == 0 && st.st_ino == last_st.st_ino &&
+		st.st_size == last_st.st_size && st.st_mtim.tv_sec == last_st.st_mtim.tv_sec &&
+		st.st_mtim.tv_nsec == last_st.st_mtim.tv_nsec)
+		return last_style;
+	last_style = qb_odbc_freetds_version(driver, &major, &minor) &&
+		(major < 1 || (major == 1 && minor < 4)) ? QBO_BRACES_FREETDS13 : QBO_BRACES_ODBC;
+	snprintf(last_path, sizeof(last_path), "%s", driver);
+	last_st = st;
+	return last_style;
 }
 
 /* qb_odbc_default_driver: see odbc_store.h. */

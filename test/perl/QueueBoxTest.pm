@@ -29,6 +29,7 @@ use Exporter 'import';
 use File::Basename qw(dirname);
 use HTTP::Tiny;
 use IO::Socket::INET;
+use IPC::Run;
 use JSON::PP;
 use POSIX qw(WNOHANG);
 use PostgreSQL::Test::Cluster;
@@ -44,7 +45,7 @@ our @EXPORT = qw(
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
   qb_consumers_on_lock qb_test_binary qb_npm_dir
   qb_key_order qb_key_order_of qb_dest_status qb_log_count qb_kill9_crash qb_insert_keyed
-  qb_schema_description $QB_LATEST
+  qb_schema_description qb_pull_process_scenarios $QB_LATEST
 );
 
 # The version a fresh CREATE EXTENSION installs (queuebox.control).
@@ -707,6 +708,73 @@ sub qb_inbox_row
 	my @f = split /\|/, $r, 4;
 	return { state => $f[0], event_type => $f[1], payload => decode_json($f[2]),
 		headers => decode_json($f[3]) };
+}
+
+
+# ---------------------------------------------------------------- pull workers
+
+# qb_pull_process_scenarios($node, sub { my ($name, $lease_ms, $handler_ms) = @_; [command] }):
+# the process scenarios of clients/SCENARIOS.md for one library's test worker
+# (source "jobs", an idempotent handler writing table effects, "ready" on
+# stdout, counters on SIGTERM): two workers on one source divide the work,
+# and a worker killed with -9 mid-handler loses nothing and applies nothing
+# twice.  The ok()s are the scenarios'.
+sub qb_pull_process_scenarios
+{
+	my ($node, $command) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	$node->safe_psql('postgres', q{
+		DELETE FROM queuebox.inbox;
+		CREATE TABLE effects (source text, idempotency_key text, worker text, PRIMARY KEY (source, idempotency_key));
+		INSERT INTO queuebox.inbox (source, idempotency_key, payload, consumption)
+		  SELECT 'jobs', 'p' || i, jsonb_build_object('n', i), 'pull' FROM generate_series(1, 300) i;
+	});
+	my $start = sub {
+		my ($name, $lease, $handler_ms) = @_;
+		my ($o, $e) = ('', '');
+		my $h = IPC::Run::start($command->($name, $lease, $handler_ms), '>', \$o, '2>', \$e);
+		my $p = { h => $h, out => \$o, err => \$e };
+		qb_wait_for(sub { $h->pump_nb; ${ $p->{out} } =~ /ready/ }, "worker $name started", timeout => 20);
+		return $p;
+	};
+	my $stop = sub {
+		my ($p) = @_;
+		$p->{h}->signal('TERM');
+		$p->{h}->finish;
+		return ${ $p->{out} } . ${ $p->{err} };
+	};
+	my $w1 = $start->('one', 30000, 5);
+	my $w2 = $start->('two', 30000, 5);
+	qb_wait_query($node, q{SELECT count(*) FROM queuebox.inbox WHERE state = 'processed'}, '300',
+		'two worker processes: all 300 messages processed', timeout => 60);
+	my $o = $stop->($w1) . $stop->($w2);
+	my %by = map { split /\|/ } split /\n/, $node->safe_psql('postgres',
+		q{SELECT worker, count(*) FROM effects GROUP BY worker ORDER BY 1});
+	ok(($by{one} // 0) > 0 && ($by{two} // 0) > 0, "two worker processes divide the work ($by{one} and $by{two})");
+	is(($by{one} // 0) + ($by{two} // 0), 300, 'two worker processes: each effect applied once');
+	like($o, qr/one: claimed \d+ completed \d+ retried 0 dead 0 lease_lost 0/, 'worker one stops cleanly, counting')
+	  or diag $o;
+
+	$node->safe_psql('postgres', q{
+		INSERT INTO queuebox.inbox (source, idempotency_key, payload, consumption) VALUES ('jobs', 'killed', '{"n": 0}', 'pull');
+	});
+	my $wk = $start->('victim', 1000, 60000);
+	qb_wait_query($node, q{SELECT state FROM queuebox.inbox WHERE idempotency_key = 'killed'}, 'processing',
+		'kill -9: the message is claimed');
+	$wk->{h}->signal('KILL');
+	$wk->{h}->finish;
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM effects WHERE idempotency_key = 'killed'}), '0',
+		'kill -9: the killed handler\'s write was never committed');
+	my $wr = $start->('rescuer', 1000, 5);
+	qb_wait_query($node, q{SELECT state FROM queuebox.inbox WHERE idempotency_key = 'killed'}, 'processed',
+		'kill -9: another worker takes it over once the lease ends', timeout => 30);
+	$stop->($wr);
+	is($node->safe_psql('postgres',
+			q{SELECT worker || ':' || count(*) FROM effects WHERE idempotency_key = 'killed' GROUP BY worker}),
+		'rescuer:1', 'kill -9: its effect is applied once, by the worker that took it over');
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM queuebox.inbox WHERE state <> 'processed'}), '0',
+		'no message is left behind');
+	return;
 }
 
 1;
