@@ -6,7 +6,7 @@
 #   make unit SANITIZE=1     the same under ASan + UBSan
 #
 EXTENSION   = queuebox
-EXTVERSION  = 0.3.0
+EXTVERSION  = 0.3.1
 MODULE_big  = queuebox
 
 # The core (src/common), by folder: engine/ (the engine loops and their host
@@ -24,9 +24,14 @@ OBJS        = $(PGEXT_SRCS:.c=.o)
 # together from the schema's parts (docs/design/schema.md): the tables and
 # the shared SQL functions (sql/schema/, which the daemon's schema is made of
 # too) around what the extension does in C (sql/pgext/host.sql).
+# From 0.3.0 on, an upgrade's DDL is written once, in
+# sql/schema/upgrade/<old>--<new>.sql, and the extension's script
+# sql/queuebox--<old>--<new>.sql is made of it (the daemon's step too).
 DATA        = sql/queuebox--0.1.0.sql sql/queuebox--0.1.0--0.2.0.sql sql/queuebox--0.2.0--0.3.0.sql
 SCHEMA_PARTS = sql/schema/tables.sql sql/schema/functions.sql
-DATA_built  = sql/queuebox--$(EXTVERSION).sql
+UPGRADES_PG = $(sort $(wildcard sql/schema/upgrade/*--*.sql))
+UPGRADES_MSSQL = $(sort $(wildcard sql/sqlserver/upgrade/*--*.sql))
+DATA_built  = sql/queuebox--$(EXTVERSION).sql $(patsubst sql/schema/upgrade/%,sql/queuebox--%,$(UPGRADES_PG))
 
 WARN        = -Wall -Wextra -Werror -Wno-unused-parameter \
               -Wno-sign-compare -Wno-declaration-after-statement
@@ -70,6 +75,12 @@ include $(PGXS)
 
 sql/queuebox--$(EXTVERSION).sql: sql/pgext/head.sql sql/schema/tables.sql sql/pgext/host.sql sql/schema/functions.sql
 	cat $^ | sed 's/@SCHEMA_VERSION@/$(EXTVERSION)/g' > $@
+# an upgrade script: refuses psql, then the shared DDL (the extension has
+# none of its own in these steps)
+sql/queuebox--%.sql: sql/schema/upgrade/%.sql
+	{ echo '-- made by the Makefile from $<: do not edit'; \
+	  printf '%s\n' '\echo Use "ALTER EXTENSION queuebox UPDATE" to load this file. \quit'; \
+	  cat $<; } > $@
 
 # PGXS tracks no header dependencies: a struct that grows in a header must
 # rebuild every object, or two objects disagree on its layout.
@@ -149,24 +160,16 @@ $(DAEMON_DIR)/%.o: src/mssqld/%.c $(COMMON_HDRS) $(wildcard src/mssqld/*.h)
 	@mkdir -p $(dir $@)
 	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
 
-# the schema as one C string: backslashes and quotes escaped, a line a line
-$(DAEMON_DIR)/schema_pg.c: $(DAEMON_SCHEMA) Makefile
+# the schema and its upgrade steps as C (scripts/embed-schema.sh)
+$(DAEMON_DIR)/schema_pg.c: $(DAEMON_SCHEMA) $(UPGRADES_PG) scripts/embed-schema.sh Makefile
 	@mkdir -p $(dir $@)
-	{ echo '/* made by the Makefile from $(DAEMON_SCHEMA): do not edit */'; \
-	  echo 'const char qbd_schema_version[] = "$(EXTVERSION)";'; \
-	  echo 'const char qbd_schema_pg[] ='; \
-	  cat $(DAEMON_SCHEMA) | sed 's/@SCHEMA_VERSION@/$(EXTVERSION)/g' | \
-	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/'; \
-	  echo ';'; } > $@
+	{ echo 'const char qbd_schema_version[] = "$(EXTVERSION)";'; \
+	  scripts/embed-schema.sh pg $(EXTVERSION) sql/schema/upgrade $(DAEMON_SCHEMA); } > $@
 $(DAEMON_DIR)/schema_pg.o: $(DAEMON_DIR)/schema_pg.c
 	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
-$(DAEMON_DIR)/schema_mssql.c: $(DAEMON_MSSQL) Makefile
+$(DAEMON_DIR)/schema_mssql.c: $(DAEMON_MSSQL) $(UPGRADES_MSSQL) scripts/embed-schema.sh Makefile
 	@mkdir -p $(dir $@)
-	{ echo '/* made by the Makefile from $(DAEMON_MSSQL): do not edit */'; \
-	  echo 'const char qbd_schema_mssql[] ='; \
-	  cat $(DAEMON_MSSQL) | sed 's/@SCHEMA_VERSION@/$(EXTVERSION)/g' | \
-	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/'; \
-	  echo ';'; } > $@
+	scripts/embed-schema.sh mssql $(EXTVERSION) sql/sqlserver/upgrade $(DAEMON_MSSQL) > $@
 $(DAEMON_DIR)/schema_mssql.o: $(DAEMON_DIR)/schema_mssql.c
 	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
 

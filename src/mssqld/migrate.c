@@ -10,7 +10,8 @@
  *	  extension's install script) creates schema queuebox at the version of
  *	  this build (qbd_schema_version).
  *	- A migration takes the schema from one version to the next; the ones
- *	  this build knows are qbd_upgrades[], in order.  Versions the daemon
+ *	  this build knows are qbd_upgrades_pg[], in order (one per
+ *	  sql/schema/upgrade/<from>--<to>.sql).  Versions the daemon
  *	  applied are rows of queuebox.schema_version.
  *	- The migration lock is a transaction advisory lock (QBD_MIGRATE_LOCK):
  *	  two daemons starting together take turns, and the second finds the
@@ -36,20 +37,6 @@
 
 /* 'queuebox' as a number: the key of the migration lock (docs/daemon.md) */
 #define QBD_MIGRATE_LOCK	"7087869466226663544"
-
-extern const char qbd_schema_pg[];
-
-/* A step from one version to the next (none yet: 0.3.0 is the first). */
-typedef struct QbdUpgrade
-{
-	const char *from;
-	const char *to;
-	const char *sql;
-} QbdUpgrade;
-
-static const QbdUpgrade qbd_upgrades[] = {
-	{.from = NULL, .to = NULL, .sql = NULL}
-};
 
 /*
  * qbd_pg_error: "what: the server's message (SQLSTATE)" on one line, with
@@ -123,7 +110,7 @@ qbd_version_index(const char *v)
 {
 	int			i = 0;
 
-	for (const QbdUpgrade *u = qbd_upgrades; u->from != NULL; u++, i++)
+	for (const QbdUpgrade *u = qbd_upgrades_pg; u->from != NULL; u++, i++)
 		if (strcmp(u->from, v) == 0)
 			return i;
 	/* the current version comes after every step */
@@ -209,7 +196,7 @@ qbd_migrate(PGconn *conn, bool *installed, char *err, size_t errlen)
 					 have[0] ? have : "(none recorded)", qbd_schema_version);
 			goto fail;
 		}
-		for (const QbdUpgrade *u = &qbd_upgrades[at]; u->from != NULL; u++)
+		for (const QbdUpgrade *u = &qbd_upgrades_pg[at]; u->from != NULL; u++)
 		{
 			char		what[128];
 
@@ -220,6 +207,9 @@ qbd_migrate(PGconn *conn, bool *installed, char *err, size_t errlen)
 	}
 	if (!qbd_ok(conn, "COMMIT", 0, NULL, "could not commit the migration", err, errlen))
 		goto fail;
+	/* said after the commit: a step rolled back was never applied */
+	if (have[0] != '\0' && strcmp(have, qbd_schema_version) != 0)
+		qbd_log(QB_LOG_INFO, "upgraded the QueueBox schema from %s to %s", have, qbd_schema_version);
 	return 0;
 
 fail:

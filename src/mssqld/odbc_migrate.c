@@ -10,8 +10,8 @@
  *	  only GO ends one (CREATE PROCEDURE and CREATE FUNCTION must each be
  *	  alone in its batch), and each batch is sent as it is.
  *	- A migration takes the schema from one version to the next: the ones
- *	  this build knows are qbd_mssql_upgrades[], in order (none yet: 0.3.0
- *	  is the first SQL Server schema).
+ *	  this build knows are qbd_upgrades_mssql[], in order (one per
+ *	  sql/sqlserver/upgrade/<from>--<to>.sql).
  *	- The migration lock is an exclusive application lock owned by the
  *	  transaction (sp_getapplock on QBD_MSSQL_LOCK): two daemons starting
  *	  together take turns, and the second finds the schema the first made.
@@ -33,19 +33,6 @@
 #include "qbd.h"
 
 #define QBD_MSSQL_LOCK	"queuebox.migrate"
-
-extern const char qbd_schema_mssql[];
-
-typedef struct QbdMssqlUpgrade
-{
-	const char *from;
-	const char *to;
-	const char *sql;
-} QbdMssqlUpgrade;
-
-static const QbdMssqlUpgrade qbd_mssql_upgrades[] = {
-	{.from = NULL, .to = NULL, .sql = NULL}
-};
 
 /* one value of the first row */
 typedef struct QbdmFirst
@@ -174,7 +161,7 @@ qbdm_version_index(const char *v)
 {
 	int			i = 0;
 
-	for (const QbdMssqlUpgrade *u = qbd_mssql_upgrades; u->from != NULL; u++, i++)
+	for (const QbdUpgrade *u = qbd_upgrades_mssql; u->from != NULL; u++, i++)
 		if (strcmp(u->from, v) == 0)
 			return i;
 	return strcmp(v, qbd_schema_version) == 0 ? i : -1;
@@ -243,7 +230,7 @@ qb_mssql_migrate(QbOdbcConn *c, bool *installed, char *err, size_t errlen)
 					 have[0] ? have : "(none recorded)", qbd_schema_version);
 			goto fail;
 		}
-		for (const QbdMssqlUpgrade *u = &qbd_mssql_upgrades[at]; u->from != NULL; u++)
+		for (const QbdUpgrade *u = &qbd_upgrades_mssql[at]; u->from != NULL; u++)
 		{
 			char		what[128];
 
@@ -254,6 +241,9 @@ qb_mssql_migrate(QbOdbcConn *c, bool *installed, char *err, size_t errlen)
 	}
 	if (qb_odbc_end(c, true, err, errlen) != 0)
 		goto fail;
+	/* said after the commit: a step rolled back was never applied */
+	if (have[0] != '\0' && strcmp(have, qbd_schema_version) != 0)
+		qbd_log(QB_LOG_INFO, "upgraded the QueueBox schema from %s to %s", have, qbd_schema_version);
 	return 0;
 
 fail:

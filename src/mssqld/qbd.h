@@ -42,6 +42,24 @@
 /* The schema of this build (the Makefile's EXTVERSION) */
 extern const char qbd_schema_version[];
 
+/*
+ * The schemas the daemon installs, and its upgrade steps, one per
+ * sql/schema/upgrade/<from>--<to>.sql (PostgreSQL) and
+ * sql/sqlserver/upgrade/ (SQL Server), in version order, ended by a step
+ * whose from is NULL: made by scripts/embed-schema.sh.
+ */
+typedef struct QbdUpgrade
+{
+	const char *from;
+	const char *to;
+	const char *sql;
+} QbdUpgrade;
+
+extern const char qbd_schema_pg[];
+extern const char qbd_schema_mssql[];
+extern const QbdUpgrade qbd_upgrades_pg[];
+extern const QbdUpgrade qbd_upgrades_mssql[];
+
 /* ---- log.c: one line per event on stderr, text or JSON ---------------- */
 extern void qbd_log_init(const char *role, bool json);
 extern void qbd_log_set_json(bool json);
