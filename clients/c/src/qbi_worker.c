@@ -599,7 +599,6 @@ qbi_worker_run(QbiWorker *w, QbiHandler handler, void *arg, char *err, size_t er
 	while (!w->stop)
 	{
 		char		cerr[QBI_ERRLEN] = "";
-		int			room;
 		int			n;
 
 		/* claim when every claimed message was taken and a slot is free */
@@ -617,13 +616,15 @@ qbi_worker_run(QbiWorker *w, QbiHandler handler, void *arg, char *err, size_t er
 			}
 			pthread_cond_timedwait(&w->cv, &w->mu, &until);
 		}
-		room = nslots - w->nrunning;
 		pthread_mutex_unlock(&w->mu);
 		if (w->stop)
 			break;
-		/* one slot: a whole batch, in order; several: no more than they can start */
-		n = qbi_claim(w, nslots == 1 ? w->opt.batch_size :
-					  (room < w->opt.batch_size ? room : w->opt.batch_size), cerr, sizeof(cerr));
+		/*
+		 * A whole batch: one slot runs it in claim order, several take its
+		 * messages as they free up.  A claim never holds a message of an
+		 * aggregate still running, so slots never run two of one.
+		 */
+		n = qbi_claim(w, w->opt.batch_size, cerr, sizeof(cerr));
 		if (n < 0)
 		{
 			qbi_log(w, QBI_LOG_WARNING, "claim failed: %s; claiming again in %ld ms", cerr, w->opt.idle_ms);

@@ -156,24 +156,39 @@ export class InboxWorker {
   /** Claim and handle messages until signal aborts; resolves once every running handler ended. */
   async run(handler, signal) {
     const o = this.options;
-    const held = new Map();   // id -> { message, controller, lost }
-    const running = new Set();
+    const held = new Map();   // id -> { message, controller, lost }: claimed, not finished
+    const queue = [];         // of them, not started yet, in claim order
+    const lanes = new Set();  // each runs queued messages one after another
     let stopping = false;
+    let wake = null;          // a lane ended or took a message
+    const changed = () => new Promise((resolve) => { wake = resolve; });
     // resolves when the run is asked to stop; no timer, so nothing outlives the run
     const aborted = new Promise((resolve) => {
       if (signal?.aborted) resolve();
       else signal?.addEventListener('abort', () => resolve(), { once: true });
     });
     const renewer = setInterval(() => this.renewAll(held), Math.floor(o.leaseMs / 3));
+    // a stop starts no new message: the queued ones are left to their lease
+    const lane = async () => {
+      while (queue.length > 0 && !signal?.aborted) {
+        const h = queue.shift();
+        wake?.();
+        await this.handleOne(h, handler, () => stopping);
+        held.delete(h.message.id);
+      }
+    };
     try {
       while (!signal?.aborted) {
-        if (running.size >= o.maxConcurrency) {
-          await Promise.race([...running, aborted]);
+        // claim when every claimed message was taken and a lane is free; a
+        // claim never holds a message of an aggregate still running, so
+        // lanes in parallel never run two of one aggregate
+        if (queue.length > 0 || lanes.size >= o.maxConcurrency) {
+          await Promise.race([changed(), aborted]);
           continue;
         }
         let batch;
         try {
-          batch = await this.db.claim(o.source, Math.min(o.batchSize, o.maxConcurrency - running.size || 1), o.leaseMs);
+          batch = await this.db.claim(o.source, o.batchSize, o.leaseMs);
         } catch (e) {
           this.log('warn', `claim failed: ${e.message}; claiming again in ${o.idleMs} ms`);
           await sleep(o.idleMs, signal);
@@ -184,35 +199,27 @@ export class InboxWorker {
           await sleep(o.idleMs, signal);
           continue;
         }
-        // one slot: the batch in claim order; several: each message its own slot
-        for (const m of batch) held.set(m.id, { message: m, controller: new AbortController(), lost: false });
-        if (o.maxConcurrency === 1) {
-          const p = (async () => {
-            for (const m of batch) {
-              if (signal?.aborted) break;   // not started: left to its lease
-              await this.handleOne(held.get(m.id), handler, () => stopping);
-              held.delete(m.id);
-            }
-            for (const m of batch) held.delete(m.id);
-          })();
-          running.add(p);
-          p.finally(() => running.delete(p));
-        } else {
-          for (const m of batch) {
-            const p = this.handleOne(held.get(m.id), handler, () => stopping).finally(() => {
-              held.delete(m.id);
-              running.delete(p);
-            });
-            running.add(p);
-          }
+        for (const m of batch) {
+          const h = { message: m, controller: new AbortController(), lost: false };
+          held.set(m.id, h);
+          queue.push(h);
+        }
+        // one lane: the batch in claim order; several: as they free up
+        while (lanes.size < o.maxConcurrency && queue.length > 0) {
+          const p = lane().finally(() => {
+            lanes.delete(p);
+            wake?.();
+          });
+          lanes.add(p);
         }
       }
     } finally {
       stopping = true;
-      if (running.size > 0) {
+      for (const h of queue.splice(0)) held.delete(h.message.id);
+      if (lanes.size > 0) {
         let timer;
         const grace = new Promise((resolve) => { timer = setTimeout(() => resolve('late'), o.shutdownGraceMs); });
-        const all = Promise.allSettled([...running]);
+        const all = Promise.allSettled([...lanes]);
         const outcome = await Promise.race([all.then(() => 'done'), grace]);
         clearTimeout(timer);
         if (outcome === 'late') {
