@@ -20,6 +20,7 @@
 #   TS   clients/ts (@alternayte/queuebox-inbox) the same (test/process-worker.js).
 # Each library figure is divided by the anchor of the same batch and workers
 # (target >= 0.8).  Knobs: QB_BENCH_N=5000 (messages per library run),
+# QB_BENCH_BATCHES="10 100", QB_BENCH_WORKERS="1 4" (a subset, for a look),
 # QB_BENCH_PGBENCH_T=10, QB_BENCH_RAW_ROWS=300000 (per raw run; the run
 # stops if pgbench drains them).
 set -euo pipefail
@@ -115,8 +116,8 @@ EOS
 
 declare -a OUT_ROWS
 k=0
-for b in 10 100; do
-	for w in 1 4; do
+for b in ${QB_BENCH_BATCHES:-10 100}; do
+	for w in ${QB_BENCH_WORKERS:-1 4}; do
 		k=$((k + 1))
 		log "batch $b, $w worker(s): raw, one transaction per message"
 		r=$(raw contract "$w" "$b" "raw$k")
