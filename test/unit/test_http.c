@@ -32,6 +32,7 @@
 #include <jansson.h>
 
 #include "qb_http.h"
+#include "qb_token.h"
 #include "qb_publish.h"
 #include "qb_sign.h"
 #include "test_sink.h"
@@ -493,11 +494,39 @@ test_signed_request(void **state)
 	qb_http_free(h);
 }
 
+/* qb_token: header names are tokens, values hold no control character but tab */
+static void
+test_field_syntax(void **state)
+{
+	char		buf[64];
+
+	assert_int_equal(qb_token_invalid_at("X-Custom_1.a~b"), -1);
+	assert_int_equal(qb_token_invalid_at("!#$%&'*+-.^_`|~"), -1);
+	assert_int_equal(qb_token_invalid_at(""), 0);
+	assert_int_equal(qb_token_invalid_at("Bad Header\x01"), 3);
+	assert_int_equal(qb_token_invalid_at("X:y"), 1);
+	assert_int_equal(qb_token_invalid_at("caf\xc3\xa9"), 3);
+	assert_int_equal(qb_token_invalid_at("a(b)"), 1);
+	assert_int_equal(qb_field_value_invalid_at("tab\tok, \"quoted\" caf\xc3\xa9"), -1);
+	assert_int_equal(qb_field_value_invalid_at("line\r\nX-Injected: 1"), 4);
+	assert_int_equal(qb_field_value_invalid_at("del\x7f"), 3);
+	assert_true(qb_header_valid("X-A", "b"));
+	assert_false(qb_header_valid("X A", "b"));
+	assert_false(qb_header_valid("X-A", "b\x01"));
+	qb_token_printable(buf, sizeof(buf), "Bad Header\x01\"\\", 100);
+	assert_string_equal(buf, "Bad Header\\x01\\x22\\x5c");
+	qb_token_printable(buf, sizeof(buf), "abcdef", 3);
+	assert_string_equal(buf, "abc");
+	qb_token_printable(buf, 8, "\x01\x02\x03\x04", 100);
+	assert_string_equal(buf, "\\x01");		/* cut before a \xNN would not fit */
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_headers_and_body),
+		cmocka_unit_test(test_field_syntax),
 		cmocka_unit_test(test_error_status),
 		cmocka_unit_test(test_refused_and_timeout),
 		cmocka_unit_test(test_invalid_row_headers),

@@ -19,6 +19,7 @@
 #include <strings.h>
 
 #include "qb_config_int.h"
+#include "qb_token.h"
 
 /* ---------------------------------------------------------------------
  * Key paths
@@ -426,12 +427,7 @@ qbcf_opt_string(QbcfCtx *cx, const char *path, const QbcfNode *m, const char *ke
 bool
 qbcf_header_name(const char *s)
 {
-	if (*s == '\0')
-		return false;
-	for (; *s != '\0'; s++)
-		if (!isalnum((unsigned char) *s) && strchr("!#$%&'*+-.^_`|~", *s) == NULL)
-			return false;
-	return true;
+	return qb_token_invalid_at(s) < 0;
 }
 
 /* qbcf_opt_header: an optional key naming an HTTP header, checked. */

@@ -56,6 +56,7 @@
 #include "qb_config.h"
 #include "qb_extract.h"
 #include "qb_ingress.h"
+#include "qb_token.h"
 #include "qb_utf8.h"
 #include "qb_transform.h"
 
@@ -151,7 +152,7 @@ typedef struct QbiHeaders
 {
 	const QbSource *src;
 	json_t	   *obj;
-	char		bad[160];		/* the first header that is not UTF-8 */
+	char		bad[400];		/* why the first bad header is refused, "" when none */
 } QbiHeaders;
 
 /* Transport headers describe this hop, not the message: never stored. */
@@ -175,20 +176,42 @@ qbi_header_cb(void *cls, enum MHD_ValueKind kind, const char *name, const char *
 	long		at;
 	json_t	   *old;
 
-	if (name == NULL || qbi_transport_header(name) ||
-		qb_header_redacted(name, h->src->auth.header))
+	if (name == NULL || h->bad[0] != '\0')
 		return MHD_YES;
 	if (value == NULL)
 		value = "";
-	if (h->bad[0] == '\0' &&
-		((at = qb_utf8_invalid_at(name, strlen(name))) >= 0 ||
-		 (at = qb_utf8_invalid_at(value, strlen(value))) >= 0))
+	/*
+	 * A name that is not a token, or a value with a control character,
+	 * could never be sent on: refused here, so that no stored row can die
+	 * of a header it received.
+	 */
+	if ((at = qb_token_invalid_at(name)) >= 0)
 	{
-		snprintf(h->bad, sizeof(h->bad), "%.100s", name);
+		char		shown[220];
+
+		qb_token_printable(shown, sizeof(shown), name, 48);
+		snprintf(h->bad, sizeof(h->bad),
+				 "the header name \"%s\" is not an HTTP token (byte %ld is 0x%02x); "
+				 "header names are letters, digits and !#$%%&'*+-.^_`|~ only", shown, at,
+				 (unsigned char) name[at]);
 		return MHD_YES;
 	}
-	if (h->bad[0] != '\0')
+	if (qbi_transport_header(name) || qb_header_redacted(name, h->src->auth.header))
 		return MHD_YES;
+	if ((at = qb_field_value_invalid_at(value)) >= 0)
+	{
+		snprintf(h->bad, sizeof(h->bad),
+				 "the %.100s header has a control character in its value (byte %ld is 0x%02x); "
+				 "send header values without control characters", name, at, (unsigned char) value[at]);
+		return MHD_YES;
+	}
+	if ((at = qb_utf8_invalid_at(value, strlen(value))) >= 0)
+	{
+		snprintf(h->bad, sizeof(h->bad),
+				 "the %.100s header is not valid UTF-8 (byte %ld of its value); send header values as UTF-8 (or ASCII)",
+				 name, at);
+		return MHD_YES;
+	}
 	/* a repeated header keeps every value, comma-separated (RFC 9110 5.3) */
 	if ((old = json_object_get(h->obj, name)) != NULL)
 	{
@@ -373,9 +396,7 @@ qbi_check_webhook(QbiRequest *r)
 	if (h.bad[0] != '\0')
 	{
 		json_decref(h.obj);
-		snprintf(reason, sizeof(reason),
-				 "the %s header is not valid UTF-8; send header values as UTF-8 (or ASCII)", h.bad);
-		qbi_set(r, 400, "error", reason);
+		qbi_set(r, 400, "error", h.bad);
 		return false;
 	}
 	r->headers = json_dumps(h.obj, JSON_COMPACT);

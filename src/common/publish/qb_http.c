@@ -33,6 +33,7 @@
 #include <jansson.h>
 
 #include "qb_http.h"
+#include "qb_token.h"
 #include "qb_sign.h"
 
 #ifndef QB_VERSION
@@ -236,36 +237,6 @@ qbh_action(QbHttp *h, curl_socket_t s, int ev_bitmask)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-/*
- * qbh_header_ok refuses a header that would corrupt the request: a name that
- * is not an HTTP token, or a value with a control character other than tab
- * (CR/LF would inject headers).
- */
-static bool
-qbh_header_ok(const char *name, const char *value)
-{
-	static const char *tchar = "!#$%&'*+-.^_`|~";
-
-	if (*name == '\0')
-		return false;
-	for (const char *p = name; *p; p++)
-	{
-		unsigned char c = (unsigned char) *p;
-
-		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
-			  (c >= 'A' && c <= 'Z') || strchr(tchar, c)))
-			return false;
-	}
-	for (const char *p = value; *p; p++)
-	{
-		unsigned char c = (unsigned char) *p;
-
-		if ((c < 0x20 && c != '\t') || c == 0x7f)
-			return false;
-	}
-	return true;
-}
-
 bool
 qb_http_header_reserved(const char *name)
 {
@@ -346,7 +317,7 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 				dumped = json_dumps(val, JSON_ENCODE_ANY | JSON_COMPACT);
 				v = dumped ? dumped : "";
 			}
-			if (!qbh_header_ok(name, v))
+			if (!qb_header_valid(name, v))
 			{
 				snprintf(err, errlen,
 						 "row header \"%.100s\" is not a valid HTTP header (names are tokens, values contain no control characters); fix the row's headers and replay it",
