@@ -733,6 +733,62 @@ teardown(void **state)
 	return 0;
 }
 
+/* close_wait: the server side sockets of port in CLOSE-WAIT (/proc/net/tcp state 08). */
+static int
+close_wait(int port)
+{
+	FILE	   *f = fopen("/proc/net/tcp", "r");
+	char		line[512];
+	int			n = 0;
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+	{
+		unsigned int lport;
+		unsigned int st;
+
+		if (sscanf(line, " %*d: %*8x:%4x %*8x:%*4x %2x", &lport, &st) == 2 &&
+			(int) lport == port && st == 0x08)
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
+/*
+ * A client that sends fewer body bytes than its Content-Length and closes:
+ * its connection is released when the close arrives, not when
+ * http.connectionTimeoutMs (10 s here) runs out.
+ */
+static void
+test_truncated_then_closed(void **state)
+{
+	Fake	   *f = start(false, false);
+	int			port = port_of(f);
+	int			left = -1;
+
+	for (int i = 0; i < 20; i++)
+	{
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t) port)};
+		int			s = socket(AF_INET, SOCK_STREAM, 0);
+		static const char req[] = "POST /inbox/hook HTTP/1.1\r\nHost: x\r\nIdempotency-Key: t\r\n"
+			"Content-Length: 100\r\n\r\n{\"type\":";
+
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		assert_int_equal(connect(s, (struct sockaddr *) &a, sizeof(a)), 0);
+		assert_int_equal(send(s, req, sizeof(req) - 1, 0), (ssize_t) sizeof(req) - 1);
+		close(s);
+	}
+	/* 2 s, well inside the 10 s idle timeout */
+	for (int i = 0; i < 100 && (left = close_wait(port)) > 0; i++)
+		usleep(20000);
+	assert_int_equal(left, 0);
+	assert_int_equal(http(port, "POST", "/inbox/hook", (const char *[]) {"Idempotency-Key: after", NULL},
+						  "{\"type\":\"t\"}")->status, 202);
+	stop(f);
+	fake_free(f);
+}
+
 int
 main(void)
 {
@@ -744,6 +800,7 @@ main(void)
 		cmocka_unit_test(test_batch_answers_each_its_id),
 		cmocka_unit_test(test_reload_moves_listener),
 		cmocka_unit_test(test_metrics_null),
+		cmocka_unit_test(test_truncated_then_closed),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

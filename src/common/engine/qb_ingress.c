@@ -28,6 +28,15 @@
  *				answered 202 (new), 200 duplicate, or 503 when the store
  *				failed (nothing of the batch is stored then).
  *
+ * Peers that close mid-request: libmicrohttpd 0.9.75 reads a connection
+ * once per readiness edge and takes a short read for "no more data", so a
+ * close that arrives with the request's last bytes (a truncated body, say)
+ * is never read: the connection would hold its slot in CLOSE-WAIT until
+ * http.connectionTimeoutMs.  So the engine tracks each connection
+ * (QbiConn) and, at most every QBI_SWEEP_MS, peeks at those that wait for
+ * bytes (not answering, not suspended): a peer that has closed is shut
+ * down, which gives MHD the edge it needs to close it at once.
+ *
  * Transaction rules: no database call is made inside an MHD callback (a
  * callback cannot longjmp and must not block other connections); every
  * store call happens in the main loop between passes.  A 202 is only ever
@@ -63,6 +72,7 @@
 #define QBI_MAX_VALUE_BYTES	1024	/* idempotency key, event type, aggregate id */
 #define QBI_ADMIN_MAX_BODY	65536
 #define QBI_STOP_DRAIN_MS	1000
+#define QBI_SWEEP_MS		100		/* the peer-close sweep, at most this often */
 
 typedef struct QbiConfigRef
 {
@@ -80,6 +90,21 @@ typedef enum QbiKind
 } QbiKind;
 
 typedef struct QbiEngine QbiEngine;
+
+/*
+ * A connection, from MHD's connect notice to its close notice.  waiting:
+ * it waits for the peer's bytes (before a request, or inside one whose body
+ * is not complete), so a peer's close ends it; false while an answer is
+ * being made or sent.
+ */
+typedef struct QbiConn
+{
+	struct MHD_Connection *conn;
+	int			fd;
+	bool		waiting;
+	struct QbiConn *prev;
+	struct QbiConn *next;
+} QbiConn;
 
 typedef struct QbiRequest
 {
@@ -121,6 +146,8 @@ struct QbiEngine
 	char		listen_key[160];	/* what the daemon was built from */
 	QbiRequest *deferred;		/* suspended requests, newest first */
 	int			ndeferred;
+	QbiConn    *conns;			/* every open connection */
+	long		swept_ms;		/* the last peer-close sweep, monotonic */
 };
 
 /* ---- small helpers -------------------------------------------------- */
@@ -592,12 +619,89 @@ qbi_request_free(QbiRequest *r)
 	free(r);
 }
 
+/* ---- connections ------------------------------------------------------- */
+
+static void
+qbi_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+				enum MHD_ConnectionNotificationCode code)
+{
+	QbiEngine  *e = cls;
+	QbiConn    *c = *socket_context;
+
+	if (code == MHD_CONNECTION_NOTIFY_STARTED)
+	{
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+		/* untracked (out of memory): it is closed by the idle timeout, as before */
+		if (ci == NULL || (c = calloc(1, sizeof(QbiConn))) == NULL)
+			return;
+		c->conn = conn;
+		c->fd = ci->connect_fd;
+		c->waiting = true;
+		c->next = e->conns;
+		if (e->conns)
+			e->conns->prev = c;
+		e->conns = c;
+		*socket_context = c;
+	}
+	else if (c != NULL)
+	{
+		if (c->prev)
+			c->prev->next = c->next;
+		else
+			e->conns = c->next;
+		if (c->next)
+			c->next->prev = c->prev;
+		free(c);
+		*socket_context = NULL;
+	}
+}
+
+/* qbi_conn_answering: the request on conn is whole; its answer is being made */
+static void
+qbi_conn_answering(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	if (ci != NULL && ci->socket_context != NULL)
+		((QbiConn *) ci->socket_context)->waiting = false;
+}
+
+/*
+ * qbi_sweep: shut down every waiting connection whose peer has closed (the
+ * banner says why).  A peek of 0 bytes is the peer's close with nothing
+ * unread before it; data still unread, or none yet, leaves it alone.
+ */
+static void
+qbi_sweep(QbiEngine *e)
+{
+	struct timespec ts;
+	long		now;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+	if (now - e->swept_ms < QBI_SWEEP_MS)
+		return;
+	e->swept_ms = now;
+	for (QbiConn *c = e->conns; c != NULL; c = c->next)
+	{
+		char		b;
+
+		if (c->waiting && recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+			shutdown(c->fd, SHUT_RDWR);
+	}
+}
+
 static void
 qbi_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			  enum MHD_RequestTerminationCode toe)
 {
 	QbiRequest *r = *con_cls;
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 
+	/* answered (or failed): the connection waits for the next request */
+	if (ci != NULL && ci->socket_context != NULL)
+		((QbiConn *) ci->socket_context)->waiting = true;
 	if (r == NULL)
 		return;
 	/* a deferred request is never completed: MHD does not time out suspended ones */
@@ -645,7 +749,10 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		r->kind = QBI_ANSWERED;
 		qbi_route(r);
 		if (r->status != 0)
+		{
+			qbi_conn_answering(conn);
 			return qbi_respond(r);
+		}
 		return MHD_YES;
 	}
 
@@ -683,6 +790,7 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 	}
 
 	/* the whole request is here, or the main loop resumed it */
+	qbi_conn_answering(conn);
 	if (r->status != 0)
 		return qbi_respond(r);
 	if (r->deferred)
@@ -960,6 +1068,7 @@ qbi_start_listener(QbiEngine *e, const QbHttpConf *h, char *err, size_t errlen)
 							  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) 65536,
 							  MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int) 512,
 							  MHD_OPTION_NOTIFY_COMPLETED, qbi_completed, e,
+							  MHD_OPTION_NOTIFY_CONNECTION, qbi_conn_notify, e,
 							  MHD_OPTION_END);
 	if (e->mhd == NULL)
 	{
@@ -1063,6 +1172,9 @@ qb_ingress_run(const QbHost *host, const QbStore *store, QbMetrics *metrics,
 		}
 		if (MHD_get_timeout(e.mhd, &mhd_ms) == MHD_YES && (long) mhd_ms < wait_ms)
 			wait_ms = (long) mhd_ms;
+		/* the sweep needs a pass at least every QBI_SWEEP_MS while connections wait */
+		if (e.conns != NULL && wait_ms > QBI_SWEEP_MS)
+			wait_ms = QBI_SWEEP_MS;
 		host->wait(host->ctx, e.epoll_fd, wait_ms);
 		MHD_run(e.mhd);
 		/* answer what this pass deferred, then let MHD send it */
@@ -1071,6 +1183,7 @@ qb_ingress_run(const QbHost *host, const QbStore *store, QbMetrics *metrics,
 			qbi_serve(&e);
 			MHD_run(e.mhd);
 		}
+		qbi_sweep(&e);
 	}
 
 	/* stop: take no new connection, answer what is in hand, then close */
