@@ -786,6 +786,9 @@ test_truncated_then_closed(void **state)
 	assert_int_equal(http(port, "POST", "/inbox/hook", (const char *[]) {"Idempotency-Key: after", NULL},
 						  "{\"type\":\"t\"}")->status, 202);
 	stop(f);
+	/* each began (its head was whole) and never completed; none was stored */
+	assert_int_equal(f->metrics.http_incomplete, 20);
+	assert_int_equal(f->nrows, 1);
 	fake_free(f);
 }
 

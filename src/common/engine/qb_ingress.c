@@ -102,6 +102,7 @@ typedef struct QbiConn
 	struct MHD_Connection *conn;
 	int			fd;
 	bool		waiting;
+	int			requests;		/* that reached the ingress (qbi_access) */
 	struct QbiConn *prev;
 	struct QbiConn *next;
 } QbiConn;
@@ -210,7 +211,8 @@ qbi_header_cb(void *cls, enum MHD_ValueKind kind, const char *name, const char *
 	/*
 	 * A name that is not a token, or a value with a control character,
 	 * could never be sent on: refused here, so that no stored row can die
-	 * of a header it received.
+	 * of a header it received.  (A NUL never gets here: libmicrohttpd
+	 * 0.9.75 cuts a header line at it.)
 	 */
 	if ((at = qb_token_invalid_at(name)) >= 0)
 	{
@@ -646,6 +648,8 @@ qbi_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
 	}
 	else if (c != NULL)
 	{
+		if (c->requests == 0 && e->metrics)
+			qb_metrics_add(&e->metrics->http_no_request, 1);
 		if (c->prev)
 			c->prev->next = c->next;
 		else
@@ -657,14 +661,13 @@ qbi_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
 	}
 }
 
-/* qbi_conn_answering: the request on conn is whole; its answer is being made */
-static void
-qbi_conn_answering(struct MHD_Connection *conn)
+/* qbi_conn_of: the tracked connection of conn, NULL when untracked */
+static QbiConn *
+qbi_conn_of(struct MHD_Connection *conn)
 {
 	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 
-	if (ci != NULL && ci->socket_context != NULL)
-		((QbiConn *) ci->socket_context)->waiting = false;
+	return ci != NULL ? ci->socket_context : NULL;
 }
 
 /*
@@ -696,14 +699,18 @@ static void
 qbi_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			  enum MHD_RequestTerminationCode toe)
 {
+	QbiEngine  *e = cls;
 	QbiRequest *r = *con_cls;
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	QbiConn    *c = qbi_conn_of(conn);
 
 	/* answered (or failed): the connection waits for the next request */
-	if (ci != NULL && ci->socket_context != NULL)
-		((QbiConn *) ci->socket_context)->waiting = true;
+	if (c != NULL)
+		c->waiting = true;
 	if (r == NULL)
 		return;
+	/* begun, never answered: the peer closed, went idle, or broke the protocol */
+	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->status == 0 && e->metrics)
+		qb_metrics_add(&e->metrics->http_incomplete, 1);
 	/* a deferred request is never completed: MHD does not time out suspended ones */
 	qbi_request_free(r);
 	*con_cls = NULL;
@@ -729,6 +736,7 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 {
 	QbiEngine  *e = cls;
 	QbiRequest *r = *con_cls;
+	QbiConn    *c;
 
 	if (r == NULL)
 	{
@@ -738,6 +746,8 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 			return MHD_NO;
 		r->e = e;
 		r->conn = conn;
+		if ((c = qbi_conn_of(conn)) != NULL)
+			c->requests++;
 		r->ref = e->ref;
 		r->ref->refs++;
 		r->method = strdup(method);
@@ -750,7 +760,8 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		qbi_route(r);
 		if (r->status != 0)
 		{
-			qbi_conn_answering(conn);
+			if ((c = qbi_conn_of(conn)) != NULL)
+				c->waiting = false;
 			return qbi_respond(r);
 		}
 		return MHD_YES;
@@ -789,8 +800,9 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		return MHD_YES;
 	}
 
-	/* the whole request is here, or the main loop resumed it */
-	qbi_conn_answering(conn);
+	/* the whole request is here, or the main loop resumed it: its answer is being made */
+	if ((c = qbi_conn_of(conn)) != NULL)
+		c->waiting = false;
 	if (r->status != 0)
 		return qbi_respond(r);
 	if (r->deferred)

@@ -270,11 +270,17 @@ qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 			   "# HELP queuebox_http_not_found_total Requests answered 404 or 405.\n"
 			   "# TYPE queuebox_http_not_found_total counter\nqueuebox_http_not_found_total %llu\n"
 			   "# HELP queuebox_admin_unauthorized_total Admin requests refused for a missing or wrong token.\n"
-			   "# TYPE queuebox_admin_unauthorized_total counter\nqueuebox_admin_unauthorized_total %llu\n",
+			   "# TYPE queuebox_admin_unauthorized_total counter\nqueuebox_admin_unauthorized_total %llu\n"
+			   "# HELP queuebox_http_closed_total Connections and requests that ended without an answer of the ingress, by reason.\n"
+			   "# TYPE queuebox_http_closed_total counter\n"
+			   "queuebox_http_closed_total{reason=\"no_request\"} %llu\n"
+			   "queuebox_http_closed_total{reason=\"incomplete\"} %llu\n",
 			   (unsigned long long) __atomic_load_n(&m->relay_forwarded, __ATOMIC_RELAXED),
 			   (unsigned long long) __atomic_load_n(&m->relay_dead, __ATOMIC_RELAXED),
 			   (unsigned long long) __atomic_load_n(&m->http_not_found, __ATOMIC_RELAXED),
-			   (unsigned long long) __atomic_load_n(&m->admin_unauthorized, __ATOMIC_RELAXED));
+			   (unsigned long long) __atomic_load_n(&m->admin_unauthorized, __ATOMIC_RELAXED),
+			   (unsigned long long) __atomic_load_n(&m->http_no_request, __ATOMIC_RELAXED),
+			   (unsigned long long) __atomic_load_n(&m->http_incomplete, __ATOMIC_RELAXED));
 
 	if (g != NULL)
 	{

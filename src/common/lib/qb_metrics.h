@@ -67,6 +67,11 @@ typedef struct QbMetrics
 	uint64_t	relay_forwarded;
 	uint64_t	relay_dead;
 	uint64_t	http_not_found; /* 404 and 405 answers, any path */
+	uint64_t	http_no_request;	/* connections closed before a request reached the
+									 * ingress: idle, closed at once, or refused by the
+									 * HTTP parser (a malformed line, 414, 431) */
+	uint64_t	http_incomplete;	/* requests begun and never whole: the peer closed
+									 * or went idle mid-request */
 	uint64_t	admin_unauthorized; /* 401 on /admin/ */
 } QbMetrics;
 
