@@ -14,7 +14,7 @@ PKGS=(
   libcurl4-openssl-dev libjansson-dev libyaml-dev libssl-dev libcmocka-dev
   libipc-run-perl libdbd-odbc-perl libmicrohttpd-dev
   librabbitmq-dev librdkafka-dev libnats-dev freetds-dev unixodbc-dev tdsodbc libjq-dev
-  curl wrk openssl
+  curl wrk openssl valgrind
   systemd
   rabbitmq-server nats-server
 )

@@ -42,6 +42,11 @@ fi
 
 echo "== unit tests (cmocka)"
 make -s unit SANITIZE="$SAN"
+if [ "$SAN" != 1 ]; then
+  # valgrind cannot run ASan binaries; the plain ones, no definite leak
+  echo "== unit tests under valgrind memcheck"
+  make -s unit-valgrind
+fi
 
 # initdb refuses to run as root: run the cluster tests as the postgres user
 # in a copy of the tree it owns.
