@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# bench/soak/run.sh: does a worker's memory stay flat over a long life?
+#
+#   bench/soak/run.sh [--record] [N]          (default N = 1000000 per phase)
+#
+# Run from the repository root after `make && make install && make sink`, as
+# root or as a user who can run initdb.  One temporary cluster with the
+# extension (2 outbox workers, the relay, the ingress, 1 consumer worker)
+# and one nats-server -js.  Four phases, one after the other, each moving N
+# messages through one worker kind while a sampler reads the RssAnon of
+# every QueueBox background worker (/proc/PID/status) every 2 s:
+#   outbox   N outbox rows (inserted 50,000 a transaction) delivered over
+#            HTTP to test/sink/qb_sink by the outbox workers;
+#   relay    N push inbox rows forwarded into the outbox by the relay (and
+#            delivered by the outbox workers);
+#   ingress  N webhooks POSTed by wrk (bench/inbox-http/post.lua, a unique
+#            key each) to a pull source, stored by the ingress worker;
+#   nats     N messages published to a JetStream stream
+#            (bench/brokers/plain_producer), stored by the consumer worker
+#            of a pull source.
+# For each worker of a phase: RssAnon when the phase has moved 20 % of its
+# messages (after warm-up: caches, pools, the first transforms) and at its
+# end, and the growth between the two (the issue's target: < 5 %).  Nothing
+# here is an anchor ratio: memory is compared with itself, so the figures do
+# not depend on how fast the machine is that day.
+#
+# Knobs: QB_BENCH_SHARED_BUFFERS (default 1GB), QB_BENCH_TIMEOUT=1800 (the
+# bound of each phase), QB_BENCH_PHASES="outbox relay ingress nats".
+set -euo pipefail
+
+RECORD=${QB_BENCH_RECORD:-0}
+if [[ "${1:-}" == "--record" ]]; then RECORD=1; shift; fi
+N=${1:-1000000}
+[[ "$N" =~ ^[0-9]+$ && "$N" -ge 1000 ]] || { echo "usage: bench/soak/run.sh [--record] [N >= 1000]" >&2; exit 2; }
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+SB=${QB_BENCH_SHARED_BUFFERS:-1GB}
+TIMEOUT=${QB_BENCH_TIMEOUT:-1800}
+PHASES=${QB_BENCH_PHASES:-outbox relay ingress nats}
+NATS_SERVER=${NATS_SERVER:-/usr/sbin/nats-server}
+CHUNK=50000
+
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+qb_bench_prereqs
+command -v wrk >/dev/null || die "wrk not found (apt-get install -y wrk)"
+[[ -x "$NATS_SERVER" ]] || die "$NATS_SERVER is not installed"
+[[ -x "$ROOT/test/brokers/nats_tool" ]] || die "no test/brokers/nats_tool (make sink)"
+SAMPLER_PID=
+bench_cleanup_extra() {
+	[[ -n "${SAMPLER_PID:-}" ]] && kill "$SAMPLER_PID" 2>/dev/null
+	[[ -s "$WORK/nats.pid" ]] && kill "$(cat "$WORK/nats.pid")" 2>/dev/null
+	return 0
+}
+qb_bench_workdir soak
+qb_bench_sink_build
+start_sink soak
+PLAIN=$WORK/plain_producer
+cc -std=gnu11 -O2 -Wall -o "$PLAIN" "$ROOT/bench/brokers/plain_producer.c" -lrdkafka -lnats -lrabbitmq \
+	|| die "cannot build plain_producer"
+
+# ---- nats-server with stream SRC
+NATS_PORT=$(free_port)
+NATS_URL=nats://127.0.0.1:$NATS_PORT
+as_pg mkdir -p "$WORK/nats"
+as_pg "$NATS_SERVER" -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$WORK/nats" -P "$WORK/nats.pid" >"$WORK/nats.log" 2>&1 &
+for _ in $(seq 1 300); do
+	grep -qi '10059\|not found' <<<"$("$ROOT/test/brokers/nats_tool" "$NATS_URL" count __probe__ 2>&1 || true)" && break
+	sleep 0.1
+done
+"$ROOT/test/brokers/nats_tool" "$NATS_URL" add-stream SRC 'src.>' >/dev/null || die "add-stream SRC"
+NATS_VERSION=$("$NATS_SERVER" --version 2>&1 | head -1)
+
+# ---- the cluster: every worker kind up from the start
+qb_bench_cluster soak 50 on 2
+q postgres "CREATE DATABASE bench"
+q bench "CREATE EXTENSION queuebox"
+HTTP_PORT=$(free_port)
+q bench "SELECT queuebox.configure(\$yaml\$
+http: { listen: \"127.0.0.1:$HTTP_PORT\", maxConnections: 256 }
+destinations:
+  sink: { type: http, baseUrl: \"http://127.0.0.1:$SINK_PORT_soak\", path: /events, timeoutMs: 10000 }
+routes:
+  - { topicPattern: \"**\", destination: sink }
+sources:
+  hooks: { type: http, path: /hooks, idempotencyKeyHeader: X-Id, topic: \"soak.relay\" }
+  bench: { type: http, path: /bench, idempotencyKeyHeader: X-Id, consumption: pull }
+  natsin: { type: nats, url: \"$NATS_URL\", stream: SRC, subject: \"src.>\", batchSize: 100, consumption: pull }
+\$yaml\$)" >/dev/null
+set_guc max_consumer_workers 1
+for _ in $(seq 1 300); do
+	[[ $(q bench "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'queuebox %'") -ge 5 ]] && break
+	sleep 0.2
+done
+
+# ---- the sampler: "epoch phase backend_type pid rss_anon_kb" every 2 s
+echo "none" >"$WORK/phase"
+(
+	while :; do
+		ph=$(cat "$WORK/phase")
+		now=$(date +%s)
+		q bench "SELECT pid || '|' || backend_type FROM pg_stat_activity WHERE backend_type LIKE 'queuebox %'" 2>/dev/null |
+			while IFS='|' read -r pid bt; do
+				kb=$(awk '/^RssAnon:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+				[[ -n "$kb" ]] && echo "$now $ph ${bt// /_} $pid $kb"
+			done
+		sleep 2
+	done
+) >"$WORK/rss.log" 2>/dev/null &
+SAMPLER_PID=$!
+
+# mark PHASE DONE: the moment the phase has moved DONE messages (20 % and 100 %)
+mark() { echo "$(date +%s) $1 $2" >>"$WORK/marks.log"; }
+
+wait_count() { # wait_count PHASE SQL TARGET: polls until SQL gives TARGET; marks 20 % and the end
+	local ph=$1 sql=$2 target=$3 n=0 marked=0 deadline=$(( EPOCHSECONDS + TIMEOUT ))
+	while (( EPOCHSECONDS < deadline )); do
+		n=$(q bench "$sql")
+		if (( ! marked && n * 5 >= target )); then mark "$ph" warm; marked=1; fi
+		(( n >= target )) && { mark "$ph" end; return 0; }
+		sleep 1
+	done
+	die "$ph: $n of $target after ${TIMEOUT}s"
+}
+
+insert_chunks() { # insert_chunks SQL_PREFIX: N rows, CHUNK a transaction (g = the row number)
+	local done=0 k
+	while (( done < N )); do
+		k=$(( N - done < CHUNK ? N - done : CHUNK ))
+		q bench "$1 FROM generate_series($(( done + 1 )), $(( done + k ))) g"
+		done=$(( done + k ))
+	done
+}
+
+for ph in $PHASES; do
+	echo "$ph" >"$WORK/phase"
+	log "$ph: $N messages"
+	mark "$ph" start
+	case $ph in
+		outbox)
+			insert_chunks "INSERT INTO queuebox.outbox (topic, key, payload) SELECT 'soak.outbox', 'k' || (g % 1000), jsonb_build_object('n', g, 'pad', repeat('x', 150))" &
+			INS=$!
+			wait_count outbox "SELECT count(*) FROM queuebox.outbox WHERE topic = 'soak.outbox' AND state = 'sent'" "$N"
+			wait "$INS"
+			;;
+		relay)
+			insert_chunks "INSERT INTO queuebox.inbox (source, idempotency_key, aggregate_id, payload) SELECT 'hooks', 'h-' || g, 'a' || (g % 1000), jsonb_build_object('n', g, 'pad', repeat('x', 150))" &
+			INS=$!
+			wait_count relay "SELECT count(*) FROM queuebox.inbox WHERE source = 'hooks' AND state = 'processed'" "$N"
+			wait "$INS"
+			;;
+		ingress)
+			# wrk runs by time: long enough for N at the rate of a first short run
+			QB_RUN_TAG=probe wrk -t2 -c32 -d5s -s "$ROOT/bench/inbox-http/post.lua" "http://127.0.0.1:$HTTP_PORT/inbox/bench" >"$WORK/wrk-probe.out" 2>&1 || die "wrk failed"
+			have=$(q bench "SELECT count(*) FROM queuebox.inbox WHERE source = 'bench'")
+			secs=$(python3 -c "print(max(10, min($TIMEOUT, int(($N - $have) / max($have / 5.0, 1)) + 5)))")
+			log "ingress: $have stored in the 5 s probe; wrk for ${secs}s"
+			QB_RUN_TAG=soak wrk -t2 -c32 -d"${secs}s" --timeout 10s -s "$ROOT/bench/inbox-http/post.lua" "http://127.0.0.1:$HTTP_PORT/inbox/bench" >"$WORK/wrk.out" 2>&1 &
+			WRK=$!
+			target=$N
+			wait_count ingress "SELECT count(*) FROM queuebox.inbox WHERE source = 'bench'" "$target" || true
+			kill "$WRK" 2>/dev/null || true
+			wait "$WRK" 2>/dev/null || true
+			;;
+		nats)
+			"$PLAIN" nats "$NATS_URL" src.soak "$N" 1000 200 >"$WORK/plain.out" 2>&1 || die "plain_producer: $(tail -3 "$WORK/plain.out")"
+			wait_count nats "SELECT count(*) FROM queuebox.inbox WHERE source = 'natsin'" "$N"
+			;;
+		*) die "unknown phase $ph" ;;
+	esac
+	sleep 4   # a last sample after the end
+done
+kill "$SAMPLER_PID" 2>/dev/null; SAMPLER_PID=
+
+# ---- the summary: per phase, each worker kind that phase drives
+SUMMARY=$(python3 - "$WORK/rss.log" "$WORK/marks.log" <<'EOF'
+import sys, collections
+rss = [l.split() for l in open(sys.argv[1]) if len(l.split()) == 5]
+marks = collections.defaultdict(dict)
+for l in open(sys.argv[2]):
+    t, ph, what = l.split()
+    marks[ph][what] = int(t)
+drives = {"outbox": ["queuebox_outbox"], "relay": ["queuebox_relay", "queuebox_outbox"],
+          "ingress": ["queuebox_ingress"], "nats": ["queuebox_consumer"]}
+rows = []
+for ph, m in marks.items():
+    if "warm" not in m or "end" not in m:
+        continue
+    for bt in drives.get(ph, []):
+        pids = sorted({r[3] for r in rss if r[1] == ph and r[2].startswith(bt)})
+        for pid in pids:
+            s = [(int(r[0]), int(r[4])) for r in rss if r[1] == ph and r[3] == pid]
+            if not s:
+                continue
+            warm = next((kb for t, kb in s if t >= m["warm"]), s[-1][1])
+            end = [kb for t, kb in s if t <= m["end"] + 4][-1]
+            peak = max(kb for t, kb in s)
+            start = s[0][1]
+            g = 100.0 * (end - warm) / warm if warm else 0.0
+            rows.append(f"| {ph} | {bt.replace('_', ' ')} (pid {pid}) | {m['end'] - m['start']} | {start / 1024:.1f} | {warm / 1024:.1f} | {end / 1024:.1f} | {peak / 1024:.1f} | {g:+.1f} % |")
+print("\n".join(rows))
+EOF
+)
+{
+	echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — bench/soak, commit $COMMIT"
+	echo
+	echo "Command: \`bench/soak/run.sh$( ((RECORD)) && echo " --record") $N\`. $N messages per phase (outbox: HTTP to qb_sink; relay: push inbox rows forwarded and delivered; ingress: wrk POSTs, a unique key each; nats: JetStream messages stored by the consumer worker). RssAnon read from /proc/PID/status every 2 s; warm = when the phase had moved 20 % of its messages; growth = end against warm (target < 5 %)."
+	qb_bench_machine
+	echo "PostgreSQL $(q postgres 'SHOW server_version'), shared_buffers $SB; $NATS_VERSION; wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}')."
+	echo
+	echo "| phase | worker | seconds | RssAnon at start (MB) | at warm (MB) | at end (MB) | peak (MB) | growth end/warm |"
+	echo "|---|---|---|---|---|---|---|---|"
+	echo "$SUMMARY"
+	echo
+} | tee "$WORK/section.md"
+if ((RECORD)); then cat "$WORK/section.md" >>"$ROOT/bench/RESULTS.md"; log "recorded in bench/RESULTS.md"; fi
