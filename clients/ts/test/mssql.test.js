@@ -1,0 +1,127 @@
+// The scenarios of clients/SCENARIOS.md (test/scenarios.js) against
+// @alternayte/queuebox-inbox's SQL Server dialect, fromMssql(pool), on the
+// server QUEUEBOX_TEST_MSSQL_URL names (sqlserver://user:password@host:port/database?encrypt=false)
+// with schema queuebox migrated there (queuebox-mssqld --migrate; TAP 035 does both).
+// The tests empty queuebox.inbox and drop table biz: give them a database of their own.
+// Unset: skipped, saying why.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import sql from 'mssql';
+
+import { InboxWorker, fromMssql } from '../src/index.js';
+import { scenarios, sleep } from './scenarios.js';
+
+const url = process.env.QUEUEBOX_TEST_MSSQL_URL;
+
+/** An mssql config from sqlserver://user:password@host:port/database?encrypt=false. */
+export function mssqlConfig(text) {
+  const u = new URL(text);
+  if (u.protocol !== 'sqlserver:' || !u.pathname.slice(1))
+    throw new Error(`QUEUEBOX_TEST_MSSQL_URL: not sqlserver://user:password@host:port/database: ${text}`);
+  const encrypt = !['false', 'off'].includes(u.searchParams.get('encrypt') ?? 'true');
+  return {
+    server: u.hostname, port: Number(u.port || 1433), database: decodeURIComponent(u.pathname.slice(1)),
+    user: decodeURIComponent(u.username), password: decodeURIComponent(u.password),
+    options: { encrypt, trustServerCertificate: true },
+    requestTimeout: 30000,
+    // connections kept: a Babelfish session compiles each procedure on its first call (about 2 s)
+    pool: { max: 12, idleTimeoutMillis: 600000 },
+  };
+}
+
+if (!url) {
+  test('the SQL Server scenarios', { skip: 'QUEUEBOX_TEST_MSSQL_URL is not set: no SQL Server to run against' +
+    ' (set it to sqlserver://user:password@host:port/database?encrypt=false, with queuebox-mssqld --migrate run there)' }, () => {});
+} else {
+  const pool = new sql.ConnectionPool(mssqlConfig(url));
+  await pool.connect();
+  const q = async (text, bind = {}) => {
+    const r = pool.request();
+    for (const [k, [type, v]] of Object.entries(bind)) r.input(k, type, v);
+    return (await r.query(text)).recordset ?? [];
+  };
+  const claim = (req, batch, leaseMs, source = 'jobs') => req.input('source', sql.NVarChar(200), source)
+    .input('batch_size', sql.Int, batch).input('lease_ms', sql.Int, leaseMs).execute('queuebox.inbox_claim');
+  if ((await q("SELECT OBJECT_ID(N'queuebox.inbox_claim') AS p"))[0].p == null)
+    throw new Error(`no queuebox.inbox_claim in ${pool.config.database}: run queuebox-mssqld --migrate against it first`);
+
+  // A Babelfish engine compiles a procedure on its first call in each session
+  // (about 2 s, longer than a 600 ms lease): every connection of the pool
+  // calls each one once, changing nothing, before the scenarios.
+  const babelfish = (await q("SELECT CAST(SERVERPROPERTY('BabelfishVersion') AS NVARCHAR(20)) AS v"))[0].v != null;
+  if (babelfish) {
+    const none = (req) => req.input('id', sql.BigInt, '0').input('claim_token', sql.UniqueIdentifier, '00000000-0000-0000-0000-000000000000');
+    await Promise.all(Array.from({ length: pool.config.pool.max }, async (_, i) => {
+      const tx = pool.transaction();
+      await tx.begin();
+      try {
+        await claim(tx.request(), 1, 1000, `warm-up ${i}`);   // a source each: no lock between them
+        await none(tx.request()).input('lease_ms', sql.Int, 1000).execute('queuebox.inbox_renew');
+        await none(tx.request()).execute('queuebox.inbox_complete');
+        await none(tx.request()).input('error', sql.NVarChar(sql.MAX), '').execute('queuebox.inbox_dead');
+        await none(tx.request()).input('delay_ms', sql.Int, 0).input('error', sql.NVarChar(sql.MAX), '').execute('queuebox.inbox_retry');
+      } finally {
+        await tx.rollback().catch(() => {});
+      }
+    }));
+  }
+
+  scenarios({
+    dialect: () => fromMssql(pool),
+    async reset() {
+      await q('DELETE FROM queuebox.inbox');
+      await q("IF OBJECT_ID(N'dbo.biz') IS NOT NULL DROP TABLE dbo.biz");
+      await q('CREATE TABLE dbo.biz (msg BIGINT, n INT)');
+    },
+    async addRows(n, aggregates = 0) {
+      const tx = pool.transaction();
+      await tx.begin();
+      for (let i = 1; i <= n; i++) {
+        await tx.request().input('k', sql.NVarChar(400), `j${i}`)
+          .input('a', sql.NVarChar(400), aggregates > 0 ? `a${i % aggregates}` : null)
+          .input('p', sql.NVarChar(sql.MAX), JSON.stringify({ n: i }))
+          .query("INSERT INTO queuebox.inbox (source, idempotency_key, aggregate_id, payload, consumption) VALUES (N'jobs', @k, @a, @p, N'pull')");
+      }
+      await tx.commit();
+    },
+    inbox: async () => (await q('SELECT state, attempt, last_error, payload FROM queuebox.inbox ORDER BY id'))
+      .map((r) => ({ state: r.state, attempt: r.attempt, lastError: r.last_error, n: JSON.parse(r.payload).n })),
+    biz: async () => (await q('SELECT n FROM dbo.biz ORDER BY n')).map((r) => r.n),
+    // the handler's transaction is an mssql Transaction
+    writeBiz: (tx, m) => new sql.Request(tx).input('msg', sql.BigInt, m.id).input('n', sql.Int, m.payload.n)
+      .query('INSERT INTO dbo.biz (msg, n) VALUES (@msg, @n)'),
+    claimOther: async (batch, leaseMs) => (await claim(pool.request(), batch, leaseMs)).recordset.length,
+    expireLeases: () => q("UPDATE queuebox.inbox SET lease_until = DATEADD(second, -1, SYSUTCDATETIME()) WHERE state = N'processing'"),
+    setAttempt: (a) => q('UPDATE queuebox.inbox SET attempt = @a', { a: [sql.Int, a] }),
+    close: () => pool.close(),
+  });
+
+  test('Msg 51000: a claim behind a held lock is a temporary failure, the worker claims again', async () => {
+    await q("INSERT INTO queuebox.inbox (source, idempotency_key, payload, consumption) VALUES (N'jobs', N'j1', N'{\"n\": 1}', N'pull')");
+    // another claimer's lock on source jobs, as the claim takes it
+    const holder = pool.transaction();
+    await holder.begin();
+    await new sql.Request(holder).query("DECLARE @r INT; EXEC @r = sp_getapplock @Resource = N'queuebox.inbox_claim:jobs'," +
+      " @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 1000; IF @r < 0 THROW 50000, N'no lock', 1;");
+    const logged = [];
+    const logger = { info: (t) => logged.push(`info ${t}`), warn: (t) => logged.push(`warn ${t}`) };
+    const stop = new AbortController();
+    const worker = new InboxWorker(fromMssql(pool), { source: 'jobs', idleMs: 50, logger });
+    const run = worker.run((m, tx) => new sql.Request(tx).input('msg', sql.BigInt, m.id).input('n', sql.Int, m.payload.n)
+      .query('INSERT INTO dbo.biz (msg, n) VALUES (@msg, @n)'), stop.signal);
+    try {
+      const until = Date.now() + 25000;
+      while (!logged.some((t) => /Msg 51000/.test(t)) && Date.now() < until) await sleep(100);
+    } finally {
+      await holder.rollback();
+    }
+    while (worker.counters.completed === 0 && logged.length < 50) await sleep(50);
+    stop.abort();
+    await run;
+    assert.match(logged[0], /^info claim: another claim of source jobs held its lock for 10 s \(Msg 51000\); temporary/);
+    assert.equal(logged.filter((t) => t.startsWith('warn')).length, 0, logged.join('\n'));
+    assert.equal(worker.counters.completed, 1);
+    assert.deepEqual((await q('SELECT n FROM dbo.biz')).map((r) => r.n), [1]);
+    assert.equal((await q('SELECT state FROM queuebox.inbox'))[0].state, 'processed');
+  });
+}
