@@ -2,7 +2,8 @@
 // @alternayte/queuebox-inbox's SQL Server dialect, fromMssql(pool), on the
 // server QUEUEBOX_TEST_MSSQL_URL names (sqlserver://user:password@host:port/database?encrypt=false)
 // with schema queuebox migrated there (queuebox-mssqld --migrate; TAP 035 does both).
-// The tests empty queuebox.inbox and drop table biz: give them a database of their own.
+// The tests empty queuebox.inbox and use a table dbo.biz they drop at the end: give them a
+// database of their own.
 // Unset: skipped, saying why.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -93,7 +94,10 @@ if (!url) {
     claimOther: async (batch, leaseMs) => (await claim(pool.request(), batch, leaseMs)).recordset.length,
     expireLeases: () => q("UPDATE queuebox.inbox SET lease_until = DATEADD(second, -1, SYSUTCDATETIME()) WHERE state = N'processing'"),
     setAttempt: (a) => q('UPDATE queuebox.inbox SET attempt = @a', { a: [sql.Int, a] }),
-    close: () => pool.close(),
+    async close() {
+      await q("IF OBJECT_ID(N'dbo.biz') IS NOT NULL DROP TABLE dbo.biz");
+      await pool.close();
+    },
   });
 
   test('Msg 51000: a claim behind a held lock is a temporary failure, the worker claims again', async () => {
