@@ -25,7 +25,8 @@
 // retry, dead, inTransaction): fromPg(pool) over pg, fromMssql(pool) over
 // mssql (SQL Server, with its two rules: a request timeout of 30 s or more,
 // checked when the dialect is made, and Msg 51000 from the claim as a
-// temporary failure).
+// temporary failure).  The run's signal reaches the claim, so that a stop
+// cancels a claim waiting for SQL Server's claim lock.
 
 /** The policy's answer: retry after a delay. */
 export function retryAfter(ms) {
@@ -201,16 +202,21 @@ export function fromMssql(pool) {
   }
   return {
     dialect: 'sqlserver',
-    async claim(source, batchSize, leaseMs) {
+    // signal: the run's; a stop cancels a claim waiting for its lock (up to 10 s), nothing claimed
+    async claim(source, batchSize, leaseMs, signal) {
       const sql = await mssqlTypes();
       const tx = pool.transaction();
       await tx.begin();
+      const req = tx.request();
+      const cancel = () => req.cancel();
+      signal?.addEventListener('abort', cancel, { once: true });
       try {
-        const r = await tx.request()
+        const r = await req
           .input('source', sql.NVarChar(200), source)
           .input('batch_size', sql.Int, batchSize)
           .input('lease_ms', sql.Int, leaseMs)
-          .execute('queuebox.inbox_claim');
+          .execute('queuebox.inbox_claim')
+          .finally(() => signal?.removeEventListener('abort', cancel));
         await tx.commit();
         return (r.recordset ?? []).map((row) => message({
           ...row, payload: json(row.payload), headers: json(row.headers, {}), created_at: utc(row.created_at) }));
@@ -317,8 +323,9 @@ export class InboxWorker {
         }
         let batch;
         try {
-          batch = await this.db.claim(o.source, o.batchSize, o.leaseMs);
+          batch = await this.db.claim(o.source, o.batchSize, o.leaseMs, signal);
         } catch (e) {
+          if (signal?.aborted) break;   // a claim the stop cancelled: nothing was claimed
           if (e?.temporary) this.log('info', `claim: ${e.message}; claiming again in ${o.idleMs} ms`);
           else this.log('warn', `claim failed: ${e.message}; claiming again in ${o.idleMs} ms`);
           await sleep(o.idleMs, signal);

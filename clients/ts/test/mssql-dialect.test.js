@@ -14,11 +14,20 @@ function fakePool(answer, config = { requestTimeout: 30000 }) {
   const log = [];
   const request = (where) => {
     const inputs = {};
+    let cancelled;
     const r = {
       input(name, type, value) { inputs[name] = { type, value }; return r; },
-      async execute(proc) {
+      // answer may hang (a claim waiting for its lock): cancel() ends it as mssql does
+      execute(proc) {
         log.push({ where, proc, inputs });
-        return { recordset: await answer(proc, inputs, where) };
+        return new Promise((resolve, reject) => {
+          cancelled = () => reject(Object.assign(new Error('Canceled.'), { name: 'RequestError', code: 'ECANCEL' }));
+          Promise.resolve().then(() => answer(proc, inputs, where)).then((recordset) => resolve({ recordset }), reject);
+        });
+      },
+      cancel() {
+        log.push('cancel');
+        cancelled?.();
       },
     };
     return r;
@@ -140,6 +149,35 @@ test('after Msg 51000 the wait before the next claim ends when the run is stoppe
   await run;
   assert.ok(Date.now() - t0 < 1000, 'the run ended without waiting out idleMs');
   assert.equal(claims, 1);
+});
+
+test('a stop cancels a claim waiting for its lock: rolled back, nothing claimed, no warning', async () => {
+  const pool = fakePool(() => new Promise(() => {}));   // the lock never comes
+  const logged = [];
+  const worker = new InboxWorker(fromMssql(pool), { source: 'jobs', logger: { warn: (t) => logged.push(t) } });
+  const stop = new AbortController();
+  const run = worker.run(async () => {}, stop.signal);
+  while (!pool.log.some((l) => l.proc)) await new Promise((r) => setTimeout(r, 5));
+  stop.abort();
+  await run;
+  assert.deepEqual(pool.log.map((l) => l.proc ?? l), ['begin', 'queuebox.inbox_claim', 'cancel', 'rollback']);
+  assert.deepEqual(logged, []);
+  assert.equal(worker.counters.claimed, 0);
+});
+
+test('createdAt is UTC, also when the pool reads DATETIME2 as local time (useUTC: false)', async () => {
+  const tz = process.env.TZ;
+  process.env.TZ = 'America/New_York';
+  try {
+    const local = row(1, 1);
+    local.created_at = new Date(2026, 0, 2, 3, 4, 5, 678);   // what tedious gives with useUTC: false
+    const pool = fakePool(() => [local], { requestTimeout: 30000, options: { useUTC: false } });
+    const [m] = await fromMssql(pool).claim('jobs', 1, 1000);
+    assert.equal(m.createdAt.toISOString(), '2026-01-02T03:04:05.678Z');
+  } finally {
+    if (tz === undefined) delete process.env.TZ;
+    else process.env.TZ = tz;
+  }
 });
 
 test('a completion that changes no row rolls the handler\'s transaction back: a lost lease, no retry', async () => {

@@ -67,7 +67,7 @@ if (!url) {
     }));
   }
 
-  scenarios({
+  const db = {
     dialect: () => fromMssql(pool),
     async reset() {
       await q('DELETE FROM queuebox.inbox');
@@ -98,15 +98,21 @@ if (!url) {
       await q("IF OBJECT_ID(N'dbo.biz') IS NOT NULL DROP TABLE dbo.biz");
       await pool.close();
     },
-  });
+  };
+  scenarios(db);
 
-  test('Msg 51000: a claim behind a held lock is a temporary failure, the worker claims again', async () => {
-    await q("INSERT INTO queuebox.inbox (source, idempotency_key, payload, consumption) VALUES (N'jobs', N'j1', N'{\"n\": 1}', N'pull')");
-    // another claimer's lock on source jobs, as the claim takes it
+  // another claimer's lock on source jobs, as the claim takes it: a transaction to roll back
+  async function holdClaimLock() {
     const holder = pool.transaction();
     await holder.begin();
     await new sql.Request(holder).query("DECLARE @r INT; EXEC @r = sp_getapplock @Resource = N'queuebox.inbox_claim:jobs'," +
       " @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 1000; IF @r < 0 THROW 50000, N'no lock', 1;");
+    return holder;
+  }
+
+  test('Msg 51000: a claim behind a held lock is a temporary failure, the worker claims again', async () => {
+    await db.addRows(1);
+    const holder = await holdClaimLock();
     const logged = [];
     const logger = { info: (t) => logged.push(`info ${t}`), warn: (t) => logged.push(`warn ${t}`) };
     const stop = new AbortController();
@@ -127,5 +133,32 @@ if (!url) {
     assert.equal(worker.counters.completed, 1);
     assert.deepEqual((await q('SELECT n FROM dbo.biz')).map((r) => r.n), [1]);
     assert.equal((await q('SELECT state FROM queuebox.inbox'))[0].state, 'processed');
+  });
+
+  test('a stop while the claim waits for the lock ends the run without waiting out the lock, nothing claimed', async () => {
+    await db.addRows(1);
+    const holder = await holdClaimLock();
+    const logged = [];
+    const stop = new AbortController();
+    const worker = new InboxWorker(fromMssql(pool), { source: 'jobs', idleMs: 50, logger: { warn: (t) => logged.push(t) } });
+    const run = worker.run(async () => assert.fail('nothing is claimed'), stop.signal);
+    let t0;
+    try {
+      await sleep(1500);   // the claim is waiting for the lock
+      t0 = Date.now();
+      stop.abort();
+      await run;
+    } finally {
+      await holder.rollback();
+    }
+    // SQL Server ends a lock wait on the cancel (an attention); Babelfish does not answer
+    // the attention while sp_getapplock waits, so tedious gives up after its cancelTimeout
+    // (5 s) and closes that connection, which ends the claim's transaction just the same
+    const bound = babelfish ? 7000 : 3000;
+    assert.ok(Date.now() - t0 < bound, `the run ended ${Date.now() - t0} ms after the stop (at most ${bound}), not after the lock's 10 s`);
+    assert.deepEqual(logged, []);
+    assert.equal(worker.counters.claimed, 0);
+    assert.deepEqual(await db.inbox(), [{ state: 'pending', attempt: 0, lastError: null, n: 1 }]);
+    assert.equal(await db.claimOther(1, 1000), 1, 'the lock is free: a claim right after takes the message');
   });
 }
