@@ -139,6 +139,8 @@ export function fromPg(pool) {
 
 /** The mssql default request timeout (ms), used when the pool's config sets none. */
 const MSSQL_DEFAULT_REQUEST_TIMEOUT = 15000;
+/** @delay_ms is an INT: a longer delay (about 24.8 days) is cut to it. */
+const MSSQL_INT_MAX = 2147483647;
 /** The claim waits up to 10 s for its application lock: a request must be allowed longer. */
 export const MSSQL_MIN_REQUEST_TIMEOUT = 30000;
 
@@ -229,8 +231,8 @@ export function fromMssql(pool) {
     },
     renew: (m, leaseMs) => one('queuebox.inbox_renew', 'renewed',
       (sql, req) => held(sql, req, m).input('lease_ms', sql.Int, leaseMs)),
-    retry: (m, delayMs, error) => one('queuebox.inbox_retry', 'retried',
-      (sql, req) => held(sql, req, m).input('delay_ms', sql.Int, delayMs).input('error', sql.NVarChar(sql.MAX), error)),
+    retry: (m, delayMs, error) => one('queuebox.inbox_retry', 'retried', (sql, req) => held(sql, req, m)
+      .input('delay_ms', sql.Int, Math.min(delayMs, MSSQL_INT_MAX)).input('error', sql.NVarChar(sql.MAX), error)),
     dead: (m, error) => one('queuebox.inbox_dead', 'dead',
       (sql, req) => held(sql, req, m).input('error', sql.NVarChar(sql.MAX), error)),
     async inTransaction(m, work) {
@@ -407,9 +409,17 @@ export class InboxWorker {
       }
       const error = e?.message ?? String(e);
       const d = this.policy(m, e) ?? defaultRetryPolicy(m);
-      const ok = d.dead ? await this.db.dead(m, error) : await this.db.retry(m, d.delayMs, error);
+      const what = d.dead ? 'dead letter' : 'retry';
+      let ok;
+      try {
+        ok = d.dead ? await this.db.dead(m, error) : await this.db.retry(m, d.delayMs, error);
+      } catch (f) {
+        // the database failed too: the message stays held until its lease ends, then is claimed again
+        this.log('warn', `message ${m.id}: the ${what} failed: ${f?.message ?? f}; the message is claimed again after its lease`);
+        return;
+      }
       if (ok) this.counters[d.dead ? 'dead' : 'retried']++;
-      else this.log('warn', `message ${m.id}: the ${d.dead ? 'dead letter' : 'retry'} changed no row (the lease was lost)`);
+      else this.log('warn', `message ${m.id}: the ${what} changed no row (the lease was lost)`);
     }
   }
 }

@@ -69,6 +69,9 @@ test('the request timeout: the mssql default (15 s) and anything under 30 s are 
   // the real pool keeps what it was given in pool.config
   assert.throws(() => fromMssql(new sql.ConnectionPool({ server: 'localhost' })), /the mssql default/);
   assert.ok(fromMssql(new sql.ConnectionPool({ server: 'localhost', requestTimeout: 60000 })));
+  // a connection string is parsed when the pool is made
+  assert.ok(fromMssql(new sql.ConnectionPool('Server=localhost;Database=d;Request Timeout=30000')));
+  assert.throws(() => fromMssql(new sql.ConnectionPool('Server=localhost;Database=d;Request Timeout=20000')), /is 20000 ms;/);
   assert.throws(() => fromMssql({ query() {} }), /an mssql ConnectionPool/);
 });
 
@@ -178,6 +181,30 @@ test('createdAt is UTC, also when the pool reads DATETIME2 as local time (useUTC
     if (tz === undefined) delete process.env.TZ;
     else process.env.TZ = tz;
   }
+});
+
+test('a retry the database refuses is logged; the worker goes on, the message waits for its lease', async () => {
+  let claims = 0;
+  const delays = [];
+  const pool = fakePool((proc, inputs) => {
+    if (proc === 'queuebox.inbox_claim') return ++claims === 1 ? [row(1, 1)] : [];
+    if (proc === 'queuebox.inbox_retry') {
+      delays.push(inputs.delay_ms.value);
+      throw Object.assign(new Error('Connection lost'), { code: 'ESOCKET' });
+    }
+    return [];
+  });
+  const logged = [];
+  const worker = new InboxWorker(fromMssql(pool), { source: 'jobs', idleMs: 10, retryPolicy: () => retryAfter(1e12),
+    logger: { warn: (t) => logged.push(t) } });
+  const stop = new AbortController();
+  const run = worker.run(async () => { throw new Error('handler failed'); }, stop.signal);
+  while (claims < 3) await new Promise((r) => setTimeout(r, 5));
+  stop.abort();
+  await run;
+  assert.deepEqual(delays, [2147483647], 'a delay past an INT is cut to it');
+  assert.deepEqual(logged, ['message 1: the retry failed: Connection lost; the message is claimed again after its lease']);
+  assert.deepEqual([worker.counters.retried, worker.counters.dead], [0, 0]);
 });
 
 test('a completion that changes no row rolls the handler\'s transaction back: a lost lease, no retry', async () => {
