@@ -24,7 +24,7 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE st
 	'no transaction is left open');
 
 # ---- the SQL Server dialect without a server (its scenarios on one: TAP 035)
-qb_node_tests("$dir/test/mssql-dialect.test.js", 'fromMssql without a server', 9);
+qb_node_tests("$dir/test/mssql-dialect.test.js", 'fromMssql without a server', 10);
 
 # ---- worker processes: two on one source, and kill -9 mid-handler
 local $ENV{QBI_TEST_PGHOST} = $node->host;

@@ -209,6 +209,10 @@ export function fromMssql(pool) {
       const sql = await mssqlTypes();
       const tx = pool.transaction();
       await tx.begin();
+      if (signal?.aborted) {   // stopped while the transaction began
+        await rollback(tx);
+        return [];
+      }
       const req = tx.request();
       const cancel = () => req.cancel();
       signal?.addEventListener('abort', cancel, { once: true });

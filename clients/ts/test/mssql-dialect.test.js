@@ -168,6 +168,15 @@ test('a stop cancels a claim waiting for its lock: rolled back, nothing claimed,
   assert.equal(worker.counters.claimed, 0);
 });
 
+test('a stop while the claim\'s transaction begins: rolled back, no claim sent', async () => {
+  const pool = fakePool(() => assert.fail('no claim is sent'));
+  const stop = new AbortController();
+  const tx = pool.transaction;
+  pool.transaction = () => ({ ...tx(), async begin() { pool.log.push('begin'); stop.abort(); } });
+  assert.deepEqual(await fromMssql(pool).claim('jobs', 1, 1000, stop.signal), []);
+  assert.deepEqual(pool.log, ['begin', 'rollback']);
+});
+
 test('createdAt is UTC, also when the pool reads DATETIME2 as local time (useUTC: false)', async () => {
   const tz = process.env.TZ;
   process.env.TZ = 'America/New_York';
