@@ -7,28 +7,15 @@
 // Unset: skipped, saying why.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import sql from 'mssql';
 
 import { InboxWorker, fromMssql } from '../src/index.js';
+import { mssqlConfig } from './mssql-config.js';
 import { scenarios, sleep } from './scenarios.js';
 
 const url = process.env.QUEUEBOX_TEST_MSSQL_URL;
-
-/** An mssql config from sqlserver://user:password@host:port/database?encrypt=false. */
-export function mssqlConfig(text) {
-  const u = new URL(text);
-  if (u.protocol !== 'sqlserver:' || !u.pathname.slice(1))
-    throw new Error(`QUEUEBOX_TEST_MSSQL_URL: not sqlserver://user:password@host:port/database: ${text}`);
-  const encrypt = !['false', 'off'].includes(u.searchParams.get('encrypt') ?? 'true');
-  return {
-    server: u.hostname, port: Number(u.port || 1433), database: decodeURIComponent(u.pathname.slice(1)),
-    user: decodeURIComponent(u.username), password: decodeURIComponent(u.password),
-    options: { encrypt, trustServerCertificate: true },
-    requestTimeout: 30000,
-    // connections kept: a Babelfish session compiles each procedure on its first call (about 2 s)
-    pool: { max: 12, idleTimeoutMillis: 600000 },
-  };
-}
 
 if (!url) {
   test('the SQL Server scenarios', { skip: 'QUEUEBOX_TEST_MSSQL_URL is not set: no SQL Server to run against' +
@@ -47,7 +34,7 @@ if (!url) {
     throw new Error(`no queuebox.inbox_claim in ${pool.config.database}: run queuebox-mssqld --migrate against it first`);
 
   // A Babelfish engine compiles a procedure on its first call in each session
-  // (about 2 s, longer than a 600 ms lease): every connection of the pool
+  // (a second or two, longer than a 600 ms lease): every connection of the pool
   // calls each one once, changing nothing, before the scenarios.
   const babelfish = (await q("SELECT CAST(SERVERPROPERTY('BabelfishVersion') AS NVARCHAR(20)) AS v"))[0].v != null;
   if (babelfish) {
@@ -96,6 +83,7 @@ if (!url) {
     setAttempt: (a) => q('UPDATE queuebox.inbox SET attempt = @a', { a: [sql.Int, a] }),
     async close() {
       await q("IF OBJECT_ID(N'dbo.biz') IS NOT NULL DROP TABLE dbo.biz");
+      await q("IF OBJECT_ID(N'dbo.effects') IS NOT NULL DROP TABLE dbo.effects");
       await pool.close();
     },
   };
@@ -134,6 +122,52 @@ if (!url) {
     assert.deepEqual((await q('SELECT n FROM dbo.biz')).map((r) => r.n), [1]);
     assert.equal((await q('SELECT state FROM queuebox.inbox'))[0].state, 'processed');
   });
+
+  // test/process-worker.js over fromMssql: { child, output(), exited }, once it said ready
+  async function workerProcess(name, leaseMs, handlerMs) {
+    const child = spawn(process.execPath, [fileURLToPath(new URL('process-worker.js', import.meta.url)), name,
+      String(leaseMs), String(handlerMs), '1'], { env: { ...process.env, QBI_TEST_DIALECT: 'mssql' } });
+    let out = '';
+    child.stdout.on('data', (d) => { out += d; });
+    child.stderr.on('data', (d) => { out += d; });
+    const exited = new Promise((resolve) => child.on('exit', resolve));
+    const until = Date.now() + 20000;
+    while (!out.includes('ready') && Date.now() < until) await sleep(20);
+    assert.match(out, /ready/, `worker ${name} started`);
+    return { child, output: () => out, exited };
+  }
+
+  test('kill -9 of a worker process mid-handler: taken over after the lease, its effect applied once', async () => {
+    await q("IF OBJECT_ID(N'dbo.effects') IS NOT NULL DROP TABLE dbo.effects");
+    await q('CREATE TABLE dbo.effects (source NVARCHAR(200), idempotency_key NVARCHAR(400), worker NVARCHAR(50),' +
+      ' PRIMARY KEY (source, idempotency_key))');
+    await q("INSERT INTO queuebox.inbox (source, idempotency_key, payload, consumption) VALUES (N'jobs', N'killed', N'{\"n\": 0}', N'pull')");
+    const victim = await workerProcess('victim', 1000, 60000);
+    const until = Date.now() + 20000;
+    while (!victim.output().includes('effect killed written') && Date.now() < until) await sleep(20);
+    assert.match(victim.output(), /effect killed written/, 'the handler wrote its effect, uncommitted, and waits');
+    assert.equal((await db.inbox())[0].state, 'processing');
+    victim.child.kill('SIGKILL');
+    await victim.exited;
+    assert.equal((await q('SELECT COUNT(*) AS n FROM dbo.effects'))[0].n, 0, "the killed handler's write was never committed");
+    const rescuer = await workerProcess('rescuer', 1000, 5);
+    await waitState('processed');
+    rescuer.child.kill('SIGTERM');
+    await rescuer.exited;
+    assert.match(rescuer.output(), /rescuer: claimed 1 completed 1 retried 0 dead 0 lease_lost 0/);
+    assert.deepEqual(await q('SELECT worker FROM dbo.effects'), [{ worker: 'rescuer' }], 'applied once, by the rescuer');
+  });
+
+  async function waitState(state, ms = 30000) {
+    const until = Date.now() + ms;
+    let rows;
+    while (Date.now() < until) {
+      rows = await db.inbox();
+      if (rows.length === 1 && rows[0].state === state) return;
+      await sleep(50);
+    }
+    assert.fail(`waited ${ms} ms for the message to be ${state}: ${JSON.stringify(rows)}`);
+  }
 
   test('a stop while the claim waits for the lock ends the run without waiting out the lock, nothing claimed', async () => {
     await db.addRows(1);
