@@ -65,12 +65,13 @@ if [ "$SAN" = 1 ]; then
   ENV=(env UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
        ASAN_OPTIONS="log_path=$WORK/asan/daemon:detect_leaks=1")
 fi
-# SQL Server cannot run here: its suite (TAP 031) runs against the server
-# QUEUEBOX_TEST_MSSQL_URL names, and says it was skipped otherwise
+# SQL Server cannot run here: its suites (TAP 031, and 035 for the TypeScript
+# worker) run against the server QUEUEBOX_TEST_MSSQL_URL names, and say they
+# were skipped otherwise
 if [ -n "${QUEUEBOX_TEST_MSSQL_URL:-}" ]; then
-  echo "== SQL Server: TAP 031 runs against $(sed -E 's#://([^:@/]*):[^@]*@#://\1:***@#' <<<"$QUEUEBOX_TEST_MSSQL_URL")"
+  echo "== SQL Server: TAP 031 and 035 run against $(sed -E 's#://([^:@/]*):[^@]*@#://\1:***@#' <<<"$QUEUEBOX_TEST_MSSQL_URL")"
 else
-  echo "== SQL Server: TAP 031 is skipped: QUEUEBOX_TEST_MSSQL_URL is not set (docs/sqlserver.md: Testing)"
+  echo "== SQL Server: TAP 031 and 035 are skipped: QUEUEBOX_TEST_MSSQL_URL is not set (docs/sqlserver.md: Testing)"
 fi
 status=0
 ( cd "$WORK/src" && "${RUNAS[@]}" "${ENV[@]}" make -s installcheck PROVE_FLAGS="--timer" ) || status=$?

@@ -5,6 +5,7 @@
 #   test can cut, to take the server away from the daemon and give it back.
 #
 #   mssql_url()                         the URL, or undef (then skip)
+#   mssql_skip_unless_url()             skip_all, saying why, when it is unset (call in BEGIN)
 #   mssql_connect($url)                 a DBI handle, autocommit on
 #   mssql_reset($dbh)                   drop schema queuebox and what it holds
 #   mssql_value($dbh, $sql, @bind)      the first column of the first row
@@ -29,7 +30,7 @@ use Time::HiRes qw(usleep);
 
 use QueueBoxTest;
 
-our @EXPORT = qw(mssql_url mssql_connect mssql_reset mssql_value mssql_rows mssql_do
+our @EXPORT = qw(mssql_url mssql_skip_unless_url mssql_connect mssql_reset mssql_value mssql_rows mssql_do
   mssql_wait mssql_insert_keyed mssql_key_order mssql_parse_url
   mssql_proxy_start mssql_proxy_cut mssql_proxy_stop);
 
@@ -39,6 +40,14 @@ sub mssql_url
 {
 	my $u = $ENV{QUEUEBOX_TEST_MSSQL_URL};
 	return defined $u && $u ne '' ? $u : undef;
+}
+
+sub mssql_skip_unless_url
+{
+	return if mssql_url();
+	plan skip_all => 'QUEUEBOX_TEST_MSSQL_URL is not set: no SQL Server to run against '
+	  . '(set it to sqlserver://user:password@host:port/database?encrypt=false, '
+	  . 'a database this suite may drop schema queuebox in)';
 }
 
 sub _unescape

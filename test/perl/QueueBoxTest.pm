@@ -11,6 +11,7 @@
 #     qb_wait_for       and a polling loop around a Perl predicate
 #   - qb_npm_dir:       a test/node-style folder with its npm packages
 #                       installed from the lockfile (npm ci)
+#   - qb_node_tests:    one node --test file, its pass count checked
 #   - qb_key_order /    what the sinks delivered per key, in log order, and
 #     qb_dest_status /  the destinations' circuits (destination_status(),
 #     qb_log_count      the server log)
@@ -43,7 +44,7 @@ our @EXPORT = qw(
   qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats
   qb_wait_query qb_wait_for qb_worker_pids qb_launcher_pid qb_free_port
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
-  qb_consumers_on_lock qb_test_binary qb_npm_dir
+  qb_consumers_on_lock qb_test_binary qb_npm_dir qb_node_tests
   qb_key_order qb_key_order_of qb_dest_status qb_log_count qb_kill9_crash qb_insert_keyed
   qb_schema_description qb_pull_process_scenarios $QB_LATEST
 );
@@ -103,6 +104,25 @@ sub qb_npm_dir
 	BAIL_OUT("npm ci in $dir failed: $err") unless -e $stamp;
 	note "npm ci in $dir: $out";
 	return $dir;
+}
+
+# qb_node_tests($file, $what, $npass, %env): node --test of $file (TAP
+# output) with %env set; ok()s that it exits 0 and that $npass tests passed,
+# none failed or skipped.  Returns the output.
+sub qb_node_tests
+{
+	my ($file, $what, $npass, %env) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	local @ENV{ keys %env } = values %env;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'node', '--test', '--test-reporter=tap', $file ], '>', \$out, '2>', \$err);
+	my $rc = $? >> 8;
+	note $out, $err;
+	is($rc, 0, "$what: node --test passes") or diag "$out\n$err";
+	like($out, qr/^# pass $npass$/m, "$what: all $npass ran and passed");
+	like($out, qr/^# fail 0$/m, "$what: none failed");
+	like($out, qr/^# skipped 0$/m, "$what: none skipped");
+	return $out;
 }
 
 # ---------------------------------------------------------------- the node

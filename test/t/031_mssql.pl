@@ -25,15 +25,7 @@ use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use QueueBoxMssql;
 
-BEGIN
-{
-	unless (QueueBoxMssql::mssql_url())
-	{
-		plan skip_all => 'QUEUEBOX_TEST_MSSQL_URL is not set: no SQL Server to run against '
-		  . '(set it to sqlserver://user:password@host:port/database?encrypt=false, '
-		  . 'a database this suite may drop schema queuebox in)';
-	}
-}
+BEGIN { QueueBoxMssql::mssql_skip_unless_url(); }
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;

@@ -31,17 +31,65 @@ export function defaultRetryPolicy(message: InboxMessage): RetryDecision;
 
 export class LeaseLostError extends Error {}
 
+/** A dialect's claim could not run this time and will later (SQL Server: Msg 51000); the worker claims again. */
+export class ClaimBusyError extends Error {
+  readonly temporary: true;
+  /** what the driver threw */
+  readonly cause: unknown;
+}
+
+/** Whether an error (an mssql RequestError, or what it wraps) is SQL Server's Msg 51000, the claim's lock timeout. */
+export function isClaimLockTimeout(error: unknown): boolean;
+
+/** The shortest request timeout fromMssql accepts (ms): 30000. */
+export const MSSQL_MIN_REQUEST_TIMEOUT: number;
+
 /** A pg client in the handler's open transaction: write through it, never commit or roll back. */
 export interface Queryable {
   query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
 }
 
-export interface InboxDialect {
+/**
+ * The handler's open transaction on SQL Server: an mssql Transaction. Write through
+ * new sql.Request(tx) or tx.request(); never commit or roll it back.
+ * (Structural, so that these types need no @types/mssql.)
+ */
+export interface MssqlTransaction {
+  request(): MssqlRequest;
+  begin(isolationLevel?: number): Promise<unknown>;
+  commit(): Promise<void>;
+  rollback(): Promise<void>;
+}
+
+export interface MssqlRequest {
+  input(name: string, type: unknown, value?: unknown): MssqlRequest;
+  input(name: string, value: unknown): MssqlRequest;
+  query(text: string): Promise<{ recordset: any[]; recordsets: any[][]; rowsAffected: number[] }>;
+  execute(procedure: string): Promise<{ recordset: any[]; recordsets: any[][]; rowsAffected: number[] }>;
+}
+
+/** What fromMssql reads of an mssql ConnectionPool. */
+export interface MssqlPoolLike {
+  readonly config: { requestTimeout?: number; options?: { useUTC?: boolean } };
+  request(): MssqlRequest;
+  transaction(): MssqlTransaction;
+}
+
+/** A dialect: the five statements of one database; Tx is what the handler writes through. */
+export interface InboxDialect<Tx = Queryable> {
   readonly dialect: string;
+  /** never called by the application: a type marker for Tx */
+  readonly __tx?: Tx;
 }
 
 /** The PostgreSQL dialect over a pg.Pool. */
-export function fromPg(pool: unknown): InboxDialect;
+export function fromPg(pool: unknown): InboxDialect<Queryable>;
+
+/**
+ * The SQL Server dialect over a connected mssql ConnectionPool. Throws a RangeError
+ * when pool.config.requestTimeout is under 30000 ms (unset: mssql's 15000), saying what to set.
+ */
+export function fromMssql(pool: MssqlPoolLike): InboxDialect<MssqlTransaction>;
 
 export interface InboxLogger {
   debug?(message: string): void;
@@ -69,12 +117,12 @@ export interface InboxCounters {
   leaseLost: number;
 }
 
-export type InboxHandler<P = unknown> =
-  (message: InboxMessage<P>, tx: Queryable, signal: AbortSignal) => Promise<void>;
+export type InboxHandler<P = unknown, Tx = Queryable> =
+  (message: InboxMessage<P>, tx: Tx, signal: AbortSignal) => Promise<void>;
 
-export class InboxWorker<P = unknown> {
-  constructor(db: InboxDialect, options: InboxWorkerOptions);
+export class InboxWorker<P = unknown, Tx = Queryable> {
+  constructor(db: InboxDialect<Tx>, options: InboxWorkerOptions);
   readonly counters: InboxCounters;
   /** Claims and handles messages until signal aborts; resolves when every running handler ended. */
-  run(handler: InboxHandler<P>, signal?: AbortSignal): Promise<void>;
+  run(handler: InboxHandler<P, Tx>, signal?: AbortSignal): Promise<void>;
 }

@@ -20,6 +20,13 @@
 //   - when the run's signal aborts: no more claims; running handlers keep
 //     shutdownGraceMs, past it their signal aborts, nothing is completed and
 //     no attempt spent (the lease expires).
+//
+// Two dialects give the worker the same five operations (claim, renew,
+// retry, dead, inTransaction): fromPg(pool) over pg, fromMssql(pool) over
+// mssql (SQL Server, with its two rules: a request timeout of 30 s or more,
+// checked when the dialect is made, and Msg 51000 from the claim as a
+// temporary failure).  The run's signal reaches the claim, so that a stop
+// cancels a claim waiting for SQL Server's claim lock.
 
 /** The policy's answer: retry after a delay. */
 export function retryAfter(ms) {
@@ -43,6 +50,19 @@ export class LeaseLostError extends Error {
   constructor(id) {
     super(`message ${id}: the lease was lost (another worker owns the message); its writes were rolled back`);
     this.name = 'LeaseLostError';
+  }
+}
+
+/**
+ * Thrown by a dialect's claim when the claim could not run this time and
+ * will on a later try (on SQL Server: Msg 51000, another claim of the source
+ * held its lock for 10 s).  The worker logs it and claims again.
+ */
+export class ClaimBusyError extends Error {
+  constructor(msg, cause) {
+    super(msg, { cause });
+    this.name = 'ClaimBusyError';
+    this.temporary = true;
   }
 }
 
@@ -115,6 +135,127 @@ export function fromPg(pool) {
   };
 }
 
+// ---- SQL Server: mssql (over tedious)
+
+/** The mssql default request timeout (ms), used when the pool's config sets none. */
+const MSSQL_DEFAULT_REQUEST_TIMEOUT = 15000;
+/** @delay_ms is an INT: a longer delay (about 24.8 days) is cut to it. */
+const MSSQL_INT_MAX = 2147483647;
+/** The claim waits up to 10 s for its application lock: a request must be allowed longer. */
+export const MSSQL_MIN_REQUEST_TIMEOUT = 30000;
+
+/** Whether err (an mssql RequestError, or what it wraps) is SQL Server's Msg 51000, the claim's lock timeout. */
+export function isClaimLockTimeout(err) {
+  const seen = new Set();
+  const walk = (e) => {
+    if (!e || typeof e !== 'object' || seen.has(e)) return false;
+    seen.add(e);
+    if (e.number === 51000 || e.info?.number === 51000) return true;
+    return walk(e.originalError) || walk(e.cause) || (Array.isArray(e.precedingErrors) && e.precedingErrors.some(walk));
+  };
+  return walk(err);
+}
+
+let mssqlModule;
+async function mssqlTypes() {
+  mssqlModule ??= import('mssql').then((m) => m.default ?? m, (e) => {
+    mssqlModule = undefined;
+    throw new Error(`fromMssql: the mssql package cannot be loaded (npm install mssql): ${e.message}`);
+  });
+  return mssqlModule;
+}
+
+// roll back, unless the server has already (XACT_ABORT, an aborted transaction)
+const rollback = (tx) => tx.rollback().catch(() => {});
+
+/**
+ * The SQL Server dialect over an mssql ConnectionPool: the five procedures of
+ * examples/pull/sql/sqlserver, called with bound, typed parameters.  The
+ * handler's transaction is an mssql Transaction: write through
+ * new sql.Request(tx) (or tx.request()), never commit or roll it back.
+ *
+ * The pool's requestTimeout must be 30000 ms or more (or 0, none): the claim
+ * waits up to 10 s for its lock, and a request timed out first leaves the
+ * lock held until the connection resets.  mssql's default is 15000 ms, which
+ * is refused here with what to set.
+ */
+export function fromMssql(pool) {
+  if (!pool || typeof pool.request !== 'function' || typeof pool.transaction !== 'function')
+    throw new TypeError('fromMssql: pass an mssql ConnectionPool (new sql.ConnectionPool(config))');
+  const set = pool.config?.requestTimeout;
+  const timeout = set ?? MSSQL_DEFAULT_REQUEST_TIMEOUT;
+  if (timeout !== 0 && !(timeout >= MSSQL_MIN_REQUEST_TIMEOUT))
+    throw new RangeError(`fromMssql: the pool's requestTimeout is ${timeout} ms${set == null ? ' (the mssql default, none set)' : ''};` +
+      ` the claim waits up to 10 s for its lock and a shorter timeout aborts it first, leaving the lock held:` +
+      ` set requestTimeout: ${MSSQL_MIN_REQUEST_TIMEOUT} or more in the pool's config`);
+  // useUTC: false makes tedious read DATETIME2 as local time; the column is UTC
+  const utc = (d) => (pool.config?.options?.useUTC === false && d instanceof Date
+    ? new Date(d.getTime() - d.getTimezoneOffset() * 60000) : d);
+  const json = (text, otherwise) => (text == null ? otherwise : typeof text === 'string' ? JSON.parse(text) : text);
+  const held = (sql, req, m) => req.input('id', sql.BigInt, m.id).input('claim_token', sql.UniqueIdentifier, m.claimToken);
+  // one row, one column: true when exactly one row changed
+  const changed = (r, column) => {
+    const v = r.recordset?.[0]?.[column];
+    return v === true || v === 1;
+  };
+  async function one(proc, column, bind) {
+    const sql = await mssqlTypes();
+    return changed(await bind(sql, pool.request()).execute(proc), column);
+  }
+  return {
+    dialect: 'sqlserver',
+    // signal: the run's; a stop cancels a claim waiting for its lock (up to 10 s), nothing claimed
+    async claim(source, batchSize, leaseMs, signal) {
+      const sql = await mssqlTypes();
+      const tx = pool.transaction();
+      await tx.begin();
+      if (signal?.aborted) {   // stopped while the transaction began
+        await rollback(tx);
+        return [];
+      }
+      const req = tx.request();
+      const cancel = () => req.cancel();
+      signal?.addEventListener('abort', cancel, { once: true });
+      try {
+        const r = await req
+          .input('source', sql.NVarChar(200), source)
+          .input('batch_size', sql.Int, batchSize)
+          .input('lease_ms', sql.Int, leaseMs)
+          .execute('queuebox.inbox_claim')
+          .finally(() => signal?.removeEventListener('abort', cancel));
+        await tx.commit();
+        return (r.recordset ?? []).map((row) => message({
+          ...row, payload: json(row.payload), headers: json(row.headers, {}), created_at: utc(row.created_at) }));
+      } catch (e) {
+        await rollback(tx);
+        if (isClaimLockTimeout(e))
+          throw new ClaimBusyError(`another claim of source ${source} held its lock for 10 s (Msg 51000); temporary`, e);
+        throw e;
+      }
+    },
+    renew: (m, leaseMs) => one('queuebox.inbox_renew', 'renewed',
+      (sql, req) => held(sql, req, m).input('lease_ms', sql.Int, leaseMs)),
+    retry: (m, delayMs, error) => one('queuebox.inbox_retry', 'retried', (sql, req) => held(sql, req, m)
+      .input('delay_ms', sql.Int, Math.min(delayMs, MSSQL_INT_MAX)).input('error', sql.NVarChar(sql.MAX), error)),
+    dead: (m, error) => one('queuebox.inbox_dead', 'dead',
+      (sql, req) => held(sql, req, m).input('error', sql.NVarChar(sql.MAX), error)),
+    async inTransaction(m, work) {
+      const sql = await mssqlTypes();
+      const tx = pool.transaction();
+      await tx.begin();
+      try {
+        await work(tx);
+        const r = await held(sql, tx.request(), m).execute('queuebox.inbox_complete');
+        if (!changed(r, 'completed')) throw new LeaseLostError(m.id);
+        await tx.commit();
+      } catch (e) {
+        await rollback(tx);
+        throw e;
+      }
+    },
+  };
+}
+
 const sleep = (ms, signal) =>
   new Promise((resolve) => {
     if (signal?.aborted) return resolve();
@@ -129,12 +270,12 @@ const sleep = (ms, signal) =>
 
 export class InboxWorker {
   /**
-   * @param db fromPg(pool)
+   * @param db fromPg(pool) or fromMssql(pool)
    * @param options { source, batchSize = 10, leaseMs = 30000, maxConcurrency = 1,
    *   shutdownGraceMs = 30000, idleMs = 500, retryPolicy, logger }
    */
   constructor(db, options = {}) {
-    if (!db || typeof db.claim !== 'function') throw new TypeError('InboxWorker: pass fromPg(pool) as the first argument');
+    if (!db || typeof db.claim !== 'function') throw new TypeError('InboxWorker: pass fromPg(pool) or fromMssql(pool) as the first argument');
     if (!options.source) throw new TypeError('InboxWorker: options.source (the pull source) is required');
     const o = { batchSize: 10, leaseMs: 30000, maxConcurrency: 1, shutdownGraceMs: 30000, idleMs: 500, ...options };
     for (const [k, min, max] of [['batchSize', 1, 10000], ['leaseMs', 100, 86400000], ['maxConcurrency', 1, 256],
@@ -188,9 +329,11 @@ export class InboxWorker {
         }
         let batch;
         try {
-          batch = await this.db.claim(o.source, o.batchSize, o.leaseMs);
+          batch = await this.db.claim(o.source, o.batchSize, o.leaseMs, signal);
         } catch (e) {
-          this.log('warn', `claim failed: ${e.message}; claiming again in ${o.idleMs} ms`);
+          if (signal?.aborted) break;   // a claim the stop cancelled: nothing was claimed
+          if (e?.temporary) this.log('info', `claim: ${e.message}; claiming again in ${o.idleMs} ms`);
+          else this.log('warn', `claim failed: ${e.message}; claiming again in ${o.idleMs} ms`);
           await sleep(o.idleMs, signal);
           continue;
         }
@@ -270,9 +413,17 @@ export class InboxWorker {
       }
       const error = e?.message ?? String(e);
       const d = this.policy(m, e) ?? defaultRetryPolicy(m);
-      const ok = d.dead ? await this.db.dead(m, error) : await this.db.retry(m, d.delayMs, error);
+      const what = d.dead ? 'dead letter' : 'retry';
+      let ok;
+      try {
+        ok = d.dead ? await this.db.dead(m, error) : await this.db.retry(m, d.delayMs, error);
+      } catch (f) {
+        // the database failed too: the message stays held until its lease ends, then is claimed again
+        this.log('warn', `message ${m.id}: the ${what} failed: ${f?.message ?? f}; the message is claimed again after its lease`);
+        return;
+      }
       if (ok) this.counters[d.dead ? 'dead' : 'retried']++;
-      else this.log('warn', `message ${m.id}: the ${d.dead ? 'dead letter' : 'retry'} changed no row (the lease was lost)`);
+      else this.log('warn', `message ${m.id}: the ${what} changed no row (the lease was lost)`);
     }
   }
 }
