@@ -29,11 +29,12 @@ type backend struct {
 	expire  string        // every lease expired a second ago
 	lease   int           // the short lease of the renewal scenarios, ms
 	wait    time.Duration // how long a wait for a state may take
+	atP     bool          // the driver binds @p1, not $1
 }
 
 // q: a statement written with $1 parameters, in the backend's
 func (b *backend) q(query string) string {
-	if b.dialect == SQLServer {
+	if b.atP {
 		return dollar.ReplaceAllString(query, "@p$1")
 	}
 	return query

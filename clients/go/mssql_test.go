@@ -1,0 +1,203 @@
+package queuebox
+
+// SQL Server, gated: the scenarios of scenarios_test.go, Msg 51000 as a
+// temporary failure, and both names of the go-mssqldb driver, against the
+// server QUEUEBOX_TEST_MSSQL_URL names (sqlserver://user:password@host:port/database,
+// the project's form: the path is the database).  The schema must exist
+// (queuebox-mssqld --config F --migrate, which the tests run first when
+// QBI_TEST_MSSQLD names the binary, as TAP 034 does).  Skipped,
+// saying why, when the variable is not set.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/denisenkom/go-mssqldb"
+)
+
+// mssqlDSN: the project's URL as go-mssqldb reads it (its URL path is an
+// instance name, the database a parameter)
+func mssqlDSN(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "sqlserver" {
+		return "", fmt.Errorf("QUEUEBOX_TEST_MSSQL_URL: not sqlserver://user:password@host:port/database: %v", err)
+	}
+	q := u.Query()
+	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+		q.Set("database", db)
+	}
+	u.Path, u.RawQuery = "", q.Encode()
+	return u.String(), nil
+}
+
+func mssqlOpen(t *testing.T, driverName string) *sql.DB {
+	raw := os.Getenv("QUEUEBOX_TEST_MSSQL_URL")
+	if raw == "" {
+		t.Skip("QUEUEBOX_TEST_MSSQL_URL is not set: no SQL Server to run against (set it to" +
+			" sqlserver://user:password@host:port/database?encrypt=false, a database queuebox-mssqld --migrate set up)")
+	}
+	dsn, err := mssqlDSN(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	migrateOnce.Do(func() { migrated = migrate(raw) })
+	if migrated != nil {
+		t.Fatal(migrated)
+	}
+	db, err := sql.Open(driverName, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+var (
+	migrateOnce sync.Once
+	migrated    error
+)
+
+// migrate: the schema, by queuebox-mssqld --migrate (idempotent), when QBI_TEST_MSSQLD names it
+func migrate(raw string) error {
+	bin := os.Getenv("QBI_TEST_MSSQLD")
+	if bin == "" {
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "qb-go-mssql")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	conf := filepath.Join(dir, "migrate.yaml")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("database:\n  url: %q\n", raw)), 0o600); err != nil {
+		return err
+	}
+	if out, err := exec.Command(bin, "--config", conf, "--migrate").CombinedOutput(); err != nil {
+		return fmt.Errorf("%s --migrate: %v\n%s", bin, err, out)
+	}
+	return nil
+}
+
+// mssqlBackend: native, the driver name "sqlserver" (@p1); else "mssql" ($1 and ?)
+func mssqlBackend(db *sql.DB, native bool) *backend {
+	return &backend{
+		db: db, dialect: SQLServer, st: sqlServerStatements(native), atP: native,
+		reset: "DELETE FROM queuebox.inbox; IF OBJECT_ID(N'dbo.biz') IS NOT NULL DROP TABLE dbo.biz;" +
+			" CREATE TABLE dbo.biz (msg BIGINT, n INT)",
+		expire: "UPDATE queuebox.inbox SET lease_until = DATEADD(second, -1, SYSUTCDATETIME())",
+		// a TDS engine can take seconds for a session's first call of a procedure
+		lease: 3000, wait: 60 * time.Second,
+	}
+}
+
+func TestSQLServer(t *testing.T) {
+	db := mssqlOpen(t, "sqlserver")
+	defer db.Close()
+	b := mssqlBackend(db, true)
+	var engine sql.NullString
+	if err := db.QueryRow("SELECT CAST(SERVERPROPERTY('BabelfishVersion') AS NVARCHAR(20))").Scan(&engine); err != nil {
+		t.Fatalf("cannot reach the server: %v", err)
+	}
+	if engine.Valid {
+		t.Logf("the server is Babelfish %s (a TDS engine on PostgreSQL, not SQL Server)", engine.String)
+	}
+	runScenarios(t, b)
+	t.Run("msg_51000_is_temporary", func(t *testing.T) {
+		b.exec(t, b.reset)
+		scenarioClaimLock(t, b)
+	})
+	b.exec(t, "DELETE FROM queuebox.inbox; DROP TABLE dbo.biz")
+}
+
+// the older driver name "mssql" rewrites ? itself: Run finds that out and
+// binds ?; one message goes through
+func TestSQLServerQuestionMarks(t *testing.T) {
+	db := mssqlOpen(t, "mssql")
+	defer db.Close()
+	b := mssqlBackend(db, false)
+	w, err := NewInboxWorker(db, Options{Source: "jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := w.start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	same(t, "the claim", st.claim, "EXEC queuebox.inbox_claim @source = ?, @batch_size = ?, @lease_ms = ?")
+	b.exec(t, b.reset)
+	b.addRows(t, 1, 0)
+	s := b.start(t, Options{}, func(ctx context.Context, m Message, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO dbo.biz (msg, n) VALUES (?, ?)", m.ID, payloadN(t, m))
+		return err
+	})
+	b.waitFor(t, "SELECT state FROM queuebox.inbox", "processed")
+	same(t, "completed", s.stop().Completed, 1)
+	same(t, "biz rows", b.rows(t, "SELECT count(*) FROM dbo.biz"), 1)
+	b.exec(t, "DELETE FROM queuebox.inbox; DROP TABLE dbo.biz")
+}
+
+// Msg 51000: another session holds the claim's application lock of the
+// source; the claim waits 10 s, raises 51000, the worker says it is
+// temporary and claims again, and takes the message once the lock is free.
+func scenarioClaimLock(t *testing.T, b *backend) {
+	b.addRows(t, 1, 0)
+	ctx := context.Background()
+	conn, err := b.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	var got int
+	if err := tx.QueryRow("DECLARE @r INT; EXEC @r = sp_getapplock @Resource = N'queuebox.inbox_claim:jobs'," +
+		" @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 1000; SELECT @r").Scan(&got); err != nil || got < 0 {
+		t.Fatalf("sp_getapplock: %d %v", got, err)
+	}
+	var mu sync.Mutex
+	var said []string
+	logger := LoggerFunc(func(level Level, message string) {
+		mu.Lock()
+		defer mu.Unlock()
+		said = append(said, level.String()+": "+message)
+	})
+	s := b.start(t, Options{Logger: logger}, func(ctx context.Context, m Message, tx *sql.Tx) error {
+		return b.writeBiz(t, ctx, tx, m)
+	})
+	waitTrue51000 := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range said {
+			if strings.HasPrefix(m, "info: claim: another claim of source jobs held its lock for 10 s (Msg 51000, temporary)") {
+				return true
+			}
+		}
+		return false
+	}
+	until := time.Now().Add(30 * time.Second)
+	for !waitTrue51000() && time.Now().Before(until) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !waitTrue51000() {
+		t.Fatalf("no Msg 51000 in 30 s; the worker said %q", said)
+	}
+	same(t, "while the lock is held, the message", b.rows(t, "SELECT state FROM queuebox.inbox"), "pending")
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "SELECT state FROM queuebox.inbox", "processed")
+	c := s.stop()
+	same(t, "claimed, completed", []int64{c.Claimed, c.Completed}, []int64{1, 1})
+	same(t, "biz rows", b.rows(t, "SELECT count(*) FROM biz"), 1)
+}
