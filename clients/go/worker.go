@@ -119,14 +119,13 @@ func (h *held) isLost() bool { return atomic.LoadInt32(&h.lost) == 1 }
 
 // run: the state of one Run
 type run struct {
-	w        *InboxWorker
-	st       statements
-	handler  Handler
-	quiet    context.Context // the run's values, never cancelled: the statements that must outlive a stop
-	hard     context.Context // the handlers' parent: cancelled past the shutdown grace
-	mu       sync.Mutex
-	held     map[*held]struct{}
-	stopping int32 // atomic: the run's context is done, nothing more starts
+	w       *InboxWorker
+	st      statements
+	handler Handler
+	quiet   context.Context // the run's values, never cancelled: the statements that must outlive a stop
+	hard    context.Context // the handlers' parent: cancelled past the shutdown grace
+	mu      sync.Mutex
+	held    map[*held]struct{}
 }
 
 // Run claims and handles messages until ctx is cancelled, then stops
@@ -165,17 +164,13 @@ func (w *InboxWorker) Run(ctx context.Context, handler Handler) error {
 
 	var handlers sync.WaitGroup
 	r.claimLoop(ctx, &handlers)
-	atomic.StoreInt32(&r.stopping, 1)
 
 	done := make(chan struct{})
 	go func() {
 		handlers.Wait()
 		close(done)
 	}()
-	grace := time.NewTimer(w.opt.ShutdownGrace)
-	if w.opt.ShutdownGrace < 0 {
-		grace.Reset(0)
-	}
+	grace := time.NewTimer(w.opt.ShutdownGrace) // negative: fires at once
 	select {
 	case <-done:
 	case <-grace.C:
@@ -275,7 +270,7 @@ func (r *run) claimLoop(ctx context.Context, handlers *sync.WaitGroup) {
 				defer handlers.Done()
 				defer release(free)
 				for i, h := range hs {
-					if atomic.LoadInt32(&r.stopping) == 1 {
+					if ctx.Err() != nil {
 						// not started: left to its lease, no attempt spent
 						r.drop(hs[i:]...)
 						return
