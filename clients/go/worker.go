@@ -247,8 +247,8 @@ func (r *run) claimLoop(ctx context.Context, handlers *sync.WaitGroup) {
 		if o.MaxConcurrency == 1 {
 			n = o.BatchSize
 		}
-		batch, err := r.claim(ctx, n)
-		if err != nil && ctx.Err() == nil {
+		batch, err := r.claim(n)
+		if err != nil {
 			if claimLockTimeout(err) {
 				r.w.logf(LevelInfo, "claim: another claim of source %s held its lock for 10 s (Msg 51000, temporary); claiming again in %v",
 					o.Source, o.PollInterval)
@@ -303,10 +303,14 @@ func (r *run) pause(ctx context.Context, d time.Duration) {
 }
 
 // claim: one claim of up to n messages in a transaction of its own,
-// committed before it returns.  A stop cancels a claim under way.
-func (r *run) claim(ctx context.Context, n int) ([]Message, error) {
+// committed before it returns.  A stop does not cancel a claim under way
+// (the loop stops after it, and what it claimed is left to its lease): a
+// driver without a session reset (go-mssqldb of 2017) can hand the pool
+// back a connection whose BEGIN the server ran when a cancellation cut
+// the answer short, with the transaction still open.
+func (r *run) claim(n int) ([]Message, error) {
 	o := r.w.opt
-	sctx, cancel := context.WithTimeout(ctx, o.StatementTimeout)
+	sctx, cancel := context.WithTimeout(r.quiet, o.StatementTimeout)
 	defer cancel()
 	tx, err := r.w.db.BeginTx(sctx, nil)
 	if err != nil {
