@@ -80,7 +80,9 @@ func migrate(raw string) error {
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf("database:\n  url: %q\n", raw)), 0o600); err != nil {
 		return err
 	}
-	if out, err := exec.Command(bin, "--config", conf, "--migrate").CombinedOutput(); err != nil {
+	out, err := exec.Command(bin, "--config", conf, "--migrate").CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "a newer daemon migrated it") {
+		// (a newer schema has the same five procedures: the tests run on it)
 		return fmt.Errorf("%s --migrate: %v\n%s", bin, err, out)
 	}
 	return nil
@@ -88,11 +90,13 @@ func migrate(raw string) error {
 
 // mssqlBackend: native, the driver name "sqlserver" (@p1); else "mssql" ($1 and ?)
 func mssqlBackend(db *sql.DB, native bool) *backend {
+	source, biz := testSource()
 	return &backend{
-		db: db, dialect: SQLServer, st: sqlServerStatements(native), atP: native,
-		reset: "DELETE FROM queuebox.inbox; IF OBJECT_ID(N'dbo.biz') IS NOT NULL DROP TABLE dbo.biz;" +
-			" CREATE TABLE dbo.biz (msg BIGINT, n INT)",
-		expire: "UPDATE queuebox.inbox SET lease_until = DATEADD(second, -1, SYSUTCDATETIME())",
+		db: db, dialect: SQLServer, st: sqlServerStatements(native), atP: native, source: source, biz: biz,
+		reset: "DELETE FROM queuebox.inbox WHERE {mine}; IF OBJECT_ID(N'{biz}') IS NOT NULL DROP TABLE {biz};" +
+			" CREATE TABLE {biz} (msg BIGINT, n INT)",
+		expire: "UPDATE queuebox.inbox SET lease_until = DATEADD(second, -1, SYSUTCDATETIME()) WHERE {mine}",
+		openTx: "SELECT @@TRANCOUNT",
 		// a TDS engine can take seconds for a session's first call of a procedure
 		lease: 3000, wait: 60 * time.Second,
 	}
@@ -114,7 +118,7 @@ func TestSQLServer(t *testing.T) {
 		b.exec(t, b.reset)
 		scenarioClaimLock(t, b)
 	})
-	b.exec(t, "DELETE FROM queuebox.inbox; DROP TABLE dbo.biz")
+	b.exec(t, "DELETE FROM queuebox.inbox WHERE {mine}; DROP TABLE {biz}")
 }
 
 // the older driver name "mssql" rewrites ? itself: Run finds that out and
@@ -123,7 +127,7 @@ func TestSQLServerQuestionMarks(t *testing.T) {
 	db := mssqlOpen(t, "mssql")
 	defer db.Close()
 	b := mssqlBackend(db, false)
-	w, err := NewInboxWorker(db, Options{Source: "jobs"})
+	w, err := NewInboxWorker(db, Options{Source: b.source})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,13 +139,13 @@ func TestSQLServerQuestionMarks(t *testing.T) {
 	b.exec(t, b.reset)
 	b.addRows(t, 1, 0)
 	s := b.start(t, Options{}, func(ctx context.Context, m Message, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, "INSERT INTO dbo.biz (msg, n) VALUES (?, ?)", m.ID, payloadN(t, m))
+		_, err := tx.ExecContext(ctx, b.q("INSERT INTO {biz} (msg, n) VALUES (?, ?)"), m.ID, payloadN(t, m))
 		return err
 	})
-	b.waitFor(t, "SELECT state FROM queuebox.inbox", "processed")
+	b.waitFor(t, "SELECT state FROM {inbox}", "processed")
 	same(t, "completed", s.stop().Completed, 1)
-	same(t, "biz rows", b.rows(t, "SELECT count(*) FROM dbo.biz"), 1)
-	b.exec(t, "DELETE FROM queuebox.inbox; DROP TABLE dbo.biz")
+	same(t, "biz rows", b.rows(t, "SELECT count(*) FROM {biz}"), 1)
+	b.exec(t, "DELETE FROM queuebox.inbox WHERE {mine}; DROP TABLE {biz}")
 }
 
 // Msg 51000: another session holds the claim's application lock of the
@@ -161,8 +165,9 @@ func scenarioClaimLock(t *testing.T, b *backend) {
 	}
 	defer tx.Rollback() //nolint:errcheck
 	var got int
-	if err := tx.QueryRow("DECLARE @r INT; EXEC @r = sp_getapplock @Resource = N'queuebox.inbox_claim:jobs'," +
-		" @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 1000; SELECT @r").Scan(&got); err != nil || got < 0 {
+	if err := tx.QueryRow("DECLARE @r INT; EXEC @r = sp_getapplock @Resource = @p1,"+
+		" @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 1000; SELECT @r",
+		"queuebox.inbox_claim:"+b.source).Scan(&got); err != nil || got < 0 {
 		t.Fatalf("sp_getapplock: %d %v", got, err)
 	}
 	var mu sync.Mutex
@@ -179,7 +184,7 @@ func scenarioClaimLock(t *testing.T, b *backend) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range said {
-			if strings.HasPrefix(m, "info: claim: another claim of source jobs held its lock for 10 s (Msg 51000, temporary)") {
+			if strings.HasPrefix(m, "info: claim: another claim of source "+b.source+" held its lock for 10 s (Msg 51000, temporary)") {
 				return true
 			}
 		}
@@ -192,12 +197,12 @@ func scenarioClaimLock(t *testing.T, b *backend) {
 	if !waitTrue51000() {
 		t.Fatalf("no Msg 51000 in 30 s; the worker said %q", said)
 	}
-	same(t, "while the lock is held, the message", b.rows(t, "SELECT state FROM queuebox.inbox"), "pending")
+	same(t, "while the lock is held, the message", b.rows(t, "SELECT state FROM {inbox}"), "pending")
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	b.waitFor(t, "SELECT state FROM queuebox.inbox", "processed")
+	b.waitFor(t, "SELECT state FROM {inbox}", "processed")
 	c := s.stop()
 	same(t, "claimed, completed", []int64{c.Claimed, c.Completed}, []int64{1, 1})
-	same(t, "biz rows", b.rows(t, "SELECT count(*) FROM biz"), 1)
+	same(t, "biz rows", b.rows(t, "SELECT count(*) FROM {biz}"), 1)
 }
