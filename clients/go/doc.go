@@ -22,10 +22,11 @@
 //     the retry policy decides, RetryAfter(d) or DeadLetter(), in a
 //     statement of its own.  DefaultRetryPolicy: 1 s × 2^attempt ±20 %,
 //     at most 5 minutes, dead on the fifth attempt.
-//   - Stop: cancelling Run's context stops claiming at once; running
-//     handlers keep Options.ShutdownGrace, past it their contexts are
-//     cancelled, nothing is completed and no attempt spent (the lease
-//     expires); messages claimed but not started are left to their lease.
+//   - Stop: once Run's context is cancelled no claim starts (one under
+//     way finishes, uncancelled); running handlers keep
+//     Options.ShutdownGrace, past it their contexts are cancelled, nothing
+//     is completed and no attempt spent (the lease expires); messages
+//     claimed but not started are left to their lease.
 //
 // Goroutines: Run claims in the caller's goroutine; handlers run in
 // goroutines of the worker, Options.MaxConcurrency at once (default 1: one
