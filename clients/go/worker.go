@@ -128,8 +128,9 @@ type run struct {
 	held    map[*held]struct{}
 }
 
-// Run claims and handles messages until ctx is cancelled, then stops
-// claiming at once and returns when every running handler has returned
+// Run claims and handles messages until ctx is cancelled, then starts no
+// claim and no handler (a claim under way finishes; what it took is left
+// to its lease) and returns when every running handler has returned
 // (they keep Options.ShutdownGrace, then their contexts are cancelled).
 // It returns nil after such a stop, and an error only when it cannot
 // start: the pool too small, the database unreachable, the SQL Server
@@ -264,6 +265,12 @@ func (r *run) claimLoop(ctx context.Context, handlers *sync.WaitGroup) {
 		atomic.AddInt64(&r.w.claimed, int64(len(batch)))
 		r.w.logf(LevelDebug, "claimed %d messages of source %s", len(batch), o.Source)
 		hs := r.hold(batch)
+		if ctx.Err() != nil {
+			// the stop came during the claim: none starts, each is left to its lease
+			r.drop(hs...)
+			release(free)
+			return
+		}
 		if o.MaxConcurrency == 1 {
 			handlers.Add(1)
 			go func() {
