@@ -118,6 +118,10 @@ func TestSQLServer(t *testing.T) {
 		b.exec(t, b.reset)
 		scenarioClaimLock(t, b)
 	})
+	t.Run("stop_during_claim", func(t *testing.T) {
+		b.exec(t, b.reset)
+		scenarioStopDuringClaim(t, b)
+	})
 	b.exec(t, "DELETE FROM queuebox.inbox WHERE {mine}; DROP TABLE {biz}")
 }
 
@@ -148,28 +152,61 @@ func TestSQLServerQuestionMarks(t *testing.T) {
 	b.exec(t, "DELETE FROM queuebox.inbox WHERE {mine}; DROP TABLE {biz}")
 }
 
-// Msg 51000: another session holds the claim's application lock of the
-// source; the claim waits 10 s, raises 51000, the worker says it is
-// temporary and claims again, and takes the message once the lock is free.
-func scenarioClaimLock(t *testing.T, b *backend) {
-	b.addRows(t, 1, 0)
+// holdClaimLock: a transaction on a connection of its own that holds the
+// claim's application lock of b's source; roll it back to release it
+func holdClaimLock(t *testing.T, b *backend) *sql.Tx {
 	ctx := context.Background()
 	conn, err := b.db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback() //nolint:errcheck
+	t.Cleanup(func() { _ = tx.Rollback() })
 	var got int
 	if err := tx.QueryRow("DECLARE @r INT; EXEC @r = sp_getapplock @Resource = @p1,"+
 		" @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 1000; SELECT @r",
 		"queuebox.inbox_claim:"+b.source).Scan(&got); err != nil || got < 0 {
 		t.Fatalf("sp_getapplock: %d %v", got, err)
 	}
+	return tx
+}
+
+// a stop while a claim waits for its lock: the claim finishes, what it
+// took starts no handler and is left to its lease, no attempt spent
+func scenarioStopDuringClaim(t *testing.T, b *backend) {
+	b.addRows(t, 1, 0)
+	lock := holdClaimLock(t, b)
+	s := b.start(t, Options{}, func(ctx context.Context, m Message, tx *sql.Tx) error {
+		t.Errorf("message %d: a handler started after the stop", m.ID)
+		return nil
+	})
+	time.Sleep(time.Second) // the worker's claim waits for the lock
+	stopped := make(chan Counters, 1)
+	t0 := time.Now()
+	go func() { stopped <- s.stop() }()
+	time.Sleep(500 * time.Millisecond)
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	c := <-stopped
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Errorf("the stop took %v", d)
+	}
+	same(t, "claimed, completed, retried + dead", []int64{c.Claimed, c.Completed, c.Retried + c.Dead}, []int64{1, 0, 0})
+	same(t, "the inbox", b.rows(t, "SELECT state, attempt FROM {inbox}"), "processing:0")
+	same(t, "biz rows", b.rows(t, "SELECT count(*) FROM {biz}"), 0)
+}
+
+// Msg 51000: another session holds the claim's application lock of the
+// source; the claim waits 10 s, raises 51000, the worker says it is
+// temporary and claims again, and takes the message once the lock is free.
+func scenarioClaimLock(t *testing.T, b *backend) {
+	b.addRows(t, 1, 0)
+	tx := holdClaimLock(t, b)
 	var mu sync.Mutex
 	var said []string
 	logger := LoggerFunc(func(level Level, message string) {
