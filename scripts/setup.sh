@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Install every Debian package QueueBox builds, tests and benchmarks with,
+# Install every Debian package QueueBox builds, tests and benchmarks with
+# (Go and the Go client's test drivers too: clients/go/test.sh builds
+# against their sources, no module proxy),
 # Node with npm, and the npm packages of test/node (from its lockfile).
 # Idempotent: packages already present are skipped by apt-get.  Needs root
 # (or sudo).  Later issues' libraries (brokers, FreeTDS, jq) are installed
@@ -15,6 +17,7 @@ PKGS=(
   libipc-run-perl libdbd-odbc-perl libmicrohttpd-dev
   librabbitmq-dev librdkafka-dev libnats-dev freetds-dev unixodbc-dev tdsodbc libjq-dev
   curl wrk openssl valgrind
+  golang-go golang-github-lib-pq-dev golang-github-denisenkom-go-mssqldb-dev
   systemd
   rabbitmq-server nats-server
 )

@@ -5,7 +5,8 @@
 #
 # Run from the repository root after `make && make install && make sink` (the
 # extension installed; clients/c built; clients/ts's packages installed, as
-# TAP 033 does), as root or as a user who can run initdb.  One temporary
+# TAP 033 does; Go for clients/go, scripts/setup.sh), as root or as a user
+# who can run initdb.  One temporary
 # cluster with the extension.  For batch sizes 10 and 100 and 1 and 4
 # workers:
 #   raw  pgbench over the five statements, two ways:
@@ -17,7 +18,9 @@
 #          work so; it shows what one commit per message costs);
 #   C    clients/c (libqueuebox-inbox) in W processes (test/qbi_test_worker
 #        with a no-op handler): messages/s from start to N processed;
-#   TS   clients/ts (@alternayte/queuebox-inbox) the same (test/process-worker.js).
+#   TS   clients/ts (@alternayte/queuebox-inbox) the same (test/process-worker.js);
+#   Go   clients/go (github.com/alternayte/queuebox/clients/go) the same (its
+#        internal/testworker, built by clients/go/test.sh --build-worker).
 # Each library figure is divided by the anchor of the same batch and workers
 # (target >= 0.8).  Knobs: QB_BENCH_N=5000 (messages per library run),
 # QB_BENCH_BATCHES="10 100", QB_BENCH_WORKERS="1 4" (a subset, for a look),
@@ -36,6 +39,7 @@ TIMEOUT=${QB_BENCH_TIMEOUT:-600}
 SB=1GB
 CW=$ROOT/clients/c/test/qbi_test_worker
 TW=$ROOT/clients/ts/test/process-worker.js
+GOTEST=$ROOT/clients/go/test.sh
 
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -43,7 +47,10 @@ qb_bench_prereqs
 PGBENCH=$PGBIN/pgbench; [[ -x "$PGBENCH" ]] || PGBENCH=$(command -v pgbench) || die "pgbench not found"
 [[ -x "$CW" ]] || die "no $CW (make sink)"
 [[ -d "$ROOT/clients/ts/node_modules/pg" ]] || die "clients/ts has no node_modules (npm ci --prefix clients/ts)"
+command -v go >/dev/null || die "go is not installed (scripts/setup.sh)"
 qb_bench_workdir pull
+GW=$WORK/go-testworker
+"$GOTEST" --build-worker "$GW" || die "clients/go/test.sh --build-worker failed"
 qb_bench_cluster pull 100 on 1
 q postgres "CREATE DATABASE bench"
 q bench "CREATE EXTENSION queuebox"
@@ -64,8 +71,10 @@ drain() { # drain KIND WORKERS BATCH SOURCE: messages/s of N messages
 		if [[ "$kind" == c ]]; then
 			"$CW" "host=$WORK port=$PGPORT dbname=bench user=postgres" "w$i" 30000 -1 "$b" "$src" >"$WORK/$kind-$i.out" 2>&1 &
 		else
+			local cmd=(node "$TW")
+			[[ "$kind" == go ]] && cmd=("$GW")
 			QBI_TEST_PGHOST=$WORK QBI_TEST_PGPORT=$PGPORT QBI_TEST_PGDATABASE=bench QBI_TEST_PGUSER=postgres \
-				node "$TW" "w$i" 30000 -1 "$b" "$src" >"$WORK/$kind-$i.out" 2>&1 &
+				"${cmd[@]}" "w$i" 30000 -1 "$b" "$src" >"$WORK/$kind-$i.out" 2>&1 &
 		fi
 		pids+=($!)
 	done
@@ -114,6 +123,7 @@ EOS
 	python3 -c "print(round($done_rows / $PGBENCH_T))"
 }
 
+ratio() { python3 -c "print(round($1 / $2, 2))"; }
 declare -a OUT_ROWS
 k=0
 for b in ${QB_BENCH_BATCHES:-10 100}; do
@@ -127,7 +137,9 @@ for b in ${QB_BENCH_BATCHES:-10 100}; do
 		c=$(drain c "$w" "$b" "c$k")
 		log "batch $b, $w worker(s): TypeScript"
 		t=$(drain ts "$w" "$b" "ts$k")
-		OUT_ROWS+=("| batch $b, $w worker(s) | $rb | $r | $c | $(python3 -c "print(round($c / $r, 2))") | $t | $(python3 -c "print(round($t / $r, 2))") |")
+		log "batch $b, $w worker(s): Go"
+		g=$(drain go "$w" "$b" "go$k")
+		OUT_ROWS+=("| batch $b, $w worker(s) | $rb | $r | $c | $(ratio "$c" "$r") | $t | $(ratio "$t" "$r") | $g | $(ratio "$g" "$r") |")
 	done
 done
 {
@@ -135,10 +147,10 @@ done
 	echo
 	echo "Command: \`bench/pull/run.sh$( ((RECORD)) && echo " --record")\`. $N messages per library run (no-op handler, one transaction per message, renewal thread on), pgbench -T $PGBENCH_T for the raw statements: the anchor runs the contract's loop (the claim committed alone, then each message completed in a transaction of its own); the ceiling claims and completes a batch in one statement and one transaction, which no handler can."
 	qb_bench_machine
-	echo "PostgreSQL $(q postgres 'SHOW server_version'), a fresh cluster (shared_buffers $SB) with the extension. Node $(node --version)."
+	echo "PostgreSQL $(q postgres 'SHOW server_version'), a fresh cluster (shared_buffers $SB) with the extension. Node $(node --version), $(go version | cut -d' ' -f3)."
 	echo
-	echo "| run | raw, a transaction per batch (msg/s) | raw, a transaction per message: the anchor (msg/s) | C library (msg/s) | C / anchor | TypeScript library (msg/s) | TS / anchor |"
-	echo "|---|---|---|---|---|---|---|"
+	echo "| run | raw, a transaction per batch (msg/s) | raw, a transaction per message: the anchor (msg/s) | C library (msg/s) | C / anchor | TypeScript library (msg/s) | TS / anchor | Go library (msg/s) | Go / anchor |"
+	echo "|---|---|---|---|---|---|---|---|---|"
 	printf "%s\n" "${OUT_ROWS[@]}"
 	echo
 } | tee "$WORK/section.md"
