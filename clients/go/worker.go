@@ -119,13 +119,14 @@ func (h *held) isLost() bool { return atomic.LoadInt32(&h.lost) == 1 }
 
 // run: the state of one Run
 type run struct {
-	w       *InboxWorker
-	st      statements
-	handler Handler
-	quiet   context.Context // the run's values, never cancelled: the statements that must outlive a stop
-	hard    context.Context // the handlers' parent: cancelled past the shutdown grace
-	mu      sync.Mutex
-	held    map[*held]struct{}
+	w        *InboxWorker
+	st       statements
+	handler  Handler
+	complete *sql.Stmt       // PostgreSQL: st.complete, prepared; nil on SQL Server
+	quiet    context.Context // the run's values, never cancelled: the statements that must outlive a stop
+	hard     context.Context // the handlers' parent: cancelled past the shutdown grace
+	mu       sync.Mutex
+	held     map[*held]struct{}
 }
 
 // Run claims and handles messages until ctx is cancelled, then starts no
@@ -155,6 +156,19 @@ func (w *InboxWorker) Run(ctx context.Context, handler Handler) error {
 	hard, cancelHandlers := context.WithCancel(quiet)
 	defer cancelHandlers()
 	r := &run{w: w, st: st, handler: handler, quiet: quiet, hard: hard, held: map[*held]struct{}{}}
+	// On PostgreSQL the completion, once a message, is a prepared statement:
+	// database/sql keeps it prepared on each connection, and lib/pq then
+	// sends it in one round trip instead of two.  (go-mssqldb of 2017 gets
+	// the plain statement: its prepare costs a round trip of its own.)
+	if w.opt.Dialect == PostgreSQL {
+		pctx, cancel := context.WithTimeout(quiet, w.opt.StatementTimeout)
+		r.complete, err = w.db.PrepareContext(pctx, st.complete)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("queuebox: cannot prepare the completion: %w", err)
+		}
+		defer r.complete.Close()
+	}
 
 	stopRenewer := make(chan struct{})
 	renewerDone := make(chan struct{})
@@ -491,7 +505,13 @@ func (r *run) inTransaction(h *held) (outcome, error) {
 	sctx, cancel := context.WithTimeout(h.ctx, r.w.opt.StatementTimeout)
 	defer cancel()
 	var ok bool
-	if err := tx.QueryRowContext(sctx, r.st.complete, h.msg.ID, h.msg.claimToken).Scan(&ok); err != nil {
+	var row *sql.Row
+	if r.complete != nil {
+		row = tx.StmtContext(sctx, r.complete).QueryRowContext(sctx, h.msg.ID, h.msg.claimToken)
+	} else {
+		row = tx.QueryRowContext(sctx, r.st.complete, h.msg.ID, h.msg.claimToken)
+	}
+	if err := row.Scan(&ok); err != nil {
 		_ = tx.Rollback()
 		return r.cancelled(h, fmt.Errorf("the completion failed: %w", err))
 	}

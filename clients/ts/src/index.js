@@ -122,7 +122,9 @@ export function fromPg(pool) {
       try {
         await c.query('BEGIN');
         await work(c);
-        const r = await c.query('SELECT queuebox.inbox_complete($1, $2) AS ok', [m.id, m.claimToken]);
+        // named: prepared once per connection, then only bound and run
+        const r = await c.query({ name: 'queuebox.inbox_complete', text: 'SELECT queuebox.inbox_complete($1, $2) AS ok',
+          values: [m.id, m.claimToken] });
         if (r.rows[0]?.ok !== true) throw new LeaseLostError(m.id);
         await c.query('COMMIT');
       } catch (e) {
