@@ -49,7 +49,9 @@ qb_pull_process_scenarios($node, sub { [ $wbin, $node->connstr('postgres'), @_ ]
 	print $fh $code;
 	close $fh;
 	my $dir = "$FindBin::RealBin/../../clients/c";
-	my ($cout, $cerr) = run_command([ 'cc', '-Wall', '-Werror', '-o', $exe, $src, "-I$dir/include",
+	# a library built with UBSan (scripts/test.sh with SANITIZE=1) needs its runtime
+	my @san = `nm -u $dir/lib/libqueuebox-inbox.a 2>/dev/null` =~ /__ubsan_/ ? ('-fsanitize=undefined') : ();
+	my ($cout, $cerr) = run_command([ 'cc', '-Wall', '-Werror', @san, '-o', $exe, $src, "-I$dir/include",
 		'-I' . `pg_config --includedir` =~ s/\s+$//r, "$dir/lib/libqueuebox-inbox.a", '-lpq', '-lpthread' ]);
 	ok(-x $exe, 'the example compiles with -Wall -Werror') or diag $cerr;
 	$node->safe_psql('postgres', q{
