@@ -33,6 +33,7 @@
 #include <jansson.h>
 
 #include "qb_http.h"
+#include "qb_http_int.h"
 #include "qb_token.h"
 #include "qb_sign.h"
 
@@ -282,12 +283,8 @@ qbh_sign_add(void *list, const char *name, const char *value)
 	return qbh_append(list, name, value);
 }
 
-/*
- * qbh_build_headers: the row's headers, then the destination's static ones
- * (which win over a row header of the same name), then ours, then the
- * signature's (over body, timestamped now).
- */
-static bool
+/* qbh_build_headers: see qb_http_int.h. */
+bool
 qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 				  const char *message_id, const json_t *row_headers,
 				  const char *body, size_t body_len,

@@ -41,6 +41,7 @@
 
 #include "qb_amqp.h"
 #include "qb_src_amqp.h"
+#include "qb_src_amqp_int.h"
 
 #ifndef QB_VERSION
 #define QB_VERSION "dev"
@@ -125,8 +126,8 @@ qbsa_value(const amqp_field_value_t *v)
 	return json_string(buf);
 }
 
-/* qbsa_headers: the headers table as JSON object text, NULL when none. */
-static char *
+/* qbsa_headers: see qb_src_amqp_int.h. */
+char *
 qbsa_headers(const amqp_basic_properties_t *p, bool *oom)
 {
 	json_t	   *o;

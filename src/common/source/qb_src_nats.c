@@ -62,6 +62,7 @@
 
 #include "qb_nats.h"
 #include "qb_src_nats.h"
+#include "qb_src_nats_int.h"
 
 #define QBNS_FETCH_MS		5		/* one poll of the pull consumer */
 #define QBNS_API_WAIT_MS	5000	/* JetStream API requests (subscribe) */
@@ -87,8 +88,8 @@ static void qbns_close(void *p);
 
 /* ---- deliveries -------------------------------------------------------- */
 
-/* qbns_headers: the message's headers as JSON object text, NULL when none. */
-static char *
+/* qbns_headers: see qb_src_nats_int.h. */
+char *
 qbns_headers(natsMsg *m, bool *oom)
 {
 	const char **keys = NULL;
