@@ -18,7 +18,9 @@
  * qbsa_headers: the headers table of a message's properties as JSON object
  * text (malloc'd), NULL when it has none; *oom set when NULL means out of
  * memory.  Strings go as they are, numbers and booleans as their text;
- * void, decimal, table and array values are left out.
+ * void, decimal, table and array values are left out, and so is a header
+ * whose name or string value is not UTF-8 or holds a NUL (no JSON string,
+ * or none PostgreSQL's jsonb takes).
  */
 extern char *qbsa_headers(const amqp_basic_properties_t *p, bool *oom);
 

@@ -58,6 +58,7 @@
 #include "qb_kafka.h"
 #include "qb_src_kafka.h"
 #include "qb_src_kafka_int.h"
+#include "qb_utf8.h"
 
 #define QBKS_MSGID_HEADER	"message-id"
 #define QBKS_SEEK_TIMEOUT_MS 10000
@@ -324,9 +325,11 @@ qbks_headers_json(const rd_kafka_headers_t *hdrs, char **message_id)
 	{
 		/*
 		 * A header without a value is null; one that is not UTF-8 cannot be
-		 * a JSON string and is left out.  A repeated name keeps the last.
+		 * a JSON string, and one holding a NUL a string PostgreSQL's jsonb
+		 * takes: both are left out.  A repeated name keeps the last.
 		 */
-		json_t	   *v = val == NULL ? json_null() : json_stringn(val, len);
+		json_t	   *v = val == NULL ? json_null() :
+			qb_utf8_invalid_at(val, len) >= 0 ? NULL : json_stringn(val, len);
 
 		if (v == NULL)
 			continue;

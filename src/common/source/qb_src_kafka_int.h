@@ -16,7 +16,7 @@
  * qbks_headers_json: a message's header list as JSON object text (malloc'd),
  * NULL when it is empty; *message_id is the message-id header's
  * value (malloc'd), or NULL.  A header without a value is null; one that is
- * not UTF-8 is left out; a repeated name keeps the last.
+ * not UTF-8 or holds a NUL is left out; a repeated name keeps the last.
  */
 extern char *qbks_headers_json(const rd_kafka_headers_t *hdrs, char **message_id);
 

@@ -17,7 +17,8 @@
 /*
  * qbns_headers: the message's headers as JSON object text (malloc'd; a
  * repeated header's values joined by ", "), NULL when it has none; *oom set
- * when NULL means out of memory.
+ * when NULL means out of memory.  A header whose name or values are not
+ * UTF-8 is left out.
  */
 extern char *qbns_headers(natsMsg *m, bool *oom);
 
