@@ -259,17 +259,23 @@ qbh_static_has(const QbDestination *dest, const char *name)
 	return false;
 }
 
+/*
+ * qbh_append: "name: value" at the end of list; false when out of memory.
+ * Any length: the ingress stores a header of up to its 64 KiB head, and a
+ * row must not die of a header it was given (the receiver may refuse it).
+ */
 static bool
 qbh_append(struct curl_slist **list, const char *name, const char *value)
 {
-	char		line[8192];
+	size_t		size = strlen(name) + strlen(value) + 3;
+	char	   *line = malloc(size);
 	struct curl_slist *n;
-	int			len;
 
-	len = snprintf(line, sizeof(line), "%s: %s", name, value);
-	if (len < 0 || (size_t) len >= sizeof(line))
+	if (line == NULL)
 		return false;
+	snprintf(line, size, "%s: %s", name, value);
 	n = curl_slist_append(*list, line);
+	free(line);
 	if (n == NULL)
 		return false;
 	*list = n;
@@ -326,7 +332,8 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 			free(dumped);
 			if (!ok)
 			{
-				snprintf(err, errlen, "row header \"%.100s\" is longer than 8 KiB", name);
+				snprintf(err, errlen, "out of memory building headers");
+				*row_fault = false;
 				return false;
 			}
 		}
@@ -337,7 +344,7 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 			continue;
 		if (!qbh_append(list, dest->headers[i].name, dest->headers[i].value))
 		{
-			snprintf(err, errlen, "destination header \"%.100s\" is too long", dest->headers[i].name);
+			snprintf(err, errlen, "out of memory building headers");
 			*row_fault = false;
 			return false;
 		}
