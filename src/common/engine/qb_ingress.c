@@ -74,6 +74,7 @@
 #define QBI_ADMIN_MAX_BODY	65536
 #define QBI_STOP_DRAIN_MS	1000
 #define QBI_SWEEP_MS		100		/* the peer-close sweep, at most this often */
+#define QBI_MAX_HEADER_NAME	255		/* an AMQP table key (a shortstr) holds no more */
 
 typedef struct QbiConfigRef
 {
@@ -217,6 +218,18 @@ qbi_header_take(QbiHeaders *h, const char *name, const char *value)
 				 "the header name \"%s\" is not an HTTP token (byte %ld is 0x%02x); "
 				 "header names are letters, digits and !#$%%&'*+-.^_`|~ only", shown, at,
 				 (unsigned char) name[at]);
+		return true;
+	}
+	/* every destination type must be able to carry it: AMQP keys are shortstrs */
+	if (strlen(name) > QBI_MAX_HEADER_NAME)
+	{
+		char		shown[220];
+
+		qb_token_printable(shown, sizeof(shown), name, 48);
+		snprintf(h->bad, sizeof(h->bad),
+				 "the header name \"%s...\" is %zu bytes; header names are at most %d bytes "
+				 "(a RabbitMQ destination could not carry it)", shown, strlen(name),
+				 QBI_MAX_HEADER_NAME);
 		return true;
 	}
 	if (qbi_transport_header(name) || qb_header_redacted(name, h->src->auth.header))

@@ -26,8 +26,8 @@ typedef struct QbiHeaders
 
 /*
  * qbi_header_take: one received header into h->obj, the JSON object that is
- * stored with the row.  A name that is not a token or a value that is not one
- * line of UTF-8 sets h->bad (the 400's reason; later headers are then
+ * stored with the row.  A name that is not a token or is over 255 bytes, or a
+ * value that is not one line of UTF-8, sets h->bad (the 400's reason; later headers are then
  * ignored); transport and credential headers are left out; a repeated name
  * keeps every value, comma-separated.  false only when out of memory.
  */
