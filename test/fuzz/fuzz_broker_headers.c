@@ -26,6 +26,7 @@
 #include <nats/nats.h>
 
 #include "fuzz_common.h"
+#include "fuzz_nats.h"
 #include "qb_nats.h"
 #include "qb_src_amqp_int.h"
 #include "qb_src_kafka_int.h"
@@ -214,12 +215,10 @@ qbf_kafka(const QbfRecord *r, int n)
 static void
 qbf_nats(const QbfRecord *r, int n)
 {
-	natsMsg    *m = NULL;
+	natsMsg    *m = qbf_nats_msg();
 	bool		oom = true;
 	char	   *text;
 
-	if (natsMsg_Create(&m, "in.subject", NULL, "{}", 2) != NATS_OK)
-		abort();
 	for (int i = 0; i < n; i++)
 	{
 		char	   *name = qbf_strndup(r[i].name, r[i].nlen);
@@ -233,7 +232,6 @@ qbf_nats(const QbfRecord *r, int n)
 	if (text == NULL && oom)
 		qbf_fail("qbns_headers: out of memory reported for headers it could not convert");
 	qbf_json_ok(text, "qbns_headers");
-	natsMsg_Destroy(m);
 }
 
 int

@@ -5,7 +5,7 @@
  *
  * What must hold: 0 with a config or -1 with NULL and a message (never
  * empty, NUL-terminated); an accepted config is whole: every route names a
- * destination that exists, every source path starts with '/', the inbox has
+ * destination that exists, every webhook source's path starts with '/', the inbox has
  * a base path; routing and qb_config_free work on it.
  *-------------------------------------------------------------------------
  */
@@ -83,7 +83,7 @@ qbf_config_one(const char *text, size_t len)
 	{
 		const QbSource *s = &cfg->sources[i];
 
-		if (s->path == NULL || s->path[0] != '/')
+		if (s->type == QB_SOURCE_HTTP && (s->path == NULL || s->path[0] != '/'))
 			qbf_fail("sources[%d] path %s", i, s->path ? s->path : "(null)");
 		if (qb_config_source(cfg, s->name) == NULL)
 			qbf_fail("sources[%d]: not found by name", i);

@@ -19,6 +19,7 @@
 #include <nats/nats.h>
 
 #include "fuzz_common.h"
+#include "fuzz_nats.h"
 #include "qb_config.h"
 #include "qb_http_int.h"
 #include "qb_pub_amqp.h"
@@ -145,11 +146,9 @@ qbf_publish_all(const json_t *headers, const QbDestination *http_dest, const QbD
 
 	/* NATS */
 	{
-		natsMsg    *msg = NULL;
+		natsMsg    *msg = qbf_nats_msg();
 		const char *mid = NULL;
 
-		if (natsMsg_Create(&msg, "orders.created", NULL, body, (int) sizeof(body) - 1) != NATS_OK)
-			abort();
 		memset(err, 'x', sizeof(err));
 		switch (qbn_headers(msg, &m, err, sizeof(err)))
 		{
@@ -166,7 +165,6 @@ qbf_publish_all(const json_t *headers, const QbDestination *http_dest, const QbD
 				qbf_err_ok(err, sizeof(err), "qbn_headers");
 				break;
 		}
-		natsMsg_Destroy(msg);
 	}
 	return refused;
 }
