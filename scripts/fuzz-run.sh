@@ -22,7 +22,8 @@ for bin in "$@"; do
   work=$(mktemp -d "/tmp/qb-fuzz-$name.XXXXXX")
   mkdir -p "$art"
   [ -d "$seeds" ] && cp "$seeds"/* "$work"/ 2>/dev/null
-  opts=()
+  # 10 s for one input: jq compiles and runs are the slowest (fuzz_config, fuzz_ingress)
+  opts=(-timeout=10)
   [ -f "test/fuzz/$name.dict" ] && opts+=("-dict=test/fuzz/$name.dict")
   [ -f "test/fuzz/$name.options" ] && read -r -a extra < "test/fuzz/$name.options" && opts+=("${extra[@]}")
   if [ -n "$runs" ]; then
