@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -393,6 +394,8 @@ test_retry_after_values(void **state)
 	char		date[64];
 
 	assert_int_equal(qb_http_retry_after_ms("120", now), 120000);
+	/* a date in year 1111111112 (fuzz_publish): the largest delay, no overflow */
+	assert_true(qb_http_retry_after_ms("Wed, 21 Oct 1111111112", now) == (LONG_MAX / 10000) * 1000);
 	assert_int_equal(qb_http_retry_after_ms(" 5 ", now), 5000);
 	assert_int_equal(qb_http_retry_after_ms("0", now), 0);
 	http_date(now + 90, date, sizeof(date));

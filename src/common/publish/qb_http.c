@@ -501,7 +501,13 @@ qb_http_retry_after_ms(const char *value, long long now)
 	}
 	if (*p == '\0' || (date = curl_getdate(p, NULL)) == -1)
 		return -1;
-	return (long long) date > now ? (long) ((long long) date - now) * 1000 : 0;
+	if ((long long) date <= now)
+		return 0;
+	/* a date in year 10^9 is as far as the largest delta-seconds, not an overflow */
+	secs = (long long) date - now;
+	if (secs > LONG_MAX / 10000)
+		secs = LONG_MAX / 10000;
+	return (long) secs * 1000;
 }
 
 /* qbh_retry_after: the Retry-After delay of a 429 or 503 answer, or -1. */
