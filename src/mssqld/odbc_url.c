@@ -281,6 +281,16 @@ qbou_add(char **buf, size_t *len, const char *key, const char *value, QbOdbcBrac
 	return 0;
 }
 
+/* qbou_registered: one braced name ("{FreeTDS}"): no brace inside, '}' last */
+static bool
+qbou_registered(const char *driver)
+{
+	size_t		n = strlen(driver);
+
+	return n >= 2 && driver[0] == '{' && driver[n - 1] == '}' &&
+		strpbrk(driver + 1, "{}") == driver + n - 1;
+}
+
 /* qb_odbc_conn_string: see odbc_store.h. */
 char *
 qb_odbc_conn_string(const QbOdbcUrl *u, const char *default_driver, const char *application_name,
@@ -309,8 +319,12 @@ qb_odbc_conn_string(const QbOdbcUrl *u, const char *default_driver, const char *
 	};
 
 	snprintf(port, sizeof(port), "%d", u->port);
-	/* a registered driver name comes braced already ("{FreeTDS}"): as it is */
-	if (driver[0] == '{')
+	/*
+	 * a registered driver name comes braced already ("{FreeTDS}"): as it is.
+	 * Anything else is quoted: "{FreeTDS" as it is would brace every
+	 * keyword after it into the driver's name (fuzz_url).
+	 */
+	if (qbou_registered(driver))
 	{
 		if ((buf = malloc(strlen(driver) + 8)) == NULL)
 			goto oom;
