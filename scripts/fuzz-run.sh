@@ -42,7 +42,7 @@ for bin in "$@"; do
   size=$(ls "$work" | wc -l)
   if [ $rc -ne 0 ]; then
     status=1
-    grep -E "ERROR|runtime error|fuzz check failed|SUMMARY|Test unit written" "$log" | head -20
+    grep -aE "ERROR|runtime error|fuzz check failed|SUMMARY|Test unit written" "$log" | head -20
     for f in "$art"/*; do
       [ -f "$f" ] && echo "   reproduce: $bin $f"
     done

@@ -331,6 +331,17 @@ qb_odbc_conn_string(const QbOdbcUrl *u, const char *default_driver, const char *
 		snprintf(buf, strlen(driver) + 8, "DRIVER=%s", driver);
 		len = strlen(buf);
 	}
+	else if (style == QBO_BRACES_FREETDS13 && strchr(driver, '}') != NULL)
+	{
+		/*
+		 * the driver manager reads DRIVER as ODBC says, FreeTDS 1.3 its own
+		 * way: with a '}' in it no spelling reads the same to both (fuzz_url)
+		 */
+		snprintf(err, errlen,
+				 "database.url: the odbcDriver holds \"}\", which FreeTDS before 1.4 and the ODBC driver manager "
+				 "read differently in a connection string; use a path without braces, or FreeTDS 1.4 or later");
+		return NULL;
+	}
 	else if (qbou_add(&buf, &len, "DRIVER", driver, QBO_BRACES_ODBC, false) != 0)
 		goto oom;
 	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)

@@ -128,6 +128,18 @@ test_conn_string_freetds13(void **state)
 	assert_null(strstr(err, "a}"));
 	assert_null(conn_string_in("sqlserver://u:ab%7D@db/app", "/x/libtdsodbc.so",
 							   QBO_BRACES_FREETDS13, err, sizeof(err)));
+	/*
+	 * a driver path with a '}': the driver manager reads it as ODBC says,
+	 * FreeTDS 1.3 its own way, so it is refused (fuzz_url's reproducer)
+	 */
+	assert_null(conn_string_in("sqlserver://u:p%8D%3B@h/db?odbcDriver=/usr/lib://u:p%7D%3B@he",
+							   "/x/libtdsodbc.so", QBO_BRACES_FREETDS13, err, sizeof(err)));
+	assert_non_null(strstr(err, "the odbcDriver holds \"}\""));
+	cs = conn_string_in("sqlserver://u:p@h/db?odbcDriver=/opt/a;b/libtdsodbc.so", "/x/libtdsodbc.so",
+						QBO_BRACES_FREETDS13, err, sizeof(err));
+	assert_non_null(cs);
+	assert_non_null(strstr(cs, "DRIVER={/opt/a;b/libtdsodbc.so};SERVER=h;"));
+	free(cs);
 }
 
 static void
