@@ -8,7 +8,8 @@
  * libmicrohttpd (qbi_check_webhook), so this harness runs the pieces they
  * call in their order, not the engine: qb_auth_verify; the JSON parse
  * (json_loadb, JSON_DECODE_ANY); the idempotency key, event type and
- * aggregate id (a header, or qb_jsonpath_text; at most 1024 bytes, UTF-8);
+ * aggregate id (a header, or qb_jsonpath_text; at most 1024 bytes, UTF-8,
+ * no control character but tab: qbi_value's rules, mirrored here);
  * each header through qbi_header_take (qb_ingress_int.h: the ingress's own
  * code); json_dumps of the headers; the source's transform (libjq, in the
  * forked helper).  What libmicrohttpd itself refuses (a line without a
@@ -148,7 +149,8 @@ qbf_value(QbfHeaders *h, json_t *doc, const char *path, const char *header,
 	}
 	else
 		return true;
-	if (strlen(v) > QBF_MAX_VALUE_BYTES || qb_utf8_invalid_at(v, strlen(v)) >= 0)
+	if (strlen(v) > QBF_MAX_VALUE_BYTES || qb_utf8_invalid_at(v, strlen(v)) >= 0 ||
+		qb_field_value_invalid_at(v) >= 0)
 	{
 		free(owned);
 		return false;

@@ -346,6 +346,22 @@ qbi_value(QbiRequest *r, json_t *doc, const char *path, const char *header,
 		qbi_set(r, 400, "error", reason);
 		return false;
 	}
+	/*
+	 * the key travels on as the relayed row's x-idempotency-key header, the
+	 * event type into its topic: a control character there would send the
+	 * row dead at its first publish (fuzz_ingress)
+	 */
+	if (qb_field_value_invalid_at(v) >= 0)
+	{
+		long		at = qb_field_value_invalid_at(v);
+
+		snprintf(reason, sizeof(reason),
+				 "the %s has a control character (byte %ld is 0x%02x); send it without one",
+				 what, at, (unsigned char) v[at]);
+		free(owned);
+		qbi_set(r, 400, "error", reason);
+		return false;
+	}
 	*out = owned ? owned : strdup(v);
 	return true;
 }
