@@ -7,6 +7,7 @@
 # in test/fuzz/<name>.options (one line), its dictionary test/fuzz/<name>.dict.
 # A crash, leak, UBSan report or timeout fails the run; the input is kept in
 # build/fuzz/artifacts/<name>/ and the command that reproduces it is printed.
+# Leaks inside libjq itself are suppressed (test/fuzz/lsan.supp says why).
 # FUZZ_KEEP=1 keeps each run's grown corpus (build/fuzz/grown/<name>) and log.
 # The last line per harness is a summary: executions, exec/s, corpus size.
 set -uo pipefail
@@ -34,6 +35,7 @@ for bin in "$@"; do
   log=$work.log
   echo "== $name (${runs:+$runs runs}${runs:-$secs s}, $(ls "$work" | wc -l) seeds)"
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1} \
+  LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/test/fuzz/lsan.supp:print_suppressions=0} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     "$bin" -print_final_stats=1 -artifact_prefix="$art/" "${opts[@]}" "$work" > "$log" 2>&1
   rc=$?
