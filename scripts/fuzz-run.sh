@@ -3,7 +3,8 @@
 # corpus (test/fuzz/corpus/<name>), so the tree never gains corpus files.
 #   scripts/fuzz-run.sh SECONDS RUNS harness...
 # SECONDS bounds each harness's run (-max_total_time); RUNS, when not empty,
-# bounds it in inputs (-runs) instead.  A harness's extra libFuzzer flags are
+# bounds it in inputs (-runs) instead, and FUZZ_MAX_SECONDS then caps each
+# such run in time.  A harness's extra libFuzzer flags are
 # in test/fuzz/<name>.options (one line), its dictionary test/fuzz/<name>.dict.
 # A crash, leak, UBSan report or timeout fails the run; the input is kept in
 # build/fuzz/artifacts/<name>/ and the command that reproduces it is printed.
@@ -29,6 +30,8 @@ for bin in "$@"; do
   [ -f "test/fuzz/$name.options" ] && read -r -a extra < "test/fuzz/$name.options" && opts+=("${extra[@]}")
   if [ -n "$runs" ]; then
     opts+=("-runs=$runs")
+    # a cap in time for the slow harnesses of a long run
+    [ -n "${FUZZ_MAX_SECONDS:-}" ] && opts+=("-max_total_time=$FUZZ_MAX_SECONDS")
   else
     opts+=("-max_total_time=$secs")
   fi
