@@ -4,6 +4,8 @@
 #   make installcheck        pg_regress, isolation specs and TAP on temp clusters
 #   make unit                cmocka tests of src/common, built with no PostgreSQL header
 #   make unit SANITIZE=1     the same under ASan + UBSan
+#   make fuzz                the libFuzzer harnesses of test/fuzz (clang)
+#   make fuzz-run FUZZ_SECONDS=N   run each for N seconds (FUZZ_RUNS=N: N inputs)
 #
 EXTENSION   = queuebox
 EXTVERSION  = 0.3.1
@@ -125,6 +127,47 @@ VALGRIND = valgrind --quiet --leak-check=full --errors-for-leak-kinds=definite -
            --child-silent-after-fork=yes
 unit-valgrind: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== valgrind $$t"; $(VALGRIND) $$t; done
+
+# ---- fuzz harnesses (test/fuzz, libFuzzer; test/fuzz/README.md) ---------
+# The core again, with clang and coverage for libFuzzer plus ASan + UBSan, in
+# a directory of its own; each test/fuzz/fuzz_*.c links it into
+# build/fuzz/<name>.  fuzz-run runs each on a copy of its seed corpus
+# (test/fuzz/corpus/<name>), so nothing is written into the tree.
+FUZZ_CC        ?= clang
+FUZZ_SAN        = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CFLAGS     = -std=gnu11 -g -O1 $(WARN) $(COMMON_INC) -DQB_VERSION=\"$(EXTVERSION)\" $(FUZZ_SAN)
+FUZZ_CORE_DIR   = build/core-fuzz
+FUZZ_CORE_OBJS  = $(patsubst src/common/%.c,$(FUZZ_CORE_DIR)/%.o,$(COMMON_SRCS))
+FUZZ_CORE_LIB   = $(FUZZ_CORE_DIR)/libqbcore.a
+FUZZ_DIR        = build/fuzz
+FUZZ_NAMES      = $(basename $(notdir $(wildcard test/fuzz/fuzz_*.c)))
+FUZZ_BINS       = $(addprefix $(FUZZ_DIR)/,$(FUZZ_NAMES))
+FUZZ_LIBS       = -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -lpthread
+FUZZ_SECONDS   ?= 10
+FUZZ_RUNS      ?=
+
+$(FUZZ_CORE_DIR)/%.o: src/common/%.c $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+$(FUZZ_CORE_LIB): $(FUZZ_CORE_OBJS)
+	rm -f $@
+	ar rcs $@ $^
+
+# the SQL Server URL parser of the daemon (src/mssqld/odbc_url.c) for fuzz_url
+$(FUZZ_DIR)/obj/odbc_url.o: src/mssqld/odbc_url.c src/mssqld/odbc_store.h $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -D_GNU_SOURCE -Isrc/mssqld -I$(PQ_INCDIR) -c -o $@ $<
+$(FUZZ_DIR)/fuzz_url: $(FUZZ_DIR)/obj/odbc_url.o
+$(FUZZ_DIR)/fuzz_url: FUZZ_EXTRA = $(FUZZ_DIR)/obj/odbc_url.o -Isrc/mssqld -I$(PQ_INCDIR)
+
+$(FUZZ_DIR)/%: test/fuzz/%.c $(wildcard test/fuzz/*.h) $(FUZZ_CORE_LIB) $(COMMON_HDRS)
+	@mkdir -p $(FUZZ_DIR)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -Itest/fuzz -o $@ $< $(FUZZ_EXTRA) $(FUZZ_CORE_LIB) $(FUZZ_LIBS)
+
+.PHONY: fuzz fuzz-run
+fuzz: $(FUZZ_BINS)
+fuzz-run: fuzz
+	scripts/fuzz-run.sh "$(FUZZ_SECONDS)" "$(FUZZ_RUNS)" $(FUZZ_BINS)
 
 # The loopback HTTP sink used by the TAP tests, the demo and the benchmarks;
 # the broker tests' helpers come with it (scripts/test.sh runs make sink).

@@ -12,6 +12,7 @@ SUDO=""
 
 PKGS=(
   build-essential pkg-config make gcc
+  clang libclang-rt-14-dev
   postgresql-15 postgresql-server-dev-15 postgresql-client-15 libpq-dev
   libcurl4-openssl-dev libjansson-dev libyaml-dev libssl-dev libcmocka-dev
   libipc-run-perl libdbd-odbc-perl libmicrohttpd-dev

@@ -2,7 +2,8 @@
 # Run every QueueBox test on this machine, from a bare Debian 12:
 #   1. install the packages (scripts/setup.sh, idempotent)
 #   2. build with warnings as errors, install the extension
-#   3. cmocka unit tests of the core (no PostgreSQL header)
+#   3. cmocka unit tests of the core (no PostgreSQL header), then the
+#      libFuzzer harnesses of test/fuzz for a few seconds each
 #   4. pg_regress + isolation specs + TAP on temp clusters (make installcheck)
 # With SANITIZE=1 the core's unit tests run under ASan + UBSan, and the
 # extension is built with UBSan for the cluster tests, the daemon with ASan +
@@ -47,6 +48,11 @@ if [ "$SAN" != 1 ]; then
   echo "== unit tests under valgrind memcheck"
   make -s unit-valgrind
 fi
+
+# libFuzzer harnesses (clang, ASan + UBSan): a few seconds each on a copy of
+# their seed corpora, so a regression on any parser shows here
+echo "== fuzz harnesses (make fuzz-run, 4 s each)"
+make -s fuzz-run FUZZ_SECONDS=4
 
 # initdb refuses to run as root: run the cluster tests as the postgres user
 # in a copy of the tree it owns.

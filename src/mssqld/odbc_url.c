@@ -281,6 +281,16 @@ qbou_add(char **buf, size_t *len, const char *key, const char *value, QbOdbcBrac
 	return 0;
 }
 
+/* qbou_registered: one braced name ("{FreeTDS}"): no brace inside, '}' last */
+static bool
+qbou_registered(const char *driver)
+{
+	size_t		n = strlen(driver);
+
+	return n >= 2 && driver[0] == '{' && driver[n - 1] == '}' &&
+		strpbrk(driver + 1, "{}") == driver + n - 1;
+}
+
 /* qb_odbc_conn_string: see odbc_store.h. */
 char *
 qb_odbc_conn_string(const QbOdbcUrl *u, const char *default_driver, const char *application_name,
@@ -309,13 +319,28 @@ qb_odbc_conn_string(const QbOdbcUrl *u, const char *default_driver, const char *
 	};
 
 	snprintf(port, sizeof(port), "%d", u->port);
-	/* a registered driver name comes braced already ("{FreeTDS}"): as it is */
-	if (driver[0] == '{')
+	/*
+	 * a registered driver name comes braced already ("{FreeTDS}"): as it is.
+	 * Anything else is quoted: "{FreeTDS" as it is would brace every
+	 * keyword after it into the driver's name (fuzz_url).
+	 */
+	if (qbou_registered(driver))
 	{
 		if ((buf = malloc(strlen(driver) + 8)) == NULL)
 			goto oom;
 		snprintf(buf, strlen(driver) + 8, "DRIVER=%s", driver);
 		len = strlen(buf);
+	}
+	else if (style == QBO_BRACES_FREETDS13 && strchr(driver, '}') != NULL)
+	{
+		/*
+		 * the driver manager reads DRIVER as ODBC says, FreeTDS 1.3 its own
+		 * way: with a '}' in it no spelling reads the same to both (fuzz_url)
+		 */
+		snprintf(err, errlen,
+				 "database.url: the odbcDriver holds \"}\", which FreeTDS before 1.4 and the ODBC driver manager "
+				 "read differently in a connection string; use a path without braces, or FreeTDS 1.4 or later");
+		return NULL;
 	}
 	else if (qbou_add(&buf, &len, "DRIVER", driver, QBO_BRACES_ODBC, false) != 0)
 		goto oom;

@@ -146,6 +146,16 @@ test_stripe(void **state)
 	a.nsecrets = 2;
 	assert_true(qb_auth_verify(&a, get, &h, (const unsigned char *) BODY, strlen(BODY), NOW, err, sizeof(err)));
 
+	/*
+	 * the most negative timestamps: their distance from now is over 2^63 s
+	 * and was a signed overflow (UBSan in fuzz_auth, seeded with it)
+	 */
+	snprintf(v, sizeof(v), "t=-9223372036854775808,v1=%s", mac);
+	assert_false(qb_auth_verify(&a, get, &h, (const unsigned char *) BODY, strlen(BODY), NOW, err, sizeof(err)));
+	assert_non_null(strstr(err, "is 9223372038619236608 s away from now"));
+	snprintf(v, sizeof(v), "t=-99999999999999999999,v1=%s", mac);
+	assert_false(qb_auth_verify(&a, get, &h, (const unsigned char *) BODY, strlen(BODY), NOW, err, sizeof(err)));
+	assert_non_null(strstr(err, "is 9223372038619236608 s away from now"));
 	/* malformed header */
 	snprintf(v, sizeof(v), "v1=%s", mac);
 	assert_false(qb_auth_verify(&a, get, &h, (const unsigned char *) BODY, strlen(BODY), NOW, err, sizeof(err)));

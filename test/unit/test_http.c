@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -32,6 +33,7 @@
 #include <jansson.h>
 
 #include "qb_http.h"
+#include "qb_http_int.h"
 #include "qb_token.h"
 #include "qb_publish.h"
 #include "qb_sign.h"
@@ -297,6 +299,45 @@ test_invalid_row_headers(void **state)
 	qb_http_free(h);
 }
 
+/*
+ * A row header of any length is sent: the ingress stores one of up to its
+ * 64 KiB head, and fuzz_ingress found such a row refused here ("longer than
+ * 8 KiB") and dead at its first publish.
+ */
+static void
+test_long_row_header(void **state)
+{
+	char		err[512];
+	QbHttp	   *h = qb_http_new(err, sizeof(err));
+	QbDestination d = dest_for(sink_url, 5000);
+	Outcome		out = {0};
+	const char *mid = "61111111-2222-4333-8444-555555555555";
+	size_t		n = 12000;
+	char	   *value = malloc(n + 1);
+	json_t	   *row = json_object();
+	json_t	   *rec;
+	struct curl_slist *list = NULL;
+	bool		row_fault = false;
+
+	assert_non_null(h);
+	memset(value, 'v', n);
+	value[n] = '\0';
+	json_object_set_new(row, "X-Long", json_string(value));
+	assert_true(qbh_build_headers(&list, &d, mid, row, "{}", 2, &row_fault, err, sizeof(err)));
+	curl_slist_free_all(list);
+	assert_int_equal(qb_http_post(h, &d, mid, row, "{}", 2, 0, err, sizeof(err)), QB_HTTP_STARTED);
+	drive(h, &out);
+	assert_int_equal(out.n, 1);
+	assert_true(out.ok[0]);
+	rec = logged(mid);
+	assert_non_null(rec);
+	assert_string_equal(header(rec, "x-long"), value);
+	json_decref(rec);
+	json_decref(row);
+	free(value);
+	qb_http_free(h);
+}
+
 /* Many concurrent posts over kept-alive connections, then abort. */
 static void
 test_concurrency_and_abort(void **state)
@@ -353,6 +394,8 @@ test_retry_after_values(void **state)
 	char		date[64];
 
 	assert_int_equal(qb_http_retry_after_ms("120", now), 120000);
+	/* a date in year 1111111112 (fuzz_publish): the largest delay, no overflow */
+	assert_true(qb_http_retry_after_ms("Wed, 21 Oct 1111111112", now) == (LONG_MAX / 10000) * 1000);
 	assert_int_equal(qb_http_retry_after_ms(" 5 ", now), 5000);
 	assert_int_equal(qb_http_retry_after_ms("0", now), 0);
 	http_date(now + 90, date, sizeof(date));
@@ -530,6 +573,7 @@ main(void)
 		cmocka_unit_test(test_error_status),
 		cmocka_unit_test(test_refused_and_timeout),
 		cmocka_unit_test(test_invalid_row_headers),
+		cmocka_unit_test(test_long_row_header),
 		cmocka_unit_test(test_concurrency_and_abort),
 		cmocka_unit_test(test_retry_after_values),
 		cmocka_unit_test(test_outcome_details),

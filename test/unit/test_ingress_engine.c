@@ -792,6 +792,73 @@ test_truncated_then_closed(void **state)
 	fake_free(f);
 }
 
+/*
+ * A header name over 255 bytes is refused (400, nothing stored): a RabbitMQ
+ * destination could not carry it, and fuzz_ingress found such a stored row
+ * dead at its first publish (qb_amqp_headers_build).  255 bytes are taken.
+ */
+static void
+test_long_header_name(void **state)
+{
+	Fake	   *f = start(false, false);
+	int			port = port_of(f);
+	char		longname[300 + 8];
+	char		okname[255 + 8];
+	const char *bad[] = {"Idempotency-Key: ln1", longname, NULL};
+	const char *good[] = {"Idempotency-Key: ln2", okname, NULL};
+	Answer	   *a;
+
+	memset(longname, 'n', 300);
+	memcpy(longname, "X-", 2);
+	strcpy(longname + 300, ": v");
+	memset(okname, 'n', 255);
+	memcpy(okname, "X-", 2);
+	strcpy(okname + 255, ": v");
+	a = http(port, "POST", "/inbox/hook", bad, "{\"type\": \"t\"}");
+	assert_int_equal(a->status, 400);
+	assert_non_null(strstr(a->body, "is 300 bytes; header names are at most 255 bytes"));
+	a = http(port, "POST", "/inbox/hook", good, "{\"type\": \"t\"}");
+	assert_int_equal(a->status, 202);
+	stop(f);
+	assert_int_equal(f->nrows, 1);
+	assert_string_equal(f->rows[0].key, "ln2");
+	fake_free(f);
+}
+
+/*
+ * A key or event type with a control character is refused (400, nothing
+ * stored): the key travels on as the relayed row's x-idempotency-key
+ * header, and fuzz_ingress found a key of DEL bytes stored and the row
+ * refused by the HTTP publisher.  A tab is a header value's character.
+ */
+static void
+test_value_control_character(void **state)
+{
+	Fake	   *f = start(false, false);
+	int			port = port_of(f);
+	const char *hook[] = {"Idempotency-Key: cc1", NULL};
+	const char *del_body = "{\"id\": \"\\u007f\\u007fe5\"}";
+	const char *tab_body = "{\"id\": \"a\\tb\"}";
+	char		sig[128];
+	const char *gh[] = {sig, NULL};
+	Answer	   *a;
+
+	a = http(port, "POST", "/inbox/hook", hook, "{\"type\": \"order\\npaid\"}");
+	assert_int_equal(a->status, 400);
+	assert_non_null(strstr(a->body, "the event type has a control character (byte 5 is 0x0a)"));
+	github_sig(GH_SECRET, del_body, sig, sizeof(sig));
+	a = http(port, "POST", "/inbox/gh", gh, del_body);
+	assert_int_equal(a->status, 400);
+	assert_non_null(strstr(a->body, "the idempotency key has a control character (byte 0 is 0x7f)"));
+	github_sig(GH_SECRET, tab_body, sig, sizeof(sig));
+	a = http(port, "POST", "/inbox/gh", gh, tab_body);
+	assert_int_equal(a->status, 202);
+	stop(f);
+	assert_int_equal(f->nrows, 1);
+	assert_string_equal(f->rows[0].key, "a\tb");
+	fake_free(f);
+}
+
 int
 main(void)
 {
@@ -804,6 +871,8 @@ main(void)
 		cmocka_unit_test(test_reload_moves_listener),
 		cmocka_unit_test(test_metrics_null),
 		cmocka_unit_test(test_truncated_then_closed),
+		cmocka_unit_test(test_long_header_name),
+		cmocka_unit_test(test_value_control_character),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

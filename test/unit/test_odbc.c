@@ -73,6 +73,23 @@ test_conn_string(void **state)
 	assert_non_null(strstr(cs, "DRIVER=/opt/x/libtdsodbc.so;"));
 	assert_non_null(strstr(cs, ";Encryption=request;"));
 	free(cs);
+
+	/*
+	 * a driver that only starts like a braced name is quoted, not written as
+	 * it is: "{FreeT" would brace SERVER, PORT ... into the driver's name, and
+	 * "{x};Encryption=off;{y}" would add a keyword (fuzz_url's reproducer)
+	 */
+	cs = conn_string("sqlserver://queuebox:S3CR3T;x@db.internal:1433/app?encrypt=request&odbcDriver=%7BFreeT:143D",
+					 "{FreeTDS}");
+	assert_non_null(strstr(cs, "DRIVER={{FreeT:143D};SERVER=db.internal;"));
+	free(cs);
+	cs = conn_string("sqlserver://queuebox:pw@db/app?odbcDriver=%7Bx%7D;Encryption=off;%7By%7D", "{FreeTDS}");
+	assert_non_null(strstr(cs, "DRIVER={{x}};Encryption=off;{y}}};SERVER=db;"));
+	assert_non_null(strstr(cs, ";Encryption=require;"));
+	free(cs);
+	cs = conn_string("sqlserver://queuebox:pw@db/app?odbcDriver=%7BODBC%20Driver%2018%7D", "{FreeTDS}");
+	assert_non_null(strstr(cs, "DRIVER={ODBC Driver 18};SERVER=db;"));
+	free(cs);
 }
 
 /* a password with ; } { = and spaces: braced, each } doubled, percent-decoded first */
@@ -111,6 +128,18 @@ test_conn_string_freetds13(void **state)
 	assert_null(strstr(err, "a}"));
 	assert_null(conn_string_in("sqlserver://u:ab%7D@db/app", "/x/libtdsodbc.so",
 							   QBO_BRACES_FREETDS13, err, sizeof(err)));
+	/*
+	 * a driver path with a '}': the driver manager reads it as ODBC says,
+	 * FreeTDS 1.3 its own way, so it is refused (fuzz_url's reproducer)
+	 */
+	assert_null(conn_string_in("sqlserver://u:p%8D%3B@h/db?odbcDriver=/usr/lib://u:p%7D%3B@he",
+							   "/x/libtdsodbc.so", QBO_BRACES_FREETDS13, err, sizeof(err)));
+	assert_non_null(strstr(err, "the odbcDriver holds \"}\""));
+	cs = conn_string_in("sqlserver://u:p@h/db?odbcDriver=/opt/a;b/libtdsodbc.so", "/x/libtdsodbc.so",
+						QBO_BRACES_FREETDS13, err, sizeof(err));
+	assert_non_null(cs);
+	assert_non_null(strstr(cs, "DRIVER={/opt/a;b/libtdsodbc.so};SERVER=h;"));
+	free(cs);
 }
 
 static void

@@ -143,8 +143,6 @@ qbc_close(QbcEngine *e)
 static void
 qbc_reload(QbcEngine *e)
 {
-	int			nbroker = 0;
-
 	if (!qb_reload_config(e->host, e->store, &e->cfg, &e->warned_no_config, "broker messages"))
 		return;
 	qbc_close(e);
@@ -153,8 +151,6 @@ qbc_reload(QbcEngine *e)
 	e->src = qbc_pick(e->cfg, e->slot);
 	e->ops = e->src ? qb_consumer_ops(e->src->type) : NULL;
 	e->warned_idle = false;
-	for (int i = 0; e->cfg != NULL && i < e->cfg->nsources; i++)
-		nbroker += e->cfg->sources[i].type != QB_SOURCE_HTTP;
 	if (e->src != NULL && e->ops == NULL)
 		qb_log(e->host, QB_LOG_WARNING,
 			   "source \"%s\" is of type %s, which this build of QueueBox cannot consume yet; its messages stay in the broker",

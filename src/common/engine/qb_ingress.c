@@ -65,6 +65,7 @@
 #include "qb_config.h"
 #include "qb_extract.h"
 #include "qb_ingress.h"
+#include "qb_ingress_int.h"
 #include "qb_token.h"
 #include "qb_utf8.h"
 #include "qb_transform.h"
@@ -73,6 +74,7 @@
 #define QBI_ADMIN_MAX_BODY	65536
 #define QBI_STOP_DRAIN_MS	1000
 #define QBI_SWEEP_MS		100		/* the peer-close sweep, at most this often */
+#define QBI_MAX_HEADER_NAME	255		/* an AMQP table key (a shortstr) holds no more */
 
 typedef struct QbiConfigRef
 {
@@ -176,13 +178,6 @@ qbi_set(QbiRequest *r, int status, const char *word, const char *reason)
 
 /* ---- headers -------------------------------------------------------- */
 
-typedef struct QbiHeaders
-{
-	const QbSource *src;
-	json_t	   *obj;
-	char		bad[400];		/* why the first bad header is refused, "" when none */
-} QbiHeaders;
-
 /* Transport headers describe this hop, not the message: never stored. */
 static bool
 qbi_transport_header(const char *name)
@@ -197,15 +192,15 @@ qbi_transport_header(const char *name)
 	return false;
 }
 
-static enum MHD_Result
-qbi_header_cb(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
+/* qbi_header_take: see qb_ingress_int.h. */
+bool
+qbi_header_take(QbiHeaders *h, const char *name, const char *value)
 {
-	QbiHeaders *h = cls;
 	long		at;
 	json_t	   *old;
 
 	if (name == NULL || h->bad[0] != '\0')
-		return MHD_YES;
+		return true;
 	if (value == NULL)
 		value = "";
 	/*
@@ -223,23 +218,35 @@ qbi_header_cb(void *cls, enum MHD_ValueKind kind, const char *name, const char *
 				 "the header name \"%s\" is not an HTTP token (byte %ld is 0x%02x); "
 				 "header names are letters, digits and !#$%%&'*+-.^_`|~ only", shown, at,
 				 (unsigned char) name[at]);
-		return MHD_YES;
+		return true;
+	}
+	/* every destination type must be able to carry it: AMQP keys are shortstrs */
+	if (strlen(name) > QBI_MAX_HEADER_NAME)
+	{
+		char		shown[220];
+
+		qb_token_printable(shown, sizeof(shown), name, 48);
+		snprintf(h->bad, sizeof(h->bad),
+				 "the header name \"%s...\" is %zu bytes; header names are at most %d bytes "
+				 "(a RabbitMQ destination could not carry it)", shown, strlen(name),
+				 QBI_MAX_HEADER_NAME);
+		return true;
 	}
 	if (qbi_transport_header(name) || qb_header_redacted(name, h->src->auth.header))
-		return MHD_YES;
+		return true;
 	if ((at = qb_field_value_invalid_at(value)) >= 0)
 	{
 		snprintf(h->bad, sizeof(h->bad),
 				 "the %.100s header has a control character in its value (byte %ld is 0x%02x); "
 				 "send header values without control characters", name, at, (unsigned char) value[at]);
-		return MHD_YES;
+		return true;
 	}
 	if ((at = qb_utf8_invalid_at(value, strlen(value))) >= 0)
 	{
 		snprintf(h->bad, sizeof(h->bad),
 				 "the %.100s header is not valid UTF-8 (byte %ld of its value); send header values as UTF-8 (or ASCII)",
 				 name, at);
-		return MHD_YES;
+		return true;
 	}
 	/* a repeated header keeps every value, comma-separated (RFC 9110 5.3) */
 	if ((old = json_object_get(h->obj, name)) != NULL)
@@ -249,14 +256,20 @@ qbi_header_cb(void *cls, enum MHD_ValueKind kind, const char *name, const char *
 		char	   *joined = malloc(n);
 
 		if (joined == NULL)
-			return MHD_NO;
+			return false;
 		snprintf(joined, n, "%s, %s", prev, value);
 		json_object_set_new(h->obj, name, json_string(joined));
 		free(joined);
 	}
 	else
 		json_object_set_new(h->obj, name, json_string(value));
-	return MHD_YES;
+	return true;
+}
+
+static enum MHD_Result
+qbi_header_cb(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
+{
+	return qbi_header_take(cls, name, value) ? MHD_YES : MHD_NO;
 }
 
 /* for qb_auth_verify */
@@ -329,6 +342,22 @@ qbi_value(QbiRequest *r, json_t *doc, const char *path, const char *header,
 	{
 		snprintf(reason, sizeof(reason), "the %s (byte %ld) is not valid UTF-8",
 				 what, qb_utf8_invalid_at(v, strlen(v)));
+		free(owned);
+		qbi_set(r, 400, "error", reason);
+		return false;
+	}
+	/*
+	 * the key travels on as the relayed row's x-idempotency-key header, the
+	 * event type into its topic: a control character there would send the
+	 * row dead at its first publish (fuzz_ingress)
+	 */
+	if (qb_field_value_invalid_at(v) >= 0)
+	{
+		long		at = qb_field_value_invalid_at(v);
+
+		snprintf(reason, sizeof(reason),
+				 "the %s has a control character (byte %ld is 0x%02x); send it without one",
+				 what, at, (unsigned char) v[at]);
 		free(owned);
 		qbi_set(r, 400, "error", reason);
 		return false;

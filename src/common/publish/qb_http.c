@@ -33,6 +33,7 @@
 #include <jansson.h>
 
 #include "qb_http.h"
+#include "qb_http_int.h"
 #include "qb_token.h"
 #include "qb_sign.h"
 
@@ -258,17 +259,23 @@ qbh_static_has(const QbDestination *dest, const char *name)
 	return false;
 }
 
+/*
+ * qbh_append: "name: value" at the end of list; false when out of memory.
+ * Any length: the ingress stores a header of up to its 64 KiB head, and a
+ * row must not die of a header it was given (the receiver may refuse it).
+ */
 static bool
 qbh_append(struct curl_slist **list, const char *name, const char *value)
 {
-	char		line[8192];
+	size_t		size = strlen(name) + strlen(value) + 3;
+	char	   *line = malloc(size);
 	struct curl_slist *n;
-	int			len;
 
-	len = snprintf(line, sizeof(line), "%s: %s", name, value);
-	if (len < 0 || (size_t) len >= sizeof(line))
+	if (line == NULL)
 		return false;
+	snprintf(line, size, "%s: %s", name, value);
 	n = curl_slist_append(*list, line);
+	free(line);
 	if (n == NULL)
 		return false;
 	*list = n;
@@ -282,12 +289,8 @@ qbh_sign_add(void *list, const char *name, const char *value)
 	return qbh_append(list, name, value);
 }
 
-/*
- * qbh_build_headers: the row's headers, then the destination's static ones
- * (which win over a row header of the same name), then ours, then the
- * signature's (over body, timestamped now).
- */
-static bool
+/* qbh_build_headers: see qb_http_int.h. */
+bool
 qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 				  const char *message_id, const json_t *row_headers,
 				  const char *body, size_t body_len,
@@ -329,7 +332,8 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 			free(dumped);
 			if (!ok)
 			{
-				snprintf(err, errlen, "row header \"%.100s\" is longer than 8 KiB", name);
+				snprintf(err, errlen, "out of memory building headers");
+				*row_fault = false;
 				return false;
 			}
 		}
@@ -340,7 +344,7 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 			continue;
 		if (!qbh_append(list, dest->headers[i].name, dest->headers[i].value))
 		{
-			snprintf(err, errlen, "destination header \"%.100s\" is too long", dest->headers[i].name);
+			snprintf(err, errlen, "out of memory building headers");
 			*row_fault = false;
 			return false;
 		}
@@ -497,7 +501,13 @@ qb_http_retry_after_ms(const char *value, long long now)
 	}
 	if (*p == '\0' || (date = curl_getdate(p, NULL)) == -1)
 		return -1;
-	return (long long) date > now ? (long) ((long long) date - now) * 1000 : 0;
+	if ((long long) date <= now)
+		return 0;
+	/* a date in year 10^9 is as far as the largest delta-seconds, not an overflow */
+	secs = (long long) date - now;
+	if (secs > LONG_MAX / 10000)
+		secs = LONG_MAX / 10000;
+	return (long) secs * 1000;
 }
 
 /* qbh_retry_after: the Retry-After delay of a 429 or 503 answer, or -1. */

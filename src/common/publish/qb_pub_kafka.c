@@ -44,6 +44,7 @@
 #include "qb_extract.h"
 #include "qb_kafka.h"
 #include "qb_pub_kafka.h"
+#include "qb_pub_kafka_int.h"
 
 #define QBK_MSGID_HEADER "message-id"
 
@@ -323,8 +324,8 @@ qbk_prune(void *arg, const QbConfig *cfg)
 	}
 }
 
-/* qbk_headers: the row's headers (parsed by the engine) plus the message id. */
-static rd_kafka_headers_t *
+/* qbk_headers: see qb_pub_kafka_int.h. */
+rd_kafka_headers_t *
 qbk_headers(const QbMessage *m, char *err, size_t errlen)
 {
 	rd_kafka_headers_t *hdrs = rd_kafka_headers_new(8);

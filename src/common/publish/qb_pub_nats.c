@@ -50,6 +50,7 @@
 #include "qb_host.h"
 #include "qb_nats.h"
 #include "qb_pub_nats.h"
+#include "qb_pub_nats_int.h"
 
 #define QBN_ACK_WAIT_MS		5000	/* cnats's MaxWait for one async ack */
 #define QBN_GRACE_MS		5000	/* then our own deadline: a lost callback */
@@ -290,12 +291,8 @@ qbn_header_ok(const char *name, const char *value)
 	return true;
 }
 
-/*
- * qbn_headers copies the row's headers (parsed by the engine; non-strings as JSON
- * text, nulls skipped) into msg, then Nats-Msg-Id = message_id, which wins
- * over a row header of that name.  Returns a QbPubStart.
- */
-static QbPubStart
+/* qbn_headers: see qb_pub_nats_int.h. */
+QbPubStart
 qbn_headers(natsMsg *msg, const QbMessage *m, char *err, size_t errlen)
 {
 	const char *name;

@@ -125,7 +125,7 @@ qb_sign_request(const QbSigning *s, const char *message_id, long long timestamp,
 		}
 		ok = add(ctx, s->header, value);
 		if (!ok)
-			snprintf(err, errlen, "%s: the signature header could not be added (longer than 8 KiB, or out of memory)",
+			snprintf(err, errlen, "%s: the signature header could not be added (out of memory)",
 					 s->header);
 	}
 	free(value);

@@ -133,9 +133,14 @@ qba_timestamp(const QbAuth *a, const char *header, const char *value, time_t now
 	}
 	if (t < (long long) now - tol || t > (long long) now + tol)
 	{
+		/* unsigned: a timestamp near LLONG_MIN is as far as 2^63 s and more */
+		unsigned long long away = t > now ?
+			(unsigned long long) t - (unsigned long long) now :
+			(unsigned long long) now - (unsigned long long) t;
+
 		snprintf(err, errlen,
-				 "%s: the signed timestamp is %lld s away from now, more than the tolerance of %ld s (a replay, or a clock out of sync)",
-				 header, (long long) (t > now ? t - now : now - t), tol);
+				 "%s: the signed timestamp is %llu s away from now, more than the tolerance of %ld s (a replay, or a clock out of sync)",
+				 header, away, tol);
 		return false;
 	}
 	return true;

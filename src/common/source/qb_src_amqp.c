@@ -41,6 +41,8 @@
 
 #include "qb_amqp.h"
 #include "qb_src_amqp.h"
+#include "qb_src_amqp_int.h"
+#include "qb_utf8.h"
 
 #ifndef QB_VERSION
 #define QB_VERSION "dev"
@@ -75,7 +77,18 @@ qbsa_bytes(amqp_bytes_t b)
 	return s;
 }
 
-/* qbsa_value: a field value as a JSON string (strings as they are). */
+/* qbsa_text: AMQP bytes that can be stored as a JSON string (UTF-8, no NUL)? */
+static bool
+qbsa_text(amqp_bytes_t b)
+{
+	return qb_utf8_invalid_at(b.bytes, b.len) < 0;
+}
+
+/*
+ * qbsa_value: a field value as a JSON string (strings as they are); NULL for
+ * one that is left out: a string that is not UTF-8 or holds a NUL (it
+ * cannot be a JSON string PostgreSQL stores), and the kinds skipped below.
+ */
 static json_t *
 qbsa_value(const amqp_field_value_t *v)
 {
@@ -85,6 +98,8 @@ qbsa_value(const amqp_field_value_t *v)
 	{
 		case AMQP_FIELD_KIND_UTF8:
 		case AMQP_FIELD_KIND_BYTES:
+			if (!qbsa_text(v->value.bytes))
+				return NULL;
 			return json_stringn_nocheck(v->value.bytes.bytes, v->value.bytes.len);
 		case AMQP_FIELD_KIND_BOOLEAN:
 			return json_string(v->value.boolean ? "true" : "false");
@@ -125,8 +140,8 @@ qbsa_value(const amqp_field_value_t *v)
 	return json_string(buf);
 }
 
-/* qbsa_headers: the headers table as JSON object text, NULL when none. */
-static char *
+/* qbsa_headers: see qb_src_amqp_int.h. */
+char *
 qbsa_headers(const amqp_basic_properties_t *p, bool *oom)
 {
 	json_t	   *o;
@@ -141,11 +156,14 @@ qbsa_headers(const amqp_basic_properties_t *p, bool *oom)
 	for (int i = 0; i < p->headers.num_entries; i++)
 	{
 		const amqp_table_entry_t *e = &p->headers.entries[i];
-		char	   *key = qbsa_bytes(e->key);
+		char	   *key;
 		json_t	   *v;
 
-		if (key == NULL)
+		/* a name that is not UTF-8 (or holds a NUL) cannot be a JSON key: left out */
+		if (e->key.len == 0 || !qbsa_text(e->key))
 			continue;
+		if ((key = qbsa_bytes(e->key)) == NULL)
+			goto oom;
 		v = qbsa_value(&e->value);
 		if (v != NULL && json_object_set_new(o, key, v) != 0)
 		{

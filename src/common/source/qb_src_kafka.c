@@ -57,6 +57,8 @@
 
 #include "qb_kafka.h"
 #include "qb_src_kafka.h"
+#include "qb_src_kafka_int.h"
+#include "qb_utf8.h"
 
 #define QBKS_MSGID_HEADER	"message-id"
 #define QBKS_SEEK_TIMEOUT_MS 10000
@@ -299,11 +301,10 @@ qbks_fd(void *arg)
 	return ((QbksConsumer *) arg)->pipe_rd;
 }
 
-/* qbks_headers: the message's headers as a JSON object, or NULL if none. */
-static char *
-qbks_headers(const rd_kafka_message_t *m, char **message_id)
+/* qbks_headers_json: see qb_src_kafka_int.h. */
+char *
+qbks_headers_json(const rd_kafka_headers_t *hdrs, char **message_id)
 {
-	rd_kafka_headers_t *hdrs = NULL;
 	json_t	   *o;
 	const char *name;
 	const void *val;
@@ -311,8 +312,7 @@ qbks_headers(const rd_kafka_message_t *m, char **message_id)
 	char	   *text;
 
 	*message_id = NULL;
-	if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-		rd_kafka_header_cnt(hdrs) == 0)
+	if (hdrs == NULL || rd_kafka_header_cnt(hdrs) == 0)
 		return NULL;
 	/*
 	 * json_pack, not json_object(): inside the server that name is
@@ -325,9 +325,11 @@ qbks_headers(const rd_kafka_message_t *m, char **message_id)
 	{
 		/*
 		 * A header without a value is null; one that is not UTF-8 cannot be
-		 * a JSON string and is left out.  A repeated name keeps the last.
+		 * a JSON string, and one holding a NUL a string PostgreSQL's jsonb
+		 * takes: both are left out.  A repeated name keeps the last.
 		 */
-		json_t	   *v = val == NULL ? json_null() : json_stringn(val, len);
+		json_t	   *v = val == NULL ? json_null() :
+			qb_utf8_invalid_at(val, len) >= 0 ? NULL : json_stringn(val, len);
 
 		if (v == NULL)
 			continue;
@@ -342,6 +344,18 @@ qbks_headers(const rd_kafka_message_t *m, char **message_id)
 	text = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	return text;
+}
+
+/* qbks_headers: the message's headers as a JSON object, or NULL if none. */
+static char *
+qbks_headers(const rd_kafka_message_t *m, char **message_id)
+{
+	rd_kafka_headers_t *hdrs = NULL;
+
+	*message_id = NULL;
+	if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return NULL;
+	return qbks_headers_json(hdrs, message_id);
 }
 
 /*

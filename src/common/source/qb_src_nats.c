@@ -62,6 +62,8 @@
 
 #include "qb_nats.h"
 #include "qb_src_nats.h"
+#include "qb_src_nats_int.h"
+#include "qb_utf8.h"
 
 #define QBNS_FETCH_MS		5		/* one poll of the pull consumer */
 #define QBNS_API_WAIT_MS	5000	/* JetStream API requests (subscribe) */
@@ -87,8 +89,8 @@ static void qbns_close(void *p);
 
 /* ---- deliveries -------------------------------------------------------- */
 
-/* qbns_headers: the message's headers as JSON object text, NULL when none. */
-static char *
+/* qbns_headers: see qb_src_nats_int.h. */
+char *
 qbns_headers(natsMsg *m, bool *oom)
 {
 	const char **keys = NULL;
@@ -126,6 +128,13 @@ qbns_headers(natsMsg *m, bool *oom)
 			strcat(joined, vals[j]);
 		}
 		free((void *) vals);
+		/* a name or value that is not UTF-8 cannot be JSON: left out */
+		if (qb_utf8_invalid_at(keys[i], strlen(keys[i])) >= 0 ||
+			qb_utf8_invalid_at(joined, strlen(joined)) >= 0)
+		{
+			free(joined);
+			continue;
+		}
 		if (json_object_set_new(o, keys[i], json_string(joined)) != 0)
 		{
 			free(joined);

@@ -1,0 +1,25 @@
+/*-------------------------------------------------------------------------
+ * qb_src_nats_int.h
+ *	  qb_src_nats.c's message headers to JSON, exposed so they can be
+ *	  tested without a server.
+ *
+ * Internal: for the module itself and its tests and fuzz harnesses
+ * (test/fuzz); no other module includes it.
+ *-------------------------------------------------------------------------
+ */
+#ifndef QB_SRC_NATS_INT_H
+#define QB_SRC_NATS_INT_H
+
+#include <stdbool.h>
+
+#include <nats/nats.h>
+
+/*
+ * qbns_headers: the message's headers as JSON object text (malloc'd; a
+ * repeated header's values joined by ", "), NULL when it has none; *oom set
+ * when NULL means out of memory.  A header whose name or values are not
+ * UTF-8 is left out.
+ */
+extern char *qbns_headers(natsMsg *m, bool *oom);
+
+#endif							/* QB_SRC_NATS_INT_H */

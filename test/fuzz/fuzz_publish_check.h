@@ -1,0 +1,172 @@
+/*-------------------------------------------------------------------------
+ * fuzz_publish_check.h
+ *	  Row headers through each publisher's conversion (HTTP request
+ *	  headers, AMQP table, Kafka headers, NATS headers), for fuzz_publish
+ *	  and the end of fuzz_ingress.
+ *
+ * qbf_publish_all returns a bit per publisher that refused the row as it
+ * is (QBF_REFUSED_*): for fuzz_publish, a refusal must come with a message
+ * and what was accepted must be sendable; for fuzz_ingress, a row the
+ * ingress stored must be refused by none.
+ *-------------------------------------------------------------------------
+ */
+#ifndef QB_FUZZ_PUBLISH_CHECK_H
+#define QB_FUZZ_PUBLISH_CHECK_H
+
+#include <jansson.h>
+#include <curl/curl.h>
+#include <librdkafka/rdkafka.h>
+#include <nats/nats.h>
+
+#include "fuzz_common.h"
+#include "fuzz_nats.h"
+#include "qb_config.h"
+#include "qb_http_int.h"
+#include "qb_pub_amqp.h"
+#include "qb_pub_kafka_int.h"
+#include "qb_nats.h"
+#include "qb_pub_nats_int.h"
+#include "qb_token.h"
+
+#define QBF_REFUSED_HTTP	0x01
+#define QBF_REFUSED_AMQP	0x02
+#define QBF_REFUSED_KAFKA	0x04
+#define QBF_REFUSED_NATS	0x08
+
+#define QBF_MESSAGE_ID "0190d6a2-7b7e-7cc0-9a3e-2f1d7a9c4b11"
+
+/* qbf_publish_init: the NATS library, which a natsMsg needs (once, at start) */
+static inline void
+qbf_publish_init(void)
+{
+	char		err[256];
+
+	if (!qb_nats_open(err, sizeof(err)))
+	{
+		fprintf(stderr, "qb_nats_open: %s\n", err);
+		abort();
+	}
+}
+
+/* qbf_http_lines_ok: every built line is "token: value" on one line */
+static inline void
+qbf_http_lines_ok(const struct curl_slist *l)
+{
+	for (; l != NULL; l = l->next)
+	{
+		const char *colon = strchr(l->data, ':');
+		char	   *name;
+
+		if (colon == NULL)
+			qbf_fail("HTTP header line \"%.80s\" has no colon", l->data);
+		name = qbf_strndup((const uint8_t *) l->data, colon - l->data);
+		if (qb_token_invalid_at(name) >= 0)
+			qbf_fail("HTTP header line \"%.80s\": the name is not a token", l->data);
+		if (strchr(l->data, '\r') || strchr(l->data, '\n'))
+			qbf_fail("HTTP header line \"%.80s\" holds a line break", l->data);
+		free(name);
+	}
+}
+
+static inline int
+qbf_publish_all(const json_t *headers, const QbDestination *http_dest, const QbDestination *signed_dest)
+{
+	static const char body[] = "{\"id\":1}";
+	QbMessage	m = {.message_id = QBF_MESSAGE_ID, .topic = "orders.created", .key = NULL,
+	.headers = headers, .body = body, .body_len = sizeof(body) - 1};
+	char		err[512];
+	int			refused = 0;
+
+	/* HTTP: plain, then a destination with static headers and signing */
+	for (int d = 0; d < 2; d++)
+	{
+		struct curl_slist *list = NULL;
+		bool		row_fault = false;
+
+		memset(err, 'x', sizeof(err));
+		if (qbh_build_headers(&list, d ? signed_dest : http_dest, QBF_MESSAGE_ID, headers,
+							  body, sizeof(body) - 1, &row_fault, err, sizeof(err)))
+			qbf_http_lines_ok(list);
+		else
+		{
+			qbf_err_ok(err, sizeof(err), "qbh_build_headers");
+			if (err[0] == '\0')
+				qbf_fail("qbh_build_headers refused with an empty message");
+			if (row_fault)
+				refused |= QBF_REFUSED_HTTP;
+		}
+		curl_slist_free_all(list);
+	}
+
+	/* AMQP */
+	{
+		QbAmqpHeader *h = NULL;
+		int			n = 0;
+		char	   *cid = NULL;
+
+		memset(err, 'x', sizeof(err));
+		if (qb_amqp_headers_build(headers, &h, &n, &cid, err, sizeof(err)))
+		{
+			for (int i = 0; i < n; i++)
+				if (h[i].name == NULL || h[i].value == NULL || h[i].name[0] == '\0' ||
+					strlen(h[i].name) > 255)
+					qbf_fail("AMQP header %d is not a 1..255 byte name with a value", i);
+			if (cid != NULL && strlen(cid) > 255)
+				qbf_fail("AMQP correlation id over 255 bytes");
+			qb_amqp_headers_free(h, n);
+			free(cid);
+		}
+		else
+		{
+			qbf_err_ok(err, sizeof(err), "qb_amqp_headers_build");
+			if (h != NULL || n != 0 || cid != NULL)
+				qbf_fail("qb_amqp_headers_build refused but returned headers");
+			refused |= QBF_REFUSED_AMQP;
+		}
+	}
+
+	/* Kafka */
+	{
+		rd_kafka_headers_t *h;
+		const void *v;
+		size_t		len;
+
+		memset(err, 'x', sizeof(err));
+		h = qbk_headers(&m, err, sizeof(err));
+		if (h == NULL)
+			refused |= QBF_REFUSED_KAFKA;
+		else
+		{
+			if (rd_kafka_header_get_last(h, "message-id", &v, &len) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+				len != strlen(QBF_MESSAGE_ID) || memcmp(v, QBF_MESSAGE_ID, len) != 0)
+				qbf_fail("Kafka headers: the last message-id is not the message id");
+			rd_kafka_headers_destroy(h);
+		}
+	}
+
+	/* NATS */
+	{
+		natsMsg    *msg = qbf_nats_msg();
+		const char *mid = NULL;
+
+		memset(err, 'x', sizeof(err));
+		switch (qbn_headers(msg, &m, err, sizeof(err)))
+		{
+			case QB_PUB_STARTED:
+				if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &mid) != NATS_OK ||
+					strcmp(mid, QBF_MESSAGE_ID) != 0)
+					qbf_fail("NATS headers: Nats-Msg-Id is not the message id");
+				break;
+			case QB_PUB_ROW_INVALID:
+				qbf_err_ok(err, sizeof(err), "qbn_headers");
+				refused |= QBF_REFUSED_NATS;
+				break;
+			default:
+				qbf_err_ok(err, sizeof(err), "qbn_headers");
+				break;
+		}
+	}
+	return refused;
+}
+
+#endif							/* QB_FUZZ_PUBLISH_CHECK_H */
