@@ -9,6 +9,7 @@
 # A crash, leak, UBSan report or timeout fails the run; the input is kept in
 # build/fuzz/artifacts/<name>/ and the command that reproduces it is printed.
 # Leaks inside libjq itself are suppressed (test/fuzz/lsan.supp says why).
+# FUZZ_SEED=N fixes libFuzzer's random seed.
 # FUZZ_KEEP=1 keeps each run's grown corpus (build/fuzz/grown/<name>) and log.
 # The last line per harness is a summary: executions, exec/s, corpus size.
 set -uo pipefail
@@ -26,6 +27,9 @@ for bin in "$@"; do
   [ -d "$seeds" ] && cp "$seeds"/* "$work"/ 2>/dev/null
   # 10 s for one input: jq compiles and runs are the slowest (fuzz_config, fuzz_ingress)
   opts=(-timeout=10)
+  # FUZZ_SEED: the same inputs at every run (CI: a failure is a regression of
+  # the corpus or of the code, not a new find of the day)
+  [ -n "${FUZZ_SEED:-}" ] && opts+=("-seed=$FUZZ_SEED")
   [ -f "test/fuzz/$name.dict" ] && opts+=("-dict=test/fuzz/$name.dict")
   [ -f "test/fuzz/$name.options" ] && read -r -a extra < "test/fuzz/$name.options" && opts+=("${extra[@]}")
   if [ -n "$runs" ]; then

@@ -123,6 +123,31 @@ test_nats_not_utf8(void **state)
 	natsMsg_Destroy(m);
 }
 
+/* qb_nats_redact: a server list with every password hidden, a comma or '@' in one too */
+static void
+test_nats_redact(void **state)
+{
+	char		out[256];
+	static const char *const cases[][2] = {
+		{"nats://u:p@h:4222", "nats://***@h:4222"},
+		{"nats://h1:4222,nats://u:p@h2:4222", "nats://h1:4222,nats://***@h2:4222"},
+		{"nats://a:p@h1,tls://b:q@h2", "nats://***@h1,tls://***@h2"},
+		{"nats://h:4222", "nats://h:4222"},
+		/* found by fuzz_url: a comma in the password split the entry, and its first half was printed */
+		{"nats://u:S3CR3T]m.x2,PqW,PWpD:@h", "nats://***@h"},
+		{"nats://u:p@ss@h", "nats://***@h"},
+		{"u:secret@h:4222", "***@h:4222"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+	{
+		qb_nats_redact(cases[i][0], out, sizeof(out));
+		assert_string_equal(out, cases[i][1]);
+	}
+	qb_nats_redact("nats://u:p@h", out, 6);
+	assert_int_equal(strlen(out), 5);
+}
+
 int
 main(void)
 {
@@ -130,6 +155,7 @@ main(void)
 		cmocka_unit_test(test_amqp_not_utf8),
 		cmocka_unit_test(test_kafka_nul_and_utf8),
 		cmocka_unit_test(test_nats_not_utf8),
+		cmocka_unit_test(test_nats_redact),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

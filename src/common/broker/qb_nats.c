@@ -4,6 +4,7 @@
  *	  consumer; see qb_nats.h for the thread rule they serve.
  *-------------------------------------------------------------------------
  */
+#include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,6 +76,27 @@ qb_nats_options(const char *url, natsStatus *s)
 	return o;
 }
 
+/*
+ * qb_nats_segment_end: where the server list's entry at p ends: at the
+ * first comma that starts another URL (a scheme, then "://"), or at the
+ * end.  A comma that does not (one inside a password) belongs to the
+ * entry, so the entry's '@' is still found and its password hidden.
+ */
+static const char *
+qb_nats_segment_end(const char *p)
+{
+	for (const char *c = strchr(p, ','); c != NULL; c = strchr(c + 1, ','))
+	{
+		const char *q = c + 1;
+
+		while (isalpha((unsigned char) *q))
+			q++;
+		if (q > c + 1 && strncmp(q, "://", 3) == 0)
+			return c;
+	}
+	return p + strlen(p);
+}
+
 void
 qb_nats_redact(const char *url, char *out, size_t outlen)
 {
@@ -82,20 +104,24 @@ qb_nats_redact(const char *url, char *out, size_t outlen)
 
 	for (const char *p = url; *p && o + 1 < outlen;)
 	{
-		const char *end = strchr(p, ',');
+		const char *end = qb_nats_segment_end(p);
 		const char *scheme = strstr(p, "://");
-		const char *at;
-		size_t		len = end ? (size_t) (end - p) : strlen(p);
+		const char *from = scheme != NULL && scheme < end ? scheme + 3 : p;
+		const char *at = NULL;
+		size_t		len = (size_t) (end - p);
 
-		if (scheme != NULL && scheme < p + len &&
-			(at = memchr(scheme, '@', p + len - scheme)) != NULL)
+		/* the last '@' of the entry: a password may hold one too */
+		for (const char *q = from; q < end; q++)
+			if (*q == '@')
+				at = q;
+		if (at != NULL)
 			o += snprintf(out + o, outlen - o, "%.*s***%.*s",
-						  (int) (scheme + 3 - p), p, (int) (p + len - at), at);
+						  (int) (from - p), p, (int) (end - at), at);
 		else
 			o += snprintf(out + o, outlen - o, "%.*s", (int) len, p);
 		if (o >= outlen)
 			break;
-		p += len;
+		p = end;
 		if (*p == ',')
 			out[o++] = *p++;
 	}
