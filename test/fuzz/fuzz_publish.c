@@ -36,14 +36,7 @@ static QbConfig *qbf_cfg;
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	char		err[QB_ERRLEN];
-
-	qbf_publish_init();
-	if (qb_config_parse(qbf_doc, strlen(qbf_doc), &qbf_cfg, err, sizeof(err)) != 0)
-	{
-		fprintf(stderr, "fuzz_publish: the harness's configuration is refused: %s\n", err);
-		abort();
-	}
+	qbf_cfg = qbf_publish_setup("fuzz_publish", qbf_doc);
 	return 0;
 }
 

@@ -48,6 +48,25 @@ qbf_publish_init(void)
 	}
 }
 
+/*
+ * qbf_publish_setup: qbf_publish_init, then the harness's fixed configuration
+ * doc parsed (a harness whose own document is refused is a bug: abort)
+ */
+static inline QbConfig *
+qbf_publish_setup(const char *harness, const char *doc)
+{
+	char		err[QB_ERRLEN];
+	QbConfig   *cfg = NULL;
+
+	qbf_publish_init();
+	if (qb_config_parse(doc, strlen(doc), &cfg, err, sizeof(err)) != 0)
+	{
+		fprintf(stderr, "%s: the harness's configuration is refused: %s\n", harness, err);
+		abort();
+	}
+	return cfg;
+}
+
 /* qbf_http_lines_ok: every built line is "token: value" on one line */
 static inline void
 qbf_http_lines_ok(const struct curl_slist *l)
