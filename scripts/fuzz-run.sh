@@ -40,7 +40,9 @@ for bin in "$@"; do
     opts+=("-max_total_time=$secs")
   fi
   log=$work.log
-  echo "== $name (${runs:+$runs runs}${runs:-$secs s}, $(ls "$work" | wc -l) seeds)"
+  bound="$secs s"
+  [ -n "$runs" ] && bound="$runs runs"
+  echo "== $name ($bound, $(ls "$work" | wc -l) seeds)"
   ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1} \
   LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/test/fuzz/lsan.supp:print_suppressions=0} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \

@@ -3,7 +3,8 @@
 #   consumer stores what the stream holds as inbox rows (key = Nats-Msg-Id,
 #   else "stream/sequence"; headers; payload); a second stream message with
 #   a Nats-Msg-Id already stored is a duplicate; a body that is not JSON is a
-#   dead row and is acknowledged; acknowledgements wait for the commit (a
+#   dead row and is acknowledged, and so is a message whose key has a
+#   control character (under a made-up key); acknowledgements wait for the commit (a
 #   consumer worker killed while its store is blocked loses nothing and
 #   stores nothing twice); a store that fails naks with a delay and loses
 #   nothing; nats-server stopped (TERM, then KILL) while a batch is in its
@@ -123,6 +124,23 @@ qb_wait_query($node, "SELECT state FROM queuebox.inbox WHERE idempotency_key = '
 is(row('bad-1')->{payload}, 'not json at all', 'the dead row keeps the body as a JSON string');
 is(inbox_count(), $before + 1, 'one row more');
 drained('the non-JSON message is acknowledged (nothing pending on the durable)');
+
+# ---- a key with a control character: a dead row under a made-up key (the
+# relay would send it on as x-idempotency-key, which every destination
+# refuses); an event type with one is left out
+$before = inbox_count();
+nats_publish($nats, 'ev.ctl', '{"type":"ctl\u0001type","n":1}', headers => { 'Nats-Msg-Id' => "ctl\x01key" });
+qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE source = 'ev'", $before + 1,
+	'the message whose key has a control character is stored', timeout => 60);
+my $ctl = decode_json($node->safe_psql('postgres',
+	"SELECT row_to_json(i) FROM queuebox.inbox i WHERE source = 'ev' ORDER BY id DESC LIMIT 1"));
+is($ctl->{state}, 'dead', 'a key with a control character: the row is dead');
+like($ctl->{idempotency_key}, qr/^no-key:[0-9a-f-]{36}$/, 'a key with a control character: stored under a made-up key');
+like($ctl->{last_error}, qr/the message's idempotency key has a control character/,
+	'a key with a control character: last_error says so');
+is($ctl->{event_type}, undef, 'an event type with a control character is left out');
+is(inbox_count(q{idempotency_key LIKE 'ctl%'}), '0', 'the key with the control character is stored nowhere');
+drained('the message with the bad key is acknowledged');
 
 # ---- acknowledged only after the commit: kill -9 while the store is blocked
 $before = inbox_count();

@@ -40,6 +40,7 @@
 #include "qb_src_amqp.h"
 #include "qb_src_kafka.h"
 #include "qb_src_nats.h"
+#include "qb_token.h"
 #include "qb_transform.h"
 #include "qb_utf8.h"
 
@@ -203,12 +204,25 @@ qbc_header(json_t *headers, const char *name)
 	return NULL;
 }
 
-/* qbc_usable: a key, type or aggregate id that a text column can hold. */
-static bool
-qbc_usable(const char *v)
+/*
+ * qbc_unusable: why a key, type or aggregate id cannot be stored, or NULL
+ * when it can.  Besides what a text column holds, no control character but
+ * tab: the relay sends the key on as the x-idempotency-key header and the
+ * event type into the topic, where one would send the row dead at its first
+ * publish (the ingress refuses them with 400 for the same reason).
+ */
+static const char *
+qbc_unusable(const char *v)
 {
-	return v != NULL && v[0] != '\0' && strlen(v) <= QBC_MAX_VALUE_BYTES &&
-		qb_utf8_invalid_at(v, strlen(v)) < 0;
+	if (v == NULL || v[0] == '\0')
+		return "is missing (none at idempotencyKeyPath or idempotencyKeyHeader, and no broker message id)";
+	if (strlen(v) > QBC_MAX_VALUE_BYTES)
+		return "is longer than 1024 bytes";
+	if (qb_utf8_invalid_at(v, strlen(v)) >= 0)
+		return "is not valid UTF-8";
+	if (qb_field_value_invalid_at(v) >= 0)
+		return "has a control character";
+	return NULL;
 }
 
 /*
@@ -228,6 +242,7 @@ qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_
 	json_t	   *headers = d->headers && (s->idempotency_key_header || s->event_type_header) ?
 		json_loads(d->headers, 0, NULL) : NULL;
 	char		uuid[QB_UUID_LEN + 1];
+	const char *bad;
 
 	memset(r, 0, sizeof(*r));
 	/* 1. extract */
@@ -248,12 +263,12 @@ qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_
 	if (doc != NULL && s->aggregate_id_path != NULL)
 		r->aggregate_id = qb_jsonpath_text(doc, s->aggregate_id_path);
 	json_decref(headers);
-	if (r->event_type != NULL && !qbc_usable(r->event_type))
+	if (r->event_type != NULL && qbc_unusable(r->event_type) != NULL)
 	{
 		free(r->event_type);
 		r->event_type = NULL;
 	}
-	if (r->aggregate_id != NULL && !qbc_usable(r->aggregate_id))
+	if (r->aggregate_id != NULL && qbc_unusable(r->aggregate_id) != NULL)
 	{
 		free(r->aggregate_id);
 		r->aggregate_id = NULL;
@@ -272,7 +287,7 @@ qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_
 		json_decref(doc);
 		r->payload = strndup(d->body, d->len);
 	}
-	if (!qbc_usable(r->key))
+	if ((bad = qbc_unusable(r->key)) != NULL)
 	{
 		/* a dead row still needs a unique key: it is made up, and says so */
 		free(r->key);
@@ -283,7 +298,12 @@ qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_
 			return false;
 		snprintf(r->key, strlen(uuid) + 8, "no-key:%s", uuid);
 		if (r->dead_error == NULL)
-			r->dead_error = strdup("the message has no usable idempotency key (none at idempotencyKeyPath or idempotencyKeyHeader, no broker message id, or longer than 1024 bytes, or not UTF-8); set one, then requeue the row");
+		{
+			snprintf(msg, sizeof(msg),
+					 "the message's idempotency key %s; it is kept dead under a made-up key: requeue it to deliver it anyway, and send later messages with a usable key (UTF-8, up to 1024 bytes, no control character)",
+					 bad);
+			r->dead_error = strdup(msg);
+		}
 	}
 
 	/* 2. transform (only what is JSON: a dead row is kept as it came) */
