@@ -175,7 +175,8 @@ sink: test/sink/qb_sink brokers-tools
 test/sink/qb_sink: test/sink/qb_sink.c
 	$(UNIT_CC) -std=gnu11 -O2 $(WARN) -o $@ $< -lmicrohttpd -ljansson
 
-brokers-tools: test/brokers/amqp_tool test/brokers/nats_tool test/brokers/kafka_mock
+brokers-tools: test/brokers/amqp_tool test/brokers/nats_tool test/brokers/kafka_mock \
+               test/brokers/nats_fetch_check
 
 # A small AMQP client for TAP 010: declare, bind, count and fetch messages.
 test/brokers/amqp_tool: test/brokers/amqp_tool.c
@@ -184,6 +185,11 @@ test/brokers/amqp_tool: test/brokers/amqp_tool.c
 # The NATS TAP test's client: create streams, read them back (no nats CLI).
 test/brokers/nats_tool: test/brokers/nats_tool.c
 	$(UNIT_CC) -std=gnu11 -O2 $(WARN) -o $@ $< -lnats -ljansson
+
+# TAP 015's check of a NATS fetch that starts with messages waiting: the
+# source's own consumer from the core
+test/brokers/nats_fetch_check: test/brokers/nats_fetch_check.c $(CORE_LIB) $(COMMON_HDRS)
+	$(UNIT_CC) $(UNIT_CFLAGS) -o $@ $< $(CORE_LIB) $(UNIT_LIBS) $(QB_EXTRA_LDFLAGS)
 
 # The Kafka cluster of TAP 011: librdkafka's mock cluster in a helper process.
 test/brokers/kafka_mock: test/brokers/kafka_mock.c

@@ -20,7 +20,9 @@
 #            of a pull source.
 # For each worker of a phase: RssAnon when the phase has moved 20 % of its
 # messages (after warm-up: caches, pools, the first transforms) and at its
-# end, and the growth between the two (the issue's target: < 5 %).  Nothing
+# end, and the growth between the two (the issue's target: < 5 %); and
+# RssAnon at each fifth of the messages, the curve that tells a cache that
+# fills once (flat after it) from a leak (a step at every fifth).  Nothing
 # here is an anchor ratio: memory is compared with itself, so the figures do
 # not depend on how fast the machine is that day.
 #
@@ -112,11 +114,14 @@ SAMPLER_PID=$!
 # mark PHASE DONE: the moment the phase has moved DONE messages (20 % and 100 %)
 mark() { echo "$(date +%s) $1 $2" >>"$WORK/marks.log"; }
 
-wait_count() { # wait_count PHASE SQL TARGET: polls until SQL gives TARGET; marks 20 % and the end
-	local ph=$1 sql=$2 target=$3 n=0 marked=0 deadline=$(( EPOCHSECONDS + TIMEOUT ))
+wait_count() { # wait_count PHASE SQL TARGET: polls until SQL gives TARGET; marks 20, 40, 60, 80 % and the end
+	local ph=$1 sql=$2 target=$3 n=0 fifth=1 deadline=$(( EPOCHSECONDS + TIMEOUT ))
 	while (( EPOCHSECONDS < deadline )); do
 		n=$(q bench "$sql")
-		if (( ! marked && n * 5 >= target )); then mark "$ph" warm; marked=1; fi
+		while (( fifth < 5 && n * 5 >= fifth * target )); do
+			mark "$ph" "p$(( fifth * 20 ))"
+			fifth=$(( fifth + 1 ))
+		done
 		(( n >= target )) && { mark "$ph" end; return 0; }
 		sleep 1
 	done
@@ -184,8 +189,9 @@ drives = {"outbox": ["queuebox_outbox"], "relay": ["queuebox_relay", "queuebox_o
           "ingress": ["queuebox_ingress"], "nats": ["queuebox_consumer"]}
 rows = []
 for ph, m in marks.items():
-    if "warm" not in m or "end" not in m:
+    if "p20" not in m or "end" not in m:
         continue
+    m["warm"] = m["p20"]
     for bt in drives.get(ph, []):
         pids = sorted({r[3] for r in rss if r[1] == ph and r[2].startswith(bt)})
         for pid in pids:
@@ -197,7 +203,11 @@ for ph, m in marks.items():
             peak = max(kb for t, kb in s)
             start = s[0][1]
             g = 100.0 * (end - warm) / warm if warm else 0.0
-            rows.append(f"| {ph} | {bt.replace('_', ' ')} (pid {pid}) | {m['end'] - m['start']} | {start / 1024:.1f} | {warm / 1024:.1f} | {end / 1024:.1f} | {peak / 1024:.1f} | {g:+.1f} % |")
+            # the curve: a cache that fills stops climbing, a leak climbs at each fifth
+            curve = " / ".join(f"{next((kb for t, kb in s if t >= m[k]), s[-1][1]) / 1024:.2f}"
+                               for k in ("p20", "p40", "p60", "p80") if k in m)
+            curve += f" / {end / 1024:.2f}"
+            rows.append(f"| {ph} | {bt.replace('_', ' ')} (pid {pid}) | {m['end'] - m['start']} | {start / 1024:.1f} | {warm / 1024:.1f} | {end / 1024:.1f} | {peak / 1024:.1f} | {g:+.1f} % | {curve} |")
 print("\n".join(rows))
 EOF
 )
@@ -208,8 +218,8 @@ EOF
 	qb_bench_machine
 	echo "PostgreSQL $(q postgres 'SHOW server_version'), shared_buffers $SB; $NATS_VERSION; wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}')."
 	echo
-	echo "| phase | worker | seconds | RssAnon at start (MB) | at warm (MB) | at end (MB) | peak (MB) | growth end/warm |"
-	echo "|---|---|---|---|---|---|---|---|"
+	echo "| phase | worker | seconds | RssAnon at start (MB) | at warm (MB) | at end (MB) | peak (MB) | growth end/warm | at 20/40/60/80/100 % (MB) |"
+	echo "|---|---|---|---|---|---|---|---|---|"
 	echo "$SUMMARY"
 	echo
 } | tee "$WORK/section.md"

@@ -13,10 +13,13 @@
 #   stop and after the restart is stored once and the durable drains;
 #   SIGHUP and SIGTERM reach the consumer worker while its NATS connection
 #   is open; a durable made by hand is used as it is, its low MaxAckPending
-#   raised, and one without explicit acks is refused.
+#   raised, and one without explicit acks is refused; a fetch that starts
+#   with messages waiting in the subscription takes at most a batch and
+#   corrupts nothing (test/brokers/nats_fetch_check).
 use strict;
 use warnings;
 
+use IPC::Run;
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -74,6 +77,22 @@ sub drained
 }
 
 is(inbox_count(), '0', 'the inbox is empty before the test');
+
+# ---- a fetch that starts with messages waiting in the subscription (cnats
+# 3.4.1's Fetch(n) wrote past its array there: qb_src_nats.c, "Fetching"),
+# through the source's own consumer, with glibc's malloc checks on
+{
+	nats_add_stream($nats, 'FC', 'fc.>');
+	my $debug = '/lib/x86_64-linux-gnu/libc_malloc_debug.so.0';
+	my %env = -e $debug ? (LD_PRELOAD => $debug, MALLOC_CHECK_ => 3) : ();
+	my ($out, $err) = ('', '');
+	local @ENV{ keys %env } = values %env;
+	IPC::Run::run([ qb_test_binary('test/brokers/nats_fetch_check'), $nats->{url}, 'FC', 'fc' ],
+		'<', \undef, '>', \$out, '2>', \$err);
+	is($? ? "exit status $? $err" : $out, "ok 18 messages, at most 10 a fetch\n",
+		'a fetch that starts with 8 messages waiting and more coming: at most a batch, each message once'
+		  . (%env ? ' (glibc malloc checks on)' : ''));
+}
 
 # ---- N messages: keys, headers, payload
 my $pub = nats_publish($nats, 'ev.order', '{"type":"order.created","n":{i}}', n => 4,

@@ -22,12 +22,27 @@
  *	  QueueBox published dedups on its outbox message_id), its position
  *	  "stream/stream_sequence", the key when nothing better exists.
  *
+ * Fetching: fetch() sends one pull request for what the subscription does
+ * not already hold (JetStream's CONSUMER.MSG.NEXT, batch and expiry of
+ * QBNS_FETCH_MS), then takes the messages one at a time with
+ * natsSubscription_Fetch(1) until the batch is full or QBNS_FETCH_MS has
+ * passed.  Never a Fetch of a whole batch: cnats 3.4.1 (Debian 12's) writes
+ * past its message array when a Fetch(n) starts with more than n/2 messages
+ * already waiting in the subscription (messages of an earlier request that
+ * came after its deadline, common under load): it asks the server for the
+ * rest, then stops only when its count equals that rest, which it has
+ * passed (nats.c #749, fixed in 3.8.3).  The consumer worker died of it
+ * with "malloc(): invalid size" in bench/soak.  With a Fetch of one the
+ * count is 0 or 1 and cannot pass.  Messages that arrive after a round's
+ * deadline wait in the subscription for the next round, which asks for
+ * that many fewer.
+ *
  * Waiting: a pull subscription is synchronous and offers no fd.  fetch()
- * polls with natsSubscription_Fetch bounded by QBNS_FETCH_MS, and the
- * engine calls it at least every ~100 ms (it waits min(fd, 100 ms)).  The
- * trade-off: an idle source answers a new message within ~100 ms, not at
- * once, and each idle poll costs the worker a few ms and one small request
- * to the server.  fd() is a pipe that we write ourselves when a fetch
+ * polls, bounded by QBNS_FETCH_MS, and the engine calls it at least every
+ * ~100 ms (it waits min(fd, 100 ms)).  The trade-off: an idle source
+ * answers a new message within ~100 ms, not at once, and each idle poll
+ * costs the worker a few ms and two small requests to the server (ours,
+ * and the one a Fetch(1) sends when nothing waits).  fd() is a pipe that we write ourselves when a fetch
  * brought messages, so a backlog is drained batch after batch without
  * sleeping.
  *
@@ -83,6 +98,8 @@ typedef struct QbnsConsumer
 	int			pipe_w;
 	char		url[256];		/* redacted, for messages */
 	char	   *what;			/* "stream S, subject X, durable D" */
+	char	   *next_subj;		/* $JS.API.CONSUMER.MSG.NEXT.<stream>.<durable> */
+	const char *inbox;			/* the subscription's subject (cnats owns it) */
 } QbnsConsumer;
 
 static void qbns_close(void *p);
@@ -209,6 +226,23 @@ qbns_take(QbnsConsumer *c, uint64_t handle)
 	return m;
 }
 
+/* qbns_inbox, qbns_waiting: see qb_src_nats_int.h. */
+const char *
+qbns_inbox(void *consumer)
+{
+	return ((QbnsConsumer *) consumer)->inbox;
+}
+
+int
+qbns_waiting(void *consumer)
+{
+	int			n = 0;
+
+	if (natsSubscription_GetPending(((QbnsConsumer *) consumer)->sub, &n, NULL) != NATS_OK)
+		return -1;
+	return n;
+}
+
 /* ---- the ops ----------------------------------------------------------- */
 
 /*
@@ -299,6 +333,12 @@ qbns_open(const QbSource *src, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		goto err;
 	}
+	if (asprintf(&c->next_subj, "$JS.API.CONSUMER.MSG.NEXT.%s.%s", src->stream, durable) < 0)
+	{
+		c->next_subj = NULL;
+		snprintf(err, errlen, "out of memory");
+		goto err;
+	}
 
 	/* the connection's threads start here: with every signal blocked */
 	qb_nats_block_signals(&old);
@@ -325,6 +365,8 @@ qbns_open(const QbSource *src, char *err, size_t errlen)
 		so.Config.MaxAckPending = exists ? 0 : want;
 		s = js_PullSubscribe(&c->sub, c->js, src->subject, durable, NULL, &so, &jerr);
 	}
+	if (s == NATS_OK && (c->inbox = natsSubscription_GetSubject(c->sub)) == NULL)
+		s = NATS_ERR;
 	qb_nats_restore_signals(&old);
 	if (refused)
 		goto err;				/* qbns_durable's words are in err */
@@ -376,6 +418,7 @@ qbns_close(void *p)
 	if (c->pipe_w >= 0)
 		close(c->pipe_w);
 	free(c->what);
+	free(c->next_subj);
 	free(c);
 }
 
@@ -385,17 +428,42 @@ qbns_fd(void *p)
 	return ((QbnsConsumer *) p)->pipe_r;
 }
 
+/*
+ * qbns_take_one: one message of the subscription, waiting up to wait_ms
+ * (see "Fetching" in the banner: never more than one per Fetch).  Returns
+ * the cnats status; *m is the message when it is NATS_OK.
+ */
+static natsStatus
+qbns_take_one(QbnsConsumer *c, long wait_ms, natsMsg **m, jsErrCode *jerr)
+{
+	natsMsgList list = {0};
+	natsStatus	s = natsSubscription_Fetch(&list, c->sub, 1, wait_ms > 0 ? wait_ms : 1, jerr);
+
+	*m = NULL;
+	if (s == NATS_OK && list.Count == 1)
+	{
+		*m = list.Msgs[0];
+		list.Msgs[0] = NULL;	/* ours now, not the list's */
+	}
+	else if (s == NATS_OK)
+		s = NATS_TIMEOUT;
+	natsMsgList_Destroy(&list);
+	return s;
+}
+
 static int
 qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
 {
 	QbnsConsumer *c = p;
-	natsMsgList list = {0};
 	jsErrCode	jerr = 0;
-	natsStatus	s;
+	natsStatus	s = NATS_OK;
 	natsConnStatus st;
 	char		buf[64];
+	char		req[64];
 	char		why[300];
+	int			waiting = 0;
 	int			k = 0;
+	long		deadline;
 
 	while (read(c->pipe_r, buf, sizeof(buf)) > 0)
 		;
@@ -421,24 +489,30 @@ qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
 		c->cap = cap;
 	}
 
-	s = natsSubscription_Fetch(&list, c->sub, max, QBNS_FETCH_MS, &jerr);
-	if (s == NATS_TIMEOUT)
-		return 0;
-	if (s != NATS_OK)
+	/* one request for what is not already waiting here */
+	if (natsSubscription_GetPending(c->sub, &waiting, NULL) != NATS_OK)
+		waiting = 0;
+	if (waiting < max)
 	{
-		if (natsConnection_Status(c->nc) == NATS_CONN_STATUS_RECONNECTING)
-			return 0;
-		qb_nats_status_text(s, why, sizeof(why));
-		snprintf(err, errlen, "fetching from NATS at %s (%s) failed: %s (err_code %d)",
-				 c->url, c->what, why, (int) jerr);
-		return -1;
-	}
-	for (int i = 0; i < list.Count; i++)
-	{
-		natsMsg    *m = list.Msgs[i];
+		int			len = snprintf(req, sizeof(req), "{\"batch\":%d,\"expires\":%lld}",
+								   max - waiting, (long long) QBNS_FETCH_MS * 1000000LL);
 
-		list.Msgs[i] = NULL;	/* ours now, not the list's */
-		if (k < max && qbns_fill(m, &out[k]))
+		s = natsConnection_PublishRequest(c->nc, c->next_subj, c->inbox, req, len);
+	}
+	deadline = qb_now_ms() + QBNS_FETCH_MS;
+	while (s == NATS_OK && k < max)
+	{
+		long		left = deadline - qb_now_ms();
+		natsMsg    *m;
+
+		/* past the deadline: only what is already here, no new request */
+		if (left <= 0 &&
+			(natsSubscription_GetPending(c->sub, &waiting, NULL) != NATS_OK || waiting == 0))
+			break;
+		s = qbns_take_one(c, left, &m, &jerr);
+		if (s != NATS_OK)
+			break;
+		if (qbns_fill(m, &out[k]))
 		{
 			out[k].handle = c->nheld;
 			c->held[c->nheld++] = m;
@@ -452,11 +526,22 @@ qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
 			natsMsg_Destroy(m);
 		}
 	}
-	natsMsgList_Destroy(&list);
+	/* the end of a wait (408) or of nothing to fetch (404) is no failure */
+	if (s != NATS_OK && s != NATS_TIMEOUT && s != NATS_NOT_FOUND && k == 0)
+	{
+		if (natsConnection_Status(c->nc) == NATS_CONN_STATUS_RECONNECTING)
+			return 0;
+		qb_nats_status_text(s, why, sizeof(why));
+		snprintf(err, errlen, "fetching from NATS at %s (%s) failed: %s (err_code %d)",
+				 c->url, c->what, why, (int) jerr);
+		return -1;
+	}
 	/*
 	 * Messages came: more may wait, come back at once.  Not only when the
 	 * fetch was full: one that ends at its 5 ms expiry a few messages short
 	 * is common under load, and waiting 100 ms after it cut the rate tenfold.
+	 * (A failure after some messages: they are handed over, and the next
+	 * fetch meets the failure again.)
 	 */
 	if (k > 0)
 		(void) !write(c->pipe_w, "x", 1);

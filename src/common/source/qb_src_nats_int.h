@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  * qb_src_nats_int.h
  *	  qb_src_nats.c's message headers to JSON, exposed so they can be
- *	  tested without a server.
+ *	  tested without a server; and two looks inside a consumer for the
+ *	  fetch check (test/brokers/nats_fetch_check.c).
  *
  * Internal: for the module itself and its tests and fuzz harnesses
  * (test/fuzz); no other module includes it.
@@ -21,5 +22,12 @@
  * UTF-8 is left out.
  */
 extern char *qbns_headers(natsMsg *m, bool *oom);
+
+/* A consumer's (qb_nats_consumer.open's) subscription subject: the inbox
+ * its pull requests name as reply. */
+extern const char *qbns_inbox(void *consumer);
+
+/* How many messages wait in that subscription, not yet fetched. */
+extern int	qbns_waiting(void *consumer);
 
 #endif							/* QB_SRC_NATS_INT_H */
