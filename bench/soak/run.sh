@@ -101,7 +101,8 @@ echo "none" >"$WORK/phase"
 	while :; do
 		ph=$(cat "$WORK/phase")
 		now=$(date +%s)
-		q bench "SELECT pid || '|' || backend_type FROM pg_stat_activity WHERE backend_type LIKE 'queuebox %'" 2>/dev/null |
+		# a server that restarts after a worker's crash must not end the sampler
+		{ q bench "SELECT pid || '|' || backend_type FROM pg_stat_activity WHERE backend_type LIKE 'queuebox %'" 2>/dev/null || true; } |
 			while IFS='|' read -r pid bt; do
 				kb=$(awk '/^RssAnon:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
 				[[ -n "$kb" ]] && echo "$now $ph ${bt// /_} $pid $kb"
@@ -117,7 +118,7 @@ mark() { echo "$(date +%s) $1 $2" >>"$WORK/marks.log"; }
 wait_count() { # wait_count PHASE SQL TARGET: polls until SQL gives TARGET; marks 20, 40, 60, 80 % and the end
 	local ph=$1 sql=$2 target=$3 n=0 fifth=1 deadline=$(( EPOCHSECONDS + TIMEOUT ))
 	while (( EPOCHSECONDS < deadline )); do
-		n=$(q bench "$sql")
+		n=$(q bench "$sql" 2>/dev/null || echo "$n")   # the same through a crash restart
 		while (( fifth < 5 && n * 5 >= fifth * target )); do
 			mark "$ph" "p$(( fifth * 20 ))"
 			fifth=$(( fifth + 1 ))
@@ -221,6 +222,10 @@ EOF
 	echo "| phase | worker | seconds | RssAnon at start (MB) | at warm (MB) | at end (MB) | peak (MB) | growth end/warm | at 20/40/60/80/100 % (MB) |"
 	echo "|---|---|---|---|---|---|---|---|---|"
 	echo "$SUMMARY"
+	echo
+	# a worker that died and was restarted starts its memory afresh: the figures would hide it
+	CRASHES=$(grep -c "was terminated by signal" "$WORK/pg.log" || true)
+	echo "Workers that crashed during the run (server log, \"terminated by signal\"): $CRASHES."
 	echo
 } | tee "$WORK/section.md"
 if ((RECORD)); then cat "$WORK/section.md" >>"$ROOT/bench/RESULTS.md"; log "recorded in bench/RESULTS.md"; fi

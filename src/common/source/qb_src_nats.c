@@ -25,8 +25,8 @@
  * Fetching: fetch() sends one pull request for what the subscription does
  * not already hold (JetStream's CONSUMER.MSG.NEXT, batch and expiry of
  * QBNS_FETCH_MS), then takes the messages one at a time with
- * natsSubscription_Fetch(1) until the batch is full or QBNS_FETCH_MS has
- * passed.  Never a Fetch of a whole batch: cnats 3.4.1 (Debian 12's) writes
+ * natsSubscription_Fetch(1), each when the subscription holds one, until
+ * the batch is full or QBNS_FETCH_MS has passed.  Never a Fetch of a whole batch: cnats 3.4.1 (Debian 12's) writes
  * past its message array when a Fetch(n) starts with more than n/2 messages
  * already waiting in the subscription (messages of an earlier request that
  * came after its deadline, common under load): it asks the server for the
@@ -41,10 +41,11 @@
  * polls, bounded by QBNS_FETCH_MS, and the engine calls it at least every
  * ~100 ms (it waits min(fd, 100 ms)).  The trade-off: an idle source
  * answers a new message within ~100 ms, not at once, and each idle poll
- * costs the worker a few ms and two small requests to the server (ours,
- * and the one a Fetch(1) sends when nothing waits).  fd() is a pipe that we write ourselves when a fetch
- * brought messages, so a backlog is drained batch after batch without
- * sleeping.
+ * costs the worker a few ms of looking every QBNS_LOOK_US and one small
+ * request to the server (two when a 408 waits: the Fetch(1) that takes it
+ * finds no message and asks for one).  fd() is a pipe that we write
+ * ourselves when a fetch brought messages, so a backlog is drained batch
+ * after batch without sleeping.
  *
  * Acknowledgement: ack() runs only after the engine committed the rows;
  * the last ack of a batch is synchronous, so the batch's acks reached the
@@ -81,6 +82,7 @@
 #include "qb_utf8.h"
 
 #define QBNS_FETCH_MS		5		/* one poll of the pull consumer */
+#define QBNS_LOOK_US		200		/* how often a poll looks for arrivals */
 #define QBNS_API_WAIT_MS	5000	/* JetStream API requests (subscribe) */
 #define QBNS_ACK_WAIT_MS	2000	/* the synchronous last ack of a batch */
 #define QBNS_MIN_ACK_PENDING 1000	/* the server's default MaxAckPending */
@@ -502,14 +504,31 @@ qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
 	deadline = qb_now_ms() + QBNS_FETCH_MS;
 	while (s == NATS_OK && k < max)
 	{
-		long		left = deadline - qb_now_ms();
 		natsMsg    *m;
 
-		/* past the deadline: only what is already here, no new request */
-		if (left <= 0 &&
-			(natsSubscription_GetPending(c->sub, &waiting, NULL) != NATS_OK || waiting == 0))
-			break;
-		s = qbns_take_one(c, left, &m, &jerr);
+		/*
+		 * Nothing here yet: wait for our request's messages by looking, not
+		 * in a Fetch, which would send a request of its own each time (one
+		 * message each, and a 408 for each that expires).
+		 */
+		if (natsSubscription_GetPending(c->sub, &waiting, NULL) != NATS_OK)
+			waiting = 0;
+		if (waiting == 0)
+		{
+			if (qb_now_ms() >= deadline)
+				break;
+			usleep(QBNS_LOOK_US);
+			continue;
+		}
+		/* what waits may be only a status (408: a request ended): no message then */
+		s = qbns_take_one(c, 1, &m, &jerr);
+		if (s == NATS_TIMEOUT || s == NATS_NOT_FOUND)
+		{
+			s = NATS_OK;
+			if (qb_now_ms() >= deadline)
+				break;
+			continue;
+		}
 		if (s != NATS_OK)
 			break;
 		if (qbns_fill(m, &out[k]))
