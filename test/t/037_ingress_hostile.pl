@@ -51,8 +51,9 @@ sub server_sockets
 
 sub connect_raw
 {
-	return IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp')
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp')
 	  or die "connect: $!";
+	return $s;
 }
 
 # exchange($bytes): send, then read what comes back for up to half a second;
