@@ -330,10 +330,17 @@ func scenarioLostLease(t *testing.T, b *backend) {
 	waitTrue(t, "the lease to be seen lost", func() bool { return w.w.Counters().LeaseLost > 0 })
 	c := w.stop()
 	same(t, "the handler saw its context cancelled", atomic.LoadInt32(&sawCancel), 1)
+	sameLostLease(t, b, c)
+}
+
+// sameLostLease: a run that lost its lease counted it, completed nothing,
+// wrote nothing, and left the row to the claimer that took it over.
+func sameLostLease(t *testing.T, b *backend, c Counters) {
+	t.Helper()
 	same(t, "lease lost, completed, retried + dead", []int64{c.LeaseLost, c.Completed, c.Retried + c.Dead},
 		[]int64{1, 0, 0})
 	same(t, "biz rows", b.rows(t, "SELECT count(*) FROM {biz}"), 0)
-	// the other claimer still holds it: nothing of the cancelled run changed the row
+	// the other claimer still holds it: nothing of the lost run changed the row
 	same(t, "the inbox", b.rows(t, "SELECT state, attempt FROM {inbox}"), "processing:0")
 }
 
@@ -360,10 +367,7 @@ func scenarioLostAtCompletion(t *testing.T, b *backend) {
 	})
 	waitTrue(t, "the completion to be seen lost", func() bool { return w.w.Counters().LeaseLost > 0 })
 	c := w.stop()
-	same(t, "lease lost, completed, retried + dead", []int64{c.LeaseLost, c.Completed, c.Retried + c.Dead},
-		[]int64{1, 0, 0})
-	same(t, "biz rows", b.rows(t, "SELECT count(*) FROM {biz}"), 0)
-	same(t, "the inbox", b.rows(t, "SELECT state, attempt FROM {inbox}"), "processing:0")
+	sameLostLease(t, b, c)
 }
 
 // 4. retry then success; a custom policy sends a parse error straight to dead

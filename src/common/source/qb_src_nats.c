@@ -241,7 +241,7 @@ qbns_waiting(void *consumer)
 	int			n = 0;
 
 	if (natsSubscription_GetPending(((QbnsConsumer *) consumer)->sub, &n, NULL) != NATS_OK)
-		return -1;
+		return 0;
 	return n;
 }
 
@@ -431,15 +431,16 @@ qbns_fd(void *p)
 }
 
 /*
- * qbns_take_one: one message of the subscription, waiting up to wait_ms
- * (see "Fetching" in the banner: never more than one per Fetch).  Returns
- * the cnats status; *m is the message when it is NATS_OK.
+ * qbns_take_one: one message of the subscription (see "Fetching" in the
+ * banner: never more than one per Fetch), called when something waits
+ * there.  *m is NULL when what waited was only a status (408, 404: a
+ * request ended), which is no failure.
  */
 static natsStatus
-qbns_take_one(QbnsConsumer *c, long wait_ms, natsMsg **m, jsErrCode *jerr)
+qbns_take_one(QbnsConsumer *c, natsMsg **m, jsErrCode *jerr)
 {
 	natsMsgList list = {0};
-	natsStatus	s = natsSubscription_Fetch(&list, c->sub, 1, wait_ms > 0 ? wait_ms : 1, jerr);
+	natsStatus	s = natsSubscription_Fetch(&list, c->sub, 1, 1, jerr);
 
 	*m = NULL;
 	if (s == NATS_OK && list.Count == 1)
@@ -447,10 +448,8 @@ qbns_take_one(QbnsConsumer *c, long wait_ms, natsMsg **m, jsErrCode *jerr)
 		*m = list.Msgs[0];
 		list.Msgs[0] = NULL;	/* ours now, not the list's */
 	}
-	else if (s == NATS_OK)
-		s = NATS_TIMEOUT;
 	natsMsgList_Destroy(&list);
-	return s;
+	return s == NATS_TIMEOUT || s == NATS_NOT_FOUND ? NATS_OK : s;
 }
 
 static int
@@ -492,8 +491,7 @@ qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
 	}
 
 	/* one request for what is not already waiting here */
-	if (natsSubscription_GetPending(c->sub, &waiting, NULL) != NATS_OK)
-		waiting = 0;
+	waiting = qbns_waiting(c);
 	if (waiting < max)
 	{
 		int			len = snprintf(req, sizeof(req), "{\"batch\":%d,\"expires\":%lld}",
@@ -504,33 +502,23 @@ qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
 	deadline = qb_now_ms() + QBNS_FETCH_MS;
 	while (s == NATS_OK && k < max)
 	{
-		natsMsg    *m;
+		natsMsg    *m = NULL;
 
 		/*
-		 * Nothing here yet: wait for our request's messages by looking, not
-		 * in a Fetch, which would send a request of its own each time (one
-		 * message each, and a 408 for each that expires).
+		 * Take a message only when one waits; nothing here yet: look again
+		 * shortly, not in a Fetch, which would send a request of its own each
+		 * time (one message each, and a 408 for each that expires).
 		 */
-		if (natsSubscription_GetPending(c->sub, &waiting, NULL) != NATS_OK)
-			waiting = 0;
-		if (waiting == 0)
-		{
-			if (qb_now_ms() >= deadline)
-				break;
-			usleep(QBNS_LOOK_US);
-			continue;
-		}
-		/* what waits may be only a status (408: a request ended): no message then */
-		s = qbns_take_one(c, 1, &m, &jerr);
-		if (s == NATS_TIMEOUT || s == NATS_NOT_FOUND)
-		{
-			s = NATS_OK;
-			if (qb_now_ms() >= deadline)
-				break;
-			continue;
-		}
-		if (s != NATS_OK)
+		if ((waiting = qbns_waiting(c)) > 0 && (s = qbns_take_one(c, &m, &jerr)) != NATS_OK)
 			break;
+		if (m == NULL)
+		{
+			if (qb_now_ms() >= deadline)
+				break;
+			if (waiting == 0)
+				usleep(QBNS_LOOK_US);
+			continue;
+		}
 		if (qbns_fill(m, &out[k]))
 		{
 			out[k].handle = c->nheld;
@@ -545,8 +533,7 @@ qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
 			natsMsg_Destroy(m);
 		}
 	}
-	/* the end of a wait (408) or of nothing to fetch (404) is no failure */
-	if (s != NATS_OK && s != NATS_TIMEOUT && s != NATS_NOT_FOUND && k == 0)
+	if (s != NATS_OK && k == 0)
 	{
 		if (natsConnection_Status(c->nc) == NATS_CONN_STATUS_RECONNECTING)
 			return 0;

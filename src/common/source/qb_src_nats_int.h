@@ -27,7 +27,8 @@ extern char *qbns_headers(natsMsg *m, bool *oom);
  * its pull requests name as reply. */
 extern const char *qbns_inbox(void *consumer);
 
-/* How many messages wait in that subscription, not yet fetched. */
+/* How many messages (statuses too) wait in that subscription, not yet
+ * fetched; 0 when it cannot say.  fetch() uses it as well. */
 extern int	qbns_waiting(void *consumer);
 
 #endif							/* QB_SRC_NATS_INT_H */
