@@ -8,7 +8,7 @@
 #   make fuzz-run FUZZ_SECONDS=N   run each for N seconds (FUZZ_RUNS=N: N inputs)
 #
 EXTENSION   = queuebox
-EXTVERSION  = 0.3.1
+EXTVERSION  = 0.3.2
 MODULE_big  = queuebox
 
 # The core (src/common), by folder: engine/ (the engine loops and their host
@@ -85,11 +85,13 @@ sql/queuebox--%.sql: sql/schema/upgrade/%.sql
 	  cat $<; } > $@
 
 # PGXS tracks no header dependencies: a struct that grows in a header must
-# rebuild every object, or two objects disagree on its layout.
-$(OBJS): $(COMMON_HDRS) $(wildcard src/pgext/*.h)
+# rebuild every object, or two objects disagree on its layout.  The
+# Makefile too: QB_VERSION comes from it, and a library built before a
+# version bump would refuse the schema it installs.
+$(OBJS): $(COMMON_HDRS) $(wildcard src/pgext/*.h) Makefile
 $(shlib): $(CORE_LIB)
 
-$(CORE_DIR)/%.o: src/common/%.c $(COMMON_HDRS)
+$(CORE_DIR)/%.o: src/common/%.c $(COMMON_HDRS) Makefile
 	@mkdir -p $(dir $@)
 	$(CORE_CC) $(CORE_CFLAGS) -c -o $@ $<
 $(CORE_LIB): $(CORE_OBJS)
@@ -214,7 +216,7 @@ DAEMON_SCHEMA  = sql/daemon/begin-postgresql.sql sql/schema/tables.sql sql/daemo
 DAEMON_MSSQL   = sql/sqlserver/tables.sql sql/sqlserver/topics.sql sql/sqlserver/engine.sql sql/sqlserver/operations.sql
 DAEMON_PREFIX ?= /usr/local
 
-$(DAEMON_DIR)/%.o: src/mssqld/%.c $(COMMON_HDRS) $(wildcard src/mssqld/*.h)
+$(DAEMON_DIR)/%.o: src/mssqld/%.c $(COMMON_HDRS) $(wildcard src/mssqld/*.h) Makefile
 	@mkdir -p $(dir $@)
 	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
 

@@ -62,6 +62,7 @@ typedef struct FakeRow
 	int			attempt;
 	char		token[QB_UUID_LEN + 1];
 	long		due_ms;
+	int64_t		after;			/* claimable once this row is sent (0: any time) */
 	int			settles;		/* settles that applied */
 	QbSettleKind last_kind;
 	long		last_delay;
@@ -88,6 +89,9 @@ typedef struct Fake
 	int			tally_failed[8];	/* per destination index of the config */
 	char		tally_names[8][64];
 	int			ntally_names;
+	int			failures[8];	/* the breaker's count, by tally_index, as its SQL keeps it */
+	int			most_failures[8];	/* the highest count it reached */
+	int64_t		msg_base;		/* message ids: msg_base + id (the sink counts per id) */
 } Fake;
 
 static int
@@ -143,6 +147,8 @@ fake_claim(Fake *f, const QbClaimReq *c, QbCycleOut *out)
 
 		if (r->state != ROW_PENDING || r->due_ms > now)
 			continue;
+		if (r->after > 0 && fake_row(f, r->after)->state != ROW_SENT)
+			continue;
 		if (r->destination[0] == '\0')
 		{
 			if (unrouted <= 0)
@@ -163,7 +169,7 @@ fake_claim(Fake *f, const QbClaimReq *c, QbCycleOut *out)
 		o = &out->rows[out->nrows++];
 		o->id = r->id;
 		snprintf(o->message_id, sizeof(o->message_id), "00000000-0000-4000-8000-%012lld",
-				 (long long) r->id);
+				 (long long) (f->msg_base + r->id));
 		o->topic = strdup(r->topic);
 		o->payload = strdup(r->payload);
 		o->payload_len = strlen(r->payload);
@@ -184,8 +190,19 @@ fake_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 	Fake	   *f = ctx;
 
 	memset(out, 0, sizeof(*out));
+	/* the breaker statement's rule: a success resets the count, else failures add */
 	for (int i = 0; i < ntallies; i++)
-		f->tally_failed[tally_index(f, tallies[i].destination)] += tallies[i].failed;
+	{
+		int			t = tally_index(f, tallies[i].destination);
+
+		f->tally_failed[t] += tallies[i].failed;
+		if (tallies[i].ok > 0 && !tallies[i].gone)
+			f->failures[t] = 0;
+		else
+			f->failures[t] += tallies[i].failed;
+		if (f->failures[t] > f->most_failures[t])
+			f->most_failures[t] = f->failures[t];
+	}
 	for (int i = 0; i < nsettles; i++)
 	{
 		const QbSettle *s = &settles[i];
@@ -223,7 +240,19 @@ fake_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 		}
 	}
 	if (claim != NULL)
+	{
+		out->states = calloc(8, sizeof(QbDestState));
+		for (int t = 0; t < f->ntally_names; t++)
+			if (f->failures[t] > 0)
+			{
+				QbDestState *st = &out->states[out->nstates++];
+
+				st->destination = strdup(f->tally_names[t]);
+				st->state = QB_CIRCUIT_CLOSED;
+				st->failures = f->failures[t];
+			}
 		fake_claim(f, claim, out);
+	}
 	return 0;
 }
 
@@ -449,6 +478,40 @@ test_retry_then_dead_and_no_route(void **state)
 }
 
 /*
+ * A success resets the breaker's count: an endpoint whose messages each
+ * fail once and then succeed, one message at a time, never has more than
+ * one failure counted.  (The engine once skipped a success's tally while
+ * the circuit was closed, so the count grew 1, 2, ... across successes
+ * until the circuit opened on a healthy endpoint.)
+ */
+static void
+test_success_resets_breaker_count(void **state)
+{
+	Fake	   *f = fake_new();
+	QbOutboxStats stats = {0};
+	FakeRow    *rows[8];
+	int			t;
+
+	f->msg_base = 1000;
+	for (int i = 0; i < 8; i++)
+	{
+		rows[i] = add_row(f, "web.flaky", NULL, "{\"_sink\": {\"fail\": 1}}");
+		rows[i]->after = i > 0 ? rows[i - 1]->id : 0;
+	}
+	run(f, &stats);
+	for (int i = 0; i < 8; i++)
+	{
+		assert_int_equal(rows[i]->state, ROW_SENT);
+		assert_int_equal(rows[i]->attempt, 2);
+	}
+	t = tally_index(f, "web");
+	assert_int_equal(f->tally_failed[t], 8);
+	assert_int_equal(f->most_failures[t], 1);
+	assert_int_equal(f->failures[t], 0);
+	free(f);
+}
+
+/*
  * The row's headers are parsed once, by the engine, for every publisher:
  * headers that are not a JSON object make the row dead at once, no
  * attempt counted and no request made; the row's headers reach the
@@ -500,6 +563,7 @@ main(void)
 		cmocka_unit_test(test_delivers_every_row_once),
 		cmocka_unit_test(test_retry_then_dead_and_no_route),
 		cmocka_unit_test(test_row_headers_parsed_once),
+		cmocka_unit_test(test_success_resets_breaker_count),
 		cmocka_unit_test(test_unrouted_claims_follow_their_destinations),
 	};
 

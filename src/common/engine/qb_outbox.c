@@ -99,6 +99,7 @@ typedef struct QboDest
 	int			sending;
 	int			queued;
 	QbCircuit	state;			/* from the last claim's states */
+	int			failures;		/* counted: the last claim's states, then our tallies */
 	bool		paused;
 	bool		probe;			/* we won its half-open probe and not yet sent it */
 	int64_t		floor;			/* its intake: ids above this only */
@@ -614,7 +615,10 @@ qbo_tally_cmp(const void *a, const void *b)
 /*
  * qbo_tally_needed: a destination's successes change nothing the breaker
  * keeps when it is closed, unpaused and has no failures counted (as the
- * last claim saw it): then the cycle need not lock its row.
+ * last claim saw it, and our own tallies since): then the cycle need not
+ * lock its row.  With failures counted a success must reach the row, for
+ * it resets the count; skipped, the count of an endpoint that fails now
+ * and then would only grow until the circuit opened.
  */
 static bool
 qbo_tally_needed(QboEngine *e, const QbDestTally *t)
@@ -623,7 +627,30 @@ qbo_tally_needed(QboEngine *e, const QbDestTally *t)
 
 	if (t->failed > 0 || t->gone || t->retry_after_ms > 0 || i < 0)
 		return true;
-	return e->dests[i].state != QB_CIRCUIT_CLOSED || e->dests[i].paused || e->dests[i].probe;
+	return e->dests[i].state != QB_CIRCUIT_CLOSED || e->dests[i].failures > 0 ||
+		e->dests[i].paused || e->dests[i].probe;
+}
+
+/*
+ * qbo_apply_tallies: what the breaker statement did to the count, as the
+ * tallies it was given say (its rule: a success resets, else failures
+ * add), so a settle with no claim after it leaves the view right for the
+ * next one.  A claim's states, read after, replace it.
+ */
+static void
+qbo_apply_tallies(QboEngine *e, const QbDestTally *t, int n)
+{
+	for (int k = 0; k < n; k++)
+	{
+		int			i = qbo_dest_index(e, t[k].destination);
+
+		if (i < 0)
+			continue;
+		if (t[k].ok > 0 && !t[k].gone)
+			e->dests[i].failures = 0;
+		else
+			e->dests[i].failures += t[k].failed;
+	}
 }
 
 /* qbo_apply_states takes the destination states a claim read. */
@@ -634,6 +661,7 @@ qbo_apply_states(QboEngine *e, const QbCycleOut *out)
 	for (int i = 0; i < e->cfg->ndestinations; i++)
 	{
 		e->dests[i].state = QB_CIRCUIT_CLOSED;
+		e->dests[i].failures = 0;
 		e->dests[i].paused = false;
 		e->dests[i].probe = false;
 	}
@@ -644,6 +672,7 @@ qbo_apply_states(QboEngine *e, const QbCycleOut *out)
 		if (i < 0)
 			continue;
 		e->dests[i].state = out->states[j].state;
+		e->dests[i].failures = out->states[j].failures;
 		e->dests[i].paused = out->states[j].paused;
 		e->dests[i].probe = out->states[j].probe;
 	}
@@ -876,6 +905,7 @@ qbo_cycle(QboEngine *e, bool claim)
 		e->stats->claim_ms += qb_now_ms() - t0;
 	else
 		e->stats->settle_ms += qb_now_ms() - t0;
+	qbo_apply_tallies(e, tallies, nkept);
 	qbo_apply_changes(e, &out);
 	rc = 0;
 	if (claim)
