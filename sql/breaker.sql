@@ -136,6 +136,13 @@ SELECT queuebox.resume_destination('web');
 SELECT * FROM circuit WHERE destination = 'web';
 -- resuming a closed destination changes nothing
 SELECT queuebox.resume_destination('web');
+-- closed with a failure counted, or a pause whose time is over: it held no
+-- row, so resumed is false; the count and the old pause are cleared
+SELECT * FROM pg_temp.breaker('web', 0, 1, error => 'HTTP 500');
+SELECT queuebox.resume_destination('web');
+UPDATE queuebox.destination_state SET paused_until = now() - interval '1 second' WHERE destination = 'web';
+SELECT queuebox.resume_destination('web');
+SELECT * FROM circuit WHERE destination = 'web';
 SELECT id, claimed FROM queuebox._outbox_claim(10, 60000, 10, '55555555-5555-5555-5555-555555555555',
   1000, ARRAY['web'], ARRAY[10]);
 SELECT queuebox._outbox_settle('55555555-5555-5555-5555-555555555555',

@@ -368,19 +368,27 @@ COMMENT ON FUNCTION queuebox.destination_status() IS
 /*
  * resume_destination(name): close the circuit of a destination (disabled by
  * a 410, or open), clear its failures and pause; its held rows are
- * delivered again.  True when it was not simply closed.
+ * delivered again.  True when it was holding rows: not closed, or paused
+ * (a pause whose time is over holds nothing).  A closed destination with
+ * failures counted has them cleared, and answers false.
  */
 CREATE FUNCTION queuebox.resume_destination(name text) RETURNS boolean
 	LANGUAGE sql VOLATILE
 	AS $$
-	WITH u AS (
+	WITH o AS (
+		SELECT d.destination, d.state <> 'closed' OR coalesce(d.paused_until > now(), false) AS held
+		FROM queuebox.destination_state d
+		WHERE d.destination = resume_destination.name
+		FOR UPDATE),
+	u AS (
 		UPDATE queuebox.destination_state d
 		SET state = 'closed', failures = 0, paused_until = NULL, probe_at = NULL,
-			opened_at = NULL, changed_at = now()
-		WHERE d.destination = resume_destination.name
+			opened_at = NULL, changed_at = CASE WHEN d.state = 'closed' THEN d.changed_at ELSE now() END
+		FROM o
+		WHERE d.destination = o.destination
 		  AND (d.state <> 'closed' OR d.failures > 0 OR d.paused_until IS NOT NULL)
-		RETURNING 1)
-	SELECT count(*) = 1 FROM u, LATERAL (SELECT queuebox._arm_outbox_wake()) w
+		RETURNING o.held)
+	SELECT coalesce(bool_or(u.held), false) FROM u, LATERAL (SELECT queuebox._arm_outbox_wake()) w
 $$;
 COMMENT ON FUNCTION queuebox.resume_destination(text) IS
 	'Close a destination''s circuit (after a 410 Gone, or to end an open one now); its held rows are delivered again.';

@@ -167,20 +167,34 @@ BEGIN
 END
 GO
 
-/* resume_destination: close a destination's circuit; resumed 1 when it was not simply closed. */
+/*
+ * resume_destination: close a destination's circuit, clear its failures and
+ * pause; resumed 1 when it was holding rows (not closed, or paused until a
+ * time still ahead), 0 when it was simply closed.  The row is read under an
+ * update lock first (no OUTPUT clause: engine.sql's banner), in the
+ * caller's transaction or, outside one, its own.
+ */
 CREATE PROCEDURE queuebox.resume_destination @name NVARCHAR(200)
 AS
 BEGIN
 	SET NOCOUNT ON;
-	DECLARE @n INT;
+	SET XACT_ABORT ON;
+	DECLARE @held BIT = 0;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
 
+	IF @own = 1
+		BEGIN TRANSACTION;
+	SELECT @held = CASE WHEN state <> N'closed' OR paused_until > SYSUTCDATETIME() THEN 1 ELSE 0 END
+	FROM queuebox.destination_state WITH (UPDLOCK, ROWLOCK)
+	WHERE destination = @name;
 	UPDATE queuebox.destination_state
 	SET state = N'closed', failures = 0, paused_until = NULL, probe_at = NULL, opened_at = NULL,
-		changed_at = SYSUTCDATETIME()
+		changed_at = CASE WHEN state = N'closed' THEN changed_at ELSE SYSUTCDATETIME() END
 	WHERE destination = @name
 	  AND (state <> N'closed' OR failures > 0 OR paused_until IS NOT NULL);
-	SET @n = @@ROWCOUNT;
-	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS resumed;
+	IF @own = 1
+		COMMIT TRANSACTION;
+	SELECT @held AS resumed;
 END
 GO
 

@@ -6,7 +6,10 @@
 #     sent until POST /admin/destinations/{name}/resume (401 without the
 #     token);
 #   - Retry-After on a 429 pauses the destination and delays the retry;
-#   - a probe row whose own backoff is not over is still sent as the probe.
+#   - a probe row whose own backoff is not over is still sent as the probe;
+#   - a success resets the count: messages that each fail once and then
+#     succeed, one at a time, never open the circuit; resume of a closed
+#     destination answers resumed: false.
 #   Every phase counts rows before and after; waits are bounded polls.
 use strict;
 use warnings;
@@ -26,6 +29,7 @@ my $r_port = qb_free_port();
 my $sink_r = qb_sink_start(name => 'brk_r', port => $r_port, status => 500);
 my $sink_g = qb_sink_start(name => 'brk_gone');
 my $sink_p = qb_sink_start(name => 'brk_pause');
+my $sink_f = qb_sink_start(name => 'brk_flaky');
 my $n_port = qb_free_port();
 my $sink_n = qb_sink_start(name => 'brk_n', port => $n_port, status => 500);
 my $http_port = qb_free_port();
@@ -52,8 +56,9 @@ sub config
 			g => $d->($sink_g->{url}),
 			p => $d->($sink_p->{url}),
 			n => $d->($sink_n->{url}, circuitBreaker => { failures => 1, cooldownMs => 500 }),
+			f => $d->($sink_f->{url}, circuitBreaker => { failures => 3, cooldownMs => 60000 }),
 		},
-		routes => [ map { { topicPattern => "$_.**", destination => $_ } } qw(r g p n) ]);
+		routes => [ map { { topicPattern => "$_.**", destination => $_ } } qw(r g p n f) ]);
 }
 qb_configure($node, config());
 qb_wait_for(sub { $http->get("$base/healthz")->{status} == 200 }, 'the HTTP listener is up', timeout => 30);
@@ -217,9 +222,38 @@ qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE topic = 'n.ev'", '
 	'probe: once n answers 200, a probe closes it and the row is sent', timeout => 30);
 is(qb_dest_status($node, 'n')->{state}, 'closed', 'probe: n is closed');
 
+# ==== 9. a success resets the count (docs/delivery.md)
+# Six messages, one at a time, each failing once and then succeeding: with
+# circuitBreaker.failures 3 the circuit must never open, and the count is
+# back to 0 after each success.  (The engine once skipped a success's
+# tally while the circuit was closed: the count grew 1, 2, 3 and f opened.)
+$log_offset = -s $node->logfile;
+qb_configure($node, config());
+qb_wait_for(sub { qb_log_count($node, qr/queuebox outbox \d: configuration loaded/, $log_offset) >= 2 },
+	'reset: both workers loaded the short backoff again', timeout => 30);
+my @counts;
+for my $i (1 .. 6)
+{
+	qb_insert_keyed($node, "f.ev$i", 1, 1, "fk$i", '{"fail": 1}');
+	qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE topic = 'f.ev$i'", 'sent',
+		"reset: message $i fails once, then is sent", timeout => 30);
+	my $fs = qb_dest_status($node, 'f');
+	push @counts, "$fs->{state}/$fs->{failures}";
+}
+is(join(' ', @counts), join(' ', ('closed/0') x 6),
+	'reset: after each success f is closed with no failure counted');
+is(join(',', map { scalar @{ $_ } } values %{ qb_sink_by_id($sink_f) }), join(',', (2) x 6),
+	'reset: each message was requested twice (a 500, then a 200)');
+is(qb_log_count($node, qr/destination f: circuit/, $log_offset), 0, 'reset: f\'s circuit never moved');
+$r = $http->request('POST', "$base/admin/destinations/f/resume", { headers => \%auth });
+is($r->{content}, '{"known" : true, "resumed" : false}', 'resume of a closed destination answers resumed: false');
+# p's Retry-After pause of section 6 is over: p is simply closed
+$r = $http->request('POST', "$base/admin/destinations/p/resume", { headers => \%auth });
+is($r->{content}, '{"known" : true, "resumed" : false}', 'resume of a destination whose pause is over answers resumed: false');
+
 is(qb_count($node, "state <> 'sent'"), '0', 'every row of the test ends sent');
-is(qb_outbox_count($node), 100 + 40 + 11 + 1, 'and the outbox holds them all');
+is(qb_outbox_count($node), 100 + 40 + 11 + 1 + 6, 'and the outbox holds them all');
 
 $node->stop;
-qb_sink_stop($_) for ($sink_r2, $sink_g, $sink_p, $sink_n2);
+qb_sink_stop($_) for ($sink_r2, $sink_g, $sink_p, $sink_n2, $sink_f);
 done_testing();

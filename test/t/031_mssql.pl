@@ -426,9 +426,10 @@ is(qbd_wait_exit($d, 30), 0, 'the daemon stops');
 	}
 }
 
-# ---- an upgrade: the schema the 0.3.0 daemon made (test/fixtures), filled,
-# then --migrate: no row changes, a claim made before still completes, and
-# the objects are a fresh install's
+# ---- upgrades: the schema the 0.3.0 and the 0.3.1 daemon made
+# (test/fixtures), filled, then --migrate: no row changes, a claim made
+# before still completes, resume_destination answers as 0.3.2 says, and the
+# objects are a fresh install's
 sub rows_text
 {
 	my ($sql) = @_;
@@ -447,40 +448,77 @@ sub objects
 my $inbox_rows = q{SELECT id, source, idempotency_key, aggregate_id, payload, state, attempt,
 	CONVERT(NVARCHAR(40), claim_token), CONVERT(NVARCHAR(40), lease_until, 126), hold
 	FROM queuebox.inbox ORDER BY id};
-mssql_reset($dbh);
+# upgrade_from($from): the fixture of $from installed and filled, then
+# --migrate through every later step
+sub upgrade_from
 {
-	my $text = slurp_file("$FindBin::RealBin/../fixtures/daemon-0.3.0-sqlserver.sql");
-	$dbh->begin_work;
-	mssql_do($dbh, $_) for grep { /\S/ } split /^GO[ \t]*\r?$/m, $text;
-	mssql_do($dbh, 'INSERT INTO queuebox.schema_version (version) VALUES (?)', '0.3.0');
-	$dbh->commit;
+	my ($from) = @_;
+	my @steps = grep { my ($f) = m{/([\d.]+)--[\d.]+\.sql$}; version_cmp($f, $from) >= 0 }
+	  glob("$FindBin::RealBin/../../sql/sqlserver/upgrade/*--*.sql");
+	mssql_reset($dbh);
+	{
+		my $text = slurp_file("$FindBin::RealBin/../fixtures/daemon-$from-sqlserver.sql");
+		$dbh->begin_work;
+		mssql_do($dbh, $_) for grep { /\S/ } split /^GO[ \t]*\r?$/m, $text;
+		mssql_do($dbh, 'INSERT INTO queuebox.schema_version (version) VALUES (?)', $from);
+		$dbh->commit;
+	}
+	is(mssql_value($dbh, 'SELECT queuebox._schema_version()'), $from, "the $from daemon's schema is installed");
+	mssql_do($dbh, q{INSERT INTO queuebox.inbox (source, idempotency_key, aggregate_id, payload, consumption)
+		VALUES (N'tasks', N'u-1', N'a', N'{"n": 1}', N'pull'), (N'tasks', N'u-2', N'a', N'{"n": 2}', N'pull'),
+		       (N'tasks', N'u-3', N'b', N'{"n": 3}', N'pull'), (N'hooks', N'h-1', NULL, N'{}', N'push')});
+	mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload) VALUES (N'orders.created', N'k1', N'{"o": 1}')});
+	# breaker rows: closed with a count, a pause that is over, a pause ahead, open
+	mssql_do($dbh, q{INSERT INTO queuebox.destination_state (destination, state, failures, paused_until)
+		VALUES (N'flaky', N'closed', 2, NULL), (N'waited', N'closed', 0, DATEADD(hour, -1, SYSUTCDATETIME())),
+		       (N'paused', N'closed', 0, DATEADD(hour, 1, SYSUTCDATETIME())), (N'broken', N'open', 5, NULL)});
+	my $outbox_rows = q{SELECT id, CONVERT(NVARCHAR(40), message_id), topic, [key], payload, state, attempt FROM queuebox.outbox ORDER BY id};
+	my $breaker_rows = q{SELECT destination, state, failures, CONVERT(NVARCHAR(40), paused_until, 126)
+		FROM queuebox.destination_state ORDER BY destination};
+	my ($outbox_before, $breaker_before) = map { rows_text($_) } ($outbox_rows, $breaker_rows);
+	my $held = claim(3);
+	is(scalar(@$held), 2, "$from: a claim takes a row of each aggregate (u-2 waits behind u-1)");
+	my $inbox_before = rows_text($inbox_rows);
+	$r = qbd_run('--config', qbd_write_conf(conf(), "upgrade-$from"), '--migrate');
+	is($r->[0], 0, "--migrate on the $from schema exits 0") or diag $r->[2];
+	like($r->[2], qr/upgraded the QueueBox schema from \Q$from\E to \Q$version\E/, "--migrate says it upgraded from $from");
+	is(mssql_value($dbh, 'SELECT queuebox._schema_version()'), $version, "_schema_version() says $version");
+	is(mssql_value($dbh, 'SELECT COUNT(*) FROM queuebox.schema_version'), 1 + @steps,
+		"schema_version records $from and each of the " . scalar(@steps) . ' steps after it');
+	is(rows_text($inbox_rows), $inbox_before, "$from: the migration changes no inbox row");
+	is(rows_text($outbox_rows), $outbox_before, "$from: the migration changes no outbox row");
+	is(rows_text($breaker_rows), $breaker_before, "$from: the migration changes no breaker row");
+	is(mssql_value($dbh, example('complete'), $held->[0][0], $held->[0][1]), 1,
+		"$from: a claim made before the upgrade completes with its token");
+	is(join(' ', map { "$_=" . mssql_value($dbh, 'EXEC queuebox.resume_destination ?', $_) } qw(broken flaky paused waited)),
+		'broken=1 flaky=0 paused=1 waited=0',
+		"$from: resume_destination then answers 1 only where rows were held (open, paused ahead)");
+	is(rows_text(q{SELECT destination, state, failures, CASE WHEN paused_until IS NULL THEN 1 ELSE 0 END
+		FROM queuebox.destination_state ORDER BY destination}),
+		"broken|closed|0|1\nflaky|closed|0|1\npaused|closed|0|1\nwaited|closed|0|1",
+		"$from: and leaves each closed with its count and pause cleared");
+	return objects();
 }
-is(mssql_value($dbh, 'SELECT queuebox._schema_version()'), '0.3.0', "the 0.3.0 daemon's schema is installed");
-mssql_do($dbh, q{INSERT INTO queuebox.inbox (source, idempotency_key, aggregate_id, payload, consumption)
-	VALUES (N'tasks', N'u-1', N'a', N'{"n": 1}', N'pull'), (N'tasks', N'u-2', N'a', N'{"n": 2}', N'pull'),
-	       (N'tasks', N'u-3', N'b', N'{"n": 3}', N'pull'), (N'hooks', N'h-1', NULL, N'{}', N'push')});
-mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload) VALUES (N'orders.created', N'k1', N'{"o": 1}')});
-my $outbox_rows = q{SELECT id, CONVERT(NVARCHAR(40), message_id), topic, [key], payload, state, attempt FROM queuebox.outbox ORDER BY id};
-my $outbox_before = rows_text($outbox_rows);
-my $held = claim(3);
-is(scalar(@$held), 2, '0.3.0: a claim takes a row of each aggregate (u-2 waits behind u-1)');
-my $inbox_before = rows_text($inbox_rows);
-$r = qbd_run('--config', qbd_write_conf(conf(), 'upgrade'), '--migrate');
-is($r->[0], 0, '--migrate on the 0.3.0 schema exits 0') or diag $r->[2];
-like($r->[2], qr/upgraded the QueueBox schema from 0\.3\.0 to \Q$version\E/, '--migrate says it upgraded from 0.3.0');
-is(mssql_value($dbh, 'SELECT queuebox._schema_version()'), $version, "_schema_version() says $version");
-is(mssql_value($dbh, 'SELECT COUNT(*) FROM queuebox.schema_version'), 2, 'schema_version records both versions');
-is(rows_text($inbox_rows), $inbox_before,
-	'the migration changes no inbox row');
-is(rows_text($outbox_rows), $outbox_before,
-	'the migration changes no outbox row');
-is(mssql_value($dbh, example('complete'), $held->[0][0], $held->[0][1]), 1, 'a claim made before the upgrade completes with its token');
-my $upgraded = objects();
+
+# version_cmp: "0.3.0" against "0.3.1", as sort -V does
+sub version_cmp
+{
+	my @a = split /\./, $_[0];
+	my @b = split /\./, $_[1];
+	for my $i (0 .. 2)
+	{
+		return $a[$i] <=> $b[$i] if $a[$i] != $b[$i];
+	}
+	return 0;
+}
+
+my @upgraded = map { upgrade_from($_) } qw(0.3.0 0.3.1);
 mssql_reset($dbh);
 $r = qbd_run('--config', qbd_write_conf(conf(), 'fresh'), '--migrate');
 is($r->[0], 0, '--migrate makes a fresh schema') or diag $r->[2];
-cmp_ok(scalar(split /\n/, $upgraded), '>', 100, 'the object list covers the schema');
-is($upgraded, objects(), 'the upgraded schema has the objects and columns of a fresh install');
+cmp_ok(scalar(split /\n/, $upgraded[0]), '>', 100, 'the object list covers the schema');
+is($upgraded[0], objects(), 'the schema upgraded from 0.3.0 has the objects and columns of a fresh install');
+is($upgraded[1], objects(), 'the schema upgraded from 0.3.1 has the objects and columns of a fresh install');
 
 # ---- a schema queuebox that the daemon did not make is refused
 mssql_reset($dbh);
