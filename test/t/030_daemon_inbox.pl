@@ -70,6 +70,18 @@ my $d = qbd_start($node, $yaml, name => 'inbox');
 qb_wait_for(sub { $http->get("$base/healthz")->{status} == 200 }, 'the ingress role listens', timeout => 30);
 qb_wait_for(sub { $http->get("$base/readyz")->{status} == 200 }, '/readyz: the database is reachable', timeout => 30);
 
+# ---- /metrics before the first event: every configured name at 0
+is(qb_inbox_count($node) . '/' . qb_outbox_count($node), '0/0', 'no inbox or outbox row yet');
+my $m0 = $http->get("$base/metrics")->{content};
+like($m0, qr/^queuebox_outbox_delivered_total\{destination="web"\} 0$/m,
+	'/metrics before any row: the destination web at 0');
+like($m0, qr/^queuebox_outbox_dead_total\{destination="web"\} 0$/m, '/metrics before any row: web dead at 0');
+for my $src (qw(shop tasks ev))
+{
+	like($m0, qr/^queuebox_inbox_received_total\{source="$src",result="accepted"\} 0$/m,
+		"/metrics before any message: the source $src at 0");
+}
+
 sub post_shop
 {
 	my ($body, %h) = @_;
