@@ -18,5 +18,5 @@ INSERT INTO queuebox.outbox (topic, payload, state, created_at) VALUES
 SELECT destination, state, rows,
        date_trunc('minute', oldest_pending_age + interval '30 seconds') AS oldest_pending_age
 FROM queuebox.outbox_stats
-ORDER BY destination NULLS FIRST, state;
+ORDER BY destination = '(all)' DESC, destination, state;
 DELETE FROM queuebox.outbox;

@@ -395,8 +395,10 @@ COMMENT ON FUNCTION queuebox.resume_destination(text) IS
 
 /*
  * outbox_stats: one row per (destination, state) plus a total per state
- * (destination NULL), by the destination a row was routed to (its topic's
- * route when not routed yet), with the destination's circuit.
+ * (destination '(all)', listed first), by the destination a row was routed
+ * to (its topic's route when not routed yet), with the destination's
+ * circuit.  A destination name cannot hold '(' (configure refuses it), so
+ * '(all)' and '(no route)' name no destination.
  */
 CREATE VIEW queuebox.outbox_stats AS
 	WITH per_topic AS (
@@ -409,16 +411,17 @@ CREATE VIEW queuebox.outbox_stats AS
 			   state, n, oldest_pending
 		FROM per_topic
 	)
-	SELECT r.destination, r.state, sum(r.n)::bigint AS rows,
+	SELECT CASE WHEN GROUPING(r.destination) = 1 THEN '(all)' ELSE r.destination END AS destination,
+		   r.state, sum(r.n)::bigint AS rows,
 		   now() - min(r.oldest_pending) AS oldest_pending_age,
-		   CASE WHEN r.destination IS NULL THEN NULL
+		   CASE WHEN GROUPING(r.destination) = 1 THEN NULL
 				WHEN r.destination = '(no route)' THEN NULL
 				ELSE coalesce(min(d.state), 'closed') END::text AS circuit
 	FROM routed r LEFT JOIN queuebox.destination_state d ON d.destination = r.destination
 	GROUP BY GROUPING SETS ((r.destination, r.state), (r.state))
-	ORDER BY r.destination NULLS FIRST, r.state;
+	ORDER BY GROUPING(r.destination) DESC, r.destination, r.state;
 COMMENT ON VIEW queuebox.outbox_stats IS
-	'Rows per state and per destination (destination NULL: all destinations), with the age of the oldest pending row and the destination''s circuit.';
+	'Rows per state and per destination (destination ''(all)'': all destinations), with the age of the oldest pending row and the destination''s circuit.';
 
 /* The schema version the workers check before they claim. */
 CREATE FUNCTION queuebox._schema_version() RETURNS text

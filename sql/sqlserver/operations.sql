@@ -200,8 +200,8 @@ GO
 
 /*
  * outbox_stats: rows per (destination, state) plus a total per state
- * (destination NULL), with the age of the oldest pending row in seconds and
- * the destination's circuit.
+ * (destination N'(all)'), with the age of the oldest pending row in seconds
+ * and the destination's circuit.
  */
 CREATE VIEW queuebox.outbox_stats AS
 	WITH per_topic AS (
@@ -213,7 +213,8 @@ CREATE VIEW queuebox.outbox_stats AS
 		SELECT COALESCE(destination, queuebox.route_of(topic), N'(no route)') AS destination,
 			   state, n, oldest_pending
 		FROM per_topic)
-	SELECT r.destination, r.state, CAST(SUM(r.n) AS BIGINT) AS [rows],
+	SELECT CASE WHEN GROUPING(r.destination) = 1 THEN N'(all)' ELSE r.destination END AS destination,
+		   r.state, CAST(SUM(r.n) AS BIGINT) AS [rows],
 		   DATEDIFF(millisecond, MIN(r.oldest_pending), SYSUTCDATETIME()) / 1000.0 AS oldest_pending_age_s,
 		   CASE WHEN GROUPING(r.destination) = 1 OR r.destination = N'(no route)' THEN NULL
 				ELSE COALESCE(MIN(d.state), N'closed') END AS circuit

@@ -7,6 +7,10 @@
  *	nats_tool URL add-stream NAME SUBJECT... [-w MS]
  *		create a file stream; its duplicate window is 10 min, or MS
  *	nats_tool URL count NAME                   print its message count
+ *	nats_tool URL delete-stream NAME           delete it
+ *	nats_tool URL stream NAME                  its settings as JSON:
+ *		{"subjects":[..],"retention":"limits"|..,"storage":"file"|"memory",
+ *		 "description":..}
  *	nats_tool URL dump NAME                    one JSON line per message:
  *		{"seq":..,"subject":..,"data":..,"headers":{name:value}}
  *	nats_tool URL publish SUBJECT DATA [-n N] [NAME:VALUE]...
@@ -244,7 +248,7 @@ main(int argc, char **argv)
 
 	if (argc < 4)
 	{
-		fprintf(stderr, "usage: nats_tool URL add-stream NAME SUBJECT... | count NAME | dump NAME | publish SUBJECT DATA [-n N] [NAME:VALUE]... | consumer STREAM DURABLE | add-consumer STREAM DURABLE SUBJECT MAX_ACK_PENDING explicit|none\n");
+		fprintf(stderr, "usage: nats_tool URL add-stream NAME SUBJECT... | count NAME | stream NAME | delete-stream NAME | dump NAME | publish SUBJECT DATA [-n N] [NAME:VALUE]... | consumer STREAM DURABLE | add-consumer STREAM DURABLE SUBJECT MAX_ACK_PENDING explicit|none\n");
 		return 2;
 	}
 	if ((s = natsConnection_ConnectTo(&nc, argv[1])) != NATS_OK)
@@ -260,6 +264,39 @@ main(int argc, char **argv)
 		if ((rc = stream_info(js, argv[3], &si)) == 0)
 		{
 			printf("%llu\n", (unsigned long long) si->State.Msgs);
+			jsStreamInfo_Destroy(si);
+		}
+	}
+	else if (strcmp(argv[2], "delete-stream") == 0)
+	{
+		jsErrCode	jerr = 0;
+
+		if ((s = js_DeleteStream(js, argv[3], NULL, &jerr)) != NATS_OK)
+			rc = fail("js_DeleteStream", s, jerr);
+		else
+			rc = 0;
+	}
+	else if (strcmp(argv[2], "stream") == 0)
+	{
+		jsStreamInfo *si = NULL;
+
+		if ((rc = stream_info(js, argv[3], &si)) == 0)
+		{
+			json_t	   *subj = json_array();
+			json_t	   *o;
+			char	   *line;
+
+			for (int i = 0; i < si->Config->SubjectsLen; i++)
+				json_array_append_new(subj, json_string(si->Config->Subjects[i]));
+			o = json_pack("{s:o, s:s, s:s, s:s?}", "subjects", subj,
+						  "retention", si->Config->Retention == js_LimitsPolicy ? "limits" :
+						  si->Config->Retention == js_InterestPolicy ? "interest" : "workqueue",
+						  "storage", si->Config->Storage == js_FileStorage ? "file" : "memory",
+						  "description", si->Config->Description);
+			line = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+			printf("%s\n", line);
+			free(line);
+			json_decref(o);
 			jsStreamInfo_Destroy(si);
 		}
 	}

@@ -5,9 +5,11 @@
 #     with its store in the test's temp dir; a restarted server keeps its
 #     port and store (pass the old server to nats_start).  Every server still
 #     running is stopped when the test ends, even when it fails.
-#   - nats_add_stream / nats_count / nats_dump: test/brokers/nats_tool (a
-#     cnats client; the nats CLI is not installed): create a stream, count
-#     its messages, read them back as hashes (seq, subject, data, headers).
+#   - nats_add_stream / nats_delete_stream / nats_count / nats_stream /
+#     nats_dump: test/brokers/nats_tool (a cnats client; the nats CLI is not
+#     installed): create or delete a stream, count its messages, read its
+#     settings, read the
+#     messages back as hashes (seq, subject, data, headers).
 #   - nats_publish / nats_consumer (test/t/015_nats_source.pl): JetStream
 #     publishes with headers, and a durable consumer's state (delivered,
 #     ack_floor, num_ack_pending, num_redelivered, num_pending).
@@ -33,7 +35,7 @@ use Time::HiRes qw(usleep time);
 
 use QueueBoxTest qw(qb_free_port qb_test_binary);
 
-our @EXPORT = qw(nats_start nats_stop nats_add_stream nats_count nats_dump nats_publish nats_consumer nats_add_consumer nats_thread_masks);
+our @EXPORT = qw(nats_start nats_stop nats_add_stream nats_delete_stream nats_count nats_stream nats_dump nats_publish nats_consumer nats_add_consumer nats_thread_masks);
 
 my $SERVER = '/usr/sbin/nats-server';
 my %live;    # pid -> server
@@ -134,6 +136,25 @@ sub nats_count
 	return undef if $rc != 0;
 	chomp $out;
 	return $out;
+}
+
+# nats_delete_stream($server, $name): dies when it cannot
+sub nats_delete_stream
+{
+	my ($s, $name) = @_;
+	my ($rc, $out, $err) = tool($s, 'delete-stream', $name);
+	croak "delete-stream $name: $err" if $rc != 0;
+	return 1;
+}
+
+# The stream's settings {subjects, retention, storage, description}; undef
+# when it does not exist.
+sub nats_stream
+{
+	my ($s, $name) = @_;
+	my ($rc, $out, $err) = tool($s, 'stream', $name);
+	return undef if $rc != 0;
+	return decode_json($out);
 }
 
 # Every message of the stream, in stream order: [{seq, subject, data, headers}].

@@ -6,7 +6,7 @@
  *
  * Usage:
  *	qb_sink --port N [--bind 127.0.0.1] [--port-file F] [--log FILE]
- *			[--status CODE] [--delay-ms MS] [--threads N] [--quiet]
+ *			[--status CODE] [--delay-ms MS] [--threads N] [--print] [--quiet]
  *
  *	--port N		port to listen on; 0 picks a free (ephemeral) port
  *	--bind ADDR		IPv4 address to bind (default 127.0.0.1)
@@ -26,6 +26,9 @@
  *	--threads N		MHD thread pool size (default 2; with one internal epoll
  *					thread, two concurrent curl-multi clients saw ~0.1-0.2 % of
  *					keep-alive requests answered but never read, until a timeout)
+ *	--print			print each request on stdout as it is answered, two lines:
+ *					"sink: POST /events -> 200  x-message-id=...  x-correlation-id=..."
+ *					(the ids only when sent), then the body indented (the demo)
  *	--quiet			no informational output on stderr (the "listening" line
  *					on stdout is always printed: it is the readiness signal)
  *
@@ -104,6 +107,7 @@ static int	opt_status = 200;
 static long opt_delay_ms = 0;
 static int	opt_threads = 2;
 static bool opt_quiet = false;
+static bool opt_print = false;
 
 /* ------------------------------------------------------------------ state */
 
@@ -557,16 +561,28 @@ log_request(struct MHD_Connection *c, const char *method, const char *url, Req *
 						json_string_any(r->body ? r->body : "", r->len));
 	json_object_set_new(o, "status", json_integer(r->status));
 
-	char	   *line = json_dumps(o, JSON_COMPACT);
+	char	   *line = log_fp ? json_dumps(o, JSON_COMPACT) : NULL;
 
-	json_decref(o);
-	if (!line)
-		return;
 	pthread_mutex_lock(&log_mu);
-	fputs(line, log_fp);
-	fputc('\n', log_fp);
-	fflush(log_fp);
+	if (line)
+	{
+		fputs(line, log_fp);
+		fputc('\n', log_fp);
+		fflush(log_fp);
+	}
+	if (opt_print)
+	{
+		const char *mid = json_string_value(json_object_get(h, "x-message-id"));
+		const char *cid = json_string_value(json_object_get(h, "x-correlation-id"));
+
+		printf("sink: %s %s -> %d%s%s%s%s\n      %s\n", method, url, r->status,
+			   mid ? "  x-message-id=" : "", mid ? mid : "",
+			   cid ? "  x-correlation-id=" : "", cid ? cid : "",
+			   json_string_value(json_object_get(o, "body")));
+		fflush(stdout);
+	}
 	pthread_mutex_unlock(&log_mu);
+	json_decref(o);
 	free(line);
 }
 
@@ -718,7 +734,7 @@ handler(void *cls, struct MHD_Connection *c, const char *url, const char *method
 			r->t_us = real_us();
 			atomic_fetch_add(&n_requests, 1);
 			atomic_fetch_add(&n_failed, 1);
-			if (log_fp)
+			if (log_fp || opt_print)
 				log_request(c, method, url, r);
 			return MHD_queue_response(c, HTTP_TOO_LARGE, resp_big);
 		}
@@ -785,7 +801,7 @@ handler(void *cls, struct MHD_Connection *c, const char *url, const char *method
 		atomic_fetch_add(&n_ok, 1);
 	else
 		atomic_fetch_add(&n_failed, 1);
-	if (log_fp)
+	if (log_fp || opt_print)
 		log_request(c, method, url, r);
 
 	struct MHD_Response *resp;
@@ -851,7 +867,7 @@ usage(FILE *f)
 {
 	fprintf(f,
 			"usage: qb_sink --port N [--bind 127.0.0.1] [--port-file F] [--log FILE]\n"
-			"               [--status CODE] [--delay-ms MS] [--threads N] [--quiet]\n");
+			"               [--status CODE] [--delay-ms MS] [--threads N] [--print] [--quiet]\n");
 }
 
 static long
@@ -912,12 +928,13 @@ main(int argc, char **argv)
 		{"delay-ms", required_argument, NULL, 'd'},
 		{"threads", required_argument, NULL, 't'},
 		{"quiet", no_argument, NULL, 'q'},
+		{"print", no_argument, NULL, 'P'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
 	int			ch;
 
-	while ((ch = getopt_long(argc, argv, "p:b:f:l:s:d:t:qh", longopts, NULL)) != -1)
+	while ((ch = getopt_long(argc, argv, "p:b:f:l:s:d:t:qPh", longopts, NULL)) != -1)
 	{
 		switch (ch)
 		{
@@ -944,6 +961,9 @@ main(int argc, char **argv)
 				break;
 			case 'q':
 				opt_quiet = true;
+				break;
+			case 'P':
+				opt_print = true;
 				break;
 			case 'h':
 				usage(stdout);

@@ -190,11 +190,11 @@ is(scalar(keys %mids), 8, 'eight distinct message ids');
 
 # ---- outbox_stats: per destination and per state, plus totals
 is( $node->safe_psql('postgres', q{
-		SELECT string_agg(coalesce(destination, 'ALL') || ':' || state || ':' || rows, ','
-						  ORDER BY destination NULLS LAST, state)
+		SELECT string_agg(coalesce(destination, 'NULL') || ':' || state || ':' || rows, ','
+						  ORDER BY destination = '(all)' DESC, destination, state)
 		FROM queuebox.outbox_stats}),
-	'(no route):dead:1,audit:sent:2,web:sent:6,ALL:dead:1,ALL:sent:8',
-	'outbox_stats counts rows per destination and state, with totals');
+	'(all):dead:1,(all):sent:8,(no route):dead:1,audit:sent:2,web:sent:6',
+	'outbox_stats counts rows per destination and state, with totals named (all) and listed first');
 
 # ---- counts after
 is(qb_outbox_count($node), '9', 'the outbox holds the 9 committed rows after the test');

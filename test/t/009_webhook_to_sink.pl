@@ -3,7 +3,8 @@
 #   ingress (202 after commit), the relay forwards the row into the outbox,
 #   the outbox delivers it to the sink with the relay's headers, one
 #   aggregate's webhooks arrive in the order they were received, and the
-#   shared metrics count each step.
+#   shared metrics count each step: every configured destination and source
+#   at 0 before its first event, a removed one no longer rendered.
 use strict;
 use warnings;
 
@@ -42,6 +43,22 @@ inbox:
   relay: { pollIntervalMs: 50 }
 EOY
 qb_wait_for(sub { $http->get("$base/healthz")->{status} == 200 }, 'the ingress listens', 30);
+
+# ---- before the first event: every configured name has its counters, at 0
+is(qb_inbox_count($node) . '/' . qb_outbox_count($node), '0/0', 'no inbox or outbox row yet');
+my $m0 = $http->get("$base/metrics")->{content};
+for my $f (qw(delivered failed dead))
+{
+	like($m0, qr/^queuebox_outbox_${f}_total\{destination="web"\} 0$/m,
+		"metrics before any row: queuebox_outbox_${f}_total of web is 0");
+}
+like($m0, qr/^queuebox_delivery_latency_seconds_count\{destination="web"\} 0$/m,
+	'metrics before any row: the latency histogram of web is there, empty');
+for my $res (qw(accepted duplicate bad_request unauthorized too_large unprocessable unavailable))
+{
+	like($m0, qr/^queuebox_inbox_received_total\{source="shop",result="$res"\} 0$/m,
+		"metrics before any webhook: received of shop, result $res, is 0");
+}
 
 # 3 orders x 5 events, interleaved; each POST is answered after its commit
 my %id_of;
@@ -99,6 +116,30 @@ like($m, qr/^queuebox_outbox_delivered_total\{destination="web"\} 15$/m,
 like($m, qr/^queuebox_delivery_latency_seconds_count\{destination="web"\} 15$/m,
 	'metrics: the latency histogram has 15 observations');
 like($m, qr/^queuebox_outbox_pending 0$/m, 'metrics: nothing pending');
+
+# ---- a reconfiguration: a removed name is no longer rendered, a new one at 0
+my $rows = qb_inbox_count($node) . '/' . qb_outbox_count($node);
+qb_configure($node,
+	qb_config_yaml(
+		destinations => { web2 => { type => 'http', baseUrl => $sink->{url}, path => '/hooks' } },
+		routes => [ { topicPattern => 'shop.**', destination => 'web2' } ])
+	  . <<"EOY");
+http: { listen: "127.0.0.1:$port" }
+sources:
+  shop2:
+    type: http
+    path: /shop
+    idempotencyKeyPath: \$.id
+    eventTypePath: \$.type
+EOY
+qb_wait_for(sub { $http->get("$base/metrics")->{content} =~ /destination="web2"/ },
+	'metrics: the ingress renders the new configuration', timeout => 30);
+$m = $http->get("$base/metrics")->{content};
+like($m, qr/^queuebox_outbox_delivered_total\{destination="web2"\} 0$/m, 'metrics: the new destination at 0');
+like($m, qr/^queuebox_inbox_received_total\{source="shop2",result="accepted"\} 0$/m,
+	'metrics: the new source at 0');
+unlike($m, qr/destination="web"|source="shop"/, 'metrics: the removed destination and source are gone');
+is(qb_inbox_count($node) . '/' . qb_outbox_count($node), $rows, 'the reconfiguration changed no row');
 
 qb_sink_stop($sink);
 $node->stop;

@@ -2,13 +2,17 @@
 #   The NATS destination against a real nats-server -js: JetStream delivery
 #   with the subject template, payload, headers and Nats-Msg-Id; per-key
 #   order while a subject has no stream yet; no stream -> retried, then dead
-#   with a last_error that says how to fix it; a server restart in the
+#   with a last_error that says how to fix it, and docs/delivery.md's bash
+#   request creates the stream the retried rows land in; createStream: true
+#   makes a missing stream (or goes on with one of that name that exists
+#   with other settings) and the rows are delivered; a server restart in the
 #   middle of a run loses nothing (dedup by Nats-Msg-Id); SIGHUP and SIGTERM
 #   still reach the worker while its NATS connection (and cnats's threads)
 #   are up.
 use strict;
 use warnings;
 
+use IPC::Run;
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -32,11 +36,15 @@ qb_configure(
 			js => { type => 'nats', url => $nats->{url}, subject => 'qb.{{ topic }}' },
 			keyed => { type => 'nats', url => $nats->{url}, subject => 'keyed.{{ key }}' },
 			nostream => { type => 'nats', url => $nats->{url}, subject => 'nostream.{{ topic }}' },
+			made => { type => 'nats', url => $nats->{url}, subject => 'made.{{ topic }}', createStream => 'true' },
+			pre => { type => 'nats', url => $nats->{url}, subject => 'pre.{{ topic }}', createStream => 'true' },
 		},
 		routes => [
 			{ topicPattern => 'orders.**', destination => 'js' },
 			{ topicPattern => 'keyed.**', destination => 'keyed' },
 			{ topicPattern => 'lost.**', destination => 'nostream' },
+			{ topicPattern => 'made.**', destination => 'made' },
+			{ topicPattern => 'pre.**', destination => 'pre' },
 		]));
 
 sub rows
@@ -73,6 +81,51 @@ for my $r (@{ rows("topic = 'orders.created'") })
 	is($attempt, '1', "row $key: sent on attempt 1");
 }
 
+# ---- createStream: the missing stream is made before the first publish
+is(nats_count($nats, 'queuebox-made'), undef, 'createStream: no stream queuebox-made before the first row');
+my $n0 = qb_outbox_count($node);
+$node->safe_psql('postgres', q{
+	INSERT INTO queuebox.outbox (topic, key, payload)
+	SELECT 'made.evt', 'm' || i, jsonb_build_object('i', i) FROM generate_series(1, 5) i});
+is(qb_outbox_count($node), $n0 + 5, 'createStream: 5 rows inserted');
+qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = 'made.evt' AND state = 'sent'", '5',
+	'createStream: the 5 rows are sent', timeout => 60);
+is(qb_count($node, "topic = 'made.evt' AND attempt = 1"), '5', 'createStream: each sent on its first attempt');
+is(nats_count($nats, 'queuebox-made'), 5, 'createStream: stream queuebox-made holds the 5 messages');
+is_deeply(nats_stream($nats, 'queuebox-made'),
+	{ subjects => ['made.>'], retention => 'limits', storage => 'file',
+	  description => 'made by QueueBox for destination made (createStream: true)' },
+	'createStream: the stream captures made.> (the literal part of made.{{ topic }}), limits, file');
+
+# the stream deleted under a running link: the next publish is answered "no
+# stream", and the stream is made again before the retry
+nats_delete_stream($nats, 'queuebox-made');
+$n0 = qb_outbox_count($node);
+$node->safe_psql('postgres', q{
+	INSERT INTO queuebox.outbox (topic, key, payload, max_attempts) VALUES ('made.again', 'm1', '{"again": true}', 1000)});
+is(qb_outbox_count($node), $n0 + 1, 'createStream, stream deleted: one row inserted');
+qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE topic = 'made.again'", 'sent',
+	'createStream, stream deleted: the row is sent', timeout => 60);
+my ($again_attempt, $again_error) = split /\|/, $node->safe_psql('postgres',
+	"SELECT attempt, coalesce(last_error, '') FROM queuebox.outbox WHERE topic = 'made.again'");
+is($again_attempt, '2', 'createStream, stream deleted: sent on the retry');
+like($again_error,
+	qr/no JetStream stream captures subject made\.made\.again; createStream: stream queuebox-made \(subjects made\.>\) is made before the next attempt/,
+	'createStream, stream deleted: the failed attempt said the stream is made again');
+is(nats_count($nats, 'queuebox-made'), 1, 'createStream, stream deleted: the new stream holds the row');
+
+# a stream of that name with other settings (as a replica that won a race
+# with other code, or an operator, left it): kept as it is, and used
+nats_add_stream($nats, 'queuebox-pre', 'pre.>', { dup_window_ms => 300000 });
+$n0 = qb_outbox_count($node);
+$node->safe_psql('postgres', q{
+	INSERT INTO queuebox.outbox (topic, payload) SELECT 'pre.evt', jsonb_build_object('i', i) FROM generate_series(1, 3) i});
+is(qb_outbox_count($node), $n0 + 3, 'createStream, stream exists: 3 rows inserted');
+qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = 'pre.evt' AND state = 'sent'", '3',
+	'createStream, stream exists: the 3 rows are sent into it', timeout => 60);
+is(nats_count($nats, 'queuebox-pre'), 3, 'createStream, stream exists: queuebox-pre holds the 3 messages');
+is(qb_outbox_count($node), $n0 + 3, 'createStream: no row lost or added');
+
 # ---- no stream captures the subject: retried, then dead, saying how to fix it
 my $before = qb_outbox_count($node);
 $node->safe_psql('postgres', q{
@@ -83,8 +136,8 @@ qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE topic = 'lost.x'",
 my ($lost) = @{ rows("topic = 'lost.x'") };
 is($lost->[2], '3', 'no stream: dead on attempt 3 (retried, not dead at once)');
 like($lost->[5],
-	qr/no JetStream stream captures subject nostream\.lost\.x; create one \(e\.g\. nats stream add --subjects nostream\.lost\.x\) or set jetstream: false/,
-	'no stream: last_error names the subject and the fix');
+	qr/no JetStream stream captures subject nostream\.lost\.x; set createStream: true on the destination, or create a stream for it with a NATS client or a \$JS\.API\.STREAM\.CREATE request \(docs\/delivery\.md, "Creating the stream"\), or set jetstream: false/,
+	'no stream: last_error names the subject and the fixes');
 like($lost->[5], qr/none remain/, 'no stream: last_error says no attempt remains');
 diag "no stream, last_error: $lost->[5]";
 
@@ -100,7 +153,18 @@ qb_wait_query($node, q{
 	WHERE topic = 'keyed.evt' AND attempt >= 2 AND last_error LIKE '%no JetStream stream captures subject keyed.k%'},
 	't', 'keyed rows are retried while no stream captures keyed.>', timeout => 60);
 is(qb_count($node, "topic = 'keyed.evt' AND state = 'sent'"), '0', 'no keyed row was sent without a stream');
-nats_add_stream($nats, 'KEYED', 'keyed.>');
+# the stream is made by docs/delivery.md's request (bash alone, no nats CLI)
+my ($recipe) = slurp_file("$FindBin::RealBin/../../docs/delivery.md")
+  =~ /<!-- docs-test: nats-stream-create .*?-->\n```sh\n(.*?)```/s;
+ok($recipe, 'docs/delivery.md has the stream-create request');
+$recipe =~ s{127\.0\.0\.1/4222}{127.0.0.1/$nats->{port}}g;
+$recipe =~ s/ORDERS/KEYED/g;
+$recipe =~ s/orders\.>/keyed.>/g;
+my ($out, $err) = ('', '');
+IPC::Run::run([ 'bash', '-e', '-c', $recipe ], '<', \undef, '>', \$out, '2>', \$err);
+is($? >> 8, 0, 'the docs request ran') or diag "stderr: $err";
+like($out, qr/"did_create":true/, 'the docs request: the server created stream KEYED');
+is_deeply(nats_stream($nats, 'KEYED')->{subjects}, ['keyed.>'], 'the docs request: KEYED captures keyed.>');
 qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = 'keyed.evt' AND state = 'sent'",
 	'15', 'once the stream exists every keyed row is sent', timeout => 90);
 $msgs = nats_dump($nats, 'KEYED');

@@ -33,9 +33,10 @@ my $secret = 'whsec-0123456789abcdef';
 my $token = 'admin-token-0123456789abcdef';
 
 my $yaml = qb_config_yaml(
-	destinations => { web => { type => 'http', baseUrl => $sink->{url}, path => '/hooks' } },
+	destinations => { web => { type => 'http', baseUrl => $sink->{url}, path => '/hooks' },
+		bus => { type => 'nats', url => $nats->{url}, subject => 'bus.{{ topic }}', createStream => 'true' } },
 	routes => [ { topicPattern => 'shop.**', destination => 'web' }, { topicPattern => 'ev.**', destination => 'web' },
-		{ topicPattern => 'tasks.**', destination => 'web' } ],
+		{ topicPattern => 'tasks.**', destination => 'web' }, { topicPattern => 'out.**', destination => 'bus' } ],
 	database => { url => qbd_url($node) },
 	daemon => { outboxWorkers => 1 })
   . <<"EOY";
@@ -69,6 +70,19 @@ EOY
 my $d = qbd_start($node, $yaml, name => 'inbox');
 qb_wait_for(sub { $http->get("$base/healthz")->{status} == 200 }, 'the ingress role listens', timeout => 30);
 qb_wait_for(sub { $http->get("$base/readyz")->{status} == 200 }, '/readyz: the database is reachable', timeout => 30);
+
+# ---- /metrics before the first event: every configured name at 0
+is(qb_inbox_count($node) . '/' . qb_outbox_count($node), '0/0', 'no inbox or outbox row yet');
+my $m0 = $http->get("$base/metrics")->{content};
+like($m0, qr/^queuebox_outbox_delivered_total\{destination="web"\} 0$/m,
+	'/metrics before any row: the destination web at 0');
+like($m0, qr/^queuebox_outbox_dead_total\{destination="web"\} 0$/m, '/metrics before any row: web dead at 0');
+like($m0, qr/^queuebox_outbox_delivered_total\{destination="bus"\} 0$/m, '/metrics before any row: the destination bus at 0');
+for my $src (qw(shop tasks ev))
+{
+	like($m0, qr/^queuebox_inbox_received_total\{source="$src",result="accepted"\} 0$/m,
+		"/metrics before any message: the source $src at 0");
+}
 
 sub post_shop
 {
@@ -161,6 +175,16 @@ $a = $http->request('POST', "$base/admin/inbox/$dead_id/replay", { headers => { 
 is($a->{status}, 200, 'admin replays an inbox row into the outbox (the topic rendered by the daemon)') or diag $a->{content};
 qb_wait_query($node, q{SELECT state FROM queuebox.outbox WHERE topic = 'tasks.tasks'}, 'sent',
 	'the replayed row is delivered');
+
+# ---- a NATS destination with createStream under the daemon: the stream is made
+is(nats_count($nats, 'queuebox-bus'), undef, 'createStream (daemon): no stream queuebox-bus yet');
+my $n0 = qb_outbox_count($node);
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) VALUES ('out.made', '{"bus": 1}')});
+is(qb_outbox_count($node), $n0 + 1, 'createStream (daemon): one row inserted');
+qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE topic = 'out.made'", 'sent',
+	'createStream (daemon): the row is sent', timeout => 60);
+is(nats_count($nats, 'queuebox-bus'), 1, 'createStream (daemon): stream queuebox-bus was made and holds the row');
+is_deeply(nats_stream($nats, 'queuebox-bus')->{subjects}, ['bus.>'], 'createStream (daemon): it captures bus.>');
 
 # ---- the SQL topic_matches() of the daemon equals the extension's C one
 my $ext = qb_node('daemon_inbox_ext');

@@ -317,7 +317,7 @@ test_unknown_keys(void **state)
 	refuse("destinations:\n  k: { type: kafka, brokers: h, subject: s }\n",
 		   "destinations.k.subject: unknown key for a kafka destination (allowed: type, brokers, topic, config, transform, maxInFlight, circuitBreaker)", NULL);
 	refuse("destinations:\n  n: { type: nats, url: \"nats://h\", topic: s }\n",
-		   "destinations.n.topic: unknown key for a nats destination (allowed: type, url, subject, jetstream, transform, maxInFlight, circuitBreaker)", NULL);
+		   "destinations.n.topic: unknown key for a nats destination (allowed: type, url, subject, jetstream, createStream, transform, maxInFlight, circuitBreaker)", NULL);
 	refuse("destinations: { p: { type: http, baseUrl: \"http://h\" } }\nroutes:\n  - topicPattern: a\n    destination: p\n    priority: 1\n",
 		   "routes[0].priority: unknown key (allowed: topicPattern, destination, transform)", "(line 5, column 5)", NULL);
 	refuse("? [a, b]\n: 1\n", "a key must be a string", NULL);
@@ -902,7 +902,35 @@ test_lease_outlasts_request(void **state)
 			   " subject: \"out.{{ topic }}.{{ key }}\" }\n");
 	assert_string_equal(c->destinations[0].target, "out.{{ topic }}.{{ key }}");
 	assert_false(c->destinations[0].jetstream);
+	assert_false(c->destinations[0].create_stream);
+	assert_null(c->destinations[0].stream);
 	qb_config_free(c);
+	/* createStream: the stream's name and subject from the destination's */
+	c = accept("destinations:\n  ord-ers: { type: nats, url: \"nats://h\", createStream: true,"
+			   " subject: \"shop.eu.{{ topic }}.x\" }\n"
+			   "  fixed: { type: nats, url: \"nats://h\", createStream: \"true\", subject: audit.all }\n"
+			   "  mid: { type: nats, url: \"nats://h\", createStream: true, subject: \"a.b-{{ key }}.c\" }\n");
+	assert_true(c->destinations[0].create_stream);
+	assert_string_equal(c->destinations[0].stream, "queuebox-ord-ers");
+	assert_string_equal(c->destinations[0].stream_subject, "shop.eu.>");
+	assert_string_equal(c->destinations[1].stream_subject, "audit.all");
+	assert_string_equal(c->destinations[2].stream_subject, "a.>");
+	qb_config_free(c);
+	refuse("destinations:\n  n: { type: nats, url: \"nats://h\", createStream: true }\n",
+		   "destinations.n.createStream: createStream needs a subject whose first token is literal",
+		   "without subject the row's topic is the subject", NULL);
+	refuse("destinations:\n  n: { type: nats, url: \"nats://h\", createStream: true, subject: \"x{{ topic }}.a\" }\n",
+		   "destinations.n.createStream:", "this subject starts with a placeholder", NULL);
+	refuse("destinations:\n  n: { type: nats, url: \"nats://h\", createStream: true, jetstream: false, subject: a }\n",
+		   "destinations.n.createStream: createStream makes a JetStream stream", "jetstream: false", NULL);
+	refuse("destinations:\n  n: { type: nats, url: \"nats://h\", createStream: true, subject: \"a..b.{{ topic }}\" }\n",
+		   "destinations.n.createStream: createStream: the subject's literal part \"a..b.\" is not a valid NATS subject", NULL);
+	refuse("destinations:\n  n: { type: nats, url: \"nats://h\", createStream: true, subject: \"a.*\" }\n",
+		   "the subject's literal part \"a.*\" is not a valid NATS subject", NULL);
+	refuse("destinations:\n  n: { type: nats, url: \"nats://h\", createStream: true, subject: \"a b.{{ topic }}\" }\n",
+		   "has a space or control character", NULL);
+	refuse("destinations:\n  n: { type: nats, url: \"nats://h\", createStream: yes, subject: a }\n",
+		   "destinations.n.createStream: expected true or false, got \"yes\"", NULL);
 	/* kafka: librdkafka's message.timeout.ms must end before the lease */
 	refuse("outbox: {claimTimeoutMs: 20000}\ndestinations:\n  k: {type: kafka, brokers: \"h:9092\"}\n",
 		   "outbox.claimTimeoutMs: destination k waits up to 30000 ms", "config[\"message.timeout.ms\"]", NULL);

@@ -74,6 +74,56 @@ test_render(void **state)
 	free(m);
 }
 
+/*
+ * The configured names get their counters at 0 before any event; a slot
+ * whose name is no longer configured is not rendered, QueueBox's own
+ * buckets are; without circuits no state gauge.
+ */
+static void
+test_configured_names(void **state)
+{
+	QbMetrics  *m = malloc(sizeof(QbMetrics));
+	const char *const dests[] = {"idle", "busy"};
+	const char *const sources[] = {"quiet"};
+	QbGauges	g = {.outbox_pending = 0, .outbox_processing = 0, .outbox_oldest_pending_sec = 0,
+				   .inbox_pending = 0, .inbox_processing = 0, .inbox_oldest_pending_sec = 0,
+				   .database_up = false, .ndests = 2, .dest_names = dests,
+				   .nsources = 1, .source_names = sources};
+	char	   *t;
+
+	qb_metrics_init(m);
+	qb_metrics_delivery(m, "busy", QB_DELIVERED, 0.02);
+	qb_metrics_delivery(m, "removed", QB_DEAD, -1);
+	qb_metrics_delivery(m, "_unrouted", QB_DEAD, -1);
+	qb_metrics_received(m, "removed", QB_RX_ACCEPTED);
+
+	t = qb_metrics_render(m, &g);
+	assert_non_null(t);
+	has(t, "queuebox_outbox_delivered_total{destination=\"idle\"} 0\n");
+	has(t, "queuebox_outbox_failed_total{destination=\"idle\"} 0\n");
+	has(t, "queuebox_outbox_dead_total{destination=\"idle\"} 0\n");
+	has(t, "queuebox_delivery_latency_seconds_bucket{destination=\"idle\",le=\"+Inf\"} 0\n");
+	has(t, "queuebox_delivery_latency_seconds_count{destination=\"idle\"} 0\n");
+	has(t, "queuebox_outbox_delivered_total{destination=\"busy\"} 1\n");
+	has(t, "queuebox_outbox_dead_total{destination=\"_unrouted\"} 1\n");
+	for (int k = 0; k < QB_NRESULTS; k++)
+	{
+		static const char *const results[] = {"accepted", "duplicate", "bad_request",
+		"unauthorized", "too_large", "unprocessable", "unavailable"};
+		char		line[160];
+
+		snprintf(line, sizeof(line), "queuebox_inbox_received_total{source=\"quiet\",result=\"%s\"} 0\n",
+				 results[k]);
+		has(t, line);
+	}
+	assert_null(strstr(t, "\"removed\""));
+	assert_null(strstr(t, "queuebox_destination_state"));
+	/* the configuration's order: idle before busy */
+	assert_true(strstr(t, "destination=\"idle\"") < strstr(t, "destination=\"busy\""));
+	free(t);
+	free(m);
+}
+
 static void
 test_overflow_slot(void **state)
 {
@@ -114,6 +164,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_render),
+		cmocka_unit_test(test_configured_names),
 		cmocka_unit_test(test_overflow_slot),
 		cmocka_unit_test(test_utf8),
 	};

@@ -66,7 +66,9 @@
  *				message.timeout.ms, 30000 unless config sets it (> 0)
  *	nats		url (required, nats/tls; comma-separated servers), subject
  *				(template over topic and key; none: the row's topic),
- *				jetstream true
+ *				jetstream true, createStream false (true: jetstream, and a
+ *				subject whose first token is literal; the stream's name and
+ *				subject are derived here, qbcf_nats_stream)
  *
  * Every destination type also takes maxInFlight 128 (1..10000: publishes in
  * flight at once, across the engine's claims) and circuitBreaker {failures
@@ -162,6 +164,9 @@ typedef struct QbDestination
 	QbHeader   *props;			/* kafka: config: librdkafka properties */
 	int			nprops;
 	bool		jetstream;		/* nats: default true */
+	bool		create_stream;	/* nats: createStream, default false */
+	char	   *stream;			/* nats, createStream: "queuebox-<name>" */
+	char	   *stream_subject; /* nats, createStream: what that stream captures */
 	QbTransform *transform;		/* transform: compiled, or NULL */
 	/* every type: how the engine feeds it (docs/delivery.md) */
 	int			max_in_flight;	/* maxInFlight, default QB_DEFAULT_MAX_IN_FLIGHT */

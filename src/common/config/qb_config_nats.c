@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  * qb_config_nats.c
- *	  The nats type: a nats destination (url, subject, jetstream) and a nats
- *	  source (url, subject, stream, durable: a JetStream pull consumer).
+ *	  The nats type: a nats destination (url, subject, jetstream,
+ *	  createStream) and a nats source (url, subject, stream, durable: a
+ *	  JetStream pull consumer).
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>
@@ -11,7 +12,8 @@
 #include "qb_config_int.h"
 
 static const char *const qbcf_keys_nats[] =
-{"type", "url", "subject", "jetstream", "transform", "maxInFlight", "circuitBreaker", NULL};
+{"type", "url", "subject", "jetstream", "createStream", "transform", "maxInFlight",
+"circuitBreaker", NULL};
 static const char *const qbcf_keys_nats_source[] =
 {"type", "url", "subject", "stream", "durable", "idempotencyKeyPath", "idempotencyKeyHeader",
 "eventTypePath", "eventTypeHeader", "aggregateIdPath", "topic", "consumption", "transform",
@@ -48,6 +50,68 @@ qbcf_nats_urls(QbcfCtx *cx, const char *path, const QbcfNode *n, const char *url
 	return true;
 }
 
+/*
+ * qbcf_nats_stream: with createStream, the stream the publisher makes when
+ * none captures the destination's subject: named "queuebox-<destination>",
+ * capturing the subject's literal tokens before its first placeholder then
+ * ">" ("orders.{{ topic }}" -> "orders.>"), or the subject itself when it
+ * has no placeholder.  A subject that starts with a placeholder (or none:
+ * the row's topic) would need ">", which JetStream keeps for itself.
+ */
+static bool
+qbcf_nats_stream(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestination *d)
+{
+	char		sub[QBCF_PATHLEN];
+	const QbcfNode *at = qbcf_get(m, "createStream");
+	const char *subject = d->target;
+	const char *ph = subject ? strstr(subject, "{{") : NULL;
+	size_t		len;			/* the literal part: subject[0 .. len) */
+	const char *end;			/* its last token's end */
+	const char *tok;
+	char	   *out;
+
+	qbcf_path_key(sub, sizeof(sub), path, "createStream");
+	if (!d->jetstream)
+		return qbcf_error(cx, sub, at,
+						  "createStream makes a JetStream stream, and this destination sets jetstream: false (core NATS needs no stream); remove one of the two");
+	if (ph != NULL)
+		while (ph > subject && ph[-1] != '.')
+			ph--;				/* back to the start of the placeholder's token */
+	len = subject == NULL ? 0 : ph != NULL ? (size_t) (ph - subject) : strlen(subject);
+	if (len == 0)
+		return qbcf_error(cx, sub, at,
+						  "createStream needs a subject whose first token is literal, e.g. subject: \"events.{{ topic }}\" (the stream then captures events.>); %s",
+						  subject == NULL ? "without subject the row's topic is the subject, and no stream can be derived from it" :
+						  "this subject starts with a placeholder");
+	end = subject + (ph != NULL ? len - 1 : len);	/* without the dot before ph */
+	tok = subject;
+	for (const char *p = subject;; p++)
+	{
+		if (p == end || *p == '.')
+		{
+			if (p == tok || (p - tok == 1 && (*tok == '*' || *tok == '>')))
+				return qbcf_error(cx, sub, at,
+								  "createStream: the subject's literal part \"%.*s\" is not a valid NATS subject (non-empty dot-separated tokens, no wildcards)",
+								  (int) len, subject);
+			if (p == end)
+				break;
+			tok = p + 1;
+		}
+		else if ((unsigned char) *p <= ' ' || *p == 0x7f)
+			return qbcf_error(cx, sub, at,
+							  "createStream: the subject's literal part \"%.*s\" has a space or control character, which no NATS subject may hold",
+							  (int) len, subject);
+	}
+	d->stream = qbcf_prefixed(cx, "queuebox-", d->name);
+	if (d->stream == NULL || (out = qbcf_arena_alloc(cx->arena, len + 2)) == NULL)
+		return qbcf_error(cx, sub, at, "out of memory");
+	memcpy(out, subject, len);
+	out[len] = ph != NULL ? '>' : '\0';
+	out[len + 1] = '\0';
+	d->stream_subject = out;
+	return true;
+}
+
 /* qbcf_nats: the keys of a nats destination (the shared ones are read). */
 static bool
 qbcf_nats(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestination *d)
@@ -66,7 +130,9 @@ qbcf_nats(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestination *d)
 		qbcf_nats_urls(cx, path, n, d->broker_url) &&
 		qbcf_target(cx, path, m, d, "subject", NULL, true) &&
 		qbcf_target_template(cx, path, m, d, "subject") &&
-		qbcf_flag(cx, path, m, "jetstream", &d->jetstream);
+		qbcf_flag(cx, path, m, "jetstream", &d->jetstream) &&
+		qbcf_flag(cx, path, m, "createStream", &d->create_stream) &&
+		(!d->create_stream || qbcf_nats_stream(cx, path, m, d));
 }
 
 const QbcfDestType qbcf_dest_nats =

@@ -928,20 +928,43 @@ qbi_store_batch(QbiEngine *e)
 	free(ids);
 }
 
-/* qbi_gauges: read the gauges for /metrics; database_up false on failure. */
+/*
+ * qbi_gauges: the configured names, and the gauges read for /metrics;
+ * database_up false (and no circuit) on failure.  The names point into the
+ * configuration; qbi_gauges_free frees the arrays.
+ */
 static void
 qbi_gauges(QbiEngine *e, QbGauges *g)
 {
+	const QbConfig *cfg = e->ref->cfg;
 	char		err[QB_ERRLEN];
 	char	   *text = NULL;
 	json_t	   *o;
-	const char **names;
+	const char **dests = calloc(cfg->ndestinations + 1, sizeof(char *));
+	const char **sources = calloc(cfg->nsources + 1, sizeof(char *));
 
 	memset(g, 0, sizeof(*g));
 	g->outbox_pending = g->outbox_processing = g->outbox_oldest_pending_sec = -1;
 	g->inbox_pending = g->inbox_processing = g->inbox_oldest_pending_sec = -1;
+	/* out of memory: NULL names, every slot rendered as it is */
+	if (dests != NULL && sources != NULL)
+	{
+		for (int i = 0; i < cfg->ndestinations; i++)
+			dests[i] = cfg->destinations[i].name;
+		for (int i = 0; i < cfg->nsources; i++)
+			sources[i] = cfg->sources[i].name;
+		g->ndests = cfg->ndestinations;
+		g->dest_names = dests;
+		g->nsources = cfg->nsources;
+		g->source_names = sources;
+	}
+	else
+	{
+		free(dests);
+		free(sources);
+	}
 	if (e->store->query_text(e->store->ctx, QB_Q_GAUGES, NULL,
-							 e->ref->cfg->http.store_timeout_ms, &text, err, sizeof(err)) != 0 ||
+							 cfg->http.store_timeout_ms, &text, err, sizeof(err)) != 0 ||
 		text == NULL || (o = json_loads(text, 0, NULL)) == NULL)
 	{
 		free(text);
@@ -954,22 +977,21 @@ qbi_gauges(QbiEngine *e, QbGauges *g)
 	g->inbox_pending = json_number_value(json_object_get(o, "inbox_pending"));
 	g->inbox_processing = json_number_value(json_object_get(o, "inbox_processing"));
 	g->inbox_oldest_pending_sec = json_number_value(json_object_get(o, "inbox_oldest"));
-	g->ndests = e->ref->cfg->ndestinations;
-	g->dest_circuits = calloc(g->ndests + 1, sizeof(int));
-	names = calloc(g->ndests + 1, sizeof(char *));
-	g->dest_names = names;
-	if (g->dest_circuits == NULL || names == NULL)
-		g->ndests = 0;
-	for (int i = 0; i < g->ndests; i++)
-	{
-		const char *name = e->ref->cfg->destinations[i].name;
-
-		names[i] = name;
-		g->dest_circuits[i] = qb_circuit_parse(json_string_value(
-			json_object_get(json_object_get(o, "circuits"), name)));
-	}
+	if (g->dest_names != NULL &&
+		(g->dest_circuits = calloc(g->ndests + 1, sizeof(int))) != NULL)
+		for (int i = 0; i < g->ndests; i++)
+			g->dest_circuits[i] = qb_circuit_parse(json_string_value(
+				json_object_get(json_object_get(o, "circuits"), g->dest_names[i])));
 	json_decref(o);
 	free(text);
+}
+
+static void
+qbi_gauges_free(QbGauges *g)
+{
+	free(g->dest_circuits);
+	free((void *) g->dest_names);
+	free((void *) g->source_names);
 }
 
 /* qbi_serve_one: a deferred request other than a webhook. */
@@ -999,8 +1021,7 @@ qbi_serve_one(QbiEngine *e, QbiRequest *r)
 		case QBI_METRICS:
 			qbi_gauges(e, &g);
 			r->answer = qb_metrics_render(e->metrics, &g);
-			free(g.dest_circuits);
-			free((void *) g.dest_names);
+			qbi_gauges_free(&g);
 			r->status = r->answer ? 200 : 503;
 			r->content_type = "text/plain; version=0.0.4; charset=utf-8";
 			break;

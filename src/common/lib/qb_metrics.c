@@ -159,27 +159,59 @@ typedef struct QbmRow
 	uint64_t	latency_sum_us;
 } QbmRow;
 
+/* QueueBox's own buckets: rendered though no configuration names them */
+static const char *const qbm_own[] = {"_unrouted", "_other", "_none", NULL};
+
+/* qbm_row: the row of name, or NULL. */
+static QbmRow *
+qbm_row(QbmRow *rows, int n, const char *name)
+{
+	for (int j = 0; j < n; j++)
+		if (strncmp(rows[j].name, name, QB_METRICS_NAMELEN - 1) == 0)
+			return &rows[j];
+	return NULL;
+}
+
+/* qbm_add_row: a zero row for name at rows[*n]. */
+static QbmRow *
+qbm_add_row(QbmRow *rows, int *n, const char *name)
+{
+	QbmRow	   *r = &rows[(*n)++];
+
+	memset(r, 0, sizeof(*r));
+	snprintf(r->name, sizeof(r->name), "%s", name);
+	return r;
+}
+
+/*
+ * qbm_snapshot: a row per configured name (zero until its slot exists), in
+ * the configuration's order, then one per slot of QueueBox's own buckets;
+ * the slots summed into them.  names NULL: a row per slot in use.  rows has
+ * room for nnames + QB_METRICS_SLOTS.
+ */
 static int
-qbm_snapshot(const QbMetricSlot *slots, QbmRow *rows)
+qbm_snapshot(const QbMetricSlot *slots, const char *const *names, int nnames, QbmRow *rows)
 {
 	int			n = 0;
 
+	for (int i = 0; names != NULL && i < nnames; i++)
+		if (qbm_row(rows, n, names[i]) == NULL)
+			qbm_add_row(rows, &n, names[i]);
 	for (int i = 0; i < QB_METRICS_SLOTS; i++)
 	{
 		const QbMetricSlot *s = &slots[i];
-		QbmRow	   *r = NULL;
+		QbmRow	   *r;
+		bool		own = false;
 
 		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 2)
 			continue;
-		for (int j = 0; j < n; j++)
-			if (strcmp(rows[j].name, s->name) == 0)
-				r = &rows[j];
-		if (r == NULL)
+		if ((r = qbm_row(rows, n, s->name)) == NULL)
 		{
-			r = &rows[n++];
-			memset(r, 0, sizeof(*r));
-			memcpy(r->name, s->name, sizeof(r->name));
-			r->name[sizeof(r->name) - 1] = '\0';
+			for (int k = 0; qbm_own[k] != NULL; k++)
+				own |= strcmp(s->name, qbm_own[k]) == 0;
+			if (names != NULL && !own)
+				continue;		/* no longer configured */
+			r = qbm_add_row(rows, &n, s->name);
 		}
 		for (int k = 0; k < QB_NRESULTS; k++)
 			r->count[k] += __atomic_load_n(&s->count[k], __ATOMIC_RELAXED);
@@ -214,7 +246,8 @@ qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 {
 	static const QbMetrics none;	/* m NULL: nothing counted */
 	QbmBuf		b = {malloc(4096), 0, 4096, false};
-	QbmRow	   *rows = malloc(sizeof(QbmRow) * QB_METRICS_SLOTS);
+	int			nnames = g == NULL ? 0 : (g->ndests > g->nsources ? g->ndests : g->nsources);
+	QbmRow	   *rows = malloc(sizeof(QbmRow) * (nnames + QB_METRICS_SLOTS));
 	int			n;
 
 	if (b.data == NULL || rows == NULL)
@@ -227,7 +260,7 @@ qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 	if (m == NULL)
 		m = &none;
 
-	n = qbm_snapshot(m->destinations, rows);
+	n = qbm_snapshot(m->destinations, g ? g->dest_names : NULL, g ? g->ndests : 0, rows);
 	qbm_family(&b, "queuebox_outbox_delivered_total",
 			   "Outbox messages the destination acknowledged.", "destination", rows, n, QB_DELIVERED);
 	qbm_family(&b, "queuebox_outbox_failed_total",
@@ -255,7 +288,7 @@ qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 				   rows[i].name, (unsigned long long) cum);
 	}
 
-	n = qbm_snapshot(m->sources, rows);
+	n = qbm_snapshot(m->sources, g ? g->source_names : NULL, g ? g->nsources : 0, rows);
 	qbm_printf(&b, "# HELP queuebox_inbox_received_total Ingress answers by source and result.\n"
 			   "# TYPE queuebox_inbox_received_total counter\n");
 	for (int i = 0; i < n; i++)
@@ -294,7 +327,7 @@ qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 		qbm_gauge(&b, "queuebox_inbox_processing", "Inbox rows claimed and in flight.", g->inbox_processing);
 		qbm_gauge(&b, "queuebox_inbox_oldest_pending_age_seconds",
 				  "Age of the oldest pending inbox row (0 when none).", g->inbox_oldest_pending_sec);
-		if (g->ndests > 0)
+		if (g->dest_circuits != NULL && g->ndests > 0)
 		{
 			static const char *const states[] = {"closed", "open", "half-open", "disabled"};
 

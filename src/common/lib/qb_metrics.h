@@ -11,6 +11,13 @@
  *	  to the slot named "_other".
  *	- Gauges (pending rows, oldest pending age) are read from the database
  *	  at scrape time by the caller and passed to qb_metrics_render.
+ *	- The configured names (the configuration's destinations and sources,
+ *	  passed with the gauges) are what the renderer labels: each gets its
+ *	  counters, at 0 until its first event, so a rate or an alert works from
+ *	  the start.  A slot whose name is no longer configured is not rendered
+ *	  (its counts stay in the block: a name that comes back goes on from
+ *	  them); QueueBox's own buckets (_unrouted, _other, _none) are rendered
+ *	  from their first event.
  *
  * Concurrency: every add is one relaxed atomic add; a slot is taken with a
  * compare-and-swap, then its name is written, then it is published.  Two
@@ -75,7 +82,10 @@ typedef struct QbMetrics
 	uint64_t	admin_unauthorized; /* 401 on /admin/ */
 } QbMetrics;
 
-/* What the caller read from the database for this scrape; -1 = unknown. */
+/*
+ * What the caller knows for this scrape: the gauges it read from the
+ * database (-1 = unknown) and the configured names.
+ */
 typedef struct QbGauges
 {
 	double		outbox_pending;
@@ -85,10 +95,14 @@ typedef struct QbGauges
 	double		inbox_processing;
 	double		inbox_oldest_pending_sec;
 	bool		database_up;
-	/* each configured destination's circuit (QbCircuit: 0 closed .. 3 disabled) */
+	/* the configured destinations; NULL names: render every slot */
 	int			ndests;
 	const char *const *dest_names;
+	/* each one's circuit (QbCircuit: 0 closed .. 3 disabled); NULL: unknown */
 	int		   *dest_circuits;
+	/* the configured sources; NULL names: render every slot */
+	int			nsources;
+	const char *const *source_names;
 } QbGauges;
 
 /* Zero a block (a fresh shared-memory segment or a daemon's). */
@@ -105,7 +119,8 @@ extern void qb_metrics_add(uint64_t *counter, uint64_t n);
 
 /*
  * The Prometheus text exposition (version 0.0.4), malloc'd; NULL when out of
- * memory.  m NULL renders every counter 0 (a host that keeps none).
+ * memory.  m NULL renders every counter 0 (a host that keeps none); g NULL
+ * renders no gauge and every slot's counters.
  */
 extern char *qb_metrics_render(const QbMetrics *m, const QbGauges *g);
 

@@ -27,6 +27,15 @@
  * Failures: no stream captures the subject → a retry whose last_error says
  * how to fix it (an operator may add the stream, then the retries land);
  * a message over the server's max_payload → dead; the rest → retry.
+ *
+ * createStream: a link whose destination sets it makes the destination's
+ * stream (qb_config_nats.c names it and its subject) before its first
+ * publish, and again before the next publish after a "no stream" answer:
+ * one JetStream API request on the engine's thread, at most once a second
+ * while it fails.  Several workers or replicas may make it at once: the
+ * same settings are accepted twice by the server, and "name in use" (other
+ * settings) or "subjects overlap" (another stream) mean a stream is there,
+ * so the publish goes ahead and its answer says whether it captures.
  * JetStream drops a retried duplicate by its Nats-Msg-Id (the row's
  * message_id) within the stream's duplicate window.
  *-------------------------------------------------------------------------
@@ -70,6 +79,13 @@ typedef struct QbnLink
 	int			core_pending;	/* core publishes not yet flushed */
 	long		retry_at;		/* after a failed connect */
 	char		error[512];		/* why the last connect failed */
+	/* createStream; under owner->mu, as qbn_ack reads them */
+	char	   *stream;			/* the stream to make; NULL: none */
+	char	   *stream_subject;
+	bool		stream_wanted;	/* make it before the next publish */
+	long		stream_retry_at;	/* after a failed or refused attempt */
+	char		stream_error[300];	/* why the last attempt failed; "" */
+	char		stream_note[300];	/* what the last refusal means; "" */
 	QbNats	   *owner;
 	struct QbnLink *next;
 } QbnLink;
@@ -122,10 +138,17 @@ qbn_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
 		t->out.permanent = false;
 		if (pae == NULL)
 			t->out.error[0] = '\0';
+		else if (pae->Err == NATS_NO_RESPONDERS && l->stream != NULL)
+		{
+			l->stream_wanted = true;
+			snprintf(t->out.error, sizeof(t->out.error),
+					 "no JetStream stream captures subject %s; createStream: stream %s (subjects %s) is made before the next attempt%s%s",
+					 subj, l->stream, l->stream_subject, l->stream_note[0] ? "; " : "", l->stream_note);
+		}
 		else if (pae->Err == NATS_NO_RESPONDERS)
 			snprintf(t->out.error, sizeof(t->out.error),
-					 "no JetStream stream captures subject %s; create one (e.g. nats stream add --subjects %s) or set jetstream: false (just after a server restart this also means JetStream is not up yet: the row is retried)",
-					 subj, subj);
+					 "no JetStream stream captures subject %s; set createStream: true on the destination, or create a stream for it with a NATS client or a $JS.API.STREAM.CREATE request (docs/delivery.md, \"Creating the stream\"), or set jetstream: false (just after a server restart this also means JetStream is not up yet: the row is retried)",
+					 subj);
 		else if (pae->Err == NATS_TIMEOUT)
 			snprintf(t->out.error, sizeof(t->out.error),
 					 "no acknowledgement from JetStream for subject %s within %d ms",
@@ -197,6 +220,116 @@ qbn_connect(QbnLink *l)
 	return false;
 }
 
+/*
+ * qbn_stream_settings gives the link the destination's createStream stream
+ * (a changed one is wanted again); false when out of memory.
+ */
+static bool
+qbn_stream_settings(QbNats *n, QbnLink *l, const QbDestination *d)
+{
+	const char *name = d->create_stream ? d->stream : NULL;
+	char	   *stream = NULL;
+	char	   *subject = NULL;
+
+	if (name == NULL ? l->stream == NULL :
+		l->stream != NULL && strcmp(l->stream, name) == 0 &&
+		strcmp(l->stream_subject, d->stream_subject) == 0)
+		return true;
+	if (name != NULL &&
+		((stream = strdup(name)) == NULL || (subject = strdup(d->stream_subject)) == NULL))
+	{
+		free(stream);
+		return false;
+	}
+	pthread_mutex_lock(&n->mu);
+	free(l->stream);
+	free(l->stream_subject);
+	l->stream = stream;
+	l->stream_subject = subject;
+	l->stream_wanted = stream != NULL;
+	l->stream_retry_at = 0;
+	l->stream_error[0] = l->stream_note[0] = '\0';
+	pthread_mutex_unlock(&n->mu);
+	return true;
+}
+
+/*
+ * qbn_stream_ready makes the link's stream when it is wanted (see the
+ * banner); false, with the reason in err, when the publish must wait.
+ */
+static bool
+qbn_stream_ready(QbNats *n, QbnLink *l, char *err, size_t errlen)
+{
+	jsStreamConfig sc;
+	jsStreamInfo *si = NULL;
+	jsErrCode	jerr = 0;
+	natsStatus	s;
+	sigset_t	old;
+	const char *subjects[1];
+	char		desc[200];
+	char		why[200];
+	bool		wanted;
+
+	pthread_mutex_lock(&n->mu);
+	wanted = l->stream != NULL && l->stream_wanted;
+	pthread_mutex_unlock(&n->mu);
+	if (!wanted)
+		return true;
+	if (qb_now_ms() < l->stream_retry_at)
+	{
+		if (l->stream_error[0] == '\0')
+			return true;		/* refused a moment ago: publish, the answer tells */
+		snprintf(err, errlen, "%s", l->stream_error);
+		return false;
+	}
+
+	jsStreamConfig_Init(&sc);
+	subjects[0] = l->stream_subject;
+	snprintf(desc, sizeof(desc), "made by QueueBox for destination %s (createStream: true)", l->name);
+	sc.Name = l->stream;
+	sc.Description = desc;
+	sc.Subjects = subjects;
+	sc.SubjectsLen = 1;
+	sc.Retention = js_LimitsPolicy;
+	sc.Storage = js_FileStorage;
+	/* the request's reply subscription may start a cnats thread */
+	qb_nats_block_signals(&old);
+	s = js_AddStream(&si, l->js, &sc, NULL, &jerr);
+	qb_nats_restore_signals(&old);
+	jsStreamInfo_Destroy(si);
+
+	pthread_mutex_lock(&n->mu);
+	l->stream_error[0] = l->stream_note[0] = '\0';
+	if (s == NATS_OK)
+		l->stream_wanted = false;
+	else if (jerr == JSStreamNameExistErr || jerr == JSStreamSubjectOverlapErr)
+	{
+		l->stream_wanted = false;
+		l->stream_retry_at = qb_now_ms() + QBN_RETRY_CONNECT_MS;
+		if (jerr == JSStreamNameExistErr)
+			snprintf(l->stream_note, sizeof(l->stream_note),
+					 "the last attempt found stream %s with other settings: add the subject to it, or delete it to have it made again",
+					 l->stream);
+		else
+			snprintf(l->stream_note, sizeof(l->stream_note),
+					 "the last attempt found another stream whose subjects overlap %s: add the subject to that stream",
+					 l->stream_subject);
+	}
+	else
+	{
+		qb_nats_status_text(s, why, sizeof(why));
+		l->stream_retry_at = qb_now_ms() + QBN_RETRY_CONNECT_MS;
+		snprintf(l->stream_error, sizeof(l->stream_error),
+				 "createStream: cannot make JetStream stream %s (subjects %s): %s (err_code %d); the row is retried",
+				 l->stream, l->stream_subject, why, (int) jerr);
+	}
+	pthread_mutex_unlock(&n->mu);
+	if (l->stream_error[0] == '\0')
+		return true;
+	snprintf(err, errlen, "%s", l->stream_error);
+	return false;
+}
+
 /* qbn_link: the destination's connected link, or NULL with the reason. */
 static QbnLink *
 qbn_link(QbNats *n, const QbDestination *d, char *err, size_t errlen)
@@ -222,6 +355,11 @@ qbn_link(QbNats *n, const QbDestination *d, char *err, size_t errlen)
 		l->owner = n;
 		l->next = n->links;
 		n->links = l;
+	}
+	if (!qbn_stream_settings(n, l, d))
+	{
+		snprintf(err, errlen, "out of memory");
+		return NULL;
 	}
 	if (l->nc != NULL)
 		return l;
@@ -465,7 +603,8 @@ qbn_start(void *p, const QbDestination *dest, const QbMessage *m, int tag,
 
 	if ((subject = qbn_subject(dest, m, &invalid, err, errlen)) == NULL)
 		return invalid ? QB_PUB_ROW_INVALID : QB_PUB_NOT_STARTED;
-	if ((l = qbn_link(n, dest, err, errlen)) == NULL)
+	if ((l = qbn_link(n, dest, err, errlen)) == NULL ||
+		(l->jetstream && !qbn_stream_ready(n, l, err, errlen)))
 	{
 		rc = QB_PUB_NOT_STARTED;
 		goto done;

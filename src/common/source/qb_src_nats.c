@@ -378,7 +378,7 @@ qbns_open(const QbSource *src, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot consume from NATS at %s (%s): %s%s",
 				 c->url, c->what, why,
 				 jerr == JSStreamNotFoundErr ?
-				 "; the stream does not exist: create it (e.g. nats stream add) with a subject that captures the source's subject" :
+				 "; the stream does not exist: create it, with a subject that captures the source's subject, through a NATS client or a $JS.API.STREAM.CREATE request (docs/delivery.md, \"Creating the stream\")" :
 				 s == NATS_NO_RESPONDERS ? "; is JetStream enabled on the server (nats-server -js)?" : "");
 		goto err;
 	}
