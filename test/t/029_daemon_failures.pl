@@ -2,7 +2,8 @@
 #   queuebox-mssqld when things break: kill -9 of an outbox role and of the
 #   whole daemon mid-delivery, a PostgreSQL restart while it runs, a wrong
 #   password and an unreachable server, two daemons on one database, and a
-#   down destination beside a healthy one with a hot key.  Every case counts
+#   down destination beside a healthy one with a hot key, and a breaker
+#   whose count a success resets.  Every case counts
 #   rows: nothing lost, per-key order kept (a row may be delivered twice
 #   after a kill: at least once).
 use strict;
@@ -152,6 +153,31 @@ is(qb_count($node, q{topic = 'down.x' AND state IN ('pending', 'processing')}), 
 qbd_signal($d, 'TERM');
 is(qbd_wait_exit($d, 30), 0, 'down destination: the daemon stops');
 is(qb_count($node, q{topic = 'down.x' AND state = 'pending'}), '300', 'down destination: after the stop every row is pending again');
+
+# ---- a success resets the breaker's count (docs/delivery.md): six
+# messages, one at a time, each failing once then succeeding, never open a
+# circuit of 3 failures (the engine once skipped a success's tally while
+# the circuit was closed: the count grew until it opened)
+$d = qbd_start($node, conf(
+	destinations => {
+		flaky => { type => 'http', baseUrl => $sink->{url}, path => '/flaky', timeoutMs => 3000,
+			circuitBreaker => { failures => 3, cooldownMs => 600000 } } },
+	routes => [ { topicPattern => 'flaky.*', destination => 'flaky' } ],
+	outbox => { maxAttempts => 10, backoff => { initialMs => 50, maxMs => 100 } }), name => 'reset');
+qbd_wait_daemon_log($d, qr/outbox 1\[\d+\]: started/);
+my @counts;
+for my $i (1 .. 6)
+{
+	qb_insert_keyed($node, "flaky.e$i", 1, 1, "fl$i", '{"fail": 1}');
+	all_final("topic = 'flaky.e$i'", 1, "breaker reset: message $i is settled");
+	my $fs = qb_dest_status($node, 'flaky');
+	push @counts, "$fs->{state}/$fs->{failures}";
+}
+is(join(' ', @counts), join(' ', ('closed/0') x 6), 'breaker reset: after each success the circuit is closed, no failure counted');
+is(qb_count($node, q{topic LIKE 'flaky.%' AND state = 'sent' AND attempt = 2}), '6',
+	'breaker reset: each message was sent at its second attempt');
+qbd_signal($d, 'TERM');
+is(qbd_wait_exit($d, 30), 0, 'breaker reset: the daemon stops');
 
 # ---- a wrong password: a clear error, retried with a backoff, no crash loop
 $d = qbd_start($node, conf(url => qbd_url($node, user => 'qbdpw', password => 'wrong-password')), name => 'badpw');
