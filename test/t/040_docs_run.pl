@@ -1,6 +1,8 @@
 # 040_docs_run.pl
 #   The shell and SQL of docs/getting-started.md and docs/pull.md run as
-#   written, and print what the pages show.
+#   written, and print what the pages show; so do the blocks of
+#   docs/configuration.md that carry a marker (there, unmarked fences are
+#   examples that TAP 038 validates or that need more than one server).
 #
 #   Every fence of these pages carries a marker on the line before it:
 #     <!-- doc-test: sh [wait] -->          bash, in one shell for the page
@@ -150,7 +152,8 @@ sub run_shell
 	my $file = "$tmp/$page->{name}.block.sh";
 	my $out = "$tmp/$page->{name}.out";
 	open(my $fh, '>', $file) or die "$file: $!";
-	print $fh "set -e\n[ -f '$state' ] && . '$state'\ncd '$root'\n", $script, "\n",
+	my $cwd = $page->{cwd} // $root;
+	print $fh "set -e\n[ -f '$state' ] && . '$state'\ncd '$cwd'\n", $script, "\n",
 	  "[ -n \"\$!\" ] && echo \$! >> '$tmp/background.pids'\n",
 	  "for __v in \$(compgen -v); do case \$__v in BASH*|EUID|PPID|UID|SHELLOPTS|FUNCNAME|GROUPS|PIPESTATUS|RANDOM|SRANDOM|SECONDS|LINENO|EPOCH*|HIST*|DIRSTACK|COMP*|PWD|OLDPWD|SHLVL|IFS|OPT*|PS*|_|__v) continue;; esac; declare -p \$__v; done > '$state.new' 2>/dev/null\n",
 	  "mv '$state.new' '$state'\n";
@@ -229,6 +232,7 @@ sub run_page
 	my ($page) = @_;
 	my ($blocks, $count) = plan_page("$root/docs/$page->{name}");
 	my $unmarked = delete $count->{unmarked} // [];
+	$unmarked = [] if $page->{marked_only};
 	is_deeply($unmarked, [], "$page->{name}: every fence is run, an output, YAML, or skipped with a reason")
 	  or diag "mark each with <!-- doc-test: sh|sql DB|psql DB --> or <!-- doc-test: skip (why) -->";
 	note "$page->{name}: " . join(', ', map { "$count->{$_} $_" } sort keys %$count);
@@ -280,18 +284,22 @@ chomp $bindir;
 	system("$bindir/pg_ctl -D '$tmp/qb-data' -m immediate stop >/dev/null 2>&1") if -d "$tmp/qb-data";
 }
 
-# pull.md: on a node of this test
+# configuration.md (its marked blocks; TAP 038 validates its YAML) and
+# pull.md: on a node of this test, in a folder of this test
 {
 	my $node = qb_node('pull_doc', database => 'app', conf => "queuebox.relay_worker = off\n");
 	$node->safe_psql('postgres', 'CREATE DATABASE app');
 	$node->safe_psql('app', 'CREATE EXTENSION queuebox');
-	my $page = { name => 'pull.md', subst => [] };
-	my $host = $node->host;
-	my $port = $node->port;
-	open(my $fh, '>', "$tmp/pull.md.state") or die $!;
-	print $fh "export PGHOST='$host' PGPORT=$port PGUSER=\$(id -un)\nexport PATH='$bindir':\$PATH\n";
-	close $fh;
-	run_page($page);
+	my ($host, $port) = ($node->host, $node->port);
+	mkdir "$tmp/work";
+	for my $page ({ name => 'configuration.md', marked_only => 1 }, { name => 'pull.md' })
+	{
+		@$page{qw(subst cwd)} = ([], "$tmp/work");
+		open(my $fh, '>', "$tmp/$page->{name}.state") or die $!;
+		print $fh "export PGHOST='$host' PGPORT=$port PGUSER=\$(id -un)\nexport PATH='$bindir':\$PATH\n";
+		close $fh;
+		run_page($page);
+	}
 	$node->stop;
 }
 
