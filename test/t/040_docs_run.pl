@@ -1,8 +1,9 @@
 # 040_docs_run.pl
 #   The shell and SQL of docs/getting-started.md and docs/pull.md run as
 #   written, and print what the pages show; so do the blocks of
-#   docs/configuration.md that carry a marker (there, unmarked fences are
-#   examples that TAP 038 validates or that need more than one server).
+#   docs/configuration.md and docs/http-api.md that carry a marker (there,
+#   unmarked fences are examples that TAP 038 validates, or that need what
+#   one test cannot set up).
 #
 #   Every fence of these pages carries a marker on the line before it:
 #     <!-- doc-test: sh [wait] -->          bash, in one shell for the page
@@ -300,6 +301,29 @@ chomp $bindir;
 		close $fh;
 		run_page($page);
 	}
+	$node->stop;
+}
+
+# http-api.md (its marked blocks): a node whose server has ADMIN_TOKEN, with
+# a sink for the page's destination and a free port for its listener
+{
+	my $token = 'doc-test-admin-token-0123456789abcdef';
+	local $ENV{ADMIN_TOKEN} = $token;
+	my $node = qb_node('http_doc', database => 'app');
+	$node->safe_psql('postgres', 'CREATE DATABASE app');
+	$node->safe_psql('app', 'CREATE EXTENSION queuebox');
+	my $sink = qb_sink_start(name => 'http_doc');
+	my $listen = qb_free_port();
+	$listen = qb_free_port() while $listen == $sink->{port};
+	my $page = { name => 'http-api.md', marked_only => 1, cwd => "$tmp/work",
+		subst => [ [ '8080', $listen ], [ '9000', $sink->{port} ] ] };
+	my ($host, $port) = ($node->host, $node->port);
+	open(my $fh, '>', "$tmp/http-api.md.state") or die $!;
+	print $fh "export PGHOST='$host' PGPORT=$port PGUSER=\$(id -un) ADMIN_TOKEN='$token'\n",
+	  "export PATH='$bindir':\$PATH\n";
+	close $fh;
+	run_page($page);
+	qb_sink_stop($sink);
 	$node->stop;
 }
 
