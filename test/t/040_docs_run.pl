@@ -1,7 +1,8 @@
 # 040_docs_run.pl
 #   The shell and SQL of docs/getting-started.md and docs/pull.md run as
 #   written, and print what the pages show; so do the blocks of
-#   docs/configuration.md and docs/http-api.md that carry a marker (there,
+#   docs/configuration.md, docs/receiving-webhooks.md and docs/http-api.md
+#   that carry a marker (there,
 #   unmarked fences are examples that TAP 038 validates, or that need what
 #   one test cannot set up).
 #
@@ -134,6 +135,7 @@ sub normalise
 		$n =~ s/$uuid_re/<uuid>/g;
 		$n =~ s/\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d(:\d\d)?|Z)?/<timestamp>/g;
 		$n =~ s/"t_us":\d+/"t_us":<us>/g;
+		$n =~ s/^Date: .*/Date: <http-date>/;
 		push @out, $n;
 	}
 	return join("\n", @out) . "\n";
@@ -301,6 +303,22 @@ chomp $bindir;
 		close $fh;
 		run_page($page);
 	}
+	$node->stop;
+}
+
+# receiving-webhooks.md (its marked blocks): a node of its own, the page's
+# listener on a free port
+{
+	my $node = qb_node('webhooks_doc', database => 'app');
+	$node->safe_psql('postgres', 'CREATE DATABASE app');
+	$node->safe_psql('app', 'CREATE EXTENSION queuebox');
+	my $page = { name => 'receiving-webhooks.md', marked_only => 1, cwd => "$tmp/work",
+		subst => [ [ '8080', qb_free_port() ] ] };
+	my ($host, $port) = ($node->host, $node->port);
+	open(my $fh, '>', "$tmp/receiving-webhooks.md.state") or die $!;
+	print $fh "export PGHOST='$host' PGPORT=$port PGUSER=\$(id -un)\nexport PATH='$bindir':\$PATH\n";
+	close $fh;
+	run_page($page);
 	$node->stop;
 }
 
