@@ -33,6 +33,7 @@ use warnings;
 
 use Cwd qw(abs_path);
 use File::Path qw(rmtree);
+use IO::Socket::INET;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -319,7 +320,52 @@ chomp $bindir;
 	print $fh "export PGHOST='$host' PGPORT=$port PGUSER=\$(id -un)\nexport PATH='$bindir':\$PATH\n";
 	close $fh;
 	run_page($page);
+	max_connections_wait($node);
 	$node->stop;
+}
+
+# receiving-webhooks.md, Limits: over http.maxConnections a connection waits
+# in the listen backlog and is served when a slot frees (it was documented as
+# closed at once).  One connection holds the only slot (a keep-alive request
+# answered), a second sends a webhook; once the first closes, the second is
+# answered 202 and its row stored.
+sub max_connections_wait
+{
+	my ($node) = @_;
+	# a port of its own: what answers there is the listener with the new limit
+	my $listen = qb_free_port();
+	$node->safe_psql('app', "SELECT queuebox.configure(\$y\$
+http: { listen: $listen, maxConnections: 1 }
+sources:
+  shop: { type: http, path: /shop, idempotencyKeyPath: \$.id, consumption: pull }
+\$y\$)");
+	my $req = sub {
+		my ($id, $close) = @_;
+		my $body = qq({"id":"$id"});
+		return "POST /inbox/shop HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+		  . "Content-Length: " . length($body) . "\r\n" . ($close ? "Connection: close\r\n" : '') . "\r\n$body";
+	};
+	my $rows_before = $node->safe_psql('app', "SELECT count(*) FROM queuebox.inbox WHERE source = 'shop'");
+	my $first;
+	qb_wait_for(sub {
+		$first = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $listen, Timeout => 5) or return 0;
+		print $first $req->('limit-1', 0);
+		my $answer = '';
+		$first->recv($answer, 4096);
+		return 1 if $answer =~ m{^HTTP/1.1 202 };
+		close $first;
+		return 0;
+	}, 'the listener with maxConnections: 1 answers, and the connection stays open', timeout => 30);
+	my $second = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $listen, Timeout => 5)
+	  or die "connect: $!";
+	print $second $req->('limit-2', 1);
+	close $first;
+	my $answer = '';
+	$second->recv($answer, 4096);
+	like($answer, qr{^HTTP/1.1 202 }, 'receiving-webhooks.md Limits: over http.maxConnections a connection waits and is served when a slot frees')
+	  or diag "got: '$answer' (an empty answer: the connection was closed)";
+	is($node->safe_psql('app', "SELECT count(*) FROM queuebox.inbox WHERE source = 'shop'"), $rows_before + 2,
+		'both webhooks stored');
 }
 
 # http-api.md (its marked blocks): a node whose server has ADMIN_TOKEN, with
