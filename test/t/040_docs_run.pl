@@ -1,12 +1,11 @@
 # 040_docs_run.pl
 #   The shell and SQL of docs/getting-started.md and docs/pull.md run as
-#   written, and print what the pages show; so do the blocks of
-#   docs/configuration.md, docs/receiving-webhooks.md and docs/http-api.md
-#   that carry a marker (there,
-#   unmarked fences are examples that TAP 038 validates, or that need what
-#   one test cannot set up).
+#   written and print what the pages show.  So do the marked blocks of
+#   docs/configuration.md, docs/receiving-webhooks.md and docs/http-api.md,
+#   whose unmarked fences are YAML (TAP 038) or need what one test cannot
+#   set up (brokers, a second server, a signing secret).
 #
-#   Every fence of these pages carries a marker on the line before it:
+#   A marker on the line before a fence says what it is:
 #     <!-- doc-test: sh [wait] -->          bash, in one shell for the page
 #     <!-- doc-test: sql DB [wait] [vary=COL,...] -->   psql -d DB, stdin
 #     <!-- doc-test: psql DB -->            a psql session: the lines after
@@ -15,24 +14,25 @@
 #     <!-- doc-test: skip (why) -->         cannot run here (apt-get, make
 #                                           install, an illustration)
 #   A fence right after an sh or sql fence is what that fence prints; a
-#   ```yaml fence is TAP 038's.  A fence with none of these fails, so a new
-#   block is either run or skipped with its reason.
+#   ```yaml fence is TAP 038's.  On the first two pages any other fence
+#   fails, so a new block is either run or skipped with its reason.
 #
-#   The shell blocks of a page share one shell: each runs in bash -e from
-#   the repository root, with the variables the blocks before it set.  Only
-#   what must differ here is replaced: the page's paths, ports and
-#   PostgreSQL bin directory (getting-started's cluster is made by the page
-#   itself, with the server of this installation; pull.md runs on a node of
-#   this test).  Outputs are compared cell by cell (column widths follow the
-#   values); uuids and timestamps are normalised, the columns a marker names
-#   in vary= too, and "wait" blocks, which only read, are repeated until
-#   they match (or 60 s).  A uuid the page shows (a claim token) stands for
-#   the one this run printed at the same place, in the blocks after it.
+#   The shell blocks of a page share one shell: each runs in bash -e (from
+#   the repository root for getting-started, a folder of this test for the
+#   others) with the variables the blocks before it set.  Only what must
+#   differ here is replaced: the pages' paths and ports, and PostgreSQL's
+#   bin directory.  getting-started makes its own cluster, with the server
+#   of this installation; the other pages run on nodes of this test, whose
+#   host and port their shell is given.  Outputs are compared cell by cell
+#   (column widths follow the values); uuids, timestamps and HTTP dates are
+#   normalised, and the columns a marker names in vary=.  "wait" blocks,
+#   which only read, are repeated until they match (or 60 s).  A uuid the
+#   page shows (a claim token) stands for the one this run printed at the
+#   same place, in the blocks after it.
 use strict;
 use warnings;
 
 use Cwd qw(abs_path);
-use File::Path qw(rmtree);
 use IO::Socket::INET;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
@@ -49,7 +49,8 @@ my $uuid_re = qr/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/;
 
 # ------------------------------------------------------------ the pages
 
-# The fences of $file in order: { line, info, body, marker, kind, attrs }
+# The fences of $file in order: { line, info, body, marker, end, follows }
+# (follows: the fence starts on the line after the previous one ends)
 sub fences
 {
 	my ($file) = @_;
