@@ -1,4 +1,4 @@
-# 041_upgrade_0_3_1.pl
+# 043_upgrade_0_3_1.pl
 #   Schema 0.3.1 -> 0.3.2 (resume_destination() answers true only when the
 #   destination was holding rows) on both PostgreSQL hosts, each with a
 #   filled database: outbox rows pending, sent and dead, inbox rows, and a
