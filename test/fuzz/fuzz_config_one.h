@@ -67,6 +67,26 @@ qbf_config_env_init(void)
 	setenv("QBF_URL", "http://user:pw@example.com:8080", 1);
 }
 
+/*
+ * the whole input of the harness, when it holds more than the document
+ * (fuzz_config_env's override lines): a secret's text the input itself
+ * holds may come back in a message (a key or a value named as written)
+ */
+static const char *qbf_raw = NULL;
+static size_t qbf_raw_len = 0;
+
+/* qbf_holds: the len bytes at text (NULs included) hold s */
+static inline bool
+qbf_holds(const char *text, size_t len, const char *s)
+{
+	size_t		n = strlen(s);
+
+	for (size_t i = 0; i + n <= len; i++)
+		if (memcmp(text + i, s, n) == 0)
+			return true;
+	return false;
+}
+
 static inline void
 qbf_config_one(const char *text, size_t len)
 {
@@ -81,7 +101,10 @@ qbf_config_one(const char *text, size_t len)
 		if (rc != -1 || cfg != NULL)
 			qbf_fail("qb_config_parse returned %d with config %p", rc, (void *) cfg);
 		qbf_err_ok(err, sizeof(err), "qb_config_parse");
-		if (strstr(err, QBF_FILE_SECRET) != NULL)
+		/* (unless the document itself holds the text: a key is named as written) */
+		if (strstr(err, QBF_FILE_SECRET) != NULL &&
+			!qbf_holds(text, len, QBF_FILE_SECRET) &&
+			!(qbf_raw != NULL && qbf_holds(qbf_raw, qbf_raw_len, QBF_FILE_SECRET)))
 			qbf_fail("qb_config_parse repeats a secret file's content: %s", err);
 		if (err[0] == '\0')
 			qbf_fail("qb_config_parse refused the document with an empty message");

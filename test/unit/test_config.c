@@ -776,11 +776,27 @@ test_expand_file(void **state)
 	unsetenv("QB_T_CREDS");
 }
 
+/*
+ * refused_file_doc: the document fmt, its %s the directory of secret
+ * files, is refused with want in the message and no file content.
+ */
+static void
+refused_file_doc(const char *fmt, const char *want)
+{
+	char		doc[1024];
+	char		err[QB_ERRLEN];
+
+	snprintf(doc, sizeof(doc), fmt, file_dir);
+	refused_message(doc, err, sizeof(err));
+	if (strstr(err, want) == NULL)
+		fail_msg("\"%s\" lacks \"%s\"", err, want);
+	assert_null(strstr(err, "s3cr3t"));
+}
+
 static void
 test_expand_file_in_document(void **state)
 {
 	char		doc[1024];
-	char		err[QB_ERRLEN];
 	QbConfig   *c;
 
 	qb_config_set_file_dirs(file_dir, "queuebox.secret_file_dirs");
@@ -795,12 +811,16 @@ test_expand_file_in_document(void **state)
 			 "destinations:\n  p: { type: http, baseUrl: \"http://h\", headers: { X-K: \"${file:%s/outside}\" } }\n",
 			 file_other);
 	refuse(doc, "destinations.p.headers.X-K: file reference ${file:", "/outside}: ", "(line 2", NULL);
-	snprintf(doc, sizeof(doc),
-			 "destinations:\n  p: { type: http, baseUrl: \"http://h\", headers: { X-K: \"${file:%s/crlf}x\\r\\n\" } }\n",
-			 file_dir);
-	refused_message(doc, err, sizeof(err));
-	assert_non_null(strstr(err, "destinations.p.headers.X-K: the header value contains a line break"));
-	assert_null(strstr(err, "s3cr3t"));
+	/* a value made invalid by the file: the message says what is wrong, no content */
+	refused_file_doc("destinations:\n  p: { type: http, baseUrl: \"http://h\", headers: { X-K: \"${file:%s/crlf}x\\r\\n\" } }\n",
+					 "destinations.p.headers.X-K: the header value contains a line break");
+	/* a number or a name from a file is not echoed either (one from a variable is) */
+	refused_file_doc("outbox:\n  batchSize: \"${file:%s/github}\"\n",
+					 "outbox.batchSize: expected an integer from 1 to 10000, got the content of a file (not repeated");
+	refused_file_doc("destinations:\n  p: { type: \"${file:%s/github}\" }\n", "destinations.p.type: expected");
+	/* a check that would quote part of it (a URL's scheme) says so instead */
+	refused_file_doc("destinations:\n  p: { type: http, baseUrl: \"${file:%s/github}://h\" }\n",
+					 "destinations.p.baseUrl: the value, read from a file, is not valid here; the message is not shown");
 	qb_config_set_file_dirs("", NULL);
 }
 

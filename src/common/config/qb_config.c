@@ -67,7 +67,7 @@ qb_config_parse(const char *text, size_t len, QbConfig **out, char *err,
 	QbcfArena  *arena = qbcf_arena_new();
 	QbcfNode   *root = NULL;
 	QbConfig   *cfg;
-	QbcfCtx		cx = {arena, err, errlen};
+	QbcfCtx		cx = {arena, err, errlen, NULL};
 
 	*out = NULL;
 	if (errlen > 0)
