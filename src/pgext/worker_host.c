@@ -12,8 +12,9 @@
  *
  * Signals: SIGTERM only sets a flag and the latch, so an engine can finish
  * or release the rows of a batch in flight before the process exits.
- * SIGHUP reloads GUCs and the stored configuration (its ${file:PATH}
- * secrets may have changed: pg_reload_conf() takes a new one).  Every wait ends with CHECK_FOR_INTERRUPTS(), which
+ * SIGHUP reloads GUCs, and the stored configuration when it reads files
+ * (its ${file:PATH} secrets may have changed: pg_reload_conf() takes a new
+ * one).  Every wait ends with CHECK_FOR_INTERRUPTS(), which
  * serves ProcSignalBarriers (DROP DATABASE) promptly.
  *
  * Memory: the engines malloc their own state; SPI results are copied out of
@@ -44,6 +45,7 @@ static QbWorkerSlot *qbh_slot = NULL;
 static char qbh_label[BGW_MAXLEN];
 static bool qbh_may_commit_async = false;
 static uint32 qbh_config_generation = 0;
+static bool qbh_reads_files = false;	/* the document in force has ${file:PATH} */
 static bool qbh_hup_reload = false;	/* a SIGHUP: load the document again */
 
 /* Two wait sets: latch only, and latch plus an engine's fd. */
@@ -146,8 +148,11 @@ qbh_interrupts(void)
 		ConfigReloadPending = false;
 		ProcessConfigFile(PGC_SIGHUP);
 		qbh_apply_gucs();
-		/* the document may read files (${file:PATH}) that changed since */
-		qbh_hup_reload = true;
+		/*
+		 * its ${file:PATH} secrets may have changed; a document without
+		 * any is not loaded again (a consumer would reconnect to its broker)
+		 */
+		qbh_hup_reload = qbh_reads_files;
 	}
 }
 
@@ -214,6 +219,7 @@ qbh_config_loaded(void *ctx, const QbConfig *cfg)
 	uint32		n = (uint32) qb_config_broker_sources(cfg);
 	static bool warned = false;
 
+	qbh_reads_files = cfg != NULL && cfg->reads_files;
 	if (!qb_publish_routes(cfg) && !warned)
 	{
 		warned = true;

@@ -289,6 +289,7 @@ typedef struct QbConfig
 	char	   *admin_token;	/* NULL: the /admin/ routes are off */
 	QbDatabaseConf database;	/* daemon only */
 	QbDaemonConf daemon;		/* daemon only */
+	bool		reads_files;	/* a value holds ${file:PATH}: a reload reads it anew */
 	struct QbcfArena *arena;	/* private: owns everything above */
 } QbConfig;
 
