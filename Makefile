@@ -244,10 +244,17 @@ all: queuebox-mssqld
 
 .PHONY: install-daemon
 install: install-daemon
+# queuebox-daemon: the same binary under a name that does not say SQL Server
+# (it serves PostgreSQL too); docs/*.md where the unit's Documentation= points
+DAEMON_DOCDIR ?= $(DAEMON_PREFIX)/share/doc/queuebox
 install-daemon: queuebox-mssqld
-	install -d $(DESTDIR)$(DAEMON_PREFIX)/bin $(DESTDIR)$(DAEMON_PREFIX)/lib/systemd/system
+	install -d $(DESTDIR)$(DAEMON_PREFIX)/bin $(DESTDIR)$(DAEMON_PREFIX)/lib/systemd/system $(DESTDIR)$(DAEMON_DOCDIR)
 	install -m 755 queuebox-mssqld $(DESTDIR)$(DAEMON_PREFIX)/bin/queuebox-mssqld
-	sed 's|@BINDIR@|$(DAEMON_PREFIX)/bin|' packaging/queuebox-mssqld.service > $(DESTDIR)$(DAEMON_PREFIX)/lib/systemd/system/queuebox-mssqld.service
+	ln -sf queuebox-mssqld $(DESTDIR)$(DAEMON_PREFIX)/bin/queuebox-daemon
+	install -d $(DESTDIR)$(DAEMON_DOCDIR)/design
+	install -m 644 docs/*.md $(DESTDIR)$(DAEMON_DOCDIR)/
+	install -m 644 docs/design/*.md $(DESTDIR)$(DAEMON_DOCDIR)/design/
+	sed -e 's|@BINDIR@|$(DAEMON_PREFIX)/bin|' -e 's|@DOCDIR@|$(DAEMON_DOCDIR)|' packaging/queuebox-mssqld.service > $(DESTDIR)$(DAEMON_PREFIX)/lib/systemd/system/queuebox-mssqld.service
 
 # the daemon's unit tests link its library and libpq as well
 $(UNIT_BIN_DIR)/test_daemon: test/unit/test_daemon.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS)

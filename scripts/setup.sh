@@ -20,7 +20,7 @@ PKGS=(
   curl wrk openssl valgrind
   golang-go golang-github-lib-pq-dev golang-github-denisenkom-go-mssqldb-dev
   systemd
-  rabbitmq-server nats-server
+  rabbitmq-server nats-server pgbouncer
 )
 
 missing=()

@@ -52,6 +52,8 @@ main(int argc, char **argv)
 	QbConfig   *cfg = NULL;
 	int			c;
 
+	/* before getopt: a process title is later written where argv was */
+	argv = qbd_ps_init(argc, argv);
 	while ((c = getopt_long(argc, argv, "c:tVh", opts, NULL)) != -1)
 	{
 		switch (c)
@@ -88,6 +90,11 @@ main(int argc, char **argv)
 		return 2;
 	}
 
+	/*
+	 * ${file:PATH} may read any file this process can: its operator chose
+	 * the user it runs as (the extension restricts the directories instead)
+	 */
+	qb_config_set_file_dirs(NULL, NULL);
 	if (qbd_config_read(opt.config_path, &text, &cfg, err, sizeof(err)) != 0)
 	{
 		fprintf(stderr, "queuebox-mssqld: %s%s\n", check ? "configuration test failed: " : "", err);

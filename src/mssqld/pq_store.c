@@ -48,6 +48,12 @@
  * synchronous_commit off with async_commit.
  * Then the LISTEN channels asked for are issued again.
  *
+ * Through a pooler in transaction mode (QbPqConf.unnamed_statements: the
+ * supervisor found that notifications do not arrive), consecutive
+ * transactions may run on different server connections, so no statement
+ * is prepared by name: each is sent with its text (an unnamed statement,
+ * parsed each time), and the session settings above are best effort.
+ *
  * Secrets: messages name the server as user@host:port/dbname, never the
  * URL; the password is scrubbed from whatever libpq says.
  *
@@ -160,6 +166,7 @@ struct QbPqStore
 	long		connect_timeout_ms;
 	long		statement_timeout_ms;
 	bool		async_commit;
+	bool		unnamed;		/* no named statements: a pooler in transaction mode */
 	PGconn	   *conn;			/* NULL: not connected */
 	bool		prepared[QBPQ_NSTMTS];
 	long		backoff_ms;		/* the last wait; 0: the last connect worked */
@@ -448,6 +455,16 @@ qbpq_pipeline(QbPqStore *s, QbpqStep *steps, int n, bool commit, char *err, size
 		int			nparams = id >= QBPQ_QUERY ? qb_pg_query_nparams[id - QBPQ_QUERY] :
 			qbpq_stmts[id].nparams;
 
+		if (s->unnamed)
+		{
+			/* each transaction may run on another server connection */
+			ok &= PQsendQueryParams(s->conn, id >= QBPQ_QUERY ? qb_pg_queries[id - QBPQ_QUERY] : qbpq_stmts[id].sql,
+									nparams, id >= QBPQ_QUERY ? text_types : qbpq_stmts[id].types,
+									steps[i].args->v, NULL, NULL, 0) == 1;
+			sent_step[nsent] = i;
+			sent[nsent++] = QBPQ_SENT_STEP;
+			continue;
+		}
 		snprintf(name, sizeof(name), "qb_%d", id);
 		if (!s->prepared[id])
 		{
@@ -1579,6 +1596,7 @@ qb_pq_store_new(const QbPqConf *conf)
 	s->connect_timeout_ms = conf->connect_timeout_ms;
 	s->statement_timeout_ms = conf->statement_timeout_ms;
 	s->async_commit = conf->async_commit;
+	s->unnamed = conf->unnamed_statements;
 	if (s->url == NULL || s->application_name == NULL || !qbpq_describe(s))
 	{
 		qb_pq_store_free(s);

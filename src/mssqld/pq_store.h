@@ -29,6 +29,7 @@ typedef struct QbPqConf
 	long		connect_timeout_ms; /* connect_timeout, rounded up to seconds (libpq's unit) */
 	long		statement_timeout_ms;	/* SET statement_timeout at each connect; 0: server default */
 	bool		async_commit;	/* SET synchronous_commit = off for the engines' cycles (as the extension's queuebox.worker_async_commit) */
+	bool		unnamed_statements; /* send each statement with its text, never prepared by name (a pooler in transaction mode) */
 } QbPqConf;
 
 typedef struct QbPqStore QbPqStore;

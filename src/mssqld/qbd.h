@@ -39,6 +39,8 @@
 
 /* The largest configuration document the daemon takes (the shared slot). */
 #define QBD_DOC_MAX			(1024 * 1024)
+/* how long the supervisor waits for its probe NOTIFY (supervisor.c) */
+#define QBD_PROBE_MS		3000
 /* The schema of this build (the Makefile's EXTVERSION) */
 extern const char qbd_schema_version[];
 
@@ -75,10 +77,25 @@ extern size_t qbd_log_format(char *buf, size_t len, bool json, double epoch,
  */
 extern void qbd_redact_url(const char *url, char *buf, size_t len);
 
+/* ---- ps_title.c: what ps and top show --------------------------------- */
+/*
+ * Move argv and environ aside so that titles may use their memory; main()
+ * calls it first and uses the copy of argv it returns.
+ */
+extern char **qbd_ps_init(int argc, char **argv);
+/* the process title "queuebox-mssqld: <role>" ("supervisor", "outbox 0", ...) */
+extern void qbd_ps_set(const char *role);
+
 /* ---- shared.c: the block the supervisor shares with every role -------- */
 typedef struct QbdShared
 {
 	QbMetrics	metrics;
+	/*
+	 * 1: a NOTIFY did not reach a LISTEN through database.url (a pooler in
+	 * transaction mode): the roles neither LISTEN nor prepare statements by
+	 * name.  The supervisor writes it before it forks the roles that read it.
+	 */
+	volatile int pooled;
 	uint64_t	doc_gen;		/* seqlock: odd while the supervisor writes */
 	size_t		doc_len;
 	char		doc[QBD_DOC_MAX];

@@ -127,7 +127,8 @@ qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index)
 	qbd_role_name(kind, index, name, sizeof(name));
 	qbd_log_init(name, false);
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
-	/* the kernel keeps 15 bytes: "qb outbox 12", "qb consumer 3" */
+	/* ps: "queuebox-mssqld: outbox 0"; top's comm keeps 15 bytes: "qb outbox 12" */
+	qbd_ps_set(name);
 	snprintf(title, sizeof(title), "qb %.12s", name);
 	prctl(PR_SET_NAME, title);
 
@@ -158,6 +159,7 @@ qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index)
 			.connect_timeout_ms = cfg->database.connect_timeout_ms,
 			.statement_timeout_ms = cfg->database.statement_timeout_ms,
 			.async_commit = true,
+			.unnamed_statements = sh->pooled != 0,
 		});
 	if (pq == NULL && odbc == NULL)
 	{
@@ -180,7 +182,8 @@ qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index)
 	dh.odbc = odbc;
 	if ((pq ? qb_pq_store_connect(pq, err, sizeof(err)) : qb_odbc_store_connect(odbc, err, sizeof(err))) != 0)
 		qbd_log(QB_LOG_WARNING, "%s; retrying", err);
-	if (pq != NULL && cfg->database.listen && (kind == QBD_ROLE_OUTBOX || kind == QBD_ROLE_RELAY) &&
+	/* no LISTEN where notifications do not arrive (the supervisor said why) */
+	if (pq != NULL && cfg->database.listen && !sh->pooled && (kind == QBD_ROLE_OUTBOX || kind == QBD_ROLE_RELAY) &&
 		qbd_host_listen(&dh, kind == QBD_ROLE_OUTBOX ? "queuebox_outbox" : "queuebox_inbox",
 						err, sizeof(err)) != 0)
 		qbd_log(QB_LOG_WARNING, "%s; LISTEN is tried again at the next connection", err);

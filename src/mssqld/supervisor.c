@@ -279,6 +279,112 @@ qbds_connect(const QbConfig *cfg, char *err, size_t errlen)
 	return NULL;
 }
 
+/*
+ * qbds_probe_notify: does a NOTIFY that another session commits reach a
+ * session that LISTENs, through database.url?  Not through a pooler in
+ * transaction or statement mode: the LISTEN stays with a server connection
+ * the pool hands to other clients between transactions.  1: it arrived;
+ * 0: not within QBD_PROBE_MS; -1: the probe could not be made (err).
+ */
+static int
+qbds_probe_notify(const QbConfig *cfg, char *err, size_t errlen)
+{
+	PGconn	   *listener;
+	PGconn	   *sender = NULL;
+	PGresult   *res;
+	char		channel[64];
+	char		sql[96];
+	const char *v[1] = {channel};
+	long		deadline;
+	int			rc = -1;
+
+	if ((listener = qbds_connect(cfg, err, errlen)) == NULL)
+		return -1;
+	/* a channel of its own: no role is woken by the probe */
+	snprintf(channel, sizeof(channel), "queuebox_probe_%d", (int) getpid());
+	snprintf(sql, sizeof(sql), "LISTEN %s", channel);
+	res = PQexec(listener, sql);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+	{
+		snprintf(err, errlen, "LISTEN failed: %s", PQerrorMessage(listener));
+		PQclear(res);
+		goto done;
+	}
+	PQclear(res);
+	if ((sender = qbds_connect(cfg, err, errlen)) == NULL)
+		goto done;
+	res = PQexecParams(sender, "SELECT pg_notify($1, 'probe')", 1, NULL, v, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		snprintf(err, errlen, "pg_notify failed: %s", PQerrorMessage(sender));
+		PQclear(res);
+		goto done;
+	}
+	PQclear(res);
+	rc = 0;
+	deadline = qb_now_ms() + QBD_PROBE_MS;
+	while (rc == 0)
+	{
+		struct pollfd p = {.fd = PQsocket(listener), .events = POLLIN};
+		PGnotify   *n;
+		long		left;
+
+		if (!PQconsumeInput(listener))
+		{
+			snprintf(err, errlen, "the listening connection failed: %s", PQerrorMessage(listener));
+			rc = -1;
+			break;
+		}
+		while ((n = PQnotifies(listener)) != NULL)
+		{
+			if (strcmp(n->relname, channel) == 0)
+				rc = 1;
+			PQfreemem(n);
+		}
+		if (rc != 0 || (left = deadline - qb_now_ms()) <= 0)
+			break;
+		if (poll(&p, 1, (int) left) < 0 && errno != EINTR)
+			break;
+	}
+done:
+	if (rc < 0)
+		err[strcspn(err, "\n")] = '\0';
+	PQfinish(sender);
+	PQfinish(listener);
+	return rc;
+}
+
+/*
+ * qbds_probe: the probe at start and after a change of the database:
+ * section, before the roles (re)start; its answer goes to them in the
+ * shared block.
+ */
+static void
+qbds_probe(QbdShared *sh, const QbConfig *cfg)
+{
+	char		err[QB_ERRLEN];
+	int			rc = qbds_probe_notify(cfg, err, sizeof(err));
+
+	sh->pooled = rc == 0;
+	if (rc < 0)
+		qbd_log(QB_LOG_WARNING, "could not check that notifications arrive (%s); the roles go on as if they do", err);
+	else if (rc == 0 && cfg->database.listen)
+		qbd_log(QB_LOG_WARNING,
+				"database.listen: a NOTIFY sent to check it did not arrive within %d ms: database.url goes through "
+				"a connection pooler in transaction or statement mode (PgBouncer, RDS Proxy, ...), which does not pass "
+				"notifications on; the roles poll instead (idle polls stretch to database.idlePollMaxMs) and prepare no "
+				"statement by name. Connect the daemon to the database directly or through a pooler in session mode, "
+				"or set database.listen: false: the NOTIFY triggers cost every inserting transaction for nothing",
+				QBD_PROBE_MS);
+	else if (rc == 0)
+		qbd_log(QB_LOG_INFO,
+				"a NOTIFY sent to check the connection did not arrive within %d ms: database.url goes through a "
+				"connection pooler in transaction or statement mode; the roles prepare no statement by name",
+				QBD_PROBE_MS);
+	else
+		qbd_log(QB_LOG_DEBUG, "notifications arrive through database.url");
+}
+
 /* qbds_prepare_mssql: qbds_prepare_db on SQL Server. */
 static int
 qbds_prepare_mssql(const QbConfig *cfg, bool migrate, char *err, size_t errlen)
@@ -350,6 +456,7 @@ typedef struct QbdSup
 	int			nroles;
 	bool		db_ready;		/* migrated: roles may start */
 	bool		publish_pending;	/* the config tables are behind the file */
+	bool		probe_pending;	/* check that notifications arrive (PostgreSQL) */
 	long		db_retry_at;
 	long		db_retry_ms;
 	bool		stopping;
@@ -521,6 +628,8 @@ qbds_reload(QbdSup *s)
 		return;
 	}
 	restart = qbd_database_changed(s->cfg, cfg);
+	/* the roles restart, so they learn again whether notifications arrive */
+	s->probe_pending |= restart;
 	qb_config_free(s->cfg);
 	free(s->text);
 	s->cfg = cfg;
@@ -577,6 +686,9 @@ qbds_db_step(QbdSup *s, long now)
 	s->db_ready = true;
 	s->publish_pending = false;
 	s->db_retry_ms = 0;
+	if (s->probe_pending && !qbd_is_sqlserver(s->cfg->database.url))
+		qbds_probe(s->sh, s->cfg);
+	s->probe_pending = false;
 }
 
 /* qbd_supervise: see qbd.h.  Takes text and cfg. */
@@ -592,7 +704,9 @@ qbd_supervise(const QbdOptions *opt, char *text, QbConfig *cfg)
 	s.opt = opt;
 	s.text = text;
 	s.cfg = cfg;
+	s.probe_pending = true;
 	qbd_log_init("supervisor", cfg->daemon.log_json);
+	qbd_ps_set("supervisor");
 	if ((s.sh = qbd_shared_create(err, sizeof(err))) == NULL)
 	{
 		qbd_log(QB_LOG_ERROR, "%s", err);

@@ -96,6 +96,7 @@ extern bool qb_worker_async_commit;
 extern bool qb_relay_worker;
 extern bool qb_ingress_worker;
 extern int	qb_max_consumer_workers;
+extern char *qb_secret_file_dirs;
 
 extern QbShared *qb_shared;
 

@@ -37,6 +37,7 @@ bool		qb_worker_async_commit = true;
 bool		qb_relay_worker = true;
 bool		qb_ingress_worker = true;
 int			qb_max_consumer_workers = 8;
+char	   *qb_secret_file_dirs = NULL;
 
 QbShared   *qb_shared = NULL;
 
@@ -51,6 +52,8 @@ static int	qb_armed_broker_sources = 0;	/* of the configuration armed; -1:
 												 * not known */
 static SubTransactionId qb_config_armed_subid = InvalidSubTransactionId;
 
+static bool qb_secret_file_dirs_check(char **newval, void **extra, GucSource source);
+static void qb_secret_file_dirs_assign(const char *newval, void *extra);
 static void qb_shmem_request(void);
 static void qb_shmem_startup(void);
 static void qb_xact_callback(XactEvent event, void *arg);
@@ -98,6 +101,12 @@ _PG_init(void)
 							 "It listens only when the stored configuration sets http.listen.",
 							 &qb_ingress_worker, true,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("queuebox.secret_file_dirs",
+							   "Directories from which a configuration's ${file:PATH} references may read.",
+							   "A comma-separated list of absolute directories; empty (the default) allows none. "
+							   "The files are read by the server's processes when the configuration is loaded.",
+							   &qb_secret_file_dirs, "",
+							   PGC_SIGHUP, 0, qb_secret_file_dirs_check, qb_secret_file_dirs_assign, NULL);
 	MarkGUCPrefixReserved("queuebox");
 
 	prev_shmem_request_hook = shmem_request_hook;
@@ -117,6 +126,27 @@ _PG_init(void)
 	snprintf(worker.bgw_name, BGW_MAXLEN, "queuebox launcher");
 	snprintf(worker.bgw_type, BGW_MAXLEN, "queuebox launcher");
 	RegisterBackgroundWorker(&worker);
+}
+
+/*
+ * queuebox.secret_file_dirs: a superuser's setting (postgresql.conf or ALTER
+ * SYSTEM), since configure() may be granted to roles that must not read the
+ * server's files.  Every entry must be an absolute directory name.
+ */
+static bool
+qb_secret_file_dirs_check(char **newval, void **extra, GucSource source)
+{
+	if (qb_config_file_dirs_valid(*newval ? *newval : ""))
+		return true;
+	GUC_check_errdetail("Each entry of queuebox.secret_file_dirs must be an absolute directory, e.g. '/run/secrets'.");
+	return false;
+}
+
+/* the config module reads the list at each parse (qb_config_set_file_dirs) */
+static void
+qb_secret_file_dirs_assign(const char *newval, void *extra)
+{
+	qb_config_set_file_dirs(newval ? newval : "", "queuebox.secret_file_dirs");
 }
 
 static void

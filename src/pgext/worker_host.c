@@ -12,7 +12,9 @@
  *
  * Signals: SIGTERM only sets a flag and the latch, so an engine can finish
  * or release the rows of a batch in flight before the process exits.
- * SIGHUP reloads GUCs.  Every wait ends with CHECK_FOR_INTERRUPTS(), which
+ * SIGHUP reloads GUCs, and the stored configuration when it reads files
+ * (its ${file:PATH} secrets may have changed: pg_reload_conf() takes a new
+ * one).  Every wait ends with CHECK_FOR_INTERRUPTS(), which
  * serves ProcSignalBarriers (DROP DATABASE) promptly.
  *
  * Memory: the engines malloc their own state; SPI results are copied out of
@@ -43,6 +45,8 @@ static QbWorkerSlot *qbh_slot = NULL;
 static char qbh_label[BGW_MAXLEN];
 static bool qbh_may_commit_async = false;
 static uint32 qbh_config_generation = 0;
+static bool qbh_reads_files = false;	/* the document in force has ${file:PATH} */
+static bool qbh_hup_reload = false;	/* a SIGHUP: load the document again */
 
 /* Two wait sets: latch only, and latch plus an engine's fd. */
 static WaitEventSet *qbh_wes_latch = NULL;
@@ -144,6 +148,11 @@ qbh_interrupts(void)
 		ConfigReloadPending = false;
 		ProcessConfigFile(PGC_SIGHUP);
 		qbh_apply_gucs();
+		/*
+		 * its ${file:PATH} secrets may have changed; a document without
+		 * any is not loaded again (a consumer would reconnect to its broker)
+		 */
+		qbh_hup_reload = qbh_reads_files;
 	}
 }
 
@@ -190,9 +199,10 @@ qbh_config_changed(void *ctx)
 {
 	uint32		gen = pg_atomic_read_u32(&qb_shared->config_generation);
 
-	if (gen == qbh_config_generation)
+	if (gen == qbh_config_generation && !qbh_hup_reload)
 		return false;
 	qbh_config_generation = gen;
+	qbh_hup_reload = false;
 	return true;
 }
 
@@ -209,6 +219,7 @@ qbh_config_loaded(void *ctx, const QbConfig *cfg)
 	uint32		n = (uint32) qb_config_broker_sources(cfg);
 	static bool warned = false;
 
+	qbh_reads_files = cfg != NULL && cfg->reads_files;
 	if (!qb_publish_routes(cfg) && !warned)
 	{
 		warned = true;

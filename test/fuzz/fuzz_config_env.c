@@ -31,6 +31,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size == 0)
 		return 0;
+	qbf_raw = (const char *) data;
+	qbf_raw_len = size;
 	want = data[0] & 3;
 	data++;
 	size--;

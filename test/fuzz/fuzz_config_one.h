@@ -12,12 +12,21 @@
 #ifndef QB_FUZZ_CONFIG_ONE_H
 #define QB_FUZZ_CONFIG_ONE_H
 
+#include <sys/stat.h>
+
 #include "fuzz_common.h"
 #include "qb_config.h"
 #include "qb_route.h"
 
 /* the variable ${QBF_SECRET} in a document expands to */
 #define QBF_SECRET "fz-secret-9f3k"
+/*
+ * ${file:/tmp/qbf-secrets/token} reads QBF_FILE_SECRET: the only directory
+ * file references may read (the extension's policy), so that no input reads
+ * another file of the machine
+ */
+#define QBF_FILE_DIR "/tmp/qbf-secrets"
+#define QBF_FILE_SECRET "fz-file-secret-7q2w"
 
 static inline void
 qbf_config_env_init(void)
@@ -42,8 +51,40 @@ qbf_config_env_init(void)
 			}
 	}
 	setenv("QBF_SECRET", QBF_SECRET, 1);
+	{
+		FILE	   *f;
+
+		mkdir(QBF_FILE_DIR, 0700);
+		if ((f = fopen(QBF_FILE_DIR "/token", "w")) != NULL)
+		{
+			fputs(QBF_FILE_SECRET "\n", f);
+			fclose(f);
+		}
+		setenv("QBF_FILE_DIR", QBF_FILE_DIR, 1);
+		qb_config_set_file_dirs(QBF_FILE_DIR, "queuebox.secret_file_dirs");
+	}
 	setenv("QBF_NUMBER", "42", 1);
 	setenv("QBF_URL", "http://user:pw@example.com:8080", 1);
+}
+
+/*
+ * the whole input of the harness, when it holds more than the document
+ * (fuzz_config_env's override lines): a secret's text the input itself
+ * holds may come back in a message (a key or a value named as written)
+ */
+static const char *qbf_raw = NULL;
+static size_t qbf_raw_len = 0;
+
+/* qbf_holds: the len bytes at text (NULs included) hold s */
+static inline bool
+qbf_holds(const char *text, size_t len, const char *s)
+{
+	size_t		n = strlen(s);
+
+	for (size_t i = 0; i + n <= len; i++)
+		if (memcmp(text + i, s, n) == 0)
+			return true;
+	return false;
 }
 
 static inline void
@@ -60,6 +101,11 @@ qbf_config_one(const char *text, size_t len)
 		if (rc != -1 || cfg != NULL)
 			qbf_fail("qb_config_parse returned %d with config %p", rc, (void *) cfg);
 		qbf_err_ok(err, sizeof(err), "qb_config_parse");
+		/* (unless the document itself holds the text: a key is named as written) */
+		if (strstr(err, QBF_FILE_SECRET) != NULL &&
+			!qbf_holds(text, len, QBF_FILE_SECRET) &&
+			!(qbf_raw != NULL && qbf_holds(qbf_raw, qbf_raw_len, QBF_FILE_SECRET)))
+			qbf_fail("qb_config_parse repeats a secret file's content: %s", err);
 		if (err[0] == '\0')
 			qbf_fail("qb_config_parse refused the document with an empty message");
 		return;

@@ -157,6 +157,11 @@ def config_env(full):
     out.append(b"\x02OUTBOX_BATCHSIZE=5\nROUTES_0_DESTINATION=log\n" + full)
     out.append(b"\x03DESTINATIONS_PAYMENTS_HEADERS_X_API_KEY=k\nHTTP_LISTEN=:8080\nADMIN_TOKEN=0123456789abcdef0\n" + full)
     out.append(b"\x01OUTBOX_BACKOFF_INITIALMS=7\n")
+    # ${file:PATH}: the one allowed file, one outside, one named through ${NAME}
+    hdr = b"destinations:\n  p: {type: http, baseUrl: \"http://h\", headers: {X-K: \"%s\"}}\n"
+    for ref in (b"${file:/tmp/qbf-secrets/token}", b"Bearer ${file:${QBF_FILE_DIR}/token}",
+                b"${file:/etc/passwd}", b"${file:/tmp/qbf-secrets/../x}", b"$${file:/x}"):
+        out.append(b"\x00" + hdr % ref)
     return out
 
 

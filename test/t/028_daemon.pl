@@ -304,7 +304,7 @@ SKIP:
 	my $bindir = File::Basename::dirname(qbd_binary());
 	open(my $in, '<', $src) or die "$src: $!";
 	open(my $out, '>', $unit) or die "$unit: $!";
-	while (<$in>) { s/\@BINDIR\@/$bindir/g; print $out $_; }
+	while (<$in>) { s/\@BINDIR\@/$bindir/g; s/\@DOCDIR\@/\/usr\/local\/share\/doc\/queuebox/g; print $out $_; }
 	close $in;
 	close $out;
 	my ($o, $e) = run_command([ '/usr/bin/systemd-analyze', 'verify', $unit ]);

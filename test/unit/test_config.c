@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "qb_config.h"
@@ -636,6 +637,209 @@ test_expand_env_in_document(void **state)
 	unsetenv("QB_T_BATCH");
 	unsetenv("QB_T_HOST");
 	unsetenv("QB_T_KEY");
+}
+
+/* ---- ${file:PATH} ------------------------------------------------ */
+
+/* a private directory of secret files: mkdtemp, removed at the end */
+static char file_dir[64];
+static char file_other[64];
+
+static void
+write_file(const char *dir, const char *name, const char *content, size_t len)
+{
+	char		path[256];
+	FILE	   *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(fwrite(content, 1, len, f), len);
+	fclose(f);
+}
+
+static void
+expect_expand(const char *in, const char *out)
+{
+	char		err[QB_ERRLEN] = "";
+	char	   *s = qb_expand_env(in, err, sizeof(err));
+
+	if (s == NULL)
+		fail_msg("%s: %s", in, err);
+	assert_string_equal(s, out);
+	free(s);
+}
+
+/* expect_refused: refused with every string of the NULL-terminated list in the message */
+static void
+expect_refused(const char *in,...)
+{
+	char		err[QB_ERRLEN] = "";
+	const char *want;
+	va_list		ap;
+
+	assert_null(qb_expand_env(in, err, sizeof(err)));
+	va_start(ap, in);
+	while ((want = va_arg(ap, const char *)) != NULL)
+		if (strstr(err, want) == NULL)
+			fail_msg("%s: \"%s\" lacks \"%s\"", in, err, want);
+	va_end(ap);
+	/* no message repeats a file's content */
+	assert_null(strstr(err, "s3cr3t"));
+}
+
+static void
+test_expand_file(void **state)
+{
+	char		in[512];
+	char		want[512];
+	char		dirs[256];
+	char		big[70000];
+
+	strcpy(file_dir, "/tmp/qb-test-secrets-XXXXXX");
+	strcpy(file_other, "/tmp/qb-test-other-XXXXXX");
+	assert_non_null(mkdtemp(file_dir));
+	assert_non_null(mkdtemp(file_other));
+	write_file(file_dir, "github", "s3cr3t-gh\n", 10);
+	write_file(file_dir, "crlf", "s3cr3t-w\r\n", 10);
+	write_file(file_dir, "two", "s3cr3t-2\n\n", 10);
+	write_file(file_dir, "bare", "s3cr3t-b", 8);
+	write_file(file_dir, "empty", "", 0);
+	write_file(file_dir, "nul", "s3cr3t\0x", 8);
+	memset(big, 'a', sizeof(big));
+	write_file(file_dir, "big", big, sizeof(big));
+	write_file(file_other, "outside", "s3cr3t-out\n", 11);
+	snprintf(in, sizeof(in), "%s/link", file_dir);
+	snprintf(want, sizeof(want), "%s/outside", file_other);
+	assert_int_equal(symlink(want, in), 0);
+	snprintf(in, sizeof(in), "%s/inlink", file_dir);
+	assert_int_equal(symlink("github", in), 0);
+
+	/* the extension's setting: absolute directories only */
+	assert_true(qb_config_file_dirs_valid(""));
+	assert_true(qb_config_file_dirs_valid("/run/secrets, /etc/queuebox/,"));
+	assert_false(qb_config_file_dirs_valid("/run/secrets,secrets"));
+
+	/* the default allows no file, and says so without looking at it */
+	qb_config_set_file_dirs("", NULL);
+	snprintf(in, sizeof(in), "${file:%s/github}", file_dir);
+	expect_refused(in, "file reference ${file:", "/github}: file references are not allowed here", NULL);
+	qb_config_set_file_dirs("", "queuebox.secret_file_dirs");
+	expect_refused(in, "no directory is allowed for secret files",
+				   "a superuser sets queuebox.secret_file_dirs", NULL);
+
+	/* allowed: one trailing newline goes, the rest stays */
+	snprintf(dirs, sizeof(dirs), "/nonexistent/dir, %s/", file_dir);
+	qb_config_set_file_dirs(dirs, "queuebox.secret_file_dirs");
+	expect_expand(in, "s3cr3t-gh");
+	snprintf(in, sizeof(in), "Bearer ${file:%s/crlf}!", file_dir);
+	expect_expand(in, "Bearer s3cr3t-w!");
+	snprintf(in, sizeof(in), "${file:%s/two}", file_dir);
+	expect_expand(in, "s3cr3t-2\n");
+	snprintf(in, sizeof(in), "${file:%s/bare}${file:%s/empty}", file_dir, file_dir);
+	expect_expand(in, "s3cr3t-b");
+	snprintf(in, sizeof(in), "${file:%s/inlink}", file_dir);
+	expect_expand(in, "s3cr3t-gh");
+	/* $${file: stays literal; ${NAME} in the path is expanded first */
+	expect_expand("$${file:/x}", "${file:/x}");
+	setenv("QB_T_CREDS", file_dir, 1);
+	expect_expand("${file:${QB_T_CREDS}/github}", "s3cr3t-gh");
+
+	/* refused: outside (as written, through a symlink or ..), missing, not a file */
+	snprintf(in, sizeof(in), "${file:%s/outside}", file_other);
+	expect_refused(in, "/outside is outside the directories queuebox.secret_file_dirs allows", NULL);
+	snprintf(in, sizeof(in), "${file:%s/link}", file_dir);
+	snprintf(want, sizeof(want), "%s/outside is outside the directories", file_other);
+	expect_refused(in, want, NULL);
+	snprintf(in, sizeof(in), "${file:%s/../%s/outside}", file_dir, file_other + 5);
+	expect_refused(in, "write an absolute path without \".\" or \"..\"", NULL);
+	expect_refused("${file:relative/path}", "write an absolute path", NULL);
+	expect_refused("${file:}", "write an absolute path", NULL);
+	snprintf(in, sizeof(in), "${file:%s/missing}", file_dir);
+	expect_refused(in, "/missing}: No such file or directory", NULL);
+	snprintf(in, sizeof(in), "${file:%s}", file_dir);
+	expect_refused(in, "is outside the directories", NULL);
+	snprintf(in, sizeof(in), "${file:%s/nul}", file_dir);
+	expect_refused(in, "the file contains a NUL byte", NULL);
+	snprintf(in, sizeof(in), "${file:%s/big}", file_dir);
+	expect_refused(in, "the file is larger than 65536 bytes", NULL);
+	expect_refused("${file:/etc/passwd", "unterminated ${file: reference", NULL);
+	expect_refused("${file:${file:/x}}", "a file reference cannot hold another one", NULL);
+	unsetenv("QB_T_UNSET");
+	expect_refused("${file:${QB_T_UNSET}/x}", "environment variable QB_T_UNSET is not set", NULL);
+
+	/* any path (the daemon) */
+	qb_config_set_file_dirs(NULL, NULL);
+	snprintf(in, sizeof(in), "${file:%s/outside}", file_other);
+	expect_expand(in, "s3cr3t-out");
+	qb_config_set_file_dirs("", NULL);
+	unsetenv("QB_T_CREDS");
+}
+
+/*
+ * refused_file_doc: the document fmt, its %s the directory of secret
+ * files, is refused with want in the message and no file content.
+ */
+static void
+refused_file_doc(const char *fmt, const char *want)
+{
+	char		doc[1024];
+	char		err[QB_ERRLEN];
+
+	snprintf(doc, sizeof(doc), fmt, file_dir);
+	refused_message(doc, err, sizeof(err));
+	if (strstr(err, want) == NULL)
+		fail_msg("\"%s\" lacks \"%s\"", err, want);
+	assert_null(strstr(err, "s3cr3t"));
+}
+
+static void
+test_expand_file_in_document(void **state)
+{
+	char		doc[1024];
+	QbConfig   *c;
+
+	qb_config_set_file_dirs(file_dir, "queuebox.secret_file_dirs");
+	snprintf(doc, sizeof(doc),
+			 "destinations:\n  p: { type: http, baseUrl: \"http://h\", headers: { X-K: \"${file:%s/github}\" } }\n",
+			 file_dir);
+	c = accept(doc);
+	assert_string_equal(c->destinations[0].headers[0].value, "s3cr3t-gh");
+	qb_config_free(c);
+	/* the key path and the line, the file, never the content */
+	snprintf(doc, sizeof(doc),
+			 "destinations:\n  p: { type: http, baseUrl: \"http://h\", headers: { X-K: \"${file:%s/outside}\" } }\n",
+			 file_other);
+	refuse(doc, "destinations.p.headers.X-K: file reference ${file:", "/outside}: ", "(line 2", NULL);
+	/* a value made invalid by the file: the message says what is wrong, no content */
+	refused_file_doc("destinations:\n  p: { type: http, baseUrl: \"http://h\", headers: { X-K: \"${file:%s/crlf}x\\r\\n\" } }\n",
+					 "destinations.p.headers.X-K: the header value contains a line break");
+	/* a number or a name from a file is not echoed either (one from a variable is) */
+	refused_file_doc("outbox:\n  batchSize: \"${file:%s/github}\"\n",
+					 "outbox.batchSize: expected an integer from 1 to 10000, got the content of a file (not repeated");
+	refused_file_doc("destinations:\n  p: { type: \"${file:%s/github}\" }\n", "destinations.p.type: expected");
+	/* a check that would quote part of it (a URL's scheme) says so instead */
+	refused_file_doc("destinations:\n  p: { type: http, baseUrl: \"${file:%s/github}://h\" }\n",
+					 "destinations.p.baseUrl: the value, read from a file, is not valid here; the message is not shown");
+	qb_config_set_file_dirs("", NULL);
+}
+
+/* test_expand_file_cleanup: the files and directories of the two tests above */
+static void
+test_expand_file_cleanup(void **state)
+{
+	static const char *const names[] = {"github", "crlf", "two", "bare", "empty", "nul", "big", "link", "inlink"};
+	char		path[256];
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+	{
+		snprintf(path, sizeof(path), "%s/%s", file_dir, names[i]);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/outside", file_other);
+	unlink(path);
+	assert_int_equal(rmdir(file_dir), 0);
+	assert_int_equal(rmdir(file_other), 0);
 }
 
 /* ---- QUEUEBOX_* overrides ----------------------------------------- */
@@ -1733,6 +1937,9 @@ main(void)
 		cmocka_unit_test(test_yaml_errors),
 		cmocka_unit_test(test_expand_env_direct),
 		cmocka_unit_test(test_expand_env_in_document),
+		cmocka_unit_test(test_expand_file),
+		cmocka_unit_test(test_expand_file_in_document),
+		cmocka_unit_test(test_expand_file_cleanup),
 		cmocka_unit_test(test_overrides_valid),
 		cmocka_unit_test(test_delivery_control),
 		cmocka_unit_test(test_overrides_invalid),

@@ -67,7 +67,7 @@ qb_config_parse(const char *text, size_t len, QbConfig **out, char *err,
 	QbcfArena  *arena = qbcf_arena_new();
 	QbcfNode   *root = NULL;
 	QbConfig   *cfg;
-	QbcfCtx		cx = {arena, err, errlen};
+	QbcfCtx		cx = {arena, err, errlen, NULL};
 
 	*out = NULL;
 	if (errlen > 0)
@@ -85,6 +85,7 @@ qb_config_parse(const char *text, size_t len, QbConfig **out, char *err,
 	cfg->arena = arena;
 	if (!qbcf_document(&cx, root, cfg))
 		goto fail;
+	cfg->reads_files = cx.file_values != NULL;
 	qbcf_arena_free(scratch);
 	*out = cfg;
 	return 0;

@@ -294,6 +294,7 @@ typedef struct QbConfig
 	char	   *admin_token;	/* NULL: the /admin/ routes are off */
 	QbDatabaseConf database;	/* daemon only */
 	QbDaemonConf daemon;		/* daemon only */
+	bool		reads_files;	/* a value holds ${file:PATH}: a reload reads it anew */
 	struct QbcfArena *arena;	/* private: owns everything above */
 } QbConfig;
 
@@ -329,11 +330,27 @@ extern const QbSource *qb_config_source(const QbConfig *cfg, const char *name);
 extern int	qb_config_relay_max_attempts(const QbConfig *cfg);
 
 /*
- * Expand ${NAME} references in one scalar.  Returns a malloc'd string or NULL
- * with err set (unset variable, unterminated reference, bad name).  "$${"
- * stands for a literal "${".
+ * Expand ${NAME} references in one scalar, and ${file:PATH} ones: the
+ * content of the file, less one trailing newline; PATH may hold ${NAME}
+ * references (${file:${CREDENTIALS_DIRECTORY}/github}).  Returns a malloc'd
+ * string or NULL with err set (unset variable, unterminated reference, bad
+ * name, a file missing, unreadable or not allowed).  "$${" stands for a
+ * literal "${".
  */
 extern char *qb_expand_env(const char *in, char *err, size_t errlen);
+
+/*
+ * Where ${file:PATH} may read, for every parse that follows in this process.
+ * dirs: a comma-separated list of absolute directories (a file must be
+ * inside one, as written and once symlinks are resolved); "" allows none
+ * (the default); NULL allows any path.  setting: the name of the host's
+ * setting, for the refusal's hint, or NULL.  Neither is copied: both must
+ * outlive the parses.
+ */
+extern void qb_config_set_file_dirs(const char *dirs, const char *setting);
+
+/* true when every entry of such a list is an absolute path (empty ones pass) */
+extern bool qb_config_file_dirs_valid(const char *dirs);
 
 /*
  * Check a destination base URL: http or https scheme, a host, an optional

@@ -135,7 +135,7 @@ qbcf_duration(QbcfCtx *cx, const char *path, const QbcfNode *n, long *out)
 	if (ok)
 		*out = v * unit;
 	else
-		qbcf_error(cx, path, n, "expected %s, got %s", what, qbcf_echo(echo, sizeof(echo), s));
+		qbcf_error(cx, path, n, "expected %s, got %s", what, qbcf_echo(cx, echo, sizeof(echo), s));
 	return ok;
 }
 
@@ -507,9 +507,9 @@ qbcf_routes(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
 			if (cfg->ndestinations == 0)
 				return qbcf_error(cx, sub, n,
 								  "unknown destination %s (no destination is defined; add it under destinations:)",
-								  qbcf_echo(echo, sizeof(echo), r->destination));
+								  qbcf_echo(cx, echo, sizeof(echo), r->destination));
 			return qbcf_error(cx, sub, n, "unknown destination %s (defined: %s)",
-							  qbcf_echo(echo, sizeof(echo), r->destination), names);
+							  qbcf_echo(cx, echo, sizeof(echo), r->destination), names);
 		}
 		if (!qbcf_transform(cx, path, m, &r->transform))
 			return false;
@@ -662,7 +662,7 @@ qbcf_source(QbcfCtx *cx, const char *path, const QbcfNode *node, QbSource *s)
 			s->consumption = QB_CONSUME_PULL;
 		else if (strcmp(text, "push") != 0)
 			return qbcf_error(cx, sub, n, "expected push (the relay forwards the rows) or pull (your workers claim them), got %s",
-							  qbcf_echo(echo, sizeof(echo), text));
+							  qbcf_echo(cx, echo, sizeof(echo), text));
 	}
 	v = s->batch_size;
 	if (!qbcf_one_of(cx, path, m, "idempotencyKeyPath", "idempotencyKeyHeader") ||
@@ -946,7 +946,7 @@ qbcf_daemon(QbcfCtx *cx, const QbcfNode *node, QbDaemonConf *d)
 		d->log_json = true;
 	else if (strcmp(format, "text") != 0)
 		return qbcf_error(cx, "daemon.logFormat", n, "expected text or json, got %s",
-						  qbcf_echo(echo, sizeof(echo), format));
+						  qbcf_echo(cx, echo, sizeof(echo), format));
 	return true;
 }
 

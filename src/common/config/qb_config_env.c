@@ -1,17 +1,27 @@
 /*-------------------------------------------------------------------------
  * qb_config_env.c
- *	  ${NAME} expansion and the checks of URLs and broker lists.
+ *	  ${NAME} and ${file:PATH} expansion, and the checks of URLs and broker
+ *	  lists.
  *
- * Both run on values that may hold secrets (a password in a URL, a token
- * from the environment), so no message here repeats a value: they name the
- * variable, the scheme or the part that is wrong.
+ * All run on values that may hold secrets (a password in a URL, a token
+ * from the environment or a file), so no message here repeats a value:
+ * they name the variable, the file, the scheme or the part that is wrong.
+ *
+ * A file is read only where the host allows (qb_config_set_file_dirs):
+ * the extension lists directories in a superuser's setting, the daemon
+ * allows any path its user can read; by default none is allowed.
  *-------------------------------------------------------------------------
  */
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
+#include <sys/stat.h>
 
 #include "qb_config_int.h"
 
@@ -55,35 +65,325 @@ qbcf_buf_add(QbcfBuf *b, const char *s, size_t len)
 }
 
 /* ---------------------------------------------------------------------
- * ${NAME} expansion
+ * ${file:PATH}: a secret read from a file
  * ---------------------------------------------------------------------
  */
 
-/* qb_expand_env: see qb_config.h.  Messages name variables, never values. */
-char *
-qb_expand_env(const char *in, char *err, size_t errlen)
+/* the largest secret file read (a key or a certificate, not a document) */
+#define QBCF_FILE_MAX	65536
+
+/* the host's policy (qb_config_set_file_dirs): "" refuses every file */
+static const char *qbcf_file_dirs = "";
+static const char *qbcf_file_setting = NULL;
+
+/* qb_config_set_file_dirs: see qb_config.h. */
+void
+qb_config_set_file_dirs(const char *dirs, const char *setting)
 {
-	QbcfBuf		b = {0};
+	qbcf_file_dirs = dirs;
+	qbcf_file_setting = setting;
+}
+
+/*
+ * qbcf_path_clean: an absolute path with no "." or ".." component and no
+ * empty one past the root, so that the lexical check against a directory
+ * means what it says before the file is even looked at.
+ */
+static bool
+qbcf_path_clean(const char *path)
+{
+	const char *p = path;
+
+	if (*p != '/')
+		return false;
+	while (*p == '/')
+	{
+		const char *c = p + 1;
+		size_t		n = strcspn(c, "/");
+
+		if ((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.') ||
+			(n == 0 && c[0] == '/'))
+			return false;
+		p = c + n;
+	}
+	return true;
+}
+
+/* qbcf_under: path is dir or inside it (both as written: no trailing '/' needed). */
+static bool
+qbcf_under(const char *path, const char *dir, size_t dlen)
+{
+	while (dlen > 1 && dir[dlen - 1] == '/')
+		dlen--;
+	if (dlen == 1 && dir[0] == '/')
+		return path[0] == '/';
+	return strncmp(path, dir, dlen) == 0 && path[dlen] == '/';
+}
+
+/*
+ * qbcf_next_dir: the next entry of a comma-separated list of directories
+ * at *d, trimmed, in *s and *n (possibly empty); false at the end.
+ */
+static bool
+qbcf_next_dir(const char **d, const char **s, size_t *n)
+{
+	if (**d == '\0')
+		return false;
+	*s = *d;
+	*n = strcspn(*d, ",");
+	*d += *n;
+	if (**d == ',')
+		(*d)++;
+	while (*n > 0 && isspace((unsigned char) **s))
+		(*s)++, (*n)--;
+	while (*n > 0 && isspace((unsigned char) (*s)[*n - 1]))
+		(*n)--;
+	return true;
+}
+
+/* qb_config_file_dirs_valid: see qb_config.h. */
+bool
+qb_config_file_dirs_valid(const char *dirs)
+{
+	const char *s;
+	size_t		n;
+
+	while (qbcf_next_dir(&dirs, &s, &n))
+		if (n > 0 && s[0] != '/')
+			return false;
+	return true;
+}
+
+/*
+ * qbcf_file_allowed: path (as written, or resolved when real) is inside one
+ * of the allowed directories: as listed, or resolved, so that a listed
+ * /run/secrets that is a symlink to /var/run/secrets still matches.
+ */
+static bool
+qbcf_file_allowed(const char *path)
+{
+	const char *d = qbcf_file_dirs;
+	const char *s;
+	size_t		n;
+
+	if (d == NULL)
+		return true;
+	while (qbcf_next_dir(&d, &s, &n))
+	{
+		char		dir[4096];
+		char		real[PATH_MAX];
+
+		if (n > 0 && n < sizeof(dir) && s[0] == '/')
+		{
+			memcpy(dir, s, n);
+			dir[n] = '\0';
+			if (qbcf_under(path, dir, n))
+				return true;
+			if (realpath(dir, real) != NULL && qbcf_under(path, real, strlen(real)))
+				return true;
+		}
+	}
+	return false;
+}
+
+/* qbcf_refused: the message for a file outside the allowed directories. */
+static void
+qbcf_refused(const char *path, const char *shown, char *err, size_t errlen)
+{
+	const char *dirs = qbcf_file_dirs;
+
+	if (qbcf_file_setting == NULL)
+		snprintf(err, errlen, "file reference ${file:%.200s}: file references are not allowed here", shown);
+	else if (dirs == NULL || *dirs == '\0')
+		snprintf(err, errlen,
+				 "file reference ${file:%.200s}: no directory is allowed for secret files; "
+				 "a superuser sets %s to the directories that hold them (e.g. '/run/secrets') and reloads",
+				 shown, qbcf_file_setting);
+	else
+		snprintf(err, errlen,
+				 "file reference ${file:%.200s}: %.200s is outside the directories %s allows (%.100s); "
+				 "move the file there, or have a superuser add its directory",
+				 shown, path, qbcf_file_setting, dirs);
+}
+
+/*
+ * qbcf_read_file appends the content of the file at path to b, less one
+ * trailing newline (a file written by echo ends in one).  The path is
+ * checked as written (absolute, no "." or "..", inside an allowed
+ * directory) before anything is opened, so a refused path says nothing
+ * about what exists; then resolved (symlinks) and checked again.  Messages
+ * name the file, never its content.
+ */
+static bool
+qbcf_read_file(QbcfBuf *b, const char *path, char *err, size_t errlen)
+{
+	char		real[PATH_MAX];
+	char	   *data = NULL;
+	struct stat st;
+	size_t		len = 0;
+	int			fd = -1;
+
+	if (*path == '\0' || !qbcf_path_clean(path))
+	{
+		snprintf(err, errlen,
+				 "file reference ${file:%.200s}: write an absolute path without \".\" or \"..\", e.g. ${file:/run/secrets/github}",
+				 path);
+		return false;
+	}
+	if (!qbcf_file_allowed(path))
+	{
+		qbcf_refused(path, path, err, errlen);
+		return false;
+	}
+	if (realpath(path, real) == NULL)
+	{
+		snprintf(err, errlen, "file reference ${file:%.200s}: %s", path, strerror(errno));
+		return false;
+	}
+	if (!qbcf_file_allowed(real))
+	{
+		qbcf_refused(real, path, err, errlen);
+		return false;
+	}
+	/* O_NONBLOCK: a FIFO planted there must not hang the load */
+	if ((fd = open(real, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)) < 0)
+	{
+		snprintf(err, errlen, "file reference ${file:%.200s}: could not open %.200s: %s",
+				 path, real, strerror(errno));
+		return false;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+	{
+		snprintf(err, errlen, "file reference ${file:%.200s}: %.200s is not a regular file", path, real);
+		goto fail;
+	}
+	if (st.st_size > QBCF_FILE_MAX)
+	{
+		snprintf(err, errlen, "file reference ${file:%.200s}: the file is larger than %d bytes; a secret file holds the secret alone",
+				 path, QBCF_FILE_MAX);
+		goto fail;
+	}
+	if ((data = malloc(QBCF_FILE_MAX + 1)) == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	for (;;)
+	{
+		ssize_t		n = read(fd, data + len, QBCF_FILE_MAX + 1 - len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+		{
+			snprintf(err, errlen, "file reference ${file:%.200s}: could not read %.200s: %s",
+					 path, real, strerror(errno));
+			goto fail;
+		}
+		if (n == 0)
+			break;
+		len += n;
+		if (len > QBCF_FILE_MAX)
+		{
+			snprintf(err, errlen, "file reference ${file:%.200s}: the file is larger than %d bytes; a secret file holds the secret alone",
+					 path, QBCF_FILE_MAX);
+			goto fail;
+		}
+	}
+	if (memchr(data, '\0', len) != NULL)
+	{
+		snprintf(err, errlen, "file reference ${file:%.200s}: the file contains a NUL byte; a secret file holds text", path);
+		goto fail;
+	}
+	if (len > 0 && data[len - 1] == '\n')
+		len -= len > 1 && data[len - 2] == '\r' ? 2 : 1;
+	qbcf_buf_add(b, data, len);
+	explicit_bzero(data, QBCF_FILE_MAX + 1);
+	free(data);
+	close(fd);
+	return true;
+
+fail:
+	if (data != NULL)
+	{
+		explicit_bzero(data, QBCF_FILE_MAX + 1);
+		free(data);
+	}
+	close(fd);
+	return false;
+}
+
+/* ---------------------------------------------------------------------
+ * ${NAME} and ${file:PATH} expansion
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * qbcf_expand: expand len bytes of in into b.  files: ${file:PATH} is
+ * allowed (not inside a PATH, whose ${NAME} references are expanded
+ * first: ${file:${CREDENTIALS_DIRECTORY}/github}).
+ */
+static bool
+qbcf_expand(QbcfBuf *b, const char *in, size_t len, bool files, char *err, size_t errlen)
+{
 	const char *p = in;
+	const char *end = in + len;
 	char	   *name = NULL;
 
-	qbcf_buf_add(&b, "", 0);			/* an empty input still gives a string */
-	while (*p != '\0')
+	while (p < end)
 	{
-		if (p[0] == '$' && p[1] == '$' && p[2] == '{')
+		if (end - p >= 3 && p[0] == '$' && p[1] == '$' && p[2] == '{')
 		{
-			qbcf_buf_add(&b, "${", 2);
+			qbcf_buf_add(b, "${", 2);
 			p += 3;
 		}
-		else if (p[0] == '$' && p[1] == '{')
+		else if (end - p >= 2 && p[0] == '$' && p[1] == '{')
 		{
 			const char *start = p + 2;
-			const char *close = strchr(start, '}');
+			const char *close = memchr(start, '}', end - start);
 			size_t		nlen;
 			size_t		i;
 			bool		ok;
 			const char *value;
 
+			if (end - start >= 5 && memcmp(start, "file:", 5) == 0)
+			{
+				QbcfBuf		path = {0};
+				const char *q = start + 5;
+
+				if (!files)
+				{
+					snprintf(err, errlen, "a file reference cannot hold another one: only ${NAME} may appear in ${file:PATH}");
+					goto fail;
+				}
+				/* the reference ends at the first '}' outside a ${NAME} */
+				while (q < end && *q != '}')
+				{
+					if (end - q >= 2 && q[0] == '$' && q[1] == '{' &&
+						(close = memchr(q + 2, '}', end - q - 2)) != NULL)
+						q = close + 1;
+					else
+						q++;
+				}
+				if (q >= end)
+				{
+					snprintf(err, errlen,
+							 "unterminated ${file: reference: close it with '}', or write $${ for a literal ${");
+					goto fail;
+				}
+				qbcf_buf_add(&path, "", 0);
+				if (!qbcf_expand(&path, start + 5, q - (start + 5), false, err, errlen) ||
+					path.oom || !qbcf_read_file(b, path.data, err, errlen))
+				{
+					if (path.oom)
+						snprintf(err, errlen, "out of memory");
+					free(path.data);
+					goto fail;
+				}
+				free(path.data);
+				p = q + 1;
+				continue;
+			}
 			if (close == NULL)
 			{
 				snprintf(err, errlen,
@@ -97,7 +397,8 @@ qb_expand_env(const char *in, char *err, size_t errlen)
 			if (!ok)
 			{
 				snprintf(err, errlen,
-						 "bad variable name in \"${%.*s}\": a name is a letter or '_' followed by letters, digits and '_' (write $${ for a literal ${)",
+						 "bad variable name in \"${%.*s}\": a name is a letter or '_' followed by letters, digits and '_'; "
+						 "a file is ${file:/path} (write $${ for a literal ${)",
 						 nlen > 40 ? 40 : (int) nlen, start);
 				goto fail;
 			}
@@ -115,17 +416,33 @@ qb_expand_env(const char *in, char *err, size_t errlen)
 						 name);
 				goto fail;
 			}
-			qbcf_buf_add(&b, value, strlen(value));
+			qbcf_buf_add(b, value, strlen(value));
 			free(name);
 			name = NULL;
 			p = close + 1;
 		}
 		else
 		{
-			qbcf_buf_add(&b, p, 1);
+			qbcf_buf_add(b, p, 1);
 			p++;
 		}
 	}
+	return true;
+
+fail:
+	free(name);
+	return false;
+}
+
+/* qb_expand_env: see qb_config.h.  Messages name variables and files, never values. */
+char *
+qb_expand_env(const char *in, char *err, size_t errlen)
+{
+	QbcfBuf		b = {0};
+
+	qbcf_buf_add(&b, "", 0);			/* an empty input still gives a string */
+	if (!qbcf_expand(&b, in, strlen(in), true, err, errlen))
+		goto fail;
 	if (b.oom)
 	{
 		snprintf(err, errlen, "out of memory");
@@ -134,7 +451,8 @@ qb_expand_env(const char *in, char *err, size_t errlen)
 	return b.data;
 
 fail:
-	free(name);
+	if (b.data != NULL)
+		explicit_bzero(b.data, b.len);
 	free(b.data);
 	return NULL;
 }

@@ -135,7 +135,7 @@ qbcf_hmac_keys(QbcfCtx *cx, const char *path, const QbcfNode *m, const char *why
 		{
 			qbcf_path_key(sub, sizeof(sub), path, "encoding");
 			return qbcf_error(cx, sub, qbcf_get(m, "encoding"), "expected hex or base64, got %s",
-							  qbcf_echo(echo, sizeof(echo), enc));
+							  qbcf_echo(cx, echo, sizeof(echo), enc));
 		}
 	}
 	return true;

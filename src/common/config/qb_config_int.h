@@ -115,12 +115,24 @@ extern int	qbcf_overrides(QbcfArena *a, QbcfNode **root, char *err, size_t errle
 
 /* ---- the validator's pieces (qb_config_value.c) ------------------- */
 
+/*
+ * a value that holds a file's content (${file:PATH}): qbcf_echo never
+ * repeats it, and qbcf_error drops a message about its node that would
+ */
+typedef struct QbcfFileValue
+{
+	const char *value;
+	const struct QbcfNode *node;
+	struct QbcfFileValue *next;
+} QbcfFileValue;
+
 /* what a check writes to: the config's arena, and the one message */
 typedef struct QbcfCtx
 {
 	QbcfArena  *arena;
 	char	   *err;
 	size_t		errlen;
+	QbcfFileValue *file_values; /* in the arena */
 } QbcfCtx;
 
 extern void qbcf_fmt(char *buf, size_t size, const char *fmt,...)
@@ -130,7 +142,7 @@ extern void qbcf_path_index(char *buf, size_t size, const char *parent, int i);
 
 extern bool qbcf_error(QbcfCtx *cx, const char *path, const QbcfNode *at, const char *fmt,...)
 			__attribute__((format(printf, 4, 5)));
-extern const char *qbcf_echo(char *buf, size_t size, const char *s);
+extern const char *qbcf_echo(const QbcfCtx *cx, char *buf, size_t size, const char *s);
 extern void qbcf_list(char *buf, size_t size, const char *const *names, const char *last);
 
 extern bool qbcf_text(QbcfCtx *cx, const char *path, const QbcfNode *n, const char *what,

@@ -5,8 +5,9 @@
  *
  * Messages are "key path: what is wrong and what to do (line L, column C)",
  * or for a node an override made "VAR (key path): ...".  Only numbers,
- * booleans and names are echoed (qbcf_echo): strings such as URLs, header
- * values and secrets may hold credentials and are never repeated.
+ * booleans and names are echoed (qbcf_echo), unless read from a file:
+ * strings such as URLs, header values and secrets may hold credentials and
+ * are never repeated.
  *-------------------------------------------------------------------------
  */
 #include <ctype.h>
@@ -68,6 +69,26 @@ qbcf_path_index(char *buf, size_t size, const char *parent, int i)
  * qbcf_error: "path: message (line L, column C)", or for a node made by an
  * override "VAR (path): message".
  */
+/*
+ * qbcf_repeats: msg holds 8 consecutive bytes of value (all of it when
+ * shorter; a value under 4 bytes is no secret worth the false alarms).
+ */
+static bool
+qbcf_repeats(const char *msg, const char *value)
+{
+	size_t		vlen = strlen(value);
+	size_t		mlen = strlen(msg);
+	size_t		w = vlen < 8 ? vlen : 8;
+
+	if (vlen < 4)
+		return false;
+	for (size_t i = 0; i + w <= mlen; i++)
+		for (size_t j = 0; j + w <= vlen; j++)
+			if (msg[i] == value[j] && memcmp(msg + i, value + j, w) == 0)
+				return true;
+	return false;
+}
+
 bool
 qbcf_error(QbcfCtx *cx, const char *path, const QbcfNode *at, const char *fmt,...)
 {
@@ -77,6 +98,14 @@ qbcf_error(QbcfCtx *cx, const char *path, const QbcfNode *at, const char *fmt,..
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	/* a check that quotes part of a value read from a file (a URL's scheme, say) */
+	for (const QbcfFileValue *f = cx->file_values; at != NULL && f != NULL; f = f->next)
+		if (f->node == at && qbcf_repeats(msg, f->value))
+		{
+			snprintf(msg, sizeof(msg),
+					 "the value, read from a file, is not valid here; the message is not shown, as it would repeat the file's content (it may be a secret): check the file and what this key expects");
+			break;
+		}
 	if (at != NULL && at->envvar != NULL)
 		snprintf(cx->err, cx->errlen, "%s (%s): %s", at->envvar,
 				 path[0] ? path : "document", msg);
@@ -94,11 +123,14 @@ qbcf_error(QbcfCtx *cx, const char *path, const QbcfNode *at, const char *fmt,..
  * as URLs and header values may hold secrets and are never echoed.
  */
 const char *
-qbcf_echo(char *buf, size_t size, const char *s)
+qbcf_echo(const QbcfCtx *cx, char *buf, size_t size, const char *s)
 {
 	size_t		o = 0;
 	int			n;
 
+	for (const QbcfFileValue *f = cx->file_values; f != NULL; f = f->next)
+		if (f->value == s)
+			return "the content of a file (not repeated: it may be a secret)";
 	if (*s == '\0')
 		return "an empty value";
 	buf[o++] = '"';
@@ -148,6 +180,17 @@ qbcf_text(QbcfCtx *cx, const char *path, const QbcfNode *n, const char *what, ch
 		/* it may hold a secret from the environment */
 		explicit_bzero(expanded, strlen(expanded));
 		free(expanded);
+		if (*out != NULL && strstr(n->text, "${file:") != NULL)
+		{
+			QbcfFileValue *f = qbcf_arena_alloc(cx->arena, sizeof(QbcfFileValue));
+
+			if (f == NULL)
+				return qbcf_error(cx, path, n, "out of memory");
+			f->value = *out;
+			f->node = n;
+			f->next = cx->file_values;
+			cx->file_values = f;
+		}
 	}
 	if (*out == NULL)
 		return qbcf_error(cx, path, n, "out of memory");
@@ -190,7 +233,7 @@ qbcf_int(QbcfCtx *cx, const char *path, const QbcfNode *n, long lo, long hi, lon
 	if (ok)
 		*out = v;
 	else
-		qbcf_error(cx, path, n, "expected %s, got %s", what, qbcf_echo(echo, sizeof(echo), s));
+		qbcf_error(cx, path, n, "expected %s, got %s", what, qbcf_echo(cx, echo, sizeof(echo), s));
 	return ok;
 }
 
@@ -239,7 +282,7 @@ qbcf_number(QbcfCtx *cx, const char *path, const QbcfNode *n, double lo, double 
 	if (ok)
 		*out = v;
 	else
-		qbcf_error(cx, path, n, "expected %s, got %s", what, qbcf_echo(echo, sizeof(echo), s));
+		qbcf_error(cx, path, n, "expected %s, got %s", what, qbcf_echo(cx, echo, sizeof(echo), s));
 	return ok;
 }
 
@@ -259,7 +302,7 @@ qbcf_bool(QbcfCtx *cx, const char *path, const QbcfNode *n, bool *out)
 		*out = false;
 	else
 		ok = qbcf_error(cx, path, n, "expected true or false, got %s",
-						qbcf_echo(echo, sizeof(echo), s));
+						qbcf_echo(cx, echo, sizeof(echo), s));
 	return ok;
 }
 
@@ -545,7 +588,7 @@ qbcf_typed(QbcfCtx *cx, const char *path, const QbcfNode *node, const char *cons
 			break;
 	if (types[*t] == NULL)
 		return qbcf_error(cx, sub, n, "expected %s, got %s", what,
-						  qbcf_echo(echo, sizeof(echo), type));
+						  qbcf_echo(cx, echo, sizeof(echo), type));
 	return true;
 }
 
