@@ -36,7 +36,7 @@ qb_pull_process_scenarios($node, sub { [ 'node', "$dir/test/process-worker.js", 
 # ---- docs/pull.md's example, as written there: a pool and the imports before
 # it, SIGTERM (its own stop) once the messages are in
 {
-	my ($example) = slurp_file("$FindBin::RealBin/../../docs/pull.md") =~ /^#### TypeScript\n\n```js\n(.*?)^```$/ms;
+	my ($example) = slurp_file("$FindBin::RealBin/../../docs/pull.md") =~ /^#### TypeScript\n\n(?:<!--[^\n]*-->\n)?```js\n(.*?)^```$/ms;
 	ok($example, 'docs/pull.md has a TypeScript example');
 	my $file = "$dir/docs-example.mjs";
 	open(my $fh, '>', $file) or die "$file: $!";
