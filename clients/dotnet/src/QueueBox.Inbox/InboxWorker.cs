@@ -146,6 +146,35 @@ public sealed class InboxWorker
         public void Dispose() => Cancel.Dispose();
     }
 
+    /// <summary>The connection a handler slot runs its transactions on: opened from the data source
+    /// when first needed, kept from one completed message to the next (a pooled connection closed
+    /// and opened again costs Npgsql a session reset), closed after a failure.</summary>
+    private sealed class HandlerConnection(DbDataSource dataSource) : IAsyncDisposable
+    {
+        private DbConnection? _connection;
+
+        internal async ValueTask<DbConnection> OpenAsync(CancellationToken cancellationToken)
+        {
+            if (_connection is { State: System.Data.ConnectionState.Open })
+            {
+                return _connection;
+            }
+            await DisposeAsync().ConfigureAwait(false);
+            _connection = await dataSource.OpenConnectionAsync(cancellationToken).ConfigureAwait(false);
+            return _connection;
+        }
+
+        public async ValueTask DisposeAsync()
+        {
+            if (_connection is not null)
+            {
+                var connection = _connection;
+                _connection = null;
+                await connection.DisposeAsync().ConfigureAwait(false);
+            }
+        }
+    }
+
     private enum Outcome
     {
         Completed,
@@ -266,6 +295,8 @@ public sealed class InboxWorker
                     var held = holds;
                     Track(async () =>
                     {
+                        // one connection for the batch's transactions, one after another
+                        await using var connection = new HandlerConnection(_w._connections.DataSource);
                         try
                         {
                             for (var i = 0; i < held.Count; i++)
@@ -276,7 +307,7 @@ public sealed class InboxWorker
                                     held.Skip(i).ToList().ForEach(Drop);
                                     return;
                                 }
-                                await HandleAsync(held[i]).ConfigureAwait(false);
+                                await HandleAsync(held[i], connection).ConfigureAwait(false);
                             }
                         }
                         finally
@@ -294,9 +325,10 @@ public sealed class InboxWorker
                 {
                     Track(async () =>
                     {
+                        await using var connection = new HandlerConnection(_w._connections.DataSource);
                         try
                         {
-                            await HandleAsync(h).ConfigureAwait(false);
+                            await HandleAsync(h, connection).ConfigureAwait(false);
                         }
                         finally
                         {
@@ -384,7 +416,7 @@ public sealed class InboxWorker
             }
         }
 
-        private async Task HandleAsync(Held h)
+        private async Task HandleAsync(Held h, HandlerConnection connection)
         {
             var m = h.Message;
             try
@@ -399,7 +431,7 @@ public sealed class InboxWorker
                 activity?.SetTag("queuebox.source", m.Source);
                 activity?.SetTag("queuebox.message.id", m.Id);
                 activity?.SetTag("queuebox.message.attempt", m.Attempt);
-                var (outcome, error) = await InTransactionAsync(h).ConfigureAwait(false);
+                var (outcome, error) = await InTransactionAsync(h, connection).ConfigureAwait(false);
                 activity?.SetTag("queuebox.outcome", outcome.ToString());
                 switch (outcome)
                 {
@@ -431,17 +463,19 @@ public sealed class InboxWorker
             }
         }
 
-        /// <summary>The handler and the completion in one transaction.</summary>
-        private async Task<(Outcome, Exception?)> InTransactionAsync(Held h)
+        /// <summary>The handler and the completion in one transaction, on <paramref name="lease"/>'s
+        /// connection; after anything but a completion that connection is closed, so the next
+        /// message starts on a clean one.</summary>
+        private async Task<(Outcome, Exception?)> InTransactionAsync(Held h, HandlerConnection lease)
         {
             var token = h.Cancel.Token;
-            DbConnection? connection = null;
             DbTransaction? transaction = null;
+            var keep = false;
             try
             {
                 try
                 {
-                    connection = await _w._connections.DataSource.OpenConnectionAsync(token).ConfigureAwait(false);
+                    var connection = await lease.OpenAsync(token).ConfigureAwait(false);
                     transaction = await connection.BeginTransactionAsync(token).ConfigureAwait(false);
                 }
                 catch (Exception e) when (e is not OutOfMemoryException)
@@ -481,6 +515,7 @@ public sealed class InboxWorker
                     await RollbackAsync(transaction).ConfigureAwait(false);
                     return (Outcome.Lost, null);
                 }
+                keep = true;
                 return (Outcome.Completed, null);
             }
             finally
@@ -489,9 +524,9 @@ public sealed class InboxWorker
                 {
                     await transaction.DisposeAsync().ConfigureAwait(false);
                 }
-                if (connection is not null)
+                if (!keep)
                 {
-                    await connection.DisposeAsync().ConfigureAwait(false);
+                    await lease.DisposeAsync().ConfigureAwait(false);
                 }
             }
         }
