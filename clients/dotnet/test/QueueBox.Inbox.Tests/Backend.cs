@@ -163,12 +163,12 @@ public sealed class Started : IAsyncDisposable
 
 public static class Until
 {
-    public static async Task True(string what, Func<bool> condition)
+    public static async Task True(string what, Func<bool> condition, int seconds = 12)
     {
-        for (var i = 0; i < 1200 && !condition(); i++)
+        for (var i = 0; i < seconds * 100 && !condition(); i++)
         {
             await Task.Delay(10);
         }
-        Assert.True(condition(), $"waited 12 s for {what}");
+        Assert.True(condition(), $"waited {seconds} s for {what}");
     }
 }

@@ -85,7 +85,7 @@ public sealed class SqlServerScenarios(SqlServerFixture fixture) : IClassFixture
             return Task.CompletedTask;
         }, stop.Token);
         await Until.True("Msg 51000 to be logged", () => log.Contains(
-            $"Information: claim: another claim of source {b.Source} held its lock for 10 s (Msg 51000, temporary)"));
+            $"Information: claim: another claim of source {b.Source} held its lock for 10 s (Msg 51000, temporary)"), seconds: 40);
         Assert.Equal(0, Volatile.Read(ref handled));
         Assert.Equal("pending", await b.Rows("SELECT state FROM {inbox}"));
         await transaction.RollbackAsync();
