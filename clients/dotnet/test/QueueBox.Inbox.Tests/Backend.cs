@@ -95,11 +95,20 @@ public sealed class Backend
         }
     }
 
-    /// <summary>Another worker's claim, straight through the claim statement in a transaction: how many it got.</summary>
-    public async Task<int> ClaimOther(int n)
+    /// <summary>Another worker's claim, straight through the claim statement in a transaction: how many
+    /// it got. With <paramref name="expireFirst"/> every lease of the source expires first, in the same
+    /// transaction, so no renewal can come in between (a TDS engine's first call of the claim in a
+    /// session can take longer than a renewal round).</summary>
+    public async Task<int> ClaimOther(int n, bool expireFirst = false)
     {
         await using var connection = await DataSource.OpenConnectionAsync();
         await using var transaction = await connection.BeginTransactionAsync();
+        if (expireFirst)
+        {
+            await using var expire = transaction.CreateCommand();
+            expire.CommandText = Q(Expire);
+            await expire.ExecuteNonQueryAsync();
+        }
         await using var command = transaction.CreateCommand();
         command.CommandText = Dialect == InboxDialect.SqlServer
             ? "EXEC queuebox.inbox_claim @source = @s, @batch_size = @n, @lease_ms = 60000"

@@ -52,6 +52,10 @@ await worker.RunAsync(async (message, transaction, cancellationToken) =>
     private static async Task ExampleWritesEachOrderOnce(Backend b, string createOrders, string insertMessage)
     {
         await b.Exec("DELETE FROM queuebox.inbox WHERE source = 'orders'");
+        // the example's table, as it names it: one left by an earlier run goes first
+        await b.Exec(b.Dialect == InboxDialect.SqlServer
+            ? "IF OBJECT_ID(N'orders') IS NOT NULL DROP TABLE orders"
+            : "DROP TABLE IF EXISTS orders");
         await b.Exec(createOrders);
         try
         {
