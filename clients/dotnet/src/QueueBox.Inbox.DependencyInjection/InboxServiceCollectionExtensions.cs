@@ -6,6 +6,7 @@ using System.Data.Common;
 using System.Threading;
 using System.Threading.Tasks;
 using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.DependencyInjection.Extensions;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
 
@@ -38,7 +39,7 @@ public static class InboxServiceCollectionExtensions
         where THandler : class, IInboxHandler
     {
         ArgumentNullException.ThrowIfNull(services);
-        services.AddScoped<THandler>();
+        services.TryAddScoped<THandler>();
         return services.AddQueueBoxInbox(connections, configure, sp => async (message, transaction, cancellationToken) =>
         {
             var scope = sp.CreateAsyncScope();
