@@ -2,7 +2,9 @@
 # Install every Debian package QueueBox builds, tests and benchmarks with
 # (Go and the Go client's test drivers too: clients/go/test.sh builds
 # against their sources, no module proxy),
-# Node with npm, and the npm packages of test/node (from its lockfile).
+# Node with npm, and the npm packages of test/node (from its lockfile);
+# where the .NET SDK is installed (it is no Debian package), the NuGet
+# packages of clients/dotnet, into clients/dotnet/packages.
 # Idempotent: packages already present are skipped by apt-get.  Needs root
 # (or sudo).  Later issues' libraries (brokers, FreeTDS, jq) are installed
 # now too, so one set-up serves every milestone.
@@ -51,4 +53,22 @@ NODE_DIR="$(dirname "$0")/../test/node"
 if [ ! "$NODE_DIR/node_modules/.package-lock.json" -nt "$NODE_DIR/package-lock.json" ]; then
   echo "setup: npm ci in test/node"
   npm ci --prefix "$NODE_DIR" --no-audit --no-fund
+fi
+
+# The C# library's NuGet packages, into clients/dotnet/packages: TAP 039
+# restores from there offline, as the postgres user, with a home of its own.
+# Only where dotnet is installed (the .NET 10 SDK: packages.microsoft.com's
+# dotnet-sdk-10.0, or dot.net/v1/dotnet-install.sh), and only when a project
+# file changed since the last restore.
+DOTNET_DIR="$(cd "$(dirname "$0")/.." && pwd)/clients/dotnet"
+if command -v dotnet >/dev/null; then
+  stamp="$DOTNET_DIR/packages/.restored"
+  if [ ! -e "$stamp" ] || [ -n "$(find "$DOTNET_DIR" -path "$DOTNET_DIR/packages" -prune -o \( -name '*.csproj' -o -name '*.props' -o -name '*.slnx' \) -newer "$stamp" -print)" ]; then
+    echo "setup: dotnet restore in clients/dotnet (into clients/dotnet/packages)"
+    DOTNET_NOLOGO=1 DOTNET_CLI_TELEMETRY_OPTOUT=1 NUGET_PACKAGES="$DOTNET_DIR/packages" \
+      dotnet restore "$DOTNET_DIR/QueueBox.Inbox.slnx"
+    touch "$stamp"
+  fi
+else
+  echo "setup: dotnet is not installed: the C# tests (TAP 039) will be skipped; install the .NET 10 SDK to run them"
 fi

@@ -4,7 +4,10 @@
 #   2. build with warnings as errors, install the extension
 #   3. cmocka unit tests of the core (no PostgreSQL header), then the
 #      libFuzzer harnesses of test/fuzz for a few seconds each
-#   4. pg_regress + isolation specs + TAP on temp clusters (make installcheck)
+#   4. pg_regress + isolation specs + TAP on temp clusters (make installcheck),
+#      the pull libraries' runners among them (TAP 032 to 035 and 039: cmocka,
+#      node --test, go test, dotnet test; the C# tests only where the .NET 10
+#      SDK is installed, else TAP 039 says they were skipped and what to install)
 # With SANITIZE=1 the core's unit tests run under ASan + UBSan, and the
 # extension is built with UBSan for the cluster tests, the daemon with ASan +
 # UBSan (its LeakSanitizer reports fail the run).  (ASan cannot be used
@@ -60,6 +63,9 @@ make -s fuzz-run FUZZ_RUNS=20000 FUZZ_SEED=1 FUZZ_MAX_SECONDS=30
 # initdb refuses to run as root: run the cluster tests as the postgres user
 # in a copy of the tree it owns.
 echo "== pg_regress, isolation and TAP (make installcheck)"
+if ! command -v dotnet >/dev/null; then
+  echo "== C#: TAP 039 (clients/dotnet) is skipped: dotnet is not installed (install the .NET 10 SDK, dotnet-sdk-10.0)"
+fi
 WORK=$(mktemp -d /tmp/queuebox-test.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 cp -a "$ROOT/." "$WORK/src"

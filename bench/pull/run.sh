@@ -20,12 +20,16 @@
 #        with a no-op handler): messages/s from start to N processed;
 #   TS   clients/ts (@alternayte/queuebox-inbox) the same (test/process-worker.js);
 #   Go   clients/go (github.com/alternayte/queuebox/clients/go) the same (its
-#        internal/testworker, built by clients/go/test.sh --build-worker).
+#        internal/testworker, built by clients/go/test.sh --build-worker);
+#   C#   clients/dotnet (QueueBox.Inbox) the same (test/QueueBox.Inbox.TestWorker,
+#        built here in Release from clients/dotnet/packages, which
+#        scripts/setup.sh fills; "n/a" where dotnet is not installed).
 # Each library figure is divided by the anchor of the same batch and workers
 # (target >= 0.8).  Knobs: QB_BENCH_N=5000 (messages per library run),
 # QB_BENCH_BATCHES="10 100", QB_BENCH_WORKERS="1 4" (a subset, for a look),
 # QB_BENCH_PGBENCH_T=10, QB_BENCH_RAW_ROWS=300000 (per raw run; the run
-# stops if pgbench drains them).
+# stops if pgbench drains them), QB_BENCH_KINDS="c ts go dotnet" (the
+# libraries to run; the others print "-").
 set -euo pipefail
 
 RECORD=${QB_BENCH_RECORD:-0}
@@ -40,6 +44,7 @@ SB=1GB
 CW=$ROOT/clients/c/test/qbi_test_worker
 TW=$ROOT/clients/ts/test/process-worker.js
 GOTEST=$ROOT/clients/go/test.sh
+KINDS=" ${QB_BENCH_KINDS:-c ts go dotnet} "
 
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -51,6 +56,15 @@ command -v go >/dev/null || die "go is not installed (scripts/setup.sh)"
 qb_bench_workdir pull
 GW=$WORK/go-testworker
 "$GOTEST" --build-worker "$GW" || die "clients/go/test.sh --build-worker failed"
+DW=$WORK/dotnet-testworker
+if ! command -v dotnet >/dev/null; then
+	log "dotnet is not installed: no C# figures (install the .NET 10 SDK, then scripts/setup.sh)"
+	KINDS=${KINDS/ dotnet / }
+elif [[ "$KINDS" == *" dotnet "* ]]; then
+	DOTNET_NOLOGO=1 DOTNET_CLI_TELEMETRY_OPTOUT=1 NUGET_PACKAGES=$ROOT/clients/dotnet/packages \
+		dotnet build "$ROOT/clients/dotnet/test/QueueBox.Inbox.TestWorker" -c Release -o "$DW" --disable-build-servers \
+		>"$WORK/dotnet-build.log" 2>&1 || { cat "$WORK/dotnet-build.log" >&2; die "the C# test worker did not build"; }
+fi
 qb_bench_cluster pull 100 on 1
 q postgres "CREATE DATABASE bench"
 q bench "CREATE EXTENSION queuebox"
@@ -73,6 +87,7 @@ drain() { # drain KIND WORKERS BATCH SOURCE: messages/s of N messages
 		else
 			local cmd=(node "$TW")
 			[[ "$kind" == go ]] && cmd=("$GW")
+			[[ "$kind" == dotnet ]] && cmd=("$DW/QueueBox.Inbox.TestWorker")
 			QBI_TEST_PGHOST=$WORK QBI_TEST_PGPORT=$PGPORT QBI_TEST_PGDATABASE=bench QBI_TEST_PGUSER=postgres \
 				"${cmd[@]}" "w$i" 30000 -1 "$b" "$src" >"$WORK/$kind-$i.out" 2>&1 &
 		fi
@@ -133,13 +148,17 @@ for b in ${QB_BENCH_BATCHES:-10 100}; do
 		r=$(raw contract "$w" "$b" "raw$k")
 		log "batch $b, $w worker(s): raw, one transaction per batch"
 		rb=$(raw batch "$w" "$b" "rawb$k")
-		log "batch $b, $w worker(s): C"
-		c=$(drain c "$w" "$b" "c$k")
-		log "batch $b, $w worker(s): TypeScript"
-		t=$(drain ts "$w" "$b" "ts$k")
-		log "batch $b, $w worker(s): Go"
-		g=$(drain go "$w" "$b" "go$k")
-		OUT_ROWS+=("| batch $b, $w worker(s) | $rb | $r | $c | $(ratio "$c" "$r") | $t | $(ratio "$t" "$r") | $g | $(ratio "$g" "$r") |")
+		row="| batch $b, $w worker(s) | $rb | $r |"
+		for kind in c ts go dotnet; do
+			if [[ "$KINDS" == *" $kind "* ]]; then
+				log "batch $b, $w worker(s): $kind"
+				m=$(drain "$kind" "$w" "$b" "$kind$k")
+				row+=" $m | $(ratio "$m" "$r") |"
+			else
+				row+=" - | - |"
+			fi
+		done
+		OUT_ROWS+=("$row")
 	done
 done
 {
@@ -147,10 +166,10 @@ done
 	echo
 	echo "Command: \`bench/pull/run.sh$( ((RECORD)) && echo " --record")\`. $N messages per library run (no-op handler, one transaction per message, renewal thread on), pgbench -T $PGBENCH_T for the raw statements: the anchor runs the contract's loop (the claim committed alone, then each message completed in a transaction of its own); the ceiling claims and completes a batch in one statement and one transaction, which no handler can."
 	qb_bench_machine
-	echo "PostgreSQL $(q postgres 'SHOW server_version'), a fresh cluster (shared_buffers $SB) with the extension. Node $(node --version), $(go version | cut -d' ' -f3)."
+	echo "PostgreSQL $(q postgres 'SHOW server_version'), a fresh cluster (shared_buffers $SB) with the extension. Node $(node --version), $(go version | cut -d' ' -f3)$(command -v dotnet >/dev/null && echo ", .NET $(dotnet --version) (SDK; the worker in Release)")."
 	echo
-	echo "| run | raw, a transaction per batch (msg/s) | raw, a transaction per message: the anchor (msg/s) | C library (msg/s) | C / anchor | TypeScript library (msg/s) | TS / anchor | Go library (msg/s) | Go / anchor |"
-	echo "|---|---|---|---|---|---|---|---|---|"
+	echo "| run | raw, a transaction per batch (msg/s) | raw, a transaction per message: the anchor (msg/s) | C library (msg/s) | C / anchor | TypeScript library (msg/s) | TS / anchor | Go library (msg/s) | Go / anchor | C# library (msg/s) | C# / anchor |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|"
 	printf "%s\n" "${OUT_ROWS[@]}"
 	echo
 } | tee "$WORK/section.md"
