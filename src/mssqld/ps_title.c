@@ -23,6 +23,8 @@ extern char **environ;
 /* the area a title may use; NULL: titles are off (not contiguous, no memory) */
 static char *qbd_ps_area = NULL;
 static size_t qbd_ps_size = 0;
+/* the moved argv, kept reachable for the process's life (as environ is) */
+static char **volatile qbd_ps_argv = NULL;	/* volatile: a store the compiler keeps */
 
 /* qbd_ps_init: see qbd.h. */
 char	  **
@@ -56,9 +58,10 @@ qbd_ps_init(int argc, char **argv)
 			goto off;
 	new_env[nenv] = NULL;
 	environ = new_env;
+	qbd_ps_argv = new_argv;
 	qbd_ps_area = argv[0];
 	qbd_ps_size = end - argv[0];	/* the last NUL stays */
-	return new_argv;
+	return qbd_ps_argv;
 
 off:
 	/* no title, and the copies leak: this runs once, before anything else */

