@@ -41,9 +41,10 @@ PG_CPPFLAGS = $(COMMON_INC) -DQB_VERSION=\"$(EXTVERSION)\"
 PG_CFLAGS   = -std=gnu11 $(WARN) $(QB_EXTRA_CFLAGS)
 SHLIB_LINK  = $(CORE_LIB) -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto $(QB_EXTRA_LDFLAGS)
 
-# pg_regress: sql/*.sql minus the extension script, outputs in expected/.
+# pg_regress: test/sql/<name>.sql against test/expected/<name>.out (results/
+# and regression.diffs land in the top folder, as output_iso/ does).
 REGRESS      = outbox_schema outbox_cycle configure stats inbox_pull operations relay relay_ops transforms breaker
-REGRESS_OPTS = --inputdir=. --temp-config=test/queuebox.conf --temp-instance=./tmp_check
+REGRESS_OPTS = --inputdir=test --temp-config=test/queuebox.conf --temp-instance=./tmp_check
 ISOLATION      = $(basename $(notdir $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --temp-config=test/queuebox.conf --temp-instance=./tmp_check_iso
 TAP_TESTS   = 1
