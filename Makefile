@@ -212,7 +212,7 @@ DAEMON_OBJS    = $(patsubst src/mssqld/%.c,$(DAEMON_DIR)/%.o,$(DAEMON_SRCS)) $(D
                  $(DAEMON_DIR)/schema_mssql.o
 DAEMON_LIB     = $(DAEMON_DIR)/libqbd.a
 DAEMON_LIBS    = -lpq -lodbc -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -lpthread
-DAEMON_SCHEMA  = sql/daemon/begin-postgresql.sql sql/schema/tables.sql sql/daemon/host-postgresql.sql sql/schema/functions.sql
+DAEMON_SCHEMA  = sql/daemon/head.sql sql/schema/tables.sql sql/daemon/host.sql sql/schema/functions.sql
 # SQL Server's schema (docs/sqlserver.md): T-SQL batches ending at GO lines
 DAEMON_MSSQL   = sql/sqlserver/tables.sql sql/sqlserver/topics.sql sql/sqlserver/engine.sql sql/sqlserver/operations.sql
 DAEMON_PREFIX ?= /usr/local
