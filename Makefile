@@ -22,18 +22,19 @@ COMMON_SRCS = $(sort $(wildcard $(addsuffix /*.c,$(addprefix src/common/,$(COMMO
 COMMON_HDRS = $(wildcard $(addsuffix /*.h,$(addprefix src/common/,$(COMMON_DIRS))))
 PGEXT_SRCS  = $(sort $(wildcard src/pgext/*.c))
 OBJS        = $(PGEXT_SRCS:.c=.o)
-# The upgrade scripts, and the install script of the current version, put
-# together from the schema's parts (docs/design/schema.md): the tables and
-# the shared SQL functions (sql/schema/, which the daemon's schema is made of
-# too) around what the extension does in C (sql/pgext/host.sql).
-# From 0.3.0 on, an upgrade's DDL is written once, in
-# sql/schema/upgrade/<old>--<new>.sql, and the extension's script
-# sql/queuebox--<old>--<new>.sql is made of it (the daemon's step too).
-DATA        = sql/queuebox--0.1.0.sql sql/queuebox--0.1.0--0.2.0.sql sql/queuebox--0.2.0--0.3.0.sql
+# The extension's scripts (docs/design/schema.md).  Up to 0.3.0 they are
+# committed as they shipped, in sql/history/, and never edited.  The rest
+# the Makefile makes into build/sql/: the install script of the current
+# version from the schema's parts (sql/pgext/head.sql, sql/schema/tables.sql,
+# sql/pgext/host.sql, sql/schema/functions.sql; the daemon's PostgreSQL
+# schema is made of the same with sql/daemon/head.sql and host.sql), and an
+# upgrade script for each sql/schema/upgrade/<old>--<new>.sql, the DDL
+# written once for both hosts.  PGXS installs DATA and DATA_built alike.
+DATA        = $(sort $(wildcard sql/history/queuebox--*.sql))
 SCHEMA_PARTS = sql/schema/tables.sql sql/schema/functions.sql
 UPGRADES_PG = $(sort $(wildcard sql/schema/upgrade/*--*.sql))
 UPGRADES_MSSQL = $(sort $(wildcard sql/sqlserver/upgrade/*--*.sql))
-DATA_built  = sql/queuebox--$(EXTVERSION).sql $(patsubst sql/schema/upgrade/%,sql/queuebox--%,$(UPGRADES_PG))
+DATA_built  = build/sql/queuebox--$(EXTVERSION).sql $(patsubst sql/schema/upgrade/%,build/sql/queuebox--%,$(UPGRADES_PG))
 
 WARN        = -Wall -Wextra -Werror -Wno-unused-parameter \
               -Wno-sign-compare -Wno-declaration-after-statement
@@ -76,11 +77,13 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-sql/queuebox--$(EXTVERSION).sql: sql/pgext/head.sql sql/schema/tables.sql sql/pgext/host.sql sql/schema/functions.sql
+build/sql/queuebox--$(EXTVERSION).sql: sql/pgext/head.sql sql/schema/tables.sql sql/pgext/host.sql sql/schema/functions.sql
+	@mkdir -p $(dir $@)
 	cat $^ | sed 's/@SCHEMA_VERSION@/$(EXTVERSION)/g' > $@
 # an upgrade script: refuses psql, then the shared DDL (the extension has
 # none of its own in these steps)
-sql/queuebox--%.sql: sql/schema/upgrade/%.sql
+build/sql/queuebox--%.sql: sql/schema/upgrade/%.sql
+	@mkdir -p $(dir $@)
 	{ echo '-- made by the Makefile from $<: do not edit'; \
 	  printf '%s\n' '\echo Use "ALTER EXTENSION queuebox UPDATE" to load this file. \quit'; \
 	  cat $<; } > $@
