@@ -1,8 +1,11 @@
-# QueueBox: the PostgreSQL extension (PGXS) plus the core's unit tests.
+# QueueBox: the PostgreSQL extension (PGXS), the daemon queuebox-mssqld, and
+# the tests of both.
 #
-#   make && make install     build and install queuebox.so and its SQL
+#   make && make install     build and install queuebox.so and its SQL, and
+#                            the daemon (DAEMON_PREFIX, /usr/local)
 #   make installcheck        pg_regress, isolation specs and TAP on temp clusters
-#   make unit                cmocka tests of src/common, built with no PostgreSQL header
+#   make unit                cmocka tests of src/common (no PostgreSQL header) and
+#                            of the daemon's pieces that need no server
 #   make unit SANITIZE=1     the same under ASan + UBSan
 #   make fuzz                the libFuzzer harnesses of test/fuzz (clang)
 #   make fuzz-run FUZZ_SECONDS=N   run each for N seconds (FUZZ_RUNS=N: N inputs)
@@ -55,13 +58,14 @@ EXTRA_CLEAN = build clients/c/build clients/c/lib clients/c/queuebox-inbox.pc cl
               test/store/conformance \
               test/brokers/nats_tool \
               test/brokers/kafka_mock \
-              test/brokers/amqp_tool
+              test/brokers/amqp_tool \
+              test/brokers/nats_fetch_check
 
 # ---- the core: one static library, plain cc, no PostgreSQL header --------
-# The extension links it (-fPIC), and so do the unit tests (and the daemon
-# to come).  SANITIZE=1 builds it apart, with ASan + UBSan, for the unit
-# tests; QB_EXTRA_CFLAGS (scripts/test.sh's UBSan build of the extension)
-# applies to the core the extension links.
+# The extension links it (-fPIC), and so do the daemon and the unit tests.
+# SANITIZE=1 builds it apart, with ASan + UBSan, for the unit tests;
+# QB_EXTRA_CFLAGS (scripts/test.sh's UBSan build of the extension) applies
+# to the core the extension links.
 CORE_CC      ?= cc
 CORE_CFLAGS   = -std=gnu11 -g -O2 -fPIC $(WARN) $(COMMON_INC) -DQB_VERSION=\"$(EXTVERSION)\"
 ifeq ($(SANITIZE),1)
