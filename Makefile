@@ -1,8 +1,11 @@
-# QueueBox: the PostgreSQL extension (PGXS) plus the core's unit tests.
+# QueueBox: the PostgreSQL extension (PGXS), the daemon queuebox-mssqld, and
+# the tests of both.
 #
-#   make && make install     build and install queuebox.so and its SQL
+#   make && make install     build and install queuebox.so and its SQL, and
+#                            the daemon (DAEMON_PREFIX, /usr/local)
 #   make installcheck        pg_regress, isolation specs and TAP on temp clusters
-#   make unit                cmocka tests of src/common, built with no PostgreSQL header
+#   make unit                cmocka tests of src/common (no PostgreSQL header) and
+#                            of the daemon's pieces that need no server
 #   make unit SANITIZE=1     the same under ASan + UBSan
 #   make fuzz                the libFuzzer harnesses of test/fuzz (clang)
 #   make fuzz-run FUZZ_SECONDS=N   run each for N seconds (FUZZ_RUNS=N: N inputs)
@@ -22,18 +25,19 @@ COMMON_SRCS = $(sort $(wildcard $(addsuffix /*.c,$(addprefix src/common/,$(COMMO
 COMMON_HDRS = $(wildcard $(addsuffix /*.h,$(addprefix src/common/,$(COMMON_DIRS))))
 PGEXT_SRCS  = $(sort $(wildcard src/pgext/*.c))
 OBJS        = $(PGEXT_SRCS:.c=.o)
-# The upgrade scripts, and the install script of the current version, put
-# together from the schema's parts (docs/design/schema.md): the tables and
-# the shared SQL functions (sql/schema/, which the daemon's schema is made of
-# too) around what the extension does in C (sql/pgext/host.sql).
-# From 0.3.0 on, an upgrade's DDL is written once, in
-# sql/schema/upgrade/<old>--<new>.sql, and the extension's script
-# sql/queuebox--<old>--<new>.sql is made of it (the daemon's step too).
-DATA        = sql/queuebox--0.1.0.sql sql/queuebox--0.1.0--0.2.0.sql sql/queuebox--0.2.0--0.3.0.sql
+# The extension's scripts (docs/design/schema.md).  Up to 0.3.0 they are
+# committed as they shipped, in sql/history/, and never edited.  The rest
+# the Makefile makes into build/sql/: the install script of the current
+# version from the schema's parts (sql/pgext/head.sql, sql/schema/tables.sql,
+# sql/pgext/host.sql, sql/schema/functions.sql; the daemon's PostgreSQL
+# schema is made of the same with sql/daemon/head.sql and host.sql), and an
+# upgrade script for each sql/schema/upgrade/<old>--<new>.sql, the DDL
+# written once for both hosts.  PGXS installs DATA and DATA_built alike.
+DATA        = $(sort $(wildcard sql/history/queuebox--*.sql))
 SCHEMA_PARTS = sql/schema/tables.sql sql/schema/functions.sql
 UPGRADES_PG = $(sort $(wildcard sql/schema/upgrade/*--*.sql))
 UPGRADES_MSSQL = $(sort $(wildcard sql/sqlserver/upgrade/*--*.sql))
-DATA_built  = sql/queuebox--$(EXTVERSION).sql $(patsubst sql/schema/upgrade/%,sql/queuebox--%,$(UPGRADES_PG))
+DATA_built  = build/sql/queuebox--$(EXTVERSION).sql $(patsubst sql/schema/upgrade/%,build/sql/queuebox--%,$(UPGRADES_PG))
 
 WARN        = -Wall -Wextra -Werror -Wno-unused-parameter \
               -Wno-sign-compare -Wno-declaration-after-statement
@@ -41,9 +45,10 @@ PG_CPPFLAGS = $(COMMON_INC) -DQB_VERSION=\"$(EXTVERSION)\"
 PG_CFLAGS   = -std=gnu11 $(WARN) $(QB_EXTRA_CFLAGS)
 SHLIB_LINK  = $(CORE_LIB) -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto $(QB_EXTRA_LDFLAGS)
 
-# pg_regress: sql/*.sql minus the extension script, outputs in expected/.
+# pg_regress: test/sql/<name>.sql against test/expected/<name>.out (results/
+# and regression.diffs land in the top folder, as output_iso/ does).
 REGRESS      = outbox_schema outbox_cycle configure stats inbox_pull operations relay relay_ops transforms breaker
-REGRESS_OPTS = --inputdir=. --temp-config=test/queuebox.conf --temp-instance=./tmp_check
+REGRESS_OPTS = --inputdir=test --temp-config=test/queuebox.conf --temp-instance=./tmp_check
 ISOLATION      = $(basename $(notdir $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --temp-config=test/queuebox.conf --temp-instance=./tmp_check_iso
 TAP_TESTS   = 1
@@ -53,13 +58,14 @@ EXTRA_CLEAN = build clients/c/build clients/c/lib clients/c/queuebox-inbox.pc cl
               test/store/conformance \
               test/brokers/nats_tool \
               test/brokers/kafka_mock \
-              test/brokers/amqp_tool
+              test/brokers/amqp_tool \
+              test/brokers/nats_fetch_check
 
 # ---- the core: one static library, plain cc, no PostgreSQL header --------
-# The extension links it (-fPIC), and so do the unit tests (and the daemon
-# to come).  SANITIZE=1 builds it apart, with ASan + UBSan, for the unit
-# tests; QB_EXTRA_CFLAGS (scripts/test.sh's UBSan build of the extension)
-# applies to the core the extension links.
+# The extension links it (-fPIC), and so do the daemon and the unit tests.
+# SANITIZE=1 builds it apart, with ASan + UBSan, for the unit tests;
+# QB_EXTRA_CFLAGS (scripts/test.sh's UBSan build of the extension) applies
+# to the core the extension links.
 CORE_CC      ?= cc
 CORE_CFLAGS   = -std=gnu11 -g -O2 -fPIC $(WARN) $(COMMON_INC) -DQB_VERSION=\"$(EXTVERSION)\"
 ifeq ($(SANITIZE),1)
@@ -75,11 +81,13 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-sql/queuebox--$(EXTVERSION).sql: sql/pgext/head.sql sql/schema/tables.sql sql/pgext/host.sql sql/schema/functions.sql
+build/sql/queuebox--$(EXTVERSION).sql: sql/pgext/head.sql sql/schema/tables.sql sql/pgext/host.sql sql/schema/functions.sql
+	@mkdir -p $(dir $@)
 	cat $^ | sed 's/@SCHEMA_VERSION@/$(EXTVERSION)/g' > $@
 # an upgrade script: refuses psql, then the shared DDL (the extension has
 # none of its own in these steps)
-sql/queuebox--%.sql: sql/schema/upgrade/%.sql
+build/sql/queuebox--%.sql: sql/schema/upgrade/%.sql
+	@mkdir -p $(dir $@)
 	{ echo '-- made by the Makefile from $<: do not edit'; \
 	  printf '%s\n' '\echo Use "ALTER EXTENSION queuebox UPDATE" to load this file. \quit'; \
 	  cat $<; } > $@
@@ -211,7 +219,7 @@ DAEMON_OBJS    = $(patsubst src/mssqld/%.c,$(DAEMON_DIR)/%.o,$(DAEMON_SRCS)) $(D
                  $(DAEMON_DIR)/schema_mssql.o
 DAEMON_LIB     = $(DAEMON_DIR)/libqbd.a
 DAEMON_LIBS    = -lpq -lodbc -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -lpthread
-DAEMON_SCHEMA  = sql/daemon/begin-postgresql.sql sql/schema/tables.sql sql/daemon/host-postgresql.sql sql/schema/functions.sql
+DAEMON_SCHEMA  = sql/daemon/head.sql sql/schema/tables.sql sql/daemon/host.sql sql/schema/functions.sql
 # SQL Server's schema (docs/sqlserver.md): T-SQL batches ending at GO lines
 DAEMON_MSSQL   = sql/sqlserver/tables.sql sql/sqlserver/topics.sql sql/sqlserver/engine.sql sql/sqlserver/operations.sql
 DAEMON_PREFIX ?= /usr/local

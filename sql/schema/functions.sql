@@ -6,7 +6,7 @@
  *
  * They call a few functions each host defines in its host file, before this
  * one: topic_matches(), route_of(), _destination_names(), _arm_outbox_wake()
- * and _arm_relay_wake() (sql/pgext/host.sql in C; sql/daemon/host-postgresql.sql
+ * and _arm_relay_wake() (sql/pgext/host.sql in C; sql/daemon/host.sql
  * in SQL).  The order of the parts and the rules for a change:
  * sql/schema/tables.sql and docs/design/schema.md.
  */

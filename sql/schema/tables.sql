@@ -3,13 +3,13 @@
  *	  The tables and indexes of QueueBox, as of the current schema version:
  *	  one copy for both hosts.
  *
- * The extension's install script (sql/queuebox--<version>.sql, made by the
- * Makefile) and the daemon's PostgreSQL schema (sql/daemon/) are both put
- * together from this file, a host file (sql/pgext/host.sql or
- * sql/daemon/host-postgresql.sql: what each host does in C or in SQL) and
- * sql/schema/functions.sql, in that order.  docs/design/schema.md has the
- * rules for a schema change.  No psql meta-command here: the daemon sends
- * the text as it is.
+ * The extension's install script (build/sql/queuebox--<version>.sql, made
+ * by the Makefile) and the daemon's PostgreSQL schema are both put together
+ * from a head file (sql/pgext/head.sql, sql/daemon/head.sql), this file, a
+ * host file (sql/pgext/host.sql, sql/daemon/host.sql: what each host does
+ * in C or in SQL) and sql/schema/functions.sql, in that order.
+ * docs/design/schema.md has the rules for a schema change.  No psql
+ * meta-command here: the daemon sends the text as it is.
  */
 
 -- ---------------------------------------------------------------------------

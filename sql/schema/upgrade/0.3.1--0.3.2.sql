@@ -1,7 +1,7 @@
 /*
  * sql/schema/upgrade/0.3.1--0.3.2.sql
  *	  What changes from schema 0.3.1 to 0.3.2 in both PostgreSQL installs:
- *	  the extension's sql/queuebox--0.3.1--0.3.2.sql and the daemon's
+ *	  the extension's build/sql/queuebox--0.3.1--0.3.2.sql and the daemon's
  *	  upgrade step are made of this file (docs/design/schema.md).
  *
  * What changes:

@@ -1,10 +1,10 @@
 /*
- * sql/daemon/begin-postgresql.sql
+ * sql/daemon/head.sql
  *	  The start of the daemon's PostgreSQL schema: what the extension has
  *	  from CREATE EXTENSION (the schema) and what only the daemon keeps.
  *
  * queuebox-mssqld puts its schema together from this file,
- * sql/schema/tables.sql, sql/daemon/host-postgresql.sql and
+ * sql/schema/tables.sql, sql/daemon/host.sql and
  * sql/schema/functions.sql (the Makefile embeds them; docs/design/schema.md)
  * and runs it in one transaction under its migration lock.
  */

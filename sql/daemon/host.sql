@@ -1,5 +1,5 @@
 /*
- * sql/daemon/host-postgresql.sql
+ * sql/daemon/host.sql
  *	  What the daemon's PostgreSQL schema does in SQL where the extension
  *	  does it in C: the functions sql/schema/functions.sql calls, and the
  *	  wake at commit (a NOTIFY, opt-in).
