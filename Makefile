@@ -208,7 +208,7 @@ test/brokers/kafka_mock: test/brokers/kafka_mock.c
 # ---- the daemon: queuebox-mssqld (src/mssqld/, docs/daemon.md) -----------
 # The same core, with the libpq store and the daemon host; plain cc, libpq's
 # header only (no server header).  Its schema is the extension's tables and
-# shared SQL functions (sql/schema/) around sql/daemon/*-postgresql.sql,
+# shared SQL functions (sql/schema/) around sql/daemon/head.sql and host.sql,
 # embedded as a C string.  The libpq store (src/mssqld/pq_store.c) is one of
 # the daemon's objects: the core has no libpq.
 PQ_INCDIR     := $(shell $(PG_CONFIG) --includedir)
