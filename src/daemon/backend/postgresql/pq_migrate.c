@@ -1,5 +1,5 @@
 /*-------------------------------------------------------------------------
- * migrate.c
+ * pq_migrate.c
  *	  The daemon's PostgreSQL schema: installed, checked and upgraded
  *	  without the extension, and the configuration's routes written where
  *	  the SQL functions read them.
