@@ -163,12 +163,12 @@ $(FUZZ_CORE_LIB): $(FUZZ_CORE_OBJS)
 	rm -f $@
 	ar rcs $@ $^
 
-# the SQL Server URL parser of the daemon (src/mssqld/odbc_url.c) for fuzz_url
-$(FUZZ_DIR)/obj/odbc_url.o: src/mssqld/odbc_url.c src/mssqld/odbc_store.h $(COMMON_HDRS)
+# the SQL Server URL parser of the daemon (src/daemon/backend/sqlserver/odbc_url.c) for fuzz_url
+$(FUZZ_DIR)/obj/odbc_url.o: src/daemon/backend/sqlserver/odbc_url.c src/daemon/backend/sqlserver/odbc_store.h $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -D_GNU_SOURCE -Isrc/mssqld -I$(PQ_INCDIR) -c -o $@ $<
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -D_GNU_SOURCE $(DAEMON_INC) -c -o $@ $<
 $(FUZZ_DIR)/fuzz_url: $(FUZZ_DIR)/obj/odbc_url.o
-$(FUZZ_DIR)/fuzz_url: FUZZ_EXTRA = $(FUZZ_DIR)/obj/odbc_url.o -Isrc/mssqld -I$(PQ_INCDIR)
+$(FUZZ_DIR)/fuzz_url: FUZZ_EXTRA = $(FUZZ_DIR)/obj/odbc_url.o $(DAEMON_INC)
 
 $(FUZZ_DIR)/%: test/fuzz/%.c $(wildcard test/fuzz/*.h) $(FUZZ_CORE_LIB) $(COMMON_HDRS)
 	@mkdir -p $(FUZZ_DIR)
@@ -205,17 +205,22 @@ test/brokers/nats_fetch_check: test/brokers/nats_fetch_check.c $(CORE_LIB) $(COM
 test/brokers/kafka_mock: test/brokers/kafka_mock.c
 	$(UNIT_CC) -std=gnu11 -O2 $(WARN) -o $@ $< -lrdkafka -ljansson
 
-# ---- the daemon: queuebox-mssqld (src/mssqld/, docs/daemon.md) -----------
-# The same core, with the libpq store and the daemon host; plain cc, libpq's
-# header only (no server header).  Its schema is the extension's tables and
-# shared SQL functions (sql/schema/) around sql/daemon/head.sql and host.sql,
-# embedded as a C string.  The libpq store (src/mssqld/pq_store.c) is one of
-# the daemon's objects: the core has no libpq.
+# ---- the daemon: queuebox-mssqld (src/daemon/, docs/daemon.md) -----------
+# The same core, with the daemon's process (src/daemon/process/: main,
+# supervisor, roles, host) over one backend per database
+# (src/daemon/backend/postgresql/: the libpq store and migrations;
+# src/daemon/backend/sqlserver/: the ODBC store and migrations); plain cc,
+# libpq's header only (no server header): the core has no libpq.  Its
+# PostgreSQL schema is the extension's tables and shared SQL functions
+# (sql/schema/) around sql/daemon/head.sql and host.sql, embedded as a C string.
 PQ_INCDIR     := $(shell $(PG_CONFIG) --includedir)
-DAEMON_DIR     = build/mssqld$(if $(filter 1,$(SANITIZE)),-san)
-DAEMON_CFLAGS  = $(CORE_CFLAGS) -D_GNU_SOURCE -Isrc/mssqld -I$(PQ_INCDIR)
-DAEMON_SRCS    = $(filter-out src/mssqld/main.c,$(sort $(wildcard src/mssqld/*.c)))
-DAEMON_OBJS    = $(patsubst src/mssqld/%.c,$(DAEMON_DIR)/%.o,$(DAEMON_SRCS)) $(DAEMON_DIR)/schema_pg.o \
+DAEMON_DIR     = build/daemon$(if $(filter 1,$(SANITIZE)),-san)
+DAEMON_DIRS    = process backend backend/postgresql backend/sqlserver
+DAEMON_INC     = $(addprefix -Isrc/daemon/,$(DAEMON_DIRS)) -I$(PQ_INCDIR)
+DAEMON_CFLAGS  = $(CORE_CFLAGS) -D_GNU_SOURCE $(DAEMON_INC)
+DAEMON_HDRS    = $(wildcard $(addsuffix /*.h,$(addprefix src/daemon/,$(DAEMON_DIRS))))
+DAEMON_SRCS    = $(filter-out src/daemon/process/main.c,$(sort $(wildcard $(addsuffix /*.c,$(addprefix src/daemon/,$(DAEMON_DIRS))))))
+DAEMON_OBJS    = $(patsubst src/daemon/%.c,$(DAEMON_DIR)/%.o,$(DAEMON_SRCS)) $(DAEMON_DIR)/schema_pg.o \
                  $(DAEMON_DIR)/schema_mssql.o
 DAEMON_LIB     = $(DAEMON_DIR)/libqbd.a
 DAEMON_LIBS    = -lpq -lodbc -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -lpthread
@@ -224,7 +229,7 @@ DAEMON_SCHEMA  = sql/daemon/head.sql sql/schema/tables.sql sql/daemon/host.sql s
 DAEMON_MSSQL   = sql/sqlserver/tables.sql sql/sqlserver/topics.sql sql/sqlserver/engine.sql sql/sqlserver/operations.sql
 DAEMON_PREFIX ?= /usr/local
 
-$(DAEMON_DIR)/%.o: src/mssqld/%.c $(COMMON_HDRS) $(wildcard src/mssqld/*.h) Makefile
+$(DAEMON_DIR)/%.o: src/daemon/%.c $(COMMON_HDRS) $(DAEMON_HDRS) Makefile
 	@mkdir -p $(dir $@)
 	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
 
@@ -245,7 +250,7 @@ $(DAEMON_LIB): $(DAEMON_OBJS)
 	rm -f $@
 	ar rcs $@ $^
 
-queuebox-mssqld: $(DAEMON_DIR)/main.o $(DAEMON_LIB) $(CORE_LIB)
+queuebox-mssqld: $(DAEMON_DIR)/process/main.o $(DAEMON_LIB) $(CORE_LIB)
 	$(CORE_CC) $(CORE_CFLAGS) -o $@ $^ $(DAEMON_LIBS)
 
 all: queuebox-mssqld
@@ -265,9 +270,9 @@ install-daemon: queuebox-mssqld
 	sed -e 's|@BINDIR@|$(DAEMON_PREFIX)/bin|' -e 's|@DOCDIR@|$(DAEMON_DOCDIR)|' packaging/queuebox-mssqld.service > $(DESTDIR)$(DAEMON_PREFIX)/lib/systemd/system/queuebox-mssqld.service
 
 # the daemon's unit tests link its library and libpq as well
-$(UNIT_BIN_DIR)/test_daemon: test/unit/test_daemon.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS)
+$(UNIT_BIN_DIR)/test_daemon: test/unit/test_daemon.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS) $(DAEMON_HDRS)
 	@mkdir -p $(UNIT_BIN_DIR)
-	$(UNIT_CC) $(UNIT_CFLAGS) -D_GNU_SOURCE -Isrc/mssqld -I$(PQ_INCDIR) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) $(UNIT_LIBS) -lpq -lodbc
+	$(UNIT_CC) $(UNIT_CFLAGS) -D_GNU_SOURCE $(DAEMON_INC) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) $(UNIT_LIBS) -lpq -lodbc
 
 # clients/c: libqueuebox-inbox and its scenarios (TAP 032 runs them; `make sink` builds them)
 .PHONY: clients-c
@@ -276,15 +281,15 @@ clients-c:
 	$(MAKE) -C clients/c all test/test_worker test/qbi_test_worker QB_EXTRA_CFLAGS="$(QB_EXTRA_CFLAGS)" QB_EXTRA_LDFLAGS="$(QB_EXTRA_LDFLAGS)"
 
 # the SQL Server pieces that need no server (the ODBC store's helpers, the schema's batches)
-$(UNIT_BIN_DIR)/test_odbc: test/unit/test_odbc.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS)
+$(UNIT_BIN_DIR)/test_odbc: test/unit/test_odbc.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS) $(DAEMON_HDRS)
 	@mkdir -p $(UNIT_BIN_DIR)
-	$(UNIT_CC) $(UNIT_CFLAGS) -D_GNU_SOURCE -Isrc/mssqld -I$(PQ_INCDIR) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) $(UNIT_LIBS) -lpq -lodbc
+	$(UNIT_CC) $(UNIT_CFLAGS) -D_GNU_SOURCE $(DAEMON_INC) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) $(UNIT_LIBS) -lpq -lodbc
 
 # The store conformance suite: the same scenarios against the libpq store
 # and the extension's SQL-callable wrappers (TAP 027 runs it; `make sink`,
 # which scripts/test.sh runs before the cluster tests, builds it).
 .PHONY: store-conformance
 store-conformance: test/store/conformance
-test/store/conformance: test/store/conformance.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS)
-	$(UNIT_CC) $(UNIT_CFLAGS) -Isrc/mssqld -I$(PQ_INCDIR) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) -lpq -lodbc $(UNIT_LIBS) $(QB_EXTRA_LDFLAGS)
+test/store/conformance: test/store/conformance.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS) $(DAEMON_HDRS)
+	$(UNIT_CC) $(UNIT_CFLAGS) $(DAEMON_INC) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) -lpq -lodbc $(UNIT_LIBS) $(QB_EXTRA_LDFLAGS)
 sink: store-conformance

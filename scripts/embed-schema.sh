@@ -8,7 +8,7 @@
 #   const QbdUpgrade qbd_upgrades_KIND[]  one step per UPGRADE_DIR/FROM--TO.sql,
 #                                         in version order, ended by {NULL}
 # with @SCHEMA_VERSION@ replaced by VERSION.  The Makefile runs it for
-# build/mssqld/schema_pg.c and schema_mssql.c (docs/design/schema.md).
+# build/daemon/schema_pg.c and schema_mssql.c (docs/design/schema.md).
 set -euo pipefail
 kind=$1 version=$2 updir=$3
 shift 3
@@ -19,7 +19,7 @@ cstring() { # the files as one C string literal, a line a line
 }
 
 echo "/* made by scripts/embed-schema.sh from $* and $updir: do not edit */"
-echo '#include "qbd.h"'
+echo '#include "qbd_backend.h"'
 echo
 echo "const char qbd_schema_$kind[] ="
 cstring "$@"

@@ -12,15 +12,17 @@
  *	                           same with a wrong password, optional)
  *
  * Wording:
- *	- The store under test: `pq` is the libpq store (src/mssqld/pq_store.c);
- *	  `spi` is an adapter whose ops call the extension's SQL-callable
- *	  wrappers (queuebox._outbox_claim() and friends, which run the SPI
- *	  store's statements through SPI), so the SPI side is held to the same
+ *	- The store under test: `pq` is the libpq store
+ *	  (src/daemon/backend/postgresql/pq_store.c); `spi` is an adapter whose
+ *	  ops call the extension's SQL-callable wrappers
+ *	  (queuebox._outbox_claim() and friends, which run the SPI store's
+ *	  statements through SPI), so the SPI side is held to the same
  *	  contract.  Two ops have no wrapper (the inbox insert, the unroute):
  *	  the adapter runs the pq store's for them, saying so.  `odbc` is the
- *	  SQL Server store (src/mssqld/odbc_store.c), against SQL Server or a
- *	  TDS engine; its admin connection is ODBC too, and the admin
- *	  statements that differ between the dialects are written twice (D()).
+ *	  SQL Server store (src/daemon/backend/sqlserver/odbc_store.c), against
+ *	  SQL Server or a TDS engine; its admin connection is ODBC too, and the
+ *	  admin statements that differ between the dialects are written twice
+ *	  (D()).
  *	- The admin connection is the suite's own: it sets rows up, counts them
  *	  before and after each step, and plays the other sessions (a lock
  *	  holder, pg_terminate_backend).  Every scenario starts from empty

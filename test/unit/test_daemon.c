@@ -1,10 +1,11 @@
 /*
  * test_daemon.c
- *	  cmocka tests of the daemon host (src/mssqld): the role set a
- *	  configuration wants, the restart policy, the reload decision, the
- *	  shared document's seqlock across processes, the log line, URL
- *	  redaction, the file checks, and the role host's signals and idle
- *	  polling.  The supervisor and the roles end to end are TAP 028-030.
+ *	  cmocka tests of the daemon's process (src/daemon/process): the role
+ *	  set a configuration wants, the restart policy, the reload decision,
+ *	  the shared document's seqlock across processes, the log line, URL
+ *	  redaction, the file checks, the role host's signals and idle
+ *	  polling, and the backends' ops tables (which backend a URL picks,
+ *	  every field set).  The supervisor and the roles end to end are TAP 028-030.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -22,7 +23,10 @@
 #include <jansson.h>
 
 #include "daemon_host.h"
+#include "odbc_store.h"
+#include "pq_store.h"
 #include "qbd.h"
+#include "supervisor.h"
 
 static QbConfig *
 parse(const char *doc)
@@ -274,7 +278,7 @@ test_config_file(void **state)
 
 	path = write_file("database: {url: 'sqlserver://sa:s3cret@mssql:1433/app?encrypt=false'}\n");
 	assert_int_equal(qbd_config_read(path, &doc, &cfg, err, sizeof(err)), 0);
-	assert_true(qbd_is_sqlserver(cfg->database.url));
+	assert_string_equal(qbd_backend_for(cfg->database.url)->name, "sqlserver");
 	qb_config_free(cfg);
 	free(doc);
 	unlink(path);
@@ -389,6 +393,44 @@ test_host_signals(void **state)
 	qb_config_free(cfg);
 }
 
+/*
+ * The backends: sqlserver:// picks SQL Server, anything else libpq; both
+ * tables are complete, and a table with any one field left out is refused,
+ * naming the backend and the field.
+ */
+static void
+test_backends(void **state)
+{
+	static const char *const ops[] = {
+#define QBD_OP_NAME(f) #f,
+		QBD_BACKEND_OPS(QBD_OP_NAME)
+#undef QBD_OP_NAME
+	};
+	const QbdBackend *const all[] = {&qbd_backend_postgresql, &qbd_backend_sqlserver};
+	char		err[QB_ERRLEN] = "";
+
+	assert_ptr_equal(qbd_backend_for("sqlserver://sa:pw@mssql:1433/app"), &qbd_backend_sqlserver);
+	assert_ptr_equal(qbd_backend_for("postgres://q@h/db"), &qbd_backend_postgresql);
+	assert_ptr_equal(qbd_backend_for("postgresql://q@h/db"), &qbd_backend_postgresql);
+	assert_ptr_equal(qbd_backend_for("host=h dbname=db"), &qbd_backend_postgresql);
+	assert_int_equal(qbd_backend_check(err, sizeof(err)), 0);
+
+	for (size_t b = 0; b < sizeof(all) / sizeof(all[0]); b++)
+		for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+		{
+			QbdBackend	holed = *all[b];
+			char		want[128];
+
+			/* the i-th function field, as QBD_BACKEND_OPS lists them after name */
+			memset((char *) &holed + sizeof(const char *) + i * sizeof(void (*) (void)), 0,
+				   sizeof(void (*) (void)));
+			assert_int_equal(qbd_backend_check_one(&holed, err, sizeof(err)), -1);
+			snprintf(want, sizeof(want), "the %s backend's ops table has no %s", all[b]->name, ops[i]);
+			if (strstr(err, want) == NULL)
+				fail_msg("message \"%s\" lacks \"%s\"", err, want);
+		}
+}
+
 int
 main(void)
 {
@@ -402,6 +444,7 @@ main(void)
 		cmocka_unit_test(test_config_file),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_host_signals),
+		cmocka_unit_test(test_backends),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

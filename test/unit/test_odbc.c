@@ -1,11 +1,11 @@
 /*
  * test_odbc.c
  *	  cmocka tests of what the SQL Server side of the daemon does without a
- *	  server (src/mssqld/odbc_*.c): sqlserver:// URLs into connection
- *	  strings (escaping of ; and } in passwords), the error classes, the
- *	  JSON parameters of the procedures, the parameter bindings, the T-SQL
- *	  text of each query, the schema's batches, and that every procedure
- *	  the store calls is made by the schema.  The same store against an
+ *	  server (src/daemon/backend/sqlserver/odbc_*.c): sqlserver:// URLs
+ *	  into connection strings (escaping of ; and } in passwords), the error
+ *	  classes, the JSON parameters of the procedures, the parameter
+ *	  bindings, the T-SQL text of each query, the schema's batches, and
+ *	  that every procedure the store calls is made by the schema.  The same store against an
  *	  engine is TAP 031 (QUEUEBOX_TEST_MSSQL_URL).
  */
 #include <setjmp.h>

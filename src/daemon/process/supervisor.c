@@ -3,7 +3,8 @@
  *	  The daemon's first process: the configuration file, the schema, and
  *	  one process per role, restarted when it exits.
  *
- * Wording (qbd.h has the rest):
+ * Wording (qbd.h has the rest; the database is reached through its
+ * backend's ops, qbd_backend.h):
  *	- Wanted roles come from the configuration (qbd_roles_wanted); the role
  *	  table holds every role the supervisor runs or will run again, and a
  *	  retired one until its process is gone.
@@ -40,11 +41,10 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include <libpq-fe.h>
-
-#include "odbc_store.h"
-#include "pq_store.h"
 #include "qbd.h"
+#include "qbd_backend.h"
+#include "role.h"
+#include "supervisor.h"
 
 #define QBD_MAX_ROLES	(64 + 2 + 256)
 /* retries of the database at start and of the config tables' write */
@@ -74,7 +74,7 @@ qbds_signal(int sig)
  * ---------------------------------------------------------------------
  */
 
-/* qbd_roles_wanted: see qbd.h. */
+/* qbd_roles_wanted: see supervisor.h. */
 int
 qbd_roles_wanted(const QbConfig *cfg, QbdRole *roles, int max)
 {
@@ -92,7 +92,7 @@ qbd_roles_wanted(const QbConfig *cfg, QbdRole *roles, int max)
 	return n;
 }
 
-/* qbd_restart_delay: see qbd.h. */
+/* qbd_restart_delay: see supervisor.h. */
 long
 qbd_restart_delay(int crashes)
 {
@@ -105,7 +105,7 @@ qbd_restart_delay(int crashes)
 	return d < QBD_RESTART_MAX_MS ? d : QBD_RESTART_MAX_MS;
 }
 
-/* qbd_role_exited: see qbd.h. */
+/* qbd_role_exited: see supervisor.h. */
 void
 qbd_role_exited(QbdRole *r, long now_ms)
 {
@@ -123,7 +123,7 @@ qbds_same(const char *a, const char *b)
 	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
 }
 
-/* qbd_database_changed: see qbd.h. */
+/* qbd_database_changed: see supervisor.h. */
 bool
 qbd_database_changed(const QbConfig *a, const QbConfig *b)
 {
@@ -133,7 +133,7 @@ qbd_database_changed(const QbConfig *a, const QbConfig *b)
 		a->database.connect_timeout_ms != b->database.connect_timeout_ms;
 }
 
-/* qbd_thread_count: see qbd.h. */
+/* qbd_thread_count: see supervisor.h. */
 int
 qbd_thread_count(void)
 {
@@ -150,7 +150,7 @@ qbd_thread_count(void)
 	return n;
 }
 
-/* qbd_config_read: see qbd.h. */
+/* qbd_config_read: see supervisor.h. */
 int
 qbd_config_read(const char *path, char **text, QbConfig **cfg, char *err, size_t errlen)
 {
@@ -209,7 +209,7 @@ fail:
 	return -1;
 }
 
-/* qbd_config_check_daemon: see qbd.h. */
+/* qbd_config_check_daemon: see supervisor.h. */
 int
 qbd_config_check_daemon(const QbConfig *cfg, char *err, size_t errlen)
 {
@@ -222,138 +222,13 @@ qbd_config_check_daemon(const QbConfig *cfg, char *err, size_t errlen)
 				 "database: {url: \"postgres://queuebox:${PGPASSWORD}@db.internal:5432/app\"}");
 		return -1;
 	}
-	if (qbd_is_sqlserver(u))
-	{
-		QbOdbcUrl	parsed;
-
-		const char *driver;
-		char	   *cs;
-
-		if (qb_odbc_url_parse(u, &parsed, err, errlen) != 0)
-			return -1;
-		/* what the driver cannot read is refused now, not at each connect */
-		driver = parsed.driver ? parsed.driver : qb_odbc_default_driver();
-		cs = qb_odbc_conn_string(&parsed, driver, NULL, qb_odbc_braces_for(driver), err, errlen);
-		qb_odbc_url_free(&parsed);
-		if (cs == NULL)
-			return -1;
-		memset(cs, 0, strlen(cs));
-		free(cs);
-		if (cfg->database.listen)
-		{
-			snprintf(err, errlen,
-					 "database.listen: SQL Server has no notification at commit (LISTEN is PostgreSQL's); "
-					 "remove the key: the daemon polls SQL Server, stretching idle polls up to database.idlePollMaxMs "
-					 "(docs/sqlserver.md)");
-			return -1;
-		}
-	}
-	return 0;
-}
-
-/* qbd_is_sqlserver: see qbd.h. */
-bool
-qbd_is_sqlserver(const char *url)
-{
-	return url != NULL && strncmp(url, "sqlserver://", 12) == 0;
+	return qbd_backend_for(u)->check_config(cfg, err, errlen);
 }
 
 /* ---------------------------------------------------------------------
  * The database: migrate at start, write the config tables at each load
  * ---------------------------------------------------------------------
  */
-static PGconn *
-qbds_connect(const QbConfig *cfg, char *err, size_t errlen)
-{
-	char		safe[512];
-	PGconn	   *conn = qb_pq_connect(cfg->database.url, "queuebox-mssqld supervisor",
-									 cfg->database.connect_timeout_ms);
-
-	if (PQstatus(conn) == CONNECTION_OK)
-		return conn;
-	qbd_redact_url(cfg->database.url, safe, sizeof(safe));
-	snprintf(err, errlen, "could not connect to %s: %s", safe,
-			 conn ? PQerrorMessage(conn) : "out of memory");
-	err[strcspn(err, "\n")] = '\0';
-	PQfinish(conn);
-	return NULL;
-}
-
-/*
- * qbds_probe_notify: does a NOTIFY that another session commits reach a
- * session that LISTENs, through database.url?  Not through a pooler in
- * transaction or statement mode: the LISTEN stays with a server connection
- * the pool hands to other clients between transactions.  1: it arrived;
- * 0: not within QBD_PROBE_MS; -1: the probe could not be made (err).
- */
-static int
-qbds_probe_notify(const QbConfig *cfg, char *err, size_t errlen)
-{
-	PGconn	   *listener;
-	PGconn	   *sender = NULL;
-	PGresult   *res;
-	char		channel[64];
-	char		sql[96];
-	const char *v[1] = {channel};
-	long		deadline;
-	int			rc = -1;
-
-	if ((listener = qbds_connect(cfg, err, errlen)) == NULL)
-		return -1;
-	/* a channel of its own: no role is woken by the probe */
-	snprintf(channel, sizeof(channel), "queuebox_probe_%d", (int) getpid());
-	snprintf(sql, sizeof(sql), "LISTEN %s", channel);
-	res = PQexec(listener, sql);
-	if (PQresultStatus(res) != PGRES_COMMAND_OK)
-	{
-		snprintf(err, errlen, "LISTEN failed: %s", PQerrorMessage(listener));
-		PQclear(res);
-		goto done;
-	}
-	PQclear(res);
-	if ((sender = qbds_connect(cfg, err, errlen)) == NULL)
-		goto done;
-	res = PQexecParams(sender, "SELECT pg_notify($1, 'probe')", 1, NULL, v, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-	{
-		snprintf(err, errlen, "pg_notify failed: %s", PQerrorMessage(sender));
-		PQclear(res);
-		goto done;
-	}
-	PQclear(res);
-	rc = 0;
-	deadline = qb_now_ms() + QBD_PROBE_MS;
-	while (rc == 0)
-	{
-		struct pollfd p = {.fd = PQsocket(listener), .events = POLLIN};
-		PGnotify   *n;
-		long		left;
-
-		if (!PQconsumeInput(listener))
-		{
-			snprintf(err, errlen, "the listening connection failed: %s", PQerrorMessage(listener));
-			rc = -1;
-			break;
-		}
-		while ((n = PQnotifies(listener)) != NULL)
-		{
-			if (strcmp(n->relname, channel) == 0)
-				rc = 1;
-			PQfreemem(n);
-		}
-		if (rc != 0 || (left = deadline - qb_now_ms()) <= 0)
-			break;
-		if (poll(&p, 1, (int) left) < 0 && errno != EINTR)
-			break;
-	}
-done:
-	if (rc < 0)
-		err[strcspn(err, "\n")] = '\0';
-	PQfinish(sender);
-	PQfinish(listener);
-	return rc;
-}
-
 /*
  * qbds_probe: the probe at start and after a change of the database:
  * section, before the roles (re)start; its answer goes to them in the
@@ -363,12 +238,14 @@ static void
 qbds_probe(QbdShared *sh, const QbConfig *cfg)
 {
 	char		err[QB_ERRLEN];
-	int			rc = qbds_probe_notify(cfg, err, sizeof(err));
+	QbdProbe	rc = qbd_backend_for(cfg->database.url)->probe_notify(cfg, err, sizeof(err));
 
-	sh->pooled = rc == 0;
-	if (rc < 0)
+	sh->pooled = rc == QBD_PROBE_LOST;
+	if (rc == QBD_PROBE_NONE)
+		return;					/* no notification to miss: the roles poll */
+	if (rc == QBD_PROBE_FAILED)
 		qbd_log(QB_LOG_WARNING, "could not check that notifications arrive (%s); the roles go on as if they do", err);
-	else if (rc == 0 && cfg->database.listen)
+	else if (rc == QBD_PROBE_LOST && cfg->database.listen)
 		qbd_log(QB_LOG_WARNING,
 				"database.listen: a NOTIFY sent to check it did not arrive within %d ms: database.url goes through "
 				"a connection pooler in transaction or statement mode (PgBouncer, RDS Proxy, ...), which does not pass "
@@ -376,7 +253,7 @@ qbds_probe(QbdShared *sh, const QbConfig *cfg)
 				"statement by name. Connect the daemon to the database directly or through a pooler in session mode, "
 				"or set database.listen: false: the NOTIFY triggers cost every inserting transaction for nothing",
 				QBD_PROBE_MS);
-	else if (rc == 0)
+	else if (rc == QBD_PROBE_LOST)
 		qbd_log(QB_LOG_INFO,
 				"a NOTIFY sent to check the connection did not arrive within %d ms: database.url goes through a "
 				"connection pooler in transaction or statement mode; the roles prepare no statement by name",
@@ -385,52 +262,27 @@ qbds_probe(QbdShared *sh, const QbConfig *cfg)
 		qbd_log(QB_LOG_DEBUG, "notifications arrive through database.url");
 }
 
-/* qbds_prepare_mssql: qbds_prepare_db on SQL Server. */
+/* qbds_prepare_db: migrate (when asked) and write the config tables, on one short connection. */
 static int
-qbds_prepare_mssql(const QbConfig *cfg, bool migrate, char *err, size_t errlen)
+qbds_prepare_db(const QbConfig *cfg, bool migrate, char *err, size_t errlen)
 {
-	QbOdbcConn *conn = qb_odbc_connect(cfg->database.url, "queuebox-mssqld supervisor",
-									   cfg->database.connect_timeout_ms, err, errlen);
-	bool		installed = false;
+	const QbdBackend *be = qbd_backend_for(cfg->database.url);
+	void	   *conn = be->connect(cfg, "queuebox-mssqld supervisor", err, errlen);
+	char		done[256];
 	int			rc = -1;
 
 	if (conn == NULL)
 		return -1;
 	if (migrate)
 	{
-		if (qb_mssql_migrate(conn, &installed, err, errlen) != 0)
-			goto done;
-		if (installed)
-			qbd_log(QB_LOG_INFO, "created the QueueBox schema on SQL Server (version %s)", qbd_schema_version);
+		if (be->migrate(conn, done, sizeof(done), err, errlen) != 0)
+			goto out;
+		if (done[0] != '\0')
+			qbd_log(QB_LOG_INFO, "%s", done);
 	}
-	rc = qb_mssql_publish_config(conn, cfg, err, errlen);
-done:
-	qb_odbc_close(conn);
-	return rc;
-}
-
-/* qbds_prepare_db: migrate (unless only_publish) and write the config tables. */
-static int
-qbds_prepare_db(const QbConfig *cfg, bool migrate, char *err, size_t errlen)
-{
-	PGconn	   *conn;
-	bool		installed = false;
-	int			rc = -1;
-
-	if (qbd_is_sqlserver(cfg->database.url))
-		return qbds_prepare_mssql(cfg, migrate, err, errlen);
-	if ((conn = qbds_connect(cfg, err, errlen)) == NULL)
-		return -1;
-	if (migrate)
-	{
-		if (qbd_migrate(conn, &installed, err, errlen) != 0)
-			goto done;
-		if (installed)
-			qbd_log(QB_LOG_INFO, "created the QueueBox schema (version %s)", qbd_schema_version);
-	}
-	rc = qbd_publish_config(conn, cfg, err, errlen);
-done:
-	PQfinish(conn);
+	rc = be->publish_config(conn, cfg, err, errlen);
+out:
+	be->disconnect(conn);
 	return rc;
 }
 
@@ -686,12 +538,12 @@ qbds_db_step(QbdSup *s, long now)
 	s->db_ready = true;
 	s->publish_pending = false;
 	s->db_retry_ms = 0;
-	if (s->probe_pending && !qbd_is_sqlserver(s->cfg->database.url))
+	if (s->probe_pending)
 		qbds_probe(s->sh, s->cfg);
 	s->probe_pending = false;
 }
 
-/* qbd_supervise: see qbd.h.  Takes text and cfg. */
+/* qbd_supervise: see supervisor.h.  Takes text and cfg. */
 int
 qbd_supervise(const QbdOptions *opt, char *text, QbConfig *cfg)
 {

@@ -104,7 +104,7 @@ qbdh_wait(void *ctx, int fd, long timeout_ms)
 	int			idb = -1;
 	int			result = QB_WAIT_TIMEOUT;
 	long		t = qbd_host_idle_timeout(h, fd, timeout_ms);
-	int			dbfd = h->pq ? qb_pq_store_socket(h->pq) : -1;
+	int			dbfd = h->db.store ? h->db.ops->store_socket(h->db.store) : -1;
 
 	if (qbdh_stop)
 		return QB_WAIT_WOKEN;
@@ -132,7 +132,7 @@ qbdh_wait(void *ctx, int fd, long timeout_ms)
 			result |= QB_WAIT_WOKEN;
 	if (ifd >= 0 && p[ifd].revents)
 		result |= QB_WAIT_FD;
-	if (idb >= 0 && p[idb].revents && qb_pq_store_notified(h->pq) > 0)
+	if (idb >= 0 && p[idb].revents && h->db.ops->store_notified(h->db.store) > 0)
 		result |= QB_WAIT_WOKEN;
 	if (result != QB_WAIT_TIMEOUT)
 		h->idle_streak = 0;
@@ -179,10 +179,8 @@ qbdh_config_loaded(void *ctx, const QbConfig *cfg)
 {
 	QbdHost    *h = ctx;
 
-	if (h->pq != NULL)
-		qb_pq_store_set_config(h->pq, cfg);
-	if (h->odbc != NULL)
-		qb_odbc_store_set_config(h->odbc, cfg);
+	if (h->db.store != NULL)
+		h->db.ops->store_set_config(h->db.store, cfg);
 	if (cfg != NULL)
 	{
 		h->idle_max_ms = cfg->database.idle_poll_max_ms;
@@ -210,7 +208,7 @@ qbdh_config_load(void *ctx, char **text, char *err, size_t errlen)
 
 /* qbd_host_start: see daemon_host.h. */
 int
-qbd_host_start(QbdHost *h, QbdShared *sh, QbdRoleKind kind, QbPqStore *pq,
+qbd_host_start(QbdHost *h, QbdShared *sh, QbdRoleKind kind, const QbdDb *db,
 			   QbHost *host, QbStore *store, char *err, size_t errlen)
 {
 	struct sigaction sa;
@@ -218,7 +216,8 @@ qbd_host_start(QbdHost *h, QbdShared *sh, QbdRoleKind kind, QbPqStore *pq,
 	memset(h, 0, sizeof(*h));
 	h->shared = sh;
 	h->kind = kind;
-	h->pq = pq;
+	if (db != NULL)
+		h->db = *db;
 	h->idle_max_ms = 2000;
 	if (pipe2(qbdh_pipe, O_NONBLOCK | O_CLOEXEC) != 0)
 	{
@@ -258,9 +257,9 @@ qbd_host_start(QbdHost *h, QbdShared *sh, QbdRoleKind kind, QbPqStore *pq,
 int
 qbd_host_listen(QbdHost *h, const char *channel, char *err, size_t errlen)
 {
-	if (h->pq == NULL)
+	if (h->db.store == NULL)
 		return 0;
 	/* the store keeps the channel and LISTENs again at each new connection */
 	h->listening = true;
-	return qb_pq_store_listen(h->pq, channel, err, errlen);
+	return h->db.ops->store_listen(h->db.store, channel, err, errlen);
 }

@@ -11,6 +11,9 @@
  * The connection is made on first use (or qb_pq_store_connect) and made
  * again after it is lost, with a backoff: while it waits, every op fails at
  * once with "database unreachable, next try in N ms: <why>".
+ *
+ * With the schema's migrations (pq_migrate.c) and the daemon's ops table
+ * (pq_backend.c), this header is the daemon's PostgreSQL backend.
  *-------------------------------------------------------------------------
  */
 #ifndef PQ_STORE_H
@@ -21,6 +24,7 @@
 
 #include "qb_config.h"
 #include "qb_store.h"
+#include "qbd_backend.h"
 
 typedef struct QbPqConf
 {
@@ -73,5 +77,28 @@ extern void qb_pq_store_free(QbPqStore *s);
 struct pg_conn;
 extern struct pg_conn *qb_pq_connect(const char *url, const char *application_name,
 									 long connect_timeout_ms);
+
+/* ---- pq_migrate.c: the schema without the extension -------------------- */
+
+/* the fresh schema and its upgrade steps (build/daemon/schema_pg.c) */
+extern const char qbd_schema_pg[];
+extern const QbdUpgrade qbd_upgrades_pg[];
+
+/*
+ * Create or upgrade schema queuebox to qbd_schema_version, in one
+ * transaction under an advisory lock; done says what changed ("" when
+ * nothing did).  0, or -1 with err and nothing changed.
+ */
+extern int	qb_pq_migrate(struct pg_conn *conn, char *done, size_t donelen, char *err, size_t errlen);
+/*
+ * What the daemon writes for the SQL functions that follow the
+ * configuration (route_of, destination_status): its routes and
+ * destinations, and whether the tables notify at commit (database.listen).
+ */
+extern int	qb_pq_publish_config(struct pg_conn *conn, const QbConfig *cfg,
+								 char *err, size_t errlen);
+
+/* ---- pq_backend.c: the daemon's ops for PostgreSQL ---------------------- */
+extern const QbdBackend qbd_backend_postgresql;
 
 #endif							/* PQ_STORE_H */

@@ -18,6 +18,8 @@
 #include <string.h>
 
 #include "qbd.h"
+#include "qbd_backend.h"
+#include "supervisor.h"
 
 static void
 qbd_usage(FILE *f)
@@ -54,6 +56,12 @@ main(int argc, char **argv)
 
 	/* before getopt: a process title is later written where argv was */
 	argv = qbd_ps_init(argc, argv);
+	/* a backend's ops table with a hole is this build's fault: say which, before any work */
+	if (qbd_backend_check(err, sizeof(err)) != 0)
+	{
+		fprintf(stderr, "queuebox-mssqld: %s\n", err);
+		return 1;
+	}
 	while ((c = getopt_long(argc, argv, "c:tVh", opts, NULL)) != -1)
 	{
 		switch (c)

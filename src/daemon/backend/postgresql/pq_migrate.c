@@ -1,5 +1,5 @@
 /*-------------------------------------------------------------------------
- * migrate.c
+ * pq_migrate.c
  *	  The daemon's PostgreSQL schema: installed, checked and upgraded
  *	  without the extension, and the configuration's routes written where
  *	  the SQL functions read them.
@@ -17,10 +17,10 @@
  *	  two daemons starting together take turns, and the second finds the
  *	  schema the first made.
  *
- * Transaction rules: qbd_migrate is one transaction (BEGIN, the lock, the
+ * Transaction rules: qb_pq_migrate is one transaction (BEGIN, the lock, the
  * checks, the DDL, COMMIT); on any error it rolls back and the database is
  * as before.  PostgreSQL's DDL is transactional, so a half-made schema
- * never stays behind.  qbd_publish_config is one transaction too.
+ * never stays behind.  qb_pq_publish_config is one transaction too.
  *
  * Values are always bound parameters; the only text sent as it is, is the
  * schema's own DDL, built into the binary.
@@ -32,8 +32,8 @@
 
 #include <libpq-fe.h>
 
+#include "pq_store.h"
 #include "qb_pg_array.h"
-#include "qbd.h"
 
 /* 'queuebox' as a number: the key of the migration lock (docs/daemon.md) */
 #define QBD_MIGRATE_LOCK	"7087869466226663544"
@@ -117,20 +117,18 @@ qbd_version_index(const char *v)
 	return strcmp(v, qbd_schema_version) == 0 ? i : -1;
 }
 
-/*
- * qbd_migrate: see qbd.h.  *installed is true when this call created the
- * schema (the caller says so in the log).
- */
+/* qb_pq_migrate: see pq_store.h. */
 int
-qbd_migrate(PGconn *conn, bool *installed, char *err, size_t errlen)
+qb_pq_migrate(PGconn *conn, char *done, size_t donelen, char *err, size_t errlen)
 {
 	PGresult   *res = NULL;
 	char		have[64] = "";
 	bool		has_version_table;
 	bool		has_outbox;
+	bool		installed = false;
 	int			at;
 
-	*installed = false;
+	done[0] = '\0';
 	if (!qbd_ok(conn, "BEGIN", 0, NULL, "could not begin the migration", err, errlen))
 		return -1;
 	if ((res = qbd_exec(conn, "SELECT pg_advisory_xact_lock(" QBD_MIGRATE_LOCK ")", 0, NULL,
@@ -176,7 +174,7 @@ qbd_migrate(PGconn *conn, bool *installed, char *err, size_t errlen)
 		if (!qbd_apply(conn, qbd_schema_pg, qbd_schema_version, "could not create the QueueBox schema",
 					   err, errlen))
 			goto fail;
-		*installed = true;
+		installed = true;
 	}
 	else
 	{
@@ -208,24 +206,25 @@ qbd_migrate(PGconn *conn, bool *installed, char *err, size_t errlen)
 	if (!qbd_ok(conn, "COMMIT", 0, NULL, "could not commit the migration", err, errlen))
 		goto fail;
 	/* said after the commit: a step rolled back was never applied */
-	if (have[0] != '\0' && strcmp(have, qbd_schema_version) != 0)
-		qbd_log(QB_LOG_INFO, "upgraded the QueueBox schema from %s to %s", have, qbd_schema_version);
+	if (installed)
+		snprintf(done, donelen, "created the QueueBox schema (version %s)", qbd_schema_version);
+	else if (have[0] != '\0' && strcmp(have, qbd_schema_version) != 0)
+		snprintf(done, donelen, "upgraded the QueueBox schema from %s to %s", have, qbd_schema_version);
 	return 0;
 
 fail:
 	PQclear(res);
 	PQclear(PQexec(conn, "ROLLBACK"));
-	*installed = false;
 	return -1;
 }
 
 /*
- * qbd_publish_config: see qbd.h.  The routes and destinations replace the
+ * qb_pq_publish_config: see pq_store.h.  The routes and destinations replace the
  * stored ones; the notify triggers are switched only when they differ, so
  * a reload that leaves database.listen alone takes no table lock.
  */
 int
-qbd_publish_config(PGconn *conn, const QbConfig *cfg, char *err, size_t errlen)
+qb_pq_publish_config(PGconn *conn, const QbConfig *cfg, char *err, size_t errlen)
 {
 	QbPgArray	pat = {0};
 	QbPgArray	dst = {0};

@@ -4,7 +4,9 @@
  *	  Server (FreeTDS's driver under unixODBC), for queuebox-mssqld with a
  *	  sqlserver:// URL; and the pieces of it that need no server (the
  *	  connection string, the error classes, the JSON parameters), which the
- *	  unit tests call directly.
+ *	  unit tests call directly.  With the schema's migrations
+ *	  (odbc_migrate.c) and the daemon's ops table (odbc_backend.c), this
+ *	  header is the daemon's SQL Server backend.
  *
  * Wording:
  *	- A procedure is one of sql/sqlserver/engine.sql's; an op is one
@@ -32,6 +34,7 @@
 
 #include "qb_config.h"
 #include "qb_store.h"
+#include "qbd_backend.h"
 
 /* ---- the connection string --------------------------------------------- */
 
@@ -185,7 +188,7 @@ extern void qb_odbc_store_free(QbOdbcStore *s);
 
 /* ---- one connection, for the store and for the migrations ---------------- */
 
-typedef struct QbOdbcConn QbOdbcConn;	/* struct QbOdbcConn, as qbd.h names it */
+typedef struct QbOdbcConn QbOdbcConn;
 
 /* connect (XACT_ABORT ON); NULL with err (the server named as user@host:port/db) */
 extern QbOdbcConn *qb_odbc_connect(const char *url, const char *application_name,
@@ -215,5 +218,22 @@ extern int	qb_odbc_end(QbOdbcConn *c, bool commit, char *err, size_t errlen);
 
 /* the connection failed (class QBO_LOST): drop it */
 extern bool qb_odbc_lost(const QbOdbcConn *c);
+
+/* ---- odbc_migrate.c: the SQL Server schema (docs/sqlserver.md) ---------- */
+
+/* the fresh schema and its upgrade steps (build/daemon/schema_mssql.c) */
+extern const char qbd_schema_mssql[];
+extern const QbdUpgrade qbd_upgrades_mssql[];
+
+/* as qb_pq_migrate, under sp_getapplock; one transaction, committed or rolled back */
+extern int	qb_mssql_migrate(QbOdbcConn *c, char *done, size_t donelen, char *err, size_t errlen);
+/* as qb_pq_publish_config: the routes and destination names, one transaction */
+extern int	qb_mssql_publish_config(QbOdbcConn *c, const QbConfig *cfg,
+									char *err, size_t errlen);
+/* split a T-SQL script on its GO lines; fn's first non-zero answer, or 0 */
+extern int	qb_mssql_batches(const char *script, int (*fn) (void *arg, const char *batch), void *arg);
+
+/* ---- odbc_backend.c: the daemon's ops for SQL Server -------------------- */
+extern const QbdBackend qbd_backend_sqlserver;
 
 #endif							/* ODBC_STORE_H */

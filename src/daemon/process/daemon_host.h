@@ -8,16 +8,15 @@
 
 #include "qb_host.h"
 #include "qb_store.h"
-#include "odbc_store.h"
-#include "pq_store.h"
 #include "qbd.h"
+#include "qbd_backend.h"
+#include "role.h"
 
 typedef struct QbdHost
 {
 	QbdShared  *shared;
 	QbdRoleKind kind;
-	QbPqStore  *pq;				/* the role's store, for LISTEN; NULL: none */
-	QbOdbcStore *odbc;			/* or the SQL Server store (no LISTEN: polls) */
+	QbdDb		db;				/* the role's store and its backend; db.store NULL: none */
 	bool		listening;
 	uint64_t	loaded_gen;		/* the document generation last loaded */
 	bool		loaded_once;
@@ -28,10 +27,11 @@ typedef struct QbdHost
 } QbdHost;
 
 /*
- * Fill host (and store->config_load, when store is not NULL) for a role;
- * installs the role's signal handlers.  0, or -1 with err.
+ * Fill host (and store->config_load, when store is not NULL) for a role
+ * whose database is db (NULL: none); installs the role's signal handlers.
+ * 0, or -1 with err.
  */
-extern int	qbd_host_start(QbdHost *h, QbdShared *sh, QbdRoleKind kind, QbPqStore *pq,
+extern int	qbd_host_start(QbdHost *h, QbdShared *sh, QbdRoleKind kind, const QbdDb *db,
 						   QbHost *host, QbStore *store, char *err, size_t errlen);
 /* LISTEN on channel through the role's store; wakes come from then on */
 extern int	qbd_host_listen(QbdHost *h, const char *channel, char *err, size_t errlen);

@@ -30,7 +30,6 @@
 #include <string.h>
 
 #include "odbc_store.h"
-#include "qbd.h"
 
 #define QBD_MSSQL_LOCK	"queuebox.migrate"
 
@@ -167,17 +166,18 @@ qbdm_version_index(const char *v)
 	return strcmp(v, qbd_schema_version) == 0 ? i : -1;
 }
 
-/* qb_mssql_migrate: see qbd.h. */
+/* qb_mssql_migrate: see odbc_store.h. */
 int
-qb_mssql_migrate(QbOdbcConn *c, bool *installed, char *err, size_t errlen)
+qb_mssql_migrate(QbOdbcConn *c, char *done, size_t donelen, char *err, size_t errlen)
 {
 	QbdmFirst	f = {0};
 	QbOdbcClass cls;
 	char		have[64] = "";
 	char		buf[QB_ERRLEN];
+	bool		installed = false;
 	int			at;
 
-	*installed = false;
+	done[0] = '\0';
 	if (qb_odbc_begin(c, err, errlen) != 0)
 		return -1;
 	if (qb_odbc_exec(c,
@@ -211,7 +211,7 @@ qb_mssql_migrate(QbOdbcConn *c, bool *installed, char *err, size_t errlen)
 		if (!qbdm_apply(c, qbd_schema_mssql, qbd_schema_version, "could not create the QueueBox schema",
 						err, errlen))
 			goto fail;
-		*installed = true;
+		installed = true;
 	}
 	else
 	{
@@ -242,19 +242,20 @@ qb_mssql_migrate(QbOdbcConn *c, bool *installed, char *err, size_t errlen)
 	if (qb_odbc_end(c, true, err, errlen) != 0)
 		goto fail;
 	/* said after the commit: a step rolled back was never applied */
-	if (have[0] != '\0' && strcmp(have, qbd_schema_version) != 0)
-		qbd_log(QB_LOG_INFO, "upgraded the QueueBox schema from %s to %s", have, qbd_schema_version);
+	if (installed)
+		snprintf(done, donelen, "created the QueueBox schema on SQL Server (version %s)", qbd_schema_version);
+	else if (have[0] != '\0' && strcmp(have, qbd_schema_version) != 0)
+		snprintf(done, donelen, "upgraded the QueueBox schema from %s to %s", have, qbd_schema_version);
 	return 0;
 
 fail:
 	qbdm_first_free(&f);
 	if (!qb_odbc_lost(c))
 		(void) qb_odbc_end(c, false, buf, sizeof(buf));
-	*installed = false;
 	return -1;
 }
 
-/* qb_mssql_publish_config: see qbd.h.  The routes and destinations replace the stored ones. */
+/* qb_mssql_publish_config: see odbc_store.h.  The routes and destinations replace the stored ones. */
 int
 qb_mssql_publish_config(QbOdbcConn *c, const QbConfig *cfg, char *err, size_t errlen)
 {

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  * role.c
- *	  The body of a role process: one engine, its libpq store and the
- *	  daemon's host, from the fork to the exit.
+ *	  The body of a role process: one engine, its store (from the backend
+ *	  that serves database.url) and the daemon's host, from the fork to the
+ *	  exit.
  *
  * A role reads the document in force from the shared block, opens its own
  * connection (application_name "queuebox-mssqld <role>", so pg_stat_activity
@@ -25,12 +26,14 @@
 #include <sys/prctl.h>
 
 #include "daemon_host.h"
+#include "qbd_backend.h"
+#include "role.h"
 #include "qb_consume.h"
 #include "qb_ingress.h"
 #include "qb_outbox.h"
 #include "qb_relay.h"
 
-/* qbd_role_name: see qbd.h. */
+/* qbd_role_name: see role.h. */
 void
 qbd_role_name(QbdRoleKind kind, int index, char *buf, size_t len)
 {
@@ -106,7 +109,7 @@ qbd_role_run(QbdShared *sh, QbdRoleKind kind, int index, const QbHost *host,
 	return rc == 0 ? 0 : 1;
 }
 
-/* qbd_role_main: see qbd.h. */
+/* qbd_role_main: see role.h. */
 int
 qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index)
 {
@@ -117,8 +120,7 @@ qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index)
 	char	   *doc;
 	uint64_t	gen = 0;
 	QbConfig   *cfg = NULL;
-	QbPqStore  *pq = NULL;
-	QbOdbcStore *odbc = NULL;
+	QbdDb		db;
 	QbdHost		dh;
 	QbHost		host;
 	QbStore		store;
@@ -145,45 +147,27 @@ qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index)
 	qbd_log_set_json(cfg->daemon.log_json);
 
 	snprintf(app, sizeof(app), "queuebox-mssqld %s", name);
-	if (qbd_is_sqlserver(cfg->database.url))
-		odbc = qb_odbc_store_new(&(QbOdbcConf) {
-			.url = cfg->database.url,
-			.application_name = app,
-			.connect_timeout_ms = cfg->database.connect_timeout_ms,
-			.statement_timeout_ms = cfg->database.statement_timeout_ms,
-		}, err, sizeof(err));
-	else
-		pq = qb_pq_store_new(&(QbPqConf) {
-			.url = cfg->database.url,
-			.application_name = app,
-			.connect_timeout_ms = cfg->database.connect_timeout_ms,
-			.statement_timeout_ms = cfg->database.statement_timeout_ms,
-			.async_commit = true,
-			.unnamed_statements = sh->pooled != 0,
-		});
-	if (pq == NULL && odbc == NULL)
-	{
-		qbd_log(QB_LOG_ERROR, "%s", odbc == NULL && qbd_is_sqlserver(cfg->database.url) ? err : "out of memory");
-		qb_config_free(cfg);
-		return 1;
-	}
-	if (pq != NULL)
-		qb_pq_store_ops(pq, &store);
-	else
-		qb_odbc_store_ops(odbc, &store);
-	if (qbd_host_start(&dh, sh, kind, pq, &host, &store, err, sizeof(err)) != 0)
+	db.ops = qbd_backend_for(cfg->database.url);
+	if ((db.store = db.ops->store_new(cfg, app, sh->pooled != 0, &store, err, sizeof(err))) == NULL)
 	{
 		qbd_log(QB_LOG_ERROR, "%s", err);
-		qb_pq_store_free(pq);
-		qb_odbc_store_free(odbc);
 		qb_config_free(cfg);
 		return 1;
 	}
-	dh.odbc = odbc;
-	if ((pq ? qb_pq_store_connect(pq, err, sizeof(err)) : qb_odbc_store_connect(odbc, err, sizeof(err))) != 0)
+	if (qbd_host_start(&dh, sh, kind, &db, &host, &store, err, sizeof(err)) != 0)
+	{
+		qbd_log(QB_LOG_ERROR, "%s", err);
+		db.ops->store_free(db.store);
+		qb_config_free(cfg);
+		return 1;
+	}
+	if (db.ops->store_connect(db.store, err, sizeof(err)) != 0)
 		qbd_log(QB_LOG_WARNING, "%s; retrying", err);
-	/* no LISTEN where notifications do not arrive (the supervisor said why) */
-	if (pq != NULL && cfg->database.listen && !sh->pooled && (kind == QBD_ROLE_OUTBOX || kind == QBD_ROLE_RELAY) &&
+	/*
+	 * no LISTEN where notifications do not arrive (the supervisor said why;
+	 * a backend without notifications refused database.listen)
+	 */
+	if (cfg->database.listen && !sh->pooled && (kind == QBD_ROLE_OUTBOX || kind == QBD_ROLE_RELAY) &&
 		qbd_host_listen(&dh, kind == QBD_ROLE_OUTBOX ? "queuebox_outbox" : "queuebox_inbox",
 						err, sizeof(err)) != 0)
 		qbd_log(QB_LOG_WARNING, "%s; LISTEN is tried again at the next connection", err);
@@ -191,7 +175,6 @@ qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index)
 
 	qbd_log(QB_LOG_INFO, "started");
 	rc = qbd_role_run(sh, kind, index, &host, &store, name);
-	qb_pq_store_free(pq);
-	qb_odbc_store_free(odbc);
+	db.ops->store_free(db.store);
 	return rc;
 }

@@ -1,0 +1,213 @@
+/*-------------------------------------------------------------------------
+ * pq_backend.c
+ *	  The daemon's ops for PostgreSQL (qbd_backend.h): the libpq store,
+ *	  the migrations of pq_migrate.c, and the check that notifications
+ *	  arrive through database.url.
+ *
+ * Every connection is made by qb_pq_connect (pq_store.c); a failed one is
+ * named by its redacted URL.
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+
+#include "pq_store.h"
+#include "qb_host.h"
+
+/* qbpb_check_config: libpq reads any URL or conninfo; nothing to add to the validator. */
+static int
+qbpb_check_config(const QbConfig *cfg, char *err, size_t errlen)
+{
+	return 0;
+}
+
+/* qbpb_connect: the admin connection, or NULL with err naming the redacted URL. */
+static void *
+qbpb_connect(const QbConfig *cfg, const char *application_name, char *err, size_t errlen)
+{
+	char		safe[512];
+	PGconn	   *conn = qb_pq_connect(cfg->database.url, application_name,
+									 cfg->database.connect_timeout_ms);
+
+	if (PQstatus(conn) == CONNECTION_OK)
+		return conn;
+	qbd_redact_url(cfg->database.url, safe, sizeof(safe));
+	snprintf(err, errlen, "could not connect to %s: %s", safe,
+			 conn ? PQerrorMessage(conn) : "out of memory");
+	err[strcspn(err, "\n")] = '\0';
+	PQfinish(conn);
+	return NULL;
+}
+
+static int
+qbpb_migrate(void *conn, char *done, size_t donelen, char *err, size_t errlen)
+{
+	return qb_pq_migrate(conn, done, donelen, err, errlen);
+}
+
+static int
+qbpb_publish_config(void *conn, const QbConfig *cfg, char *err, size_t errlen)
+{
+	return qb_pq_publish_config(conn, cfg, err, errlen);
+}
+
+static void
+qbpb_disconnect(void *conn)
+{
+	PQfinish(conn);
+}
+
+/*
+ * qbpb_probe_notify: does a NOTIFY that another session commits reach a
+ * session that LISTENs, through database.url?  Not through a pooler in
+ * transaction or statement mode: the LISTEN stays with a server connection
+ * the pool hands to other clients between transactions.
+ */
+static QbdProbe
+qbpb_probe_notify(const QbConfig *cfg, char *err, size_t errlen)
+{
+	PGconn	   *listener;
+	PGconn	   *sender = NULL;
+	PGresult   *res;
+	char		channel[64];
+	char		sql[96];
+	const char *v[1] = {channel};
+	long		deadline;
+	QbdProbe	rc = QBD_PROBE_FAILED;
+
+	if ((listener = qbpb_connect(cfg, "queuebox-mssqld supervisor", err, errlen)) == NULL)
+		return QBD_PROBE_FAILED;
+	/* a channel of its own: no role is woken by the probe */
+	snprintf(channel, sizeof(channel), "queuebox_probe_%d", (int) getpid());
+	snprintf(sql, sizeof(sql), "LISTEN %s", channel);
+	res = PQexec(listener, sql);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+	{
+		snprintf(err, errlen, "LISTEN failed: %s", PQerrorMessage(listener));
+		PQclear(res);
+		goto done;
+	}
+	PQclear(res);
+	if ((sender = qbpb_connect(cfg, "queuebox-mssqld supervisor", err, errlen)) == NULL)
+		goto done;
+	res = PQexecParams(sender, "SELECT pg_notify($1, 'probe')", 1, NULL, v, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		snprintf(err, errlen, "pg_notify failed: %s", PQerrorMessage(sender));
+		PQclear(res);
+		goto done;
+	}
+	PQclear(res);
+	rc = QBD_PROBE_LOST;
+	deadline = qb_now_ms() + QBD_PROBE_MS;
+	while (rc == QBD_PROBE_LOST)
+	{
+		struct pollfd p = {.fd = PQsocket(listener), .events = POLLIN};
+		PGnotify   *n;
+		long		left;
+
+		if (!PQconsumeInput(listener))
+		{
+			snprintf(err, errlen, "the listening connection failed: %s", PQerrorMessage(listener));
+			rc = QBD_PROBE_FAILED;
+			break;
+		}
+		while ((n = PQnotifies(listener)) != NULL)
+		{
+			if (strcmp(n->relname, channel) == 0)
+				rc = QBD_PROBE_ARRIVED;
+			PQfreemem(n);
+		}
+		if (rc != QBD_PROBE_LOST || (left = deadline - qb_now_ms()) <= 0)
+			break;
+		if (poll(&p, 1, (int) left) < 0 && errno != EINTR)
+			break;
+	}
+done:
+	if (rc == QBD_PROBE_FAILED)
+		err[strcspn(err, "\n")] = '\0';
+	PQfinish(sender);
+	PQfinish(listener);
+	return rc;
+}
+
+/* qbpb_store_new: a role's libpq store; its engines commit asynchronously (role.c). */
+static void *
+qbpb_store_new(const QbConfig *cfg, const char *application_name, bool pooled,
+			   QbStore *store, char *err, size_t errlen)
+{
+	QbPqStore  *pq = qb_pq_store_new(&(QbPqConf) {
+		.url = cfg->database.url,
+		.application_name = application_name,
+		.connect_timeout_ms = cfg->database.connect_timeout_ms,
+		.statement_timeout_ms = cfg->database.statement_timeout_ms,
+		.async_commit = true,
+		.unnamed_statements = pooled,
+	});
+
+	if (pq == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	qb_pq_store_ops(pq, store);
+	return pq;
+}
+
+static int
+qbpb_store_connect(void *db, char *err, size_t errlen)
+{
+	return qb_pq_store_connect(db, err, errlen);
+}
+
+static void
+qbpb_store_set_config(void *db, const QbConfig *cfg)
+{
+	qb_pq_store_set_config(db, cfg);
+}
+
+static int
+qbpb_store_listen(void *db, const char *channel, char *err, size_t errlen)
+{
+	return qb_pq_store_listen(db, channel, err, errlen);
+}
+
+static int
+qbpb_store_socket(void *db)
+{
+	return qb_pq_store_socket(db);
+}
+
+static int
+qbpb_store_notified(void *db)
+{
+	return qb_pq_store_notified(db);
+}
+
+static void
+qbpb_store_free(void *db)
+{
+	qb_pq_store_free(db);
+}
+
+const QbdBackend qbd_backend_postgresql = {
+	.name = "postgresql",
+	.check_config = qbpb_check_config,
+	.connect = qbpb_connect,
+	.migrate = qbpb_migrate,
+	.publish_config = qbpb_publish_config,
+	.disconnect = qbpb_disconnect,
+	.probe_notify = qbpb_probe_notify,
+	.store_new = qbpb_store_new,
+	.store_connect = qbpb_store_connect,
+	.store_set_config = qbpb_store_set_config,
+	.store_listen = qbpb_store_listen,
+	.store_socket = qbpb_store_socket,
+	.store_notified = qbpb_store_notified,
+	.store_free = qbpb_store_free,
+};
