@@ -322,6 +322,13 @@ extern const QbSource *qb_config_source(const QbConfig *cfg, const char *name);
 /* Index of the first route whose pattern matches topic (qb_route.h), or -1. */
 extern int	qb_config_route_find(const QbConfig *cfg, const char *topic);
 
+/*
+ * A header the http publisher sets itself (Content-Type, X-Message-Id,
+ * User-Agent, and those libcurl owns); a row or a destination cannot set
+ * it, nor name it as its signature header.
+ */
+extern bool qb_config_header_reserved(const char *name);
+
 /* The max_attempts the relay gives the outbox rows it writes. */
 extern int	qb_config_relay_max_attempts(const QbConfig *cfg);
 
