@@ -1,6 +1,7 @@
 /*-------------------------------------------------------------------------
  * test_route.c
- *	  Unit tests of qb_route.c: topic matching, pattern checks, routing.
+ *	  Unit tests of qb_route.c: topic matching, pattern checks; and routing
+ *	  (qb_config_route_find).
  *
  * Besides a table of hand-picked cases, the matcher is compared with a
  * plain recursive reference on every pattern and topic over a small
