@@ -14,12 +14,21 @@ EXTENSION   = queuebox
 EXTVERSION  = 0.3.2
 MODULE_big  = queuebox
 
-# The core (src/common), by folder: engine/ (the engine loops and their host
-# and store contracts), publish/ (destinations), source/ (webhook and broker
-# sources), broker/ (the broker links both use), config/ (the
-# configuration's model and validator, the qb_config_* family), lib/
-# (routing, transforms and other helpers), store/ (the stores' SQL).
-COMMON_DIRS = engine publish source broker config lib store
+# The core (src/common), by folder, lowest first: each includes only its own
+# folder and those before it, publish/ and source/ not each other, and none
+# a host's (src/pgext, src/daemon); scripts/check-includes.sh checks it, and
+# scripts/test.sh runs the check before it builds.
+#   lib/      helpers on plain values: topic patterns, backoff, transforms
+#             (jq), extraction, webhook verification and outbound signing,
+#             crypto, metrics, UTF-8, the monotonic clock
+#   broker/   the broker links (url, connect, login) that publish/ and
+#             source/ share, and that config/ checks urls with
+#   config/   the configuration's model and validator (qb_config_*)
+#   publish/  the destinations' publishers     source/  the broker consumers
+#   store/    the PostgreSQL stores' SQL (one copy)
+#   engine/   the engine loops and their host and store contracts
+# The -I list below is in that order (no header name is in two folders).
+COMMON_DIRS = lib broker config publish source store engine
 COMMON_INC  = $(addprefix -Isrc/common/,$(COMMON_DIRS))
 COMMON_SRCS = $(sort $(wildcard $(addsuffix /*.c,$(addprefix src/common/,$(COMMON_DIRS)))))
 COMMON_HDRS = $(wildcard $(addsuffix /*.h,$(addprefix src/common/,$(COMMON_DIRS))))

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Run every QueueBox test on this machine, from a bare Debian 12:
+#   0. the core's folders include downward only (scripts/check-includes.sh)
 #   1. install the packages (scripts/setup.sh, idempotent)
 #   2. build with warnings as errors, install the extension
 #   3. cmocka unit tests of the core (no PostgreSQL header), then the
@@ -16,6 +17,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+
+echo "== includes of the core point down only"
+scripts/check-includes.sh
 
 scripts/setup.sh
 

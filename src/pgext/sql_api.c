@@ -277,7 +277,7 @@ qb_sql_route_of(PG_FUNCTION_ARGS)
 
 	if (cfg == NULL)
 		PG_RETURN_NULL();
-	ri = qb_route_find(cfg, topic);
+	ri = qb_config_route_find(cfg, topic);
 	if (ri < 0)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(cfg->routes[ri].destination));

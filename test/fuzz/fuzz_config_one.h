@@ -123,7 +123,7 @@ qbf_config_one(const char *text, size_t len)
 			qbf_fail("routes[%d] names destination %d of %d", i, r->dest_index, cfg->ndestinations);
 		if (qb_config_destination(cfg, r->destination) == NULL)
 			qbf_fail("routes[%d]: destination not found by name", i);
-		(void) qb_route_find(cfg, r->topic_pattern);
+		(void) qb_config_route_find(cfg, r->topic_pattern);
 	}
 	for (int i = 0; i < cfg->nsources; i++)
 	{
@@ -134,7 +134,7 @@ qbf_config_one(const char *text, size_t len)
 		if (qb_config_source(cfg, s->name) == NULL)
 			qbf_fail("sources[%d]: not found by name", i);
 	}
-	(void) qb_route_find(cfg, "orders.eu.created");
+	(void) qb_config_route_find(cfg, "orders.eu.created");
 	(void) qb_config_broker_sources(cfg);
 	(void) qb_config_relay_max_attempts(cfg);
 	qb_config_free(cfg);

@@ -1,6 +1,7 @@
 /*-------------------------------------------------------------------------
  * test_route.c
- *	  Unit tests of qb_route.c: topic matching, pattern checks, routing.
+ *	  Unit tests of qb_route.c: topic matching, pattern checks; and routing
+ *	  (qb_config_route_find).
  *
  * Besides a table of hand-picked cases, the matcher is compared with a
  * plain recursive reference on every pattern and topic over a small
@@ -17,6 +18,7 @@
 #include <time.h>
 #include <cmocka.h>
 
+#include "qb_config.h"
 #include "qb_route.h"
 
 static void
@@ -241,19 +243,19 @@ test_route_find(void **state)
 
 	if (qb_config_parse(doc, strlen(doc), &cfg, err, sizeof(err)) != 0)
 		fail_msg("%s", err);
-	assert_int_equal(qb_route_find(cfg, "orders.eu.created"), 0);	/* first wins */
-	assert_int_equal(qb_route_find(cfg, "orders.us.created"), 1);
-	assert_int_equal(qb_route_find(cfg, "orders"), 1);
-	assert_int_equal(qb_route_find(cfg, "users.audit"), 2);
-	assert_int_equal(qb_route_find(cfg, "orders.audit"), 1);
-	assert_int_equal(qb_route_find(cfg, "users.created"), -1);
-	assert_int_equal(qb_route_find(cfg, ""), -1);
-	assert_int_equal(cfg->routes[qb_route_find(cfg, "users.audit")].dest_index, 1);
+	assert_int_equal(qb_config_route_find(cfg, "orders.eu.created"), 0);	/* first wins */
+	assert_int_equal(qb_config_route_find(cfg, "orders.us.created"), 1);
+	assert_int_equal(qb_config_route_find(cfg, "orders"), 1);
+	assert_int_equal(qb_config_route_find(cfg, "users.audit"), 2);
+	assert_int_equal(qb_config_route_find(cfg, "orders.audit"), 1);
+	assert_int_equal(qb_config_route_find(cfg, "users.created"), -1);
+	assert_int_equal(qb_config_route_find(cfg, ""), -1);
+	assert_int_equal(cfg->routes[qb_config_route_find(cfg, "users.audit")].dest_index, 1);
 	qb_config_free(cfg);
 
 	qb_config_defaults(&empty);
-	assert_int_equal(qb_route_find(&empty, "orders"), -1);
-	assert_int_equal(qb_route_find(NULL, "orders"), -1);
+	assert_int_equal(qb_config_route_find(&empty, "orders"), -1);
+	assert_int_equal(qb_config_route_find(NULL, "orders"), -1);
 }
 
 int

@@ -116,6 +116,8 @@ qb_amqp_url_free(QbAmqpUrl *u)
 	memset(u, 0, sizeof(*u));
 }
 
+const char *const qb_amqp_routing_key_names[] = {"topic", "key", NULL};
+
 /* qba_int: a whole decimal number in [lo, hi]. */
 static bool
 qba_int(const char *s, long lo, long hi, long *out)

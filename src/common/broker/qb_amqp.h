@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  * qb_amqp.h
  *	  What the RabbitMQ publisher and the RabbitMQ source consumer share
- *	  (librabbitmq-c 0.11): the url, connecting and logging in.
+ *	  (librabbitmq-c 0.11): the url, connecting and logging in; and what
+ *	  the configuration checks with (the url, the routingKey names).
  *
  * The URL is amqp[s]://[user[:password]@]host[:port][/vhost][?options]; an
  * empty or missing vhost is "/" (write %2f for it explicitly, or any other
@@ -42,6 +43,12 @@ typedef struct QbAmqpUrl
  */
 extern bool qb_amqp_url_parse(const char *url, QbAmqpUrl *out, char *err, size_t errlen);
 extern void qb_amqp_url_free(QbAmqpUrl *u);
+
+/*
+ * The names a destination's routingKey template may use: topic, key
+ * (NULL-terminated); the configuration checks the template against them.
+ */
+extern const char *const qb_amqp_routing_key_names[];
 
 /* Monotonic milliseconds; a timeval of ms. */
 extern long qb_amqp_now_ms(void);

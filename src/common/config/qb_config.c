@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "qb_config_int.h"
+#include "qb_route.h"
 
 /* qb_config_defaults: see qb_config.h; the table of defaults is there. */
 void
@@ -141,6 +142,18 @@ qb_config_source(const QbConfig *cfg, const char *name)
 		if (strcmp(cfg->sources[i].name, name) == 0)
 			return &cfg->sources[i];
 	return NULL;
+}
+
+/* qb_config_route_find: see qb_config.h.  Routes are few; a linear scan is enough. */
+int
+qb_config_route_find(const QbConfig *cfg, const char *topic)
+{
+	int			i;
+
+	for (i = 0; cfg != NULL && i < cfg->nroutes; i++)
+		if (qb_topic_match(cfg->routes[i].topic_pattern, topic))
+			return i;
+	return -1;
 }
 
 /* qb_config_relay_max_attempts: inbox.relay.maxAttempts, else outbox.maxAttempts. */

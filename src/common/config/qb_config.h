@@ -30,6 +30,7 @@
 #include <stddef.h>
 
 #include "qb_auth.h"
+#include "qb_backoff.h"
 #include "qb_sign.h"
 #include "qb_transform.h"
 
@@ -110,14 +111,6 @@
  * Integers, numbers and booleans may be written quoted ("100"), so that a
  * ${NAME} reference or an override can supply them; booleans are true/false.
  */
-
-typedef struct QbBackoff
-{
-	long		initial_ms;		/* default 1000 */
-	long		max_ms;			/* default 3600000 */
-	double		multiplier;		/* default 2 */
-	double		jitter;			/* default 0.2, in [0, 1] */
-} QbBackoff;
 
 typedef struct QbOutboxConf
 {
@@ -325,6 +318,16 @@ extern const QbDestination *qb_config_destination(const QbConfig *cfg, const cha
 
 /* Source by name, or NULL. */
 extern const QbSource *qb_config_source(const QbConfig *cfg, const char *name);
+
+/* Index of the first route whose pattern matches topic (qb_route.h), or -1. */
+extern int	qb_config_route_find(const QbConfig *cfg, const char *topic);
+
+/*
+ * A header the http publisher sets itself (Content-Type, X-Message-Id,
+ * User-Agent, and those libcurl owns); a row or a destination cannot set
+ * it, nor name it as its signature header.
+ */
+extern bool qb_config_header_reserved(const char *name);
 
 /* The max_attempts the relay gives the outbox rows it writes. */
 extern int	qb_config_relay_max_attempts(const QbConfig *cfg);

@@ -11,9 +11,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "qb_config_int.h"
-#include "qb_http.h"
+
+/* qb_config_header_reserved: see qb_config.h. */
+bool
+qb_config_header_reserved(const char *name)
+{
+	return strcasecmp(name, "Content-Type") == 0 ||
+		strcasecmp(name, "X-Message-Id") == 0 ||
+		strcasecmp(name, "Content-Length") == 0 ||
+		strcasecmp(name, "Host") == 0 ||
+		strcasecmp(name, "Transfer-Encoding") == 0 ||
+		strcasecmp(name, "Expect") == 0 ||
+		strcasecmp(name, "User-Agent") == 0;
+}
 
 static const char *const qbcf_keys_http[] =
 {"type", "baseUrl", "path", "headers", "timeoutMs", "transform", "signing", "maxInFlight",
@@ -210,7 +223,7 @@ qbcf_signing(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestination *d)
 							&s->header, &s->prefix, &s->encoding))
 			return false;
 		qbcf_path_key(sub, sizeof(sub), at, "header");
-		if (qb_http_header_reserved(s->header))
+		if (qb_config_header_reserved(s->header))
 			return qbcf_error(cx, sub, qbcf_get(sm, "header"),
 							  "QueueBox sets %s itself on every request; choose another name, e.g. X-Signature",
 							  s->header);

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qb_amqp.h"
 #include "qb_config_int.h"
 #include "qb_extract.h"
-#include "qb_pub_amqp.h"
 
 static const char *const qbcf_keys_rabbitmq[] =
 {"type", "url", "exchange", "routingKey", "persistent", "mandatory", "transform", "maxInFlight", "circuitBreaker", NULL};

@@ -37,9 +37,6 @@
 
 #include "qb_consume.h"
 #include "qb_extract.h"
-#include "qb_src_amqp.h"
-#include "qb_src_kafka.h"
-#include "qb_src_nats.h"
 #include "qb_token.h"
 #include "qb_transform.h"
 #include "qb_utf8.h"
@@ -49,36 +46,6 @@
 #define QBC_REOPEN_MIN_MS	1000
 #define QBC_REOPEN_MAX_MS	30000
 #define QBC_MAX_VALUE_BYTES 1024
-
-/* The consumers this build has, indexed by QbSourceType; NULL: not yet. */
-static const QbConsumerOps *const qbc_ops[] = {
-	[QB_SOURCE_HTTP] = NULL,
-	[QB_SOURCE_RABBITMQ] = &qb_amqp_consumer,
-	[QB_SOURCE_KAFKA] = &qb_kafka_consumer,
-	[QB_SOURCE_NATS] = &qb_nats_consumer,
-};
-
-const QbConsumerOps *
-qb_consumer_ops(QbSourceType type)
-{
-	if ((int) type < 0 || (size_t) type >= sizeof(qbc_ops) / sizeof(qbc_ops[0]))
-		return NULL;
-	return qbc_ops[type];
-}
-
-void
-qb_deliveries_clear(QbDelivery *d, int n)
-{
-	for (int i = 0; d != NULL && i < n; i++)
-	{
-		free(d[i].body);
-		free(d[i].headers);
-		free(d[i].message_id);
-		free(d[i].type);
-		free(d[i].position);
-		memset(&d[i], 0, sizeof(QbDelivery));
-	}
-}
 
 /* One delivery made into a row; the strings are owned here. */
 typedef struct QbcRow

@@ -1,13 +1,10 @@
 /*-------------------------------------------------------------------------
  * qb_consume.h
- *	  Broker sources: a consumer per source type (rabbitmq, kafka, nats) and
- *	  the engine that stores what they receive in the inbox.
+ *	  The consumer engine: what the broker source consumers (qb_source.h,
+ *	  one per source type) receive, stored in the inbox.
  *
  * Wording:
- *	- A delivery is one broker message as received: raw body, headers,
- *	  broker message id, type, position (where it sits in the broker: kafka
- *	  "topic/partition/offset", nats "stream/sequence"), and the consumer's
- *	  own handle to acknowledge it.
+ *	- A delivery: see qb_source.h.
  *	- A batch is the deliveries of one fetch.  The engine stores a batch in
  *	  one transaction (each message a row; a body that is not JSON or that
  *	  the transform rejects becomes a dead row, spec), and only after the
@@ -16,9 +13,7 @@
  *	- When the store fails the batch is released (given back to the broker
  *	  or left unacknowledged): the broker keeps it, nothing is dropped.
  *
- * Threads: fetch, ack and release run on the engine's thread.  A library
- * that runs threads (librdkafka, cnats) starts them with every signal
- * blocked and hands results over through fd() (clibs.md §0).
+ * Threads: the consumers run on the engine's thread (qb_source.h).
  *-------------------------------------------------------------------------
  */
 #ifndef QB_CONSUME_H
@@ -30,43 +25,8 @@
 
 #include "qb_config.h"
 #include "qb_host.h"
+#include "qb_source.h"
 #include "qb_store.h"
-
-typedef struct QbDelivery
-{
-	char	   *body;			/* raw bytes, NUL-terminated for convenience */
-	size_t		len;
-	char	   *headers;		/* JSON object text of the broker headers, or NULL */
-	char	   *message_id;		/* AMQP message_id, Nats-Msg-Id, or NULL */
-	char	   *type;			/* AMQP type property, or NULL */
-	char	   *position;		/* kafka "topic/partition/offset", nats "stream/seq", or NULL */
-	uint64_t	handle;			/* the consumer's reference for ack/release */
-} QbDelivery;
-
-/* Free the strings of n deliveries (not the array). */
-extern void qb_deliveries_clear(QbDelivery *d, int n);
-
-/*
- * One consumer implementation.  open() connects and subscribes for one
- * source; fetch() returns up to max deliveries without blocking (0 when
- * none is ready; -1 with err on a connection failure, after which the
- * engine closes and reopens after a pause).  ack() after the rows
- * committed; release() when they could not be stored (delay_ms: when the
- * broker may offer them again, where it supports that).
- */
-typedef struct QbConsumerOps
-{
-	QbSourceType type;
-	void	   *(*open) (const QbSource *src, char *err, size_t errlen);
-	void		(*close) (void *c);
-	int			(*fd) (void *c);
-	int			(*fetch) (void *c, QbDelivery *out, int max, char *err, size_t errlen);
-	int			(*ack) (void *c, const QbDelivery *d, int n, char *err, size_t errlen);
-	void		(*release) (void *c, const QbDelivery *d, int n, long delay_ms);
-} QbConsumerOps;
-
-/* The implementations (qb_src_*.c); NULL: not a broker (http sources are the ingress's). */
-extern const QbConsumerOps *qb_consumer_ops(QbSourceType type);
 
 typedef struct QbConsumeStats
 {

@@ -1,14 +1,14 @@
 /*-------------------------------------------------------------------------
  * qb_host.c
  *	  What qb_host.h declares besides the host ops: logging through the
- *	  host, loading the stored configuration, the monotonic clock.
+ *	  host and loading the stored configuration (the monotonic clock is
+ *	  lib's qb_clock.c, which publishers and consumers read too).
  *-------------------------------------------------------------------------
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "qb_host.h"
 #include "qb_store.h"
@@ -88,14 +88,4 @@ qb_reload_config(const QbHost *host, const QbStore *store, QbConfig **cfg,
 	if (host->config_loaded)
 		host->config_loaded(host->ctx, loaded);
 	return true;
-}
-
-/* qb_now_ms: see qb_host.h. */
-long
-qb_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }

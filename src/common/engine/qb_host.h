@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include "qb_clock.h"			/* qb_now_ms: the engines and hosts use it */
 #include "qb_config.h"
 #include "qb_metrics.h"
 
@@ -85,9 +86,6 @@ struct QbStore;
 extern bool qb_reload_config(const QbHost *host, const struct QbStore *store,
 							 QbConfig **cfg, bool *warned_no_config,
 							 const char *what_waits);
-
-/* Milliseconds on the monotonic clock (qb_host.c): deadlines and timings. */
-extern long qb_now_ms(void);
 
 extern void qb_log(const QbHost *host, QbLogLevel level, const char *fmt,...)
 			__attribute__((format(printf, 3, 4)));

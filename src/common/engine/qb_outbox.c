@@ -55,7 +55,6 @@
 #include "qb_backoff.h"
 #include "qb_publish.h"
 #include "qb_outbox.h"
-#include "qb_route.h"
 #include "qb_transform.h"
 
 #define QBO_RECLAIM_EVERY_MS	1000
@@ -490,7 +489,7 @@ qbo_dispatch(QboEngine *e, QbOutboxRow *row, const char *token)
 	memset(row, 0, sizeof(*row));
 	strcpy(s->token, token);
 	s->dest = -1;
-	s->route = qb_route_find(e->cfg, s->row.topic);
+	s->route = qb_config_route_find(e->cfg, s->row.topic);
 	s->st = QBO_QUEUED;
 	if (s->route < 0)
 	{

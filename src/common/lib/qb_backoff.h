@@ -12,7 +12,17 @@
 #ifndef QB_BACKOFF_H
 #define QB_BACKOFF_H
 
-#include "qb_config.h"
+/*
+ * A retry policy (the configuration's outbox.backoff; the defaults are
+ * qb_config_defaults').
+ */
+typedef struct QbBackoff
+{
+	long		initial_ms;		/* default 1000 */
+	long		max_ms;			/* default 3600000 */
+	double		multiplier;		/* default 2 */
+	double		jitter;			/* default 0.2, in [0, 1] */
+} QbBackoff;
 
 /* r in [0,1): the caller's random draw, so tests can pin it. */
 extern long qb_backoff_delay_ms(const QbBackoff *b, int attempt, double r);

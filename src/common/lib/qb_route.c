@@ -139,15 +139,3 @@ qb_pattern_check(const char *pattern, char *err, size_t errlen)
 	}
 	return true;
 }
-
-/* qb_route_find: see qb_route.h.  Routes are few; a linear scan is enough. */
-int
-qb_route_find(const QbConfig *cfg, const char *topic)
-{
-	int			i;
-
-	for (i = 0; cfg != NULL && i < cfg->nroutes; i++)
-		if (qb_topic_match(cfg->routes[i].topic_pattern, topic))
-			return i;
-	return -1;
-}

@@ -238,18 +238,6 @@ qbh_action(QbHttp *h, curl_socket_t s, int ev_bitmask)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-bool
-qb_http_header_reserved(const char *name)
-{
-	return strcasecmp(name, "Content-Type") == 0 ||
-		strcasecmp(name, "X-Message-Id") == 0 ||
-		strcasecmp(name, "Content-Length") == 0 ||
-		strcasecmp(name, "Host") == 0 ||
-		strcasecmp(name, "Transfer-Encoding") == 0 ||
-		strcasecmp(name, "Expect") == 0 ||
-		strcasecmp(name, "User-Agent") == 0;
-}
-
 static bool
 qbh_static_has(const QbDestination *dest, const char *name)
 {
@@ -308,7 +296,7 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 			const char *v;
 			bool		ok;
 
-			if (qb_http_header_reserved(name) || qbh_static_has(dest, name) ||
+			if (qb_config_header_reserved(name) || qbh_static_has(dest, name) ||
 				qb_sign_sets(&dest->signing, name))
 				continue;
 			if (json_is_string(val))
@@ -340,7 +328,7 @@ qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 	}
 	for (int i = 0; i < dest->nheaders; i++)
 	{
-		if (qb_http_header_reserved(dest->headers[i].name))
+		if (qb_config_header_reserved(dest->headers[i].name))
 			continue;
 		if (!qbh_append(list, dest->headers[i].name, dest->headers[i].value))
 		{

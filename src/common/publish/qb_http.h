@@ -66,12 +66,6 @@ extern QbHttpStart qb_http_post(QbHttp *h, const QbDestination *dest,
 						 char *err, size_t errlen);
 
 /*
- * A header the publisher sets itself (Content-Type, X-Message-Id,
- * User-Agent, and those libcurl owns); a row or a destination cannot set it.
- */
-extern bool qb_http_header_reserved(const char *name);
-
-/*
  * qb_http_retry_after_ms: the delay a Retry-After value asks for, in ms
  * (delta-seconds or an HTTP-date, read as libcurl reads it, against now in
  * Unix seconds; a date in the past is 0); -1 for NULL or a value that is

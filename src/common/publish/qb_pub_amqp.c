@@ -86,8 +86,6 @@
 #define QBA_BACKOFF_MAX_MS		10000
 #define QBA_SHORTSTR_MAX		255
 
-const char *const qb_amqp_routing_key_names[] = {"topic", "key", NULL};
-
 /* ---- the url ------------------------------------------------------------ */
 
 

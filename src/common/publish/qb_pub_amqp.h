@@ -25,9 +25,6 @@
 #include "qb_amqp.h"
 #include "qb_publish.h"
 
-/* The names a routingKey template may use: topic, key (NULL-terminated). */
-extern const char *const qb_amqp_routing_key_names[];
-
 /*
  * Build the AMQP headers table of a row (exported for the unit tests):
  * the row's headers (a parsed JSON object, or NULL) become a table whose

@@ -55,8 +55,8 @@
 #include <jansson.h>
 #include <nats/nats.h>
 
+#include "qb_clock.h"
 #include "qb_extract.h"
-#include "qb_host.h"
 #include "qb_nats.h"
 #include "qb_pub_nats.h"
 #include "qb_pub_nats_int.h"

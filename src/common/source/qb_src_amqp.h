@@ -10,7 +10,7 @@
 #ifndef QB_SRC_AMQP_H
 #define QB_SRC_AMQP_H
 
-#include "qb_consume.h"
+#include "qb_source.h"
 
 extern const QbConsumerOps qb_amqp_consumer;
 

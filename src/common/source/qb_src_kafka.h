@@ -6,7 +6,7 @@
 #ifndef QB_SRC_KAFKA_H
 #define QB_SRC_KAFKA_H
 
-#include "qb_consume.h"
+#include "qb_source.h"
 
 extern const QbConsumerOps qb_kafka_consumer;
 

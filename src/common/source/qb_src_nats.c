@@ -76,6 +76,7 @@
 #include <jansson.h>
 #include <nats/nats.h>
 
+#include "qb_clock.h"
 #include "qb_nats.h"
 #include "qb_src_nats.h"
 #include "qb_src_nats_int.h"

@@ -9,7 +9,7 @@
 #ifndef QB_SRC_NATS_H
 #define QB_SRC_NATS_H
 
-#include "qb_consume.h"
+#include "qb_source.h"
 
 extern const QbConsumerOps qb_nats_consumer;
 
