@@ -768,6 +768,204 @@ qbo_want_claim(QboEngine *e)
 }
 
 /*
+ * What one cycle works on.  The arrays are carved from one allocation,
+ * sized by the slots in use and the configuration's destinations; the
+ * pointer-aligned ones first, so each part starts aligned.
+ */
+typedef struct QboCycle
+{
+	void	   *block;			/* the one allocation behind the arrays */
+	QbSettle   *settles;		/* the done slots' settles ... */
+	int		   *which;			/* ... and their slot numbers */
+	int			ns;
+	QbDestTally *tallies;		/* the breaker's, those that may change it */
+	int			nkept;
+	bool		claim;
+	QbClaimReq	req;			/* when claim: its dests, limits, floors below */
+	const char **dests;
+	int		   *limits;
+	int64_t    *floors;
+	char		token[QB_UUID_LEN + 1];
+	QbCycleOut	out;
+} QboCycle;
+
+/* qbo_cycle_alloc: c's arrays in one block; false when out of memory. */
+static bool
+qbo_cycle_alloc(QboEngine *e, QboCycle *c)
+{
+	size_t		nset = (size_t) e->nactive + 1;
+	size_t		ndest = (size_t) e->cfg->ndestinations + 1;
+	char	   *p = malloc(nset * sizeof(QbSettle) + ndest * sizeof(QbDestTally) +
+						   ndest * sizeof(char *) + ndest * sizeof(int64_t) +
+						   ndest * sizeof(int) + nset * sizeof(int));
+
+	if ((c->block = p) == NULL)
+		return false;
+	c->settles = (QbSettle *) p;
+	p += nset * sizeof(QbSettle);
+	c->tallies = (QbDestTally *) p;
+	p += ndest * sizeof(QbDestTally);
+	c->dests = (const char **) p;
+	p += ndest * sizeof(char *);
+	c->floors = (int64_t *) p;
+	p += ndest * sizeof(int64_t);
+	c->limits = (int *) p;
+	p += ndest * sizeof(int);
+	c->which = (int *) p;
+	return true;
+}
+
+/*
+ * qbo_gather_done: the done slots' settles and their attempts' tallies;
+ * only the tallies that may change something lock a breaker row, in name
+ * order.
+ */
+static void
+qbo_gather_done(QboEngine *e, QboCycle *c)
+{
+	int			nt = 0;
+
+	for (int i = 0; i < e->nslots; i++)
+		if (e->slots[i].st == QBO_DONE)
+		{
+			c->which[c->ns] = i;
+			c->settles[c->ns++] = e->slots[i].settle;
+			qbo_tally(e, &e->slots[i], c->tallies, &nt);
+		}
+	for (int i = 0; i < nt; i++)
+		if (qbo_tally_needed(e, &c->tallies[i]))
+			c->tallies[c->nkept++] = c->tallies[i];
+	qsort(c->tallies, c->nkept, sizeof(QbDestTally), qbo_tally_cmp);
+}
+
+/*
+ * qbo_lower_floors: the host's late floor (a commit of a lower id than we
+ * read past), or 0 for the periodic full scan, lowers every intake floor.
+ */
+static void
+qbo_lower_floors(QboEngine *e)
+{
+	int64_t		late = e->host->late_floor ? e->host->late_floor(e->host->ctx) : -1;
+	long		now = qb_now_ms();
+
+	if (now >= e->next_full_scan)
+	{
+		late = 0;
+		e->next_full_scan = now + QBO_FULL_SCAN_MS;
+	}
+	if (late < 0)
+		return;
+	if (late < e->floor)
+		e->floor = late;
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+		if (late < e->dests[i].floor)
+			e->dests[i].floor = late;
+}
+
+/*
+ * qbo_size_claim: the claim request.  Each destination with room is asked
+ * for its room above its floor; rows not routed yet are asked for what
+ * their destinations can take (the banner): the room of those that got
+ * such rows lately, and at most a tenth of a batch more for the others.
+ */
+static void
+qbo_size_claim(QboEngine *e, QboCycle *c)
+{
+	const QbOutboxConf *oc = &e->cfg->outbox;
+	QbClaimReq *req = &c->req;
+	int			shared = 0;		/* room of the destinations unrouted rows go to */
+	int			other = 0;
+	int			tenth = oc->batch_size / 10 + 1;
+	bool		history = false;
+
+	qbo_lower_floors(e);
+	if (!qb_uuid_v4(c->token))
+	{
+		qb_log(e->host, QB_LOG_WARNING, "no random bytes for a claim token");
+		c->claim = false;
+	}
+	req->lease_ms = oc->claim_timeout_ms;
+	req->default_max_attempts = oc->max_attempts;
+	req->token = c->token;
+	req->floor = e->floor;
+	req->probe_ms = oc->claim_timeout_ms;
+	req->dests = c->dests;
+	req->limits = c->limits;
+	req->floors = c->floors;
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+		history |= e->dests[i].unrouted_share >= QBO_SHARE_MIN;
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+		if ((c->limits[req->ndests] = qbo_room(e, i)) > 0)
+		{
+			if (!history || e->dests[i].unrouted_share >= QBO_SHARE_MIN)
+				shared += c->limits[req->ndests];
+			else
+				other += c->limits[req->ndests];
+			c->floors[req->ndests] = e->dests[i].floor;
+			c->dests[req->ndests++] = e->cfg->destinations[i].name;
+		}
+	req->batch_size = shared + (other < tenth ? other : tenth);
+	if (req->batch_size > oc->batch_size || e->cfg->ndestinations == 0)
+		req->batch_size = oc->batch_size;
+}
+
+/*
+ * qbo_settled: the settles were written; count them and free their slots.
+ * Fewer rows changed than were settled when leases had run out.
+ */
+static void
+qbo_settled(QboEngine *e, QboCycle *c)
+{
+	struct timespec now;
+
+	if (c->ns == 0)
+		return;
+	clock_gettime(CLOCK_REALTIME, &now);
+	for (int i = 0; i < c->ns; i++)
+	{
+		qbo_count(e, &e->slots[c->which[i]], now.tv_sec + now.tv_nsec / 1e9);
+		qbo_slot_free(e, &e->slots[c->which[i]]);
+	}
+	if (c->out.nsettled != c->ns)
+		qb_log(e->host, QB_LOG_INFO,
+			   "settled %d of %d rows; the others' leases had expired and were taken over",
+			   c->out.nsettled, c->ns);
+}
+
+/*
+ * qbo_dispatch_claimed: the claim's rows to their slots, raising the
+ * intake floors past the intake rows read; returns the rows claimed.
+ */
+static int
+qbo_dispatch_claimed(QboEngine *e, QboCycle *c)
+{
+	QbCycleOut *out = &c->out;
+	int			claimed = 0;
+
+	e->stats->batches++;
+	qbo_apply_states(e, out);
+	for (int i = 0; i < out->nrows; i++)
+	{
+		if (out->rows[i].in_intake)
+		{
+			const char *dn = out->rows[i].destination;
+			int			j = dn ? qbo_dest_index(e, dn) : -1;
+			int64_t    *f = dn == NULL ? &e->floor : j >= 0 ? &e->dests[j].floor : NULL;
+
+			if (f != NULL && out->rows[i].id > *f)
+				*f = out->rows[i].id;
+		}
+		claimed++;
+		qbo_dispatch(e, &out->rows[i], c->token);
+	}
+	qbo_update_shares(e);
+	e->claim_idle = claimed == 0;
+	if (e->host->polled)
+		e->host->polled(e->host->ctx, claimed > 0);
+	return claimed;
+}
+
+/*
  * qbo_cycle settles the done slots and, when claim is set, claims again,
  * in one store transaction.  Returns the rows claimed (parked ones count:
  * the claim made progress), 0 for an empty claim or none, -1 when the
@@ -776,170 +974,45 @@ qbo_want_claim(QboEngine *e)
 static int
 qbo_cycle(QboEngine *e, bool claim)
 {
-	const QbOutboxConf *oc = &e->cfg->outbox;
-	QbSettle   *settles = NULL;
-	QbDestTally *tallies = NULL;
-	int		   *which = NULL;
-	int			ns = 0,
-				nt = 0,
-				nkept = 0;
-	QbCycleOut	out = {0};
-	QbClaimReq	req = {0};
-	const char **dests = NULL;
-	int		   *limits = NULL;
-	int64_t    *floors = NULL;
-	char		token[QB_UUID_LEN + 1];
+	QboCycle	c = {.claim = claim};
 	char		err[QB_ERRLEN];
-	int			claimed = 0;
 	long		t0 = qb_now_ms();
 	int			rc = -1;
 
-	settles = malloc(sizeof(QbSettle) * (e->nactive + 1));
-	tallies = malloc(sizeof(QbDestTally) * (e->cfg->ndestinations + 1));
-	which = malloc(sizeof(int) * (e->nactive + 1));
-	dests = malloc(sizeof(char *) * (e->cfg->ndestinations + 1));
-	limits = malloc(sizeof(int) * (e->cfg->ndestinations + 1));
-	floors = malloc(sizeof(int64_t) * (e->cfg->ndestinations + 1));
-	if (!settles || !tallies || !which || !dests || !limits || !floors)
+	if (!qbo_cycle_alloc(e, &c))
 	{
 		qb_log(e->host, QB_LOG_WARNING, "out of memory for a settle");
 		goto done;
 	}
-	for (int i = 0; i < e->nslots; i++)
-		if (e->slots[i].st == QBO_DONE)
-		{
-			which[ns] = i;
-			settles[ns++] = e->slots[i].settle;
-			qbo_tally(e, &e->slots[i], tallies, &nt);
-		}
-	/* only the tallies that may change something lock a breaker row */
-	for (int i = 0; i < nt; i++)
-		if (qbo_tally_needed(e, &tallies[i]))
-			tallies[nkept++] = tallies[i];
-	qsort(tallies, nkept, sizeof(QbDestTally), qbo_tally_cmp);
-	if (claim)
-	{
-		int64_t		late = e->host->late_floor ? e->host->late_floor(e->host->ctx) : -1;
-		long		now = qb_now_ms();
-
-		if (!qb_uuid_v4(token))
-		{
-			qb_log(e->host, QB_LOG_WARNING, "no random bytes for a claim token");
-			claim = false;
-		}
-		if (now >= e->next_full_scan)
-		{
-			late = 0;
-			e->next_full_scan = now + QBO_FULL_SCAN_MS;
-		}
-		if (late >= 0)
-		{
-			if (late < e->floor)
-				e->floor = late;
-			for (int i = 0; i < e->cfg->ndestinations; i++)
-				if (late < e->dests[i].floor)
-					e->dests[i].floor = late;
-		}
-		req.lease_ms = oc->claim_timeout_ms;
-		req.default_max_attempts = oc->max_attempts;
-		req.token = token;
-		req.floor = e->floor;
-		req.probe_ms = oc->claim_timeout_ms;
-		req.dests = dests;
-		req.limits = limits;
-		req.floors = floors;
-		{
-			int			shared = 0;	/* room of the destinations unrouted rows go to */
-			int			other = 0;
-			bool		history = false;
-
-			for (int i = 0; i < e->cfg->ndestinations; i++)
-				history |= e->dests[i].unrouted_share >= QBO_SHARE_MIN;
-			for (int i = 0; i < e->cfg->ndestinations; i++)
-				if ((limits[req.ndests] = qbo_room(e, i)) > 0)
-				{
-					if (!history || e->dests[i].unrouted_share >= QBO_SHARE_MIN)
-						shared += limits[req.ndests];
-					else
-						other += limits[req.ndests];
-					floors[req.ndests] = e->dests[i].floor;
-					dests[req.ndests++] = e->cfg->destinations[i].name;
-				}
-			/* rows not routed yet: what their destinations can take (the banner) */
-			req.batch_size = shared + (other < oc->batch_size / 10 + 1 ? other : oc->batch_size / 10 + 1);
-		}
-		if (req.batch_size > oc->batch_size || e->cfg->ndestinations == 0)
-			req.batch_size = oc->batch_size;
-	}
-	if (ns == 0 && !claim)
+	qbo_gather_done(e, &c);
+	if (c.claim)
+		qbo_size_claim(e, &c);
+	if (c.ns == 0 && !c.claim)
 	{
 		rc = 0;
 		goto done;
 	}
-	if (e->store->outbox_cycle(e->store->ctx, tallies, nkept, settles, ns,
-							   claim ? &req : NULL, &out, err, sizeof(err)) != 0)
+	if (e->store->outbox_cycle(e->store->ctx, c.tallies, c.nkept, c.settles, c.ns,
+							   c.claim ? &c.req : NULL, &c.out, err, sizeof(err)) != 0)
 	{
-		qb_log(e->host, QB_LOG_WARNING, "%s failed: %s%s", claim ? "claim" : "settle", err,
-			   ns > 0 ? "; the finished rows are settled at the next try, or return to pending when their lease expires" : "");
+		qb_log(e->host, QB_LOG_WARNING, "%s failed: %s%s", c.claim ? "claim" : "settle", err,
+			   c.ns > 0 ? "; the finished rows are settled at the next try, or return to pending when their lease expires" : "");
 		e->next_cycle_try = qb_now_ms() + QBO_CYCLE_RETRY_MS;
 		goto done;
 	}
-	if (ns > 0)
-	{
-		struct timespec now;
-
-		clock_gettime(CLOCK_REALTIME, &now);
-		for (int i = 0; i < ns; i++)
-		{
-			qbo_count(e, &e->slots[which[i]], now.tv_sec + now.tv_nsec / 1e9);
-			qbo_slot_free(e, &e->slots[which[i]]);
-		}
-		if (out.nsettled != ns)
-			qb_log(e->host, QB_LOG_INFO,
-				   "settled %d of %d rows; the others' leases had expired and were taken over",
-				   out.nsettled, ns);
-	}
+	qbo_settled(e, &c);
 	/* a cycle's time: claim_ms when it claimed (with its settles), else settle_ms */
-	if (claim)
+	if (c.claim)
 		e->stats->claim_ms += qb_now_ms() - t0;
 	else
 		e->stats->settle_ms += qb_now_ms() - t0;
-	qbo_apply_tallies(e, tallies, nkept);
-	qbo_apply_changes(e, &out);
-	rc = 0;
-	if (claim)
-	{
-		e->stats->batches++;
-		qbo_apply_states(e, &out);
-		for (int i = 0; i < out.nrows; i++)
-		{
-			if (out.rows[i].in_intake)
-			{
-				const char *dn = out.rows[i].destination;
-				int			j = dn ? qbo_dest_index(e, dn) : -1;
-				int64_t    *f = dn == NULL ? &e->floor : j >= 0 ? &e->dests[j].floor : NULL;
-
-				if (f != NULL && out.rows[i].id > *f)
-					*f = out.rows[i].id;
-			}
-			claimed++;
-			qbo_dispatch(e, &out.rows[i], token);
-		}
-		qbo_update_shares(e);
-		e->claim_idle = claimed == 0;
-		if (e->host->polled)
-			e->host->polled(e->host->ctx, claimed > 0);
-		rc = claimed;
-	}
+	qbo_apply_tallies(e, c.tallies, c.nkept);
+	qbo_apply_changes(e, &c.out);
+	rc = c.claim ? qbo_dispatch_claimed(e, &c) : 0;
 
 done:
-	qb_cycle_out_free(&out);
-	free(settles);
-	free(tallies);
-	free(which);
-	free(dests);
-	free(limits);
-	free(floors);
+	qb_cycle_out_free(&c.out);
+	free(c.block);
 	return rc;
 }
 
