@@ -130,7 +130,7 @@ UNIT_TESTS    = $(basename $(notdir $(wildcard test/unit/test_*.c)))
 UNIT_BIN_DIR  = test/unit/bin$(if $(filter 1,$(SANITIZE)),-san)
 UNIT_BINS     = $(addprefix $(UNIT_BIN_DIR)/,$(UNIT_TESTS))
 
-$(UNIT_BIN_DIR)/%: test/unit/%.c $(CORE_LIB) $(COMMON_HDRS)
+$(UNIT_BIN_DIR)/%: test/unit/%.c $(CORE_LIB) $(COMMON_HDRS) $(wildcard test/unit/*.h)
 	@mkdir -p $(UNIT_BIN_DIR)
 	$(UNIT_CC) $(UNIT_CFLAGS) -o $@ $< $(CORE_LIB) $(UNIT_LIBS)
 

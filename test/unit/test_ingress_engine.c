@@ -1,22 +1,23 @@
 /*-------------------------------------------------------------------------
  * test_ingress_engine.c
- *	  The HTTP ingress engine (qb_ingress_run) against a fake store and the
- *	  fake host of test_host.h, served over real loopback HTTP: the engine
- *	  runs in a second thread (its host's wait polls the listener's fd), the
- *	  test's thread is the libcurl client and makes every assertion.
+ *	  The HTTP ingress engine (qb_ingress_run) against the fake store of
+ *	  fake_store.h and the fake host of test_host.h, served over real
+ *	  loopback HTTP: the engine runs in a second thread (its host's wait
+ *	  polls the listener's fd), the test's thread is the libcurl client and
+ *	  makes every assertion.
  *
- * The fake store keeps received rows in memory: inbox_insert gives each
- * new (source, idempotency key) the next id and a duplicate 0, and can fail
- * its next calls (-1, nothing stored); query_text answers readiness, the
- * gauges and the admin queries with fixed text and records what it was
- * asked.  So these tests pin down what the ingress answers and what it asks
+ * The fake store (fake_store.h) keeps received rows in memory:
+ * inbox_insert gives each new (source, idempotency key) the next id and a
+ * duplicate 0, and can fail its next calls (-1, nothing stored); this
+ * test's query_text answers readiness, the gauges and the admin queries
+ * with fixed text and records what it was asked.  So these tests pin down what the ingress answers and what it asks
  * of any store: the id it was given in the 202, a duplicate's 200, a 503
  * that stored nothing, the store timeout, the refusals that make no store
  * call, the health routes, /metrics, the admin token, and a reload that
  * moves the listener.  The SQL behind the same calls is tested by
  * pg_regress.
  *
- * Threads: the fake's state is shared under its mutex; the engine's stats
+ * Threads: the fake's state is shared under the store's mutex; the engine's stats
  * are read after the engine thread was joined.
  *-------------------------------------------------------------------------
  */
@@ -39,36 +40,17 @@
 #include <openssl/hmac.h>
 
 #include "qb_ingress.h"
+#include "fake_store.h"
 #include "test_host.h"
 
-#define MAX_ROWS 32
 #define ADMIN_TOKEN "0123456789abcdef0123"
 #define GH_SECRET "gh-s3cret"
 
-/* ---- the fake store ---------------------------------------------------- */
-
-typedef struct FakeRow
-{
-	int64_t		id;
-	char		source[32];
-	char		key[64];
-	char		event_type[64];	/* "" : none */
-	char		payload[256];
-	char		headers[512];
-} FakeRow;
+/* ---- the fake store (fake_store.h), its queries, the engine's thread -- */
 
 typedef struct Fake
 {
-	pthread_mutex_t lock;
-	char		config[2048];
-	FakeRow		rows[MAX_ROWS];
-	int			nrows;
-	int64_t		next_id;
-	int			ninserts;		/* inbox_insert calls, failed ones too */
-	long		insert_timeout_ms;	/* as the last call passed it */
-	int			fail_inserts;	/* the next this many inserts fail */
-	long		insert_delay_ms;	/* each insert takes this long */
-	int			max_batch;		/* the most rows one insert was given */
+	FakeStore	fs;				/* first: the store's ctx is the Fake; fs.lock guards all */
 	bool		ready_fails;
 	int			nqueries[QB_NQUERIES];
 	char		last_param[64]; /* the last query's first parameter */
@@ -83,73 +65,13 @@ typedef struct Fake
 } Fake;
 
 static int
-fake_config_load(void *ctx, char **text, char *err, size_t errlen)
-{
-	Fake	   *f = ctx;
-
-	pthread_mutex_lock(&f->lock);
-	*text = strdup(f->config);
-	pthread_mutex_unlock(&f->lock);
-	return 0;
-}
-
-static int
-fake_insert(void *ctx, const QbInboxRow *rows, int n, long timeout_ms, int64_t *ids,
-			char *err, size_t errlen)
-{
-	Fake	   *f = ctx;
-	int			rc = 0;
-
-	pthread_mutex_lock(&f->lock);
-	f->ninserts++;
-	f->insert_timeout_ms = timeout_ms;
-	if (n > f->max_batch)
-		f->max_batch = n;
-	if (f->insert_delay_ms > 0)
-		usleep(f->insert_delay_ms * 1000);
-	if (f->fail_inserts > 0)
-	{
-		f->fail_inserts--;
-		snprintf(err, errlen, "the fake's insert failed");
-		rc = -1;
-		goto done;
-	}
-	for (int i = 0; i < n; i++)
-	{
-		FakeRow    *r;
-
-		ids[i] = 0;
-		for (int j = 0; j < f->nrows && ids[i] == 0; j++)
-			if (strcmp(f->rows[j].source, rows[i].source) == 0 &&
-				strcmp(f->rows[j].key, rows[i].idempotency_key) == 0)
-				ids[i] = -1;
-		if (ids[i] == -1 || f->nrows == MAX_ROWS)
-		{
-			ids[i] = 0;
-			continue;
-		}
-		r = &f->rows[f->nrows++];
-		r->id = ids[i] = f->next_id++;
-		snprintf(r->source, sizeof(r->source), "%s", rows[i].source);
-		snprintf(r->key, sizeof(r->key), "%s", rows[i].idempotency_key);
-		snprintf(r->event_type, sizeof(r->event_type), "%s",
-				 rows[i].event_type ? rows[i].event_type : "");
-		snprintf(r->payload, sizeof(r->payload), "%s", rows[i].payload);
-		snprintf(r->headers, sizeof(r->headers), "%s", rows[i].headers);
-	}
-done:
-	pthread_mutex_unlock(&f->lock);
-	return rc;
-}
-
-static int
 fake_query(void *ctx, QbQuery query, const char *const *params, long timeout_ms,
 		   char **out, char *err, size_t errlen)
 {
 	Fake	   *f = ctx;
 	int			rc = 0;
 
-	pthread_mutex_lock(&f->lock);
+	pthread_mutex_lock(&f->fs.lock);
 	f->nqueries[query]++;
 	snprintf(f->last_param, sizeof(f->last_param), "%s",
 			 params && params[0] ? params[0] : "");
@@ -176,7 +98,7 @@ fake_query(void *ctx, QbQuery query, const char *const *params, long timeout_ms,
 			*out = strdup("{}");
 			break;
 	}
-	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_unlock(&f->fs.lock);
 	return rc;
 }
 
@@ -193,23 +115,19 @@ fake_loaded(void *arg, const QbConfig *cfg)
 {
 	Fake	   *f = arg;
 
-	pthread_mutex_lock(&f->lock);
+	pthread_mutex_lock(&f->fs.lock);
 	f->loaded_port = cfg ? cfg->http.port : 0;
-	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_unlock(&f->fs.lock);
 }
 
 static void *
 engine_main(void *arg)
 {
 	Fake	   *f = arg;
-	QbStore		store = {
-		.ctx = f,
-		.config_load = fake_config_load,
-		.inbox_insert = fake_insert,
-		.query_text = fake_query,
-	};
+	QbStore		store = fake_store_ops(&f->fs);
 	char		err[256] = "";
 
+	store.query_text = fake_query;
 	f->rc = qb_ingress_run(&f->th.host, &store, f->bare ? NULL : &f->metrics,
 						   f->bare ? NULL : &f->stats, err, sizeof(err));
 	return NULL;
@@ -236,8 +154,8 @@ free_port(void)
 static void
 set_config(Fake *f, int port, bool admin)
 {
-	pthread_mutex_lock(&f->lock);
-	snprintf(f->config, sizeof(f->config),
+	pthread_mutex_lock(&f->fs.lock);
+	snprintf(f->fs.config, sizeof(f->fs.config),
 			 "http: { listen: \"127.0.0.1:%d\", storeTimeoutMs: 1234 }\n"
 			 "%s"
 			 "sources:\n"
@@ -246,7 +164,7 @@ set_config(Fake *f, int port, bool admin)
 			 "  gh: { type: http, path: /gh, idempotencyKeyPath: $.id, topic: gh,\n"
 			 "        auth: { type: github, secret: \"" GH_SECRET "\" } }\n",
 			 port, admin ? "admin: { token: \"" ADMIN_TOKEN "\" }\n" : "");
-	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_unlock(&f->fs.lock);
 }
 
 /* ---- the client -------------------------------------------------------- */
@@ -337,9 +255,9 @@ port_of(Fake *f)
 {
 	int			port;
 
-	pthread_mutex_lock(&f->lock);
+	pthread_mutex_lock(&f->fs.lock);
 	port = f->loaded_port;
-	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_unlock(&f->fs.lock);
 	return port;
 }
 
@@ -350,8 +268,8 @@ start(bool admin, bool bare)
 	Fake	   *f = calloc(1, sizeof(Fake));
 	int			port = free_port();
 
-	pthread_mutex_init(&f->lock, NULL);
-	f->next_id = 41;
+	fake_store_init(&f->fs, "");
+	f->fs.next_in_id = 41;
 	f->bare = bare;
 	qb_metrics_init(&f->metrics);
 	set_config(f, port, admin);
@@ -377,7 +295,7 @@ stop(Fake *f)
 static void
 fake_free(Fake *f)
 {
-	pthread_mutex_destroy(&f->lock);
+	fake_store_destroy(&f->fs);
 	free(f);
 }
 
@@ -454,17 +372,17 @@ test_webhooks(void **state)
 	stop(f);
 
 	/* three store calls: k1, its duplicate, the signed one */
-	assert_int_equal(f->ninserts, 3);
-	assert_int_equal(f->insert_timeout_ms, 1234);
-	assert_int_equal(f->nrows, 2);
-	assert_string_equal(f->rows[0].source, "hook");
-	assert_string_equal(f->rows[0].key, "k1");
-	assert_string_equal(f->rows[0].event_type, "order.paid");
-	assert_string_equal(f->rows[0].payload, "{\"type\": \"order.paid\", \"n\": 1}");
-	assert_non_null(strstr(f->rows[0].headers, "\"X-Tenant\":\"acme\""));
-	assert_string_equal(f->rows[1].source, "gh");
-	assert_string_equal(f->rows[1].key, "delivery-9");
-	assert_null(strstr(f->rows[1].headers, "X-Hub-Signature-256"));	/* the auth header is not stored */
+	assert_int_equal(f->fs.ninserts, 3);
+	assert_int_equal(f->fs.insert_timeout_ms, 1234);
+	assert_int_equal(f->fs.nin, 2);
+	assert_string_equal(f->fs.in[0].source, "hook");
+	assert_string_equal(f->fs.in[0].key, "k1");
+	assert_string_equal(f->fs.in[0].event_type, "order.paid");
+	assert_string_equal(f->fs.in[0].payload, "{\"type\": \"order.paid\", \"n\": 1}");
+	assert_non_null(strstr(f->fs.in[0].headers, "\"X-Tenant\":\"acme\""));
+	assert_string_equal(f->fs.in[1].source, "gh");
+	assert_string_equal(f->fs.in[1].key, "delivery-9");
+	assert_null(strstr(f->fs.in[1].headers, "X-Hub-Signature-256"));	/* the auth header is not stored */
 	assert_int_equal(f->nqueries[QB_Q_GAUGES], 1);
 	assert_int_equal(f->stats.accepted, 2);
 	assert_int_equal(f->stats.duplicates, 1);
@@ -483,9 +401,9 @@ test_store_failure_503(void **state)
 	const char *hdr[] = {"Idempotency-Key: k2", NULL};
 	Answer	   *a;
 
-	pthread_mutex_lock(&f->lock);
-	f->fail_inserts = 1;
-	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_lock(&f->fs.lock);
+	f->fs.fail_inserts = 1;
+	pthread_mutex_unlock(&f->fs.lock);
 	a = http(port, "POST", "/inbox/hook", hdr, "{\"type\": \"t\"}");
 	assert_int_equal(a->status, 503);
 	assert_non_null(strstr(a->body, "\"status\":\"unavailable\""));
@@ -494,8 +412,8 @@ test_store_failure_503(void **state)
 	assert_int_equal(a->status, 202);
 	assert_non_null(strstr(a->body, "\"id\":41"));
 	stop(f);
-	assert_int_equal(f->ninserts, 2);
-	assert_int_equal(f->nrows, 1);
+	assert_int_equal(f->fs.ninserts, 2);
+	assert_int_equal(f->fs.nin, 1);
 	assert_int_equal(f->stats.unavailable, 1);
 	assert_int_equal(f->stats.accepted, 1);
 	assert_int_equal(f->stats.refused, 0);
@@ -517,9 +435,9 @@ test_health_and_ready(void **state)
 	a = get(port, "/readyz");
 	assert_int_equal(a->status, 200);
 	assert_non_null(strstr(a->body, "ready"));
-	pthread_mutex_lock(&f->lock);
+	pthread_mutex_lock(&f->fs.lock);
 	f->ready_fails = true;
-	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_unlock(&f->fs.lock);
 	a = get(port, "/readyz");
 	assert_int_equal(a->status, 503);
 	assert_non_null(strstr(a->body, "database unavailable: the fake's database is down"));
@@ -527,7 +445,7 @@ test_health_and_ready(void **state)
 	assert_int_equal(get(port, "/nowhere")->status, 404);
 	stop(f);
 	assert_int_equal(f->nqueries[QB_Q_READY], 2);
-	assert_int_equal(f->ninserts, 0);
+	assert_int_equal(f->fs.ninserts, 0);
 	assert_int_equal(f->metrics.http_not_found, 1);
 	fake_free(f);
 }
@@ -583,9 +501,9 @@ test_batch_answers_each_its_id(void **state)
 	int			accepted = 0;
 	int			duplicates = 0;
 
-	pthread_mutex_lock(&f->lock);
-	f->insert_delay_ms = 100;
-	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_lock(&f->fs.lock);
+	f->fs.insert_delay_ms = 100;
+	pthread_mutex_unlock(&f->fs.lock);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/inbox/hook", port);
 	for (int i = 0; i < N; i++)
 	{
@@ -613,14 +531,14 @@ test_batch_answers_each_its_id(void **state)
 	curl_multi_cleanup(multi);
 	stop(f);
 
-	assert_int_equal(f->nrows, N - 1);
+	assert_int_equal(f->fs.nin, N - 1);
 	for (int i = 0; i < N; i++)
 	{
 		char		want[96];
 		int			row = -1;
 
-		for (int j = 0; j < f->nrows; j++)
-			if (strcmp(f->rows[j].key, keys[i]) == 0)
+		for (int j = 0; j < f->fs.nin; j++)
+			if (strcmp(f->fs.in[j].key, keys[i]) == 0)
 				row = j;
 		assert_true(row >= 0);
 		if (answers[i].status == 200)
@@ -632,12 +550,12 @@ test_batch_answers_each_its_id(void **state)
 		}
 		assert_int_equal(answers[i].status, 202);
 		accepted++;
-		snprintf(want, sizeof(want), "\"id\":%lld,", (long long) f->rows[row].id);
+		snprintf(want, sizeof(want), "\"id\":%lld,", (long long) f->fs.in[row].id);
 		assert_non_null(strstr(answers[i].body, want));
 	}
 	assert_int_equal(accepted, N - 1);
 	assert_int_equal(duplicates, 1);
-	assert_true(f->max_batch > 1);	/* some arrived during a store call */
+	assert_true(f->fs.max_batch > 1);	/* some arrived during a store call */
 	assert_true(f->stats.batches < N);
 	assert_int_equal(f->stats.accepted, N - 1);
 	assert_int_equal(f->stats.duplicates, 1);
@@ -648,9 +566,9 @@ test_batch_answers_each_its_id(void **state)
 static void
 reconfigure(Fake *f, const char *text)
 {
-	pthread_mutex_lock(&f->lock);
-	snprintf(f->config, sizeof(f->config), "%s", text);
-	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_lock(&f->fs.lock);
+	snprintf(f->fs.config, sizeof(f->fs.config), "%s", text);
+	pthread_mutex_unlock(&f->fs.lock);
 	test_host_change(&f->th);
 	while (test_host_get(f->th.config_changes) > 0)
 		usleep(5000);
@@ -716,8 +634,8 @@ test_metrics_null(void **state)
 	/* nothing counted: the configured source's counters stay at 0 */
 	assert_non_null(strstr(a->body, "queuebox_inbox_received_total{source=\"hook\",result=\"accepted\"} 0\n"));
 	stop(f);
-	assert_int_equal(f->nrows, 1);
-	assert_string_equal(f->rows[0].key, "k3");
+	assert_int_equal(f->fs.nin, 1);
+	assert_string_equal(f->fs.in[0].key, "k3");
 	fake_free(f);
 }
 
@@ -789,7 +707,7 @@ test_truncated_then_closed(void **state)
 	stop(f);
 	/* each began (its head was whole) and never completed; none was stored */
 	assert_int_equal(f->metrics.http_incomplete, 20);
-	assert_int_equal(f->nrows, 1);
+	assert_int_equal(f->fs.nin, 1);
 	fake_free(f);
 }
 
@@ -821,8 +739,8 @@ test_long_header_name(void **state)
 	a = http(port, "POST", "/inbox/hook", good, "{\"type\": \"t\"}");
 	assert_int_equal(a->status, 202);
 	stop(f);
-	assert_int_equal(f->nrows, 1);
-	assert_string_equal(f->rows[0].key, "ln2");
+	assert_int_equal(f->fs.nin, 1);
+	assert_string_equal(f->fs.in[0].key, "ln2");
 	fake_free(f);
 }
 
@@ -855,8 +773,8 @@ test_value_control_character(void **state)
 	a = http(port, "POST", "/inbox/gh", gh, tab_body);
 	assert_int_equal(a->status, 202);
 	stop(f);
-	assert_int_equal(f->nrows, 1);
-	assert_string_equal(f->rows[0].key, "a\tb");
+	assert_int_equal(f->fs.nin, 1);
+	assert_string_equal(f->fs.in[0].key, "a\tb");
 	fake_free(f);
 }
 

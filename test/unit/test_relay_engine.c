@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  * test_relay_engine.c
- *	  The relay engine loop (qb_relay_run) against a fake store and the fake
- *	  host of test_host.h.
+ *	  The relay engine loop (qb_relay_run) against the fake store of
+ *	  fake_store.h and the fake host of test_host.h.
  *
  * The fake store keeps push inbox rows in memory: a claim takes pending
  * rows (and processing ones whose lease ran out on the host's clock, the
@@ -27,169 +27,33 @@
 #include <string.h>
 
 #include "qb_relay.h"
+#include "fake_store.h"
 #include "test_host.h"
 
-#define MAX_ROWS 32
-#define MAX_CALLS 64
-
-/* ---- the fake store ---------------------------------------------------- */
-
-typedef enum
-{
-	ROW_PENDING,
-	ROW_PROCESSING,
-	ROW_PROCESSED,
-	ROW_DEAD,
-	ROW_TAKEN					/* another relay claimed and settled it */
-} RowState;
-
-typedef struct FakeRow
-{
-	int64_t		id;
-	char		source[32];
-	char		event_type[32];	/* "" : none (NULL to the engine) */
-	RowState	state;
-	char		token[QB_UUID_LEN + 1];
-	long		lease_end;		/* on the host's clock */
-	char		topic[96];		/* what the forward wrote */
-	int			forwards;		/* forwards that settled it */
-} FakeRow;
-
-typedef struct FakeClaim
-{
-	int			batch_size;
-	long		lease_ms;
-	int			nrows;
-	int			waits_before;	/* the host's waits before this claim */
-} FakeClaim;
+/* ---- the fake store (fake_store.h) and what a test adds to it ------- */
 
 typedef struct Fake
 {
-	const char *config;			/* NULL: none stored */
+	FakeStore	fs;				/* first: the store's ctx is the Fake; fs.th is th */
 	const char *next_config;	/* after switch_after_waits waits, this one */
 	int			switch_after_waits;
-	FakeRow		rows[MAX_ROWS];
-	int			nrows;
-	FakeClaim	claims[MAX_CALLS];
-	int			nclaims;		/* every claim call, failed ones too */
-	int			nforwards;		/* every forward call, failed ones too */
-	int			fail_claims;	/* the next this many claims fail */
-	int			fail_forwards;	/* the next this many forwards fail */
-	int			steal;			/* the next forward finds this many rows taken over */
-	int			max_attempts;	/* as the last forward passed it */
 	int			stop_after_waits;	/* > 0: stop after this many waits */
 	int			min_empty_claims;	/* done only after this many empty claims */
-	int			empty_claims;
 	TestHost	th;
 } Fake;
 
+/* The stored configuration, switched to next_config after enough waits. */
 static int
-fake_config_load(void *ctx, char **text, char *err, size_t errlen)
+relay_config_load(void *ctx, char **text, char *err, size_t errlen)
 {
-	Fake	   *f = ctx;
+	Fake	   *f = ctx;		/* fs is its first member */
 
 	if (f->next_config && f->th.nwaits >= f->switch_after_waits)
 	{
-		f->config = f->next_config;
+		fake_store_set_config(&f->fs, f->next_config);
 		f->next_config = NULL;
 	}
-	*text = f->config ? strdup(f->config) : NULL;
-	return 0;
-}
-
-static int
-fake_claim(void *ctx, int batch_size, long lease_ms, const char *token,
-		   QbRelayRow **rows, int *nrows, char *err, size_t errlen)
-{
-	Fake	   *f = ctx;
-	FakeClaim  *c = &f->claims[f->nclaims < MAX_CALLS ? f->nclaims : MAX_CALLS - 1];
-
-	f->nclaims++;
-	*rows = NULL;
-	*nrows = 0;
-	memset(c, 0, sizeof(*c));
-	c->batch_size = batch_size;
-	c->lease_ms = lease_ms;
-	c->waits_before = f->th.nwaits;
-	if (f->fail_claims > 0)
-	{
-		f->fail_claims--;
-		snprintf(err, errlen, "the fake's claim failed");
-		return -1;
-	}
-	*rows = calloc(batch_size, sizeof(QbRelayRow));
-	for (int i = 0; i < f->nrows && *nrows < batch_size; i++)
-	{
-		FakeRow    *r = &f->rows[i];
-		QbRelayRow *o;
-
-		if (r->state != ROW_PENDING &&
-			!(r->state == ROW_PROCESSING && r->lease_end <= f->th.clock_ms))
-			continue;
-		r->state = ROW_PROCESSING;
-		snprintf(r->token, sizeof(r->token), "%s", token);
-		r->lease_end = f->th.clock_ms + lease_ms;
-		o = &(*rows)[(*nrows)++];
-		o->id = r->id;
-		o->source = strdup(r->source);
-		o->event_type = r->event_type[0] ? strdup(r->event_type) : NULL;
-	}
-	c->nrows = *nrows;
-	if (*nrows == 0)
-		f->empty_claims++;
-	return 0;
-}
-
-static FakeRow *
-fake_row(Fake *f, int64_t id)
-{
-	for (int i = 0; i < f->nrows; i++)
-		if (f->rows[i].id == id)
-			return &f->rows[i];
-	return NULL;
-}
-
-static int
-fake_forward(void *ctx, const char *token, const int64_t *ids, const char *const *topics,
-			 int n, int max_attempts, int *nsettled, int *ninserted, char *err, size_t errlen)
-{
-	Fake	   *f = ctx;
-
-	f->nforwards++;
-	*nsettled = *ninserted = 0;
-	if (f->fail_forwards > 0)
-	{
-		f->fail_forwards--;
-		snprintf(err, errlen, "the fake's forward failed");
-		return -1;
-	}
-	f->max_attempts = max_attempts;
-	for (int i = 0; i < n && f->steal > 0; i++, f->steal--)
-	{
-		FakeRow    *r = fake_row(f, ids[i]);
-
-		r->state = ROW_TAKEN;
-		r->token[0] = '\0';
-	}
-	for (int i = 0; i < n; i++)
-	{
-		FakeRow    *r = fake_row(f, ids[i]);
-
-		if (r == NULL || r->state != ROW_PROCESSING || strcmp(r->token, token) != 0)
-			continue;
-		(*nsettled)++;
-		r->forwards++;
-		r->token[0] = '\0';
-		snprintf(r->topic, sizeof(r->topic), "%s", topics[i]);
-		if (topics[i][0] == '\0')
-			r->state = ROW_DEAD;
-		else
-		{
-			r->state = ROW_PROCESSED;
-			(*ninserted)++;
-		}
-	}
-	return 0;
+	return fake_config_load(&f->fs, text, err, errlen);
 }
 
 /* Done: every row final and enough empty claims seen, or enough waits. */
@@ -200,10 +64,10 @@ fake_done(void *arg)
 
 	if (f->stop_after_waits > 0)
 		return f->th.nwaits >= f->stop_after_waits;
-	for (int i = 0; i < f->nrows; i++)
-		if (f->rows[i].state == ROW_PENDING || f->rows[i].state == ROW_PROCESSING)
+	for (int i = 0; i < f->fs.nin; i++)
+		if (f->fs.in[i].state == ROW_PENDING || f->fs.in[i].state == ROW_PROCESSING)
 			return false;
-	return f->empty_claims >= f->min_empty_claims;
+	return f->fs.empty_claims >= f->min_empty_claims;
 }
 
 static const char *const base_config =
@@ -220,35 +84,38 @@ fake_new(const char *config)
 {
 	Fake	   *f = calloc(1, sizeof(Fake));
 
-	f->config = config;
+	fake_store_init(&f->fs, config);
+	f->fs.th = &f->th;
+	f->fs.next_in_id = 100;
 	f->min_empty_claims = 1;
 	/* returns at once: the time asked for is counted on th.clock_ms */
 	test_host_init(&f->th, fake_done, f, 10000, 0);
 	return f;
 }
 
-static FakeRow *
+static void
+fake_free(Fake *f)
+{
+	fake_store_destroy(&f->fs);
+	free(f);
+}
+
+static FakeInRow *
 add_row(Fake *f, const char *source, const char *event_type)
 {
-	FakeRow    *r = &f->rows[f->nrows];
+	FakeInRow  *r = fake_inbox_add(&f->fs, source, event_type);
 
-	r->id = 100 + f->nrows++;
-	snprintf(r->source, sizeof(r->source), "%s", source);
-	snprintf(r->event_type, sizeof(r->event_type), "%s", event_type ? event_type : "");
+	assert_non_null(r);
 	return r;
 }
 
 static void
 run(Fake *f, QbRelayStats *stats)
 {
-	QbStore		store = {
-		.ctx = f,
-		.config_load = fake_config_load,
-		.relay_claim = fake_claim,
-		.relay_forward = fake_forward,
-	};
+	QbStore		store = fake_store_ops(&f->fs);
 	char		err[256] = "";
 
+	store.config_load = relay_config_load;
 	assert_int_equal(qb_relay_run(&f->th.host, &store, stats, err, sizeof(err)), 0);
 	assert_false(f->th.timed_out);
 }
@@ -269,13 +136,13 @@ test_forwards_rendered_topics(void **state)
 	Fake	   *f = fake_new(base_config);
 	QbRelayStats stats = {0};
 	QbMetrics	metrics;
-	FakeRow    *charge = add_row(f, "stripe", "charge.ok");
-	FakeRow    *plain = add_row(f, "plain", NULL);
-	FakeRow    *plain_typed = add_row(f, "plain", "ignored");
-	FakeRow    *bare_empty = add_row(f, "bare", NULL);
-	FakeRow    *bare = add_row(f, "bare", "order.paid");
-	FakeRow    *gone = add_row(f, "gone", "legacy.event");
-	FakeRow    *gone_empty = add_row(f, "gone", NULL);
+	FakeInRow  *charge = add_row(f, "stripe", "charge.ok");
+	FakeInRow  *plain = add_row(f, "plain", NULL);
+	FakeInRow  *plain_typed = add_row(f, "plain", "ignored");
+	FakeInRow  *bare_empty = add_row(f, "bare", NULL);
+	FakeInRow  *bare = add_row(f, "bare", "order.paid");
+	FakeInRow  *gone = add_row(f, "gone", "legacy.event");
+	FakeInRow  *gone_empty = add_row(f, "gone", NULL);
 
 	f->th.quiet = true;
 	qb_metrics_init(&metrics);
@@ -292,26 +159,26 @@ test_forwards_rendered_topics(void **state)
 	assert_int_equal(gone->state, ROW_PROCESSED);
 	assert_string_equal(gone_empty->topic, "");
 	assert_int_equal(gone_empty->state, ROW_DEAD);
-	for (int i = 0; i < f->nrows; i++)
-		assert_int_equal(f->rows[i].forwards, 1);
+	for (int i = 0; i < f->fs.nin; i++)
+		assert_int_equal(f->fs.in[i].forwards, 1);
 	/* the unknown source said once, the dead rows once per batch */
 	assert_int_equal(f->th.warnings, 3);
 	assert_non_null(strstr(f->th.warned, "inbox row 105 is of source \"gone\", which the configuration no longer has"));
 	assert_non_null(strstr(f->th.warned, "1 inbox rows went to dead"));
 
 	/* 7 rows, batches of 4: full, then 3, then an empty claim */
-	assert_int_equal(f->nclaims, 3);
-	assert_int_equal(f->claims[0].nrows, 4);
-	assert_int_equal(f->claims[1].nrows, 3);
-	assert_int_equal(f->claims[2].nrows, 0);
-	assert_int_equal(f->claims[1].waits_before, f->claims[0].waits_before);	/* at once */
-	assert_int_equal(f->claims[2].waits_before, f->claims[1].waits_before + 1);
-	for (int c = 0; c < f->nclaims; c++)
+	assert_int_equal(f->fs.nin_claims, 3);
+	assert_int_equal(f->fs.in_claims[0].nrows, 4);
+	assert_int_equal(f->fs.in_claims[1].nrows, 3);
+	assert_int_equal(f->fs.in_claims[2].nrows, 0);
+	assert_int_equal(f->fs.in_claims[1].waits_before, f->fs.in_claims[0].waits_before);	/* at once */
+	assert_int_equal(f->fs.in_claims[2].waits_before, f->fs.in_claims[1].waits_before + 1);
+	for (int c = 0; c < f->fs.nin_claims; c++)
 	{
-		assert_int_equal(f->claims[c].batch_size, 4);
-		assert_int_equal(f->claims[c].lease_ms, 1000);
+		assert_int_equal(f->fs.in_claims[c].batch_size, 4);
+		assert_int_equal(f->fs.in_claims[c].lease_ms, 1000);
 	}
-	assert_int_equal(f->max_attempts, 7);
+	assert_int_equal(f->fs.max_attempts, 7);
 	assert_int_equal(f->th.npolled, 3);
 	assert_int_equal(f->th.nfound, 2);
 	assert_int_equal(f->th.last_wait_ms, 50);	/* pollIntervalMs after the empty claim */
@@ -323,7 +190,7 @@ test_forwards_rendered_topics(void **state)
 	assert_int_equal(stats.taken_over, 0);
 	assert_int_equal(metrics.relay_forwarded, 5);
 	assert_int_equal(metrics.relay_dead, 2);
-	free(f);
+	fake_free(f);
 }
 
 /* A forward that settles fewer rows than were claimed counts them taken over. */
@@ -335,18 +202,18 @@ test_taken_over_counted(void **state)
 
 	for (int i = 0; i < 3; i++)
 		add_row(f, "plain", NULL);
-	f->steal = 2;
+	f->fs.steal = 2;
 	f->th.quiet = true;
 	run(f, &stats);
-	assert_int_equal(f->rows[0].state, ROW_TAKEN);
-	assert_int_equal(f->rows[1].state, ROW_TAKEN);
-	assert_int_equal(f->rows[2].state, ROW_PROCESSED);
-	assert_int_equal(f->rows[2].forwards, 1);
+	assert_int_equal(f->fs.in[0].state, ROW_TAKEN);
+	assert_int_equal(f->fs.in[1].state, ROW_TAKEN);
+	assert_int_equal(f->fs.in[2].state, ROW_PROCESSED);
+	assert_int_equal(f->fs.in[2].forwards, 1);
 	assert_int_equal(stats.batches, 1);
 	assert_int_equal(stats.forwarded, 1);
 	assert_int_equal(stats.dead, 0);
 	assert_int_equal(stats.taken_over, 2);
-	free(f);
+	fake_free(f);
 }
 
 /*
@@ -363,29 +230,29 @@ test_store_failure_waits_and_retries(void **state)
 
 	for (int i = 0; i < 3; i++)
 		add_row(f, "stripe", "a.b");
-	f->fail_claims = 2;
-	f->fail_forwards = 3;
+	f->fs.fail_claims = 2;
+	f->fs.fail_forwards = 3;
 	f->th.quiet = true;
 	run(f, &stats);
-	for (int i = 0; i < f->nrows; i++)
+	for (int i = 0; i < f->fs.nin; i++)
 	{
-		assert_int_equal(f->rows[i].state, ROW_PROCESSED);
-		assert_int_equal(f->rows[i].forwards, 1);
-		assert_string_equal(f->rows[i].topic, "stripe.a.b");
+		assert_int_equal(f->fs.in[i].state, ROW_PROCESSED);
+		assert_int_equal(f->fs.in[i].forwards, 1);
+		assert_string_equal(f->fs.in[i].topic, "stripe.a.b");
 	}
 	/* 2 failed claims, 1 claim whose forward failed 3 times, 1 that forwarded, 1 empty */
-	assert_int_equal(f->nclaims, 5);
-	assert_int_equal(f->nforwards, 4);
-	assert_int_equal(f->claims[1].waits_before, f->claims[0].waits_before + 1);
-	assert_int_equal(f->claims[2].nrows, 3);
-	assert_int_equal(f->claims[3].nrows, 3);	/* the same rows, their lease over */
+	assert_int_equal(f->fs.nin_claims, 5);
+	assert_int_equal(f->fs.nforwards, 4);
+	assert_int_equal(f->fs.in_claims[1].waits_before, f->fs.in_claims[0].waits_before + 1);
+	assert_int_equal(f->fs.in_claims[2].nrows, 3);
+	assert_int_equal(f->fs.in_claims[3].nrows, 3);	/* the same rows, their lease over */
 	assert_true(f->th.clock_ms >= 2 * 1000 + 200 + 400 + 1000);
 	assert_int_equal(stats.batches, 1);
 	assert_int_equal(stats.forwarded, 3);
 	assert_int_equal(f->th.npolled, 2);
 	assert_int_equal(f->th.nfound, 1);
 	assert_non_null(strstr(f->th.warned, "could not forward a batch of 3 rows"));
-	free(f);
+	fake_free(f);
 }
 
 /*
@@ -403,8 +270,8 @@ test_disabled_claims_nothing(void **state)
 	add_row(f, "plain", NULL);
 	f->stop_after_waits = 5;
 	run(f, &stats);
-	assert_int_equal(f->nclaims, 0);
-	assert_int_equal(f->rows[0].state, ROW_PENDING);
+	assert_int_equal(f->fs.nin_claims, 0);
+	assert_int_equal(f->fs.in[0].state, ROW_PENDING);
 	assert_int_equal(f->th.last_wait_ms, 5000);
 	assert_int_equal(f->th.npolled, 0);
 	assert_int_equal(stats.batches, 0);
@@ -416,11 +283,11 @@ test_disabled_claims_nothing(void **state)
 	f->th.deadline_ms = test_now_ms() + 10000;
 	test_host_change(&f->th);
 	run(f, &stats);
-	assert_int_equal(f->rows[0].state, ROW_PROCESSED);
-	assert_string_equal(f->rows[0].topic, "in.plain");
+	assert_int_equal(f->fs.in[0].state, ROW_PROCESSED);
+	assert_string_equal(f->fs.in[0].topic, "in.plain");
 	assert_int_equal(stats.forwarded, 1);
 	assert_int_equal(f->th.nloaded, 2);
-	free(f);
+	fake_free(f);
 }
 
 /*
@@ -438,12 +305,12 @@ test_no_config_waits(void **state)
 	f->next_config = base_config;
 	f->switch_after_waits = 3;
 	run(f, &stats);
-	assert_int_equal(f->rows[0].state, ROW_PROCESSED);
-	assert_int_equal(f->claims[0].waits_before, 3);
+	assert_int_equal(f->fs.in[0].state, ROW_PROCESSED);
+	assert_int_equal(f->fs.in_claims[0].waits_before, 3);
 	assert_int_equal(f->th.nloaded_null, 3);
 	assert_int_equal(f->th.nloaded, 4);
 	assert_int_equal(stats.forwarded, 1);
-	free(f);
+	fake_free(f);
 }
 
 /* A stop asked before the first look ends the loop at once, cleanly. */
@@ -462,16 +329,16 @@ test_stop_ends_cleanly(void **state)
 	add_row(f, "plain", NULL);
 	f->th.done = always;
 	run(f, &stats);
-	assert_int_equal(f->nclaims, 0);
+	assert_int_equal(f->fs.nin_claims, 0);
 	assert_int_equal(f->th.nwaits, 0);
-	assert_int_equal(f->rows[0].state, ROW_PENDING);
+	assert_int_equal(f->fs.in[0].state, ROW_PENDING);
 	/* and with stats NULL, stopped after a few rounds of an idle relay */
 	f->th.done = fake_done;
 	f->stop_after_waits = 3;
-	f->rows[0].state = ROW_DEAD;
+	f->fs.in[0].state = ROW_DEAD;
 	run(f, NULL);
-	assert_int_equal(f->nclaims, 3);
-	free(f);
+	assert_int_equal(f->fs.nin_claims, 3);
+	fake_free(f);
 }
 
 int

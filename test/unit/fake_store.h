@@ -1,0 +1,640 @@
+/*-------------------------------------------------------------------------
+ * fake_store.h
+ *	  The fake store (QbStore) of the engine unit tests: outbox and inbox
+ *	  rows in memory, under the rules of the SQL an engine relies on.
+ *
+ * The rules (the SQL behind the same calls is tested by pg_regress and
+ * the isolation specs):
+ *	- A claim marks rows processing under its token; a settle or a forward
+ *	  changes only rows still holding that token (the others are counted in
+ *	  stale_settles).
+ *	- The outbox claim takes due pending rows in id order, unrouted ones
+ *	  within the batch size, routed ones within their destination's limit
+ *	  (a row with after waits for that row to be sent); every claim's
+ *	  request is recorded.
+ *	- The breaker's count, by destination: a success resets it, else the
+ *	  failures add; a claim returns the state of each destination with
+ *	  failures counted.
+ *	- The relay claim takes pending rows, and processing ones whose lease
+ *	  ran out on the host's clock (th), in id order up to the batch size.
+ *	- An inbox insert stores each (source, idempotency key) once, with the
+ *	  next id (a row with dead_error dead); a duplicate gets 0.
+ *	- fail_claims, fail_forwards, fail_inserts: the next this many calls
+ *	  of that kind fail (-1) and change nothing.
+ *
+ * Header-only, as test_host.h: each unit test is one .c file.  A test
+ * takes the ops from fake_store_ops() and may replace some.
+ *
+ * Threads: every store call holds lock; a test that runs its engine in a
+ * second thread takes it to read or change the fake meanwhile.
+ *-------------------------------------------------------------------------
+ */
+#ifndef FAKE_STORE_H
+#define FAKE_STORE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "qb_store.h"
+#include "test_host.h"
+
+#define FAKE_MAX_ROWS 64
+#define FAKE_MAX_CLAIMS 256		/* recorded; later claims overwrite the last */
+#define FAKE_MAX_DESTS 8
+
+typedef enum FakeRowState
+{
+	ROW_PENDING,
+	ROW_PROCESSING,
+	ROW_SENT,					/* outbox */
+	ROW_PROCESSED,				/* inbox, relayed */
+	ROW_DEAD,
+	ROW_TAKEN					/* inbox: another relay claimed and settled it */
+} FakeRowState;
+
+typedef struct FakeOutRow
+{
+	int64_t		id;
+	char		topic[64];
+	char		payload[256];
+	char		headers[128];	/* "" : {} */
+	char		destination[64];	/* "" : unrouted */
+	FakeRowState state;
+	int			attempt;
+	char		token[QB_UUID_LEN + 1];
+	long		due_ms;
+	int64_t		after;			/* claimable once this row is sent (0: any time) */
+	int			settles;		/* settles that applied */
+	QbSettleKind last_kind;
+	long		last_delay;
+	char		last_error[512];
+} FakeOutRow;
+
+/* An outbox claim's request. */
+typedef struct FakeOutClaim
+{
+	int			batch_size;
+	int			ndests;
+	char		dests[FAKE_MAX_DESTS][64];
+	int			limits[FAKE_MAX_DESTS];
+	int64_t		floors[FAKE_MAX_DESTS];
+} FakeOutClaim;
+
+typedef struct FakeInRow
+{
+	int64_t		id;
+	char		source[32];
+	char		key[64];
+	char		event_type[64];	/* "" : none */
+	char		payload[256];
+	char		headers[512];
+	char		dead_error[512];	/* "" : stored pending */
+	FakeRowState state;
+	char		token[QB_UUID_LEN + 1];
+	long		lease_end;		/* on the host's clock */
+	char		topic[96];		/* what the forward wrote */
+	int			forwards;		/* forwards that settled it */
+} FakeInRow;
+
+/* A relay claim call, failed ones too. */
+typedef struct FakeInClaim
+{
+	int			batch_size;
+	long		lease_ms;
+	int			nrows;
+	int			waits_before;	/* the host's waits before this claim */
+} FakeInClaim;
+
+typedef struct FakeStore
+{
+	pthread_mutex_t lock;
+	TestHost   *th;				/* its clock and waits, or NULL: the real clock */
+	char		config[2048];
+	bool		no_config;		/* config_load finds none */
+	/* the outbox */
+	FakeOutRow	out[FAKE_MAX_ROWS];
+	int			nout;
+	FakeOutClaim out_claims[FAKE_MAX_CLAIMS];
+	int			nout_claims;
+	int64_t		msg_base;		/* message ids: msg_base + id (the sink counts per id) */
+	int			stale_settles;	/* settles and forwards whose token did not match */
+	/* the breaker, by fake_tally_index */
+	char		tally_names[FAKE_MAX_DESTS][64];
+	int			ntally_names;
+	int			tally_failed[FAKE_MAX_DESTS];	/* failures the tallies reported */
+	int			failures[FAKE_MAX_DESTS];	/* the count, as its SQL keeps it */
+	int			most_failures[FAKE_MAX_DESTS];	/* the highest it reached */
+	/* the inbox */
+	FakeInRow	in[FAKE_MAX_ROWS];
+	int			nin;
+	int64_t		next_in_id;
+	int			ninserts;		/* inbox_insert calls, failed ones too */
+	long		insert_timeout_ms;	/* as the last one passed it */
+	long		insert_delay_ms;	/* each insert takes this long */
+	int			max_batch;		/* the most rows one insert was given */
+	int			fail_inserts;
+	FakeInClaim in_claims[FAKE_MAX_CLAIMS];
+	int			nin_claims;
+	int			empty_claims;
+	int			fail_claims;
+	int			nforwards;		/* relay_forward calls, failed ones too */
+	int			fail_forwards;
+	int			steal;			/* the next forward finds this many rows taken over */
+	int			max_attempts;	/* as the last forward passed it */
+} FakeStore;
+
+/* fake_store_init: an empty store whose config_load finds config (NULL: none). */
+static inline void
+fake_store_init(FakeStore *fs, const char *config)
+{
+	memset(fs, 0, sizeof(*fs));
+	pthread_mutex_init(&fs->lock, NULL);
+	fs->no_config = config == NULL;
+	snprintf(fs->config, sizeof(fs->config), "%s", config ? config : "");
+	fs->next_in_id = 1;
+}
+
+static inline void
+fake_store_destroy(FakeStore *fs)
+{
+	pthread_mutex_destroy(&fs->lock);
+}
+
+/* fake_store_new: fake_store_init's store, malloc'd; fake_store_free ends it. */
+static inline FakeStore *
+fake_store_new(const char *config)
+{
+	FakeStore  *fs = malloc(sizeof(FakeStore));
+
+	fake_store_init(fs, config);
+	return fs;
+}
+
+static inline void
+fake_store_free(FakeStore *fs)
+{
+	fake_store_destroy(fs);
+	free(fs);
+}
+
+/* fake_store_set_config: what config_load finds from now on (NULL: none). */
+static inline void
+fake_store_set_config(FakeStore *fs, const char *config)
+{
+	pthread_mutex_lock(&fs->lock);
+	fs->no_config = config == NULL;
+	snprintf(fs->config, sizeof(fs->config), "%s", config ? config : "");
+	pthread_mutex_unlock(&fs->lock);
+}
+
+static long
+fake_clock_ms(const FakeStore *fs)
+{
+	return fs->th ? fs->th->clock_ms : test_now_ms();
+}
+
+static int
+fake_config_load(void *ctx, char **text, char *err, size_t errlen)
+{
+	FakeStore  *fs = ctx;
+
+	pthread_mutex_lock(&fs->lock);
+	*text = fs->no_config ? NULL : strdup(fs->config);
+	pthread_mutex_unlock(&fs->lock);
+	return 0;
+}
+
+/* ---- the outbox -------------------------------------------------------- */
+
+/* fake_outbox_add: a pending row (destination NULL: unrouted), ids from 1. */
+static inline FakeOutRow *
+fake_outbox_add(FakeStore *fs, const char *topic, const char *destination, const char *payload)
+{
+	FakeOutRow *r = &fs->out[fs->nout];
+
+	if (fs->nout == FAKE_MAX_ROWS)
+		return NULL;
+	r->id = ++fs->nout;
+	snprintf(r->topic, sizeof(r->topic), "%s", topic);
+	snprintf(r->destination, sizeof(r->destination), "%s", destination ? destination : "");
+	snprintf(r->payload, sizeof(r->payload), "%s", payload ? payload : "{\"n\": 1}");
+	return r;
+}
+
+static FakeOutRow *
+fake_outbox_row(FakeStore *fs, int64_t id)
+{
+	for (int i = 0; i < fs->nout; i++)
+		if (fs->out[i].id == id)
+			return &fs->out[i];
+	return NULL;
+}
+
+/* fake_outbox_final: no outbox row pending or processing. */
+static inline bool
+fake_outbox_final(FakeStore *fs)
+{
+	for (int i = 0; i < fs->nout; i++)
+		if (fs->out[i].state == ROW_PENDING || fs->out[i].state == ROW_PROCESSING)
+			return false;
+	return true;
+}
+
+/* fake_tally_index: the breaker's slot of a destination, made on first use. */
+static int
+fake_tally_index(FakeStore *fs, const char *name)
+{
+	for (int i = 0; i < fs->ntally_names; i++)
+		if (strcmp(fs->tally_names[i], name) == 0)
+			return i;
+	snprintf(fs->tally_names[fs->ntally_names], 64, "%s", name);
+	return fs->ntally_names++;
+}
+
+/* The claim: due pending rows in id order, within the batch or their limit. */
+static void
+fake_outbox_claim(FakeStore *fs, const QbClaimReq *c, QbCycleOut *out)
+{
+	FakeOutClaim *rec = &fs->out_claims[fs->nout_claims < FAKE_MAX_CLAIMS ?
+										fs->nout_claims++ : FAKE_MAX_CLAIMS - 1];
+	int			left[FAKE_MAX_DESTS];
+	int			unrouted = c->batch_size;
+	long		now = test_now_ms();
+
+	memset(rec, 0, sizeof(*rec));
+	rec->batch_size = c->batch_size;
+	rec->ndests = c->ndests;
+	for (int i = 0; i < c->ndests && i < FAKE_MAX_DESTS; i++)
+	{
+		snprintf(rec->dests[i], 64, "%s", c->dests[i]);
+		rec->limits[i] = left[i] = c->limits[i];
+		rec->floors[i] = c->floors ? c->floors[i] : 0;
+	}
+	out->rows = calloc(FAKE_MAX_ROWS, sizeof(QbOutboxRow));
+	for (int i = 0; i < fs->nout; i++)
+	{
+		FakeOutRow *r = &fs->out[i];
+		QbOutboxRow *o;
+		int			d = -1;
+
+		if (r->state != ROW_PENDING || r->due_ms > now)
+			continue;
+		if (r->after > 0 && fake_outbox_row(fs, r->after)->state != ROW_SENT)
+			continue;
+		if (r->destination[0] == '\0')
+		{
+			if (unrouted <= 0)
+				continue;
+			unrouted--;
+		}
+		else
+		{
+			for (int j = 0; j < c->ndests; j++)
+				if (strcmp(c->dests[j], r->destination) == 0)
+					d = j;
+			if (d < 0 || left[d] <= 0)
+				continue;
+			left[d]--;
+		}
+		r->state = ROW_PROCESSING;
+		snprintf(r->token, sizeof(r->token), "%s", c->token);
+		o = &out->rows[out->nrows++];
+		o->id = r->id;
+		snprintf(o->message_id, sizeof(o->message_id), "00000000-0000-4000-8000-%012lld",
+				 (long long) (fs->msg_base + r->id));
+		o->topic = strdup(r->topic);
+		o->payload = strdup(r->payload);
+		o->payload_len = strlen(r->payload);
+		o->headers = strdup(r->headers[0] ? r->headers : "{}");
+		o->attempt = r->attempt;
+		o->max_attempts = 2;
+		o->claimed = true;
+		o->destination = r->destination[0] ? strdup(r->destination) : NULL;
+		o->in_intake = r->attempt == 0;
+	}
+}
+
+/* The breaker statement's rule: a success resets the count, else failures add. */
+static void
+fake_outbox_tallies(FakeStore *fs, const QbDestTally *tallies, int ntallies)
+{
+	for (int i = 0; i < ntallies; i++)
+	{
+		int			t = fake_tally_index(fs, tallies[i].destination);
+
+		fs->tally_failed[t] += tallies[i].failed;
+		if (tallies[i].ok > 0 && !tallies[i].gone)
+			fs->failures[t] = 0;
+		else
+			fs->failures[t] += tallies[i].failed;
+		if (fs->failures[t] > fs->most_failures[t])
+			fs->most_failures[t] = fs->failures[t];
+	}
+}
+
+static void
+fake_outbox_settle(FakeStore *fs, const QbSettle *s, QbCycleOut *out)
+{
+	FakeOutRow *r = fake_outbox_row(fs, s->id);
+
+	if (r == NULL || r->state != ROW_PROCESSING || strcmp(r->token, s->token) != 0)
+	{
+		fs->stale_settles++;
+		return;
+	}
+	out->nsettled++;
+	r->settles++;
+	r->last_kind = s->kind;
+	r->last_delay = s->delay_ms;
+	snprintf(r->last_error, sizeof(r->last_error), "%s", s->error ? s->error : "");
+	r->attempt = s->attempt;
+	r->token[0] = '\0';
+	if (s->destination)
+		snprintf(r->destination, sizeof(r->destination), "%s", s->destination);
+	switch (s->kind)
+	{
+		case QB_SETTLE_SENT:
+			r->state = ROW_SENT;
+			break;
+		case QB_SETTLE_DEAD:
+			r->state = ROW_DEAD;
+			break;
+		case QB_SETTLE_RETRY:
+			r->state = ROW_PENDING;
+			r->due_ms = test_now_ms() + s->delay_ms;
+			break;
+		default:
+			r->state = ROW_PENDING;
+			break;
+	}
+}
+
+static int
+fake_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
+				  const QbSettle *settles, int nsettles, const QbClaimReq *claim,
+				  QbCycleOut *out, char *err, size_t errlen)
+{
+	FakeStore  *fs = ctx;
+
+	pthread_mutex_lock(&fs->lock);
+	memset(out, 0, sizeof(*out));
+	fake_outbox_tallies(fs, tallies, ntallies);
+	for (int i = 0; i < nsettles; i++)
+		fake_outbox_settle(fs, &settles[i], out);
+	if (claim != NULL)
+	{
+		out->states = calloc(FAKE_MAX_DESTS, sizeof(QbDestState));
+		for (int t = 0; t < fs->ntally_names; t++)
+			if (fs->failures[t] > 0)
+			{
+				QbDestState *st = &out->states[out->nstates++];
+
+				st->destination = strdup(fs->tally_names[t]);
+				st->state = QB_CIRCUIT_CLOSED;
+				st->failures = fs->failures[t];
+			}
+		fake_outbox_claim(fs, claim, out);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	return 0;
+}
+
+/* Housekeeping finds nothing to do: nothing parked, expired or old. */
+static int
+fake_outbox_unpark(void *ctx, const char *const *dests, int n, int limit, int *nmoved,
+				   char *err, size_t errlen)
+{
+	*nmoved = 0;
+	return 0;
+}
+
+static int
+fake_outbox_unroute(void *ctx, const char *const *dests, int n, int *nmoved, char *err,
+					size_t errlen)
+{
+	*nmoved = 0;
+	return 0;
+}
+
+static int
+fake_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
+{
+	*n = 0;
+	return 0;
+}
+
+static int
+fake_outbox_retention(void *ctx, long sec, int limit, int *n, char *err, size_t errlen)
+{
+	*n = 0;
+	return 0;
+}
+
+/* ---- the inbox --------------------------------------------------------- */
+
+/* fake_inbox_add: a pending push row (event_type NULL: none), the next id. */
+static inline FakeInRow *
+fake_inbox_add(FakeStore *fs, const char *source, const char *event_type)
+{
+	FakeInRow  *r = &fs->in[fs->nin];
+
+	if (fs->nin == FAKE_MAX_ROWS)
+		return NULL;
+	fs->nin++;
+	r->id = fs->next_in_id++;
+	snprintf(r->source, sizeof(r->source), "%s", source);
+	snprintf(r->event_type, sizeof(r->event_type), "%s", event_type ? event_type : "");
+	return r;
+}
+
+static FakeInRow *
+fake_inbox_row(FakeStore *fs, int64_t id)
+{
+	for (int i = 0; i < fs->nin; i++)
+		if (fs->in[i].id == id)
+			return &fs->in[i];
+	return NULL;
+}
+
+/* fake_inbox_find: the row of (source, key), or NULL. */
+static FakeInRow *
+fake_inbox_find(FakeStore *fs, const char *source, const char *key)
+{
+	for (int i = 0; i < fs->nin; i++)
+		if (strcmp(fs->in[i].source, source) == 0 && strcmp(fs->in[i].key, key) == 0)
+			return &fs->in[i];
+	return NULL;
+}
+
+static int
+fake_inbox_insert(void *ctx, const QbInboxRow *rows, int n, long timeout_ms, int64_t *ids,
+				  char *err, size_t errlen)
+{
+	FakeStore  *fs = ctx;
+	int			rc = 0;
+
+	pthread_mutex_lock(&fs->lock);
+	fs->ninserts++;
+	fs->insert_timeout_ms = timeout_ms;
+	if (n > fs->max_batch)
+		fs->max_batch = n;
+	if (fs->insert_delay_ms > 0)
+		usleep(fs->insert_delay_ms * 1000);
+	if (fs->fail_inserts > 0)
+	{
+		fs->fail_inserts--;
+		snprintf(err, errlen, "the fake's insert failed");
+		rc = -1;
+		goto done;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		FakeInRow  *r;
+
+		ids[i] = 0;
+		if (fake_inbox_find(fs, rows[i].source, rows[i].idempotency_key) != NULL ||
+			fs->nin == FAKE_MAX_ROWS)
+			continue;
+		r = &fs->in[fs->nin++];
+		r->id = ids[i] = fs->next_in_id++;
+		r->state = rows[i].dead_error ? ROW_DEAD : ROW_PENDING;
+		snprintf(r->source, sizeof(r->source), "%s", rows[i].source);
+		snprintf(r->key, sizeof(r->key), "%s", rows[i].idempotency_key);
+		snprintf(r->event_type, sizeof(r->event_type), "%s",
+				 rows[i].event_type ? rows[i].event_type : "");
+		snprintf(r->payload, sizeof(r->payload), "%s", rows[i].payload);
+		snprintf(r->headers, sizeof(r->headers), "%s", rows[i].headers ? rows[i].headers : "");
+		snprintf(r->dead_error, sizeof(r->dead_error), "%s",
+				 rows[i].dead_error ? rows[i].dead_error : "");
+	}
+done:
+	pthread_mutex_unlock(&fs->lock);
+	return rc;
+}
+
+static int
+fake_relay_claim(void *ctx, int batch_size, long lease_ms, const char *token,
+				 QbRelayRow **rows, int *nrows, char *err, size_t errlen)
+{
+	FakeStore  *fs = ctx;
+	FakeInClaim *c;
+	long		now = fake_clock_ms(fs);
+	int			rc = 0;
+
+	pthread_mutex_lock(&fs->lock);
+	c = &fs->in_claims[fs->nin_claims < FAKE_MAX_CLAIMS ? fs->nin_claims++ : FAKE_MAX_CLAIMS - 1];
+	*rows = NULL;
+	*nrows = 0;
+	memset(c, 0, sizeof(*c));
+	c->batch_size = batch_size;
+	c->lease_ms = lease_ms;
+	c->waits_before = fs->th ? fs->th->nwaits : 0;
+	if (fs->fail_claims > 0)
+	{
+		fs->fail_claims--;
+		snprintf(err, errlen, "the fake's claim failed");
+		rc = -1;
+		goto done;
+	}
+	*rows = calloc(batch_size, sizeof(QbRelayRow));
+	for (int i = 0; i < fs->nin && *nrows < batch_size; i++)
+	{
+		FakeInRow  *r = &fs->in[i];
+		QbRelayRow *o;
+
+		if (r->state != ROW_PENDING && !(r->state == ROW_PROCESSING && r->lease_end <= now))
+			continue;
+		r->state = ROW_PROCESSING;
+		snprintf(r->token, sizeof(r->token), "%s", token);
+		r->lease_end = now + lease_ms;
+		o = &(*rows)[(*nrows)++];
+		o->id = r->id;
+		o->source = strdup(r->source);
+		o->event_type = r->event_type[0] ? strdup(r->event_type) : NULL;
+	}
+	c->nrows = *nrows;
+	if (*nrows == 0)
+		fs->empty_claims++;
+done:
+	pthread_mutex_unlock(&fs->lock);
+	return rc;
+}
+
+static int
+fake_relay_forward(void *ctx, const char *token, const int64_t *ids, const char *const *topics,
+				   int n, int max_attempts, int *nsettled, int *ninserted, char *err,
+				   size_t errlen)
+{
+	FakeStore  *fs = ctx;
+	int			rc = 0;
+
+	pthread_mutex_lock(&fs->lock);
+	fs->nforwards++;
+	*nsettled = *ninserted = 0;
+	if (fs->fail_forwards > 0)
+	{
+		fs->fail_forwards--;
+		snprintf(err, errlen, "the fake's forward failed");
+		rc = -1;
+		goto done;
+	}
+	fs->max_attempts = max_attempts;
+	for (int i = 0; i < n && fs->steal > 0; i++, fs->steal--)
+	{
+		FakeInRow  *r = fake_inbox_row(fs, ids[i]);
+
+		r->state = ROW_TAKEN;
+		r->token[0] = '\0';
+	}
+	for (int i = 0; i < n; i++)
+	{
+		FakeInRow  *r = fake_inbox_row(fs, ids[i]);
+
+		if (r == NULL || r->state != ROW_PROCESSING || strcmp(r->token, token) != 0)
+		{
+			fs->stale_settles++;
+			continue;
+		}
+		(*nsettled)++;
+		r->forwards++;
+		r->token[0] = '\0';
+		snprintf(r->topic, sizeof(r->topic), "%s", topics[i]);
+		if (topics[i][0] == '\0')
+			r->state = ROW_DEAD;
+		else
+		{
+			r->state = ROW_PROCESSED;
+			(*ninserted)++;
+		}
+	}
+done:
+	pthread_mutex_unlock(&fs->lock);
+	return rc;
+}
+
+/* fake_store_ops: every op of the fake, its ctx fs. */
+static inline QbStore
+fake_store_ops(FakeStore *fs)
+{
+	QbStore		store = {
+		.ctx = fs,
+		.config_load = fake_config_load,
+		.outbox_cycle = fake_outbox_cycle,
+		.outbox_unpark = fake_outbox_unpark,
+		.outbox_unroute = fake_outbox_unroute,
+		.outbox_reclaim = fake_outbox_reclaim,
+		.outbox_retention = fake_outbox_retention,
+		.inbox_insert = fake_inbox_insert,
+		.relay_claim = fake_relay_claim,
+		.relay_forward = fake_relay_forward,
+	};
+
+	return store;
+}
+
+#endif							/* FAKE_STORE_H */
