@@ -130,9 +130,12 @@ UNIT_TESTS    = $(basename $(notdir $(wildcard test/unit/test_*.c)))
 UNIT_BIN_DIR  = test/unit/bin$(if $(filter 1,$(SANITIZE)),-san)
 UNIT_BINS     = $(addprefix $(UNIT_BIN_DIR)/,$(UNIT_TESTS))
 
+# the consumer engine's test puts its fake consumer behind qb_consumer_ops
+UNIT_LDFLAGS_test_consume_engine = -Wl,--wrap=qb_consumer_ops
+
 $(UNIT_BIN_DIR)/%: test/unit/%.c $(CORE_LIB) $(COMMON_HDRS) $(wildcard test/unit/*.h)
 	@mkdir -p $(UNIT_BIN_DIR)
-	$(UNIT_CC) $(UNIT_CFLAGS) -o $@ $< $(CORE_LIB) $(UNIT_LIBS)
+	$(UNIT_CC) $(UNIT_CFLAGS) -o $@ $< $(CORE_LIB) $(UNIT_LIBS) $(UNIT_LDFLAGS_$*)
 
 .PHONY: unit-valgrind unit sink brokers-tools
 unit: $(UNIT_BINS) test/sink/qb_sink
