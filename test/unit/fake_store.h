@@ -3,30 +3,25 @@
  *	  The fake store (QbStore) of the engine unit tests: outbox and inbox
  *	  rows in memory, under the rules of the SQL an engine relies on.
  *
- * The rules (the SQL behind the same calls is tested by pg_regress and
- * the isolation specs):
+ * The rules (the SQL behind the same calls: pg_regress, isolation specs):
  *	- A claim marks rows processing under its token; a settle or a forward
- *	  changes only rows still holding that token (the others are counted in
- *	  stale_settles).
+ *	  changes only rows still holding it (the others: stale_settles).
  *	- The outbox claim takes due pending rows in id order, unrouted ones
  *	  within the batch size, routed ones within their destination's limit
- *	  (a row with after waits for that row to be sent); every claim's
- *	  request is recorded.
+ *	  (a row with after waits for that row to be sent); each is recorded.
  *	- The breaker's count, by destination: a success resets it, else the
  *	  failures add; a claim returns the state of each destination with
  *	  failures counted.
  *	- The relay claim takes pending rows, and processing ones whose lease
  *	  ran out on the host's clock (th), in id order up to the batch size.
  *	- An inbox insert stores each (source, idempotency key) once, with the
- *	  next id (a row with dead_error dead); a duplicate gets 0.
+ *	  next id (dead with its dead_error); a duplicate gets 0.
  *	- fail_claims, fail_forwards, fail_inserts: the next this many calls
  *	  of that kind fail (-1) and change nothing.
  *
- * Header-only, as test_host.h: each unit test is one .c file.  A test
- * takes the ops from fake_store_ops() and may replace some.
- *
- * Threads: every store call holds lock; a test that runs its engine in a
- * second thread takes it to read or change the fake meanwhile.
+ * Header-only, as test_host.h; a test takes fake_store_ops() and may
+ * replace some.  Threads: a call that reads or changes rows holds lock; a
+ * test whose engine runs in a second thread takes it too.
  *-------------------------------------------------------------------------
  */
 #ifndef FAKE_STORE_H
