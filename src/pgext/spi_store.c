@@ -324,6 +324,9 @@ qbs_claim_call(QbPgStmtId stmt, const char *activity, int ok_code,
 	return rc;
 }
 
+/* a claim row's column (qb_claim_cols.h) as SPI numbers attributes: from 1 */
+#define QBS_COL(c) ((c) + 1)
+
 static void
 qbs_copy_outbox_row(HeapTuple tup, TupleDesc desc, void *row)
 {
@@ -331,22 +334,24 @@ qbs_copy_outbox_row(HeapTuple tup, TupleDesc desc, void *row)
 	bool		isnull;
 	char	   *mid;
 
-	r->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-	mid = SPI_getvalue(tup, desc, 2);
+	r->id = DatumGetInt64(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_ID), &isnull));
+	mid = SPI_getvalue(tup, desc, QBS_COL(QB_CLAIM_COL_MESSAGE_ID));
 	strlcpy(r->message_id, mid ? mid : "", sizeof(r->message_id));
-	r->topic = qbs_strdup_col(tup, desc, 3);
-	r->key = qbs_strdup_col(tup, desc, 4);
-	r->payload = qbs_strdup_col(tup, desc, 5);
+	r->topic = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_TOPIC));
+	r->key = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_KEY));
+	r->payload = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_PAYLOAD));
 	r->payload_len = r->payload ? strlen(r->payload) : 0;
-	r->headers = qbs_strdup_col(tup, desc, 6);
-	r->attempt = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
-	r->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
-	r->created_epoch = DatumGetFloat8(SPI_getbinval(tup, desc, 9, &isnull));
-	r->claimed = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
-	r->destination = qbs_strdup_col(tup, desc, 11);
-	r->in_intake = DatumGetBool(SPI_getbinval(tup, desc, 12, &isnull));
-	r->not_due = DatumGetBool(SPI_getbinval(tup, desc, 13, &isnull));
-	r->probe = DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull));
+	r->headers = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_HEADERS));
+	r->attempt = DatumGetInt32(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_ATTEMPT), &isnull));
+	r->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_MAX_ATTEMPTS),
+												  &isnull));
+	r->created_epoch = DatumGetFloat8(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_CREATED_EPOCH),
+													&isnull));
+	r->claimed = DatumGetBool(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_CLAIMED), &isnull));
+	r->destination = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_DESTINATION));
+	r->in_intake = DatumGetBool(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_IN_INTAKE), &isnull));
+	r->not_due = DatumGetBool(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_NOT_DUE), &isnull));
+	r->probe = DatumGetBool(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_PROBE), &isnull));
 }
 
 /* qbs_array: a one-dimensional array of n elements, NULLs where nulls[i]. */

@@ -19,6 +19,8 @@
 #ifndef QB_PG_STMT_H
 #define QB_PG_STMT_H
 
+#include "qb_claim_cols.h"
+
 /* A parameter's type, as the statement's text casts or takes it. */
 typedef enum QbPgType
 {

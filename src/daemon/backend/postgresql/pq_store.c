@@ -74,6 +74,7 @@
 #endif
 
 #include "pq_store.h"
+#include "qb_claim_cols.h"
 #include "qb_host.h"
 #include "qb_pg_array.h"
 #include "qb_relay.h"
@@ -815,21 +816,22 @@ qbpq_take_rows(const PGresult *res, QbCycleOut *out, const char *what, char *err
 	{
 		QbOutboxRow *r = &out->rows[out->nrows++];
 
-		r->id = qbpq_int(res, i, 0);
-		snprintf(r->message_id, sizeof(r->message_id), "%s", PQgetvalue(res, i, 1));
-		r->topic = qbpq_dup(res, i, 2, &oom);
-		r->key = qbpq_dup(res, i, 3, &oom);
-		r->payload = qbpq_dup(res, i, 4, &oom);
+		r->id = qbpq_int(res, i, QB_CLAIM_COL_ID);
+		snprintf(r->message_id, sizeof(r->message_id), "%s",
+				 PQgetvalue(res, i, QB_CLAIM_COL_MESSAGE_ID));
+		r->topic = qbpq_dup(res, i, QB_CLAIM_COL_TOPIC, &oom);
+		r->key = qbpq_dup(res, i, QB_CLAIM_COL_KEY, &oom);
+		r->payload = qbpq_dup(res, i, QB_CLAIM_COL_PAYLOAD, &oom);
 		r->payload_len = r->payload ? strlen(r->payload) : 0;
-		r->headers = qbpq_dup(res, i, 5, &oom);
-		r->attempt = (int) qbpq_int(res, i, 6);
-		r->max_attempts = (int) qbpq_int(res, i, 7);
-		r->created_epoch = strtod(PQgetvalue(res, i, 8), NULL);
-		r->claimed = qbpq_bool(res, i, 9);
-		r->destination = qbpq_dup(res, i, 10, &oom);
-		r->in_intake = qbpq_bool(res, i, 11);
-		r->not_due = qbpq_bool(res, i, 12);
-		r->probe = qbpq_bool(res, i, 13);
+		r->headers = qbpq_dup(res, i, QB_CLAIM_COL_HEADERS, &oom);
+		r->attempt = (int) qbpq_int(res, i, QB_CLAIM_COL_ATTEMPT);
+		r->max_attempts = (int) qbpq_int(res, i, QB_CLAIM_COL_MAX_ATTEMPTS);
+		r->created_epoch = strtod(PQgetvalue(res, i, QB_CLAIM_COL_CREATED_EPOCH), NULL);
+		r->claimed = qbpq_bool(res, i, QB_CLAIM_COL_CLAIMED);
+		r->destination = qbpq_dup(res, i, QB_CLAIM_COL_DESTINATION, &oom);
+		r->in_intake = qbpq_bool(res, i, QB_CLAIM_COL_IN_INTAKE);
+		r->not_due = qbpq_bool(res, i, QB_CLAIM_COL_NOT_DUE);
+		r->probe = qbpq_bool(res, i, QB_CLAIM_COL_PROBE);
 	}
 	return oom ? qbpq_oom(what, err, errlen) : 0;
 }
