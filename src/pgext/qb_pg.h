@@ -32,6 +32,7 @@
 
 #include "qb_host.h"
 #include "qb_metrics.h"
+#include "qb_pg_stmt.h"
 #include "qb_store.h"
 
 #define QB_MAX_OUTBOX_WORKERS 64
@@ -134,5 +135,6 @@ extern uint64 qb_spi_outbox_settle(Datum *args, const char *nulls,
 								   const QbClaimReq *claim, QbCycleOut *out);
 extern ArrayType *qb_int8_array(Datum *elems, int n);
 extern ArrayType *qb_text_array(Datum *elems, int n);
+extern int	qb_spi_stmt_types(QbPgStmtId id, Oid *types);
 
 #endif							/* QB_PG_H */

@@ -30,28 +30,48 @@
 #include "utils/timeout.h"
 
 #include "qb_pg.h"
-#include "qb_sql_pg.h"
+#include "qb_pg_stmt.h"
 
-typedef struct QbsPlans
+/* the saved plan of each statement, prepared on first use */
+static SPIPlanPtr qbs_plans[QB_PG_NSTMTS];
+
+/* Each QbPgType as SPI takes it, and an array type's element type. */
+static const Oid qbs_oids[QB_PG_NTYPES] = {
+	[QB_PG_T_NONE] = InvalidOid,
+	[QB_PG_T_BOOL] = BOOLOID,
+	[QB_PG_T_INT4] = INT4OID,
+	[QB_PG_T_INT8] = INT8OID,
+	[QB_PG_T_TEXT] = TEXTOID,
+	[QB_PG_T_UUID] = UUIDOID,
+	[QB_PG_T_TIMESTAMPTZ] = TIMESTAMPTZOID,
+	[QB_PG_T_BOOL_ARRAY] = BOOLARRAYOID,
+	[QB_PG_T_INT4_ARRAY] = INT4ARRAYOID,
+	[QB_PG_T_INT8_ARRAY] = INT8ARRAYOID,
+	[QB_PG_T_TEXT_ARRAY] = TEXTARRAYOID,
+	[QB_PG_T_UUID_ARRAY] = UUIDARRAYOID,
+};
+
+static const Oid qbs_elem_oids[QB_PG_NTYPES] = {
+	[QB_PG_T_BOOL_ARRAY] = BOOLOID,
+	[QB_PG_T_INT4_ARRAY] = INT4OID,
+	[QB_PG_T_INT8_ARRAY] = INT8OID,
+	[QB_PG_T_TEXT_ARRAY] = TEXTOID,
+	[QB_PG_T_UUID_ARRAY] = UUIDOID,
+};
+
+/*
+ * qb_spi_stmt_types fills types[0..nparams-1] with the OIDs of statement
+ * id's parameters (qb_pg_stmts); returns nparams.
+ */
+int
+qb_spi_stmt_types(QbPgStmtId id, Oid *types)
 {
-	SPIPlanPtr	claim;
-	SPIPlanPtr	settle;
-	SPIPlanPtr	promote;
-	SPIPlanPtr	breaker;
-	SPIPlanPtr	breaker_rows;
-	SPIPlanPtr	states;
-	SPIPlanPtr	unpark;
-	SPIPlanPtr	unroute;
-	SPIPlanPtr	reclaim;
-	SPIPlanPtr	retention;
-	SPIPlanPtr	config;
-	SPIPlanPtr	relay_claim;
-	SPIPlanPtr	relay_forward;
-	SPIPlanPtr	relay_promote;
-	SPIPlanPtr	inbox_insert;
-} QbsPlans;
+	const QbPgStmt *st = &qb_pg_stmts[id];
 
-static QbsPlans qbs_plans;
+	for (int i = 0; i < st->nparams; i++)
+		types[i] = qbs_oids[st->params[i]];
+	return st->nparams;
+}
 
 /* qb_int8_array: a one-dimensional bigint[] of n elements. */
 ArrayType *
@@ -149,20 +169,24 @@ qbs_txn(const char *activity, QbsTxnFn body, QbsTxnFn undo, void *arg, int *sqls
 	return rc;
 }
 
+/* qbs_prepare: the saved plan of statement id, prepared on first use. */
 static SPIPlanPtr
-qbs_prepare(SPIPlanPtr *slot, const char *sql, int nargs, Oid *types)
+qbs_prepare(QbPgStmtId id)
 {
-	if (*slot == NULL)
+	if (qbs_plans[id] == NULL)
 	{
-		SPIPlanPtr	p = SPI_prepare(sql, nargs, types);
+		Oid			types[QB_PG_MAXPARAMS];
+		int			nargs = qb_spi_stmt_types(id, types);
+		SPIPlanPtr	p = SPI_prepare(qb_pg_stmts[id].sql, nargs, types);
 
 		if (p == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql,
+			elog(ERROR, "SPI_prepare failed for the %s statement \"%s\": %s",
+				 qb_pg_stmts[id].name, qb_pg_stmts[id].sql,
 				 SPI_result_code_string(SPI_result));
 		SPI_keepplan(p);
-		*slot = p;
+		qbs_plans[id] = p;
 	}
-	return *slot;
+	return qbs_plans[id];
 }
 
 static char *
@@ -200,7 +224,7 @@ qbs_config_load_body(void *arg)
 						(errmsg("the queuebox schema in this database is version %s and the library is version %s; run ALTER EXTENSION queuebox UPDATE",
 								v, QB_VERSION)));
 		}
-		p = qbs_prepare(&qbs_plans.config, QB_PG_CONFIG_LOAD, 0, NULL);
+		p = qbs_prepare(QB_PG_S_CONFIG_LOAD);
 		if (SPI_execute_plan(p, NULL, NULL, true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "reading queuebox.config failed");
 		if (SPI_processed == 1)
@@ -237,12 +261,9 @@ typedef void (*QbsFreeRows) (void *rows, int n);
  */
 typedef struct QbsClaimCall
 {
-	SPIPlanPtr *slot;
-	const char *sql;
+	QbPgStmtId	stmt;
 	const char *activity;
 	int			ok_code;
-	int			nargs;
-	Oid		   *types;
 	Datum	   *values;
 	int			token_arg;
 	const char *token;
@@ -257,7 +278,7 @@ static void
 qbs_claim_call_body(void *arg)
 {
 	QbsClaimCall *c = arg;
-	SPIPlanPtr	p = qbs_prepare(c->slot, c->sql, c->nargs, c->types);
+	SPIPlanPtr	p = qbs_prepare(c->stmt);
 	uint64		n;
 
 	c->values[c->token_arg] = DirectFunctionCall1(uuid_in, CStringGetDatum(c->token));
@@ -286,14 +307,14 @@ qbs_claim_call_undo(void *arg)
 }
 
 static int
-qbs_claim_call(SPIPlanPtr *slot, const char *sql, const char *activity, int ok_code,
-			   int nargs, Oid *types, Datum *values, int token_arg,
+qbs_claim_call(QbPgStmtId stmt, const char *activity, int ok_code,
+			   Datum *values, int token_arg,
 			   const char *token, size_t row_size, QbsCopyRow copy,
 			   QbsFreeRows free_rows, void **rows_out, int *nrows_out,
 			   char *err, size_t errlen)
 {
-	QbsClaimCall c = {.slot = slot, .sql = sql, .activity = activity, .ok_code = ok_code,
-		.nargs = nargs, .types = types, .values = values, .token_arg = token_arg,
+	QbsClaimCall c = {.stmt = stmt, .activity = activity, .ok_code = ok_code,
+		.values = values, .token_arg = token_arg,
 		.token = token, .row_size = row_size, .copy = copy, .free_rows = free_rows};
 	int			rc = qbs_txn(activity, qbs_claim_call_body, qbs_claim_call_undo, &c, NULL,
 							 err, errlen);
@@ -303,6 +324,9 @@ qbs_claim_call(SPIPlanPtr *slot, const char *sql, const char *activity, int ok_c
 	return rc;
 }
 
+/* a claim row's column (qb_claim_cols.h) as SPI numbers attributes: from 1 */
+#define QBS_COL(c) ((c) + 1)
+
 static void
 qbs_copy_outbox_row(HeapTuple tup, TupleDesc desc, void *row)
 {
@@ -310,22 +334,24 @@ qbs_copy_outbox_row(HeapTuple tup, TupleDesc desc, void *row)
 	bool		isnull;
 	char	   *mid;
 
-	r->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-	mid = SPI_getvalue(tup, desc, 2);
+	r->id = DatumGetInt64(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_ID), &isnull));
+	mid = SPI_getvalue(tup, desc, QBS_COL(QB_CLAIM_COL_MESSAGE_ID));
 	strlcpy(r->message_id, mid ? mid : "", sizeof(r->message_id));
-	r->topic = qbs_strdup_col(tup, desc, 3);
-	r->key = qbs_strdup_col(tup, desc, 4);
-	r->payload = qbs_strdup_col(tup, desc, 5);
+	r->topic = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_TOPIC));
+	r->key = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_KEY));
+	r->payload = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_PAYLOAD));
 	r->payload_len = r->payload ? strlen(r->payload) : 0;
-	r->headers = qbs_strdup_col(tup, desc, 6);
-	r->attempt = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
-	r->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
-	r->created_epoch = DatumGetFloat8(SPI_getbinval(tup, desc, 9, &isnull));
-	r->claimed = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
-	r->destination = qbs_strdup_col(tup, desc, 11);
-	r->in_intake = DatumGetBool(SPI_getbinval(tup, desc, 12, &isnull));
-	r->not_due = DatumGetBool(SPI_getbinval(tup, desc, 13, &isnull));
-	r->probe = DatumGetBool(SPI_getbinval(tup, desc, 14, &isnull));
+	r->headers = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_HEADERS));
+	r->attempt = DatumGetInt32(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_ATTEMPT), &isnull));
+	r->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_MAX_ATTEMPTS),
+												  &isnull));
+	r->created_epoch = DatumGetFloat8(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_CREATED_EPOCH),
+													&isnull));
+	r->claimed = DatumGetBool(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_CLAIMED), &isnull));
+	r->destination = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_DESTINATION));
+	r->in_intake = DatumGetBool(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_IN_INTAKE), &isnull));
+	r->not_due = DatumGetBool(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_NOT_DUE), &isnull));
+	r->probe = DatumGetBool(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_PROBE), &isnull));
 }
 
 /* qbs_array: a one-dimensional array of n elements, NULLs where nulls[i]. */
@@ -370,12 +396,20 @@ qbs_columns_new(int ncols, int n)
 	return c;
 }
 
-/* qbs_columns_arrays: out[i] = column i as an array of elem[i]. */
+/*
+ * qbs_columns_arrays: out[i] = column i as the array that parameter
+ * param[i] of statement id takes (param NULL: parameter i).
+ */
 static void
-qbs_columns_arrays(const QbsColumns *c, const Oid *elem, Datum *out)
+qbs_columns_arrays(const QbsColumns *c, QbPgStmtId id, const int *param, Datum *out)
 {
 	for (int i = 0; i < c->ncols; i++)
-		out[i] = qbs_array(c->col[i], c->null[i], c->n, elem[i]);
+	{
+		QbPgType	t = qb_pg_stmts[id].params[param ? param[i] : i];
+
+		Assert(OidIsValid(qbs_elem_oids[t]));
+		out[i] = qbs_array(c->col[i], c->null[i], c->n, qbs_elem_oids[t]);
+	}
 }
 
 /* qbs_text_or_null: a text Datum, or a NULL flag. */
@@ -423,10 +457,7 @@ qbs_take_rows(QbCycleOut *out)
 uint64
 qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, QbCycleOut *out)
 {
-	static const Oid types[7] = {UUIDARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
-	INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
-	static const Oid promote_types[4] = {TEXTARRAYOID, UUIDOID, INT8OID, INT4OID};
-	SPIPlanPtr	p = qbs_prepare(&qbs_plans.settle, QB_PG_OUTBOX_SETTLE, 7, (Oid *) types);
+	SPIPlanPtr	p = qbs_prepare(QB_PG_S_SETTLE);
 	uint64		settled;
 	Datum	   *keys;
 	int			nkeys = 0;
@@ -461,7 +492,7 @@ qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, Qb
 			n[1] = n[2] = n[3] = 'n';
 			a[1] = a[2] = a[3] = (Datum) 0;
 		}
-		p = qbs_prepare(&qbs_plans.promote, QB_PG_OUTBOX_PROMOTE, 4, (Oid *) promote_types);
+		p = qbs_prepare(QB_PG_S_PROMOTE);
 		if (SPI_execute_plan(p, a, n, false, 0) != SPI_OK_UPDATE_RETURNING)
 			elog(ERROR, "promoting the next row of each key failed");
 		if (claim != NULL)
@@ -474,13 +505,9 @@ qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, Qb
 static void
 qbs_breaker(const QbDestTally *t, int n, QbCycleOut *out)
 {
-	static const Oid types[8] = {TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, BOOLARRAYOID,
-	INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
-	static const Oid elem[8] = {TEXTOID, INT4OID, INT4OID, BOOLOID, INT8OID, TEXTOID,
-	INT4OID, INT8OID};
 	Datum		v[8];
 	QbsColumns	c = qbs_columns_new(8, n);
-	SPIPlanPtr	p = qbs_prepare(&qbs_plans.breaker, QB_PG_OUTBOX_BREAKER, 8, (Oid *) types);
+	SPIPlanPtr	p = qbs_prepare(QB_PG_S_BREAKER);
 	SPIPlanPtr	rows;
 
 	for (int i = 0; i < n; i++)
@@ -494,8 +521,8 @@ qbs_breaker(const QbDestTally *t, int n, QbCycleOut *out)
 		c.col[6][i] = Int32GetDatum(t[i].threshold);
 		c.col[7][i] = Int64GetDatum(t[i].cooldown_ms);
 	}
-	qbs_columns_arrays(&c, elem, v);
-	rows = qbs_prepare(&qbs_plans.breaker_rows, QB_PG_OUTBOX_BREAKER_ROWS, 1, (Oid *) types);
+	qbs_columns_arrays(&c, QB_PG_S_BREAKER, NULL, v);
+	rows = qbs_prepare(QB_PG_S_BREAKER_ROWS);
 	if (SPI_execute_plan(rows, v, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "creating the circuit breaker rows failed");
 	if (SPI_execute_plan(p, v, NULL, false, 0) != SPI_OK_SELECT)
@@ -523,9 +550,8 @@ qbs_breaker(const QbDestTally *t, int n, QbCycleOut *out)
 static Datum
 qbs_states(long probe_ms, QbCycleOut *out)
 {
-	static const Oid types[1] = {INT8OID};
 	Datum		v[1] = {Int64GetDatum(probe_ms)};
-	SPIPlanPtr	p = qbs_prepare(&qbs_plans.states, QB_PG_OUTBOX_STATES, 1, (Oid *) types);
+	SPIPlanPtr	p = qbs_prepare(QB_PG_S_STATES);
 	Datum	   *probes;
 	int			nprobes = 0;
 
@@ -560,13 +586,11 @@ qbs_states(long probe_ms, QbCycleOut *out)
 static void
 qbs_claim(const QbClaimReq *c, Datum probes, QbCycleOut *out)
 {
-	static const Oid types[9] = {INT4OID, INT8OID, INT4OID, UUIDOID, INT8OID,
-	TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT8ARRAYOID};
 	Datum		v[9];
 	QbsColumns	d = qbs_columns_new(3, c->ndests);
-	static const Oid elem[3] = {TEXTOID, INT4OID, INT8OID};
+	static const int dest_params[3] = {5, 6, 8};	/* $6 names, $7 limits, $9 floors */
 	Datum		arrays[3];
-	SPIPlanPtr	p = qbs_prepare(&qbs_plans.claim, QB_PG_OUTBOX_CLAIM, 9, (Oid *) types);
+	SPIPlanPtr	p = qbs_prepare(QB_PG_S_CLAIM);
 
 	for (int i = 0; i < c->ndests; i++)
 	{
@@ -574,7 +598,7 @@ qbs_claim(const QbClaimReq *c, Datum probes, QbCycleOut *out)
 		d.col[1][i] = Int32GetDatum(c->limits[i]);
 		d.col[2][i] = Int64GetDatum(c->floors ? c->floors[i] : 0);
 	}
-	qbs_columns_arrays(&d, elem, arrays);
+	qbs_columns_arrays(&d, QB_PG_S_CLAIM, dest_params, arrays);
 	v[0] = Int32GetDatum(c->batch_size);
 	v[1] = Int64GetDatum(c->lease_ms);
 	v[2] = Int32GetDatum(c->default_max_attempts);
@@ -600,8 +624,6 @@ qbs_cycle_body(void *arg)
 		qbs_breaker(cy->tallies, cy->ntallies, out);
 	if (cy->nsettles > 0)
 	{
-		static const Oid elem[7] = {UUIDOID, INT8OID, TEXTOID, INT4OID, INT8OID,
-		TEXTOID, TEXTOID};
 		const QbSettle *settles = cy->settles;
 		Datum		args[7];
 		char		nulls[7] = "       ";
@@ -617,7 +639,7 @@ qbs_cycle_body(void *arg)
 			c.col[5][i] = qbs_text_or_null(settles[i].error, &c.null[5][i]);
 			c.col[6][i] = qbs_text_or_null(settles[i].destination, &c.null[6][i]);
 		}
-		qbs_columns_arrays(&c, elem, args);
+		qbs_columns_arrays(&c, QB_PG_S_SETTLE, NULL, args);
 		out->nsettled = (int) qb_spi_outbox_settle(args, nulls, claim, out);
 	}
 	if (claim != NULL)
@@ -674,12 +696,9 @@ typedef void (*QbsBuild) (Datum *values, const void *build_arg);
 
 typedef struct QbsCountCall
 {
-	SPIPlanPtr *slot;
-	const char *sql;
+	QbPgStmtId	stmt;
 	int			ok_code;
 	const char *activity;
-	int			nargs;
-	Oid		   *types;
 	Datum	   *values;
 	QbsBuild	build;
 	const void *build_arg;
@@ -690,7 +709,7 @@ static void
 qbs_count_call_body(void *arg)
 {
 	QbsCountCall *c = arg;
-	SPIPlanPtr	p = qbs_prepare(c->slot, c->sql, c->nargs, c->types);
+	SPIPlanPtr	p = qbs_prepare(c->stmt);
 
 	if (c->build != NULL)
 		c->build(c->values, c->build_arg);
@@ -700,13 +719,12 @@ qbs_count_call_body(void *arg)
 }
 
 static int
-qbs_count_call(SPIPlanPtr *slot, const char *sql, int ok_code, const char *activity,
-			   int nargs, Oid *types, Datum *values, QbsBuild build, const void *build_arg,
+qbs_count_call(QbPgStmtId stmt, int ok_code, const char *activity,
+			   Datum *values, QbsBuild build, const void *build_arg,
 			   int *count, char *err, size_t errlen)
 {
-	QbsCountCall c = {.slot = slot, .sql = sql, .ok_code = ok_code, .activity = activity,
-		.nargs = nargs, .types = types, .values = values, .build = build,
-	.build_arg = build_arg};
+	QbsCountCall c = {.stmt = stmt, .ok_code = ok_code, .activity = activity,
+	.values = values, .build = build, .build_arg = build_arg};
 	int			rc = qbs_txn(activity, qbs_count_call_body, NULL, &c, NULL, err, errlen);
 
 	*count = rc == 0 ? c.count : 0;
@@ -716,22 +734,20 @@ qbs_count_call(SPIPlanPtr *slot, const char *sql, int ok_code, const char *activ
 static int
 qbs_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
 {
-	Oid			types[1] = {INT4OID};
 	Datum		values[1] = {Int32GetDatum(limit)};
 
-	return qbs_count_call(&qbs_plans.reclaim, QB_PG_OUTBOX_RECLAIM, SPI_OK_UPDATE,
-						  "queuebox: reclaim", 1, types, values, NULL, NULL, n, err, errlen);
+	return qbs_count_call(QB_PG_S_RECLAIM, SPI_OK_UPDATE, "queuebox: reclaim", values,
+						  NULL, NULL, n, err, errlen);
 }
 
 static int
 qbs_outbox_retention(void *ctx, long retention_sec, int limit, int *n,
 					 char *err, size_t errlen)
 {
-	Oid			types[2] = {INT8OID, INT4OID};
 	Datum		values[2] = {Int64GetDatum(retention_sec), Int32GetDatum(limit)};
 
-	return qbs_count_call(&qbs_plans.retention, QB_PG_OUTBOX_RETENTION, SPI_OK_DELETE,
-						  "queuebox: retention", 2, types, values, NULL, NULL, n, err, errlen);
+	return qbs_count_call(QB_PG_S_RETENTION, SPI_OK_DELETE, "queuebox: retention", values,
+						  NULL, NULL, n, err, errlen);
 }
 
 /* The destinations of an unpark or unroute, as text[] in $1. */
@@ -753,26 +769,22 @@ static int
 qbs_outbox_unpark(void *ctx, const char *const *dests, int n, int limit, int *nmoved,
 				  char *err, size_t errlen)
 {
-	Oid			types[2] = {TEXTARRAYOID, INT4OID};
 	Datum		values[2] = {0, Int32GetDatum(limit)};
 	QbsNames	x = {dests, n};
 
-	return qbs_count_call(&qbs_plans.unpark, QB_PG_OUTBOX_UNPARK, SPI_OK_UPDATE,
-						  "queuebox: unpark", 2, types, values, qbs_build_names, &x,
-						  nmoved, err, errlen);
+	return qbs_count_call(QB_PG_S_UNPARK, SPI_OK_UPDATE, "queuebox: unpark", values,
+						  qbs_build_names, &x, nmoved, err, errlen);
 }
 
 static int
 qbs_outbox_unroute(void *ctx, const char *const *dests, int n, int *nmoved,
 				   char *err, size_t errlen)
 {
-	Oid			types[1] = {TEXTARRAYOID};
 	Datum		values[1] = {0};
 	QbsNames	x = {dests, n};
 
-	return qbs_count_call(&qbs_plans.unroute, QB_PG_OUTBOX_UNROUTE, SPI_OK_UPDATE,
-						  "queuebox: unroute", 1, types, values, qbs_build_names, &x,
-						  nmoved, err, errlen);
+	return qbs_count_call(QB_PG_S_UNROUTE, SPI_OK_UPDATE, "queuebox: unroute", values,
+						  qbs_build_names, &x, nmoved, err, errlen);
 }
 
 static void
@@ -796,11 +808,10 @@ static int
 qbs_relay_claim(void *ctx, int batch_size, long lease_ms, const char *token,
 				QbRelayRow **rows_out, int *nrows_out, char *err, size_t errlen)
 {
-	Oid			types[3] = {INT4OID, INT8OID, UUIDOID};
 	Datum		values[3] = {Int32GetDatum(batch_size), Int64GetDatum(lease_ms), 0};
 
-	return qbs_claim_call(&qbs_plans.relay_claim, QB_PG_RELAY_CLAIM, "queuebox: relay claim",
-						  SPI_OK_SELECT, 3, types, values, 2, token, sizeof(QbRelayRow),
+	return qbs_claim_call(QB_PG_S_RELAY_CLAIM, "queuebox: relay claim",
+						  SPI_OK_SELECT, values, 2, token, sizeof(QbRelayRow),
 						  qbs_copy_relay_row, qbs_free_relay_rows,
 						  (void **) rows_out, nrows_out, err, errlen);
 }
@@ -815,8 +826,7 @@ qbs_relay_claim(void *ctx, int batch_size, long lease_ms, const char *token,
 uint64
 qb_spi_relay_promote(Datum ids)
 {
-	static const Oid types[1] = {INT8ARRAYOID};
-	SPIPlanPtr	p = qbs_prepare(&qbs_plans.relay_promote, QB_PG_RELAY_PROMOTE, 1, (Oid *) types);
+	SPIPlanPtr	p = qbs_prepare(QB_PG_S_RELAY_PROMOTE);
 
 	if (SPI_execute_plan(p, &ids, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "promoting the next row of each aggregate failed");
@@ -838,7 +848,6 @@ static void
 qbs_relay_forward_body(void *arg)
 {
 	QbsForward *f = arg;
-	Oid			types[4] = {UUIDOID, INT8ARRAYOID, TEXTARRAYOID, INT4OID};
 	Datum		values[4];
 	Datum	   *idd = palloc(sizeof(Datum) * (f->n + 1));
 	Datum	   *topicd = palloc(sizeof(Datum) * (f->n + 1));
@@ -850,7 +859,7 @@ qbs_relay_forward_body(void *arg)
 		idd[i] = Int64GetDatum(f->ids[i]);
 		topicd[i] = CStringGetTextDatum(f->topics[i]);
 	}
-	p = qbs_prepare(&qbs_plans.relay_forward, QB_PG_RELAY_FORWARD, 4, types);
+	p = qbs_prepare(QB_PG_S_RELAY_FORWARD);
 	values[0] = DirectFunctionCall1(uuid_in, CStringGetDatum(f->token));
 	values[1] = PointerGetDatum(qb_int8_array(idd, f->n));
 	values[2] = PointerGetDatum(qb_text_array(topicd, f->n));
@@ -934,8 +943,6 @@ qbs_inbox_insert_body(void *arg)
 	QbsInsert  *a = arg;
 	const QbInboxRow *rows = a->rows;
 	int			n = a->n;
-	Oid			types[8] = {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID,
-	TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
 	Datum		values[8];
 	Datum	   *consumption = palloc(sizeof(Datum) * (n + 1));
 	SPIPlanPtr	p;
@@ -952,7 +959,7 @@ qbs_inbox_insert_body(void *arg)
 	values[6] = PointerGetDatum(construct_array(consumption, n, TEXTOID, -1, false,
 												TYPALIGN_INT));
 	values[7] = qbs_text_array(rows, n, offsetof(QbInboxRow, dead_error));
-	p = qbs_prepare(&qbs_plans.inbox_insert, QB_PG_INBOX_INSERT, 8, types);
+	p = qbs_prepare(QB_PG_S_INBOX_INSERT);
 	if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "the inbox insert failed");
 	/* match each stored row to the first request of its key */
@@ -1002,20 +1009,20 @@ static void
 qbs_query_text_body(void *arg)
 {
 	QbsQuery   *q = arg;
-	int			nparams = qb_pg_query_nparams[q->query];
-	Oid			types[4];
-	Datum		values[4];
-	char		nulls[4];
+	QbPgStmtId	id = QB_PG_S_QUERY + q->query;
+	Oid			types[QB_PG_MAXPARAMS];
+	int			nparams = qb_spi_stmt_types(id, types);
+	Datum		values[QB_PG_MAXPARAMS];
+	char		nulls[QB_PG_MAXPARAMS];
 	int			ret;
 
 	qbs_arm_timeout(q->timeout_ms);
 	for (int i = 0; i < nparams; i++)
 	{
-		types[i] = TEXTOID;
 		nulls[i] = q->params[i] == NULL ? 'n' : ' ';
 		values[i] = q->params[i] == NULL ? (Datum) 0 : CStringGetTextDatum(q->params[i]);
 	}
-	ret = SPI_execute_with_args(qb_pg_queries[q->query], nparams, types, values, nulls,
+	ret = SPI_execute_with_args(qb_pg_stmts[id].sql, nparams, types, values, nulls,
 								false, 1);
 	if (ret < 0)
 		elog(ERROR, "query failed: %s", SPI_result_code_string(ret));
@@ -1041,8 +1048,7 @@ qbs_query_text(void *ctx, QbQuery query, const char *const *params, long timeout
 	QbsQuery	q = {.query = query, .params = params, .timeout_ms = timeout_ms, .out = out};
 	int			code = 0;
 
-	StaticAssertStmt(lengthof(qb_pg_queries) == QB_NQUERIES, "one SQL text per QbQuery");
-	StaticAssertStmt(lengthof(qb_pg_query_nparams) == QB_NQUERIES, "one count per QbQuery");
+	StaticAssertStmt(QB_PG_NQUERIES == QB_NQUERIES, "one statement per QbQuery");
 	*out = NULL;
 	if (qbs_txn("queuebox: query", qbs_query_text_body, qbs_query_text_undo, &q, &code,
 				err, errlen) == 0)
@@ -1077,7 +1083,7 @@ qb_spi_load_document(void)
 	char	   *doc = NULL;
 
 	SPI_connect();
-	if (SPI_execute(QB_PG_CONFIG_LOAD, true, 1) == SPI_OK_SELECT &&
+	if (SPI_execute(qb_pg_stmts[QB_PG_S_CONFIG_LOAD].sql, true, 1) == SPI_OK_SELECT &&
 		SPI_processed == 1)
 	{
 		char	   *v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);

@@ -34,7 +34,6 @@
 #include "qb_pg.h"
 #include "qb_relay.h"
 #include "qb_route.h"
-#include "qb_sql_pg.h"
 
 PG_FUNCTION_INFO_V1(qb_sql_configure);
 PG_FUNCTION_INFO_V1(qb_sql_validate);
@@ -345,28 +344,26 @@ qb_sql_worker_status(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-#define QBSQL_MAX_ARGS 9
-
 /*
  * qbsql_run executes one of the worker statements in the caller's
- * transaction with the caller's arguments, which have the statement's types.
+ * transaction with the caller's first arguments, which have the
+ * statement's types (qb_pg_stmts).
  */
 static uint64
-qbsql_run(FunctionCallInfo fcinfo, const char *sql, int ok_code, int nargs,
-		  const Oid *types)
+qbsql_run(FunctionCallInfo fcinfo, QbPgStmtId id, int ok_code)
 {
-	Datum		values[QBSQL_MAX_ARGS];
-	char		nulls[QBSQL_MAX_ARGS];
+	Oid			types[QB_PG_MAXPARAMS];
+	int			nargs = qb_spi_stmt_types(id, types);
+	Datum		values[QB_PG_MAXPARAMS];
+	char		nulls[QB_PG_MAXPARAMS];
 	int			rc;
 
-	if (nargs > QBSQL_MAX_ARGS)
-		elog(ERROR, "queuebox: a statement of %d arguments (at most %d)", nargs, QBSQL_MAX_ARGS);
 	for (int i = 0; i < nargs; i++)
 	{
 		values[i] = PG_GETARG_DATUM(i);
 		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
 	}
-	rc = SPI_execute_with_args(sql, nargs, (Oid *) types, values, nulls, false, 0);
+	rc = SPI_execute_with_args(qb_pg_stmts[id].sql, nargs, types, values, nulls, false, 0);
 	if (rc != ok_code)
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
@@ -376,34 +373,32 @@ qbsql_run(FunctionCallInfo fcinfo, const char *sql, int ok_code, int nargs,
 
 /* qbsql_count: run a worker statement, return the rows it changed. */
 static Datum
-qbsql_count(FunctionCallInfo fcinfo, const char *sql, int ok_code, int nargs,
-			const Oid *types)
+qbsql_count(FunctionCallInfo fcinfo, QbPgStmtId id, int ok_code)
 {
 	uint64		n;
 
 	SPI_connect();
-	n = qbsql_run(fcinfo, sql, ok_code, nargs, types);
+	n = qbsql_run(fcinfo, id, ok_code);
 	SPI_finish();
 	PG_RETURN_INT64((int64) n);
 }
 
 /*
  * qbsql_rows: run a worker statement that returns rows, return them as a
- * set.  pre_sql (or NULL), an INSERT taking the first argument, runs first
- * in a statement of its own.
+ * set.  pre (or -1), an INSERT taking the first argument, runs first in a
+ * statement of its own.
  */
 static Datum
-qbsql_rows(FunctionCallInfo fcinfo, const char *pre_sql, const char *sql, int ok_code,
-		   int nargs, const Oid *types)
+qbsql_rows(FunctionCallInfo fcinfo, int pre, QbPgStmtId id, int ok_code)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	uint64		n;
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	if (pre_sql != NULL)
-		qbsql_run(fcinfo, pre_sql, SPI_OK_INSERT, 1, types);
-	n = qbsql_run(fcinfo, sql, ok_code, nargs, types);
+	if (pre >= 0)
+		qbsql_run(fcinfo, pre, SPI_OK_INSERT);
+	n = qbsql_run(fcinfo, id, ok_code);
 	for (uint64 i = 0; i < n; i++)
 		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
 	SPI_finish();
@@ -432,11 +427,8 @@ qbsql_check_nargs(FunctionCallInfo fcinfo, int nargs, const char *name)
 Datum
 qb_sql_outbox_claim(PG_FUNCTION_ARGS)
 {
-	static const Oid types[9] = {INT4OID, INT8OID, INT4OID, UUIDOID, INT8OID,
-	TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT8ARRAYOID};
-
 	qbsql_check_nargs(fcinfo, 9, "_outbox_claim");
-	return qbsql_rows(fcinfo, NULL, QB_PG_OUTBOX_CLAIM, SPI_OK_UPDATE_RETURNING, 9, types);
+	return qbsql_rows(fcinfo, -1, QB_PG_S_CLAIM, SPI_OK_UPDATE_RETURNING);
 }
 
 /*
@@ -482,48 +474,36 @@ qb_sql_outbox_settle(PG_FUNCTION_ARGS)
 Datum
 qb_sql_outbox_breaker(PG_FUNCTION_ARGS)
 {
-	static const Oid types[8] = {TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, BOOLARRAYOID,
-	INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID};
-
 	/* as qbs_breaker: the rows first, in a statement of their own */
-	return qbsql_rows(fcinfo, QB_PG_OUTBOX_BREAKER_ROWS, QB_PG_OUTBOX_BREAKER, SPI_OK_SELECT,
-					  8, types);
+	return qbsql_rows(fcinfo, QB_PG_S_BREAKER_ROWS, QB_PG_S_BREAKER, SPI_OK_SELECT);
 }
 
 /* queuebox._outbox_states(probe_ms) */
 Datum
 qb_sql_outbox_states(PG_FUNCTION_ARGS)
 {
-	static const Oid types[1] = {INT8OID};
-
-	return qbsql_rows(fcinfo, NULL, QB_PG_OUTBOX_STATES, SPI_OK_SELECT, 1, types);
+	return qbsql_rows(fcinfo, -1, QB_PG_S_STATES, SPI_OK_SELECT);
 }
 
 /* queuebox._outbox_unpark(destinations, max_rows) */
 Datum
 qb_sql_outbox_unpark(PG_FUNCTION_ARGS)
 {
-	static const Oid types[2] = {TEXTARRAYOID, INT4OID};
-
-	return qbsql_count(fcinfo, QB_PG_OUTBOX_UNPARK, SPI_OK_UPDATE, 2, types);
+	return qbsql_count(fcinfo, QB_PG_S_UNPARK, SPI_OK_UPDATE);
 }
 
 /* queuebox._outbox_reclaim(max_rows) */
 Datum
 qb_sql_outbox_reclaim(PG_FUNCTION_ARGS)
 {
-	static const Oid types[1] = {INT4OID};
-
-	return qbsql_count(fcinfo, QB_PG_OUTBOX_RECLAIM, SPI_OK_UPDATE, 1, types);
+	return qbsql_count(fcinfo, QB_PG_S_RECLAIM, SPI_OK_UPDATE);
 }
 
 /* queuebox._outbox_retention(keep_sec, max_rows) */
 Datum
 qb_sql_outbox_retention(PG_FUNCTION_ARGS)
 {
-	static const Oid types[2] = {INT8OID, INT4OID};
-
-	return qbsql_count(fcinfo, QB_PG_OUTBOX_RETENTION, SPI_OK_DELETE, 2, types);
+	return qbsql_count(fcinfo, QB_PG_S_RETENTION, SPI_OK_DELETE);
 }
 
 /* queuebox.topic_matches(pattern text, topic text): the routes' matcher */
@@ -558,9 +538,7 @@ qb_sql_arm_outbox_wake(PG_FUNCTION_ARGS)
 Datum
 qb_sql_relay_claim(PG_FUNCTION_ARGS)
 {
-	static const Oid types[3] = {INT4OID, INT8OID, UUIDOID};
-
-	return qbsql_rows(fcinfo, NULL, QB_PG_RELAY_CLAIM, SPI_OK_SELECT, 3, types);
+	return qbsql_rows(fcinfo, -1, QB_PG_S_RELAY_CLAIM, SPI_OK_SELECT);
 }
 
 /*
@@ -571,12 +549,11 @@ qb_sql_relay_claim(PG_FUNCTION_ARGS)
 Datum
 qb_sql_relay_forward(PG_FUNCTION_ARGS)
 {
-	static const Oid types[4] = {UUIDOID, INT8ARRAYOID, TEXTARRAYOID, INT4OID};
 	bool		isnull;
 	int64		n;
 
 	SPI_connect();
-	if (qbsql_run(fcinfo, QB_PG_RELAY_FORWARD, SPI_OK_SELECT, 4, types) != 1)
+	if (qbsql_run(fcinfo, QB_PG_S_RELAY_FORWARD, SPI_OK_SELECT) != 1)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("relay forward returned no row")));
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (!PG_ARGISNULL(1))
@@ -636,8 +613,10 @@ static void
 qbsql_replay_rows(const QbConfig *cfg, Datum *sel_values, char *sel_nulls,
 				  QbsqlReplay *r)
 {
-	Oid			sel_types[5] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Oid			ins_types[3] = {INT8ARRAYOID, TEXTARRAYOID, INT4OID};
+	Oid			sel_types[QB_PG_MAXPARAMS];
+	Oid			ins_types[QB_PG_MAXPARAMS];
+	int			nsel = qb_spi_stmt_types(QB_PG_S_REPLAY_SELECT, sel_types);
+	int			nins = qb_spi_stmt_types(QB_PG_S_REPLAY, ins_types);
 	Datum		ins_values[3];
 	Datum	   *ids;
 	Datum	   *topics;
@@ -647,7 +626,7 @@ qbsql_replay_rows(const QbConfig *cfg, Datum *sel_values, char *sel_nulls,
 	int			nrows;
 	SPITupleTable *tt;
 
-	if (SPI_execute_with_args(QB_PG_INBOX_REPLAY_SELECT, 5, sel_types, sel_values,
+	if (SPI_execute_with_args(qb_pg_stmts[QB_PG_S_REPLAY_SELECT].sql, nsel, sel_types, sel_values,
 							  sel_nulls, true, 0) != SPI_OK_SELECT)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("reading queuebox.inbox failed")));
 	tt = SPI_tuptable;
@@ -681,7 +660,7 @@ qbsql_replay_rows(const QbConfig *cfg, Datum *sel_values, char *sel_nulls,
 	ins_values[0] = PointerGetDatum(qb_int8_array(ids, r->rows.n));
 	ins_values[1] = PointerGetDatum(qb_text_array(topics, r->rows.n));
 	ins_values[2] = Int32GetDatum(qb_config_relay_max_attempts(cfg));
-	if (SPI_execute_with_args(QB_PG_INBOX_REPLAY, 3, ins_types, ins_values, NULL,
+	if (SPI_execute_with_args(qb_pg_stmts[QB_PG_S_REPLAY].sql, nins, ins_types, ins_values, NULL,
 							  false, 0) != SPI_OK_INSERT_RETURNING)
 		ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("inserting the replayed outbox rows failed")));
 	r->inserted = (int64) SPI_processed;

@@ -51,6 +51,7 @@
 #include "pq_store.h"
 #include "qb_config.h"
 #include "qb_pg_array.h"
+#include "qb_pg_stmt.h"
 #include "qb_sql_pg.h"
 
 #define APP_NAME "queuebox conformance"
@@ -654,7 +655,7 @@ sa_relay_forward(void *ctx, const char *token, const int64_t *ids, const char *c
 	return sa_end(after != NULL);
 }
 
-/* query_text: the SPI store's texts (qb_pg_queries), as it runs them */
+/* query_text: the SPI store's texts (qb_pg_stmts), as it runs them */
 static int
 sa_query_text(void *ctx, QbQuery qq, const char *const *params, long timeout_ms, char **out,
 			  char *e, size_t elen)
@@ -666,8 +667,8 @@ sa_query_text(void *ctx, QbQuery qq, const char *const *params, long timeout_ms,
 	*out = NULL;
 	sa_simple("BEGIN");
 	PQclear(sa_exec("SELECT set_config($1, $2, $3::bool)", 3, v, "timeout", e, elen));
-	r = PQexecParams(spi_conn, qb_pg_queries[qq], qb_pg_query_nparams[qq], NULL, params, NULL,
-					 NULL, 0);
+	r = PQexecParams(spi_conn, qb_pg_stmts[QB_PG_S_QUERY + qq].sql,
+					 qb_pg_stmts[QB_PG_S_QUERY + qq].nparams, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(r) == PGRES_TUPLES_OK)
 	{
 		if (PQntuples(r) > 0)

@@ -5,8 +5,9 @@
  * The background workers run them through SPI with saved plans; the
  * SQL-callable wrappers queuebox._outbox_claim() and friends run the same
  * text (so pg_regress and the isolation specs test exactly what the workers
- * run); the daemon's libpq store will send the same text.  Parameters are
- * typed by the caller ($n with the OIDs noted below).
+ * run); the daemon's libpq store sends the same text.  Each statement's
+ * parameter types are in its descriptor (qb_pg_stmt.c), the comments below
+ * say what each $n means.
  *
  * Why these shapes:
  *	- Ids go through ARRAY(...): the UPDATE is then a primary-key lookup per
@@ -567,49 +568,60 @@
 	" RETURNING id, source, idempotency_key"
 
 /*
- * The named queries of QbStore.query_text, indexed by QbQuery; parameters
- * are text and cast here.  Each returns one text value.
+ * The named queries of QbStore.query_text, one per QbQuery (qb_pg_stmt.c
+ * lists them in its order); parameters are text and cast here.  Each
+ * returns one text value.
  */
 #define QB_PG_DEAD_ROWS(table, cols) \
 	"SELECT coalesce(json_agg(d ORDER BY d.id), '[]')::text FROM (" \
 	"  SELECT " cols " FROM queuebox." table \
 	"  WHERE state = 'dead' ORDER BY id LIMIT coalesce($1::int, 100)) d"
 
-static const char *const qb_pg_queries[] = {
-	/* QB_Q_READY: the schema is there (both hosts' schemas have the function) */
-	"SELECT queuebox._schema_version()",
-	/* QB_Q_GAUGES: each count walks a partial index over the open states */
-	"SELECT json_build_object("
-	"  'outbox_pending', (SELECT count(*) FROM queuebox.outbox WHERE state = 'pending'),"
-	"  'outbox_processing', (SELECT count(*) FROM queuebox.outbox WHERE state = 'processing'),"
-	"  'outbox_oldest', coalesce((SELECT extract(epoch FROM now() - min(created_at))"
-	"                             FROM queuebox.outbox WHERE state = 'pending'), 0),"
-	"  'inbox_pending', (SELECT count(*) FROM queuebox.inbox WHERE state = 'pending'),"
-	"  'inbox_processing', (SELECT count(*) FROM queuebox.inbox WHERE state = 'processing'),"
-	"  'inbox_oldest', coalesce((SELECT extract(epoch FROM now() - min(created_at))"
-	"                            FROM queuebox.inbox WHERE state = 'pending'), 0),"
-	"  'circuits', (SELECT coalesce(json_object_agg(destination, state), '{}')"
-	"               FROM queuebox.destination_state))::text",
-	QB_PG_DEAD_ROWS("outbox", "id, message_id, topic, key, attempt, max_attempts, last_error, created_at"),
-	QB_PG_DEAD_ROWS("inbox", "id, source, idempotency_key, event_type, aggregate_id, consumption, attempt, last_error, created_at"),
-	"SELECT json_build_object('id', queuebox.replay_outbox($1::bigint))::text",
-	"SELECT json_build_object('requeued', queuebox.requeue_outbox($1::bigint))::text",
-	"SELECT json_build_object('id', queuebox.replay_inbox($1::bigint))::text",
-	"SELECT json_build_object('requeued', queuebox.requeue_inbox($1::bigint))::text",
-	"SELECT json_build_object('replayed', queuebox.replay_outbox($1::text, $2::text,"
-	"  $3::timestamptz, $4::timestamptz))::text",
-	"SELECT json_build_object('requeued', queuebox.requeue_outbox($1::text,"
-	"  $2::timestamptz, $3::timestamptz))::text",
-	"SELECT json_build_object('replayed', queuebox.replay_inbox($1::text, $2::text,"
-	"  $3::timestamptz, $4::timestamptz))::text",
-	"SELECT json_build_object('requeued', queuebox.requeue_inbox($1::text,"
-	"  $2::timestamptz, $3::timestamptz))::text",
-	"SELECT json_build_object('known', $1::text = ANY (queuebox._destination_names()),"
-	"  'resumed', queuebox.resume_destination($1::text))::text",
-};
+/* the schema is there (both hosts' schemas have the function) */
+#define QB_PG_Q_READY \
+	"SELECT queuebox._schema_version()"
 
-/* the number of text parameters of each query, indexed by QbQuery */
-static const int qb_pg_query_nparams[] = {0, 0, 1, 1, 1, 1, 1, 1, 4, 3, 4, 3, 1};
+/* each count walks a partial index over the open states */
+#define QB_PG_Q_GAUGES \
+	"SELECT json_build_object(" \
+	"  'outbox_pending', (SELECT count(*) FROM queuebox.outbox WHERE state = 'pending')," \
+	"  'outbox_processing', (SELECT count(*) FROM queuebox.outbox WHERE state = 'processing')," \
+	"  'outbox_oldest', coalesce((SELECT extract(epoch FROM now() - min(created_at))" \
+	"                             FROM queuebox.outbox WHERE state = 'pending'), 0)," \
+	"  'inbox_pending', (SELECT count(*) FROM queuebox.inbox WHERE state = 'pending')," \
+	"  'inbox_processing', (SELECT count(*) FROM queuebox.inbox WHERE state = 'processing')," \
+	"  'inbox_oldest', coalesce((SELECT extract(epoch FROM now() - min(created_at))" \
+	"                            FROM queuebox.inbox WHERE state = 'pending'), 0)," \
+	"  'circuits', (SELECT coalesce(json_object_agg(destination, state), '{}')" \
+	"               FROM queuebox.destination_state))::text"
+
+#define QB_PG_Q_DEAD_OUTBOX \
+	QB_PG_DEAD_ROWS("outbox", "id, message_id, topic, key, attempt, max_attempts, last_error, created_at")
+#define QB_PG_Q_DEAD_INBOX \
+	QB_PG_DEAD_ROWS("inbox", "id, source, idempotency_key, event_type, aggregate_id, consumption, attempt, last_error, created_at")
+#define QB_PG_Q_REPLAY_OUTBOX \
+	"SELECT json_build_object('id', queuebox.replay_outbox($1::bigint))::text"
+#define QB_PG_Q_REQUEUE_OUTBOX \
+	"SELECT json_build_object('requeued', queuebox.requeue_outbox($1::bigint))::text"
+#define QB_PG_Q_REPLAY_INBOX \
+	"SELECT json_build_object('id', queuebox.replay_inbox($1::bigint))::text"
+#define QB_PG_Q_REQUEUE_INBOX \
+	"SELECT json_build_object('requeued', queuebox.requeue_inbox($1::bigint))::text"
+#define QB_PG_Q_REPLAY_OUTBOX_BULK \
+	"SELECT json_build_object('replayed', queuebox.replay_outbox($1::text, $2::text," \
+	"  $3::timestamptz, $4::timestamptz))::text"
+#define QB_PG_Q_REQUEUE_OUTBOX_BULK \
+	"SELECT json_build_object('requeued', queuebox.requeue_outbox($1::text," \
+	"  $2::timestamptz, $3::timestamptz))::text"
+#define QB_PG_Q_REPLAY_INBOX_BULK \
+	"SELECT json_build_object('replayed', queuebox.replay_inbox($1::text, $2::text," \
+	"  $3::timestamptz, $4::timestamptz))::text"
+#define QB_PG_Q_REQUEUE_INBOX_BULK \
+	"SELECT json_build_object('requeued', queuebox.requeue_inbox($1::text," \
+	"  $2::timestamptz, $3::timestamptz))::text"
+#define QB_PG_Q_RESUME_DESTINATION \
+	"SELECT json_build_object('known', $1::text = ANY (queuebox._destination_names())," \
+	"  'resumed', queuebox.resume_destination($1::text))::text"
 
 /*
  * Replay, the rows to replay: $1 int8 one id (NULL: by filter), $2 text
@@ -643,5 +655,9 @@ static const int qb_pg_query_nparams[] = {0, 0, 1, 1, 1, 1, 1, 1, 4, 3, 4, 3, 1}
 /* The stored configuration document. */
 #define QB_PG_CONFIG_LOAD \
 	"SELECT document FROM queuebox.config WHERE id = 1"
+
+/* A setting of the session or (local) of the transaction, as SET does (libpq). */
+#define QB_PG_SET_CONFIG \
+	"SELECT set_config($1, $2, $3)"
 
 #endif							/* QB_SQL_PG_H */

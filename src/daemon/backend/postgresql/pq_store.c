@@ -3,10 +3,11 @@
  *	  The libpq store: the core's QbStore over one libpq connection.
  *
  * Wording:
- *	- A statement is one of qb_sql_pg.h's, the one copy of the PostgreSQL
- *	  SQL for every host (the SPI store runs the same text): prepared once
- *	  per connection, lazily, under a fixed name (qbpq_stmts), and prepared
- *	  again after a reconnect.  Parameters are typed (paramTypes OIDs) and
+ *	- A statement is one of qb_pg_stmts (qb_pg_stmt.h), the one copy of
+ *	  the PostgreSQL SQL and its parameter types for every host (the SPI
+ *	  store runs the same): prepared once per connection, lazily, under a
+ *	  fixed name (qb_<id>), and prepared again after a reconnect.
+ *	  Parameters are typed (qbpq_oids maps the descriptor's types) and
  *	  sent as text: numbers in decimal, arrays as PostgreSQL array literals
  *	  (qb_pg_array.h).  No value is ever spliced into SQL text.
  *	- An op is one QbStore call: one transaction (BEGIN ... COMMIT,
@@ -73,89 +74,33 @@
 #endif
 
 #include "pq_store.h"
+#include "qb_claim_cols.h"
 #include "qb_host.h"
 #include "qb_pg_array.h"
 #include "qb_relay.h"
-#include "qb_sql_pg.h"
+#include "qb_pg_stmt.h"
 
-/* The parameter types (pg_type OIDs) the statements take. */
-#define QBPQ_BOOL		16
-#define QBPQ_INT8		20
-#define QBPQ_INT4		23
-#define QBPQ_TEXT		25
-#define QBPQ_BOOLARR	1000
-#define QBPQ_INT4ARR	1007
-#define QBPQ_TEXTARR	1009
-#define QBPQ_INT8ARR	1016
-#define QBPQ_TSTZ		1184
-#define QBPQ_UUID		2950
-#define QBPQ_UUIDARR	2951
+/*
+ * The pg_type OIDs libpq sends for each QbPgType (catalog/pg_type.dat:
+ * fixed numbers, the same on every server).
+ */
+static const Oid qbpq_oids[QB_PG_NTYPES] = {
+	[QB_PG_T_NONE] = 0,
+	[QB_PG_T_BOOL] = 16,
+	[QB_PG_T_INT4] = 23,
+	[QB_PG_T_INT8] = 20,
+	[QB_PG_T_TEXT] = 25,
+	[QB_PG_T_UUID] = 2950,
+	[QB_PG_T_TIMESTAMPTZ] = 1184,
+	[QB_PG_T_BOOL_ARRAY] = 1000,
+	[QB_PG_T_INT4_ARRAY] = 1007,
+	[QB_PG_T_INT8_ARRAY] = 1016,
+	[QB_PG_T_TEXT_ARRAY] = 1009,
+	[QB_PG_T_UUID_ARRAY] = 2951,
+};
 
-#define QBPQ_MAXARGS	9
 #define QBPQ_BACKOFF_FIRST_MS	250
 #define QBPQ_BACKOFF_MAX_MS		10000
-
-/* The statements, by the slot their prepared name and flag live in. */
-typedef enum QbpqId
-{
-	QBPQ_CLAIM,
-	QBPQ_SETTLE,
-	QBPQ_PROMOTE,
-	QBPQ_BREAKER,
-	QBPQ_BREAKER_ROWS,
-	QBPQ_STATES,
-	QBPQ_UNPARK,
-	QBPQ_UNROUTE,
-	QBPQ_RECLAIM,
-	QBPQ_RETENTION,
-	QBPQ_RELAY_CLAIM,
-	QBPQ_RELAY_FORWARD,
-	QBPQ_RELAY_PROMOTE,
-	QBPQ_INBOX_INSERT,
-	QBPQ_REPLAY_SELECT,
-	QBPQ_REPLAY,
-	QBPQ_SET_CONFIG,
-	QBPQ_QUERY,					/* + QbQuery: qb_pg_queries[] */
-	QBPQ_NSTMTS = QBPQ_QUERY + QB_NQUERIES
-} QbpqId;
-
-typedef struct QbpqStmt
-{
-	const char *sql;
-	int			nparams;
-	unsigned int types[QBPQ_MAXARGS];
-} QbpqStmt;
-
-static const QbpqStmt qbpq_stmts[QBPQ_QUERY] = {
-	[QBPQ_CLAIM] = {QB_PG_OUTBOX_CLAIM, 9,
-	{QBPQ_INT4, QBPQ_INT8, QBPQ_INT4, QBPQ_UUID, QBPQ_INT8, QBPQ_TEXTARR, QBPQ_INT4ARR,
-	QBPQ_TEXTARR, QBPQ_INT8ARR}},
-	[QBPQ_SETTLE] = {QB_PG_OUTBOX_SETTLE, 7,
-	{QBPQ_UUIDARR, QBPQ_INT8ARR, QBPQ_TEXTARR, QBPQ_INT4ARR, QBPQ_INT8ARR, QBPQ_TEXTARR,
-	QBPQ_TEXTARR}},
-	[QBPQ_PROMOTE] = {QB_PG_OUTBOX_PROMOTE, 4, {QBPQ_TEXTARR, QBPQ_UUID, QBPQ_INT8, QBPQ_INT4}},
-	[QBPQ_BREAKER] = {QB_PG_OUTBOX_BREAKER, 8,
-	{QBPQ_TEXTARR, QBPQ_INT4ARR, QBPQ_INT4ARR, QBPQ_BOOLARR, QBPQ_INT8ARR, QBPQ_TEXTARR,
-	QBPQ_INT4ARR, QBPQ_INT8ARR}},
-	[QBPQ_BREAKER_ROWS] = {QB_PG_OUTBOX_BREAKER_ROWS, 1, {QBPQ_TEXTARR}},
-	[QBPQ_STATES] = {QB_PG_OUTBOX_STATES, 1, {QBPQ_INT8}},
-	[QBPQ_UNPARK] = {QB_PG_OUTBOX_UNPARK, 2, {QBPQ_TEXTARR, QBPQ_INT4}},
-	[QBPQ_UNROUTE] = {QB_PG_OUTBOX_UNROUTE, 1, {QBPQ_TEXTARR}},
-	[QBPQ_RECLAIM] = {QB_PG_OUTBOX_RECLAIM, 1, {QBPQ_INT4}},
-	[QBPQ_RETENTION] = {QB_PG_OUTBOX_RETENTION, 2, {QBPQ_INT8, QBPQ_INT4}},
-	[QBPQ_RELAY_CLAIM] = {QB_PG_RELAY_CLAIM, 3, {QBPQ_INT4, QBPQ_INT8, QBPQ_UUID}},
-	[QBPQ_RELAY_FORWARD] = {QB_PG_RELAY_FORWARD, 4,
-	{QBPQ_UUID, QBPQ_INT8ARR, QBPQ_TEXTARR, QBPQ_INT4}},
-	[QBPQ_RELAY_PROMOTE] = {QB_PG_RELAY_PROMOTE, 1, {QBPQ_INT8ARR}},
-	[QBPQ_INBOX_INSERT] = {QB_PG_INBOX_INSERT, 8,
-	{QBPQ_TEXTARR, QBPQ_TEXTARR, QBPQ_TEXTARR, QBPQ_TEXTARR, QBPQ_TEXTARR, QBPQ_TEXTARR,
-	QBPQ_TEXTARR, QBPQ_TEXTARR}},
-	[QBPQ_REPLAY_SELECT] = {QB_PG_INBOX_REPLAY_SELECT, 5,
-	{QBPQ_INT8, QBPQ_TEXT, QBPQ_TEXT, QBPQ_TSTZ, QBPQ_TSTZ}},
-	[QBPQ_REPLAY] = {QB_PG_INBOX_REPLAY, 3, {QBPQ_INT8ARR, QBPQ_TEXTARR, QBPQ_INT4}},
-	/* a setting of the session or (local) of the transaction, as SET does */
-	[QBPQ_SET_CONFIG] = {"SELECT set_config($1, $2, $3)", 3, {QBPQ_TEXT, QBPQ_TEXT, QBPQ_BOOL}},
-};
 
 struct QbPqStore
 {
@@ -168,7 +113,7 @@ struct QbPqStore
 	bool		async_commit;
 	bool		unnamed;		/* no named statements: a pooler in transaction mode */
 	PGconn	   *conn;			/* NULL: not connected */
-	bool		prepared[QBPQ_NSTMTS];
+	bool		prepared[QB_PG_NSTMTS];
 	long		backoff_ms;		/* the last wait; 0: the last connect worked */
 	long		retry_at_ms;	/* no connect before this (monotonic ms) */
 	char		last_error[512];	/* why the last connect failed */
@@ -318,9 +263,9 @@ qbpq_command(QbPqStore *s, const char *sql, const char *what, char *err, size_t 
  */
 typedef struct QbpqArgs
 {
-	const char *v[QBPQ_MAXARGS];
-	char		num[QBPQ_MAXARGS][24];
-	QbPgArray	arr[QBPQ_MAXARGS];
+	const char *v[QB_PG_MAXPARAMS];
+	char		num[QB_PG_MAXPARAMS][24];
+	QbPgArray	arr[QB_PG_MAXPARAMS];
 	bool		oom;
 } QbpqArgs;
 
@@ -342,7 +287,7 @@ qbpq_args_array(QbpqArgs *a, int i)
 static void
 qbpq_args_free(QbpqArgs *a)
 {
-	for (int i = 0; i < QBPQ_MAXARGS; i++)
+	for (int i = 0; i < QB_PG_MAXPARAMS; i++)
 		qb_pg_array_free(&a->arr[i]);
 }
 
@@ -361,7 +306,7 @@ qbpq_commit_lost(char *err, size_t errlen)
 /* One statement of a pipeline: what to run, and (out) its result. */
 typedef struct QbpqStep
 {
-	int			id;				/* QbpqId (QBPQ_QUERY + n: a query_text query) */
+	QbPgStmtId	id;				/* qb_pg_stmts[id] */
 	const QbpqArgs *args;
 	ExecStatusType want;
 	const char *what;
@@ -393,8 +338,6 @@ typedef enum QbpqSent
 static int
 qbpq_pipeline(QbPqStore *s, QbpqStep *steps, int n, bool commit, char *err, size_t errlen)
 {
-	static const unsigned int text_types[QBPQ_MAXARGS] = {QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT,
-	QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT, QBPQ_TEXT};
 	static const char *const local_sql = "SELECT set_config($1, $2, true)";
 	QbpqSent	sent[3 + 2 * QBPQ_MAXSTEPS + 1];
 	int			sent_step[3 + 2 * QBPQ_MAXSTEPS + 1];
@@ -452,15 +395,16 @@ qbpq_pipeline(QbPqStore *s, QbpqStep *steps, int n, bool commit, char *err, size
 	for (int i = 0; i < n && ok; i++)
 	{
 		int			id = steps[i].id;
-		int			nparams = id >= QBPQ_QUERY ? qb_pg_query_nparams[id - QBPQ_QUERY] :
-			qbpq_stmts[id].nparams;
+		const QbPgStmt *st = &qb_pg_stmts[id];
+		Oid			types[QB_PG_MAXPARAMS];
 
+		for (int k = 0; k < st->nparams; k++)
+			types[k] = qbpq_oids[st->params[k]];
 		if (s->unnamed)
 		{
 			/* each transaction may run on another server connection */
-			ok &= PQsendQueryParams(s->conn, id >= QBPQ_QUERY ? qb_pg_queries[id - QBPQ_QUERY] : qbpq_stmts[id].sql,
-									nparams, id >= QBPQ_QUERY ? text_types : qbpq_stmts[id].types,
-									steps[i].args->v, NULL, NULL, 0) == 1;
+			ok &= PQsendQueryParams(s->conn, st->sql, st->nparams, types, steps[i].args->v,
+									NULL, NULL, 0) == 1;
 			sent_step[nsent] = i;
 			sent[nsent++] = QBPQ_SENT_STEP;
 			continue;
@@ -468,13 +412,11 @@ qbpq_pipeline(QbPqStore *s, QbpqStep *steps, int n, bool commit, char *err, size
 		snprintf(name, sizeof(name), "qb_%d", id);
 		if (!s->prepared[id])
 		{
-			ok &= PQsendPrepare(s->conn, name,
-								id >= QBPQ_QUERY ? qb_pg_queries[id - QBPQ_QUERY] : qbpq_stmts[id].sql,
-								nparams, id >= QBPQ_QUERY ? text_types : qbpq_stmts[id].types) == 1;
+			ok &= PQsendPrepare(s->conn, name, st->sql, st->nparams, types) == 1;
 			sent_step[nsent] = i;
 			sent[nsent++] = QBPQ_SENT_PREPARE;
 		}
-		ok &= PQsendQueryPrepared(s->conn, name, nparams, steps[i].args->v, NULL, NULL, 0) == 1;
+		ok &= PQsendQueryPrepared(s->conn, name, st->nparams, steps[i].args->v, NULL, NULL, 0) == 1;
 		sent_step[nsent] = i;
 		sent[nsent++] = QBPQ_SENT_STEP;
 	}
@@ -615,7 +557,7 @@ qbpq_set(QbPqStore *s, const char *name, const char *value, bool local, char *er
 	PGresult   *res;
 
 	snprintf(what, sizeof(what), "setting %s", name);
-	if ((res = qbpq_run(s, QBPQ_SET_CONFIG, &a, PGRES_TUPLES_OK, what, err, errlen)) == NULL)
+	if ((res = qbpq_run(s, QB_PG_S_SET_CONFIG, &a, PGRES_TUPLES_OK, what, err, errlen)) == NULL)
 		return -1;
 	PQclear(res);
 	return 0;
@@ -874,21 +816,22 @@ qbpq_take_rows(const PGresult *res, QbCycleOut *out, const char *what, char *err
 	{
 		QbOutboxRow *r = &out->rows[out->nrows++];
 
-		r->id = qbpq_int(res, i, 0);
-		snprintf(r->message_id, sizeof(r->message_id), "%s", PQgetvalue(res, i, 1));
-		r->topic = qbpq_dup(res, i, 2, &oom);
-		r->key = qbpq_dup(res, i, 3, &oom);
-		r->payload = qbpq_dup(res, i, 4, &oom);
+		r->id = qbpq_int(res, i, QB_CLAIM_COL_ID);
+		snprintf(r->message_id, sizeof(r->message_id), "%s",
+				 PQgetvalue(res, i, QB_CLAIM_COL_MESSAGE_ID));
+		r->topic = qbpq_dup(res, i, QB_CLAIM_COL_TOPIC, &oom);
+		r->key = qbpq_dup(res, i, QB_CLAIM_COL_KEY, &oom);
+		r->payload = qbpq_dup(res, i, QB_CLAIM_COL_PAYLOAD, &oom);
 		r->payload_len = r->payload ? strlen(r->payload) : 0;
-		r->headers = qbpq_dup(res, i, 5, &oom);
-		r->attempt = (int) qbpq_int(res, i, 6);
-		r->max_attempts = (int) qbpq_int(res, i, 7);
-		r->created_epoch = strtod(PQgetvalue(res, i, 8), NULL);
-		r->claimed = qbpq_bool(res, i, 9);
-		r->destination = qbpq_dup(res, i, 10, &oom);
-		r->in_intake = qbpq_bool(res, i, 11);
-		r->not_due = qbpq_bool(res, i, 12);
-		r->probe = qbpq_bool(res, i, 13);
+		r->headers = qbpq_dup(res, i, QB_CLAIM_COL_HEADERS, &oom);
+		r->attempt = (int) qbpq_int(res, i, QB_CLAIM_COL_ATTEMPT);
+		r->max_attempts = (int) qbpq_int(res, i, QB_CLAIM_COL_MAX_ATTEMPTS);
+		r->created_epoch = strtod(PQgetvalue(res, i, QB_CLAIM_COL_CREATED_EPOCH), NULL);
+		r->claimed = qbpq_bool(res, i, QB_CLAIM_COL_CLAIMED);
+		r->destination = qbpq_dup(res, i, QB_CLAIM_COL_DESTINATION, &oom);
+		r->in_intake = qbpq_bool(res, i, QB_CLAIM_COL_IN_INTAKE);
+		r->not_due = qbpq_bool(res, i, QB_CLAIM_COL_NOT_DUE);
+		r->probe = qbpq_bool(res, i, QB_CLAIM_COL_PROBE);
 	}
 	return oom ? qbpq_oom(what, err, errlen) : 0;
 }
@@ -918,11 +861,11 @@ qbpq_breaker(QbPqStore *s, const QbDestTally *t, int n, QbCycleOut *out,
 	}
 	for (int i = 0; i < 8; i++)
 		qbpq_args_array(&a, i);
-	if ((res = qbpq_run(s, QBPQ_BREAKER_ROWS, &a, PGRES_COMMAND_OK,
+	if ((res = qbpq_run(s, QB_PG_S_BREAKER_ROWS, &a, PGRES_COMMAND_OK,
 						"creating the circuit breaker rows", err, errlen)) == NULL)
 		goto done;
 	PQclear(res);
-	if ((res = qbpq_run(s, QBPQ_BREAKER, &a, PGRES_TUPLES_OK,
+	if ((res = qbpq_run(s, QB_PG_S_BREAKER, &a, PGRES_TUPLES_OK,
 						"the circuit breaker statement", err, errlen)) == NULL)
 		goto done;
 	if (PQntuples(res) > 0 &&
@@ -974,7 +917,7 @@ qbpq_settle(QbPqStore *s, const QbSettle *st, int n, const QbClaimReq *claim,
 	}
 	for (int i = 0; i < 7; i++)
 		qbpq_args_array(&a, i);
-	if ((res = qbpq_run(s, QBPQ_SETTLE, &a, PGRES_TUPLES_OK, "the outbox settle",
+	if ((res = qbpq_run(s, QB_PG_S_SETTLE, &a, PGRES_TUPLES_OK, "the outbox settle",
 						err, errlen)) == NULL)
 		goto done;
 	out->nsettled = PQntuples(res);
@@ -1055,7 +998,7 @@ qbpq_claim(QbPqStore *s, const QbClaimReq *c, QbPgArray *probes, QbCycleOut *out
 		a.oom = true;
 	qbpq_args_array(&a, 8);
 	/* the cycle's last statement: its COMMIT goes with it */
-	if ((res = qbpq_run_commit(s, QBPQ_CLAIM, &a, PGRES_TUPLES_OK, "the outbox claim",
+	if ((res = qbpq_run_commit(s, QB_PG_S_CLAIM, &a, PGRES_TUPLES_OK, "the outbox claim",
 						err, errlen)) != NULL)
 	{
 		rc = qbpq_take_rows(res, out, "the outbox claim", err, errlen);
@@ -1094,12 +1037,12 @@ qbpq_cycle_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 		qbpq_settle(s, cy->settles, cy->nsettles, claim, &p, &nkeys, cy->out, err, errlen) != 0)
 		goto done;
 	if (nkeys > 0)
-		steps[nsteps++] = (QbpqStep) {.id = QBPQ_PROMOTE, .args = &p, .want = PGRES_TUPLES_OK,
+		steps[nsteps++] = (QbpqStep) {.id = QB_PG_S_PROMOTE, .args = &p, .want = PGRES_TUPLES_OK,
 		.what = "promoting the next row of each key"};
 	if (claim != NULL)
 	{
 		qbpq_args_int(&sa, 0, claim->probe_ms);
-		steps[nsteps++] = (QbpqStep) {.id = QBPQ_STATES, .args = &sa, .want = PGRES_TUPLES_OK,
+		steps[nsteps++] = (QbpqStep) {.id = QB_PG_S_STATES, .args = &sa, .want = PGRES_TUPLES_OK,
 		.what = "reading the destination states"};
 	}
 	/* a settle alone commits with its promote */
@@ -1197,7 +1140,7 @@ static int
 qbpq_outbox_unpark(void *ctx, const char *const *dests, int n, int limit, int *nmoved,
 				   char *err, size_t errlen)
 {
-	QbpqCount	c = {.id = QBPQ_UNPARK, .what = "unpark"};
+	QbpqCount	c = {.id = QB_PG_S_UNPARK, .what = "unpark"};
 
 	qbpq_names(&c.args, dests, n);
 	qbpq_args_int(&c.args, 1, limit);
@@ -1208,7 +1151,7 @@ static int
 qbpq_outbox_unroute(void *ctx, const char *const *dests, int n, int *nmoved,
 					char *err, size_t errlen)
 {
-	QbpqCount	c = {.id = QBPQ_UNROUTE, .what = "unroute"};
+	QbpqCount	c = {.id = QB_PG_S_UNROUTE, .what = "unroute"};
 
 	qbpq_names(&c.args, dests, n);
 	return qbpq_count(ctx, &c, nmoved, err, errlen);
@@ -1217,7 +1160,7 @@ qbpq_outbox_unroute(void *ctx, const char *const *dests, int n, int *nmoved,
 static int
 qbpq_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
 {
-	QbpqCount	c = {.id = QBPQ_RECLAIM, .what = "reclaim"};
+	QbpqCount	c = {.id = QB_PG_S_RECLAIM, .what = "reclaim"};
 
 	qbpq_args_int(&c.args, 0, limit);
 	return qbpq_count(ctx, &c, n, err, errlen);
@@ -1227,7 +1170,7 @@ static int
 qbpq_outbox_retention(void *ctx, long retention_sec, int limit, int *n,
 					  char *err, size_t errlen)
 {
-	QbpqCount	c = {.id = QBPQ_RETENTION, .what = "retention"};
+	QbpqCount	c = {.id = QB_PG_S_RETENTION, .what = "retention"};
 
 	qbpq_args_int(&c.args, 0, retention_sec);
 	qbpq_args_int(&c.args, 1, limit);
@@ -1257,7 +1200,7 @@ qbpq_relay_claim_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 	qbpq_args_int(&a, 0, c->batch_size);
 	qbpq_args_int(&a, 1, c->lease_ms);
 	a.v[2] = c->token;
-	if ((res = qbpq_run_commit(s, QBPQ_RELAY_CLAIM, &a, PGRES_TUPLES_OK, "relay claim",
+	if ((res = qbpq_run_commit(s, QB_PG_S_RELAY_CLAIM, &a, PGRES_TUPLES_OK, "relay claim",
 						err, errlen)) == NULL)
 		return -1;
 	n = PQntuples(res);
@@ -1311,9 +1254,9 @@ qbpq_relay_forward_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 	QbpqForward *f = arg;
 	QbpqArgs	p = {.v = {f->args.v[1]}};
 	QbpqStep	steps[2] = {
-		{.id = QBPQ_RELAY_FORWARD, .args = &f->args, .want = PGRES_TUPLES_OK,
+		{.id = QB_PG_S_RELAY_FORWARD, .args = &f->args, .want = PGRES_TUPLES_OK,
 		.what = "the relay forward"},
-		{.id = QBPQ_RELAY_PROMOTE, .args = &p, .want = PGRES_COMMAND_OK,
+		{.id = QB_PG_S_RELAY_PROMOTE, .args = &p, .want = PGRES_COMMAND_OK,
 		.what = "promoting the next row of each aggregate"},
 	};
 
@@ -1367,7 +1310,7 @@ qbpq_inbox_insert_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 
 	if (qbpq_durable(s, err, errlen) != 0)
 		return -1;
-	if ((res = qbpq_run_commit(s, QBPQ_INBOX_INSERT, &a->args, PGRES_TUPLES_OK, "the inbox insert",
+	if ((res = qbpq_run_commit(s, QB_PG_S_INBOX_INSERT, &a->args, PGRES_TUPLES_OK, "the inbox insert",
 						err, errlen)) == NULL)
 		return -1;
 	/* match each stored row to the first request of its key */
@@ -1464,7 +1407,7 @@ qbpq_replay(QbPqStore *s, QbpqQuery *q, char *err, size_t errlen)
 	for (int i = 0; i < 4; i++)
 		a.v[i + 1] = single ? NULL : q->params[i];
 	a.v[0] = single ? q->params[0] : NULL;
-	if ((sel = qbpq_run(s, QBPQ_REPLAY_SELECT, &a, PGRES_TUPLES_OK,
+	if ((sel = qbpq_run(s, QB_PG_S_REPLAY_SELECT, &a, PGRES_TUPLES_OK,
 						"reading the inbox rows to replay", err, errlen)) == NULL)
 		return -1;
 	n = PQntuples(sel);
@@ -1513,7 +1456,7 @@ qbpq_replay(QbPqStore *s, QbpqQuery *q, char *err, size_t errlen)
 		qbpq_args_array(&ins, 0);
 		qbpq_args_array(&ins, 1);
 		qbpq_args_int(&ins, 2, qb_config_relay_max_attempts(s->cfg));
-		if ((res = qbpq_run(s, QBPQ_REPLAY, &ins, PGRES_TUPLES_OK,
+		if ((res = qbpq_run(s, QB_PG_S_REPLAY, &ins, PGRES_TUPLES_OK,
 							"inserting the replayed outbox rows", err, errlen)) == NULL)
 			goto done;
 	}
@@ -1543,9 +1486,9 @@ qbpq_query_text_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 
 	if (q->query == QB_Q_REPLAY_INBOX || q->query == QB_Q_REPLAY_INBOX_BULK)
 		return qbpq_replay(s, q, err, errlen);
-	for (int i = 0; i < qb_pg_query_nparams[q->query]; i++)
+	for (int i = 0; i < qb_pg_stmts[QB_PG_S_QUERY + q->query].nparams; i++)
 		a.v[i] = q->params[i];
-	if ((res = qbpq_run_commit(s, QBPQ_QUERY + q->query, &a, PGRES_TUPLES_OK, "query", err,
+	if ((res = qbpq_run_commit(s, QB_PG_S_QUERY + q->query, &a, PGRES_TUPLES_OK, "query", err,
 						errlen)) == NULL)
 		return -1;
 	if (PQntuples(res) > 0)
@@ -1562,8 +1505,7 @@ qbpq_query_text(void *ctx, QbQuery query, const char *const *params, long timeou
 	QbpqQuery	q = {.query = query, .params = params, .out = out};
 	int			rc;
 
-	_Static_assert(sizeof(qb_pg_queries) / sizeof(qb_pg_queries[0]) == QB_NQUERIES,
-				   "one SQL text per QbQuery");
+	_Static_assert(QB_PG_NQUERIES == QB_NQUERIES, "one statement per QbQuery");
 	*out = NULL;
 	rc = qbpq_txn(s, "query", timeout_ms, qbpq_query_text_body, &q, err, errlen);
 	if (rc == 0)

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "odbc_store.h"
+#include "qb_claim_cols.h"
 #include "qb_host.h"
 #include "qb_relay.h"
 
@@ -224,7 +225,7 @@ qbos_cycle_row(void *arg, int set, int ncols, char **v)
 		st->paused = qbos_bool(v[3]);
 		st->probe = qbos_bool(v[4]);
 	}
-	else if (set == 3 && ncols >= 14)
+	else if (set == 3 && ncols >= QB_CLAIM_NCOLS)
 	{
 		QbOutboxRow *r;
 
@@ -232,23 +233,26 @@ qbos_cycle_row(void *arg, int set, int ncols, char **v)
 			return -1;
 		r = &out->rows[out->nrows++];
 		memset(r, 0, sizeof(*r));
-		r->id = qbos_num(v[0]);
+		const char *mid = v[QB_CLAIM_COL_MESSAGE_ID];
+		const char *epoch = v[QB_CLAIM_COL_CREATED_EPOCH];
+
+		r->id = qbos_num(v[QB_CLAIM_COL_ID]);
 		/* SQL Server prints UUIDs in capitals; the other stores in small letters */
-		for (int i = 0; v[1] && v[1][i] && i < QB_UUID_LEN; i++)
-			r->message_id[i] = (char) tolower((unsigned char) v[1][i]);
-		r->topic = qbos_take(v, 2);
-		r->key = qbos_take(v, 3);
-		r->payload = qbos_take(v, 4);
+		for (int i = 0; mid && mid[i] && i < QB_UUID_LEN; i++)
+			r->message_id[i] = (char) tolower((unsigned char) mid[i]);
+		r->topic = qbos_take(v, QB_CLAIM_COL_TOPIC);
+		r->key = qbos_take(v, QB_CLAIM_COL_KEY);
+		r->payload = qbos_take(v, QB_CLAIM_COL_PAYLOAD);
 		r->payload_len = r->payload ? strlen(r->payload) : 0;
-		r->headers = qbos_take(v, 5);
-		r->attempt = (int) qbos_num(v[6]);
-		r->max_attempts = (int) qbos_num(v[7]);
-		r->created_epoch = v[8] ? strtod(v[8], NULL) : 0;
-		r->claimed = qbos_bool(v[9]);
-		r->destination = qbos_take(v, 10);
-		r->in_intake = qbos_bool(v[11]);
-		r->not_due = qbos_bool(v[12]);
-		r->probe = qbos_bool(v[13]);
+		r->headers = qbos_take(v, QB_CLAIM_COL_HEADERS);
+		r->attempt = (int) qbos_num(v[QB_CLAIM_COL_ATTEMPT]);
+		r->max_attempts = (int) qbos_num(v[QB_CLAIM_COL_MAX_ATTEMPTS]);
+		r->created_epoch = epoch ? strtod(epoch, NULL) : 0;
+		r->claimed = qbos_bool(v[QB_CLAIM_COL_CLAIMED]);
+		r->destination = qbos_take(v, QB_CLAIM_COL_DESTINATION);
+		r->in_intake = qbos_bool(v[QB_CLAIM_COL_IN_INTAKE]);
+		r->not_due = qbos_bool(v[QB_CLAIM_COL_NOT_DUE]);
+		r->probe = qbos_bool(v[QB_CLAIM_COL_PROBE]);
 		if (r->topic == NULL || r->payload == NULL || r->headers == NULL)
 			return -1;
 	}

@@ -1,0 +1,60 @@
+/*-------------------------------------------------------------------------
+ * qb_pg_stmt.c
+ *	  The PostgreSQL statements' descriptors (qb_pg_stmt.h): each
+ *	  statement's text and parameter types, written once for the SPI and
+ *	  the libpq store.  The types are those qb_sql_pg.h's comments give
+ *	  each $n.
+ *-------------------------------------------------------------------------
+ */
+#include "qb_pg_stmt.h"
+#include "qb_sql_pg.h"
+
+#define B	QB_PG_T_BOOL
+#define I4	QB_PG_T_INT4
+#define I8	QB_PG_T_INT8
+#define T	QB_PG_T_TEXT
+#define U	QB_PG_T_UUID
+#define TS	QB_PG_T_TIMESTAMPTZ
+#define BA	QB_PG_T_BOOL_ARRAY
+#define I4A QB_PG_T_INT4_ARRAY
+#define I8A QB_PG_T_INT8_ARRAY
+#define TA	QB_PG_T_TEXT_ARRAY
+#define UA	QB_PG_T_UUID_ARRAY
+
+const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS] = {
+	[QB_PG_S_CLAIM] = {"outbox claim", QB_PG_OUTBOX_CLAIM, 9, {I4, I8, I4, U, I8, TA, I4A, TA, I8A}},
+	[QB_PG_S_SETTLE] = {"outbox settle", QB_PG_OUTBOX_SETTLE, 7, {UA, I8A, TA, I4A, I8A, TA, TA}},
+	[QB_PG_S_PROMOTE] = {"outbox promote", QB_PG_OUTBOX_PROMOTE, 4, {TA, U, I8, I4}},
+	[QB_PG_S_BREAKER] = {"circuit breaker", QB_PG_OUTBOX_BREAKER, 8,
+	{TA, I4A, I4A, BA, I8A, TA, I4A, I8A}},
+	[QB_PG_S_BREAKER_ROWS] = {"circuit breaker rows", QB_PG_OUTBOX_BREAKER_ROWS, 1, {TA}},
+	[QB_PG_S_STATES] = {"destination states", QB_PG_OUTBOX_STATES, 1, {I8}},
+	[QB_PG_S_UNPARK] = {"outbox unpark", QB_PG_OUTBOX_UNPARK, 2, {TA, I4}},
+	[QB_PG_S_UNROUTE] = {"outbox unroute", QB_PG_OUTBOX_UNROUTE, 1, {TA}},
+	[QB_PG_S_RECLAIM] = {"outbox reclaim", QB_PG_OUTBOX_RECLAIM, 1, {I4}},
+	[QB_PG_S_RETENTION] = {"outbox retention", QB_PG_OUTBOX_RETENTION, 2, {I8, I4}},
+	[QB_PG_S_RELAY_CLAIM] = {"relay claim", QB_PG_RELAY_CLAIM, 3, {I4, I8, U}},
+	[QB_PG_S_RELAY_FORWARD] = {"relay forward", QB_PG_RELAY_FORWARD, 4, {U, I8A, TA, I4}},
+	[QB_PG_S_RELAY_PROMOTE] = {"relay promote", QB_PG_RELAY_PROMOTE, 1, {I8A}},
+	[QB_PG_S_INBOX_INSERT] = {"inbox insert", QB_PG_INBOX_INSERT, 8,
+	{TA, TA, TA, TA, TA, TA, TA, TA}},
+	[QB_PG_S_REPLAY_SELECT] = {"inbox replay select", QB_PG_INBOX_REPLAY_SELECT, 5,
+	{I8, T, T, TS, TS}},
+	[QB_PG_S_REPLAY] = {"inbox replay", QB_PG_INBOX_REPLAY, 3, {I8A, TA, I4}},
+	[QB_PG_S_CONFIG_LOAD] = {"configuration load", QB_PG_CONFIG_LOAD, 0, {0}},
+	[QB_PG_S_SET_CONFIG] = {"set_config", QB_PG_SET_CONFIG, 3, {T, T, B}},
+	/* the queries of QbStore.query_text, in QbQuery's order */
+	[QB_PG_S_QUERY + 0] = {"ready", QB_PG_Q_READY, 0, {0}},
+	[QB_PG_S_QUERY + 1] = {"gauges", QB_PG_Q_GAUGES, 0, {0}},
+	[QB_PG_S_QUERY + 2] = {"dead outbox rows", QB_PG_Q_DEAD_OUTBOX, 1, {T}},
+	[QB_PG_S_QUERY + 3] = {"dead inbox rows", QB_PG_Q_DEAD_INBOX, 1, {T}},
+	[QB_PG_S_QUERY + 4] = {"replay outbox", QB_PG_Q_REPLAY_OUTBOX, 1, {T}},
+	[QB_PG_S_QUERY + 5] = {"requeue outbox", QB_PG_Q_REQUEUE_OUTBOX, 1, {T}},
+	[QB_PG_S_QUERY + 6] = {"replay inbox", QB_PG_Q_REPLAY_INBOX, 1, {T}},
+	[QB_PG_S_QUERY + 7] = {"requeue inbox", QB_PG_Q_REQUEUE_INBOX, 1, {T}},
+	[QB_PG_S_QUERY + 8] = {"replay outbox rows", QB_PG_Q_REPLAY_OUTBOX_BULK, 4, {T, T, T, T}},
+	[QB_PG_S_QUERY + 9] = {"requeue outbox rows", QB_PG_Q_REQUEUE_OUTBOX_BULK, 3, {T, T, T}},
+	[QB_PG_S_QUERY + 10] = {"replay inbox rows", QB_PG_Q_REPLAY_INBOX_BULK, 4, {T, T, T, T}},
+	[QB_PG_S_QUERY + 11] = {"requeue inbox rows", QB_PG_Q_REQUEUE_INBOX_BULK, 3, {T, T, T}},
+	[QB_PG_S_QUERY + 12] = {"resume destination", QB_PG_Q_RESUME_DESTINATION, 1, {T}},
+};
