@@ -25,6 +25,31 @@ test_complete(void **state)
 		assert_int_equal(qb_engine((QbEngineKind) k)->kind, k);
 }
 
+/* a hole is named, with the engine it is in */
+static void
+test_hole(void **state)
+{
+	QbEngine	t[QB_ENGINE_NKINDS];
+	char		err[256];
+
+	memcpy(t, qb_engine(0), sizeof(t));
+	assert_int_equal(qb_engines_check_table(t, QB_ENGINE_NKINDS, err, sizeof(err)), 0);
+	t[QB_ENGINE_RELAY].run = NULL;
+	assert_int_equal(qb_engines_check_table(t, QB_ENGINE_NKINDS, err, sizeof(err)), -1);
+	assert_string_equal(err, "the engine table (qb_engines.c): entry 1 (relay) has no run function");
+
+	memcpy(t, qb_engine(0), sizeof(t));
+	t[QB_ENGINE_CONSUMER].name = NULL;
+	assert_int_equal(qb_engines_check_table(t, QB_ENGINE_NKINDS, err, sizeof(err)), -1);
+	assert_string_equal(err, "the engine table (qb_engines.c): entry 3 (unnamed) has no name");
+
+	/* an entry in the wrong place */
+	memcpy(t, qb_engine(0), sizeof(t));
+	t[QB_ENGINE_INGRESS] = *qb_engine(QB_ENGINE_OUTBOX);
+	assert_int_equal(qb_engines_check_table(t, QB_ENGINE_NKINDS, err, sizeof(err)), -1);
+	assert_string_equal(err, "the engine table (qb_engines.c): entry 2 (outbox) has a kind that is not its index");
+}
+
 static void
 test_names(void **state)
 {
@@ -120,6 +145,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_complete),
+		cmocka_unit_test(test_hole),
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_wanted),
 		cmocka_unit_test(test_stop_lines),

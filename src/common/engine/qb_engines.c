@@ -146,28 +146,34 @@ qb_engine(QbEngineKind kind)
 	return &qb_engines[kind];
 }
 
-/* qb_engines_check: see qb_engines.h. */
+/* qb_engines_check_table: see qb_engines.h. */
 int
-qb_engines_check(char *err, size_t errlen)
+qb_engines_check_table(const QbEngine *table, int n, char *err, size_t errlen)
 {
-	for (int k = 0; k < QB_ENGINE_NKINDS; k++)
+	for (int k = 0; k < n; k++)
 	{
-		const QbEngine *e = &qb_engines[k];
-		const char *hole = e->name == NULL ? "name" :
-			(int) e->kind != k ? "kind" :
-			e->run == NULL ? "run" :
-			e->stats == NULL ? "stats" :
-			e->wanted == NULL ? "wanted" : NULL;
+		const QbEngine *e = &table[k];
+		const char *hole = e->name == NULL ? "no name" :
+			(int) e->kind != k ? "a kind that is not its index" :
+			e->run == NULL ? "no run function" :
+			e->stats == NULL ? "no stats function" :
+			e->wanted == NULL ? "no wanted function" : NULL;
 
 		if (hole != NULL)
 		{
-			snprintf(err, errlen,
-					 "the engine table (qb_engines.c) has no %s for engine kind %d (%s)",
-					 hole, k, e->name ? e->name : "unnamed");
+			snprintf(err, errlen, "the engine table (qb_engines.c): entry %d (%s) has %s",
+					 k, e->name ? e->name : "unnamed", hole);
 			return -1;
 		}
 	}
 	return 0;
+}
+
+/* qb_engines_check: see qb_engines.h. */
+int
+qb_engines_check(char *err, size_t errlen)
+{
+	return qb_engines_check_table(qb_engines, QB_ENGINE_NKINDS, err, errlen);
 }
 
 /* qb_engine_name: see qb_engines.h. */

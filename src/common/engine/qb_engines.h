@@ -84,6 +84,8 @@ extern const QbEngine *qb_engine(QbEngineKind kind);
  * field of an entry left incomplete.
  */
 extern int	qb_engines_check(char *err, size_t errlen);
+/* the same check of any table of n entries (the unit tests give it holes) */
+extern int	qb_engines_check_table(const QbEngine *table, int n, char *err, size_t errlen);
 
 /* "outbox 0", "relay", "ingress", "consumer 1" */
 extern void qb_engine_name(QbEngineKind kind, int index, char *buf, size_t len);
