@@ -23,7 +23,7 @@
 #       then queuebox._relay_forward(...) with a COMMIT after each, as the
 #       worker does, with no client round trip; once with synchronous_commit
 #       on (S: like for like, the relay commits synchronously whatever
-#       queuebox.worker_async_commit says, src/pgext/relay_worker.c) and once
+#       queuebox.worker_async_commit says, src/pgext/engine_worker.c) and once
 #       off (SA: the limit if those commits were asynchronous).
 # Ratios: relay / S, relay / SA, and relay / the outbox SQL-only limit, a
 # figure cited from the latest section of bench/RESULTS.md written by

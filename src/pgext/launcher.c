@@ -1,12 +1,13 @@
 /*-------------------------------------------------------------------------
  * launcher.c
  *	  The queuebox launcher: one static background worker that starts and
- *	  watches the dynamic workers (the outbox workers and the relay).
+ *	  watches the dynamic workers (outbox workers, relay, ingress, consumers).
  *
  * Wording:
- *	- A role is a kind of dynamic worker: its entry function, its name and
- *	  how many the GUCs ask for (qbl_roles).  The set is every worker of
- *	  every role, numbered role by role: outbox 0..N-1, then the relay.
+ *	- A role is a kind of dynamic worker: an engine of the core's registry
+ *	  (qb_engines.h), which names it and says how many the GUCs ask for.
+ *	  The set is every worker of every role, numbered role by role: outbox
+ *	  0..N-1, the relay, the ingress, then the consumers.
  *	- The launcher connects to no database (shared catalogs only), so a
  *	  missing queuebox.database is something it can notice and report, not a
  *	  FATAL at connect that the postmaster would turn into a crash loop.
@@ -37,71 +38,26 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "qb_engines.h"
 #include "qb_pg.h"
 
 #define QBL_CHECK_MS		1000
 #define QBL_NO_DB_RETRY_MS	5000
 
 /*
- * qbl_roles: every kind of dynamic worker.  count() reads the GUCs; an
- * ingress role (the HTTP listener) goes here too, with its own count.
+ * The roles are the engines of the core's registry (qb_engines.h), in its
+ * order: the consumers last, so they can be resized in place.  The GUCs say
+ * how many of each the registry wants (qbl_wanted).
  */
-typedef struct QblRole
-{
-	const char *name;			/* "outbox": bgw_type "queuebox outbox" */
-	const char *function;		/* the entry point in queuebox.so */
-	bool		numbered;		/* bgw_name "queuebox outbox 3" */
-	int			(*count) (void);
-} QblRole;
-
-static int
-qbl_outbox_count(void)
-{
-	return qb_outbox_workers;
-}
-
-static int
-qbl_relay_count(void)
-{
-	return qb_relay_worker ? 1 : 0;
-}
-
-static int
-qbl_ingress_count(void)
-{
-	return qb_ingress_worker ? 1 : 0;
-}
-
-/*
- * One consumer per broker source of the configuration, up to the GUC.  The
- * launcher reads no table: until a configure() commits or a worker loads
- * the document (QB_BROKER_SOURCES_UNKNOWN, after every start), one consumer
- * runs to load it, and the count it publishes sizes the role.
- */
-static int
-qbl_consumer_count(void)
-{
-	uint32		n = pg_atomic_read_u32(&qb_shared->broker_sources);
-
-	if (n == QB_BROKER_SOURCES_UNKNOWN)
-		return Min(qb_max_consumer_workers, 1);
-	return Min(qb_max_consumer_workers, (int) n);
-}
-
-static const QblRole qbl_roles[] = {
-	{"outbox", "qb_outbox_worker_main", true, qbl_outbox_count},
-	{"relay", "qb_relay_worker_main", false, qbl_relay_count},
-	{"ingress", "qb_ingress_worker_main", false, qbl_ingress_count},
-	{"consumer", "qb_consumer_worker_main", true, qbl_consumer_count},
-};
-
-#define QBL_NROLES			lengthof(qbl_roles)
+#define QBL_NROLES			QB_ENGINE_NKINDS
+StaticAssertDecl(QB_ENGINE_CONSUMER == QB_ENGINE_NKINDS - 1,
+				 "the consumers are the last role");
 #define QBL_MAX_WORKERS		(QB_MAX_OUTBOX_WORKERS + 2 + QB_MAX_CONSUMER_WORKERS)
 
 typedef struct QblWorker
 {
-	const QblRole *role;
-	int			index;			/* within its role: the main argument */
+	QbEngineKind kind;
+	int			index;			/* within its role */
 	BackgroundWorkerHandle *handle;
 	TimestampTz restart_after;	/* 0: start at once */
 } QblWorker;
@@ -190,7 +146,7 @@ qb_launcher_main(Datum arg)
 				for (int r = 0; r < QBL_NROLES; r++)
 					for (int i = 0; i < want_counts[r]; i++, n++)
 					{
-						qbl_workers[n].role = &qbl_roles[r];
+						qbl_workers[n].kind = (QbEngineKind) r;
 						qbl_workers[n].index = i;
 						qbl_workers[n].handle = NULL;
 						qbl_workers[n].restart_after = 0;
@@ -276,14 +232,28 @@ qbl_database_exists(const char *name)
 	return found;
 }
 
-/* qbl_wanted fills counts per role from the GUCs; returns the total. */
+/*
+ * qbl_wanted fills counts per role from the GUCs; returns the total.  The
+ * launcher reads no table: until a configure() commits or a worker loads
+ * the document (QB_BROKER_SOURCES_UNKNOWN, after every start), the number
+ * of broker sources is unknown, and the registry asks for one consumer to
+ * load it; the count it publishes then sizes the role.
+ */
 static int
 qbl_wanted(int *counts)
 {
+	uint32		sources = pg_atomic_read_u32(&qb_shared->broker_sources);
+	QbEngineWant want = {
+		.outbox_workers = qb_outbox_workers,
+		.relay = qb_relay_worker,
+		.ingress = qb_ingress_worker,
+		.broker_sources = sources == QB_BROKER_SOURCES_UNKNOWN ? -1 : (int) sources,
+		.max_consumers = qb_max_consumer_workers,
+	};
 	int			total = 0;
 
 	for (int r = 0; r < QBL_NROLES; r++)
-		total += counts[r] = qbl_roles[r].count();
+		total += counts[r] = qb_engine((QbEngineKind) r)->wanted(&want);
 	Assert(total <= QBL_MAX_WORKERS);
 	return total;
 }
@@ -293,20 +263,19 @@ qbl_start_worker(QblWorker *w)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
+	char		name[BGW_MAXLEN];
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	worker.bgw_main_arg = Int32GetDatum(w->index);
+	worker.bgw_main_arg = Int32GetDatum(QB_WORKER_ARG(w->kind, w->index));
 	worker.bgw_notify_pid = MyProcPid;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "queuebox");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", w->role->function);
-	snprintf(worker.bgw_type, BGW_MAXLEN, "queuebox %s", w->role->name);
-	if (w->role->numbered)
-		snprintf(worker.bgw_name, BGW_MAXLEN, "queuebox %s %d", w->role->name, w->index);
-	else
-		snprintf(worker.bgw_name, BGW_MAXLEN, "queuebox %s", w->role->name);
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "qb_engine_worker_main");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "queuebox %s", qb_engine(w->kind)->name);
+	qb_engine_name(w->kind, w->index, name, sizeof(name));
+	snprintf(worker.bgw_name, BGW_MAXLEN, "queuebox %s", name);
 	strlcpy(worker.bgw_extra, qbl_database, BGW_EXTRALEN);
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
@@ -340,7 +309,7 @@ qbl_resize_consumers(int want)
 	{
 		QblWorker  *w = &qbl_workers[qbl_nrunning++];
 
-		w->role = &qbl_roles[QBL_NROLES - 1];
+		w->kind = QB_ENGINE_CONSUMER;
 		w->index = i;
 		w->handle = NULL;
 		w->restart_after = 0;

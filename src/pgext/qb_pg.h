@@ -121,11 +121,14 @@ extern PGDLLEXPORT void qb_launcher_main(Datum arg);
 extern void qb_worker_host_start(const char *label, QbWorkerSlot *slot,
 								 bool may_commit_async, QbHost *host);
 
-/* outbox_worker.c, relay_worker.c */
-extern PGDLLEXPORT void qb_outbox_worker_main(Datum arg);
-extern PGDLLEXPORT void qb_relay_worker_main(Datum arg);
-extern PGDLLEXPORT void qb_ingress_worker_main(Datum arg);
-extern PGDLLEXPORT void qb_consumer_worker_main(Datum arg);
+/*
+ * engine_worker.c: every dynamic worker, one engine of qb_engines.h; its
+ * main argument is the engine's kind and index, packed by the launcher
+ */
+#define QB_WORKER_ARG(kind, index)	((int32) (kind) << 16 | (int32) (index))
+#define QB_WORKER_ARG_KIND(arg)		((QbEngineKind) ((arg) >> 16))
+#define QB_WORKER_ARG_INDEX(arg)	((int) ((arg) & 0xFFFF))
+extern PGDLLEXPORT void qb_engine_worker_main(Datum arg);
 
 /* spi_store.c */
 extern void qb_spi_store_init(QbStore *store);

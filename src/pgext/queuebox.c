@@ -25,6 +25,7 @@
 #include "storage/shmem.h"
 #include "utils/guc.h"
 
+#include "qb_engines.h"
 #include "qb_pg.h"
 
 PG_MODULE_MAGIC;
@@ -64,12 +65,19 @@ void
 _PG_init(void)
 {
 	BackgroundWorker worker;
+	char		err[256];
 
 	if (!process_shared_preload_libraries_in_progress)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("queuebox must be loaded via shared_preload_libraries"),
 				 errhint("Add queuebox to shared_preload_libraries in postgresql.conf and restart the server.")));
+	/* an engine table with a hole is this build's fault: say which, before any worker */
+	if (qb_engines_check(err, sizeof(err)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("queuebox: %s", err),
+				 errhint("This build of queuebox is broken; rebuild it from a released source.")));
 
 	DefineCustomStringVariable("queuebox.database",
 							   "Database whose queuebox tables the workers serve.",

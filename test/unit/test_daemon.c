@@ -56,15 +56,15 @@ test_roles_wanted(void **state)
 	assert_int_equal(n, 3 + 1 + 1 + 2);
 	for (int i = 0; i < 3; i++)
 	{
-		assert_int_equal(r[i].kind, QBD_ROLE_OUTBOX);
+		assert_int_equal(r[i].kind, QB_ENGINE_OUTBOX);
 		assert_int_equal(r[i].index, i);
 		assert_int_equal(r[i].pid, 0);
 	}
-	assert_int_equal(r[3].kind, QBD_ROLE_RELAY);
-	assert_int_equal(r[4].kind, QBD_ROLE_INGRESS);
-	assert_int_equal(r[5].kind, QBD_ROLE_CONSUMER);
+	assert_int_equal(r[3].kind, QB_ENGINE_RELAY);
+	assert_int_equal(r[4].kind, QB_ENGINE_INGRESS);
+	assert_int_equal(r[5].kind, QB_ENGINE_CONSUMER);
 	assert_int_equal(r[6].index, 1);
-	qbd_role_name(r[6].kind, r[6].index, name, sizeof(name));
+	qb_engine_name(r[6].kind, r[6].index, name, sizeof(name));
 	assert_string_equal(name, "consumer 1");
 	/* a short table gets what fits */
 	assert_int_equal(qbd_roles_wanted(cfg, r, 2), 2);
@@ -79,7 +79,7 @@ test_roles_wanted(void **state)
 static void
 test_restart_policy(void **state)
 {
-	QbdRole		r = {.kind = QBD_ROLE_OUTBOX};
+	QbdRole		r = {.kind = QB_ENGINE_OUTBOX};
 
 	assert_int_equal(qbd_restart_delay(0), 0);
 	assert_int_equal(qbd_restart_delay(1), 1000);
@@ -338,7 +338,7 @@ test_host_signals(void **state)
 	QbConfig   *cfg = parse("database: {url: 'postgres://q@h/db', idlePollMaxMs: 80}\n"
 							"outbox: {pollIntervalMs: 10}\n");
 
-	assert_int_equal(qbd_host_start(&dh, sh, QBD_ROLE_OUTBOX, NULL, &host, NULL, err, sizeof(err)), 0);
+	assert_int_equal(qbd_host_start(&dh, sh, QB_ENGINE_OUTBOX, NULL, &host, NULL, err, sizeof(err)), 0);
 	host.config_loaded(host.ctx, cfg);
 
 	/* a plain timeout, then a SIGHUP (the supervisor's "reload") wakes */

@@ -184,8 +184,8 @@ qbdh_config_loaded(void *ctx, const QbConfig *cfg)
 	if (cfg != NULL)
 	{
 		h->idle_max_ms = cfg->database.idle_poll_max_ms;
-		h->poll_base_ms = h->kind == QBD_ROLE_RELAY ? cfg->inbox.relay.poll_interval_ms :
-			h->kind == QBD_ROLE_OUTBOX ? cfg->outbox.poll_interval_ms : 0;
+		h->poll_base_ms = h->kind == QB_ENGINE_RELAY ? cfg->inbox.relay.poll_interval_ms :
+			h->kind == QB_ENGINE_OUTBOX ? cfg->outbox.poll_interval_ms : 0;
 		qbd_log_set_json(cfg->daemon.log_json);
 	}
 }
@@ -208,7 +208,7 @@ qbdh_config_load(void *ctx, char **text, char *err, size_t errlen)
 
 /* qbd_host_start: see daemon_host.h. */
 int
-qbd_host_start(QbdHost *h, QbdShared *sh, QbdRoleKind kind, const QbdDb *db,
+qbd_host_start(QbdHost *h, QbdShared *sh, QbEngineKind kind, const QbdDb *db,
 			   QbHost *host, QbStore *store, char *err, size_t errlen)
 {
 	struct sigaction sa;

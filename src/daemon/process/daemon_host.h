@@ -15,7 +15,7 @@
 typedef struct QbdHost
 {
 	QbdShared  *shared;
-	QbdRoleKind kind;
+	QbEngineKind kind;
 	QbdDb		db;				/* the role's store and its backend; db.store NULL: none */
 	bool		listening;
 	uint64_t	loaded_gen;		/* the document generation last loaded */
@@ -31,7 +31,7 @@ typedef struct QbdHost
  * whose database is db (NULL: none); installs the role's signal handlers.
  * 0, or -1 with err.
  */
-extern int	qbd_host_start(QbdHost *h, QbdShared *sh, QbdRoleKind kind, const QbdDb *db,
+extern int	qbd_host_start(QbdHost *h, QbdShared *sh, QbEngineKind kind, const QbdDb *db,
 						   QbHost *host, QbStore *store, char *err, size_t errlen);
 /* LISTEN on channel through the role's store; wakes come from then on */
 extern int	qbd_host_listen(QbdHost *h, const char *channel, char *err, size_t errlen);

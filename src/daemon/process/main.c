@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qb_engines.h"
 #include "qbd.h"
 #include "qbd_backend.h"
 #include "supervisor.h"
@@ -56,8 +57,8 @@ main(int argc, char **argv)
 
 	/* before getopt: a process title is later written where argv was */
 	argv = qbd_ps_init(argc, argv);
-	/* a backend's ops table with a hole is this build's fault: say which, before any work */
-	if (qbd_backend_check(err, sizeof(err)) != 0)
+	/* an ops table or the engine table with a hole is this build's fault: say which, before any work */
+	if (qbd_backend_check(err, sizeof(err)) != 0 || qb_engines_check(err, sizeof(err)) != 0)
 	{
 		fprintf(stderr, "queuebox-mssqld: %s\n", err);
 		return 1;

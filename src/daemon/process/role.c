@@ -28,90 +28,33 @@
 #include "daemon_host.h"
 #include "qbd_backend.h"
 #include "role.h"
-#include "qb_consume.h"
-#include "qb_ingress.h"
-#include "qb_outbox.h"
-#include "qb_relay.h"
 
-/* qbd_role_name: see role.h. */
-void
-qbd_role_name(QbdRoleKind kind, int index, char *buf, size_t len)
-{
-	switch (kind)
-	{
-		case QBD_ROLE_OUTBOX:
-			snprintf(buf, len, "outbox %d", index);
-			return;
-		case QBD_ROLE_RELAY:
-			snprintf(buf, len, "relay");
-			return;
-		case QBD_ROLE_INGRESS:
-			snprintf(buf, len, "ingress");
-			return;
-		case QBD_ROLE_CONSUMER:
-			break;
-	}
-	snprintf(buf, len, "consumer %d", index);
-}
-
-/* qbd_role_run: the engine of the role, with its stats logged at the end. */
+/* qbd_role_run: the engine of the role, with its stop line logged at the end. */
 static int
-qbd_role_run(QbdShared *sh, QbdRoleKind kind, int index, const QbHost *host,
-			 const QbStore *store, const char *name)
+qbd_role_run(QbEngineKind kind, int index, const QbHost *host, const QbStore *store,
+			 const char *name)
 {
+	const QbEngine *engine = qb_engine(kind);
+	QbEngineStats stats;
 	char		err[QB_ERRLEN] = "";
-	int			rc = -1;
+	char		line[256];
+	char		detail[256];
 
-	switch (kind)
+	memset(&stats, 0, sizeof(stats));
+	if (engine->run(host, store, index, &stats, err, sizeof(err)) != 0)
 	{
-		case QBD_ROLE_OUTBOX:
-			{
-				QbOutboxStats s = {0};
-
-				if ((rc = qb_outbox_run(host, store, index, &s, err, sizeof(err))) == 0)
-					qbd_log(QB_LOG_INFO,
-							"stopped: %ld claims, %ld sent, %ld retried, %ld dead, %ld released, %ld held, %ld parked",
-							s.batches, s.sent, s.retried, s.dead, s.released, s.held, s.parked);
-				break;
-			}
-		case QBD_ROLE_RELAY:
-			{
-				QbRelayStats s = {0};
-
-				if ((rc = qb_relay_run(host, store, &s, err, sizeof(err))) == 0)
-					qbd_log(QB_LOG_INFO, "stopped: %ld batches, %ld forwarded, %ld dead, %ld taken over",
-							s.batches, s.forwarded, s.dead, s.taken_over);
-				break;
-			}
-		case QBD_ROLE_INGRESS:
-			{
-				QbIngressStats s = {0};
-
-				if ((rc = qb_ingress_run(host, store, &sh->metrics, &s, err, sizeof(err))) == 0)
-					qbd_log(QB_LOG_INFO,
-							"stopped: %ld accepted, %ld duplicates, %ld refused, %ld unavailable in %ld store calls",
-							s.accepted, s.duplicates, s.refused, s.unavailable, s.batches);
-				break;
-			}
-		case QBD_ROLE_CONSUMER:
-			{
-				QbConsumeStats s = {0};
-
-				if ((rc = qb_consume_run(host, store, index, &s, err, sizeof(err))) == 0)
-					qbd_log(QB_LOG_INFO,
-							"stopped: %ld batches, %ld stored, %ld stored dead, %ld duplicates, %ld batches given back",
-							s.batches, s.stored, s.dead, s.duplicates, s.store_failures);
-				break;
-			}
-	}
-	if (rc != 0)
 		qbd_log(QB_LOG_ERROR, "%s could not start: %s", name, err);
-	return rc == 0 ? 0 : 1;
+		return 1;
+	}
+	/* the daemon's line has no detail (the extension's outbox logs one) */
+	engine->stats(&stats, line, sizeof(line), detail, sizeof(detail));
+	qbd_log(QB_LOG_INFO, "stopped: %s", line);
+	return 0;
 }
 
 /* qbd_role_main: see role.h. */
 int
-qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index)
+qbd_role_main(QbdShared *sh, QbEngineKind kind, int index)
 {
 	char		name[64];
 	char		app[96];
@@ -126,7 +69,7 @@ qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index)
 	QbStore		store;
 	int			rc;
 
-	qbd_role_name(kind, index, name, sizeof(name));
+	qb_engine_name(kind, index, name, sizeof(name));
 	qbd_log_init(name, false);
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
 	/* ps: "queuebox-mssqld: outbox 0"; top's comm keeps 15 bytes: "qb outbox 12" */
@@ -167,14 +110,14 @@ qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index)
 	 * no LISTEN where notifications do not arrive (the supervisor said why;
 	 * a backend without notifications refused database.listen)
 	 */
-	if (cfg->database.listen && !sh->pooled && (kind == QBD_ROLE_OUTBOX || kind == QBD_ROLE_RELAY) &&
-		qbd_host_listen(&dh, kind == QBD_ROLE_OUTBOX ? "queuebox_outbox" : "queuebox_inbox",
+	if (cfg->database.listen && !sh->pooled && (kind == QB_ENGINE_OUTBOX || kind == QB_ENGINE_RELAY) &&
+		qbd_host_listen(&dh, kind == QB_ENGINE_OUTBOX ? "queuebox_outbox" : "queuebox_inbox",
 						err, sizeof(err)) != 0)
 		qbd_log(QB_LOG_WARNING, "%s; LISTEN is tried again at the next connection", err);
 	qb_config_free(cfg);
 
 	qbd_log(QB_LOG_INFO, "started");
-	rc = qbd_role_run(sh, kind, index, &host, &store, name);
+	rc = qbd_role_run(kind, index, &host, &store, name);
 	db.ops->store_free(db.store);
 	return rc;
 }

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  * role.h
- *	  A role: one engine in one process (role.c), what the supervisor forks
- *	  and the daemon's host serves.  The supervisor calls down into it; a
+ *	  A role: one engine of the core's registry (qb_engines.h) in one process
+ *	  (role.c), what the supervisor forks and the daemon's host serves; its
+ *	  name is the engine's ("outbox 0", "relay", "consumer 1").  The supervisor calls down into it; a
  *	  role calls nothing of the supervisor's.
  *-------------------------------------------------------------------------
  */
@@ -10,20 +11,10 @@
 
 #include <stddef.h>
 
+#include "qb_engines.h"
 #include "qbd.h"
 
-typedef enum QbdRoleKind
-{
-	QBD_ROLE_OUTBOX,
-	QBD_ROLE_RELAY,
-	QBD_ROLE_INGRESS,
-	QBD_ROLE_CONSUMER
-} QbdRoleKind;
-
-/* "outbox 0", "relay", "ingress", "consumer 1" */
-extern void qbd_role_name(QbdRoleKind kind, int index, char *buf, size_t len);
-
 /* the body of a forked role process; returns its exit status */
-extern int	qbd_role_main(QbdShared *sh, QbdRoleKind kind, int index);
+extern int	qbd_role_main(QbdShared *sh, QbEngineKind kind, int index);
 
 #endif							/* QBD_ROLE_H */

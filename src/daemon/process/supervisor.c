@@ -32,6 +32,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -74,21 +75,30 @@ qbds_signal(int sig)
  * ---------------------------------------------------------------------
  */
 
-/* qbd_roles_wanted: see supervisor.h. */
+/*
+ * qbd_roles_wanted: see supervisor.h.  The registry counts; the daemon has
+ * no switch for the relay and the ingress (the extension's GUCs) and no cap
+ * on the consumers: one per broker source.
+ */
 int
 qbd_roles_wanted(const QbConfig *cfg, QbdRole *roles, int max)
 {
+	QbEngineWant want = {
+		.outbox_workers = cfg->daemon.outbox_workers,
+		.relay = true,
+		.ingress = true,
+		.broker_sources = qb_config_broker_sources(cfg),
+		.max_consumers = INT_MAX,
+	};
 	int			n = 0;
-	int			brokers = qb_config_broker_sources(cfg);
 
-#define QBD_ADD(k, i) do { if (n < max) roles[n++] = (QbdRole) {.kind = (k), .index = (i)}; } while (0)
-	for (int i = 0; i < cfg->daemon.outbox_workers; i++)
-		QBD_ADD(QBD_ROLE_OUTBOX, i);
-	QBD_ADD(QBD_ROLE_RELAY, 0);
-	QBD_ADD(QBD_ROLE_INGRESS, 0);
-	for (int i = 0; i < brokers; i++)
-		QBD_ADD(QBD_ROLE_CONSUMER, i);
-#undef QBD_ADD
+	for (int k = 0; k < QB_ENGINE_NKINDS; k++)
+	{
+		int			count = qb_engine((QbEngineKind) k)->wanted(&want);
+
+		for (int i = 0; i < count && n < max; i++)
+			roles[n++] = (QbdRole) {.kind = (QbEngineKind) k, .index = i};
+	}
 	return n;
 }
 
@@ -317,7 +327,7 @@ typedef struct QbdSup
 } QbdSup;
 
 static int
-qbds_find(QbdSup *s, QbdRoleKind kind, int index)
+qbds_find(QbdSup *s, QbEngineKind kind, int index)
 {
 	for (int i = 0; i < s->nroles; i++)
 		if (s->roles[i].kind == kind && s->roles[i].index == index && !s->roles[i].retired)
@@ -342,7 +352,7 @@ qbds_follow(QbdSup *s)
 		{
 			char		name[64];
 
-			qbd_role_name(s->roles[i].kind, s->roles[i].index, name, sizeof(name));
+			qb_engine_name(s->roles[i].kind, s->roles[i].index, name, sizeof(name));
 			s->roles[i].retired = true;
 			if (s->roles[i].pid > 0)
 			{
@@ -376,7 +386,7 @@ qbds_fork(QbdSup *s, QbdRole *r)
 	int			threads = qbd_thread_count();
 	pid_t		pid;
 
-	qbd_role_name(r->kind, r->index, name, sizeof(name));
+	qb_engine_name(r->kind, r->index, name, sizeof(name));
 	if (threads > 1 && !s->warned_threads)
 	{
 		qbd_log(QB_LOG_WARNING, "the supervisor has %d threads; forking %s anyway (a library started a thread it should not have)",
@@ -433,7 +443,7 @@ qbds_reap(QbdSup *s)
 
 			if (r->pid != pid)
 				continue;
-			qbd_role_name(r->kind, r->index, name, sizeof(name));
+			qb_engine_name(r->kind, r->index, name, sizeof(name));
 			if (WIFSIGNALED(status))
 				snprintf(how, sizeof(how), "was killed by signal %d", WTERMSIG(status));
 			else
@@ -625,7 +635,7 @@ qbd_supervise(const QbdOptions *opt, char *text, QbConfig *cfg)
 					{
 						char		name[64];
 
-						qbd_role_name(s.roles[i].kind, s.roles[i].index, name, sizeof(name));
+						qb_engine_name(s.roles[i].kind, s.roles[i].index, name, sizeof(name));
 						qbd_log(QB_LOG_WARNING, "%s (pid %d) did not stop within daemon.shutdownGraceMs; killing it (its rows come back when their lease ends)",
 								name, (int) s.roles[i].pid);
 						kill(s.roles[i].pid, SIGKILL);

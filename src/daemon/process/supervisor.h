@@ -18,7 +18,7 @@
 /* one entry of the role table */
 typedef struct QbdRole
 {
-	QbdRoleKind kind;
+	QbEngineKind kind;
 	int			index;			/* outbox worker number, consumer slot */
 	pid_t		pid;			/* 0: not running */
 	long		started_ms;		/* qb_now_ms() at its fork */

@@ -1,0 +1,78 @@
+/*-------------------------------------------------------------------------
+ * engine_worker.c
+ *	  Every dynamic worker's entry point: one engine of the core's registry
+ *	  (qb_engines.h) in a background worker, with the SPI store and the
+ *	  host of worker_host.c.
+ *
+ * The launcher packs the engine's kind and index into the main argument
+ * (QB_WORKER_ARG).  Each worker owns its slot of qb_shared: outbox[i] for
+ * outbox worker i (worker 0 also runs retention), relay, ingress, and
+ * consumer[i] for the i-th broker source of the stored configuration.
+ *
+ * Transactions: only the outbox may commit its claims and settles
+ * asynchronously (queuebox.worker_async_commit): a settle lost in a crash
+ * only delivers a row again.  The relay's forward, the ingress's 202 and a
+ * consumer's broker acknowledgement each promise a durable row, so they
+ * commit synchronously.  On SIGTERM the engine gives back what it holds
+ * (the outbox releases a batch in flight) and the worker logs its stop line.
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+
+#include "qb_engines.h"
+#include "qb_pg.h"
+
+/* the worker's slot in qb_shared */
+static QbWorkerSlot *
+qbw_slot(QbEngineKind kind, int index)
+{
+	switch (kind)
+	{
+		case QB_ENGINE_OUTBOX:
+			return &qb_shared->outbox[index];
+		case QB_ENGINE_RELAY:
+			return &qb_shared->relay;
+		case QB_ENGINE_INGRESS:
+			return &qb_shared->ingress;
+		case QB_ENGINE_CONSUMER:
+		case QB_ENGINE_NKINDS:
+			break;
+	}
+	return &qb_shared->consumer[index];
+}
+
+void
+qb_engine_worker_main(Datum arg)
+{
+	QbEngineKind kind = QB_WORKER_ARG_KIND(DatumGetInt32(arg));
+	int			index = QB_WORKER_ARG_INDEX(DatumGetInt32(arg));
+	const QbEngine *engine = qb_engine(kind);
+	QbHost		host;
+	QbStore		store;
+	QbEngineStats stats;
+	char		name[BGW_MAXLEN];
+	char		label[BGW_MAXLEN];
+	char		line[256];
+	char		detail[256];
+	char		err[QB_ERRLEN];
+
+	memset(&stats, 0, sizeof(stats));
+	qb_engine_name(kind, index, name, sizeof(name));
+	snprintf(label, sizeof(label), "queuebox %s", name);
+	qb_worker_host_start(label, qbw_slot(kind, index), kind == QB_ENGINE_OUTBOX, &host);
+	qb_spi_store_init(&store);
+
+	if (engine->run(&host, &store, index, &stats, err, sizeof(err)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("%s could not start: %s", label, err)));
+
+	engine->stats(&stats, line, sizeof(line), detail, sizeof(detail));
+	ereport(LOG,
+			(errmsg("%s stopped: %s", label, line),
+			 detail[0] ? errdetail("%s", detail) : 0));
+	proc_exit(0);
+}
