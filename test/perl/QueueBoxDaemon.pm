@@ -24,10 +24,12 @@ use Test::More;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use FindBin;
 use QueueBoxTest;
 
 our @EXPORT = qw(qbd_node qbd_url qbd_start qbd_signal qbd_wait_exit qbd_log
-  qbd_wait_daemon_log qbd_role_pids qbd_run qbd_binary qbd_write_conf);
+  qbd_wait_daemon_log qbd_role_pids qbd_run qbd_binary qbd_write_conf
+  qbd_install_fixture qbd_migrate);
 
 my @live;
 my $seq = 0;
@@ -174,6 +176,29 @@ sub qbd_run
 	my ($stdout, $stderr) = ('', '');
 	my $ok = IPC::Run::run([ qbd_binary(), @args ], '>', \$stdout, '2>', \$stderr);
 	return [ $? >> 8, $stdout, $stderr ];
+}
+
+# qbd_install_fixture($node, $version): the schema the daemon of that
+# release installed (test/fixtures/daemon-<version>-postgresql.sql), as its
+# role, in one transaction, with its schema_version row, as that daemon did;
+# returns psql's stderr
+sub qbd_install_fixture
+{
+	my ($node, $version) = @_;
+	my $fixture = "$FindBin::RealBin/../fixtures/daemon-$version-postgresql.sql";
+	my ($out, $err) = PostgreSQL::Test::Utils::run_command([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-1',
+		'-f', $fixture, '-c', "INSERT INTO queuebox.schema_version (version) VALUES ('$version')",
+		'-d', $node->connstr('postgres') . ' user=qbd' ]);
+	return $err;
+}
+
+# qbd_migrate($node, $db): queuebox-mssqld --migrate on that database
+sub qbd_migrate
+{
+	my ($node, $db) = @_;
+	return qbd_run('--config',
+		qbd_write_conf(QueueBoxTest::qb_config_yaml(database => { url => qbd_url($node, db => $db) }), "migrate-$db"),
+		'--migrate');
 }
 
 END

@@ -133,22 +133,13 @@ $node->stop;
 
 # ---------------------------------------------------------------- the daemon
 my $dn = qbd_node('up030d');
-my $fixture = "$FindBin::RealBin/../fixtures/daemon-0.3.0-postgresql.sql";
-# as the daemon's role, in one transaction, as the 0.3.0 daemon did
-my ($out, $err) = run_command([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-1', '-f', $fixture,
-	'-c', q{INSERT INTO queuebox.schema_version (version) VALUES ('0.3.0')},
-	'-d', $dn->connstr('postgres') . ' user=qbd' ]);
+my $err = qbd_install_fixture($dn, '0.3.0');
 is($dn->safe_psql('postgres', 'SELECT queuebox._schema_version()'), '0.3.0', "the daemon's 0.3.0 schema is installed")
   or diag $err;
 fill($dn, 'postgres');
 ($inbox_before, $outbox_before) = map { $dn->safe_psql('postgres', $_) } ($inbox_sql, $outbox_sql);
 
-sub migrate
-{
-	my ($db) = @_;
-	return qbd_run('--config', qbd_write_conf(qb_config_yaml(database => { url => qbd_url($dn, db => $db) }), "migrate-$db"),
-		'--migrate');
-}
+sub migrate { return qbd_migrate($dn, $_[0]); }
 my $r = migrate('postgres');
 is($r->[0], 0, '--migrate on the 0.3.0 schema exits 0') or diag $r->[2];
 like($r->[2], qr/upgraded the QueueBox schema from 0\.3\.0 to \Q$QB_LATEST\E/, '--migrate says it upgraded from 0.3.0');
