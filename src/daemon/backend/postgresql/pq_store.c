@@ -325,6 +325,235 @@ typedef enum QbpqSent
 	QBPQ_SENT_COMMIT
 } QbpqSent;
 
+/* One command queued in a pipeline: the server answers them in this order. */
+typedef struct QbpqQueued
+{
+	QbpqSent	kind;
+	int			step;			/* steps[] index of a PREPARE or STEP; else -1 */
+} QbpqQueued;
+
+/* One qbpq_pipeline call: what it queued, and what the answers said. */
+typedef struct QbpqPipe
+{
+	QbPqStore  *s;
+	QbpqStep   *steps;
+	int			n;
+	bool		commit;			/* a COMMIT goes out after the steps */
+	const char *what;			/* names a failure not of one statement */
+	char		timeout_ms[24]; /* the SET LOCAL statement_timeout value */
+	QbpqQueued	queued[3 + 2 * QBPQ_MAXSTEPS + 1];
+	int			nqueued;
+	bool		send_refused;	/* a PQsend* call failed: the connection is not usable */
+	bool		began;			/* the BEGIN answered: the transaction is open */
+	bool		committed;		/* the COMMIT answered: the transaction ended well */
+	bool		lost;			/* an answer never came: the connection went */
+	PGresult   *fail;			/* the first failed answer (the server skipped the rest) */
+	const char *fail_what;		/* what failed: its step, COMMIT, or what */
+} QbpqPipe;
+
+/* qbpq_pipe_check: refuses too many steps or parameters that ran out of memory. */
+static int
+qbpq_pipe_check(QbpqPipe *p, char *err, size_t errlen)
+{
+	if (p->n > QBPQ_MAXSTEPS)
+	{
+		snprintf(err, errlen, "%s: %d statements in one pipeline, at most %d", p->what, p->n,
+				 QBPQ_MAXSTEPS);
+		return -1;
+	}
+	for (int i = 0; i < p->n; i++)
+	{
+		p->steps[i].res = NULL;
+		if (p->steps[i].args->oom)
+		{
+			snprintf(err, errlen, "%s: out of memory building its parameters", p->steps[i].what);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* qbpq_queue records a command just sent (sent: the PQsend* call's return). */
+static void
+qbpq_queue(QbpqPipe *p, QbpqSent kind, int step, int sent)
+{
+	if (sent != 1)
+		p->send_refused = true;
+	p->queued[p->nqueued++] = (QbpqQueued) {.kind = kind, .step = step};
+}
+
+/* qbpq_queue_begin: the op's pending BEGIN and its SET LOCALs. */
+static void
+qbpq_queue_begin(QbpqPipe *p)
+{
+	static const char *const local_sql = "SELECT set_config($1, $2, true)";
+	PGconn	   *conn = p->s->conn;
+
+	qbpq_queue(p, QBPQ_SENT_BEGIN, -1,
+			   PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0));
+	if (p->s->begin_timeout_ms > 0)
+	{
+		const char *v[2] = {"statement_timeout", p->timeout_ms};
+
+		snprintf(p->timeout_ms, sizeof(p->timeout_ms), "%ld", p->s->begin_timeout_ms);
+		qbpq_queue(p, QBPQ_SENT_LOCAL, -1,
+				   PQsendQueryParams(conn, local_sql, 2, NULL, v, NULL, NULL, 0));
+	}
+	if (p->s->begin_durable)
+	{
+		const char *v[2] = {"synchronous_commit", "on"};
+
+		qbpq_queue(p, QBPQ_SENT_LOCAL, -1,
+				   PQsendQueryParams(conn, local_sql, 2, NULL, v, NULL, NULL, 0));
+	}
+}
+
+/*
+ * qbpq_queue_step: steps[i], with its Parse first when it is not prepared on
+ * this connection yet; through a pooler, its text (an unnamed statement).
+ */
+static void
+qbpq_queue_step(QbpqPipe *p, int i)
+{
+	QbPqStore  *s = p->s;
+	int			id = p->steps[i].id;
+	const QbPgStmt *st = &qb_pg_stmts[id];
+	Oid			types[QB_PG_MAXPARAMS];
+	char		name[16];
+
+	for (int k = 0; k < st->nparams; k++)
+		types[k] = qbpq_oids[st->params[k]];
+	if (s->unnamed)
+	{
+		/* each transaction may run on another server connection */
+		qbpq_queue(p, QBPQ_SENT_STEP, i,
+				   PQsendQueryParams(s->conn, st->sql, st->nparams, types, p->steps[i].args->v,
+									 NULL, NULL, 0));
+		return;
+	}
+	snprintf(name, sizeof(name), "qb_%d", id);
+	if (!s->prepared[id])
+		qbpq_queue(p, QBPQ_SENT_PREPARE, i,
+				   PQsendPrepare(s->conn, name, st->sql, st->nparams, types));
+	qbpq_queue(p, QBPQ_SENT_STEP, i,
+			   PQsendQueryPrepared(s->conn, name, st->nparams, p->steps[i].args->v, NULL, NULL, 0));
+}
+
+/* qbpq_want: the status that means q succeeded. */
+static ExecStatusType
+qbpq_want(const QbpqPipe *p, const QbpqQueued *q)
+{
+	if (q->kind == QBPQ_SENT_STEP)
+		return p->steps[q->step].want;
+	return q->kind == QBPQ_SENT_LOCAL ? PGRES_TUPLES_OK : PGRES_COMMAND_OK;
+}
+
+/* qbpq_answered: q succeeded with res; keeps res (a step's result) or clears it. */
+static void
+qbpq_answered(QbpqPipe *p, const QbpqQueued *q, PGresult *res)
+{
+	if (q->kind == QBPQ_SENT_STEP)
+	{
+		p->steps[q->step].res = res;
+		return;
+	}
+	if (q->kind == QBPQ_SENT_PREPARE)
+		p->s->prepared[p->steps[q->step].id] = true;
+	else if (q->kind == QBPQ_SENT_BEGIN)
+		p->began = true;
+	else if (q->kind == QBPQ_SENT_COMMIT)
+		p->committed = true;
+	PQclear(res);
+}
+
+/* qbpq_failed_first keeps q's failure res when it is the first one. */
+static void
+qbpq_failed_first(QbpqPipe *p, const QbpqQueued *q, PGresult *res)
+{
+	if (PQresultStatus(res) == PGRES_PIPELINE_ABORTED || p->fail != NULL)
+	{
+		PQclear(res);
+		return;
+	}
+	/* the first failure; the server skipped what came after it */
+	p->fail = res;
+	p->fail_what = q->kind == QBPQ_SENT_STEP || q->kind == QBPQ_SENT_PREPARE ?
+		p->steps[q->step].what : q->kind == QBPQ_SENT_COMMIT ? "COMMIT" : p->what;
+	if (q->kind == QBPQ_SENT_COMMIT)
+		p->s->in_txn = false;	/* a failed COMMIT ends the transaction */
+}
+
+/*
+ * qbpq_read_answer reads q's result, then the NULL that ends its results;
+ * a missing answer or an early Sync sets lost.
+ */
+static void
+qbpq_read_answer(QbpqPipe *p, const QbpqQueued *q)
+{
+	PGresult   *res = PQgetResult(p->s->conn);
+
+	if (res == NULL)
+	{
+		p->lost = true;			/* no answer at all: the connection went */
+		return;
+	}
+	if (PQresultStatus(res) == qbpq_want(p, q))
+		qbpq_answered(p, q, res);
+	else
+		qbpq_failed_first(p, q, res);
+	while ((res = PQgetResult(p->s->conn)) != NULL)
+	{
+		if (PQresultStatus(res) == PGRES_PIPELINE_SYNC)
+			break;				/* not expected here: treat the rest as lost */
+		PQclear(res);
+	}
+	if (res != NULL)
+	{
+		PQclear(res);
+		p->lost = true;
+	}
+}
+
+/* qbpq_read_answers: every queued command's, then the Sync's, then pipeline mode ends. */
+static void
+qbpq_read_answers(QbpqPipe *p)
+{
+	for (int k = 0; k < p->nqueued && !p->lost; k++)
+		qbpq_read_answer(p, &p->queued[k]);
+	if (!p->lost)
+	{
+		PGresult   *res = PQgetResult(p->s->conn);
+
+		p->lost = PQresultStatus(res) != PGRES_PIPELINE_SYNC;
+		PQclear(res);
+	}
+	if (!p->lost && PQexitPipelineMode(p->s->conn) != 1)
+		p->lost = true;
+}
+
+/* qbpq_pipe_failed: the steps' results go, err says what failed first. */
+static void
+qbpq_pipe_failed(QbpqPipe *p, char *err, size_t errlen)
+{
+	QbPqStore  *s = p->s;
+
+	for (int i = 0; i < p->n; i++)
+	{
+		PQclear(p->steps[i].res);
+		p->steps[i].res = NULL;
+	}
+	if (p->fail != NULL)
+		qbpq_failed(s, p->fail, p->fail_what, err, errlen);
+	else
+		qbpq_failed(s, NULL, p->what, err, errlen);
+	PQclear(p->fail);
+	if (p->lost)
+		qbpq_drop(s);
+	/* the connection went with the COMMIT sent and not answered: never guess */
+	if (p->commit && !p->committed && s->conn == NULL)
+		qbpq_commit_lost(err, errlen);
+}
+
 /*
  * qbpq_pipeline sends, in pipeline mode and in this order, the op's pending
  * BEGIN and SET LOCALs, the Parse of each statement not yet prepared on
@@ -333,195 +562,55 @@ typedef enum QbpqSent
  * clears them).  -1: err says what failed first (the statements after it
  * were skipped by the server), every res NULL; a lost connection is
  * dropped, and when the COMMIT was sent its outcome is unknown, which err
- * says.
+ * says.  Its steps: check, queue (BEGIN, the steps, COMMIT), Sync, read
+ * the answers, then the transaction state they tell (QbpqPipe).
  */
 static int
 qbpq_pipeline(QbPqStore *s, QbpqStep *steps, int n, bool commit, char *err, size_t errlen)
 {
-	static const char *const local_sql = "SELECT set_config($1, $2, true)";
-	QbpqSent	sent[3 + 2 * QBPQ_MAXSTEPS + 1];
-	int			sent_step[3 + 2 * QBPQ_MAXSTEPS + 1];
-	int			nsent = 0;
-	char		name[16];
-	char		ms[24];
-	const char *what = n > 0 ? steps[0].what : "COMMIT";
-	const char *fail_what = NULL;
-	PGresult   *fail = NULL;
-	bool		ok = true;
-	bool		begun = false;
-	bool		commit_ok = false;
-	bool		lost = false;
+	QbpqPipe	p = {.s = s, .steps = steps, .n = n, .commit = commit,
+	.what = n > 0 ? steps[0].what : "COMMIT"};
 
-	if (n > QBPQ_MAXSTEPS)
-	{
-		snprintf(err, errlen, "%s: %d statements in one pipeline, at most %d", what, n,
-				 QBPQ_MAXSTEPS);
+	if (qbpq_pipe_check(&p, err, errlen) != 0)
 		return -1;
-	}
-	for (int i = 0; i < n; i++)
-	{
-		steps[i].res = NULL;
-		if (steps[i].args->oom)
-		{
-			snprintf(err, errlen, "%s: out of memory building its parameters", steps[i].what);
-			return -1;
-		}
-	}
 	if (PQenterPipelineMode(s->conn) != 1)
 	{
-		qbpq_failed(s, NULL, what, err, errlen);
+		qbpq_failed(s, NULL, p.what, err, errlen);
 		return -1;
 	}
 	if (s->begin_pending)
-	{
-		ok &= PQsendQueryParams(s->conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) == 1;
-		sent[nsent++] = QBPQ_SENT_BEGIN;
-		if (s->begin_timeout_ms > 0)
-		{
-			const char *v[2] = {"statement_timeout", ms};
-
-			snprintf(ms, sizeof(ms), "%ld", s->begin_timeout_ms);
-			ok &= PQsendQueryParams(s->conn, local_sql, 2, NULL, v, NULL, NULL, 0) == 1;
-			sent[nsent++] = QBPQ_SENT_LOCAL;
-		}
-		if (s->begin_durable)
-		{
-			const char *v[2] = {"synchronous_commit", "on"};
-
-			ok &= PQsendQueryParams(s->conn, local_sql, 2, NULL, v, NULL, NULL, 0) == 1;
-			sent[nsent++] = QBPQ_SENT_LOCAL;
-		}
-	}
-	for (int i = 0; i < n && ok; i++)
-	{
-		int			id = steps[i].id;
-		const QbPgStmt *st = &qb_pg_stmts[id];
-		Oid			types[QB_PG_MAXPARAMS];
-
-		for (int k = 0; k < st->nparams; k++)
-			types[k] = qbpq_oids[st->params[k]];
-		if (s->unnamed)
-		{
-			/* each transaction may run on another server connection */
-			ok &= PQsendQueryParams(s->conn, st->sql, st->nparams, types, steps[i].args->v,
-									NULL, NULL, 0) == 1;
-			sent_step[nsent] = i;
-			sent[nsent++] = QBPQ_SENT_STEP;
-			continue;
-		}
-		snprintf(name, sizeof(name), "qb_%d", id);
-		if (!s->prepared[id])
-		{
-			ok &= PQsendPrepare(s->conn, name, st->sql, st->nparams, types) == 1;
-			sent_step[nsent] = i;
-			sent[nsent++] = QBPQ_SENT_PREPARE;
-		}
-		ok &= PQsendQueryPrepared(s->conn, name, st->nparams, steps[i].args->v, NULL, NULL, 0) == 1;
-		sent_step[nsent] = i;
-		sent[nsent++] = QBPQ_SENT_STEP;
-	}
-	if (commit && ok)
-	{
-		ok &= PQsendQueryParams(s->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) == 1;
-		sent[nsent++] = QBPQ_SENT_COMMIT;
-	}
-	if (!ok || PQpipelineSync(s->conn) != 1)
+		qbpq_queue_begin(&p);
+	for (int i = 0; i < n && !p.send_refused; i++)
+		qbpq_queue_step(&p, i);
+	if (commit && !p.send_refused)
+		qbpq_queue(&p, QBPQ_SENT_COMMIT, -1,
+				   PQsendQueryParams(s->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0));
+	if (p.send_refused || PQpipelineSync(s->conn) != 1)
 	{
 		/* nothing was sent, or the socket failed: the connection is not usable */
-		qbpq_failed(s, NULL, what, err, errlen);
+		qbpq_failed(s, NULL, p.what, err, errlen);
 		qbpq_drop(s);
 		if (commit)
 			qbpq_commit_lost(err, errlen);
 		return -1;
 	}
-	/* the answers: one result then NULL for each command, then the Sync's */
-	for (int k = 0; k < nsent && !lost; k++)
-	{
-		PGresult   *res = PQgetResult(s->conn);
-		ExecStatusType st = PQresultStatus(res);
-		ExecStatusType want = sent[k] == QBPQ_SENT_STEP ? steps[sent_step[k]].want :
-			sent[k] == QBPQ_SENT_LOCAL ? PGRES_TUPLES_OK : PGRES_COMMAND_OK;
-
-		if (res == NULL)
-		{
-			lost = true;		/* no answer at all: the connection went */
-			break;
-		}
-		if (st == want)
-		{
-			if (sent[k] == QBPQ_SENT_STEP)
-			{
-				steps[sent_step[k]].res = res;
-				res = NULL;
-			}
-			else if (sent[k] == QBPQ_SENT_PREPARE)
-				s->prepared[steps[sent_step[k]].id] = true;
-			else if (sent[k] == QBPQ_SENT_BEGIN)
-				begun = true;
-			else if (sent[k] == QBPQ_SENT_COMMIT)
-				commit_ok = true;
-		}
-		else if (st != PGRES_PIPELINE_ABORTED && fail == NULL)
-		{
-			/* the first failure; the server skipped what came after it */
-			fail = res;
-			res = NULL;
-			fail_what = sent[k] == QBPQ_SENT_STEP || sent[k] == QBPQ_SENT_PREPARE ?
-				steps[sent_step[k]].what : sent[k] == QBPQ_SENT_COMMIT ? "COMMIT" : what;
-			if (sent[k] == QBPQ_SENT_COMMIT)
-				s->in_txn = false;	/* a failed COMMIT ends the transaction */
-		}
-		PQclear(res);
-		/* the NULL that ends this command's results */
-		while ((res = PQgetResult(s->conn)) != NULL)
-		{
-			if (PQresultStatus(res) == PGRES_PIPELINE_SYNC)
-				break;			/* not expected here: treat the rest as lost */
-			PQclear(res);
-		}
-		if (res != NULL)
-		{
-			PQclear(res);
-			lost = true;
-		}
-	}
-	if (!lost)
-	{
-		PGresult   *res = PQgetResult(s->conn);
-
-		lost = PQresultStatus(res) != PGRES_PIPELINE_SYNC;
-		PQclear(res);
-	}
-	if (!lost && PQexitPipelineMode(s->conn) != 1)
-		lost = true;
-	if (begun)
+	qbpq_read_answers(&p);
+	if (p.began)
 	{
 		s->begin_pending = false;
 		s->in_txn = true;
 	}
-	if (commit_ok)
+	if (p.committed)
 	{
 		s->in_txn = false;
 		s->committed = true;
 	}
-	if (!lost && fail == NULL)
-		return 0;
-	for (int i = 0; i < n; i++)
+	if (p.lost || p.fail != NULL)
 	{
-		PQclear(steps[i].res);
-		steps[i].res = NULL;
+		qbpq_pipe_failed(&p, err, errlen);
+		return -1;
 	}
-	if (fail != NULL)
-		qbpq_failed(s, fail, fail_what, err, errlen);
-	else
-		qbpq_failed(s, NULL, what, err, errlen);
-	PQclear(fail);
-	if (lost)
-		qbpq_drop(s);
-	/* the connection went with the COMMIT sent and not answered: never guess */
-	if (commit && !commit_ok && s->conn == NULL)
-		qbpq_commit_lost(err, errlen);
-	return -1;
+	return 0;
 }
 
 /*
