@@ -25,7 +25,8 @@ MODULE_big  = queuebox
 #             source/ share, and that config/ checks urls with
 #   config/   the configuration's model and validator (qb_config_*)
 #   publish/  the destinations' publishers     source/  the broker consumers
-#   store/    the PostgreSQL stores' SQL and statement descriptors (one copy)
+#   store/    the PostgreSQL stores' SQL and statement descriptors (one copy),
+#             connect with backoff (the daemon's stores)
 #   engine/   the engine loops and their host and store contracts
 # The -I list below is in that order (no header name is in two folders).
 COMMON_DIRS = lib broker config publish source store engine

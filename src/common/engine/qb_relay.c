@@ -106,6 +106,87 @@ qb_replay_free(QbReplay *r)
 	r->skipped = -1;
 }
 
+/* qb_replay_answer: *out = the JSON answer, spaced as json_build_object prints it. */
+static int
+qb_replay_answer(char **out, const char *name, bool null, long long v, const char *oom,
+				 char *err, size_t errlen)
+{
+	char		buf[64];
+
+	if (null)
+		snprintf(buf, sizeof(buf), "{\"%s\" : null}", name);
+	else
+		snprintf(buf, sizeof(buf), "{\"%s\" : %lld}", name, v);
+	if ((*out = strdup(buf)) == NULL)
+	{
+		snprintf(err, errlen, "%s", oom);
+		return -1;
+	}
+	return 0;
+}
+
+int
+qb_replay_run(const QbConfig *cfg, bool single, const char *const *params,
+			  const QbReplayCalls *calls, void *ctx, char **out, char *err, size_t errlen)
+{
+	const char *v[5];
+	const int64_t *ids = NULL;
+	const char *const *sources = NULL;
+	const char *const *types = NULL;
+	QbReplay	r = {.skipped = -1};
+	long long	nrows = 0;
+	long long	first_id = 0;
+	bool		first_null = true;
+	int			n = 0;
+	int			rc = -1;
+
+	if (cfg == NULL)
+	{
+		snprintf(err, errlen,
+				 "no queuebox configuration is in force: a replayed inbox row takes its topic from its source's template");
+		return -1;
+	}
+	if (single && params[0] == NULL)	/* STRICT, as the SQL function */
+		return qb_replay_answer(out, "id", true, 0, calls->oom, err, errlen);
+	v[0] = single ? params[0] : NULL;
+	for (int i = 0; i < 4; i++)
+		v[i + 1] = single ? NULL : params[i];
+	if (calls->select(ctx, v, &ids, &sources, &types, &n, err, errlen) != 0)
+		return -1;
+	if (!qb_replay_render(cfg, ids, sources, types, n, &r))
+	{
+		snprintf(err, errlen, "%s", calls->oom);
+		return -1;
+	}
+	if (single && r.nrows == 0)
+	{
+		snprintf(err, errlen, QB_REPLAY_MISSING_FMT, strtoll(params[0], NULL, 10));
+		rc = QB_QUERY_NOT_FOUND;
+		goto done;
+	}
+	if (single && r.nskipped > 0)
+	{
+		char		detail[300];
+
+		snprintf(detail, sizeof(detail), QB_REPLAY_EMPTY_DETAIL_FMT, sources[r.skipped]);
+		snprintf(err, errlen, QB_REPLAY_EMPTY_FMT ": %s %s", (long long) ids[r.skipped],
+				 detail, QB_REPLAY_EMPTY_HINT);
+		rc = QB_QUERY_BAD_INPUT;
+		goto done;
+	}
+	if (r.n > 0 &&
+		calls->insert(ctx, &r, qb_config_relay_max_attempts(cfg), &nrows, &first_null,
+					  &first_id, err, errlen) != 0)
+		goto done;
+	if (single)
+		rc = qb_replay_answer(out, "id", first_null, first_id, calls->oom, err, errlen);
+	else
+		rc = qb_replay_answer(out, "replayed", false, nrows, calls->oom, err, errlen);
+done:
+	qb_replay_free(&r);
+	return rc;
+}
+
 /* qbr_reload swaps the engine's config for the stored one (qb_reload_config). */
 static void
 qbr_reload(QbrEngine *e)

@@ -77,6 +77,35 @@ extern void qb_replay_free(QbReplay *r);
 	"Set eventTypePath (or eventTypeHeader) on the source, or use {{ source }} in its topic template, then replay again."
 
 /*
+ * A daemon store's replay (QB_Q_REPLAY_INBOX, QB_Q_REPLAY_INBOX_BULK; the
+ * extension has queuebox.replay_inbox()) in the store's two calls.  select
+ * reads the rows of v (v[0] the single form's id, v[1..4] the bulk form's
+ * filters, NULL where not given) into *ids, *sources, *types (*n rows,
+ * the store's until qb_replay_run returns).  insert inserts r's rows, each
+ * allowed max_attempts, and says how many (*nrows) and the first one's id
+ * (*first_null: none).  Both return 0, or -1 with err set.
+ */
+typedef struct QbReplayCalls
+{
+	int			(*select) (void *ctx, const char *const *v, const int64_t **ids,
+						   const char *const **sources, const char *const **types, int *n,
+						   char *err, size_t errlen);
+	int			(*insert) (void *ctx, const QbReplay *r, int max_attempts, long long *nrows,
+						   bool *first_null, long long *first_id, char *err, size_t errlen);
+	const char *oom;			/* err when out of memory */
+} QbReplayCalls;
+
+/*
+ * Replay the inbox rows of params (the query's) with the configuration cfg
+ * (NULL: none in force, an error).  *out = the malloc'd JSON answer, as
+ * queuebox.replay_inbox() prints it.  Returns 0, -1, QB_QUERY_NOT_FOUND
+ * (no such row) or QB_QUERY_BAD_INPUT (its topic renders empty), err set.
+ */
+extern int	qb_replay_run(const QbConfig *cfg, bool single, const char *const *params,
+						  const QbReplayCalls *calls, void *ctx, char **out,
+						  char *err, size_t errlen);
+
+/*
  * Run the engine until the host says stop.  Returns 0 after a clean stop,
  * -1 when it could not start (err says why).
  */

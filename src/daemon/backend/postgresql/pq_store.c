@@ -79,6 +79,7 @@
 #include "qb_pg_array.h"
 #include "qb_relay.h"
 #include "qb_pg_stmt.h"
+#include "qb_store_conn.h"
 
 /*
  * The pg_type OIDs libpq sends for each QbPgType (catalog/pg_type.dat:
@@ -99,9 +100,6 @@ static const Oid qbpq_oids[QB_PG_NTYPES] = {
 	[QB_PG_T_UUID_ARRAY] = 2951,
 };
 
-#define QBPQ_BACKOFF_FIRST_MS	250
-#define QBPQ_BACKOFF_MAX_MS		10000
-
 struct QbPqStore
 {
 	char	   *url;
@@ -114,9 +112,7 @@ struct QbPqStore
 	bool		unnamed;		/* no named statements: a pooler in transaction mode */
 	PGconn	   *conn;			/* NULL: not connected */
 	bool		prepared[QB_PG_NSTMTS];
-	long		backoff_ms;		/* the last wait; 0: the last connect worked */
-	long		retry_at_ms;	/* no connect before this (monotonic ms) */
-	char		last_error[512];	/* why the last connect failed */
+	QbStoreBackoff backoff;		/* of the connects that failed */
 	char		sqlstate[6];	/* of the op's failed statement, "" when none */
 	/* the op in progress (qbpq_txn): see "Round trips" above */
 	bool		begin_pending;	/* its BEGIN goes out with its first statement */
@@ -726,8 +722,9 @@ qb_pq_connect(const char *url, const char *application_name, long connect_timeou
 }
 
 static int
-qbpq_open(QbPqStore *s, char *err, size_t errlen)
+qbpq_open(void *ctx, char *err, size_t errlen)
 {
+	QbPqStore  *s = ctx;
 	char		what[600];
 
 	snprintf(what, sizeof(what), "connecting to %s", s->where);
@@ -754,30 +751,10 @@ qbpq_open(QbPqStore *s, char *err, size_t errlen)
 static int
 qbpq_ensure(QbPqStore *s, char *err, size_t errlen)
 {
-	long		now;
-
 	if (s->conn != NULL && PQstatus(s->conn) == CONNECTION_OK)
 		return 0;
 	qbpq_drop(s);
-	now = qb_now_ms();
-	if (now < s->retry_at_ms)
-	{
-		snprintf(err, errlen, "database unreachable, next try in %ld ms: %s",
-				 s->retry_at_ms - now, s->last_error);
-		return -1;
-	}
-	if (qbpq_open(s, err, errlen) == 0)
-	{
-		s->backoff_ms = 0;
-		s->retry_at_ms = 0;
-		s->last_error[0] = '\0';
-		return 0;
-	}
-	s->backoff_ms = s->backoff_ms == 0 ? QBPQ_BACKOFF_FIRST_MS :
-		(s->backoff_ms * 2 > QBPQ_BACKOFF_MAX_MS ? QBPQ_BACKOFF_MAX_MS : s->backoff_ms * 2);
-	s->retry_at_ms = qb_now_ms() + s->backoff_ms;
-	snprintf(s->last_error, sizeof(s->last_error), "%s", err);
-	return -1;
+	return qb_store_connect(&s->backoff, qbpq_open, s, err, errlen);
 }
 
 /* ---- one op, one transaction ---------------------------------------------- */
@@ -1448,18 +1425,76 @@ typedef struct QbpqQuery
 	char	  **out;
 } QbpqQuery;
 
-/* qbpq_answer: *out = the malloc'd JSON text of one count, as json_build_object prints it. */
-static int
-qbpq_answer(char **out, const char *name, bool null, long long v, char *err, size_t errlen)
+/* qbpq_replay's state: the store and its select's result, which the rows point into. */
+typedef struct QbpqReplay
 {
-	char		buf[64];
+	QbPqStore  *s;
+	PGresult   *sel;
+	int64_t    *ids;
+	const char **sources;
+	const char **types;
+} QbpqReplay;
 
-	if (null)
-		snprintf(buf, sizeof(buf), "{\"%s\" : null}", name);
-	else
-		snprintf(buf, sizeof(buf), "{\"%s\" : %lld}", name, v);
-	if ((*out = strdup(buf)) == NULL)
+/* qbpq_replay_select: QB_PG_INBOX_REPLAY_SELECT (qb_replay_run's select). */
+static int
+qbpq_replay_select(void *ctx, const char *const *v, const int64_t **ids,
+				   const char *const **sources, const char *const **types, int *n,
+				   char *err, size_t errlen)
+{
+	QbpqReplay *p = ctx;
+	QbpqArgs	a = {0};
+	int			nt;
+
+	for (int i = 0; i < 5; i++)
+		a.v[i] = v[i];
+	if ((p->sel = qbpq_run(p->s, QB_PG_S_REPLAY_SELECT, &a, PGRES_TUPLES_OK,
+						   "reading the inbox rows to replay", err, errlen)) == NULL)
+		return -1;
+	nt = PQntuples(p->sel);
+	p->ids = malloc(sizeof(int64_t) * (nt + 1));
+	p->sources = malloc(sizeof(char *) * (nt + 1));
+	p->types = malloc(sizeof(char *) * (nt + 1));
+	if (p->ids == NULL || p->sources == NULL || p->types == NULL)
 		return qbpq_oom("the replay", err, errlen);
+	for (int i = 0; i < nt; i++)
+	{
+		p->ids[i] = qbpq_int(p->sel, i, 0);
+		p->sources[i] = PQgetvalue(p->sel, i, 1);
+		p->types[i] = PQgetisnull(p->sel, i, 2) ? NULL : PQgetvalue(p->sel, i, 2);
+	}
+	*ids = p->ids;
+	*sources = p->sources;
+	*types = p->types;
+	*n = nt;
+	return 0;
+}
+
+/* qbpq_replay_insert: QB_PG_INBOX_REPLAY (qb_replay_run's insert). */
+static int
+qbpq_replay_insert(void *ctx, const QbReplay *r, int max_attempts, long long *nrows,
+				   bool *first_null, long long *first_id, char *err, size_t errlen)
+{
+	QbpqReplay *p = ctx;
+	QbpqArgs	ins = {0};
+	PGresult   *res;
+
+	for (int i = 0; i < r->n; i++)
+	{
+		qb_pg_array_add_int(&ins.arr[0], r->ids[i]);
+		qb_pg_array_add(&ins.arr[1], r->topics[i]);
+	}
+	qbpq_args_array(&ins, 0);
+	qbpq_args_array(&ins, 1);
+	qbpq_args_int(&ins, 2, max_attempts);
+	res = qbpq_run(p->s, QB_PG_S_REPLAY, &ins, PGRES_TUPLES_OK,
+				   "inserting the replayed outbox rows", err, errlen);
+	qbpq_args_free(&ins);
+	if (res == NULL)
+		return -1;
+	*nrows = PQntuples(res);
+	*first_null = PQntuples(res) == 0;
+	*first_id = *first_null ? 0 : qbpq_int(res, 0, 0);
+	PQclear(res);
 	return 0;
 }
 
@@ -1473,95 +1508,20 @@ qbpq_answer(char **out, const char *name, bool null, long long v, char *err, siz
 static int
 qbpq_replay(QbPqStore *s, QbpqQuery *q, char *err, size_t errlen)
 {
-	bool		single = q->query == QB_Q_REPLAY_INBOX;
-	QbpqArgs	a = {0};
-	QbpqArgs	ins = {0};
-	PGresult   *sel = NULL;
-	PGresult   *res = NULL;
-	QbReplay	r = {.skipped = -1};
-	int64_t    *ids = NULL;
-	const char **sources = NULL;
-	const char **types = NULL;
-	int			n;
-	int			rc = -1;
+	static const QbReplayCalls calls = {
+		.select = qbpq_replay_select,
+		.insert = qbpq_replay_insert,
+		.oom = "the replay: out of memory copying its rows",
+	};
+	QbpqReplay	p = {.s = s};
+	int			rc;
 
-	if (s->cfg == NULL)
-	{
-		snprintf(err, errlen,
-				 "no queuebox configuration is in force: a replayed inbox row takes its topic from its source's template");
-		return -1;
-	}
-	if (single && q->params[0] == NULL)
-		return qbpq_answer(q->out, "id", true, 0, err, errlen);	/* STRICT, as the SQL function */
-	for (int i = 0; i < 4; i++)
-		a.v[i + 1] = single ? NULL : q->params[i];
-	a.v[0] = single ? q->params[0] : NULL;
-	if ((sel = qbpq_run(s, QB_PG_S_REPLAY_SELECT, &a, PGRES_TUPLES_OK,
-						"reading the inbox rows to replay", err, errlen)) == NULL)
-		return -1;
-	n = PQntuples(sel);
-	ids = malloc(sizeof(int64_t) * (n + 1));
-	sources = malloc(sizeof(char *) * (n + 1));
-	types = malloc(sizeof(char *) * (n + 1));
-	if (ids == NULL || sources == NULL || types == NULL)
-	{
-		rc = qbpq_oom("the replay", err, errlen);
-		goto done;
-	}
-	for (int i = 0; i < n; i++)
-	{
-		ids[i] = qbpq_int(sel, i, 0);
-		sources[i] = PQgetvalue(sel, i, 1);
-		types[i] = PQgetisnull(sel, i, 2) ? NULL : PQgetvalue(sel, i, 2);
-	}
-	if (!qb_replay_render(s->cfg, ids, sources, types, n, &r))
-	{
-		rc = qbpq_oom("the replay", err, errlen);
-		goto done;
-	}
-	if (single && r.nrows == 0)
-	{
-		snprintf(err, errlen, QB_REPLAY_MISSING_FMT, strtoll(q->params[0], NULL, 10));
-		rc = QB_QUERY_NOT_FOUND;
-		goto done;
-	}
-	if (single && r.nskipped > 0)
-	{
-		char		detail[300];
-
-		snprintf(detail, sizeof(detail), QB_REPLAY_EMPTY_DETAIL_FMT, sources[r.skipped]);
-		snprintf(err, errlen, QB_REPLAY_EMPTY_FMT ": %s %s", (long long) ids[r.skipped],
-				 detail, QB_REPLAY_EMPTY_HINT);
-		rc = QB_QUERY_BAD_INPUT;
-		goto done;
-	}
-	if (r.n > 0)
-	{
-		for (int i = 0; i < r.n; i++)
-		{
-			qb_pg_array_add_int(&ins.arr[0], r.ids[i]);
-			qb_pg_array_add(&ins.arr[1], r.topics[i]);
-		}
-		qbpq_args_array(&ins, 0);
-		qbpq_args_array(&ins, 1);
-		qbpq_args_int(&ins, 2, qb_config_relay_max_attempts(s->cfg));
-		if ((res = qbpq_run(s, QB_PG_S_REPLAY, &ins, PGRES_TUPLES_OK,
-							"inserting the replayed outbox rows", err, errlen)) == NULL)
-			goto done;
-	}
-	if (single)
-		rc = qbpq_answer(q->out, "id", res == NULL || PQntuples(res) == 0,
-						 res ? qbpq_int(res, 0, 0) : 0, err, errlen);
-	else
-		rc = qbpq_answer(q->out, "replayed", false, res ? PQntuples(res) : 0, err, errlen);
-done:
-	PQclear(sel);
-	PQclear(res);
-	qbpq_args_free(&ins);
-	qb_replay_free(&r);
-	free(ids);
-	free(sources);
-	free(types);
+	rc = qb_replay_run(s->cfg, q->query == QB_Q_REPLAY_INBOX, q->params, &calls, &p, q->out,
+					   err, errlen);
+	PQclear(p.sel);
+	free(p.ids);
+	free(p.sources);
+	free(p.types);
 	return rc;
 }
 

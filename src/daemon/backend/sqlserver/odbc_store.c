@@ -32,10 +32,9 @@
 #include "qb_claim_cols.h"
 #include "qb_host.h"
 #include "qb_relay.h"
+#include "qb_store_conn.h"
 
 #define QBOS_TRIES				3
-#define QBOS_BACKOFF_FIRST_MS	250
-#define QBOS_BACKOFF_MAX_MS		10000
 
 struct QbOdbcStore
 {
@@ -44,9 +43,7 @@ struct QbOdbcStore
 	long		connect_timeout_ms;
 	long		statement_timeout_ms;
 	QbOdbcConn *conn;
-	long		backoff_ms;
-	long		retry_at_ms;
-	char		last_error[QB_ERRLEN];
+	QbStoreBackoff backoff;
 	const QbConfig *cfg;
 };
 
@@ -59,35 +56,24 @@ qbos_drop(QbOdbcStore *s)
 	s->conn = NULL;
 }
 
+/* qbos_open makes one connection attempt. */
+static int
+qbos_open(void *ctx, char *err, size_t errlen)
+{
+	QbOdbcStore *s = ctx;
+
+	s->conn = qb_odbc_connect(s->url, s->application_name, s->connect_timeout_ms, err, errlen);
+	return s->conn != NULL ? 0 : -1;
+}
+
 /* qbos_ensure: a connection, or -1 (at once while the backoff runs). */
 static int
 qbos_ensure(QbOdbcStore *s, char *err, size_t errlen)
 {
-	long		now;
-
 	if (s->conn != NULL && !qb_odbc_lost(s->conn))
 		return 0;
 	qbos_drop(s);
-	now = qb_now_ms();
-	if (now < s->retry_at_ms)
-	{
-		snprintf(err, errlen, "database unreachable, next try in %ld ms: %s",
-				 s->retry_at_ms - now, s->last_error);
-		return -1;
-	}
-	s->conn = qb_odbc_connect(s->url, s->application_name, s->connect_timeout_ms, err, errlen);
-	if (s->conn != NULL)
-	{
-		s->backoff_ms = 0;
-		s->retry_at_ms = 0;
-		s->last_error[0] = '\0';
-		return 0;
-	}
-	s->backoff_ms = s->backoff_ms == 0 ? QBOS_BACKOFF_FIRST_MS :
-		(s->backoff_ms * 2 > QBOS_BACKOFF_MAX_MS ? QBOS_BACKOFF_MAX_MS : s->backoff_ms * 2);
-	s->retry_at_ms = qb_now_ms() + s->backoff_ms;
-	snprintf(s->last_error, sizeof(s->last_error), "%s", err);
-	return -1;
+	return qb_store_connect(&s->backoff, qbos_open, s, err, errlen);
 }
 
 /*
@@ -658,94 +644,93 @@ qbos_select_free(QbosQuery *q)
 	q->n = 0;
 }
 
+/* qbos_replay's state: the store, the query holding the selected rows, the failure's class. */
+typedef struct QbosReplay
+{
+	QbOdbcStore *s;
+	QbosQuery  *q;
+	QbOdbcClass *cls;
+} QbosReplay;
+
+/* qbos_replay_select: qb_odbc_replay_select (qb_replay_run's select). */
+static int
+qbos_replay_select(void *ctx, const char *const *v, const int64_t **ids,
+				   const char *const **sources, const char *const **types, int *n,
+				   char *err, size_t errlen)
+{
+	QbosReplay *p = ctx;
+	QbosQuery  *q = p->q;
+	QbOdbcParam sel[5];
+
+	for (int i = 0; i < 5; i++)
+		sel[i] = QBOS_TEXT(v[i]);
+	if (qb_odbc_exec(p->s->conn, qb_odbc_replay_select,
+					 sel, 5, q->timeout_ms, qbos_select_row, q, p->cls, err, errlen) != 0)
+		return -1;
+	*ids = q->ids;
+	*sources = (const char *const *) q->sources;
+	*types = (const char *const *) q->types;
+	*n = q->n;
+	return 0;
+}
+
+/* qbos_replay_insert: queuebox._inbox_replay (qb_replay_run's insert). */
+static int
+qbos_replay_insert(void *ctx, const QbReplay *r, int max_attempts, long long *nrows,
+				   bool *first_null, long long *first_id, char *err, size_t errlen)
+{
+	QbosReplay *p = ctx;
+	QbosQuery  *q = p->q;
+	QbOdbcParam ins[2];
+	char	   *rows;
+	bool		oom = false;
+	int			rc;
+
+	if ((rows = qb_odbc_json_topics(r->ids, (const char *const *) r->topics, r->n, &oom)) == NULL)
+	{
+		snprintf(err, errlen, "the replay: out of memory");
+		return -1;
+	}
+	ins[0] = QBOS_TEXT(rows);
+	ins[1] = QBOS_INT(max_attempts);
+	q->replayed = 0;
+	q->first_null = true;
+	rc = qb_odbc_exec(p->s->conn, "EXEC queuebox._inbox_replay ?, ?", ins, 2, q->timeout_ms,
+					  qbos_replayed_row, q, p->cls, err, errlen);
+	free(rows);
+	if (rc != 0)
+		return -1;
+	*nrows = q->replayed;
+	*first_null = q->first_null;
+	*first_id = q->first_id;
+	return 0;
+}
+
 /*
  * qbos_replay: QB_Q_REPLAY_INBOX and QB_Q_REPLAY_INBOX_BULK, as the libpq
- * store does them: the rows, their topics rendered from the configuration
- * in force (qb_replay_render), the insert (queuebox._inbox_replay).
+ * store does them (qb_replay_run): the rows, their topics rendered from the
+ * configuration in force, the insert (queuebox._inbox_replay).
  */
 static int
 qbos_replay(QbOdbcStore *s, QbosQuery *q, QbOdbcClass *cls, char *err, size_t errlen)
 {
-	bool		single = q->query == QB_Q_REPLAY_INBOX;
-	QbOdbcParam sel[5];
-	QbReplay	r = {.skipped = -1};
-	char	   *rows = NULL;
-	char		buf[96];
-	bool		oom = false;
-	int			rc = -1;
+	static const QbReplayCalls calls = {
+		.select = qbos_replay_select,
+		.insert = qbos_replay_insert,
+		.oom = "the replay: out of memory",
+	};
+	QbosReplay	p = {.s = s, .q = q, .cls = cls};
+	int			rc;
 
 	*cls = QBO_FAILED;
 	qbos_select_free(q);
-	if (s->cfg == NULL)
-	{
-		snprintf(err, errlen,
-				 "no queuebox configuration is in force: a replayed inbox row takes its topic from its source's template");
-		return -1;
-	}
-	if (single && q->params[0] == NULL)
-		return (*q->out = strdup("{\"id\" : null}")) ? 0 : -1;
-	sel[0] = QBOS_TEXT(single ? q->params[0] : NULL);
-	for (int i = 0; i < 4; i++)
-		sel[i + 1] = QBOS_TEXT(single ? NULL : q->params[i]);
-	if (qb_odbc_exec(s->conn, qb_odbc_replay_select,
-					 sel, 5, q->timeout_ms, qbos_select_row, q, cls, err, errlen) != 0)
-		return -1;
-	if (!qb_replay_render(s->cfg, q->ids, (const char *const *) q->sources,
-						  (const char *const *) q->types, q->n, &r))
-	{
-		snprintf(err, errlen, "the replay: out of memory");
-		return -1;
-	}
-	if (single && r.nrows == 0)
-	{
-		snprintf(err, errlen, QB_REPLAY_MISSING_FMT, strtoll(q->params[0], NULL, 10));
+	rc = qb_replay_run(s->cfg, q->query == QB_Q_REPLAY_INBOX, q->params, &calls, &p, q->out,
+					   err, errlen);
+	if (rc == QB_QUERY_NOT_FOUND)
 		*cls = QBO_NOT_FOUND;
-		goto done;
-	}
-	if (single && r.nskipped > 0)
-	{
-		char		detail[300];
-
-		snprintf(detail, sizeof(detail), QB_REPLAY_EMPTY_DETAIL_FMT, q->sources[r.skipped]);
-		snprintf(err, errlen, QB_REPLAY_EMPTY_FMT ": %s %s", (long long) q->ids[r.skipped],
-				 detail, QB_REPLAY_EMPTY_HINT);
+	else if (rc == QB_QUERY_BAD_INPUT)
 		*cls = QBO_BAD_INPUT;
-		goto done;
-	}
-	q->replayed = 0;
-	q->first_null = true;
-	if (r.n > 0)
-	{
-		QbOdbcParam ins[2];
-
-		if ((rows = qb_odbc_json_topics(r.ids, (const char *const *) r.topics, r.n, &oom)) == NULL)
-		{
-			snprintf(err, errlen, "the replay: out of memory");
-			goto done;
-		}
-		ins[0] = QBOS_TEXT(rows);
-		ins[1] = QBOS_INT(qb_config_relay_max_attempts(s->cfg));
-		if (qb_odbc_exec(s->conn, "EXEC queuebox._inbox_replay ?, ?", ins, 2, q->timeout_ms,
-						 qbos_replayed_row, q, cls, err, errlen) != 0)
-			goto done;
-	}
-	/* spaced as json_build_object prints it, as the libpq store answers */
-	if (single && q->first_null)
-		snprintf(buf, sizeof(buf), "{\"id\" : null}");
-	else if (single)
-		snprintf(buf, sizeof(buf), "{\"id\" : %lld}", q->first_id);
-	else
-		snprintf(buf, sizeof(buf), "{\"replayed\" : %lld}", q->replayed);
-	if ((*q->out = strdup(buf)) == NULL)
-	{
-		snprintf(err, errlen, "the replay: out of memory");
-		goto done;
-	}
-	rc = 0;
-done:
-	free(rows);
-	qb_replay_free(&r);
-	return rc;
+	return rc == 0 ? 0 : -1;
 }
 
 static int
