@@ -93,13 +93,27 @@ else
   echo "== SQL Server: TAP 031 and 035 are skipped: QUEUEBOX_TEST_MSSQL_URL is not set (docs/sqlserver.md: Testing)"
 fi
 status=0
-( cd "$WORK/src" && "${RUNAS[@]}" "${ENV[@]}" make -s installcheck PROVE_FLAGS="--timer" ) || status=$?
+( cd "$WORK/src" && "${RUNAS[@]}" "${ENV[@]}" make -s installcheck PROVE_FLAGS="--timer" ) 2>&1 \
+  | tee "$WORK/installcheck.out" || status=$?
 if [ $status -ne 0 ]; then
   for f in "$WORK"/src/regression.diffs "$WORK"/src/output_iso/regression.diffs; do
     [ -f "$f" ] && { echo "---- $f"; cat "$f"; }
   done
-  for f in "$WORK"/src/tmp_check/log/*; do
-    [ -f "$f" ] && { echo "---- $f (last 60 lines)"; tail -n 60 "$f"; }
+  # the logs of the TAP files that failed (prove's "Test Summary Report" names
+  # them: "test/t/0xx_name.pl (Wstat: ...)"), not of all of them
+  failed=$(sed -n '/^Test Summary Report/,$p' "$WORK/installcheck.out" | grep -oE '^test/t/[0-9]+_[A-Za-z0-9_]+\.pl' | sort -u || true)
+  for t in $failed; do
+    n=$(basename "$t" .pl)
+    for f in "$WORK"/src/tmp_check/log/regress_log_"$n" "$WORK"/src/tmp_check/log/"$n"_*.log; do
+      [ -f "$f" ] && { echo "---- $f (last 80 lines)"; tail -n 80 "$f"; }
+    done
+  done
+  # last, what failed, so the tail of a CI log names it
+  echo "== FAILED: make installcheck exited $status"
+  grep -E 'not ok|Dubious|Wstat|^ *Failed test|FAILED|failed \(' "$WORK/installcheck.out" | tail -n 40 || true
+  for t in $failed; do
+    grep -hE '^\[[0-9:.]+\]\([0-9.]+s\) not ok|^not ok' "$WORK/src/tmp_check/log/regress_log_$(basename "$t" .pl)" 2>/dev/null \
+      | sed "s#^#$t: #" | tail -n 10 || true
   done
   exit $status
 fi

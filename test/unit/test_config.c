@@ -767,6 +767,21 @@ test_expand_file(void **state)
 	expect_refused("${file:${file:/x}}", "a file reference cannot hold another one", NULL);
 	unsetenv("QB_T_UNSET");
 	expect_refused("${file:${QB_T_UNSET}/x}", "environment variable QB_T_UNSET is not set", NULL);
+	/* a variable's value never shows: the reference is shown as written */
+	setenv("QB_T_SECRETV", "s3cr3t-var", 1);
+	expect_refused("${file:%s/../${QB_T_SECRETV}}", "${file:%s/../${QB_T_SECRETV}}: write an absolute path", NULL);
+	expect_refused("${file:${QB_T_CREDS}/${QB_T_SECRETV}}",
+				   "${file:${QB_T_CREDS}/${QB_T_SECRETV}}: No such file or directory", NULL);
+	setenv("QB_T_SECRETV", file_other + 1, 1);	/* no leading '/': the path is /${...} */
+	expect_refused("${file:/${QB_T_SECRETV}/outside}",
+				   "${file:/${QB_T_SECRETV}/outside}: the file is outside the directories", NULL);
+	{
+		char		err[QB_ERRLEN] = "";
+
+		assert_null(qb_expand_env("${file:/${QB_T_SECRETV}/outside}", err, sizeof(err)));
+		assert_null(strstr(err, file_other + 1));
+	}
+	unsetenv("QB_T_SECRETV");
 
 	/* any path (the daemon) */
 	qb_config_set_file_dirs(NULL, NULL);

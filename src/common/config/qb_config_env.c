@@ -186,7 +186,7 @@ qbcf_file_allowed(const char *path)
 	return false;
 }
 
-/* qbcf_refused: the message for a file outside the allowed directories. */
+/* qbcf_refused: the message for a file outside the allowed directories (path NULL: not shown). */
 static void
 qbcf_refused(const char *path, const char *shown, char *err, size_t errlen)
 {
@@ -201,9 +201,10 @@ qbcf_refused(const char *path, const char *shown, char *err, size_t errlen)
 				 shown, qbcf_file_setting);
 	else
 		snprintf(err, errlen,
-				 "file reference ${file:%.200s}: %.200s is outside the directories %s allows (%.100s); "
+				 "file reference ${file:%.200s}: %.200s%sis outside the directories %s allows (%.100s); "
 				 "move the file there, or have a superuser add its directory",
-				 shown, path, qbcf_file_setting, dirs);
+				 shown, path != NULL ? path : "", path != NULL ? " " : "the file ",
+				 qbcf_file_setting, dirs);
 }
 
 /*
@@ -212,10 +213,13 @@ qbcf_refused(const char *path, const char *shown, char *err, size_t errlen)
  * checked as written (absolute, no "." or "..", inside an allowed
  * directory) before anything is opened, so a refused path says nothing
  * about what exists; then resolved (symlinks) and checked again.  Messages
- * name the file, never its content.
+ * show the reference as written (shown: its ${NAME}s unexpanded, since a
+ * variable's value may be a secret) and never the file's content; the
+ * paths themselves only when no variable went into them (named).
  */
 static bool
-qbcf_read_file(QbcfBuf *b, const char *path, char *err, size_t errlen)
+qbcf_read_file(QbcfBuf *b, const char *path, const char *shown, bool named,
+			   char *err, size_t errlen)
 {
 	char		real[PATH_MAX];
 	char	   *data = NULL;
@@ -227,40 +231,40 @@ qbcf_read_file(QbcfBuf *b, const char *path, char *err, size_t errlen)
 	{
 		snprintf(err, errlen,
 				 "file reference ${file:%.200s}: write an absolute path without \".\" or \"..\", e.g. ${file:/run/secrets/github}",
-				 path);
+				 shown);
 		return false;
 	}
 	if (!qbcf_file_allowed(path))
 	{
-		qbcf_refused(path, path, err, errlen);
+		qbcf_refused(named ? path : NULL, shown, err, errlen);
 		return false;
 	}
 	if (realpath(path, real) == NULL)
 	{
-		snprintf(err, errlen, "file reference ${file:%.200s}: %s", path, strerror(errno));
+		snprintf(err, errlen, "file reference ${file:%.200s}: %s", shown, strerror(errno));
 		return false;
 	}
 	if (!qbcf_file_allowed(real))
 	{
-		qbcf_refused(real, path, err, errlen);
+		qbcf_refused(named ? real : NULL, shown, err, errlen);
 		return false;
 	}
 	/* O_NONBLOCK: a FIFO planted there must not hang the load */
 	if ((fd = open(real, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)) < 0)
 	{
-		snprintf(err, errlen, "file reference ${file:%.200s}: could not open %.200s: %s",
-				 path, real, strerror(errno));
+		snprintf(err, errlen, "file reference ${file:%.200s}: could not open it: %s",
+				 shown, strerror(errno));
 		return false;
 	}
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
 	{
-		snprintf(err, errlen, "file reference ${file:%.200s}: %.200s is not a regular file", path, real);
+		snprintf(err, errlen, "file reference ${file:%.200s}: not a regular file", shown);
 		goto fail;
 	}
 	if (st.st_size > QBCF_FILE_MAX)
 	{
 		snprintf(err, errlen, "file reference ${file:%.200s}: the file is larger than %d bytes; a secret file holds the secret alone",
-				 path, QBCF_FILE_MAX);
+				 shown, QBCF_FILE_MAX);
 		goto fail;
 	}
 	if ((data = malloc(QBCF_FILE_MAX + 1)) == NULL)
@@ -276,8 +280,8 @@ qbcf_read_file(QbcfBuf *b, const char *path, char *err, size_t errlen)
 			continue;
 		if (n < 0)
 		{
-			snprintf(err, errlen, "file reference ${file:%.200s}: could not read %.200s: %s",
-					 path, real, strerror(errno));
+			snprintf(err, errlen, "file reference ${file:%.200s}: could not read it: %s",
+					 shown, strerror(errno));
 			goto fail;
 		}
 		if (n == 0)
@@ -286,13 +290,13 @@ qbcf_read_file(QbcfBuf *b, const char *path, char *err, size_t errlen)
 		if (len > QBCF_FILE_MAX)
 		{
 			snprintf(err, errlen, "file reference ${file:%.200s}: the file is larger than %d bytes; a secret file holds the secret alone",
-					 path, QBCF_FILE_MAX);
+					 shown, QBCF_FILE_MAX);
 			goto fail;
 		}
 	}
 	if (memchr(data, '\0', len) != NULL)
 	{
-		snprintf(err, errlen, "file reference ${file:%.200s}: the file contains a NUL byte; a secret file holds text", path);
+		snprintf(err, errlen, "file reference ${file:%.200s}: the file contains a NUL byte; a secret file holds text", shown);
 		goto fail;
 	}
 	if (len > 0 && data[len - 1] == '\n')
@@ -329,6 +333,7 @@ qbcf_expand(QbcfBuf *b, const char *in, size_t len, bool files, char *err, size_
 	const char *p = in;
 	const char *end = in + len;
 	char	   *name = NULL;
+	char	   *shown = NULL;		/* a ${file:PATH} as written, for messages */
 
 	while (p < end)
 	{
@@ -372,8 +377,16 @@ qbcf_expand(QbcfBuf *b, const char *in, size_t len, bool files, char *err, size_
 					goto fail;
 				}
 				qbcf_buf_add(&path, "", 0);
+				shown = strndup(start + 5, q - (start + 5));
+				if (shown == NULL)
+				{
+					snprintf(err, errlen, "out of memory");
+					free(path.data);
+					goto fail;
+				}
 				if (!qbcf_expand(&path, start + 5, q - (start + 5), false, err, errlen) ||
-					path.oom || !qbcf_read_file(b, path.data, err, errlen))
+					path.oom ||
+					!qbcf_read_file(b, path.data, shown, strstr(shown, "${") == NULL, err, errlen))
 				{
 					if (path.oom)
 						snprintf(err, errlen, "out of memory");
@@ -381,6 +394,8 @@ qbcf_expand(QbcfBuf *b, const char *in, size_t len, bool files, char *err, size_
 					goto fail;
 				}
 				free(path.data);
+				free(shown);
+				shown = NULL;
 				p = q + 1;
 				continue;
 			}
@@ -431,6 +446,7 @@ qbcf_expand(QbcfBuf *b, const char *in, size_t len, bool files, char *err, size_
 
 fail:
 	free(name);
+	free(shown);
 	return false;
 }
 
