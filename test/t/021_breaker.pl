@@ -9,7 +9,8 @@
 #   - a probe row whose own backoff is not over is still sent as the probe;
 #   - a success resets the count: messages that each fail once and then
 #     succeed, one at a time, never open the circuit; resume of a closed
-#     destination answers resumed: false.
+#     destination answers resumed: false;
+#   - the only destination configured opens, and is still probed again.
 #   Every phase counts rows before and after; waits are bounded polls.
 use strict;
 use warnings;
@@ -251,8 +252,34 @@ is($r->{content}, '{"known" : true, "resumed" : false}', 'resume of a closed des
 $r = $http->request('POST', "$base/admin/destinations/p/resume", { headers => \%auth });
 is($r->{content}, '{"known" : true, "resumed" : false}', 'resume of a destination whose pause is over answers resumed: false');
 
+# ==== 10. the only destination opens, and is probed again
+# With one destination configured, an open circuit left every worker with
+# no room anywhere, so none claimed again, and the claim is what moves a
+# circuit whose cooldown is over to half-open: no probe was ever sent and
+# every row waited for good (TAP 004 met it after a crash).  Five messages,
+# each failing twice then succeeding; failures 2 opens the circuit at once.
+$log_offset = -s $node->logfile;
+qb_configure($node, qb_config_yaml(
+	outbox => { maxAttempts => 1000, backoff => { initialMs => 50, maxMs => 100 } },
+	http => { listen => "127.0.0.1:$http_port" },
+	admin => { token => $token },
+	destinations => { f => { type => 'http', baseUrl => $sink_f->{url}, path => '/events',
+		circuitBreaker => { failures => 2, cooldownMs => 300 } } },
+	routes => [ { topicPattern => '**', destination => 'f' } ]));
+qb_wait_for(sub { qb_log_count($node, qr/queuebox outbox \d: configuration loaded/, $log_offset) >= 2 },
+	'alone: both workers loaded the one-destination configuration', timeout => 30);
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload)
+	SELECT 'alone.ev', jsonb_build_object('i', i, '_sink', jsonb_build_object('fail', 2))
+	FROM generate_series(1, 5) i});
+qb_wait_for(sub { qb_log_count($node, qr/destination f: circuit closed -> open/, $log_offset) >= 1 },
+	'alone: f\'s circuit opens', timeout => 30);
+qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = 'alone.ev' AND state = 'sent'", '5',
+	'alone: after the cooldown f is probed, closes, and every row is sent', timeout => 60);
+ok(qb_log_count($node, qr/destination f is half-open: trying row \d+ as its probe/, $log_offset) >= 1, 'alone: f went half-open and a row was its probe');
+is(qb_dest_status($node, 'f')->{state}, 'closed', 'alone: f ends closed');
+
 is(qb_count($node, "state <> 'sent'"), '0', 'every row of the test ends sent');
-is(qb_outbox_count($node), 100 + 40 + 11 + 1 + 6, 'and the outbox holds them all');
+is(qb_outbox_count($node), 100 + 40 + 11 + 1 + 6 + 5, 'and the outbox holds them all');
 
 $node->stop;
 qb_sink_stop($_) for ($sink_r2, $sink_g, $sink_p, $sink_n2, $sink_f);

@@ -123,6 +123,7 @@ typedef struct QboEngine
 	long		next_unpark;
 	long		next_retention;
 	long		next_cycle_try; /* after a failed cycle */
+	long		last_claim;		/* when a claim last read the circuits */
 	bool		claim_idle;		/* the last claim brought nothing: wait */
 	bool		reload_pending;
 	bool		warned_no_config;
@@ -746,7 +747,11 @@ qbo_room(QboEngine *e, int i)
 /*
  * qbo_want_claim: rows may be waiting, and a destination has room for half
  * of what it may be given at once (claims of a few rows each would cost a
- * transaction per few rows), or nothing at all is in flight.
+ * transaction per few rows), or nothing at all is in flight.  A
+ * destination that takes no rows (open, half-open, disabled, paused) also
+ * wants a claim, one per poll interval: the claim reads the circuits and
+ * moves one whose cooldown is over to half-open, and with no other
+ * destination taking rows no claim would come at all.
  */
 static bool
 qbo_want_claim(QboEngine *e)
@@ -761,6 +766,9 @@ qbo_want_claim(QboEngine *e)
 		if (most > e->cfg->outbox.batch_size)
 			most = e->cfg->outbox.batch_size;
 		if (room > 0 && (room * 2 >= most || e->nactive == 0))
+			return true;
+		if (qbo_hold_reason(&e->dests[i]) != NULL &&
+			qb_now_ms() - e->last_claim >= e->cfg->outbox.poll_interval_ms)
 			return true;
 	}
 	/* no destination at all: rows still need their "no route" outcome */
@@ -943,6 +951,7 @@ qbo_dispatch_claimed(QboEngine *e, QboCycle *c)
 	int			claimed = 0;
 
 	e->stats->batches++;
+	e->last_claim = qb_now_ms();
 	qbo_apply_states(e, out);
 	for (int i = 0; i < out->nrows; i++)
 	{
