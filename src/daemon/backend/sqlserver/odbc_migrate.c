@@ -139,7 +139,7 @@ qbdm_apply(QbOdbcConn *c, const char *script, const char *version, const char *w
 		   char *err, size_t errlen)
 {
 	QbdmApply	a = {.conn = c, .what = what, .err = err, .errlen = errlen};
-	QbOdbcParam v = {.type = QBO_T_TEXT, .text = version};
+	QbOdbcParam v = {.type = QB_ODBC_T_TEXT, .text = version};
 	QbOdbcClass cls;
 	char		why[QB_ERRLEN];
 
@@ -270,9 +270,9 @@ qb_mssql_publish_config(QbOdbcConn *c, const QbConfig *cfg, char *err, size_t er
 	for (int i = 0; i < cfg->nroutes; i++)
 	{
 		QbOdbcParam p[3] = {
-			{.type = QBO_T_INT, .num = i + 1},
-			{.type = QBO_T_TEXT, .text = cfg->routes[i].topic_pattern},
-			{.type = QBO_T_TEXT, .text = cfg->routes[i].destination},
+			{.type = QB_ODBC_T_INT, .num = i + 1},
+			{.type = QB_ODBC_T_TEXT, .text = cfg->routes[i].topic_pattern},
+			{.type = QB_ODBC_T_TEXT, .text = cfg->routes[i].destination},
 		};
 
 		if (qb_odbc_exec(c, "INSERT INTO queuebox.config_route (position, pattern, destination) VALUES (?, ?, ?)",
@@ -281,7 +281,7 @@ qb_mssql_publish_config(QbOdbcConn *c, const QbConfig *cfg, char *err, size_t er
 	}
 	for (int i = 0; i < cfg->ndestinations; i++)
 	{
-		QbOdbcParam p[1] = {{.type = QBO_T_TEXT, .text = cfg->destinations[i].name}};
+		QbOdbcParam p[1] = {{.type = QB_ODBC_T_TEXT, .text = cfg->destinations[i].name}};
 
 		if (qb_odbc_exec(c, "INSERT INTO queuebox.config_destination (name) VALUES (?)",
 						 p, 1, 0, NULL, NULL, &cls, err, errlen) != 0)
