@@ -273,6 +273,11 @@ typedef struct QbStore
 								  char *err, size_t errlen);
 } QbStore;
 
+/* QbStore's functions: each must be set (qb_ops.h; qb_engine_tables_check) */
+#define QB_STORE_OPS(X, T) X(T, config_load) X(T, outbox_cycle) X(T, outbox_unpark) \
+	X(T, outbox_unroute) X(T, outbox_reclaim) X(T, outbox_retention) X(T, inbox_insert) \
+	X(T, query_text) X(T, relay_claim) X(T, relay_forward)
+
 extern void qb_outbox_rows_free(QbOutboxRow *rows, int n);
 extern void qb_outbox_rows_free_one(QbOutboxRow *row);
 extern void qb_cycle_out_free(QbCycleOut *out);

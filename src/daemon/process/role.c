@@ -41,7 +41,8 @@ qbd_role_run(QbEngineKind kind, int index, const QbHost *host, const QbStore *st
 	char		detail[256];
 
 	memset(&stats, 0, sizeof(stats));
-	if (engine->run(host, store, index, &stats, err, sizeof(err)) != 0)
+	if (qb_engine_tables_check(host, store, name, err, sizeof(err)) != 0 ||
+		engine->run(host, store, index, &stats, err, sizeof(err)) != 0)
 	{
 		qbd_log(QB_LOG_ERROR, "%s could not start: %s", name, err);
 		return 1;
