@@ -8,23 +8,14 @@
  *	- A connection is an environment and a connection handle, connected
  *	  with a DSN-less string (odbc_url.c), its session set to XACT_ABORT ON
  *	  (any error rolls the open transaction back) and NOCOUNT ON.
- *	- Transactions are T-SQL's own, sent as statements: qb_odbc_begin sends
- *	  BEGIN TRANSACTION, qb_odbc_end COMMIT or a ROLLBACK guarded by
- *	  @@TRANCOUNT.  Not ODBC's autocommit-off mode: after a server-side
- *	  abort (XACT_ABORT, a deadlock victim) the driver's idea of the open
- *	  transaction and the server's part, and the next statements would run
- *	  in no transaction at all.  A batch may also carry its own
- *	  BEGIN ... COMMIT (the ODBC store's one-statement ops do).
- *	- A statement with parameters is prepared once per connection
- *	  (SQLPrepare; FreeTDS sends sp_prepexec with typed @P parameters, then
- *	  sp_execute on the handle) and its handle kept, for up to QBOC_CACHE
- *	  texts; every value is a bound parameter (qb_odbc_binding says how
- *	  each type is bound).  A statement without one (BEGIN, COMMIT, the
- *	  schema's DDL) is sent as it is (SQLExecDirect).
- *	- Results: every result set of the statement is read to its end, in
- *	  order, each value as UTF-8 text (SQLGetData in pieces, so NVARCHAR(MAX)
- *	  has no size limit); an error raised by a later statement of a batch
- *	  surfaces at SQLMoreResults and fails the call.
+ *	- Transactions are T-SQL's own, sent as statements (BEGIN TRANSACTION,
+ *	  COMMIT, a ROLLBACK guarded by @@TRANCOUNT), not ODBC's autocommit-off
+ *	  mode, which loses track after a server-side abort (README.md).
+ *	- A statement with parameters is prepared once per connection and its
+ *	  handle kept (up to QBOC_CACHE texts); every value is bound
+ *	  (qb_odbc_binding).  One without (BEGIN, COMMIT, DDL) is sent as it is.
+ *	- Results: every result set is read to its end, each value as UTF-8
+ *	  text; an error of a later statement of a batch fails the call.
  *	- Errors: the first diagnostic record names the failure and gives its
  *	  class (odbc_error.c); a QB_ODBC_LOST class marks the connection lost.
  *

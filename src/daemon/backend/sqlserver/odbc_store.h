@@ -1,26 +1,20 @@
 /*-------------------------------------------------------------------------
  * odbc_store.h
- *	  The ODBC store: the core's QbStore over one ODBC connection to SQL
- *	  Server (FreeTDS's driver under unixODBC), for queuebox-mssqld with a
- *	  sqlserver:// URL; and the pieces of it that need no server (the
- *	  connection string, the error classes, the JSON parameters), which the
- *	  unit tests call directly.  With the schema's migrations
- *	  (odbc_migrate.c) and the daemon's ops table (odbc_backend.c), this
- *	  header is the daemon's SQL Server backend.
+ *	  The daemon's SQL Server backend: the ODBC store (the core's QbStore
+ *	  over one ODBC connection, FreeTDS's driver under unixODBC), its
+ *	  connection, its migrations (odbc_migrate.c), its ops table
+ *	  (odbc_backend.c), and the pieces that need no server (the connection
+ *	  string, the error classes, the JSON parameters) for the unit tests.
  *
  * Wording:
  *	- A procedure is one of sql/sqlserver/engine.sql's; an op is one
  *	  QbStore call: one transaction (BEGIN TRANSACTION ... COMMIT) holding
- *	  the procedure calls the op needs, as the libpq store holds its
- *	  statements.  Arrays go to a procedure as one JSON array in a bound
- *	  NVARCHAR(MAX) parameter; every value is bound (SQLBindParameter),
- *	  never spliced into SQL text.
+ *	  the procedure calls the op needs.  Arrays go to a procedure as one
+ *	  JSON array in a bound NVARCHAR(MAX) parameter; every value is bound
+ *	  (SQLBindParameter), never spliced into SQL text.
  *	- An error's class (QbOdbcClass) comes from its SQLSTATE and native
- *	  error number: a deadlock victim or a lock timeout is run again (the
- *	  whole op, up to QBOS_TRIES times: every step is fenced by a token,
- *	  so a second run changes nothing the first did); a lost connection is
- *	  closed and made again with a backoff (250 ms doubling to 10 s), the
- *	  rows in flight coming back through their lease.
+ *	  error number, and says what the store does: run the op again, fail
+ *	  it, or reconnect (odbc_store.c).
  *
  * One store is one connection, used by one engine thread.
  *-------------------------------------------------------------------------
