@@ -20,7 +20,8 @@ MODULE_big  = queuebox
 # scripts/test.sh runs the check before it builds.
 #   lib/      helpers on plain values: topic patterns, backoff, transforms
 #             (jq), extraction, webhook verification and outbound signing,
-#             crypto, metrics, UTF-8, the monotonic clock
+#             crypto, metrics, UTF-8, the monotonic clock, the ops-table
+#             check (qb_ops.h)
 #   broker/   the broker links (url, connect, login) that publish/ and
 #             source/ share, and that config/ checks urls with
 #   config/   the configuration's model and validator (qb_config_*)

@@ -65,7 +65,8 @@ qb_engine_worker_main(Datum arg)
 	qb_worker_host_start(label, qbw_slot(kind, index), kind == QB_ENGINE_OUTBOX, &host);
 	qb_spi_store_init(&store);
 
-	if (engine->run(&host, &store, index, &stats, err, sizeof(err)) != 0)
+	if (qb_engine_tables_check(&host, &store, name, err, sizeof(err)) != 0 ||
+		engine->run(&host, &store, index, &stats, err, sizeof(err)) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("%s could not start: %s", label, err)));

@@ -4,18 +4,19 @@
  *	  watches the dynamic workers (outbox workers, relay, ingress, consumers).
  *
  * Wording:
- *	- A role is a kind of dynamic worker: an engine of the core's registry
- *	  (qb_engines.h), which names it and says how many the GUCs ask for.
- *	  The set is every worker of every role, numbered role by role: outbox
- *	  0..N-1, the relay, the ingress, then the consumers.
+ *	- A kind is an engine of the core's registry (qb_engines.h), which
+ *	  names its workers and says how many the GUCs ask for.  The set is
+ *	  every worker of every kind, numbered kind by kind: outbox 0..N-1, the
+ *	  relay, the ingress, then the consumers.
  *	- The launcher connects to no database (shared catalogs only), so a
  *	  missing queuebox.database is something it can notice and report, not a
  *	  FATAL at connect that the postmaster would turn into a crash loop.
  *	- Workers are dynamic background workers (never restarted by the
  *	  postmaster); the launcher restarts one that exits, after a short pause.
  *
- * SIGHUP re-reads the GUCs: a new queuebox.database, queuebox.outbox_workers
- * or queuebox.relay_worker stops the whole set and starts the new one.
+ * SIGHUP re-reads the GUCs: a new queuebox.database, or a new count of
+ * outbox, relay or ingress workers, stops the whole set and starts the new
+ * one; the consumers are resized in place.
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -45,26 +46,26 @@
 #define QBL_NO_DB_RETRY_MS	5000
 
 /*
- * The roles are the engines of the core's registry (qb_engines.h), in its
+ * The kinds are the engines of the core's registry (qb_engines.h), in its
  * order: the consumers last, so they can be resized in place.  The GUCs say
  * how many of each the registry wants (qbl_wanted).
  */
-#define QBL_NROLES			QB_ENGINE_NKINDS
+#define QBL_NKINDS			QB_ENGINE_NKINDS
 StaticAssertDecl(QB_ENGINE_CONSUMER == QB_ENGINE_NKINDS - 1,
-				 "the consumers are the last role");
+				 "the consumers are the last kind");
 #define QBL_MAX_WORKERS		(QB_MAX_OUTBOX_WORKERS + 2 + QB_MAX_CONSUMER_WORKERS)
 
 typedef struct QblWorker
 {
 	QbEngineKind kind;
-	int			index;			/* within its role */
+	int			index;			/* within its kind */
 	BackgroundWorkerHandle *handle;
 	TimestampTz restart_after;	/* 0: start at once */
 } QblWorker;
 
 static QblWorker qbl_workers[QBL_MAX_WORKERS];
 static int	qbl_nrunning = 0;	/* workers in the current set */
-static int	qbl_counts[QBL_NROLES]; /* per role, in the current set */
+static int	qbl_counts[QBL_NKINDS]; /* per kind, in the current set */
 static char qbl_database[NAMEDATALEN];
 
 static bool qbl_database_exists(const char *name);
@@ -101,7 +102,7 @@ qb_launcher_main(Datum arg)
 	for (;;)
 	{
 		long		wait_ms = QBL_CHECK_MS;
-		int			want_counts[QBL_NROLES];
+		int			want_counts[QBL_NKINDS];
 		int			want;
 
 		CHECK_FOR_INTERRUPTS();
@@ -110,10 +111,10 @@ qb_launcher_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			(void) qbl_wanted(want_counts);
-			/* the consumers (the last role) are resized in place, below */
+			/* the consumers (the last kind) are resized in place, below */
 			if (qbl_nrunning > 0 &&
 				(strcmp(qbl_database, qb_database) != 0 ||
-				 memcmp(qbl_counts, want_counts, sizeof(int) * (QBL_NROLES - 1)) != 0))
+				 memcmp(qbl_counts, want_counts, sizeof(int) * (QBL_NKINDS - 1)) != 0))
 			{
 				ereport(LOG,
 						(errmsg("queuebox launcher: restarting the workers for database \"%s\" (%d outbox workers, relay %s)",
@@ -143,7 +144,7 @@ qb_launcher_main(Datum arg)
 
 				strlcpy(qbl_database, qb_database, NAMEDATALEN);
 				strlcpy(qb_shared->database, qb_database, NAMEDATALEN);
-				for (int r = 0; r < QBL_NROLES; r++)
+				for (int r = 0; r < QBL_NKINDS; r++)
 					for (int i = 0; i < want_counts[r]; i++, n++)
 					{
 						qbl_workers[n].kind = (QbEngineKind) r;
@@ -158,7 +159,7 @@ qb_launcher_main(Datum arg)
 		}
 
 		if (qbl_nrunning > 0)
-			qbl_resize_consumers(want_counts[QBL_NROLES - 1]);
+			qbl_resize_consumers(want_counts[QBL_NKINDS - 1]);
 
 		/*
 		 * A worker that stopped is restarted, unless its database is gone
@@ -233,11 +234,11 @@ qbl_database_exists(const char *name)
 }
 
 /*
- * qbl_wanted fills counts per role from the GUCs; returns the total.  The
+ * qbl_wanted fills counts per kind from the GUCs; returns the total.  The
  * launcher reads no table: until a configure() commits or a worker loads
  * the document (QB_BROKER_SOURCES_UNKNOWN, after every start), the number
  * of broker sources is unknown, and the registry asks for one consumer to
- * load it; the count it publishes then sizes the role.
+ * load it; the count it publishes then sizes the kind.
  */
 static int
 qbl_wanted(int *counts)
@@ -252,7 +253,7 @@ qbl_wanted(int *counts)
 	};
 	int			total = 0;
 
-	for (int r = 0; r < QBL_NROLES; r++)
+	for (int r = 0; r < QBL_NKINDS; r++)
 		total += counts[r] = qb_engine((QbEngineKind) r)->wanted(&want);
 	Assert(total <= QBL_MAX_WORKERS);
 	return total;
@@ -291,14 +292,14 @@ qbl_start_worker(QblWorker *w)
 }
 
 /*
- * qbl_resize_consumers: the consumer role is the last of the set, so a
+ * qbl_resize_consumers: the consumer kind is the last of the set, so a
  * configuration that adds or removes broker sources appends or stops
  * consumers at the tail and leaves every other worker running.
  */
 static void
 qbl_resize_consumers(int want)
 {
-	int			have = qbl_counts[QBL_NROLES - 1];
+	int			have = qbl_counts[QBL_NKINDS - 1];
 
 	if (want == have)
 		return;
@@ -326,7 +327,7 @@ qbl_resize_consumers(int want)
 			w->handle = NULL;
 		}
 	}
-	qbl_counts[QBL_NROLES - 1] = want;
+	qbl_counts[QBL_NKINDS - 1] = want;
 }
 
 /* qbl_stop_all terminates the current set and waits until it is gone. */

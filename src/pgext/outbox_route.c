@@ -4,24 +4,21 @@
  *	  and the outbox_route trigger that reads them (docs/design/claim.md,
  *	  "Routed at insert").
  *
- * Vocabulary:
+ * Wording:
  *	- the published routes (QbRouteTable in QbShared): the topic patterns
- *	  and destinations of the configuration a worker loaded last, for the
- *	  database the workers serve.  nroutes < 0: none usable (no document,
- *	  or routes that do not fit); the trigger then routes nothing.
+ *	  and destinations of the configuration a worker loaded last.
+ *	  nroutes < 0: none usable (no document, or routes that do not fit);
+ *	  the trigger then routes nothing.
  *	- a backend's copy: what the trigger matches against, refreshed when
  *	  the table's generation moved.
  *
- * Concurrency: a seqlock.  A publisher (any worker, at each configuration
- * load; the commit of a configure() in the database the workers serve;
- * unchanged routes are not written) makes the generation odd with a
- * compare-and-swap, writes, and makes it even again.  A reader copies the
- * table and keeps the copy only when it saw the same even generation
- * before and after; it spins while the generation is odd, and after
- * QBR_READ_TRIES it routes nothing this row (the claim routes it instead).
- * No lock is held, nothing waits on a backend.  A row routed by the routes
- * of a moment ago is still routed by the configuration's topic rules: a
- * route change applies to rows inserted after the workers loaded it.
+ * Concurrency: a seqlock.  A publisher (a worker at each configuration
+ * load, a configure() at commit; unchanged routes are not written) makes
+ * the generation odd with a compare-and-swap, writes, and makes it even.
+ * A reader keeps its copy only when it saw the same even generation before
+ * and after; after QBR_READ_TRIES it routes nothing this row (the claim
+ * routes it).  No lock is held, nothing waits on a backend.  A route change
+ * applies to rows inserted after the workers loaded it.
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"

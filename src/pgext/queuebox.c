@@ -72,7 +72,7 @@ _PG_init(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("queuebox must be loaded via shared_preload_libraries"),
 				 errhint("Add queuebox to shared_preload_libraries in postgresql.conf and restart the server.")));
-	/* an engine table with a hole is this build's fault: say which, before any worker */
+	/* an engine, publisher or consumer table with a hole is this build's fault: say which */
 	if (qb_engines_check(err, sizeof(err)) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),

@@ -889,11 +889,12 @@ qbs_relay_forward(void *ctx, const char *token, const int64_t *ids,
 }
 
 /*
- * qbs_text_array: n C strings (NULL for SQL NULL) picked from rows as a
- * text[] datum; field is the byte offset of a const char * in QbInboxRow.
+ * qbs_inbox_column: one column of n inbox rows as a text[] datum, NULL for
+ * SQL NULL (qb_text_array has no NULLs); field is the byte offset of a
+ * const char * in QbInboxRow.
  */
 static Datum
-qbs_text_array(const QbInboxRow *rows, int n, size_t field)
+qbs_inbox_column(const QbInboxRow *rows, int n, size_t field)
 {
 	Datum	   *items = palloc(sizeof(Datum) * n);
 	bool	   *nulls = palloc(sizeof(bool) * n);
@@ -948,17 +949,17 @@ qbs_inbox_insert_body(void *arg)
 	SPIPlanPtr	p;
 
 	qbs_arm_timeout(a->timeout_ms);
-	values[0] = qbs_text_array(rows, n, offsetof(QbInboxRow, source));
-	values[1] = qbs_text_array(rows, n, offsetof(QbInboxRow, idempotency_key));
-	values[2] = qbs_text_array(rows, n, offsetof(QbInboxRow, event_type));
-	values[3] = qbs_text_array(rows, n, offsetof(QbInboxRow, aggregate_id));
-	values[4] = qbs_text_array(rows, n, offsetof(QbInboxRow, payload));
-	values[5] = qbs_text_array(rows, n, offsetof(QbInboxRow, headers));
+	values[0] = qbs_inbox_column(rows, n, offsetof(QbInboxRow, source));
+	values[1] = qbs_inbox_column(rows, n, offsetof(QbInboxRow, idempotency_key));
+	values[2] = qbs_inbox_column(rows, n, offsetof(QbInboxRow, event_type));
+	values[3] = qbs_inbox_column(rows, n, offsetof(QbInboxRow, aggregate_id));
+	values[4] = qbs_inbox_column(rows, n, offsetof(QbInboxRow, payload));
+	values[5] = qbs_inbox_column(rows, n, offsetof(QbInboxRow, headers));
 	for (int i = 0; i < n; i++)
 		consumption[i] = CStringGetTextDatum(rows[i].pull ? "pull" : "push");
 	values[6] = PointerGetDatum(construct_array(consumption, n, TEXTOID, -1, false,
 												TYPALIGN_INT));
-	values[7] = qbs_text_array(rows, n, offsetof(QbInboxRow, dead_error));
+	values[7] = qbs_inbox_column(rows, n, offsetof(QbInboxRow, dead_error));
 	p = qbs_prepare(QB_PG_S_INBOX_INSERT);
 	if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "the inbox insert failed");

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  * worker_host.c
  *	  The PostgreSQL host of the core's engines, shared by every dynamic
- *	  worker (outbox, relay): what a background worker gives an engine.
+ *	  worker (outbox, relay, ingress, consumer: engine_worker.c).
  *
  * Wording:
  *	- The host is the QbHost this file fills in: elog for logging, a
@@ -11,17 +11,15 @@
  *	  which backends use to wake it at commit.
  *
  * Signals: SIGTERM only sets a flag and the latch, so an engine can finish
- * or release the rows of a batch in flight before the process exits.
- * SIGHUP reloads GUCs, and the stored configuration when it reads files
- * (its ${file:PATH} secrets may have changed: pg_reload_conf() takes a new
- * one).  Every wait ends with CHECK_FOR_INTERRUPTS(), which
- * serves ProcSignalBarriers (DROP DATABASE) promptly.
+ * or release the rows of a batch in flight.  SIGHUP reloads GUCs, and the
+ * stored configuration when it reads files (qbh_interrupts).  Every wait
+ * ends with CHECK_FOR_INTERRUPTS(), which serves ProcSignalBarriers (DROP
+ * DATABASE) promptly.
  *
  * Memory: the engines malloc their own state; SPI results are copied out of
  * the transaction before commit (spi_store.c).  Between transactions the
- * current context is a loop context reset at every wait.
- *
- * One process runs one worker, so the state below is per process.
+ * current context is a loop context reset at every wait.  One process runs
+ * one worker, so the state below is per process.
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"

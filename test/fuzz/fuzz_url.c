@@ -123,13 +123,13 @@ qbf_kv_read(const char *s, QbOdbcBraces style, QbfKv *kv)
 					return false;
 				if (*s == '}')
 				{
-					if (style == QBO_BRACES_ODBC && s[1] == '}')
+					if (style == QB_ODBC_BRACES_ODBC && s[1] == '}')
 					{
 						v[o++] = '}';
 						s += 2;
 						continue;
 					}
-					if (style == QBO_BRACES_ODBC || s[1] == ';' || s[1] == '\0')
+					if (style == QB_ODBC_BRACES_ODBC || s[1] == ';' || s[1] == '\0')
 					{
 						s++;
 						break;
@@ -198,7 +198,7 @@ qbf_odbc(const char *url)
 	}
 	for (int st = 0; st < 2; st++)
 	{
-		QbOdbcBraces style = st ? QBO_BRACES_FREETDS13 : QBO_BRACES_ODBC;
+		QbOdbcBraces style = st ? QB_ODBC_BRACES_FREETDS13 : QB_ODBC_BRACES_ODBC;
 		char	   *cs;
 		QbfKv		kv;
 		char		port[16];
@@ -238,7 +238,7 @@ qbf_quote(const char *value)
 {
 	for (int st = 0; st < 2; st++)
 	{
-		QbOdbcBraces style = st ? QBO_BRACES_FREETDS13 : QBO_BRACES_ODBC;
+		QbOdbcBraces style = st ? QB_ODBC_BRACES_FREETDS13 : QB_ODBC_BRACES_ODBC;
 		size_t		need = qb_odbc_quote(value, style, st == 0, NULL, 0);
 		char	   *q;
 		char	   *cs;

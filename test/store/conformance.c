@@ -170,7 +170,7 @@ q(const char *sql, int n, ...)
 		}
 		t[k] = '\0';
 		for (int i = 0; i < n; i++)
-			p[i] = (QbOdbcParam) {.type = QBO_T_TEXT, .text = v[i]};
+			p[i] = (QbOdbcParam) {.type = QB_ODBC_T_TEXT, .text = v[i]};
 		if (qb_odbc_exec(madmin, t, p, n, 30000, res_row, r, &cls, e, sizeof(e)) != 0)
 		{
 			char		e2[256];

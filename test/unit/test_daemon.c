@@ -25,6 +25,7 @@
 #include "daemon_host.h"
 #include "odbc_store.h"
 #include "pq_store.h"
+#include "ops_holes.h"
 #include "qbd.h"
 #include "supervisor.h"
 
@@ -393,21 +394,36 @@ test_host_signals(void **state)
 	qb_config_free(cfg);
 }
 
+static int
+backend_check(const void *table, char *err, size_t errlen)
+{
+	return qbd_backend_check_one(table, err, errlen);
+}
+
+static int
+store_check(const void *table, char *err, size_t errlen)
+{
+	static const QbOpsField host_fields[] = {QB_HOST_OPS(QB_OPS_FIELD, QbHost)};
+	QbHost		host = {0};
+
+	ops_fill(&host, host_fields, sizeof(host_fields) / sizeof(host_fields[0]));
+	return qb_engine_tables_check(&host, table, "outbox 0", err, errlen);
+}
+
 /*
  * The backends: sqlserver:// picks SQL Server, anything else libpq; both
  * tables are complete, and a table with any one field left out is refused,
- * naming the backend and the field.
+ * naming the backend and the field; the same for the two stores' tables.
  */
 static void
 test_backends(void **state)
 {
-	static const char *const ops[] = {
-#define QBD_OP_NAME(f) #f,
-		QBD_BACKEND_OPS(QBD_OP_NAME)
-#undef QBD_OP_NAME
-	};
+	static const QbOpsField fields[] = {QBD_BACKEND_OPS(QB_OPS_FIELD, QbdBackend)};
+	static const QbOpsField store_fields[] = {QB_STORE_OPS(QB_OPS_FIELD, QbStore)};
 	const QbdBackend *const all[] = {&qbd_backend_postgresql, &qbd_backend_sqlserver};
 	char		err[QB_ERRLEN] = "";
+	char		want[64];
+	QbStore		store;
 
 	assert_ptr_equal(qbd_backend_for("sqlserver://sa:pw@mssql:1433/app"), &qbd_backend_sqlserver);
 	assert_ptr_equal(qbd_backend_for("postgres://q@h/db"), &qbd_backend_postgresql);
@@ -416,19 +432,21 @@ test_backends(void **state)
 	assert_int_equal(qbd_backend_check(err, sizeof(err)), 0);
 
 	for (size_t b = 0; b < sizeof(all) / sizeof(all[0]); b++)
-		for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
-		{
-			QbdBackend	holed = *all[b];
-			char		want[128];
+	{
+		snprintf(want, sizeof(want), "backend ops '%s'", all[b]->name);
+		ops_expect_holes(all[b], sizeof(QbdBackend), fields, sizeof(fields) / sizeof(fields[0]),
+						 backend_check, want);
+	}
 
-			/* the i-th function field, as QBD_BACKEND_OPS lists them after name */
-			memset((char *) &holed + sizeof(const char *) + i * sizeof(void (*) (void)), 0,
-				   sizeof(void (*) (void)));
-			assert_int_equal(qbd_backend_check_one(&holed, err, sizeof(err)), -1);
-			snprintf(want, sizeof(want), "the %s backend's ops table has no %s", all[b]->name, ops[i]);
-			if (strstr(err, want) == NULL)
-				fail_msg("message \"%s\" lacks \"%s\"", err, want);
-		}
+	/* the two stores' tables (filled without a connection) */
+	qb_pq_store_ops(NULL, &store);
+	ops_expect_holes(&store, sizeof(store), store_fields,
+					 sizeof(store_fields) / sizeof(store_fields[0]), store_check,
+					 "store ops of 'outbox 0'");
+	qb_odbc_store_ops(NULL, &store);
+	ops_expect_holes(&store, sizeof(store), store_fields,
+					 sizeof(store_fields) / sizeof(store_fields[0]), store_check,
+					 "store ops of 'outbox 0'");
 }
 
 int

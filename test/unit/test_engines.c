@@ -1,7 +1,8 @@
 /*
  * test_engines.c
  *	  cmocka tests of the engine registry (src/common/engine/qb_engines.c):
- *	  the table is complete, the names the hosts give their workers and
+ *	  its table and the publisher, consumer, host and store tables are
+ *	  complete and a hole in any is named (qb_ops.h), the names the hosts give their workers and
  *	  roles, how many of each engine the settings want, and the stop lines,
  *	  word for word (the TAP tests grep them in both hosts' logs).
  */
@@ -12,7 +13,15 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "ops_holes.h"
 #include "qb_engines.h"
+#include "qb_pub_amqp.h"
+#include "qb_pub_http.h"
+#include "qb_pub_kafka.h"
+#include "qb_pub_nats.h"
+#include "qb_src_amqp.h"
+#include "qb_src_kafka.h"
+#include "qb_src_nats.h"
 
 static void
 test_complete(void **state)
@@ -36,18 +45,87 @@ test_hole(void **state)
 	assert_int_equal(qb_engines_check_table(t, QB_ENGINE_NKINDS, err, sizeof(err)), 0);
 	t[QB_ENGINE_RELAY].run = NULL;
 	assert_int_equal(qb_engines_check_table(t, QB_ENGINE_NKINDS, err, sizeof(err)), -1);
-	assert_string_equal(err, "the engine table (qb_engines.c): entry 1 (relay) has no run function");
+	assert_string_equal(err, "engine 'relay' lacks 'run'");
 
 	memcpy(t, qb_engine(0), sizeof(t));
 	t[QB_ENGINE_CONSUMER].name = NULL;
 	assert_int_equal(qb_engines_check_table(t, QB_ENGINE_NKINDS, err, sizeof(err)), -1);
-	assert_string_equal(err, "the engine table (qb_engines.c): entry 3 (unnamed) has no name");
+	assert_string_equal(err, "engine entry 3 (unnamed) has no name");
 
 	/* an entry in the wrong place */
 	memcpy(t, qb_engine(0), sizeof(t));
 	t[QB_ENGINE_INGRESS] = *qb_engine(QB_ENGINE_OUTBOX);
 	assert_int_equal(qb_engines_check_table(t, QB_ENGINE_NKINDS, err, sizeof(err)), -1);
-	assert_string_equal(err, "the engine table (qb_engines.c): entry 2 (outbox) has a kind that is not its index");
+	assert_string_equal(err, "engine entry 2 (outbox) has a kind that is not its index");
+}
+
+static int
+publisher_check(const void *table, char *err, size_t errlen)
+{
+	return qb_publisher_check(table, err, errlen);
+}
+
+static int
+consumer_check(const void *table, char *err, size_t errlen)
+{
+	return qb_consumer_check(table, err, errlen);
+}
+
+static int
+engine_check(const void *table, char *err, size_t errlen)
+{
+	return qb_engines_check_table(table, 1, err, errlen);
+}
+
+/* the host table, with a complete store */
+static int
+host_check(const void *table, char *err, size_t errlen)
+{
+	static const QbOpsField store_fields[] = {QB_STORE_OPS(QB_OPS_FIELD, QbStore)};
+	QbStore		store = {0};
+
+	ops_fill(&store, store_fields, sizeof(store_fields) / sizeof(store_fields[0]));
+	return qb_engine_tables_check(table, &store, "relay", err, errlen);
+}
+
+#define NFIELDS(f) ((int) (sizeof(f) / sizeof((f)[0])))
+
+/*
+ * Every real publisher, consumer and engine table is complete, and each
+ * required field left out is named with its table; prune, the host's
+ * config_loaded, late_floor and polled may be NULL.
+ */
+static void
+test_ops_holes(void **state)
+{
+	static const QbOpsField pub[] = {QB_PUBLISHER_OPS(QB_OPS_FIELD, QbPublisherOps)};
+	static const QbOpsField con[] = {QB_CONSUMER_OPS(QB_OPS_FIELD, QbConsumerOps)};
+	static const QbOpsField eng[] = {QB_ENGINE_OPS(QB_OPS_FIELD, QbEngine)};
+	static const QbOpsField hst[] = {QB_HOST_OPS(QB_OPS_FIELD, QbHost)};
+	const QbPublisherOps *const pubs[] = {&qb_http_publisher, &qb_amqp_publisher,
+	&qb_kafka_publisher, &qb_nats_publisher};
+	const QbConsumerOps *const cons[] = {&qb_amqp_consumer, &qb_kafka_consumer,
+	&qb_nats_consumer};
+	const char *const con_names[] = {"rabbitmq", "kafka", "nats"};
+	char		want[64];
+	QbHost		host = {0};
+
+	for (size_t i = 0; i < sizeof(pubs) / sizeof(pubs[0]); i++)
+	{
+		snprintf(want, sizeof(want), "publisher ops '%s'", qb_dest_type_name(pubs[i]->type));
+		ops_expect_holes(pubs[i], sizeof(QbPublisherOps), pub, NFIELDS(pub), publisher_check, want);
+	}
+	for (size_t i = 0; i < sizeof(cons) / sizeof(cons[0]); i++)
+	{
+		snprintf(want, sizeof(want), "consumer ops '%s'", con_names[i]);
+		ops_expect_holes(cons[i], sizeof(QbConsumerOps), con, NFIELDS(con), consumer_check, want);
+	}
+	/* the first entry alone: the others' kinds are not index 0 */
+	ops_expect_holes(qb_engine(0), sizeof(QbEngine), eng, NFIELDS(eng), engine_check,
+					 "engine 'outbox'");
+
+	ops_fill(&host, hst, NFIELDS(hst));
+	ops_expect_holes(&host, sizeof(host), hst, NFIELDS(hst), host_check, "host ops of 'relay'");
 }
 
 static void
@@ -146,6 +224,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_complete),
 		cmocka_unit_test(test_hole),
+		cmocka_unit_test(test_ops_holes),
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_wanted),
 		cmocka_unit_test(test_stop_lines),

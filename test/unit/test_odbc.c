@@ -44,7 +44,7 @@ static char *
 conn_string(const char *url, const char *driver)
 {
 	char		err[QB_ERRLEN] = "";
-	char	   *cs = conn_string_in(url, driver, QBO_BRACES_ODBC, err, sizeof(err));
+	char	   *cs = conn_string_in(url, driver, QB_ODBC_BRACES_ODBC, err, sizeof(err));
 
 	if (cs == NULL)
 		fail_msg("%s: %s", url, err);
@@ -115,28 +115,28 @@ test_conn_string_freetds13(void **state)
 {
 	char		err[QB_ERRLEN] = "";
 	char	   *cs = conn_string_in("sqlserver://u:a%3Bb%7Dc@db/app", "/x/libtdsodbc.so",
-									QBO_BRACES_FREETDS13, err, sizeof(err));
+									QB_ODBC_BRACES_FREETDS13, err, sizeof(err));
 
 	assert_non_null(cs);
 	assert_non_null(strstr(cs, ";PWD={a;b}c};"));
 	free(cs);
 	/* "};" and a final "}" cannot be written: refused, the password not named */
 	assert_null(conn_string_in("sqlserver://u:a%7D%3Bb@db/app", "/x/libtdsodbc.so",
-							   QBO_BRACES_FREETDS13, err, sizeof(err)));
+							   QB_ODBC_BRACES_FREETDS13, err, sizeof(err)));
 	assert_non_null(strstr(err, "the password holds \"};\" or ends with \"}\""));
 	assert_non_null(strstr(err, "FreeTDS 1.4"));
 	assert_null(strstr(err, "a}"));
 	assert_null(conn_string_in("sqlserver://u:ab%7D@db/app", "/x/libtdsodbc.so",
-							   QBO_BRACES_FREETDS13, err, sizeof(err)));
+							   QB_ODBC_BRACES_FREETDS13, err, sizeof(err)));
 	/*
 	 * a driver path with a '}': the driver manager reads it as ODBC says,
 	 * FreeTDS 1.3 its own way, so it is refused (fuzz_url's reproducer)
 	 */
 	assert_null(conn_string_in("sqlserver://u:p%8D%3B@h/db?odbcDriver=/usr/lib://u:p%7D%3B@he",
-							   "/x/libtdsodbc.so", QBO_BRACES_FREETDS13, err, sizeof(err)));
+							   "/x/libtdsodbc.so", QB_ODBC_BRACES_FREETDS13, err, sizeof(err)));
 	assert_non_null(strstr(err, "the odbcDriver holds \"}\""));
 	cs = conn_string_in("sqlserver://u:p@h/db?odbcDriver=/opt/a;b/libtdsodbc.so", "/x/libtdsodbc.so",
-						QBO_BRACES_FREETDS13, err, sizeof(err));
+						QB_ODBC_BRACES_FREETDS13, err, sizeof(err));
 	assert_non_null(cs);
 	assert_non_null(strstr(cs, "DRIVER={/opt/a;b/libtdsodbc.so};SERVER=h;"));
 	free(cs);
@@ -171,15 +171,15 @@ test_freetds_version(void **state)
 	assert_int_equal(qb_odbc_freetds_version(path, &major, &minor), 1);
 	assert_int_equal(major, 1);
 	assert_int_equal(minor, 3);
-	assert_int_equal(qb_odbc_braces_for(path), QBO_BRACES_FREETDS13);
+	assert_int_equal(qb_odbc_braces_for(path), QB_ODBC_BRACES_FREETDS13);
 	write_fake(path, "freetds v1.4.2");
-	assert_int_equal(qb_odbc_braces_for(path), QBO_BRACES_ODBC);
+	assert_int_equal(qb_odbc_braces_for(path), QB_ODBC_BRACES_ODBC);
 	write_fake(path, "no version here");
 	assert_int_equal(qb_odbc_freetds_version(path, &major, &minor), 0);
-	assert_int_equal(qb_odbc_braces_for(path), QBO_BRACES_ODBC);
+	assert_int_equal(qb_odbc_braces_for(path), QB_ODBC_BRACES_ODBC);
 	unlink(path);
-	assert_int_equal(qb_odbc_braces_for("/nonexistent/libtdsodbc.so"), QBO_BRACES_ODBC);
-	assert_int_equal(qb_odbc_braces_for("{FreeTDS}"), QBO_BRACES_ODBC);
+	assert_int_equal(qb_odbc_braces_for("/nonexistent/libtdsodbc.so"), QB_ODBC_BRACES_ODBC);
+	assert_int_equal(qb_odbc_braces_for("{FreeTDS}"), QB_ODBC_BRACES_ODBC);
 }
 
 static void
@@ -187,21 +187,21 @@ test_quote(void **state)
 {
 	char		out[64];
 
-	assert_int_equal(qb_odbc_quote("plain", QBO_BRACES_ODBC, false, out, sizeof(out)), 5);
+	assert_int_equal(qb_odbc_quote("plain", QB_ODBC_BRACES_ODBC, false, out, sizeof(out)), 5);
 	assert_string_equal(out, "plain");
-	assert_int_equal(qb_odbc_quote("plain", QBO_BRACES_ODBC, true, out, sizeof(out)), 7);
+	assert_int_equal(qb_odbc_quote("plain", QB_ODBC_BRACES_ODBC, true, out, sizeof(out)), 7);
 	assert_string_equal(out, "{plain}");
-	assert_int_equal(qb_odbc_quote("a}b", QBO_BRACES_ODBC, false, out, sizeof(out)), 6);
+	assert_int_equal(qb_odbc_quote("a}b", QB_ODBC_BRACES_ODBC, false, out, sizeof(out)), 6);
 	assert_string_equal(out, "{a}}b}");
-	assert_int_equal(qb_odbc_quote("a}b", QBO_BRACES_FREETDS13, false, out, sizeof(out)), 5);
+	assert_int_equal(qb_odbc_quote("a}b", QB_ODBC_BRACES_FREETDS13, false, out, sizeof(out)), 5);
 	assert_string_equal(out, "{a}b}");
-	assert_int_equal(qb_odbc_quote("a};b", QBO_BRACES_FREETDS13, false, out, sizeof(out)), (size_t) -1);
-	qb_odbc_quote(" lead", QBO_BRACES_ODBC, false, out, sizeof(out));
+	assert_int_equal(qb_odbc_quote("a};b", QB_ODBC_BRACES_FREETDS13, false, out, sizeof(out)), (size_t) -1);
+	qb_odbc_quote(" lead", QB_ODBC_BRACES_ODBC, false, out, sizeof(out));
 	assert_string_equal(out, "{ lead}");
-	qb_odbc_quote("k=v", QBO_BRACES_ODBC, false, out, sizeof(out));
+	qb_odbc_quote("k=v", QB_ODBC_BRACES_ODBC, false, out, sizeof(out));
 	assert_string_equal(out, "{k=v}");
 	/* a short buffer is cut, never overrun; the length says what it needs */
-	assert_int_equal(qb_odbc_quote("a;b", QBO_BRACES_ODBC, false, out, 3), 5);
+	assert_int_equal(qb_odbc_quote("a;b", QB_ODBC_BRACES_ODBC, false, out, 3), 5);
 	assert_string_equal(out, "{a");
 }
 
@@ -236,27 +236,27 @@ test_url_errors(void **state)
 static void
 test_classify(void **state)
 {
-	assert_int_equal(qb_odbc_classify("40001", 1205), QBO_RETRY);
-	assert_int_equal(qb_odbc_classify("HY000", 1222), QBO_RETRY);
-	assert_int_equal(qb_odbc_classify("HY000", 33557097), QBO_RETRY);
-	assert_int_equal(qb_odbc_classify("23000", 2627), QBO_DUPLICATE);
-	assert_int_equal(qb_odbc_classify("23000", 2601), QBO_DUPLICATE);
-	assert_int_equal(qb_odbc_classify("42000", 51000), QBO_PULL_BUSY);
-	assert_int_equal(qb_odbc_classify("42000", 50022), QBO_BAD_INPUT);
-	assert_int_equal(qb_odbc_classify("42000", 50002), QBO_NOT_FOUND);
-	assert_int_equal(qb_odbc_classify("22018", 245), QBO_BAD_INPUT);
-	assert_int_equal(qb_odbc_classify("22007", 241), QBO_BAD_INPUT);
-	assert_int_equal(qb_odbc_classify("23000", 547), QBO_BAD_INPUT);
-	assert_int_equal(qb_odbc_classify("22001", 2628), QBO_BAD_INPUT);
-	assert_int_equal(qb_odbc_classify("08S01", 0), QBO_LOST);
-	assert_int_equal(qb_odbc_classify("08001", 0), QBO_LOST);
-	assert_int_equal(qb_odbc_classify("HYT01", 0), QBO_LOST);
-	assert_int_equal(qb_odbc_classify("HYT00", 0), QBO_TIMEOUT);
-	assert_int_equal(qb_odbc_classify("42S02", 208), QBO_FAILED);
-	assert_int_equal(qb_odbc_classify("40001", 0), QBO_RETRY);
-	assert_int_equal(qb_odbc_classify(NULL, 0), QBO_FAILED);
-	assert_string_equal(qb_odbc_class_name(QBO_PULL_BUSY), "pull busy");
-	assert_string_equal(qb_odbc_class_name(QBO_FAILED), "failed");
+	assert_int_equal(qb_odbc_classify("40001", 1205), QB_ODBC_RETRY);
+	assert_int_equal(qb_odbc_classify("HY000", 1222), QB_ODBC_RETRY);
+	assert_int_equal(qb_odbc_classify("HY000", 33557097), QB_ODBC_RETRY);
+	assert_int_equal(qb_odbc_classify("23000", 2627), QB_ODBC_DUPLICATE);
+	assert_int_equal(qb_odbc_classify("23000", 2601), QB_ODBC_DUPLICATE);
+	assert_int_equal(qb_odbc_classify("42000", 51000), QB_ODBC_PULL_BUSY);
+	assert_int_equal(qb_odbc_classify("42000", 50022), QB_ODBC_BAD_INPUT);
+	assert_int_equal(qb_odbc_classify("42000", 50002), QB_ODBC_NOT_FOUND);
+	assert_int_equal(qb_odbc_classify("22018", 245), QB_ODBC_BAD_INPUT);
+	assert_int_equal(qb_odbc_classify("22007", 241), QB_ODBC_BAD_INPUT);
+	assert_int_equal(qb_odbc_classify("23000", 547), QB_ODBC_BAD_INPUT);
+	assert_int_equal(qb_odbc_classify("22001", 2628), QB_ODBC_BAD_INPUT);
+	assert_int_equal(qb_odbc_classify("08S01", 0), QB_ODBC_LOST);
+	assert_int_equal(qb_odbc_classify("08001", 0), QB_ODBC_LOST);
+	assert_int_equal(qb_odbc_classify("HYT01", 0), QB_ODBC_LOST);
+	assert_int_equal(qb_odbc_classify("HYT00", 0), QB_ODBC_TIMEOUT);
+	assert_int_equal(qb_odbc_classify("42S02", 208), QB_ODBC_FAILED);
+	assert_int_equal(qb_odbc_classify("40001", 0), QB_ODBC_RETRY);
+	assert_int_equal(qb_odbc_classify(NULL, 0), QB_ODBC_FAILED);
+	assert_string_equal(qb_odbc_class_name(QB_ODBC_PULL_BUSY), "pull busy");
+	assert_string_equal(qb_odbc_class_name(QB_ODBC_FAILED), "failed");
 }
 
 static json_t *
@@ -436,21 +436,21 @@ test_binding(void **state)
 	char	   *big = malloc(5001);
 	QbOdbcBinding b;
 
-	b = qb_odbc_binding(&(QbOdbcParam) {.type = QBO_T_INT, .num = 5});
+	b = qb_odbc_binding(&(QbOdbcParam) {.type = QB_ODBC_T_INT, .num = 5});
 	assert_int_equal(b.c_type, SQL_C_SBIGINT);
 	assert_int_equal(b.sql_type, SQL_BIGINT);
-	b = qb_odbc_binding(&(QbOdbcParam) {.type = QBO_T_UUID, .text = "x"});
+	b = qb_odbc_binding(&(QbOdbcParam) {.type = QB_ODBC_T_UUID, .text = "x"});
 	assert_int_equal(b.c_type, SQL_C_CHAR);
 	assert_int_equal(b.sql_type, SQL_GUID);
-	b = qb_odbc_binding(&(QbOdbcParam) {.type = QBO_T_TEXT, .text = "héllo"});
+	b = qb_odbc_binding(&(QbOdbcParam) {.type = QB_ODBC_T_TEXT, .text = "héllo"});
 	assert_int_equal(b.sql_type, SQL_WVARCHAR);
 	assert_int_equal(b.column_size, 6);
-	b = qb_odbc_binding(&(QbOdbcParam) {.type = QBO_T_TEXT, .text = NULL});
+	b = qb_odbc_binding(&(QbOdbcParam) {.type = QB_ODBC_T_TEXT, .text = NULL});
 	assert_int_equal(b.sql_type, SQL_WVARCHAR);
 	assert_int_equal(b.column_size, 1);
 	memset(big, 'x', 5000);
 	big[5000] = '\0';
-	b = qb_odbc_binding(&(QbOdbcParam) {.type = QBO_T_TEXT, .text = big});
+	b = qb_odbc_binding(&(QbOdbcParam) {.type = QB_ODBC_T_TEXT, .text = big});
 	assert_int_equal(b.sql_type, SQL_WLONGVARCHAR);
 	assert_int_equal(b.column_size, 5000);
 	free(big);

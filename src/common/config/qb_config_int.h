@@ -2,28 +2,9 @@
  * qb_config_int.h
  *	  The configuration family's private header: the tree, the validator's
  *	  context and helpers, and the tables of destination and source types.
- *	  Only the family (src/common/config) includes it; everyone else uses
- *	  qb_config.h.
- *
- * The family (one prefix, qbcf_, for every name it shares; the public API
- * keeps qb_config_*), one file per phase:
- *	qb_config.c				qb_config_parse (load, override, validate),
- *							defaults, free, lookups
- *	qb_config_arena.c		the arena every part of a QbConfig comes from
- *	qb_config_tree.c		load: libyaml's events become a tree of QbcfNode
- *	qb_config_env.c			${NAME} expansion; URL and broker-list checks
- *	qb_config_override.c	override: QUEUEBOX_* variables onto the tree
- *	qb_config_value.c		validate, the pieces: scalars, key checks, key
- *							paths and the messages that name them
- *	qb_config_check.c		validate, the document: outbox, what every
- *							destination and source shares, routes, leases,
- *							inbox, http, admin, and the daemon's database
- *							and daemon
- *	qb_config_http.c, qb_config_rabbitmq.c, qb_config_kafka.c,
- *	qb_config_nats.c		validate, per type: each type's destination and
- *							source keys, reached through qbcf_dest_types and
- *							qbcf_source_types, so a new type is one file and
- *							one line in each table
+ *	  Only the family (src/common/config, one file per phase: README.md)
+ *	  includes it; everyone else uses qb_config.h.  Its names share one
+ *	  prefix, qbcf_; the public API keeps qb_config_*.
  *
  * Wording:
  *	- node: one element of the tree (mapping, sequence or scalar), with the

@@ -4,48 +4,20 @@
  *	  nodes in the tree, before the validator reads it, so that a value from
  *	  the document and a value from an override meet exactly one validator.
  *
- * Overrides (QUEUEBOX_* environment variables)
- * --------------------------------------------
- * The text after "QUEUEBOX_" is compared, ignoring case, with the name of
- * each known scalar key path: every path segment upper-cased, each character
- * other than a letter or a digit turned into '_', the segments joined by '_'.
+ * The name: the text after "QUEUEBOX_" is compared, ignoring case, with
+ * each known scalar key path, every segment upper-cased, each character
+ * other than a letter or a digit turned into '_', the segments joined by
+ * '_': QUEUEBOX_DESTINATIONS_MY_API_TIMEOUTMS is destinations.my-api.timeoutMs,
+ * QUEUEBOX_ROUTES_0_DESTINATION is routes[0].destination.
  *
- *	QUEUEBOX_OUTBOX_BATCHSIZE					outbox.batchSize
- *	QUEUEBOX_OUTBOX_BACKOFF_INITIALMS			outbox.backoff.initialMs
- *	QUEUEBOX_DESTINATIONS_PAYMENTS_BASEURL		destinations.payments.baseUrl
- *	QUEUEBOX_DESTINATIONS_MY_API_TIMEOUTMS		destinations.my-api.timeoutMs
- *	QUEUEBOX_DESTINATIONS_PAYMENTS_HEADERS_X_API_KEY
- *												destinations.payments.headers.X-Api-Key
- *	QUEUEBOX_ROUTES_0_DESTINATION				routes[0].destination
- *
- *	QUEUEBOX_HTTP_LISTEN						http.listen
- *	QUEUEBOX_ADMIN_TOKEN						admin.token
- *	QUEUEBOX_DATABASE_URL						database.url
- *	QUEUEBOX_DAEMON_OUTBOXWORKERS				daemon.outboxWorkers
- *	QUEUEBOX_SOURCES_STRIPE_AUTH_SECRET			sources.stripe.auth.secret
- *	QUEUEBOX_DESTINATIONS_BILLING_SIGNING_SECRET	destinations.billing.signing.secret
- *
- * The known scalar key paths are the outbox, outbox.backoff, inbox,
- * inbox.relay, http, admin, database and daemon keys (qbcf_ov_sections),
- * and, for each source (its scalar keys of any source type and auth's) and
- * each destination and route the document defines: every scalar key of any
- * destination type (the types' tables) and of circuitBreaker: and
- * signing:, the headers and kafka config entries the document already has,
- * and routes[i].topicPattern / .destination / .transform.  An override
- * cannot create a destination, a source, a route, a header or a kafka
- * property, and cannot replace a mapping or a sequence.
- *
- * An override replaces the value at its path, or adds the key when the
- * document lacks it (creating outbox:, outbox.backoff: and the like as
- * needed).  Its
- * value is validated like a document value but is not ${}-expanded: it
- * already comes from the environment.  Errors name the variable and the key
- * path, e.g. "QUEUEBOX_OUTBOX_BATCHSIZE (outbox.batchSize): expected ...".
- * A key that is known but not allowed for the destination's type (say
- * QUEUEBOX_DESTINATIONS_PAYMENTS_EXCHANGE on an http destination) is an
- * error, so a stale override is noticed.  A variable matching no known path
- * (QUEUEBOX_TEST_*, for one) is ignored.  Two variables for one path, or a
- * name matching two paths (destinations "a-b" and "a_b"), are errors.
+ * The known paths: the sections' keys (qbcf_ov_sections), and the scalar
+ * keys of each source, destination and route the document defines; an
+ * override never creates one, nor replaces a mapping or a sequence
+ * (README.md; docs/configuration.md, "Overrides").  Its value is validated
+ * like a document value but not ${}-expanded.  Errors name the variable and
+ * the key path ("QUEUEBOX_OUTBOX_BATCHSIZE (outbox.batchSize): ...").  A
+ * variable matching no known path is ignored; one known but not allowed for
+ * the type, two for one path, or one matching two paths are errors.
  *-------------------------------------------------------------------------
  */
 #include <ctype.h>

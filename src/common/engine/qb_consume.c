@@ -5,26 +5,20 @@
  *
  * Wording (see also qb_consume.h):
  *	- The slot is this worker's number; it serves the slot-th broker source
- *	  of the configuration, in document order (http sources are the
- *	  ingress's and are not counted).
+ *	  of the configuration, in document order (http sources not counted).
  *	- A round is fetch -> make rows -> store (one transaction) -> ack.
- *
- * Making a row of a delivery (spec, "The path of an inbox message"):
- *	1. extract	the idempotency key (idempotencyKeyPath, idempotencyKeyHeader,
- *				else the broker's message id, else its position), the event
- *				type (eventTypePath, eventTypeHeader, or the AMQP type with
- *				eventTypeFromHeader) and the aggregate id;
- *	2. transform  the source transform, if any;
- *	3. store	  pending, or dead with the reason when the body is not JSON
- *				or the transform rejected it (an AMQP-family source stores
- *				such a message dead, then acknowledges it; spec).
+ *	- Making a row (spec, "The path of an inbox message"): extract the
+ *	  idempotency key (path, header, else the broker's message id, else its
+ *	  position), the event type and the aggregate id; apply the source's
+ *	  transform; store pending, or dead with the reason when the body is not
+ *	  JSON or the transform rejected it (then acknowledged like the rest).
  *
  * Transaction rules: the rows of a round are stored in one store call; the
- * round is acknowledged only after it returns 0.  When it fails the round is
- * released (the broker keeps the messages) and the engine backs off: the
- * database being down stops acknowledging, it never drops a message.  A
- * crash between commit and ack redelivers the round; the unique (source,
- * idempotency key) makes each redelivered message a duplicate.
+ * round is acknowledged only after it returns 0.  When it fails the round
+ * is released (the broker keeps the messages) and the engine backs off: a
+ * database that is down stops the acks, never drops a message.  A crash
+ * between commit and ack redelivers the round, whose rows are duplicates
+ * of (source, idempotency key).
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>

@@ -8,6 +8,9 @@
 #include <stdio.h>
 
 #include "qb_engines.h"
+#include "qb_ops.h"
+#include "qb_publish.h"
+#include "qb_source.h"
 
 /* ---- run: each engine's entry, in one signature ----------------------- */
 
@@ -146,25 +149,29 @@ qb_engine(QbEngineKind kind)
 	return &qb_engines[kind];
 }
 
+QB_OPS_LISTED(QbEngine, 3, QB_ENGINE_OPS, QB_OPS_NONE);
+QB_OPS_LISTED(QbStore, 1, QB_STORE_OPS, QB_OPS_NONE);
+QB_OPS_LISTED(QbHost, 2, QB_HOST_OPS, QB_HOST_OPS_OPTIONAL);
+
 /* qb_engines_check_table: see qb_engines.h. */
 int
 qb_engines_check_table(const QbEngine *table, int n, char *err, size_t errlen)
 {
+	static const QbOpsField fields[] = {QB_ENGINE_OPS(QB_OPS_FIELD, QbEngine)};
+
 	for (int k = 0; k < n; k++)
 	{
 		const QbEngine *e = &table[k];
-		const char *hole = e->name == NULL ? "no name" :
-			(int) e->kind != k ? "a kind that is not its index" :
-			e->run == NULL ? "no run function" :
-			e->stats == NULL ? "no stats function" :
-			e->wanted == NULL ? "no wanted function" : NULL;
 
-		if (hole != NULL)
+		if (e->name == NULL || (int) e->kind != k)
 		{
-			snprintf(err, errlen, "the engine table (qb_engines.c): entry %d (%s) has %s",
-					 k, e->name ? e->name : "unnamed", hole);
+			snprintf(err, errlen, "engine entry %d (%s) has %s", k, e->name ? e->name : "unnamed",
+					 e->name == NULL ? "no name" : "a kind that is not its index");
 			return -1;
 		}
+		if (qb_ops_check("engine", e->name, e, fields, sizeof(fields) / sizeof(fields[0]),
+						 err, errlen) != 0)
+			return -1;
 	}
 	return 0;
 }
@@ -173,7 +180,26 @@ qb_engines_check_table(const QbEngine *table, int n, char *err, size_t errlen)
 int
 qb_engines_check(char *err, size_t errlen)
 {
-	return qb_engines_check_table(qb_engines, QB_ENGINE_NKINDS, err, errlen);
+	if (qb_engines_check_table(qb_engines, QB_ENGINE_NKINDS, err, errlen) != 0 ||
+		qb_publishers_check(err, errlen) != 0 || qb_consumers_check(err, errlen) != 0)
+		return -1;
+	return 0;
+}
+
+/* qb_engine_tables_check: see qb_engines.h. */
+int
+qb_engine_tables_check(const QbHost *host, const QbStore *store, const char *who,
+					   char *err, size_t errlen)
+{
+	static const QbOpsField host_fields[] = {QB_HOST_OPS(QB_OPS_FIELD, QbHost)};
+	static const QbOpsField store_fields[] = {QB_STORE_OPS(QB_OPS_FIELD, QbStore)};
+
+	if (qb_ops_check("host ops of", who, host, host_fields,
+					 sizeof(host_fields) / sizeof(host_fields[0]), err, errlen) != 0 ||
+		qb_ops_check("store ops of", who, store, store_fields,
+					 sizeof(store_fields) / sizeof(store_fields[0]), err, errlen) != 0)
+		return -1;
+	return 0;
 }
 
 /* qb_engine_name: see qb_engines.h. */

@@ -76,16 +76,28 @@ typedef struct QbEngine
 	int			(*wanted) (const QbEngineWant *want);
 } QbEngine;
 
+/* QbEngine's functions: each must be set (qb_ops.h) */
+#define QB_ENGINE_OPS(X, T) X(T, run) X(T, stats) X(T, wanted)
+
 /* The table's entry for kind (kind < QB_ENGINE_NKINDS). */
 extern const QbEngine *qb_engine(QbEngineKind kind);
 
 /*
- * A host calls it once at start: 0, or -1 with err naming the kind and
- * field of an entry left incomplete.
+ * A host calls it once at start: the engine table and the publisher and
+ * consumer tables the engines drive are complete.  0, or -1 with err
+ * naming the table and the field left out ("engine 'relay' lacks 'run'").
  */
 extern int	qb_engines_check(char *err, size_t errlen);
 /* the same check of any table of n entries (the unit tests give it holes) */
 extern int	qb_engines_check_table(const QbEngine *table, int n, char *err, size_t errlen);
+
+/*
+ * A host calls it before an engine's run: its host and store tables are
+ * complete.  0, or -1 with err ("store ops of 'outbox 0' lacks
+ * 'relay_claim'"); who is the engine's name.
+ */
+extern int	qb_engine_tables_check(const QbHost *host, const QbStore *store, const char *who,
+								   char *err, size_t errlen);
 
 /* "outbox 0", "relay", "ingress", "consumer 1" */
 extern void qb_engine_name(QbEngineKind kind, int index, char *buf, size_t len);

@@ -78,6 +78,10 @@ typedef struct QbHost
 	void		(*polled) (void *ctx, bool found);
 } QbHost;
 
+/* QbHost's functions: the required, and those that may be NULL (qb_ops.h) */
+#define QB_HOST_OPS(X, T) X(T, log) X(T, wait) X(T, should_stop) X(T, config_changed)
+#define QB_HOST_OPS_OPTIONAL(X, T) X(T, config_loaded) X(T, late_floor) X(T, polled)
+
 /*
  * Reload an engine's configuration from the store (qb_host.c); true when
  * *cfg was replaced.  what_waits names the rows that wait without one.

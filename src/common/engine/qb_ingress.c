@@ -4,46 +4,23 @@
  *	  thread, answering after the inbox rows commit.
  *
  * Wording:
- *	- The listener is one MHD daemon, built from http.listen and the limits
- *	  of the http: section.  It is rebuilt when those change and removed
- *	  when listen is unset.
- *	- A request is one HTTP exchange (QbiRequest).  It is answered at once
- *	  (health, 4xx) or deferred: suspended until the main loop has done its
- *	  database work, then resumed and answered.
+ *	- The listener is one MHD daemon, built from http.listen and the http:
+ *	  limits; rebuilt when those change, removed when listen is unset.
+ *	- A request is one HTTP exchange (QbiRequest), answered at once (health,
+ *	  4xx) or deferred: suspended until the loop did its database work.
  *	- A batch is the inbox rows of every request deferred during one pass
  *	  of MHD_run: one store call, one transaction, one commit for all.
  *
- * The path of a webhook (POST inbox.basePath + source.path):
- *	1. headers	no source at the path: 404; not POST: 405; a Content-Length
- *				over maxBodyBytes: 413 before any byte of the body is read.
- *	2. body		bytes are kept up to maxBodyBytes; past it they are read
- *				and dropped and the answer is 413.
- *	3. checks	authentication over the raw body (401), JSON (400, with the
- *				line, column and byte), UTF-8 of the stored headers (400),
- *				the idempotency key (422), then the source's transform
- *				(422 on a rejection; the output is what is stored).
- *				A refusal stores nothing.
- *	4. store	the request joins the batch and is suspended; after the pass
- *				the batch is inserted and committed, then each request is
- *				answered 202 (new), 200 duplicate, or 503 when the store
- *				failed (nothing of the batch is stored then).
+ * A webhook (POST inbox.basePath + source.path): no source 404, not POST
+ * 405, a body over maxBodyBytes 413 (read and dropped past the limit);
+ * then authentication over the raw body 401, JSON or UTF-8 400, the key
+ * 422, the transform 422 (a refusal stores nothing); then the batch is
+ * committed and each request answered 202 (new), 200 (duplicate) or 503.
+ * Peers that close mid-request are found by a sweep (qbi_sweep).
  *
- * Peers that close mid-request: libmicrohttpd 0.9.75 reads a connection
- * once per readiness edge and takes a short read for "no more data", so a
- * close that arrives with the request's last bytes (a truncated body, say)
- * is never read: the connection would hold its slot in CLOSE-WAIT until
- * http.connectionTimeoutMs.  So the engine tracks each connection
- * (QbiConn) and, at most every QBI_SWEEP_MS, peeks at those that wait for
- * bytes (not answering, not suspended): a peer that has closed is shut
- * down, which gives MHD the edge it needs to close it at once.
- *
- * Transaction rules: no database call is made inside an MHD callback (a
- * callback cannot longjmp and must not block other connections); every
- * store call happens in the main loop between passes.  A 202 is only ever
- * sent after the commit that stored its row.
- *
- * Memory: each request owns its buffers; it holds a reference to the config
- * it was routed with, so a reload never frees a source under a request.
+ * Transaction rules: no database call inside an MHD callback, all in the
+ * main loop between passes; a 202 only follows its row's commit.  Memory:
+ * a request owns its buffers and holds the config it was routed with.
  *-------------------------------------------------------------------------
  */
 #include <errno.h>
@@ -700,9 +677,14 @@ qbi_conn_of(struct MHD_Connection *conn)
 }
 
 /*
- * qbi_sweep: shut down every waiting connection whose peer has closed (the
- * banner says why).  A peek of 0 bytes is the peer's close with nothing
- * unread before it; data still unread, or none yet, leaves it alone.
+ * qbi_sweep: shut down every waiting connection (not answering, not
+ * suspended) whose peer has closed.  libmicrohttpd 0.9.75 reads a
+ * connection once per readiness edge and takes a short read for "no more
+ * data", so a close that comes with the request's last bytes is never read
+ * and the connection would sit in CLOSE-WAIT until connectionTimeoutMs; the
+ * shutdown gives MHD the edge it needs.  A peek of 0 bytes is the peer's
+ * close with nothing unread before it; data still unread, or none yet,
+ * leaves it alone.
  */
 static void
 qbi_sweep(QbiEngine *e)

@@ -7,44 +7,20 @@
  *	  written: queued (routed, waiting for room at its destination), sending
  *	  (a publish in flight), or done (its settle outcome is known).
  *	- A cycle is one store transaction: settle the done slots, count their
- *	  attempts into the destinations' circuit breakers, promote the next row
- *	  of each key that ended, and claim again.  Several settles share a
- *	  commit; a settle never waits for a slow request of another row.
+ *	  attempts into the circuit breakers, promote the next row of each key
+ *	  that ended, and claim again.  A settle never waits for another row.
  *	- A destination takes rows when its circuit is closed and no Retry-After
- *	  pauses it; at most maxInFlight of its rows are sending at once, as many
- *	  more plus a batch may wait queued (a cycle's promotions are not
- *	  bounded by its room), and rows beyond that go back to the table routed
- *	  (claimed again when it has room).  A destination that takes no rows
- *	  is not asked for any (its intake waits untouched); its rows this
- *	  worker had already claimed are held (hold 'destination') without
- *	  spending an attempt, except the one probe row of a half-open
- *	  destination.
- *	- Rows not routed yet (the unrouted intake and ready rows: the daemon's
- *	  new rows, or the extension's before its routes are published) are
- *	  routed here, so their claim cannot ask each destination for its room.
- *	  It is sized by the room of the destinations such rows went to lately
- *	  (a decaying share per destination), plus a tenth of a batch for the
- *	  others, so an idle destination's room does not keep claiming rows a
- *	  busy one must write back, and a destination with no share yet still
- *	  gets its rows claimed (and so a share).
- *	- The intake floors: new rows are claimed in id order above a floor,
- *	  one per destination (rows routed at insert) and one for rows not
- *	  routed yet, so a claim does not walk the index entries of rows
- *	  already delivered (a held snapshot keeps them).  The host reports
- *	  rows that committed below them (late_floor); every QBO_FULL_SCAN_MS,
- *	  and whenever the host cannot report, the claim reads intake from the
- *	  start.
+ *	  pauses it; at most maxInFlight of its rows send at once, as many more
+ *	  plus a batch wait queued, and the rest go back routed.  Rows of one
+ *	  that takes none are held without spending an attempt (but the probe
+ *	  row of a half-open one).
+ *	- Rows not routed yet are routed here (qbo_size_claim sizes their claim);
+ *	  new rows are claimed above intake floors (qbo_lower_floors).
  *
- * Transaction rules: each cycle is one short transaction in the store;
- * nothing is open while requests are in flight.  If a cycle cannot be
- * written, its done rows stay processing in the table and the engine tries
- * again; if it never can, their leases expire and they come back to
- * pending: delivery is at least once, never lost.
- *
- * Waking: the engine claims again while the last claim brought rows and
- * its destinations have room; an empty claim lets it wait for a wake (a
- * commit) or the poll interval.  The host clears its wake-up only inside
- * wait(), so a commit that lands during a cycle is seen by the next one.
+ * Transaction rules: each cycle is one short transaction, none open while
+ * requests are in flight; a cycle not written leaves its rows processing
+ * until their leases end: at least once, never lost.  Waking: claims go on
+ * while they bring rows and there is room, else a wake or the poll.
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>
@@ -847,8 +823,12 @@ qbo_gather_done(QboEngine *e, QboCycle *c)
 }
 
 /*
- * qbo_lower_floors: the host's late floor (a commit of a lower id than we
- * read past), or 0 for the periodic full scan, lowers every intake floor.
+ * qbo_lower_floors: new rows are claimed in id order above a floor, one per
+ * destination (rows routed at insert) and one for rows not routed yet, so a
+ * claim does not walk the index entries of rows already delivered (a held
+ * snapshot keeps them).  The host's late floor (a commit of a lower id than
+ * we read past), or 0 every QBO_FULL_SCAN_MS and whenever the host cannot
+ * report, lowers every floor.
  */
 static void
 qbo_lower_floors(QboEngine *e)
@@ -872,9 +852,12 @@ qbo_lower_floors(QboEngine *e)
 
 /*
  * qbo_size_claim: the claim request.  Each destination with room is asked
- * for its room above its floor; rows not routed yet are asked for what
- * their destinations can take (the banner): the room of those that got
- * such rows lately, and at most a tenth of a batch more for the others.
+ * for its room above its floor.  Rows not routed yet (the daemon's new
+ * rows, or the extension's before its routes are published) are routed
+ * here, so their claim cannot ask each destination: it is the room of those
+ * that got such rows lately (a decaying share), plus at most a tenth of a
+ * batch for the others, so an idle destination's room does not claim rows
+ * a busy one must write back, and one with no share yet still gets some.
  */
 static void
 qbo_size_claim(QboEngine *e, QboCycle *c)

@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  * qb_store.c
- *	  What qb_store.h declares besides the store ops: claim tokens, freeing
- *	  what a store's claims return, the circuit names.
+ *	  What qb_store.h declares besides the store ops, shared by every store
+ *	  and engine: claim tokens, freeing what a claim or a cycle returns, the
+ *	  circuit and settle names, what a failed query means, matching an
+ *	  insert's answer to its rows, and a cycle's claim after its promotion.
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>

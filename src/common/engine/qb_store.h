@@ -6,29 +6,21 @@
  *	- A claim moves claimable pending rows to processing under a claim token
  *	  and a lease; a settle ends a claim (sent, retry, dead, release, route,
  *	  hold), fenced by the row's token so a stale worker changes nothing.
- *	- release puts a claimed row back to pending without spending an attempt
- *	  (used when a worker stops mid-batch); route records where the row goes
- *	  and puts it back (claimed before it was due, or its destination is
- *	  full); hold parks it until its destination takes rows again.
- *	- A cycle is one transaction: the settles of finished rows, the circuit
- *	  breakers they move, the promotion of the next row of each key that
- *	  ended, and the next claim.  One commit for all of it.
- *	- A destination's circuit: closed (takes rows), open (rows held, no
- *	  attempt spent), half-open (one probe row in flight), disabled (a 410
- *	  Gone, until an operator resumes it); a Retry-After pauses it.
+ *	- release puts a claimed row back to pending without spending an
+ *	  attempt (a worker stops mid-batch); route records where the row goes
+ *	  and puts it back (claimed early, or its destination full); hold parks
+ *	  it until its destination takes rows again.
+ *	- A cycle is one transaction: the settles, the circuit breakers they
+ *	  move, the promotion of the next row of each key that ended, the claim.
+ *	- A destination's circuit: closed (takes rows), open (rows held), half-
+ *	  open (one probe row), disabled (410 Gone, until resumed); a Retry-After
+ *	  pauses it.  The relay claims push inbox rows the same way; its forward
+ *	  writes their outbox rows and settles them in one transaction.
  *
- * Transaction rules: each call is one short transaction of its own, committed
- * before it returns.  No call is ever made while network I/O is in flight on
- * the same rows' behalf, so no transaction spans a publish.  A store never
- * longjmps into the core: errors come back as -1 with a message in err.
- *
- *	- The relay's claim moves push inbox rows to processing the same way;
- *	  its forward writes their outbox rows and settles them (processed, or
- *	  dead for an empty topic) in one transaction, fenced by the token.
- *
- * Memory: rows returned by outbox_cycle and relay_claim are malloc'd by the
- * store and freed by the caller with qb_outbox_rows_free() and
- * qb_relay_rows_free().
+ * Transaction rules: each call is one short transaction, committed before
+ * it returns; none spans a publish.  Errors come back as -1 with err, never
+ * a longjmp.  Memory: the rows of outbox_cycle and relay_claim are malloc'd
+ * (qb_outbox_rows_free, qb_relay_rows_free).
  *-------------------------------------------------------------------------
  */
 #ifndef QB_STORE_H
@@ -272,6 +264,11 @@ typedef struct QbStore
 								  int *nsettled, int *ninserted,
 								  char *err, size_t errlen);
 } QbStore;
+
+/* QbStore's functions: each must be set (qb_ops.h; qb_engine_tables_check) */
+#define QB_STORE_OPS(X, T) X(T, config_load) X(T, outbox_cycle) X(T, outbox_unpark) \
+	X(T, outbox_unroute) X(T, outbox_reclaim) X(T, outbox_retention) X(T, inbox_insert) \
+	X(T, query_text) X(T, relay_claim) X(T, relay_forward)
 
 extern void qb_outbox_rows_free(QbOutboxRow *rows, int n);
 extern void qb_outbox_rows_free_one(QbOutboxRow *row);

@@ -3,27 +3,22 @@
  *	  Counters every worker adds to, and their Prometheus text rendering.
  *
  * Wording:
- *	- A QbMetrics block is plain memory: in PostgreSQL it lives in shared
- *	  memory and every worker process adds to it; in the daemon it is one
- *	  block in the process.  Nothing in it is a pointer.
- *	- A slot counts for one name (a destination or a source).  Slots are
- *	  taken on first use and never given back; when all are taken, counts go
- *	  to the slot named "_other".
+ *	- A QbMetrics block is plain memory with no pointer in it, shared by
+ *	  every worker: PostgreSQL's shared memory, or the daemon's MAP_SHARED
+ *	  block (shared.c) that the supervisor shares with its roles.
+ *	- A slot counts for one name (a destination or a source), taken on
+ *	  first use and never given back; when all are taken, counts go to the
+ *	  slot named "_other".
  *	- Gauges (pending rows, oldest pending age) are read from the database
- *	  at scrape time by the caller and passed to qb_metrics_render.
- *	- The configured names (the configuration's destinations and sources,
- *	  passed with the gauges) are what the renderer labels: each gets its
- *	  counters, at 0 until its first event, so a rate or an alert works from
- *	  the start.  A slot whose name is no longer configured is not rendered
- *	  (its counts stay in the block: a name that comes back goes on from
- *	  them); QueueBox's own buckets (_unrouted, _other, _none) are rendered
- *	  from their first event.
+ *	  at scrape time by the caller and passed to qb_metrics_render, with the
+ *	  configured names: each is rendered, at 0 until its first event; a slot
+ *	  whose name is no longer configured is not (its counts stay);
+ *	  QueueBox's own buckets (_unrouted, _other, _none) from their first event.
  *
  * Concurrency: every add is one relaxed atomic add; a slot is taken with a
  * compare-and-swap, then its name is written, then it is published.  Two
  * processes taking a slot for the same name at once end with two slots of
- * that name; the renderer sums slots by name, so nothing is counted twice
- * or shown twice.
+ * that name; the renderer sums slots by name, so nothing counts twice.
  *-------------------------------------------------------------------------
  */
 #ifndef QB_METRICS_H

@@ -3,27 +3,18 @@
  *	  jq transforms: compile at configure time, run in a forked helper.
  *
  * Wording (see qb_transform.h): a transform, a chain, a rejection, a
- * failure.  The helper is the child process that runs them.
+ * failure, the helper.
  *
- * The program is compiled wrapped, so that the per-message values can be
- * bound without recompiling (jq_compile_args binds constants only):
- *
- *	<prelude> . as [$__qb_in, $topic, $key, $headers, $source, $eventType]
- *	  | $__qb_in | (<program>
- *	)
- *
- * The prelude shadows two libjq 1.6 traps (clibs.md §8): halt and
- * halt_error leave the jq_state corrupt (a double free on the next start),
- * so they become errors; error(null) behaves like empty, so it becomes a
- * rejection with a message of its own.  input and inputs (no stream here)
- * are errors, and env and $ENV are empty: a program must not read the
- * worker's environment; ${NAME} in the configured text is the way to put a
- * value in.  The shadows are lexical: libjq's builtins keep the originals.
- *
- * The run protocol is in "the helper: wire format" below: a request per
- * run, one answer.  The stage running is posted in a page shared with the
- * helper, so a stage that never ends is known.  No answer (a deadline
- * passed, the helper died) is classified from the wait status.
+ * The program is compiled wrapped, "<prelude> . as [$__qb_in, $topic, ...]
+ * | $__qb_in | (<program>\n)", so the per-message values are bound without
+ * recompiling (jq_compile_args binds constants only); the prelude
+ * (qbt_prelude) shadows libjq 1.6's traps.  The helper holds copies of the
+ * compiled states and is replaced after a deadline, a crash, a reload and
+ * every QBT_HELPER_RUNS runs; the parent's jq_state never runs, so nothing
+ * a program does can corrupt it.  The run protocol: "the helper: wire
+ * format" below, one request per run, one answer; the stage running is
+ * posted in a page shared with the helper, and no answer is classified
+ * from the wait status.
  *-------------------------------------------------------------------------
  */
 #ifndef _GNU_SOURCE
@@ -64,6 +55,15 @@ struct QbTransform
 /* the serial of the newest transform compiled in this process */
 static unsigned long qbt_serial_last = 0;
 
+/*
+ * The prelude shadows two libjq 1.6 traps (clibs.md §8): halt and
+ * halt_error leave the jq_state corrupt (a double free on the next start),
+ * so they become errors; error(null) behaves like empty, so it becomes a
+ * rejection with a message of its own.  input and inputs (no stream here)
+ * are errors, and env and $ENV are empty: a program must not read the
+ * worker's environment (${NAME} in the configured text puts a value in).
+ * The shadows are lexical: libjq's builtins keep the originals.
+ */
 static const char qbt_prelude[] =
 	"def _qb_raise: error(.); "
 	"def error($m): if $m == null then \"error(null): a rejection needs a value, e.g. error(\\\"why\\\")\" else $m end | _qb_raise; "

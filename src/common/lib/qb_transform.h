@@ -13,23 +13,14 @@
  *	- A rejection is a run whose message must not go on: error(v) with any
  *	  v (error(null) included), no output, more than one output, a runtime
  *	  error, or a limit hit.  A failure is a run that could not happen at all
- *	  (no fork, no memory in this process): the message itself is not to
- *	  blame and may be tried again.
- *
- * Why a helper process: libjq has no instruction, time or memory budget and
- * cannot be interrupted from C (clibs.md §8), and a jq_state that ran halt
- * is corrupt.  Runs happen in a child process, the helper, forked at the
- * first run and kept: it holds copies of the compiled states, runs each
- * chain under an RLIMIT_DATA cap and answers over a socket; the parent
- * waits with a deadline and SIGKILLs the helper when it passes (the next
- * run forks a new one).  A helper is also replaced after a reload (a chain
- * holds a transform compiled after the fork), after a crash and every
- * 10,000 runs.  The parent's jq_state never runs, so nothing a program does
- * can corrupt it.
+ *	  (no fork, no memory in this process): the message is not to blame.
+ *	- The helper is a child process, forked at the first run and kept, that
+ *	  runs the chains under an RLIMIT_DATA cap; the parent SIGKILLs it when
+ *	  a deadline passes.  libjq has no budget and cannot be interrupted, and
+ *	  a jq_state that ran halt is corrupt (clibs.md §8; qb_transform.c).
  *
  * Plain C, malloc'd, no PostgreSQL header.  A QbTransform is immutable after
- * compile.  One thread of a process runs transforms (the helper is per
- * process).
+ * compile.  One thread of a process runs transforms (one helper a process).
  *-------------------------------------------------------------------------
  */
 #ifndef QB_TRANSFORM_H

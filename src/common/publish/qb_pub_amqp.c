@@ -4,46 +4,20 @@
  *	  connection and channel per destination, driven from the engine's
  *	  thread without blocking while messages are in flight.
  *
- * Wording: see qb_pub_amqp.h.  An outcome that is known outside perform()
- * (a connection found closed while starting a publish) waits in the done
- * list and is reported by the next perform(); it counts as in flight until
- * then, so the engine keeps driving the publisher.
+ * Wording: see qb_pub_amqp.h.  An outcome known outside perform() (a
+ * connection found closed while starting a publish) waits in the done list
+ * for the next perform(), and counts as in flight until then.
  *
- * What the broker sends back, and what it means for a message:
- *	- basic.ack (multiple or not): delivered, unless a basic.return for that
- *	  message came first (RabbitMQ acks a returned message too): then it is
- *	  a failed attempt, "unroutable".  basic.return carries no delivery tag;
- *	  the message_id property of the returned content names the message.
- *	- basic.nack: a failed attempt (a queue refused it, e.g. x-overflow
- *	  reject-publish, or the broker could not store it).
- *	- channel.close (404 NOT_FOUND for a missing exchange, 403 ...) or
- *	  connection.close (320 CONNECTION_FORCED at a broker shutdown), or the
- *	  socket failing: every unconfirmed message of that connection is a
- *	  failed attempt with the broker's reason; the connection is closed and
- *	  opened again by the next publish to its destination.
- *	- no confirm within QBA_CONFIRM_TIMEOUT_MS: the same, as a timeout.
+ * Outcomes: basic.ack is delivered, unless a basic.return for the message
+ * (found by its message_id) came first: unroutable.  basic.nack, a
+ * channel.close or connection.close, a failing socket, or no confirm within
+ * QBA_CONFIRM_TIMEOUT_MS fail the attempt; a closed connection is opened
+ * again by the next publish (README.md).
  *
- * Waiting: fd() is a private epoll set holding every connection's socket,
- * constant for the publisher's life.  librabbitmq reads the socket in
- * chunks, so frames may sit in its buffer while the socket is quiet:
- * perform() reads until nothing complete is left, and timeout_ms() is 0
- * whenever something is buffered, so a buffered ack is never waited on.
- *
- * Blocking: connecting (TCP, TLS, login, channel.open, confirm.select) is
- * bounded by connection_timeout and the RPC timeout; after a failed
- * connect, the destination's publishes fail at once until a backoff
- * (QBA_BACKOFF_MIN_MS doubling to QBA_BACKOFF_MAX_MS) has passed.
- * basic.publish writes to the socket; librabbitmq waits without bound only
- * when the socket's send buffer is full, which a broker that stops reading
- * (connection.blocked, a resource alarm) could cause: we ask for
- * connection.blocked notices and stop publishing to a blocked connection.
- *
- * Heartbeats: off unless the url asks for them (?heartbeat=N).  With them
- * on, perform() services them while messages are in flight; between
- * batches nothing reads the socket, so the broker may close an idle
- * connection, which the next publish notices and reopens.
- *
- * No thread is created: librabbitmq has none.
+ * Waiting: fd() is a private epoll set of every connection's socket;
+ * timeout_ms() is 0 while librabbitmq holds buffered frames.  Connecting is
+ * bounded and backs off after a failure; a connection.blocked connection
+ * gets no publish.  No thread is created: librabbitmq has none.
  *-------------------------------------------------------------------------
  */
 #include <ctype.h>

@@ -4,30 +4,22 @@
  *
  * Wording (see qb_publish.h for message, publish, tag):
  *	- A producer is one rd_kafka_t for one kafka destination, created on its
- *	  first publish and kept across batches; it is made anew when the
+ *	  first publish and kept across batches; made anew when the
  *	  destination's settings change (a reload) or after a fatal error.
- *	- A slot remembers the publish in flight under one tag: its producer and
- *	  the generation it was started in.  A message's opaque carries the tag
- *	  and the generation, so a report from before abort_all (a purged
- *	  message) finds a slot of another generation and is dropped.
+ *	- A slot is the publish in flight under one tag: its producer and the
+ *	  generation it was started in.  A message's opaque carries both, so a
+ *	  report from before abort_all finds another generation and is dropped.
  *	- A report is librdkafka's delivery report for one message; its error
- *	  decides the outcome (qbk_classify): ok, failed (retry with backoff) or
- *	  permanent (dead at once), as clibs.md §2 tabulates.
+ *	  decides the outcome (qbk_classify, clibs.md §2): ok, retry or dead.
  *
  * Rules:
- *	- librdkafka's threads block every signal (measured, clibs.md §0) and
- *	  never call us: every callback here (delivery report, error, log) is
- *	  served by rd_kafka_poll() on the engine's thread, and only copies.
- *	- Every producer's main queue writes a byte to one shared pipe when it
- *	  becomes non-empty (rd_kafka_queue_io_event_enable); fd() is its read
- *	  end, and perform() drains it and polls every producer without waiting.
- *	- Every producer is idempotent with acks=all (QueueBox refuses a config
- *	  that says otherwise, qb_config_kafka.c), and message.timeout.ms is the
- *	  destination's timeout_ms, below the lease, so every message in flight
- *	  gets a report before its row could be claimed again.
- *	- rd_kafka_producev can fail at once (a cached unknown topic, a message
- *	  too large, a full queue): then no report will come and the publish is
- *	  not started.
+ *	- librdkafka's threads block every signal (clibs.md §0) and never call
+ *	  us: every callback is served by rd_kafka_poll() on the engine's thread.
+ *	- Every producer's main queue writes a byte to one shared pipe, fd();
+ *	  perform() drains it and polls every producer without waiting.
+ *	- Idempotent, acks=all, message.timeout.ms below the lease: every
+ *	  message in flight gets a report before its row could be claimed
+ *	  again; a producev that fails at once starts nothing (README.md).
  *-------------------------------------------------------------------------
  */
 #include <errno.h>

@@ -4,40 +4,21 @@
  *	  or core NATS publishes confirmed by a flush.
  *
  * Wording:
- *	- A link is one destination's connection (a natsConnection, plus its
- *	  JetStream context when jetstream is on), keyed by destination name,
- *	  url and mode, kept across batches; cnats reconnects it by itself.
+ *	- A link is one destination's connection (plus its JetStream context
+ *	  when jetstream is on), keyed by destination name, url and mode, kept
+ *	  across batches; cnats reconnects it by itself.
  *	- A ticket is one publish in flight: the row's tag, the natsMsg pointer
- *	  that cnats hands back to the ack handler (used as an identity only,
- *	  never dereferenced by us after the publish), and a deadline.
- *	- A JetStream publish is answered when its ack handler runs: an ack, a
- *	  server error, or cnats's own MaxWait timeout.  A core publish is
- *	  answered by the flush (a PING/PONG round trip) that perform() runs
- *	  once per batch: it proves the server received the message, no more.
+ *	  cnats hands back to the ack handler (an identity, never dereferenced
+ *	  after the publish), and a deadline.
+ *	- A JetStream publish is answered by its ack handler (an ack, a server
+ *	  error, cnats's MaxWait timeout); a core publish by the flush perform()
+ *	  runs once per batch.
  *
- * Threads: cnats calls the ack handler on its own threads.  The handler
- * only writes the outcome into the ticket under the mutex and a byte into a
- * pipe whose read end is fd(); perform(), on the engine's thread, drains the
- * pipe and reports.  Every cnats call that may start a thread (nats_Open,
- * the connect, the JetStream context, the first async publish of a link)
- * runs with every signal blocked: cnats's threads inherit that mask, so
- * SIGTERM, SIGHUP and the latch's SIGURG reach only the worker's thread
- * (clibs.md §0).  Threads cnats starts later (reconnect) come from those.
- *
- * Failures: no stream captures the subject → a retry whose last_error says
- * how to fix it (an operator may add the stream, then the retries land);
- * a message over the server's max_payload → dead; the rest → retry.
- *
- * createStream: a link whose destination sets it makes the destination's
- * stream (qb_config_nats.c names it and its subject) before its first
- * publish, and again before the next publish after a "no stream" answer:
- * one JetStream API request on the engine's thread, at most once a second
- * while it fails.  Several workers or replicas may make it at once: the
- * same settings are accepted twice by the server, and "name in use" (other
- * settings) or "subjects overlap" (another stream) mean a stream is there,
- * so the publish goes ahead and its answer says whether it captures.
- * JetStream drops a retried duplicate by its Nats-Msg-Id (the row's
- * message_id) within the stream's duplicate window.
+ * Threads: the ack handler runs on cnats's threads and only writes the
+ * outcome into the ticket under the mutex and a byte into the pipe that is
+ * fd().  Every cnats call that may start a thread runs with every signal
+ * blocked (clibs.md §0).  Failures: no stream captures the subject: retry
+ * (createStream may make it, README.md); over max_payload: dead; else retry.
  *-------------------------------------------------------------------------
  */
 #ifndef _GNU_SOURCE

@@ -15,6 +15,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "qb_ops.h"
 #include "qb_pub_amqp.h"
 #include "qb_pub_http.h"
 #include "qb_pub_kafka.h"
@@ -36,6 +37,38 @@ struct QbPubSet
 	int			epfd;
 	void	   *inst[QBP_NTYPES];
 };
+
+QB_OPS_LISTED(QbPublisherOps, 1, QB_PUBLISHER_OPS, QB_PUBLISHER_OPS_OPTIONAL);
+
+/* qb_publisher_check: see qb_publish.h. */
+int
+qb_publisher_check(const QbPublisherOps *ops, char *err, size_t errlen)
+{
+	static const QbOpsField fields[] = {QB_PUBLISHER_OPS(QB_OPS_FIELD, QbPublisherOps)};
+
+	return qb_ops_check("publisher ops", qb_dest_type_name(ops->type), ops, fields,
+						sizeof(fields) / sizeof(fields[0]), err, errlen);
+}
+
+/* qb_publishers_check: see qb_publish.h. */
+int
+qb_publishers_check(char *err, size_t errlen)
+{
+	for (int t = 0; t < QBP_NTYPES; t++)
+	{
+		if (qbp_ops[t] == NULL)
+			continue;
+		if ((int) qbp_ops[t]->type != t)
+		{
+			snprintf(err, errlen, "publisher ops at the index of '%s' are another type's",
+					 qb_dest_type_name((QbDestType) t));
+			return -1;
+		}
+		if (qb_publisher_check(qbp_ops[t], err, errlen) != 0)
+			return -1;
+	}
+	return 0;
+}
 
 bool
 qb_pubset_supports(QbDestType type)

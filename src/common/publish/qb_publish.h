@@ -97,6 +97,19 @@ typedef struct QbPublisherOps
 	void		(*prune) (void *p, const QbConfig *cfg);
 } QbPublisherOps;
 
+/* QbPublisherOps's functions: each must be set but prune (qb_ops.h) */
+#define QB_PUBLISHER_OPS(X, T) X(T, create) X(T, destroy) X(T, start) X(T, in_flight) \
+	X(T, fd) X(T, timeout_ms) X(T, perform) X(T, abort_all)
+#define QB_PUBLISHER_OPS_OPTIONAL(X, T) X(T, prune)
+
+/*
+ * At start-up: each publisher of this build sits at its type's index and
+ * has every function.  0, or -1 with err ("publisher ops 'kafka' lacks
+ * 'perform'").  qb_publisher_check checks one table.
+ */
+extern int	qb_publishers_check(char *err, size_t errlen);
+extern int	qb_publisher_check(const QbPublisherOps *ops, char *err, size_t errlen);
+
 /* The implementations: qb_pub_http.c, qb_pub_amqp.c, qb_pub_kafka.c, qb_pub_nats.c. */
 
 typedef struct QbPubSet QbPubSet;

@@ -58,6 +58,17 @@ typedef struct QbConsumerOps
 	void		(*release) (void *c, const QbDelivery *d, int n, long delay_ms);
 } QbConsumerOps;
 
+/* QbConsumerOps's functions: each must be set (qb_ops.h) */
+#define QB_CONSUMER_OPS(X, T) X(T, open) X(T, close) X(T, fd) X(T, fetch) X(T, ack) X(T, release)
+
+/*
+ * At start-up: each consumer of this build sits at its type's index and
+ * has every function.  0, or -1 with err ("consumer ops 'nats' lacks
+ * 'ack'").  qb_consumer_check checks one table.
+ */
+extern int	qb_consumers_check(char *err, size_t errlen);
+extern int	qb_consumer_check(const QbConsumerOps *ops, char *err, size_t errlen);
+
 /* The implementations (qb_src_*.c); NULL: not a broker (http sources are the ingress's). */
 extern const QbConsumerOps *qb_consumer_ops(QbSourceType type);
 

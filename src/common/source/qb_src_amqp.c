@@ -11,23 +11,13 @@
  *	  type the properties of those names.
  *	- The queue is consumed, never declared: it must exist.
  *
- * Waiting: fd() is the socket.  librabbitmq reads it in chunks, so a
- * delivery may sit in its buffer while the socket is quiet: fetch() reads
- * frames without blocking until none is complete or max deliveries are in
- * hand, and the engine calls it at least every ~100 ms anyway.
- *
- * Acknowledgement: ack() sends one basic.ack multiple=true on the highest
- * delivery tag of the batch, after the engine committed it; release() one
- * basic.nack multiple=true requeue=true, and the broker redelivers.  A
- * worker that dies before ack() loses its channel: the broker requeues
- * what was unacknowledged, and the repeats are counted as duplicates.  An
- * ack or nack that cannot be sent marks the connection dead: fetch() then
- * fails at once rather than hand over deliveries still buffered, which
- * could be stored but never acknowledged.
- *
- * A channel.close or connection.close from the broker (the queue deleted,
- * a broker shutdown) makes fetch() return -1 with the broker's text; the
- * engine closes and reopens.  No thread is created: librabbitmq has none.
+ * Rules: fd() is the socket, and fetch() reads the frames librabbitmq
+ * buffered without blocking.  ack() is one basic.ack multiple=true on the
+ * batch's highest tag, after the rows committed; release() one basic.nack
+ * multiple=true requeue=true.  An ack or nack that cannot be sent marks the
+ * connection dead, and a channel.close or connection.close makes fetch()
+ * return -1 with the broker's text; the engine then reopens (README.md).
+ * No thread is created: librabbitmq has none.
  *-------------------------------------------------------------------------
  */
 #include <inttypes.h>

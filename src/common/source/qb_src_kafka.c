@@ -4,37 +4,23 @@
  *	  source's consumer group, feeding the consumer engine (qb_consume.h).
  *
  * Wording (see qb_consume.h for delivery, batch, ack, release):
- *	- A held message is one the engine was handed and has not yet acked or
+ *	- A held message is one handed to the engine and not yet acked or
  *	  released: its topic, partition and offset.  A delivery's handle is its
- *	  index in the held table; the table empties (and indexes restart at 0)
- *	  whenever nothing is held any more, which is after every batch.
- *	- A position is "topic/partition/offset": where the message sits in the
- *	  cluster, and the default idempotency key, so a message delivered again
- *	  after a crash is a duplicate of its row, never a second row.
+ *	  index in the held table, which empties after every batch.
+ *	- A position is "topic/partition/offset", the default idempotency key:
+ *	  a message delivered again after a crash is a duplicate of its row.
  *
  * Rules:
- *	- Offsets are committed only by ack(), which the engine calls after the
- *	  rows' transaction committed: enable.auto.commit and
- *	  enable.auto.offset.store are off (QueueBox sets them after the
- *	  source's config:, so nothing can turn them back on).  ack() commits
- *	  offset + 1 of the highest message of each partition, synchronously.
- *	- release() seeks every partition of the batch back to its lowest
- *	  offset, so the same messages are fetched again; Kafka has no delayed
- *	  redelivery, the engine's back-off is the delay.
- *	- librdkafka's threads are started with every signal blocked (clibs.md
- *	  §0), and never call us: the main queue is forwarded to the consumer
- *	  queue (rd_kafka_poll_set_consumer) and logs to the main queue
- *	  (log.queue), so rebalances, errors and logs are all served inside
- *	  rd_kafka_consumer_poll on the engine's thread.  The callbacks only
- *	  copy; nothing here touches PostgreSQL.
- *	- Rebalances use librdkafka's default handling (no rebalance_cb): an
- *	  eager assignment resumes each partition at its committed offset, so a
- *	  partition moved while a batch was unacknowledged is delivered again
- *	  (duplicates, not losses).
+ *	- Offsets are committed only by ack(), after the rows committed: offset
+ *	  + 1 of each partition's highest message, synchronously (auto commit and
+ *	  offset store are forced off).  release() seeks each partition of the
+ *	  batch back to its lowest offset (README.md).
+ *	- librdkafka's threads block every signal (clibs.md §0) and never call
+ *	  us: the main queue and the logs are forwarded to the consumer queue,
+ *	  served by rd_kafka_consumer_poll on the engine's thread.
  *	- fd() is a pipe that gets a byte when the consumer queue becomes
- *	  non-empty (rd_kafka_queue_io_event_enable).  fetch() empties it first
- *	  and writes a byte back when it leaves messages in the queue, since
- *	  librdkafka only writes on the empty to non-empty edge.
+ *	  non-empty; fetch() empties it and writes one back when it leaves
+ *	  messages queued (librdkafka writes only on that edge).
  *-------------------------------------------------------------------------
  */
 #ifndef _GNU_SOURCE

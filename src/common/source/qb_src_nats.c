@@ -5,61 +5,22 @@
  *	  consumer engine (qb_consume.c) stores in the inbox.
  *
  * Wording:
- *	- The durable is the JetStream consumer named by the source (default
- *	  "queuebox-<source>"); open() creates it, or binds to it when it
- *	  exists, with explicit acks and MaxAckPending of at least a batch.  It
- *	  outlives the worker: a restarted worker resumes where the acks stop.
- *	  An existing durable keeps its settings (an operator may have made it),
- *	  except that a MaxAckPending below a batch is raised: cnats refuses to
- *	  bind when a requested value differs from the stored one, so none is
- *	  requested then (qbns_durable).
- *	- A held message is a natsMsg fetched and handed to the engine as a
- *	  delivery, kept until ack() or release(); a delivery's handle is its
- *	  index in the held array.
+ *	- The durable is the JetStream consumer the source names (default
+ *	  "queuebox-<source>"): open() creates it with explicit acks, or binds
+ *	  to it (qbns_durable); it outlives the worker, so a restarted worker
+ *	  resumes where the acks stop.
+ *	- A held message is a natsMsg handed to the engine as a delivery, kept
+ *	  until ack() or release(); its handle is its index in the held array.
  *	- A delivery's body is the message data, its headers the NATS headers
- *	  as a JSON object (a header given several times: its values joined
- *	  by ", "), its message_id the Nats-Msg-Id header (so a message
- *	  QueueBox published dedups on its outbox message_id), its position
- *	  "stream/stream_sequence", the key when nothing better exists.
+ *	  as a JSON object (repeats joined by ", "), its message_id the
+ *	  Nats-Msg-Id header, its position "stream/stream_sequence".
  *
- * Fetching: fetch() sends one pull request for what the subscription does
- * not already hold (JetStream's CONSUMER.MSG.NEXT, batch and expiry of
- * QBNS_FETCH_MS), then takes the messages one at a time with
- * natsSubscription_Fetch(1), each when the subscription holds one, until
- * the batch is full or QBNS_FETCH_MS has passed.  Never a Fetch of a whole batch: cnats 3.4.1 (Debian 12's) writes
- * past its message array when a Fetch(n) starts with more than n/2 messages
- * already waiting in the subscription (messages of an earlier request that
- * came after its deadline, common under load): it asks the server for the
- * rest, then stops only when its count equals that rest, which it has
- * passed (nats.c #749, fixed in 3.8.3).  The consumer worker died of it
- * with "malloc(): invalid size" in bench/soak.  With a Fetch of one the
- * count is 0 or 1 and cannot pass.  Messages that arrive after a round's
- * deadline wait in the subscription for the next round, which asks for
- * that many fewer.
- *
- * Waiting: a pull subscription is synchronous and offers no fd.  fetch()
- * polls, bounded by QBNS_FETCH_MS, and the engine calls it at least every
- * ~100 ms (it waits min(fd, 100 ms)).  The trade-off: an idle source
- * answers a new message within ~100 ms, not at once, and each idle poll
- * costs the worker a few ms of looking every QBNS_LOOK_US and one small
- * request to the server (two when a 408 waits: the Fetch(1) that takes it
- * finds no message and asks for one).  fd() is a pipe that we write
- * ourselves when a fetch brought messages, so a backlog is drained batch
- * after batch without sleeping.
- *
- * Acknowledgement: ack() runs only after the engine committed the rows;
- * the last ack of a batch is synchronous, so the batch's acks reached the
- * server when it returns (the server processes a connection's acks in
- * order).  A worker killed before that gets the batch again after the
- * consumer's AckWait (30 s, the server's default): the store then counts
- * the repeats as duplicates, nothing is lost.  release() naks with the
- * engine's delay, so a database that is down is not hammered.
- *
- * Threads: no callback of ours runs on a cnats thread (no async handler,
- * the connection state is polled), so nothing here crosses threads.  The
- * connect, the JetStream context and the subscribe run with every signal
- * blocked, so cnats's threads never take SIGTERM, SIGHUP or the latch's
- * SIGURG (qb_nats.h).
+ * Rules: fetch() takes one message per natsSubscription_Fetch, never a
+ * batch (cnats 3.4.1 overflows, README.md); it polls (a pull subscription
+ * has no fd) and fd() is a pipe it writes when messages came.  The last
+ * ack of a batch is synchronous; release() naks with the engine's delay.
+ * No callback of ours runs on a cnats thread, and cnats's threads start
+ * with every signal blocked (qb_nats.h).
  *-------------------------------------------------------------------------
  */
 #ifndef _GNU_SOURCE
@@ -365,6 +326,7 @@ qbns_open(const QbSource *src, char *err, size_t errlen)
 		jsSubOptions_Init(&so);
 		so.Stream = src->stream;
 		so.Config.AckPolicy = js_AckExplicit;
+		/* cnats refuses to bind when a requested value differs from the stored one */
 		so.Config.MaxAckPending = exists ? 0 : want;
 		s = js_PullSubscribe(&c->sub, c->js, src->subject, durable, NULL, &so, &jerr);
 	}
@@ -432,9 +394,10 @@ qbns_fd(void *p)
 }
 
 /*
- * qbns_take_one: one message of the subscription (see "Fetching" in the
- * banner: never more than one per Fetch), called when something waits
- * there.  *m is NULL when what waited was only a status (408, 404: a
+ * qbns_take_one: one message of the subscription, called when something
+ * waits there.  Never more than one per Fetch: cnats 3.4.1 writes past its
+ * array when a Fetch(n) starts with more than n/2 messages waiting
+ * (nats.c #749; README.md).  *m is NULL when what waited was only a status (408, 404: a
  * request ended), which is no failure.
  */
 static natsStatus

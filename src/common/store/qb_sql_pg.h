@@ -1,6 +1,7 @@
 /*-------------------------------------------------------------------------
  * qb_sql_pg.h
- *	  The PostgreSQL statements of the outbox, one copy for every host.
+ *	  The PostgreSQL statements of every store op (outbox, relay, inbox,
+ *	  the named queries, the configuration), one copy for every host.
  *
  * The background workers run them through SPI with saved plans; the
  * SQL-callable wrappers queuebox._outbox_claim() and friends run the same

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "odbc_store.h"
+#include "qb_ops.h"
 #include "pq_store.h"
 #include "qbd_backend.h"
 
@@ -30,20 +31,21 @@ qbd_backend_for(const char *url)
 	return &qbd_backend_postgresql;
 }
 
+QB_OPS_LISTED(QbdBackend, 1, QBD_BACKEND_OPS, QB_OPS_NONE);
+
 /* qbd_backend_check_one: see qbd_backend.h. */
 int
 qbd_backend_check_one(const QbdBackend *be, char *err, size_t errlen)
 {
-	const char *missing = be->name == NULL ? "name" : NULL;
+	static const QbOpsField fields[] = {QBD_BACKEND_OPS(QB_OPS_FIELD, QbdBackend)};
 
-#define QBD_CHECK_OP(f) if (missing == NULL && be->f == NULL) missing = #f;
-	QBD_BACKEND_OPS(QBD_CHECK_OP)
-#undef QBD_CHECK_OP
-	if (missing == NULL)
-		return 0;
-	snprintf(err, errlen, "the %s backend's ops table has no %s: this build of queuebox-mssqld is broken",
-			 be->name ? be->name : "(unnamed)", missing);
-	return -1;
+	if (be->name == NULL)
+	{
+		snprintf(err, errlen, "backend ops '(unnamed)' lacks 'name'");
+		return -1;
+	}
+	return qb_ops_check("backend ops", be->name, be, fields, sizeof(fields) / sizeof(fields[0]),
+						err, errlen);
 }
 
 /* qbd_backend_check: see qbd_backend.h. */
@@ -55,9 +57,3 @@ qbd_backend_check(char *err, size_t errlen)
 			return -1;
 	return 0;
 }
-
-/* a function field added to QbdBackend but not to QBD_BACKEND_OPS would go unchecked */
-#define QBD_COUNT_OP(f) + 1
-_Static_assert(sizeof(QbdBackend) == sizeof(const char *) + (0 QBD_BACKEND_OPS(QBD_COUNT_OP)) * sizeof(void (*) (void)),
-			   "QBD_BACKEND_OPS lists every function field of QbdBackend");
-#undef QBD_COUNT_OP

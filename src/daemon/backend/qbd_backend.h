@@ -100,11 +100,11 @@ typedef struct QbdBackend
 	void		(*store_free) (void *db);
 } QbdBackend;
 
-/* The function fields of QbdBackend, in order: for qbd_backend_check. */
-#define QBD_BACKEND_OPS(X) \
-	X(check_config) X(connect) X(migrate) X(publish_config) X(disconnect) \
-	X(probe_notify) X(store_new) X(store_connect) X(store_set_config) \
-	X(store_listen) X(store_socket) X(store_notified) X(store_free)
+/* QbdBackend's functions, in order: each must be set (qb_ops.h) */
+#define QBD_BACKEND_OPS(X, T) \
+	X(T, check_config) X(T, connect) X(T, migrate) X(T, publish_config) X(T, disconnect) \
+	X(T, probe_notify) X(T, store_new) X(T, store_connect) X(T, store_set_config) \
+	X(T, store_listen) X(T, store_socket) X(T, store_notified) X(T, store_free)
 
 /* One role's database: its backend and the store that backend made. */
 typedef struct QbdDb
@@ -118,7 +118,8 @@ extern const QbdBackend *qbd_backend_for(const char *url);
 
 /*
  * Every backend's table has every field: 0, or -1 with err naming the
- * backend and the missing field.  qbd_backend_check_one checks one table.
+ * backend and the missing field ("backend ops 'sqlserver' lacks
+ * 'store_free'").  qbd_backend_check_one checks one table.
  */
 extern int	qbd_backend_check(char *err, size_t errlen);
 extern int	qbd_backend_check_one(const QbdBackend *be, char *err, size_t errlen);

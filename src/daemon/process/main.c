@@ -60,7 +60,7 @@ main(int argc, char **argv)
 	/* an ops table or the engine table with a hole is this build's fault: say which, before any work */
 	if (qbd_backend_check(err, sizeof(err)) != 0 || qb_engines_check(err, sizeof(err)) != 0)
 	{
-		fprintf(stderr, "queuebox-mssqld: %s\n", err);
+		fprintf(stderr, "queuebox-mssqld: %s: this build is broken\n", err);
 		return 1;
 	}
 	while ((c = getopt_long(argc, argv, "c:tVh", opts, NULL)) != -1)
@@ -127,7 +127,7 @@ main(int argc, char **argv)
 		int			rc = qbd_migrate_only(cfg, err, sizeof(err));
 
 		if (rc != 0)
-			fprintf(stderr, "queuebox-mssqld: %s\n", err);
+			fprintf(stderr, "queuebox-mssqld: %s: this build is broken\n", err);
 		else
 			printf("queuebox-mssqld: schema queuebox in %s is at version %s\n", safe, qbd_schema_version);
 		qb_config_free(cfg);

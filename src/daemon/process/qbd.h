@@ -5,26 +5,22 @@
  *	  the roles and the supervisor; backend/qbd_backend.h the databases.
  *
  * Wording:
- *	- The supervisor is the process started from the command line.  It reads
- *	  and validates the configuration file, migrates the schema, and forks
- *	  one process per role; it never runs an engine, opens no HTTP client and
- *	  starts no thread, so every fork happens before any library starts one
- *	  (librdkafka and cnats start threads, the transform helper forks).
+ *	- The supervisor is the process started from the command line: it
+ *	  validates the configuration, migrates the schema and forks one
+ *	  process per role; it never runs an engine nor starts a thread, so
+ *	  every fork comes before a library starts one.
  *	- A role is one engine in one process: an outbox worker (one per
- *	  daemon.outboxWorkers), the relay, the ingress, and one consumer per
- *	  broker source (its slot).  A role that exits unasked is restarted after
- *	  a delay that doubles with each quick crash (qbd_restart_delay).
+ *	  daemon.outboxWorkers), the relay, the ingress, one consumer per broker
+ *	  source.  One that exits unasked is restarted after a delay that
+ *	  doubles with each quick crash (qbd_restart_delay).
  *	- The shared block (QbdShared) is one anonymous shared mapping made
- *	  before the first fork: the metrics every role counts into, and the
- *	  configuration document in force, which only the supervisor writes.
- *	- The document generation counts the documents published; a role whose
- *	  generation is behind reloads.  It is a seqlock: odd while the
- *	  supervisor writes, and a reader copies again when it moved.
+ *	  before the first fork: the metrics, and the document in force, which
+ *	  only the supervisor writes.  Its generation counts the documents
+ *	  published (a seqlock: odd while written); a role behind reloads.
  *
  * Signals: the supervisor turns SIGHUP (reload), SIGTERM/SIGINT (stop) and
  * SIGCHLD into bytes on a self-pipe its loop polls; a role turns SIGTERM
- * into its stop flag and SIGHUP (sent by the supervisor after publishing a
- * document) into a wake, both through its own self-pipe.
+ * into its stop flag and SIGHUP into a wake, through its own self-pipe.
  *-------------------------------------------------------------------------
  */
 #ifndef QBD_H

@@ -10,12 +10,14 @@
  * supervisor (PR_SET_PDEATHSIG: SIGTERM, so rows in flight are released as
  * on a stop; a kill -9 of the supervisor leaves no worker behind that a new
  * daemon would race).  Exit status: 0 after a stop, 1 when the engine could
- * not start; the supervisor restarts it either way unless it is stopping.
+ * not start (its host or store table incomplete included); the supervisor
+ * restarts it either way unless it is stopping.
  *
- * The engines commit their claims and settles asynchronously, as the
- * extension's workers do by default (queuebox.worker_async_commit): a crash
- * of the server can then lose a settle, and the row is delivered again
- * (at least once, as always), never lost.
+ * On PostgreSQL the role's store commits asynchronously (pq_backend.c), as
+ * the extension's workers do by default (queuebox.worker_async_commit),
+ * but for the relay's forward and the inbox insert: a crash of the server
+ * can lose a settle, and the row is delivered again, never lost.  SQL
+ * Server commits durably.
  *-------------------------------------------------------------------------
  */
 #include <signal.h>
@@ -41,7 +43,8 @@ qbd_role_run(QbEngineKind kind, int index, const QbHost *host, const QbStore *st
 	char		detail[256];
 
 	memset(&stats, 0, sizeof(stats));
-	if (engine->run(host, store, index, &stats, err, sizeof(err)) != 0)
+	if (qb_engine_tables_check(host, store, name, err, sizeof(err)) != 0 ||
+		engine->run(host, store, index, &stats, err, sizeof(err)) != 0)
 	{
 		qbd_log(QB_LOG_ERROR, "%s could not start: %s", name, err);
 		return 1;

@@ -8,26 +8,18 @@
  *	- Wanted roles come from the configuration (qbd_roles_wanted); the role
  *	  table holds every role the supervisor runs or will run again, and a
  *	  retired one until its process is gone.
- *	- A reload is a SIGHUP: the file is read and validated again; an
- *	  invalid file is logged with its key path and changes nothing.  A valid
- *	  one is published in the shared block (each role reloads it, as the
- *	  extension's workers reload after configure()), written to the
- *	  database's config tables, and the role table follows it.  When the
- *	  database: section changed, every role is restarted to open its store
- *	  anew.
+ *	- A reload is a SIGHUP: the file is read and validated again (an invalid
+ *	  one is logged with its key path and changes nothing), published in the
+ *	  shared block, written to the database's config tables, and the role
+ *	  table follows it.  A changed database: section restarts every role.
  *	- A stop is a SIGTERM or SIGINT: every role gets SIGTERM and
- *	  daemon.shutdownGraceMs to finish its rows in flight; what is still
- *	  running then gets SIGKILL (its rows come back through their lease).
+ *	  daemon.shutdownGraceMs to finish its rows in flight, then SIGKILL
+ *	  (its rows come back through their lease).
  *
- * Why processes, not threads: an engine owns libcurl multi handles, a
- * libmicrohttpd daemon, librdkafka or cnats connections and a transform
- * helper it forks; a crash in any of them (or a leak) ends one role, which
- * is restarted, as the postmaster restarts a background worker.  Forking
- * happens only here, while this process has one thread (checked).
- *
- * The supervisor's database connection is short-lived: it connects to
- * migrate and to write the config tables, then disconnects, so no role
- * inherits its socket.
+ * Processes, not threads: a crash or a leak in an engine's libraries ends
+ * one role, which is restarted (qbds_fork warns when this process has more
+ * than one thread).  The supervisor's database connection is short-lived
+ * (migrate, the config tables), so no role inherits its socket.
  *-------------------------------------------------------------------------
  */
 #include <errno.h>

@@ -6,24 +6,19 @@
  *
  * Wording:
  *	- The schema text (qbd_schema_pg, made by the Makefile from sql/daemon/
- *	  and sql/schema/: the same tables, indexes and SQL functions as the
- *	  extension's install script) creates schema queuebox at the version of
- *	  this build (qbd_schema_version).
- *	- A migration takes the schema from one version to the next; the ones
- *	  this build knows are qbd_upgrades_pg[], in order (one per
- *	  sql/schema/upgrade/<from>--<to>.sql).  Versions the daemon
- *	  applied are rows of queuebox.schema_version.
+ *	  and sql/schema/: the extension's tables, indexes and SQL functions)
+ *	  creates schema queuebox at this build's qbd_schema_version.
+ *	- A migration takes the schema from one version to the next:
+ *	  qbd_upgrades_pg[], in order, one per sql/schema/upgrade/<from>--<to>.sql.
+ *	  Versions the daemon applied are rows of queuebox.schema_version.
  *	- The migration lock is a transaction advisory lock (QBD_MIGRATE_LOCK):
- *	  two daemons starting together take turns, and the second finds the
- *	  schema the first made.
+ *	  two daemons starting together take turns.
  *
  * Transaction rules: qb_pq_migrate is one transaction (BEGIN, the lock, the
- * checks, the DDL, COMMIT); on any error it rolls back and the database is
- * as before.  PostgreSQL's DDL is transactional, so a half-made schema
- * never stays behind.  qb_pq_publish_config is one transaction too.
- *
- * Values are always bound parameters; the only text sent as it is, is the
- * schema's own DDL, built into the binary.
+ * checks, the DDL, COMMIT), rolled back on any error; PostgreSQL's DDL is
+ * transactional, so a half-made schema never stays behind.
+ * qb_pq_publish_config is one transaction too.  Values are bound
+ * parameters; the only text sent as it is, is the schema's own DDL.
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>

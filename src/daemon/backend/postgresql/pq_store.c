@@ -3,62 +3,24 @@
  *	  The libpq store: the core's QbStore over one libpq connection.
  *
  * Wording:
- *	- A statement is one of qb_pg_stmts (qb_pg_stmt.h), the one copy of
- *	  the PostgreSQL SQL and its parameter types for every host (the SPI
- *	  store runs the same): prepared once per connection, lazily, under a
- *	  fixed name (qb_<id>), and prepared again after a reconnect.
- *	  Parameters are typed (qbpq_oids maps the descriptor's types) and
- *	  sent as text: numbers in decimal, arrays as PostgreSQL array literals
- *	  (qb_pg_array.h).  No value is ever spliced into SQL text.
- *	- An op is one QbStore call: one transaction (BEGIN ... COMMIT,
- *	  ROLLBACK on any error) holding the statements the SPI store runs for
- *	  it (qbpq_txn), so both stores commit the same units.
- *	- The connection is lost when libpq says so (PQstatus), or a statement
- *	  failed with no SQLSTATE, a class 08 one (connection exception) or
- *	  57P01-57P03 (the server shutting down or starting).  A lost connection
- *	  is closed; the next op connects again.  A connect that fails starts a
- *	  backoff (250 ms doubling to 10 s): until it ends every op fails at
- *	  once, "database unreachable, next try in N ms: <why>", so an engine
- *	  loop never spins on a dead server.  A connect that succeeds ends it.
+ *	- A statement is one of qb_pg_stmts (qb_pg_stmt.h), the SQL the SPI
+ *	  store runs too: prepared once per connection, lazily, as qb_<id>, and
+ *	  again after a reconnect.  Parameters are typed (qbpq_oids) and sent as
+ *	  text (arrays as literals, qb_pg_array.h); no value is spliced into SQL.
+ *	- An op is one QbStore call: one transaction (BEGIN ... COMMIT, ROLLBACK
+ *	  on any error) holding the statements the SPI store runs for it
+ *	  (qbpq_txn), its statements pipelined (qbpq_pipeline, README.md).
+ *	- The connection is lost by PQstatus, or a statement that failed with
+ *	  no SQLSTATE, class 08 or 57P01-57P03; the next op connects again
+ *	  (with a backoff after a failed connect, qb_store_conn.h).
  *
- * Round trips: the statements of an op go out in libpq's pipeline mode
- * (libpq 14+), so an op pays a round trip per batch of statements whose
- * parameters do not wait for an earlier answer, not one per statement:
- * BEGIN (and the SET LOCALs of the op: statement_timeout, durability) go
- * out with the op's first statement, COMMIT with its last one where the
- * op knows it (qbpq_run_commit), each statement's first Parse on a
- * connection with its first execution.  A cycle is three or four round
- * trips (settle; promote; states; claim + COMMIT), an insert or a count
- * one.  The transaction is the same: one per op, and a failed statement
- * skips the rest of its batch (COMMIT included), then ROLLBACK.
- *
- * Transaction rules: as qb_store.h: one short transaction per op, never
- * open across a call.  A COMMIT whose answer was lost with the connection
- * has an unknown outcome: the op fails saying so and is not retried here
- * (rows it claimed come back through their lease; a forward or settle is
- * fenced by its claim token).  With QbPqConf.async_commit (the outbox
- * engines' stores, as the extension's queuebox.worker_async_commit) the
- * session commits asynchronously: a cycle lost in a crash only makes a
- * row be delivered again.  The relay's forward and the inbox insert must
- * be durable, so on such a session they SET LOCAL synchronous_commit on
- * (a store per engine, as the daemon makes them, never pays for that).
- *
- * Session: each connect sets what the extension's workers set for their
- * backend (worker_host.c qbh_apply_gucs): the planner alternatives the
- * statements must not take are off, statement_timeout when configured,
- * synchronous_commit off with async_commit.
- * Then the LISTEN channels asked for are issued again.
- *
- * Through a pooler in transaction mode (QbPqConf.unnamed_statements: the
- * supervisor found that notifications do not arrive), consecutive
- * transactions may run on different server connections, so no statement
- * is prepared by name: each is sent with its text (an unnamed statement,
- * parsed each time), and the session settings above are best effort.
+ * Transaction rules: as qb_store.h, one short transaction per op.  A
+ * COMMIT whose answer was lost fails the op, never retried.  async_commit:
+ * asynchronous commits, but the forward and the inbox insert are durable.
+ * Through a pooler nothing is prepared by name (README.md).
  *
  * Secrets: messages name the server as user@host:port/dbname, never the
- * URL; the password is scrubbed from whatever libpq says.
- *
- * Threads: one store, one connection, one thread at a time.
+ * URL; the password is scrubbed from libpq's.  One store, one thread.
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>
@@ -68,7 +30,7 @@
 
 #include <libpq-fe.h>
 
-/* the op's statements go out in pipeline mode ("Round trips" above) */
+/* the op's statements go out in pipeline mode (README.md, "round trips") */
 #ifndef LIBPQ_HAS_PIPELINING
 #error "queuebox-mssqld needs libpq 14 or later (pipeline mode): install a newer libpq-dev / libpq-devel"
 #endif
@@ -114,7 +76,7 @@ struct QbPqStore
 	bool		prepared[QB_PG_NSTMTS];
 	QbStoreBackoff backoff;		/* of the connects that failed */
 	char		sqlstate[6];	/* of the op's failed statement, "" when none */
-	/* the op in progress (qbpq_txn): see "Round trips" above */
+	/* the op in progress (qbpq_txn, qbpq_pipeline) */
 	bool		begin_pending;	/* its BEGIN goes out with its first statement */
 	long		begin_timeout_ms;	/* > 0: SET LOCAL statement_timeout after that BEGIN */
 	bool		begin_durable;	/* SET LOCAL synchronous_commit on after that BEGIN */

@@ -8,25 +8,16 @@
  *	- A connection is an environment and a connection handle, connected
  *	  with a DSN-less string (odbc_url.c), its session set to XACT_ABORT ON
  *	  (any error rolls the open transaction back) and NOCOUNT ON.
- *	- Transactions are T-SQL's own, sent as statements: qb_odbc_begin sends
- *	  BEGIN TRANSACTION, qb_odbc_end COMMIT or a ROLLBACK guarded by
- *	  @@TRANCOUNT.  Not ODBC's autocommit-off mode: after a server-side
- *	  abort (XACT_ABORT, a deadlock victim) the driver's idea of the open
- *	  transaction and the server's part, and the next statements would run
- *	  in no transaction at all.  A batch may also carry its own
- *	  BEGIN ... COMMIT (the ODBC store's one-statement ops do).
- *	- A statement with parameters is prepared once per connection
- *	  (SQLPrepare; FreeTDS sends sp_prepexec with typed @P parameters, then
- *	  sp_execute on the handle) and its handle kept, for up to QBOC_CACHE
- *	  texts; every value is a bound parameter (qb_odbc_binding says how
- *	  each type is bound).  A statement without one (BEGIN, COMMIT, the
- *	  schema's DDL) is sent as it is (SQLExecDirect).
- *	- Results: every result set of the statement is read to its end, in
- *	  order, each value as UTF-8 text (SQLGetData in pieces, so NVARCHAR(MAX)
- *	  has no size limit); an error raised by a later statement of a batch
- *	  surfaces at SQLMoreResults and fails the call.
+ *	- Transactions are T-SQL's own, sent as statements (BEGIN TRANSACTION,
+ *	  COMMIT, a ROLLBACK guarded by @@TRANCOUNT), not ODBC's autocommit-off
+ *	  mode, which loses track after a server-side abort (README.md).
+ *	- A statement with parameters is prepared once per connection and its
+ *	  handle kept (up to QBOC_CACHE texts); every value is bound
+ *	  (qb_odbc_binding).  One without (BEGIN, COMMIT, DDL) is sent as it is.
+ *	- Results: every result set is read to its end, each value as UTF-8
+ *	  text; an error of a later statement of a batch fails the call.
  *	- Errors: the first diagnostic record names the failure and gives its
- *	  class (odbc_error.c); a QBO_LOST class marks the connection lost.
+ *	  class (odbc_error.c); a QB_ODBC_LOST class marks the connection lost.
  *
  * Secrets: the connection string holds the password; it is built, used and
  * wiped here, never logged.  Messages name the server as user@host:port/db.
@@ -91,11 +82,11 @@ qb_odbc_binding(const QbOdbcParam *p)
 
 	switch (p->type)
 	{
-		case QBO_T_INT:
+		case QB_ODBC_T_INT:
 			return (QbOdbcBinding) {.c_type = SQL_C_SBIGINT, .sql_type = SQL_BIGINT, .column_size = 19};
-		case QBO_T_UUID:
+		case QB_ODBC_T_UUID:
 			return (QbOdbcBinding) {.c_type = SQL_C_CHAR, .sql_type = SQL_GUID, .column_size = 36};
-		case QBO_T_TEXT:
+		case QB_ODBC_T_TEXT:
 			break;
 	}
 	/* UTF-8 in, NVARCHAR on the wire (ClientCharset=UTF-8); past 4000 characters NVARCHAR(MAX) */
@@ -117,7 +108,7 @@ qboc_diag(QbOdbcConn *c, SQLSMALLINT type, SQLHANDLE handle, const char *what,
 	SQLCHAR		msg[1024] = "";
 	SQLINTEGER	native = 0;
 	SQLSMALLINT len = 0;
-	QbOdbcClass k = QBO_FAILED;
+	QbOdbcClass k = QB_ODBC_FAILED;
 
 	if (SQL_SUCCEEDED(SQLGetDiagRec(type, handle, 1, state, &native, msg, sizeof(msg), &len)))
 	{
@@ -129,14 +120,14 @@ qboc_diag(QbOdbcConn *c, SQLSMALLINT type, SQLHANDLE handle, const char *what,
 			text = b + 1;
 		k = qb_odbc_classify((const char *) state, (long) native);
 		snprintf(err, errlen, "%s: %s%s (SQLSTATE %s, error %ld)", what,
-				 k == QBO_TIMEOUT ? "statement timeout: " : "", text, state, (long) native);
+				 k == QB_ODBC_TIMEOUT ? "statement timeout: " : "", text, state, (long) native);
 	}
 	else
 		snprintf(err, errlen, "%s: the driver gave no reason", what);
 	for (char *p = err; *p; p++)
 		if (*p == '\n' || *p == '\r')
 			*p = ' ';
-	if (k == QBO_LOST && c != NULL)
+	if (k == QB_ODBC_LOST && c != NULL)
 		c->lost = true;
 	if (cls != NULL)
 		*cls = k;
@@ -318,10 +309,10 @@ qb_odbc_exec(QbOdbcConn *c, const char *sql, const QbOdbcParam *params, int n,
 	bool		kept = false;
 	SQLRETURN	r;
 
-	*cls = QBO_FAILED;
+	*cls = QB_ODBC_FAILED;
 	if (c == NULL || c->lost)
 	{
-		*cls = QBO_LOST;
+		*cls = QB_ODBC_LOST;
 		snprintf(err, errlen, "no connection to SQL Server");
 		return -1;
 	}
@@ -361,7 +352,7 @@ qb_odbc_exec(QbOdbcConn *c, const char *sql, const QbOdbcParam *params, int n,
 		QbOdbcBinding b = qb_odbc_binding(&params[i]);
 		SQLPOINTER	value;
 
-		if (params[i].type == QBO_T_INT)
+		if (params[i].type == QB_ODBC_T_INT)
 		{
 			nums[i] = params[i].num;
 			value = &nums[i];
@@ -446,7 +437,7 @@ done:
 	if (oom)
 	{
 		snprintf(err, errlen, "out of memory");
-		*cls = QBO_FAILED;
+		*cls = QB_ODBC_FAILED;
 		rc = -1;
 	}
 	free(values);

@@ -22,25 +22,25 @@ typedef struct QboNative
 } QboNative;
 
 static const QboNative qbo_natives[] = {
-	{.native = 1205, .cls = QBO_RETRY},		/* chosen as the deadlock victim */
-	{.native = 1222, .cls = QBO_RETRY},		/* lock request time out period exceeded */
-	{.native = 33557097, .cls = QBO_RETRY},	/* Babelfish: canceling statement due to lock timeout */
-	{.native = 2601, .cls = QBO_DUPLICATE},	/* duplicate key row in a unique index */
-	{.native = 2627, .cls = QBO_DUPLICATE},	/* violation of a UNIQUE or PRIMARY KEY constraint */
-	{.native = 51000, .cls = QBO_PULL_BUSY},	/* inbox_claim: the source's lock was held 10 s */
-	{.native = 50022, .cls = QBO_BAD_INPUT},	/* a procedure refused a parameter */
-	{.native = 50002, .cls = QBO_NOT_FOUND},	/* a procedure found no such row */
-	{.native = 245, .cls = QBO_BAD_INPUT},	/* conversion failed (a number) */
-	{.native = 241, .cls = QBO_BAD_INPUT},	/* conversion failed (a date or time) */
-	{.native = 242, .cls = QBO_BAD_INPUT},	/* a date or time out of range */
-	{.native = 8114, .cls = QBO_BAD_INPUT},	/* error converting a data type */
-	{.native = 8115, .cls = QBO_BAD_INPUT},	/* arithmetic overflow */
-	{.native = 8169, .cls = QBO_BAD_INPUT},	/* conversion to uniqueidentifier failed */
-	{.native = 547, .cls = QBO_BAD_INPUT},	/* a CHECK constraint */
-	{.native = 515, .cls = QBO_BAD_INPUT},	/* NULL into a NOT NULL column */
-	{.native = 2628, .cls = QBO_BAD_INPUT},	/* string or binary data would be truncated (2019+) */
-	{.native = 8152, .cls = QBO_BAD_INPUT},	/* the same, before 2019 */
-	{.native = 13609, .cls = QBO_BAD_INPUT},	/* JSON text is not properly formatted */
+	{.native = 1205, .cls = QB_ODBC_RETRY},	/* chosen as the deadlock victim */
+	{.native = 1222, .cls = QB_ODBC_RETRY},	/* lock request time out period exceeded */
+	{.native = 33557097, .cls = QB_ODBC_RETRY},	/* Babelfish: canceling statement due to lock timeout */
+	{.native = 2601, .cls = QB_ODBC_DUPLICATE},	/* duplicate key row in a unique index */
+	{.native = 2627, .cls = QB_ODBC_DUPLICATE},	/* violation of a UNIQUE or PRIMARY KEY constraint */
+	{.native = 51000, .cls = QB_ODBC_PULL_BUSY},	/* inbox_claim: the source's lock was held 10 s */
+	{.native = 50022, .cls = QB_ODBC_BAD_INPUT},	/* a procedure refused a parameter */
+	{.native = 50002, .cls = QB_ODBC_NOT_FOUND},	/* a procedure found no such row */
+	{.native = 245, .cls = QB_ODBC_BAD_INPUT},	/* conversion failed (a number) */
+	{.native = 241, .cls = QB_ODBC_BAD_INPUT},	/* conversion failed (a date or time) */
+	{.native = 242, .cls = QB_ODBC_BAD_INPUT},	/* a date or time out of range */
+	{.native = 8114, .cls = QB_ODBC_BAD_INPUT},	/* error converting a data type */
+	{.native = 8115, .cls = QB_ODBC_BAD_INPUT},	/* arithmetic overflow */
+	{.native = 8169, .cls = QB_ODBC_BAD_INPUT},	/* conversion to uniqueidentifier failed */
+	{.native = 547, .cls = QB_ODBC_BAD_INPUT},	/* a CHECK constraint */
+	{.native = 515, .cls = QB_ODBC_BAD_INPUT},	/* NULL into a NOT NULL column */
+	{.native = 2628, .cls = QB_ODBC_BAD_INPUT},	/* string or binary data would be truncated (2019+) */
+	{.native = 8152, .cls = QB_ODBC_BAD_INPUT},	/* the same, before 2019 */
+	{.native = 13609, .cls = QB_ODBC_BAD_INPUT},	/* JSON text is not properly formatted */
 };
 
 /* qb_odbc_classify: see odbc_store.h. */
@@ -48,16 +48,16 @@ QbOdbcClass
 qb_odbc_classify(const char *sqlstate, long native)
 {
 	if (sqlstate != NULL && (strncmp(sqlstate, "08", 2) == 0 || strcmp(sqlstate, "HYT01") == 0))
-		return QBO_LOST;
+		return QB_ODBC_LOST;
 	if (sqlstate != NULL && strcmp(sqlstate, "HYT00") == 0)
-		return QBO_TIMEOUT;
+		return QB_ODBC_TIMEOUT;
 	for (size_t i = 0; i < sizeof(qbo_natives) / sizeof(qbo_natives[0]); i++)
 		if (qbo_natives[i].native == native)
 			return qbo_natives[i].cls;
 	/* 40001 is a serialization failure, as a deadlock victim is reported by some drivers */
 	if (sqlstate != NULL && strcmp(sqlstate, "40001") == 0)
-		return QBO_RETRY;
-	return QBO_FAILED;
+		return QB_ODBC_RETRY;
+	return QB_ODBC_FAILED;
 }
 
 const char *
@@ -65,21 +65,21 @@ qb_odbc_class_name(QbOdbcClass c)
 {
 	switch (c)
 	{
-		case QBO_RETRY:
+		case QB_ODBC_RETRY:
 			return "retry";
-		case QBO_DUPLICATE:
+		case QB_ODBC_DUPLICATE:
 			return "duplicate";
-		case QBO_PULL_BUSY:
+		case QB_ODBC_PULL_BUSY:
 			return "pull busy";
-		case QBO_BAD_INPUT:
+		case QB_ODBC_BAD_INPUT:
 			return "bad input";
-		case QBO_NOT_FOUND:
+		case QB_ODBC_NOT_FOUND:
 			return "not found";
-		case QBO_TIMEOUT:
+		case QB_ODBC_TIMEOUT:
 			return "timeout";
-		case QBO_LOST:
+		case QB_ODBC_LOST:
 			return "lost";
-		case QBO_FAILED:
+		case QB_ODBC_FAILED:
 			break;
 	}
 	return "failed";

@@ -5,24 +5,20 @@
  *
  * Wording:
  *	- The schema text (qbd_schema_mssql, made by the Makefile from
- *	  sql/sqlserver/: tables, topics, engine, operations) creates schema queuebox at the version of this
- *	  build (qbd_schema_version).  It is a list of batches: a line holding
- *	  only GO ends one (CREATE PROCEDURE and CREATE FUNCTION must each be
- *	  alone in its batch), and each batch is sent as it is.
- *	- A migration takes the schema from one version to the next: the ones
- *	  this build knows are qbd_upgrades_mssql[], in order (one per
- *	  sql/sqlserver/upgrade/<from>--<to>.sql).
+ *	  sql/sqlserver/) creates schema queuebox at this build's
+ *	  qbd_schema_version.  It is a list of batches, each ended by a line
+ *	  holding only GO (CREATE PROCEDURE must be alone in its batch).
+ *	- A migration takes the schema from one version to the next:
+ *	  qbd_upgrades_mssql[], in order, one per
+ *	  sql/sqlserver/upgrade/<from>--<to>.sql.
  *	- The migration lock is an exclusive application lock owned by the
- *	  transaction (sp_getapplock on QBD_MSSQL_LOCK): two daemons starting
- *	  together take turns, and the second finds the schema the first made.
+ *	  transaction (sp_getapplock on QBD_MSSQL_LOCK): two daemons take turns.
  *
  * Transaction rules: qb_mssql_migrate is one transaction (the lock, the
- * checks, the DDL, the version row, the commit); on any error it is rolled
- * back, and SQL Server's DDL is transactional, so a half-made schema never
- * stays behind.  qb_mssql_publish_config is one transaction too.
- *
- * Values are always bound parameters; the only text sent as it is, is the
- * schema's own DDL, built into the binary.
+ * checks, the DDL, the version row, the commit), rolled back on any error;
+ * SQL Server's DDL is transactional, so a half-made schema never stays
+ * behind.  qb_mssql_publish_config is one transaction too.  Values are
+ * bound parameters; the only text sent as it is, is the schema's own DDL.
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>
@@ -139,7 +135,7 @@ qbdm_apply(QbOdbcConn *c, const char *script, const char *version, const char *w
 		   char *err, size_t errlen)
 {
 	QbdmApply	a = {.conn = c, .what = what, .err = err, .errlen = errlen};
-	QbOdbcParam v = {.type = QBO_T_TEXT, .text = version};
+	QbOdbcParam v = {.type = QB_ODBC_T_TEXT, .text = version};
 	QbOdbcClass cls;
 	char		why[QB_ERRLEN];
 
@@ -270,9 +266,9 @@ qb_mssql_publish_config(QbOdbcConn *c, const QbConfig *cfg, char *err, size_t er
 	for (int i = 0; i < cfg->nroutes; i++)
 	{
 		QbOdbcParam p[3] = {
-			{.type = QBO_T_INT, .num = i + 1},
-			{.type = QBO_T_TEXT, .text = cfg->routes[i].topic_pattern},
-			{.type = QBO_T_TEXT, .text = cfg->routes[i].destination},
+			{.type = QB_ODBC_T_INT, .num = i + 1},
+			{.type = QB_ODBC_T_TEXT, .text = cfg->routes[i].topic_pattern},
+			{.type = QB_ODBC_T_TEXT, .text = cfg->routes[i].destination},
 		};
 
 		if (qb_odbc_exec(c, "INSERT INTO queuebox.config_route (position, pattern, destination) VALUES (?, ?, ?)",
@@ -281,7 +277,7 @@ qb_mssql_publish_config(QbOdbcConn *c, const QbConfig *cfg, char *err, size_t er
 	}
 	for (int i = 0; i < cfg->ndestinations; i++)
 	{
-		QbOdbcParam p[1] = {{.type = QBO_T_TEXT, .text = cfg->destinations[i].name}};
+		QbOdbcParam p[1] = {{.type = QB_ODBC_T_TEXT, .text = cfg->destinations[i].name}};
 
 		if (qb_odbc_exec(c, "INSERT INTO queuebox.config_destination (name) VALUES (?)",
 						 p, 1, 0, NULL, NULL, &cls, err, errlen) != 0)

@@ -78,7 +78,7 @@ qbos_ensure(QbOdbcStore *s, char *err, size_t errlen)
 
 /*
  * A body runs the op's statements on s->conn; on failure it returns -1 and
- * leaves the failing statement's class in *cls (QBO_FAILED for its own).
+ * leaves the failing statement's class in *cls (QB_ODBC_FAILED for its own).
  */
 typedef int (*QbosBody) (QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t errlen);
 
@@ -91,16 +91,16 @@ qbos_txn(QbOdbcStore *s, const char *what, QbosBody body, void *arg, bool retry_
 
 	for (int attempt = 1;; attempt++)
 	{
-		QbOdbcClass k = QBO_FAILED;
+		QbOdbcClass k = QB_ODBC_FAILED;
 
 		if (qbos_ensure(s, err, errlen) != 0)
 		{
-			*cls = QBO_LOST;
+			*cls = QB_ODBC_LOST;
 			return -1;
 		}
 		if (qb_odbc_begin(s->conn, err, errlen) != 0)
 		{
-			*cls = QBO_LOST;
+			*cls = QB_ODBC_LOST;
 			qbos_drop(s);
 			return -1;
 		}
@@ -111,15 +111,15 @@ qbos_txn(QbOdbcStore *s, const char *what, QbosBody body, void *arg, bool retry_
 			snprintf(err, errlen, "%s: the commit's outcome is unknown (%s); rows it claimed come back when their lease ends",
 					 what, buf);
 			qbos_drop(s);
-			*cls = QBO_LOST;
+			*cls = QB_ODBC_LOST;
 			return -1;
 		}
 		*cls = k;
 		if (!qb_odbc_lost(s->conn) && qb_odbc_end(s->conn, false, buf, sizeof(buf)) != 0)
 			qbos_drop(s);
-		if (k == QBO_LOST)
+		if (k == QB_ODBC_LOST)
 			qbos_drop(s);
-		if (attempt < QBOS_TRIES && (k == QBO_RETRY || (retry_duplicate && k == QBO_DUPLICATE)))
+		if (attempt < QBOS_TRIES && (k == QB_ODBC_RETRY || (retry_duplicate && k == QB_ODBC_DUPLICATE)))
 			continue;
 		return -1;
 	}
@@ -131,9 +131,9 @@ qbos_timeout(const QbOdbcStore *s, long op_ms)
 	return op_ms > 0 ? op_ms : s->statement_timeout_ms;
 }
 
-#define QBOS_TEXT(v)	((QbOdbcParam) {.type = QBO_T_TEXT, .text = (v)})
-#define QBOS_INT(v)		((QbOdbcParam) {.type = QBO_T_INT, .num = (v)})
-#define QBOS_UUID(v)	((QbOdbcParam) {.type = QBO_T_UUID, .text = (v)})
+#define QBOS_TEXT(v)	((QbOdbcParam) {.type = QB_ODBC_T_TEXT, .text = (v)})
+#define QBOS_INT(v)		((QbOdbcParam) {.type = QB_ODBC_T_INT, .num = (v)})
+#define QBOS_UUID(v)	((QbOdbcParam) {.type = QB_ODBC_T_UUID, .text = (v)})
 
 static long long
 qbos_num(const char *v)
@@ -722,14 +722,14 @@ qbos_replay(QbOdbcStore *s, QbosQuery *q, QbOdbcClass *cls, char *err, size_t er
 	QbosReplay	p = {.s = s, .q = q, .cls = cls};
 	int			rc;
 
-	*cls = QBO_FAILED;
+	*cls = QB_ODBC_FAILED;
 	qbos_select_free(q);
 	rc = qb_replay_run(s->cfg, q->query == QB_Q_REPLAY_INBOX, q->params, &calls, &p, q->out,
 					   err, errlen);
 	if (rc == QB_QUERY_NOT_FOUND)
-		*cls = QBO_NOT_FOUND;
+		*cls = QB_ODBC_NOT_FOUND;
 	else if (rc == QB_QUERY_BAD_INPUT)
-		*cls = QBO_BAD_INPUT;
+		*cls = QB_ODBC_BAD_INPUT;
 	return rc == 0 ? 0 : -1;
 }
 
@@ -747,7 +747,7 @@ qbos_query_body(QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t e
 		return qbos_replay(s, q, cls, err, errlen);
 	if (sql == NULL || np > 4)
 	{
-		*cls = QBO_FAILED;
+		*cls = QB_ODBC_FAILED;
 		snprintf(err, errlen, "query %d has no SQL Server text", (int) q->query);
 		return -1;
 	}
@@ -763,7 +763,7 @@ qbos_query_text(void *ctx, QbQuery query, const char *const *params, long timeou
 	QbOdbcStore *s = ctx;
 	QbosQuery	q = {.query = query, .params = params, .out = out,
 	.timeout_ms = qbos_timeout(s, timeout_ms)};
-	QbOdbcClass cls = QBO_FAILED;
+	QbOdbcClass cls = QB_ODBC_FAILED;
 	int			rc;
 
 	*out = NULL;
@@ -773,7 +773,7 @@ qbos_query_text(void *ctx, QbQuery query, const char *const *params, long timeou
 		return 0;
 	free(*out);
 	*out = NULL;
-	return cls == QBO_BAD_INPUT ? QB_QUERY_BAD_INPUT : cls == QBO_NOT_FOUND ? QB_QUERY_NOT_FOUND : -1;
+	return cls == QB_ODBC_BAD_INPUT ? QB_QUERY_BAD_INPUT : cls == QB_ODBC_NOT_FOUND ? QB_QUERY_NOT_FOUND : -1;
 }
 
 /* The daemon reads its document from a file: this op is replaced. */

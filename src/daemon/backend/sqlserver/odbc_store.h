@@ -1,26 +1,20 @@
 /*-------------------------------------------------------------------------
  * odbc_store.h
- *	  The ODBC store: the core's QbStore over one ODBC connection to SQL
- *	  Server (FreeTDS's driver under unixODBC), for queuebox-mssqld with a
- *	  sqlserver:// URL; and the pieces of it that need no server (the
- *	  connection string, the error classes, the JSON parameters), which the
- *	  unit tests call directly.  With the schema's migrations
- *	  (odbc_migrate.c) and the daemon's ops table (odbc_backend.c), this
- *	  header is the daemon's SQL Server backend.
+ *	  The daemon's SQL Server backend: the ODBC store (the core's QbStore
+ *	  over one ODBC connection, FreeTDS's driver under unixODBC), its
+ *	  connection, its migrations (odbc_migrate.c), its ops table
+ *	  (odbc_backend.c), and the pieces that need no server (the connection
+ *	  string, the error classes, the JSON parameters) for the unit tests.
  *
  * Wording:
  *	- A procedure is one of sql/sqlserver/engine.sql's; an op is one
  *	  QbStore call: one transaction (BEGIN TRANSACTION ... COMMIT) holding
- *	  the procedure calls the op needs, as the libpq store holds its
- *	  statements.  Arrays go to a procedure as one JSON array in a bound
- *	  NVARCHAR(MAX) parameter; every value is bound (SQLBindParameter),
- *	  never spliced into SQL text.
+ *	  the procedure calls the op needs.  Arrays go to a procedure as one
+ *	  JSON array in a bound NVARCHAR(MAX) parameter; every value is bound
+ *	  (SQLBindParameter), never spliced into SQL text.
  *	- An error's class (QbOdbcClass) comes from its SQLSTATE and native
- *	  error number: a deadlock victim or a lock timeout is run again (the
- *	  whole op, up to QBO_RETRIES times: every step is fenced by a token,
- *	  so a second run changes nothing the first did); a lost connection is
- *	  closed and made again with a backoff (250 ms doubling to 10 s), the
- *	  rows in flight coming back through their lease.
+ *	  error number, and says what the store does: run the op again, fail
+ *	  it, or reconnect (odbc_store.c).
  *
  * One store is one connection, used by one engine thread.
  *-------------------------------------------------------------------------
@@ -62,8 +56,8 @@ extern void qb_odbc_url_free(QbOdbcUrl *u);
 /* How braced values are written: ODBC's rule, or FreeTDS 1.3's. */
 typedef enum QbOdbcBraces
 {
-	QBO_BRACES_ODBC,			/* { ... } with each } doubled */
-	QBO_BRACES_FREETDS13,		/* { ... } as it is; "};" or a final } cannot be written */
+	QB_ODBC_BRACES_ODBC,		/* { ... } with each } doubled */
+	QB_ODBC_BRACES_FREETDS13,	/* { ... } as it is; "};" or a final } cannot be written */
 } QbOdbcBraces;
 
 /*
@@ -99,14 +93,14 @@ extern const char *qb_odbc_default_driver(void);
 
 typedef enum QbOdbcClass
 {
-	QBO_FAILED,					/* anything else: the op fails, the connection stays */
-	QBO_RETRY,					/* deadlock victim (1205), lock timeout (1222): run the op again */
-	QBO_DUPLICATE,				/* a unique index (2601, 2627) */
-	QBO_PULL_BUSY,				/* the pull claim's application lock (51000): temporary */
-	QBO_BAD_INPUT,				/* the caller's value: 50022, conversions, CHECK, truncation */
-	QBO_NOT_FOUND,				/* 50002: the row an operation names does not exist */
-	QBO_TIMEOUT,				/* the statement ran out of time (HYT00) */
-	QBO_LOST					/* the connection is gone (class 08, HYT01): reconnect */
+	QB_ODBC_FAILED,				/* anything else: the op fails, the connection stays */
+	QB_ODBC_RETRY,				/* deadlock victim (1205), lock timeout (1222): run the op again */
+	QB_ODBC_DUPLICATE,			/* a unique index (2601, 2627) */
+	QB_ODBC_PULL_BUSY,			/* the pull claim's application lock (51000): temporary */
+	QB_ODBC_BAD_INPUT,			/* the caller's value: 50022, conversions, CHECK, truncation */
+	QB_ODBC_NOT_FOUND,			/* 50002: the row an operation names does not exist */
+	QB_ODBC_TIMEOUT,			/* the statement ran out of time (HYT00) */
+	QB_ODBC_LOST				/* the connection is gone (class 08, HYT01): reconnect */
 } QbOdbcClass;
 
 /* the class of one diagnostic record */
@@ -138,12 +132,12 @@ extern int	qb_odbc_check_lengths(const QbInboxRow *rows, int n, char *err, size_
 
 typedef enum QbOdbcType
 {
-	QBO_T_TEXT,					/* NVARCHAR (NVARCHAR(MAX) past 4000 characters) */
-	QBO_T_INT,					/* BIGINT */
-	QBO_T_UUID					/* UNIQUEIDENTIFIER */
+	QB_ODBC_T_TEXT,				/* NVARCHAR (NVARCHAR(MAX) past 4000 characters) */
+	QB_ODBC_T_INT,				/* BIGINT */
+	QB_ODBC_T_UUID				/* UNIQUEIDENTIFIER */
 } QbOdbcType;
 
-/* One bound parameter: text, or a number for QBO_T_INT. */
+/* One bound parameter: text, or a number for QB_ODBC_T_INT. */
 typedef struct QbOdbcParam
 {
 	QbOdbcType	type;
@@ -216,7 +210,7 @@ extern int	qb_odbc_begin(QbOdbcConn *c, char *err, size_t errlen);
  */
 extern int	qb_odbc_end(QbOdbcConn *c, bool commit, char *err, size_t errlen);
 
-/* the connection failed (class QBO_LOST): drop it */
+/* the connection failed (class QB_ODBC_LOST): drop it */
 extern bool qb_odbc_lost(const QbOdbcConn *c);
 
 /* ---- odbc_migrate.c: the SQL Server schema (docs/sqlserver.md) ---------- */

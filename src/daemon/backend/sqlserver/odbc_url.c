@@ -234,14 +234,14 @@ qb_odbc_quote(const char *value, QbOdbcBraces style, bool always, char *out, siz
 		return n;
 	}
 	/* FreeTDS 1.3 ends a braced value at the first "};" and reads "}}" as two */
-	if (style == QBO_BRACES_FREETDS13 && (strstr(value, "};") != NULL || (n > 0 && value[n - 1] == '}')))
+	if (style == QB_ODBC_BRACES_FREETDS13 && (strstr(value, "};") != NULL || (n > 0 && value[n - 1] == '}')))
 		return (size_t) -1;
 #define QBOU_PUT(ch) do { if (need + 1 < outlen) out[need] = (ch); need++; } while (0)
 	QBOU_PUT('{');
 	for (const char *p = value; *p; p++)
 	{
 		QBOU_PUT(*p);
-		if (*p == '}' && style == QBO_BRACES_ODBC)
+		if (*p == '}' && style == QB_ODBC_BRACES_ODBC)
 			QBOU_PUT('}');
 	}
 	QBOU_PUT('}');
@@ -331,7 +331,7 @@ qb_odbc_conn_string(const QbOdbcUrl *u, const char *default_driver, const char *
 		snprintf(buf, strlen(driver) + 8, "DRIVER=%s", driver);
 		len = strlen(buf);
 	}
-	else if (style == QBO_BRACES_FREETDS13 && strchr(driver, '}') != NULL)
+	else if (style == QB_ODBC_BRACES_FREETDS13 && strchr(driver, '}') != NULL)
 	{
 		/*
 		 * the driver manager reads DRIVER as ODBC says, FreeTDS 1.3 its own
@@ -342,7 +342,7 @@ qb_odbc_conn_string(const QbOdbcUrl *u, const char *default_driver, const char *
 				 "read differently in a connection string; use a path without braces, or FreeTDS 1.4 or later");
 		return NULL;
 	}
-	else if (qbou_add(&buf, &len, "DRIVER", driver, QBO_BRACES_ODBC, false) != 0)
+	else if (qbou_add(&buf, &len, "DRIVER", driver, QB_ODBC_BRACES_ODBC, false) != 0)
 		goto oom;
 	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
 	{
@@ -427,14 +427,14 @@ qb_odbc_braces_for(const char *driver)
 				minor;
 
 	if (driver[0] == '{')
-		return QBO_BRACES_ODBC;
+		return QB_ODBC_BRACES_ODBC;
 	/* the same file as last time (path, inode, size, change time): its answer */
 	if (stat(driver, &st) == 0 && strcmp(last_path, driver) == 0 && st.st_ino == last_st.st_ino &&
 		st.st_size == last_st.st_size && st.st_mtim.tv_sec == last_st.st_mtim.tv_sec &&
 		st.st_mtim.tv_nsec == last_st.st_mtim.tv_nsec)
 		return last_style;
 	last_style = qb_odbc_freetds_version(driver, &major, &minor) &&
-		(major < 1 || (major == 1 && minor < 4)) ? QBO_BRACES_FREETDS13 : QBO_BRACES_ODBC;
+		(major < 1 || (major == 1 && minor < 4)) ? QB_ODBC_BRACES_FREETDS13 : QB_ODBC_BRACES_ODBC;
 	snprintf(last_path, sizeof(last_path), "%s", driver);
 	last_st = st;
 	return last_style;
