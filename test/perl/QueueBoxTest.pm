@@ -486,7 +486,26 @@ sub qb_wait_query
 	my $t0 = time;
 	my $ok = $node->poll_query_until($o{db} // 'postgres', $sql, $expected);
 	note sprintf('%s: %.1f s', $what, time - $t0);
+	qb_diag_outbox($node, $o{db}) unless $ok;
 	return ok($ok, $what);
+}
+
+# qb_diag_outbox: on a failed wait, what the outbox and the circuits hold
+# (rows by state, hold and last error; destination_status()), so a failure
+# in CI says why rows did not move.  Quiet where there is no outbox.
+sub qb_diag_outbox
+{
+	my ($node, $db) = @_;
+	my ($rc, $out) = $node->psql($db // 'postgres', q{
+		SELECT state || coalesce(' hold=' || hold, '') || ' x' || count(*)
+			   || coalesce(': ' || left(min(last_error), 300), '')
+		FROM queuebox.outbox WHERE state <> 'sent' GROUP BY state, hold
+		UNION ALL
+		SELECT 'destination ' || destination || ': ' || state || ', failures ' || failures
+			   || coalesce(', last error ' || left(last_error, 300), '')
+		FROM queuebox.destination_status()});
+	diag "outbox rows not sent and circuits:\n$out" if $rc == 0 && $out ne '';
+	return;
 }
 
 # qb_wait_for(sub { ... }, $what, timeout => 60): poll a predicate every
