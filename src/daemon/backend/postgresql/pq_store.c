@@ -703,21 +703,51 @@ qbpq_session(QbPqStore *s, char *err, size_t errlen)
 	return 0;
 }
 
-/* qbpq_open makes one connection attempt. */
+/*
+ * The TCP settings every daemon connection starts from, so a peer that went
+ * silent (a partition, a host gone without a FIN or RST) is found in about
+ * 25 s instead of the kernel's 2 hours of keepalive or 15 minutes of
+ * retransmission: probes after 10 s idle, every 5 s, and no byte left
+ * unacknowledged for more than 25 s.  They come before the URL in
+ * qb_pq_connect's arrays, so the URL's own keepalives* or tcp_user_timeout
+ * win (libpq keeps the last value of a key).  libpq ignores them on a Unix
+ * socket.  docs/daemon.md "Dead peers" has the same figures.
+ */
+static const char *const qbpq_tcp_keys[] = {
+	"keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+};
+static const char *const qbpq_tcp_vals[] = {"1", "10", "5", "3", "25000"};
+
+#define QBPQ_NTCP (sizeof(qbpq_tcp_keys) / sizeof(qbpq_tcp_keys[0]))
+_Static_assert(QBPQ_NTCP == sizeof(qbpq_tcp_vals) / sizeof(qbpq_tcp_vals[0]), "a value per TCP key");
+
+/* qb_pq_connect: see pq_store.h. */
 PGconn *
 qb_pq_connect(const char *url, const char *application_name, long connect_timeout_ms)
 {
-	const char *keys[4] = {"dbname", "application_name", NULL, NULL};
-	const char *vals[4] = {url, application_name, NULL, NULL};
+	const char *keys[QBPQ_NTCP + 4];
+	const char *vals[QBPQ_NTCP + 4];
+	size_t		n = 0;
 	char		secs[24];
 
+	for (size_t i = 0; i < QBPQ_NTCP; i++, n++)
+	{
+		keys[n] = qbpq_tcp_keys[i];
+		vals[n] = qbpq_tcp_vals[i];
+	}
+	keys[n] = "dbname";
+	vals[n++] = url;
+	keys[n] = "application_name";
+	vals[n++] = application_name;
 	if (connect_timeout_ms > 0)
 	{
 		/* libpq counts whole seconds: round up, never to 0 (no limit) */
 		snprintf(secs, sizeof(secs), "%ld", (connect_timeout_ms + 999) / 1000);
-		keys[2] = "connect_timeout";
-		vals[2] = secs;
+		keys[n] = "connect_timeout";
+		vals[n++] = secs;
 	}
+	keys[n] = NULL;
+	vals[n] = NULL;
 	return PQconnectdbParams(keys, vals, 1);
 }
 
