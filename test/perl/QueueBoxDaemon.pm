@@ -3,8 +3,10 @@
 #   no extension, TCP on loopback), a role that logs in with a password or
 #   none, and queuebox-mssqld started, signalled and read like a server.
 #
-#   qbd_node($name)                      the cluster; role qbd (CREATE on
-#                                        the database, no superuser)
+#   qbd_node($name, conf => '...', init => { allows_streaming => 1 })
+#                                        the cluster; role qbd (CREATE on
+#                                        the database, no superuser); a
+#                                        standby may stream from its socket
 #   qbd_url($node, user => 'qbd', password => undef, db => 'postgres')
 #   qbd_start($node, $yaml, name => 'd1', args => [])   -> daemon handle
 #   qbd_signal($d, 'HUP'|'TERM'|'KILL'), qbd_wait_exit($d, $timeout)
@@ -45,7 +47,7 @@ sub qbd_node
 {
 	my ($name, %o) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
+	$node->init(%{ $o{init} // {} });
 	$node->append_conf('postgresql.conf', <<"EOC");
 listen_addresses = '127.0.0.1'
 log_min_messages = warning
@@ -55,6 +57,7 @@ EOC
 	# the password role first: pg_hba takes the first line that matches
 	open(my $fh, '>', $node->data_dir . '/pg_hba.conf') or die $!;
 	print $fh "local all all trust\n"
+	  . "local replication all trust\n"
 	  . "host all qbdpw 127.0.0.1/32 scram-sha-256\n"
 	  . "host all all 127.0.0.1/32 trust\n";
 	close $fh;

@@ -128,7 +128,7 @@ sub qb_node_tests
 # ---------------------------------------------------------------- the node
 
 # qb_node($name, workers => 2, database => 'postgres', conf => '...',
-#         create_extension => 1)
+#         create_extension => 1, init => { allows_streaming => 1 })
 sub qb_node
 {
 	my ($name, %o) = @_;
@@ -136,7 +136,7 @@ sub qb_node
 	my $database = $o{database} // 'postgres';
 	my $node = PostgreSQL::Test::Cluster->new($name);
 
-	$node->init;
+	$node->init(%{ $o{init} // {} });
 	$node->append_conf('postgresql.conf', <<"EOC");
 shared_preload_libraries = 'queuebox'
 queuebox.database = '$database'
@@ -541,6 +541,10 @@ sub qb_wait_log
 #              keys, and keys whose every row has a 2xx and whose 2xx
 #              answers, in log order, never go back to an earlier id (a
 #              repeat of the same id is allowed: count it with dups),
+#   keys_first_in_order
+#              keys whose every row has a 2xx and whose rows' first 2xx
+#              answers come in id order (a failover may send a run of a
+#              key's rows again, after later ones: at least once),
 #   requests   requests of these rows, any status,
 #   bad        diagnostics of the keys out of order }
 sub qb_key_order
@@ -565,7 +569,7 @@ sub qb_key_order_of
 		$row{$mid} = { id => $id, key => $key };
 		push @{ $ids_of{$key} }, $id if $key ne '';
 	}
-	my (%ok_seq, %ok_n);
+	my (%ok_seq, %ok_n, %first_seq);
 	my $requests = 0;
 	for my $s (@$sinks)
 	{
@@ -574,12 +578,14 @@ sub qb_key_order_of
 			my $m = $row{ $r->{mid} } or next;
 			$requests++;
 			next unless $r->{status} >= 200 && $r->{status} < 300;
+			push @{ $first_seq{ $m->{key} } }, $m->{id} if $m->{key} ne '' && !$ok_n{ $r->{mid} };
 			$ok_n{ $r->{mid} }++;
 			push @{ $ok_seq{ $m->{key} } }, $m->{id} if $m->{key} ne '';
 		}
 	}
 	my %res = (rows => scalar(keys %row), requests => $requests,
 		keys => scalar(keys %ids_of), keys_in_order => 0, bad => []);
+	$res{keys_first_in_order} = grep { "@{ $first_seq{$_} // [] }" eq "@{ $ids_of{$_} }" } keys %ids_of;
 	$res{delivered} = grep { $ok_n{$_} } keys %row;
 	my @dup = sort { $a <=> $b } map { $row{$_}{id} } grep { ($ok_n{$_} // 0) > 1 } keys %row;
 	$res{dups} = @dup;
