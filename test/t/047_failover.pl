@@ -49,6 +49,30 @@ sub first_after
 	return undef;
 }
 
+# fail_over($old, $new, $sink, $topic, $what, $in_recovery): stop $old
+# (immediate) mid-delivery, run $in_recovery (checks on the standby still in
+# recovery), promote $new, wait until it has every row sent, and count
+sub fail_over
+{
+	my ($old, $new, $sink, $topic, $what, $in_recovery) = @_;
+	$old->stop('immediate');
+	my $sent_before = scalar grep { $_->{status} < 300 } @{ qb_sink_requests($sink) };
+	note "$what: the sink had $sent_before 2xx when the primary stopped";
+	cmp_ok($sent_before, '<', $N, "$what: the primary stopped before delivering every row");
+	$in_recovery->($sent_before) if $in_recovery;
+	my $t_promote = time;
+	$new->promote;
+	qb_wait_query($new, "SELECT count(*) FROM queuebox.outbox WHERE topic = '$topic' AND state = 'sent'",
+		$N, "$what: every row is delivered after the promotion", timeout => 180);
+	my $resume = first_after($sink, $t_promote);
+	note sprintf('%s: first delivery %.1f s after the promotion, all %d rows sent %.1f s after it',
+		$what, $resume // -1, $N, time - $t_promote);
+	ok(defined $resume, "$what: delivery resumed after the promotion");
+	is(qb_count($new, "topic = '$topic' AND state <> 'sent'"), '0',
+		"$what: no row left pending, processing or dead");
+	check_delivery($new, $sink, $topic, $what);
+}
+
 # ---------------------------------------------------------------- extension
 my $sink = qb_sink_start(name => 'failover_ext', delay_ms => 100);
 my $primary = qb_node('ext_primary', init => { allows_streaming => 1 });
@@ -79,30 +103,16 @@ is($standby->safe_psql('postgres',
 
 qb_wait_query($primary, q{SELECT count(*) >= 100 FROM queuebox.outbox WHERE topic = 'failover.ext' AND state = 'sent'},
 	't', 'extension: delivery is under way on the primary');
-$primary->stop('immediate');
-my $sent_before = scalar grep { $_->{status} < 300 } @{ qb_sink_requests($sink) };
-note "extension: the sink had $sent_before 2xx when the primary stopped";
-cmp_ok($sent_before, '<', $N, 'extension: the primary stopped before delivering every row');
-
-# still in recovery: nothing goes out (a pause, then the same count)
-usleep(1_500_000);
-is(scalar(grep { $_->{status} < 300 } @{ qb_sink_requests($sink) }), $sent_before,
-	'extension: the standby sends nothing while in recovery');
-is($standby->safe_psql('postgres',
-		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'queuebox%'}),
-	'0', 'extension: still no QueueBox process on the standby');
-
-my $t_promote = time;
-$standby->promote;
-qb_wait_query($standby, q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'failover.ext' AND state = 'sent'},
-	$N, 'extension: the promoted standby delivers every row', timeout => 180);
-my $resume = first_after($sink, $t_promote);
-note sprintf('extension: first delivery %.1f s after the promotion, all %d rows sent %.1f s after it',
-	$resume // -1, $N, time - $t_promote);
-ok(defined $resume, 'extension: the promoted standby delivered after the promotion');
-is(qb_count($standby, q{topic = 'failover.ext' AND state <> 'sent'}), '0',
-	'extension: no row left pending, processing or dead');
-check_delivery($standby, $sink, 'failover.ext', 'extension');
+fail_over($primary, $standby, $sink, 'failover.ext', 'extension', sub {
+	my ($sent_before) = @_;
+	# still in recovery: nothing goes out (a pause, then the same count)
+	usleep(1_500_000);
+	is(scalar(grep { $_->{status} < 300 } @{ qb_sink_requests($sink) }), $sent_before,
+		'extension: the standby sends nothing while in recovery');
+	is($standby->safe_psql('postgres',
+			q{SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'queuebox%'}),
+		'0', 'extension: still no QueueBox process on the standby');
+});
 $standby->stop;
 qb_sink_stop($sink);
 
@@ -149,21 +159,7 @@ $dp->wait_for_catchup($ds, 'replay');
 qb_wait_query($dp, q{SELECT count(*) >= 100 FROM queuebox.outbox WHERE topic = 'failover.daemon' AND state = 'sent'},
 	't', 'daemon: delivery is under way on the primary');
 my $off = -s $d->{log};
-$dp->stop('immediate');
-$sent_before = scalar grep { $_->{status} < 300 } @{ qb_sink_requests($dsink) };
-note "daemon: the sink had $sent_before 2xx when the primary stopped";
-cmp_ok($sent_before, '<', $N, 'daemon: the primary stopped before delivering every row');
-$t_promote = time;
-$ds->promote;
-qb_wait_query($ds, q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'failover.daemon' AND state = 'sent'},
-	$N, 'daemon: the daemon delivers every row through the promoted standby', timeout => 180);
-$resume = first_after($dsink, $t_promote);
-note sprintf('daemon: first delivery %.1f s after the promotion, all %d rows sent %.1f s after it',
-	$resume // -1, $N, time - $t_promote);
-ok(defined $resume, 'daemon: delivery resumed after the promotion');
-is(qb_count($ds, q{topic = 'failover.daemon' AND state <> 'sent'}), '0',
-	'daemon: no row left pending, processing or dead');
-check_delivery($ds, $dsink, 'failover.daemon', 'daemon');
+fail_over($dp, $ds, $dsink, 'failover.daemon', 'daemon');
 my $log = qbd_log($d, $off);
 unlike($log, qr/was killed by signal|exited with/, 'daemon: no role died; the roles reconnected')
   or diag $log;
