@@ -746,7 +746,12 @@ qbo_room(QboEngine *e, int i)
 /*
  * qbo_want_claim: rows may be waiting, and a destination has room for half
  * of what it may be given at once (claims of a few rows each would cost a
- * transaction per few rows), or nothing at all is in flight.
+ * transaction per few rows), or nothing at all is in flight.  With nothing
+ * in flight a destination that takes no rows (open circuit, pause, 410)
+ * wants a claim too, at the poll's pace: only a claim reads the states that
+ * end its hold (the claim that finds its cooldown over moves it half-open
+ * and takes its probe row), so an engine whose every destination is held
+ * would otherwise never claim again.
  */
 static bool
 qbo_want_claim(QboEngine *e)
@@ -761,6 +766,8 @@ qbo_want_claim(QboEngine *e)
 		if (most > e->cfg->outbox.batch_size)
 			most = e->cfg->outbox.batch_size;
 		if (room > 0 && (room * 2 >= most || e->nactive == 0))
+			return true;
+		if (e->nactive == 0 && qbo_hold_reason(&e->dests[i]) != NULL)
 			return true;
 	}
 	/* no destination at all: rows still need their "no route" outcome */
