@@ -46,7 +46,9 @@
  * Session: each connect sets what the extension's workers set for their
  * backend (worker_host.c qbh_apply_gucs): the planner alternatives the
  * statements must not take are off, statement_timeout when configured,
- * synchronous_commit off with async_commit.
+ * synchronous_commit off with async_commit; over TCP, the server's
+ * keepalives and tcp_user_timeout as the connection's own (qb_pq_connect),
+ * so each end finds a vanished peer in seconds (qbpq_server_tcp).
  * Then the LISTEN channels asked for are issued again.
  *
  * Through a pooler in transaction mode (QbPqConf.unnamed_statements: the
@@ -676,6 +678,46 @@ qbpq_listen_one(QbPqStore *s, const char *channel, char *err, size_t errlen)
 }
 
 /*
+ * qbpq_server_tcp gives the server's end of the connection the keepalives
+ * and tcp_user_timeout the connection has at this end (qbpq_tcp_keys or the
+ * URL's): a backend whose client vanished mid-transaction would otherwise
+ * hold its row locks until the server's kernel gives up (2 hours of
+ * keepalive by default), and the claim skips locked rows.  Nothing on a
+ * Unix socket, nor with keepalives=0.
+ */
+static int
+qbpq_server_tcp(QbPqStore *s, char *err, size_t errlen)
+{
+	static const char *const map[][2] = {
+		{"keepalives_idle", "tcp_keepalives_idle"},
+		{"keepalives_interval", "tcp_keepalives_interval"},
+		{"keepalives_count", "tcp_keepalives_count"},
+		{"tcp_user_timeout", "tcp_user_timeout"},
+	};
+	const char *host = PQhost(s->conn);
+	PQconninfoOption *opts;
+	int			rc = 0;
+
+	if (host == NULL || host[0] == '/' || host[0] == '@')
+		return 0;
+	if ((opts = PQconninfo(s->conn)) == NULL)
+		return 0;
+	for (PQconninfoOption *o = opts; o->keyword != NULL; o++)
+		if (strcmp(o->keyword, "keepalives") == 0 && o->val != NULL && strcmp(o->val, "0") == 0)
+			goto done;
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]) && rc == 0; i++)
+		for (PQconninfoOption *o = opts; o->keyword != NULL; o++)
+			if (strcmp(o->keyword, map[i][0]) == 0 && o->val != NULL && o->val[0] != '\0')
+			{
+				rc = qbpq_set(s, map[i][1], o->val, false, err, errlen);
+				break;
+			}
+done:
+	PQconninfoFree(opts);
+	return rc;
+}
+
+/*
  * qbpq_session sets up a new connection as the extension's workers set up
  * their backend, then issues the LISTENs.
  */
@@ -696,6 +738,8 @@ qbpq_session(QbPqStore *s, char *err, size_t errlen)
 			return -1;
 	}
 	if (s->async_commit && qbpq_set(s, "synchronous_commit", "off", false, err, errlen) != 0)
+		return -1;
+	if (qbpq_server_tcp(s, err, errlen) != 0)
 		return -1;
 	for (int i = 0; i < s->nchannels; i++)
 		if (qbpq_listen_one(s, s->channels[i], err, errlen) != 0)
