@@ -8,7 +8,7 @@
 #                                        the database, no superuser); a
 #                                        standby may stream from its socket
 #   qbd_url($node, user => 'qbd', password => undef, db => 'postgres')
-#   qbd_start($node, $yaml, name => 'd1', args => [])   -> daemon handle
+#   qbd_start($node, $yaml, name => 'd1', args => [], wrap => [])   -> daemon handle
 #   qbd_signal($d, 'HUP'|'TERM'|'KILL'), qbd_wait_exit($d, $timeout)
 #   qbd_log($d), qbd_wait_daemon_log($d, qr/.../, $offset, timeout => 30)
 #   qbd_role_pids($d)                    { 'outbox 0' => pid, ... } from ps
@@ -91,8 +91,10 @@ sub qbd_write_conf
 	return $path;
 }
 
-# qbd_start($node, $yaml, name => 'd1', args => [], env => {}): the daemon
-# in the background, its stderr in a log file.  Returns { pid, log, conf }.
+# qbd_start($node, $yaml, name => 'd1', args => [], env => {}, wrap => []):
+# the daemon in the background (run by the wrap command when given: nsenter
+# into a network namespace), its stderr in a log file.  Returns { pid, log,
+# conf }.
 sub qbd_start
 {
 	my ($node, $yaml, %o) = @_;
@@ -106,7 +108,7 @@ sub qbd_start
 		$ENV{$_} = $o{env}{$_} for keys %{ $o{env} // {} };
 		open(STDOUT, '>>', $log) or POSIX::_exit(126);
 		open(STDERR, '>&', \*STDOUT) or POSIX::_exit(126);
-		exec(qbd_binary(), '--config', $conf, @{ $o{args} // [] }) or POSIX::_exit(127);
+		exec(@{ $o{wrap} // [] }, qbd_binary(), '--config', $conf, @{ $o{args} // [] }) or POSIX::_exit(127);
 	}
 	my $d = { pid => $pid, log => $log, conf => $conf, name => $name };
 	push @live, $d;

@@ -38,17 +38,6 @@ sub check_delivery
 	note "$what: $o->{dups} rows were delivered more than once (in flight at the failover)";
 }
 
-# seconds from $t0 to the sink's first 2xx after it, or undef
-sub first_after
-{
-	my ($sink, $t0) = @_;
-	for my $r (@{ qb_sink_requests($sink) })
-	{
-		return $r->{t_us} / 1e6 - $t0 if $r->{t_us} / 1e6 >= $t0 && $r->{status} < 300;
-	}
-	return undef;
-}
-
 # fail_over($old, $new, $sink, $topic, $what, $in_recovery): stop $old
 # (immediate) mid-delivery, run $in_recovery (checks on the standby still in
 # recovery), promote $new, wait until it has every row sent, and count
@@ -64,7 +53,7 @@ sub fail_over
 	$new->promote;
 	qb_wait_query($new, "SELECT count(*) FROM queuebox.outbox WHERE topic = '$topic' AND state = 'sent'",
 		$N, "$what: every row is delivered after the promotion", timeout => 180);
-	my $resume = first_after($sink, $t_promote);
+	my $resume = qb_sink_first_after($sink, $t_promote);
 	note sprintf('%s: first delivery %.1f s after the promotion, all %d rows sent %.1f s after it',
 		$what, $resume // -1, $N, time - $t_promote);
 	ok(defined $resume, "$what: delivery resumed after the promotion");
