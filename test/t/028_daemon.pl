@@ -146,7 +146,8 @@ $node->safe_psql('postgres', q{DELETE FROM queuebox.schema_version WHERE version
 
 # ---- delivery: the daemon serves the outbox
 my $d = qbd_start($node, conf(), name => 'd1');
-my $log = qbd_wait_daemon_log($d, qr/outbox 1\[\d+\]: started/);
+# every role's line: the ingress may log its start after the outboxes
+my $log = qbd_wait_daemon_log($d, qr/(?=.*outbox 1\[\d+\]: started)(?=.*ingress\[\d+\]: started)/s);
 like($log, qr/supervisor\[\d+\]: queuebox-mssqld [\d.]+ starting: configuration .*, database postgres:\/\/qbd\@/, 'the supervisor logs its start');
 like($log, qr/outbox 0\[\d+\]: started/, 'outbox 0 started');
 like($log, qr/relay\[\d+\]: started/, 'the relay started');
