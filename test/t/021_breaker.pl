@@ -9,7 +9,9 @@
 #   - a probe row whose own backoff is not over is still sent as the probe;
 #   - a success resets the count: messages that each fail once and then
 #     succeed, one at a time, never open the circuit; resume of a closed
-#     destination answers resumed: false.
+#     destination answers resumed: false;
+#   - the only destination opens: the workers go on claiming, so its probe
+#     is sent and the circuit closes.
 #   Every phase counts rows before and after; waits are bounded polls.
 use strict;
 use warnings;
@@ -251,9 +253,30 @@ is($r->{content}, '{"known" : true, "resumed" : false}', 'resume of a closed des
 $r = $http->request('POST', "$base/admin/destinations/p/resume", { headers => \%auth });
 is($r->{content}, '{"known" : true, "resumed" : false}', 'resume of a destination whose pause is over answers resumed: false');
 
+# ==== 10. the one destination opens: the workers still claim, and probe
+# With every destination held no claim had room, and only a claim reads
+# the states that move an open circuit half-open: the engine never claimed
+# again (a 30 s partition from the daemon's one destination, TAP 048).
+my $s_port = qb_free_port();
+$log_offset = -s $node->logfile;
+qb_configure($node, qb_config_yaml(
+	outbox => { maxAttempts => 1000 },
+	destinations => { s => { type => 'http', baseUrl => "http://127.0.0.1:$s_port", path => '/solo',
+		circuitBreaker => { failures => 2, cooldownMs => 500 } } },
+	routes => [ { topicPattern => '**', destination => 's' } ]));
+qb_wait_for(sub { qb_log_count($node, qr/queuebox outbox \d: configuration loaded/, $log_offset) >= 2 },
+	'solo: both workers loaded the one destination', timeout => 30);
+qb_insert_keyed($node, 's.ev', 5, 5, 'sk');
+qb_wait_for(sub { ((qb_dest_status($node, 's') // {})->{state} // '') eq 'open' }, 'solo: s refuses connections and opens',
+	timeout => 30);
+my $sink_s = qb_sink_start(name => 'brk_solo', port => $s_port);
+qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = 's.ev' AND state = 'sent'", '5',
+	'solo: once s listens, a probe closes it and every row is sent', timeout => 30);
+is(qb_dest_status($node, 's')->{state}, 'closed', 'solo: s is closed');
+
 is(qb_count($node, "state <> 'sent'"), '0', 'every row of the test ends sent');
-is(qb_outbox_count($node), 100 + 40 + 11 + 1 + 6, 'and the outbox holds them all');
+is(qb_outbox_count($node), 100 + 40 + 11 + 1 + 6 + 5, 'and the outbox holds them all');
 
 $node->stop;
-qb_sink_stop($_) for ($sink_r2, $sink_g, $sink_p, $sink_n2, $sink_f);
+qb_sink_stop($_) for ($sink_r2, $sink_g, $sink_p, $sink_n2, $sink_f, $sink_s);
 done_testing();
