@@ -242,6 +242,30 @@ like($db->safe_psql('postgres',
 		q{SELECT string_agg(DISTINCT host(client_addr), ',') FROM pg_stat_activity WHERE usename = 'qbd'}),
 	qr/^10\.231\.1\.2$/, 'daemon: connects from 10.231.1.2, its own namespace');
 
+# both ends of the daemon's connections probe an idle peer within 10 s: the
+# keepalive timers of /proc/net/tcp (timer 2, its ticks at USER_HZ 100; the
+# server's end is set by the daemon's session)
+sub keepalive_timers
+{
+	my (@ns) = @_;
+	my $pg = sprintf(':%04X', $db->port);
+	my @t;
+	for my $l (split /\n/, sh(@ns, qw(cat /proc/net/tcp)))
+	{
+		my @f = split ' ', $l;
+		next unless @f > 5 && $f[3] eq '01' && ($f[1] =~ /\Q$pg\E$/ || $f[2] =~ /\Q$pg\E$/);
+		next unless "$f[1] $f[2]" =~ /(?:^|\s)0201E70A:/;    # 10.231.1.2, little-endian
+		my ($tr, $when) = split /:/, $f[5];
+		push @t, hex($when) / 100 if $tr eq '02';    # not one sending now (timer 1)
+	}
+	return @t;
+}
+my @daemon_end = keepalive_timers(in_ns('daemon'));
+my @server_end = keepalive_timers();
+note "keepalive timers (s): daemon end @daemon_end; server end @server_end";
+ok(@daemon_end > 0 && !grep({ $_ > 10.5 } @daemon_end), 'daemon: its end of each connection probes within 10 s');
+ok(@server_end > 0 && !grep({ $_ > 10.5 } @server_end), 'daemon: the server\'s end of each connection probes within 10 s');
+
 my $off = -s $d->{log};
 under_fault(node => $db, sink => $dsink, topic => 'net.db', what => 'daemon <-> database partition',
 	nft_fault('daemon', 'ip saddr 10.231.1.1', 'ip daddr 10.231.1.1'));
