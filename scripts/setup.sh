@@ -7,7 +7,8 @@
 # packages of clients/dotnet, into clients/dotnet/packages.
 # Idempotent: packages already present are skipped by apt-get.  Needs root
 # (or sudo).  Later issues' libraries (brokers, FreeTDS, jq) are installed
-# now too, so one set-up serves every milestone.
+# now too, so one set-up serves every milestone.  nftables, iproute2 and
+# util-linux (nft, ip, unshare, nsenter) make TAP 048's network faults.
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -23,6 +24,7 @@ PKGS=(
   golang-go golang-github-lib-pq-dev golang-github-denisenkom-go-mssqldb-dev
   systemd
   rabbitmq-server nats-server pgbouncer
+  nftables iproute2 util-linux
 )
 
 missing=()

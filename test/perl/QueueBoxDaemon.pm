@@ -3,10 +3,12 @@
 #   no extension, TCP on loopback), a role that logs in with a password or
 #   none, and queuebox-mssqld started, signalled and read like a server.
 #
-#   qbd_node($name)                      the cluster; role qbd (CREATE on
-#                                        the database, no superuser)
+#   qbd_node($name, conf => '...', init => { allows_streaming => 1 })
+#                                        the cluster; role qbd (CREATE on
+#                                        the database, no superuser); a
+#                                        standby may stream from its socket
 #   qbd_url($node, user => 'qbd', password => undef, db => 'postgres')
-#   qbd_start($node, $yaml, name => 'd1', args => [])   -> daemon handle
+#   qbd_start($node, $yaml, name => 'd1', args => [], wrap => [])   -> daemon handle
 #   qbd_signal($d, 'HUP'|'TERM'|'KILL'), qbd_wait_exit($d, $timeout)
 #   qbd_log($d), qbd_wait_daemon_log($d, qr/.../, $offset, timeout => 30)
 #   qbd_role_pids($d)                    { 'outbox 0' => pid, ... } from ps
@@ -45,7 +47,7 @@ sub qbd_node
 {
 	my ($name, %o) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
+	$node->init(%{ $o{init} // {} });
 	$node->append_conf('postgresql.conf', <<"EOC");
 listen_addresses = '127.0.0.1'
 log_min_messages = warning
@@ -55,6 +57,7 @@ EOC
 	# the password role first: pg_hba takes the first line that matches
 	open(my $fh, '>', $node->data_dir . '/pg_hba.conf') or die $!;
 	print $fh "local all all trust\n"
+	  . "local replication all trust\n"
 	  . "host all qbdpw 127.0.0.1/32 scram-sha-256\n"
 	  . "host all all 127.0.0.1/32 trust\n";
 	close $fh;
@@ -88,8 +91,10 @@ sub qbd_write_conf
 	return $path;
 }
 
-# qbd_start($node, $yaml, name => 'd1', args => [], env => {}): the daemon
-# in the background, its stderr in a log file.  Returns { pid, log, conf }.
+# qbd_start($node, $yaml, name => 'd1', args => [], env => {}, wrap => []):
+# the daemon in the background (run by the wrap command when given: nsenter
+# into a network namespace), its stderr in a log file.  Returns { pid, log,
+# conf }.
 sub qbd_start
 {
 	my ($node, $yaml, %o) = @_;
@@ -103,7 +108,7 @@ sub qbd_start
 		$ENV{$_} = $o{env}{$_} for keys %{ $o{env} // {} };
 		open(STDOUT, '>>', $log) or POSIX::_exit(126);
 		open(STDERR, '>&', \*STDOUT) or POSIX::_exit(126);
-		exec(qbd_binary(), '--config', $conf, @{ $o{args} // [] }) or POSIX::_exit(127);
+		exec(@{ $o{wrap} // [] }, qbd_binary(), '--config', $conf, @{ $o{args} // [] }) or POSIX::_exit(127);
 	}
 	my $d = { pid => $pid, log => $log, conf => $conf, name => $name };
 	push @live, $d;

@@ -41,7 +41,7 @@ use FindBin;
 
 our @EXPORT = qw(
   qb_node qb_config_yaml qb_configure qb_sql_quote
-  qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats
+  qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats qb_sink_first_after
   qb_wait_query qb_wait_for qb_worker_pids qb_launcher_pid qb_free_port
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
   qb_consumers_on_lock qb_test_binary qb_npm_dir qb_node_tests
@@ -128,7 +128,7 @@ sub qb_node_tests
 # ---------------------------------------------------------------- the node
 
 # qb_node($name, workers => 2, database => 'postgres', conf => '...',
-#         create_extension => 1)
+#         create_extension => 1, init => { allows_streaming => 1 })
 sub qb_node
 {
 	my ($name, %o) = @_;
@@ -136,7 +136,7 @@ sub qb_node
 	my $database = $o{database} // 'postgres';
 	my $node = PostgreSQL::Test::Cluster->new($name);
 
-	$node->init;
+	$node->init(%{ $o{init} // {} });
 	$node->append_conf('postgresql.conf', <<"EOC");
 shared_preload_libraries = 'queuebox'
 queuebox.database = '$database'
@@ -342,7 +342,8 @@ sub qb_free_port
 	return $port;
 }
 
-# qb_sink_start(name => 's1', port => 0, delay_ms => N, status => S)
+# qb_sink_start(name => 's1', port => 0, delay_ms => N, status => S,
+#               bind => '127.0.0.1', wrap => [command prefix, e.g. nsenter])
 # Returns { pid, port, url, log, name }.  The log is JSONL, one line per
 # answered request; a restarted sink (same name) appends to a new file.
 sub qb_sink_start
@@ -357,8 +358,9 @@ sub qb_sink_start
 	my $out = "$dir/$tag.out";
 	unlink $portfile;
 
-	my @cmd = ($bin, '--port', $o{port} // 0, '--port-file', $portfile,
-		'--log', $log);
+	my $bind = $o{bind} // '127.0.0.1';
+	my @cmd = (@{ $o{wrap} // [] }, $bin, '--port', $o{port} // 0, '--port-file', $portfile,
+		'--log', $log, '--bind', $bind);
 	push @cmd, '--delay-ms', $o{delay_ms} if defined $o{delay_ms};
 	push @cmd, '--status', $o{status} if defined $o{status};
 
@@ -383,7 +385,7 @@ sub qb_sink_start
 				my $s = {
 					pid => $pid,
 					port => $port,
-					url => "http://127.0.0.1:$port",
+					url => "http://$bind:$port",
 					log => $log,
 					name => $name
 				};
@@ -464,6 +466,19 @@ sub qb_sink_by_id
 	my %by;
 	push @{ $by{ $_->{mid} } }, $_ for @{ qb_sink_requests($s) };
 	return \%by;
+}
+
+# qb_sink_first_after($sink, $t0): seconds from $t0 (epoch seconds) to the
+# sink's first 2xx answered at or after it, or undef when none
+sub qb_sink_first_after
+{
+	my ($s, $t0) = @_;
+	for my $r (@{ qb_sink_requests($s) })
+	{
+		return $r->{t_us} / 1e6 - $t0
+		  if $r->{t_us} / 1e6 >= $t0 && $r->{status} >= 200 && $r->{status} < 300;
+	}
+	return undef;
 }
 
 sub qb_sink_stats
@@ -560,6 +575,10 @@ sub qb_wait_log
 #              keys, and keys whose every row has a 2xx and whose 2xx
 #              answers, in log order, never go back to an earlier id (a
 #              repeat of the same id is allowed: count it with dups),
+#   keys_first_in_order
+#              keys whose every row has a 2xx and whose rows' first 2xx
+#              answers come in id order (a failover may send a run of a
+#              key's rows again, after later ones: at least once),
 #   requests   requests of these rows, any status,
 #   bad        diagnostics of the keys out of order }
 sub qb_key_order
@@ -584,7 +603,7 @@ sub qb_key_order_of
 		$row{$mid} = { id => $id, key => $key };
 		push @{ $ids_of{$key} }, $id if $key ne '';
 	}
-	my (%ok_seq, %ok_n);
+	my (%ok_seq, %ok_n, %first_seq);
 	my $requests = 0;
 	for my $s (@$sinks)
 	{
@@ -593,12 +612,14 @@ sub qb_key_order_of
 			my $m = $row{ $r->{mid} } or next;
 			$requests++;
 			next unless $r->{status} >= 200 && $r->{status} < 300;
+			push @{ $first_seq{ $m->{key} } }, $m->{id} if $m->{key} ne '' && !$ok_n{ $r->{mid} };
 			$ok_n{ $r->{mid} }++;
 			push @{ $ok_seq{ $m->{key} } }, $m->{id} if $m->{key} ne '';
 		}
 	}
 	my %res = (rows => scalar(keys %row), requests => $requests,
 		keys => scalar(keys %ids_of), keys_in_order => 0, bad => []);
+	$res{keys_first_in_order} = grep { "@{ $first_seq{$_} // [] }" eq "@{ $ids_of{$_} }" } keys %ids_of;
 	$res{delivered} = grep { $ok_n{$_} } keys %row;
 	my @dup = sort { $a <=> $b } map { $row{$_}{id} } grep { ($ok_n{$_} // 0) > 1 } keys %row;
 	$res{dups} = @dup;

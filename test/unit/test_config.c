@@ -1888,6 +1888,26 @@ test_daemon_url(void **state)
 	refuse_hiding("database: { url: \"postgres://qb:" PASSWORD "@db/app#x\" }\n",
 				  "database.url: a fragment (#...) is not allowed");
 	refuse("database: { url: \"\" }\n", "database.url: must not be empty", NULL);
+	/* libpq's host list (a standby to fail over to): each host checked */
+	{
+		QbConfig   *c = accept("database: { url: \"postgres://qb:" PASSWORD "@db1:5432,db2,[::1]:5433/app"
+							   "?target_session_attrs=read-write\" }\n");
+
+		assert_string_equal(c->database.url, "postgres://qb:" PASSWORD "@db1:5432,db2,[::1]:5433/app"
+							"?target_session_attrs=read-write");
+		qb_config_free(c);
+	}
+	refuse_hiding("database: { url: \"postgres://qb:" PASSWORD "@db1:5432,db2:0/app\" }\n",
+				  "database.url: host 2 of the host list: the port must be a number from 1 to 65535");
+	refuse_hiding("database: { url: \"postgres://qb:" PASSWORD "@db1,,db2/app\" }\n",
+				  "database.url: host 2 of the host list is empty; write postgres://host1[:port1],host2[:port2]/...");
+	refuse_hiding("database: { url: \"postgres://qb:" PASSWORD "@db1:5432,/app\" }\n",
+				  "database.url: host 2 of the host list is empty");
+	refuse_hiding("database: { url: \"postgres://qb:" PASSWORD "@db1,d%b/app\" }\n",
+				  "database.url: host 2 of the host list: invalid character in the host name");
+	/* SQL Server takes one host */
+	refuse_hiding("database: { url: \"sqlserver://qb:" PASSWORD "@db1,db2:1433?database=app\" }\n",
+				  "database.url: invalid character in the host name");
 	/* a password from the environment is not repeated either */
 	setenv("QBT_DB_URL", "mysql://qb:" PASSWORD "@db/app", 1);
 	refuse_hiding("database: { url: \"${QBT_DB_URL}\" }\n",

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "qb_config_int.h"
 #include "qb_extract.h"
@@ -905,7 +906,9 @@ qbcf_database(QbcfCtx *cx, const QbcfNode *node, QbDatabaseConf *db)
 	{
 		if (!qbcf_string(cx, "database.url", n, true, &db->url))
 			return false;
-		if (!qb_url_check_scheme(db->url, schemes, QB_URL_USERINFO | QB_URL_QUERY,
+		if (!qb_url_check_scheme(db->url, schemes,
+								 QB_URL_USERINFO | QB_URL_QUERY |
+								 (strncasecmp(db->url, "sqlserver:", 10) == 0 ? 0 : QB_URL_HOSTS),
 								 msg, sizeof(msg)))
 			return qbcf_error(cx, "database.url", n, "%s", msg);
 	}

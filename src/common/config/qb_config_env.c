@@ -616,8 +616,41 @@ qb_url_check_scheme(const char *url, const char *const *schemes, int flags,
 		}
 		auth = at + 1;
 	}
-	if (!qbcf_hostport(auth, rest - auth, err, errlen))
-		return false;
+	if (!(flags & QB_URL_HOSTS))
+	{
+		if (!qbcf_hostport(auth, rest - auth, err, errlen))
+			return false;
+	}
+	else
+	{
+		/* libpq's multi-host form: host[:port],host[:port],... */
+		char		why[200];
+		int			nth = 1;
+
+		for (p = auth;; nth++)
+		{
+			const char *comma = memchr(p, ',', rest - p);
+			const char *end = comma ? comma : rest;
+
+			if (end == p && (comma != NULL || nth > 1))
+			{
+				snprintf(err, errlen, "host %d of the host list is empty; write %s://host1[:port1],host2[:port2]/...",
+						 nth, schemes[0]);
+				return false;
+			}
+			if (!qbcf_hostport(p, end - p, why, sizeof(why)))
+			{
+				if (comma == NULL && nth == 1)
+					snprintf(err, errlen, "%s", why);
+				else
+					snprintf(err, errlen, "host %d of the host list: %s", nth, why);
+				return false;
+			}
+			if (comma == NULL)
+				break;
+			p = comma + 1;
+		}
+	}
 	p = rest + strcspn(rest, "?#");
 	if (*p == '?' && !(flags & QB_URL_QUERY))
 	{

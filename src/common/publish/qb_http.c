@@ -408,6 +408,14 @@ qb_http_post(QbHttp *h, const QbDestination *dest,
 	curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t);
 	curl_easy_setopt(t->easy, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(t->easy, CURLOPT_TCP_NODELAY, 1L);
+	/*
+	 * timeoutMs bounds each attempt; keepalive probes (10 s idle, then every
+	 * 5 s) find a kept-alive connection whose peer went away between
+	 * attempts, so the next one opens a fresh connection.
+	 */
+	curl_easy_setopt(t->easy, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(t->easy, CURLOPT_TCP_KEEPIDLE, 10L);
+	curl_easy_setopt(t->easy, CURLOPT_TCP_KEEPINTVL, 5L);
 	/* A redirect of a POST is not a delivery; report it as a failure. */
 	curl_easy_setopt(t->easy, CURLOPT_FOLLOWLOCATION, 0L);
 

@@ -19,11 +19,35 @@
 #include "pq_store.h"
 #include "qb_host.h"
 
-/* qbpb_check_config: libpq reads any URL or conninfo; nothing to add to the validator. */
+/*
+ * qbpb_check_config: what libpq cannot read (an unknown option in the
+ * query, a bad %-escape) is refused now, not at each connect.  libpq's
+ * message is repeated only where it names an option, never a value: the
+ * others may quote the password.
+ */
 static int
 qbpb_check_config(const QbConfig *cfg, char *err, size_t errlen)
 {
-	return 0;
+	char	   *perr = NULL;
+	PQconninfoOption *opts = PQconninfoParse(cfg->database.url, &perr);
+
+	if (opts != NULL)
+	{
+		PQconninfoFree(opts);
+		return 0;
+	}
+	if (perr != NULL && (strncmp(perr, "invalid URI query parameter", 27) == 0 ||
+						 strncmp(perr, "invalid connection option", 25) == 0))
+	{
+		perr[strcspn(perr, "\n")] = '\0';
+		snprintf(err, errlen, "database.url: libpq refuses it: %s; see libpq's \"Parameter Key Words\" "
+				 "for the options a postgres:// URL takes", perr);
+	}
+	else
+		snprintf(err, errlen, "database.url: libpq cannot read it%s; check its %%-escapes (%%XX, two hex "
+				 "digits) and its query (key=value pairs joined by &)", perr ? "" : " (out of memory)");
+	PQfreemem(perr);
+	return -1;
 }
 
 /* qbpb_connect: the admin connection, or NULL with err naming the redacted URL. */

@@ -17,7 +17,9 @@
  * Transaction rules: as qb_store.h, one short transaction per op.  A
  * COMMIT whose answer was lost fails the op, never retried.  async_commit:
  * asynchronous commits, but the forward and the inbox insert are durable.
- * Through a pooler nothing is prepared by name (README.md).
+ * Through a pooler nothing is prepared by name (README.md).  Over TCP
+ * each connect gives the server's end the keepalives and tcp_user_timeout
+ * of its own (qbpq_server_tcp), so each end finds a vanished peer in seconds.
  *
  * Secrets: messages name the server as user@host:port/dbname, never the
  * URL; the password is scrubbed from libpq's.  One store, one thread.
@@ -638,6 +640,46 @@ qbpq_listen_one(QbPqStore *s, const char *channel, char *err, size_t errlen)
 }
 
 /*
+ * qbpq_server_tcp gives the server's end of the connection the keepalives
+ * and tcp_user_timeout the connection has at this end (qbpq_tcp_keys or the
+ * URL's): a backend whose client vanished mid-transaction would otherwise
+ * hold its row locks until the server's kernel gives up (2 hours of
+ * keepalive by default), and the claim skips locked rows.  Nothing on a
+ * Unix socket, nor with keepalives=0.
+ */
+static int
+qbpq_server_tcp(QbPqStore *s, char *err, size_t errlen)
+{
+	static const char *const map[][2] = {
+		{"keepalives_idle", "tcp_keepalives_idle"},
+		{"keepalives_interval", "tcp_keepalives_interval"},
+		{"keepalives_count", "tcp_keepalives_count"},
+		{"tcp_user_timeout", "tcp_user_timeout"},
+	};
+	const char *host = PQhost(s->conn);
+	PQconninfoOption *opts;
+	int			rc = 0;
+
+	if (host == NULL || host[0] == '/' || host[0] == '@')
+		return 0;
+	if ((opts = PQconninfo(s->conn)) == NULL)
+		return 0;
+	for (PQconninfoOption *o = opts; o->keyword != NULL; o++)
+		if (strcmp(o->keyword, "keepalives") == 0 && o->val != NULL && strcmp(o->val, "0") == 0)
+			goto done;
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]) && rc == 0; i++)
+		for (PQconninfoOption *o = opts; o->keyword != NULL; o++)
+			if (strcmp(o->keyword, map[i][0]) == 0 && o->val != NULL && o->val[0] != '\0')
+			{
+				rc = qbpq_set(s, map[i][1], o->val, false, err, errlen);
+				break;
+			}
+done:
+	PQconninfoFree(opts);
+	return rc;
+}
+
+/*
  * qbpq_session sets up a new connection as the extension's workers set up
  * their backend, then issues the LISTENs.
  */
@@ -659,27 +701,59 @@ qbpq_session(QbPqStore *s, char *err, size_t errlen)
 	}
 	if (s->async_commit && qbpq_set(s, "synchronous_commit", "off", false, err, errlen) != 0)
 		return -1;
+	if (qbpq_server_tcp(s, err, errlen) != 0)
+		return -1;
 	for (int i = 0; i < s->nchannels; i++)
 		if (qbpq_listen_one(s, s->channels[i], err, errlen) != 0)
 			return -1;
 	return 0;
 }
 
-/* qbpq_open makes one connection attempt. */
+/*
+ * The TCP settings every daemon connection starts from, so a peer that went
+ * silent (a partition, a host gone without a FIN or RST) is found in about
+ * 25 s instead of the kernel's 2 hours of keepalive or 15 minutes of
+ * retransmission: probes after 10 s idle, every 5 s, and no byte left
+ * unacknowledged for more than 25 s.  They come before the URL in
+ * qb_pq_connect's arrays, so the URL's own keepalives* or tcp_user_timeout
+ * win (libpq keeps the last value of a key).  libpq ignores them on a Unix
+ * socket.  docs/daemon.md "Dead peers" has the same figures.
+ */
+static const char *const qbpq_tcp_keys[] = {
+	"keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+};
+static const char *const qbpq_tcp_vals[] = {"1", "10", "5", "3", "25000"};
+
+#define QBPQ_NTCP (sizeof(qbpq_tcp_keys) / sizeof(qbpq_tcp_keys[0]))
+_Static_assert(QBPQ_NTCP == sizeof(qbpq_tcp_vals) / sizeof(qbpq_tcp_vals[0]), "a value per TCP key");
+
+/* qb_pq_connect: see pq_store.h. */
 PGconn *
 qb_pq_connect(const char *url, const char *application_name, long connect_timeout_ms)
 {
-	const char *keys[4] = {"dbname", "application_name", NULL, NULL};
-	const char *vals[4] = {url, application_name, NULL, NULL};
+	const char *keys[QBPQ_NTCP + 4];
+	const char *vals[QBPQ_NTCP + 4];
+	size_t		n = 0;
 	char		secs[24];
 
+	for (size_t i = 0; i < QBPQ_NTCP; i++, n++)
+	{
+		keys[n] = qbpq_tcp_keys[i];
+		vals[n] = qbpq_tcp_vals[i];
+	}
+	keys[n] = "dbname";
+	vals[n++] = url;
+	keys[n] = "application_name";
+	vals[n++] = application_name;
 	if (connect_timeout_ms > 0)
 	{
 		/* libpq counts whole seconds: round up, never to 0 (no limit) */
 		snprintf(secs, sizeof(secs), "%ld", (connect_timeout_ms + 999) / 1000);
-		keys[2] = "connect_timeout";
-		vals[2] = secs;
+		keys[n] = "connect_timeout";
+		vals[n++] = secs;
 	}
+	keys[n] = NULL;
+	vals[n] = NULL;
 	return PQconnectdbParams(keys, vals, 1);
 }
 

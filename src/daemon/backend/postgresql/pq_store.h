@@ -69,9 +69,10 @@ extern void qb_pq_store_free(QbPqStore *s);
 
 /*
  * One connection attempt as every daemon connection makes it (the store's,
- * the supervisor's for migrations): url (a URI or conninfo) as dbname,
- * application_name, connect_timeout rounded up to whole seconds (0:
- * libpq's default).  The connection whatever its status (NULL only when out
+ * the supervisor's for migrations): TCP keepalives and tcp_user_timeout
+ * (10 s idle, 5 s between probes, 25 s without an answer; the url may set
+ * its own), url (a URI or conninfo) as dbname, application_name,
+ * connect_timeout rounded up to whole seconds (0: libpq's default).  The connection whatever its status (NULL only when out
  * of memory): the caller checks PQstatus and says what failed.
  */
 struct pg_conn;
