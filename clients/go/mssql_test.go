@@ -57,6 +57,10 @@ func mssqlOpen(t *testing.T, driverName string) *sql.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// connections kept (database/sql keeps 2 idle by default): a TDS engine
+	// compiles each procedure on its first call in a session, a second or
+	// two, so a handler on a new connection waits that long at each completion
+	db.SetMaxIdleConns(16)
 	return db
 }
 
@@ -121,6 +125,10 @@ func TestSQLServer(t *testing.T) {
 	t.Run("stop_during_claim", func(t *testing.T) {
 		b.exec(t, b.reset)
 		scenarioStopDuringClaim(t, b)
+	})
+	t.Run("two_workers", func(t *testing.T) {
+		b.exec(t, b.reset)
+		scenarioTwoWorkers(t, b)
 	})
 	b.exec(t, "DELETE FROM queuebox.inbox WHERE {mine}; DROP TABLE {biz}")
 }
@@ -242,4 +250,27 @@ func scenarioClaimLock(t *testing.T, b *backend) {
 	c := s.stop()
 	same(t, "claimed, completed", []int64{c.Claimed, c.Completed}, []int64{1, 1})
 	same(t, "biz rows", b.rows(t, "SELECT count(*) FROM {biz}"), 1)
+}
+
+// scenarioTwoWorkers: two workers on one source, 60 messages over 6
+// aggregates, each completing while the other claims.  A completion then
+// races the claim that parks the next message of its aggregate; a Babelfish
+// engine ignores the lock that race relies on, and before schema 0.3.3
+// (the claim re-checks its parks) messages stayed parked for good there.
+// Every message processed, never two of one aggregate at once, in order.
+func scenarioTwoWorkers(t *testing.T, b *backend) {
+	b.addRows(t, 60, 6)
+	a := newAggregateWatch()
+	h := a.handler(t, b, 20*time.Millisecond)
+	w1 := b.start(t, Options{MaxConcurrency: 4, BatchSize: 5}, h)
+	w2 := b.start(t, Options{MaxConcurrency: 4, BatchSize: 5}, h)
+	b.waitFor(t, "SELECT count(*) FROM {inbox} WHERE state = 'processed'", "60")
+	c1, c2 := w1.stop(), w2.stop()
+	same(t, "completed", c1.Completed+c2.Completed, 60)
+	if c1.Completed == 0 || c2.Completed == 0 {
+		t.Logf("one worker took every message (%d, %d)", c1.Completed, c2.Completed)
+	}
+	a.check(t)
+	same(t, "biz rows", b.rows(t, "SELECT count(*) FROM {biz}"), 60)
+	same(t, "rows left parked", b.rows(t, "SELECT count(*) FROM {inbox} WHERE hold IS NOT NULL"), 0)
 }

@@ -473,48 +473,66 @@ func scenarioShutdownGrace(t *testing.T, b *backend) {
 	same(t, "the inbox", b.rows(t, "SELECT state, attempt FROM {inbox}"), "processing:0")
 }
 
+// aggregateWatch: what handlers running at once did to per-aggregate order
+type aggregateWatch struct {
+	mu                  sync.Mutex
+	running, maxRunning int
+	perAgg              map[string]int
+	lastSeq             map[string]int
+	overlap, outOfOrder bool
+}
+
+func newAggregateWatch() *aggregateWatch {
+	return &aggregateWatch{perAgg: map[string]int{}, lastSeq: map[string]int{}}
+}
+
+// handler: a handler that notes each message of its aggregate (message n),
+// takes d, then writes the business row
+func (a *aggregateWatch) handler(t *testing.T, b *backend, d time.Duration) Handler {
+	return func(ctx context.Context, m Message, tx *sql.Tx) error {
+		n := payloadN(t, m)
+		a.mu.Lock()
+		a.running++
+		if a.running > a.maxRunning {
+			a.maxRunning = a.running
+		}
+		if a.perAgg[m.AggregateID] > 0 {
+			a.overlap = true
+		}
+		a.perAgg[m.AggregateID]++
+		if n < a.lastSeq[m.AggregateID] {
+			a.outOfOrder = true
+		}
+		a.lastSeq[m.AggregateID] = n
+		a.mu.Unlock()
+		time.Sleep(d)
+		a.mu.Lock()
+		a.perAgg[m.AggregateID]--
+		a.running--
+		a.mu.Unlock()
+		return b.writeBiz(t, ctx, tx, m)
+	}
+}
+
+func (a *aggregateWatch) check(t *testing.T) {
+	t.Helper()
+	same(t, "two of one aggregate at once", a.overlap, false)
+	same(t, "out of order within an aggregate", a.outOfOrder, false)
+}
+
 // 7. MaxConcurrency 4 over 8 aggregates: parallel, never two of one aggregate, order kept
 func scenarioMaxConcurrency(t *testing.T, b *backend) {
 	b.addRows(t, 40, 8)
-	var (
-		mu                  sync.Mutex
-		running, maxRunning int
-		perAgg              = map[string]int{}
-		lastSeq             = map[string]int{}
-		overlap, outOfOrder bool
-	)
-	w := b.start(t, Options{MaxConcurrency: 4, BatchSize: 10}, func(ctx context.Context, m Message, tx *sql.Tx) error {
-		n := payloadN(t, m)
-		mu.Lock()
-		running++
-		if running > maxRunning {
-			maxRunning = running
-		}
-		if perAgg[m.AggregateID] > 0 {
-			overlap = true
-		}
-		perAgg[m.AggregateID]++
-		if n < lastSeq[m.AggregateID] {
-			outOfOrder = true
-		}
-		lastSeq[m.AggregateID] = n
-		mu.Unlock()
-		time.Sleep(60 * time.Millisecond)
-		mu.Lock()
-		perAgg[m.AggregateID]--
-		running--
-		mu.Unlock()
-		return b.writeBiz(t, ctx, tx, m)
-	})
+	a := newAggregateWatch()
+	w := b.start(t, Options{MaxConcurrency: 4, BatchSize: 10}, a.handler(t, b, 60*time.Millisecond))
 	b.waitFor(t, "SELECT count(*) FROM {inbox} WHERE state = 'processed'", "40")
 	c := w.stop()
 	same(t, "completed", c.Completed, 40)
-	same(t, "two of one aggregate at once", overlap, false)
-	same(t, "out of order within an aggregate", outOfOrder, false)
-	if maxRunning < 2 || maxRunning > 4 {
-		t.Errorf("up to %d handlers ran at once, want 2 to 4", maxRunning)
+	a.check(t)
+	if a.maxRunning < 2 || a.maxRunning > 4 {
+		t.Errorf("up to %d handlers ran at once, want 2 to 4", a.maxRunning)
 	}
-	t.Logf("MaxConcurrency 4: up to %d handlers ran at once", maxRunning)
+	t.Logf("MaxConcurrency 4: up to %d handlers ran at once", a.maxRunning)
 	same(t, "biz rows", b.rows(t, "SELECT count(*) FROM {biz}"), 40)
 }
 

@@ -83,6 +83,11 @@ CREATE INDEX outbox_dest_intake_idx ON queuebox.outbox (destination, id)
 -- The per-key predicate: is an earlier row of this key still unsettled?
 CREATE INDEX outbox_key_open_idx ON queuebox.outbox (key, id)
 	WHERE state IN ('pending', 'processing') AND key IS NOT NULL;
+-- Rows parked behind their key, key by key: the sweep reads each key's
+-- first parked row (one step per key, however many it has parked) and
+-- releases it when no earlier row of the key is open (claim.md, "The sweep").
+CREATE INDEX outbox_parked_idx ON queuebox.outbox (key, id)
+	WHERE state = 'pending' AND hold = 'key';
 -- The reclaim step: expired leases.
 CREATE INDEX outbox_lease_idx ON queuebox.outbox (lease_until)
 	WHERE state = 'processing';

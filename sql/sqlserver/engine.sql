@@ -452,6 +452,58 @@ END
 GO
 
 /*
+ * _outbox_sweep (QB_PG_OUTBOX_SWEEP): rows parked behind a key none of
+ * whose earlier rows is open are released, as the promotion would have
+ * released them (ready, or back to their destination's routed rows; the
+ * claim checks the key's order again).  A Babelfish engine ignores the
+ * shared lock a park is made under, so a settle can end the earlier row
+ * and run its promotion before the park commits: this is what frees such
+ * a row.  The walk visits at most @limit keys that have parked rows, in
+ * key order from @after (N'': the first), one seek of outbox_parked_idx
+ * each, and probes outbox_key_open_idx for the key's earlier open rows.
+ * One row: the rows released, and the key the next sweep starts at (NULL:
+ * the walk reached the last key).
+ */
+CREATE PROCEDURE queuebox._outbox_sweep @after NVARCHAR(400), @limit INT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @key NVARCHAR(400) = ISNULL(@after, N'');
+	DECLARE @next NVARCHAR(400);
+	DECLARE @id BIGINT;
+	DECLARE @seen INT = 0;
+	DECLARE @n INT;
+	DECLARE @free TABLE (id BIGINT PRIMARY KEY);
+
+	WHILE @seen < @limit
+	BEGIN
+		SET @id = NULL;
+		-- the next key with parked rows, and its first parked row (@after itself first)
+		SELECT TOP (1) @next = o.[key], @id = o.id
+		FROM queuebox.outbox o
+		WHERE o.state = N'pending' AND o.hold = N'key' AND o.[key] >= @key
+		  AND (@seen = 0 OR o.[key] > @key)
+		ORDER BY o.[key], o.id;
+		IF @id IS NULL
+			BREAK;
+		SET @seen = @seen + 1;
+		SET @key = @next;
+		IF NOT EXISTS (SELECT 1 FROM queuebox.outbox e
+					   WHERE e.[key] = @key AND e.id < @id AND e.state IN (N'pending', N'processing'))
+			INSERT @free (id) VALUES (@id);
+	END
+	UPDATE o
+	SET hold = CASE WHEN o.destination IS NULL THEN N'ready' END
+	FROM queuebox.outbox o WITH (ROWLOCK, READPAST)
+	JOIN @free f ON f.id = o.id
+	WHERE o.state = N'pending' AND o.hold = N'key';
+	SET @n = @@ROWCOUNT;
+	SELECT @n AS released, CASE WHEN @seen = @limit THEN @key END AS next_key;
+END
+GO
+
+/*
  * _inbox_insert (QB_PG_INBOX_INSERT): @rows [{"s": source, "k": idempotency
  * key, "e": event type, "a": aggregate id, "p": the payload, "ps": true
  * when p is [the payload] (a JSON scalar: AS JSON reads objects and arrays
@@ -553,6 +605,21 @@ BEGIN
 	WHERE (b.cid IS NULL OR b.bid IN (SELECT id FROM @lk))
 	  AND ((i.state = N'pending' AND i.claim_token IS NULL)
 		   OR (i.state = N'processing' AND i.lease_until < @now));
+	/*
+	 * The re-check, a statement after the park: a row parked behind an
+	 * earlier row that has ended by now is released.  A Babelfish engine
+	 * ignores the shared lock on the earlier row (@lk), so its end can
+	 * commit while this claim parks; the end's promotion updates the
+	 * unit's first open row whether parked or not, so either it waits for
+	 * this claim and releases the park, or this claim's park waited for
+	 * it, and this statement, reading after that commit, sees the row
+	 * ended.  On SQL Server the lock makes it a no-op.
+	 */
+	UPDATE i SET hold = NULL
+	FROM queuebox.inbox i JOIN @blk b ON b.cid = i.id
+	WHERE i.state = N'pending' AND i.hold = N'aggregate'
+	  AND NOT EXISTS (SELECT 1 FROM queuebox.inbox e
+					  WHERE e.id = b.bid AND e.state IN (N'pending', N'processing'));
 	-- what this claim took, by its token
 	SELECT i.id, i.source, i.event_type
 	FROM @cand c JOIN queuebox.inbox i ON i.id = c.id
@@ -758,6 +825,12 @@ BEGIN
 	WHERE (b.cid IS NULL OR b.bid IN (SELECT id FROM @lk))
 	  AND ((i.state = N'pending' AND i.claim_token IS NULL)
 		   OR (i.state = N'processing' AND i.lease_until < @now));
+	-- the re-check of the parks, as in _relay_claim
+	UPDATE i SET hold = NULL
+	FROM queuebox.inbox i JOIN @blk b ON b.cid = i.id
+	WHERE i.state = N'pending' AND i.hold = N'aggregate'
+	  AND NOT EXISTS (SELECT 1 FROM queuebox.inbox e
+					  WHERE e.id = b.bid AND e.state IN (N'pending', N'processing'));
 
 	SELECT i.id, i.claim_token, i.source, i.idempotency_key, i.event_type, i.aggregate_id,
 		   i.payload, i.headers, i.attempt, i.created_at

@@ -83,6 +83,9 @@ CREATE INDEX outbox_held_idx ON queuebox.outbox (destination, id)
 	WHERE state = N'pending' AND hold = N'destination';
 CREATE INDEX outbox_key_open_idx ON queuebox.outbox ([key], id)
 	WHERE state IN (N'pending', N'processing') AND [key] IS NOT NULL;
+-- Rows parked behind their key, key by key: the sweep (_outbox_sweep).
+CREATE INDEX outbox_parked_idx ON queuebox.outbox ([key], id)
+	WHERE state = N'pending' AND hold = N'key';
 CREATE INDEX outbox_lease_idx ON queuebox.outbox (lease_until)
 	WHERE state = N'processing';
 -- The gauges count the open states, operators read the dead rows.

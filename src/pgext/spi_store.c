@@ -750,6 +750,52 @@ qbs_outbox_retention(void *ctx, long retention_sec, int limit, int *n,
 						  NULL, NULL, n, err, errlen);
 }
 
+/* The sweep's key to start at and its answer. */
+typedef struct QbsSweep
+{
+	const char *after;
+	int			limit;
+	int			released;
+	char	   *next;			/* malloc'd */
+} QbsSweep;
+
+static void
+qbs_sweep_body(void *arg)
+{
+	QbsSweep   *w = arg;
+	Datum		values[2] = {CStringGetTextDatum(w->after), Int32GetDatum(w->limit)};
+	bool		isnull;
+
+	if (SPI_execute_plan(qbs_prepare(QB_PG_S_SWEEP), values, NULL, false, 0) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "the sweep of parked rows failed");
+	w->released = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+											  &isnull));
+	w->next = qbs_strdup_col(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+}
+
+static void
+qbs_sweep_undo(void *arg)
+{
+	QbsSweep   *w = arg;
+
+	free(w->next);
+	w->next = NULL;
+}
+
+static int
+qbs_outbox_sweep(void *ctx, const char *after, int limit, int *nreleased, char **next,
+				 char *err, size_t errlen)
+{
+	QbsSweep	w = {.after = after, .limit = limit};
+	int			rc = qbs_txn("queuebox: sweep parked rows", qbs_sweep_body, qbs_sweep_undo, &w,
+							 NULL, err, errlen);
+
+	*nreleased = rc == 0 ? w.released : 0;
+	*next = rc == 0 ? w.next : NULL;
+	return rc;
+}
+
 /* The destinations of an unpark or unroute, as text[] in $1. */
 typedef struct QbsNames
 {
@@ -1067,6 +1113,7 @@ qb_spi_store_init(QbStore *store)
 	store->outbox_unroute = qbs_outbox_unroute;
 	store->outbox_reclaim = qbs_outbox_reclaim;
 	store->outbox_retention = qbs_outbox_retention;
+	store->outbox_sweep = qbs_outbox_sweep;
 	store->relay_claim = qbs_relay_claim;
 	store->relay_forward = qbs_relay_forward;
 	store->inbox_insert = qbs_inbox_insert;

@@ -17,8 +17,8 @@
  *	  ops call the extension's SQL-callable wrappers
  *	  (queuebox._outbox_claim() and friends, which run the SPI store's
  *	  statements through SPI), so the SPI side is held to the same
- *	  contract.  Two ops have no wrapper (the inbox insert, the unroute):
- *	  the adapter runs the pq store's for them, saying so.  `odbc` is the
+ *	  contract.  Three ops have no wrapper (the inbox insert, the unroute,
+ *	  the sweep): the adapter runs the pq store's for them, saying so.  `odbc` is the
  *	  SQL Server store (src/daemon/backend/sqlserver/odbc_store.c), against
  *	  SQL Server or a TDS engine; its admin connection is ODBC too, and the
  *	  admin statements that differ between the dialects are written twice
@@ -697,6 +697,7 @@ sa_store(QbStore *s)
 		.outbox_unpark = sa_unpark,
 		/* no SQL-callable wrapper: the same statement text, through the pq store */
 		.outbox_unroute = fallback.outbox_unroute,
+		.outbox_sweep = fallback.outbox_sweep,
 		.outbox_reclaim = sa_reclaim,
 		.outbox_retention = sa_retention,
 		.inbox_insert = fallback.inbox_insert,
@@ -1179,6 +1180,60 @@ test_unpark_unroute(void **state)
 	assert_int_equal(outbox_count("pending"), 2);
 }
 
+/*
+ * The sweep: a row parked behind its key whose earlier rows have all ended
+ * (the state an engine that ignores the park's share lock leaves, or an
+ * operator's UPDATE) is released; a row with an earlier open row stays
+ * parked.  The walk goes key by key from where the last one stopped.
+ */
+static void
+test_sweep(void **state)
+{
+	int64_t		a1 = add_outbox("t.sweep", "k1");
+	int64_t		a2 = add_outbox("t.sweep", "k1");
+	int64_t		a3 = add_outbox("t.sweep", "k1");
+	int64_t		b1 = add_outbox("t.sweep", "k2");
+	int64_t		b2 = add_outbox("t.sweep", "k2");
+	int64_t		c1 = add_outbox("t.sweep", "k3");
+	char	   *next = NULL;
+	int			n = -1;
+
+	/* k1: its first row sent by hand, the next two parked (a2 stranded) */
+	rfree(q("UPDATE queuebox.outbox SET state = 'sent' WHERE id = $1", 1, num(a1)));
+	rfree(q("UPDATE queuebox.outbox SET hold = 'key' WHERE id IN ($1, $2)", 2, num(a2), num(a3)));
+	/* k2: its first row not met yet, the second parked behind it */
+	rfree(q("UPDATE queuebox.outbox SET hold = 'key' WHERE id = $1", 1, num(b2)));
+	/* k3: its only row parked, routed to d1 (stranded) */
+	rfree(q("UPDATE queuebox.outbox SET hold = 'key', destination = 'd1' WHERE id = $1", 1, num(c1)));
+	assert_int_equal(qv("SELECT count(*) FROM queuebox.outbox WHERE hold = 'key'", 0, NULL, NULL), 4);
+
+	/* two keys: k1 (a2 released to ready) and k2; the next walk starts at k2 */
+	assert_int_equal(store.outbox_sweep(store.ctx, "", 2, &n, &next, err, sizeof(err)), 0);
+	assert_int_equal(n, 1);
+	assert_non_null(next);
+	assert_string_equal(next, "k2");
+	assert_int_equal(qv("SELECT count(*) FROM queuebox.outbox WHERE id = $1 AND state = 'pending'"
+						" AND hold = 'ready'", 1, num(a2), NULL), 1);
+	free(next);
+	next = NULL;
+	/* from k2: k3's row goes back to its destination's routed rows; the walk ends */
+	assert_int_equal(store.outbox_sweep(store.ctx, "k2", 10, &n, &next, err, sizeof(err)), 0);
+	assert_int_equal(n, 1);
+	assert_null(next);
+	assert_int_equal(qv("SELECT count(*) FROM queuebox.outbox WHERE id = $1 AND state = 'pending'"
+						" AND hold IS NULL AND destination = 'd1'", 1, num(c1), NULL), 1);
+	/* again from the first key: a3 and b2 wait behind open rows, nothing changes */
+	assert_int_equal(store.outbox_sweep(store.ctx, "", 10, &n, &next, err, sizeof(err)), 0);
+	assert_int_equal(n, 0);
+	assert_null(next);
+	assert_int_equal(qv("SELECT count(*) FROM queuebox.outbox WHERE hold = 'key'", 0, NULL, NULL), 2);
+	assert_int_equal(qv("SELECT count(*) FROM queuebox.outbox WHERE hold = 'key' AND id IN ($1, $2)",
+						2, num(a3), num(b2)), 2);
+	assert_int_equal(outbox_count("pending"), 5);
+	assert_int_equal(outbox_count("sent"), 1);
+	(void) b1;
+}
+
 /* pq: wait for a NOTIFY on the store's socket; the count drained. */
 static int
 wait_notified(void)
@@ -1397,6 +1452,7 @@ main(int argc, char **argv)
 		cmocka_unit_test_setup(test_query_text, clean),
 		cmocka_unit_test_setup(test_breaker, clean),
 		cmocka_unit_test_setup(test_unpark_unroute, clean),
+		cmocka_unit_test_setup(test_sweep, clean),
 	};
 	const struct CMUnitTest pq_only[] = {
 		cmocka_unit_test_setup(test_pq_backend_killed, clean),

@@ -5,9 +5,8 @@
 #   tests and the scenarios 1 to 7 of clients/SCENARIOS.md (with a lease
 #   lost at the completion and a handler that panics); on SQL Server too
 #   when QUEUEBOX_TEST_MSSQL_URL is set (the same scenarios, Msg 51000, a
-#   stop during a claim, both driver names; the schema migrated by
-#   queuebox-mssqld), else those
-#   are skipped, saying why; then as processes: two workers on one source
+#   stop during a claim, two workers on one source, both driver names; the
+#   schema migrated by queuebox-mssqld), else those are skipped, saying why; then as processes: two workers on one source
 #   divide the work, and a worker killed with -9 mid-handler loses nothing
 #   and applies nothing twice.
 use strict;
@@ -46,7 +45,7 @@ unlike($out, qr/^\s*--- FAIL/m, 'none failed');
 if ($mssql)
 {
 	my @ms = $out =~ m{^    --- PASS: TestSQLServer/(\w+)}mg;
-	is(scalar(@ms), 11, 'SQL Server: the scenarios 1 to 7 (nine subtests), Msg 51000, a stop during a claim passed')
+	is(scalar(@ms), 12, 'SQL Server: the scenarios 1 to 7 (nine subtests), Msg 51000, a stop during a claim, two workers passed')
 	  or diag "@ms";
 	like($out, qr/^--- PASS: TestSQLServerQuestionMarks/m, 'SQL Server: the driver name "mssql" (? parameters) works too');
 }

@@ -124,6 +124,11 @@ typedef struct FakeStore
 	int			tally_failed[FAKE_MAX_DESTS];	/* failures the tallies reported */
 	int			failures[FAKE_MAX_DESTS];	/* the count, as its SQL keeps it */
 	int			most_failures[FAKE_MAX_DESTS];	/* the highest it reached */
+	/* the sweep of parked rows: each call's start key, the keys it answers in turn */
+	char		sweep_after[8][16];
+	int			nsweeps;
+	const char *sweep_next[8];	/* NULL: the walk reached the last key */
+	int			sweep_released;	/* rows each sweep says it released */
 	/* the inbox */
 	FakeInRow	in[FAKE_MAX_ROWS];
 	int			nin;
@@ -430,6 +435,24 @@ fake_outbox_retention(void *ctx, long sec, int limit, int *n, char *err, size_t 
 	return 0;
 }
 
+/* The sweep records where each call started and answers sweep_next in turn. */
+static int
+fake_outbox_sweep(void *ctx, const char *after, int limit, int *nreleased, char **next,
+				  char *err, size_t errlen)
+{
+	FakeStore  *fs = ctx;
+	int			i;
+
+	pthread_mutex_lock(&fs->lock);
+	i = fs->nsweeps < 8 ? fs->nsweeps : 7;
+	snprintf(fs->sweep_after[i], sizeof(fs->sweep_after[i]), "%s", after);
+	*next = fs->sweep_next[i] ? strdup(fs->sweep_next[i]) : NULL;
+	*nreleased = fs->sweep_released;
+	fs->nsweeps++;
+	pthread_mutex_unlock(&fs->lock);
+	return 0;
+}
+
 /* ---- the inbox --------------------------------------------------------- */
 
 /* fake_inbox_add: a pending push row (event_type NULL: none), the next id. */
@@ -624,6 +647,7 @@ fake_store_ops(FakeStore *fs)
 		.outbox_unroute = fake_outbox_unroute,
 		.outbox_reclaim = fake_outbox_reclaim,
 		.outbox_retention = fake_outbox_retention,
+		.outbox_sweep = fake_outbox_sweep,
 		.inbox_insert = fake_inbox_insert,
 		.relay_claim = fake_relay_claim,
 		.relay_forward = fake_relay_forward,

@@ -563,7 +563,8 @@ test_schema_procedures(void **state)
 {
 	static const char *const called[] = {
 		"queuebox._outbox_cycle", "queuebox._outbox_unpark", "queuebox._outbox_unroute",
-		"queuebox._outbox_reclaim", "queuebox._outbox_retention", "queuebox._inbox_insert",
+		"queuebox._outbox_reclaim", "queuebox._outbox_retention", "queuebox._outbox_sweep",
+		"queuebox._inbox_insert",
 		"queuebox._relay_claim", "queuebox._relay_forward", "queuebox._inbox_replay",
 		"queuebox.inbox_claim", "queuebox.inbox_renew", "queuebox.inbox_complete",
 		"queuebox.inbox_dead", "queuebox.inbox_retry", "queuebox.destination_status",

@@ -275,6 +275,48 @@ test_row_headers_parsed_once(void **state)
 
 static TestSink sink;
 
+/* ---- the sweep of parked rows ------------------------------------------ */
+
+static bool
+four_sweeps(void *arg)
+{
+	FakeStore  *f = arg;
+	bool		done;
+
+	pthread_mutex_lock(&f->lock);
+	done = f->nsweeps >= 4;
+	pthread_mutex_unlock(&f->lock);
+	return done;
+}
+
+/*
+ * Worker 0 sweeps once a second, each sweep starting at the key the last
+ * one answered, and at the first key ("") after a walk that reached the
+ * end.
+ */
+static void
+test_sweep_walks_on(void **state)
+{
+	FakeStore  *f = fake_new();
+	QbStore		store = fake_store_ops(f);
+	TestHost	th;
+	char		err[256] = "";
+
+	f->sweep_next[0] = "k500";
+	f->sweep_next[2] = "k9";
+	f->sweep_released = 1;
+	test_host_init(&th, four_sweeps, f, 20000, 20);
+	th.host.polled = NULL;
+	th.host.config_loaded = NULL;
+	assert_int_equal(qb_outbox_run(&th.host, &store, 0, NULL, err, sizeof(err)), 0);
+	assert_false(th.timed_out);
+	assert_string_equal(f->sweep_after[0], "");
+	assert_string_equal(f->sweep_after[1], "k500");
+	assert_string_equal(f->sweep_after[2], "");
+	assert_string_equal(f->sweep_after[3], "k9");
+	fake_store_free(f);
+}
+
 static int
 start_sink(void **state)
 {
@@ -299,6 +341,7 @@ main(void)
 		cmocka_unit_test(test_row_headers_parsed_once),
 		cmocka_unit_test(test_success_resets_breaker_count),
 		cmocka_unit_test(test_unrouted_claims_follow_their_destinations),
+		cmocka_unit_test(test_sweep_walks_on),
 	};
 
 	return cmocka_run_group_tests(tests, start_sink, stop_sink);

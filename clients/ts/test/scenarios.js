@@ -11,8 +11,6 @@
 //   claimOther(batch, leaseMs)  a claim of "jobs" by someone else: how many rows it got
 //   expireLeases()            every held lease ends a second ago
 //   setAttempt(a)             every row's attempt
-//   janitor()                 optional: started for the concurrent scenario, returns its stop
-//                             (mssql.test.js on Babelfish: releases rows that engine strands)
 //   close()
 // Each scenario counts rows before and after.
 import { test, beforeEach, afterEach, after } from 'node:test';
@@ -189,12 +187,7 @@ export function scenarios(db) {
       runningNow--;
       await db.writeBiz(tx, m);
     });
-    const janitor = db.janitor?.();
-    try {
-      await waitFor('40 processed', (rows) => rows.filter((r) => r.state === 'processed').length === 40);
-    } finally {
-      await janitor?.();
-    }
+    await waitFor('40 processed', (rows) => rows.filter((r) => r.state === 'processed').length === 40);
     const c = await w.stop();
     assert.equal(c.completed, 40);
     assert.equal(overlap, false);

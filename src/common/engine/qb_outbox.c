@@ -38,6 +38,8 @@
 #define QBO_UNPARK_BATCH		1000
 #define QBO_RETENTION_EVERY_MS	60000
 #define QBO_RETENTION_BATCH		1000
+#define QBO_SWEEP_EVERY_MS		1000
+#define QBO_SWEEP_KEYS			1000	/* keys with parked rows looked at per sweep */
 #define QBO_FULL_SCAN_MS		1000
 #define QBO_SETTLE_DELAY_MS		5	/* the longest a done row waits for company */
 #define QBO_CYCLE_RETRY_MS		200
@@ -98,6 +100,8 @@ typedef struct QboEngine
 	long		next_reclaim;
 	long		next_unpark;
 	long		next_retention;
+	long		next_sweep;
+	char	   *sweep_after;	/* the key the next sweep starts at, NULL: the first */
 	long		next_cycle_try; /* after a failed cycle */
 	long		last_claim;		/* when a claim last read the circuits */
 	bool		claim_idle;		/* the last claim brought nothing: wait */
@@ -1013,7 +1017,38 @@ done:
  * ---------------------------------------------------------------------
  */
 
-/* qbo_housekeeping returns expired leases, unparks, trims old sent rows. */
+/*
+ * qbo_sweep releases rows parked behind a key whose earlier rows have all
+ * ended: their promotion was missed (an engine that ignores the share lock
+ * a park relies on, or an operator's UPDATE).  Worker 0 walks the keys
+ * that have parked rows, QBO_SWEEP_KEYS a second, and starts again at the
+ * first key when the walk reaches the last.
+ */
+static void
+qbo_sweep(QboEngine *e, long now)
+{
+	char		err[QB_ERRLEN];
+	char	   *next = NULL;
+	int			n = 0;
+
+	e->next_sweep = now + QBO_SWEEP_EVERY_MS;
+	if (e->store->outbox_sweep(e->store->ctx, e->sweep_after ? e->sweep_after : "",
+							   QBO_SWEEP_KEYS, &n, &next, err, sizeof(err)) != 0)
+	{
+		qb_log(e->host, QB_LOG_WARNING, "the sweep of parked rows failed: %s", err);
+		return;
+	}
+	free(e->sweep_after);
+	e->sweep_after = next;
+	if (n > 0)
+	{
+		e->claim_idle = false;
+		qb_log(e->host, QB_LOG_INFO,
+			   "released %d rows parked behind keys whose earlier rows had all ended", n);
+	}
+}
+
+/* qbo_housekeeping returns expired leases, unparks, sweeps, trims old sent rows. */
 static void
 qbo_housekeeping(QboEngine *e, long now)
 {
@@ -1058,6 +1093,8 @@ qbo_housekeeping(QboEngine *e, long now)
 			free(names);
 		}
 	}
+	if (e->worker_index == 0 && now >= e->next_sweep)
+		qbo_sweep(e, now);
 	if (e->worker_index == 0 && now >= e->next_retention)
 	{
 		/* a tenth of the retention period, between 1 s and a minute */
@@ -1267,6 +1304,7 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 			qbo_slot_free(&e, &e.slots[i]);
 	free(e.slots);
 	free(e.dests);
+	free(e.sweep_after);
 	qb_pubset_free(e.pub);
 	qb_config_free(e.cfg);
 	return 0;

@@ -225,6 +225,15 @@ typedef struct QbStore
 	/* delete up to limit sent rows created more than retention_sec ago */
 	int			(*outbox_retention) (void *ctx, long retention_sec, int limit,
 									 int *ndeleted, char *err, size_t errlen);
+	/*
+	 * Rows parked behind a key none of whose earlier rows is open (their
+	 * promotion was missed) become claimable: up to limit keys that have
+	 * parked rows, in key order from after ("": the first).  *next is the
+	 * key the next sweep starts at (malloc'd), or NULL when this one
+	 * reached the last key.
+	 */
+	int			(*outbox_sweep) (void *ctx, const char *after, int limit, int *nreleased,
+								 char **next, char *err, size_t errlen);
 
 	/*
 	 * Store received messages in one transaction, committed before return:

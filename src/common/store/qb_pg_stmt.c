@@ -33,6 +33,7 @@ const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS] = {
 	[QB_PG_S_UNROUTE] = {"outbox unroute", QB_PG_OUTBOX_UNROUTE, 1, {TA}},
 	[QB_PG_S_RECLAIM] = {"outbox reclaim", QB_PG_OUTBOX_RECLAIM, 1, {I4}},
 	[QB_PG_S_RETENTION] = {"outbox retention", QB_PG_OUTBOX_RETENTION, 2, {I8, I4}},
+	[QB_PG_S_SWEEP] = {"outbox sweep", QB_PG_OUTBOX_SWEEP, 2, {T, I4}},
 	[QB_PG_S_RELAY_CLAIM] = {"relay claim", QB_PG_RELAY_CLAIM, 3, {I4, I8, U}},
 	[QB_PG_S_RELAY_FORWARD] = {"relay forward", QB_PG_RELAY_FORWARD, 4, {U, I8A, TA, I4}},
 	[QB_PG_S_RELAY_PROMOTE] = {"relay promote", QB_PG_RELAY_PROMOTE, 1, {I8A}},

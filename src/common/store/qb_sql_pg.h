@@ -354,6 +354,47 @@
 	"   AND o.state = 'pending' AND o.hold = 'destination'"
 
 /*
+ * Sweep: $1 text the key to start at ('' : the first), $2 int4 most keys.
+ * A row parked behind its key whose earlier rows have all ended waits for
+ * a promotion that already ran: the park relies on a share lock that some
+ * engines do not take (Babelfish ignores it), and an operator who ends a
+ * row by UPDATE skips the promotion.  The sweep releases such rows, as the
+ * promotion would have (to ready, or back to its destination's routed
+ * rows; the claim checks the key's order again, so a release is always
+ * safe).  It walks the keys that have parked rows in key order, from $1,
+ * one step of outbox_parked_idx each (however many rows a key has
+ * parked), takes each key's first parked row and probes
+ * outbox_key_open_idx for an earlier open row: $2 keys, at most $2 rows.
+ * Returns one row: the rows released, and the key to start the next sweep
+ * at (NULL: the walk reached the last key, start again at '').
+ */
+#define QB_PG_OUTBOX_SWEEP \
+	"WITH RECURSIVE k AS (" \
+	"   (SELECT o.key, o.id, 1 AS n FROM queuebox.outbox o" \
+	"    WHERE o.state = 'pending' AND o.hold = 'key' AND o.key >= $1::text" \
+	"    ORDER BY o.key, o.id LIMIT 1)" \
+	"   UNION ALL" \
+	"   SELECT x.key, x.id, k.n + 1 FROM k CROSS JOIN LATERAL (" \
+	"     SELECT o.key, o.id FROM queuebox.outbox o" \
+	"     WHERE o.state = 'pending' AND o.hold = 'key' AND o.key > k.key" \
+	"     ORDER BY o.key, o.id LIMIT 1) x" \
+	"   WHERE k.n < $2::int)," \
+	" s AS (" \
+	"   SELECT k.id FROM k" \
+	"   WHERE NOT EXISTS (SELECT 1 FROM queuebox.outbox e" \
+	"                     WHERE e.key = k.key AND e.id < k.id" \
+	"                       AND e.state IN ('pending', 'processing')))," \
+	" u AS (" \
+	"   UPDATE queuebox.outbox o SET hold = CASE WHEN o.destination IS NULL THEN 'ready' END" \
+	"   WHERE o.id = ANY (ARRAY(" \
+	"     SELECT x.id FROM queuebox.outbox x" \
+	"     WHERE x.id = ANY (ARRAY(SELECT id FROM s)) AND x.state = 'pending' AND x.hold = 'key'" \
+	"     FOR UPDATE SKIP LOCKED))" \
+	"     AND o.state = 'pending' AND o.hold = 'key'" \
+	"   RETURNING 1)" \
+	" SELECT (SELECT count(*) FROM u)::int4, (SELECT k.key FROM k WHERE k.n = $2::int)"
+
+/*
  * Unroute: $1 text[] the destinations of the configuration.  Rows routed
  * to a destination that no longer exists are routed again by the next
  * claim (to ready; a row parked behind its key stays parked).  Run once

@@ -1279,6 +1279,58 @@ qbpq_outbox_retention(void *ctx, long retention_sec, int limit, int *n,
 	return qbpq_count(ctx, &c, n, err, errlen);
 }
 
+typedef struct QbpqSweep
+{
+	QbpqArgs	args;
+	int			released;
+	char	   *next;			/* malloc'd */
+} QbpqSweep;
+
+static int
+qbpq_sweep_body(QbPqStore *s, void *arg, char *err, size_t errlen)
+{
+	QbpqSweep  *w = arg;
+	PGresult   *res = qbpq_run_commit(s, QB_PG_S_SWEEP, &w->args, PGRES_TUPLES_OK, "sweep",
+									  err, errlen);
+
+	if (res == NULL)
+		return -1;
+	if (PQntuples(res) != 1)
+	{
+		snprintf(err, errlen, "the sweep of parked rows answered %d rows, not one", PQntuples(res));
+		PQclear(res);
+		return -1;
+	}
+	w->released = atoi(PQgetvalue(res, 0, 0));
+	if (!PQgetisnull(res, 0, 1) && (w->next = strdup(PQgetvalue(res, 0, 1))) == NULL)
+	{
+		snprintf(err, errlen, "out of memory for the sweep's next key");
+		PQclear(res);
+		return -1;
+	}
+	PQclear(res);
+	return 0;
+}
+
+static int
+qbpq_outbox_sweep(void *ctx, const char *after, int limit, int *nreleased, char **next,
+				  char *err, size_t errlen)
+{
+	QbpqSweep	w = {.args = {.v = {after}}};
+	int			rc;
+
+	qbpq_args_int(&w.args, 1, limit);
+	rc = qbpq_txn(ctx, "sweep", 0, qbpq_sweep_body, &w, err, errlen);
+	if (rc != 0)
+	{
+		free(w.next);
+		w.next = NULL;
+	}
+	*nreleased = rc == 0 ? w.released : 0;
+	*next = w.next;
+	return rc;
+}
+
 /* ---- the relay ------------------------------------------------------------------ */
 
 typedef struct QbpqRelayClaim
@@ -1643,6 +1695,7 @@ qb_pq_store_ops(QbPqStore *s, QbStore *store)
 		.outbox_unroute = qbpq_outbox_unroute,
 		.outbox_reclaim = qbpq_outbox_reclaim,
 		.outbox_retention = qbpq_outbox_retention,
+		.outbox_sweep = qbpq_outbox_sweep,
 		.inbox_insert = qbpq_inbox_insert,
 		.query_text = qbpq_query_text,
 		.relay_claim = qbpq_relay_claim,

@@ -385,6 +385,70 @@ qbos_outbox_retention(void *ctx, long retention_sec, int limit, int *n, char *er
 	return qbos_count(ctx, &c, "retention", n, err, errlen);
 }
 
+/* ---- the sweep of parked rows ------------------------------------------------------- */
+
+typedef struct QbosSweep
+{
+	const char *after;
+	int			limit;
+	long long	released;
+	char	   *next;			/* malloc'd */
+	bool		oom;
+} QbosSweep;
+
+static int
+qbos_sweep_row(void *arg, int set, int ncols, char **v)
+{
+	QbosSweep  *w = arg;
+
+	if (set != 0 || ncols < 2)
+		return 0;
+	w->released = qbos_num(v[0]);
+	if (v[1] != NULL && (w->next = strdup(v[1])) == NULL)
+		w->oom = true;
+	return 0;
+}
+
+static int
+qbos_sweep_body(QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t errlen)
+{
+	QbosSweep  *w = arg;
+	QbOdbcParam p[2] = {QBOS_TEXT(w->after), QBOS_INT(w->limit)};
+	int			rc;
+
+	/* a second run starts from nothing */
+	free(w->next);
+	w->next = NULL;
+	w->released = 0;
+	w->oom = false;
+	rc = qb_odbc_exec(s->conn, "EXEC queuebox._outbox_sweep ?, ?", p, 2, s->statement_timeout_ms,
+					  qbos_sweep_row, w, cls, err, errlen);
+	if (rc == 0 && w->oom)
+	{
+		snprintf(err, errlen, "sweep: out of memory for the next key");
+		rc = -1;
+	}
+	return rc;
+}
+
+static int
+qbos_outbox_sweep(void *ctx, const char *after, int limit, int *nreleased, char **next,
+				  char *err, size_t errlen)
+{
+	QbosSweep	w = {.after = after, .limit = limit};
+	QbOdbcClass cls;
+	int			rc = qbos_txn(ctx, "sweep", qbos_sweep_body, &w, false, &cls, err, errlen);
+
+	if (rc != 0)
+	{
+		free(w.next);
+		w.next = NULL;
+	}
+	*nreleased = rc == 0 ? (int) w.released : 0;
+	*next = w.next;
+	return rc;
+}
+
 /* ---- the relay ---------------------------------------------------------------------- */
 
 typedef struct QbosRelayClaim
@@ -820,6 +884,7 @@ qb_odbc_store_ops(QbOdbcStore *s, QbStore *store)
 		.outbox_unroute = qbos_outbox_unroute,
 		.outbox_reclaim = qbos_outbox_reclaim,
 		.outbox_retention = qbos_outbox_retention,
+		.outbox_sweep = qbos_outbox_sweep,
 		.inbox_insert = qbos_inbox_insert,
 		.query_text = qbos_query_text,
 		.relay_claim = qbos_relay_claim,
