@@ -276,7 +276,7 @@ typedef struct QbStore
 
 /* QbStore's functions: each must be set (qb_ops.h; qb_engine_tables_check) */
 #define QB_STORE_OPS(X, T) X(T, config_load) X(T, outbox_cycle) X(T, outbox_unpark) \
-	X(T, outbox_unroute) X(T, outbox_reclaim) X(T, outbox_retention) X(T, inbox_insert) \
+	X(T, outbox_unroute) X(T, outbox_reclaim) X(T, outbox_sweep) X(T, outbox_retention) X(T, inbox_insert) \
 	X(T, query_text) X(T, relay_claim) X(T, relay_forward)
 
 extern void qb_outbox_rows_free(QbOutboxRow *rows, int n);
