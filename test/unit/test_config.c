@@ -302,7 +302,7 @@ static void
 test_unknown_keys(void **state)
 {
 	refuse("outbox:\n  batchsize: 5\n",
-		   "outbox.batchsize: unknown key (allowed: pollIntervalMs, batchSize, maxAttempts, claimTimeoutMs, backoff, retention)",
+		   "outbox.batchsize: unknown key (allowed: pollIntervalMs, batchSize, maxAttempts, claimTimeoutMs, takeover, backoff, retention)",
 		   "did you mean batchSize?", "(line 2, column 3)", NULL);
 	refuse("outbox: {}\nsinks:\n  a: {}\n",
 		   "sinks: unknown key (allowed: outbox, destinations, routes, sources, inbox, http, admin, database, daemon)", "(line 2, column 1)", NULL);

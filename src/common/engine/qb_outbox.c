@@ -1111,6 +1111,7 @@ qbo_reload(QboEngine *e)
 	/* a new retention period takes effect now, not at the old schedule */
 	e->next_retention = 0;
 	e->next_unpark = 0;
+	qb_store_takeover(e->host, e->store, e->cfg->outbox.takeover);
 	qb_log(e->host, QB_LOG_INFO, "configuration loaded: %d destinations, %d routes",
 		   e->cfg->ndestinations, e->cfg->nroutes);
 	/* nothing is in flight: drop what no destination uses */

@@ -257,6 +257,17 @@ typedef struct QbStore
 	int			(*query_text) (void *ctx, QbQuery query, const char *const *params,
 							   long timeout_ms, char **out, char *err, size_t errlen);
 
+	/*
+	 * Takeover (docs/operations.md, "After a crash"): on, this store's
+	 * claims from now on record it as their claimer, whose liveness the
+	 * database sees (a session lock held for as long as its session lives),
+	 * so a peer takes them over at once when it is gone; off, they record
+	 * none and are taken over when their lease ends.  A store that cannot
+	 * show liveness (a connection through a pooler in transaction mode)
+	 * records none and returns 0.  NULL: no claimer, ever.
+	 */
+	int			(*claimer) (void *ctx, bool on, char *err, size_t errlen);
+
 	/* claim up to batch_size push inbox rows under token with a lease */
 	int			(*relay_claim) (void *ctx, int batch_size, long lease_ms,
 								const char *token, QbRelayRow **rows, int *nrows,
@@ -287,6 +298,20 @@ extern const char *qb_settle_kind_name(QbSettleKind k);
 
 /* A random (version 4) UUID in canonical text form, from OpenSSL RAND_bytes. */
 extern bool qb_uuid_v4(char out[QB_UUID_LEN + 1]);
+
+/*
+ * A claimer id: random, positive, not 0 (0 stands for none); 0 when no
+ * random bytes could be had.
+ */
+extern int64_t qb_claimer_id(void);
+
+/*
+ * qb_store_takeover asks store for takeover on or off (QbStore.claimer,
+ * when it has one) and logs a warning on the host when it failed: the
+ * claims then record no claimer until the next call.
+ */
+struct QbHost;
+extern void qb_store_takeover(const struct QbHost *host, const QbStore *store, bool on);
 
 /*
  * What a store's failed query_text statement means to its caller, from the

@@ -55,6 +55,15 @@
  * is prepared by name: each is sent with its text (an unnamed statement,
  * parsed each time), and the session settings above are best effort.
  *
+ * Takeover (qb_sql_pg.h, "Takeover"): when the engine asks for it
+ * (QbStore.claimer), each connect takes a session advisory lock on the
+ * store's claimer id and the claims record that id; the lock is held for
+ * the connection's life, so when the role dies (or loses its connection)
+ * its rows are taken over at once by any peer.  Through a pooler in
+ * transaction mode no lock is taken: the session that would hold it is the
+ * pooler's, which outlives the role (or is closed under it); claims record
+ * no claimer and are taken over by lease only (docs/operations.md).
+ *
  * Secrets: messages name the server as user@host:port/dbname, never the
  * URL; the password is scrubbed from whatever libpq says.
  *
@@ -123,6 +132,8 @@ struct QbPqStore
 	char	  **channels;		/* LISTEN after every connect */
 	int			nchannels;
 	const QbConfig *cfg;		/* borrowed, for the inbox replay's topics */
+	bool		takeover;		/* the engine asked for it (QbStore.claimer) */
+	int64_t		claimer_id;		/* the id whose lock this connection holds; 0: none */
 };
 
 /* ---- messages ------------------------------------------------------------ */
@@ -206,6 +217,7 @@ qbpq_drop(QbPqStore *s)
 		PQfinish(s->conn);
 	s->conn = NULL;
 	memset(s->prepared, 0, sizeof(s->prepared));
+	s->claimer_id = 0;			/* the lock went with the session */
 }
 
 /* qbpq_lost: does this failure mean the connection is gone? */
@@ -676,8 +688,46 @@ qbpq_listen_one(QbPqStore *s, const char *channel, char *err, size_t errlen)
 }
 
 /*
+ * qbpq_claimer_lock takes the lock of a fresh claimer id on this session,
+ * drawing again when another session holds it.  Not through a pooler.
+ */
+static int
+qbpq_claimer_lock(QbPqStore *s, char *err, size_t errlen)
+{
+	for (int tries = 0; tries < 8 && s->claimer_id == 0 && !s->unnamed; tries++)
+	{
+		int64_t		id = qb_claimer_id();
+		QbpqArgs	a = {0};
+		PGresult   *res;
+		bool		got;
+
+		if (id == 0)
+		{
+			snprintf(err, errlen, "no random bytes for a claimer id");
+			return -1;
+		}
+		qbpq_args_int(&a, 0, id);
+		if ((res = qbpq_run(s, QB_PG_S_CLAIMER_LOCK, &a, PGRES_TUPLES_OK, "taking the claimer lock",
+							err, errlen)) == NULL)
+			return -1;
+		got = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+		PQclear(res);
+		if (got)
+			s->claimer_id = id;
+	}
+	return 0;
+}
+
+/* the claimer a claim records: 0 records none */
+static int64_t
+qbpq_claimer(const QbPqStore *s)
+{
+	return s->takeover ? s->claimer_id : 0;
+}
+
+/*
  * qbpq_session sets up a new connection as the extension's workers set up
- * their backend, then issues the LISTENs.
+ * their backend, then issues the LISTENs and takes the claimer lock.
  */
 static int
 qbpq_session(QbPqStore *s, char *err, size_t errlen)
@@ -700,7 +750,7 @@ qbpq_session(QbPqStore *s, char *err, size_t errlen)
 	for (int i = 0; i < s->nchannels; i++)
 		if (qbpq_listen_one(s, s->channels[i], err, errlen) != 0)
 			return -1;
-	return 0;
+	return s->takeover ? qbpq_claimer_lock(s, err, errlen) : 0;
 }
 
 /* qbpq_open makes one connection attempt. */
@@ -1005,6 +1055,7 @@ qbpq_settle(QbPqStore *s, const QbSettle *st, int n, const QbClaimReq *claim,
 			p->v[1] = claim->token;
 			qbpq_args_int(p, 2, claim->lease_ms);
 			qbpq_args_int(p, 3, claim->default_max_attempts);
+			qbpq_args_int(p, 4, qbpq_claimer(s));
 		}
 	}
 	rc = 0;
@@ -1063,6 +1114,7 @@ qbpq_claim(QbPqStore *s, const QbClaimReq *c, QbPgArray *probes, QbCycleOut *out
 	if ((a.v[7] = qb_pg_array_text(probes)) == NULL)
 		a.oom = true;
 	qbpq_args_array(&a, 8);
+	qbpq_args_int(&a, 9, qbpq_claimer(s));
 	/* the cycle's last statement: its COMMIT goes with it */
 	if ((res = qbpq_run_commit(s, QB_PG_S_CLAIM, &a, PGRES_TUPLES_OK, "the outbox claim",
 						err, errlen)) != NULL)
@@ -1266,6 +1318,7 @@ qbpq_relay_claim_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 	qbpq_args_int(&a, 0, c->batch_size);
 	qbpq_args_int(&a, 1, c->lease_ms);
 	a.v[2] = c->token;
+	qbpq_args_int(&a, 3, qbpq_claimer(s));
 	if ((res = qbpq_run_commit(s, QB_PG_S_RELAY_CLAIM, &a, PGRES_TUPLES_OK, "relay claim",
 						err, errlen)) == NULL)
 		return -1;
@@ -1573,6 +1626,25 @@ qbpq_config_load(void *ctx, char **text, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * qbpq_claimer_op: QbStore.claimer.  A lock once taken is kept while the
+ * connection lives, also when takeover is turned off: rows claimed under it
+ * may still be in flight.
+ */
+static int
+qbpq_claimer_op(void *ctx, bool on, char *err, size_t errlen)
+{
+	QbPqStore  *s = ctx;
+
+	s->takeover = on;
+	if (!on || s->claimer_id != 0 || s->unnamed)
+		return 0;
+	if (qbpq_ensure(s, err, errlen) != 0)
+		return -1;
+	/* a fresh connection took it in its session set-up */
+	return qbpq_claimer_lock(s, err, errlen);
+}
+
 /* ---- the API ----------------------------------------------------------------------- */
 
 QbPqStore *
@@ -1609,6 +1681,7 @@ qb_pq_store_ops(QbPqStore *s, QbStore *store)
 		.outbox_retention = qbpq_outbox_retention,
 		.inbox_insert = qbpq_inbox_insert,
 		.query_text = qbpq_query_text,
+		.claimer = qbpq_claimer_op,
 		.relay_claim = qbpq_relay_claim,
 		.relay_forward = qbpq_relay_forward,
 	};
