@@ -21,3 +21,6 @@ COMMENT ON COLUMN queuebox.outbox.claimer IS
 	'While processing: the worker that claimed the row, by the session advisory lock it holds while it runs (pg_locks, objsubid 1); when no session holds that lock the reclaim step takes the row over at once. NULL: taken over only when its lease expires (takeover off, or a pooled daemon connection).';
 COMMENT ON COLUMN queuebox.inbox.claimer IS
 	'While a push row is processing: the relay that claimed it, by its session advisory lock (as outbox.claimer); the next relay claim takes the row over when no session holds that lock. NULL for pull rows: their leases belong to the application.';
+
+CREATE OR REPLACE FUNCTION queuebox._schema_version() RETURNS text
+	LANGUAGE sql IMMUTABLE AS $$ SELECT '0.3.3'::text $$;

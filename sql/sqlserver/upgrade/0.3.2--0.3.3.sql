@@ -449,3 +449,11 @@ BEGIN
 	ORDER BY i.created_at, i.id;
 END
 GO
+DROP FUNCTION queuebox._schema_version;
+GO
+CREATE FUNCTION queuebox._schema_version() RETURNS NVARCHAR(50)
+AS
+BEGIN
+	RETURN N'0.3.3';
+END
+GO

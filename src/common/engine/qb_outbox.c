@@ -1036,7 +1036,7 @@ qbo_housekeeping(QboEngine *e, long now)
 		else if (n > 0)
 		{
 			e->stats->reclaimed += n;
-			qb_log(e->host, QB_LOG_INFO, "returned %d rows with expired leases to pending", n);
+			qb_log(e->host, QB_LOG_INFO, "returned %d rows to pending: expired leases, or claims of workers that are gone (takeover)", n);
 		}
 	}
 	if (now >= e->next_unpark && e->cfg->ndestinations > 0)

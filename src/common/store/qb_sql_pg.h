@@ -29,22 +29,24 @@
  *	  at once (the reclaim, the relay claim) as an expired lease is: a new
  *	  claim gets a new token, so the old one's settle changes nothing.  A
  *	  lock held by someone else by chance only makes a gone claimer look
- *	  alive: the lease is still the safety net.  The live claimers are read
- *	  from pg_locks once per statement, and only when a processing row with
- *	  a claimer is not expired.
+ *	  alive: the lease is still the safety net.  The live claimers are the
+ *	  granted advisory locks of this database with one bigint key (pg_locks,
+ *	  objsubid 1: classid the high half, objid the low), read once per
+ *	  statement (an InitPlan), and only when a processing row with a
+ *	  claimer is not expired.
  *-------------------------------------------------------------------------
  */
 
 /*
- * The claimers whose session advisory lock (one bigint key: objsubid 1)
- * some session of this database holds.  An array, so a row's test is
- * "claimer <> ALL (...)": NULL (no claimer) is never taken over.
+ * QB_PG_CLAIMER_GONE(col): the claimer in col is gone, no session of this
+ * database holding its lock.  NULL (no claimer) is never gone: the test
+ * comes first, as "<> ALL" of an empty array is true even for NULL.
  */
-#define QB_PG_LIVE_CLAIMERS \
-	"ARRAY(SELECT (l.classid::int8 << 32) | l.objid::int8 FROM pg_catalog.pg_locks l" \
-	"      WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted" \
-	"        AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d" \
-	"                          WHERE d.datname = current_database()))"
+#define QB_PG_CLAIMER_GONE(col) \
+	col " IS NOT NULL AND " col " <> ALL (ARRAY(" \
+	" SELECT (l.classid::int8 << 32) | l.objid::int8 FROM pg_catalog.pg_locks l" \
+	" WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted" \
+	"   AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())))"
 
 /*
  * Claimer lock: $1 int8 the claimer id.  Session level, held until the
@@ -419,7 +421,7 @@
 	" WHERE o.id = ANY (ARRAY(" \
 	"   SELECT x.id FROM queuebox.outbox x" \
 	"   WHERE x.state = 'processing'" \
-	"     AND (x.lease_until < now() OR x.claimer <> ALL (" QB_PG_LIVE_CLAIMERS "))" \
+	"     AND (x.lease_until < now() OR " QB_PG_CLAIMER_GONE("x.claimer") ")" \
 	"   ORDER BY x.lease_until LIMIT $1" \
 	"   FOR UPDATE SKIP LOCKED))"
 
@@ -458,7 +460,7 @@
 	"WITH c_lease AS MATERIALIZED (" \
 	"   SELECT c.id, c.aggregate_id, c.created_at FROM queuebox.inbox c" \
 	"   WHERE c.consumption = 'push' AND c.state = 'processing'" \
-	"     AND (c.lease_until < now() OR c.claimer <> ALL (" QB_PG_LIVE_CLAIMERS "))" \
+	"     AND (c.lease_until < now() OR " QB_PG_CLAIMER_GONE("c.claimer") ")" \
 	"   ORDER BY c.lease_until LIMIT $1 FOR UPDATE SKIP LOCKED)," \
 	" c_due AS MATERIALIZED (" \
 	"   SELECT c.id, c.aggregate_id, c.created_at FROM queuebox.inbox c" \
