@@ -133,7 +133,8 @@ struct QbPqStore
 	int			nchannels;
 	const QbConfig *cfg;		/* borrowed, for the inbox replay's topics */
 	bool		takeover;		/* the engine asked for it (QbStore.claimer) */
-	int64_t		claimer_id;		/* the id whose lock this connection holds; 0: none */
+	int64_t		claimer_id;		/* the claims' claimer id; 0: none drawn yet */
+	bool		claimer_held;	/* this connection holds its lock */
 };
 
 /* ---- messages ------------------------------------------------------------ */
@@ -217,7 +218,7 @@ qbpq_drop(QbPqStore *s)
 		PQfinish(s->conn);
 	s->conn = NULL;
 	memset(s->prepared, 0, sizeof(s->prepared));
-	s->claimer_id = 0;			/* the lock went with the session */
+	s->claimer_held = false;	/* the lock went with the session */
 }
 
 /* qbpq_lost: does this failure mean the connection is gone? */
@@ -688,15 +689,18 @@ qbpq_listen_one(QbPqStore *s, const char *channel, char *err, size_t errlen)
 }
 
 /*
- * qbpq_claimer_lock takes the lock of a fresh claimer id on this session,
- * drawing again when another session holds it.  Not through a pooler.
+ * qbpq_claimer_lock takes the lock of the store's claimer id on this
+ * session: after a reconnect the same id, so rows claimed before the
+ * connection was lost stay this role's unless a peer took them over
+ * meanwhile; a fresh id when there is none yet or another session holds
+ * it.  Not through a pooler.
  */
 static int
 qbpq_claimer_lock(QbPqStore *s, char *err, size_t errlen)
 {
-	for (int tries = 0; tries < 8 && s->claimer_id == 0 && !s->unnamed; tries++)
+	for (int tries = 0; tries < 8 && !s->claimer_held && !s->unnamed; tries++)
 	{
-		int64_t		id = qb_claimer_id();
+		int64_t		id = s->claimer_id != 0 && tries == 0 ? s->claimer_id : qb_claimer_id();
 		QbpqArgs	a = {0};
 		PGresult   *res;
 		bool		got;
@@ -713,7 +717,10 @@ qbpq_claimer_lock(QbPqStore *s, char *err, size_t errlen)
 		got = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 		PQclear(res);
 		if (got)
+		{
 			s->claimer_id = id;
+			s->claimer_held = true;
+		}
 	}
 	return 0;
 }
@@ -722,7 +729,7 @@ qbpq_claimer_lock(QbPqStore *s, char *err, size_t errlen)
 static int64_t
 qbpq_claimer(const QbPqStore *s)
 {
-	return s->takeover ? s->claimer_id : 0;
+	return s->takeover && s->claimer_held ? s->claimer_id : 0;
 }
 
 /*
@@ -1637,7 +1644,7 @@ qbpq_claimer_op(void *ctx, bool on, char *err, size_t errlen)
 	QbPqStore  *s = ctx;
 
 	s->takeover = on;
-	if (!on || s->claimer_id != 0 || s->unnamed)
+	if (!on || s->claimer_held || s->unnamed)
 		return 0;
 	if (qbpq_ensure(s, err, errlen) != 0)
 		return -1;

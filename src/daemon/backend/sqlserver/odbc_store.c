@@ -53,7 +53,8 @@ struct QbOdbcStore
 	QbStoreBackoff backoff;
 	const QbConfig *cfg;
 	bool		takeover;		/* the engine asked for it (QbStore.claimer) */
-	int64_t		claimer_id;		/* the id whose applock this session holds; 0: none */
+	int64_t		claimer_id;		/* the claims' claimer id; 0: none drawn yet */
+	bool		claimer_held;	/* this session holds its applock */
 };
 
 /* ---- connections and transactions ------------------------------------------------ */
@@ -63,7 +64,7 @@ qbos_drop(QbOdbcStore *s)
 {
 	qb_odbc_close(s->conn);
 	s->conn = NULL;
-	s->claimer_id = 0;			/* the applock went with the session */
+	s->claimer_held = false;	/* the applock went with the session */
 }
 
 static int	qbos_claimer_lock(QbOdbcStore *s, char *err, size_t errlen);
@@ -154,7 +155,7 @@ qbos_timeout(const QbOdbcStore *s, long op_ms)
 #define QBOS_INT(v)		((QbOdbcParam) {.type = QBO_T_INT, .num = (v)})
 #define QBOS_UUID(v)	((QbOdbcParam) {.type = QBO_T_UUID, .text = (v)})
 /* the claimer a claim records (NULL: none) */
-#define QBOS_CLAIMER(s) ((s)->takeover && (s)->claimer_id != 0 ? QBOS_INT((s)->claimer_id) : QBOS_TEXT(NULL))
+#define QBOS_CLAIMER(s) ((s)->takeover && (s)->claimer_held ? QBOS_INT((s)->claimer_id) : QBOS_TEXT(NULL))
 
 static long long
 qbos_num(const char *v)
@@ -822,17 +823,18 @@ qbos_lock_row(void *arg, int set, int ncols, char **v)
 }
 
 /*
- * qbos_claimer_lock takes the session applock of a fresh claimer id,
- * drawing again when another session holds it.  sp_getapplock answers 0
+ * qbos_claimer_lock takes the session applock of the store's claimer id
+ * (after a reconnect the same one, as the libpq store), or of a fresh one
+ * when there is none yet or another session holds it.  sp_getapplock answers 0
  * or 1 when granted, below 0 when not (SQL Server -1 at once with
  * @LockTimeout = 0).
  */
 static int
 qbos_claimer_lock(QbOdbcStore *s, char *err, size_t errlen)
 {
-	for (int tries = 0; tries < 8 && s->claimer_id == 0; tries++)
+	for (int tries = 0; tries < 8 && !s->claimer_held; tries++)
 	{
-		int64_t		id = qb_claimer_id();
+		int64_t		id = s->claimer_id != 0 && tries == 0 ? s->claimer_id : qb_claimer_id();
 		char		res[64];
 		long long	r = -1;
 		QbOdbcClass cls;
@@ -851,7 +853,10 @@ qbos_claimer_lock(QbOdbcStore *s, char *err, size_t errlen)
 						 p, 1, s->statement_timeout_ms, qbos_lock_row, &r, &cls, err, errlen) != 0)
 			return -1;
 		if (r >= 0)
+		{
 			s->claimer_id = id;
+			s->claimer_held = true;
+		}
 	}
 	return 0;
 }
@@ -867,7 +872,7 @@ qbos_claimer_op(void *ctx, bool on, char *err, size_t errlen)
 	QbOdbcStore *s = ctx;
 
 	s->takeover = on;
-	if (!on || s->claimer_id != 0)
+	if (!on || s->claimer_held)
 		return 0;
 	if (qbos_ensure(s, err, errlen) != 0)
 		return -1;
