@@ -16,6 +16,10 @@
  *	- A destination's circuit: closed (takes rows), open (rows held, no
  *	  attempt spent), half-open (one probe row in flight), disabled (a 410
  *	  Gone, until an operator resumes it); a Retry-After pauses it.
+ *	- A claimer: the store's session, named by an id whose session lock it
+ *	  holds while it lives (QbStore.claimer).  A claim records it; the
+ *	  rows of a claimer whose lock is free are taken over at once, as an
+ *	  expired lease is (takeover).  The lease stays the safety net.
  *
  * Transaction rules: each call is one short transaction of its own, committed
  * before it returns.  No call is ever made while network I/O is in flight on
