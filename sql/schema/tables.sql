@@ -34,7 +34,8 @@ CREATE TABLE queuebox.outbox (
 	last_error		text,
 	destination		text,
 	hold			varchar(20)
-		CONSTRAINT outbox_hold_check CHECK (hold IN ('key', 'destination', 'ready', 'intake'))
+		CONSTRAINT outbox_hold_check CHECK (hold IN ('key', 'destination', 'ready', 'intake')),
+	claimer			bigint
 ) WITH (fillfactor = 80,
 	  -- a queue table: every row is updated twice, so vacuum it early and
 	  -- often; until it is, claims walk the dead entries of delivered rows
@@ -54,6 +55,8 @@ COMMENT ON COLUMN queuebox.outbox.max_attempts IS
 	'Delivery attempts before the row goes dead; NULL takes outbox.maxAttempts from the configuration.';
 COMMENT ON COLUMN queuebox.outbox.lease_until IS
 	'While processing: when the claim expires and the reclaim step returns the row to pending.';
+COMMENT ON COLUMN queuebox.outbox.claimer IS
+	'While processing: the worker that claimed the row, by the session advisory lock it holds while it runs (pg_locks, objsubid 1); when no session holds that lock the reclaim step takes the row over at once. NULL: taken over only when its lease expires (takeover off, or a pooled daemon connection).';
 COMMENT ON COLUMN queuebox.outbox.destination IS
 	'The destination the row is routed to: at insert (the outbox_route trigger) or at its first claim; NULL until then.';
 COMMENT ON COLUMN queuebox.outbox.hold IS
@@ -138,6 +141,7 @@ CREATE TABLE queuebox.inbox (
 	last_error		text,
 	hold			varchar(20)
 		CONSTRAINT inbox_hold_check CHECK (hold IN ('aggregate')),
+	claimer			bigint,
 	CONSTRAINT inbox_source_idempotency_key UNIQUE (source, idempotency_key)
 ) WITH (fillfactor = 80,
 	  autovacuum_vacuum_scale_factor = 0.01,
@@ -149,6 +153,8 @@ COMMENT ON TABLE queuebox.inbox IS
 	'Messages received from outside, stored once per (source, idempotency_key). Push rows are forwarded by the relay; pull rows are consumed with queuebox.inbox_claim() and friends.';
 COMMENT ON COLUMN queuebox.inbox.consumption IS
 	'push: the relay forwards the row into the outbox; pull: the application consumes it. Stored at receipt.';
+COMMENT ON COLUMN queuebox.inbox.claimer IS
+	'While a push row is processing: the relay that claimed it, by its session advisory lock (as outbox.claimer); the next relay claim takes the row over when no session holds that lock. NULL for pull rows: their leases belong to the application.';
 COMMENT ON COLUMN queuebox.inbox.hold IS
 	'aggregate: a pending row waiting for an earlier open row of its aggregate (released when that row ends); NULL: claimable when due.';
 

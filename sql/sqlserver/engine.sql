@@ -67,9 +67,11 @@ GO
  * (one row, one column); the destination states (destination, state,
  * failures, paused, probe; empty without a claim); the rows changed by the
  * promotion and the claim (as QB_PG_OUTBOX_CLAIM returns them).
+ * @claimer: the claimer the rows it claims record (NULL: none; takeover,
+ * _claimer_gone).
  */
 CREATE PROCEDURE queuebox._outbox_cycle
-	@tallies NVARCHAR(MAX), @settles NVARCHAR(MAX), @claim NVARCHAR(MAX)
+	@tallies NVARCHAR(MAX), @settles NVARCHAR(MAX), @claim NVARCHAR(MAX), @claimer BIGINT = NULL
 AS
 BEGIN
 	SET NOCOUNT ON;
@@ -216,7 +218,8 @@ BEGIN
 		SET state = CASE WHEN p.claim = 1 THEN N'processing' ELSE N'pending' END,
 			hold = CASE WHEN p.claim = 1 THEN NULL WHEN o.destination IS NULL THEN N'ready' END,
 			claim_token = CASE WHEN p.claim = 1 THEN @token END,
-			lease_until = CASE WHEN p.claim = 1 THEN queuebox._after(@now, @lease) END
+			lease_until = CASE WHEN p.claim = 1 THEN queuebox._after(@now, @lease) END,
+			claimer = CASE WHEN p.claim = 1 THEN @claimer END
 		FROM queuebox.outbox o JOIN @promoted p ON p.id = o.id
 		WHERE o.state = N'pending' AND o.hold = N'key';
 		INSERT @rows (id, claimed, destination, src, not_due)
@@ -328,7 +331,8 @@ BEGIN
 		SET state = CASE WHEN b.cid IS NULL THEN N'processing' ELSE N'pending' END,
 			hold = CASE WHEN b.cid IS NULL THEN NULL WHEN l.id IS NOT NULL THEN N'key' ELSE N'ready' END,
 			claim_token = CASE WHEN b.cid IS NULL THEN @token END,
-			lease_until = CASE WHEN b.cid IS NULL THEN queuebox._after(@now, @lease) END
+			lease_until = CASE WHEN b.cid IS NULL THEN queuebox._after(@now, @lease) END,
+			claimer = CASE WHEN b.cid IS NULL THEN @claimer END
 		FROM queuebox.outbox o
 		JOIN @cand c ON c.id = o.id
 		LEFT JOIN @blk b ON b.cid = c.id
@@ -410,24 +414,52 @@ BEGIN
 END
 GO
 
-/* _outbox_reclaim (QB_PG_OUTBOX_RECLAIM): expired leases back to pending, at most @limit. */
-CREATE PROCEDURE queuebox._outbox_reclaim @limit INT
+/*
+ * _claimer_gone: is the claimer of a processing row gone?  Each claimer
+ * (a role's connection) holds the session applock
+ * N'queuebox.claimer.<id>' for as long as it lives (sp_getapplock,
+ * @LockOwner = 'Session'); the applock is free when no session holds it.
+ * @own is the caller's claimer: a session's own applock tests free to
+ * itself, so its own rows are never gone.  NULL (no claimer): never gone.
+ */
+CREATE FUNCTION queuebox._claimer_gone(@claimer BIGINT, @own BIGINT)
+RETURNS BIT
+AS
+BEGIN
+	IF @claimer IS NULL OR @claimer = ISNULL(@own, 0)
+		RETURN 0;
+	RETURN CASE WHEN APPLOCK_TEST(N'public', CONCAT(N'queuebox.claimer.', @claimer), N'Exclusive', N'Session') = 1
+				THEN 1 ELSE 0 END;
+END
+GO
+
+/*
+ * _outbox_reclaim (QB_PG_OUTBOX_RECLAIM): expired leases, and the claims
+ * of claimers that are gone (takeover), back to pending, at most @limit.
+ * @claimer is the caller's own (NULL: none).
+ */
+CREATE PROCEDURE queuebox._outbox_reclaim @limit INT, @claimer BIGINT = NULL
 AS
 BEGIN
 	SET NOCOUNT ON;
 	SET XACT_ABORT ON;
 	DECLARE @now DATETIME2(6) = SYSUTCDATETIME();
 	DECLARE @n INT;
+	DECLARE @x TABLE (id BIGINT PRIMARY KEY, claimer BIGINT);
 
+	INSERT @x (id, claimer)
+		SELECT TOP (@limit) x.id, x.claimer FROM queuebox.outbox x WITH (ROWLOCK, READPAST, UPDLOCK)
+		WHERE x.state = N'processing'
+		  AND (x.lease_until < @now OR queuebox._claimer_gone(x.claimer, @claimer) = 1)
+		ORDER BY x.lease_until;
 	UPDATE o
-	SET state = N'pending', claim_token = NULL, lease_until = NULL,
+	SET state = N'pending', claim_token = NULL, lease_until = NULL, claimer = NULL,
 		hold = CASE WHEN o.destination IS NULL THEN N'ready' END,
-		last_error = N'lease expired: the claim was not settled within outbox.claimTimeoutMs; returned to pending'
-	FROM queuebox.outbox o
-	WHERE o.id IN (SELECT TOP (@limit) x.id FROM queuebox.outbox x WITH (ROWLOCK, READPAST, UPDLOCK)
-				   WHERE x.state = N'processing' AND x.lease_until < @now
-				   ORDER BY x.lease_until)
-	  AND o.state = N'processing' AND o.lease_until < @now;
+		last_error = CASE WHEN o.lease_until < @now
+			THEN N'lease expired: the claim was not settled within outbox.claimTimeoutMs; returned to pending'
+			ELSE N'taken over: the worker that claimed it is gone (its session ended); returned to pending' END
+	FROM queuebox.outbox o JOIN @x x ON x.id = o.id
+	WHERE o.state = N'processing' AND (o.lease_until < @now OR o.claimer = x.claimer);
 	SET @n = @@ROWCOUNT;
 	SELECT @n AS reclaimed;
 END
@@ -555,9 +587,12 @@ GO
  * _relay_claim (QB_PG_RELAY_CLAIM): up to @batch push rows under @token
  * with a lease of @lease ms, one in flight per aggregate across every push
  * source, in created_at order.  Returns the claimed rows: id, source,
- * event_type, in created_at order.
+ * event_type, in created_at order.  @claimer: the claimer the rows record
+ * (NULL: none); a row whose claimer is gone is taken over as an expired
+ * lease is.
  */
-CREATE PROCEDURE queuebox._relay_claim @batch INT, @lease BIGINT, @token UNIQUEIDENTIFIER
+CREATE PROCEDURE queuebox._relay_claim @batch INT, @lease BIGINT, @token UNIQUEIDENTIFIER,
+	@claimer BIGINT = NULL
 AS
 BEGIN
 	SET NOCOUNT ON;
@@ -571,7 +606,8 @@ BEGIN
 	INSERT @cand (id, aggregate_id, created_at)
 		SELECT TOP (@batch) c.id, c.aggregate_id, c.created_at
 		FROM queuebox.inbox c WITH (ROWLOCK, READPAST, UPDLOCK)
-		WHERE c.consumption = N'push' AND c.state = N'processing' AND c.lease_until < @now
+		WHERE c.consumption = N'push' AND c.state = N'processing'
+		  AND (c.lease_until < @now OR queuebox._claimer_gone(c.claimer, @claimer) = 1)
 		ORDER BY c.lease_until;
 	SET @left = @batch - @@ROWCOUNT;
 	IF @left > 0
@@ -598,13 +634,15 @@ BEGIN
 	SET state = CASE WHEN b.cid IS NULL THEN N'processing' ELSE N'pending' END,
 		hold = CASE WHEN b.cid IS NULL THEN NULL ELSE N'aggregate' END,
 		claim_token = CASE WHEN b.cid IS NULL THEN @token END,
-		lease_until = CASE WHEN b.cid IS NULL THEN queuebox._after(@now, @lease) END
+		lease_until = CASE WHEN b.cid IS NULL THEN queuebox._after(@now, @lease) END,
+		claimer = CASE WHEN b.cid IS NULL THEN @claimer END
 	FROM queuebox.inbox i
 	JOIN @cand c ON c.id = i.id
 	LEFT JOIN @blk b ON b.cid = c.id
 	WHERE (b.cid IS NULL OR b.bid IN (SELECT id FROM @lk))
 	  AND ((i.state = N'pending' AND i.claim_token IS NULL)
-		   OR (i.state = N'processing' AND i.lease_until < @now));
+		   OR (i.state = N'processing'
+			   AND (i.lease_until < @now OR queuebox._claimer_gone(i.claimer, @claimer) = 1)));
 	/*
 	 * The re-check, a statement after the park: a row parked behind an
 	 * earlier row that has ended by now is released.  A Babelfish engine

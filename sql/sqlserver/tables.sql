@@ -66,7 +66,9 @@ CREATE TABLE queuebox.outbox (
 	last_error		NVARCHAR(MAX) NULL,
 	destination		NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NULL,
 	hold			NVARCHAR(20) NULL
-		CONSTRAINT outbox_hold_check CHECK (hold IN (N'key', N'destination', N'ready', N'intake'))
+		CONSTRAINT outbox_hold_check CHECK (hold IN (N'key', N'destination', N'ready', N'intake')),
+	-- while processing: the claimer whose session applock shows it alive (engine.sql _claimer_gone)
+	claimer			BIGINT NULL
 );
 
 -- One filtered index per place a pending row can wait in, as on PostgreSQL
@@ -137,7 +139,8 @@ CREATE TABLE queuebox.inbox (
 	claim_token		UNIQUEIDENTIFIER NULL,
 	lease_until		DATETIME2(6) NULL,
 	last_error		NVARCHAR(MAX) NULL,
-	hold			NVARCHAR(20) NULL CONSTRAINT inbox_hold_check CHECK (hold IN (N'aggregate'))
+	hold			NVARCHAR(20) NULL CONSTRAINT inbox_hold_check CHECK (hold IN (N'aggregate')),
+	claimer			BIGINT NULL
 );
 -- Stored once per (source, idempotency key): a second insert answers 2601
 -- (2627 on some engines), which the daemon counts as a duplicate.

@@ -13,6 +13,15 @@
  * transaction and comes back as -1 with the message; the core never sees a
  * longjmp, so its malloc'd state is never abandoned.  Results are copied
  * into malloc'd memory before commit.
+ *
+ * Takeover: with outbox.takeover (inbox.relay.takeover for the relay) the
+ * worker takes a session advisory lock on a random claimer id once and
+ * records that id on every row it claims (qb_sql_pg.h, "Takeover").  The
+ * lock lives as long as the worker's backend: when the worker exits, or
+ * the postmaster restarts, it is gone and the rows are taken over at once.
+ * Why no more than that: every claimer of this database lives inside this
+ * one postmaster, so its lock table already knows who runs; the launcher
+ * need not say.
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -34,6 +43,17 @@
 
 /* the saved plan of each statement, prepared on first use */
 static SPIPlanPtr qbs_plans[QB_PG_NSTMTS];
+
+/* the id this worker's session holds the lock of (0: none yet), and whether claims record it */
+static int64 qbs_claimer_id;
+static bool qbs_takeover;
+
+/* the claimer a claim records: 0 records none */
+static int64
+qbs_claimer(void)
+{
+	return qbs_takeover ? qbs_claimer_id : 0;
+}
 
 /* Each QbPgType as SPI takes it, and an array type's element type. */
 static const Oid qbs_oids[QB_PG_NTYPES] = {
@@ -477,8 +497,8 @@ qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, Qb
 	}
 	if (nkeys > 0)
 	{
-		Datum		a[4];
-		char		n[4] = "    ";
+		Datum		a[5];
+		char		n[5] = "     ";
 
 		a[0] = PointerGetDatum(qb_text_array(keys, nkeys));
 		if (claim != NULL)
@@ -486,11 +506,12 @@ qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, Qb
 			a[1] = DirectFunctionCall1(uuid_in, CStringGetDatum(claim->token));
 			a[2] = Int64GetDatum(claim->lease_ms);
 			a[3] = Int32GetDatum(claim->default_max_attempts);
+			a[4] = Int64GetDatum(qbs_claimer());
 		}
 		else
 		{
-			n[1] = n[2] = n[3] = 'n';
-			a[1] = a[2] = a[3] = (Datum) 0;
+			n[1] = n[2] = n[3] = n[4] = 'n';
+			a[1] = a[2] = a[3] = a[4] = (Datum) 0;
 		}
 		p = qbs_prepare(QB_PG_S_PROMOTE);
 		if (SPI_execute_plan(p, a, n, false, 0) != SPI_OK_UPDATE_RETURNING)
@@ -586,7 +607,7 @@ qbs_states(long probe_ms, QbCycleOut *out)
 static void
 qbs_claim(const QbClaimReq *c, Datum probes, QbCycleOut *out)
 {
-	Datum		v[9];
+	Datum		v[10];
 	QbsColumns	d = qbs_columns_new(3, c->ndests);
 	static const int dest_params[3] = {5, 6, 8};	/* $6 names, $7 limits, $9 floors */
 	Datum		arrays[3];
@@ -608,6 +629,7 @@ qbs_claim(const QbClaimReq *c, Datum probes, QbCycleOut *out)
 	v[6] = arrays[1];
 	v[7] = probes;
 	v[8] = arrays[2];
+	v[9] = Int64GetDatum(qbs_claimer());
 	if (SPI_execute_plan(p, v, NULL, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "the outbox claim failed");
 	qbs_take_rows(out);
@@ -854,7 +876,8 @@ static int
 qbs_relay_claim(void *ctx, int batch_size, long lease_ms, const char *token,
 				QbRelayRow **rows_out, int *nrows_out, char *err, size_t errlen)
 {
-	Datum		values[3] = {Int32GetDatum(batch_size), Int64GetDatum(lease_ms), 0};
+	Datum		values[4] = {Int32GetDatum(batch_size), Int64GetDatum(lease_ms), 0,
+	Int64GetDatum(qbs_claimer())};
 
 	return qbs_claim_call(QB_PG_S_RELAY_CLAIM, "queuebox: relay claim",
 						  SPI_OK_SELECT, values, 2, token, sizeof(QbRelayRow),
@@ -1103,6 +1126,43 @@ qbs_query_text(void *ctx, QbQuery query, const char *const *params, long timeout
 	return qb_query_failure(unpack_sql_state(code));
 }
 
+/* qbs_claimer_lock_body: take the lock of a fresh claimer id, drawing again when it is taken. */
+static void
+qbs_claimer_lock_body(void *arg)
+{
+	SPIPlanPtr	p = qbs_prepare(QB_PG_S_CLAIMER_LOCK);
+
+	for (int tries = 0; tries < 8 && qbs_claimer_id == 0; tries++)
+	{
+		int64		id = qb_claimer_id();
+		Datum		v[1] = {Int64GetDatum(id)};
+		bool		isnull;
+
+		if (id == 0)
+			elog(ERROR, "no random bytes for a claimer id");
+		if (SPI_execute_plan(p, v, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "the claimer lock failed");
+		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+			qbs_claimer_id = id;
+	}
+	if (qbs_claimer_id == 0)
+		elog(ERROR, "every claimer id drawn was locked by another session");
+}
+
+/*
+ * qbs_claimer_op: QbStore.claimer.  The lock, once taken, is kept for the
+ * worker's life even when takeover is turned off: rows claimed under it
+ * may still be in flight.
+ */
+static int
+qbs_claimer_op(void *ctx, bool on, char *err, size_t errlen)
+{
+	qbs_takeover = on;
+	if (!on || qbs_claimer_id != 0)
+		return 0;
+	return qbs_txn("queuebox: claimer lock", qbs_claimer_lock_body, NULL, NULL, NULL, err, errlen);
+}
+
 void
 qb_spi_store_init(QbStore *store)
 {
@@ -1114,6 +1174,7 @@ qb_spi_store_init(QbStore *store)
 	store->outbox_reclaim = qbs_outbox_reclaim;
 	store->outbox_retention = qbs_outbox_retention;
 	store->outbox_sweep = qbs_outbox_sweep;
+	store->claimer = qbs_claimer_op;
 	store->relay_claim = qbs_relay_claim;
 	store->relay_forward = qbs_relay_forward;
 	store->inbox_insert = qbs_inbox_insert;

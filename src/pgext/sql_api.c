@@ -347,7 +347,8 @@ qb_sql_worker_status(PG_FUNCTION_ARGS)
 /*
  * qbsql_run executes one of the worker statements in the caller's
  * transaction with the caller's first arguments, which have the
- * statement's types (qb_pg_stmts).
+ * statement's types (qb_pg_stmts); a claim called from SQL records no
+ * claimer, so only its lease ends it.
  */
 static uint64
 qbsql_run(FunctionCallInfo fcinfo, QbPgStmtId id, int ok_code)
@@ -358,10 +359,11 @@ qbsql_run(FunctionCallInfo fcinfo, QbPgStmtId id, int ok_code)
 	char		nulls[QB_PG_MAXPARAMS];
 	int			rc;
 
+	/* parameters past the function's arguments (a claim's claimer) are NULL: none */
 	for (int i = 0; i < nargs; i++)
 	{
-		values[i] = PG_GETARG_DATUM(i);
-		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+		values[i] = i < PG_NARGS() ? PG_GETARG_DATUM(i) : (Datum) 0;
+		nulls[i] = i >= PG_NARGS() || PG_ARGISNULL(i) ? 'n' : ' ';
 	}
 	rc = SPI_execute_with_args(qb_pg_stmts[id].sql, nargs, types, values, nulls, false, 0);
 	if (rc != ok_code)

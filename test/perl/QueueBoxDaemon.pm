@@ -13,6 +13,9 @@
 #   qbd_log($d), qbd_wait_daemon_log($d, qr/.../, $offset, timeout => 30)
 #   qbd_role_pids($d)                    { 'outbox 0' => pid, ... } from ps
 #   qbd_run(@args)                       [exit code, stdout, stderr]
+#   qbd_upgrade_test($name, $from, fill => sub, snapshot => sub,
+#                    upgraded => sub)    the daemon's --migrate from a
+#                                        frozen fixture, checked (below)
 package QueueBoxDaemon;
 
 use strict;
@@ -31,7 +34,7 @@ use QueueBoxTest;
 
 our @EXPORT = qw(qbd_node qbd_url qbd_start qbd_signal qbd_wait_exit qbd_log
   qbd_wait_daemon_log qbd_role_pids qbd_run qbd_binary qbd_write_conf
-  qbd_install_fixture qbd_migrate);
+  qbd_install_fixture qbd_migrate qbd_upgrade_test);
 
 my @live;
 my $seq = 0;
@@ -204,6 +207,41 @@ sub qbd_migrate
 	return qbd_run('--config',
 		qbd_write_conf(QueueBoxTest::qb_config_yaml(database => { url => qbd_url($node, db => $db) }), "migrate-$db"),
 		'--migrate');
+}
+
+# qbd_upgrade_test($name, $from, fill => sub ($node, $db), snapshot =>
+# sub ($node, $db) -> $state, upgraded => sub ($node, $db, $what, $state)):
+# a cluster with the schema the $from daemon installed, filled, migrated;
+# --migrate says so and records both versions, upgraded() checks the rows
+# against the snapshot from before, a second --migrate changes nothing,
+# and the result equals a fresh install.  Stops the cluster.
+sub qbd_upgrade_test
+{
+	my ($name, $from, %o) = @_;
+	my $latest = $QueueBoxTest::QB_LATEST;
+	my $dn = qbd_node($name);
+	my $err = qbd_install_fixture($dn, $from);
+	is($dn->safe_psql('postgres', 'SELECT queuebox._schema_version()'), $from, "the daemon's $from schema is installed")
+	  or diag $err;
+	$o{fill}->($dn, 'postgres');
+	my $before = $o{snapshot}->($dn, 'postgres');
+	my $r = qbd_migrate($dn, 'postgres');
+	is($r->[0], 0, "--migrate on the $from schema exits 0") or diag $r->[2];
+	like($r->[2], qr/upgraded the QueueBox schema from \Q$from\E to \Q$latest\E/, "--migrate says it upgraded from $from");
+	like($dn->safe_psql('postgres', 'SELECT string_agg(version, \',\' ORDER BY applied_at, version) FROM queuebox.schema_version'),
+		qr/^\Q$from\E,(.*,)?\Q$latest\E$/, "schema_version records $from and every step to the latest");
+	is($dn->safe_psql('postgres', 'SELECT queuebox._schema_version()'), $latest, "_schema_version() says $latest");
+	$o{upgraded}->($dn, 'postgres', 'daemon', $before);
+	$r = qbd_migrate($dn, 'postgres');
+	is($r->[0], 0, 'a second --migrate exits 0');
+	unlike($r->[2], qr/upgraded|created/, 'a second --migrate changes nothing');
+	$dn->safe_psql('postgres', 'CREATE DATABASE fresh OWNER qbd');
+	$r = qbd_migrate($dn, 'fresh');
+	is($r->[0], 0, '--migrate makes a fresh schema') or diag $r->[2];
+	is(qb_schema_description($dn, 'postgres'), qb_schema_description($dn, 'fresh'),
+		'the upgraded daemon schema equals a fresh install');
+	$dn->stop;
+	return;
 }
 
 END

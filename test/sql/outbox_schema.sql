@@ -82,7 +82,7 @@ BEGIN
 END $f$;
 
 \set claim_sql `sed -n '/^#define QB_PG_OUTBOX_CLAIM /,/^$/p' src/common/store/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
-PREPARE claim(int, bigint, int, uuid, bigint, text[], int[], text[], bigint[]) AS :claim_sql;
+PREPARE claim(int, bigint, int, uuid, bigint, text[], int[], text[], bigint[], bigint) AS :claim_sql;
 -- per destination its routed rows (outbox_routed_idx) then its intake from
 -- its floor (outbox_dest_intake_idx), the unrouted intake
 -- (outbox_intake_idx from the floor), ready (outbox_ready_idx), the
@@ -90,17 +90,17 @@ PREPARE claim(int, bigint, int, uuid, bigint, text[], int[], text[], bigint[]) A
 -- outbox_dest_intake_idx), each candidate's blocker (outbox_key_open_idx),
 -- the blockers' locks and the update by primary key
 SELECT * FROM pg_temp.scans('claim',
-  $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY['web'], ARRAY[0]::bigint[]$$);
+  $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY['web'], ARRAY[0]::bigint[], 0$$);
 -- the same with the generic plan (the workers' saved plan may become one)
 SET plan_cache_mode = force_generic_plan;
 SELECT * FROM pg_temp.scans('claim',
-  $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY['web'], ARRAY[0]::bigint[]$$);
+  $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY['web'], ARRAY[0]::bigint[], 0$$);
 RESET plan_cache_mode;
 
 \set promote_sql `sed -n '/^#define QB_PG_OUTBOX_PROMOTE /,/^$/p' src/common/store/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
-PREPARE promote(text[], uuid, bigint, int) AS :promote_sql;
+PREPARE promote(text[], uuid, bigint, int, bigint) AS :promote_sql;
 -- the promotion: the first open row of each key (outbox_key_open_idx), claimed with the cycle's token
-SELECT * FROM pg_temp.scans('promote', $$ARRAY['h1', 'h2'], '11111111-1111-1111-1111-111111111111', 60000, 10$$);
+SELECT * FROM pg_temp.scans('promote', $$ARRAY['h1', 'h2'], '11111111-1111-1111-1111-111111111111', 60000, 10, 0$$);
 
 \set unpark_sql `sed -n '/^#define QB_PG_OUTBOX_UNPARK /,/^$/p' src/common/store/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
 PREPARE unpark(text[], int) AS :unpark_sql;

@@ -389,6 +389,36 @@ is(count('inbox', q{source = N'tasks' AND state = N'dead'}), 1, 'pull: one dead'
 	is(scalar(@{ claim(5) }), 0, 'the lock released, the claim runs (nothing left to claim)');
 	$other->disconnect;
 }
+# takeover (issue 24): a claimer is alive while some session holds its
+# applock queuebox.claimer.<id>.  In one transaction, so the daemon's roles
+# never see these rows: the reclaim returns the row of a claimer nobody
+# holds, keeps the one whose applock another session holds, and the relay
+# claim takes over a push row of a gone claimer
+{
+	my $other = mssql_connect($url);
+	is(mssql_value($other, q{DECLARE @r INT; EXEC @r = sp_getapplock @Resource = N'queuebox.claimer.777',
+		@LockMode = N'Exclusive', @LockOwner = N'Session', @LockTimeout = 0; SELECT @r}) >= 0 ? 1 : 0, 1,
+		'takeover: another session holds the applock of claimer 777 (session owned)');
+	$dbh->begin_work;
+	mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, payload, state, claim_token, lease_until, claimer)
+		VALUES (N'takeover.alive', N'{}', N'processing', NEWID(), DATEADD(hour, 1, SYSUTCDATETIME()), 777),
+		       (N'takeover.gone', N'{}', N'processing', NEWID(), DATEADD(hour, 1, SYSUTCDATETIME()), 778)});
+	mssql_do($dbh, q{INSERT INTO queuebox.inbox (source, idempotency_key, payload, consumption, state, claim_token,
+		lease_until, claimer)
+		VALUES (N'hooks', N'takeover-gone', N'{}', N'push', N'processing', NEWID(), DATEADD(hour, 1, SYSUTCDATETIME()), 778)});
+	is(mssql_value($dbh, 'EXEC queuebox._outbox_reclaim ?, ?', 100, undef), 1, 'takeover: the reclaim returns one row');
+	is(rows_text(q{SELECT topic, state, CASE WHEN last_error LIKE N'taken over:%' THEN 1 ELSE 0 END,
+		CASE WHEN claimer IS NULL THEN 1 ELSE 0 END FROM queuebox.outbox WHERE topic LIKE N'takeover.%' ORDER BY topic}),
+		"takeover.alive|processing|0|0\ntakeover.gone|pending|1|1",
+		'takeover: the gone claimer\'s row is pending (last_error says taken over), the live one\'s stays processing');
+	mssql_rows($dbh, 'EXEC queuebox._relay_claim ?, ?, ?, ?', 10, 60000,
+		'99999999-9999-9999-9999-999999999999', 4242);
+	is(mssql_value($dbh, q{SELECT COUNT(*) FROM queuebox.inbox WHERE idempotency_key = N'takeover-gone'
+		AND claim_token = '99999999-9999-9999-9999-999999999999' AND claimer = 4242}), 1,
+		'takeover: the relay claim takes over the push row of the gone claimer, recording its own claimer');
+	$dbh->rollback;
+	$other->disconnect;
+}
 eval { mssql_value($dbh, example('claim'), 'tasks', 0, 30000) };
 like($@, qr/batch_size \(1 or more\)/, 'inbox_claim refuses a batch size of 0 and says why');
 

@@ -4,8 +4,10 @@
 #   the supervisor checks that a NOTIFY reaches a LISTEN.  Directly it does,
 #   silently; through the pooler it does not, so the daemon warns, saying
 #   why and what to do, and polls (with statements the pooler can carry):
-#   every row is still delivered.  Also the process titles of each role
-#   (/proc/<pid>/cmdline: "queuebox-mssqld: outbox 0", ...).
+#   every row is still delivered.  Directly each outbox role and the relay
+#   hold a claimer lock; through the pooler none does and the claims record
+#   no claimer (takeover by lease only, issue 24).  Also the process titles
+#   of each role (/proc/<pid>/cmdline: "queuebox-mssqld: outbox 0", ...).
 use strict;
 use warnings;
 
@@ -69,6 +71,9 @@ qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'order
 $log = qbd_log($d);
 unlike($log, qr/did not arrive|could not check that notifications arrive/, 'direct: no warning about notifications');
 
+# directly, each outbox role and the relay hold their claimer lock
+is($node->safe_psql('postgres', q{SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1}),
+	'3', 'direct: the two outbox roles and the relay each hold a claimer lock (takeover)');
 is(cmdline($d->{pid}), 'queuebox-mssqld: supervisor', 'ps: the supervisor is "queuebox-mssqld: supervisor"');
 my $roles = qbd_role_pids($d);
 is_deeply([ sort keys %$roles ], [ 'ingress', 'outbox 0', 'outbox 1', 'relay' ], 'ps: every role is a child of the supervisor');
@@ -121,6 +126,18 @@ qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'order
 $node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) SELECT 'orders.pooled2', '{}' FROM generate_series(1, 20)});
 qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'orders.pooled2' AND state = 'sent'}, '20',
 	'pooled: and later rows too');
+# takeover needs a session lock the pooler would keep on a server
+# connection: through it the claims record no claimer (the lease alone)
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload)
+	SELECT 'orders.pooled_slow', '{"_sink": {"delay_ms": 1500}}' FROM generate_series(1, 3)});
+qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'orders.pooled_slow' AND state = 'processing'},
+	'3', 'pooled: slow rows are processing');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'orders.pooled_slow' AND claimer IS NOT NULL}),
+	'0', 'pooled: the claims record no claimer (takeover by lease only)');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'}), '0',
+	'pooled: no role holds a claimer lock on a pooled server connection');
+qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'orders.pooled_slow' AND state = 'sent'}, '3',
+	'pooled: the slow rows are delivered');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM queuebox.outbox WHERE state <> 'sent'}), '0', 'no row is left behind');
 $log = qbd_log($d);
 unlike($log, qr/prepared statement|ERROR (?:outbox|relay|ingress)/, 'pooled: no role failed a statement');

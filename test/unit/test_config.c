@@ -302,7 +302,7 @@ static void
 test_unknown_keys(void **state)
 {
 	refuse("outbox:\n  batchsize: 5\n",
-		   "outbox.batchsize: unknown key (allowed: pollIntervalMs, batchSize, maxAttempts, claimTimeoutMs, backoff, retention)",
+		   "outbox.batchsize: unknown key (allowed: pollIntervalMs, batchSize, maxAttempts, claimTimeoutMs, takeover, backoff, retention)",
 		   "did you mean batchSize?", "(line 2, column 3)", NULL);
 	refuse("outbox: {}\nsinks:\n  a: {}\n",
 		   "sinks: unknown key (allowed: outbox, destinations, routes, sources, inbox, http, admin, database, daemon)", "(line 2, column 1)", NULL);
@@ -1272,6 +1272,8 @@ test_sources_valid(void **state)
 	assert_int_equal(cfg->inbox.relay.poll_interval_ms, 100);
 	assert_int_equal(cfg->inbox.relay.batch_size, 100);
 	assert_int_equal(cfg->inbox.relay.claim_timeout_ms, 300000);
+	assert_true(cfg->inbox.relay.takeover);
+	assert_true(cfg->outbox.takeover);
 	assert_int_equal(qb_config_relay_max_attempts(cfg), 7);
 	assert_null(cfg->http.listen);
 	assert_int_equal(cfg->http.max_connections, 256);
@@ -1378,6 +1380,8 @@ test_inbox_http_admin_invalid(void **state)
 	refuse("inbox: {basePath: inbox}\n", "inbox.basePath: must start with '/'", NULL);
 	refuse("inbox: {relay: {batchSize: 0}}\n", "inbox.relay.batchSize: expected an integer from 1 to 10000", NULL);
 	refuse("inbox: {relay: {enabled: maybe}}\n", "inbox.relay.enabled: expected true or false", NULL);
+	refuse("inbox: {relay: {takeover: maybe}}\n", "inbox.relay.takeover: expected true or false, got \"maybe\"", NULL);
+	refuse("outbox: {takeover: 1}\n", "outbox.takeover: expected true or false, got \"1\"", NULL);
 	refuse("inbox: {relay: {pollMs: 1}}\n", "inbox.relay.pollMs: unknown key", NULL);
 	refuse("inbox: {relay: {maxAttempts: 0}}\n", "inbox.relay.maxAttempts: expected an integer from 1 to 1000000", NULL);
 	refuse("inbox: {relay: {claimTimeoutMs: 10}}\n", "inbox.relay.claimTimeoutMs", NULL);

@@ -35,6 +35,7 @@ qb_config_defaults(QbConfig *out)
 	out->outbox.batch_size = 100;
 	out->outbox.max_attempts = 10;
 	out->outbox.claim_timeout_ms = 300000;
+	out->outbox.takeover = true;
 	out->outbox.backoff.initial_ms = 1000;
 	out->outbox.backoff.max_ms = 3600000;
 	out->outbox.backoff.multiplier = 2.0;
@@ -44,6 +45,7 @@ qb_config_defaults(QbConfig *out)
 	out->inbox.relay.poll_interval_ms = 100;
 	out->inbox.relay.batch_size = 100;
 	out->inbox.relay.claim_timeout_ms = 300000;
+	out->inbox.relay.takeover = true;
 	out->http.max_connections = 256;
 	out->http.connection_timeout_ms = 10000;
 	out->http.store_timeout_ms = 5000;

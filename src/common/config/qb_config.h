@@ -118,6 +118,7 @@ typedef struct QbOutboxConf
 	int			batch_size;		/* default 100, 1..10000 */
 	int			max_attempts;	/* default 10, >= 1 */
 	long		claim_timeout_ms;	/* default 300000 */
+	bool		takeover;		/* default true: a gone claimer's rows are taken over at once */
 	QbBackoff	backoff;
 	long		retention_sec;	/* default 7d; "7d", "12h", "30m", "45s" or seconds */
 } QbOutboxConf;
@@ -236,6 +237,7 @@ typedef struct QbRelayConf
 	int			poll_interval_ms;	/* default 100 */
 	int			batch_size;		/* default 100 */
 	long		claim_timeout_ms;	/* default 300000 */
+	bool		takeover;		/* default true, as outbox.takeover */
 	int			max_attempts;	/* 0: outbox.maxAttempts */
 } QbRelayConf;
 

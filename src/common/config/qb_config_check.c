@@ -62,9 +62,9 @@ _Static_assert(sizeof(qbcf_source_types) / sizeof(qbcf_source_types[0]) <= QBCF_
 static const char *const qbcf_keys_top[] =
 {"outbox", "destinations", "routes", "sources", "inbox", "http", "admin", "database", "daemon", NULL};
 static const char *const qbcf_keys_outbox[] =
-{"pollIntervalMs", "batchSize", "maxAttempts", "claimTimeoutMs", "backoff", "retention", NULL};
+{"pollIntervalMs", "batchSize", "maxAttempts", "claimTimeoutMs", "takeover", "backoff", "retention", NULL};
 const char *const qbcf_scalars_outbox[] =
-{"pollIntervalMs", "batchSize", "maxAttempts", "claimTimeoutMs", "retention", NULL};
+{"pollIntervalMs", "batchSize", "maxAttempts", "claimTimeoutMs", "takeover", "retention", NULL};
 const char *const qbcf_keys_backoff[] =
 {"initialMs", "maxMs", "multiplier", "jitter", NULL};
 const char *const qbcf_keys_breaker[] =
@@ -76,7 +76,7 @@ static const char *const qbcf_keys_inbox[] =
 const char *const qbcf_scalars_inbox[] =
 {"basePath", NULL};
 const char *const qbcf_keys_relay[] =
-{"enabled", "pollIntervalMs", "batchSize", "claimTimeoutMs", "maxAttempts", NULL};
+{"enabled", "pollIntervalMs", "batchSize", "claimTimeoutMs", "takeover", "maxAttempts", NULL};
 const char *const qbcf_keys_http_section[] =
 {"listen", "maxConnections", "connectionTimeoutMs", "storeTimeoutMs", NULL};
 const char *const qbcf_keys_admin[] =
@@ -176,6 +176,8 @@ qbcf_outbox(QbcfCtx *cx, const QbcfNode *node, QbOutboxConf *o)
 	}
 	if ((n = qbcf_get(m, "claimTimeoutMs")) != NULL &&
 		!qbcf_int(cx, "outbox.claimTimeoutMs", n, 1000, 86400000, &o->claim_timeout_ms))
+		return false;
+	if (!qbcf_flag(cx, "outbox", m, "takeover", &o->takeover))
 		return false;
 	if ((n = qbcf_get(m, "retention")) != NULL &&
 		!qbcf_duration(cx, "outbox.retention", n, &o->retention_sec))
@@ -773,7 +775,8 @@ qbcf_inbox(QbcfCtx *cx, const QbcfNode *node, QbInboxConf *in)
 		return false;
 	in->relay.batch_size = (int) v;
 	if (!qbcf_opt_int(cx, "inbox.relay", r, "claimTimeoutMs", 1000, 86400000,
-					  &in->relay.claim_timeout_ms))
+					  &in->relay.claim_timeout_ms) ||
+		!qbcf_flag(cx, "inbox.relay", r, "takeover", &in->relay.takeover))
 		return false;
 	v = in->relay.max_attempts;
 	if (!qbcf_opt_int(cx, "inbox.relay", r, "maxAttempts", 1, 1000000, &v))

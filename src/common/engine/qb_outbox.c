@@ -1063,7 +1063,7 @@ qbo_housekeeping(QboEngine *e, long now)
 		else if (n > 0)
 		{
 			e->stats->reclaimed += n;
-			qb_log(e->host, QB_LOG_INFO, "returned %d rows with expired leases to pending", n);
+			qb_log(e->host, QB_LOG_INFO, "returned %d rows to pending: expired leases, or claims of workers that are gone (takeover)", n);
 		}
 	}
 	if (now >= e->next_unpark && e->cfg->ndestinations > 0)
@@ -1140,6 +1140,7 @@ qbo_reload(QboEngine *e)
 	/* a new retention period takes effect now, not at the old schedule */
 	e->next_retention = 0;
 	e->next_unpark = 0;
+	qb_store_takeover(e->host, e->store, e->cfg->outbox.takeover);
 	qb_log(e->host, QB_LOG_INFO, "configuration loaded: %d destinations, %d routes",
 		   e->cfg->ndestinations, e->cfg->nroutes);
 	/* nothing is in flight: drop what no destination uses */

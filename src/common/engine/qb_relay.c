@@ -195,6 +195,7 @@ qbr_reload(QbrEngine *e)
 		return;
 	e->warned_disabled = false;
 	e->warned_unknown = false;
+	qb_store_takeover(e->host, e->store, e->cfg->inbox.relay.takeover);
 	qb_log(e->host, QB_LOG_INFO, "configuration loaded: %d sources, relay %s",
 		   e->cfg->nsources,
 		   e->cfg->inbox.relay.enabled ? "enabled" : "disabled (inbox.relay.enabled: false)");

@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  * qb_store.c
  *	  What qb_store.h declares besides the store ops, shared by every store
- *	  and engine: claim tokens, freeing what a claim or a cycle returns, the
- *	  circuit and settle names, what a failed query means, matching an
- *	  insert's answer to its rows, and a cycle's claim after its promotion.
+ *	  and engine: claim tokens and claimer ids, freeing what a claim or a
+ *	  cycle returns, the circuit and settle names, what a failed query
+ *	  means, matching an insert's answer to its rows, and a cycle's claim
+ *	  after its promotion.
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>
@@ -12,6 +13,7 @@
 
 #include <openssl/rand.h>
 
+#include "qb_host.h"
 #include "qb_store.h"
 
 /*
@@ -32,6 +34,33 @@ qb_uuid_v4(char out[QB_UUID_LEN + 1])
 			 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
 			 b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 	return true;
+}
+
+/*
+ * qb_claimer_id: a claimer's id, the key of its session lock.  Random, so
+ * the workers and replicas of one database need not agree on anything;
+ * two that drew the same id would find the lock taken and draw again.
+ */
+int64_t
+qb_claimer_id(void)
+{
+	uint64_t	v = 0;
+
+	if (RAND_bytes((unsigned char *) &v, sizeof(v)) != 1)
+		return 0;
+	v &= INT64_MAX;
+	return v != 0 ? (int64_t) v : 1;
+}
+
+void
+qb_store_takeover(const QbHost *host, const QbStore *store, bool on)
+{
+	char		err[256];
+
+	if (store->claimer != NULL && store->claimer(store->ctx, on, err, sizeof(err)) != 0)
+		qb_log(host, QB_LOG_WARNING,
+			   "could not register for takeover: %s; this worker's claims are taken over by lease only until it can",
+			   err);
 }
 
 /* qb_outbox_rows_free_one frees what one row owns (not the row itself). */

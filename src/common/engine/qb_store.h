@@ -16,6 +16,9 @@
  *	  open (one probe row), disabled (410 Gone, until resumed); a Retry-After
  *	  pauses it.  The relay claims push inbox rows the same way; its forward
  *	  writes their outbox rows and settles them in one transaction.
+ *	- A claimer: the store's session, named by an id whose session lock it
+ *	  holds while it lives (QbStore.claimer).  A claim records it; the rows
+ *	  of a claimer whose lock is free are taken over at once (takeover).
  *
  * Transaction rules: each call is one short transaction, committed before
  * it returns; none spans a publish.  Errors come back as -1 with err, never
@@ -258,6 +261,17 @@ typedef struct QbStore
 	int			(*query_text) (void *ctx, QbQuery query, const char *const *params,
 							   long timeout_ms, char **out, char *err, size_t errlen);
 
+	/*
+	 * Takeover (docs/operations.md, "After a crash"): on, this store's
+	 * claims from now on record it as their claimer, whose liveness the
+	 * database sees (a session lock held for as long as its session lives),
+	 * so a peer takes them over at once when it is gone; off, they record
+	 * none and are taken over when their lease ends.  A store that cannot
+	 * show liveness (a connection through a pooler in transaction mode)
+	 * records none and returns 0.  NULL: no claimer, ever.
+	 */
+	int			(*claimer) (void *ctx, bool on, char *err, size_t errlen);
+
 	/* claim up to batch_size push inbox rows under token with a lease */
 	int			(*relay_claim) (void *ctx, int batch_size, long lease_ms,
 								const char *token, QbRelayRow **rows, int *nrows,
@@ -278,6 +292,7 @@ typedef struct QbStore
 #define QB_STORE_OPS(X, T) X(T, config_load) X(T, outbox_cycle) X(T, outbox_unpark) \
 	X(T, outbox_unroute) X(T, outbox_reclaim) X(T, outbox_sweep) X(T, outbox_retention) X(T, inbox_insert) \
 	X(T, query_text) X(T, relay_claim) X(T, relay_forward)
+#define QB_STORE_OPS_OPTIONAL(X, T) X(T, claimer)
 
 extern void qb_outbox_rows_free(QbOutboxRow *rows, int n);
 extern void qb_outbox_rows_free_one(QbOutboxRow *row);
@@ -293,6 +308,20 @@ extern const char *qb_settle_kind_name(QbSettleKind k);
 
 /* A random (version 4) UUID in canonical text form, from OpenSSL RAND_bytes. */
 extern bool qb_uuid_v4(char out[QB_UUID_LEN + 1]);
+
+/*
+ * A claimer id: random, positive, not 0 (0 stands for none); 0 when no
+ * random bytes could be had.
+ */
+extern int64_t qb_claimer_id(void);
+
+/*
+ * qb_store_takeover asks store for takeover on or off (QbStore.claimer,
+ * when it has one) and logs a warning on the host when it failed: the
+ * claims then record no claimer until the next call.
+ */
+struct QbHost;
+extern void qb_store_takeover(const struct QbHost *host, const QbStore *store, bool on);
 
 /*
  * What a store's failed query_text statement means to its caller, from the

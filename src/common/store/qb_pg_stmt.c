@@ -22,9 +22,10 @@
 #define UA	QB_PG_T_UUID_ARRAY
 
 const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS] = {
-	[QB_PG_S_CLAIM] = {"outbox claim", QB_PG_OUTBOX_CLAIM, 9, {I4, I8, I4, U, I8, TA, I4A, TA, I8A}},
+	[QB_PG_S_CLAIM] = {"outbox claim", QB_PG_OUTBOX_CLAIM, 10,
+	{I4, I8, I4, U, I8, TA, I4A, TA, I8A, I8}},
 	[QB_PG_S_SETTLE] = {"outbox settle", QB_PG_OUTBOX_SETTLE, 7, {UA, I8A, TA, I4A, I8A, TA, TA}},
-	[QB_PG_S_PROMOTE] = {"outbox promote", QB_PG_OUTBOX_PROMOTE, 4, {TA, U, I8, I4}},
+	[QB_PG_S_PROMOTE] = {"outbox promote", QB_PG_OUTBOX_PROMOTE, 5, {TA, U, I8, I4, I8}},
 	[QB_PG_S_BREAKER] = {"circuit breaker", QB_PG_OUTBOX_BREAKER, 8,
 	{TA, I4A, I4A, BA, I8A, TA, I4A, I8A}},
 	[QB_PG_S_BREAKER_ROWS] = {"circuit breaker rows", QB_PG_OUTBOX_BREAKER_ROWS, 1, {TA}},
@@ -34,7 +35,7 @@ const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS] = {
 	[QB_PG_S_RECLAIM] = {"outbox reclaim", QB_PG_OUTBOX_RECLAIM, 1, {I4}},
 	[QB_PG_S_RETENTION] = {"outbox retention", QB_PG_OUTBOX_RETENTION, 2, {I8, I4}},
 	[QB_PG_S_SWEEP] = {"outbox sweep", QB_PG_OUTBOX_SWEEP, 2, {T, I4}},
-	[QB_PG_S_RELAY_CLAIM] = {"relay claim", QB_PG_RELAY_CLAIM, 3, {I4, I8, U}},
+	[QB_PG_S_RELAY_CLAIM] = {"relay claim", QB_PG_RELAY_CLAIM, 4, {I4, I8, U, I8}},
 	[QB_PG_S_RELAY_FORWARD] = {"relay forward", QB_PG_RELAY_FORWARD, 4, {U, I8A, TA, I4}},
 	[QB_PG_S_RELAY_PROMOTE] = {"relay promote", QB_PG_RELAY_PROMOTE, 1, {I8A}},
 	[QB_PG_S_INBOX_INSERT] = {"inbox insert", QB_PG_INBOX_INSERT, 8,
@@ -44,6 +45,7 @@ const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS] = {
 	[QB_PG_S_REPLAY] = {"inbox replay", QB_PG_INBOX_REPLAY, 3, {I8A, TA, I4}},
 	[QB_PG_S_CONFIG_LOAD] = {"configuration load", QB_PG_CONFIG_LOAD, 0, {0}},
 	[QB_PG_S_SET_CONFIG] = {"set_config", QB_PG_SET_CONFIG, 3, {T, T, B}},
+	[QB_PG_S_CLAIMER_LOCK] = {"claimer lock", QB_PG_CLAIMER_LOCK, 1, {I8}},
 	/* the queries of QbStore.query_text, in QbQuery's order */
 	[QB_PG_S_QUERY + 0] = {"ready", QB_PG_Q_READY, 0, {0}},
 	[QB_PG_S_QUERY + 1] = {"gauges", QB_PG_Q_GAUGES, 0, {0}},

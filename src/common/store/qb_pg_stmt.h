@@ -60,12 +60,13 @@ typedef enum QbPgStmtId
 	QB_PG_S_REPLAY,
 	QB_PG_S_CONFIG_LOAD,
 	QB_PG_S_SET_CONFIG,
+	QB_PG_S_CLAIMER_LOCK,
 	QB_PG_S_QUERY,				/* + QbQuery */
 	QB_PG_NSTMTS = QB_PG_S_QUERY + 13
 } QbPgStmtId;
 
 #define QB_PG_NQUERIES		(QB_PG_NSTMTS - QB_PG_S_QUERY)
-#define QB_PG_MAXPARAMS		9
+#define QB_PG_MAXPARAMS		10
 
 typedef struct QbPgStmt
 {

@@ -20,8 +20,43 @@
  *	- The settle is fenced by the claim token alone: only processing rows
  *	  carry one, and naming the state too lets the planner AND in the lease
  *	  index, a scan of every processing row per settled row.
+ *	- Takeover (docs/operations.md, "After a crash"): a claim records its
+ *	  claimer, an id whose session advisory lock the claiming session holds
+ *	  for as long as it runs (QB_PG_CLAIMER_LOCK); 0 records NULL.  Every
+ *	  claimer lives in this server, so the lock is free exactly when its
+ *	  session ended: the worker exited, the postmaster restarted (the lock
+ *	  table is in shared memory), the daemon's role or its connection died.
+ *	  A processing row whose claimer's lock no session holds is taken over
+ *	  at once (the reclaim, the relay claim) as an expired lease is: a new
+ *	  claim gets a new token, so the old one's settle changes nothing.  A
+ *	  lock held by someone else by chance only makes a gone claimer look
+ *	  alive: the lease is still the safety net.  The live claimers are the
+ *	  granted advisory locks of this database with one bigint key (pg_locks,
+ *	  objsubid 1: classid the high half, objid the low), read once per
+ *	  statement (an InitPlan), and only when a processing row with a
+ *	  claimer is not expired.
  *-------------------------------------------------------------------------
  */
+
+/*
+ * QB_PG_CLAIMER_GONE(col): the claimer in col is gone, no session of this
+ * database holding its lock.  NULL (no claimer) is never gone: the test
+ * comes first, as "<> ALL" of an empty array is true even for NULL.
+ */
+#define QB_PG_CLAIMER_GONE(col) \
+	col " IS NOT NULL AND " col " <> ALL (ARRAY(" \
+	" SELECT (l.classid::int8 << 32) | l.objid::int8 FROM pg_catalog.pg_locks l" \
+	" WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted" \
+	"   AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())))"
+
+/*
+ * Claimer lock: $1 int8 the claimer id.  Session level, held until the
+ * session ends; false when another session holds it (the caller draws
+ * another id).
+ */
+#define QB_PG_CLAIMER_LOCK \
+	"SELECT pg_try_advisory_lock($1)"
+
 #ifndef QB_SQL_PG_H
 #define QB_SQL_PG_H
 
@@ -61,7 +96,8 @@
  * $1 int4 rows from the unrouted intake and ready, $2 int8 lease ms, $3
  * int4 default max_attempts, $4 uuid token, $5 int8 unrouted intake floor,
  * $6 text[] destinations, $7 int4[] their limits, $8 text[] probe
- * destinations, $9 int8[] the destinations' intake floors.  Returns every
+ * destinations, $9 int8[] the destinations' intake floors, $10 int8 the
+ * claimer (0: none, taken over by lease only).  Returns every
  * row changed: claimed ones with their content, parked and moved ones with
  * claimed false; in_intake says the row came from an intake (the caller's
  * floor of its destination, or the unrouted floor when destination is
@@ -143,7 +179,9 @@
 	"     claim_token = CASE WHEN o.id = ANY (ARRAY(SELECT id FROM dec WHERE what = 'claim'))" \
 	"                        THEN $4 END," \
 	"     lease_until = CASE WHEN o.id = ANY (ARRAY(SELECT id FROM dec WHERE what = 'claim'))" \
-	"                        THEN now() + $2 * interval '1 millisecond' END" \
+	"                        THEN now() + $2 * interval '1 millisecond' END," \
+	"     claimer = CASE WHEN o.id = ANY (ARRAY(SELECT id FROM dec WHERE what = 'claim'))" \
+	"                    THEN nullif($10, 0) END" \
 	" WHERE o.id = ANY (ARRAY(SELECT id FROM dec))" \
 	" RETURNING o.id, o.message_id, o.topic, o.key, o.payload::text, o.headers::text," \
 	"           o.attempt, coalesce(o.max_attempts, $3)," \
@@ -185,7 +223,7 @@
 	"                      WHEN 'retry' THEN now() + s.delay_ms * interval '1 millisecond'" \
 	"                      ELSE o.scheduled_at END," \
 	"     last_error = CASE WHEN s.outcome IN ('sent', 'route') THEN o.last_error ELSE s.error END," \
-	"     claim_token = NULL, lease_until = NULL" \
+	"     claim_token = NULL, lease_until = NULL, claimer = NULL" \
 	" FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::text[]," \
 	"             $7::text[]) AS s(token, id, outcome, attempt, delay_ms, error, destination)" \
 	" LEFT JOIN LATERAL (" \
@@ -205,7 +243,7 @@
  * that meets it: that costs no write, and a claim can no longer park it
  * behind the row that ended.  With a token $2 (the cycle claims too), a due
  * released row is claimed at once with it (lease $3 ms, default
- * max_attempts $4): a hot key moves one row per cycle without a claim of
+ * max_attempts $4, claimer $5 as the claim's $10): a hot key moves one row per cycle without a claim of
  * its own.  Without one, it goes to ready (not routed yet) or back to its
  * destination's routed rows.  Returns the rows as the claim does.
  */
@@ -217,7 +255,9 @@
 	"                 WHEN o.destination IS NULL THEN 'ready' END," \
 	"     claim_token = CASE WHEN o.scheduled_at <= now() THEN $2::uuid END," \
 	"     lease_until = CASE WHEN $2::uuid IS NOT NULL AND o.scheduled_at <= now()" \
-	"                        THEN now() + $3 * interval '1 millisecond' END" \
+	"                        THEN now() + $3 * interval '1 millisecond' END," \
+	"     claimer = CASE WHEN $2::uuid IS NOT NULL AND o.scheduled_at <= now()" \
+	"                    THEN nullif($5, 0) END" \
 	" WHERE o.id = ANY (ARRAY(" \
 	"   SELECT (SELECT e.id FROM queuebox.outbox e" \
 	"           WHERE e.key = k.key AND e.state IN ('pending', 'processing')" \
@@ -407,18 +447,23 @@
 	"   AND NOT (o.destination = ANY ($1::text[]))"
 
 /*
- * Reclaim: $1 int4 most rows.  Expired leases go back to pending; the
- * attempt is not counted (nobody knows whether it was made).  A row that
- * was never routed goes to ready, not back into intake (below the floors).
+ * Reclaim: $1 int4 most rows.  Expired leases, and the claims of claimers
+ * that are gone (takeover), go back to pending; the attempt is not counted
+ * (nobody knows whether it was made).  A row that was never routed goes to
+ * ready, not back into intake (below the floors).  A row claimed by a
+ * live claimer is left alone until its lease ends.
  */
 #define QB_PG_OUTBOX_RECLAIM \
 	"UPDATE queuebox.outbox o" \
-	" SET state = 'pending', claim_token = NULL, lease_until = NULL," \
+	" SET state = 'pending', claim_token = NULL, lease_until = NULL, claimer = NULL," \
 	"     hold = CASE WHEN o.destination IS NULL THEN 'ready' END," \
-	"     last_error = 'lease expired: the claim was not settled within outbox.claimTimeoutMs; returned to pending'" \
+	"     last_error = CASE WHEN o.lease_until < now()" \
+	"       THEN 'lease expired: the claim was not settled within outbox.claimTimeoutMs; returned to pending'" \
+	"       ELSE 'taken over: the worker that claimed it is gone (its session ended); returned to pending' END" \
 	" WHERE o.id = ANY (ARRAY(" \
 	"   SELECT x.id FROM queuebox.outbox x" \
-	"   WHERE x.state = 'processing' AND x.lease_until < now()" \
+	"   WHERE x.state = 'processing'" \
+	"     AND (x.lease_until < now() OR " QB_PG_CLAIMER_GONE("x.claimer") ")" \
 	"   ORDER BY x.lease_until LIMIT $1" \
 	"   FOR UPDATE SKIP LOCKED))"
 
@@ -433,12 +478,14 @@
 	"   FOR UPDATE SKIP LOCKED))"
 
 /*
- * Relay claim: $1 int4 batch size, $2 int8 lease in ms, $3 uuid claim token.
+ * Relay claim: $1 int4 batch size, $2 int8 lease in ms, $3 uuid claim token,
+ * $4 int8 the claimer (0: none).
  * One message of an aggregate is in flight across all push sources
  * together, in created_at order; rows without an aggregate take part in no
  * ordering.  As the outbox claim (docs/design/claim.md, "The inbox: pull
  * and relay"), O(batch), whatever waits:
- *	- candidates: push rows whose lease expired (a takeover), then pending
+ *	- candidates: push rows whose lease expired or whose claimer is gone
+ *	  (a takeover), then pending
  *	  unparked due push rows in due order, up to $1 together: a head
  *	  retried later is not walked, and parked rows are in neither index;
  *	- for each candidate with an aggregate, its nearest earlier open push
@@ -454,7 +501,8 @@
 #define QB_PG_RELAY_CLAIM \
 	"WITH c_lease AS MATERIALIZED (" \
 	"   SELECT c.id, c.aggregate_id, c.created_at FROM queuebox.inbox c" \
-	"   WHERE c.consumption = 'push' AND c.state = 'processing' AND c.lease_until < now()" \
+	"   WHERE c.consumption = 'push' AND c.state = 'processing'" \
+	"     AND (c.lease_until < now() OR " QB_PG_CLAIMER_GONE("c.claimer") ")" \
 	"   ORDER BY c.lease_until LIMIT $1 FOR UPDATE SKIP LOCKED)," \
 	" c_due AS MATERIALIZED (" \
 	"   SELECT c.id, c.aggregate_id, c.created_at FROM queuebox.inbox c" \
@@ -488,7 +536,9 @@
 	"       claim_token = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))" \
 	"                          THEN $3::uuid END," \
 	"       lease_until = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))" \
-	"                          THEN now() + $2 * interval '1 millisecond' END" \
+	"                          THEN now() + $2 * interval '1 millisecond' END," \
+	"       claimer = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))" \
+	"                      THEN nullif($4, 0) END" \
 	"   WHERE i.id = ANY (ARRAY(SELECT id FROM dec))" \
 	"   RETURNING i.id, i.source, i.event_type, i.created_at, i.state = 'processing' AS claimed)" \
 	" SELECT u.id, u.source, u.event_type, u.created_at FROM u WHERE u.claimed" \
@@ -544,7 +594,7 @@
 	"       last_error = CASE WHEN c.out_topic <> '' THEN i.last_error" \
 	"         ELSE 'the topic template rendered empty, so the message can reach no destination;" \
 	" set eventTypePath or use {{ source }} in the topic, then requeue the row' END," \
-	"       claim_token = NULL, lease_until = NULL" \
+	"       claim_token = NULL, lease_until = NULL, claimer = NULL" \
 	"   FROM c WHERE i.id = c.id" \
 	"   RETURNING 1)" \
 	" SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM ins)"

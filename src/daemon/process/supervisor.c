@@ -251,14 +251,15 @@ qbds_probe(QbdShared *sh, const QbConfig *cfg)
 		qbd_log(QB_LOG_WARNING,
 				"database.listen: a NOTIFY sent to check it did not arrive within %d ms: database.url goes through "
 				"a connection pooler in transaction or statement mode (PgBouncer, RDS Proxy, ...), which does not pass "
-				"notifications on; the roles poll instead (idle polls stretch to database.idlePollMaxMs) and prepare no "
-				"statement by name. Connect the daemon to the database directly or through a pooler in session mode, "
+				"notifications on; the roles poll instead (idle polls stretch to database.idlePollMaxMs), prepare no "
+				"statement by name, and hold no claimer lock (a crashed role's rows wait for their lease). Connect the daemon to the database directly or through a pooler in session mode, "
 				"or set database.listen: false: the NOTIFY triggers cost every inserting transaction for nothing",
 				QBD_PROBE_MS);
 	else if (rc == QBD_PROBE_LOST)
 		qbd_log(QB_LOG_INFO,
 				"a NOTIFY sent to check the connection did not arrive within %d ms: database.url goes through a "
-				"connection pooler in transaction or statement mode; the roles prepare no statement by name",
+				"connection pooler in transaction or statement mode; the roles prepare no statement by name and hold "
+				"no claimer lock (a crashed role's rows wait for their lease)",
 				QBD_PROBE_MS);
 	else
 		qbd_log(QB_LOG_DEBUG, "notifications arrive through database.url");

@@ -21,6 +21,15 @@
  * each connect gives the server's end the keepalives and tcp_user_timeout
  * of its own (qbpq_server_tcp), so each end finds a vanished peer in seconds.
  *
+ * Takeover (qb_sql_pg.h, "Takeover"): when the engine asks for it
+ * (QbStore.claimer), each connect takes a session advisory lock on the
+ * store's claimer id and the claims record that id; the lock is held for
+ * the connection's life, so when the role dies (or loses its connection)
+ * its rows are taken over at once by any peer.  Through a pooler in
+ * transaction mode no lock is taken: the session that would hold it is the
+ * pooler's, which outlives the role (or is closed under it); claims record
+ * no claimer and are taken over by lease only (docs/operations.md).
+ *
  * Secrets: messages name the server as user@host:port/dbname, never the
  * URL; the password is scrubbed from libpq's.  One store, one thread.
  *-------------------------------------------------------------------------
@@ -87,6 +96,9 @@ struct QbPqStore
 	char	  **channels;		/* LISTEN after every connect */
 	int			nchannels;
 	const QbConfig *cfg;		/* borrowed, for the inbox replay's topics */
+	bool		takeover;		/* the engine asked for it (QbStore.claimer) */
+	int64_t		claimer_id;		/* the claims' claimer id; 0: none drawn yet */
+	bool		claimer_held;	/* this connection holds its lock */
 };
 
 /* ---- messages ------------------------------------------------------------ */
@@ -170,6 +182,7 @@ qbpq_drop(QbPqStore *s)
 		PQfinish(s->conn);
 	s->conn = NULL;
 	memset(s->prepared, 0, sizeof(s->prepared));
+	s->claimer_held = false;	/* the lock went with the session */
 }
 
 /* qbpq_lost: does this failure mean the connection is gone? */
@@ -680,8 +693,52 @@ done:
 }
 
 /*
+ * qbpq_claimer_lock takes the lock of the store's claimer id on this
+ * session: after a reconnect the same id, so rows claimed before the
+ * connection was lost stay this role's unless a peer took them over
+ * meanwhile; a fresh id when there is none yet or another session holds
+ * it.  Not through a pooler.
+ */
+static int
+qbpq_claimer_lock(QbPqStore *s, char *err, size_t errlen)
+{
+	for (int tries = 0; tries < 8 && !s->claimer_held && !s->unnamed; tries++)
+	{
+		int64_t		id = s->claimer_id != 0 && tries == 0 ? s->claimer_id : qb_claimer_id();
+		QbpqArgs	a = {0};
+		PGresult   *res;
+		bool		got;
+
+		if (id == 0)
+		{
+			snprintf(err, errlen, "no random bytes for a claimer id");
+			return -1;
+		}
+		qbpq_args_int(&a, 0, id);
+		if ((res = qbpq_run(s, QB_PG_S_CLAIMER_LOCK, &a, PGRES_TUPLES_OK, "taking the claimer lock",
+							err, errlen)) == NULL)
+			return -1;
+		got = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+		PQclear(res);
+		if (got)
+		{
+			s->claimer_id = id;
+			s->claimer_held = true;
+		}
+	}
+	return 0;
+}
+
+/* the claimer a claim records: 0 records none */
+static int64_t
+qbpq_claimer(const QbPqStore *s)
+{
+	return s->takeover && s->claimer_held ? s->claimer_id : 0;
+}
+
+/*
  * qbpq_session sets up a new connection as the extension's workers set up
- * their backend, then issues the LISTENs.
+ * their backend, then issues the LISTENs and takes the claimer lock.
  */
 static int
 qbpq_session(QbPqStore *s, char *err, size_t errlen)
@@ -706,7 +763,7 @@ qbpq_session(QbPqStore *s, char *err, size_t errlen)
 	for (int i = 0; i < s->nchannels; i++)
 		if (qbpq_listen_one(s, s->channels[i], err, errlen) != 0)
 			return -1;
-	return 0;
+	return s->takeover ? qbpq_claimer_lock(s, err, errlen) : 0;
 }
 
 /*
@@ -1041,6 +1098,7 @@ qbpq_settle(QbPqStore *s, const QbSettle *st, int n, const QbClaimReq *claim,
 			p->v[1] = claim->token;
 			qbpq_args_int(p, 2, claim->lease_ms);
 			qbpq_args_int(p, 3, claim->default_max_attempts);
+			qbpq_args_int(p, 4, qbpq_claimer(s));
 		}
 	}
 	rc = 0;
@@ -1099,6 +1157,7 @@ qbpq_claim(QbPqStore *s, const QbClaimReq *c, QbPgArray *probes, QbCycleOut *out
 	if ((a.v[7] = qb_pg_array_text(probes)) == NULL)
 		a.oom = true;
 	qbpq_args_array(&a, 8);
+	qbpq_args_int(&a, 9, qbpq_claimer(s));
 	/* the cycle's last statement: its COMMIT goes with it */
 	if ((res = qbpq_run_commit(s, QB_PG_S_CLAIM, &a, PGRES_TUPLES_OK, "the outbox claim",
 						err, errlen)) != NULL)
@@ -1354,6 +1413,7 @@ qbpq_relay_claim_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 	qbpq_args_int(&a, 0, c->batch_size);
 	qbpq_args_int(&a, 1, c->lease_ms);
 	a.v[2] = c->token;
+	qbpq_args_int(&a, 3, qbpq_claimer(s));
 	if ((res = qbpq_run_commit(s, QB_PG_S_RELAY_CLAIM, &a, PGRES_TUPLES_OK, "relay claim",
 						err, errlen)) == NULL)
 		return -1;
@@ -1661,6 +1721,25 @@ qbpq_config_load(void *ctx, char **text, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * qbpq_claimer_op: QbStore.claimer.  A lock once taken is kept while the
+ * connection lives, also when takeover is turned off: rows claimed under it
+ * may still be in flight.
+ */
+static int
+qbpq_claimer_op(void *ctx, bool on, char *err, size_t errlen)
+{
+	QbPqStore  *s = ctx;
+
+	s->takeover = on;
+	if (!on || s->claimer_held || s->unnamed)
+		return 0;
+	if (qbpq_ensure(s, err, errlen) != 0)
+		return -1;
+	/* a fresh connection took it in its session set-up */
+	return qbpq_claimer_lock(s, err, errlen);
+}
+
 /* ---- the API ----------------------------------------------------------------------- */
 
 QbPqStore *
@@ -1698,6 +1777,7 @@ qb_pq_store_ops(QbPqStore *s, QbStore *store)
 		.outbox_sweep = qbpq_outbox_sweep,
 		.inbox_insert = qbpq_inbox_insert,
 		.query_text = qbpq_query_text,
+		.claimer = qbpq_claimer_op,
 		.relay_claim = qbpq_relay_claim,
 		.relay_forward = qbpq_relay_forward,
 	};

@@ -17,6 +17,13 @@
  *	  saying so and is not run again (claimed rows come back through their
  *	  lease; settles and forwards are fenced by their claim token).
  *
+ *	- Takeover: when the engine asks for it (QbStore.claimer), each connect
+ *	  takes the session applock N'queuebox.claimer.<id>' (sp_getapplock,
+ *	  @LockOwner = 'Session') of the store's random claimer id, and the
+ *	  claims record that id; SQL Server frees the applock when the session
+ *	  ends, so a peer's reclaim or relay claim takes the rows over at once
+ *	  (engine.sql _claimer_gone).  No special permission is needed.
+ *
  * Transaction rules: as qb_store.h, one short transaction per op.  SQL
  * Server commits durably; there is no asynchronous commit to choose.
  *
@@ -45,6 +52,9 @@ struct QbOdbcStore
 	QbOdbcConn *conn;
 	QbStoreBackoff backoff;
 	const QbConfig *cfg;
+	bool		takeover;		/* the engine asked for it (QbStore.claimer) */
+	int64_t		claimer_id;		/* the claims' claimer id; 0: none drawn yet */
+	bool		claimer_held;	/* this session holds its applock */
 };
 
 /* ---- connections and transactions ------------------------------------------------ */
@@ -54,7 +64,10 @@ qbos_drop(QbOdbcStore *s)
 {
 	qb_odbc_close(s->conn);
 	s->conn = NULL;
+	s->claimer_held = false;	/* the applock went with the session */
 }
+
+static int	qbos_claimer_lock(QbOdbcStore *s, char *err, size_t errlen);
 
 /* qbos_open makes one connection attempt. */
 static int
@@ -63,7 +76,14 @@ qbos_open(void *ctx, char *err, size_t errlen)
 	QbOdbcStore *s = ctx;
 
 	s->conn = qb_odbc_connect(s->url, s->application_name, s->connect_timeout_ms, err, errlen);
-	return s->conn != NULL ? 0 : -1;
+	if (s->conn == NULL)
+		return -1;
+	if (s->takeover && qbos_claimer_lock(s, err, errlen) != 0)
+	{
+		qbos_drop(s);
+		return -1;
+	}
+	return 0;
 }
 
 /* qbos_ensure: a connection, or -1 (at once while the backoff runs). */
@@ -134,6 +154,8 @@ qbos_timeout(const QbOdbcStore *s, long op_ms)
 #define QBOS_TEXT(v)	((QbOdbcParam) {.type = QB_ODBC_T_TEXT, .text = (v)})
 #define QBOS_INT(v)		((QbOdbcParam) {.type = QB_ODBC_T_INT, .num = (v)})
 #define QBOS_UUID(v)	((QbOdbcParam) {.type = QB_ODBC_T_UUID, .text = (v)})
+/* the claimer a claim records (NULL: none) */
+#define QBOS_CLAIMER(s) ((s)->takeover && (s)->claimer_held ? QBOS_INT((s)->claimer_id) : QBOS_TEXT(NULL))
 
 static long long
 qbos_num(const char *v)
@@ -249,12 +271,13 @@ static int
 qbos_cycle_body(QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t errlen)
 {
 	QbosCycle  *c = arg;
-	QbOdbcParam p[3] = {QBOS_TEXT(c->tallies), QBOS_TEXT(c->settles), QBOS_TEXT(c->claim)};
+	QbOdbcParam p[4] = {QBOS_TEXT(c->tallies), QBOS_TEXT(c->settles), QBOS_TEXT(c->claim),
+	QBOS_CLAIMER(s)};
 
 	/* a second run starts from nothing */
 	qb_cycle_out_free(c->call->out);
 	memset(c->call->out, 0, sizeof(*c->call->out));
-	return qb_odbc_exec(s->conn, "EXEC queuebox._outbox_cycle ?, ?, ?", p, 3,
+	return qb_odbc_exec(s->conn, "EXEC queuebox._outbox_cycle ?, ?, ?, ?", p, 4,
 						s->statement_timeout_ms, qbos_cycle_row, c->call->out, cls, err, errlen);
 }
 
@@ -371,7 +394,9 @@ qbos_outbox_unroute(void *ctx, const char *const *dests, int n, int *nmoved,
 static int
 qbos_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
 {
-	QbosCount	c = {.sql = "EXEC queuebox._outbox_reclaim ?", .p = {QBOS_INT(limit)}, .np = 1};
+	QbOdbcStore *s = ctx;
+	QbosCount	c = {.sql = "EXEC queuebox._outbox_reclaim ?, ?", .p = {QBOS_INT(limit), QBOS_CLAIMER(s)},
+	.np = 2};
 
 	return qbos_count(ctx, &c, "reclaim", n, err, errlen);
 }
@@ -481,12 +506,13 @@ static int
 qbos_relay_claim_body(QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t errlen)
 {
 	QbosRelayClaim *c = arg;
-	QbOdbcParam p[3] = {QBOS_INT(c->batch), QBOS_INT(c->lease_ms), QBOS_UUID(c->token)};
+	QbOdbcParam p[4] = {QBOS_INT(c->batch), QBOS_INT(c->lease_ms), QBOS_UUID(c->token),
+	QBOS_CLAIMER(s)};
 
 	qb_relay_rows_free(c->rows, c->n);
 	c->rows = NULL;
 	c->n = 0;
-	return qb_odbc_exec(s->conn, "EXEC queuebox._relay_claim ?, ?, ?", p, 3,
+	return qb_odbc_exec(s->conn, "EXEC queuebox._relay_claim ?, ?, ?, ?", p, 4,
 						s->statement_timeout_ms, qbos_relay_row, c, cls, err, errlen);
 }
 
@@ -848,6 +874,75 @@ qbos_config_load(void *ctx, char **text, char *err, size_t errlen)
 	return 0;
 }
 
+/* ---- takeover ---------------------------------------------------------------------- */
+
+static int
+qbos_lock_row(void *arg, int set, int ncols, char **v)
+{
+	long long  *r = arg;
+
+	if (set == 0 && ncols >= 1 && v[0] != NULL)
+		*r = qbos_num(v[0]);
+	return 0;
+}
+
+/*
+ * qbos_claimer_lock takes the session applock of the store's claimer id
+ * (after a reconnect the same one, as the libpq store), or of a fresh one
+ * when there is none yet or another session holds it.  sp_getapplock answers 0
+ * or 1 when granted, below 0 when not (SQL Server -1 at once with
+ * @LockTimeout = 0).
+ */
+static int
+qbos_claimer_lock(QbOdbcStore *s, char *err, size_t errlen)
+{
+	for (int tries = 0; tries < 8 && !s->claimer_held; tries++)
+	{
+		int64_t		id = s->claimer_id != 0 && tries == 0 ? s->claimer_id : qb_claimer_id();
+		char		res[64];
+		long long	r = -1;
+		QbOdbcClass cls;
+		QbOdbcParam p[1];
+
+		if (id == 0)
+		{
+			snprintf(err, errlen, "no random bytes for a claimer id");
+			return -1;
+		}
+		snprintf(res, sizeof(res), "queuebox.claimer.%lld", (long long) id);
+		p[0] = QBOS_TEXT(res);
+		if (qb_odbc_exec(s->conn,
+						 "DECLARE @r INT; EXEC @r = sp_getapplock @Resource = ?, @LockMode = N'Exclusive',"
+						 " @LockOwner = N'Session', @LockTimeout = 0; SELECT @r",
+						 p, 1, s->statement_timeout_ms, qbos_lock_row, &r, &cls, err, errlen) != 0)
+			return -1;
+		if (r >= 0)
+		{
+			s->claimer_id = id;
+			s->claimer_held = true;
+		}
+	}
+	return 0;
+}
+
+/*
+ * qbos_claimer_op: QbStore.claimer.  An applock once taken is kept while
+ * the session lives, also when takeover is turned off: rows claimed under
+ * it may still be in flight.
+ */
+static int
+qbos_claimer_op(void *ctx, bool on, char *err, size_t errlen)
+{
+	QbOdbcStore *s = ctx;
+
+	s->takeover = on;
+	if (!on || s->claimer_held)
+		return 0;
+	if (qbos_ensure(s, err, errlen) != 0)
+		return -1;
+	return qbos_claimer_lock(s, err, errlen);
+}
+
 /* ---- the API -------------------------------------------------------------------------- */
 
 QbOdbcStore *
@@ -887,6 +982,7 @@ qb_odbc_store_ops(QbOdbcStore *s, QbStore *store)
 		.outbox_sweep = qbos_outbox_sweep,
 		.inbox_insert = qbos_inbox_insert,
 		.query_text = qbos_query_text,
+		.claimer = qbos_claimer_op,
 		.relay_claim = qbos_relay_claim,
 		.relay_forward = qbos_relay_forward,
 	};
