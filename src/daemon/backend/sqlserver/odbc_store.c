@@ -55,6 +55,7 @@ struct QbOdbcStore
 	bool		takeover;		/* the engine asked for it (QbStore.claimer) */
 	int64_t		claimer_id;		/* the claims' claimer id; 0: none drawn yet */
 	bool		claimer_held;	/* this session holds its applock */
+	bool		babelfish;		/* the server is Babelfish: no takeover */
 };
 
 /* ---- connections and transactions ------------------------------------------------ */
@@ -891,12 +892,16 @@ qbos_lock_row(void *arg, int set, int ncols, char **v)
  * (after a reconnect the same one, as the libpq store), or of a fresh one
  * when there is none yet or another session holds it.  sp_getapplock answers 0
  * or 1 when granted, below 0 when not (SQL Server -1 at once with
- * @LockTimeout = 0).
+ * @LockTimeout = 0).  Not on Babelfish (the statement answers -100): its
+ * APPLOCK_TEST of a lock another session holds leaks an error each call,
+ * and the fifth in a session crashes the server (PANIC: ERRORDATA_STACK_SIZE
+ * exceeded, Babelfish 4.3), so no claimer is recorded there and the claims'
+ * _claimer_gone never tests one: takeover by lease only.
  */
 static int
 qbos_claimer_lock(QbOdbcStore *s, char *err, size_t errlen)
 {
-	for (int tries = 0; tries < 8 && !s->claimer_held; tries++)
+	for (int tries = 0; tries < 8 && !s->claimer_held && !s->babelfish; tries++)
 	{
 		int64_t		id = s->claimer_id != 0 && tries == 0 ? s->claimer_id : qb_claimer_id();
 		char		res[64];
@@ -912,11 +917,14 @@ qbos_claimer_lock(QbOdbcStore *s, char *err, size_t errlen)
 		snprintf(res, sizeof(res), "queuebox.claimer.%lld", (long long) id);
 		p[0] = QBOS_TEXT(res);
 		if (qb_odbc_exec(s->conn,
-						 "DECLARE @r INT; EXEC @r = sp_getapplock @Resource = ?, @LockMode = N'Exclusive',"
+						 "DECLARE @r INT = -100; IF SERVERPROPERTY('BabelfishVersion') IS NULL"
+						 " EXEC @r = sp_getapplock @Resource = ?, @LockMode = N'Exclusive',"
 						 " @LockOwner = N'Session', @LockTimeout = 0; SELECT @r",
 						 p, 1, s->statement_timeout_ms, qbos_lock_row, &r, &cls, err, errlen) != 0)
 			return -1;
-		if (r >= 0)
+		if (r == -100)
+			s->babelfish = true;
+		else if (r >= 0)
 		{
 			s->claimer_id = id;
 			s->claimer_held = true;
@@ -938,9 +946,15 @@ qbos_claimer_op(void *ctx, bool on, char *err, size_t errlen)
 	s->takeover = on;
 	if (!on || s->claimer_held)
 		return 0;
-	if (qbos_ensure(s, err, errlen) != 0)
+	if (qbos_ensure(s, err, errlen) != 0 || qbos_claimer_lock(s, err, errlen) != 0)
 		return -1;
-	return qbos_claimer_lock(s, err, errlen);
+	if (s->babelfish)
+	{
+		snprintf(err, errlen, "the server is Babelfish, where testing a lock another session holds "
+				 "crashes the server (docs/sqlserver.md, Babelfish)");
+		return -1;
+	}
+	return 0;
 }
 
 /* ---- the API -------------------------------------------------------------------------- */
