@@ -17,7 +17,11 @@
  *	1. headers	no source at the path: 404; not POST: 405; a Content-Length
  *				over maxBodyBytes: 413 before any byte of the body is read.
  *	2. body		bytes are kept up to maxBodyBytes; past it they are read
- *				and dropped and the answer is 413.
+ *				and dropped and the answer is 413.  A body that goes on for
+ *				QBI_DROP_MAX bytes past the limit (chunked, so no length
+ *				said when it ends) is not read further: the connection is
+ *				closed without an answer, as an endless body would
+ *				otherwise hold it for as long as the peer sends.
  *	3. checks	authentication over the raw body (401), JSON (400, with the
  *				line, column and byte), UTF-8 of the stored headers (400),
  *				the idempotency key (422), then the source's transform
@@ -75,6 +79,7 @@
 #define QBI_STOP_DRAIN_MS	1000
 #define QBI_SWEEP_MS		100		/* the peer-close sweep, at most this often */
 #define QBI_MAX_HEADER_NAME	255		/* an AMQP table key (a shortstr) holds no more */
+#define QBI_DROP_MAX		(8 * 1024 * 1024)	/* bytes past a body's limit read and dropped */
 
 typedef struct QbiConfigRef
 {
@@ -124,6 +129,7 @@ typedef struct QbiRequest
 	size_t		cap;
 	size_t		max;			/* body limit */
 	bool		too_big;
+	size_t		dropped;		/* bytes read and dropped past max */
 	bool		deferred;		/* suspended, waiting for the main loop */
 	int			status;			/* 0 until decided */
 	char	   *answer;
@@ -802,11 +808,15 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 
 		*upload_size = 0;
 		if (r->too_big)
-			return MHD_YES;
+		{
+			r->dropped += n;
+			return r->dropped > QBI_DROP_MAX ? MHD_NO : MHD_YES;
+		}
 		if (r->len + n > r->max)
 		{
 			/* read and drop the rest: 0.9.75 cannot answer mid-upload */
 			r->too_big = true;
+			r->dropped = r->len + n - r->max;
 			free(r->body);
 			r->body = NULL;
 			return MHD_YES;
