@@ -142,7 +142,7 @@ echo "none" >"$WORK/phase"
 		{ q bench "SELECT pid || '|' || backend_type FROM pg_stat_activity WHERE backend_type LIKE 'queuebox %'" 2>/dev/null || true; } |
 			while IFS='|' read -r pid bt; do
 				kb=$(awk '/^RssAnon:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
-				title=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -o 'queuebox [a-z]* [0-9]*' || true)
+				title=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -oE 'queuebox [a-z]+( [0-9]+)?' || true)
 				bt=${title:-$bt}
 				[[ -n "$kb" ]] && echo "$now $ph ${bt// /_} $pid $kb"
 			done
