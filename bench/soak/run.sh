@@ -35,7 +35,8 @@
 # here is an anchor ratio: memory is compared with itself, so the figures do
 # not depend on how fast the machine is that day.
 #
-# Knobs: QB_BENCH_SHARED_BUFFERS (default 1GB), QB_BENCH_TIMEOUT=1800 (the
+# Knobs: QB_BENCH_SHARED_BUFFERS (default 1GB), QB_BENCH_KAFKA_PARTITIONS
+# (default N / 8000, fewer lose messages), QB_BENCH_TIMEOUT=1800 (the
 # bound of each phase), QB_BENCH_KAFKA_CONFIG (librdkafka properties of the
 # Kafka source, YAML flow entries: '"queued.max.messages.kbytes": "16384"'),
 # QB_BENCH_PHASES="outbox relay ingress nats kafka
@@ -96,7 +97,7 @@ if has nats; then
 	add_source nats "natsin: { type: nats, url: \"$NATS_URL\", stream: SRC, subject: \"src.>\", batchSize: 100, consumption: pull }"
 fi
 if has kafka; then
-	KAFKA_PARTS=$(( (N + 7999) / 8000 ))
+	KAFKA_PARTS=${QB_BENCH_KAFKA_PARTITIONS:-$(( (N + 7999) / 8000 ))}
 	qb_bench_kafka_start "src.soak:$KAFKA_PARTS"
 	BROKER_VERSIONS+="Kafka: librdkafka $(dpkg-query -W -f '${Version}' librdkafka1 2>/dev/null || echo '?')'s mock cluster, $KAFKA_PARTS partitions; "
 	add_source kafka "kafkain: { type: kafka, brokers: \"$KAFKA_BOOT\", topics: [src.soak], batchSize: 100, consumption: pull${QB_BENCH_KAFKA_CONFIG:+, config: { $QB_BENCH_KAFKA_CONFIG \}} }"
@@ -265,7 +266,7 @@ EOF
 {
 	echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — bench/soak, commit $COMMIT"
 	echo
-	echo "Command: \`${QB_BENCH_KAFKA_CONFIG:+QB_BENCH_KAFKA_CONFIG='$QB_BENCH_KAFKA_CONFIG' }QB_BENCH_PHASES=\"$PHASES\" bench/soak/run.sh$( ((RECORD)) && echo " --record") $N\`. $N messages per phase (outbox: HTTP to qb_sink; relay: push inbox rows forwarded and delivered; ingress: wrk POSTs, a unique key each; nats, kafka, rabbitmq: messages published by plain_producer and stored by the source's consumer worker). RssAnon read from /proc/PID/status every 2 s; warm = when the phase had moved 20 % of its messages; growth = end against warm (target < 5 %)."
+	echo "Command: \`${QB_BENCH_KAFKA_PARTITIONS:+QB_BENCH_KAFKA_PARTITIONS=$QB_BENCH_KAFKA_PARTITIONS }${QB_BENCH_KAFKA_CONFIG:+QB_BENCH_KAFKA_CONFIG='$QB_BENCH_KAFKA_CONFIG' }QB_BENCH_PHASES=\"$PHASES\" bench/soak/run.sh$( ((RECORD)) && echo " --record") $N\`. $N messages per phase (outbox: HTTP to qb_sink; relay: push inbox rows forwarded and delivered; ingress: wrk POSTs, a unique key each; nats, kafka, rabbitmq: messages published by plain_producer and stored by the source's consumer worker). RssAnon read from /proc/PID/status every 2 s; warm = when the phase had moved 20 % of its messages; growth = end against warm (target < 5 %)."
 	qb_bench_machine
 	echo "PostgreSQL $(q postgres 'SHOW server_version'), shared_buffers $SB; ${BROKER_VERSIONS}wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}')."
 	echo
