@@ -105,6 +105,7 @@ qb_bench_cluster() {
 		echo "queuebox.database = 'bench'"
 		echo "queuebox.outbox_workers = ${4:-0}"
 		echo "queuebox.relay_worker = $3"
+		echo "max_worker_processes = 16"	# bench/soak runs up to 9 QueueBox workers
 	} | as_pg tee -a "$WORK/data/postgresql.conf" >/dev/null
 	as_pg "$PGBIN/pg_ctl" -D "$WORK/data" -l "$WORK/pg.log" -w -t 120 start >/dev/null \
 		|| die "the cluster did not start"
