@@ -10,7 +10,8 @@
 # in PIDS_TO_KILL and the cluster when PG_STARTED=1, prints the server log
 # tail on failure, and calls bench_cleanup_extra when the script defines it);
 # qb_bench_cluster; q; the sinks (qb_bench_sink_build, start_sink,
-# sink_stats, sink_reset); the rows (PAYLOAD_SQL, HEADERS_SQL, fill_sql);
+# sink_stats, sink_reset); the brokers (qb_bench_kafka_start, km_answer,
+# qb_bench_rabbit_start, rabbit, qb_bench_brokers_stop); the rows (PAYLOAD_SQL, HEADERS_SQL, fill_sql);
 # pgbench (pgbench_tps, the SQL-only claim + settle cycle:
 # qb_bench_claim_settle_script, qb_bench_claim_settle); latency
 # (qb_bench_latency_build, qb_bench_latency); cpu_ms; the workers
