@@ -36,7 +36,9 @@
 # not depend on how fast the machine is that day.
 #
 # Knobs: QB_BENCH_SHARED_BUFFERS (default 1GB), QB_BENCH_KAFKA_PARTITIONS
-# (default N / 8000, fewer lose messages), QB_BENCH_TIMEOUT=1800 (the
+# (default N / 8000, fewer lose messages), QB_BENCH_KAFKA_CHUNKS (default 1:
+# all N at once; K: N / K at a time, each once the last is stored, so the
+# backlog librdkafka prefetches stays small), QB_BENCH_TIMEOUT=1800 (the
 # bound of each phase), QB_BENCH_KAFKA_CONFIG (librdkafka properties of the
 # Kafka source, YAML flow entries: '"queued.max.messages.kbytes": "16384"'),
 # QB_BENCH_PHASES="outbox relay ingress nats kafka
@@ -98,6 +100,7 @@ if has nats; then
 fi
 if has kafka; then
 	KAFKA_PARTS=${QB_BENCH_KAFKA_PARTITIONS:-$(( (N + 7999) / 8000 ))}
+	KAFKA_CHUNKS=${QB_BENCH_KAFKA_CHUNKS:-1}
 	qb_bench_kafka_start "src.soak:$KAFKA_PARTS"
 	BROKER_VERSIONS+="Kafka: librdkafka $(dpkg-query -W -f '${Version}' librdkafka1 2>/dev/null || echo '?')'s mock cluster, $KAFKA_PARTS partitions; "
 	add_source kafka "kafkain: { type: kafka, brokers: \"$KAFKA_BOOT\", topics: [src.soak], batchSize: 100, consumption: pull${QB_BENCH_KAFKA_CONFIG:+, config: { $QB_BENCH_KAFKA_CONFIG \}} }"
@@ -169,6 +172,20 @@ wait_count() { # wait_count PHASE SQL TARGET: polls until SQL gives TARGET; mark
 	die "$ph: $n of $target after ${TIMEOUT}s"
 }
 
+# kafka_paced: N messages in KAFKA_CHUNKS runs of plain_producer, each after
+# the worker has stored the one before (a backlog of N / KAFKA_CHUNKS at most);
+# a second apart, as plain_producer's ids hold the second it started
+kafka_paced() {
+	local c sent=0 k
+	for (( c = 1; c <= KAFKA_CHUNKS; c++ )); do
+		k=$(( c == KAFKA_CHUNKS ? N - sent : N / KAFKA_CHUNKS ))
+		"$PLAIN" kafka "$KAFKA_BOOT" src.soak "$k" 1000 200 >>"$WORK/plain.out" 2>&1 || return 1
+		sent=$(( sent + k ))
+		until (( $(q bench "SELECT count(*) FROM queuebox.inbox WHERE source = 'kafkain'" 2>/dev/null || echo 0) >= sent )); do sleep 0.5; done
+		sleep 1
+	done
+}
+
 insert_chunks() { # insert_chunks SQL_PREFIX: N rows, CHUNK a transaction (g = the row number)
 	local done=0 k
 	while (( done < N )); do
@@ -213,8 +230,15 @@ for ph in $PHASES; do
 			wait_count nats "SELECT count(*) FROM queuebox.inbox WHERE source = 'natsin'" "$N"
 			;;
 		kafka)
-			"$PLAIN" kafka "$KAFKA_BOOT" src.soak "$N" 1000 200 >"$WORK/plain.out" 2>&1 || die "plain_producer: $(tail -3 "$WORK/plain.out")"
-			wait_count kafka "SELECT count(*) FROM queuebox.inbox WHERE source = 'kafkain'" "$N"
+			if (( KAFKA_CHUNKS > 1 )); then
+				kafka_paced &
+				PROD=$!
+				wait_count kafka "SELECT count(*) FROM queuebox.inbox WHERE source = 'kafkain'" "$N"
+				wait "$PROD" || die "plain_producer: $(tail -3 "$WORK/plain.out")"
+			else
+				"$PLAIN" kafka "$KAFKA_BOOT" src.soak "$N" 1000 200 >"$WORK/plain.out" 2>&1 || die "plain_producer: $(tail -3 "$WORK/plain.out")"
+				wait_count kafka "SELECT count(*) FROM queuebox.inbox WHERE source = 'kafkain'" "$N"
+			fi
 			;;
 		rabbitmq)
 			"$PLAIN" rabbitmq "$RABBIT_URL" soak src.soak "$N" 1000 200 >"$WORK/plain.out" 2>&1 || die "plain_producer: $(tail -3 "$WORK/plain.out")"
@@ -266,7 +290,7 @@ EOF
 {
 	echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — bench/soak, commit $COMMIT"
 	echo
-	echo "Command: \`${QB_BENCH_KAFKA_PARTITIONS:+QB_BENCH_KAFKA_PARTITIONS=$QB_BENCH_KAFKA_PARTITIONS }${QB_BENCH_KAFKA_CONFIG:+QB_BENCH_KAFKA_CONFIG='$QB_BENCH_KAFKA_CONFIG' }QB_BENCH_PHASES=\"$PHASES\" bench/soak/run.sh$( ((RECORD)) && echo " --record") $N\`. $N messages per phase (outbox: HTTP to qb_sink; relay: push inbox rows forwarded and delivered; ingress: wrk POSTs, a unique key each; nats, kafka, rabbitmq: messages published by plain_producer and stored by the source's consumer worker). RssAnon read from /proc/PID/status every 2 s; warm = when the phase had moved 20 % of its messages; growth = end against warm (target < 5 %)."
+	echo "Command: \`${QB_BENCH_KAFKA_CHUNKS:+QB_BENCH_KAFKA_CHUNKS=$QB_BENCH_KAFKA_CHUNKS }${QB_BENCH_KAFKA_PARTITIONS:+QB_BENCH_KAFKA_PARTITIONS=$QB_BENCH_KAFKA_PARTITIONS }${QB_BENCH_KAFKA_CONFIG:+QB_BENCH_KAFKA_CONFIG='$QB_BENCH_KAFKA_CONFIG' }QB_BENCH_PHASES=\"$PHASES\" bench/soak/run.sh$( ((RECORD)) && echo " --record") $N\`. $N messages per phase (outbox: HTTP to qb_sink; relay: push inbox rows forwarded and delivered; ingress: wrk POSTs, a unique key each; nats, kafka, rabbitmq: messages published by plain_producer and stored by the source's consumer worker). RssAnon read from /proc/PID/status every 2 s; warm = when the phase had moved 20 % of its messages; growth = end against warm (target < 5 %)."
 	qb_bench_machine
 	echo "PostgreSQL $(q postgres 'SHOW server_version'), shared_buffers $SB; ${BROKER_VERSIONS}wrk $(wrk -v 2>&1 | head -1 | awk '{print $2}')."
 	echo
