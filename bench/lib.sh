@@ -10,7 +10,8 @@
 # in PIDS_TO_KILL and the cluster when PG_STARTED=1, prints the server log
 # tail on failure, and calls bench_cleanup_extra when the script defines it);
 # qb_bench_cluster; q; the sinks (qb_bench_sink_build, start_sink,
-# sink_stats, sink_reset); the rows (PAYLOAD_SQL, HEADERS_SQL, fill_sql);
+# sink_stats, sink_reset); the brokers (qb_bench_kafka_start, km_answer,
+# qb_bench_rabbit_start, rabbit, qb_bench_brokers_stop); the rows (PAYLOAD_SQL, HEADERS_SQL, fill_sql);
 # pgbench (pgbench_tps, the SQL-only claim + settle cycle:
 # qb_bench_claim_settle_script, qb_bench_claim_settle); latency
 # (qb_bench_latency_build, qb_bench_latency); cpu_ms; the workers
@@ -105,6 +106,7 @@ qb_bench_cluster() {
 		echo "queuebox.database = 'bench'"
 		echo "queuebox.outbox_workers = ${4:-0}"
 		echo "queuebox.relay_worker = $3"
+		echo "max_worker_processes = 16"	# bench/soak runs up to 9 QueueBox workers
 	} | as_pg tee -a "$WORK/data/postgresql.conf" >/dev/null
 	as_pg "$PGBIN/pg_ctl" -D "$WORK/data" -l "$WORK/pg.log" -w -t 120 start >/dev/null \
 		|| die "the cluster did not start"
@@ -205,6 +207,101 @@ start_sink() { # start_sink NAME [extra args]: sets SINK_PORT_<NAME>, SINK_PID_<
 }
 sink_stats() { curl -s --max-time 5 "http://127.0.0.1:$1/_sink/stats"; }
 sink_reset() { curl -s --max-time 5 -X POST "http://127.0.0.1:$1/_sink/reset" >/dev/null; }
+
+# ---------------------------------------------------------------- the brokers
+# The brokers of bench/brokers and bench/soak, on loopback, under $WORK.
+# qb_bench_brokers_stop (from bench_cleanup_extra) stops whatever was started.
+#
+# qb_bench_kafka_start TOPIC:PARTITIONS...: test/brokers/kafka_mock
+# (librdkafka's mock cluster, in memory) with these topics, driven through
+# fd 7; sets KM_PID and KAFKA_BOOT.  km_answer COMMAND: its one-line answer.
+KM_PID="" RMQ_ENV=()
+qb_bench_kafka_start() {
+	local t args=()
+	for t in "$@"; do args+=(--topic "$t"); done
+	mkfifo "$WORK/km.in"
+	"$ROOT/test/brokers/kafka_mock" --bootstrap-file "$WORK/km.bootstrap" "${args[@]}" \
+		<"$WORK/km.in" >"$WORK/km.out" 2>"$WORK/km.err" &
+	KM_PID=$!
+	exec 7>"$WORK/km.in"
+	for _ in $(seq 1 300); do [[ -s "$WORK/km.bootstrap" ]] && break; kill -0 "$KM_PID" 2>/dev/null || break; sleep 0.1; done
+	[[ -s "$WORK/km.bootstrap" ]] || die "kafka_mock did not start: $(cat "$WORK/km.err")"
+	KAFKA_BOOT=$(head -1 "$WORK/km.bootstrap")
+}
+km_answer() { # km_answer COMMAND: kafka_mock's one-line answer to it
+	local off; off=$(stat -c %s "$WORK/km.out")
+	echo "$1" >&7
+	for _ in $(seq 1 300); do
+		[[ $(stat -c %s "$WORK/km.out") -gt $off ]] && tail -c +$(( off + 1 )) "$WORK/km.out" | grep -q . && break
+		sleep 0.1
+	done
+	sleep 0.1
+	tail -c +$(( off + 1 )) "$WORK/km.out" | head -1
+}
+
+# qb_bench_rabbit_start: a private rabbitmq-server, as
+# test/perl/QueueBoxRabbit.pm starts one: its own node name, loopback ports
+# (AMQP, distribution, epmd), cookie, mnesia, logs and config under
+# $WORK/rabbitmq, no plugins; run as postgres when the script runs as root.
+# Sets RABBIT_URL, RABBIT_VERSION, RMQ_NODE; rabbit CMD... runs a command in
+# the broker's environment.  RABBIT_SERVER overrides the server's path.
+qb_bench_rabbit_start() {
+	RABBIT_SERVER=${RABBIT_SERVER:-/usr/lib/rabbitmq/bin/rabbitmq-server}
+	RABBIT_CTL=$(dirname "$RABBIT_SERVER")/rabbitmqctl
+	[[ -x "$RABBIT_SERVER" && -x "$RABBIT_CTL" ]] || die "$RABBIT_SERVER is not installed (scripts/setup.sh installs it)"
+	local RD=$WORK/rabbitmq t_rmq ready=0
+	RMQ_NODE=qbbench$$@localhost
+	RMQ_PORT=$(free_port) || die "no free port"
+	RMQ_DIST_PORT=$(free_port) || die "no free port"
+	RMQ_EPMD_PORT=$(free_port) || die "no free port"
+	(( RMQ_PORT != RMQ_DIST_PORT && RMQ_PORT != RMQ_EPMD_PORT && RMQ_DIST_PORT != RMQ_EPMD_PORT )) || die "free_port gave the same port twice; run again"
+	mkdir -p "$RD/home" "$RD/mnesia" "$RD/log"
+	chmod 700 "$RD/home"
+	python3 -c 'import random, string; print("".join(random.choice(string.ascii_uppercase) for _ in range(20)), end="")' >"$RD/home/.erlang.cookie"
+	chmod 400 "$RD/home/.erlang.cookie"
+	: >"$RD/enabled_plugins"; : >"$RD/rabbitmq-env.conf"
+	printf '%s\n' "listeners.tcp.default = 127.0.0.1:$RMQ_PORT" "disk_free_limit.absolute = 1MB" \
+		"log.console = false" "log.file.level = info" >"$RD/rabbitmq.conf"
+	[[ $(id -u) -eq 0 ]] && chown -R postgres: "$RD"
+	RMQ_ENV=(HOME="$RD/home" RABBITMQ_NODENAME="$RMQ_NODE" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+		RABBITMQ_NODE_PORT="$RMQ_PORT" RABBITMQ_DIST_PORT="$RMQ_DIST_PORT"
+		ERL_EPMD_PORT="$RMQ_EPMD_PORT" ERL_EPMD_ADDRESS=127.0.0.1
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}"
+		RABBITMQ_MNESIA_BASE="$RD/mnesia" RABBITMQ_LOG_BASE="$RD/log" RABBITMQ_CONFIG_FILE="$RD/rabbitmq.conf"
+		RABBITMQ_ENABLED_PLUGINS_FILE="$RD/enabled_plugins" RABBITMQ_CONF_ENV_FILE="$RD/rabbitmq-env.conf"
+		RABBITMQ_PID_FILE="$RD/rabbitmq.pid" RABBITMQ_ALLOW_INPUT= LANG=C.UTF-8 LC_ALL=C.UTF-8)
+	t_rmq=$EPOCHREALTIME
+	# its own session (the cleanup stops all of it); sid: the session's id
+	rabbit setsid bash -c 'echo $$ >"$1/sid"; exec "$2"' - "$RD" "$RABBIT_SERVER" </dev/null >"$RD/server.out" 2>&1 &
+	for _ in $(seq 1 120); do
+		if rabbit timeout 40 "$RABBIT_CTL" -n "$RMQ_NODE" await_startup --timeout 30 >"$RD/await.out" 2>&1; then ready=1; break; fi
+		[[ -s "$RD/sid" && -n "$(ps -o pid= -s "$(cat "$RD/sid")")" ]] || break
+		sleep 0.5
+	done
+	(( ready )) || die "rabbitmq-server did not start: $(tail -5 "$RD/server.out") $(tail -3 "$RD/await.out")"
+	RABBIT_URL=amqp://guest:guest@127.0.0.1:$RMQ_PORT/
+	RABBIT_VERSION=$(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || echo '?')
+	RABBIT_UP_S=$(python3 -c "print(round($EPOCHREALTIME - $t_rmq, 1))")
+}
+rabbit() { as_pg env "${RMQ_ENV[@]}" "$@"; }	# rabbit CMD...: in the broker's environment
+
+qb_bench_brokers_stop() {
+	if [[ -n "${KM_PID:-}" ]]; then
+		{ echo quit >&7; } 2>/dev/null
+		exec 7>&- 2>/dev/null
+		for _ in $(seq 1 50); do kill -0 "$KM_PID" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$KM_PID" 2>/dev/null
+	fi
+	if [[ -s "$WORK/rabbitmq/sid" ]]; then
+		# a graceful stop, then whatever is left of its session, then its epmd
+		local sid; sid=$(cat "$WORK/rabbitmq/sid")
+		rabbit timeout 60 "$RABBIT_CTL" -n "$RMQ_NODE" stop >"$WORK/rabbitmq/stop.out" 2>&1
+		for _ in $(seq 1 300); do [[ -n "$(ps -o pid= -s "$sid")" ]] || break; sleep 0.1; done
+		kill -KILL -- "-$sid" 2>/dev/null
+		rabbit /usr/lib/erlang/bin/epmd -port "$RMQ_EPMD_PORT" -kill >/dev/null 2>&1
+	fi
+	return 0
+}
 
 # ---------------------------------------------------------------- the rows
 # ~300 bytes of JSON per row (bench/outbox-http checks it), 2 fields vary with g.

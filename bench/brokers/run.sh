@@ -150,20 +150,12 @@ if [[ ! -x "$ROOT/test/brokers/kafka_mock" || ! -x "$ROOT/test/brokers/nats_tool
 	log "building test/brokers (make sink)"
 	make -s -C "$ROOT" sink >/dev/null || die "make sink failed"
 fi
-KAFKA_MOCK=$ROOT/test/brokers/kafka_mock
 NATS_TOOL=$ROOT/test/brokers/nats_tool
 AMQP_TOOL=$ROOT/test/brokers/amqp_tool
 
-POLL_PID="" KM_PID="" NATS_RUN_PID="" RMQ_ENV=()
-rabbit() { as_pg env "${RMQ_ENV[@]}" "$@"; }	# rabbit CMD...: in the broker's environment
+POLL_PID="" NATS_RUN_PID=""
 bench_cleanup_extra() {
 	[[ -n "${POLL_PID:-}" ]] && kill -TERM "$POLL_PID" 2>/dev/null
-	if [[ -n "${KM_PID:-}" ]]; then
-		{ echo quit >&7; } 2>/dev/null
-		exec 7>&- 2>/dev/null
-		for _ in $(seq 1 50); do kill -0 "$KM_PID" 2>/dev/null || break; sleep 0.1; done
-		kill -KILL "$KM_PID" 2>/dev/null
-	fi
 	if [[ -s "$WORK/nats.pid" ]]; then
 		local np; np=$(cat "$WORK/nats.pid")
 		kill -TERM "$np" 2>/dev/null
@@ -171,15 +163,7 @@ bench_cleanup_extra() {
 		kill -KILL "$np" 2>/dev/null
 	fi
 	[[ -n "${NATS_RUN_PID:-}" ]] && wait "$NATS_RUN_PID" 2>/dev/null
-	if [[ -s "$WORK/rabbitmq/sid" ]]; then
-		# a graceful stop, then whatever is left of its session, then its epmd
-		local sid; sid=$(cat "$WORK/rabbitmq/sid")
-		rabbit timeout 60 "$RABBIT_CTL" -n "$RMQ_NODE" stop >"$WORK/rabbitmq/stop.out" 2>&1
-		for _ in $(seq 1 300); do [[ -n "$(ps -o pid= -s "$sid")" ]] || break; sleep 0.1; done
-		kill -KILL -- "-$sid" 2>/dev/null
-		rabbit /usr/lib/erlang/bin/epmd -port "$RMQ_EPMD_PORT" -kill >/dev/null 2>&1
-	fi
-	return 0
+	qb_bench_brokers_stop
 }
 qb_bench_workdir brokers
 
@@ -189,14 +173,7 @@ cc -std=gnu11 -O2 -Wall -o "$PLAIN" "$HERE/plain_producer.c" -lrdkafka -lnats -l
 
 # ---------------------------------------------------------------- the brokers
 if has "$BROKERS" kafka; then
-	mkfifo "$WORK/km.in"
-	"$KAFKA_MOCK" --bootstrap-file "$WORK/km.bootstrap" --topic "qb.bench:$PARTS" --topic "plain.bench:$PARTS" \
-		--topic "src.bench:$SRC_PARTS" <"$WORK/km.in" >"$WORK/km.out" 2>"$WORK/km.err" &
-	KM_PID=$!
-	exec 7>"$WORK/km.in"
-	for _ in $(seq 1 300); do [[ -s "$WORK/km.bootstrap" ]] && break; kill -0 "$KM_PID" 2>/dev/null || break; sleep 0.1; done
-	[[ -s "$WORK/km.bootstrap" ]] || die "kafka_mock did not start: $(cat "$WORK/km.err")"
-	KAFKA_BOOT=$(head -1 "$WORK/km.bootstrap")
+	qb_bench_kafka_start "qb.bench:$PARTS" "plain.bench:$PARTS" "src.bench:$SRC_PARTS"
 	log "kafka mock cluster at $KAFKA_BOOT (pid $KM_PID, $PARTS partitions for qb.bench and plain.bench, $SRC_PARTS for src.bench)"
 fi
 km_consume() { # km_consume TOPIC: "written kept distinct_message_ids_kept end_line"
@@ -217,17 +194,6 @@ for line in sys.stdin:
         end = line.strip()
 print(sum(hw.values()), n, len(ids), end.replace(" ", "_"))'
 }
-km_answer() { # km_answer COMMAND: kafka_mock's one-line answer to it
-	local off; off=$(stat -c %s "$WORK/km.out")
-	echo "$1" >&7
-	for _ in $(seq 1 300); do
-		[[ $(stat -c %s "$WORK/km.out") -gt $off ]] && tail -c +$(( off + 1 )) "$WORK/km.out" | grep -q . && break
-		sleep 0.1
-	done
-	sleep 0.1
-	tail -c +$(( off + 1 )) "$WORK/km.out" | head -1
-}
-
 if has "$BROKERS" nats; then
 	NATS_PORT=$(free_port) || die "no free port"
 	NATS_URL=nats://127.0.0.1:$NATS_PORT
@@ -249,48 +215,12 @@ if has "$BROKERS" nats; then
 	log "nats-server at $NATS_URL (pid $(cat "$WORK/nats.pid"), $NATS_VERSION), streams QB (qb.>), PLAIN (plain.>) and SRC (src.>)"
 fi
 
-# A private rabbitmq-server, as test/perl/QueueBoxRabbit.pm starts one: its
-# own node name, loopback ports (AMQP, distribution, epmd), cookie, mnesia,
-# logs and config under $WORK/rabbitmq, no plugins; run as postgres when
-# the script runs as root.
 if has "$BROKERS" rabbitmq; then
-	RD=$WORK/rabbitmq
-	RMQ_NODE=qbbench$$@localhost
-	RMQ_PORT=$(free_port) || die "no free port"
-	RMQ_DIST_PORT=$(free_port) || die "no free port"
-	RMQ_EPMD_PORT=$(free_port) || die "no free port"
-	(( RMQ_PORT != RMQ_DIST_PORT && RMQ_PORT != RMQ_EPMD_PORT && RMQ_DIST_PORT != RMQ_EPMD_PORT )) || die "free_port gave the same port twice; run again"
-	mkdir -p "$RD/home" "$RD/mnesia" "$RD/log"
-	chmod 700 "$RD/home"
-	python3 -c 'import random, string; print("".join(random.choice(string.ascii_uppercase) for _ in range(20)), end="")' >"$RD/home/.erlang.cookie"
-	chmod 400 "$RD/home/.erlang.cookie"
-	: >"$RD/enabled_plugins"; : >"$RD/rabbitmq-env.conf"
-	printf '%s\n' "listeners.tcp.default = 127.0.0.1:$RMQ_PORT" "disk_free_limit.absolute = 1MB" \
-		"log.console = false" "log.file.level = info" >"$RD/rabbitmq.conf"
-	[[ $(id -u) -eq 0 ]] && chown -R postgres: "$RD"
-	RMQ_ENV=(HOME="$RD/home" RABBITMQ_NODENAME="$RMQ_NODE" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
-		RABBITMQ_NODE_PORT="$RMQ_PORT" RABBITMQ_DIST_PORT="$RMQ_DIST_PORT"
-		ERL_EPMD_PORT="$RMQ_EPMD_PORT" ERL_EPMD_ADDRESS=127.0.0.1
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}"
-		RABBITMQ_MNESIA_BASE="$RD/mnesia" RABBITMQ_LOG_BASE="$RD/log" RABBITMQ_CONFIG_FILE="$RD/rabbitmq.conf"
-		RABBITMQ_ENABLED_PLUGINS_FILE="$RD/enabled_plugins" RABBITMQ_CONF_ENV_FILE="$RD/rabbitmq-env.conf"
-		RABBITMQ_PID_FILE="$RD/rabbitmq.pid" RABBITMQ_ALLOW_INPUT= LANG=C.UTF-8 LC_ALL=C.UTF-8)
-	t_rmq=$EPOCHREALTIME
-	# its own session (the cleanup stops all of it); sid: the session's id
-	rabbit setsid bash -c 'echo $$ >"$1/sid"; exec "$2"' - "$RD" "$RABBIT_SERVER" </dev/null >"$RD/server.out" 2>&1 &
-	ready=0
-	for _ in $(seq 1 120); do
-		if rabbit timeout 40 "$RABBIT_CTL" -n "$RMQ_NODE" await_startup --timeout 30 >"$RD/await.out" 2>&1; then ready=1; break; fi
-		[[ -s "$RD/sid" && -n "$(ps -o pid= -s "$(cat "$RD/sid")")" ]] || break
-		sleep 0.5
-	done
-	(( ready )) || die "rabbitmq-server did not start: $(tail -5 "$RD/server.out") $(tail -3 "$RD/await.out")"
-	RABBIT_URL=amqp://guest:guest@127.0.0.1:$RMQ_PORT/
+	qb_bench_rabbit_start
 	"$AMQP_TOOL" "$RABBIT_URL" exchange bench direct queue qb.bench queue plain.bench queue src.bench \
 		bind qb.bench bench rabbitmq.bench bind plain.bench bench plain.bench bind src.bench bench src.bench \
 		|| die "cannot declare the RabbitMQ exchange and queues"
-	RABBIT_VERSION=$(dpkg-query -W -f '${Version}' rabbitmq-server 2>/dev/null || echo '?')
-	log "rabbitmq-server $RABBIT_VERSION at $RABBIT_URL (node $RMQ_NODE, up in $(python3 -c "print(round($EPOCHREALTIME - $t_rmq, 1))") s); exchange bench, queues qb.bench, plain.bench, src.bench"
+	log "rabbitmq-server $RABBIT_VERSION at $RABBIT_URL (node $RMQ_NODE, up in $RABBIT_UP_S s); exchange bench, queues qb.bench, plain.bench, src.bench"
 fi
 rmq_count() { "$AMQP_TOOL" "$RABBIT_URL" count "$1"; }
 rmq_purge() { "$AMQP_TOOL" "$RABBIT_URL" purge "$1" >/dev/null || die "cannot purge $1"; }

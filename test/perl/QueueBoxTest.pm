@@ -7,6 +7,9 @@
 #     qb_configure      Perl structure, and store it with queuebox.configure()
 #   - qb_sink_*:        start/stop the loopback sink (test/sink/qb_sink) and
 #                       read its JSONL request log
+#   - qb_endless_*:     an endpoint whose answer never ends, what it wrote
+#                       on each connection before the client left, and the
+#                       check that rows sent to it settle on a bounded read
 #   - qb_wait_query /   bounded waits: poll_query_until with a chosen timeout,
 #     qb_wait_for       and a polling loop around a Perl predicate
 #   - qb_npm_dir:       a test/node-style folder with its npm packages
@@ -42,6 +45,7 @@ use FindBin;
 our @EXPORT = qw(
   qb_node qb_config_yaml qb_configure qb_sql_quote
   qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats qb_sink_first_after
+  qb_endless_start qb_endless_conns qb_endless_stop qb_endless_routes qb_endless_check
   qb_wait_query qb_wait_for qb_worker_pids qb_launcher_pid qb_free_port
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
   qb_consumers_on_lock qb_test_binary qb_npm_dir qb_node_tests
@@ -487,6 +491,128 @@ sub qb_sink_stats
 	my $r = HTTP::Tiny->new(timeout => 10)->get("$s->{url}/_sink/stats");
 	die "sink stats: $r->{status} $r->{reason}" unless $r->{success};
 	return decode_json($r->{content});
+}
+
+# ---------------------------------------------------------------- an endless answer
+
+# qb_endless_start(): a loopback endpoint (a forked perl process) that reads
+# one request per connection and answers it with a chunked body that never
+# ends: "HTTP 200" on a path starting /ok, "HTTP 500" on any other, the body
+# starting "endless answer" and then 'x' forever.  When the client leaves (a
+# write fails), it appends "PATH BYTES" to its file: the body bytes the
+# kernel took from it on that connection (its send buffer is held at 64 KiB,
+# so that is close to what the client read: loopback's buffers would
+# otherwise take megabytes).  Returns { pid, port, url, file }.
+sub qb_endless_start
+{
+	my $dir = $PostgreSQL::Test::Utils::tmp_check;
+	my $file = sprintf('%s/endless_%d_%d.conns', $dir, $$, ++$QueueBoxTest::sink_seq);
+	my $l = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp',
+		Listen => 16, ReuseAddr => 1) or die "endless endpoint: cannot listen: $!";
+	my $port = $l->sockport;
+	unlink $file;
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		$SIG{PIPE} = 'IGNORE';
+		while (my $c = $l->accept)
+		{
+			setsockopt($c, Socket::SOL_SOCKET(), Socket::SO_SNDBUF(), 65536);
+			my ($head, $buf) = ('', '');
+			while ($head !~ /\r\n\r\n/)
+			{
+				last unless sysread($c, $buf, 65536);
+				$head .= $buf;
+			}
+			my ($path) = $head =~ m{^\S+ (\S+)};
+			my ($len) = $head =~ /^content-length:\s*(\d+)/mi;
+			my $have = length($head) - index($head, "\r\n\r\n") - 4;
+			while (defined $len && $have < $len && sysread($c, $buf, 65536)) { $have += length $buf; }
+			my $status = ($path // '') =~ m{^/ok} ? '200 OK' : '500 Internal Server Error';
+			my $bytes = 0;
+			if (syswrite($c, "HTTP/1.1 $status\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"))
+			{
+				my $chunk = 'endless answer ' . ('x' x 16369);
+				while (1)
+				{
+					my $w = syswrite($c, sprintf("%x\r\n%s\r\n", length $chunk, $chunk));
+					last unless $w;
+					$bytes += $w;
+					$chunk = 'x' x 16384;
+				}
+			}
+			close $c;
+			open(my $fh, '>>', $file) or POSIX::_exit(1);
+			print $fh ($path // '?') . " $bytes\n";
+			close $fh;
+		}
+		POSIX::_exit(0);
+	}
+	close $l;
+	my $e = { pid => $pid, port => $port, url => "http://127.0.0.1:$port", file => $file };
+	push @live_sinks, $e;
+	note "endless endpoint started: pid $pid, port $port";
+	return $e;
+}
+
+# qb_endless_conns($e): [ [path, bytes], ... ] of the connections that ended
+sub qb_endless_conns
+{
+	my ($e) = @_;
+	return [] unless -e $e->{file};
+	return [ map { [ split / / ] } grep { /\S/ } split /\n/, slurp_file($e->{file}) ];
+}
+
+sub qb_endless_stop { qb_sink_stop($_[0], 'KILL'); }
+
+# qb_endless_routes($e): (destinations, routes) for qb_config_yaml: topic
+# endless.ok to its 200 path, endless.fail to its 500 path, timeoutMs 60 s
+sub qb_endless_routes
+{
+	my ($e) = @_;
+	return (
+		{
+			endless_ok => { type => 'http', baseUrl => $e->{url}, path => '/ok', timeoutMs => 60000 },
+			endless_500 => { type => 'http', baseUrl => $e->{url}, path => '/fail', timeoutMs => 60000 },
+		},
+		[
+			{ topicPattern => 'endless.ok', destination => 'endless_ok' },
+			{ topicPattern => 'endless.fail', destination => 'endless_500' },
+		]);
+}
+
+# qb_endless_check($node, $e, $what): with qb_endless_routes in force and
+# outbox.maxAttempts 2, one row to each path settles on its status, read up
+# to a bound and not for the whole 60 s timeout: the 200 sent at the first
+# attempt, the 500 dead after two with the answer's start in last_error,
+# and under 1 MB written on each connection.  Counts the rows around it.
+sub qb_endless_check
+{
+	my ($node, $e, $what) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $before = qb_outbox_count($node);
+	$node->safe_psql('postgres', q{
+		INSERT INTO queuebox.outbox (topic, payload) VALUES ('endless.ok', '{}'), ('endless.fail', '{}')});
+	qb_wait_query($node,
+		"SELECT count(*) FROM queuebox.outbox WHERE topic LIKE 'endless.%' AND state IN ('sent', 'dead')",
+		'2', "$what: both rows reach a final state");
+	my $row = sub {
+		$node->safe_psql('postgres', "SELECT state || ' ' || attempt || ' ' || coalesce(last_error, '')
+			FROM queuebox.outbox WHERE topic = 'endless.$_[0]'");
+	};
+	is($row->('ok'), 'sent 1 ', "$what: the endless 200 answer is sent at the first attempt");
+	like($row->('fail'), qr/^dead 2 .*HTTP 500: endless answer x+/,
+		"$what: the endless 500 answer fails twice, dead, last_error keeps its start");
+	my $conns;
+	qb_wait_for(sub { $conns = qb_endless_conns($e); @$conns == 3 },
+		"$what: the endpoint saw 3 connections end (1 for the 200, 2 for the 500)");
+	note "$what, bytes written per connection: " . join(', ', map { "$_->[0] $_->[1]" } @$conns);
+	is(join(',', sort map { $_->[0] } @$conns), '/fail,/fail,/ok', "$what: one request on /ok, two on /fail");
+	ok(!grep({ $_->[1] >= 1024 * 1024 } @$conns), "$what: under 1 MB written on each connection")
+	  or diag explain $conns;
+	is(qb_outbox_count($node), $before + 2, "$what: the outbox holds 2 rows more");
+	return;
 }
 
 # ---------------------------------------------------------------- waiting

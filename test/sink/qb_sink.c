@@ -29,7 +29,13 @@
  *					client timed out: ~0.1-0.2 % of them with one thread, and once
  *					in a while a whole burst (TAP 020: 128 requests, resent after
  *					timeoutMs, counted as duplicates).  QB_SINK_EPOLL=1 brings
- *					epoll back, for comparison only.
+ *					epoll back, for comparison only.  Reproducer:
+ *					test/sink/keepalive_burst.py PORT /events 128 50 (a POST on
+ *					each of 128 kept-alive connections at once, 50 times) against
+ *					QB_SINK_EPOLL=1 qb_sink --threads 1 leaves whole bursts of 128
+ *					unanswered (896 of 6,400 on 2026-12-02); with poll, none.  The
+ *					ingress (external epoll, one thread) answered every request of
+ *					the same bursts (test/t/049_ingress_keepalive.pl).
  *	--print			print each request on stdout as it is answered, two lines:
  *					"sink: POST /events -> 200  x-message-id=...  x-correlation-id=..."
  *					(the ids only when sent), then the body indented (the demo)

@@ -1,6 +1,7 @@
 # 002_retry_dead.pl
 #   Failed attempts are retried with backoff until the row's max_attempts,
 #   then the row is dead; rows that cannot be published go dead at once.
+#   An answer that never ends is read up to a bound, not until the timeout.
 use strict;
 use warnings;
 
@@ -160,11 +161,20 @@ $by_id = qb_sink_by_id($sink);
 is(scalar @{ $by_id->{ row('always503')->{mid} } }, 3, 'a dead row gets no further request');
 is(scalar @{ $by_id->{ row('fail2')->{mid} } }, 3, 'a sent row gets no further request');
 
+# ---- an answer whose body never ends: read up to a bound, not until the
+# 60 s timeout (the endpoint counts what it wrote on each connection)
+my $endless = qb_endless_start();
+my ($edest, $eroutes) = qb_endless_routes($endless);
+qb_configure($node, qb_config_yaml(outbox => { maxAttempts => 2 }, destinations => $edest, routes => $eroutes));
+qb_endless_check($node, $endless, 'extension');
+$inserted += 2;
+qb_endless_stop($endless);
+
 is(qb_outbox_count($node), $inserted, "the outbox still holds the $inserted rows");
 is( $node->safe_psql('postgres',
 		q{SELECT string_agg(state || ':' || n, ',' ORDER BY state)
 		  FROM (SELECT state, count(*) n FROM queuebox.outbox GROUP BY state) s}),
-	'dead:7,sent:2', 'after: 2 sent, 7 dead');
+	'dead:8,sent:3', 'after: 3 sent, 8 dead');
 
 $node->stop;
 qb_sink_stop($sink);

@@ -206,6 +206,29 @@ $r = raw_request("POST /inbox/plain HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ch
 is($r->{status}, 413, 'a chunked body over the limit is 413');
 is(inbox_count(), $before, 'no refusal stored a row');
 
+# ---- a chunked body that never ends: dropped up to a bound, then the
+# connection is closed (the client stops at 256 MB: the ingress read on)
+{
+	local $SIG{PIPE} = 'IGNORE';
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port) or die $!;
+	syswrite($s, "POST /inbox/plain HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+	my $c = 'z' x 65536;
+	my $frame = sprintf("%x\r\n%s\r\n", length $c, $c);
+	my $written = 0;
+	while ($written < 256 * 1024 * 1024)
+	{
+		my $w = syswrite($s, $frame);
+		last unless $w;
+		$written += $w;
+	}
+	close $s;
+	note "endless chunked body: $written bytes written before the ingress closed";
+	cmp_ok($written, '<', 64 * 1024 * 1024, 'an endless chunked body: the ingress closes the connection (under 64 MB written)');
+	is(inbox_count(), $before, 'an endless chunked body stores no row');
+	$r = $http->get("$base/healthz");
+	is($r->{status}, 200, 'the ingress answers after an endless body');
+}
+
 # ---- authentication, every scheme
 my $body = '{"action":"opened","number":1}';
 $r = post('/inbox/github', $body, 'X-GitHub-Delivery' => 'd-1', 'X-GitHub-Event' => 'pull_request',

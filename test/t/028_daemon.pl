@@ -3,7 +3,7 @@
 #   extension, a login role that is not a superuser): the command line
 #   (--version, --check, --migrate), the schema it installs, delivery with
 #   retries, dead rows and per-key order, LISTEN, SIGHUP with a valid and an
-#   invalid file, and SIGTERM.
+#   invalid file, SIGTERM, and answers whose body never ends.
 use strict;
 use warnings;
 
@@ -290,6 +290,16 @@ $r = qbd_run('--config', qbd_write_conf(conf(), 'migrate'), '--migrate');
 is($node->safe_psql('postgres', q{SELECT string_agg(tgname || ':' || tgenabled::text, ',' ORDER BY tgname) FROM pg_trigger
 	WHERE tgname IN ('outbox_notify', 'inbox_notify')}), 'inbox_notify:D,outbox_notify:D',
 	'database.listen: false disables the notify triggers (no NOTIFY cost on inserts)');
+
+# ---- an answer whose body never ends: read up to a bound, not until the
+# 60 s timeout (the HTTP publisher is the extension's, test/t/002 too)
+my $endless = qb_endless_start();
+my ($edest, $eroutes) = qb_endless_routes($endless);
+$d = qbd_start($node, conf(outbox => { maxAttempts => 2 }, destinations => $edest, routes => $eroutes), name => 'endless');
+qb_endless_check($node, $endless, 'daemon');
+qbd_signal($d, 'TERM');
+is(qbd_wait_exit($d, 30), 0, 'the daemon of the endless answers stops');
+qb_endless_stop($endless);
 
 # ---- the extension refuses a database the daemon manages
 # (the library is not preloaded here: only the install script runs)

@@ -12,7 +12,9 @@
  *	  of MHD_run: one store call, one transaction, one commit for all.
  *
  * A webhook (POST inbox.basePath + source.path): no source 404, not POST
- * 405, a body over maxBodyBytes 413 (read and dropped past the limit);
+ * 405, a Content-Length over maxBodyBytes 413 before the body is read; a
+ * longer body is read and dropped past the limit (413), and one that goes
+ * on QBI_DROP_MAX bytes past it is cut (the connection closed, no answer);
  * then authentication over the raw body 401, JSON or UTF-8 400, the key
  * 422, the transform 422 (a refusal stores nothing); then the batch is
  * committed and each request answered 202 (new), 200 (duplicate) or 503.
@@ -52,6 +54,7 @@
 #define QBI_STOP_DRAIN_MS	1000
 #define QBI_SWEEP_MS		100		/* the peer-close sweep, at most this often */
 #define QBI_MAX_HEADER_NAME	255		/* an AMQP table key (a shortstr) holds no more */
+#define QBI_DROP_MAX		(8 * 1024 * 1024)	/* bytes past a body's limit read and dropped */
 
 typedef struct QbiConfigRef
 {
@@ -101,6 +104,7 @@ typedef struct QbiRequest
 	size_t		cap;
 	size_t		max;			/* body limit */
 	bool		too_big;
+	size_t		dropped;		/* bytes read and dropped past max */
 	bool		deferred;		/* suspended, waiting for the main loop */
 	int			status;			/* 0 until decided */
 	char	   *answer;
@@ -784,11 +788,15 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 
 		*upload_size = 0;
 		if (r->too_big)
-			return MHD_YES;
+		{
+			r->dropped += n;
+			return r->dropped > QBI_DROP_MAX ? MHD_NO : MHD_YES;
+		}
 		if (r->len + n > r->max)
 		{
 			/* read and drop the rest: 0.9.75 cannot answer mid-upload */
 			r->too_big = true;
+			r->dropped = r->len + n - r->max;
 			free(r->body);
 			r->body = NULL;
 			return MHD_YES;

@@ -6,7 +6,10 @@
  * transfers go back to a free list so their buffers are reused.
  *
  * Outcomes: 2xx is ok; any other answer is a failed attempt carrying its
- * status.  410 Gone also sets gone (the engine parks the row and stops the
+ * status.  An answer is read up to QBH_READ_MAX bytes, no further: once the
+ * status and the kept start are in, a longer (or endless) body only costs
+ * time, so the transfer is cut there and judged on its status like a whole
+ * one (the connection is closed; a shorter answer keeps it for reuse).  410 Gone also sets gone (the engine parks the row and stops the
  * destination: no retry will change the receiver's mind), and 429 or 503
  * carry the Retry-After delay when the answer has one.  Never permanent:
  * an HTTP answer says nothing about the row itself.
@@ -42,6 +45,7 @@
 #endif
 
 #define QBH_ERRBODY 200			/* bytes of an error answer kept for last_error */
+#define QBH_READ_MAX 65536		/* bytes of any answer read before it is cut */
 
 typedef struct QbhTransfer
 {
@@ -51,6 +55,8 @@ typedef struct QbhTransfer
 	char		errbuf[CURL_ERROR_SIZE];
 	char		body[QBH_ERRBODY + 1];	/* the start of the answer */
 	size_t		body_len;
+	size_t		read;			/* bytes of the answer's body read so far */
+	bool		cut;			/* we stopped reading at QBH_READ_MAX */
 	struct QbhTransfer *next;	/* free list, or the in-flight list */
 	struct QbhTransfer *prev;	/* in-flight list */
 } QbhTransfer;
@@ -205,7 +211,12 @@ qbh_timer_cb(CURLM *m, long timeout_ms, void *userp)
 	return 0;
 }
 
-/* qbh_write_cb keeps the first bytes of an answer for the error message. */
+/*
+ * qbh_write_cb keeps the first bytes of an answer for the error message, and
+ * cuts the transfer once QBH_READ_MAX bytes have come: returning less than n
+ * makes libcurl end it with CURLE_WRITE_ERROR, which t->cut tells from a
+ * failure (an endless body would otherwise be read until the timeout).
+ */
 static size_t
 qbh_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
@@ -221,6 +232,12 @@ qbh_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 		t->body_len += k;
 		t->body[t->body_len] = '\0';
 	}
+	if (n > QBH_READ_MAX - t->read)
+	{
+		t->cut = true;
+		return 0;
+	}
+	t->read += n;
 	return n;
 }
 
@@ -392,6 +409,8 @@ qb_http_post(QbHttp *h, const QbDestination *dest,
 	t->errbuf[0] = '\0';
 	t->body_len = 0;
 	t->body[0] = '\0';
+	t->read = 0;
+	t->cut = false;
 	t->next = t->prev = NULL;
 
 	curl_easy_setopt(t->easy, CURLOPT_URL, dest->url);
@@ -531,6 +550,8 @@ qbh_finish(QbHttp *h, CURL *easy, CURLcode code, QbHttpDone done, void *arg)
 	curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **) &t);
 	curl_easy_getinfo(easy, CURLINFO_EFFECTIVE_URL, &url);
 	curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &out.status);
+	if (code == CURLE_WRITE_ERROR && t->cut)
+		code = CURLE_OK;		/* our cut, not a failure: judge the status */
 	if (code != CURLE_OK)
 	{
 		out.ok = false;
