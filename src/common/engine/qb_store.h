@@ -69,7 +69,8 @@ typedef enum QbSettleKind
 	QB_SETTLE_DEAD,
 	QB_SETTLE_RELEASE,
 	QB_SETTLE_ROUTE,
-	QB_SETTLE_HOLD
+	QB_SETTLE_HOLD,
+	QB_SETTLE_DEAD_HOLD			/* dead, and its key waits for it (onDead: holdKey) */
 } QbSettleKind;
 
 typedef struct QbSettle
