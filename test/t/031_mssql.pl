@@ -9,8 +9,8 @@
 #   the ingress with duplicates and a bad signature, the relay with its
 #   headers, the five pull statements and the claim's app-lock timeout
 #   (Msg 51000), the admin routes and /metrics, and T-SQL topic_matches
-#   against the extension's C one, and the upgrade of filled 0.3.0, 0.3.1
-#   and 0.3.2 schemas.  Every case counts rows before and after.
+#   against the extension's C one, and the upgrade of filled 0.3.0, 0.3.1,
+#   0.3.2 and 0.3.3 schemas.  Every case counts rows before and after.
 #
 #   The suite drops and recreates schema queuebox in the database the URL
 #   names: give it a database of its own.
@@ -491,7 +491,7 @@ is(qbd_wait_exit($d, 30), 0, 'the daemon stops');
 	}
 }
 
-# ---- upgrades: the schema the 0.3.0, 0.3.1 and 0.3.2 daemons made
+# ---- upgrades: the schema the 0.3.0, 0.3.1, 0.3.2 and 0.3.3 daemons made
 # (test/fixtures), filled, then --migrate: no row changes, a claim made
 # before still completes, resume_destination answers as 0.3.2 says, the
 # sweep of 0.3.3 runs, and the objects are a fresh install's
@@ -585,7 +585,7 @@ sub version_cmp
 	return 0;
 }
 
-my @upgraded = map { upgrade_from($_) } qw(0.3.0 0.3.1 0.3.2);
+my @upgraded = map { upgrade_from($_) } qw(0.3.0 0.3.1 0.3.2 0.3.3);
 mssql_reset($dbh);
 $r = qbd_run('--config', qbd_write_conf(conf(), 'fresh'), '--migrate');
 is($r->[0], 0, '--migrate makes a fresh schema') or diag $r->[2];
@@ -593,6 +593,7 @@ cmp_ok(scalar(split /\n/, $upgraded[0]), '>', 100, 'the object list covers the s
 is($upgraded[0], objects(), 'the schema upgraded from 0.3.0 has the objects and columns of a fresh install');
 is($upgraded[1], objects(), 'the schema upgraded from 0.3.1 has the objects and columns of a fresh install');
 is($upgraded[2], objects(), 'the schema upgraded from 0.3.2 has the objects and columns of a fresh install');
+is($upgraded[3], objects(), 'the schema upgraded from 0.3.3 has the objects and columns of a fresh install');
 
 # ---- a schema queuebox that the daemon did not make is refused
 mssql_reset($dbh);
