@@ -181,6 +181,59 @@ like(mssql_value($dbh, q{SELECT MAX(last_error) FROM queuebox.outbox WHERE topic
 	'retry: last_error says what the destination answered');
 is(scalar(grep { $_->{path} eq '/x' } @{ qb_sink_requests($failing) }), 30, 'retry: the failing destination saw 3 attempts of each row');
 
+# ---- onDead: holdKey: a dead head keeps its key's later rows parked until
+# an operator requeues it (edited here) or skips it
+qbd_signal($d, 'TERM');
+qbd_wait_exit($d, 30);
+$d = qbd_start(undef, conf(routes => [ { topicPattern => 'hold.*', destination => 'sink', onDead => 'holdKey' },
+	{ topicPattern => '**', destination => 'sink' } ]), name => 'mssql_hold');
+mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload, max_attempts) VALUES
+	(N'hold.a', N'hk1', N'{"key": "hk1", "seq": 0, "_sink": {"status": 500}}', 1),
+	(N'hold.a', N'hk1', N'{"key": "hk1", "seq": 1}', NULL),
+	(N'hold.a', N'hk1', N'{"key": "hk1", "seq": 2}', NULL),
+	(N'hold.a', N'hk2', N'{"key": "hk2", "seq": 0, "_sink": {"status": 500}}', 1),
+	(N'hold.a', N'hk2', N'{"key": "hk2", "seq": 1}', NULL)});
+mssql_wait($dbh, q{SELECT COUNT(*) FROM queuebox.outbox WHERE topic = N'hold.a' AND state = N'dead' AND hold = N'dead'},
+	[], 2, 'holdKey: both heads go dead holding their keys', timeout => 120);
+mssql_wait($dbh, q{SELECT COUNT(*) FROM queuebox.outbox WHERE topic = N'hold.a' AND state = N'pending' AND hold = N'key'},
+	[], 3, 'holdKey: the later rows are parked behind them', timeout => 120);
+# ok deliveries of a key, as seq ("e": an edited body), in log order
+my $held_sent = sub {
+	my ($key, $all) = @_;
+	my @seq;
+	for my $r (@{ qb_sink_requests($sink) })
+	{
+		next unless $all || ($r->{status} >= 200 && $r->{status} < 300);
+		my $b = eval { decode_json($r->{body}) } or next;
+		push @seq, $b->{seq} . ($b->{edited} ? 'e' : '') if ($b->{key} // '') eq $key;
+	}
+	return join(',', @seq);
+};
+is($held_sent->('hk1', 1) . '|' . $held_sent->('hk2', 1), '0|0', 'holdKey: the sink saw only the failed heads');
+is(join(';', map { join('|', @$_[0, 2, 3, 4]) } @{ mssql_rows($dbh, 'EXEC queuebox.held_keys') }),
+	join(';', 'hk1|' . mssql_value($dbh, q{SELECT id FROM queuebox.outbox WHERE [key] = N'hk1' AND state = N'dead'}) . '|dead|2',
+		'hk2|' . mssql_value($dbh, q{SELECT id FROM queuebox.outbox WHERE [key] = N'hk2' AND state = N'dead'}) . '|dead|1'),
+	'held_keys: both keys, their dead heads and the rows behind');
+my ($hk1, $hk2) = map { mssql_value($dbh, q{SELECT id FROM queuebox.outbox WHERE [key] = ? AND state = N'dead'}, $_) } qw(hk1 hk2);
+eval { mssql_rows($dbh, 'EXEC queuebox.requeue_outbox_edited ?, ?', $hk1, '{not json') };
+like($@, qr/payload is not JSON/, 'requeue_outbox_edited refuses a payload that is not JSON');
+is(count('outbox_audit') . '|' . count('outbox', q{id = ? AND state = N'dead' AND hold = N'dead'}, $hk1), '0|1',
+	'and changes nothing');
+is(mssql_value($dbh, 'EXEC queuebox.requeue_outbox_edited ?, ?', $hk1, '{"key": "hk1", "seq": 0, "edited": true}'), 1,
+	'requeue_outbox_edited answers 1');
+is(mssql_value($dbh, 'EXEC queuebox.skip_outbox ?', $hk2), 1, 'skip_outbox answers 1');
+is(mssql_value($dbh, 'EXEC queuebox.skip_outbox ?', $hk2), 0, 'skip_outbox answers 0 for a row that holds nothing');
+mssql_wait($dbh, q{SELECT COUNT(*) FROM queuebox.outbox WHERE topic = N'hold.a' AND state = N'sent'}, [], 4,
+	'holdKey: the requeued and the skipped key drain', timeout => 120);
+is($held_sent->('hk1'), '0e,1,2', 'the sink got the edited head first, then the rest in order');
+is($held_sent->('hk2'), '1', 'the skipped key goes on without its head');
+is(count('outbox', q{id = ? AND state = N'dead' AND hold IS NULL}, $hk2), 1, 'the skipped head stays dead, holding nothing');
+is(join(";", map { join("|", map { $_ // "" } @$_) } @{ mssql_rows($dbh,
+		q{SELECT outbox_id, action, CASE WHEN done_by <> N'' THEN 1 ELSE 0 END, payload_before, payload_after
+		  FROM queuebox.outbox_audit ORDER BY id}) }),
+	qq{$hk1|requeue|1|{"key": "hk1", "seq": 0, "_sink": {"status": 500}}|{"key": "hk1", "seq": 0, "edited": true};$hk2|skip|1||},
+	'the edited requeue and the skip are audited: who, the payload before and after');
+
 # ---- a down destination beside a healthy one, with a hot key
 qbd_signal($d, 'TERM');
 qbd_wait_exit($d, 30);

@@ -68,13 +68,11 @@ qb_odbc_json_settles(const QbSettle *s, int n, bool *oom)
 	if (n <= 0)
 		return NULL;
 	a = json_array();
-	/* onDead: holdKey is not in the SQL Server procedures yet: a plain dead */
 	for (int i = 0; i < n && a != NULL; i++)
 		failed |= json_array_append_new(a, json_pack("{s:I,s:o,s:s,s:i,s:I,s:o,s:o}",
 													 "id", (json_int_t) s[i].id,
 													 "t", qboj_str(s[i].token),
-													 "o", qb_settle_kind_name(s[i].kind == QB_SETTLE_DEAD_HOLD ?
-																			QB_SETTLE_DEAD : s[i].kind),
+													 "o", qb_settle_kind_name(s[i].kind),
 													 "a", s[i].attempt,
 													 "ms", (json_int_t) s[i].delay_ms,
 													 "err", qboj_str(s[i].error),
