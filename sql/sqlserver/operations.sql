@@ -145,13 +145,13 @@ GO
  * held_keys: the keys whose first open row is dead and holding them
  * (onDead: holdKey) or retrying, with rows parked behind it: key,
  * destination, head_id, head_state (dead | retrying), behind, since (the
- * oldest of them was created, UTC).
+ * oldest of them was created, UTC); at most @limit keys, in key order.
  */
-CREATE PROCEDURE queuebox.held_keys
+CREATE PROCEDURE queuebox.held_keys @limit INT = 100
 AS
 BEGIN
 	SET NOCOUNT ON;
-	SELECT k.[key], h.destination, h.id AS head_id,
+	SELECT TOP (@limit) k.[key], h.destination, h.id AS head_id,
 		   CASE WHEN h.state = N'dead' THEN N'dead' ELSE N'retrying' END AS head_state,
 		   b.n AS behind, b.since
 	FROM (SELECT DISTINCT o.[key] FROM queuebox.outbox o

@@ -512,6 +512,28 @@ $a = $http->request('POST', "$base/admin/outbox/requeue",
 	{ content => '{"topicPattern": "a..b"}', headers => { Authorization => "Bearer $token", 'Content-Type' => 'application/json' } });
 is($a->{status}, 422, 'a bulk requeue with an invalid pattern: 422 (a value the database refused)') or diag $a->{content};
 like($a->{content}, qr/segment 2 is empty/, 'the 422 says which segment is wrong');
+# admin, onDead: holdKey (rows made by hand: two dead heads that hold their
+# keys, each with a parked row behind it, on a topic no route takes)
+mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload, state, attempt, hold, last_error)
+	VALUES (N'adm.held', N'ak1', N'{"v": 1}', N'dead', 3, N'dead', N'gave up'),
+	       (N'adm.held', N'ak2', N'{"v": 1}', N'dead', 3, N'dead', N'gave up')});
+mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload, hold)
+	VALUES (N'adm.held', N'ak1', N'{"v": 2}', N'key'), (N'adm.held', N'ak2', N'{"v": 2}', N'key')});
+my ($ak1, $ak2) = map { mssql_value($dbh, q{SELECT id FROM queuebox.outbox WHERE [key] = ? AND state = N'dead'}, $_) } qw(ak1 ak2);
+my %adm = (headers => { Authorization => "Bearer $token", 'Content-Type' => 'application/json' });
+$a = $http->request('GET', "$base/admin/outbox/held?limit=10", \%adm);
+is($a->{status}, 200, 'admin lists held keys') or diag $a->{content};
+is(join(',', map { "$_->{key}:$_->{head_id}:$_->{head_state}:$_->{behind}" } grep { $_->{key} =~ /^ak/ } @{ $json->decode($a->{content}) }),
+	"ak1:$ak1:dead:1,ak2:$ak2:dead:1", 'held keys: each with its dead head and the rows behind');
+$a = $http->request('POST', "$base/admin/outbox/$ak1/requeue", { %adm, content => '{"payload": {"v": 9}}' });
+is($a->{status}, 200, 'admin requeues a dead row with an edited payload') or diag $a->{content};
+is(join('|', map { $_ // '' } @{ mssql_rows($dbh, q{SELECT action, payload_before, payload_after FROM queuebox.outbox_audit WHERE outbox_id = ?}, $ak1)->[0] }),
+	'requeue|{"v": 1}|{"v":9}', 'the edit is audited, before and after');
+$a = $http->request('POST', "$base/admin/outbox/$ak2/skip", \%adm);
+is($a->{status}, 200, 'admin skips a dead row that holds its key') or diag $a->{content};
+is(count('outbox', q{id = ? AND state = N'dead' AND hold IS NULL}, $ak2), 1, 'the skipped row stays dead, holding nothing');
+$a = $http->request('POST', "$base/admin/outbox/$ak2/skip", \%adm);
+is($a->{status}, 404, 'a second skip is 404');
 my $m = $http->get("$base/metrics");
 like($m->{content}, qr/queuebox_inbox_received_total\{source="shop",result="accepted"\} 8/, '/metrics counts what the ingress received');
 like($m->{content}, qr/queuebox_outbox_pending\s+\d+/, '/metrics reads the gauges from SQL Server');
