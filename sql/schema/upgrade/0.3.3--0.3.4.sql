@@ -18,7 +18,8 @@
  *
  * No row changes: no dead row holds its key before this version.  CREATE
  * INDEX reads the outbox once and blocks writes to it while it runs:
- * upgrade when the outbox is quiet.
+ * upgrade when the outbox is quiet, or create outbox_key_open_0_3_4_idx
+ * CONCURRENTLY by hand first (the script then finds it and skips it).
  */
 ALTER TABLE queuebox.outbox DROP CONSTRAINT outbox_hold_check;
 ALTER TABLE queuebox.outbox ADD CONSTRAINT outbox_hold_check
@@ -26,7 +27,7 @@ ALTER TABLE queuebox.outbox ADD CONSTRAINT outbox_hold_check
 COMMENT ON COLUMN queuebox.outbox.hold IS
 	'Where a pending row waits: intake (new, routed at insert), key (an earlier row of its key is open), destination (its destination is not taking rows), ready (claimable, not yet routed); NULL: new and not routed, or routed and due at scheduled_at. On a dead row, dead: it holds its key''s later rows until queuebox.requeue_outbox() or queuebox.skip_outbox() (onDead: holdKey).';
 
-CREATE INDEX outbox_key_open_0_3_4_idx ON queuebox.outbox (key, id)
+CREATE INDEX IF NOT EXISTS outbox_key_open_0_3_4_idx ON queuebox.outbox (key, id)
 	WHERE (state IN ('pending', 'processing') OR hold = 'dead') AND key IS NOT NULL;
 DROP INDEX queuebox.outbox_key_open_idx;
 ALTER INDEX queuebox.outbox_key_open_0_3_4_idx RENAME TO outbox_key_open_idx;
