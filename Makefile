@@ -11,7 +11,7 @@
 #   make fuzz-run FUZZ_SECONDS=N   run each for N seconds (FUZZ_RUNS=N: N inputs)
 #
 EXTENSION   = queuebox
-EXTVERSION  = 0.3.3
+EXTVERSION  = 0.3.4
 MODULE_big  = queuebox
 
 # The core (src/common), by folder, lowest first: each includes only its own
@@ -58,7 +58,7 @@ SHLIB_LINK  = $(CORE_LIB) -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -
 
 # pg_regress: test/sql/<name>.sql against test/expected/<name>.out (results/
 # and regression.diffs land in the top folder, as output_iso/ does).
-REGRESS      = outbox_schema outbox_cycle configure stats inbox_pull operations relay relay_ops transforms breaker
+REGRESS      = outbox_schema outbox_cycle dead_hold configure stats inbox_pull operations relay relay_ops transforms breaker
 REGRESS_OPTS = --inputdir=test --temp-config=test/queuebox.conf --temp-instance=./tmp_check
 ISOLATION      = $(basename $(notdir $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --temp-config=test/queuebox.conf --temp-instance=./tmp_check_iso

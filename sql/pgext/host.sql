@@ -116,7 +116,8 @@ CREATE FUNCTION queuebox._outbox_claim(
  * _outbox_settle: end a claim.  Element i says what happened to ids[i]:
  * 'sent', 'retry' (due after delays_ms[i]), 'dead', 'release' (pending,
  * attempt unchanged), 'route' (pending with its destination recorded) or
- * 'hold' (waits for its destination).  destinations[i] is where the row was
+ * 'hold' (waits for its destination) or 'dead-hold' (dead, and its key's
+ * later rows wait for it: onDead: holdKey).  destinations[i] is where the row was
  * routed (NULL: not routed).  Fenced by the token; then the first open row
  * of each key that ended is promoted, in a statement of its own.  Returns
  * the rows changed.

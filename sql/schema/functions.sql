@@ -212,7 +212,9 @@ $$;
 /*
  * requeue_outbox(id): a dead row back to pending, due now, attempts reset,
  * routed again with the current configuration.  It keeps its id, so it
- * keeps its place in its key's order.
+ * keeps its place in its key's order: a row that held its key (onDead:
+ * holdKey, hold 'dead') is its key's first open row again, and the rows
+ * parked behind it follow it.
  */
 CREATE FUNCTION queuebox.requeue_outbox(id bigint) RETURNS boolean
 	LANGUAGE sql VOLATILE
@@ -242,6 +244,104 @@ CREATE FUNCTION queuebox.requeue_outbox(
 		  AND (requeue_outbox.until IS NULL OR o.created_at < requeue_outbox.until)
 		RETURNING 1)
 	SELECT count(*) FROM u, LATERAL (SELECT queuebox._arm_outbox_wake()) w
+$$;
+
+/*
+ * requeue_outbox(id, payload): a dead row back to pending as
+ * requeue_outbox(id) does, with its payload replaced by payload.  The
+ * edit is recorded in outbox_audit: who (current_user), when, the payload
+ * before and after.  Its key's rows held behind it (onDead: holdKey) go
+ * out after it, in order.  False, and nothing changed, when the row is not
+ * dead.
+ */
+CREATE FUNCTION queuebox.requeue_outbox(id bigint, payload jsonb) RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH o AS (
+		SELECT o.id, o.payload FROM queuebox.outbox o
+		WHERE o.id = requeue_outbox.id AND o.state = 'dead'
+		FOR UPDATE),
+	u AS (
+		UPDATE queuebox.outbox x
+		SET state = 'pending', attempt = 0, scheduled_at = now(), payload = requeue_outbox.payload,
+			claim_token = NULL, lease_until = NULL, destination = NULL, hold = 'ready'
+		FROM o WHERE x.id = o.id
+		RETURNING x.id),
+	a AS (
+		INSERT INTO queuebox.outbox_audit (outbox_id, action, payload_before, payload_after)
+		SELECT o.id, 'requeue', o.payload, requeue_outbox.payload FROM o JOIN u ON u.id = o.id
+		RETURNING 1)
+	SELECT count(*) = 1 FROM a, LATERAL (SELECT queuebox._arm_outbox_wake()) w
+$$;
+
+/*
+ * skip_outbox(id): a dead row that holds its key (onDead: holdKey) lets
+ * it go: the row stays dead, its hold is cleared (recorded in
+ * outbox_audit), and its key's first open row, when parked, is released
+ * as a settle's promotion releases it.  The promotion is a later
+ * statement: the update waited for every claim parking a row behind this
+ * one (they hold FOR SHARE on it), and the new snapshot sees those parks
+ * (docs/design/claim.md).  False, and nothing changed, when the row is not
+ * dead and holding its key.
+ */
+CREATE FUNCTION queuebox.skip_outbox(id bigint) RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+	AS $$
+DECLARE
+	k text;
+BEGIN
+	UPDATE queuebox.outbox o SET hold = NULL
+	WHERE o.id = skip_outbox.id AND o.state = 'dead' AND o.hold = 'dead'
+	RETURNING o.key INTO k;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	INSERT INTO queuebox.outbox_audit (outbox_id, action) VALUES (skip_outbox.id, 'skip');
+	UPDATE queuebox.outbox o SET hold = CASE WHEN o.destination IS NULL THEN 'ready' END
+	WHERE o.id = (SELECT e.id FROM queuebox.outbox e
+				  WHERE e.key = k AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')
+				  ORDER BY e.id LIMIT 1)
+	  AND o.state = 'pending' AND o.hold = 'key';
+	PERFORM queuebox._arm_outbox_wake();
+	RETURN true;
+END
+$$;
+
+/*
+ * held_keys(): the keys whose first open row is dead and holding them
+ * (onDead: holdKey) or retrying (pending after a failed attempt), with
+ * rows parked behind it: the key, the head's destination, id and state
+ * ('dead' or 'retrying'), how many open rows wait behind it, and since
+ * when (the oldest of them was created).  It walks outbox_parked_idx one
+ * step per key, as the sweep does, so it costs the keys with parked rows,
+ * not the table.
+ */
+CREATE FUNCTION queuebox.held_keys()
+	RETURNS TABLE (key text, destination text, head_id bigint, head_state text,
+				   behind bigint, since timestamptz)
+	LANGUAGE sql STABLE
+	AS $$
+	WITH RECURSIVE k AS (
+		(SELECT o.key FROM queuebox.outbox o
+		 WHERE o.state = 'pending' AND o.hold = 'key' ORDER BY o.key LIMIT 1)
+		UNION ALL
+		SELECT x.key FROM k CROSS JOIN LATERAL (
+			SELECT o.key FROM queuebox.outbox o
+			WHERE o.state = 'pending' AND o.hold = 'key' AND o.key > k.key
+			ORDER BY o.key LIMIT 1) x)
+	SELECT k.key, h.destination, h.id,
+		   CASE WHEN h.state = 'dead' THEN 'dead' ELSE 'retrying' END,
+		   b.n, b.since
+	FROM k
+	CROSS JOIN LATERAL (
+		SELECT e.id, e.state, e.attempt, e.destination FROM queuebox.outbox e
+		WHERE e.key = k.key AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')
+		ORDER BY e.id LIMIT 1) h
+	CROSS JOIN LATERAL (
+		SELECT count(*) AS n, min(e.created_at) AS since FROM queuebox.outbox e
+		WHERE e.key = k.key AND e.id > h.id AND e.state IN ('pending', 'processing')) b
+	WHERE h.state = 'dead' OR (h.state = 'pending' AND h.attempt > 0)
+	ORDER BY k.key
 $$;
 
 /*

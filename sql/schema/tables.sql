@@ -34,7 +34,7 @@ CREATE TABLE queuebox.outbox (
 	last_error		text,
 	destination		text,
 	hold			varchar(20)
-		CONSTRAINT outbox_hold_check CHECK (hold IN ('key', 'destination', 'ready', 'intake')),
+		CONSTRAINT outbox_hold_check CHECK (hold IN ('key', 'destination', 'ready', 'intake', 'dead')),
 	claimer			bigint
 ) WITH (fillfactor = 80,
 	  -- a queue table: every row is updated twice, so vacuum it early and
@@ -60,7 +60,7 @@ COMMENT ON COLUMN queuebox.outbox.claimer IS
 COMMENT ON COLUMN queuebox.outbox.destination IS
 	'The destination the row is routed to: at insert (the outbox_route trigger) or at its first claim; NULL until then.';
 COMMENT ON COLUMN queuebox.outbox.hold IS
-	'Where a pending row waits: intake (new, routed at insert), key (an earlier row of its key is open), destination (its destination is not taking rows), ready (claimable, not yet routed); NULL: new and not routed, or routed and due at scheduled_at.';
+	'Where a pending row waits: intake (new, routed at insert), key (an earlier row of its key is open), destination (its destination is not taking rows), ready (claimable, not yet routed); NULL: new and not routed, or routed and due at scheduled_at. On a dead row, dead: it holds its key''s later rows until queuebox.requeue_outbox() or queuebox.skip_outbox() (onDead: holdKey).';
 
 -- Each place a pending row can wait in has its own partial index, so a claim
 -- reads only the places that can give it a row now (docs/design/claim.md);
@@ -83,9 +83,10 @@ CREATE INDEX outbox_held_idx ON queuebox.outbox (destination, id)
 -- destination's rows from its floor, and only when it has room.
 CREATE INDEX outbox_dest_intake_idx ON queuebox.outbox (destination, id)
 	WHERE state = 'pending' AND hold = 'intake';
--- The per-key predicate: is an earlier row of this key still unsettled?
+-- The per-key predicate: is an earlier row of this key still unsettled, or
+-- dead and holding its key (onDead: holdKey; claim.md)?
 CREATE INDEX outbox_key_open_idx ON queuebox.outbox (key, id)
-	WHERE state IN ('pending', 'processing') AND key IS NOT NULL;
+	WHERE (state IN ('pending', 'processing') OR hold = 'dead') AND key IS NOT NULL;
 -- Rows parked behind their key, key by key: the sweep reads each key's
 -- first parked row (one step per key, however many it has parked) and
 -- releases it when no earlier row of the key is open (claim.md, "The sweep").
@@ -98,6 +99,21 @@ CREATE INDEX outbox_lease_idx ON queuebox.outbox (lease_until)
 -- rows: every settle to 'sent' would otherwise add a btree entry, and rows
 -- are created in time order, so block ranges summarise created_at well.
 CREATE INDEX outbox_created_brin ON queuebox.outbox USING brin (created_at);
+
+-- What operators did to dead outbox rows: an edited requeue, a skip.
+CREATE TABLE queuebox.outbox_audit (
+	id				bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	outbox_id		bigint NOT NULL,
+	action			varchar(20) NOT NULL
+		CONSTRAINT outbox_audit_action_check CHECK (action IN ('requeue', 'skip')),
+	done_by			text NOT NULL DEFAULT current_user,
+	done_at			timestamptz NOT NULL DEFAULT now(),
+	payload_before	jsonb,
+	payload_after	jsonb
+);
+CREATE INDEX outbox_audit_outbox_idx ON queuebox.outbox_audit (outbox_id);
+COMMENT ON TABLE queuebox.outbox_audit IS
+	'What operators did to dead outbox rows, by queuebox.requeue_outbox(id, payload) and queuebox.skip_outbox(id): who, when, and for an edited requeue the payload before and after. Retention does not delete it.';
 
 -- ---------------------------------------------------------------------------
 -- Destinations: the circuit breaker every worker and replica shares

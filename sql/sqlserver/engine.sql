@@ -167,7 +167,7 @@ BEGIN
 		-- the rows this token still holds, locked: the ones the update changes
 		INSERT @settled (id, [key], state)
 			SELECT o.id, o.[key], CASE s.outcome WHEN N'sent' THEN N'sent' WHEN N'dead' THEN N'dead'
-										 ELSE N'pending' END
+										 WHEN N'dead-hold' THEN N'dead' ELSE N'pending' END
 			FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK) JOIN @s s ON s.id = o.id
 			WHERE o.claim_token = s.token AND o.state = N'processing';
 		UPDATE o
@@ -175,6 +175,7 @@ BEGIN
 			attempt = s.attempt,
 			destination = COALESCE(s.destination, o.destination),
 			hold = CASE WHEN s.outcome = N'hold' THEN N'destination'
+						WHEN s.outcome = N'dead-hold' AND o.[key] IS NOT NULL THEN N'dead'
 						WHEN s.outcome = N'retry'
 							 AND EXISTS (SELECT 1 FROM queuebox.destination_state d
 										 WHERE d.destination = s.destination
@@ -209,9 +210,15 @@ BEGIN
 		INSERT @promoted (id, claim)
 			SELECT o.id, CASE WHEN @token IS NOT NULL AND o.scheduled_at <= @now THEN 1 ELSE 0 END
 			FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK)
-			WHERE o.id IN (SELECT (SELECT TOP (1) e.id FROM queuebox.outbox e
-								   WHERE e.[key] = k.[key] AND e.state IN (N'pending', N'processing')
-								   ORDER BY e.id)
+			WHERE o.id IN (SELECT (SELECT MIN(f.id) FROM (
+									   SELECT a.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
+														 WHERE e.[key] = k.[key]
+														   AND e.state IN (N'pending', N'processing')
+														 ORDER BY e.id) a
+									   UNION ALL
+									   SELECT d.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
+														 WHERE e.[key] = k.[key] AND e.hold = N'dead'
+														 ORDER BY e.id) d) f)
 						   FROM @ended k)
 			  AND o.state = N'pending' AND o.hold = N'key';
 		UPDATE o
@@ -314,14 +321,20 @@ BEGIN
 		 */
 		INSERT @blk (cid, bid)
 			SELECT c.id, b.id FROM @cand c
-			CROSS APPLY (SELECT TOP (1) e.id FROM queuebox.outbox e
-						 WHERE e.[key] = c.[key] AND e.id < c.id
-						   AND e.state IN (N'pending', N'processing')
-						 ORDER BY e.id DESC) b
-			WHERE c.[key] IS NOT NULL;
+			CROSS APPLY (SELECT MAX(f.id) AS id FROM (
+							 SELECT a.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
+											   WHERE e.[key] = c.[key] AND e.id < c.id
+												 AND e.state IN (N'pending', N'processing')
+											   ORDER BY e.id DESC) a
+							 UNION ALL
+							 SELECT d.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
+											   WHERE e.[key] = c.[key] AND e.id < c.id AND e.hold = N'dead'
+											   ORDER BY e.id DESC) d) f) b
+			WHERE c.[key] IS NOT NULL AND b.id IS NOT NULL;
 		INSERT @lk (id)
 			SELECT e.id FROM queuebox.outbox e WITH (ROWLOCK, READPAST, REPEATABLEREAD)
-			WHERE e.id IN (SELECT bid FROM @blk) AND e.state IN (N'pending', N'processing');
+			WHERE e.id IN (SELECT bid FROM @blk)
+			  AND (e.state IN (N'pending', N'processing') OR e.hold = N'dead');
 
 		-- the candidates still pending and unclaimed (the lock keeps them so)
 		DELETE c FROM @cand c
@@ -523,6 +536,8 @@ BEGIN
 		SET @key = @next;
 		IF NOT EXISTS (SELECT 1 FROM queuebox.outbox e
 					   WHERE e.[key] = @key AND e.id < @id AND e.state IN (N'pending', N'processing'))
+		   AND NOT EXISTS (SELECT 1 FROM queuebox.outbox e
+						   WHERE e.[key] = @key AND e.id < @id AND e.hold = N'dead')
 			INSERT @free (id) VALUES (@id);
 	END
 	UPDATE o

@@ -53,6 +53,119 @@ BEGIN
 END
 GO
 
+/*
+ * requeue_outbox_edited: requeue_outbox with the payload replaced (onDead:
+ * holdKey: the rows held behind it follow it, in order).  The edit is
+ * recorded in outbox_audit: who (SUSER_SNAME()), when, the payload before
+ * and after.  A payload that is not JSON raises 50023, nothing changed.
+ */
+CREATE PROCEDURE queuebox.requeue_outbox_edited @id BIGINT, @payload NVARCHAR(MAX)
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+	DECLARE @before NVARCHAR(MAX);
+	DECLARE @n INT = 0;
+
+	IF @payload IS NULL OR ISJSON(N'[' + @payload + N']') <> 1
+		THROW 50023, N'the payload is not JSON; pass the edited payload as JSON text, e.g. {"amount": 10}', 1;
+	IF @own = 1
+		BEGIN TRANSACTION;
+	-- the payload before, under the lock the update keeps (no OUTPUT: engine.sql says why)
+	SELECT @before = payload FROM queuebox.outbox WITH (UPDLOCK, ROWLOCK)
+	WHERE id = @id AND state = N'dead';
+	IF @@ROWCOUNT = 1
+	BEGIN
+		UPDATE queuebox.outbox
+		SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
+			lease_until = NULL, destination = NULL, hold = N'ready', payload = @payload
+		WHERE id = @id AND state = N'dead';
+		SET @n = @@ROWCOUNT;
+		INSERT queuebox.outbox_audit (outbox_id, action, payload_before, payload_after)
+			VALUES (@id, N'requeue', @before, @payload);
+	END
+	IF @own = 1
+		COMMIT TRANSACTION;
+	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS requeued;
+END
+GO
+
+/*
+ * skip_outbox: a dead row that holds its key (onDead: holdKey) lets it
+ * go: it stays dead, its hold is cleared (recorded in outbox_audit), and
+ * its key's first open row, when parked, is released as a settle's
+ * promotion releases it, in a later statement (the update waited for the
+ * claims parking rows behind it).  0, nothing changed, for a row that is
+ * not dead and holding its key.
+ */
+CREATE PROCEDURE queuebox.skip_outbox @id BIGINT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+	DECLARE @key NVARCHAR(400);
+	DECLARE @n INT = 0;
+
+	IF @own = 1
+		BEGIN TRANSACTION;
+	SELECT @key = [key] FROM queuebox.outbox WITH (UPDLOCK, ROWLOCK)
+	WHERE id = @id AND state = N'dead' AND hold = N'dead';
+	IF @@ROWCOUNT = 1
+	BEGIN
+		UPDATE queuebox.outbox WITH (ROWLOCK)
+		SET hold = NULL
+		WHERE id = @id AND state = N'dead' AND hold = N'dead';
+		SET @n = @@ROWCOUNT;
+	END
+	IF @n = 1
+	BEGIN
+		INSERT queuebox.outbox_audit (outbox_id, action) VALUES (@id, N'skip');
+		UPDATE o
+		SET hold = CASE WHEN o.destination IS NULL THEN N'ready' END
+		FROM queuebox.outbox o WITH (ROWLOCK)
+		WHERE o.id = (SELECT MIN(f.id) FROM (
+						  SELECT a.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
+											WHERE e.[key] = @key AND e.state IN (N'pending', N'processing')
+											ORDER BY e.id) a
+						  UNION ALL
+						  SELECT d.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
+											WHERE e.[key] = @key AND e.hold = N'dead'
+											ORDER BY e.id) d) f)
+		  AND o.state = N'pending' AND o.hold = N'key';
+	END
+	IF @own = 1
+		COMMIT TRANSACTION;
+	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS skipped;
+END
+GO
+
+/*
+ * held_keys: the keys whose first open row is dead and holding them
+ * (onDead: holdKey) or retrying, with rows parked behind it: key,
+ * destination, head_id, head_state (dead | retrying), behind, since (the
+ * oldest of them was created, UTC); at most @limit keys, in key order.
+ */
+CREATE PROCEDURE queuebox.held_keys @limit INT = 100
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SELECT TOP (@limit) k.[key], h.destination, h.id AS head_id,
+		   CASE WHEN h.state = N'dead' THEN N'dead' ELSE N'retrying' END AS head_state,
+		   b.n AS behind, b.since
+	FROM (SELECT DISTINCT o.[key] FROM queuebox.outbox o
+		  WHERE o.state = N'pending' AND o.hold = N'key') k
+	CROSS APPLY (SELECT TOP (1) e.id, e.state, e.attempt, e.destination FROM queuebox.outbox e
+				 WHERE e.[key] = k.[key] AND (e.state IN (N'pending', N'processing') OR e.hold = N'dead')
+				 ORDER BY e.id) h
+	CROSS APPLY (SELECT COUNT_BIG(*) AS n, MIN(e.created_at) AS since FROM queuebox.outbox e
+				 WHERE e.[key] = k.[key] AND e.id > h.id AND e.state IN (N'pending', N'processing')) b
+	WHERE h.state = N'dead' OR (h.state = N'pending' AND h.attempt > 0)
+	ORDER BY k.[key];
+END
+GO
+
 /* replay_outbox: a new pending row with the same content and a new message_id; its id, or NULL. */
 CREATE PROCEDURE queuebox.replay_outbox @id BIGINT
 AS

@@ -66,7 +66,7 @@ CREATE TABLE queuebox.outbox (
 	last_error		NVARCHAR(MAX) NULL,
 	destination		NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NULL,
 	hold			NVARCHAR(20) NULL
-		CONSTRAINT outbox_hold_check CHECK (hold IN (N'key', N'destination', N'ready', N'intake')),
+		CONSTRAINT outbox_hold_check CHECK (hold IN (N'key', N'destination', N'ready', N'intake', N'dead')),
 	-- while processing: the claimer whose session applock shows it alive (engine.sql _claimer_gone)
 	claimer			BIGINT NULL
 );
@@ -85,6 +85,10 @@ CREATE INDEX outbox_held_idx ON queuebox.outbox (destination, id)
 	WHERE state = N'pending' AND hold = N'destination';
 CREATE INDEX outbox_key_open_idx ON queuebox.outbox ([key], id)
 	WHERE state IN (N'pending', N'processing') AND [key] IS NOT NULL;
+-- Dead rows that hold their key (onDead: holdKey): open for their key's
+-- order too.  A filtered index takes no OR, so the probes seek both.
+CREATE INDEX outbox_key_dead_idx ON queuebox.outbox ([key], id)
+	WHERE hold = N'dead';
 -- Rows parked behind their key, key by key: the sweep (_outbox_sweep).
 CREATE INDEX outbox_parked_idx ON queuebox.outbox ([key], id)
 	WHERE state = N'pending' AND hold = N'key';
@@ -98,6 +102,18 @@ CREATE INDEX outbox_dead_idx ON queuebox.outbox (id)
 -- Retention reads sent rows by creation time.
 CREATE INDEX outbox_sent_idx ON queuebox.outbox (created_at)
 	WHERE state = N'sent';
+
+-- What operators did to dead outbox rows: an edited requeue, a skip.
+CREATE TABLE queuebox.outbox_audit (
+	id				BIGINT IDENTITY(1, 1) NOT NULL CONSTRAINT outbox_audit_pkey PRIMARY KEY,
+	outbox_id		BIGINT NOT NULL,
+	action			NVARCHAR(20) NOT NULL CONSTRAINT outbox_audit_action_check CHECK (action IN (N'requeue', N'skip')),
+	done_by			NVARCHAR(200) NOT NULL CONSTRAINT outbox_audit_done_by_default DEFAULT SUSER_SNAME(),
+	done_at			DATETIME2(6) NOT NULL CONSTRAINT outbox_audit_done_at_default DEFAULT SYSUTCDATETIME(),
+	payload_before	NVARCHAR(MAX) NULL,
+	payload_after	NVARCHAR(MAX) NULL
+);
+CREATE INDEX outbox_audit_outbox_idx ON queuebox.outbox_audit (outbox_id);
 
 -- ---------------------------------------------------------------------------
 -- Destinations: the circuit breaker every worker and replica shares

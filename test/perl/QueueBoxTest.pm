@@ -50,7 +50,7 @@ our @EXPORT = qw(
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
   qb_consumers_on_lock qb_test_binary qb_npm_dir qb_node_tests
   qb_key_order qb_key_order_of qb_dest_status qb_log_count qb_kill9_crash qb_insert_keyed
-  qb_schema_description qb_pull_process_scenarios $QB_LATEST
+  qb_schema_description qb_ext_upgrade_test qb_pull_process_scenarios $QB_LATEST
 );
 
 # The version a fresh CREATE EXTENSION installs (queuebox.control).
@@ -162,6 +162,35 @@ sub qb_version
 	my ($node, $db) = @_;
 	return $node->safe_psql($db // 'postgres',
 		"SELECT extversion FROM pg_extension WHERE extname = 'queuebox'");
+}
+
+# qb_ext_upgrade_test(name, from, fill => sub, snapshot => sub, upgraded =>
+# sub): the extension installed at version $from, filled, refused by the
+# workers until ALTER EXTENSION queuebox UPDATE (they say to run it), then
+# updated: upgraded(node, db, 'extension', the snapshot before) checks the
+# rows, and the upgraded schema must equal a fresh install's.  The daemon's
+# counterpart is QueueBoxDaemon's qbd_upgrade_test.
+sub qb_ext_upgrade_test
+{
+	my ($name, $from, %o) = @_;
+	my $node = qb_node($name, create_extension => 0, conf => "queuebox.relay_worker = off\n");
+	$node->safe_psql('postgres', "CREATE EXTENSION queuebox VERSION '$from'");
+	is(qb_version($node), $from, "the extension is installed at version $from");
+	my $logstart = -s $node->logfile;
+	$o{fill}->($node, 'postgres');
+	my $before = $o{snapshot}->($node, 'postgres');
+	like(qb_wait_log($node, qr/queuebox outbox \d: .*run ALTER EXTENSION queuebox UPDATE/, $logstart, timeout => 60),
+		qr/the queuebox schema in this database is version \Q$from\E and the library is version \Q$QB_LATEST\E; run ALTER EXTENSION queuebox UPDATE/,
+		"the workers refuse the $from schema and say to run the update");
+	$node->safe_psql('postgres', 'ALTER EXTENSION queuebox UPDATE');
+	is(qb_version($node), $QB_LATEST, "extversion is $QB_LATEST after the update");
+	$o{upgraded}->($node, 'postgres', 'extension', $before);
+	$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+	$node->safe_psql('fresh', 'CREATE EXTENSION queuebox');
+	is(qb_schema_description($node, 'postgres'), qb_schema_description($node, 'fresh'),
+		'the upgraded extension equals a fresh install');
+	$node->stop;
+	return;
 }
 
 # qb_schema_description(node, db): every object of the queuebox schema, one

@@ -365,6 +365,41 @@ is($node->safe_psql('postgres', "SELECT state || attempt FROM queuebox.outbox WH
 	'pending0', 'requeued: pending, attempts reset');
 $r = $http->request('POST', "$base/admin/outbox/$dead_id/requeue", { headers => \%auth });
 is($r->{status}, 404, 'requeue of a row that is not dead is 404');
+# onDead: holdKey: held keys, an edited requeue, a skip (rows made by hand:
+# two dead heads that hold their keys, a parked row behind each)
+my ($held1, $held2) = split /\n/, $node->safe_psql('postgres', q{
+	INSERT INTO queuebox.outbox (topic, key, payload, state, attempt, hold, last_error)
+	VALUES ('h.x', 'hk1', '{"v": 1}', 'dead', 10, 'dead', 'gave up'),
+	       ('h.x', 'hk2', '{"v": 1}', 'dead', 10, 'dead', 'gave up') RETURNING id;
+	INSERT INTO queuebox.outbox (topic, key, payload, hold) VALUES ('h.x', 'hk1', '{"v": 2}', 'key'),
+		('h.x', 'hk2', '{"v": 2}', 'key');});
+$r = $http->get("$base/admin/outbox/held?limit=10", { headers => \%auth });
+is($r->{status}, 200, 'admin lists held keys');
+is(join(',', map { "$_->{key}:$_->{head_id}:$_->{head_state}:$_->{behind}" } @{ $json->decode($r->{content}) }),
+	"hk1:$held1:dead:1,hk2:$held2:dead:1", 'each held key with its dead head and the rows behind');
+$r = $http->request('POST', "$base/admin/outbox/held", { headers => \%auth });
+is($r->{status}, 405, 'held keys: use GET');
+$r = $http->request('POST', "$base/admin/outbox/$held1/requeue", { headers => \%auth, content => '{"payload": {"v": 9}, "x": 1}' });
+is($r->{status}, 400, 'an edited requeue with an unknown key is 400');
+like(reason($r), qr/unknown key "x"/, 'the key is named');
+$r = $http->request('POST', "$base/admin/outbox/$held1/requeue", { headers => \%auth, content => '{"v": 9}' });
+is($r->{status}, 400, 'an edited requeue without payload is 400');
+is($node->safe_psql('postgres', "SELECT state || ':' || hold || ':' || payload::text FROM queuebox.outbox WHERE id = $held1"),
+	'dead:dead:{"v": 1}', 'and changes nothing');
+$r = $http->request('POST', "$base/admin/outbox/$held1/requeue", { headers => \%auth, content => '{"payload": {"v": 9}}' });
+is($r->{status}, 200, 'admin requeues a dead row with an edited payload');
+is($json->decode($r->{content})->{requeued}, JSON::PP::true, 'requeued: true');
+is($node->safe_psql('postgres',
+		"SELECT action || ':' || payload_before::text || ':' || payload_after::text FROM queuebox.outbox_audit WHERE outbox_id = $held1"),
+	'requeue:{"v": 1}:{"v": 9}', 'the edit is audited, before and after');
+$r = $http->request('POST', "$base/admin/outbox/$held2/skip", { headers => \%auth });
+is($r->{status}, 200, 'admin skips a dead row that holds its key');
+is($json->decode($r->{content})->{skipped}, JSON::PP::true, 'skipped: true');
+is($node->safe_psql('postgres', "SELECT state || ':' || coalesce(hold, '-') FROM queuebox.outbox WHERE id = $held2"),
+	'dead:-', 'the skipped row stays dead and holds nothing');
+$r = $http->request('POST', "$base/admin/outbox/$held2/skip", { headers => \%auth });
+is($r->{status}, 404, 'a skip of a row that holds nothing is 404');
+like(reason($r), qr/holds its key/, 'and says which rows can be skipped');
 $r = $http->request('POST', "$base/admin/outbox/requeue",
 	{ headers => \%auth, content => '{"topicPattern":"t.*","bogus":1}' });
 is($r->{status}, 400, 'an unknown filter key is 400');

@@ -9,8 +9,8 @@
 #   the ingress with duplicates and a bad signature, the relay with its
 #   headers, the five pull statements and the claim's app-lock timeout
 #   (Msg 51000), the admin routes and /metrics, and T-SQL topic_matches
-#   against the extension's C one, and the upgrade of filled 0.3.0, 0.3.1
-#   and 0.3.2 schemas.  Every case counts rows before and after.
+#   against the extension's C one, and the upgrade of filled 0.3.0, 0.3.1,
+#   0.3.2 and 0.3.3 schemas.  Every case counts rows before and after.
 #
 #   The suite drops and recreates schema queuebox in the database the URL
 #   names: give it a database of its own.
@@ -180,6 +180,59 @@ is(mssql_value($dbh, q{SELECT MIN(attempt) FROM queuebox.outbox WHERE topic = N'
 like(mssql_value($dbh, q{SELECT MAX(last_error) FROM queuebox.outbox WHERE topic = N'fail.always'}), qr/500/,
 	'retry: last_error says what the destination answered');
 is(scalar(grep { $_->{path} eq '/x' } @{ qb_sink_requests($failing) }), 30, 'retry: the failing destination saw 3 attempts of each row');
+
+# ---- onDead: holdKey: a dead head keeps its key's later rows parked until
+# an operator requeues it (edited here) or skips it
+qbd_signal($d, 'TERM');
+qbd_wait_exit($d, 30);
+$d = qbd_start(undef, conf(routes => [ { topicPattern => 'hold.*', destination => 'sink', onDead => 'holdKey' },
+	{ topicPattern => '**', destination => 'sink' } ]), name => 'mssql_hold');
+mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload, max_attempts) VALUES
+	(N'hold.a', N'hk1', N'{"key": "hk1", "seq": 0, "_sink": {"status": 500}}', 1),
+	(N'hold.a', N'hk1', N'{"key": "hk1", "seq": 1}', NULL),
+	(N'hold.a', N'hk1', N'{"key": "hk1", "seq": 2}', NULL),
+	(N'hold.a', N'hk2', N'{"key": "hk2", "seq": 0, "_sink": {"status": 500}}', 1),
+	(N'hold.a', N'hk2', N'{"key": "hk2", "seq": 1}', NULL)});
+mssql_wait($dbh, q{SELECT COUNT(*) FROM queuebox.outbox WHERE topic = N'hold.a' AND state = N'dead' AND hold = N'dead'},
+	[], 2, 'holdKey: both heads go dead holding their keys', timeout => 120);
+mssql_wait($dbh, q{SELECT COUNT(*) FROM queuebox.outbox WHERE topic = N'hold.a' AND state = N'pending' AND hold = N'key'},
+	[], 3, 'holdKey: the later rows are parked behind them', timeout => 120);
+# ok deliveries of a key, as seq ("e": an edited body), in log order
+my $held_sent = sub {
+	my ($key, $all) = @_;
+	my @seq;
+	for my $r (@{ qb_sink_requests($sink) })
+	{
+		next unless $all || ($r->{status} >= 200 && $r->{status} < 300);
+		my $b = eval { decode_json($r->{body}) } or next;
+		push @seq, $b->{seq} . ($b->{edited} ? 'e' : '') if ($b->{key} // '') eq $key;
+	}
+	return join(',', @seq);
+};
+is($held_sent->('hk1', 1) . '|' . $held_sent->('hk2', 1), '0|0', 'holdKey: the sink saw only the failed heads');
+is(join(';', map { join('|', @$_[0, 2, 3, 4]) } @{ mssql_rows($dbh, 'EXEC queuebox.held_keys') }),
+	join(';', 'hk1|' . mssql_value($dbh, q{SELECT id FROM queuebox.outbox WHERE [key] = N'hk1' AND state = N'dead'}) . '|dead|2',
+		'hk2|' . mssql_value($dbh, q{SELECT id FROM queuebox.outbox WHERE [key] = N'hk2' AND state = N'dead'}) . '|dead|1'),
+	'held_keys: both keys, their dead heads and the rows behind');
+my ($hk1, $hk2) = map { mssql_value($dbh, q{SELECT id FROM queuebox.outbox WHERE [key] = ? AND state = N'dead'}, $_) } qw(hk1 hk2);
+eval { mssql_rows($dbh, 'EXEC queuebox.requeue_outbox_edited ?, ?', $hk1, '{not json') };
+like($@, qr/payload is not JSON/, 'requeue_outbox_edited refuses a payload that is not JSON');
+is(count('outbox_audit') . '|' . count('outbox', q{id = ? AND state = N'dead' AND hold = N'dead'}, $hk1), '0|1',
+	'and changes nothing');
+is(mssql_value($dbh, 'EXEC queuebox.requeue_outbox_edited ?, ?', $hk1, '{"key": "hk1", "seq": 0, "edited": true}'), 1,
+	'requeue_outbox_edited answers 1');
+is(mssql_value($dbh, 'EXEC queuebox.skip_outbox ?', $hk2), 1, 'skip_outbox answers 1');
+is(mssql_value($dbh, 'EXEC queuebox.skip_outbox ?', $hk2), 0, 'skip_outbox answers 0 for a row that holds nothing');
+mssql_wait($dbh, q{SELECT COUNT(*) FROM queuebox.outbox WHERE topic = N'hold.a' AND state = N'sent'}, [], 4,
+	'holdKey: the requeued and the skipped key drain', timeout => 120);
+is($held_sent->('hk1'), '0e,1,2', 'the sink got the edited head first, then the rest in order');
+is($held_sent->('hk2'), '1', 'the skipped key goes on without its head');
+is(count('outbox', q{id = ? AND state = N'dead' AND hold IS NULL}, $hk2), 1, 'the skipped head stays dead, holding nothing');
+is(join(";", map { join("|", map { $_ // "" } @$_) } @{ mssql_rows($dbh,
+		q{SELECT outbox_id, action, CASE WHEN done_by <> N'' THEN 1 ELSE 0 END, payload_before, payload_after
+		  FROM queuebox.outbox_audit ORDER BY id}) }),
+	qq{$hk1|requeue|1|{"key": "hk1", "seq": 0, "_sink": {"status": 500}}|{"key": "hk1", "seq": 0, "edited": true};$hk2|skip|1||},
+	'the edited requeue and the skip are audited: who, the payload before and after');
 
 # ---- a down destination beside a healthy one, with a hot key
 qbd_signal($d, 'TERM');
@@ -459,6 +512,28 @@ $a = $http->request('POST', "$base/admin/outbox/requeue",
 	{ content => '{"topicPattern": "a..b"}', headers => { Authorization => "Bearer $token", 'Content-Type' => 'application/json' } });
 is($a->{status}, 422, 'a bulk requeue with an invalid pattern: 422 (a value the database refused)') or diag $a->{content};
 like($a->{content}, qr/segment 2 is empty/, 'the 422 says which segment is wrong');
+# admin, onDead: holdKey (rows made by hand: two dead heads that hold their
+# keys, each with a parked row behind it, on a topic no route takes)
+mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload, state, attempt, hold, last_error)
+	VALUES (N'adm.held', N'ak1', N'{"v": 1}', N'dead', 3, N'dead', N'gave up'),
+	       (N'adm.held', N'ak2', N'{"v": 1}', N'dead', 3, N'dead', N'gave up')});
+mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload, hold)
+	VALUES (N'adm.held', N'ak1', N'{"v": 2}', N'key'), (N'adm.held', N'ak2', N'{"v": 2}', N'key')});
+my ($ak1, $ak2) = map { mssql_value($dbh, q{SELECT id FROM queuebox.outbox WHERE [key] = ? AND state = N'dead'}, $_) } qw(ak1 ak2);
+my %adm = (headers => { Authorization => "Bearer $token", 'Content-Type' => 'application/json' });
+$a = $http->request('GET', "$base/admin/outbox/held?limit=10", \%adm);
+is($a->{status}, 200, 'admin lists held keys') or diag $a->{content};
+is(join(',', map { "$_->{key}:$_->{head_id}:$_->{head_state}:$_->{behind}" } grep { $_->{key} =~ /^ak/ } @{ $json->decode($a->{content}) }),
+	"ak1:$ak1:dead:1,ak2:$ak2:dead:1", 'held keys: each with its dead head and the rows behind');
+$a = $http->request('POST', "$base/admin/outbox/$ak1/requeue", { %adm, content => '{"payload": {"v": 9}}' });
+is($a->{status}, 200, 'admin requeues a dead row with an edited payload') or diag $a->{content};
+is(join('|', map { $_ // '' } @{ mssql_rows($dbh, q{SELECT action, payload_before, payload_after FROM queuebox.outbox_audit WHERE outbox_id = ?}, $ak1)->[0] }),
+	'requeue|{"v": 1}|{"v":9}', 'the edit is audited, before and after');
+$a = $http->request('POST', "$base/admin/outbox/$ak2/skip", \%adm);
+is($a->{status}, 200, 'admin skips a dead row that holds its key') or diag $a->{content};
+is(count('outbox', q{id = ? AND state = N'dead' AND hold IS NULL}, $ak2), 1, 'the skipped row stays dead, holding nothing');
+$a = $http->request('POST', "$base/admin/outbox/$ak2/skip", \%adm);
+is($a->{status}, 404, 'a second skip is 404');
 my $m = $http->get("$base/metrics");
 like($m->{content}, qr/queuebox_inbox_received_total\{source="shop",result="accepted"\} 8/, '/metrics counts what the ingress received');
 like($m->{content}, qr/queuebox_outbox_pending\s+\d+/, '/metrics reads the gauges from SQL Server');
@@ -491,7 +566,7 @@ is(qbd_wait_exit($d, 30), 0, 'the daemon stops');
 	}
 }
 
-# ---- upgrades: the schema the 0.3.0, 0.3.1 and 0.3.2 daemons made
+# ---- upgrades: the schema the 0.3.0, 0.3.1, 0.3.2 and 0.3.3 daemons made
 # (test/fixtures), filled, then --migrate: no row changes, a claim made
 # before still completes, resume_destination answers as 0.3.2 says, the
 # sweep of 0.3.3 runs, and the objects are a fresh install's
@@ -585,7 +660,7 @@ sub version_cmp
 	return 0;
 }
 
-my @upgraded = map { upgrade_from($_) } qw(0.3.0 0.3.1 0.3.2);
+my @upgraded = map { upgrade_from($_) } qw(0.3.0 0.3.1 0.3.2 0.3.3);
 mssql_reset($dbh);
 $r = qbd_run('--config', qbd_write_conf(conf(), 'fresh'), '--migrate');
 is($r->[0], 0, '--migrate makes a fresh schema') or diag $r->[2];
@@ -593,6 +668,7 @@ cmp_ok(scalar(split /\n/, $upgraded[0]), '>', 100, 'the object list covers the s
 is($upgraded[0], objects(), 'the schema upgraded from 0.3.0 has the objects and columns of a fresh install');
 is($upgraded[1], objects(), 'the schema upgraded from 0.3.1 has the objects and columns of a fresh install');
 is($upgraded[2], objects(), 'the schema upgraded from 0.3.2 has the objects and columns of a fresh install');
+is($upgraded[3], objects(), 'the schema upgraded from 0.3.3 has the objects and columns of a fresh install');
 
 # ---- a schema queuebox that the daemon did not make is refused
 mssql_reset($dbh);

@@ -310,17 +310,17 @@ test_unknown_keys(void **state)
 		   "outbox.backoff.initial: unknown key (allowed: initialMs, maxMs, multiplier, jitter)",
 		   "(line 3, column 5)", NULL);
 	refuse("destinations:\n  bus: { type: rabbitmq, url: \"amqp://h\", exchange: e, baseUrl: \"http://h\" }\n",
-		   "destinations.bus.baseUrl: unknown key for a rabbitmq destination (allowed: type, url, exchange, routingKey, persistent, mandatory, transform, maxInFlight, circuitBreaker)",
+		   "destinations.bus.baseUrl: unknown key for a rabbitmq destination (allowed: type, url, exchange, routingKey, persistent, mandatory, transform, maxInFlight, circuitBreaker, onDead)",
 		   "(line 2, column 56)", NULL);
 	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", filter: x }\n",
-		   "destinations.p.filter: unknown key for an http destination (allowed: type, baseUrl, path, headers, timeoutMs, transform, signing, maxInFlight, circuitBreaker)",
+		   "destinations.p.filter: unknown key for an http destination (allowed: type, baseUrl, path, headers, timeoutMs, transform, signing, maxInFlight, circuitBreaker, onDead)",
 		   NULL);
 	refuse("destinations:\n  k: { type: kafka, brokers: h, subject: s }\n",
-		   "destinations.k.subject: unknown key for a kafka destination (allowed: type, brokers, topic, config, transform, maxInFlight, circuitBreaker)", NULL);
+		   "destinations.k.subject: unknown key for a kafka destination (allowed: type, brokers, topic, config, transform, maxInFlight, circuitBreaker, onDead)", NULL);
 	refuse("destinations:\n  n: { type: nats, url: \"nats://h\", topic: s }\n",
-		   "destinations.n.topic: unknown key for a nats destination (allowed: type, url, subject, jetstream, createStream, transform, maxInFlight, circuitBreaker)", NULL);
+		   "destinations.n.topic: unknown key for a nats destination (allowed: type, url, subject, jetstream, createStream, transform, maxInFlight, circuitBreaker, onDead)", NULL);
 	refuse("destinations: { p: { type: http, baseUrl: \"http://h\" } }\nroutes:\n  - topicPattern: a\n    destination: p\n    priority: 1\n",
-		   "routes[0].priority: unknown key (allowed: topicPattern, destination, transform)", "(line 5, column 5)", NULL);
+		   "routes[0].priority: unknown key (allowed: topicPattern, destination, transform, onDead)", "(line 5, column 5)", NULL);
 	refuse("? [a, b]\n: 1\n", "a key must be a string", NULL);
 }
 
@@ -1742,6 +1742,39 @@ test_delivery_control(void **state)
 	unsetenv("QUEUEBOX_DESTINATIONS_A_CIRCUITBREAKER_FAILURES");
 }
 
+/* onDead: release (default) or holdKey, on a destination and on a route */
+static void
+test_on_dead(void **state)
+{
+	QbConfig   *c;
+
+	c = accept("destinations:\n  a: {type: http, baseUrl: \"http://h\"}\n"
+			   "  b: {type: nats, url: \"nats://h\", onDead: holdKey}\n"
+			   "routes:\n  - {topicPattern: \"x.**\", destination: a, onDead: holdKey}\n"
+			   "  - {topicPattern: \"y.**\", destination: b, onDead: release}\n"
+			   "  - {topicPattern: \"**\", destination: b}\n");
+	assert_int_equal(c->destinations[0].on_dead, QB_ON_DEAD_RELEASE);
+	assert_int_equal(c->destinations[1].on_dead, QB_ON_DEAD_HOLD_KEY);
+	assert_int_equal(c->routes[0].on_dead, QB_ON_DEAD_HOLD_KEY);
+	assert_int_equal(c->routes[1].on_dead, QB_ON_DEAD_RELEASE);
+	assert_int_equal(c->routes[2].on_dead, QB_ON_DEAD_UNSET);
+	qb_config_free(c);
+
+	refuse("destinations:\n  a: {type: http, baseUrl: \"http://h\", onDead: hold}\n",
+		   "destinations.a.onDead: expected release", "holdKey", "got \"hold\"", NULL);
+	refuse("destinations:\n  a: {type: http, baseUrl: \"http://h\"}\n"
+		   "routes:\n  - {topicPattern: \"**\", destination: a, onDead: 1}\n",
+		   "routes[0].onDead: expected release", NULL);
+	refuse("destinations:\n  a: {type: http, baseUrl: \"http://h\", onDead: [holdKey]}\n",
+		   "destinations.a.onDead:", NULL);
+
+	setenv("QUEUEBOX_DESTINATIONS_A_ONDEAD", "holdKey", 1);
+	c = accept("destinations:\n  a: {type: http, baseUrl: \"http://h\"}\n");
+	assert_int_equal(c->destinations[0].on_dead, QB_ON_DEAD_HOLD_KEY);
+	qb_config_free(c);
+	unsetenv("QUEUEBOX_DESTINATIONS_A_ONDEAD");
+}
+
 /* ---- the daemon's keys: database:, daemon: ------------------------ */
 
 /*
@@ -1981,6 +2014,7 @@ main(void)
 		cmocka_unit_test(test_expand_file_cleanup),
 		cmocka_unit_test(test_overrides_valid),
 		cmocka_unit_test(test_delivery_control),
+		cmocka_unit_test(test_on_dead),
 		cmocka_unit_test(test_overrides_invalid),
 		cmocka_unit_test(test_url_check),
 		cmocka_unit_test(test_lease_outlasts_request),

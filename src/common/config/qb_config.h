@@ -137,6 +137,14 @@ typedef struct QbHeader
 	char	   *value;
 } QbHeader;
 
+/* onDead: what a row that goes dead does to its key's later rows */
+typedef enum QbOnDead
+{
+	QB_ON_DEAD_UNSET,			/* a route that does not say: its destination's */
+	QB_ON_DEAD_RELEASE,			/* they go out without it (the default) */
+	QB_ON_DEAD_HOLD_KEY			/* they wait until it is requeued or skipped */
+} QbOnDead;
+
 typedef struct QbDestination
 {
 	char	   *name;			/* the map key under destinations: */
@@ -166,6 +174,7 @@ typedef struct QbDestination
 	int			max_in_flight;	/* maxInFlight, default QB_DEFAULT_MAX_IN_FLIGHT */
 	int			breaker_failures;	/* circuitBreaker.failures, default 10 */
 	long		breaker_cooldown_ms;	/* circuitBreaker.cooldownMs, default 30000 */
+	QbOnDead	on_dead;		/* onDead, default release */
 } QbDestination;
 
 #define QB_DEFAULT_MAX_IN_FLIGHT 128
@@ -178,6 +187,7 @@ typedef struct QbRoute
 	char	   *destination;	/* a destinations: key */
 	int			dest_index;		/* index into QbConfig.destinations */
 	QbTransform *transform;		/* transform: compiled, or NULL */
+	QbOnDead	on_dead;		/* onDead; UNSET: its destination's */
 } QbRoute;
 
 typedef enum QbConsumption

@@ -70,7 +70,7 @@ const char *const qbcf_keys_backoff[] =
 const char *const qbcf_keys_breaker[] =
 {"failures", "cooldownMs", NULL};
 const char *const qbcf_keys_route[] =
-{"topicPattern", "destination", "transform", NULL};
+{"topicPattern", "destination", "transform", "onDead", NULL};
 static const char *const qbcf_keys_inbox[] =
 {"basePath", "relay", NULL};
 const char *const qbcf_scalars_inbox[] =
@@ -257,8 +257,39 @@ qbcf_transform(QbcfCtx *cx, const char *path, const QbcfNode *m, QbTransform **o
 }
 
 /*
+ * qbcf_on_dead: the optional onDead of mapping m (a destination or a route)
+ * into *out, left as it is when absent: release or holdKey.
+ */
+static bool
+qbcf_on_dead(QbcfCtx *cx, const char *path, const QbcfNode *m, QbOnDead *out)
+{
+	char		sub[QBCF_PATHLEN];
+	char		echo[64];
+	char	   *v = NULL;
+
+	if (!qbcf_opt_string(cx, path, m, "onDead", false, &v))
+		return false;
+	if (v == NULL)
+		return true;
+	if (strcmp(v, "release") == 0)
+		*out = QB_ON_DEAD_RELEASE;
+	else if (strcmp(v, "holdKey") == 0)
+		*out = QB_ON_DEAD_HOLD_KEY;
+	else
+	{
+		qbcf_path_key(sub, sizeof(sub), path, "onDead");
+		return qbcf_error(cx, sub, qbcf_get(m, "onDead"),
+						  "expected release (a dead row's key goes on without it) or holdKey "
+						  "(its later rows wait until it is requeued or skipped), got %s",
+						  qbcf_echo(cx, echo, sizeof(echo), v));
+	}
+	return true;
+}
+
+/*
  * qbcf_delivery_control: the keys every destination type has that shape how
- * the engine feeds it: maxInFlight, circuitBreaker {failures, cooldownMs}.
+ * the engine feeds it: maxInFlight, circuitBreaker {failures, cooldownMs},
+ * onDead.
  */
 static bool
 qbcf_delivery_control(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestination *d)
@@ -271,6 +302,9 @@ qbcf_delivery_control(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestin
 	if (!qbcf_opt_int(cx, path, m, "maxInFlight", 1, 10000, &v))
 		return false;
 	d->max_in_flight = (int) v;
+	d->on_dead = QB_ON_DEAD_RELEASE;
+	if (!qbcf_on_dead(cx, path, m, &d->on_dead))
+		return false;
 	if (cb == NULL)
 		return true;
 	qbcf_path_key(sub, sizeof(sub), path, "circuitBreaker");
@@ -515,6 +549,9 @@ qbcf_routes(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
 							  qbcf_echo(cx, echo, sizeof(echo), r->destination), names);
 		}
 		if (!qbcf_transform(cx, path, m, &r->transform))
+			return false;
+		r->on_dead = QB_ON_DEAD_UNSET;
+		if (!qbcf_on_dead(cx, path, m, &r->on_dead))
 			return false;
 	}
 	return true;

@@ -7,7 +7,11 @@
  *	GET  /outbox/dead?limit=N			dead outbox rows, oldest id first
  *	GET  /inbox/dead?limit=N			dead inbox rows
  *	POST /outbox/{id}/replay			a new outbox row, new message_id
- *	POST /outbox/{id}/requeue			dead -> pending, attempts reset
+ *	POST /outbox/{id}/requeue			dead -> pending, attempts reset; with a
+ *										body {"payload": ...} the payload is
+ *										replaced (audited, onDead: holdKey)
+ *	POST /outbox/{id}/skip				a dead row that holds its key lets it go
+ *	GET  /outbox/held?limit=N			keys held by a dead or retrying head
  *	POST /inbox/{id}/replay				the inbox row into a new outbox row
  *	POST /inbox/{id}/requeue			dead -> pending
  *	POST /outbox/replay   {"state", "topicPattern", "since", "until"}
@@ -44,6 +48,8 @@ typedef struct QbaRoute
 
 static const QbaRoute qba_routes[] = {
 	{"outbox", "dead", false, QB_Q_DEAD_OUTBOX, {NULL}},
+	{"outbox", "held", false, QB_Q_HELD_KEYS, {NULL}},
+	{"outbox", "skip", true, QB_Q_SKIP_OUTBOX, {NULL}},
 	{"inbox", "dead", false, QB_Q_DEAD_INBOX, {NULL}},
 	{"outbox", "replay", true, QB_Q_REPLAY_OUTBOX, {NULL}},
 	{"outbox", "requeue", true, QB_Q_REQUEUE_OUTBOX, {NULL}},
@@ -119,6 +125,55 @@ qba_body_params(const QbaRoute *rt, json_t *doc, const char **params, int *statu
 	return true;
 }
 
+/*
+ * qba_edited_payload: the body of an edited requeue, {"payload": <JSON>},
+ * into *payload as compact JSON text (malloc'd).  False with the answer set.
+ */
+static bool
+qba_edited_payload(const char *body, size_t body_len, char **payload, int *status, char **answer)
+{
+	json_error_t jerr;
+	json_t	   *doc = json_loadb(body, body_len, JSON_DECODE_ANY, &jerr);
+	json_t	   *p;
+	const char *key;
+	json_t	   *v;
+	char		reason[300];
+
+	*payload = NULL;
+	if (doc == NULL)
+	{
+		snprintf(reason, sizeof(reason), "the body is not valid JSON: %s at line %d, column %d",
+				 jerr.text, jerr.line, jerr.column);
+		qba_error(status, answer, 400, reason);
+		return false;
+	}
+	if (!json_is_object(doc) || (p = json_object_get(doc, "payload")) == NULL)
+	{
+		json_decref(doc);
+		qba_error(status, answer, 400,
+				  "the body must be {\"payload\": <the edited payload>}, or empty to requeue the row as it is");
+		return false;
+	}
+	json_object_foreach(doc, key, v)
+	{
+		if (strcmp(key, "payload") != 0)
+		{
+			snprintf(reason, sizeof(reason), "unknown key \"%.64s\"; this operation takes payload", key);
+			json_decref(doc);
+			qba_error(status, answer, 400, reason);
+			return false;
+		}
+	}
+	*payload = json_dumps(p, JSON_COMPACT | JSON_ENCODE_ANY);
+	json_decref(doc);
+	if (*payload == NULL)
+	{
+		qba_error(status, answer, 503, "out of memory");
+		return false;
+	}
+	return true;
+}
+
 /* qba_name: a destination name in a path: letters, digits, '-', '_', '.'. */
 static bool
 qba_name(const char *s, size_t n)
@@ -144,7 +199,7 @@ qba_nothing(const char *out)
 	if (o == NULL)
 		return false;
 	none = json_is_null(json_object_get(o, "id")) || json_is_false(json_object_get(o, "requeued")) ||
-		json_is_false(json_object_get(o, "known"));
+		json_is_false(json_object_get(o, "known")) || json_is_false(json_object_get(o, "skipped"));
 	json_decref(o);
 	return none;
 }
@@ -165,6 +220,8 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 	json_t	   *doc = NULL;
 	char		err[512];
 	char	   *out = NULL;
+	char	   *edited = NULL;
+	bool		get;
 	int			rc;
 
 	*status = 0;
@@ -190,13 +247,13 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 	if (rt == NULL)
 	{
 		qba_error(status, answer, 404,
-				  "no such admin route; see docs/http-api.md (outbox|inbox/dead, outbox|inbox/{id}/replay|requeue, outbox|inbox/replay|requeue, destinations/{name}/resume)");
+				  "no such admin route; see docs/http-api.md (outbox|inbox/dead, outbox/held, outbox|inbox/{id}/replay|requeue, outbox/{id}/skip, outbox|inbox/replay|requeue, destinations/{name}/resume)");
 		return;
 	}
-	if (strcmp(method, rt->query == QB_Q_DEAD_OUTBOX || rt->query == QB_Q_DEAD_INBOX ? "GET" : "POST") != 0)
+	get = rt->query == QB_Q_DEAD_OUTBOX || rt->query == QB_Q_DEAD_INBOX || rt->query == QB_Q_HELD_KEYS;
+	if (strcmp(method, get ? "GET" : "POST") != 0)
 	{
-		qba_error(status, answer, 405, rt->query == QB_Q_DEAD_OUTBOX || rt->query == QB_Q_DEAD_INBOX ?
-				  "use GET" : "use POST");
+		qba_error(status, answer, 405, get ? "use GET" : "use POST");
 		return;
 	}
 	if (rt->query == QB_Q_RESUME_DESTINATION)
@@ -226,7 +283,18 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 		memcpy(idbuf, id, idlen);
 		idbuf[idlen] = '\0';
 		params[0] = idbuf;
-		rc = store->query_text(store->ctx, rt->query, params, timeout_ms, &out, err, sizeof(err));
+		if (rt->query == QB_Q_REQUEUE_OUTBOX && body_len > 0)
+		{
+			/* {"payload": <any JSON>}: an edited requeue */
+			if (!qba_edited_payload(body, body_len, &edited, status, answer))
+				return;
+			params[1] = edited;
+			rc = store->query_text(store->ctx, QB_Q_REQUEUE_OUTBOX_EDITED, params, timeout_ms, &out,
+								   err, sizeof(err));
+			free(edited);
+		}
+		else
+			rc = store->query_text(store->ctx, rt->query, params, timeout_ms, &out, err, sizeof(err));
 	}
 	else if (rt->keys[0] == NULL)
 	{
@@ -280,7 +348,8 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 	{
 		qba_error(status, answer, 404,
 				  rt->query == QB_Q_RESUME_DESTINATION ? "no destination of this name in the configuration" :
-				  strcmp(verb, "requeue") == 0 ? "no dead row with this id (only dead rows can be requeued)"
+				  strcmp(verb, "requeue") == 0 ? "no dead row with this id (only dead rows can be requeued)" :
+				  strcmp(verb, "skip") == 0 ? "no dead row with this id that holds its key (only such rows can be skipped)"
 				  : "no row with this id");
 	}
 	else

@@ -171,6 +171,20 @@ qbo_dest_name(QboEngine *e, const QboSlot *s)
 	return s->dest >= 0 ? e->cfg->destinations[s->dest].name : NULL;
 }
 
+/*
+ * qbo_on_dead: what a dead row of slot s does to its key: its route's
+ * onDead, else its destination's (release when it has neither: no route).
+ */
+static QbOnDead
+qbo_on_dead(QboEngine *e, const QboSlot *s)
+{
+	if (s->route >= 0 && e->cfg->routes[s->route].on_dead != QB_ON_DEAD_UNSET)
+		return e->cfg->routes[s->route].on_dead;
+	if (s->dest >= 0)
+		return e->cfg->destinations[s->dest].on_dead;
+	return QB_ON_DEAD_RELEASE;
+}
+
 /* qbo_done gives a slot its settle outcome, copying the error text. */
 static void
 qbo_done(QboEngine *e, QboSlot *s, QbSettleKind kind, int attempt, long delay_ms,
@@ -178,6 +192,8 @@ qbo_done(QboEngine *e, QboSlot *s, QbSettleKind kind, int attempt, long delay_ms
 {
 	QboDest    *d = qbo_dest(e, s);
 
+	if (kind == QB_SETTLE_DEAD && qbo_on_dead(e, s) == QB_ON_DEAD_HOLD_KEY)
+		kind = QB_SETTLE_DEAD_HOLD;		/* the settle keeps its key (claim.md) */
 	if (d != NULL && s->st == QBO_SENDING)
 		d->sending--;
 	if (d != NULL && s->st == QBO_QUEUED)
@@ -541,6 +557,7 @@ qbo_count(QboEngine *e, const QboSlot *s, double now)
 			qb_metrics_delivery(e->host->metrics, d, QB_FAILED, -1);
 			break;
 		case QB_SETTLE_DEAD:
+		case QB_SETTLE_DEAD_HOLD:
 			qb_metrics_delivery(e->host->metrics, d, QB_DEAD, -1);
 			break;
 		case QB_SETTLE_HOLD:

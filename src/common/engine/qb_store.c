@@ -134,6 +134,8 @@ qb_settle_kind_name(QbSettleKind k)
 			return "route";
 		case QB_SETTLE_HOLD:
 			return "hold";
+		case QB_SETTLE_DEAD_HOLD:
+			return "dead-hold";
 	}
 	return "release";
 }

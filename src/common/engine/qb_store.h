@@ -69,7 +69,8 @@ typedef enum QbSettleKind
 	QB_SETTLE_DEAD,
 	QB_SETTLE_RELEASE,
 	QB_SETTLE_ROUTE,
-	QB_SETTLE_HOLD
+	QB_SETTLE_HOLD,
+	QB_SETTLE_DEAD_HOLD			/* dead, and its key waits for it (onDead: holdKey) */
 } QbSettleKind;
 
 typedef struct QbSettle
@@ -193,6 +194,9 @@ typedef enum QbQuery
 	QB_Q_REPLAY_INBOX_BULK,		/* (state, source, since, until) -> {"replayed": n} */
 	QB_Q_REQUEUE_INBOX_BULK,	/* (source, since, until) -> {"requeued": n} */
 	QB_Q_RESUME_DESTINATION,	/* (name) -> {"resumed": bool, "known": bool} */
+	QB_Q_HELD_KEYS,				/* (limit) -> [held_keys() rows] */
+	QB_Q_SKIP_OUTBOX,			/* (id) -> {"skipped": bool} */
+	QB_Q_REQUEUE_OUTBOX_EDITED, /* (id, payload JSON text) -> {"requeued": bool} */
 	QB_NQUERIES
 } QbQuery;
 

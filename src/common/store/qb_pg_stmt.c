@@ -60,4 +60,7 @@ const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS] = {
 	[QB_PG_S_QUERY + 10] = {"replay inbox rows", QB_PG_Q_REPLAY_INBOX_BULK, 4, {T, T, T, T}},
 	[QB_PG_S_QUERY + 11] = {"requeue inbox rows", QB_PG_Q_REQUEUE_INBOX_BULK, 3, {T, T, T}},
 	[QB_PG_S_QUERY + 12] = {"resume destination", QB_PG_Q_RESUME_DESTINATION, 1, {T}},
+	[QB_PG_S_QUERY + 13] = {"held keys", QB_PG_Q_HELD_KEYS, 1, {T}},
+	[QB_PG_S_QUERY + 14] = {"skip outbox", QB_PG_Q_SKIP_OUTBOX, 1, {T}},
+	[QB_PG_S_QUERY + 15] = {"requeue outbox edited", QB_PG_Q_REQUEUE_OUTBOX_EDITED, 2, {T, T}},
 };

@@ -158,12 +158,12 @@
 	"   SELECT c.id AS cid, b.id AS bid FROM cand c" \
 	"   CROSS JOIN LATERAL (" \
 	"     SELECT e.id FROM queuebox.outbox e" \
-	"     WHERE e.key = c.key AND e.id < c.id AND e.state IN ('pending', 'processing')" \
+	"     WHERE e.key = c.key AND e.id < c.id AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')" \
 	"     ORDER BY e.id DESC LIMIT 1) b" \
 	"   WHERE c.key IS NOT NULL)," \
 	" lk AS (" \
 	"   SELECT e.id FROM queuebox.outbox e" \
-	"   WHERE e.id = ANY (ARRAY(SELECT bid FROM blk)) AND e.state IN ('pending', 'processing')" \
+	"   WHERE e.id = ANY (ARRAY(SELECT bid FROM blk)) AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')" \
 	"   FOR SHARE SKIP LOCKED)," \
 	" dec AS (" \
 	"   SELECT c.id, CASE WHEN b.bid IS NULL THEN 'claim'" \
@@ -196,7 +196,9 @@
  * Settle: $1 uuid[] claim tokens, $2 int8[] ids, $3 text[] outcomes, $4
  * int4[] attempts, $5 int8[] retry delays in ms, $6 text[] errors, $7
  * text[] the destination each row was routed to (NULL: not routed).
- * Outcomes: 'sent' and 'dead' are final; 'retry' is pending again, due
+ * Outcomes: 'sent' and 'dead' are final; 'dead-hold' is dead and keeps
+ * its key's later rows behind it (hold 'dead', onDead: holdKey; a row
+ * without a key has none to keep); 'retry' is pending again, due
  * after its delay; 'release' is pending again with its attempt and due time
  * unchanged (a worker that stopped before it knew); 'route' is pending with
  * its destination recorded, attempt unchanged (claimed before it was due,
@@ -210,11 +212,12 @@
  */
 #define QB_PG_OUTBOX_SETTLE \
 	"UPDATE queuebox.outbox o" \
-	" SET state = CASE s.outcome WHEN 'sent' THEN 'sent' WHEN 'dead' THEN 'dead'" \
-	"                            ELSE 'pending' END," \
+	" SET state = CASE WHEN s.outcome = 'sent' THEN 'sent'" \
+	"                  WHEN s.outcome IN ('dead', 'dead-hold') THEN 'dead' ELSE 'pending' END," \
 	"     attempt = s.attempt," \
 	"     destination = coalesce(s.destination, o.destination)," \
 	"     hold = CASE WHEN s.outcome = 'hold' THEN 'destination'" \
+	"                 WHEN s.outcome = 'dead-hold' AND o.key IS NOT NULL THEN 'dead'" \
 	"                 WHEN s.outcome = 'retry' AND coalesce(ds.blocked, false) THEN 'destination'" \
 	"                 WHEN s.outcome IN ('release', 'route', 'retry')" \
 	"                      AND coalesce(s.destination, o.destination) IS NULL THEN 'ready'" \
@@ -234,6 +237,10 @@
 	" RETURNING o.key, o.state"
 
 /*
+ * A dead row with hold 'dead' (onDead: holdKey) counts as open for its key
+ * here, in the claim and in the sweep, until it is requeued or skipped
+ * (docs/design/claim.md, "A dead head that holds its key").
+ *
  * Promote: $1 text[] keys whose row just ended (sent or dead), in a
  * statement after the settle, so its snapshot sees every park made while
  * the ended row was open (the claim parked them holding a FOR SHARE lock on
@@ -260,7 +267,7 @@
 	"                    THEN nullif($5, 0) END" \
 	" WHERE o.id = ANY (ARRAY(" \
 	"   SELECT (SELECT e.id FROM queuebox.outbox e" \
-	"           WHERE e.key = k.key AND e.state IN ('pending', 'processing')" \
+	"           WHERE e.key = k.key AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')" \
 	"           ORDER BY e.id LIMIT 1)" \
 	"   FROM unnest($1::text[]) AS k(key)))" \
 	"   AND o.state = 'pending' AND o.hold = 'key'" \
@@ -423,7 +430,7 @@
 	"   SELECT k.id FROM k" \
 	"   WHERE NOT EXISTS (SELECT 1 FROM queuebox.outbox e" \
 	"                     WHERE e.key = k.key AND e.id < k.id" \
-	"                       AND e.state IN ('pending', 'processing')))," \
+	"                       AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')))," \
 	" u AS (" \
 	"   UPDATE queuebox.outbox o SET hold = CASE WHEN o.destination IS NULL THEN 'ready' END" \
 	"   WHERE o.id = ANY (ARRAY(" \
@@ -711,6 +718,13 @@
 #define QB_PG_Q_REQUEUE_INBOX_BULK \
 	"SELECT json_build_object('requeued', queuebox.requeue_inbox($1::text," \
 	"  $2::timestamptz, $3::timestamptz))::text"
+#define QB_PG_Q_HELD_KEYS \
+	"SELECT coalesce(json_agg(h ORDER BY h.key), '[]')::text FROM (" \
+	"  SELECT * FROM queuebox.held_keys() LIMIT coalesce($1::int, 100)) h"
+#define QB_PG_Q_SKIP_OUTBOX \
+	"SELECT json_build_object('skipped', queuebox.skip_outbox($1::bigint))::text"
+#define QB_PG_Q_REQUEUE_OUTBOX_EDITED \
+	"SELECT json_build_object('requeued', queuebox.requeue_outbox($1::bigint, $2::jsonb))::text"
 #define QB_PG_Q_RESUME_DESTINATION \
 	"SELECT json_build_object('known', $1::text = ANY (queuebox._destination_names())," \
 	"  'resumed', queuebox.resume_destination($1::text))::text"

@@ -134,6 +134,20 @@ static const QboQuery qbo_queries[QB_NQUERIES] = {
 		"                                             WHERE name = @n) THEN N'true' ELSE N'false' END"
 		"        + N', \"resumed\" : ' + CASE WHEN (SELECT r FROM @r) = 1 THEN N'true' ELSE N'false' END + N'}'",
 	.nparams = 1},
+	[QB_Q_HELD_KEYS] = {.sql =
+		QBOQ_ID("limit") " DECLARE @lim INT = ISNULL(@limit, 100);"
+		" DECLARE @h TABLE ([key] NVARCHAR(400), destination NVARCHAR(200), head_id BIGINT,"
+		"                   head_state NVARCHAR(20), behind BIGINT, since DATETIME2(6));"
+		" INSERT @h EXEC queuebox.held_keys @lim;"
+		" SELECT ISNULL((SELECT [key], destination, head_id, head_state, behind,"
+		"                 CONVERT(NVARCHAR(33), since, 127) + N'Z' AS since"
+		"                FROM @h ORDER BY [key] FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')",
+	.nparams = 1},
+	[QB_Q_SKIP_OUTBOX] = {.sql = QBOQ_FLAG(QBOQ_ID("id"), "queuebox.skip_outbox @id", "skipped"),
+	.nparams = 1},
+	[QB_Q_REQUEUE_OUTBOX_EDITED] = {.sql = QBOQ_FLAG(QBOQ_ID("id") " DECLARE @payload NVARCHAR(MAX) = ?;",
+													 "queuebox.requeue_outbox_edited @id, @payload", "requeued"),
+	.nparams = 2},
 };
 
 /* qb_odbc_query_text: see odbc_store.h. */
