@@ -1060,6 +1060,18 @@ test_query_text(void **state)
 	json_decref(j);
 	free(out);
 
+	/* the console's overview: the open and dead rows by table, the destinations */
+	assert_int_equal(query(QB_Q_OVERVIEW, &out, NULL, NULL, NULL, NULL), 0);
+	j = json_loads(out, 0, NULL);
+	assert_non_null(j);
+	assert_true(json_is_array(json_object_get(j, "destinations")));
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "outbox"), "pending")), 1);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "outbox"), "dead")), 1);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "inbox"), "pending")), 2);
+	assert_true(json_is_number(json_object_get(json_object_get(j, "inbox"), "oldest_pending_sec")));
+	json_decref(j);
+	free(out);
+
 	assert_int_equal(query(QB_Q_DEAD_OUTBOX, &out, "10", NULL, NULL, NULL), 0);
 	j = json_loads(out, 0, NULL);
 	assert_int_equal(json_array_size(j), 1);

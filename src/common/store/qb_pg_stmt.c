@@ -60,4 +60,5 @@ const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS] = {
 	[QB_PG_S_QUERY + 10] = {"replay inbox rows", QB_PG_Q_REPLAY_INBOX_BULK, 4, {T, T, T, T}},
 	[QB_PG_S_QUERY + 11] = {"requeue inbox rows", QB_PG_Q_REQUEUE_INBOX_BULK, 3, {T, T, T}},
 	[QB_PG_S_QUERY + 12] = {"resume destination", QB_PG_Q_RESUME_DESTINATION, 1, {T}},
+	[QB_PG_S_QUERY + 13] = {"overview", QB_PG_Q_OVERVIEW, 0, {0}},
 };

@@ -715,6 +715,20 @@
 	"SELECT json_build_object('known', $1::text = ANY (queuebox._destination_names())," \
 	"  'resumed', queuebox.resume_destination($1::text))::text"
 
+/* the console's overview: the open and dead rows only, so sent rows are not read */
+#define QB_PG_OVERVIEW_COUNTS(table) \
+	"(SELECT json_build_object('pending', count(*) FILTER (WHERE state = 'pending')," \
+	"   'processing', count(*) FILTER (WHERE state = 'processing')," \
+	"   'dead', count(*) FILTER (WHERE state = 'dead')," \
+	"   'oldest_pending_sec', coalesce(extract(epoch FROM now() - min(created_at)" \
+	"                                  FILTER (WHERE state = 'pending')), 0))" \
+	" FROM queuebox." table " WHERE state IN ('pending', 'processing', 'dead'))"
+#define QB_PG_Q_OVERVIEW \
+	"SELECT json_build_object(" \
+	"  'destinations', (SELECT coalesce(json_agg(d), '[]') FROM queuebox.destination_status() d)," \
+	"  'outbox', " QB_PG_OVERVIEW_COUNTS("outbox") "," \
+	"  'inbox', " QB_PG_OVERVIEW_COUNTS("inbox") ")::text"
+
 /*
  * Replay, the rows to replay: $1 int8 one id (NULL: by filter), $2 text
  * state (NULL: any), $3 text source (NULL: any), $4 timestamptz since, $5

@@ -64,6 +64,15 @@ const char qb_odbc_replay_select[] =
 	"   AND (@until IS NULL OR i.created_at < @until)"
 	" ORDER BY i.created_at, i.id";
 
+/* the console's overview of one table: its open and dead rows, as JSON text */
+#define QBOQ_OVERVIEW_COUNTS(table) \
+	"(SELECT N'{\"pending\" : ' + CAST(COUNT_BIG(CASE WHEN state = N'pending' THEN 1 END) AS NVARCHAR(20))" \
+	"  + N', \"processing\" : ' + CAST(COUNT_BIG(CASE WHEN state = N'processing' THEN 1 END) AS NVARCHAR(20))" \
+	"  + N', \"dead\" : ' + CAST(COUNT_BIG(CASE WHEN state = N'dead' THEN 1 END) AS NVARCHAR(20))" \
+	"  + N', \"oldest_pending_sec\" : ' + CONVERT(NVARCHAR(40), CAST(ISNULL(@now - queuebox._epoch(" \
+	"      MIN(CASE WHEN state = N'pending' THEN created_at END)), 0) AS DECIMAL(20, 6))) + N'}'" \
+	"  FROM queuebox." table " WHERE state IN (N'pending', N'processing', N'dead'))"
+
 typedef struct QboQuery
 {
 	const char *sql;			/* NULL: rendered in C */
@@ -134,6 +143,22 @@ static const QboQuery qbo_queries[QB_NQUERIES] = {
 		"                                             WHERE name = @n) THEN N'true' ELSE N'false' END"
 		"        + N', \"resumed\" : ' + CASE WHEN (SELECT r FROM @r) = 1 THEN N'true' ELSE N'false' END + N'}'",
 	.nparams = 1},
+	/* built as text, as the gauges are; destination_status's rows through a table */
+	[QB_Q_OVERVIEW] = {.sql =
+		"DECLARE @now FLOAT = queuebox._epoch(SYSUTCDATETIME());"
+		" DECLARE @d TABLE (destination NVARCHAR(200), state NVARCHAR(40), failures INT,"
+		"  opened_at DATETIME2(6), probe_at DATETIME2(6), paused_until DATETIME2(6),"
+		"  last_error NVARCHAR(MAX), changed_at DATETIME2(6), pending BIGINT, held BIGINT);"
+		" INSERT @d EXEC queuebox.destination_status;"
+		" SELECT N'{\"destinations\" : ' + ISNULL((SELECT destination, state, failures,"
+		"   CONVERT(NVARCHAR(33), opened_at, 127) + N'Z' AS opened_at,"
+		"   CONVERT(NVARCHAR(33), probe_at, 127) + N'Z' AS probe_at,"
+		"   CONVERT(NVARCHAR(33), paused_until, 127) + N'Z' AS paused_until, last_error,"
+		"   CONVERT(NVARCHAR(33), changed_at, 127) + N'Z' AS changed_at, pending, held"
+		"   FROM @d ORDER BY destination FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')"
+		"  + N', \"outbox\" : ' + " QBOQ_OVERVIEW_COUNTS("outbox")
+		"  + N', \"inbox\" : ' + " QBOQ_OVERVIEW_COUNTS("inbox") " + N'}'",
+	.nparams = 0},
 };
 
 /* qb_odbc_query_text: see odbc_store.h. */
