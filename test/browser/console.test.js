@@ -28,7 +28,7 @@ before(async () => {
 		executablePath: '/usr/bin/chromium',
 		args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
 	});
-	page = await browser.newPage({ viewport: { width: 1100, height: 560 } });
+	page = await browser.newPage({ viewport: { width: 1280, height: 560 } });
 	// a script blocked by the CSP is reported here: there must be none
 	page.on('console', (m) => {
 		if (/Content Security Policy/i.test(m.text()))

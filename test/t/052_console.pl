@@ -135,6 +135,9 @@ $o = decode_json($r->{content});
 is($o->{destinations}[0]{state}, 'open', 'the overview shows the circuit open');
 is($o->{destinations}[0]{last_error}, $xss, 'and the last error as it is');
 is($o->{outbox}{pending}, 1, 'and the row waiting');
+is(join(',', map { $o->{destinations}[0]{$_} } qw(pending intake retrying parked held)), '1,0,0,0,1',
+	'the destination\'s pending row is held (not in intake, retrying or parked)');
+cmp_ok($o->{destinations}[0]{oldest_pending_sec}, '>', 0, 'with its age');
 
 # ---- the browser
 SKIP:

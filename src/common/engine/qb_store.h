@@ -193,7 +193,8 @@ typedef enum QbQuery
 	QB_Q_REPLAY_INBOX_BULK,		/* (state, source, since, until) -> {"replayed": n} */
 	QB_Q_REQUEUE_INBOX_BULK,	/* (source, since, until) -> {"requeued": n} */
 	QB_Q_RESUME_DESTINATION,	/* (name) -> {"resumed": bool, "known": bool} */
-	QB_Q_OVERVIEW,				/* () -> {"destinations": [destination_status rows],
+	QB_Q_OVERVIEW,				/* () -> {"destinations": [destination_status rows
+								 * + intake, retrying, parked, oldest_pending_sec],
 								 * "outbox"|"inbox": {"pending", "processing", "dead",
 								 * "oldest_pending_sec"}} */
 	QB_NQUERIES

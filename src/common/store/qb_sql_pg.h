@@ -723,9 +723,28 @@
 	"   'oldest_pending_sec', coalesce(extract(epoch FROM now() - min(created_at)" \
 	"                                  FILTER (WHERE state = 'pending')), 0))" \
 	" FROM queuebox." table " WHERE state IN ('pending', 'processing', 'dead'))"
+/*
+ * Each destination's status and its pending rows by where they wait:
+ * intake (new), retrying (an attempt failed, due at scheduled_at), parked
+ * (behind an open row of its key), held (destination_status's), with the
+ * oldest one's age; rows not routed yet count for their topic's route, as
+ * destination_status counts them (route_of once per topic).
+ */
 #define QB_PG_Q_OVERVIEW \
 	"SELECT json_build_object(" \
-	"  'destinations', (SELECT coalesce(json_agg(d), '[]') FROM queuebox.destination_status() d)," \
+	"  'destinations', (SELECT coalesce(json_agg(d ORDER BY d.destination), '[]') FROM (" \
+	"    SELECT s.*, coalesce(w.intake, 0) AS intake, coalesce(w.retrying, 0) AS retrying," \
+	"           coalesce(w.parked, 0) AS parked," \
+	"           coalesce(extract(epoch FROM now() - w.oldest), 0) AS oldest_pending_sec" \
+	"    FROM queuebox.destination_status() s LEFT JOIN (" \
+	"      SELECT coalesce(p.destination, queuebox.route_of(p.topic)) AS n, sum(p.intake)::bigint AS intake," \
+	"             sum(p.retrying)::bigint AS retrying, sum(p.parked)::bigint AS parked, min(p.oldest) AS oldest" \
+	"      FROM (SELECT destination, topic," \
+	"              count(*) FILTER (WHERE hold = 'intake' OR (hold IS NULL AND destination IS NULL)) AS intake," \
+	"              count(*) FILTER (WHERE hold IS NULL AND destination IS NOT NULL AND attempt > 0) AS retrying," \
+	"              count(*) FILTER (WHERE hold = 'key') AS parked, min(created_at) AS oldest" \
+	"            FROM queuebox.outbox WHERE state = 'pending' GROUP BY destination, topic) p" \
+	"      GROUP BY 1) w ON w.n = s.destination) d)," \
 	"  'outbox', " QB_PG_OVERVIEW_COUNTS("outbox") "," \
 	"  'inbox', " QB_PG_OVERVIEW_COUNTS("inbox") ")::text"
 

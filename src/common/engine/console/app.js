@@ -68,7 +68,11 @@ function render(o) {
 		cell(tr, d.state, 'circuit-' + d.state);
 		cell(tr, d.failures, 'num');
 		cell(tr, d.pending, 'num');
+		cell(tr, d.intake, 'num');
+		cell(tr, d.retrying, 'num');
+		cell(tr, d.parked, 'num');
 		cell(tr, d.held, 'num');
+		cell(tr, age(d.oldest_pending_sec));
 		cell(tr, perMinute('destinations', d.destination, 'delivered', now, d.delivered), 'num');
 		cell(tr, perMinute('destinations', d.destination, 'failed', now, d.failed), 'num');
 		cell(tr, d.last_error, 'error');
