@@ -85,7 +85,7 @@ else
 CORE_CFLAGS  += $(QB_EXTRA_CFLAGS)
 endif
 CORE_DIR      = build/core$(if $(filter 1,$(SANITIZE)),-san)
-CORE_OBJS     = $(patsubst src/common/%.c,$(CORE_DIR)/%.o,$(COMMON_SRCS))
+CORE_OBJS     = $(patsubst src/common/%.c,$(CORE_DIR)/%.o,$(COMMON_SRCS)) $(CORE_DIR)/console_assets.o
 CORE_LIB      = $(CORE_DIR)/libqbcore.a
 
 PG_CONFIG ?= pg_config
@@ -116,6 +116,17 @@ $(CORE_DIR)/%.o: src/common/%.c $(COMMON_HDRS) Makefile
 $(CORE_LIB): $(CORE_OBJS)
 	rm -f $@
 	ar rcs $@ $^
+
+# The console's static files (src/common/engine/console/) as C, in the core
+# (scripts/embed-console.sh; docs/console.md): no build tool, no network.
+CONSOLE_FILES = $(sort $(wildcard src/common/engine/console/*))
+build/console/qb_console_assets.c: $(CONSOLE_FILES) scripts/embed-console.sh
+	@mkdir -p $(dir $@)
+	scripts/embed-console.sh $(CONSOLE_FILES) > $@.tmp
+	mv $@.tmp $@
+$(CORE_DIR)/console_assets.o: build/console/qb_console_assets.c src/common/engine/qb_console.h Makefile
+	@mkdir -p $(dir $@)
+	$(CORE_CC) $(CORE_CFLAGS) -c -o $@ $<
 
 # after the include: Makefile.global resets PROVE_FLAGS
 PG_PROVE_FLAGS += -I $(srcdir)/test/perl
@@ -161,7 +172,7 @@ FUZZ_CC        ?= clang
 FUZZ_SAN        = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS     = -std=gnu11 -g -O1 $(WARN) $(COMMON_INC) -DQB_VERSION=\"$(EXTVERSION)\" $(FUZZ_SAN)
 FUZZ_CORE_DIR   = build/core-fuzz
-FUZZ_CORE_OBJS  = $(patsubst src/common/%.c,$(FUZZ_CORE_DIR)/%.o,$(COMMON_SRCS))
+FUZZ_CORE_OBJS  = $(patsubst src/common/%.c,$(FUZZ_CORE_DIR)/%.o,$(COMMON_SRCS)) $(FUZZ_CORE_DIR)/console_assets.o
 FUZZ_CORE_LIB   = $(FUZZ_CORE_DIR)/libqbcore.a
 FUZZ_DIR        = build/fuzz
 FUZZ_NAMES      = $(basename $(notdir $(wildcard test/fuzz/fuzz_*.c)))
@@ -171,6 +182,9 @@ FUZZ_SECONDS   ?= 10
 FUZZ_RUNS      ?=
 
 $(FUZZ_CORE_DIR)/%.o: src/common/%.c $(COMMON_HDRS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+$(FUZZ_CORE_DIR)/console_assets.o: build/console/qb_console_assets.c src/common/engine/qb_console.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
 $(FUZZ_CORE_LIB): $(FUZZ_CORE_OBJS)

@@ -2,7 +2,9 @@
 # Install every Debian package QueueBox builds, tests and benchmarks with
 # (Go and the Go client's test drivers too: clients/go/test.sh builds
 # against their sources, no module proxy),
-# Node with npm, and the npm packages of test/node (from its lockfile);
+# Node with npm, and the npm packages of test/node and test/browser (from
+# their lockfiles; Debian's chromium is the console test's browser, driven
+# by playwright-core: no browser download);
 # where the .NET SDK is installed (it is no Debian package), the NuGet
 # packages of clients/dotnet, into clients/dotnet/packages.
 # Idempotent: packages already present are skipped by apt-get.  Needs root
@@ -25,6 +27,7 @@ PKGS=(
   systemd
   rabbitmq-server nats-server pgbouncer
   nftables iproute2 util-linux
+  chromium
 )
 
 missing=()
@@ -51,11 +54,12 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   $SUDO apt-get install -y -q --no-install-recommends nodejs npm
 fi
 # Their packages, from the lockfile; again only when it changed.
-NODE_DIR="$(dirname "$0")/../test/node"
-if [ ! "$NODE_DIR/node_modules/.package-lock.json" -nt "$NODE_DIR/package-lock.json" ]; then
-  echo "setup: npm ci in test/node"
-  npm ci --prefix "$NODE_DIR" --no-audit --no-fund
-fi
+for NODE_DIR in "$(dirname "$0")/../test/node" "$(dirname "$0")/../test/browser"; do
+  if [ ! "$NODE_DIR/node_modules/.package-lock.json" -nt "$NODE_DIR/package-lock.json" ]; then
+    echo "setup: npm ci in ${NODE_DIR#*/../}"
+    npm ci --prefix "$NODE_DIR" --no-audit --no-fund
+  fi
+done
 
 # The C# library's NuGet packages, into clients/dotnet/packages: TAP 039
 # restores from there offline, as the postgres user, with a home of its own.

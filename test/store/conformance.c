@@ -1060,6 +1060,43 @@ test_query_text(void **state)
 	json_decref(j);
 	free(out);
 
+	/*
+	 * the console's overview: the open and dead rows by table; a destination
+	 * known by its state row, with one row parked behind its key and one
+	 * retrying
+	 */
+	rfree(q(D("INSERT INTO queuebox.destination_state (destination, state) VALUES ('cx', 'open')",
+			  "INSERT INTO queuebox.destination_state (destination, state) VALUES (N'cx', N'open')"), 0));
+	rfree(q(D("INSERT INTO queuebox.outbox (topic, key, payload, destination, hold, attempt)"
+			  " VALUES ('t.cx', 'k', '{}', 'cx', 'key', 0), ('t.cx', 'k2', '{}', 'cx', NULL, 2)",
+			  "INSERT INTO queuebox.outbox (topic, [key], payload, destination, hold, attempt)"
+			  " VALUES (N't.cx', N'k', N'{}', N'cx', N'key', 0), (N't.cx', N'k2', N'{}', N'cx', NULL, 2)"), 0));
+	assert_int_equal(query(QB_Q_OVERVIEW, &out, NULL, NULL, NULL, NULL), 0);
+	j = json_loads(out, 0, NULL);
+	assert_non_null(j);
+	{
+		json_t	   *d = json_array_get(json_object_get(j, "destinations"), 0);
+
+		assert_int_equal(json_array_size(json_object_get(j, "destinations")), 1);
+		assert_string_equal(json_string_value(json_object_get(d, "destination")), "cx");
+		assert_string_equal(json_string_value(json_object_get(d, "state")), "open");
+		assert_int_equal(json_integer_value(json_object_get(d, "pending")), 2);
+		assert_int_equal(json_integer_value(json_object_get(d, "intake")), 0);
+		assert_int_equal(json_integer_value(json_object_get(d, "retrying")), 1);
+		assert_int_equal(json_integer_value(json_object_get(d, "parked")), 1);
+		assert_int_equal(json_integer_value(json_object_get(d, "held")), 0);
+		assert_true(json_is_number(json_object_get(d, "oldest_pending_sec")));
+	}
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "outbox"), "pending")), 3);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "outbox"), "dead")), 1);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "inbox"), "pending")), 2);
+	assert_true(json_is_number(json_object_get(json_object_get(j, "inbox"), "oldest_pending_sec")));
+	json_decref(j);
+	free(out);
+	rfree(q(D("DELETE FROM queuebox.outbox WHERE topic = 't.cx'", "DELETE FROM queuebox.outbox WHERE topic = N't.cx'"), 0));
+	rfree(q(D("DELETE FROM queuebox.destination_state WHERE destination = 'cx'",
+			  "DELETE FROM queuebox.destination_state WHERE destination = N'cx'"), 0));
+
 	assert_int_equal(query(QB_Q_DEAD_OUTBOX, &out, "10", NULL, NULL, NULL), 0);
 	j = json_loads(out, 0, NULL);
 	assert_int_equal(json_array_size(j), 1);

@@ -176,6 +176,19 @@ is($a->{status}, 200, 'admin replays an inbox row into the outbox (the topic ren
 qb_wait_query($node, q{SELECT state FROM queuebox.outbox WHERE topic = 'tasks.tasks'}, 'sent',
 	'the replayed row is delivered');
 
+# ---- the web console on the ingress role (docs/console.md; TAP 052 has the rest)
+my $page = $http->get("$base/console");
+is($page->{status}, 200, 'the ingress role serves /console');
+like($page->{headers}{'content-security-policy'} // '', qr/^default-src 'none'; script-src 'self';/,
+	'with the strict Content-Security-Policy');
+is($http->get("$base/admin/overview")->{status}, 401, '/admin/overview without the token: 401');
+my $ov = $http->get("$base/admin/overview", { headers => { Authorization => "Bearer $token" } });
+is($ov->{status}, 200, '/admin/overview through the libpq store: 200') or diag $ov->{content};
+$ov = decode_json($ov->{content});
+is(join(',', map { $_->{destination} } @{ $ov->{destinations} }), 'bus,web', 'it lists the destinations');
+is((grep { $_->{name} eq 'shop' } @{ $ov->{sources} })[0]{received}, 8,
+	'and what the ingress role received (the shared block)');
+
 # ---- a NATS destination with createStream under the daemon: the stream is made
 is(nats_count($nats, 'queuebox-bus'), undef, 'createStream (daemon): no stream queuebox-bus yet');
 my $n0 = qb_outbox_count($node);

@@ -27,6 +27,7 @@
 #include <openssl/ssl.h>
 
 #include "qb_amqp.h"
+#include "qb_crypto.h"
 
 #define QBAM_RPC_TIMEOUT_MS		10000
 
@@ -50,18 +51,6 @@ qb_amqp_tv(struct timeval *tv, long ms)
 
 /* ---- the url ------------------------------------------------------------ */
 
-static int
-qba_hex(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* qba_decode: a malloc'd percent-decoded copy of s[0..len), or NULL. */
 static char *
 qba_decode(const char *s, size_t len, const char *what, char *err, size_t errlen)
@@ -78,8 +67,8 @@ qba_decode(const char *s, size_t len, const char *what, char *err, size_t errlen
 	{
 		if (s[i] == '%')
 		{
-			int			hi = i + 2 < len ? qba_hex((unsigned char) s[i + 1]) : -1;
-			int			lo = i + 2 < len ? qba_hex((unsigned char) s[i + 2]) : -1;
+			int			hi = i + 2 < len ? qb_hex_digit((unsigned char) s[i + 1]) : -1;
+			int			lo = i + 2 < len ? qb_hex_digit((unsigned char) s[i + 2]) : -1;
 
 			if (hi < 0 || lo < 0)
 			{

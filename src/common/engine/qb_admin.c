@@ -20,6 +20,7 @@
  *	POST /inbox/requeue   {"source", "since", "until"}
  *	POST /destinations/{name}/resume	close a destination's circuit (after
  *										a 410 Gone); its held rows flow again
+ *	GET  /overview						the console's overview (qb_admin_overview)
  * Bulk forms keep per-key order (the SQL functions work in id or
  * created_at order).  Answers are JSON; errors carry a reason.
  *
@@ -247,7 +248,7 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 	if (rt == NULL)
 	{
 		qba_error(status, answer, 404,
-				  "no such admin route; see docs/http-api.md (outbox|inbox/dead, outbox/held, outbox|inbox/{id}/replay|requeue, outbox/{id}/skip, outbox|inbox/replay|requeue, destinations/{name}/resume)");
+				  "no such admin route; see docs/http-api.md (outbox|inbox/dead, outbox/held, outbox|inbox/{id}/replay|requeue, outbox/{id}/skip, outbox|inbox/replay|requeue, destinations/{name}/resume, overview)");
 		return;
 	}
 	get = rt->query == QB_Q_DEAD_OUTBOX || rt->query == QB_Q_DEAD_INBOX || rt->query == QB_Q_HELD_KEYS;
@@ -359,4 +360,73 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 		out = NULL;
 	}
 	free(out);
+}
+
+/* qba_count: a counter as a JSON integer (counters stay far below 2^63) */
+static json_t *
+qba_count(uint64_t n)
+{
+	return json_integer((json_int_t) n);
+}
+
+void
+qb_admin_overview(const QbStore *store, long timeout_ms, const char *method,
+				  const QbConfig *cfg, const QbMetrics *metrics, int *status, char **answer)
+{
+	char		err[512];
+	char	   *out = NULL;
+	json_t	   *o,
+			   *dests,
+			   *sources,
+			   *d;
+	size_t		i;
+	uint64_t	c[QB_NRESULTS];
+
+	*status = 0;
+	*answer = NULL;
+	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+	{
+		qba_error(status, answer, 405, "use GET");
+		return;
+	}
+	if (store->query_text(store->ctx, QB_Q_OVERVIEW, NULL, timeout_ms, &out, err, sizeof(err)) != 0 ||
+		out == NULL || (o = json_loads(out, 0, NULL)) == NULL)
+	{
+		char		reason[600];
+
+		snprintf(reason, sizeof(reason), "database unavailable: %s", out == NULL ? err : "the overview is not JSON");
+		free(out);
+		*status = 503;
+		*answer = qb_answer("unavailable", reason);
+		return;
+	}
+	free(out);
+	dests = json_object_get(o, "destinations");
+	json_array_foreach(dests, i, d)
+	{
+		const char *name = json_string_value(json_object_get(d, "destination"));
+
+		qb_metrics_counts(metrics, false, name ? name : "", c);
+		json_object_set_new(d, "delivered", qba_count(c[QB_DELIVERED]));
+		json_object_set_new(d, "failed", qba_count(c[QB_FAILED]));
+		json_object_set_new(d, "dead", qba_count(c[QB_DEAD]));
+	}
+	sources = json_array();
+	for (int k = 0; k < cfg->nsources; k++)
+	{
+		qb_metrics_counts(metrics, true, cfg->sources[k].name, c);
+		json_array_append_new(sources, json_pack("{s:s,s:o,s:o,s:o,s:o}",
+												 "name", cfg->sources[k].name,
+												 "received", qba_count(c[QB_RX_ACCEPTED]),
+												 "duplicates", qba_count(c[QB_RX_DUPLICATE]),
+												 "refused", qba_count(c[QB_RX_BAD_REQUEST] + c[QB_RX_UNAUTHORIZED] +
+																	  c[QB_RX_TOO_LARGE] + c[QB_RX_UNPROCESSABLE]),
+												 "unavailable", qba_count(c[QB_RX_UNAVAILABLE])));
+	}
+	json_object_set_new(o, "sources", sources);
+	*answer = json_dumps(o, JSON_COMPACT);
+	*status = *answer != NULL ? 200 : 503;
+	if (*answer == NULL)
+		*answer = qb_answer("unavailable", "out of memory; retry later");
+	json_decref(o);
 }

@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "qb_config.h"
+#include "qb_metrics.h"
 #include "qb_store.h"
 
 /*
@@ -19,5 +21,15 @@ extern void qb_admin_handle(const QbStore *store, long timeout_ms, const char *m
 							const char *path, const char *query_limit,
 							const char *body, size_t body_len,
 							int *status, char **answer);
+
+/*
+ * GET /admin/overview, the console's first page: every destination's
+ * circuit, waiting rows and last error with its delivery counters, the
+ * outbox and inbox counts, and each configured source's counters (from
+ * metrics, this server's since it started).  Sets *status and *answer.
+ */
+extern void qb_admin_overview(const QbStore *store, long timeout_ms, const char *method,
+							  const QbConfig *cfg, const QbMetrics *metrics,
+							  int *status, char **answer);
 
 #endif							/* QB_ADMIN_H */

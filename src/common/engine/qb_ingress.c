@@ -42,6 +42,7 @@
 #include "qb_admin.h"
 #include "qb_answer.h"
 #include "qb_config.h"
+#include "qb_console.h"
 #include "qb_extract.h"
 #include "qb_ingress.h"
 #include "qb_ingress_int.h"
@@ -51,6 +52,7 @@
 
 #define QBI_MAX_VALUE_BYTES	1024	/* idempotency key, event type, aggregate id */
 #define QBI_ADMIN_MAX_BODY	65536
+#define QBI_LOGIN_MAX_BODY	4096
 #define QBI_STOP_DRAIN_MS	1000
 #define QBI_SWEEP_MS		100		/* the peer-close sweep, at most this often */
 #define QBI_MAX_HEADER_NAME	255		/* an AMQP table key (a shortstr) holds no more */
@@ -68,7 +70,8 @@ typedef enum QbiKind
 	QBI_INBOX,					/* a webhook for src */
 	QBI_READY,
 	QBI_METRICS,
-	QBI_ADMIN
+	QBI_ADMIN,
+	QBI_LOGIN					/* the console's login: the body, no database */
 } QbiKind;
 
 typedef struct QbiEngine QbiEngine;
@@ -110,6 +113,8 @@ typedef struct QbiRequest
 	char	   *answer;
 	const char *content_type;
 	bool		allow_post;		/* 405: Allow: POST */
+	bool		console;		/* the console's security headers */
+	char	   *set_cookie;		/* the console's login or logout */
 	/* QBI_INBOX, once checked */
 	char	   *key;
 	char	   *event_type;
@@ -464,30 +469,179 @@ qbi_source_at(const QbConfig *cfg, const char *path)
 	return NULL;
 }
 
+/* The request's headers, with Authorization replaced when bearer is set. */
+typedef struct QbiAuthCtx
+{
+	struct MHD_Connection *conn;
+	const char *bearer;			/* "Bearer <token>" from the console, or NULL */
+} QbiAuthCtx;
+
+static const char *
+qbi_auth_get(void *ctx, const char *name)
+{
+	QbiAuthCtx *a = ctx;
+
+	if (a->bearer != NULL && strcasecmp(name, "Authorization") == 0)
+		return a->bearer;
+	return qbi_header_get(a->conn, name);
+}
+
+/*
+ * qbi_admin_auth: is token (NULL: the request's Authorization header) the
+ * admin token?  The bearer check compares in constant time; a failure is
+ * answered 401 and counted.
+ */
+static bool
+qbi_admin_auth(QbiRequest *r, const QbConfig *cfg, const char *token)
+{
+	QbAuth		auth = {.type = QB_AUTH_BEARER, .token = cfg->admin_token};
+	QbiAuthCtx	ctx = {.conn = r->conn};
+	char	   *bearer = NULL;
+	char		msg[QB_ERRLEN];
+	bool		ok;
+
+	if (token != NULL && (bearer = malloc(strlen(token) + 8)) == NULL)
+	{
+		qbi_set(r, 503, "unavailable", "out of memory; retry later");
+		return false;
+	}
+	if (bearer != NULL)
+		sprintf(bearer, "Bearer %s", token);
+	ctx.bearer = bearer;
+	ok = qb_auth_verify(&auth, qbi_auth_get, &ctx, NULL, 0, time(NULL), msg, sizeof(msg));
+	if (bearer != NULL)
+		explicit_bzero(bearer, strlen(bearer));
+	free(bearer);
+	if (!ok)
+	{
+		char		reason[QB_ERRLEN + 64];
+
+		if (token != NULL)
+			snprintf(msg, sizeof(msg), "the token is not the configured admin.token");
+		snprintf(reason, sizeof(reason), "admin authentication failed: %s", msg);
+		qbi_set(r, 401, "error", reason);
+		if (r->e->metrics)
+			qb_metrics_add(&r->e->metrics->admin_unauthorized, 1);
+	}
+	return ok;
+}
+
+/* qbi_csrf: a console write carries X-QueueBox-CSRF, which no cross-site form can send */
+static bool
+qbi_csrf(QbiRequest *r)
+{
+	if (qbi_header_get(r->conn, QB_CONSOLE_CSRF_HEADER) != NULL)
+		return true;
+	qbi_set(r, 403, "error",
+			"a write with the console's cookie must carry the " QB_CONSOLE_CSRF_HEADER
+			" header (any value); send the admin token as Authorization: Bearer instead, or use the console");
+	return false;
+}
+
 static void
 qbi_admin_route(QbiRequest *r, const QbConfig *cfg)
 {
-	QbAuth		auth = {.type = QB_AUTH_BEARER};
-	char		msg[QB_ERRLEN];
+	const char *cookie = qbi_header_get(r->conn, "Cookie");
+	char		token[1024];
+	bool		by_cookie,
+				ok;
 
 	if (cfg->admin_token == NULL)
 	{
 		qbi_set(r, 404, "error", "the admin routes are off; set admin.token to turn them on");
 		return;
 	}
-	auth.token = cfg->admin_token;
-	if (!qb_auth_verify(&auth, qbi_header_get, r->conn, NULL, 0, time(NULL), msg, sizeof(msg)))
-	{
-		char		reason[QB_ERRLEN + 64];
-
-		snprintf(reason, sizeof(reason), "admin authentication failed: %s", msg);
-		qbi_set(r, 401, "error", reason);
-		if (r->e->metrics)
-			qb_metrics_add(&r->e->metrics->admin_unauthorized, 1);
+	r->console = true;
+	/* the header wins; the console's cookie stands in for it */
+	by_cookie = qbi_header_get(r->conn, "Authorization") == NULL &&
+		qb_console_cookie_token(cookie, token, sizeof(token));
+	ok = qbi_admin_auth(r, cfg, by_cookie ? token : NULL);
+	explicit_bzero(token, sizeof(token));
+	if (!ok)
 		return;
-	}
+	if (by_cookie && strcmp(r->method, "GET") != 0 && strcmp(r->method, "HEAD") != 0 && !qbi_csrf(r))
+		return;
 	r->kind = QBI_ADMIN;
 	r->max = QBI_ADMIN_MAX_BODY;
+}
+
+/*
+ * qbi_console_route: the console's pages and its login and logout, when
+ * admin.token is set (docs/console.md).  False when path is not the
+ * console's.
+ */
+static bool
+qbi_console_route(QbiRequest *r, const QbConfig *cfg)
+{
+	bool		get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+	const char *proto = qbi_header_get(r->conn, "X-Forwarded-Proto");
+	const QbConsoleAsset *a;
+
+	if (cfg->admin_token == NULL ||
+		(strcmp(r->path, "/console") != 0 && strncmp(r->path, "/console/", 9) != 0))
+		return false;
+	r->console = true;
+	if (strcmp(r->path, "/console/login") == 0 || strcmp(r->path, "/console/logout") == 0)
+	{
+		if (strcmp(r->method, "POST") != 0)
+		{
+			qbi_set(r, 405, "error", "use POST");
+			r->allow_post = true;
+			return true;
+		}
+		if (!qbi_csrf(r))
+			return true;
+		if (strcmp(r->path, "/console/login") == 0)
+		{
+			r->kind = QBI_LOGIN;
+			r->max = QBI_LOGIN_MAX_BODY;
+			return true;
+		}
+		qbi_set(r, 200, "ok", NULL);
+		r->set_cookie = qb_console_set_cookie(NULL, proto != NULL && strcasecmp(proto, "https") == 0);
+		return true;
+	}
+	if ((a = qb_console_asset(r->path)) == NULL)
+	{
+		qbi_set(r, 404, "error", "no such console page; open /console");
+		return true;
+	}
+	if (!get)
+	{
+		qbi_set(r, 405, "error", "use GET");
+		return true;
+	}
+	r->status = 200;
+	r->answer = strdup(a->body);
+	r->content_type = a->content_type;
+	return true;
+}
+
+/*
+ * qbi_login: the console's login, once its body is here: the token of
+ * {"token": ...} checked as a bearer token, then set as the session cookie.
+ */
+static void
+qbi_login(QbiRequest *r)
+{
+	const char *proto = qbi_header_get(r->conn, "X-Forwarded-Proto");
+	char		reason[256];
+	char	   *token = qb_console_login_token(r->body, r->len, reason, sizeof(reason));
+
+	if (token == NULL)
+	{
+		qbi_set(r, 400, "error", reason);
+		return;
+	}
+	if (qbi_admin_auth(r, r->ref->cfg, token))
+	{
+		qbi_set(r, 200, "ok", NULL);
+		r->set_cookie = qb_console_set_cookie(token, proto != NULL && strcasecmp(proto, "https") == 0);
+		if (r->set_cookie == NULL)
+			qbi_set(r, 503, "unavailable", "out of memory; retry later");
+	}
+	explicit_bzero(token, strlen(token));
+	free(token);
 }
 
 /*
@@ -520,6 +674,8 @@ qbi_route(QbiRequest *r)
 		qbi_admin_route(r, cfg);
 		return;
 	}
+	if (qbi_console_route(r, cfg))
+		return;
 	if ((r->src = qbi_source_at(cfg, r->path)) == NULL)
 	{
 		qbi_set(r, 404, "error",
@@ -610,6 +766,10 @@ qbi_respond(QbiRequest *r)
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
 	if (r->allow_post)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "POST");
+	for (int i = 0; r->console && qb_console_headers[i][0] != NULL; i++)
+		MHD_add_response_header(resp, qb_console_headers[i][0], qb_console_headers[i][1]);
+	if (r->set_cookie)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE, r->set_cookie);
 	ret = MHD_queue_response(r->conn, (unsigned int) r->status, resp);
 	MHD_destroy_response(resp);
 	return ret;
@@ -628,6 +788,7 @@ qbi_request_free(QbiRequest *r)
 	free(r->event_type);
 	free(r->aggregate_id);
 	free(r->headers);
+	free(r->set_cookie);
 	free(r);
 }
 
@@ -837,6 +998,11 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 	}
 	if (r->kind == QBI_INBOX && !qbi_check_webhook(r))
 		return qbi_respond(r);
+	if (r->kind == QBI_LOGIN)
+	{
+		qbi_login(r);
+		return qbi_respond(r);
+	}
 	return qbi_defer(r);
 }
 
@@ -1016,6 +1182,13 @@ qbi_serve_one(QbiEngine *e, QbiRequest *r)
 			r->content_type = "text/plain; version=0.0.4; charset=utf-8";
 			break;
 		case QBI_ADMIN:
+			if (strcmp(r->path, "/admin/overview") == 0)
+			{
+				qb_admin_overview(e->store, r->ref->cfg->http.store_timeout_ms, r->method,
+								  r->ref->cfg, e->metrics, &r->status, &r->answer);
+				r->content_type = "application/json";
+				break;
+			}
 			qb_admin_handle(e->store, r->ref->cfg->http.store_timeout_ms, r->method,
 							r->path + strlen("/admin"), r->limit, r->body, r->len,
 							&r->status, &r->answer);

@@ -197,6 +197,10 @@ typedef enum QbQuery
 	QB_Q_HELD_KEYS,				/* (limit) -> [held_keys() rows] */
 	QB_Q_SKIP_OUTBOX,			/* (id) -> {"skipped": bool} */
 	QB_Q_REQUEUE_OUTBOX_EDITED, /* (id, payload JSON text) -> {"requeued": bool} */
+	QB_Q_OVERVIEW,				/* () -> {"destinations": [destination_status rows
+								 * + intake, retrying, parked, oldest_pending_sec],
+								 * "outbox"|"inbox": {"pending", "processing", "dead",
+								 * "oldest_pending_sec"}} */
 	QB_NQUERIES
 } QbQuery;
 

@@ -55,6 +55,18 @@ qb_hex_encode(const unsigned char *in, size_t n, char *out)
 	out[2 * n] = '\0';
 }
 
+int
+qb_hex_digit(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 void
 qb_b64_encode(const unsigned char *in, size_t n, char *out)
 {

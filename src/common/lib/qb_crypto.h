@@ -37,6 +37,9 @@ extern bool qb_hmac_sha256(const unsigned char *key, size_t keylen,
 /* qb_hex_encode: lower-case hex of n bytes into out (2n + 1 bytes). */
 extern void qb_hex_encode(const unsigned char *in, size_t n, char *out);
 
+/* qb_hex_digit: the value of one hex digit (either case), or -1. */
+extern int	qb_hex_digit(int c);
+
 /* qb_b64_encode: standard padded base64 into out (4 * ceil(n / 3) + 1 bytes). */
 extern void qb_b64_encode(const unsigned char *in, size_t n, char *out);
 

@@ -150,6 +150,28 @@ qbm_printf(QbmBuf *b, const char *fmt,...)
 	}
 }
 
+/* qb_metrics_counts: see qb_metrics.h. */
+void
+qb_metrics_counts(const QbMetrics *m, bool sources, const char *name, uint64_t count[QB_NRESULTS])
+{
+	const QbMetricSlot *slots;
+
+	memset(count, 0, sizeof(uint64_t) * QB_NRESULTS);
+	if (m == NULL)
+		return;
+	slots = sources ? m->sources : m->destinations;
+	for (int i = 0; i < QB_METRICS_SLOTS; i++)
+	{
+		const QbMetricSlot *s = &slots[i];
+
+		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 2 ||
+			strncmp(s->name, name, QB_METRICS_NAMELEN - 1) != 0)
+			continue;
+		for (int k = 0; k < QB_NRESULTS; k++)
+			count[k] += __atomic_load_n(&s->count[k], __ATOMIC_RELAXED);
+	}
+}
+
 /* A snapshot of the slots summed by name (two slots may share one). */
 typedef struct QbmRow
 {

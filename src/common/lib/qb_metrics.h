@@ -113,6 +113,14 @@ extern void qb_metrics_received(QbMetrics *m, const char *source, QbReceiveResul
 extern void qb_metrics_add(uint64_t *counter, uint64_t n);
 
 /*
+ * The counters of one destination (sources false) or source, summed over
+ * its slots, into count (by QbDeliveryOutcome or QbReceiveResult); zero
+ * when it has none yet.  The console's overview reads them.
+ */
+extern void qb_metrics_counts(const QbMetrics *m, bool sources, const char *name,
+							  uint64_t count[QB_NRESULTS]);
+
+/*
  * The Prometheus text exposition (version 0.0.4), malloc'd; NULL when out of
  * memory.  m NULL renders every counter 0 (a host that keeps none); g NULL
  * renders no gauge and every slot's counters.

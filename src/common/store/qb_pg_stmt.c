@@ -63,4 +63,5 @@ const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS] = {
 	[QB_PG_S_QUERY + 13] = {"held keys", QB_PG_Q_HELD_KEYS, 1, {T}},
 	[QB_PG_S_QUERY + 14] = {"skip outbox", QB_PG_Q_SKIP_OUTBOX, 1, {T}},
 	[QB_PG_S_QUERY + 15] = {"requeue outbox edited", QB_PG_Q_REQUEUE_OUTBOX_EDITED, 2, {T, T}},
+	[QB_PG_S_QUERY + 16] = {"overview", QB_PG_Q_OVERVIEW, 0, {0}},
 };

@@ -729,6 +729,39 @@
 	"SELECT json_build_object('known', $1::text = ANY (queuebox._destination_names())," \
 	"  'resumed', queuebox.resume_destination($1::text))::text"
 
+/* the console's overview: the open and dead rows only, so sent rows are not read */
+#define QB_PG_OVERVIEW_COUNTS(table) \
+	"(SELECT json_build_object('pending', count(*) FILTER (WHERE state = 'pending')," \
+	"   'processing', count(*) FILTER (WHERE state = 'processing')," \
+	"   'dead', count(*) FILTER (WHERE state = 'dead')," \
+	"   'oldest_pending_sec', coalesce(extract(epoch FROM now() - min(created_at)" \
+	"                                  FILTER (WHERE state = 'pending')), 0))" \
+	" FROM queuebox." table " WHERE state IN ('pending', 'processing', 'dead'))"
+/*
+ * Each destination's status and its pending rows by where they wait:
+ * intake (new), retrying (an attempt failed, due at scheduled_at), parked
+ * (behind an open row of its key), held (destination_status's), with the
+ * oldest one's age; rows not routed yet count for their topic's route, as
+ * destination_status counts them (route_of once per topic).
+ */
+#define QB_PG_Q_OVERVIEW \
+	"SELECT json_build_object(" \
+	"  'destinations', (SELECT coalesce(json_agg(d ORDER BY d.destination), '[]') FROM (" \
+	"    SELECT s.*, coalesce(w.intake, 0) AS intake, coalesce(w.retrying, 0) AS retrying," \
+	"           coalesce(w.parked, 0) AS parked," \
+	"           coalesce(extract(epoch FROM now() - w.oldest), 0) AS oldest_pending_sec" \
+	"    FROM queuebox.destination_status() s LEFT JOIN (" \
+	"      SELECT coalesce(p.destination, queuebox.route_of(p.topic)) AS n, sum(p.intake)::bigint AS intake," \
+	"             sum(p.retrying)::bigint AS retrying, sum(p.parked)::bigint AS parked, min(p.oldest) AS oldest" \
+	"      FROM (SELECT destination, topic," \
+	"              count(*) FILTER (WHERE hold = 'intake' OR (hold IS NULL AND destination IS NULL)) AS intake," \
+	"              count(*) FILTER (WHERE hold IS NULL AND destination IS NOT NULL AND attempt > 0) AS retrying," \
+	"              count(*) FILTER (WHERE hold = 'key') AS parked, min(created_at) AS oldest" \
+	"            FROM queuebox.outbox WHERE state = 'pending' GROUP BY destination, topic) p" \
+	"      GROUP BY 1) w ON w.n = s.destination) d)," \
+	"  'outbox', " QB_PG_OVERVIEW_COUNTS("outbox") "," \
+	"  'inbox', " QB_PG_OVERVIEW_COUNTS("inbox") ")::text"
+
 /*
  * Replay, the rows to replay: $1 int8 one id (NULL: by filter), $2 text
  * state (NULL: any), $3 text source (NULL: any), $4 timestamptz since, $5

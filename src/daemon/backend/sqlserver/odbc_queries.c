@@ -64,6 +64,15 @@ const char qb_odbc_replay_select[] =
 	"   AND (@until IS NULL OR i.created_at < @until)"
 	" ORDER BY i.created_at, i.id";
 
+/* the console's overview of one table: its open and dead rows, as JSON text */
+#define QBOQ_OVERVIEW_COUNTS(table) \
+	"(SELECT N'{\"pending\" : ' + CAST(COUNT_BIG(CASE WHEN state = N'pending' THEN 1 END) AS NVARCHAR(20))" \
+	"  + N', \"processing\" : ' + CAST(COUNT_BIG(CASE WHEN state = N'processing' THEN 1 END) AS NVARCHAR(20))" \
+	"  + N', \"dead\" : ' + CAST(COUNT_BIG(CASE WHEN state = N'dead' THEN 1 END) AS NVARCHAR(20))" \
+	"  + N', \"oldest_pending_sec\" : ' + CONVERT(NVARCHAR(40), CAST(ISNULL(@now - queuebox._epoch(" \
+	"      MIN(CASE WHEN state = N'pending' THEN created_at END)), 0) AS DECIMAL(20, 6))) + N'}'" \
+	"  FROM queuebox." table " WHERE state IN (N'pending', N'processing', N'dead'))"
+
 typedef struct QboQuery
 {
 	const char *sql;			/* NULL: rendered in C */
@@ -148,6 +157,37 @@ static const QboQuery qbo_queries[QB_NQUERIES] = {
 	[QB_Q_REQUEUE_OUTBOX_EDITED] = {.sql = QBOQ_FLAG(QBOQ_ID("id") " DECLARE @payload NVARCHAR(MAX) = ?;",
 													 "queuebox.requeue_outbox_edited @id, @payload", "requeued"),
 	.nparams = 2},
+	/*
+	 * built as text, as the gauges are; destination_status's rows through a
+	 * table, with the pending rows by where they wait (qb_sql_pg.h's
+	 * QB_PG_Q_OVERVIEW says which)
+	 */
+	[QB_Q_OVERVIEW] = {.sql =
+		"DECLARE @now FLOAT = queuebox._epoch(SYSUTCDATETIME());"
+		" DECLARE @d TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2, state NVARCHAR(40), failures INT,"
+		"  opened_at DATETIME2(6), probe_at DATETIME2(6), paused_until DATETIME2(6),"
+		"  last_error NVARCHAR(MAX), changed_at DATETIME2(6), pending BIGINT, held BIGINT);"
+		" INSERT @d EXEC queuebox.destination_status;"
+		" SELECT N'{\"destinations\" : ' + ISNULL((SELECT d.destination, d.state, d.failures,"
+		"   CONVERT(NVARCHAR(33), d.opened_at, 127) + N'Z' AS opened_at,"
+		"   CONVERT(NVARCHAR(33), d.probe_at, 127) + N'Z' AS probe_at,"
+		"   CONVERT(NVARCHAR(33), d.paused_until, 127) + N'Z' AS paused_until, d.last_error,"
+		"   CONVERT(NVARCHAR(33), d.changed_at, 127) + N'Z' AS changed_at, d.pending, d.held,"
+		"   ISNULL(w.intake, 0) AS intake, ISNULL(w.retrying, 0) AS retrying, ISNULL(w.parked, 0) AS parked,"
+		"   CAST(ISNULL(@now - queuebox._epoch(w.oldest), 0) AS DECIMAL(20, 6)) AS oldest_pending_sec"
+		"   FROM @d d LEFT JOIN (SELECT n, SUM(intake) AS intake, SUM(retrying) AS retrying,"
+		"     SUM(parked) AS parked, MIN(oldest) AS oldest"
+		"    FROM (SELECT COALESCE(destination, queuebox.route_of(topic)) AS n, intake, retrying, parked, oldest"
+		"     FROM (SELECT destination, topic,"
+		"       COUNT_BIG(CASE WHEN hold = N'intake' OR (hold IS NULL AND destination IS NULL) THEN 1 END) AS intake,"
+		"       COUNT_BIG(CASE WHEN hold IS NULL AND destination IS NOT NULL AND attempt > 0 THEN 1 END) AS retrying,"
+		"       COUNT_BIG(CASE WHEN hold = N'key' THEN 1 END) AS parked, MIN(created_at) AS oldest"
+		"      FROM queuebox.outbox WHERE state = N'pending' GROUP BY destination, topic) p) r"
+		"    GROUP BY n) w ON w.n COLLATE Latin1_General_100_BIN2 = d.destination"
+		"   ORDER BY d.destination FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')"
+		"  + N', \"outbox\" : ' + " QBOQ_OVERVIEW_COUNTS("outbox")
+		"  + N', \"inbox\" : ' + " QBOQ_OVERVIEW_COUNTS("inbox") " + N'}'",
+	.nparams = 0},
 };
 
 /* qb_odbc_query_text: see odbc_store.h. */

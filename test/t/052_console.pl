@@ -1,0 +1,158 @@
+# 052_console.pl
+#   The web console (docs/console.md) on the extension's ingress: off
+#   without admin.token; its pages with a strict Content-Security-Policy;
+#   login turns the token into an HttpOnly, SameSite=Strict cookie that the
+#   admin routes accept, writes with it need X-QueueBox-CSRF; GET
+#   /admin/overview.  Then in headless Chromium (Debian's chromium driven
+#   by playwright-core, test/browser): refused without the token, a down
+#   destination's open circuit after login, and a last_error carrying
+#   <script> and <img onerror> shown as text, no script run.
+#   QB_CONSOLE_SCREENSHOTS=<folder> saves the pages' screenshots there
+#   (docs/img/ holds the committed ones).
+use strict;
+use warnings;
+
+use HTTP::Tiny;
+use JSON::PP;
+use PostgreSQL::Test::Utils;
+use QueueBoxTest;
+use Test::More;
+
+my $node = qb_node('console');
+my $port = qb_free_port();
+my $down_port = qb_free_port();    # nothing listens: the destination is down
+my $base = "http://127.0.0.1:$port";
+my $token = 'console-token-0123456789';
+my $http = HTTP::Tiny->new(timeout => 10, keep_alive => 0);
+my $csp = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+  . "img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+sub config
+{
+	my (%o) = @_;
+	return qb_config_yaml(
+		http => { listen => "127.0.0.1:$port" },
+		%o,
+		destinations => {
+			down => { type => 'http', baseUrl => "http://127.0.0.1:$down_port", path => '/events',
+				circuitBreaker => { failures => 1, cooldownMs => 3600000 } },
+		},
+		routes => [ { topicPattern => 'orders.**', destination => 'down' } ],
+		sources => { stripe => { type => 'http', path => '/stripe', idempotencyKeyPath => '$.id', eventTypePath => '$.type' } });
+}
+
+# ---- off without admin.token: /console is any unknown path
+qb_configure($node, config());
+qb_wait_for(sub { $http->get("$base/healthz")->{status} == 200 }, 'the listener is up', timeout => 30);
+my $r = $http->get("$base/console");
+is($r->{status}, 404, 'without admin.token /console is 404');
+unlike($r->{content}, qr/<html/i, 'and serves no page');
+
+qb_configure($node, config(admin => { token => $token }));
+qb_wait_for(sub { $http->get("$base/console")->{status} == 200 }, 'with admin.token /console is served',
+	timeout => 30);
+
+# ---- the pages and their headers
+for my $p ([ '/console', 'text/html' ], [ '/console/app.js', 'text/javascript' ], [ '/console/app.css', 'text/css' ])
+{
+	$r = $http->get("$base$p->[0]");
+	is($r->{status}, 200, "$p->[0] is 200");
+	like($r->{headers}{'content-type'}, qr/^\Q$p->[1]\E/, "$p->[0] is $p->[1]");
+	is($r->{headers}{'content-security-policy'}, $csp, "$p->[0] has the strict CSP");
+	is($r->{headers}{'x-content-type-options'}, 'nosniff', "$p->[0] has nosniff");
+	is($r->{headers}{'cache-control'}, 'no-store', "$p->[0] is not cached");
+}
+$r = $http->get("$base/console");
+unlike($r->{content}, qr/<script>|\son\w+=|style=/i, 'the page has no inline script, handler or style');
+unlike($http->get("$base/console/app.js")->{content}, qr/innerHTML|outerHTML|insertAdjacentHTML|document\.write/,
+	'app.js never writes HTML');
+is($http->get("$base/console/nope.js")->{status}, 404, 'an unknown console file is 404');
+is($http->request('POST', "$base/console")->{status}, 405, 'a POST to the page is 405');
+
+# ---- the overview without and with the token
+$r = $http->get("$base/admin/overview");
+is($r->{status}, 401, 'GET /admin/overview without the token is 401');
+$r = $http->get("$base/admin/overview", { headers => { Authorization => "Bearer $token" } });
+is($r->{status}, 200, 'GET /admin/overview with the bearer token is 200');
+my $o = decode_json($r->{content});
+is_deeply([ map { $_->{destination} } @{ $o->{destinations} } ], ['down'], 'it lists the destination');
+is_deeply([ map { $_->{name} } @{ $o->{sources} } ], ['stripe'], 'and the source');
+is($o->{outbox}{pending}, 0, 'and the outbox counts');
+
+# ---- login, the cookie, CSRF, logout
+my %csrf = ('X-QueueBox-CSRF' => '1', 'Content-Type' => 'application/json');
+$r = $http->request('GET', "$base/console/login?token=$token");
+is($r->{status}, 405, 'login is never a GET (the token stays out of URLs)');
+ok(!$r->{headers}{'set-cookie'}, 'and sets no cookie');
+$r = $http->request('POST', "$base/console/login",
+	{ headers => { 'Content-Type' => 'application/json' }, content => qq({"token":"$token"}) });
+is($r->{status}, 403, 'login without X-QueueBox-CSRF is 403');
+ok(!$r->{headers}{'set-cookie'}, 'and sets no cookie');
+$r = $http->request('POST', "$base/console/login", { headers => \%csrf, content => '{"token":"wrong-token-0123456789"}' });
+is($r->{status}, 401, 'login with a wrong token is 401');
+ok(!$r->{headers}{'set-cookie'}, 'and sets no cookie');
+$r = $http->request('POST', "$base/console/login", { headers => \%csrf, content => 'token=' . $token });
+is($r->{status}, 400, 'a login body that is not {"token": ...} is 400');
+$r = $http->request('POST', "$base/console/login", { headers => \%csrf, content => qq({"token":"$token"}) });
+is($r->{status}, 200, 'login with the token is 200');
+my $set = $r->{headers}{'set-cookie'} // '';
+like($set, qr/^queuebox_admin=[0-9a-f]+; Path=\/; HttpOnly; SameSite=Strict$/, 'it sets an HttpOnly, SameSite=Strict cookie');
+unlike($set, qr/\Q$token\E/, 'the cookie is not the token in clear text');
+my ($cookie) = $set =~ /^([^;]+)/;
+$r = $http->request('POST', "$base/console/login",
+	{ headers => { %csrf, 'X-Forwarded-Proto' => 'https' }, content => qq({"token":"$token"}) });
+like($r->{headers}{'set-cookie'}, qr/; Secure$/, 'behind a TLS proxy (X-Forwarded-Proto: https) it is Secure');
+
+$r = $http->get("$base/admin/overview", { headers => { Cookie => "other=1; $cookie" } });
+is($r->{status}, 200, 'the admin routes accept the cookie');
+$r = $http->get("$base/admin/overview", { headers => { Cookie => 'queuebox_admin=' . unpack('H*', 'wrong-token-0123456789') } });
+is($r->{status}, 401, 'a cookie of another token is 401');
+$r = $http->request('POST', "$base/admin/destinations/nosuch/resume", { headers => { Cookie => $cookie } });
+is($r->{status}, 403, 'a write with the cookie and without X-QueueBox-CSRF is 403');
+like(decode_json($r->{content})->{reason}, qr/X-QueueBox-CSRF/, 'and says which header is missing');
+$r = $http->request('POST', "$base/admin/destinations/nosuch/resume", { headers => { Cookie => $cookie, %csrf } });
+is($r->{status}, 404, 'with X-QueueBox-CSRF it reaches the route');
+$r = $http->request('POST', "$base/admin/destinations/nosuch/resume", { headers => { Authorization => "Bearer $token" } });
+is($r->{status}, 404, 'the bearer header needs no CSRF header');
+
+$r = $http->request('POST', "$base/console/logout", { headers => { Cookie => $cookie } });
+is($r->{status}, 403, 'logout without X-QueueBox-CSRF is 403');
+$r = $http->request('POST', "$base/console/logout", { headers => { Cookie => $cookie, %csrf } });
+is($r->{status}, 200, 'logout is 200');
+like($r->{headers}{'set-cookie'}, qr/^queuebox_admin=; Path=\/; HttpOnly; SameSite=Strict; Max-Age=0$/,
+	'and clears the cookie');
+
+# ---- a down destination, and an error that carries markup
+$node->safe_psql('postgres', q{SELECT queuebox.enqueue('orders.created', '{"id": 1}', 'c-1')});
+qb_wait_query($node, q{SELECT state FROM queuebox.destination_status() WHERE destination = 'down'}, 'open',
+	'the down destination\'s circuit opens');
+my $xss = q{<script>window.qbPwned = 1</script><img src=x onerror="window.qbPwned = 2">};
+# the circuit holds for an hour: no attempt writes last_error again during the test
+$node->safe_psql('postgres',
+	'UPDATE queuebox.destination_state SET last_error = ' . qb_sql_quote($xss) . q{ WHERE destination = 'down'});
+$r = $http->get("$base/admin/overview", { headers => { Authorization => "Bearer $token" } });
+$o = decode_json($r->{content});
+is($o->{destinations}[0]{state}, 'open', 'the overview shows the circuit open');
+is($o->{destinations}[0]{last_error}, $xss, 'and the last error as it is');
+is($o->{outbox}{pending}, 1, 'and the row waiting');
+is(join(',', map { $o->{destinations}[0]{$_} } qw(pending intake retrying parked held)), '1,0,0,0,1',
+	'the destination\'s pending row is held (not in intake, retrying or parked)');
+cmp_ok($o->{destinations}[0]{oldest_pending_sec}, '>', 0, 'with its age');
+
+# ---- the browser
+SKIP:
+{
+	skip 'chromium is not installed (scripts/setup.sh installs it)', 1 unless -x '/usr/bin/chromium';
+	my $dir = qb_npm_dir('test/browser');
+	my $home = "$PostgreSQL::Test::Utils::tmp_check/browser-home";
+	mkdir $home;
+	qb_node_tests("$dir/console.test.js", 'the console in headless Chromium', 5,
+		QB_CONSOLE_URL => $base,
+		QB_ADMIN_TOKEN => $token,
+		QB_XSS => $xss,
+		HOME => $home);
+}
+
+is($node->safe_psql('postgres', q{SELECT state FROM queuebox.destination_status() WHERE destination = 'down'}),
+	'open', 'nothing the console did changed the destination');
+done_testing();
