@@ -101,64 +101,32 @@ sub consume
 	return;
 }
 
-# ---------------------------------------------------------------- the extension
-my $node = qb_node('up030', create_extension => 0, conf => "queuebox.relay_worker = off\n");
-$node->safe_psql('postgres', "CREATE EXTENSION queuebox VERSION '0.3.0'");
-is(qb_version($node), '0.3.0', 'the extension is installed at version 0.3.0');
-is($node->safe_psql('postgres', $claim_config), '(none)', '0.3.0: inbox_claim() has no settings of its own');
-my $logstart = -s $node->logfile;
-fill($node, 'postgres');
-my ($inbox_before, $outbox_before) = map { $node->safe_psql('postgres', $_) } ($inbox_sql, $outbox_sql);
-my $places = places($node, 'postgres');
-like($places, qr/pending:aggregate:\d+/, 'rows are parked behind their aggregate');
-like($places, qr/processing:-:\d+/, 'rows are claimed');
-like($places, qr/dead:-:1/, 'a row is dead');
+# snapshot($node, $db): the rows before the upgrade, once the places
+# this test depends on are checked
+sub snapshot
+{
+	my ($node, $db) = @_;
+	is($node->safe_psql($db, $claim_config), '(none)', '0.3.0: inbox_claim() has no settings of its own');
+	my $places = places($node, $db);
+	like($places, qr/pending:aggregate:\d+/, 'rows are parked behind their aggregate');
+	like($places, qr/processing:-:\d+/, 'rows are claimed');
+	like($places, qr/dead:-:1/, 'a row is dead');
+	return [ map { $node->safe_psql($db, $_) } ($inbox_sql, $outbox_sql) ];
+}
 
-like(qb_wait_log($node, qr/queuebox outbox \d: .*run ALTER EXTENSION queuebox UPDATE/, $logstart, timeout => 60),
-	qr/the queuebox schema in this database is version 0\.3\.0 and the library is version \Q$QB_LATEST\E; run ALTER EXTENSION queuebox UPDATE/,
-	'the workers refuse the 0.3.0 schema and say to run the update');
+# upgraded($node, $db, $what, $before): no row changed, jit is off for
+# inbox_claim(), and every pull row is then consumed in order
+sub upgraded
+{
+	my ($node, $db, $what, $before) = @_;
+	is($node->safe_psql($db, $claim_config), 'jit=off', "$what: inbox_claim() runs with jit off");
+	is($node->safe_psql($db, $inbox_sql), $before->[0], "$what: the upgrade changes no inbox row");
+	is($node->safe_psql($db, $outbox_sql), $before->[1], "$what: the upgrade changes no outbox row");
+	consume($node, $db, $what);
+	return;
+}
 
-$node->safe_psql('postgres', 'ALTER EXTENSION queuebox UPDATE');
-is(qb_version($node), $QB_LATEST, "extversion is $QB_LATEST after the update");
-is($node->safe_psql('postgres', $claim_config), 'jit=off', 'inbox_claim() runs with jit off');
-is($node->safe_psql('postgres', $inbox_sql), $inbox_before, 'the update changes no inbox row');
-is($node->safe_psql('postgres', $outbox_sql), $outbox_before, 'the update changes no outbox row');
-consume($node, 'postgres', 'extension');
-
-$node->safe_psql('postgres', 'CREATE DATABASE fresh');
-$node->safe_psql('fresh', 'CREATE EXTENSION queuebox');
-is(qb_schema_description($node, 'postgres'), qb_schema_description($node, 'fresh'),
-	'the upgraded extension equals a fresh install');
-$node->stop;
-
-# ---------------------------------------------------------------- the daemon
-my $dn = qbd_node('up030d');
-my $err = qbd_install_fixture($dn, '0.3.0');
-is($dn->safe_psql('postgres', 'SELECT queuebox._schema_version()'), '0.3.0', "the daemon's 0.3.0 schema is installed")
-  or diag $err;
-fill($dn, 'postgres');
-($inbox_before, $outbox_before) = map { $dn->safe_psql('postgres', $_) } ($inbox_sql, $outbox_sql);
-
-sub migrate { return qbd_migrate($dn, $_[0]); }
-my $r = migrate('postgres');
-is($r->[0], 0, '--migrate on the 0.3.0 schema exits 0') or diag $r->[2];
-like($r->[2], qr/upgraded the QueueBox schema from 0\.3\.0 to \Q$QB_LATEST\E/, '--migrate says it upgraded from 0.3.0');
-like($dn->safe_psql('postgres', 'SELECT string_agg(version, \',\' ORDER BY applied_at, version) FROM queuebox.schema_version'),
-	qr/^0\.3\.0,0\.3\.1,(.*,)?\Q$QB_LATEST\E$/, 'schema_version records 0.3.0 and every step to the latest');
-is($dn->safe_psql('postgres', 'SELECT queuebox._schema_version()'), $QB_LATEST, "_schema_version() says $QB_LATEST");
-is($dn->safe_psql('postgres', $claim_config), 'jit=off', 'inbox_claim() runs with jit off');
-is($dn->safe_psql('postgres', $inbox_sql), $inbox_before, 'the migration changes no inbox row');
-is($dn->safe_psql('postgres', $outbox_sql), $outbox_before, 'the migration changes no outbox row');
-$r = migrate('postgres');
-is($r->[0], 0, 'a second --migrate exits 0');
-unlike($r->[2], qr/upgraded|created/, 'a second --migrate changes nothing');
-consume($dn, 'postgres', 'daemon');
-
-$dn->safe_psql('postgres', 'CREATE DATABASE fresh OWNER qbd');
-$r = migrate('fresh');
-is($r->[0], 0, '--migrate makes a fresh schema') or diag $r->[2];
-is(qb_schema_description($dn, 'postgres'), qb_schema_description($dn, 'fresh'),
-	"the upgraded daemon schema equals a fresh install");
-$dn->stop;
+qb_ext_upgrade_test('up030', '0.3.0', fill => \&fill, snapshot => \&snapshot, upgraded => \&upgraded);
+qbd_upgrade_test('up030d', '0.3.0', fill => \&fill, snapshot => \&snapshot, upgraded => \&upgraded);
 
 done_testing();

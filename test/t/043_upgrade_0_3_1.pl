@@ -82,51 +82,7 @@ sub snapshot
 	return { map { $_ => $node->safe_psql($db, $sql{$_}) } keys %sql };
 }
 
-# ---------------------------------------------------------------- the extension
-my $node = qb_node('up031', create_extension => 0, conf => "queuebox.relay_worker = off\n");
-$node->safe_psql('postgres', "CREATE EXTENSION queuebox VERSION '0.3.1'");
-is(qb_version($node), '0.3.1', 'the extension is installed at version 0.3.1');
-my $logstart = -s $node->logfile;
-fill($node, 'postgres');
-my $before = snapshot($node, 'postgres');
-like(qb_wait_log($node, qr/queuebox outbox \d: .*run ALTER EXTENSION queuebox UPDATE/, $logstart, timeout => 60),
-	qr/the queuebox schema in this database is version 0\.3\.1 and the library is version \Q$QB_LATEST\E; run ALTER EXTENSION queuebox UPDATE/,
-	'the workers refuse the 0.3.1 schema and say to run the update');
-$node->safe_psql('postgres', 'ALTER EXTENSION queuebox UPDATE');
-is(qb_version($node), $QB_LATEST, "extversion is $QB_LATEST after the update");
-upgraded($node, 'postgres', 'extension', $before);
-
-$node->safe_psql('postgres', 'CREATE DATABASE fresh');
-$node->safe_psql('fresh', 'CREATE EXTENSION queuebox');
-is(qb_schema_description($node, 'postgres'), qb_schema_description($node, 'fresh'),
-	'the upgraded extension equals a fresh install');
-$node->stop;
-
-# ---------------------------------------------------------------- the daemon
-my $dn = qbd_node('up031d');
-my $err = qbd_install_fixture($dn, '0.3.1');
-is($dn->safe_psql('postgres', 'SELECT queuebox._schema_version()'), '0.3.1', "the daemon's 0.3.1 schema is installed")
-  or diag $err;
-fill($dn, 'postgres');
-$before = snapshot($dn, 'postgres');
-
-sub migrate { return qbd_migrate($dn, $_[0]); }
-my $r = migrate('postgres');
-is($r->[0], 0, '--migrate on the 0.3.1 schema exits 0') or diag $r->[2];
-like($r->[2], qr/upgraded the QueueBox schema from 0\.3\.1 to \Q$QB_LATEST\E/, '--migrate says it upgraded from 0.3.1');
-like($dn->safe_psql('postgres', 'SELECT string_agg(version, \',\' ORDER BY applied_at, version) FROM queuebox.schema_version'),
-	qr/^0\.3\.1,0\.3\.2,(.*,)?\Q$QB_LATEST\E$/, 'schema_version records 0.3.1 and every step to the latest');
-is($dn->safe_psql('postgres', 'SELECT queuebox._schema_version()'), $QB_LATEST, "_schema_version() says $QB_LATEST");
-upgraded($dn, 'postgres', 'daemon', $before);
-$r = migrate('postgres');
-is($r->[0], 0, 'a second --migrate exits 0');
-unlike($r->[2], qr/upgraded|created/, 'a second --migrate changes nothing');
-
-$dn->safe_psql('postgres', 'CREATE DATABASE fresh OWNER qbd');
-$r = migrate('fresh');
-is($r->[0], 0, '--migrate makes a fresh schema') or diag $r->[2];
-is(qb_schema_description($dn, 'postgres'), qb_schema_description($dn, 'fresh'),
-	"the upgraded daemon schema equals a fresh install");
-$dn->stop;
+qb_ext_upgrade_test('up031', '0.3.1', fill => \&fill, snapshot => \&snapshot, upgraded => \&upgraded);
+qbd_upgrade_test('up031d', '0.3.1', fill => \&fill, snapshot => \&snapshot, upgraded => \&upgraded);
 
 done_testing();
