@@ -95,13 +95,13 @@ include $(PGXS)
 build/sql/queuebox--$(EXTVERSION).sql: sql/pgext/head.sql sql/schema/tables.sql sql/pgext/host.sql sql/schema/functions.sql
 	@mkdir -p $(dir $@)
 	cat $^ | sed 's/@SCHEMA_VERSION@/$(EXTVERSION)/g' > $@
-# an upgrade script: refuses psql, then the shared DDL (the extension has
-# none of its own in these steps)
-build/sql/queuebox--%.sql: sql/schema/upgrade/%.sql
+# an upgrade script: refuses psql, then the shared DDL, then the
+# extension's own part of the step when it has one (sql/pgext/upgrade/)
+build/sql/queuebox--%.sql: sql/schema/upgrade/%.sql $(wildcard sql/pgext/upgrade/*.sql)
 	@mkdir -p $(dir $@)
-	{ echo '-- made by the Makefile from $<: do not edit'; \
+	{ echo '-- made by the Makefile from $(strip $< $(wildcard sql/pgext/upgrade/$*.sql)): do not edit'; \
 	  printf '%s\n' '\echo Use "ALTER EXTENSION queuebox UPDATE" to load this file. \quit'; \
-	  cat $<; } > $@
+	  cat $< $(wildcard sql/pgext/upgrade/$*.sql); } > $@
 
 # PGXS tracks no header dependencies: a struct that grows in a header must
 # rebuild every object, or two objects disagree on its layout.  The

@@ -22,14 +22,19 @@ CREATE TABLE queuebox.config (
 COMMENT ON TABLE queuebox.config IS
 	'The active configuration document (raw YAML; ${NAME} references are expanded by the workers). Change it with queuebox.configure().';
 
--- pg_dump keeps the rows of both tables (undelivered messages, the active
--- configuration) instead of treating them as part of the extension.
+-- pg_dump keeps the rows of these tables (undelivered messages, the active
+-- configuration, what operators did) instead of treating them as part of
+-- the extension.
 SELECT pg_catalog.pg_extension_config_dump('queuebox.outbox', '');
 SELECT pg_catalog.pg_extension_config_dump('queuebox.config', '');
 SELECT pg_catalog.pg_extension_config_dump('queuebox.outbox_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('queuebox.inbox', '');
 SELECT pg_catalog.pg_extension_config_dump('queuebox.inbox_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('queuebox.destination_state', '');
+SELECT pg_catalog.pg_extension_config_dump('queuebox.outbox_audit', '');
+SELECT pg_catalog.pg_extension_config_dump('queuebox.outbox_audit_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('queuebox.inbox_audit', '');
+SELECT pg_catalog.pg_extension_config_dump('queuebox.inbox_audit_id_seq', '');
 
 -- ---------------------------------------------------------------------------
 -- C functions
@@ -182,9 +187,11 @@ CREATE FUNCTION queuebox._relay_claim(batch_size int, lease_ms bigint, token uui
 
 /*
  * _relay_forward: the claimed rows with their rendered topics become outbox
- * rows and are marked processed (an empty topic: dead), in one statement.
+ * rows and are marked processed (an empty topic: dead, holding its
+ * aggregate where holds[i] is true: onDead: holdKey), in one statement.
  */
-CREATE FUNCTION queuebox._relay_forward(token uuid, ids bigint[], topics text[], max_attempts int)
+CREATE FUNCTION queuebox._relay_forward(token uuid, ids bigint[], topics text[], max_attempts int,
+										holds boolean[] DEFAULT NULL)
 	RETURNS bigint
 	AS 'MODULE_PATHNAME', 'qb_sql_relay_forward'
 	LANGUAGE C VOLATILE;

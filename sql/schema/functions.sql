@@ -214,7 +214,8 @@ $$;
  * routed again with the current configuration.  It keeps its id, so it
  * keeps its place in its key's order: a row that held its key (onDead:
  * holdKey, hold 'dead') is its key's first open row again, and the rows
- * parked behind it follow it.
+ * parked behind it follow it.  Recorded in outbox_audit (a requeue, the
+ * payload unchanged).
  */
 CREATE FUNCTION queuebox.requeue_outbox(id bigint) RETURNS boolean
 	LANGUAGE sql VOLATILE
@@ -224,10 +225,15 @@ CREATE FUNCTION queuebox.requeue_outbox(id bigint) RETURNS boolean
 		SET state = 'pending', attempt = 0, scheduled_at = now(),
 			claim_token = NULL, lease_until = NULL, destination = NULL, hold = 'ready'
 		WHERE o.id = requeue_outbox.id AND o.state = 'dead'
+		RETURNING o.id),
+	a AS (
+		INSERT INTO queuebox.outbox_audit (outbox_id, action)
+		SELECT u.id, 'requeue' FROM u
 		RETURNING 1)
-	SELECT count(*) = 1 FROM u, LATERAL (SELECT queuebox._arm_outbox_wake()) w
+	SELECT count(*) = 1 FROM a, LATERAL (SELECT queuebox._arm_outbox_wake()) w
 $$;
 
+/* requeue_outbox(topic_pattern, since, until): each row audited as one */
 CREATE FUNCTION queuebox.requeue_outbox(
 	topic_pattern text, since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL)
 	RETURNS bigint
@@ -242,8 +248,12 @@ CREATE FUNCTION queuebox.requeue_outbox(
 			   OR queuebox.topic_matches(requeue_outbox.topic_pattern, o.topic))
 		  AND (requeue_outbox.since IS NULL OR o.created_at >= requeue_outbox.since)
 		  AND (requeue_outbox.until IS NULL OR o.created_at < requeue_outbox.until)
+		RETURNING o.id),
+	a AS (
+		INSERT INTO queuebox.outbox_audit (outbox_id, action)
+		SELECT u.id, 'requeue' FROM u ORDER BY u.id
 		RETURNING 1)
-	SELECT count(*) FROM u, LATERAL (SELECT queuebox._arm_outbox_wake()) w
+	SELECT count(*) FROM a, LATERAL (SELECT queuebox._arm_outbox_wake()) w
 $$;
 
 /*
@@ -344,6 +354,113 @@ CREATE FUNCTION queuebox.held_keys()
 	ORDER BY k.key
 $$;
 
+-- ---------------------------------------------------------------------------
+-- onDead: holdKey in the relay's aggregate order (inbox push rows; a
+-- source's onDead): a dead push row with hold 'dead' is open for its
+-- aggregate in the relay claim and its promotion (docs/design/claim.md, "A
+-- dead head that holds its key").  The counterparts of requeue_outbox(id,
+-- payload), skip_outbox and held_keys.
+-- ---------------------------------------------------------------------------
+/*
+ * requeue_inbox(id, payload): a dead row back to pending as
+ * requeue_inbox(id) does, with its payload replaced by payload, recorded
+ * in inbox_audit (who, when, the payload before and after).  Its
+ * aggregate's rows held behind it go on after it, in order.  False, and
+ * nothing changed, when the row is not dead.
+ */
+CREATE FUNCTION queuebox.requeue_inbox(id bigint, payload jsonb) RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH o AS (
+		SELECT i.id, i.payload FROM queuebox.inbox i
+		WHERE i.id = requeue_inbox.id AND i.state = 'dead'
+		FOR UPDATE),
+	u AS (
+		UPDATE queuebox.inbox x
+		SET state = 'pending', attempt = 0, scheduled_at = now(), payload = requeue_inbox.payload,
+			claim_token = NULL, lease_until = NULL, hold = NULL
+		FROM o WHERE x.id = o.id
+		RETURNING x.id),
+	a AS (
+		INSERT INTO queuebox.inbox_audit (inbox_id, action, payload_before, payload_after)
+		SELECT o.id, 'requeue', o.payload, requeue_inbox.payload FROM o JOIN u ON u.id = o.id
+		RETURNING 1)
+	SELECT count(*) = 1 FROM a, LATERAL (SELECT queuebox._arm_relay_wake()) w
+$$;
+
+/*
+ * skip_inbox(id): a dead push row that holds its aggregate lets it go: the
+ * row stays dead, its hold is cleared (recorded in inbox_audit), and the
+ * aggregate's first open push row, when pending, is released as the
+ * relay's promotion releases it.  The promotion is a later statement: the
+ * update waited for every relay claim parking a row behind this one (they
+ * hold FOR SHARE on it), and the new snapshot sees those parks.  False,
+ * and nothing changed, when the row is not dead and holding.
+ */
+CREATE FUNCTION queuebox.skip_inbox(id bigint) RETURNS boolean
+	LANGUAGE plpgsql VOLATILE
+	AS $$
+DECLARE
+	agg text;
+BEGIN
+	UPDATE queuebox.inbox i SET hold = NULL
+	WHERE i.id = skip_inbox.id AND i.state = 'dead' AND i.hold = 'dead'
+	RETURNING i.aggregate_id INTO agg;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	INSERT INTO queuebox.inbox_audit (inbox_id, action) VALUES (skip_inbox.id, 'skip');
+	UPDATE queuebox.inbox o SET hold = NULL
+	WHERE o.id = (SELECT e.id FROM queuebox.inbox e
+				  WHERE e.consumption = 'push' AND e.aggregate_id = agg
+					AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')
+				  ORDER BY e.created_at, e.id LIMIT 1)
+	  AND o.state = 'pending';
+	PERFORM queuebox._arm_relay_wake();
+	RETURN true;
+END
+$$;
+
+/*
+ * held_aggregates(): the aggregates whose first open push row is dead and
+ * holding them (onDead: holdKey) with rows parked behind it: the
+ * aggregate, the head's source and id, how many open push rows wait behind
+ * it, and since when (the oldest of them was created).  It steps through
+ * inbox_push_aggregate_idx one aggregate with parked rows at a time, so it
+ * costs the open push rows, not the table.
+ */
+CREATE FUNCTION queuebox.held_aggregates()
+	RETURNS TABLE (aggregate_id text, source text, head_id bigint, behind bigint,
+				   since timestamptz)
+	LANGUAGE sql STABLE
+	AS $$
+	WITH RECURSIVE a AS (
+		(SELECT i.aggregate_id FROM queuebox.inbox i
+		 WHERE i.state = 'pending' AND i.hold = 'aggregate' AND i.consumption = 'push'
+		   AND i.aggregate_id IS NOT NULL
+		 ORDER BY i.aggregate_id LIMIT 1)
+		UNION ALL
+		SELECT x.aggregate_id FROM a CROSS JOIN LATERAL (
+			SELECT i.aggregate_id FROM queuebox.inbox i
+			WHERE i.state = 'pending' AND i.hold = 'aggregate' AND i.consumption = 'push'
+			  AND i.aggregate_id > a.aggregate_id
+			ORDER BY i.aggregate_id LIMIT 1) x)
+	SELECT a.aggregate_id, h.source, h.id, b.n, b.since
+	FROM a
+	CROSS JOIN LATERAL (
+		SELECT e.id, e.source, e.state, e.created_at FROM queuebox.inbox e
+		WHERE e.consumption = 'push' AND e.aggregate_id = a.aggregate_id
+		  AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')
+		ORDER BY e.created_at, e.id LIMIT 1) h
+	CROSS JOIN LATERAL (
+		SELECT count(*) AS n, min(e.created_at) AS since FROM queuebox.inbox e
+		WHERE e.consumption = 'push' AND e.aggregate_id = a.aggregate_id
+		  AND e.state IN ('pending', 'processing')
+		  AND (e.created_at, e.id) > (h.created_at, h.id)) b
+	WHERE h.state = 'dead'
+	ORDER BY a.aggregate_id
+$$;
+
 /*
  * replay_outbox(id): a new pending row with the same topic, key, payload,
  * headers and max_attempts, and a new message_id; any state may be
@@ -388,14 +505,17 @@ $$;
  * the rows parked behind it stay parked, and it is claimed again from the
  * due index when due (it has no earlier open row, so it is never parked).
  *
- * requeue_inbox: a dead row back to pending, unparked (hold NULL; a dead
- * row was never parked, the assignment only makes it certain).  Nothing
+ * requeue_inbox: a dead row back to pending, unparked (hold NULL: a row
+ * that held its aggregate, onDead: holdKey, is its first open row again,
+ * and the rows parked behind it follow it).  Nothing
  * parked behind others is stuck by it: the next claim checks the requeued
  * row's order like any new row's, and parks it behind an open earlier row
  * if there is one; a row parked behind a later row is released when that
  * row ends, or, when the requeued row is now the first open row of the
  * unit, by the promotion of the requeued row's own end (a promotion
- * releases the first open row of the unit, whichever row ended).
+ * releases the first open row of the unit, whichever row ended).  Each
+ * requeued row is recorded in inbox_audit (a requeue, the payload
+ * unchanged).
  */
 CREATE FUNCTION queuebox.requeue_inbox(id bigint) RETURNS boolean
 	LANGUAGE sql VOLATILE
@@ -405,8 +525,12 @@ CREATE FUNCTION queuebox.requeue_inbox(id bigint) RETURNS boolean
 		SET state = 'pending', attempt = 0, scheduled_at = now(),
 			claim_token = NULL, lease_until = NULL, hold = NULL
 		WHERE i.id = requeue_inbox.id AND i.state = 'dead'
+		RETURNING i.id),
+	a AS (
+		INSERT INTO queuebox.inbox_audit (inbox_id, action)
+		SELECT u.id, 'requeue' FROM u
 		RETURNING 1)
-	SELECT count(*) = 1 FROM u, LATERAL (SELECT queuebox._arm_relay_wake()) w
+	SELECT count(*) = 1 FROM a, LATERAL (SELECT queuebox._arm_relay_wake()) w
 $$;
 
 CREATE FUNCTION queuebox.requeue_inbox(
@@ -422,8 +546,12 @@ CREATE FUNCTION queuebox.requeue_inbox(
 		  AND (requeue_inbox.source IS NULL OR i.source = requeue_inbox.source)
 		  AND (requeue_inbox.since IS NULL OR i.created_at >= requeue_inbox.since)
 		  AND (requeue_inbox.until IS NULL OR i.created_at < requeue_inbox.until)
+		RETURNING i.id),
+	a AS (
+		INSERT INTO queuebox.inbox_audit (inbox_id, action)
+		SELECT u.id, 'requeue' FROM u ORDER BY u.id
 		RETURNING 1)
-	SELECT count(*) FROM u, LATERAL (SELECT queuebox._arm_relay_wake()) w
+	SELECT count(*) FROM a, LATERAL (SELECT queuebox._arm_relay_wake()) w
 $$;
 
 -- ---------------------------------------------------------------------------

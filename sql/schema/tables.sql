@@ -100,7 +100,7 @@ CREATE INDEX outbox_lease_idx ON queuebox.outbox (lease_until)
 -- are created in time order, so block ranges summarise created_at well.
 CREATE INDEX outbox_created_brin ON queuebox.outbox USING brin (created_at);
 
--- What operators did to dead outbox rows: an edited requeue, a skip.
+-- What operators did to dead outbox rows: a requeue (as is or edited), a skip.
 CREATE TABLE queuebox.outbox_audit (
 	id				bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	outbox_id		bigint NOT NULL,
@@ -113,7 +113,7 @@ CREATE TABLE queuebox.outbox_audit (
 );
 CREATE INDEX outbox_audit_outbox_idx ON queuebox.outbox_audit (outbox_id);
 COMMENT ON TABLE queuebox.outbox_audit IS
-	'What operators did to dead outbox rows, by queuebox.requeue_outbox(id, payload) and queuebox.skip_outbox(id): who, when, and for an edited requeue the payload before and after. Retention does not delete it.';
+	'What operators did to dead outbox rows, by queuebox.requeue_outbox() (one row per requeued row; the payload before and after for an edited one) and queuebox.skip_outbox(id): who and when. Retention does not delete it.';
 
 -- ---------------------------------------------------------------------------
 -- Destinations: the circuit breaker every worker and replica shares
@@ -156,7 +156,7 @@ CREATE TABLE queuebox.inbox (
 	lease_until		timestamptz,
 	last_error		text,
 	hold			varchar(20)
-		CONSTRAINT inbox_hold_check CHECK (hold IN ('aggregate')),
+		CONSTRAINT inbox_hold_check CHECK (hold IN ('aggregate', 'dead')),
 	claimer			bigint,
 	CONSTRAINT inbox_source_idempotency_key UNIQUE (source, idempotency_key)
 ) WITH (fillfactor = 80,
@@ -172,7 +172,7 @@ COMMENT ON COLUMN queuebox.inbox.consumption IS
 COMMENT ON COLUMN queuebox.inbox.claimer IS
 	'While a push row is processing: the relay that claimed it, by its session advisory lock (as outbox.claimer); the next relay claim takes the row over when no session holds that lock. NULL for pull rows: their leases belong to the application.';
 COMMENT ON COLUMN queuebox.inbox.hold IS
-	'aggregate: a pending row waiting for an earlier open row of its aggregate (released when that row ends); NULL: claimable when due.';
+	'aggregate: a pending row waiting for an earlier open row of its aggregate (released when that row ends); NULL: claimable when due. On a dead push row, dead: it holds its aggregate''s later rows in the relay''s order until queuebox.requeue_inbox() or queuebox.skip_inbox() (its source''s onDead: holdKey).';
 
 -- Pull claims: open rows of a source in created_at order ...
 CREATE INDEX inbox_open_idx ON queuebox.inbox (source, created_at, id)
@@ -181,9 +181,11 @@ CREATE INDEX inbox_open_idx ON queuebox.inbox (source, created_at, id)
 CREATE INDEX inbox_aggregate_open_idx ON queuebox.inbox (source, aggregate_id, created_at, id)
 	WHERE state IN ('pending', 'processing') AND aggregate_id IS NOT NULL;
 
--- The relay's per-aggregate predicate across every push source.
+-- The relay's per-aggregate predicate across every push source; a dead
+-- row that holds its aggregate (hold 'dead', onDead: holdKey) counts as open.
 CREATE INDEX inbox_push_aggregate_idx ON queuebox.inbox (aggregate_id, created_at, id)
-	WHERE state IN ('pending', 'processing') AND consumption = 'push' AND aggregate_id IS NOT NULL;
+	WHERE (state IN ('pending', 'processing') OR hold = 'dead') AND consumption = 'push'
+	  AND aggregate_id IS NOT NULL;
 
 -- The claims read due unparked rows in due order (a head retried a day
 -- ahead is not walked), and expired leases from an index of their own.  The
@@ -201,4 +203,21 @@ CREATE INDEX inbox_push_lease_idx ON queuebox.inbox (lease_until)
 -- inbox_open_idx stays for the gauges and operators (no claim reads it);
 -- inbox_aggregate_open_idx and inbox_push_aggregate_idx find a row's
 -- nearest earlier open row (the claim) and a unit's first (the promotion).
+
+-- What operators did to dead inbox rows: a requeue (as is or edited), a
+-- skip.  Its own table, of outbox_audit's shape: each row names a row of
+-- one table by its id, and neither table's readers filter the other's.
+CREATE TABLE queuebox.inbox_audit (
+	id				bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	inbox_id		bigint NOT NULL,
+	action			varchar(20) NOT NULL
+		CONSTRAINT inbox_audit_action_check CHECK (action IN ('requeue', 'skip')),
+	done_by			text NOT NULL DEFAULT current_user,
+	done_at			timestamptz NOT NULL DEFAULT now(),
+	payload_before	jsonb,
+	payload_after	jsonb
+);
+CREATE INDEX inbox_audit_inbox_idx ON queuebox.inbox_audit (inbox_id);
+COMMENT ON TABLE queuebox.inbox_audit IS
+	'What operators did to dead inbox rows, by queuebox.requeue_inbox() (one row per requeued row; the payload before and after for an edited one) and queuebox.skip_inbox(id): who and when.';
 

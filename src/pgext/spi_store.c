@@ -907,6 +907,7 @@ typedef struct QbsForward
 	const char *token;
 	const int64_t *ids;
 	const char *const *topics;
+	const bool *holds;
 	int			n;
 	int			max_attempts;
 	int			nsettled;
@@ -917,9 +918,10 @@ static void
 qbs_relay_forward_body(void *arg)
 {
 	QbsForward *f = arg;
-	Datum		values[4];
+	Datum		values[5];
 	Datum	   *idd = palloc(sizeof(Datum) * (f->n + 1));
 	Datum	   *topicd = palloc(sizeof(Datum) * (f->n + 1));
+	Datum	   *holdd = palloc(sizeof(Datum) * (f->n + 1));
 	SPIPlanPtr	p;
 	bool		isnull;
 
@@ -927,12 +929,14 @@ qbs_relay_forward_body(void *arg)
 	{
 		idd[i] = Int64GetDatum(f->ids[i]);
 		topicd[i] = CStringGetTextDatum(f->topics[i]);
+		holdd[i] = BoolGetDatum(f->holds != NULL && f->holds[i]);
 	}
 	p = qbs_prepare(QB_PG_S_RELAY_FORWARD);
 	values[0] = DirectFunctionCall1(uuid_in, CStringGetDatum(f->token));
 	values[1] = PointerGetDatum(qb_int8_array(idd, f->n));
 	values[2] = PointerGetDatum(qb_text_array(topicd, f->n));
 	values[3] = Int32GetDatum(f->max_attempts);
+	values[4] = PointerGetDatum(construct_array(holdd, f->n, BOOLOID, 1, true, TYPALIGN_CHAR));
 	if (SPI_execute_plan(p, values, NULL, false, 0) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "the relay forward failed");
 	f->nsettled = (int) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
@@ -944,10 +948,10 @@ qbs_relay_forward_body(void *arg)
 
 static int
 qbs_relay_forward(void *ctx, const char *token, const int64_t *ids,
-				  const char *const *topics, int n, int max_attempts,
+				  const char *const *topics, const bool *holds, int n, int max_attempts,
 				  int *nsettled, int *ninserted, char *err, size_t errlen)
 {
-	QbsForward	f = {.token = token, .ids = ids, .topics = topics, .n = n,
+	QbsForward	f = {.token = token, .ids = ids, .topics = topics, .holds = holds, .n = n,
 	.max_attempts = max_attempts};
 	int			rc = qbs_txn("queuebox: relay forward", qbs_relay_forward_body, NULL, &f,
 							 NULL, err, errlen);

@@ -620,7 +620,7 @@ sa_relay_claim(void *ctx, int batch, long lease_ms, const char *token, QbRelayRo
 /* the wrapper answers the rows settled; the inserted ones are counted around it */
 static int
 sa_relay_forward(void *ctx, const char *token, const int64_t *ids, const char *const *topics,
-				 int n, int max_attempts, int *nsettled, int *ninserted, char *e, size_t elen)
+				 const bool *holds, int n, int max_attempts, int *nsettled, int *ninserted, char *e, size_t elen)
 {
 	static const char *count_sql = "SELECT count(*) FROM queuebox.outbox";
 	QbPgArray	a = {0};
@@ -937,11 +937,11 @@ test_relay(void **state)
 		topics[i] = rows[i].event_type ? "web.order.created" : "";
 	}
 	assert_string_equal(rows[0].source, "web");
-	assert_int_equal(store.relay_forward(store.ctx, token_b, fids, topics, 2, 7, &nsettled,
+	assert_int_equal(store.relay_forward(store.ctx, token_b, fids, topics, NULL, 2, 7, &nsettled,
 										 &ninserted, err, sizeof(err)), 0);
 	assert_int_equal(nsettled, 0);	/* fenced */
 	assert_int_equal(outbox_count(NULL), 0);
-	assert_int_equal(store.relay_forward(store.ctx, token_a, fids, topics, 2, 7, &nsettled,
+	assert_int_equal(store.relay_forward(store.ctx, token_a, fids, topics, NULL, 2, 7, &nsettled,
 										 &ninserted, err, sizeof(err)), 0);
 	assert_int_equal(nsettled, 2);
 	assert_int_equal(ninserted, 1);

@@ -94,6 +94,7 @@ typedef struct FakeInRow
 	long		lease_end;		/* on the host's clock */
 	char		topic[96];		/* what the forward wrote */
 	int			forwards;		/* forwards that settled it */
+	bool		held;			/* dead and holding its aggregate (holds[i]) */
 } FakeInRow;
 
 /* A relay claim call, failed ones too. */
@@ -585,7 +586,7 @@ done:
 
 static int
 fake_relay_forward(void *ctx, const char *token, const int64_t *ids, const char *const *topics,
-				   int n, int max_attempts, int *nsettled, int *ninserted, char *err,
+				   const bool *holds, int n, int max_attempts, int *nsettled, int *ninserted, char *err,
 				   size_t errlen)
 {
 	FakeStore  *fs = ctx;
@@ -623,7 +624,10 @@ fake_relay_forward(void *ctx, const char *token, const int64_t *ids, const char 
 		r->token[0] = '\0';
 		snprintf(r->topic, sizeof(r->topic), "%s", topics[i]);
 		if (topics[i][0] == '\0')
+		{
 			r->state = ROW_DEAD;
+			r->held = holds != NULL && holds[i];
+		}
 		else
 		{
 			r->state = ROW_PROCESSED;

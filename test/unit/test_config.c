@@ -1775,6 +1775,31 @@ test_on_dead(void **state)
 	unsetenv("QUEUEBOX_DESTINATIONS_A_ONDEAD");
 }
 
+/* a source's onDead: its dead push rows hold their aggregate in the relay */
+static void
+test_source_on_dead(void **state)
+{
+	QbConfig   *c;
+
+	c = accept("sources:\n"
+			   "  a: {type: http, path: /a, idempotencyKeyPath: $.id, eventTypePath: $.t}\n"
+			   "  b: {type: http, path: /b, idempotencyKeyPath: $.id, eventTypePath: $.t, onDead: holdKey}\n"
+			   "  c: {type: kafka, brokers: \"k:9092\", topics: [t], idempotencyKeyPath: $.id,"
+			   " eventTypePath: $.t, onDead: release}\n");
+	assert_int_equal(c->sources[0].on_dead, QB_ON_DEAD_RELEASE);
+	assert_int_equal(c->sources[1].on_dead, QB_ON_DEAD_HOLD_KEY);
+	assert_int_equal(c->sources[2].on_dead, QB_ON_DEAD_RELEASE);
+	qb_config_free(c);
+
+	refuse("sources:\n  a: {type: http, path: /a, idempotencyKeyPath: $.id, eventTypePath: $.t,"
+		   " onDead: holdAggregate}\n",
+		   "sources.a.onDead: expected release (a dead row's aggregate goes on without it)",
+		   "holdKey", "got \"holdAggregate\"", NULL);
+	refuse("sources:\n  n: {type: nats, url: \"nats://h\", subject: s, stream: S, idempotencyKeyPath: $.id,"
+		   " eventTypePath: $.t, onDead: true}\n",
+		   "sources.n.onDead:", NULL);
+}
+
 /* ---- the daemon's keys: database:, daemon: ------------------------ */
 
 /*
@@ -2015,6 +2040,7 @@ main(void)
 		cmocka_unit_test(test_overrides_valid),
 		cmocka_unit_test(test_delivery_control),
 		cmocka_unit_test(test_on_dead),
+		cmocka_unit_test(test_source_on_dead),
 		cmocka_unit_test(test_overrides_invalid),
 		cmocka_unit_test(test_url_check),
 		cmocka_unit_test(test_lease_outlasts_request),

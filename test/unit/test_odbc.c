@@ -394,7 +394,7 @@ test_json_inbox_and_names(void **state)
 		int64_t		ids[2] = {3, 4};
 		const char *topics[2] = {"stripe.charge", ""};
 
-		text = qb_odbc_json_topics(ids, topics, 2, &oom);
+		text = qb_odbc_json_topics(ids, topics, NULL, 2, &oom);
 		assert_string_equal(text, "[{\"id\":3,\"t\":\"stripe.charge\"},{\"id\":4,\"t\":\"\"}]");
 		free(text);
 	}

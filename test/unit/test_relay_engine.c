@@ -193,6 +193,39 @@ test_forwards_rendered_topics(void **state)
 	fake_free(f);
 }
 
+/*
+ * A source's onDead: holdKey: the forward says, per row, that a dead row
+ * holds its aggregate; rows of other sources, of a source no longer
+ * configured, and forwarded rows do not; the warning says so.
+ */
+static void
+test_hold_key_per_source(void **state)
+{
+	Fake	   *f = fake_new("sources:\n"
+							 "  held: { type: http, path: /h, idempotencyKeyPath: $.id, eventTypePath: $.type,\n"
+							 "          onDead: holdKey }\n"
+							 "  free: { type: http, path: /f, idempotencyKeyPath: $.id, eventTypePath: $.type }\n");
+	QbRelayStats stats = {0};
+	FakeInRow  *held_dead = add_row(f, "held", NULL);
+	FakeInRow  *held_ok = add_row(f, "held", "a.b");
+	FakeInRow  *free_dead = add_row(f, "free", NULL);
+	FakeInRow  *gone_dead = add_row(f, "gone", NULL);
+
+	f->th.quiet = true;
+	run(f, &stats);
+	assert_int_equal(held_dead->state, ROW_DEAD);
+	assert_true(held_dead->held);
+	assert_int_equal(held_ok->state, ROW_PROCESSED);
+	assert_false(held_ok->held);
+	assert_int_equal(free_dead->state, ROW_DEAD);
+	assert_false(free_dead->held);
+	assert_int_equal(gone_dead->state, ROW_DEAD);
+	assert_false(gone_dead->held);
+	assert_non_null(strstr(f->th.warned, "those of a source with onDead: holdKey hold their aggregate"));
+	assert_int_equal(stats.dead, 3);
+	fake_free(f);
+}
+
 /* A forward that settles fewer rows than were claimed counts them taken over. */
 static void
 test_taken_over_counted(void **state)
@@ -347,6 +380,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_forwards_rendered_topics),
 		cmocka_unit_test(test_taken_over_counted),
+		cmocka_unit_test(test_hold_key_per_source),
 		cmocka_unit_test(test_store_failure_waits_and_retries),
 		cmocka_unit_test(test_disabled_claims_nothing),
 		cmocka_unit_test(test_no_config_waits),

@@ -239,6 +239,9 @@ typedef struct QbSource
 	char	   *stream;			/* nats: the JetStream stream */
 	char	   *durable;		/* nats: durable pull consumer, default "queuebox-<source>" */
 	int			batch_size;		/* broker sources: messages per store, default 100 */
+	QbOnDead	on_dead;		/* onDead: what a dead push row does to its
+								 * aggregate in the relay's order; default
+								 * release */
 } QbSource;
 
 typedef struct QbRelayConf

@@ -257,11 +257,13 @@ qbcf_transform(QbcfCtx *cx, const char *path, const QbcfNode *m, QbTransform **o
 }
 
 /*
- * qbcf_on_dead: the optional onDead of mapping m (a destination or a route)
- * into *out, left as it is when absent: release or holdKey.
+ * qbcf_on_dead: the optional onDead of mapping m (a destination, a route
+ * or a source) into *out, left as it is when absent: release or holdKey.
+ * unit names what a dead row holds: "key" (the outbox) or "aggregate" (a
+ * source's rows, in the relay's order).
  */
 static bool
-qbcf_on_dead(QbcfCtx *cx, const char *path, const QbcfNode *m, QbOnDead *out)
+qbcf_on_dead(QbcfCtx *cx, const char *path, const QbcfNode *m, const char *unit, QbOnDead *out)
 {
 	char		sub[QBCF_PATHLEN];
 	char		echo[64];
@@ -279,9 +281,9 @@ qbcf_on_dead(QbcfCtx *cx, const char *path, const QbcfNode *m, QbOnDead *out)
 	{
 		qbcf_path_key(sub, sizeof(sub), path, "onDead");
 		return qbcf_error(cx, sub, qbcf_get(m, "onDead"),
-						  "expected release (a dead row's key goes on without it) or holdKey "
+						  "expected release (a dead row's %s goes on without it) or holdKey "
 						  "(its later rows wait until it is requeued or skipped), got %s",
-						  qbcf_echo(cx, echo, sizeof(echo), v));
+						  unit, qbcf_echo(cx, echo, sizeof(echo), v));
 	}
 	return true;
 }
@@ -303,7 +305,7 @@ qbcf_delivery_control(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestin
 		return false;
 	d->max_in_flight = (int) v;
 	d->on_dead = QB_ON_DEAD_RELEASE;
-	if (!qbcf_on_dead(cx, path, m, &d->on_dead))
+	if (!qbcf_on_dead(cx, path, m, "key", &d->on_dead))
 		return false;
 	if (cb == NULL)
 		return true;
@@ -551,7 +553,7 @@ qbcf_routes(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
 		if (!qbcf_transform(cx, path, m, &r->transform))
 			return false;
 		r->on_dead = QB_ON_DEAD_UNSET;
-		if (!qbcf_on_dead(cx, path, m, &r->on_dead))
+		if (!qbcf_on_dead(cx, path, m, "key", &r->on_dead))
 			return false;
 	}
 	return true;
@@ -719,6 +721,9 @@ qbcf_source(QbcfCtx *cx, const char *path, const QbcfNode *node, QbSource *s)
 		!qbcf_transform(cx, path, m, &s->transform))
 		return false;
 	s->batch_size = (int) v;
+	s->on_dead = QB_ON_DEAD_RELEASE;
+	if (!qbcf_on_dead(cx, path, m, "aggregate", &s->on_dead))
+		return false;
 	if (s->type == QB_SOURCE_HTTP && s->idempotency_key_path == NULL &&
 		s->idempotency_key_header == NULL)
 	{

@@ -34,7 +34,7 @@ static const char *const qbcf_keys_http[] =
 static const char *const qbcf_keys_http_source[] =
 {"type", "path", "idempotencyKeyPath", "idempotencyKeyHeader", "eventTypePath",
 "eventTypeHeader", "aggregateIdPath", "topic", "consumption", "maxBodyBytes", "auth",
-"transform", NULL};
+"transform", "onDead", NULL};
 /* auth keys by type, in the order of QbAuthType (NONE has none) */
 static const char *const qbcf_keys_auth_hmac[] =
 {"type", "secret", "secrets", "header", "prefix", "encoding", NULL};

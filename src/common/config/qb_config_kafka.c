@@ -22,7 +22,7 @@ static const char *const qbcf_keys_kafka[] =
 static const char *const qbcf_keys_kafka_source[] =
 {"type", "brokers", "topics", "group", "config", "idempotencyKeyPath", "idempotencyKeyHeader",
 "eventTypePath", "eventTypeHeader", "aggregateIdPath", "topic", "consumption", "transform",
-"batchSize", NULL};
+"batchSize", "onDead", NULL};
 
 /*
  * A destination's d->timeout_ms is the producer's message.timeout.ms: how

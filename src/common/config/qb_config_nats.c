@@ -17,7 +17,7 @@ static const char *const qbcf_keys_nats[] =
 static const char *const qbcf_keys_nats_source[] =
 {"type", "url", "subject", "stream", "durable", "idempotencyKeyPath", "idempotencyKeyHeader",
 "eventTypePath", "eventTypeHeader", "aggregateIdPath", "topic", "consumption", "transform",
-"batchSize", NULL};
+"batchSize", "onDead", NULL};
 
 static const char *const qbcf_nats_schemes[] = {"nats", "tls", NULL};
 

@@ -21,7 +21,7 @@ static const char *const qbcf_keys_rabbitmq[] =
 static const char *const qbcf_keys_rabbitmq_source[] =
 {"type", "url", "queue", "prefetch", "idempotencyKeyPath", "idempotencyKeyHeader",
 "eventTypePath", "eventTypeFromHeader", "aggregateIdPath", "topic", "consumption",
-"transform", "batchSize", NULL};
+"transform", "batchSize", "onDead", NULL};
 
 /* an amqp or amqps URL, with credentials and client options allowed */
 static const char *const qbcf_amqp_schemes[] = {"amqp", "amqps", NULL};

@@ -6,6 +6,9 @@
  *	- A batch is the push rows of one relay claim.  Every row of a batch
  *	  ends in one forward: processed (an outbox row was written from it) or
  *	  dead (its topic rendered empty, so no route could ever take it).
+ *	  A dead row of a source with onDead: holdKey keeps its aggregate's
+ *	  later rows behind it until an operator requeues or skips it
+ *	  (docs/delivery.md); the engine says which rows do, per row.
  *	- The topic is rendered here, in C, from the row's source's template in
  *	  the current configuration (names "source" and "eventType"); the
  *	  database never sees a template.
@@ -208,7 +211,7 @@ qbr_reload(QbrEngine *e)
  */
 static int
 qbr_forward(QbrEngine *e, const char *token, const int64_t *ids,
-			const char *const *topics, int n)
+			const char *const *topics, const bool *holds, int n)
 {
 	char		err[QB_ERRLEN];
 	int			settled = 0;
@@ -216,7 +219,7 @@ qbr_forward(QbrEngine *e, const char *token, const int64_t *ids,
 
 	for (int tries = 1;; tries++)
 	{
-		if (e->store->relay_forward(e->store->ctx, token, ids, topics, n,
+		if (e->store->relay_forward(e->store->ctx, token, ids, topics, holds, n,
 									qb_config_relay_max_attempts(e->cfg),
 									&settled, &inserted, err, sizeof(err)) == 0)
 			break;
@@ -243,9 +246,16 @@ qbr_forward(QbrEngine *e, const char *token, const int64_t *ids,
 			   "forwarded %d of %d rows; the others' leases had expired and were taken over",
 			   settled, n);
 	if (settled > inserted)
+	{
+		int			held = 0;
+
+		for (int i = 0; i < n; i++)
+			held += holds[i] && topics[i][0] == '\0';
 		qb_log(e->host, QB_LOG_WARNING,
-			   "%d inbox rows went to dead: their topic template rendered empty (set eventTypePath or use {{ source }} in the topic, then requeue them)",
-			   settled - inserted);
+			   "%d inbox rows went to dead: their topic template rendered empty (set eventTypePath or use {{ source }} in the topic, then requeue them)%s",
+			   settled - inserted,
+			   held > 0 ? "; those of a source with onDead: holdKey hold their aggregate's later rows until requeued or skipped" : "");
+	}
 	return 0;
 }
 
@@ -260,6 +270,7 @@ qbr_round(QbrEngine *e)
 	int			n = 0;
 	int64_t    *ids = NULL;
 	char	  **topics = NULL;
+	bool	   *holds = NULL;
 	int			result = -1;
 
 	if (!qb_uuid_v4(token))
@@ -281,13 +292,17 @@ qbr_round(QbrEngine *e)
 
 	ids = calloc(n, sizeof(int64_t));
 	topics = calloc(n, sizeof(char *));
-	if (ids == NULL || topics == NULL)
+	holds = calloc(n, sizeof(bool));
+	if (ids == NULL || topics == NULL || holds == NULL)
 		goto err;
 	for (int i = 0; i < n; i++)
 	{
+		const QbSource *src = qb_config_source(e->cfg, rows[i].source);
 		bool		known;
 
 		ids[i] = rows[i].id;
+		/* a row of a source no longer configured releases, the default */
+		holds[i] = src != NULL && src->on_dead == QB_ON_DEAD_HOLD_KEY;
 		topics[i] = qb_relay_topic(e->cfg, rows[i].source, rows[i].event_type, &known);
 		if (topics[i] == NULL)
 			goto err;
@@ -299,7 +314,7 @@ qbr_round(QbrEngine *e)
 			e->warned_unknown = true;
 		}
 	}
-	if (qbr_forward(e, token, ids, (const char *const *) topics, n) != 0)
+	if (qbr_forward(e, token, ids, (const char *const *) topics, holds, n) != 0)
 		goto done;
 	result = n;
 	goto done;
@@ -313,6 +328,7 @@ done:
 			free(topics[i]);
 	free(topics);
 	free(ids);
+	free(holds);
 	qb_relay_rows_free(rows, n);
 	return result;
 }

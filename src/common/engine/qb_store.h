@@ -287,11 +287,14 @@ typedef struct QbStore
 
 	/*
 	 * Forward claimed rows: topics[i] is the rendered topic of ids[i] ("" :
-	 * dead).  One transaction.  *nsettled is the inbox rows settled (fewer
-	 * than n when a lease was taken over), *ninserted the outbox rows.
+	 * dead); holds[i]: a dead ids[i] keeps its aggregate's later rows
+	 * behind it (its source's onDead: holdKey; holds NULL: none does).  One
+	 * transaction.  *nsettled is the inbox rows settled (fewer than n when
+	 * a lease was taken over), *ninserted the outbox rows.
 	 */
 	int			(*relay_forward) (void *ctx, const char *token, const int64_t *ids,
-								  const char *const *topics, int n, int max_attempts,
+								  const char *const *topics, const bool *holds,
+								  int n, int max_attempts,
 								  int *nsettled, int *ninserted,
 								  char *err, size_t errlen);
 } QbStore;

@@ -36,7 +36,7 @@ const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS] = {
 	[QB_PG_S_RETENTION] = {"outbox retention", QB_PG_OUTBOX_RETENTION, 2, {I8, I4}},
 	[QB_PG_S_SWEEP] = {"outbox sweep", QB_PG_OUTBOX_SWEEP, 2, {T, I4}},
 	[QB_PG_S_RELAY_CLAIM] = {"relay claim", QB_PG_RELAY_CLAIM, 4, {I4, I8, U, I8}},
-	[QB_PG_S_RELAY_FORWARD] = {"relay forward", QB_PG_RELAY_FORWARD, 4, {U, I8A, TA, I4}},
+	[QB_PG_S_RELAY_FORWARD] = {"relay forward", QB_PG_RELAY_FORWARD, 5, {U, I8A, TA, I4, BA}},
 	[QB_PG_S_RELAY_PROMOTE] = {"relay promote", QB_PG_RELAY_PROMOTE, 1, {I8A}},
 	[QB_PG_S_INBOX_INSERT] = {"inbox insert", QB_PG_INBOX_INSERT, 8,
 	{TA, TA, TA, TA, TA, TA, TA, TA}},

@@ -503,6 +503,9 @@
  *	  for that lock, so its promotion (QB_PG_RELAY_PROMOTE, a later
  *	  statement) sees the park; one locked by another transaction, the row
  *	  is left as it is, a candidate again next time.
+ * A dead row with hold 'dead' (its source's onDead: holdKey) is open for
+ * its aggregate here and in the promotion, until it is requeued or skipped
+ * (docs/design/claim.md, "A dead head that holds its key").
  * Nothing waits (SKIP LOCKED throughout).  Returns the claimed rows only.
  */
 #define QB_PG_RELAY_CLAIM \
@@ -523,13 +526,14 @@
 	"   CROSS JOIN LATERAL (" \
 	"     SELECT e.id FROM queuebox.inbox e" \
 	"     WHERE e.consumption = 'push' AND e.aggregate_id = c.aggregate_id" \
-	"       AND e.state IN ('pending', 'processing')" \
+	"       AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')" \
 	"       AND (e.created_at, e.id) < (c.created_at, c.id)" \
 	"     ORDER BY e.created_at DESC, e.id DESC LIMIT 1) b" \
 	"   WHERE c.aggregate_id IS NOT NULL)," \
 	" lk AS MATERIALIZED (" \
 	"   SELECT e.id FROM queuebox.inbox e" \
-	"   WHERE e.id = ANY (ARRAY(SELECT bid FROM blk)) AND e.state IN ('pending', 'processing')" \
+	"   WHERE e.id = ANY (ARRAY(SELECT bid FROM blk))" \
+	"     AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')" \
 	"   FOR SHARE SKIP LOCKED)," \
 	" dec AS MATERIALIZED (" \
 	"   SELECT c.id, b.bid IS NULL AS claim FROM cand c LEFT JOIN blk b ON b.cid = c.id" \
@@ -579,18 +583,22 @@
 /*
  * Relay forward: $1 uuid claim token, $2 int8[] inbox ids, $3 text[] their
  * rendered topics, $4 int4 max_attempts for the outbox rows (NULL: the
- * outbox default).  In one statement, so in one transaction: each claimed
+ * outbox default), $5 bool[] per row: its source's onDead is holdKey (NULL:
+ * none is).  In one statement, so in one transaction: each claimed
  * row with a non-empty topic becomes an outbox row (QB_PG_INBOX_TO_OUTBOX)
- * and is marked processed; a row whose topic rendered empty is marked dead.
+ * and is marked processed; a row whose topic rendered empty is marked dead,
+ * with hold 'dead' when it holds its aggregate (holdKey, and it has one).
  * Fenced by the token.  Returns one row: the inbox rows settled, the outbox
  * rows inserted.  The caller then runs QB_PG_RELAY_PROMOTE with the same
  * ids, in a later statement of the same transaction.
  */
 #define QB_PG_RELAY_FORWARD \
 	"WITH s AS (" \
-	"   SELECT * FROM unnest($2::bigint[], $3::text[]) AS s(id, topic))," \
+	"   SELECT * FROM unnest($2::bigint[], $3::text[], $5::boolean[]) AS s(id, topic, holds)" \
+	"   WHERE s.id IS NOT NULL)," \
 	" c AS (" \
-	"   SELECT i.*, s.topic AS out_topic FROM queuebox.inbox i JOIN s ON s.id = i.id" \
+	"   SELECT i.*, s.topic AS out_topic, coalesce(s.holds, false) AS holds" \
+	"   FROM queuebox.inbox i JOIN s ON s.id = i.id" \
 	"   WHERE i.claim_token = $1 AND i.state = 'processing')," \
 	" ins AS (" \
 	"   " QB_PG_INBOX_TO_OUTBOX("$4") \
@@ -598,6 +606,8 @@
 	" u AS (" \
 	"   UPDATE queuebox.inbox i" \
 	"   SET state = CASE WHEN c.out_topic <> '' THEN 'processed' ELSE 'dead' END," \
+	"       hold = CASE WHEN c.out_topic = '' AND c.holds AND i.aggregate_id IS NOT NULL" \
+	"                   THEN 'dead' END," \
 	"       last_error = CASE WHEN c.out_topic <> '' THEN i.last_error" \
 	"         ELSE 'the topic template rendered empty, so the message can reach no destination;" \
 	" set eventTypePath or use {{ source }} in the topic, then requeue the row' END," \
@@ -616,6 +626,9 @@
  *	- the row's (source, aggregate) for pull rows (a pull row waits for
  *	  earlier open rows of its source, push ones too): the first open row
  *	  of the source and aggregate, when it is a pull row.
+ * A dead row holding its aggregate (hold 'dead') is its first open push
+ * row: the promotion of its own forward finds it, not pending, and changes
+ * nothing, so the rows behind it stay parked (onDead: holdKey).
  * Each such first row, when pending, is released (hold NULL).  A row that
  * looks unparked is updated too: if a claim is parking it at that moment
  * the update waits for it and releases the parked version.  Rows of the
@@ -630,7 +643,7 @@
 	" nx AS (" \
 	"   SELECT (SELECT e.id FROM queuebox.inbox e" \
 	"           WHERE e.consumption = 'push' AND e.aggregate_id = x.aggregate_id" \
-	"             AND e.state IN ('pending', 'processing')" \
+	"             AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')" \
 	"           ORDER BY e.created_at, e.id LIMIT 1) AS id FROM x" \
 	"   UNION ALL" \
 	"   SELECT f.id FROM x CROSS JOIN LATERAL (" \

@@ -1485,7 +1485,7 @@ qbpq_relay_forward_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 
 static int
 qbpq_relay_forward(void *ctx, const char *token, const int64_t *ids,
-				   const char *const *topics, int n, int max_attempts,
+				   const char *const *topics, const bool *holds, int n, int max_attempts,
 				   int *nsettled, int *ninserted, char *err, size_t errlen)
 {
 	QbpqForward f = {.args = {.v = {token}}};
@@ -1495,10 +1495,12 @@ qbpq_relay_forward(void *ctx, const char *token, const int64_t *ids,
 	{
 		qb_pg_array_add_int(&f.args.arr[1], ids[i]);
 		qb_pg_array_add(&f.args.arr[2], topics[i]);
+		qb_pg_array_add_bool(&f.args.arr[4], holds != NULL && holds[i]);
 	}
 	qbpq_args_array(&f.args, 1);
 	qbpq_args_array(&f.args, 2);
 	qbpq_args_int(&f.args, 3, max_attempts);
+	qbpq_args_array(&f.args, 4);
 	rc = qbpq_txn(ctx, "relay forward", 0, qbpq_relay_forward_body, &f, err, errlen);
 	qbpq_args_free(&f.args);
 	*nsettled = rc == 0 ? f.nsettled : 0;

@@ -251,7 +251,8 @@ qb_odbc_json_names(const char *const *names, int n, bool *oom)
 }
 
 char *
-qb_odbc_json_topics(const int64_t *ids, const char *const *topics, int n, bool *oom)
+qb_odbc_json_topics(const int64_t *ids, const char *const *topics, const bool *holds, int n,
+					bool *oom)
 {
 	json_t	   *a;
 	bool		failed = false;
@@ -259,8 +260,12 @@ qb_odbc_json_topics(const int64_t *ids, const char *const *topics, int n, bool *
 	if (n <= 0)
 		return NULL;
 	a = json_array();
+	/* "h": 1 only where a dead row holds its aggregate (onDead: holdKey) */
 	for (int i = 0; i < n && a != NULL; i++)
-		failed |= json_array_append_new(a, json_pack("{s:I,s:o}", "id", (json_int_t) ids[i],
-													 "t", qboj_str(topics[i]))) != 0;
+		failed |= json_array_append_new(a, holds != NULL && holds[i] ?
+										json_pack("{s:I,s:o,s:i}", "id", (json_int_t) ids[i],
+												  "t", qboj_str(topics[i]), "h", 1) :
+										json_pack("{s:I,s:o}", "id", (json_int_t) ids[i],
+												  "t", qboj_str(topics[i]))) != 0;
 	return qboj_done(a, failed, oom);
 }

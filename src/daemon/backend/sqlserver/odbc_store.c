@@ -572,7 +572,7 @@ qbos_forward_body(QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t
 
 static int
 qbos_relay_forward(void *ctx, const char *token, const int64_t *ids,
-				   const char *const *topics, int n, int max_attempts,
+				   const char *const *topics, const bool *holds, int n, int max_attempts,
 				   int *nsettled, int *ninserted, char *err, size_t errlen)
 {
 	bool		oom = false;
@@ -583,7 +583,7 @@ qbos_relay_forward(void *ctx, const char *token, const int64_t *ids,
 	*nsettled = *ninserted = 0;
 	if (n == 0)
 		return 0;
-	if ((f.rows = qb_odbc_json_topics(ids, topics, n, &oom)) == NULL)
+	if ((f.rows = qb_odbc_json_topics(ids, topics, holds, n, &oom)) == NULL)
 	{
 		snprintf(err, errlen, "relay forward: out of memory");
 		return -1;
@@ -777,7 +777,7 @@ qbos_replay_insert(void *ctx, const QbReplay *r, int max_attempts, long long *nr
 	bool		oom = false;
 	int			rc;
 
-	if ((rows = qb_odbc_json_topics(r->ids, (const char *const *) r->topics, r->n, &oom)) == NULL)
+	if ((rows = qb_odbc_json_topics(r->ids, (const char *const *) r->topics, NULL, r->n, &oom)) == NULL)
 	{
 		snprintf(err, errlen, "the replay: out of memory");
 		return -1;

@@ -118,7 +118,8 @@ extern char *qb_odbc_json_settles(const QbSettle *s, int n, bool *oom);
 extern char *qb_odbc_json_claim(const QbClaimReq *c, bool *oom);
 extern char *qb_odbc_json_inbox_rows(const QbInboxRow *rows, int n, bool *oom);
 extern char *qb_odbc_json_names(const char *const *names, int n, bool *oom);
-extern char *qb_odbc_json_topics(const int64_t *ids, const char *const *topics, int n, bool *oom);
+extern char *qb_odbc_json_topics(const int64_t *ids, const char *const *topics,
+								 const bool *holds, int n, bool *oom);
 
 /*
  * The inbox columns' lengths on SQL Server (sql/sqlserver/tables.sql, in
