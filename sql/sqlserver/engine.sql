@@ -604,7 +604,9 @@ GO
  * source, in created_at order.  Returns the claimed rows: id, source,
  * event_type, in created_at order.  @claimer: the claimer the rows record
  * (NULL: none); a row whose claimer is gone is taken over as an expired
- * lease is.
+ * lease is.  A dead row that holds its aggregate (hold N'dead', a source's
+ * onDead: holdKey) is open for it: the blocker seeks inbox_push_dead_idx
+ * beside inbox_push_aggregate_idx (TOP (1) of each, the nearer wins).
  */
 CREATE PROCEDURE queuebox._relay_claim @batch INT, @lease BIGINT, @token UNIQUEIDENTIFIER,
 	@claimer BIGINT = NULL
@@ -634,15 +636,25 @@ BEGIN
 			ORDER BY c.scheduled_at, c.created_at, c.id;
 	INSERT @blk (cid, bid)
 		SELECT c.id, b.id FROM @cand c
-		CROSS APPLY (SELECT TOP (1) e.id FROM queuebox.inbox e
-					 WHERE e.consumption = N'push' AND e.aggregate_id = c.aggregate_id
-					   AND e.state IN (N'pending', N'processing')
-					   AND (e.created_at < c.created_at OR (e.created_at = c.created_at AND e.id < c.id))
-					 ORDER BY e.created_at DESC, e.id DESC) b
+		CROSS APPLY (SELECT TOP (1) u.id FROM (
+						 SELECT o.id, o.created_at FROM (
+							 SELECT TOP (1) e.id, e.created_at FROM queuebox.inbox e
+							 WHERE e.consumption = N'push' AND e.aggregate_id = c.aggregate_id
+							   AND e.state IN (N'pending', N'processing')
+							   AND (e.created_at < c.created_at OR (e.created_at = c.created_at AND e.id < c.id))
+							 ORDER BY e.created_at DESC, e.id DESC) o
+						 UNION ALL
+						 SELECT d.id, d.created_at FROM (
+							 SELECT TOP (1) e.id, e.created_at FROM queuebox.inbox e
+							 WHERE e.hold = N'dead' AND e.aggregate_id = c.aggregate_id
+							   AND (e.created_at < c.created_at OR (e.created_at = c.created_at AND e.id < c.id))
+							 ORDER BY e.created_at DESC, e.id DESC) d) u
+					 ORDER BY u.created_at DESC, u.id DESC) b
 		WHERE c.aggregate_id IS NOT NULL;
 	INSERT @lk (id)
 		SELECT e.id FROM queuebox.inbox e WITH (ROWLOCK, READPAST, REPEATABLEREAD)
-		WHERE e.id IN (SELECT bid FROM @blk) AND e.state IN (N'pending', N'processing');
+		WHERE e.id IN (SELECT bid FROM @blk)
+		  AND (e.state IN (N'pending', N'processing') OR e.hold = N'dead');
 
 	-- a candidate whose earlier row is locked elsewhere is left as it is
 	UPDATE i
@@ -672,7 +684,7 @@ BEGIN
 	FROM queuebox.inbox i JOIN @blk b ON b.cid = i.id
 	WHERE i.state = N'pending' AND i.hold = N'aggregate'
 	  AND NOT EXISTS (SELECT 1 FROM queuebox.inbox e
-					  WHERE e.id = b.bid AND e.state IN (N'pending', N'processing'));
+					  WHERE e.id = b.bid AND (e.state IN (N'pending', N'processing') OR e.hold = N'dead'));
 	-- what this claim took, by its token
 	SELECT i.id, i.source, i.event_type
 	FROM @cand c JOIN queuebox.inbox i ON i.id = c.id
@@ -713,24 +725,28 @@ GO
 
 /*
  * _relay_forward (QB_PG_RELAY_FORWARD, then QB_PG_RELAY_PROMOTE in a later
- * statement): @rows [{"id": inbox id, "t": rendered topic}] claimed under
- * @token.  Each row with a non-empty topic becomes an outbox row and is
- * marked processed; one whose topic rendered empty is marked dead.  Then
- * the next row of each ended row's aggregate is released.  One row: the
- * inbox rows settled, the outbox rows inserted.
+ * statement): @rows [{"id": inbox id, "t": rendered topic, "h": 1 when a
+ * dead row holds its aggregate (its source's onDead: holdKey)}] claimed
+ * under @token.  Each row with a non-empty topic becomes an outbox row and
+ * is marked processed; one whose topic rendered empty is marked dead, with
+ * hold N'dead' when "h" says so and it has an aggregate.  Then the first
+ * open row of each ended row's aggregate is released (a row holding it is
+ * that first row, and is not pending: nothing moves).  One row: the inbox
+ * rows settled, the outbox rows inserted.
  */
 CREATE PROCEDURE queuebox._relay_forward @token UNIQUEIDENTIFIER, @rows NVARCHAR(MAX), @max_attempts INT
 AS
 BEGIN
 	SET NOCOUNT ON;
 	SET XACT_ABORT ON;
-	DECLARE @c TABLE (id BIGINT PRIMARY KEY, out_topic NVARCHAR(400));
+	DECLARE @c TABLE (id BIGINT PRIMARY KEY, out_topic NVARCHAR(400), holds BIT);
 	DECLARE @ended TABLE (id BIGINT PRIMARY KEY, source NVARCHAR(200) COLLATE Latin1_General_100_BIN2,
 						  aggregate_id NVARCHAR(400) COLLATE Latin1_General_100_BIN2);
 	DECLARE @ninserted INT;
 
-	INSERT @c (id, out_topic)
-		SELECT s.id, s.t FROM OPENJSON(@rows) WITH (id BIGINT '$.id', t NVARCHAR(400) '$.t') s
+	INSERT @c (id, out_topic, holds)
+		SELECT s.id, s.t, ISNULL(s.h, 0)
+		FROM OPENJSON(@rows) WITH (id BIGINT '$.id', t NVARCHAR(400) '$.t', h BIT '$.h') s
 		JOIN queuebox.inbox i WITH (UPDLOCK, ROWLOCK) ON i.id = s.id
 		WHERE i.claim_token = @token AND i.state = N'processing';
 	INSERT queuebox.outbox (topic, [key], payload, headers, max_attempts)
@@ -745,6 +761,7 @@ BEGIN
 		SELECT i.id, i.source, i.aggregate_id FROM @c c JOIN queuebox.inbox i ON i.id = c.id;
 	UPDATE i
 	SET state = CASE WHEN c.out_topic <> N'' THEN N'processed' ELSE N'dead' END,
+		hold = CASE WHEN c.out_topic = N'' AND c.holds = 1 AND i.aggregate_id IS NOT NULL THEN N'dead' END,
 		last_error = CASE WHEN c.out_topic <> N'' THEN i.last_error
 			ELSE N'the topic template rendered empty, so the message can reach no destination; set eventTypePath or use {{ source }} in the topic, then requeue the row' END,
 		claim_token = NULL, lease_until = NULL
@@ -757,11 +774,20 @@ BEGIN
 	FROM queuebox.inbox o
 	WHERE o.state = N'pending'
 	  AND o.id IN (
-		SELECT (SELECT TOP (1) e.id FROM queuebox.inbox e
-				WHERE e.consumption = N'push' AND e.aggregate_id = x.aggregate_id
-				  AND e.state IN (N'pending', N'processing')
-				ORDER BY e.created_at, e.id)
-		FROM @ended x WHERE x.aggregate_id IS NOT NULL
+		SELECT f.id FROM @ended x
+		CROSS APPLY (SELECT TOP (1) u.id FROM (
+						 SELECT p.id, p.created_at FROM (
+							 SELECT TOP (1) e.id, e.created_at FROM queuebox.inbox e
+							 WHERE e.consumption = N'push' AND e.aggregate_id = x.aggregate_id
+							   AND e.state IN (N'pending', N'processing')
+							 ORDER BY e.created_at, e.id) p
+						 UNION ALL
+						 SELECT d.id, d.created_at FROM (
+							 SELECT TOP (1) e.id, e.created_at FROM queuebox.inbox e
+							 WHERE e.hold = N'dead' AND e.aggregate_id = x.aggregate_id
+							 ORDER BY e.created_at, e.id) d) u
+					 ORDER BY u.created_at, u.id) f
+		WHERE x.aggregate_id IS NOT NULL
 		UNION ALL
 		SELECT f.id FROM @ended x
 		CROSS APPLY (SELECT TOP (1) e.id, e.consumption FROM queuebox.inbox e

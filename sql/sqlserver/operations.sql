@@ -11,29 +11,48 @@
  * @until excluded.  A pattern the routes would refuse raises 50022.
  */
 
-/* requeue_outbox: a dead row back to pending, due now, attempts reset, routed again. */
+/*
+ * requeue_outbox: a dead row back to pending, due now, attempts reset,
+ * routed again; recorded in outbox_audit (a requeue, the payload unchanged).
+ */
 CREATE PROCEDURE queuebox.requeue_outbox @id BIGINT
 AS
 BEGIN
 	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
 	DECLARE @n INT;
 
+	IF @own = 1
+		BEGIN TRANSACTION;
 	UPDATE queuebox.outbox
 	SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
 		lease_until = NULL, destination = NULL, hold = N'ready'
 	WHERE id = @id AND state = N'dead';
 	SET @n = @@ROWCOUNT;
+	IF @n = 1
+		INSERT queuebox.outbox_audit (outbox_id, action) VALUES (@id, N'requeue');
+	IF @own = 1
+		COMMIT TRANSACTION;
 	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS requeued;
 END
 GO
 
+/*
+ * requeue_outbox_matching: each dead row matching the filters, audited one
+ * by one.  The rows are read under UPDLOCK first (no OUTPUT: engine.sql
+ * says why), so the update and the audit name the same rows.
+ */
 CREATE PROCEDURE queuebox.requeue_outbox_matching @topic_pattern NVARCHAR(400) = NULL,
 	@since DATETIME2(6) = NULL, @until DATETIME2(6) = NULL
 AS
 BEGIN
 	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
 	DECLARE @why NVARCHAR(400) = queuebox._pattern_error(@topic_pattern);
 	DECLARE @msg NVARCHAR(2048);
+	DECLARE @ids TABLE (id BIGINT PRIMARY KEY);
 	DECLARE @n INT;
 
 	IF @why IS NOT NULL
@@ -41,14 +60,25 @@ BEGIN
 		SET @msg = CONCAT(N'invalid topic pattern "', @topic_pattern, N'": ', @why);
 		THROW 50022, @msg, 1;
 	END
-	UPDATE queuebox.outbox
+	IF @own = 1
+		BEGIN TRANSACTION;
+	INSERT @ids (id)
+		SELECT id FROM queuebox.outbox WITH (UPDLOCK, ROWLOCK)
+		WHERE state = N'dead'
+		  AND (@topic_pattern IS NULL OR queuebox.topic_matches(@topic_pattern, topic) = 1)
+		  AND (@since IS NULL OR created_at >= @since)
+		  AND (@until IS NULL OR created_at < @until);
+	UPDATE o
 	SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
 		lease_until = NULL, destination = NULL, hold = N'ready'
-	WHERE state = N'dead'
-	  AND (@topic_pattern IS NULL OR queuebox.topic_matches(@topic_pattern, topic) = 1)
-	  AND (@since IS NULL OR created_at >= @since)
-	  AND (@until IS NULL OR created_at < @until);
+	FROM queuebox.outbox o JOIN @ids r ON r.id = o.id
+	WHERE o.state = N'dead';
 	SET @n = @@ROWCOUNT;
+	INSERT queuebox.outbox_audit (outbox_id, action)
+		SELECT o.id, N'requeue' FROM @ids r JOIN queuebox.outbox o ON o.id = r.id
+		WHERE o.state = N'pending' ORDER BY o.id;
+	IF @own = 1
+		COMMIT TRANSACTION;
 	SELECT CAST(@n AS BIGINT) AS requeued;
 END
 GO
@@ -166,6 +196,130 @@ BEGIN
 END
 GO
 
+-- ---------------------------------------------------------------------------
+-- onDead: holdKey in the relay's aggregate order (inbox push rows; a
+-- source's onDead): requeue_inbox_edited, skip_inbox, held_aggregates, the
+-- counterparts of requeue_outbox_edited, skip_outbox and held_keys
+-- ---------------------------------------------------------------------------
+/*
+ * requeue_inbox_edited: requeue_inbox with the payload replaced (the rows
+ * held behind it follow it, in order), recorded in inbox_audit: who
+ * (SUSER_SNAME()), when, the payload before and after.  A payload that is
+ * not JSON raises 50023, nothing changed.
+ */
+CREATE PROCEDURE queuebox.requeue_inbox_edited @id BIGINT, @payload NVARCHAR(MAX)
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+	DECLARE @before NVARCHAR(MAX);
+	DECLARE @n INT = 0;
+
+	IF @payload IS NULL OR ISJSON(N'[' + @payload + N']') <> 1
+		THROW 50023, N'the payload is not JSON; pass the edited payload as JSON text, e.g. {"amount": 10}', 1;
+	IF @own = 1
+		BEGIN TRANSACTION;
+	SELECT @before = payload FROM queuebox.inbox WITH (UPDLOCK, ROWLOCK)
+	WHERE id = @id AND state = N'dead';
+	IF @@ROWCOUNT = 1
+	BEGIN
+		UPDATE queuebox.inbox
+		SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
+			lease_until = NULL, hold = NULL, payload = @payload
+		WHERE id = @id AND state = N'dead';
+		SET @n = @@ROWCOUNT;
+		INSERT queuebox.inbox_audit (inbox_id, action, payload_before, payload_after)
+			VALUES (@id, N'requeue', @before, @payload);
+	END
+	IF @own = 1
+		COMMIT TRANSACTION;
+	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS requeued;
+END
+GO
+
+/*
+ * skip_inbox: a dead push row that holds its aggregate lets it go: it
+ * stays dead, its hold is cleared (recorded in inbox_audit), and the
+ * aggregate's first open push row, when pending, is released as the
+ * relay's promotion releases it, in a later statement (the update waited
+ * for the claims parking rows behind it).  0, nothing changed, for a row
+ * that is not dead and holding.
+ */
+CREATE PROCEDURE queuebox.skip_inbox @id BIGINT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+	DECLARE @agg NVARCHAR(400);
+	DECLARE @n INT = 0;
+
+	IF @own = 1
+		BEGIN TRANSACTION;
+	SELECT @agg = aggregate_id FROM queuebox.inbox WITH (UPDLOCK, ROWLOCK)
+	WHERE id = @id AND state = N'dead' AND hold = N'dead';
+	IF @@ROWCOUNT = 1
+	BEGIN
+		UPDATE queuebox.inbox WITH (ROWLOCK)
+		SET hold = NULL
+		WHERE id = @id AND state = N'dead' AND hold = N'dead';
+		SET @n = @@ROWCOUNT;
+	END
+	IF @n = 1
+	BEGIN
+		INSERT queuebox.inbox_audit (inbox_id, action) VALUES (@id, N'skip');
+		UPDATE o SET hold = NULL
+		FROM queuebox.inbox o WITH (ROWLOCK)
+		WHERE o.state = N'pending'
+		  AND o.id = (SELECT TOP (1) u.id FROM (
+						  SELECT p.id, p.created_at FROM (
+							  SELECT TOP (1) e.id, e.created_at FROM queuebox.inbox e
+							  WHERE e.consumption = N'push' AND e.aggregate_id = @agg
+								AND e.state IN (N'pending', N'processing')
+							  ORDER BY e.created_at, e.id) p
+						  UNION ALL
+						  SELECT d.id, d.created_at FROM (
+							  SELECT TOP (1) e.id, e.created_at FROM queuebox.inbox e
+							  WHERE e.hold = N'dead' AND e.aggregate_id = @agg
+							  ORDER BY e.created_at, e.id) d) u
+					  ORDER BY u.created_at, u.id);
+	END
+	IF @own = 1
+		COMMIT TRANSACTION;
+	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS skipped;
+END
+GO
+
+/*
+ * held_aggregates: the aggregates whose first open push row is dead and
+ * holding them, with rows parked behind it: aggregate_id, source, head_id,
+ * behind, since (the oldest of them was created, UTC); at most @limit, in
+ * aggregate order.
+ */
+CREATE PROCEDURE queuebox.held_aggregates @limit INT = 100
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SELECT TOP (@limit) a.aggregate_id, h.source, h.id AS head_id, b.n AS behind, b.since
+	FROM (SELECT DISTINCT i.aggregate_id FROM queuebox.inbox i
+		  WHERE i.state = N'pending' AND i.hold = N'aggregate' AND i.consumption = N'push'
+			AND i.aggregate_id IS NOT NULL) a
+	CROSS APPLY (SELECT TOP (1) e.id, e.source, e.created_at FROM queuebox.inbox e
+				 WHERE e.hold = N'dead' AND e.aggregate_id = a.aggregate_id
+				 ORDER BY e.created_at, e.id) h
+	CROSS APPLY (SELECT COUNT_BIG(*) AS n, MIN(e.created_at) AS since FROM queuebox.inbox e
+				 WHERE e.consumption = N'push' AND e.aggregate_id = a.aggregate_id
+				   AND e.state IN (N'pending', N'processing')
+				   AND (e.created_at > h.created_at OR (e.created_at = h.created_at AND e.id > h.id))) b
+	WHERE NOT EXISTS (SELECT 1 FROM queuebox.inbox e
+					  WHERE e.consumption = N'push' AND e.aggregate_id = a.aggregate_id
+						AND e.state IN (N'pending', N'processing')
+						AND (e.created_at < h.created_at OR (e.created_at = h.created_at AND e.id < h.id)))
+	ORDER BY a.aggregate_id;
+END
+GO
+
 /* replay_outbox: a new pending row with the same content and a new message_id; its id, or NULL. */
 CREATE PROCEDURE queuebox.replay_outbox @id BIGINT
 AS
@@ -212,37 +366,64 @@ BEGIN
 END
 GO
 
-/* requeue_inbox: a dead row back to pending, unparked, attempts reset. */
+/*
+ * requeue_inbox: a dead row back to pending, unparked, attempts reset (a
+ * row that held its aggregate is its first open row again); recorded in
+ * inbox_audit (a requeue, the payload unchanged).
+ */
 CREATE PROCEDURE queuebox.requeue_inbox @id BIGINT
 AS
 BEGIN
 	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
 	DECLARE @n INT;
 
+	IF @own = 1
+		BEGIN TRANSACTION;
 	UPDATE queuebox.inbox
 	SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
 		lease_until = NULL, hold = NULL
 	WHERE id = @id AND state = N'dead';
 	SET @n = @@ROWCOUNT;
+	IF @n = 1
+		INSERT queuebox.inbox_audit (inbox_id, action) VALUES (@id, N'requeue');
+	IF @own = 1
+		COMMIT TRANSACTION;
 	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS requeued;
 END
 GO
 
+/* requeue_inbox_matching: as requeue_outbox_matching, for the inbox */
 CREATE PROCEDURE queuebox.requeue_inbox_matching @source NVARCHAR(200) = NULL,
 	@since DATETIME2(6) = NULL, @until DATETIME2(6) = NULL
 AS
 BEGIN
 	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+	DECLARE @ids TABLE (id BIGINT PRIMARY KEY);
 	DECLARE @n INT;
 
-	UPDATE queuebox.inbox
+	IF @own = 1
+		BEGIN TRANSACTION;
+	INSERT @ids (id)
+		SELECT id FROM queuebox.inbox WITH (UPDLOCK, ROWLOCK)
+		WHERE state = N'dead'
+		  AND (@source IS NULL OR source = @source)
+		  AND (@since IS NULL OR created_at >= @since)
+		  AND (@until IS NULL OR created_at < @until);
+	UPDATE i
 	SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
 		lease_until = NULL, hold = NULL
-	WHERE state = N'dead'
-	  AND (@source IS NULL OR source = @source)
-	  AND (@since IS NULL OR created_at >= @since)
-	  AND (@until IS NULL OR created_at < @until);
+	FROM queuebox.inbox i JOIN @ids r ON r.id = i.id
+	WHERE i.state = N'dead';
 	SET @n = @@ROWCOUNT;
+	INSERT queuebox.inbox_audit (inbox_id, action)
+		SELECT i.id, N'requeue' FROM @ids r JOIN queuebox.inbox i ON i.id = r.id
+		WHERE i.state = N'pending' ORDER BY i.id;
+	IF @own = 1
+		COMMIT TRANSACTION;
 	SELECT CAST(@n AS BIGINT) AS requeued;
 END
 GO

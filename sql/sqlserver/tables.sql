@@ -155,7 +155,7 @@ CREATE TABLE queuebox.inbox (
 	claim_token		UNIQUEIDENTIFIER NULL,
 	lease_until		DATETIME2(6) NULL,
 	last_error		NVARCHAR(MAX) NULL,
-	hold			NVARCHAR(20) NULL CONSTRAINT inbox_hold_check CHECK (hold IN (N'aggregate')),
+	hold			NVARCHAR(20) NULL CONSTRAINT inbox_hold_check CHECK (hold IN (N'aggregate', N'dead')),
 	claimer			BIGINT NULL
 );
 -- Stored once per (source, idempotency key): a second insert answers 2601
@@ -166,6 +166,11 @@ CREATE INDEX inbox_aggregate_open_idx ON queuebox.inbox (source, aggregate_id, c
 	WHERE state IN (N'pending', N'processing') AND aggregate_id IS NOT NULL;
 CREATE INDEX inbox_push_aggregate_idx ON queuebox.inbox (aggregate_id, created_at, id)
 	WHERE state IN (N'pending', N'processing') AND consumption = N'push' AND aggregate_id IS NOT NULL;
+-- a dead push row that holds its aggregate (a source's onDead: holdKey):
+-- open for it too; a filtered index takes no OR, so the relay's probes seek
+-- this one beside inbox_push_aggregate_idx
+CREATE INDEX inbox_push_dead_idx ON queuebox.inbox (aggregate_id, created_at, id)
+	WHERE hold = N'dead';
 CREATE INDEX inbox_pull_due_idx ON queuebox.inbox (source, scheduled_at, created_at, id)
 	WHERE state = N'pending' AND consumption = N'pull' AND hold IS NULL;
 CREATE INDEX inbox_pull_lease_idx ON queuebox.inbox (source, lease_until)
@@ -180,4 +185,17 @@ CREATE INDEX inbox_open_state_idx ON queuebox.inbox (state, created_at)
 	WHERE state IN (N'pending', N'processing');
 CREATE INDEX inbox_dead_idx ON queuebox.inbox (id)
 	WHERE state = N'dead';
+
+-- What operators did to dead inbox rows: a requeue (as is or edited), a
+-- skip (outbox_audit's shape; sql/schema/tables.sql says why its own table).
+CREATE TABLE queuebox.inbox_audit (
+	id				BIGINT IDENTITY(1, 1) NOT NULL CONSTRAINT inbox_audit_pkey PRIMARY KEY,
+	inbox_id		BIGINT NOT NULL,
+	action			NVARCHAR(20) NOT NULL CONSTRAINT inbox_audit_action_check CHECK (action IN (N'requeue', N'skip')),
+	done_by			NVARCHAR(200) NOT NULL CONSTRAINT inbox_audit_done_by_default DEFAULT SUSER_SNAME(),
+	done_at			DATETIME2(6) NOT NULL CONSTRAINT inbox_audit_done_at_default DEFAULT SYSUTCDATETIME(),
+	payload_before	NVARCHAR(MAX) NULL,
+	payload_after	NVARCHAR(MAX) NULL
+);
+CREATE INDEX inbox_audit_inbox_idx ON queuebox.inbox_audit (inbox_id);
 GO

@@ -572,6 +572,7 @@ test_schema_procedures(void **state)
 		"queuebox._relay_claim", "queuebox._relay_forward", "queuebox._inbox_replay",
 		"queuebox.inbox_claim", "queuebox.inbox_renew", "queuebox.inbox_complete",
 		"queuebox.inbox_dead", "queuebox.inbox_retry", "queuebox.destination_status",
+		"queuebox.requeue_inbox_edited", "queuebox.skip_inbox", "queuebox.held_aggregates",
 	};
 
 	for (size_t i = 0; i < sizeof(called) / sizeof(called[0]); i++)

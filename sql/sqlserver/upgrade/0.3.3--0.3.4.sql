@@ -9,6 +9,8 @@
  *	- _outbox_cycle settles 'dead-hold', and its claim, its promotion and
  *	  _outbox_sweep count a row that holds its key as open for that key.
  *	- outbox_audit, requeue_outbox_edited, skip_outbox, held_keys.
+ *	- The same for the relay's aggregate order (a source's onDead), and
+ *	  every requeue audited (the section at the end).
  *
  * DROP and CREATE rather than ALTER, which Babelfish does not run for
  * procedures; the migration is one transaction, so no caller sees them
@@ -490,6 +492,462 @@ BEGIN
 				 WHERE e.[key] = k.[key] AND e.id > h.id AND e.state IN (N'pending', N'processing')) b
 	WHERE h.state = N'dead' OR (h.state = N'pending' AND h.attempt > 0)
 	ORDER BY k.[key];
+END
+GO
+
+-- ---------------------------------------------------------------------------
+-- onDead: holdKey in the relay's aggregate order (a source's onDead), and
+-- every requeue audited: inbox.hold may be N'dead' on a dead push row that
+-- holds its aggregate, inbox_push_dead_idx finds those rows, inbox_audit;
+-- _relay_claim and _relay_forward count such a row as open for its
+-- aggregate; the requeue procedures record each row they requeue;
+-- requeue_inbox_edited, skip_inbox, held_aggregates.  No row changes: no
+-- dead inbox row holds its aggregate before 0.3.4.
+-- ---------------------------------------------------------------------------
+ALTER TABLE queuebox.inbox DROP CONSTRAINT inbox_hold_check;
+GO
+ALTER TABLE queuebox.inbox ADD CONSTRAINT inbox_hold_check CHECK (hold IN (N'aggregate', N'dead'));
+GO
+CREATE INDEX inbox_push_dead_idx ON queuebox.inbox (aggregate_id, created_at, id)
+	WHERE hold = N'dead';
+GO
+CREATE TABLE queuebox.inbox_audit (
+	id				BIGINT IDENTITY(1, 1) NOT NULL CONSTRAINT inbox_audit_pkey PRIMARY KEY,
+	inbox_id		BIGINT NOT NULL,
+	action			NVARCHAR(20) NOT NULL CONSTRAINT inbox_audit_action_check CHECK (action IN (N'requeue', N'skip')),
+	done_by			NVARCHAR(200) NOT NULL CONSTRAINT inbox_audit_done_by_default DEFAULT SUSER_SNAME(),
+	done_at			DATETIME2(6) NOT NULL CONSTRAINT inbox_audit_done_at_default DEFAULT SYSUTCDATETIME(),
+	payload_before	NVARCHAR(MAX) NULL,
+	payload_after	NVARCHAR(MAX) NULL
+);
+GO
+CREATE INDEX inbox_audit_inbox_idx ON queuebox.inbox_audit (inbox_id);
+GO
+DROP PROCEDURE queuebox._relay_claim;
+GO
+/*
+ * _relay_claim (QB_PG_RELAY_CLAIM): up to @batch push rows under @token
+ * with a lease of @lease ms, one in flight per aggregate across every push
+ * source, in created_at order.  Returns the claimed rows: id, source,
+ * event_type, in created_at order.  @claimer: the claimer the rows record
+ * (NULL: none); a row whose claimer is gone is taken over as an expired
+ * lease is.  A dead row that holds its aggregate (hold N'dead', a source's
+ * onDead: holdKey) is open for it: the blocker seeks inbox_push_dead_idx
+ * beside inbox_push_aggregate_idx (TOP (1) of each, the nearer wins).
+ */
+CREATE PROCEDURE queuebox._relay_claim @batch INT, @lease BIGINT, @token UNIQUEIDENTIFIER,
+	@claimer BIGINT = NULL
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @now DATETIME2(6) = SYSUTCDATETIME();
+	DECLARE @left INT;
+	DECLARE @cand TABLE (id BIGINT PRIMARY KEY, aggregate_id NVARCHAR(400) COLLATE Latin1_General_100_BIN2,
+						 created_at DATETIME2(6));
+	DECLARE @blk TABLE (cid BIGINT PRIMARY KEY, bid BIGINT);
+	DECLARE @lk TABLE (id BIGINT PRIMARY KEY);
+	INSERT @cand (id, aggregate_id, created_at)
+		SELECT TOP (@batch) c.id, c.aggregate_id, c.created_at
+		FROM queuebox.inbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+		WHERE c.consumption = N'push' AND c.state = N'processing'
+		  AND (c.lease_until < @now OR queuebox._claimer_gone(c.claimer, @claimer) = 1)
+		ORDER BY c.lease_until;
+	SET @left = @batch - @@ROWCOUNT;
+	IF @left > 0
+		INSERT @cand (id, aggregate_id, created_at)
+			SELECT TOP (@left) c.id, c.aggregate_id, c.created_at
+			FROM queuebox.inbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+			WHERE c.consumption = N'push' AND c.state = N'pending' AND c.hold IS NULL
+			  AND c.scheduled_at <= @now
+			ORDER BY c.scheduled_at, c.created_at, c.id;
+	INSERT @blk (cid, bid)
+		SELECT c.id, b.id FROM @cand c
+		CROSS APPLY (SELECT TOP (1) u.id FROM (
+						 SELECT o.id, o.created_at FROM (
+							 SELECT TOP (1) e.id, e.created_at FROM queuebox.inbox e
+							 WHERE e.consumption = N'push' AND e.aggregate_id = c.aggregate_id
+							   AND e.state IN (N'pending', N'processing')
+							   AND (e.created_at < c.created_at OR (e.created_at = c.created_at AND e.id < c.id))
+							 ORDER BY e.created_at DESC, e.id DESC) o
+						 UNION ALL
+						 SELECT d.id, d.created_at FROM (
+							 SELECT TOP (1) e.id, e.created_at FROM queuebox.inbox e
+							 WHERE e.hold = N'dead' AND e.aggregate_id = c.aggregate_id
+							   AND (e.created_at < c.created_at OR (e.created_at = c.created_at AND e.id < c.id))
+							 ORDER BY e.created_at DESC, e.id DESC) d) u
+					 ORDER BY u.created_at DESC, u.id DESC) b
+		WHERE c.aggregate_id IS NOT NULL;
+	INSERT @lk (id)
+		SELECT e.id FROM queuebox.inbox e WITH (ROWLOCK, READPAST, REPEATABLEREAD)
+		WHERE e.id IN (SELECT bid FROM @blk)
+		  AND (e.state IN (N'pending', N'processing') OR e.hold = N'dead');
+
+	-- a candidate whose earlier row is locked elsewhere is left as it is
+	UPDATE i
+	SET state = CASE WHEN b.cid IS NULL THEN N'processing' ELSE N'pending' END,
+		hold = CASE WHEN b.cid IS NULL THEN NULL ELSE N'aggregate' END,
+		claim_token = CASE WHEN b.cid IS NULL THEN @token END,
+		lease_until = CASE WHEN b.cid IS NULL THEN queuebox._after(@now, @lease) END,
+		claimer = CASE WHEN b.cid IS NULL THEN @claimer END
+	FROM queuebox.inbox i
+	JOIN @cand c ON c.id = i.id
+	LEFT JOIN @blk b ON b.cid = c.id
+	WHERE (b.cid IS NULL OR b.bid IN (SELECT id FROM @lk))
+	  AND ((i.state = N'pending' AND i.claim_token IS NULL)
+		   OR (i.state = N'processing'
+			   AND (i.lease_until < @now OR queuebox._claimer_gone(i.claimer, @claimer) = 1)));
+	/*
+	 * The re-check, a statement after the park: a row parked behind an
+	 * earlier row that has ended by now is released.  A Babelfish engine
+	 * ignores the shared lock on the earlier row (@lk), so its end can
+	 * commit while this claim parks; the end's promotion updates the
+	 * unit's first open row whether parked or not, so either it waits for
+	 * this claim and releases the park, or this claim's park waited for
+	 * it, and this statement, reading after that commit, sees the row
+	 * ended.  On SQL Server the lock makes it a no-op.
+	 */
+	UPDATE i SET hold = NULL
+	FROM queuebox.inbox i JOIN @blk b ON b.cid = i.id
+	WHERE i.state = N'pending' AND i.hold = N'aggregate'
+	  AND NOT EXISTS (SELECT 1 FROM queuebox.inbox e
+					  WHERE e.id = b.bid AND (e.state IN (N'pending', N'processing') OR e.hold = N'dead'));
+	-- what this claim took, by its token
+	SELECT i.id, i.source, i.event_type
+	FROM @cand c JOIN queuebox.inbox i ON i.id = c.id
+	WHERE i.claim_token = @token AND i.state = N'processing'
+	ORDER BY i.created_at, i.id;
+END
+GO
+DROP PROCEDURE queuebox._relay_forward;
+GO
+/*
+ * _relay_forward (QB_PG_RELAY_FORWARD, then QB_PG_RELAY_PROMOTE in a later
+ * statement): @rows [{"id": inbox id, "t": rendered topic, "h": 1 when a
+ * dead row holds its aggregate (its source's onDead: holdKey)}] claimed
+ * under @token.  Each row with a non-empty topic becomes an outbox row and
+ * is marked processed; one whose topic rendered empty is marked dead, with
+ * hold N'dead' when "h" says so and it has an aggregate.  Then the first
+ * open row of each ended row's aggregate is released (a row holding it is
+ * that first row, and is not pending: nothing moves).  One row: the inbox
+ * rows settled, the outbox rows inserted.
+ */
+CREATE PROCEDURE queuebox._relay_forward @token UNIQUEIDENTIFIER, @rows NVARCHAR(MAX), @max_attempts INT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @c TABLE (id BIGINT PRIMARY KEY, out_topic NVARCHAR(400), holds BIT);
+	DECLARE @ended TABLE (id BIGINT PRIMARY KEY, source NVARCHAR(200) COLLATE Latin1_General_100_BIN2,
+						  aggregate_id NVARCHAR(400) COLLATE Latin1_General_100_BIN2);
+	DECLARE @ninserted INT;
+
+	INSERT @c (id, out_topic, holds)
+		SELECT s.id, s.t, ISNULL(s.h, 0)
+		FROM OPENJSON(@rows) WITH (id BIGINT '$.id', t NVARCHAR(400) '$.t', h BIT '$.h') s
+		JOIN queuebox.inbox i WITH (UPDLOCK, ROWLOCK) ON i.id = s.id
+		WHERE i.claim_token = @token AND i.state = N'processing';
+	INSERT queuebox.outbox (topic, [key], payload, headers, max_attempts)
+		SELECT c.out_topic, i.aggregate_id, i.payload,
+			   queuebox._relay_headers(i.headers, i.id, i.source, i.idempotency_key), @max_attempts
+		FROM @c c JOIN queuebox.inbox i ON i.id = c.id
+		WHERE c.out_topic <> N''
+		ORDER BY i.created_at, i.id;
+	SET @ninserted = @@ROWCOUNT;
+	-- @c holds the rows this token holds, locked: all of them end here
+	INSERT @ended (id, source, aggregate_id)
+		SELECT i.id, i.source, i.aggregate_id FROM @c c JOIN queuebox.inbox i ON i.id = c.id;
+	UPDATE i
+	SET state = CASE WHEN c.out_topic <> N'' THEN N'processed' ELSE N'dead' END,
+		hold = CASE WHEN c.out_topic = N'' AND c.holds = 1 AND i.aggregate_id IS NOT NULL THEN N'dead' END,
+		last_error = CASE WHEN c.out_topic <> N'' THEN i.last_error
+			ELSE N'the topic template rendered empty, so the message can reach no destination; set eventTypePath or use {{ source }} in the topic, then requeue the row' END,
+		claim_token = NULL, lease_until = NULL
+	FROM queuebox.inbox i JOIN @c c ON c.id = i.id
+	WHERE i.claim_token = @token AND i.state = N'processing';
+
+	-- the promotion: a statement after the forward's update, which waited
+	-- for every claim parking a row behind an ended one
+	UPDATE o SET hold = NULL
+	FROM queuebox.inbox o
+	WHERE o.state = N'pending'
+	  AND o.id IN (
+		SELECT f.id FROM @ended x
+		CROSS APPLY (SELECT TOP (1) u.id FROM (
+						 SELECT p.id, p.created_at FROM (
+							 SELECT TOP (1) e.id, e.created_at FROM queuebox.inbox e
+							 WHERE e.consumption = N'push' AND e.aggregate_id = x.aggregate_id
+							   AND e.state IN (N'pending', N'processing')
+							 ORDER BY e.created_at, e.id) p
+						 UNION ALL
+						 SELECT d.id, d.created_at FROM (
+							 SELECT TOP (1) e.id, e.created_at FROM queuebox.inbox e
+							 WHERE e.hold = N'dead' AND e.aggregate_id = x.aggregate_id
+							 ORDER BY e.created_at, e.id) d) u
+					 ORDER BY u.created_at, u.id) f
+		WHERE x.aggregate_id IS NOT NULL
+		UNION ALL
+		SELECT f.id FROM @ended x
+		CROSS APPLY (SELECT TOP (1) e.id, e.consumption FROM queuebox.inbox e
+					 WHERE e.source = x.source AND e.aggregate_id = x.aggregate_id
+					   AND e.state IN (N'pending', N'processing')
+					 ORDER BY e.created_at, e.id) f
+		WHERE x.aggregate_id IS NOT NULL AND f.consumption = N'pull');
+	SELECT (SELECT COUNT(*) FROM @ended) AS settled, @ninserted AS inserted;
+END
+GO
+DROP PROCEDURE queuebox.requeue_outbox;
+GO
+/*
+ * requeue_outbox: a dead row back to pending, due now, attempts reset,
+ * routed again; recorded in outbox_audit (a requeue, the payload unchanged).
+ */
+CREATE PROCEDURE queuebox.requeue_outbox @id BIGINT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+	DECLARE @n INT;
+
+	IF @own = 1
+		BEGIN TRANSACTION;
+	UPDATE queuebox.outbox
+	SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
+		lease_until = NULL, destination = NULL, hold = N'ready'
+	WHERE id = @id AND state = N'dead';
+	SET @n = @@ROWCOUNT;
+	IF @n = 1
+		INSERT queuebox.outbox_audit (outbox_id, action) VALUES (@id, N'requeue');
+	IF @own = 1
+		COMMIT TRANSACTION;
+	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS requeued;
+END
+GO
+DROP PROCEDURE queuebox.requeue_outbox_matching;
+GO
+/*
+ * requeue_outbox_matching: each dead row matching the filters, audited one
+ * by one.  The rows are read under UPDLOCK first (no OUTPUT: engine.sql
+ * says why), so the update and the audit name the same rows.
+ */
+CREATE PROCEDURE queuebox.requeue_outbox_matching @topic_pattern NVARCHAR(400) = NULL,
+	@since DATETIME2(6) = NULL, @until DATETIME2(6) = NULL
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+	DECLARE @why NVARCHAR(400) = queuebox._pattern_error(@topic_pattern);
+	DECLARE @msg NVARCHAR(2048);
+	DECLARE @ids TABLE (id BIGINT PRIMARY KEY);
+	DECLARE @n INT;
+
+	IF @why IS NOT NULL
+	BEGIN
+		SET @msg = CONCAT(N'invalid topic pattern "', @topic_pattern, N'": ', @why);
+		THROW 50022, @msg, 1;
+	END
+	IF @own = 1
+		BEGIN TRANSACTION;
+	INSERT @ids (id)
+		SELECT id FROM queuebox.outbox WITH (UPDLOCK, ROWLOCK)
+		WHERE state = N'dead'
+		  AND (@topic_pattern IS NULL OR queuebox.topic_matches(@topic_pattern, topic) = 1)
+		  AND (@since IS NULL OR created_at >= @since)
+		  AND (@until IS NULL OR created_at < @until);
+	UPDATE o
+	SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
+		lease_until = NULL, destination = NULL, hold = N'ready'
+	FROM queuebox.outbox o JOIN @ids r ON r.id = o.id
+	WHERE o.state = N'dead';
+	SET @n = @@ROWCOUNT;
+	INSERT queuebox.outbox_audit (outbox_id, action)
+		SELECT o.id, N'requeue' FROM @ids r JOIN queuebox.outbox o ON o.id = r.id
+		WHERE o.state = N'pending' ORDER BY o.id;
+	IF @own = 1
+		COMMIT TRANSACTION;
+	SELECT CAST(@n AS BIGINT) AS requeued;
+END
+GO
+DROP PROCEDURE queuebox.requeue_inbox;
+GO
+/*
+ * requeue_inbox: a dead row back to pending, unparked, attempts reset (a
+ * row that held its aggregate is its first open row again); recorded in
+ * inbox_audit (a requeue, the payload unchanged).
+ */
+CREATE PROCEDURE queuebox.requeue_inbox @id BIGINT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+	DECLARE @n INT;
+
+	IF @own = 1
+		BEGIN TRANSACTION;
+	UPDATE queuebox.inbox
+	SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
+		lease_until = NULL, hold = NULL
+	WHERE id = @id AND state = N'dead';
+	SET @n = @@ROWCOUNT;
+	IF @n = 1
+		INSERT queuebox.inbox_audit (inbox_id, action) VALUES (@id, N'requeue');
+	IF @own = 1
+		COMMIT TRANSACTION;
+	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS requeued;
+END
+GO
+DROP PROCEDURE queuebox.requeue_inbox_matching;
+GO
+/* requeue_inbox_matching: as requeue_outbox_matching, for the inbox */
+CREATE PROCEDURE queuebox.requeue_inbox_matching @source NVARCHAR(200) = NULL,
+	@since DATETIME2(6) = NULL, @until DATETIME2(6) = NULL
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+	DECLARE @ids TABLE (id BIGINT PRIMARY KEY);
+	DECLARE @n INT;
+
+	IF @own = 1
+		BEGIN TRANSACTION;
+	INSERT @ids (id)
+		SELECT id FROM queuebox.inbox WITH (UPDLOCK, ROWLOCK)
+		WHERE state = N'dead'
+		  AND (@source IS NULL OR source = @source)
+		  AND (@since IS NULL OR created_at >= @since)
+		  AND (@until IS NULL OR created_at < @until);
+	UPDATE i
+	SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
+		lease_until = NULL, hold = NULL
+	FROM queuebox.inbox i JOIN @ids r ON r.id = i.id
+	WHERE i.state = N'dead';
+	SET @n = @@ROWCOUNT;
+	INSERT queuebox.inbox_audit (inbox_id, action)
+		SELECT i.id, N'requeue' FROM @ids r JOIN queuebox.inbox i ON i.id = r.id
+		WHERE i.state = N'pending' ORDER BY i.id;
+	IF @own = 1
+		COMMIT TRANSACTION;
+	SELECT CAST(@n AS BIGINT) AS requeued;
+END
+GO
+/*
+ * requeue_inbox_edited: requeue_inbox with the payload replaced (the rows
+ * held behind it follow it, in order), recorded in inbox_audit: who
+ * (SUSER_SNAME()), when, the payload before and after.  A payload that is
+ * not JSON raises 50023, nothing changed.
+ */
+CREATE PROCEDURE queuebox.requeue_inbox_edited @id BIGINT, @payload NVARCHAR(MAX)
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+	DECLARE @before NVARCHAR(MAX);
+	DECLARE @n INT = 0;
+
+	IF @payload IS NULL OR ISJSON(N'[' + @payload + N']') <> 1
+		THROW 50023, N'the payload is not JSON; pass the edited payload as JSON text, e.g. {"amount": 10}', 1;
+	IF @own = 1
+		BEGIN TRANSACTION;
+	SELECT @before = payload FROM queuebox.inbox WITH (UPDLOCK, ROWLOCK)
+	WHERE id = @id AND state = N'dead';
+	IF @@ROWCOUNT = 1
+	BEGIN
+		UPDATE queuebox.inbox
+		SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
+			lease_until = NULL, hold = NULL, payload = @payload
+		WHERE id = @id AND state = N'dead';
+		SET @n = @@ROWCOUNT;
+		INSERT queuebox.inbox_audit (inbox_id, action, payload_before, payload_after)
+			VALUES (@id, N'requeue', @before, @payload);
+	END
+	IF @own = 1
+		COMMIT TRANSACTION;
+	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS requeued;
+END
+GO
+/*
+ * skip_inbox: a dead push row that holds its aggregate lets it go: it
+ * stays dead, its hold is cleared (recorded in inbox_audit), and the
+ * aggregate's first open push row, when pending, is released as the
+ * relay's promotion releases it, in a later statement (the update waited
+ * for the claims parking rows behind it).  0, nothing changed, for a row
+ * that is not dead and holding.
+ */
+CREATE PROCEDURE queuebox.skip_inbox @id BIGINT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+	DECLARE @agg NVARCHAR(400);
+	DECLARE @n INT = 0;
+
+	IF @own = 1
+		BEGIN TRANSACTION;
+	SELECT @agg = aggregate_id FROM queuebox.inbox WITH (UPDLOCK, ROWLOCK)
+	WHERE id = @id AND state = N'dead' AND hold = N'dead';
+	IF @@ROWCOUNT = 1
+	BEGIN
+		UPDATE queuebox.inbox WITH (ROWLOCK)
+		SET hold = NULL
+		WHERE id = @id AND state = N'dead' AND hold = N'dead';
+		SET @n = @@ROWCOUNT;
+	END
+	IF @n = 1
+	BEGIN
+		INSERT queuebox.inbox_audit (inbox_id, action) VALUES (@id, N'skip');
+		UPDATE o SET hold = NULL
+		FROM queuebox.inbox o WITH (ROWLOCK)
+		WHERE o.state = N'pending'
+		  AND o.id = (SELECT TOP (1) u.id FROM (
+						  SELECT p.id, p.created_at FROM (
+							  SELECT TOP (1) e.id, e.created_at FROM queuebox.inbox e
+							  WHERE e.consumption = N'push' AND e.aggregate_id = @agg
+								AND e.state IN (N'pending', N'processing')
+							  ORDER BY e.created_at, e.id) p
+						  UNION ALL
+						  SELECT d.id, d.created_at FROM (
+							  SELECT TOP (1) e.id, e.created_at FROM queuebox.inbox e
+							  WHERE e.hold = N'dead' AND e.aggregate_id = @agg
+							  ORDER BY e.created_at, e.id) d) u
+					  ORDER BY u.created_at, u.id);
+	END
+	IF @own = 1
+		COMMIT TRANSACTION;
+	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS skipped;
+END
+GO
+/*
+ * held_aggregates: the aggregates whose first open push row is dead and
+ * holding them, with rows parked behind it: aggregate_id, source, head_id,
+ * behind, since (the oldest of them was created, UTC); at most @limit, in
+ * aggregate order.
+ */
+CREATE PROCEDURE queuebox.held_aggregates @limit INT = 100
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SELECT TOP (@limit) a.aggregate_id, h.source, h.id AS head_id, b.n AS behind, b.since
+	FROM (SELECT DISTINCT i.aggregate_id FROM queuebox.inbox i
+		  WHERE i.state = N'pending' AND i.hold = N'aggregate' AND i.consumption = N'push'
+			AND i.aggregate_id IS NOT NULL) a
+	CROSS APPLY (SELECT TOP (1) e.id, e.source, e.created_at FROM queuebox.inbox e
+				 WHERE e.hold = N'dead' AND e.aggregate_id = a.aggregate_id
+				 ORDER BY e.created_at, e.id) h
+	CROSS APPLY (SELECT COUNT_BIG(*) AS n, MIN(e.created_at) AS since FROM queuebox.inbox e
+				 WHERE e.consumption = N'push' AND e.aggregate_id = a.aggregate_id
+				   AND e.state IN (N'pending', N'processing')
+				   AND (e.created_at > h.created_at OR (e.created_at = h.created_at AND e.id > h.id))) b
+	WHERE NOT EXISTS (SELECT 1 FROM queuebox.inbox e
+					  WHERE e.consumption = N'push' AND e.aggregate_id = a.aggregate_id
+						AND e.state IN (N'pending', N'processing')
+						AND (e.created_at < h.created_at OR (e.created_at = h.created_at AND e.id < h.id)))
+	ORDER BY a.aggregate_id;
 END
 GO
 

@@ -13,7 +13,12 @@
  *	POST /outbox/{id}/skip				a dead row that holds its key lets it go
  *	GET  /outbox/held?limit=N			keys held by a dead or retrying head
  *	POST /inbox/{id}/replay				the inbox row into a new outbox row
- *	POST /inbox/{id}/requeue			dead -> pending
+ *	POST /inbox/{id}/requeue			dead -> pending; with {"payload": ...}
+ *										replaced (audited, a source's onDead:
+ *										holdKey)
+ *	POST /inbox/{id}/skip				a dead row that holds its aggregate
+ *										lets it go
+ *	GET  /inbox/held?limit=N			aggregates held by a dead head
  *	POST /outbox/replay   {"state", "topicPattern", "since", "until"}
  *	POST /outbox/requeue  {"topicPattern", "since", "until"}
  *	POST /inbox/replay    {"state", "source", "since", "until"}
@@ -52,6 +57,8 @@ static const QbaRoute qba_routes[] = {
 	{"outbox", "held", false, QB_Q_HELD_KEYS, {NULL}},
 	{"outbox", "skip", true, QB_Q_SKIP_OUTBOX, {NULL}},
 	{"inbox", "dead", false, QB_Q_DEAD_INBOX, {NULL}},
+	{"inbox", "held", false, QB_Q_HELD_AGGREGATES, {NULL}},
+	{"inbox", "skip", true, QB_Q_SKIP_INBOX, {NULL}},
 	{"outbox", "replay", true, QB_Q_REPLAY_OUTBOX, {NULL}},
 	{"outbox", "requeue", true, QB_Q_REQUEUE_OUTBOX, {NULL}},
 	{"inbox", "replay", true, QB_Q_REPLAY_INBOX, {NULL}},
@@ -248,10 +255,11 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 	if (rt == NULL)
 	{
 		qba_error(status, answer, 404,
-				  "no such admin route; see docs/http-api.md (outbox|inbox/dead, outbox/held, outbox|inbox/{id}/replay|requeue, outbox/{id}/skip, outbox|inbox/replay|requeue, destinations/{name}/resume, overview)");
+				  "no such admin route; see docs/http-api.md (outbox|inbox/dead, outbox|inbox/held, outbox|inbox/{id}/replay|requeue|skip, outbox|inbox/replay|requeue, destinations/{name}/resume, overview)");
 		return;
 	}
-	get = rt->query == QB_Q_DEAD_OUTBOX || rt->query == QB_Q_DEAD_INBOX || rt->query == QB_Q_HELD_KEYS;
+	get = rt->query == QB_Q_DEAD_OUTBOX || rt->query == QB_Q_DEAD_INBOX || rt->query == QB_Q_HELD_KEYS ||
+		rt->query == QB_Q_HELD_AGGREGATES;
 	if (strcmp(method, get ? "GET" : "POST") != 0)
 	{
 		qba_error(status, answer, 405, get ? "use GET" : "use POST");
@@ -284,14 +292,15 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 		memcpy(idbuf, id, idlen);
 		idbuf[idlen] = '\0';
 		params[0] = idbuf;
-		if (rt->query == QB_Q_REQUEUE_OUTBOX && body_len > 0)
+		if ((rt->query == QB_Q_REQUEUE_OUTBOX || rt->query == QB_Q_REQUEUE_INBOX) && body_len > 0)
 		{
 			/* {"payload": <any JSON>}: an edited requeue */
 			if (!qba_edited_payload(body, body_len, &edited, status, answer))
 				return;
 			params[1] = edited;
-			rc = store->query_text(store->ctx, QB_Q_REQUEUE_OUTBOX_EDITED, params, timeout_ms, &out,
-								   err, sizeof(err));
+			rc = store->query_text(store->ctx, rt->query == QB_Q_REQUEUE_OUTBOX ?
+								   QB_Q_REQUEUE_OUTBOX_EDITED : QB_Q_REQUEUE_INBOX_EDITED,
+								   params, timeout_ms, &out, err, sizeof(err));
 			free(edited);
 		}
 		else
@@ -350,7 +359,10 @@ qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const
 		qba_error(status, answer, 404,
 				  rt->query == QB_Q_RESUME_DESTINATION ? "no destination of this name in the configuration" :
 				  strcmp(verb, "requeue") == 0 ? "no dead row with this id (only dead rows can be requeued)" :
-				  strcmp(verb, "skip") == 0 ? "no dead row with this id that holds its key (only such rows can be skipped)"
+				  strcmp(verb, "skip") == 0 ?
+				  (strcmp(table, "inbox") == 0 ?
+				   "no dead row with this id that holds its aggregate (only such rows can be skipped)" :
+				   "no dead row with this id that holds its key (only such rows can be skipped)")
 				  : "no row with this id");
 	}
 	else

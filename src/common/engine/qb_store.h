@@ -201,6 +201,10 @@ typedef enum QbQuery
 								 * + intake, retrying, parked, oldest_pending_sec],
 								 * "outbox"|"inbox": {"pending", "processing", "dead",
 								 * "oldest_pending_sec"}} */
+	/* onDead: holdKey in the relay's aggregate order (the inbox's) */
+	QB_Q_HELD_AGGREGATES,		/* (limit) -> [held_aggregates() rows] */
+	QB_Q_SKIP_INBOX,			/* (id) -> {"skipped": bool} */
+	QB_Q_REQUEUE_INBOX_EDITED,	/* (id, payload JSON text) -> {"requeued": bool} */
 	QB_NQUERIES
 } QbQuery;
 

@@ -64,4 +64,7 @@ const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS] = {
 	[QB_PG_S_QUERY + 14] = {"skip outbox", QB_PG_Q_SKIP_OUTBOX, 1, {T}},
 	[QB_PG_S_QUERY + 15] = {"requeue outbox edited", QB_PG_Q_REQUEUE_OUTBOX_EDITED, 2, {T, T}},
 	[QB_PG_S_QUERY + 16] = {"overview", QB_PG_Q_OVERVIEW, 0, {0}},
+	[QB_PG_S_QUERY + 17] = {"held aggregates", QB_PG_Q_HELD_AGGREGATES, 1, {T}},
+	[QB_PG_S_QUERY + 18] = {"skip inbox", QB_PG_Q_SKIP_INBOX, 1, {T}},
+	[QB_PG_S_QUERY + 19] = {"requeue inbox edited", QB_PG_Q_REQUEUE_INBOX_EDITED, 2, {T, T}},
 };

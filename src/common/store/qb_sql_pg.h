@@ -738,6 +738,14 @@
 	"SELECT json_build_object('skipped', queuebox.skip_outbox($1::bigint))::text"
 #define QB_PG_Q_REQUEUE_OUTBOX_EDITED \
 	"SELECT json_build_object('requeued', queuebox.requeue_outbox($1::bigint, $2::jsonb))::text"
+/* onDead: holdKey in the relay's aggregate order */
+#define QB_PG_Q_HELD_AGGREGATES \
+	"SELECT coalesce(json_agg(h ORDER BY h.aggregate_id), '[]')::text FROM (" \
+	"  SELECT * FROM queuebox.held_aggregates() LIMIT coalesce($1::int, 100)) h"
+#define QB_PG_Q_SKIP_INBOX \
+	"SELECT json_build_object('skipped', queuebox.skip_inbox($1::bigint))::text"
+#define QB_PG_Q_REQUEUE_INBOX_EDITED \
+	"SELECT json_build_object('requeued', queuebox.requeue_inbox($1::bigint, $2::jsonb))::text"
 #define QB_PG_Q_RESUME_DESTINATION \
 	"SELECT json_build_object('known', $1::text = ANY (queuebox._destination_names())," \
 	"  'resumed', queuebox.resume_destination($1::text))::text"

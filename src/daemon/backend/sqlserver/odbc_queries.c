@@ -157,6 +157,21 @@ static const QboQuery qbo_queries[QB_NQUERIES] = {
 	[QB_Q_REQUEUE_OUTBOX_EDITED] = {.sql = QBOQ_FLAG(QBOQ_ID("id") " DECLARE @payload NVARCHAR(MAX) = ?;",
 													 "queuebox.requeue_outbox_edited @id, @payload", "requeued"),
 	.nparams = 2},
+	/* onDead: holdKey in the relay's aggregate order */
+	[QB_Q_HELD_AGGREGATES] = {.sql =
+		QBOQ_ID("limit") " DECLARE @lim INT = ISNULL(@limit, 100);"
+		" DECLARE @h TABLE (aggregate_id NVARCHAR(400), source NVARCHAR(200), head_id BIGINT,"
+		"                   behind BIGINT, since DATETIME2(6));"
+		" INSERT @h EXEC queuebox.held_aggregates @lim;"
+		" SELECT ISNULL((SELECT aggregate_id, source, head_id, behind,"
+		"                 CONVERT(NVARCHAR(33), since, 127) + N'Z' AS since"
+		"                FROM @h ORDER BY aggregate_id FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')",
+	.nparams = 1},
+	[QB_Q_SKIP_INBOX] = {.sql = QBOQ_FLAG(QBOQ_ID("id"), "queuebox.skip_inbox @id", "skipped"),
+	.nparams = 1},
+	[QB_Q_REQUEUE_INBOX_EDITED] = {.sql = QBOQ_FLAG(QBOQ_ID("id") " DECLARE @payload NVARCHAR(MAX) = ?;",
+													"queuebox.requeue_inbox_edited @id, @payload", "requeued"),
+	.nparams = 2},
 	/*
 	 * built as text, as the gauges are; destination_status's rows through a
 	 * table, with the pending rows by where they wait (qb_sql_pg.h's
