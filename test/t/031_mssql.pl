@@ -7,8 +7,9 @@
 #   and dead rows, a down destination beside a healthy one with a hot key, kill -9
 #   of an outbox role mid-delivery, the server cut away and given back,
 #   the ingress with duplicates and a bad signature, the relay with its
-#   headers and a source's onDead: holdKey, the five pull statements and the claim's app-lock timeout
-#   (Msg 51000), the admin routes and /metrics, and T-SQL topic_matches
+#   headers and a source's onDead: holdKey, the five pull statements and
+#   the claim's app-lock timeout (Msg 51000), the admin routes and
+#   /metrics, and T-SQL topic_matches
 #   against the extension's C one, and the upgrade of filled 0.3.0, 0.3.1,
 #   0.3.2 and 0.3.3 schemas.  Every case counts rows before and after.
 #

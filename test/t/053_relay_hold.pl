@@ -8,7 +8,7 @@
 #   template is fixed) sends the edited row first, then the rest in order;
 #   a skip lets the aggregate go on without its head.  A source left at
 #   release (the default) lets the aggregate go on at once, as before.
-#   Every step counts inbox and outbox rows.
+#   Every step counts inbox and outbox rows.  pg_dump keeps the audit rows.
 use strict;
 use warnings;
 
@@ -183,6 +183,20 @@ sub run_case
 	qb_configure($node, yaml_for($port, '{{ eventType }}'));
 	qb_wait_for(sub { $http->get("$base/healthz")->{status} == 200 }, 'extension: the ingress listens', timeout => 30);
 	run_case('ext', $node, $base, sub { qb_configure($node, yaml_for($port, $_[0])) });
+
+	# pg_dump keeps what operators did: both audit tables are the
+	# extension's configuration tables (pg_extension_config_dump)
+	$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload, state) VALUES ('x', '{}', 'dead');
+		SELECT queuebox.requeue_outbox(id) FROM queuebox.outbox WHERE topic = 'x'});
+	my $audits = q{SELECT (SELECT string_agg(inbox_id || ':' || action, ',' ORDER BY id) FROM queuebox.inbox_audit)
+		|| '/' || (SELECT string_agg(outbox_id || ':' || action, ',' ORDER BY id) FROM queuebox.outbox_audit)};
+	my $want = $node->safe_psql('postgres', $audits);
+	my $dump = "$PostgreSQL::Test::Utils::tmp_check/053_relayhold_dump.sql";
+	$node->command_ok([ 'pg_dump', '-d', $node->connstr('postgres'), '-f', $dump ], 'pg_dump of the extension database');
+	$node->safe_psql('postgres', 'CREATE DATABASE restored');
+	$node->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('restored'), '-f', $dump ],
+		'the dump restores into a new database');
+	is($node->safe_psql('restored', $audits), $want, 'pg_dump kept the inbox_audit and outbox_audit rows');
 	$node->stop;
 }
 
