@@ -394,8 +394,14 @@ test_json_inbox_and_names(void **state)
 		int64_t		ids[2] = {3, 4};
 		const char *topics[2] = {"stripe.charge", ""};
 
+		const bool	holds[2] = {true, true};
+
 		text = qb_odbc_json_topics(ids, topics, NULL, 2, &oom);
 		assert_string_equal(text, "[{\"id\":3,\"t\":\"stripe.charge\"},{\"id\":4,\"t\":\"\"}]");
+		free(text);
+		/* a row that holds its aggregate if it goes dead says so (onDead: holdKey) */
+		text = qb_odbc_json_topics(ids, topics, holds, 2, &oom);
+		assert_string_equal(text, "[{\"id\":3,\"t\":\"stripe.charge\",\"h\":1},{\"id\":4,\"t\":\"\",\"h\":1}]");
 		free(text);
 	}
 	assert_false(oom);
