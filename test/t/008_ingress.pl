@@ -509,6 +509,12 @@ is("$r->{status} " . reason($r), '404 no row from source plain with idempotency 
 $r = $http->get("$base/admin/inbox/lookup?source=plain", { headers => \%auth });
 is("$r->{status} " . reason($r), '400 idempotency_key is required (this route takes source and idempotency_key)',
 	'inbox lookup: a missing parameter is 400, named');
+# the overview's workers: the ingress answering this very request
+$r = $http->get("$base/admin/overview", { headers => \%auth });
+my ($ingress) = grep { $_->{name} eq 'ingress' } @{ $json->decode($r->{content})->{workers} // [] };
+is(($ingress->{state} // '') . '/' . (($ingress->{pid} // 0) > 0 ? 'pid' : 'no pid'), 'serving/pid',
+	'overview: the ingress worker is listed, serving, with its pid');
+cmp_ok($ingress->{cycles} // 0, '>', 0, 'overview: with the passes it served');
 # writes: a query parameter is refused; each write is logged with who asked
 $r = $http->request('POST', "$base/admin/outbox/$c2/replay?x=1", { headers => \%auth });
 is($r->{status}, 400, 'a POST with a query parameter is 400');

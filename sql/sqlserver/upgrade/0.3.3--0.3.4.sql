@@ -22,11 +22,21 @@ GO
 CREATE INDEX outbox_key_dead_idx ON queuebox.outbox ([key], id)
 	WHERE hold = N'dead';
 GO
+-- Who did an operator's action (outbox_audit.done_by): what the admin route
+-- put in SESSION_CONTEXT (its peer, "admin route from 127.0.0.1"), else the
+-- login.  A function, not the expression, as the column's default: Babelfish
+-- cannot read that expression back from sys.default_constraints.
+CREATE FUNCTION queuebox._actor() RETURNS NVARCHAR(200)
+AS
+BEGIN
+	RETURN COALESCE(CAST(SESSION_CONTEXT(N'queuebox.actor') AS NVARCHAR(200)), SUSER_SNAME());
+END
+GO
 CREATE TABLE queuebox.outbox_audit (
 	id				BIGINT IDENTITY(1, 1) NOT NULL CONSTRAINT outbox_audit_pkey PRIMARY KEY,
 	outbox_id		BIGINT NOT NULL,
 	action			NVARCHAR(20) NOT NULL CONSTRAINT outbox_audit_action_check CHECK (action IN (N'requeue', N'skip')),
-	done_by			NVARCHAR(200) NOT NULL CONSTRAINT outbox_audit_done_by_default DEFAULT COALESCE(CAST(SESSION_CONTEXT(N'queuebox.actor') AS NVARCHAR(200)), SUSER_SNAME()),
+	done_by			NVARCHAR(200) NOT NULL CONSTRAINT outbox_audit_done_by_default DEFAULT queuebox._actor(),
 	done_at			DATETIME2(6) NOT NULL CONSTRAINT outbox_audit_done_at_default DEFAULT SYSUTCDATETIME(),
 	payload_before	NVARCHAR(MAX) NULL,
 	payload_after	NVARCHAR(MAX) NULL

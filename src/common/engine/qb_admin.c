@@ -44,9 +44,12 @@
  *-------------------------------------------------------------------------
  */
 #include <ctype.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -807,6 +810,52 @@ qb_admin_handle(const QbHost *host, const QbStore *store, long timeout_ms,
 	json_decref(c.doc);
 }
 
+/* qba_time_ms: ms since the epoch as ISO 8601 UTC text, JSON null for 0 */
+static json_t *
+qba_time_ms(int64_t ms)
+{
+	time_t		t = (time_t) (ms / 1000);
+	struct tm	tm;
+	char		buf[80];
+
+	if (ms <= 0 || gmtime_r(&t, &tm) == NULL)
+		return json_null();
+	snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+			 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int) (ms % 1000));
+	return json_string(buf);
+}
+
+/*
+ * qba_workers: every worker slot in use, in slot order: what each worker
+ * is doing and since when.  A worker whose process is gone without
+ * stopping cleanly (killed; its replacement takes the slot again when it
+ * starts) shows as "gone".
+ */
+static json_t *
+qba_workers(const QbMetrics *m)
+{
+	json_t	   *a = json_array();
+
+	for (int i = 0; m != NULL && i < QB_METRICS_WORKERS; i++)
+	{
+		const QbActivitySlot *w = &m->workers[i];
+		int			pid = __atomic_load_n(&w->pid, __ATOMIC_RELAXED);
+		uint32_t	act = __atomic_load_n(&w->activity, __ATOMIC_RELAXED);
+		bool		alive = pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+
+		if (__atomic_load_n(&w->state, __ATOMIC_ACQUIRE) != 2)
+			continue;
+		json_array_append_new(a, json_pack("{s:s,s:i,s:s,s:o,s:o,s:o}",
+										   "name", w->name, "pid", pid,
+										   "state", !alive && act != QB_W_STOPPED ? "gone" :
+										   qb_worker_activity_name((QbWorkerActivity) act),
+										   "since", qba_time_ms(__atomic_load_n(&w->since_ms, __ATOMIC_RELAXED)),
+										   "last_cycle", qba_time_ms(__atomic_load_n(&w->last_cycle_ms, __ATOMIC_RELAXED)),
+										   "cycles", json_integer((json_int_t) __atomic_load_n(&w->cycles, __ATOMIC_RELAXED))));
+	}
+	return a;
+}
+
 /* qba_count: a counter as a JSON integer (counters stay far below 2^63) */
 static json_t *
 qba_count(uint64_t n)
@@ -870,6 +919,7 @@ qb_admin_overview(const QbStore *store, long timeout_ms, const char *method,
 												 "unavailable", qba_count(c[QB_RX_UNAVAILABLE])));
 	}
 	json_object_set_new(o, "sources", sources);
+	json_object_set_new(o, "workers", qba_workers(metrics));
 	*answer = json_dumps(o, JSON_COMPACT);
 	*status = *answer != NULL ? 200 : 503;
 	if (*answer == NULL)

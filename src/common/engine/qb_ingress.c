@@ -1455,6 +1455,7 @@ qb_ingress_run(const QbHost *host, const QbStore *store, QbMetrics *metrics,
 			qbi_reload(&e);
 		if (e.mhd == NULL)
 		{
+			qb_host_doing(host, QB_W_IDLE);
 			host->wait(host->ctx, -1, wait_ms);
 			continue;
 		}
@@ -1463,12 +1464,15 @@ qb_ingress_run(const QbHost *host, const QbStore *store, QbMetrics *metrics,
 		/* the sweep needs a pass at least every QBI_SWEEP_MS while connections wait */
 		if (e.conns != NULL && wait_ms > QBI_SWEEP_MS)
 			wait_ms = QBI_SWEEP_MS;
+		qb_host_doing(host, QB_W_IDLE);
 		host->wait(host->ctx, e.epoll_fd, wait_ms);
 		MHD_run(e.mhd);
 		/* answer what this pass deferred, then let MHD send it */
 		while (e.deferred != NULL)
 		{
+			qb_host_doing(host, QB_W_SERVING);
 			qbi_serve(&e);
+			qb_host_cycle(host);
 			MHD_run(e.mhd);
 		}
 		qbi_sweep(&e);

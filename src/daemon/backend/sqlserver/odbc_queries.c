@@ -27,10 +27,14 @@
 	"  THROW 50022, N'" name ": not a whole number', 1;" \
 	" DECLARE @" name " BIGINT = TRY_CONVERT(BIGINT, @" name "_t);"
 
-/* a text parameter as a time: @name DATETIME2 in UTC, or THROW 50022 saying which */
+/*
+ * a text parameter as a time: @name DATETIME2 in UTC, or THROW 50022 saying
+ * which (the check converts to DATETIMEOFFSET of the default precision:
+ * Babelfish's TRY_CONVERT to DATETIMEOFFSET(6) answers NULL for every time)
+ */
 #define QBOQ_TIME(name) \
 	" DECLARE @" name "_t NVARCHAR(64) = ?;" \
-	" IF @" name "_t IS NOT NULL AND TRY_CONVERT(DATETIMEOFFSET(6), @" name "_t) IS NULL" \
+	" IF @" name "_t IS NOT NULL AND TRY_CONVERT(DATETIMEOFFSET, @" name "_t) IS NULL" \
 	"  THROW 50022, N'" name ": not a time; write it in ISO 8601, e.g. 2026-12-01T09:30:00Z', 1;" \
 	" DECLARE @" name " DATETIME2(6) = queuebox._utc(@" name "_t);"
 
