@@ -525,6 +525,7 @@ DECLARE
 	lead		text;
 	lead_value	text;
 	needle		text := lower(dead_outbox.error);
+	walk		refcursor;
 	r			record;
 	ids			bigint[] := '{}';
 	examined	int := 0;
@@ -538,13 +539,21 @@ BEGIN
 				 WHEN dead_outbox.destination IS NOT NULL THEN 'destination'
 				 WHEN dead_outbox.topic IS NOT NULL THEN 'topic' END;
 	lead_value := coalesce(dead_outbox.key, dead_outbox.destination, dead_outbox.topic);
-	FOR r IN EXECUTE
+	/*
+	 * The walk: a cursor (OPEN plans for its first rows, as a FOR loop does
+	 * not) with the bound as its LIMIT, so the planner walks the lead's
+	 * index in id order rather than reading and sorting every dead row of
+	 * the lead's value before the first.
+	 */
+	OPEN walk FOR EXECUTE
 		'SELECT o.id, o.destination, o.topic, o.key, o.last_error, o.created_at'
 		' FROM queuebox.outbox o WHERE o.state = ''dead'' AND o.id > $1'
 		|| CASE WHEN lead IS NULL THEN '' ELSE format(' AND o.%I = $2', lead) END
-		|| ' ORDER BY o.id'
-		USING coalesce(dead_outbox.after, 0), lead_value
+		|| ' ORDER BY o.id LIMIT 10000'
+		USING coalesce(dead_outbox.after, 0), lead_value;
 	LOOP
+		FETCH walk INTO r;
+		EXIT WHEN NOT FOUND;
 		examined := examined + 1;
 		last_id := r.id;
 		IF (dead_outbox.destination IS NULL OR r.destination = dead_outbox.destination)
@@ -558,6 +567,7 @@ BEGIN
 		END IF;
 		EXIT WHEN examined >= 10000;
 	END LOOP;
+	CLOSE walk;
 	RETURN jsonb_build_object(
 		'rows', (SELECT coalesce(jsonb_agg(jsonb_build_object(
 					'id', o.id, 'message_id', o.message_id, 'topic', o.topic, 'key', o.key,
@@ -588,6 +598,7 @@ CREATE FUNCTION queuebox.dead_inbox(
 	AS $$
 DECLARE
 	needle		text := lower(dead_inbox.error);
+	walk		refcursor;
 	r			record;
 	ids			bigint[] := '{}';
 	examined	int := 0;
@@ -597,13 +608,16 @@ BEGIN
 		RAISE EXCEPTION 'page_size must be from 1 to 1000, not %', page_size
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	FOR r IN EXECUTE
+	/* as dead_outbox's walk: source its lead, the LIMIT its bound */
+	OPEN walk FOR EXECUTE
 		'SELECT i.id, i.event_type, i.idempotency_key, i.aggregate_id, i.last_error, i.created_at'
 		' FROM queuebox.inbox i WHERE i.state = ''dead'' AND i.id > $1'
 		|| CASE WHEN dead_inbox.source IS NULL THEN '' ELSE ' AND i.source = $2' END
-		|| ' ORDER BY i.id'
-		USING coalesce(dead_inbox.after, 0), dead_inbox.source
+		|| ' ORDER BY i.id LIMIT 10000'
+		USING coalesce(dead_inbox.after, 0), dead_inbox.source;
 	LOOP
+		FETCH walk INTO r;
+		EXIT WHEN NOT FOUND;
 		examined := examined + 1;
 		last_id := r.id;
 		IF (dead_inbox.event_type IS NULL OR r.event_type = dead_inbox.event_type)
@@ -617,6 +631,7 @@ BEGIN
 		END IF;
 		EXIT WHEN examined >= 10000;
 	END LOOP;
+	CLOSE walk;
 	RETURN jsonb_build_object(
 		'rows', (SELECT coalesce(jsonb_agg(jsonb_build_object(
 					'id', i.id, 'source', i.source, 'idempotency_key', i.idempotency_key,

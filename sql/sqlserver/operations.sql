@@ -353,13 +353,13 @@ BEGIN
 	SET @after = ISNULL(@after, 0);
 	IF @key IS NOT NULL
 		INSERT @c SELECT TOP (10000) id FROM queuebox.outbox
-		WHERE state = N'dead' AND [key] = @key AND id > @after ORDER BY id;
+		WHERE state = N'dead' AND [key] = @key AND id > @after ORDER BY [key], id;
 	ELSE IF @destination IS NOT NULL
 		INSERT @c SELECT TOP (10000) id FROM queuebox.outbox
-		WHERE state = N'dead' AND destination = @destination AND id > @after ORDER BY id;
+		WHERE state = N'dead' AND destination = @destination AND id > @after ORDER BY destination, id;
 	ELSE IF @topic IS NOT NULL
 		INSERT @c SELECT TOP (10000) id FROM queuebox.outbox
-		WHERE state = N'dead' AND topic = @topic AND id > @after ORDER BY id;
+		WHERE state = N'dead' AND topic = @topic AND id > @after ORDER BY topic, id;
 	ELSE
 		INSERT @c SELECT TOP (10000) id FROM queuebox.outbox
 		WHERE state = N'dead' AND id > @after ORDER BY id;
@@ -402,7 +402,7 @@ BEGIN
 	SET @after = ISNULL(@after, 0);
 	IF @source IS NOT NULL
 		INSERT @c SELECT TOP (10000) id FROM queuebox.inbox
-		WHERE state = N'dead' AND source = @source AND id > @after ORDER BY id;
+		WHERE state = N'dead' AND source = @source AND id > @after ORDER BY source, id;
 	ELSE
 		INSERT @c SELECT TOP (10000) id FROM queuebox.inbox
 		WHERE state = N'dead' AND id > @after ORDER BY id;

@@ -3,6 +3,8 @@
 -- dead_inbox (filters, the id cursor, the 10000-row bound and next_after,
 -- bad input), outbox_row with its audit and the actor, inbox_row,
 -- inbox_lookup, pause_destination and reset_destination.
+-- errors without their CONTEXT lines (line numbers in the functions)
+\set VERBOSITY terse
 TRUNCATE queuebox.outbox RESTART IDENTITY;
 TRUNCATE queuebox.outbox_audit RESTART IDENTITY;
 TRUNCATE queuebox.inbox RESTART IDENTITY;

@@ -454,8 +454,8 @@ is($page->("after=$a0&error=teapot"), '200 7 next -', 'dead list: by a case-inse
 is($page->("after=$a0&since=2026-10-03&until=2026-10-05T00:00:00%2B00:00"), '200 2,3 next -',
 	'dead list: since (a date) and until (a time with its zone) on created_at');
 is($page->("after=$a0&topic=&destination=odd&key=ck0"), '200 3,9 next -', 'dead list: an empty parameter is no filter; filters combine');
-my $row = $json->decode($http->get("$base/admin/outbox/dead?after=$a0&limit=1", { headers => \%auth })->{content})->[0];
-is(join(',', sort keys %$row), 'attempt,created_at,destination,holds_key,id,key,last_error,max_attempts,message_id,topic',
+my $dead_row = $json->decode($http->get("$base/admin/outbox/dead?after=$a0&limit=1", { headers => \%auth })->{content})->[0];
+is(join(',', sort keys %$dead_row), 'attempt,created_at,destination,holds_key,id,key,last_error,max_attempts,message_id,topic',
 	'dead list: each row has the contract\'s fields');
 is($page->('limit=0'), '400 limit must be a whole number from 1 to 1000', 'dead list: limit 0 is 400, saying what it takes');
 is($page->('limit=1001'), '400 limit must be a whole number from 1 to 1000', 'dead list: limit 1001 is 400');

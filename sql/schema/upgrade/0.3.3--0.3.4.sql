@@ -15,6 +15,12 @@
  *	- outbox_audit: what operators did to dead rows (an edited requeue, a
  *	  skip), who and when.
  *	- requeue_outbox(id, payload), skip_outbox(id), held_keys().
+ *	- The console's reads and destination actions (issue 25, the section
+ *	  "Operations" below): dead_outbox, dead_inbox, outbox_row, inbox_row,
+ *	  inbox_lookup, pause_destination, reset_destination; partial indexes
+ *	  on state = 'dead' for the dead lists (IF NOT EXISTS: an operator may
+ *	  make them CONCURRENTLY first); outbox_audit.done_by names the admin
+ *	  route's actor (queuebox_admin.actor) when it is set.
  *
  * No row changes: no dead row holds its key before this version.  CREATE
  * INDEX reads the outbox once and blocks writes to it while it runs:
@@ -152,12 +158,12 @@ $$;
 -- Partial on state = 'dead', so only a row going dead writes an entry:
 -- claims, settles and sent rows pay nothing, and the state update was
 -- never HOT (state is in other partial indexes' predicates).
-CREATE INDEX outbox_dead_idx ON queuebox.outbox (id) WHERE state = 'dead';
-CREATE INDEX outbox_dead_destination_idx ON queuebox.outbox (destination, id) WHERE state = 'dead';
-CREATE INDEX outbox_dead_topic_idx ON queuebox.outbox (topic, id) WHERE state = 'dead';
-CREATE INDEX outbox_dead_key_idx ON queuebox.outbox (key, id) WHERE state = 'dead';
-CREATE INDEX inbox_dead_idx ON queuebox.inbox (id) WHERE state = 'dead';
-CREATE INDEX inbox_dead_source_idx ON queuebox.inbox (source, id) WHERE state = 'dead';
+CREATE INDEX IF NOT EXISTS outbox_dead_idx ON queuebox.outbox (id) WHERE state = 'dead';
+CREATE INDEX IF NOT EXISTS outbox_dead_destination_idx ON queuebox.outbox (destination, id) WHERE state = 'dead';
+CREATE INDEX IF NOT EXISTS outbox_dead_topic_idx ON queuebox.outbox (topic, id) WHERE state = 'dead';
+CREATE INDEX IF NOT EXISTS outbox_dead_key_idx ON queuebox.outbox (key, id) WHERE state = 'dead';
+CREATE INDEX IF NOT EXISTS inbox_dead_idx ON queuebox.inbox (id) WHERE state = 'dead';
+CREATE INDEX IF NOT EXISTS inbox_dead_source_idx ON queuebox.inbox (source, id) WHERE state = 'dead';
 
 -- ---------------------------------------------------------------------------
 -- Operations: the console's reads and destination actions (issue 25)
@@ -191,6 +197,7 @@ DECLARE
 	lead		text;
 	lead_value	text;
 	needle		text := lower(dead_outbox.error);
+	walk		refcursor;
 	r			record;
 	ids			bigint[] := '{}';
 	examined	int := 0;
@@ -204,13 +211,21 @@ BEGIN
 				 WHEN dead_outbox.destination IS NOT NULL THEN 'destination'
 				 WHEN dead_outbox.topic IS NOT NULL THEN 'topic' END;
 	lead_value := coalesce(dead_outbox.key, dead_outbox.destination, dead_outbox.topic);
-	FOR r IN EXECUTE
+	/*
+	 * The walk: a cursor (OPEN plans for its first rows, as a FOR loop does
+	 * not) with the bound as its LIMIT, so the planner walks the lead's
+	 * index in id order rather than reading and sorting every dead row of
+	 * the lead's value before the first.
+	 */
+	OPEN walk FOR EXECUTE
 		'SELECT o.id, o.destination, o.topic, o.key, o.last_error, o.created_at'
 		' FROM queuebox.outbox o WHERE o.state = ''dead'' AND o.id > $1'
 		|| CASE WHEN lead IS NULL THEN '' ELSE format(' AND o.%I = $2', lead) END
-		|| ' ORDER BY o.id'
-		USING coalesce(dead_outbox.after, 0), lead_value
+		|| ' ORDER BY o.id LIMIT 10000'
+		USING coalesce(dead_outbox.after, 0), lead_value;
 	LOOP
+		FETCH walk INTO r;
+		EXIT WHEN NOT FOUND;
 		examined := examined + 1;
 		last_id := r.id;
 		IF (dead_outbox.destination IS NULL OR r.destination = dead_outbox.destination)
@@ -224,6 +239,7 @@ BEGIN
 		END IF;
 		EXIT WHEN examined >= 10000;
 	END LOOP;
+	CLOSE walk;
 	RETURN jsonb_build_object(
 		'rows', (SELECT coalesce(jsonb_agg(jsonb_build_object(
 					'id', o.id, 'message_id', o.message_id, 'topic', o.topic, 'key', o.key,
@@ -254,6 +270,7 @@ CREATE FUNCTION queuebox.dead_inbox(
 	AS $$
 DECLARE
 	needle		text := lower(dead_inbox.error);
+	walk		refcursor;
 	r			record;
 	ids			bigint[] := '{}';
 	examined	int := 0;
@@ -263,13 +280,16 @@ BEGIN
 		RAISE EXCEPTION 'page_size must be from 1 to 1000, not %', page_size
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	FOR r IN EXECUTE
+	/* as dead_outbox's walk: source its lead, the LIMIT its bound */
+	OPEN walk FOR EXECUTE
 		'SELECT i.id, i.event_type, i.idempotency_key, i.aggregate_id, i.last_error, i.created_at'
 		' FROM queuebox.inbox i WHERE i.state = ''dead'' AND i.id > $1'
 		|| CASE WHEN dead_inbox.source IS NULL THEN '' ELSE ' AND i.source = $2' END
-		|| ' ORDER BY i.id'
-		USING coalesce(dead_inbox.after, 0), dead_inbox.source
+		|| ' ORDER BY i.id LIMIT 10000'
+		USING coalesce(dead_inbox.after, 0), dead_inbox.source;
 	LOOP
+		FETCH walk INTO r;
+		EXIT WHEN NOT FOUND;
 		examined := examined + 1;
 		last_id := r.id;
 		IF (dead_inbox.event_type IS NULL OR r.event_type = dead_inbox.event_type)
@@ -283,6 +303,7 @@ BEGIN
 		END IF;
 		EXIT WHEN examined >= 10000;
 	END LOOP;
+	CLOSE walk;
 	RETURN jsonb_build_object(
 		'rows', (SELECT coalesce(jsonb_agg(jsonb_build_object(
 					'id', i.id, 'source', i.source, 'idempotency_key', i.idempotency_key,

@@ -9,6 +9,10 @@
  *	- _outbox_cycle settles 'dead-hold', and its claim, its promotion and
  *	  _outbox_sweep count a row that holds its key as open for that key.
  *	- outbox_audit, requeue_outbox_edited, skip_outbox, held_keys.
+ *	- The console's reads and destination actions (issue 25): dead_outbox,
+ *	  dead_inbox, outbox_row, inbox_row, inbox_lookup, pause_destination,
+ *	  reset_destination, four filtered indexes on dead rows, and _actor(),
+ *	  outbox_audit.done_by's default (SESSION_CONTEXT's actor, else the login).
  *
  * DROP and CREATE rather than ALTER, which Babelfish does not run for
  * procedures; the migration is one transaction, so no caller sees them
@@ -553,13 +557,13 @@ BEGIN
 	SET @after = ISNULL(@after, 0);
 	IF @key IS NOT NULL
 		INSERT @c SELECT TOP (10000) id FROM queuebox.outbox
-		WHERE state = N'dead' AND [key] = @key AND id > @after ORDER BY id;
+		WHERE state = N'dead' AND [key] = @key AND id > @after ORDER BY [key], id;
 	ELSE IF @destination IS NOT NULL
 		INSERT @c SELECT TOP (10000) id FROM queuebox.outbox
-		WHERE state = N'dead' AND destination = @destination AND id > @after ORDER BY id;
+		WHERE state = N'dead' AND destination = @destination AND id > @after ORDER BY destination, id;
 	ELSE IF @topic IS NOT NULL
 		INSERT @c SELECT TOP (10000) id FROM queuebox.outbox
-		WHERE state = N'dead' AND topic = @topic AND id > @after ORDER BY id;
+		WHERE state = N'dead' AND topic = @topic AND id > @after ORDER BY topic, id;
 	ELSE
 		INSERT @c SELECT TOP (10000) id FROM queuebox.outbox
 		WHERE state = N'dead' AND id > @after ORDER BY id;
@@ -602,7 +606,7 @@ BEGIN
 	SET @after = ISNULL(@after, 0);
 	IF @source IS NOT NULL
 		INSERT @c SELECT TOP (10000) id FROM queuebox.inbox
-		WHERE state = N'dead' AND source = @source AND id > @after ORDER BY id;
+		WHERE state = N'dead' AND source = @source AND id > @after ORDER BY source, id;
 	ELSE
 		INSERT @c SELECT TOP (10000) id FROM queuebox.inbox
 		WHERE state = N'dead' AND id > @after ORDER BY id;
