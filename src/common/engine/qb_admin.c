@@ -641,7 +641,8 @@ qba_params(QbaCall *c, QbAdminAnswer *ans)
 			c->params[0] = c->id;
 			if (nkeys > 0)
 			{
-				/* the body's keys after the name */
+				/* the body's keys (in params from 0), then moved after the name */
+				c->params[0] = NULL;
 				if (!qba_body_params(c, ans))
 					return false;
 				for (int k = nkeys; k > 0; k--)
