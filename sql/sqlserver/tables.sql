@@ -24,6 +24,16 @@
 
 CREATE SCHEMA queuebox;
 GO
+-- Who did an operator's action (outbox_audit.done_by): what the admin route
+-- put in SESSION_CONTEXT (its peer, "admin route from 127.0.0.1"), else the
+-- login.  A function, not the expression, as the column's default: Babelfish
+-- cannot read that expression back from sys.default_constraints.
+CREATE FUNCTION queuebox._actor() RETURNS NVARCHAR(200)
+AS
+BEGIN
+	RETURN COALESCE(CAST(SESSION_CONTEXT(N'queuebox.actor') AS NVARCHAR(200)), SUSER_SNAME());
+END
+GO
 
 -- The versions applied, one row per migration: the newest is the schema's.
 CREATE TABLE queuebox.schema_version (
@@ -108,7 +118,7 @@ CREATE TABLE queuebox.outbox_audit (
 	id				BIGINT IDENTITY(1, 1) NOT NULL CONSTRAINT outbox_audit_pkey PRIMARY KEY,
 	outbox_id		BIGINT NOT NULL,
 	action			NVARCHAR(20) NOT NULL CONSTRAINT outbox_audit_action_check CHECK (action IN (N'requeue', N'skip')),
-	done_by			NVARCHAR(200) NOT NULL CONSTRAINT outbox_audit_done_by_default DEFAULT SUSER_SNAME(),
+	done_by			NVARCHAR(200) NOT NULL CONSTRAINT outbox_audit_done_by_default DEFAULT queuebox._actor(),
 	done_at			DATETIME2(6) NOT NULL CONSTRAINT outbox_audit_done_at_default DEFAULT SYSUTCDATETIME(),
 	payload_before	NVARCHAR(MAX) NULL,
 	payload_after	NVARCHAR(MAX) NULL
@@ -192,10 +202,18 @@ CREATE TABLE queuebox.inbox_audit (
 	id				BIGINT IDENTITY(1, 1) NOT NULL CONSTRAINT inbox_audit_pkey PRIMARY KEY,
 	inbox_id		BIGINT NOT NULL,
 	action			NVARCHAR(20) NOT NULL CONSTRAINT inbox_audit_action_check CHECK (action IN (N'requeue', N'skip')),
-	done_by			NVARCHAR(200) NOT NULL CONSTRAINT inbox_audit_done_by_default DEFAULT SUSER_SNAME(),
+	done_by			NVARCHAR(200) NOT NULL CONSTRAINT inbox_audit_done_by_default DEFAULT queuebox._actor(),
 	done_at			DATETIME2(6) NOT NULL CONSTRAINT inbox_audit_done_at_default DEFAULT SYSUTCDATETIME(),
 	payload_before	NVARCHAR(MAX) NULL,
 	payload_after	NVARCHAR(MAX) NULL
 );
 CREATE INDEX inbox_audit_inbox_idx ON queuebox.inbox_audit (inbox_id);
+GO
+-- Operations: the console's reads (issue 25): dead rows by each exact
+-- filter of dead_outbox / dead_inbox (outbox_dead_idx and inbox_dead_idx
+-- serve the unfiltered walk); only a row going dead writes an entry.
+CREATE INDEX outbox_dead_destination_idx ON queuebox.outbox (destination, id) WHERE state = N'dead';
+CREATE INDEX outbox_dead_topic_idx ON queuebox.outbox (topic, id) WHERE state = N'dead';
+CREATE INDEX outbox_dead_key_idx ON queuebox.outbox ([key], id) WHERE state = N'dead';
+CREATE INDEX inbox_dead_source_idx ON queuebox.inbox (source, id) WHERE state = N'dead';
 GO

@@ -19,6 +19,8 @@
  */
 #include "postgres.h"
 
+#include <unistd.h>
+
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 
@@ -63,6 +65,7 @@ qb_engine_worker_main(Datum arg)
 	qb_engine_name(kind, index, name, sizeof(name));
 	snprintf(label, sizeof(label), "queuebox %s", name);
 	qb_worker_host_start(label, qbw_slot(kind, index), kind == QB_ENGINE_OUTBOX, &host);
+	host.worker = qb_metrics_worker(host.metrics, name, (int) getpid());
 	qb_spi_store_init(&store);
 
 	if (qb_engine_tables_check(&host, &store, name, err, sizeof(err)) != 0 ||
@@ -71,6 +74,7 @@ qb_engine_worker_main(Datum arg)
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("%s could not start: %s", label, err)));
 
+	qb_worker_set(host.worker, QB_W_STOPPED);
 	engine->stats(&stats, line, sizeof(line), detail, sizeof(detail));
 	ereport(LOG,
 			(errmsg("%s stopped: %s", label, line),

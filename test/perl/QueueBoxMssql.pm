@@ -113,8 +113,9 @@ sub mssql_do
 sub mssql_reset
 {
 	my ($dbh) = @_;
-	for my $kind ([ 'P', 'PROCEDURE' ], [ 'V', 'VIEW' ], [ 'FN', 'FUNCTION' ], [ 'IF', 'FUNCTION' ],
-		[ 'TF', 'FUNCTION' ], [ 'U', 'TABLE' ])
+	# tables before functions: a column's default may call one (outbox_audit.done_by)
+	for my $kind ([ 'P', 'PROCEDURE' ], [ 'V', 'VIEW' ], [ 'U', 'TABLE' ], [ 'FN', 'FUNCTION' ],
+		[ 'IF', 'FUNCTION' ], [ 'TF', 'FUNCTION' ])
 	{
 		my $names = mssql_rows($dbh,
 			q{SELECT o.name FROM sys.objects o WHERE o.schema_id = SCHEMA_ID(N'queuebox') AND o.type = ?},

@@ -188,6 +188,20 @@ $ov = decode_json($ov->{content});
 is(join(',', map { $_->{destination} } @{ $ov->{destinations} }), 'bus,web', 'it lists the destinations');
 is((grep { $_->{name} eq 'shop' } @{ $ov->{sources} })[0]{received}, 8,
 	'and what the ingress role received (the shared block)');
+# the workers: every role in the shared block, what it does and since when
+my %w = map { $_->{name} => $_ } @{ $ov->{workers} // [] };
+ok(exists $w{$_}, "workers: the $_ role is listed") for ('outbox 0', 'relay', 'ingress');
+is($w{ingress}{state}, 'serving', 'workers: the ingress is serving (this request)');
+ok(kill(0, $w{$_}{pid}), "workers: $_ has the pid of a live process ($w{$_}{pid})") for ('outbox 0', 'relay', 'ingress');
+like($w{'outbox 0'}{state}, qr/^(idle|claiming|delivering)$/, "workers: the outbox role is $w{'outbox 0'}{state}");
+like($w{'outbox 0'}{since}, qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/, 'workers: since is an ISO 8601 time');
+cmp_ok($w{'outbox 0'}{cycles}, '>', 0, 'workers: the outbox role has cycled');
+# the console's reads through the libpq store: a filtered page, one row
+my $dp = $http->get("$base/admin/inbox/dead?source=tasks&error=poison&limit=5", { headers => { Authorization => "Bearer $token" } });
+my $drows = decode_json($dp->{content});
+is(scalar(@$drows) . '/' . ($drows->[0]{last_error} // ''), '1/poison', 'the daemon filters dead inbox rows') or diag $dp->{content};
+my $one = $http->get("$base/admin/inbox/$drows->[0]{id}", { headers => { Authorization => "Bearer $token" } });
+is(decode_json($one->{content})->{state}, 'dead', 'and shows one inbox row') or diag $one->{content};
 
 # ---- a NATS destination with createStream under the daemon: the stream is made
 is(nats_count($nats, 'queuebox-bus'), undef, 'createStream (daemon): no stream queuebox-bus yet');

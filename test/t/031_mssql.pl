@@ -604,6 +604,61 @@ is($a->{status}, 200, 'admin skips a dead row that holds its key') or diag $a->{
 is(count('outbox', q{id = ? AND state = N'dead' AND hold IS NULL}, $ak2), 1, 'the skipped row stays dead, holding nothing');
 $a = $http->request('POST', "$base/admin/outbox/$ak2/skip", \%adm);
 is($a->{status}, 404, 'a second skip is 404');
+# the console's reads on SQL Server: one row with its audit (who: the
+# route and the peer), dead lists by filter and cursor, the inbox row and
+# lookup; pause, reset and resume of a destination
+$a = $http->get("$base/admin/outbox/$ak1", \%adm);
+is($a->{status}, 200, 'GET /admin/outbox/{id}: 200') or diag $a->{content};
+my $orow = eval { $json->decode($a->{content}) } // {};
+is($json->encode([ @$orow{qw(id topic key)}, $orow->{payload}, $orow->{headers} ]),
+	$json->encode([ 0 + $ak1, 'adm.held', 'ak1', { v => 9 }, {} ]), 'one row: its fields, payload and headers as JSON')
+  or diag $a->{content};
+is(join('|', map { $_->{action} . ':' . $_->{done_by} } @{ $orow->{audit} // [] }), 'requeue:admin route from 127.0.0.1',
+	'one row: the audit names the admin route and the peer (SESSION_CONTEXT), not the login');
+is($http->get("$base/admin/outbox/99999999", \%adm)->{status}, 404, 'one row: none is 404');
+mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload, state, attempt, last_error)
+	SELECT N'adm.dead', N'dk' + CAST(n % 2 AS NVARCHAR(1)), N'{}', N'dead', 3, N'HTTP 50' + CAST(n AS NVARCHAR(1))
+	FROM (VALUES (1), (2), (3), (4), (5)) v(n)});
+my @dk = map { $_->[0] } @{ mssql_rows($dbh, q{SELECT id FROM queuebox.outbox WHERE topic = N'adm.dead' ORDER BY id}) };
+my $dpage = sub {
+	my ($q) = @_;
+	my $r = $http->get("$base/admin/outbox/dead?$q", \%adm);
+	my $rows = eval { $json->decode($r->{content}) } // [];
+	return "$r->{status} " . join(',', map { $_->{id} - $dk[0] + 1 } @$rows)
+	  . ' next ' . (defined $r->{headers}{'x-queuebox-next-after'} ? $r->{headers}{'x-queuebox-next-after'} - $dk[0] + 1 : '-');
+};
+is($dpage->('topic=adm.dead&limit=3'), '200 1,2,3 next 3', 'dead list by topic: a page of 3, its cursor');
+is($dpage->("topic=adm.dead&after=$dk[2]"), '200 4,5 next -', 'dead list: the next page, the last');
+is($dpage->('key=dk1&topic=adm.dead'), '200 1,3,5 next -', 'dead list: by key and topic');
+is($dpage->('topic=adm.dead&error=http%20504&since=2020-01-01'), '200 4 next -', 'dead list: by a part of the error, since');
+my $drow = $json->decode($http->get("$base/admin/outbox/dead?topic=adm.dead&limit=1", \%adm)->{content})->[0];
+is(join(',', sort keys %$drow), 'attempt,created_at,destination,holds_key,id,key,last_error,max_attempts,message_id,topic',
+	'dead list: each row has the contract\'s fields');
+$a = $http->get("$base/admin/outbox/dead?error=NO%20SUCH%20ERROR&destination=fail", \%adm);
+is("$a->{status} $a->{content}", '200 []', 'dead list: by error and destination, none');
+$a = $http->get("$base/admin/outbox/dead?limit=5000", \%adm);
+is($a->{status}, 400, 'dead list: limit 5000 is 400');
+$a = $http->get("$base/admin/inbox/dead?source=tasks&error=poison", \%adm);
+is(join(',', map { $_->{id} } @{ $json->decode($a->{content}) }), $dead_inbox, 'inbox dead list by source and error') or diag $a->{content};
+$a = $http->get("$base/admin/inbox/$dead_inbox", \%adm);
+my $irow = eval { $json->decode($a->{content}) } // {};
+is("$a->{status} $irow->{source} $irow->{state}", '200 tasks dead', 'GET /admin/inbox/{id}') or diag $a->{content};
+$a = $http->get("$base/admin/inbox/lookup?source=tasks&idempotency_key=" . $irow->{idempotency_key}, \%adm);
+is(eval { $json->decode($a->{content})->{id} }, $dead_inbox, 'inbox lookup: the row of that source and key') or diag $a->{content};
+$a = $http->get("$base/admin/inbox/lookup?source=tasks&idempotency_key=nope", \%adm);
+is($a->{status}, 404, 'inbox lookup: none is 404');
+$a = $http->request('POST', "$base/admin/destinations/web/pause", { %adm, content => '{"seconds": 60}' });
+is($a->{status}, 200, 'pause: 200') or diag $a->{content};
+is(count('destination_state', q{destination = N'web' AND paused_until > DATEADD(second, 50, SYSUTCDATETIME())}), 1,
+	'pause: paused_until about a minute ahead');
+$a = $http->request('POST', "$base/admin/destinations/nosuch/pause", { %adm, content => '{"seconds": 60}' });
+is($a->{status}, 404, 'pause: an unknown destination is 404') or diag $a->{content};
+$a = $http->request('POST', "$base/admin/destinations/web/reset", \%adm);
+is($a->{content}, '{"known" : true, "reset" : false}', 'reset: known, nothing to reset') or diag $a->{content};
+is(count('destination_state', q{destination = N'web' AND paused_until IS NOT NULL}), 1, 'reset keeps the pause');
+$a = $http->request('POST', "$base/admin/destinations/web/resume", \%adm);
+is($a->{status}, 200, 'resume: 200');
+is(count('destination_state', q{destination = N'web' AND paused_until IS NULL}), 1, 'resume ends the pause');
 my $m = $http->get("$base/metrics");
 like($m->{content}, qr/queuebox_inbox_received_total\{source="shop",result="accepted"\} 8/, '/metrics counts what the ingress received');
 like($m->{content}, qr/queuebox_outbox_pending\s+\d+/, '/metrics reads the gauges from SQL Server');

@@ -159,6 +159,56 @@ test_utf8(void **state)
 	assert_int_equal(qb_utf8_invalid_at("a\0b", 3), 1);		/* NUL */
 }
 
+/* worker slots: taken by name, taken again by a restarted worker, states and cycles */
+static void
+test_worker_slots(void **state)
+{
+	QbMetrics  *m = calloc(1, sizeof(QbMetrics));
+	QbActivitySlot *a = qb_metrics_worker(m, "outbox 0", 100);
+	QbActivitySlot *b = qb_metrics_worker(m, "relay", 101);
+	int64_t		since;
+
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_true(a != b);
+	assert_string_equal(a->name, "outbox 0");
+	assert_int_equal(a->pid, 100);
+	assert_int_equal(a->activity, QB_W_STARTING);
+	assert_true(a->since_ms > 0);
+	assert_int_equal(a->last_cycle_ms, 0);
+	since = a->since_ms;
+	qb_worker_set(a, QB_W_STARTING);	/* the same state: since stays */
+	assert_int_equal(a->since_ms, since);
+	qb_worker_set(a, QB_W_CLAIMING);
+	assert_int_equal(a->activity, QB_W_CLAIMING);
+	assert_true(a->since_ms >= since);
+	qb_worker_cycle(a);
+	qb_worker_cycle(a);
+	assert_int_equal(a->cycles, 2);
+	assert_true(a->last_cycle_ms > 0);
+	/* a restarted worker takes its slot again, fresh */
+	assert_ptr_equal(qb_metrics_worker(m, "outbox 0", 200), a);
+	assert_int_equal(a->pid, 200);
+	assert_int_equal(a->cycles, 0);
+	assert_int_equal(a->activity, QB_W_STARTING);
+	/* NULL is a no-op; names as the overview shows them */
+	qb_worker_set(NULL, QB_W_IDLE);
+	qb_worker_cycle(NULL);
+	assert_null(qb_metrics_worker(NULL, "x", 1));
+	assert_string_equal(qb_worker_activity_name(QB_W_BACKING_OFF), "backing off");
+	assert_string_equal(qb_worker_activity_name(QB_W_NACTIVITIES), "unknown");
+	/* every slot taken: NULL, no overflow */
+	for (int i = 2; i < QB_METRICS_WORKERS; i++)
+	{
+		char		name[16];
+
+		snprintf(name, sizeof(name), "consumer %d", i);
+		assert_non_null(qb_metrics_worker(m, name, i));
+	}
+	assert_null(qb_metrics_worker(m, "one too many", 1));
+	free(m);
+}
+
 int
 main(void)
 {
@@ -167,6 +217,7 @@ main(void)
 		cmocka_unit_test(test_configured_names),
 		cmocka_unit_test(test_overflow_slot),
 		cmocka_unit_test(test_utf8),
+		cmocka_unit_test(test_worker_slots),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

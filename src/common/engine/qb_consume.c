@@ -419,6 +419,7 @@ qb_consume_run(const QbHost *host, const QbStore *store, int slot, QbConsumeStat
 			qbc_reload(&e);
 		if (e.src == NULL || e.ops == NULL)
 		{
+			qb_host_doing(host, QB_W_IDLE);
 			host->wait(host->ctx, -1, QBC_IDLE_WAIT_MS);
 			continue;
 		}
@@ -427,6 +428,7 @@ qb_consume_run(const QbHost *host, const QbStore *store, int slot, QbConsumeStat
 		{
 			if (now < e.reopen_at)
 			{
+				qb_host_doing(host, QB_W_BACKING_OFF);
 				host->wait(host->ctx, -1, e.reopen_at - now);
 				continue;
 			}
@@ -441,8 +443,15 @@ qb_consume_run(const QbHost *host, const QbStore *store, int slot, QbConsumeStat
 			e.reopen_wait = QBC_REOPEN_MIN_MS;
 		}
 		/* a full batch means more may be waiting: go again at once */
+		qb_host_doing(host, QB_W_STORING);
 		if (qbc_round(&e) < e.src->batch_size && e.c != NULL)
+		{
+			qb_host_cycle(host);
+			qb_host_doing(host, QB_W_IDLE);
 			host->wait(host->ctx, e.ops->fd(e.c), QBC_POLL_WAIT_MS);
+		}
+		else
+			qb_host_cycle(host);
 	}
 	qbc_close(&e);
 	qb_config_free(e.cfg);

@@ -151,7 +151,7 @@ qb_engine(QbEngineKind kind)
 
 QB_OPS_LISTED(QbEngine, 3, QB_ENGINE_OPS, QB_OPS_NONE);
 QB_OPS_LISTED(QbStore, 1, QB_STORE_OPS, QB_STORE_OPS_OPTIONAL);
-QB_OPS_LISTED(QbHost, 2, QB_HOST_OPS, QB_HOST_OPS_OPTIONAL);
+QB_OPS_LISTED(QbHost, 3, QB_HOST_OPS, QB_HOST_OPS_OPTIONAL);
 
 /* qb_engines_check_table: see qb_engines.h. */
 int

@@ -56,6 +56,12 @@ typedef struct QbHost
 	QbMetrics  *metrics;
 
 	/*
+	 * This worker's slot in metrics (qb_metrics_worker), where its engine
+	 * says what it is doing (qb_host_doing), or NULL.
+	 */
+	QbActivitySlot *worker;
+
+	/*
 	 * Told of every configuration an engine loads (NULL: none stored), or
 	 * NULL.  The PostgreSQL host publishes the number of broker sources, so
 	 * the launcher starts one consumer worker per source.
@@ -90,6 +96,19 @@ struct QbStore;
 extern bool qb_reload_config(const QbHost *host, const struct QbStore *store,
 							 QbConfig **cfg, bool *warned_no_config,
 							 const char *what_waits);
+
+/* What the engine is doing now, and a cycle's end, in its worker slot. */
+static inline void
+qb_host_doing(const QbHost *host, QbWorkerActivity a)
+{
+	qb_worker_set(host->worker, a);
+}
+
+static inline void
+qb_host_cycle(const QbHost *host)
+{
+	qb_worker_cycle(host->worker);
+}
 
 extern void qb_log(const QbHost *host, QbLogLevel level, const char *fmt,...)
 			__attribute__((format(printf, 3, 4)));

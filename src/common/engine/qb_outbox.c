@@ -1259,6 +1259,7 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 		if (e.cfg == NULL)
 		{
 			/* with no usable config, look again after every wait */
+			qb_host_doing(host, QB_W_IDLE);
 			host->wait(host->ctx, -1, 5000);
 			continue;
 		}
@@ -1274,7 +1275,13 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 						e.reload_pending))) &&
 			now >= e.next_cycle_try)
 		{
-			if (qbo_cycle(&e, claim) > 0)
+			int			cycled;
+
+			qb_host_doing(host, QB_W_CLAIMING);
+			cycled = qbo_cycle(&e, claim);
+			if (cycled >= 0)
+				qb_host_cycle(host);
+			if (cycled > 0)
 			{
 				qb_pubset_perform(e.pub, qbo_publish_done, &e);
 				continue;		/* drain: claim again before sleeping */
@@ -1296,6 +1303,8 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 			timeout = e.claim_idle ? e.cfg->outbox.poll_interval_ms : QBO_CYCLE_RETRY_MS;
 		if (e.next_cycle_try > now && (ndone > 0 || e.next_cycle_try - now < timeout))
 			timeout = e.next_cycle_try - now;	/* a failed cycle: not before its retry */
+		qb_host_doing(host, e.next_cycle_try > now ? QB_W_BACKING_OFF :
+					  e.nactive > 0 ? QB_W_DELIVERING : QB_W_IDLE);
 		{
 			long		w0 = qb_now_ms();
 

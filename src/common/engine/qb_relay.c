@@ -351,6 +351,8 @@ qb_relay_run(const QbHost *host, const QbStore *store, QbRelayStats *stats,
 		/* with no usable config, look again after every wait */
 		if (host->config_changed(host->ctx) || e.cfg == NULL)
 			qbr_reload(&e);
+		if (e.cfg == NULL || !e.cfg->inbox.relay.enabled)
+			qb_host_doing(host, QB_W_IDLE);
 		if (e.cfg == NULL)
 		{
 			host->wait(host->ctx, -1, QBR_IDLE_WAIT_MS);
@@ -365,11 +367,15 @@ qb_relay_run(const QbHost *host, const QbStore *store, QbRelayStats *stats,
 			host->wait(host->ctx, -1, QBR_IDLE_WAIT_MS);
 			continue;
 		}
+		qb_host_doing(host, QB_W_CLAIMING);
 		claimed = qbr_round(&e);
+		if (claimed >= 0)
+			qb_host_cycle(host);
 		if (host->polled && claimed >= 0)
 			host->polled(host->ctx, claimed > 0);
 		if (claimed >= e.cfg->inbox.relay.batch_size)
 			continue;			/* a full batch: more may be waiting */
+		qb_host_doing(host, claimed < 0 ? QB_W_BACKING_OFF : QB_W_IDLE);
 		host->wait(host->ctx, -1,
 				   claimed < 0 ? 1000 : e.cfg->inbox.relay.poll_interval_ms);
 	}

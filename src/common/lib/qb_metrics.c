@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "qb_metrics.h"
 
@@ -74,6 +75,91 @@ qbm_slot(QbMetricSlot *slots, const char *name)
 		}
 	}
 	return other;
+}
+
+/* ---- worker slots ---------------------------------------------------- */
+
+/* qbm_wall_ms: the wall clock, ms since the epoch (the overview shows times) */
+static int64_t
+qbm_wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* qb_metrics_worker: see qb_metrics.h. */
+QbActivitySlot *
+qb_metrics_worker(QbMetrics *m, const char *name, int pid)
+{
+	QbActivitySlot *w = NULL;
+
+	for (int pass = 0; m != NULL && pass < 2 && w == NULL; pass++)
+		for (int i = 0; i < QB_METRICS_WORKERS && w == NULL; i++)
+		{
+			QbActivitySlot *s = &m->workers[i];
+			uint32_t	state = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+			uint32_t	expect = 0;
+
+			/* the first pass finds the name's slot, the second takes a free one */
+			if (pass == 0 && state == 2 && strncmp(s->name, name, QB_METRICS_WORKERLEN - 1) == 0)
+				w = s;
+			else if (pass == 1 && state == 0 &&
+					 __atomic_compare_exchange_n(&s->state, &expect, 1, false,
+												 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			{
+				snprintf(s->name, sizeof(s->name), "%s", name);
+				__atomic_store_n(&s->state, 2, __ATOMIC_RELEASE);
+				w = s;
+			}
+		}
+	if (w == NULL)
+		return NULL;
+	__atomic_store_n(&w->pid, pid, __ATOMIC_RELAXED);
+	__atomic_store_n(&w->cycles, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&w->last_cycle_ms, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&w->since_ms, qbm_wall_ms(), __ATOMIC_RELAXED);
+	__atomic_store_n(&w->activity, QB_W_STARTING, __ATOMIC_RELAXED);
+	return w;
+}
+
+/* qb_worker_set: see qb_metrics.h. */
+void
+qb_worker_set(QbActivitySlot *w, QbWorkerActivity a)
+{
+	if (w == NULL || __atomic_load_n(&w->activity, __ATOMIC_RELAXED) == (uint32_t) a)
+		return;
+	__atomic_store_n(&w->since_ms, qbm_wall_ms(), __ATOMIC_RELAXED);
+	__atomic_store_n(&w->activity, a, __ATOMIC_RELAXED);
+}
+
+/* qb_worker_cycle: see qb_metrics.h. */
+void
+qb_worker_cycle(QbActivitySlot *w)
+{
+	if (w == NULL)
+		return;
+	__atomic_store_n(&w->last_cycle_ms, qbm_wall_ms(), __ATOMIC_RELAXED);
+	__atomic_add_fetch(&w->cycles, 1, __ATOMIC_RELAXED);
+}
+
+/* qb_worker_activity_name: see qb_metrics.h. */
+const char *
+qb_worker_activity_name(QbWorkerActivity a)
+{
+	static const char *const names[QB_W_NACTIVITIES] = {
+		[QB_W_STARTING] = "starting",
+		[QB_W_IDLE] = "idle",
+		[QB_W_CLAIMING] = "claiming",
+		[QB_W_DELIVERING] = "delivering",
+		[QB_W_STORING] = "storing",
+		[QB_W_SERVING] = "serving",
+		[QB_W_BACKING_OFF] = "backing off",
+		[QB_W_STOPPED] = "stopped",
+	};
+
+	return (unsigned) a < QB_W_NACTIVITIES ? names[a] : "unknown";
 }
 
 void

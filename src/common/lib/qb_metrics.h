@@ -15,10 +15,19 @@
  *	  whose name is no longer configured is not (its counts stay);
  *	  QueueBox's own buckets (_unrouted, _other, _none) from their first event.
  *
+ *	- A worker slot says what one worker (a bgworker of the extension, a
+ *	  role of the daemon) is doing: its name ("outbox 0", "relay",
+ *	  "ingress", "consumer 1"), pid, activity and since when, its last
+ *	  cycle.  Taken by name when the worker starts (a restarted worker
+ *	  takes its old slot again), written only by that worker, read by the
+ *	  console's overview (docs/http-api.md, "workers").
+ *
  * Concurrency: every add is one relaxed atomic add; a slot is taken with a
  * compare-and-swap, then its name is written, then it is published.  Two
  * processes taking a slot for the same name at once end with two slots of
- * that name; the renderer sums slots by name, so nothing counts twice.
+ * that name; the renderer sums slots by name, so nothing counts twice.  A
+ * worker slot's fields are relaxed atomic stores by its one writer: a reader
+ * may see an activity with the previous one's since, never a torn value.
  *-------------------------------------------------------------------------
  */
 #ifndef QB_METRICS_H
@@ -62,6 +71,34 @@ typedef struct QbMetricSlot
 	uint64_t	latency_sum_us;
 } QbMetricSlot;
 
+#define QB_METRICS_WORKERS	40
+#define QB_METRICS_WORKERLEN 32
+
+/* What a worker is doing: QbActivitySlot.activity (qb_worker_activity_name). */
+typedef enum QbWorkerActivity
+{
+	QB_W_STARTING,				/* started, no configuration loaded yet */
+	QB_W_IDLE,					/* waiting for work: a wake, a poll, a request */
+	QB_W_CLAIMING,				/* in the database: a claim, its settles, a forward */
+	QB_W_DELIVERING,			/* rows in flight, waiting for destinations' answers */
+	QB_W_STORING,				/* storing messages from a broker (consumer) */
+	QB_W_SERVING,				/* answering requests (ingress): webhooks, admin */
+	QB_W_BACKING_OFF,			/* a database, broker or source failed: waiting to retry */
+	QB_W_STOPPED,				/* stopped cleanly */
+	QB_W_NACTIVITIES
+} QbWorkerActivity;
+
+typedef struct QbActivitySlot
+{
+	uint32_t	state;			/* 0 free, 1 being named, 2 in use */
+	char		name[QB_METRICS_WORKERLEN];
+	int32_t		pid;
+	uint32_t	activity;		/* QbWorkerActivity */
+	int64_t		since_ms;		/* when the activity began, ms since the epoch */
+	int64_t		last_cycle_ms;	/* the last cycle's end, ms since the epoch; 0: none */
+	uint64_t	cycles;			/* since the worker started */
+} QbActivitySlot;
+
 typedef struct QbMetrics
 {
 	QbMetricSlot destinations[QB_METRICS_SLOTS];
@@ -75,6 +112,7 @@ typedef struct QbMetrics
 	uint64_t	http_incomplete;	/* requests begun and never whole: the peer closed
 									 * or went idle mid-request */
 	uint64_t	admin_unauthorized; /* 401 on /admin/ */
+	QbActivitySlot workers[QB_METRICS_WORKERS];
 } QbMetrics;
 
 /*
@@ -119,6 +157,22 @@ extern void qb_metrics_add(uint64_t *counter, uint64_t n);
  */
 extern void qb_metrics_counts(const QbMetrics *m, bool sources, const char *name,
 							  uint64_t count[QB_NRESULTS]);
+
+/*
+ * The worker slot of name (taken when none has it yet) for a worker that
+ * starts as pid: activity starting, no cycle yet.  NULL when m is NULL or
+ * every slot is taken.
+ */
+extern QbActivitySlot *qb_metrics_worker(QbMetrics *m, const char *name, int pid);
+
+/* The worker's activity now (w NULL: nothing); since changes with it. */
+extern void qb_worker_set(QbActivitySlot *w, QbWorkerActivity a);
+
+/* A cycle (a claim and its settles, a batch stored) ended now. */
+extern void qb_worker_cycle(QbActivitySlot *w);
+
+/* "idle", "claiming", ..., as the overview shows them */
+extern const char *qb_worker_activity_name(QbWorkerActivity a);
 
 /*
  * The Prometheus text exposition (version 0.0.4), malloc'd; NULL when out of

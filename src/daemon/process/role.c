@@ -49,6 +49,7 @@ qbd_role_run(QbEngineKind kind, int index, const QbHost *host, const QbStore *st
 		qbd_log(QB_LOG_ERROR, "%s could not start: %s", name, err);
 		return 1;
 	}
+	qb_worker_set(host->worker, QB_W_STOPPED);
 	/* the daemon's line has no detail (the extension's outbox logs one) */
 	engine->stats(&stats, line, sizeof(line), detail, sizeof(detail));
 	qbd_log(QB_LOG_INFO, "stopped: %s", line);
@@ -120,6 +121,7 @@ qbd_role_main(QbdShared *sh, QbEngineKind kind, int index)
 	qb_config_free(cfg);
 
 	qbd_log(QB_LOG_INFO, "started");
+	host.worker = qb_metrics_worker(host.metrics, name, (int) getpid());
 	rc = qbd_role_run(kind, index, &host, &store, name);
 	db.ops->store_free(db.store);
 	return rc;
