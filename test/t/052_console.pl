@@ -122,6 +122,30 @@ is($r->{status}, 200, 'logout is 200');
 like($r->{headers}{'set-cookie'}, qr/^queuebox_admin=; Path=\/; HttpOnly; SameSite=Strict; Max-Age=0$/,
 	'and clears the cookie');
 
+# ---- wrong tokens from one address are slowed (docs/console.md#the-rate-limit)
+{
+	my %from = map { $_ => HTTP::Tiny->new(timeout => 10, keep_alive => 0, local_address => "127.0.0.$_") } 3, 4;
+	my $login = sub {
+		my ($who, $t) = @_;
+		return $from{$who}->request('POST', "$base/console/login", { headers => \%csrf, content => qq({"token":"$t"}) });
+	};
+	is($login->(3, 'wrong-token-000000000' . $_)->{status}, 401, "wrong token $_ of 5 from one address: 401")
+	  for 1 .. 5;
+	$r = $login->(3, 'wrong-token-0000000006');
+	is($r->{status}, 429, 'the sixth within the minute: 429');
+	like($r->{headers}{'retry-after'} // '', qr/^([1-9]|[1-5][0-9]|60)$/, 'with Retry-After: the seconds left of the minute');
+	like(decode_json($r->{content})->{reason}, qr/too many wrong admin tokens/, 'and says why');
+	$r = $login->(3, $token);
+	is($r->{status}, 429, 'the right token from that address is not even checked while it waits');
+	ok(!$r->{headers}{'set-cookie'}, 'and sets no cookie');
+	$r = $from{3}->get("$base/admin/overview", { headers => { Authorization => "Bearer $token" } });
+	is($r->{status}, 429, 'a bearer token on /admin from that address waits too');
+	is($from{3}->get("$base/admin/overview")->{status}, 401, 'a request with no token is no guess: 401, not 429');
+	is($http->get("$base/admin/overview", { headers => { Authorization => "Bearer $token" } })->{status}, 200,
+		'another address with the right token is not slowed');
+	is($login->(4, 'wrong-token-0000000007')->{status}, 401, "another address's wrong token counts apart: 401");
+}
+
 # ---- a down destination, and an error that carries markup
 $node->safe_psql('postgres', q{SELECT queuebox.enqueue('orders.created', '{"id": 1}', 'c-1')});
 qb_wait_query($node, q{SELECT state FROM queuebox.destination_status() WHERE destination = 'down'}, 'open',
