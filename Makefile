@@ -58,7 +58,7 @@ SHLIB_LINK  = $(CORE_LIB) -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -
 
 # pg_regress: test/sql/<name>.sql against test/expected/<name>.out (results/
 # and regression.diffs land in the top folder, as output_iso/ does).
-REGRESS      = outbox_schema outbox_cycle dead_hold configure stats inbox_pull operations relay relay_ops transforms breaker
+REGRESS      = outbox_schema outbox_cycle dead_hold configure stats inbox_pull operations relay relay_ops transforms breaker console_ops
 REGRESS_OPTS = --inputdir=test --temp-config=test/queuebox.conf --temp-instance=./tmp_check
 ISOLATION      = $(basename $(notdir $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --temp-config=test/queuebox.conf --temp-instance=./tmp_check_iso

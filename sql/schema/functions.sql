@@ -493,6 +493,243 @@ $$;
 COMMENT ON FUNCTION queuebox.resume_destination(text) IS
 	'Close a destination''s circuit (after a 410 Gone, or to end an open one now); its held rows are delivered again.';
 
+-- ---------------------------------------------------------------------------
+-- Operations: the console's reads and destination actions (issue 25)
+-- ---------------------------------------------------------------------------
+/*
+ * dead_outbox(destination, topic, key, error, since, until, after,
+ * page_size): one page of dead outbox rows, id ascending, as
+ * {"rows": [...], "next_after": id | null}.  destination, topic and key
+ * match exactly, error is a case-insensitive substring of last_error,
+ * since (inclusive) and until (exclusive) bound created_at, after skips
+ * the ids up to it; NULL: no filter.
+ *
+ * The cost of a page is bounded: it walks the dead rows in id order through
+ * one partial index (outbox_dead_key_idx when key is given, else
+ * outbox_dead_destination_idx for destination, outbox_dead_topic_idx for
+ * topic, else outbox_dead_idx), tests the other filters on each row, and
+ * stops after page_size matches or 10000 rows examined.  next_after is
+ * where the next page starts: the last row's id when the page is full, the
+ * last id examined when the bound stopped it, NULL when the walk reached
+ * the end.  So a page of a rare substring may come back short, or empty,
+ * with next_after set: ask again from there.
+ */
+CREATE FUNCTION queuebox.dead_outbox(
+	destination text DEFAULT NULL, topic text DEFAULT NULL, key text DEFAULT NULL,
+	error text DEFAULT NULL, since timestamptz DEFAULT NULL, until timestamptz DEFAULT NULL,
+	after bigint DEFAULT NULL, page_size int DEFAULT 100)
+	RETURNS jsonb
+	LANGUAGE plpgsql STABLE
+	AS $$
+DECLARE
+	lead		text;
+	lead_value	text;
+	needle		text := lower(dead_outbox.error);
+	r			record;
+	ids			bigint[] := '{}';
+	examined	int := 0;
+	last_id		bigint;
+BEGIN
+	IF page_size IS NULL OR page_size NOT BETWEEN 1 AND 1000 THEN
+		RAISE EXCEPTION 'page_size must be from 1 to 1000, not %', page_size
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	lead := CASE WHEN dead_outbox.key IS NOT NULL THEN 'key'
+				 WHEN dead_outbox.destination IS NOT NULL THEN 'destination'
+				 WHEN dead_outbox.topic IS NOT NULL THEN 'topic' END;
+	lead_value := coalesce(dead_outbox.key, dead_outbox.destination, dead_outbox.topic);
+	FOR r IN EXECUTE
+		'SELECT o.id, o.destination, o.topic, o.key, o.last_error, o.created_at'
+		' FROM queuebox.outbox o WHERE o.state = ''dead'' AND o.id > $1'
+		|| CASE WHEN lead IS NULL THEN '' ELSE format(' AND o.%I = $2', lead) END
+		|| ' ORDER BY o.id'
+		USING coalesce(dead_outbox.after, 0), lead_value
+	LOOP
+		examined := examined + 1;
+		last_id := r.id;
+		IF (dead_outbox.destination IS NULL OR r.destination = dead_outbox.destination)
+		   AND (dead_outbox.topic IS NULL OR r.topic = dead_outbox.topic)
+		   AND (dead_outbox.key IS NULL OR r.key = dead_outbox.key)
+		   AND (needle IS NULL OR strpos(lower(r.last_error), needle) > 0)
+		   AND (dead_outbox.since IS NULL OR r.created_at >= dead_outbox.since)
+		   AND (dead_outbox.until IS NULL OR r.created_at < dead_outbox.until) THEN
+			ids := ids || r.id;
+			EXIT WHEN cardinality(ids) = page_size;
+		END IF;
+		EXIT WHEN examined >= 10000;
+	END LOOP;
+	RETURN jsonb_build_object(
+		'rows', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+					'id', o.id, 'message_id', o.message_id, 'topic', o.topic, 'key', o.key,
+					'destination', o.destination, 'attempt', o.attempt,
+					'max_attempts', o.max_attempts, 'last_error', o.last_error,
+					'created_at', o.created_at, 'holds_key', o.hold IS NOT DISTINCT FROM 'dead')
+					ORDER BY o.id), '[]')
+				 FROM queuebox.outbox o WHERE o.id = ANY (ids)),
+		'next_after', CASE WHEN cardinality(ids) = page_size THEN ids[page_size]
+						   WHEN examined >= 10000 THEN last_id END);
+END
+$$;
+COMMENT ON FUNCTION queuebox.dead_outbox(text, text, text, text, timestamptz, timestamptz, bigint, int) IS
+	'One page of dead outbox rows (id ascending) matching the filters, as {"rows": [...], "next_after": id}; a page examines at most 10000 rows: continue from next_after.';
+
+/*
+ * dead_inbox(source, event_type, idempotency_key, aggregate_id, error,
+ * since, until, after, page_size): one page of dead inbox rows, as
+ * dead_outbox's: through inbox_dead_source_idx when source is given, else
+ * inbox_dead_idx, the same 10000-row bound and next_after.
+ */
+CREATE FUNCTION queuebox.dead_inbox(
+	source text DEFAULT NULL, event_type text DEFAULT NULL, idempotency_key text DEFAULT NULL,
+	aggregate_id text DEFAULT NULL, error text DEFAULT NULL, since timestamptz DEFAULT NULL,
+	until timestamptz DEFAULT NULL, after bigint DEFAULT NULL, page_size int DEFAULT 100)
+	RETURNS jsonb
+	LANGUAGE plpgsql STABLE
+	AS $$
+DECLARE
+	needle		text := lower(dead_inbox.error);
+	r			record;
+	ids			bigint[] := '{}';
+	examined	int := 0;
+	last_id		bigint;
+BEGIN
+	IF page_size IS NULL OR page_size NOT BETWEEN 1 AND 1000 THEN
+		RAISE EXCEPTION 'page_size must be from 1 to 1000, not %', page_size
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	FOR r IN EXECUTE
+		'SELECT i.id, i.event_type, i.idempotency_key, i.aggregate_id, i.last_error, i.created_at'
+		' FROM queuebox.inbox i WHERE i.state = ''dead'' AND i.id > $1'
+		|| CASE WHEN dead_inbox.source IS NULL THEN '' ELSE ' AND i.source = $2' END
+		|| ' ORDER BY i.id'
+		USING coalesce(dead_inbox.after, 0), dead_inbox.source
+	LOOP
+		examined := examined + 1;
+		last_id := r.id;
+		IF (dead_inbox.event_type IS NULL OR r.event_type = dead_inbox.event_type)
+		   AND (dead_inbox.idempotency_key IS NULL OR r.idempotency_key = dead_inbox.idempotency_key)
+		   AND (dead_inbox.aggregate_id IS NULL OR r.aggregate_id = dead_inbox.aggregate_id)
+		   AND (needle IS NULL OR strpos(lower(r.last_error), needle) > 0)
+		   AND (dead_inbox.since IS NULL OR r.created_at >= dead_inbox.since)
+		   AND (dead_inbox.until IS NULL OR r.created_at < dead_inbox.until) THEN
+			ids := ids || r.id;
+			EXIT WHEN cardinality(ids) = page_size;
+		END IF;
+		EXIT WHEN examined >= 10000;
+	END LOOP;
+	RETURN jsonb_build_object(
+		'rows', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+					'id', i.id, 'source', i.source, 'idempotency_key', i.idempotency_key,
+					'event_type', i.event_type, 'aggregate_id', i.aggregate_id,
+					'consumption', i.consumption, 'attempt', i.attempt,
+					'last_error', i.last_error, 'created_at', i.created_at)
+					ORDER BY i.id), '[]')
+				 FROM queuebox.inbox i WHERE i.id = ANY (ids)),
+		'next_after', CASE WHEN cardinality(ids) = page_size THEN ids[page_size]
+						   WHEN examined >= 10000 THEN last_id END);
+END
+$$;
+COMMENT ON FUNCTION queuebox.dead_inbox(text, text, text, text, text, timestamptz, timestamptz, bigint, int) IS
+	'One page of dead inbox rows (id ascending) matching the filters, as {"rows": [...], "next_after": id}; a page examines at most 10000 rows: continue from next_after.';
+
+/*
+ * outbox_row(id): the whole outbox row as one object, payload and headers
+ * included, with what operators did to it (outbox_audit, oldest first);
+ * NULL when there is no such row.
+ */
+CREATE FUNCTION queuebox.outbox_row(id bigint) RETURNS jsonb
+	LANGUAGE sql STABLE
+	AS $$
+	SELECT jsonb_build_object(
+		'id', o.id, 'message_id', o.message_id, 'topic', o.topic, 'key', o.key,
+		'destination', o.destination, 'state', o.state, 'hold', o.hold, 'attempt', o.attempt,
+		'max_attempts', o.max_attempts, 'scheduled_at', o.scheduled_at, 'created_at', o.created_at,
+		'last_error', o.last_error, 'payload', o.payload, 'headers', o.headers,
+		'audit', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+						'action', a.action, 'done_by', a.done_by, 'done_at', a.done_at,
+						'payload_before', a.payload_before, 'payload_after', a.payload_after)
+						ORDER BY a.id), '[]')
+				  FROM queuebox.outbox_audit a WHERE a.outbox_id = o.id))
+	FROM queuebox.outbox o WHERE o.id = outbox_row.id
+$$;
+
+/* inbox_row(id): the whole inbox row as one object; NULL when there is none. */
+CREATE FUNCTION queuebox.inbox_row(id bigint) RETURNS jsonb
+	LANGUAGE sql STABLE
+	AS $$
+	SELECT jsonb_build_object(
+		'id', i.id, 'source', i.source, 'idempotency_key', i.idempotency_key,
+		'event_type', i.event_type, 'aggregate_id', i.aggregate_id,
+		'consumption', i.consumption, 'state', i.state, 'hold', i.hold, 'attempt', i.attempt,
+		'scheduled_at', i.scheduled_at, 'created_at', i.created_at, 'last_error', i.last_error,
+		'payload', i.payload, 'headers', i.headers)
+	FROM queuebox.inbox i WHERE i.id = inbox_row.id
+$$;
+
+/*
+ * inbox_lookup(source, idempotency_key): inbox_row of the row received from
+ * source under that key (the unique index), NULL when none: it did not
+ * arrive, or retention deleted it.
+ */
+CREATE FUNCTION queuebox.inbox_lookup(source text, idempotency_key text) RETURNS jsonb
+	LANGUAGE sql STABLE
+	AS $$
+	SELECT queuebox.inbox_row(i.id) FROM queuebox.inbox i
+	WHERE i.source = inbox_lookup.source AND i.idempotency_key = inbox_lookup.idempotency_key
+$$;
+
+/*
+ * pause_destination(name, until): no row goes to the destination before
+ * until, as a 429's Retry-After pauses it (every worker and replica reads
+ * paused_until on its next claim); its circuit and failures stay as they
+ * are.  A later pause replaces an earlier one, a shorter one too;
+ * resume_destination ends it.  Returns until.  Raises no_data_found for a
+ * name the configuration does not have.
+ */
+CREATE FUNCTION queuebox.pause_destination(name text, until timestamptz) RETURNS timestamptz
+	LANGUAGE plpgsql VOLATILE
+	AS $$
+DECLARE
+	t timestamptz;
+BEGIN
+	IF until IS NULL THEN
+		RAISE EXCEPTION 'pause_destination needs a time to pause until'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF NOT name = ANY (queuebox._destination_names()) THEN
+		RAISE EXCEPTION 'no destination named "%" in the configuration', name
+			USING ERRCODE = 'no_data_found';
+	END IF;
+	INSERT INTO queuebox.destination_state AS d (destination, paused_until)
+	VALUES (pause_destination.name, pause_destination.until)
+	ON CONFLICT (destination) DO UPDATE SET paused_until = excluded.paused_until
+	RETURNING d.paused_until INTO t;
+	PERFORM queuebox._arm_outbox_wake();
+	RETURN t;
+END
+$$;
+COMMENT ON FUNCTION queuebox.pause_destination(text, timestamptz) IS
+	'Send nothing to a destination before a time (as a 429 Retry-After does); its rows wait, none is lost. resume_destination() ends the pause.';
+
+/*
+ * reset_destination(name): close its circuit and clear its failures, as
+ * resume_destination does, but keep a pause.  True when it changed
+ * something.
+ */
+CREATE FUNCTION queuebox.reset_destination(name text) RETURNS boolean
+	LANGUAGE sql VOLATILE
+	AS $$
+	WITH u AS (
+		UPDATE queuebox.destination_state d
+		SET state = 'closed', failures = 0, probe_at = NULL, opened_at = NULL,
+			changed_at = CASE WHEN d.state = 'closed' THEN d.changed_at ELSE now() END
+		WHERE d.destination = reset_destination.name AND (d.state <> 'closed' OR d.failures > 0)
+		RETURNING 1)
+	SELECT count(*) = 1 FROM u, LATERAL (SELECT queuebox._arm_outbox_wake()) w
+$$;
+COMMENT ON FUNCTION queuebox.reset_destination(text) IS
+	'Close a destination''s circuit and clear its failures, keeping a pause.';
+
 /*
  * outbox_stats: one row per (destination, state) plus a total per state
  * (destination '(all)', listed first), by the destination a row was routed

@@ -106,7 +106,7 @@ CREATE TABLE queuebox.outbox_audit (
 	outbox_id		bigint NOT NULL,
 	action			varchar(20) NOT NULL
 		CONSTRAINT outbox_audit_action_check CHECK (action IN ('requeue', 'skip')),
-	done_by			text NOT NULL DEFAULT current_user,
+	done_by			text NOT NULL DEFAULT coalesce(nullif(current_setting('queuebox_admin.actor', true), ''), current_user),
 	done_at			timestamptz NOT NULL DEFAULT now(),
 	payload_before	jsonb,
 	payload_after	jsonb
@@ -202,3 +202,17 @@ CREATE INDEX inbox_push_lease_idx ON queuebox.inbox (lease_until)
 -- inbox_aggregate_open_idx and inbox_push_aggregate_idx find a row's
 -- nearest earlier open row (the claim) and a unit's first (the promotion).
 
+-- ---------------------------------------------------------------------------
+-- Operations: the console's reads (issue 25)
+-- ---------------------------------------------------------------------------
+-- Dead rows by id, and by each exact filter of dead_outbox / dead_inbox:
+-- a page walks one of these in id order (docs/operations.md, "Dead rows").
+-- Partial on state = 'dead', so only a row going dead writes an entry:
+-- claims, settles and sent rows pay nothing, and the state update was
+-- never HOT (state is in other partial indexes' predicates).
+CREATE INDEX outbox_dead_idx ON queuebox.outbox (id) WHERE state = 'dead';
+CREATE INDEX outbox_dead_destination_idx ON queuebox.outbox (destination, id) WHERE state = 'dead';
+CREATE INDEX outbox_dead_topic_idx ON queuebox.outbox (topic, id) WHERE state = 'dead';
+CREATE INDEX outbox_dead_key_idx ON queuebox.outbox (key, id) WHERE state = 'dead';
+CREATE INDEX inbox_dead_idx ON queuebox.inbox (id) WHERE state = 'dead';
+CREATE INDEX inbox_dead_source_idx ON queuebox.inbox (source, id) WHERE state = 'dead';

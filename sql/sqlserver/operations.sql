@@ -311,6 +311,236 @@ BEGIN
 END
 GO
 
+-- ---------------------------------------------------------------------------
+-- Operations: the console's reads and destination actions (issue 25), as
+-- on PostgreSQL (sql/schema/functions.sql, the same section)
+-- ---------------------------------------------------------------------------
+/* _json_text, _json_time: a value as JSON text, null for NULL (objects built as text) */
+CREATE FUNCTION queuebox._json_text(@s NVARCHAR(MAX)) RETURNS NVARCHAR(MAX)
+AS
+BEGIN
+	RETURN CASE WHEN @s IS NULL THEN N'null' ELSE N'"' + STRING_ESCAPE(@s, 'json') + N'"' END;
+END
+GO
+CREATE FUNCTION queuebox._json_time(@t DATETIME2(6)) RETURNS NVARCHAR(40)
+AS
+BEGIN
+	RETURN CASE WHEN @t IS NULL THEN N'null' ELSE N'"' + CONVERT(NVARCHAR(33), @t, 127) + N'Z"' END;
+END
+GO
+
+/*
+ * dead_outbox: one page of dead outbox rows, id ascending, as one JSON
+ * text {"rows" : [...], "next_after" : id | null} (page).  The filters and
+ * the bound are PostgreSQL's: the dead rows after @after through one
+ * filtered index (@key, else @destination, else @topic, else none), at
+ * most 10000 of them, the other filters tested on those; next_after is the
+ * last row's id when the page is full, the last id examined when the bound
+ * stopped it, else NULL.
+ */
+CREATE PROCEDURE queuebox.dead_outbox @destination NVARCHAR(200) = NULL, @topic NVARCHAR(400) = NULL,
+	@key NVARCHAR(400) = NULL, @error NVARCHAR(400) = NULL, @since DATETIME2(6) = NULL,
+	@until DATETIME2(6) = NULL, @after BIGINT = NULL, @page_size INT = 100
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @c TABLE (id BIGINT PRIMARY KEY);
+	DECLARE @m TABLE (id BIGINT PRIMARY KEY);
+	DECLARE @examined INT, @matched INT, @last BIGINT, @next BIGINT;
+
+	IF @page_size IS NULL OR @page_size < 1 OR @page_size > 1000
+		THROW 50022, N'page_size must be from 1 to 1000', 1;
+	SET @after = ISNULL(@after, 0);
+	IF @key IS NOT NULL
+		INSERT @c SELECT TOP (10000) id FROM queuebox.outbox
+		WHERE state = N'dead' AND [key] = @key AND id > @after ORDER BY id;
+	ELSE IF @destination IS NOT NULL
+		INSERT @c SELECT TOP (10000) id FROM queuebox.outbox
+		WHERE state = N'dead' AND destination = @destination AND id > @after ORDER BY id;
+	ELSE IF @topic IS NOT NULL
+		INSERT @c SELECT TOP (10000) id FROM queuebox.outbox
+		WHERE state = N'dead' AND topic = @topic AND id > @after ORDER BY id;
+	ELSE
+		INSERT @c SELECT TOP (10000) id FROM queuebox.outbox
+		WHERE state = N'dead' AND id > @after ORDER BY id;
+	SET @examined = @@ROWCOUNT;
+	SELECT @last = MAX(id) FROM @c;
+	INSERT @m SELECT TOP (@page_size) o.id FROM @c c JOIN queuebox.outbox o ON o.id = c.id
+	WHERE (@destination IS NULL OR o.destination = @destination) AND (@topic IS NULL OR o.topic = @topic)
+	  AND (@key IS NULL OR o.[key] = @key)
+	  AND (@error IS NULL OR CHARINDEX(LOWER(@error), LOWER(o.last_error)) > 0)
+	  AND (@since IS NULL OR o.created_at >= @since) AND (@until IS NULL OR o.created_at < @until)
+	ORDER BY o.id;
+	SET @matched = @@ROWCOUNT;
+	SET @next = CASE WHEN @matched = @page_size THEN (SELECT MAX(id) FROM @m)
+					 WHEN @examined = 10000 THEN @last END;
+	SELECT N'{"rows" : ' + ISNULL((
+		SELECT o.id, LOWER(CONVERT(NVARCHAR(36), o.message_id)) AS message_id, o.topic, o.[key],
+			   o.destination, o.attempt, o.max_attempts, o.last_error,
+			   CONVERT(NVARCHAR(33), o.created_at, 127) + N'Z' AS created_at,
+			   CAST(CASE WHEN o.hold = N'dead' THEN 1 ELSE 0 END AS BIT) AS holds_key
+		FROM @m m JOIN queuebox.outbox o ON o.id = m.id ORDER BY o.id
+		FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')
+		+ N', "next_after" : ' + ISNULL(CAST(@next AS NVARCHAR(20)), N'null') + N'}' AS page;
+END
+GO
+
+/* dead_inbox: as dead_outbox, through @source's filtered index when given. */
+CREATE PROCEDURE queuebox.dead_inbox @source NVARCHAR(200) = NULL, @event_type NVARCHAR(400) = NULL,
+	@idempotency_key NVARCHAR(400) = NULL, @aggregate_id NVARCHAR(400) = NULL,
+	@error NVARCHAR(400) = NULL, @since DATETIME2(6) = NULL, @until DATETIME2(6) = NULL,
+	@after BIGINT = NULL, @page_size INT = 100
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @c TABLE (id BIGINT PRIMARY KEY);
+	DECLARE @m TABLE (id BIGINT PRIMARY KEY);
+	DECLARE @examined INT, @matched INT, @last BIGINT, @next BIGINT;
+
+	IF @page_size IS NULL OR @page_size < 1 OR @page_size > 1000
+		THROW 50022, N'page_size must be from 1 to 1000', 1;
+	SET @after = ISNULL(@after, 0);
+	IF @source IS NOT NULL
+		INSERT @c SELECT TOP (10000) id FROM queuebox.inbox
+		WHERE state = N'dead' AND source = @source AND id > @after ORDER BY id;
+	ELSE
+		INSERT @c SELECT TOP (10000) id FROM queuebox.inbox
+		WHERE state = N'dead' AND id > @after ORDER BY id;
+	SET @examined = @@ROWCOUNT;
+	SELECT @last = MAX(id) FROM @c;
+	INSERT @m SELECT TOP (@page_size) i.id FROM @c c JOIN queuebox.inbox i ON i.id = c.id
+	WHERE (@event_type IS NULL OR i.event_type = @event_type)
+	  AND (@idempotency_key IS NULL OR i.idempotency_key = @idempotency_key)
+	  AND (@aggregate_id IS NULL OR i.aggregate_id = @aggregate_id)
+	  AND (@error IS NULL OR CHARINDEX(LOWER(@error), LOWER(i.last_error)) > 0)
+	  AND (@since IS NULL OR i.created_at >= @since) AND (@until IS NULL OR i.created_at < @until)
+	ORDER BY i.id;
+	SET @matched = @@ROWCOUNT;
+	SET @next = CASE WHEN @matched = @page_size THEN (SELECT MAX(id) FROM @m)
+					 WHEN @examined = 10000 THEN @last END;
+	SELECT N'{"rows" : ' + ISNULL((
+		SELECT i.id, i.source, i.idempotency_key, i.event_type, i.aggregate_id, i.consumption,
+			   i.attempt, i.last_error, CONVERT(NVARCHAR(33), i.created_at, 127) + N'Z' AS created_at
+		FROM @m m JOIN queuebox.inbox i ON i.id = m.id ORDER BY i.id
+		FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')
+		+ N', "next_after" : ' + ISNULL(CAST(@next AS NVARCHAR(20)), N'null') + N'}' AS page;
+END
+GO
+
+/*
+ * outbox_row: the whole outbox row as one JSON text (row), payload and
+ * headers as they are stored, with its audit rows oldest first; no row
+ * when there is none.  Built as text: a payload may be any JSON, which
+ * JSON_QUERY does not take.
+ */
+CREATE PROCEDURE queuebox.outbox_row @id BIGINT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SELECT N'{"id" : ' + CAST(o.id AS NVARCHAR(20))
+		+ N', "message_id" : "' + LOWER(CONVERT(NVARCHAR(36), o.message_id)) + N'"'
+		+ N', "topic" : ' + queuebox._json_text(o.topic) + N', "key" : ' + queuebox._json_text(o.[key])
+		+ N', "destination" : ' + queuebox._json_text(o.destination)
+		+ N', "state" : ' + queuebox._json_text(o.state) + N', "hold" : ' + queuebox._json_text(o.hold)
+		+ N', "attempt" : ' + CAST(o.attempt AS NVARCHAR(20))
+		+ N', "max_attempts" : ' + ISNULL(CAST(o.max_attempts AS NVARCHAR(20)), N'null')
+		+ N', "scheduled_at" : ' + queuebox._json_time(o.scheduled_at)
+		+ N', "created_at" : ' + queuebox._json_time(o.created_at)
+		+ N', "last_error" : ' + queuebox._json_text(o.last_error)
+		+ N', "payload" : ' + o.payload + N', "headers" : ' + o.headers
+		+ N', "audit" : [' + ISNULL((
+			SELECT STRING_AGG(CAST(N'{"action" : ' + queuebox._json_text(a.action)
+				+ N', "done_by" : ' + queuebox._json_text(a.done_by)
+				+ N', "done_at" : ' + queuebox._json_time(a.done_at)
+				+ N', "payload_before" : ' + ISNULL(a.payload_before, N'null')
+				+ N', "payload_after" : ' + ISNULL(a.payload_after, N'null') + N'}' AS NVARCHAR(MAX)), N', ')
+				WITHIN GROUP (ORDER BY a.id)
+			FROM queuebox.outbox_audit a WHERE a.outbox_id = o.id), N'') + N']}' AS [row]
+	FROM queuebox.outbox o WHERE o.id = @id;
+END
+GO
+
+/* inbox_row: the whole inbox row as one JSON text (row); no row when none. */
+CREATE PROCEDURE queuebox.inbox_row @id BIGINT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SELECT N'{"id" : ' + CAST(i.id AS NVARCHAR(20))
+		+ N', "source" : ' + queuebox._json_text(i.source)
+		+ N', "idempotency_key" : ' + queuebox._json_text(i.idempotency_key)
+		+ N', "event_type" : ' + queuebox._json_text(i.event_type)
+		+ N', "aggregate_id" : ' + queuebox._json_text(i.aggregate_id)
+		+ N', "consumption" : ' + queuebox._json_text(i.consumption)
+		+ N', "state" : ' + queuebox._json_text(i.state) + N', "hold" : ' + queuebox._json_text(i.hold)
+		+ N', "attempt" : ' + CAST(i.attempt AS NVARCHAR(20))
+		+ N', "scheduled_at" : ' + queuebox._json_time(i.scheduled_at)
+		+ N', "created_at" : ' + queuebox._json_time(i.created_at)
+		+ N', "last_error" : ' + queuebox._json_text(i.last_error)
+		+ N', "payload" : ' + i.payload + N', "headers" : ' + i.headers + N'}' AS [row]
+	FROM queuebox.inbox i WHERE i.id = @id;
+END
+GO
+
+/* inbox_lookup: inbox_row of the row from @source under @idempotency_key. */
+CREATE PROCEDURE queuebox.inbox_lookup @source NVARCHAR(200), @idempotency_key NVARCHAR(400)
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @id BIGINT = (SELECT id FROM queuebox.inbox
+						  WHERE source = @source AND idempotency_key = @idempotency_key);
+	IF @id IS NOT NULL
+		EXEC queuebox.inbox_row @id;
+END
+GO
+
+/*
+ * pause_destination: nothing goes to @name before @until (UTC), as a 429's
+ * Retry-After pauses it; its circuit and failures stay.  A later pause
+ * replaces an earlier one; resume_destination ends it.  Returns
+ * paused_until.  50002 for a name the configuration does not have.
+ */
+CREATE PROCEDURE queuebox.pause_destination @name NVARCHAR(200), @until DATETIME2(6)
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
+
+	IF @until IS NULL
+		THROW 50022, N'pause_destination needs a time to pause until', 1;
+	IF NOT EXISTS (SELECT 1 FROM queuebox.config_destination WHERE name = @name)
+		THROW 50002, N'no destination of this name in the configuration', 1;
+	IF @own = 1
+		BEGIN TRANSACTION;
+	UPDATE queuebox.destination_state
+	SET paused_until = @until WHERE destination = @name;
+	IF @@ROWCOUNT = 0
+		INSERT queuebox.destination_state (destination, paused_until) VALUES (@name, @until);
+	IF @own = 1
+		COMMIT TRANSACTION;
+	SELECT @until AS paused_until;
+END
+GO
+
+/*
+ * reset_destination: close @name's circuit and clear its failures, keeping
+ * a pause; reset 1 when it changed something.
+ */
+CREATE PROCEDURE queuebox.reset_destination @name NVARCHAR(200)
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @n INT;
+
+	UPDATE queuebox.destination_state
+	SET state = N'closed', failures = 0, probe_at = NULL, opened_at = NULL,
+		changed_at = CASE WHEN state = N'closed' THEN changed_at ELSE SYSUTCDATETIME() END
+	WHERE destination = @name AND (state <> N'closed' OR failures > 0);
+	SET @n = @@ROWCOUNT;
+	SELECT CAST(CASE WHEN @n = 1 THEN 1 ELSE 0 END AS BIT) AS reset;
+END
+GO
+
 /*
  * outbox_stats: rows per (destination, state) plus a total per state
  * (destination N'(all)'), with the age of the oldest pending row in seconds

@@ -108,7 +108,7 @@ CREATE TABLE queuebox.outbox_audit (
 	id				BIGINT IDENTITY(1, 1) NOT NULL CONSTRAINT outbox_audit_pkey PRIMARY KEY,
 	outbox_id		BIGINT NOT NULL,
 	action			NVARCHAR(20) NOT NULL CONSTRAINT outbox_audit_action_check CHECK (action IN (N'requeue', N'skip')),
-	done_by			NVARCHAR(200) NOT NULL CONSTRAINT outbox_audit_done_by_default DEFAULT SUSER_SNAME(),
+	done_by			NVARCHAR(200) NOT NULL CONSTRAINT outbox_audit_done_by_default DEFAULT COALESCE(CAST(SESSION_CONTEXT(N'queuebox.actor') AS NVARCHAR(200)), SUSER_SNAME()),
 	done_at			DATETIME2(6) NOT NULL CONSTRAINT outbox_audit_done_at_default DEFAULT SYSUTCDATETIME(),
 	payload_before	NVARCHAR(MAX) NULL,
 	payload_after	NVARCHAR(MAX) NULL
@@ -180,4 +180,12 @@ CREATE INDEX inbox_open_state_idx ON queuebox.inbox (state, created_at)
 	WHERE state IN (N'pending', N'processing');
 CREATE INDEX inbox_dead_idx ON queuebox.inbox (id)
 	WHERE state = N'dead';
+GO
+-- Operations: the console's reads (issue 25): dead rows by each exact
+-- filter of dead_outbox / dead_inbox (outbox_dead_idx and inbox_dead_idx
+-- serve the unfiltered walk); only a row going dead writes an entry.
+CREATE INDEX outbox_dead_destination_idx ON queuebox.outbox (destination, id) WHERE state = N'dead';
+CREATE INDEX outbox_dead_topic_idx ON queuebox.outbox (topic, id) WHERE state = N'dead';
+CREATE INDEX outbox_dead_key_idx ON queuebox.outbox ([key], id) WHERE state = N'dead';
+CREATE INDEX inbox_dead_source_idx ON queuebox.inbox (source, id) WHERE state = N'dead';
 GO

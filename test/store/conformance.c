@@ -322,7 +322,7 @@ settle(QbSettle *st, int n)
 static int
 query(QbQuery qq, char **out, const char *p0, const char *p1, const char *p2, const char *p3)
 {
-	const char *params[4] = {p0, p1, p2, p3};
+	const char *params[10] = {p0, p1, p2, p3};
 
 	return store.query_text(store.ctx, qq, params, 10000, out, err, sizeof(err));
 }
@@ -1097,12 +1097,20 @@ test_query_text(void **state)
 	rfree(q(D("DELETE FROM queuebox.destination_state WHERE destination = 'cx'",
 			  "DELETE FROM queuebox.destination_state WHERE destination = N'cx'"), 0));
 
-	assert_int_equal(query(QB_Q_DEAD_OUTBOX, &out, "10", NULL, NULL, NULL), 0);
-	j = json_loads(out, 0, NULL);
-	assert_int_equal(json_array_size(j), 1);
-	assert_int_equal(json_integer_value(json_object_get(json_array_get(j, 0), "id")), dead);
-	json_decref(j);
-	free(out);
+	{
+		/* the dead list's page: the limit is its eighth parameter */
+		const char *dp[10] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, "10"};
+		json_t	   *rows;
+
+		assert_int_equal(store.query_text(store.ctx, QB_Q_DEAD_OUTBOX, dp, 10000, &out, err, sizeof(err)), 0);
+		j = json_loads(out, 0, NULL);
+		rows = json_object_get(j, "rows");
+		assert_int_equal(json_array_size(rows), 1);
+		assert_int_equal(json_integer_value(json_object_get(json_array_get(rows, 0), "id")), dead);
+		assert_true(json_is_null(json_object_get(j, "next_after")));
+		json_decref(j);
+		free(out);
+	}
 
 	/* replay of an outbox row: a new row; requeue of the dead one */
 	assert_int_equal(query(QB_Q_REPLAY_OUTBOX, &out, num(dead), NULL, NULL, NULL), 0);

@@ -423,6 +423,100 @@ is($r->{status}, 404, 'an unknown admin route is 404');
 $r = $http->request('DELETE', "$base/admin/outbox/dead", { headers => \%auth });
 is($r->{status}, 405, 'a wrong method on an admin route is 405');
 
+# the console's reads: dead lists by filter, one page at a time (the next
+# page's after= in X-QueueBox-Next-After), one row, an inbox lookup; bad
+# parameters named (issue 25, docs/http-api.md)
+$node->safe_psql('postgres', q{
+	INSERT INTO queuebox.outbox (topic, key, payload, headers, state, destination, attempt, last_error, created_at)
+	SELECT 'c.' || (g % 2), 'ck' || (g % 3), jsonb_build_object('g', g), '{"x-h": "1"}', 'dead',
+	       CASE WHEN g % 2 = 0 THEN 'even' ELSE 'odd' END, 3,
+	       CASE WHEN g = 7 THEN 'HTTP 418 Teapot' ELSE 'HTTP 500' END,
+	       timestamptz '2026-10-01T00:00:00Z' + g * interval '1 day'
+	FROM generate_series(1, 9) g});
+my $cmin = $node->safe_psql('postgres', "SELECT min(id) FROM queuebox.outbox WHERE topic LIKE 'c.%'");
+my $dead_before = $node->safe_psql('postgres', "SELECT count(*) FROM queuebox.outbox WHERE state = 'dead'");
+my $page = sub {
+	my ($q) = @_;
+	my $r = $http->get("$base/admin/outbox/dead?$q", { headers => \%auth });
+	return "$r->{status} " . ($r->{status} == 200
+		? join(',', map { $_->{id} - $cmin + 1 } grep { $_->{topic} =~ /^c\./ } @{ $json->decode($r->{content}) })
+		  . ' next ' . (defined $r->{headers}{'x-queuebox-next-after'} ? $r->{headers}{'x-queuebox-next-after'} - $cmin + 1 : '-')
+		: reason($r));
+};
+my $a0 = $cmin - 1;
+is($page->("after=$a0&limit=4"), '200 1,2,3,4 next 4', 'dead list: a page of 4 from after=, the next page in the header');
+is($page->('after=' . ($cmin + 3) . '&limit=4'), '200 5,6,7,8 next 8', 'dead list: the next page');
+is($page->('after=' . ($cmin + 7) . '&limit=4'), '200 9 next -', 'dead list: the last page has no next');
+is($page->("after=$a0&topic=c.0&limit=10"), '200 2,4,6,8 next -', 'dead list: by topic');
+is($page->("after=$a0&destination=odd"), '200 1,3,5,7,9 next -', 'dead list: by destination');
+is($page->("after=$a0&key=ck1"), '200 1,4,7 next -', 'dead list: by key');
+is($page->("after=$a0&error=teapot"), '200 7 next -', 'dead list: by a case-insensitive part of the error');
+is($page->("after=$a0&since=2026-10-03&until=2026-10-05T00:00:00%2B00:00"), '200 2,3 next -',
+	'dead list: since (a date) and until (a time with its zone) on created_at');
+is($page->("after=$a0&topic=&destination=odd&key=ck0"), '200 3,9 next -', 'dead list: an empty parameter is no filter; filters combine');
+my $row = $json->decode($http->get("$base/admin/outbox/dead?after=$a0&limit=1", { headers => \%auth })->{content})->[0];
+is(join(',', sort keys %$row), 'attempt,created_at,destination,holds_key,id,key,last_error,max_attempts,message_id,topic',
+	'dead list: each row has the contract\'s fields');
+is($page->('limit=0'), '400 limit must be a whole number from 1 to 1000', 'dead list: limit 0 is 400, saying what it takes');
+is($page->('limit=1001'), '400 limit must be a whole number from 1 to 1000', 'dead list: limit 1001 is 400');
+like($page->('after=x'), qr/^400 after must be an id/, 'dead list: a bad after is 400');
+like($page->('since=yesterday'), qr/^400 since must be an ISO 8601 time/, 'dead list: a bad since is 400');
+like($page->('until=2026-13-01'), qr/^400 until must be an ISO 8601 time/, 'dead list: a bad until is 400');
+is($page->('source=x'), '400 unknown query parameter "source"; this route takes: destination, topic, key, error, since, until, after, limit',
+	'dead list: an unknown parameter is 400, naming it and listing the accepted ones');
+is($page->('topic=a&topic=b'), '400 query parameter "topic" is given twice', 'dead list: a parameter twice is 400');
+is($node->safe_psql('postgres', "SELECT count(*) FROM queuebox.outbox WHERE state = 'dead'"), $dead_before,
+	'dead list: reads change nothing');
+$r = $http->get("$base/admin/inbox/dead?source=plain&event_type=x&idempotency_key=k&aggregate_id=a&error=e&since=2026-01-01&until=2030-01-01&after=0&limit=5",
+	{ headers => \%auth });
+is("$r->{status} $r->{content}", '200 []', 'inbox dead list: every filter is taken');
+$r = $http->get("$base/admin/inbox/dead?topic=x", { headers => \%auth });
+like(reason($r), qr/unknown query parameter "topic"; this route takes: source, event_type, idempotency_key, aggregate_id/,
+	'inbox dead list: its own accepted parameters');
+# one row: the whole row, payload, headers and audit
+my $c2 = $cmin + 1;
+$r = $http->request('POST', "$base/admin/outbox/$c2/requeue", { headers => \%auth, content => '{"payload": {"g": 20}}' });
+is($r->{status}, 200, 'one row: an edited requeue first (for the audit)');
+$r = $http->get("$base/admin/outbox/$c2", { headers => \%auth });
+is($r->{status}, 200, 'GET /admin/outbox/{id} is 200');
+my $o = $json->decode($r->{content});
+is(join(',', sort keys %$o), 'attempt,audit,created_at,destination,headers,hold,id,key,last_error,max_attempts,message_id,payload,scheduled_at,state,topic',
+	'one row: every field');
+is($json->encode([ $o->{id}, $o->{state}, $o->{payload}, $o->{headers} ]), $json->encode([ 0 + $c2, 'pending', { g => 20 }, { 'x-h' => '1' } ]),
+	'one row: its state, payload and headers as JSON');
+is(scalar @{ $o->{audit} }, 1, 'one row: one audit row');
+is($json->encode([ @{ $o->{audit}[0] }{qw(action done_by payload_before payload_after)} ]),
+	$json->encode([ 'requeue', 'admin route from 127.0.0.1', { g => 2 }, { g => 20 } ]),
+	'one row: the audit says what, who (the route and the peer, not the database role), before and after');
+$r = $http->get("$base/admin/outbox/99999999", { headers => \%auth });
+is("$r->{status} " . reason($r), '404 no outbox row with id 99999999', 'one row: none is 404');
+$r = $http->get("$base/admin/outbox/$c2?x=1", { headers => \%auth });
+is($r->{status}, 400, 'one row: a query parameter is 400');
+$r = $http->request('POST', "$base/admin/outbox/$c2", { headers => \%auth });
+is($r->{status}, 405, 'one row: use GET');
+$r = $http->get("$base/admin/inbox/$a1", { headers => \%auth });
+is($r->{status}, 200, 'GET /admin/inbox/{id} is 200');
+$o = $json->decode($r->{content});
+is(join(',', sort keys %$o), 'aggregate_id,attempt,consumption,created_at,event_type,headers,hold,id,idempotency_key,last_error,payload,scheduled_at,source,state',
+	'inbox row: every field');
+is("$o->{source}/$o->{idempotency_key}", 'plain/a1', 'inbox row: the row asked for');
+$r = $http->get("$base/admin/inbox/lookup?source=plain&idempotency_key=a1", { headers => \%auth });
+is($r->{status}, 200, 'inbox lookup: 200');
+is($json->decode($r->{content})->{id}, $a1, 'inbox lookup: the row of that source and key');
+$r = $http->get("$base/admin/inbox/lookup?source=plain&idempotency_key=nope", { headers => \%auth });
+is("$r->{status} " . reason($r), '404 no row from source plain with idempotency key nope: it did not arrive, or retention has deleted it',
+	'inbox lookup: none is 404 saying why it may be missing');
+$r = $http->get("$base/admin/inbox/lookup?source=plain", { headers => \%auth });
+is("$r->{status} " . reason($r), '400 idempotency_key is required (this route takes source and idempotency_key)',
+	'inbox lookup: a missing parameter is 400, named');
+# writes: a query parameter is refused; each write is logged with who asked
+$r = $http->request('POST', "$base/admin/outbox/$c2/replay?x=1", { headers => \%auth });
+is($r->{status}, 400, 'a POST with a query parameter is 400');
+like(slurp_file($node->logfile), qr/admin: requeue outbox $c2: 200 \{"requeued" : true\} \(admin route from 127\.0\.0\.1\)/,
+	'the edited requeue is logged: action, target, result, who; not the payload');
+is(scalar(grep { /ingress: admin: / && /\Q$admin_token\E|"g" ?: ?20/ } split /\n/, slurp_file($node->logfile)), 0,
+	'no admin log line shows the token or the payload');
+
 # ---- a restart loses nothing that was answered 202
 {
 	my $total = 400;

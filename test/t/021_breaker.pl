@@ -6,6 +6,8 @@
 #     sent until POST /admin/destinations/{name}/resume (401 without the
 #     token);
 #   - Retry-After on a 429 pauses the destination and delays the retry;
+#   - an operator's pause (POST .../pause) holds every row, reset keeps it,
+#     resume sends them all, in key order;
 #   - a probe row whose own backoff is not over is still sent as the probe;
 #   - a success resets the count: messages that each fail once and then
 #     succeed, one at a time, never open the circuit; resume of a closed
@@ -205,6 +207,51 @@ my @early = grep { $_->{t_us} < $paused_us - 5_000 }
 is(scalar @early, 0, 'retry-after: none of them was sent before paused_until');
 is(qb_count($node, "topic LIKE 'p.%' AND state <> 'sent'"), '0', 'retry-after: nothing left pending or dead');
 
+# ==== 7. an operator's pause (POST /admin/destinations/{name}/pause): rows
+# wait, none is lost or spent; reset keeps the pause; resume sends them
+$r = $http->request('POST', "$base/admin/destinations/p/pause", { headers => \%auth, content => '{"seconds": 0}' });
+is($r->{status}, 400, 'pause: seconds 0 is 400');
+like($r->{content}, qr/seconds must be a whole number from 1 to 31536000/, 'pause: and says what it takes');
+$r = $http->request('POST', "$base/admin/destinations/p/pause", { headers => \%auth, content => '{"secs": 5}' });
+is($r->{status}, 400, 'pause: an unknown key is 400');
+like($r->{content}, qr/unknown key \\"secs\\"; this route takes: seconds/, 'pause: it names the key and lists seconds');
+$r = $http->request('POST', "$base/admin/destinations/nosuch/pause", { headers => \%auth, content => '{"seconds": 60}' });
+is($r->{status}, 404, 'pause: a destination not in the configuration is 404');
+is($node->safe_psql('postgres', "SELECT count(*) FROM queuebox.destination_state WHERE destination = 'nosuch'"),
+	'0', 'pause: and no state is stored for it');
+$r = $http->request('POST', "$base/admin/destinations/p/pause", { headers => \%auth, content => '{"seconds": 3600}' });
+is($r->{status}, 200, 'pause: POST pause {"seconds": 3600} is 200') or diag $r->{content};
+my $pause = eval { decode_json($r->{content}) } // {};
+is($pause->{known} ? 1 : 0, 1, 'pause: it answers known: true');
+is($node->safe_psql('postgres', "SELECT paused_until = '$pause->{paused_until}'::timestamptz"
+		. " AND paused_until > now() + interval '59 minutes' FROM queuebox.destination_state WHERE destination = 'p'"),
+	't', 'pause: paused_until is the answer\'s, an hour ahead');
+my $p_reqs = scalar @{ qb_sink_requests($sink_p) };
+my $p_before = qb_count($node, "topic LIKE 'p.%'");
+qb_insert_keyed($node, 'p.op', 20, 4, 'pok');
+qb_wait_for(sub { qb_count($node, "topic = 'p.op' AND state = 'pending' AND hold IS NOT NULL") == 20 },
+	'pause: the 20 new rows wait for p (in its intake, parked or held)', timeout => 30);
+usleep(1_500_000);    # a bounded observation window: the workers claim every few ms
+is(scalar @{ qb_sink_requests($sink_p) }, $p_reqs, 'pause: nothing was sent to p while paused');
+is(states('p.op'), '20 rows: pending=20', 'pause: all 20 rows still pending, none processing, sent or dead');
+is($node->safe_psql('postgres', "SELECT coalesce(sum(attempt), 0) FROM queuebox.outbox WHERE topic = 'p.op'"),
+	'0', 'pause: no attempt spent');
+$r = $http->request('POST', "$base/admin/destinations/p/reset", { headers => \%auth });
+is($r->{status}, 200, 'pause: reset is 200') or diag $r->{content};
+is($r->{content}, '{"known" : true, "reset" : false}', 'pause: reset of a closed circuit changes nothing');
+ok(qb_dest_status($node, 'p')->{paused}, 'pause: reset keeps the pause');
+$r = $http->request('POST', "$base/admin/destinations/p/resume", { headers => \%auth });
+is($r->{status}, 200, 'pause: resume is 200') or diag $r->{content};
+qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = 'p.op' AND state = 'sent'",
+	20, 'pause: after the resume all 20 rows are sent', timeout => 60);
+is(qb_count($node, "topic LIKE 'p.%'"), $p_before + 20, 'pause: no row lost or added');
+my $op = qb_key_order($node, $sink_p, "topic = 'p.op'");
+is("$op->{delivered}/$op->{dups}/$op->{keys_in_order}", '20/0/4', 'pause: each row once, every key in order');
+like(slurp_file($node->logfile), qr/admin: pause destination p for 3600 s: 200 .* \(admin route from 127\.0\.0\.1\)/,
+	'pause: the server logged the pause, its target and who asked');
+is(scalar(grep { /ingress: admin: / && /\Q$token\E/ } split /\n/, slurp_file($node->logfile)), 0,
+	'pause: no admin log line shows the admin token');
+
 # ==== 8. a probe row whose own retry is not due yet is still the probe
 # A backoff longer than the cooldown: the held row's scheduled_at is still
 # ahead when the circuit goes half-open.
@@ -279,7 +326,7 @@ ok(qb_log_count($node, qr/destination f is half-open: trying row \d+ as its prob
 is(qb_dest_status($node, 'f')->{state}, 'closed', 'alone: f ends closed');
 
 is(qb_count($node, "state <> 'sent'"), '0', 'every row of the test ends sent');
-is(qb_outbox_count($node), 100 + 40 + 11 + 1 + 6 + 5, 'and the outbox holds them all');
+is(qb_outbox_count($node), 100 + 40 + 11 + 20 + 1 + 6 + 5, 'and the outbox holds them all');
 
 $node->stop;
 qb_sink_stop($_) for ($sink_r2, $sink_g, $sink_p, $sink_n2, $sink_f);

@@ -73,7 +73,9 @@ fake_query(void *ctx, QbQuery query, const char *const *params, long timeout_ms,
 
 	pthread_mutex_lock(&f->fs.lock);
 	f->nqueries[query]++;
+	/* the dead list's limit is its eighth parameter */
 	snprintf(f->last_param, sizeof(f->last_param), "%s",
+			 query == QB_Q_DEAD_OUTBOX ? (params[7] ? params[7] : "") :
 			 params && params[0] ? params[0] : "");
 	*out = NULL;
 	switch (query)
@@ -92,7 +94,7 @@ fake_query(void *ctx, QbQuery query, const char *const *params, long timeout_ms,
 						  " \"inbox_pending\": 2, \"inbox_processing\": 0, \"inbox_oldest\": 0}");
 			break;
 		case QB_Q_DEAD_OUTBOX:
-			*out = strdup("[{\"id\": 7, \"topic\": \"fake.dead\"}]");
+			*out = strdup("{\"rows\": [{\"id\": 7, \"topic\": \"fake.dead\"}], \"next_after\": 7}");
 			break;
 		default:
 			*out = strdup("{}");
@@ -469,7 +471,7 @@ test_admin_token(void **state)
 	assert_int_equal(http(port, "GET", "/admin/outbox/dead?limit=5", bad, NULL)->status, 401);
 	a = http(port, "GET", "/admin/outbox/dead?limit=5", good, NULL);
 	assert_int_equal(a->status, 200);
-	assert_string_equal(a->body, "[{\"id\": 7, \"topic\": \"fake.dead\"}]");
+	assert_string_equal(a->body, "[{\"id\":7,\"topic\":\"fake.dead\"}]");
 	stop(f);
 	assert_int_equal(f->nqueries[QB_Q_DEAD_OUTBOX], 1);
 	assert_string_equal(f->last_param, "5");

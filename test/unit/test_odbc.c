@@ -481,7 +481,7 @@ test_query_texts(void **state)
 		int			np = -1;
 		const char *sql = qb_odbc_query_text((QbQuery) q, &np);
 
-		assert_true(np >= 0 && np <= 4);
+		assert_true(np >= 0 && np <= 10);
 		if (q == QB_Q_REPLAY_INBOX || q == QB_Q_REPLAY_INBOX_BULK)
 		{
 			assert_null(sql);

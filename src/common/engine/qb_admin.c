@@ -1,28 +1,43 @@
 /*-------------------------------------------------------------------------
  * qb_admin.c
- *	  The /admin/ routes: list dead rows, replay and requeue, one row or in
- *	  bulk, over the same SQL functions an operator can call by hand.
+ *	  The /admin/ routes: dead rows by filter, one row, and the operations
+ *	  on rows and destinations, over the same SQL functions an operator can
+ *	  call by hand (docs/http-api.md, docs/operations.md).
  *
  * Routes (after /admin; the caller has checked the bearer token):
- *	GET  /outbox/dead?limit=N			dead outbox rows, oldest id first
- *	GET  /inbox/dead?limit=N			dead inbox rows
+ *	GET  /outbox/dead?destination=&topic=&key=&error=&since=&until=&after=&limit=
+ *	GET  /inbox/dead?source=&event_type=&idempotency_key=&aggregate_id=&error=
+ *					&since=&until=&after=&limit=
+ *										a page of dead rows, id ascending; the
+ *										next page's after= in the header
+ *										X-QueueBox-Next-After (none: the end)
+ *	GET  /outbox/held?limit=N			keys held by a dead or retrying head
+ *	GET  /outbox/{id}, /inbox/{id}		the whole row (outbox: with its audit)
+ *	GET  /inbox/lookup?source=&idempotency_key=
  *	POST /outbox/{id}/replay			a new outbox row, new message_id
  *	POST /outbox/{id}/requeue			dead -> pending, attempts reset; with a
  *										body {"payload": ...} the payload is
  *										replaced (audited, onDead: holdKey)
  *	POST /outbox/{id}/skip				a dead row that holds its key lets it go
- *	GET  /outbox/held?limit=N			keys held by a dead or retrying head
  *	POST /inbox/{id}/replay				the inbox row into a new outbox row
  *	POST /inbox/{id}/requeue			dead -> pending
  *	POST /outbox/replay   {"state", "topicPattern", "since", "until"}
  *	POST /outbox/requeue  {"topicPattern", "since", "until"}
  *	POST /inbox/replay    {"state", "source", "since", "until"}
  *	POST /inbox/requeue   {"source", "since", "until"}
- *	POST /destinations/{name}/resume	close a destination's circuit (after
- *										a 410 Gone); its held rows flow again
+ *	POST /destinations/{name}/resume	close the circuit, clear failures and pause
+ *	POST /destinations/{name}/pause		{"seconds": N}: nothing sent before then
+ *	POST /destinations/{name}/reset		close the circuit, clear failures, keep a pause
  *	GET  /overview						the console's overview (qb_admin_overview)
  * Bulk forms keep per-key order (the SQL functions work in id or
- * created_at order).  Answers are JSON; errors carry a reason.
+ * created_at order).  Answers are JSON; errors carry a reason.  A query
+ * parameter or body key a route does not take is a 400 that lists those it
+ * takes; an empty query parameter is no filter.  Times are ISO 8601; one
+ * without a zone is UTC, a date alone its midnight UTC.
+ *
+ * Every write is logged on the host (action, target, status, who: the
+ * peer's address), and its query takes the actor as its last parameter,
+ * which the store hands the database for the audit rows (qb_store.h).
  *
  * Transaction rules: each operation is one query_text call, so one
  * transaction of the store's.
@@ -38,39 +53,109 @@
 #include "qb_admin.h"
 #include "qb_answer.h"
 
+#define QBA_MAX_PARAMS	10
+#define QBA_MAX_TEXT	400		/* a filter's bytes */
+
+typedef enum QbaKind
+{
+	QBA_LIST,					/* GET: filters from the query string */
+	QBA_ROW,					/* GET /table/{id} */
+	QBA_LOOKUP,					/* GET: every query parameter required */
+	QBA_BY_ID,					/* POST /table/{id}/verb */
+	QBA_BULK,					/* POST /table/verb, a body of filters */
+	QBA_DEST					/* POST /destinations/{name}/verb */
+} QbaKind;
+
 typedef struct QbaRoute
 {
-	const char *table;			/* "outbox" | "inbox" */
-	const char *verb;			/* "replay" | "requeue" | "dead" */
-	bool		by_id;
+	const char *table;			/* "outbox" | "inbox" | "destinations" */
+	const char *verb;			/* NULL: GET /table/{id} */
+	bool		by_id;			/* an {id} or {name} in the path */
+	QbaKind		kind;
 	QbQuery		query;
-	const char *const keys[4];	/* bulk body keys, in parameter order */
+	/* the query string's (GET) or the body's (POST) keys, in parameter order */
+	const char *const *keys;
+	long		max_limit;		/* QBA_LIST: the largest limit */
 } QbaRoute;
 
+static const char *const qba_none[] = {NULL};
+static const char *const qba_dead_outbox_keys[] = {"destination", "topic", "key", "error", "since",
+"until", "after", "limit", NULL};
+static const char *const qba_dead_inbox_keys[] = {"source", "event_type", "idempotency_key",
+"aggregate_id", "error", "since", "until", "after", "limit", NULL};
+static const char *const qba_limit_keys[] = {"limit", NULL};
+static const char *const qba_lookup_keys[] = {"source", "idempotency_key", NULL};
+static const char *const qba_replay_outbox_keys[] = {"state", "topicPattern", "since", "until", NULL};
+static const char *const qba_requeue_outbox_keys[] = {"topicPattern", "since", "until", NULL};
+static const char *const qba_replay_inbox_keys[] = {"state", "source", "since", "until", NULL};
+static const char *const qba_requeue_inbox_keys[] = {"source", "since", "until", NULL};
+static const char *const qba_pause_keys[] = {"seconds", NULL};
+
 static const QbaRoute qba_routes[] = {
-	{"outbox", "dead", false, QB_Q_DEAD_OUTBOX, {NULL}},
-	{"outbox", "held", false, QB_Q_HELD_KEYS, {NULL}},
-	{"outbox", "skip", true, QB_Q_SKIP_OUTBOX, {NULL}},
-	{"inbox", "dead", false, QB_Q_DEAD_INBOX, {NULL}},
-	{"outbox", "replay", true, QB_Q_REPLAY_OUTBOX, {NULL}},
-	{"outbox", "requeue", true, QB_Q_REQUEUE_OUTBOX, {NULL}},
-	{"inbox", "replay", true, QB_Q_REPLAY_INBOX, {NULL}},
-	{"inbox", "requeue", true, QB_Q_REQUEUE_INBOX, {NULL}},
-	{"outbox", "replay", false, QB_Q_REPLAY_OUTBOX_BULK, {"state", "topicPattern", "since", "until"}},
-	{"outbox", "requeue", false, QB_Q_REQUEUE_OUTBOX_BULK, {"topicPattern", "since", "until"}},
-	{"inbox", "replay", false, QB_Q_REPLAY_INBOX_BULK, {"state", "source", "since", "until"}},
-	{"inbox", "requeue", false, QB_Q_REQUEUE_INBOX_BULK, {"source", "since", "until"}},
-	{"destinations", "resume", true, QB_Q_RESUME_DESTINATION, {NULL}},
+	{.table = "outbox", .verb = "dead", .kind = QBA_LIST, .query = QB_Q_DEAD_OUTBOX,
+	.keys = qba_dead_outbox_keys, .max_limit = 1000},
+	{.table = "inbox", .verb = "dead", .kind = QBA_LIST, .query = QB_Q_DEAD_INBOX,
+	.keys = qba_dead_inbox_keys, .max_limit = 1000},
+	{.table = "outbox", .verb = "held", .kind = QBA_LIST, .query = QB_Q_HELD_KEYS,
+	.keys = qba_limit_keys, .max_limit = 10000},
+	{.table = "outbox", .by_id = true, .kind = QBA_ROW, .query = QB_Q_OUTBOX_ROW, .keys = qba_none},
+	{.table = "inbox", .by_id = true, .kind = QBA_ROW, .query = QB_Q_INBOX_ROW, .keys = qba_none},
+	{.table = "inbox", .verb = "lookup", .kind = QBA_LOOKUP, .query = QB_Q_INBOX_LOOKUP,
+	.keys = qba_lookup_keys},
+	{.table = "outbox", .verb = "replay", .by_id = true, .kind = QBA_BY_ID,
+	.query = QB_Q_REPLAY_OUTBOX, .keys = qba_none},
+	{.table = "outbox", .verb = "requeue", .by_id = true, .kind = QBA_BY_ID,
+	.query = QB_Q_REQUEUE_OUTBOX, .keys = qba_none},
+	{.table = "outbox", .verb = "skip", .by_id = true, .kind = QBA_BY_ID,
+	.query = QB_Q_SKIP_OUTBOX, .keys = qba_none},
+	{.table = "inbox", .verb = "replay", .by_id = true, .kind = QBA_BY_ID,
+	.query = QB_Q_REPLAY_INBOX, .keys = qba_none},
+	{.table = "inbox", .verb = "requeue", .by_id = true, .kind = QBA_BY_ID,
+	.query = QB_Q_REQUEUE_INBOX, .keys = qba_none},
+	{.table = "outbox", .verb = "replay", .kind = QBA_BULK, .query = QB_Q_REPLAY_OUTBOX_BULK,
+	.keys = qba_replay_outbox_keys},
+	{.table = "outbox", .verb = "requeue", .kind = QBA_BULK, .query = QB_Q_REQUEUE_OUTBOX_BULK,
+	.keys = qba_requeue_outbox_keys},
+	{.table = "inbox", .verb = "replay", .kind = QBA_BULK, .query = QB_Q_REPLAY_INBOX_BULK,
+	.keys = qba_replay_inbox_keys},
+	{.table = "inbox", .verb = "requeue", .kind = QBA_BULK, .query = QB_Q_REQUEUE_INBOX_BULK,
+	.keys = qba_requeue_inbox_keys},
+	{.table = "destinations", .verb = "resume", .by_id = true, .kind = QBA_DEST,
+	.query = QB_Q_RESUME_DESTINATION, .keys = qba_none},
+	{.table = "destinations", .verb = "pause", .by_id = true, .kind = QBA_DEST,
+	.query = QB_Q_PAUSE_DESTINATION, .keys = qba_pause_keys},
+	{.table = "destinations", .verb = "reset", .by_id = true, .kind = QBA_DEST,
+	.query = QB_Q_RESET_DESTINATION, .keys = qba_none},
 };
 
-static void
-qba_error(int *status, char **answer, int code, const char *reason)
+/* What one request carries through the handler: its route, path and parameters. */
+typedef struct QbaCall
 {
-	*status = code;
-	*answer = qb_answer("error", reason);
+	const QbaRoute *rt;
+	const QbAdminRequest *req;
+	char		id[201];		/* the path's {id} or {name} */
+	const char *params[QBA_MAX_PARAMS];
+	char		bufs[QBA_MAX_PARAMS][64];	/* normalised ids, times, numbers */
+	json_t	   *doc;			/* a POST body, when parsed */
+	char	   *edited;			/* an edited requeue's payload */
+	char		target[260];	/* for the log: "outbox row 42" */
+} QbaCall;
+
+static void
+qba_error(QbAdminAnswer *ans, int code, const char *reason)
+{
+	ans->status = code;
+	free(ans->body);
+	ans->body = qb_answer("error", reason);
 }
 
-/* qba_digits: a positive decimal id of at most 18 digits. */
+static bool
+qba_get(const QbaRoute *rt)
+{
+	return rt->kind == QBA_LIST || rt->kind == QBA_ROW || rt->kind == QBA_LOOKUP;
+}
+
+/* qba_digits: a decimal of 1 to 18 digits. */
 static bool
 qba_digits(const char *s, size_t n)
 {
@@ -79,99 +164,6 @@ qba_digits(const char *s, size_t n)
 	for (size_t i = 0; i < n; i++)
 		if (!isdigit((unsigned char) s[i]))
 			return false;
-	return true;
-}
-
-/*
- * qba_body_params: the bulk body's keys into params (NULL when absent).
- * Strings are borrowed from doc.  False with the answer set.
- */
-static bool
-qba_body_params(const QbaRoute *rt, json_t *doc, const char **params, int *status,
-				char **answer)
-{
-	const char *key;
-	json_t	   *v;
-	char		reason[256];
-
-	if (!json_is_object(doc))
-	{
-		qba_error(status, answer, 400, "the body must be a JSON object of filters, e.g. {\"source\": \"stripe\"}");
-		return false;
-	}
-	json_object_foreach(doc, key, v)
-	{
-		int			k;
-
-		for (k = 0; k < 4 && rt->keys[k] != NULL; k++)
-			if (strcmp(rt->keys[k], key) == 0)
-				break;
-		if (k == 4 || rt->keys[k] == NULL)
-		{
-			snprintf(reason, sizeof(reason), "unknown key \"%.64s\"; this operation takes %s%s%s%s%s%s%s",
-					 key, rt->keys[0], rt->keys[1] ? ", " : "", rt->keys[1] ? rt->keys[1] : "",
-					 rt->keys[2] ? ", " : "", rt->keys[2] ? rt->keys[2] : "",
-					 rt->keys[3] ? ", " : "", rt->keys[3] ? rt->keys[3] : "");
-			qba_error(status, answer, 400, reason);
-			return false;
-		}
-		if (!json_is_string(v) && !json_is_null(v))
-		{
-			snprintf(reason, sizeof(reason), "%s must be a string (timestamps as ISO 8601, e.g. \"2026-11-30T00:00:00Z\")", key);
-			qba_error(status, answer, 400, reason);
-			return false;
-		}
-		params[k] = json_string_value(v);
-	}
-	return true;
-}
-
-/*
- * qba_edited_payload: the body of an edited requeue, {"payload": <JSON>},
- * into *payload as compact JSON text (malloc'd).  False with the answer set.
- */
-static bool
-qba_edited_payload(const char *body, size_t body_len, char **payload, int *status, char **answer)
-{
-	json_error_t jerr;
-	json_t	   *doc = json_loadb(body, body_len, JSON_DECODE_ANY, &jerr);
-	json_t	   *p;
-	const char *key;
-	json_t	   *v;
-	char		reason[300];
-
-	*payload = NULL;
-	if (doc == NULL)
-	{
-		snprintf(reason, sizeof(reason), "the body is not valid JSON: %s at line %d, column %d",
-				 jerr.text, jerr.line, jerr.column);
-		qba_error(status, answer, 400, reason);
-		return false;
-	}
-	if (!json_is_object(doc) || (p = json_object_get(doc, "payload")) == NULL)
-	{
-		json_decref(doc);
-		qba_error(status, answer, 400,
-				  "the body must be {\"payload\": <the edited payload>}, or empty to requeue the row as it is");
-		return false;
-	}
-	json_object_foreach(doc, key, v)
-	{
-		if (strcmp(key, "payload") != 0)
-		{
-			snprintf(reason, sizeof(reason), "unknown key \"%.64s\"; this operation takes payload", key);
-			json_decref(doc);
-			qba_error(status, answer, 400, reason);
-			return false;
-		}
-	}
-	*payload = json_dumps(p, JSON_COMPACT | JSON_ENCODE_ANY);
-	json_decref(doc);
-	if (*payload == NULL)
-	{
-		qba_error(status, answer, 503, "out of memory");
-		return false;
-	}
 	return true;
 }
 
@@ -185,6 +177,488 @@ qba_name(const char *s, size_t n)
 		if (!isalnum((unsigned char) s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.')
 			return false;
 	return true;
+}
+
+/* qba_keys_list: "a, b, c" of a NULL-terminated key list. */
+static void
+qba_keys_list(const char *const *keys, char *out, size_t outlen)
+{
+	size_t		n = 0;
+
+	out[0] = '\0';
+	for (int k = 0; keys[k] != NULL && n < outlen; k++)
+		n += snprintf(out + n, outlen - n, "%s%s", k > 0 ? ", " : "", keys[k]);
+	if (keys[0] == NULL)
+		snprintf(out, outlen, "none");
+}
+
+/* qba_key_index: key's place in rt->keys, or -1. */
+static int
+qba_key_index(const QbaRoute *rt, const char *key)
+{
+	for (int k = 0; rt->keys[k] != NULL; k++)
+		if (strcmp(rt->keys[k], key) == 0)
+			return k;
+	return -1;
+}
+
+static void
+qba_unknown_key(const QbaCall *c, const char *what, const char *key, QbAdminAnswer *ans)
+{
+	char		keys[200];
+	char		reason[400];
+
+	qba_keys_list(c->rt->keys, keys, sizeof(keys));
+	snprintf(reason, sizeof(reason), "unknown %s \"%.64s\"; this route takes: %s", what, key, keys);
+	qba_error(ans, 400, reason);
+}
+
+/*
+ * qba_num2: n digits of s as a number from lo to hi, or -1.
+ */
+static int
+qba_num2(const char *s, int n, int lo, int hi)
+{
+	int			v = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (!isdigit((unsigned char) s[i]))
+			return -1;
+		v = v * 10 + (s[i] - '0');
+	}
+	return v < lo || v > hi ? -1 : v;
+}
+
+/*
+ * qba_time: an ISO 8601 time (YYYY-MM-DD, then optionally T or space,
+ * hh:mm, :ss, .fraction, and Z or a ±hh[:mm] offset) into out as the
+ * stores take it: a date alone is its midnight, a time without a zone UTC.
+ * False when s is not one.
+ */
+static bool
+qba_time(const char *s, char *out, size_t outlen)
+{
+	const char *p = s;
+	bool		zone = false;
+
+	if (strlen(s) > 40 || qba_num2(p, 4, 1, 9999) < 0 || p[4] != '-' ||
+		qba_num2(p + 5, 2, 1, 12) < 0 || p[7] != '-' || qba_num2(p + 8, 2, 1, 31) < 0)
+		return false;
+	p += 10;
+	if (*p == '\0')
+	{
+		snprintf(out, outlen, "%.10sT00:00:00Z", s);
+		return true;
+	}
+	if ((*p != 'T' && *p != 't' && *p != ' ') || qba_num2(p + 1, 2, 0, 23) < 0 || p[3] != ':' ||
+		qba_num2(p + 4, 2, 0, 59) < 0)
+		return false;
+	p += 6;
+	if (*p == ':')
+	{
+		if (qba_num2(p + 1, 2, 0, 60) < 0)
+			return false;
+		p += 3;
+		if (*p == '.')
+		{
+			int			n = 0;
+
+			for (p++; isdigit((unsigned char) *p); p++)
+				n++;
+			if (n == 0 || n > 9)
+				return false;
+		}
+	}
+	if (*p == 'Z' || *p == 'z')
+	{
+		zone = true;
+		p++;
+	}
+	else if (*p == '+' || *p == '-')
+	{
+		if (qba_num2(p + 1, 2, 0, 23) < 0)
+			return false;
+		p += 3;
+		if (*p == ':')
+			p++;
+		if (*p != '\0' && qba_num2(p, 2, 0, 59) < 0)
+			return false;
+		if (*p != '\0')
+			p += 2;
+		zone = true;
+	}
+	if (*p != '\0')
+		return false;
+	snprintf(out, outlen, "%s%s", s, zone ? "" : "Z");
+	return true;
+}
+
+/*
+ * qba_value: one parameter's value checked and normalised by its name
+ * (limit, after, since, until, seconds; any other is a text filter); the
+ * parameter is set to value or to the normalised copy in buf.  False with
+ * the answer set.
+ */
+static bool
+qba_value(const QbaCall *c, const char *name, const char *value, char *buf, size_t buflen,
+		  const char **param, QbAdminAnswer *ans)
+{
+	char		reason[300];
+	size_t		n = strlen(value);
+
+	if (strcmp(name, "limit") == 0 || strcmp(name, "after") == 0 || strcmp(name, "seconds") == 0)
+	{
+		long		lo = strcmp(name, "after") == 0 ? 0 : 1;
+		long		hi = strcmp(name, "limit") == 0 ? c->rt->max_limit :
+			strcmp(name, "seconds") == 0 ? 31536000 : 999999999999999999L;
+
+		if (!qba_digits(value, n) || atol(value) < lo || atol(value) > hi)
+		{
+			if (strcmp(name, "after") == 0)
+				snprintf(reason, sizeof(reason), "after must be an id (a whole number from 0), the last id of the page before");
+			else
+				snprintf(reason, sizeof(reason), "%s must be a whole number from %ld to %ld", name, lo, hi);
+			qba_error(ans, 400, reason);
+			return false;
+		}
+		snprintf(buf, buflen, "%ld", atol(value));
+		*param = buf;
+		return true;
+	}
+	if (strcmp(name, "since") == 0 || strcmp(name, "until") == 0)
+	{
+		if (!qba_time(value, buf, buflen))
+		{
+			snprintf(reason, sizeof(reason),
+					 "%s must be an ISO 8601 time, e.g. 2026-12-01T09:30:00Z or 2026-12-01 (UTC when no zone is given)",
+					 name);
+			qba_error(ans, 400, reason);
+			return false;
+		}
+		*param = buf;
+		return true;
+	}
+	if (n > QBA_MAX_TEXT)
+	{
+		snprintf(reason, sizeof(reason), "%s is longer than %d bytes", name, QBA_MAX_TEXT);
+		qba_error(ans, 400, reason);
+		return false;
+	}
+	*param = value;
+	return true;
+}
+
+/*
+ * qba_query_args: the query string's parameters into c->params, by
+ * rt->keys' order.  An empty value is no filter; a key twice, or one the
+ * route does not take, is a 400.
+ */
+static bool
+qba_query_args(QbaCall *c, QbAdminAnswer *ans)
+{
+	const QbAdminRequest *req = c->req;
+	char		reason[200];
+
+	if (req->nargs > QB_ADMIN_MAX_ARGS)
+	{
+		snprintf(reason, sizeof(reason), "too many query parameters (at most %d)", QB_ADMIN_MAX_ARGS);
+		qba_error(ans, 400, reason);
+		return false;
+	}
+	for (int i = 0; i < req->nargs; i++)
+	{
+		const char *name = req->args[i].name;
+		const char *value = req->args[i].value;
+		int			k = qba_key_index(c->rt, name);
+
+		if (k < 0)
+		{
+			qba_unknown_key(c, "query parameter", name, ans);
+			return false;
+		}
+		for (int j = 0; j < i; j++)
+			if (strcmp(req->args[j].name, name) == 0)
+			{
+				snprintf(reason, sizeof(reason), "query parameter \"%.64s\" is given twice", name);
+				qba_error(ans, 400, reason);
+				return false;
+			}
+		if (value == NULL || value[0] == '\0')
+			continue;
+		if (!qba_value(c, name, value, c->bufs[k], sizeof(c->bufs[k]), &c->params[k], ans))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * qba_body_params: a POST body's keys into c->params (NULL when absent):
+ * strings (the bulk filters) or, for "seconds", a whole number.  Strings
+ * are borrowed from c->doc.  An empty body is no key.
+ */
+static bool
+qba_body_params(QbaCall *c, QbAdminAnswer *ans)
+{
+	const QbAdminRequest *req = c->req;
+	json_error_t jerr;
+	const char *key;
+	json_t	   *v;
+	char		reason[300];
+
+	c->doc = req->body_len > 0 ? json_loadb(req->body, req->body_len, 0, &jerr) : json_object();
+	if (c->doc == NULL)
+	{
+		snprintf(reason, sizeof(reason), "the body is not valid JSON: %s at line %d, column %d",
+				 jerr.text, jerr.line, jerr.column);
+		qba_error(ans, 400, reason);
+		return false;
+	}
+	if (!json_is_object(c->doc))
+	{
+		qba_error(ans, 400, c->rt->kind == QBA_BULK ?
+				  "the body must be a JSON object of filters, e.g. {\"source\": \"stripe\"}" :
+				  "the body must be a JSON object, e.g. {\"seconds\": 600}");
+		return false;
+	}
+	json_object_foreach(c->doc, key, v)
+	{
+		int			k = qba_key_index(c->rt, key);
+
+		if (k < 0)
+		{
+			qba_unknown_key(c, "key", key, ans);
+			return false;
+		}
+		if (strcmp(key, "seconds") == 0)
+		{
+			if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 31536000)
+			{
+				qba_error(ans, 400, "seconds must be a whole number from 1 to 31536000 (a year)");
+				return false;
+			}
+			snprintf(c->bufs[k], sizeof(c->bufs[k]), "%lld", (long long) json_integer_value(v));
+			c->params[k] = c->bufs[k];
+			continue;
+		}
+		if (!json_is_string(v) && !json_is_null(v))
+		{
+			snprintf(reason, sizeof(reason), "%s must be a string (timestamps as ISO 8601, e.g. \"2026-11-30T00:00:00Z\")", key);
+			qba_error(ans, 400, reason);
+			return false;
+		}
+		c->params[k] = json_string_value(v);
+	}
+	return true;
+}
+
+/*
+ * qba_edited_payload: the body of an edited requeue, {"payload": <JSON>},
+ * into c->edited as compact JSON text (malloc'd).  False with the answer set.
+ */
+static bool
+qba_edited_payload(QbaCall *c, QbAdminAnswer *ans)
+{
+	json_error_t jerr;
+	json_t	   *doc = json_loadb(c->req->body, c->req->body_len, JSON_DECODE_ANY, &jerr);
+	json_t	   *p;
+	const char *key;
+	json_t	   *v;
+	char		reason[300];
+
+	if (doc == NULL)
+	{
+		snprintf(reason, sizeof(reason), "the body is not valid JSON: %s at line %d, column %d",
+				 jerr.text, jerr.line, jerr.column);
+		qba_error(ans, 400, reason);
+		return false;
+	}
+	if (!json_is_object(doc) || (p = json_object_get(doc, "payload")) == NULL)
+	{
+		json_decref(doc);
+		qba_error(ans, 400,
+				  "the body must be {\"payload\": <the edited payload>}, or empty to requeue the row as it is");
+		return false;
+	}
+	json_object_foreach(doc, key, v)
+	{
+		if (strcmp(key, "payload") != 0)
+		{
+			snprintf(reason, sizeof(reason), "unknown key \"%.64s\"; this operation takes payload", key);
+			json_decref(doc);
+			qba_error(ans, 400, reason);
+			return false;
+		}
+	}
+	c->edited = json_dumps(p, JSON_COMPACT | JSON_ENCODE_ANY);
+	json_decref(doc);
+	if (c->edited == NULL)
+	{
+		qba_error(ans, 503, "out of memory");
+		return false;
+	}
+	return true;
+}
+
+/*
+ * qba_route: the route of method and path ("/table/verb", "/table/{id}",
+ * "/table/{id}/verb"), its {id} into c->id.  False with the answer set.
+ */
+static bool
+qba_route(QbaCall *c, QbAdminAnswer *ans)
+{
+	const char *seg[3] = {NULL, NULL, NULL};
+	size_t		len[3] = {0, 0, 0};
+	int			nseg = 0;
+	const char *verb;
+	size_t		verblen;
+	bool		by_id;
+
+	/* the path's segments: "/a/b/c" has three; a fourth is no route */
+	for (const char *p = c->req->path; *p == '/'; nseg++)
+	{
+		const char *end = strchr(p + 1, '/');
+
+		if (nseg == 3)
+		{
+			nseg = 0;
+			break;
+		}
+		seg[nseg] = p + 1;
+		len[nseg] = end ? (size_t) (end - p - 1) : strlen(p + 1);
+		p = seg[nseg] + len[nseg];
+	}
+	/* "/table/{id}" when the second segment is a number */
+	by_id = nseg == 3 || (nseg == 2 && qba_digits(seg[1], len[1]));
+	verb = nseg == 3 ? seg[2] : (nseg == 2 && !by_id ? seg[1] : NULL);
+	verblen = nseg == 3 ? len[2] : len[1];
+	c->rt = NULL;
+	for (size_t i = 0; nseg >= 2 && nseg <= 3 && i < sizeof(qba_routes) / sizeof(qba_routes[0]); i++)
+	{
+		const QbaRoute *rt = &qba_routes[i];
+
+		if (strlen(rt->table) == len[0] && strncmp(rt->table, seg[0], len[0]) == 0 &&
+			rt->by_id == by_id &&
+			(rt->verb == NULL ? verb == NULL :
+			 verb != NULL && strlen(rt->verb) == verblen && strncmp(rt->verb, verb, verblen) == 0))
+			c->rt = rt;
+	}
+	if (c->rt == NULL)
+	{
+		qba_error(ans, 404,
+				  "no such admin route; see docs/http-api.md (outbox|inbox/dead, outbox/held, outbox|inbox/{id},"
+				  " inbox/lookup, outbox|inbox/{id}/replay|requeue, outbox/{id}/skip, outbox|inbox/replay|requeue,"
+				  " destinations/{name}/resume|pause|reset, overview)");
+		return false;
+	}
+	if (strcmp(c->req->method, qba_get(c->rt) ? "GET" : "POST") != 0 &&
+		!(qba_get(c->rt) && strcmp(c->req->method, "HEAD") == 0))
+	{
+		qba_error(ans, 405, qba_get(c->rt) ? "use GET" : "use POST");
+		return false;
+	}
+	if (c->rt->by_id)
+	{
+		bool		dest = c->rt->kind == QBA_DEST;
+
+		if (dest ? !qba_name(seg[1], len[1]) : !qba_digits(seg[1], len[1]))
+		{
+			qba_error(ans, 400, dest ?
+					  "the destination name in the path must be 1 to 200 letters, digits, '-', '_' or '.'" :
+					  "the id in the path must be a positive integer");
+			return false;
+		}
+		memcpy(c->id, seg[1], len[1]);
+		c->id[len[1]] = '\0';
+		snprintf(c->target, sizeof(c->target), "%s %s", dest ? "destination" : c->rt->table, c->id);
+	}
+	else
+		snprintf(c->target, sizeof(c->target), "%s rows", c->rt->table);
+	return true;
+}
+
+/* qba_params: the query's parameters from the path, query string and body. */
+static bool
+qba_params(QbaCall *c, QbAdminAnswer *ans)
+{
+	int			nkeys = 0;
+	int			next;
+
+	while (c->rt->keys[nkeys] != NULL)
+		nkeys++;
+	/* a POST takes no query parameter; a GET no body key */
+	if (!qba_get(c->rt) && c->req->nargs > 0)
+	{
+		char		reason[200];
+
+		snprintf(reason, sizeof(reason),
+				 "unknown query parameter \"%.64s\"; a POST takes its parameters in its body",
+				 c->req->args[0].name);
+		qba_error(ans, 400, reason);
+		return false;
+	}
+	switch (c->rt->kind)
+	{
+		case QBA_LIST:
+		case QBA_LOOKUP:
+			if (!qba_query_args(c, ans))
+				return false;
+			for (int k = 0; c->rt->kind == QBA_LOOKUP && k < nkeys; k++)
+				if (c->params[k] == NULL)
+				{
+					char		reason[200];
+
+					snprintf(reason, sizeof(reason), "%s is required (this route takes source and idempotency_key)",
+							 c->rt->keys[k]);
+					qba_error(ans, 400, reason);
+					return false;
+				}
+			return true;
+		case QBA_ROW:
+			if (c->req->nargs > 0)
+			{
+				qba_unknown_key(c, "query parameter", c->req->args[0].name, ans);
+				return false;
+			}
+			c->params[0] = c->id;
+			return true;
+		case QBA_BY_ID:
+			c->params[0] = c->id;
+			next = 1;
+			if (c->rt->query == QB_Q_REQUEUE_OUTBOX && c->req->body_len > 0)
+			{
+				/* {"payload": <any JSON>}: an edited requeue */
+				if (!qba_edited_payload(c, ans))
+					return false;
+				c->params[next++] = c->edited;
+			}
+			c->params[next] = c->req->actor;
+			return true;
+		case QBA_DEST:
+			c->params[0] = c->id;
+			if (nkeys > 0)
+			{
+				/* the body's keys after the name */
+				if (!qba_body_params(c, ans))
+					return false;
+				for (int k = nkeys; k > 0; k--)
+					c->params[k] = c->params[k - 1];
+				c->params[0] = c->id;
+				if (c->params[1] == NULL)
+				{
+					qba_error(ans, 400, "the body must be {\"seconds\": N}, N from 1 to 31536000");
+					return false;
+				}
+			}
+			c->params[1 + nkeys] = c->req->actor;
+			return true;
+		case QBA_BULK:
+			if (!qba_body_params(c, ans))
+				return false;
+			c->params[nkeys] = c->req->actor;
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -205,161 +679,132 @@ qba_nothing(const char *out)
 	return none;
 }
 
-void
-qb_admin_handle(const QbStore *store, long timeout_ms, const char *method, const char *path,
-				const char *query_limit, const char *body, size_t body_len,
-				int *status, char **answer)
+/* qba_not_found: the 404 reason of a route whose target is not there. */
+static const char *
+qba_not_found(const QbaCall *c, char *buf, size_t buflen)
 {
-	char		table[16] = "",
-				verb[16] = "";
-	const char *id = NULL;
-	size_t		idlen = 0;
-	const char *p = path;
-	const char *slash;
-	const QbaRoute *rt = NULL;
-	const char *params[4] = {NULL, NULL, NULL, NULL};
-	json_t	   *doc = NULL;
-	char		err[512];
-	char	   *out = NULL;
-	char	   *edited = NULL;
-	bool		get;
-	int			rc;
-
-	*status = 0;
-	*answer = NULL;
-	/* "/table/verb" or "/table/id/verb" */
-	if (*p == '/' && (slash = strchr(p + 1, '/')) != NULL && (size_t) (slash - p - 1) < sizeof(table))
+	if (c->rt->kind == QBA_DEST)
+		return "no destination of this name in the configuration";
+	if (c->rt->kind == QBA_LOOKUP)
 	{
-		memcpy(table, p + 1, slash - p - 1);
-		p = slash;
-		if ((slash = strchr(p + 1, '/')) != NULL)
-		{
-			id = p + 1;
-			idlen = slash - p - 1;
-			p = slash;
-		}
-		if (strlen(p + 1) < sizeof(verb) && strchr(p + 1, '/') == NULL)
-			strcpy(verb, p + 1);
+		snprintf(buf, buflen, "no row from source %.200s with idempotency key %.200s: it did not arrive,"
+				 " or retention has deleted it", c->params[0], c->params[1]);
+		return buf;
 	}
-	for (size_t i = 0; i < sizeof(qba_routes) / sizeof(qba_routes[0]); i++)
-		if (strcmp(qba_routes[i].table, table) == 0 && strcmp(qba_routes[i].verb, verb) == 0 &&
-			qba_routes[i].by_id == (id != NULL))
-			rt = &qba_routes[i];
-	if (rt == NULL)
+	if (c->rt->kind == QBA_ROW)
 	{
-		qba_error(status, answer, 404,
-				  "no such admin route; see docs/http-api.md (outbox|inbox/dead, outbox/held, outbox|inbox/{id}/replay|requeue, outbox/{id}/skip, outbox|inbox/replay|requeue, destinations/{name}/resume, overview)");
+		snprintf(buf, buflen, "no %s row with id %s", c->rt->table, c->id);
+		return buf;
+	}
+	if (strcmp(c->rt->verb, "requeue") == 0)
+		return "no dead row with this id (only dead rows can be requeued)";
+	if (strcmp(c->rt->verb, "skip") == 0)
+		return "no dead row with this id that holds its key (only such rows can be skipped)";
+	return "no row with this id";
+}
+
+/*
+ * qba_page: a dead list's {"rows": [...], "next_after": id} into the
+ * answer: the array as the body, next_after as the header's value.
+ */
+static void
+qba_page(char *out, QbAdminAnswer *ans)
+{
+	json_t	   *o = json_loads(out, 0, NULL);
+	json_t	   *next = o ? json_object_get(o, "next_after") : NULL;
+
+	if (o == NULL || !json_is_array(json_object_get(o, "rows")) ||
+		(ans->body = json_dumps(json_object_get(o, "rows"), JSON_COMPACT)) == NULL)
+	{
+		json_decref(o);
+		qba_error(ans, 503, "the dead rows' page is not JSON");
 		return;
 	}
-	get = rt->query == QB_Q_DEAD_OUTBOX || rt->query == QB_Q_DEAD_INBOX || rt->query == QB_Q_HELD_KEYS;
-	if (strcmp(method, get ? "GET" : "POST") != 0)
-	{
-		qba_error(status, answer, 405, get ? "use GET" : "use POST");
-		return;
-	}
-	if (rt->query == QB_Q_RESUME_DESTINATION)
-	{
-		char		name[201];
+	ans->status = 200;
+	if (json_is_integer(next))
+		snprintf(ans->next_after, sizeof(ans->next_after), "%lld", (long long) json_integer_value(next));
+	json_decref(o);
+}
 
-		if (!qba_name(id, idlen))
-		{
-			qba_error(status, answer, 400,
-					  "the destination name in the path must be 1 to 200 letters, digits, '-', '_' or '.'");
-			return;
-		}
-		memcpy(name, id, idlen);
-		name[idlen] = '\0';
-		params[0] = name;
-		rc = store->query_text(store->ctx, rt->query, params, timeout_ms, &out, err, sizeof(err));
-	}
-	else if (rt->by_id)
-	{
-		char		idbuf[20];
-
-		if (!qba_digits(id, idlen))
-		{
-			qba_error(status, answer, 400, "the id in the path must be a positive integer");
-			return;
-		}
-		memcpy(idbuf, id, idlen);
-		idbuf[idlen] = '\0';
-		params[0] = idbuf;
-		if (rt->query == QB_Q_REQUEUE_OUTBOX && body_len > 0)
-		{
-			/* {"payload": <any JSON>}: an edited requeue */
-			if (!qba_edited_payload(body, body_len, &edited, status, answer))
-				return;
-			params[1] = edited;
-			rc = store->query_text(store->ctx, QB_Q_REQUEUE_OUTBOX_EDITED, params, timeout_ms, &out,
-								   err, sizeof(err));
-			free(edited);
-		}
-		else
-			rc = store->query_text(store->ctx, rt->query, params, timeout_ms, &out, err, sizeof(err));
-	}
-	else if (rt->keys[0] == NULL)
-	{
-		if (query_limit != NULL && (!qba_digits(query_limit, strlen(query_limit)) ||
-									atol(query_limit) < 1 || atol(query_limit) > 10000))
-		{
-			qba_error(status, answer, 400, "limit must be an integer from 1 to 10000");
-			return;
-		}
-		params[0] = query_limit;
-		rc = store->query_text(store->ctx, rt->query, params, timeout_ms, &out, err, sizeof(err));
-	}
-	else
-	{
-		json_error_t jerr;
-
-		doc = body_len > 0 ? json_loadb(body, body_len, 0, &jerr) : json_pack("{}");
-		if (doc == NULL)
-		{
-			char		reason[300];
-
-			snprintf(reason, sizeof(reason), "the body is not valid JSON: %s at line %d, column %d",
-					 jerr.text, jerr.line, jerr.column);
-			qba_error(status, answer, 400, reason);
-			return;
-		}
-		if (!qba_body_params(rt, doc, params, status, answer))
-		{
-			json_decref(doc);
-			return;
-		}
-		rc = store->query_text(store->ctx, rt->query, params, timeout_ms, &out, err, sizeof(err));
-		json_decref(doc);
-	}
+/* qba_answer: the store's result into the answer. */
+static void
+qba_answer(const QbaCall *c, int rc, char *out, const char *err, QbAdminAnswer *ans)
+{
+	char		reason[600];
 
 	if (rc == QB_QUERY_BAD_INPUT)
-		qba_error(status, answer, 422, err);
+		qba_error(ans, 422, err);
 	else if (rc == QB_QUERY_NOT_FOUND)
-		qba_error(status, answer, 404, err);
+		qba_error(ans, 404, c->rt->kind == QBA_DEST ? qba_not_found(c, reason, sizeof(reason)) : err);
 	else if (rc != 0)
 	{
-		char		reason[600];
-
 		snprintf(reason, sizeof(reason), "database unavailable: %s", err);
-		*status = 503;
-		*answer = qb_answer("unavailable", reason);
+		ans->status = 503;
+		free(ans->body);
+		ans->body = qb_answer("unavailable", reason);
 	}
+	else if (out == NULL && (c->rt->kind == QBA_ROW || c->rt->kind == QBA_LOOKUP))
+		qba_error(ans, 404, qba_not_found(c, reason, sizeof(reason)));
 	else if (out == NULL)
-		qba_error(status, answer, 503, "the query returned nothing");
-	else if (rt->by_id && qba_nothing(out))
-	{
-		qba_error(status, answer, 404,
-				  rt->query == QB_Q_RESUME_DESTINATION ? "no destination of this name in the configuration" :
-				  strcmp(verb, "requeue") == 0 ? "no dead row with this id (only dead rows can be requeued)" :
-				  strcmp(verb, "skip") == 0 ? "no dead row with this id that holds its key (only such rows can be skipped)"
-				  : "no row with this id");
-	}
+		qba_error(ans, 503, "the query returned nothing");
+	else if (c->rt->query == QB_Q_DEAD_OUTBOX || c->rt->query == QB_Q_DEAD_INBOX)
+		qba_page(out, ans);
+	else if ((c->rt->kind == QBA_BY_ID || c->rt->kind == QBA_DEST) && qba_nothing(out))
+		qba_error(ans, 404, qba_not_found(c, reason, sizeof(reason)));
 	else
 	{
-		*status = 200;
-		*answer = out;
-		out = NULL;
+		ans->status = 200;
+		ans->body = strdup(out);
+		if (ans->body == NULL)
+			qba_error(ans, 503, "out of memory");
 	}
-	free(out);
+}
+
+/*
+ * qba_log: one line per write: the action, its target, the status (and
+ * the answer when it succeeded: a flag or a count, never a payload), who.
+ */
+static void
+qba_log(const QbHost *host, const QbaCall *c, const QbAdminAnswer *ans)
+{
+	const char *detail = ans->status == 200 && ans->body != NULL && strlen(ans->body) < 120 ? ans->body : "";
+
+	if (host == NULL)
+		return;
+	qb_log(host, ans->status == 200 ? QB_LOG_INFO : QB_LOG_WARNING,
+		   "admin: %s %s%s%s%s: %d%s%s (%s)", c->rt->verb, c->target,
+		   c->rt->query == QB_Q_PAUSE_DESTINATION && c->params[1] ? " for " : "",
+		   c->rt->query == QB_Q_PAUSE_DESTINATION && c->params[1] ? c->params[1] : "",
+		   c->rt->query == QB_Q_PAUSE_DESTINATION && c->params[1] ? " s" : "",
+		   ans->status, detail[0] ? " " : "", detail, c->req->actor ? c->req->actor : "unknown peer");
+}
+
+void
+qb_admin_handle(const QbHost *host, const QbStore *store, long timeout_ms,
+				const QbAdminRequest *req, QbAdminAnswer *ans)
+{
+	QbaCall		c = {.req = req};
+	char		err[512] = "";
+	char	   *out = NULL;
+	QbQuery		query;
+	int			rc;
+
+	ans->status = 0;
+	ans->body = NULL;
+	ans->next_after[0] = '\0';
+	if (!qba_route(&c, ans))
+		return;
+	if (qba_params(&c, ans))
+	{
+		query = c.edited != NULL ? QB_Q_REQUEUE_OUTBOX_EDITED : c.rt->query;
+		rc = store->query_text(store->ctx, query, c.params, timeout_ms, &out, err, sizeof(err));
+		qba_answer(&c, rc, out, err, ans);
+		free(out);
+	}
+	if (!qba_get(c.rt))
+		qba_log(host, &c, ans);
+	free(c.edited);
+	json_decref(c.doc);
 }
 
 /* qba_count: a counter as a JSON integer (counters stay far below 2^63) */
@@ -386,7 +831,8 @@ qb_admin_overview(const QbStore *store, long timeout_ms, const char *method,
 	*answer = NULL;
 	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 	{
-		qba_error(status, answer, 405, "use GET");
+		*status = 405;
+		*answer = qb_answer("error", "use GET");
 		return;
 	}
 	if (store->query_text(store->ctx, QB_Q_OVERVIEW, NULL, timeout_ms, &out, err, sizeof(err)) != 0 ||

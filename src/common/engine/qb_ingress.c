@@ -101,7 +101,11 @@ typedef struct QbiRequest
 	QbiKind		kind;
 	char	   *method;
 	char	   *path;
-	char	   *limit;			/* admin: ?limit= */
+	/* QBI_ADMIN: the query string's parameters (strdup'd), the asker */
+	QbAdminArg	args[QB_ADMIN_MAX_ARGS + 1];
+	int			nargs;			/* QB_ADMIN_MAX_ARGS + 1: too many */
+	char		actor[96];		/* "admin route from 127.0.0.1" */
+	char		next_after[24]; /* a dead list's X-QueueBox-Next-After */
 	char	   *body;
 	size_t		len;
 	size_t		cap;
@@ -577,6 +581,40 @@ qbi_csrf(QbiRequest *r)
 	return false;
 }
 
+/* qbi_arg_cb: one query-string parameter of an admin request, copied. */
+static enum MHD_Result
+qbi_arg_cb(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
+{
+	QbiRequest *r = cls;
+	QbAdminArg *a;
+
+	if (r->nargs > QB_ADMIN_MAX_ARGS)
+		return MHD_NO;			/* too many: the admin route says so */
+	a = &r->args[r->nargs++];
+	a->name = strdup(name ? name : "");
+	a->value = value ? strdup(value) : NULL;
+	return a->name != NULL && (value == NULL || a->value != NULL) ? MHD_YES : MHD_NO;
+}
+
+/*
+ * qbi_actor: who asks, as the log and the audit rows name them: the route
+ * and the peer's address (the admin token is shared; a proxy in front
+ * shows as itself: X-Forwarded-For is not trusted).
+ */
+static void
+qbi_actor(QbiRequest *r, bool by_cookie)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	char		addr[INET6_ADDRSTRLEN] = "an unknown address";
+	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+
+	if (sa != NULL && sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *) sa)->sin_addr, addr, sizeof(addr));
+	else if (sa != NULL && sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *) sa)->sin6_addr, addr, sizeof(addr));
+	snprintf(r->actor, sizeof(r->actor), "%s from %s", by_cookie ? "console" : "admin route", addr);
+}
+
 static void
 qbi_admin_route(QbiRequest *r, const QbConfig *cfg)
 {
@@ -602,6 +640,8 @@ qbi_admin_route(QbiRequest *r, const QbConfig *cfg)
 		return;
 	r->kind = QBI_ADMIN;
 	r->max = QBI_ADMIN_MAX_BODY;
+	qbi_actor(r, by_cookie);
+	MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, qbi_arg_cb, r);
 }
 
 /*
@@ -805,6 +845,8 @@ qbi_respond(QbiRequest *r)
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
 	if (r->allow_post)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "POST");
+	if (r->next_after[0] != '\0')
+		MHD_add_response_header(resp, QB_ADMIN_NEXT_AFTER_HEADER, r->next_after);
 	for (int i = 0; r->console && qb_console_headers[i][0] != NULL; i++)
 		MHD_add_response_header(resp, qb_console_headers[i][0], qb_console_headers[i][1]);
 	if (r->set_cookie)
@@ -827,7 +869,11 @@ qbi_request_free(QbiRequest *r)
 	qbi_unref(r->ref);
 	free(r->method);
 	free(r->path);
-	free(r->limit);
+	for (int i = 0; i < r->nargs; i++)
+	{
+		free((char *) r->args[i].name);
+		free((char *) r->args[i].value);
+	}
 	free(r->body);
 	free(r->answer);
 	free(r->key);
@@ -962,8 +1008,6 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 
 	if (r == NULL)
 	{
-		const char *limit = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit");
-
 		if ((r = calloc(1, sizeof(QbiRequest))) == NULL)
 			return MHD_NO;
 		r->e = e;
@@ -974,7 +1018,6 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		r->ref->refs++;
 		r->method = strdup(method);
 		r->path = strdup(url);
-		r->limit = limit ? strdup(limit) : NULL;
 		*con_cls = r;
 		if (r->method == NULL || r->path == NULL)
 			return MHD_NO;
@@ -1196,6 +1239,29 @@ qbi_gauges_free(QbGauges *g)
 	free((void *) g->source_names);
 }
 
+/* qbi_serve_admin: an admin route, once its body is here (qb_admin.c). */
+static void
+qbi_serve_admin(QbiEngine *e, QbiRequest *r)
+{
+	QbAdminRequest req = {
+		.method = r->method,
+		.path = r->path + strlen("/admin"),
+		.args = r->args,
+		.nargs = r->nargs,
+		.body = r->body,
+		.body_len = r->len,
+		.actor = r->actor,
+	};
+	QbAdminAnswer ans;
+
+	qb_admin_handle(e->host, e->store, r->ref->cfg->http.store_timeout_ms, &req, &ans);
+	r->status = ans.status;
+	free(r->answer);
+	r->answer = ans.body;
+	memcpy(r->next_after, ans.next_after, sizeof(r->next_after));
+	r->content_type = "application/json";
+}
+
 /* qbi_serve_one: a deferred request other than a webhook. */
 static void
 qbi_serve_one(QbiEngine *e, QbiRequest *r)
@@ -1235,10 +1301,7 @@ qbi_serve_one(QbiEngine *e, QbiRequest *r)
 				r->content_type = "application/json";
 				break;
 			}
-			qb_admin_handle(e->store, r->ref->cfg->http.store_timeout_ms, r->method,
-							r->path + strlen("/admin"), r->limit, r->body, r->len,
-							&r->status, &r->answer);
-			r->content_type = "application/json";
+			qbi_serve_admin(e, r);
 			break;
 		default:
 			break;

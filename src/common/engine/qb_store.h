@@ -178,29 +178,43 @@ typedef struct QbInboxRow
 	const char *dead_error;		/* NULL: pending; else stored dead with this last_error */
 } QbInboxRow;
 
-/* The queries of query_text, and the text parameters each takes. */
+/*
+ * The queries of query_text, and the text parameters each takes.  The
+ * admin routes' writes take last the actor, who asked ("admin route from
+ * 127.0.0.1"): the store records it as the done_by of the audit rows the
+ * operation writes (queuebox_admin.actor on PostgreSQL, SESSION_CONTEXT on SQL
+ * Server), else the database role.
+ */
 typedef enum QbQuery
 {
 	QB_Q_READY,					/* () */
 	QB_Q_GAUGES,				/* () -> {"outbox_pending": .., ..., "circuits": {name: state}} */
-	QB_Q_DEAD_OUTBOX,			/* (limit) -> [rows] */
-	QB_Q_DEAD_INBOX,			/* (limit) -> [rows] */
-	QB_Q_REPLAY_OUTBOX,			/* (id) -> {"id": new id | null} */
-	QB_Q_REQUEUE_OUTBOX,		/* (id) -> {"requeued": bool} */
-	QB_Q_REPLAY_INBOX,			/* (id) -> {"id": new outbox id} */
-	QB_Q_REQUEUE_INBOX,			/* (id) -> {"requeued": bool} */
-	QB_Q_REPLAY_OUTBOX_BULK,	/* (state, topicPattern, since, until) -> {"replayed": n} */
-	QB_Q_REQUEUE_OUTBOX_BULK,	/* (topicPattern, since, until) -> {"requeued": n} */
-	QB_Q_REPLAY_INBOX_BULK,		/* (state, source, since, until) -> {"replayed": n} */
-	QB_Q_REQUEUE_INBOX_BULK,	/* (source, since, until) -> {"requeued": n} */
-	QB_Q_RESUME_DESTINATION,	/* (name) -> {"resumed": bool, "known": bool} */
+	QB_Q_DEAD_OUTBOX,			/* (destination, topic, key, error, since, until, after,
+								 * limit) -> {"rows": [rows], "next_after": id|null} */
+	QB_Q_DEAD_INBOX,			/* (source, event_type, idempotency_key, aggregate_id,
+								 * error, since, until, after, limit) -> the same */
+	QB_Q_REPLAY_OUTBOX,			/* (id, actor) -> {"id": new id | null} */
+	QB_Q_REQUEUE_OUTBOX,		/* (id, actor) -> {"requeued": bool} */
+	QB_Q_REPLAY_INBOX,			/* (id, actor) -> {"id": new outbox id} */
+	QB_Q_REQUEUE_INBOX,			/* (id, actor) -> {"requeued": bool} */
+	QB_Q_REPLAY_OUTBOX_BULK,	/* (state, topicPattern, since, until, actor) -> {"replayed": n} */
+	QB_Q_REQUEUE_OUTBOX_BULK,	/* (topicPattern, since, until, actor) -> {"requeued": n} */
+	QB_Q_REPLAY_INBOX_BULK,		/* (state, source, since, until, actor) -> {"replayed": n} */
+	QB_Q_REQUEUE_INBOX_BULK,	/* (source, since, until, actor) -> {"requeued": n} */
+	QB_Q_RESUME_DESTINATION,	/* (name, actor) -> {"resumed": bool, "known": bool} */
 	QB_Q_HELD_KEYS,				/* (limit) -> [held_keys() rows] */
-	QB_Q_SKIP_OUTBOX,			/* (id) -> {"skipped": bool} */
-	QB_Q_REQUEUE_OUTBOX_EDITED, /* (id, payload JSON text) -> {"requeued": bool} */
+	QB_Q_SKIP_OUTBOX,			/* (id, actor) -> {"skipped": bool} */
+	QB_Q_REQUEUE_OUTBOX_EDITED, /* (id, payload JSON text, actor) -> {"requeued": bool} */
 	QB_Q_OVERVIEW,				/* () -> {"destinations": [destination_status rows
 								 * + intake, retrying, parked, oldest_pending_sec],
 								 * "outbox"|"inbox": {"pending", "processing", "dead",
 								 * "oldest_pending_sec"}} */
+	QB_Q_OUTBOX_ROW,			/* (id) -> outbox_row(id), NULL when none */
+	QB_Q_INBOX_ROW,				/* (id) -> inbox_row(id), NULL when none */
+	QB_Q_INBOX_LOOKUP,			/* (source, idempotency_key) -> inbox_row, NULL when none */
+	QB_Q_PAUSE_DESTINATION,		/* (name, seconds, actor) -> {"paused_until": ts,
+								 * "known": true}; not found for an unknown name */
+	QB_Q_RESET_DESTINATION,		/* (name, actor) -> {"reset": bool, "known": bool} */
 	QB_NQUERIES
 } QbQuery;
 

@@ -62,7 +62,7 @@ typedef enum QbPgStmtId
 	QB_PG_S_SET_CONFIG,
 	QB_PG_S_CLAIMER_LOCK,
 	QB_PG_S_QUERY,				/* + QbQuery */
-	QB_PG_NSTMTS = QB_PG_S_QUERY + 17
+	QB_PG_NSTMTS = QB_PG_S_QUERY + 22
 } QbPgStmtId;
 
 #define QB_PG_NQUERIES		(QB_PG_NSTMTS - QB_PG_S_QUERY)

@@ -671,10 +671,15 @@
  * lists them in its order); parameters are text and cast here.  Each
  * returns one text value.
  */
-#define QB_PG_DEAD_ROWS(table, cols) \
-	"SELECT coalesce(json_agg(d ORDER BY d.id), '[]')::text FROM (" \
-	"  SELECT " cols " FROM queuebox." table \
-	"  WHERE state = 'dead' ORDER BY id LIMIT coalesce($1::int, 100)) d"
+
+/*
+ * QB_PG_AS_ACTOR(n, expr): expr with queuebox_admin.actor set to $n for this
+ * transaction, so the audit rows it writes name who asked (outbox_audit's
+ * done_by default reads it).  The subquery runs first: a volatile target
+ * list keeps the planner from pulling it up.
+ */
+#define QB_PG_AS_ACTOR(n, expr) \
+	"SELECT " expr " FROM (SELECT set_config('queuebox_admin.actor', $" n "::text, true)) qb_actor"
 
 /* the schema is there (both hosts' schemas have the function) */
 #define QB_PG_Q_READY \
@@ -695,39 +700,54 @@
 	"               FROM queuebox.destination_state))::text"
 
 #define QB_PG_Q_DEAD_OUTBOX \
-	QB_PG_DEAD_ROWS("outbox", "id, message_id, topic, key, attempt, max_attempts, last_error, created_at")
+	"SELECT queuebox.dead_outbox($1::text, $2::text, $3::text, $4::text, $5::timestamptz," \
+	"  $6::timestamptz, $7::bigint, coalesce($8::int, 100))::text"
 #define QB_PG_Q_DEAD_INBOX \
-	QB_PG_DEAD_ROWS("inbox", "id, source, idempotency_key, event_type, aggregate_id, consumption, attempt, last_error, created_at")
+	"SELECT queuebox.dead_inbox($1::text, $2::text, $3::text, $4::text, $5::text, $6::timestamptz," \
+	"  $7::timestamptz, $8::bigint, coalesce($9::int, 100))::text"
 #define QB_PG_Q_REPLAY_OUTBOX \
-	"SELECT json_build_object('id', queuebox.replay_outbox($1::bigint))::text"
+	QB_PG_AS_ACTOR("2", "json_build_object('id', queuebox.replay_outbox($1::bigint))::text")
 #define QB_PG_Q_REQUEUE_OUTBOX \
-	"SELECT json_build_object('requeued', queuebox.requeue_outbox($1::bigint))::text"
+	QB_PG_AS_ACTOR("2", "json_build_object('requeued', queuebox.requeue_outbox($1::bigint))::text")
 #define QB_PG_Q_REPLAY_INBOX \
-	"SELECT json_build_object('id', queuebox.replay_inbox($1::bigint))::text"
+	QB_PG_AS_ACTOR("2", "json_build_object('id', queuebox.replay_inbox($1::bigint))::text")
 #define QB_PG_Q_REQUEUE_INBOX \
-	"SELECT json_build_object('requeued', queuebox.requeue_inbox($1::bigint))::text"
+	QB_PG_AS_ACTOR("2", "json_build_object('requeued', queuebox.requeue_inbox($1::bigint))::text")
 #define QB_PG_Q_REPLAY_OUTBOX_BULK \
-	"SELECT json_build_object('replayed', queuebox.replay_outbox($1::text, $2::text," \
-	"  $3::timestamptz, $4::timestamptz))::text"
+	QB_PG_AS_ACTOR("5", "json_build_object('replayed', queuebox.replay_outbox($1::text, $2::text," \
+	"  $3::timestamptz, $4::timestamptz))::text")
 #define QB_PG_Q_REQUEUE_OUTBOX_BULK \
-	"SELECT json_build_object('requeued', queuebox.requeue_outbox($1::text," \
-	"  $2::timestamptz, $3::timestamptz))::text"
+	QB_PG_AS_ACTOR("4", "json_build_object('requeued', queuebox.requeue_outbox($1::text," \
+	"  $2::timestamptz, $3::timestamptz))::text")
 #define QB_PG_Q_REPLAY_INBOX_BULK \
-	"SELECT json_build_object('replayed', queuebox.replay_inbox($1::text, $2::text," \
-	"  $3::timestamptz, $4::timestamptz))::text"
+	QB_PG_AS_ACTOR("5", "json_build_object('replayed', queuebox.replay_inbox($1::text, $2::text," \
+	"  $3::timestamptz, $4::timestamptz))::text")
 #define QB_PG_Q_REQUEUE_INBOX_BULK \
-	"SELECT json_build_object('requeued', queuebox.requeue_inbox($1::text," \
-	"  $2::timestamptz, $3::timestamptz))::text"
+	QB_PG_AS_ACTOR("4", "json_build_object('requeued', queuebox.requeue_inbox($1::text," \
+	"  $2::timestamptz, $3::timestamptz))::text")
 #define QB_PG_Q_HELD_KEYS \
 	"SELECT coalesce(json_agg(h ORDER BY h.key), '[]')::text FROM (" \
 	"  SELECT * FROM queuebox.held_keys() LIMIT coalesce($1::int, 100)) h"
 #define QB_PG_Q_SKIP_OUTBOX \
-	"SELECT json_build_object('skipped', queuebox.skip_outbox($1::bigint))::text"
+	QB_PG_AS_ACTOR("2", "json_build_object('skipped', queuebox.skip_outbox($1::bigint))::text")
 #define QB_PG_Q_REQUEUE_OUTBOX_EDITED \
-	"SELECT json_build_object('requeued', queuebox.requeue_outbox($1::bigint, $2::jsonb))::text"
+	QB_PG_AS_ACTOR("3", "json_build_object('requeued', queuebox.requeue_outbox($1::bigint, $2::jsonb))::text")
 #define QB_PG_Q_RESUME_DESTINATION \
-	"SELECT json_build_object('known', $1::text = ANY (queuebox._destination_names())," \
-	"  'resumed', queuebox.resume_destination($1::text))::text"
+	QB_PG_AS_ACTOR("2", "json_build_object('known', $1::text = ANY (queuebox._destination_names())," \
+	"  'resumed', queuebox.resume_destination($1::text))::text")
+#define QB_PG_Q_OUTBOX_ROW \
+	"SELECT queuebox.outbox_row($1::bigint)::text"
+#define QB_PG_Q_INBOX_ROW \
+	"SELECT queuebox.inbox_row($1::bigint)::text"
+#define QB_PG_Q_INBOX_LOOKUP \
+	"SELECT queuebox.inbox_lookup($1::text, $2::text)::text"
+/* an unknown name raises no_data_found: the route's 404 */
+#define QB_PG_Q_PAUSE_DESTINATION \
+	QB_PG_AS_ACTOR("3", "json_build_object('paused_until', queuebox.pause_destination($1::text," \
+	"  now() + $2::int * interval '1 second'), 'known', true)::text")
+#define QB_PG_Q_RESET_DESTINATION \
+	QB_PG_AS_ACTOR("2", "json_build_object('known', $1::text = ANY (queuebox._destination_names())," \
+	"  'reset', queuebox.reset_destination($1::text))::text")
 
 /* the console's overview: the open and dead rows only, so sent rows are not read */
 #define QB_PG_OVERVIEW_COUNTS(table) \

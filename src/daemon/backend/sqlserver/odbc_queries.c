@@ -34,24 +34,40 @@
 	"  THROW 50022, N'" name ": not a time; write it in ISO 8601, e.g. 2026-12-01T09:30:00Z', 1;" \
 	" DECLARE @" name " DATETIME2(6) = queuebox._utc(@" name "_t);"
 
-#define QBOQ_DEAD(table, cols) \
-	QBOQ_ID("limit") " DECLARE @lim INT = ISNULL(@limit, 100);" \
-	" SELECT ISNULL((SELECT TOP (@lim) " cols \
-	"  FROM queuebox." table " WHERE state = N'dead' ORDER BY id" \
-	"  FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')"
+/*
+ * The actor, a write's last parameter, in SESSION_CONTEXT while the
+ * operation runs: outbox_audit's done_by default reads it.  Cleared after,
+ * the connection serving other work.
+ */
+#define QBOQ_ACTOR \
+	" DECLARE @actor NVARCHAR(200) = ?;" \
+	" EXEC sp_set_session_context N'queuebox.actor', @actor;"
+#define QBOQ_ACTOR_CLEAR \
+	" EXEC sp_set_session_context N'queuebox.actor', NULL;"
+
+/* the one JSON text a procedure returns (a page, a row), or no row */
+#define QBOQ_JSON(decl, call) \
+	decl " DECLARE @r TABLE (j NVARCHAR(MAX));" \
+	" INSERT @r EXEC " call ";" \
+	" SELECT j FROM @r"
 
 /* a BIT result of procedure call into {"name": true|false} */
 #define QBOQ_FLAG(decl, call, name) \
-	decl " DECLARE @r TABLE (r BIT);" \
-	" INSERT @r EXEC " call ";" \
+	decl QBOQ_ACTOR " DECLARE @r TABLE (r BIT);" \
+	" INSERT @r EXEC " call ";" QBOQ_ACTOR_CLEAR \
 	" SELECT CASE WHEN (SELECT r FROM @r) = 1 THEN N'{\"" name "\" : true}'" \
 	"             ELSE N'{\"" name "\" : false}' END"
 
 /* a count result of procedure call into {"name": n} */
 #define QBOQ_COUNT(decl, call, name) \
-	decl " DECLARE @r TABLE (n BIGINT);" \
-	" INSERT @r EXEC " call ";" \
+	decl QBOQ_ACTOR " DECLARE @r TABLE (n BIGINT);" \
+	" INSERT @r EXEC " call ";" QBOQ_ACTOR_CLEAR \
 	" SELECT N'{\"" name "\" : ' + CAST((SELECT n FROM @r) AS NVARCHAR(20)) + N'}'"
+
+/* whether @n is a configured destination, as JSON */
+#define QBOQ_KNOWN \
+	"CASE WHEN EXISTS (SELECT 1 FROM queuebox.config_destination WHERE name = @n)" \
+	" THEN N'true' ELSE N'false' END"
 
 /* The rows a replay of inbox rows reads (odbc_store.c renders their topics). */
 const char qb_odbc_replay_select[] =
@@ -102,47 +118,49 @@ static const QboQuery qbo_queries[QB_NQUERIES] = {
 		"      + N'\" : \"' + state + N'\"' AS NVARCHAR(MAX)), N', ') FROM queuebox.destination_state), N'')"
 		"  + N'}}'",
 	.nparams = 0},
-	[QB_Q_DEAD_OUTBOX] = {.sql = QBOQ_DEAD("outbox",
-										   "id, LOWER(CONVERT(NVARCHAR(36), message_id)) AS message_id, topic, [key],"
-										   " attempt, max_attempts, last_error,"
-										   " CONVERT(NVARCHAR(33), created_at, 127) + N'Z' AS created_at"),
-	.nparams = 1},
-	[QB_Q_DEAD_INBOX] = {.sql = QBOQ_DEAD("inbox",
-										  "id, source, idempotency_key, event_type, aggregate_id, consumption, attempt,"
-										  " last_error, CONVERT(NVARCHAR(33), created_at, 127) + N'Z' AS created_at"),
-	.nparams = 1},
+	[QB_Q_DEAD_OUTBOX] = {.sql = QBOQ_JSON(
+		"DECLARE @d NVARCHAR(200) = ?; DECLARE @t NVARCHAR(400) = ?; DECLARE @k NVARCHAR(400) = ?;"
+		" DECLARE @e NVARCHAR(400) = ?;" QBOQ_TIME("since") QBOQ_TIME("until") " " QBOQ_ID("after")
+		" " QBOQ_ID("limit") " DECLARE @lim INT = ISNULL(@limit, 100);",
+		"queuebox.dead_outbox @d, @t, @k, @e, @since, @until, @after, @lim"),
+	.nparams = 8},
+	[QB_Q_DEAD_INBOX] = {.sql = QBOQ_JSON(
+		"DECLARE @s NVARCHAR(200) = ?; DECLARE @et NVARCHAR(400) = ?; DECLARE @ik NVARCHAR(400) = ?;"
+		" DECLARE @ag NVARCHAR(400) = ?; DECLARE @e NVARCHAR(400) = ?;" QBOQ_TIME("since")
+		QBOQ_TIME("until") " " QBOQ_ID("after") " " QBOQ_ID("limit") " DECLARE @lim INT = ISNULL(@limit, 100);",
+		"queuebox.dead_inbox @s, @et, @ik, @ag, @e, @since, @until, @after, @lim"),
+	.nparams = 9},
 	[QB_Q_REPLAY_OUTBOX] = {.sql =
-		QBOQ_ID("id") " DECLARE @r TABLE (id BIGINT);"
-		" INSERT @r EXEC queuebox.replay_outbox @id;"
+		QBOQ_ID("id") QBOQ_ACTOR " DECLARE @r TABLE (id BIGINT);"
+		" INSERT @r EXEC queuebox.replay_outbox @id;" QBOQ_ACTOR_CLEAR
 		" SELECT N'{\"id\" : ' + ISNULL(CAST((SELECT id FROM @r) AS NVARCHAR(20)), N'null') + N'}'",
-	.nparams = 1},
+	.nparams = 2},
 	[QB_Q_REQUEUE_OUTBOX] = {.sql = QBOQ_FLAG(QBOQ_ID("id"),
 											  "queuebox.requeue_outbox @id", "requeued"),
-	.nparams = 1},
-	[QB_Q_REPLAY_INBOX] = {.sql = NULL, .nparams = 1},
+	.nparams = 2},
+	[QB_Q_REPLAY_INBOX] = {.sql = NULL, .nparams = 2},
 	[QB_Q_REQUEUE_INBOX] = {.sql = QBOQ_FLAG(QBOQ_ID("id"),
 											 "queuebox.requeue_inbox @id", "requeued"),
-	.nparams = 1},
+	.nparams = 2},
 	[QB_Q_REPLAY_OUTBOX_BULK] = {.sql = QBOQ_COUNT(
 		"DECLARE @st NVARCHAR(50) = ?; DECLARE @p NVARCHAR(400) = ?;" QBOQ_TIME("since") QBOQ_TIME("until"),
 		"queuebox.replay_outbox_matching @st, @p, @since, @until", "replayed"),
-	.nparams = 4},
+	.nparams = 5},
 	[QB_Q_REQUEUE_OUTBOX_BULK] = {.sql = QBOQ_COUNT(
 		"DECLARE @p NVARCHAR(400) = ?;" QBOQ_TIME("since") QBOQ_TIME("until"),
 		"queuebox.requeue_outbox_matching @p, @since, @until", "requeued"),
-	.nparams = 3},
-	[QB_Q_REPLAY_INBOX_BULK] = {.sql = NULL, .nparams = 4},
+	.nparams = 4},
+	[QB_Q_REPLAY_INBOX_BULK] = {.sql = NULL, .nparams = 5},
 	[QB_Q_REQUEUE_INBOX_BULK] = {.sql = QBOQ_COUNT(
 		"DECLARE @s NVARCHAR(200) = ?;" QBOQ_TIME("since") QBOQ_TIME("until"),
 		"queuebox.requeue_inbox_matching @s, @since, @until", "requeued"),
-	.nparams = 3},
+	.nparams = 4},
 	[QB_Q_RESUME_DESTINATION] = {.sql =
-		"DECLARE @n NVARCHAR(200) = ?; DECLARE @r TABLE (r BIT);"
-		" INSERT @r EXEC queuebox.resume_destination @n;"
-		" SELECT N'{\"known\" : ' + CASE WHEN EXISTS (SELECT 1 FROM queuebox.config_destination"
-		"                                             WHERE name = @n) THEN N'true' ELSE N'false' END"
+		"DECLARE @n NVARCHAR(200) = ?;" QBOQ_ACTOR " DECLARE @r TABLE (r BIT);"
+		" INSERT @r EXEC queuebox.resume_destination @n;" QBOQ_ACTOR_CLEAR
+		" SELECT N'{\"known\" : ' + " QBOQ_KNOWN
 		"        + N', \"resumed\" : ' + CASE WHEN (SELECT r FROM @r) = 1 THEN N'true' ELSE N'false' END + N'}'",
-	.nparams = 1},
+	.nparams = 2},
 	[QB_Q_HELD_KEYS] = {.sql =
 		QBOQ_ID("limit") " DECLARE @lim INT = ISNULL(@limit, 100);"
 		" DECLARE @h TABLE ([key] NVARCHAR(400), destination NVARCHAR(200), head_id BIGINT,"
@@ -153,10 +171,10 @@ static const QboQuery qbo_queries[QB_NQUERIES] = {
 		"                FROM @h ORDER BY [key] FOR JSON PATH, INCLUDE_NULL_VALUES), N'[]')",
 	.nparams = 1},
 	[QB_Q_SKIP_OUTBOX] = {.sql = QBOQ_FLAG(QBOQ_ID("id"), "queuebox.skip_outbox @id", "skipped"),
-	.nparams = 1},
+	.nparams = 2},
 	[QB_Q_REQUEUE_OUTBOX_EDITED] = {.sql = QBOQ_FLAG(QBOQ_ID("id") " DECLARE @payload NVARCHAR(MAX) = ?;",
 													 "queuebox.requeue_outbox_edited @id, @payload", "requeued"),
-	.nparams = 2},
+	.nparams = 3},
 	/*
 	 * built as text, as the gauges are; destination_status's rows through a
 	 * table, with the pending rows by where they wait (qb_sql_pg.h's
@@ -188,6 +206,26 @@ static const QboQuery qbo_queries[QB_NQUERIES] = {
 		"  + N', \"outbox\" : ' + " QBOQ_OVERVIEW_COUNTS("outbox")
 		"  + N', \"inbox\" : ' + " QBOQ_OVERVIEW_COUNTS("inbox") " + N'}'",
 	.nparams = 0},
+	[QB_Q_OUTBOX_ROW] = {.sql = QBOQ_JSON(QBOQ_ID("id"), "queuebox.outbox_row @id"), .nparams = 1},
+	[QB_Q_INBOX_ROW] = {.sql = QBOQ_JSON(QBOQ_ID("id"), "queuebox.inbox_row @id"), .nparams = 1},
+	[QB_Q_INBOX_LOOKUP] = {.sql = QBOQ_JSON("DECLARE @s NVARCHAR(200) = ?; DECLARE @k NVARCHAR(400) = ?;",
+											"queuebox.inbox_lookup @s, @k"),
+	.nparams = 2},
+	/* an unknown name is 50002 (not found): the route's 404 */
+	[QB_Q_PAUSE_DESTINATION] = {.sql =
+		"DECLARE @n NVARCHAR(200) = ?; " QBOQ_ID("seconds") QBOQ_ACTOR
+		" DECLARE @until DATETIME2(6) = DATEADD(second, CAST(@seconds AS INT), SYSUTCDATETIME());"
+		" DECLARE @r TABLE (p DATETIME2(6));"
+		" INSERT @r EXEC queuebox.pause_destination @n, @until;" QBOQ_ACTOR_CLEAR
+		" SELECT N'{\"paused_until\" : \"' + CONVERT(NVARCHAR(33), (SELECT p FROM @r), 127)"
+		"        + N'Z\", \"known\" : true}'",
+	.nparams = 3},
+	[QB_Q_RESET_DESTINATION] = {.sql =
+		"DECLARE @n NVARCHAR(200) = ?;" QBOQ_ACTOR " DECLARE @r TABLE (r BIT);"
+		" INSERT @r EXEC queuebox.reset_destination @n;" QBOQ_ACTOR_CLEAR
+		" SELECT N'{\"known\" : ' + " QBOQ_KNOWN
+		"        + N', \"reset\" : ' + CASE WHEN (SELECT r FROM @r) = 1 THEN N'true' ELSE N'false' END + N'}'",
+	.nparams = 2},
 };
 
 /* qb_odbc_query_text: see odbc_store.h. */

@@ -828,7 +828,7 @@ static int
 qbos_query_body(QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t errlen)
 {
 	QbosQuery  *q = arg;
-	QbOdbcParam p[4];
+	QbOdbcParam p[10];
 	int			np;
 	const char *sql = qb_odbc_query_text(q->query, &np);
 
@@ -836,7 +836,7 @@ qbos_query_body(QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t e
 	*q->out = NULL;
 	if (q->query == QB_Q_REPLAY_INBOX || q->query == QB_Q_REPLAY_INBOX_BULK)
 		return qbos_replay(s, q, cls, err, errlen);
-	if (sql == NULL || np > 4)
+	if (sql == NULL || np > 10)
 	{
 		*cls = QB_ODBC_FAILED;
 		snprintf(err, errlen, "query %d has no SQL Server text", (int) q->query);
