@@ -1,6 +1,6 @@
 // The console in headless Chromium (test/t/052_console.pl runs it and sets
-// the rows up). Debian's chromium, driven by playwright-core: no browser
-// download. The tests run in order, on one page, as one operator would.
+// the rows up; console-page.js launches it). The tests run in order, on one
+// page, as one operator would.
 // Env: QB_CONSOLE_URL, QB_ADMIN_TOKEN, QB_XSS (markup: the down
 // destination's last_error, and the payload, a header and the error of dead
 // outbox row QB_XSS_ID), QB_HELD_HEAD (the dead head of key cust-7, two rows
@@ -14,7 +14,7 @@ const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
-const { chromium } = require('playwright-core');
+const { launch, until, login, search: searchIn, cellsOf: cellsIn, lookup } = require('./console-page');
 
 const base = process.env.QB_CONSOLE_URL;
 const token = process.env.QB_ADMIN_TOKEN;
@@ -27,11 +27,10 @@ const webhookKey = process.env.QB_WEBHOOK_KEY;
 const shots = process.env.QB_CONSOLE_SCREENSHOTS;
 let browser;
 let page;
-const violations = [];
-const posts = [];				/* every POST the page sent, as its path */
-/* how the next confirm() or prompt() is answered */
-let dialogs = { accept: true, text: '' };
-const asked = [];
+let violations;
+let posts;					/* every POST the page sent, as its path */
+let asked;					/* every dialog's question */
+let dialogs;				/* how the next confirm() or prompt() is answered */
 
 async function shot(name) {
 	if (shots)
@@ -53,60 +52,11 @@ function delivered(key) {
 	return out;
 }
 
-async function until(what, fn, ms = 60000) {
-	const end = Date.now() + ms;
-	for (;;) {
-		const v = await fn();
-		if (v)
-			return v;
-		if (Date.now() > end)
-			assert.fail('waited ' + ms / 1000 + ' s for ' + what);
-		await new Promise((r) => setTimeout(r, 200));
-	}
-}
-
-/* a dead-letter search: every filter of the tab set (to '' when not given) */
-async function search(tbl, values) {
-	const form = page.locator('#filter-' + tbl);
-	for (const input of await form.locator('input').all())
-		await input.fill(values[await input.getAttribute('name')] ?? '');
-	await form.locator('button[type=submit]').click();
-}
-
-async function cellsOf(selector) {
-	return page.locator(selector).evaluateAll((rows) => rows.map((tr) =>
-		Array.from(tr.cells, (td) => td.textContent)));
-}
+const search = (tbl, values) => searchIn(page, tbl, values);
+const cellsOf = (selector) => cellsIn(page, selector);
 
 before(async () => {
-	browser = await chromium.launch({
-		executablePath: '/usr/bin/chromium',
-		args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-	});
-	page = await browser.newPage({ viewport: { width: 1280, height: 560 } });
-	// a script blocked by the CSP is reported here: there must be none
-	page.on('console', (m) => {
-		if (/Content Security Policy/i.test(m.text()))
-			violations.push(m.text());
-	});
-	// for a failure's diagnosis: what the page threw, and requests that failed
-	page.on('pageerror', (e) => console.error('page error: ' + e.message));
-	page.on('requestfailed', (r) => console.error('request failed: ' + r.url() + ' ' + r.failure()?.errorText));
-	page.on('response', (r) => {
-		if (r.status() >= 400)
-			console.error('answer ' + r.status() + ': ' + r.request().method() + ' ' + r.url());
-	});
-	page.on('request', (r) => {
-		if (r.method() === 'POST')
-			posts.push(new URL(r.url()).pathname);
-	});
-	page.on('dialog', (d) => {
-		asked.push(d.message());
-		if (!dialogs.accept)
-			d.dismiss();
-		else
-			d.accept(d.type() === 'prompt' ? dialogs.text : undefined);
-	});
+	({ browser, page, violations, posts, asked, dialogs } = await launch());
 });
 
 after(async () => {
@@ -132,9 +82,7 @@ test('a wrong token is refused with the reason', async () => {
 });
 
 test('login shows the overview: the down destination open', async () => {
-	await page.fill('#token', token);
-	await page.click('#login button[type=submit]');
-	await page.locator('#overview').waitFor({ state: 'visible' });
+	await login(page, token);
 	const row = page.locator('#destinations tbody tr', { hasText: 'down' });
 	await row.waitFor();
 	assert.equal(await row.locator('td').nth(1).textContent(), 'open');
@@ -168,13 +116,13 @@ test('destination actions: each asks first; pause, reset, resume call their rout
 	const n = posts.length;
 
 	// a dismissed question sends nothing
-	dialogs = { accept: false };
+	Object.assign(dialogs, { accept: false });
 	await row.getByRole('button', { name: 'Reset circuit' }).click();
 	await row.getByRole('button', { name: 'Pause' }).click();
 	await until('the questions', () => asked.length >= 2);
 	assert.deepEqual(posts.slice(n), [], 'nothing was sent');
 
-	dialogs = { accept: true, text: '10' };
+	Object.assign(dialogs, { accept: true, text: '10' });
 	await row.getByRole('button', { name: 'Pause' }).click();
 	await page.locator('#result').filter({ hasText: 'paused shop' }).waitFor();
 	assert.match(await page.textContent('#result'), /"paused_until":"[^"]+"/);
@@ -327,17 +275,13 @@ test('dead inbox rows: the inbox tab, its filters, a row', async () => {
 
 test('inbox lookup: a webhook that arrived, and one that did not', async () => {
 	await page.click('#nav a[data-view=lookup]');
-	const form = page.locator('#lookup-form');
-	await form.locator('input[name=source]').fill('stripe');
-	await form.locator('input[name=idempotency_key]').fill(webhookKey);
-	await form.locator('button[type=submit]').click();
+	await lookup(page, 'stripe', webhookKey);
 	await page.locator('#lookup-answer').filter({ hasText: 'Arrived: inbox row' }).waitFor();
 	assert.match(await page.textContent('#lookup-fields'), /Statepending/);
 	assert.equal(JSON.parse(await page.textContent('#lookup-payload')).id, webhookKey);
 	await shot('console-lookup.png');
 
-	await form.locator('input[name=idempotency_key]').fill('evt_never_sent');
-	await form.locator('button[type=submit]').click();
+	await lookup(page, 'stripe', 'evt_never_sent');
 	await page.locator('#lookup-answer').filter({ hasText: 'Did not arrive' }).waitFor();
 	assert.match(await page.textContent('#lookup-answer'), /evt_never_sent/);
 	assert.equal(await page.locator('#lookup-payload').isVisible(), false);
