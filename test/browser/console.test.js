@@ -167,6 +167,12 @@ test('dead letters: filters, pages of rows, next page', async () => {
 
 	await search('outbox', { key: 'cust-7', error: 'no such error text' });
 	await page.locator('#page-info').filter({ hasText: 'no dead outbox rows match these filters' }).waitFor();
+
+	// a filter the server refuses: its reason, as text
+	await search('outbox', { since: 'yesterday <b>' });
+	await page.locator('#error').filter({ hasText: '400' }).waitFor();
+	assert.match(await page.textContent('#error'), /since/);
+	assert.equal(await page.locator('#error b').count(), 0);
 });
 
 test('keys: the held key, its head and the rows behind; skip a head', async () => {

@@ -361,6 +361,8 @@ async function loadDead() {
 		return;
 	if (!r.ok) {
 		problem('dead ' + table + ' rows: ' + reason(r));
+		fill('dead-' + table, [], () => {});
+		$('page-info').textContent = '';
 		return;
 	}
 	const rows = r.data;
