@@ -2,7 +2,8 @@
 #   The inbox side under queuebox-mssqld: webhooks at the ingress (202 after
 #   the commit, 200 for a duplicate, 401 for a bad signature), the relay's
 #   forward into the outbox and on to the sink, /healthz /readyz /metrics,
-#   the admin routes (closed without the token), the five pull statements
+#   the admin routes (closed without the token), the console (its pages in
+#   headless Chromium: the overview, a dead row, a lookup), the five pull statements
 #   on the daemon's schema, a NATS source in a consumer role, and the
 #   daemon's SQL topic_matches() against the extension's C one.
 use strict;
@@ -202,6 +203,18 @@ my $drows = decode_json($dp->{content});
 is(scalar(@$drows) . '/' . ($drows->[0]{last_error} // ''), '1/poison', 'the daemon filters dead inbox rows') or diag $dp->{content};
 my $one = $http->get("$base/admin/inbox/$drows->[0]{id}", { headers => { Authorization => "Bearer $token" } });
 is(decode_json($one->{content})->{state}, 'dead', 'and shows one inbox row') or diag $one->{content};
+SKIP:
+{
+	skip 'chromium is not installed (scripts/setup.sh installs it)', 4 unless -x '/usr/bin/chromium';
+	my $home = "$PostgreSQL::Test::Utils::tmp_check/browser-home";
+	mkdir $home;
+	qb_node_tests(qb_npm_dir('test/browser') . '/console-daemon.test.js', "the daemon's console in headless Chromium", 3,
+		QB_CONSOLE_URL => $base,
+		QB_ADMIN_TOKEN => $token,
+		QB_DEAD_ID => $dead_id,
+		QB_WEBHOOK_KEY => 't3',
+		HOME => $home);
+}
 
 # ---- a NATS destination with createStream under the daemon: the stream is made
 is(nats_count($nats, 'queuebox-bus'), undef, 'createStream (daemon): no stream queuebox-bus yet');

@@ -2,7 +2,8 @@
  * test_console.c
  *	  Unit tests of qb_console.c: the session cookie read back from a
  *	  Cookie header (other cookies, look-alike names, bad hex, a NUL), the
- *	  Set-Cookie values, the login body, the embedded files.  The console
+ *	  Set-Cookie values, the login body, the embedded files, the login's
+ *	  rate limit (per peer, its window, a full table).  The console
  *	  served end to end, in a browser too, is TAP 052's.
  *-------------------------------------------------------------------------
  */
@@ -14,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "qb_console.h"
 
@@ -95,6 +99,89 @@ test_assets(void **state)
 	assert_string_equal(qb_console_headers[0][0], "Content-Security-Policy");
 }
 
+static struct sockaddr_in
+v4(const char *a)
+{
+	struct sockaddr_in s = {.sin_family = AF_INET, .sin_port = htons(40000)};
+
+	assert_int_equal(inet_pton(AF_INET, a, &s.sin_addr), 1);
+	return s;
+}
+
+static struct sockaddr_in6
+v6(const char *a)
+{
+	struct sockaddr_in6 s = {.sin6_family = AF_INET6};
+
+	assert_int_equal(inet_pton(AF_INET6, a, &s.sin6_addr), 1);
+	return s;
+}
+
+#define SA(x) ((const struct sockaddr *) &(x))
+
+static void
+test_limit(void **state)
+{
+	QbConsoleLimit *l = calloc(1, sizeof(QbConsoleLimit));
+	struct sockaddr_in a = v4("127.0.0.1"),
+				b = v4("127.0.0.2");
+	struct sockaddr_in6 c = v6("2001:db8::1"),
+				c2 = v6("2001:db8::ffff"),
+				d = v6("2001:db8:0:1::1");
+	struct sockaddr un = {.sa_family = AF_UNIX};
+	char		addr[32];
+
+	/* four wrong tokens: still allowed; the fifth starts the wait, to the window's end */
+	for (int i = 0; i < QB_CONSOLE_LIMIT_FAILS - 1; i++)
+	{
+		qb_console_limit_fail(l, SA(a), 1000 + i);
+		assert_int_equal(qb_console_limit_wait(l, SA(a), 1000 + i), 0);
+	}
+	qb_console_limit_fail(l, SA(a), 1010);
+	assert_int_equal(qb_console_limit_wait(l, SA(a), 1010), QB_CONSOLE_LIMIT_WINDOW - 10);
+	assert_int_equal(qb_console_limit_wait(l, SA(a), 1000 + QB_CONSOLE_LIMIT_WINDOW - 1), 1);
+	assert_int_equal(qb_console_limit_wait(l, SA(a), 1000 + QB_CONSOLE_LIMIT_WINDOW), 0);
+	/* another port of the same address is the same peer; another address is not */
+	a.sin_port = htons(40001);
+	assert_int_equal(qb_console_limit_wait(l, SA(a), 1010), QB_CONSOLE_LIMIT_WINDOW - 10);
+	assert_int_equal(qb_console_limit_wait(l, SA(b), 1010), 0);
+	/* after the window a failure starts a new one: one failure is no wait */
+	qb_console_limit_fail(l, SA(a), 1000 + QB_CONSOLE_LIMIT_WINDOW);
+	assert_int_equal(qb_console_limit_wait(l, SA(a), 1000 + QB_CONSOLE_LIMIT_WINDOW), 0);
+	/* five failures spread over more than the window never wait */
+	for (int i = 0; i < 2 * QB_CONSOLE_LIMIT_FAILS; i++)
+	{
+		qb_console_limit_fail(l, SA(b), 2000 + i * (QB_CONSOLE_LIMIT_WINDOW / 2));
+		assert_int_equal(qb_console_limit_wait(l, SA(b), 2000 + i * (QB_CONSOLE_LIMIT_WINDOW / 2)), 0);
+	}
+	/* IPv6: one /64 is one peer */
+	for (int i = 0; i < QB_CONSOLE_LIMIT_FAILS; i++)
+		qb_console_limit_fail(l, i % 2 ? SA(c) : SA(c2), 3000);
+	assert_true(qb_console_limit_wait(l, SA(c), 3000) > 0);
+	assert_true(qb_console_limit_wait(l, SA(c2), 3000) > 0);
+	assert_int_equal(qb_console_limit_wait(l, SA(d), 3000), 0);
+	/* an address of no IP family is not counted */
+	for (int i = 0; i < QB_CONSOLE_LIMIT_FAILS; i++)
+		qb_console_limit_fail(l, &un, 3000);
+	assert_int_equal(qb_console_limit_wait(l, &un, 3000), 0);
+	assert_int_equal(qb_console_limit_wait(l, NULL, 3000), 0);
+
+	/* a full table forgets the peer whose window began first */
+	memset(l, 0, sizeof(*l));
+	for (int i = 0; i < QB_CONSOLE_LIMIT_FAILS; i++)
+		qb_console_limit_fail(l, SA(b), 4000);
+	for (int i = 0; i < QB_CONSOLE_LIMIT_SLOTS; i++)
+	{
+		struct sockaddr_in x;
+
+		snprintf(addr, sizeof(addr), "10.0.0.%d", i + 1);
+		x = v4(addr);
+		qb_console_limit_fail(l, SA(x), 4001);
+		assert_int_equal(qb_console_limit_wait(l, SA(b), 4001), i < QB_CONSOLE_LIMIT_SLOTS - 1 ? 59 : 0);
+	}
+	free(l);
+}
+
 int
 main(void)
 {
@@ -103,6 +190,7 @@ main(void)
 		cmocka_unit_test(test_cookie_refused),
 		cmocka_unit_test(test_login_body),
 		cmocka_unit_test(test_assets),
+		cmocka_unit_test(test_limit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,12 +7,16 @@
  * cookie (hex, so any byte of the token fits a cookie value): nothing to
  * store server-side, and changing admin.token ends every session.  The
  * ingress checks it as it checks the bearer header, in constant time.
+ * Wrong tokens are rate limited per peer (qb_console_limit_*).
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <jansson.h>
 
@@ -109,4 +113,73 @@ qb_console_login_token(const char *body, size_t len, char *reason, size_t reason
 		snprintf(reason, reasonlen, "out of memory; retry");
 	json_decref(doc);
 	return token;
+}
+
+/* qbc_peer_key: the bytes a peer is counted by; 0 for an unknown family */
+static size_t
+qbc_peer_key(const struct sockaddr *sa, unsigned char *key)
+{
+	if (sa != NULL && sa->sa_family == AF_INET)
+	{
+		memcpy(key, &((const struct sockaddr_in *) sa)->sin_addr, 4);
+		return 4;
+	}
+	/* one host often has a whole /64: count it as one peer */
+	if (sa != NULL && sa->sa_family == AF_INET6)
+	{
+		memcpy(key, &((const struct sockaddr_in6 *) sa)->sin6_addr, 8);
+		return 8;
+	}
+	return 0;
+}
+
+static const QbConsolePeer *
+qbc_peer_find(const QbConsoleLimit *l, const unsigned char *key, size_t len)
+{
+	for (int i = 0; i < QB_CONSOLE_LIMIT_SLOTS; i++)
+		if (l->peers[i].len == len && memcmp(l->peers[i].addr, key, len) == 0)
+			return &l->peers[i];
+	return NULL;
+}
+
+long
+qb_console_limit_wait(const QbConsoleLimit *l, const struct sockaddr *peer, long now)
+{
+	unsigned char key[16];
+	size_t		len = qbc_peer_key(peer, key);
+	const QbConsolePeer *p = len ? qbc_peer_find(l, key, len) : NULL;
+
+	if (p == NULL || p->fails < QB_CONSOLE_LIMIT_FAILS || now - p->since >= QB_CONSOLE_LIMIT_WINDOW)
+		return 0;
+	return QB_CONSOLE_LIMIT_WINDOW - (now - p->since);
+}
+
+void
+qb_console_limit_fail(QbConsoleLimit *l, const struct sockaddr *peer, long now)
+{
+	unsigned char key[16];
+	size_t		len = qbc_peer_key(peer, key);
+	QbConsolePeer *p;
+
+	if (len == 0)
+		return;
+	p = (QbConsolePeer *) qbc_peer_find(l, key, len);
+	if (p == NULL)
+	{
+		/* a free slot, else the one whose window began first */
+		p = &l->peers[0];
+		for (int i = 0; i < QB_CONSOLE_LIMIT_SLOTS && p->len != 0; i++)
+			if (l->peers[i].len == 0 || l->peers[i].since < p->since)
+				p = &l->peers[i];
+		memcpy(p->addr, key, len);
+		p->len = (unsigned char) len;
+		p->fails = 0;
+		p->since = now;
+	}
+	if (now - p->since >= QB_CONSOLE_LIMIT_WINDOW)
+	{
+		p->fails = 0;
+		p->since = now;
+	}
+	p->fails++;
 }

@@ -56,4 +56,38 @@ extern char *qb_console_set_cookie(const char *token, bool secure);
  */
 extern char *qb_console_login_token(const char *body, size_t len, char *reason, size_t reasonlen);
 
+/*
+ * The admin login's rate limit (docs/console.md#the-rate-limit): a peer
+ * that presents QB_CONSOLE_LIMIT_FAILS wrong admin tokens within
+ * QB_CONSOLE_LIMIT_WINDOW seconds (at /console/login, or as a bearer header
+ * or cookie on /admin) is answered 429 until that window is over.  A fixed
+ * table of QB_CONSOLE_LIMIT_SLOTS peers, keyed by address (IPv6 by its /64):
+ * nothing allocated per request.  When every slot is in use, the peer whose
+ * window began first is forgotten.  Times are monotonic seconds.
+ */
+#define QB_CONSOLE_LIMIT_FAILS	5
+#define QB_CONSOLE_LIMIT_WINDOW	60
+#define QB_CONSOLE_LIMIT_SLOTS	64
+
+struct sockaddr;
+
+typedef struct QbConsolePeer
+{
+	unsigned char addr[16];		/* IPv4: 4 bytes; IPv6: its first 8 */
+	unsigned char len;			/* 0: a free slot */
+	int			fails;
+	long		since;			/* the window's start */
+} QbConsolePeer;
+
+typedef struct QbConsoleLimit
+{
+	QbConsolePeer peers[QB_CONSOLE_LIMIT_SLOTS];
+} QbConsoleLimit;
+
+/* Seconds the peer must wait before its next try (0: it may try now). */
+extern long qb_console_limit_wait(const QbConsoleLimit *l, const struct sockaddr *peer, long now);
+
+/* Count one wrong token from peer (an address of no known family: not counted). */
+extern void qb_console_limit_fail(QbConsoleLimit *l, const struct sockaddr *peer, long now);
+
 #endif							/* QB_CONSOLE_H */

@@ -119,6 +119,7 @@ typedef struct QbiRequest
 	bool		allow_post;		/* 405: Allow: POST */
 	bool		console;		/* the console's security headers */
 	char	   *set_cookie;		/* the console's login or logout */
+	long		retry_after;	/* 429: seconds for Retry-After */
 	/* QBI_INBOX, once checked */
 	char	   *key;
 	char	   *event_type;
@@ -141,6 +142,7 @@ struct QbiEngine
 	int			ndeferred;
 	QbiConn    *conns;			/* every open connection */
 	long		swept_ms;		/* the last peer-close sweep, monotonic */
+	QbConsoleLimit limit;		/* wrong admin tokens per peer */
 };
 
 /* ---- small helpers -------------------------------------------------- */
@@ -490,10 +492,29 @@ qbi_auth_get(void *ctx, const char *name)
 	return qbi_header_get(a->conn, name);
 }
 
+/* qbi_peer: the request's peer address, NULL when unknown */
+static const struct sockaddr *
+qbi_peer(QbiRequest *r)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+
+	return ci != NULL ? ci->client_addr : NULL;
+}
+
+static long
+qbi_mono_sec(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long) ts.tv_sec;
+}
+
 /*
  * qbi_admin_auth: is token (NULL: the request's Authorization header) the
  * admin token?  The bearer check compares in constant time; a failure is
- * answered 401 and counted.
+ * answered 401 and counted.  A token presented by a peer that sent too many
+ * wrong ones lately is not checked: 429 with Retry-After (qb_console.h).
  */
 static bool
 qbi_admin_auth(QbiRequest *r, const QbConfig *cfg, const char *token)
@@ -502,8 +523,24 @@ qbi_admin_auth(QbiRequest *r, const QbConfig *cfg, const char *token)
 	QbiAuthCtx	ctx = {.conn = r->conn};
 	char	   *bearer = NULL;
 	char		msg[QB_ERRLEN];
+	bool		presented = token != NULL || qbi_header_get(r->conn, "Authorization") != NULL;
+	long		now = qbi_mono_sec();
+	long		wait;
 	bool		ok;
 
+	/* no credential (a page opened before login) is no guess: neither limited nor counted */
+	if (presented && (wait = qb_console_limit_wait(&r->e->limit, qbi_peer(r), now)) > 0)
+	{
+		char		reason[200];
+
+		snprintf(reason, sizeof(reason),
+				 "too many wrong admin tokens from this address; retry in %ld s (Retry-After)", wait);
+		qbi_set(r, 429, "error", reason);
+		r->retry_after = wait;
+		if (r->e->metrics)
+			qb_metrics_add(&r->e->metrics->admin_unauthorized, 1);
+		return false;
+	}
 	if (token != NULL && (bearer = malloc(strlen(token) + 8)) == NULL)
 	{
 		qbi_set(r, 503, "unavailable", "out of memory; retry later");
@@ -526,6 +563,8 @@ qbi_admin_auth(QbiRequest *r, const QbConfig *cfg, const char *token)
 		qbi_set(r, 401, "error", reason);
 		if (r->e->metrics)
 			qb_metrics_add(&r->e->metrics->admin_unauthorized, 1);
+		if (presented)
+			qb_console_limit_fail(&r->e->limit, qbi_peer(r), now);
 	}
 	return ok;
 }
@@ -812,6 +851,13 @@ qbi_respond(QbiRequest *r)
 		MHD_add_response_header(resp, qb_console_headers[i][0], qb_console_headers[i][1]);
 	if (r->set_cookie)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE, r->set_cookie);
+	if (r->retry_after > 0)
+	{
+		char		secs[24];
+
+		snprintf(secs, sizeof(secs), "%ld", r->retry_after);
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, secs);
+	}
 	ret = MHD_queue_response(r->conn, (unsigned int) r->status, resp);
 	MHD_destroy_response(resp);
 	return ret;
