@@ -22,6 +22,7 @@ const xss = process.env.QB_XSS;
 const xssId = process.env.QB_XSS_ID;
 const heldHead = process.env.QB_HELD_HEAD;
 const skipHead = process.env.QB_SKIP_HEAD;
+const aggHead = process.env.QB_AGG_HEAD;
 const sinkLog = process.env.QB_SINK_LOG;
 const webhookKey = process.env.QB_WEBHOOK_KEY;
 const shots = process.env.QB_CONSOLE_SCREENSHOTS;
@@ -194,6 +195,22 @@ test('keys: the held key, its head and the rows behind; skip a head', async () =
 	await page.locator('#held tbody tr', { hasText: 'cust-7' }).getByRole('link', { name: heldHead }).click();
 	await page.locator('#detail').waitFor({ state: 'visible' });
 	assert.equal(await page.textContent('#detail-title'), 'outbox row ' + heldHead);
+});
+
+test('keys: a held aggregate (the relay\'s order), its head; skip it', async () => {
+	await page.click('#nav a[data-view=keys]');
+	const row = page.locator('#held-aggregates tbody tr', { hasText: 'acct-4' });
+	await row.waitFor();
+	const cells = await row.locator('td').allTextContents();
+	assert.deepEqual(cells.slice(0, 4), ['acct-4', 'ledger', aggHead, '1']);
+	assert.ok(cells[4] !== '', 'since when');
+	const n = posts.length;
+	await row.getByRole('button', { name: 'Skip head' }).click();
+	await page.locator('#result').filter({ hasText: 'skip inbox row ' + aggHead }).waitFor();
+	assert.match(await page.textContent('#result'), /"skipped":true/);
+	assert.deepEqual(posts.slice(n), ['/admin/inbox/' + aggHead + '/skip']);
+	await page.locator('#held-aggregates tbody tr', { hasText: 'acct-4' }).waitFor({ state: 'detached' });
+	await page.locator('#aggregates-info').filter({ hasText: 'No aggregate is held.' }).waitFor();
 });
 
 test('a dead row: payload, headers, attempts, error; edit its payload, requeue, delivered in key order', async () => {

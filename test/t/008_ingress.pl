@@ -355,6 +355,12 @@ my $dead_id = $node->safe_psql('postgres',
 $r = $http->get("$base/admin/outbox/dead?limit=10", { headers => \%auth });
 is($r->{status}, 200, 'admin lists dead outbox rows');
 is($json->decode($r->{content})->[0]{id}, $dead_id, 'the dead row is listed');
+# a body on a route that takes none is refused, and nothing is made
+my $outbox_rows = $node->safe_psql('postgres', 'SELECT count(*) FROM queuebox.outbox');
+$r = $http->request('POST', "$base/admin/outbox/$dead_id/replay", { headers => \%auth, content => '{"payload": {"x": 1}}' });
+is($r->{status}, 400, 'a replay with a body is 400');
+like(reason($r), qr/takes no body; only requeue \(\{"payload": \.\.\.\}\) and pause/, 'and says only requeue takes a body');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM queuebox.outbox'), $outbox_rows, 'and replays nothing');
 $r = $http->request('POST', "$base/admin/outbox/$dead_id/replay", { headers => \%auth });
 is($r->{status}, 200, 'admin replays an outbox row');
 my $new_id = $json->decode($r->{content})->{id};

@@ -647,6 +647,22 @@ $a = $http->get("$base/admin/inbox/lookup?source=tasks&idempotency_key=" . $irow
 is(eval { $json->decode($a->{content})->{id} }, $dead_inbox, 'inbox lookup: the row of that source and key') or diag $a->{content};
 $a = $http->get("$base/admin/inbox/lookup?source=tasks&idempotency_key=nope", \%adm);
 is($a->{status}, 404, 'inbox lookup: none is 404');
+# the console's pages in headless Chromium, reading SQL Server through the
+# ODBC store (TAP 030 runs the same file on PostgreSQL)
+SKIP:
+{
+	skip 'chromium is not installed (scripts/setup.sh installs it)', 4 unless -x '/usr/bin/chromium';
+	my $ov = $json->decode($http->get("$base/admin/overview", \%adm)->{content});
+	my $home = "$PostgreSQL::Test::Utils::tmp_check/browser-home-mssql";
+	mkdir $home;
+	qb_node_tests(qb_npm_dir('test/browser') . '/console-daemon.test.js', "the console on SQL Server in headless Chromium", 3,
+		QB_CONSOLE_URL => $base,
+		QB_ADMIN_TOKEN => $token,
+		QB_DEAD_ID => $dead_inbox,
+		QB_WEBHOOK_KEY => $irow->{idempotency_key},
+		QB_DESTINATIONS => join(',', map { $_->{destination} } @{ $ov->{destinations} }),
+		HOME => $home);
+}
 $a = $http->request('POST', "$base/admin/destinations/web/pause", { %adm, content => '{"seconds": 60}' });
 is($a->{status}, 200, 'pause: 200') or diag $a->{content};
 is(count('destination_state', q{destination = N'web' AND paused_until > DATEADD(second, 50, SYSUTCDATETIME())}), 1,

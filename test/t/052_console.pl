@@ -207,24 +207,37 @@ $node->safe_psql('postgres', q{
 $r = $http->post("$base/inbox/stripe",
 	{ headers => { 'Content-Type' => 'application/json' }, content => '{"id": "evt_live_1", "type": "charge.succeeded"}' });
 is($r->{status}, 202, 'the stripe source takes a webhook');
+# an aggregate held in the relay's order (a source's onDead: holdKey): its
+# dead push row, and one row parked behind it
+my $agg_head = $node->safe_psql('postgres', q{
+	INSERT INTO queuebox.inbox (source, idempotency_key, event_type, aggregate_id, payload, consumption, state,
+		attempt, hold, last_error, created_at)
+	VALUES ('ledger', 'led-1', 'entry.posted', 'acct-4', '{"n": 1}', 'push', 'dead', 1, 'dead',
+		'the topic rendered empty', now() - interval '1 minute') RETURNING id});
+$node->safe_psql('postgres', q{
+	INSERT INTO queuebox.inbox (source, idempotency_key, event_type, aggregate_id, payload, consumption, hold)
+	VALUES ('ledger', 'led-2', 'entry.posted', 'acct-4', '{"n": 2}', 'push', 'aggregate')});
+is($node->safe_psql('postgres', 'SELECT aggregate_id || \':\' || head_id || \':\' || behind FROM queuebox.held_aggregates()'),
+	"acct-4:$agg_head:1", 'acct-4 is held by its dead head');
 my $rows_before = $node->safe_psql('postgres',
 	q{SELECT (SELECT count(*) FROM queuebox.outbox) || '/' || (SELECT count(*) FROM queuebox.inbox)});
-is($rows_before, '62/2', 'outbox and inbox rows before the browser');
+is($rows_before, '62/4', 'outbox and inbox rows before the browser');
 
 # ---- the browser
 SKIP:
 {
-	skip 'chromium is not installed (scripts/setup.sh installs it)', 13 unless -x '/usr/bin/chromium';
+	skip 'chromium is not installed (scripts/setup.sh installs it)', 16 unless -x '/usr/bin/chromium';
 	my $dir = qb_npm_dir('test/browser');
 	my $home = "$PostgreSQL::Test::Utils::tmp_check/browser-home";
 	mkdir $home;
-	qb_node_tests("$dir/console.test.js", 'the console in headless Chromium', 12,
+	qb_node_tests("$dir/console.test.js", 'the console in headless Chromium', 13,
 		QB_CONSOLE_URL => $base,
 		QB_ADMIN_TOKEN => $token,
 		QB_XSS => $xss,
 		QB_XSS_ID => $xss_id,
 		QB_HELD_HEAD => $head{'cust-7'},
 		QB_SKIP_HEAD => $head{'cust-9'},
+		QB_AGG_HEAD => $agg_head,
 		QB_SINK_LOG => $sink->{log},
 		QB_WEBHOOK_KEY => 'evt_live_1',
 		HOME => $home);
@@ -253,9 +266,16 @@ SKIP:
 		'the row with markup is untouched');
 	is($node->safe_psql('postgres', q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'bulk.x' AND state = 'dead'}),
 		'55', 'the bulk rows are untouched');
+	is($node->safe_psql('postgres', qq{SELECT action FROM queuebox.inbox_audit WHERE inbox_id = $agg_head}),
+		'skip', 'the held aggregate\'s skip is audited');
+	# the row behind it is free: the relay forwards it into the outbox
+	qb_wait_query($node, q{SELECT state || ':' || coalesce(hold, '-') FROM queuebox.inbox WHERE idempotency_key = 'led-2'},
+		'processed:-', 'acct-4 goes on: the relay forwards the row behind the skipped head', timeout => 60);
+	is($node->safe_psql('postgres', qq{SELECT state || ':' || coalesce(hold, '-') FROM queuebox.inbox WHERE id = $agg_head}),
+		'dead:-', 'the skipped head stays dead, holding nothing');
 	is($node->safe_psql('postgres',
 			q{SELECT (SELECT count(*) FROM queuebox.outbox) || '/' || (SELECT count(*) FROM queuebox.inbox)}),
-		$rows_before, 'no row added or lost');
+		'63/4', 'no row added or lost (the outbox gained only the forwarded row)');
 }
 
 is($node->safe_psql('postgres', q{SELECT state FROM queuebox.destination_status() WHERE destination = 'down'}),

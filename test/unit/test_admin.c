@@ -170,6 +170,36 @@ test_bad_params(void **state)
 	}
 }
 
+/* a body on a by-id route that takes none is refused before any query */
+static void
+test_body_refused(void **state)
+{
+	static const char *const paths[] = {"/outbox/7/replay", "/outbox/7/skip", "/inbox/7/replay",
+	"/inbox/7/skip", "/destinations/web/resume", "/destinations/web/reset"};
+
+	rec.answer = "{}";
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+	{
+		QbAdminAnswer a = run("POST", paths[i], NULL, "{\"payload\": 1}");
+
+		if (a.status != 400 || strstr(a.body, "takes no body") == NULL)
+			fail_msg("%s: %d %s", paths[i], a.status, a.body);
+		assert_int_equal(rec.calls, 0);
+		free(a.body);
+	}
+	/* requeue and pause take theirs */
+	for (size_t i = 0; i < 2; i++)
+	{
+		QbAdminAnswer a = run("POST", i == 0 ? "/inbox/7/requeue" : "/destinations/web/pause", NULL,
+							  i == 0 ? "{\"payload\": 1}" : "{\"seconds\": 60}");
+
+		assert_int_equal(a.status, 200);
+		assert_int_equal(rec.calls, 1);
+		assert_int_equal(rec.query, i == 0 ? QB_Q_REQUEUE_INBOX_EDITED : QB_Q_PAUSE_DESTINATION);
+		free(a.body);
+	}
+}
+
 static void
 test_rows_and_lookup(void **state)
 {
@@ -270,6 +300,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_dead_list_params),
 		cmocka_unit_test(test_bad_params),
+		cmocka_unit_test(test_body_refused),
 		cmocka_unit_test(test_rows_and_lookup),
 		cmocka_unit_test(test_writes_take_the_actor),
 	};

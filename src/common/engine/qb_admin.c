@@ -589,6 +589,13 @@ qba_route(QbaCall *c, QbAdminAnswer *ans)
 	return true;
 }
 
+/* qba_no_body: a body on a route that takes none: say so rather than act without it */
+static void
+qba_no_body(QbAdminAnswer *ans)
+{
+	qba_error(ans, 400, "this operation takes no body; only requeue ({\"payload\": ...}) and pause ({\"seconds\": N}) take one");
+}
+
 /* qba_params: the query's parameters from the path, query string and body. */
 static bool
 qba_params(QbaCall *c, QbAdminAnswer *ans)
@@ -640,8 +647,7 @@ qba_params(QbaCall *c, QbAdminAnswer *ans)
 			if (c->req->body_len > 0 &&
 				c->rt->query != QB_Q_REQUEUE_OUTBOX && c->rt->query != QB_Q_REQUEUE_INBOX)
 			{
-				/* nothing in it would be used: say so rather than act without it */
-				qba_error(ans, 400, "this operation takes no body; only requeue takes one, {\"payload\": ...}");
+				qba_no_body(ans);
 				return false;
 			}
 			if (c->req->body_len > 0)
@@ -655,6 +661,11 @@ qba_params(QbaCall *c, QbAdminAnswer *ans)
 			return true;
 		case QBA_DEST:
 			c->params[0] = c->id;
+			if (nkeys == 0 && c->req->body_len > 0)
+			{
+				qba_no_body(ans);
+				return false;
+			}
 			if (nkeys > 0)
 			{
 				/* the body's keys (in params from 0), then moved after the name */

@@ -521,19 +521,36 @@ function canonical(v) {
 	return JSON.stringify(sort(v));
 }
 
-/* ---- held keys ----------------------------------------------------- */
+/* ---- held keys and held aggregates --------------------------------- */
 
-async function keyAction(k, verb, question) {
+/* a held head's action: table outbox (a key) or inbox (an aggregate) */
+async function headAction(table, id, what, verb, question) {
 	if (!window.confirm(question))
 		return;
-	const r = await api('POST', '/admin/outbox/' + k.head_id + '/' + verb);
+	const r = await api('POST', '/admin/' + table + '/' + id + '/' + verb);
 	if (r == null)
 		return;
 	if (r.ok)
-		said(verb + ' outbox row ' + k.head_id + ' (key ' + k.key + '): ' + JSON.stringify(r.data));
+		said(verb + ' ' + table + ' row ' + id + ' (' + what + '): ' + JSON.stringify(r.data));
 	else
-		problem(verb + ' outbox row ' + k.head_id + ': ' + reason(r));
+		problem(verb + ' ' + table + ' row ' + id + ': ' + reason(r));
 	loadKeys();
+}
+
+function headLink(tr, table, id) {
+	const head = cell(tr, '', 'num');
+	const a = document.createElement('a');
+	a.href = '#/' + table + '/' + encodeURIComponent(id);
+	a.textContent = text(id);
+	head.appendChild(a);
+}
+
+function headButtons(tr, table, id, what) {
+	cell(tr, '', 'actions').append(
+		button('Requeue head', () => headAction(table, id, what, 'requeue', 'Requeue ' + table + ' row ' + id +
+			' as it is? ' + what + ' goes on after it.')),
+		button('Skip head', () => headAction(table, id, what, 'skip', 'Skip ' + table + ' row ' + id +
+			'? It stays dead and ' + what + ' goes on without it.')));
 }
 
 function openKeys() {
@@ -542,33 +559,39 @@ function openKeys() {
 }
 
 async function loadKeys() {
-	const r = await api('GET', '/admin/outbox/held?limit=1000');
-	if (r == null)
+	const [keys, aggs] = await Promise.all([api('GET', '/admin/outbox/held?limit=1000'),
+		api('GET', '/admin/inbox/held?limit=1000')]);
+	if (keys == null || aggs == null)
 		return;
-	if (!r.ok) {
-		problem('held keys: ' + reason(r));
+	if (!keys.ok) {
+		problem('held keys: ' + reason(keys));
 		return;
 	}
-	fill('held', r.data, (tr, k) => {
+	fill('held', keys.data, (tr, k) => {
 		cell(tr, k.key);
 		cell(tr, k.destination);
-		const head = cell(tr, '', 'num');
-		const a = document.createElement('a');
-		a.href = '#/outbox/' + encodeURIComponent(k.head_id);
-		a.textContent = text(k.head_id);
-		head.appendChild(a);
+		headLink(tr, 'outbox', k.head_id);
 		cell(tr, k.head_state, 'head-' + k.head_state);
 		cell(tr, k.behind, 'num');
 		cell(tr, k.since);
-		const acts = cell(tr, '', 'actions');
 		if (k.head_state === 'dead')
-			acts.append(
-				button('Requeue head', () => keyAction(k, 'requeue', 'Requeue outbox row ' + k.head_id +
-					' as it is? Key ' + k.key + ' goes on after it.')),
-				button('Skip head', () => keyAction(k, 'skip', 'Skip outbox row ' + k.head_id +
-					'? It stays dead and key ' + k.key + ' goes on without it.')));
+			headButtons(tr, 'outbox', k.head_id, 'key ' + k.key);
+		else
+			cell(tr, '');
 	});
-	$('keys-info').textContent = r.data.length === 0 ? 'No key is held.' : '';
+	$('keys-info').textContent = keys.data.length === 0 ? 'No key is held.' : '';
+	/* a server without the inbox's route (404) has no held aggregates to show */
+	const held = aggs.ok ? aggs.data : [];
+	fill('held-aggregates', held, (tr, g) => {
+		cell(tr, g.aggregate_id);
+		cell(tr, g.source);
+		headLink(tr, 'inbox', g.head_id);
+		cell(tr, g.behind, 'num');
+		cell(tr, g.since);
+		headButtons(tr, 'inbox', g.head_id, 'aggregate ' + g.aggregate_id);
+	});
+	$('aggregates-info').textContent = !aggs.ok ? 'held aggregates: ' + reason(aggs) :
+		held.length === 0 ? 'No aggregate is held.' : '';
 }
 
 /* ---- inbox lookup -------------------------------------------------- */
