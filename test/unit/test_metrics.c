@@ -200,7 +200,7 @@ test_worker_slots(void **state)
 	/* every slot taken: NULL, no overflow */
 	for (int i = 2; i < QB_METRICS_WORKERS; i++)
 	{
-		char		name[16];
+		char		name[24];
 
 		snprintf(name, sizeof(name), "consumer %d", i);
 		assert_non_null(qb_metrics_worker(m, name, i));
