@@ -52,6 +52,13 @@ typedef struct QbWorkerSlot
 	 * swap); the worker exchanges it (claim.md, the intake floor).
 	 */
 	pg_atomic_uint64 late_floor;
+	/*
+	 * Outbox workers: 1 while a commit's new rows could not be claimed before
+	 * the worker's next poll (every destination holds its rows, or no
+	 * configuration): committers that only inserted rows then leave it
+	 * asleep (queuebox.c).  Written by the worker, read by committers.
+	 */
+	pg_atomic_uint32 rows_wake_off;
 } QbWorkerSlot;
 
 /* The routes new outbox rows are routed by (outbox_route.c). */
@@ -103,6 +110,7 @@ extern QbShared *qb_shared;
 
 /* queuebox.c */
 extern void qb_arm_outbox_wake(void);
+extern void qb_arm_outbox_wake_always(void);
 extern void qb_note_outbox_first_id(int64 after);
 extern uint64 qb_take_outbox_late_floor(QbWorkerSlot *slot);
 extern void qb_arm_config_wake(int broker_sources);

@@ -46,6 +46,7 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 static bool qb_outbox_wake_armed = false;
+static bool qb_outbox_wake_always = false;	/* an operation, not only inserts */
 static int64 qb_outbox_first_id = -1;	/* qb_note_outbox_first_id; -1: none */
 static bool qb_relay_wake_armed = false;
 static bool qb_config_wake_armed = false;
@@ -180,7 +181,10 @@ qb_shmem_startup(void)
 		pg_atomic_init_u32(&qb_shared->config_generation, 1);
 		pg_atomic_init_u32(&qb_shared->broker_sources, QB_BROKER_SOURCES_UNKNOWN);
 		for (int i = 0; i < QB_MAX_OUTBOX_WORKERS; i++)
+		{
 			pg_atomic_init_u64(&qb_shared->outbox[i].late_floor, PG_UINT64_MAX);
+			pg_atomic_init_u32(&qb_shared->outbox[i].rows_wake_off, 0);
+		}
 		qb_metrics_init(&qb_shared->metrics);
 		pg_atomic_init_u64(&qb_shared->routes.generation, 0);
 		qb_shared->routes.nroutes = -1;
@@ -193,6 +197,19 @@ void
 qb_arm_outbox_wake(void)
 {
 	qb_outbox_wake_armed = true;
+}
+
+/*
+ * qb_arm_outbox_wake_always: the current transaction made rows due by an
+ * operation (a requeue, a resume): wake every outbox worker at commit, even
+ * one whose destinations all hold their rows, since the operation may be
+ * what ends the hold.
+ */
+void
+qb_arm_outbox_wake_always(void)
+{
+	qb_outbox_wake_armed = true;
+	qb_outbox_wake_always = true;
 }
 
 /*
@@ -270,14 +287,21 @@ qb_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 }
 
+/*
+ * qb_wake_outbox_workers: set each outbox worker's latch; for_rows (a
+ * commit that only inserted rows) skips a worker that said they could not
+ * be claimed before its next poll (rows_wake_off): waking it would only
+ * cost it a loop, and the committer a signal, per commit.
+ */
 static void
-qb_wake_outbox_workers(void)
+qb_wake_outbox_workers(bool for_rows)
 {
 	for (int i = 0; i < QB_MAX_OUTBOX_WORKERS; i++)
 	{
-		Latch	   *latch = qb_shared->outbox[i].latch;
+		QbWorkerSlot *slot = &qb_shared->outbox[i];
+		Latch	   *latch = slot->latch;
 
-		if (latch != NULL)
+		if (latch != NULL && !(for_rows && pg_atomic_read_u32(&slot->rows_wake_off) != 0))
 			SetLatch(latch);
 	}
 }
@@ -296,6 +320,7 @@ static void
 qb_clear_wakes(void)
 {
 	qb_outbox_wake_armed = false;
+	qb_outbox_wake_always = false;
 	qb_relay_wake_armed = false;
 	qb_config_wake_armed = false;
 	qb_outbox_first_id = -1;
@@ -325,7 +350,7 @@ qb_xact_callback(XactEvent event, void *arg)
 				if (qb_outbox_first_id >= 0)
 					qb_lower_late_floors((uint64) qb_outbox_first_id);
 				if (qb_config_wake_armed || qb_outbox_wake_armed)
-					qb_wake_outbox_workers();
+					qb_wake_outbox_workers(!qb_config_wake_armed && !qb_outbox_wake_always);
 				if (qb_config_wake_armed || qb_relay_wake_armed)
 					qb_wake_slot(&qb_shared->relay);
 				if (qb_config_wake_armed)

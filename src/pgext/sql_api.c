@@ -532,7 +532,7 @@ qb_sql_topic_matches(PG_FUNCTION_ARGS)
 Datum
 qb_sql_arm_outbox_wake(PG_FUNCTION_ARGS)
 {
-	qb_arm_outbox_wake();
+	qb_arm_outbox_wake_always();
 	PG_RETURN_VOID();
 }
 

@@ -232,6 +232,13 @@ qbh_config_loaded(void *ctx, const QbConfig *cfg)
 		SetLatch(qb_shared->launcher_latch);
 }
 
+/* qbh_rows_wake: whether committers of new rows should wake this worker */
+static void
+qbh_rows_wake(void *ctx, bool want)
+{
+	pg_atomic_write_u32(&qbh_slot->rows_wake_off, want ? 0 : 1);
+}
+
 /* qbh_late_floor: the outbox worker's late-commit report (claim.md). */
 static int64_t
 qbh_late_floor(void *ctx)
@@ -272,6 +279,8 @@ qb_worker_host_start(const char *label, QbWorkerSlot *slot, bool may_commit_asyn
 
 	qbh_slot = slot;
 	slot->pid = MyProcPid;
+	/* wanted until the engine says otherwise: a slot may keep its last worker's no */
+	pg_atomic_write_u32(&slot->rows_wake_off, 0);
 	slot->latch = MyLatch;
 	before_shmem_exit(qbh_on_exit, 0);
 
@@ -287,4 +296,5 @@ qb_worker_host_start(const char *label, QbWorkerSlot *slot, bool may_commit_asyn
 	host->config_loaded = qbh_config_loaded;
 	host->late_floor = qbh_late_floor;
 	host->polled = NULL;		/* woken at commit: polls need no stretching */
+	host->rows_wake = qbh_rows_wake;
 }

@@ -125,6 +125,7 @@ typedef struct FakeStore
 	int			tally_failed[FAKE_MAX_DESTS];	/* failures the tallies reported */
 	int			failures[FAKE_MAX_DESTS];	/* the count, as its SQL keeps it */
 	int			most_failures[FAKE_MAX_DESTS];	/* the highest it reached */
+	const char *open_dest;		/* every claim reports this one's circuit open */
 	/* the sweep of parked rows: each call's start key, the keys it answers in turn */
 	char		sweep_after[8][16];
 	int			nsweeps;
@@ -399,6 +400,14 @@ fake_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 				st->state = QB_CIRCUIT_CLOSED;
 				st->failures = fs->failures[t];
 			}
+		if (fs->open_dest != NULL)
+		{
+			QbDestState *st = &out->states[out->nstates++];
+
+			st->destination = strdup(fs->open_dest);
+			st->state = QB_CIRCUIT_OPEN;
+			st->failures = 1;
+		}
 		fake_outbox_claim(fs, claim, out);
 	}
 	pthread_mutex_unlock(&fs->lock);

@@ -4,7 +4,7 @@
  *	  a deadline, a wait that counts the time asked for and sleeps at most a
  *	  cap (0: returns at once; it polls the fd it is given), a configuration
  *	  change to report, and counts of what the engine told it (polled,
- *	  config_loaded, warnings).
+ *	  config_loaded, rows_wake, warnings).
  *
  * Header-only (static functions; the helpers a test may not call are
  * inline): each unit test is one .c file linked
@@ -49,6 +49,8 @@ typedef struct TestHost
 	int			nloaded_null;	/* ... with no configuration */
 	int			warnings;
 	char		warned[4096];	/* the warnings, one a line (as many as fit) */
+	int			nrows_wake;		/* rows_wake(want) calls ... */
+	int			nrows_wake_on;	/* ... with want true */
 } TestHost;
 
 static inline long
@@ -154,13 +156,24 @@ test_host_config_loaded(void *ctx, const QbConfig *cfg)
 		t->loaded(t->arg, cfg);
 }
 
+/* test_host_rows_wake counts what the engine says before each wait */
+static void
+test_host_rows_wake(void *ctx, bool want)
+{
+	TestHost   *t = ctx;
+
+	__atomic_add_fetch(&t->nrows_wake, 1, __ATOMIC_SEQ_CST);
+	if (want)
+		__atomic_add_fetch(&t->nrows_wake_on, 1, __ATOMIC_SEQ_CST);
+}
+
 /*
  * test_host_init: a host that reports one configuration change (the first
  * look), stops when done(arg) is true or after timeout_ms, and sleeps at
- * most wait_cap_ms per wait.  polled and config_loaded are set; a test may
- * clear them.
+ * most wait_cap_ms per wait.  polled, config_loaded and rows_wake are set;
+ * a test may clear them.
  */
-static void
+static inline void
 test_host_init(TestHost *t, bool (*done) (void *arg), void *arg, long timeout_ms,
 			   long wait_cap_ms)
 {
@@ -177,6 +190,7 @@ test_host_init(TestHost *t, bool (*done) (void *arg), void *arg, long timeout_ms
 	t->host.config_changed = test_host_config_changed;
 	t->host.polled = test_host_polled;
 	t->host.config_loaded = test_host_config_loaded;
+	t->host.rows_wake = test_host_rows_wake;
 }
 
 #endif							/* TEST_HOST_H */

@@ -245,6 +245,62 @@ test_success_resets_breaker_count(void **state)
 	fake_store_free(f);
 }
 
+/* ---- rows_wake: what the engine tells the host before it waits -------- */
+
+static bool
+waited_enough(void *arg)
+{
+	return test_host_get(((TestHost *) arg)->nwaits) >= 6;
+}
+
+static void
+run_waits(FakeStore *f, TestHost *th)
+{
+	QbStore		store = fake_store_ops(f);
+	char		err[256] = "";
+
+	test_host_init(th, waited_enough, th, 20000, 5);
+	th->host.polled = NULL;
+	th->host.config_loaded = NULL;
+	assert_int_equal(qb_outbox_run(&th->host, &store, 0, NULL, err, sizeof(err)), 0);
+	assert_false(th->timed_out);
+}
+
+/*
+ * Before each wait the engine tells the host whether rows a commit inserts
+ * could be claimed before its next poll: yes while a destination takes
+ * rows; no while every destination's circuit is open, and no while there
+ * is no configuration (the PostgreSQL host then leaves the worker asleep
+ * at such commits: bench/insert-cost).
+ */
+static void
+test_rows_wake(void **state)
+{
+	FakeStore  *f;
+	TestHost	th;
+
+	f = fake_new();
+	run_waits(f, &th);
+	assert_true(th.nrows_wake >= 5);
+	assert_int_equal(th.nrows_wake_on, th.nrows_wake);
+	fake_store_free(f);
+
+	/* the only destination open: no, once the first claim has seen it */
+	f = fake_store_new("destinations:\n  web: { type: http, baseUrl: \"http://127.0.0.1:9\" }\n");
+	f->open_dest = "web";
+	run_waits(f, &th);
+	assert_true(th.nrows_wake >= 5);
+	assert_true(th.nrows_wake_on <= 1);
+	fake_store_free(f);
+
+	/* no configuration stored */
+	f = fake_store_new(NULL);
+	run_waits(f, &th);
+	assert_true(th.nrows_wake >= 5);
+	assert_int_equal(th.nrows_wake_on, 0);
+	fake_store_free(f);
+}
+
 /*
  * The row's headers are parsed once, by the engine, for every publisher:
  * headers that are not a JSON object make the row dead at once, no
@@ -342,6 +398,7 @@ main(void)
 		cmocka_unit_test(test_success_resets_breaker_count),
 		cmocka_unit_test(test_unrouted_claims_follow_their_destinations),
 		cmocka_unit_test(test_sweep_walks_on),
+		cmocka_unit_test(test_rows_wake),
 	};
 
 	return cmocka_run_group_tests(tests, start_sink, stop_sink);

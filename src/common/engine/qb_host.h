@@ -82,11 +82,20 @@ typedef struct QbHost
 	 * (the daemon: daemon_host.c); the PostgreSQL host is woken at commit.
 	 */
 	void		(*polled) (void *ctx, bool found);
+
+	/*
+	 * Told before each wait whether rows a commit inserts now could be
+	 * claimed before the next poll (false: no configuration, or every
+	 * destination holds its rows), or NULL.  The PostgreSQL host then leaves
+	 * the worker asleep at commits that only insert rows; the poll, a
+	 * configuration and an operation (requeue, resume) still wake it.
+	 */
+	void		(*rows_wake) (void *ctx, bool want);
 } QbHost;
 
 /* QbHost's functions: the required, and those that may be NULL (qb_ops.h) */
 #define QB_HOST_OPS(X, T) X(T, log) X(T, wait) X(T, should_stop) X(T, config_changed)
-#define QB_HOST_OPS_OPTIONAL(X, T) X(T, config_loaded) X(T, late_floor) X(T, polled)
+#define QB_HOST_OPS_OPTIONAL(X, T) X(T, config_loaded) X(T, late_floor) X(T, polled) X(T, rows_wake)
 
 /*
  * Reload an engine's configuration from the store (qb_host.c); true when

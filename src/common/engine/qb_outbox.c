@@ -773,6 +773,24 @@ qbo_want_claim(QboEngine *e)
 }
 
 /*
+ * qbo_rows_claimable: rows a commit inserts now could be claimed before
+ * the next poll: some destination takes rows (none at all: they need their
+ * "no route" outcome).  False when every destination holds its rows (open,
+ * half-open, disabled, paused): the poll's claim finds them, and a wake per
+ * commit would only cost a loop.
+ */
+static bool
+qbo_rows_claimable(QboEngine *e)
+{
+	if (e->cfg->ndestinations == 0)
+		return true;
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+		if (qbo_hold_reason(&e->dests[i]) == NULL)
+			return true;
+	return false;
+}
+
+/*
  * What one cycle works on.  The arrays are carved from one allocation,
  * sized by the slots in use and the configuration's destinations; the
  * pointer-aligned ones first, so each part starts aligned.
@@ -1260,6 +1278,8 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 		{
 			/* with no usable config, look again after every wait */
 			qb_host_doing(host, QB_W_IDLE);
+			if (host->rows_wake)
+				host->rows_wake(host->ctx, false);
 			host->wait(host->ctx, -1, 5000);
 			continue;
 		}
@@ -1308,6 +1328,8 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 		{
 			long		w0 = qb_now_ms();
 
+			if (host->rows_wake)
+				host->rows_wake(host->ctx, qbo_rows_claimable(&e));
 			woke = host->wait(host->ctx, qb_pubset_in_flight(e.pub) > 0 ? qb_pubset_fd(e.pub) : -1,
 							  timeout);
 			/* waiting for answers (or for work, when none is in flight) */

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# bench/insert-cost/run.sh: what an application's single-row INSERT into
+# queuebox.outbox pays while the workers run (issue 26, target 1), against a
+# plain twin table of the same columns and indexes in the same run.
+#
+#   bench/insert-cost/run.sh [--record]
+#
+# Run from the repository root after `make && make install`, as root or as a
+# user who can run initdb (or PATH=<pg>/bin:$PATH PGBIN=<pg>/bin for a
+# private install).  One temporary cluster (fsync and synchronous_commit on,
+# as an application has them).  public.twin is CREATE TABLE ... (LIKE
+# queuebox.outbox INCLUDING ALL): the same columns, defaults and indexes,
+# without the routing trigger and the wake.  pgbench -n -M prepared -c
+# $QB_BENCH_CLIENTS (4) -j 2 -T $QB_BENCH_T (15) inserts one row per
+# transaction; each scenario runs twin, outbox, twin, outbox (both tables
+# emptied before each run) and takes each table's median tps.  The ratio is
+# outbox / twin.  Scenarios:
+#   workers 0         queuebox.outbox_workers = 0: the trigger alone
+#   no configuration  2 outbox workers, nothing configured: nothing claimable
+#   all held          2 outbox workers, the only destination paused a day
+# and it reports the outbox workers' CPU per 1,000 inserts in each.
+set -euo pipefail
+
+RECORD=${QB_BENCH_RECORD:-0}
+if [[ "${1:-}" == "--record" ]]; then RECORD=1; shift; fi
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+T=${QB_BENCH_T:-15}
+C=${QB_BENCH_CLIENTS:-4}
+SB=1GB
+
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+qb_bench_prereqs
+PGBENCH=$PGBIN/pgbench; [[ -x "$PGBENCH" ]] || PGBENCH=$(command -v pgbench) || die "pgbench not found"
+qb_bench_workdir insert-cost
+qb_bench_cluster insert-cost 30 off 2
+q postgres "CREATE DATABASE bench"
+q bench "CREATE EXTENSION queuebox"
+q bench "CREATE TABLE public.twin (LIKE queuebox.outbox INCLUDING ALL)"
+for t in queuebox.outbox public.twin; do
+	echo "INSERT INTO $t (topic, key, payload) VALUES ('bench.event', 'k' || (random() * 1000)::int, '{\"n\": 1}');" \
+		>"$WORK/insert-${t#*.}.sql"
+done
+chmod 644 "$WORK"/insert-*.sql
+
+# run TABLE: one pgbench run into it, both tables emptied first; echoes tps
+run() {
+	q bench "TRUNCATE queuebox.outbox, public.twin" >/dev/null
+	q bench "CHECKPOINT" >/dev/null
+	as_pg "$PGBENCH" -h 127.0.0.1 -p "$PGPORT" -U postgres -n -M prepared -c "$C" -j 2 -T "$T" \
+		-f "$WORK/insert-$1.sql" bench >"$WORK/pgbench-$1.out" 2>&1 || { cat "$WORK/pgbench-$1.out" >&2; die "pgbench failed"; }
+	pgbench_tps "$WORK/pgbench-$1.out"
+}
+
+worker_pids() { q bench "SELECT string_agg(pid::text, ' ') FROM pg_stat_activity WHERE backend_type LIKE 'queuebox outbox%'"; }
+
+ROWS=()
+# scenario NAME: twin, outbox, twin, outbox; a row of the summary
+scenario() {
+	local twin=() out=() cpu=0 n=0 tps pids c0
+	for _ in 1 2; do
+		twin+=("$(run twin)")
+		pids=$(worker_pids)
+		# shellcheck disable=SC2086
+		c0=$(cpu_ms $pids)
+		tps=$(run outbox)
+		out+=("$tps")
+		# shellcheck disable=SC2086
+		cpu=$(( cpu + $(cpu_ms $pids) - c0 ))
+		n=$(( n + $(q bench "SELECT count(*) FROM queuebox.outbox") ))
+	done
+	local mt mo
+	mt=$(median "${twin[@]}"); mo=$(median "${out[@]}")
+	log "$1: twin ${twin[*]} tps, outbox ${out[*]} tps, workers' CPU $cpu ms for $n rows"
+	ROWS+=("| $1 | $mt | $mo | $(fdiv "$mo" "$mt" 2) | $(fdiv $(( cpu * 1000 )) "$n" 1) |")
+}
+
+set_guc outbox_workers 0
+wait_role outbox 0
+scenario "workers 0 (the trigger alone)"
+
+set_guc outbox_workers 2
+wait_role outbox 2
+scenario "2 workers, no configuration"
+
+q bench "SELECT queuebox.configure('{\"destinations\": {\"d\": {\"type\": \"http\", \"baseUrl\": \"http://127.0.0.1:9\"}}, \"routes\": [{\"topicPattern\": \"**\", \"destination\": \"d\"}]}')" >/dev/null
+q bench "SELECT queuebox.pause_destination('d', now() + interval '1 day')" >/dev/null
+sleep 2
+scenario "2 workers, the only destination paused"
+
+HEADER="## $(date -u '+%Y-%m-%d %H:%M UTC') — bench/insert-cost, commit $COMMIT
+
+Command: \`bench/insert-cost/run.sh --record\`. pgbench -n -M prepared -c $C -j 2 -T $T, one single-row INSERT per transaction (fsync and synchronous_commit on), into queuebox.outbox and into public.twin (LIKE queuebox.outbox INCLUDING ALL: no trigger, no wake), alternately, twice each, both tables emptied before each run; the median tps of each. The ratio is outbox / twin of the same scenario.
+$(qb_bench_machine)
+PostgreSQL $PGVERSION, a fresh cluster (shared_buffers $SB).
+
+| scenario | twin tps | outbox tps | outbox / twin | outbox workers' CPU ms per 1,000 rows |
+|---|---|---|---|---|"
+printf '%s\n' "$HEADER" "${ROWS[@]}"
+if [[ "$RECORD" == 1 ]]; then
+	printf '\n%s\n' "$HEADER" >>"$ROOT/bench/RESULTS.md"
+	printf '%s\n' "${ROWS[@]}" >>"$ROOT/bench/RESULTS.md"
+fi
