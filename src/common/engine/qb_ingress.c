@@ -644,6 +644,15 @@ qbi_admin_route(QbiRequest *r, const QbConfig *cfg)
 	MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, qbi_arg_cb, r);
 }
 
+/* qbi_behind_tls: a TLS-terminating proxy says so (the cookie is then Secure) */
+static bool
+qbi_behind_tls(QbiRequest *r)
+{
+	const char *proto = qbi_header_get(r->conn, "X-Forwarded-Proto");
+
+	return proto != NULL && strcasecmp(proto, "https") == 0;
+}
+
 /*
  * qbi_console_route: the console's pages and its login and logout, when
  * admin.token is set (docs/console.md).  False when path is not the
@@ -653,7 +662,6 @@ static bool
 qbi_console_route(QbiRequest *r, const QbConfig *cfg)
 {
 	bool		get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
-	const char *proto = qbi_header_get(r->conn, "X-Forwarded-Proto");
 	const QbConsoleAsset *a;
 
 	if (cfg->admin_token == NULL ||
@@ -677,7 +685,7 @@ qbi_console_route(QbiRequest *r, const QbConfig *cfg)
 			return true;
 		}
 		qbi_set(r, 200, "ok", NULL);
-		r->set_cookie = qb_console_set_cookie(NULL, proto != NULL && strcasecmp(proto, "https") == 0);
+		r->set_cookie = qb_console_set_cookie(NULL, qbi_behind_tls(r));
 		return true;
 	}
 	if ((a = qb_console_asset(r->path)) == NULL)
@@ -703,7 +711,6 @@ qbi_console_route(QbiRequest *r, const QbConfig *cfg)
 static void
 qbi_login(QbiRequest *r)
 {
-	const char *proto = qbi_header_get(r->conn, "X-Forwarded-Proto");
 	char		reason[256];
 	char	   *token = qb_console_login_token(r->body, r->len, reason, sizeof(reason));
 
@@ -715,7 +722,7 @@ qbi_login(QbiRequest *r)
 	if (qbi_admin_auth(r, r->ref->cfg, token))
 	{
 		qbi_set(r, 200, "ok", NULL);
-		r->set_cookie = qb_console_set_cookie(token, proto != NULL && strcasecmp(proto, "https") == 0);
+		r->set_cookie = qb_console_set_cookie(token, qbi_behind_tls(r));
 		if (r->set_cookie == NULL)
 			qbi_set(r, 503, "unavailable", "out of memory; retry later");
 	}
