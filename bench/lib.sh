@@ -107,6 +107,9 @@ qb_bench_cluster() {
 		echo "queuebox.outbox_workers = ${4:-0}"
 		echo "queuebox.relay_worker = $3"
 		echo "max_worker_processes = 16"	# bench/soak runs up to 9 QueueBox workers
+		# QB_BENCH_PG_CONF: more postgresql.conf lines, to study a run (say
+		# shared_preload_libraries = 'queuebox, pg_stat_statements')
+		[[ -z ${QB_BENCH_PG_CONF:-} ]] || printf '%s\n' "$QB_BENCH_PG_CONF"
 	} | as_pg tee -a "$WORK/data/postgresql.conf" >/dev/null
 	as_pg "$PGBIN/pg_ctl" -D "$WORK/data" -l "$WORK/pg.log" -w -t 120 start >/dev/null \
 		|| die "the cluster did not start"

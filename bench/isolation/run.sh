@@ -3,7 +3,7 @@
 # snapshot is kept from slowing the rest of the outbox (issue 9).  Each
 # figure is a ratio against its anchor measured in the same run.
 #
-#   bench/isolation/run.sh [--record] [--phases "down slow hot xmin claim insert"]
+#   bench/isolation/run.sh [--record] [--phases "down keyfail slow hot xmin claim insert"]
 #
 # Run from anywhere after `make && make install` (as root, or as a user who
 # can run initdb); on a shared machine install and run under the install
@@ -16,6 +16,9 @@
 # and per phase a destination b.  Routes: a.** -> a, b.** -> b.
 #   down    A's rows/s alone, and again behind B's backlog in retry (b posts
 #           to a loopback port where nothing listens)
+#   keyfail the same with B's circuit kept closed (circuitBreaker.failures
+#           1000000), as when B fails for some keys and succeeds for others:
+#           B's failing heads are retried for the whole window
 #   slow    A's rows/s alone, and again beside B's deep backlog (b is a sink
 #           answering after QB_BENCH_SLOW_MS)
 #   hot     the rows/s of rows of other keys, alone and behind the pending
@@ -30,7 +33,7 @@
 #
 # Environment knobs (all optional; the defaults take about 6 minutes on 2
 # cores against 0.1.0, most of it the fills and the measurement windows):
-#   QB_BENCH_PHASES="down slow hot xmin claim insert"   (also --phases)
+#   QB_BENCH_PHASES="down keyfail slow hot xmin claim insert"   (also --phases)
 #   QB_BENCH_A_ROWS=100000 QB_BENCH_A_KEYS=10000  A's timed rows (down, slow)
 #   QB_BENCH_DOWN_ROWS=200000 QB_BENCH_DOWN_KEYS=1000   B's rows in retry
 #   QB_BENCH_SLOW_ROWS=300000 QB_BENCH_SLOW_KEYS=1000 QB_BENCH_SLOW_MS=50
@@ -58,19 +61,19 @@
 set -euo pipefail
 
 RECORD=${QB_BENCH_RECORD:-0}
-PHASES=${QB_BENCH_PHASES:-down slow hot xmin claim insert}
+PHASES=${QB_BENCH_PHASES:-down keyfail slow hot xmin claim insert}
 CMDLINE="bench/isolation/run.sh"
 while (( $# )); do
 	case $1 in
 		--record) RECORD=1; CMDLINE+=" --record" ;;
 		--phases) [[ $# -ge 2 ]] || { echo "--phases needs a list" >&2; exit 2; }; PHASES=$2; CMDLINE+=" --phases \"$2\""; shift ;;
-		*) echo "usage: bench/isolation/run.sh [--record] [--phases \"down slow hot xmin claim insert\"]" >&2; exit 2 ;;
+		*) echo "usage: bench/isolation/run.sh [--record] [--phases \"down keyfail slow hot xmin claim insert\"]" >&2; exit 2 ;;
 	esac
 	shift
 done
 PHASES=${PHASES//,/ }
 for p in $PHASES; do
-	[[ " down slow hot xmin claim insert " == *" $p "* ]] || { echo "unknown phase $p (down slow hot xmin claim insert)" >&2; exit 2; }
+	[[ " down keyfail slow hot xmin claim insert " == *" $p "* ]] || { echo "unknown phase $p (down keyfail slow hot xmin claim insert)" >&2; exit 2; }
 done
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 
@@ -147,7 +150,8 @@ DOWN_PORT=$(free_port) || die "no free port"
 if has_phase slow; then start_sink b --delay-ms "$SLOW_MS"; fi
 log "queuebox $EXTVERSION; sink A 127.0.0.1:$SINK_PORT_a${SINK_PORT_b:+, slow sink B 127.0.0.1:$SINK_PORT_b (${SLOW_MS} ms)}; down port $DOWN_PORT"
 
-# configure B_URL: destinations a (sink A) and b (B_URL), routes by topic
+# configure B_URL [B_EXTRA]: destinations a (sink A) and b (B_URL, with the
+# YAML flow-mapping entries B_EXTRA), routes by topic
 configure() {
 	q bench "SELECT queuebox.configure(\$yaml\$
 outbox:
@@ -156,7 +160,7 @@ outbox:
   backoff: { initialMs: $BACKOFF_MS, maxMs: $BACKOFF_MAX_MS }
 destinations:
   a: { type: http, baseUrl: \"http://127.0.0.1:$SINK_PORT_a\", path: /a${DEST_EXTRA:+, $DEST_EXTRA} }
-  b: { type: http, baseUrl: \"$1\", path: /b${DEST_EXTRA:+, $DEST_EXTRA} }
+  b: { type: http, baseUrl: \"$1\", path: /b${DEST_EXTRA:+, $DEST_EXTRA}${2:+, $2} }
 routes:
   - { topicPattern: \"a.**\", destination: a }
   - { topicPattern: \"b.**\", destination: b }
@@ -244,7 +248,7 @@ alone_and_with() {
 	reset_outbox
 	timed "$1_alone" a.event "$2" "$3"
 	reset_outbox
-	"$4"
+	$4	# a function and its arguments
 	timed "$1_with" a.event "$2" "$3"
 }
 head_line() { echo "${R[$1_with_rows_s]} rows/s (${R[$1_with_done]} in ${R[$1_with_elapsed]} s"; }
@@ -253,7 +257,7 @@ head_line() { echo "${R[$1_with_rows_s]} rows/s (${R[$1_with_done]} in ${R[$1_wi
 down_setup() { # B's rows, until every B key's head has failed once, or (0.2.0 on) B's circuit is open
 	local t=$EPOCHREALTIME
 	q bench "$(fill b.event "$DOWN_ROWS" "'b' || (g % $DOWN_KEYS)")"
-	if [[ $(q bench "SELECT to_regclass('queuebox.destination_state') IS NOT NULL") == t ]]; then
+	if [[ $1 != keyfail && $(q bench "SELECT to_regclass('queuebox.destination_state') IS NOT NULL") == t ]]; then
 		# 0.2.0 holds the rows of an open destination (0.3.0 leaves them in its intake)
 		wait_true "down: B's circuit is open" \
 			"SELECT EXISTS (SELECT 1 FROM queuebox.destination_state WHERE destination = 'b' AND state = 'open')"
@@ -262,7 +266,7 @@ down_setup() { # B's rows, until every B key's head has failed once, or (0.2.0 o
 			"SELECT count(*) = $(( DOWN_KEYS < DOWN_ROWS ? DOWN_KEYS : DOWN_ROWS )) FROM (SELECT DISTINCT ON (key) attempt FROM queuebox.outbox o
 			  WHERE topic = 'b.event' AND state IN ('pending', 'processing') ORDER BY key, id) h WHERE attempt > 0"
 	fi
-	log "down: B is down with its rows waiting, $(python3 -c "print(f'{$EPOCHREALTIME - $t:.1f}')") s after the insert began"
+	log "$1: B is down with its rows waiting, $(python3 -c "print(f'{$EPOCHREALTIME - $t:.1f}')") s after the insert began"
 }
 if has_phase down; then
 	log "phase down: A's $A_ROWS rows alone, then behind B's $DOWN_ROWS rows over $DOWN_KEYS keys in retry (127.0.0.1:$DOWN_PORT refuses)"
@@ -272,6 +276,19 @@ if has_phase down; then
 	log "down: B's rows at the end: ${R[down_b]}; a last_error: $(q bench "SELECT coalesce(last_error, '(none)') FROM queuebox.outbox WHERE topic = 'b.event' AND attempt > 0 LIMIT 1")"
 	conclude down "${R[down_with_rows_s]}" "${R[down_alone_rows_s]}" 2 ">= 0.8" "A alone ${R[down_alone_rows_s]} rows/s" \
 		"with B down $(head_line down); B: ${R[down_b]})"
+fi
+
+# ================================================================ keyfail
+if has_phase keyfail; then
+	log "phase keyfail: A's $A_ROWS rows alone, then behind B's $DOWN_ROWS rows over $DOWN_KEYS keys in retry with B's circuit kept closed"
+	configure "http://127.0.0.1:$DOWN_PORT" "circuitBreaker: { failures: 1000000 }"
+	alone_and_with keyfail "$A_ROWS" "'a' || (g % $A_KEYS)" "down_setup keyfail"
+	R[keyfail_b]=$(q bench "SELECT count(*) FILTER (WHERE state IN ('pending', 'processing')) || ' waiting, ' || count(*) FILTER (WHERE state = 'dead') || ' dead, max attempt ' || max(attempt) FROM queuebox.outbox WHERE topic = 'b.event'")
+	R[keyfail_circuit]=$(q bench "SELECT coalesce((SELECT state FROM queuebox.destination_state WHERE destination = 'b'), 'closed')")
+	log "keyfail: B's rows at the end: ${R[keyfail_b]}; B's circuit: ${R[keyfail_circuit]}"
+	[[ ${R[keyfail_circuit]} == closed ]] || log "WARNING: B's circuit opened: this measured the down phase again"
+	conclude keyfail "${R[keyfail_with_rows_s]}" "${R[keyfail_alone_rows_s]}" 2 ">= 0.8" "A alone ${R[keyfail_alone_rows_s]} rows/s" \
+		"with B failing per key $(head_line keyfail); B: ${R[keyfail_b]}, circuit ${R[keyfail_circuit]})"
 fi
 
 # ================================================================ slow

@@ -373,6 +373,29 @@ test_sweep_walks_on(void **state)
 	fake_store_free(f);
 }
 
+/*
+ * The gap between walks: a second within a walk and after a walk that
+ * released rows; doubling after each walk that released nothing, up to 30
+ * s; back to a second at the first release.
+ */
+static void
+test_sweep_gap(void **state)
+{
+	long		gap = 0;
+
+	gap = qb_outbox_sweep_gap(gap, 0, false);
+	assert_int_equal(gap, 1000);
+	assert_int_equal(qb_outbox_sweep_gap(gap, 0, false), 1000);	/* mid-walk */
+	gap = qb_outbox_sweep_gap(gap, 0, true);
+	assert_int_equal(gap, 2000);
+	assert_int_equal(qb_outbox_sweep_gap(gap, 0, false), 2000);	/* a walk keeps its gap */
+	for (int i = 0; i < 10; i++)
+		gap = qb_outbox_sweep_gap(gap, 0, true);
+	assert_int_equal(gap, 30000);
+	assert_int_equal(qb_outbox_sweep_gap(gap, 1, false), 1000);
+	assert_int_equal(qb_outbox_sweep_gap(gap, 3, true), 1000);
+}
+
 static int
 start_sink(void **state)
 {
@@ -398,6 +421,7 @@ main(void)
 		cmocka_unit_test(test_success_resets_breaker_count),
 		cmocka_unit_test(test_unrouted_claims_follow_their_destinations),
 		cmocka_unit_test(test_sweep_walks_on),
+		cmocka_unit_test(test_sweep_gap),
 		cmocka_unit_test(test_rows_wake),
 	};
 

@@ -38,7 +38,8 @@
 #define QBO_UNPARK_BATCH		1000
 #define QBO_RETENTION_EVERY_MS	60000
 #define QBO_RETENTION_BATCH		1000
-#define QBO_SWEEP_EVERY_MS		1000
+#define QBO_SWEEP_EVERY_MS		1000	/* from one sweep to the next of a walk */
+#define QBO_SWEEP_IDLE_MAX_MS	30000	/* the longest gap after walks that released nothing */
 #define QBO_SWEEP_KEYS			1000	/* keys with parked rows looked at per sweep */
 #define QBO_FULL_SCAN_MS		1000
 #define QBO_SETTLE_DELAY_MS		5	/* the longest a done row waits for company */
@@ -102,6 +103,8 @@ typedef struct QboEngine
 	long		next_retention;
 	long		next_sweep;
 	char	   *sweep_after;	/* the key the next sweep starts at, NULL: the first */
+	long		sweep_gap;		/* before the next walk (qb_outbox_sweep_gap) */
+	int			sweep_walk_released;	/* rows the walk under way released so far */
 	long		next_cycle_try; /* after a failed cycle */
 	long		last_claim;		/* when a claim last read the circuits */
 	bool		claim_idle;		/* the last claim brought nothing: wait */
@@ -1053,11 +1056,32 @@ done:
  */
 
 /*
+ * qb_outbox_sweep_gap: how long after a sweep the next one comes.  Within
+ * a walk over the keys, a sweep a second.  After a walk that released
+ * nothing the gap before the next walk doubles, up to
+ * QBO_SWEEP_IDLE_MAX_MS: on PostgreSQL the promotion releases every park
+ * (the sweep finds only what an operator's UPDATE left), and a full walk
+ * probes every key with parked rows, 1,000 keys costing a worker most of a
+ * second on a busy machine.  A sweep that releases rows brings the gap
+ * back to a second.  gap: the gap before this walk; released: rows the
+ * walk released so far; walk_done: this sweep reached the last key.
+ */
+long
+qb_outbox_sweep_gap(long gap, int released, bool walk_done)
+{
+	if (released > 0 || gap < QBO_SWEEP_EVERY_MS)
+		return QBO_SWEEP_EVERY_MS;
+	if (!walk_done)
+		return gap;
+	return gap * 2 > QBO_SWEEP_IDLE_MAX_MS ? QBO_SWEEP_IDLE_MAX_MS : gap * 2;
+}
+
+/*
  * qbo_sweep releases rows parked behind a key whose earlier rows have all
  * ended: their promotion was missed (an engine that ignores the share lock
  * a park relies on, or an operator's UPDATE).  Worker 0 walks the keys
  * that have parked rows, QBO_SWEEP_KEYS a second, and starts again at the
- * first key when the walk reaches the last.
+ * first key when the walk reaches the last, after qb_outbox_sweep_gap.
  */
 static void
 qbo_sweep(QboEngine *e, long now)
@@ -1075,6 +1099,13 @@ qbo_sweep(QboEngine *e, long now)
 	}
 	free(e->sweep_after);
 	e->sweep_after = next;
+	e->sweep_walk_released += n;
+	e->sweep_gap = qb_outbox_sweep_gap(e->sweep_gap, e->sweep_walk_released, next == NULL);
+	if (next == NULL)
+	{
+		e->next_sweep = now + e->sweep_gap;
+		e->sweep_walk_released = 0;
+	}
 	if (n > 0)
 	{
 		e->claim_idle = false;

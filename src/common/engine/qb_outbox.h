@@ -39,5 +39,6 @@ typedef struct QbOutboxStats
 extern int	qb_outbox_run(const QbHost *host, const QbStore *store,
 						  int worker_index, QbOutboxStats *stats,
 						  char *err, size_t errlen);
+extern long qb_outbox_sweep_gap(long gap, int released, bool walk_done);
 
 #endif							/* QB_OUTBOX_H */
