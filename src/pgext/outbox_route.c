@@ -49,6 +49,8 @@ static uint64 qbr_copy_gen = 0;
 static int	qbr_att_topic = 0;
 static int	qbr_att_destination = 0;
 static int	qbr_att_hold = 0;
+static int	qbr_att_id = 0;
+static int	qbr_att_key = 0;
 
 /*
  * Routes staged for a publish: a worker's load, or a configure() whose
@@ -240,9 +242,9 @@ qbr_is(TupleDesc desc, int attnum, const char *name)
 }
 
 /*
- * qbr_attnums finds topic, destination and hold in the outbox's row type.
- * The numbers found last are checked first (three name compares): a column
- * dropped and added again by an upgrade moves them.
+ * qbr_attnums finds topic, destination, hold, id and key in the outbox's
+ * row type.  The numbers found last are checked first (five name
+ * compares): a column dropped and added again by an upgrade moves them.
  */
 static bool
 qbr_attnums(Relation rel)
@@ -250,9 +252,10 @@ qbr_attnums(Relation rel)
 	TupleDesc	desc = RelationGetDescr(rel);
 
 	if (qbr_is(desc, qbr_att_topic, "topic") && qbr_is(desc, qbr_att_destination, "destination") &&
-		qbr_is(desc, qbr_att_hold, "hold"))
+		qbr_is(desc, qbr_att_hold, "hold") && qbr_is(desc, qbr_att_id, "id") &&
+		qbr_is(desc, qbr_att_key, "key"))
 		return true;
-	qbr_att_topic = qbr_att_destination = qbr_att_hold = 0;
+	qbr_att_topic = qbr_att_destination = qbr_att_hold = qbr_att_id = qbr_att_key = 0;
 	for (int i = 1; i <= desc->natts; i++)
 	{
 		if (qbr_is(desc, i, "topic"))
@@ -261,16 +264,45 @@ qbr_attnums(Relation rel)
 			qbr_att_destination = i;
 		else if (qbr_is(desc, i, "hold"))
 			qbr_att_hold = i;
+		else if (qbr_is(desc, i, "id"))
+			qbr_att_id = i;
+		else if (qbr_is(desc, i, "key"))
+			qbr_att_key = i;
 	}
-	return qbr_att_topic != 0 && qbr_att_destination != 0 && qbr_att_hold != 0;
+	return qbr_att_topic != 0 && qbr_att_destination != 0 && qbr_att_hold != 0 &&
+		qbr_att_id != 0 && qbr_att_key != 0;
+}
+
+/* qbr_route: the destination of the first published route topic matches, or NULL. */
+static const char *
+qbr_route(HeapTuple tup, TupleDesc desc)
+{
+	bool		isnull;
+	Datum		topic;
+	char	   *t;
+	const char *dest = NULL;
+
+	if (!qbr_refresh() || qbr_ncopy <= 0)
+		return NULL;
+	topic = heap_getattr(tup, qbr_att_topic, desc, &isnull);
+	if (isnull)
+		return NULL;			/* the NOT NULL constraint says why */
+	t = TextDatumGetCString(topic);
+	for (int i = 0; i < qbr_ncopy && dest == NULL; i++)
+		if (qb_topic_match(qbr_copy[i].pattern, t))
+			dest = qbr_copy[i].destination;
+	pfree(t);
+	return dest;
 }
 
 /*
- * BEFORE INSERT FOR EACH ROW on queuebox.outbox: a row with neither a
- * destination nor a hold gets its topic's destination and hold 'intake'.
- * A row no published route matches (or inserted before any worker
- * published) is left unrouted: the claim routes it, or gives it its "no
- * route" outcome.
+ * BEFORE INSERT FOR EACH ROW on queuebox.outbox, for a row inserted without
+ * a hold: one with no destination gets its topic's destination; then a
+ * keyed row whose key has an earlier open row is parked (hold 'key',
+ * outbox_park.c), and a routed row that is not goes to its destination's
+ * intake (hold 'intake').  A row no published route matches (or inserted
+ * before any worker published) is left unrouted: the claim routes it, or
+ * gives it its "no route" outcome.
  */
 Datum
 qb_sql_route_outbox(PG_FUNCTION_ARGS)
@@ -279,11 +311,14 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 	HeapTuple	tup;
 	TupleDesc	desc;
 	bool		isnull;
-	Datum		topic;
-	char	   *t;
+	bool		routed;
+	bool		parked;
+	const char *dest = NULL;
+	Datum		key;
 	int			cols[2];
 	Datum		values[2];
 	bool		nulls[2] = {false, false};
+	int			n = 0;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
 		!TRIGGER_FIRED_FOR_ROW(td->tg_event) || !TRIGGER_FIRED_BY_INSERT(td->tg_event))
@@ -291,29 +326,38 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("queuebox._route_outbox() must be called as a BEFORE INSERT FOR EACH ROW trigger")));
 	tup = td->tg_trigtuple;
-	if (qb_shared == NULL || !qbr_refresh() || qbr_ncopy <= 0 || !qbr_attnums(td->tg_relation))
+	if (qb_shared == NULL || !qbr_attnums(td->tg_relation))
 		return PointerGetDatum(tup);
 	desc = RelationGetDescr(td->tg_relation);
-	(void) heap_getattr(tup, qbr_att_destination, desc, &isnull);
-	if (!isnull)
-		return PointerGetDatum(tup);
 	(void) heap_getattr(tup, qbr_att_hold, desc, &isnull);
 	if (!isnull)
+	{
+		qb_note_outbox_row(false);	/* placed by its inserter: it may be claimable */
 		return PointerGetDatum(tup);
-	topic = heap_getattr(tup, qbr_att_topic, desc, &isnull);
-	if (isnull)
-		return PointerGetDatum(tup);	/* the NOT NULL constraint says why */
-	t = TextDatumGetCString(topic);
-	for (int i = 0; i < qbr_ncopy; i++)
-		if (qb_topic_match(qbr_copy[i].pattern, t))
-		{
-			cols[0] = qbr_att_destination;
-			values[0] = CStringGetTextDatum(qbr_copy[i].destination);
-			cols[1] = qbr_att_hold;
-			values[1] = CStringGetTextDatum("intake");
-			pfree(t);
-			return PointerGetDatum(heap_modify_tuple_by_cols(tup, desc, 2, cols, values, nulls));
-		}
-	pfree(t);
-	return PointerGetDatum(tup);
+	}
+	(void) heap_getattr(tup, qbr_att_destination, desc, &routed);
+	routed = !routed;
+	if (!routed && (dest = qbr_route(tup, desc)) != NULL)
+	{
+		cols[n] = qbr_att_destination;
+		values[n++] = CStringGetTextDatum(dest);
+	}
+	key = heap_getattr(tup, qbr_att_key, desc, &isnull);
+	parked = !isnull && qb_park_at_insert(td->tg_relation,
+										  DatumGetInt64(heap_getattr(tup, qbr_att_id, desc, &isnull)),
+										  key);
+	qb_note_outbox_row(parked);
+	if (parked)
+	{
+		cols[n] = qbr_att_hold;
+		values[n++] = CStringGetTextDatum("key");
+	}
+	else if (dest != NULL)
+	{
+		cols[n] = qbr_att_hold;
+		values[n++] = CStringGetTextDatum("intake");
+	}
+	if (n == 0)
+		return PointerGetDatum(tup);
+	return PointerGetDatum(heap_modify_tuple_by_cols(tup, desc, n, cols, values, nulls));
 }

@@ -29,6 +29,7 @@
 #include "port/atomics.h"
 #include "storage/latch.h"
 #include "utils/array.h"
+#include "utils/relcache.h"
 
 #include "qb_host.h"
 #include "qb_metrics.h"
@@ -59,6 +60,12 @@ typedef struct QbWorkerSlot
 	 * asleep (queuebox.c).  Written by the worker, read by committers.
 	 */
 	pg_atomic_uint32 rows_wake_off;
+	/*
+	 * 1 while the worker waits (for a wake, an answer or its poll), 0 while
+	 * it runs its loop: a committer of a few rows sets the latch of a
+	 * worker that runs rather than wake one that waits (queuebox.c).
+	 */
+	pg_atomic_uint32 waiting;
 } QbWorkerSlot;
 
 /* The routes new outbox rows are routed by (outbox_route.c). */
@@ -90,6 +97,7 @@ typedef struct QbShared
 	Latch	   *launcher_latch;
 	char		database[NAMEDATALEN];	/* the database the workers serve */
 	QbWorkerSlot outbox[QB_MAX_OUTBOX_WORKERS];
+	pg_atomic_uint32 outbox_wake_next;	/* where committers start looking */
 	QbWorkerSlot relay;
 	QbWorkerSlot ingress;
 	QbWorkerSlot consumer[QB_MAX_CONSUMER_WORKERS];
@@ -112,6 +120,7 @@ extern QbShared *qb_shared;
 extern void qb_arm_outbox_wake(void);
 extern void qb_arm_outbox_wake_always(void);
 extern void qb_note_outbox_first_id(int64 after);
+extern void qb_note_outbox_row(bool parked);
 extern uint64 qb_take_outbox_late_floor(QbWorkerSlot *slot);
 extern void qb_arm_config_wake(int broker_sources);
 extern void qb_arm_relay_wake(void);
@@ -121,6 +130,12 @@ extern bool qb_publish_routes(const QbConfig *cfg);
 extern void qb_stage_routes(const QbConfig *cfg, bool unknown);
 extern void qb_publish_staged_routes(void);
 extern void qb_clear_staged_routes(void);
+
+/* outbox_park.c */
+extern bool qb_park_at_insert(Relation heap, int64 id, Datum key);
+extern void qb_park_pre_commit(bool prepare);
+extern void qb_park_forget_sub(SubTransactionId subid);
+extern void qb_park_forget(void);
 
 /* launcher.c */
 extern PGDLLEXPORT void qb_launcher_main(Datum arg);

@@ -48,6 +48,8 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static bool qb_outbox_wake_armed = false;
 static bool qb_outbox_wake_always = false;	/* an operation, not only inserts */
 static int64 qb_outbox_first_id = -1;	/* qb_note_outbox_first_id; -1: none */
+static int64 qb_outbox_rows_parked = 0;	/* qb_note_outbox_row */
+static int64 qb_outbox_rows_unparked = 0;
 static bool qb_relay_wake_armed = false;
 static bool qb_config_wake_armed = false;
 static int	qb_armed_broker_sources = 0;	/* of the configuration armed; -1:
@@ -184,12 +186,29 @@ qb_shmem_startup(void)
 		{
 			pg_atomic_init_u64(&qb_shared->outbox[i].late_floor, PG_UINT64_MAX);
 			pg_atomic_init_u32(&qb_shared->outbox[i].rows_wake_off, 0);
+			pg_atomic_init_u32(&qb_shared->outbox[i].waiting, 0);
 		}
+		pg_atomic_init_u32(&qb_shared->outbox_wake_next, 0);
 		qb_metrics_init(&qb_shared->metrics);
 		pg_atomic_init_u64(&qb_shared->routes.generation, 0);
 		qb_shared->routes.nroutes = -1;
 	}
 	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * qb_note_outbox_row: the outbox_route trigger saw a new row, parked at
+ * insert or not.  A commit whose new rows were all parked wakes no worker
+ * (nothing it inserted can be claimed before an earlier row's end, whose
+ * settle promotes it); one of a few rows wakes one worker.
+ */
+void
+qb_note_outbox_row(bool parked)
+{
+	if (parked)
+		qb_outbox_rows_parked++;
+	else
+		qb_outbox_rows_unparked++;
 }
 
 /* qb_arm_outbox_wake: the current transaction inserted outbox rows. */
@@ -279,30 +298,13 @@ static void
 qb_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					SubTransactionId parentSubid, void *arg)
 {
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		qb_park_forget_sub(mySubid);
 	if (event == SUBXACT_EVENT_ABORT_SUB && qb_config_wake_armed &&
 		qb_config_armed_subid >= mySubid)
 	{
 		qb_armed_broker_sources = -1;
 		qb_stage_routes(NULL, true);
-	}
-}
-
-/*
- * qb_wake_outbox_workers: set each outbox worker's latch; for_rows (a
- * commit that only inserted rows) skips a worker that said they could not
- * be claimed before its next poll (rows_wake_off): waking it would only
- * cost it a loop, and the committer a signal, per commit.
- */
-static void
-qb_wake_outbox_workers(bool for_rows)
-{
-	for (int i = 0; i < QB_MAX_OUTBOX_WORKERS; i++)
-	{
-		QbWorkerSlot *slot = &qb_shared->outbox[i];
-		Latch	   *latch = slot->latch;
-
-		if (latch != NULL && !(for_rows && pg_atomic_read_u32(&slot->rows_wake_off) != 0))
-			SetLatch(latch);
 	}
 }
 
@@ -315,6 +317,61 @@ qb_wake_slot(QbWorkerSlot *slot)
 		SetLatch(latch);
 }
 
+/*
+ * qb_wake_outbox_workers: set each outbox worker's latch; for_rows (a
+ * commit that only inserted rows) skips a worker that said they could not
+ * be claimed before its next poll (rows_wake_off): waking it would only
+ * cost it a loop, and the committer a signal, per commit.  Wakes coalesce
+ * for a commit of rows:
+ *	- rows that were all parked at insert wake nobody;
+ *	- fewer than QB_WAKE_ALL_ROWS rows wake one worker: one that runs its
+ *	  loop if there is one (setting its latch costs no signal, and it
+ *	  claims again after its cycle, with the rows of every commit since),
+ *	  else one that waits, taken in turn;
+ *	- more, or rows the route trigger did not count, wake every worker.
+ */
+#define QB_WAKE_ALL_ROWS 100
+
+static void
+qb_wake_outbox_workers(bool for_rows)
+{
+	int			pick = -1;
+	uint32		start;
+
+	if (for_rows && qb_outbox_rows_parked > 0 && qb_outbox_rows_unparked == 0)
+		return;
+	if (for_rows && qb_outbox_rows_unparked > 0 && qb_outbox_rows_unparked < QB_WAKE_ALL_ROWS)
+	{
+		start = pg_atomic_fetch_add_u32(&qb_shared->outbox_wake_next, 1);
+		for (int j = 0; j < QB_MAX_OUTBOX_WORKERS; j++)
+		{
+			int			i = (start + j) % QB_MAX_OUTBOX_WORKERS;
+			QbWorkerSlot *slot = &qb_shared->outbox[i];
+
+			if (slot->latch == NULL || pg_atomic_read_u32(&slot->rows_wake_off) != 0)
+				continue;
+			if (pg_atomic_read_u32(&slot->waiting) == 0)
+			{
+				pick = i;
+				break;
+			}
+			if (pick < 0)
+				pick = i;
+		}
+		if (pick >= 0)
+			qb_wake_slot(&qb_shared->outbox[pick]);
+		return;
+	}
+	for (int i = 0; i < QB_MAX_OUTBOX_WORKERS; i++)
+	{
+		QbWorkerSlot *slot = &qb_shared->outbox[i];
+		Latch	   *latch = slot->latch;
+
+		if (latch != NULL && !(for_rows && pg_atomic_read_u32(&slot->rows_wake_off) != 0))
+			SetLatch(latch);
+	}
+}
+
 /* qb_clear_wakes: the transaction ended; nothing is armed any more. */
 static void
 qb_clear_wakes(void)
@@ -324,6 +381,7 @@ qb_clear_wakes(void)
 	qb_relay_wake_armed = false;
 	qb_config_wake_armed = false;
 	qb_outbox_first_id = -1;
+	qb_outbox_rows_parked = qb_outbox_rows_unparked = 0;
 	qb_clear_staged_routes();
 }
 
@@ -332,8 +390,12 @@ qb_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
+		case XACT_EVENT_PRE_COMMIT:
+			qb_park_pre_commit(false);
+			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			qb_park_forget();
 			if (qb_shared != NULL)
 			{
 				if (qb_config_wake_armed)
@@ -363,6 +425,7 @@ qb_xact_callback(XactEvent event, void *arg)
 			qb_clear_wakes();
 			break;
 		case XACT_EVENT_PRE_PREPARE:
+			qb_park_pre_commit(true);
 			/* COMMIT PREPARED runs no callback of ours: the workers would never hear */
 			if (qb_config_wake_armed)
 				ereport(ERROR,
@@ -374,6 +437,7 @@ qb_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
+			qb_park_forget();
 			qb_clear_wakes();
 			break;
 		default:

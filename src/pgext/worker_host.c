@@ -165,7 +165,9 @@ qbh_wait(void *ctx, int fd, long timeout_ms)
 		return QB_WAIT_WOKEN;
 	/* between transactions nothing lives in the loop context: start afresh */
 	MemoryContextReset(qbh_loop_cxt);
+	pg_atomic_write_u32(&qbh_slot->waiting, 1);
 	n = WaitEventSetWait(qbh_wait_set(fd), timeout_ms, ev, lengthof(ev), PG_WAIT_EXTENSION);
+	pg_atomic_write_u32(&qbh_slot->waiting, 0);
 	for (int i = 0; i < n; i++)
 	{
 		if (ev[i].events & WL_LATCH_SET)
@@ -281,6 +283,7 @@ qb_worker_host_start(const char *label, QbWorkerSlot *slot, bool may_commit_asyn
 	slot->pid = MyProcPid;
 	/* wanted until the engine says otherwise: a slot may keep its last worker's no */
 	pg_atomic_write_u32(&slot->rows_wake_off, 0);
+	pg_atomic_write_u32(&slot->waiting, 0);
 	slot->latch = MyLatch;
 	before_shmem_exit(qbh_on_exit, 0);
 

@@ -13,7 +13,8 @@ CREATE VIEW places AS
 SELECT id, key, state, hold, attempt, payload, last_error
 FROM queuebox.outbox ORDER BY id;
 
--- row 1 claimed, 2 and 3 parked behind it, 4 (no key) claimed
+-- row 1 claimed, 4 (no key) claimed; 2 and 3 went in parked behind 1
+-- (their key's first row was open when they were inserted)
 SELECT id, claimed FROM queuebox._outbox_claim(100, 60000, 10, '11111111-1111-1111-1111-111111111111')
 ORDER BY id;
 
@@ -27,7 +28,7 @@ SELECT * FROM places;
 -- both still parked
 SELECT count(*) FROM queuebox.outbox WHERE state = 'pending' AND hold = 'key';
 
--- a new row of the key is parked behind the dead head by the next claim
+-- a new row of the key goes in parked behind the dead head (at insert); the next claim takes nothing
 INSERT INTO queuebox.outbox (topic, key, payload) VALUES ('a', 'k', '{"n": 5}');
 SELECT id, claimed FROM queuebox._outbox_claim(100, 60000, 10, '22222222-2222-2222-2222-222222222222')
 ORDER BY id;

@@ -24,9 +24,10 @@ FROM queuebox.outbox ORDER BY id;
 
 -- The first claim reads intake in id order whatever scheduled_at says: row
 -- 6 is claimed too, flagged not_due (the worker routes it back with
--- 'route').  k1's second row is not claimed: its key's first row is open,
--- so it is parked behind it (claimed false, hold 'key').  max_attempts NULL
--- takes the default passed in (outbox.maxAttempts).
+-- 'route').  k1's second row is not read: its key's first row was open
+-- when it was inserted, so it went in parked (hold 'key', outbox_park.c)
+-- and waits in no place a claim reads.  max_attempts NULL takes the
+-- default passed in (outbox.maxAttempts).
 SELECT id, key, payload, attempt, max_attempts, claimed, destination, in_intake, not_due, probe
 FROM queuebox._outbox_claim(100, 60000, 10, '11111111-1111-1111-1111-111111111111')
 ORDER BY id;
