@@ -18,7 +18,11 @@
 #   workers 0         queuebox.outbox_workers = 0: the trigger alone
 #   no configuration  2 outbox workers, nothing configured: nothing claimable
 #   all held          2 outbox workers, the only destination paused a day
-# and it reports the outbox workers' CPU per 1,000 inserts in each.
+#   delivering        2 outbox workers delivering each row to a loopback sink
+#                     (test/sink/qb_sink) as it commits: what the application
+#                     pays while its rows go out (the workers share the cores)
+# and it reports the outbox workers' CPU per 1,000 inserts in each, and in
+# the last the sink's requests per row (must be >= 1).
 set -euo pipefail
 
 RECORD=${QB_BENCH_RECORD:-0}
@@ -88,6 +92,17 @@ q bench "SELECT queuebox.configure('{\"destinations\": {\"d\": {\"type\": \"http
 q bench "SELECT queuebox.pause_destination('d', now() + interval '1 day')" >/dev/null
 sleep 2
 scenario "2 workers, the only destination paused"
+
+qb_bench_sink_build
+start_sink d
+q bench "SELECT queuebox.configure('{\"destinations\": {\"d\": {\"type\": \"http\", \"baseUrl\": \"http://127.0.0.1:$SINK_PORT_d\"}}, \"routes\": [{\"topicPattern\": \"**\", \"destination\": \"d\"}]}')" >/dev/null
+q bench "SELECT queuebox.resume_destination('d')" >/dev/null
+sleep 2
+r0=$(sink_stats "$SINK_PORT_d" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
+scenario "2 workers, delivering every row"
+r1=$(sink_stats "$SINK_PORT_d" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
+left=$(q bench "SELECT count(*) FROM queuebox.outbox WHERE state <> 'sent'")
+log "delivering: the sink answered $(( r1 - r0 )) requests; rows not sent at the end of the last run: $left"
 
 HEADER="## $(date -u '+%Y-%m-%d %H:%M UTC') — bench/insert-cost, commit $COMMIT
 

@@ -1,8 +1,9 @@
 # The intake floor (docs/design/claim.md): new rows are claimed from where
 # the last claim stopped, so rows that commit late must still be delivered:
 # an insert that got its id before a claim passed it and committed after,
-# a prepared transaction (COMMIT PREPARED runs no callback of ours), and
-# rows inserted while a REPEATABLE READ snapshot is held.  Rows are counted
+# a prepared transaction (COMMIT PREPARED runs no callback of ours), rows
+# inserted while a REPEATABLE READ snapshot is held, and rows parked at
+# insert whose transaction stays open across their key's earlier row.  Rows are counted
 # before and after each case.
 use strict;
 use warnings;
@@ -75,6 +76,41 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM queuebox.outbox WHERE stat
 my $o = qb_key_order($node, $sink, "topic = 'held'");
 is($o->{delivered}, 3000, 'the sink has every held-snapshot row');
 is($o->{keys_in_order}, $o->{keys}, 'each key\'s rows reached the sink in id order')
+  or diag(explain($o->{bad}));
+
+# ---- parked at insert (claim.md, "Parked at insert"): a row whose key's
+# earlier row is in flight goes in parked; its transaction stays open across
+# that row's settle, which cannot see it.  Committed after the settle: its
+# PRE_COMMIT finds the earlier row ended and releases it.  Committed while
+# the earlier row is in flight: the settle's promotion releases it.  Each
+# earlier row is held at the sink for 2 s.
+my $parked_case = sub {
+	my ($key, $commit_after_settle) = @_;
+	$node->safe_psql('postgres', qq{INSERT INTO queuebox.outbox (topic, key, payload)
+		VALUES ('parked', '$key', '{"n": 1, "_sink": {"delay_ms": 2000}}')});
+	qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE topic = 'parked' AND key = '$key' AND payload->>'n' = '1'",
+		'processing', "$key: the earlier row is in flight");
+	my $app = $node->background_psql('postgres');
+	$app->query_safe(qq{BEGIN; INSERT INTO queuebox.outbox (topic, key, payload) VALUES ('parked', '$key', '{"n": 2}')});
+	my $hold = $app->query_safe(qq{SELECT hold FROM queuebox.outbox WHERE topic = 'parked' AND key = '$key' AND payload->>'n' = '2'});
+	$hold =~ s/\s+//g;
+	is($hold, 'key', "$key: the new row went in parked behind it");
+	if ($commit_after_settle)
+	{
+		qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE topic = 'parked' AND key = '$key' AND payload->>'n' = '1'",
+			'sent', "$key: the earlier row is sent while the transaction is open");
+	}
+	$app->query_safe('COMMIT');
+	$app->quit;
+	qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = 'parked' AND key = '$key' AND state = 'sent'",
+		2, "$key: both rows are sent");
+};
+$before = qb_outbox_count($node);
+$parked_case->('p-after', 1);
+$parked_case->('p-during', 0);
+is(qb_outbox_count($node), $before + 4, 'no row appeared or vanished');
+$o = qb_key_order($node, $sink, "topic = 'parked'");
+is($o->{keys_in_order}, $o->{keys}, 'each key\'s two rows reached the sink in id order')
   or diag(explain($o->{bad}));
 
 qb_sink_stop($sink);
