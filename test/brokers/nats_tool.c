@@ -19,7 +19,11 @@
  *		{"seq":..,"duplicate":true|false}
  *	nats_tool URL consumer STREAM DURABLE      the consumer's state:
  *		{"delivered":..,"ack_floor":..,"num_ack_pending":..,
- *		 "num_redelivered":..,"num_pending":..}
+ *		 "num_redelivered":..,"num_pending":..,"max_ack_pending":..,
+ *		 "ack_wait_ms":..}
+ *	nats_tool URL ack-wait STREAM DURABLE MS   set the durable's AckWait to
+ *		MS, the rest of its configuration as it is (the server updates it in
+ *		place)
  *
  * Exit status 0 on success, 1 with the reason on stderr.
  *-------------------------------------------------------------------------
@@ -230,11 +234,35 @@ consumer(jsCtx *js, const char *stream, const char *durable)
 
 	if (s != NATS_OK)
 		return fail("js_GetConsumerInfo", s, jerr);
-	printf("{\"delivered\":%llu,\"ack_floor\":%llu,\"num_ack_pending\":%lld,\"num_redelivered\":%lld,\"num_pending\":%llu,\"max_ack_pending\":%lld}\n",
+	printf("{\"delivered\":%llu,\"ack_floor\":%llu,\"num_ack_pending\":%lld,\"num_redelivered\":%lld,\"num_pending\":%llu,\"max_ack_pending\":%lld,\"ack_wait_ms\":%lld}\n",
 		   (unsigned long long) ci->Delivered.Stream, (unsigned long long) ci->AckFloor.Stream,
 		   (long long) ci->NumAckPending, (long long) ci->NumRedelivered,
-		   (unsigned long long) ci->NumPending, (long long) ci->Config->MaxAckPending);
+		   (unsigned long long) ci->NumPending, (long long) ci->Config->MaxAckPending,
+		   (long long) (ci->Config->AckWait / 1000000));
 	jsConsumerInfo_Destroy(ci);
+	return 0;
+}
+
+/* ack-wait: the durable's AckWait set to ms, its other settings kept */
+static int
+ack_wait(jsCtx *js, const char *stream, const char *durable, const char *ms)
+{
+	jsConsumerInfo *ci = NULL;
+	jsConsumerInfo *up = NULL;
+	jsConsumerConfig cc;
+	jsErrCode	jerr = 0;
+	natsStatus	s = js_GetConsumerInfo(&ci, js, stream, durable, NULL, &jerr);
+
+	if (s != NATS_OK)
+		return fail("js_GetConsumerInfo", s, jerr);
+	cc = *ci->Config;
+	cc.AckWait = atoll(ms) * 1000000;	/* nanoseconds */
+	s = js_UpdateConsumer(&up, js, stream, &cc, NULL, &jerr);
+	jsConsumerInfo_Destroy(up);
+	jsConsumerInfo_Destroy(ci);
+	if (s != NATS_OK)
+		return fail("js_UpdateConsumer", s, jerr);
+	printf("ok\n");
 	return 0;
 }
 
@@ -308,6 +336,8 @@ main(int argc, char **argv)
 		rc = consumer(js, argv[3], argv[4]);
 	else if (strcmp(argv[2], "add-consumer") == 0 && argc >= 8)
 		rc = add_consumer(js, argv[3], argv[4], argv[5], argv[6], argv[7]);
+	else if (strcmp(argv[2], "ack-wait") == 0 && argc >= 6)
+		rc = ack_wait(js, argv[3], argv[4], argv[5]);
 	else
 		fprintf(stderr, "nats_tool: unknown command %s\n", argv[2]);
 	jsCtx_Destroy(js);

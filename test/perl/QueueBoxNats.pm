@@ -10,9 +10,10 @@
 #     installed): create or delete a stream, count its messages, read its
 #     settings, read the
 #     messages back as hashes (seq, subject, data, headers).
-#   - nats_publish / nats_consumer (test/t/015_nats_source.pl): JetStream
-#     publishes with headers, and a durable consumer's state (delivered,
-#     ack_floor, num_ack_pending, num_redelivered, num_pending).
+#   - nats_publish / nats_consumer / nats_ack_wait (test/t/015_nats_source.pl):
+#     JetStream publishes with headers, a durable consumer's state
+#     (delivered, ack_floor, num_ack_pending, num_redelivered, num_pending,
+#     max_ack_pending, ack_wait_ms), and its AckWait changed in place.
 #   - nats_thread_masks: a worker's other threads (cnats's) and those that
 #     do not block the signals the worker must get itself.
 #
@@ -35,7 +36,7 @@ use Time::HiRes qw(usleep time);
 
 use QueueBoxTest qw(qb_free_port qb_test_binary);
 
-our @EXPORT = qw(nats_start nats_stop nats_add_stream nats_delete_stream nats_count nats_stream nats_dump nats_publish nats_consumer nats_add_consumer nats_thread_masks);
+our @EXPORT = qw(nats_start nats_stop nats_add_stream nats_delete_stream nats_count nats_stream nats_dump nats_publish nats_consumer nats_add_consumer nats_ack_wait nats_thread_masks);
 
 my $SERVER = '/usr/sbin/nats-server';
 my %live;    # pid -> server
@@ -190,7 +191,18 @@ sub nats_add_consumer
 	return 1;
 }
 
-# A durable consumer's state as a hash; undef when it does not exist.
+# nats_ack_wait($server, $stream, $durable, $ms): the durable's AckWait set
+# to $ms, its other settings kept; dies on failure
+sub nats_ack_wait
+{
+	my ($s, @args) = @_;
+	my ($rc, $out, $err) = tool($s, 'ack-wait', @args);
+	die "nats_tool ack-wait @args: $err" if $rc != 0;
+	return 1;
+}
+
+# A durable consumer's state as a hash (ack_wait_ms among it); undef when it
+# does not exist.
 sub nats_consumer
 {
 	my ($s, $stream, $durable) = @_;

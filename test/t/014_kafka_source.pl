@@ -32,8 +32,10 @@ is(qb_kafka_cmd($kafka3, $_), "ok\n", "3 brokers: $_")
 # PostgreSQL::Test::Cluster turns restart_after_crash off; the kill -9 needs it
 my $node = qb_node('ksrc', conf => "restart_after_crash = on\n");
 
-# a short group session, so a consumer that died is replaced quickly
-my $config = qq{ "session.timeout.ms": "6000", "heartbeat.interval.ms": "500" };
+# a short group session, so a consumer that died is replaced quickly; the
+# reconnect backoff capped at 1 s (librdkafka's default grows to 10 s), so a
+# broker that comes back is found within a second, not up to 10 s later
+my $config = qq{ "session.timeout.ms": "6000", "heartbeat.interval.ms": "500", "reconnect.backoff.max.ms": "1000" };
 sub configure
 {
 	my ($group) = @_;

@@ -184,11 +184,19 @@ $stream_before = nats_count($nats, 'EV');
 }
 cmp_ok(nats_consumer($nats, 'EV', $DURABLE)->{ack_floor}, '<', nats_count($nats, 'EV'),
 	'crash: the 5 were not acknowledged');
-# the server redelivers them after the durable's AckWait (30 s)
+# The server redelivers them after the durable's AckWait: QueueBox made the
+# durable with the server's 30 s; shortened to 2 s once the kill is done and
+# checked (in place: the worker binds to the durable as it is, and the
+# server re-checks what is pending at the change), given back after this
+# case, so the redelivery comes within seconds, not 30.
+my $ack_wait = nats_consumer($nats, 'EV', $DURABLE)->{ack_wait_ms};
+nats_ack_wait($nats, 'EV', $DURABLE, 2000);
+is(nats_consumer($nats, 'EV', $DURABLE)->{ack_wait_ms}, 2000, "crash: the durable's AckWait is 2 s (it was $ack_wait ms)");
 qb_wait_query($node, "SELECT count(*) FROM queuebox.inbox WHERE idempotency_key LIKE 'crash-%'", '5',
 	'crash: the 5 are stored after the restart', timeout => 120);
 drained('crash: the 5 are acknowledged after the restart', timeout => 60);
 is(inbox_count(), $before + 5, 'crash: exactly 5 rows more: no loss, no duplicate');
+nats_ack_wait($nats, 'EV', $DURABLE, $ack_wait);
 
 # ---- the store fails: nak with a delay, nothing lost
 configure(storeTimeoutMs => 500);

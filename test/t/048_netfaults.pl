@@ -11,14 +11,25 @@
 #   extension's destination (10.231.2.2, across a veth from 10.231.2.1).
 #
 #   Faults, each while rows are being delivered:
-#   - a partition without RST (every packet dropped both ways, 30 s; the
+#   - a partition without RST (every packet dropped both ways; the
 #     connections stay half-open) between the daemon and the database,
 #     between the daemon and its destination, and between the extension and
-#     its destination;
+#     its destination.  Each lasts until it has done what it is there for,
+#     asserted (a bounded wait: the test fails if it never does), not for a
+#     fixed time: to a destination, until attempts time out (timeoutMs 3 s)
+#     and the circuit opens (its cooldown 2 s, so the first probe after the
+#     partition closes it); to the database, until the daemon finds its
+#     connections dead and a reconnect times out, and the server has ended
+#     every backend the daemon had.  That partition runs under a second
+#     daemon whose URL sets TCP settings of about 4 s (the defaults, about
+#     25 s, are checked on the first daemon's connections, and the URL's
+#     values on both ends of the second's);
 #   - 10 % of the packets lost both ways (nft numgen random), for the daemon
 #     (database and destination) and for the extension's destination;
 #   - 200 ms of delay, only where the kernel has sch_netem (tc qdisc netem);
 #     skipped otherwise.
+#   A loss or a delay lasts while rows are left to deliver through it, at
+#   most 15 s.
 #   Every case counts rows: each one delivered (2xx), each key's rows first
 #   delivered in id order (at least once: a row in flight when the fault
 #   began may be sent again).  The time from the end of a fault to the first
@@ -64,7 +75,6 @@ use lib "$FindBin::RealBin/../perl";
 use QueueBoxTest;
 use QueueBoxDaemon;
 
-my $PARTITION_S = 30;
 my $N = 400;
 
 # ---------------------------------------------------------------- network
@@ -176,9 +186,15 @@ sub check_rows
 	note "$what: $o->{dups} rows were delivered more than once";
 }
 
-# a fault while $n rows of $topic go out: $insert->($topic, $n, $prefix)
-# inserts them, $fault->() starts it and returns how to end it; the rows are
-# inserted half before, half during the fault
+# a fault while $n rows of $topic go out: $c{on}->() starts it, $c{off}->()
+# ends it; the rows are inserted half before, half during the fault.  How
+# long it lasts:
+# - until => [ sub, what ]: a partition lasts until the predicate says it has
+#   done what the case is there for (attempts timed out and the circuit
+#   opened; connections found dead at both ends); an ok() named what, that
+#   fails if it never does (bounded wait);
+# - otherwise (loss, delay) while rows of $topic are left to deliver through
+#   it, at most $c{hold_s} seconds (15): the rows are what it is for.
 sub under_fault
 {
 	my (%c) = @_;
@@ -190,7 +206,17 @@ sub under_fault
 	$node->safe_psql('postgres',
 		"INSERT INTO queuebox.outbox (topic, key, payload) SELECT '$topic', '$topic.' || (i % 20), "
 		  . "jsonb_build_object('seq', i) FROM generate_series($N / 2, $N - 1) i");
-	usleep(($c{hold_s} // $PARTITION_S) * 1e6);
+	if ($c{until})
+	{
+		my ($pred, $done) = @{ $c{until} };
+		qb_wait_for($pred, "$what: $done", timeout => 120);
+	}
+	else
+	{
+		my $deadline = $t0 + ($c{hold_s} // 15);
+		usleep(250_000)
+		  while time < $deadline && qb_count($node, "topic = '$topic' AND state <> 'sent'") > 0;
+	}
 	my $t1 = $c{off}->();
 	note sprintf('%s: fault from %.1f s to %.1f s', $what, 0, $t1 - $t0);
 	qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = '$topic' AND state = 'sent'",
@@ -218,6 +244,19 @@ sub nft_fault
 
 my $LOSS = 'numgen random mod 100 < 10';
 
+# A destination partition lasts until attempts timed out and the circuit
+# opened (timeoutMs 3 s, circuitBreaker.failures 10); its cooldown is short
+# so that, the partition over, the next probe closes the circuit within 2 s
+# (the default 30 s would hold the rows that long after it).
+my $BREAKER = { cooldownMs => 2000 };
+
+sub circuit_opened
+{
+	my ($node) = @_;
+	return [ sub { my $st = qb_dest_status($node, 'web'); $st && $st->{state} =~ /open/ },
+		'attempts time out and the circuit opens' ];
+}
+
 # ---------------------------------------------------------------- the daemon
 
 my $dsink = qb_sink_start(name => 'net_daemon', bind => '10.231.1.3', delay_ms => 50);
@@ -227,13 +266,24 @@ $db->append_conf('pg_hba.conf', "host all all 10.231.1.0/24 trust\n");
 $db->reload;
 
 my $url = sprintf('postgres://qbd@10.231.1.1:%d/postgres', $db->port);
-my $yaml = qb_config_yaml(
-	outbox => { pollIntervalMs => 100, batchSize => 10, claimTimeoutMs => 8000 },
-	destinations => {
-		web => { type => 'http', baseUrl => $dsink->{url}, path => '/d', timeoutMs => 3000 } },
-	routes => [ { topicPattern => '**', destination => 'web' } ],
-	database => { url => $url, connectTimeoutMs => 2000, statementTimeoutMs => 10000 },
-	daemon => { outboxWorkers => 2, shutdownGraceMs => 2000 });
+sub daemon_yaml
+{
+	my ($u) = @_;
+	return qb_config_yaml(
+		outbox => { pollIntervalMs => 100, batchSize => 10, claimTimeoutMs => 8000 },
+		destinations => {
+			web => {
+				type => 'http',
+				baseUrl => $dsink->{url},
+				path => '/d',
+				timeoutMs => 3000,
+				circuitBreaker => $BREAKER
+			} },
+		routes => [ { topicPattern => '**', destination => 'web' } ],
+		database => { url => $u, connectTimeoutMs => 2000, statementTimeoutMs => 10000 },
+		daemon => { outboxWorkers => 2, shutdownGraceMs => 2000 });
+}
+my $yaml = daemon_yaml($url);
 my $r = qbd_run('--config', qbd_write_conf($yaml, 'net'), '--migrate');
 is($r->[0], 0, 'daemon: the schema is installed') or diag $r->[2];
 my $d = qbd_start($db, $yaml, name => 'net', wrap => [ in_ns('daemon') ]);
@@ -242,9 +292,9 @@ like($db->safe_psql('postgres',
 		q{SELECT string_agg(DISTINCT host(client_addr), ',') FROM pg_stat_activity WHERE usename = 'qbd'}),
 	qr/^10\.231\.1\.2$/, 'daemon: connects from 10.231.1.2, its own namespace');
 
-# both ends of the daemon's connections probe an idle peer within 10 s: the
-# keepalive timers of /proc/net/tcp (timer 2, its ticks at USER_HZ 100; the
-# server's end is set by the daemon's session)
+# both ends of the daemon's connections probe an idle peer within $max s:
+# the keepalive timers of /proc/net/tcp (timer 2, its ticks at USER_HZ 100;
+# the server's end is set by the daemon's session)
 sub keepalive_timers
 {
 	my (@ns) = @_;
@@ -260,23 +310,21 @@ sub keepalive_timers
 	}
 	return @t;
 }
-my @daemon_end = keepalive_timers(in_ns('daemon'));
-my @server_end = keepalive_timers();
-note "keepalive timers (s): daemon end @daemon_end; server end @server_end";
-ok(@daemon_end > 0 && !grep({ $_ > 10.5 } @daemon_end), 'daemon: its end of each connection probes within 10 s');
-ok(@server_end > 0 && !grep({ $_ > 10.5 } @server_end), 'daemon: the server\'s end of each connection probes within 10 s');
-
-my $off = -s $d->{log};
-under_fault(node => $db, sink => $dsink, topic => 'net.db', what => 'daemon <-> database partition',
-	nft_fault('daemon', 'ip saddr 10.231.1.1', 'ip daddr 10.231.1.1'));
-my $log = qbd_log($d, $off);
-note "daemon log during the database partition:\n" . join("\n", grep { /unreachable|connect|lost|timeout/i } split /\n/, $log);
-ok(kill(0, $d->{pid}), 'daemon <-> database partition: the daemon still runs');
+sub check_keepalive
+{
+	my ($what, $max) = @_;
+	my @daemon_end = keepalive_timers(in_ns('daemon'));
+	my @server_end = keepalive_timers();
+	note "$what: keepalive timers (s): daemon end @daemon_end; server end @server_end";
+	ok(@daemon_end > 0 && !grep({ $_ > $max + 0.5 } @daemon_end), "$what: its end of each connection probes within $max s");
+	ok(@server_end > 0 && !grep({ $_ > $max + 0.5 } @server_end), "$what: the server's end of each connection probes within $max s");
+}
+check_keepalive('daemon', 10);
 
 under_fault(node => $db, sink => $dsink, topic => 'net.dest', what => 'daemon <-> destination partition',
-	nft_fault('daemon', 'ip saddr 10.231.1.3', 'ip daddr 10.231.1.3'));
+	until => circuit_opened($db), nft_fault('daemon', 'ip saddr 10.231.1.3', 'ip daddr 10.231.1.3'));
 
-under_fault(node => $db, sink => $dsink, topic => 'net.loss', what => 'daemon: 10 % packet loss', hold_s => 15,
+under_fault(node => $db, sink => $dsink, topic => 'net.loss', what => 'daemon: 10 % packet loss',
 	nft_fault('daemon', $LOSS, $LOSS));
 
 SKIP:
@@ -289,12 +337,51 @@ SKIP:
 	$err =~ s/\s+$//;
 	skip "200 ms delay: sch_netem is not in this kernel (tc: $err)", 5 if $? != 0;
 	sh(in_ns('daemon', qw(tc qdisc del dev qbd1 root)));
-	under_fault(node => $db, sink => $dsink, topic => 'net.delay', what => 'daemon: 200 ms delay', hold_s => 15,
+	under_fault(node => $db, sink => $dsink, topic => 'net.delay', what => 'daemon: 200 ms delay',
 		on => sub { sh(@netem); time }, off => sub { sh(in_ns('daemon', qw(tc qdisc del dev qbd1 root))); time });
 }
 
 qbd_signal($d, 'TERM');
 isnt(qbd_wait_exit($d, 30), undef, 'daemon: stops on SIGTERM');
+
+# The database partition: a daemon whose URL gives its connections shorter
+# TCP settings than the defaults checked above (probes after 10 s idle, every
+# 5 s, 3 of them; 25 s unacknowledged: about 25 s to find a dead peer), so
+# that each end finds the other dead within about 4 s: the same failure (the
+# statement waiting on a half-open connection fails, the reconnects time
+# out until the partition ends; the server ends its side as soon), in a
+# partition of seconds instead of 30 s.  The URL's values must reach both
+# ends (docs/daemon.md "A dead peer").
+my $tcp = 'keepalives_idle=2&keepalives_interval=1&keepalives_count=2&tcp_user_timeout=4000';
+my $d2 = qbd_start($db, daemon_yaml("$url?$tcp"), name => 'net_tcp', wrap => [ in_ns('daemon') ]);
+qbd_wait_daemon_log($d2, qr/outbox 1\[\d+\]: started/);
+check_keepalive('daemon, TCP settings from its URL', 2);
+
+# the server's backends of the daemon's connections
+my $backends = sub {
+	return grep { $_ ne '' } split /\n/, $db->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE usename = 'qbd' AND client_addr = '10.231.1.2' ORDER BY pid});
+};
+my ($off, @before);
+my %db_nft = nft_fault('daemon', 'ip saddr 10.231.1.1', 'ip daddr 10.231.1.1');
+under_fault(node => $db, sink => $dsink, topic => 'net.db', what => 'daemon <-> database partition',
+	on => sub { $off = -s $d2->{log}; @before = $backends->(); $db_nft{on}->() },
+	off => $db_nft{off},
+	until => [
+		sub {
+			my $log = qbd_log($d2, $off);
+			my %left = map { $_ => 1 } $backends->();
+			return @before && $log =~ /Connection timed out/ && $log =~ /database unreachable/
+			  && !grep { $left{$_} } @before;
+		},
+		'the daemon finds its connections dead and fails to reconnect; the server ends each of its backends'
+	]);
+my $log = qbd_log($d2, $off);
+note "daemon log during the database partition:\n" . join("\n", grep { /unreachable|connect|lost|timeout/i } split /\n/, $log);
+ok(kill(0, $d2->{pid}), 'daemon <-> database partition: the daemon still runs');
+
+qbd_signal($d2, 'TERM');
+isnt(qbd_wait_exit($d2, 30), undef, 'daemon, TCP settings from its URL: stops on SIGTERM');
 
 # ---------------------------------------------------------------- the extension
 
@@ -305,13 +392,19 @@ qb_configure(
 	qb_config_yaml(
 		outbox => { batchSize => 10, claimTimeoutMs => 8000 },
 		destinations => {
-			web => { type => 'http', baseUrl => $esink->{url}, path => '/e', timeoutMs => 3000 } },
+			web => {
+				type => 'http',
+				baseUrl => $esink->{url},
+				path => '/e',
+				timeoutMs => 3000,
+				circuitBreaker => $BREAKER
+			} },
 		routes => [ { topicPattern => '**', destination => 'web' } ]));
 
 under_fault(node => $node, sink => $esink, topic => 'net.ext', what => 'extension <-> destination partition',
-	nft_fault('dest', 'iifname "qbs1"', 'oifname "qbs1"'));
+	until => circuit_opened($node), nft_fault('dest', 'iifname "qbs1"', 'oifname "qbs1"'));
 
-under_fault(node => $node, sink => $esink, topic => 'net.extloss', what => 'extension: 10 % packet loss', hold_s => 15,
+under_fault(node => $node, sink => $esink, topic => 'net.extloss', what => 'extension: 10 % packet loss',
 	nft_fault('dest', $LOSS, $LOSS));
 
 $node->stop;
