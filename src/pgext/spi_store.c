@@ -48,7 +48,7 @@
 
 /* the saved plan of each statement, prepared on first use */
 static SPIPlanPtr qbs_plans[QB_PG_NSTMTS];
-static BlockNumber qbs_planned_blocks = 0;	/* the outbox's size when they were made */
+static BlockNumber qbs_plan_blocks[QB_PG_NSTMTS];	/* the outbox's size when each was made */
 
 /* the id this worker's session holds the lock of (0: none yet), and whether claims record it */
 static int64 qbs_claimer_id;
@@ -195,6 +195,45 @@ qbs_txn(const char *activity, QbsTxnFn body, QbsTxnFn undo, void *arg, int *sqls
 	return rc;
 }
 
+/* qbs_outbox_blocks: the outbox's size now, in blocks (0: no outbox). */
+static BlockNumber
+qbs_outbox_blocks(void)
+{
+	Oid			relid = RangeVarGetRelid(makeRangeVar("queuebox", "outbox", -1), AccessShareLock, true);
+	Relation	rel;
+	BlockNumber n;
+
+	if (!OidIsValid(relid))
+		return 0;
+	rel = table_open(relid, NoLock);
+	n = RelationGetNumberOfBlocks(rel);
+	table_close(rel, NoLock);
+	return n;
+}
+
+/*
+ * qbs_replan_if_grown: a saved plan made when the outbox was a quarter of
+ * its size now or less is made again, for its size now.  Plans made on an
+ * empty outbox that was never analyzed (a fresh install, a TRUNCATE) read
+ * it by sequential or primary-key scan, and stay until autovacuum's ANALYZE
+ * invalidates them, up to autovacuum_naptime later: meanwhile every claim
+ * of a bulk load scanned the whole table (a claim behind 30,000 rows parked
+ * at insert: 55 ms, reading its destination's intake through outbox_pkey).
+ * Costs a look at the table's size per cycle.
+ */
+static void
+qbs_replan_if_grown(void)
+{
+	BlockNumber n = qbs_outbox_blocks();
+
+	for (int i = 0; i < QB_PG_NSTMTS; i++)
+		if (qbs_plans[i] != NULL && n > 4 * qbs_plan_blocks[i] + 16)
+		{
+			SPI_freeplan(qbs_plans[i]);
+			qbs_plans[i] = NULL;
+		}
+}
+
 /* qbs_prepare: the saved plan of statement id, prepared on first use. */
 static SPIPlanPtr
 qbs_prepare(QbPgStmtId id)
@@ -211,41 +250,9 @@ qbs_prepare(QbPgStmtId id)
 				 SPI_result_code_string(SPI_result));
 		SPI_keepplan(p);
 		qbs_plans[id] = p;
+		qbs_plan_blocks[id] = qbs_outbox_blocks();
 	}
 	return qbs_plans[id];
-}
-
-/*
- * qbs_replan_if_grown: the saved plans were made when the outbox was a
- * quarter of its size now or less: make them again, for its size now.
- * Plans made on an empty outbox that was never analyzed (a fresh install,
- * a TRUNCATE) read it by sequential or primary-key scan, and stay until
- * autovacuum's ANALYZE invalidates them, up to autovacuum_naptime later:
- * meanwhile every claim of a bulk load scanned the whole table (a claim of
- * 100 behind 30,000 rows parked at insert: 55 ms, 30 of them the final
- * update's sequential scan).  Costs a look at the table's size per cycle.
- */
-static void
-qbs_replan_if_grown(void)
-{
-	Oid			relid = RangeVarGetRelid(makeRangeVar("queuebox", "outbox", -1), AccessShareLock, true);
-	Relation	rel;
-	BlockNumber n;
-
-	if (!OidIsValid(relid))
-		return;
-	rel = table_open(relid, NoLock);
-	n = RelationGetNumberOfBlocks(rel);
-	table_close(rel, NoLock);
-	if (n <= 4 * qbs_planned_blocks + 16)
-		return;
-	for (int i = 0; i < QB_PG_NSTMTS; i++)
-		if (qbs_plans[i] != NULL)
-		{
-			SPI_freeplan(qbs_plans[i]);
-			qbs_plans[i] = NULL;
-		}
-	qbs_planned_blocks = n;
 }
 
 static char *

@@ -418,7 +418,12 @@
  * parked), takes each key's first parked row and probes
  * outbox_key_open_idx for an earlier open row: $2 keys, at most $2 rows.
  * Returns one row: the rows released, and the key to start the next sweep
- * at (NULL: the walk reached the last key, start again at '').
+ * at (NULL: the walk reached the last key, start again at '').  The probe is
+ * a LATERAL ... LIMIT 1 and the release finds its rows by id (as the
+ * promotion does): on an outbox without statistics the planner turned a
+ * NOT EXISTS into an anti join over the whole of outbox_key_open_idx and
+ * read the release's rows through outbox_parked_idx, 690 ms a sweep of
+ * 1,000 keys with 30,000 rows parked.
  */
 #define QB_PG_OUTBOX_SWEEP \
 	"WITH RECURSIVE k AS (" \
@@ -432,17 +437,20 @@
 	"     ORDER BY o.key, o.id LIMIT 1) x" \
 	"   WHERE k.n < $2::int)," \
 	" s AS (" \
-	"   SELECT k.id FROM k" \
-	"   WHERE NOT EXISTS (SELECT 1 FROM queuebox.outbox e" \
-	"                     WHERE e.key = k.key AND e.id < k.id" \
-	"                       AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')))," \
+	"   SELECT k.id FROM k LEFT JOIN LATERAL (" \
+	"     SELECT e.id FROM queuebox.outbox e" \
+	"     WHERE e.key = k.key AND e.id < k.id" \
+	"       AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')" \
+	"     ORDER BY e.id DESC LIMIT 1) b ON true" \
+	"   WHERE b.id IS NULL)," \
 	" u AS (" \
 	"   UPDATE queuebox.outbox o SET hold = CASE WHEN o.destination IS NULL THEN 'ready' END" \
 	"   WHERE o.id = ANY (ARRAY(" \
 	"     SELECT x.id FROM queuebox.outbox x" \
-	"     WHERE x.id = ANY (ARRAY(SELECT id FROM s)) AND x.state = 'pending' AND x.hold = 'key'" \
+	"     WHERE x.id = ANY (ARRAY(SELECT id FROM s)) AND x.state = 'pending'" \
+	"       AND coalesce(x.hold, '') = 'key'" \
 	"     FOR UPDATE SKIP LOCKED))" \
-	"     AND o.state = 'pending' AND o.hold = 'key'" \
+	"     AND o.state = 'pending' AND coalesce(o.hold, '') = 'key'" \
 	"   RETURNING 1)" \
 	" SELECT (SELECT count(*) FROM u)::int4, (SELECT k.key FROM k WHERE k.n = $2::int)"
 
