@@ -488,7 +488,7 @@ SUMMARY=$(
 		echo "| $p | $a | $m | $r | $t |"
 	done
 	echo
-	echo "Ratios: down, slow, hot and xmin = rows/s measured / rows/s of the anchor; claim = ms per claim with the blocked rows / without; insert = plain-table tps / outbox tps (what the outbox costs per INSERT)."
+	echo "Ratios: down, keyfail, slow, hot and xmin = rows/s measured / rows/s of the anchor; claim = ms per claim with the blocked rows / without; insert = plain-table tps / outbox tps (what the outbox costs per INSERT)."
 	echo "CPU busy while the benchmark was idle, at the start, before each measurement and at the end (%): ${BUSY[*]} (above ~15: the machine was shared, figures are low)."
 )
 echo
@@ -510,7 +510,7 @@ if [[ "$RECORD" == 1 ]]; then
 		echo "Command: \`$CMDLINE\` (phases \"$PHASES\")."
 		qb_bench_machine
 		echo "PostgreSQL $PGVERSION, fresh cluster: shared_buffers $SB, max_wal_size 16GB, checkpoint_timeout 30min, fsync on, synchronous_commit on; queuebox.outbox_workers $WORKERS (0 during insert)."
-		echo "Configuration: outbox.batchSize $BATCH, maxAttempts $MAX_ATTEMPTS, backoff initialMs $BACKOFF_MS, maxMs $BACKOFF_MAX_MS; destinations a (qb_sink) and b (down: a refused port; slow: qb_sink --delay-ms $SLOW_MS)${DEST_EXTRA:+, each with $DEST_EXTRA}; routes a.** -> a, b.** -> b."
+		echo "Configuration: outbox.batchSize $BATCH, maxAttempts $MAX_ATTEMPTS, backoff initialMs $BACKOFF_MS, maxMs $BACKOFF_MAX_MS; destinations a (qb_sink) and b (down: a refused port; keyfail: the same with circuitBreaker.failures 1000000; slow: qb_sink --delay-ms $SLOW_MS)${DEST_EXTRA:+, each with $DEST_EXTRA}; routes a.** -> a, b.** -> b."
 		echo "Sizes: A $A_ROWS rows over $A_KEYS keys; down B $DOWN_ROWS rows over $DOWN_KEYS keys; slow B $SLOW_ROWS over $SLOW_KEYS ($SLOW_ROUNDS rounds, medians); hot $HOT_ROWS rows of one key, $HOT_OTHER timed rows over $HOT_OTHER_KEYS keys; xmin $XMIN_ROWS rows; claim $CLAIM_HEADS heads x $CLAIM_FOLLOWERS followers blocked, $CLAIM_POOL claimable, pgbench -T $CLAIM_T -c 1; insert $INSERT_ROUNDS x (outbox, plain) pgbench -T $INSERT_T -c $INSERT_CLIENTS. A timed delivery stops after ${WINDOW} s (rows/s = rows delivered / elapsed)."
 		echo
 		echo "$SUMMARY"
