@@ -257,7 +257,7 @@ head_line() { echo "${R[$1_with_rows_s]} rows/s (${R[$1_with_done]} in ${R[$1_wi
 down_setup() { # B's rows, until every B key's head has failed once, or (0.2.0 on) B's circuit is open
 	local t=$EPOCHREALTIME
 	q bench "$(fill b.event "$DOWN_ROWS" "'b' || (g % $DOWN_KEYS)")"
-	if [[ $1 != keyfail && $(q bench "SELECT to_regclass('queuebox.destination_state') IS NOT NULL") == t ]]; then
+	if [[ ${1:-down} != keyfail && $(q bench "SELECT to_regclass('queuebox.destination_state') IS NOT NULL") == t ]]; then
 		# 0.2.0 holds the rows of an open destination (0.3.0 leaves them in its intake)
 		wait_true "down: B's circuit is open" \
 			"SELECT EXISTS (SELECT 1 FROM queuebox.destination_state WHERE destination = 'b' AND state = 'open')"
@@ -266,7 +266,7 @@ down_setup() { # B's rows, until every B key's head has failed once, or (0.2.0 o
 			"SELECT count(*) = $(( DOWN_KEYS < DOWN_ROWS ? DOWN_KEYS : DOWN_ROWS )) FROM (SELECT DISTINCT ON (key) attempt FROM queuebox.outbox o
 			  WHERE topic = 'b.event' AND state IN ('pending', 'processing') ORDER BY key, id) h WHERE attempt > 0"
 	fi
-	log "$1: B is down with its rows waiting, $(python3 -c "print(f'{$EPOCHREALTIME - $t:.1f}')") s after the insert began"
+	log "${1:-down}: B is down with its rows waiting, $(python3 -c "print(f'{$EPOCHREALTIME - $t:.1f}')") s after the insert began"
 }
 if has_phase down; then
 	log "phase down: A's $A_ROWS rows alone, then behind B's $DOWN_ROWS rows over $DOWN_KEYS keys in retry (127.0.0.1:$DOWN_PORT refuses)"
