@@ -2,7 +2,8 @@
  * outbox_route.c
  *	  Routing at insert: the routes the workers publish in shared memory,
  *	  and the outbox_route trigger that reads them (docs/design/claim.md,
- *	  "Routed at insert").
+ *	  "Routed at insert"); the same trigger parks a row whose key has an
+ *	  earlier open row (outbox_park.c, "Parked at insert").
  *
  * Wording:
  *	- the published routes (QbRouteTable in QbShared): the topic patterns

@@ -6,12 +6,15 @@
  * and queuebox.inbox (and queuebox.configure()) only set backend-local
  * flags.  The transaction callback, registered once here so every backend
  * inherits it, turns them into SetLatch at XACT_EVENT_COMMIT (outbox rows:
- * each outbox worker; inbox rows: the relay worker; a configuration: all of
- * them): by then the commit is visible, so the worker's next snapshot sees
- * the rows.  Abort and PREPARE clear the flags; a prepared transaction's
- * rows are found by the fallback poll (outbox.pollIntervalMs,
- * inbox.relay.pollIntervalMs).  Nothing in the callback can raise
- * an error: the transaction has already committed.
+ * one outbox worker for a few rows, every one for many, none when every
+ * row was parked at insert; inbox rows: the relay worker; a configuration:
+ * all of them): by then the commit is visible, so the worker's next
+ * snapshot sees the rows.  Abort and PREPARE clear the flags; a prepared
+ * transaction's rows are found by the fallback poll (outbox.pollIntervalMs,
+ * inbox.relay.pollIntervalMs).  Nothing at COMMIT can raise an error: the
+ * transaction has already committed.  At PRE_COMMIT (and PRE_PREPARE) the
+ * rows parked at insert are made safe (outbox_park.c): that may raise, and
+ * then the transaction aborts.
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
