@@ -48,7 +48,7 @@
 
 /* the saved plan of each statement, prepared on first use */
 static SPIPlanPtr qbs_plans[QB_PG_NSTMTS];
-static BlockNumber qbs_plan_blocks[QB_PG_NSTMTS];	/* the outbox's size when each was made */
+static BlockNumber qbs_fit_blocks = 0;	/* the outbox's size when the plans were last fitted */
 
 /* the id this worker's session holds the lock of (0: none yet), and whether claims record it */
 static int64 qbs_claimer_id;
@@ -195,39 +195,40 @@ qbs_txn(const char *activity, QbsTxnFn body, QbsTxnFn undo, void *arg, int *sqls
 	return rc;
 }
 
-/* qbs_outbox_blocks: the outbox's size now, in blocks (0: no outbox). */
-static BlockNumber
-qbs_outbox_blocks(void)
+/*
+ * qbs_replan_if_grown: when the outbox has grown past four times its size
+ * at the last fit (or at a TRUNCATE since), the saved plans are made
+ * again.  A plan made on an empty outbox (a fresh install, a TRUNCATE: the
+ * plan cache replans on it at once) believes the table holds a row or two
+ * and reads it by sequential or primary-key scan; it stays until
+ * autovacuum's ANALYZE, up to autovacuum_naptime later.  Meanwhile every
+ * cycle of a bulk load scanned the whole table (a settle behind 300,000
+ * rows of a hot key: a nested loop over all of them, 16 s).  Made again,
+ * the plans see the table's size (an outbox never analyzed since its
+ * TRUNCATE is estimated from its pages).  No ANALYZE here: run during the
+ * bulk insert, it counted none of the rows not yet committed, and the
+ * plans made after it were as bad.  Costs a look at the table's size per
+ * cycle.
+ */
+static void
+qbs_replan_if_grown(void)
 {
 	Oid			relid = RangeVarGetRelid(makeRangeVar("queuebox", "outbox", -1), AccessShareLock, true);
 	Relation	rel;
 	BlockNumber n;
 
 	if (!OidIsValid(relid))
-		return 0;
+		return;
 	rel = table_open(relid, NoLock);
 	n = RelationGetNumberOfBlocks(rel);
 	table_close(rel, NoLock);
-	return n;
-}
-
-/*
- * qbs_replan_if_grown: a saved plan made when the outbox was a quarter of
- * its size now or less is made again, for its size now.  Plans made on an
- * empty outbox that was never analyzed (a fresh install, a TRUNCATE) read
- * it by sequential or primary-key scan, and stay until autovacuum's ANALYZE
- * invalidates them, up to autovacuum_naptime later: meanwhile every claim
- * of a bulk load scanned the whole table (a claim behind 30,000 rows parked
- * at insert: 55 ms, reading its destination's intake through outbox_pkey).
- * Costs a look at the table's size per cycle.
- */
-static void
-qbs_replan_if_grown(void)
-{
-	BlockNumber n = qbs_outbox_blocks();
-
+	if (n < qbs_fit_blocks / 4)
+		qbs_fit_blocks = n;		/* truncated: fit again when it grows back */
+	if (n <= 4 * qbs_fit_blocks + 16)
+		return;
+	qbs_fit_blocks = n;
 	for (int i = 0; i < QB_PG_NSTMTS; i++)
-		if (qbs_plans[i] != NULL && n > 4 * qbs_plan_blocks[i] + 16)
+		if (qbs_plans[i] != NULL)
 		{
 			SPI_freeplan(qbs_plans[i]);
 			qbs_plans[i] = NULL;
@@ -250,7 +251,6 @@ qbs_prepare(QbPgStmtId id)
 				 SPI_result_code_string(SPI_result));
 		SPI_keepplan(p);
 		qbs_plans[id] = p;
-		qbs_plan_blocks[id] = qbs_outbox_blocks();
 	}
 	return qbs_plans[id];
 }

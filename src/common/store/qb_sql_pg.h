@@ -208,7 +208,9 @@
  * breaker statement of the same transaction opened it) is held the same
  * way, its attempt counted.  Fenced by each row's token.  Returns the key
  * and state of each row changed: the caller promotes the keys of the rows
- * that ended (QB_PG_OUTBOX_PROMOTE, a later statement).
+ * that ended (QB_PG_OUTBOX_PROMOTE, a later statement).  "o.id = ANY ($2)"
+ * bounds the rows read by the ids whatever the join order: a plan made on an
+ * empty outbox joined every row of the table to the settles.
  */
 #define QB_PG_OUTBOX_SETTLE \
 	"UPDATE queuebox.outbox o" \
@@ -233,7 +235,7 @@
 	"   SELECT d.state <> 'closed' OR coalesce(d.paused_until > now(), false) AS blocked" \
 	"   FROM queuebox.destination_state d" \
 	"   WHERE s.outcome = 'retry' AND d.destination = s.destination) ds ON true" \
-	" WHERE o.id = s.id AND o.claim_token = s.token" \
+	" WHERE o.id = ANY ($2::bigint[]) AND o.id = s.id AND o.claim_token = s.token" \
 	" RETURNING o.key, o.state"
 
 /*
