@@ -90,7 +90,21 @@ function makePeerPoster(url, maxSockets) {
   return process.env.QB_BENCH_PEER_CLIENT === "fetch" ? makeFetchPoster(url) : makePoster(url, maxSockets);
 }
 
-module.exports = { makePeerPoster };
+// runPeer NAME MAIN TIMEOUT_S: run a peer's main(); a hard stop a minute
+// after its own timeout, and a stack and exit 1 on any error
+function runPeer(name, main, timeoutS) {
+  const hard = setTimeout(() => {
+    console.error(`${name}: timeout`);
+    process.exit(1);
+  }, (timeoutS + 60) * 1000);
+  hard.unref();
+  main().catch((e) => {
+    console.error(`${name}:`, e && e.stack ? e.stack : e);
+    process.exit(1);
+  });
+}
+
+module.exports = { makePeerPoster, runPeer };
 
 if (require.main === module) {
   const [url, countS, concS, kind = "agent"] = process.argv.slice(2);

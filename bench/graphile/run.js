@@ -32,7 +32,7 @@
 
 const { run, runMigrations, Logger } = require("graphile-worker");
 const { Client } = require("pg");
-const { makePeerPoster } = require("../peer-post");
+const { makePeerPoster, runPeer } = require("../peer-post");
 
 const conn = process.argv[2];
 const N = parseInt(process.argv[3] || "200000", 10);
@@ -152,13 +152,4 @@ async function main() {
   process.exit(left === 0 ? 0 : 1);
 }
 
-const hard = setTimeout(() => {
-  console.error("graphile: timeout");
-  process.exit(1);
-}, (TIMEOUT_S + 60) * 1000);
-hard.unref();
-
-main().catch((e) => {
-  console.error("graphile:", e && e.stack ? e.stack : e);
-  process.exit(1);
-});
+runPeer("graphile", main, TIMEOUT_S);

@@ -36,7 +36,7 @@
 
 const PgBoss = require("pg-boss");
 const { Client } = require("pg");
-const { makePeerPoster } = require("../peer-post");
+const { makePeerPoster, runPeer } = require("../peer-post");
 
 const [conn, nS, SINK_URL, workersS, batchS, socketsS, timeoutS] = process.argv.slice(2);
 const N = parseInt(nS || "0", 10);
@@ -133,13 +133,4 @@ async function main() {
   process.exit(left === 0 && completed === N ? 0 : 1);
 }
 
-const hard = setTimeout(() => {
-  console.error("pgboss: timeout");
-  process.exit(1);
-}, (TIMEOUT_S + 60) * 1000);
-hard.unref();
-
-main().catch((e) => {
-  console.error("pgboss:", e && e.stack ? e.stack : e);
-  process.exit(1);
-});
+runPeer("pgboss", main, TIMEOUT_S);

@@ -312,7 +312,7 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 	HeapTuple	tup;
 	TupleDesc	desc;
 	bool		isnull;
-	bool		routed;
+	bool		no_dest;
 	bool		parked;
 	const char *dest = NULL;
 	Datum		key;
@@ -336,9 +336,8 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 		qb_note_outbox_row(false);	/* placed by its inserter: it may be claimable */
 		return PointerGetDatum(tup);
 	}
-	(void) heap_getattr(tup, qbr_att_destination, desc, &routed);
-	routed = !routed;
-	if (!routed && (dest = qbr_route(tup, desc)) != NULL)
+	(void) heap_getattr(tup, qbr_att_destination, desc, &no_dest);
+	if (no_dest && (dest = qbr_route(tup, desc)) != NULL)
 	{
 		cols[n] = qbr_att_destination;
 		values[n++] = CStringGetTextDatum(dest);

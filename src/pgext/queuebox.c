@@ -301,10 +301,10 @@ static void
 qb_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					SubTransactionId parentSubid, void *arg)
 {
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-		qb_park_forget_sub(mySubid);
-	if (event == SUBXACT_EVENT_ABORT_SUB && qb_config_wake_armed &&
-		qb_config_armed_subid >= mySubid)
+	if (event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	qb_park_forget_sub(mySubid);
+	if (qb_config_wake_armed && qb_config_armed_subid >= mySubid)
 	{
 		qb_armed_broker_sources = -1;
 		qb_stage_routes(NULL, true);

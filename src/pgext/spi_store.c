@@ -49,6 +49,7 @@
 /* the saved plan of each statement, prepared on first use */
 static SPIPlanPtr qbs_plans[QB_PG_NSTMTS];
 static BlockNumber qbs_fit_blocks = 0;	/* the outbox's size when the plans were last fitted */
+static Oid	qbs_outbox_relid = InvalidOid;
 
 /* the id this worker's session holds the lock of (0: none yet), and whether claims record it */
 static int64 qbs_claimer_id;
@@ -213,13 +214,24 @@ qbs_txn(const char *activity, QbsTxnFn body, QbsTxnFn undo, void *arg, int *sqls
 static void
 qbs_replan_if_grown(void)
 {
-	Oid			relid = RangeVarGetRelid(makeRangeVar("queuebox", "outbox", -1), AccessShareLock, true);
-	Relation	rel;
+	Relation	rel = OidIsValid(qbs_outbox_relid) ?
+		try_table_open(qbs_outbox_relid, AccessShareLock) : NULL;
 	BlockNumber n;
 
-	if (!OidIsValid(relid))
-		return;
-	rel = table_open(relid, NoLock);
+	/* the outbox's oid, looked up once: again only if the table was made anew */
+	if (rel != NULL && strcmp(RelationGetRelationName(rel), "outbox") != 0)
+	{
+		table_close(rel, AccessShareLock);
+		rel = NULL;
+	}
+	if (rel == NULL)
+	{
+		qbs_outbox_relid = RangeVarGetRelid(makeRangeVar("queuebox", "outbox", -1),
+											AccessShareLock, true);
+		if (!OidIsValid(qbs_outbox_relid))
+			return;
+		rel = table_open(qbs_outbox_relid, NoLock);
+	}
 	n = RelationGetNumberOfBlocks(rel);
 	table_close(rel, NoLock);
 	if (n < qbs_fit_blocks / 4)
