@@ -11,7 +11,7 @@
 #   make fuzz-run FUZZ_SECONDS=N   run each for N seconds (FUZZ_RUNS=N: N inputs)
 #
 EXTENSION   = queuebox
-EXTVERSION  = 0.3.4
+EXTVERSION  = 0.3.5
 MODULE_big  = queuebox
 
 # The core (src/common), by folder, lowest first: each includes only its own

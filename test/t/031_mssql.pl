@@ -707,7 +707,7 @@ is(qbd_wait_exit($d, 30), 0, 'the daemon stops');
 	}
 }
 
-# ---- upgrades: the schema the 0.3.0, 0.3.1, 0.3.2 and 0.3.3 daemons made
+# ---- upgrades: the schema the 0.3.0, 0.3.1, 0.3.2, 0.3.3 and 0.3.4 daemons made
 # (test/fixtures), filled, then --migrate: no row changes, a claim made
 # before still completes, resume_destination answers as 0.3.2 says, the
 # sweep of 0.3.3 runs, and the objects are a fresh install's
@@ -801,7 +801,7 @@ sub version_cmp
 	return 0;
 }
 
-my @upgraded = map { upgrade_from($_) } qw(0.3.0 0.3.1 0.3.2 0.3.3);
+my @upgraded = map { upgrade_from($_) } qw(0.3.0 0.3.1 0.3.2 0.3.3 0.3.4);
 mssql_reset($dbh);
 $r = qbd_run('--config', qbd_write_conf(conf(), 'fresh'), '--migrate');
 is($r->[0], 0, '--migrate makes a fresh schema') or diag $r->[2];
@@ -810,6 +810,7 @@ is($upgraded[0], objects(), 'the schema upgraded from 0.3.0 has the objects and 
 is($upgraded[1], objects(), 'the schema upgraded from 0.3.1 has the objects and columns of a fresh install');
 is($upgraded[2], objects(), 'the schema upgraded from 0.3.2 has the objects and columns of a fresh install');
 is($upgraded[3], objects(), 'the schema upgraded from 0.3.3 has the objects and columns of a fresh install');
+is($upgraded[4], objects(), 'the schema upgraded from 0.3.4 has the objects and columns of a fresh install');
 
 # ---- a schema queuebox that the daemon did not make is refused
 mssql_reset($dbh);
