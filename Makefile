@@ -58,7 +58,7 @@ SHLIB_LINK  = $(CORE_LIB) -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -
 
 # pg_regress: test/sql/<name>.sql against test/expected/<name>.out (results/
 # and regression.diffs land in the top folder, as output_iso/ does).
-REGRESS      = outbox_schema outbox_cycle dead_hold configure stats inbox_pull operations relay relay_ops transforms breaker console_ops
+REGRESS      = outbox_schema outbox_cycle dead_hold configure stats inbox_pull operations relay relay_ops transforms breaker console_ops roles
 REGRESS_OPTS = --inputdir=test --temp-config=test/queuebox.conf --temp-instance=./tmp_check
 ISOLATION      = $(basename $(notdir $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --temp-config=test/queuebox.conf --temp-instance=./tmp_check_iso
@@ -92,16 +92,17 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-build/sql/queuebox--$(EXTVERSION).sql: sql/pgext/head.sql sql/schema/tables.sql sql/pgext/host.sql sql/schema/functions.sql
+build/sql/queuebox--$(EXTVERSION).sql: sql/pgext/head.sql sql/schema/tables.sql sql/pgext/host.sql sql/schema/functions.sql sql/schema/roles.sql
 	@mkdir -p $(dir $@)
 	cat $^ | sed 's/@SCHEMA_VERSION@/$(EXTVERSION)/g' > $@
 # an upgrade script: refuses psql, then the shared DDL, then the
-# extension's own part of the step when it has one (sql/pgext/upgrade/)
-build/sql/queuebox--%.sql: sql/schema/upgrade/%.sql $(wildcard sql/pgext/upgrade/*.sql)
+# extension's own part of the step when it has one (sql/pgext/upgrade/),
+# then the roles' grants (sql/schema/roles.sql: every step ends with them)
+build/sql/queuebox--%.sql: sql/schema/upgrade/%.sql $(wildcard sql/pgext/upgrade/*.sql) sql/schema/roles.sql
 	@mkdir -p $(dir $@)
-	{ echo '-- made by the Makefile from $(strip $< $(wildcard sql/pgext/upgrade/$*.sql)): do not edit'; \
+	{ echo '-- made by the Makefile from $(strip $< $(wildcard sql/pgext/upgrade/$*.sql)) sql/schema/roles.sql: do not edit'; \
 	  printf '%s\n' '\echo Use "ALTER EXTENSION queuebox UPDATE" to load this file. \quit'; \
-	  cat $< $(wildcard sql/pgext/upgrade/$*.sql); } > $@
+	  cat $< $(wildcard sql/pgext/upgrade/$*.sql) sql/schema/roles.sql; } > $@
 
 # PGXS tracks no header dependencies: a struct that grows in a header must
 # rebuild every object, or two objects disagree on its layout.  The
@@ -252,7 +253,7 @@ DAEMON_OBJS    = $(patsubst src/daemon/%.c,$(DAEMON_DIR)/%.o,$(DAEMON_SRCS)) $(D
                  $(DAEMON_DIR)/schema_mssql.o
 DAEMON_LIB     = $(DAEMON_DIR)/libqbd.a
 DAEMON_LIBS    = -lpq -lodbc -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -lpthread
-DAEMON_SCHEMA  = sql/daemon/head.sql sql/schema/tables.sql sql/daemon/host.sql sql/schema/functions.sql
+DAEMON_SCHEMA  = sql/daemon/head.sql sql/schema/tables.sql sql/daemon/host.sql sql/schema/functions.sql sql/schema/roles.sql
 # SQL Server's schema (docs/sqlserver.md): T-SQL batches ending at GO lines
 DAEMON_MSSQL   = sql/sqlserver/tables.sql sql/sqlserver/topics.sql sql/sqlserver/engine.sql sql/sqlserver/operations.sql
 DAEMON_PREFIX ?= /usr/local
@@ -265,7 +266,7 @@ $(DAEMON_DIR)/%.o: src/daemon/%.c $(COMMON_HDRS) $(DAEMON_HDRS) Makefile
 $(DAEMON_DIR)/schema_pg.c: $(DAEMON_SCHEMA) $(UPGRADES_PG) scripts/embed-schema.sh Makefile
 	@mkdir -p $(dir $@)
 	{ echo 'const char qbd_schema_version[] = "$(EXTVERSION)";'; \
-	  scripts/embed-schema.sh pg $(EXTVERSION) sql/schema/upgrade $(DAEMON_SCHEMA); } > $@
+	  QBD_STEP_TAIL=sql/schema/roles.sql scripts/embed-schema.sh pg $(EXTVERSION) sql/schema/upgrade $(DAEMON_SCHEMA); } > $@
 $(DAEMON_DIR)/schema_pg.o: $(DAEMON_DIR)/schema_pg.c
 	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
 $(DAEMON_DIR)/schema_mssql.c: $(DAEMON_MSSQL) $(UPGRADES_MSSQL) scripts/embed-schema.sh Makefile

@@ -7,7 +7,8 @@
 #   const char qbd_schema_KIND[]          the PARTs, in order: a fresh install
 #   const QbdUpgrade qbd_upgrades_KIND[]  one step per UPGRADE_DIR/FROM--TO.sql,
 #                                         in version order, ended by {NULL}
-# with @SCHEMA_VERSION@ replaced by VERSION.  The Makefile runs it for
+# with @SCHEMA_VERSION@ replaced by VERSION; with QBD_STEP_TAIL=FILE, FILE
+# ends every step too (PostgreSQL's sql/schema/roles.sql).  The Makefile runs it for
 # build/daemon/schema_pg.c and schema_mssql.c (docs/design/schema.md).
 set -euo pipefail
 kind=$1 version=$2 updir=$3
@@ -29,7 +30,7 @@ echo "const QbdUpgrade qbd_upgrades_$kind[] = {"
 for f in $(ls "$updir"/*--*.sql 2>/dev/null | sort -V); do
 	step=$(basename "$f" .sql)
 	echo "	{.from = \"${step%%--*}\", .to = \"${step##*--}\", .sql ="
-	cstring "$f"
+	cstring "$f" ${QBD_STEP_TAIL:-}
 	echo '	},'
 done
 echo '	{.from = NULL, .to = NULL, .sql = NULL}'

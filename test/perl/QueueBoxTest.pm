@@ -238,6 +238,18 @@ sub qb_schema_description
 	WHERE e.extname = 'queuebox' AND d.deptype = 'e'
 	UNION ALL
 	SELECT 'config ' || unnest(extconfig)::regclass || ' ' FROM pg_extension WHERE extname = 'queuebox'
+	UNION ALL
+	SELECT 'acl function ' || p.oid::regprocedure || ' ' || coalesce(p.proacl::text, 'default')
+	FROM pg_proc p WHERE p.pronamespace = 'queuebox'::regnamespace
+	UNION ALL
+	SELECT 'acl relation ' || c.relname || ' ' || coalesce(c.relacl::text, 'default')
+	FROM pg_class c WHERE c.relnamespace = 'queuebox'::regnamespace AND c.relkind IN ('r', 'v', 'S')
+	UNION ALL
+	SELECT 'acl column ' || c.relname || '.' || a.attname || ' ' || a.attacl::text
+	FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+	WHERE c.relnamespace = 'queuebox'::regnamespace AND a.attacl IS NOT NULL
+	UNION ALL
+	SELECT 'acl schema ' || coalesce(nspacl::text, 'default') FROM pg_namespace WHERE nspname = 'queuebox'
 	ORDER BY 1});
 }
 

@@ -66,6 +66,51 @@ sub upgraded
 	{
 		is($node->safe_psql($db, $sql{$t}), $before->{$t}, "$what: the upgrade changes no $t row");
 	}
+	roles_upgraded($node, $db, $what);
+	return;
+}
+
+# roles_upgraded: EXECUTE is nobody's; where the roles exist (the
+# extension made them; the daemon's role may not, then a superuser makes
+# them and runs grant_roles() again), each login does its job on the old
+# rows and no more
+sub roles_upgraded
+{
+	my ($node, $db, $what) = @_;
+	is($node->safe_psql($db, q{SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'queuebox'::regnamespace
+		AND has_function_privilege('public', p.oid, 'EXECUTE')}), '0', "$what: PUBLIC may execute no queuebox function");
+	if ($what eq 'daemon')
+	{
+		is($node->safe_psql($db, q{SELECT count(*) FROM pg_roles WHERE rolname LIKE 'queuebox\_%'}), '0',
+			'daemon: its role may not create roles, so there are none');
+		$node->safe_psql($db, q{
+			CREATE ROLE queuebox_writer NOLOGIN; CREATE ROLE queuebox_consumer NOLOGIN;
+			CREATE ROLE queuebox_reader NOLOGIN; CREATE ROLE queuebox_operator NOLOGIN;
+			CREATE ROLE queuebox_admin NOLOGIN;
+			GRANT queuebox_reader TO queuebox_operator; GRANT queuebox_operator TO queuebox_admin;});
+		is($node->safe_psql($db, q{SET ROLE qbd; SELECT string_agg(g, ',') FROM queuebox.grant_roles() g}), '',
+			'daemon: grant_roles() run again by its owner grants to the roles a superuser made');
+	}
+	$node->safe_psql($db, qq{
+		CREATE ROLE up_app_$what LOGIN IN ROLE queuebox_writer;
+		CREATE ROLE up_mon_$what LOGIN IN ROLE queuebox_reader;
+		CREATE ROLE up_ops_$what LOGIN IN ROLE queuebox_operator;});
+	my $as = sub {
+		my ($user, $sql) = @_;
+		my ($ret, $out, $err) = $node->psql($db, $sql, extra_params => ['-U', $user]);
+		return $ret == 0 ? $out : ($err =~ /(permission denied for \w+ \w+)/)[0] // $err;
+	};
+	like($as->("up_app_$what", q{INSERT INTO queuebox.outbox (topic, payload) VALUES ('orders.created', '{}') RETURNING id}),
+		qr/^\d+$/, "$what: a writer inserts a row");
+	is($as->("up_app_$what", q{SELECT payload FROM queuebox.outbox}), 'permission denied for table outbox',
+		"$what: a writer reads no row");
+	is($as->("up_mon_$what", q{SELECT rows FROM queuebox.outbox_stats WHERE destination = '(all)' AND state = 'dead'}),
+		'1', "$what: a reader counts the old dead row");
+	is($as->("up_mon_$what", q{SELECT queuebox.requeue_outbox(1)}),
+		'permission denied for function requeue_outbox', "$what: a reader requeues nothing");
+	is($as->("up_ops_$what", q{BEGIN; SELECT queuebox.requeue_outbox(id) FROM queuebox.outbox WHERE state = 'dead'; ROLLBACK}),
+		't', "$what: an operator requeues the old dead row");
+	$node->safe_psql($db, qq{DROP ROLE up_app_$what, up_mon_$what, up_ops_$what});
 	return;
 }
 

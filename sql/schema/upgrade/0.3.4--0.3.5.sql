@@ -18,7 +18,8 @@
 
 
 -- ---- least-privilege roles -----------------------------------------------
-
+-- sql/schema/roles.sql ends this step, as it ends every step and the fresh
+-- schema: it makes the missing roles, takes EXECUTE from PUBLIC and grants.
 
 -- ---- egress rules ---------------------------------------------------------
 
