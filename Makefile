@@ -255,7 +255,8 @@ DAEMON_LIB     = $(DAEMON_DIR)/libqbd.a
 DAEMON_LIBS    = -lpq -lodbc -lrabbitmq -lrdkafka -lnats -ljq -lmicrohttpd -lcurl -ljansson -lyaml -lssl -lcrypto -lm -lpthread
 DAEMON_SCHEMA  = sql/daemon/head.sql sql/schema/tables.sql sql/daemon/host.sql sql/schema/functions.sql sql/schema/roles.sql
 # SQL Server's schema (docs/sqlserver.md): T-SQL batches ending at GO lines
-DAEMON_MSSQL   = sql/sqlserver/tables.sql sql/sqlserver/topics.sql sql/sqlserver/engine.sql sql/sqlserver/operations.sql
+DAEMON_MSSQL   = sql/sqlserver/tables.sql sql/sqlserver/topics.sql sql/sqlserver/engine.sql sql/sqlserver/operations.sql \
+                 sql/sqlserver/roles.sql
 DAEMON_PREFIX ?= /usr/local
 
 $(DAEMON_DIR)/%.o: src/daemon/%.c $(COMMON_HDRS) $(DAEMON_HDRS) Makefile
@@ -271,7 +272,7 @@ $(DAEMON_DIR)/schema_pg.o: $(DAEMON_DIR)/schema_pg.c
 	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
 $(DAEMON_DIR)/schema_mssql.c: $(DAEMON_MSSQL) $(UPGRADES_MSSQL) scripts/embed-schema.sh Makefile
 	@mkdir -p $(dir $@)
-	scripts/embed-schema.sh mssql $(EXTVERSION) sql/sqlserver/upgrade $(DAEMON_MSSQL) > $@
+	QBD_STEP_TAIL=sql/sqlserver/roles.sql scripts/embed-schema.sh mssql $(EXTVERSION) sql/sqlserver/upgrade $(DAEMON_MSSQL) > $@
 $(DAEMON_DIR)/schema_mssql.o: $(DAEMON_DIR)/schema_mssql.c
 	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
 

@@ -812,6 +812,28 @@ is($upgraded[2], objects(), 'the schema upgraded from 0.3.2 has the objects and 
 is($upgraded[3], objects(), 'the schema upgraded from 0.3.3 has the objects and columns of a fresh install');
 is($upgraded[4], objects(), 'the schema upgraded from 0.3.4 has the objects and columns of a fresh install');
 
+# ---- the database roles (sql/sqlserver/roles.sql): made by a user who may,
+# each granted what its job needs; a reader's user may not requeue
+is(mssql_value($dbh, q{SELECT COUNT(*) FROM sys.database_principals WHERE type = 'R' AND name IN
+	(N'queuebox_writer', N'queuebox_consumer', N'queuebox_reader', N'queuebox_operator', N'queuebox_admin')}), 5,
+	'the five queuebox database roles exist');
+is(mssql_value($dbh, q{SELECT COUNT(*) FROM sys.database_permissions p
+	JOIN sys.database_principals r ON r.principal_id = p.grantee_principal_id
+	WHERE r.name = N'queuebox_operator' AND p.permission_name = N'EXECUTE' AND p.state = 'G'}), 18,
+	'queuebox_operator may execute its 18 procedures');
+is(mssql_value($dbh, q{SELECT IS_ROLEMEMBER(N'queuebox_reader', N'queuebox_operator')}), 1,
+	'queuebox_operator is a member of queuebox_reader');
+mssql_do($dbh, q{IF DATABASE_PRINCIPAL_ID(N'qb_monitor') IS NULL CREATE USER qb_monitor WITHOUT LOGIN});
+mssql_do($dbh, q{ALTER ROLE queuebox_reader ADD MEMBER qb_monitor});
+eval {
+	mssql_do($dbh, q{EXECUTE AS USER = N'qb_monitor'; BEGIN TRY EXEC queuebox.requeue_outbox @id = 1; END TRY
+		BEGIN CATCH REVERT; THROW; END CATCH; REVERT;});
+};
+like($@, qr/EXECUTE permission was denied/, 'a reader\'s user may not run requeue_outbox');
+is(mssql_value($dbh, q{EXECUTE AS USER = N'qb_monitor'; SELECT COUNT(*) FROM queuebox.outbox_stats; REVERT;}), 0,
+	'a reader\'s user reads outbox_stats');
+mssql_do($dbh, q{DROP USER qb_monitor});
+
 # ---- a schema queuebox that the daemon did not make is refused
 mssql_reset($dbh);
 mssql_do($dbh, 'CREATE SCHEMA queuebox');

@@ -8,7 +8,8 @@
 
 
 -- ---- least-privilege roles -----------------------------------------------
-
+-- sql/sqlserver/roles.sql ends this step, as it ends every step and the
+-- fresh schema: it makes the missing database roles and grants.
 
 -- ---- the version ------------------------------------------------------------
 
