@@ -20,8 +20,8 @@
  *
  * Roles are cluster-wide and outlive DROP EXTENSION, so they are made only
  * when missing, by a role allowed to (a superuser runs CREATE EXTENSION;
- * the daemon's role needs CREATEROLE), each with a WARNING saying so and a
- * comment on the role naming the database.  A
+ * the daemon's role needs CREATEROLE), with a WARNING naming them and a
+ * comment on each role naming the database.  A
  * role that cannot be made is named in a NOTICE with what to run; grants
  * to it wait for queuebox.grant_roles() to be run again.
  *
@@ -40,6 +40,7 @@ DECLARE
 	r			text;
 	f			text;
 	g			text[];
+	made		text[] := '{}';
 	-- what each role may do: {role, privilege, object}; an object missing
 	-- on this host (the extension's C functions, the daemon's SQL ones) is
 	-- passed over
@@ -112,10 +113,7 @@ BEGIN
 			EXECUTE format('CREATE ROLE %I NOLOGIN', r);
 			EXECUTE format('COMMENT ON ROLE %I IS %L', r,
 						   format('Made by QueueBox in database %s (docs/operations.md, "Roles").', current_database()));
-			-- a WARNING: CREATE EXTENSION hides its script's NOTICEs
-			RAISE WARNING 'queuebox: created role %', r
-				USING DETAIL = 'A group role (NOLOGIN) with the grants of docs/operations.md, "Roles"; DROP EXTENSION and DROP SCHEMA leave it.',
-					  HINT = format('GRANT %I TO your login role.', r);
+			made := made || r;
 			RETURN NEXT 'created ' || r;
 		ELSE
 			RAISE NOTICE 'queuebox: role % does not exist and role % may not create it', r, me.rolname
@@ -123,6 +121,12 @@ BEGIN
 			RETURN NEXT 'missing ' || r;
 		END IF;
 	END LOOP;
+	IF cardinality(made) > 0 THEN
+		-- a WARNING: CREATE EXTENSION hides its script's NOTICEs
+		RAISE WARNING 'queuebox: created the roles %', array_to_string(made, ', ')
+			USING DETAIL = 'Group roles (NOLOGIN) with the grants of docs/operations.md, "Roles"; DROP EXTENSION leaves them.',
+				  HINT = 'Grant them to your login roles, e.g. GRANT queuebox_writer TO app.';
+	END IF;
 
 	FOREACH f IN ARRAY definers
 	LOOP

@@ -119,7 +119,8 @@ sub snapshot
 sub upgraded
 {
 	my ($node, $db, $what, $before) = @_;
-	is($node->safe_psql($db, $claim_config), 'jit=off', "$what: inbox_claim() runs with jit off");
+	is($node->safe_psql($db, $claim_config), 'jit=off,search_path=pg_catalog, pg_temp',
+		"$what: inbox_claim() runs with jit off (and as its owner, 0.3.5)");
 	is($node->safe_psql($db, $inbox_sql), $before->[0], "$what: the upgrade changes no inbox row");
 	is($node->safe_psql($db, $outbox_sql), $before->[1], "$what: the upgrade changes no outbox row");
 	consume($node, $db, $what);
