@@ -18,7 +18,7 @@ MODULE_big  = queuebox
 # folder and those before it, publish/ and source/ not each other, and none
 # a host's (src/pgext, src/daemon); scripts/check-includes.sh checks it, and
 # scripts/test.sh runs the check before it builds.
-#   lib/      helpers on plain values: topic patterns, backoff, transforms
+#   lib/      helpers on plain values: topic patterns, backoff, egress rules, transforms
 #             (jq), extraction, webhook verification and outbound signing,
 #             crypto, metrics, UTF-8, the monotonic clock, the ops-table
 #             check (qb_ops.h)

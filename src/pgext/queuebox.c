@@ -42,6 +42,7 @@ bool		qb_relay_worker = true;
 bool		qb_ingress_worker = true;
 int			qb_max_consumer_workers = 8;
 char	   *qb_secret_file_dirs = NULL;
+static char *qb_allowed_destinations = NULL;
 
 QbShared   *qb_shared = NULL;
 
@@ -61,6 +62,8 @@ static SubTransactionId qb_config_armed_subid = InvalidSubTransactionId;
 
 static bool qb_secret_file_dirs_check(char **newval, void **extra, GucSource source);
 static void qb_secret_file_dirs_assign(const char *newval, void *extra);
+static bool qb_allowed_destinations_check(char **newval, void **extra, GucSource source);
+static void qb_allowed_destinations_assign(const char *newval, void *extra);
 static void qb_shmem_request(void);
 static void qb_shmem_startup(void);
 static void qb_xact_callback(XactEvent event, void *arg);
@@ -121,6 +124,13 @@ _PG_init(void)
 							   "The files are read by the server's processes when the configuration is loaded.",
 							   &qb_secret_file_dirs, "",
 							   PGC_SIGHUP, 0, qb_secret_file_dirs_check, qb_secret_file_dirs_assign, NULL);
+	DefineCustomStringVariable("queuebox.allowed_destinations",
+							   "CIDRs and host names the destinations may connect to.",
+							   "Comma-separated, e.g. '10.0.0.0/8, hooks.example.com, *.example.net'. Empty (the default): "
+							   "any address but link-local and cloud metadata ones (169.254.0.0/16, fe80::/10, "
+							   "fd00:ec2::254, 100.100.100.200), which are refused unless listed.",
+							   &qb_allowed_destinations, "",
+							   PGC_SIGHUP, 0, qb_allowed_destinations_check, qb_allowed_destinations_assign, NULL);
 	MarkGUCPrefixReserved("queuebox");
 
 	prev_shmem_request_hook = shmem_request_hook;
@@ -154,6 +164,38 @@ qb_secret_file_dirs_check(char **newval, void **extra, GucSource source)
 		return true;
 	GUC_check_errdetail("Each entry of queuebox.secret_file_dirs must be an absolute directory, e.g. '/run/secrets'.");
 	return false;
+}
+
+/*
+ * queuebox.allowed_destinations: a superuser's setting (postgresql.conf or
+ * ALTER SYSTEM; PGC_SIGHUP, so no session may SET it), since configure()
+ * may be granted to roles that must not widen where the server connects.
+ * configure() checks each destination's hosts against it, and every
+ * connection the workers open checks the address it connects to.
+ */
+static bool
+qb_allowed_destinations_check(char **newval, void **extra, GucSource source)
+{
+	QbEgress   *e;
+	char		err[300];
+
+	if (qb_egress_parse(*newval, "queuebox.allowed_destinations", &e, err, sizeof(err)))
+	{
+		qb_egress_free(e);
+		return true;
+	}
+	GUC_check_errdetail("%s", err);
+	return false;
+}
+
+static void
+qb_allowed_destinations_assign(const char *newval, void *extra)
+{
+	char		err[300];
+
+	/* the check hook parsed the same text: only memory can fail here */
+	if (!qb_egress_set(newval, "queuebox.allowed_destinations", err, sizeof(err)))
+		elog(LOG, "queuebox.allowed_destinations not applied: %s", err);
 }
 
 /* the config module reads the list at each parse (qb_config_set_file_dirs) */

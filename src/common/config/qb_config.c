@@ -119,7 +119,10 @@ void
 qb_config_free(QbConfig *cfg)
 {
 	if (cfg != NULL)
+	{
+		qb_egress_free(cfg->egress);
 		qbcf_arena_free(cfg->arena);
+	}
 }
 
 /* qb_config_destination: see qb_config.h. */

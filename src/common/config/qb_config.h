@@ -31,6 +31,7 @@
 
 #include "qb_auth.h"
 #include "qb_backoff.h"
+#include "qb_egress.h"
 #include "qb_sign.h"
 #include "qb_transform.h"
 
@@ -175,6 +176,8 @@ typedef struct QbDestination
 	int			breaker_failures;	/* circuitBreaker.failures, default 10 */
 	long		breaker_cooldown_ms;	/* circuitBreaker.cooldownMs, default 30000 */
 	QbOnDead	on_dead;		/* onDead, default release */
+	const QbEgress *egress;		/* the document's egress rules (daemon), or
+								 * NULL: the host's (qb_egress_current) */
 } QbDestination;
 
 #define QB_DEFAULT_MAX_IN_FLIGHT 128
@@ -303,6 +306,7 @@ typedef struct QbConfig
 	QbDatabaseConf database;	/* daemon only */
 	QbDaemonConf daemon;		/* daemon only */
 	bool		reads_files;	/* a value holds ${file:PATH}: a reload reads it anew */
+	QbEgress   *egress;			/* egress.allow (daemon only), or NULL */
 	struct QbcfArena *arena;	/* private: owns everything above */
 } QbConfig;
 

@@ -60,7 +60,7 @@ _Static_assert(sizeof(qbcf_source_types) / sizeof(qbcf_source_types[0]) <= QBCF_
  * ---------------------------------------------------------------------
  */
 static const char *const qbcf_keys_top[] =
-{"outbox", "destinations", "routes", "sources", "inbox", "http", "admin", "database", "daemon", NULL};
+{"outbox", "destinations", "routes", "sources", "inbox", "http", "admin", "database", "daemon", "egress", NULL};
 static const char *const qbcf_keys_outbox[] =
 {"pollIntervalMs", "batchSize", "maxAttempts", "claimTimeoutMs", "takeover", "backoff", "retention", NULL};
 const char *const qbcf_scalars_outbox[] =
@@ -84,6 +84,7 @@ const char *const qbcf_keys_admin[] =
 /* the daemon's (queuebox-mssqld); the extension reads and ignores them */
 const char *const qbcf_keys_database[] =
 {"url", "listen", "statementTimeoutMs", "connectTimeoutMs", "idlePollMaxMs", NULL};
+static const char *const qbcf_keys_egress[] = {"allow", NULL};
 const char *const qbcf_keys_daemon[] =
 {"outboxWorkers", "shutdownGraceMs", "logFormat", NULL};
 
@@ -1053,6 +1054,89 @@ qbcf_leases(QbcfCtx *cx, const QbcfNode *root, const QbConfig *cfg)
 	return true;
 }
 
+/*
+ * qbcf_egress: the egress: section (daemon only), a list of CIDRs and host
+ * names under allow:.  The extension takes its rules from a superuser
+ * setting, queuebox.allowed_destinations, and refuses the section: whoever
+ * may store a document must not widen them.
+ */
+static bool
+qbcf_egress(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
+{
+	const QbcfNode *m;
+	const QbcfNode *list;
+	char	   *joined;
+	size_t		len = 1;
+	char		msg[QBCF_MSGLEN];
+
+	if (!qbcf_section(cx, "egress", node, QBCF_MAP, &m))
+		return false;
+	if (m == NULL)
+		return true;
+	if (qb_egress_host_owned())
+		return qbcf_error(cx, "egress", node,
+						  "this host takes its egress rules from %s, not from the document; remove the egress: section",
+						  qb_egress_current()->setting);
+	if (!qbcf_check_keys(cx, "egress", m, qbcf_keys_egress, NULL))
+		return false;
+	if ((list = qbcf_get(m, "allow")) == NULL || qbcf_is_null(list))
+		return true;
+	if (list->kind != QBCF_SEQ)
+		return qbcf_error(cx, "egress.allow", list,
+						  "expected a list of CIDRs and host names, e.g. [\"10.0.0.0/8\", \"hooks.example.com\"]");
+	for (int i = 0; i < list->n; i++)
+	{
+		char		path[64];
+
+		snprintf(path, sizeof(path), "egress.allow[%d]", i);
+		if (list->kids[i]->kind != QBCF_SCALAR)
+			return qbcf_error(cx, path, list->kids[i], "expected a CIDR or a host name");
+		len += list->kids[i]->len + 1;
+	}
+	joined = qbcf_arena_alloc(cx->arena, len);
+	if (joined == NULL)
+		return qbcf_error(cx, "egress.allow", list, "out of memory");
+	joined[0] = '\0';
+	for (int i = 0; i < list->n; i++)
+	{
+		strcat(joined, list->kids[i]->text);
+		strcat(joined, ",");
+	}
+	if (!qb_egress_parse(joined, "egress.allow", &cfg->egress, msg, sizeof(msg)))
+		return qbcf_error(cx, "egress.allow", list, "%s", msg);
+	return true;
+}
+
+/*
+ * qbcf_egress_check: every destination's hosts against the rules (the
+ * document's, else the host's); each destination keeps the document's
+ * rules for the checks at connect time.
+ */
+static bool
+qbcf_egress_check(QbcfCtx *cx, QbConfig *cfg)
+{
+	char		why[QBCF_MSGLEN];
+
+	/* the daemon without egress.allow: the default rules, named by its key */
+	if (cfg->egress == NULL && !qb_egress_host_owned() &&
+		!qb_egress_parse("", "egress.allow", &cfg->egress, why, sizeof(why)))
+		return qbcf_error(cx, "egress.allow", NULL, "%s", why);
+	for (int i = 0; i < cfg->ndestinations; i++)
+	{
+		QbDestination *d = &cfg->destinations[i];
+		const char *hosts = d->type == QB_DEST_HTTP ? d->base_url : d->broker_url;
+		char		path[QBCF_MSGLEN];
+
+		d->egress = cfg->egress;
+		if (hosts == NULL || qb_egress_hosts_ok(cfg->egress, hosts, why, sizeof(why)))
+			continue;
+		snprintf(path, sizeof(path), "destinations.%s.%s", d->name,
+				 d->type == QB_DEST_HTTP ? "baseUrl" : d->type == QB_DEST_KAFKA ? "brokers" : "url");
+		return qbcf_error(cx, path, NULL, "%s", why);
+	}
+	return true;
+}
+
 /* qbcf_document: the whole tree into cfg, which holds the defaults. */
 bool
 qbcf_document(QbcfCtx *cx, const QbcfNode *root, QbConfig *cfg)
@@ -1079,5 +1163,7 @@ qbcf_document(QbcfCtx *cx, const QbcfNode *root, QbConfig *cfg)
 		qbcf_http_section(cx, qbcf_get(root, "http"), &cfg->http) &&
 		qbcf_admin(cx, qbcf_get(root, "admin"), cfg) &&
 		qbcf_database(cx, qbcf_get(root, "database"), &cfg->database) &&
-		qbcf_daemon(cx, qbcf_get(root, "daemon"), &cfg->daemon);
+		qbcf_daemon(cx, qbcf_get(root, "daemon"), &cfg->daemon) &&
+		qbcf_egress(cx, qbcf_get(root, "egress"), cfg) &&
+		qbcf_egress_check(cx, cfg);
 }

@@ -53,6 +53,8 @@ typedef struct QbhTransfer
 	struct curl_slist *headers;
 	int			tag;
 	char		errbuf[CURL_ERROR_SIZE];
+	char		refused[256];	/* why the egress rules refused an address */
+	const QbEgress *egress;		/* the destination's rules; NULL: the host's */
 	char		body[QBH_ERRBODY + 1];	/* the start of the answer */
 	size_t		body_len;
 	size_t		read;			/* bytes of the answer's body read so far */
@@ -75,6 +77,7 @@ struct QbHttp
 static int	qbh_socket_cb(CURL *e, curl_socket_t s, int what, void *userp, void *socketp);
 static int	qbh_timer_cb(CURLM *m, long timeout_ms, void *userp);
 static size_t qbh_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
+static curl_socket_t qbh_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a);
 static void qbh_action(QbHttp *h, curl_socket_t s, int ev_bitmask);
 
 /*
@@ -407,6 +410,8 @@ qb_http_post(QbHttp *h, const QbDestination *dest,
 	t->headers = headers;
 	t->tag = tag;
 	t->errbuf[0] = '\0';
+	t->refused[0] = '\0';
+	t->egress = dest->egress;
 	t->body_len = 0;
 	t->body[0] = '\0';
 	t->read = 0;
@@ -427,6 +432,8 @@ qb_http_post(QbHttp *h, const QbDestination *dest,
 	curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t);
 	curl_easy_setopt(t->easy, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(t->easy, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(t->easy, CURLOPT_OPENSOCKETFUNCTION, qbh_open_socket);
+	curl_easy_setopt(t->easy, CURLOPT_OPENSOCKETDATA, t);
 	/*
 	 * timeoutMs bounds each attempt; keepalive probes (10 s idle, then every
 	 * 5 s) find a kept-alive connection whose peer went away between
@@ -538,6 +545,24 @@ qbh_retry_after(CURL *easy, long status)
 	return qb_http_retry_after_ms(hdr->value, (long long) time(NULL));
 }
 
+/*
+ * qbh_open_socket: libcurl's socket for each address it is about to connect
+ * to, after DNS: the egress rules judge the address actually used, so a
+ * name re-pointed after configure() cannot lead anywhere the rules refuse.
+ * A refused address gives no socket; libcurl tries the next one, and the
+ * attempt fails with the reason kept for last_error.
+ */
+static curl_socket_t
+qbh_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	QbhTransfer *t = arg;
+
+	if (purpose == CURLSOCKTYPE_IPCXN &&
+		!qb_egress_addr_ok(t->egress, &a->addr, t->refused, sizeof(t->refused)))
+		return CURL_SOCKET_BAD;
+	return socket(a->family, a->socktype, a->protocol);
+}
+
 /* qbh_finish turns one finished transfer into an outcome and recycles it. */
 static void
 qbh_finish(QbHttp *h, CURL *easy, CURLcode code, QbHttpDone done, void *arg)
@@ -556,7 +581,8 @@ qbh_finish(QbHttp *h, CURL *easy, CURLcode code, QbHttpDone done, void *arg)
 	{
 		out.ok = false;
 		snprintf(out.error, sizeof(out.error), "POST %s failed: %s",
-				 url ? url : "?", t->errbuf[0] ? t->errbuf : curl_easy_strerror(code));
+				 url ? url : "?", t->refused[0] ? t->refused :
+				 t->errbuf[0] ? t->errbuf : curl_easy_strerror(code));
 	}
 	else if (out.status >= 200 && out.status < 300)
 		out.ok = true;

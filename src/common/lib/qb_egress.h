@@ -1,0 +1,89 @@
+/*-------------------------------------------------------------------------
+ * qb_egress.h
+ *	  Egress rules: where a destination may connect (docs/operations.md,
+ *	  "Egress rules").
+ *
+ * A policy is a list of entries, each a CIDR ("10.0.0.0/8", "fd00::/8", an
+ * address alone is /32 or /128) or a host name ("hooks.example.com", or
+ * "*.example.com" for the names under it).  Two checks use it:
+ *	- the host of a destination's URL or broker list, when the configuration
+ *	  is validated: an address literal is checked as below; a name must be
+ *	  listed when the policy lists any name;
+ *	- every address actually connected to (after DNS, so a name cannot be
+ *	  re-pointed around the rules): it must be inside a listed CIDR when
+ *	  the policy lists any CIDR.
+ * Link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10,
+ * fd00:ec2::254, 100.100.100.200; IPv4-mapped forms too) are refused unless
+ * a listed CIDR contains them, with or without a policy.  No policy keeps
+ * every other address open.
+ *
+ * The host's policy (the extension's queuebox.allowed_destinations, the
+ * daemon's egress.allow) is process-wide: qb_egress_set.  A policy once
+ * set is never freed: librdkafka's threads may still be reading it when a
+ * reload sets the next one (a reload leaks one small list).
+ *-------------------------------------------------------------------------
+ */
+#ifndef QB_EGRESS_H
+#define QB_EGRESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/socket.h>
+
+typedef struct QbEgressRule
+{
+	int			family;			/* AF_INET, AF_INET6, or 0 for a name */
+	unsigned char addr[16];		/* network address, host bits zero */
+	int			bits;			/* prefix length */
+	char	   *name;			/* lower case; "*.x" matches names under x */
+} QbEgressRule;
+
+typedef struct QbEgress
+{
+	QbEgressRule *rules;
+	int			nrules;
+	int			ncidrs;			/* rules with a family */
+	int			nnames;			/* rules that are names */
+	char	   *setting;		/* what to change: the GUC or the key path */
+} QbEgress;
+
+/*
+ * Parse a list: entries separated by commas and/or blanks (a YAML list is
+ * joined with commas first).  NULL or empty: NULL policy, no error.  On a bad
+ * entry returns false with err naming it and what is allowed.
+ */
+extern bool qb_egress_parse(const char *list, const char *setting, QbEgress **out,
+							char *err, size_t errlen);
+extern void qb_egress_free(QbEgress *e);
+
+/*
+ * May a connection go to this address (host: the name it was resolved
+ * from, or NULL)?  false with why set ("... 169.254.169.254 is a link-local
+ * or cloud metadata address; list it in queuebox.allowed_destinations to
+ * allow it").  e NULL: the default rules.
+ */
+extern bool qb_egress_addr_ok(const QbEgress *e, const struct sockaddr *sa,
+							  char *why, size_t whylen);
+
+/* May a destination name this host (a name or an address literal)? */
+extern bool qb_egress_host_ok(const QbEgress *e, const char *host, char *why, size_t whylen);
+
+/*
+ * The hosts of a URL ("scheme://[user@]host[:port][/...]"), of a comma list
+ * of them, or of kafka's "host:port,host:port": each checked with
+ * qb_egress_host_ok.  false with why naming the first refused host.
+ */
+extern bool qb_egress_hosts_ok(const QbEgress *e, const char *urls, char *why, size_t whylen);
+
+/*
+ * The host's process-wide policy: list NULL or "" is none (the default
+ * rules).  setting names what to change in messages.  false with err when
+ * the list does not parse (the policy in force stays).
+ */
+extern bool qb_egress_set(const char *list, const char *setting, char *err, size_t errlen);
+extern const QbEgress *qb_egress_current(void);
+
+/* Has the host set its policy (qb_egress_set)?  Then a document may not. */
+extern bool qb_egress_host_owned(void);
+
+#endif							/* QB_EGRESS_H */

@@ -1,0 +1,88 @@
+# 058_egress.pl
+#   Egress rules (docs/operations.md, "Egress rules"), on the extension
+#   (queuebox.allowed_destinations) and the daemon (egress.allow):
+#   - by default a metadata address is refused at configure time, with the
+#     key path, the address and the setting to change;
+#   - a name the rules allow passes configure, but when it resolves to an
+#     address the rules refuse (localhost, while only 10.0.0.0/8 is listed),
+#     the connection is refused: rows counted before and after, none sent,
+#     none lost, last_error says why; listing the address delivers them;
+#   - the setting is the superuser's: no session may SET it, and the
+#     extension refuses a document's egress: section.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use QueueBoxTest;
+use QueueBoxDaemon;
+
+my $sink = qb_sink_start(name => 'egress');
+(my $by_name = $sink->{url}) =~ s{//127\.0\.0\.1:}{//localhost:} or die "sink url $sink->{url}";
+
+sub doc
+{
+	my ($base, %o) = @_;
+	return qb_config_yaml(
+		outbox => { pollIntervalMs => 100, maxAttempts => 100, backoff => { initialMs => 100, maxMs => 200 } },
+		destinations => { web => { type => 'http', baseUrl => $base, path => '/in', timeoutMs => 2000 } },
+		routes => [ { topicPattern => 'orders.**', destination => 'web' } ],
+		%o);
+}
+
+# ---- the extension
+my $node = qb_node('egress');
+my ($ret, $out, $err) = $node->psql('postgres', "SELECT queuebox.configure(\$\$" . doc('http://169.254.169.254') . "\$\$)");
+isnt($ret, 0, 'default rules: a metadata address is refused at configure time');
+like($err, qr/destinations\.web\.baseUrl: egress refused: 169\.254\.169\.254 is a link-local or cloud metadata address; list it in queuebox\.allowed_destinations to allow it/,
+	'the refusal names the key path, the address and the setting');
+($ret, $out, $err) = $node->psql('postgres', "SELECT queuebox.configure(\$\$"
+	  . doc($sink->{url}, egress => { allow => ['0.0.0.0/0'] }) . "\$\$)");
+like($err, qr/egress: this host takes its egress rules from queuebox\.allowed_destinations/,
+	'the extension refuses a document that would set its own rules');
+($ret, $out, $err) = $node->psql('postgres', q{SET queuebox.allowed_destinations = '0.0.0.0/0'});
+like($err, qr/parameter "queuebox\.allowed_destinations" cannot be changed now/, 'no session may SET the rules');
+
+$node->safe_psql('postgres', q{ALTER SYSTEM SET queuebox.allowed_destinations = 'localhost, 10.0.0.0/8'});
+$node->reload;
+qb_wait_query($node, q{SHOW queuebox.allowed_destinations}, 'localhost, 10.0.0.0/8', 'the rules are reloaded');
+($ret, $out, $err) = $node->psql('postgres', "SELECT queuebox.configure(\$\$" . doc($sink->{url}) . "\$\$)");
+like($err, qr/destinations\.web\.baseUrl: egress refused: 127\.0\.0\.1 is in no network of queuebox\.allowed_destinations/,
+	'an address literal outside the listed networks is refused at configure time');
+qb_configure($node, doc($by_name));
+my $before = qb_sink_stats($sink)->{requests} // 0;
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) SELECT 'orders.created', jsonb_build_object('n', g) FROM generate_series(1, 3) g});
+qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE attempt >= 2 AND last_error LIKE '%egress refused: % is in no network of queuebox.allowed_destinations%'},
+	'3', 'a listed name resolving to an unlisted address: each attempt is refused at connect time, and last_error says so');
+is($node->safe_psql('postgres', q{SELECT count(*) || '/' || count(*) FILTER (WHERE state = 'pending') FROM queuebox.outbox}),
+	'3/3', 'the refused rows are all there, pending');
+is(qb_sink_stats($sink)->{requests} // 0, $before, 'the sink got no request');
+
+$node->safe_psql('postgres', q{ALTER SYSTEM SET queuebox.allowed_destinations = 'localhost, 127.0.0.1/32'});
+$node->reload;
+qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE state = 'sent'}, '3',
+	'listing the address: the same rows are delivered');
+is(qb_sink_stats($sink)->{requests} - $before, 3, 'the sink got each row once');
+$node->stop;
+
+# ---- the daemon: egress.allow
+my $dn = qbd_node('egressd');
+my $url = qbd_url($dn);
+my $r = qbd_run('--config', qbd_write_conf(doc('http://169.254.169.254', database => { url => $url }), 'meta'), '--check');
+is($r->[0], 1, 'daemon: a metadata address fails --check');
+like($r->[2], qr/destinations\.web\.baseUrl: egress refused: 169\.254\.169\.254 is a link-local or cloud metadata address; list it in egress\.allow/,
+	'daemon: the refusal names egress.allow');
+my $d = qbd_start($dn, doc($by_name, database => { url => $url }, egress => { allow => [ 'localhost', '10.0.0.0/8' ] }), name => 'egress');
+qb_wait_query($dn, q{SELECT to_regclass('queuebox.outbox') IS NOT NULL}, 't', 'daemon: the schema is there');
+$before = qb_sink_stats($sink)->{requests};
+$dn->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) SELECT 'orders.created', jsonb_build_object('n', g) FROM generate_series(1, 2) g});
+qb_wait_query($dn, q{SELECT count(*) FROM queuebox.outbox WHERE attempt >= 2 AND state = 'pending' AND last_error LIKE '%egress refused: % is in no network of egress.allow%'},
+	'2', 'daemon: connections to an unlisted address are refused, the rows stay pending');
+is(qb_sink_stats($sink)->{requests}, $before, 'daemon: the sink got no request');
+qbd_signal($d, 'TERM');
+qbd_wait_exit($d, 30);
+
+done_testing();
