@@ -19,6 +19,7 @@ use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use QueueBoxTest;
 use QueueBoxDaemon;
+use QueueBoxKafka;
 
 my $sink = qb_sink_start(name => 'egress');
 (my $by_name = $sink->{url}) =~ s{//127\.0\.0\.1:}{//localhost:} or die "sink url $sink->{url}";
@@ -66,6 +67,27 @@ $node->reload;
 qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE state = 'sent'}, '3',
 	'listing the address: the same rows are delivered');
 is(qb_sink_stats($sink)->{requests} - $before, 3, 'the sink got each row once');
+
+# a broker: librdkafka's connect callback judges each broker address
+my $kafka = qb_kafka_start(topics => ['eg:1']);
+(my $kafka_by_name = $kafka->{bootstrap}) =~ s/127\.0\.0\.1/localhost/g;
+$node->safe_psql('postgres', q{ALTER SYSTEM SET queuebox.allowed_destinations = 'localhost, 10.0.0.0/8'});
+$node->reload;
+qb_wait_query($node, q{SHOW queuebox.allowed_destinations}, 'localhost, 10.0.0.0/8', 'the rules are narrowed again');
+qb_configure($node, qb_config_yaml(
+	outbox => { pollIntervalMs => 100, maxAttempts => 100, backoff => { initialMs => 100, maxMs => 200 } },
+	destinations => { bus => { type => 'kafka', brokers => $kafka_by_name, topic => 'eg',
+		config => { 'message.timeout.ms' => '1000' }, circuitBreaker => { failures => 100000 } } },
+	routes => [ { topicPattern => 'orders.**', destination => 'bus' } ]));
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) VALUES ('orders.kafka', '{"k": 1}')});
+qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'orders.kafka' AND state = 'pending'
+	AND last_error LIKE '%egress refused: % is in no network of queuebox.allowed_destinations%'},
+	'1', 'kafka: the broker address is refused at connect time; the row stays pending and last_error says why');
+$node->safe_psql('postgres', q{ALTER SYSTEM SET queuebox.allowed_destinations = 'localhost, 127.0.0.1/32, ::1/128'});
+$node->reload;
+qb_wait_query($node, q{SELECT state FROM queuebox.outbox WHERE topic = 'orders.kafka'}, 'sent',
+	'kafka: listing the address delivers the row', timeout => 90);
+qb_kafka_stop($kafka);
 $node->stop;
 
 # ---- the daemon: egress.allow

@@ -102,6 +102,7 @@ qb_amqp_url_free(QbAmqpUrl *u)
 	free(u->cacert);
 	free(u->cert);
 	free(u->key);
+	qb_egress_free(u->egress);
 	memset(u, 0, sizeof(*u));
 }
 
@@ -456,7 +457,8 @@ qb_amqp_rpc_error(const char *where, amqp_rpc_reply_t r, const char *what, char 
  * writes wait with poll() where they must.  -1 with the reason in err.
  */
 int
-qb_amqp_tcp_connect(const char *host, int port, long timeout_ms, char *err, size_t errlen)
+qb_amqp_tcp_connect(const char *host, int port, long timeout_ms, const QbEgress *egress,
+					char *err, size_t errlen)
 {
 	struct addrinfo hints = {0};
 	struct addrinfo *res = NULL;
@@ -481,6 +483,9 @@ qb_amqp_tcp_connect(const char *host, int port, long timeout_ms, char *err, size
 		int			soerr = 0;
 		socklen_t	len = sizeof(soerr);
 
+		/* the address about to be used: a name cannot lead past the rules */
+		if (!qb_egress_addr_ok(egress, ai->ai_addr, err, errlen))
+			continue;
 		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
 		if (fd < 0)
 		{
@@ -606,7 +611,7 @@ qb_amqp_login(const QbAmqpUrl *u, const char *where, const char *cname, bool con
 				/* librabbitmq lost the reason: connect once more to learn it */
 				char		why[256];
 				int			fd = qb_amqp_tcp_connect(u->host, u->port, u->connect_timeout_ms,
-													 why, sizeof(why));
+													 u->egress, why, sizeof(why));
 
 				if (fd >= 0)
 				{
@@ -622,13 +627,33 @@ qb_amqp_login(const QbAmqpUrl *u, const char *where, const char *cname, bool con
 				snprintf(err, errlen, "%s: cannot connect: %s", where, amqp_error_string2(rc));
 			goto fail;
 		}
+		/*
+		 * librabbitmq resolved and connected (and shook hands, which sends
+		 * no credential): judge the address it used before the login does
+		 */
+		{
+			struct sockaddr_storage peer;
+			socklen_t	plen = sizeof(peer);
+			char		why[300];
+
+			if (getpeername(amqp_get_sockfd(amqp), (struct sockaddr *) &peer, &plen) != 0)
+			{
+				snprintf(err, errlen, "%s: cannot connect: getpeername: %s", where, strerror(errno));
+				goto fail;
+			}
+			if (!qb_egress_addr_ok(u->egress, (struct sockaddr *) &peer, why, sizeof(why)))
+			{
+				snprintf(err, errlen, "%s: cannot connect: %s", where, why);
+				goto fail;
+			}
+		}
 	}
 	else
 	{
 		/* our own connect, for an exact reason ("Connection refused") */
 		char		why[256];
 		int			fd = qb_amqp_tcp_connect(u->host, u->port, u->connect_timeout_ms,
-											 why, sizeof(why));
+											 u->egress, why, sizeof(why));
 
 		if (fd < 0)
 		{

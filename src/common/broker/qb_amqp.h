@@ -20,6 +20,8 @@
 
 #include <amqp.h>
 
+#include "qb_egress.h"
+
 typedef struct QbAmqpUrl
 {
 	bool		tls;			/* amqps */
@@ -34,6 +36,8 @@ typedef struct QbAmqpUrl
 	char	   *cert;			/* amqps: client certificate (PEM), or NULL */
 	char	   *key;			/* amqps: client key (PEM), or NULL */
 	bool		verify;			/* amqps: verify the peer and host name */
+	QbEgress   *egress;			/* the destination's rules (a copy, owned), or
+								 * NULL: the host's (qb_egress_current) */
 } QbAmqpUrl;
 
 /*
@@ -59,7 +63,7 @@ extern void qb_amqp_rpc_error(const char *where, amqp_rpc_reply_t r, const char 
 							  char *err, size_t errlen);
 
 /* A non-blocking TCP socket connected to host:port, or -1 with err set. */
-extern int	qb_amqp_tcp_connect(const char *host, int port, long timeout_ms,
+extern int	qb_amqp_tcp_connect(const char *host, int port, long timeout_ms, const QbEgress *egress,
 								char *err, size_t errlen);
 
 /*

@@ -12,6 +12,7 @@
  */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ static const struct
 
 #define QBE_NREFUSED (int) (sizeof(qbe_refused) / sizeof(qbe_refused[0]))
 
-static QbEgress qbe_none = {NULL, 0, 0, 0, (char *) "queuebox.allowed_destinations"};
+static QbEgress qbe_none = {NULL, 0, 0, 0, (char *) "queuebox.allowed_destinations", (char *) ""};
 static QbEgress *volatile qbe_current = &qbe_none;
 static volatile bool qbe_owned = false;
 
@@ -170,7 +171,7 @@ qb_egress_parse(const char *list, const char *setting, QbEgress **out, char *err
 		cap += (*q == ',' || *q == ' ');
 	e = calloc(1, sizeof(QbEgress));
 	if (e == NULL || (e->rules = calloc(cap, sizeof(QbEgressRule))) == NULL ||
-		(e->setting = strdup(setting)) == NULL)
+		(e->setting = strdup(setting)) == NULL || (e->list = strdup(p)) == NULL)
 	{
 		snprintf(err, errlen, "out of memory");
 		goto err;
@@ -210,7 +211,20 @@ qb_egress_free(QbEgress *e)
 		free(e->rules[i].name);
 	free(e->rules);
 	free(e->setting);
+	free(e->list);
 	free(e);
+}
+
+/* qb_egress_copy: see qb_egress.h. */
+QbEgress *
+qb_egress_copy(const QbEgress *e)
+{
+	QbEgress   *c = NULL;
+	char		err[300];
+
+	if (e == NULL || !qb_egress_parse(e->list, e->setting, &c, err, sizeof(err)))
+		return NULL;
+	return c;
 }
 
 /* the address judged: family and bytes, already unmapped */
@@ -330,9 +344,15 @@ qb_egress_host_ok(const QbEgress *e, const char *host, char *why, size_t whylen)
 	return qbe_host_ok(e, host, strlen(host), why, whylen);
 }
 
-/* qb_egress_hosts_ok: see qb_egress.h. */
-bool
-qb_egress_hosts_ok(const QbEgress *e, const char *urls, char *why, size_t whylen)
+/* what qbe_walk does with each host */
+typedef bool (*QbeHostFn) (const QbEgress *e, const char *host, size_t len, char *why, size_t whylen);
+
+/*
+ * qbe_walk: each host of a URL, a comma list of URLs, or kafka's
+ * "host:port,host:port" (user info, port and path dropped, "[v6]" kept).
+ */
+static bool
+qbe_walk(const QbEgress *e, const char *urls, QbeHostFn fn, char *why, size_t whylen)
 {
 	const char *p = urls;
 
@@ -371,12 +391,50 @@ qb_egress_hosts_ok(const QbEgress *e, const char *urls, char *why, size_t whylen
 			if (colon != NULL)
 				hlen = (size_t) (colon - h);
 		}
-		if (hlen > 0 && !qbe_host_ok(e, h, hlen, why, whylen))
+		if (hlen > 0 && !fn(e, h, hlen, why, whylen))
 			return false;
 		if (*end == '\0')
 			return true;
 		p = end + 1;
 	}
+}
+
+/* qb_egress_hosts_ok: see qb_egress.h. */
+bool
+qb_egress_hosts_ok(const QbEgress *e, const char *urls, char *why, size_t whylen)
+{
+	return qbe_walk(e, urls, qbe_host_ok, why, whylen);
+}
+
+/* every address one host resolves to */
+static bool
+qbe_resolved_ok(const QbEgress *e, const char *host, size_t len, char *why, size_t whylen)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
+	struct addrinfo *res = NULL;
+	char		name[256];
+	bool		ok = true;
+	int			rc;
+
+	if (len >= 2 && host[0] == '[')
+	{
+		host++;
+		len -= 2;
+	}
+	snprintf(name, sizeof(name), "%.*s", (int) (len < sizeof(name) ? len : sizeof(name) - 1), host);
+	if ((rc = getaddrinfo(name, NULL, &hints, &res)) != 0)
+		return true;			/* the connect will fail and say why */
+	for (struct addrinfo *ai = res; ai != NULL && ok; ai = ai->ai_next)
+		ok = qb_egress_addr_ok(e, ai->ai_addr, why, whylen);
+	freeaddrinfo(res);
+	return ok;
+}
+
+/* qb_egress_resolve_ok: see qb_egress.h. */
+bool
+qb_egress_resolve_ok(const QbEgress *e, const char *urls, char *why, size_t whylen)
+{
+	return qbe_walk(e, urls, qbe_resolved_ok, why, whylen);
 }
 
 /* qb_egress_set: see qb_egress.h. */

@@ -45,6 +45,7 @@ typedef struct QbEgress
 	int			ncidrs;			/* rules with a family */
 	int			nnames;			/* rules that are names */
 	char	   *setting;		/* what to change: the GUC or the key path */
+	char	   *list;			/* the text parsed, for qb_egress_copy */
 } QbEgress;
 
 /*
@@ -55,6 +56,13 @@ typedef struct QbEgress
 extern bool qb_egress_parse(const char *list, const char *setting, QbEgress **out,
 							char *err, size_t errlen);
 extern void qb_egress_free(QbEgress *e);
+
+/*
+ * A copy that outlives e's configuration (a broker connection kept across
+ * reloads); NULL for NULL (the host's rules) or out of memory (then the
+ * host's rules judge: never wider than the default).
+ */
+extern QbEgress *qb_egress_copy(const QbEgress *e);
 
 /*
  * May a connection go to this address (host: the name it was resolved
@@ -74,6 +82,14 @@ extern bool qb_egress_host_ok(const QbEgress *e, const char *host, char *why, si
  * qb_egress_host_ok.  false with why naming the first refused host.
  */
 extern bool qb_egress_hosts_ok(const QbEgress *e, const char *urls, char *why, size_t whylen);
+
+/*
+ * Every address each host of urls resolves to, judged as a connection's
+ * would be: for a client library that lets no one see the address it
+ * connects to (cnats).  DNS may answer differently a moment later; a host
+ * that does not resolve passes (its connect fails and says why).
+ */
+extern bool qb_egress_resolve_ok(const QbEgress *e, const char *urls, char *why, size_t whylen);
 
 /*
  * The host's process-wide policy: list NULL or "" is none (the default

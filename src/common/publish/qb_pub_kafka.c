@@ -24,11 +24,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
 
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
@@ -48,6 +50,9 @@ typedef struct QbkProducer
 	rd_kafka_t *rk;
 	bool		fatal;			/* error_cb saw __FATAL: make it anew */
 	char		last_error[256];	/* the latest error_cb text, for context */
+	QbEgress   *egress;			/* the destination's rules (a copy), or NULL */
+	pthread_mutex_t refused_lock;	/* connect_cb runs on librdkafka's threads */
+	char		refused[300];	/* why connect_cb last refused an address */
 	struct QbkProducer *next;
 } QbkProducer;
 
@@ -119,7 +124,33 @@ qbk_producer_free(QbkProducer *p)
 	}
 	free(p->dest);
 	free(p->fingerprint);
+	qb_egress_free(p->egress);
+	pthread_mutex_destroy(&p->refused_lock);
 	free(p);
+}
+
+/*
+ * qbk_connect_cb: librdkafka's connect, on its broker threads, for every
+ * address it resolved: the egress rules judge the address actually used
+ * (a name re-pointed after configure() cannot lead elsewhere).  A refusal
+ * is kept for the rows that then time out.
+ */
+static int
+qbk_connect_cb(int sockfd, const struct sockaddr *addr, int addrlen, const char *id, void *opaque)
+{
+	QbkProducer *p = opaque;
+	char		why[300];
+
+	if (!qb_egress_addr_ok(p->egress, addr, why, sizeof(why)))
+	{
+		pthread_mutex_lock(&p->refused_lock);
+		snprintf(p->refused, sizeof(p->refused), "%s", why);
+		pthread_mutex_unlock(&p->refused_lock);
+		return EACCES;
+	}
+	if (connect(sockfd, addr, (socklen_t) addrlen) == -1 && errno != EINPROGRESS)
+		return errno;
+	return 0;
 }
 
 static void
@@ -155,7 +186,7 @@ qbk_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 static char *
 qbk_fingerprint(const QbDestination *d)
 {
-	size_t		len = strlen(d->broker_url) + 32;
+	size_t		len = strlen(d->broker_url) + 32 + (d->egress ? strlen(d->egress->list) : 0);
 	char	   *s;
 	char	   *w;
 
@@ -163,7 +194,8 @@ qbk_fingerprint(const QbDestination *d)
 		len += strlen(d->props[i].name) + strlen(d->props[i].value) + 2;
 	if ((s = malloc(len)) == NULL)
 		return NULL;
-	w = s + sprintf(s, "%s\n%ld", d->broker_url, d->timeout_ms);
+	w = s + sprintf(s, "%s\n%ld\negress=%s", d->broker_url, d->timeout_ms,
+					d->egress ? d->egress->list : "(the host's)");
 	for (int i = 0; i < d->nprops; i++)
 		w += sprintf(w, "\n%s=%s", d->props[i].name, d->props[i].value);
 	return s;
@@ -190,6 +222,8 @@ qbk_producer_new(QbKafka *k, const QbDestination *d, char *err, size_t errlen)
 		goto err;
 	}
 	p->kafka = k;
+	pthread_mutex_init(&p->refused_lock, NULL);
+	p->egress = qb_egress_copy(d->egress);
 	snprintf(timeout, sizeof(timeout), "%ld", d->timeout_ms);
 	for (int i = 0; i < d->nprops; i++)
 		if (!qb_kafka_set(conf, d->props[i].name, d->props[i].value, err, errlen))
@@ -202,6 +236,7 @@ qbk_producer_new(QbKafka *k, const QbDestination *d, char *err, size_t errlen)
 		goto err;
 	rd_kafka_conf_set_dr_msg_cb(conf, qbk_dr_cb);
 	rd_kafka_conf_set_error_cb(conf, qbk_error_cb);
+	rd_kafka_conf_set_connect_cb(conf, qbk_connect_cb);
 	rd_kafka_conf_set_log_cb(conf, qb_kafka_log_silent);
 	rd_kafka_conf_set_opaque(conf, p);
 	/* rd_kafka_new starts librdkafka's threads; they block every signal */
@@ -564,6 +599,18 @@ qbk_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 	qbk_classify(m, &out);
 	if (!out.ok && qbk_is_fatal(p))
 		qbk_fatal_message(p, out.error, sizeof(out.error));
+	else
+	{
+		size_t		n = strlen(out.error);
+
+		/* a refusal explains the failures that follow it, until a success */
+		pthread_mutex_lock(&p->refused_lock);
+		if (out.ok)
+			p->refused[0] = '\0';
+		else if (p->refused[0] != '\0')
+			snprintf(out.error + n, sizeof(out.error) - n, " (%s)", p->refused);
+		pthread_mutex_unlock(&p->refused_lock);
+	}
 	if (k->done != NULL)
 		k->done(k->done_arg, tag, &out);
 }

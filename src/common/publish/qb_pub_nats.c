@@ -60,6 +60,7 @@ typedef struct QbnLink
 	int			core_pending;	/* core publishes not yet flushed */
 	long		retry_at;		/* after a failed connect */
 	char		error[512];		/* why the last connect failed */
+	QbEgress   *egress;			/* the destination's rules (a copy), or NULL */
 	/* createStream; under owner->mu, as qbn_ack reads them */
 	char	   *stream;			/* the stream to make; NULL: none */
 	char	   *stream_subject;
@@ -177,8 +178,16 @@ qbn_connect(QbnLink *l)
 	sigset_t	old;
 	jsOptions	jo;
 	char		url[256];
-	char		why[200];
+	char		why[300];
 
+	/* cnats shows no one the address it connects to: judge them first */
+	if (!qb_egress_resolve_ok(l->egress, l->url, why, sizeof(why)))
+	{
+		qb_nats_redact(l->url, url, sizeof(url));
+		snprintf(l->error, sizeof(l->error), "cannot connect to NATS at %.200s: %.250s", url, why);
+		l->retry_at = qb_now_ms() + QBN_RETRY_CONNECT_MS;
+		return false;
+	}
 	qb_nats_block_signals(&old);
 	o = qb_nats_options(l->url, &s);
 	if (s == NATS_OK && l->jetstream)
@@ -344,6 +353,13 @@ qbn_link(QbNats *n, const QbDestination *d, char *err, size_t errlen)
 		l->owner = n;
 		l->next = n->links;
 		n->links = l;
+	}
+	/* the rules of the configuration in force (only this thread reads them) */
+	if ((d->egress == NULL) != (l->egress == NULL) ||
+		(d->egress != NULL && strcmp(d->egress->list, l->egress->list) != 0))
+	{
+		qb_egress_free(l->egress);
+		l->egress = qb_egress_copy(d->egress);
 	}
 	if (!qbn_stream_settings(n, l, d))
 	{
