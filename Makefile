@@ -264,10 +264,11 @@ $(DAEMON_DIR)/%.o: src/daemon/%.c $(COMMON_HDRS) $(DAEMON_HDRS) Makefile
 	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
 
 # the schema and its upgrade steps as C (scripts/embed-schema.sh)
-$(DAEMON_DIR)/schema_pg.c: $(DAEMON_SCHEMA) $(UPGRADES_PG) scripts/embed-schema.sh Makefile
+$(DAEMON_DIR)/schema_pg.c: $(DAEMON_SCHEMA) $(UPGRADES_PG) $(wildcard sql/daemon/upgrade/*.sql) scripts/embed-schema.sh Makefile
 	@mkdir -p $(dir $@)
 	{ echo 'const char qbd_schema_version[] = "$(EXTVERSION)";'; \
-	  QBD_STEP_TAIL=sql/schema/roles.sql scripts/embed-schema.sh pg $(EXTVERSION) sql/schema/upgrade $(DAEMON_SCHEMA); } > $@
+	  QBD_STEP_DIR=sql/daemon/upgrade QBD_STEP_TAIL=sql/schema/roles.sql \
+	    scripts/embed-schema.sh pg $(EXTVERSION) sql/schema/upgrade $(DAEMON_SCHEMA); } > $@
 $(DAEMON_DIR)/schema_pg.o: $(DAEMON_DIR)/schema_pg.c
 	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
 $(DAEMON_DIR)/schema_mssql.c: $(DAEMON_MSSQL) $(UPGRADES_MSSQL) scripts/embed-schema.sh Makefile

@@ -7,8 +7,10 @@
 #   const char qbd_schema_KIND[]          the PARTs, in order: a fresh install
 #   const QbdUpgrade qbd_upgrades_KIND[]  one step per UPGRADE_DIR/FROM--TO.sql,
 #                                         in version order, ended by {NULL}
-# with @SCHEMA_VERSION@ replaced by VERSION; with QBD_STEP_TAIL=FILE, FILE
-# ends every step too (PostgreSQL's sql/schema/roles.sql).  The Makefile runs it for
+# with @SCHEMA_VERSION@ replaced by VERSION; with QBD_STEP_DIR=DIR, a step's
+# own DIR/FROM--TO.sql follows its shared one (the daemon-only DDL,
+# sql/daemon/upgrade/); with QBD_STEP_TAIL=FILE, FILE ends every step
+# (PostgreSQL's sql/schema/roles.sql).  The Makefile runs it for
 # build/daemon/schema_pg.c and schema_mssql.c (docs/design/schema.md).
 set -euo pipefail
 kind=$1 version=$2 updir=$3
@@ -30,7 +32,11 @@ echo "const QbdUpgrade qbd_upgrades_$kind[] = {"
 for f in $(ls "$updir"/*--*.sql 2>/dev/null | sort -V); do
 	step=$(basename "$f" .sql)
 	echo "	{.from = \"${step%%--*}\", .to = \"${step##*--}\", .sql ="
-	cstring "$f" ${QBD_STEP_TAIL:-}
+	own=""
+	if [ -n "${QBD_STEP_DIR:-}" ] && [ -f "$QBD_STEP_DIR/$step.sql" ]; then
+		own="$QBD_STEP_DIR/$step.sql"
+	fi
+	cstring "$f" $own ${QBD_STEP_TAIL:-}
 	echo '	},'
 done
 echo '	{.from = NULL, .to = NULL, .sql = NULL}'

@@ -25,14 +25,18 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "commands/trigger.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 #include "utils/rel.h"
 
 #include "qb_pg.h"
 #include "qb_route.h"
+#include "qb_trace.h"
 
 PG_FUNCTION_INFO_V1(qb_sql_route_outbox);
 
@@ -52,6 +56,18 @@ static int	qbr_att_destination = 0;
 static int	qbr_att_hold = 0;
 static int	qbr_att_id = 0;
 static int	qbr_att_key = 0;
+static int	qbr_att_headers = 0;
+
+/*
+ * The trace context of the statement being run, from its sqlcommenter
+ * comment: looked up once per top-level statement (its start time and
+ * text), not once per row of a many-row INSERT or COPY.
+ */
+static TimestampTz qbr_trace_stmt = 0;
+static const char *qbr_trace_query = NULL;
+static bool qbr_trace_found = false;
+static char qbr_trace_tp[QB_TRACEPARENT_LEN + 1];
+static char qbr_trace_ts[QB_TRACESTATE_MAX + 1];
 
 /*
  * Routes staged for a publish: a worker's load, or a configure() whose
@@ -243,8 +259,8 @@ qbr_is(TupleDesc desc, int attnum, const char *name)
 }
 
 /*
- * qbr_attnums finds topic, destination, hold, id and key in the outbox's
- * row type.  The numbers found last are checked first (five name
+ * qbr_attnums finds topic, destination, hold, id, key and headers in the
+ * outbox's row type.  The numbers found last are checked first (six name
  * compares): a column dropped and added again by an upgrade moves them.
  */
 static bool
@@ -254,9 +270,9 @@ qbr_attnums(Relation rel)
 
 	if (qbr_is(desc, qbr_att_topic, "topic") && qbr_is(desc, qbr_att_destination, "destination") &&
 		qbr_is(desc, qbr_att_hold, "hold") && qbr_is(desc, qbr_att_id, "id") &&
-		qbr_is(desc, qbr_att_key, "key"))
+		qbr_is(desc, qbr_att_key, "key") && qbr_is(desc, qbr_att_headers, "headers"))
 		return true;
-	qbr_att_topic = qbr_att_destination = qbr_att_hold = qbr_att_id = qbr_att_key = 0;
+	qbr_att_topic = qbr_att_destination = qbr_att_hold = qbr_att_id = qbr_att_key = qbr_att_headers = 0;
 	for (int i = 1; i <= desc->natts; i++)
 	{
 		if (qbr_is(desc, i, "topic"))
@@ -269,9 +285,11 @@ qbr_attnums(Relation rel)
 			qbr_att_id = i;
 		else if (qbr_is(desc, i, "key"))
 			qbr_att_key = i;
+		else if (qbr_is(desc, i, "headers"))
+			qbr_att_headers = i;
 	}
 	return qbr_att_topic != 0 && qbr_att_destination != 0 && qbr_att_hold != 0 &&
-		qbr_att_id != 0 && qbr_att_key != 0;
+		qbr_att_id != 0 && qbr_att_key != 0 && qbr_att_headers != 0;
 }
 
 /* qbr_route: the destination of the first published route topic matches, or NULL. */
@@ -297,8 +315,58 @@ qbr_route(HeapTuple tup, TupleDesc desc)
 }
 
 /*
- * BEFORE INSERT FOR EACH ROW on queuebox.outbox, for a row inserted without
- * a hold: one with no destination gets its topic's destination; then a
+ * qbr_trace: the headers with the trace context a row inserted now takes
+ * (docs/observability.md, "Trace context"), or 0 when they stay as they
+ * are: the row's own traceparent header wins; then queuebox.traceparent
+ * (SET LOCAL); then a sqlcommenter comment in the inserting statement.
+ */
+static Datum
+qbr_trace(HeapTuple tup, TupleDesc desc)
+{
+	const char *tp = NULL;
+	const char *ts = "";
+	bool		isnull;
+	Datum		headers;
+	char		add[QB_TRACEPARENT_LEN + QB_TRACESTATE_MAX + 48];
+
+	if (qb_traceparent != NULL && qb_traceparent[0] != '\0')
+	{
+		tp = qb_traceparent;	/* its check hook parsed it */
+		ts = qb_tracestate != NULL ? qb_tracestate : "";
+	}
+	else
+	{
+		if (GetCurrentStatementStartTimestamp() != qbr_trace_stmt || debug_query_string != qbr_trace_query)
+		{
+			qbr_trace_stmt = GetCurrentStatementStartTimestamp();
+			qbr_trace_query = debug_query_string;
+			qbr_trace_found = qb_trace_from_sql(debug_query_string, qbr_trace_tp, qbr_trace_ts);
+		}
+		if (qbr_trace_found)
+		{
+			tp = qbr_trace_tp;
+			ts = qbr_trace_ts;
+		}
+	}
+	if (tp == NULL)
+		return (Datum) 0;
+	headers = heap_getattr(tup, qbr_att_headers, desc, &isnull);
+	if (isnull || DatumGetBool(DirectFunctionCall2(jsonb_exists, headers,
+												   CStringGetTextDatum("traceparent"))))
+		return (Datum) 0;		/* NOT NULL says why; or the row's own wins */
+	/* both values are checked: no character needs escaping */
+	if (ts[0] != '\0')
+		snprintf(add, sizeof(add), "{\"traceparent\": \"%s\", \"tracestate\": \"%s\"}", tp, ts);
+	else
+		snprintf(add, sizeof(add), "{\"traceparent\": \"%s\"}", tp);
+	return DirectFunctionCall2(jsonb_concat, headers, DirectFunctionCall1(jsonb_in, CStringGetDatum(add)));
+}
+
+/*
+ * BEFORE INSERT FOR EACH ROW on queuebox.outbox: a row takes the trace
+ * context of its transaction or statement (qbr_trace); then, for a row
+ * inserted without a hold, one with no destination gets its topic's
+ * destination; then a
  * keyed row whose key has an earlier open row is parked (hold 'key',
  * outbox_park.c), and a routed row that is not goes to its destination's
  * intake (hold 'intake').  A row no published route matches (or inserted
@@ -316,9 +384,10 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 	bool		parked;
 	const char *dest = NULL;
 	Datum		key;
-	int			cols[2];
-	Datum		values[2];
-	bool		nulls[2] = {false, false};
+	Datum		traced;
+	int			cols[3];
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
 	int			n = 0;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
@@ -330,11 +399,17 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 	if (qb_shared == NULL || !qbr_attnums(td->tg_relation))
 		return PointerGetDatum(tup);
 	desc = RelationGetDescr(td->tg_relation);
+	if ((traced = qbr_trace(tup, desc)) != (Datum) 0)
+	{
+		cols[n] = qbr_att_headers;
+		values[n++] = traced;
+	}
 	(void) heap_getattr(tup, qbr_att_hold, desc, &isnull);
 	if (!isnull)
 	{
 		qb_note_outbox_row(false);	/* placed by its inserter: it may be claimable */
-		return PointerGetDatum(tup);
+		return n == 0 ? PointerGetDatum(tup) :
+			PointerGetDatum(heap_modify_tuple_by_cols(tup, desc, n, cols, values, nulls));
 	}
 	(void) heap_getattr(tup, qbr_att_destination, desc, &no_dest);
 	if (no_dest && (dest = qbr_route(tup, desc)) != NULL)

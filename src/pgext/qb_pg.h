@@ -113,6 +113,8 @@ extern bool qb_relay_worker;
 extern bool qb_ingress_worker;
 extern int	qb_max_consumer_workers;
 extern char *qb_secret_file_dirs;
+extern char *qb_traceparent;	/* queuebox.traceparent, "" when unset */
+extern char *qb_tracestate;
 
 extern QbShared *qb_shared;
 

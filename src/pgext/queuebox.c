@@ -30,6 +30,7 @@
 
 #include "qb_engines.h"
 #include "qb_pg.h"
+#include "qb_trace.h"
 
 PG_MODULE_MAGIC;
 
@@ -43,6 +44,8 @@ bool		qb_ingress_worker = true;
 int			qb_max_consumer_workers = 8;
 char	   *qb_secret_file_dirs = NULL;
 static char *qb_allowed_destinations = NULL;
+char	   *qb_traceparent = NULL;
+char	   *qb_tracestate = NULL;
 
 QbShared   *qb_shared = NULL;
 
@@ -64,6 +67,8 @@ static bool qb_secret_file_dirs_check(char **newval, void **extra, GucSource sou
 static void qb_secret_file_dirs_assign(const char *newval, void *extra);
 static bool qb_allowed_destinations_check(char **newval, void **extra, GucSource source);
 static void qb_allowed_destinations_assign(const char *newval, void *extra);
+static bool qb_traceparent_check(char **newval, void **extra, GucSource source);
+static bool qb_tracestate_check(char **newval, void **extra, GucSource source);
 static void qb_shmem_request(void);
 static void qb_shmem_startup(void);
 static void qb_xact_callback(XactEvent event, void *arg);
@@ -131,6 +136,16 @@ _PG_init(void)
 							   "fd00:ec2::254, 100.100.100.200), which are refused unless listed.",
 							   &qb_allowed_destinations, "",
 							   PGC_SIGHUP, 0, qb_allowed_destinations_check, qb_allowed_destinations_assign, NULL);
+	DefineCustomStringVariable("queuebox.traceparent",
+							   "The W3C traceparent the rows this session inserts carry (SET LOCAL in a traced transaction).",
+							   "A row's own traceparent header wins; empty: the inserting statement's sqlcommenter comment, if any.",
+							   &qb_traceparent, "",
+							   PGC_USERSET, 0, qb_traceparent_check, NULL, NULL);
+	DefineCustomStringVariable("queuebox.tracestate",
+							   "The W3C tracestate carried with queuebox.traceparent.",
+							   NULL,
+							   &qb_tracestate, "",
+							   PGC_USERSET, 0, qb_tracestate_check, NULL, NULL);
 	MarkGUCPrefixReserved("queuebox");
 
 	prev_shmem_request_hook = shmem_request_hook;
@@ -196,6 +211,29 @@ qb_allowed_destinations_assign(const char *newval, void *extra)
 	/* the check hook parsed the same text: only memory can fail here */
 	if (!qb_egress_set(newval, "queuebox.allowed_destinations", err, sizeof(err)))
 		elog(LOG, "queuebox.allowed_destinations not applied: %s", err);
+}
+
+/* queuebox.traceparent: empty, or a traceparent the spec accepts */
+static bool
+qb_traceparent_check(char **newval, void **extra, GucSource source)
+{
+	QbTraceContext c;
+
+	if (*newval == NULL || (*newval)[0] == '\0' || qb_trace_parse(*newval, &c))
+		return true;
+	GUC_check_errdetail("A traceparent is 00-<trace-id: 32 hex>-<parent-id: 16 hex>-<flags: 2 hex>, lower case, ids not all zero.");
+	GUC_check_errhint("Set what your tracer's propagator writes, e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01.");
+	return false;
+}
+
+/* queuebox.tracestate: what a header can carry */
+static bool
+qb_tracestate_check(char **newval, void **extra, GucSource source)
+{
+	if (*newval == NULL || qb_tracestate_ok(*newval))
+		return true;
+	GUC_check_errdetail("A tracestate is at most 512 printable ASCII characters, without '\"' or '\\'.");
+	return false;
 }
 
 /* the config module reads the list at each parse (qb_config_set_file_dirs) */

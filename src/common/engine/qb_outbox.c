@@ -30,6 +30,7 @@
 
 #include "qb_backoff.h"
 #include "qb_publish.h"
+#include "qb_trace.h"
 #include "qb_outbox.h"
 #include "qb_transform.h"
 
@@ -399,6 +400,8 @@ qbo_start(QboEngine *e, QboSlot *s, int tag)
 	QbMessage	m;
 	json_t	   *headers = NULL;
 	QbPubStart	r;
+	QbTraceContext parent;
+	QbTraceContext span;
 
 	d->queued--;
 	s->st = QBO_SENDING;
@@ -413,6 +416,9 @@ qbo_start(QboEngine *e, QboSlot *s, int tag)
 	/* parsed here, once, for whichever publisher takes the message */
 	r = qb_message_headers(s->row.headers, &headers, err, sizeof(err)) ?
 		QB_PUB_STARTED : QB_PUB_ROW_INVALID;
+	/* each attempt is a span of its own: a child of the row's context */
+	if (r == QB_PUB_STARTED)
+		(void) qb_trace_publish(headers, &parent, &span);
 	m.headers = headers;
 	if (r == QB_PUB_STARTED)
 		r = qb_pubset_start(e->pub, &e->cfg->destinations[s->dest], &m, tag, err, sizeof(err));
