@@ -3,6 +3,9 @@ package queuebox
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -30,6 +33,40 @@ type Message struct {
 	CreatedAt time.Time
 
 	claimToken string
+}
+
+// TraceContext is the W3C trace context a message arrived with: its
+// traceparent and tracestate headers (docs/observability.md).
+type TraceContext struct {
+	TraceID    string // 32 lower-case hex digits
+	SpanID     string // the sender's span: 16 lower-case hex digits
+	TraceFlags byte
+	TraceState string
+}
+
+var traceparentRe = regexp.MustCompile(`^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$`)
+
+// TraceContext returns the trace context the message arrived with (its
+// traceparent header in any letter case), or false when it has none or the
+// spec says to ignore it.  Start the handler's span as its child, e.g. with
+// OpenTelemetry in Options.StartSpan.
+func (m Message) TraceContext() (TraceContext, bool) {
+	var tp, ts string
+	for k, v := range m.Headers {
+		switch strings.ToLower(k) {
+		case "traceparent":
+			tp = v
+		case "tracestate":
+			ts = v
+		}
+	}
+	g := traceparentRe.FindStringSubmatch(tp)
+	if g == nil || g[1] == "ff" || (g[1] == "00" && g[5] != "") ||
+		strings.Trim(g[2], "0") == "" || strings.Trim(g[3], "0") == "" {
+		return TraceContext{}, false
+	}
+	flags, _ := strconv.ParseUint(g[4], 16, 8)
+	return TraceContext{TraceID: g[2], SpanID: g[3], TraceFlags: byte(flags), TraceState: ts}, true
 }
 
 // UnmarshalPayload decodes the payload into v, as json.Unmarshal does; its

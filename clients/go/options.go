@@ -1,6 +1,7 @@
 package queuebox
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -44,6 +45,12 @@ type Options struct {
 	// Logger receives what the worker has to say (default: nothing is
 	// logged).
 	Logger Logger
+	// StartSpan, when set, is called before each handler with the
+	// handler's context; the handler gets the context it returns, and end
+	// is called with the handler's error once it returned.  Start a span
+	// there, the child of m.TraceContext() when the message has one: the
+	// library needs no tracing package (docs/observability.md).
+	StartSpan func(ctx context.Context, m Message) (spanCtx context.Context, end func(err error))
 }
 
 // minStatementTimeout: the SQL Server claim's lock wait (10 s) with room

@@ -556,7 +556,52 @@ func TestPostgreSQL(t *testing.T) {
 		lease:  600, wait: 20 * time.Second,
 	}
 	runScenarios(t, b)
+	t.Run("handler_span", func(t *testing.T) {
+		b.exec(t, b.reset)
+		scenarioHandlerSpan(t, b)
+	})
 	b.exec(t, "DELETE FROM queuebox.inbox WHERE {mine}; DROP TABLE {biz}")
+}
+
+// the StartSpan hook gets each message with its trace context, and the
+// handler the context the hook returned; end gets the handler's error
+func scenarioHandlerSpan(t *testing.T, b *backend) {
+	b.exec(t, "INSERT INTO queuebox.inbox (source, idempotency_key, payload, headers, consumption) VALUES "+
+		"({source}, 't1', '{}', $1, 'pull'), ({source}, 't2', '{}', '{}', 'pull')",
+		`{"Traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "congo=1"}`)
+	type key struct{}
+	var mu sync.Mutex
+	parents := map[string]string{}
+	ended := map[string]error{}
+	seen := map[string]interface{}{}
+	s := b.start(t, Options{StartSpan: func(ctx context.Context, m Message) (context.Context, func(error)) {
+		tc, ok := m.TraceContext()
+		mu.Lock()
+		parents[m.IdempotencyKey] = fmt.Sprintf("%v %s %s %02x %s", ok, tc.TraceID, tc.SpanID, tc.TraceFlags, tc.TraceState)
+		mu.Unlock()
+		return context.WithValue(ctx, key{}, "span of "+m.IdempotencyKey), func(err error) {
+			mu.Lock()
+			ended[m.IdempotencyKey] = err
+			mu.Unlock()
+		}
+	}}, func(ctx context.Context, m Message, tx *sql.Tx) error {
+		mu.Lock()
+		seen[m.IdempotencyKey] = ctx.Value(key{})
+		mu.Unlock()
+		return nil
+	})
+	b.waitFor(t, "SELECT count(*) FROM {inbox} WHERE state = 'processed'", "2")
+	s.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	same(t, "t1's trace context", parents["t1"], "true 4bf92f3577b34da6a3ce929d0e0e4736 00f067aa0ba902b7 01 congo=1")
+	same(t, "t2's trace context (none)", parents["t2"], fmt.Sprintf("%v %s %s %02x %s", false, "", "", 0, ""))
+	same(t, "the context t1's handler got", seen["t1"], "span of t1")
+	for _, k := range []string{"t1", "t2"} {
+		if err, ok := ended[k]; !ok || err != nil {
+			t.Errorf("%s's span: ended %v, with %v; want ended, with nil", k, ok, err)
+		}
+	}
 }
 
 func envOr(name, def string) string {

@@ -234,3 +234,21 @@ func TestRunStartChecks(t *testing.T) {
 		t.Errorf("stopped before the start: %v, want nil", err)
 	}
 }
+
+func TestTraceContext(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	tc, ok := Message{Headers: map[string]string{"TraceParent": tp, "TraceState": "a=1"}}.TraceContext()
+	if !ok || tc != (TraceContext{"4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", 1, "a=1"}) {
+		t.Errorf("TraceContext() = %+v, %v", tc, ok)
+	}
+	for _, bad := range []string{"", "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+		"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", tp + "-more",
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"} {
+		if _, ok := (Message{Headers: map[string]string{"traceparent": bad}}).TraceContext(); ok {
+			t.Errorf("TraceContext() of %q: ok, want false", bad)
+		}
+	}
+	if tc, ok := (Message{Headers: map[string]string{"traceparent": "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-later"}}).TraceContext(); !ok || tc.SpanID != "00f067aa0ba902b7" {
+		t.Errorf("a later version: %+v, %v", tc, ok)
+	}
+}

@@ -555,7 +555,13 @@ func (r *run) call(h *held, tx *sql.Tx) (err error) {
 			err = handlerFailure{fmt.Errorf("the handler panicked: %v", p)}
 		}
 	}()
-	if err := r.handler(h.ctx, h.msg, tx); err != nil {
+	ctx := h.ctx
+	if r.w.opt.StartSpan != nil {
+		var end func(error)
+		ctx, end = r.w.opt.StartSpan(ctx, h.msg)
+		defer func() { end(err) }()
+	}
+	if err := r.handler(ctx, h.msg, tx); err != nil {
 		return handlerFailure{err}
 	}
 	return nil

@@ -28,7 +28,7 @@ my ($out, $err) = ('', '');
 my $rc = $? >> 8;
 note $out, $err;
 is($rc, 0, 'the C worker passes its scenarios') or diag "$out\n$err";
-like($out . $err, qr/\[  PASSED  \] 8 test\(s\)/, 'all eight ran');
+like($out . $err, qr/\[  PASSED  \] 9 test\(s\)/, 'all nine ran (the trace context among them)');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'}), '0',
 	'no transaction is left open');
 

@@ -22,6 +22,8 @@ my $dir = qb_npm_dir('clients/ts');
 my $node = qb_node('client_ts');
 qb_node_tests("$dir/test/worker.test.js", 'the TypeScript worker on PostgreSQL', 8,
 	QBI_TEST_PGHOST => $node->host, QBI_TEST_PGPORT => $node->port);
+qb_node_tests("$dir/test/trace.test.js", 'the handler\'s span continues the message\'s trace', 2,
+	QBI_TEST_PGHOST => $node->host, QBI_TEST_PGPORT => $node->port);
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'}), '0',
 	'no transaction is left open');
 

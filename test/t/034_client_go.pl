@@ -38,9 +38,9 @@ my $rc = $? >> 8;
 note $out, $err;
 is($rc, 0, 'the Go worker passes vet, gofmt and its tests') or diag "$out\n$err";
 my @pg = $out =~ m{^    --- PASS: TestPostgreSQL/(\w+)}mg;
-is(scalar(@pg), 9, 'the scenarios 1 to 7 passed on PostgreSQL (nine subtests)') or diag "@pg";
+is(scalar(@pg), 10, 'the scenarios 1 to 7 (nine subtests) and the handler span passed on PostgreSQL') or diag "@pg";
 my @unit = grep { !/^(TestPostgreSQL|TestSQLServer)/ } $out =~ m{^--- PASS: (\w+)}mg;
-is(scalar(@unit), 9, 'the nine unit tests passed') or diag "@unit";
+is(scalar(@unit), 10, 'the ten unit tests passed') or diag "@unit";
 unlike($out, qr/^\s*--- FAIL/m, 'none failed');
 if ($mssql)
 {

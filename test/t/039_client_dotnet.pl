@@ -98,9 +98,10 @@ my ($total) = $out =~ /^Total tests: (\d+)$/m;
 my ($passed) = $out =~ /^\s+Passed: (\d+)$/m;
 my ($skipped) = $out =~ /^\s+Skipped: (\d+)$/m;
 unlike($out, qr/^\s+Failed: [1-9]/m, 'no test failed');
-is($total, 38, 'thirty-eight tests ran');
+is($total, 39, 'thirty-nine tests ran');
 my @pg = $out =~ /^\s+Passed QueueBox\.Inbox\.Tests\.PostgreSqlScenarios\.(\w+)/mg;
-is(scalar(@pg), 9, 'PostgreSQL: the scenarios 1 to 7 (eight tests) and the dialect passed') or diag "@pg";
+is(scalar(@pg), 10, 'PostgreSQL: the scenarios 1 to 7 (eight tests), the dialect and the handler\'s span passed') or diag "@pg";
+ok(scalar(grep { $_ eq 'S11_HandlerSpanIsAChildOfTheMessage' } @pg), 'the handler\'s activity is a child of the message\'s traceparent');
 like($out, qr/^\s+Passed QueueBox\.Inbox\.Tests\.EfCoreTests\.PostgreSqlContextCommitsWithTheCompletion/m,
 	'EF Core: a context on the handler transaction commits with the completion, not with a failure');
 like($out, qr/^\s+Passed QueueBox\.Inbox\.Tests\.HostTests\.TheHostsStopDrivesTheGrace/m,
@@ -116,14 +117,14 @@ if ($mssql)
 		'SQL Server: EF Core on the handler transaction');
 	like($out, qr/^\s+Passed QueueBox\.Inbox\.Tests\.SpecExamples\.TheWorkerExampleRunsOnSqlServer/m,
 		'SQL Server: the spec\'s worker example as written');
-	is($passed, 38, 'all passed');
+	is($passed, 39, 'all passed');
 }
 else
 {
 	is($skipped, 12, 'SQL Server: its twelve tests are skipped');
 	like($out, qr/Skipped QueueBox\.Inbox\.Tests\.SqlServerScenarios\.S1_CommitTogether.*\n.*\n\s+QUEUEBOX_TEST_MSSQL_URL is not set/,
 		'SQL Server: skipped, saying why');
-	is($passed, 26, 'the other twenty-six passed');
+	is($passed, 27, 'the other twenty-seven passed');
 }
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'}), '0',
 	'no transaction is left open');

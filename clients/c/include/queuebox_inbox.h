@@ -60,6 +60,14 @@ typedef struct QbiMessage
 	const char *headers;		/* JSON object text */
 	int			attempt;		/* attempts made before this one */
 	const char *created_at;		/* timestamptz text */
+	/*
+	 * The W3C trace context the message arrived with (its traceparent and
+	 * tracestate headers, any letter case), NULL when none or when the spec
+	 * says to ignore it: start the handler's span as its child
+	 * (span_start below; docs/observability.md).
+	 */
+	const char *traceparent;
+	const char *tracestate;
 } QbiMessage;
 
 /*
@@ -122,6 +130,15 @@ typedef struct QbiOptions
 	void	   *policy_arg;
 	QbiLogger	logger;			/* NULL: nothing is logged */
 	void	   *logger_arg;
+	/*
+	 * Tracing hooks, both or neither: span_start before each handler (in its
+	 * thread; its result is the span), span_end after it with the handler's
+	 * return code and error ("" on success).  The library needs no tracing
+	 * package: start the span as the child of msg->traceparent.
+	 */
+	void	   *(*span_start) (void *arg, const QbiMessage *msg);
+	void		(*span_end) (void *arg, void *span, int rc, const char *error);
+	void	   *span_arg;
 } QbiOptions;
 
 typedef struct QbiWorker QbiWorker;

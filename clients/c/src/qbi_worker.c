@@ -44,7 +44,7 @@
 typedef struct QbiHeld
 {
 	QbiMessage	msg;
-	char	   *values[10];		/* the claim's columns, owned */
+	char	   *values[12];		/* the claim's columns, owned */
 	volatile bool cancelled;
 	bool		running;		/* a slot took it */
 	struct QbiHeld *next;
@@ -143,6 +143,11 @@ qbi_worker_new(const QbiOptions *opt, char *err, size_t errlen)
 	{
 		snprintf(err, errlen,
 				 "qbi_worker_new: batch_size is 1 to 10000, max_concurrency 1 to 256, lease_ms at least 100, shutdown_grace_ms and idle_ms 0 or more (0: the default)");
+		return NULL;
+	}
+	if ((opt->span_start == NULL) != (opt->span_end == NULL))
+	{
+		snprintf(err, errlen, "qbi_worker_new: set span_start and span_end both, or neither");
 		return NULL;
 	}
 	if ((w = calloc(1, sizeof(*w))) == NULL)
@@ -369,7 +374,13 @@ qbi_handle(QbiWorker *w, PGconn *conn, QbiHeld *h)
 		qbi_log(w, QBI_LOG_WARNING, "message %s: could not begin: %s", id, serr);
 		return;
 	}
-	rc = w->handler(w->handler_arg, &h->msg, conn, &h->cancelled, err, sizeof(err));
+	{
+		void	   *span = w->opt.span_start ? w->opt.span_start(w->opt.span_arg, &h->msg) : NULL;
+
+		rc = w->handler(w->handler_arg, &h->msg, conn, &h->cancelled, err, sizeof(err));
+		if (w->opt.span_end)
+			w->opt.span_end(w->opt.span_arg, span, rc, rc == 0 ? "" : err);
+	}
 	if (rc == 0 && !h->cancelled)
 	{
 		if (qbi_flag(conn, "SELECT queuebox.inbox_complete($1, $2)", 2, v2, serr, sizeof(serr)) &&
@@ -415,7 +426,7 @@ qbi_handle(QbiWorker *w, PGconn *conn, QbiHeld *h)
 static void
 qbi_held_free_one(QbiHeld *h)
 {
-	for (int k = 0; k < 10; k++)
+	for (int k = 0; k < 12; k++)
 		free(h->values[k]);
 	free(h);
 }
@@ -503,7 +514,13 @@ qbi_claim(QbiWorker *w, int batch, char *err, size_t errlen)
 		return -1;
 	if ((r = qbi_exec(w->conn,
 					  "SELECT id, claim_token, source, idempotency_key, event_type, aggregate_id,"
-					  " payload, headers, attempt, created_at FROM queuebox.inbox_claim($1, $2, $3)",
+					  " payload, headers, attempt, created_at,"
+					  /* the trace context: the headers' names in any case, the value's form */
+					  " (SELECT h.value FROM jsonb_each_text(c.headers) h WHERE lower(h.key) = 'traceparent'"
+					  "   AND h.value ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$'"
+					  "   AND h.value !~ '^(ff-|00-.{52}.)' AND h.value !~ '^..-0{32}-|^.{36}0{16}-' LIMIT 1),"
+					  " (SELECT h.value FROM jsonb_each_text(c.headers) h WHERE lower(h.key) = 'tracestate' LIMIT 1)"
+					  " FROM queuebox.inbox_claim($1, $2, $3) c",
 					  3, v, err, errlen)) == NULL ||
 		!qbi_command(w->conn, "COMMIT", err, errlen))
 	{
@@ -520,13 +537,14 @@ qbi_claim(QbiWorker *w, int batch, char *err, size_t errlen)
 
 		if (h == NULL)
 			break;				/* the ones not kept come back when their lease ends */
-		for (int k = 0; k < 10; k++)
+		for (int k = 0; k < 12; k++)
 			h->values[k] = PQgetisnull(r, i, k) ? NULL : strdup(PQgetvalue(r, i, k));
 		h->msg = (QbiMessage) {
 			.id = strtoll(h->values[0], NULL, 10), .claim_token = h->values[1],
 			.source = h->values[2], .idempotency_key = h->values[3], .event_type = h->values[4],
 			.aggregate_id = h->values[5], .payload = h->values[6], .headers = h->values[7],
 			.attempt = atoi(h->values[8]), .created_at = h->values[9],
+			.traceparent = h->values[10], .tracestate = h->values[10] ? h->values[11] : NULL,
 		};
 		*tail = h;
 		tail = &h->next;

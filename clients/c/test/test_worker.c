@@ -500,6 +500,76 @@ test_options(void **state)
 	assert_non_null(strstr(err, "max_concurrency 1 to 256"));
 }
 
+/* the span hooks: the message's trace context, the span handed back at the end */
+typedef struct Spans
+{
+	pthread_mutex_t mu;
+	char		started[2][160];	/* "traceparent|tracestate" of each started span */
+	int			nstarted;
+	int			ended_rc[2];
+	int			nended;
+	bool		same_span;		/* span_end got what span_start returned */
+} Spans;
+
+static void *
+s_start(void *arg, const QbiMessage *m)
+{
+	Spans	   *s = arg;
+	int			i;
+
+	pthread_mutex_lock(&s->mu);
+	i = s->nstarted++;
+	if (i < 2)
+		snprintf(s->started[i], sizeof(s->started[i]), "%s|%s", m->traceparent ? m->traceparent : "-",
+				 m->tracestate ? m->tracestate : "-");
+	pthread_mutex_unlock(&s->mu);
+	return (void *) (intptr_t) (i + 1000);
+}
+
+static void
+s_end(void *arg, void *span, int rc, const char *error)
+{
+	Spans	   *s = arg;
+
+	pthread_mutex_lock(&s->mu);
+	if (s->nended < 2)
+		s->ended_rc[s->nended] = rc;
+	s->same_span = s->same_span && (intptr_t) span == s->nended + 1000 && error != NULL;
+	s->nended++;
+	pthread_mutex_unlock(&s->mu);
+}
+
+static int
+h_ok(void *arg, const QbiMessage *m, PGconn *tx, const volatile bool *cancelled, char *err, size_t errlen)
+{
+	return 0;
+}
+
+static void
+test_trace_context(void **state)
+{
+	Spans		s = {.mu = PTHREAD_MUTEX_INITIALIZER, .same_span = true};
+	Run		   *r;
+	char		err[QBI_ERRLEN];
+
+	assert_null(qbi_worker_new(&(QbiOptions) {.conninfo = dsn, .source = "s", .span_start = s_start}, err, sizeof(err)));
+	assert_non_null(strstr(err, "span_start and span_end both"));
+	sql("INSERT INTO queuebox.inbox (source, idempotency_key, payload, headers, consumption) VALUES"
+		" ('jobs', 't1', '{}', '{\"TraceParent\": \"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\","
+		" \"tracestate\": \"congo=1\"}', 'pull'),"
+		" ('jobs', 't2', '{}', '{\"traceparent\": \"00-00000000000000000000000000000000-00f067aa0ba902b7-01\"}', 'pull')");
+	r = start((QbiOptions) {.span_start = s_start, .span_end = s_end, .span_arg = &s}, h_ok, NULL);
+	wait_for("SELECT count(*) FROM queuebox.inbox WHERE state = 'processed'", "2");
+	finish(r);
+	assert_int_equal(s.nstarted, 2);
+	assert_int_equal(s.nended, 2);
+	assert_true(s.same_span);
+	/* claimed in id order, handled one at a time (max_concurrency 1) */
+	assert_string_equal(s.started[0], "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01|congo=1");
+	assert_string_equal(s.started[1], "-|-");	/* an all-zero trace-id is ignored */
+	assert_int_equal(s.ended_rc[0], 0);
+}
+
 int
 main(void)
 {
@@ -512,6 +582,7 @@ main(void)
 		cmocka_unit_test_setup(test_default_policy, clean),
 		cmocka_unit_test_setup(test_shutdown_grace, clean),
 		cmocka_unit_test_setup(test_max_concurrency, clean),
+		cmocka_unit_test_setup(test_trace_context, clean),
 	};
 
 	if ((dsn = getenv("QBI_TEST_DSN")) == NULL)

@@ -107,7 +107,22 @@ export interface InboxWorkerOptions {
   idleMs?: number;
   retryPolicy?: InboxRetryPolicy;
   logger?: InboxLogger;
+  /**
+   * An OpenTelemetry Tracer (`trace.getTracer(...)` of @opentelemetry/api): each handler
+   * runs in a span "queuebox.inbox process" (kind CONSUMER), the child of the message's
+   * traceparent when it has one.
+   */
+  tracer?: { startActiveSpan: (...args: any[]) => any };
 }
+
+/** The W3C trace context a message arrived with, or null (docs/observability.md). */
+export interface InboxTraceContext {
+  traceId: string;
+  spanId: string;
+  traceFlags: number;
+  traceState?: string;
+}
+export function traceContextOf(message: InboxMessage<unknown>): InboxTraceContext | null;
 
 export interface InboxCounters {
   claimed: number;

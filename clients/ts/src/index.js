@@ -270,11 +270,31 @@ const sleep = (ms, signal) =>
     signal?.addEventListener('abort', done, { once: true });
   });
 
+/**
+ * The W3C trace context a message arrived with (its traceparent and
+ * tracestate headers, any letter case), or null when it has none or the spec
+ * says to ignore it: { traceId, spanId, traceFlags, traceState }.
+ */
+export function traceContextOf(message) {
+  let tp = null;
+  let ts;
+  for (const [k, v] of Object.entries(message.headers ?? {})) {
+    if (k.toLowerCase() === 'traceparent') tp = v;
+    else if (k.toLowerCase() === 'tracestate') ts = v;
+  }
+  const m = typeof tp === 'string' && /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/.exec(tp);
+  if (!m || m[1] === 'ff' || (m[1] === '00' && m[5]) || /^0+$/.test(m[2]) || /^0+$/.test(m[3])) return null;
+  return { traceId: m[2], spanId: m[3], traceFlags: parseInt(m[4], 16), traceState: ts };
+}
+
 export class InboxWorker {
   /**
    * @param db fromPg(pool) or fromMssql(pool)
    * @param options { source, batchSize = 10, leaseMs = 30000, maxConcurrency = 1,
-   *   shutdownGraceMs = 30000, idleMs = 500, retryPolicy, logger }
+   *   shutdownGraceMs = 30000, idleMs = 500, retryPolicy, logger, tracer }
+   *   tracer: an OpenTelemetry Tracer (@opentelemetry/api): each handler runs in a
+   *   span "queuebox.inbox process" (kind CONSUMER), the child of the message's
+   *   traceparent header when it has one
    */
   constructor(db, options = {}) {
     if (!db || typeof db.claim !== 'function') throw new TypeError('InboxWorker: pass fromPg(pool) or fromMssql(pool) as the first argument');
@@ -289,7 +309,34 @@ export class InboxWorker {
     this.options = o;
     this.policy = o.retryPolicy ?? defaultRetryPolicy;
     this.logger = o.logger ?? null;
+    this.tracer = o.tracer ?? null;
     this.counters = { claimed: 0, completed: 0, retried: 0, dead: 0, leaseLost: 0 };
+  }
+
+  /**
+   * The handler, in a span that continues the message's trace when a tracer
+   * was given: @opentelemetry/api is loaded only then (an optional peer).
+   */
+  async traced(m, run) {
+    if (!this.tracer) return run();
+    const api = await import('@opentelemetry/api');
+    const parent = traceContextOf(m);
+    const ctx = parent ? api.trace.setSpanContext(api.context.active(), { ...parent, isRemote: true })
+      : api.context.active();
+    return this.tracer.startActiveSpan('queuebox.inbox process', {
+      kind: api.SpanKind.CONSUMER,
+      attributes: { 'queuebox.source': m.source, 'queuebox.message.id': String(m.id),
+        'queuebox.message.attempt': m.attempt },
+    }, ctx, async (span) => {
+      try {
+        return await run();
+      } catch (e) {
+        span.setStatus({ code: api.SpanStatusCode.ERROR, message: e?.message ?? String(e) });
+        throw e;
+      } finally {
+        span.end();
+      }
+    });
   }
 
   log(level, msg) {
@@ -397,10 +444,10 @@ export class InboxWorker {
       return;
     }
     try {
-      await this.db.inTransaction(m, async (tx) => {
+      await this.traced(m, () => this.db.inTransaction(m, async (tx) => {
         await handler(m, tx, h.controller.signal);
         if (h.controller.signal.aborted) throw h.controller.signal.reason ?? new Error('cancelled');
-      });
+      }));
       this.counters.completed++;
     } catch (e) {
       if (h.lost || e instanceof LeaseLostError) {

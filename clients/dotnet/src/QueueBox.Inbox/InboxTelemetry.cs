@@ -1,6 +1,8 @@
 // The worker's counters (what InboxWorker.Counters returns) and their
 // System.Diagnostics twins: the meter "QueueBox.Inbox" and an activity
-// source of the same name, one span per handled message.
+// source of the same name, one span per handled message, the child of the
+// trace context the message arrived with.
+using System;
 using System.Collections.Generic;
 using System.Diagnostics;
 using System.Diagnostics.Metrics;
@@ -29,6 +31,29 @@ public static class InboxTelemetry
     private static readonly Counter<long> RetriedCounter = Meter.CreateCounter<long>("queuebox.inbox.retried", "{message}", "Failed messages retried");
     private static readonly Counter<long> DeadCounter = Meter.CreateCounter<long>("queuebox.inbox.dead", "{message}", "Failed messages moved to dead");
     private static readonly Counter<long> LeaseLostCounter = Meter.CreateCounter<long>("queuebox.inbox.lease_lost", "{message}", "Messages whose lease was lost");
+
+    /// <summary>
+    /// The trace context a message arrived with: its <c>traceparent</c> header (any letter
+    /// case) and <c>tracestate</c>, as QueueBox stores them (docs/observability.md); false
+    /// when it has none or the spec says to ignore it.
+    /// </summary>
+    public static bool TryGetParent(InboxMessage message, out ActivityContext parent)
+    {
+        string? traceparent = null, tracestate = null;
+        foreach (var (name, value) in message.Headers)
+        {
+            if (string.Equals(name, "traceparent", StringComparison.OrdinalIgnoreCase))
+            {
+                traceparent = value;
+            }
+            else if (string.Equals(name, "tracestate", StringComparison.OrdinalIgnoreCase))
+            {
+                tracestate = value;
+            }
+        }
+        parent = default;
+        return traceparent is not null && ActivityContext.TryParse(traceparent, tracestate, isRemote: true, out parent);
+    }
 
     /// <summary>One worker's counts, added to the meter as they change.</summary>
     internal sealed class Counts

@@ -427,7 +427,10 @@ public sealed class InboxWorker
                     _w._logger.LogWarning("message {Id}: the lease was lost before its handler started", m.Id);
                     return;
                 }
-                using var activity = InboxTelemetry.Activities.StartActivity("queuebox.inbox process", ActivityKind.Consumer);
+                // a child of the context the message arrived with (W3C traceparent), when it has one
+                using var activity = InboxTelemetry.TryGetParent(m, out var parent)
+                    ? InboxTelemetry.Activities.StartActivity("queuebox.inbox process", ActivityKind.Consumer, parent)
+                    : InboxTelemetry.Activities.StartActivity("queuebox.inbox process", ActivityKind.Consumer);
                 activity?.SetTag("queuebox.source", m.Source);
                 activity?.SetTag("queuebox.message.id", m.Id);
                 activity?.SetTag("queuebox.message.attempt", m.Attempt);

@@ -26,6 +26,36 @@ public sealed class PostgreSqlScenarios(PostgreSqlFixture fixture) : IClassFixtu
     [PgFact] public Task S6_ShutdownGrace() => Run(Scenarios.ShutdownGrace);
     [PgFact] public Task S7_MaxConcurrency() => Run(Scenarios.MaxConcurrency);
 
+    // the handler's activity continues the trace the message arrived with
+    [PgFact]
+    public Task S11_HandlerSpanIsAChildOfTheMessage() => Run(async b =>
+    {
+        const string traceId = "4bf92f3577b34da6a3ce929d0e0e4736";
+        await b.Exec("INSERT INTO queuebox.inbox (source, idempotency_key, payload, headers, consumption) " +
+            "VALUES ({source}, 'traced-1', '{}', '{\"Traceparent\": \"00-" + traceId + "-00f067aa0ba902b7-01\", \"tracestate\": \"congo=1\"}', 'pull')");
+        var seen = new System.Collections.Concurrent.ConcurrentQueue<System.Diagnostics.Activity>();
+        using var listener = new System.Diagnostics.ActivityListener
+        {
+            ShouldListenTo = source => source.Name == InboxTelemetry.Name,
+            Sample = (ref System.Diagnostics.ActivityCreationOptions<System.Diagnostics.ActivityContext> _) =>
+                System.Diagnostics.ActivitySamplingResult.AllDataAndRecorded,
+            ActivityStopped = seen.Enqueue,
+        };
+        System.Diagnostics.ActivitySource.AddActivityListener(listener);
+        string? inHandler = null;
+        await using (var run = b.Start(new InboxOptions { Source = b.Source, PollInterval = TimeSpan.FromMilliseconds(50) },
+            (m, tx, ct) => { inHandler = System.Diagnostics.Activity.Current?.TraceId.ToString(); return Task.CompletedTask; }))
+        {
+            await b.WaitFor("SELECT state FROM {inbox}", "processed");
+        }
+        var span = Assert.Single(seen);
+        Assert.Equal(traceId, span.TraceId.ToString());
+        Assert.Equal("00f067aa0ba902b7", span.ParentSpanId.ToString());
+        Assert.NotEqual("00f067aa0ba902b7", span.SpanId.ToString());
+        Assert.Equal("congo=1", span.TraceStateString);
+        Assert.Equal(traceId, inHandler);
+    });
+
     [PgFact]
     public void DetectsPostgreSql()
     {
