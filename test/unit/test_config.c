@@ -305,7 +305,7 @@ test_unknown_keys(void **state)
 		   "outbox.batchsize: unknown key (allowed: pollIntervalMs, batchSize, maxAttempts, claimTimeoutMs, takeover, backoff, retention)",
 		   "did you mean batchSize?", "(line 2, column 3)", NULL);
 	refuse("outbox: {}\nsinks:\n  a: {}\n",
-		   "sinks: unknown key (allowed: outbox, destinations, routes, sources, inbox, http, admin, database, daemon)", "(line 2, column 1)", NULL);
+		   "sinks: unknown key (allowed: outbox, destinations, routes, sources, inbox, http, admin, database, daemon, egress)", "(line 2, column 1)", NULL);
 	refuse("outbox:\n  backoff:\n    initial: 5\n",
 		   "outbox.backoff.initial: unknown key (allowed: initialMs, maxMs, multiplier, jitter)",
 		   "(line 3, column 5)", NULL);
@@ -496,7 +496,7 @@ test_yaml_errors(void **state)
 	/* a UTF-8 BOM is fine */
 	qb_config_free(accept("\xef\xbb\xbfoutbox: { batchSize: 3 }\n"));
 
-	refuse("- a\n- b\n", "the document must be a mapping with the keys outbox, destinations, routes, sources, inbox, http, admin, database and daemon, got a sequence (line 1, column 1)", NULL);
+	refuse("- a\n- b\n", "the document must be a mapping with the keys outbox, destinations, routes, sources, inbox, http, admin, database, daemon and egress, got a sequence (line 1, column 1)", NULL);
 	refuse("hello\n", "the document must be a mapping", "got a scalar", NULL);
 	refuse("outbox: {}\n---\nroutes: []\n", "a second YAML document starts at line 2", NULL);
 

@@ -28,7 +28,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-#include <sys/socket.h>
+
+struct sockaddr;				/* <sys/socket.h>, not included: its names are
+								 * common words (accept, connect) */
 
 typedef struct QbEgressRule
 {
