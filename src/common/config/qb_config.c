@@ -69,7 +69,7 @@ qb_config_parse(const char *text, size_t len, QbConfig **out, char *err,
 	QbcfArena  *scratch = qbcf_arena_new();
 	QbcfArena  *arena = qbcf_arena_new();
 	QbcfNode   *root = NULL;
-	QbConfig   *cfg;
+	QbConfig   *cfg = NULL;
 	QbcfCtx		cx = {arena, err, errlen, NULL};
 
 	*out = NULL;
@@ -81,10 +81,10 @@ qb_config_parse(const char *text, size_t len, QbConfig **out, char *err,
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
+	qb_config_defaults(cfg);
 	if (qbcf_load(scratch, text ? text : "", text ? len : 0, &root, err, errlen) != 0 ||
 		qbcf_overrides(scratch, &root, err, errlen) != 0)
 		goto fail;
-	qb_config_defaults(cfg);
 	cfg->arena = arena;
 	if (!qbcf_document(&cx, root, cfg))
 		goto fail;
@@ -94,6 +94,8 @@ qb_config_parse(const char *text, size_t len, QbConfig **out, char *err,
 	return 0;
 
 fail:
+	if (cfg != NULL)
+		qb_egress_free(cfg->egress);	/* malloc'd: the egress rules outlive no arena */
 	qbcf_arena_free(scratch);
 	qbcf_arena_free(arena);
 	return -1;
