@@ -4,7 +4,8 @@
  *	  functions around it, the wake and routing triggers, the internal
  *	  wrappers of the workers' statements, and the functions
  *	  sql/schema/functions.sql calls (topic_matches, route_of,
- *	  _destination_names, _arm_outbox_wake, _arm_relay_wake).
+ *	  _destination_names, _arm_outbox_wake, _arm_relay_wake), and
+ *	  config_source().
  *
  * Between sql/schema/tables.sql and sql/schema/functions.sql in the
  * extension's install script (the Makefile puts them together).
@@ -212,6 +213,19 @@ CREATE FUNCTION queuebox._arm_outbox_wake() RETURNS void
 CREATE FUNCTION queuebox._destination_names() RETURNS text[]
 	AS 'MODULE_PATHNAME', 'qb_sql_destination_names'
 	LANGUAGE C STABLE;
+
+/*
+ * config_source: where the configuration in force came from (the file
+ * queuebox.config_file names, or the table configure() writes), when the
+ * workers loaded it, its SHA-256, and the last load that failed.
+ */
+CREATE FUNCTION queuebox.config_source(
+	OUT source text, OUT path text, OUT loaded_at timestamptz, OUT sha256 text,
+	OUT last_error text, OUT last_error_at timestamptz)
+	AS 'MODULE_PATHNAME', 'qb_sql_config_source'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION queuebox.config_source() IS
+	'Where the configuration in force came from (file, table or none), when the workers loaded it, its SHA-256, and the last failed load.';
 
 /* route_of: the stats and destination_status() group unrouted rows by it. */
 CREATE FUNCTION queuebox.route_of(topic text) RETURNS text

@@ -61,6 +61,7 @@ DECLARE
 		['queuebox_reader', 'EXECUTE', 'FUNCTION queuebox.route_of(text)'],
 		['queuebox_reader', 'EXECUTE', 'FUNCTION queuebox.topic_matches(text,text)'],
 		['queuebox_reader', 'EXECUTE', 'FUNCTION queuebox._schema_version()'],
+		['queuebox_reader', 'EXECUTE', 'FUNCTION queuebox.config_source()'],
 		['queuebox_operator', 'SELECT, UPDATE, INSERT', 'TABLE queuebox.outbox'],
 		['queuebox_operator', 'SELECT, UPDATE', 'TABLE queuebox.inbox'],
 		['queuebox_operator', 'SELECT, INSERT, UPDATE', 'TABLE queuebox.destination_state'],

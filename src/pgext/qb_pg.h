@@ -113,6 +113,7 @@ extern bool qb_relay_worker;
 extern bool qb_ingress_worker;
 extern int	qb_max_consumer_workers;
 extern char *qb_secret_file_dirs;
+extern char *qb_config_file;	/* queuebox.config_file, "" when unset */
 extern char *qb_traceparent;	/* queuebox.traceparent, "" when unset */
 extern char *qb_tracestate;
 
@@ -154,6 +155,10 @@ extern void qb_worker_host_start(const char *label, QbWorkerSlot *slot,
 #define QB_WORKER_ARG_KIND(arg)		((QbEngineKind) ((arg) >> 16))
 #define QB_WORKER_ARG_INDEX(arg)	((int) ((arg) & 0xFFFF))
 extern PGDLLEXPORT void qb_engine_worker_main(Datum arg);
+
+/* config_file.c */
+extern void qb_config_file_load(char **text);
+extern void qb_config_table_loaded(const char *text);
 
 /* spi_store.c */
 extern void qb_spi_store_init(QbStore *store);

@@ -43,6 +43,7 @@ bool		qb_relay_worker = true;
 bool		qb_ingress_worker = true;
 int			qb_max_consumer_workers = 8;
 char	   *qb_secret_file_dirs = NULL;
+char	   *qb_config_file = NULL;
 static char *qb_allowed_destinations = NULL;
 char	   *qb_traceparent = NULL;
 char	   *qb_tracestate = NULL;
@@ -65,6 +66,7 @@ static SubTransactionId qb_config_armed_subid = InvalidSubTransactionId;
 
 static bool qb_secret_file_dirs_check(char **newval, void **extra, GucSource source);
 static void qb_secret_file_dirs_assign(const char *newval, void *extra);
+static bool qb_config_file_check(char **newval, void **extra, GucSource source);
 static bool qb_allowed_destinations_check(char **newval, void **extra, GucSource source);
 static void qb_allowed_destinations_assign(const char *newval, void *extra);
 static bool qb_traceparent_check(char **newval, void **extra, GucSource source);
@@ -129,6 +131,13 @@ _PG_init(void)
 							   "The files are read by the server's processes when the configuration is loaded.",
 							   &qb_secret_file_dirs, "",
 							   PGC_SIGHUP, 0, qb_secret_file_dirs_check, qb_secret_file_dirs_assign, NULL);
+	DefineCustomStringVariable("queuebox.config_file",
+							   "YAML file the workers read their configuration from, instead of queuebox.configure().",
+							   "An absolute path, read by the server's processes at start and at every reload "
+							   "(SELECT pg_reload_conf()); while it is set, queuebox.configure() refuses. Empty (the default): "
+							   "the document queuebox.configure() stores.",
+							   &qb_config_file, "",
+							   PGC_SIGHUP, 0, qb_config_file_check, NULL, NULL);
 	DefineCustomStringVariable("queuebox.allowed_destinations",
 							   "CIDRs and host names the destinations may connect to.",
 							   "Comma-separated, e.g. '10.0.0.0/8, hooks.example.com, *.example.net'. Empty (the default): "
@@ -178,6 +187,20 @@ qb_secret_file_dirs_check(char **newval, void **extra, GucSource source)
 	if (qb_config_file_dirs_valid(*newval ? *newval : ""))
 		return true;
 	GUC_check_errdetail("Each entry of queuebox.secret_file_dirs must be an absolute directory, e.g. '/run/secrets'.");
+	return false;
+}
+
+/*
+ * queuebox.config_file: a superuser's setting, as the file is read by the
+ * server's processes.  Absolute, so it does not depend on the data
+ * directory a process happens to run in.
+ */
+static bool
+qb_config_file_check(char **newval, void **extra, GucSource source)
+{
+	if (*newval == NULL || (*newval)[0] == '\0' || (*newval)[0] == '/')
+		return true;
+	GUC_check_errdetail("queuebox.config_file must be an absolute path, e.g. '/etc/queuebox/queuebox.yaml', or empty.");
 	return false;
 }
 

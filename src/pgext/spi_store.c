@@ -302,11 +302,18 @@ qbs_config_load_body(void *arg)
 						(errmsg("the queuebox schema in this database is version %s and the library is version %s; run ALTER EXTENSION queuebox UPDATE",
 								v, QB_VERSION)));
 		}
+		/* queuebox.config_file, when set, is the one source (config_file.c) */
+		if (qb_config_file[0] != '\0')
+		{
+			qb_config_file_load(text);
+			return;
+		}
 		p = qbs_prepare(QB_PG_S_CONFIG_LOAD);
 		if (SPI_execute_plan(p, NULL, NULL, true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "reading queuebox.config failed");
 		if (SPI_processed == 1)
 			*text = qbs_strdup_col(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		qb_config_table_loaded(*text);
 	}
 }
 

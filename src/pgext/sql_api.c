@@ -6,7 +6,9 @@
  * configure() validates with the same core validator as the daemon; an
  * invalid document raises an ERROR naming the key path and changes nothing.
  * The stored document is the raw text: ${NAME} references are expanded by
- * whoever loads it, so secrets never reach a table.
+ * whoever loads it, so secrets never reach a table.  While
+ * queuebox.config_file is set, configure() refuses: the file is the one
+ * source (config_file.c).
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -104,11 +106,23 @@ Datum
 qb_sql_configure(PG_FUNCTION_ARGS)
 {
 	text	   *doc = PG_GETARG_TEXT_PP(0);
-	QbConfig   *cfg = qbsql_parse(doc);
-	text	   *summary = qbsql_summary("configuration stored (workers reload it at commit)", cfg);
+	QbConfig   *cfg;
+	text	   *summary;
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {PointerGetDatum(doc)};
-	int			broker_sources = qb_config_broker_sources(cfg);
+	int			broker_sources;
+
+	/* one source of truth: the file, while queuebox.config_file names one */
+	if (qb_config_file[0] != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("queuebox.configure() is disabled while queuebox.config_file is set"),
+				 errdetail("The workers read their configuration from %s; nothing was changed.", qb_config_file),
+				 errhint("Edit that file and run SELECT pg_reload_conf(); or, to store documents with configure() again, "
+						 "ALTER SYSTEM RESET queuebox.config_file and SELECT pg_reload_conf().")));
+	cfg = qbsql_parse(doc);
+	summary = qbsql_summary("configuration stored (workers reload it at commit)", cfg);
+	broker_sources = qb_config_broker_sources(cfg);
 
 	/* the routes take effect at commit, in the database the workers serve */
 	if (qb_database != NULL && strcmp(get_database_name(MyDatabaseId), qb_database) == 0)

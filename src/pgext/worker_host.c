@@ -12,7 +12,8 @@
  *
  * Signals: SIGTERM only sets a flag and the latch, so an engine can finish
  * or release the rows of a batch in flight.  SIGHUP reloads GUCs, and the
- * stored configuration when it reads files (qbh_interrupts).  Every wait
+ * configuration when it is read from files: queuebox.config_file, or its
+ * ${file:PATH} secrets (qbh_interrupts).  Every wait
  * ends with CHECK_FOR_INTERRUPTS(), which serves ProcSignalBarriers (DROP
  * DATABASE) promptly.
  *
@@ -45,6 +46,7 @@ static bool qbh_may_commit_async = false;
 static uint32 qbh_config_generation = 0;
 static bool qbh_reads_files = false;	/* the document in force has ${file:PATH} */
 static bool qbh_hup_reload = false;	/* a SIGHUP: load the document again */
+static char qbh_config_file_seen[MAXPGPATH];	/* queuebox.config_file at the last SIGHUP */
 
 /* Two wait sets: latch only, and latch plus an engine's fd. */
 static WaitEventSet *qbh_wes_latch = NULL;
@@ -147,10 +149,14 @@ qbh_interrupts(void)
 		ProcessConfigFile(PGC_SIGHUP);
 		qbh_apply_gucs();
 		/*
-		 * its ${file:PATH} secrets may have changed; a document without
-		 * any is not loaded again (a consumer would reconnect to its broker)
+		 * A reload is how queuebox.config_file is read again (and how it is
+		 * set or reset); the document's ${file:PATH} secrets may have
+		 * changed too.  Any other document is not loaded again (a consumer
+		 * would reconnect to its broker).
 		 */
-		qbh_hup_reload = qbh_reads_files;
+		qbh_hup_reload = qbh_reads_files || qb_config_file[0] != '\0' ||
+			strcmp(qbh_config_file_seen, qb_config_file) != 0;
+		strlcpy(qbh_config_file_seen, qb_config_file, sizeof(qbh_config_file_seen));
 	}
 }
 
@@ -261,6 +267,7 @@ qb_worker_host_start(const char *label, QbWorkerSlot *slot, bool may_commit_asyn
 					 QbHost *host)
 {
 	strlcpy(qbh_label, label, sizeof(qbh_label));
+	strlcpy(qbh_config_file_seen, qb_config_file, sizeof(qbh_config_file_seen));
 	qbh_may_commit_async = may_commit_async;
 
 	pqsignal(SIGTERM, qbh_sigterm);

@@ -160,6 +160,58 @@ test_utf8(void **state)
 }
 
 /* worker slots: taken by name, taken again by a restarted worker, states and cycles */
+/* the configuration's last load: in force, a failure that keeps it, metrics */
+static void
+test_config_load(void **state)
+{
+	QbMetrics  *m = malloc(sizeof(QbMetrics));
+	QbConfigLoad c;
+	char	   *t;
+
+	qb_metrics_init(m);
+	qb_config_load_read(m, &c);
+	assert_int_equal(c.source, QB_CONFIG_SOURCE_NONE);
+	assert_int_equal(c.loaded_at_ms, 0);
+	t = qb_metrics_render(m, NULL);
+	has(t, "queuebox_config_last_reload_success_timestamp_seconds 0.000\n");
+	assert_null(strstr(t, "queuebox_config_info"));
+	free(t);
+
+	/* SHA-256 of "abc" (FIPS 180-2's example) */
+	qb_config_load_note(m, QB_CONFIG_SOURCE_FILE, "/etc/queuebox/q.yaml", true, "abc", 3, NULL);
+	qb_config_load_read(m, &c);
+	assert_int_equal(c.source, QB_CONFIG_SOURCE_FILE);
+	assert_string_equal(c.path, "/etc/queuebox/q.yaml");
+	assert_string_equal(c.sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	assert_true(c.loaded_at_ms > 0);
+	assert_int_equal(c.failed_at_ms, 0);
+	t = qb_metrics_render(m, NULL);
+	has(t, "queuebox_config_last_reload_successful 1\n");
+	has(t, "queuebox_config_info{source=\"file\",sha256=\"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\"} 1\n");
+	free(t);
+
+	/* a failure keeps what is in force, and says why */
+	qb_config_load_note(m, QB_CONFIG_SOURCE_FILE, "/etc/queuebox/q.yaml", false, NULL, 0,
+						"destinations.a.url: not a URL");
+	qb_config_load_read(m, &c);
+	assert_string_equal(c.sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	assert_string_equal(c.error, "destinations.a.url: not a URL");
+	assert_true(c.failed_at_ms >= c.loaded_at_ms);
+	t = qb_metrics_render(m, NULL);
+	has(t, "queuebox_config_last_reload_successful 0\n");
+	has(t, "queuebox_config_reload_failures_total 1\n");
+	free(t);
+
+	/* the next good load clears it */
+	qb_config_load_note(m, QB_CONFIG_SOURCE_TABLE, NULL, true, "", 0, NULL);
+	t = qb_metrics_render(m, NULL);
+	has(t, "queuebox_config_last_reload_successful 1\n");
+	has(t, "queuebox_config_info{source=\"table\",sha256=\"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\"} 1\n");
+	free(t);
+	assert_string_equal(qb_config_source_name(QB_CONFIG_SOURCE_TABLE), "table");
+	free(m);
+}
+
 static void
 test_worker_slots(void **state)
 {
@@ -218,6 +270,7 @@ main(void)
 		cmocka_unit_test(test_overflow_slot),
 		cmocka_unit_test(test_utf8),
 		cmocka_unit_test(test_worker_slots),
+		cmocka_unit_test(test_config_load),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -78,7 +78,7 @@ qb_reload_config(const QbHost *host, const QbStore *store, QbConfig **cfg,
 			return false;
 		case -1:
 			qb_log(host, QB_LOG_WARNING,
-				   "could not load the stored configuration (%s); %s",
+				   "could not load the configuration (%s); %s",
 				   err, *cfg ? "keeping the previous one" : "claiming nothing until it is fixed");
 			return false;
 	}

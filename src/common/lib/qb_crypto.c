@@ -42,6 +42,19 @@ qb_hmac_sha256(const unsigned char *key, size_t keylen,
 	return ok;
 }
 
+bool
+qb_sha256_hex(const void *data, size_t len, char out[QB_HMAC_HEX_LEN + 1])
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+
+	out[0] = '\0';
+	if (EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != QB_HMAC_LEN)
+		return false;
+	qb_hex_encode(md, mdlen, out);
+	return true;
+}
+
 void
 qb_hex_encode(const unsigned char *in, size_t n, char *out)
 {

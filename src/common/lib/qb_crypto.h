@@ -2,7 +2,8 @@
  * qb_crypto.h
  *	  The primitives webhook signatures are made of, all from OpenSSL:
  *	  HMAC-SHA256 over several parts, hex and base64 text, and the key of a
- *	  Standard Webhooks secret.
+ *	  Standard Webhooks secret (and a plain SHA-256, which names a
+ *	  configuration document's version).
  *
  * Wording:
  *	- A whsec secret is what a Standard Webhooks sender shows its users:
@@ -33,6 +34,13 @@
 extern bool qb_hmac_sha256(const unsigned char *key, size_t keylen,
 						   const unsigned char *const *parts, const size_t *lens,
 						   int nparts, unsigned char out[QB_HMAC_LEN]);
+
+/*
+ * qb_sha256_hex: lower-case hex of SHA-256(data) into out (65 bytes); false
+ * (out empty) when OpenSSL fails.  Names a configuration document's
+ * version (queuebox.config_source(), the config metrics).
+ */
+extern bool qb_sha256_hex(const void *data, size_t len, char out[QB_HMAC_HEX_LEN + 1]);
 
 /* qb_hex_encode: lower-case hex of n bytes into out (2n + 1 bytes). */
 extern void qb_hex_encode(const unsigned char *in, size_t n, char *out);

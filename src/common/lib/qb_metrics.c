@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "qb_crypto.h"
 #include "qb_metrics.h"
 
 static const double qbm_bounds[QB_METRICS_NBUCKETS] =
@@ -87,6 +88,78 @@ qbm_wall_ms(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the configuration's last load ------------------------------------ */
+
+static void
+qbm_config_lock(QbConfigLoad *c)
+{
+	while (__atomic_exchange_n(&c->lock, 1, __ATOMIC_ACQUIRE) != 0)
+		;
+}
+
+static void
+qbm_config_unlock(QbConfigLoad *c)
+{
+	__atomic_store_n(&c->lock, 0, __ATOMIC_RELEASE);
+}
+
+/* qb_config_load_note: see qb_metrics.h. */
+void
+qb_config_load_note(QbMetrics *m, QbConfigSource source, const char *path,
+					bool ok, const char *text, size_t len, const char *error)
+{
+	char		sha[QB_HMAC_HEX_LEN + 1] = "";
+	QbConfigLoad *c;
+
+	if (m == NULL)
+		return;
+	c = &m->config;
+	/* the digest before the lock: the lock is held only to copy */
+	if (ok && text != NULL)
+		qb_sha256_hex(text, len, sha);
+	qbm_config_lock(c);
+	if (ok)
+	{
+		c->source = (uint32_t) source;
+		snprintf(c->path, sizeof(c->path), "%s", path ? path : "");
+		memcpy(c->sha256, sha, sizeof(c->sha256));
+		c->loaded_at_ms = qbm_wall_ms();
+		c->loads++;
+		c->last_failed = 0;
+	}
+	else
+	{
+		c->failed_at_ms = qbm_wall_ms();
+		c->failures++;
+		c->last_failed = 1;
+		snprintf(c->error, sizeof(c->error), "%s", error ? error : "");
+	}
+	qbm_config_unlock(c);
+}
+
+/* qb_config_load_read: see qb_metrics.h. */
+void
+qb_config_load_read(const QbMetrics *m, QbConfigLoad *out)
+{
+	QbConfigLoad *c;
+
+	memset(out, 0, sizeof(*out));
+	if (m == NULL)
+		return;
+	/* the lock is taken to read too: a reader must not see half a write */
+	c = (QbConfigLoad *) &m->config;
+	qbm_config_lock(c);
+	*out = *c;
+	qbm_config_unlock(c);
+	out->lock = 0;
+}
+
+const char *
+qb_config_source_name(QbConfigSource s)
+{
+	return s == QB_CONFIG_SOURCE_FILE ? "file" : s == QB_CONFIG_SOURCE_TABLE ? "table" : "none";
 }
 
 /* qb_metrics_worker: see qb_metrics.h. */
@@ -422,6 +495,30 @@ qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 			   (unsigned long long) __atomic_load_n(&m->admin_unauthorized, __ATOMIC_RELAXED),
 			   (unsigned long long) __atomic_load_n(&m->http_no_request, __ATOMIC_RELAXED),
 			   (unsigned long long) __atomic_load_n(&m->http_incomplete, __ATOMIC_RELAXED));
+
+	{
+		QbConfigLoad c;
+
+		/* none is read-only: its lock cannot be taken */
+		qb_config_load_read(m == &none ? NULL : m, &c);
+		/* as Prometheus says of its own: successful, and when */
+		qbm_printf(&b, "# HELP queuebox_config_last_reload_successful 1 when the last load of the configuration succeeded; 0 when it failed and the previous one stays.\n"
+				   "# TYPE queuebox_config_last_reload_successful gauge\n"
+				   "queuebox_config_last_reload_successful %d\n"
+				   "# HELP queuebox_config_last_reload_success_timestamp_seconds When the configuration in force was loaded (0: none yet).\n"
+				   "# TYPE queuebox_config_last_reload_success_timestamp_seconds gauge\n"
+				   "queuebox_config_last_reload_success_timestamp_seconds %.3f\n"
+				   "# HELP queuebox_config_reload_failures_total Loads of the configuration that failed (an invalid file or document).\n"
+				   "# TYPE queuebox_config_reload_failures_total counter\n"
+				   "queuebox_config_reload_failures_total %llu\n",
+				   c.last_failed ? 0 : 1, c.loaded_at_ms / 1000.0,
+				   (unsigned long long) c.failures);
+		if (c.loads > 0)
+			qbm_printf(&b, "# HELP queuebox_config_info The configuration in force: where it came from and its SHA-256.\n"
+					   "# TYPE queuebox_config_info gauge\n"
+					   "queuebox_config_info{source=\"%s\",sha256=\"%s\"} 1\n",
+					   qb_config_source_name((QbConfigSource) c.source), c.sha256);
+	}
 
 	if (g != NULL)
 	{

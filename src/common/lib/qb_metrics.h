@@ -99,6 +99,37 @@ typedef struct QbActivitySlot
 	uint64_t	cycles;			/* since the worker started */
 } QbActivitySlot;
 
+/*
+ * Where the configuration in force came from and when it was loaded: the
+ * last load each host made (the extension's workers, the daemon's
+ * supervisor).  Written by qb_config_load_note under its own spin lock
+ * (loads are rare: at start, at a configure, at a SIGHUP) and read whole
+ * by qb_config_load_read, so no reader sees half of a load.
+ */
+typedef enum QbConfigSource
+{
+	QB_CONFIG_SOURCE_NONE,		/* nothing loaded yet */
+	QB_CONFIG_SOURCE_TABLE,		/* queuebox.config, stored by configure() */
+	QB_CONFIG_SOURCE_FILE		/* a YAML file: queuebox.config_file, the daemon's --config */
+} QbConfigSource;
+
+#define QB_CONFIG_PATHLEN	256
+#define QB_CONFIG_ERRLEN	512
+
+typedef struct QbConfigLoad
+{
+	uint32_t	lock;			/* 1 while a writer or reader copies */
+	uint32_t	source;			/* QbConfigSource of the document in force */
+	uint32_t	last_failed;	/* the last load failed (the previous one stays) */
+	char		path[QB_CONFIG_PATHLEN];	/* the file's, "" for the table */
+	char		sha256[65];		/* of the document in force, hex */
+	int64_t		loaded_at_ms;	/* its load, ms since the epoch; 0: none */
+	uint64_t	loads;			/* successful loads, failed ones */
+	uint64_t	failures;
+	int64_t		failed_at_ms;	/* the last failed load; 0: none */
+	char		error[QB_CONFIG_ERRLEN];	/* its reason, key path included */
+} QbConfigLoad;
+
 typedef struct QbMetrics
 {
 	QbMetricSlot destinations[QB_METRICS_SLOTS];
@@ -113,6 +144,7 @@ typedef struct QbMetrics
 									 * or went idle mid-request */
 	uint64_t	admin_unauthorized; /* 401 on /admin/ */
 	QbActivitySlot workers[QB_METRICS_WORKERS];
+	QbConfigLoad config;
 } QbMetrics;
 
 /*
@@ -173,6 +205,20 @@ extern void qb_worker_cycle(QbActivitySlot *w);
 
 /* "idle", "claiming", ..., as the overview shows them */
 extern const char *qb_worker_activity_name(QbWorkerActivity a);
+
+/*
+ * qb_config_load_note: a load of the configuration from source (path: the
+ * file's, or NULL).  ok: text (len bytes) is now in force; else error says
+ * why not (the document in force stays what it was).  m NULL: nothing.
+ */
+extern void qb_config_load_note(QbMetrics *m, QbConfigSource source, const char *path,
+								bool ok, const char *text, size_t len, const char *error);
+
+/* qb_config_load_read: a consistent copy of m's record (zeroed: m NULL). */
+extern void qb_config_load_read(const QbMetrics *m, QbConfigLoad *out);
+
+/* "none", "table", "file" */
+extern const char *qb_config_source_name(QbConfigSource s);
 
 /*
  * The Prometheus text exposition (version 0.0.4), malloc'd; NULL when out of

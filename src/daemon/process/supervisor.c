@@ -11,7 +11,8 @@
  *	- A reload is a SIGHUP: the file is read and validated again (an invalid
  *	  one is logged with its key path and changes nothing), published in the
  *	  shared block, written to the database's config tables, and the role
- *	  table follows it.  A changed database: section restarts every role.
+ *	  table follows it.  Each load, good or not, is noted in the shared
+ *	  metrics (queuebox_config_last_reload_successful and its kin).  A changed database: section restarts every role.
  *	- A stop is a SIGTERM or SIGINT: every role gets SIGTERM and
  *	  daemon.shutdownGraceMs to finish its rows in flight, then SIGKILL
  *	  (its rows come back through their lease).
@@ -480,6 +481,8 @@ qbds_reload(QbdSup *s)
 	if (qbd_config_read(s->opt->config_path, &text, &cfg, err, sizeof(err)) != 0)
 	{
 		qbd_log(QB_LOG_ERROR, "configuration not reloaded, the running one stays: %s", err);
+		qb_config_load_note(&s->sh->metrics, QB_CONFIG_SOURCE_FILE, s->opt->config_path, false,
+							NULL, 0, err);
 		return;
 	}
 	restart = qbd_database_changed(s->cfg, cfg);
@@ -491,6 +494,8 @@ qbds_reload(QbdSup *s)
 	s->text = text;
 	qbd_log_set_json(cfg->daemon.log_json);
 	qbd_shared_publish(s->sh, text, strlen(text));
+	qb_config_load_note(&s->sh->metrics, QB_CONFIG_SOURCE_FILE, s->opt->config_path, true,
+						text, strlen(text), NULL);
 	s->publish_pending = true;
 	s->db_retry_at = 0;
 	qbds_follow(s);
@@ -568,6 +573,8 @@ qbd_supervise(const QbdOptions *opt, char *text, QbConfig *cfg)
 		return 1;
 	}
 	qbd_shared_publish(s.sh, text, strlen(text));
+	qb_config_load_note(&s.sh->metrics, QB_CONFIG_SOURCE_FILE, opt->config_path, true,
+						text, strlen(text), NULL);
 	if (pipe2(qbds_pipe, O_NONBLOCK | O_CLOEXEC) != 0)
 	{
 		qbd_log(QB_LOG_ERROR, "could not make the signal pipe: %s", strerror(errno));
