@@ -25,6 +25,7 @@
 #include "storage/ipc.h"
 
 #include "qb_engines.h"
+#include "qb_otlp.h"
 #include "qb_pg.h"
 
 /* the worker's slot in qb_shared */
@@ -74,6 +75,8 @@ qb_engine_worker_main(Datum arg)
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("%s could not start: %s", label, err)));
 
+	/* the spans of the last attempts, for up to 2 s (qb_otlp.h) */
+	qb_otlp_shutdown(2000);
 	qb_worker_set(host.worker, QB_W_STOPPED);
 	engine->stats(&stats, line, sizeof(line), detail, sizeof(detail));
 	ereport(LOG,

@@ -56,6 +56,11 @@ qb_config_defaults(QbConfig *out)
 	out->daemon.outbox_workers = 2;
 	out->daemon.shutdown_grace_ms = 10000;
 	out->daemon.log_json = false;
+	out->otlp.service_name = "queuebox";
+	out->otlp.timeout_ms = 10000;
+	out->otlp.queue_size = 2048;
+	out->otlp.batch_size = 512;
+	out->otlp.flush_interval_ms = 1000;
 }
 
 /*

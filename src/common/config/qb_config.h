@@ -32,6 +32,7 @@
 #include "qb_auth.h"
 #include "qb_backoff.h"
 #include "qb_egress.h"
+#include "qb_otlp.h"
 #include "qb_sign.h"
 #include "qb_transform.h"
 
@@ -107,6 +108,11 @@
  * daemon:	daemon only, as database: outboxWorkers 2 (1..64), shutdownGraceMs
  *			10000 (0..3600000: how long in-flight deliveries may finish after
  *			SIGTERM), logFormat text | json (default text)
+ * telemetry:	otlp {endpoint (unset: no span is exported; http:// or https://,
+ *			"/v1/traces" appended when it has no path), headers {}, serviceName
+ *			"queuebox", timeoutMs 10000 (100..600000), queueSize 2048
+ *			(1..1000000), batchSize 512 (1..10000), flushIntervalMs 1000
+ *			(10..600000)}
  * transform:	a jq program (docs/transforms.md) on a route, a destination or
  *			a source; compiled here, a compile error refuses the document.
  * Integers, numbers and booleans may be written quoted ("100"), so that a
@@ -307,6 +313,7 @@ typedef struct QbConfig
 	QbDaemonConf daemon;		/* daemon only */
 	bool		reads_files;	/* a value holds ${file:PATH}: a reload reads it anew */
 	QbEgress   *egress;			/* egress.allow (daemon only), or NULL */
+	QbOtlpOptions otlp;			/* telemetry.otlp; url NULL: no export */
 	struct QbcfArena *arena;	/* private: owns everything above */
 } QbConfig;
 

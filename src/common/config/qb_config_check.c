@@ -60,7 +60,8 @@ _Static_assert(sizeof(qbcf_source_types) / sizeof(qbcf_source_types[0]) <= QBCF_
  * ---------------------------------------------------------------------
  */
 static const char *const qbcf_keys_top[] =
-{"outbox", "destinations", "routes", "sources", "inbox", "http", "admin", "database", "daemon", "egress", NULL};
+{"outbox", "destinations", "routes", "sources", "inbox", "http", "admin", "database", "daemon", "egress",
+"telemetry", NULL};
 static const char *const qbcf_keys_outbox[] =
 {"pollIntervalMs", "batchSize", "maxAttempts", "claimTimeoutMs", "takeover", "backoff", "retention", NULL};
 const char *const qbcf_scalars_outbox[] =
@@ -1134,6 +1135,10 @@ qbcf_egress_check(QbcfCtx *cx, QbConfig *cfg)
 				 d->type == QB_DEST_HTTP ? "baseUrl" : d->type == QB_DEST_KAFKA ? "brokers" : "url");
 		return qbcf_error(cx, path, NULL, "%s", why);
 	}
+	/* the span exporter connects too */
+	cfg->otlp.egress = cfg->egress;
+	if (cfg->otlp.url != NULL && !qb_egress_hosts_ok(cfg->egress, cfg->otlp.url, why, sizeof(why)))
+		return qbcf_error(cx, "telemetry.otlp.endpoint", NULL, "%s", why);
 	return true;
 }
 
@@ -1165,5 +1170,6 @@ qbcf_document(QbcfCtx *cx, const QbcfNode *root, QbConfig *cfg)
 		qbcf_database(cx, qbcf_get(root, "database"), &cfg->database) &&
 		qbcf_daemon(cx, qbcf_get(root, "daemon"), &cfg->daemon) &&
 		qbcf_egress(cx, qbcf_get(root, "egress"), cfg) &&
+		qbcf_telemetry(cx, qbcf_get(root, "telemetry"), cfg) &&
 		qbcf_egress_check(cx, cfg);
 }

@@ -167,6 +167,9 @@ extern char *qbcf_prefixed(QbcfCtx *cx, const char *prefix, const char *name);
 /* The whole tree (NULL: an empty document) into cfg, which holds the defaults. */
 extern bool qbcf_document(QbcfCtx *cx, const QbcfNode *root, QbConfig *cfg);
 
+/* The telemetry: section (qb_config_telemetry.c). */
+extern bool qbcf_telemetry(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg);
+
 /* the keys of the fixed sections, which the overrides know too */
 extern const char *const qbcf_scalars_outbox[];
 extern const char *const qbcf_keys_backoff[];

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  * qb_host.c
  *	  What qb_host.h declares besides the host ops: logging through the
- *	  host and loading the stored configuration (the monotonic clock is
- *	  lib's qb_clock.c, which publishers and consumers read too).
+ *	  host, loading the stored configuration, and starting the span
+ *	  exporter it names (the monotonic clock is lib's qb_clock.c, which
+ *	  publishers and consumers read too).
  *-------------------------------------------------------------------------
  */
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "qb_host.h"
+#include "qb_otlp.h"
 #include "qb_store.h"
 
 /* qb_log formats a message and hands it to the host's logger. */
@@ -75,6 +77,7 @@ qb_reload_config(const QbHost *host, const QbStore *store, QbConfig **cfg,
 			*cfg = NULL;
 			if (host->config_loaded)
 				host->config_loaded(host->ctx, NULL);
+			qb_telemetry_apply(host, NULL);
 			return false;
 		case -1:
 			qb_log(host, QB_LOG_WARNING,
@@ -87,5 +90,30 @@ qb_reload_config(const QbHost *host, const QbStore *store, QbConfig **cfg,
 	*warned_no_config = false;
 	if (host->config_loaded)
 		host->config_loaded(host->ctx, loaded);
+	qb_telemetry_apply(host, loaded);
 	return true;
+}
+
+/* qb_telemetry_apply: see qb_host.h. */
+void
+qb_telemetry_apply(const QbHost *host, const QbConfig *cfg)
+{
+	char		err[QB_ERRLEN];
+
+	if (!qb_otlp_configure(cfg ? &cfg->otlp : NULL, host->metrics, NULL, err, sizeof(err)))
+		qb_log(host, QB_LOG_WARNING, "spans are not exported: %s", err);
+}
+
+/* qb_otlp_log_errors: see qb_host.h. */
+void
+qb_otlp_log_errors(const QbHost *host)
+{
+	static long last_ms = 0;
+	char		err[300];
+	long		now = qb_now_ms();
+
+	if ((last_ms != 0 && now - last_ms < 60000) || !qb_otlp_take_error(err, sizeof(err)))
+		return;
+	last_ms = now;
+	qb_log(host, QB_LOG_WARNING, "span export failed (more spans may be dropped, counted in queuebox_otlp_spans_dropped_total): %s", err);
 }

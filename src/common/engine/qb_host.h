@@ -106,6 +106,15 @@ extern bool qb_reload_config(const QbHost *host, const struct QbStore *store,
 							 QbConfig **cfg, bool *warned_no_config,
 							 const char *what_waits);
 
+/*
+ * Export spans as cfg's telemetry.otlp says (cfg NULL: none), for this
+ * process; the failure to start is logged (qb_host.c).
+ */
+extern void qb_telemetry_apply(const QbHost *host, const QbConfig *cfg);
+
+/* Log the span exporter's last failure, at most once a minute (qb_host.c). */
+extern void qb_otlp_log_errors(const QbHost *host);
+
 /* What the engine is doing now, and a cycle's end, in its worker slot. */
 static inline void
 qb_host_doing(const QbHost *host, QbWorkerActivity a)

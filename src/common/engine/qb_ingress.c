@@ -46,9 +46,11 @@
 #include "qb_extract.h"
 #include "qb_ingress.h"
 #include "qb_ingress_int.h"
+#include "qb_otlp.h"
 #include "qb_token.h"
-#include "qb_utf8.h"
+#include "qb_trace.h"
 #include "qb_transform.h"
+#include "qb_utf8.h"
 
 #define QBI_MAX_VALUE_BYTES	1024	/* idempotency key, event type, aggregate id */
 #define QBI_ADMIN_MAX_BODY	65536
@@ -125,6 +127,7 @@ typedef struct QbiRequest
 	char	   *event_type;
 	char	   *aggregate_id;
 	char	   *headers;
+	int64_t		t0_ns;			/* its arrival, for its span */
 	struct QbiRequest *next;	/* the deferred list */
 } QbiRequest;
 
@@ -794,6 +797,38 @@ qbi_route(QbiRequest *r)
 
 /* ---- MHD callbacks ----------------------------------------------------- */
 
+/*
+ * qbi_span: the receipt's span (qb_otlp.h), a child of the traceparent the
+ * request came with; a server error is its status's error.
+ */
+static void
+qbi_span(QbiRequest *r, QbReceiveResult res)
+{
+	static const char *const results[QB_NRESULTS] =
+	{"accepted", "duplicate", "bad_request", "unauthorized", "too_large", "unprocessable", "unavailable"};
+	QbTraceContext parent;
+	const char *tp;
+	QbSpan		span;
+	char		name[160];
+
+	if (!qb_otlp_on())
+		return;
+	tp = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "traceparent");
+	snprintf(name, sizeof(name), "receive %s", r->src->name);
+	if (!qb_span_start(&span, name, QB_SPAN_SERVER, tp != NULL && qb_trace_parse(tp, &parent) ? &parent : NULL))
+		return;
+	span.start_ns = r->t0_ns;
+	qb_span_str(&span, "queuebox.source", r->src->name);
+	qb_span_str(&span, "queuebox.result", results[res]);
+	qb_span_int(&span, "http.response.status_code", r->status);
+	qb_span_str(&span, "http.request.method", "POST");
+	if (r->key != NULL)
+		qb_span_str(&span, "messaging.message.id", r->key);
+	span.error = r->status >= 500;
+	qb_otlp_emit(&span);
+	qb_otlp_log_errors(r->e->host);
+}
+
 static void
 qbi_count(QbiRequest *r)
 {
@@ -834,6 +869,7 @@ qbi_count(QbiRequest *r)
 	if (r->status >= 400 && r->status < 500)
 		e->stats->refused++;
 	qb_metrics_received(e->metrics, r->src->name, res);
+	qbi_span(r, res);
 }
 
 static enum MHD_Result
@@ -1015,7 +1051,9 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 
 	if (r == NULL)
 	{
-		if ((r = calloc(1, sizeof(QbiRequest))) == NULL)
+		if ((r = calloc(1, sizeof(QbiRequest))) != NULL)
+			r->t0_ns = qb_otlp_now_ns();
+		if (r == NULL)
 			return MHD_NO;
 		r->e = e;
 		r->conn = conn;
@@ -1460,6 +1498,7 @@ qbi_reload(QbiEngine *e)
 	/* the admin routes' store renders replayed topics with it */
 	if (e->host->config_loaded)
 		e->host->config_loaded(e->host->ctx, cfg);
+	qb_telemetry_apply(e->host, cfg);
 
 	h = &cfg->http;
 	if (h->host != NULL)

@@ -30,6 +30,7 @@
 
 #include "qb_backoff.h"
 #include "qb_publish.h"
+#include "qb_otlp.h"
 #include "qb_trace.h"
 #include "qb_outbox.h"
 #include "qb_transform.h"
@@ -70,6 +71,11 @@ typedef struct QboSlot
 	bool		attempt_ok;
 	bool		gone;
 	long		retry_after_ms;
+	/* the attempt's span (qb_otlp.h), exported once its settle is written */
+	QbSpan		span;
+	bool		spanned;
+	char		span_name[96];
+	int			status;			/* the HTTP status answered, 0: none */
 } QboSlot;
 
 /* One destination of the configuration, as this engine sees it now. */
@@ -298,6 +304,9 @@ qbo_publish_done(void *arg, int tag, const QbPubOutcome *out)
 	d = qbo_dest(e, s);
 	s->attempted = true;
 	s->attempt_ok = out->ok;
+	s->status = out->status;
+	if (s->spanned)
+		s->span.end_ns = qb_otlp_now_ns();
 	s->gone = gone;
 	/* the destination's pause, as the row's retry, is capped by backoff.maxMs */
 	s->retry_after_ms = ra <= 0 ? 0 : ra < e->cfg->outbox.backoff.max_ms ? ra :
@@ -391,6 +400,73 @@ qbo_transform(QboEngine *e, QboSlot *s)
 	return true;
 }
 
+/*
+ * qbo_span_start: the attempt's span, when spans are exported: the child
+ * the publish carries (its parent the row's context), or the root of a new
+ * trace for a row that has none.
+ */
+static void
+qbo_span_start(QboEngine *e, QboSlot *s, const QbTraceContext *parent,
+			   const QbTraceContext *child)
+{
+	const QbDestination *d = &e->cfg->destinations[s->dest];
+
+	s->spanned = qb_span_start(&s->span, d->name,
+							   d->type == QB_DEST_HTTP ? QB_SPAN_CLIENT : QB_SPAN_PRODUCER, parent);
+	if (!s->spanned)
+		return;
+	if (child != NULL)
+		s->span.ctx = *child;
+	/* the name: the operation and the destination, as OpenTelemetry's messaging spans */
+	snprintf(s->span_name, sizeof(s->span_name), "deliver %s", d->name);
+	s->span.name = s->span_name;
+	qb_span_str(&s->span, "queuebox.destination", d->name);
+	qb_span_str(&s->span, "queuebox.destination.type", qb_dest_type_name(d->type));
+	qb_span_int(&s->span, "queuebox.outbox.id", s->row.id);
+	qb_span_str(&s->span, "queuebox.topic", s->row.topic);
+	qb_span_int(&s->span, "queuebox.attempt", s->row.attempt + 1);
+	qb_span_str(&s->span, "messaging.message.id", s->row.message_id);
+}
+
+/*
+ * qbo_span_end: the settle of a spanned attempt is written: its outcome,
+ * and the span goes to the exporter.
+ */
+static void
+qbo_span_end(QboEngine *e, QboSlot *s)
+{
+	const char *outcome;
+
+	if (!s->spanned)
+		return;
+	s->spanned = false;
+	switch (s->settle.kind)
+	{
+		case QB_SETTLE_SENT:
+			outcome = "delivered";
+			break;
+		case QB_SETTLE_DEAD:
+		case QB_SETTLE_DEAD_HOLD:
+			outcome = "dead";
+			break;
+		case QB_SETTLE_HOLD:
+			outcome = s->attempted ? "failed" : "held";
+			break;
+		case QB_SETTLE_RELEASE:
+			outcome = "released";	/* stopped mid-attempt: it is tried again */
+			break;
+		default:
+			outcome = "failed";
+			break;
+	}
+	qb_span_str(&s->span, "queuebox.outcome", outcome);
+	if (s->status > 0)
+		qb_span_int(&s->span, "http.response.status_code", s->status);
+	s->span.error = s->settle.kind != QB_SETTLE_SENT;
+	s->span.message = s->span.error ? s->error : NULL;
+	qb_otlp_emit(&s->span);
+}
+
 /* qbo_start publishes a queued row; it may get its outcome at once. */
 static void
 qbo_start(QboEngine *e, QboSlot *s, int tag)
@@ -402,6 +478,7 @@ qbo_start(QboEngine *e, QboSlot *s, int tag)
 	QbPubStart	r;
 	QbTraceContext parent;
 	QbTraceContext span;
+	bool		traced;
 
 	d->queued--;
 	s->st = QBO_SENDING;
@@ -417,8 +494,9 @@ qbo_start(QboEngine *e, QboSlot *s, int tag)
 	r = qb_message_headers(s->row.headers, &headers, err, sizeof(err)) ?
 		QB_PUB_STARTED : QB_PUB_ROW_INVALID;
 	/* each attempt is a span of its own: a child of the row's context */
-	if (r == QB_PUB_STARTED)
-		(void) qb_trace_publish(headers, &parent, &span);
+	traced = r == QB_PUB_STARTED && qb_trace_publish(headers, &parent, &span);
+	if (qb_otlp_on())
+		qbo_span_start(e, s, traced ? &parent : NULL, traced ? &span : NULL);
 	m.headers = headers;
 	if (r == QB_PUB_STARTED)
 		r = qb_pubset_start(e->pub, &e->cfg->destinations[s->dest], &m, tag, err, sizeof(err));
@@ -963,6 +1041,7 @@ qbo_settled(QboEngine *e, QboCycle *c)
 	for (int i = 0; i < c->ns; i++)
 	{
 		qbo_count(e, &e->slots[c->which[i]], now.tv_sec + now.tv_nsec / 1e9);
+		qbo_span_end(e, &e->slots[c->which[i]]);
 		qbo_slot_free(e, &e->slots[c->which[i]]);
 	}
 	if (c->out.nsettled != c->ns)
@@ -1367,6 +1446,7 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 
 			if (host->rows_wake)
 				host->rows_wake(host->ctx, qbo_rows_claimable(&e));
+			qb_otlp_log_errors(host);
 			woke = host->wait(host->ctx, qb_pubset_in_flight(e.pub) > 0 ? qb_pubset_fd(e.pub) : -1,
 							  timeout);
 			/* waiting for answers (or for work, when none is in flight) */

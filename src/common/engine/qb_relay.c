@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "qb_extract.h"
+#include "qb_otlp.h"
 #include "qb_relay.h"
 
 #define QBR_FORWARD_TRIES	3
@@ -205,6 +206,36 @@ qbr_reload(QbrEngine *e)
 }
 
 /*
+ * qbr_spans: one span per forwarded row, when spans are exported: the root
+ * of a trace of its own (the relay's claim reads no headers, so the row's
+ * traceparent is not known here; the outbox row it wrote carries it on).
+ */
+static void
+qbr_spans(QbrEngine *e, const QbRelayRow *rows, const char *const *topics, int n, int64_t t0)
+{
+	char		name[160];
+
+	if (!qb_otlp_on())
+		return;
+	for (int i = 0; i < n; i++)
+	{
+		QbSpan		span;
+
+		snprintf(name, sizeof(name), "forward %s", rows[i].source);
+		if (!qb_span_start(&span, name, QB_SPAN_INTERNAL, NULL))
+			return;
+		span.start_ns = t0;
+		qb_span_str(&span, "queuebox.source", rows[i].source);
+		qb_span_int(&span, "queuebox.inbox.id", rows[i].id);
+		qb_span_str(&span, "queuebox.topic", topics[i]);
+		qb_span_str(&span, "queuebox.outcome", topics[i][0] != '\0' ? "forwarded" : "dead");
+		span.error = topics[i][0] == '\0';
+		qb_otlp_emit(&span);
+	}
+	qb_otlp_log_errors(e->host);
+}
+
+/*
  * qbr_forward writes the batch, trying a few times: if the database is
  * briefly unavailable the lease still protects the rows, but forwarding now
  * spares them a wait of claimTimeoutMs.
@@ -263,6 +294,7 @@ qbr_forward(QbrEngine *e, const char *token, const int64_t *ids,
 static int
 qbr_round(QbrEngine *e)
 {
+	int64_t		t0;
 	const QbRelayConf *rc = &e->cfg->inbox.relay;
 	char		token[QB_UUID_LEN + 1];
 	char		err[QB_ERRLEN];
@@ -314,8 +346,10 @@ qbr_round(QbrEngine *e)
 			e->warned_unknown = true;
 		}
 	}
+	t0 = qb_otlp_now_ns();
 	if (qbr_forward(e, token, ids, (const char *const *) topics, holds, n) != 0)
 		goto done;
+	qbr_spans(e, rows, (const char *const *) topics, n, t0);
 	result = n;
 	goto done;
 

@@ -496,6 +496,12 @@ qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 			   (unsigned long long) __atomic_load_n(&m->http_no_request, __ATOMIC_RELAXED),
 			   (unsigned long long) __atomic_load_n(&m->http_incomplete, __ATOMIC_RELAXED));
 
+	qbm_printf(&b, "# HELP queuebox_otlp_spans_exported_total Spans the OTLP receiver accepted.\n"
+			   "# TYPE queuebox_otlp_spans_exported_total counter\nqueuebox_otlp_spans_exported_total %llu\n"
+			   "# HELP queuebox_otlp_spans_dropped_total Spans dropped: the export queue was full, or a post to the receiver failed.\n"
+			   "# TYPE queuebox_otlp_spans_dropped_total counter\nqueuebox_otlp_spans_dropped_total %llu\n",
+			   (unsigned long long) __atomic_load_n(&m->otlp_exported, __ATOMIC_RELAXED),
+			   (unsigned long long) __atomic_load_n(&m->otlp_dropped, __ATOMIC_RELAXED));
 	{
 		QbConfigLoad c;
 

@@ -143,6 +143,8 @@ typedef struct QbMetrics
 	uint64_t	http_incomplete;	/* requests begun and never whole: the peer closed
 									 * or went idle mid-request */
 	uint64_t	admin_unauthorized; /* 401 on /admin/ */
+	uint64_t	otlp_exported;	/* spans the OTLP receiver took (qb_otlp.h) */
+	uint64_t	otlp_dropped;	/* spans dropped: queue full, a failed post */
 	QbActivitySlot workers[QB_METRICS_WORKERS];
 	QbConfigLoad config;
 } QbMetrics;

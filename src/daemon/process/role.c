@@ -28,6 +28,7 @@
 #include <sys/prctl.h>
 
 #include "daemon_host.h"
+#include "qb_otlp.h"
 #include "qbd_backend.h"
 #include "role.h"
 
@@ -49,6 +50,8 @@ qbd_role_run(QbEngineKind kind, int index, const QbHost *host, const QbStore *st
 		qbd_log(QB_LOG_ERROR, "%s could not start: %s", name, err);
 		return 1;
 	}
+	/* the spans of the last attempts, for up to 2 s (qb_otlp.h) */
+	qb_otlp_shutdown(2000);
 	qb_worker_set(host->worker, QB_W_STOPPED);
 	/* the daemon's line has no detail (the extension's outbox logs one) */
 	engine->stats(&stats, line, sizeof(line), detail, sizeof(detail));
