@@ -7,7 +7,8 @@
 #     are spans in the row's trace, each the parent of the request the sink
 #     got, with destination, outcome, HTTP status and attempt; a webhook's
 #     receipt is a child of the traceparent it came with; the relay's
-#     forward has its span; the headers reach the receiver;
+#     forward has its span; a Kafka message's receipt is a child of its
+#     traceparent header; the headers reach the receiver;
 #   - the receiver down, then answering 503: every row is still delivered
 #     (rows counted before and after), the spans are dropped and counted in
 #     /metrics, the failure is logged; back up, spans arrive again;
@@ -25,6 +26,7 @@ use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use QueueBoxTest;
 use QueueBoxDaemon;
+use QueueBoxKafka;
 
 my $json = JSON::PP->new->canonical(1);
 my $node_dir = qb_npm_dir('test/node');
@@ -93,11 +95,17 @@ sub metric
 
 # ---- the extension
 my $rx = receiver();
+my $kafka = qb_kafka_start(topics => ['ev:1']);
 my $node = qb_node('otlp');
 my $lport = qb_free_port();
 qb_configure($node, doc($rx->{port}) . <<"EOY");
 http: { listen: "127.0.0.1:$lport" }
 sources:
+  kk:
+    type: kafka
+    brokers: "$kafka->{bootstrap}"
+    topics: [ev]
+    consumption: pull
   shop:
     type: http
     path: /shop
@@ -152,6 +160,16 @@ is($by{'receive shop'}{attributes}{'queuebox.result'} . ' ' . $by{'receive shop'
 	'accepted 202', 'with its result and status');
 is($by{'forward shop'}{attributes}{'queuebox.topic'} . ' ' . $by{'forward shop'}{attributes}{'queuebox.outcome'},
 	'shop.paid forwarded', 'the forward names the topic it rendered');
+
+# a broker message: its receipt, a child of its traceparent header
+qb_kafka_produce($kafka, topic => 'ev', value => '{"n": 1}', key => 'k1', headers => { traceparent => $TP });
+my ($ks);
+qb_wait_for(sub { ($ks) = grep { $_->{name} eq 'receive kk' } @{ spans($rx) }; $ks },
+	'a Kafka message\'s receipt is exported', timeout => 60);
+is("$ks->{traceId} $ks->{parentSpanId} $ks->{kind} $ks->{attributes}{'queuebox.result'}",
+	"$TRACE b7ad6b7169203331 5 accepted", 'a consumer span, child of the message\'s traceparent, accepted');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM queuebox.inbox WHERE source = 'kk'}), '1', 'the message is stored once');
+qb_kafka_stop($kafka);
 ok(!-e "$rx->{out}.bad", 'every post decoded') or diag slurp_file("$rx->{out}.bad");
 
 # the receiver down, then overloaded: delivery goes on, spans are dropped and counted

@@ -31,7 +31,9 @@
 
 #include "qb_consume.h"
 #include "qb_extract.h"
+#include "qb_otlp.h"
 #include "qb_token.h"
+#include "qb_trace.h"
 #include "qb_transform.h"
 #include "qb_utf8.h"
 
@@ -163,6 +165,44 @@ qbc_header(json_t *headers, const char *name)
 			return strdup(json_string_value(v));
 	}
 	return NULL;
+}
+
+/*
+ * qbc_span: a stored message's receipt span (qb_otlp.h), a child of the
+ * traceparent header it came with.  Its start is the fetch's.
+ */
+static void
+qbc_span(QbcEngine *e, const QbSource *s, const QbDelivery *d, const char *key, int64_t id,
+		 QbReceiveResult res, int64_t t0)
+{
+	static const char *const results[QB_NRESULTS] =
+	{"accepted", "duplicate", "bad_request", "unauthorized", "too_large", "unprocessable", "unavailable"};
+	json_t	   *headers;
+	char	   *tp = NULL;
+	QbTraceContext parent;
+	QbSpan		span;
+	char		name[160];
+	bool		ok;
+
+	if (!qb_otlp_on())
+		return;
+	if ((headers = d->headers ? json_loads(d->headers, 0, NULL) : NULL) != NULL)
+		tp = qbc_header(headers, "traceparent");
+	json_decref(headers);
+	snprintf(name, sizeof(name), "receive %s", s->name);
+	ok = qb_span_start(&span, name, QB_SPAN_CONSUMER, tp != NULL && qb_trace_parse(tp, &parent) ? &parent : NULL);
+	free(tp);
+	if (!ok)
+		return;
+	span.start_ns = t0;
+	qb_span_str(&span, "queuebox.source", s->name);
+	qb_span_str(&span, "queuebox.result", results[res]);
+	if (key != NULL)
+		qb_span_str(&span, "messaging.message.id", key);
+	if (id > 0)
+		qb_span_int(&span, "queuebox.inbox.id", id);
+	qb_otlp_emit(&span);
+	qb_otlp_log_errors(e->host);
 }
 
 /*
@@ -314,6 +354,7 @@ qbc_give_back(QbcEngine *e, QbDelivery *d, int n)
 static int
 qbc_round(QbcEngine *e)
 {
+	int64_t		t0;
 	const QbSource *s = e->src;
 	int			max = s->batch_size;
 	QbDelivery *d = calloc(max, sizeof(QbDelivery));
@@ -328,6 +369,7 @@ qbc_round(QbcEngine *e)
 		qb_log(e->host, QB_LOG_WARNING, "out of memory for a batch of %d messages", max);
 		goto done;
 	}
+	t0 = qb_otlp_now_ns();
 	n = e->ops->fetch(e->c, d, max, err, sizeof(err));
 	if (n < 0)
 	{
@@ -381,6 +423,7 @@ qbc_round(QbcEngine *e)
 		else
 			e->stats->stored++;
 		qb_metrics_received(e->host->metrics, s->name, res);
+		qbc_span(e, s, &d[i], rows[i].key, ids[i], res, t0);
 	}
 	if (e->ops->ack(e->c, d, n, err, sizeof(err)) != 0)
 		qb_log(e->host, QB_LOG_WARNING,
