@@ -292,10 +292,14 @@ qbot_post(QbOtlp *x, char **spans, int n)
 	h = curl_slist_append(h, "Content-Type: application/json");
 	for (int i = 0; i < x->o.nheaders; i++)
 	{
-		char		line[1024];
+		char	   *line = NULL;
 
-		snprintf(line, sizeof(line), "%s: %s", x->o.headers[i].name, x->o.headers[i].value);
-		h = curl_slist_append(h, line);
+		/* a header of any length (a long API token): its own allocation */
+		if (asprintf(&line, "%s: %s", x->o.headers[i].name, x->o.headers[i].value) >= 0)
+		{
+			h = curl_slist_append(h, line);
+			free(line);
+		}
 	}
 	curl_easy_setopt(c, CURLOPT_URL, x->o.url);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
