@@ -16,6 +16,9 @@
 # emptied before each run) and takes each table's median tps.  The ratio is
 # outbox / twin.  Scenarios:
 #   workers 0         queuebox.outbox_workers = 0: the trigger alone
+#   workers 0, traced the same, each statement with a sqlcommenter comment
+#                     (traceparent, tracestate) in both tables: the trigger
+#                     stores the context in each row's headers (issue 27)
 #   no configuration  2 outbox workers, nothing configured: nothing claimable
 #   all held          2 outbox workers, the only destination paused a day
 #   delivering        2 outbox workers delivering each row to a loopback sink
@@ -45,6 +48,9 @@ q bench "CREATE TABLE public.twin (LIKE queuebox.outbox INCLUDING ALL)"
 for t in queuebox.outbox public.twin; do
 	echo "INSERT INTO $t (topic, key, payload) VALUES ('bench.event', 'k' || (random() * 1000)::int, '{\"n\": 1}');" \
 		>"$WORK/insert-${t#*.}.sql"
+	# the same statement as a traced application sends it (sqlcommenter)
+	echo "INSERT INTO $t (topic, key, payload) VALUES ('bench.event', 'k' || (random() * 1000)::int, '{\"n\": 1}') /*db_driver='node-postgres',traceparent='00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',tracestate='congo%3Dt61rcWkgMzE'*/;" \
+		>"$WORK/insert-${t#*.}-traced.sql"
 done
 chmod 644 "$WORK"/insert-*.sql
 
@@ -64,11 +70,11 @@ ROWS=()
 scenario() {
 	local twin=() out=() cpu=0 n=0 tps pids c0
 	for _ in 1 2; do
-		twin+=("$(run twin)")
+		twin+=("$(run "twin${FLAVOR:-}")")
 		pids=$(worker_pids)
 		# shellcheck disable=SC2086
 		c0=$(cpu_ms $pids)
-		tps=$(run outbox)
+		tps=$(run "outbox${FLAVOR:-}")
 		out+=("$tps")
 		# shellcheck disable=SC2086
 		cpu=$(( cpu + $(cpu_ms $pids) - c0 ))
@@ -83,6 +89,9 @@ scenario() {
 set_guc outbox_workers 0
 wait_role outbox 0
 scenario "workers 0 (the trigger alone)"
+# issue 27: the trigger takes the trace context of each statement's comment
+FLAVOR=-traced scenario "workers 0, each INSERT with a sqlcommenter traceparent (stored in the row)"
+q bench "SELECT count(*) FROM queuebox.outbox WHERE headers ? 'traceparent'" | grep -qv '^0$' || die "the traced rows carry no traceparent"
 
 set_guc outbox_workers 2
 wait_role outbox 2
