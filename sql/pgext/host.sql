@@ -182,7 +182,7 @@ CREATE FUNCTION queuebox._outbox_retention(keep_sec bigint, max_rows int)
 -- ---------------------------------------------------------------------------
 /* _relay_claim: push rows to forward, one per aggregate across all push sources. */
 CREATE FUNCTION queuebox._relay_claim(batch_size int, lease_ms bigint, token uuid)
-	RETURNS TABLE (id bigint, source text, event_type text, created_at timestamptz)
+	RETURNS TABLE (id bigint, source text, event_type text, created_at timestamptz, traceparent text)
 	AS 'MODULE_PATHNAME', 'qb_sql_relay_claim'
 	LANGUAGE C VOLATILE;
 

@@ -930,6 +930,7 @@ qbs_copy_relay_row(HeapTuple tup, TupleDesc desc, void *row)
 	r->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
 	r->source = qbs_strdup_col(tup, desc, 2);
 	r->event_type = qbs_strdup_col(tup, desc, 3);
+	r->traceparent = desc->natts >= 5 ? qbs_strdup_col(tup, desc, 5) : NULL;
 }
 
 static void

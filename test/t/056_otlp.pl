@@ -160,6 +160,8 @@ is($by{'receive shop'}{attributes}{'queuebox.result'} . ' ' . $by{'receive shop'
 	'accepted 202', 'with its result and status');
 is($by{'forward shop'}{attributes}{'queuebox.topic'} . ' ' . $by{'forward shop'}{attributes}{'queuebox.outcome'},
 	'shop.paid forwarded', 'the forward names the topic it rendered');
+is($by{'forward shop'}{traceId} . ' ' . $by{'forward shop'}{parentSpanId}, "$TRACE2 00f067aa0ba902b7",
+	'the forward is a child of the inbox row\'s traceparent');
 
 # a broker message: its receipt, a child of its traceparent header
 qb_kafka_produce($kafka, topic => 'ev', value => '{"n": 1}', key => 'k1', headers => { traceparent => $TP });

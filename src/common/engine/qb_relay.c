@@ -33,6 +33,7 @@
 #include "qb_extract.h"
 #include "qb_otlp.h"
 #include "qb_relay.h"
+#include "qb_trace.h"
 
 #define QBR_FORWARD_TRIES	3
 #define QBR_IDLE_WAIT_MS	5000
@@ -206,9 +207,10 @@ qbr_reload(QbrEngine *e)
 }
 
 /*
- * qbr_spans: one span per forwarded row, when spans are exported: the root
- * of a trace of its own (the relay's claim reads no headers, so the row's
- * traceparent is not known here; the outbox row it wrote carries it on).
+ * qbr_spans: one span per forwarded row, when spans are exported: a child
+ * of the row's traceparent (the outbox row it wrote carries that on), or
+ * the root of a trace of its own when it has none (or its store does not
+ * say: SQL Server's claim returns no header).
  */
 static void
 qbr_spans(QbrEngine *e, const QbRelayRow *rows, const char *const *topics, int n, int64_t t0)
@@ -220,10 +222,13 @@ qbr_spans(QbrEngine *e, const QbRelayRow *rows, const char *const *topics, int n
 	for (int i = 0; i < n; i++)
 	{
 		QbSpan		span;
+		QbTraceContext parent;
+		bool		traced = rows[i].traceparent != NULL &&
+			qb_trace_parse(rows[i].traceparent, &parent);
 
 		snprintf(name, sizeof(name), "forward %s", rows[i].source);
-		if (!qb_span_start(&span, name, QB_SPAN_INTERNAL, NULL))
-			return;
+		if (!qb_span_start(&span, name, QB_SPAN_INTERNAL, traced ? &parent : NULL))
+			continue;			/* not sampled */
 		span.start_ns = t0;
 		qb_span_str(&span, "queuebox.source", rows[i].source);
 		qb_span_int(&span, "queuebox.inbox.id", rows[i].id);

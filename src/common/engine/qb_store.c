@@ -150,6 +150,7 @@ qb_relay_rows_free(QbRelayRow *rows, int n)
 	{
 		free(rows[i].source);
 		free(rows[i].event_type);
+		free(rows[i].traceparent);
 	}
 	free(rows);
 }

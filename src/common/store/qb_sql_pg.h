@@ -521,7 +521,8 @@
  * A dead row with hold 'dead' (its source's onDead: holdKey) is open for
  * its aggregate here and in the promotion, until it is requeued or skipped
  * (docs/design/claim.md, "A dead head that holds its key").
- * Nothing waits (SKIP LOCKED throughout).  Returns the claimed rows only.
+ * Nothing waits (SKIP LOCKED throughout).  Returns the claimed rows only,
+ * each with its traceparent header (any letter case), for the forward's span.
  */
 #define QB_PG_RELAY_CLAIM \
 	"WITH c_lease AS MATERIALIZED (" \
@@ -566,8 +567,10 @@
 	"       claimer = CASE WHEN i.id = ANY (ARRAY(SELECT id FROM dec WHERE claim))" \
 	"                      THEN nullif($4, 0) END" \
 	"   WHERE i.id = ANY (ARRAY(SELECT id FROM dec))" \
-	"   RETURNING i.id, i.source, i.event_type, i.created_at, i.state = 'processing' AS claimed)" \
-	" SELECT u.id, u.source, u.event_type, u.created_at FROM u WHERE u.claimed" \
+	"   RETURNING i.id, i.source, i.event_type, i.created_at, i.state = 'processing' AS claimed," \
+	"     (SELECT h.v FROM jsonb_each_text(i.headers) h(k, v)" \
+	"      WHERE lower(h.k) = 'traceparent' LIMIT 1) AS traceparent)" \
+	" SELECT u.id, u.source, u.event_type, u.created_at, u.traceparent FROM u WHERE u.claimed" \
 	" ORDER BY u.created_at, u.id"
 
 /*

@@ -1427,6 +1427,7 @@ qbpq_relay_claim_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 		r->id = qbpq_int(res, i, 0);
 		r->source = qbpq_dup(res, i, 1, &oom);
 		r->event_type = qbpq_dup(res, i, 2, &oom);
+		r->traceparent = PQnfields(res) >= 5 ? qbpq_dup(res, i, 4, &oom) : NULL;
 	}
 	PQclear(res);
 	return oom ? qbpq_oom("relay claim", err, errlen) : 0;

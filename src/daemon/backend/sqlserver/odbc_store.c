@@ -500,6 +500,7 @@ qbos_relay_row(void *arg, int set, int ncols, char **v)
 	r->id = qbos_num(v[0]);
 	r->source = qbos_take(v, 1);
 	r->event_type = qbos_take(v, 2);
+	r->traceparent = NULL;		/* SQL Server's _relay_claim returns no header */
 	return r->source == NULL ? -1 : 0;
 }
 
