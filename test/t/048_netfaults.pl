@@ -313,8 +313,19 @@ sub keepalive_timers
 sub check_keepalive
 {
 	my ($what, $max) = @_;
-	my @daemon_end = keepalive_timers(in_ns('daemon'));
-	my @server_end = keepalive_timers();
+	my (@daemon_end, @server_end);
+	# a role's connection just opened may not have its settings yet (its
+	# session sets the server's end): look again, for up to 20 s, until
+	# every connection has them
+	my $deadline = time + 20;
+	while (1)
+	{
+		@daemon_end = keepalive_timers(in_ns('daemon'));
+		@server_end = keepalive_timers();
+		last if time >= $deadline
+		  || (@daemon_end && @server_end && !grep({ $_ > $max + 0.5 } @daemon_end, @server_end));
+		usleep(200_000);
+	}
 	note "$what: keepalive timers (s): daemon end @daemon_end; server end @server_end";
 	ok(@daemon_end > 0 && !grep({ $_ > $max + 0.5 } @daemon_end), "$what: its end of each connection probes within $max s");
 	ok(@server_end > 0 && !grep({ $_ > $max + 0.5 } @server_end), "$what: the server's end of each connection probes within $max s");
