@@ -127,11 +127,13 @@ my $oa = qb_key_order($node, $sink_a, "topic = 'a.ev'");
 is($oa->{delivered}, $na, "a: all $na rows delivered");
 is($oa->{keys_in_order}, 10, 'a: all 10 keys in id order (a repeat of an in-flight row allowed)')
   or diag join("\n", @{ $oa->{bad} });
-# rows in flight at the kill came back by their lease, which says so
+# rows in flight at the kill came back, taken over (their claimer's session
+# ended with it: outbox.takeover, the default) or by their lease, and say so
 my %reclaimed = map { $_ => 1 } split /\n/, $node->safe_psql('postgres',
-	"SELECT id FROM queuebox.outbox WHERE topic = 'a.ev' AND last_error LIKE 'lease expired%'");
+	"SELECT id FROM queuebox.outbox WHERE topic = 'a.ev'
+	 AND (last_error LIKE 'taken over:%' OR last_error LIKE 'lease expired%')");
 my @stray = grep { !$reclaimed{$_} } @{ $oa->{dup_ids} };
-note sprintf('a: %d rows were in flight at the kill (reclaimed by lease), %d delivered twice',
+note sprintf('a: %d rows were in flight at the kill (taken over or reclaimed by lease), %d delivered twice',
 	scalar(keys %reclaimed), $oa->{dups});
 is(scalar @stray, 0, 'a: only rows that were in flight at the kill were delivered more than once')
   or diag "duplicates not reclaimed: @stray";
