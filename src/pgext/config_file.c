@@ -39,9 +39,6 @@
 
 PG_FUNCTION_INFO_V1(qb_sql_config_source);
 
-/* as the daemon's QBD_DOC_MAX: one document, whichever host reads it */
-#define QB_CONFIG_FILE_MAX	(1024 * 1024)
-
 /*
  * qbcf_read: the file's text, malloc'd; NULL with err set when it cannot
  * be read, is too large, or holds a NUL byte.
@@ -58,18 +55,18 @@ qbcf_read(const char *path, char *err, size_t errlen)
 		snprintf(err, errlen, "could not open it: %m");
 		return NULL;
 	}
-	if ((buf = malloc(QB_CONFIG_FILE_MAX + 2)) == NULL)
+	if ((buf = malloc(QB_CONFIG_DOC_MAX + 2)) == NULL)
 	{
 		FreeFile(f);
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	len = fread(buf, 1, QB_CONFIG_FILE_MAX + 1, f);
+	len = fread(buf, 1, QB_CONFIG_DOC_MAX + 1, f);
 	if (ferror(f))
 		snprintf(err, errlen, "could not read it: %m");
-	else if (len > QB_CONFIG_FILE_MAX)
+	else if (len > QB_CONFIG_DOC_MAX)
 		snprintf(err, errlen, "it is larger than %d bytes; move large transforms into fewer, shorter programs",
-				 QB_CONFIG_FILE_MAX);
+				 QB_CONFIG_DOC_MAX);
 	else if (memchr(buf, '\0', len) != NULL)
 		snprintf(err, errlen, "it holds a NUL byte at offset %zu; a configuration is UTF-8 text",
 				 (size_t) ((char *) memchr(buf, '\0', len) - buf));

@@ -332,6 +332,9 @@ extern void qb_config_defaults(QbConfig *out);
  * syntax error), what was wrong and what to do, e.g.
  *   outbox.batchSize: expected an integer from 1 to 10000, got "many" (line 3, column 14)
  */
+/* The largest document a host reads from a file (either host's). */
+#define QB_CONFIG_DOC_MAX	(1024 * 1024)
+
 extern int	qb_config_parse(const char *text, size_t len, QbConfig **out,
 							char *err, size_t errlen);
 extern void qb_config_free(QbConfig *cfg);

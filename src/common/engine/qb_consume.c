@@ -33,7 +33,6 @@
 #include "qb_extract.h"
 #include "qb_otlp.h"
 #include "qb_token.h"
-#include "qb_trace.h"
 #include "qb_transform.h"
 #include "qb_utf8.h"
 
@@ -175,11 +174,8 @@ static void
 qbc_span(QbcEngine *e, const QbSource *s, const QbDelivery *d, const char *key, int64_t id,
 		 QbReceiveResult res, int64_t t0)
 {
-	static const char *const results[QB_NRESULTS] =
-	{"accepted", "duplicate", "bad_request", "unauthorized", "too_large", "unprocessable", "unavailable"};
 	json_t	   *headers;
 	char	   *tp = NULL;
-	QbTraceContext parent;
 	QbSpan		span;
 	char		name[160];
 	bool		ok;
@@ -190,13 +186,13 @@ qbc_span(QbcEngine *e, const QbSource *s, const QbDelivery *d, const char *key, 
 		tp = qbc_header(headers, "traceparent");
 	json_decref(headers);
 	snprintf(name, sizeof(name), "receive %s", s->name);
-	ok = qb_span_start(&span, name, QB_SPAN_CONSUMER, tp != NULL && qb_trace_parse(tp, &parent) ? &parent : NULL);
+	ok = qb_span_start_tp(&span, name, QB_SPAN_CONSUMER, tp);
 	free(tp);
 	if (!ok)
 		return;
 	span.start_ns = t0;
 	qb_span_str(&span, "queuebox.source", s->name);
-	qb_span_str(&span, "queuebox.result", results[res]);
+	qb_span_str(&span, "queuebox.result", qb_receive_result_name(res));
 	if (key != NULL)
 		qb_span_str(&span, "messaging.message.id", key);
 	if (id > 0)

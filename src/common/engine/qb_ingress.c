@@ -48,7 +48,6 @@
 #include "qb_ingress_int.h"
 #include "qb_otlp.h"
 #include "qb_token.h"
-#include "qb_trace.h"
 #include "qb_transform.h"
 #include "qb_utf8.h"
 
@@ -804,22 +803,18 @@ qbi_route(QbiRequest *r)
 static void
 qbi_span(QbiRequest *r, QbReceiveResult res)
 {
-	static const char *const results[QB_NRESULTS] =
-	{"accepted", "duplicate", "bad_request", "unauthorized", "too_large", "unprocessable", "unavailable"};
-	QbTraceContext parent;
-	const char *tp;
 	QbSpan		span;
 	char		name[160];
 
 	if (!qb_otlp_on())
 		return;
-	tp = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "traceparent");
 	snprintf(name, sizeof(name), "receive %s", r->src->name);
-	if (!qb_span_start(&span, name, QB_SPAN_SERVER, tp != NULL && qb_trace_parse(tp, &parent) ? &parent : NULL))
+	if (!qb_span_start_tp(&span, name, QB_SPAN_SERVER,
+						  MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "traceparent")))
 		return;
 	span.start_ns = r->t0_ns;
 	qb_span_str(&span, "queuebox.source", r->src->name);
-	qb_span_str(&span, "queuebox.result", results[res]);
+	qb_span_str(&span, "queuebox.result", qb_receive_result_name(res));
 	qb_span_int(&span, "http.response.status_code", r->status);
 	qb_span_str(&span, "http.request.method", "POST");
 	if (r->key != NULL)
@@ -1051,10 +1046,9 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 
 	if (r == NULL)
 	{
-		if ((r = calloc(1, sizeof(QbiRequest))) != NULL)
-			r->t0_ns = qb_otlp_now_ns();
-		if (r == NULL)
+		if ((r = calloc(1, sizeof(QbiRequest))) == NULL)
 			return MHD_NO;
+		r->t0_ns = qb_otlp_now_ns();
 		r->e = e;
 		r->conn = conn;
 		if ((c = qbi_conn_of(conn)) != NULL)

@@ -33,7 +33,6 @@
 #include "qb_extract.h"
 #include "qb_otlp.h"
 #include "qb_relay.h"
-#include "qb_trace.h"
 
 #define QBR_FORWARD_TRIES	3
 #define QBR_IDLE_WAIT_MS	5000
@@ -222,12 +221,9 @@ qbr_spans(QbrEngine *e, const QbRelayRow *rows, const char *const *topics, int n
 	for (int i = 0; i < n; i++)
 	{
 		QbSpan		span;
-		QbTraceContext parent;
-		bool		traced = rows[i].traceparent != NULL &&
-			qb_trace_parse(rows[i].traceparent, &parent);
 
 		snprintf(name, sizeof(name), "forward %s", rows[i].source);
-		if (!qb_span_start(&span, name, QB_SPAN_INTERNAL, traced ? &parent : NULL))
+		if (!qb_span_start_tp(&span, name, QB_SPAN_INTERNAL, rows[i].traceparent))
 			continue;			/* not sampled */
 		span.start_ns = t0;
 		qb_span_str(&span, "queuebox.source", rows[i].source);

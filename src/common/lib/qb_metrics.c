@@ -157,6 +157,12 @@ qb_config_load_read(const QbMetrics *m, QbConfigLoad *out)
 }
 
 const char *
+qb_receive_result_name(QbReceiveResult r)
+{
+	return r >= 0 && r < QB_NRESULTS ? qbm_results[r] : "unknown";
+}
+
+const char *
 qb_config_source_name(QbConfigSource s)
 {
 	return s == QB_CONFIG_SOURCE_FILE ? "file" : s == QB_CONFIG_SOURCE_TABLE ? "table" : "none";
@@ -430,6 +436,10 @@ qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 	int			nnames = g == NULL ? 0 : (g->ndests > g->nsources ? g->ndests : g->nsources);
 	QbmRow	   *rows = malloc(sizeof(QbmRow) * (nnames + QB_METRICS_SLOTS));
 	int			n;
+	QbConfigLoad c;
+
+	/* read before m may become none, whose (read-only) lock cannot be taken */
+	qb_config_load_read(m, &c);
 
 	if (b.data == NULL || rows == NULL)
 	{
@@ -503,10 +513,6 @@ qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 			   (unsigned long long) __atomic_load_n(&m->otlp_exported, __ATOMIC_RELAXED),
 			   (unsigned long long) __atomic_load_n(&m->otlp_dropped, __ATOMIC_RELAXED));
 	{
-		QbConfigLoad c;
-
-		/* none is read-only: its lock cannot be taken */
-		qb_config_load_read(m == &none ? NULL : m, &c);
 		/* as Prometheus says of its own: successful, and when */
 		qbm_printf(&b, "# HELP queuebox_config_last_reload_successful 1 when the last load of the configuration succeeded; 0 when it failed and the previous one stays.\n"
 				   "# TYPE queuebox_config_last_reload_successful gauge\n"

@@ -219,6 +219,9 @@ extern void qb_config_load_note(QbMetrics *m, QbConfigSource source, const char 
 /* qb_config_load_read: a consistent copy of m's record (zeroed: m NULL). */
 extern void qb_config_load_read(const QbMetrics *m, QbConfigLoad *out);
 
+/* "accepted", "duplicate", ..., as /metrics and the spans name a QbReceiveResult */
+extern const char *qb_receive_result_name(QbReceiveResult r);
+
 /* "none", "table", "file" */
 extern const char *qb_config_source_name(QbConfigSource s);
 

@@ -99,6 +99,15 @@ qb_span_start(QbSpan *s, const char *name, QbSpanKind kind, const QbTraceContext
 	return true;
 }
 
+bool
+qb_span_start_tp(QbSpan *s, const char *name, QbSpanKind kind, const char *traceparent)
+{
+	QbTraceContext parent;
+
+	return qb_span_start(s, name, kind,
+						 traceparent != NULL && qb_trace_parse(traceparent, &parent) ? &parent : NULL);
+}
+
 void
 qb_span_str(QbSpan *s, const char *key, const char *value)
 {

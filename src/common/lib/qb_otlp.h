@@ -107,6 +107,14 @@ extern bool qb_otlp_on(void);
 extern bool qb_span_start(QbSpan *s, const char *name, QbSpanKind kind,
 						  const QbTraceContext *parent);
 
+/*
+ * qb_span_start_tp: the same, the parent given as a traceparent's text
+ * (NULL or not a valid one: the root of a new trace), as a request, a
+ * broker message or an inbox row carries it.
+ */
+extern bool qb_span_start_tp(QbSpan *s, const char *name, QbSpanKind kind,
+							 const char *traceparent);
+
 extern void qb_span_str(QbSpan *s, const char *key, const char *value);
 extern void qb_span_int(QbSpan *s, const char *key, long long value);
 

@@ -35,8 +35,8 @@
 #include "qb_host.h"
 #include "qb_metrics.h"
 
-/* The largest configuration document the daemon takes (the shared slot). */
-#define QBD_DOC_MAX			(1024 * 1024)
+/* The largest configuration document the daemon takes (the shared slot): either host's. */
+#define QBD_DOC_MAX			QB_CONFIG_DOC_MAX
 
 /* ---- log.c: one line per event on stderr, text or JSON ---------------- */
 extern void qbd_log_init(const char *role, bool json);

@@ -12,7 +12,8 @@
  *	  one is logged with its key path and changes nothing), published in the
  *	  shared block, written to the database's config tables, and the role
  *	  table follows it.  Each load, good or not, is noted in the shared
- *	  metrics (queuebox_config_last_reload_successful and its kin).  A changed database: section restarts every role.
+ *	  metrics (queuebox_config_last_reload_successful and its kin).  A
+ *	  changed database: section restarts every role.
  *	- A stop is a SIGTERM or SIGINT: every role gets SIGTERM and
  *	  daemon.shutdownGraceMs to finish its rows in flight, then SIGKILL
  *	  (its rows come back through their lease).
