@@ -294,6 +294,25 @@ def url():
     return out
 
 
+def egress():
+    """A list, then URLs: the unit test's lists against its hosts and URLs."""
+    text = read("test/unit/test_egress.c")
+    mac = macros_of(text)
+    lits = [l for l in all_literals(text, mac) if b"\n" not in l and len(l) < 200]
+    lists = [l for l in lits if b"://" not in l and b" is " not in l][:40]
+    urls = [l for l in lits if b"://" in l or b":" in l]
+    out = []
+    for i, lst in enumerate(lists):
+        for u in urls[i % 7::7]:
+            out.append(lst + b"\n" + u)
+    out += [b"hooks.partner.example\nhttp://127.0.0.1:57998",
+            b"hooks.partner.example\nhttp://[::ffff:127.0.0.1]/,http://2130706433/",
+            b"10.0.0.0/8, *.example.net\n10.1.2.3:9092,a.example.net:9092",
+            b"\nhttp://0xa9.0xfe.0xa9.0xfe/latest",
+            b"::ffff:10.0.0.0/104\namqp://u:p@[::ffff:10.0.0.1]:5672/vh"]
+    return out
+
+
 def main():
     docs, full = config()
     write("fuzz_config", docs)
@@ -306,6 +325,7 @@ def main():
     write("fuzz_publish", publish())
     write("fuzz_broker_headers", broker_headers())
     write("fuzz_url", url())
+    write("fuzz_egress", egress())
 
 
 if __name__ == "__main__":

@@ -8,7 +8,13 @@
 #     the connection is refused: rows counted before and after, none sent,
 #     none lost, last_error says why; listing the address delivers them;
 #   - the setting is the superuser's: no session may SET it, and the
-#     extension refuses a document's egress: section.
+#     extension refuses a document's egress: section;
+#   - a list of names only refuses every host written as an address, in
+#     each spelling resolvers accept (IPv4, IPv6, IPv4-mapped, NAT64,
+#     decimal, octal, hex, short) and a name that is not listed, at
+#     configure time on both hosts; and at connect time: a document stored
+#     before the list was narrowed keeps being used, but its address host
+#     is refused (rows counted, none sent), until the list allows it.
 use strict;
 use warnings;
 
@@ -88,6 +94,48 @@ $node->reload;
 qb_wait_query($node, q{SELECT state FROM queuebox.outbox WHERE topic = 'orders.kafka'}, 'sent',
 	'kafka: listing the address delivers the row', timeout => 90);
 qb_kafka_stop($kafka);
+
+# ---- a list of names only: an address host is refused, however it is spelled
+(my $port = $sink->{url}) =~ s{.*:(\d+)$}{$1} or die "sink url $sink->{url}";
+my @address_hosts = ("127.0.0.1:$port", "[::1]:$port", "[::ffff:127.0.0.1]:$port", "[64:ff9b::7f00:1]:$port",
+	"2130706433:$port", "0x7f000001:$port", "0177.0.0.1:$port", "127.1:$port", "0x7f.1:$port");
+$node->safe_psql('postgres', q{ALTER SYSTEM SET queuebox.allowed_destinations = 'hooks.partner.example'});
+$node->reload;
+qb_wait_query($node, q{SHOW queuebox.allowed_destinations}, 'hooks.partner.example', 'names only: the list is reloaded');
+my $config_before = $node->safe_psql('postgres', q{SELECT md5(document) FROM queuebox.config});
+for my $h (@address_hosts)
+{
+	($ret, $out, $err) = $node->psql('postgres', "SELECT queuebox.configure(\$\$" . doc("http://$h") . "\$\$)");
+	like($err, qr/destinations\.web\.baseUrl: egress refused: \S+( \(127\.0\.0\.1\))? is an address, and queuebox\.allowed_destinations lists names only; add the address \(or a network that holds it\) there to allow it/,
+		"names only: configure() refuses http://$h");
+}
+($ret, $out, $err) = $node->psql('postgres', "SELECT queuebox.configure(\$\$" . doc("http://localhost:$port") . "\$\$)");
+like($err, qr/egress refused: the host localhost is not among the names of queuebox\.allowed_destinations/,
+	'names only: a name that is not listed is refused, whatever it resolves to');
+is($node->safe_psql('postgres', q{SELECT md5(document) FROM queuebox.config}), $config_before,
+	'names only: no refused document was stored');
+
+# connect time: a document stored before the list was narrowed
+$node->safe_psql('postgres', q{ALTER SYSTEM RESET queuebox.allowed_destinations});
+$node->reload;
+qb_wait_query($node, q{SHOW queuebox.allowed_destinations}, '', 'the list is empty again');
+qb_configure($node, doc($sink->{url}));
+$node->safe_psql('postgres', q{ALTER SYSTEM SET queuebox.allowed_destinations = 'hooks.partner.example'});
+$node->reload;
+qb_wait_query($node, q{SHOW queuebox.allowed_destinations}, 'hooks.partner.example', 'names only again');
+$before = qb_sink_stats($sink)->{requests};
+my $rows_before = $node->safe_psql('postgres', q{SELECT count(*) FROM queuebox.outbox});
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) SELECT 'orders.literal', jsonb_build_object('n', g) FROM generate_series(1, 3) g});
+qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'orders.literal' AND state = 'pending' AND attempt >= 2
+	AND last_error LIKE '%egress refused: 127.0.0.1 is an address, and queuebox.allowed_destinations lists names only%'},
+	'3', 'names only, connect time: the stored document\'s address host is refused; the rows stay pending and last_error says why');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM queuebox.outbox}), $rows_before + 3, 'names only: every row is still there');
+is(qb_sink_stats($sink)->{requests}, $before, 'names only: the sink got no request');
+$node->safe_psql('postgres', q{ALTER SYSTEM SET queuebox.allowed_destinations = 'hooks.partner.example, 127.0.0.1'});
+$node->reload;
+qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'orders.literal' AND state = 'sent'}, '3',
+	'names only: listing the address delivers the same rows');
+is(qb_sink_stats($sink)->{requests} - $before, 3, 'names only: the sink got each row once');
 $node->stop;
 
 # ---- the daemon: egress.allow
@@ -97,6 +145,16 @@ my $r = qbd_run('--config', qbd_write_conf(doc('http://169.254.169.254', databas
 is($r->[0], 1, 'daemon: a metadata address fails --check');
 like($r->[2], qr/destinations\.web\.baseUrl: egress refused: 169\.254\.169\.254 is a link-local or cloud metadata address; list it in egress\.allow/,
 	'daemon: the refusal names egress.allow');
+
+# the daemon: egress.allow with names only
+for my $h ('10.1.2.3:8080', "[::1]:$port", "[::ffff:127.0.0.1]:$port", "2130706433:$port", "0x7f.1:$port")
+{
+	$r = qbd_run('--config', qbd_write_conf(doc("http://$h", database => { url => $url },
+		egress => { allow => ['hooks.partner.example'] }), 'names'), '--check');
+	is($r->[0], 1, "daemon, names only: http://$h fails --check");
+	like($r->[2], qr/destinations\.web\.baseUrl: egress refused: \S+( \(\S+\))? is an address, and egress\.allow lists names only/,
+		"daemon, names only: the refusal of http://$h names egress.allow");
+}
 my $d = qbd_start($dn, doc($by_name, database => { url => $url }, egress => { allow => [ 'localhost', '10.0.0.0/8' ] }), name => 'egress');
 qb_wait_query($dn, q{SELECT to_regclass('queuebox.outbox') IS NOT NULL}, 't', 'daemon: the schema is there');
 $before = qb_sink_stats($sink)->{requests};

@@ -31,17 +31,24 @@ policy(const char *list)
 	return e;
 }
 
-/* judge an address literal as connect time would */
+/* judge an address as connect time would, reached through via (NULL: unknown) */
 static bool
-addr_ok(const QbEgress *e, const char *ip, char *why, size_t whylen)
+conn_ok(const QbEgress *e, const char *via, const char *ip, char *why, size_t whylen)
 {
 	struct sockaddr_in v4 = {.sin_family = AF_INET};
 	struct sockaddr_in6 v6 = {.sin6_family = AF_INET6};
 
 	if (inet_pton(AF_INET, ip, &v4.sin_addr) == 1)
-		return qb_egress_addr_ok(e, (struct sockaddr *) &v4, why, whylen);
+		return qb_egress_addr_ok(e, via, (struct sockaddr *) &v4, why, whylen);
 	assert_int_equal(inet_pton(AF_INET6, ip, &v6.sin6_addr), 1);
-	return qb_egress_addr_ok(e, (struct sockaddr *) &v6, why, whylen);
+	return qb_egress_addr_ok(e, via, (struct sockaddr *) &v6, why, whylen);
+}
+
+/* an address reached through a URL naming it */
+static bool
+addr_ok(const QbEgress *e, const char *ip, char *why, size_t whylen)
+{
+	return conn_ok(e, NULL, ip, why, whylen);
 }
 
 static void
@@ -120,10 +127,123 @@ test_names(void **state)
 	assert_false(qb_egress_host_ok(e, "[::1]", why, sizeof(why)));
 	qb_egress_free(e);
 
+	/* tabs and newlines separate entries too (the list was once sized by commas and blanks only) */
+	e = policy("10.0.0.0/8\thooks.example.com\nb.example.com\t\t\tc.example.com");
+	assert_int_equal(e->nrules, 4);
+	qb_egress_free(e);
+
 	/* no name listed: any name may be configured, its addresses judged later */
 	e = policy("10.0.0.0/8");
 	assert_true(qb_egress_host_ok(e, "anything.example.org", why, sizeof(why)));
 	qb_egress_free(e);
+}
+
+/*
+ * A names-only list: every host written as an address is refused, in each
+ * spelling a resolver or libcurl accepts, at configure time and at connect
+ * time; a listed name passes both.
+ */
+static void
+test_names_only(void **state)
+{
+	QbEgress   *e = policy("hooks.partner.example");
+	char		why[300];
+	static const char *const hosts[] = {"127.0.0.1", "10.1.2.3", "[::1]", "::1",
+		"[::ffff:127.0.0.1]", "::ffff:7f00:1", "[64:ff9b::7f00:1]", "2130706433", "0x7f000001",
+		"0177.0.0.1", "127.1", "0x7f.1", "127.0.0.1.", "017700000001", NULL};
+	static const char *const urls[] = {"http://127.0.0.1:57998", "http://[::1]:80/x",
+		"http://[::ffff:127.0.0.1]/", "http://10.1.2.3:8080", "http://2130706433/",
+		"http://0x7f.0.0.1/", "http://127.1:9/", "http://%31%32%37.0.0.1/",
+		"https://[::ffff:7f00:1]:443", "http://[fe80::1%25eth0]/", "amqp://u:p@10.0.0.1:5672/vh",
+		"nats://127.0.0.1:4222", "127.0.0.1:9092", "hooks.partner.example:9092,10.0.0.1:9092", NULL};
+
+	for (int i = 0; hosts[i]; i++)
+	{
+		why[0] = '\0';
+		if (qb_egress_host_ok(e, hosts[i], why, sizeof(why)))
+			fail_msg("host %s passed a names-only list", hosts[i]);
+		assert_non_null(strstr(why, "lists names only"));
+	}
+	for (int i = 0; urls[i]; i++)
+		if (qb_egress_hosts_ok(e, urls[i], why, sizeof(why)))
+			fail_msg("%s passed a names-only list", urls[i]);
+	/* an old spelling is shown with the address it stands for */
+	assert_false(qb_egress_host_ok(e, "2130706433", why, sizeof(why)));
+	assert_non_null(strstr(why, "egress refused: 2130706433 (127.0.0.1) is an address, and queuebox.allowed_destinations lists names only"));
+	/* a name that is no listed name, though it resolves to an address */
+	assert_false(qb_egress_host_ok(e, "localhost", why, sizeof(why)));
+	assert_false(qb_egress_hosts_ok(e, "http://127.0.0.1.nip.io/", why, sizeof(why)));
+	assert_true(qb_egress_hosts_ok(e, "http://hooks.partner.example/in", why, sizeof(why)));
+	assert_true(qb_egress_hosts_ok(e, "https://HOOKS.partner.example.:8443", why, sizeof(why)));
+	/* libcurl's reading: the user info ends at the last '@' */
+	assert_true(qb_egress_hosts_ok(e, "http://127.0.0.1:80@hooks.partner.example/", why, sizeof(why)));
+	assert_false(qb_egress_hosts_ok(e, "http://hooks.partner.example@127.0.0.1/", why, sizeof(why)));
+
+	/* connect time: the address is judged with the host it was reached through */
+	assert_true(conn_ok(e, "http://hooks.partner.example/in", "10.1.2.3", why, sizeof(why)));
+	assert_true(conn_ok(e, "hooks.partner.example:9092/1", "10.1.2.3", why, sizeof(why)));
+	assert_true(conn_ok(e, "sasl_ssl://hooks.partner.example:9093/2", "::1", why, sizeof(why)));
+	assert_false(conn_ok(e, "http://10.1.2.3:8080", "10.1.2.3", why, sizeof(why)));
+	assert_non_null(strstr(why, "egress refused: 10.1.2.3 is an address, and queuebox.allowed_destinations lists names only"));
+	assert_false(conn_ok(e, "http://2130706433/", "127.0.0.1", why, sizeof(why)));
+	assert_false(conn_ok(e, "127.0.0.1:9092/bootstrap", "127.0.0.1", why, sizeof(why)));
+	assert_false(conn_ok(e, "[::1]:9092/bootstrap", "::1", why, sizeof(why)));
+	assert_false(conn_ok(e, "::1", "::1", why, sizeof(why)));
+	assert_false(conn_ok(e, "http://localhost:9/", "127.0.0.1", why, sizeof(why)));
+	assert_non_null(strstr(why, "the host localhost is not among the names of queuebox.allowed_destinations"));
+	assert_false(conn_ok(e, NULL, "127.0.0.1", why, sizeof(why)));
+	/* a listed name never reaches a metadata address */
+	assert_false(conn_ok(e, "http://hooks.partner.example/", "169.254.169.254", why, sizeof(why)));
+	assert_non_null(strstr(why, "link-local or cloud metadata"));
+	qb_egress_free(e);
+}
+
+/* the metadata addresses in every spelling, with no list */
+static void
+test_metadata_spellings(void **state)
+{
+	QbEgress   *e = policy("");
+	char		why[300];
+	static const char *const hosts[] = {"169.254.169.254", "2852039166", "0xa9fea9fe",
+		"0251.0376.0251.0376", "169.254.43518", "0xa9.0xfe.0xa9.0xfe", "[::ffff:169.254.169.254]",
+		"[::ffff:a9fe:a9fe]", "[64:ff9b::a9fe:a9fe]", "169.254.169.254.", "[fe80::1]",
+		"100.100.100.200", "1684301000", NULL};
+
+	for (int i = 0; hosts[i]; i++)
+	{
+		why[0] = '\0';
+		if (qb_egress_host_ok(e, hosts[i], why, sizeof(why)))
+			fail_msg("host %s passed", hosts[i]);
+		assert_non_null(strstr(why, "link-local or cloud metadata"));
+	}
+	assert_false(qb_egress_hosts_ok(e, "http://2852039166/latest/meta-data", why, sizeof(why)));
+	assert_false(conn_ok(e, "http://example.com/", "64:ff9b::a9fe:a9fe", why, sizeof(why)));
+	assert_true(qb_egress_host_ok(e, "2130706433", why, sizeof(why)));
+	assert_true(conn_ok(e, "http://10.1.2.3/", "10.1.2.3", why, sizeof(why)));
+	qb_egress_free(e);
+}
+
+/* mapped and NAT64 networks in a list; old spellings refused in a list */
+static void
+test_mapped_entries(void **state)
+{
+	QbEgress   *e = policy("::ffff:10.0.0.0/104, 64:ff9b::c000:207/128");
+	QbEgress   *bad = NULL;
+	char		why[300];
+
+	assert_int_equal(e->rules[0].family, AF_INET);
+	assert_int_equal(e->rules[0].bits, 8);
+	assert_true(addr_ok(e, "10.200.0.1", why, sizeof(why)));
+	assert_true(addr_ok(e, "::ffff:10.200.0.1", why, sizeof(why)));
+	assert_true(addr_ok(e, "192.0.2.7", why, sizeof(why)));
+	assert_false(addr_ok(e, "11.0.0.1", why, sizeof(why)));
+	assert_true(qb_egress_host_ok(e, "[::ffff:10.1.1.1]", why, sizeof(why)));
+	qb_egress_free(e);
+
+	assert_false(qb_egress_parse("2130706433", "egress.allow", &bad, why, sizeof(why)));
+	assert_non_null(strstr(why, "egress.allow: \"2130706433\" is an address in an old spelling; write it as 127.0.0.1"));
+	assert_false(qb_egress_parse("10.1", "egress.allow", &bad, why, sizeof(why)));
+	assert_null(bad);
 }
 
 static void
@@ -184,6 +304,10 @@ test_config(void **state)
 		"destinations:\n  web: {type: http, baseUrl: \"http://169.254.169.254\"}\n"
 		"routes:\n  - {topicPattern: \"#\", destination: web}\n";
 	static const char doc_bad[] = "egress:\n  allow: [\"10.0.0.0/99\"]\n";
+	static const char doc_names_only[] =
+		"egress:\n  allow: [hooks.partner.example]\n"
+		"destinations:\n  web: {type: http, baseUrl: \"http://10.1.2.3:8080\"}\n"
+		"routes:\n  - {topicPattern: \"#\", destination: web}\n";
 
 	assert_int_equal(qb_config_parse(doc_ok, sizeof(doc_ok) - 1, &cfg, err, sizeof(err)), 0);
 	assert_non_null(cfg->egress);
@@ -200,6 +324,9 @@ test_config(void **state)
 
 	assert_int_equal(qb_config_parse(doc_bad, sizeof(doc_bad) - 1, &cfg, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "egress.allow: egress.allow: \"10.0.0.0/99\" is neither"));
+
+	assert_int_equal(qb_config_parse(doc_names_only, sizeof(doc_names_only) - 1, &cfg, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "destinations.web.baseUrl: egress refused: 10.1.2.3 is an address, and egress.allow lists names only"));
 
 	/* once the host owns the policy (the extension), a document may not set one */
 	assert_true(qb_egress_set("10.0.0.0/8", "queuebox.allowed_destinations", err, sizeof(err)));
@@ -220,6 +347,9 @@ main(void)
 		cmocka_unit_test(test_default_refuses_metadata),
 		cmocka_unit_test(test_cidrs),
 		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_names_only),
+		cmocka_unit_test(test_metadata_spellings),
+		cmocka_unit_test(test_mapped_entries),
 		cmocka_unit_test(test_hosts_of_urls),
 		cmocka_unit_test(test_bad_entries),
 		cmocka_unit_test(test_config),

@@ -484,7 +484,7 @@ qb_amqp_tcp_connect(const char *host, int port, long timeout_ms, const QbEgress 
 		socklen_t	len = sizeof(soerr);
 
 		/* the address about to be used: a name cannot lead past the rules */
-		if (!qb_egress_addr_ok(egress, ai->ai_addr, err, errlen))
+		if (!qb_egress_addr_ok(egress, host, ai->ai_addr, err, errlen))
 			continue;
 		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
 		if (fd < 0)
@@ -641,7 +641,7 @@ qb_amqp_login(const QbAmqpUrl *u, const char *where, const char *cname, bool con
 				snprintf(err, errlen, "%s: cannot connect: getpeername: %s", where, strerror(errno));
 				goto fail;
 			}
-			if (!qb_egress_addr_ok(u->egress, (struct sockaddr *) &peer, why, sizeof(why)))
+			if (!qb_egress_addr_ok(u->egress, u->host, (struct sockaddr *) &peer, why, sizeof(why)))
 			{
 				snprintf(err, errlen, "%s: cannot connect: %s", where, why);
 				goto fail;

@@ -5,11 +5,17 @@
  *
  * Vocabulary: an entry is one item of the list; a rule is its parsed form;
  * the refused set is the link-local and metadata networks refused unless a
- * listed CIDR contains them.  Thread safety: parsing and judging touch only
- * their arguments; qb_egress_set publishes a new policy with one atomic
- * store and never frees the old one (librdkafka's threads may be reading it).
+ * listed CIDR contains them; a host is what a URL names (libcurl's URL
+ * parser reads it: the same host libcurl connects to); an address host is
+ * one a resolver reads as an address without asking DNS ("10.1.2.3",
+ * "[::1]", and the old spellings "2130706433", "0x7f.1", "0177.0.0.1",
+ * "127.1"); the via of a connection is the URL or "host:port" it was made
+ * for.  Thread safety: parsing and judging touch only their arguments;
+ * qb_egress_set publishes a new policy with one atomic store and never
+ * frees the old one (librdkafka's threads may be reading it).
  *-------------------------------------------------------------------------
  */
+#define _GNU_SOURCE				/* memmem, asprintf */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <netdb.h>
@@ -19,6 +25,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+
+#include <curl/curl.h>
 
 #include "qb_egress.h"
 
@@ -69,14 +77,35 @@ qbe_mask(unsigned char *addr, int len, int bits)
 }
 
 /*
- * An address literal ("10.1.2.3", "::1", "[::1]") into family and bytes;
- * an IPv4-mapped IPv6 address becomes its IPv4 address.
+ * qbe_unmap: an IPv6 address that carries an IPv4 one becomes that one: the
+ * IPv4-mapped ::ffff:a.b.c.d (the kernel connects to a.b.c.d) and the NAT64
+ * well-known prefix 64:ff9b::a.b.c.d (a NAT64 gateway does).
+ */
+static void
+qbe_unmap(int *family, unsigned char *addr)
+{
+	static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	static const unsigned char nat64[12] = {0, 0x64, 0xff, 0x9b};
+
+	if (*family == AF_INET6 && (memcmp(addr, mapped, 12) == 0 || memcmp(addr, nat64, 12) == 0))
+	{
+		memmove(addr, addr + 12, 4);
+		memset(addr + 4, 0, 12);
+		*family = AF_INET;
+	}
+}
+
+/*
+ * qbe_literal: an address as a rule writes it ("10.1.2.3", "::1", "[::1]"),
+ * inet_pton's spellings only, into family and bytes (16, zero past the
+ * address), not unmapped.
  */
 static bool
 qbe_literal(const char *s, size_t len, int *family, unsigned char *out)
 {
 	char		buf[64];
 
+	memset(out, 0, 16);
 	if (len >= 2 && s[0] == '[' && s[len - 1] == ']')
 	{
 		s++;
@@ -87,18 +116,80 @@ qbe_literal(const char *s, size_t len, int *family, unsigned char *out)
 	memcpy(buf, s, len);
 	buf[len] = '\0';
 	if (inet_pton(AF_INET, buf, out) == 1)
-	{
 		*family = AF_INET;
-		return true;
-	}
-	if (inet_pton(AF_INET6, buf, out) != 1)
+	else if (inet_pton(AF_INET6, buf, out) == 1)
+		*family = AF_INET6;
+	else
 		return false;
-	*family = AF_INET6;
-	if (memcmp(out, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) == 0)
+	return true;
+}
+
+/*
+ * qbe_address_host: is this host an address host (see the banner)?  Its
+ * family and bytes, unmapped.  inet_aton reads the old IPv4 spellings as
+ * resolvers and libcurl do; only its characters are given to it, since it
+ * stops at a blank and takes what came before.
+ */
+static bool
+qbe_address_host(const char *s, size_t len, int *family, unsigned char *out)
+{
+	char		buf[64];
+	struct in_addr v4;
+
+	if (len > 1 && s[len - 1] == '.')
+		len--;					/* "10.1.2.3." is 10.1.2.3 */
+	if (!qbe_literal(s, len, family, out))
 	{
-		memmove(out, out + 12, 4);
+		if (len == 0 || len >= sizeof(buf) || strspn(s, "0123456789abcdefABCDEFxX.") < len)
+			return false;
+		memcpy(buf, s, len);
+		buf[len] = '\0';
+		if (inet_aton(buf, &v4) == 0)
+			return false;
+		memcpy(out, &v4, 4);
 		*family = AF_INET;
 	}
+	qbe_unmap(family, out);
+	return true;
+}
+
+/* qbe_bits: the prefix length after a rule's '/' (len bytes), at most max */
+static bool
+qbe_bits(const char *s, size_t len, int max, int *bits)
+{
+	char		num[8];
+	char	   *end;
+
+	if (len == 0 || len >= sizeof(num) || !isdigit((unsigned char) s[0]))
+		return false;
+	memcpy(num, s, len);
+	num[len] = '\0';
+	*bits = (int) strtol(num, &end, 10);
+	return *end == '\0' && *bits <= max;
+}
+
+/*
+ * qbe_rule_address: an address rule; a mapped or NAT64 network of /96 or
+ * more becomes its IPv4 network, as the addresses it holds are judged.
+ */
+static bool
+qbe_rule_address(const char *s, size_t len, QbEgressRule *r)
+{
+	const char *slash = memchr(s, '/', len);
+	size_t		alen = slash ? (size_t) (slash - s) : len;
+
+	if (!qbe_literal(s, alen, &r->family, r->addr))
+		return false;
+	r->bits = r->family == AF_INET ? 32 : 128;
+	if (slash != NULL && !qbe_bits(slash + 1, len - alen - 1, r->bits, &r->bits))
+		return false;
+	if (r->family == AF_INET6 && r->bits >= 96)
+	{
+		qbe_unmap(&r->family, r->addr);
+		if (r->family == AF_INET)
+			r->bits -= 96;
+	}
+	qbe_mask(r->addr, r->family == AF_INET ? 4 : 16, r->bits);
 	return true;
 }
 
@@ -106,34 +197,22 @@ qbe_literal(const char *s, size_t len, int *family, unsigned char *out)
 static bool
 qbe_rule(const char *s, size_t len, QbEgressRule *r, const char *setting, char *err, size_t errlen)
 {
-	const char *slash = memchr(s, '/', len);
-	size_t		alen = slash ? (size_t) (slash - s) : len;
-	int			max;
+	unsigned char addr[16];
+	char		shown[INET6_ADDRSTRLEN];
+	int			family;
 
 	memset(r, 0, sizeof(*r));
-	if (qbe_literal(s, alen, &r->family, r->addr))
-	{
-		max = r->family == AF_INET ? 32 : 128;
-		r->bits = max;
-		if (slash != NULL)
-		{
-			char	   *end;
-			char		num[8];
-			size_t		nlen = len - alen - 1;
-
-			if (nlen == 0 || nlen >= sizeof(num))
-				goto bad;
-			memcpy(num, slash + 1, nlen);
-			num[nlen] = '\0';
-			r->bits = (int) strtol(num, &end, 10);
-			if (*end != '\0' || !isdigit((unsigned char) num[0]) || r->bits > max)
-				goto bad;
-		}
-		qbe_mask(r->addr, max / 8, r->bits);
+	if (qbe_rule_address(s, len, r))
 		return true;
-	}
-	if (slash != NULL)
+	if (memchr(s, '/', len) != NULL)
 		goto bad;
+	if (qbe_address_host(s, len, &family, addr))
+	{
+		inet_ntop(family, addr, shown, sizeof(shown));
+		snprintf(err, errlen, "%s: \"%.*s\" is an address in an old spelling; write it as %s",
+				 setting, (int) (len > 80 ? 80 : len), s, shown);
+		return false;
+	}
 	/* a name: letters, digits, '-', '.', and "*." only in front */
 	for (size_t i = 0; i < len; i++)
 	{
@@ -169,7 +248,7 @@ qb_egress_parse(const char *list, const char *setting, QbEgress **out, char *err
 
 	*out = NULL;
 	for (const char *q = p; *q; q++)
-		cap += (*q == ',' || *q == ' ');
+		cap += strchr(", \t\n", *q) != NULL;	/* every separator the loop below splits on */
 	e = calloc(1, sizeof(QbEgress));
 	if (e == NULL || (e->rules = calloc(cap, sizeof(QbEgressRule))) == NULL ||
 		(e->setting = strdup(setting)) == NULL || (e->list = strdup(p)) == NULL)
@@ -228,72 +307,12 @@ qb_egress_copy(const QbEgress *e)
 	return c;
 }
 
-/* the address judged: family and bytes, already unmapped */
-static bool
-qbe_judge(const QbEgress *e, int family, const unsigned char *addr, const char *shown,
-		  char *why, size_t whylen)
-{
-	bool		listed = false;
-
-	if (e == NULL)
-		e = qb_egress_current();
-	for (int i = 0; i < e->nrules && !listed; i++)
-		listed = e->rules[i].family == family && qbe_in(addr, e->rules[i].addr, e->rules[i].bits);
-	if (listed)
-		return true;
-	for (int i = 0; i < QBE_NREFUSED; i++)
-	{
-		unsigned char net[16];
-
-		if (qbe_refused[i].family == family &&
-			inet_pton(family, qbe_refused[i].addr, net) == 1 &&
-			qbe_in(addr, net, qbe_refused[i].bits))
-		{
-			snprintf(why, whylen,
-					 "egress refused: %s is a link-local or cloud metadata address; "
-					 "list it in %s to allow it", shown, e->setting);
-			return false;
-		}
-	}
-	if (e->ncidrs > 0)
-	{
-		snprintf(why, whylen, "egress refused: %s is in no network of %s; add it there to allow it",
-				 shown, e->setting);
-		return false;
-	}
-	return true;
-}
-
-/* qb_egress_addr_ok: see qb_egress.h. */
-bool
-qb_egress_addr_ok(const QbEgress *e, const struct sockaddr *sa, char *why, size_t whylen)
-{
-	unsigned char addr[16];
-	int			family = sa->sa_family;
-	char		shown[INET6_ADDRSTRLEN];
-
-	if (family == AF_INET)
-		memcpy(addr, &((const struct sockaddr_in *) sa)->sin_addr, 4);
-	else if (family == AF_INET6)
-	{
-		memcpy(addr, &((const struct sockaddr_in6 *) sa)->sin6_addr, 16);
-		if (memcmp(addr, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) == 0)
-		{
-			memmove(addr, addr + 12, 4);
-			family = AF_INET;
-		}
-	}
-	else
-		return true;			/* a Unix socket leaves no host */
-	if (inet_ntop(family, addr, shown, sizeof(shown)) == NULL)
-		snprintf(shown, sizeof(shown), "?");
-	return qbe_judge(e, family, addr, shown, why, whylen);
-}
-
-/* does the name match a name rule? */
+/* does the name (len bytes, a trailing dot ignored) match a name rule? */
 static bool
 qbe_name_listed(const QbEgress *e, const char *host, size_t len)
 {
+	if (len > 1 && host[len - 1] == '.')
+		len--;					/* "example.com." is "example.com" */
 	for (int i = 0; i < e->nrules; i++)
 	{
 		const char *n = e->rules[i].name;
@@ -314,21 +333,163 @@ qbe_name_listed(const QbEgress *e, const char *host, size_t len)
 	return false;
 }
 
-/* one host (len bytes, maybe "[v6]") */
+/*
+ * qbe_judge: one address (family and bytes, unmapped), shown as shown in
+ * messages.  name: the name it was reached by; NULL when it was written as
+ * an address (or is not known).  The rules of qb_egress.h, in their order.
+ */
+static bool
+qbe_judge(const QbEgress *e, int family, const unsigned char *addr, const char *shown,
+		  const char *name, char *why, size_t whylen)
+{
+	for (int i = 0; i < e->nrules; i++)
+		if (e->rules[i].family == family && qbe_in(addr, e->rules[i].addr, e->rules[i].bits))
+			return true;
+	for (int i = 0; i < QBE_NREFUSED; i++)
+	{
+		unsigned char net[16];
+
+		if (qbe_refused[i].family == family &&
+			inet_pton(family, qbe_refused[i].addr, net) == 1 &&
+			qbe_in(addr, net, qbe_refused[i].bits))
+		{
+			snprintf(why, whylen,
+					 "egress refused: %s is a link-local or cloud metadata address; "
+					 "list it in %s to allow it", shown, e->setting);
+			return false;
+		}
+	}
+	if (e->ncidrs > 0)
+	{
+		snprintf(why, whylen, "egress refused: %s is in no network of %s; add it there to allow it",
+				 shown, e->setting);
+		return false;
+	}
+	if (e->nnames == 0 || (name != NULL && qbe_name_listed(e, name, strlen(name))))
+		return true;
+	if (name == NULL)
+		snprintf(why, whylen,
+				 "egress refused: %s is an address, and %s lists names only; "
+				 "add the address (or a network that holds it) there to allow it",
+				 shown, e->setting);
+	else
+		snprintf(why, whylen, "egress refused: the host %s is not among the names of %s; add it there to allow it",
+				 name, e->setting);
+	return false;
+}
+
+/*
+ * qbe_via_host: the host of one URL or "host:port" (len bytes of s), as
+ * libcurl's URL parser reads it, without brackets, into host.  The scheme
+ * is replaced by tcp: a scheme changes no host, and librdkafka's broker
+ * names ("sasl_ssl://b:9093/1") are no URL to libcurl.  false with why
+ * when no host can be read (why never repeats the URL: it may hold a
+ * password).
+ */
+static bool
+qbe_via_host(const char *s, size_t len, char *host, size_t hostlen, char *why, size_t whylen)
+{
+	const char *sep = memmem(s, len, "://", 3);
+	unsigned char addr[16];
+	int			family;
+	char	   *url = NULL;
+	char	   *h = NULL;
+	CURLU	   *u = NULL;
+	CURLUcode	rc = CURLUE_OUT_OF_MEMORY;
+
+	if (sep != NULL)
+	{
+		len -= (size_t) (sep + 3 - s);
+		s = sep + 3;
+	}
+	if (qbe_literal(s, len, &family, addr) && s[0] != '[')
+	{
+		/* a bare IPv6 address ("::1": a broker link's host) */
+		snprintf(host, hostlen, "%.*s", (int) len, s);
+		return len < hostlen;
+	}
+	if (asprintf(&url, "tcp://%.*s", (int) len, s) >= 0 && (u = curl_url()) != NULL &&
+		(rc = curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME)) == CURLUE_OK)
+		rc = curl_url_get(u, CURLUPART_HOST, &h, 0);
+	free(url);
+	curl_url_cleanup(u);
+	if (rc == CURLUE_OK && h[0] == '[')
+		snprintf(host, hostlen, "%.*s", (int) strlen(h) - 2, h + 1);
+	else if (rc == CURLUE_OK)
+		snprintf(host, hostlen, "%s", h);
+	else
+		snprintf(why, whylen, "egress refused: no host can be read from a URL of the destination (%s)",
+				 curl_url_strerror(rc));
+	if (rc == CURLUE_OK && strlen(h) >= hostlen)
+	{
+		snprintf(why, whylen, "egress refused: a host longer than %zu bytes", hostlen - 1);
+		rc = CURLUE_MALFORMED_INPUT;
+	}
+	curl_free(h);
+	return rc == CURLUE_OK;
+}
+
+/* a socket address into family, bytes (unmapped) and text; false: no host (a Unix socket) */
+static bool
+qbe_sockaddr(const struct sockaddr *sa, int *family, unsigned char *addr, char *shown, size_t len)
+{
+	memset(addr, 0, 16);
+	*family = sa->sa_family;
+	if (*family == AF_INET)
+		memcpy(addr, &((const struct sockaddr_in *) sa)->sin_addr, 4);
+	else if (*family == AF_INET6)
+		memcpy(addr, &((const struct sockaddr_in6 *) sa)->sin6_addr, 16);
+	else
+		return false;
+	qbe_unmap(family, addr);
+	if (inet_ntop(*family, addr, shown, (socklen_t) len) == NULL)
+		snprintf(shown, len, "?");
+	return true;
+}
+
+/* qb_egress_addr_ok: see qb_egress.h. */
+bool
+qb_egress_addr_ok(const QbEgress *e, const char *via, const struct sockaddr *sa, char *why, size_t whylen)
+{
+	unsigned char addr[16];
+	unsigned char scratch[16];
+	int			family;
+	char		shown[INET6_ADDRSTRLEN];
+	char		host[256];
+	char		ignored[160];
+	const char *name = NULL;
+	int			hfamily;
+
+	if (e == NULL)
+		e = qb_egress_current();
+	if (!qbe_sockaddr(sa, &family, addr, shown, sizeof(shown)))
+		return true;			/* a Unix socket leaves no host */
+	if (via != NULL && qbe_via_host(via, strlen(via), host, sizeof(host), ignored, sizeof(ignored)) &&
+		!qbe_address_host(host, strlen(host), &hfamily, scratch))
+		name = host;
+	return qbe_judge(e, family, addr, shown, name, why, whylen);
+}
+
+/* one host, unbracketed, as written in a destination (configure time) */
 static bool
 qbe_host_ok(const QbEgress *e, const char *host, size_t len, char *why, size_t whylen)
 {
 	unsigned char addr[16];
 	int			family;
-	char		shown[270];
+	char		shown[300];
+	char		text[INET6_ADDRSTRLEN];
 
 	if (e == NULL)
 		e = qb_egress_current();
 	snprintf(shown, sizeof(shown), "%.*s", (int) (len > 255 ? 255 : len), host);
-	if (qbe_literal(host, len, &family, addr))
-		return qbe_judge(e, family, addr, shown, why, whylen);
-	if (len > 0 && host[len - 1] == '.')
-		len--;					/* "example.com." is "example.com" */
+	if (qbe_address_host(host, len, &family, addr))
+	{
+		/* an old spelling is shown with the address it stands for */
+		inet_ntop(family, addr, text, sizeof(text));
+		if (strcmp(text, shown) != 0)
+			snprintf(shown + strlen(shown), sizeof(shown) - strlen(shown), " (%s)", text);
+		return qbe_judge(e, family, addr, shown, NULL, why, whylen);
+	}
 	if (e->nnames > 0 && !qbe_name_listed(e, host, len))
 	{
 		snprintf(why, whylen, "egress refused: the host %s is not among the names of %s; add it there to allow it",
@@ -342,61 +503,39 @@ qbe_host_ok(const QbEgress *e, const char *host, size_t len, char *why, size_t w
 bool
 qb_egress_host_ok(const QbEgress *e, const char *host, char *why, size_t whylen)
 {
-	return qbe_host_ok(e, host, strlen(host), why, whylen);
+	size_t		len = strlen(host);
+
+	if (len >= 2 && host[0] == '[' && host[len - 1] == ']')
+		return qbe_host_ok(e, host + 1, len - 2, why, whylen);
+	return qbe_host_ok(e, host, len, why, whylen);
 }
 
 /* what qbe_walk does with each host */
 typedef bool (*QbeHostFn) (const QbEgress *e, const char *host, size_t len, char *why, size_t whylen);
 
 /*
- * qbe_walk: each host of a URL, a comma list of URLs, or kafka's
- * "host:port,host:port" (user info, port and path dropped, "[v6]" kept).
+ * qbe_walk: each host of a URL, a list of URLs, or kafka's
+ * "host:port,host:port" (entries separated by commas and blanks), read by
+ * qbe_via_host.
  */
 static bool
 qbe_walk(const QbEgress *e, const char *urls, QbeHostFn fn, char *why, size_t whylen)
 {
 	const char *p = urls;
+	char		host[256];
 
 	for (;;)
 	{
-		size_t		len = strcspn(p, ",");
-		const char *end = p + len;
-		const char *h = p;
-		const char *sep;
-		const char *at = NULL;
-		size_t		hlen;
+		size_t		len;
 
-		sep = strstr(h, "://");
-		if (sep != NULL && sep < end)
-			h = sep + 3;
-		/* userinfo ends at the last '@' before the path */
-		hlen = strcspn(h, "/?#,");
-		for (const char *q = h; q < h + hlen; q++)
-			if (*q == '@')
-				at = q;
-		if (at != NULL)
-		{
-			hlen -= (size_t) (at + 1 - h);
-			h = at + 1;
-		}
-		if (hlen > 0 && h[0] == '[')
-		{
-			const char *close = memchr(h, ']', hlen);
-
-			hlen = close ? (size_t) (close - h + 1) : hlen;
-		}
-		else
-		{
-			const char *colon = memchr(h, ':', hlen);
-
-			if (colon != NULL)
-				hlen = (size_t) (colon - h);
-		}
-		if (hlen > 0 && !fn(e, h, hlen, why, whylen))
-			return false;
-		if (*end == '\0')
+		p += strspn(p, ", \t\n");
+		if (*p == '\0')
 			return true;
-		p = end + 1;
+		len = strcspn(p, ", \t\n");
+		if (!qbe_via_host(p, len, host, sizeof(host), why, whylen) ||
+			!fn(e, host, strlen(host), why, whylen))
+			return false;
+		p += len;
 	}
 }
 
@@ -407,7 +546,7 @@ qb_egress_hosts_ok(const QbEgress *e, const char *urls, char *why, size_t whylen
 	return qbe_walk(e, urls, qbe_host_ok, why, whylen);
 }
 
-/* every address one host resolves to */
+/* every address one host resolves to, judged as its connection's would be */
 static bool
 qbe_resolved_ok(const QbEgress *e, const char *host, size_t len, char *why, size_t whylen)
 {
@@ -415,18 +554,12 @@ qbe_resolved_ok(const QbEgress *e, const char *host, size_t len, char *why, size
 	struct addrinfo *res = NULL;
 	char		name[256];
 	bool		ok = true;
-	int			rc;
 
-	if (len >= 2 && host[0] == '[')
-	{
-		host++;
-		len -= 2;
-	}
 	snprintf(name, sizeof(name), "%.*s", (int) (len < sizeof(name) ? len : sizeof(name) - 1), host);
-	if ((rc = getaddrinfo(name, NULL, &hints, &res)) != 0)
+	if (getaddrinfo(name, NULL, &hints, &res) != 0)
 		return true;			/* the connect will fail and say why */
 	for (struct addrinfo *ai = res; ai != NULL && ok; ai = ai->ai_next)
-		ok = qb_egress_addr_ok(e, ai->ai_addr, why, whylen);
+		ok = qb_egress_addr_ok(e, name, ai->ai_addr, why, whylen);
 	freeaddrinfo(res);
 	return ok;
 }

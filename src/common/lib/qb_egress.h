@@ -5,17 +5,26 @@
  *
  * A policy is a list of entries, each a CIDR ("10.0.0.0/8", "fd00::/8", an
  * address alone is /32 or /128) or a host name ("hooks.example.com", or
- * "*.example.com" for the names under it).  Two checks use it:
- *	- the host of a destination's URL or broker list, when the configuration
- *	  is validated: an address literal is checked as below; a name must be
- *	  listed when the policy lists any name;
+ * "*.example.com" for the names under it).  An address is judged, in order:
+ *	1. inside a listed CIDR: allowed;
+ *	2. link-local or cloud metadata (169.254.0.0/16, fe80::/10,
+ *	   fd00:ec2::254, 100.100.100.200): refused;
+ *	3. the policy lists a CIDR: refused (it is in none);
+ *	4. the policy lists names only: allowed when it was reached through a
+ *	   listed name, refused when it was written as an address (a URL's
+ *	   host of "10.1.2.3", "[::1]", or an old spelling such as "2130706433");
+ *	5. no policy: allowed.
+ * IPv4-mapped (::ffff:a.b.c.d) and NAT64 (64:ff9b::a.b.c.d) addresses are
+ * judged as the IPv4 address they carry.  Two checks use it:
+ *	- a destination's hosts, when the configuration is validated: an
+ *	  address host is judged as above; a name must be listed when the
+ *	  policy lists any name (names are not resolved then);
  *	- every address actually connected to (after DNS, so a name cannot be
- *	  re-pointed around the rules): it must be inside a listed CIDR when
- *	  the policy lists any CIDR.
- * Link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10,
- * fd00:ec2::254, 100.100.100.200; IPv4-mapped forms too) are refused unless
- * a listed CIDR contains them, with or without a policy.  No policy keeps
- * every other address open.
+ *	  re-pointed around the rules), with the URL or "host:port" it was
+ *	  reached through (its via), so that rule 4 holds at connect time too
+ *	  (a policy narrowed after the configuration was stored).
+ * Hosts are read from URLs with libcurl's URL parser: the host libcurl
+ * connects to is the one judged.
  *
  * The host's policy (the extension's queuebox.allowed_destinations, the
  * daemon's egress.allow) is process-wide: qb_egress_set.  A policy once
@@ -67,21 +76,24 @@ extern void qb_egress_free(QbEgress *e);
 extern QbEgress *qb_egress_copy(const QbEgress *e);
 
 /*
- * May a connection go to this address (host: the name it was resolved
- * from, or NULL)?  false with why set ("... 169.254.169.254 is a link-local
- * or cloud metadata address; list it in queuebox.allowed_destinations to
- * allow it").  e NULL: the default rules.
+ * May a connection go to this address?  via: the URL, "host:port" or host
+ * it was made for (its host is the name rule 4 looks for), NULL when not
+ * known (then only an address listed in a CIDR passes a names-only
+ * policy).  false with why set ("... 169.254.169.254 is a link-local or
+ * cloud metadata address; list it in queuebox.allowed_destinations to
+ * allow it").  e NULL: the host's rules.
  */
-extern bool qb_egress_addr_ok(const QbEgress *e, const struct sockaddr *sa,
+extern bool qb_egress_addr_ok(const QbEgress *e, const char *via, const struct sockaddr *sa,
 							  char *why, size_t whylen);
 
-/* May a destination name this host (a name or an address literal)? */
+/* May a destination name this host (a name or an address host, "[v6]" too)? */
 extern bool qb_egress_host_ok(const QbEgress *e, const char *host, char *why, size_t whylen);
 
 /*
- * The hosts of a URL ("scheme://[user@]host[:port][/...]"), of a comma list
- * of them, or of kafka's "host:port,host:port": each checked with
- * qb_egress_host_ok.  false with why naming the first refused host.
+ * The hosts of a URL ("scheme://[user@]host[:port][/...]"), of a list of
+ * them (commas or blanks between), or of kafka's "host:port,host:port":
+ * each checked with qb_egress_host_ok.  false with why naming the first
+ * refused host, or saying that a URL has no host libcurl can read.
  */
 extern bool qb_egress_hosts_ok(const QbEgress *e, const char *urls, char *why, size_t whylen);
 

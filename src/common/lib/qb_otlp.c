@@ -233,7 +233,7 @@ qbot_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
 	const QbEgress *e = p->x->egress != NULL ? p->x->egress : qb_egress_current();
 
 	if (purpose == CURLSOCKTYPE_IPCXN &&
-		!qb_egress_addr_ok(e, &a->addr, p->refused, sizeof(p->refused)))
+		!qb_egress_addr_ok(e, p->x->o.url, &a->addr, p->refused, sizeof(p->refused)))
 		return CURL_SOCKET_BAD;
 	return socket(a->family, a->socktype, a->protocol);
 }

@@ -549,7 +549,8 @@ qbh_retry_after(CURL *easy, long status)
 /*
  * qbh_open_socket: libcurl's socket for each address it is about to connect
  * to, after DNS: the egress rules judge the address actually used, so a
- * name re-pointed after configure() cannot lead anywhere the rules refuse.
+ * name re-pointed after configure() cannot lead anywhere the rules refuse,
+ * and an address host is refused by names-only rules set after it.
  * A refused address gives no socket; libcurl tries the next one, and the
  * attempt fails with the reason kept for last_error.
  */
@@ -557,9 +558,12 @@ static curl_socket_t
 qbh_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
 {
 	QbhTransfer *t = arg;
+	char	   *url = NULL;
 
+	/* the URL names the host the rules look for among their names */
+	curl_easy_getinfo(t->easy, CURLINFO_EFFECTIVE_URL, &url);
 	if (purpose == CURLSOCKTYPE_IPCXN &&
-		!qb_egress_addr_ok(t->egress, &a->addr, t->refused, sizeof(t->refused)))
+		!qb_egress_addr_ok(t->egress, url, &a->addr, t->refused, sizeof(t->refused)))
 		return CURL_SOCKET_BAD;
 	return socket(a->family, a->socktype, a->protocol);
 }

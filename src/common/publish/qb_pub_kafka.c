@@ -132,7 +132,8 @@ qbk_producer_free(QbkProducer *p)
 /*
  * qbk_connect_cb: librdkafka's connect, on its broker threads, for every
  * address it resolved: the egress rules judge the address actually used
- * (a name re-pointed after configure() cannot lead elsewhere).  A refusal
+ * (a name re-pointed after configure() cannot lead elsewhere), with the
+ * broker's name (id: "host:port/nodeid", a listed name or not).  A refusal
  * is kept for the rows that then time out.
  */
 static int
@@ -141,7 +142,7 @@ qbk_connect_cb(int sockfd, const struct sockaddr *addr, int addrlen, const char 
 	QbkProducer *p = opaque;
 	char		why[300];
 
-	if (!qb_egress_addr_ok(p->egress, addr, why, sizeof(why)))
+	if (!qb_egress_addr_ok(p->egress, id, addr, why, sizeof(why)))
 	{
 		pthread_mutex_lock(&p->refused_lock);
 		snprintf(p->refused, sizeof(p->refused), "%s", why);
