@@ -56,6 +56,8 @@ qb_wait_for(sub { $http->get("$base/healthz")->{status} == 200 }, 'the listener 
 my $r = $http->get("$base/console");
 is($r->{status}, 404, 'without admin.token /console is 404');
 unlike($r->{content}, qr/<html/i, 'and serves no page');
+is(decode_json($r->{content})->{reason}, 'the console is off; set admin.token to turn it on (docs/console.md)',
+	'and says what turns it on');
 
 qb_configure($node, config(admin => { token => $token }));
 qb_wait_for(sub { $http->get("$base/console")->{status} == 200 }, 'with admin.token /console is served',
@@ -97,6 +99,9 @@ $r = $http->request('POST', "$base/console/login",
 	{ headers => { 'Content-Type' => 'application/json' }, content => qq({"token":"$token"}) });
 is($r->{status}, 403, 'login without X-QueueBox-CSRF is 403');
 ok(!$r->{headers}{'set-cookie'}, 'and sets no cookie');
+is(decode_json($r->{content})->{reason},
+	"a console login must carry the X-QueueBox-CSRF header (any value), which no cross-site form can send; the console's page sends it",
+	'and names the login, not a cookie it does not have');
 $r = $http->request('POST', "$base/console/login", { headers => \%csrf, content => '{"token":"wrong-token-0123456789"}' });
 is($r->{status}, 401, 'login with a wrong token is 401');
 ok(!$r->{headers}{'set-cookie'}, 'and sets no cookie');
@@ -118,7 +123,7 @@ $r = $http->get("$base/admin/overview", { headers => { Cookie => 'queuebox_admin
 is($r->{status}, 401, 'a cookie of another token is 401');
 $r = $http->request('POST', "$base/admin/destinations/nosuch/resume", { headers => { Cookie => $cookie } });
 is($r->{status}, 403, 'a write with the cookie and without X-QueueBox-CSRF is 403');
-like(decode_json($r->{content})->{reason}, qr/X-QueueBox-CSRF/, 'and says which header is missing');
+like(decode_json($r->{content})->{reason}, qr/^a write with the console's cookie must carry the X-QueueBox-CSRF header/, 'and says which header is missing');
 $r = $http->request('POST', "$base/admin/destinations/nosuch/resume", { headers => { Cookie => $cookie, %csrf } });
 is($r->{status}, 404, 'with X-QueueBox-CSRF it reaches the route');
 $r = $http->request('POST', "$base/admin/destinations/nosuch/resume", { headers => { Authorization => "Bearer $token" } });

@@ -571,15 +571,21 @@ qbi_admin_auth(QbiRequest *r, const QbConfig *cfg, const char *token)
 	return ok;
 }
 
-/* qbi_csrf: a console write carries X-QueueBox-CSRF, which no cross-site form can send */
+/*
+ * qbi_csrf: a console write carries X-QueueBox-CSRF, which no cross-site
+ * form can send.  what: the request, as the refusal names it; fix: what to
+ * do instead.
+ */
 static bool
-qbi_csrf(QbiRequest *r)
+qbi_csrf(QbiRequest *r, const char *what, const char *fix)
 {
+	char		msg[300];
+
 	if (qbi_header_get(r->conn, QB_CONSOLE_CSRF_HEADER) != NULL)
 		return true;
-	qbi_set(r, 403, "error",
-			"a write with the console's cookie must carry the " QB_CONSOLE_CSRF_HEADER
-			" header (any value); send the admin token as Authorization: Bearer instead, or use the console");
+	snprintf(msg, sizeof(msg), "%s must carry the " QB_CONSOLE_CSRF_HEADER
+			 " header (any value), which no cross-site form can send; %s", what, fix);
+	qbi_set(r, 403, "error", msg);
 	return false;
 }
 
@@ -638,7 +644,9 @@ qbi_admin_route(QbiRequest *r, const QbConfig *cfg)
 	explicit_bzero(token, sizeof(token));
 	if (!ok)
 		return;
-	if (by_cookie && strcmp(r->method, "GET") != 0 && strcmp(r->method, "HEAD") != 0 && !qbi_csrf(r))
+	if (by_cookie && strcmp(r->method, "GET") != 0 && strcmp(r->method, "HEAD") != 0 &&
+		!qbi_csrf(r, "a write with the console's cookie",
+				  "send the admin token as Authorization: Bearer instead, or use the console"))
 		return;
 	r->kind = QBI_ADMIN;
 	r->max = QBI_ADMIN_MAX_BODY;
@@ -657,8 +665,8 @@ qbi_behind_tls(QbiRequest *r)
 
 /*
  * qbi_console_route: the console's pages and its login and logout, when
- * admin.token is set (docs/console.md).  False when path is not the
- * console's.
+ * admin.token is set (docs/console.md); without it, a 404 that says so.
+ * False when path is not the console's.
  */
 static bool
 qbi_console_route(QbiRequest *r, const QbConfig *cfg)
@@ -666,9 +674,15 @@ qbi_console_route(QbiRequest *r, const QbConfig *cfg)
 	bool		get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
 	const QbConsoleAsset *a;
 
-	if (cfg->admin_token == NULL ||
-		(strcmp(r->path, "/console") != 0 && strncmp(r->path, "/console/", 9) != 0))
+	if (strcmp(r->path, "/console") != 0 && strncmp(r->path, "/console/", 9) != 0)
 		return false;
+	if (cfg->admin_token == NULL)
+	{
+		if (qbi_source_at(cfg, r->path) != NULL)
+			return false;		/* a source's path, when the console is off */
+		qbi_set(r, 404, "error", "the console is off; set admin.token to turn it on (docs/console.md)");
+		return true;
+	}
 	r->console = true;
 	if (strcmp(r->path, "/console/login") == 0 || strcmp(r->path, "/console/logout") == 0)
 	{
@@ -678,7 +692,8 @@ qbi_console_route(QbiRequest *r, const QbConfig *cfg)
 			r->allow_post = true;
 			return true;
 		}
-		if (!qbi_csrf(r))
+		if (!qbi_csrf(r, strcmp(r->path, "/console/login") == 0 ? "a console login" : "a console logout",
+					  "the console's page sends it"))
 			return true;
 		if (strcmp(r->path, "/console/login") == 0)
 		{
