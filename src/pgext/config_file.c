@@ -17,7 +17,8 @@
  *	- The load record is QbMetrics.config in shared memory (qb_metrics.h):
  *	  the last load's source, path, SHA-256 and time, and the last failure.
  *	  Every worker writes it when it loads; they all read the same file, so
- *	  the last writer is as good as any.
+ *	  the last writer is as good as any, and a failure they all meet is
+ *	  counted once (the record knows the failed document).
  *
  * Transactions: qb_config_file_load runs inside a worker's store call
  * (spi_store.c, its own transaction, SPI connected): the file's copy
@@ -96,15 +97,12 @@ qb_config_file_load(char **text)
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 
-	if (doc != NULL && qb_config_parse(doc, strlen(doc), &cfg, why, sizeof(why)) != 0)
-	{
-		free(doc);
-		doc = NULL;
-	}
-	if (doc == NULL)
+	if (doc == NULL || qb_config_parse(doc, strlen(doc), &cfg, why, sizeof(why)) != 0)
 	{
 		snprintf(msg, sizeof(msg), "queuebox.config_file %s: %s", path, why);
-		qb_config_load_note(&qb_shared->metrics, QB_CONFIG_SOURCE_FILE, path, false, NULL, 0, msg);
+		qb_config_load_note(&qb_shared->metrics, QB_CONFIG_SOURCE_FILE, path, false,
+							doc, doc ? strlen(doc) : 0, msg);
+		free(doc);
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIG_FILE_ERROR),
 				 errmsg("%s", msg),
@@ -141,7 +139,7 @@ qb_config_table_loaded(const char *text)
 		return;
 	if (qb_config_parse(text, strlen(text), &cfg, why, sizeof(why)) != 0)
 	{
-		qb_config_load_note(&qb_shared->metrics, QB_CONFIG_SOURCE_TABLE, NULL, false, NULL, 0, why);
+		qb_config_load_note(&qb_shared->metrics, QB_CONFIG_SOURCE_TABLE, NULL, false, text, strlen(text), why);
 		return;
 	}
 	qb_config_free(cfg);

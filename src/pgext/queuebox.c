@@ -88,6 +88,8 @@ _PG_init(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("queuebox must be loaded via shared_preload_libraries"),
 				 errhint("Add queuebox to shared_preload_libraries in postgresql.conf and restart the server.")));
+	/* database: and daemon: are the daemon's: a shared file's ${NAME}s there are not ours */
+	qb_config_set_daemon_sections(false);
 	/* an engine, publisher or consumer table with a hole is this build's fault: say which */
 	if (qb_engines_check(err, sizeof(err)) != 0)
 		ereport(ERROR,

@@ -25,11 +25,13 @@ use QueueBoxTest;
 use QueueBoxDaemon;
 
 my $sink = qb_sink_start(name => 'cfgfile');
+my $listen = qb_free_port();
 
 sub doc
 {
 	my ($path, %o) = @_;
 	return qb_config_yaml(
+		http => { listen => "127.0.0.1:$listen" },
 		destinations => { web => { type => 'http', baseUrl => $sink->{url}, path => $path, timeoutMs => 5000 } },
 		routes => [ { topicPattern => 'orders.**', destination => 'web' } ],
 		%o);
@@ -55,7 +57,10 @@ sub sink_paths
 my $node = qb_node('cfgfile');
 my $file = "$PostgreSQL::Test::Utils::tmp_check/queuebox_057.yaml";
 my $doc_a = doc('/a');
-my $doc_b = doc('/b');
+# the daemon's sections, as every daemon example writes them: the extension
+# ignores them, and expands none of their variables (set only for the daemon)
+my $doc_b = doc('/b', database => { url => 'postgres://queuebox:${QB_057_DAEMON_ONLY}@db.internal:5432/app' },
+	daemon => { outboxWorkers => 4 });
 
 qb_configure($node, doc('/table'));
 qb_wait_query($node, q{SELECT source, loaded_at IS NOT NULL, path IS NULL FROM queuebox.config_source()},
@@ -98,6 +103,12 @@ qb_wait_query($node, q{SELECT last_error LIKE '%destinations.web.timeoutMS%' AND
 my $log = qb_wait_log($node, qr/could not load the configuration \(queuebox\.config_file \Q$file\E: .*destinations\.web\.timeoutMS.*keeping the previous one/, $offset);
 like($log, qr/could not load the configuration \(queuebox\.config_file \Q$file\E: .*destinations\.web\.timeoutMS.*keeping the previous one/,
 	'the server log names the file and the key path, and says the previous configuration stays');
+# every worker reads the file and logs the failure; /metrics counts one
+qb_wait_for(sub { my @l = (slurp_file($node->logfile, $offset) =~ /could not load the configuration \(queuebox\.config_file/g); @l >= 3 },
+	'the outbox workers and the ingress each met the invalid file', timeout => 60);
+my $ext_metrics = HTTP::Tiny->new(timeout => 10)->get("http://127.0.0.1:$listen/metrics")->{content} // '';
+like($ext_metrics, qr/^queuebox_config_reload_failures_total 1$/m, 'one bad reload is one failure in /metrics, however many workers met it');
+like($ext_metrics, qr/^queuebox_config_last_reload_successful 0$/m, 'and the last reload is not successful');
 is($node->safe_psql('postgres', q{SELECT sha256 FROM queuebox.config_source()}), $sha_a, 'the SHA-256 in force is still the good file\'s');
 is($node->safe_psql('postgres', q{SELECT document = } . qb_sql_quote($doc_a) . q{ FROM queuebox.config}), 't',
 	'queuebox.config keeps the good document');
@@ -114,6 +125,7 @@ $node->reload;
 my $sha_b = sha256_hex($doc_b);
 qb_wait_query($node, q{SELECT sha256, last_error IS NULL FROM queuebox.config_source()}, "$sha_b|t",
 	'the fixed file is loaded at the next reload, the error cleared');
+ok(!defined $ENV{QB_057_DAEMON_ONLY}, 'its database.url names a variable the server does not have, and that is no error');
 $node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) VALUES ('orders.created', '{"n": 6}')});
 qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE state = 'sent'}, '6', 'and delivers by it');
 is(sink_paths()->{'/b'}, 1, 'to its path');

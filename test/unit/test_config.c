@@ -1931,6 +1931,26 @@ test_daemon_unknown_keys(void **state)
 		   "database.url: duplicate key", NULL);
 }
 
+/*
+ * the extension reads a file the daemon reads too: its database: and
+ * daemon: sections are the daemon's, their keys checked, nothing expanded
+ */
+static void
+test_daemon_sections_ignored(void **state)
+{
+	static const char doc[] =
+		"database: { url: \"postgres://queuebox:${QB_TEST_UNSET_PASSWORD}@db.internal/app\", listen: true }\n"
+		"daemon: { outboxWorkers: \"${QB_TEST_UNSET_WORKERS}\" }\n";
+
+	unsetenv("QB_TEST_UNSET_PASSWORD");
+	refuse(doc, "database.url: environment variable QB_TEST_UNSET_PASSWORD is not set", NULL);
+	qb_config_set_daemon_sections(false);
+	qb_config_free(accept(doc));
+	refuse("database: { urll: x }\n", "database.urll: unknown key", NULL);
+	refuse("daemon: [1]\n", "daemon: expected a mapping", NULL);
+	qb_config_set_daemon_sections(true);
+}
+
 /* the url: its schemes, and messages that never repeat it */
 static void
 test_daemon_url(void **state)
@@ -2101,6 +2121,7 @@ main(void)
 		cmocka_unit_test(test_daemon_every_key),
 		cmocka_unit_test(test_daemon_ranges),
 		cmocka_unit_test(test_daemon_unknown_keys),
+		cmocka_unit_test(test_daemon_sections_ignored),
 		cmocka_unit_test(test_daemon_url),
 		cmocka_unit_test(test_daemon_overrides),
 		cmocka_unit_test(test_telemetry),

@@ -190,9 +190,13 @@ test_config_load(void **state)
 	has(t, "queuebox_config_info{source=\"file\",sha256=\"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\"} 1\n");
 	free(t);
 
-	/* a failure keeps what is in force, and says why */
-	qb_config_load_note(m, QB_CONFIG_SOURCE_FILE, "/etc/queuebox/q.yaml", false, NULL, 0,
-						"destinations.a.url: not a URL");
+	/*
+	 * a failure keeps what is in force, and says why; every worker that
+	 * meets the same failed document notes it, and it counts once
+	 */
+	for (int worker = 0; worker < 4; worker++)
+		qb_config_load_note(m, QB_CONFIG_SOURCE_FILE, "/etc/queuebox/q.yaml", false, "bad: [", 6,
+							"destinations.a.url: not a URL");
 	qb_config_load_read(m, &c);
 	assert_string_equal(c.sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 	assert_string_equal(c.error, "destinations.a.url: not a URL");
@@ -200,6 +204,16 @@ test_config_load(void **state)
 	t = qb_metrics_render(m, NULL);
 	has(t, "queuebox_config_last_reload_successful 0\n");
 	has(t, "queuebox_config_reload_failures_total 1\n");
+	free(t);
+	/* another failed document, or a file that cannot be read, is a new failure */
+	qb_config_load_note(m, QB_CONFIG_SOURCE_FILE, "/etc/queuebox/q.yaml", false, "bad: {", 6,
+						"destinations.a.url: not a URL");
+	qb_config_load_note(m, QB_CONFIG_SOURCE_FILE, "/etc/queuebox/q.yaml", false, NULL, 0,
+						"could not open it: No such file or directory");
+	qb_config_load_note(m, QB_CONFIG_SOURCE_FILE, "/etc/queuebox/q.yaml", false, NULL, 0,
+						"could not open it: No such file or directory");
+	t = qb_metrics_render(m, NULL);
+	has(t, "queuebox_config_reload_failures_total 3\n");
 	free(t);
 
 	/* the next good load clears it */

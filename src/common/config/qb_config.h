@@ -381,6 +381,15 @@ extern char *qb_expand_env(const char *in, char *err, size_t errlen);
  */
 extern void qb_config_set_file_dirs(const char *dirs, const char *setting);
 
+/*
+ * Whether the daemon's own sections (database:, daemon:) are read, for
+ * every parse that follows in this process: the daemon reads them (the
+ * default); the extension, which has no use for them, checks only their
+ * keys and expands nothing there, so a file both hosts read may hold a
+ * ${NAME} only the daemon's environment sets.
+ */
+extern void qb_config_set_daemon_sections(bool read);
+
 /* true when every entry of such a list is an absolute path (empty ones pass) */
 extern bool qb_config_file_dirs_valid(const char *dirs);
 

@@ -929,6 +929,16 @@ qbcf_admin(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
 	return true;
 }
 
+/* the daemon's sections are read (qb_config_set_daemon_sections) */
+static bool qbcf_daemon_sections = true;
+
+/* qb_config_set_daemon_sections: see qb_config.h. */
+void
+qb_config_set_daemon_sections(bool read)
+{
+	qbcf_daemon_sections = read;
+}
+
 /*
  * qbcf_database: the database: section (daemon only).  The url is not
  * required here: the extension needs none, and the daemon checks that it
@@ -949,6 +959,8 @@ qbcf_database(QbcfCtx *cx, const QbcfNode *node, QbDatabaseConf *db)
 		return true;
 	if (!qbcf_check_keys(cx, "database", m, qbcf_keys_database, NULL))
 		return false;
+	if (!qbcf_daemon_sections)
+		return true;			/* the extension's: keys only, nothing expanded */
 	if ((n = qbcf_get(m, "url")) != NULL && !qbcf_is_null(n))
 	{
 		if (!qbcf_string(cx, "database.url", n, true, &db->url))
@@ -983,6 +995,8 @@ qbcf_daemon(QbcfCtx *cx, const QbcfNode *node, QbDaemonConf *d)
 		return true;
 	if (!qbcf_check_keys(cx, "daemon", m, qbcf_keys_daemon, NULL))
 		return false;
+	if (!qbcf_daemon_sections)
+		return true;			/* the extension's: keys only, nothing expanded */
 	v = d->outbox_workers;
 	if (!qbcf_opt_int(cx, "daemon", m, "outboxWorkers", 1, 64, &v) ||
 		!qbcf_opt_int(cx, "daemon", m, "shutdownGraceMs", 0, 3600000, &d->shutdown_grace_ms))

@@ -117,7 +117,7 @@ qb_config_load_note(QbMetrics *m, QbConfigSource source, const char *path,
 		return;
 	c = &m->config;
 	/* the digest before the lock: the lock is held only to copy */
-	if (ok && text != NULL)
+	if (text != NULL)
 		qb_sha256_hex(text, len, sha);
 	qbm_config_lock(c);
 	if (ok)
@@ -129,12 +129,15 @@ qb_config_load_note(QbMetrics *m, QbConfigSource source, const char *path,
 		c->loads++;
 		c->last_failed = 0;
 	}
-	else
+	else if (!c->last_failed || strcmp(c->failed_sha256, sha) != 0 ||
+			 strncmp(c->error, error ? error : "", sizeof(c->error) - 1) != 0)
 	{
+		/* a new failure: not the one in the record, noted by another worker */
 		c->failed_at_ms = qbm_wall_ms();
 		c->failures++;
 		c->last_failed = 1;
 		snprintf(c->error, sizeof(c->error), "%s", error ? error : "");
+		memcpy(c->failed_sha256, sha, sizeof(c->failed_sha256));
 	}
 	qbm_config_unlock(c);
 }

@@ -104,7 +104,10 @@ typedef struct QbActivitySlot
  * last load each host made (the extension's workers, the daemon's
  * supervisor).  Written by qb_config_load_note under its own spin lock
  * (loads are rare: at start, at a configure, at a SIGHUP) and read whole
- * by qb_config_load_read, so no reader sees half of a load.
+ * by qb_config_load_read, so no reader sees half of a load.  A failure is
+ * one per failed document: every worker of the extension reads the file
+ * at a reload, and the same document failing again for the same reason
+ * (another worker, another reload of an unchanged file) is not a new one.
  */
 typedef enum QbConfigSource
 {
@@ -128,6 +131,7 @@ typedef struct QbConfigLoad
 	uint64_t	failures;
 	int64_t		failed_at_ms;	/* the last failed load; 0: none */
 	char		error[QB_CONFIG_ERRLEN];	/* its reason, key path included */
+	char		failed_sha256[65];	/* of the failed document ("" unread) */
 } QbConfigLoad;
 
 typedef struct QbMetrics
@@ -211,7 +215,9 @@ extern const char *qb_worker_activity_name(QbWorkerActivity a);
 /*
  * qb_config_load_note: a load of the configuration from source (path: the
  * file's, or NULL).  ok: text (len bytes) is now in force; else error says
- * why not (the document in force stays what it was).  m NULL: nothing.
+ * why not (the document in force stays what it was), and text is the
+ * document that failed (NULL: it could not be read), which with error
+ * tells a new failure from one already counted.  m NULL: nothing.
  */
 extern void qb_config_load_note(QbMetrics *m, QbConfigSource source, const char *path,
 								bool ok, const char *text, size_t len, const char *error);
