@@ -5,9 +5,11 @@
 #   the scenarios 1 to 7 of clients/SCENARIOS.md (with a lease lost at the
 #   completion), an EF Core context on the handler's transaction, the
 #   generic host's start and stop (inside and past the grace), the spec's C#
-#   examples as written, and the unit tests; on SQL Server too when
-#   QUEUEBOX_TEST_MSSQL_URL is set (the same, and Msg 51000; the schema
-#   migrated by queuebox-mssqld), else those are skipped, saying why.  Then
+#   examples as written, a failing handler logged with no logger configured
+#   (standard error) and under the host (its logger), and the unit tests;
+#   on SQL Server too when QUEUEBOX_TEST_MSSQL_URL is set (the same, and
+#   Msg 51000; the schema migrated by queuebox-mssqld), else those are
+#   skipped, saying why.  Then
 #   as processes: two workers on one source divide the work, and a worker
 #   killed with -9 mid-handler loses nothing and applies nothing twice.
 #   Then the two NuGet packages: dotnet pack (0.1.0, the README inside, a
@@ -98,7 +100,7 @@ my ($total) = $out =~ /^Total tests: (\d+)$/m;
 my ($passed) = $out =~ /^\s+Passed: (\d+)$/m;
 my ($skipped) = $out =~ /^\s+Skipped: (\d+)$/m;
 unlike($out, qr/^\s+Failed: [1-9]/m, 'no test failed');
-is($total, 39, 'thirty-nine tests ran');
+is($total, 41, 'forty-one tests ran');
 my @pg = $out =~ /^\s+Passed QueueBox\.Inbox\.Tests\.PostgreSqlScenarios\.(\w+)/mg;
 is(scalar(@pg), 10, 'PostgreSQL: the scenarios 1 to 7 (eight tests), the dialect and the handler\'s span passed') or diag "@pg";
 ok(scalar(grep { $_ eq 'S11_HandlerSpanIsAChildOfTheMessage' } @pg), 'the handler\'s activity is a child of the message\'s traceparent');
@@ -108,6 +110,10 @@ like($out, qr/^\s+Passed QueueBox\.Inbox\.Tests\.HostTests\.TheHostsStopDrivesTh
 	'the generic host: AddQueueBoxInbox, the stop inside and past the grace');
 like($out, qr/^\s+Passed QueueBox\.Inbox\.Tests\.SpecExamples\.TheWorkerExampleRunsOnPostgreSql/m,
 	'the spec\'s worker example runs as written');
+like($out, qr/^\s+Passed QueueBox\.Inbox\.Tests\.LoggingTests\.WithoutALoggerAFailureGoesToStandardError/m,
+	'no logger: a failing handler is written to standard error (NullLogger.Instance: nothing)');
+like($out, qr/^\s+Passed QueueBox\.Inbox\.Tests\.LoggingTests\.TheHostsLoggerGetsTheFailures/m,
+	'AddQueueBoxInbox: a failing handler is logged to the host\'s logger');
 if ($mssql)
 {
 	is($skipped // 0, 0, 'SQL Server: nothing skipped');
@@ -117,14 +123,14 @@ if ($mssql)
 		'SQL Server: EF Core on the handler transaction');
 	like($out, qr/^\s+Passed QueueBox\.Inbox\.Tests\.SpecExamples\.TheWorkerExampleRunsOnSqlServer/m,
 		'SQL Server: the spec\'s worker example as written');
-	is($passed, 39, 'all passed');
+	is($passed, 41, 'all passed');
 }
 else
 {
 	is($skipped, 12, 'SQL Server: its twelve tests are skipped');
 	like($out, qr/Skipped QueueBox\.Inbox\.Tests\.SqlServerScenarios\.S1_CommitTogether.*\n.*\n\s+QUEUEBOX_TEST_MSSQL_URL is not set/,
 		'SQL Server: skipped, saying why');
-	is($passed, 27, 'the other twenty-seven passed');
+	is($passed, 29, 'the other twenty-nine passed');
 }
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'}), '0',
 	'no transaction is left open');
