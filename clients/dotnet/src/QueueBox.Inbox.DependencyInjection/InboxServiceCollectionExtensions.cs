@@ -52,7 +52,8 @@ public static class InboxServiceCollectionExtensions
     }
 
     /// <summary>Runs a worker as an <see cref="IHostedService"/> with a handler made from the services.
-    /// Call it once per source.</summary>
+    /// Call it once per source. The worker logs to the services' <see cref="ILoggerFactory"/> (the
+    /// host's), category <c>QueueBox.Inbox.&lt;source&gt;</c>; without one, to standard error.</summary>
     /// <param name="services">The services.</param>
     /// <param name="connections">The worker's connections, from the services.</param>
     /// <param name="configure">Sets the options (Source at least).</param>

@@ -41,7 +41,9 @@ public sealed class InboxWorker
     /// <summary>Checks the options and makes a worker on <paramref name="connections"/>.</summary>
     /// <param name="connections">The application's data source, from <see cref="InboxConnections.From"/>.</param>
     /// <param name="options">The source and the settings; copied, so later changes do not reach the worker.</param>
-    /// <param name="logger">Receives what the worker has to say (default: nothing is logged).</param>
+    /// <param name="logger">Receives what the worker has to say. Without one, warnings and errors
+    /// (a handler's failure with its exception, a claim that failed, a lost lease) go to standard
+    /// error; pass <see cref="NullLogger.Instance"/> for no output at all.</param>
     /// <exception cref="ArgumentException">An option is out of range, or the dialect is unknown:
     /// the message names the option and what to set.</exception>
     public InboxWorker(InboxConnections connections, InboxOptions options, ILogger? logger = null)
@@ -62,7 +64,7 @@ public sealed class InboxWorker
         }
         _connections = connections;
         _statements = new InboxStatements(_options.Dialect, _options.CommandTimeout);
-        _logger = logger ?? NullLogger.Instance;
+        _logger = logger ?? new InboxStandardErrorLogger(_options.Source);
         _counts = new InboxTelemetry.Counts(_options.Source);
     }
 
@@ -596,7 +598,8 @@ public sealed class InboxWorker
                 else
                 {
                     _w._counts.Retried();
-                    _w._logger.LogInformation("message {Id}: failed ({Error}); retried after {Delay}", m.Id, text, action.Delay);
+                    // a warning, with the exception: a handler failing on every attempt is seen at once
+                    _w._logger.LogWarning(failure, "message {Id}: failed ({Error}); retried after {Delay}", m.Id, text, action.Delay);
                 }
             }
             catch (Exception e) when (e is not OutOfMemoryException)

@@ -13,7 +13,6 @@ using System;
 using System.Runtime.InteropServices;
 using System.Threading;
 using System.Threading.Tasks;
-using Microsoft.Extensions.Logging;
 using Npgsql;
 using QueueBox.Inbox;
 
@@ -38,7 +37,7 @@ var connectionString = new NpgsqlConnectionStringBuilder
 }.ConnectionString;
 await using var dataSource = NpgsqlDataSource.Create(connectionString);
 
-// a worker that cannot claim says so (the library logs nothing without a logger)
+// no logger: the library's default writes warnings and errors (a claim that failed) to stderr
 var worker = new InboxWorker(InboxConnections.From(dataSource), new InboxOptions
 {
     Source = source,
@@ -46,7 +45,7 @@ var worker = new InboxWorker(InboxConnections.From(dataSource), new InboxOptions
     LeaseMs = lease,
     PollInterval = TimeSpan.FromMilliseconds(50),
     ShutdownGrace = TimeSpan.FromSeconds(5),
-}, new StderrLogger());
+});
 
 using var stopping = new CancellationTokenSource();
 using var term = PosixSignalRegistration.Create(PosixSignal.SIGTERM, context =>
@@ -78,19 +77,3 @@ await worker.RunAsync(async (message, transaction, cancellationToken) =>
 var c = worker.Counters;
 Console.WriteLine($"{name}: claimed {c.Claimed} completed {c.Completed} retried {c.Retried} dead {c.Dead} lease_lost {c.LeaseLost}");
 return 0;
-
-/// <summary>Warnings and errors to stderr.</summary>
-internal sealed class StderrLogger : ILogger
-{
-    public IDisposable? BeginScope<TState>(TState state) where TState : notnull => null;
-
-    public bool IsEnabled(LogLevel logLevel) => logLevel >= LogLevel.Warning;
-
-    public void Log<TState>(LogLevel logLevel, EventId eventId, TState state, Exception? exception, Func<TState, Exception?, string> formatter)
-    {
-        if (IsEnabled(logLevel))
-        {
-            Console.Error.WriteLine(formatter(state, exception));
-        }
-    }
-}

@@ -8,6 +8,7 @@ using System.Data.Common;
 using System.Globalization;
 using System.Threading;
 using System.Threading.Tasks;
+using Microsoft.Extensions.Logging;
 using QueueBox.Inbox;
 using Xunit;
 
@@ -126,14 +127,14 @@ public sealed class Backend
         return got;
     }
 
-    public Started Start(InboxOptions options, InboxHandler handler)
+    public Started Start(InboxOptions options, InboxHandler handler, ILogger? logger = null)
     {
         options.Source = Source;
         if (options.PollInterval == TimeSpan.FromMilliseconds(500))
         {
             options.PollInterval = TimeSpan.FromMilliseconds(50);
         }
-        var worker = new InboxWorker(InboxConnections.From(DataSource), options);
+        var worker = new InboxWorker(InboxConnections.From(DataSource), options, logger);
         return new Started(worker, handler);
     }
 }

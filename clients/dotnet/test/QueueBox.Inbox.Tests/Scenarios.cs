@@ -30,7 +30,7 @@ public static class Scenarios
         await command.ExecuteNonQueryAsync(cancellationToken);
     }
 
-    private sealed class Always(InboxFailureAction action) : IInboxRetryPolicy
+    internal sealed class Always(InboxFailureAction action) : IInboxRetryPolicy
     {
         public InboxFailureAction Decide(InboxMessage message, Exception failure) => action;
     }

@@ -1,7 +1,8 @@
 // The C# examples of "Consume the inbox" (the spec) and docs/pull.md, as
 // they are written there (TAP 039 checks that each block of docs/pull.md's
-// C# section is in this file, character for character), run on PostgreSQL
-// and, when QUEUEBOX_TEST_MSSQL_URL is set, on SQL Server.
+// C# section is in this file, character for character, and that the
+// worker's block is in clients/dotnet/README.md's Program.cs), run on
+// PostgreSQL and, when QUEUEBOX_TEST_MSSQL_URL is set, on SQL Server.
 using System;
 using System.Data.Common;
 using System.Text.Json;
