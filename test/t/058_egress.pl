@@ -95,6 +95,18 @@ qb_wait_query($node, q{SELECT state FROM queuebox.outbox WHERE topic = 'orders.k
 	'kafka: listing the address delivers the row', timeout => 90);
 qb_kafka_stop($kafka);
 
+# ---- docs/operations.md's example, run as written
+my ($egress_sql) = slurp_file("$FindBin::RealBin/../../docs/operations.md") =~ /^### Egress rules\n.*?^```sql\n(.*?)^```/ms
+  or die 'docs/operations.md: no sql block under "### Egress rules"';
+$node->safe_psql('postgres', $egress_sql);
+qb_wait_query($node, q{SHOW queuebox.allowed_destinations}, '10.20.0.0/16, hooks.partner.example',
+	'operations.md\'s ALTER SYSTEM and reload set the list');
+($ret, $out, $err) = $node->psql('postgres', "SELECT queuebox.configure(\$\$" . doc('http://10.1.2.3:8080') . "\$\$)");
+like($err, qr/egress refused: 10\.1\.2\.3 is in no network of queuebox\.allowed_destinations/,
+	'operations.md\'s list: an address outside its network is refused');
+($ret, $out, $err) = $node->psql('postgres', "SELECT queuebox.validate(\$\$" . doc('https://hooks.partner.example/in') . "\$\$)");
+is($ret, 0, 'operations.md\'s list: its name may be configured') or diag $err;
+
 # ---- a list of names only: an address host is refused, however it is spelled
 (my $port = $sink->{url}) =~ s{.*:(\d+)$}{$1} or die "sink url $sink->{url}";
 my @address_hosts = ("127.0.0.1:$port", "[::1]:$port", "[::ffff:127.0.0.1]:$port", "[64:ff9b::7f00:1]:$port",
