@@ -5,7 +5,7 @@
  *	  arrive through database.url.
  *
  * Every connection is made by qb_pq_connect (pq_store.c); a failed one is
- * named by its redacted URL.
+ * named by its redacted URL, with what to do (qbpb_connect_advice).
  *-------------------------------------------------------------------------
  */
 #include <errno.h>
@@ -50,20 +50,49 @@ qbpb_check_config(const QbConfig *cfg, char *err, size_t errlen)
 	return -1;
 }
 
-/* qbpb_connect: the admin connection, or NULL with err naming the redacted URL. */
+/*
+ * qbpb_connect_advice: what to do about a failed connect, from what libpq
+ * knows of it.  The server's own words come in its language (lc_messages),
+ * so they are repeated, never matched: the password the server asked for
+ * was missing, or was given and the connection refused (a wrong password,
+ * an unknown user, a database that does not exist), or the server was not
+ * reached or turned the user away before asking (the host, the port,
+ * pg_hba.conf).
+ */
+static const char *
+qbpb_connect_advice(const PGconn *conn)
+{
+	if (conn == NULL)
+		return "free some memory";
+	if (PQconnectionNeedsPassword(conn))
+		return "the server asks for a password and database.url gives none: add it, as "
+			"postgres://user:${PGPASSWORD}@host/db (${NAME} reads the environment, ${file:PATH} a file)";
+	if (PQconnectionUsedPassword(conn))
+		return "check the user and the password in database.url (percent-encode @, : and / in them), "
+			"and that its database exists";
+	return "check database.url: that a server listens at its host and port, that the database exists, "
+		"and that the server's pg_hba.conf lets this user in from here";
+}
+
+/*
+ * qbpb_connect: the admin connection, or NULL with err naming the redacted
+ * URL, libpq's first line and what to do.
+ */
 static void *
 qbpb_connect(const QbConfig *cfg, const char *application_name, char *err, size_t errlen)
 {
 	char		safe[512];
+	char		why[QB_ERRLEN];
 	PGconn	   *conn = qb_pq_connect(cfg->database.url, application_name,
 									 cfg->database.connect_timeout_ms);
 
 	if (PQstatus(conn) == CONNECTION_OK)
 		return conn;
 	qbd_redact_url(cfg->database.url, safe, sizeof(safe));
-	snprintf(err, errlen, "could not connect to %s: %s", safe,
-			 conn ? PQerrorMessage(conn) : "out of memory");
-	err[strcspn(err, "\n")] = '\0';
+	/* one line per event: libpq's later lines (its hint, the other hosts tried) give way to the advice */
+	snprintf(why, sizeof(why), "%s", conn ? PQerrorMessage(conn) : "out of memory");
+	why[strcspn(why, "\n")] = '\0';
+	snprintf(err, errlen, "could not connect to %s: %s; %s", safe, why, qbpb_connect_advice(conn));
 	PQfinish(conn);
 	return NULL;
 }
