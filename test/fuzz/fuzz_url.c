@@ -290,9 +290,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		else if (f == 1)
 			nats_ok = true;		/* a server the configuration accepts */
 	}
-	memset(err, 'x', sizeof(err));
-	if (!qb_url_check_scheme(url, db, QB_URL_USERINFO | QB_URL_QUERY, err, sizeof(err)))
-		qbf_no_mark(url, err, sizeof(err), "qb_url_check_scheme");
+	/* the database URL: sqlserver:// (one host), postgres:// (its hosts are libpq's) */
+	for (int f = 0; f < 2; f++)
+	{
+		memset(err, 'x', sizeof(err));
+		if (!qb_url_check_scheme(url, db, QB_URL_USERINFO | QB_URL_QUERY | (f ? QB_URL_ANY_AUTHORITY : 0),
+								 err, sizeof(err)))
+			qbf_no_mark(url, err, sizeof(err), "qb_url_check_scheme");
+	}
 
 	memset(err, 'x', sizeof(err));
 	x = qb_expand_env(url, err, sizeof(err));

@@ -1,8 +1,9 @@
 # 028_daemon.pl
 #   queuebox-mssqld on a plain PostgreSQL (no shared_preload_libraries, no
 #   extension, a login role that is not a superuser): the command line
-#   (--version, --check, --migrate), the schema it installs, delivery with
-#   retries, dead rows and per-key order, LISTEN, SIGHUP with a valid and an
+#   (--version, --check, --migrate and what its failures say), the schema it
+#   installs, delivery with retries, dead rows and per-key order, a Unix
+#   socket in libpq's two URL forms, LISTEN, SIGHUP with a valid and an
 #   invalid file, SIGTERM, and answers whose body never ends.
 use strict;
 use warnings;
@@ -144,6 +145,33 @@ like($r->[2], qr/at version 9\.9\.9, which this queuebox-mssqld \(schema [\d.]+\
 	'a newer schema is refused with what to do');
 $node->safe_psql('postgres', q{DELETE FROM queuebox.schema_version WHERE version = '9.9.9'});
 
+# ---- --migrate failures say what failed and what to do; none blames the build
+$r = qbd_run('--config', qbd_write_conf(conf(database => { url => qbd_url($node, user => 'qbdpw', password => 'wrong-password') }),
+	'migrate'), '--migrate');
+is($r->[0], 1, 'a wrong password: --migrate exits 1');
+like($r->[2], qr/^queuebox-mssqld: could not connect to postgres:\/\/qbdpw:\*\*\*\@127\.0\.0\.1:\d+\/postgres: .*password authentication failed for user "qbdpw"; check the user and the password in database\.url/m,
+	'a wrong password: --migrate names the connection that failed and what to check');
+unlike($r->[2], qr/build is broken/, 'a wrong password: the message does not blame the build');
+unlike($r->[2], qr/wrong-password/, 'a wrong password: the message does not repeat it');
+{
+	# a database with the extension: its own cluster (the library preloaded)
+	my $ext = qb_node('daemon_ext', conf => "listen_addresses = '127.0.0.1'\n");
+	my $url_ext = qbd_url($ext, user => scalar(getpwuid($>)));
+	$r = qbd_run('--config', qbd_write_conf(qb_config_yaml(database => { url => $url_ext }), 'ext'), '--migrate');
+	is($r->[0], 1, 'the extension installed: --migrate exits 1');
+	like($r->[2], qr/^queuebox-mssqld: the queuebox extension \(version [\d.]+\) is installed in database postgres, .*Use the daemon only where the extension cannot be loaded, or point database\.url at another database$/m,
+		'the extension installed: --migrate says why it refuses and what to do');
+	unlike($r->[2], qr/build is broken/, 'the extension installed: the message does not blame the build');
+	# the start logs the same message, then retries
+	my $de = qbd_start($ext, qb_config_yaml(database => { url => $url_ext }), name => 'ext');
+	my $l = qbd_wait_daemon_log($de, qr/trying again in 1000 ms/);
+	like($l, qr/ERROR supervisor\[\d+\]: the queuebox extension \(version [\d.]+\) is installed in database postgres, .*point database\.url at another database; trying again in 1000 ms$/m,
+		'the extension installed: the start logs the refusal, then tries again');
+	qbd_signal($de, 'TERM');
+	is(qbd_wait_exit($de, 30), 0, 'the extension installed: the daemon stops on SIGTERM');
+	$ext->stop;
+}
+
 # ---- delivery: the daemon serves the outbox
 my $d = qbd_start($node, conf(), name => 'd1');
 # the roles start in parallel: wait until all four said so
@@ -265,6 +293,40 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM queuebox.outbox WHERE sta
 	'SIGTERM: no row is left processing');
 qb_wait_query($node, q{SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'queuebox-mssqld %'},
 	'0', 'SIGTERM: every connection is closed');
+
+# ---- a Unix socket, in libpq's two ways to write it: the directory as
+# host= in the query, or percent-encoded in the host's place.  Each daemon
+# connects through it and delivers a row.
+{
+	my ($sock, $port) = ($node->host, $node->port);
+	(my $enc = $sock) =~ s/([^A-Za-z0-9._~-])/sprintf('%%%02X', ord $1)/ge;
+	my %forms = (query => "postgres://qbd\@/postgres?host=$sock&port=$port",
+		encoded => "postgres://qbd\@$enc:$port/postgres");
+	for my $form (sort keys %forms)
+	{
+		my $u = $forms{$form};
+		my $topic = "orders.socket_$form";
+		$r = qbd_run('--config', qbd_write_conf(conf(database => { url => $u }), 'socket'), '--check');
+		is($r->[0], 0, "a Unix socket ($form): --check takes $u") or diag $r->[2];
+		like($r->[1], qr/; database \Q$u\E$/m, "a Unix socket ($form): --check shows the URL");
+		is($node->safe_psql('postgres', "SELECT count(*) FROM queuebox.outbox WHERE topic = '$topic'"), '0',
+			"a Unix socket ($form): no row before");
+		$d = qbd_start($node, conf(database => { url => $u }), name => "socket_$form");
+		qbd_wait_daemon_log($d, qr/outbox 1\[\d+\]: started/);
+		qb_wait_query($node, q{SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'queuebox-mssqld %'
+			AND client_port = -1}, '4', "a Unix socket ($form): the four roles connect through the socket");
+		$node->safe_psql('postgres', "INSERT INTO queuebox.outbox (topic, payload) VALUES ('$topic', '{}')");
+		qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = '$topic' AND state = 'sent'", '1',
+			"a Unix socket ($form): the row is sent");
+		is(qb_key_order($node, $sink, "topic = '$topic'")->{delivered}, 1, "a Unix socket ($form): the sink received it");
+		like(qbd_log($d), qr/LOG outbox 0\[\d+\]: configuration loaded: 1 destination, 1 route$/m,
+			"a Unix socket ($form): the log counts 1 destination, 1 route");
+		qbd_signal($d, 'TERM');
+		is(qbd_wait_exit($d, 30), 0, "a Unix socket ($form): the daemon stops");
+		qb_wait_query($node, q{SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'queuebox-mssqld %'},
+			'0', "a Unix socket ($form): every connection is closed");
+	}
+}
 
 # ---- LISTEN: with a poll of an hour, delivery depends on the NOTIFY
 $d = qbd_start($node, conf(outbox => { pollIntervalMs => 3600000 }, database => { listen => 'true' }), name => 'listen');

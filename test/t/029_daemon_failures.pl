@@ -183,8 +183,8 @@ is(qbd_wait_exit($d, 30), 0, 'breaker reset: the daemon stops');
 $d = qbd_start($node, conf(url => qbd_url($node, user => 'qbdpw', password => 'wrong-password')), name => 'badpw');
 sleep 6;
 $log = qbd_log($d);
-like($log, qr/ERROR supervisor\[\d+\]: could not connect to postgres:\/\/qbdpw:\*\*\*\@127\.0\.0\.1:\d+\/postgres: .*password authentication failed for user "qbdpw"; trying again in 1000 ms/,
-	'wrong password: the error names the user and the server, not the password');
+like($log, qr/ERROR supervisor\[\d+\]: could not connect to postgres:\/\/qbdpw:\*\*\*\@127\.0\.0\.1:\d+\/postgres: .*password authentication failed for user "qbdpw"; check the user and the password in database\.url .*; trying again in 1000 ms$/m,
+	'wrong password: the error names the user and the server, not the password, and says what to check');
 unlike($log, qr/wrong-password/, 'wrong password: the password is never logged');
 my $tries = () = $log =~ /could not connect/g;
 ok($tries >= 2 && $tries <= 4, "wrong password: retried with a backoff ($tries tries in 6 s)");

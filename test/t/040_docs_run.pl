@@ -1,9 +1,10 @@
 # 040_docs_run.pl
 #   The shell and SQL of docs/getting-started.md and docs/pull.md run as
 #   written and print what the pages show.  So do the marked blocks of
-#   docs/configuration.md, docs/receiving-webhooks.md and docs/http-api.md,
-#   whose unmarked fences are YAML (TAP 038) or need what one test cannot
-#   set up (brokers, a second server, a signing secret).
+#   docs/configuration.md, docs/receiving-webhooks.md, docs/http-api.md and
+#   docs/daemon.md, whose unmarked fences are YAML (TAP 038) or need what
+#   one test cannot set up (brokers, a second server, a signing secret,
+#   systemd).
 #
 #   A marker on the line before a fence says what it is:
 #     <!-- doc-test: sh [wait] -->          bash, in one shell for the page
@@ -40,9 +41,11 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep time);
 
+use File::Basename ();
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use QueueBoxTest;
+use QueueBoxDaemon;
 
 my $root = abs_path("$FindBin::RealBin/../..");
 my $uuid_re = qr/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/;
@@ -390,6 +393,57 @@ sources:
 	  "export PATH='$bindir':\$PATH\n";
 	close $fh;
 	run_page($page);
+	qb_sink_stop($sink);
+	$node->stop;
+}
+
+# daemon.md (its marked blocks): the managed-PostgreSQL steps on a plain
+# cluster (qbd_node: no preload, no extension) with a database app.  Step
+# 1 makes the daemon's role; the page's own YAML (step 2) is the file, with
+# what must differ here: database.url reaches this cluster through its Unix
+# socket (percent-encoded in the host's place, the password still
+# ${PGPASSWORD}), billing is a sink of this test, the listener a free port.
+# Step 3 migrates, step 4 starts the daemon (in the background: the page
+# runs it in the foreground), step 5 inserts a row and waits for it sent.
+{
+	my $node = qbd_node('daemon_doc');
+	$node->safe_psql('postgres', 'CREATE DATABASE app');
+	my $sink = qb_sink_start(name => 'daemon_doc');
+	my $listen = qb_free_port();
+	$listen = qb_free_port() while $listen == $sink->{port};
+	my ($host, $port) = ($node->host, $node->port);
+	(my $enc = $host) =~ s/([^A-Za-z0-9._~-])/sprintf('%%%02X', ord $1)/ge;
+	my ($yaml) = grep { $_->{info} =~ /^yaml/ && $_->{body} =~ /^database:/m } fences("$root/docs/daemon.md");
+	my $conf = "$tmp/work/queuebox.yaml";
+	my $text = $yaml->{body};
+	$text =~ s{url: "postgres://[^"]*"}{url: "postgres://queuebox:\${PGPASSWORD}\@$enc:$port/app"} or die 'daemon.md: no database.url in the YAML';
+	$text =~ s{https://billing\.internal}{$sink->{url}} or die 'daemon.md: no billing destination in the YAML';
+	$text =~ s{127\.0\.0\.1:8080}{127.0.0.1:$listen} or die 'daemon.md: no http.listen in the YAML';
+	open(my $fh, '>', $conf) or die "$conf: $!";
+	print $fh $text;
+	close $fh;
+	my $page = { name => 'daemon.md', marked_only => 1, cwd => "$tmp/work", subst => [
+		[ "queuebox-mssqld --config /etc/queuebox/queuebox.yaml\n",
+		  "queuebox-mssqld --config $conf >> '$tmp/daemon_doc.log' 2>&1 &\n" ],
+		[ '/etc/queuebox/queuebox.yaml', $conf ] ] };
+	my $bin = File::Basename::dirname(qbd_binary());
+	open($fh, '>', "$tmp/daemon.md.state") or die $!;
+	print $fh "export PGHOST='$host' PGPORT=$port PGUSER=\$(id -un) PGPASSWORD='...'\n",
+	  "export PATH='$bin':'$bindir':\$PATH\n";
+	close $fh;
+	my $pids_before = -e "$tmp/background.pids" ? slurp_file("$tmp/background.pids") : '';
+	run_page($page);
+	my $req = [ grep { $_->{path} eq '/events' } @{ qb_sink_requests($sink) } ];
+	is(scalar(@$req), 1, 'daemon.md step 5: billing (the sink) received the row once');
+	like(slurp_file("$tmp/daemon_doc.log"), qr/LOG outbox 0\[\d+\]: configuration loaded: 1 destination, 1 route$/m,
+		'daemon.md step 4: the log counts 1 destination, 1 route');
+	# the daemon step 4 started: the pid its block left
+	my ($daemon) = (slurp_file("$tmp/background.pids") =~ s/^\Q$pids_before\E//r) =~ /^(\d+)$/m;
+	if ($daemon)
+	{
+		kill 'TERM', $daemon;
+		qb_wait_for(sub { !kill(0, $daemon) }, 'daemon.md: the daemon stops on SIGTERM');
+	}
 	qb_sink_stop($sink);
 	$node->stop;
 }

@@ -141,6 +141,20 @@ test_redact_url(void **state)
 					"postgres://db/app?sslmode=require&password=***&x=1");
 	/* a password holding '@' or ':': everything up to the host's '@' */
 	expect_redacted("postgresql://u:p@s:s@host/db", "postgresql://u:***@host/db");
+	/* ... or '?', which libpq keeps in the password (the user info ends at '/') */
+	expect_redacted("postgres://u:p?s@host/db", "postgres://u:***@host/db");
+	expect_redacted("postgres://u:p?s@host", "postgres://u:***@host");
+	/* libpq decodes the query's keys: pass%77ord is password */
+	expect_redacted("postgres://h/db?pass%77ord=s3cret&sslmode=require",
+					"postgres://h/db?pass%77ord=***&sslmode=require");
+	/* Unix sockets: no host, or a %-encoded directory in its place */
+	expect_redacted("postgres://u:s3cret@/app?host=/var/run/postgresql",
+					"postgres://u:***@/app?host=/var/run/postgresql");
+	expect_redacted("postgres://u:s3cret@%2Fvar%2Frun%2Fpostgresql:5433/app",
+					"postgres://u:***@%2Fvar%2Frun%2Fpostgresql:5433/app");
+	expect_redacted("postgresql://", "postgresql://");
+	expect_redacted("sqlserver://sa:s3cret@mssql:1433/app?encrypt=false",
+					"sqlserver://sa:***@mssql:1433/app?encrypt=false");
 	expect_redacted("not a url", "(a database URL)");
 }
 
@@ -277,6 +291,32 @@ test_config_file(void **state)
 	free(doc);
 	unlink(path);
 
+	/* every form of libpq's URIs: a host list, a Unix socket in the query or in the host's place, none */
+	{
+		static const char *const libpq[] = {
+			"postgres://q:s3cret@db1:5432,db2,[::1]:5433/app?target_session_attrs=read-write",
+			"postgres://postgres@/app?host=/var/run/postgresql",
+			"postgres://postgres@%2Fvar%2Frun%2Fpostgresql:5433/app",
+			"postgresql:///app?host=/tmp&port=5433",
+			"postgresql://",
+			"postgres://db1,%2Ftmp/app?port=5432,5433",
+		};
+
+		for (size_t i = 0; i < sizeof(libpq) / sizeof(libpq[0]); i++)
+		{
+			char		text[256];
+
+			snprintf(text, sizeof(text), "database: {url: '%s'}\n", libpq[i]);
+			path = write_file(text);
+			if (qbd_config_read(path, &doc, &cfg, err, sizeof(err)) != 0)
+				fail_msg("%s is refused: %s", libpq[i], err);
+			assert_string_equal(cfg->database.url, libpq[i]);
+			qb_config_free(cfg);
+			free(doc);
+			unlink(path);
+		}
+	}
+
 	path = write_file("database: {url: 'sqlserver://sa:s3cret@mssql:1433/app?encrypt=false'}\n");
 	assert_int_equal(qbd_config_read(path, &doc, &cfg, err, sizeof(err)), 0);
 	assert_string_equal(qbd_backend_for(cfg->database.url)->name, "sqlserver");
@@ -293,6 +333,24 @@ test_config_file(void **state)
 	expect_read_error("database: {url: 'sqlserver://sa:s3cret@mssql:1433'}\n",
 					  "database.url: no database");
 	expect_read_error("database: {url: 'mysql://q:s3cret@h/db'}\n", "database.url:");
+	/* PostgreSQL: the hosts and ports as libpq reads them, each named by its place */
+	expect_read_error("database: {url: 'postgres://q:s3cret@db:99999/app'}\n",
+					  "database.url: the port must be a number from 1 to 65535");
+	expect_read_error("database: {url: 'postgres://q:s3cret@db1:5432,db2:0/app'}\n",
+					  "database.url: host 2 of the host list: the port must be a number from 1 to 65535");
+	expect_read_error("database: {url: 'postgres://q:s3cret@db1,,db2/app'}\n",
+					  "database.url: host 2 of the host list is empty; write postgres://host1[:port1],host2[:port2]/...");
+	expect_read_error("database: {url: 'postgres://q:s3cret@db1:5432,/app'}\n",
+					  "database.url: host 2 of the host list is empty");
+	expect_read_error("database: {url: 'postgres://q:s3cret@db1,d!b/app'}\n",
+					  "database.url: host 2 of the host list: invalid character in the host name");
+	expect_read_error("database: {url: 'postgres://q:s3cret@db1,d%b/app'}\n",
+					  "database.url: libpq cannot read it; check its %-escapes");
+	expect_read_error("database: {url: 'postgres://q:s3cret@db/app?port=1,2'}\n",
+					  "database.url: 2 ports for 1 host; give each host its port, or one port for all");
+	/* a '/' in the password must be %2F: libpq would read a host and a port */
+	expect_read_error("database: {url: 'postgres://q:s3/cret@db/app'}\n",
+					  "database.url: the port must be a number from 1 to 65535");
 	expect_read_error("database: {url: 'postgres://q:s3cret@h/db', lissten: true}\n",
 					  "database.lissten: unknown key");
 	expect_read_error("database: {url: 'postgres://q@h/db'}\ndaemon: {outboxWorkers: 0}\n",

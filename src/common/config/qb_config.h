@@ -403,13 +403,16 @@ extern bool qb_url_check(const char *url, char *err, size_t errlen);
 /*
  * The same check for another family of schemes (a NULL-terminated list, e.g.
  * {"amqp", "amqps", NULL}).  Broker URLs may carry user info (credentials)
- * and a query (client options), so the flags allow them; QB_URL_HOSTS
- * allows libpq's list of hosts (host1:port1,host2:port2), each checked as
- * one host.  Messages never repeat the URL: it may hold a password.
+ * and a query (client options), so the flags allow them.
+ * QB_URL_ANY_AUTHORITY leaves what comes between "://" and the path to the
+ * client library that reads the URL: libpq takes a list of hosts, a
+ * percent-encoded Unix-socket directory or no host at all, which no URL
+ * parser here reads as libpq does (the daemon checks them with libpq).
+ * Messages never repeat the URL: it may hold a password.
  */
 #define QB_URL_USERINFO		0x01
 #define QB_URL_QUERY		0x02
-#define QB_URL_HOSTS		0x04
+#define QB_URL_ANY_AUTHORITY 0x04
 extern bool qb_url_check_scheme(const char *url, const char *const *schemes,
 								int flags, char *err, size_t errlen);
 

@@ -943,7 +943,9 @@ qb_config_set_daemon_sections(bool read)
  * qbcf_database: the database: section (daemon only).  The url is not
  * required here: the extension needs none, and the daemon checks that it
  * has one.  Credentials and a query (driver options) are allowed in it;
- * no message repeats it, because it holds the password.
+ * no message repeats it, because it holds the password.  A postgres:// URL's
+ * hosts are libpq's to read (a list, a Unix-socket directory, none): the
+ * daemon checks them with libpq; a sqlserver:// URL has one host.
  */
 static bool
 qbcf_database(QbcfCtx *cx, const QbcfNode *node, QbDatabaseConf *db)
@@ -967,7 +969,7 @@ qbcf_database(QbcfCtx *cx, const QbcfNode *node, QbDatabaseConf *db)
 			return false;
 		if (!qb_url_check_scheme(db->url, schemes,
 								 QB_URL_USERINFO | QB_URL_QUERY |
-								 (strncasecmp(db->url, "sqlserver:", 10) == 0 ? 0 : QB_URL_HOSTS),
+								 (strncasecmp(db->url, "sqlserver:", 10) == 0 ? 0 : QB_URL_ANY_AUTHORITY),
 								 msg, sizeof(msg)))
 			return qbcf_error(cx, "database.url", n, "%s", msg);
 	}

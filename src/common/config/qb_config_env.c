@@ -546,15 +546,46 @@ qbcf_hostport(const char *s, size_t len, char *err, size_t errlen)
 	return true;
 }
 
+/*
+ * qbcf_authority: the part between "://" and the path, query or fragment
+ * (auth to rest): an optional user info, where flags allow it, then one
+ * host[:port].
+ */
+static bool
+qbcf_authority(const char *url, size_t slen, const char *auth, const char *rest,
+			   const char *scheme, int flags, char *err, size_t errlen)
+{
+	const char *at = NULL;
+
+	if (rest == auth)
+	{
+		snprintf(err, errlen, "no host after \"%.*s://\"; write %s://host[:port]",
+				 (int) slen, url, scheme);
+		return false;
+	}
+	for (const char *p = auth; p < rest; p++)
+		if (*p == '@')
+			at = p;
+	if (at != NULL)
+	{
+		if (!(flags & QB_URL_USERINFO))
+		{
+			snprintf(err, errlen,
+					 "user info (user@ or user:password@) is not allowed in this URL; send credentials as headers instead");
+			return false;
+		}
+		auth = at + 1;
+	}
+	return qbcf_hostport(auth, rest - auth, err, errlen);
+}
+
 /* qb_url_check_scheme: see qb_config.h. */
 bool
 qb_url_check_scheme(const char *url, const char *const *schemes, int flags,
 					char *err, size_t errlen)
 {
 	const char *sep;
-	const char *auth;
 	const char *rest;
-	const char *at;
 	const char *p;
 	size_t		slen;
 	int			i;
@@ -594,63 +625,11 @@ qb_url_check_scheme(const char *url, const char *const *schemes, int flags,
 		free(list.data);
 		return false;
 	}
-	auth = sep + 3;
-	rest = auth + strcspn(auth, "/?#");
-	if (rest == auth)
-	{
-		snprintf(err, errlen, "no host after \"%.*s://\"; write %s://host[:port]",
-				 (int) slen, url, schemes[0]);
+	rest = sep + 3 + strcspn(sep + 3, "/?#");
+	/* QB_URL_ANY_AUTHORITY: the client library reads it (libpq's host lists, socket paths) */
+	if (!(flags & QB_URL_ANY_AUTHORITY) &&
+		!qbcf_authority(url, slen, sep + 3, rest, schemes[0], flags, err, errlen))
 		return false;
-	}
-	at = NULL;
-	for (p = auth; p < rest; p++)
-		if (*p == '@')
-			at = p;
-	if (at != NULL)
-	{
-		if (!(flags & QB_URL_USERINFO))
-		{
-			snprintf(err, errlen,
-					 "user info (user@ or user:password@) is not allowed in this URL; send credentials as headers instead");
-			return false;
-		}
-		auth = at + 1;
-	}
-	if (!(flags & QB_URL_HOSTS))
-	{
-		if (!qbcf_hostport(auth, rest - auth, err, errlen))
-			return false;
-	}
-	else
-	{
-		/* libpq's multi-host form: host[:port],host[:port],... */
-		char		why[200];
-		int			nth = 1;
-
-		for (p = auth;; nth++)
-		{
-			const char *comma = memchr(p, ',', rest - p);
-			const char *end = comma ? comma : rest;
-
-			if (end == p && (comma != NULL || nth > 1))
-			{
-				snprintf(err, errlen, "host %d of the host list is empty; write %s://host1[:port1],host2[:port2]/...",
-						 nth, schemes[0]);
-				return false;
-			}
-			if (!qbcf_hostport(p, end - p, why, sizeof(why)))
-			{
-				if (comma == NULL && nth == 1)
-					snprintf(err, errlen, "%s", why);
-				else
-					snprintf(err, errlen, "host %d of the host list: %s", nth, why);
-				return false;
-			}
-			if (comma == NULL)
-				break;
-			p = comma + 1;
-		}
-	}
 	p = rest + strcspn(rest, "?#");
 	if (*p == '?' && !(flags & QB_URL_QUERY))
 	{

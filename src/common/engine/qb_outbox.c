@@ -1292,8 +1292,9 @@ qbo_reload(QboEngine *e)
 	e->next_retention = 0;
 	e->next_unpark = 0;
 	qb_store_takeover(e->host, e->store, e->cfg->outbox.takeover);
-	qb_log(e->host, QB_LOG_INFO, "configuration loaded: %d destinations, %d routes",
-		   e->cfg->ndestinations, e->cfg->nroutes);
+	qb_log(e->host, QB_LOG_INFO, "configuration loaded: %d destination%s, %d route%s",
+		   e->cfg->ndestinations, e->cfg->ndestinations == 1 ? "" : "s",
+		   e->cfg->nroutes, e->cfg->nroutes == 1 ? "" : "s");
 	/* nothing is in flight: drop what no destination uses */
 	qb_pubset_prune(e->pub, e->cfg);
 	if (e->worker_index == 0)

@@ -200,8 +200,8 @@ qbr_reload(QbrEngine *e)
 	e->warned_disabled = false;
 	e->warned_unknown = false;
 	qb_store_takeover(e->host, e->store, e->cfg->inbox.relay.takeover);
-	qb_log(e->host, QB_LOG_INFO, "configuration loaded: %d sources, relay %s",
-		   e->cfg->nsources,
+	qb_log(e->host, QB_LOG_INFO, "configuration loaded: %d source%s, relay %s",
+		   e->cfg->nsources, e->cfg->nsources == 1 ? "" : "s",
 		   e->cfg->inbox.relay.enabled ? "enabled" : "disabled (inbox.relay.enabled: false)");
 }
 

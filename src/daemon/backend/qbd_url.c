@@ -10,12 +10,30 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <curl/curl.h>
+
 #include "qbd_backend.h"
 
+/* qbd_is_password_key: is the query key of len bytes "password", %-escapes decoded (as libpq reads it)? */
+static bool
+qbd_is_password_key(const char *key, size_t len)
+{
+	int			n = 0;
+	char	   *k = curl_easy_unescape(NULL, key, (int) len, &n);
+	/* undecodable: hidden, to be safe */
+	bool		is = k == NULL || (n == 8 && memcmp(k, "password", 8) == 0);
+
+	curl_free(k);
+	return is;
+}
+
 /*
- * qbd_redact_url: see qbd_backend.h.  The password is what follows the first ':'
- * of the user info (between "://" and the last '@' before the path), and
- * any password= option of the query.
+ * qbd_redact_url: see qbd_backend.h.  The password is what follows the
+ * first ':' of the user info, up to the last '@' before the first '/':
+ * libpq's reading (a '?' or '#' in a password does not end the user info
+ * there), which hides at least as much as libcurl's for sqlserver://.  And
+ * the value of every password= option of the query.  No other part is
+ * parsed: the host may be a list, a %-encoded socket directory, or none.
  */
 void
 qbd_redact_url(const char *url, char *buf, size_t len)
@@ -36,7 +54,7 @@ qbd_redact_url(const char *url, char *buf, size_t len)
 	}
 	start += 3;
 	auth_end = NULL;
-	for (const char *p = start; *p && *p != '/' && *p != '?'; p++)
+	for (const char *p = start; *p && *p != '/'; p++)
 		if (*p == '@')
 			auth_end = p;
 	colon = auth_end ? memchr(start, ':', auth_end - start) : NULL;
@@ -59,9 +77,13 @@ qbd_redact_url(const char *url, char *buf, size_t len)
 	{
 		const char *amp = strchr(q, '&');
 		size_t		seg = amp ? (size_t) (amp - q) : strlen(q);
+		const char *eq = memchr(q, '=', seg);
 
-		if (strncmp(q, "password=", 9) == 0)
-			QBD_PUT("password=***", 12);
+		if (eq != NULL && qbd_is_password_key(q, (size_t) (eq - q)))
+		{
+			QBD_PUT(q, (size_t) (eq + 1 - q));
+			QBD_PUT("***", 3);
+		}
 		else
 			QBD_PUT(q, seg);
 		q += seg;

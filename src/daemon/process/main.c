@@ -126,8 +126,9 @@ main(int argc, char **argv)
 	{
 		int			rc = qbd_migrate_only(cfg, err, sizeof(err));
 
+		/* err says what failed and what to do (the backend's migrate and connect) */
 		if (rc != 0)
-			fprintf(stderr, "queuebox-mssqld: %s: this build is broken\n", err);
+			fprintf(stderr, "queuebox-mssqld: %s\n", err);
 		else
 			printf("queuebox-mssqld: schema queuebox in %s is at version %s\n", safe, qbd_schema_version);
 		qb_config_free(cfg);

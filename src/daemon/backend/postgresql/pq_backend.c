@@ -5,12 +5,15 @@
  *	  arrive through database.url.
  *
  * Every connection is made by qb_pq_connect (pq_store.c); a failed one is
- * named by its redacted URL.
+ * named by its redacted URL, with what to do (qbpb_connect_advice).  The
+ * URL is read by libpq alone, here as at each connect: its host lists,
+ * Unix-socket directories and options are libpq's.
  *-------------------------------------------------------------------------
  */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -19,22 +22,111 @@
 #include "pq_store.h"
 #include "qb_host.h"
 
+/* qbpb_count: the items of one of libpq's comma lists (host, port); none is one, libpq's default */
+static int
+qbpb_count(const char *list)
+{
+	int			n = 1;
+
+	for (const char *p = list; p != NULL && *p != '\0'; p++)
+		n += *p == ',';
+	return n;
+}
+
+/* qbpb_item: item i of such a list into buf ("" when the list is shorter) */
+static void
+qbpb_item(const char *list, int i, char *buf, size_t len)
+{
+	const char *p = list != NULL ? list : "";
+
+	for (; i > 0 && p != NULL; i--)
+		if ((p = strchr(p, ',')) != NULL)
+			p++;
+	snprintf(buf, len, "%.*s", p != NULL ? (int) strcspn(p, ",") : 0, p != NULL ? p : "");
+}
+
+/*
+ * qbpb_check_hosts: the URL's hosts and ports as libpq read them (comma
+ * lists, percent-decoded), so each form libpq takes passes: a host list
+ * (db1:5432,db2:5432), a Unix-socket directory (?host=/run/postgresql, or
+ * %2Frun%2Fpostgresql in the host's place), no host (libpq's default
+ * socket).  A host is named by its place in the list, never by its value.
+ */
+static int
+qbpb_check_hosts(const char *hosts, const char *ports, char *err, size_t errlen)
+{
+	int			nhosts = qbpb_count(hosts);
+	int			nports = ports != NULL ? qbpb_count(ports) : 0;
+	char		item[512];
+	char		place[48] = "";
+
+	if (nports > 1 && nports != nhosts)
+	{
+		snprintf(err, errlen, "database.url: %d ports for %d host%s; give each host its port, or one port for all",
+				 nports, nhosts, nhosts == 1 ? "" : "s");
+		return -1;
+	}
+	for (int i = 0; i < nhosts; i++)
+	{
+		if (nhosts > 1)
+			snprintf(place, sizeof(place), "host %d of the host list", i + 1);
+		qbpb_item(hosts, i, item, sizeof(item));
+		if (item[0] == '\0' && nhosts > 1)
+		{
+			snprintf(err, errlen, "database.url: %s is empty; write postgres://host1[:port1],host2[:port2]/... "
+					 "(a Unix-socket directory as %%2Fpath%%2Fto%%2Fdir)", place);
+			return -1;
+		}
+		/* a socket directory (an absolute path) or an abstract socket (@name) is libpq's to find */
+		if (item[0] != '/' && item[0] != '@' && strspn(item, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+													   "0123456789-._:%") != strlen(item))
+		{
+			snprintf(err, errlen, "database.url: %s%sinvalid character in the host name (letters, digits, '-', '.' "
+					 "and '_'; a Unix-socket directory is an absolute path, %%2F-encoded in the host's place)",
+					 place, place[0] ? ": " : "");
+			return -1;
+		}
+		qbpb_item(ports, nports == 1 ? 0 : i, item, sizeof(item));
+		if (item[0] != '\0' && (strspn(item, "0123456789") != strlen(item) || strlen(item) > 5 ||
+								atoi(item) < 1 || atoi(item) > 65535))
+		{
+			snprintf(err, errlen, "database.url: %s%sthe port must be a number from 1 to 65535",
+					 nports > 1 ? place : "", nports > 1 ? ": " : "");
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* qbpb_option: the value of keyword in PQconninfoParse's answer, NULL when unset */
+static const char *
+qbpb_option(const PQconninfoOption *opts, const char *keyword)
+{
+	for (const PQconninfoOption *o = opts; o->keyword != NULL; o++)
+		if (strcmp(o->keyword, keyword) == 0)
+			return o->val;
+	return NULL;
+}
+
 /*
  * qbpb_check_config: what libpq cannot read (an unknown option in the
- * query, a bad %-escape) is refused now, not at each connect.  libpq's
- * message is repeated only where it names an option, never a value: the
- * others may quote the password.
+ * query, a bad %-escape) and a host or port it could never connect to are
+ * refused now, not at each connect.  libpq's message is repeated only
+ * where it names an option, never a value: the others may quote the
+ * password.
  */
 static int
 qbpb_check_config(const QbConfig *cfg, char *err, size_t errlen)
 {
 	char	   *perr = NULL;
 	PQconninfoOption *opts = PQconninfoParse(cfg->database.url, &perr);
+	int			rc;
 
 	if (opts != NULL)
 	{
+		rc = qbpb_check_hosts(qbpb_option(opts, "host"), qbpb_option(opts, "port"), err, errlen);
 		PQconninfoFree(opts);
-		return 0;
+		return rc;
 	}
 	if (perr != NULL && (strncmp(perr, "invalid URI query parameter", 27) == 0 ||
 						 strncmp(perr, "invalid connection option", 25) == 0))
@@ -50,20 +142,49 @@ qbpb_check_config(const QbConfig *cfg, char *err, size_t errlen)
 	return -1;
 }
 
-/* qbpb_connect: the admin connection, or NULL with err naming the redacted URL. */
+/*
+ * qbpb_connect_advice: what to do about a failed connect, from what libpq
+ * knows of it.  The server's own words come in its language (lc_messages),
+ * so they are repeated, never matched: the password the server asked for
+ * was missing, or was given and the connection refused (a wrong password,
+ * an unknown user, a database that does not exist), or the server was not
+ * reached or turned the user away before asking (the host, the port,
+ * pg_hba.conf).
+ */
+static const char *
+qbpb_connect_advice(const PGconn *conn)
+{
+	if (conn == NULL)
+		return "free some memory";
+	if (PQconnectionNeedsPassword(conn))
+		return "the server asks for a password and database.url gives none: add it, as "
+			"postgres://user:${PGPASSWORD}@host/db (${NAME} reads the environment, ${file:PATH} a file)";
+	if (PQconnectionUsedPassword(conn))
+		return "check the user and the password in database.url (percent-encode @, : and / in them), "
+			"and that its database exists";
+	return "check database.url: that a server listens at its host and port, that the database exists, "
+		"and that the server's pg_hba.conf lets this user in from here";
+}
+
+/*
+ * qbpb_connect: the admin connection, or NULL with err naming the redacted
+ * URL, libpq's first line and what to do.
+ */
 static void *
 qbpb_connect(const QbConfig *cfg, const char *application_name, char *err, size_t errlen)
 {
 	char		safe[512];
+	char		why[QB_ERRLEN];
 	PGconn	   *conn = qb_pq_connect(cfg->database.url, application_name,
 									 cfg->database.connect_timeout_ms);
 
 	if (PQstatus(conn) == CONNECTION_OK)
 		return conn;
 	qbd_redact_url(cfg->database.url, safe, sizeof(safe));
-	snprintf(err, errlen, "could not connect to %s: %s", safe,
-			 conn ? PQerrorMessage(conn) : "out of memory");
-	err[strcspn(err, "\n")] = '\0';
+	/* one line per event: libpq's later lines (its hint, the other hosts tried) give way to the advice */
+	snprintf(why, sizeof(why), "%s", conn ? PQerrorMessage(conn) : "out of memory");
+	why[strcspn(why, "\n")] = '\0';
+	snprintf(err, errlen, "could not connect to %s: %s; %s", safe, why, qbpb_connect_advice(conn));
 	PQfinish(conn);
 	return NULL;
 }

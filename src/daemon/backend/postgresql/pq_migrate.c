@@ -19,6 +19,10 @@
  * transactional, so a half-made schema never stays behind.
  * qb_pq_publish_config is one transaction too.  Values are bound
  * parameters; the only text sent as it is, is the schema's own DDL.
+ *
+ * Messages: each failure says what failed (the step, the server's words
+ * and SQLSTATE) and what to do (qbd_pg_advice, by SQLSTATE); only a schema
+ * script of this binary that the server cannot parse blames the build.
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>
@@ -33,23 +37,85 @@
 /* 'queuebox' as a number: the key of the migration lock (docs/daemon.md) */
 #define QBD_MIGRATE_LOCK	"7087869466226663544"
 
+/* What a failed statement was doing: the advice differs (qbd_pg_advice) */
+typedef enum QbdStmt
+{
+	QBD_STMT_MIGRATE,			/* the migration's own statements: lock, checks */
+	QBD_STMT_SCRIPT,			/* a schema script built into this binary */
+	QBD_STMT_PUBLISH			/* the config tables, the notify triggers */
+} QbdStmt;
+
 /*
- * qbd_pg_error: "what: the server's message (SQLSTATE)" on one line, with
- * its hint when it has one; libpq's own text when the server said nothing.
+ * qbd_pg_advice: what to do about a failed statement, from its SQLSTATE
+ * (the server's words come in its language, so they are repeated, never
+ * matched).  Only a syntax error in a script built into this binary is
+ * this build's fault.  Every failure leaves the database as it was: each
+ * caller's work is one transaction, rolled back.
  */
 static void
-qbd_pg_error(PGconn *conn, const PGresult *res, const char *what, char *err, size_t errlen)
+qbd_pg_advice(PGconn *conn, const char *state, QbdStmt stmt, char *buf, size_t len)
+{
+	const char *user = PQuser(conn);
+	const char *db = PQdb(conn);
+
+	if (state == NULL && PQstatus(conn) != CONNECTION_OK)
+		snprintf(buf, len, "the connection was lost and nothing was changed; once the server is back, try again");
+	else if (state == NULL)
+		snprintf(buf, len, "nothing was changed");
+	else if (strcmp(state, "42501") == 0 && stmt == QBD_STMT_PUBLISH)
+		snprintf(buf, len, "nothing was changed; role %s may not write the tables of schema queuebox, which "
+				 "another role made: run the daemon as the schema's owner, or make role %s a member of it "
+				 "(GRANT owner TO %s)", user, user, user);
+	else if (strcmp(state, "42501") == 0)
+		snprintf(buf, len, "nothing was changed; role %s may not make or change schema queuebox in database %s: "
+				 "GRANT CREATE ON DATABASE %s TO %s, or make the schema for it (CREATE SCHEMA queuebox "
+				 "AUTHORIZATION %s), as docs/daemon.md step 1 says; a schema another role made, that role migrates",
+				 user, db, db, user, user);
+	else if (strcmp(state, "25006") == 0)
+		snprintf(buf, len, "nothing was changed; database.url reaches a read-only server (a standby): point it at "
+				 "the primary, or list every host with ?target_session_attrs=read-write");
+	else if (strcmp(state, "57014") == 0 || strcmp(state, "55P03") == 0)
+		snprintf(buf, len, "nothing was changed; a statement_timeout or lock_timeout of the server, database %s "
+				 "or role %s (or an administrator) cancelled it: try again, or raise that setting for role %s",
+				 db, user, user);
+	else if (strncmp(state, "40", 2) == 0)
+		snprintf(buf, len, "nothing was changed; a concurrent transaction got in the way: try again");
+	else if (strncmp(state, "53", 2) == 0)
+		snprintf(buf, len, "nothing was changed; the server is short of disk, memory or connections: "
+				 "free some, then try again");
+	else if (stmt == QBD_STMT_SCRIPT && (strcmp(state, "42601") == 0 || strcmp(state, "0A000") == 0))
+		snprintf(buf, len, "nothing was changed; the schema built into this queuebox-mssqld does not run on "
+				 "PostgreSQL %d: this build is broken, or the server is older than QueueBox supports; "
+				 "report it with this message", PQserverVersion(conn) / 10000);
+	else
+		snprintf(buf, len, "nothing was changed; the server's message says what stopped it");
+}
+
+/*
+ * qbd_pg_error: "what: the server's message (SQLSTATE); its hint; what to
+ * do" on one line; libpq's own text when the server said nothing.
+ */
+static void
+qbd_pg_error(PGconn *conn, const PGresult *res, const char *what, QbdStmt stmt, char *err, size_t errlen)
 {
 	const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
 	const char *hint = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_HINT) : NULL;
 	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	char		advice[400];
 
+	qbd_pg_advice(conn, state, stmt, advice, sizeof(advice));
 	if (primary != NULL)
-		snprintf(err, errlen, "%s: %s (SQLSTATE %s)%s%s", what, primary, state ? state : "?",
-				 hint ? "; " : "", hint ? hint : "");
+		snprintf(err, errlen, "%s: %s (SQLSTATE %s)%s%s; %s", what, primary, state ? state : "?",
+				 hint ? "; " : "", hint ? hint : "", advice);
 	else
-		snprintf(err, errlen, "%s: %s", what, res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
-	/* libpq's messages end with a newline: one line per event */
+	{
+		char		why[QB_ERRLEN];
+
+		/* libpq's messages end with a newline: one line per event */
+		snprintf(why, sizeof(why), "%s", res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+		why[strcspn(why, "\n")] = '\0';
+		snprintf(err, errlen, "%s: %s; %s", what, why, advice);
+	}
 	for (char *p = err; *p; p++)
 		if (*p == '\n')
 			*p = ' ';
@@ -58,22 +124,22 @@ qbd_pg_error(PGconn *conn, const PGresult *res, const char *what, char *err, siz
 /* qbd_exec: one statement with text parameters; the result, or NULL with err. */
 static PGresult *
 qbd_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
-		 ExecStatusType want, const char *what, char *err, size_t errlen)
+		 ExecStatusType want, QbdStmt stmt, const char *what, char *err, size_t errlen)
 {
 	PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
 
 	if (PQresultStatus(res) == want)
 		return res;
-	qbd_pg_error(conn, res, what, err, errlen);
+	qbd_pg_error(conn, res, what, stmt, err, errlen);
 	PQclear(res);
 	return NULL;
 }
 
 static bool
 qbd_ok(PGconn *conn, const char *sql, int nparams, const char *const *params,
-	   const char *what, char *err, size_t errlen)
+	   QbdStmt stmt, const char *what, char *err, size_t errlen)
 {
-	PGresult   *res = qbd_exec(conn, sql, nparams, params, PGRES_COMMAND_OK, what, err, errlen);
+	PGresult   *res = qbd_exec(conn, sql, nparams, params, PGRES_COMMAND_OK, stmt, what, err, errlen);
 
 	PQclear(res);
 	return res != NULL;
@@ -93,10 +159,10 @@ qbd_apply(PGconn *conn, const char *script, const char *version, const char *wha
 	bool		ok = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK;
 
 	if (!ok)
-		qbd_pg_error(conn, res, what, err, errlen);
+		qbd_pg_error(conn, res, what, QBD_STMT_SCRIPT, err, errlen);
 	PQclear(res);
 	return ok && qbd_ok(conn, "INSERT INTO queuebox.schema_version (version) VALUES ($1)", 1, params,
-						"could not record the schema version", err, errlen);
+						QBD_STMT_MIGRATE, "could not record the schema version", err, errlen);
 }
 
 /* qbd_version_index: where a version stands among the known ones, or -1. */
@@ -124,24 +190,24 @@ qb_pq_migrate(PGconn *conn, char *done, size_t donelen, char *err, size_t errlen
 	int			at;
 
 	done[0] = '\0';
-	if (!qbd_ok(conn, "BEGIN", 0, NULL, "could not begin the migration", err, errlen))
+	if (!qbd_ok(conn, "BEGIN", 0, NULL, QBD_STMT_MIGRATE, "could not begin the migration", err, errlen))
 		return -1;
 	if ((res = qbd_exec(conn, "SELECT pg_advisory_xact_lock(" QBD_MIGRATE_LOCK ")", 0, NULL,
-						PGRES_TUPLES_OK, "could not take the migration lock", err, errlen)) == NULL)
+						PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not take the migration lock", err, errlen)) == NULL)
 		goto fail;
 	PQclear(res);
 
 	/* the extension's workers would claim the same rows: one host per database */
 	if ((res = qbd_exec(conn, "SELECT extversion FROM pg_extension WHERE extname = 'queuebox'",
-						0, NULL, PGRES_TUPLES_OK, "could not look for the extension", err, errlen)) == NULL)
+						0, NULL, PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not look for the extension", err, errlen)) == NULL)
 		goto fail;
 	if (PQntuples(res) > 0)
 	{
 		snprintf(err, errlen,
-				 "the queuebox extension (version %s) is installed in this database, and its background workers serve it; "
+				 "the queuebox extension (version %s) is installed in database %s, and its background workers serve it; "
 				 "queuebox-mssqld refuses to serve the same tables. Use the daemon only where the extension cannot be loaded, "
 				 "or point database.url at another database",
-				 PQgetvalue(res, 0, 0));
+				 PQgetvalue(res, 0, 0), PQdb(conn));
 		goto fail;
 	}
 	PQclear(res);
@@ -149,7 +215,7 @@ qb_pq_migrate(PGconn *conn, char *done, size_t donelen, char *err, size_t errlen
 	if ((res = qbd_exec(conn,
 						"SELECT to_regclass('queuebox.schema_version') IS NOT NULL,"
 						"       to_regclass('queuebox.outbox') IS NOT NULL",
-						0, NULL, PGRES_TUPLES_OK, "could not look at schema queuebox", err, errlen)) == NULL)
+						0, NULL, PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not look at schema queuebox", err, errlen)) == NULL)
 		goto fail;
 	has_version_table = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 	has_outbox = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
@@ -175,7 +241,7 @@ qb_pq_migrate(PGconn *conn, char *done, size_t donelen, char *err, size_t errlen
 	{
 		if ((res = qbd_exec(conn,
 							"SELECT version FROM queuebox.schema_version ORDER BY applied_at DESC, version DESC LIMIT 1",
-							0, NULL, PGRES_TUPLES_OK, "could not read the schema version", err, errlen)) == NULL)
+							0, NULL, PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not read the schema version", err, errlen)) == NULL)
 			goto fail;
 		if (PQntuples(res) == 1)
 			snprintf(have, sizeof(have), "%s", PQgetvalue(res, 0, 0));
@@ -198,7 +264,7 @@ qb_pq_migrate(PGconn *conn, char *done, size_t donelen, char *err, size_t errlen
 				goto fail;
 		}
 	}
-	if (!qbd_ok(conn, "COMMIT", 0, NULL, "could not commit the migration", err, errlen))
+	if (!qbd_ok(conn, "COMMIT", 0, NULL, QBD_STMT_MIGRATE, "could not commit the migration", err, errlen))
 		goto fail;
 	/* said after the commit: a step rolled back was never applied */
 	if (installed)
@@ -245,7 +311,7 @@ qb_pq_publish_config(PGconn *conn, const QbConfig *cfg, char *err, size_t errlen
 		snprintf(err, errlen, "out of memory");
 		goto done;
 	}
-	if (!qbd_ok(conn, "BEGIN", 0, NULL, "could not begin", err, errlen))
+	if (!qbd_ok(conn, "BEGIN", 0, NULL, QBD_STMT_PUBLISH, "could not begin writing the routes", err, errlen))
 		goto done;
 	{
 		const char *p2[2] = {a_pat, a_dst};
@@ -253,16 +319,16 @@ qb_pq_publish_config(PGconn *conn, const QbConfig *cfg, char *err, size_t errlen
 		const char *pl[1] = {cfg->database.listen ? "t" : "f"};
 		int			ntrig;
 
-		if (!qbd_ok(conn, "DELETE FROM queuebox.config_route", 0, NULL,
+		if (!qbd_ok(conn, "DELETE FROM queuebox.config_route", 0, NULL, QBD_STMT_PUBLISH,
 					"could not write the routes", err, errlen) ||
 			!qbd_ok(conn,
 					"INSERT INTO queuebox.config_route (position, pattern, destination)"
 					" SELECT n, p, d FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(p, d, n)",
-					2, p2, "could not write the routes", err, errlen) ||
-			!qbd_ok(conn, "DELETE FROM queuebox.config_destination", 0, NULL,
+					2, p2, QBD_STMT_PUBLISH, "could not write the routes", err, errlen) ||
+			!qbd_ok(conn, "DELETE FROM queuebox.config_destination", 0, NULL, QBD_STMT_PUBLISH,
 					"could not write the destinations", err, errlen) ||
 			!qbd_ok(conn, "INSERT INTO queuebox.config_destination (name) SELECT unnest($1::text[])",
-					1, p1, "could not write the destinations", err, errlen))
+					1, p1, QBD_STMT_PUBLISH, "could not write the destinations", err, errlen))
 			goto rollback;
 		/* the triggers whose enabled state is not what database.listen asks */
 		if ((res = qbd_exec(conn,
@@ -270,7 +336,7 @@ qb_pq_publish_config(PGconn *conn, const QbConfig *cfg, char *err, size_t errlen
 							" WHERE t.tgrelid IN ('queuebox.outbox'::regclass, 'queuebox.inbox'::regclass)"
 							"   AND t.tgname IN ('outbox_notify', 'inbox_notify')"
 							"   AND (t.tgenabled <> 'D') <> $1::boolean ORDER BY 1",
-							1, pl, PGRES_TUPLES_OK, "could not read the notify triggers", err, errlen)) == NULL)
+							1, pl, PGRES_TUPLES_OK, QBD_STMT_PUBLISH, "could not read the notify triggers", err, errlen)) == NULL)
 			goto rollback;
 		ntrig = PQntuples(res);
 		for (int i = 0; i < ntrig; i++)
@@ -283,13 +349,13 @@ qb_pq_publish_config(PGconn *conn, const QbConfig *cfg, char *err, size_t errlen
 				(outbox ? "ALTER TABLE queuebox.outbox DISABLE TRIGGER outbox_notify" :
 				 "ALTER TABLE queuebox.inbox DISABLE TRIGGER inbox_notify");
 
-			if (!qbd_ok(conn, sql, 0, NULL, "could not switch a notify trigger", err, errlen))
+			if (!qbd_ok(conn, sql, 0, NULL, QBD_STMT_PUBLISH, "could not switch a notify trigger", err, errlen))
 				goto rollback;
 		}
 		PQclear(res);
 		res = NULL;
 	}
-	if (!qbd_ok(conn, "COMMIT", 0, NULL, "could not commit", err, errlen))
+	if (!qbd_ok(conn, "COMMIT", 0, NULL, QBD_STMT_PUBLISH, "could not commit the routes", err, errlen))
 		goto rollback;
 	rc = 0;
 	goto done;
