@@ -1,9 +1,10 @@
 # 040_docs_run.pl
 #   The shell and SQL of docs/getting-started.md and docs/pull.md run as
 #   written and print what the pages show.  So do the marked blocks of
-#   docs/configuration.md, docs/receiving-webhooks.md and docs/http-api.md,
-#   whose unmarked fences are YAML (TAP 038) or need what one test cannot
-#   set up (brokers, a second server, a signing secret).
+#   docs/configuration.md, docs/receiving-webhooks.md, docs/http-api.md,
+#   docs/operations.md and docs/observability.md, whose unmarked fences are
+#   YAML (TAP 038) or need what one test cannot set up (brokers, a second
+#   server, a signing secret).
 #
 #   A marker on the line before a fence says what it is:
 #     <!-- doc-test: sh [wait] -->          bash, in one shell for the page
@@ -391,6 +392,25 @@ sources:
 	close $fh;
 	run_page($page);
 	qb_sink_stop($sink);
+	$node->stop;
+}
+
+# operations.md and observability.md (their marked blocks): a node of their
+# own, no configuration (the rows they write wait)
+{
+	my $node = qb_node('ops_doc', database => 'app', workers => 0,
+		conf => "queuebox.relay_worker = off\nqueuebox.ingress_worker = off\n");
+	$node->safe_psql('postgres', 'CREATE DATABASE app');
+	$node->safe_psql('app', 'CREATE EXTENSION queuebox');
+	my ($host, $port) = ($node->host, $node->port);
+	for my $name ('operations.md', 'observability.md')
+	{
+		my $page = { name => $name, marked_only => 1, cwd => "$tmp/work", subst => [] };
+		open(my $fh, '>', "$tmp/$name.state") or die $!;
+		print $fh "export PGHOST='$host' PGPORT=$port PGUSER=\$(id -un)\nexport PATH='$bindir':\$PATH\n";
+		close $fh;
+		run_page($page);
+	}
 	$node->stop;
 }
 
