@@ -383,8 +383,10 @@ sources:
 	my $sink = qb_sink_start(name => 'http_doc');
 	my $listen = qb_free_port();
 	$listen = qb_free_port() while $listen == $sink->{port};
+	# the page's secret file, in the home of the server's user there
 	my $page = { name => 'http-api.md', marked_only => 1, cwd => "$tmp/work",
-		subst => [ [ '8080', $listen ], [ '9000', $sink->{port} ] ] };
+		subst => [ [ '8080', $listen ], [ '9000', $sink->{port} ],
+			[ '/var/lib/postgresql/secrets', "$tmp/secrets" ] ] };
 	my ($host, $port) = ($node->host, $node->port);
 	open(my $fh, '>', "$tmp/http-api.md.state") or die $!;
 	print $fh "export PGHOST='$host' PGPORT=$port PGUSER=\$(id -un) ADMIN_TOKEN='$token'\n",
