@@ -470,6 +470,8 @@ qbo_span_end(QboEngine *e, QboSlot *s)
 		qb_span_int(&s->span, "http.response.status_code", s->status);
 	s->span.error = s->settle.kind != QB_SETTLE_SENT;
 	s->span.message = s->span.error ? s->error : NULL;
+	/* the name is in the slot, and the slots may have moved since the start (qbo_slot_new) */
+	s->span.name = s->span_name;
 	qb_otlp_emit(&s->span);
 }
 
