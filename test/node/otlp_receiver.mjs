@@ -60,6 +60,7 @@ function decode(text) {
           traceId: Buffer.from(s.traceId).toString('hex'),
           spanId: Buffer.from(s.spanId).toString('hex'),
           parentSpanId: s.parentSpanId && s.parentSpanId.length ? Buffer.from(s.parentSpanId).toString('hex') : null,
+          traceState: s.traceState || '',
           name: s.name,
           kind: s.kind,
           status: s.status ? { code: s.status.code, message: s.status.message || '' } : null,

@@ -2,8 +2,9 @@
 #   Every configuration document the docs show (each ```yaml block of
 #   docs/*.md and README.md) passes queuebox.validate(): a doc whose example
 #   does not validate is a bug.  A block fenced ```yaml fragment is a part
-#   of a document (one key of a source, say) and is not checked alone.  The
-#   ${NAME} variables the examples use are set for the server, as a reader
+#   of a document (one key of a source, say) and is not checked alone.  A
+#   block fenced ```yaml invalid shows a mistake: validate() must refuse it.
+#   The ${NAME} variables the examples use are set for the server, as a reader
 #   would set them (a number where the example puts one in a number).
 use strict;
 use warnings;
@@ -17,17 +18,17 @@ use lib "$FindBin::RealBin/../perl";
 use QueueBoxTest;
 
 my $root = "$FindBin::RealBin/../..";
-my (@blocks, $fragments);
+my (@blocks, @invalid, $fragments);
 for my $file (sort(glob("$root/docs/*.md")), "$root/README.md")
 {
 	my $text = slurp_file($file);
 	(my $name = $file) =~ s{^\Q$root\E/}{};
-	while ($text =~ /^```yaml( fragment)?\n(.*?)^```$/msg)
+	while ($text =~ /^```yaml( fragment| invalid)?\n(.*?)^```$/msg)
 	{
-		my ($fragment, $yaml) = ($1, $2);
+		my ($kind, $yaml) = ($1 // '', $2);
 		my $line = 1 + (() = substr($text, 0, $-[0]) =~ /\n/g);
-		if ($fragment) { $fragments++; next; }
-		push @blocks, { where => "$name:$line", yaml => $yaml };
+		if ($kind eq ' fragment') { $fragments++; next; }
+		push @{ $kind eq ' invalid' ? \@invalid : \@blocks }, { where => "$name:$line", yaml => $yaml };
 	}
 }
 cmp_ok(scalar(@blocks), '>=', 20, scalar(@blocks) . " documents in the docs ($fragments fragments left out)");
@@ -47,6 +48,12 @@ for my $b (@blocks)
 	my ($rc, $out, $err) = $node->psql('postgres', 'SELECT queuebox.validate(' . qb_sql_quote($b->{yaml}) . ')');
 	is($rc, 0, "$b->{where}: the example validates") or diag $err;
 	like($out, qr/^valid: /, "$b->{where}: $out") if $rc == 0;
+}
+for my $b (@invalid)
+{
+	my ($rc, $out, $err) = $node->psql('postgres', 'SELECT queuebox.validate(' . qb_sql_quote($b->{yaml}) . ')');
+	isnt($rc, 0, "$b->{where}: the example of a mistake is refused") or diag $out;
+	note "$b->{where}: $err";
 }
 $node->stop;
 done_testing();

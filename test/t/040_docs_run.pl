@@ -1,10 +1,10 @@
 # 040_docs_run.pl
 #   The shell and SQL of docs/getting-started.md and docs/pull.md run as
 #   written and print what the pages show.  So do the marked blocks of
-#   docs/configuration.md, docs/receiving-webhooks.md, docs/http-api.md and
-#   docs/daemon.md, whose unmarked fences are YAML (TAP 038) or need what
-#   one test cannot set up (brokers, a second server, a signing secret,
-#   systemd).
+#   docs/configuration.md, docs/receiving-webhooks.md, docs/http-api.md,
+#   docs/daemon.md, docs/operations.md and docs/observability.md, whose
+#   unmarked fences are YAML (TAP 038) or need what one test cannot set up
+#   (brokers, a second server, a signing secret, systemd).
 #
 #   A marker on the line before a fence says what it is:
 #     <!-- doc-test: sh [wait] -->          bash, in one shell for the page
@@ -385,8 +385,10 @@ sources:
 	my $sink = qb_sink_start(name => 'http_doc');
 	my $listen = qb_free_port();
 	$listen = qb_free_port() while $listen == $sink->{port};
+	# the page's secret file, in the home of the server's user there
 	my $page = { name => 'http-api.md', marked_only => 1, cwd => "$tmp/work",
-		subst => [ [ '8080', $listen ], [ '9000', $sink->{port} ] ] };
+		subst => [ [ '8080', $listen ], [ '9000', $sink->{port} ],
+			[ '/var/lib/postgresql/secrets', "$tmp/secrets" ] ] };
 	my ($host, $port) = ($node->host, $node->port);
 	open(my $fh, '>', "$tmp/http-api.md.state") or die $!;
 	print $fh "export PGHOST='$host' PGPORT=$port PGUSER=\$(id -un) ADMIN_TOKEN='$token'\n",
@@ -445,6 +447,25 @@ sources:
 		qb_wait_for(sub { !kill(0, $daemon) }, 'daemon.md: the daemon stops on SIGTERM');
 	}
 	qb_sink_stop($sink);
+	$node->stop;
+}
+
+# operations.md and observability.md (their marked blocks): a node of their
+# own, no configuration (the rows they write wait)
+{
+	my $node = qb_node('ops_doc', database => 'app', workers => 0,
+		conf => "queuebox.relay_worker = off\nqueuebox.ingress_worker = off\n");
+	$node->safe_psql('postgres', 'CREATE DATABASE app');
+	$node->safe_psql('app', 'CREATE EXTENSION queuebox');
+	my ($host, $port) = ($node->host, $node->port);
+	for my $name ('operations.md', 'observability.md')
+	{
+		my $page = { name => $name, marked_only => 1, cwd => "$tmp/work", subst => [] };
+		open(my $fh, '>', "$tmp/$name.state") or die $!;
+		print $fh "export PGHOST='$host' PGPORT=$port PGUSER=\$(id -un)\nexport PATH='$bindir':\$PATH\n";
+		close $fh;
+		run_page($page);
+	}
 	$node->stop;
 }
 

@@ -5,14 +5,19 @@
 #   (@opentelemetry/otlp-transformer) and writes each span it holds.
 #   - extension: a traced row's attempts (a failed one, then the delivery)
 #     are spans in the row's trace, each the parent of the request the sink
-#     got, with destination, outcome, HTTP status and attempt; a webhook's
-#     receipt is a child of the traceparent it came with; the relay's
-#     forward has its span; a Kafka message's receipt is a child of its
-#     traceparent header; the headers reach the receiver;
+#     got, with destination, outcome, HTTP status and attempt, and the
+#     row's tracestate as their traceState; a webhook's receipt is a child
+#     of the traceparent it came with, with its tracestate; the relay's
+#     forward has its span (no traceState: the relay's claim returns no
+#     tracestate); the delivery of the outbox row it made carries the
+#     webhook's; a Kafka message's receipt is a child of its traceparent
+#     header, with its tracestate header; a row without a context has no
+#     traceState; the headers reach the receiver;
 #   - the receiver down, then answering 503: every row is still delivered
 #     (rows counted before and after), the spans are dropped and counted in
 #     /metrics, the failure is logged; back up, spans arrive again;
-#   - daemon (PostgreSQL): a delivery's span, service.instance.id its own.
+#   - daemon (PostgreSQL): a delivery's span, service.instance.id its own;
+#     its row has a traceparent and no tracestate: no traceState.
 use strict;
 use warnings;
 
@@ -36,6 +41,8 @@ my $TRACE = '0af7651916cd43dd8448eb211c80319c';
 my $TP = "00-$TRACE-b7ad6b7169203331-01";
 my $TRACE2 = '4bf92f3577b34da6a3ce929d0e0e4736';
 my $TP2 = "00-$TRACE2-00f067aa0ba902b7-01";
+my $TS = 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7';
+my $TS2 = 'vendor2=opaque-2';
 my $seq = 0;
 
 # receiver(status): a receiver on a free port; { pid, port, out }
@@ -116,7 +123,7 @@ inbox:
   relay: { pollIntervalMs: 50 }
 EOY
 my $id = $node->safe_psql('postgres', qq{
-	BEGIN; SET LOCAL queuebox.traceparent = '$TP';
+	BEGIN; SET LOCAL queuebox.traceparent = '$TP'; SET LOCAL queuebox.tracestate = '$TS';
 	INSERT INTO queuebox.outbox (topic, payload) VALUES ('orders.created', '{"_sink": {"fail": 1}}') RETURNING id;
 	COMMIT;});
 ($id) = $id =~ /(\d+)/;
@@ -129,6 +136,7 @@ qb_wait_for(sub { @att = sort { $a->{attributes}{'queuebox.attempt'} <=> $b->{at
 is(join(' ', map { $_->{name} } @att), 'deliver web deliver web', 'named by the operation and the destination');
 is(join(' ', map { $_->{traceId} } @att), "$TRACE $TRACE", 'both in the row\'s trace');
 is(join(' ', map { $_->{parentSpanId} } @att), 'b7ad6b7169203331 b7ad6b7169203331', 'both children of the row\'s context');
+is(join(' ', map { $_->{traceState} } @att), "$TS $TS", 'both carry the row\'s tracestate as their traceState');
 is(join(' ', map { $_->{attributes}{'queuebox.outcome'} } @att), 'failed delivered', 'the outcomes');
 is(join(' ', map { $_->{attributes}{'http.response.status_code'} } @att), '500 200', 'the HTTP statuses');
 is(join(' ', map { $_->{status}{code} } @att), '2 1', 'status: error, then ok');
@@ -145,7 +153,7 @@ is(join(' ', map { ($_->{headers}{traceparent} // '') =~ /^00-$TRACE-([0-9a-f]{1
 # a webhook: receipt and forward
 my $w = $http->request('POST', "http://127.0.0.1:$lport/inbox/shop", {
 	content => $json->encode({ id => 'w-56', type => 'paid' }),
-	headers => { 'Content-Type' => 'application/json', traceparent => $TP2 } });
+	headers => { 'Content-Type' => 'application/json', traceparent => $TP2, tracestate => $TS2 } });
 is($w->{status}, 202, 'a traced webhook is accepted');
 qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'shop.paid' AND state = 'sent'}, '1',
 	'it is relayed and delivered');
@@ -153,9 +161,13 @@ my %by;
 qb_wait_for(sub { %by = map { $_->{name} => $_ } @{ spans($rx) }; $by{'receive shop'} && $by{'forward shop'}
 	  && grep { $_->{name} eq 'deliver web' && $_->{traceId} eq $TRACE2 } @{ spans($rx) } },
 	'the receipt, the forward and the delivery are exported', timeout => 30);
+my ($wd) = grep { $_->{name} eq 'deliver web' && $_->{traceId} eq $TRACE2 } @{ spans($rx) };
 is($by{'receive shop'}{traceId} . ' ' . $by{'receive shop'}{parentSpanId}, "$TRACE2 00f067aa0ba902b7",
 	'the receipt is a child of the traceparent the webhook came with');
 is($by{'receive shop'}{kind}, 2, 'a server span');
+is($by{'receive shop'}{traceState}, $TS2, 'with the tracestate the webhook came with');
+is($by{'forward shop'}{traceState}, '', 'the forward: no traceState (the relay\'s claim returns none)');
+is($wd->{traceState}, $TS2, 'the delivery of the relayed row: the webhook\'s tracestate, which the row carries');
 is($by{'receive shop'}{attributes}{'queuebox.result'} . ' ' . $by{'receive shop'}{attributes}{'http.response.status_code'},
 	'accepted 202', 'with its result and status');
 is($by{'forward shop'}{attributes}{'queuebox.topic'} . ' ' . $by{'forward shop'}{attributes}{'queuebox.outcome'},
@@ -164,12 +176,13 @@ is($by{'forward shop'}{traceId} . ' ' . $by{'forward shop'}{parentSpanId}, "$TRA
 	'the forward is a child of the inbox row\'s traceparent');
 
 # a broker message: its receipt, a child of its traceparent header
-qb_kafka_produce($kafka, topic => 'ev', value => '{"n": 1}', key => 'k1', headers => { traceparent => $TP });
+qb_kafka_produce($kafka, topic => 'ev', value => '{"n": 1}', key => 'k1', headers => { traceparent => $TP, tracestate => $TS2 });
 my ($ks);
 qb_wait_for(sub { ($ks) = grep { $_->{name} eq 'receive kk' } @{ spans($rx) }; $ks },
 	'a Kafka message\'s receipt is exported', timeout => 60);
 is("$ks->{traceId} $ks->{parentSpanId} $ks->{kind} $ks->{attributes}{'queuebox.result'}",
 	"$TRACE b7ad6b7169203331 5 accepted", 'a consumer span, child of the message\'s traceparent, accepted');
+is($ks->{traceState}, $TS2, 'with its tracestate header');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM queuebox.inbox WHERE source = 'kk'}), '1', 'the message is stored once');
 qb_kafka_stop($kafka);
 ok(!-e "$rx->{out}.bad", 'every post decoded') or diag slurp_file("$rx->{out}.bad");
@@ -201,8 +214,11 @@ my $rx2 = receiver();
 my $exported = metric($lport, 'queuebox_otlp_spans_exported_total');
 qb_configure($node, doc($rx2->{port}) . "http: { listen: \"127.0.0.1:$lport\" }\n");
 $node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) VALUES ('orders.back', '{}')});
-qb_wait_for(sub { grep { ($_->{attributes}{'queuebox.topic'} // '') eq 'orders.back' } @{ spans($rx2) } },
+my ($back);
+qb_wait_for(sub { ($back) = grep { ($_->{attributes}{'queuebox.topic'} // '') eq 'orders.back' } @{ spans($rx2) } },
 	'a receiver back: spans arrive again', timeout => 30);
+is($back->{parentSpanId} // 'none', 'none', 'a row without a context: the root of a trace');
+is($back->{traceState}, '', 'with no traceState');
 ok(metric($lport, 'queuebox_otlp_spans_exported_total') > $exported, 'counted as exported');
 $node->stop;
 
@@ -217,6 +233,7 @@ qb_wait_for(sub { ($ds) = grep { ($_->{attributes}{'queuebox.topic'} // '') eq '
 	'daemon: the delivery\'s span is exported', timeout => 30);
 is($ds->{traceId} . ' ' . $ds->{parentSpanId} . ' ' . $ds->{attributes}{'queuebox.outcome'},
 	"$TRACE2 00f067aa0ba902b7 delivered", 'daemon: in the row\'s trace, delivered');
+is($ds->{traceState}, '', 'daemon: a row with a traceparent and no tracestate: no traceState');
 qbd_signal($d, 'TERM');
 qbd_wait_exit($d, 30);
 receiver_stop($rx2);

@@ -3,7 +3,8 @@
 #   - extension: queuebox.config_file set by ALTER SYSTEM and a reload; the
 #     workers read the file, copy it into queuebox.config and deliver by it;
 #     config_source() says file, path, when, SHA-256; configure() refuses
-#     with a hint; an invalid file (SIGHUP) is logged with its key path, the
+#     with a hint; an invalid file (SIGHUP; the one the page shows) is
+#     logged with its key path, in the very line the page shows, the
 #     running configuration stays and delivers (rows counted before and
 #     after), config_source() shows the error; fixing the file takes effect
 #     at the next reload; a restart reads the file; only a superuser's
@@ -92,15 +93,21 @@ like($err, qr/HINT:  Edit that file and run SELECT pg_reload_conf\(\)/, 'and wha
 is($node->safe_psql('postgres', q{SELECT document = } . qb_sql_quote($doc_a) . q{ FROM queuebox.config}), 't',
 	'the refused configure() changed nothing');
 
-# an invalid file: logged with its key path; the running configuration stays
-my $bad = $doc_b;
-$bad =~ s/timeoutMs:/timeoutMS:/ or die 'no timeoutMs in the document';
+# an invalid file, the one docs/configuration.md shows ("An invalid file"):
+# logged with its key path, as the page shows; the running configuration stays
+my $page = slurp_file("$FindBin::RealBin/../../docs/configuration.md");
+my ($bad) = $page =~ /<!-- docs-test: config-file-invalid .*?-->\n```yaml invalid\n(.*?)^```$/ms;
+my ($shown) = $page =~ /<!-- docs-test: config-file-warning .*?-->\n```\n(.*?)\n```$/ms;
+ok(defined $bad && defined $shown, 'docs/configuration.md shows an invalid file and the warning it gives');
+$shown =~ s{/etc/queuebox/queuebox\.yaml}{$file}g;
 write_file($file, $bad);
 my $offset = -s $node->logfile;
 $node->reload;
 qb_wait_query($node, q{SELECT last_error LIKE '%destinations.web.timeoutMS%' AND last_error_at IS NOT NULL FROM queuebox.config_source()},
 	't', 'an invalid file: config_source() shows the error with its key path');
-my $log = qb_wait_log($node, qr/could not load the configuration \(queuebox\.config_file \Q$file\E: .*destinations\.web\.timeoutMS.*keeping the previous one/, $offset);
+my $log = qb_wait_log($node, qr/WARNING:  queuebox outbox 0: could not load the configuration/, $offset);
+my ($logged) = $log =~ /(WARNING:  queuebox outbox 0: could not load the configuration [^\n]*)/;
+is($logged, $shown, 'the server log has the line docs/configuration.md shows, word for word');
 like($log, qr/could not load the configuration \(queuebox\.config_file \Q$file\E: .*destinations\.web\.timeoutMS.*keeping the previous one/,
 	'the server log names the file and the key path, and says the previous configuration stays');
 # every worker reads the file and logs the failure; /metrics counts one
@@ -109,6 +116,9 @@ qb_wait_for(sub { my @l = (slurp_file($node->logfile, $offset) =~ /could not loa
 my $ext_metrics = HTTP::Tiny->new(timeout => 10)->get("http://127.0.0.1:$listen/metrics")->{content} // '';
 like($ext_metrics, qr/^queuebox_config_reload_failures_total 1$/m, 'one bad reload is one failure in /metrics, however many workers met it');
 like($ext_metrics, qr/^queuebox_config_last_reload_successful 0$/m, 'and the last reload is not successful');
+my ($in_parens) = $shown =~ /could not load the configuration \((.*)\); keeping the previous one$/;
+is($node->safe_psql('postgres', q{SELECT last_error FROM queuebox.config_source()}), $in_parens,
+	'config_source().last_error is the text in its parentheses, as the page says');
 is($node->safe_psql('postgres', q{SELECT sha256 FROM queuebox.config_source()}), $sha_a, 'the SHA-256 in force is still the good file\'s');
 is($node->safe_psql('postgres', q{SELECT document = } . qb_sql_quote($doc_a) . q{ FROM queuebox.config}), 't',
 	'queuebox.config keeps the good document');

@@ -1,8 +1,9 @@
 /*
  * test_otlp.c: the OTLP span exporter (qb_otlp.h) against the project's
  * loopback HTTP sink: what a post holds (OTLP JSON: resource, scope, hex
- * ids, the parent), parent-based sampling, a bounded queue that drops and
- * counts, a receiver that is down, the egress rules, and a reconfigure.
+ * ids, the parent, the tracestate as traceState), parent-based sampling, a
+ * bounded queue that drops and counts, a receiver that is down, the egress
+ * rules, and a reconfigure.
  * (TAP 056 checks the same posts with the OpenTelemetry JS decoder.)
  */
 #include <setjmp.h>
@@ -180,6 +181,87 @@ test_post(void **state)
 	free(m);
 }
 
+/*
+ * the tracestate of a span's context is its traceState: a row's (the
+ * headers a delivery publishes, any letter case), a request's; none for a
+ * row without one, a root, or one that cannot be carried on
+ */
+static void
+test_tracestate(void **state)
+{
+	QbMetrics  *m = calloc(1, sizeof(QbMetrics));
+	char		url[256];
+	char		err[256];
+	QbTraceContext parent,
+				child;
+	QbSpan		s;
+	QbOtlpOptions o;
+	json_t	   *spans;
+	json_t	   *h;
+	size_t		i;
+	json_t	   *sp;
+	static const char *const want[][2] = {
+		{"deliver with", "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"},
+		{"deliver without", NULL},
+		{"receive with", "vendor=1"},
+		{"receive without", NULL},
+		{"root", NULL},
+		{"bad state", NULL},
+	};
+
+	snprintf(url, sizeof(url), "%s/v1/state", sink.base);
+	o = options(url);
+	assert_true(qb_otlp_configure(&o, m, "test:2", err, sizeof(err)));
+
+	/* a delivery, as qb_outbox.c makes its span from the row's headers */
+	h = json_pack("{s:s, s:s}", "TraceParent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+				  "TraceState", "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7");
+	assert_true(qb_trace_publish(h, &parent, &child));
+	assert_true(qb_span_start(&s, "deliver with", QB_SPAN_CLIENT, &parent));
+	s.ctx = child;
+	qb_span_tracestate(&s, qb_trace_state(h));
+	qb_otlp_emit(&s);
+	json_decref(h);
+	h = json_pack("{s:s}", "traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+	assert_true(qb_trace_publish(h, &parent, &child));
+	assert_null(qb_trace_state(h));
+	assert_true(qb_span_start(&s, "deliver without", QB_SPAN_CLIENT, &parent));
+	qb_span_tracestate(&s, qb_trace_state(h));
+	qb_otlp_emit(&s);
+	json_decref(h);
+	/* a receipt: the request's traceparent and tracestate */
+	assert_true(qb_span_start_tp(&s, "receive with", QB_SPAN_SERVER,
+								 "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=1"));
+	qb_otlp_emit(&s);
+	assert_true(qb_span_start_tp(&s, "receive without", QB_SPAN_SERVER,
+								 "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", NULL));
+	qb_otlp_emit(&s);
+	/* a root has no parent's tracestate to carry */
+	assert_true(qb_span_start_tp(&s, "root", QB_SPAN_SERVER, NULL, "vendor=1"));
+	qb_otlp_emit(&s);
+	/* one that is not printable ASCII is not carried on */
+	assert_true(qb_span_start_tp(&s, "bad state", QB_SPAN_SERVER,
+								 "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "a=\"b\""));
+	qb_otlp_emit(&s);
+	qb_otlp_shutdown(2000);
+	assert_int_equal(m->otlp_exported, 6);
+
+	spans = posted_spans("/v1/state", NULL);
+	assert_int_equal(json_array_size(spans), 6);
+	json_array_foreach(spans, i, sp)
+	{
+		json_t	   *ts = json_object_get(sp, "traceState");
+
+		assert_string_equal(json_string_value(json_object_get(sp, "name")), want[i][0]);
+		if (want[i][1] != NULL)
+			assert_string_equal(json_string_value(ts), want[i][1]);
+		else
+			assert_null(ts);
+	}
+	json_decref(spans);
+	free(m);
+}
+
 /* a receiver that is down: every span dropped and counted, the reason kept */
 static void
 test_receiver_down(void **state)
@@ -257,6 +339,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_post),
+		cmocka_unit_test(test_tracestate),
 		cmocka_unit_test(test_receiver_down),
 		cmocka_unit_test(test_error_taken),
 	};

@@ -168,7 +168,8 @@ qbc_header(json_t *headers, const char *name)
 
 /*
  * qbc_span: a stored message's receipt span (qb_otlp.h), a child of the
- * traceparent header it came with.  Its start is the fetch's.
+ * traceparent header it came with (and its tracestate).  Its start is the
+ * fetch's.
  */
 static void
 qbc_span(QbcEngine *e, const QbSource *s, const QbDelivery *d, const char *key, int64_t id,
@@ -176,6 +177,7 @@ qbc_span(QbcEngine *e, const QbSource *s, const QbDelivery *d, const char *key, 
 {
 	json_t	   *headers;
 	char	   *tp = NULL;
+	char	   *ts = NULL;
 	QbSpan		span;
 	char		name[160];
 	bool		ok;
@@ -183,13 +185,19 @@ qbc_span(QbcEngine *e, const QbSource *s, const QbDelivery *d, const char *key, 
 	if (!qb_otlp_on())
 		return;
 	if ((headers = d->headers ? json_loads(d->headers, 0, NULL) : NULL) != NULL)
+	{
 		tp = qbc_header(headers, "traceparent");
+		ts = qbc_header(headers, "tracestate");
+	}
 	json_decref(headers);
 	snprintf(name, sizeof(name), "receive %s", s->name);
-	ok = qb_span_start_tp(&span, name, QB_SPAN_CONSUMER, tp);
+	ok = qb_span_start_tp(&span, name, QB_SPAN_CONSUMER, tp, ts);
 	free(tp);
 	if (!ok)
+	{
+		free(ts);
 		return;
+	}
 	span.start_ns = t0;
 	qb_span_str(&span, "queuebox.source", s->name);
 	qb_span_str(&span, "queuebox.result", qb_receive_result_name(res));
@@ -198,6 +206,7 @@ qbc_span(QbcEngine *e, const QbSource *s, const QbDelivery *d, const char *key, 
 	if (id > 0)
 		qb_span_int(&span, "queuebox.inbox.id", id);
 	qb_otlp_emit(&span);
+	free(ts);
 	qb_otlp_log_errors(e->host);
 }
 

@@ -813,7 +813,8 @@ qbi_route(QbiRequest *r)
 
 /*
  * qbi_span: the receipt's span (qb_otlp.h), a child of the traceparent the
- * request came with; a server error is its status's error.
+ * request came with (and its tracestate); a server error is its status's
+ * error.
  */
 static void
 qbi_span(QbiRequest *r, QbReceiveResult res)
@@ -825,7 +826,8 @@ qbi_span(QbiRequest *r, QbReceiveResult res)
 		return;
 	snprintf(name, sizeof(name), "receive %s", r->src->name);
 	if (!qb_span_start_tp(&span, name, QB_SPAN_SERVER,
-						  MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "traceparent")))
+						  MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "traceparent"),
+						  MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "tracestate")))
 		return;
 	span.start_ns = r->t0_ns;
 	qb_span_str(&span, "queuebox.source", r->src->name);

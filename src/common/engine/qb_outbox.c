@@ -75,6 +75,7 @@ typedef struct QboSlot
 	QbSpan		span;
 	bool		spanned;
 	char		span_name[96];
+	char	   *trace_state;	/* owned text behind span.trace_state */
 	int			status;			/* the HTTP status answered, 0: none */
 } QboSlot;
 
@@ -155,6 +156,7 @@ qbo_slot_free(QboEngine *e, QboSlot *s)
 {
 	qb_outbox_rows_free_one(&s->row);
 	free(s->error);
+	free(s->trace_state);
 	memset(s, 0, sizeof(*s));
 	e->nactive--;
 }
@@ -402,12 +404,12 @@ qbo_transform(QboEngine *e, QboSlot *s)
 
 /*
  * qbo_span_start: the attempt's span, when spans are exported: the child
- * the publish carries (its parent the row's context), or the root of a new
- * trace for a row that has none.
+ * the publish carries (its parent the row's context, with the row's
+ * tracestate), or the root of a new trace for a row that has none.
  */
 static void
 qbo_span_start(QboEngine *e, QboSlot *s, const QbTraceContext *parent,
-			   const QbTraceContext *child)
+			   const QbTraceContext *child, const char *tracestate)
 {
 	const QbDestination *d = &e->cfg->destinations[s->dest];
 
@@ -417,6 +419,10 @@ qbo_span_start(QboEngine *e, QboSlot *s, const QbTraceContext *parent,
 		return;
 	if (child != NULL)
 		s->span.ctx = *child;
+	/* the row's headers are gone when the span ends: a copy of its own */
+	free(s->trace_state);
+	s->trace_state = tracestate != NULL ? strdup(tracestate) : NULL;
+	qb_span_tracestate(&s->span, s->trace_state);
 	/* the name: the operation and the destination, as OpenTelemetry's messaging spans */
 	snprintf(s->span_name, sizeof(s->span_name), "deliver %s", d->name);
 	s->span.name = s->span_name;
@@ -464,6 +470,8 @@ qbo_span_end(QboEngine *e, QboSlot *s)
 		qb_span_int(&s->span, "http.response.status_code", s->status);
 	s->span.error = s->settle.kind != QB_SETTLE_SENT;
 	s->span.message = s->span.error ? s->error : NULL;
+	/* the name is in the slot, and the slots may have moved since the start (qbo_slot_new) */
+	s->span.name = s->span_name;
 	qb_otlp_emit(&s->span);
 }
 
@@ -496,7 +504,8 @@ qbo_start(QboEngine *e, QboSlot *s, int tag)
 	/* each attempt is a span of its own: a child of the row's context */
 	traced = r == QB_PUB_STARTED && qb_trace_publish(headers, &parent, &span);
 	if (qb_otlp_on())
-		qbo_span_start(e, s, traced ? &parent : NULL, traced ? &span : NULL);
+		qbo_span_start(e, s, traced ? &parent : NULL, traced ? &span : NULL,
+					   traced ? qb_trace_state(headers) : NULL);
 	m.headers = headers;
 	if (r == QB_PUB_STARTED)
 		r = qb_pubset_start(e->pub, &e->cfg->destinations[s->dest], &m, tag, err, sizeof(err));

@@ -209,7 +209,8 @@ qbr_reload(QbrEngine *e)
  * qbr_spans: one span per forwarded row, when spans are exported: a child
  * of the row's traceparent (the outbox row it wrote carries that on), or
  * the root of a trace of its own when it has none (or its store does not
- * say: SQL Server's claim returns no header).
+ * say: SQL Server's claim returns no header).  No traceState: the claim
+ * returns the row's traceparent, not its tracestate.
  */
 static void
 qbr_spans(QbrEngine *e, const QbRelayRow *rows, const char *const *topics, int n, int64_t t0)
@@ -223,7 +224,7 @@ qbr_spans(QbrEngine *e, const QbRelayRow *rows, const char *const *topics, int n
 		QbSpan		span;
 
 		snprintf(name, sizeof(name), "forward %s", rows[i].source);
-		if (!qb_span_start_tp(&span, name, QB_SPAN_INTERNAL, rows[i].traceparent))
+		if (!qb_span_start_tp(&span, name, QB_SPAN_INTERNAL, rows[i].traceparent, NULL))
 			continue;			/* not sampled */
 		span.start_ns = t0;
 		qb_span_str(&span, "queuebox.source", rows[i].source);

@@ -100,12 +100,23 @@ qb_span_start(QbSpan *s, const char *name, QbSpanKind kind, const QbTraceContext
 }
 
 bool
-qb_span_start_tp(QbSpan *s, const char *name, QbSpanKind kind, const char *traceparent)
+qb_span_start_tp(QbSpan *s, const char *name, QbSpanKind kind, const char *traceparent,
+				 const char *tracestate)
 {
 	QbTraceContext parent;
 
-	return qb_span_start(s, name, kind,
-						 traceparent != NULL && qb_trace_parse(traceparent, &parent) ? &parent : NULL);
+	if (!qb_span_start(s, name, kind,
+					   traceparent != NULL && qb_trace_parse(traceparent, &parent) ? &parent : NULL))
+		return false;
+	qb_span_tracestate(s, tracestate);
+	return true;
+}
+
+void
+qb_span_tracestate(QbSpan *s, const char *tracestate)
+{
+	if (s->has_parent && tracestate != NULL && tracestate[0] != '\0' && qb_tracestate_ok(tracestate))
+		s->trace_state = tracestate;
 }
 
 void
@@ -160,6 +171,8 @@ qbot_span_json(const QbSpan *s)
 		return NULL;
 	if (s->has_parent)
 		json_object_set_new(j, "parentSpanId", json_string(parent));
+	if (s->trace_state != NULL)
+		json_object_set_new(j, "traceState", json_string(s->trace_state));
 	if (s->message != NULL)
 		json_object_set_new(json_object_get(j, "status"), "message",
 							json_stringn_nocheck(s->message, strnlen(s->message, 512)));

@@ -75,6 +75,8 @@ typedef struct QbSpan
 	QbTraceContext ctx;			/* trace-id, this span's id, flags */
 	unsigned char parent_id[8];
 	bool		has_parent;
+	/* the W3C tracestate of ctx: its parent's, carried on; NULL: none */
+	const char *trace_state;
 	const char *name;
 	QbSpanKind	kind;
 	int64_t		start_ns;		/* since the epoch */
@@ -109,11 +111,20 @@ extern bool qb_span_start(QbSpan *s, const char *name, QbSpanKind kind,
 
 /*
  * qb_span_start_tp: the same, the parent given as a traceparent's text
- * (NULL or not a valid one: the root of a new trace), as a request, a
- * broker message or an inbox row carries it.
+ * (NULL or not a valid one: the root of a new trace) and the tracestate
+ * that goes with it (NULL: none), as a request, a broker message or an
+ * inbox row carries them.
  */
 extern bool qb_span_start_tp(QbSpan *s, const char *name, QbSpanKind kind,
-							 const char *traceparent);
+							 const char *traceparent, const char *tracestate);
+
+/*
+ * qb_span_tracestate: s's context carries tracestate (exported as the
+ * span's traceState; the caller's, as s's other strings), as a child
+ * carries its parent's.  Nothing for a root span, NULL, "" or one
+ * qb_tracestate_ok refuses.
+ */
+extern void qb_span_tracestate(QbSpan *s, const char *tracestate);
 
 extern void qb_span_str(QbSpan *s, const char *key, const char *value);
 extern void qb_span_int(QbSpan *s, const char *key, long long value);

@@ -224,3 +224,13 @@ qb_trace_publish(json_t *headers, QbTraceContext *parent, QbTraceContext *child)
 	json_object_set_new(headers, "traceparent", json_string(out));
 	return true;
 }
+
+/* qb_trace_state: see qb_trace.h. */
+const char *
+qb_trace_state(json_t *headers)
+{
+	const char *k = headers != NULL ? qbt_key(headers, "tracestate") : NULL;
+	const char *v = k != NULL ? json_string_value(json_object_get(headers, k)) : NULL;
+
+	return v != NULL && qb_tracestate_ok(v) ? v : NULL;
+}

@@ -71,4 +71,11 @@ extern bool qb_trace_from_sql(const char *sql, char *tp, char *ts);
  */
 extern bool qb_trace_publish(struct json_t *headers, QbTraceContext *parent, QbTraceContext *child);
 
+/*
+ * The tracestate of a publish's headers (its name in any case), valid
+ * while headers is, or NULL: none, or not a string qb_tracestate_ok
+ * accepts.
+ */
+extern const char *qb_trace_state(struct json_t *headers);
+
 #endif							/* QB_TRACE_H */
