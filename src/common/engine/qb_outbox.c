@@ -425,13 +425,11 @@ qbo_span_start(QboEngine *e, QboSlot *s, const QbTraceContext *parent,
 	qb_span_tracestate(&s->span, s->trace_state);
 	/* the name: the operation and the destination, as OpenTelemetry's messaging spans */
 	snprintf(s->span_name, sizeof(s->span_name), "deliver %s", d->name);
-	s->span.name = s->span_name;
 	qb_span_str(&s->span, "queuebox.destination", d->name);
 	qb_span_str(&s->span, "queuebox.destination.type", qb_dest_type_name(d->type));
 	qb_span_int(&s->span, "queuebox.outbox.id", s->row.id);
 	qb_span_str(&s->span, "queuebox.topic", s->row.topic);
 	qb_span_int(&s->span, "queuebox.attempt", s->row.attempt + 1);
-	qb_span_str(&s->span, "messaging.message.id", s->row.message_id);
 }
 
 /*
@@ -470,8 +468,12 @@ qbo_span_end(QboEngine *e, QboSlot *s)
 		qb_span_int(&s->span, "http.response.status_code", s->status);
 	s->span.error = s->settle.kind != QB_SETTLE_SENT;
 	s->span.message = s->span.error ? s->error : NULL;
-	/* the name is in the slot, and the slots may have moved since the start (qbo_slot_new) */
+	/*
+	 * what lies in the slot itself is pointed at only now: the slots may
+	 * have moved since the start (qbo_slot_new grows them by realloc)
+	 */
 	s->span.name = s->span_name;
+	qb_span_str(&s->span, "messaging.message.id", s->row.message_id);
 	qb_otlp_emit(&s->span);
 }
 
