@@ -304,11 +304,19 @@ chomp $bindir;
 	mkdir "$tmp/work";
 	for my $page ({ name => 'configuration.md', marked_only => 1 }, { name => 'pull.md' })
 	{
-		@$page{qw(subst cwd)} = ([], "$tmp/work");
+		# "From a file" reads the queuebox.yaml its first block wrote
+		@$page{qw(subst cwd)} = ([ [ '/etc/queuebox/queuebox.yaml', "$tmp/work/queuebox.yaml" ] ], "$tmp/work");
 		open(my $fh, '>', "$tmp/$page->{name}.state") or die $!;
 		print $fh "export PGHOST='$host' PGPORT=$port PGUSER=\$(id -un)\nexport PATH='$bindir':\$PATH\n";
 		close $fh;
 		run_page($page);
+		next unless $page->{name} eq 'configuration.md';
+		qb_wait_query($node, q{SELECT source || ' ' || path || ' ' || (last_error IS NULL) FROM queuebox.config_source()},
+			"file $tmp/work/queuebox.yaml true", 'configuration.md "From a file": the workers read the file its ALTER SYSTEM names',
+			db => 'app');
+		# pull.md stores documents with configure(): the file is the page's only
+		$node->safe_psql('app', 'ALTER SYSTEM RESET queuebox.config_file; SELECT pg_reload_conf()');
+		qb_wait_query($node, q{SELECT current_setting('queuebox.config_file')}, '', 'and is reset for pull.md', db => 'app');
 	}
 	$node->stop;
 }
