@@ -56,7 +56,8 @@ mkdir -p "$CACHE"
 chmod 755 "$CACHE"
 WORK=$(mktemp -d /tmp/queuebox-pgmajors.XXXXXX)
 chmod 755 "$WORK"
-trap 'rm -rf "$WORK"' EXIT
+KEEP=0
+trap '[ $KEEP = 1 ] || rm -rf "$WORK"' EXIT
 RUNAS=()
 [ "$(id -u)" -eq 0 ] && RUNAS=(runuser -u postgres --)
 
@@ -206,9 +207,17 @@ test_major() {
     for f in "$dir"/regression.diffs "$dir"/output_iso/regression.diffs; do
       [ -f "$f" ] && { echo "---- $f"; cat "$f"; }
     done
+    local n g
     for f in "$dir"/tmp_check/log/regress_log_*; do
-      [ -f "$f" ] && grep -q 'not ok' "$f" && { echo "---- $f (last 60 lines)"; tail -n 60 "$f"; }
+      [ -f "$f" ] && grep -q 'not ok' "$f" || continue
+      echo "---- $f (last 60 lines)"; tail -n 60 "$f"
+      n=${f##*/regress_log_}
+      for g in "$dir/tmp_check/log/${n}"_*.log; do
+        [ -f "$g" ] && { echo "---- $g (last 80 lines)"; tail -n 80 "$g"; }
+      done
     done
+    KEEP=1
+    echo "== PostgreSQL $major: the tree, its results and logs are kept in $dir"
     return 1
   fi
   grep -E '^(ok|not ok|#)|^test/t|^All tests|^Files=|^Result' "$dir/installcheck.out" || true
