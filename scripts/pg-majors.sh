@@ -220,7 +220,7 @@ test_major() {
     echo "== PostgreSQL $major: the tree, its results and logs are kept in $dir"
     return 1
   fi
-  grep -E '^(ok|not ok|#)|^test/t|^All tests|^Files=|^Result' "$dir/installcheck.out" || true
+  grep -E '^(ok|not ok|#)|^(\[[0-9:]+\] )?test/t/|^All tests|^Files=|^Result' "$dir/installcheck.out" || true
 }
 
 summary=()
