@@ -28,7 +28,10 @@
 # docs/getting-started.md).  A build or a test that fails does.
 #
 # QB_PG_TAP names the TAP files; by hand, QB_PG_REGRESS and QB_PG_ISOLATION
-# narrow the run to the pg_regress tests and isolation specs they name.
+# narrow the run to the pg_regress tests and isolation specs they name, and
+# QB_PG_SOURCE_<major>=DIR builds that major from a source tree of one's own
+# (a git checkout, an unpacked tarball; built outside it) instead of
+# Debian's, when it is not in the cache yet.
 #
 # Needs root (the cache, and the copy chowned to postgres, as test.sh does),
 # bison and flex (scripts/setup.sh).  One lock per major
@@ -162,14 +165,26 @@ build_pg() {
   fi
   rm -rf "$dest"
   mkdir -p "$dest"
-  local src
-  # the index once per run, here (fetch_source runs in a subshell)
-  apt_ready || { rm -rf "$dest"; return 1; }
-  src=$(fetch_source "$major" "$dest/fetch") || { rm -rf "$dest"; return 1; }
-  say "PostgreSQL $major: building $(basename "$src") into $dest/install (nice, $JOBS jobs)"
+  local src given=QB_PG_SOURCE_$major
+  if [ -n "${!given:-}" ]; then
+    # a source tree given by hand (a git checkout of REL_16_STABLE, an
+    # unpacked tarball): built outside it, left as it is
+    src=$(cd "${!given}" && pwd) && [ -x "$src/configure" ] \
+      || { echo "$given=${!given}: no PostgreSQL source tree there" >&2; rm -rf "$dest"; return 1; }
+    [ "$(sed -n "s/^PACKAGE_VERSION='\([0-9]*\).*/\1/p" "$src/configure")" = "$major" ] \
+      || { echo "$given=${!given}: not PostgreSQL $major's source" >&2; rm -rf "$dest"; return 1; }
+  else
+    # the index once per run, here (fetch_source runs in a subshell)
+    apt_ready || { rm -rf "$dest"; return 1; }
+    src=$(fetch_source "$major" "$dest/fetch") || { rm -rf "$dest"; return 1; }
+  fi
+  local version
+  version=$(sed -n "s/^PACKAGE_VERSION='\(.*\)'/\1/p" "$src/configure")
+  say "PostgreSQL $major: building $version from $src into $dest/install (nice, $JOBS jobs)"
   local log=$dest/build.log
-  if ! ( cd "$src" \
-         && nice -n 10 ./configure --prefix="$dest/install" "${CONFIGURE[@]}" \
+  mkdir -p "$dest/build"
+  if ! ( cd "$dest/build" \
+         && nice -n 10 "$src/configure" --prefix="$dest/install" "${CONFIGURE[@]}" \
          && nice -n 10 make -j"$JOBS" \
          && make install \
          && make -C src/test/perl install \
@@ -177,8 +192,8 @@ build_pg() {
     tail -n 40 "$log"
     return 2
   fi
-  printf '%s\n%s\n' "$(basename "$src")" "$RECIPE" > "$stamp"
-  rm -rf "$dest/fetch"
+  printf 'PostgreSQL %s\n%s\n' "$version" "$RECIPE" > "$stamp"
+  rm -rf "$dest/fetch" "$dest/build"
   return 0
 }
 

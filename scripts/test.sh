@@ -13,6 +13,7 @@
 #      machine can build from Debian's source packages, built once into a
 #      cache, runs pg_regress, the isolation specs and a subset of TAP;
 #      one whose source cannot be had is said loudly and skipped
+#      (QB_PG_MAJORS names the majors, default 16 17 18; empty: none)
 # With SANITIZE=1 the core's unit tests run under ASan + UBSan, and the
 # extension is built with UBSan for the cluster tests, the daemon with ASan +
 # UBSan (its LeakSanitizer reports fail the run).  (ASan cannot be used

@@ -98,7 +98,7 @@ qbh_wait_set(int fd)
 	}
 	if (qbh_wes_fd == NULL || qbh_wes_fd_fd != fd)
 	{
-		/* PG 15 cannot remove an fd from a set: build a new one */
+		/* no major (15 to 18) can remove an fd from a set: build a new one */
 		if (qbh_wes_fd != NULL)
 			FreeWaitEventSet(qbh_wes_fd);
 		qbh_wes_fd = qb_CreateWaitEventSet(3);
