@@ -21,13 +21,13 @@ log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 qb_bench_prereqs() {
-	[[ -x "$PGBIN/initdb" ]] || die "no $PGBIN/initdb (postgresql-15)"
+	[[ -x "$PGBIN/initdb" ]] || die "no $PGBIN/initdb (PGBIN, or PG_CONFIG's --bindir)"
 	PSQL=$PGBIN/psql	# used by the scripts that source this file
 	export PSQL
 	command -v python3 >/dev/null || die "python3 is needed for the summaries"
-	PKGLIBDIR=$(pg_config --pkglibdir)
+	PKGLIBDIR=$("${PG_CONFIG:-$PGBIN/pg_config}" --pkglibdir)
 	[[ -f "$PKGLIBDIR/queuebox.so" ]] || die "queuebox.so is not installed in $PKGLIBDIR (make && make install)"
-	[[ -f "$(pg_config --sharedir)/extension/queuebox.control" ]] || die "queuebox.control is not installed"
+	[[ -f "$("${PG_CONFIG:-$PGBIN/pg_config}" --sharedir)/extension/queuebox.control" ]] || die "queuebox.control is not installed"
 	if ldd "$PKGLIBDIR/queuebox.so" 2>/dev/null | grep -q 'libasan'; then
 		die "$PKGLIBDIR/queuebox.so is an ASan build; reinstall a plain build (make clean && make && make install)"
 	fi

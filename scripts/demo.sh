@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The QueueBox demo: a throwaway PostgreSQL 15 cluster with the extension
-# preloaded, a loopback HTTP sink, rows inserted in a business transaction
-# that the sink receives, and a signed webhook that comes in through the
+# The QueueBox demo: a throwaway PostgreSQL cluster (the one PG_CONFIG
+# names, default the pg_config on PATH) with the extension preloaded, a
+# loopback HTTP sink, rows inserted in a business transaction that the sink
+# receives, and a signed webhook that comes in through the
 # inbox, is forwarded by the relay and delivered too.  Then the same on a
 # plain cluster (no preload, no extension, no superuser), served by the
 # daemon queuebox-mssqld, as on a managed PostgreSQL.  Everything it starts
@@ -16,7 +17,7 @@ make -s >/dev/null
 make -s install >/dev/null
 make -s sink >/dev/null
 
-PGBIN=/usr/lib/postgresql/15/bin
+PGBIN=$("${PG_CONFIG:-pg_config}" --bindir)
 DIR=$(mktemp -d /tmp/queuebox-demo.XXXXXX)
 chmod 755 "$DIR"
 RUNAS=()

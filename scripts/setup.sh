@@ -11,6 +11,7 @@
 # (or sudo).  Later issues' libraries (brokers, FreeTDS, jq) are installed
 # now too, so one set-up serves every milestone.  nftables, iproute2 and
 # util-linux (nft, ip, unshare, nsenter) make TAP 048's network faults.
+# bison and flex build PostgreSQL from its tarball (scripts/pg-majors.sh).
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -27,6 +28,7 @@ PKGS=(
   systemd
   rabbitmq-server nats-server pgbouncer
   nftables iproute2 util-linux
+  bison flex
   chromium
 )
 

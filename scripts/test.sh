@@ -9,6 +9,11 @@
 #      the pull libraries' runners among them (TAP 032 to 035 and 039: cmocka,
 #      node --test, go test, dotnet test; the C# tests only where the .NET 10
 #      SDK is installed, else TAP 039 says they were skipped and what to install)
+#   5. the other PostgreSQL majors (scripts/pg-majors.sh): each one this
+#      machine can build from Debian's source packages, built once into a
+#      cache, runs pg_regress, the isolation specs and a subset of TAP;
+#      one whose source cannot be had is said loudly and skipped
+#      (QB_PG_MAJORS names the majors, default 16 17 18; empty: none)
 # With SANITIZE=1 the core's unit tests run under ASan + UBSan, and the
 # extension is built with UBSan for the cluster tests, the daemon with ASan +
 # UBSan (its LeakSanitizer reports fail the run).  (ASan cannot be used
@@ -125,5 +130,11 @@ fi
 # the daemon's reports (ASan, LeakSanitizer) go to files: a leak does not fail a test by itself
 if [ "$SAN" = 1 ] && [ -n "$(ls -A "$WORK/asan" 2>/dev/null)" ]; then
   cat "$WORK"/asan/*; echo "ASan or LeakSanitizer reported errors in queuebox-mssqld (above)"; exit 1
+fi
+# the whole suite ran on 15 above; the other majors run a subset
+echo "== the other PostgreSQL majors (scripts/pg-majors.sh)"
+if ! scripts/pg-majors.sh; then
+  echo "== FAILED: scripts/pg-majors.sh (its summary above names the major)"
+  exit 1
 fi
 echo "== all tests passed"

@@ -12,7 +12,7 @@
 # Run from anywhere after `make && make install` (as root, or as a user who
 # can run initdb).  See bench/README.md ("bench/brokers").
 #
-# One temporary PostgreSQL 15 cluster (bench/lib.sh's settings, outbox and
+# One temporary PostgreSQL cluster (bench/lib.sh's settings, outbox and
 # consumer workers off until measured, relay off), one Kafka cluster
 # (test/brokers/kafka_mock: librdkafka's mock cluster on loopback TCP, one
 # broker, topics qb.bench and plain.bench with QB_BENCH_KAFKA_PARTITIONS
@@ -111,7 +111,7 @@ CMDLINE="bench/brokers/run.sh"; [[ "$RECORD" == 1 ]] && CMDLINE+=" --record"; CM
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 BROKERS=${QB_BENCH_BROKERS:-kafka nats rabbitmq}
 SIDES=${QB_BENCH_SIDES:-publish consume}
 KEYS=${QB_BENCH_KEYS:-1000}

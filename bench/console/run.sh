@@ -25,7 +25,7 @@ set -euo pipefail
 RECORD=${QB_BENCH_RECORD:-0}
 if [[ "${1:-}" == "--record" ]]; then RECORD=1; shift; fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 DEAD=${QB_BENCH_DEAD:-1000000}
 T=${QB_BENCH_T:-5}
 SB=1GB

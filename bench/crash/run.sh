@@ -7,7 +7,7 @@
 # Run from the repository root after `make && make install` (as root, or as
 # a user who can run initdb).  See bench/README.md ("bench/crash").
 #
-# One temporary PostgreSQL 15 cluster, queuebox.outbox_workers = 2 (the
+# One temporary PostgreSQL cluster, queuebox.outbox_workers = 2 (the
 # default queuebox.worker_async_commit = on), an HTTP sink answering after
 # QB_BENCH_DELAY_MS (5) ms, N rows over QB_BENCH_KEYS (500) keys.  Two runs,
 # in this order, each on an emptied outbox and a fresh sink log:
@@ -37,7 +37,7 @@ CMDLINE="bench/crash/run.sh"; [[ "$RECORD" == 1 ]] && CMDLINE+=" --record"; CMDL
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 KEYS=${QB_BENCH_KEYS:-500}
 DELAY=${QB_BENCH_DELAY_MS:-5}
 LEASE_OFF=${QB_BENCH_LEASE_MS:-30000}

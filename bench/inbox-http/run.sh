@@ -7,7 +7,7 @@
 # Run from anywhere after `make && make install` (as root, or as a user who
 # can run initdb).  See bench/README.md ("bench/inbox-http").
 #
-# One temporary PostgreSQL 15 cluster with shared_preload_libraries=queuebox,
+# One temporary PostgreSQL cluster with shared_preload_libraries=queuebox,
 # queuebox.outbox_workers=0 and the relay off (queuebox.relay_worker=off and
 # inbox.relay.enabled false), so only the ingress works.  Source `bench`:
 # POST /inbox/bench, key from the X-Id header, no auth, topic `bench`.
@@ -38,7 +38,7 @@ CMDLINE="bench/inbox-http/run.sh"; [[ "$RECORD" == 1 ]] && CMDLINE+=" --record"
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 CLIENTS=${QB_BENCH_CLIENTS:-16 64}
 DURATION=${QB_BENCH_DURATION:-15}
 WRK_THREADS=${QB_BENCH_WRK_THREADS:-2}

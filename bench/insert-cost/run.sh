@@ -31,7 +31,7 @@ set -euo pipefail
 RECORD=${QB_BENCH_RECORD:-0}
 if [[ "${1:-}" == "--record" ]]; then RECORD=1; shift; fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 T=${QB_BENCH_T:-15}
 C=${QB_BENCH_CLIENTS:-4}
 SB=1GB

@@ -6,7 +6,7 @@
 #   bench/isolation/inbox_claim.sh [N_BLOCKED]       (default 1000000)
 #
 # Run from anywhere after `make && make install` (as root, or as a user who
-# can run initdb); PGBIN picks the PostgreSQL 15 binaries (pg_config, psql,
+# can run initdb); PGBIN (default: PG_CONFIG's --bindir) picks the binaries (pg_config, psql,
 # pgbench are taken from there).  Prints the figures; records nothing.
 #
 # One temporary cluster, queuebox preloaded, no outbox worker, no relay
@@ -33,7 +33,7 @@ N=${1:-1000000}
 [[ "$N" =~ ^[0-9]+$ && "$N" -ge 1000 ]] || { echo "usage: bench/isolation/inbox_claim.sh [N_BLOCKED >= 1000]" >&2; exit 2; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 export PATH="$PGBIN:$PATH"
 SECONDS_RUN=${QB_BENCH_SECONDS:-10}
 SB=${QB_BENCH_SHARED_BUFFERS:-1GB}

@@ -11,7 +11,7 @@
 #   flock /tmp/qb-install.lock -c 'make -s install && bench/isolation/run.sh'
 # See bench/README.md ("bench/isolation") for what each phase measures.
 #
-# One temporary PostgreSQL 15 cluster (bench/lib.sh's settings, 2 outbox
+# One temporary PostgreSQL cluster (bench/lib.sh's settings, 2 outbox
 # workers for database bench), sink A (test/sink/qb_sink) for destination a,
 # and per phase a destination b.  Routes: a.** -> a, b.** -> b.
 #   down    A's rows/s alone, and again behind B's backlog in retry (b posts
@@ -79,7 +79,7 @@ has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 A_ROWS=${QB_BENCH_A_ROWS:-100000}
 A_KEYS=${QB_BENCH_A_KEYS:-10000}
 DOWN_ROWS=${QB_BENCH_DOWN_ROWS:-200000}

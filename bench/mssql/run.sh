@@ -29,7 +29,7 @@ set -euo pipefail
 RECORD=${QB_BENCH_RECORD:-0}
 if [[ "${1:-}" == "--record" ]]; then RECORD=1; shift; fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 URL=${QUEUEBOX_TEST_MSSQL_URL:-}
 if [[ -z "$URL" ]]; then
 	echo "bench/mssql: skipped: QUEUEBOX_TEST_MSSQL_URL is not set (no SQL Server to measure)"

@@ -7,7 +7,7 @@
 # Run from anywhere after `make && make install` (as root, or as a user who
 # can run initdb).  See bench/README.md ("bench/otlp").
 #
-# One temporary PostgreSQL 15 cluster, 2 outbox workers; an http destination
+# One temporary PostgreSQL cluster, 2 outbox workers; an http destination
 # on a loopback sink (test/sink/qb_sink) and a second sink as the OTLP
 # receiver (it answers 200 to every POST /v1/traces).  Each run: TRUNCATE the
 # outbox, CHECKPOINT, N pending rows in one INSERT ... SELECT, each with a
@@ -35,7 +35,7 @@ CMDLINE="bench/otlp/run.sh"; [[ "$RECORD" == 1 ]] && CMDLINE+=" --record"; CMDLI
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 ROUNDS=${QB_BENCH_ROUNDS:-3}
 TIMEOUT=${QB_BENCH_TIMEOUT:-600}
 MEM_KB=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)

@@ -35,7 +35,7 @@ set -euo pipefail
 RECORD=${QB_BENCH_RECORD:-0}
 if [[ "${1:-}" == "--record" ]]; then RECORD=1; shift; fi
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 N=${QB_BENCH_N:-5000}
 PGBENCH_T=${QB_BENCH_PGBENCH_T:-10}
 RAW_ROWS=${QB_BENCH_RAW_ROWS:-300000}

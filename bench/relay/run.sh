@@ -7,7 +7,7 @@
 # Run from anywhere after `make && make install` (as root, or as a user who
 # can run initdb).  See bench/README.md ("bench/relay").
 #
-# One temporary PostgreSQL 15 cluster with shared_preload_libraries=queuebox,
+# One temporary PostgreSQL cluster with shared_preload_libraries=queuebox,
 # queuebox.outbox_workers=0 (the outbox rows are never delivered) and
 # queuebox.relay_worker=on.  Configuration: push source `hooks` (topic
 # "relay.{{ eventType }}"), route ** to an http destination that is never
@@ -47,7 +47,7 @@ CMDLINE="bench/relay/run.sh"; [[ "$RECORD" == 1 ]] && CMDLINE+=" --record"; CMDL
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 AGGS=${QB_BENCH_AGGS:-1000 null}
 BATCHES=${QB_BENCH_BATCHES:-100}
 TIMEOUT=${QB_BENCH_TIMEOUT:-600}

@@ -50,7 +50,7 @@ if [[ "${1:-}" == "--record" ]]; then RECORD=1; shift; fi
 N=${1:-1000000}
 [[ "$N" =~ ^[0-9]+$ && "$N" -ge 1000 ]] || { echo "usage: bench/soak/run.sh [--record] [N >= 1000]" >&2; exit 2; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 SB=${QB_BENCH_SHARED_BUFFERS:-1GB}
 TIMEOUT=${QB_BENCH_TIMEOUT:-1800}
 PHASES=${QB_BENCH_PHASES:-outbox relay ingress nats kafka rabbitmq}

@@ -27,6 +27,7 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+#include "pg_compat.h"
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"

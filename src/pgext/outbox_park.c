@@ -39,6 +39,7 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+#include "pg_compat.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -121,7 +122,7 @@ qbp_blocker(Relation heap, Datum key, int64 id, bool *own, ItemPointer tid)
 	ScanKeyEntryInitialize(&sk[1], 0, 2, BTLessStrategyNumber, InvalidOid,
 						   idx->rd_indcollation[1], F_INT8LT, Int64GetDatum(id));
 	slot = table_slot_create(heap, NULL);
-	scan = index_beginscan(heap, idx, SnapshotSelf, 2, 0);
+	scan = qb_index_beginscan(heap, idx, SnapshotSelf, 2, 0);
 	index_rescan(scan, sk, 2, NULL, 0);
 	found = index_getnext_slot(scan, BackwardScanDirection, slot);
 	if (found)

@@ -23,6 +23,7 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+#include "pg_compat.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"

@@ -18,6 +18,7 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+#include "pg_compat.h"
 
 #include "access/xact.h"
 #include "fmgr.h"

@@ -25,6 +25,7 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+#include "pg_compat.h"
 
 #include "access/table.h"
 #include "access/xact.h"

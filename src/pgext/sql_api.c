@@ -12,6 +12,7 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+#include "pg_compat.h"
 
 #include "commands/dbcommands.h"
 #include "commands/trigger.h"

@@ -24,6 +24,7 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+#include "pg_compat.h"
 
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -89,7 +90,7 @@ qbh_wait_set(int fd)
 	{
 		if (qbh_wes_latch == NULL)
 		{
-			qbh_wes_latch = CreateWaitEventSet(TopMemoryContext, 2);
+			qbh_wes_latch = qb_CreateWaitEventSet(2);
 			AddWaitEventToSet(qbh_wes_latch, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 			AddWaitEventToSet(qbh_wes_latch, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 		}
@@ -97,10 +98,10 @@ qbh_wait_set(int fd)
 	}
 	if (qbh_wes_fd == NULL || qbh_wes_fd_fd != fd)
 	{
-		/* PG 15 cannot remove an fd from a set: build a new one */
+		/* no major (15 to 18) can remove an fd from a set: build a new one */
 		if (qbh_wes_fd != NULL)
 			FreeWaitEventSet(qbh_wes_fd);
-		qbh_wes_fd = CreateWaitEventSet(TopMemoryContext, 3);
+		qbh_wes_fd = qb_CreateWaitEventSet(3);
 		AddWaitEventToSet(qbh_wes_fd, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 		AddWaitEventToSet(qbh_wes_fd, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 		AddWaitEventToSet(qbh_wes_fd, WL_SOCKET_READABLE, fd, NULL, NULL);

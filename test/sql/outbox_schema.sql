@@ -104,8 +104,13 @@ SELECT * FROM pg_temp.scans('promote', $$ARRAY['h1', 'h2'], '11111111-1111-1111-
 
 \set unpark_sql `sed -n '/^#define QB_PG_OUTBOX_UNPARK /,/^$/p' src/common/store/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
 PREPARE unpark(text[], int) AS :unpark_sql;
--- the unpark: a destination's held rows (outbox_held_idx)
-SELECT * FROM pg_temp.scans('unpark', $$ARRAY['web'], 1000$$);
+-- the unpark: a destination's held rows (outbox_held_idx), then those rows
+-- by id: through the primary key, or through outbox_held_idx where the
+-- planner costs that lower, as 17 and 18 do with this few held rows (their
+-- btree reads an array of ids in one pass); with 20,000 held rows and
+-- more, 15, 17 and 18 all take the key
+SELECT regexp_replace(s, 'using outbox_(pkey|held_idx) on outbox o$', 'using outbox_pkey or outbox_held_idx on outbox o') AS scans
+FROM pg_temp.scans('unpark', $$ARRAY['web'], 1000$$) s;
 DEALLOCATE ALL;
 \set VERBOSITY default
 

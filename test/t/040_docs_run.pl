@@ -277,14 +277,14 @@ sub run_page
 my $bindir = `pg_config --bindir`;
 chomp $bindir;
 
-# getting-started: the page makes its own cluster, with this installation's
-# server, in this test's folder, on free ports
+# getting-started: the page makes its own cluster, with the server of the
+# pg_config on PATH (this installation's: prove's PATH starts with its
+# bindir, whichever major), in this test's folder, on free ports
 {
 	my $pg_port = qb_free_port();
 	my $sink_port = qb_free_port();
 	$sink_port = qb_free_port() while $sink_port == $pg_port;
 	my $page = { name => 'getting-started.md', subst => [
-		[ '/usr/lib/postgresql/15/bin', $bindir ],
 		[ '/tmp/qb-data', "$tmp/qb-data" ],
 		[ '/tmp/sink.log', "$tmp/sink.log" ],
 		[ '5496', $pg_port ],
