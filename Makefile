@@ -324,3 +324,11 @@ store-conformance: test/store/conformance
 test/store/conformance: test/store/conformance.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS) $(DAEMON_HDRS)
 	$(UNIT_CC) $(UNIT_CFLAGS) $(DAEMON_INC) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) -lpq -lodbc $(UNIT_LIBS) $(QB_EXTRA_LDFLAGS)
 sink: store-conformance
+
+# ---- Debian packages (debian/; docs/getting-started.md) -------------------
+# postgresql-NN-queuebox (pg_buildext, for each major with a server-dev
+# package here) and queuebox-daemon into build/deb/, built from a copy of
+# the repository's files, then lintian (packaging/make-deb.sh)
+.PHONY: deb
+deb:
+	packaging/make-deb.sh $(EXTVERSION)
