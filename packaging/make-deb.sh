@@ -46,7 +46,7 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 		while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
 		tar --null -T - -cf - | tar -xf - -C "$stage"
 else
-	tar --exclude=./build -cf - . | tar -xf - -C "$stage"
+	tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C "$stage"
 fi
 
 # debian/control for the majors found here, then the packages (binary

@@ -11,6 +11,8 @@
 # (or sudo).  Later issues' libraries (brokers, FreeTDS, jq) are installed
 # now too, so one set-up serves every milestone.  nftables, iproute2 and
 # util-linux (nft, ip, unshare, nsenter) make TAP 048's network faults.
+# debhelper, postgresql-server-dev-all (pg_buildext's) and lintian make the
+# Debian packages (make deb; TAP 059 installs them).
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -27,6 +29,7 @@ PKGS=(
   systemd
   rabbitmq-server nats-server pgbouncer
   nftables iproute2 util-linux
+  debhelper postgresql-server-dev-all lintian
   chromium
 )
 

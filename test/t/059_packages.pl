@@ -4,10 +4,12 @@
 #   - before: neither package is installed (dpkg -L says so); the system's
 #     QueueBox files (make install's, in PostgreSQL's directories and
 #     /usr/local) and every path the packages hold are checksummed
-#     (content, mode, owner; a link's target), and those the packages will
-#     overwrite are kept aside;
-#   - dpkg -i of postgresql-NN-queuebox (NN: the major this test's cluster
-#     runs) and queuebox-daemon, as docs/getting-started.md shows: dpkg -L
+#     (content, mode, owner, time; a link's target), and those the packages
+#     will overwrite are kept aside;
+#   - apt-get install ./build/deb/postgresql-NN-queuebox_*.deb (NN: the
+#     major this test's cluster runs) ./build/deb/queuebox-daemon_*.deb, as
+#     docs/getting-started.md shows (nothing else: what they depend on is
+#     installed here, by scripts/setup.sh): dpkg -L
 #     lists the library, the SQL, the daemon, its unit and the conffile
 #     /etc/queuebox/queuebox.yaml, dpkg --verify finds them intact, the unit
 #     passes systemd-analyze verify, and the system user queuebox exists and
@@ -23,7 +25,7 @@
 #     and its example, uncommented, passes --check; then the conffile is
 #     edited as an administrator would, pointed at a database of the test
 #     cluster: a row delivered, and SIGTERM ends the daemon with 0;
-#   - dpkg --purge: dpkg -L says neither is installed, every file they held
+#   - apt-get purge: dpkg -L says neither is installed, every file they held
 #     is gone, and the files of make install they had overwritten are back
 #     (the checksums before and after are equal, path by path); the user
 #     queuebox stays, as Debian keeps system users on purge, and the test
@@ -33,7 +35,7 @@
 #   1.0.0 requires and the values it allows, and one version everywhere
 #   (the Makefile, queuebox.control, META.json, debian/changelog).
 #
-#   dpkg needs root, and initdb and the server refuse it.  make installcheck
+#   Installing needs root, and initdb and the server refuse it.  make installcheck
 #   runs the TAP tests as postgres: there this test skips the packages, and
 #   scripts/test.sh runs it again as root, alone (prove on this file).  As
 #   root it splits in two processes, no sudo: this one stays root and serves
@@ -250,7 +252,7 @@ sub root_main
 
 	my %st = (installed => [], daemon => undef, backup => undef, user_before => defined getpwnam('queuebox'));
 	my $remove = sub {
-		my $r = run_cmd('dpkg', '--purge', reverse @{ $st{installed} });
+		my $r = run_cmd('apt-get', 'purge', '-y', '-q', reverse @{ $st{installed} });
 		$st{installed} = [] if $r->[0] == 0;
 		my $b = $st{backup};
 		if ($b && @{ $b->{files} })
@@ -290,6 +292,21 @@ sub root_main
 		state => sub { return { snap => snapshot($_[0]{debs}), user => defined getpwnam('queuebox') ? 1 : 0 } },
 		install => sub {
 			my ($a) = @_;
+			# never over packages installed already: purging them would take
+			# what is not this test's
+			for my $p (@{ $a->{packages} })
+			{
+				return { rc => 1, out => "$p is installed already: this test installs and purges it; apt purge $p first" }
+				  if run_cmd('dpkg-query', '-W', '-f', '${Status}', $p)->[1] =~ /installed/;
+			}
+			# as docs/getting-started.md does, with nothing to fetch: what they
+			# depend on is installed here (scripts/setup.sh); apt-get's
+			# --no-download cannot take a file, so a simulation says first
+			my $sim = run_cmd('apt-get', 'install', '-s', @{ $a->{debs} });
+			my %ours = map { $_ => 1 } @{ $a->{packages} };
+			my @more = grep { !$ours{$_} } $sim->[1] =~ /^Inst (\S+)/mg;
+			return { rc => 1, out => "apt-get would install @more too: run scripts/setup.sh first\n$sim->[1]" }
+			  if @more || $sim->[0];
 			# what dpkg will overwrite: the files of make install at the packages' paths
 			my $dir = File::Temp::tempdir('qb-pkg-backup.XXXXXX', TMPDIR => 1, CLEANUP => 0);
 			my @files = sort map { substr($_, 1) } grep { !-d $_ && (-e $_ || -l $_) } deb_paths($a->{debs});
@@ -299,7 +316,7 @@ sub root_main
 				return { rc => $c->[0], out => "keeping the system's files aside failed: $c->[1]" } if $c->[0];
 			}
 			$st{backup} = { dir => $dir, files => \@files };
-			my $r = run_cmd('dpkg', '-i', @{ $a->{debs} });
+			my $r = run_cmd('apt-get', 'install', '-y', '-q', @{ $a->{debs} });
 			push @{ $st{installed} }, @{ $a->{packages} };
 			return { rc => $r->[0], out => $r->[1], kept => \@files };
 		},
@@ -419,7 +436,7 @@ if (!defined $ENV{QB_PKG_FD})
 {
   SKIP:
 	{
-		skip 'the packages: dpkg -i needs root; scripts/test.sh runs this test as root after make installcheck '
+		skip 'the packages: installing them needs root; scripts/test.sh runs this test as root after make installcheck '
 		  . '(make deb, then make installcheck PROVE_TESTS=test/t/059_packages.pl as root)', 1;
 	}
 	done_testing();
@@ -472,8 +489,8 @@ note 'before: ' . scalar(grep { defined } values %{ $before->{snap} }) . ' Queue
 # ---- install
 my $t0 = time;
 my $inst = root('install', debs => \@debs, packages => \@pkgs);
-is($inst->{rc}, 0, 'dpkg -i installs both packages') or diag $inst->{out};
-note "dpkg -i took " . (time - $t0) . " s; it overwrote " . scalar(@{ $inst->{kept} }) . " files of make install, kept aside";
+is($inst->{rc}, 0, 'apt-get install ./build/deb/...deb installs both packages') or diag $inst->{out};
+note "apt-get install took " . (time - $t0) . " s; it overwrote " . scalar(@{ $inst->{kept} }) . " files of make install, kept aside";
 my %listed;
 for my $p (@pkgs)
 {
@@ -591,8 +608,8 @@ $node->stop;
 # ---- remove
 $t0 = time;
 my $rm = root('remove');
-is($rm->{rc}, 0, 'dpkg --purge removes both packages') or diag $rm->{out};
-note "dpkg --purge and the restore took " . (time - $t0) . " s";
+is($rm->{rc}, 0, 'apt-get purge removes both packages') or diag $rm->{out};
+note "apt-get purge and the restore took " . (time - $t0) . " s";
 like(dpkg_L($_), qr/package '\Q$_\E' is not installed/, "after: dpkg -L says $_ is not installed") for @pkgs;
 my $after = root('state', debs => \@debs);
 my @gone = grep { !$before->{snap}{$_} && ($after->{snap}{$_} // '') ne '' } map { @$_ } values %listed;
