@@ -9,6 +9,8 @@
 #   make unit SANITIZE=1     the same under ASan + UBSan
 #   make fuzz                the libFuzzer harnesses of test/fuzz (clang)
 #   make fuzz-run FUZZ_SECONDS=N   run each for N seconds (FUZZ_RUNS=N: N inputs)
+#   make deb                 the Debian packages into build/deb/ (debian/,
+#                            docs/getting-started.md)
 #
 EXTENSION   = queuebox
 EXTVERSION  = 0.3.5

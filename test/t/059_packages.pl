@@ -261,7 +261,15 @@ sub root_main
 			$r->[1] .= "restoring the system's files: cp exited $c->[0]: $c->[1]" if $c->[0];
 			$r->[0] ||= $c->[0];
 		}
-		$st{backup} = undef if $r->[0] == 0;
+		if ($b && $r->[0] == 0)
+		{
+			run_cmd('rm', '-rf', $b->{dir});
+			$st{backup} = undef;
+		}
+		elsif ($b)
+		{
+			$r->[1] .= "\nthe system's files stay kept aside in $b->{dir}";
+		}
 		return $r;
 	};
 	my $stop = sub {
@@ -371,7 +379,6 @@ sub root_main
 		push @left, 'deleted the user queuebox the package made: ' . ($d->{rc} ? "FAILED: $d->{out}" : 'done');
 	}
 	print STDERR "059_packages: the test left the machine changed, so its root half " . join('; ', @left) . "\n" if @left;
-	run_cmd('rm', '-rf', $st{backup}{dir}) if $st{backup} && !@{ $st{installed} };
 	exit($status >> 8 || ($status & 127 ? 1 : 0));
 }
 
