@@ -9,6 +9,8 @@
 #   make unit SANITIZE=1     the same under ASan + UBSan
 #   make fuzz                the libFuzzer harnesses of test/fuzz (clang)
 #   make fuzz-run FUZZ_SECONDS=N   run each for N seconds (FUZZ_RUNS=N: N inputs)
+#   make deb                 the Debian packages into build/deb/ (debian/,
+#                            docs/getting-started.md)
 #
 EXTENSION   = queuebox
 EXTVERSION  = 0.3.5
@@ -324,3 +326,11 @@ store-conformance: test/store/conformance
 test/store/conformance: test/store/conformance.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS) $(DAEMON_HDRS)
 	$(UNIT_CC) $(UNIT_CFLAGS) $(DAEMON_INC) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) -lpq -lodbc $(UNIT_LIBS) $(QB_EXTRA_LDFLAGS)
 sink: store-conformance
+
+# ---- Debian packages (debian/; docs/getting-started.md) -------------------
+# postgresql-NN-queuebox (pg_buildext, for each major with a server-dev
+# package here) and queuebox-daemon into build/deb/, built from a copy of
+# the repository's files, then lintian (packaging/make-deb.sh)
+.PHONY: deb
+deb:
+	packaging/make-deb.sh $(EXTVERSION)

@@ -12,6 +12,8 @@
 # now too, so one set-up serves every milestone.  nftables, iproute2 and
 # util-linux (nft, ip, unshare, nsenter) make TAP 048's network faults.
 # bison and flex build PostgreSQL from its tarball (scripts/pg-majors.sh).
+# debhelper, postgresql-server-dev-all (pg_buildext's) and lintian make the
+# Debian packages (make deb; TAP 059 installs them).
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -29,6 +31,7 @@ PKGS=(
   rabbitmq-server nats-server pgbouncer
   nftables iproute2 util-linux
   bison flex
+  debhelper postgresql-server-dev-all lintian
   chromium
 )
 

@@ -131,6 +131,19 @@ fi
 if [ "$SAN" = 1 ] && [ -n "$(ls -A "$WORK/asan" 2>/dev/null)" ]; then
   cat "$WORK"/asan/*; echo "ASan or LeakSanitizer reported errors in queuebox-mssqld (above)"; exit 1
 fi
+# TAP 059 installs the Debian packages (dpkg -i) and removes them: that
+# needs root, so under make installcheck above (as postgres) it checked only
+# META.json; here, as root, it runs alone on the packages make deb built from
+# this tree (its root half does the dpkg and unit steps, its postgres half the rest)
+if [ "$(id -u)" -eq 0 ]; then
+  echo "== Debian packages: make deb, then TAP 059 installs, runs and removes them (as root)"
+  make -s deb >"$WORK/deb.out" 2>&1 || { cat "$WORK/deb.out"; echo "== FAILED: make deb"; exit 1; }
+  mkdir -p "$WORK/src/build" && cp -a build/deb "$WORK/src/build/"
+  ( cd "$WORK/src" && make -s installcheck REGRESS= ISOLATION= PROVE_TESTS=test/t/059_packages.pl PROVE_FLAGS=--timer ) || {
+    tail -n 80 "$WORK/src/tmp_check/log/regress_log_059_packages" 2>/dev/null; echo "== FAILED: TAP 059 (the packages)"; exit 1; }
+else
+  echo "== Debian packages: TAP 059 installs them with dpkg: run scripts/test.sh as root for it"
+fi
 # the whole suite ran on 15 above; the other majors run a subset
 echo "== the other PostgreSQL majors (scripts/pg-majors.sh)"
 if ! scripts/pg-majors.sh; then
