@@ -324,3 +324,15 @@ store-conformance: test/store/conformance
 test/store/conformance: test/store/conformance.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS) $(DAEMON_HDRS)
 	$(UNIT_CC) $(UNIT_CFLAGS) $(DAEMON_INC) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) -lpq -lodbc $(UNIT_LIBS) $(QB_EXTRA_LDFLAGS)
 sink: store-conformance
+
+# Every T-SQL text QueueBox sends to SQL Server through Microsoft's parser
+# (tools/tsql-check, ScriptDom's TSql150Parser): the schema and its steps,
+# the pull statements, the clients' statements, and the ODBC store's, read
+# after the preprocessor (its macros build statements) from build/tsql/*.i
+.PHONY: tsql-check
+TSQL_ODBC_SRCS = $(sort $(wildcard src/daemon/backend/sqlserver/*.c))
+build/tsql/%.i: src/daemon/backend/sqlserver/%.c $(COMMON_HDRS) $(DAEMON_HDRS) Makefile
+	@mkdir -p $(dir $@)
+	$(CORE_CC) $(DAEMON_CFLAGS) -E -o $@ $<
+tsql-check: $(patsubst src/daemon/backend/sqlserver/%.c,build/tsql/%.i,$(TSQL_ODBC_SRCS))
+	tools/tsql-check/run.sh
