@@ -240,6 +240,8 @@ test_connect_advice(void **state)
 	assert_non_null(strstr(qb_odbc_connect_advice("28000", 18456), "check the user and the password in database.url"));
 	assert_non_null(strstr(qb_odbc_connect_advice("42000", 18456), "check the user and the password"));
 	assert_non_null(strstr(qb_odbc_connect_advice("42000", 4060), "check the database in database.url's path"));
+	/* Babelfish: a database that does not exist is 911, with SQLSTATE 08004 */
+	assert_non_null(strstr(qb_odbc_connect_advice("08004", 911), "check the database in database.url's path"));
 	assert_non_null(strstr(qb_odbc_connect_advice("08001", 0), "check database.url's host and port"));
 	assert_non_null(strstr(qb_odbc_connect_advice("08S01", 20009), "check database.url's host and port"));
 	assert_null(qb_odbc_connect_advice("HY000", 0));

@@ -64,8 +64,10 @@ qb_odbc_classify(const char *sqlstate, long native)
 /*
  * qb_odbc_connect_advice: see odbc_store.h.  By the native number where
  * SQL Server sent one (18456: the login failed, for a reason SQL Server
- * logs but does not tell the client; 4060: the login's database), else by
- * the SQLSTATE: 28xxx an authorization, 08xxx a server not reached.
+ * logs but does not tell the client; 4060: the login's database; 911, a
+ * database that does not exist, is what Babelfish answers there, with
+ * SQLSTATE 08004), else by the SQLSTATE: 28xxx an authorization, 08xxx a
+ * server not reached.
  */
 const char *
 qb_odbc_connect_advice(const char *sqlstate, long native)
@@ -73,7 +75,7 @@ qb_odbc_connect_advice(const char *sqlstate, long native)
 	if (native == 18456 || (sqlstate != NULL && strncmp(sqlstate, "28", 2) == 0))
 		return "check the user and the password in database.url (percent-encode @, : and / in them); "
 			"SQL Server's error log says why it refused the login";
-	if (native == 4060)
+	if (native == 4060 || native == 911)
 		return "check the database in database.url's path, and that the login is a user there";
 	if (sqlstate != NULL && strncmp(sqlstate, "08", 2) == 0)
 		return "check database.url's host and port, that SQL Server listens there for TCP, and ?encrypt= "
