@@ -10,7 +10,10 @@
  * db_owner; db_ddladmin may not), and each grant is made when its role and
  * object exist and the user may grant (CONTROL on the object: db_owner or
  * the schema's owner): what could not be done is PRINTed with what to run,
- * and the next --migrate by a user who may does it.  Each is asked first,
+ * and the next --migrate by a user who may does it.  The user dbo may do
+ * all of it, whatever the probes answer (on SQL Server they answer 1 for
+ * dbo; Babelfish answers 0 to HAS_PERMS_BY_NAME(..., N'CREATE ROLE') and
+ * IS_MEMBER(N'db_owner') even there).  Each is asked first,
  * not tried: the daemon's session runs with XACT_ABORT ON, where a caught
  * error still dooms the migration's transaction.
  *
@@ -20,7 +23,8 @@
  * Babelfish alike; tools/tsql-check finds it).
  *
  * A procedure reads and writes its tables through ownership chaining, so
- * EXECUTE on it is all a role needs; SQL Server grants nothing to public
+ * EXECUTE on it is all a role needs (not on Babelfish, where a procedure
+ * reads with its caller's rights: docs/sqlserver.md); SQL Server grants nothing to public
  * on a new object, so there is nothing to take back.
  */
 SET NOCOUNT ON;
@@ -71,7 +75,7 @@ OPEN r;
 FETCH NEXT FROM r INTO @role;
 WHILE @@FETCH_STATUS = 0
 BEGIN
-	IF HAS_PERMS_BY_NAME(DB_NAME(), N'DATABASE', N'CREATE ROLE') = 1
+	IF HAS_PERMS_BY_NAME(DB_NAME(), N'DATABASE', N'CREATE ROLE') = 1 OR USER_NAME() = N'dbo'
 	BEGIN
 		SET @sql = N'CREATE ROLE ' + QUOTENAME(@role);
 		EXEC (@sql);
@@ -93,7 +97,7 @@ OPEN m;
 FETCH NEXT FROM m INTO @member, @role;
 WHILE @@FETCH_STATUS = 0
 BEGIN
-	IF IS_MEMBER(N'db_owner') = 1 OR IS_MEMBER(N'db_securityadmin') = 1
+	IF IS_MEMBER(N'db_owner') = 1 OR IS_MEMBER(N'db_securityadmin') = 1 OR USER_NAME() = N'dbo'
 	BEGIN
 		SET @sql = N'ALTER ROLE ' + QUOTENAME(@role) + N' ADD MEMBER ' + QUOTENAME(@member);
 		EXEC (@sql);
