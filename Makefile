@@ -334,3 +334,15 @@ sink: store-conformance
 .PHONY: deb
 deb:
 	packaging/make-deb.sh $(EXTVERSION)
+
+# Every T-SQL text QueueBox sends to SQL Server through Microsoft's parser
+# (tools/tsql-check, ScriptDom's TSql150Parser): the schema and its steps,
+# the pull statements, the clients' statements, and the ODBC store's, read
+# after the preprocessor (its macros build statements) from build/tsql/*.i
+.PHONY: tsql-check
+TSQL_ODBC_SRCS = $(sort $(wildcard src/daemon/backend/sqlserver/*.c))
+build/tsql/%.i: src/daemon/backend/sqlserver/%.c $(COMMON_HDRS) $(DAEMON_HDRS) Makefile
+	@mkdir -p $(dir $@)
+	$(CORE_CC) $(DAEMON_CFLAGS) -E -o $@ $<
+tsql-check: $(patsubst src/daemon/backend/sqlserver/%.c,build/tsql/%.i,$(TSQL_ODBC_SRCS))
+	tools/tsql-check/run.sh

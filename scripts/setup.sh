@@ -6,7 +6,8 @@
 # their lockfiles; Debian's chromium is the console test's browser, driven
 # by playwright-core: no browser download);
 # where the .NET SDK is installed (it is no Debian package), the NuGet
-# packages of clients/dotnet, into clients/dotnet/packages.
+# packages of clients/dotnet, into clients/dotnet/packages, and those of
+# tools/tsql-check (the T-SQL parser check), into tools/tsql-check/packages.
 # Idempotent: packages already present are skipped by apt-get.  Needs root
 # (or sudo).  Later issues' libraries (brokers, FreeTDS, jq) are installed
 # now too, so one set-up serves every milestone.  nftables, iproute2 and
@@ -82,4 +83,20 @@ if command -v dotnet >/dev/null; then
   fi
 else
   echo "setup: dotnet is not installed: the C# tests (TAP 039) will be skipped; install the .NET 10 SDK to run them"
+fi
+
+# The T-SQL checker's NuGet package (tools/tsql-check: ScriptDom), into
+# tools/tsql-check/packages: its run.sh restores from there offline.  Its
+# check is not skipped without dotnet: scripts/test.sh fails, saying so.
+TSQL_DIR="$(cd "$(dirname "$0")/.." && pwd)/tools/tsql-check"
+if command -v dotnet >/dev/null; then
+  stamp="$TSQL_DIR/packages/.restored"
+  if [ ! -e "$stamp" ] || [ "$TSQL_DIR/tsql-check.csproj" -nt "$stamp" ]; then
+    echo "setup: dotnet restore in tools/tsql-check (into tools/tsql-check/packages)"
+    DOTNET_NOLOGO=1 DOTNET_CLI_TELEMETRY_OPTOUT=1 NUGET_PACKAGES="$TSQL_DIR/packages" \
+      dotnet restore "$TSQL_DIR/tsql-check.csproj"
+    touch "$stamp"
+  fi
+else
+  echo "setup: dotnet is not installed: the T-SQL check of scripts/test.sh (tools/tsql-check) will fail; install the .NET 10 SDK"
 fi

@@ -2,7 +2,8 @@
 # Run every QueueBox test on this machine, from a bare Debian 12:
 #   0. the core's folders include downward only (scripts/check-includes.sh)
 #   1. install the packages (scripts/setup.sh, idempotent)
-#   2. build with warnings as errors, install the extension
+#   2. build with warnings as errors, install the extension; every T-SQL
+#      text sent to SQL Server parsed by Microsoft's parser (tools/tsql-check)
 #   3. cmocka unit tests of the core (no PostgreSQL header), then the
 #      libFuzzer harnesses of test/fuzz for a few seconds each
 #   4. pg_regress + isolation specs + TAP on temp clusters (make installcheck),
@@ -52,6 +53,12 @@ if [ "$SAN" = 1 ]; then
   rm -f queuebox-mssqld
   make -s SANITIZE=1 queuebox-mssqld
 fi
+
+# every T-SQL text sent to SQL Server, through Microsoft's own parser
+# (ScriptDom's TSql150Parser, SQL Server 2019; tools/tsql-check): fails
+# the run when one does not parse, and when dotnet is missing
+echo "== T-SQL texts through Microsoft's parser (make tsql-check)"
+make -s tsql-check
 
 echo "== unit tests (cmocka)"
 make -s unit SANITIZE="$SAN"

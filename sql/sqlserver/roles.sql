@@ -10,12 +10,21 @@
  * db_owner; db_ddladmin may not), and each grant is made when its role and
  * object exist and the user may grant (CONTROL on the object: db_owner or
  * the schema's owner): what could not be done is PRINTed with what to run,
- * and the next --migrate by a user who may does it.  Each is asked first,
+ * and the next --migrate by a user who may does it.  The user dbo may do
+ * all of it, whatever the probes answer (on SQL Server they answer 1 for
+ * dbo; Babelfish answers 0 to HAS_PERMS_BY_NAME(..., N'CREATE ROLE') and
+ * IS_MEMBER(N'db_owner') even there).  Each is asked first,
  * not tried: the daemon's session runs with XACT_ABORT ON, where a caught
  * error still dooms the migration's transaction.
  *
+ * A statement made at run time is built in @sql first, then EXEC (@sql):
+ * EXEC ( ... ) takes only string literals and variables joined by +, no
+ * function call (QUOTENAME there is a syntax error on SQL Server and on
+ * Babelfish alike; tools/tsql-check finds it).
+ *
  * A procedure reads and writes its tables through ownership chaining, so
- * EXECUTE on it is all a role needs; SQL Server grants nothing to public
+ * EXECUTE on it is all a role needs (not on Babelfish, where a procedure
+ * reads with its caller's rights: docs/sqlserver.md); SQL Server grants nothing to public
  * on a new object, so there is nothing to take back.
  */
 SET NOCOUNT ON;
@@ -66,9 +75,10 @@ OPEN r;
 FETCH NEXT FROM r INTO @role;
 WHILE @@FETCH_STATUS = 0
 BEGIN
-	IF HAS_PERMS_BY_NAME(DB_NAME(), N'DATABASE', N'CREATE ROLE') = 1
+	IF HAS_PERMS_BY_NAME(DB_NAME(), N'DATABASE', N'CREATE ROLE') = 1 OR USER_NAME() = N'dbo'
 	BEGIN
-		EXEC (N'CREATE ROLE ' + QUOTENAME(@role));
+		SET @sql = N'CREATE ROLE ' + QUOTENAME(@role);
+		EXEC (@sql);
 		PRINT N'queuebox: created database role ' + @role + N'; ALTER ROLE ' + @role + N' ADD MEMBER your user.';
 	END
 	ELSE
@@ -87,8 +97,11 @@ OPEN m;
 FETCH NEXT FROM m INTO @member, @role;
 WHILE @@FETCH_STATUS = 0
 BEGIN
-	IF IS_MEMBER(N'db_owner') = 1 OR IS_MEMBER(N'db_securityadmin') = 1
-		EXEC (N'ALTER ROLE ' + QUOTENAME(@role) + N' ADD MEMBER ' + QUOTENAME(@member));
+	IF IS_MEMBER(N'db_owner') = 1 OR IS_MEMBER(N'db_securityadmin') = 1 OR USER_NAME() = N'dbo'
+	BEGIN
+		SET @sql = N'ALTER ROLE ' + QUOTENAME(@role) + N' ADD MEMBER ' + QUOTENAME(@member);
+		EXEC (@sql);
+	END
 	ELSE
 		PRINT N'queuebox: ' + USER_NAME() + N' may not add ' + @member + N' to ' + @role
 			  + N': run queuebox-mssqld --migrate as a db_owner user.';
@@ -108,7 +121,9 @@ BEGIN
 	-- perm and obj are the constants above; the role is quoted
 	SET @sql = N'GRANT ' + @perm + N' ON ' + @obj + N' TO ' + QUOTENAME(@role);
 	IF HAS_PERMS_BY_NAME(@obj, N'OBJECT', N'CONTROL') = 1
+	BEGIN
 		EXEC (@sql);
+	END
 	ELSE
 		PRINT N'queuebox: ' + USER_NAME() + N' may not run ' + @sql + N': run queuebox-mssqld --migrate as a db_owner user.';
 	FETCH NEXT FROM g INTO @role, @perm, @obj;

@@ -3,7 +3,9 @@
 #   sqlserver://qb:secret@127.0.0.1:1433/qbtest?encrypt=false; skipped,
 #   saying why, when it is not set): the migrations (twice, two at once, a
 #   foreign schema refused), delivery with per-key order by two outbox
-#   workers, rows parked behind final ones released by the sweep, retries
+#   workers, rows parked behind final ones released by the sweep, what a
+#   failed connect says to check (a wrong password, a database that is not
+#   there, a closed port), retries
 #   and dead rows, a down destination beside a healthy one with a hot key, kill -9
 #   of an outbox role mid-delivery, the server cut away and given back,
 #   the ingress with duplicates and a bad signature, the relay with its
@@ -20,6 +22,7 @@ use warnings;
 
 use Digest::SHA qw(hmac_sha256_hex);
 use HTTP::Tiny;
+use IO::Socket::INET;
 use JSON::PP;
 use Test::More;
 use Time::HiRes qw(time usleep);
@@ -110,6 +113,31 @@ mssql_reset($dbh);
 }
 is(mssql_value($dbh, q{SELECT COUNT(*) FROM queuebox.config_route WHERE pattern = N'**' AND destination = N'sink'}), 1,
 	'the routes are written where the procedures read them');
+
+# ---- a failed connect says what to do: a refused login, a database that is
+# not there, a port nobody listens on (qb_odbc_connect_advice reads SQL
+# Server's numbers and the SQLSTATE's class; Babelfish answers with its own
+# numbers where docs/sqlserver.md says so)
+{
+	my $fails = sub {
+		my ($what, $bad, $advice) = @_;
+		my $r = qbd_run('--config', qbd_write_conf(conf(url => $bad), 'connect'), '--migrate');
+		isnt($r->[0], 0, "$what: --migrate fails");
+		like($r->[2], $advice, "$what: the message says what to check") or diag $r->[2];
+		unlike($r->[1] . $r->[2], qr/Wrong-Secret-9/, "$what: no message shows the password");
+	};
+	(my $bad = $url) =~ s{^(sqlserver://[^:@/]+)(?::[^@/]*)?\@}{$1:Wrong-Secret-9\@};
+	$fails->('a wrong password', $bad, qr/check the user and the password in database\.url/);
+	($bad = $url) =~ s{^(sqlserver://[^/]+/)[^?]*}{${1}qb_no_such_database_31};
+	$fails->('a database that does not exist', $bad, qr/check the database in database\.url's path/);
+	# a port just bound and let go: nothing listens there
+	my $s = IO::Socket::INET->new(Listen => 1, LocalAddr => '127.0.0.1', LocalPort => 0, ReuseAddr => 1)
+	  or die "no free port: $!";
+	my $port = $s->sockport;
+	close $s;
+	($bad = $url) =~ s{\@[^/]+/}{\@127.0.0.1:$port/};
+	$fails->('a closed port', $bad, qr/check database\.url's host and port/);
+}
 
 # ---- the store conformance suite, odbc kind (test/store/conformance.c, as TAP 027 runs it)
 {
@@ -321,13 +349,18 @@ my $base = "http://127.0.0.1:$port";
 my $http = HTTP::Tiny->new(timeout => 30, keep_alive => 0);
 my $secret = 'whsec-mssql-0123456789';
 my $token = 'admin-token-mssql-0123456789';
+# Babelfish compiles each procedure on a session's first call (docs/sqlserver.md):
+# 2 to 5 s for _inbox_insert and destination_status here, past the 5 s
+# default when the machine is busy, so the first webhook and the first
+# overview of a session would answer 503; SQL Server keeps the default
+my $store_timeout = $babelfish ? 30000 : 5000;
 my $inbox_yaml = conf(
 	destinations => { web => { type => 'http', baseUrl => $sink->{url}, path => '/hooks', timeoutMs => 3000 } },
 	routes => [ { topicPattern => 'shop.**', destination => 'web' }, { topicPattern => 'tasks.**', destination => 'web' },
 		{ topicPattern => 'hold.**', destination => 'web' } ],
 	workers => 1,
 	extra => <<"EOY");
-http: { listen: "127.0.0.1:$port" }
+http: { listen: "127.0.0.1:$port", storeTimeoutMs: $store_timeout }
 admin: { token: "$token" }
 sources:
   shop:
@@ -817,22 +850,50 @@ is($upgraded[4], objects(), 'the schema upgraded from 0.3.4 has the objects and 
 is(mssql_value($dbh, q{SELECT COUNT(*) FROM sys.database_principals WHERE type = 'R' AND name IN
 	(N'queuebox_writer', N'queuebox_consumer', N'queuebox_reader', N'queuebox_operator', N'queuebox_admin')}), 5,
 	'the five queuebox database roles exist');
-is(mssql_value($dbh, q{SELECT COUNT(*) FROM sys.database_permissions p
-	JOIN sys.database_principals r ON r.principal_id = p.grantee_principal_id
-	WHERE r.name = N'queuebox_operator' AND p.permission_name = N'EXECUTE' AND p.state = 'G'}), 18,
-	'queuebox_operator may execute its 18 procedures');
+SKIP:
+{
+	# Babelfish 4.3.0 lists no permission in sys.database_permissions (the
+	# grants are made: the reader's checks below see them)
+	skip 'Babelfish: sys.database_permissions is empty there (docs/sqlserver.md, Babelfish)', 1 if $babelfish;
+	is(mssql_value($dbh, q{SELECT COUNT(*) FROM sys.database_permissions p
+		JOIN sys.database_principals r ON r.principal_id = p.grantee_principal_id
+		WHERE r.name = N'queuebox_operator' AND p.permission_name = N'EXECUTE' AND p.state = 'G'}), 18,
+		'queuebox_operator may execute its 18 procedures');
+}
 is(mssql_value($dbh, q{SELECT IS_ROLEMEMBER(N'queuebox_reader', N'queuebox_operator')}), 1,
 	'queuebox_operator is a member of queuebox_reader');
-mssql_do($dbh, q{IF DATABASE_PRINCIPAL_ID(N'qb_monitor') IS NULL CREATE USER qb_monitor WITHOUT LOGIN});
-mssql_do($dbh, q{ALTER ROLE queuebox_reader ADD MEMBER qb_monitor});
-eval {
-	mssql_do($dbh, q{EXECUTE AS USER = N'qb_monitor'; BEGIN TRY EXEC queuebox.requeue_outbox @id = 1; END TRY
-		BEGIN CATCH REVERT; THROW; END CATCH; REVERT;});
-};
-like($@, qr/EXECUTE permission was denied/, 'a reader\'s user may not run requeue_outbox');
-is(mssql_value($dbh, q{EXECUTE AS USER = N'qb_monitor'; SELECT COUNT(*) FROM queuebox.outbox_stats; REVERT;}), 0,
-	'a reader\'s user reads outbox_stats');
-mssql_do($dbh, q{DROP USER qb_monitor});
+if (!$babelfish)
+{
+	mssql_do($dbh, q{IF DATABASE_PRINCIPAL_ID(N'qb_monitor') IS NULL CREATE USER qb_monitor WITHOUT LOGIN});
+	mssql_do($dbh, q{ALTER ROLE queuebox_reader ADD MEMBER qb_monitor});
+	eval {
+		mssql_do($dbh, q{EXECUTE AS USER = N'qb_monitor'; BEGIN TRY EXEC queuebox.requeue_outbox @id = 1; END TRY
+			BEGIN CATCH REVERT; THROW; END CATCH; REVERT;});
+	};
+	like($@, qr/EXECUTE permission was denied/, 'a reader\'s user may not run requeue_outbox');
+	is(mssql_value($dbh, q{EXECUTE AS USER = N'qb_monitor'; SELECT COUNT(*) FROM queuebox.outbox_stats; REVERT;}), 0,
+		'a reader\'s user reads outbox_stats');
+	mssql_do($dbh, q{DROP USER qb_monitor});
+}
+else
+{
+	# Babelfish 4.3.0 has neither CREATE USER WITHOUT LOGIN nor EXECUTE AS:
+	# the reader is a login of its own, connected as itself
+	my $pw = 'Qb-Monitor-31-' . int(rand(1e9));
+	mssql_do($dbh, q{IF DATABASE_PRINCIPAL_ID(N'qb_monitor') IS NOT NULL DROP USER qb_monitor});
+	mssql_do($dbh, q{IF SUSER_ID(N'qb_monitor') IS NOT NULL DROP LOGIN qb_monitor});
+	mssql_do($dbh, qq{CREATE LOGIN qb_monitor WITH PASSWORD = '$pw'});
+	mssql_do($dbh, q{CREATE USER qb_monitor FOR LOGIN qb_monitor});
+	mssql_do($dbh, q{ALTER ROLE queuebox_reader ADD MEMBER qb_monitor});
+	(my $murl = $url) =~ s{^sqlserver://[^@/]+\@}{sqlserver://qb_monitor:$pw\@};
+	my $mon = mssql_connect($murl);
+	eval { mssql_do($mon, q{EXEC queuebox.requeue_outbox @id = 1}) };
+	like($@, qr/permission denied for procedure requeue_outbox/, 'a reader\'s user may not run requeue_outbox');
+	is(mssql_value($mon, q{SELECT COUNT(*) FROM queuebox.outbox_stats}), 0, 'a reader\'s user reads outbox_stats');
+	$mon->disconnect;
+	mssql_do($dbh, q{DROP USER qb_monitor});
+	mssql_do($dbh, q{DROP LOGIN qb_monitor});
+}
 
 # ---- a schema queuebox that the daemon did not make is refused
 mssql_reset($dbh);

@@ -233,6 +233,21 @@ test_url_errors(void **state)
 	expect_url_error("sqlserver://u:hunter2@db/app?encrypt=true&sslmode=require", "unknown option \"sslmode\"");
 }
 
+/* a failed connect's advice: by the native number, else the SQLSTATE's class */
+static void
+test_connect_advice(void **state)
+{
+	assert_non_null(strstr(qb_odbc_connect_advice("28000", 18456), "check the user and the password in database.url"));
+	assert_non_null(strstr(qb_odbc_connect_advice("42000", 18456), "check the user and the password"));
+	assert_non_null(strstr(qb_odbc_connect_advice("42000", 4060), "check the database in database.url's path"));
+	/* Babelfish: a database that does not exist is 911, with SQLSTATE 08004 */
+	assert_non_null(strstr(qb_odbc_connect_advice("08004", 911), "check the database in database.url's path"));
+	assert_non_null(strstr(qb_odbc_connect_advice("08001", 0), "check database.url's host and port"));
+	assert_non_null(strstr(qb_odbc_connect_advice("08S01", 20009), "check database.url's host and port"));
+	assert_null(qb_odbc_connect_advice("HY000", 0));
+	assert_null(qb_odbc_connect_advice(NULL, 0));
+}
+
 static void
 test_classify(void **state)
 {
@@ -614,6 +629,7 @@ main(void)
 		cmocka_unit_test(test_freetds_version),
 		cmocka_unit_test(test_quote),
 		cmocka_unit_test(test_url_errors),
+		cmocka_unit_test(test_connect_advice),
 		cmocka_unit_test(test_classify),
 		cmocka_unit_test(test_json_settles),
 		cmocka_unit_test(test_json_claim_and_tallies),

@@ -179,10 +179,21 @@ qb_odbc_connect(const char *url, const char *application_name, long connect_time
 	memset(cs, 0, strlen(cs));
 	if (!SQL_SUCCEEDED(rc))
 	{
+		SQLCHAR		state[6] = "";
+		SQLINTEGER	native = 0;
+		SQLSMALLINT len = 0;
+		const char *advice;
+
 		qboc_diag(c, SQL_HANDLE_DBC, c->dbc, what, NULL, err, errlen);
+		if (!SQL_SUCCEEDED(SQLGetDiagRec(SQL_HANDLE_DBC, c->dbc, 1, state, &native, NULL, 0, &len)))
+			state[0] = '\0';
 		if (strstr(err, "Data source name not found") != NULL || strstr(err, "SQLSTATE IM002") != NULL)
-			snprintf(err + strlen(err), errlen - strlen(err),
-					 "; install the FreeTDS ODBC driver (Debian: apt-get install tdsodbc) or name its library with ?odbcDriver=/path/libtdsodbc.so");
+			advice = "install the FreeTDS ODBC driver (Debian: apt-get install tdsodbc) or name its library with "
+				"?odbcDriver=/path/libtdsodbc.so";
+		else
+			advice = qb_odbc_connect_advice((const char *) state, (long) native);
+		if (advice != NULL)
+			snprintf(err + strlen(err), errlen - strlen(err), "; %s", advice);
 		SQLFreeHandle(SQL_HANDLE_DBC, c->dbc);
 		c->dbc = SQL_NULL_HDBC;
 		goto fail;

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  * odbc_error.c
- *	  What an ODBC diagnostic means to the store: its class, from the
- *	  SQLSTATE and SQL Server's native error number.
+ *	  What an ODBC diagnostic means: to the store its class, to a failed
+ *	  connect what to do; from the SQLSTATE and SQL Server's native error
+ *	  number.
  *
  * The native number decides where SQL Server has one (ODBC reports most
  * server errors as SQLSTATE 42000 or 23000, whatever they are); the
@@ -58,6 +59,28 @@ qb_odbc_classify(const char *sqlstate, long native)
 	if (sqlstate != NULL && strcmp(sqlstate, "40001") == 0)
 		return QB_ODBC_RETRY;
 	return QB_ODBC_FAILED;
+}
+
+/*
+ * qb_odbc_connect_advice: see odbc_store.h.  By the native number where
+ * SQL Server sent one (18456: the login failed, for a reason SQL Server
+ * logs but does not tell the client; 4060: the login's database; 911, a
+ * database that does not exist, is what Babelfish answers there, with
+ * SQLSTATE 08004), else by the SQLSTATE: 28xxx an authorization, 08xxx a
+ * server not reached.
+ */
+const char *
+qb_odbc_connect_advice(const char *sqlstate, long native)
+{
+	if (native == 18456 || (sqlstate != NULL && strncmp(sqlstate, "28", 2) == 0))
+		return "check the user and the password in database.url (percent-encode @, : and / in them); "
+			"SQL Server's error log says why it refused the login";
+	if (native == 4060 || native == 911)
+		return "check the database in database.url's path, and that the login is a user there";
+	if (sqlstate != NULL && strncmp(sqlstate, "08", 2) == 0)
+		return "check database.url's host and port, that SQL Server listens there for TCP, and ?encrypt= "
+			"(TLS is required unless encrypt=request or encrypt=false)";
+	return NULL;
 }
 
 const char *

@@ -184,7 +184,8 @@ qb_mssql_migrate(QbOdbcConn *c, char *done, size_t donelen, char *err, size_t er
 	if (f.v[0] == NULL || atoi(f.v[0]) < 0)
 	{
 		snprintf(err, errlen,
-				 "could not take the migration lock (sp_getapplock answered %s): another queuebox-mssqld held it for 60 s",
+				 "could not take the migration lock (sp_getapplock answered %s): another queuebox-mssqld held it for 60 s; "
+				 "nothing was changed: once its migration ends (or it is stopped), try again",
 				 f.v[0] ? f.v[0] : "nothing");
 		goto fail;
 	}

@@ -1,0 +1,2 @@
+-- a pull statement with ODBC markers and a parameter the procedure lacks
+EXEC queuebox.take @source = ?, @batch_sise = ?;
