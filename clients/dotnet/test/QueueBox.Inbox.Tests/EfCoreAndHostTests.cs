@@ -42,6 +42,8 @@ public sealed class OrdersContext(DbContextOptions<OrdersContext> options) : DbC
 
 public static class EfScenario
 {
+    private static readonly IInboxRetryPolicy Later = new Scenarios.Always(InboxFailureAction.Retry(TimeSpan.FromMinutes(10)));
+
     /// <summary>Three messages; the handler saves an order through EF on its transaction, and
     /// message two fails after SaveChanges: its order must not exist.</summary>
     public static async Task Run(Backend b, Action<DbContextOptionsBuilder<OrdersContext>, DbConnection> useProvider, string createTable)
@@ -51,7 +53,9 @@ public static class EfScenario
         try
         {
             await b.AddRows(3, 0);
-            await using var w = b.Start(new InboxOptions(), async (m, tx, ct) =>
+            // the retry waits ten minutes: on a slow server the default backoff (under a
+            // second) let j2 be claimed again before Stop, and its state read 'processing'
+            await using var w = b.Start(new InboxOptions { RetryPolicy = Later }, async (m, tx, ct) =>
             {
                 await using var db = InboxDbContextFactory.CreateOn(tx, useProvider);
                 db.Orders.Add(new Order { Id = m.IdempotencyKey, Total = Scenarios.PayloadN(m) * 10 });
