@@ -15,7 +15,7 @@ use IPC::Run;
 use Test::More;
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
 my $node = qb_node('client_c');
@@ -38,7 +38,7 @@ qb_pull_process_scenarios($node, sub { [ $wbin, $node->connstr('postgres'), @_ ]
 
 # ---- the README's example, as it is written there but for the database it reaches
 {
-	my $readme = slurp_file("$FindBin::RealBin/../../clients/c/README.md");
+	my $readme = slurp_file("$FindBin::RealBin/../../../clients/c/README.md");
 	my ($code) = $readme =~ /^```c\n(.*?)^```$/ms;
 	ok($code, 'clients/c/README.md has a C example');
 	my $conninfo = $node->connstr('postgres');
@@ -48,7 +48,7 @@ qb_pull_process_scenarios($node, sub { [ $wbin, $node->connstr('postgres'), @_ ]
 	open(my $fh, '>', $src) or die "$src: $!";
 	print $fh $code;
 	close $fh;
-	my $dir = "$FindBin::RealBin/../../clients/c";
+	my $dir = "$FindBin::RealBin/../../../clients/c";
 	# a library built with UBSan (scripts/test.sh with SANITIZE=1) needs its runtime
 	my @san = `nm -u $dir/lib/libqueuebox-inbox.a 2>/dev/null` =~ /__ubsan_/ ? ('-fsanitize=undefined') : ();
 	my ($cout, $cerr) = run_command([ 'cc', '-Wall', '-Werror', @san, '-o', $exe, $src, "-I$dir/include",

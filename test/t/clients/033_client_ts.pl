@@ -15,7 +15,7 @@ use IPC::Run;
 use Test::More;
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
 my $dir = qb_npm_dir('clients/ts');
@@ -38,7 +38,7 @@ qb_pull_process_scenarios($node, sub { [ 'node', "$dir/test/process-worker.js", 
 # ---- docs/pull.md's example, as written there: a pool and the imports before
 # it, SIGTERM (its own stop) once the messages are in
 {
-	my ($example) = slurp_file("$FindBin::RealBin/../../docs/pull.md") =~ /^#### TypeScript\n\n(?:<!--[^\n]*-->\n)?```js\n(.*?)^```$/ms;
+	my ($example) = slurp_file("$FindBin::RealBin/../../../docs/pull.md") =~ /^#### TypeScript\n\n(?:<!--[^\n]*-->\n)?```js\n(.*?)^```$/ms;
 	ok($example, 'docs/pull.md has a TypeScript example');
 	my $file = "$dir/docs-example.mjs";
 	open(my $fh, '>', $file) or die "$file: $!";

@@ -18,7 +18,7 @@ use IPC::Run;
 use Test::More;
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
 BAIL_OUT('go is not installed (run scripts/setup.sh)') if system('command -v go >/dev/null 2>&1') != 0;

@@ -17,7 +17,7 @@ use warnings;
 use Test::More;
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxMssql;
 
 BEGIN { QueueBoxMssql::mssql_skip_unless_url(); }

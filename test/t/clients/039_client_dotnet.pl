@@ -36,7 +36,7 @@ use File::Path qw(make_path);
 use File::Temp;
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
 if (system('command -v dotnet >/dev/null 2>&1') != 0)
@@ -46,7 +46,7 @@ if (system('command -v dotnet >/dev/null 2>&1') != 0)
 	  . ' then run scripts/setup.sh';
 }
 
-my $dir = abs_path("$FindBin::RealBin/../../clients/dotnet");
+my $dir = abs_path("$FindBin::RealBin/../../../clients/dotnet");
 my $tmp = $PostgreSQL::Test::Utils::tmp_check;
 my $feed = "$dir/packages";
 BAIL_OUT("$feed is missing: run scripts/setup.sh (it restores clients/dotnet's NuGet packages there)")
@@ -145,7 +145,7 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE st
 my @pull_blocks;
 {
 	my $tests = slurp_file("$dir/test/QueueBox.Inbox.Tests/SpecExamples.cs");
-	my ($section) = slurp_file("$FindBin::RealBin/../../docs/pull.md") =~ /^#### C#\n(.*?)^###? /ms;
+	my ($section) = slurp_file("$FindBin::RealBin/../../../docs/pull.md") =~ /^#### C#\n(.*?)^###? /ms;
 	@pull_blocks = ($section // '') =~ /^```csharp\n(.*?)^```$/msg;
 	ok(@pull_blocks >= 2, 'docs/pull.md has the C# examples');
 	for my $block (@pull_blocks)

@@ -12,7 +12,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
 my $sink = qb_sink_start(name => 'config');

@@ -21,7 +21,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 use QueueBoxDaemon;
 
@@ -95,7 +95,7 @@ is($node->safe_psql('postgres', q{SELECT document = } . qb_sql_quote($doc_a) . q
 
 # an invalid file, the one docs/configuration.md shows ("An invalid file"):
 # logged with its key path, as the page shows; the running configuration stays
-my $page = slurp_file("$FindBin::RealBin/../../docs/configuration.md");
+my $page = slurp_file("$FindBin::RealBin/../../../docs/configuration.md");
 my ($bad) = $page =~ /<!-- docs-test: config-file-invalid .*?-->\n```yaml invalid\n(.*?)^```$/ms;
 my ($shown) = $page =~ /<!-- docs-test: config-file-warning .*?-->\n```\n(.*?)\n```$/ms;
 ok(defined $bad && defined $shown, 'docs/configuration.md shows an invalid file and the warning it gives');

@@ -22,7 +22,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 use QueueBoxDaemon;
 use QueueBoxKafka;
@@ -96,7 +96,7 @@ qb_wait_query($node, q{SELECT state FROM queuebox.outbox WHERE topic = 'orders.k
 qb_kafka_stop($kafka);
 
 # ---- docs/operations.md's example, run as written
-my ($egress_sql) = slurp_file("$FindBin::RealBin/../../docs/operations.md") =~ /^### Egress rules\n.*?^```sql\n(.*?)^```/ms
+my ($egress_sql) = slurp_file("$FindBin::RealBin/../../../docs/operations.md") =~ /^### Egress rules\n.*?^```sql\n(.*?)^```/ms
   or die 'docs/operations.md: no sql block under "### Egress rules"';
 $node->safe_psql('postgres', $egress_sql);
 qb_wait_query($node, q{SHOW queuebox.allowed_destinations}, '10.20.0.0/16, hooks.partner.example',

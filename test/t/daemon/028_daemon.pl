@@ -16,7 +16,7 @@ use Time::HiRes qw(usleep);
 use File::Basename ();
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 use QueueBoxDaemon;
 
@@ -354,7 +354,7 @@ is($node->safe_psql('postgres', q{SELECT string_agg(tgname || ':' || tgenabled::
 	'database.listen: false disables the notify triggers (no NOTIFY cost on inserts)');
 
 # ---- an answer whose body never ends: read up to a bound, not until the
-# 60 s timeout (the HTTP publisher is the extension's, test/t/002 too)
+# 60 s timeout (the HTTP publisher is the extension's, TAP 002 too)
 my $endless = qb_endless_start();
 my ($edest, $eroutes) = qb_endless_routes($endless);
 $d = qbd_start($node, conf(outbox => { maxAttempts => 2 }, destinations => $edest, routes => $eroutes), name => 'endless');
@@ -373,7 +373,7 @@ like($err, qr/schema "queuebox" is managed by queuebox-mssqld in this database/,
 SKIP:
 {
 	skip 'systemd-analyze is not installed', 1 unless -x '/usr/bin/systemd-analyze';
-	my $src = "$FindBin::RealBin/../../packaging/queuebox-mssqld.service";
+	my $src = "$FindBin::RealBin/../../../packaging/queuebox-mssqld.service";
 	my $unit = "$PostgreSQL::Test::Utils::tmp_check/queuebox-mssqld.service";
 	my $bindir = File::Basename::dirname(qbd_binary());
 	open(my $in, '<', $src) or die "$src: $!";

@@ -18,7 +18,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 use QueueBoxDaemon;
 

@@ -18,7 +18,7 @@ use Test::More;
 use Time::HiRes qw(usleep time);
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 use QueueBoxRabbit;
 

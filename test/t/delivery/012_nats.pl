@@ -19,7 +19,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 use QueueBoxNats;
 
@@ -154,7 +154,7 @@ qb_wait_query($node, q{
 	't', 'keyed rows are retried while no stream captures keyed.>', timeout => 60);
 is(qb_count($node, "topic = 'keyed.evt' AND state = 'sent'"), '0', 'no keyed row was sent without a stream');
 # the stream is made by docs/delivery.md's request (bash alone, no nats CLI)
-my ($recipe) = slurp_file("$FindBin::RealBin/../../docs/delivery.md")
+my ($recipe) = slurp_file("$FindBin::RealBin/../../../docs/delivery.md")
   =~ /<!-- docs-test: nats-stream-create .*?-->\n```sh\n(.*?)```/s;
 ok($recipe, 'docs/delivery.md has the stream-create request');
 $recipe =~ s{127\.0\.0\.1/4222}{127.0.0.1/$nats->{port}}g;

@@ -22,7 +22,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
 my $nodedir = qb_npm_dir('test/node');

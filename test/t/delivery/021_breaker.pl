@@ -25,7 +25,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
 my $r_port = qb_free_port();

@@ -12,7 +12,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
 my $sink_h = qb_sink_start(name => 'hot');

@@ -15,7 +15,7 @@ use Test::More;
 use JSON::PP qw(decode_json);
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
 my $sink = qb_sink_start(name => 'holdkey');

@@ -14,10 +14,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
-my $root = "$FindBin::RealBin/../..";
+my $root = "$FindBin::RealBin/../../..";
 my (@blocks, @invalid, $fragments);
 for my $file (sort(glob("$root/docs/*.md")), "$root/README.md")
 {

@@ -43,11 +43,11 @@ use Time::HiRes qw(usleep time);
 
 use File::Basename ();
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 use QueueBoxDaemon;
 
-my $root = abs_path("$FindBin::RealBin/../..");
+my $root = abs_path("$FindBin::RealBin/../../..");
 my $uuid_re = qr/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/;
 
 # ------------------------------------------------------------ the pages

@@ -20,7 +20,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 use QueueBoxDaemon;
 

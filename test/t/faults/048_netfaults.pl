@@ -71,7 +71,7 @@ use Time::HiRes qw(time usleep);
 use POSIX qw(WNOHANG);
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 use QueueBoxDaemon;
 

@@ -14,7 +14,7 @@ use Test::More;
 use JSON::PP ();
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
 my $sink = qb_sink_start(name => 'relay');

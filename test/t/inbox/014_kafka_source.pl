@@ -20,7 +20,7 @@ use Test::More;
 use JSON::PP;
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 use QueueBoxKafka;
 

@@ -12,7 +12,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
 my $node = qb_node('consumers', conf => "queuebox.max_consumer_workers = 2\n");

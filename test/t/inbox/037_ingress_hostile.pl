@@ -20,7 +20,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
 my $node = qb_node('hostile', workers => 0, conf => "queuebox.relay_worker = off\n");

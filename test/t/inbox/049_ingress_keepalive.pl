@@ -15,7 +15,7 @@ use Test::More;
 use Time::HiRes qw(time);
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
 my $conns = 256;

@@ -394,10 +394,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 
-my $src = "$FindBin::RealBin/../..";
+my $src = "$FindBin::RealBin/../../..";
 
 # ---- META.json, for PGXN: the keys of the PGXN Meta Spec 1.0.0
 # (https://pgxn.org/meta/spec.txt), and the versions of the Makefile, the
@@ -444,7 +444,7 @@ if (!defined $ENV{QB_PKG_FD})
   SKIP:
 	{
 		skip 'the packages: installing them needs root; scripts/test.sh runs this test as root after make installcheck '
-		  . '(make deb, then make installcheck PROVE_TESTS=test/t/059_packages.pl as root)', 1;
+		  . '(make deb, then make installcheck PROVE_TESTS=test/t/packages/059_packages.pl as root)', 1;
 	}
 	done_testing();
 	exit 0;

@@ -28,7 +28,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 use FindBin;
-use lib "$FindBin::RealBin/../perl";
+use lib "$FindBin::RealBin/../../perl";
 use QueueBoxMssql;
 
 BEGIN { QueueBoxMssql::mssql_skip_unless_url(); }
@@ -515,7 +515,7 @@ for my $i (1 .. 3)
 sub example
 {
 	my ($name) = @_;
-	my $t = slurp_file("$FindBin::RealBin/../../examples/pull/sql/sqlserver/$name.sql");
+	my $t = slurp_file("$FindBin::RealBin/../../../examples/pull/sql/sqlserver/$name.sql");
 	$t =~ s/^--.*\n//mg;
 	return $t;
 }
@@ -768,10 +768,10 @@ sub upgrade_from
 {
 	my ($from) = @_;
 	my @steps = grep { my ($f) = m{/([\d.]+)--[\d.]+\.sql$}; version_cmp($f, $from) >= 0 }
-	  glob("$FindBin::RealBin/../../sql/sqlserver/upgrade/*--*.sql");
+	  glob("$FindBin::RealBin/../../../sql/sqlserver/upgrade/*--*.sql");
 	mssql_reset($dbh);
 	{
-		my $text = slurp_file("$FindBin::RealBin/../fixtures/daemon-$from-sqlserver.sql");
+		my $text = slurp_file("$FindBin::RealBin/../../fixtures/daemon-$from-sqlserver.sql");
 		$dbh->begin_work;
 		mssql_do($dbh, $_) for grep { /\S/ } split /^GO[ \t]*\r?$/m, $text;
 		mssql_do($dbh, 'INSERT INTO queuebox.schema_version (version) VALUES (?)', $from);
