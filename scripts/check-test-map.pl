@@ -9,7 +9,8 @@
 #   - the map names a file that does not exist;
 #   - a TAP file sits outside a group folder (test/t/NNN_x.pl: the Makefile
 #     runs test/t/*/*.pl only), two TAP files share an id NNN, or a group
-#     folder is missing from the README's table of groups.
+#     folder is missing from the README's table of groups or is not named
+#     in lower-case letters.
 #
 # The map is the tables under "## The map": a row per feature, one column
 # per kind; each `backticked` name in a cell is a file of the column's kind,
@@ -97,6 +98,8 @@ for my $group (map { m{^test/t/(.*)} } grep { -d } glob('test/t/*'))
 {
 	push @errors, "test/t/$group/ is missing from test/README.md's table of groups: add a row for it"
 	  unless $text =~ /^\| `\Q$group\E\/`/m;
+	push @errors, "test/t/$group/: a group's name is lower-case letters (scripts/test.sh finds a failed file's log by it)"
+	  unless $group =~ /^[a-z]+$/;
 }
 
 if (@errors)
