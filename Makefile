@@ -65,7 +65,11 @@ REGRESS_OPTS = --inputdir=test --temp-config=test/queuebox.conf --temp-instance=
 ISOLATION      = $(basename $(notdir $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --temp-config=test/queuebox.conf --temp-instance=./tmp_check_iso
 TAP_TESTS   = 1
-PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
+# TAP: test/t/<group>/NNN_name.pl (test/README.md: the groups, and the map
+# of every feature's tests); NNN is the file's id, unique across groups,
+# and the run goes in its order, as before the groups
+TAP_FILES   = $(wildcard test/t/*/*.pl)
+PROVE_TESTS = $(foreach n,$(sort $(notdir $(TAP_FILES))),$(filter %/$(n),$(TAP_FILES)))
 
 EXTRA_CLEAN = build clients/c/build clients/c/lib clients/c/queuebox-inbox.pc clients/c/test/test_worker clients/c/test/qbi_test_worker queuebox-mssqld tmp_check tmp_check_iso results output_iso test/unit/bin test/unit/bin-san test/sink/qb_sink \
               test/store/conformance \

@@ -49,7 +49,7 @@ if [ "$(id -u)" -eq 0 ]; then
 else
   CACHE=${QB_PG_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/queuebox-pg}
 fi
-TAP=${QB_PG_TAP:-test/t/001_delivery.pl test/t/002_retry_dead.pl test/t/024_intake_floor.pl test/t/026_route_at_insert.pl test/t/044_crash_takeover.pl test/t/054_upgrade_0_3_4.pl}
+TAP=${QB_PG_TAP:-test/t/delivery/001_delivery.pl test/t/delivery/002_retry_dead.pl test/t/delivery/024_intake_floor.pl test/t/delivery/026_route_at_insert.pl test/t/faults/044_crash_takeover.pl test/t/upgrade/054_upgrade_0_3_4.pl}
 JOBS=${QB_PG_JOBS:-$(nproc)}
 # what the build below is: a cache built by another recipe is rebuilt
 RECIPE="1: upstream tarball; --enable-tap-tests --without-icu --without-readline --without-zlib; perl and isolation installed"

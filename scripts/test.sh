@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run every QueueBox test on this machine, from a bare Debian 12:
-#   0. the core's folders include downward only (scripts/check-includes.sh)
+#   0. the core's folders include downward only (scripts/check-includes.sh);
+#      test/README.md names every test file (scripts/check-test-map.pl)
 #   1. install the packages (scripts/setup.sh, idempotent)
 #   2. build with warnings as errors, install the extension; every T-SQL
 #      text sent to SQL Server parsed by Microsoft's parser (tools/tsql-check)
@@ -26,6 +27,8 @@ ROOT=$PWD
 
 echo "== includes of the core point down only"
 scripts/check-includes.sh
+echo "== test/README.md maps every test file (scripts/check-test-map.pl)"
+scripts/check-test-map.pl
 
 scripts/setup.sh
 
@@ -112,8 +115,8 @@ if [ $status -ne 0 ]; then
     [ -f "$f" ] && { echo "---- $f"; cat "$f"; }
   done
   # the logs of the TAP files that failed (prove's "Test Summary Report" names
-  # them: "test/t/0xx_name.pl (Wstat: ...)"), not of all of them
-  failed=$(sed -n '/^Test Summary Report/,$p' "$WORK/installcheck.out" | grep -oE '^test/t/[0-9]+_[A-Za-z0-9_]+\.pl' | sort -u || true)
+  # them: "test/t/<group>/0xx_name.pl (Wstat: ...)"), not of all of them
+  failed=$(sed -n '/^Test Summary Report/,$p' "$WORK/installcheck.out" | grep -oE '^test/t/[a-z]+/[0-9]+_[A-Za-z0-9_]+\.pl' | sort -u || true)
   for t in $failed; do
     n=$(basename "$t" .pl)
     for f in "$WORK"/src/tmp_check/log/regress_log_"$n" "$WORK"/src/tmp_check/log/"$n"_*.log; do
@@ -146,7 +149,7 @@ if [ "$(id -u)" -eq 0 ]; then
   echo "== Debian packages: make deb, then TAP 059 installs, runs and removes them (as root)"
   make -s deb >"$WORK/deb.out" 2>&1 || { cat "$WORK/deb.out"; echo "== FAILED: make deb"; exit 1; }
   mkdir -p "$WORK/src/build" && cp -a build/deb "$WORK/src/build/"
-  ( cd "$WORK/src" && make -s installcheck REGRESS= ISOLATION= PROVE_TESTS=test/t/059_packages.pl PROVE_FLAGS=--timer ) || {
+  ( cd "$WORK/src" && make -s installcheck REGRESS= ISOLATION= PROVE_TESTS=test/t/packages/059_packages.pl PROVE_FLAGS=--timer ) || {
     tail -n 80 "$WORK/src/tmp_check/log/regress_log_059_packages" 2>/dev/null; echo "== FAILED: TAP 059 (the packages)"; exit 1; }
 else
   echo "== Debian packages: TAP 059 installs them with dpkg: run scripts/test.sh as root for it"

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  * nats_tool.c
- *	  A small cnats client for the NATS TAP tests (test/t/012_nats.pl,
- *	  test/t/015_nats_source.pl),
+ *	  A small cnats client for the NATS TAP tests (test/t/delivery/012_nats.pl,
+ *	  test/t/inbox/015_nats_source.pl),
  *	  since the nats CLI is not installed.
  *
  *	nats_tool URL add-stream NAME SUBJECT... [-w MS]

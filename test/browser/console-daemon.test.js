@@ -1,7 +1,7 @@
 // The console on the daemon's ingress role, in headless Chromium
-// (test/t/030_daemon_inbox.pl runs it; console-page.js launches it): the
+// (test/t/daemon/030_daemon_inbox.pl runs it; console-page.js launches it): the
 // pages read through the libpq store.  TAP 052 has the whole scenario on the
-// extension; test/t/031_mssql.pl runs it on SQL Server through the ODBC
+// extension; test/t/sqlserver/031_mssql.pl runs it on SQL Server through the ODBC
 // store.  Env: QB_CONSOLE_URL, QB_ADMIN_TOKEN, QB_DEAD_ID (the dead pull row
 // of source tasks, last error "poison"), QB_WEBHOOK_KEY (an idempotency key
 // the tasks source received), QB_DESTINATIONS (the destinations' names,

@@ -1,4 +1,4 @@
-// The console in headless Chromium (test/t/052_console.pl runs it and sets
+// The console in headless Chromium (test/t/console/052_console.pl runs it and sets
 // the rows up; console-page.js launches it). The tests run in order, on one
 // page, as one operator would.
 // Env: QB_CONSOLE_URL, QB_ADMIN_TOKEN, QB_XSS (markup: the down

@@ -76,6 +76,15 @@ def read(path):
         return f.read()
 
 
+def config_tests():
+    """The configuration family's unit tests as one text: test_config.h (its
+    macros first) and test_config.c, test_config_<part>.c (not the arena's)."""
+    names = ["test/unit/test_config.h"] + sorted(
+        os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "test", "unit", "test_config*.c"))
+        if not p.endswith("test_config_arena.c"))
+    return "\n".join(read(n) for n in names)
+
+
 def macros_of(src):
     macros = {}
     for m in re.finditer(r"^#define ([A-Z_][A-Z0-9_]*)[ \t]+(?=\")", src, re.M):
@@ -134,7 +143,7 @@ def docs_yaml():
 # ---- the harnesses ------------------------------------------------------
 
 def config():
-    src = read("test/unit/test_config.c")
+    src = config_tests()
     mac = macros_of(src)
     docs = []
     for f in ("accept", "refuse", "refused_message"):
@@ -147,7 +156,7 @@ def config():
 
 
 def config_env(full):
-    src = read("test/unit/test_config.c")
+    src = config_tests()
     mac = macros_of(src)
     out = []
     for m in re.finditer(r'setenv\("QUEUEBOX_([A-Za-z0-9_]*)",\s*', src):
@@ -281,8 +290,7 @@ def broker_headers():
 
 def url():
     out = []
-    for src in ("test/unit/test_config.c", "test/unit/test_amqp.c", "test/unit/test_odbc.c"):
-        text = read(src)
+    for text in (config_tests(), read("test/unit/test_amqp.c"), read("test/unit/test_odbc.c")):
         mac = macros_of(text)
         for lit in all_literals(text, mac):
             if (b"://" in lit or b"${" in lit or b"$$" in lit) and b"\n" not in lit and len(lit) < 400:

@@ -1,4 +1,4 @@
-// An OTLP/HTTP trace receiver for test/t/056_otlp.pl, built on OpenTelemetry's
+// An OTLP/HTTP trace receiver for test/t/observability/056_otlp.pl, built on OpenTelemetry's
 // own protobuf definitions (@opentelemetry/otlp-transformer's generated
 // ExportTraceServiceRequest): each POST /v1/traces body (OTLP JSON) is read
 // as the OTLP JSON mapping says (trace and span ids in hex), decoded into the

@@ -29,12 +29,16 @@ use Test::More;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use FindBin;
+use Cwd qw(abs_path);
+use File::Basename qw(dirname);
 use QueueBoxTest;
 
 our @EXPORT = qw(qbd_node qbd_url qbd_start qbd_signal qbd_wait_exit qbd_log
   qbd_wait_daemon_log qbd_role_pids qbd_run qbd_binary qbd_write_conf
   qbd_install_fixture qbd_migrate qbd_upgrade_test);
+
+# test/fixtures, found from this file (at load: a test may chdir later)
+my $FIXTURES = dirname(abs_path(__FILE__)) . '/../fixtures';
 
 my @live;
 my $seq = 0;
@@ -193,7 +197,7 @@ sub qbd_run
 sub qbd_install_fixture
 {
 	my ($node, $version) = @_;
-	my $fixture = "$FindBin::RealBin/../fixtures/daemon-$version-postgresql.sql";
+	my $fixture = "$FIXTURES/daemon-$version-postgresql.sql";
 	my ($out, $err) = PostgreSQL::Test::Utils::run_command([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-1',
 		'-f', $fixture, '-c', "INSERT INTO queuebox.schema_version (version) VALUES ('$version')",
 		'-d', $node->connstr('postgres') . ' user=qbd' ]);

@@ -1,6 +1,6 @@
 # QueueBoxKafka.pm
-#   TAP helpers for the Kafka destination and source (test/t/011_kafka.pl,
-#   test/t/014_kafka_source.pl): a Kafka cluster in a helper process
+#   TAP helpers for the Kafka destination and source (test/t/delivery/011_kafka.pl,
+#   test/t/inbox/014_kafka_source.pl): a Kafka cluster in a helper process
 #   (test/brokers/kafka_mock, librdkafka's mock cluster on loopback TCP),
 #   driven through its stdin.
 #

@@ -1,5 +1,5 @@
 # QueueBoxNats.pm
-#   NATS helpers of the QueueBox TAP tests (test/t/012_nats.pl).
+#   NATS helpers of the QueueBox TAP tests (test/t/delivery/012_nats.pl).
 #
 #   - nats_start / nats_stop: a real nats-server -js on a free loopback port
 #     with its store in the test's temp dir; a restarted server keeps its
@@ -10,7 +10,7 @@
 #     installed): create or delete a stream, count its messages, read its
 #     settings, read the
 #     messages back as hashes (seq, subject, data, headers).
-#   - nats_publish / nats_consumer / nats_ack_wait (test/t/015_nats_source.pl):
+#   - nats_publish / nats_consumer / nats_ack_wait (test/t/inbox/015_nats_source.pl):
 #     JetStream publishes with headers, a durable consumer's state
 #     (delivered, ack_floor, num_ack_pending, num_redelivered, num_pending,
 #     max_ack_pending, ack_wait_ms), and its AckWait changed in place.

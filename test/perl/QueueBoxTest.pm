@@ -1,5 +1,5 @@
 # QueueBoxTest.pm
-#   Shared helpers of the QueueBox TAP tests (test/t/*.pl).
+#   Shared helpers of the QueueBox TAP tests (test/t/<group>/*.pl).
 #
 #   - qb_node:          a PostgreSQL::Test::Cluster with queuebox preloaded,
 #                       started, CREATE EXTENSION done
@@ -40,7 +40,6 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep time);
-use FindBin;
 
 our @EXPORT = qw(
   qb_node qb_config_yaml qb_configure qb_sql_quote
@@ -53,9 +52,13 @@ our @EXPORT = qw(
   qb_schema_description qb_ext_upgrade_test qb_pull_process_scenarios $QB_LATEST
 );
 
+# test/perl/QueueBoxTest.pm -> the repository root (from this file, not
+# from the test's: the tests sit one folder deeper in test/t/<group>/)
+my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
+
 # The version a fresh CREATE EXTENSION installs (queuebox.control).
 our $QB_LATEST = do {
-	my $control = "$FindBin::RealBin/../../queuebox.control";
+	my $control = "$ROOT/queuebox.control";
 	open(my $fh, '<', $control) or die "cannot read $control: $!";
 	my ($v) = map { /^default_version\s*=\s*'([^']+)'/ ? ($1) : () } <$fh>;
 	die "no default_version in $control" unless defined $v;
@@ -65,9 +68,6 @@ our $QB_LATEST = do {
 my $json = JSON::PP->new->canonical(1);
 my @live_sinks;
 our $sink_seq = 0;
-
-# test/perl/QueueBoxTest.pm -> the repository root
-my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
 
 # qb_test_binary('test/brokers/nats_tool'): a helper program `make sink`
 # builds, from the test's tree (TESTDIR) or this repository's

@@ -35,7 +35,7 @@
  *					QB_SINK_EPOLL=1 qb_sink --threads 1 leaves whole bursts of 128
  *					unanswered (896 of 6,400 on 2026-12-02); with poll, none.  The
  *					ingress (external epoll, one thread) answered every request of
- *					the same bursts (test/t/049_ingress_keepalive.pl).
+ *					the same bursts (test/t/inbox/049_ingress_keepalive.pl).
  *	--print			print each request on stdout as it is answered, two lines:
  *					"sink: POST /events -> 200  x-message-id=...  x-correlation-id=..."
  *					(the ids only when sent), then the body indented (the demo)

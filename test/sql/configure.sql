@@ -122,7 +122,7 @@ SELECT queuebox.validate('# only a comment');
 -- database: and daemon: are the daemon's (queuebox-mssqld); the extension
 -- checks their keys and ignores their values: a file both hosts read may
 -- name a variable only the daemon's environment sets (the daemon checks
--- the values: unit test_config, TAP 028)
+-- the values: unit test_config_check, TAP 028)
 SELECT queuebox.validate($yaml$
 database: { url: "postgresql://qb:Pa55word@db.internal:5432/app?sslmode=require", listen: true, idlePollMaxMs: 5000 }
 daemon: { outboxWorkers: 4, shutdownGraceMs: 0, logFormat: json }

@@ -15,7 +15,7 @@
  * is acknowledged and counted, not stored twice; a message with no usable
  * key is stored dead under a made-up key.  Rows are counted before and
  * after.  What the real consumers do with ack and release is tested
- * against real brokers (test/t/014_kafka_source.pl and the others).
+ * against real brokers (test/t/inbox/014_kafka_source.pl and the others).
  *-------------------------------------------------------------------------
  */
 #include <stdarg.h>
