@@ -4,7 +4,8 @@
  *	  on rows and destinations, over the same SQL functions an operator can
  *	  call by hand (docs/http-api.md, docs/operations.md).
  *
- * Routes (after /admin; the caller has checked the bearer token):
+ * Routes (after /admin; qb_admin_gate.c has checked the bearer token or
+ * the console's cookie):
  *	GET  /outbox/dead?destination=&topic=&key=&error=&since=&until=&after=&limit=
  *	GET  /inbox/dead?source=&event_type=&idempotency_key=&aggregate_id=&error=
  *					&since=&until=&after=&limit=

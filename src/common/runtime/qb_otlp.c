@@ -213,6 +213,33 @@ qb_otlp_emit(QbSpan *s)
 	}
 }
 
+void
+qb_otlp_receipt(const QbReceipt *r)
+{
+	QbSpan		span;
+	char		name[160];
+
+	if (!qb_otlp_on())
+		return;
+	snprintf(name, sizeof(name), "receive %s", r->source);
+	if (!qb_span_start_tp(&span, name, r->kind, r->traceparent, r->tracestate))
+		return;
+	span.start_ns = r->start_ns;
+	qb_span_str(&span, "queuebox.source", r->source);
+	qb_span_str(&span, "queuebox.result", qb_receive_result_name(r->result));
+	if (r->http_status > 0)
+	{
+		qb_span_int(&span, "http.response.status_code", r->http_status);
+		qb_span_str(&span, "http.request.method", "POST");
+	}
+	if (r->key != NULL)
+		qb_span_str(&span, "messaging.message.id", r->key);
+	if (r->inbox_id > 0)
+		qb_span_int(&span, "queuebox.inbox.id", r->inbox_id);
+	span.error = r->http_status >= 500;
+	qb_otlp_emit(&span);
+}
+
 bool
 qb_otlp_take_error(char *buf, size_t len)
 {
