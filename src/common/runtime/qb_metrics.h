@@ -62,9 +62,21 @@ typedef enum QbReceiveResult
 	QB_NRESULTS
 } QbReceiveResult;
 
+/*
+ * A slot's life (QbMetricSlot.state, QbActivitySlot.state, a uint32_t for
+ * the atomics): free, then being named by the one process whose
+ * compare-and-swap took it, then in use for good.
+ */
+typedef enum QbSlotState
+{
+	QB_SLOT_FREE = 0,
+	QB_SLOT_NAMING = 1,
+	QB_SLOT_IN_USE = 2
+} QbSlotState;
+
 typedef struct QbMetricSlot
 {
-	uint32_t	state;			/* 0 free, 1 being named, 2 in use */
+	uint32_t	state;			/* QbSlotState */
 	char		name[QB_METRICS_NAMELEN];
 	uint64_t	count[QB_NRESULTS]; /* by QbDeliveryOutcome or QbReceiveResult */
 	uint64_t	bucket[QB_METRICS_NBUCKETS + 1];	/* latency histogram, last = +Inf */
@@ -90,7 +102,7 @@ typedef enum QbWorkerActivity
 
 typedef struct QbActivitySlot
 {
-	uint32_t	state;			/* 0 free, 1 being named, 2 in use */
+	uint32_t	state;			/* QbSlotState */
 	char		name[QB_METRICS_WORKERLEN];
 	int32_t		pid;
 	uint32_t	activity;		/* QbWorkerActivity */
