@@ -1,11 +1,14 @@
 /*-------------------------------------------------------------------------
  * qb_metrics.h
- *	  Counters every worker adds to, and their Prometheus text rendering.
+ *	  The block of shared memory every worker of the process group writes
+ *	  to: counters and their Prometheus text rendering, the record of the
+ *	  configuration's loads, and the workers' slots (what each is doing).
  *
  * Wording:
  *	- A QbMetrics block is plain memory with no pointer in it, shared by
  *	  every worker: PostgreSQL's shared memory, or the daemon's MAP_SHARED
  *	  block (shared.c) that the supervisor shares with its roles.
+ *	- A slot's life is a QbSlotState: free, being named, in use.
  *	- A slot counts for one name (a destination or a source), taken on
  *	  first use and never given back; when all are taken, counts go to the
  *	  slot named "_other".
