@@ -20,19 +20,26 @@ MODULE_big  = queuebox
 # folder and those before it, publish/ and source/ not each other, and none
 # a host's (src/pgext, src/daemon); scripts/check-includes.sh checks it, and
 # scripts/test.sh runs the check before it builds.
-#   lib/      helpers on plain values: topic patterns, backoff, egress rules, transforms
-#             (jq), extraction, webhook verification and outbound signing,
-#             crypto, metrics, UTF-8, the monotonic clock, the ops-table
-#             check (qb_ops.h)
+#   lib/      helpers on plain values: topic patterns, backoff, egress rules,
+#             extraction, webhook verification and outbound signing, crypto,
+#             UTF-8, the monotonic clock, trace context, the ops-table check
+#             (qb_ops.h)
+#   runtime/  the process's running parts: the shared metrics block (and the
+#             workers' slots in it), the OTLP exporter's thread, the
+#             transforms' jq child
 #   broker/   the broker links (url, connect, login) that publish/ and
 #             source/ share, and that config/ checks urls with
 #   config/   the configuration's model and validator (qb_config_*)
 #   publish/  the destinations' publishers     source/  the broker consumers
-#   store/    the PostgreSQL stores' SQL and statement descriptors (one copy),
-#             connect with backoff (the daemon's stores)
-#   engine/   the engine loops and their host and store contracts
+#   pgsql/    the PostgreSQL statements (one copy for both PostgreSQL hosts),
+#             their descriptors and array literals
+#   engine/   the engine loops (the ingress: webhooks) and their host and
+#             store contracts
+#   admin/    the admin routes, their authentication, rate limit, CSRF and
+#             cookies, and the console; the ingress's listener serves them
+#             through QbHost.routes
 # The -I list below is in that order (no header name is in two folders).
-COMMON_DIRS = lib broker config publish source store engine
+COMMON_DIRS = lib runtime broker config publish source pgsql engine admin
 COMMON_INC  = $(addprefix -Isrc/common/,$(COMMON_DIRS))
 COMMON_SRCS = $(sort $(wildcard $(addsuffix /*.c,$(addprefix src/common/,$(COMMON_DIRS)))))
 COMMON_HDRS = $(wildcard $(addsuffix /*.h,$(addprefix src/common/,$(COMMON_DIRS))))
@@ -124,14 +131,14 @@ $(CORE_LIB): $(CORE_OBJS)
 	rm -f $@
 	ar rcs $@ $^
 
-# The console's static files (src/common/engine/console/) as C, in the core
+# The console's static files (src/common/admin/console/) as C, in the core
 # (scripts/embed-console.sh; docs/console.md): no build tool, no network.
-CONSOLE_FILES = $(sort $(wildcard src/common/engine/console/*))
+CONSOLE_FILES = $(sort $(wildcard src/common/admin/console/*))
 build/console/qb_console_assets.c: $(CONSOLE_FILES) scripts/embed-console.sh
 	@mkdir -p $(dir $@)
 	scripts/embed-console.sh $(CONSOLE_FILES) > $@.tmp
 	mv $@.tmp $@
-$(CORE_DIR)/console_assets.o: build/console/qb_console_assets.c src/common/engine/qb_console.h Makefile
+$(CORE_DIR)/console_assets.o: build/console/qb_console_assets.c src/common/admin/qb_console.h Makefile
 	@mkdir -p $(dir $@)
 	$(CORE_CC) $(CORE_CFLAGS) -c -o $@ $<
 
@@ -191,7 +198,7 @@ FUZZ_RUNS      ?=
 $(FUZZ_CORE_DIR)/%.o: src/common/%.c $(COMMON_HDRS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
-$(FUZZ_CORE_DIR)/console_assets.o: build/console/qb_console_assets.c src/common/engine/qb_console.h
+$(FUZZ_CORE_DIR)/console_assets.o: build/console/qb_console_assets.c src/common/admin/qb_console.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
 $(FUZZ_CORE_LIB): $(FUZZ_CORE_OBJS)

@@ -2,7 +2,8 @@
 # The core's folders include downward only (the Makefile's COMMON_DIRS and
 # README.md's layout say the order):
 #
-#   lib -> broker -> config -> publish | source -> store -> engine -> hosts
+#   lib -> runtime -> broker -> config -> publish | source -> pgsql -> engine
+#       -> admin -> hosts
 #
 # A file of src/common/<folder> may include its own folder's headers and
 # those of a lower folder; never a higher folder's, never its peer's
@@ -15,8 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # lowest first; folders in one word are peers
-LAYERS=(lib broker config "publish source" store engine)
-ORDER="lib -> broker -> config -> publish|source -> store -> engine -> hosts"
+LAYERS=(lib runtime broker config "publish source" pgsql engine admin)
+ORDER="lib -> runtime -> broker -> config -> publish|source -> pgsql -> engine -> admin -> hosts"
 
 declare -A rank
 for i in "${!LAYERS[@]}"; do

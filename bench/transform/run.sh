@@ -4,7 +4,7 @@
 #   bench/transform/run.sh [--record] [RUNS]       (default 20000)
 #
 # Needs no database: it builds bench/transform/transform_bench.c against
-# src/common/lib/qb_transform.c (cc, libjq) in a temp dir and runs, alternating,
+# src/common/runtime/qb_transform.c (cc, libjq) in a temp dir and runs, alternating,
 # ROUNDS times each (the median is reported):
 #   inproc   libjq in this process on its own compiled state: the floor,
 #            a run with no isolation at all
@@ -36,8 +36,8 @@ COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "no commit")
 WORK=$(mktemp -d /tmp/qb-bench-transform.XXXXXX)
 trap '[[ "${QB_BENCH_KEEP:-0}" == 1 ]] && echo "kept $WORK" >&2 || rm -rf "$WORK"' EXIT
 
-cc -std=gnu11 -O2 -Wall -Werror -I"$ROOT/src/common/lib" -o "$WORK/transform_bench" \
-	"$HERE/transform_bench.c" "$ROOT/src/common/lib/qb_transform.c" -ljq
+cc -std=gnu11 -O2 -Wall -Werror -I"$ROOT/src/common/runtime" -o "$WORK/transform_bench" \
+	"$HERE/transform_bench.c" "$ROOT/src/common/runtime/qb_transform.c" -ljq
 log "built; $ROUNDS rounds of $RUNS runs (fork: $((RUNS / 10)) runs)"
 
 declare -A T

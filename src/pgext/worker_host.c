@@ -37,6 +37,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
+#include "qb_admin_gate.h"
 #include "qb_pg.h"
 
 static volatile sig_atomic_t qbh_got_sigterm = false;
@@ -304,6 +305,7 @@ qb_worker_host_start(const char *label, QbWorkerSlot *slot, bool may_commit_asyn
 	host->should_stop = qbh_should_stop;
 	host->config_changed = qbh_config_changed;
 	host->metrics = &qb_shared->metrics;
+	host->routes = &qb_admin_routes;
 	host->config_loaded = qbh_config_loaded;
 	host->late_floor = qbh_late_floor;
 	host->polled = NULL;		/* woken at commit: polls need no stretching */

@@ -45,7 +45,7 @@ SELECT count(*) AS rows_after_refusals FROM queuebox.outbox;
 
 -- Each part of the claim reads its own partial index, never a scan of
 -- sent rows or of held ones.  The statements are the workers' own text,
--- read from src/common/store/qb_sql_pg.h (pg_regress runs in the tree), planned
+-- read from src/common/pgsql/qb_sql_pg.h (pg_regress runs in the tree), planned
 -- with their parameters as the SQL wrappers run them; plans after ANALYZE
 -- of an outbox that is mostly sent and held rows, with a few rows in each
 -- place the claim reads.
@@ -81,7 +81,7 @@ BEGIN
   END LOOP;
 END $f$;
 
-\set claim_sql `sed -n '/^#define QB_PG_OUTBOX_CLAIM /,/^$/p' src/common/store/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
+\set claim_sql `sed -n '/^#define QB_PG_OUTBOX_CLAIM /,/^$/p' src/common/pgsql/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
 PREPARE claim(int, bigint, int, uuid, bigint, text[], int[], text[], bigint[], bigint) AS :claim_sql;
 -- per destination its routed rows (outbox_routed_idx) then its intake from
 -- its floor (outbox_dest_intake_idx), the unrouted intake
@@ -97,12 +97,12 @@ SELECT * FROM pg_temp.scans('claim',
   $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY['web'], ARRAY[0]::bigint[], 0$$);
 RESET plan_cache_mode;
 
-\set promote_sql `sed -n '/^#define QB_PG_OUTBOX_PROMOTE /,/^$/p' src/common/store/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
+\set promote_sql `sed -n '/^#define QB_PG_OUTBOX_PROMOTE /,/^$/p' src/common/pgsql/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
 PREPARE promote(text[], uuid, bigint, int, bigint) AS :promote_sql;
 -- the promotion: the first open row of each key (outbox_key_open_idx), claimed with the cycle's token
 SELECT * FROM pg_temp.scans('promote', $$ARRAY['h1', 'h2'], '11111111-1111-1111-1111-111111111111', 60000, 10, 0$$);
 
-\set unpark_sql `sed -n '/^#define QB_PG_OUTBOX_UNPARK /,/^$/p' src/common/store/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
+\set unpark_sql `sed -n '/^#define QB_PG_OUTBOX_UNPARK /,/^$/p' src/common/pgsql/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
 PREPARE unpark(text[], int) AS :unpark_sql;
 -- the unpark: a destination's held rows (outbox_held_idx), then those rows
 -- by id: through the primary key, or through outbox_held_idx where the

@@ -39,6 +39,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "qb_admin_gate.h"
 #include "qb_ingress.h"
 #include "fake_store.h"
 #include "test_host.h"
@@ -278,6 +279,7 @@ start(bool admin, bool bare)
 	test_host_init(&f->th, fake_done, f, 20000, 20);
 	f->th.loaded = fake_loaded;
 	f->th.quiet = true;
+	f->th.host.routes = &qb_admin_routes;	/* as both hosts serve them */
 	assert_int_equal(pthread_create(&f->thread, NULL, engine_main, f), 0);
 	assert_true(wait_listening(port));
 	assert_int_equal(port_of(f), port);

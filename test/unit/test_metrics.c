@@ -41,7 +41,7 @@ test_render(void **state)
 	qb_metrics_received(m, "stripe", QB_RX_UNAUTHORIZED);
 	qb_metrics_add(&m->relay_forwarded, 5);
 	/* a second slot of one name (two processes naming it at once) is summed */
-	m->sources[5].state = 2;
+	m->sources[5].state = QB_SLOT_IN_USE;
 	strcpy(m->sources[5].name, "stripe");
 	m->sources[5].count[QB_RX_ACCEPTED] = 10;
 

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  * test_pg_stmt.c
- *	  The PostgreSQL statements' descriptors (store/qb_pg_stmt.c) agree
+ *	  The PostgreSQL statements' descriptors (pgsql/qb_pg_stmt.c) agree
  *	  with their text: every slot filled, as many parameters as the text
  *	  has $n, each $n::type cast the type the descriptor sends, one query
  *	  per QbQuery; and the claim statements return the columns

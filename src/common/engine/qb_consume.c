@@ -32,7 +32,6 @@
 #include "qb_consume.h"
 #include "qb_extract.h"
 #include "qb_otlp.h"
-#include "qb_token.h"
 #include "qb_transform.h"
 #include "qb_utf8.h"
 
@@ -40,7 +39,6 @@
 #define QBC_POLL_WAIT_MS	100
 #define QBC_REOPEN_MIN_MS	1000
 #define QBC_REOPEN_MAX_MS	30000
-#define QBC_MAX_VALUE_BYTES 1024
 
 /* One delivery made into a row; the strings are owned here. */
 typedef struct QbcRow
@@ -212,22 +210,26 @@ qbc_span(QbcEngine *e, const QbSource *s, const QbDelivery *d, const char *key, 
 
 /*
  * qbc_unusable: why a key, type or aggregate id cannot be stored, or NULL
- * when it can.  Besides what a text column holds, no control character but
- * tab: the relay sends the key on as the x-idempotency-key header and the
- * event type into the topic, where one would send the row dead at its first
- * publish (the ingress refuses them with 400 for the same reason).
+ * when it can (qb_value_fault: the ingress refuses the same with 400 or 422).
  */
 static const char *
 qbc_unusable(const char *v)
 {
+	long		at;
+
 	if (v == NULL || v[0] == '\0')
 		return "is missing (none at idempotencyKeyPath or idempotencyKeyHeader, and no broker message id)";
-	if (strlen(v) > QBC_MAX_VALUE_BYTES)
-		return "is longer than 1024 bytes";
-	if (qb_utf8_invalid_at(v, strlen(v)) >= 0)
-		return "is not valid UTF-8";
-	if (qb_field_value_invalid_at(v) >= 0)
-		return "has a control character";
+	switch (qb_value_fault(v, &at))
+	{
+		case QB_VALUE_TOO_LONG:
+			return "is longer than 1024 bytes";
+		case QB_VALUE_NOT_UTF8:
+			return "is not valid UTF-8";
+		case QB_VALUE_CONTROL:
+			return "has a control character";
+		case QB_VALUE_OK:
+			break;
+	}
 	return NULL;
 }
 

@@ -151,7 +151,8 @@ qb_engine(QbEngineKind kind)
 
 QB_OPS_LISTED(QbEngine, 3, QB_ENGINE_OPS, QB_OPS_NONE);
 QB_OPS_LISTED(QbStore, 1, QB_STORE_OPS, QB_STORE_OPS_OPTIONAL);
-QB_OPS_LISTED(QbHost, 3, QB_HOST_OPS, QB_HOST_OPS_OPTIONAL);
+QB_OPS_LISTED(QbHost, 4, QB_HOST_OPS, QB_HOST_OPS_OPTIONAL);
+QB_OPS_LISTED(QbIngressRoutes, 0, QB_INGRESS_ROUTES_OPS, QB_OPS_NONE);
 
 /* qb_engines_check_table: see qb_engines.h. */
 int
@@ -194,10 +195,15 @@ qb_engine_tables_check(const QbHost *host, const QbStore *store, const char *who
 	static const QbOpsField host_fields[] = {QB_HOST_OPS(QB_OPS_FIELD, QbHost)};
 	static const QbOpsField store_fields[] = {QB_STORE_OPS(QB_OPS_FIELD, QbStore)};
 
+	static const QbOpsField routes_fields[] = {QB_INGRESS_ROUTES_OPS(QB_OPS_FIELD, QbIngressRoutes)};
+
 	if (qb_ops_check("host ops of", who, host, host_fields,
 					 sizeof(host_fields) / sizeof(host_fields[0]), err, errlen) != 0 ||
 		qb_ops_check("store ops of", who, store, store_fields,
-					 sizeof(store_fields) / sizeof(store_fields[0]), err, errlen) != 0)
+					 sizeof(store_fields) / sizeof(store_fields[0]), err, errlen) != 0 ||
+		(host->routes != NULL &&
+		 qb_ops_check("ingress routes of", who, host->routes, routes_fields,
+					  sizeof(routes_fields) / sizeof(routes_fields[0]), err, errlen) != 0))
 		return -1;
 	return 0;
 }

@@ -62,6 +62,13 @@ typedef struct QbHost
 	QbActivitySlot *worker;
 
 	/*
+	 * The routes the ingress's listener serves besides webhooks and health
+	 * (the admin room's qb_admin_routes: the admin API and the console), or
+	 * NULL: none.
+	 */
+	const struct QbIngressRoutes *routes;
+
+	/*
 	 * Told of every configuration an engine loads (NULL: none stored), or
 	 * NULL.  The PostgreSQL host publishes the number of broker sources, so
 	 * the launcher starts one consumer worker per source.

@@ -1,13 +1,18 @@
 /*-------------------------------------------------------------------------
  * qb_ingress.c
- *	  The HTTP ingress engine: libmicrohttpd in external epoll mode, one
- *	  thread, answering after the inbox rows commit.
+ *	  The HTTP ingress engine: webhooks into the inbox, and the listener
+ *	  that serves them: libmicrohttpd in external epoll mode, one thread,
+ *	  answering after the inbox rows commit.
  *
  * Wording:
  *	- The listener is one MHD daemon, built from http.listen and the http:
- *	  limits; rebuilt when those change, removed when listen is unset.
- *	- A request is one HTTP exchange (QbiRequest), answered at once (health,
- *	  4xx) or deferred: suspended until the loop did its database work.
+ *	  limits; rebuilt when those change, removed when listen is unset.  It
+ *	  serves webhooks, /healthz, /readyz and /metrics (with the store's
+ *	  gauges, qb_gauges.c), and hands every other path first to the host's
+ *	  route family (QbHost.routes: the admin room's, admin/qb_admin_gate.c).
+ *	- A request is one HTTP exchange (QbiRequest, its public part a
+ *	  QbIngressRequest), answered at once (health, 4xx) or deferred:
+ *	  suspended until the loop did its database work.
  *	- A batch is the inbox rows of every request deferred during one pass
  *	  of MHD_run: one store call, one transaction, one commit for all.
  *
@@ -16,9 +21,11 @@
  * longer body is read and dropped past the limit (413), and one that goes
  * on QBI_DROP_MAX bytes past it is cut (the connection closed, no answer);
  * then authentication over the raw body 401, JSON or UTF-8 400, the key
- * 422, the transform 422 (a refusal stores nothing); then the batch is
- * committed and each request answered 202 (new), 200 (duplicate) or 503.
- * Peers that close mid-request are found by a sweep (qbi_sweep).
+ * 422 or 400 (qb_value_fault), the transform 422 (a refusal stores
+ * nothing); then the batch is committed and each request answered 202
+ * (new), 200 (duplicate) or 503.  Each is counted and has its receipt span
+ * (qb_otlp_receipt).  Peers that close mid-request are found by a sweep
+ * (qbi_sweep).
  *
  * Transaction rules: no database call inside an MHD callback, all in the
  * main loop between passes; a 202 only follows its row's commit.  Memory:
@@ -39,11 +46,11 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
-#include "qb_admin.h"
 #include "qb_answer.h"
+#include "qb_clock.h"
 #include "qb_config.h"
-#include "qb_console.h"
 #include "qb_extract.h"
+#include "qb_gauges.h"
 #include "qb_ingress.h"
 #include "qb_ingress_int.h"
 #include "qb_otlp.h"
@@ -51,9 +58,6 @@
 #include "qb_transform.h"
 #include "qb_utf8.h"
 
-#define QBI_MAX_VALUE_BYTES	1024	/* idempotency key, event type, aggregate id */
-#define QBI_ADMIN_MAX_BODY	65536
-#define QBI_LOGIN_MAX_BODY	4096
 #define QBI_STOP_DRAIN_MS	1000
 #define QBI_SWEEP_MS		100		/* the peer-close sweep, at most this often */
 #define QBI_MAX_HEADER_NAME	255		/* an AMQP table key (a shortstr) holds no more */
@@ -71,8 +75,7 @@ typedef enum QbiKind
 	QBI_INBOX,					/* a webhook for src */
 	QBI_READY,
 	QBI_METRICS,
-	QBI_ADMIN,
-	QBI_LOGIN					/* the console's login: the body, no database */
+	QBI_ROUTED					/* a request of QbHost.routes: x.next says what next */
 } QbiKind;
 
 typedef struct QbiEngine QbiEngine;
@@ -95,32 +98,15 @@ typedef struct QbiConn
 
 typedef struct QbiRequest
 {
+	QbIngressRequest x;			/* the request and its answer */
 	QbiEngine  *e;
-	struct MHD_Connection *conn;
 	QbiConfigRef *ref;
 	const QbSource *src;		/* QBI_INBOX: in ref->cfg */
 	QbiKind		kind;
-	char	   *method;
-	char	   *path;
-	/* QBI_ADMIN: the query string's parameters (strdup'd), the asker */
-	QbAdminArg	args[QB_ADMIN_MAX_ARGS + 1];
-	int			nargs;			/* QB_ADMIN_MAX_ARGS + 1: too many */
-	char		actor[96];		/* "admin route from 127.0.0.1" */
-	char		next_after[24]; /* a dead list's X-QueueBox-Next-After */
-	char	   *body;
-	size_t		len;
 	size_t		cap;
-	size_t		max;			/* body limit */
 	bool		too_big;
 	size_t		dropped;		/* bytes read and dropped past max */
 	bool		deferred;		/* suspended, waiting for the main loop */
-	int			status;			/* 0 until decided */
-	char	   *answer;
-	const char *content_type;
-	bool		allow_post;		/* 405: Allow: POST */
-	bool		console;		/* the console's security headers */
-	char	   *set_cookie;		/* the console's login or logout */
-	long		retry_after;	/* 429: seconds for Retry-After */
 	/* QBI_INBOX, once checked */
 	char	   *key;
 	char	   *event_type;
@@ -144,7 +130,8 @@ struct QbiEngine
 	int			ndeferred;
 	QbiConn    *conns;			/* every open connection */
 	long		swept_ms;		/* the last peer-close sweep, monotonic */
-	QbConsoleLimit limit;		/* wrong admin tokens per peer */
+	const QbIngressRoutes *routes;	/* QbHost.routes, or NULL */
+	void	   *route_state;	/* routes->open's */
 };
 
 /* ---- small helpers -------------------------------------------------- */
@@ -159,14 +146,21 @@ qbi_unref(QbiConfigRef *ref)
 	}
 }
 
+/* qb_ingress_answer: see qb_ingress.h. */
+void
+qb_ingress_answer(QbIngressRequest *req, int status, const char *word, const char *reason)
+{
+	req->status = status;
+	free(req->answer);
+	req->answer = qb_answer(word, reason);
+	req->content_type = "application/json";
+}
+
 /* qbi_set: decide the answer; reason NULL for none. */
 static void
 qbi_set(QbiRequest *r, int status, const char *word, const char *reason)
 {
-	r->status = status;
-	free(r->answer);
-	r->answer = qb_answer(word, reason);
-	r->content_type = "application/json";
+	qb_ingress_answer(&r->x, status, word, reason);
 	r->kind = QBI_ANSWERED;
 }
 
@@ -287,11 +281,12 @@ qbi_value(QbiRequest *r, json_t *doc, const char *path, const char *header,
 	char		reason[512];
 	const char *v = NULL;
 	char	   *owned = NULL;
+	long		at;
 
 	*out = NULL;
 	if (header != NULL)
 	{
-		v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, header);
+		v = MHD_lookup_connection_value(r->x.conn, MHD_HEADER_KIND, header);
 		if (v == NULL || v[0] == '\0')
 		{
 			if (!required)
@@ -324,40 +319,27 @@ qbi_value(QbiRequest *r, json_t *doc, const char *path, const char *header,
 	}
 	else
 		return true;
-	if (strlen(v) > QBI_MAX_VALUE_BYTES)
+	switch (qb_value_fault(v, &at))
 	{
-		snprintf(reason, sizeof(reason), "the %s is longer than %d bytes; shorten it",
-				 what, QBI_MAX_VALUE_BYTES);
-		free(owned);
-		qbi_set(r, 422, "error", reason);
-		return false;
+		case QB_VALUE_OK:
+			*out = owned ? owned : strdup(v);
+			return true;
+		case QB_VALUE_TOO_LONG:
+			snprintf(reason, sizeof(reason), "the %s is longer than %d bytes; shorten it",
+					 what, QB_VALUE_MAX_BYTES);
+			break;
+		case QB_VALUE_NOT_UTF8:
+			snprintf(reason, sizeof(reason), "the %s (byte %ld) is not valid UTF-8", what, at);
+			break;
+		case QB_VALUE_CONTROL:
+			snprintf(reason, sizeof(reason),
+					 "the %s has a control character (byte %ld is 0x%02x); send it without one",
+					 what, at, (unsigned char) v[at]);
+			break;
 	}
-	if (qb_utf8_invalid_at(v, strlen(v)) >= 0)
-	{
-		snprintf(reason, sizeof(reason), "the %s (byte %ld) is not valid UTF-8",
-				 what, qb_utf8_invalid_at(v, strlen(v)));
-		free(owned);
-		qbi_set(r, 400, "error", reason);
-		return false;
-	}
-	/*
-	 * the key travels on as the relayed row's x-idempotency-key header, the
-	 * event type into its topic: a control character there would send the
-	 * row dead at its first publish (fuzz_ingress)
-	 */
-	if (qb_field_value_invalid_at(v) >= 0)
-	{
-		long		at = qb_field_value_invalid_at(v);
-
-		snprintf(reason, sizeof(reason),
-				 "the %s has a control character (byte %ld is 0x%02x); send it without one",
-				 what, at, (unsigned char) v[at]);
-		free(owned);
-		qbi_set(r, 400, "error", reason);
-		return false;
-	}
-	*out = owned ? owned : strdup(v);
-	return true;
+	free(owned);
+	qbi_set(r, at >= 0 ? 400 : 422, "error", reason);
+	return false;
 }
 
 /*
@@ -375,13 +357,13 @@ qbi_transform(QbiRequest *r)
 	char	   *out;
 	size_t		len;
 
-	switch (qb_transform_run(r->src->transform, r->body, r->len, &vars, NULL, &out, &len,
+	switch (qb_transform_run(r->src->transform, r->x.body, r->x.len, &vars, NULL, &out, &len,
 							 err, sizeof(err)))
 	{
 		case QB_TRANSFORM_OK:
-			free(r->body);
-			r->body = out;
-			r->len = len;
+			free(r->x.body);
+			r->x.body = out;
+			r->x.len = len;
 			r->cap = len + 1;
 			return true;
 		case QB_TRANSFORM_REJECTED:
@@ -413,19 +395,19 @@ qbi_check_webhook(QbiRequest *r)
 	bool		ok;
 
 	if (s->auth.type != QB_AUTH_NONE &&
-		!qb_auth_verify(&s->auth, qbi_header_get, r->conn, (const unsigned char *) r->body,
-						r->len, time(NULL), msg, sizeof(msg)))
+		!qb_auth_verify(&s->auth, qbi_header_get, r->x.conn, (const unsigned char *) r->x.body,
+						r->x.len, time(NULL), msg, sizeof(msg)))
 	{
 		snprintf(reason, sizeof(reason), "authentication failed: %s", msg);
 		qbi_set(r, 401, "error", reason);
 		return false;
 	}
-	if (r->len == 0)
+	if (r->x.len == 0)
 	{
 		qbi_set(r, 400, "error", "the body is empty; send the event as JSON");
 		return false;
 	}
-	doc = json_loadb(r->body, r->len, JSON_DECODE_ANY, &jerr);
+	doc = json_loadb(r->x.body, r->x.len, JSON_DECODE_ANY, &jerr);
 	if (doc == NULL)
 	{
 		snprintf(reason, sizeof(reason),
@@ -444,7 +426,7 @@ qbi_check_webhook(QbiRequest *r)
 		return false;
 
 	h.obj = json_pack("{}");
-	MHD_get_connection_values(r->conn, MHD_HEADER_KIND, qbi_header_cb, &h);
+	MHD_get_connection_values(r->x.conn, MHD_HEADER_KIND, qbi_header_cb, &h);
 	if (h.bad[0] != '\0')
 	{
 		json_decref(h.obj);
@@ -463,9 +445,9 @@ qbi_check_webhook(QbiRequest *r)
 
 /* ---- routing ---------------------------------------------------------- */
 
-/* qbi_source_at: the source answering at path, or NULL. */
-static const QbSource *
-qbi_source_at(const QbConfig *cfg, const char *path)
+/* qb_ingress_source_at: see qb_ingress.h. */
+const QbSource *
+qb_ingress_source_at(const QbConfig *cfg, const char *path)
 {
 	size_t		blen = strlen(cfg->inbox.base_path);
 
@@ -477,276 +459,6 @@ qbi_source_at(const QbConfig *cfg, const char *path)
 	return NULL;
 }
 
-/* The request's headers, with Authorization replaced when bearer is set. */
-typedef struct QbiAuthCtx
-{
-	struct MHD_Connection *conn;
-	const char *bearer;			/* "Bearer <token>" from the console, or NULL */
-} QbiAuthCtx;
-
-static const char *
-qbi_auth_get(void *ctx, const char *name)
-{
-	QbiAuthCtx *a = ctx;
-
-	if (a->bearer != NULL && strcasecmp(name, "Authorization") == 0)
-		return a->bearer;
-	return qbi_header_get(a->conn, name);
-}
-
-/* qbi_peer: the request's peer address, NULL when unknown */
-static const struct sockaddr *
-qbi_peer(QbiRequest *r)
-{
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-
-	return ci != NULL ? ci->client_addr : NULL;
-}
-
-static long
-qbi_mono_sec(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long) ts.tv_sec;
-}
-
-/*
- * qbi_admin_auth: is token (NULL: the request's Authorization header) the
- * admin token?  The bearer check compares in constant time; a failure is
- * answered 401 and counted.  A token presented by a peer that sent too many
- * wrong ones lately is not checked: 429 with Retry-After (qb_console.h).
- */
-static bool
-qbi_admin_auth(QbiRequest *r, const QbConfig *cfg, const char *token)
-{
-	QbAuth		auth = {.type = QB_AUTH_BEARER, .token = cfg->admin_token};
-	QbiAuthCtx	ctx = {.conn = r->conn};
-	char	   *bearer = NULL;
-	char		msg[QB_ERRLEN];
-	bool		presented = token != NULL || qbi_header_get(r->conn, "Authorization") != NULL;
-	long		now = qbi_mono_sec();
-	long		wait;
-	bool		ok;
-
-	/* no credential (a page opened before login) is no guess: neither limited nor counted */
-	if (presented && (wait = qb_console_limit_wait(&r->e->limit, qbi_peer(r), now)) > 0)
-	{
-		char		reason[200];
-
-		snprintf(reason, sizeof(reason),
-				 "too many wrong admin tokens from this address; retry in %ld s (Retry-After)", wait);
-		qbi_set(r, 429, "error", reason);
-		r->retry_after = wait;
-		if (r->e->metrics)
-			qb_metrics_add(&r->e->metrics->admin_unauthorized, 1);
-		return false;
-	}
-	if (token != NULL && (bearer = malloc(strlen(token) + 8)) == NULL)
-	{
-		qbi_set(r, 503, "unavailable", "out of memory; retry later");
-		return false;
-	}
-	if (bearer != NULL)
-		sprintf(bearer, "Bearer %s", token);
-	ctx.bearer = bearer;
-	ok = qb_auth_verify(&auth, qbi_auth_get, &ctx, NULL, 0, time(NULL), msg, sizeof(msg));
-	if (bearer != NULL)
-		explicit_bzero(bearer, strlen(bearer));
-	free(bearer);
-	if (!ok)
-	{
-		char		reason[QB_ERRLEN + 64];
-
-		if (token != NULL)
-			snprintf(msg, sizeof(msg), "the token is not the configured admin.token");
-		snprintf(reason, sizeof(reason), "admin authentication failed: %s", msg);
-		qbi_set(r, 401, "error", reason);
-		if (r->e->metrics)
-			qb_metrics_add(&r->e->metrics->admin_unauthorized, 1);
-		if (presented)
-			qb_console_limit_fail(&r->e->limit, qbi_peer(r), now);
-	}
-	return ok;
-}
-
-/*
- * qbi_csrf: a console write carries X-QueueBox-CSRF, which no cross-site
- * form can send.  what: the request, as the refusal names it; fix: what to
- * do instead.
- */
-static bool
-qbi_csrf(QbiRequest *r, const char *what, const char *fix)
-{
-	char		msg[300];
-
-	if (qbi_header_get(r->conn, QB_CONSOLE_CSRF_HEADER) != NULL)
-		return true;
-	snprintf(msg, sizeof(msg), "%s must carry the " QB_CONSOLE_CSRF_HEADER
-			 " header (any value), which no cross-site form can send; %s", what, fix);
-	qbi_set(r, 403, "error", msg);
-	return false;
-}
-
-/* qbi_arg_cb: one query-string parameter of an admin request, copied. */
-static enum MHD_Result
-qbi_arg_cb(void *cls, enum MHD_ValueKind kind, const char *name, const char *value)
-{
-	QbiRequest *r = cls;
-	QbAdminArg *a;
-
-	if (r->nargs > QB_ADMIN_MAX_ARGS)
-		return MHD_NO;			/* too many: the admin route says so */
-	a = &r->args[r->nargs++];
-	a->name = strdup(name ? name : "");
-	a->value = value ? strdup(value) : NULL;
-	return a->name != NULL && (value == NULL || a->value != NULL) ? MHD_YES : MHD_NO;
-}
-
-/*
- * qbi_actor: who asks, as the log and the audit rows name them: the route
- * and the peer's address (the admin token is shared; a proxy in front
- * shows as itself: X-Forwarded-For is not trusted).
- */
-static void
-qbi_actor(QbiRequest *r, bool by_cookie)
-{
-	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-	char		addr[INET6_ADDRSTRLEN] = "an unknown address";
-	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
-
-	if (sa != NULL && sa->sa_family == AF_INET)
-		inet_ntop(AF_INET, &((const struct sockaddr_in *) sa)->sin_addr, addr, sizeof(addr));
-	else if (sa != NULL && sa->sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *) sa)->sin6_addr, addr, sizeof(addr));
-	snprintf(r->actor, sizeof(r->actor), "%s from %s", by_cookie ? "console" : "admin route", addr);
-}
-
-static void
-qbi_admin_route(QbiRequest *r, const QbConfig *cfg)
-{
-	const char *cookie = qbi_header_get(r->conn, "Cookie");
-	char		token[1024];
-	bool		by_cookie,
-				ok;
-
-	if (cfg->admin_token == NULL)
-	{
-		qbi_set(r, 404, "error", "the admin routes are off; set admin.token to turn them on");
-		return;
-	}
-	r->console = true;
-	/* the header wins; the console's cookie stands in for it */
-	by_cookie = qbi_header_get(r->conn, "Authorization") == NULL &&
-		qb_console_cookie_token(cookie, token, sizeof(token));
-	ok = qbi_admin_auth(r, cfg, by_cookie ? token : NULL);
-	explicit_bzero(token, sizeof(token));
-	if (!ok)
-		return;
-	if (by_cookie && strcmp(r->method, "GET") != 0 && strcmp(r->method, "HEAD") != 0 &&
-		!qbi_csrf(r, "a write with the console's cookie",
-				  "send the admin token as Authorization: Bearer instead, or use the console"))
-		return;
-	r->kind = QBI_ADMIN;
-	r->max = QBI_ADMIN_MAX_BODY;
-	qbi_actor(r, by_cookie);
-	MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, qbi_arg_cb, r);
-}
-
-/* qbi_behind_tls: a TLS-terminating proxy says so (the cookie is then Secure) */
-static bool
-qbi_behind_tls(QbiRequest *r)
-{
-	const char *proto = qbi_header_get(r->conn, "X-Forwarded-Proto");
-
-	return proto != NULL && strcasecmp(proto, "https") == 0;
-}
-
-/*
- * qbi_console_route: the console's pages and its login and logout, when
- * admin.token is set (docs/console.md); without it, a 404 that says so.
- * False when path is not the console's.
- */
-static bool
-qbi_console_route(QbiRequest *r, const QbConfig *cfg)
-{
-	bool		get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
-	const QbConsoleAsset *a;
-
-	if (strcmp(r->path, "/console") != 0 && strncmp(r->path, "/console/", 9) != 0)
-		return false;
-	if (cfg->admin_token == NULL)
-	{
-		if (qbi_source_at(cfg, r->path) != NULL)
-			return false;		/* a source's path, when the console is off */
-		qbi_set(r, 404, "error", "the console is off; set admin.token to turn it on (docs/console.md)");
-		return true;
-	}
-	r->console = true;
-	if (strcmp(r->path, "/console/login") == 0 || strcmp(r->path, "/console/logout") == 0)
-	{
-		if (strcmp(r->method, "POST") != 0)
-		{
-			qbi_set(r, 405, "error", "use POST");
-			r->allow_post = true;
-			return true;
-		}
-		if (!qbi_csrf(r, strcmp(r->path, "/console/login") == 0 ? "a console login" : "a console logout",
-					  "the console's page sends it"))
-			return true;
-		if (strcmp(r->path, "/console/login") == 0)
-		{
-			r->kind = QBI_LOGIN;
-			r->max = QBI_LOGIN_MAX_BODY;
-			return true;
-		}
-		qbi_set(r, 200, "ok", NULL);
-		r->set_cookie = qb_console_set_cookie(NULL, qbi_behind_tls(r));
-		return true;
-	}
-	if ((a = qb_console_asset(r->path)) == NULL)
-	{
-		qbi_set(r, 404, "error", "no such console page; open /console");
-		return true;
-	}
-	if (!get)
-	{
-		qbi_set(r, 405, "error", "use GET");
-		return true;
-	}
-	r->status = 200;
-	r->answer = strdup(a->body);
-	r->content_type = a->content_type;
-	return true;
-}
-
-/*
- * qbi_login: the console's login, once its body is here: the token of
- * {"token": ...} checked as a bearer token, then set as the session cookie.
- */
-static void
-qbi_login(QbiRequest *r)
-{
-	char		reason[256];
-	char	   *token = qb_console_login_token(r->body, r->len, reason, sizeof(reason));
-
-	if (token == NULL)
-	{
-		qbi_set(r, 400, "error", reason);
-		return;
-	}
-	if (qbi_admin_auth(r, r->ref->cfg, token))
-	{
-		qbi_set(r, 200, "ok", NULL);
-		r->set_cookie = qb_console_set_cookie(token, qbi_behind_tls(r));
-		if (r->set_cookie == NULL)
-			qbi_set(r, 503, "unavailable", "out of memory; retry later");
-	}
-	explicit_bzero(token, strlen(token));
-	free(token);
-}
-
 /*
  * qbi_route: the first look at a request, headers only.  Decides the
  * answer when it needs no body and no database.
@@ -756,30 +468,29 @@ qbi_route(QbiRequest *r)
 {
 	const QbConfig *cfg = r->ref->cfg;
 	const char *cl;
-	bool		get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+	bool		get = strcmp(r->x.method, "GET") == 0 || strcmp(r->x.method, "HEAD") == 0;
 
-	if (strcmp(r->path, "/healthz") == 0 || strcmp(r->path, "/readyz") == 0 ||
-		strcmp(r->path, "/metrics") == 0)
+	if (strcmp(r->x.path, "/healthz") == 0 || strcmp(r->x.path, "/readyz") == 0 ||
+		strcmp(r->x.path, "/metrics") == 0)
 	{
 		if (!get)
 		{
 			qbi_set(r, 405, "error", "use GET");
 			return;
 		}
-		if (r->path[1] == 'h')
+		if (r->x.path[1] == 'h')
 			qbi_set(r, 200, "ok", NULL);
 		else
-			r->kind = r->path[1] == 'r' ? QBI_READY : QBI_METRICS;
+			r->kind = r->x.path[1] == 'r' ? QBI_READY : QBI_METRICS;
 		return;
 	}
-	if (strcmp(r->path, "/admin") == 0 || strncmp(r->path, "/admin/", 7) == 0)
+	if (r->e->routes != NULL && r->e->routes->route(r->e->route_state, &r->x, cfg, r->e->metrics))
 	{
-		qbi_admin_route(r, cfg);
+		if (r->x.status == 0)
+			r->kind = QBI_ROUTED;
 		return;
 	}
-	if (qbi_console_route(r, cfg))
-		return;
-	if ((r->src = qbi_source_at(cfg, r->path)) == NULL)
+	if ((r->src = qb_ingress_source_at(cfg, r->x.path)) == NULL)
 	{
 		qbi_set(r, 404, "error",
 				"no source answers at this path; webhooks go to inbox.basePath followed by a source's path");
@@ -787,18 +498,18 @@ qbi_route(QbiRequest *r)
 			qb_metrics_add(&r->e->metrics->http_not_found, 1);
 		return;
 	}
-	if (strcmp(r->method, "POST") != 0)
+	if (strcmp(r->x.method, "POST") != 0)
 	{
 		qbi_set(r, 405, "error", "a source takes POST only");
-		r->allow_post = true;
+		r->x.allow_post = true;
 		if (r->e->metrics)
 			qb_metrics_add(&r->e->metrics->http_not_found, 1);
 		return;
 	}
 	r->kind = QBI_INBOX;
-	r->max = (size_t) r->src->max_body_bytes;
-	cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-	if (cl != NULL && strtoull(cl, NULL, 10) > r->max)
+	r->x.max = (size_t) r->src->max_body_bytes;
+	cl = MHD_lookup_connection_value(r->x.conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	if (cl != NULL && strtoull(cl, NULL, 10) > r->x.max)
 	{
 		char		reason[256];
 
@@ -819,25 +530,20 @@ qbi_route(QbiRequest *r)
 static void
 qbi_span(QbiRequest *r, QbReceiveResult res)
 {
-	QbSpan		span;
-	char		name[160];
+	QbReceipt	rc = {
+		.source = r->src->name,
+		.kind = QB_SPAN_SERVER,
+		.traceparent = qbi_header_get(r->x.conn, "traceparent"),
+		.tracestate = qbi_header_get(r->x.conn, "tracestate"),
+		.start_ns = r->t0_ns,
+		.result = res,
+		.key = r->key,
+		.http_status = r->x.status,
+	};
 
 	if (!qb_otlp_on())
 		return;
-	snprintf(name, sizeof(name), "receive %s", r->src->name);
-	if (!qb_span_start_tp(&span, name, QB_SPAN_SERVER,
-						  MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "traceparent"),
-						  MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "tracestate")))
-		return;
-	span.start_ns = r->t0_ns;
-	qb_span_str(&span, "queuebox.source", r->src->name);
-	qb_span_str(&span, "queuebox.result", qb_receive_result_name(res));
-	qb_span_int(&span, "http.response.status_code", r->status);
-	qb_span_str(&span, "http.request.method", "POST");
-	if (r->key != NULL)
-		qb_span_str(&span, "messaging.message.id", r->key);
-	span.error = r->status >= 500;
-	qb_otlp_emit(&span);
+	qb_otlp_receipt(&rc);
 	qb_otlp_log_errors(r->e->host);
 }
 
@@ -849,7 +555,7 @@ qbi_count(QbiRequest *r)
 
 	if (r->src == NULL)
 		return;
-	switch (r->status)
+	switch (r->x.status)
 	{
 		case 202:
 			res = QB_RX_ACCEPTED;
@@ -878,7 +584,7 @@ qbi_count(QbiRequest *r)
 			res = QB_RX_BAD_REQUEST;
 			break;
 	}
-	if (r->status >= 400 && r->status < 500)
+	if (r->x.status >= 400 && r->x.status < 500)
 		e->stats->refused++;
 	qb_metrics_received(e->metrics, r->src->name, res);
 	qbi_span(r, res);
@@ -888,7 +594,7 @@ static enum MHD_Result
 qbi_respond(QbiRequest *r)
 {
 	struct MHD_Response *resp;
-	const char *text = r->answer ? r->answer : "";
+	const char *text = r->x.answer ? r->x.answer : "";
 	enum MHD_Result ret;
 
 	qbi_count(r);
@@ -896,24 +602,24 @@ qbi_respond(QbiRequest *r)
 	if (resp == NULL)
 		return MHD_NO;
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-							r->content_type ? r->content_type : "application/json");
+							r->x.content_type ? r->x.content_type : "application/json");
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-	if (r->allow_post)
+	if (r->x.allow_post)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "POST");
-	if (r->next_after[0] != '\0')
-		MHD_add_response_header(resp, QB_ADMIN_NEXT_AFTER_HEADER, r->next_after);
-	for (int i = 0; r->console && qb_console_headers[i][0] != NULL; i++)
-		MHD_add_response_header(resp, qb_console_headers[i][0], qb_console_headers[i][1]);
-	if (r->set_cookie)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE, r->set_cookie);
-	if (r->retry_after > 0)
+	if (r->x.own_header != NULL)
+		MHD_add_response_header(resp, r->x.own_header, r->x.own_value);
+	for (int i = 0; r->x.headers != NULL && r->x.headers[i][0] != NULL; i++)
+		MHD_add_response_header(resp, r->x.headers[i][0], r->x.headers[i][1]);
+	if (r->x.set_cookie)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_SET_COOKIE, r->x.set_cookie);
+	if (r->x.retry_after > 0)
 	{
 		char		secs[24];
 
-		snprintf(secs, sizeof(secs), "%ld", r->retry_after);
+		snprintf(secs, sizeof(secs), "%ld", r->x.retry_after);
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, secs);
 	}
-	ret = MHD_queue_response(r->conn, (unsigned int) r->status, resp);
+	ret = MHD_queue_response(r->x.conn, (unsigned int) r->x.status, resp);
 	MHD_destroy_response(resp);
 	return ret;
 }
@@ -922,20 +628,17 @@ static void
 qbi_request_free(QbiRequest *r)
 {
 	qbi_unref(r->ref);
-	free(r->method);
-	free(r->path);
-	for (int i = 0; i < r->nargs; i++)
-	{
-		free((char *) r->args[i].name);
-		free((char *) r->args[i].value);
-	}
-	free(r->body);
-	free(r->answer);
+	free(r->x.method);
+	free(r->x.path);
+	if (r->x.route_data != NULL)
+		r->e->routes->done(&r->x);
+	free(r->x.body);
+	free(r->x.answer);
 	free(r->key);
 	free(r->event_type);
 	free(r->aggregate_id);
 	free(r->headers);
-	free(r->set_cookie);
+	free(r->x.set_cookie);
 	free(r);
 }
 
@@ -1001,11 +704,8 @@ qbi_conn_of(struct MHD_Connection *conn)
 static void
 qbi_sweep(QbiEngine *e)
 {
-	struct timespec ts;
-	long		now;
+	long		now = qb_now_ms();
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 	if (now - e->swept_ms < QBI_SWEEP_MS)
 		return;
 	e->swept_ms = now;
@@ -1032,7 +732,7 @@ qbi_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	if (r == NULL)
 		return;
 	/* begun, never answered: the peer closed, went idle, or broke the protocol */
-	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->status == 0 && e->metrics)
+	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->x.status == 0 && e->metrics)
 		qb_metrics_add(&e->metrics->http_incomplete, 1);
 	/* a deferred request is never completed: MHD does not time out suspended ones */
 	qbi_request_free(r);
@@ -1049,86 +749,87 @@ qbi_defer(QbiRequest *r)
 	r->next = e->deferred;
 	e->deferred = r;
 	e->ndeferred++;
-	MHD_suspend_connection(r->conn);
+	MHD_suspend_connection(r->x.conn);
 	return MHD_YES;
 }
 
+/* qbi_begin: a request's first call, headers only: route it, answer it if it can be */
 static enum MHD_Result
-qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
-		   const char *version, const char *upload, size_t *upload_size, void **con_cls)
+qbi_begin(QbiEngine *e, struct MHD_Connection *conn, const char *url, const char *method,
+		  void **con_cls)
 {
-	QbiEngine  *e = cls;
-	QbiRequest *r = *con_cls;
-	QbiConn    *c;
+	QbiRequest *r;
+	QbiConn    *c = qbi_conn_of(conn);
 
-	if (r == NULL)
-	{
-		if ((r = calloc(1, sizeof(QbiRequest))) == NULL)
-			return MHD_NO;
-		r->t0_ns = qb_otlp_now_ns();
-		r->e = e;
-		r->conn = conn;
-		if ((c = qbi_conn_of(conn)) != NULL)
-			c->requests++;
-		r->ref = e->ref;
-		r->ref->refs++;
-		r->method = strdup(method);
-		r->path = strdup(url);
-		*con_cls = r;
-		if (r->method == NULL || r->path == NULL)
-			return MHD_NO;
-		r->kind = QBI_ANSWERED;
-		qbi_route(r);
-		if (r->status != 0)
-		{
-			if ((c = qbi_conn_of(conn)) != NULL)
-				c->waiting = false;
-			return qbi_respond(r);
-		}
+	if ((r = calloc(1, sizeof(QbiRequest))) == NULL)
+		return MHD_NO;
+	r->t0_ns = qb_otlp_now_ns();
+	r->e = e;
+	r->x.conn = conn;
+	if (c != NULL)
+		c->requests++;
+	r->ref = e->ref;
+	r->ref->refs++;
+	r->x.method = strdup(method);
+	r->x.path = strdup(url);
+	*con_cls = r;
+	if (r->x.method == NULL || r->x.path == NULL)
+		return MHD_NO;
+	r->kind = QBI_ANSWERED;
+	qbi_route(r);
+	if (r->x.status == 0)
 		return MHD_YES;
-	}
-
-	if (*upload_size > 0)
-	{
-		size_t		n = *upload_size;
-
-		*upload_size = 0;
-		if (r->too_big)
-		{
-			r->dropped += n;
-			return r->dropped > QBI_DROP_MAX ? MHD_NO : MHD_YES;
-		}
-		if (r->len + n > r->max)
-		{
-			/* read and drop the rest: 0.9.75 cannot answer mid-upload */
-			r->too_big = true;
-			r->dropped = r->len + n - r->max;
-			free(r->body);
-			r->body = NULL;
-			return MHD_YES;
-		}
-		if (r->len + n + 1 > r->cap)
-		{
-			size_t		cap = r->cap ? r->cap : 4096;
-			char	   *b;
-
-			while (cap < r->len + n + 1)
-				cap *= 2;
-			if ((b = realloc(r->body, cap)) == NULL)
-				return MHD_NO;
-			r->body = b;
-			r->cap = cap;
-		}
-		memcpy(r->body + r->len, upload, n);
-		r->len += n;
-		r->body[r->len] = '\0';
-		return MHD_YES;
-	}
-
-	/* the whole request is here, or the main loop resumed it: its answer is being made */
-	if ((c = qbi_conn_of(conn)) != NULL)
+	if (c != NULL)
 		c->waiting = false;
-	if (r->status != 0)
+	return qbi_respond(r);
+}
+
+/*
+ * qbi_upload: n more bytes of the body; past max they are read and
+ * dropped (0.9.75 cannot answer mid-upload), and QBI_DROP_MAX past it the
+ * connection is cut.
+ */
+static enum MHD_Result
+qbi_upload(QbiRequest *r, const char *upload, size_t n)
+{
+	if (r->too_big)
+	{
+		r->dropped += n;
+		return r->dropped > QBI_DROP_MAX ? MHD_NO : MHD_YES;
+	}
+	if (r->x.len + n > r->x.max)
+	{
+		r->too_big = true;
+		r->dropped = r->x.len + n - r->x.max;
+		free(r->x.body);
+		r->x.body = NULL;
+		return MHD_YES;
+	}
+	if (r->x.len + n + 1 > r->cap)
+	{
+		size_t		cap = r->cap ? r->cap : 4096;
+		char	   *b;
+
+		while (cap < r->x.len + n + 1)
+			cap *= 2;
+		if ((b = realloc(r->x.body, cap)) == NULL)
+			return MHD_NO;
+		r->x.body = b;
+		r->cap = cap;
+	}
+	memcpy(r->x.body + r->x.len, upload, n);
+	r->x.len += n;
+	r->x.body[r->x.len] = '\0';
+	return MHD_YES;
+}
+
+/* qbi_complete: the whole request is here: answer it now, or defer it to the main loop */
+static enum MHD_Result
+qbi_complete(QbiRequest *r)
+{
+	QbiEngine  *e = r->e;
+
+	if (r->x.status != 0)
 		return qbi_respond(r);
 	if (r->deferred)
 		return MHD_YES;			/* not possible: resumed requests have a status */
@@ -1137,18 +838,42 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		char		reason[256];
 
 		snprintf(reason, sizeof(reason),
-				 "the body is over %zu bytes (maxBodyBytes); nothing was stored", r->max);
+				 "the body is over %zu bytes (maxBodyBytes); nothing was stored", r->x.max);
 		qbi_set(r, 413, "error", reason);
 		return qbi_respond(r);
 	}
 	if (r->kind == QBI_INBOX && !qbi_check_webhook(r))
 		return qbi_respond(r);
-	if (r->kind == QBI_LOGIN)
+	if (r->kind == QBI_ROUTED && r->x.next == QB_INGRESS_BODY_ANSWER)
 	{
-		qbi_login(r);
+		e->routes->body(e->route_state, &r->x, r->ref->cfg, e->metrics);
+		if (r->x.status == 0)
+			qbi_set(r, 503, "unavailable", "out of memory; retry later");
 		return qbi_respond(r);
 	}
 	return qbi_defer(r);
+}
+
+static enum MHD_Result
+qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+		   const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+	QbiRequest *r = *con_cls;
+	QbiConn    *c;
+
+	if (r == NULL)
+		return qbi_begin(cls, conn, url, method, con_cls);
+	if (*upload_size > 0)
+	{
+		size_t		n = *upload_size;
+
+		*upload_size = 0;
+		return qbi_upload(r, upload, n);
+	}
+	/* the whole request is here, or the main loop resumed it: its answer is being made */
+	if ((c = qbi_conn_of(conn)) != NULL)
+		c->waiting = false;
+	return qbi_complete(r);
 }
 
 /* ---- the main loop's work ---------------------------------------------- */
@@ -1187,7 +912,7 @@ qbi_store_batch(QbiEngine *e)
 			rows[i].idempotency_key = r->key;
 			rows[i].event_type = r->event_type;
 			rows[i].aggregate_id = r->aggregate_id;
-			rows[i].payload = r->body;
+			rows[i].payload = r->x.body;
 			rows[i].headers = r->headers;
 			rows[i].pull = r->src->consumption == QB_CONSUME_PULL;
 		}
@@ -1218,104 +943,15 @@ qbi_store_batch(QbiEngine *e)
 					  "source", r->src->name, "idempotencyKey", r->key) :
 			json_pack("{s:s,s:s,s:s}", "status", "duplicate", "source", r->src->name,
 					  "idempotencyKey", r->key);
-		r->status = ids[i] > 0 ? 202 : 200;
-		free(r->answer);
-		r->answer = o ? json_dumps(o, JSON_COMPACT) : NULL;
-		r->content_type = "application/json";
+		r->x.status = ids[i] > 0 ? 202 : 200;
+		free(r->x.answer);
+		r->x.answer = o ? json_dumps(o, JSON_COMPACT) : NULL;
+		r->x.content_type = "application/json";
 		json_decref(o);
 	}
 	free(rows);
 	free(reqs);
 	free(ids);
-}
-
-/*
- * qbi_gauges: the configured names, and the gauges read for /metrics;
- * database_up false (and no circuit) on failure.  The names point into the
- * configuration; qbi_gauges_free frees the arrays.
- */
-static void
-qbi_gauges(QbiEngine *e, QbGauges *g)
-{
-	const QbConfig *cfg = e->ref->cfg;
-	char		err[QB_ERRLEN];
-	char	   *text = NULL;
-	json_t	   *o;
-	const char **dests = calloc(cfg->ndestinations + 1, sizeof(char *));
-	const char **sources = calloc(cfg->nsources + 1, sizeof(char *));
-
-	memset(g, 0, sizeof(*g));
-	g->outbox_pending = g->outbox_processing = g->outbox_oldest_pending_sec = -1;
-	g->inbox_pending = g->inbox_processing = g->inbox_oldest_pending_sec = -1;
-	/* out of memory: NULL names, every slot rendered as it is */
-	if (dests != NULL && sources != NULL)
-	{
-		for (int i = 0; i < cfg->ndestinations; i++)
-			dests[i] = cfg->destinations[i].name;
-		for (int i = 0; i < cfg->nsources; i++)
-			sources[i] = cfg->sources[i].name;
-		g->ndests = cfg->ndestinations;
-		g->dest_names = dests;
-		g->nsources = cfg->nsources;
-		g->source_names = sources;
-	}
-	else
-	{
-		free(dests);
-		free(sources);
-	}
-	if (e->store->query_text(e->store->ctx, QB_Q_GAUGES, NULL,
-							 cfg->http.store_timeout_ms, &text, err, sizeof(err)) != 0 ||
-		text == NULL || (o = json_loads(text, 0, NULL)) == NULL)
-	{
-		free(text);
-		return;
-	}
-	g->database_up = true;
-	g->outbox_pending = json_number_value(json_object_get(o, "outbox_pending"));
-	g->outbox_processing = json_number_value(json_object_get(o, "outbox_processing"));
-	g->outbox_oldest_pending_sec = json_number_value(json_object_get(o, "outbox_oldest"));
-	g->inbox_pending = json_number_value(json_object_get(o, "inbox_pending"));
-	g->inbox_processing = json_number_value(json_object_get(o, "inbox_processing"));
-	g->inbox_oldest_pending_sec = json_number_value(json_object_get(o, "inbox_oldest"));
-	if (g->dest_names != NULL &&
-		(g->dest_circuits = calloc(g->ndests + 1, sizeof(int))) != NULL)
-		for (int i = 0; i < g->ndests; i++)
-			g->dest_circuits[i] = qb_circuit_parse(json_string_value(
-				json_object_get(json_object_get(o, "circuits"), g->dest_names[i])));
-	json_decref(o);
-	free(text);
-}
-
-static void
-qbi_gauges_free(QbGauges *g)
-{
-	free(g->dest_circuits);
-	free((void *) g->dest_names);
-	free((void *) g->source_names);
-}
-
-/* qbi_serve_admin: an admin route, once its body is here (qb_admin.c). */
-static void
-qbi_serve_admin(QbiEngine *e, QbiRequest *r)
-{
-	QbAdminRequest req = {
-		.method = r->method,
-		.path = r->path + strlen("/admin"),
-		.args = r->args,
-		.nargs = r->nargs,
-		.body = r->body,
-		.body_len = r->len,
-		.actor = r->actor,
-	};
-	QbAdminAnswer ans;
-
-	qb_admin_handle(e->host, e->store, r->ref->cfg->http.store_timeout_ms, &req, &ans);
-	r->status = ans.status;
-	free(r->answer);
-	r->answer = ans.body;
-	memcpy(r->next_after, ans.next_after, sizeof(r->next_after));
-	r->content_type = "application/json";
 }
 
 /* qbi_serve_one: a deferred request other than a webhook. */
@@ -1343,21 +979,14 @@ qbi_serve_one(QbiEngine *e, QbiRequest *r)
 			free(text);
 			break;
 		case QBI_METRICS:
-			qbi_gauges(e, &g);
-			r->answer = qb_metrics_render(e->metrics, &g);
-			qbi_gauges_free(&g);
-			r->status = r->answer ? 200 : 503;
-			r->content_type = "text/plain; version=0.0.4; charset=utf-8";
+			qb_gauges_read(e->store, e->ref->cfg, &g);
+			r->x.answer = qb_metrics_render(e->metrics, &g);
+			qb_gauges_free(&g);
+			r->x.status = r->x.answer ? 200 : 503;
+			r->x.content_type = "text/plain; version=0.0.4; charset=utf-8";
 			break;
-		case QBI_ADMIN:
-			if (strcmp(r->path, "/admin/overview") == 0)
-			{
-				qb_admin_overview(e->store, r->ref->cfg->http.store_timeout_ms, r->method,
-								  r->ref->cfg, e->metrics, &r->status, &r->answer);
-				r->content_type = "application/json";
-				break;
-			}
-			qbi_serve_admin(e, r);
+		case QBI_ROUTED:
+			e->routes->serve(e->host, e->store, &r->x, r->ref->cfg, e->metrics);
 			break;
 		default:
 			break;
@@ -1375,16 +1004,16 @@ qbi_serve(QbiEngine *e)
 		return;
 	qbi_store_batch(e);
 	for (r = e->deferred; r != NULL; r = r->next)
-		if (r->kind != QBI_INBOX && r->status == 0)
+		if (r->kind != QBI_INBOX && r->x.status == 0)
 			qbi_serve_one(e, r);
 	for (r = e->deferred; r != NULL; r = next)
 	{
 		next = r->next;
 		r->next = NULL;
 		r->deferred = false;
-		if (r->status == 0)
+		if (r->x.status == 0)
 			qbi_set(r, 503, "unavailable", "out of memory; retry later");
-		MHD_resume_connection(r->conn);
+		MHD_resume_connection(r->x.conn);
 	}
 	e->deferred = NULL;
 	e->ndeferred = 0;
@@ -1548,6 +1177,12 @@ qb_ingress_run(const QbHost *host, const QbStore *store, QbMetrics *metrics,
 	e.metrics = metrics;
 	e.stats = stats ? stats : &local;
 	e.epoll_fd = -1;
+	e.routes = host->routes;
+	if (e.routes != NULL && (e.route_state = e.routes->open()) == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
 
 	while (!host->should_stop(host->ctx))
 	{
@@ -1605,5 +1240,7 @@ qb_ingress_run(const QbHost *host, const QbStore *store, QbMetrics *metrics,
 			close(lfd);
 	}
 	qbi_unref(e.ref);
+	if (e.routes != NULL)
+		e.routes->close(e.route_state);
 	return 0;
 }

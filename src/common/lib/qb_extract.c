@@ -1,6 +1,7 @@
 /*-------------------------------------------------------------------------
  * qb_extract.c
- *	  JSONPath subset, templates and header redaction (see qb_extract.h).
+ *	  JSONPath subset, the key/type/aggregate rule, templates and header
+ *	  redaction (see qb_extract.h).
  *
  * The path walker parses the path as it walks, so a path is never compiled
  * into a structure: a step is a name or an index, applied to the current
@@ -14,6 +15,8 @@
 #include <strings.h>
 
 #include "qb_extract.h"
+#include "qb_token.h"
+#include "qb_utf8.h"
 
 #define QBX_NAMELEN 256
 
@@ -166,6 +169,22 @@ qb_jsonpath_text(json_t *doc, const char *path)
 	if (json_is_integer(v) || json_is_boolean(v))
 		return json_dumps(v, JSON_ENCODE_ANY);
 	return NULL;
+}
+
+/* qb_value_fault: see qb_extract.h. */
+QbValueFault
+qb_value_fault(const char *v, long *at)
+{
+	size_t		len = strlen(v);
+
+	*at = -1;
+	if (len > QB_VALUE_MAX_BYTES)
+		return QB_VALUE_TOO_LONG;
+	if ((*at = qb_utf8_invalid_at(v, len)) >= 0)
+		return QB_VALUE_NOT_UTF8;
+	if ((*at = qb_field_value_invalid_at(v)) >= 0)
+		return QB_VALUE_CONTROL;
+	return QB_VALUE_OK;
 }
 
 /*

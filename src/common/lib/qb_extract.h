@@ -39,6 +39,28 @@ extern json_t *qb_jsonpath_get(json_t *doc, const char *path);
  */
 extern char *qb_jsonpath_text(json_t *doc, const char *path);
 
+/* The longest idempotency key, event type or aggregate id stored, in bytes. */
+#define QB_VALUE_MAX_BYTES	1024
+
+/* What keeps a key, event type or aggregate id out of the inbox. */
+typedef enum QbValueFault
+{
+	QB_VALUE_OK,
+	QB_VALUE_TOO_LONG,			/* over QB_VALUE_MAX_BYTES */
+	QB_VALUE_NOT_UTF8,
+	QB_VALUE_CONTROL			/* a control character other than tab */
+} QbValueFault;
+
+/*
+ * qb_value_fault: whether v (not NULL) can be stored as an idempotency key,
+ * event type or aggregate id, the one rule of the ingress and the consumer
+ * engine; *at: the offending byte, -1 when none.  Besides what a text column
+ * holds, no control character but tab: the relay sends the key on as the
+ * x-idempotency-key header and the event type into the topic, where one
+ * would send the row dead at its first publish.
+ */
+extern QbValueFault qb_value_fault(const char *v, long *at);
+
 /*
  * Check a template against the allowed names (NULL-terminated); false with
  * the reason (an unknown name, an unterminated "{{").

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "daemon_host.h"
+#include "qb_admin_gate.h"
 
 static int	qbdh_pipe[2] = {-1, -1};
 /* the role's host: the store's config_load has only the store's ctx */
@@ -240,6 +241,7 @@ qbd_host_start(QbdHost *h, QbdShared *sh, QbEngineKind kind, const QbdDb *db,
 		.should_stop = qbdh_should_stop,
 		.config_changed = qbdh_config_changed,
 		.metrics = &sh->metrics,
+		.routes = &qb_admin_routes,
 		.config_loaded = qbdh_config_loaded,
 		/* no commit hook tells the daemon of late commits: full intake reads */
 		.late_floor = NULL,

@@ -50,29 +50,29 @@ qbm_slot(QbMetricSlot *slots, const char *name)
 		QbMetricSlot *s = &slots[i];
 		uint32_t	state = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
 
-		if (state == 2 && strncmp(s->name, name, QB_METRICS_NAMELEN - 1) == 0)
+		if (state == QB_SLOT_IN_USE && strncmp(s->name, name, QB_METRICS_NAMELEN - 1) == 0)
 			return s;
-		if (state == 0)
+		if (state == QB_SLOT_FREE)
 		{
-			uint32_t	expect = 0;
+			uint32_t	expect = QB_SLOT_FREE;
 
-			if (!__atomic_compare_exchange_n(&s->state, &expect, 1, false,
+			if (!__atomic_compare_exchange_n(&s->state, &expect, QB_SLOT_NAMING, false,
 											 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 				continue;		/* taken under us: look at it again next time */
 			snprintf(s->name, sizeof(s->name), "%s", name);
-			__atomic_store_n(&s->state, 2, __ATOMIC_RELEASE);
+			__atomic_store_n(&s->state, QB_SLOT_IN_USE, __ATOMIC_RELEASE);
 			return s;
 		}
 	}
-	if (__atomic_load_n(&other->state, __ATOMIC_ACQUIRE) != 2)
+	if (__atomic_load_n(&other->state, __ATOMIC_ACQUIRE) != QB_SLOT_IN_USE)
 	{
-		uint32_t	expect = 0;
+		uint32_t	expect = QB_SLOT_FREE;
 
-		if (__atomic_compare_exchange_n(&other->state, &expect, 1, false,
+		if (__atomic_compare_exchange_n(&other->state, &expect, QB_SLOT_NAMING, false,
 										__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		{
 			snprintf(other->name, sizeof(other->name), "_other");
-			__atomic_store_n(&other->state, 2, __ATOMIC_RELEASE);
+			__atomic_store_n(&other->state, QB_SLOT_IN_USE, __ATOMIC_RELEASE);
 		}
 	}
 	return other;
@@ -182,17 +182,17 @@ qb_metrics_worker(QbMetrics *m, const char *name, int pid)
 		{
 			QbActivitySlot *s = &m->workers[i];
 			uint32_t	state = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
-			uint32_t	expect = 0;
+			uint32_t	expect = QB_SLOT_FREE;
 
 			/* the first pass finds the name's slot, the second takes a free one */
-			if (pass == 0 && state == 2 && strncmp(s->name, name, QB_METRICS_WORKERLEN - 1) == 0)
+			if (pass == 0 && state == QB_SLOT_IN_USE && strncmp(s->name, name, QB_METRICS_WORKERLEN - 1) == 0)
 				w = s;
-			else if (pass == 1 && state == 0 &&
-					 __atomic_compare_exchange_n(&s->state, &expect, 1, false,
+			else if (pass == 1 && state == QB_SLOT_FREE &&
+					 __atomic_compare_exchange_n(&s->state, &expect, QB_SLOT_NAMING, false,
 												 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			{
 				snprintf(s->name, sizeof(s->name), "%s", name);
-				__atomic_store_n(&s->state, 2, __ATOMIC_RELEASE);
+				__atomic_store_n(&s->state, QB_SLOT_IN_USE, __ATOMIC_RELEASE);
 				w = s;
 			}
 		}
@@ -332,7 +332,7 @@ qb_metrics_counts(const QbMetrics *m, bool sources, const char *name, uint64_t c
 	{
 		const QbMetricSlot *s = &slots[i];
 
-		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 2 ||
+		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != QB_SLOT_IN_USE ||
 			strncmp(s->name, name, QB_METRICS_NAMELEN - 1) != 0)
 			continue;
 		for (int k = 0; k < QB_NRESULTS; k++)
@@ -393,7 +393,7 @@ qbm_snapshot(const QbMetricSlot *slots, const char *const *names, int nnames, Qb
 		QbmRow	   *r;
 		bool		own = false;
 
-		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 2)
+		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != QB_SLOT_IN_USE)
 			continue;
 		if ((r = qbm_row(rows, n, s->name)) == NULL)
 		{
@@ -431,37 +431,19 @@ qbm_gauge(QbmBuf *b, const char *metric, const char *help, double v)
 	qbm_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.6g\n", metric, help, metric, metric, v);
 }
 
-char *
-qb_metrics_render(const QbMetrics *m, const QbGauges *g)
+/* qbm_deliveries: the destinations' counters and their latency histogram */
+static void
+qbm_deliveries(QbmBuf *b, const QbMetrics *m, const QbGauges *g, QbmRow *rows)
 {
-	static const QbMetrics none;	/* m NULL: nothing counted */
-	QbmBuf		b = {malloc(4096), 0, 4096, false};
-	int			nnames = g == NULL ? 0 : (g->ndests > g->nsources ? g->ndests : g->nsources);
-	QbmRow	   *rows = malloc(sizeof(QbmRow) * (nnames + QB_METRICS_SLOTS));
-	int			n;
-	QbConfigLoad c;
+	int			n = qbm_snapshot(m->destinations, g ? g->dest_names : NULL, g ? g->ndests : 0, rows);
 
-	/* read before m may become none, whose (read-only) lock cannot be taken */
-	qb_config_load_read(m, &c);
-
-	if (b.data == NULL || rows == NULL)
-	{
-		free(b.data);
-		free(rows);
-		return NULL;
-	}
-	b.data[0] = '\0';
-	if (m == NULL)
-		m = &none;
-
-	n = qbm_snapshot(m->destinations, g ? g->dest_names : NULL, g ? g->ndests : 0, rows);
-	qbm_family(&b, "queuebox_outbox_delivered_total",
+	qbm_family(b, "queuebox_outbox_delivered_total",
 			   "Outbox messages the destination acknowledged.", "destination", rows, n, QB_DELIVERED);
-	qbm_family(&b, "queuebox_outbox_failed_total",
+	qbm_family(b, "queuebox_outbox_failed_total",
 			   "Failed delivery attempts that scheduled a retry.", "destination", rows, n, QB_FAILED);
-	qbm_family(&b, "queuebox_outbox_dead_total",
+	qbm_family(b, "queuebox_outbox_dead_total",
 			   "Outbox messages moved to dead.", "destination", rows, n, QB_DEAD);
-	qbm_printf(&b, "# HELP queuebox_delivery_latency_seconds From the outbox row's created_at to the destination's acknowledgement.\n"
+	qbm_printf(b, "# HELP queuebox_delivery_latency_seconds From the outbox row's created_at to the destination's acknowledgement.\n"
 			   "# TYPE queuebox_delivery_latency_seconds histogram\n");
 	for (int i = 0; i < n; i++)
 	{
@@ -470,27 +452,38 @@ qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 		for (int k = 0; k < QB_METRICS_NBUCKETS; k++)
 		{
 			cum += rows[i].bucket[k];
-			qbm_printf(&b, "queuebox_delivery_latency_seconds_bucket{destination=\"%s\",le=\"%g\"} %llu\n",
+			qbm_printf(b, "queuebox_delivery_latency_seconds_bucket{destination=\"%s\",le=\"%g\"} %llu\n",
 					   rows[i].name, qbm_bounds[k], (unsigned long long) cum);
 		}
 		cum += rows[i].bucket[QB_METRICS_NBUCKETS];
-		qbm_printf(&b, "queuebox_delivery_latency_seconds_bucket{destination=\"%s\",le=\"+Inf\"} %llu\n"
+		qbm_printf(b, "queuebox_delivery_latency_seconds_bucket{destination=\"%s\",le=\"+Inf\"} %llu\n"
 				   "queuebox_delivery_latency_seconds_sum{destination=\"%s\"} %.6f\n"
 				   "queuebox_delivery_latency_seconds_count{destination=\"%s\"} %llu\n",
 				   rows[i].name, (unsigned long long) cum,
 				   rows[i].name, rows[i].latency_sum_us / 1e6,
 				   rows[i].name, (unsigned long long) cum);
 	}
+}
 
-	n = qbm_snapshot(m->sources, g ? g->source_names : NULL, g ? g->nsources : 0, rows);
-	qbm_printf(&b, "# HELP queuebox_inbox_received_total Ingress answers by source and result.\n"
+/* qbm_receipts: the sources' answers by result */
+static void
+qbm_receipts(QbmBuf *b, const QbMetrics *m, const QbGauges *g, QbmRow *rows)
+{
+	int			n = qbm_snapshot(m->sources, g ? g->source_names : NULL, g ? g->nsources : 0, rows);
+
+	qbm_printf(b, "# HELP queuebox_inbox_received_total Ingress answers by source and result.\n"
 			   "# TYPE queuebox_inbox_received_total counter\n");
 	for (int i = 0; i < n; i++)
 		for (int k = 0; k < QB_NRESULTS; k++)
-			qbm_printf(&b, "queuebox_inbox_received_total{source=\"%s\",result=\"%s\"} %llu\n",
+			qbm_printf(b, "queuebox_inbox_received_total{source=\"%s\",result=\"%s\"} %llu\n",
 					   rows[i].name, qbm_results[k], (unsigned long long) rows[i].count[k]);
+}
 
-	qbm_printf(&b, "# HELP queuebox_relay_forwarded_total Inbox rows the relay wrote into the outbox.\n"
+/* qbm_counters: the counters of one number each (relay, HTTP, OTLP) */
+static void
+qbm_counters(QbmBuf *b, const QbMetrics *m)
+{
+	qbm_printf(b, "# HELP queuebox_relay_forwarded_total Inbox rows the relay wrote into the outbox.\n"
 			   "# TYPE queuebox_relay_forwarded_total counter\nqueuebox_relay_forwarded_total %llu\n"
 			   "# HELP queuebox_relay_dead_total Inbox rows the relay marked dead (empty topic).\n"
 			   "# TYPE queuebox_relay_dead_total counter\nqueuebox_relay_dead_total %llu\n"
@@ -509,56 +502,91 @@ qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 			   (unsigned long long) __atomic_load_n(&m->http_no_request, __ATOMIC_RELAXED),
 			   (unsigned long long) __atomic_load_n(&m->http_incomplete, __ATOMIC_RELAXED));
 
-	qbm_printf(&b, "# HELP queuebox_otlp_spans_exported_total Spans the OTLP receiver accepted.\n"
+	qbm_printf(b, "# HELP queuebox_otlp_spans_exported_total Spans the OTLP receiver accepted.\n"
 			   "# TYPE queuebox_otlp_spans_exported_total counter\nqueuebox_otlp_spans_exported_total %llu\n"
 			   "# HELP queuebox_otlp_spans_dropped_total Spans dropped: the export queue was full, or a post to the receiver failed.\n"
 			   "# TYPE queuebox_otlp_spans_dropped_total counter\nqueuebox_otlp_spans_dropped_total %llu\n",
 			   (unsigned long long) __atomic_load_n(&m->otlp_exported, __ATOMIC_RELAXED),
 			   (unsigned long long) __atomic_load_n(&m->otlp_dropped, __ATOMIC_RELAXED));
-	{
-		/* as Prometheus says of its own: successful, and when */
-		qbm_printf(&b, "# HELP queuebox_config_last_reload_successful 1 when the last load of the configuration succeeded; 0 when it failed and the previous one stays.\n"
-				   "# TYPE queuebox_config_last_reload_successful gauge\n"
-				   "queuebox_config_last_reload_successful %d\n"
-				   "# HELP queuebox_config_last_reload_success_timestamp_seconds When the configuration in force was loaded (0: none yet).\n"
-				   "# TYPE queuebox_config_last_reload_success_timestamp_seconds gauge\n"
-				   "queuebox_config_last_reload_success_timestamp_seconds %.3f\n"
-				   "# HELP queuebox_config_reload_failures_total Loads of the configuration that failed (an invalid file or document).\n"
-				   "# TYPE queuebox_config_reload_failures_total counter\n"
-				   "queuebox_config_reload_failures_total %llu\n",
-				   c.last_failed ? 0 : 1, c.loaded_at_ms / 1000.0,
-				   (unsigned long long) c.failures);
-		if (c.loads > 0)
-			qbm_printf(&b, "# HELP queuebox_config_info The configuration in force: where it came from and its SHA-256.\n"
-					   "# TYPE queuebox_config_info gauge\n"
-					   "queuebox_config_info{source=\"%s\",sha256=\"%s\"} 1\n",
-					   qb_config_source_name((QbConfigSource) c.source), c.sha256);
-	}
+}
 
+/* qbm_config_load: the configuration's loads (qb_config_load_read) */
+static void
+qbm_config_load(QbmBuf *b, const QbConfigLoad *c)
+{
+	/* as Prometheus says of its own: successful, and when */
+	qbm_printf(b, "# HELP queuebox_config_last_reload_successful 1 when the last load of the configuration succeeded; 0 when it failed and the previous one stays.\n"
+			   "# TYPE queuebox_config_last_reload_successful gauge\n"
+			   "queuebox_config_last_reload_successful %d\n"
+			   "# HELP queuebox_config_last_reload_success_timestamp_seconds When the configuration in force was loaded (0: none yet).\n"
+			   "# TYPE queuebox_config_last_reload_success_timestamp_seconds gauge\n"
+			   "queuebox_config_last_reload_success_timestamp_seconds %.3f\n"
+			   "# HELP queuebox_config_reload_failures_total Loads of the configuration that failed (an invalid file or document).\n"
+			   "# TYPE queuebox_config_reload_failures_total counter\n"
+			   "queuebox_config_reload_failures_total %llu\n",
+			   c->last_failed ? 0 : 1, c->loaded_at_ms / 1000.0,
+			   (unsigned long long) c->failures);
+	if (c->loads > 0)
+		qbm_printf(b, "# HELP queuebox_config_info The configuration in force: where it came from and its SHA-256.\n"
+				   "# TYPE queuebox_config_info gauge\n"
+				   "queuebox_config_info{source=\"%s\",sha256=\"%s\"} 1\n",
+				   qb_config_source_name((QbConfigSource) c->source), c->sha256);
+}
+
+/* qbm_gauges: what the store said at this scrape (qb_gauges.h) */
+static void
+qbm_gauges(QbmBuf *b, const QbGauges *g)
+{
+	qbm_gauge(b, "queuebox_database_up", "1 when the last scrape could read the queue tables.",
+			  g->database_up ? 1 : 0);
+	qbm_gauge(b, "queuebox_outbox_pending", "Outbox rows in state pending.", g->outbox_pending);
+	qbm_gauge(b, "queuebox_outbox_processing", "Outbox rows claimed and in flight.", g->outbox_processing);
+	qbm_gauge(b, "queuebox_outbox_oldest_pending_age_seconds",
+			  "Age of the oldest pending outbox row (0 when none).", g->outbox_oldest_pending_sec);
+	qbm_gauge(b, "queuebox_inbox_pending", "Inbox rows in state pending.", g->inbox_pending);
+	qbm_gauge(b, "queuebox_inbox_processing", "Inbox rows claimed and in flight.", g->inbox_processing);
+	qbm_gauge(b, "queuebox_inbox_oldest_pending_age_seconds",
+			  "Age of the oldest pending inbox row (0 when none).", g->inbox_oldest_pending_sec);
+	if (g->dest_circuits != NULL && g->ndests > 0)
+	{
+		static const char *const states[] = {"closed", "open", "half-open", "disabled"};
+
+		qbm_printf(b, "# HELP queuebox_destination_state 1 for the state each destination's circuit is in.\n"
+				   "# TYPE queuebox_destination_state gauge\n");
+		for (int i = 0; i < g->ndests; i++)
+			for (int k = 0; k < 4; k++)
+				qbm_printf(b, "queuebox_destination_state{destination=\"%s\",state=\"%s\"} %d\n",
+						   g->dest_names[i], states[k], g->dest_circuits[i] == k ? 1 : 0);
+	}
+}
+
+char *
+qb_metrics_render(const QbMetrics *m, const QbGauges *g)
+{
+	static const QbMetrics none;	/* m NULL: nothing counted */
+	QbmBuf		b = {malloc(4096), 0, 4096, false};
+	int			nnames = g == NULL ? 0 : (g->ndests > g->nsources ? g->ndests : g->nsources);
+	QbmRow	   *rows = malloc(sizeof(QbmRow) * (nnames + QB_METRICS_SLOTS));
+	QbConfigLoad c;
+
+	/* read before m may become none, whose (read-only) lock cannot be taken */
+	qb_config_load_read(m, &c);
+
+	if (b.data == NULL || rows == NULL)
+	{
+		free(b.data);
+		free(rows);
+		return NULL;
+	}
+	b.data[0] = '\0';
+	if (m == NULL)
+		m = &none;
+	qbm_deliveries(&b, m, g, rows);
+	qbm_receipts(&b, m, g, rows);
+	qbm_counters(&b, m);
+	qbm_config_load(&b, &c);
 	if (g != NULL)
-	{
-		qbm_gauge(&b, "queuebox_database_up", "1 when the last scrape could read the queue tables.",
-				  g->database_up ? 1 : 0);
-		qbm_gauge(&b, "queuebox_outbox_pending", "Outbox rows in state pending.", g->outbox_pending);
-		qbm_gauge(&b, "queuebox_outbox_processing", "Outbox rows claimed and in flight.", g->outbox_processing);
-		qbm_gauge(&b, "queuebox_outbox_oldest_pending_age_seconds",
-				  "Age of the oldest pending outbox row (0 when none).", g->outbox_oldest_pending_sec);
-		qbm_gauge(&b, "queuebox_inbox_pending", "Inbox rows in state pending.", g->inbox_pending);
-		qbm_gauge(&b, "queuebox_inbox_processing", "Inbox rows claimed and in flight.", g->inbox_processing);
-		qbm_gauge(&b, "queuebox_inbox_oldest_pending_age_seconds",
-				  "Age of the oldest pending inbox row (0 when none).", g->inbox_oldest_pending_sec);
-		if (g->dest_circuits != NULL && g->ndests > 0)
-		{
-			static const char *const states[] = {"closed", "open", "half-open", "disabled"};
-
-			qbm_printf(&b, "# HELP queuebox_destination_state 1 for the state each destination's circuit is in.\n"
-					   "# TYPE queuebox_destination_state gauge\n");
-			for (int i = 0; i < g->ndests; i++)
-				for (int k = 0; k < 4; k++)
-					qbm_printf(&b, "queuebox_destination_state{destination=\"%s\",state=\"%s\"} %d\n",
-							   g->dest_names[i], states[k], g->dest_circuits[i] == k ? 1 : 0);
-		}
-	}
+		qbm_gauges(&b, g);
 	free(rows);
 	if (b.oom)
 	{

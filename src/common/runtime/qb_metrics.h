@@ -1,11 +1,14 @@
 /*-------------------------------------------------------------------------
  * qb_metrics.h
- *	  Counters every worker adds to, and their Prometheus text rendering.
+ *	  The block of shared memory every worker of the process group writes
+ *	  to: counters and their Prometheus text rendering, the record of the
+ *	  configuration's loads, and the workers' slots (what each is doing).
  *
  * Wording:
  *	- A QbMetrics block is plain memory with no pointer in it, shared by
  *	  every worker: PostgreSQL's shared memory, or the daemon's MAP_SHARED
  *	  block (shared.c) that the supervisor shares with its roles.
+ *	- A slot's life is a QbSlotState: free, being named, in use.
  *	- A slot counts for one name (a destination or a source), taken on
  *	  first use and never given back; when all are taken, counts go to the
  *	  slot named "_other".
@@ -62,9 +65,21 @@ typedef enum QbReceiveResult
 	QB_NRESULTS
 } QbReceiveResult;
 
+/*
+ * A slot's life (QbMetricSlot.state, QbActivitySlot.state, a uint32_t for
+ * the atomics): free, then being named by the one process whose
+ * compare-and-swap took it, then in use for good.
+ */
+typedef enum QbSlotState
+{
+	QB_SLOT_FREE = 0,
+	QB_SLOT_NAMING = 1,
+	QB_SLOT_IN_USE = 2
+} QbSlotState;
+
 typedef struct QbMetricSlot
 {
-	uint32_t	state;			/* 0 free, 1 being named, 2 in use */
+	uint32_t	state;			/* QbSlotState */
 	char		name[QB_METRICS_NAMELEN];
 	uint64_t	count[QB_NRESULTS]; /* by QbDeliveryOutcome or QbReceiveResult */
 	uint64_t	bucket[QB_METRICS_NBUCKETS + 1];	/* latency histogram, last = +Inf */
@@ -90,7 +105,7 @@ typedef enum QbWorkerActivity
 
 typedef struct QbActivitySlot
 {
-	uint32_t	state;			/* 0 free, 1 being named, 2 in use */
+	uint32_t	state;			/* QbSlotState */
 	char		name[QB_METRICS_WORKERLEN];
 	int32_t		pid;
 	uint32_t	activity;		/* QbWorkerActivity */

@@ -132,6 +132,23 @@ extern void qb_span_int(QbSpan *s, const char *key, long long value);
 /* qb_otlp_emit: s ends now (unless end_ns is set) and is queued; never blocks. */
 extern void qb_otlp_emit(QbSpan *s);
 
+/* A message received: a webhook's or a broker message's, stored or refused. */
+typedef struct QbReceipt
+{
+	const char *source;
+	QbSpanKind	kind;			/* QB_SPAN_SERVER: a webhook */
+	const char *traceparent;	/* what it came with, or NULL */
+	const char *tracestate;
+	int64_t		start_ns;		/* its arrival */
+	QbReceiveResult result;
+	const char *key;			/* its idempotency key, or NULL */
+	int			http_status;	/* a webhook's answer (>= 500: an error), or 0 */
+	int64_t		inbox_id;		/* the stored row, or 0 */
+} QbReceipt;
+
+/* qb_otlp_receipt: the span "receive <source>" of r, when spans are exported. */
+extern void qb_otlp_receipt(const QbReceipt *r);
+
 /*
  * qb_otlp_take_error: the last export failure not taken yet, in buf
  * (false when none): for the main thread to log.

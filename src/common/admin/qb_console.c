@@ -6,7 +6,8 @@
  * The session is the admin token itself, in an HttpOnly, SameSite=Strict
  * cookie (hex, so any byte of the token fits a cookie value): nothing to
  * store server-side, and changing admin.token ends every session.  The
- * ingress checks it as it checks the bearer header, in constant time.
+ * admin gate (qb_admin_gate.c) checks it as it checks the bearer header,
+ * in constant time.
  * Wrong tokens are rate limited per peer (qb_console_limit_*).
  *-------------------------------------------------------------------------
  */

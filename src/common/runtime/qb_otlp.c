@@ -213,6 +213,33 @@ qb_otlp_emit(QbSpan *s)
 	}
 }
 
+void
+qb_otlp_receipt(const QbReceipt *r)
+{
+	QbSpan		span;
+	char		name[160];
+
+	if (!qb_otlp_on())
+		return;
+	snprintf(name, sizeof(name), "receive %s", r->source);
+	if (!qb_span_start_tp(&span, name, r->kind, r->traceparent, r->tracestate))
+		return;
+	span.start_ns = r->start_ns;
+	qb_span_str(&span, "queuebox.source", r->source);
+	qb_span_str(&span, "queuebox.result", qb_receive_result_name(r->result));
+	if (r->http_status > 0)
+	{
+		qb_span_int(&span, "http.response.status_code", r->http_status);
+		qb_span_str(&span, "http.request.method", "POST");
+	}
+	if (r->key != NULL)
+		qb_span_str(&span, "messaging.message.id", r->key);
+	if (r->inbox_id > 0)
+		qb_span_int(&span, "queuebox.inbox.id", r->inbox_id);
+	span.error = r->http_status >= 500;
+	qb_otlp_emit(&span);
+}
+
 bool
 qb_otlp_take_error(char *buf, size_t len)
 {
@@ -493,6 +520,76 @@ qbot_atexit(void)
 	qbot_stop(0);
 }
 
+/* qbot_copy: x's deep copy of o (NULL fields: out of memory) */
+static void
+qbot_copy(QbOtlp *x, const QbOtlpOptions *o)
+{
+	x->o = *o;
+	x->o.url = strdup(o->url);
+	x->o.service_name = strdup(o->service_name ? o->service_name : "queuebox");
+	x->o.headers = o->nheaders > 0 ? calloc(o->nheaders, sizeof(QbOtlpHeader)) : NULL;
+	for (int i = 0; x->o.headers != NULL && i < o->nheaders; i++)
+	{
+		x->o.headers[i].name = strdup(o->headers[i].name);
+		x->o.headers[i].value = strdup(o->headers[i].value);
+	}
+	x->o.egress = NULL;
+	x->egress = o->egress != NULL ? qb_egress_copy(o->egress) : NULL;
+	x->queue = calloc(o->queue_size, sizeof(char *));
+	x->batch = calloc(o->batch_size, sizeof(char *));
+}
+
+/*
+ * qbot_resource: the JSON every post begins with, the resource (service
+ * name, instance, version) and the scope, up to the spans; NULL: out of
+ * memory.  instance NULL: this process, among the replicas and workers,
+ * as host:pid.
+ */
+static char *
+qbot_resource(const char *service_name, const char *instance)
+{
+	char		inst[320];
+	json_t	   *res;
+	char	   *rs;
+	char	   *out = NULL;
+
+	if (instance == NULL)
+	{
+		char		host[256] = "";
+
+		gethostname(host, sizeof(host) - 1);
+		snprintf(inst, sizeof(inst), "%s:%d", host, (int) getpid());
+		instance = inst;
+	}
+	res = json_pack("{s:[{s:s, s:{s:s}}, {s:s, s:{s:s}}, {s:s, s:{s:s}}]}", "attributes",
+					"key", "service.name", "value", "stringValue", service_name ? service_name : "queuebox",
+					"key", "service.instance.id", "value", "stringValue", instance,
+					"key", "service.version", "value", "stringValue", QB_VERSION);
+	rs = res ? json_dumps(res, JSON_COMPACT) : NULL;
+	json_decref(res);
+	if (rs != NULL && (out = malloc(strlen(rs) + 128)) != NULL)
+		sprintf(out, "{\"resourceSpans\":[{\"resource\":%s,\"scopeSpans\":[{\"scope\":"
+				"{\"name\":\"queuebox\",\"version\":\"%s\"},\"spans\":[", rs, QB_VERSION);
+	free(rs);
+	return out;
+}
+
+/* qbot_start: x's thread, which takes no signal: the process's handlers run on its main thread */
+static int
+qbot_start(QbOtlp *x)
+{
+	sigset_t	all,
+				old;
+	int			rc;
+
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&x->thread, NULL, qbot_main, x);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
+}
+
 bool
 qb_otlp_configure(const QbOtlpOptions *o, QbMetrics *m, const char *instance,
 				  char *err, size_t errlen)
@@ -500,26 +597,12 @@ qb_otlp_configure(const QbOtlpOptions *o, QbMetrics *m, const char *instance,
 	static QbMetrics none;		/* a host that keeps no metrics */
 	QbOtlp	   *x;
 	char	   *fp;
-	sigset_t	all,
-				old;
-	json_t	   *res;
-	char	   *rs;
 	int			rc;
-	char		inst[320];
 
 	if (o == NULL || o->url == NULL)
 	{
 		qbot_stop(0);
 		return true;
-	}
-	if (instance == NULL)
-	{
-		/* this process, among the replicas and workers: host:pid */
-		char		host[256] = "";
-
-		gethostname(host, sizeof(host) - 1);
-		snprintf(inst, sizeof(inst), "%s:%d", host, (int) getpid());
-		instance = inst;
 	}
 	if ((fp = qbot_fingerprint(o)) == NULL)
 	{
@@ -542,29 +625,8 @@ qb_otlp_configure(const QbOtlpOptions *o, QbMetrics *m, const char *instance,
 	pthread_cond_init(&x->cv, NULL);
 	x->fingerprint = fp;
 	x->m = m != NULL ? m : &none;
-	x->o = *o;
-	x->o.url = strdup(o->url);
-	x->o.service_name = strdup(o->service_name ? o->service_name : "queuebox");
-	x->o.headers = o->nheaders > 0 ? calloc(o->nheaders, sizeof(QbOtlpHeader)) : NULL;
-	for (int i = 0; x->o.headers != NULL && i < o->nheaders; i++)
-	{
-		x->o.headers[i].name = strdup(o->headers[i].name);
-		x->o.headers[i].value = strdup(o->headers[i].value);
-	}
-	x->o.egress = NULL;
-	x->egress = o->egress != NULL ? qb_egress_copy(o->egress) : NULL;
-	x->queue = calloc(o->queue_size, sizeof(char *));
-	x->batch = calloc(o->batch_size, sizeof(char *));
-	res = json_pack("{s:[{s:s, s:{s:s}}, {s:s, s:{s:s}}, {s:s, s:{s:s}}]}", "attributes",
-					"key", "service.name", "value", "stringValue", x->o.service_name ? x->o.service_name : "queuebox",
-					"key", "service.instance.id", "value", "stringValue", instance,
-					"key", "service.version", "value", "stringValue", QB_VERSION);
-	rs = res ? json_dumps(res, JSON_COMPACT) : NULL;
-	json_decref(res);
-	if (rs != NULL && (x->resource = malloc(strlen(rs) + 128)) != NULL)
-		sprintf(x->resource, "{\"resourceSpans\":[{\"resource\":%s,\"scopeSpans\":[{\"scope\":"
-				"{\"name\":\"queuebox\",\"version\":\"%s\"},\"spans\":[", rs, QB_VERSION);
-	free(rs);
+	qbot_copy(x, o);
+	x->resource = qbot_resource(x->o.service_name, instance);
 	if (x->o.url == NULL || x->o.service_name == NULL || x->queue == NULL || x->batch == NULL ||
 		x->resource == NULL ||
 		(o->nheaders > 0 && x->o.headers == NULL) || (o->egress != NULL && x->egress == NULL))
@@ -573,13 +635,7 @@ qb_otlp_configure(const QbOtlpOptions *o, QbMetrics *m, const char *instance,
 		snprintf(err, errlen, "out of memory");
 		return false;
 	}
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-	/* the thread takes no signal: the process's handlers run on its main thread */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&x->thread, NULL, qbot_main, x);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc != 0)
+	if ((rc = qbot_start(x)) != 0)
 	{
 		qbot_free(x);
 		snprintf(err, errlen, "could not start the span exporter's thread: %s", strerror(rc));

@@ -749,25 +749,21 @@ qbt_io_deadline(struct iovec *iov, int cnt, bool writing, long deadline)
 }
 
 /*
- * qbt_run_once sends one request to the helper (starting one if needed) and
- * reads its answer.  *crashed says a rejection is the helper's death on
- * this message (a crash, or no memory), which the caller may retry once.
+ * qbt_send: one request to the helper (starting one if needed; a kept
+ * helper that died while idle, by the OOM killer, is replaced once).
+ * QB_TRANSFORM_OK when it took the message; FAILED, with err, when not:
+ * the helper's trouble, not the message's.
  */
 static QbTransformResult
-qbt_run_once(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
-			 char **out, size_t *outlen, int *at, bool *crashed, char *err, size_t errlen)
+qbt_send(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
+		 char *err, size_t errlen)
 {
-	QbtFinal	fin;
 	struct iovec iov[1 + QBT_NSTR];
 	int			iovcnt;
 	int			rc = -1;
-	int			status = 0;
-	bool		waited;
-	char	   *buf;
-	long		deadline;
+	/* the deadline covers only the run, from when it is sent */
+	long		deadline = qbt_now_ms() + lim->timeout_ms;
 
-	/* the request: the deadline covers only the run, from when it is sent */
-	deadline = qbt_now_ms() + lim->timeout_ms;
 	for (int attempt = 0; attempt < 2 && rc < 0; attempt++)
 	{
 		iovcnt = 0;
@@ -776,7 +772,6 @@ qbt_run_once(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
 			if (rq->len[i] != QBT_NULL_LEN)
 				iov[iovcnt++] = (struct iovec) {(void *) s[i], rq->len[i]};
 
-		/* a kept helper may have died while idle (the OOM killer): start another */
 		if (attempt > 0)
 			qbt_helper_stop(true, NULL);
 		if (qbt_helper.pid < 0 && !qbt_helper_start(lim->max_memory, err, errlen))
@@ -786,65 +781,76 @@ qbt_run_once(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
 	}
 	if (rc != 1)
 	{
-		/* it would not take the message: the helper's trouble, not the message's */
 		qbt_helper_stop(true, NULL);
 		snprintf(err, errlen, "the transform helper did not take the message (%s)",
 				 rc == 0 ? "timed out" : "its socket broke");
 		return QB_TRANSFORM_FAILED;
 	}
 	qbt_helper.runs++;
-	deadline = qbt_now_ms() + lim->timeout_ms;
+	return QB_TRANSFORM_OK;
+}
 
-	/* the answer's header */
-	iov[0] = (struct iovec) {&fin, sizeof(fin)};
-	rc = qbt_io_deadline(iov, 1, false, deadline);
-	if (at && *qbt_stage >= 0)
-		*at = *qbt_stage;
+/*
+ * qbt_read_answer: the answer's text after its header fin, the output or
+ * the rejection.  *rc: qbt_io_deadline's, 1 when the answer was whole
+ * (the result is then the answer's); else the caller finds out why.
+ */
+static QbTransformResult
+qbt_read_answer(const QbtRequest *rq, const QbtFinal *fin, const QbTransformLimits *lim,
+				long deadline, char **out, size_t *outlen, int *at, int *rc,
+				char *err, size_t errlen)
+{
+	struct iovec iov[1];
+	char	   *buf;
 
-	if (rc == 1 && (fin.kind == 'O' || fin.kind == 'R'))
+	if (fin->kind == 'O' && (long) fin->len > lim->max_output)
 	{
-		if (fin.kind == 'O' && (long) fin.len > lim->max_output)
-		{
-			qbt_helper_stop(true, NULL);
-			if (at)
-				*at = (int) rq->n - 1;
-			snprintf(err, errlen, "the transform's output is over %ld bytes", lim->max_output);
-			return QB_TRANSFORM_REJECTED;
-		}
-		if ((buf = malloc((size_t) fin.len + 1)) == NULL)
-		{
-			qbt_helper_stop(true, NULL);	/* its answer is still on the socket */
-			snprintf(err, errlen, "out of memory for the transform's output");
-			return QB_TRANSFORM_FAILED;
-		}
-		iov[0] = (struct iovec) {buf, fin.len};
-		rc = qbt_io_deadline(iov, 1, false, deadline);
-		if (rc == 1)
-		{
-			buf[fin.len] = '\0';
-			if (fin.bye)
-				qbt_helper_stop(false, NULL);
-			if (fin.kind == 'O')
-			{
-				*out = buf;
-				*outlen = fin.len;
-				return QB_TRANSFORM_OK;
-			}
-			if (at)
-				*at = fin.index == QBT_NO_INDEX ? -1 : fin.index;
-			snprintf(err, errlen, "%s", buf);
-			free(buf);
-			return QB_TRANSFORM_REJECTED;
-		}
-		free(buf);
+		qbt_helper_stop(true, NULL);
+		if (at)
+			*at = (int) rq->n - 1;
+		snprintf(err, errlen, "the transform's output is over %ld bytes", lim->max_output);
+		return QB_TRANSFORM_REJECTED;
 	}
+	if ((buf = malloc((size_t) fin->len + 1)) == NULL)
+	{
+		qbt_helper_stop(true, NULL);	/* its answer is still on the socket */
+		snprintf(err, errlen, "out of memory for the transform's output");
+		return QB_TRANSFORM_FAILED;
+	}
+	iov[0] = (struct iovec) {buf, fin->len};
+	if ((*rc = qbt_io_deadline(iov, 1, false, deadline)) != 1)
+	{
+		free(buf);
+		return QB_TRANSFORM_FAILED;
+	}
+	buf[fin->len] = '\0';
+	if (fin->bye)
+		qbt_helper_stop(false, NULL);
+	if (fin->kind == 'O')
+	{
+		*out = buf;
+		*outlen = fin->len;
+		return QB_TRANSFORM_OK;
+	}
+	if (at)
+		*at = fin->index == QBT_NO_INDEX ? -1 : fin->index;
+	snprintf(err, errlen, "%s", buf);
+	free(buf);
+	return QB_TRANSFORM_REJECTED;
+}
 
-	/*
-	 * No (whole) answer: the deadline passed, or the helper died on this
-	 * run.  Killed either way (a helper stuck in a loop would never see the
-	 * EOF; killing a dead one keeps its wait status).
-	 */
-	waited = qbt_helper_stop(true, &status);
+/*
+ * qbt_no_answer: no (whole) answer, rc 0: the deadline passed, else the
+ * helper died on this run.  Killed either way (a helper stuck in a loop
+ * would never see the EOF; killing a dead one keeps its wait status); its
+ * end says whose fault it was.
+ */
+static QbTransformResult
+qbt_no_answer(int rc, const QbTransformLimits *lim, bool *crashed, char *err, size_t errlen)
+{
+	int			status = 0;
+	bool		waited = qbt_helper_stop(true, &status);
+
 	if (rc == 0)
 	{
 		snprintf(err, errlen, "the transform ran longer than %ld ms and was stopped (an endless loop?)",
@@ -884,6 +890,38 @@ qbt_run_once(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
 	else
 		snprintf(err, errlen, "the transform helper exited with code %d", WEXITSTATUS(status));
 	return QB_TRANSFORM_FAILED;
+}
+
+/*
+ * qbt_run_once sends one request to the helper (starting one if needed) and
+ * reads its answer.  *crashed says a rejection is the helper's death on
+ * this message (a crash, or no memory), which the caller may retry once.
+ */
+static QbTransformResult
+qbt_run_once(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
+			 char **out, size_t *outlen, int *at, bool *crashed, char *err, size_t errlen)
+{
+	QbtFinal	fin;
+	struct iovec iov[1] = {{&fin, sizeof(fin)}};
+	QbTransformResult res;
+	long		deadline;
+	int			rc;
+
+	if (qbt_send(rq, s, lim, err, errlen) != QB_TRANSFORM_OK)
+		return QB_TRANSFORM_FAILED;
+	deadline = qbt_now_ms() + lim->timeout_ms;
+
+	/* the answer's header */
+	rc = qbt_io_deadline(iov, 1, false, deadline);
+	if (at && *qbt_stage >= 0)
+		*at = *qbt_stage;
+	if (rc == 1 && (fin.kind == 'O' || fin.kind == 'R'))
+	{
+		res = qbt_read_answer(rq, &fin, lim, deadline, out, outlen, at, &rc, err, errlen);
+		if (rc == 1 || res != QB_TRANSFORM_FAILED)
+			return res;
+	}
+	return qbt_no_answer(rc, lim, crashed, err, errlen);
 }
 
 QbTransformResult

@@ -4,7 +4,8 @@
  *	  on rows and destinations, over the same SQL functions an operator can
  *	  call by hand (docs/http-api.md, docs/operations.md).
  *
- * Routes (after /admin; the caller has checked the bearer token):
+ * Routes (after /admin; qb_admin_gate.c has checked the bearer token or
+ * the console's cookie):
  *	GET  /outbox/dead?destination=&topic=&key=&error=&since=&until=&after=&limit=
  *	GET  /inbox/dead?source=&event_type=&idempotency_key=&aggregate_id=&error=
  *					&since=&until=&after=&limit=
@@ -596,12 +597,83 @@ qba_no_body(QbAdminAnswer *ans)
 	qba_error(ans, 400, "this operation takes no body; only requeue ({\"payload\": ...}) and pause ({\"seconds\": N}) take one");
 }
 
+/* qba_params_list: a list's or a lookup's, from the query string */
+static bool
+qba_params_list(QbaCall *c, int nkeys, QbAdminAnswer *ans)
+{
+	if (!qba_query_args(c, ans))
+		return false;
+	for (int k = 0; c->rt->kind == QBA_LOOKUP && k < nkeys; k++)
+		if (c->params[k] == NULL)
+		{
+			char		reason[200];
+
+			snprintf(reason, sizeof(reason), "%s is required (this route takes source and idempotency_key)",
+					 c->rt->keys[k]);
+			qba_error(ans, 400, reason);
+			return false;
+		}
+	return true;
+}
+
+/* qba_params_by_id: a row's id, the edited payload of a requeue, the actor */
+static bool
+qba_params_by_id(QbaCall *c, QbAdminAnswer *ans)
+{
+	int			next = 1;
+
+	c->params[0] = c->id;
+	if (c->req->body_len > 0 &&
+		c->rt->query != QB_Q_REQUEUE_OUTBOX && c->rt->query != QB_Q_REQUEUE_INBOX)
+	{
+		qba_no_body(ans);
+		return false;
+	}
+	if (c->req->body_len > 0)
+	{
+		/* {"payload": <any JSON>}: an edited requeue */
+		if (!qba_edited_payload(c, ans))
+			return false;
+		c->params[next++] = c->edited;
+	}
+	c->params[next] = c->req->actor;
+	return true;
+}
+
+/* qba_params_dest: a destination's name, its body's keys, the actor */
+static bool
+qba_params_dest(QbaCall *c, int nkeys, QbAdminAnswer *ans)
+{
+	c->params[0] = c->id;
+	if (nkeys == 0 && c->req->body_len > 0)
+	{
+		qba_no_body(ans);
+		return false;
+	}
+	if (nkeys > 0)
+	{
+		/* the body's keys (in params from 0), then moved after the name */
+		c->params[0] = NULL;
+		if (!qba_body_params(c, ans))
+			return false;
+		for (int k = nkeys; k > 0; k--)
+			c->params[k] = c->params[k - 1];
+		c->params[0] = c->id;
+		if (c->params[1] == NULL)
+		{
+			qba_error(ans, 400, "the body must be {\"seconds\": N}, N from 1 to 31536000");
+			return false;
+		}
+	}
+	c->params[1 + nkeys] = c->req->actor;
+	return true;
+}
+
 /* qba_params: the query's parameters from the path, query string and body. */
 static bool
 qba_params(QbaCall *c, QbAdminAnswer *ans)
 {
 	int			nkeys = 0;
-	int			next;
 
 	while (c->rt->keys[nkeys] != NULL)
 		nkeys++;
@@ -620,19 +692,7 @@ qba_params(QbaCall *c, QbAdminAnswer *ans)
 	{
 		case QBA_LIST:
 		case QBA_LOOKUP:
-			if (!qba_query_args(c, ans))
-				return false;
-			for (int k = 0; c->rt->kind == QBA_LOOKUP && k < nkeys; k++)
-				if (c->params[k] == NULL)
-				{
-					char		reason[200];
-
-					snprintf(reason, sizeof(reason), "%s is required (this route takes source and idempotency_key)",
-							 c->rt->keys[k]);
-					qba_error(ans, 400, reason);
-					return false;
-				}
-			return true;
+			return qba_params_list(c, nkeys, ans);
 		case QBA_ROW:
 			if (c->req->nargs > 0)
 			{
@@ -642,47 +702,9 @@ qba_params(QbaCall *c, QbAdminAnswer *ans)
 			c->params[0] = c->id;
 			return true;
 		case QBA_BY_ID:
-			c->params[0] = c->id;
-			next = 1;
-			if (c->req->body_len > 0 &&
-				c->rt->query != QB_Q_REQUEUE_OUTBOX && c->rt->query != QB_Q_REQUEUE_INBOX)
-			{
-				qba_no_body(ans);
-				return false;
-			}
-			if (c->req->body_len > 0)
-			{
-				/* {"payload": <any JSON>}: an edited requeue */
-				if (!qba_edited_payload(c, ans))
-					return false;
-				c->params[next++] = c->edited;
-			}
-			c->params[next] = c->req->actor;
-			return true;
+			return qba_params_by_id(c, ans);
 		case QBA_DEST:
-			c->params[0] = c->id;
-			if (nkeys == 0 && c->req->body_len > 0)
-			{
-				qba_no_body(ans);
-				return false;
-			}
-			if (nkeys > 0)
-			{
-				/* the body's keys (in params from 0), then moved after the name */
-				c->params[0] = NULL;
-				if (!qba_body_params(c, ans))
-					return false;
-				for (int k = nkeys; k > 0; k--)
-					c->params[k] = c->params[k - 1];
-				c->params[0] = c->id;
-				if (c->params[1] == NULL)
-				{
-					qba_error(ans, 400, "the body must be {\"seconds\": N}, N from 1 to 31536000");
-					return false;
-				}
-			}
-			c->params[1 + nkeys] = c->req->actor;
-			return true;
+			return qba_params_dest(c, nkeys, ans);
 		case QBA_BULK:
 			if (!qba_body_params(c, ans))
 				return false;
@@ -874,7 +896,7 @@ qba_workers(const QbMetrics *m)
 		uint32_t	act = __atomic_load_n(&w->activity, __ATOMIC_RELAXED);
 		bool		alive = pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
 
-		if (__atomic_load_n(&w->state, __ATOMIC_ACQUIRE) != 2)
+		if (__atomic_load_n(&w->state, __ATOMIC_ACQUIRE) != QB_SLOT_IN_USE)
 			continue;
 		json_array_append_new(a, json_pack("{s:s,s:i,s:s,s:o,s:o,s:o}",
 										   "name", w->name, "pid", pid,

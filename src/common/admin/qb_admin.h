@@ -1,6 +1,7 @@
 /*-------------------------------------------------------------------------
  * qb_admin.h
- *	  The /admin/ routes (qb_admin.c), served by the ingress.
+ *	  The /admin/ routes (qb_admin.c), served on the ingress's listener
+ *	  through the admin gate (qb_admin_gate.c).
  *-------------------------------------------------------------------------
  */
 #ifndef QB_ADMIN_H
@@ -23,7 +24,7 @@ typedef struct QbAdminArg
 	const char *value;
 } QbAdminArg;
 
-/* An admin request as the ingress read it.  Strings are borrowed. */
+/* An admin request as the admin gate read it.  Strings are borrowed. */
 typedef struct QbAdminRequest
 {
 	const char *method;

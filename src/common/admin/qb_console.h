@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  * qb_console.h
  *	  The web console's pieces that need no connection (qb_console.c): its
- *	  static files, its session cookie, its security headers.  The ingress
- *	  serves them (docs/console.md).
+ *	  static files, its session cookie, its security headers, the rate limit
+ *	  of wrong tokens.  The admin gate (qb_admin_gate.c) serves them
+ *	  on the ingress's listener (docs/console.md).
  *-------------------------------------------------------------------------
  */
 #ifndef QB_CONSOLE_H
