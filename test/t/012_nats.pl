@@ -85,8 +85,8 @@ for my $r (@{ rows("topic = 'orders.created'") })
 # ---- the header rule (docs/delivery.md, "Row headers"): a null header is
 # left out, a number goes as its JSON text, a row header named like
 # QueueBox's message id (any of its names) is left out, and so is any Nats-*
-# name (JetStream's controls: this Nats-Expected-Stream would have the
-# stream refuse every attempt); a name NATS cannot carry makes the row dead
+# name (JetStream's controls: it refuses a message whose Nats-Expected-Stream
+# names another stream); a name NATS cannot carry makes the row dead
 # at once, nothing published; rows counted before and after
 my %rule_before = map { $_ => qb_count($node, "state = '$_'") } qw(sent dead);
 my $rule_total = qb_outbox_count($node);
