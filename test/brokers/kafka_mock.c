@@ -20,7 +20,9 @@
  *					"ok O0 O1 ..." in partition order, -1 where none
  *	consume TOPIC	every message of TOPIC from the start of each partition,
  *					one JSON object a line {"partition", "offset", "key",
- *					"value", "headers": {name: value}}, then "end N"
+ *					"value", "headers": {name: value} (the last of a
+ *					name), "header_list": [[name, value], ...] (every
+ *					one, in order)}, then "end N"
  *	errors N CODE	the next N produce requests fail with Kafka error CODE
  *					(a number, e.g. 6 NOT_LEADER_FOR_PARTITION), then "ok"
  *	down ID, up ID	broker ID (1..N) refuses connections / takes them again
@@ -82,6 +84,7 @@ km_print(const rd_kafka_message_t *m)
 {
 	json_t	   *o = json_object();
 	json_t	   *h = json_object();
+	json_t	   *all = json_array();
 	rd_kafka_headers_t *hdrs = NULL;
 	char	   *line;
 
@@ -96,9 +99,13 @@ km_print(const rd_kafka_message_t *m)
 		size_t		len;
 
 		for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &val, &len) == RD_KAFKA_RESP_ERR_NO_ERROR; i++)
+		{
 			json_object_set_new(h, name, json_stringn(val ? val : "", len));
+			json_array_append_new(all, json_pack("[s, s%]", name, val ? val : "", len));
+		}
 	}
 	json_object_set_new(o, "headers", h);
+	json_object_set_new(o, "header_list", all);
 	line = json_dumps(o, JSON_COMPACT);
 	printf("%s\n", line);
 	free(line);

@@ -22,7 +22,7 @@
 #include "fuzz_nats.h"
 #include "qb_config.h"
 #include "qb_http_int.h"
-#include "qb_pub_amqp.h"
+#include "qb_pub_amqp_int.h"
 #include "qb_pub_kafka_int.h"
 #include "qb_nats.h"
 #include "qb_pub_nats_int.h"
@@ -100,48 +100,45 @@ qbf_publish_all(const json_t *headers, const QbDestination *http_dest, const QbD
 	for (int d = 0; d < 2; d++)
 	{
 		struct curl_slist *list = NULL;
-		bool		row_fault = false;
 
 		memset(err, 'x', sizeof(err));
-		if (qbh_build_headers(&list, d ? signed_dest : http_dest, QBF_MESSAGE_ID, headers,
-							  body, sizeof(body) - 1, &row_fault, err, sizeof(err)))
-			qbf_http_lines_ok(list);
-		else
+		switch (qbh_build_headers(&list, d ? signed_dest : http_dest, QBF_MESSAGE_ID, headers,
+								  body, sizeof(body) - 1, err, sizeof(err)))
 		{
-			qbf_err_ok(err, sizeof(err), "qbh_build_headers");
-			if (err[0] == '\0')
-				qbf_fail("qbh_build_headers refused with an empty message");
-			if (row_fault)
+			case QB_HDR_OK:
+				qbf_http_lines_ok(list);
+				break;
+			case QB_HDR_ROW_INVALID:
 				refused |= QBF_REFUSED_HTTP;
+				/* fall through */
+			case QB_HDR_FAILED:
+				qbf_err_ok(err, sizeof(err), "qbh_build_headers");
+				if (err[0] == '\0')
+					qbf_fail("qbh_build_headers refused with an empty message");
+				break;
 		}
 		curl_slist_free_all(list);
 	}
 
 	/* AMQP */
 	{
-		QbAmqpHeader *h = NULL;
-		int			n = 0;
-		char	   *cid = NULL;
+		QbAmqpHeaders h;
 
 		memset(err, 'x', sizeof(err));
-		if (qb_amqp_headers_build(headers, &h, &n, &cid, err, sizeof(err)))
+		if (qb_amqp_headers_build(headers, &h, err, sizeof(err)) == QB_HDR_OK)
 		{
-			for (int i = 0; i < n; i++)
-				if (h[i].name == NULL || h[i].value == NULL || h[i].name[0] == '\0' ||
-					strlen(h[i].name) > 255)
-					qbf_fail("AMQP header %d is not a 1..255 byte name with a value", i);
-			if (cid != NULL && strlen(cid) > 255)
+			for (int i = 0; i < h.table.num_entries; i++)
+				if (h.table.entries[i].key.len == 0 || h.table.entries[i].key.len > 255)
+					qbf_fail("AMQP header %d is not a 1..255 byte name", i);
+			if (h.correlation_id != NULL && strlen(h.correlation_id) > 255)
 				qbf_fail("AMQP correlation id over 255 bytes");
-			qb_amqp_headers_free(h, n);
-			free(cid);
 		}
 		else
 		{
 			qbf_err_ok(err, sizeof(err), "qb_amqp_headers_build");
-			if (h != NULL || n != 0 || cid != NULL)
-				qbf_fail("qb_amqp_headers_build refused but returned headers");
 			refused |= QBF_REFUSED_AMQP;
 		}
+		qb_amqp_headers_free(&h);
 	}
 
 	/* Kafka */
@@ -151,14 +148,18 @@ qbf_publish_all(const json_t *headers, const QbDestination *http_dest, const QbD
 		size_t		len;
 
 		memset(err, 'x', sizeof(err));
-		h = qbk_headers(&m, err, sizeof(err));
-		if (h == NULL)
+		if (qbk_headers(&m, &h, err, sizeof(err)) != QB_HDR_OK)
+		{
+			qbf_err_ok(err, sizeof(err), "qbk_headers");
 			refused |= QBF_REFUSED_KAFKA;
+		}
 		else
 		{
 			if (rd_kafka_header_get_last(h, "message-id", &v, &len) != RD_KAFKA_RESP_ERR_NO_ERROR ||
 				len != strlen(QBF_MESSAGE_ID) || memcmp(v, QBF_MESSAGE_ID, len) != 0)
 				qbf_fail("Kafka headers: the last message-id is not the message id");
+			if (rd_kafka_header_get(h, 1, "message-id", &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR)
+				qbf_fail("Kafka headers: message-id twice");
 			rd_kafka_headers_destroy(h);
 		}
 	}
@@ -171,16 +172,16 @@ qbf_publish_all(const json_t *headers, const QbDestination *http_dest, const QbD
 		memset(err, 'x', sizeof(err));
 		switch (qbn_headers(msg, &m, err, sizeof(err)))
 		{
-			case QB_PUB_STARTED:
+			case QB_HDR_OK:
 				if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &mid) != NATS_OK ||
 					strcmp(mid, QBF_MESSAGE_ID) != 0)
 					qbf_fail("NATS headers: Nats-Msg-Id is not the message id");
 				break;
-			case QB_PUB_ROW_INVALID:
+			case QB_HDR_ROW_INVALID:
 				qbf_err_ok(err, sizeof(err), "qbn_headers");
 				refused |= QBF_REFUSED_NATS;
 				break;
-			default:
+			case QB_HDR_FAILED:
 				qbf_err_ok(err, sizeof(err), "qbn_headers");
 				break;
 		}

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  * test_amqp.c
  *	  Unit tests of qb_pub_amqp.c that need no broker: the url (vhost,
- *	  credentials, options), the headers table, the configure-time checks
- *	  of a rabbitmq destination, and a publish to a port nobody listens on.
- *	  Publishing to a real broker is TAP 010's.
+ *	  credentials, options), the configure-time checks of a rabbitmq
+ *	  destination, and a publish to a port nobody listens on.  The headers
+ *	  table is test_headers.c's; publishing to a real broker is TAP 010's.
  *-------------------------------------------------------------------------
  */
 #include <stdarg.h>
@@ -118,67 +118,6 @@ test_url_refused(void **state)
 	refuse_url("amqp://u:s3cr3t@h/#frag", "fragment");
 }
 
-/* build: qb_amqp_headers_build of headers text, parsed as the engine does */
-static bool
-build(const char *text, QbAmqpHeader **h, int *n, char **corr, char *err, size_t errlen)
-{
-	json_t	   *obj;
-	bool		ok;
-
-	*h = NULL;
-	*n = 0;
-	*corr = NULL;
-	if (!qb_message_headers(text, &obj, err, errlen))
-		return false;
-	ok = qb_amqp_headers_build(obj, h, n, corr, err, errlen);
-	json_decref(obj);
-	return ok;
-}
-
-static void
-test_headers(void **state)
-{
-	QbAmqpHeader *h;
-	int			n;
-	char	   *corr;
-	char		err[256] = "";
-	char		big[400];
-
-	assert_true(build(NULL, &h, &n, &corr, err, sizeof(err)));
-	assert_int_equal(n, 0);
-	assert_null(corr);
-	assert_true(build("{}", &h, &n, &corr, err, sizeof(err)));
-	assert_int_equal(n, 0);
-
-	assert_true(build(
-		"{\"x-correlation-ID\": \"c-1\", \"tenant\": \"acme\", \"n\": 5, \"gone\": null, \"o\": {\"a\": [1]}}",
-		&h, &n, &corr, err, sizeof(err)));
-	assert_int_equal(n, 4);
-	assert_string_equal(corr, "c-1");
-	assert_string_equal(h[0].name, "x-correlation-ID");
-	assert_string_equal(h[1].name, "tenant");
-	assert_string_equal(h[1].value, "acme");
-	assert_string_equal(h[2].name, "n");
-	assert_string_equal(h[2].value, "5");
-	assert_string_equal(h[3].name, "o");
-	assert_string_equal(h[3].value, "{\"a\":[1]}");
-	qb_amqp_headers_free(h, n);
-	free(corr);
-
-	assert_false(build("[1, 2]", &h, &n, &corr, err, sizeof(err)));
-	assert_non_null(strstr(err, "not a JSON object"));
-	memset(big, 'h', 300);
-	snprintf(big + 300, sizeof(big) - 300, "\": \"v\"}");
-	{
-		char		doc[420];
-
-		snprintf(doc, sizeof(doc), "{\"%s", big);
-		assert_false(build(doc, &h, &n, &corr, err, sizeof(err)));
-		assert_non_null(strstr(err, "1 to 255 bytes"));
-		assert_null(corr);
-	}
-}
-
 static void
 refuse_config(const char *doc, const char *want)
 {
@@ -288,7 +227,6 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_url_defaults),
 		cmocka_unit_test(test_url_refused),
-		cmocka_unit_test(test_headers),
 		cmocka_unit_test(test_config),
 		cmocka_unit_test(test_refused),
 	};

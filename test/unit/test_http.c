@@ -317,13 +317,12 @@ test_long_row_header(void **state)
 	json_t	   *row = json_object();
 	json_t	   *rec;
 	struct curl_slist *list = NULL;
-	bool		row_fault = false;
 
 	assert_non_null(h);
 	memset(value, 'v', n);
 	value[n] = '\0';
 	json_object_set_new(row, "X-Long", json_string(value));
-	assert_true(qbh_build_headers(&list, &d, mid, row, "{}", 2, &row_fault, err, sizeof(err)));
+	assert_int_equal(qbh_build_headers(&list, &d, mid, row, "{}", 2, err, sizeof(err)), QB_HDR_OK);
 	curl_slist_free_all(list);
 	assert_int_equal(qb_http_post(h, &d, mid, row, "{}", 2, 0, err, sizeof(err)), QB_HTTP_STARTED);
 	drive(h, &out);

@@ -353,8 +353,10 @@ extern int	qb_config_route_find(const QbConfig *cfg, const char *topic);
 
 /*
  * A header the http publisher sets itself (Content-Type, X-Message-Id,
- * User-Agent, and those libcurl owns); a row or a destination cannot set
- * it, nor name it as its signature header.
+ * User-Agent, Expect), those libcurl owns (Host, Content-Length,
+ * Transfer-Encoding) and the hop-by-hop ones (Connection, Upgrade ...); a
+ * row or a destination cannot set it (the header rule, publish/qb_headers.h,
+ * leaves it out), nor name it as its signature header.
  */
 extern bool qb_config_header_reserved(const char *name);
 

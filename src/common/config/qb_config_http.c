@@ -19,13 +19,20 @@
 bool
 qb_config_header_reserved(const char *name)
 {
-	return strcasecmp(name, "Content-Type") == 0 ||
-		strcasecmp(name, "X-Message-Id") == 0 ||
-		strcasecmp(name, "Content-Length") == 0 ||
-		strcasecmp(name, "Host") == 0 ||
-		strcasecmp(name, "Transfer-Encoding") == 0 ||
-		strcasecmp(name, "Expect") == 0 ||
-		strcasecmp(name, "User-Agent") == 0;
+	static const char *const reserved[] = {
+		/* what the http publisher sets */
+		"Content-Type", "X-Message-Id", "User-Agent", "Expect",
+		/* the message's framing, which libcurl writes */
+		"Host", "Content-Length", "Transfer-Encoding",
+		/* hop-by-hop fields (RFC 9110 7.6.1): the connection's, not the message's */
+		"Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer", "Upgrade",
+		NULL
+	};
+
+	for (int i = 0; reserved[i] != NULL; i++)
+		if (strcasecmp(name, reserved[i]) == 0)
+			return true;
+	return false;
 }
 
 static const char *const qbcf_keys_http[] =

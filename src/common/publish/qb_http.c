@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -36,9 +35,9 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "qb_headers.h"
 #include "qb_http.h"
 #include "qb_http_int.h"
-#include "qb_token.h"
 #include "qb_sign.h"
 
 #ifndef QB_VERSION
@@ -259,15 +258,6 @@ qbh_action(QbHttp *h, curl_socket_t s, int ev_bitmask)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-static bool
-qbh_static_has(const QbDestination *dest, const char *name)
-{
-	for (int i = 0; i < dest->nheaders; i++)
-		if (strcasecmp(dest->headers[i].name, name) == 0)
-			return true;
-	return false;
-}
-
 /*
  * qbh_append: "name: value" at the end of list; false when out of memory.
  * Any length: the ingress stores a header of up to its 64 KiB head, and a
@@ -291,107 +281,50 @@ qbh_append(struct curl_slist **list, const char *name, const char *value)
 	return true;
 }
 
-/* qbh_sign_add: qbh_append as qb_sign_request's callback. */
+/* qbh_add: qbh_append as the header rule's and qb_sign_request's callback. */
 static bool
-qbh_sign_add(void *list, const char *name, const char *value)
+qbh_add(void *list, const char *name, const char *value)
 {
 	return qbh_append(list, name, value);
 }
 
 /* qbh_build_headers: see qb_http_int.h. */
-bool
+QbHdrResult
 qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
 				  const char *message_id, const json_t *row_headers,
-				  const char *body, size_t body_len,
-				  bool *row_fault, char *err, size_t errlen)
+				  const char *body, size_t body_len, char *err, size_t errlen)
 {
-	*row_fault = true;
-	if (row_headers != NULL)
-	{
-		const char *name;
-		json_t	   *val;
+	QbHdrResult r = qb_hdr_each(QB_HDR_HTTP, dest, row_headers, qbh_add, list, err, errlen);
 
-		json_object_foreach((json_t *) row_headers, name, val)
-		{
-			char	   *dumped = NULL;
-			const char *v;
-			bool		ok;
-
-			if (qb_config_header_reserved(name) || qbh_static_has(dest, name) ||
-				qb_sign_sets(&dest->signing, name))
-				continue;
-			if (json_is_string(val))
-				v = json_string_value(val);
-			else if (json_is_null(val))
-				continue;
-			else
-			{
-				dumped = json_dumps(val, JSON_ENCODE_ANY | JSON_COMPACT);
-				v = dumped ? dumped : "";
-			}
-			if (!qb_header_valid(name, v))
-			{
-				snprintf(err, errlen,
-						 "row header \"%.100s\" is not a valid HTTP header (names are tokens, values contain no control characters); fix the row's headers and replay it",
-						 name);
-				free(dumped);
-				return false;
-			}
-			ok = qbh_append(list, name, v);
-			free(dumped);
-			if (!ok)
-			{
-				snprintf(err, errlen, "out of memory building headers");
-				*row_fault = false;
-				return false;
-			}
-		}
-	}
+	if (r != QB_HDR_OK)
+		return r;
 	for (int i = 0; i < dest->nheaders; i++)
 	{
 		if (qb_config_header_reserved(dest->headers[i].name))
 			continue;
 		if (!qbh_append(list, dest->headers[i].name, dest->headers[i].value))
-		{
-			snprintf(err, errlen, "out of memory building headers");
-			*row_fault = false;
-			return false;
-		}
+			goto oom;
 	}
 	if (!qbh_append(list, "Content-Type", "application/json") ||
-		!qbh_append(list, "X-Message-Id", message_id) ||
+		!qbh_append(list, QB_HDR_MESSAGE_ID_HTTP, message_id) ||
 		!qbh_append(list, "Expect", ""))	/* no 100-continue round trip */
-	{
-		snprintf(err, errlen, "out of memory building headers");
-		*row_fault = false;
-		return false;
-	}
+		goto oom;
 	if (!qb_sign_request(&dest->signing, message_id, (long long) time(NULL), body, body_len,
-						 qbh_sign_add, list, err, errlen))
-	{
-		*row_fault = false;
-		return false;
-	}
-	return true;
+						 qbh_add, list, err, errlen))
+		return QB_HDR_FAILED;
+	return QB_HDR_OK;
+
+oom:
+	snprintf(err, errlen, "out of memory building headers");
+	return QB_HDR_FAILED;
 }
 
-QbHttpStart
-qb_http_post(QbHttp *h, const QbDestination *dest,
-			 const char *message_id, const json_t *row_headers,
-			 const char *body, size_t body_len, int tag,
-			 char *err, size_t errlen)
+/* qbh_transfer_get: a transfer off the free list, or a new one; NULL: no memory */
+static QbhTransfer *
+qbh_transfer_get(QbHttp *h)
 {
 	QbhTransfer *t = h->free_list;
-	struct curl_slist *headers = NULL;
 
-	bool		row_fault = true;
-
-	if (!qbh_build_headers(&headers, dest, message_id, row_headers, body, body_len,
-						   &row_fault, err, errlen))
-	{
-		curl_slist_free_all(headers);
-		return row_fault ? QB_HTTP_ROW_INVALID : QB_HTTP_NOT_STARTED;
-	}
 	if (t != NULL)
 	{
 		h->free_list = t->next;
@@ -403,22 +336,23 @@ qb_http_post(QbHttp *h, const QbDestination *dest,
 		if (t == NULL || (t->easy = curl_easy_init()) == NULL)
 		{
 			free(t);
-			curl_slist_free_all(headers);
-			snprintf(err, errlen, "out of memory");
-			return QB_HTTP_NOT_STARTED;
+			return NULL;
 		}
 	}
-	t->headers = headers;
-	t->tag = tag;
 	t->errbuf[0] = '\0';
 	t->refused[0] = '\0';
-	t->egress = dest->egress;
 	t->body_len = 0;
 	t->body[0] = '\0';
 	t->read = 0;
 	t->cut = false;
 	t->next = t->prev = NULL;
+	return t;
+}
 
+/* qbh_transfer_setopt: the request of one POST on t's easy handle */
+static void
+qbh_transfer_setopt(QbhTransfer *t, const QbDestination *dest, const char *body, size_t body_len)
+{
 	curl_easy_setopt(t->easy, CURLOPT_URL, dest->url);
 	curl_easy_setopt(t->easy, CURLOPT_POST, 1L);
 	curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, body);
@@ -445,7 +379,39 @@ qb_http_post(QbHttp *h, const QbDestination *dest,
 	curl_easy_setopt(t->easy, CURLOPT_TCP_KEEPINTVL, 5L);
 	/* A redirect of a POST is not a delivery; report it as a failure. */
 	curl_easy_setopt(t->easy, CURLOPT_FOLLOWLOCATION, 0L);
+}
 
+QbHttpStart
+qb_http_post(QbHttp *h, const QbDestination *dest,
+			 const char *message_id, const json_t *row_headers,
+			 const char *body, size_t body_len, int tag,
+			 char *err, size_t errlen)
+{
+	QbhTransfer *t;
+	struct curl_slist *headers = NULL;
+
+	switch (qbh_build_headers(&headers, dest, message_id, row_headers, body, body_len,
+							  err, errlen))
+	{
+		case QB_HDR_OK:
+			break;
+		case QB_HDR_ROW_INVALID:
+			curl_slist_free_all(headers);
+			return QB_HTTP_ROW_INVALID;
+		case QB_HDR_FAILED:
+			curl_slist_free_all(headers);
+			return QB_HTTP_NOT_STARTED;
+	}
+	if ((t = qbh_transfer_get(h)) == NULL)
+	{
+		curl_slist_free_all(headers);
+		snprintf(err, errlen, "out of memory");
+		return QB_HTTP_NOT_STARTED;
+	}
+	t->headers = headers;
+	t->tag = tag;
+	t->egress = dest->egress;
+	qbh_transfer_setopt(t, dest, body, body_len);
 	if (curl_multi_add_handle(h->multi, t->easy) != CURLM_OK)
 	{
 		curl_slist_free_all(t->headers);

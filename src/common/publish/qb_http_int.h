@@ -17,16 +17,17 @@
 #include <jansson.h>
 
 #include "qb_config.h"
+#include "qb_headers.h"
 
 /*
- * qbh_build_headers: the row's headers, then the destination's static ones
- * (which win over a row header of the same name), then ours, then the
- * signature's (over body, timestamped now), appended to *list.  False with
- * err set; *row_fault says whether the row is to blame (it goes dead).
+ * qbh_build_headers: the row's headers by the header rule (qb_headers.h:
+ * those named like the destination's static headers, its signing headers
+ * and what we set are left out), then the destination's static headers,
+ * then ours, then the signature's (over body, timestamped now), appended
+ * to *list.  QB_HDR_ROW_INVALID or QB_HDR_FAILED with err set.
  */
-extern bool qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
-							  const char *message_id, const json_t *row_headers,
-							  const char *body, size_t body_len,
-							  bool *row_fault, char *err, size_t errlen);
+extern QbHdrResult qbh_build_headers(struct curl_slist **list, const QbDestination *dest,
+									 const char *message_id, const json_t *row_headers,
+									 const char *body, size_t body_len, char *err, size_t errlen);
 
 #endif							/* QB_HTTP_INT_H */

@@ -45,6 +45,7 @@
 
 #include "qb_extract.h"
 #include "qb_pub_amqp.h"
+#include "qb_pub_amqp_int.h"
 
 #ifndef QB_VERSION
 #define QB_VERSION "dev"
@@ -60,85 +61,59 @@
 #define QBA_BACKOFF_MAX_MS		10000
 #define QBA_SHORTSTR_MAX		255
 
-/* ---- the url ------------------------------------------------------------ */
-
-
 /* ---- the headers table --------------------------------------------------- */
 
 void
-qb_amqp_headers_free(QbAmqpHeader *h, int n)
+qb_amqp_headers_free(QbAmqpHeaders *h)
 {
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < h->table.num_entries; i++)
 	{
-		free(h[i].name);
-		free(h[i].value);
+		free(h->table.entries[i].key.bytes);
+		free(h->table.entries[i].value.value.bytes.bytes);
 	}
-	free(h);
+	free(h->table.entries);
+	memset(h, 0, sizeof(*h));
 }
 
-bool
-qb_amqp_headers_build(const json_t *row_headers, QbAmqpHeader **out, int *n,
-					  char **correlation_id, char *err, size_t errlen)
+/* qba_header_add: one kept row header into the table (the rule's callback) */
+static bool
+qba_header_add(void *arg, const char *name, const char *value)
 {
-	const char *name;
-	json_t	   *val;
-	QbAmqpHeader *h;
-	int			k = 0;
+	QbAmqpHeaders *h = arg;
+	amqp_table_entry_t *e = &h->table.entries[h->table.num_entries];
+	char	   *k = strdup(name);
+	char	   *v = strdup(value);
 
-	*out = NULL;
-	*n = 0;
-	*correlation_id = NULL;
-	if (row_headers == NULL || json_object_size(row_headers) == 0)
-		return true;
-	h = calloc(json_object_size(row_headers), sizeof(QbAmqpHeader));
-	if (h == NULL)
-		goto oom;
-	json_object_foreach((json_t *) row_headers, name, val)
+	if (k == NULL || v == NULL)
 	{
-		char	   *v;
-
-		if (json_is_null(val))
-			continue;
-		if (strlen(name) > QBA_SHORTSTR_MAX || name[0] == '\0')
-		{
-			snprintf(err, errlen,
-					 "row header name \"%.60s...\" is %s; an AMQP header name is 1 to 255 bytes; fix the row's headers and replay it",
-					 name, name[0] == '\0' ? "empty" : "longer than 255 bytes");
-			qb_amqp_headers_free(h, k);
-			free(*correlation_id);
-			*correlation_id = NULL;
-			return false;
-		}
-		if (json_is_string(val))
-			v = strdup(json_string_value(val));
-		else
-			v = json_dumps(val, JSON_ENCODE_ANY | JSON_COMPACT);
-		if (v == NULL || (h[k].name = strdup(name)) == NULL)
-		{
-			free(v);
-			qb_amqp_headers_free(h, k);
-			goto oom;
-		}
-		h[k].value = v;
-		if (strcasecmp(name, "X-Correlation-Id") == 0 && json_is_string(val) &&
-			*correlation_id == NULL && strlen(v) <= QBA_SHORTSTR_MAX)
-			*correlation_id = strdup(v);
-		k++;
+		free(k);
+		free(v);
+		return false;
 	}
-	if (k == 0)
-	{
-		free(h);
-		h = NULL;
-	}
-	*out = h;
-	*n = k;
+	e->key = amqp_cstring_bytes(k);
+	e->value.kind = AMQP_FIELD_KIND_UTF8;
+	e->value.value.bytes = amqp_cstring_bytes(v);
+	h->table.num_entries++;
+	if (h->correlation_id == NULL && strcasecmp(name, "X-Correlation-Id") == 0 &&
+		strlen(v) <= QBA_SHORTSTR_MAX)
+		h->correlation_id = v;
 	return true;
+}
 
-oom:
-	free(*correlation_id);
-	*correlation_id = NULL;
-	snprintf(err, errlen, "out of memory");
-	return false;
+/* qb_amqp_headers_build: see qb_pub_amqp_int.h. */
+QbHdrResult
+qb_amqp_headers_build(const json_t *row_headers, QbAmqpHeaders *out, char *err, size_t errlen)
+{
+	memset(out, 0, sizeof(*out));
+	if (row_headers == NULL || json_object_size(row_headers) == 0)
+		return QB_HDR_OK;
+	out->table.entries = calloc(json_object_size(row_headers), sizeof(amqp_table_entry_t));
+	if (out->table.entries == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return QB_HDR_FAILED;
+	}
+	return qb_hdr_each(QB_HDR_AMQP, NULL, row_headers, qba_header_add, out, err, errlen);
 }
 
 /* ---- the publisher -------------------------------------------------------- */
@@ -551,40 +526,114 @@ qba_confirm(QbAmqp *a, QbaConn *c, uint64_t dtag, bool multiple, bool ack)
 }
 
 /*
+ * qba_return_content: a header or body frame of the basic.return in
+ * progress: the header's message_id names the returned message.
+ */
+static void
+qba_return_content(QbaConn *c, const amqp_frame_t *f)
+{
+	if (f->channel != QBA_CHANNEL)
+		return;
+	if (f->frame_type == AMQP_FRAME_HEADER && c->ret_state == 1)
+	{
+		amqp_basic_properties_t *pr = f->payload.properties.decoded;
+		QbaPending *m = NULL;
+
+		if (pr != NULL && (pr->_flags & AMQP_BASIC_MESSAGE_ID_FLAG))
+			m = qba_pending_by_mid(c, pr->message_id.bytes, pr->message_id.len);
+		if (m != NULL)
+			m->returned = strdup(c->ret_why);
+		c->ret_left = f->payload.properties.body_size;
+		c->ret_state = c->ret_left > 0 ? 2 : 0;
+	}
+	else if (f->frame_type == AMQP_FRAME_BODY && c->ret_state == 2)
+	{
+		size_t		len = f->payload.body_fragment.len;
+
+		c->ret_left = len >= c->ret_left ? 0 : c->ret_left - len;
+		if (c->ret_left == 0)
+			c->ret_state = 0;
+	}
+}
+
+/* qba_returned: a basic.return: why, kept for the content frames that follow */
+static void
+qba_returned(QbaConn *c, const amqp_basic_return_t *m)
+{
+	if (m->exchange.len == 0)
+		snprintf(c->ret_why, sizeof(c->ret_why),
+				 "%s: unroutable: no queue is named \"%.*s\" for the default exchange (the broker returned the mandatory message: %u %.*s)",
+				 c->where, (int) m->routing_key.len, (char *) m->routing_key.bytes,
+				 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
+	else
+		snprintf(c->ret_why, sizeof(c->ret_why),
+				 "%s: unroutable: no queue is bound to exchange \"%.*s\" with routing key \"%.*s\" (the broker returned the mandatory message: %u %.*s)",
+				 c->where, (int) m->exchange.len, (char *) m->exchange.bytes,
+				 (int) m->routing_key.len, (char *) m->routing_key.bytes,
+				 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
+	c->ret_state = 1;
+}
+
+/*
+ * qba_closed: the broker closed the channel or the connection: answer
+ * close-ok, fail every unconfirmed message; the next publish opens a new
+ * connection.
+ */
+static void
+qba_closed(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
+{
+	char		why[1024];
+
+	if (f->payload.method.id == AMQP_CHANNEL_CLOSE_METHOD)
+	{
+		amqp_channel_close_t *m = f->payload.method.decoded;
+		amqp_channel_close_ok_t ok = {0};
+
+		snprintf(why, sizeof(why), "%s: the broker closed the channel: %u %.*s%s",
+				 c->where, m->reply_code, (int) m->reply_text.len,
+				 (char *) m->reply_text.bytes,
+				 m->reply_code == 404 ? " (declare it, or fix the destination)" : "");
+		amqp_send_method(c->amqp, f->channel, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+		qba_lost(a, c, why, true);
+	}
+	else
+	{
+		amqp_connection_close_t *m = f->payload.method.decoded;
+		amqp_connection_close_ok_t ok = {0};
+
+		snprintf(why, sizeof(why), "%s: the broker closed the connection: %u %.*s",
+				 c->where, m->reply_code, (int) m->reply_text.len,
+				 (char *) m->reply_text.bytes);
+		amqp_send_method(c->amqp, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+		qba_lost(a, c, why, false);
+	}
+}
+
+/* qba_blocked: connection.blocked: no publish until unblocked */
+static void
+qba_blocked(QbaConn *c, const amqp_connection_blocked_t *m)
+{
+	long		soon = qb_amqp_now_ms() + QBA_BLOCKED_WAIT_MS;
+
+	c->blocked = true;
+	snprintf(c->blocked_why, sizeof(c->blocked_why), "%.*s",
+			 (int) m->reason.len, (char *) m->reason.bytes);
+	/* the broker reads nothing more: do not hold the batch long */
+	for (QbaPending *p = c->head; p != NULL; p = p->next)
+		if (p->deadline_ms > soon)
+			p->deadline_ms = soon;
+}
+
+/*
  * qba_frame handles one frame.  Returns false when the connection was
  * closed (by the broker, or because it broke).
  */
 static bool
 qba_frame(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
 {
-	char		why[1024];
-
-	if (f->frame_type == AMQP_FRAME_HEADER)
+	if (f->frame_type == AMQP_FRAME_HEADER || f->frame_type == AMQP_FRAME_BODY)
 	{
-		if (c->ret_state == 1 && f->channel == QBA_CHANNEL)
-		{
-			amqp_basic_properties_t *pr = f->payload.properties.decoded;
-			QbaPending *m = NULL;
-
-			if (pr != NULL && (pr->_flags & AMQP_BASIC_MESSAGE_ID_FLAG))
-				m = qba_pending_by_mid(c, pr->message_id.bytes, pr->message_id.len);
-			if (m != NULL)
-				m->returned = strdup(c->ret_why);
-			c->ret_left = f->payload.properties.body_size;
-			c->ret_state = c->ret_left > 0 ? 2 : 0;
-		}
-		return true;
-	}
-	if (f->frame_type == AMQP_FRAME_BODY)
-	{
-		if (c->ret_state == 2 && f->channel == QBA_CHANNEL)
-		{
-			size_t		len = f->payload.body_fragment.len;
-
-			c->ret_left = len >= c->ret_left ? 0 : c->ret_left - len;
-			if (c->ret_left == 0)
-				c->ret_state = 0;
-		}
+		qba_return_content(c, f);
 		return true;
 	}
 	if (f->frame_type != AMQP_FRAME_METHOD)
@@ -607,64 +656,15 @@ qba_frame(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
 				return true;
 			}
 		case AMQP_BASIC_RETURN_METHOD:
-			{
-				amqp_basic_return_t *m = f->payload.method.decoded;
-
-				if (m->exchange.len == 0)
-					snprintf(c->ret_why, sizeof(c->ret_why),
-							 "%s: unroutable: no queue is named \"%.*s\" for the default exchange (the broker returned the mandatory message: %u %.*s)",
-							 c->where, (int) m->routing_key.len, (char *) m->routing_key.bytes,
-							 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
-				else
-					snprintf(c->ret_why, sizeof(c->ret_why),
-							 "%s: unroutable: no queue is bound to exchange \"%.*s\" with routing key \"%.*s\" (the broker returned the mandatory message: %u %.*s)",
-							 c->where, (int) m->exchange.len, (char *) m->exchange.bytes,
-							 (int) m->routing_key.len, (char *) m->routing_key.bytes,
-							 m->reply_code, (int) m->reply_text.len, (char *) m->reply_text.bytes);
-				c->ret_state = 1;
-				return true;
-			}
+			qba_returned(c, f->payload.method.decoded);
+			return true;
 		case AMQP_CHANNEL_CLOSE_METHOD:
-			{
-				amqp_channel_close_t *m = f->payload.method.decoded;
-				amqp_channel_close_ok_t ok = {0};
-
-				snprintf(why, sizeof(why), "%s: the broker closed the channel: %u %.*s%s",
-						 c->where, m->reply_code, (int) m->reply_text.len,
-						 (char *) m->reply_text.bytes,
-						 m->reply_code == 404 ? " (declare it, or fix the destination)" : "");
-				amqp_send_method(c->amqp, f->channel, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
-				/* the next publish opens a new connection */
-				qba_lost(a, c, why, true);
-				return false;
-			}
 		case AMQP_CONNECTION_CLOSE_METHOD:
-			{
-				amqp_connection_close_t *m = f->payload.method.decoded;
-				amqp_connection_close_ok_t ok = {0};
-
-				snprintf(why, sizeof(why), "%s: the broker closed the connection: %u %.*s",
-						 c->where, m->reply_code, (int) m->reply_text.len,
-						 (char *) m->reply_text.bytes);
-				amqp_send_method(c->amqp, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
-				qba_lost(a, c, why, false);
-				return false;
-			}
+			qba_closed(a, c, f);
+			return false;
 		case AMQP_CONNECTION_BLOCKED_METHOD:
-			{
-				amqp_connection_blocked_t *m = f->payload.method.decoded;
-
-				long		soon = qb_amqp_now_ms() + QBA_BLOCKED_WAIT_MS;
-
-				c->blocked = true;
-				snprintf(c->blocked_why, sizeof(c->blocked_why), "%.*s",
-						 (int) m->reason.len, (char *) m->reason.bytes);
-				/* the broker reads nothing more: do not hold the batch long */
-				for (QbaPending *p = c->head; p != NULL; p = p->next)
-					if (p->deadline_ms > soon)
-						p->deadline_ms = soon;
-				return true;
-			}
+			qba_blocked(c, f->payload.method.decoded);
+			return true;
 		case AMQP_CONNECTION_UNBLOCKED_METHOD:
 			c->blocked = false;
 			return true;
@@ -710,58 +710,44 @@ qba_drain(QbAmqp *a, QbaConn *c)
 	return false;
 }
 
+/*
+ * qba_routing_key: the destination's routingKey rendered for the row into
+ * *rkey (malloc'd); QB_PUB_ROW_INVALID when it is over AMQP's 255 bytes.
+ */
 static QbPubStart
-qba_start(void *p, const QbDestination *dest, const QbMessage *msg, int tag,
-		  char *err, size_t errlen)
+qba_routing_key(const QbDestination *dest, const QbMessage *msg, char **rkey,
+				char *err, size_t errlen)
 {
-	QbAmqp	   *a = p;
-	QbaConn    *c;
-	const char *vals[3];
-	char	   *rkey;
-	QbAmqpHeader *hdrs = NULL;
-	int			nhdrs = 0;
-	char	   *corr = NULL;
-	amqp_table_entry_t *entries = NULL;
-	amqp_basic_properties_t props;
-	amqp_bytes_t body;
-	QbaPending *m;
-	int			rc;
-	QbPubStart	result = QB_PUB_NOT_STARTED;
+	const char *tmpl = dest->routing_key ? dest->routing_key : "{{ topic }}";
+	const char *vals[3] = {msg->topic, msg->key, NULL};
 
-	/* what the row becomes: refuse for good what can never be sent */
-	vals[0] = msg->topic;
-	vals[1] = msg->key;
-	vals[2] = NULL;
-	rkey = qb_template_render(dest->routing_key ? dest->routing_key : "{{ topic }}",
-							  qb_amqp_routing_key_names, vals);
-	if (rkey == NULL)
+	*rkey = qb_template_render(tmpl, qb_amqp_routing_key_names, vals);
+	if (*rkey == NULL)
 	{
 		snprintf(err, errlen, "out of memory");
 		return QB_PUB_NOT_STARTED;
 	}
-	if (strlen(rkey) > QBA_SHORTSTR_MAX)
+	if (strlen(*rkey) > QBA_SHORTSTR_MAX)
 	{
 		snprintf(err, errlen,
 				 "the routing key rendered from \"%.100s\" is %zu bytes; AMQP allows 255: shorten the row's topic or key, or change the destination's routingKey, then replay the row",
-				 dest->routing_key ? dest->routing_key : "{{ topic }}", strlen(rkey));
-		free(rkey);
+				 tmpl, strlen(*rkey));
 		return QB_PUB_ROW_INVALID;
 	}
-	if (!qb_amqp_headers_build(msg->headers, &hdrs, &nhdrs, &corr, err, errlen))
-	{
-		free(rkey);
-		return strstr(err, "out of memory") ? QB_PUB_NOT_STARTED : QB_PUB_ROW_INVALID;
-	}
-	if (strlen(msg->message_id) > QBA_SHORTSTR_MAX)
-	{
-		snprintf(err, errlen, "the message id is longer than 255 bytes");
-		result = QB_PUB_ROW_INVALID;
-		goto out;
-	}
+	return QB_PUB_STARTED;
+}
 
-	/* the connection */
+/*
+ * qba_conn_ready: the destination's connection, open and not blocked, or
+ * NULL with err (a failed connect waits for its backoff).
+ */
+static QbaConn *
+qba_conn_ready(QbAmqp *a, const QbDestination *dest, char *err, size_t errlen)
+{
+	QbaConn    *c;
+
 	if ((c = qba_conn_for(a, dest, err, errlen)) == NULL)
-		goto out;
+		return NULL;
 	if (c->amqp != NULL)
 		qba_drain(a, c);		/* notice a close that came while idle */
 	if (c->amqp == NULL)
@@ -772,74 +758,80 @@ qba_start(void *p, const QbDestination *dest, const QbMessage *msg, int tag,
 		{
 			snprintf(err, errlen, "%s (the next connection attempt is in %ld ms)",
 					 c->down_why, c->retry_at_ms - now);
-			goto out;
+			return NULL;
 		}
 		if (!qba_connect(a, c, err, errlen))
-			goto out;
+			return NULL;
 	}
 	if (c->blocked)
 	{
 		snprintf(err, errlen,
 				 "%s: the broker blocks publishing on this connection (connection.blocked: %s); a resource alarm (memory or disk) is raised on the broker",
 				 c->where, c->blocked_why);
-		goto out;
+		return NULL;
 	}
+	return c;
+}
 
-	/* the message */
-	memset(&props, 0, sizeof(props));
-	props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
+/* qba_props: the message's properties (they point into msg and hdrs) */
+static void
+qba_props(amqp_basic_properties_t *props, const QbDestination *dest, const QbMessage *msg,
+		  const QbAmqpHeaders *hdrs)
+{
+	memset(props, 0, sizeof(*props));
+	props->_flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
 		AMQP_BASIC_MESSAGE_ID_FLAG;
-	props.content_type = amqp_cstring_bytes("application/json");
-	props.delivery_mode = dest->persistent ? AMQP_DELIVERY_PERSISTENT : AMQP_DELIVERY_NONPERSISTENT;
-	props.message_id = amqp_cstring_bytes(msg->message_id);
-	if (corr != NULL)
+	props->content_type = amqp_cstring_bytes("application/json");
+	props->delivery_mode = dest->persistent ? AMQP_DELIVERY_PERSISTENT : AMQP_DELIVERY_NONPERSISTENT;
+	props->message_id = amqp_cstring_bytes(msg->message_id);
+	if (hdrs->correlation_id != NULL)
 	{
-		props._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
-		props.correlation_id = amqp_cstring_bytes(corr);
+		props->_flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
+		props->correlation_id = amqp_cstring_bytes(hdrs->correlation_id);
 	}
-	if (nhdrs > 0)
+	if (hdrs->table.num_entries > 0)
 	{
-		if ((entries = calloc(nhdrs, sizeof(amqp_table_entry_t))) == NULL)
-		{
-			snprintf(err, errlen, "out of memory");
-			goto out;
-		}
-		for (int i = 0; i < nhdrs; i++)
-		{
-			entries[i].key = amqp_cstring_bytes(hdrs[i].name);
-			entries[i].value.kind = AMQP_FIELD_KIND_UTF8;
-			entries[i].value.value.bytes = amqp_cstring_bytes(hdrs[i].value);
-		}
-		props._flags |= AMQP_BASIC_HEADERS_FLAG;
-		props.headers.num_entries = nhdrs;
-		props.headers.entries = entries;
+		props->_flags |= AMQP_BASIC_HEADERS_FLAG;
+		props->headers = hdrs->table;
 	}
+}
+
+/*
+ * qba_publish: basic.publish on c, and the message unconfirmed until the
+ * broker answers.  A failed write loses the connection.
+ */
+static QbPubStart
+qba_publish(QbAmqp *a, QbaConn *c, const QbDestination *dest, const QbMessage *msg,
+			const char *rkey, const amqp_basic_properties_t *props, int tag,
+			char *err, size_t errlen)
+{
+	QbaPending *m;
+	amqp_bytes_t body = {.len = msg->body_len, .bytes = (void *) msg->body};
+	int			rc;
+
 	if ((m = calloc(1, sizeof(QbaPending))) == NULL ||
 		(m->message_id = strdup(msg->message_id)) == NULL)
 	{
 		free(m);
 		snprintf(err, errlen, "out of memory");
-		goto out;
+		return QB_PUB_NOT_STARTED;
 	}
-	body.bytes = (void *) msg->body;
-	body.len = msg->body_len;
 	rc = amqp_basic_publish(c->amqp, QBA_CHANNEL, amqp_cstring_bytes(dest->target ? dest->target : ""),
-							amqp_cstring_bytes(rkey), dest->mandatory ? 1 : 0, 0, &props, body);
+							amqp_cstring_bytes(rkey), dest->mandatory ? 1 : 0, 0, props, body);
 	if (rc != AMQP_STATUS_OK)
 	{
 		qba_pending_free(m);
 		if (rc == AMQP_STATUS_TABLE_TOO_BIG)
 		{
+			/* nothing was written: the connection is still sound */
 			snprintf(err, errlen, "the row's headers do not fit in an AMQP header frame (%s)",
 					 amqp_error_string2(rc));
-			result = QB_PUB_ROW_INVALID;
-			/* nothing was written: the connection is still sound */
-			goto out;
+			return QB_PUB_ROW_INVALID;
 		}
 		snprintf(err, errlen, "%s: publish failed, connection lost: %s", c->where,
 				 amqp_error_string2(rc));
 		qba_lost(a, c, err, false);
-		goto out;
+		return QB_PUB_NOT_STARTED;
 	}
 	m->tag = tag;
 	m->dtag = c->next_dtag++;
@@ -850,12 +842,46 @@ qba_start(void *p, const QbDestination *dest, const QbMessage *msg, int tag,
 		c->head = m;
 	c->tail = m;
 	c->npending++;
-	result = QB_PUB_STARTED;
+	return QB_PUB_STARTED;
+}
+
+/*
+ * qba_start: what the row becomes (refused for good when it can never be
+ * sent), then the connection, then the publish.
+ */
+static QbPubStart
+qba_start(void *p, const QbDestination *dest, const QbMessage *msg, int tag,
+		  char *err, size_t errlen)
+{
+	QbAmqp	   *a = p;
+	QbaConn    *c;
+	char	   *rkey = NULL;
+	QbAmqpHeaders hdrs;
+	amqp_basic_properties_t props;
+	QbPubStart	result;
+
+	memset(&hdrs, 0, sizeof(hdrs));
+	if ((result = qba_routing_key(dest, msg, &rkey, err, errlen)) != QB_PUB_STARTED)
+		goto out;
+	if ((result = qb_hdr_start(qb_amqp_headers_build(msg->headers, &hdrs, err, errlen))) !=
+		QB_PUB_STARTED)
+		goto out;
+	if (strlen(msg->message_id) > QBA_SHORTSTR_MAX)
+	{
+		snprintf(err, errlen, "the message id is longer than 255 bytes");
+		result = QB_PUB_ROW_INVALID;
+		goto out;
+	}
+	if ((c = qba_conn_ready(a, dest, err, errlen)) == NULL)
+	{
+		result = QB_PUB_NOT_STARTED;
+		goto out;
+	}
+	qba_props(&props, dest, msg, &hdrs);
+	result = qba_publish(a, c, dest, msg, rkey, &props, tag, err, errlen);
 
 out:
-	free(entries);
-	qb_amqp_headers_free(hdrs, nhdrs);
-	free(corr);
+	qb_amqp_headers_free(&hdrs);
 	free(rkey);
 	return result;
 }

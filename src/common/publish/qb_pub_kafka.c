@@ -40,8 +40,6 @@
 #include "qb_pub_kafka.h"
 #include "qb_pub_kafka_int.h"
 
-#define QBK_MSGID_HEADER "message-id"
-
 typedef struct QbkProducer
 {
 	struct QbKafka *kafka;
@@ -352,41 +350,29 @@ qbk_prune(void *arg, const QbConfig *cfg)
 	}
 }
 
+/* qbk_header_add: one kept row header onto the list (the rule's callback) */
+static bool
+qbk_header_add(void *hdrs, const char *name, const char *value)
+{
+	return rd_kafka_header_add(hdrs, name, -1, value, -1) == RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
 /* qbk_headers: see qb_pub_kafka_int.h. */
-rd_kafka_headers_t *
-qbk_headers(const QbMessage *m, char *err, size_t errlen)
+QbHdrResult
+qbk_headers(const QbMessage *m, rd_kafka_headers_t **out, char *err, size_t errlen)
 {
 	rd_kafka_headers_t *hdrs = rd_kafka_headers_new(8);
-	const char *name;
-	json_t	   *v;
+	QbHdrResult r = qb_hdr_each(QB_HDR_KAFKA, NULL, m->headers, qbk_header_add, hdrs, err, errlen);
 
-	if (m->headers != NULL)
+	if (r == QB_HDR_OK)
+		rd_kafka_header_add(hdrs, QB_HDR_MESSAGE_ID_KAFKA, -1, m->message_id, -1);
+	if (r != QB_HDR_OK)
 	{
-		json_object_foreach((json_t *) m->headers, name, v)
-		{
-			if (json_is_string(v))
-				rd_kafka_header_add(hdrs, name, -1, json_string_value(v), json_string_length(v));
-			else
-			{
-				/* a number, boolean or structure goes as its JSON text */
-				char	   *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-
-				if (text == NULL)
-				{
-					snprintf(err, errlen, "out of memory");
-					goto err;
-				}
-				rd_kafka_header_add(hdrs, name, -1, text, -1);
-				free(text);
-			}
-		}
+		rd_kafka_headers_destroy(hdrs);
+		hdrs = NULL;
 	}
-	rd_kafka_header_add(hdrs, QBK_MSGID_HEADER, -1, m->message_id, -1);
-	return hdrs;
-
-err:
-	rd_kafka_headers_destroy(hdrs);
-	return NULL;
+	*out = hdrs;
+	return r;
 }
 
 /* qbk_topic_valid: Kafka's legal topic names ([A-Za-z0-9._-], 1..249). */
@@ -442,6 +428,7 @@ qbk_start(void *arg, const QbDestination *d, const QbMessage *m, int tag,
 	const char *values[2] = {m->topic, m->key};
 	char	   *topic = NULL;
 	QbPubStart	r = QB_PUB_NOT_STARTED;
+	QbHdrResult hr;
 	rd_kafka_resp_err_t e;
 
 	if (tag < 0 || !qbk_slot_reserve(k, tag))
@@ -463,8 +450,11 @@ qbk_start(void *arg, const QbDestination *d, const QbMessage *m, int tag,
 		r = QB_PUB_ROW_INVALID;
 		goto done;
 	}
-	if ((hdrs = qbk_headers(m, err, errlen)) == NULL)
-		goto done;				/* out of memory: a local failure, retried */
+	if ((hr = qbk_headers(m, &hdrs, err, errlen)) != QB_HDR_OK)
+	{
+		r = qb_hdr_start(hr);
+		goto done;
+	}
 	if ((p = qbk_producer_for(k, d, err, errlen)) == NULL)
 		goto done;
 	e = rd_kafka_producev(p->rk,

@@ -14,13 +14,15 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "qb_headers.h"
 #include "qb_publish.h"
 
 /*
- * qbk_headers: the row's headers (parsed by the engine; non-strings as their
- * JSON text) plus the message id header, as a new list the caller owns; NULL
- * with err set when out of memory.
+ * qbk_headers: the row's headers by the header rule (qb_headers.h), then
+ * message-id = the message id, as a new list in *out the caller owns; NULL
+ * in *out unless QB_HDR_OK, with err set.
  */
-extern rd_kafka_headers_t *qbk_headers(const QbMessage *m, char *err, size_t errlen);
+extern QbHdrResult qbk_headers(const QbMessage *m, rd_kafka_headers_t **out,
+							   char *err, size_t errlen);
 
 #endif							/* QB_PUB_KAFKA_INT_H */

@@ -419,68 +419,28 @@ qbn_subject(const QbDestination *d, const QbMessage *m, bool *invalid, char *err
 	return NULL;
 }
 
-/* qbn_header_ok: a name and value that cannot break the header block. */
+/* qbn_header_add: one kept row header into the message (the rule's callback) */
 static bool
-qbn_header_ok(const char *name, const char *value)
+qbn_header_add(void *msg, const char *name, const char *value)
 {
-	if (*name == '\0')
-		return false;
-	for (const char *p = name; *p; p++)
-		if ((unsigned char) *p <= ' ' || *p == ':' || *p == 0x7f)
-			return false;
-	for (const char *p = value; *p; p++)
-		if (*p == '\r' || *p == '\n')
-			return false;
-	return true;
+	return natsMsgHeader_Set(msg, name, value) == NATS_OK;
 }
 
 /* qbn_headers: see qb_pub_nats_int.h. */
-QbPubStart
+QbHdrResult
 qbn_headers(natsMsg *msg, const QbMessage *m, char *err, size_t errlen)
 {
-	const char *name;
-	json_t	   *v;
+	QbHdrResult r = qb_hdr_each(QB_HDR_NATS, NULL, m->headers, qbn_header_add, msg, err, errlen);
 	natsStatus	s;
 
-	if (m->headers != NULL)
+	if (r != QB_HDR_OK)
+		return r;
+	if ((s = natsMsgHeader_Set(msg, QB_HDR_MESSAGE_ID_NATS, m->message_id)) != NATS_OK)
 	{
-		json_object_foreach((json_t *) m->headers, name, v)
-		{
-			char	   *text = NULL;
-			const char *value;
-
-			if (json_is_null(v))
-				continue;
-			if (json_is_string(v))
-				value = json_string_value(v);
-			else if ((value = text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT)) == NULL)
-			{
-				snprintf(err, errlen, "out of memory");
-				return QB_PUB_NOT_STARTED;
-			}
-			if (!qbn_header_ok(name, value))
-			{
-				snprintf(err, errlen,
-						 "header \"%.100s\" cannot be sent as a NATS header (a name with a space, ':' or control character, or a value with CR/LF)",
-						 name);
-				free(text);
-				return QB_PUB_ROW_INVALID;
-			}
-			s = natsMsgHeader_Set(msg, name, value);
-			free(text);
-			if (s != NATS_OK)
-			{
-				snprintf(err, errlen, "setting header \"%.100s\": %s", name, natsStatus_GetText(s));
-				return QB_PUB_NOT_STARTED;
-			}
-		}
+		snprintf(err, errlen, "setting %s: %s", QB_HDR_MESSAGE_ID_NATS, natsStatus_GetText(s));
+		return QB_HDR_FAILED;
 	}
-	if ((s = natsMsgHeader_Set(msg, "Nats-Msg-Id", m->message_id)) != NATS_OK)
-	{
-		snprintf(err, errlen, "setting Nats-Msg-Id: %s", natsStatus_GetText(s));
-		return QB_PUB_NOT_STARTED;
-	}
-	return QB_PUB_STARTED;
+	return QB_HDR_OK;
 }
 
 /* qbn_ticket_add registers a publish before cnats can answer it; -1: no memory. */
@@ -596,6 +556,82 @@ qbn_destroy(void *p)
 	pthread_mutex_unlock(&qbn_retired_mu);
 }
 
+/* qbn_message: the row as a message on subject, with its headers */
+static QbPubStart
+qbn_message(const char *subject, const QbMessage *m, natsMsg **msg, char *err, size_t errlen)
+{
+	natsStatus	s;
+
+	if ((s = natsMsg_Create(msg, subject, NULL, m->body, (int) m->body_len)) != NATS_OK)
+	{
+		snprintf(err, errlen, "natsMsg_Create: %s", natsStatus_GetText(s));
+		return QB_PUB_NOT_STARTED;
+	}
+	return qb_hdr_start(qbn_headers(*msg, m, err, errlen));
+}
+
+/*
+ * qbn_send hands *msg to cnats under a ticket for tag: a JetStream publish
+ * its ack handler answers, or a core publish the next flush answers.  *ti
+ * is the ticket, -1 (with NATS_NO_MEMORY) when none could be made.
+ */
+static natsStatus
+qbn_send(QbNats *n, QbnLink *l, natsMsg **msg, int tag, int *ti)
+{
+	natsStatus	s;
+
+	if (l->jetstream)
+	{
+		jsPubOptions po;
+		sigset_t	old;
+
+		if ((*ti = qbn_ticket_add(n, l, *msg, tag, QBN_ACK_WAIT_MS + QBN_GRACE_MS)) < 0)
+			return NATS_NO_MEMORY;
+		jsPubOptions_Init(&po);
+		po.MaxWait = QBN_ACK_WAIT_MS;
+		/* the first async publish starts cnats's pub-ack thread */
+		if (!l->async_started)
+			qb_nats_block_signals(&old);
+		s = js_PublishMsgAsync(l->js, msg, &po);	/* clears *msg when it takes it */
+		if (!l->async_started)
+		{
+			qb_nats_restore_signals(&old);
+			l->async_started = s == NATS_OK;
+		}
+		return s;
+	}
+	if ((*ti = qbn_ticket_add(n, l, NULL, tag, QBN_FLUSH_MS + QBN_GRACE_MS)) < 0)
+		return NATS_NO_MEMORY;
+	if ((s = natsConnection_PublishMsg(l->nc, *msg)) == NATS_OK)
+		l->core_pending++;
+	return s;
+}
+
+/* qbn_refused: cnats did not take the publish of ticket ti: why, and dead or retried */
+static QbPubStart
+qbn_refused(QbNats *n, QbnLink *l, int ti, natsStatus s, const char *subject,
+			const QbMessage *m, char *err, size_t errlen)
+{
+	char		why[200];
+
+	qbn_ticket_drop(n, ti);
+	qb_nats_status_text(s, why, sizeof(why));
+	if (s == NATS_MAX_PAYLOAD)
+	{
+		snprintf(err, errlen, "the message (%zu bytes) is over the NATS server's max_payload: %s",
+				 m->body_len, why);
+		return QB_PUB_ROW_INVALID;
+	}
+	snprintf(err, errlen, "publishing to NATS subject %s failed: %s%s", subject, why,
+			 natsConnection_Status(l->nc) == NATS_CONN_STATUS_RECONNECTING ?
+			 " (the connection to the server is down; cnats is reconnecting)" : "");
+	return QB_PUB_NOT_STARTED;
+}
+
+/*
+ * qbn_start: what the row becomes (subject, message, headers: refused for
+ * good when it can never be sent), then the link, then the publish.
+ */
 static QbPubStart
 qbn_start(void *p, const QbDestination *dest, const QbMessage *m, int tag,
 		  char *err, size_t errlen)
@@ -608,80 +644,26 @@ qbn_start(void *p, const QbDestination *dest, const QbMessage *m, int tag,
 	natsStatus	s;
 	QbPubStart	rc;
 	int			ti;
-	char		why[200];
 
 	if ((subject = qbn_subject(dest, m, &invalid, err, errlen)) == NULL)
 		return invalid ? QB_PUB_ROW_INVALID : QB_PUB_NOT_STARTED;
+	if ((rc = qbn_message(subject, m, &msg, err, errlen)) != QB_PUB_STARTED)
+		goto done;
 	if ((l = qbn_link(n, dest, err, errlen)) == NULL ||
 		(l->jetstream && !qbn_stream_ready(n, l, err, errlen)))
 	{
 		rc = QB_PUB_NOT_STARTED;
 		goto done;
 	}
-	if ((s = natsMsg_Create(&msg, subject, NULL, m->body, (int) m->body_len)) != NATS_OK)
-	{
-		snprintf(err, errlen, "natsMsg_Create: %s", natsStatus_GetText(s));
-		rc = QB_PUB_NOT_STARTED;
-		goto done;
-	}
-	if ((rc = qbn_headers(msg, m, err, errlen)) != QB_PUB_STARTED)
-		goto done;
-
-	if (l->jetstream)
-	{
-		jsPubOptions po;
-		sigset_t	old;
-
-		if ((ti = qbn_ticket_add(n, l, msg, tag, QBN_ACK_WAIT_MS + QBN_GRACE_MS)) < 0)
-		{
-			snprintf(err, errlen, "out of memory");
-			rc = QB_PUB_NOT_STARTED;
-			goto done;
-		}
-		jsPubOptions_Init(&po);
-		po.MaxWait = QBN_ACK_WAIT_MS;
-		/* the first async publish starts cnats's pub-ack thread */
-		if (!l->async_started)
-			qb_nats_block_signals(&old);
-		s = js_PublishMsgAsync(l->js, &msg, &po);	/* clears msg when it takes it */
-		if (!l->async_started)
-		{
-			qb_nats_restore_signals(&old);
-			l->async_started = s == NATS_OK;
-		}
-	}
-	else
-	{
-		if ((ti = qbn_ticket_add(n, l, NULL, tag, QBN_FLUSH_MS + QBN_GRACE_MS)) < 0)
-		{
-			snprintf(err, errlen, "out of memory");
-			rc = QB_PUB_NOT_STARTED;
-			goto done;
-		}
-		if ((s = natsConnection_PublishMsg(l->nc, msg)) == NATS_OK)
-			l->core_pending++;
-	}
-	if (s == NATS_OK)
-	{
+	if ((s = qbn_send(n, l, &msg, tag, &ti)) == NATS_OK)
 		rc = QB_PUB_STARTED;
-		goto done;
-	}
-
-	qbn_ticket_drop(n, ti);
-	qb_nats_status_text(s, why, sizeof(why));
-	if (s == NATS_MAX_PAYLOAD)
+	else if (ti < 0)
 	{
-		snprintf(err, errlen, "the message (%zu bytes) is over the NATS server's max_payload: %s",
-				 m->body_len, why);
-		rc = QB_PUB_ROW_INVALID;
-	}
-	else
-	{
-		snprintf(err, errlen, "publishing to NATS subject %s failed: %s%s", subject, why,
-				 natsConnection_Status(l->nc) == NATS_CONN_STATUS_RECONNECTING ?
-				 " (the connection to the server is down; cnats is reconnecting)" : "");
+		snprintf(err, errlen, "out of memory");
 		rc = QB_PUB_NOT_STARTED;
 	}
+	else
+		rc = qbn_refused(n, l, ti, s, subject, m, err, errlen);
 
 done:
 	natsMsg_Destroy(msg);		/* no-op once cnats took it */

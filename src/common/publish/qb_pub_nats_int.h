@@ -14,14 +14,14 @@
 
 #include <nats/nats.h>
 
+#include "qb_headers.h"
 #include "qb_publish.h"
 
 /*
- * qbn_headers copies the row's headers (parsed by the engine; non-strings as
- * JSON text, nulls skipped) into msg, then Nats-Msg-Id = message_id, which
- * wins over a row header of that name.  QB_PUB_ROW_INVALID for a header NATS
- * cannot carry; err says which.
+ * qbn_headers: the row's headers by the header rule (qb_headers.h) into
+ * msg, then Nats-Msg-Id = the message id.  QB_HDR_ROW_INVALID or
+ * QB_HDR_FAILED with err set.
  */
-extern QbPubStart qbn_headers(natsMsg *msg, const QbMessage *m, char *err, size_t errlen);
+extern QbHdrResult qbn_headers(natsMsg *msg, const QbMessage *m, char *err, size_t errlen);
 
 #endif							/* QB_PUB_NATS_INT_H */

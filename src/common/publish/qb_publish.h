@@ -9,6 +9,8 @@
  *	  once per message (qb_message_headers) and hands every publisher the
  *	  parsed object, so no publisher parses or re-validates it: a row whose
  *	  headers are not a JSON object is dead before any publisher sees it.
+ *	  Every publisher makes its transport's headers of it by one rule
+ *	  (qb_headers.h).
  *	- A publish is one delivery attempt of one message, tagged with the row's
  *	  index in its batch; its outcome comes back through perform(): ok, a
  *	  failed attempt (retry with backoff), or permanent (dead at once: the

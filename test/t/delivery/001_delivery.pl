@@ -1,7 +1,8 @@
 # 001_delivery.pl
 #   Rows committed with a business write are delivered once, with the right
 #   request; rolled-back rows never are; enqueue() and COPY wake delivery;
-#   outbox_stats and the worker processes are visible.
+#   outbox_stats and the worker processes are visible; the header rule on
+#   HTTP (a null, a number, the message id's names, a bad header's row dead).
 #
 # The poll interval is one hour, so every delivery here depends on the
 # wake-on-commit path (INSERT, enqueue(), COPY), not on the fallback poll.
@@ -202,6 +203,43 @@ is(qb_count($node, "state IN ('pending', 'processing')"), '0', 'none is left pen
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'queuebox outbox'"),
 	'2', 'still two outbox workers');
+
+# ---- the header rule (docs/delivery.md, "Row headers"): a null header is
+# left out, a number goes as its JSON text, QueueBox's message id wins under
+# any of its names, a hop-by-hop name is left out; a header HTTP cannot
+# carry makes the row dead at once (no attempt, no request), and the rows
+# are counted before and after
+my %before = map { $_ => qb_count($node, "state = '$_'") } qw(sent dead);
+my $total_before = qb_outbox_count($node);
+my $requests_before = scalar @{ qb_sink_requests($sink) };
+$node->safe_psql('postgres', q{
+	INSERT INTO queuebox.outbox (topic, payload, headers) VALUES
+	('orders.rule', '{"case": "rule"}',
+	 '{"X-Null": null, "X-Count": 5, "X-Message-Id": "forged", "message-id": "forged", "Connection": "close"}'),
+	('orders.rule', '{"case": "bad"}', '{"X-Fine": "ok", "Bad Name": "v"}')});
+qb_wait_query($node, q{
+		SELECT string_agg(payload->>'case' || ':' || state || ':' || attempt, ',' ORDER BY id)
+		FROM queuebox.outbox WHERE topic = 'orders.rule'},
+	'rule:sent:1,bad:dead:0', 'header rule: the row is sent; the row with a bad header is dead, no attempt counted',
+	timeout => 30);
+my @rule_rows = map { [ split /\|/, $_, 2 ] } split /\n/, $node->safe_psql('postgres', q{
+	SELECT message_id, coalesce(last_error, '') FROM queuebox.outbox WHERE topic = 'orders.rule' ORDER BY id});
+my ($rule_mid, $bad_mid, $bad_error) = ($rule_rows[0][0], $rule_rows[1][0], $rule_rows[1][1]);
+$by_id = qb_sink_by_id($sink);
+my $rule = $by_id->{$rule_mid}[0] // { headers => {} };
+is($rule->{headers}{'x-count'}, '5', 'header rule: a number header goes as its JSON text');
+ok(!exists $rule->{headers}{'x-null'}, 'header rule: a null header is left out');
+is($rule->{headers}{'x-message-id'}, $rule_mid, 'header rule: X-Message-Id is the row\'s message_id, once (a row\'s is left out)');
+ok(!exists $rule->{headers}{'message-id'}, 'header rule: a row\'s message-id (Kafka\'s name for the id) is left out');
+isnt($rule->{headers}{connection} // '', 'close', 'header rule: a row\'s Connection (hop-by-hop) is left out');
+like($bad_error,
+	qr/^row header "Bad Name" is not a valid HTTP header \(.*\), so the row cannot be sent on HTTP; remove or fix it in the row's headers, then requeue the row/,
+	'header rule: the dead row\'s last_error names the header, the transport and what to do');
+is(scalar @{ $by_id->{$bad_mid} // [] }, 0, 'header rule: no request for the dead row');
+is(qb_count($node, "state = 'sent'"), $before{sent} + 1, 'header rule: rows counted after: one more sent');
+is(qb_count($node, "state = 'dead'"), $before{dead} + 1, 'header rule: rows counted after: one more dead');
+is(qb_outbox_count($node), $total_before + 2, 'header rule: rows counted after: two more in all');
+is(scalar @{ qb_sink_requests($sink) }, $requests_before + 1, 'header rule: the sink saw one request more');
 
 $node->stop;
 qb_sink_stop($sink);

@@ -6,7 +6,9 @@
 #   missing exchange and a refused connection retried until dead with the
 #   reason; amqps with certificate checks; the broker stopped, then killed,
 #   mid-stream and started again with nothing lost and no operator action;
-#   a destination removed by a reload has its connections closed.
+#   a destination removed by a reload has its connections closed; the
+#   header rule on AMQP (a null, a number, the message id's names, an empty
+#   name's row dead).
 use strict;
 use warnings;
 
@@ -165,6 +167,34 @@ SKIP:
 		'keyed: the body is the payload');
 	is($p3->{message_id}, row('props3')->{mid}, 'keyed: message_id is the row\'s');
 }
+
+# ---- the header rule (docs/delivery.md, "Row headers"): a null header is
+# left out, a number goes as its JSON text, a header named like QueueBox's
+# message id is left out (the id is the message_id property); an empty name
+# makes the row dead at once, nothing published; rows counted before and after
+my $dead_before = qb_count($node, "state = 'dead'");
+my $total_before = qb_outbox_count($node);
+insert_rows(
+	q{('orders.rule', NULL, '{"case": "rule"}',
+	   '{"X-Null": null, "X-Count": 5, "X-Message-Id": "forged", "message-id": "forged", "tenant": "acme"}', NULL)},
+	q{('orders.rule', NULL, '{"case": "rule_bad"}', '{"tenant": "acme", "": "no name"}', NULL)});
+qb_wait_query($node, q{
+		SELECT string_agg(payload->>'case' || ':' || state || ':' || attempt, ',' ORDER BY id)
+		FROM queuebox.outbox WHERE payload->>'case' IN ('rule', 'rule_bad')},
+	'rule:sent:1,rule_bad:dead:0',
+	'header rule: the row is sent; the row with an empty header name is dead, no attempt counted', timeout => 60);
+my %rule_msgs = map { $_->{message_id} => $_ } @{ rmq_get($rmq, 'q.orders') };
+my $rule = $rule_msgs{ row('rule')->{mid} } // {};
+is_deeply($rule->{headers}, { 'X-Count' => '5', tenant => 'acme' },
+	'header rule: the null and the message id\'s names are left out, the number is its JSON text');
+is($rule->{header_kinds}, 'SS', 'header rule: as long strings');
+is($rule->{message_id}, row('rule')->{mid}, 'header rule: message_id is the row\'s');
+like(row('rule_bad')->{last_error},
+	qr/^row header "" has an empty name, so the row cannot be sent on AMQP; remove or fix it in the row's headers, then requeue the row/,
+	'header rule: the dead row\'s last_error names the header, the transport and what to do');
+ok(!exists $rule_msgs{ row('rule_bad')->{mid} }, 'header rule: nothing published for the dead row');
+is(qb_count($node, "state = 'dead'"), $dead_before + 1, 'header rule: rows counted after: one more dead');
+is(qb_outbox_count($node), $total_before + 2, 'header rule: rows counted after: two more in all');
 
 # ---- per-key order while some keys keep failing
 # k1..k3 route to a bound key; u1..u3 to an unbound key (mandatory:
@@ -448,7 +478,7 @@ is( $node->safe_psql('postgres',
 	'0', 'after: every row is sent or dead');
 is( $node->safe_psql('postgres',
 		q{SELECT count(*) FROM queuebox.outbox WHERE state = 'dead'}),
-	'7', 'after: the 7 rows of the failure cases are dead, every other row is sent');
+	'8', 'after: the 8 rows of the failure cases (and the header rule\'s) are dead, every other row is sent');
 
 $node->stop;
 rmq_stop($rmq);

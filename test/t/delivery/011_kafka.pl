@@ -5,7 +5,9 @@
 #   a key's messages stay in order in their partition while deliveries fail
 #   and are retried; an unknown topic is dead at once with a last_error that
 #   says to create it; a broker down mid-stream loses nothing; a fatal
-#   producer error fails the row in flight and a new producer sends it.
+#   producer error fails the row in flight and a new producer sends it; the
+#   header rule on Kafka (a null, a number, the message id's names, an empty
+#   name's row dead).
 use strict;
 use warnings;
 
@@ -105,6 +107,39 @@ is_deeply(
 	[ $first->{headers}{'x-trace'}, $first->{headers}{'x-count'} ],
 	[ 't-1', '5' ],
 	'the row\'s headers go along (a number as its JSON text)');
+
+# ---- the header rule (docs/delivery.md, "Row headers"): a null header is
+# left out, a number goes as its JSON text, a row header named like
+# QueueBox's message id (any of its names) is left out, so the message
+# carries one message-id, QueueBox's; an empty name makes the row dead at
+# once, nothing produced; rows counted before and after
+my %rule_before = map { $_ => qb_count($node, "state = '$_'") } qw(sent dead);
+my $rule_total = qb_outbox_count($node);
+$node->safe_psql('postgres', q{
+	INSERT INTO queuebox.outbox (topic, key, payload, headers) VALUES
+	('orders', 'rule', '{"case": "rule"}',
+	 '{"x-null": null, "x-count": 5, "message-id": "forged", "X-Message-Id": "forged"}'),
+	('orders', 'rule-bad', '{"case": "bad"}', '{"x-fine": "ok", "": "no name"}')});
+qb_wait_query($node, q{
+		SELECT string_agg(key || ':' || state || ':' || attempt, ',' ORDER BY id)
+		FROM queuebox.outbox WHERE key IN ('rule', 'rule-bad')},
+	'rule:sent:1,rule-bad:dead:0',
+	'header rule: the row is sent; the row with an empty header name is dead, no attempt counted');
+my ($rule_mid, $rule_error) = split /\|/, $node->safe_psql('postgres', q{
+	SELECT string_agg(coalesce(last_error, message_id::text), '|' ORDER BY id)
+	FROM queuebox.outbox WHERE key IN ('rule', 'rule-bad')}), 2;
+my $orders = qb_kafka_consume($kafka, 'qb.orders');
+my @rule = grep { ($_->{key} // '') eq 'rule' } @$orders;
+is(scalar @rule, 1, 'header rule: one message');
+is_deeply($rule[0]{header_list}, [ [ 'x-count', '5' ], [ 'message-id', $rule_mid ] ],
+	'header rule: the null and the row\'s message id names are left out, the number is its JSON text, message-id is QueueBox\'s alone');
+like($rule_error,
+	qr/^row header "" has an empty name, so the row cannot be sent on Kafka; remove or fix it in the row's headers, then requeue the row/,
+	'header rule: the dead row\'s last_error names the header, the transport and what to do');
+is(scalar(grep { ($_->{key} // '') eq 'rule-bad' } @$orders), 0, 'header rule: nothing produced for the dead row');
+is(qb_count($node, "state = 'sent'"), $rule_before{sent} + 1, 'header rule: rows counted after: one more sent');
+is(qb_count($node, "state = 'dead'"), $rule_before{dead} + 1, 'header rule: rows counted after: one more dead');
+is(qb_outbox_count($node), $rule_total + 2, 'header rule: rows counted after: two more in all');
 
 # ---- per-key order while deliveries fail and are retried
 my $before = qb_outbox_count($node);
