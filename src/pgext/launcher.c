@@ -85,6 +85,112 @@ qbl_on_exit(int code, Datum arg)
 	}
 }
 
+/*
+ * qbl_reload: after a SIGHUP, the GUCs again; a new database or a new
+ * count of any kind but the consumers (resized in place by the main loop)
+ * stops the whole set, which the loop then starts anew.
+ */
+static void
+qbl_reload(bool *warned_missing)
+{
+	int			want_counts[QBL_NKINDS];
+
+	ConfigReloadPending = false;
+	ProcessConfigFile(PGC_SIGHUP);
+	(void) qbl_wanted(want_counts);
+	if (qbl_nrunning > 0 &&
+		(strcmp(qbl_database, qb_database) != 0 ||
+		 memcmp(qbl_counts, want_counts, sizeof(int) * (QBL_NKINDS - 1)) != 0))
+	{
+		ereport(LOG,
+				(errmsg("queuebox launcher: restarting the workers for database \"%s\" (%d outbox workers, relay %s)",
+						qb_database, qb_outbox_workers, qb_relay_worker ? "on" : "off")));
+		qbl_stop_all();
+	}
+	*warned_missing = false;
+}
+
+/*
+ * qbl_new_set: the set of want workers (want_counts per kind) for
+ * queuebox.database, none started yet, once that database exists; until
+ * then it is said once and looked for every QBL_NO_DB_RETRY_MS (the wait
+ * returned).
+ */
+static long
+qbl_new_set(const int *want_counts, int want, bool *warned_missing)
+{
+	int			n = 0;
+
+	if (!qbl_database_exists(qb_database))
+	{
+		if (!*warned_missing)
+			ereport(LOG,
+					(errcode(ERRCODE_UNDEFINED_DATABASE),
+					 errmsg("queuebox: database \"%s\" does not exist; the workers wait for it",
+							qb_database),
+					 errhint("Create the database and run CREATE EXTENSION queuebox in it, or set queuebox.database and reload the configuration.")));
+		*warned_missing = true;
+		return QBL_NO_DB_RETRY_MS;
+	}
+	strlcpy(qbl_database, qb_database, NAMEDATALEN);
+	strlcpy(qb_shared->database, qb_database, NAMEDATALEN);
+	for (int r = 0; r < QBL_NKINDS; r++)
+		for (int i = 0; i < want_counts[r]; i++, n++)
+		{
+			qbl_workers[n].kind = (QbEngineKind) r;
+			qbl_workers[n].index = i;
+			qbl_workers[n].handle = NULL;
+			qbl_workers[n].restart_after = 0;
+		}
+	memcpy(qbl_counts, want_counts, sizeof(qbl_counts));
+	qbl_nrunning = want;
+	*warned_missing = false;
+	return QBL_CHECK_MS;
+}
+
+/*
+ * qbl_tend: a worker that stopped is restarted after a pause, unless its
+ * database is gone (dropped WITH (FORCE)): then the set stops and the
+ * launcher goes back to waiting for it, rather than starting workers that
+ * would fail to connect every second.
+ */
+static void
+qbl_tend(void)
+{
+	for (int i = 0; i < qbl_nrunning; i++)
+	{
+		pid_t		pid;
+
+		if (qbl_workers[i].handle != NULL &&
+			GetBackgroundWorkerPid(qbl_workers[i].handle, &pid) == BGWH_STOPPED &&
+			!qbl_database_exists(qbl_database))
+		{
+			qbl_stop_all();
+			break;
+		}
+	}
+
+	/* start what is not running; notice what stopped */
+	for (int i = 0; i < qbl_nrunning; i++)
+	{
+		QblWorker  *w = &qbl_workers[i];
+		pid_t		pid;
+
+		if (w->handle != NULL &&
+			GetBackgroundWorkerPid(w->handle, &pid) == BGWH_STOPPED)
+		{
+			pfree(w->handle);
+			w->handle = NULL;
+			w->restart_after = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
+		}
+		if (w->handle == NULL && GetCurrentTimestamp() >= w->restart_after)
+		{
+			if (!qbl_start_worker(w))
+				w->restart_after = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 5000);
+		}
+	}
+}
+
 void
 qb_launcher_main(Datum arg)
 {
@@ -108,98 +214,13 @@ qb_launcher_main(Datum arg)
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-			(void) qbl_wanted(want_counts);
-			/* the consumers (the last kind) are resized in place, below */
-			if (qbl_nrunning > 0 &&
-				(strcmp(qbl_database, qb_database) != 0 ||
-				 memcmp(qbl_counts, want_counts, sizeof(int) * (QBL_NKINDS - 1)) != 0))
-			{
-				ereport(LOG,
-						(errmsg("queuebox launcher: restarting the workers for database \"%s\" (%d outbox workers, relay %s)",
-								qb_database, qb_outbox_workers, qb_relay_worker ? "on" : "off")));
-				qbl_stop_all();
-			}
-			warned_missing = false;
-		}
+			qbl_reload(&warned_missing);
 		want = qbl_wanted(want_counts);
-
 		if (qbl_nrunning == 0 && want > 0)
-		{
-			if (!qbl_database_exists(qb_database))
-			{
-				if (!warned_missing)
-					ereport(LOG,
-							(errcode(ERRCODE_UNDEFINED_DATABASE),
-							 errmsg("queuebox: database \"%s\" does not exist; the workers wait for it",
-									qb_database),
-							 errhint("Create the database and run CREATE EXTENSION queuebox in it, or set queuebox.database and reload the configuration.")));
-				warned_missing = true;
-				wait_ms = QBL_NO_DB_RETRY_MS;
-			}
-			else
-			{
-				int			n = 0;
-
-				strlcpy(qbl_database, qb_database, NAMEDATALEN);
-				strlcpy(qb_shared->database, qb_database, NAMEDATALEN);
-				for (int r = 0; r < QBL_NKINDS; r++)
-					for (int i = 0; i < want_counts[r]; i++, n++)
-					{
-						qbl_workers[n].kind = (QbEngineKind) r;
-						qbl_workers[n].index = i;
-						qbl_workers[n].handle = NULL;
-						qbl_workers[n].restart_after = 0;
-					}
-				memcpy(qbl_counts, want_counts, sizeof(qbl_counts));
-				qbl_nrunning = want;
-				warned_missing = false;
-			}
-		}
-
+			wait_ms = qbl_new_set(want_counts, want, &warned_missing);
 		if (qbl_nrunning > 0)
 			qbl_resize_consumers(want_counts[QBL_NKINDS - 1]);
-
-		/*
-		 * A worker that stopped is restarted, unless its database is gone
-		 * (dropped WITH (FORCE)): then go back to waiting for it, rather than
-		 * starting workers that would fail to connect every second.
-		 */
-		for (int i = 0; i < qbl_nrunning; i++)
-		{
-			pid_t		pid;
-
-			if (qbl_workers[i].handle != NULL &&
-				GetBackgroundWorkerPid(qbl_workers[i].handle, &pid) == BGWH_STOPPED &&
-				!qbl_database_exists(qbl_database))
-			{
-				qbl_stop_all();
-				break;
-			}
-		}
-
-		/* start what is not running; notice what stopped */
-		for (int i = 0; i < qbl_nrunning; i++)
-		{
-			QblWorker  *w = &qbl_workers[i];
-			pid_t		pid;
-
-			if (w->handle != NULL &&
-				GetBackgroundWorkerPid(w->handle, &pid) == BGWH_STOPPED)
-			{
-				pfree(w->handle);
-				w->handle = NULL;
-				w->restart_after = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
-			}
-			if (w->handle == NULL && GetCurrentTimestamp() >= w->restart_after)
-			{
-				if (!qbl_start_worker(w))
-					w->restart_after = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 5000);
-			}
-		}
-
+		qbl_tend();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 wait_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

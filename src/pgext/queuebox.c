@@ -78,26 +78,10 @@ static void qb_xact_callback(XactEvent event, void *arg);
 static void qb_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 								SubTransactionId parentSubid, void *arg);
 
-void
-_PG_init(void)
+/* qb_guc_workers: the GUCs of the workers: which database, how many of each, how they commit. */
+static void
+qb_guc_workers(void)
 {
-	BackgroundWorker worker;
-	char		err[256];
-
-	if (!process_shared_preload_libraries_in_progress)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("queuebox must be loaded via shared_preload_libraries"),
-				 errhint("Add queuebox to shared_preload_libraries in postgresql.conf and restart the server.")));
-	/* database: and daemon: are the daemon's: a shared file's ${NAME}s there are not ours */
-	qb_config_set_daemon_sections(false);
-	/* an engine, publisher or consumer table with a hole is this build's fault: say which */
-	if (qb_engines_check(err, sizeof(err)) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("queuebox: %s", err),
-				 errhint("This build of queuebox is broken; rebuild it from a released source.")));
-
 	DefineCustomStringVariable("queuebox.database",
 							   "Database whose queuebox tables the workers serve.",
 							   "The extension must be created there (CREATE EXTENSION queuebox).",
@@ -128,6 +112,12 @@ _PG_init(void)
 							 "It listens only when the stored configuration sets http.listen.",
 							 &qb_ingress_worker, true,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+}
+
+/* qb_guc_config: the GUCs that bound the configuration: its file, its secret files, the destinations' hosts. */
+static void
+qb_guc_config(void)
+{
 	DefineCustomStringVariable("queuebox.secret_file_dirs",
 							   "Directories from which a configuration's ${file:PATH} references may read.",
 							   "A comma-separated list of absolute directories; empty (the default) allows none. "
@@ -148,6 +138,12 @@ _PG_init(void)
 							   "fd00:ec2::254, 100.100.100.200), which are refused unless listed.",
 							   &qb_allowed_destinations, "",
 							   PGC_SIGHUP, 0, qb_allowed_destinations_check, qb_allowed_destinations_assign, NULL);
+}
+
+/* qb_guc_tracing: the session's trace context for the rows it inserts. */
+static void
+qb_guc_tracing(void)
+{
 	DefineCustomStringVariable("queuebox.traceparent",
 							   "The W3C traceparent the rows this session inserts carry (SET LOCAL in a traced transaction).",
 							   "A row's own traceparent header wins; empty: the inserting statement's sqlcommenter comment, if any.",
@@ -158,15 +154,13 @@ _PG_init(void)
 							   NULL,
 							   &qb_tracestate, "",
 							   PGC_USERSET, 0, qb_tracestate_check, NULL, NULL);
-	MarkGUCPrefixReserved("queuebox");
+}
 
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = qb_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = qb_shmem_startup;
-
-	RegisterXactCallback(qb_xact_callback, NULL);
-	RegisterSubXactCallback(qb_subxact_callback, NULL);
+/* qb_launcher_register: the static background worker that starts the others (launcher.c). */
+static void
+qb_launcher_register(void)
+{
+	BackgroundWorker worker;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -177,6 +171,41 @@ _PG_init(void)
 	snprintf(worker.bgw_name, BGW_MAXLEN, "queuebox launcher");
 	snprintf(worker.bgw_type, BGW_MAXLEN, "queuebox launcher");
 	RegisterBackgroundWorker(&worker);
+}
+
+void
+_PG_init(void)
+{
+	char		err[256];
+
+	if (!process_shared_preload_libraries_in_progress)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("queuebox must be loaded via shared_preload_libraries"),
+				 errhint("Add queuebox to shared_preload_libraries in postgresql.conf and restart the server.")));
+	/* database: and daemon: are the daemon's: a shared file's ${NAME}s there are not ours */
+	qb_config_set_daemon_sections(false);
+	/* an engine, publisher or consumer table with a hole is this build's fault: say which */
+	if (qb_engines_check(err, sizeof(err)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("queuebox: %s", err),
+				 errhint("This build of queuebox is broken; rebuild it from a released source.")));
+
+	qb_guc_workers();
+	qb_guc_config();
+	qb_guc_tracing();
+	MarkGUCPrefixReserved("queuebox");
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = qb_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = qb_shmem_startup;
+
+	RegisterXactCallback(qb_xact_callback, NULL);
+	RegisterSubXactCallback(qb_subxact_callback, NULL);
+
+	qb_launcher_register();
 }
 
 /*

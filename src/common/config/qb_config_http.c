@@ -191,58 +191,48 @@ qbcf_sign_key(QbcfCtx *cx, QbAuthType t, const char *secret, QbSignKey *out,
 }
 
 /*
- * qbcf_signing: the signing: section of the http destination mapping m (at
- * path) into d->signing, each secret decoded into its key here so that no
- * request decodes one.  The headers it sets must be none that QueueBox sets
- * on every request or that the destination's headers: already send.
- * Secrets are never echoed.
+ * qbcf_signing_header: hmac-sha256's header:, prefix: and encoding: of the
+ * signing mapping sm (at at): not a header QueueBox sets itself, a prefix
+ * short and without control characters.
  */
 static bool
-qbcf_signing(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestination *d)
+qbcf_signing_header(QbcfCtx *cx, const char *at, const QbcfNode *sm, QbSigning *s)
 {
-	static const char *const types[] = {"standard-webhooks", "hmac-sha256", NULL};
-	static const QbAuthType codes[] = {QB_AUTH_STANDARD_WEBHOOKS, QB_AUTH_HMAC_SHA256};
-	static const char *const *const keys[] = {qbcf_keys_auth_github, qbcf_keys_auth_hmac};
-	char		at[QBCF_PATHLEN];
 	char		sub[QBCF_PATHLEN];
-	char		forwhat[64];
+
+	if (!qbcf_hmac_keys(cx, at, sm, "the request header QueueBox puts the signature in",
+						&s->header, &s->prefix, &s->encoding))
+		return false;
+	qbcf_path_key(sub, sizeof(sub), at, "header");
+	if (qb_config_header_reserved(s->header))
+		return qbcf_error(cx, sub, qbcf_get(sm, "header"),
+						  "QueueBox sets %s itself on every request; choose another name, e.g. X-Signature",
+						  s->header);
+	qbcf_path_key(sub, sizeof(sub), at, "prefix");
+	if (s->prefix != NULL && strlen(s->prefix) > QBCF_SIGNING_MAX_PREFIX)
+		return qbcf_error(cx, sub, qbcf_get(sm, "prefix"), "a prefix is at most %d bytes",
+						  QBCF_SIGNING_MAX_PREFIX);
+	for (const char *p = s->prefix; p != NULL && *p != '\0'; p++)
+		if (((unsigned char) *p < ' ' && *p != '\t') || *p == 0x7f)
+			return qbcf_error(cx, sub, qbcf_get(sm, "prefix"),
+							  "the prefix contains a line break or another control character; remove it");
+	return true;
+}
+
+/*
+ * qbcf_signing_keys: the secret: or secrets: of the signing mapping sm (at
+ * at), at most QBCF_SIGNING_MAX_KEYS, each decoded into its key in
+ * s->keys; the secrets' text wiped once decoded.  Secrets are never echoed.
+ */
+static bool
+qbcf_signing_keys(QbcfCtx *cx, const char *at, const QbcfNode *sm, QbSigning *s)
+{
+	char		sub[QBCF_PATHLEN];
 	char		msg[QBCF_MSGLEN];
-	const QbcfNode *sm;
-	const QbcfNode *hm = qbcf_get(m, "headers");
-	QbSigning  *s = &d->signing;
 	char	  **secrets = NULL;
 	int			nsecrets = 0;
 	bool		ok;
-	int			t;
 
-	qbcf_path_key(at, sizeof(at), path, "signing");
-	if (!qbcf_typed(cx, at, qbcf_get(m, "signing"), types, "one of standard-webhooks, hmac-sha256",
-					"expected a mapping with at least type: (standard-webhooks or hmac-sha256) and secret:; remove signing: to send unsigned requests",
-					"one of standard-webhooks, hmac-sha256", &sm, &t))
-		return false;
-	snprintf(forwhat, sizeof(forwhat), "for signing type %s", types[t]);
-	if (!qbcf_check_keys(cx, at, sm, keys[t], forwhat))
-		return false;
-	s->type = codes[t];
-	if (s->type == QB_AUTH_HMAC_SHA256)
-	{
-		if (!qbcf_hmac_keys(cx, at, sm, "the request header QueueBox puts the signature in",
-							&s->header, &s->prefix, &s->encoding))
-			return false;
-		qbcf_path_key(sub, sizeof(sub), at, "header");
-		if (qb_config_header_reserved(s->header))
-			return qbcf_error(cx, sub, qbcf_get(sm, "header"),
-							  "QueueBox sets %s itself on every request; choose another name, e.g. X-Signature",
-							  s->header);
-		qbcf_path_key(sub, sizeof(sub), at, "prefix");
-		if (s->prefix != NULL && strlen(s->prefix) > QBCF_SIGNING_MAX_PREFIX)
-			return qbcf_error(cx, sub, qbcf_get(sm, "prefix"), "a prefix is at most %d bytes",
-							  QBCF_SIGNING_MAX_PREFIX);
-		for (const char *p = s->prefix; p != NULL && *p != '\0'; p++)
-			if (((unsigned char) *p < ' ' && *p != '\t') || *p == 0x7f)
-				return qbcf_error(cx, sub, qbcf_get(sm, "prefix"),
-								  "the prefix contains a line break or another control character; remove it");
-	}
 	ok = qbcf_secrets(cx, at, sm, s->type,
 					  s->type == QB_AUTH_STANDARD_WEBHOOKS ?
 					  "the key requests are signed with, whsec_ and base64, e.g. secret: \"${BILLING_SIGNING_SECRET}\"; secrets: [new, old] signs with each during a rotation" :
@@ -266,7 +256,42 @@ qbcf_signing(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestination *d)
 	for (int i = 0; secrets != NULL && i < nsecrets; i++)
 		if (secrets[i] != NULL)
 			explicit_bzero(secrets[i], strlen(secrets[i]));
-	if (!ok)
+	return ok;
+}
+
+/*
+ * qbcf_signing: the signing: section of the http destination mapping m (at
+ * path) into d->signing, each secret decoded into its key here so that no
+ * request decodes one.  The headers it sets must be none that QueueBox sets
+ * on every request or that the destination's headers: already send.
+ * Secrets are never echoed.
+ */
+static bool
+qbcf_signing(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestination *d)
+{
+	static const char *const types[] = {"standard-webhooks", "hmac-sha256", NULL};
+	static const QbAuthType codes[] = {QB_AUTH_STANDARD_WEBHOOKS, QB_AUTH_HMAC_SHA256};
+	static const char *const *const keys[] = {qbcf_keys_auth_github, qbcf_keys_auth_hmac};
+	char		at[QBCF_PATHLEN];
+	char		sub[QBCF_PATHLEN];
+	char		forwhat[64];
+	const QbcfNode *sm;
+	const QbcfNode *hm = qbcf_get(m, "headers");
+	QbSigning  *s = &d->signing;
+	int			t;
+
+	qbcf_path_key(at, sizeof(at), path, "signing");
+	if (!qbcf_typed(cx, at, qbcf_get(m, "signing"), types, "one of standard-webhooks, hmac-sha256",
+					"expected a mapping with at least type: (standard-webhooks or hmac-sha256) and secret:; remove signing: to send unsigned requests",
+					"one of standard-webhooks, hmac-sha256", &sm, &t))
+		return false;
+	snprintf(forwhat, sizeof(forwhat), "for signing type %s", types[t]);
+	if (!qbcf_check_keys(cx, at, sm, keys[t], forwhat))
+		return false;
+	s->type = codes[t];
+	if (s->type == QB_AUTH_HMAC_SHA256 && !qbcf_signing_header(cx, at, sm, s))
+		return false;
+	if (!qbcf_signing_keys(cx, at, sm, s))
 		return false;
 
 	/* a header sent twice leaves the receiver to pick one of the values */

@@ -220,6 +220,78 @@ qbcf_next(QbcfLoader *ld, yaml_event_t *ev)
 	return true;
 }
 
+static QbcfNode *qbcf_read_node(QbcfLoader *ld, yaml_event_t *ev, int depth);
+
+/*
+ * qbcf_read_entries: the entries of collection node up to its end event:
+ * key and value pairs in a map, values in a sequence.  false with the
+ * error written (the nodes made so far are the arena's).
+ */
+static bool
+qbcf_read_entries(QbcfLoader *ld, QbcfNode *node, yaml_event_type_t end, int depth)
+{
+	QbcfNode   *key = NULL;
+	QbcfNode   *val;
+	yaml_event_t sub;
+
+	for (;;)
+	{
+		if (!qbcf_next(ld, &sub))
+			return false;
+		if (sub.type == end)
+		{
+			yaml_event_delete(&sub);
+			return true;
+		}
+		if (node->kind == QBCF_MAP)
+		{
+			key = qbcf_read_node(ld, &sub, depth + 1);
+			if (key == NULL || !qbcf_next(ld, &sub))
+				return false;
+		}
+		val = qbcf_read_node(ld, &sub, depth + 1);
+		if (val == NULL)
+			return false;
+		if (!qbcf_append(ld->arena, node, key, val))
+		{
+			snprintf(ld->err, ld->errlen, "out of memory while loading the YAML document");
+			return false;
+		}
+		key = NULL;
+	}
+}
+
+/*
+ * qbcf_read_collection: the mapping or sequence that starts with *ev (at
+ * line, column), no deeper than QBCF_MAX_DEPTH.  Consumes *ev.  NULL with
+ * the error written.
+ */
+static QbcfNode *
+qbcf_read_collection(QbcfLoader *ld, yaml_event_t *ev, int depth, int line, int column)
+{
+	bool		map = ev->type == YAML_MAPPING_START_EVENT;
+	QbcfNode   *node;
+
+	if (depth >= QBCF_MAX_DEPTH)
+	{
+		snprintf(ld->err, ld->errlen,
+				 "YAML nesting deeper than %d levels at line %d, column %d: a configuration needs no more than a few",
+				 QBCF_MAX_DEPTH, line, column);
+		yaml_event_delete(ev);
+		return NULL;
+	}
+	node = qbcf_node_new(ld->arena, map ? QBCF_MAP : QBCF_SEQ, line, column);
+	yaml_event_delete(ev);
+	if (node == NULL)
+	{
+		snprintf(ld->err, ld->errlen, "out of memory while loading the YAML document");
+		return NULL;
+	}
+	if (!qbcf_read_entries(ld, node, map ? YAML_MAPPING_END_EVENT : YAML_SEQUENCE_END_EVENT, depth))
+		return NULL;
+	return node;
+}
+
 /*
  * qbcf_read_node: build the node that starts with *ev, reading the events of its
  * content.  Consumes *ev.  NULL with the error written on failure.
@@ -229,11 +301,7 @@ qbcf_read_node(QbcfLoader *ld, yaml_event_t *ev, int depth)
 {
 	int			line = (int) ev->start_mark.line + 1;
 	int			column = (int) ev->start_mark.column + 1;
-	QbcfNode   *node = NULL;
-	QbcfNode   *key = NULL;
-	QbcfNode   *val = NULL;
-	yaml_event_t sub;
-	yaml_event_type_t end;
+	QbcfNode   *node;
 
 	switch (ev->type)
 	{
@@ -241,8 +309,9 @@ qbcf_read_node(QbcfLoader *ld, yaml_event_t *ev, int depth)
 			node = qbcf_scalar(ld->arena, (const char *) ev->data.scalar.value,
 							   ev->data.scalar.length, line, column);
 			if (node == NULL)
-				goto oom;
-			node->plain = (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE);
+				snprintf(ld->err, ld->errlen, "out of memory while loading the YAML document");
+			else
+				node->plain = (ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE);
 			yaml_event_delete(ev);
 			return node;
 
@@ -255,55 +324,7 @@ qbcf_read_node(QbcfLoader *ld, yaml_event_t *ev, int depth)
 
 		case YAML_MAPPING_START_EVENT:
 		case YAML_SEQUENCE_START_EVENT:
-			if (depth >= QBCF_MAX_DEPTH)
-			{
-				snprintf(ld->err, ld->errlen,
-						 "YAML nesting deeper than %d levels at line %d, column %d: a configuration needs no more than a few",
-						 QBCF_MAX_DEPTH, line, column);
-				yaml_event_delete(ev);
-				return NULL;
-			}
-			if (ev->type == YAML_MAPPING_START_EVENT)
-			{
-				node = qbcf_node_new(ld->arena, QBCF_MAP, line, column);
-				end = YAML_MAPPING_END_EVENT;
-			}
-			else
-			{
-				node = qbcf_node_new(ld->arena, QBCF_SEQ, line, column);
-				end = YAML_SEQUENCE_END_EVENT;
-			}
-			if (node == NULL)
-				goto oom;
-			yaml_event_delete(ev);
-			for (;;)
-			{
-				if (!qbcf_next(ld, &sub))
-					goto fail;
-				if (sub.type == end)
-				{
-					yaml_event_delete(&sub);
-					break;
-				}
-				if (node->kind == QBCF_MAP)
-				{
-					key = qbcf_read_node(ld, &sub, depth + 1);
-					if (key == NULL)
-						goto fail;
-					if (!qbcf_next(ld, &sub))
-						goto fail;
-				}
-				val = qbcf_read_node(ld, &sub, depth + 1);
-				if (val == NULL)
-					goto fail;
-				if (!qbcf_append(ld->arena, node, key, val))
-				{
-					snprintf(ld->err, ld->errlen, "out of memory while loading the YAML document");
-					goto fail;
-				}
-				key = val = NULL;
-			}
-			return node;
+			return qbcf_read_collection(ld, ev, depth, line, column);
 
 		default:
 			snprintf(ld->err, ld->errlen,
@@ -312,15 +333,6 @@ qbcf_read_node(QbcfLoader *ld, yaml_event_t *ev, int depth)
 			yaml_event_delete(ev);
 			return NULL;
 	}
-
-oom:
-	snprintf(ld->err, ld->errlen, "out of memory while loading the YAML document");
-	yaml_event_delete(ev);
-	return NULL;
-
-fail:
-	/* the nodes made so far are the arena's */
-	return NULL;
 }
 
 /*

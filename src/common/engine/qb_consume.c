@@ -234,26 +234,18 @@ qbc_unusable(const char *v)
 }
 
 /*
- * qbc_make_row: steps 1-2 of the banner.  Returns false, with why, only
- * when the message is not to blame (out of memory, a transform that could
- * not run at all): the batch then goes back to the broker.  A message that
- * cannot be stored pending becomes a dead row.
+ * qbc_extract: step 1's values into r: the key (path, header, the broker's
+ * message id, its position), the event type and the aggregate id; an
+ * unusable event type or aggregate id is left out (the key is checked by
+ * qbc_key_or_made_up).  doc: the body parsed, NULL when it is not JSON.
  */
-static bool
-qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_t whylen)
+static void
+qbc_extract(const QbSource *s, const QbDelivery *d, json_t *doc, QbcRow *r)
 {
-	char		err[QB_ERRLEN];
-	char		msg[QB_ERRLEN + 128];
-	json_error_t jerr;
-	json_t	   *doc = json_loadb(d->body, d->len, JSON_DECODE_ANY, &jerr);
 	/* parsed once, and only when the key or the event type comes from one */
 	json_t	   *headers = d->headers && (s->idempotency_key_header || s->event_type_header) ?
 		json_loads(d->headers, 0, NULL) : NULL;
-	char		uuid[QB_UUID_LEN + 1];
-	const char *bad;
 
-	memset(r, 0, sizeof(*r));
-	/* 1. extract */
 	if (doc != NULL && s->idempotency_key_path != NULL)
 		r->key = qb_jsonpath_text(doc, s->idempotency_key_path);
 	else if (s->idempotency_key_header != NULL)
@@ -281,7 +273,88 @@ qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_
 		free(r->aggregate_id);
 		r->aggregate_id = NULL;
 	}
+}
 
+/*
+ * qbc_key_or_made_up: a dead row still needs a unique key: an unusable one
+ * is replaced by a made-up "no-key:<uuid>", and the row is dead saying so
+ * (unless it is dead already).  false when out of random bytes or memory.
+ */
+static bool
+qbc_key_or_made_up(QbcRow *r)
+{
+	char		msg[QB_ERRLEN + 128];
+	char		uuid[QB_UUID_LEN + 1];
+	const char *bad;
+
+	if ((bad = qbc_unusable(r->key)) == NULL)
+		return true;
+	free(r->key);
+	r->key = NULL;
+	if (!qb_uuid_v4(uuid))
+		return false;
+	if ((r->key = malloc(strlen(uuid) + 8)) == NULL)
+		return false;
+	snprintf(r->key, strlen(uuid) + 8, "no-key:%s", uuid);
+	if (r->dead_error == NULL)
+	{
+		snprintf(msg, sizeof(msg),
+				 "the message's idempotency key %s; it is kept dead under a made-up key: requeue it to deliver it anyway, and send later messages with a usable key (UTF-8, up to 1024 bytes, no control character)",
+				 bad);
+		r->dead_error = strdup(msg);
+	}
+	return true;
+}
+
+/*
+ * qbc_transform_row: step 2, the source's transform on a row that is not
+ * dead.  A rejection makes the row dead; false, with why, when the
+ * transform could not run at all (not the message's fault).
+ */
+static bool
+qbc_transform_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_t whylen)
+{
+	QbTransformVars vars = {NULL, r->aggregate_id, d->headers, s->name, r->event_type};
+	char		err[QB_ERRLEN];
+	char		msg[QB_ERRLEN + 128];
+	char	   *out = NULL;
+	size_t		len = 0;
+
+	switch (qb_transform_run(s->transform, r->payload, strlen(r->payload), &vars, NULL,
+							 &out, &len, err, sizeof(err)))
+	{
+		case QB_TRANSFORM_OK:
+			free(r->payload);
+			r->payload = out;
+			break;
+		case QB_TRANSFORM_REJECTED:
+			snprintf(msg, sizeof(msg), "the source transform rejected the message: %s", err);
+			r->dead_error = strdup(msg);
+			break;
+		case QB_TRANSFORM_FAILED:
+			/* not the message's fault (no fork, the helper killed): later */
+			snprintf(why, whylen, "the source transform could not run (%.400s)", err);
+			return false;
+	}
+	return true;
+}
+
+/*
+ * qbc_make_row: steps 1-2 of the banner.  Returns false, with why, only
+ * when the message is not to blame (out of memory, a transform that could
+ * not run at all): the batch then goes back to the broker.  A message that
+ * cannot be stored pending becomes a dead row.
+ */
+static bool
+qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_t whylen)
+{
+	char		msg[QB_ERRLEN + 128];
+	json_error_t jerr;
+	json_t	   *doc = json_loadb(d->body, d->len, JSON_DECODE_ANY, &jerr);
+
+	memset(r, 0, sizeof(*r));
+	/* 1. extract */
+	qbc_extract(s, d, doc, r);
 	if (doc == NULL)
 	{
 		snprintf(msg, sizeof(msg),
@@ -295,49 +368,13 @@ qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_
 		json_decref(doc);
 		r->payload = strndup(d->body, d->len);
 	}
-	if ((bad = qbc_unusable(r->key)) != NULL)
-	{
-		/* a dead row still needs a unique key: it is made up, and says so */
-		free(r->key);
-		r->key = NULL;
-		if (!qb_uuid_v4(uuid))
-			return false;
-		if ((r->key = malloc(strlen(uuid) + 8)) == NULL)
-			return false;
-		snprintf(r->key, strlen(uuid) + 8, "no-key:%s", uuid);
-		if (r->dead_error == NULL)
-		{
-			snprintf(msg, sizeof(msg),
-					 "the message's idempotency key %s; it is kept dead under a made-up key: requeue it to deliver it anyway, and send later messages with a usable key (UTF-8, up to 1024 bytes, no control character)",
-					 bad);
-			r->dead_error = strdup(msg);
-		}
-	}
+	if (!qbc_key_or_made_up(r))
+		return false;
 
 	/* 2. transform (only what is JSON: a dead row is kept as it came) */
-	if (r->dead_error == NULL && s->transform != NULL && r->payload != NULL)
-	{
-		QbTransformVars vars = {NULL, r->aggregate_id, d->headers, s->name, r->event_type};
-		char	   *out = NULL;
-		size_t		len = 0;
-
-		switch (qb_transform_run(s->transform, r->payload, strlen(r->payload), &vars, NULL,
-								 &out, &len, err, sizeof(err)))
-		{
-			case QB_TRANSFORM_OK:
-				free(r->payload);
-				r->payload = out;
-				break;
-			case QB_TRANSFORM_REJECTED:
-				snprintf(msg, sizeof(msg), "the source transform rejected the message: %s", err);
-				r->dead_error = strdup(msg);
-				break;
-			case QB_TRANSFORM_FAILED:
-				/* not the message's fault (no fork, the helper killed): later */
-				snprintf(why, whylen, "the source transform could not run (%.400s)", err);
-				return false;
-		}
-	}
+	if (r->dead_error == NULL && s->transform != NULL && r->payload != NULL &&
+		!qbc_transform_row(s, d, r, why, whylen))
+		return false;
 	if (r->key == NULL || r->payload == NULL)
 	{
 		snprintf(why, whylen, "out of memory while reading a message");
@@ -355,6 +392,81 @@ qbc_give_back(QbcEngine *e, QbDelivery *d, int n)
 {
 	e->ops->release(e->c, d, n, QBC_REOPEN_MIN_MS);
 	e->host->wait(e->host->ctx, -1, QBC_REOPEN_MIN_MS);
+}
+
+/*
+ * qbc_rows: a row made of each of the n deliveries, and in[i] what the
+ * store is given of it (rows[i]'s strings).  false when one could not be
+ * made: the round was given back to the broker rather than lose one.
+ */
+static bool
+qbc_rows(QbcEngine *e, QbDelivery *d, int n, QbcRow *rows, QbInboxRow *in)
+{
+	const QbSource *s = e->src;
+	char		err[QB_ERRLEN];
+
+	for (int i = 0; i < n; i++)
+	{
+		if (!qbc_make_row(s, &d[i], &rows[i], err, sizeof(err)))
+		{
+			qb_log(e->host, QB_LOG_WARNING, "source \"%s\": %s; the batch goes back to the broker",
+				   s->name, err);
+			qbc_give_back(e, d, n);
+			return false;
+		}
+		in[i].source = s->name;
+		in[i].idempotency_key = rows[i].key;
+		in[i].event_type = rows[i].event_type;
+		in[i].aggregate_id = rows[i].aggregate_id;
+		in[i].payload = rows[i].payload;
+		in[i].headers = d[i].headers ? d[i].headers : "{}";
+		in[i].pull = s->consumption == QB_CONSUME_PULL;
+		in[i].dead_error = rows[i].dead_error;
+	}
+	return true;
+}
+
+/*
+ * qbc_store: the round's rows in one store call, ids[i] each row's id (0:
+ * a duplicate).  false when it failed: the round was given back.
+ */
+static bool
+qbc_store(QbcEngine *e, QbDelivery *d, int n, const QbInboxRow *in, int64_t *ids)
+{
+	const QbSource *s = e->src;
+	char		err[QB_ERRLEN];
+
+	if (e->store->inbox_insert(e->store->ctx, in, n, e->cfg->http.store_timeout_ms, ids,
+							   err, sizeof(err)) == 0)
+		return true;
+	e->stats->store_failures++;
+	qb_log(e->host, QB_LOG_WARNING,
+		   "source \"%s\": could not store %d message%s (%s); %s back to the broker and %s fetched again",
+		   s->name, n, n == 1 ? "" : "s", err, n == 1 ? "it goes" : "they go", n == 1 ? "is" : "are");
+	qbc_give_back(e, d, n);
+	return false;
+}
+
+/* qbc_tally: each stored delivery counted (stored, duplicate, dead), in the metrics and its span. */
+static void
+qbc_tally(QbcEngine *e, const QbDelivery *d, int n, const QbcRow *rows, const int64_t *ids,
+		  int64_t t0)
+{
+	e->stats->batches++;
+	for (int i = 0; i < n; i++)
+	{
+		QbReceiveResult res = ids[i] == 0 ? QB_RX_DUPLICATE :
+			rows[i].dead_error ? QB_RX_UNPROCESSABLE : QB_RX_ACCEPTED;
+
+		if (ids[i] == 0)
+			e->stats->duplicates++;
+		else if (rows[i].dead_error)
+			e->stats->dead++;
+		else
+			e->stats->stored++;
+		qb_metrics_received(e->host->metrics, e->src->name, res);
+		qbc_span(e, e->src, &d[i], rows[i].key, ids[i], res, t0);
+	}
 }
 
 /* qbc_round: fetch, store, acknowledge.  Returns the deliveries handled. */
@@ -386,52 +498,9 @@ qbc_round(QbcEngine *e)
 		n = 0;
 		goto done;
 	}
-	for (int i = 0; i < n; i++)
-	{
-		if (!qbc_make_row(s, &d[i], &rows[i], err, sizeof(err)))
-		{
-			/* no row for it: give the round back rather than lose one */
-			qb_log(e->host, QB_LOG_WARNING, "source \"%s\": %s; the batch goes back to the broker",
-				   s->name, err);
-			qbc_give_back(e, d, n);
-			goto done;
-		}
-		in[i].source = s->name;
-		in[i].idempotency_key = rows[i].key;
-		in[i].event_type = rows[i].event_type;
-		in[i].aggregate_id = rows[i].aggregate_id;
-		in[i].payload = rows[i].payload;
-		in[i].headers = d[i].headers ? d[i].headers : "{}";
-		in[i].pull = s->consumption == QB_CONSUME_PULL;
-		in[i].dead_error = rows[i].dead_error;
-	}
-	if (n == 0)
+	if (n == 0 || !qbc_rows(e, d, n, rows, in) || !qbc_store(e, d, n, in, ids))
 		goto done;
-	if (e->store->inbox_insert(e->store->ctx, in, n, e->cfg->http.store_timeout_ms, ids,
-							   err, sizeof(err)) != 0)
-	{
-		e->stats->store_failures++;
-		qb_log(e->host, QB_LOG_WARNING,
-			   "source \"%s\": could not store %d message%s (%s); %s back to the broker and %s fetched again",
-			   s->name, n, n == 1 ? "" : "s", err, n == 1 ? "it goes" : "they go", n == 1 ? "is" : "are");
-		qbc_give_back(e, d, n);
-		goto done;
-	}
-	e->stats->batches++;
-	for (int i = 0; i < n; i++)
-	{
-		QbReceiveResult res = ids[i] == 0 ? QB_RX_DUPLICATE :
-			rows[i].dead_error ? QB_RX_UNPROCESSABLE : QB_RX_ACCEPTED;
-
-		if (ids[i] == 0)
-			e->stats->duplicates++;
-		else if (rows[i].dead_error)
-			e->stats->dead++;
-		else
-			e->stats->stored++;
-		qb_metrics_received(e->host->metrics, s->name, res);
-		qbc_span(e, s, &d[i], rows[i].key, ids[i], res, t0);
-	}
+	qbc_tally(e, d, n, rows, ids, t0);
 	if (e->ops->ack(e->c, d, n, err, sizeof(err)) != 0)
 		qb_log(e->host, QB_LOG_WARNING,
 			   "source \"%s\": stored %d message%s but could not acknowledge %s (%s); the broker will deliver %s again and %s counted as duplicates",

@@ -1,6 +1,8 @@
 /*-------------------------------------------------------------------------
  * qb_outbox.c
- *	  The outbox engine loop.
+ *	  The outbox engine loop.  Its chores between cycles (reclaim, unpark,
+ *	  sweep, retention) are qb_outbox_housekeeping.c's; the state both
+ *	  work on is qb_outbox_int.h's.
  *
  * Wording (docs/design/claim.md):
  *	- A slot holds one claimed row from its claim until its settle is
@@ -32,94 +34,14 @@
 #include "qb_publish.h"
 #include "qb_otlp.h"
 #include "qb_trace.h"
-#include "qb_outbox.h"
+#include "qb_outbox_int.h"
 #include "qb_transform.h"
 
-#define QBO_RECLAIM_EVERY_MS	1000
-#define QBO_UNPARK_EVERY_MS		1000
-#define QBO_UNPARK_BATCH		1000
-#define QBO_RETENTION_EVERY_MS	60000
-#define QBO_RETENTION_BATCH		1000
-#define QBO_SWEEP_EVERY_MS		1000	/* from one sweep to the next of a walk */
-#define QBO_SWEEP_IDLE_MAX_MS	30000	/* the longest gap after walks that released nothing */
-#define QBO_SWEEP_KEYS			1000	/* keys with parked rows looked at per sweep */
 #define QBO_FULL_SCAN_MS		1000
 #define QBO_SETTLE_DELAY_MS		5	/* the longest a done row waits for company */
 #define QBO_CYCLE_RETRY_MS		200
 #define QBO_SHARE_MIN			0.05	/* a share below this counts as none */
 
-typedef enum QboSlotState
-{
-	QBO_FREE,
-	QBO_QUEUED,
-	QBO_SENDING,
-	QBO_DONE
-} QboSlotState;
-
-typedef struct QboSlot
-{
-	QboSlotState st;
-	QbOutboxRow row;			/* owned */
-	char		token[QB_UUID_LEN + 1];
-	int			dest;			/* index into cfg->destinations, -1: none */
-	int			route;			/* index into cfg->routes, -1: none */
-	QbSettle	settle;			/* when done */
-	char	   *error;			/* owned text behind settle.error */
-	long		done_at;
-	/* what the attempt told the destination's breaker */
-	bool		attempted;
-	bool		attempt_ok;
-	bool		gone;
-	long		retry_after_ms;
-	/* the attempt's span (qb_otlp.h), exported once its settle is written */
-	QbSpan		span;
-	bool		spanned;
-	char		span_name[96];
-	char	   *trace_state;	/* owned text behind span.trace_state */
-	int			status;			/* the HTTP status answered, 0: none */
-} QboSlot;
-
-/* One destination of the configuration, as this engine sees it now. */
-typedef struct QboDest
-{
-	int			sending;
-	int			queued;
-	QbCircuit	state;			/* from the last claim's states */
-	int			failures;		/* counted: the last claim's states, then our tallies */
-	bool		paused;
-	bool		probe;			/* we won its half-open probe and not yet sent it */
-	int64_t		floor;			/* its intake: ids above this only */
-	double		unrouted_share; /* rows not routed yet it got, per claim, decaying */
-	int			unrouted_now;	/* ... in the claim being dispatched */
-} QboDest;
-
-typedef struct QboEngine
-{
-	const QbHost *host;
-	const QbStore *store;
-	int			worker_index;
-	QbConfig   *cfg;			/* NULL until a valid document is stored */
-	QbPubSet   *pub;
-	QboSlot    *slots;
-	int			nslots;
-	int			nactive;		/* slots not free */
-	QboDest    *dests;			/* cfg->ndestinations */
-	int64_t		floor;			/* the unrouted intake: ids above this only */
-	long		next_full_scan;
-	long		next_reclaim;
-	long		next_unpark;
-	long		next_retention;
-	long		next_sweep;
-	char	   *sweep_after;	/* the key the next sweep starts at, NULL: the first */
-	long		sweep_gap;		/* before the next walk (qb_outbox_sweep_gap) */
-	int			sweep_walk_released;	/* rows the walk under way released so far */
-	long		next_cycle_try; /* after a failed cycle */
-	long		last_claim;		/* when a claim last read the circuits */
-	bool		claim_idle;		/* the last claim brought nothing: wait */
-	bool		reload_pending;
-	bool		warned_no_config;
-	QbOutboxStats *stats;
-} QboEngine;
 
 /* ---------------------------------------------------------------------
  * Slots
@@ -269,7 +191,7 @@ qbo_hold(QboEngine *e, QboSlot *s, int attempt, const char *why)
 }
 
 /* qbo_hold_reason: why destination d takes no rows now, or NULL when it does. */
-static const char *
+const char *
 qbo_hold_reason(const QboDest *d)
 {
 	switch (d->state)
@@ -1147,136 +1069,9 @@ done:
 }
 
 /* ---------------------------------------------------------------------
- * Housekeeping, reload, stop
+ * Reload, stop (housekeeping: qb_outbox_housekeeping.c)
  * ---------------------------------------------------------------------
  */
-
-/*
- * qb_outbox_sweep_gap: how long after a sweep the next one comes.  Within
- * a walk over the keys, a sweep a second.  After a walk that released
- * nothing the gap before the next walk doubles, up to
- * QBO_SWEEP_IDLE_MAX_MS: on PostgreSQL the promotion releases every park
- * (the sweep finds only what an operator's UPDATE left), and a full walk
- * probes every key with parked rows, 1,000 keys costing a worker most of a
- * second on a busy machine.  A sweep that releases rows brings the gap
- * back to a second.  gap: the gap before this walk; released: rows the
- * walk released so far; walk_done: this sweep reached the last key.
- */
-long
-qb_outbox_sweep_gap(long gap, int released, bool walk_done)
-{
-	if (released > 0 || gap < QBO_SWEEP_EVERY_MS)
-		return QBO_SWEEP_EVERY_MS;
-	if (!walk_done)
-		return gap;
-	return gap * 2 > QBO_SWEEP_IDLE_MAX_MS ? QBO_SWEEP_IDLE_MAX_MS : gap * 2;
-}
-
-/*
- * qbo_sweep releases rows parked behind a key whose earlier rows have all
- * ended: their promotion was missed (an engine that ignores the share lock
- * a park relies on, or an operator's UPDATE).  Worker 0 walks the keys
- * that have parked rows, QBO_SWEEP_KEYS a second, and starts again at the
- * first key when the walk reaches the last, after qb_outbox_sweep_gap.
- */
-static void
-qbo_sweep(QboEngine *e, long now)
-{
-	char		err[QB_ERRLEN];
-	char	   *next = NULL;
-	int			n = 0;
-
-	e->next_sweep = now + QBO_SWEEP_EVERY_MS;
-	if (e->store->outbox_sweep(e->store->ctx, e->sweep_after ? e->sweep_after : "",
-							   QBO_SWEEP_KEYS, &n, &next, err, sizeof(err)) != 0)
-	{
-		qb_log(e->host, QB_LOG_WARNING, "the sweep of parked rows failed: %s", err);
-		return;
-	}
-	free(e->sweep_after);
-	e->sweep_after = next;
-	e->sweep_walk_released += n;
-	e->sweep_gap = qb_outbox_sweep_gap(e->sweep_gap, e->sweep_walk_released, next == NULL);
-	if (next == NULL)
-	{
-		e->next_sweep = now + e->sweep_gap;
-		e->sweep_walk_released = 0;
-	}
-	if (n > 0)
-	{
-		e->claim_idle = false;
-		qb_log(e->host, QB_LOG_INFO,
-			   "released %d rows parked behind keys whose earlier rows had all ended", n);
-	}
-}
-
-/* qbo_housekeeping returns expired leases, unparks, sweeps, trims old sent rows. */
-static void
-qbo_housekeeping(QboEngine *e, long now)
-{
-	char		err[QB_ERRLEN];
-	int			n = 0;
-
-	if (now >= e->next_reclaim)
-	{
-		e->next_reclaim = now + QBO_RECLAIM_EVERY_MS;
-		if (e->store->outbox_reclaim(e->store->ctx, 1000, &n, err, sizeof(err)) != 0)
-			qb_log(e->host, QB_LOG_WARNING, "reclaim failed: %s", err);
-		else if (n > 0)
-		{
-			e->stats->reclaimed += n;
-			qb_log(e->host, QB_LOG_INFO, "returned %d rows to pending: expired leases, or claims of workers that are gone (takeover)", n);
-		}
-	}
-	if (now >= e->next_unpark && e->cfg->ndestinations > 0)
-	{
-		/*
-		 * Rows held for a destination that takes rows again (an operator
-		 * resumed it, a pause ended, another worker closed it).
-		 */
-		const char **names = malloc(sizeof(char *) * e->cfg->ndestinations);
-		int			k = 0;
-
-		e->next_unpark = now + QBO_UNPARK_EVERY_MS;
-		if (names != NULL)
-		{
-			for (int i = 0; i < e->cfg->ndestinations; i++)
-				if (qbo_hold_reason(&e->dests[i]) == NULL)
-					names[k++] = e->cfg->destinations[i].name;
-			if (k > 0 && e->store->outbox_unpark(e->store->ctx, names, k, QBO_UNPARK_BATCH,
-												 &n, err, sizeof(err)) != 0)
-				qb_log(e->host, QB_LOG_WARNING, "unpark failed: %s", err);
-			else if (k > 0 && n > 0)
-			{
-				e->claim_idle = false;
-				if (n == QBO_UNPARK_BATCH)
-					e->next_unpark = 0;
-			}
-			free(names);
-		}
-	}
-	if (e->worker_index == 0 && now >= e->next_sweep)
-		qbo_sweep(e, now);
-	if (e->worker_index == 0 && now >= e->next_retention)
-	{
-		/* a tenth of the retention period, between 1 s and a minute */
-		long		every = e->cfg->outbox.retention_sec * 100;
-
-		e->next_retention = now + (every < 1000 ? 1000 :
-								   every > QBO_RETENTION_EVERY_MS ? QBO_RETENTION_EVERY_MS : every);
-		do
-		{
-			n = 0;
-			if (e->store->outbox_retention(e->store->ctx, e->cfg->outbox.retention_sec,
-										   QBO_RETENTION_BATCH, &n, err, sizeof(err)) != 0)
-			{
-				qb_log(e->host, QB_LOG_WARNING, "retention failed: %s", err);
-				break;
-			}
-			e->stats->deleted += n;
-		} while (n == QBO_RETENTION_BATCH && !e->host->should_stop(e->host->ctx));
-	}
-}
 
 /* qbo_reload swaps the engine's config for the stored one (qb_reload_config). */
 static void
@@ -1373,6 +1168,109 @@ qbo_count_state(const QboEngine *e, QboSlotState st, long *oldest_done)
 	return n;
 }
 
+/*
+ * qbo_cycle_due: a cycle, when one is due and a failed one's retry is not
+ * ahead: to claim, or to settle the done rows once none is busy, half a
+ * batch is done, the oldest has waited QBO_SETTLE_DELAY_MS, or a reload
+ * waits for them.  What qbo_cycle answered (> 0: rows moved), or 0.
+ */
+static int
+qbo_cycle_due(QboEngine *e, long now)
+{
+	long		oldest_done = 0;
+	int			ndone = qbo_count_state(e, QBO_DONE, &oldest_done);
+	int			nbusy = e->nactive - ndone;
+	bool		claim = qbo_want_claim(e) && now >= e->next_cycle_try;
+	int			cycled;
+
+	if (!(claim || (ndone > 0 &&
+					(nbusy == 0 || ndone >= e->cfg->outbox.batch_size / 2 ||
+					 now - oldest_done >= QBO_SETTLE_DELAY_MS ||
+					 e->reload_pending))) ||
+		now < e->next_cycle_try)
+		return 0;
+	qb_host_doing(e->host, QB_W_CLAIMING);
+	cycled = qbo_cycle(e, claim);
+	if (cycled >= 0)
+		qb_host_cycle(e->host);
+	return cycled;
+}
+
+/*
+ * qbo_wait_ms: how long the engine may wait: a settle that is due, the
+ * answers in flight (at most a second), the poll; never past a failed
+ * cycle's retry.
+ */
+static long
+qbo_wait_ms(QboEngine *e, long now)
+{
+	int			ndone = qbo_count_state(e, QBO_DONE, NULL);
+	long		timeout;
+
+	if (ndone > 0)
+		timeout = QBO_SETTLE_DELAY_MS;
+	else if (qb_pubset_in_flight(e->pub) > 0)
+	{
+		timeout = qb_pubset_timeout_ms(e->pub);
+		if (timeout < 0 || timeout > 1000)
+			timeout = 1000;
+	}
+	else
+		timeout = e->claim_idle ? e->cfg->outbox.poll_interval_ms : QBO_CYCLE_RETRY_MS;
+	if (e->next_cycle_try > now && (ndone > 0 || e->next_cycle_try - now < timeout))
+		timeout = e->next_cycle_try - now;	/* a failed cycle: not before its retry */
+	return timeout;
+}
+
+/*
+ * qbo_wait: for an answer, a wake, a settle that is due, or the poll
+ * (qbo_wait_ms); a wake or the poll makes the engine claim again.
+ */
+static void
+qbo_wait(QboEngine *e, long now)
+{
+	const QbHost *host = e->host;
+	long		timeout = qbo_wait_ms(e, now);
+	long		w0;
+	int			woke;
+
+	qb_host_doing(host, e->next_cycle_try > now ? QB_W_BACKING_OFF :
+				  e->nactive > 0 ? QB_W_DELIVERING : QB_W_IDLE);
+	w0 = qb_now_ms();
+	if (host->rows_wake)
+		host->rows_wake(host->ctx, qbo_rows_claimable(e));
+	qb_otlp_log_errors(host);
+	woke = host->wait(host->ctx, qb_pubset_in_flight(e->pub) > 0 ? qb_pubset_fd(e->pub) : -1,
+					  timeout);
+	/* waiting for answers (or for work, when none is in flight) */
+	e->stats->publish_ms += qb_now_ms() - w0;
+	if (woke & QB_WAIT_WOKEN)
+		e->claim_idle = false;
+	else if (woke == QB_WAIT_TIMEOUT && e->claim_idle && qb_pubset_in_flight(e->pub) == 0)
+	{
+		/* the poll: due retries, and rows the floor could not know of */
+		e->claim_idle = false;
+		if (e->host->late_floor == NULL)
+			e->next_full_scan = 0;
+	}
+}
+
+/* qbo_end: the rows in hand settled or released (qbo_stop), then the engine freed. */
+static void
+qbo_end(QboEngine *e)
+{
+	if (e->cfg != NULL)
+		qbo_stop(e);
+	for (int i = 0; i < e->nslots; i++)
+		if (e->slots[i].st != QBO_FREE)
+			qbo_slot_free(e, &e->slots[i]);
+	free(e->slots);
+	free(e->dests);
+	free(e->sweep_after);
+	qb_pubset_free(e->pub);
+	qb_config_free(e->cfg);
+}
+
 int
 qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 			  QbOutboxStats *stats, char *err, size_t errlen)
@@ -1391,12 +1289,6 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 	while (!host->should_stop(host->ctx))
 	{
 		long		now = qb_now_ms();
-		long		oldest_done = 0;
-		int			ndone,
-					nbusy;
-		bool		claim;
-		long		timeout;
-		int			woke;
 
 		if (host->config_changed(host->ctx))
 			e.reload_pending = true;
@@ -1413,77 +1305,15 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 		}
 		qbo_housekeeping(&e, now);
 		qbo_start_queued(&e);
-
-		ndone = qbo_count_state(&e, QBO_DONE, &oldest_done);
-		nbusy = e.nactive - ndone;
-		claim = qbo_want_claim(&e) && now >= e.next_cycle_try;
-		if ((claim || (ndone > 0 &&
-					   (nbusy == 0 || ndone >= e.cfg->outbox.batch_size / 2 ||
-						now - oldest_done >= QBO_SETTLE_DELAY_MS ||
-						e.reload_pending))) &&
-			now >= e.next_cycle_try)
+		if (qbo_cycle_due(&e, now) > 0)
 		{
-			int			cycled;
-
-			qb_host_doing(host, QB_W_CLAIMING);
-			cycled = qbo_cycle(&e, claim);
-			if (cycled >= 0)
-				qb_host_cycle(host);
-			if (cycled > 0)
-			{
-				qb_pubset_perform(e.pub, qbo_publish_done, &e);
-				continue;		/* drain: claim again before sleeping */
-			}
+			qb_pubset_perform(e.pub, qbo_publish_done, &e);
+			continue;			/* drain: claim again before sleeping */
 		}
 		qb_pubset_perform(e.pub, qbo_publish_done, &e);
-
-		/* wait for an answer, a wake, a settle that is due, or the poll */
-		ndone = qbo_count_state(&e, QBO_DONE, &oldest_done);
-		if (ndone > 0)
-			timeout = QBO_SETTLE_DELAY_MS;
-		else if (qb_pubset_in_flight(e.pub) > 0)
-		{
-			timeout = qb_pubset_timeout_ms(e.pub);
-			if (timeout < 0 || timeout > 1000)
-				timeout = 1000;
-		}
-		else
-			timeout = e.claim_idle ? e.cfg->outbox.poll_interval_ms : QBO_CYCLE_RETRY_MS;
-		if (e.next_cycle_try > now && (ndone > 0 || e.next_cycle_try - now < timeout))
-			timeout = e.next_cycle_try - now;	/* a failed cycle: not before its retry */
-		qb_host_doing(host, e.next_cycle_try > now ? QB_W_BACKING_OFF :
-					  e.nactive > 0 ? QB_W_DELIVERING : QB_W_IDLE);
-		{
-			long		w0 = qb_now_ms();
-
-			if (host->rows_wake)
-				host->rows_wake(host->ctx, qbo_rows_claimable(&e));
-			qb_otlp_log_errors(host);
-			woke = host->wait(host->ctx, qb_pubset_in_flight(e.pub) > 0 ? qb_pubset_fd(e.pub) : -1,
-							  timeout);
-			/* waiting for answers (or for work, when none is in flight) */
-			e.stats->publish_ms += qb_now_ms() - w0;
-		}
-		if (woke & QB_WAIT_WOKEN)
-			e.claim_idle = false;
-		else if (woke == QB_WAIT_TIMEOUT && e.claim_idle && qb_pubset_in_flight(e.pub) == 0)
-		{
-			/* the poll: due retries, and rows the floor could not know of */
-			e.claim_idle = false;
-			if (host->late_floor == NULL)
-				e.next_full_scan = 0;
-		}
+		qbo_wait(&e, now);
 		qb_pubset_perform(e.pub, qbo_publish_done, &e);
 	}
-	if (e.cfg != NULL)
-		qbo_stop(&e);
-	for (int i = 0; i < e.nslots; i++)
-		if (e.slots[i].st != QBO_FREE)
-			qbo_slot_free(&e, &e.slots[i]);
-	free(e.slots);
-	free(e.dests);
-	free(e.sweep_after);
-	qb_pubset_free(e.pub);
-	qb_config_free(e.cfg);
+	qbo_end(&e);
 	return 0;
 }

@@ -105,22 +105,102 @@ qbks_drain(QbksConsumer *c)
 }
 
 /*
- * qbks_open: create the consumer and subscribe.  The source's config:
- * comes after QueueBox's defaults (it may change auto.offset.reset) and
- * before the properties QueueBox owns (it cannot enable auto commit).
+ * qbks_conf: the consumer's configuration, its callbacks given c.  The
+ * source's config: comes after QueueBox's defaults (it may change
+ * auto.offset.reset) and before the properties QueueBox owns (it cannot
+ * enable auto commit).  NULL with err.
  */
+static rd_kafka_conf_t *
+qbks_conf(const QbSource *src, QbksConsumer *c, char *err, size_t errlen)
+{
+	rd_kafka_conf_t *conf;
+	char		group[512];
+
+	if (src->group != NULL)
+		snprintf(group, sizeof(group), "%s", src->group);
+	else
+		snprintf(group, sizeof(group), "queuebox-%s", src->name);
+	if ((conf = rd_kafka_conf_new()) == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	/* a new group starts at the beginning: messages sent before it are kept */
+	if (!qb_kafka_set(conf, "auto.offset.reset", "earliest", err, errlen))
+		goto fail;
+	for (int i = 0; i < src->nprops; i++)
+		if (!qb_kafka_set(conf, src->props[i].name, src->props[i].value, err, errlen))
+			goto fail;
+	if (!qb_kafka_set(conf, "bootstrap.servers", src->broker_url, err, errlen) ||
+		!qb_kafka_set(conf, "group.id", group, err, errlen) ||
+		!qb_kafka_set(conf, "enable.auto.commit", "false", err, errlen) ||
+		!qb_kafka_set(conf, "enable.auto.offset.store", "false", err, errlen) ||
+		!qb_kafka_set(conf, "log.queue", "true", err, errlen))
+		goto fail;
+	rd_kafka_conf_set_error_cb(conf, qbks_error_cb);
+	rd_kafka_conf_set_log_cb(conf, qb_kafka_log_silent);
+	rd_kafka_conf_set_opaque(conf, c);
+	return conf;
+
+fail:
+	rd_kafka_conf_destroy(conf);
+	return NULL;
+}
+
+/*
+ * qbks_subscribe: the consumer made of conf (taken, whatever happens) and
+ * subscribed to the source's topics, its queue waking c->pipe_wr.
+ * rd_kafka_new starts librdkafka's threads, and subscribing may start
+ * more: they inherit the mask set here, so no process signal lands on
+ * them.  -1 with err.
+ */
+static int
+qbks_subscribe(QbksConsumer *c, const QbSource *src, rd_kafka_conf_t *conf,
+			   char *err, size_t errlen)
+{
+	rd_kafka_topic_partition_list_t *topics;
+	rd_kafka_resp_err_t rerr;
+	sigset_t	all,
+				old;
+	char		why[512];
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	if ((c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof(why))) == NULL)
+	{
+		snprintf(err, errlen, "kafka source \"%s\": cannot create the consumer: %s",
+				 src->name, why);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		rd_kafka_conf_destroy(conf);
+		return -1;
+	}
+	/* rd_kafka_new owns conf now */
+	rd_kafka_set_log_queue(c->rk, NULL);
+	rd_kafka_poll_set_consumer(c->rk);
+	c->queue = rd_kafka_queue_get_consumer(c->rk);
+	rd_kafka_queue_io_event_enable(c->queue, c->pipe_wr, "1", 1);
+
+	topics = rd_kafka_topic_partition_list_new(src->ntopics);
+	for (int i = 0; i < src->ntopics; i++)
+		rd_kafka_topic_partition_list_add(topics, src->topics[i], RD_KAFKA_PARTITION_UA);
+	rerr = rd_kafka_subscribe(c->rk, topics);
+	rd_kafka_topic_partition_list_destroy(topics);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rerr != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		snprintf(err, errlen, "kafka source \"%s\": cannot subscribe: %s",
+				 src->name, rd_kafka_err2str(rerr));
+		return -1;
+	}
+	return 0;
+}
+
+/* qbks_open: create the consumer (qbks_conf) and subscribe (qbks_subscribe). */
 static void *
 qbks_open(const QbSource *src, char *err, size_t errlen)
 {
 	QbksConsumer *c = calloc(1, sizeof(QbksConsumer));
-	rd_kafka_conf_t *conf = NULL;
-	rd_kafka_topic_partition_list_t *topics = NULL;
-	rd_kafka_resp_err_t rerr;
-	sigset_t	all,
-				old;
-	bool		masked = false;
-	char		group[512];
-	char		why[512];
+	rd_kafka_conf_t *conf;
 	int			fds[2];
 
 	if (c == NULL || (c->source = strdup(src->name)) == NULL)
@@ -143,72 +223,14 @@ qbks_open(const QbSource *src, char *err, size_t errlen)
 	}
 	c->pipe_rd = fds[0];
 	c->pipe_wr = fds[1];
-
-	if (src->group != NULL)
-		snprintf(group, sizeof(group), "%s", src->group);
-	else
-		snprintf(group, sizeof(group), "queuebox-%s", src->name);
-	if ((conf = rd_kafka_conf_new()) == NULL)
-	{
-		snprintf(err, errlen, "out of memory");
+	if ((conf = qbks_conf(src, c, err, errlen)) == NULL ||
+		qbks_subscribe(c, src, conf, err, errlen) != 0)
 		goto err;
-	}
-	/* a new group starts at the beginning: messages sent before it are kept */
-	if (!qb_kafka_set(conf, "auto.offset.reset", "earliest", err, errlen))
-		goto err;
-	for (int i = 0; i < src->nprops; i++)
-		if (!qb_kafka_set(conf, src->props[i].name, src->props[i].value, err, errlen))
-			goto err;
-	if (!qb_kafka_set(conf, "bootstrap.servers", src->broker_url, err, errlen) ||
-		!qb_kafka_set(conf, "group.id", group, err, errlen) ||
-		!qb_kafka_set(conf, "enable.auto.commit", "false", err, errlen) ||
-		!qb_kafka_set(conf, "enable.auto.offset.store", "false", err, errlen) ||
-		!qb_kafka_set(conf, "log.queue", "true", err, errlen))
-		goto err;
-	rd_kafka_conf_set_error_cb(conf, qbks_error_cb);
-	rd_kafka_conf_set_log_cb(conf, qb_kafka_log_silent);
-	rd_kafka_conf_set_opaque(conf, c);
-
-	/*
-	 * rd_kafka_new starts librdkafka's threads, and subscribing may start
-	 * more: they inherit this mask, so no process signal lands on them.
-	 */
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	masked = true;
-	if ((c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof(why))) == NULL)
-	{
-		snprintf(err, errlen, "kafka source \"%s\": cannot create the consumer: %s",
-				 src->name, why);
-		goto err;
-	}
-	conf = NULL;				/* rd_kafka_new owns it now */
-	rd_kafka_set_log_queue(c->rk, NULL);
-	rd_kafka_poll_set_consumer(c->rk);
-	c->queue = rd_kafka_queue_get_consumer(c->rk);
-	rd_kafka_queue_io_event_enable(c->queue, c->pipe_wr, "1", 1);
-
-	topics = rd_kafka_topic_partition_list_new(src->ntopics);
-	for (int i = 0; i < src->ntopics; i++)
-		rd_kafka_topic_partition_list_add(topics, src->topics[i], RD_KAFKA_PARTITION_UA);
-	rerr = rd_kafka_subscribe(c->rk, topics);
-	rd_kafka_topic_partition_list_destroy(topics);
-	if (rerr != RD_KAFKA_RESP_ERR_NO_ERROR)
-	{
-		snprintf(err, errlen, "kafka source \"%s\": cannot subscribe: %s",
-				 src->name, rd_kafka_err2str(rerr));
-		goto err;
-	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	/* the first fetch serves the group join even if nothing woke us yet */
 	qbks_poke(c);
 	return c;
 
 err:
-	if (masked)
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (conf != NULL)
-		rd_kafka_conf_destroy(conf);
 	qbks_close(c);
 	return NULL;
 }

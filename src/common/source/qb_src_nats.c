@@ -253,69 +253,73 @@ qbns_durable(QbnsConsumer *c, const QbSource *src, const char *durable, int64_t 
 	return s;
 }
 
-static void *
-qbns_open(const QbSource *src, char *err, size_t errlen)
+/*
+ * qbns_names: what the consumer is called: its durable name (into
+ * durable), the redacted URL and "stream S, subject X, durable D" for
+ * messages, the subject its pull requests go to.  -1 with err.
+ */
+static int
+qbns_names(QbnsConsumer *c, const QbSource *src, char *durable, size_t durlen,
+		   char *err, size_t errlen)
 {
-	QbnsConsumer *c;
-	natsOptions *o = NULL;
-	jsOptions	jo;
-	jsSubOptions so;
-	jsErrCode	jerr = 0;
-	natsStatus	s;
-	sigset_t	old;
-	int			fds[2];
-	char		durable[256];
-	char		why[300];
-	int64_t		want = src->batch_size > QBNS_MIN_ACK_PENDING ? src->batch_size : QBNS_MIN_ACK_PENDING;
-	bool		exists = false;
-	bool		refused = false;
-
-	if (!qb_nats_open(err, errlen))
-		return NULL;
-	if ((c = calloc(1, sizeof(QbnsConsumer))) == NULL)
-	{
-		snprintf(err, errlen, "out of memory");
-		return NULL;
-	}
-	c->pipe_r = c->pipe_w = -1;
-	if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0)
-	{
-		snprintf(err, errlen, "pipe2: %s", strerror(errno));
-		goto err;
-	}
-	c->pipe_r = fds[0];
-	c->pipe_w = fds[1];
 	if (src->durable != NULL && *src->durable)
-		snprintf(durable, sizeof(durable), "%s", src->durable);
+		snprintf(durable, durlen, "%s", src->durable);
 	else
-		snprintf(durable, sizeof(durable), "queuebox-%s", src->name);
+		snprintf(durable, durlen, "queuebox-%s", src->name);
 	qb_nats_redact(src->broker_url, c->url, sizeof(c->url));
 	if (asprintf(&c->what, "stream %s, subject %s, durable %s",
 				 src->stream, src->subject, durable) < 0)
 	{
 		c->what = NULL;
 		snprintf(err, errlen, "out of memory");
-		goto err;
+		return -1;
 	}
 	if (asprintf(&c->next_subj, "$JS.API.CONSUMER.MSG.NEXT.%s.%s", src->stream, durable) < 0)
 	{
 		c->next_subj = NULL;
 		snprintf(err, errlen, "out of memory");
-		goto err;
+		return -1;
 	}
+	return 0;
+}
 
-	/* the connection's threads start here: with every signal blocked */
-	qb_nats_block_signals(&old);
-	o = qb_nats_options(src->broker_url, &s);
+/* qbns_connect: the connection to the source's server.  -1 with err. */
+static int
+qbns_connect(QbnsConsumer *c, const QbSource *src, char *err, size_t errlen)
+{
+	natsStatus	s;
+	natsOptions *o = qb_nats_options(src->broker_url, &s);
+	char		why[300];
+
 	if (s == NATS_OK)
 		s = natsConnection_Connect(&c->nc, o);
+	/* the connection keeps a copy of its options */
+	natsOptions_Destroy(o);
 	if (s != NATS_OK)
 	{
-		qb_nats_restore_signals(&old);
 		qb_nats_status_text(s, why, sizeof(why));
 		snprintf(err, errlen, "cannot connect to NATS at %s: %s", c->url, why);
-		goto err;
+		return -1;
 	}
+	return 0;
+}
+
+/*
+ * qbns_bind: JetStream, the durable consumer made or checked
+ * (qbns_durable), and the pull subscription bound to it.  -1 with err.
+ */
+static int
+qbns_bind(QbnsConsumer *c, const QbSource *src, const char *durable, char *err, size_t errlen)
+{
+	jsOptions	jo;
+	jsSubOptions so;
+	jsErrCode	jerr = 0;
+	natsStatus	s;
+	char		why[300];
+	int64_t		want = src->batch_size > QBNS_MIN_ACK_PENDING ? src->batch_size : QBNS_MIN_ACK_PENDING;
+	bool		exists = false;
+	bool		refused = false;
+
 	jsOptions_Init(&jo);
 	jo.Wait = QBNS_API_WAIT_MS;
 	s = natsConnection_JetStream(&c->js, c->nc, &jo);
@@ -332,9 +336,8 @@ qbns_open(const QbSource *src, char *err, size_t errlen)
 	}
 	if (s == NATS_OK && (c->inbox = natsSubscription_GetSubject(c->sub)) == NULL)
 		s = NATS_ERR;
-	qb_nats_restore_signals(&old);
 	if (refused)
-		goto err;				/* qbns_durable's words are in err */
+		return -1;				/* qbns_durable's words are in err */
 	if (s != NATS_OK)
 	{
 		qb_nats_status_text(s, why, sizeof(why));
@@ -343,13 +346,45 @@ qbns_open(const QbSource *src, char *err, size_t errlen)
 				 jerr == JSStreamNotFoundErr ?
 				 "; the stream does not exist: create it, with a subject that captures the source's subject, through a NATS client or a $JS.API.STREAM.CREATE request (docs/delivery.md, \"Creating the stream\")" :
 				 s == NATS_NO_RESPONDERS ? "; is JetStream enabled on the server (nats-server -js)?" : "");
+		return -1;
+	}
+	return 0;
+}
+
+static void *
+qbns_open(const QbSource *src, char *err, size_t errlen)
+{
+	QbnsConsumer *c;
+	sigset_t	old;
+	int			fds[2];
+	char		durable[256];
+	int			rc;
+
+	if (!qb_nats_open(err, errlen))
+		return NULL;
+	if ((c = calloc(1, sizeof(QbnsConsumer))) == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	c->pipe_r = c->pipe_w = -1;
+	if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0)
+	{
+		snprintf(err, errlen, "pipe2: %s", strerror(errno));
 		goto err;
 	}
-	natsOptions_Destroy(o);
-	return c;
+	c->pipe_r = fds[0];
+	c->pipe_w = fds[1];
+	if (qbns_names(c, src, durable, sizeof(durable), err, errlen) != 0)
+		goto err;
+	/* the connection's threads start here: with every signal blocked */
+	qb_nats_block_signals(&old);
+	rc = qbns_connect(c, src, err, errlen) == 0 ? qbns_bind(c, src, durable, err, errlen) : -1;
+	qb_nats_restore_signals(&old);
+	if (rc == 0)
+		return c;
 
 err:
-	natsOptions_Destroy(o);
 	qbns_close(c);
 	return NULL;
 }
@@ -416,19 +451,16 @@ qbns_take_one(QbnsConsumer *c, natsMsg **m, jsErrCode *jerr)
 	return s == NATS_TIMEOUT || s == NATS_NOT_FOUND ? NATS_OK : s;
 }
 
+/*
+ * qbns_ready: before a fetch, the pipe drained, the connection up, and
+ * room to hold max more messages.  1 to fetch, 0 while cnats reconnects
+ * by itself, -1 with err.
+ */
 static int
-qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
+qbns_ready(QbnsConsumer *c, int max, char *err, size_t errlen)
 {
-	QbnsConsumer *c = p;
-	jsErrCode	jerr = 0;
-	natsStatus	s = NATS_OK;
 	natsConnStatus st;
 	char		buf[64];
-	char		req[64];
-	char		why[300];
-	int			waiting = 0;
-	int			k = 0;
-	long		deadline;
 
 	while (read(c->pipe_r, buf, sizeof(buf)) > 0)
 		;
@@ -453,18 +485,37 @@ qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
 		c->held = h;
 		c->cap = cap;
 	}
+	return 1;
+}
 
-	/* one request for what is not already waiting here */
-	waiting = qbns_waiting(c);
-	if (waiting < max)
-	{
-		int			len = snprintf(req, sizeof(req), "{\"batch\":%d,\"expires\":%lld}",
-								   max - waiting, (long long) QBNS_FETCH_MS * 1000000LL);
+/* qbns_request: one pull request for what is not already waiting here, expiring after QBNS_FETCH_MS. */
+static natsStatus
+qbns_request(QbnsConsumer *c, int max)
+{
+	int			waiting = qbns_waiting(c);
+	char		req[64];
+	int			len;
 
-		s = natsConnection_PublishRequest(c->nc, c->next_subj, c->inbox, req, len);
-	}
-	deadline = qb_now_ms() + QBNS_FETCH_MS;
-	while (s == NATS_OK && k < max)
+	if (waiting >= max)
+		return NATS_OK;
+	len = snprintf(req, sizeof(req), "{\"batch\":%d,\"expires\":%lld}",
+				   max - waiting, (long long) QBNS_FETCH_MS * 1000000LL);
+	return natsConnection_PublishRequest(c->nc, c->next_subj, c->inbox, req, len);
+}
+
+/*
+ * qbns_collect: up to max messages into out (held under their handles),
+ * for QBNS_FETCH_MS at most, while *s is NATS_OK; a failure is left in *s
+ * and *jerr.  How many.
+ */
+static int
+qbns_collect(QbnsConsumer *c, QbDelivery *out, int max, natsStatus *s, jsErrCode *jerr)
+{
+	long		deadline = qb_now_ms() + QBNS_FETCH_MS;
+	int			waiting;
+	int			k = 0;
+
+	while (*s == NATS_OK && k < max)
 	{
 		natsMsg    *m = NULL;
 
@@ -473,7 +524,7 @@ qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
 		 * shortly, not in a Fetch, which would send a request of its own each
 		 * time (one message each, and a 408 for each that expires).
 		 */
-		if ((waiting = qbns_waiting(c)) > 0 && (s = qbns_take_one(c, &m, &jerr)) != NATS_OK)
+		if ((waiting = qbns_waiting(c)) > 0 && (*s = qbns_take_one(c, &m, jerr)) != NATS_OK)
 			break;
 		if (m == NULL)
 		{
@@ -497,6 +548,22 @@ qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
 			natsMsg_Destroy(m);
 		}
 	}
+	return k;
+}
+
+static int
+qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
+{
+	QbnsConsumer *c = p;
+	jsErrCode	jerr = 0;
+	natsStatus	s;
+	char		why[300];
+	int			k;
+
+	if ((k = qbns_ready(c, max, err, errlen)) <= 0)
+		return k;
+	s = qbns_request(c, max);
+	k = qbns_collect(c, out, max, &s, &jerr);
 	if (s != NATS_OK && k == 0)
 	{
 		if (natsConnection_Status(c->nc) == NATS_CONN_STATUS_RECONNECTING)

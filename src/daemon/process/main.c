@@ -35,8 +35,20 @@ qbd_usage(FILE *f)
 			"  -V, --version      print the version and exit\n");
 }
 
-int
-main(int argc, char **argv)
+/* what the command line asks for */
+typedef enum QbdMode
+{
+	QBD_MODE_RUN,
+	QBD_MODE_CHECK,
+	QBD_MODE_MIGRATE
+} QbdMode;
+
+/*
+ * qbd_args: the command line into opt and *mode.  -1 to go on, or the
+ * exit status: 0 after --version or --help, 2 for a wrong command line.
+ */
+static int
+qbd_args(int argc, char **argv, QbdOptions *opt, QbdMode *mode)
 {
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'},
@@ -46,29 +58,16 @@ main(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
-	QbdOptions	opt = {0};
 	bool		check = false;
 	bool		migrate = false;
-	char		err[QB_ERRLEN];
-	char		safe[512];
-	char	   *text = NULL;
-	QbConfig   *cfg = NULL;
 	int			c;
 
-	/* before getopt: a process title is later written where argv was */
-	argv = qbd_ps_init(argc, argv);
-	/* an ops table or the engine table with a hole is this build's fault: say which, before any work */
-	if (qbd_backend_check(err, sizeof(err)) != 0 || qb_engines_check(err, sizeof(err)) != 0)
-	{
-		fprintf(stderr, "queuebox-mssqld: %s: this build is broken\n", err);
-		return 1;
-	}
 	while ((c = getopt_long(argc, argv, "c:tVh", opts, NULL)) != -1)
 	{
 		switch (c)
 		{
 			case 'c':
-				opt.config_path = optarg;
+				opt->config_path = optarg;
 				break;
 			case 't':
 				check = true;
@@ -87,17 +86,69 @@ main(int argc, char **argv)
 				return 2;
 		}
 	}
-	if (optind < argc || opt.config_path == NULL || (check && migrate))
+	if (optind < argc || opt->config_path == NULL || (check && migrate))
 	{
 		if (optind < argc)
 			fprintf(stderr, "queuebox-mssqld: unexpected argument \"%s\"\n", argv[optind]);
-		else if (opt.config_path == NULL)
+		else if (opt->config_path == NULL)
 			fprintf(stderr, "queuebox-mssqld: --config FILE is required\n");
 		else
 			fprintf(stderr, "queuebox-mssqld: --check and --migrate do not go together\n");
 		qbd_usage(stderr);
 		return 2;
 	}
+	*mode = check ? QBD_MODE_CHECK : migrate ? QBD_MODE_MIGRATE : QBD_MODE_RUN;
+	return -1;
+}
+
+/* qbd_say_valid: --check's answer for a valid file (safe: the redacted database.url) */
+static void
+qbd_say_valid(const char *path, const QbConfig *cfg, const char *safe)
+{
+	printf("queuebox-mssqld: configuration file %s is valid: %d destination%s, %d route%s, %d source%s "
+		   "(%d broker source%s), %d outbox worker%s; database %s\n",
+		   path, cfg->ndestinations, cfg->ndestinations == 1 ? "" : "s",
+		   cfg->nroutes, cfg->nroutes == 1 ? "" : "s", cfg->nsources, cfg->nsources == 1 ? "" : "s",
+		   qb_config_broker_sources(cfg), qb_config_broker_sources(cfg) == 1 ? "" : "s",
+		   cfg->daemon.outbox_workers, cfg->daemon.outbox_workers == 1 ? "" : "s", safe);
+}
+
+/* qbd_migrate_now: --migrate; the exit status */
+static int
+qbd_migrate_now(const QbConfig *cfg, const char *safe)
+{
+	char		err[QB_ERRLEN];
+	int			rc = qbd_migrate_only(cfg, err, sizeof(err));
+
+	/* err says what failed and what to do (the backend's migrate and connect) */
+	if (rc != 0)
+		fprintf(stderr, "queuebox-mssqld: %s\n", err);
+	else
+		printf("queuebox-mssqld: schema queuebox in %s is at version %s\n", safe, qbd_schema_version);
+	return rc == 0 ? 0 : 1;
+}
+
+int
+main(int argc, char **argv)
+{
+	QbdOptions	opt = {0};
+	QbdMode		mode = QBD_MODE_RUN;
+	char		err[QB_ERRLEN];
+	char		safe[512];
+	char	   *text = NULL;
+	QbConfig   *cfg = NULL;
+	int			rc;
+
+	/* before getopt: a process title is later written where argv was */
+	argv = qbd_ps_init(argc, argv);
+	/* an ops table or the engine table with a hole is this build's fault: say which, before any work */
+	if (qbd_backend_check(err, sizeof(err)) != 0 || qb_engines_check(err, sizeof(err)) != 0)
+	{
+		fprintf(stderr, "queuebox-mssqld: %s: this build is broken\n", err);
+		return 1;
+	}
+	if ((rc = qbd_args(argc, argv, &opt, &mode)) >= 0)
+		return rc;
 
 	/*
 	 * ${file:PATH} may read any file this process can: its operator chose
@@ -106,34 +157,21 @@ main(int argc, char **argv)
 	qb_config_set_file_dirs(NULL, NULL);
 	if (qbd_config_read(opt.config_path, &text, &cfg, err, sizeof(err)) != 0)
 	{
-		fprintf(stderr, "queuebox-mssqld: %s%s\n", check ? "configuration test failed: " : "", err);
+		fprintf(stderr, "queuebox-mssqld: %s%s\n", mode == QBD_MODE_CHECK ? "configuration test failed: " : "",
+				err);
 		return 1;
 	}
 	qbd_redact_url(cfg->database.url, safe, sizeof(safe));
-	if (check)
+	if (mode == QBD_MODE_RUN)
+		return qbd_supervise(&opt, text, cfg);
+	if (mode == QBD_MODE_CHECK)
 	{
-		printf("queuebox-mssqld: configuration file %s is valid: %d destination%s, %d route%s, %d source%s "
-			   "(%d broker source%s), %d outbox worker%s; database %s\n",
-			   opt.config_path, cfg->ndestinations, cfg->ndestinations == 1 ? "" : "s",
-			   cfg->nroutes, cfg->nroutes == 1 ? "" : "s", cfg->nsources, cfg->nsources == 1 ? "" : "s",
-			   qb_config_broker_sources(cfg), qb_config_broker_sources(cfg) == 1 ? "" : "s",
-			   cfg->daemon.outbox_workers, cfg->daemon.outbox_workers == 1 ? "" : "s", safe);
-		qb_config_free(cfg);
-		free(text);
-		return 0;
+		qbd_say_valid(opt.config_path, cfg, safe);
+		rc = 0;
 	}
-	if (migrate)
-	{
-		int			rc = qbd_migrate_only(cfg, err, sizeof(err));
-
-		/* err says what failed and what to do (the backend's migrate and connect) */
-		if (rc != 0)
-			fprintf(stderr, "queuebox-mssqld: %s\n", err);
-		else
-			printf("queuebox-mssqld: schema queuebox in %s is at version %s\n", safe, qbd_schema_version);
-		qb_config_free(cfg);
-		free(text);
-		return rc == 0 ? 0 : 1;
-	}
-	return qbd_supervise(&opt, text, cfg);
+	else
+		rc = qbd_migrate_now(cfg, safe);
+	qb_config_free(cfg);
+	free(text);
+	return rc;
 }

@@ -552,34 +552,28 @@ qbds_db_step(QbdSup *s, long now)
 	s->probe_pending = false;
 }
 
-/* qbd_supervise: see supervisor.h.  Takes text and cfg. */
-int
-qbd_supervise(const QbdOptions *opt, char *text, QbConfig *cfg)
+/*
+ * qbds_setup: the shared block with the configuration published in it, the
+ * signal pipe and the handlers that write to it.  -1, logged.
+ */
+static int
+qbds_setup(QbdSup *s)
 {
-	static QbdSup s;
 	struct sigaction sa;
 	char		err[QB_ERRLEN];
-	char		safe[512];
 
-	memset(&s, 0, sizeof(s));
-	s.opt = opt;
-	s.text = text;
-	s.cfg = cfg;
-	s.probe_pending = true;
-	qbd_log_init("supervisor", cfg->daemon.log_json);
-	qbd_ps_set("supervisor");
-	if ((s.sh = qbd_shared_create(err, sizeof(err))) == NULL)
+	if ((s->sh = qbd_shared_create(err, sizeof(err))) == NULL)
 	{
 		qbd_log(QB_LOG_ERROR, "%s", err);
-		return 1;
+		return -1;
 	}
-	qbd_shared_publish(s.sh, text, strlen(text));
-	qb_config_load_note(&s.sh->metrics, QB_CONFIG_SOURCE_FILE, opt->config_path, true,
-						text, strlen(text), NULL);
+	qbd_shared_publish(s->sh, s->text, strlen(s->text));
+	qb_config_load_note(&s->sh->metrics, QB_CONFIG_SOURCE_FILE, s->opt->config_path, true,
+						s->text, strlen(s->text), NULL);
 	if (pipe2(qbds_pipe, O_NONBLOCK | O_CLOEXEC) != 0)
 	{
 		qbd_log(QB_LOG_ERROR, "could not make the signal pipe: %s", strerror(errno));
-		return 1;
+		return -1;
 	}
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = qbds_signal;
@@ -590,7 +584,101 @@ qbd_supervise(const QbdOptions *opt, char *text, QbConfig *cfg)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	return 0;
+}
 
+/*
+ * qbds_start_due: fork each role whose restart is due, once the schema is
+ * migrated and unless stopping; *timeout shrinks to the next restart.
+ * Whether any role runs.
+ */
+static bool
+qbds_start_due(QbdSup *s, long now, long *timeout)
+{
+	bool		running = false;
+
+	for (int i = 0; i < s->nroles; i++)
+	{
+		QbdRole    *r = &s->roles[i];
+
+		if (r->pid > 0)
+			running = true;
+		else if (!s->stopping && s->db_ready && !r->retired)
+		{
+			if (r->restart_at_ms <= now)
+			{
+				qbds_fork(s, r);
+				running |= r->pid > 0;
+			}
+			else if (r->restart_at_ms - now < *timeout)
+				*timeout = r->restart_at_ms - now;
+		}
+	}
+	return running;
+}
+
+/*
+ * qbds_stop_step: while stopping, true once no role runs.  Past the grace,
+ * each role left is killed (again every second); before it, *timeout
+ * shrinks to the grace's end.
+ */
+static bool
+qbds_stop_step(QbdSup *s, bool running, long now, long *timeout)
+{
+	if (!running)
+		return true;
+	if (now >= s->stop_deadline)
+	{
+		for (int i = 0; i < s->nroles; i++)
+			if (s->roles[i].pid > 0)
+			{
+				char		name[64];
+
+				qb_engine_name(s->roles[i].kind, s->roles[i].index, name, sizeof(name));
+				qbd_log(QB_LOG_WARNING, "%s (pid %d) did not stop within daemon.shutdownGraceMs; killing it (its rows come back when their lease ends)",
+						name, (int) s->roles[i].pid);
+				kill(s->roles[i].pid, SIGKILL);
+			}
+		s->stop_deadline = now + 1000;
+	}
+	else if (s->stop_deadline - now < *timeout)
+		*timeout = s->stop_deadline - now;
+	return false;
+}
+
+/* qbds_read_signals: what the handler wrote to the pipe, in order: SIGHUP reloads, SIGTERM and SIGINT stop. */
+static void
+qbds_read_signals(QbdSup *s)
+{
+	char		buf[64];
+	ssize_t		n;
+
+	while ((n = read(qbds_pipe[0], buf, sizeof(buf))) > 0)
+		for (ssize_t k = 0; k < n; k++)
+		{
+			if (buf[k] == SIGHUP && !s->stopping)
+				qbds_reload(s);
+			else if (buf[k] == SIGTERM || buf[k] == SIGINT)
+				qbds_begin_stop(s, buf[k]);
+		}
+}
+
+/* qbd_supervise: see supervisor.h.  Takes text and cfg. */
+int
+qbd_supervise(const QbdOptions *opt, char *text, QbConfig *cfg)
+{
+	static QbdSup s;
+	char		safe[512];
+
+	memset(&s, 0, sizeof(s));
+	s.opt = opt;
+	s.text = text;
+	s.cfg = cfg;
+	s.probe_pending = true;
+	qbd_log_init("supervisor", cfg->daemon.log_json);
+	qbd_ps_set("supervisor");
+	if (qbds_setup(&s) != 0)
+		return 1;
 	qbd_redact_url(cfg->database.url, safe, sizeof(safe));
 	qbd_log(QB_LOG_INFO, "queuebox-mssqld %s starting: configuration %s, database %s",
 			QB_VERSION, opt->config_path, safe);
@@ -601,70 +689,21 @@ qbd_supervise(const QbdOptions *opt, char *text, QbConfig *cfg)
 		long		now = qb_now_ms();
 		long		timeout = 1000;
 		struct pollfd p = {.fd = qbds_pipe[0], .events = POLLIN};
-		bool		running = false;
+		bool		running;
 
 		if (!s.stopping)
 			qbds_db_step(&s, now);
-		for (int i = 0; i < s.nroles; i++)
+		running = qbds_start_due(&s, now, &timeout);
+		if (s.stopping && qbds_stop_step(&s, running, now, &timeout))
 		{
-			QbdRole    *r = &s.roles[i];
-
-			if (r->pid > 0)
-				running = true;
-			else if (!s.stopping && s.db_ready && !r->retired)
-			{
-				if (r->restart_at_ms <= now)
-				{
-					qbds_fork(&s, r);
-					running |= r->pid > 0;
-				}
-				else if (r->restart_at_ms - now < timeout)
-					timeout = r->restart_at_ms - now;
-			}
+			qbd_log(QB_LOG_INFO, "stopped");
+			return 0;
 		}
-		if (s.stopping)
-		{
-			if (!running)
-			{
-				qbd_log(QB_LOG_INFO, "stopped");
-				return 0;
-			}
-			if (now >= s.stop_deadline)
-			{
-				for (int i = 0; i < s.nroles; i++)
-					if (s.roles[i].pid > 0)
-					{
-						char		name[64];
-
-						qb_engine_name(s.roles[i].kind, s.roles[i].index, name, sizeof(name));
-						qbd_log(QB_LOG_WARNING, "%s (pid %d) did not stop within daemon.shutdownGraceMs; killing it (its rows come back when their lease ends)",
-								name, (int) s.roles[i].pid);
-						kill(s.roles[i].pid, SIGKILL);
-					}
-				s.stop_deadline = now + 1000;
-			}
-			else if (s.stop_deadline - now < timeout)
-				timeout = s.stop_deadline - now;
-		}
-		if (!s.db_ready || s.publish_pending)
-		{
-			if (s.db_retry_at > now && s.db_retry_at - now < timeout)
-				timeout = s.db_retry_at - now;
-		}
+		/* a database step waiting for its retry */
+		if ((!s.db_ready || s.publish_pending) && s.db_retry_at > now && s.db_retry_at - now < timeout)
+			timeout = s.db_retry_at - now;
 		if (poll(&p, 1, (int) (timeout > 0 ? timeout : 0)) > 0)
-		{
-			char		buf[64];
-			ssize_t		n;
-
-			while ((n = read(qbds_pipe[0], buf, sizeof(buf))) > 0)
-				for (ssize_t k = 0; k < n; k++)
-				{
-					if (buf[k] == SIGHUP && !s.stopping)
-						qbds_reload(&s);
-					else if (buf[k] == SIGTERM || buf[k] == SIGINT)
-						qbds_begin_stop(&s, buf[k]);
-				}
-		}
+			qbds_read_signals(&s);
 		qbds_reap(&s);
 	}
 }

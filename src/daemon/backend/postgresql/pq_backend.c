@@ -4,7 +4,7 @@
  *	  the migrations of pq_migrate.c, and the check that notifications
  *	  arrive through database.url.
  *
- * Every connection is made by qb_pq_connect (pq_store.c); a failed one is
+ * Every connection is made by qb_pq_connect (pq_conn.c); a failed one is
  * named by its redacted URL, with what to do (qbpb_connect_advice).  The
  * URL is read by libpq alone, here as at each connect: its host lists,
  * Unix-socket directories and options are libpq's.

@@ -14,10 +14,11 @@
  *	- The migration lock is a transaction advisory lock (QBD_MIGRATE_LOCK):
  *	  two daemons starting together take turns.
  *
- * Transaction rules: qb_pq_migrate is one transaction (BEGIN, the lock, the
- * checks, the DDL, COMMIT), rolled back on any error; PostgreSQL's DDL is
- * transactional, so a half-made schema never stays behind.
- * qb_pq_publish_config is one transaction too.  Values are bound
+ * Transaction rules: qb_pq_migrate is the walk of ../qbd_migrate.c with this
+ * file's steps (BEGIN, the lock, the checks, the DDL, COMMIT): one
+ * transaction, rolled back on any error; PostgreSQL's DDL is transactional,
+ * so a half-made schema never stays behind.  qb_pq_publish_config is one
+ * transaction too.  Values are bound
  * parameters; the only text sent as it is, is the schema's own DDL.
  *
  * Messages: each failure says what failed (the step, the server's words
@@ -33,6 +34,7 @@
 
 #include "pq_store.h"
 #include "qb_pg_array.h"
+#include "qbd_migrate.h"
 
 /* 'queuebox' as a number: the key of the migration lock (docs/daemon.md) */
 #define QBD_MIGRATE_LOCK	"7087869466226663544"
@@ -145,62 +147,35 @@ qbd_ok(PGconn *conn, const char *sql, int nparams, const char *const *params,
 	return res != NULL;
 }
 
-/*
- * qbd_apply: run one of the schema's scripts (constant text built into the
- * binary, one simple query) in the open transaction, then record the
- * version it brings.  false with err on failure.
- */
-static bool
-qbd_apply(PGconn *conn, const char *script, const char *version, const char *what,
-		  char *err, size_t errlen)
-{
-	PGresult   *res = PQexec(conn, script);
-	const char *params[1] = {version};
-	bool		ok = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK;
+/* ---- the migration's steps (qbd_migrate.h), on a PGconn ---------------- */
 
-	if (!ok)
-		qbd_pg_error(conn, res, what, QBD_STMT_SCRIPT, err, errlen);
-	PQclear(res);
-	return ok && qbd_ok(conn, "INSERT INTO queuebox.schema_version (version) VALUES ($1)", 1, params,
-						QBD_STMT_MIGRATE, "could not record the schema version", err, errlen);
-}
-
-/* qbd_version_index: where a version stands among the known ones, or -1. */
 static int
-qbd_version_index(const char *v)
+qbd_pg_begin(void *conn, char *err, size_t errlen)
 {
-	int			i = 0;
-
-	for (const QbdUpgrade *u = qbd_upgrades_pg; u->from != NULL; u++, i++)
-		if (strcmp(u->from, v) == 0)
-			return i;
-	/* the current version comes after every step */
-	return strcmp(v, qbd_schema_version) == 0 ? i : -1;
+	return qbd_ok(conn, "BEGIN", 0, NULL, QBD_STMT_MIGRATE, "could not begin the migration", err, errlen) ? 0 : -1;
 }
 
-/* qb_pq_migrate: see pq_store.h. */
-int
-qb_pq_migrate(PGconn *conn, char *done, size_t donelen, char *err, size_t errlen)
+static int
+qbd_pg_lock(void *conn, char *err, size_t errlen)
 {
-	PGresult   *res = NULL;
-	char		have[64] = "";
-	bool		has_version_table;
-	bool		has_outbox;
-	bool		installed = false;
-	int			at;
+	PGresult   *res = qbd_exec(conn, "SELECT pg_advisory_xact_lock(" QBD_MIGRATE_LOCK ")", 0, NULL,
+							   PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not take the migration lock",
+							   err, errlen);
 
-	done[0] = '\0';
-	if (!qbd_ok(conn, "BEGIN", 0, NULL, QBD_STMT_MIGRATE, "could not begin the migration", err, errlen))
-		return -1;
-	if ((res = qbd_exec(conn, "SELECT pg_advisory_xact_lock(" QBD_MIGRATE_LOCK ")", 0, NULL,
-						PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not take the migration lock", err, errlen)) == NULL)
-		goto fail;
 	PQclear(res);
+	return res != NULL ? 0 : -1;
+}
 
-	/* the extension's workers would claim the same rows: one host per database */
-	if ((res = qbd_exec(conn, "SELECT extversion FROM pg_extension WHERE extname = 'queuebox'",
-						0, NULL, PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not look for the extension", err, errlen)) == NULL)
-		goto fail;
+/* the extension's workers would claim the same rows: one host per database */
+static int
+qbd_pg_no_extension(PGconn *conn, char *err, size_t errlen)
+{
+	PGresult   *res = qbd_exec(conn, "SELECT extversion FROM pg_extension WHERE extname = 'queuebox'",
+							   0, NULL, PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not look for the extension",
+							   err, errlen);
+
+	if (res == NULL)
+		return -1;
 	if (PQntuples(res) > 0)
 	{
 		snprintf(err, errlen,
@@ -208,75 +183,166 @@ qb_pq_migrate(PGconn *conn, char *done, size_t donelen, char *err, size_t errlen
 				 "queuebox-mssqld refuses to serve the same tables. Use the daemon only where the extension cannot be loaded, "
 				 "or point database.url at another database",
 				 PQgetvalue(res, 0, 0), PQdb(conn));
-		goto fail;
+		PQclear(res);
+		return -1;
 	}
 	PQclear(res);
+	return 0;
+}
 
+/* no extension, then schema queuebox: the daemon's (1), none (0), another's (-1) */
+static int
+qbd_pg_inspect(void *conn, char *err, size_t errlen)
+{
+	PGresult   *res;
+	bool		has_version_table;
+	bool		has_outbox;
+
+	if (qbd_pg_no_extension(conn, err, errlen) != 0)
+		return -1;
 	if ((res = qbd_exec(conn,
 						"SELECT to_regclass('queuebox.schema_version') IS NOT NULL,"
 						"       to_regclass('queuebox.outbox') IS NOT NULL",
 						0, NULL, PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not look at schema queuebox", err, errlen)) == NULL)
-		goto fail;
+		return -1;
 	has_version_table = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 	has_outbox = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
 	PQclear(res);
-	res = NULL;
-
 	if (!has_version_table && has_outbox)
 	{
 		snprintf(err, errlen,
 				 "schema queuebox holds an outbox table that queuebox-mssqld did not make (no queuebox.schema_version): "
 				 "left by a dropped extension or made by hand. Move its rows elsewhere and drop the schema, "
 				 "or point database.url at another database");
-		goto fail;
+		return -1;
 	}
-	if (!has_version_table)
-	{
-		if (!qbd_apply(conn, qbd_schema_pg, qbd_schema_version, "could not create the QueueBox schema",
-					   err, errlen))
-			goto fail;
-		installed = true;
-	}
-	else
-	{
-		if ((res = qbd_exec(conn,
-							"SELECT version FROM queuebox.schema_version ORDER BY applied_at DESC, version DESC LIMIT 1",
-							0, NULL, PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not read the schema version", err, errlen)) == NULL)
-			goto fail;
-		if (PQntuples(res) == 1)
-			snprintf(have, sizeof(have), "%s", PQgetvalue(res, 0, 0));
-		PQclear(res);
-		res = NULL;
-		if ((at = qbd_version_index(have)) < 0)
-		{
-			snprintf(err, errlen,
-					 "the QueueBox schema here is at version %s, which this queuebox-mssqld (schema %s) does not know: "
-					 "a newer daemon migrated it. Run that version of queuebox-mssqld (or newer) against this database",
-					 have[0] ? have : "(none recorded)", qbd_schema_version);
-			goto fail;
-		}
-		for (const QbdUpgrade *u = &qbd_upgrades_pg[at]; u->from != NULL; u++)
-		{
-			char		what[128];
+	return has_version_table ? 1 : 0;
+}
 
-			snprintf(what, sizeof(what), "could not migrate the schema from %s to %s", u->from, u->to);
-			if (!qbd_apply(conn, u->sql, u->to, what, err, errlen))
-				goto fail;
-		}
-	}
-	if (!qbd_ok(conn, "COMMIT", 0, NULL, QBD_STMT_MIGRATE, "could not commit the migration", err, errlen))
-		goto fail;
-	/* said after the commit: a step rolled back was never applied */
-	if (installed)
-		snprintf(done, donelen, "created the QueueBox schema (version %s)", qbd_schema_version);
-	else if (have[0] != '\0' && strcmp(have, qbd_schema_version) != 0)
-		snprintf(done, donelen, "upgraded the QueueBox schema from %s to %s", have, qbd_schema_version);
-	return 0;
+static int
+qbd_pg_read_version(void *conn, char *have, size_t havelen, char *err, size_t errlen)
+{
+	PGresult   *res = qbd_exec(conn,
+							   "SELECT version FROM queuebox.schema_version ORDER BY applied_at DESC, version DESC LIMIT 1",
+							   0, NULL, PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not read the schema version",
+							   err, errlen);
 
-fail:
+	if (res == NULL)
+		return -1;
+	if (PQntuples(res) == 1)
+		snprintf(have, havelen, "%s", PQgetvalue(res, 0, 0));
 	PQclear(res);
+	return 0;
+}
+
+/* one of the schema's scripts: constant text built into the binary, one simple query */
+static int
+qbd_pg_run_script(void *conn, const char *script, const char *what, char *err, size_t errlen)
+{
+	PGresult   *res = PQexec(conn, script);
+	bool		ok = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK;
+
+	if (!ok)
+		qbd_pg_error(conn, res, what, QBD_STMT_SCRIPT, err, errlen);
+	PQclear(res);
+	return ok ? 0 : -1;
+}
+
+static int
+qbd_pg_record_version(void *conn, const char *version, char *err, size_t errlen)
+{
+	const char *params[1] = {version};
+
+	return qbd_ok(conn, "INSERT INTO queuebox.schema_version (version) VALUES ($1)", 1, params,
+				  QBD_STMT_MIGRATE, "could not record the schema version", err, errlen) ? 0 : -1;
+}
+
+static int
+qbd_pg_commit(void *conn, char *err, size_t errlen)
+{
+	return qbd_ok(conn, "COMMIT", 0, NULL, QBD_STMT_MIGRATE, "could not commit the migration", err, errlen) ? 0 : -1;
+}
+
+static void
+qbd_pg_rollback(void *conn)
+{
 	PQclear(PQexec(conn, "ROLLBACK"));
-	return -1;
+}
+
+static const QbdMigrateOps qbd_pg_migrate_ops = {
+	.name = "postgresql",
+	.where = "",
+	.schema = qbd_schema_pg,
+	.upgrades = qbd_upgrades_pg,
+	.begin = qbd_pg_begin,
+	.lock = qbd_pg_lock,
+	.inspect = qbd_pg_inspect,
+	.read_version = qbd_pg_read_version,
+	.run_script = qbd_pg_run_script,
+	.record_version = qbd_pg_record_version,
+	.commit = qbd_pg_commit,
+	.rollback = qbd_pg_rollback,
+};
+
+/* qb_pq_migrate: see pq_store.h. */
+int
+qb_pq_migrate(PGconn *conn, char *done, size_t donelen, char *err, size_t errlen)
+{
+	return qbd_migrate(&qbd_pg_migrate_ops, conn, done, donelen, err, errlen);
+}
+
+/* the routes and destination names replace the stored ones (in the open transaction) */
+static bool
+qbd_pg_write_routes(PGconn *conn, const char *a_pat, const char *a_dst, const char *a_names,
+					char *err, size_t errlen)
+{
+	const char *p2[2] = {a_pat, a_dst};
+	const char *p1[1] = {a_names};
+
+	return qbd_ok(conn, "DELETE FROM queuebox.config_route", 0, NULL, QBD_STMT_PUBLISH,
+				  "could not write the routes", err, errlen) &&
+		qbd_ok(conn,
+			   "INSERT INTO queuebox.config_route (position, pattern, destination)"
+			   " SELECT n, p, d FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(p, d, n)",
+			   2, p2, QBD_STMT_PUBLISH, "could not write the routes", err, errlen) &&
+		qbd_ok(conn, "DELETE FROM queuebox.config_destination", 0, NULL, QBD_STMT_PUBLISH,
+			   "could not write the destinations", err, errlen) &&
+		qbd_ok(conn, "INSERT INTO queuebox.config_destination (name) SELECT unnest($1::text[])",
+			   1, p1, QBD_STMT_PUBLISH, "could not write the destinations", err, errlen);
+}
+
+/*
+ * The notify triggers enabled as database.listen asks, switching only those
+ * that differ (in the open transaction).
+ */
+static bool
+qbd_pg_switch_triggers(PGconn *conn, bool listen, char *err, size_t errlen)
+{
+	const char *pl[1] = {listen ? "t" : "f"};
+	PGresult   *res;
+	bool		ok = true;
+
+	if ((res = qbd_exec(conn,
+						"SELECT t.tgname FROM pg_trigger t"
+						" WHERE t.tgrelid IN ('queuebox.outbox'::regclass, 'queuebox.inbox'::regclass)"
+						"   AND t.tgname IN ('outbox_notify', 'inbox_notify')"
+						"   AND (t.tgenabled <> 'D') <> $1::boolean ORDER BY 1",
+						1, pl, PGRES_TUPLES_OK, QBD_STMT_PUBLISH, "could not read the notify triggers", err, errlen)) == NULL)
+		return false;
+	for (int i = 0; ok && i < PQntuples(res); i++)
+	{
+		/* constant text: the two names are ours, and DDL takes no parameter */
+		bool		outbox = strcmp(PQgetvalue(res, i, 0), "outbox_notify") == 0;
+		const char *sql = listen ?
+			(outbox ? "ALTER TABLE queuebox.outbox ENABLE TRIGGER outbox_notify" :
+			 "ALTER TABLE queuebox.inbox ENABLE TRIGGER inbox_notify") :
+			(outbox ? "ALTER TABLE queuebox.outbox DISABLE TRIGGER outbox_notify" :
+			 "ALTER TABLE queuebox.inbox DISABLE TRIGGER inbox_notify");
+
+		ok = qbd_ok(conn, sql, 0, NULL, QBD_STMT_PUBLISH, "could not switch a notify trigger", err, errlen);
+	}
+	PQclear(res);
+	return ok;
 }
 
 /*
@@ -293,7 +359,6 @@ qb_pq_publish_config(PGconn *conn, const QbConfig *cfg, char *err, size_t errlen
 	const char *a_pat;
 	const char *a_dst;
 	const char *a_names;
-	PGresult   *res = NULL;
 	int			rc = -1;
 
 	for (int i = 0; i < cfg->nroutes; i++)
@@ -307,63 +372,16 @@ qb_pq_publish_config(PGconn *conn, const QbConfig *cfg, char *err, size_t errlen
 	a_dst = qb_pg_array_text(&dst);
 	a_names = qb_pg_array_text(&names);
 	if (a_pat == NULL || a_dst == NULL || a_names == NULL)
-	{
 		snprintf(err, errlen, "out of memory");
-		goto done;
-	}
-	if (!qbd_ok(conn, "BEGIN", 0, NULL, QBD_STMT_PUBLISH, "could not begin writing the routes", err, errlen))
-		goto done;
+	else if (qbd_ok(conn, "BEGIN", 0, NULL, QBD_STMT_PUBLISH, "could not begin writing the routes", err, errlen))
 	{
-		const char *p2[2] = {a_pat, a_dst};
-		const char *p1[1] = {a_names};
-		const char *pl[1] = {cfg->database.listen ? "t" : "f"};
-		int			ntrig;
-
-		if (!qbd_ok(conn, "DELETE FROM queuebox.config_route", 0, NULL, QBD_STMT_PUBLISH,
-					"could not write the routes", err, errlen) ||
-			!qbd_ok(conn,
-					"INSERT INTO queuebox.config_route (position, pattern, destination)"
-					" SELECT n, p, d FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(p, d, n)",
-					2, p2, QBD_STMT_PUBLISH, "could not write the routes", err, errlen) ||
-			!qbd_ok(conn, "DELETE FROM queuebox.config_destination", 0, NULL, QBD_STMT_PUBLISH,
-					"could not write the destinations", err, errlen) ||
-			!qbd_ok(conn, "INSERT INTO queuebox.config_destination (name) SELECT unnest($1::text[])",
-					1, p1, QBD_STMT_PUBLISH, "could not write the destinations", err, errlen))
-			goto rollback;
-		/* the triggers whose enabled state is not what database.listen asks */
-		if ((res = qbd_exec(conn,
-							"SELECT t.tgname FROM pg_trigger t"
-							" WHERE t.tgrelid IN ('queuebox.outbox'::regclass, 'queuebox.inbox'::regclass)"
-							"   AND t.tgname IN ('outbox_notify', 'inbox_notify')"
-							"   AND (t.tgenabled <> 'D') <> $1::boolean ORDER BY 1",
-							1, pl, PGRES_TUPLES_OK, QBD_STMT_PUBLISH, "could not read the notify triggers", err, errlen)) == NULL)
-			goto rollback;
-		ntrig = PQntuples(res);
-		for (int i = 0; i < ntrig; i++)
-		{
-			/* constant text: the two names are ours, and DDL takes no parameter */
-			bool		outbox = strcmp(PQgetvalue(res, i, 0), "outbox_notify") == 0;
-			const char *sql = cfg->database.listen ?
-				(outbox ? "ALTER TABLE queuebox.outbox ENABLE TRIGGER outbox_notify" :
-				 "ALTER TABLE queuebox.inbox ENABLE TRIGGER inbox_notify") :
-				(outbox ? "ALTER TABLE queuebox.outbox DISABLE TRIGGER outbox_notify" :
-				 "ALTER TABLE queuebox.inbox DISABLE TRIGGER inbox_notify");
-
-			if (!qbd_ok(conn, sql, 0, NULL, QBD_STMT_PUBLISH, "could not switch a notify trigger", err, errlen))
-				goto rollback;
-		}
-		PQclear(res);
-		res = NULL;
+		if (qbd_pg_write_routes(conn, a_pat, a_dst, a_names, err, errlen) &&
+			qbd_pg_switch_triggers(conn, cfg->database.listen, err, errlen) &&
+			qbd_ok(conn, "COMMIT", 0, NULL, QBD_STMT_PUBLISH, "could not commit the routes", err, errlen))
+			rc = 0;
+		else
+			PQclear(PQexec(conn, "ROLLBACK"));
 	}
-	if (!qbd_ok(conn, "COMMIT", 0, NULL, QBD_STMT_PUBLISH, "could not commit the routes", err, errlen))
-		goto rollback;
-	rc = 0;
-	goto done;
-
-rollback:
-	PQclear(PQexec(conn, "ROLLBACK"));
-done:
-	PQclear(res);
 	qb_pg_array_free(&pat);
 	qb_pg_array_free(&dst);
 	qb_pg_array_free(&names);

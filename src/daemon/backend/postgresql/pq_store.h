@@ -12,8 +12,11 @@
  * again after it is lost, with a backoff: while it waits, every op fails at
  * once with "database unreachable, next try in N ms: <why>".
  *
- * With the schema's migrations (pq_migrate.c) and the daemon's ops table
- * (pq_backend.c), this header is the daemon's PostgreSQL backend.
+ * The store is three files over one private header (pq_store_int.h):
+ * pq_conn.c (the connection), pq_txn.c (an op's transaction and pipeline),
+ * pq_store.c (the ops).  With the schema's migrations (pq_migrate.c) and
+ * the daemon's ops table (pq_backend.c), this header is the daemon's
+ * PostgreSQL backend.
  *-------------------------------------------------------------------------
  */
 #ifndef PQ_STORE_H

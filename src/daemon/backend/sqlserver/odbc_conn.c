@@ -304,59 +304,73 @@ qboc_value(SQLHSTMT st, SQLUSMALLINT col, char **out, bool *oom)
 	return 0;
 }
 
-/* qb_odbc_exec: see odbc_store.h. */
-int
-qb_odbc_exec(QbOdbcConn *c, const char *sql, const QbOdbcParam *params, int n,
-			 long timeout_ms, QbOdbcRow row, void *arg, QbOdbcClass *cls,
-			 char *err, size_t errlen)
+/*
+ * One qb_odbc_exec call: its statement handle and what it allocated, freed
+ * by qboc_release whatever step failed.
+ */
+typedef struct QbocCall
 {
-	SQLHSTMT	st = SQL_NULL_HSTMT;
-	SQLLEN	   *ind = NULL;
-	SQLBIGINT  *nums = NULL;
-	char	  **values = NULL;
-	int			set = 0;
-	int			rc = -1;
-	bool		oom = false;
-	bool		kept = false;
+	QbOdbcConn *c;
+	SQLHSTMT	st;
+	bool		kept;			/* st is a kept handle (c->prepared) */
+	SQLLEN	   *ind;			/* the parameters' indicators, bound until the end */
+	SQLBIGINT  *nums;			/* the integer parameters' values, likewise */
+	bool		oom;
+	QbOdbcClass *cls;
+	char	   *err;
+	size_t		errlen;
+} QbocCall;
+
+/*
+ * qboc_statement: sql's handle into x->st.  With parameters, the kept one,
+ * or a new one prepared and kept while the cache has room; without, a new
+ * one for SQLExecDirect.  -1 with err.
+ */
+static int
+qboc_statement(QbocCall *x, const char *sql, int n)
+{
+	QbOdbcConn *c = x->c;
+
+	if (n > 0 && (x->st = qboc_kept(c, sql)) != SQL_NULL_HSTMT)
+	{
+		x->kept = true;
+		SQLFreeStmt(x->st, SQL_RESET_PARAMS);
+		return 0;
+	}
+	if (!SQL_SUCCEEDED(SQLAllocHandle(SQL_HANDLE_STMT, c->dbc, &x->st)))
+	{
+		x->st = SQL_NULL_HSTMT;
+		qboc_diag(c, SQL_HANDLE_DBC, c->dbc, "allocating a statement", x->cls, x->err, x->errlen);
+		return -1;
+	}
+	if (n == 0)
+		return 0;
+	if (!SQL_SUCCEEDED(SQLPrepare(x->st, (SQLCHAR *) sql, SQL_NTS)))
+	{
+		qboc_diag(c, SQL_HANDLE_STMT, x->st, "preparing the statement", x->cls, x->err, x->errlen);
+		return -1;
+	}
+	if (c->nprepared < QBOC_CACHE && (c->prepared[c->nprepared].sql = strdup(sql)) != NULL)
+	{
+		c->prepared[c->nprepared++].st = x->st;
+		x->kept = true;
+	}
+	return 0;
+}
+
+/* qboc_run: the query timeout, every parameter bound, then the statement run.  -1 with err. */
+static int
+qboc_run(QbocCall *x, const char *sql, const QbOdbcParam *params, int n, long timeout_ms)
+{
 	SQLRETURN	r;
 
-	*cls = QB_ODBC_FAILED;
-	if (c == NULL || c->lost)
-	{
-		*cls = QB_ODBC_LOST;
-		snprintf(err, errlen, "no connection to SQL Server");
-		return -1;
-	}
-	if (n > 0 && (st = qboc_kept(c, sql)) != SQL_NULL_HSTMT)
-	{
-		kept = true;
-		SQLFreeStmt(st, SQL_RESET_PARAMS);
-	}
-	else if (!SQL_SUCCEEDED(SQLAllocHandle(SQL_HANDLE_STMT, c->dbc, &st)))
-	{
-		qboc_diag(c, SQL_HANDLE_DBC, c->dbc, "allocating a statement", cls, err, errlen);
-		return -1;
-	}
-	else if (n > 0)
-	{
-		if (!SQL_SUCCEEDED(SQLPrepare(st, (SQLCHAR *) sql, SQL_NTS)))
-		{
-			qboc_diag(c, SQL_HANDLE_STMT, st, "preparing the statement", cls, err, errlen);
-			goto done;
-		}
-		if (c->nprepared < QBOC_CACHE && (c->prepared[c->nprepared].sql = strdup(sql)) != NULL)
-		{
-			c->prepared[c->nprepared++].st = st;
-			kept = true;
-		}
-	}
-	SQLSetStmtAttr(st, SQL_ATTR_QUERY_TIMEOUT,
+	SQLSetStmtAttr(x->st, SQL_ATTR_QUERY_TIMEOUT,
 				   (SQLPOINTER) (SQLULEN) (timeout_ms > 0 ? (timeout_ms + 999) / 1000 : 0), 0);
-	if (n > 0 && ((ind = calloc(n, sizeof(SQLLEN))) == NULL ||
-				  (nums = calloc(n, sizeof(SQLBIGINT))) == NULL))
+	if (n > 0 && ((x->ind = calloc(n, sizeof(SQLLEN))) == NULL ||
+				  (x->nums = calloc(n, sizeof(SQLBIGINT))) == NULL))
 	{
-		oom = true;
-		goto done;
+		x->oom = true;
+		return -1;
 	}
 	for (int i = 0; i < n; i++)
 	{
@@ -365,105 +379,163 @@ qb_odbc_exec(QbOdbcConn *c, const char *sql, const QbOdbcParam *params, int n,
 
 		if (params[i].type == QB_ODBC_T_INT)
 		{
-			nums[i] = params[i].num;
-			value = &nums[i];
-			ind[i] = 0;
+			x->nums[i] = params[i].num;
+			value = &x->nums[i];
+			x->ind[i] = 0;
 		}
 		else
 		{
 			value = (SQLPOINTER) params[i].text;
-			ind[i] = params[i].text ? SQL_NTS : SQL_NULL_DATA;
+			x->ind[i] = params[i].text ? SQL_NTS : SQL_NULL_DATA;
 		}
-		if (!SQL_SUCCEEDED(SQLBindParameter(st, (SQLUSMALLINT) (i + 1), SQL_PARAM_INPUT, b.c_type,
-											b.sql_type, b.column_size, 0, value, 0, &ind[i])))
+		if (!SQL_SUCCEEDED(SQLBindParameter(x->st, (SQLUSMALLINT) (i + 1), SQL_PARAM_INPUT, b.c_type,
+											b.sql_type, b.column_size, 0, value, 0, &x->ind[i])))
 		{
-			qboc_diag(c, SQL_HANDLE_STMT, st, "binding a parameter", cls, err, errlen);
-			goto done;
+			qboc_diag(x->c, SQL_HANDLE_STMT, x->st, "binding a parameter", x->cls, x->err, x->errlen);
+			return -1;
 		}
 	}
-	r = n > 0 ? SQLExecute(st) : SQLExecDirect(st, (SQLCHAR *) sql, SQL_NTS);
+	r = n > 0 ? SQLExecute(x->st) : SQLExecDirect(x->st, (SQLCHAR *) sql, SQL_NTS);
 	if (!SQL_SUCCEEDED(r) && r != SQL_NO_DATA)
 	{
-		qboc_diag(c, SQL_HANDLE_STMT, st, "running the statement", cls, err, errlen);
-		goto done;
+		qboc_diag(x->c, SQL_HANDLE_STMT, x->st, "running the statement", x->cls, x->err, x->errlen);
+		return -1;
 	}
+	return 0;
+}
+
+/*
+ * qboc_read_set: every row of the current result set (ncols columns) to
+ * row(arg, set, ...), each value read whole and freed after the call.  -1
+ * with err.
+ */
+static int
+qboc_read_set(QbocCall *x, int set, SQLSMALLINT ncols, QbOdbcRow row, void *arg)
+{
+	char	  **values = calloc(ncols, sizeof(char *));
+	SQLRETURN	r;
+	int			rc = 0;
+
+	if (values == NULL)
+	{
+		x->oom = true;
+		return -1;
+	}
+	while (rc == 0 && (r = SQLFetch(x->st)) != SQL_NO_DATA)
+	{
+		int			stop;
+
+		if (!SQL_SUCCEEDED(r))
+		{
+			qboc_diag(x->c, SQL_HANDLE_STMT, x->st, "reading a result", x->cls, x->err, x->errlen);
+			rc = -1;
+			break;
+		}
+		for (int i = 0; i < ncols && rc == 0; i++)
+			if (qboc_value(x->st, (SQLUSMALLINT) (i + 1), &values[i], &x->oom) != 0)
+			{
+				for (int j = 0; j < i; j++)
+					free(values[j]);
+				if (!x->oom)
+					qboc_diag(x->c, SQL_HANDLE_STMT, x->st, "reading a value", x->cls, x->err, x->errlen);
+				rc = -1;
+			}
+		if (rc != 0)
+			break;
+		stop = row ? row(arg, set, ncols, values) : 0;
+		for (int i = 0; i < ncols; i++)
+		{
+			free(values[i]);
+			values[i] = NULL;
+		}
+		if (stop != 0)
+		{
+			/* the caller could not keep the row (qboc_release says out of memory) */
+			x->oom = true;
+			rc = -1;
+		}
+	}
+	free(values);
+	return rc;
+}
+
+/*
+ * qboc_results: each result set in order (set counts those with columns),
+ * then the next: an error of a later statement of the batch surfaces at
+ * SQLMoreResults and fails the call.  -1 with err.
+ */
+static int
+qboc_results(QbocCall *x, QbOdbcRow row, void *arg)
+{
+	int			set = 0;
+
 	for (;;)
 	{
 		SQLSMALLINT ncols = 0;
+		SQLRETURN	r;
 
-		SQLNumResultCols(st, &ncols);
+		SQLNumResultCols(x->st, &ncols);
 		if (ncols > 0)
 		{
-			if ((values = calloc(ncols, sizeof(char *))) == NULL)
-			{
-				oom = true;
-				goto done;
-			}
-			while ((r = SQLFetch(st)) != SQL_NO_DATA)
-			{
-				int			stop;
-
-				if (!SQL_SUCCEEDED(r))
-				{
-					qboc_diag(c, SQL_HANDLE_STMT, st, "reading a result", cls, err, errlen);
-					goto done;
-				}
-				for (int i = 0; i < ncols; i++)
-					if (qboc_value(st, (SQLUSMALLINT) (i + 1), &values[i], &oom) != 0)
-					{
-						for (int j = 0; j < i; j++)
-							free(values[j]);
-						if (!oom)
-							qboc_diag(c, SQL_HANDLE_STMT, st, "reading a value", cls, err, errlen);
-						goto done;
-					}
-				stop = row ? row(arg, set, ncols, values) : 0;
-				for (int i = 0; i < ncols; i++)
-				{
-					free(values[i]);
-					values[i] = NULL;
-				}
-				if (stop != 0)
-				{
-					snprintf(err, errlen, "out of memory reading a result");
-					oom = true;
-					goto done;
-				}
-			}
-			free(values);
-			values = NULL;
+			if (qboc_read_set(x, set, ncols, row, arg) != 0)
+				return -1;
 			set++;
 		}
-		r = SQLMoreResults(st);
+		r = SQLMoreResults(x->st);
 		if (r == SQL_NO_DATA)
-			break;
+			return 0;
 		if (!SQL_SUCCEEDED(r))
 		{
-			qboc_diag(c, SQL_HANDLE_STMT, st, "running the statement", cls, err, errlen);
-			goto done;
+			qboc_diag(x->c, SQL_HANDLE_STMT, x->st, "running the statement", x->cls, x->err, x->errlen);
+			return -1;
 		}
 	}
-	rc = 0;
-done:
-	if (oom)
+}
+
+/* qboc_release: what the call allocated, and its handle closed, kept or freed; rc. */
+static int
+qboc_release(QbocCall *x, int rc)
+{
+	if (x->oom)
 	{
-		snprintf(err, errlen, "out of memory");
-		*cls = QB_ODBC_FAILED;
+		snprintf(x->err, x->errlen, "out of memory");
+		*x->cls = QB_ODBC_FAILED;
 		rc = -1;
 	}
-	free(values);
-	free(ind);
-	free(nums);
-	if (st != SQL_NULL_HSTMT)
+	free(x->ind);
+	free(x->nums);
+	if (x->st != SQL_NULL_HSTMT)
 	{
-		SQLFreeStmt(st, SQL_CLOSE);
+		SQLFreeStmt(x->st, SQL_CLOSE);
 		/* a kept handle that failed is prepared again next time */
-		if (!kept)
-			SQLFreeHandle(SQL_HANDLE_STMT, st);
+		if (!x->kept)
+			SQLFreeHandle(SQL_HANDLE_STMT, x->st);
 		else if (rc != 0)
-			qboc_forget(c, st);
+			qboc_forget(x->c, x->st);
 	}
 	return rc;
+}
+
+/* qb_odbc_exec: see odbc_store.h. */
+int
+qb_odbc_exec(QbOdbcConn *c, const char *sql, const QbOdbcParam *params, int n,
+			 long timeout_ms, QbOdbcRow row, void *arg, QbOdbcClass *cls,
+			 char *err, size_t errlen)
+{
+	QbocCall	x = {.c = c, .st = SQL_NULL_HSTMT, .cls = cls, .err = err, .errlen = errlen};
+	int			rc;
+
+	*cls = QB_ODBC_FAILED;
+	if (c == NULL || c->lost)
+	{
+		*cls = QB_ODBC_LOST;
+		snprintf(err, errlen, "no connection to SQL Server");
+		return -1;
+	}
+	rc = qboc_statement(&x, sql, n) == 0 &&
+		qboc_run(&x, sql, params, n, timeout_ms) == 0 &&
+		qboc_results(&x, row, arg) == 0 ? 0 : -1;
+	return qboc_release(&x, rc);
 }
 
 /* qb_odbc_begin: see odbc_store.h. */

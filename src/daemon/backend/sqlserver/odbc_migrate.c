@@ -14,11 +14,12 @@
  *	- The migration lock is an exclusive application lock owned by the
  *	  transaction (sp_getapplock on QBD_MSSQL_LOCK): two daemons take turns.
  *
- * Transaction rules: qb_mssql_migrate is one transaction (the lock, the
- * checks, the DDL, the version row, the commit), rolled back on any error;
- * SQL Server's DDL is transactional, so a half-made schema never stays
- * behind.  qb_mssql_publish_config is one transaction too.  Values are
- * bound parameters; the only text sent as it is, is the schema's own DDL.
+ * Transaction rules: qb_mssql_migrate is the walk of ../qbd_migrate.c with
+ * this file's steps (the lock, the checks, the DDL, the version row, the
+ * commit): one transaction, rolled back on any error; SQL Server's DDL is
+ * transactional, so a half-made schema never stays behind.
+ * qb_mssql_publish_config is one transaction too.  Values are bound
+ * parameters; the only text sent as it is, is the schema's own DDL.
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include <string.h>
 
 #include "odbc_store.h"
+#include "qbd_migrate.h"
 
 #define QBD_MSSQL_LOCK	"queuebox.migrate"
 
@@ -112,144 +114,158 @@ qb_mssql_batches(const char *script, int (*fn) (void *arg, const char *batch), v
 	return rc;
 }
 
-typedef struct QbdmApply
-{
-	QbOdbcConn *conn;
-	const char *what;
-	char	   *err;
-	size_t		errlen;
-} QbdmApply;
+/* ---- the migration's steps (qbd_migrate.h), on a QbOdbcConn ------------ */
 
 static int
-qbdm_batch(void *arg, const char *batch)
+qbdm_begin(void *conn, char *err, size_t errlen)
 {
-	QbdmApply  *a = arg;
-	QbOdbcClass cls;
-
-	return qb_odbc_exec(a->conn, batch, NULL, 0, 0, NULL, NULL, &cls, a->err, a->errlen);
-}
-
-/* qbdm_apply: one script's batches, then its version recorded; in the open transaction. */
-static bool
-qbdm_apply(QbOdbcConn *c, const char *script, const char *version, const char *what,
-		   char *err, size_t errlen)
-{
-	QbdmApply	a = {.conn = c, .what = what, .err = err, .errlen = errlen};
-	QbOdbcParam v = {.type = QB_ODBC_T_TEXT, .text = version};
-	QbOdbcClass cls;
-	char		why[QB_ERRLEN];
-
-	if (qb_mssql_batches(script, qbdm_batch, &a) != 0)
-	{
-		snprintf(why, sizeof(why), "%s", err);
-		snprintf(err, errlen, "%s: %s", what, why);
-		return false;
-	}
-	if (qb_odbc_exec(c, "INSERT INTO queuebox.schema_version (version) VALUES (?)", &v, 1, 0,
-					 NULL, NULL, &cls, err, errlen) != 0)
-		return false;
-	return true;
+	return qb_odbc_begin(conn, err, errlen);
 }
 
 static int
-qbdm_version_index(const char *v)
-{
-	int			i = 0;
-
-	for (const QbdUpgrade *u = qbd_upgrades_mssql; u->from != NULL; u++, i++)
-		if (strcmp(u->from, v) == 0)
-			return i;
-	return strcmp(v, qbd_schema_version) == 0 ? i : -1;
-}
-
-/* qb_mssql_migrate: see odbc_store.h. */
-int
-qb_mssql_migrate(QbOdbcConn *c, char *done, size_t donelen, char *err, size_t errlen)
+qbdm_lock(void *conn, char *err, size_t errlen)
 {
 	QbdmFirst	f = {0};
 	QbOdbcClass cls;
-	char		have[64] = "";
-	char		buf[QB_ERRLEN];
-	bool		installed = false;
-	int			at;
+	int			rc = 0;
 
-	done[0] = '\0';
-	if (qb_odbc_begin(c, err, errlen) != 0)
-		return -1;
-	if (qb_odbc_exec(c,
+	if (qb_odbc_exec(conn,
 					 "DECLARE @r INT; EXEC @r = sp_getapplock @Resource = N'" QBD_MSSQL_LOCK "',"
 					 " @LockMode = N'Exclusive', @LockOwner = N'Transaction', @LockTimeout = 60000;"
 					 " SELECT @r", NULL, 0, 0, qbdm_first, &f, &cls, err, errlen) != 0)
-		goto fail;
-	if (f.v[0] == NULL || atoi(f.v[0]) < 0)
+		rc = -1;
+	else if (f.v[0] == NULL || atoi(f.v[0]) < 0)
 	{
 		snprintf(err, errlen,
 				 "could not take the migration lock (sp_getapplock answered %s): another queuebox-mssqld held it for 60 s; "
 				 "nothing was changed: once its migration ends (or it is stopped), try again",
 				 f.v[0] ? f.v[0] : "nothing");
-		goto fail;
+		rc = -1;
 	}
 	qbdm_first_free(&f);
-	if (qb_odbc_exec(c,
+	return rc;
+}
+
+/* schema queuebox: the daemon's (1), none (0), another's (-1) */
+static int
+qbdm_inspect(void *conn, char *err, size_t errlen)
+{
+	QbdmFirst	f = {0};
+	QbOdbcClass cls;
+	bool		no_version_table;
+	bool		has_schema;
+
+	if (qb_odbc_exec(conn,
 					 "SELECT CASE WHEN OBJECT_ID(N'queuebox.schema_version') IS NULL THEN 0 ELSE 1 END,"
 					 "       CASE WHEN SCHEMA_ID(N'queuebox') IS NULL THEN 0 ELSE 1 END",
 					 NULL, 0, 0, qbdm_first, &f, &cls, err, errlen) != 0)
-		goto fail;
-	if (f.v[0] != NULL && strcmp(f.v[0], "0") == 0 && f.v[1] != NULL && strcmp(f.v[1], "1") == 0)
+	{
+		qbdm_first_free(&f);
+		return -1;
+	}
+	no_version_table = f.v[0] != NULL && strcmp(f.v[0], "0") == 0;
+	has_schema = f.v[1] != NULL && strcmp(f.v[1], "1") == 0;
+	qbdm_first_free(&f);
+	if (no_version_table && has_schema)
 	{
 		snprintf(err, errlen,
 				 "schema queuebox exists but queuebox-mssqld did not make it (no queuebox.schema_version): "
 				 "move its tables elsewhere and drop the schema, or point database.url at another database");
-		goto fail;
+		return -1;
 	}
-	if (f.v[0] != NULL && strcmp(f.v[0], "0") == 0)
-	{
-		qbdm_first_free(&f);
-		if (!qbdm_apply(c, qbd_schema_mssql, qbd_schema_version, "could not create the QueueBox schema",
-						err, errlen))
-			goto fail;
-		installed = true;
-	}
-	else
-	{
-		qbdm_first_free(&f);
-		if (qb_odbc_exec(c,
-						 "SELECT TOP (1) version FROM queuebox.schema_version ORDER BY applied_at DESC, version DESC",
-						 NULL, 0, 0, qbdm_first, &f, &cls, err, errlen) != 0)
-			goto fail;
-		snprintf(have, sizeof(have), "%s", f.v[0] ? f.v[0] : "");
-		qbdm_first_free(&f);
-		if ((at = qbdm_version_index(have)) < 0)
-		{
-			snprintf(err, errlen,
-					 "the QueueBox schema here is at version %s, which this queuebox-mssqld (schema %s) does not know: "
-					 "a newer daemon migrated it. Run that version of queuebox-mssqld (or newer) against this database",
-					 have[0] ? have : "(none recorded)", qbd_schema_version);
-			goto fail;
-		}
-		for (const QbdUpgrade *u = &qbd_upgrades_mssql[at]; u->from != NULL; u++)
-		{
-			char		what[128];
+	return no_version_table ? 0 : 1;
+}
 
-			snprintf(what, sizeof(what), "could not migrate the schema from %s to %s", u->from, u->to);
-			if (!qbdm_apply(c, u->sql, u->to, what, err, errlen))
-				goto fail;
-		}
-	}
-	if (qb_odbc_end(c, true, err, errlen) != 0)
-		goto fail;
-	/* said after the commit: a step rolled back was never applied */
-	if (installed)
-		snprintf(done, donelen, "created the QueueBox schema on SQL Server (version %s)", qbd_schema_version);
-	else if (have[0] != '\0' && strcmp(have, qbd_schema_version) != 0)
-		snprintf(done, donelen, "upgraded the QueueBox schema from %s to %s", have, qbd_schema_version);
-	return 0;
+static int
+qbdm_read_version(void *conn, char *have, size_t havelen, char *err, size_t errlen)
+{
+	QbdmFirst	f = {0};
+	QbOdbcClass cls;
+	int			rc = qb_odbc_exec(conn,
+								  "SELECT TOP (1) version FROM queuebox.schema_version ORDER BY applied_at DESC, version DESC",
+								  NULL, 0, 0, qbdm_first, &f, &cls, err, errlen);
 
-fail:
+	if (rc == 0)
+		snprintf(have, havelen, "%s", f.v[0] ? f.v[0] : "");
 	qbdm_first_free(&f);
-	if (!qb_odbc_lost(c))
-		(void) qb_odbc_end(c, false, buf, sizeof(buf));
+	return rc != 0 ? -1 : 0;
+}
+
+typedef struct QbdmBatches
+{
+	QbOdbcConn *conn;
+	char	   *err;
+	size_t		errlen;
+} QbdmBatches;
+
+static int
+qbdm_batch(void *arg, const char *batch)
+{
+	QbdmBatches *a = arg;
+	QbOdbcClass cls;
+
+	return qb_odbc_exec(a->conn, batch, NULL, 0, 0, NULL, NULL, &cls, a->err, a->errlen);
+}
+
+/* one script's batches, in order; err "what: why" */
+static int
+qbdm_run_script(void *conn, const char *script, const char *what, char *err, size_t errlen)
+{
+	QbdmBatches a = {.conn = conn, .err = err, .errlen = errlen};
+	char		why[QB_ERRLEN];
+
+	if (qb_mssql_batches(script, qbdm_batch, &a) == 0)
+		return 0;
+	snprintf(why, sizeof(why), "%s", err);
+	snprintf(err, errlen, "%s: %s", what, why);
 	return -1;
+}
+
+static int
+qbdm_record_version(void *conn, const char *version, char *err, size_t errlen)
+{
+	QbOdbcParam v = {.type = QB_ODBC_T_TEXT, .text = version};
+	QbOdbcClass cls;
+
+	return qb_odbc_exec(conn, "INSERT INTO queuebox.schema_version (version) VALUES (?)", &v, 1, 0,
+						NULL, NULL, &cls, err, errlen) != 0 ? -1 : 0;
+}
+
+static int
+qbdm_commit(void *conn, char *err, size_t errlen)
+{
+	return qb_odbc_end(conn, true, err, errlen);
+}
+
+static void
+qbdm_rollback(void *conn)
+{
+	char		buf[QB_ERRLEN];
+
+	if (!qb_odbc_lost(conn))
+		(void) qb_odbc_end(conn, false, buf, sizeof(buf));
+}
+
+static const QbdMigrateOps qbdm_ops = {
+	.name = "sqlserver",
+	.where = " on SQL Server",
+	.schema = qbd_schema_mssql,
+	.upgrades = qbd_upgrades_mssql,
+	.begin = qbdm_begin,
+	.lock = qbdm_lock,
+	.inspect = qbdm_inspect,
+	.read_version = qbdm_read_version,
+	.run_script = qbdm_run_script,
+	.record_version = qbdm_record_version,
+	.commit = qbdm_commit,
+	.rollback = qbdm_rollback,
+};
+
+/* qb_mssql_migrate: see odbc_store.h. */
+int
+qb_mssql_migrate(QbOdbcConn *c, char *done, size_t donelen, char *err, size_t errlen)
+{
+	return qbd_migrate(&qbdm_ops, c, done, donelen, err, errlen);
 }
 
 /* qb_mssql_publish_config: see odbc_store.h.  The routes and destinations replace the stored ones. */

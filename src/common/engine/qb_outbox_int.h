@@ -1,0 +1,101 @@
+/*-------------------------------------------------------------------------
+ * qb_outbox_int.h
+ *	  The outbox engine's state, shared by its files: qb_outbox.c (slots,
+ *	  publishing, cycles, the loop) and qb_outbox_housekeeping.c (reclaim,
+ *	  unpark, the sweep, retention).  qb_outbox.h is the engine's face;
+ *	  nothing else includes this header.
+ *
+ * The wording is qb_outbox.c's.  One engine, one thread: nothing here is
+ * locked.
+ *-------------------------------------------------------------------------
+ */
+#ifndef QB_OUTBOX_INT_H
+#define QB_OUTBOX_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "qb_otlp.h"
+#include "qb_outbox.h"
+#include "qb_publish.h"
+
+typedef enum QboSlotState
+{
+	QBO_FREE,
+	QBO_QUEUED,
+	QBO_SENDING,
+	QBO_DONE
+} QboSlotState;
+
+typedef struct QboSlot
+{
+	QboSlotState st;
+	QbOutboxRow row;			/* owned */
+	char		token[QB_UUID_LEN + 1];
+	int			dest;			/* index into cfg->destinations, -1: none */
+	int			route;			/* index into cfg->routes, -1: none */
+	QbSettle	settle;			/* when done */
+	char	   *error;			/* owned text behind settle.error */
+	long		done_at;
+	/* what the attempt told the destination's breaker */
+	bool		attempted;
+	bool		attempt_ok;
+	bool		gone;
+	long		retry_after_ms;
+	/* the attempt's span (qb_otlp.h), exported once its settle is written */
+	QbSpan		span;
+	bool		spanned;
+	char		span_name[96];
+	char	   *trace_state;	/* owned text behind span.trace_state */
+	int			status;			/* the HTTP status answered, 0: none */
+} QboSlot;
+
+/* One destination of the configuration, as this engine sees it now. */
+typedef struct QboDest
+{
+	int			sending;
+	int			queued;
+	QbCircuit	state;			/* from the last claim's states */
+	int			failures;		/* counted: the last claim's states, then our tallies */
+	bool		paused;
+	bool		probe;			/* we won its half-open probe and not yet sent it */
+	int64_t		floor;			/* its intake: ids above this only */
+	double		unrouted_share; /* rows not routed yet it got, per claim, decaying */
+	int			unrouted_now;	/* ... in the claim being dispatched */
+} QboDest;
+
+typedef struct QboEngine
+{
+	const QbHost *host;
+	const QbStore *store;
+	int			worker_index;
+	QbConfig   *cfg;			/* NULL until a valid document is stored */
+	QbPubSet   *pub;
+	QboSlot    *slots;
+	int			nslots;
+	int			nactive;		/* slots not free */
+	QboDest    *dests;			/* cfg->ndestinations */
+	int64_t		floor;			/* the unrouted intake: ids above this only */
+	long		next_full_scan;
+	long		next_reclaim;
+	long		next_unpark;
+	long		next_retention;
+	long		next_sweep;
+	char	   *sweep_after;	/* the key the next sweep starts at, NULL: the first */
+	long		sweep_gap;		/* before the next walk (qb_outbox_sweep_gap) */
+	int			sweep_walk_released;	/* rows the walk under way released so far */
+	long		next_cycle_try; /* after a failed cycle */
+	long		last_claim;		/* when a claim last read the circuits */
+	bool		claim_idle;		/* the last claim brought nothing: wait */
+	bool		reload_pending;
+	bool		warned_no_config;
+	QbOutboxStats *stats;
+} QboEngine;
+
+/* why destination d takes no rows now, or NULL when it does (qb_outbox.c) */
+extern const char *qbo_hold_reason(const QboDest *d);
+
+/* qb_outbox_housekeeping.c: the chores of each loop round that are due */
+extern void qbo_housekeeping(QboEngine *e, long now);
+
+#endif							/* QB_OUTBOX_INT_H */
