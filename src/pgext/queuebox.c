@@ -82,7 +82,7 @@ void
 _PG_init(void)
 {
 	BackgroundWorker worker;
-	char		err[256];
+	char		err[QB_ERRLEN];
 
 	if (!process_shared_preload_libraries_in_progress)
 		ereport(ERROR,
@@ -218,7 +218,7 @@ static bool
 qb_allowed_destinations_check(char **newval, void **extra, GucSource source)
 {
 	QbEgress   *e;
-	char		err[300];
+	char		err[QB_ERRLEN];
 
 	if (qb_egress_parse(*newval, "queuebox.allowed_destinations", &e, err, sizeof(err)))
 	{
@@ -232,7 +232,7 @@ qb_allowed_destinations_check(char **newval, void **extra, GucSource source)
 static void
 qb_allowed_destinations_assign(const char *newval, void *extra)
 {
-	char		err[300];
+	char		err[QB_ERRLEN];
 
 	/* the check hook parsed the same text: only memory can fail here */
 	if (!qb_egress_set(newval, "queuebox.allowed_destinations", err, sizeof(err)))

@@ -284,7 +284,7 @@ static bool
 qbi_value(QbiRequest *r, json_t *doc, const char *path, const char *header,
 		  const char *what, bool required, char **out)
 {
-	char		reason[512];
+	char		reason[QB_ERRLEN];
 	const char *v = NULL;
 	char	   *owned = NULL;
 
@@ -533,7 +533,7 @@ qbi_admin_auth(QbiRequest *r, const QbConfig *cfg, const char *token)
 	/* no credential (a page opened before login) is no guess: neither limited nor counted */
 	if (presented && (wait = qb_console_limit_wait(&r->e->limit, qbi_peer(r), now)) > 0)
 	{
-		char		reason[200];
+		char		reason[QB_ERRLEN];
 
 		snprintf(reason, sizeof(reason),
 				 "too many wrong admin tokens from this address; retry in %ld s (Retry-After)", wait);
@@ -579,7 +579,7 @@ qbi_admin_auth(QbiRequest *r, const QbConfig *cfg, const char *token)
 static bool
 qbi_csrf(QbiRequest *r, const char *what, const char *fix)
 {
-	char		msg[300];
+	char		msg[QB_ERRLEN];
 
 	if (qbi_header_get(r->conn, QB_CONSOLE_CSRF_HEADER) != NULL)
 		return true;
@@ -728,7 +728,7 @@ qbi_console_route(QbiRequest *r, const QbConfig *cfg)
 static void
 qbi_login(QbiRequest *r)
 {
-	char		reason[256];
+	char		reason[QB_ERRLEN];
 	char	   *token = qb_console_login_token(r->body, r->len, reason, sizeof(reason));
 
 	if (token == NULL)
@@ -800,7 +800,7 @@ qbi_route(QbiRequest *r)
 	cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl != NULL && strtoull(cl, NULL, 10) > r->max)
 	{
-		char		reason[256];
+		char		reason[QB_ERRLEN];
 
 		snprintf(reason, sizeof(reason),
 				 "the body (Content-Length %s) is over this source's maxBodyBytes (%ld); nothing was read or stored",
@@ -1001,11 +1001,8 @@ qbi_conn_of(struct MHD_Connection *conn)
 static void
 qbi_sweep(QbiEngine *e)
 {
-	struct timespec ts;
-	long		now;
+	long		now = qb_now_ms();
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 	if (now - e->swept_ms < QBI_SWEEP_MS)
 		return;
 	e->swept_ms = now;
@@ -1134,7 +1131,7 @@ qbi_access(void *cls, struct MHD_Connection *conn, const char *url, const char *
 		return MHD_YES;			/* not possible: resumed requests have a status */
 	if (r->too_big)
 	{
-		char		reason[256];
+		char		reason[QB_ERRLEN];
 
 		snprintf(reason, sizeof(reason),
 				 "the body is over %zu bytes (maxBodyBytes); nothing was stored", r->max);

@@ -29,6 +29,7 @@
 #include <curl/curl.h>
 
 #include "qb_egress.h"
+#include "qb_errlen.h"
 
 /* refused unless listed: {family, address, bits, what} */
 static const struct
@@ -300,7 +301,7 @@ QbEgress *
 qb_egress_copy(const QbEgress *e)
 {
 	QbEgress   *c = NULL;
-	char		err[300];
+	char		err[QB_ERRLEN];
 
 	if (e == NULL || !qb_egress_parse(e->list, e->setting, &c, err, sizeof(err)))
 		return NULL;

@@ -41,6 +41,8 @@
 #include <jq.h>
 #include <jv.h>
 
+#include "qb_clock.h"
+#include "qb_errlen.h"
 #include "qb_transform.h"
 
 #define QBT_NO_INDEX	255
@@ -82,7 +84,7 @@ static const char qbt_postlude[] = "\n)";
 
 typedef struct QbtErrs
 {
-	char		buf[512];
+	char		buf[QB_ERRLEN];
 	size_t		len;
 } QbtErrs;
 
@@ -350,7 +352,7 @@ qbt_reject(int fd, int index, bool bye, const char *fmt,...) __attribute__((form
 static void
 qbt_reject(int fd, int index, bool bye, const char *fmt,...)
 {
-	char		buf[1024];
+	char		buf[QB_ERRLEN];
 	va_list		ap;
 	int			n;
 
@@ -681,15 +683,6 @@ qb_transform_helper_pid(void)
 	return qbt_helper.pid;
 }
 
-static long
-qbt_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /*
  * qbt_io_deadline sends (writing) or receives the bytes of iov[0..cnt) on
  * the helper's socket by the deadline; iov is consumed.  It tries first and
@@ -718,7 +711,7 @@ qbt_io_deadline(struct iovec *iov, int cnt, bool writing, long deadline)
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		{
 			struct pollfd pfd = {qbt_helper.fd, writing ? POLLOUT : POLLIN, 0};
-			long		left = deadline - qbt_now_ms();
+			long		left = deadline - qb_now_ms();
 
 			if (left <= 0)
 				return 0;
@@ -767,7 +760,7 @@ qbt_run_once(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
 	long		deadline;
 
 	/* the request: the deadline covers only the run, from when it is sent */
-	deadline = qbt_now_ms() + lim->timeout_ms;
+	deadline = qb_now_ms() + lim->timeout_ms;
 	for (int attempt = 0; attempt < 2 && rc < 0; attempt++)
 	{
 		iovcnt = 0;
@@ -793,7 +786,7 @@ qbt_run_once(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
 		return QB_TRANSFORM_FAILED;
 	}
 	qbt_helper.runs++;
-	deadline = qbt_now_ms() + lim->timeout_ms;
+	deadline = qb_now_ms() + lim->timeout_ms;
 
 	/* the answer's header */
 	iov[0] = (struct iovec) {&fin, sizeof(fin)};

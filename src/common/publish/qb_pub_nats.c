@@ -59,14 +59,14 @@ typedef struct QbnLink
 	bool		async_started;	/* cnats's pub-ack thread exists */
 	int			core_pending;	/* core publishes not yet flushed */
 	long		retry_at;		/* after a failed connect */
-	char		error[512];		/* why the last connect failed */
+	char		error[QB_ERRLEN];		/* why the last connect failed */
 	QbEgress   *egress;			/* the destination's rules (a copy), or NULL */
 	/* createStream; under owner->mu, as qbn_ack reads them */
 	char	   *stream;			/* the stream to make; NULL: none */
 	char	   *stream_subject;
 	bool		stream_wanted;	/* make it before the next publish */
 	long		stream_retry_at;	/* after a failed or refused attempt */
-	char		stream_error[300];	/* why the last attempt failed; "" */
+	char		stream_error[QB_ERRLEN];	/* why the last attempt failed; "" */
 	char		stream_note[300];	/* what the last refusal means; "" */
 	QbNats	   *owner;
 	struct QbnLink *next;
@@ -178,7 +178,7 @@ qbn_connect(QbnLink *l)
 	sigset_t	old;
 	jsOptions	jo;
 	char		url[256];
-	char		why[300];
+	char		why[QB_ERRLEN];
 
 	/* cnats shows no one the address it connects to: judge them first */
 	if (!qb_egress_resolve_ok(l->egress, l->url, why, sizeof(why)))
@@ -265,7 +265,7 @@ qbn_stream_ready(QbNats *n, QbnLink *l, char *err, size_t errlen)
 	sigset_t	old;
 	const char *subjects[1];
 	char		desc[200];
-	char		why[200];
+	char		why[QB_ERRLEN];
 	bool		wanted;
 
 	pthread_mutex_lock(&n->mu);
@@ -318,7 +318,7 @@ qbn_stream_ready(QbNats *n, QbnLink *l, char *err, size_t errlen)
 		qb_nats_status_text(s, why, sizeof(why));
 		l->stream_retry_at = qb_now_ms() + QBN_RETRY_CONNECT_MS;
 		snprintf(l->stream_error, sizeof(l->stream_error),
-				 "createStream: cannot make JetStream stream %s (subjects %s): %s (err_code %d); the row is retried",
+				 "createStream: cannot make JetStream stream %s (subjects %s): %.200s (err_code %d); the row is retried",
 				 l->stream, l->stream_subject, why, (int) jerr);
 	}
 	pthread_mutex_unlock(&n->mu);
@@ -608,7 +608,7 @@ qbn_start(void *p, const QbDestination *dest, const QbMessage *m, int tag,
 	natsStatus	s;
 	QbPubStart	rc;
 	int			ti;
-	char		why[200];
+	char		why[QB_ERRLEN];
 
 	if ((subject = qbn_subject(dest, m, &invalid, err, errlen)) == NULL)
 		return invalid ? QB_PUB_ROW_INVALID : QB_PUB_NOT_STARTED;
@@ -740,7 +740,7 @@ static void
 qbn_flush(QbNats *n, QbnLink *l)
 {
 	natsStatus	s = natsConnection_FlushTimeout(l->nc, QBN_FLUSH_MS);
-	char		why[200];
+	char		why[QB_ERRLEN];
 	char		url[256];
 
 	qb_nats_status_text(s, why, sizeof(why));

@@ -47,7 +47,7 @@ typedef struct QbPubOutcome
 {
 	bool		ok;				/* the destination acknowledged it */
 	bool		permanent;		/* not ok and retrying cannot help: dead now */
-	char		error[512];		/* why it failed, for last_error */
+	char		error[QB_ERRLEN];		/* why it failed, for last_error */
 	int			status;			/* HTTP status answered, 0 when none (connection error, timeout, broker) */
 	bool		gone;			/* HTTP 410 Gone: the receiver asks us to stop sending (disable the destination) */
 	long		retry_after_ms; /* 429 or 503 with a Retry-After header: its delay in ms (delta-seconds or HTTP-date); -1 when none */

@@ -41,6 +41,7 @@
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
 
+#include "qb_clock.h"
 #include "qb_kafka.h"
 #include "qb_src_kafka.h"
 #include "qb_src_kafka_int.h"
@@ -66,7 +67,7 @@ typedef struct QbksConsumer
 	int			pipe_rd;
 	int			pipe_wr;
 	bool		fatal;			/* error_cb saw __FATAL */
-	char		last_error[256];	/* the latest consumer error, for context */
+	char		last_error[QB_ERRLEN];	/* the latest consumer error, for context */
 	QbksHeld   *held;
 	int			nheld;
 	int			held_cap;
@@ -120,7 +121,7 @@ qbks_open(const QbSource *src, char *err, size_t errlen)
 				old;
 	bool		masked = false;
 	char		group[512];
-	char		why[512];
+	char		why[QB_ERRLEN];
 	int			fds[2];
 
 	if (c == NULL || (c->source = strdup(src->name)) == NULL)
@@ -239,8 +240,7 @@ qbks_close(void *arg)
 	{
 		rd_kafka_queue_t *q = rd_kafka_queue_new(c->rk);
 		rd_kafka_error_t *e;
-		struct timespec t0,
-					t;
+		long		t0;
 
 		if (c->queue != NULL)
 		{
@@ -248,7 +248,7 @@ qbks_close(void *arg)
 			rd_kafka_queue_destroy(c->queue);
 			c->queue = NULL;
 		}
-		clock_gettime(CLOCK_MONOTONIC, &t0);
+		t0 = qb_now_ms();
 		if ((e = rd_kafka_consumer_close_queue(c->rk, q)) != NULL)
 			rd_kafka_error_destroy(e);
 		else
@@ -262,9 +262,7 @@ qbks_close(void *arg)
 					rd_kafka_assign(c->rk, NULL);
 				if (ev != NULL)
 					rd_kafka_event_destroy(ev);
-				clock_gettime(CLOCK_MONOTONIC, &t);
-				if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >
-					QBKS_CLOSE_TIMEOUT_MS)
+				if (qb_now_ms() - t0 > QBKS_CLOSE_TIMEOUT_MS)
 					break;
 			}
 		}
@@ -429,7 +427,7 @@ qbks_fetch(void *arg, QbDelivery *out, int max, char *err, size_t errlen)
 	}
 	if (c->fatal)
 	{
-		char		why[256];
+		char		why[QB_ERRLEN];
 
 		if (rd_kafka_fatal_error(c->rk, why, sizeof(why)) == RD_KAFKA_RESP_ERR_NO_ERROR)
 			snprintf(why, sizeof(why), "%s", c->last_error);

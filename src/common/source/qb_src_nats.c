@@ -265,7 +265,7 @@ qbns_open(const QbSource *src, char *err, size_t errlen)
 	sigset_t	old;
 	int			fds[2];
 	char		durable[256];
-	char		why[300];
+	char		why[QB_ERRLEN];
 	int64_t		want = src->batch_size > QBNS_MIN_ACK_PENDING ? src->batch_size : QBNS_MIN_ACK_PENDING;
 	bool		exists = false;
 	bool		refused = false;
@@ -425,7 +425,7 @@ qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
 	natsConnStatus st;
 	char		buf[64];
 	char		req[64];
-	char		why[300];
+	char		why[QB_ERRLEN];
 	int			waiting = 0;
 	int			k = 0;
 	long		deadline;
@@ -525,7 +525,7 @@ qbns_ack(void *p, const QbDelivery *d, int n, char *err, size_t errlen)
 	jsOptions	jo;
 	natsStatus	bad = NATS_OK;
 	jsErrCode	jerr = 0;
-	char		why[300];
+	char		why[QB_ERRLEN];
 	int			last = -1;
 
 	jsOptions_Init(&jo);

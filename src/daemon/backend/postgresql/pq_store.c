@@ -110,7 +110,7 @@ struct QbPqStore
 static void
 qbpq_scrub(const QbPqStore *s, const char *what, const char *msg, char *err, size_t errlen)
 {
-	char		buf[1024];
+	char		buf[QB_ERRLEN];
 	size_t		len;
 	char	   *hit;
 
@@ -268,7 +268,7 @@ qbpq_args_free(QbpqArgs *a)
 static void
 qbpq_commit_lost(char *err, size_t errlen)
 {
-	char		buf[512];
+	char		buf[QB_ERRLEN];
 
 	snprintf(buf, sizeof(buf), "%s", err);
 	snprintf(err, errlen,
@@ -866,7 +866,7 @@ static int
 qbpq_txn(QbPqStore *s, const char *what, long timeout_ms, QbpqBody body, void *arg,
 		 char *err, size_t errlen)
 {
-	char		buf[512];
+	char		buf[QB_ERRLEN];
 	int			rc;
 
 	s->sqlstate[0] = '\0';
