@@ -171,10 +171,9 @@ qbo_dest(QboEngine *e, const QboSlot *s)
 static int
 qbo_dest_index(const QboEngine *e, const char *name)
 {
-	for (int i = 0; name != NULL && i < e->cfg->ndestinations; i++)
-		if (strcmp(e->cfg->destinations[i].name, name) == 0)
-			return i;
-	return -1;
+	const QbDestination *d = name != NULL ? qb_config_destination(e->cfg, name) : NULL;
+
+	return d != NULL ? (int) (d - e->cfg->destinations) : -1;
 }
 
 static const char *

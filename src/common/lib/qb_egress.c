@@ -500,17 +500,6 @@ qbe_host_ok(const QbEgress *e, const char *host, size_t len, char *why, size_t w
 	return true;
 }
 
-/* qb_egress_host_ok: see qb_egress.h. */
-bool
-qb_egress_host_ok(const QbEgress *e, const char *host, char *why, size_t whylen)
-{
-	size_t		len = strlen(host);
-
-	if (len >= 2 && host[0] == '[' && host[len - 1] == ']')
-		return qbe_host_ok(e, host + 1, len - 2, why, whylen);
-	return qbe_host_ok(e, host, len, why, whylen);
-}
-
 /* what qbe_walk does with each host */
 typedef bool (*QbeHostFn) (const QbEgress *e, const char *host, size_t len, char *why, size_t whylen);
 

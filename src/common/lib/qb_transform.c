@@ -241,12 +241,6 @@ qb_transform_free(QbTransform *t)
 	free(t);
 }
 
-const char *
-qb_transform_text(const QbTransform *t)
-{
-	return t->text;
-}
-
 /* ---- the helper: wire format -------------------------------------------- */
 
 /*
