@@ -10,10 +10,10 @@
  *	  generation it was started in.  A message's opaque carries both, so a
  *	  report from before abort_all finds another generation and is dropped.
  *	- A report is librdkafka's delivery report for one message; its error
- *	  decides the outcome (qbk_classify, clibs.md §2): ok, retry or dead.
+ *	  decides the outcome (qbk_classify): ok, retry or dead.
  *
  * Rules:
- *	- librdkafka's threads block every signal (clibs.md §0) and never call
+ *	- librdkafka's threads block every signal (qb_publish.h) and never call
  *	  us: every callback is served by rd_kafka_poll() on the engine's thread.
  *	- Every producer's main queue writes a byte to one shared pipe, fd();
  *	  perform() drains it and polls every producer without waiting.

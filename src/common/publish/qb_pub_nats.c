@@ -17,7 +17,7 @@
  * Threads: the ack handler runs on cnats's threads and only writes the
  * outcome into the ticket under the mutex and a byte into the pipe that is
  * fd().  Every cnats call that may start a thread runs with every signal
- * blocked (clibs.md §0).  Failures: no stream captures the subject: retry
+ * blocked (qb_nats.h).  Failures: no stream captures the subject: retry
  * (createStream may make it, README.md); over max_payload: dead; else retry.
  *-------------------------------------------------------------------------
  */

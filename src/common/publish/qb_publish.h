@@ -20,7 +20,8 @@
  * Threads: a publisher runs on the engine's thread.  A library that starts
  * threads of its own (librdkafka, cnats) hands results over through its fd
  * (a pipe or an event queue); its threads never call back into the engine
- * and never run with signals unblocked (clibs.md §0).
+ * and never run with signals unblocked (so that SIGTERM, SIGHUP and the
+ * latch's SIGURG reach only the engine's thread).
  *-------------------------------------------------------------------------
  */
 #ifndef QB_PUBLISH_H

@@ -15,7 +15,7 @@
  *	  + 1 of each partition's highest message, synchronously (auto commit and
  *	  offset store are forced off).  release() seeks each partition of the
  *	  batch back to its lowest offset (README.md).
- *	- librdkafka's threads block every signal (clibs.md §0) and never call
+ *	- librdkafka's threads block every signal (qb_source.h) and never call
  *	  us: the main queue and the logs are forwarded to the consumer queue,
  *	  served by rd_kafka_consumer_poll on the engine's thread.
  *	- fd() is a pipe that gets a byte when the consumer queue becomes
