@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every QueueBox test on this machine, from a bare Debian 12:
 #   0. the core's folders include downward only (scripts/check-includes.sh);
-#      test/README.md names every test file (scripts/check-test-map.pl)
+#      test/README.md names every test file (scripts/check-test-map.pl);
+#      one prefix per module (scripts/check-prefixes.sh, src/README.md)
 #   1. install the packages (scripts/setup.sh, idempotent)
 #   2. build with warnings as errors, install the extension; every T-SQL
 #      text sent to SQL Server parsed by Microsoft's parser (tools/tsql-check)
@@ -29,6 +30,8 @@ echo "== includes of the core point down only"
 scripts/check-includes.sh
 echo "== test/README.md maps every test file (scripts/check-test-map.pl)"
 scripts/check-test-map.pl
+echo "== one prefix per module (src/README.md); --report until the renames land"
+scripts/check-prefixes.sh --report
 
 scripts/setup.sh
 

@@ -7,6 +7,11 @@
  *	- config_generation: bumped (atomic add) by the commit callback of a
  *	  transaction that ran queuebox.configure(); workers compare it with the
  *	  generation they loaded.
+ *	- broker_sources: how many broker sources the last configuration stored
+ *	  or loaded has (QB_BROKER_SOURCES_UNKNOWN until one is); exchanged
+ *	  (atomic) by the commit callback of a configure() and by any worker at a
+ *	  load, which set the launcher's latch when it changed; the launcher
+ *	  reads it to start as many consumer workers.
  *	- launcher_pid, launcher_latch: written by the launcher only.
  *	- outbox[i].pid, outbox[i].latch: written by outbox worker i only (set
  *	  after it connects, cleared in before_shmem_exit).  relay likewise, by
@@ -15,6 +20,9 @@
  *	  can do is a spurious wake-up.
  *	- outbox[i].late_floor: lowered by the commit callback of any backend
  *	  whose transaction inserted outbox rows, taken by worker i.
+ *	- outbox_wake_next: where a committer of a few rows starts looking for
+ *	  an outbox worker to wake; any committer takes it (atomic add), so the
+ *	  wakes go round the workers.
  *	- routes: written by any worker at a configuration load and by the
  *	  commit callback of a configure() in the served database, read by the
  *	  outbox_route trigger of any backend; a seqlock (outbox_route.c).

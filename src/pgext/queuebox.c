@@ -176,7 +176,7 @@ qb_launcher_register(void)
 void
 _PG_init(void)
 {
-	char		err[256];
+	char		err[QB_ERRLEN];
 
 	if (!process_shared_preload_libraries_in_progress)
 		ereport(ERROR,
@@ -247,7 +247,7 @@ static bool
 qb_allowed_destinations_check(char **newval, void **extra, GucSource source)
 {
 	QbEgress   *e;
-	char		err[300];
+	char		err[QB_ERRLEN];
 
 	if (qb_egress_parse(*newval, "queuebox.allowed_destinations", &e, err, sizeof(err)))
 	{
@@ -261,7 +261,7 @@ qb_allowed_destinations_check(char **newval, void **extra, GucSource source)
 static void
 qb_allowed_destinations_assign(const char *newval, void *extra)
 {
-	char		err[300];
+	char		err[QB_ERRLEN];
 
 	/* the check hook parsed the same text: only memory can fail here */
 	if (!qb_egress_set(newval, "queuebox.allowed_destinations", err, sizeof(err)))

@@ -219,7 +219,7 @@ static void
 qba_unknown_key(const QbaCall *c, const char *what, const char *key, QbAdminAnswer *ans)
 {
 	char		keys[200];
-	char		reason[400];
+	char		reason[QB_ERRLEN];
 
 	qba_keys_list(c->rt->keys, keys, sizeof(keys));
 	snprintf(reason, sizeof(reason), "unknown %s \"%.64s\"; this route takes: %s", what, key, keys);
@@ -317,7 +317,7 @@ static bool
 qba_value(const QbaCall *c, const char *name, const char *value, char *buf, size_t buflen,
 		  const char **param, QbAdminAnswer *ans)
 {
-	char		reason[300];
+	char		reason[QB_ERRLEN];
 	size_t		n = strlen(value);
 
 	if (strcmp(name, "limit") == 0 || strcmp(name, "after") == 0 || strcmp(name, "seconds") == 0)
@@ -371,7 +371,7 @@ static bool
 qba_query_args(QbaCall *c, QbAdminAnswer *ans)
 {
 	const QbAdminRequest *req = c->req;
-	char		reason[200];
+	char		reason[QB_ERRLEN];
 
 	if (req->nargs > QB_ADMIN_MAX_ARGS)
 	{
@@ -417,7 +417,7 @@ qba_body_params(QbaCall *c, QbAdminAnswer *ans)
 	json_error_t jerr;
 	const char *key;
 	json_t	   *v;
-	char		reason[300];
+	char		reason[QB_ERRLEN];
 
 	c->doc = req->body_len > 0 ? json_loadb(req->body, req->body_len, 0, &jerr) : json_object();
 	if (c->doc == NULL)
@@ -477,7 +477,7 @@ qba_edited_payload(QbaCall *c, QbAdminAnswer *ans)
 	json_t	   *p;
 	const char *key;
 	json_t	   *v;
-	char		reason[300];
+	char		reason[QB_ERRLEN];
 
 	if (doc == NULL)
 	{
@@ -606,7 +606,7 @@ qba_params_list(QbaCall *c, int nkeys, QbAdminAnswer *ans)
 	for (int k = 0; c->rt->kind == QBA_LOOKUP && k < nkeys; k++)
 		if (c->params[k] == NULL)
 		{
-			char		reason[200];
+			char		reason[QB_ERRLEN];
 
 			snprintf(reason, sizeof(reason), "%s is required (this route takes source and idempotency_key)",
 					 c->rt->keys[k]);
@@ -680,7 +680,7 @@ qba_params(QbaCall *c, QbAdminAnswer *ans)
 	/* a POST takes no query parameter; a GET no body key */
 	if (!qba_get(c->rt) && c->req->nargs > 0)
 	{
-		char		reason[200];
+		char		reason[QB_ERRLEN];
 
 		snprintf(reason, sizeof(reason),
 				 "unknown query parameter \"%.64s\"; a POST takes its parameters in its body",
@@ -785,7 +785,7 @@ qba_page(char *out, QbAdminAnswer *ans)
 static void
 qba_answer(const QbaCall *c, int rc, char *out, const char *err, QbAdminAnswer *ans)
 {
-	char		reason[600];
+	char		reason[QB_ERRLEN + 64];
 
 	if (rc == QB_QUERY_BAD_INPUT)
 		qba_error(ans, 422, err);
@@ -839,7 +839,7 @@ qb_admin_handle(const QbHost *host, const QbStore *store, long timeout_ms,
 				const QbAdminRequest *req, QbAdminAnswer *ans)
 {
 	QbaCall		c = {.req = req};
-	char		err[512] = "";
+	char		err[QB_ERRLEN] = "";
 	char	   *out = NULL;
 	QbQuery		query;
 	int			rc;
@@ -920,7 +920,7 @@ void
 qb_admin_overview(const QbStore *store, long timeout_ms, const char *method,
 				  const QbConfig *cfg, const QbMetrics *metrics, int *status, char **answer)
 {
-	char		err[512];
+	char		err[QB_ERRLEN];
 	char	   *out = NULL;
 	json_t	   *o,
 			   *dests,
@@ -940,7 +940,7 @@ qb_admin_overview(const QbStore *store, long timeout_ms, const char *method,
 	if (store->query_text(store->ctx, QB_Q_OVERVIEW, NULL, timeout_ms, &out, err, sizeof(err)) != 0 ||
 		out == NULL || (o = json_loads(out, 0, NULL)) == NULL)
 	{
-		char		reason[600];
+		char		reason[QB_ERRLEN + 64];
 
 		snprintf(reason, sizeof(reason), "database unavailable: %s", out == NULL ? err : "the overview is not JSON");
 		free(out);

@@ -124,7 +124,7 @@ qbag_admin_auth(QbagReq *r, const QbConfig *cfg, const char *token)
 	/* no credential (a page opened before login) is no guess: neither limited nor counted */
 	if (presented && (wait = qb_console_limit_wait(&r->st->limit, qbag_peer(r), now)) > 0)
 	{
-		char		reason[200];
+		char		reason[QB_ERRLEN];
 
 		snprintf(reason, sizeof(reason),
 				 "too many wrong admin tokens from this address; retry in %ld s (Retry-After)", wait);
@@ -319,7 +319,7 @@ qbag_console_route(QbagReq *r, const QbConfig *cfg)
 static void
 qbag_login(QbagReq *r, const QbConfig *cfg)
 {
-	char		reason[256];
+	char		reason[QB_ERRLEN];
 	char	   *token = qb_console_login_token(r->x->body, r->x->len, reason, sizeof(reason));
 
 	if (token == NULL)

@@ -28,6 +28,7 @@
 
 #include "qb_amqp.h"
 #include "qb_crypto.h"
+#include "qb_errlen.h"
 
 #define QBAM_RPC_TIMEOUT_MS		10000
 
@@ -609,7 +610,7 @@ qb_amqp_login(const QbAmqpUrl *u, const char *where, const char *cname, bool con
 			else if (rc == AMQP_STATUS_SOCKET_ERROR)
 			{
 				/* librabbitmq lost the reason: connect once more to learn it */
-				char		why[256];
+				char		why[QB_ERRLEN];
 				int			fd = qb_amqp_tcp_connect(u->host, u->port, u->connect_timeout_ms,
 													 u->egress, why, sizeof(why));
 
@@ -634,7 +635,7 @@ qb_amqp_login(const QbAmqpUrl *u, const char *where, const char *cname, bool con
 		{
 			struct sockaddr_storage peer;
 			socklen_t	plen = sizeof(peer);
-			char		why[300];
+			char		why[QB_ERRLEN];
 
 			if (getpeername(amqp_get_sockfd(amqp), (struct sockaddr *) &peer, &plen) != 0)
 			{
@@ -651,7 +652,7 @@ qb_amqp_login(const QbAmqpUrl *u, const char *where, const char *cname, bool con
 	else
 	{
 		/* our own connect, for an exact reason ("Connection refused") */
-		char		why[256];
+		char		why[QB_ERRLEN];
 		int			fd = qb_amqp_tcp_connect(u->host, u->port, u->connect_timeout_ms,
 											 u->egress, why, sizeof(why));
 

@@ -6,12 +6,13 @@
  */
 #include <stdio.h>
 
+#include "qb_errlen.h"
 #include "qb_kafka.h"
 
 bool
 qb_kafka_set(rd_kafka_conf_t *conf, const char *name, const char *value, char *err, size_t errlen)
 {
-	char		why[256];
+	char		why[QB_ERRLEN];
 
 	if (rd_kafka_conf_set(conf, name, value, why, sizeof(why)) == RD_KAFKA_CONF_OK)
 		return true;

@@ -9,7 +9,7 @@
  * call that may start one (nats_Open, a connect, the first JetStream call,
  * an async publish) must run between qb_nats_block_signals and
  * qb_nats_restore_signals, so SIGTERM, SIGHUP and the latch's SIGURG reach
- * only the worker's thread (clibs.md §0).
+ * only the worker's thread.
  *-------------------------------------------------------------------------
  */
 #ifndef QB_NATS_H

@@ -32,11 +32,10 @@
 #include "qb_auth.h"
 #include "qb_backoff.h"
 #include "qb_egress.h"
+#include "qb_errlen.h"
 #include "qb_otlp.h"
 #include "qb_sign.h"
 #include "qb_transform.h"
-
-#define QB_ERRLEN 512
 
 /*
  * Defaults (qb_config_defaults) and accepted ranges, as in the document:

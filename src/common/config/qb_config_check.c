@@ -7,8 +7,11 @@
  *
  * Here: the fixed sections (outbox, inbox, http, admin, and database and
  * daemon, which only the daemon uses: validated here all the same, so a
- * document is valid or not whoever loads it), routes, the leases
- * check, and what every destination and every source shares (type:,
+ * document is valid or not whoever loads it), egress: (the daemon's
+ * rules; the extension refuses the section, its rules are a superuser
+ * setting), routes, the leases check, the egress check (every
+ * destination's hosts and the span exporter's against the rules, at
+ * load), and what every destination and every source shares (type:,
  * transform:, maxInFlight and circuitBreaker; consumption, the JSONPaths and
  * headers, topic).  A type's own keys are its file's (qb_config_<type>.c),
  * reached through the two tables below.

@@ -11,7 +11,11 @@
  *	  idempotency key (path, header, else the broker's message id, else its
  *	  position), the event type and the aggregate id; apply the source's
  *	  transform; store pending, or dead with the reason when the body is not
- *	  JSON or the transform rejected it (then acknowledged like the rest).
+ *	  JSON, the transform rejected it, or the key is unusable (then
+ *	  acknowledged like the rest).  An unusable value (qbc_unusable: none,
+ *	  over 1024 bytes, not UTF-8, a control character) is dropped for the
+ *	  event type and aggregate id; for the key the row is dead under a
+ *	  made-up unique key, "no-key:<uuid>", that says so.
  *
  * Transaction rules: the rows of a round are stored in one store call; the
  * round is acknowledged only after it returns 0.  When it fails the round

@@ -109,7 +109,7 @@ void
 qb_otlp_log_errors(const QbHost *host)
 {
 	static long last_ms = 0;
-	char		err[300];
+	char		err[QB_ERRLEN];
 	long		now = qb_now_ms();
 
 	if ((last_ms != 0 && now - last_ms < 60000) || !qb_otlp_take_error(err, sizeof(err)))

@@ -278,7 +278,7 @@ static bool
 qbi_value(QbiRequest *r, json_t *doc, const char *path, const char *header,
 		  const char *what, bool required, char **out)
 {
-	char		reason[512];
+	char		reason[QB_ERRLEN];
 	const char *v = NULL;
 	char	   *owned = NULL;
 	long		at;
@@ -511,7 +511,7 @@ qbi_route(QbiRequest *r)
 	cl = MHD_lookup_connection_value(r->x.conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl != NULL && strtoull(cl, NULL, 10) > r->x.max)
 	{
-		char		reason[256];
+		char		reason[QB_ERRLEN];
 
 		snprintf(reason, sizeof(reason),
 				 "the body (Content-Length %s) is over this source's maxBodyBytes (%ld); nothing was read or stored",
@@ -835,7 +835,7 @@ qbi_complete(QbiRequest *r)
 		return MHD_YES;			/* not possible: resumed requests have a status */
 	if (r->too_big)
 	{
-		char		reason[256];
+		char		reason[QB_ERRLEN];
 
 		snprintf(reason, sizeof(reason),
 				 "the body is over %zu bytes (maxBodyBytes); nothing was stored", r->x.max);

@@ -21,7 +21,7 @@ typedef struct QbiHeaders
 {
 	const QbSource *src;
 	json_t	   *obj;
-	char		bad[400];		/* why the first bad header is refused, "" when none */
+	char		bad[QB_ERRLEN];		/* why the first bad header is refused, "" when none */
 } QbiHeaders;
 
 /*

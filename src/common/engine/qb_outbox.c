@@ -93,10 +93,9 @@ qbo_dest(QboEngine *e, const QboSlot *s)
 static int
 qbo_dest_index(const QboEngine *e, const char *name)
 {
-	for (int i = 0; name != NULL && i < e->cfg->ndestinations; i++)
-		if (strcmp(e->cfg->destinations[i].name, name) == 0)
-			return i;
-	return -1;
+	const QbDestination *d = name != NULL ? qb_config_destination(e->cfg, name) : NULL;
+
+	return d != NULL ? (int) (d - e->cfg->destinations) : -1;
 }
 
 static const char *
@@ -155,7 +154,7 @@ qbo_failed(QboEngine *e, QboSlot *s, const char *why, long retry_after_ms)
 {
 	QbOutboxRow *row = &s->row;
 	int			attempt = row->attempt + 1;
-	char		msg[768];
+	char		msg[QB_ERRLEN + 256];
 
 	if (attempt >= row->max_attempts)
 	{
@@ -182,7 +181,7 @@ qbo_failed(QboEngine *e, QboSlot *s, const char *why, long retry_after_ms)
 static void
 qbo_hold(QboEngine *e, QboSlot *s, int attempt, const char *why)
 {
-	char		msg[768];
+	char		msg[QB_ERRLEN + 256];
 
 	snprintf(msg, sizeof(msg), "held, no attempt spent: destination %s %s; delivered once it takes rows again",
 			 qbo_dest_name(e, s), why);
@@ -242,7 +241,7 @@ qbo_publish_done(void *arg, int tag, const QbPubOutcome *out)
 	}
 	else if (gone)
 	{
-		char		msg[768];
+		char		msg[QB_ERRLEN + 256];
 
 		snprintf(msg, sizeof(msg), "attempt %d answered 410 Gone: %s",
 				 s->row.attempt + 1, out->error);
@@ -254,7 +253,7 @@ qbo_publish_done(void *arg, int tag, const QbPubOutcome *out)
 	}
 	else if (out->permanent)
 	{
-		char		msg[768];
+		char		msg[QB_ERRLEN + 256];
 
 		/* the row's fault, not the destination's: the breaker is not told */
 		s->attempted = false;
@@ -285,7 +284,7 @@ qbo_transform(QboEngine *e, QboSlot *s)
 	const QbTransform *chain[2];
 	char		place[160];
 	char		err[QB_ERRLEN];
-	char		msg[768];
+	char		msg[QB_ERRLEN + 256];
 	QbTransformVars vars = {row->topic, row->key, row->headers, NULL, NULL};
 	char	   *out;
 	size_t		outlen;
@@ -404,7 +403,7 @@ static void
 qbo_start(QboEngine *e, QboSlot *s, int tag)
 {
 	QboDest    *d = qbo_dest(e, s);
-	char		err[512];
+	char		err[QB_ERRLEN];
 	QbMessage	m;
 	json_t	   *headers = NULL;
 	QbPubStart	r;
@@ -486,7 +485,7 @@ qbo_dispatch(QboEngine *e, QbOutboxRow *row, const char *token)
 	QboDest    *d;
 	const QbDestination *dest;
 	const char *why;
-	char		msg[768];
+	char		msg[QB_ERRLEN + 256];
 
 	if (!row->claimed)
 	{
@@ -966,14 +965,13 @@ qbo_size_claim(QboEngine *e, QboCycle *c)
 static void
 qbo_settled(QboEngine *e, QboCycle *c)
 {
-	struct timespec now;
+	double		now = qb_wall_ns() / 1e9;
 
 	if (c->ns == 0)
 		return;
-	clock_gettime(CLOCK_REALTIME, &now);
 	for (int i = 0; i < c->ns; i++)
 	{
-		qbo_count(e, &e->slots[c->which[i]], now.tv_sec + now.tv_nsec / 1e9);
+		qbo_count(e, &e->slots[c->which[i]], now);
 		qbo_span_end(e, &e->slots[c->which[i]]);
 		qbo_slot_free(e, &e->slots[c->which[i]]);
 	}

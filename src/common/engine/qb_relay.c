@@ -24,6 +24,10 @@
  * once; otherwise the engine waits inbox.relay.pollIntervalMs or until the
  * host wakes it (an inbox insert or a configuration change committed).
  * With inbox.relay.enabled false it claims nothing and waits for a change.
+ *
+ * Also here: the inbox replay (qb_replay_*), an operator's copy of inbox
+ * rows into new outbox rows, whose topics are rendered as the relay renders
+ * them (qb_relay_topic); both hosts' replay calls run it.
  *-------------------------------------------------------------------------
  */
 #include <stdio.h>

@@ -5,7 +5,8 @@
  * Exactly one relay runs per server.  It claims push rows (one per
  * aggregate in flight, across every push source), renders each row's topic
  * from its source's template, and forwards the batch in one transaction.
- * See qb_relay.c for the loop.
+ * See qb_relay.c for the loop.  The inbox replay (qb_replay_*) renders
+ * topics the same way and is declared here too.
  *-------------------------------------------------------------------------
  */
 #ifndef QB_RELAY_H

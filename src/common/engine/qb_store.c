@@ -55,7 +55,7 @@ qb_claimer_id(void)
 void
 qb_store_takeover(const QbHost *host, const QbStore *store, bool on)
 {
-	char		err[256];
+	char		err[QB_ERRLEN];
 
 	if (store->claimer != NULL && store->claimer(store->ctx, on, err, sizeof(err)) != 0)
 		qb_log(host, QB_LOG_WARNING,

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  * qb_clock.c
- *	  The monotonic clock (qb_clock.h).
+ *	  The monotonic clock and the wall clock (qb_clock.h).
  *-------------------------------------------------------------------------
  */
 #include <time.h>
@@ -15,4 +15,21 @@ qb_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* qb_wall_ms: see qb_clock.h. */
+int64_t
+qb_wall_ms(void)
+{
+	return qb_wall_ns() / 1000000;
+}
+
+/* qb_wall_ns: see qb_clock.h. */
+int64_t
+qb_wall_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
 }

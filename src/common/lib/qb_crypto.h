@@ -24,7 +24,6 @@
 
 #define QB_HMAC_LEN		32		/* bytes of an HMAC-SHA256 */
 #define QB_HMAC_HEX_LEN	64		/* its hex text, without the NUL */
-#define QB_HMAC_B64_LEN	44		/* its base64 text, padded, without the NUL */
 #define QB_WHSEC_MAX	512		/* room for the largest whsec key accepted */
 
 /*

@@ -29,6 +29,7 @@
 #include <curl/curl.h>
 
 #include "qb_egress.h"
+#include "qb_errlen.h"
 
 /* refused unless listed: {family, address, bits, what} */
 static const struct
@@ -300,7 +301,7 @@ QbEgress *
 qb_egress_copy(const QbEgress *e)
 {
 	QbEgress   *c = NULL;
-	char		err[300];
+	char		err[QB_ERRLEN];
 
 	if (e == NULL || !qb_egress_parse(e->list, e->setting, &c, err, sizeof(err)))
 		return NULL;
@@ -497,17 +498,6 @@ qbe_host_ok(const QbEgress *e, const char *host, size_t len, char *why, size_t w
 		return false;
 	}
 	return true;
-}
-
-/* qb_egress_host_ok: see qb_egress.h. */
-bool
-qb_egress_host_ok(const QbEgress *e, const char *host, char *why, size_t whylen)
-{
-	size_t		len = strlen(host);
-
-	if (len >= 2 && host[0] == '[' && host[len - 1] == ']')
-		return qbe_host_ok(e, host + 1, len - 2, why, whylen);
-	return qbe_host_ok(e, host, len, why, whylen);
 }
 
 /* what qbe_walk does with each host */

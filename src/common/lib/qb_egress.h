@@ -86,14 +86,12 @@ extern QbEgress *qb_egress_copy(const QbEgress *e);
 extern bool qb_egress_addr_ok(const QbEgress *e, const char *via, const struct sockaddr *sa,
 							  char *why, size_t whylen);
 
-/* May a destination name this host (a name or an address host, "[v6]" too)? */
-extern bool qb_egress_host_ok(const QbEgress *e, const char *host, char *why, size_t whylen);
-
 /*
  * The hosts of a URL ("scheme://[user@]host[:port][/...]"), of a list of
  * them (commas or blanks between), or of kafka's "host:port,host:port":
- * each checked with qb_egress_host_ok.  false with why naming the first
- * refused host, or saying that a URL has no host libcurl can read.
+ * may a destination name each (a name or an address host, "[v6]" too)?
+ * false with why naming the first refused host, or saying that a URL has
+ * no host libcurl can read.
  */
 extern bool qb_egress_hosts_ok(const QbEgress *e, const char *urls, char *why, size_t whylen);
 

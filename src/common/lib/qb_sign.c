@@ -150,18 +150,3 @@ qb_sign_sets(const QbSigning *s, const char *name)
 	}
 	return false;
 }
-
-void
-qb_signing_free(QbSigning *s)
-{
-	for (int i = 0; s->keys != NULL && i < s->nkeys; i++)
-	{
-		if (s->keys[i].bytes != NULL)
-			OPENSSL_cleanse(s->keys[i].bytes, s->keys[i].len);
-		free(s->keys[i].bytes);
-	}
-	free(s->keys);
-	free(s->header);
-	free(s->prefix);
-	memset(s, 0, sizeof(*s));
-}

@@ -35,6 +35,7 @@ typedef struct QbSignKey
 	size_t		len;
 } QbSignKey;
 
+/* A destination's signing: its keys and strings are the configuration's (its arena wipes them). */
 typedef struct QbSigning
 {
 	QbAuthType	type;			/* QB_AUTH_NONE (no signing:),
@@ -70,8 +71,5 @@ extern bool qb_sign_request(const QbSigning *s, const char *message_id, long lon
 
 /* qb_sign_sets: is name (any letter case) a header the scheme sets? */
 extern bool qb_sign_sets(const QbSigning *s, const char *name);
-
-/* qb_signing_free: the keys (wiped) and strings; *s is left unsigned. */
-extern void qb_signing_free(QbSigning *s);
 
 #endif							/* QB_SIGN_H */

@@ -121,7 +121,7 @@ qb_hdr_each(QbHdrTransport t, const QbDestination *dest, const json_t *headers,
 	{
 		char	   *dumped = NULL;
 		const char *text;
-		char		why[200];
+		char		why[QB_ERRLEN];
 		bool		ok;
 
 		if (json_is_null(val) || qbhdr_left_out(t, dest, name))

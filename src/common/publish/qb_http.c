@@ -36,6 +36,7 @@
 #include <jansson.h>
 
 #include "qb_headers.h"
+#include "qb_clock.h"
 #include "qb_http.h"
 #include "qb_http_int.h"
 #include "qb_sign.h"
@@ -53,7 +54,7 @@ typedef struct QbhTransfer
 	struct curl_slist *headers;
 	int			tag;
 	char		errbuf[CURL_ERROR_SIZE];
-	char		refused[256];	/* why the egress rules refused an address */
+	char		refused[QB_ERRLEN];	/* why the egress rules refused an address */
 	const QbEgress *egress;		/* the destination's rules; NULL: the host's */
 	char		body[QBH_ERRBODY + 1];	/* the start of the answer */
 	size_t		body_len;
@@ -68,7 +69,7 @@ struct QbHttp
 	CURLM	   *multi;
 	int			epfd;
 	long		timer_ms;		/* libcurl's requested timeout; -1 none */
-	struct timespec timer_set_at;
+	long		timer_set_at;	/* qb_now_ms() when it was set */
 	int			in_flight;
 	QbhTransfer *active;		/* in flight, doubly linked */
 	QbhTransfer *free_list;
@@ -210,7 +211,7 @@ qbh_timer_cb(CURLM *m, long timeout_ms, void *userp)
 	QbHttp	   *h = userp;
 
 	h->timer_ms = timeout_ms;
-	clock_gettime(CLOCK_MONOTONIC, &h->timer_set_at);
+	h->timer_set_at = qb_now_ms();
 	return 0;
 }
 
@@ -433,14 +434,11 @@ qb_http_post(QbHttp *h, const QbDestination *dest,
 long
 qb_http_timeout_ms(QbHttp *h)
 {
-	struct timespec now;
 	long		elapsed;
 
 	if (h->timer_ms < 0)
 		return h->in_flight > 0 ? 1000 : -1;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	elapsed = (now.tv_sec - h->timer_set_at.tv_sec) * 1000 +
-		(now.tv_nsec - h->timer_set_at.tv_nsec) / 1000000;
+	elapsed = qb_now_ms() - h->timer_set_at;
 	return h->timer_ms > elapsed ? h->timer_ms - elapsed : 0;
 }
 
@@ -551,7 +549,7 @@ qbh_finish(QbHttp *h, CURL *easy, CURLcode code, QbHttpDone done, void *arg)
 	if (code != CURLE_OK)
 	{
 		out.ok = false;
-		snprintf(out.error, sizeof(out.error), "POST %s failed: %s",
+		snprintf(out.error, sizeof(out.error), "POST %s failed: %.255s",
 				 url ? url : "?", t->refused[0] ? t->refused :
 				 t->errbuf[0] ? t->errbuf : curl_easy_strerror(code));
 	}

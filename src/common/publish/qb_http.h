@@ -33,7 +33,7 @@ typedef struct QbHttpOutcome
 	long		status;			/* HTTP status, 0 when no answer */
 	bool		gone;			/* 410 Gone: the receiver asks us to stop */
 	long		retry_after_ms; /* 429 or 503 with a Retry-After: its delay; -1 none */
-	char		error[512];		/* why it failed, for last_error */
+	char		error[QB_ERRLEN];		/* why it failed, for last_error */
 } QbHttpOutcome;
 
 typedef void (*QbHttpDone) (void *arg, int tag, const QbHttpOutcome *outcome);

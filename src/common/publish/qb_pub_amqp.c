@@ -153,15 +153,15 @@ typedef struct QbaConn
 	/* a basic.return in progress: its header and body frames follow */
 	int			ret_state;		/* 0 none, 1 header expected, 2 body */
 	uint64_t	ret_left;
-	char		ret_why[512];
+	char		ret_why[QB_ERRLEN];
 
 	bool		blocked;		/* connection.blocked until unblocked */
-	char		blocked_why[256];
+	char		blocked_why[QB_ERRLEN];
 
 	/* after a failed connect: publishes fail at once until retry_at_ms */
 	long		retry_at_ms;
 	long		backoff_ms;
-	char		down_why[512];
+	char		down_why[QB_ERRLEN];
 
 	struct QbaConn *next;
 } QbaConn;
@@ -377,7 +377,7 @@ qba_conn_for(QbAmqp *a, const QbDestination *dest, char *err, size_t errlen)
 {
 	QbaConn   **pp = &a->conns;
 	QbaConn    *c;
-	char		uerr[256];
+	char		uerr[QB_ERRLEN];
 
 	while ((c = *pp) != NULL)
 	{
@@ -492,7 +492,7 @@ qba_confirm(QbAmqp *a, QbaConn *c, uint64_t dtag, bool multiple, bool ack)
 {
 	static const char nack[] =
 		"the broker refused the message (basic.nack): a queue it was routed to rejected it (e.g. x-overflow reject-publish on a full queue) or the broker could not store it";
-	char		why[1024];
+	char		why[QB_ERRLEN];
 
 	snprintf(why, sizeof(why), "%s: %s", c->where, nack);
 	if (multiple)
@@ -582,7 +582,7 @@ qba_returned(QbaConn *c, const amqp_basic_return_t *m)
 static void
 qba_closed(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
 {
-	char		why[1024];
+	char		why[QB_ERRLEN];
 
 	if (f->payload.method.id == AMQP_CHANNEL_CLOSE_METHOD)
 	{
@@ -680,7 +680,7 @@ qba_frame(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
 static bool
 qba_drain(QbAmqp *a, QbaConn *c)
 {
-	char		why[1024];
+	char		why[QB_ERRLEN];
 
 	while (c->amqp != NULL)
 	{
@@ -944,7 +944,7 @@ qba_perform(void *p, QbPubDone done, void *arg)
 	now = qb_amqp_now_ms();
 	for (QbaConn *c = a->conns; c != NULL; c = c->next)
 	{
-		char		why[1024];
+		char		why[QB_ERRLEN + 512];	/* c->where, a blocked_why, and words */
 
 		if (c->head == NULL || c->head->deadline_ms > now)
 			continue;

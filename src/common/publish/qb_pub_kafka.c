@@ -10,10 +10,10 @@
  *	  generation it was started in.  A message's opaque carries both, so a
  *	  report from before abort_all finds another generation and is dropped.
  *	- A report is librdkafka's delivery report for one message; its error
- *	  decides the outcome (qbk_classify, clibs.md §2): ok, retry or dead.
+ *	  decides the outcome (qbk_classify): ok, retry or dead.
  *
  * Rules:
- *	- librdkafka's threads block every signal (clibs.md §0) and never call
+ *	- librdkafka's threads block every signal (qb_publish.h) and never call
  *	  us: every callback is served by rd_kafka_poll() on the engine's thread.
  *	- Every producer's main queue writes a byte to one shared pipe, fd();
  *	  perform() drains it and polls every producer without waiting.
@@ -47,10 +47,10 @@ typedef struct QbkProducer
 	char	   *fingerprint;	/* brokers, props and timeout it was made with */
 	rd_kafka_t *rk;
 	bool		fatal;			/* error_cb saw __FATAL: make it anew */
-	char		last_error[256];	/* the latest error_cb text, for context */
+	char		last_error[QB_ERRLEN];	/* the latest error_cb text, for context */
 	QbEgress   *egress;			/* the destination's rules (a copy), or NULL */
 	pthread_mutex_t refused_lock;	/* connect_cb runs on librdkafka's threads */
-	char		refused[300];	/* why connect_cb last refused an address */
+	char		refused[QB_ERRLEN];	/* why connect_cb last refused an address */
 	struct QbkProducer *next;
 } QbkProducer;
 
@@ -138,7 +138,7 @@ static int
 qbk_connect_cb(int sockfd, const struct sockaddr *addr, int addrlen, const char *id, void *opaque)
 {
 	QbkProducer *p = opaque;
-	char		why[300];
+	char		why[QB_ERRLEN];
 
 	if (!qb_egress_addr_ok(p->egress, id, addr, why, sizeof(why)))
 	{
@@ -211,7 +211,7 @@ qbk_producer_new(QbKafka *k, const QbDestination *d, char *err, size_t errlen)
 	rd_kafka_conf_t *conf = NULL;
 	rd_kafka_queue_t *q;
 	char		timeout[32];
-	char		why[512];
+	char		why[QB_ERRLEN];
 
 	if (p == NULL || (p->dest = strdup(d->name)) == NULL ||
 		(p->fingerprint = qbk_fingerprint(d)) == NULL ||
@@ -564,7 +564,7 @@ qbk_is_fatal(QbkProducer *p)
 static void
 qbk_fatal_message(QbkProducer *p, char *buf, size_t len)
 {
-	char		why[256];
+	char		why[QB_ERRLEN];
 
 	if (rd_kafka_fatal_error(p->rk, why, sizeof(why)) == RD_KAFKA_RESP_ERR_NO_ERROR)
 		snprintf(why, sizeof(why), "%s", p->last_error);
@@ -648,7 +648,7 @@ qbk_perform(void *arg, QbPubDone done, void *done_arg)
 		rd_kafka_poll(p->rk, 0);
 		if (qbk_is_fatal(p))
 		{
-			char		msg[512];
+			char		msg[QB_ERRLEN];
 
 			/* the idempotent producer cannot go on: fail its rows, make it anew */
 			qbk_fatal_message(p, msg, sizeof(msg));

@@ -17,7 +17,7 @@
  * Threads: the ack handler runs on cnats's threads and only writes the
  * outcome into the ticket under the mutex and a byte into the pipe that is
  * fd().  Every cnats call that may start a thread runs with every signal
- * blocked (clibs.md §0).  Failures: no stream captures the subject: retry
+ * blocked (qb_nats.h).  Failures: no stream captures the subject: retry
  * (createStream may make it, README.md); over max_payload: dead; else retry.
  *-------------------------------------------------------------------------
  */
@@ -59,14 +59,14 @@ typedef struct QbnLink
 	bool		async_started;	/* cnats's pub-ack thread exists */
 	int			core_pending;	/* core publishes not yet flushed */
 	long		retry_at;		/* after a failed connect */
-	char		error[512];		/* why the last connect failed */
+	char		error[QB_ERRLEN];		/* why the last connect failed */
 	QbEgress   *egress;			/* the destination's rules (a copy), or NULL */
 	/* createStream; under owner->mu, as qbn_ack reads them */
 	char	   *stream;			/* the stream to make; NULL: none */
 	char	   *stream_subject;
 	bool		stream_wanted;	/* make it before the next publish */
 	long		stream_retry_at;	/* after a failed or refused attempt */
-	char		stream_error[300];	/* why the last attempt failed; "" */
+	char		stream_error[QB_ERRLEN];	/* why the last attempt failed; "" */
 	char		stream_note[300];	/* what the last refusal means; "" */
 	QbNats	   *owner;
 	struct QbnLink *next;
@@ -178,7 +178,7 @@ qbn_connect(QbnLink *l)
 	sigset_t	old;
 	jsOptions	jo;
 	char		url[256];
-	char		why[300];
+	char		why[QB_ERRLEN];
 
 	/* cnats shows no one the address it connects to: judge them first */
 	if (!qb_egress_resolve_ok(l->egress, l->url, why, sizeof(why)))
@@ -265,7 +265,7 @@ qbn_stream_ready(QbNats *n, QbnLink *l, char *err, size_t errlen)
 	sigset_t	old;
 	const char *subjects[1];
 	char		desc[200];
-	char		why[200];
+	char		why[QB_ERRLEN];
 	bool		wanted;
 
 	pthread_mutex_lock(&n->mu);
@@ -318,7 +318,7 @@ qbn_stream_ready(QbNats *n, QbnLink *l, char *err, size_t errlen)
 		qb_nats_status_text(s, why, sizeof(why));
 		l->stream_retry_at = qb_now_ms() + QBN_RETRY_CONNECT_MS;
 		snprintf(l->stream_error, sizeof(l->stream_error),
-				 "createStream: cannot make JetStream stream %s (subjects %s): %s (err_code %d); the row is retried",
+				 "createStream: cannot make JetStream stream %s (subjects %s): %.200s (err_code %d); the row is retried",
 				 l->stream, l->stream_subject, why, (int) jerr);
 	}
 	pthread_mutex_unlock(&n->mu);
@@ -612,7 +612,7 @@ static QbPubStart
 qbn_refused(QbNats *n, QbnLink *l, int ti, natsStatus s, const char *subject,
 			const QbMessage *m, char *err, size_t errlen)
 {
-	char		why[200];
+	char		why[QB_ERRLEN];
 
 	qbn_ticket_drop(n, ti);
 	qb_nats_status_text(s, why, sizeof(why));
@@ -722,7 +722,7 @@ static void
 qbn_flush(QbNats *n, QbnLink *l)
 {
 	natsStatus	s = natsConnection_FlushTimeout(l->nc, QBN_FLUSH_MS);
-	char		why[200];
+	char		why[QB_ERRLEN];
 	char		url[256];
 
 	qb_nats_status_text(s, why, sizeof(why));

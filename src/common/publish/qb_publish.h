@@ -22,7 +22,8 @@
  * Threads: a publisher runs on the engine's thread.  A library that starts
  * threads of its own (librdkafka, cnats) hands results over through its fd
  * (a pipe or an event queue); its threads never call back into the engine
- * and never run with signals unblocked (clibs.md §0).
+ * and never run with signals unblocked (so that SIGTERM, SIGHUP and the
+ * latch's SIGURG reach only the engine's thread).
  *-------------------------------------------------------------------------
  */
 #ifndef QB_PUBLISH_H
@@ -49,7 +50,7 @@ typedef struct QbPubOutcome
 {
 	bool		ok;				/* the destination acknowledged it */
 	bool		permanent;		/* not ok and retrying cannot help: dead now */
-	char		error[512];		/* why it failed, for last_error */
+	char		error[QB_ERRLEN];		/* why it failed, for last_error */
 	int			status;			/* HTTP status answered, 0 when none (connection error, timeout, broker) */
 	bool		gone;			/* HTTP 410 Gone: the receiver asks us to stop sending (disable the destination) */
 	long		retry_after_ms; /* 429 or 503 with a Retry-After header: its delay in ms (delta-seconds or HTTP-date); -1 when none */

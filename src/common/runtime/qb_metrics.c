@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "qb_clock.h"
 #include "qb_crypto.h"
 #include "qb_metrics.h"
 
@@ -84,10 +85,7 @@ qbm_slot(QbMetricSlot *slots, const char *name)
 static int64_t
 qbm_wall_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return qb_wall_ms();
 }
 
 /* ---- the configuration's last load ------------------------------------ */

@@ -28,7 +28,9 @@
 #include <jansson.h>
 #include <openssl/rand.h>
 
+#include "qb_clock.h"
 #include "qb_crypto.h"
+#include "qb_errlen.h"
 #include "qb_otlp.h"
 
 typedef struct QbOtlp
@@ -43,7 +45,7 @@ typedef struct QbOtlp
 	int			stop;			/* 1: flush until stop_at, 2: at once (atomic
 								 * reads outside mu: the progress callback) */
 	int64_t		stop_at_ns;
-	char		error[256];		/* the last failure not taken (under mu) */
+	char		error[QB_ERRLEN];		/* the last failure not taken (under mu) */
 	bool		error_new;
 	/* read only, after the start */
 	QbOtlpOptions o;			/* deep copy */
@@ -59,10 +61,7 @@ static bool qb_otlp_atexit_set = false;
 int64_t
 qb_otlp_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+	return qb_wall_ns();
 }
 
 bool
@@ -262,7 +261,7 @@ qb_otlp_take_error(char *buf, size_t len)
 typedef struct QbotPost
 {
 	QbOtlp	   *x;
-	char		refused[200];	/* an egress refusal, for the error */
+	char		refused[QB_ERRLEN];	/* an egress refusal, for the error */
 } QbotPost;
 
 /* the egress rules judge each address the post connects to (as deliveries') */

@@ -41,6 +41,8 @@
 #include <jq.h>
 #include <jv.h>
 
+#include "qb_clock.h"
+#include "qb_errlen.h"
 #include "qb_transform.h"
 
 #define QBT_NO_INDEX	255
@@ -82,7 +84,7 @@ static const char qbt_postlude[] = "\n)";
 
 typedef struct QbtErrs
 {
-	char		buf[512];
+	char		buf[QB_ERRLEN];
 	size_t		len;
 } QbtErrs;
 
@@ -239,12 +241,6 @@ qb_transform_free(QbTransform *t)
 	free(t);
 }
 
-const char *
-qb_transform_text(const QbTransform *t)
-{
-	return t->text;
-}
-
 /* ---- the helper: wire format -------------------------------------------- */
 
 /*
@@ -350,7 +346,7 @@ qbt_reject(int fd, int index, bool bye, const char *fmt,...) __attribute__((form
 static void
 qbt_reject(int fd, int index, bool bye, const char *fmt,...)
 {
-	char		buf[1024];
+	char		buf[QB_ERRLEN];
 	va_list		ap;
 	int			n;
 
@@ -681,15 +677,6 @@ qb_transform_helper_pid(void)
 	return qbt_helper.pid;
 }
 
-static long
-qbt_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /*
  * qbt_io_deadline sends (writing) or receives the bytes of iov[0..cnt) on
  * the helper's socket by the deadline; iov is consumed.  It tries first and
@@ -718,7 +705,7 @@ qbt_io_deadline(struct iovec *iov, int cnt, bool writing, long deadline)
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		{
 			struct pollfd pfd = {qbt_helper.fd, writing ? POLLOUT : POLLIN, 0};
-			long		left = deadline - qbt_now_ms();
+			long		left = deadline - qb_now_ms();
 
 			if (left <= 0)
 				return 0;
@@ -762,7 +749,7 @@ qbt_send(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
 	int			iovcnt;
 	int			rc = -1;
 	/* the deadline covers only the run, from when it is sent */
-	long		deadline = qbt_now_ms() + lim->timeout_ms;
+	long		deadline = qb_now_ms() + lim->timeout_ms;
 
 	for (int attempt = 0; attempt < 2 && rc < 0; attempt++)
 	{
@@ -909,7 +896,7 @@ qbt_run_once(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
 
 	if (qbt_send(rq, s, lim, err, errlen) != QB_TRANSFORM_OK)
 		return QB_TRANSFORM_FAILED;
-	deadline = qbt_now_ms() + lim->timeout_ms;
+	deadline = qb_now_ms() + lim->timeout_ms;
 
 	/* the answer's header */
 	rc = qbt_io_deadline(iov, 1, false, deadline);

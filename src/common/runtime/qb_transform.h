@@ -68,9 +68,6 @@ typedef enum QbTransformResult
 extern QbTransform *qb_transform_compile(const char *program, char *err, size_t errlen);
 extern void qb_transform_free(QbTransform *t);
 
-/* The program as written. */
-extern const char *qb_transform_text(const QbTransform *t);
-
 /*
  * Run a chain of n transforms on a payload (JSON text, len bytes).  On OK,
  * *out is the new payload (malloc'd, NUL-terminated, compact JSON) and

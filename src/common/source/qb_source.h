@@ -13,7 +13,8 @@
  *
  * Threads: fetch, ack and release run on the engine's thread.  A library
  * that runs threads (librdkafka, cnats) starts them with every signal
- * blocked and hands results over through fd() (clibs.md §0).
+ * blocked (so that SIGTERM, SIGHUP and the latch's SIGURG reach only the
+ * engine's thread) and hands results over through fd().
  *-------------------------------------------------------------------------
  */
 #ifndef QB_SOURCE_H

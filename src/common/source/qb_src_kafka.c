@@ -15,7 +15,7 @@
  *	  + 1 of each partition's highest message, synchronously (auto commit and
  *	  offset store are forced off).  release() seeks each partition of the
  *	  batch back to its lowest offset (README.md).
- *	- librdkafka's threads block every signal (clibs.md §0) and never call
+ *	- librdkafka's threads block every signal (qb_source.h) and never call
  *	  us: the main queue and the logs are forwarded to the consumer queue,
  *	  served by rd_kafka_consumer_poll on the engine's thread.
  *	- fd() is a pipe that gets a byte when the consumer queue becomes
@@ -41,6 +41,7 @@
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
 
+#include "qb_clock.h"
 #include "qb_kafka.h"
 #include "qb_src_kafka.h"
 #include "qb_src_kafka_int.h"
@@ -66,7 +67,7 @@ typedef struct QbksConsumer
 	int			pipe_rd;
 	int			pipe_wr;
 	bool		fatal;			/* error_cb saw __FATAL */
-	char		last_error[256];	/* the latest consumer error, for context */
+	char		last_error[QB_ERRLEN];	/* the latest consumer error, for context */
 	QbksHeld   *held;
 	int			nheld;
 	int			held_cap;
@@ -162,7 +163,7 @@ qbks_subscribe(QbksConsumer *c, const QbSource *src, rd_kafka_conf_t *conf,
 	rd_kafka_resp_err_t rerr;
 	sigset_t	all,
 				old;
-	char		why[512];
+	char		why[QB_ERRLEN];
 
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -261,8 +262,7 @@ qbks_close(void *arg)
 	{
 		rd_kafka_queue_t *q = rd_kafka_queue_new(c->rk);
 		rd_kafka_error_t *e;
-		struct timespec t0,
-					t;
+		long		t0;
 
 		if (c->queue != NULL)
 		{
@@ -270,7 +270,7 @@ qbks_close(void *arg)
 			rd_kafka_queue_destroy(c->queue);
 			c->queue = NULL;
 		}
-		clock_gettime(CLOCK_MONOTONIC, &t0);
+		t0 = qb_now_ms();
 		if ((e = rd_kafka_consumer_close_queue(c->rk, q)) != NULL)
 			rd_kafka_error_destroy(e);
 		else
@@ -284,9 +284,7 @@ qbks_close(void *arg)
 					rd_kafka_assign(c->rk, NULL);
 				if (ev != NULL)
 					rd_kafka_event_destroy(ev);
-				clock_gettime(CLOCK_MONOTONIC, &t);
-				if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >
-					QBKS_CLOSE_TIMEOUT_MS)
+				if (qb_now_ms() - t0 > QBKS_CLOSE_TIMEOUT_MS)
 					break;
 			}
 		}
@@ -451,7 +449,7 @@ qbks_fetch(void *arg, QbDelivery *out, int max, char *err, size_t errlen)
 	}
 	if (c->fatal)
 	{
-		char		why[256];
+		char		why[QB_ERRLEN];
 
 		if (rd_kafka_fatal_error(c->rk, why, sizeof(why)) == RD_KAFKA_RESP_ERR_NO_ERROR)
 			snprintf(why, sizeof(why), "%s", c->last_error);

@@ -289,7 +289,7 @@ qbns_connect(QbnsConsumer *c, const QbSource *src, char *err, size_t errlen)
 {
 	natsStatus	s;
 	natsOptions *o = qb_nats_options(src->broker_url, &s);
-	char		why[300];
+	char		why[QB_ERRLEN];
 
 	if (s == NATS_OK)
 		s = natsConnection_Connect(&c->nc, o);
@@ -315,7 +315,7 @@ qbns_bind(QbnsConsumer *c, const QbSource *src, const char *durable, char *err, 
 	jsSubOptions so;
 	jsErrCode	jerr = 0;
 	natsStatus	s;
-	char		why[300];
+	char		why[QB_ERRLEN];
 	int64_t		want = src->batch_size > QBNS_MIN_ACK_PENDING ? src->batch_size : QBNS_MIN_ACK_PENDING;
 	bool		exists = false;
 	bool		refused = false;
@@ -557,7 +557,7 @@ qbns_fetch(void *p, QbDelivery *out, int max, char *err, size_t errlen)
 	QbnsConsumer *c = p;
 	jsErrCode	jerr = 0;
 	natsStatus	s;
-	char		why[300];
+	char		why[QB_ERRLEN];
 	int			k;
 
 	if ((k = qbns_ready(c, max, err, errlen)) <= 0)
@@ -592,7 +592,7 @@ qbns_ack(void *p, const QbDelivery *d, int n, char *err, size_t errlen)
 	jsOptions	jo;
 	natsStatus	bad = NATS_OK;
 	jsErrCode	jerr = 0;
-	char		why[300];
+	char		why[QB_ERRLEN];
 	int			last = -1;
 
 	jsOptions_Init(&jo);

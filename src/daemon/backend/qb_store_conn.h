@@ -17,6 +17,8 @@
 
 #include <stddef.h>
 
+#include "qb_errlen.h"
+
 #define QB_STORE_BACKOFF_FIRST_MS	250
 #define QB_STORE_BACKOFF_MAX_MS		10000
 
@@ -24,7 +26,7 @@ typedef struct QbStoreBackoff
 {
 	long		backoff_ms;		/* the last wait; 0: the last connect worked */
 	long		retry_at_ms;	/* no connect before this (monotonic ms) */
-	char		last_error[512];	/* why the last connect failed */
+	char		last_error[QB_ERRLEN];	/* why the last connect failed */
 } QbStoreBackoff;
 
 /* One connection attempt: 0, or -1 with err set. */

@@ -39,7 +39,7 @@
 static void
 qbpq_scrub(const QbPqStore *s, const char *what, const char *msg, char *err, size_t errlen)
 {
-	char		buf[1024];
+	char		buf[QB_ERRLEN];
 	size_t		len;
 	char	   *hit;
 
