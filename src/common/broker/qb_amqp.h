@@ -54,8 +54,7 @@ extern void qb_amqp_url_free(QbAmqpUrl *u);
  */
 extern const char *const qb_amqp_routing_key_names[];
 
-/* Monotonic milliseconds; a timeval of ms. */
-extern long qb_amqp_now_ms(void);
+/* A timeval of ms (deadlines: qb_now_ms, qb_clock.h). */
 extern void qb_amqp_tv(struct timeval *tv, long ms);
 
 /* Describe a failed RPC reply as "where: what failed: reason". */

@@ -43,6 +43,7 @@
 #include <jansson.h>
 #include <openssl/ssl.h>
 
+#include "qb_clock.h"
 #include "qb_extract.h"
 #include "qb_pub_amqp.h"
 
@@ -495,7 +496,7 @@ fail:
 	c->fd = -1;
 	c->backoff_ms = c->backoff_ms == 0 ? QBA_BACKOFF_MIN_MS :
 		(c->backoff_ms * 2 > QBA_BACKOFF_MAX_MS ? QBA_BACKOFF_MAX_MS : c->backoff_ms * 2);
-	c->retry_at_ms = qb_amqp_now_ms() + c->backoff_ms;
+	c->retry_at_ms = qb_now_ms() + c->backoff_ms;
 	snprintf(c->down_why, sizeof(c->down_why), "%s", err);
 	return false;
 }
@@ -654,7 +655,7 @@ qba_frame(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
 			{
 				amqp_connection_blocked_t *m = f->payload.method.decoded;
 
-				long		soon = qb_amqp_now_ms() + QBA_BLOCKED_WAIT_MS;
+				long		soon = qb_now_ms() + QBA_BLOCKED_WAIT_MS;
 
 				c->blocked = true;
 				snprintf(c->blocked_why, sizeof(c->blocked_why), "%.*s",
@@ -766,7 +767,7 @@ qba_start(void *p, const QbDestination *dest, const QbMessage *msg, int tag,
 		qba_drain(a, c);		/* notice a close that came while idle */
 	if (c->amqp == NULL)
 	{
-		long		now = qb_amqp_now_ms();
+		long		now = qb_now_ms();
 
 		if (c->retry_at_ms > now)
 		{
@@ -843,7 +844,7 @@ qba_start(void *p, const QbDestination *dest, const QbMessage *msg, int tag,
 	}
 	m->tag = tag;
 	m->dtag = c->next_dtag++;
-	m->deadline_ms = qb_amqp_now_ms() + QBA_CONFIRM_TIMEOUT_MS;
+	m->deadline_ms = qb_now_ms() + QBA_CONFIRM_TIMEOUT_MS;
 	if (c->tail)
 		c->tail->next = m;
 	else
@@ -881,7 +882,7 @@ static long
 qba_timeout_ms(void *p)
 {
 	QbAmqp	   *a = p;
-	long		now = qb_amqp_now_ms();
+	long		now = qb_now_ms();
 	long		best = -1;
 
 	if (a->ndone > 0)
@@ -915,7 +916,7 @@ qba_perform(void *p, QbPubDone done, void *arg)
 	for (QbaConn *c = a->conns; c != NULL; c = c->next)
 		if (c->amqp != NULL)
 			qba_drain(a, c);
-	now = qb_amqp_now_ms();
+	now = qb_now_ms();
 	for (QbaConn *c = a->conns; c != NULL; c = c->next)
 	{
 		char		why[1024];
