@@ -281,7 +281,8 @@ def broker_headers():
 
 def url():
     out = []
-    for src in ("test/unit/test_config.c", "test/unit/test_amqp.c", "test/unit/test_odbc.c"):
+    for src in ("test/unit/test_config.c", "test/unit/test_amqp.c", "test/unit/test_odbc.c",
+                "test/unit/test_url.c"):
         text = read(src)
         mac = macros_of(text)
         for lit in all_literals(text, mac):
@@ -290,7 +291,10 @@ def url():
     out += [b"sqlserver://queuebox:S3CR3T;x@db.internal:1433/app?encrypt=request&odbcDriver=%7BFreeTDS%7D",
             b"sqlserver://u:p%7D%3B@h/db?odbcDriver=/usr/lib/libtdsodbc.so",
             b"nats://u:S3CR3T@h:4222,tls://h2:4443", b"127.0.0.1:9092,PLAINTEXT://k:9093",
-            b"amqp://u:S3CR3T@h:5672/%2f?heartbeat=10", b"${QBF_SECRET}", b"$${QBF_SECRET}"]
+            b"amqp://u:S3CR3T@h:5672/%2f?heartbeat=10", b"${QBF_SECRET}", b"$${QBF_SECRET}",
+            # the reader: hosts that client libraries once read otherwise (cnats: the last '@')
+            b"nats://h1/x@evil:4222", b"nats://u:p%40w@[::1]:4222", b"http://127.0.0.1:80@hooks.example/",
+            b"https://0x7f.1:8443/p", b"sqlserver://u:p@2130706433/db"]
     return out
 
 

@@ -58,8 +58,8 @@ qb_nats_open(char *err, size_t errlen)
 }
 
 /*
- * qb_nats_server: one server of a list (len bytes of one) as cnats is to
- * read it, written again from what the URL reader read:
+ * qb_nats_server: see qb_nats.h.  One server of a list (len bytes of one)
+ * as cnats is to read it, written again from what the URL reader read:
  * scheme://[user[:password]@]host:port with the user info decoded.  cnats
  * decodes nothing, and takes the last '@' of the whole text (a path's
  * too) and the first ':' before it, so what it reads from this is what
@@ -67,7 +67,7 @@ qb_nats_open(char *err, size_t errlen)
  * cnats could not read it back (a ':' in the user name).  It holds the
  * password: explicit_bzero it before it is freed.
  */
-static char *
+char *
 qb_nats_server(const char *one, size_t len, char *err, size_t errlen)
 {
 	char	   *text = strndup(one, len);

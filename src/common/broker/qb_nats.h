@@ -39,6 +39,15 @@ extern bool qb_nats_open(char *err, size_t errlen);
 extern bool qb_nats_url_check(const char *list, char *err, size_t errlen);
 
 /*
+ * One server of a list (len bytes of one) as cnats is given it:
+ * scheme://[user[:password]@]host:port, written from the URL reader's
+ * parts (decoded), so that cnats's reading of it (the last '@', the first
+ * ':' before it, the last ':' after any ']') names the reader's host.
+ * malloc'd; it holds the password.  NULL with err when it does not read.
+ */
+extern char *qb_nats_server(const char *one, size_t len, char *err, size_t errlen);
+
+/*
  * New options for a server list: its servers in their order (each written
  * again from what the URL reader read, so cnats connects to the host the
  * egress check judged), client name "queuebox", the connect timeout, and
