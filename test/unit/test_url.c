@@ -57,7 +57,7 @@ test_parts(void **state)
 	assert_false(u.path_one_segment);
 	qb_url_free(&u);
 
-	/* the last '@' before the path ends the user info */
+	/* the user info ends at the '@' (one only: a second makes the host invalid) */
 	assert_true(qb_url_read("http://127.0.0.1:80@hooks.example/", any, QB_URL_USERINFO, &u, err, sizeof(err)));
 	assert_string_equal(u.host, "hooks.example");
 	assert_string_equal(u.password, "80");

@@ -5,7 +5,8 @@
  *
  * libcurl 7.88 (Debian 12): CURLU_NON_SUPPORT_SCHEME for tcp://,
  * CURLU_PATH_AS_IS so that "/a/../b" stays three segments.  It reads the
- * user info up to the last '@' before the path, an empty port as none,
+ * user info up to the first '@' (a second one makes the host invalid:
+ * a '@' in a user or password is written %40), an empty port as none,
  * and IPv4 addresses in every spelling a resolver takes.
  *-------------------------------------------------------------------------
  */
