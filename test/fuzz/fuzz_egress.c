@@ -9,8 +9,8 @@
  * servers), judged whole, then each of its URLs alone.
  *
  * What must hold, for a list that parses, and each URL of the second line
- * whose host libcurl reads as an address (the connection then goes to that
- * address and nowhere else):
+ * whose host the URL reader reads as an address (the connection then goes
+ * to that address and nowhere else):
  *	- configure time and connect time agree: the URL passes the configure
  *	  check exactly when a connection to its address, made for that URL,
  *	  passes the connect check;
@@ -25,45 +25,33 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <curl/curl.h>
-
 #include "fuzz_common.h"
 #include "qb_egress.h"
+#include "qb_url.h"
 
 int			LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* the address libcurl connects to for url, when its host is one; false: a name */
+/*
+ * the address a connection for url goes to, when its host is one; false: a
+ * name, or no host.  The connection's host is the URL reader's (fuzz_url
+ * checks it is each client library's).
+ */
 static bool
 qbf_url_address(const char *url, struct sockaddr_storage *ss)
 {
-	CURLU	   *u = curl_url();
-	const char *rest = strstr(url, "://");
-	char	   *full = NULL;
-	char	   *host = NULL;
-	bool		yes = false;
+	struct sockaddr_in *v4 = (struct sockaddr_in *) ss;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *) ss;
+	char		host[256];
+	char		err[256];
 
 	memset(ss, 0, sizeof(*ss));
-	if (u != NULL && asprintf(&full, "tcp://%s", rest ? rest + 3 : url) >= 0 &&
-		curl_url_set(u, CURLUPART_URL, full, CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK &&
-		curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK)
-	{
-		struct sockaddr_in *v4 = (struct sockaddr_in *) ss;
-		struct sockaddr_in6 *v6 = (struct sockaddr_in6 *) ss;
-		size_t		len = strlen(host);
-
-		if (inet_pton(AF_INET, host, &v4->sin_addr) == 1)
-			yes = (v4->sin_family = AF_INET) != 0;
-		else if (len > 2 && host[0] == '[')
-		{
-			host[len - 1] = '\0';
-			if (inet_pton(AF_INET6, host + 1, &v6->sin6_addr) == 1)
-				yes = (v6->sin6_family = AF_INET6) != 0;
-		}
-	}
-	curl_free(host);
-	free(full);
-	curl_url_cleanup(u);
-	return yes;
+	if (!qb_url_host(url, strlen(url), host, sizeof(host), err, sizeof(err)))
+		return false;
+	if (inet_pton(AF_INET, host, &v4->sin_addr) == 1)
+		return (v4->sin_family = AF_INET) != 0;
+	if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1)
+		return (v6->sin6_family = AF_INET6) != 0;
+	return false;
 }
 
 /* is a in the refused set, by the rules' own judgement of an empty list? */

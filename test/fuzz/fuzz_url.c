@@ -5,8 +5,9 @@
  *	  families, with and without user info and a query), qb_expand_env
  *	  (${NAME} references), qbcf_brokers_check (Kafka's bootstrap list),
  *	  qb_amqp_url_parse (RabbitMQ), qb_nats_redact (NATS server lists in
- *	  messages) and the daemon's SQL Server URL (qb_odbc_url_parse,
- *	  qb_odbc_conn_string in both brace styles, qb_odbc_quote).
+ *	  messages), the daemon's SQL Server URL (qb_odbc_url_parse,
+ *	  qb_odbc_conn_string in both brace styles, qb_odbc_quote), and the one
+ *	  URL reader itself (qb_url_read, qb_url_host).
  *
  * Input: the whole input is one string (it ends at a NUL), given to each.
  *
@@ -17,9 +18,16 @@
  * expands to itself; an accepted sqlserver:// URL makes a connection string
  * that reads back, as ODBC (or FreeTDS 1.3) reads it, as exactly the
  * keywords QueueBox writes, each once, with the URL's values: no part of a
- * URL can add or change a keyword.
+ * URL can add or change a keyword.  And the reader: an accepted URL has a
+ * listed scheme, a host that is a name or an address (no brackets), a port
+ * 1..65535 (the scheme's default when none is written), a path from '/';
+ * a refused one leaves no part; and for each scheme the host egress
+ * judges (qb_url_host) is the host the connection uses: the reader's,
+ * librabbitmq's, cnats's (its reading of the server qb_nats_server
+ * writes), libcurl's for http(s), the ODBC connection string's.
  *-------------------------------------------------------------------------
  */
+#include <arpa/inet.h>
 #include <curl/curl.h>
 
 #include "fuzz_common.h"
@@ -27,6 +35,7 @@
 #include "qb_config.h"
 #include "qb_config_int.h"
 #include "qb_nats.h"
+#include "qb_url.h"
 #include "odbc_store.h"
 
 int			LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -265,6 +274,153 @@ qbf_quote(const char *value)
 	}
 }
 
+/* ---- the one URL reader (qb_url.h): its invariants, and one host ------ */
+
+/* qbf_cnats_host: the host cnats 3.4 reads from a server URL (its url.c, in brief) */
+static void
+qbf_cnats_host(const char *server, char *host, size_t hostlen)
+{
+	const char *p = strstr(server, "://");
+	const char *at;
+	const char *rb;
+	const char *colon;
+
+	p = p != NULL ? p + 3 : server;
+	if ((at = strrchr(p, '@')) != NULL)
+		p = at + 1;
+	rb = strrchr(p, ']');
+	colon = strrchr(rb != NULL ? rb : p, ':');
+	snprintf(host, hostlen, "%.*s", (int) (colon != NULL ? colon - p : (long) strlen(p)), p);
+	if (host[0] == '[' && host[strlen(host) - 1] == ']')
+	{
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+}
+
+/* qbf_curl_host: libcurl's own host of an http(s) URL, as it connects (brackets dropped) */
+static bool
+qbf_curl_host(const char *url, char *host, size_t hostlen)
+{
+	CURLU	   *h = curl_url();
+	char	   *v = NULL;
+	bool		ok = false;
+
+	if (h != NULL && curl_url_set(h, CURLUPART_URL, url, 0) == CURLUE_OK &&
+		curl_url_get(h, CURLUPART_HOST, &v, CURLU_URLDECODE) == CURLUE_OK)
+	{
+		size_t		n = strlen(v);
+
+		if (n >= 2 && v[0] == '[')
+			snprintf(host, hostlen, "%.*s", (int) n - 2, v + 1);
+		else
+			snprintf(host, hostlen, "%s", v);
+		ok = true;
+	}
+	curl_free(v);
+	curl_url_cleanup(h);
+	return ok;
+}
+
+/* qbf_reader_parts: what qb_url_read promises of an accepted URL */
+static void
+qbf_reader_parts(const char *url, const QbUrl *u, const char *const *schemes)
+{
+	unsigned char addr[16];
+	bool		known = false;
+
+	for (int i = 0; schemes[i] != NULL; i++)
+		known |= strcmp(u->scheme, schemes[i]) == 0;
+	if (!known)
+		qbf_fail("qb_url_read(\"%s\"): scheme \"%s\" is not one of the list", url, u->scheme);
+	if (u->host == NULL || u->host[0] == '\0' || u->host[0] == '[')
+		qbf_fail("qb_url_read(\"%s\"): host \"%s\"", url, u->host ? u->host : "(null)");
+	if (strspn(u->host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._") != strlen(u->host) &&
+		inet_pton(AF_INET6, u->host, addr) != 1)
+		qbf_fail("qb_url_read(\"%s\"): host \"%s\" is neither a name nor an address", url, u->host);
+	if (u->port < 1 || u->port > 65535 || (!u->port_written && u->port != qb_url_default_port(u->scheme)))
+		qbf_fail("qb_url_read(\"%s\"): port %d", url, u->port);
+	if (u->path == NULL || u->path[0] != '/')
+		qbf_fail("qb_url_read(\"%s\"): path \"%s\"", url, u->path ? u->path : "(null)");
+	if (u->password != NULL && u->user == NULL)
+		qbf_fail("qb_url_read(\"%s\"): a password without a user", url);
+}
+
+/*
+ * qbf_one_host: egress's host of url (qb_url_host) is the host the
+ * connection of its scheme uses: the reader's, librabbitmq's (from
+ * qb_amqp_url_parse), cnats's (from the server qb_nats_server writes),
+ * libcurl's for http(s), the ODBC connection string's SERVER.
+ */
+static void
+qbf_one_host(const char *url, const QbUrl *u)
+{
+	char		egress[256];
+	char		conn[256] = "";
+	char		err[512];
+	const char *who = "qb_url_read";
+
+	if (!qb_url_host(url, strlen(url), egress, sizeof(egress), err, sizeof(err)))
+		qbf_fail("egress reads no host from \"%s\" (%s), the reader reads \"%s\"", url, err, u->host);
+	snprintf(conn, sizeof(conn), "%s", u->host);
+	if (strncmp(u->scheme, "amqp", 4) == 0)
+	{
+		QbAmqpUrl	au;
+
+		who = "qb_amqp_url_parse";
+		if (qb_amqp_url_parse(url, &au, err, sizeof(err)))
+			snprintf(conn, sizeof(conn), "%s", au.host);
+		qb_amqp_url_free(&au);
+	}
+	else if (strcmp(u->scheme, "nats") == 0 || strcmp(u->scheme, "tls") == 0)
+	{
+		char	   *server = qb_nats_server(url, strlen(url), err, sizeof(err));
+
+		who = "cnats";
+		if (server != NULL)
+			qbf_cnats_host(server, conn, sizeof(conn));
+		free(server);
+	}
+	else if (strncmp(u->scheme, "http", 4) == 0)
+	{
+		who = "libcurl";
+		if (!qbf_curl_host(url, conn, sizeof(conn)))
+			qbf_fail("libcurl refuses \"%s\", which the reader reads", url);
+	}
+	else if (strcmp(u->scheme, "sqlserver") == 0)
+	{
+		QbOdbcUrl	ou;
+
+		who = "qb_odbc_url_parse";
+		if (qb_odbc_url_parse(url, &ou, err, sizeof(err)) == 0)
+			snprintf(conn, sizeof(conn), "%s", ou.host);
+		qb_odbc_url_free(&ou);
+	}
+	if (strcmp(egress, conn) != 0 || strcmp(egress, u->host) != 0)
+		qbf_fail("\"%s\": egress judges host \"%s\", %s connects to \"%s\" (the reader: \"%s\")",
+				 url, egress, who, conn, u->host);
+}
+
+static void
+qbf_reader(const char *url)
+{
+	static const char *const all[] = {"amqp", "amqps", "nats", "tls", "http", "https", "sqlserver", NULL};
+	QbUrl		u;
+	char		err[512];
+
+	memset(err, 'x', sizeof(err));
+	if (!qb_url_read(url, all, QB_URL_USERINFO | QB_URL_QUERY, &u, err, sizeof(err)))
+	{
+		qbf_no_mark(url, err, sizeof(err), "qb_url_read");
+		if (u.scheme != NULL || u.host != NULL || u.user != NULL || u.password != NULL)
+			qbf_fail("qb_url_read refused \"%s\" but left parts", url);
+		return;
+	}
+	qbf_reader_parts(url, &u, all);
+	qbf_one_host(url, &u);
+	qb_url_free(&u);
+}
+
 /* ---- the rest --------------------------------------------------------- */
 
 int
@@ -337,6 +493,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	qbf_odbc(url);
 	qbf_quote(url);
+	qbf_reader(url);
 	free(url);
 	return 0;
 }

@@ -290,7 +290,8 @@ def broker_headers():
 
 def url():
     out = []
-    for text in (config_tests(), read("test/unit/test_amqp.c"), read("test/unit/test_odbc.c")):
+    for text in (config_tests(), read("test/unit/test_amqp.c"), read("test/unit/test_odbc.c"),
+                 read("test/unit/test_url.c")):
         mac = macros_of(text)
         for lit in all_literals(text, mac):
             if (b"://" in lit or b"${" in lit or b"$$" in lit) and b"\n" not in lit and len(lit) < 400:
@@ -298,7 +299,10 @@ def url():
     out += [b"sqlserver://queuebox:S3CR3T;x@db.internal:1433/app?encrypt=request&odbcDriver=%7BFreeTDS%7D",
             b"sqlserver://u:p%7D%3B@h/db?odbcDriver=/usr/lib/libtdsodbc.so",
             b"nats://u:S3CR3T@h:4222,tls://h2:4443", b"127.0.0.1:9092,PLAINTEXT://k:9093",
-            b"amqp://u:S3CR3T@h:5672/%2f?heartbeat=10", b"${QBF_SECRET}", b"$${QBF_SECRET}"]
+            b"amqp://u:S3CR3T@h:5672/%2f?heartbeat=10", b"${QBF_SECRET}", b"$${QBF_SECRET}",
+            # the reader: hosts that client libraries once read otherwise (cnats: the last '@')
+            b"nats://h1/x@evil:4222", b"nats://u:p%40w@[::1]:4222", b"http://127.0.0.1:80@hooks.example/",
+            b"https://0x7f.1:8443/p", b"sqlserver://u:p@2130706433/db"]
     return out
 
 

@@ -175,7 +175,7 @@ test_names_only(void **state)
 	assert_false(qb_egress_hosts_ok(e, "http://127.0.0.1.nip.io/", why, sizeof(why)));
 	assert_true(qb_egress_hosts_ok(e, "http://hooks.partner.example/in", why, sizeof(why)));
 	assert_true(qb_egress_hosts_ok(e, "https://HOOKS.partner.example.:8443", why, sizeof(why)));
-	/* libcurl's reading: the user info ends at the last '@' */
+	/* the URL reader's (libcurl's) reading: the user info ends at the '@' */
 	assert_true(qb_egress_hosts_ok(e, "http://127.0.0.1:80@hooks.partner.example/", why, sizeof(why)));
 	assert_false(qb_egress_hosts_ok(e, "http://hooks.partner.example@127.0.0.1/", why, sizeof(why)));
 

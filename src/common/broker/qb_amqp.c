@@ -17,7 +17,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <amqp.h>
@@ -29,19 +28,12 @@
 #include "qb_amqp.h"
 #include "qb_crypto.h"
 #include "qb_errlen.h"
+#include "qb_clock.h"
+#include "qb_url.h"
 
 #define QBAM_RPC_TIMEOUT_MS		10000
 
-/* ---- time ----------------------------------------------------------------- */
-
-long
-qb_amqp_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+/* ---- time (the clock is qb_clock.h's) -------------------------------------- */
 
 void
 qb_amqp_tv(struct timeval *tv, long ms)
@@ -51,47 +43,6 @@ qb_amqp_tv(struct timeval *tv, long ms)
 }
 
 /* ---- the url ------------------------------------------------------------ */
-
-/* qba_decode: a malloc'd percent-decoded copy of s[0..len), or NULL. */
-static char *
-qba_decode(const char *s, size_t len, const char *what, char *err, size_t errlen)
-{
-	char	   *out = malloc(len + 1);
-	size_t		o = 0;
-
-	if (out == NULL)
-	{
-		snprintf(err, errlen, "out of memory");
-		return NULL;
-	}
-	for (size_t i = 0; i < len; i++)
-	{
-		if (s[i] == '%')
-		{
-			int			hi = i + 2 < len ? qb_hex_digit((unsigned char) s[i + 1]) : -1;
-			int			lo = i + 2 < len ? qb_hex_digit((unsigned char) s[i + 2]) : -1;
-
-			if (hi < 0 || lo < 0)
-			{
-				snprintf(err, errlen, "bad percent-encoding in the %s (write %%XX with two hex digits)", what);
-				free(out);
-				return NULL;
-			}
-			if (hi == 0 && lo == 0)
-			{
-				snprintf(err, errlen, "the %s contains %%00", what);
-				free(out);
-				return NULL;
-			}
-			out[o++] = (char) (hi * 16 + lo);
-			i += 2;
-		}
-		else
-			out[o++] = s[i];
-	}
-	out[o] = '\0';
-	return out;
-}
 
 void
 qb_amqp_url_free(QbAmqpUrl *u)
@@ -198,210 +149,70 @@ qba_option(QbAmqpUrl *u, const char *name, const char *value, char *err, size_t 
 	return true;
 }
 
-bool
-qb_amqp_url_parse(const char *url, QbAmqpUrl *u, char *err, size_t errlen)
+/* qba_credentials: the URL's user and password (moved), guest/guest when it has none */
+static bool
+qba_credentials(QbAmqpUrl *u, QbUrl *url, char *err, size_t errlen)
 {
-	const char *sep;
-	const char *auth;
-	const char *end;
-	const char *at = NULL;
-	const char *hp;
-	const char *hend;
-	const char *colon = NULL;
-	const char *p;
-	size_t		slen;
-
-	memset(u, 0, sizeof(*u));
-	u->connect_timeout_ms = 5000;
-	u->verify = true;
-
-	sep = strstr(url, "://");
-	if (sep == NULL)
-	{
-		snprintf(err, errlen, "not a URL: expected amqp://host[:port][/vhost]");
-		return false;
-	}
-	slen = sep - url;
-	if (slen == 4 && strncasecmp(url, "amqp", 4) == 0)
-		u->tls = false;
-	else if (slen == 5 && strncasecmp(url, "amqps", 5) == 0)
-		u->tls = true;
-	else
-	{
-		snprintf(err, errlen, "unsupported scheme (use amqp or amqps)");
-		return false;
-	}
-	for (p = url; *p != '\0'; p++)
-		if ((unsigned char) *p <= ' ' || *p == 0x7f)
-		{
-			snprintf(err, errlen, "the URL contains a space or a control character; percent-encode it");
-			return false;
-		}
-	if (strchr(url, '#') != NULL)
-	{
-		snprintf(err, errlen, "a fragment (#...) is not allowed in the URL; remove it");
-		return false;
-	}
-
-	auth = sep + 3;
-	end = auth + strcspn(auth, "/?");
-	for (p = auth; p < end; p++)
-		if (*p == '@')
-			at = p;
-	if (at != NULL)
-	{
-		const char *c = memchr(auth, ':', at - auth);
-
-		if (c == NULL)
-			c = at;
-		if ((u->user = qba_decode(auth, c - auth, "user name", err, errlen)) == NULL)
-			return false;
-		if (c < at)
-		{
-			if ((u->password = qba_decode(c + 1, at - c - 1, "password", err, errlen)) == NULL)
-				return false;
-		}
-		else if ((u->password = strdup("")) == NULL)
-		{
-			snprintf(err, errlen, "out of memory");
-			return false;
-		}
-		hp = at + 1;
-	}
-	else
+	if (url->user == NULL && url->password == NULL)
 	{
 		u->user = strdup("guest");
 		u->password = strdup("guest");
-		hp = auth;
+	}
+	else
+	{
+		u->user = url->user != NULL ? url->user : strdup("");
+		u->password = url->password != NULL ? url->password : strdup("");
+		url->user = url->password = NULL;
 	}
 	if (u->user == NULL || u->password == NULL)
 	{
 		snprintf(err, errlen, "out of memory");
 		return false;
 	}
+	return true;
+}
 
-	/* host and port */
-	if (hp < end && *hp == '[')
+/* qba_vhost: the path's one segment, decoded; "/" when it is empty */
+static bool
+qba_vhost(QbAmqpUrl *u, const QbUrl *url, char *err, size_t errlen)
+{
+	if (!url->path_one_segment)
 	{
-		const char *rb = memchr(hp, ']', end - hp);
-
-		if (rb == NULL || rb == hp + 1)
-		{
-			snprintf(err, errlen, "an IPv6 address needs its closing ']' (amqp://[::1]:5672)");
-			return false;
-		}
-		u->host = strndup(hp + 1, rb - hp - 1);
-		hend = rb + 1;
-		if (hend < end && *hend != ':')
-		{
-			snprintf(err, errlen, "unexpected text after ']'; write [address]:port");
-			return false;
-		}
-		colon = hend < end ? hend : NULL;
+		snprintf(err, errlen,
+				 "the vhost is one path segment; percent-encode a '/' in it as %%2f (\"/\" itself is the default)");
+		return false;
 	}
-	else
-	{
-		colon = memchr(hp, ':', end - hp);
-		hend = colon ? colon : end;
-		if (hend == hp)
-		{
-			snprintf(err, errlen, "no host in the URL; write amqp://host[:port]");
-			return false;
-		}
-		u->host = qba_decode(hp, hend - hp, "host", err, errlen);
-		if (u->host == NULL)
-			return false;
-	}
-	if (u->host == NULL)
+	if ((u->vhost = strdup(url->path[0] == '/' && url->path[1] != '\0' ? url->path + 1 : "/")) == NULL)
 	{
 		snprintf(err, errlen, "out of memory");
 		return false;
 	}
-	u->port = u->tls ? 5671 : 5672;
-	if (colon != NULL && colon + 1 < end)
-	{
-		char		num[8];
-		long		v;
-		size_t		n = end - colon - 1;
+	return true;
+}
 
-		if (n >= sizeof(num))
-			n = sizeof(num) - 1;
-		memcpy(num, colon + 1, n);
-		num[n] = '\0';
-		if ((size_t) (end - colon - 1) >= sizeof(num) || !qba_int(num, 1, 65535, &v))
+/* qba_query: the query's name=value options */
+static bool
+qba_query(QbAmqpUrl *u, const char *query, char *err, size_t errlen)
+{
+	char	   *name;
+	char	   *value;
+	int			rc;
+
+	while (query != NULL && (rc = qb_url_query_next(&query, &name, &value, err, errlen)) != 0)
+	{
+		bool		ok = rc > 0;
+
+		if (ok && value == NULL)
 		{
-			snprintf(err, errlen, "the port must be a number from 1 to 65535");
-			return false;
+			snprintf(err, errlen, "an option in the URL query has no value; write name=value");
+			ok = false;
 		}
-		u->port = (int) v;
-	}
-
-	/* the vhost: one path segment */
-	p = end;
-	if (*p == '/')
-	{
-		const char *q = p + 1 + strcspn(p + 1, "?");
-
-		if (memchr(p + 1, '/', q - p - 1) != NULL)
-		{
-			snprintf(err, errlen,
-					 "the vhost is one path segment; percent-encode a '/' in it as %%2f (\"/\" itself is the default)");
-			return false;
-		}
-		if ((u->vhost = qba_decode(p + 1, q - p - 1, "vhost", err, errlen)) == NULL)
-			return false;
-		p = q;
-	}
-	if (u->vhost == NULL || u->vhost[0] == '\0')
-	{
-		free(u->vhost);
-		if ((u->vhost = strdup("/")) == NULL)
-		{
-			snprintf(err, errlen, "out of memory");
-			return false;
-		}
-	}
-
-	/* the query: name=value pairs */
-	if (*p == '?')
-	{
-		p++;
-		while (*p != '\0')
-		{
-			size_t		n = strcspn(p, "&");
-			const char *eq = memchr(p, '=', n);
-			char	   *name;
-			char	   *value;
-			bool		ok;
-
-			if (n == 0)
-			{
-				p++;
-				continue;
-			}
-			if (eq == NULL)
-			{
-				snprintf(err, errlen, "an option in the URL query has no value; write name=value");
-				return false;
-			}
-			name = qba_decode(p, eq - p, "query", err, errlen);
-			if (name == NULL)
-				return false;
-			value = qba_decode(eq + 1, p + n - eq - 1, "query", err, errlen);
-			if (value == NULL)
-			{
-				free(name);
-				return false;
-			}
+		else if (ok)
 			ok = qba_option(u, name, value, err, errlen);
-			free(name);
-			free(value);
-			if (!ok)
-				return false;
-			p += n;
-			if (*p == '&')
-				p++;
-		}
+		free(name);
+		free(value);
+		if (!ok)
+			return false;
 	}
 	if ((u->cert == NULL) != (u->key == NULL))
 	{
@@ -409,6 +220,29 @@ qb_amqp_url_parse(const char *url, QbAmqpUrl *u, char *err, size_t errlen)
 		return false;
 	}
 	return true;
+}
+
+/* qb_amqp_url_parse: see qb_amqp.h; the URL read by qb_url_read. */
+bool
+qb_amqp_url_parse(const char *url, QbAmqpUrl *u, char *err, size_t errlen)
+{
+	static const char *const schemes[] = {"amqp", "amqps", NULL};
+	QbUrl		parts;
+	bool		ok;
+
+	memset(u, 0, sizeof(*u));
+	u->connect_timeout_ms = 5000;
+	u->verify = true;
+	if (!qb_url_read(url, schemes, QB_URL_USERINFO | QB_URL_QUERY, &parts, err, errlen))
+		return false;
+	u->tls = strcmp(parts.scheme, "amqps") == 0;
+	u->host = parts.host;
+	parts.host = NULL;
+	u->port = parts.port;
+	ok = u->host != NULL && qba_credentials(u, &parts, err, errlen) &&
+		qba_vhost(u, &parts, err, errlen) && qba_query(u, parts.query, err, errlen);
+	qb_url_free(&parts);
+	return ok;
 }
 
 /* ---- connecting ---------------------------------------------------------- */
@@ -464,7 +298,7 @@ qb_amqp_tcp_connect(const char *host, int port, long timeout_ms, const QbEgress 
 	struct addrinfo hints = {0};
 	struct addrinfo *res = NULL;
 	char		service[16];
-	long		deadline = qb_amqp_now_ms() + timeout_ms;
+	long		deadline = qb_now_ms() + timeout_ms;
 	int			rc;
 	int			fd = -1;
 
@@ -502,7 +336,7 @@ qb_amqp_tcp_connect(const char *host, int port, long timeout_ms, const QbEgress 
 				for (;;)
 				{
 					struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-					long		left = deadline - qb_amqp_now_ms();
+					long		left = deadline - qb_now_ms();
 					int			n;
 
 					if (left <= 0)
@@ -542,6 +376,104 @@ qb_amqp_tcp_connect(const char *host, int port, long timeout_ms, const QbEgress 
 
 
 /*
+ * qba_socket: librabbitmq's socket for u: TLS with u's files and
+ * verification (the system's CAs when none is given), or plain TCP.
+ */
+static amqp_socket_t *
+qba_socket(amqp_connection_state_t amqp, const QbAmqpUrl *u, const char *where,
+		   char *err, size_t errlen)
+{
+	amqp_socket_t *sock = u->tls ? amqp_ssl_socket_new(amqp) : amqp_tcp_socket_new(amqp);
+
+	if (sock == NULL)
+	{
+		snprintf(err, errlen, "%s: cannot create a socket", where);
+		return NULL;
+	}
+	if (!u->tls)
+		return sock;
+	amqp_ssl_socket_set_verify_peer(sock, u->verify);
+	amqp_ssl_socket_set_verify_hostname(sock, u->verify);
+	if (u->cacert && amqp_ssl_socket_set_cacert(sock, u->cacert) != AMQP_STATUS_OK)
+	{
+		snprintf(err, errlen, "%s: cannot use cacertfile %s", where, u->cacert);
+		return NULL;
+	}
+	/* librabbitmq 0.11 loads no CA by itself: use the system's */
+	if (u->cacert == NULL && u->verify)
+		SSL_CTX_set_default_verify_paths(amqp_ssl_socket_get_context(sock));
+	if (u->cert && amqp_ssl_socket_set_key(sock, u->cert, u->key) != AMQP_STATUS_OK)
+	{
+		snprintf(err, errlen, "%s: cannot use certfile %s with keyfile %s", where, u->cert, u->key);
+		return NULL;
+	}
+	return sock;
+}
+
+/*
+ * qba_open_tls: librabbitmq resolves, connects and shakes hands (which
+ * sends no credential); then the address it used is judged before the
+ * login.  A socket error it lost the reason of is learnt by connecting
+ * once more.
+ */
+static bool
+qba_open_tls(amqp_connection_state_t amqp, amqp_socket_t *sock, const QbAmqpUrl *u,
+			 const char *where, char *err, size_t errlen)
+{
+	struct timeval tv;
+	struct sockaddr_storage peer;
+	socklen_t	plen = sizeof(peer);
+	char		why[QB_ERRLEN];
+	int			rc;
+	int			saved_errno;
+
+	qb_amqp_tv(&tv, u->connect_timeout_ms);
+	errno = 0;
+	rc = amqp_socket_open_noblock(sock, u->host, u->port, &tv);
+	saved_errno = errno;
+	if (rc == AMQP_STATUS_SOCKET_ERROR && saved_errno != 0 && saved_errno != EINPROGRESS)
+		snprintf(why, sizeof(why), "%s", strerror(saved_errno));
+	else if (rc == AMQP_STATUS_SOCKET_ERROR)
+	{
+		int			fd = qb_amqp_tcp_connect(u->host, u->port, u->connect_timeout_ms,
+											 u->egress, why, sizeof(why));
+
+		if (fd >= 0)
+		{
+			close(fd);
+			snprintf(why, sizeof(why), "a socket error");
+		}
+	}
+	else if (rc == AMQP_STATUS_TIMEOUT)
+		snprintf(why, sizeof(why), "no answer within %ld ms", u->connect_timeout_ms);
+	else if (rc != AMQP_STATUS_OK)
+		snprintf(why, sizeof(why), "%s", amqp_error_string2(rc));
+	else if (getpeername(amqp_get_sockfd(amqp), (struct sockaddr *) &peer, &plen) != 0)
+		snprintf(why, sizeof(why), "getpeername: %s", strerror(errno));
+	else if (qb_egress_addr_ok(u->egress, u->host, (struct sockaddr *) &peer, why, sizeof(why)))
+		return true;
+	snprintf(err, errlen, "%s: cannot connect: %s", where, why);
+	return false;
+}
+
+/* qba_open_tcp: our own connect, for an exact reason ("Connection refused") */
+static bool
+qba_open_tcp(amqp_socket_t *sock, const QbAmqpUrl *u, const char *where, char *err, size_t errlen)
+{
+	char		why[QB_ERRLEN];
+	int			fd = qb_amqp_tcp_connect(u->host, u->port, u->connect_timeout_ms,
+										 u->egress, why, sizeof(why));
+
+	if (fd < 0)
+	{
+		snprintf(err, errlen, "%s: cannot connect: %s", where, why);
+		return false;
+	}
+	amqp_tcp_socket_set_sockfd(sock, fd);
+	return true;
+}
+
+/*
  * qb_amqp_login: a connection to u (TCP or TLS within connect_timeout),
  * logged in with the client properties connection_name = cname and the
  * capabilities connection.blocked, authentication_failure_close, and
@@ -559,110 +491,16 @@ qb_amqp_login(const QbAmqpUrl *u, const char *where, const char *cname, bool con
 	amqp_table_entry_t caps[3];
 	amqp_table_entry_t props[2];
 	amqp_table_t client;
-	int			rc;
-	int			saved_errno;
 
 	if ((amqp = amqp_new_connection()) == NULL)
 	{
 		snprintf(err, errlen, "%s: out of memory", where);
 		return NULL;
 	}
-	if (u->tls)
-	{
-		sock = amqp_ssl_socket_new(amqp);
-		if (sock != NULL)
-		{
-			amqp_ssl_socket_set_verify_peer(sock, u->verify);
-			amqp_ssl_socket_set_verify_hostname(sock, u->verify);
-			if (u->cacert && amqp_ssl_socket_set_cacert(sock, u->cacert) != AMQP_STATUS_OK)
-			{
-				snprintf(err, errlen, "%s: cannot use cacertfile %s", where, u->cacert);
-				goto fail;
-			}
-			/* librabbitmq 0.11 loads no CA by itself: use the system's */
-			if (u->cacert == NULL && u->verify)
-				SSL_CTX_set_default_verify_paths(amqp_ssl_socket_get_context(sock));
-			if (u->cert && amqp_ssl_socket_set_key(sock, u->cert, u->key) != AMQP_STATUS_OK)
-			{
-				snprintf(err, errlen, "%s: cannot use certfile %s with keyfile %s",
-						 where, u->cert, u->key);
-				goto fail;
-			}
-		}
-	}
-	else
-		sock = amqp_tcp_socket_new(amqp);
-	if (sock == NULL)
-	{
-		snprintf(err, errlen, "%s: cannot create a socket", where);
+	if ((sock = qba_socket(amqp, u, where, err, errlen)) == NULL ||
+		!(u->tls ? qba_open_tls(amqp, sock, u, where, err, errlen)
+		  : qba_open_tcp(sock, u, where, err, errlen)))
 		goto fail;
-	}
-	if (u->tls)
-	{
-		qb_amqp_tv(&tv, u->connect_timeout_ms);
-		errno = 0;
-		rc = amqp_socket_open_noblock(sock, u->host, u->port, &tv);
-		saved_errno = errno;
-		if (rc != AMQP_STATUS_OK)
-		{
-			if (rc == AMQP_STATUS_SOCKET_ERROR && saved_errno != 0 && saved_errno != EINPROGRESS)
-				snprintf(err, errlen, "%s: cannot connect: %s", where, strerror(saved_errno));
-			else if (rc == AMQP_STATUS_SOCKET_ERROR)
-			{
-				/* librabbitmq lost the reason: connect once more to learn it */
-				char		why[QB_ERRLEN];
-				int			fd = qb_amqp_tcp_connect(u->host, u->port, u->connect_timeout_ms,
-													 u->egress, why, sizeof(why));
-
-				if (fd >= 0)
-				{
-					close(fd);
-					snprintf(why, sizeof(why), "a socket error");
-				}
-				snprintf(err, errlen, "%s: cannot connect: %s", where, why);
-			}
-			else if (rc == AMQP_STATUS_TIMEOUT)
-				snprintf(err, errlen, "%s: cannot connect: no answer within %ld ms", where,
-						 u->connect_timeout_ms);
-			else
-				snprintf(err, errlen, "%s: cannot connect: %s", where, amqp_error_string2(rc));
-			goto fail;
-		}
-		/*
-		 * librabbitmq resolved and connected (and shook hands, which sends
-		 * no credential): judge the address it used before the login does
-		 */
-		{
-			struct sockaddr_storage peer;
-			socklen_t	plen = sizeof(peer);
-			char		why[QB_ERRLEN];
-
-			if (getpeername(amqp_get_sockfd(amqp), (struct sockaddr *) &peer, &plen) != 0)
-			{
-				snprintf(err, errlen, "%s: cannot connect: getpeername: %s", where, strerror(errno));
-				goto fail;
-			}
-			if (!qb_egress_addr_ok(u->egress, u->host, (struct sockaddr *) &peer, why, sizeof(why)))
-			{
-				snprintf(err, errlen, "%s: cannot connect: %s", where, why);
-				goto fail;
-			}
-		}
-	}
-	else
-	{
-		/* our own connect, for an exact reason ("Connection refused") */
-		char		why[QB_ERRLEN];
-		int			fd = qb_amqp_tcp_connect(u->host, u->port, u->connect_timeout_ms,
-											 u->egress, why, sizeof(why));
-
-		if (fd < 0)
-		{
-			snprintf(err, errlen, "%s: cannot connect: %s", where, why);
-			goto fail;
-		}
-		amqp_tcp_socket_set_sockfd(sock, fd);
-	}
 
 	/* ask for connection.blocked notices; keep authentication_failure_close */
 	caps[0].key = amqp_cstring_bytes("connection.blocked");

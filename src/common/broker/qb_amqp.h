@@ -4,7 +4,8 @@
  *	  (librabbitmq-c 0.11): the url, connecting and logging in; and what
  *	  the configuration checks with (the url, the routingKey names).
  *
- * The URL is amqp[s]://[user[:password]@]host[:port][/vhost][?options]; an
+ * The URL is amqp[s]://[user[:password]@]host[:port][/vhost][?options],
+ * read by the one URL reader (qb_url.h); no user info is guest/guest; an
  * empty or missing vhost is "/" (write %2f for it explicitly, or any other
  * vhost percent-encoded).  Options: heartbeat (seconds, 0 = off, the
  * default), connection_timeout (ms, default 5000), and for amqps cacertfile,
@@ -54,8 +55,7 @@ extern void qb_amqp_url_free(QbAmqpUrl *u);
  */
 extern const char *const qb_amqp_routing_key_names[];
 
-/* Monotonic milliseconds; a timeval of ms. */
-extern long qb_amqp_now_ms(void);
+/* A timeval of ms (deadlines: qb_now_ms, qb_clock.h). */
 extern void qb_amqp_tv(struct timeval *tv, long ms);
 
 /* Describe a failed RPC reply as "where: what failed: reason". */

@@ -4,12 +4,18 @@
  *	  consumer; see qb_nats.h for the thread rule they serve.
  *-------------------------------------------------------------------------
  */
-#include <ctype.h>
+#define _GNU_SOURCE				/* asprintf */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "qb_errlen.h"
 #include "qb_nats.h"
+#include "qb_url.h"
+
+/* the schemes of a NATS server: tls:// asks for TLS */
+static const char *const qb_nats_schemes[] = {"nats", "tls", NULL};
 
 void
 qb_nats_block_signals(sigset_t *old)
@@ -52,6 +58,110 @@ qb_nats_open(char *err, size_t errlen)
 	return true;
 }
 
+/*
+ * qb_nats_server: see qb_nats.h.  One server of a list (len bytes of one)
+ * as cnats is to read it, written again from what the URL reader read:
+ * scheme://[user[:password]@]host:port with the user info decoded.  cnats
+ * decodes nothing, and takes the last '@' of the whole text (a path's
+ * too) and the first ':' before it, so what it reads from this is what
+ * the reader read.  NULL with err when the entry does not read, or when
+ * cnats could not read it back (a ':' in the user name).  It holds the
+ * password: explicit_bzero it before it is freed.
+ */
+char *
+qb_nats_server(const char *one, size_t len, char *err, size_t errlen)
+{
+	char	   *text = strndup(one, len);
+	char	   *out = NULL;
+	QbUrl		u;
+	bool		v6;
+
+	if (text == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if (!qb_url_read(text, qb_nats_schemes, QB_URL_USERINFO, &u, err, errlen))
+	{
+		free(text);
+		return NULL;
+	}
+	v6 = strchr(u.host, ':') != NULL;
+	if (u.user != NULL && strchr(u.user, ':') != NULL)
+		snprintf(err, errlen, "a NATS user name cannot hold ':' (%%3A): cnats ends the user there");
+	else if (asprintf(&out, "%s://%s%s%s%s%s%s%s:%d", u.scheme, u.user ? u.user : "",
+					  u.password ? ":" : "", u.password ? u.password : "",
+					  u.user || u.password ? "@" : "", v6 ? "[" : "", u.host, v6 ? "]" : "", u.port) < 0)
+	{
+		out = NULL;
+		snprintf(err, errlen, "out of memory");
+	}
+	qb_url_free(&u);
+	free(text);
+	return out;
+}
+
+/* qb_nats_free_server: a server written by qb_nats_server, its password wiped */
+static void
+qb_nats_free_server(char *server)
+{
+	if (server != NULL)
+		explicit_bzero(server, strlen(server));
+	free(server);
+}
+
+/* qb_nats_url_check: see qb_nats.h. */
+bool
+qb_nats_url_check(const char *list, char *err, size_t errlen)
+{
+	const char *next = list;
+	const char *one;
+	size_t		len;
+
+	while ((one = qb_url_list_next(&next, &len)) != NULL)
+	{
+		char	   *server;
+
+		if (len == 0)
+		{
+			snprintf(err, errlen, "empty entry in the server list; write nats://host:port[,nats://host:port]");
+			return false;
+		}
+		if ((server = qb_nats_server(one, len, err, errlen)) == NULL)
+			return false;
+		qb_nats_free_server(server);
+	}
+	return true;
+}
+
+/* qb_nats_set_servers: the list's servers, as qb_nats_server writes them, in their order */
+static natsStatus
+qb_nats_set_servers(natsOptions *o, const char *list)
+{
+	const char *next = list;
+	const char *one;
+	size_t		len;
+	char	   *servers[QB_NATS_MAX_SERVERS];
+	char		err[QB_ERRLEN];
+	int			n = 0;
+	natsStatus	s = NATS_OK;
+
+	while (s == NATS_OK && (one = qb_url_list_next(&next, &len)) != NULL)
+	{
+		if (n == QB_NATS_MAX_SERVERS || (servers[n] = qb_nats_server(one, len, err, sizeof(err))) == NULL)
+			s = NATS_INVALID_ARG;
+		else
+			n++;
+	}
+	if (s == NATS_OK)
+		s = natsOptions_SetServers(o, (const char **) servers, n);
+	if (s == NATS_OK)
+		s = natsOptions_SetNoRandomize(o, true);
+	for (int i = 0; i < n; i++)
+		qb_nats_free_server(servers[i]);
+	return s;
+}
+
 natsOptions *
 qb_nats_options(const char *url, natsStatus *s)
 {
@@ -59,7 +169,7 @@ qb_nats_options(const char *url, natsStatus *s)
 
 	*s = natsOptions_Create(&o);
 	if (*s == NATS_OK)
-		*s = natsOptions_SetURL(o, url);
+		*s = qb_nats_set_servers(o, url);
 	if (*s == NATS_OK)
 		*s = natsOptions_SetName(o, "queuebox");
 	if (*s == NATS_OK)
@@ -77,55 +187,42 @@ qb_nats_options(const char *url, natsStatus *s)
 }
 
 /*
- * qb_nats_segment_end: where the server list's entry at p ends: at the
- * first comma that starts another URL (a scheme, then "://"), or at the
- * end.  A comma that does not (one inside a password) belongs to the
- * entry, so the entry's '@' is still found and its password hidden.
+ * qb_nats_redact: each server as the reader reads it, scheme, host and
+ * port (when written), its user info (if any) shown as "***@"; "(a server URL that does
+ * not read)" for one that does not (the configuration refuses those:
+ * nothing of it is shown).
  */
-static const char *
-qb_nats_segment_end(const char *p)
-{
-	for (const char *c = strchr(p, ','); c != NULL; c = strchr(c + 1, ','))
-	{
-		const char *q = c + 1;
-
-		while (isalpha((unsigned char) *q))
-			q++;
-		if (q > c + 1 && strncmp(q, "://", 3) == 0)
-			return c;
-	}
-	return p + strlen(p);
-}
-
 void
 qb_nats_redact(const char *url, char *out, size_t outlen)
 {
+	const char *next = url;
+	const char *one;
+	size_t		len;
 	size_t		o = 0;
 
-	for (const char *p = url; *p && o + 1 < outlen;)
+	out[0] = '\0';
+	while ((one = qb_url_list_next(&next, &len)) != NULL && o + 1 < outlen)
 	{
-		const char *end = qb_nats_segment_end(p);
-		const char *scheme = strstr(p, "://");
-		const char *from = scheme != NULL && scheme < end ? scheme + 3 : p;
-		const char *at = NULL;
-		size_t		len = (size_t) (end - p);
+		char	   *text = strndup(one, len);
+		char		err[QB_ERRLEN];
+		QbUrl		u;
 
-		/* the last '@' of the entry: a password may hold one too */
-		for (const char *q = from; q < end; q++)
-			if (*q == '@')
-				at = q;
-		if (at != NULL)
-			o += snprintf(out + o, outlen - o, "%.*s***%.*s",
-						  (int) (from - p), p, (int) (end - at), at);
+		if (text != NULL && qb_url_read(text, qb_nats_schemes, QB_URL_USERINFO, &u, err, sizeof(err)))
+		{
+			bool		v6 = strchr(u.host, ':') != NULL;
+
+			char		port[16] = "";
+
+			if (u.port_written)
+				snprintf(port, sizeof(port), ":%d", u.port);
+			o += snprintf(out + o, outlen - o, "%s%s://%s%s%s%s%s", o > 0 ? "," : "", u.scheme,
+						  u.user || u.password ? "***@" : "", v6 ? "[" : "", u.host, v6 ? "]" : "", port);
+			qb_url_free(&u);
+		}
 		else
-			o += snprintf(out + o, outlen - o, "%.*s", (int) len, p);
-		if (o >= outlen)
-			break;
-		p = end;
-		if (*p == ',')
-			out[o++] = *p++;
+			o += snprintf(out + o, outlen - o, "%s(a server URL that does not read)", o > 0 ? "," : "");
+		free(text);
 	}
-	out[o < outlen ? o : outlen - 1] = '\0';
 }
 
 void

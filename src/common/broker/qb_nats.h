@@ -23,6 +23,7 @@
 
 #define QB_NATS_CONNECT_MS		2000
 #define QB_NATS_RECONNECT_MS	250
+#define QB_NATS_MAX_SERVERS		64	/* servers in one list */
 
 extern void qb_nats_block_signals(sigset_t *old);
 extern void qb_nats_restore_signals(const sigset_t *old);
@@ -31,12 +32,31 @@ extern void qb_nats_restore_signals(const sigset_t *old);
 extern bool qb_nats_open(char *err, size_t errlen);
 
 /*
- * New options for url: client name "queuebox", the connect timeout, and
- * reconnects forever a few times a second.  NULL when cnats refused.
+ * A server list (nats:// or tls:// URLs, commas between): each read by the
+ * URL reader as qb_nats_options reads it, user info allowed.  false with
+ * err naming what is wrong (never the URL: it may hold a password).
+ */
+extern bool qb_nats_url_check(const char *list, char *err, size_t errlen);
+
+/*
+ * One server of a list (len bytes of one) as cnats is given it:
+ * scheme://[user[:password]@]host:port, written from the URL reader's
+ * parts (decoded), so that cnats's reading of it (the last '@', the first
+ * ':' before it, the last ':' after any ']') names the reader's host.
+ * malloc'd; it holds the password.  NULL with err when it does not read.
+ */
+extern char *qb_nats_server(const char *one, size_t len, char *err, size_t errlen);
+
+/*
+ * New options for a server list: its servers in their order (each written
+ * again from what the URL reader read, so cnats connects to the host the
+ * egress check judged), client name "queuebox", the connect timeout, and
+ * reconnects forever a few times a second.  NULL when a server does not
+ * read or cnats refused.
  */
 extern natsOptions *qb_nats_options(const char *url, natsStatus *s);
 
-/* A server list with every user:password replaced by ***. */
+/* A server list as the reader reads it, each user:password replaced by ***. */
 extern void qb_nats_redact(const char *url, char *out, size_t outlen);
 
 /* cnats's status text plus its last error detail. */

@@ -36,6 +36,7 @@
 #include "qb_otlp.h"
 #include "qb_sign.h"
 #include "qb_transform.h"
+#include "qb_url.h"
 
 /*
  * Defaults (qb_config_defaults) and accepted ranges, as in the document:
@@ -394,28 +395,7 @@ extern void qb_config_set_daemon_sections(bool read);
 /* true when every entry of such a list is an absolute path (empty ones pass) */
 extern bool qb_config_file_dirs_valid(const char *dirs);
 
-/*
- * Check a destination base URL: http or https scheme, a host, an optional
- * port 1..65535, no user info, no query or fragment.  Returns true or false
- * with the reason in err.
- */
-extern bool qb_url_check(const char *url, char *err, size_t errlen);
-
-/*
- * The same check for another family of schemes (a NULL-terminated list, e.g.
- * {"amqp", "amqps", NULL}).  Broker URLs may carry user info (credentials)
- * and a query (client options), so the flags allow them.
- * QB_URL_ANY_AUTHORITY leaves what comes between "://" and the path to the
- * client library that reads the URL: libpq takes a list of hosts, a
- * percent-encoded Unix-socket directory or no host at all, which no URL
- * parser here reads as libpq does (the daemon checks them with libpq).
- * Messages never repeat the URL: it may hold a password.
- */
-#define QB_URL_USERINFO		0x01
-#define QB_URL_QUERY		0x02
-#define QB_URL_ANY_AUTHORITY 0x04
-extern bool qb_url_check_scheme(const char *url, const char *const *schemes,
-								int flags, char *err, size_t errlen);
+/* URLs are checked with qb_url_check and qb_url_check_scheme (qb_url.h). */
 
 extern const char *qb_dest_type_name(QbDestType t);
 

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  * qb_config_env.c
- *	  ${NAME} and ${file:PATH} expansion, and the checks of URLs and broker
- *	  lists.
+ *	  ${NAME} and ${file:PATH} expansion, and the check of kafka's broker
+ *	  lists (each entry read by the URL reader, qb_url.h).
  *
  * All run on values that may hold secrets (a password in a URL, a token
  * from the environment or a file), so no message here repeats a value:
@@ -474,184 +474,9 @@ fail:
 }
 
 /* ---------------------------------------------------------------------
- * URLs
+ * Broker lists (URLs: qb_url.h)
  * ---------------------------------------------------------------------
  */
-
-/*
- * qbcf_hostport: check "host[:port]" or "[v6]:port" of len bytes.  The port
- * is optional; when present it must be 1..65535.
- */
-static bool
-qbcf_hostport(const char *s, size_t len, char *err, size_t errlen)
-{
-	size_t		i = 0;
-	size_t		hostlen;
-
-	if (len > 0 && s[0] == '[')
-	{
-		for (i = 1; i < len && s[i] != ']'; i++)
-			if (!isxdigit((unsigned char) s[i]) && s[i] != ':' && s[i] != '.')
-			{
-				snprintf(err, errlen, "invalid character in the IPv6 address of the host");
-				return false;
-			}
-		if (i >= len || i == 1)
-		{
-			snprintf(err, errlen, "the IPv6 host needs its closing ']' and an address inside");
-			return false;
-		}
-		i++;
-		if (i < len && s[i] != ':')
-		{
-			snprintf(err, errlen, "unexpected text after the IPv6 host; write [address]:port");
-			return false;
-		}
-	}
-	else
-	{
-		for (i = 0; i < len && s[i] != ':'; i++)
-			if (!isalnum((unsigned char) s[i]) && s[i] != '-' && s[i] != '.' && s[i] != '_')
-			{
-				snprintf(err, errlen, "invalid character in the host name (letters, digits, '-', '.' and '_' only)");
-				return false;
-			}
-		hostlen = i;
-		if (hostlen == 0)
-		{
-			snprintf(err, errlen, "no host; write scheme://host[:port]");
-			return false;
-		}
-	}
-	if (i < len)
-	{
-		long		port = 0;
-		size_t		digits = 0;
-
-		for (i++; i < len; i++, digits++)
-		{
-			if (!isdigit((unsigned char) s[i]) || port > 65535)
-			{
-				port = -1;
-				break;
-			}
-			port = port * 10 + (s[i] - '0');
-		}
-		if (digits == 0 || port < 1 || port > 65535)
-		{
-			snprintf(err, errlen, "the port must be a number from 1 to 65535");
-			return false;
-		}
-	}
-	return true;
-}
-
-/*
- * qbcf_authority: the part between "://" and the path, query or fragment
- * (auth to rest): an optional user info, where flags allow it, then one
- * host[:port].
- */
-static bool
-qbcf_authority(const char *url, size_t slen, const char *auth, const char *rest,
-			   const char *scheme, int flags, char *err, size_t errlen)
-{
-	const char *at = NULL;
-
-	if (rest == auth)
-	{
-		snprintf(err, errlen, "no host after \"%.*s://\"; write %s://host[:port]",
-				 (int) slen, url, scheme);
-		return false;
-	}
-	for (const char *p = auth; p < rest; p++)
-		if (*p == '@')
-			at = p;
-	if (at != NULL)
-	{
-		if (!(flags & QB_URL_USERINFO))
-		{
-			snprintf(err, errlen,
-					 "user info (user@ or user:password@) is not allowed in this URL; send credentials as headers instead");
-			return false;
-		}
-		auth = at + 1;
-	}
-	return qbcf_hostport(auth, rest - auth, err, errlen);
-}
-
-/* qb_url_check_scheme: see qb_config.h. */
-bool
-qb_url_check_scheme(const char *url, const char *const *schemes, int flags,
-					char *err, size_t errlen)
-{
-	const char *sep;
-	const char *rest;
-	const char *p;
-	size_t		slen;
-	int			i;
-	bool		known = false;
-
-	sep = strstr(url, "://");
-	for (p = url; sep != NULL && p < sep; p++)
-		if (!isalnum((unsigned char) *p) && *p != '+' && *p != '-' && *p != '.')
-			sep = NULL;
-	if (sep == NULL || sep == url)
-	{
-		snprintf(err, errlen, "not a URL: expected %s://host[:port][/path]", schemes[0]);
-		return false;
-	}
-	for (p = url; *p != '\0'; p++)
-		if ((unsigned char) *p <= ' ' || *p == 0x7f)
-		{
-			snprintf(err, errlen, "the URL contains a space or a control character; percent-encode it");
-			return false;
-		}
-	slen = sep - url;
-	for (i = 0; schemes[i] != NULL; i++)
-		if (strlen(schemes[i]) == slen && strncasecmp(url, schemes[i], slen) == 0)
-			known = true;
-	if (!known)
-	{
-		QbcfBuf		list = {0};
-
-		for (i = 0; schemes[i] != NULL; i++)
-		{
-			if (i > 0)
-				qbcf_buf_add(&list, schemes[i + 1] ? ", " : " or ", schemes[i + 1] ? 2 : 4);
-			qbcf_buf_add(&list, schemes[i], strlen(schemes[i]));
-		}
-		snprintf(err, errlen, "unsupported scheme \"%.*s\" (use %s)",
-				 slen > 20 ? 20 : (int) slen, url, list.data ? list.data : "?");
-		free(list.data);
-		return false;
-	}
-	rest = sep + 3 + strcspn(sep + 3, "/?#");
-	/* QB_URL_ANY_AUTHORITY: the client library reads it (libpq's host lists, socket paths) */
-	if (!(flags & QB_URL_ANY_AUTHORITY) &&
-		!qbcf_authority(url, slen, sep + 3, rest, schemes[0], flags, err, errlen))
-		return false;
-	p = rest + strcspn(rest, "?#");
-	if (*p == '?' && !(flags & QB_URL_QUERY))
-	{
-		snprintf(err, errlen, "a query string (?...) is not allowed in this URL; remove it");
-		return false;
-	}
-	if (strchr(p, '#') != NULL)
-	{
-		snprintf(err, errlen, "a fragment (#...) is not allowed in a URL here; remove it");
-		return false;
-	}
-	return true;
-}
-
-/* qb_url_check: see qb_config.h. */
-bool
-qb_url_check(const char *url, char *err, size_t errlen)
-{
-	static const char *const http[] = {"http", "https", NULL};
-
-	return qb_url_check_scheme(url, http, 0, err, errlen);
-}
 
 /*
  * qbcf_brokers_check: kafka's bootstrap list, "host[:port],host[:port]", each
@@ -660,36 +485,18 @@ qb_url_check(const char *url, char *err, size_t errlen)
 bool
 qbcf_brokers_check(const char *s, char *err, size_t errlen)
 {
-	const char *p = s;
+	const char *next = s;
+	const char *one;
+	size_t		len;
 
-	for (;;)
-	{
-		size_t		len = strcspn(p, ",");
-		const char *sep;
-		const char *q;
-
-		for (q = p; q < p + len; q++)
-			if ((unsigned char) *q <= ' ' || *q == 0x7f)
-			{
-				snprintf(err, errlen, "the broker list contains a space or a control character; write host:port,host:port");
-				return false;
-			}
-		sep = strstr(p, "://");
-		if (sep != NULL && sep < p + len)
+	for (const char *q = s; *q != '\0'; q++)
+		if ((unsigned char) *q <= ' ' || *q == 0x7f)
 		{
-			len -= (sep + 3) - p;
-			p = sep + 3;
-		}
-		if (len == 0)
-		{
-			snprintf(err, errlen, "empty entry in the broker list; write host:port,host:port");
+			snprintf(err, errlen, "the broker list contains a space or a control character; write host:port,host:port");
 			return false;
 		}
-		if (!qbcf_hostport(p, len, err, errlen))
+	while ((one = qb_url_list_next(&next, &len)) != NULL)
+		if (!qb_url_hostport_check(one, len, err, errlen))
 			return false;
-		p += len;
-		if (*p == '\0')
-			return true;
-		p++;
-	}
+	return true;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "qb_config_int.h"
+#include "qb_nats.h"
 
 static const char *const qbcf_keys_nats[] =
 {"type", "url", "subject", "jetstream", "createStream", "transform", "maxInFlight",
@@ -19,33 +20,18 @@ static const char *const qbcf_keys_nats_source[] =
 "eventTypePath", "eventTypeHeader", "aggregateIdPath", "topic", "consumption", "transform",
 "batchSize", "onDead", NULL};
 
-static const char *const qbcf_nats_schemes[] = {"nats", "tls", NULL};
-
 /*
- * qbcf_nats_urls: a destination's url, which may list several servers
- * separated by commas, as cnats accepts.
+ * qbcf_nats_urls: a url, which may list several servers separated by
+ * commas, checked as the connection reads it (qb_nats_url_check).
  */
 static bool
 qbcf_nats_urls(QbcfCtx *cx, const char *path, const QbcfNode *n, const char *url)
 {
 	char		sub[QBCF_PATHLEN];
 	char		msg[QBCF_MSGLEN];
-	char	   *copy = qbcf_arena_strdup(cx->arena, url);
-	char	   *one;
-	char	   *save = NULL;
-	bool		ok = true;
 
 	qbcf_path_key(sub, sizeof(sub), path, "url");
-	if (copy == NULL)
-		return qbcf_error(cx, sub, n, "out of memory");
-	if (copy[0] == '\0' || copy[strlen(copy) - 1] == ',' || strstr(copy, ",,") != NULL)
-	{
-		snprintf(msg, sizeof(msg), "empty entry in the server list; write nats://host:port[,nats://host:port]");
-		ok = false;
-	}
-	for (one = strtok_r(copy, ",", &save); ok && one != NULL; one = strtok_r(NULL, ",", &save))
-		ok = qb_url_check_scheme(one, qbcf_nats_schemes, QB_URL_USERINFO, msg, sizeof(msg));
-	if (!ok)
+	if (!qb_nats_url_check(url, msg, sizeof(msg)))
 		return qbcf_error(cx, sub, n, "%s", msg);
 	return true;
 }
@@ -143,23 +129,20 @@ const QbcfDestType qbcf_dest_nats =
 };
 
 /*
- * qbcf_nats_source: the server, the subject and the stream a nats source
+ * qbcf_nats_source: the servers, the subject and the stream a nats source
  * consumes; the durable consumer's name defaults from the source's.
  */
 static bool
 qbcf_nats_source(QbcfCtx *cx, const char *path, const QbcfNode *m, QbSource *s)
 {
-	char		sub[QBCF_PATHLEN];
-	char		msg[QBCF_MSGLEN];
 	const QbcfNode *n;
 
 	if (!qbcf_required_string(cx, path, m, "url",
 							  "a nats source needs one, e.g. url: \"nats://host:4222\"",
 							  true, &s->broker_url, &n))
 		return false;
-	qbcf_path_key(sub, sizeof(sub), path, "url");
-	if (!qb_url_check_scheme(s->broker_url, qbcf_nats_schemes, QB_URL_USERINFO, msg, sizeof(msg)))
-		return qbcf_error(cx, sub, n, "%s", msg);
+	if (!qbcf_nats_urls(cx, path, n, s->broker_url))
+		return false;
 	if (!qbcf_required_string(cx, path, m, "subject", "the subject to consume, e.g. subject: orders.>",
 							  true, &s->subject, &n) ||
 		!qbcf_required_string(cx, path, m, "stream",

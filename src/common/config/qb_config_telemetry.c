@@ -20,20 +20,23 @@ static const char *const qbcf_keys_otlp[] =
 static bool
 qbcf_otlp_url(QbcfCtx *cx, const QbcfNode *n, const char *endpoint, char **url)
 {
+	static const char *const http[] = {"http", "https", NULL};
 	char		msg[QBCF_MSGLEN];
-	const char *rest = strstr(endpoint, "://");
-	const char *slash = rest ? strchr(rest + 3, '/') : NULL;
+	QbUrl		u;
+	bool		has_path;
 	size_t		len = strlen(endpoint);
 
-	if (!qb_url_check(endpoint, msg, sizeof(msg)))
+	if (!qb_url_read(endpoint, http, 0, &u, msg, sizeof(msg)))
 		return qbcf_error(cx, "telemetry.otlp.endpoint", n,
 						  "%s; e.g. http://otel-collector:4318 (OTLP over HTTP)", msg);
-	if (slash != NULL && slash[1] != '\0')
+	has_path = strcmp(u.path, "/") != 0;
+	qb_url_free(&u);
+	if (has_path)
 	{
 		*url = qbcf_arena_strdup(cx->arena, endpoint);
 		return *url != NULL || qbcf_error(cx, "telemetry.otlp.endpoint", n, "out of memory");
 	}
-	if (slash != NULL)
+	if (endpoint[len - 1] == '/')
 		len--;					/* "http://h:4318/" */
 	if ((*url = qbcf_arena_alloc(cx->arena, len + sizeof("/v1/traces"))) == NULL)
 		return qbcf_error(cx, "telemetry.otlp.endpoint", n, "out of memory");

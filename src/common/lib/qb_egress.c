@@ -5,17 +5,16 @@
  *
  * Vocabulary: an entry is one item of the list; a rule is its parsed form;
  * the refused set is the link-local and metadata networks refused unless a
- * listed CIDR contains them; a host is what a URL names (libcurl's URL
- * parser reads it: the same host libcurl connects to); an address host is
- * one a resolver reads as an address without asking DNS ("10.1.2.3",
- * "[::1]", and the old spellings "2130706433", "0x7f.1", "0177.0.0.1",
- * "127.1"); the via of a connection is the URL or "host:port" it was made
- * for.  Thread safety: parsing and judging touch only their arguments;
- * qb_egress_set publishes a new policy with one atomic store and never
+ * listed CIDR contains them; a host is what a URL names (the one URL
+ * reader, qb_url.h, reads it: the same host the connection is made to);
+ * an address host is one a resolver reads as an address without asking
+ * DNS ("10.1.2.3", "[::1]", and the old spellings "2130706433", "0x7f.1",
+ * "0177.0.0.1", "127.1"); the via of a connection is the URL or
+ * "host:port" it was made for.  Thread safety: parsing and judging touch
+ * only their arguments; qb_egress_set publishes a new policy with one atomic store and never
  * frees the old one (librdkafka's threads may be reading it).
  *-------------------------------------------------------------------------
  */
-#define _GNU_SOURCE				/* memmem, asprintf */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <netdb.h>
@@ -26,10 +25,9 @@
 #include <strings.h>
 #include <sys/socket.h>
 
-#include <curl/curl.h>
-
 #include "qb_egress.h"
 #include "qb_errlen.h"
+#include "qb_url.h"
 
 /* refused unless listed: {family, address, bits, what} */
 static const struct
@@ -334,6 +332,15 @@ qbe_name_listed(const QbEgress *e, const char *host, size_t len)
 	return false;
 }
 
+/* qbe_not_listed: the refusal of a name no rule lists; false */
+static bool
+qbe_not_listed(const QbEgress *e, const char *name, char *why, size_t whylen)
+{
+	snprintf(why, whylen, "egress refused: the host %s is not among the names of %s; add it there to allow it",
+			 name, e->setting);
+	return false;
+}
+
 /*
  * qbe_judge: one address (family and bytes, unmapped), shown as shown in
  * messages.  name: the name it was reached by; NULL when it was written as
@@ -374,60 +381,26 @@ qbe_judge(const QbEgress *e, int family, const unsigned char *addr, const char *
 				 "add the address (or a network that holds it) there to allow it",
 				 shown, e->setting);
 	else
-		snprintf(why, whylen, "egress refused: the host %s is not among the names of %s; add it there to allow it",
-				 name, e->setting);
+		qbe_not_listed(e, name, why, whylen);
 	return false;
 }
 
 /*
  * qbe_via_host: the host of one URL or "host:port" (len bytes of s), as
- * libcurl's URL parser reads it, without brackets, into host.  The scheme
- * is replaced by tcp: a scheme changes no host, and librdkafka's broker
- * names ("sasl_ssl://b:9093/1") are no URL to libcurl.  false with why
- * when no host can be read (why never repeats the URL: it may hold a
- * password).
+ * the URL reader reads it for the connection (qb_url_host), into host.
+ * false with why when no host can be read (why never repeats the URL: it
+ * may hold a password).
  */
 static bool
 qbe_via_host(const char *s, size_t len, char *host, size_t hostlen, char *why, size_t whylen)
 {
-	const char *sep = memmem(s, len, "://", 3);
-	unsigned char addr[16];
-	int			family;
-	char	   *url = NULL;
-	char	   *h = NULL;
-	CURLU	   *u = NULL;
-	CURLUcode	rc = CURLUE_OUT_OF_MEMORY;
+	char		err[QB_ERRLEN];
 
-	if (sep != NULL)
-	{
-		len -= (size_t) (sep + 3 - s);
-		s = sep + 3;
-	}
-	if (qbe_literal(s, len, &family, addr) && s[0] != '[')
-	{
-		/* a bare IPv6 address ("::1": a broker link's host) */
-		snprintf(host, hostlen, "%.*s", (int) len, s);
-		return len < hostlen;
-	}
-	if (asprintf(&url, "tcp://%.*s", (int) len, s) >= 0 && (u = curl_url()) != NULL &&
-		(rc = curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME)) == CURLUE_OK)
-		rc = curl_url_get(u, CURLUPART_HOST, &h, 0);
-	free(url);
-	curl_url_cleanup(u);
-	if (rc == CURLUE_OK && h[0] == '[')
-		snprintf(host, hostlen, "%.*s", (int) strlen(h) - 2, h + 1);
-	else if (rc == CURLUE_OK)
-		snprintf(host, hostlen, "%s", h);
-	else
-		snprintf(why, whylen, "egress refused: no host can be read from a URL of the destination (%s)",
-				 curl_url_strerror(rc));
-	if (rc == CURLUE_OK && strlen(h) >= hostlen)
-	{
-		snprintf(why, whylen, "egress refused: a host longer than %zu bytes", hostlen - 1);
-		rc = CURLUE_MALFORMED_INPUT;
-	}
-	curl_free(h);
-	return rc == CURLUE_OK;
+	if (qb_url_host(s, len, host, hostlen, err, sizeof(err)))
+		return true;
+	snprintf(why, whylen, "egress refused: no host can be read from a URL of the destination: %.*s",
+			 (int) (whylen > 68 ? whylen - 68 : 0), err);
+	return false;
 }
 
 /* a socket address into family, bytes (unmapped) and text; false: no host (a Unix socket) */
@@ -492,11 +465,7 @@ qbe_host_ok(const QbEgress *e, const char *host, size_t len, char *why, size_t w
 		return qbe_judge(e, family, addr, shown, NULL, why, whylen);
 	}
 	if (e->nnames > 0 && !qbe_name_listed(e, host, len))
-	{
-		snprintf(why, whylen, "egress refused: the host %s is not among the names of %s; add it there to allow it",
-				 shown, e->setting);
-		return false;
-	}
+		return qbe_not_listed(e, shown, why, whylen);
 	return true;
 }
 

@@ -23,8 +23,8 @@
  *	  re-pointed around the rules), with the URL or "host:port" it was
  *	  reached through (its via), so that rule 4 holds at connect time too
  *	  (a policy narrowed after the configuration was stored).
- * Hosts are read from URLs with libcurl's URL parser: the host libcurl
- * connects to is the one judged.
+ * Hosts are read from URLs by the one URL reader (qb_url.h), which the
+ * connections read them with: the host connected to is the one judged.
  *
  * The host's policy (the extension's queuebox.allowed_destinations, the
  * daemon's egress.allow) is process-wide: qb_egress_set.  A policy once
@@ -91,7 +91,7 @@ extern bool qb_egress_addr_ok(const QbEgress *e, const char *via, const struct s
  * them (commas or blanks between), or of kafka's "host:port,host:port":
  * may a destination name each (a name or an address host, "[v6]" too)?
  * false with why naming the first refused host, or saying that a URL has
- * no host libcurl can read.
+ * no host the reader (qb_url.h) can read.
  */
 extern bool qb_egress_hosts_ok(const QbEgress *e, const char *urls, char *why, size_t whylen);
 

@@ -43,6 +43,7 @@
 #include <jansson.h>
 #include <openssl/ssl.h>
 
+#include "qb_clock.h"
 #include "qb_extract.h"
 #include "qb_pub_amqp.h"
 #include "qb_pub_amqp_int.h"
@@ -470,7 +471,7 @@ fail:
 	c->fd = -1;
 	c->backoff_ms = c->backoff_ms == 0 ? QBA_BACKOFF_MIN_MS :
 		(c->backoff_ms * 2 > QBA_BACKOFF_MAX_MS ? QBA_BACKOFF_MAX_MS : c->backoff_ms * 2);
-	c->retry_at_ms = qb_amqp_now_ms() + c->backoff_ms;
+	c->retry_at_ms = qb_now_ms() + c->backoff_ms;
 	snprintf(c->down_why, sizeof(c->down_why), "%s", err);
 	return false;
 }
@@ -613,7 +614,7 @@ qba_closed(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
 static void
 qba_blocked(QbaConn *c, const amqp_connection_blocked_t *m)
 {
-	long		soon = qb_amqp_now_ms() + QBA_BLOCKED_WAIT_MS;
+	long		soon = qb_now_ms() + QBA_BLOCKED_WAIT_MS;
 
 	c->blocked = true;
 	snprintf(c->blocked_why, sizeof(c->blocked_why), "%.*s",
@@ -752,7 +753,7 @@ qba_conn_ready(QbAmqp *a, const QbDestination *dest, char *err, size_t errlen)
 		qba_drain(a, c);		/* notice a close that came while idle */
 	if (c->amqp == NULL)
 	{
-		long		now = qb_amqp_now_ms();
+		long		now = qb_now_ms();
 
 		if (c->retry_at_ms > now)
 		{
@@ -835,7 +836,7 @@ qba_publish(QbAmqp *a, QbaConn *c, const QbDestination *dest, const QbMessage *m
 	}
 	m->tag = tag;
 	m->dtag = c->next_dtag++;
-	m->deadline_ms = qb_amqp_now_ms() + QBA_CONFIRM_TIMEOUT_MS;
+	m->deadline_ms = qb_now_ms() + QBA_CONFIRM_TIMEOUT_MS;
 	if (c->tail)
 		c->tail->next = m;
 	else
@@ -907,7 +908,7 @@ static long
 qba_timeout_ms(void *p)
 {
 	QbAmqp	   *a = p;
-	long		now = qb_amqp_now_ms();
+	long		now = qb_now_ms();
 	long		best = -1;
 
 	if (a->ndone > 0)
@@ -941,7 +942,7 @@ qba_perform(void *p, QbPubDone done, void *arg)
 	for (QbaConn *c = a->conns; c != NULL; c = c->next)
 		if (c->amqp != NULL)
 			qba_drain(a, c);
-	now = qb_amqp_now_ms();
+	now = qb_now_ms();
 	for (QbaConn *c = a->conns; c != NULL; c = c->next)
 	{
 		char		why[QB_ERRLEN + 512];	/* c->where, a blocked_why, and words */

@@ -3,8 +3,9 @@
  *	  sqlserver:// URLs into DSN-less FreeTDS connection strings.
  *
  * Wording:
- *	- The URL is parsed by libcurl's URL API (any scheme), its user, password
- *	  and query values percent-decoded.  Query keys: encrypt and odbcDriver;
+ *	- The URL is read by the one URL reader (qb_url.h, libcurl's URL API),
+ *	  its user, password, path and query values percent-decoded.  Query
+ *	  keys: encrypt and odbcDriver;
  *	  any other key is refused by name, so a typo never silently weakens
  *	  the connection.
  *	- A connection string is KEY=value pairs separated by ';'.  A value that
@@ -27,180 +28,125 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include <curl/curl.h>
-
 #include "odbc_store.h"
+#include "qb_url.h"
 
-/* qbou_part: one part of a parsed URL, decoded (NULL when absent). */
-static char *
-qbou_part(CURLU *h, CURLUPart part)
+/* qbou_option: one name=value of the query (value "" when it has no '='); 0 or -1 */
+static int
+qbou_option(QbOdbcUrl *u, const char *key, char **val, char *err, size_t errlen)
 {
-	char	   *v = NULL;
-	char	   *dup;
-
-	if (curl_url_get(h, part, &v, CURLU_URLDECODE) != CURLUE_OK || v == NULL)
-		return NULL;
-	dup = strdup(v);
-	curl_free(v);
-	return dup;
+	if (strcmp(key, "encrypt") == 0)
+	{
+		if (strcmp(*val, "true") == 0 || strcmp(*val, "require") == 0)
+			u->encryption = "require";
+		else if (strcmp(*val, "request") == 0)
+			u->encryption = "request";
+		else if (strcmp(*val, "false") == 0 || strcmp(*val, "off") == 0)
+			u->encryption = "off";
+		else
+		{
+			snprintf(err, errlen,
+					 "database.url: encrypt=%.40s is not a choice: use encrypt=true (TLS required, the default), "
+					 "encrypt=request (TLS when the server offers it) or encrypt=false", *val);
+			return -1;
+		}
+		return 0;
+	}
+	if (strcmp(key, "odbcDriver") == 0 && (*val)[0] != '\0')
+	{
+		free(u->driver);
+		u->driver = *val;
+		*val = NULL;
+		return 0;
+	}
+	snprintf(err, errlen,
+			 "database.url: unknown option \"%.40s\" in the query; a sqlserver:// URL takes encrypt and odbcDriver, "
+			 "e.g. sqlserver://queuebox:${MSSQL_PASSWORD}@db.internal:1433/app?encrypt=true", key);
+	return -1;
 }
 
-static char *
-qbou_unescape(const char *s, size_t len)
-{
-	int			n = 0;
-	char	   *v = curl_easy_unescape(NULL, s, (int) len, &n);
-	char	   *dup;
-
-	if (v == NULL)
-		return NULL;
-	dup = strndup(v, n);
-	curl_free(v);
-	return dup;
-}
-
-/* qbou_query: the query's keys, one at a time. */
+/* qbou_query: the query's keys, one at a time (qb_url_query_next). */
 static int
 qbou_query(const char *q, QbOdbcUrl *u, char *err, size_t errlen)
 {
-	while (q != NULL && *q != '\0')
-	{
-		const char *amp = strchr(q, '&');
-		size_t		len = amp ? (size_t) (amp - q) : strlen(q);
-		const char *eq = memchr(q, '=', len);
-		char	   *key = qbou_unescape(q, eq ? (size_t) (eq - q) : len);
-		char	   *val = eq ? qbou_unescape(eq + 1, len - (eq + 1 - q)) : strdup("");
-		int			rc = 0;
+	char	   *key;
+	char	   *val;
+	char		why[QB_ERRLEN];
+	int			got;
 
-		if (key == NULL || val == NULL)
-		{
+	while (q != NULL && (got = qb_url_query_next(&q, &key, &val, why, sizeof(why))) != 0)
+	{
+		int			rc = -1;
+
+		if (got < 0)
+			snprintf(err, errlen, "database.url: %s", why);
+		else if (val == NULL && (val = strdup("")) == NULL)
 			snprintf(err, errlen, "database.url: out of memory");
-			rc = -1;
-		}
-		else if (strcmp(key, "encrypt") == 0)
-		{
-			if (strcmp(val, "true") == 0 || strcmp(val, "require") == 0)
-				u->encryption = "require";
-			else if (strcmp(val, "request") == 0)
-				u->encryption = "request";
-			else if (strcmp(val, "false") == 0 || strcmp(val, "off") == 0)
-				u->encryption = "off";
-			else
-			{
-				snprintf(err, errlen,
-						 "database.url: encrypt=%.40s is not a choice: use encrypt=true (TLS required, the default), "
-						 "encrypt=request (TLS when the server offers it) or encrypt=false", val);
-				rc = -1;
-			}
-		}
-		else if (strcmp(key, "odbcDriver") == 0 && val[0] != '\0')
-		{
-			free(u->driver);
-			u->driver = val;
-			val = NULL;
-		}
-		else if (len > 0)
-		{
-			snprintf(err, errlen,
-					 "database.url: unknown option \"%.40s\" in the query; a sqlserver:// URL takes encrypt and odbcDriver, "
-					 "e.g. sqlserver://queuebox:${MSSQL_PASSWORD}@db.internal:1433/app?encrypt=true", key);
-			rc = -1;
-		}
+		else
+			rc = qbou_option(u, key, &val, err, errlen);
 		free(key);
 		free(val);
 		if (rc != 0)
 			return -1;
-		q = amp ? amp + 1 : NULL;
 	}
 	return 0;
 }
 
-/* qb_odbc_url_parse: see odbc_store.h. */
-int
-qb_odbc_url_parse(const char *url, QbOdbcUrl *u, char *err, size_t errlen)
+/* qbou_parts: the URL's user, host and database, each needed */
+static int
+qbou_parts(QbOdbcUrl *u, QbUrl *parts, char *err, size_t errlen)
 {
-	CURLU	   *h = curl_url();
-	char	   *port = NULL;
-	char	   *path = NULL;
-	char	   *query = NULL;
-	CURLUcode	uc;
-	int			rc = -1;
+	const char *path = parts->path;
 
-	memset(u, 0, sizeof(*u));
-	u->port = 1433;
-	u->encryption = "require";
-	if (h == NULL)
-	{
-		snprintf(err, errlen, "database.url: out of memory");
-		return -1;
-	}
-	if (url == NULL || strncmp(url, "sqlserver://", 12) != 0)
-	{
-		snprintf(err, errlen, "database.url: not a sqlserver:// URL");
-		goto done;
-	}
-	if ((uc = curl_url_set(h, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME)) == CURLUE_BAD_PORT_NUMBER)
-	{
-		snprintf(err, errlen, "database.url: the port must be a number from 1 to 65535");
-		goto done;
-	}
-	if (uc != CURLUE_OK)
-	{
-		snprintf(err, errlen,
-				 "database.url: not a valid URL; write sqlserver://user:password@host:1433/database "
-				 "(percent-encode @, : and / in the user or password)");
-		goto done;
-	}
-	u->user = qbou_part(h, CURLUPART_USER);
-	u->password = qbou_part(h, CURLUPART_PASSWORD);
-	u->host = qbou_part(h, CURLUPART_HOST);
-	path = qbou_part(h, CURLUPART_PATH);
-	if (curl_url_get(h, CURLUPART_QUERY, &query, 0) != CURLUE_OK)
-		query = NULL;
-	if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK && port != NULL)
-	{
-		char	   *end;
-		long		p = strtol(port, &end, 10);
-
-		if (*end != '\0' || p < 1 || p > 65535)
-		{
-			snprintf(err, errlen, "database.url: the port must be a number from 1 to 65535");
-			goto done;
-		}
-		u->port = (int) p;
-	}
-	if (u->host == NULL || u->host[0] == '\0')
-	{
-		snprintf(err, errlen, "database.url: no host; write sqlserver://user:password@host:1433/database");
-		goto done;
-	}
+	u->user = parts->user;
+	u->password = parts->password;
+	u->host = parts->host;
+	parts->user = parts->password = parts->host = NULL;
+	u->port = parts->port;
 	if (u->user == NULL || u->user[0] == '\0')
 	{
 		snprintf(err, errlen,
 				 "database.url: no user; SQL Server logins need one: sqlserver://queuebox:${MSSQL_PASSWORD}@%s:%d/app",
 				 u->host, u->port);
-		goto done;
+		return -1;
 	}
-	if (path == NULL || path[0] != '/' || path[1] == '\0' || strchr(path + 1, '/') != NULL)
+	if (path[0] != '/' || path[1] == '\0' || strchr(path + 1, '/') != NULL)
 	{
 		snprintf(err, errlen,
 				 "database.url: no database; name it as the path: sqlserver://%s@%s:%d/app",
 				 u->user, u->host, u->port);
-		goto done;
+		return -1;
 	}
 	if ((u->database = strdup(path + 1)) == NULL)
 	{
 		snprintf(err, errlen, "database.url: out of memory");
-		goto done;
+		return -1;
 	}
-	if (qbou_query(query, u, err, errlen) != 0)
-		goto done;
-	rc = 0;
-done:
-	curl_free(port);
-	curl_free(query);
-	free(path);
-	curl_url_cleanup(h);
+	return 0;
+}
+
+/* qb_odbc_url_parse: see odbc_store.h; the URL read by qb_url_read. */
+int
+qb_odbc_url_parse(const char *url, QbOdbcUrl *u, char *err, size_t errlen)
+{
+	static const char *const schemes[] = {"sqlserver", NULL};
+	QbUrl		parts;
+	char		why[QB_ERRLEN];
+	int			rc = -1;
+
+	memset(u, 0, sizeof(*u));
+	u->port = 1433;
+	u->encryption = "require";
+	if (url == NULL || strncmp(url, "sqlserver://", 12) != 0)
+	{
+		snprintf(err, errlen, "database.url: not a sqlserver:// URL");
+		return -1;
+	}
+	if (!qb_url_read(url, schemes, QB_URL_USERINFO | QB_URL_QUERY, &parts, why, sizeof(why)))
+		snprintf(err, errlen, "database.url: %s", why);
+	else if (qbou_parts(u, &parts, err, errlen) == 0 && qbou_query(parts.query, u, err, errlen) == 0)
+		rc = 0;
+	qb_url_free(&parts);
 	if (rc != 0)
 		qb_odbc_url_free(u);
 	return rc;
