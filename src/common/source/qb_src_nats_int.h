@@ -24,7 +24,8 @@
 extern char *qbns_headers(natsMsg *m, bool *oom);
 
 /* A consumer's (qb_nats_consumer.open's) subscription subject: the inbox
- * its pull requests name as reply. */
+ * its pull requests name as reply (for test/brokers/nats_fetch_check.c,
+ * which sends requests of its own to that inbox). */
 extern const char *qbns_inbox(void *consumer);
 
 /* How many messages (statuses too) wait in that subscription, not yet

@@ -82,28 +82,3 @@ qb_odbc_connect_advice(const char *sqlstate, long native)
 			"(TLS is required unless encrypt=request or encrypt=false)";
 	return NULL;
 }
-
-const char *
-qb_odbc_class_name(QbOdbcClass c)
-{
-	switch (c)
-	{
-		case QB_ODBC_RETRY:
-			return "retry";
-		case QB_ODBC_DUPLICATE:
-			return "duplicate";
-		case QB_ODBC_PULL_BUSY:
-			return "pull busy";
-		case QB_ODBC_BAD_INPUT:
-			return "bad input";
-		case QB_ODBC_NOT_FOUND:
-			return "not found";
-		case QB_ODBC_TIMEOUT:
-			return "timeout";
-		case QB_ODBC_LOST:
-			return "lost";
-		case QB_ODBC_FAILED:
-			break;
-	}
-	return "failed";
-}

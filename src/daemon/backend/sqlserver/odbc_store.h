@@ -105,7 +105,6 @@ typedef enum QbOdbcClass
 
 /* the class of one diagnostic record */
 extern QbOdbcClass qb_odbc_classify(const char *sqlstate, long native);
-extern const char *qb_odbc_class_name(QbOdbcClass c);
 /* what to do about a failed connect, from its diagnostic (NULL: nothing to add) */
 extern const char *qb_odbc_connect_advice(const char *sqlstate, long native);
 
