@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  * qb_console.c
  *	  The web console's pieces that need no connection: the embedded
- *	  static files, the session cookie and the security headers.
+ *	  static files, the session cookie, the login body's token
+ *	  (qb_console_login_token), the security headers and the per-peer
+ *	  limit of wrong tokens.
  *
  * The session is the admin token itself, in an HttpOnly, SameSite=Strict
  * cookie (hex, so any byte of the token fits a cookie value): nothing to

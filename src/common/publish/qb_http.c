@@ -9,7 +9,8 @@
  * status.  An answer is read up to QBH_READ_MAX bytes, no further: once the
  * status and the kept start are in, a longer (or endless) body only costs
  * time, so the transfer is cut there and judged on its status like a whole
- * one (the connection is closed; a shorter answer keeps it for reuse).  410 Gone also sets gone (the engine parks the row and stops the
+ * one (the connection is closed; a shorter answer keeps it for reuse).
+ * 410 Gone also sets gone (the engine parks the row and stops the
  * destination: no retry will change the receiver's mind), and 429 or 503
  * carry the Retry-After delay when the answer has one.  Never permanent:
  * an HTTP answer says nothing about the row itself.
