@@ -22,6 +22,18 @@
 
 #include "qb_config.h"
 
+/* what the host allows every parse here (a test that changes it puts it back) */
+static QbConfigEnv test_env;
+
+/* the secret-file directories: NULL, any file (the daemon's) */
+static void
+test_set_file_dirs(const char *dirs, const char *setting)
+{
+	test_env.file_dirs = dirs;
+	test_env.file_setting = setting;
+	test_env.files_anywhere = dirs == NULL;
+}
+
 /* accept: parse text, fail the test with the message when it is refused. */
 static QbConfig *
 accept(const char *text)
@@ -29,7 +41,7 @@ accept(const char *text)
 	QbConfig   *cfg = (QbConfig *) 0x1;
 	char		err[QB_ERRLEN] = "";
 
-	if (qb_config_parse(text, strlen(text), &cfg, err, sizeof(err)) != 0)
+	if (qb_config_parse(text, strlen(text), &test_env, &cfg, err, sizeof(err)) != 0)
 		fail_msg("refused: %s\n--- document:\n%s", err, text);
 	assert_non_null(cfg);
 	return cfg;
@@ -47,7 +59,7 @@ refuse(const char *text,...)
 	const char *want;
 	va_list		ap;
 
-	if (qb_config_parse(text, strlen(text), &cfg, err, sizeof(err)) == 0)
+	if (qb_config_parse(text, strlen(text), &test_env, &cfg, err, sizeof(err)) == 0)
 	{
 		qb_config_free(cfg);
 		fail_msg("accepted, expected a refusal:\n%s", text);
@@ -66,7 +78,7 @@ refused_message(const char *text, char *err, size_t errlen)
 {
 	QbConfig   *cfg = NULL;
 
-	assert_int_equal(qb_config_parse(text, strlen(text), &cfg, err, errlen), -1);
+	assert_int_equal(qb_config_parse(text, strlen(text), &test_env, &cfg, err, errlen), -1);
 	assert_null(cfg);
 }
 
@@ -138,7 +150,7 @@ test_empty_documents(void **state)
 		QbConfig   *c = NULL;
 		char		err[QB_ERRLEN];
 
-		assert_int_equal(qb_config_parse(NULL, 0, &c, err, sizeof(err)), 0);
+		assert_int_equal(qb_config_parse(NULL, 0, &test_env, &c, err, sizeof(err)), 0);
 		assert_defaults(c);
 		qb_config_free(c);
 	}
@@ -568,7 +580,7 @@ test_expand_env_direct(void **state)
 	unsetenv("QB_T_UNSET");
 	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
 	{
-		char	   *s = qb_expand_env(ok[i].in, err, sizeof(err));
+		char	   *s = qb_expand_env(ok[i].in, &test_env, err, sizeof(err));
 
 		if (s == NULL)
 			fail_msg("%s: %s", ok[i].in, err);
@@ -578,7 +590,7 @@ test_expand_env_direct(void **state)
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 	{
 		err[0] = '\0';
-		assert_null(qb_expand_env(bad[i].in, err, sizeof(err)));
+		assert_null(qb_expand_env(bad[i].in, &test_env, err, sizeof(err)));
 		if (strstr(err, bad[i].msg) == NULL)
 			fail_msg("%s: \"%s\" lacks \"%s\"", bad[i].in, err, bad[i].msg);
 	}
@@ -662,7 +674,7 @@ static void
 expect_expand(const char *in, const char *out)
 {
 	char		err[QB_ERRLEN] = "";
-	char	   *s = qb_expand_env(in, err, sizeof(err));
+	char	   *s = qb_expand_env(in, &test_env, err, sizeof(err));
 
 	if (s == NULL)
 		fail_msg("%s: %s", in, err);
@@ -678,7 +690,7 @@ expect_refused(const char *in,...)
 	const char *want;
 	va_list		ap;
 
-	assert_null(qb_expand_env(in, err, sizeof(err)));
+	assert_null(qb_expand_env(in, &test_env, err, sizeof(err)));
 	va_start(ap, in);
 	while ((want = va_arg(ap, const char *)) != NULL)
 		if (strstr(err, want) == NULL)
@@ -721,16 +733,16 @@ test_expand_file(void **state)
 	assert_false(qb_config_file_dirs_valid("/run/secrets,secrets"));
 
 	/* the default allows no file, and says so without looking at it */
-	qb_config_set_file_dirs("", NULL);
+	test_set_file_dirs("", NULL);
 	snprintf(in, sizeof(in), "${file:%s/github}", file_dir);
 	expect_refused(in, "file reference ${file:", "/github}: file references are not allowed here", NULL);
-	qb_config_set_file_dirs("", "queuebox.secret_file_dirs");
+	test_set_file_dirs("", "queuebox.secret_file_dirs");
 	expect_refused(in, "no directory is allowed for secret files",
 				   "a superuser sets queuebox.secret_file_dirs", NULL);
 
 	/* allowed: one trailing newline goes, the rest stays */
 	snprintf(dirs, sizeof(dirs), "/nonexistent/dir, %s/", file_dir);
-	qb_config_set_file_dirs(dirs, "queuebox.secret_file_dirs");
+	test_set_file_dirs(dirs, "queuebox.secret_file_dirs");
 	expect_expand(in, "s3cr3t-gh");
 	snprintf(in, sizeof(in), "Bearer ${file:%s/crlf}!", file_dir);
 	expect_expand(in, "Bearer s3cr3t-w!");
@@ -778,16 +790,16 @@ test_expand_file(void **state)
 	{
 		char		err[QB_ERRLEN] = "";
 
-		assert_null(qb_expand_env("${file:/${QB_T_SECRETV}/outside}", err, sizeof(err)));
+		assert_null(qb_expand_env("${file:/${QB_T_SECRETV}/outside}", &test_env, err, sizeof(err)));
 		assert_null(strstr(err, file_other + 1));
 	}
 	unsetenv("QB_T_SECRETV");
 
 	/* any path (the daemon) */
-	qb_config_set_file_dirs(NULL, NULL);
+	test_set_file_dirs(NULL, NULL);
 	snprintf(in, sizeof(in), "${file:%s/outside}", file_other);
 	expect_expand(in, "s3cr3t-out");
-	qb_config_set_file_dirs("", NULL);
+	test_set_file_dirs("", NULL);
 	unsetenv("QB_T_CREDS");
 }
 
@@ -814,7 +826,7 @@ test_expand_file_in_document(void **state)
 	char		doc[1024];
 	QbConfig   *c;
 
-	qb_config_set_file_dirs(file_dir, "queuebox.secret_file_dirs");
+	test_set_file_dirs(file_dir, "queuebox.secret_file_dirs");
 	snprintf(doc, sizeof(doc),
 			 "destinations:\n  p: { type: http, baseUrl: \"http://h\", headers: { X-K: \"${file:%s/github}\" } }\n",
 			 file_dir);
@@ -836,7 +848,7 @@ test_expand_file_in_document(void **state)
 	/* a check that would quote part of it (a URL's scheme) says so instead */
 	refused_file_doc("destinations:\n  p: { type: http, baseUrl: \"${file:%s/github}://h\" }\n",
 					 "destinations.p.baseUrl: the value, read from a file, is not valid here; the message is not shown");
-	qb_config_set_file_dirs("", NULL);
+	test_set_file_dirs("", NULL);
 }
 
 /* test_expand_file_cleanup: the files and directories of the two tests above */
@@ -1944,11 +1956,11 @@ test_daemon_sections_ignored(void **state)
 
 	unsetenv("QB_TEST_UNSET_PASSWORD");
 	refuse(doc, "database.url: environment variable QB_TEST_UNSET_PASSWORD is not set", NULL);
-	qb_config_set_daemon_sections(false);
+	test_env.daemon_sections_unread = true;
 	qb_config_free(accept(doc));
 	refuse("database: { urll: x }\n", "database.urll: unknown key", NULL);
 	refuse("daemon: [1]\n", "daemon: expected a mapping", NULL);
-	qb_config_set_daemon_sections(true);
+	test_env.daemon_sections_unread = false;
 }
 
 /* the url: its schemes, and messages that never repeat it */

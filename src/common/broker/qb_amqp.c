@@ -611,7 +611,8 @@ qb_amqp_login(const QbAmqpUrl *u, const char *where, const char *cname, bool con
 				/* librabbitmq lost the reason: connect once more to learn it */
 				char		why[256];
 				int			fd = qb_amqp_tcp_connect(u->host, u->port, u->connect_timeout_ms,
-													 u->egress, why, sizeof(why));
+													 qb_egress_in_force(u->egress, u->host_egress),
+													 why, sizeof(why));
 
 				if (fd >= 0)
 				{
@@ -641,7 +642,8 @@ qb_amqp_login(const QbAmqpUrl *u, const char *where, const char *cname, bool con
 				snprintf(err, errlen, "%s: cannot connect: getpeername: %s", where, strerror(errno));
 				goto fail;
 			}
-			if (!qb_egress_addr_ok(u->egress, u->host, (struct sockaddr *) &peer, why, sizeof(why)))
+			if (!qb_egress_addr_ok(qb_egress_in_force(u->egress, u->host_egress), u->host,
+								   (struct sockaddr *) &peer, why, sizeof(why)))
 			{
 				snprintf(err, errlen, "%s: cannot connect: %s", where, why);
 				goto fail;
@@ -653,7 +655,8 @@ qb_amqp_login(const QbAmqpUrl *u, const char *where, const char *cname, bool con
 		/* our own connect, for an exact reason ("Connection refused") */
 		char		why[256];
 		int			fd = qb_amqp_tcp_connect(u->host, u->port, u->connect_timeout_ms,
-											 u->egress, why, sizeof(why));
+											 qb_egress_in_force(u->egress, u->host_egress),
+											 why, sizeof(why));
 
 		if (fd < 0)
 		{

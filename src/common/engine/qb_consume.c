@@ -180,7 +180,7 @@ qbc_span(QbcEngine *e, const QbSource *s, const QbDelivery *d, const char *key, 
 	char		name[160];
 	bool		ok;
 
-	if (!qb_otlp_on())
+	if (!qb_otlp_on(qb_host_otlp(e->host)))
 		return;
 	if ((headers = d->headers ? json_loads(d->headers, 0, NULL) : NULL) != NULL)
 	{
@@ -203,7 +203,7 @@ qbc_span(QbcEngine *e, const QbSource *s, const QbDelivery *d, const char *key, 
 		qb_span_str(&span, "messaging.message.id", key);
 	if (id > 0)
 		qb_span_int(&span, "queuebox.inbox.id", id);
-	qb_otlp_emit(&span);
+	qb_otlp_emit(qb_host_otlp(e->host), &span);
 	free(ts);
 	qb_otlp_log_errors(e->host);
 }
@@ -240,7 +240,8 @@ qbc_unusable(const char *v)
  * cannot be stored pending becomes a dead row.
  */
 static bool
-qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_t whylen)
+qbc_make_row(QbTransformHelper *jq, const QbSource *s, const QbDelivery *d, QbcRow *r,
+			 char *why, size_t whylen)
 {
 	char		err[QB_ERRLEN];
 	char		msg[QB_ERRLEN + 128];
@@ -321,7 +322,7 @@ qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_
 		char	   *out = NULL;
 		size_t		len = 0;
 
-		switch (qb_transform_run(s->transform, r->payload, strlen(r->payload), &vars, NULL,
+		switch (qb_transform_run(jq, s->transform, r->payload, strlen(r->payload), &vars, NULL,
 								 &out, &len, err, sizeof(err)))
 		{
 			case QB_TRANSFORM_OK:
@@ -388,7 +389,7 @@ qbc_round(QbcEngine *e)
 	}
 	for (int i = 0; i < n; i++)
 	{
-		if (!qbc_make_row(s, &d[i], &rows[i], err, sizeof(err)))
+		if (!qbc_make_row(qb_host_jq(e->host), s, &d[i], &rows[i], err, sizeof(err)))
 		{
 			/* no row for it: give the round back rather than lose one */
 			qb_log(e->host, QB_LOG_WARNING, "source \"%s\": %s; the batch goes back to the broker",
