@@ -26,7 +26,8 @@ MODULE_big  = queuebox
 #             (qb_ops.h)
 #   runtime/  the process's running parts: the shared metrics block (and the
 #             workers' slots in it), the OTLP exporter's thread, the
-#             transforms' jq child
+#             transforms' jq child, the host's egress policy; each host
+#             keeps them (QbRuntime) and passes them down (QbHost.runtime)
 #   broker/   the broker links (url, connect, login) that publish/ and
 #             source/ share, and that config/ checks urls with
 #   config/   the configuration's model and validator (qb_config_*)

@@ -85,6 +85,7 @@ main(int argc, char **argv)
 	{
 		char		err[512];
 		QbTransform *t = qb_transform_compile(PROGRAM, err, sizeof(err));
+		QbTransformHelper jq = {0};
 		QbTransformVars v = {.topic = "orders.created", .key = "k1", .headers = "{}"};
 
 		if (t == NULL)
@@ -98,7 +99,7 @@ main(int argc, char **argv)
 			char	   *out;
 			size_t		len;
 
-			if (qb_transform_run(t, PAYLOAD, strlen(PAYLOAD), &v, NULL, &out, &len, err,
+			if (qb_transform_run(&jq, t, PAYLOAD, strlen(PAYLOAD), &v, NULL, &out, &len, err,
 								 sizeof(err)) != QB_TRANSFORM_OK)
 			{
 				fprintf(stderr, "%s\n", err);

@@ -98,7 +98,7 @@ qb_config_file_load(char **text)
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
 
-	if (doc == NULL || qb_config_parse(doc, strlen(doc), &cfg, why, sizeof(why)) != 0)
+	if (doc == NULL || qb_config_parse(doc, strlen(doc), qb_pg_config_env(), &cfg, why, sizeof(why)) != 0)
 	{
 		snprintf(msg, sizeof(msg), "queuebox.config_file %s: %s", path, why);
 		qb_config_load_note(&qb_shared->metrics, QB_CONFIG_SOURCE_FILE, path, false,
@@ -138,7 +138,7 @@ qb_config_table_loaded(const char *text)
 
 	if (text == NULL)
 		return;
-	if (qb_config_parse(text, strlen(text), &cfg, why, sizeof(why)) != 0)
+	if (qb_config_parse(text, strlen(text), qb_pg_config_env(), &cfg, why, sizeof(why)) != 0)
 	{
 		qb_config_load_note(&qb_shared->metrics, QB_CONFIG_SOURCE_TABLE, NULL, false, text, strlen(text), why);
 		return;

@@ -77,7 +77,7 @@ qb_engine_worker_main(Datum arg)
 				 errmsg("%s could not start: %s", label, err)));
 
 	/* the spans of the last attempts, for up to 2 s (qb_otlp.h) */
-	qb_otlp_shutdown(2000);
+	qb_otlp_shutdown(&qb_pg_runtime()->otlp, 2000);
 	qb_worker_set(host.worker, QB_W_STOPPED);
 	engine->stats(&stats, line, sizeof(line), detail, sizeof(detail));
 	ereport(LOG,

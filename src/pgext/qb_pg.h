@@ -127,7 +127,15 @@ extern char *qb_tracestate;
 
 extern QbShared *qb_shared;
 
-/* queuebox.c */
+/*
+ * queuebox.c: this process's runtime (the span exporter, the transforms'
+ * helper, queuebox.allowed_destinations's rules) and what its validators
+ * allow (that egress policy, queuebox.secret_file_dirs, no daemon
+ * sections): the same for a worker's engine and a backend's
+ * configure()/check(), kept up to date by the GUCs' assign hooks.
+ */
+extern QbRuntime *qb_pg_runtime(void);
+extern const QbConfigEnv *qb_pg_config_env(void);
 extern void qb_arm_outbox_wake(void);
 extern void qb_arm_outbox_wake_always(void);
 extern void qb_note_outbox_first_id(int64 after);

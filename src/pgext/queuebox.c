@@ -51,6 +51,16 @@ char	   *qb_tracestate = NULL;
 
 QbShared   *qb_shared = NULL;
 
+/* this process's (qb_pg.h); the GUCs' assign hooks keep them current */
+static QbRuntime qb_runtime;
+static QbConfigEnv qb_config_env = {
+	.egress = &qb_runtime.egress,
+	.file_dirs = "",
+	.file_setting = "queuebox.secret_file_dirs",
+	/* database: and daemon: are the daemon's: a shared file's ${NAME}s there are not ours */
+	.daemon_sections_unread = true,
+};
+
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -183,8 +193,6 @@ _PG_init(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("queuebox must be loaded via shared_preload_libraries"),
 				 errhint("Add queuebox to shared_preload_libraries in postgresql.conf and restart the server.")));
-	/* database: and daemon: are the daemon's: a shared file's ${NAME}s there are not ours */
-	qb_config_set_daemon_sections(false);
 	/* an engine, publisher or consumer table with a hole is this build's fault: say which */
 	if (qb_engines_check(err, sizeof(err)) != 0)
 		ereport(ERROR,
@@ -264,7 +272,8 @@ qb_allowed_destinations_assign(const char *newval, void *extra)
 	char		err[QB_ERRLEN];
 
 	/* the check hook parsed the same text: only memory can fail here */
-	if (!qb_egress_set(newval, "queuebox.allowed_destinations", err, sizeof(err)))
+	if (!qb_egress_policy_set(&qb_runtime.egress, newval, "queuebox.allowed_destinations",
+							  err, sizeof(err)))
 		elog(LOG, "queuebox.allowed_destinations not applied: %s", err);
 }
 
@@ -291,11 +300,25 @@ qb_tracestate_check(char **newval, void **extra, GucSource source)
 	return false;
 }
 
-/* the config module reads the list at each parse (qb_config_set_file_dirs) */
+/* every parse of this process reads the list (qb_pg_config_env) */
 static void
 qb_secret_file_dirs_assign(const char *newval, void *extra)
 {
-	qb_config_set_file_dirs(newval ? newval : "", "queuebox.secret_file_dirs");
+	qb_config_env.file_dirs = newval ? newval : "";
+}
+
+/* qb_pg_runtime: see qb_pg.h. */
+QbRuntime *
+qb_pg_runtime(void)
+{
+	return &qb_runtime;
+}
+
+/* qb_pg_config_env: see qb_pg.h. */
+const QbConfigEnv *
+qb_pg_config_env(void)
+{
+	return &qb_config_env;
 }
 
 static void

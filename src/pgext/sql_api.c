@@ -75,7 +75,7 @@ qbsql_parse(text *doc)
 	char		err[QB_ERRLEN];
 	QbConfig   *cfg = NULL;
 
-	if (qb_config_parse(s, strlen(s), &cfg, err, sizeof(err)) != 0)
+	if (qb_config_parse(s, strlen(s), qb_pg_config_env(), &cfg, err, sizeof(err)) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid queuebox configuration: %s", err),
@@ -261,7 +261,7 @@ qbsql_cached_config(void)
 		char		err[QB_ERRLEN];
 		QbConfig   *cfg = NULL;
 
-		if (qb_config_parse(doc, strlen(doc), &cfg, err, sizeof(err)) != 0)
+		if (qb_config_parse(doc, strlen(doc), qb_pg_config_env(), &cfg, err, sizeof(err)) != 0)
 			return NULL;
 		qb_config_free(qbsql_cached_cfg);
 		free(qbsql_cached_text);
@@ -613,7 +613,7 @@ qbsql_load_config(void)
 				 errmsg("no queuebox configuration is stored"),
 				 errdetail("A replayed inbox row takes its topic from its source's template in the configuration."),
 				 errhint("Store one with SELECT queuebox.configure(...).")));
-	if (qb_config_parse(doc, strlen(doc), &cfg, err, sizeof(err)) != 0)
+	if (qb_config_parse(doc, strlen(doc), qb_pg_config_env(), &cfg, err, sizeof(err)) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("the stored queuebox configuration is not valid in this session: %s", err),

@@ -306,6 +306,8 @@ qb_worker_host_start(const char *label, QbWorkerSlot *slot, bool may_commit_asyn
 	host->config_changed = qbh_config_changed;
 	host->metrics = &qb_shared->metrics;
 	host->routes = &qb_admin_routes;
+	host->runtime = qb_pg_runtime();
+	host->config_env = qb_pg_config_env();
 	host->config_loaded = qbh_config_loaded;
 	host->late_floor = qbh_late_floor;
 	host->polled = NULL;		/* woken at commit: polls need no stretching */

@@ -61,7 +61,6 @@ qbf_config_env_init(void)
 			fclose(f);
 		}
 		setenv("QBF_FILE_DIR", QBF_FILE_DIR, 1);
-		qb_config_set_file_dirs(QBF_FILE_DIR, "queuebox.secret_file_dirs");
 	}
 	setenv("QBF_NUMBER", "42", 1);
 	setenv("QBF_URL", "http://user:pw@example.com:8080", 1);
@@ -90,12 +89,14 @@ qbf_holds(const char *text, size_t len, const char *s)
 static inline void
 qbf_config_one(const char *text, size_t len)
 {
+	/* the extension's secret files: the one the set-up writes */
+	const QbConfigEnv env = {.file_dirs = QBF_FILE_DIR, .file_setting = "queuebox.secret_file_dirs"};
 	QbConfig   *cfg = (QbConfig *) 0x1;
 	char		err[QB_ERRLEN];
 	int			rc;
 
 	memset(err, 'x', sizeof(err));
-	rc = qb_config_parse(text, len, &cfg, err, sizeof(err));
+	rc = qb_config_parse(text, len, &env, &cfg, err, sizeof(err));
 	if (rc != 0)
 	{
 		if (rc != -1 || cfg != NULL)

@@ -104,6 +104,7 @@ static const char qbf_doc[] =
 "    transform: \"[paths] | length\"\n";
 
 static QbConfig *qbf_cfg;
+static QbTransformHelper qbf_jq;	/* the transforms' helper, kept across inputs */
 
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -270,7 +271,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		char	   *out;
 		size_t		outlen;
 
-		switch (qb_transform_run(s->transform, body, len, &vars, NULL, &out, &outlen,
+		switch (qb_transform_run(&qbf_jq, s->transform, body, len, &vars, NULL, &out, &outlen,
 								 err, sizeof(err)))
 		{
 			case QB_TRANSFORM_OK:

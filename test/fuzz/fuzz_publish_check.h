@@ -59,7 +59,7 @@ qbf_publish_setup(const char *harness, const char *doc)
 	QbConfig   *cfg = NULL;
 
 	qbf_publish_init();
-	if (qb_config_parse(doc, strlen(doc), &cfg, err, sizeof(err)) != 0)
+	if (qb_config_parse(doc, strlen(doc), NULL, &cfg, err, sizeof(err)) != 0)
 	{
 		fprintf(stderr, "%s: the harness's configuration is refused: %s\n", harness, err);
 		abort();

@@ -456,7 +456,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 
 	memset(err, 'x', sizeof(err));
-	x = qb_expand_env(url, err, sizeof(err));
+	x = qb_expand_env(url, NULL, err, sizeof(err));
 	if (x == NULL)
 	{
 		qbf_err_ok(err, sizeof(err), "qb_expand_env");

@@ -1473,7 +1473,7 @@ main_odbc(const struct CMUnitTest *common, size_t ncommon, const struct CMUnitTe
 		fprintf(stderr, "conformance: cannot connect: %s\n", err);
 		return 2;
 	}
-	if (qb_config_parse(CONFIG_DOC, strlen(CONFIG_DOC), &cfg, err, sizeof(err)) != 0 ||
+	if (qb_config_parse(CONFIG_DOC, strlen(CONFIG_DOC), NULL, &cfg, err, sizeof(err)) != 0 ||
 		(odbc = qb_odbc_store_new(&(QbOdbcConf) {.url = dsn, .application_name = APP_NAME,
 			.connect_timeout_ms = 5000, .statement_timeout_ms = 30000}, err, sizeof(err))) == NULL)
 	{
@@ -1543,7 +1543,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "conformance: cannot connect: %s", PQerrorMessage(admin));
 		return 2;
 	}
-	if (qb_config_parse(CONFIG_DOC, strlen(CONFIG_DOC), &cfg, err, sizeof(err)) != 0)
+	if (qb_config_parse(CONFIG_DOC, strlen(CONFIG_DOC), NULL, &cfg, err, sizeof(err)) != 0)
 	{
 		fprintf(stderr, "conformance: the test configuration is invalid: %s\n", err);
 		return 2;

@@ -124,7 +124,7 @@ refuse_config(const char *doc, const char *want)
 	QbConfig   *cfg = NULL;
 	char		err[QB_ERRLEN] = "";
 
-	if (qb_config_parse(doc, strlen(doc), &cfg, err, sizeof(err)) == 0)
+	if (qb_config_parse(doc, strlen(doc), NULL, &cfg, err, sizeof(err)) == 0)
 	{
 		qb_config_free(cfg);
 		fail_msg("accepted: %s", doc);
@@ -143,7 +143,7 @@ test_config(void **state)
 	QbConfig   *cfg = NULL;
 	char		err[QB_ERRLEN] = "";
 
-	assert_int_equal(qb_config_parse(ok, strlen(ok), &cfg, err, sizeof(err)), 0);
+	assert_int_equal(qb_config_parse(ok, strlen(ok), NULL, &cfg, err, sizeof(err)), 0);
 	assert_string_equal(cfg->destinations[0].routing_key, "x.{{ key }}.{{topic}}");
 	qb_config_free(cfg);
 

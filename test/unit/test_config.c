@@ -89,7 +89,7 @@ test_empty_documents(void **state)
 		QbConfig   *c = NULL;
 		char		err[QB_ERRLEN];
 
-		assert_int_equal(qb_config_parse(NULL, 0, &c, err, sizeof(err)), 0);
+		assert_int_equal(qb_config_parse(NULL, 0, &test_env, &c, err, sizeof(err)), 0);
 		assert_defaults(c);
 		qb_config_free(c);
 	}

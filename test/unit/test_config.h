@@ -26,6 +26,18 @@
 
 #include "qb_config.h"
 
+/* what the host allows every parse here (a test that changes it puts it back) */
+static QbConfigEnv test_env;
+
+/* the secret-file directories: NULL, any file (the daemon's) */
+static inline void
+test_set_file_dirs(const char *dirs, const char *setting)
+{
+	test_env.file_dirs = dirs;
+	test_env.file_setting = setting;
+	test_env.files_anywhere = dirs == NULL;
+}
+
 /* accept: parse text, fail the test with the message when it is refused. */
 static inline QbConfig *
 accept(const char *text)
@@ -33,7 +45,7 @@ accept(const char *text)
 	QbConfig   *cfg = (QbConfig *) 0x1;
 	char		err[QB_ERRLEN] = "";
 
-	if (qb_config_parse(text, strlen(text), &cfg, err, sizeof(err)) != 0)
+	if (qb_config_parse(text, strlen(text), &test_env, &cfg, err, sizeof(err)) != 0)
 		fail_msg("refused: %s\n--- document:\n%s", err, text);
 	assert_non_null(cfg);
 	return cfg;
@@ -51,7 +63,7 @@ refuse(const char *text,...)
 	const char *want;
 	va_list		ap;
 
-	if (qb_config_parse(text, strlen(text), &cfg, err, sizeof(err)) == 0)
+	if (qb_config_parse(text, strlen(text), &test_env, &cfg, err, sizeof(err)) == 0)
 	{
 		qb_config_free(cfg);
 		fail_msg("accepted, expected a refusal:\n%s", text);
@@ -70,7 +82,7 @@ refused_message(const char *text, char *err, size_t errlen)
 {
 	QbConfig   *cfg = NULL;
 
-	assert_int_equal(qb_config_parse(text, strlen(text), &cfg, err, errlen), -1);
+	assert_int_equal(qb_config_parse(text, strlen(text), &test_env, &cfg, err, errlen), -1);
 	assert_null(cfg);
 }
 

@@ -63,7 +63,7 @@ test_parse_free_many(void **state)
 	{
 		QbConfig   *cfg = NULL;
 
-		if (qb_config_parse(every_part, strlen(every_part), &cfg, err, sizeof(err)) != 0)
+		if (qb_config_parse(every_part, strlen(every_part), NULL, &cfg, err, sizeof(err)) != 0)
 			fail_msg("refused: %s", err);
 		assert_int_equal(cfg->ndestinations, 4);
 		assert_int_equal(cfg->nsources, 5);
@@ -96,12 +96,12 @@ test_transforms_released(void **state)
 	{
 		QbConfig   *cfg = NULL;
 
-		assert_int_equal(qb_config_parse(doc, strlen(doc), &cfg, err, sizeof(err)), 0);
+		assert_int_equal(qb_config_parse(doc, strlen(doc), NULL, &cfg, err, sizeof(err)), 0);
 		assert_non_null(cfg->destinations[0].transform);
 		assert_non_null(cfg->routes[0].transform);
 		assert_non_null(cfg->sources[0].transform);
 		qb_config_free(cfg);
-		assert_int_equal(qb_config_parse(bad, strlen(bad), &cfg, err, sizeof(err)), -1);
+		assert_int_equal(qb_config_parse(bad, strlen(bad), NULL, &cfg, err, sizeof(err)), -1);
 		assert_null(cfg);
 		assert_non_null(strstr(err, "sources.s.transform"));
 	}
@@ -130,7 +130,7 @@ test_refused_frees(void **state)
 	{
 		QbConfig   *cfg = (QbConfig *) 0x1;
 
-		if (qb_config_parse(docs[i], strlen(docs[i]), &cfg, err, sizeof(err)) == 0)
+		if (qb_config_parse(docs[i], strlen(docs[i]), NULL, &cfg, err, sizeof(err)) == 0)
 			fail_msg("accepted:\n%s", docs[i]);
 		assert_null(cfg);
 	}
@@ -140,7 +140,7 @@ test_refused_frees(void **state)
 	{
 		QbConfig   *cfg = NULL;
 
-		assert_int_equal(qb_config_parse("", 0, &cfg, err, sizeof(err)), -1);
+		assert_int_equal(qb_config_parse("", 0, NULL, &cfg, err, sizeof(err)), -1);
 		assert_non_null(strstr(err, "both set outbox.batchSize"));
 	}
 	unsetenv("QUEUEBOX_outbox_batchsize");

@@ -147,6 +147,9 @@ test_inbox_http_admin_invalid(void **state)
 }
 /* ---- transforms: compiled at load, a compile error names the key ------ */
 
+/* the process's helper, as a host keeps it (QbRuntime.jq) */
+static QbTransformHelper jq;
+
 /* transformed: what t makes of payload for topic (asserted OK; freed by the caller) */
 static char *
 transformed(const QbTransform *t, const char *payload, const char *topic)
@@ -156,7 +159,7 @@ transformed(const QbTransform *t, const char *payload, const char *topic)
 	char	   *out = NULL;
 	size_t		len = 0;
 
-	if (qb_transform_run(t, payload, strlen(payload), &vars, NULL, &out, &len, err, sizeof(err)) !=
+	if (qb_transform_run(&jq, t, payload, strlen(payload), &vars, NULL, &out, &len, err, sizeof(err)) !=
 		QB_TRANSFORM_OK)
 		fail_msg("%s: %s", payload, err);
 	return out;
@@ -417,11 +420,11 @@ test_daemon_sections_ignored(void **state)
 
 	unsetenv("QB_TEST_UNSET_PASSWORD");
 	refuse(doc, "database.url: environment variable QB_TEST_UNSET_PASSWORD is not set", NULL);
-	qb_config_set_daemon_sections(false);
+	test_env.daemon_sections_unread = true;
 	qb_config_free(accept(doc));
 	refuse("database: { urll: x }\n", "database.urll: unknown key", NULL);
 	refuse("daemon: [1]\n", "daemon: expected a mapping", NULL);
-	qb_config_set_daemon_sections(true);
+	test_env.daemon_sections_unread = false;
 }
 /* the url: its schemes, and messages that never repeat it */
 static void

@@ -61,7 +61,7 @@ test_expand_env_direct(void **state)
 	unsetenv("QB_T_UNSET");
 	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
 	{
-		char	   *s = qb_expand_env(ok[i].in, err, sizeof(err));
+		char	   *s = qb_expand_env(ok[i].in, &test_env, err, sizeof(err));
 
 		if (s == NULL)
 			fail_msg("%s: %s", ok[i].in, err);
@@ -71,7 +71,7 @@ test_expand_env_direct(void **state)
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 	{
 		err[0] = '\0';
-		assert_null(qb_expand_env(bad[i].in, err, sizeof(err)));
+		assert_null(qb_expand_env(bad[i].in, &test_env, err, sizeof(err)));
 		if (strstr(err, bad[i].msg) == NULL)
 			fail_msg("%s: \"%s\" lacks \"%s\"", bad[i].in, err, bad[i].msg);
 	}
@@ -153,7 +153,7 @@ static void
 expect_expand(const char *in, const char *out)
 {
 	char		err[QB_ERRLEN] = "";
-	char	   *s = qb_expand_env(in, err, sizeof(err));
+	char	   *s = qb_expand_env(in, &test_env, err, sizeof(err));
 
 	if (s == NULL)
 		fail_msg("%s: %s", in, err);
@@ -169,7 +169,7 @@ expect_refused(const char *in,...)
 	const char *want;
 	va_list		ap;
 
-	assert_null(qb_expand_env(in, err, sizeof(err)));
+	assert_null(qb_expand_env(in, &test_env, err, sizeof(err)));
 	va_start(ap, in);
 	while ((want = va_arg(ap, const char *)) != NULL)
 		if (strstr(err, want) == NULL)
@@ -212,16 +212,16 @@ test_expand_file(void **state)
 	assert_false(qb_config_file_dirs_valid("/run/secrets,secrets"));
 
 	/* the default allows no file, and says so without looking at it */
-	qb_config_set_file_dirs("", NULL);
+	test_set_file_dirs("", NULL);
 	snprintf(in, sizeof(in), "${file:%s/github}", file_dir);
 	expect_refused(in, "file reference ${file:", "/github}: file references are not allowed here", NULL);
-	qb_config_set_file_dirs("", "queuebox.secret_file_dirs");
+	test_set_file_dirs("", "queuebox.secret_file_dirs");
 	expect_refused(in, "no directory is allowed for secret files",
 				   "a superuser sets queuebox.secret_file_dirs", NULL);
 
 	/* allowed: one trailing newline goes, the rest stays */
 	snprintf(dirs, sizeof(dirs), "/nonexistent/dir, %s/", file_dir);
-	qb_config_set_file_dirs(dirs, "queuebox.secret_file_dirs");
+	test_set_file_dirs(dirs, "queuebox.secret_file_dirs");
 	expect_expand(in, "s3cr3t-gh");
 	snprintf(in, sizeof(in), "Bearer ${file:%s/crlf}!", file_dir);
 	expect_expand(in, "Bearer s3cr3t-w!");
@@ -269,16 +269,16 @@ test_expand_file(void **state)
 	{
 		char		err[QB_ERRLEN] = "";
 
-		assert_null(qb_expand_env("${file:/${QB_T_SECRETV}/outside}", err, sizeof(err)));
+		assert_null(qb_expand_env("${file:/${QB_T_SECRETV}/outside}", &test_env, err, sizeof(err)));
 		assert_null(strstr(err, file_other + 1));
 	}
 	unsetenv("QB_T_SECRETV");
 
 	/* any path (the daemon) */
-	qb_config_set_file_dirs(NULL, NULL);
+	test_set_file_dirs(NULL, NULL);
 	snprintf(in, sizeof(in), "${file:%s/outside}", file_other);
 	expect_expand(in, "s3cr3t-out");
-	qb_config_set_file_dirs("", NULL);
+	test_set_file_dirs("", NULL);
 	unsetenv("QB_T_CREDS");
 }
 
@@ -305,7 +305,7 @@ test_expand_file_in_document(void **state)
 	char		doc[1024];
 	QbConfig   *c;
 
-	qb_config_set_file_dirs(file_dir, "queuebox.secret_file_dirs");
+	test_set_file_dirs(file_dir, "queuebox.secret_file_dirs");
 	snprintf(doc, sizeof(doc),
 			 "destinations:\n  p: { type: http, baseUrl: \"http://h\", headers: { X-K: \"${file:%s/github}\" } }\n",
 			 file_dir);
@@ -327,7 +327,7 @@ test_expand_file_in_document(void **state)
 	/* a check that would quote part of it (a URL's scheme) says so instead */
 	refused_file_doc("destinations:\n  p: { type: http, baseUrl: \"${file:%s/github}://h\" }\n",
 					 "destinations.p.baseUrl: the value, read from a file, is not valid here; the message is not shown");
-	qb_config_set_file_dirs("", NULL);
+	test_set_file_dirs("", NULL);
 }
 
 /* test_expand_file_cleanup: the files and directories of the two tests above */

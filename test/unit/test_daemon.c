@@ -35,7 +35,7 @@ parse(const char *doc)
 	QbConfig   *cfg = NULL;
 	char		err[QB_ERRLEN] = "";
 
-	if (qb_config_parse(doc, strlen(doc), &cfg, err, sizeof(err)) != 0)
+	if (qb_config_parse(doc, strlen(doc), NULL, &cfg, err, sizeof(err)) != 0)
 		fail_msg("parse failed: %s", err);
 	return cfg;
 }

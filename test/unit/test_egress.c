@@ -18,6 +18,7 @@
 
 #include "qb_config.h"
 #include "qb_egress.h"
+#include "qb_egress_policy.h"
 
 /* parse or fail the test */
 static QbEgress *
@@ -285,12 +286,16 @@ test_bad_entries(void **state)
 	}
 }
 
-/* the validator: egress.allow in a daemon's document, and its checks */
+/* the validator: egress.allow in a daemon's document, the host's policy, and their checks */
 static void
 test_config(void **state)
 {
 	QbConfig   *cfg = NULL;
 	char		err[600];
+	QbEgressPolicy host = {NULL};	/* the extension's, as its runtime holds it */
+	const QbConfigEnv env = {.egress = &host};
+	struct sockaddr_in v4 = {0};
+	QbEgress   *wide;
 	static const char doc_ok[] =
 		"egress:\n  allow: [localhost, 10.0.0.0/8]\n"
 		"destinations:\n  web: {type: http, baseUrl: \"http://localhost:9\"}\n"
@@ -304,40 +309,65 @@ test_config(void **state)
 		"destinations:\n  web: {type: http, baseUrl: \"http://169.254.169.254\"}\n"
 		"routes:\n  - {topicPattern: \"#\", destination: web}\n";
 	static const char doc_bad[] = "egress:\n  allow: [\"10.0.0.0/99\"]\n";
+	static const char doc_host[] =
+		"destinations:\n  web: {type: http, baseUrl: \"http://10.1.2.3:8080\"}\n"
+		"routes:\n  - {topicPattern: \"#\", destination: web}\n";
 	static const char doc_names_only[] =
 		"egress:\n  allow: [hooks.partner.example]\n"
 		"destinations:\n  web: {type: http, baseUrl: \"http://10.1.2.3:8080\"}\n"
 		"routes:\n  - {topicPattern: \"#\", destination: web}\n";
 
-	assert_int_equal(qb_config_parse(doc_ok, sizeof(doc_ok) - 1, &cfg, err, sizeof(err)), 0);
+	assert_int_equal(qb_config_parse(doc_ok, sizeof(doc_ok) - 1, NULL, &cfg, err, sizeof(err)), 0);
 	assert_non_null(cfg->egress);
 	assert_ptr_equal(cfg->destinations[0].egress, cfg->egress);
 	qb_config_free(cfg);
 
-	assert_int_equal(qb_config_parse(doc_name, sizeof(doc_name) - 1, &cfg, err, sizeof(err)), -1);
+	assert_int_equal(qb_config_parse(doc_name, sizeof(doc_name) - 1, NULL, &cfg, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "destinations.web.baseUrl: egress refused: the host other.example.com"));
 	assert_non_null(strstr(err, "egress.allow"));
 
-	assert_int_equal(qb_config_parse(doc_meta, sizeof(doc_meta) - 1, &cfg, err, sizeof(err)), -1);
+	assert_int_equal(qb_config_parse(doc_meta, sizeof(doc_meta) - 1, NULL, &cfg, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "destinations.web.baseUrl: egress refused: 169.254.169.254 is a link-local"));
 	assert_non_null(strstr(err, "list it in egress.allow"));
 
-	assert_int_equal(qb_config_parse(doc_bad, sizeof(doc_bad) - 1, &cfg, err, sizeof(err)), -1);
+	assert_int_equal(qb_config_parse(doc_bad, sizeof(doc_bad) - 1, NULL, &cfg, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "egress.allow: egress.allow: \"10.0.0.0/99\" is neither"));
 
-	assert_int_equal(qb_config_parse(doc_names_only, sizeof(doc_names_only) - 1, &cfg, err, sizeof(err)), -1);
+	assert_int_equal(qb_config_parse(doc_names_only, sizeof(doc_names_only) - 1, NULL, &cfg, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "destinations.web.baseUrl: egress refused: 10.1.2.3 is an address, and egress.allow lists names only"));
 
-	/* once the host owns the policy (the extension), a document may not set one */
-	assert_true(qb_egress_set("10.0.0.0/8", "queuebox.allowed_destinations", err, sizeof(err)));
-	assert_true(qb_egress_host_owned());
-	assert_int_equal(qb_config_parse(doc_ok, sizeof(doc_ok) - 1, &cfg, err, sizeof(err)), -1);
+	/* once the host has a policy (the extension), a document may not set one */
+	assert_true(qb_egress_policy_set(&host, "10.0.0.0/8", "queuebox.allowed_destinations", err, sizeof(err)));
+	assert_non_null(qb_egress_policy_rules(&host));
+	assert_int_equal(qb_config_parse(doc_ok, sizeof(doc_ok) - 1, &env, &cfg, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "egress: this host takes its egress rules from queuebox.allowed_destinations"));
-	assert_int_equal(qb_config_parse(doc_meta, sizeof(doc_meta) - 1, &cfg, err, sizeof(err)), -1);
+	assert_int_equal(qb_config_parse(doc_meta, sizeof(doc_meta) - 1, &env, &cfg, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "list it in queuebox.allowed_destinations"));
+	/* the same document without that env: the process holds no policy of its own */
+	assert_int_equal(qb_config_parse(doc_ok, sizeof(doc_ok) - 1, NULL, &cfg, err, sizeof(err)), 0);
+	qb_config_free(cfg);
 	/* and a bad list leaves the policy in force */
-	assert_false(qb_egress_set("nope/1", "queuebox.allowed_destinations", err, sizeof(err)));
-	assert_int_equal(qb_egress_current()->ncidrs, 1);
+	assert_false(qb_egress_policy_set(&host, "nope/1", "queuebox.allowed_destinations", err, sizeof(err)));
+	assert_int_equal(qb_egress_policy_rules(&host)->ncidrs, 1);
+
+	/*
+	 * a destination keeps the host's policy, not a copy: a list narrowed
+	 * after the document was stored judges its next connect
+	 */
+	assert_int_equal(qb_config_parse(doc_host, sizeof(doc_host) - 1, &env, &cfg, err, sizeof(err)), 0);
+	assert_null(cfg->destinations[0].egress);
+	assert_ptr_equal(cfg->destinations[0].host_egress, &host);
+	wide = host.rules;			/* a host never frees the rules it replaced; a test may */
+	assert_true(qb_egress_policy_set(&host, "192.168.0.0/16", "queuebox.allowed_destinations", err, sizeof(err)));
+	v4.sin_family = AF_INET;
+	inet_pton(AF_INET, "10.1.2.3", &v4.sin_addr);
+	assert_false(qb_egress_addr_ok(qb_egress_in_force(cfg->destinations[0].egress,
+													  cfg->destinations[0].host_egress),
+								   "http://10.1.2.3:8080", (struct sockaddr *) &v4, err, sizeof(err)));
+	assert_non_null(strstr(err, "10.1.2.3 is in no network of queuebox.allowed_destinations"));
+	qb_config_free(cfg);
+	qb_egress_free(wide);
+	qb_egress_free(host.rules);
 }
 
 int

@@ -507,7 +507,7 @@ setup(void **state)
 	memset(name255, 'h', 255);
 	memset(name256, 'h', 256);
 	if (!qb_nats_open(err, sizeof(err)) ||
-		qb_config_parse(doc, strlen(doc), &cfg, err, sizeof(err)) != 0)
+		qb_config_parse(doc, strlen(doc), NULL, &cfg, err, sizeof(err)) != 0)
 	{
 		fprintf(stderr, "setup: %s\n", err);
 		return -1;

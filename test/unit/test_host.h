@@ -53,6 +53,9 @@ typedef struct TestHost
 	int			nrows_wake_on;	/* ... with want true */
 } TestHost;
 
+/* the process's runtime, as a host keeps it: one for every TestHost */
+static QbRuntime test_runtime;
+
 static inline long
 test_now_ms(void)
 {
@@ -184,6 +187,7 @@ test_host_init(TestHost *t, bool (*done) (void *arg), void *arg, long timeout_ms
 	t->wait_cap_ms = wait_cap_ms;
 	t->config_changes = 1;
 	t->host.ctx = t;
+	t->host.runtime = &test_runtime;
 	t->host.log = test_host_log;
 	t->host.wait = test_host_wait;
 	t->host.should_stop = test_host_should_stop;

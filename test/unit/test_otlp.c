@@ -27,6 +27,8 @@
 #include "test_sink.h"
 
 static TestSink sink;
+/* the process's exporter, as a host keeps it (QbRuntime.otlp): for the life of the process */
+static QbOtlpExporter ex;
 
 /* a port nothing listens on now (bound, read, closed) */
 static int
@@ -129,11 +131,11 @@ test_post(void **state)
 	o = options(url);
 	o.headers = &h;
 	o.nheaders = 1;
-	assert_false(qb_otlp_on());
-	assert_true(qb_otlp_configure(&o, m, "test:1", err, sizeof(err)));
-	assert_true(qb_otlp_on());
+	assert_false(qb_otlp_on(&ex));
+	assert_true(qb_otlp_configure(&ex, &o, m, "test:1", err, sizeof(err)));
+	assert_true(qb_otlp_on(&ex));
 	/* the same options again: the same exporter */
-	assert_true(qb_otlp_configure(&o, m, "test:1", err, sizeof(err)));
+	assert_true(qb_otlp_configure(&ex, &o, m, "test:1", err, sizeof(err)));
 
 	assert_true(qb_trace_parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", &parent));
 	assert_true(qb_span_start(&a, "deliver web", QB_SPAN_CLIENT, &parent));
@@ -141,14 +143,14 @@ test_post(void **state)
 	qb_span_int(&a, "queuebox.attempt", 3);
 	a.error = true;
 	a.message = "attempt 3 of 10 failed: HTTP 500";
-	qb_otlp_emit(&a);
+	qb_otlp_emit(&ex, &a);
 	assert_true(qb_span_start(&b, "forward shop", QB_SPAN_INTERNAL, NULL));
-	qb_otlp_emit(&b);
+	qb_otlp_emit(&ex, &b);
 	/* a parent that is not sampled: no span */
 	assert_true(qb_trace_parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", &parent));
 	assert_false(qb_span_start(&b, "x", QB_SPAN_CLIENT, &parent));
-	qb_otlp_shutdown(2000);
-	assert_false(qb_otlp_on());
+	qb_otlp_shutdown(&ex, 2000);
+	assert_false(qb_otlp_on(&ex));
 	assert_int_equal(m->otlp_exported, 2);
 	assert_int_equal(m->otlp_dropped, 0);
 
@@ -211,7 +213,7 @@ test_tracestate(void **state)
 
 	snprintf(url, sizeof(url), "%s/v1/state", sink.base);
 	o = options(url);
-	assert_true(qb_otlp_configure(&o, m, "test:2", err, sizeof(err)));
+	assert_true(qb_otlp_configure(&ex, &o, m, "test:2", err, sizeof(err)));
 
 	/* a delivery, as qb_outbox.c makes its span from the row's headers */
 	h = json_pack("{s:s, s:s}", "TraceParent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
@@ -220,30 +222,30 @@ test_tracestate(void **state)
 	assert_true(qb_span_start(&s, "deliver with", QB_SPAN_CLIENT, &parent));
 	s.ctx = child;
 	qb_span_tracestate(&s, qb_trace_state(h));
-	qb_otlp_emit(&s);
+	qb_otlp_emit(&ex, &s);
 	json_decref(h);
 	h = json_pack("{s:s}", "traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
 	assert_true(qb_trace_publish(h, &parent, &child));
 	assert_null(qb_trace_state(h));
 	assert_true(qb_span_start(&s, "deliver without", QB_SPAN_CLIENT, &parent));
 	qb_span_tracestate(&s, qb_trace_state(h));
-	qb_otlp_emit(&s);
+	qb_otlp_emit(&ex, &s);
 	json_decref(h);
 	/* a receipt: the request's traceparent and tracestate */
 	assert_true(qb_span_start_tp(&s, "receive with", QB_SPAN_SERVER,
 								 "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "vendor=1"));
-	qb_otlp_emit(&s);
+	qb_otlp_emit(&ex, &s);
 	assert_true(qb_span_start_tp(&s, "receive without", QB_SPAN_SERVER,
 								 "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", NULL));
-	qb_otlp_emit(&s);
+	qb_otlp_emit(&ex, &s);
 	/* a root has no parent's tracestate to carry */
 	assert_true(qb_span_start_tp(&s, "root", QB_SPAN_SERVER, NULL, "vendor=1"));
-	qb_otlp_emit(&s);
+	qb_otlp_emit(&ex, &s);
 	/* one that is not printable ASCII is not carried on */
 	assert_true(qb_span_start_tp(&s, "bad state", QB_SPAN_SERVER,
 								 "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "a=\"b\""));
-	qb_otlp_emit(&s);
-	qb_otlp_shutdown(2000);
+	qb_otlp_emit(&ex, &s);
+	qb_otlp_shutdown(&ex, 2000);
 	assert_int_equal(m->otlp_exported, 6);
 
 	spans = posted_spans("/v1/state", NULL);
@@ -276,14 +278,14 @@ test_receiver_down(void **state)
 	o = options(url);
 	o.queue_size = 2;
 	o.batch_size = 2;
-	assert_true(qb_otlp_configure(&o, m, NULL, err, sizeof(err)));
+	assert_true(qb_otlp_configure(&ex, &o, m, NULL, err, sizeof(err)));
 	/* a queue of 2: the spans past it are dropped at once, never waited for */
 	for (int i = 0; i < 5; i++)
 	{
 		assert_true(qb_span_start(&s, "deliver web", QB_SPAN_CLIENT, NULL));
-		qb_otlp_emit(&s);
+		qb_otlp_emit(&ex, &s);
 	}
-	qb_otlp_shutdown(1000);
+	qb_otlp_shutdown(&ex, 1000);
 	assert_int_equal(m->otlp_exported, 0);
 	assert_int_equal(m->otlp_dropped, 5);
 	free(m);
@@ -303,19 +305,19 @@ test_error_taken(void **state)
 	snprintf(url, sizeof(url), "http://169.254.169.254:4318/v1/traces");
 	o = options(url);
 	o.flush_interval_ms = 10;
-	assert_true(qb_otlp_configure(&o, m, NULL, err, sizeof(err)));
+	assert_true(qb_otlp_configure(&ex, &o, m, NULL, err, sizeof(err)));
 	assert_true(qb_span_start(&s, "deliver web", QB_SPAN_CLIENT, NULL));
-	qb_otlp_emit(&s);
+	qb_otlp_emit(&ex, &s);
 	for (int i = 0; i < 500 && __atomic_load_n(&m->otlp_dropped, __ATOMIC_RELAXED) == 0; i++)
 		usleep(10000);
 	assert_int_equal(m->otlp_dropped, 1);
-	assert_true(qb_otlp_take_error(err, sizeof(err)));
+	assert_true(qb_otlp_take_error(&ex, err, sizeof(err)));
 	assert_non_null(strstr(err, "POST http://169.254.169.254:4318/v1/traces failed: egress refused: 169.254.169.254 is a link-local or cloud metadata address"));
 	assert_non_null(strstr(err, "1 spans dropped"));
-	assert_false(qb_otlp_take_error(err, sizeof(err)));
+	assert_false(qb_otlp_take_error(&ex, err, sizeof(err)));
 	/* no options: export stops */
-	assert_true(qb_otlp_configure(NULL, m, NULL, err, sizeof(err)));
-	assert_false(qb_otlp_on());
+	assert_true(qb_otlp_configure(&ex, NULL, m, NULL, err, sizeof(err)));
+	assert_false(qb_otlp_on(&ex));
 	free(m);
 }
 

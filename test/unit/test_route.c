@@ -241,7 +241,7 @@ test_route_find(void **state)
 	QbConfig	empty;
 	char		err[QB_ERRLEN];
 
-	if (qb_config_parse(doc, strlen(doc), &cfg, err, sizeof(err)) != 0)
+	if (qb_config_parse(doc, strlen(doc), NULL, &cfg, err, sizeof(err)) != 0)
 		fail_msg("%s", err);
 	assert_int_equal(qb_config_route_find(cfg, "orders.eu.created"), 0);	/* first wins */
 	assert_int_equal(qb_config_route_find(cfg, "orders.us.created"), 1);

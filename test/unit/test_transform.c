@@ -27,6 +27,9 @@
 
 #include "qb_transform.h"
 
+/* the process's helper, as a host keeps it (QbRuntime.jq) */
+static QbTransformHelper jq;
+
 static QbTransform *
 compile(const char *program)
 {
@@ -47,7 +50,7 @@ run1(const char *program, const char *payload, const QbTransformVars *vars,
 	size_t		len = 0;
 	QbTransformResult r;
 
-	r = qb_transform_run(t, payload, strlen(payload), vars, lim, out, &len, err, errlen);
+	r = qb_transform_run(&jq, t, payload, strlen(payload), vars, lim, out, &len, err, errlen);
 	qb_transform_free(t);
 	if (r == QB_TRANSFORM_OK)
 		assert_int_equal(len, strlen(*out));
@@ -157,11 +160,11 @@ test_bindings(void **state)
 		QbTransformVars a = {.key = "a"};
 		QbTransformVars b = {.key = "b"};
 
-		assert_int_equal(qb_transform_run(t, "1", 1, &a, NULL, &o, &len, err, sizeof(err)),
+		assert_int_equal(qb_transform_run(&jq, t, "1", 1, &a, NULL, &o, &len, err, sizeof(err)),
 						 QB_TRANSFORM_OK);
 		assert_string_equal(o, "\"a\"");
 		free(o);
-		assert_int_equal(qb_transform_run(t, "1", 1, &b, NULL, &o, &len, err, sizeof(err)),
+		assert_int_equal(qb_transform_run(&jq, t, "1", 1, &b, NULL, &o, &len, err, sizeof(err)),
 						 QB_TRANSFORM_OK);
 		assert_string_equal(o, "\"b\"");
 		free(o);
@@ -225,11 +228,11 @@ test_state_reuse(void **state)
 
 			snprintf(in, sizeof(in), "%d", i);
 			if (i < 3)
-				assert_int_equal(qb_transform_run(t, in, 1, NULL, NULL, &o, &len, err, sizeof(err)),
+				assert_int_equal(qb_transform_run(&jq, t, in, 1, NULL, NULL, &o, &len, err, sizeof(err)),
 								 QB_TRANSFORM_REJECTED);
 			else
 			{
-				assert_int_equal(qb_transform_run(t, in, 1, NULL, NULL, &o, &len, err, sizeof(err)),
+				assert_int_equal(qb_transform_run(&jq, t, in, 1, NULL, NULL, &o, &len, err, sizeof(err)),
 								 QB_TRANSFORM_OK);
 				assert_string_equal(o, "30");
 				free(o);
@@ -276,11 +279,11 @@ test_chain(void **state)
 	size_t		len;
 	int			at = 7;
 
-	assert_int_equal(qb_transform_run_chain(ab, 2, "{\"x\":1}", 7, &v, NULL, &o, &len, &at,
+	assert_int_equal(qb_transform_run_chain(&jq, ab, 2, "{\"x\":1}", 7, &v, NULL, &o, &len, &at,
 											err, sizeof(err)), QB_TRANSFORM_OK);
 	assert_string_equal(o, "{\"x\":1,\"route\":true,\"order\":[\"route\",\"destination\"],\"dest\":\"t.1\"}");
 	free(o);
-	assert_int_equal(qb_transform_run_chain(abad, 2, "{}", 2, &v, NULL, &o, &len, &at,
+	assert_int_equal(qb_transform_run_chain(&jq, abad, 2, "{}", 2, &v, NULL, &o, &len, &at,
 											err, sizeof(err)), QB_TRANSFORM_REJECTED);
 	assert_int_equal(at, 1);
 	assert_string_equal(err, "stop");
@@ -294,14 +297,14 @@ test_chain(void **state)
 		const QbTransform *aloop[] = {a, loop};
 		QbTransformLimits fast = {3000, QB_TRANSFORM_MAX_OUTPUT, QB_TRANSFORM_MAX_MEMORY};
 
-		assert_int_equal(qb_transform_run_chain(aloop, 2, "{}", 2, &v, &fast, &o, &len, &at,
+		assert_int_equal(qb_transform_run_chain(&jq, aloop, 2, "{}", 2, &v, &fast, &o, &len, &at,
 												err, sizeof(err)), QB_TRANSFORM_REJECTED);
 		assert_int_equal(at, 1);
 		assert_non_null(strstr(err, "ran longer than 3000 ms"));
 		qb_transform_free(loop);
 	}
 	/* an empty chain copies the payload */
-	assert_int_equal(qb_transform_run_chain(ab, 0, "{}", 2, &v, NULL, &o, &len, &at,
+	assert_int_equal(qb_transform_run_chain(&jq, ab, 0, "{}", 2, &v, NULL, &o, &len, &at,
 											err, sizeof(err)), QB_TRANSFORM_OK);
 	assert_string_equal(o, "{}");
 	free(o);
@@ -318,7 +321,7 @@ run_ok(const QbTransform *t, const char *expect)
 	char	   *o = NULL;
 	size_t		len;
 
-	if (qb_transform_run(t, "{\"n\":1}", 7, NULL, NULL, &o, &len, err, sizeof(err)) != QB_TRANSFORM_OK)
+	if (qb_transform_run(&jq, t, "{\"n\":1}", 7, NULL, NULL, &o, &len, err, sizeof(err)) != QB_TRANSFORM_OK)
 		fail_msg("not accepted: %s", err);
 	assert_string_equal(o, expect);
 	free(o);
@@ -366,16 +369,16 @@ test_helper(void **state)
 	extra = open("/dev/null", O_RDONLY);
 	/* kept: many runs, rejections among them, one process */
 	run_ok(t, "{\"n\":2}");
-	pid = qb_transform_helper_pid();
+	pid = qb_transform_helper_pid(&jq);
 	assert_true(pid > 0);
 	for (int i = 0; i < 200; i++)
 	{
 		run_ok(t, "{\"n\":2}");
-		assert_int_equal(qb_transform_run(rej, "{}", 2, NULL, NULL, &o, &len, err, sizeof(err)),
+		assert_int_equal(qb_transform_run(&jq, rej, "{}", 2, NULL, NULL, &o, &len, err, sizeof(err)),
 						 QB_TRANSFORM_REJECTED);
 		assert_string_equal(err, "no");
 	}
-	assert_int_equal(qb_transform_helper_pid(), pid);
+	assert_int_equal(qb_transform_helper_pid(&jq), pid);
 
 	/* it holds stdin, stdout, stderr and its socket, none of the caller's */
 	assert_true(extra >= 0);
@@ -383,28 +386,28 @@ test_helper(void **state)
 	close(extra);
 
 	/* a runaway kills it; the next run starts another and works */
-	assert_int_equal(qb_transform_run(loop, "0", 1, NULL, &fast, &o, &len, err, sizeof(err)),
+	assert_int_equal(qb_transform_run(&jq, loop, "0", 1, NULL, &fast, &o, &len, err, sizeof(err)),
 					 QB_TRANSFORM_REJECTED);
-	assert_int_equal(qb_transform_helper_pid(), -1);
+	assert_int_equal(qb_transform_helper_pid(&jq), -1);
 	assert_int_equal(kill(pid, 0), -1);
 	run_ok(t, "{\"n\":2}");
-	pid2 = qb_transform_helper_pid();
+	pid2 = qb_transform_helper_pid(&jq);
 	assert_true(pid2 > 0 && pid2 != pid);
 
 	/* a transform compiled after the fork (a reload) gets a new helper */
 	later = compile(".n += 10");
 	run_ok(later, "{\"n\":11}");
-	assert_true(qb_transform_helper_pid() != pid2);
+	assert_true(qb_transform_helper_pid(&jq) != pid2);
 	/* ... which still runs the older ones */
-	pid = qb_transform_helper_pid();
+	pid = qb_transform_helper_pid(&jq);
 	run_ok(t, "{\"n\":2}");
-	assert_int_equal(qb_transform_helper_pid(), pid);
+	assert_int_equal(qb_transform_helper_pid(&jq), pid);
 
 	/* killed while idle (the OOM killer): the run goes to a new helper */
 	kill(pid, SIGKILL);
 	usleep(50 * 1000);
 	run_ok(t, "{\"n\":2}");
-	assert_true(qb_transform_helper_pid() != pid);
+	assert_true(qb_transform_helper_pid(&jq) != pid);
 
 	/*
 	 * a message that does not fit the memory is rejected on a used helper
@@ -416,7 +419,7 @@ test_helper(void **state)
 
 		run_ok(t, "{\"n\":2}");
 		run_ok(t, "{\"n\":2}");
-		assert_int_equal(qb_transform_run(hog, "0", 1, NULL, &lean, &o, &len, err, sizeof(err)),
+		assert_int_equal(qb_transform_run(&jq, hog, "0", 1, NULL, &lean, &o, &len, err, sizeof(err)),
 						 QB_TRANSFORM_REJECTED);
 		assert_non_null(strstr(err, "memory"));
 		run_ok(t, "{\"n\":2}");
@@ -424,10 +427,10 @@ test_helper(void **state)
 	}
 
 	/* its run budget spent, it is replaced */
-	pid = qb_transform_helper_pid();
+	pid = qb_transform_helper_pid(&jq);
 	for (int i = 0; i < 10000; i++)
 		run_ok(t, "{\"n\":2}");
-	assert_true(qb_transform_helper_pid() != pid);
+	assert_true(qb_transform_helper_pid(&jq) != pid);
 
 	qb_transform_free(t);
 	qb_transform_free(rej);

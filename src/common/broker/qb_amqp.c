@@ -436,7 +436,7 @@ qba_open_tls(amqp_connection_state_t amqp, amqp_socket_t *sock, const QbAmqpUrl 
 	else if (rc == AMQP_STATUS_SOCKET_ERROR)
 	{
 		int			fd = qb_amqp_tcp_connect(u->host, u->port, u->connect_timeout_ms,
-											 u->egress, why, sizeof(why));
+											 qb_egress_in_force(u->egress, u->host_egress), why, sizeof(why));
 
 		if (fd >= 0)
 		{
@@ -450,7 +450,8 @@ qba_open_tls(amqp_connection_state_t amqp, amqp_socket_t *sock, const QbAmqpUrl 
 		snprintf(why, sizeof(why), "%s", amqp_error_string2(rc));
 	else if (getpeername(amqp_get_sockfd(amqp), (struct sockaddr *) &peer, &plen) != 0)
 		snprintf(why, sizeof(why), "getpeername: %s", strerror(errno));
-	else if (qb_egress_addr_ok(u->egress, u->host, (struct sockaddr *) &peer, why, sizeof(why)))
+	else if (qb_egress_addr_ok(qb_egress_in_force(u->egress, u->host_egress), u->host,
+							   (struct sockaddr *) &peer, why, sizeof(why)))
 		return true;
 	snprintf(err, errlen, "%s: cannot connect: %s", where, why);
 	return false;
@@ -462,7 +463,7 @@ qba_open_tcp(amqp_socket_t *sock, const QbAmqpUrl *u, const char *where, char *e
 {
 	char		why[QB_ERRLEN];
 	int			fd = qb_amqp_tcp_connect(u->host, u->port, u->connect_timeout_ms,
-										 u->egress, why, sizeof(why));
+										 qb_egress_in_force(u->egress, u->host_egress), why, sizeof(why));
 
 	if (fd < 0)
 	{

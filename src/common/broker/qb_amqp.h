@@ -22,6 +22,7 @@
 #include <amqp.h>
 
 #include "qb_egress.h"
+#include "qb_egress_policy.h"
 
 typedef struct QbAmqpUrl
 {
@@ -38,7 +39,8 @@ typedef struct QbAmqpUrl
 	char	   *key;			/* amqps: client key (PEM), or NULL */
 	bool		verify;			/* amqps: verify the peer and host name */
 	QbEgress   *egress;			/* the destination's rules (a copy, owned), or
-								 * NULL: the host's (qb_egress_current) */
+								 * NULL: the host's */
+	const QbEgressPolicy *host_egress;	/* the host's, or NULL: none */
 } QbAmqpUrl;
 
 /*

@@ -63,19 +63,22 @@ qb_config_defaults(QbConfig *out)
 	out->otlp.flush_interval_ms = 1000;
 }
 
+/* qbcf_env_default: see qb_config_int.h. */
+const QbConfigEnv qbcf_env_default = {0};
+
 /*
  * qb_config_parse: load, override, validate; see qb_config.h.  The tree
  * lives in a scratch arena freed here; the config in its own.
  */
 int
-qb_config_parse(const char *text, size_t len, QbConfig **out, char *err,
-				size_t errlen)
+qb_config_parse(const char *text, size_t len, const QbConfigEnv *env, QbConfig **out,
+				char *err, size_t errlen)
 {
 	QbcfArena  *scratch = qbcf_arena_new();
 	QbcfArena  *arena = qbcf_arena_new();
 	QbcfNode   *root = NULL;
 	QbConfig   *cfg = NULL;
-	QbcfCtx		cx = {arena, err, errlen, NULL};
+	QbcfCtx		cx = {arena, err, errlen, NULL, env != NULL ? env : &qbcf_env_default};
 
 	*out = NULL;
 	if (errlen > 0)

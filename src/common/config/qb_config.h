@@ -33,6 +33,7 @@
 #include "qb_backoff.h"
 #include "qb_egress.h"
 #include "qb_errlen.h"
+#include "qb_egress_policy.h"
 #include "qb_otlp.h"
 #include "qb_sign.h"
 #include "qb_transform.h"
@@ -183,7 +184,8 @@ typedef struct QbDestination
 	long		breaker_cooldown_ms;	/* circuitBreaker.cooldownMs, default 30000 */
 	QbOnDead	on_dead;		/* onDead, default release */
 	const QbEgress *egress;		/* the document's egress rules (daemon), or
-								 * NULL: the host's (qb_egress_current) */
+								 * NULL: the host's */
+	const QbEgressPolicy *host_egress;	/* the host's (QbConfigEnv's), or NULL */
 } QbDestination;
 
 #define QB_DEFAULT_MAX_IN_FLIGHT 128
@@ -251,6 +253,8 @@ typedef struct QbSource
 	QbOnDead	on_dead;		/* onDead: what a dead push row does to its
 								 * aggregate in the relay's order; default
 								 * release */
+	const QbEgressPolicy *host_egress;	/* the rules of its broker connection:
+										 * the host's (QbConfigEnv's), or NULL */
 } QbSource;
 
 typedef struct QbRelayConf
@@ -324,19 +328,53 @@ typedef struct QbConfig
  */
 extern void qb_config_defaults(QbConfig *out);
 
+/* The largest document a host reads from a file (either host's). */
+#define QB_CONFIG_DOC_MAX	(1024 * 1024)
+
+/*
+ * What the host allows a document, given to every parse (NULL, or a zeroed
+ * one: no host policy, no ${file:PATH}, every section read).  The same
+ * document and the same QbConfigEnv give the same answer in any process.
+ */
+typedef struct QbConfigEnv
+{
+	/*
+	 * The host's egress policy (the extension's
+	 * queuebox.allowed_destinations), or NULL: the host has none, and a
+	 * document's egress: section gives the rules.  Kept by the
+	 * destinations, sources and span exporter for their connects.
+	 */
+	const QbEgressPolicy *egress;
+
+	/*
+	 * Where ${file:PATH} may read: a comma-separated list of absolute
+	 * directories (a file must be inside one, as written and once symlinks
+	 * are resolved); NULL or "" allows none.  file_setting: the name of the
+	 * host's setting, for the refusal's hint, or NULL.
+	 */
+	const char *file_dirs;
+	const char *file_setting;
+	bool		files_anywhere; /* any path (the daemon: its operator chose its user) */
+
+	/*
+	 * The daemon's own sections (database:, daemon:) are not read: the
+	 * extension, which has no use for them, checks only their keys and
+	 * expands nothing there, so a file both hosts read may hold a ${NAME}
+	 * only the daemon's environment sets.
+	 */
+	bool		daemon_sections_unread;
+} QbConfigEnv;
+
 /*
  * Parse and validate a whole document.  ${NAME} references are expanded and
- * QUEUEBOX_* overrides applied (both read through getenv).  On success returns
- * 0 and a new config in *out.  On failure returns -1, leaves *out NULL, and
+ * QUEUEBOX_* overrides applied (both read through getenv), ${file:PATH} read
+ * where env allows.  On success returns 0 and a new config in *out.  On failure returns -1, leaves *out NULL, and
  * writes one message to err: the key path (or line and column for a YAML
  * syntax error), what was wrong and what to do, e.g.
  *   outbox.batchSize: expected an integer from 1 to 10000, got "many" (line 3, column 14)
  */
-/* The largest document a host reads from a file (either host's). */
-#define QB_CONFIG_DOC_MAX	(1024 * 1024)
-
-extern int	qb_config_parse(const char *text, size_t len, QbConfig **out,
-							char *err, size_t errlen);
+extern int	qb_config_parse(const char *text, size_t len, const QbConfigEnv *env,
+							QbConfig **out, char *err, size_t errlen);
 extern void qb_config_free(QbConfig *cfg);
 
 /* The sources that consume a broker (rabbitmq, kafka, nats); 0 for NULL. */
@@ -368,31 +406,12 @@ extern int	qb_config_relay_max_attempts(const QbConfig *cfg);
  * content of the file, less one trailing newline; PATH may hold ${NAME}
  * references (${file:${CREDENTIALS_DIRECTORY}/github}).  Returns a malloc'd
  * string or NULL with err set (unset variable, unterminated reference, bad
- * name, a file missing, unreadable or not allowed).  "$${" stands for a
- * literal "${".
+ * name, a file missing, unreadable or not allowed by env: NULL allows
+ * none).  "$${" stands for a literal "${".
  */
-extern char *qb_expand_env(const char *in, char *err, size_t errlen);
+extern char *qb_expand_env(const char *in, const QbConfigEnv *env, char *err, size_t errlen);
 
-/*
- * Where ${file:PATH} may read, for every parse that follows in this process.
- * dirs: a comma-separated list of absolute directories (a file must be
- * inside one, as written and once symlinks are resolved); "" allows none
- * (the default); NULL allows any path.  setting: the name of the host's
- * setting, for the refusal's hint, or NULL.  Neither is copied: both must
- * outlive the parses.
- */
-extern void qb_config_set_file_dirs(const char *dirs, const char *setting);
-
-/*
- * Whether the daemon's own sections (database:, daemon:) are read, for
- * every parse that follows in this process: the daemon reads them (the
- * default); the extension, which has no use for them, checks only their
- * keys and expands nothing there, so a file both hosts read may hold a
- * ${NAME} only the daemon's environment sets.
- */
-extern void qb_config_set_daemon_sections(bool read);
-
-/* true when every entry of such a list is an absolute path (empty ones pass) */
+/* true when every entry of a file_dirs list is an absolute path (empty ones pass) */
 extern bool qb_config_file_dirs_valid(const char *dirs);
 
 /* URLs are checked with qb_url_check and qb_url_check_scheme (qb_url.h). */

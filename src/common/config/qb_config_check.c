@@ -932,16 +932,6 @@ qbcf_admin(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
 	return true;
 }
 
-/* the daemon's sections are read (qb_config_set_daemon_sections) */
-static bool qbcf_daemon_sections = true;
-
-/* qb_config_set_daemon_sections: see qb_config.h. */
-void
-qb_config_set_daemon_sections(bool read)
-{
-	qbcf_daemon_sections = read;
-}
-
 /*
  * qbcf_database: the database: section (daemon only).  The url is not
  * required here: the extension needs none, and the daemon checks that it
@@ -964,7 +954,7 @@ qbcf_database(QbcfCtx *cx, const QbcfNode *node, QbDatabaseConf *db)
 		return true;
 	if (!qbcf_check_keys(cx, "database", m, qbcf_keys_database, NULL))
 		return false;
-	if (!qbcf_daemon_sections)
+	if (cx->env->daemon_sections_unread)
 		return true;			/* the extension's: keys only, nothing expanded */
 	if ((n = qbcf_get(m, "url")) != NULL && !qbcf_is_null(n))
 	{
@@ -1000,7 +990,7 @@ qbcf_daemon(QbcfCtx *cx, const QbcfNode *node, QbDaemonConf *d)
 		return true;
 	if (!qbcf_check_keys(cx, "daemon", m, qbcf_keys_daemon, NULL))
 		return false;
-	if (!qbcf_daemon_sections)
+	if (cx->env->daemon_sections_unread)
 		return true;			/* the extension's: keys only, nothing expanded */
 	v = d->outbox_workers;
 	if (!qbcf_opt_int(cx, "daemon", m, "outboxWorkers", 1, 64, &v) ||
@@ -1093,10 +1083,10 @@ qbcf_egress(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
 		return false;
 	if (m == NULL)
 		return true;
-	if (qb_egress_host_owned())
+	if (qb_egress_policy_rules(cx->env->egress) != NULL)
 		return qbcf_error(cx, "egress", node,
 						  "this host takes its egress rules from %s, not from the document; remove the egress: section",
-						  qb_egress_current()->setting);
+						  qb_egress_policy_rules(cx->env->egress)->setting);
 	if (!qbcf_check_keys(cx, "egress", m, qbcf_keys_egress, NULL))
 		return false;
 	if ((list = qbcf_get(m, "allow")) == NULL || qbcf_is_null(list))
@@ -1130,17 +1120,22 @@ qbcf_egress(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
 /*
  * qbcf_egress_check: every destination's hosts against the rules (the
  * document's, else the host's); each destination keeps the document's
- * rules for the checks at connect time.
+ * rules and the host's policy for the checks at connect time.
  */
 static bool
 qbcf_egress_check(QbcfCtx *cx, QbConfig *cfg)
 {
+	const QbEgressPolicy *host = cx->env->egress;
+	const QbEgress *rules;
 	char		why[QBCF_MSGLEN];
 
 	/* the daemon without egress.allow: the default rules, named by its key */
-	if (cfg->egress == NULL && !qb_egress_host_owned() &&
+	if (cfg->egress == NULL && qb_egress_policy_rules(host) == NULL &&
 		!qb_egress_parse("", "egress.allow", &cfg->egress, why, sizeof(why)))
 		return qbcf_error(cx, "egress.allow", NULL, "%s", why);
+	rules = qb_egress_in_force(cfg->egress, host);
+	for (int i = 0; i < cfg->nsources; i++)
+		cfg->sources[i].host_egress = host;
 	for (int i = 0; i < cfg->ndestinations; i++)
 	{
 		QbDestination *d = &cfg->destinations[i];
@@ -1148,7 +1143,8 @@ qbcf_egress_check(QbcfCtx *cx, QbConfig *cfg)
 		char		path[QBCF_MSGLEN];
 
 		d->egress = cfg->egress;
-		if (hosts == NULL || qb_egress_hosts_ok(cfg->egress, hosts, why, sizeof(why)))
+		d->host_egress = host;
+		if (hosts == NULL || qb_egress_hosts_ok(rules, hosts, why, sizeof(why)))
 			continue;
 		snprintf(path, sizeof(path), "destinations.%s.%s", d->name,
 				 d->type == QB_DEST_HTTP ? "baseUrl" : d->type == QB_DEST_KAFKA ? "brokers" : "url");
@@ -1156,7 +1152,8 @@ qbcf_egress_check(QbcfCtx *cx, QbConfig *cfg)
 	}
 	/* the span exporter connects too */
 	cfg->otlp.egress = cfg->egress;
-	if (cfg->otlp.url != NULL && !qb_egress_hosts_ok(cfg->egress, cfg->otlp.url, why, sizeof(why)))
+	cfg->otlp.host_egress = host;
+	if (cfg->otlp.url != NULL && !qb_egress_hosts_ok(rules, cfg->otlp.url, why, sizeof(why)))
 		return qbcf_error(cx, "telemetry.otlp.endpoint", NULL, "%s", why);
 	return true;
 }

@@ -7,7 +7,7 @@
  * from the environment or a file), so no message here repeats a value:
  * they name the variable, the file, the scheme or the part that is wrong.
  *
- * A file is read only where the host allows (qb_config_set_file_dirs):
+ * A file is read only where the host allows (QbConfigEnv's file_dirs):
  * the extension lists directories in a superuser's setting, the daemon
  * allows any path its user can read; by default none is allowed.
  *-------------------------------------------------------------------------
@@ -71,18 +71,6 @@ qbcf_buf_add(QbcfBuf *b, const char *s, size_t len)
 
 /* the largest secret file read (a key or a certificate, not a document) */
 #define QBCF_FILE_MAX	65536
-
-/* the host's policy (qb_config_set_file_dirs): "" refuses every file */
-static const char *qbcf_file_dirs = "";
-static const char *qbcf_file_setting = NULL;
-
-/* qb_config_set_file_dirs: see qb_config.h. */
-void
-qb_config_set_file_dirs(const char *dirs, const char *setting)
-{
-	qbcf_file_dirs = dirs;
-	qbcf_file_setting = setting;
-}
 
 /*
  * qbcf_path_clean: an absolute path with no "." or ".." component and no
@@ -160,13 +148,13 @@ qb_config_file_dirs_valid(const char *dirs)
  * /run/secrets that is a symlink to /var/run/secrets still matches.
  */
 static bool
-qbcf_file_allowed(const char *path)
+qbcf_file_allowed(const QbConfigEnv *env, const char *path)
 {
-	const char *d = qbcf_file_dirs;
+	const char *d = env->file_dirs != NULL ? env->file_dirs : "";
 	const char *s;
 	size_t		n;
 
-	if (d == NULL)
+	if (env->files_anywhere)
 		return true;
 	while (qbcf_next_dir(&d, &s, &n))
 	{
@@ -188,23 +176,23 @@ qbcf_file_allowed(const char *path)
 
 /* qbcf_refused: the message for a file outside the allowed directories (path NULL: not shown). */
 static void
-qbcf_refused(const char *path, const char *shown, char *err, size_t errlen)
+qbcf_refused(const QbConfigEnv *env, const char *path, const char *shown, char *err, size_t errlen)
 {
-	const char *dirs = qbcf_file_dirs;
+	const char *dirs = env->file_dirs;
 
-	if (qbcf_file_setting == NULL)
+	if (env->file_setting == NULL)
 		snprintf(err, errlen, "file reference ${file:%.200s}: file references are not allowed here", shown);
 	else if (dirs == NULL || *dirs == '\0')
 		snprintf(err, errlen,
 				 "file reference ${file:%.200s}: no directory is allowed for secret files; "
 				 "a superuser sets %s to the directories that hold them (e.g. '/run/secrets') and reloads",
-				 shown, qbcf_file_setting);
+				 shown, env->file_setting);
 	else
 		snprintf(err, errlen,
 				 "file reference ${file:%.200s}: %.200s%sis outside the directories %s allows (%.100s); "
 				 "move the file there, or have a superuser add its directory",
 				 shown, path != NULL ? path : "", path != NULL ? " " : "the file ",
-				 qbcf_file_setting, dirs);
+				 env->file_setting, dirs);
 }
 
 /*
@@ -218,8 +206,8 @@ qbcf_refused(const char *path, const char *shown, char *err, size_t errlen)
  * paths themselves only when no variable went into them (named).
  */
 static bool
-qbcf_read_file(QbcfBuf *b, const char *path, const char *shown, bool named,
-			   char *err, size_t errlen)
+qbcf_read_file(const QbConfigEnv *env, QbcfBuf *b, const char *path, const char *shown,
+			   bool named, char *err, size_t errlen)
 {
 	char		real[PATH_MAX];
 	char	   *data = NULL;
@@ -234,9 +222,9 @@ qbcf_read_file(QbcfBuf *b, const char *path, const char *shown, bool named,
 				 shown);
 		return false;
 	}
-	if (!qbcf_file_allowed(path))
+	if (!qbcf_file_allowed(env, path))
 	{
-		qbcf_refused(named ? path : NULL, shown, err, errlen);
+		qbcf_refused(env, named ? path : NULL, shown, err, errlen);
 		return false;
 	}
 	if (realpath(path, real) == NULL)
@@ -244,9 +232,9 @@ qbcf_read_file(QbcfBuf *b, const char *path, const char *shown, bool named,
 		snprintf(err, errlen, "file reference ${file:%.200s}: %s", shown, strerror(errno));
 		return false;
 	}
-	if (!qbcf_file_allowed(real))
+	if (!qbcf_file_allowed(env, real))
 	{
-		qbcf_refused(named ? real : NULL, shown, err, errlen);
+		qbcf_refused(env, named ? real : NULL, shown, err, errlen);
 		return false;
 	}
 	/* O_NONBLOCK: a FIFO planted there must not hang the load */
@@ -324,11 +312,12 @@ fail:
 
 /*
  * qbcf_expand: expand len bytes of in into b.  files: ${file:PATH} is
- * allowed (not inside a PATH, whose ${NAME} references are expanded
- * first: ${file:${CREDENTIALS_DIRECTORY}/github}).
+ * allowed, where that host allows (NULL: not inside a PATH, whose ${NAME}
+ * references are expanded first: ${file:${CREDENTIALS_DIRECTORY}/github}).
  */
 static bool
-qbcf_expand(QbcfBuf *b, const char *in, size_t len, bool files, char *err, size_t errlen)
+qbcf_expand(QbcfBuf *b, const char *in, size_t len, const QbConfigEnv *files,
+			char *err, size_t errlen)
 {
 	const char *p = in;
 	const char *end = in + len;
@@ -356,7 +345,7 @@ qbcf_expand(QbcfBuf *b, const char *in, size_t len, bool files, char *err, size_
 				QbcfBuf		path = {0};
 				const char *q = start + 5;
 
-				if (!files)
+				if (files == NULL)
 				{
 					snprintf(err, errlen, "a file reference cannot hold another one: only ${NAME} may appear in ${file:PATH}");
 					goto fail;
@@ -384,9 +373,9 @@ qbcf_expand(QbcfBuf *b, const char *in, size_t len, bool files, char *err, size_
 					free(path.data);
 					goto fail;
 				}
-				if (!qbcf_expand(&path, start + 5, q - (start + 5), false, err, errlen) ||
+				if (!qbcf_expand(&path, start + 5, q - (start + 5), NULL, err, errlen) ||
 					path.oom ||
-					!qbcf_read_file(b, path.data, shown, strstr(shown, "${") == NULL, err, errlen))
+					!qbcf_read_file(files, b, path.data, shown, strstr(shown, "${") == NULL, err, errlen))
 				{
 					if (path.oom)
 						snprintf(err, errlen, "out of memory");
@@ -452,12 +441,12 @@ fail:
 
 /* qb_expand_env: see qb_config.h.  Messages name variables and files, never values. */
 char *
-qb_expand_env(const char *in, char *err, size_t errlen)
+qb_expand_env(const char *in, const QbConfigEnv *env, char *err, size_t errlen)
 {
 	QbcfBuf		b = {0};
 
 	qbcf_buf_add(&b, "", 0);			/* an empty input still gives a string */
-	if (!qbcf_expand(&b, in, strlen(in), true, err, errlen))
+	if (!qbcf_expand(&b, in, strlen(in), env != NULL ? env : &qbcf_env_default, err, errlen))
 		goto fail;
 	if (b.oom)
 	{

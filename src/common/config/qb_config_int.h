@@ -114,7 +114,11 @@ typedef struct QbcfCtx
 	char	   *err;
 	size_t		errlen;
 	QbcfFileValue *file_values; /* in the arena */
+	const QbConfigEnv *env;		/* what the host allows (never NULL) */
 } QbcfCtx;
+
+/* the environment of a parse given none: no host policy, no file, every section */
+extern const QbConfigEnv qbcf_env_default;
 
 extern void qbcf_fmt(char *buf, size_t size, const char *fmt,...)
 			__attribute__((format(printf, 3, 4)));

@@ -174,7 +174,7 @@ qbcf_text(QbcfCtx *cx, const char *path, const QbcfNode *n, const char *what, ch
 
 		if (strlen(n->text) != n->len)
 			return qbcf_error(cx, path, n, "the value contains a NUL character (\\0); remove it");
-		if ((expanded = qb_expand_env(n->text, msg, sizeof(msg))) == NULL)
+		if ((expanded = qb_expand_env(n->text, cx->env, msg, sizeof(msg))) == NULL)
 			return qbcf_error(cx, path, n, "%s", msg);
 		*out = qbcf_arena_strdup(cx->arena, expanded);
 		/* it may hold a secret from the environment */

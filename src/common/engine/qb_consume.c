@@ -184,7 +184,7 @@ qbc_span(QbcEngine *e, const QbSource *s, const QbDelivery *d, const char *key, 
 	char		name[160];
 	bool		ok;
 
-	if (!qb_otlp_on())
+	if (!qb_otlp_on(qb_host_otlp(e->host)))
 		return;
 	if ((headers = d->headers ? json_loads(d->headers, 0, NULL) : NULL) != NULL)
 	{
@@ -207,7 +207,7 @@ qbc_span(QbcEngine *e, const QbSource *s, const QbDelivery *d, const char *key, 
 		qb_span_str(&span, "messaging.message.id", key);
 	if (id > 0)
 		qb_span_int(&span, "queuebox.inbox.id", id);
-	qb_otlp_emit(&span);
+	qb_otlp_emit(qb_host_otlp(e->host), &span);
 	free(ts);
 	qb_otlp_log_errors(e->host);
 }
@@ -316,7 +316,8 @@ qbc_key_or_made_up(QbcRow *r)
  * transform could not run at all (not the message's fault).
  */
 static bool
-qbc_transform_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_t whylen)
+qbc_transform_row(QbTransformHelper *jq, const QbSource *s, const QbDelivery *d, QbcRow *r,
+				  char *why, size_t whylen)
 {
 	QbTransformVars vars = {NULL, r->aggregate_id, d->headers, s->name, r->event_type};
 	char		err[QB_ERRLEN];
@@ -324,7 +325,7 @@ qbc_transform_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, 
 	char	   *out = NULL;
 	size_t		len = 0;
 
-	switch (qb_transform_run(s->transform, r->payload, strlen(r->payload), &vars, NULL,
+	switch (qb_transform_run(jq, s->transform, r->payload, strlen(r->payload), &vars, NULL,
 							 &out, &len, err, sizeof(err)))
 	{
 		case QB_TRANSFORM_OK:
@@ -350,7 +351,8 @@ qbc_transform_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, 
  * cannot be stored pending becomes a dead row.
  */
 static bool
-qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_t whylen)
+qbc_make_row(QbTransformHelper *jq, const QbSource *s, const QbDelivery *d, QbcRow *r,
+			 char *why, size_t whylen)
 {
 	char		msg[QB_ERRLEN + 128];
 	json_error_t jerr;
@@ -377,7 +379,7 @@ qbc_make_row(const QbSource *s, const QbDelivery *d, QbcRow *r, char *why, size_
 
 	/* 2. transform (only what is JSON: a dead row is kept as it came) */
 	if (r->dead_error == NULL && s->transform != NULL && r->payload != NULL &&
-		!qbc_transform_row(s, d, r, why, whylen))
+		!qbc_transform_row(jq, s, d, r, why, whylen))
 		return false;
 	if (r->key == NULL || r->payload == NULL)
 	{
@@ -411,7 +413,7 @@ qbc_rows(QbcEngine *e, QbDelivery *d, int n, QbcRow *rows, QbInboxRow *in)
 
 	for (int i = 0; i < n; i++)
 	{
-		if (!qbc_make_row(s, &d[i], &rows[i], err, sizeof(err)))
+		if (!qbc_make_row(qb_host_jq(e->host), s, &d[i], &rows[i], err, sizeof(err)))
 		{
 			qb_log(e->host, QB_LOG_WARNING, "source \"%s\": %s; the batch goes back to the broker",
 				   s->name, err);

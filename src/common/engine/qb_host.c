@@ -35,7 +35,8 @@ qb_log(const QbHost *host, QbLogLevel level, const char *fmt,...)
  * process, e.g. a ${NAME} it cannot see).
  */
 static int
-qb_store_load_config(const QbStore *store, QbConfig **out, char *err, size_t errlen)
+qb_store_load_config(const QbHost *host, const QbStore *store, QbConfig **out,
+					 char *err, size_t errlen)
 {
 	char	   *text = NULL;
 	int			rc;
@@ -45,7 +46,7 @@ qb_store_load_config(const QbStore *store, QbConfig **out, char *err, size_t err
 		return -1;
 	if (text == NULL)
 		return 0;
-	rc = qb_config_parse(text, strlen(text), out, err, errlen) == 0 ? 1 : -1;
+	rc = qb_config_parse(text, strlen(text), host->config_env, out, err, errlen) == 0 ? 1 : -1;
 	free(text);
 	return rc;
 }
@@ -65,7 +66,7 @@ qb_reload_config(const QbHost *host, const QbStore *store, QbConfig **cfg,
 	char		err[QB_ERRLEN];
 	QbConfig   *loaded = NULL;
 
-	switch (qb_store_load_config(store, &loaded, err, sizeof(err)))
+	switch (qb_store_load_config(host, store, &loaded, err, sizeof(err)))
 	{
 		case 0:
 			if (!*warned_no_config)
@@ -100,7 +101,9 @@ qb_telemetry_apply(const QbHost *host, const QbConfig *cfg)
 {
 	char		err[QB_ERRLEN];
 
-	if (!qb_otlp_configure(cfg ? &cfg->otlp : NULL, host->metrics, NULL, err, sizeof(err)))
+	if (host->runtime != NULL &&
+		!qb_otlp_configure(&host->runtime->otlp, cfg ? &cfg->otlp : NULL, host->metrics, NULL,
+						   err, sizeof(err)))
 		qb_log(host, QB_LOG_WARNING, "spans are not exported: %s", err);
 }
 
@@ -108,12 +111,13 @@ qb_telemetry_apply(const QbHost *host, const QbConfig *cfg)
 void
 qb_otlp_log_errors(const QbHost *host)
 {
-	static long last_ms = 0;
+	QbOtlpExporter *ex = qb_host_otlp(host);
 	char		err[QB_ERRLEN];
 	long		now = qb_now_ms();
 
-	if ((last_ms != 0 && now - last_ms < 60000) || !qb_otlp_take_error(err, sizeof(err)))
+	if (ex == NULL || (ex->logged_ms != 0 && now - ex->logged_ms < 60000) ||
+		!qb_otlp_take_error(ex, err, sizeof(err)))
 		return;
-	last_ms = now;
+	ex->logged_ms = now;
 	qb_log(host, QB_LOG_WARNING, "span export failed (more spans may be dropped, counted in queuebox_otlp_spans_dropped_total): %s", err);
 }

@@ -16,6 +16,7 @@
 #include "qb_clock.h"			/* qb_now_ms: the engines and hosts use it */
 #include "qb_config.h"
 #include "qb_metrics.h"
+#include "qb_runtime.h"
 
 typedef enum QbLogLevel
 {
@@ -67,6 +68,20 @@ typedef struct QbHost
 	 * NULL: none.
 	 */
 	const struct QbIngressRoutes *routes;
+
+	/*
+	 * The process's running parts (qb_runtime.h: the span exporter, the
+	 * transforms' helper, the host's egress policy), kept by the host for
+	 * the life of the process, or NULL: no spans, no transform runs.
+	 */
+	QbRuntime  *runtime;
+
+	/*
+	 * What the host allows the documents its engines load (qb_config.h:
+	 * its egress policy, the secret-file directories), or NULL: the
+	 * defaults.  The same the host's other validators are given.
+	 */
+	const QbConfigEnv *config_env;
 
 	/*
 	 * Told of every configuration an engine loads (NULL: none stored), or
@@ -121,6 +136,19 @@ extern void qb_telemetry_apply(const QbHost *host, const QbConfig *cfg);
 
 /* Log the span exporter's last failure, at most once a minute (qb_host.c). */
 extern void qb_otlp_log_errors(const QbHost *host);
+
+/* The process's span exporter (NULL: none, no spans) and transform helper. */
+static inline QbOtlpExporter *
+qb_host_otlp(const QbHost *host)
+{
+	return host->runtime != NULL ? &host->runtime->otlp : NULL;
+}
+
+static inline QbTransformHelper *
+qb_host_jq(const QbHost *host)
+{
+	return host->runtime != NULL ? &host->runtime->jq : NULL;
+}
 
 /* What the engine is doing now, and a cycle's end, in its worker slot. */
 static inline void

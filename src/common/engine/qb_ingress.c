@@ -357,7 +357,7 @@ qbi_transform(QbiRequest *r)
 	char	   *out;
 	size_t		len;
 
-	switch (qb_transform_run(r->src->transform, r->x.body, r->x.len, &vars, NULL, &out, &len,
+	switch (qb_transform_run(qb_host_jq(r->e->host), r->src->transform, r->x.body, r->x.len, &vars, NULL, &out, &len,
 							 err, sizeof(err)))
 	{
 		case QB_TRANSFORM_OK:
@@ -541,9 +541,9 @@ qbi_span(QbiRequest *r, QbReceiveResult res)
 		.http_status = r->x.status,
 	};
 
-	if (!qb_otlp_on())
+	if (!qb_otlp_on(qb_host_otlp(r->e->host)))
 		return;
-	qb_otlp_receipt(&rc);
+	qb_otlp_receipt(qb_host_otlp(r->e->host), &rc);
 	qb_otlp_log_errors(r->e->host);
 }
 
@@ -1119,7 +1119,7 @@ qbi_reload(QbiEngine *e)
 		qb_log(e->host, QB_LOG_WARNING, "could not read the configuration: %s", err);
 		return;
 	}
-	if (qb_config_parse(text, text ? strlen(text) : 0, &cfg, err, sizeof(err)) != 0)
+	if (qb_config_parse(text, text ? strlen(text) : 0, e->host->config_env, &cfg, err, sizeof(err)) != 0)
 	{
 		qb_log(e->host, QB_LOG_WARNING, "the stored configuration is not valid here (%s); keeping the previous one", err);
 		free(text);

@@ -298,7 +298,7 @@ qbo_transform(QboEngine *e, QboSlot *s)
 		chain[n++] = dest->transform;
 	if (n == 0)
 		return true;
-	switch (qb_transform_run_chain(chain, n, row->payload, row->payload_len, &vars, NULL,
+	switch (qb_transform_run_chain(qb_host_jq(e->host), chain, n, row->payload, row->payload_len, &vars, NULL,
 								   &out, &outlen, &at, err, sizeof(err)))
 	{
 		case QB_TRANSFORM_OK:
@@ -395,7 +395,7 @@ qbo_span_end(QboEngine *e, QboSlot *s)
 	 */
 	s->span.name = s->span_name;
 	qb_span_str(&s->span, "messaging.message.id", s->row.message_id);
-	qb_otlp_emit(&s->span);
+	qb_otlp_emit(qb_host_otlp(e->host), &s->span);
 }
 
 /* qbo_start publishes a queued row; it may get its outcome at once. */
@@ -426,7 +426,7 @@ qbo_start(QboEngine *e, QboSlot *s, int tag)
 		QB_PUB_STARTED : QB_PUB_ROW_INVALID;
 	/* each attempt is a span of its own: a child of the row's context */
 	traced = r == QB_PUB_STARTED && qb_trace_publish(headers, &parent, &span);
-	if (qb_otlp_on())
+	if (qb_otlp_on(qb_host_otlp(e->host)))
 		qbo_span_start(e, s, traced ? &parent : NULL, traced ? &span : NULL,
 					   traced ? qb_trace_state(headers) : NULL);
 	m.headers = headers;

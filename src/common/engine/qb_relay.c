@@ -221,7 +221,7 @@ qbr_spans(QbrEngine *e, const QbRelayRow *rows, const char *const *topics, int n
 {
 	char		name[160];
 
-	if (!qb_otlp_on())
+	if (!qb_otlp_on(qb_host_otlp(e->host)))
 		return;
 	for (int i = 0; i < n; i++)
 	{
@@ -236,7 +236,7 @@ qbr_spans(QbrEngine *e, const QbRelayRow *rows, const char *const *topics, int n
 		qb_span_str(&span, "queuebox.topic", topics[i]);
 		qb_span_str(&span, "queuebox.outcome", topics[i][0] != '\0' ? "forwarded" : "dead");
 		span.error = topics[i][0] == '\0';
-		qb_otlp_emit(&span);
+		qb_otlp_emit(qb_host_otlp(e->host), &span);
 	}
 	qb_otlp_log_errors(e->host);
 }

@@ -11,8 +11,9 @@
  * DNS ("10.1.2.3", "[::1]", and the old spellings "2130706433", "0x7f.1",
  * "0177.0.0.1", "127.1"); the via of a connection is the URL or
  * "host:port" it was made for.  Thread safety: parsing and judging touch
- * only their arguments; qb_egress_set publishes a new policy with one atomic store and never
- * frees the old one (librdkafka's threads may be reading it).
+ * only their arguments.
+ * Which rules judge (a document's or the host's) is the caller's to say
+ * (qb_egress_policy.h).
  *-------------------------------------------------------------------------
  */
 #include <arpa/inet.h>
@@ -44,9 +45,8 @@ static const struct
 
 #define QBE_NREFUSED (int) (sizeof(qbe_refused) / sizeof(qbe_refused[0]))
 
-static QbEgress qbe_none = {NULL, 0, 0, 0, (char *) "queuebox.allowed_destinations", (char *) ""};
-static QbEgress *volatile qbe_current = &qbe_none;
-static volatile bool qbe_owned = false;
+/* the default rules: e NULL */
+static const QbEgress qbe_none = {NULL, 0, 0, 0, (char *) "queuebox.allowed_destinations", (char *) ""};
 
 /* does addr (len bytes of family) lie in the network net/bits? */
 static bool
@@ -284,7 +284,7 @@ err:
 void
 qb_egress_free(QbEgress *e)
 {
-	if (e == NULL || e == &qbe_none)
+	if (e == NULL)
 		return;
 	for (int i = 0; i < e->nrules; i++)
 		free(e->rules[i].name);
@@ -435,7 +435,7 @@ qb_egress_addr_ok(const QbEgress *e, const char *via, const struct sockaddr *sa,
 	int			hfamily;
 
 	if (e == NULL)
-		e = qb_egress_current();
+		e = &qbe_none;
 	if (!qbe_sockaddr(sa, &family, addr, shown, sizeof(shown)))
 		return true;			/* a Unix socket leaves no host */
 	if (via != NULL && qbe_via_host(via, strlen(via), host, sizeof(host), ignored, sizeof(ignored)) &&
@@ -454,7 +454,7 @@ qbe_host_ok(const QbEgress *e, const char *host, size_t len, char *why, size_t w
 	char		text[INET6_ADDRSTRLEN];
 
 	if (e == NULL)
-		e = qb_egress_current();
+		e = &qbe_none;
 	snprintf(shown, sizeof(shown), "%.*s", (int) (len > 255 ? 255 : len), host);
 	if (qbe_address_host(host, len, &family, addr))
 	{
@@ -528,31 +528,4 @@ bool
 qb_egress_resolve_ok(const QbEgress *e, const char *urls, char *why, size_t whylen)
 {
 	return qbe_walk(e, urls, qbe_resolved_ok, why, whylen);
-}
-
-/* qb_egress_set: see qb_egress.h. */
-bool
-qb_egress_set(const char *list, const char *setting, char *err, size_t errlen)
-{
-	QbEgress   *e;
-
-	if (!qb_egress_parse(list, setting, &e, err, errlen))
-		return false;
-	__atomic_store_n(&qbe_current, e, __ATOMIC_RELEASE);
-	qbe_owned = true;
-	return true;
-}
-
-/* qb_egress_host_owned: see qb_egress.h. */
-bool
-qb_egress_host_owned(void)
-{
-	return qbe_owned;
-}
-
-/* qb_egress_current: see qb_egress.h. */
-const QbEgress *
-qb_egress_current(void)
-{
-	return __atomic_load_n(&qbe_current, __ATOMIC_ACQUIRE);
 }

@@ -26,10 +26,10 @@
  * Hosts are read from URLs by the one URL reader (qb_url.h), which the
  * connections read them with: the host connected to is the one judged.
  *
- * The host's policy (the extension's queuebox.allowed_destinations, the
- * daemon's egress.allow) is process-wide: qb_egress_set.  A policy once
- * set is never freed: librdkafka's threads may still be reading it when a
- * reload sets the next one (a reload leaks one small list).
+ * Rules are plain values: which ones judge a connection (a document's
+ * egress.allow, or the host's queuebox.allowed_destinations as it is now)
+ * is the caller's to say (qb_egress_policy.h); NULL is the default rules
+ * (no list).
  *-------------------------------------------------------------------------
  */
 #ifndef QB_EGRESS_H
@@ -61,7 +61,8 @@ typedef struct QbEgress
 
 /*
  * Parse a list: entries separated by commas and/or blanks (a YAML list is
- * joined with commas first).  NULL or empty: NULL policy, no error.  On a bad
+ * joined with commas first).  NULL or empty: a list of no entry (the
+ * default rules), no error.  On a bad
  * entry returns false with err naming it and what is allowed.
  */
 extern bool qb_egress_parse(const char *list, const char *setting, QbEgress **out,
@@ -81,7 +82,7 @@ extern QbEgress *qb_egress_copy(const QbEgress *e);
  * known (then only an address listed in a CIDR passes a names-only
  * policy).  false with why set ("... 169.254.169.254 is a link-local or
  * cloud metadata address; list it in queuebox.allowed_destinations to
- * allow it").  e NULL: the host's rules.
+ * allow it").  e NULL: the default rules.
  */
 extern bool qb_egress_addr_ok(const QbEgress *e, const char *via, const struct sockaddr *sa,
 							  char *why, size_t whylen);
@@ -102,16 +103,5 @@ extern bool qb_egress_hosts_ok(const QbEgress *e, const char *urls, char *why, s
  * that does not resolve passes (its connect fails and says why).
  */
 extern bool qb_egress_resolve_ok(const QbEgress *e, const char *urls, char *why, size_t whylen);
-
-/*
- * The host's process-wide policy: list NULL or "" is none (the default
- * rules).  setting names what to change in messages.  false with err when
- * the list does not parse (the policy in force stays).
- */
-extern bool qb_egress_set(const char *list, const char *setting, char *err, size_t errlen);
-extern const QbEgress *qb_egress_current(void);
-
-/* Has the host set its policy (qb_egress_set)?  Then a document may not. */
-extern bool qb_egress_host_owned(void);
 
 #endif							/* QB_EGRESS_H */

@@ -57,6 +57,7 @@ typedef struct QbhTransfer
 	char		errbuf[CURL_ERROR_SIZE];
 	char		refused[QB_ERRLEN];	/* why the egress rules refused an address */
 	const QbEgress *egress;		/* the destination's rules; NULL: the host's */
+	const QbEgressPolicy *host_egress;	/* the host's, or NULL: none */
 	char		body[QBH_ERRBODY + 1];	/* the start of the answer */
 	size_t		body_len;
 	size_t		read;			/* bytes of the answer's body read so far */
@@ -528,7 +529,8 @@ qbh_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
 	/* the URL names the host the rules look for among their names */
 	curl_easy_getinfo(t->easy, CURLINFO_EFFECTIVE_URL, &url);
 	if (purpose == CURLSOCKTYPE_IPCXN &&
-		!qb_egress_addr_ok(t->egress, url, &a->addr, t->refused, sizeof(t->refused)))
+		!qb_egress_addr_ok(qb_egress_in_force(t->egress, t->host_egress), url, &a->addr,
+						   t->refused, sizeof(t->refused)))
 		return CURL_SOCKET_BAD;
 	return socket(a->family, a->socktype, a->protocol);
 }

@@ -417,6 +417,7 @@ qba_conn_for(QbAmqp *a, const QbDestination *dest, char *err, size_t errlen)
 		return NULL;
 	}
 	c->u.egress = qb_egress_copy(dest->egress);
+	c->u.host_egress = dest->host_egress;
 	snprintf(c->where, sizeof(c->where), "rabbitmq %s%s%s:%d vhost %s",
 			 strchr(c->u.host, ':') ? "[" : "", c->u.host,
 			 strchr(c->u.host, ':') ? "]" : "", c->u.port, c->u.vhost);

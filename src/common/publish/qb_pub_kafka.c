@@ -49,6 +49,7 @@ typedef struct QbkProducer
 	bool		fatal;			/* error_cb saw __FATAL: make it anew */
 	char		last_error[QB_ERRLEN];	/* the latest error_cb text, for context */
 	QbEgress   *egress;			/* the destination's rules (a copy), or NULL */
+	const QbEgressPolicy *host_egress;	/* the host's, or NULL: none */
 	pthread_mutex_t refused_lock;	/* connect_cb runs on librdkafka's threads */
 	char		refused[QB_ERRLEN];	/* why connect_cb last refused an address */
 	struct QbkProducer *next;
@@ -140,7 +141,7 @@ qbk_connect_cb(int sockfd, const struct sockaddr *addr, int addrlen, const char 
 	QbkProducer *p = opaque;
 	char		why[QB_ERRLEN];
 
-	if (!qb_egress_addr_ok(p->egress, id, addr, why, sizeof(why)))
+	if (!qb_egress_addr_ok(qb_egress_in_force(p->egress, p->host_egress), id, addr, why, sizeof(why)))
 	{
 		pthread_mutex_lock(&p->refused_lock);
 		snprintf(p->refused, sizeof(p->refused), "%s", why);
@@ -223,6 +224,7 @@ qbk_producer_new(QbKafka *k, const QbDestination *d, char *err, size_t errlen)
 	p->kafka = k;
 	pthread_mutex_init(&p->refused_lock, NULL);
 	p->egress = qb_egress_copy(d->egress);
+	p->host_egress = d->host_egress;
 	snprintf(timeout, sizeof(timeout), "%ld", d->timeout_ms);
 	for (int i = 0; i < d->nprops; i++)
 		if (!qb_kafka_set(conf, d->props[i].name, d->props[i].value, err, errlen))

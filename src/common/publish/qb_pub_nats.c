@@ -61,6 +61,7 @@ typedef struct QbnLink
 	long		retry_at;		/* after a failed connect */
 	char		error[QB_ERRLEN];		/* why the last connect failed */
 	QbEgress   *egress;			/* the destination's rules (a copy), or NULL */
+	const QbEgressPolicy *host_egress;	/* the host's, or NULL: none */
 	/* createStream; under owner->mu, as qbn_ack reads them */
 	char	   *stream;			/* the stream to make; NULL: none */
 	char	   *stream_subject;
@@ -181,7 +182,7 @@ qbn_connect(QbnLink *l)
 	char		why[QB_ERRLEN];
 
 	/* cnats shows no one the address it connects to: judge them first */
-	if (!qb_egress_resolve_ok(l->egress, l->url, why, sizeof(why)))
+	if (!qb_egress_resolve_ok(qb_egress_in_force(l->egress, l->host_egress), l->url, why, sizeof(why)))
 	{
 		qb_nats_redact(l->url, url, sizeof(url));
 		snprintf(l->error, sizeof(l->error), "cannot connect to NATS at %.200s: %.250s", url, why);
@@ -361,6 +362,7 @@ qbn_link(QbNats *n, const QbDestination *d, char *err, size_t errlen)
 		qb_egress_free(l->egress);
 		l->egress = qb_egress_copy(d->egress);
 	}
+	l->host_egress = d->host_egress;
 	if (!qbn_stream_settings(n, l, d))
 	{
 		snprintf(err, errlen, "out of memory");

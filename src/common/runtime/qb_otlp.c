@@ -55,9 +55,6 @@ typedef struct QbOtlp
 	QbMetrics  *m;
 } QbOtlp;
 
-static QbOtlp *qb_otlp = NULL;
-static bool qb_otlp_atexit_set = false;
-
 int64_t
 qb_otlp_now_ns(void)
 {
@@ -65,9 +62,9 @@ qb_otlp_now_ns(void)
 }
 
 bool
-qb_otlp_on(void)
+qb_otlp_on(const QbOtlpExporter *ex)
 {
-	return qb_otlp != NULL;
+	return ex != NULL && ex->running != NULL;
 }
 
 /* ---- spans ------------------------------------------------------------ */
@@ -181,9 +178,9 @@ qbot_span_json(const QbSpan *s)
 }
 
 void
-qb_otlp_emit(QbSpan *s)
+qb_otlp_emit(QbOtlpExporter *ex, QbSpan *s)
 {
-	QbOtlp	   *x = qb_otlp;
+	QbOtlp	   *x = ex != NULL ? ex->running : NULL;
 	char	   *js;
 	bool		queued = false;
 
@@ -213,12 +210,12 @@ qb_otlp_emit(QbSpan *s)
 }
 
 void
-qb_otlp_receipt(const QbReceipt *r)
+qb_otlp_receipt(QbOtlpExporter *ex, const QbReceipt *r)
 {
 	QbSpan		span;
 	char		name[160];
 
-	if (!qb_otlp_on())
+	if (!qb_otlp_on(ex))
 		return;
 	snprintf(name, sizeof(name), "receive %s", r->source);
 	if (!qb_span_start_tp(&span, name, r->kind, r->traceparent, r->tracestate))
@@ -236,13 +233,13 @@ qb_otlp_receipt(const QbReceipt *r)
 	if (r->inbox_id > 0)
 		qb_span_int(&span, "queuebox.inbox.id", r->inbox_id);
 	span.error = r->http_status >= 500;
-	qb_otlp_emit(&span);
+	qb_otlp_emit(ex, &span);
 }
 
 bool
-qb_otlp_take_error(char *buf, size_t len)
+qb_otlp_take_error(QbOtlpExporter *ex, char *buf, size_t len)
 {
-	QbOtlp	   *x = qb_otlp;
+	QbOtlp	   *x = ex != NULL ? ex->running : NULL;
 	bool		had;
 
 	if (x == NULL)
@@ -269,7 +266,7 @@ static curl_socket_t
 qbot_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
 {
 	QbotPost   *p = arg;
-	const QbEgress *e = p->x->egress != NULL ? p->x->egress : qb_egress_current();
+	const QbEgress *e = qb_egress_in_force(p->x->egress, p->x->o.host_egress);
 
 	if (purpose == CURLSOCKTYPE_IPCXN &&
 		!qb_egress_addr_ok(e, p->x->o.url, &a->addr, p->refused, sizeof(p->refused)))
@@ -481,13 +478,13 @@ qbot_fingerprint(const QbOtlpOptions *o)
 
 /* qbot_stop: the running exporter posts for up to flush_ms, then is gone */
 static void
-qbot_stop(long flush_ms)
+qbot_stop(QbOtlpExporter *ex, long flush_ms)
 {
-	QbOtlp	   *x = qb_otlp;
+	QbOtlp	   *x = ex->running;
 
 	if (x == NULL)
 		return;
-	qb_otlp = NULL;
+	ex->running = NULL;
 	pthread_mutex_lock(&x->mu);
 	__atomic_store_n(&x->stop, flush_ms > 0 ? 1 : 2, __ATOMIC_RELAXED);
 	x->stop_at_ns = qb_otlp_now_ns() + (int64_t) flush_ms * 1000000;
@@ -513,10 +510,10 @@ qbot_stop(long flush_ms)
 }
 
 static void
-qbot_atexit(void)
+qbot_at_exit(int status, void *arg)
 {
 	/* before OpenSSL's own exit handlers (registered earlier, run later) */
-	qbot_stop(0);
+	qbot_stop(arg, 0);
 }
 
 /* qbot_copy: x's deep copy of o (NULL fields: out of memory) */
@@ -590,7 +587,7 @@ qbot_start(QbOtlp *x)
 }
 
 bool
-qb_otlp_configure(const QbOtlpOptions *o, QbMetrics *m, const char *instance,
+qb_otlp_configure(QbOtlpExporter *ex, const QbOtlpOptions *o, QbMetrics *m, const char *instance,
 				  char *err, size_t errlen)
 {
 	static QbMetrics none;		/* a host that keeps no metrics */
@@ -600,7 +597,7 @@ qb_otlp_configure(const QbOtlpOptions *o, QbMetrics *m, const char *instance,
 
 	if (o == NULL || o->url == NULL)
 	{
-		qbot_stop(0);
+		qbot_stop(ex, 0);
 		return true;
 	}
 	if ((fp = qbot_fingerprint(o)) == NULL)
@@ -608,12 +605,12 @@ qb_otlp_configure(const QbOtlpOptions *o, QbMetrics *m, const char *instance,
 		snprintf(err, errlen, "out of memory");
 		return false;
 	}
-	if (qb_otlp != NULL && strcmp(qb_otlp->fingerprint, fp) == 0)
+	if (ex->running != NULL && strcmp(ex->running->fingerprint, fp) == 0)
 	{
 		free(fp);
 		return true;
 	}
-	qbot_stop(0);
+	qbot_stop(ex, 0);
 	if ((x = calloc(1, sizeof(QbOtlp))) == NULL)
 	{
 		free(fp);
@@ -640,14 +637,16 @@ qb_otlp_configure(const QbOtlpOptions *o, QbMetrics *m, const char *instance,
 		snprintf(err, errlen, "could not start the span exporter's thread: %s", strerror(rc));
 		return false;
 	}
-	if (!qb_otlp_atexit_set)
-		qb_otlp_atexit_set = atexit(qbot_atexit) == 0;
-	qb_otlp = x;
+	/* ex outlives the process's exit handlers (qb_otlp.h) */
+	if (!ex->exit_hooked)
+		ex->exit_hooked = on_exit(qbot_at_exit, ex) == 0;
+	ex->running = x;
 	return true;
 }
 
 void
-qb_otlp_shutdown(long flush_ms)
+qb_otlp_shutdown(QbOtlpExporter *ex, long flush_ms)
 {
-	qbot_stop(flush_ms);
+	if (ex != NULL)
+		qbot_stop(ex, flush_ms);
 }

@@ -9,7 +9,10 @@
  *	  forward (QbSpan), made by an engine with the trace context of qb_trace.h.
  *	- The exporter is one per process: a bounded queue of spans, each
  *	  already rendered as OTLP JSON, and one thread that posts them in
- *	  batches to the receiver.
+ *	  batches to the receiver.  Its host keeps it (QbOtlpExporter, in
+ *	  QbRuntime.otlp: qb_runtime.h) for the life of the process, since an
+ *	  exit handler stops its thread, and names it at every call; NULL is an
+ *	  exporter that never runs.
  *
  * Concurrency: qb_otlp_emit never blocks on the network: it renders the span,
  * takes the queue's mutex for a pointer copy and returns; a full queue drops
@@ -28,6 +31,7 @@
 #include <stdint.h>
 
 #include "qb_egress.h"
+#include "qb_egress_policy.h"
 #include "qb_metrics.h"
 #include "qb_trace.h"
 
@@ -49,7 +53,16 @@ typedef struct QbOtlpOptions
 	int			batch_size;		/* spans per post at most */
 	long		flush_interval_ms;	/* a post at least this often while spans wait */
 	const QbEgress *egress;		/* the document's rules, or NULL: the host's */
+	const QbEgressPolicy *host_egress;	/* the host's, or NULL: none */
 } QbOtlpOptions;
+
+/* A process's exporter: none running (zeroed), or one (qb_otlp.c's). */
+typedef struct QbOtlpExporter
+{
+	struct QbOtlp *running;		/* NULL: none */
+	bool		exit_hooked;	/* its exit handler is registered */
+	long		logged_ms;		/* the last failure logged (qb_otlp_log_errors) */
+} QbOtlpExporter;
 
 typedef enum QbSpanKind
 {
@@ -88,18 +101,18 @@ typedef struct QbSpan
 } QbSpan;
 
 /*
- * qb_otlp_configure: export as o says (o NULL or o->url NULL: stop
+ * qb_otlp_configure: ex exports as o says (o NULL or o->url NULL: stop
  * exporting), counting into m; instance names this process in the
  * resource (service.instance.id).  Options equal to the running ones
  * change nothing; other ones replace the exporter (the spans queued for
  * the old one are dropped, counted).  false with err when the thread
  * cannot be started (then nothing is exported).
  */
-extern bool qb_otlp_configure(const QbOtlpOptions *o, QbMetrics *m, const char *instance,
-							  char *err, size_t errlen);
+extern bool qb_otlp_configure(QbOtlpExporter *ex, const QbOtlpOptions *o, QbMetrics *m,
+							  const char *instance, char *err, size_t errlen);
 
 /* Is an exporter running?  (An engine makes no span otherwise.) */
-extern bool qb_otlp_on(void);
+extern bool qb_otlp_on(const QbOtlpExporter *ex);
 
 /*
  * qb_span_start: s begins now as a child of parent (NULL: the root of a
@@ -130,7 +143,7 @@ extern void qb_span_str(QbSpan *s, const char *key, const char *value);
 extern void qb_span_int(QbSpan *s, const char *key, long long value);
 
 /* qb_otlp_emit: s ends now (unless end_ns is set) and is queued; never blocks. */
-extern void qb_otlp_emit(QbSpan *s);
+extern void qb_otlp_emit(QbOtlpExporter *ex, QbSpan *s);
 
 /* A message received: a webhook's or a broker message's, stored or refused. */
 typedef struct QbReceipt
@@ -147,16 +160,16 @@ typedef struct QbReceipt
 } QbReceipt;
 
 /* qb_otlp_receipt: the span "receive <source>" of r, when spans are exported. */
-extern void qb_otlp_receipt(const QbReceipt *r);
+extern void qb_otlp_receipt(QbOtlpExporter *ex, const QbReceipt *r);
 
 /*
  * qb_otlp_take_error: the last export failure not taken yet, in buf
  * (false when none): for the main thread to log.
  */
-extern bool qb_otlp_take_error(char *buf, size_t len);
+extern bool qb_otlp_take_error(QbOtlpExporter *ex, char *buf, size_t len);
 
 /* qb_otlp_shutdown: post what is queued for up to flush_ms, then stop. */
-extern void qb_otlp_shutdown(long flush_ms);
+extern void qb_otlp_shutdown(QbOtlpExporter *ex, long flush_ms);
 
 /* the wall clock in ns since the epoch */
 extern int64_t qb_otlp_now_ns(void);

@@ -51,11 +51,23 @@ struct QbTransform
 {
 	jq_state   *jq;
 	char	   *text;
-	unsigned long serial;		/* order of compilation, from 1 */
+	unsigned long serial;		/* when it was compiled (qbt_serial) */
 };
 
-/* the serial of the newest transform compiled in this process */
-static unsigned long qbt_serial_last = 0;
+/*
+ * qbt_serial: now on the monotonic clock, in ns: a transform's serial and a
+ * helper's fork are stamped with it, so that a transform compiled after the
+ * fork has a larger serial than the helper's (a compile takes milliseconds)
+ * and no counter is kept for the process.
+ */
+static unsigned long
+qbt_serial(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long) ts.tv_sec * 1000000000UL + (unsigned long) ts.tv_nsec;
+}
 
 /*
  * The prelude shadows two libjq 1.6 traps (clibs.md §8): halt and
@@ -226,7 +238,7 @@ qb_transform_compile(const char *program, char *err, size_t errlen)
 	free(wrapped);
 	/* e lives on this stack: runs must not call back into it */
 	jq_set_error_cb(t->jq, qbt_quiet_cb, NULL);
-	t->serial = ++qbt_serial_last;
+	t->serial = qbt_serial();
 	return t;
 }
 
@@ -286,12 +298,6 @@ typedef struct QbtFinal
 #define QBT_EXIT_NOMEM	3
 #define QBT_EXIT_BUG	4		/* a request that cannot be */
 #define QBT_EXIT_IO		5		/* the socket broke, or the setup failed */
-
-/*
- * The index in the chain of the stage running, written by the helper before
- * each stage and read by the parent when a deadline passes (-1: none yet).
- */
-static volatile int *qbt_stage = NULL;
 
 /* qbt_io_full reads or writes all n bytes; false on EOF or an error. */
 static bool
@@ -406,7 +412,7 @@ qbt_limit_memory(long extra)
  * request's strings (NULL for a NULL one).
  */
 static void
-qbt_child_run(int fd, const QbtRequest *rq, char *const *s)
+qbt_child_run(int fd, const QbtRequest *rq, char *const *s, volatile int *stage)
 {
 	jv			cur;
 	jv			headers;
@@ -430,7 +436,7 @@ qbt_child_run(int fd, const QbtRequest *rq, char *const *s)
 		jv			in = jv_array();
 		jv			r;
 		jv			more;
-		*qbt_stage = (int) i;
+		*stage = (int) i;
 		in = jv_array_append(in, cur);
 		in = jv_array_append(in, qbt_opt_string(s[1]));
 		in = jv_array_append(in, qbt_opt_string(s[2]));
@@ -484,14 +490,14 @@ qbt_child_run(int fd, const QbtRequest *rq, char *const *s)
 	jv_free(out);
 }
 
-static void qbt_child(int fd, pid_t parent, long max_memory) __attribute__((noreturn));
+static void qbt_child(int fd, pid_t parent, long max_memory, volatile int *stage) __attribute__((noreturn));
 
 /*
  * qbt_child serves requests until the parent goes away (EOF) or a run
  * leaves its jq_state unusable.
  */
 static void
-qbt_child(int fd, pid_t parent, long max_memory)
+qbt_child(int fd, pid_t parent, long max_memory, volatile int *stage)
 {
 	static const int ignored[] = {SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM, SIGCHLD};
 	static const int fatal[] = {SIGQUIT, SIGABRT, SIGSEGV, SIGBUS, SIGFPE};
@@ -562,7 +568,7 @@ qbt_child(int fd, pid_t parent, long max_memory)
 		for (uint32_t i = 0; i < rq.n; i++)
 			if (rq.chain[i]->serial != rq.serial[i])
 				_exit(QBT_EXIT_BUG);
-		qbt_child_run(fd, &rq, s);
+		qbt_child_run(fd, &rq, s, stage);
 		free(buf);
 	}
 }
@@ -570,42 +576,32 @@ qbt_child(int fd, pid_t parent, long max_memory)
 /* ---- the helper (parent) ------------------------------------------------ */
 
 /*
- * One helper per process, started at the first run and kept: a fork costs
- * a millisecond or more (it grows with the worker's memory), a run on a
- * kept helper costs a round trip.  It is replaced when a chain holds a
+ * One helper per process (its host's QbTransformHelper, named by every
+ * run), started at the first run and kept: a fork costs a millisecond or
+ * more (it grows with the worker's memory), a run on a kept helper costs a
+ * round trip.  It is replaced when a chain holds a
  * transform compiled after it was forked (a reload), when the memory limit
  * changes, after a run that hit a limit or killed it, and every
  * QBT_HELPER_RUNS runs (so a slow leak in libjq cannot grow without end).
  */
 #define QBT_HELPER_RUNS		10000
 
-typedef struct QbtHelper
-{
-	pid_t		pid;			/* -1: none */
-	int			fd;
-	unsigned long serial;		/* the newest transform it holds */
-	long		max_memory;
-	long		runs;
-} QbtHelper;
-
-static QbtHelper qbt_helper = {-1, -1, 0, 0, 0};
-
 /*
  * qbt_helper_stop ends the helper; kill says whether it may be mid-run.
  * Returns the wait status in *status (false: none, it was reaped for us).
  */
 static bool
-qbt_helper_stop(bool kill_it, int *status)
+qbt_helper_stop(QbTransformHelper *h, bool kill_it, int *status)
 {
 	bool		waited = true;
 	int			st = 0;
 
-	if (qbt_helper.pid < 0)
+	if (h->pid <= 0)
 		return false;
 	if (kill_it)
-		kill(qbt_helper.pid, SIGKILL);
-	close(qbt_helper.fd);		/* an idle helper sees EOF and exits */
-	while (waitpid(qbt_helper.pid, &st, 0) < 0)
+		kill(h->pid, SIGKILL);
+	close(h->fd);		/* an idle helper sees EOF and exits */
+	while (waitpid(h->pid, &st, 0) < 0)
 	{
 		/* ECHILD: SIGCHLD is ignored here and the child was reaped for us */
 		if (errno != EINTR)
@@ -614,17 +610,17 @@ qbt_helper_stop(bool kill_it, int *status)
 			break;
 		}
 	}
-	qbt_helper.pid = -1;
-	qbt_helper.fd = -1;
-	munmap((void *) qbt_stage, sizeof(int));
-	qbt_stage = NULL;
+	h->pid = 0;
+	h->fd = -1;
+	munmap((void *) h->stage, sizeof(int));
+	h->stage = NULL;
 	if (status)
 		*status = st;
 	return waited;
 }
 
 static bool
-qbt_helper_start(long max_memory, char *err, size_t errlen)
+qbt_helper_start(QbTransformHelper *h, long max_memory, char *err, size_t errlen)
 {
 	int			sv[2];
 	pid_t		pid;
@@ -637,8 +633,10 @@ qbt_helper_start(long max_memory, char *err, size_t errlen)
 		snprintf(err, errlen, "could not start the transform helper: mmap: %s", strerror(errno));
 		return false;
 	}
-	qbt_stage = page;
-	*qbt_stage = -1;
+	h->stage = page;
+	*h->stage = -1;
+	/* before the fork: every transform compiled until now is in the child */
+	h->serial = qbt_serial();
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
 	{
 		snprintf(err, errlen, "could not start the transform helper: socketpair: %s", strerror(errno));
@@ -655,26 +653,25 @@ qbt_helper_start(long max_memory, char *err, size_t errlen)
 	if (pid == 0)
 	{
 		close(sv[0]);
-		qbt_child(sv[1], parent, max_memory);
+		qbt_child(sv[1], parent, max_memory, h->stage);
 	}
 	close(sv[1]);
-	qbt_helper.pid = pid;
-	qbt_helper.fd = sv[0];
-	qbt_helper.serial = qbt_serial_last;
-	qbt_helper.max_memory = max_memory;
-	qbt_helper.runs = 0;
+	h->pid = pid;
+	h->fd = sv[0];
+	h->max_memory = max_memory;
+	h->runs = 0;
 	return true;
 
 fail:
 	munmap(page, sizeof(int));
-	qbt_stage = NULL;
+	h->stage = NULL;
 	return false;
 }
 
 pid_t
-qb_transform_helper_pid(void)
+qb_transform_helper_pid(const QbTransformHelper *h)
 {
-	return qbt_helper.pid;
+	return h->pid > 0 ? h->pid : -1;
 }
 
 /*
@@ -684,7 +681,7 @@ qb_transform_helper_pid(void)
  * Returns 1 done, 0 deadline passed, -1 EOF or a broken socket.
  */
 static int
-qbt_io_deadline(struct iovec *iov, int cnt, bool writing, long deadline)
+qbt_io_deadline(QbTransformHelper *h, struct iovec *iov, int cnt, bool writing, long deadline)
 {
 	while (cnt > 0)
 	{
@@ -700,11 +697,11 @@ qbt_io_deadline(struct iovec *iov, int cnt, bool writing, long deadline)
 		memset(&msg, 0, sizeof(msg));
 		msg.msg_iov = iov;
 		msg.msg_iovlen = cnt;
-		r = writing ? sendmsg(qbt_helper.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT)
-			: recvmsg(qbt_helper.fd, &msg, MSG_DONTWAIT);
+		r = writing ? sendmsg(h->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT)
+			: recvmsg(h->fd, &msg, MSG_DONTWAIT);
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		{
-			struct pollfd pfd = {qbt_helper.fd, writing ? POLLOUT : POLLIN, 0};
+			struct pollfd pfd = {h->fd, writing ? POLLOUT : POLLIN, 0};
 			long		left = deadline - qb_now_ms();
 
 			if (left <= 0)
@@ -742,8 +739,8 @@ qbt_io_deadline(struct iovec *iov, int cnt, bool writing, long deadline)
  * the helper's trouble, not the message's.
  */
 static QbTransformResult
-qbt_send(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
-		 char *err, size_t errlen)
+qbt_send(QbTransformHelper *h, QbtRequest *rq, const char *const *s,
+		 const QbTransformLimits *lim, char *err, size_t errlen)
 {
 	struct iovec iov[1 + QBT_NSTR];
 	int			iovcnt;
@@ -760,20 +757,20 @@ qbt_send(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
 				iov[iovcnt++] = (struct iovec) {(void *) s[i], rq->len[i]};
 
 		if (attempt > 0)
-			qbt_helper_stop(true, NULL);
-		if (qbt_helper.pid < 0 && !qbt_helper_start(lim->max_memory, err, errlen))
+			qbt_helper_stop(h, true, NULL);
+		if (h->pid <= 0 && !qbt_helper_start(h, lim->max_memory, err, errlen))
 			return QB_TRANSFORM_FAILED;
-		*qbt_stage = -1;
-		rc = qbt_io_deadline(iov, iovcnt, true, deadline);
+		*h->stage = -1;
+		rc = qbt_io_deadline(h, iov, iovcnt, true, deadline);
 	}
 	if (rc != 1)
 	{
-		qbt_helper_stop(true, NULL);
+		qbt_helper_stop(h, true, NULL);
 		snprintf(err, errlen, "the transform helper did not take the message (%s)",
 				 rc == 0 ? "timed out" : "its socket broke");
 		return QB_TRANSFORM_FAILED;
 	}
-	qbt_helper.runs++;
+	h->runs++;
 	return QB_TRANSFORM_OK;
 }
 
@@ -783,7 +780,7 @@ qbt_send(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
  * (the result is then the answer's); else the caller finds out why.
  */
 static QbTransformResult
-qbt_read_answer(const QbtRequest *rq, const QbtFinal *fin, const QbTransformLimits *lim,
+qbt_read_answer(QbTransformHelper *h, const QbtRequest *rq, const QbtFinal *fin, const QbTransformLimits *lim,
 				long deadline, char **out, size_t *outlen, int *at, int *rc,
 				char *err, size_t errlen)
 {
@@ -792,7 +789,7 @@ qbt_read_answer(const QbtRequest *rq, const QbtFinal *fin, const QbTransformLimi
 
 	if (fin->kind == 'O' && (long) fin->len > lim->max_output)
 	{
-		qbt_helper_stop(true, NULL);
+		qbt_helper_stop(h, true, NULL);
 		if (at)
 			*at = (int) rq->n - 1;
 		snprintf(err, errlen, "the transform's output is over %ld bytes", lim->max_output);
@@ -800,19 +797,19 @@ qbt_read_answer(const QbtRequest *rq, const QbtFinal *fin, const QbTransformLimi
 	}
 	if ((buf = malloc((size_t) fin->len + 1)) == NULL)
 	{
-		qbt_helper_stop(true, NULL);	/* its answer is still on the socket */
+		qbt_helper_stop(h, true, NULL);	/* its answer is still on the socket */
 		snprintf(err, errlen, "out of memory for the transform's output");
 		return QB_TRANSFORM_FAILED;
 	}
 	iov[0] = (struct iovec) {buf, fin->len};
-	if ((*rc = qbt_io_deadline(iov, 1, false, deadline)) != 1)
+	if ((*rc = qbt_io_deadline(h, iov, 1, false, deadline)) != 1)
 	{
 		free(buf);
 		return QB_TRANSFORM_FAILED;
 	}
 	buf[fin->len] = '\0';
 	if (fin->bye)
-		qbt_helper_stop(false, NULL);
+		qbt_helper_stop(h, false, NULL);
 	if (fin->kind == 'O')
 	{
 		*out = buf;
@@ -833,10 +830,10 @@ qbt_read_answer(const QbtRequest *rq, const QbtFinal *fin, const QbTransformLimi
  * end says whose fault it was.
  */
 static QbTransformResult
-qbt_no_answer(int rc, const QbTransformLimits *lim, bool *crashed, char *err, size_t errlen)
+qbt_no_answer(QbTransformHelper *h, int rc, const QbTransformLimits *lim, bool *crashed, char *err, size_t errlen)
 {
 	int			status = 0;
-	bool		waited = qbt_helper_stop(true, &status);
+	bool		waited = qbt_helper_stop(h, true, &status);
 
 	if (rc == 0)
 	{
@@ -885,7 +882,7 @@ qbt_no_answer(int rc, const QbTransformLimits *lim, bool *crashed, char *err, si
  * this message (a crash, or no memory), which the caller may retry once.
  */
 static QbTransformResult
-qbt_run_once(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
+qbt_run_once(QbTransformHelper *h, QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
 			 char **out, size_t *outlen, int *at, bool *crashed, char *err, size_t errlen)
 {
 	QbtFinal	fin;
@@ -894,25 +891,25 @@ qbt_run_once(QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
 	long		deadline;
 	int			rc;
 
-	if (qbt_send(rq, s, lim, err, errlen) != QB_TRANSFORM_OK)
+	if (qbt_send(h, rq, s, lim, err, errlen) != QB_TRANSFORM_OK)
 		return QB_TRANSFORM_FAILED;
 	deadline = qb_now_ms() + lim->timeout_ms;
 
 	/* the answer's header */
-	rc = qbt_io_deadline(iov, 1, false, deadline);
-	if (at && *qbt_stage >= 0)
-		*at = *qbt_stage;
+	rc = qbt_io_deadline(h, iov, 1, false, deadline);
+	if (at && *h->stage >= 0)
+		*at = *h->stage;
 	if (rc == 1 && (fin.kind == 'O' || fin.kind == 'R'))
 	{
-		res = qbt_read_answer(rq, &fin, lim, deadline, out, outlen, at, &rc, err, errlen);
+		res = qbt_read_answer(h, rq, &fin, lim, deadline, out, outlen, at, &rc, err, errlen);
 		if (rc == 1 || res != QB_TRANSFORM_FAILED)
 			return res;
 	}
-	return qbt_no_answer(rc, lim, crashed, err, errlen);
+	return qbt_no_answer(h, rc, lim, crashed, err, errlen);
 }
 
 QbTransformResult
-qb_transform_run_chain(const QbTransform *const *chain, int n, const char *payload, size_t len,
+qb_transform_run_chain(QbTransformHelper *h, const QbTransform *const *chain, int n, const char *payload, size_t len,
 					   const QbTransformVars *vars, const QbTransformLimits *limits,
 					   char **out, size_t *outlen, int *at, char *err, size_t errlen)
 {
@@ -939,6 +936,11 @@ qb_transform_run_chain(const QbTransform *const *chain, int n, const char *paylo
 		(*out)[len] = '\0';
 		*outlen = len;
 		return QB_TRANSFORM_OK;
+	}
+	if (h == NULL)
+	{
+		snprintf(err, errlen, "this process has no transform helper (its host keeps no runtime)");
+		return QB_TRANSFORM_FAILED;
 	}
 	if (n > QBT_MAX_CHAIN || len >= QBT_NULL_LEN)
 	{
@@ -972,10 +974,10 @@ qb_transform_run_chain(const QbTransform *const *chain, int n, const char *paylo
 	}
 
 	/* a helper forked before one of these transforms existed cannot run it */
-	if (qbt_helper.pid >= 0 &&
-		(qbt_helper.serial < newest || qbt_helper.max_memory != lim.max_memory ||
-		 qbt_helper.runs >= QBT_HELPER_RUNS))
-		qbt_helper_stop(false, NULL);
+	if (h->pid > 0 &&
+		(h->serial < newest || h->max_memory != lim.max_memory ||
+		 h->runs >= QBT_HELPER_RUNS))
+		qbt_helper_stop(h, false, NULL);
 
 	/*
 	 * A crash on a helper that ran other messages before may be theirs (a
@@ -985,8 +987,8 @@ qb_transform_run_chain(const QbTransform *const *chain, int n, const char *paylo
 	for (int attempt = 0;; attempt++)
 	{
 		bool		crashed = false;
-		bool		fresh = qbt_helper.pid < 0 || qbt_helper.runs == 0;
-		QbTransformResult res = qbt_run_once(&rq, s, &lim, out, outlen, at, &crashed, err, errlen);
+		bool		fresh = h->pid <= 0 || h->runs == 0;
+		QbTransformResult res = qbt_run_once(h, &rq, s, &lim, out, outlen, at, &crashed, err, errlen);
 
 		if (res != QB_TRANSFORM_REJECTED || !crashed || fresh || attempt > 0)
 			return res;
@@ -994,12 +996,12 @@ qb_transform_run_chain(const QbTransform *const *chain, int n, const char *paylo
 }
 
 QbTransformResult
-qb_transform_run(const QbTransform *t, const char *payload, size_t len,
+qb_transform_run(QbTransformHelper *h, const QbTransform *t, const char *payload, size_t len,
 				 const QbTransformVars *vars, const QbTransformLimits *limits,
 				 char **out, size_t *outlen, char *err, size_t errlen)
 {
 	const QbTransform *chain[1] = {t};
 
-	return qb_transform_run_chain(chain, 1, payload, len, vars, limits, out, outlen, NULL,
+	return qb_transform_run_chain(h, chain, 1, payload, len, vars, limits, out, outlen, NULL,
 								  err, errlen);
 }

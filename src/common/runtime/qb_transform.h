@@ -20,7 +20,9 @@
  *	  a jq_state that ran halt is corrupt (clibs.md §8; qb_transform.c).
  *
  * Plain C, malloc'd, no PostgreSQL header.  A QbTransform is immutable after
- * compile.  One thread of a process runs transforms (one helper a process).
+ * compile.  The helper is the process's: its host keeps one QbTransformHelper
+ * (QbRuntime.jq, qb_runtime.h) and every run names it; one thread of a
+ * process runs transforms.
  *-------------------------------------------------------------------------
  */
 #ifndef QB_TRANSFORM_H
@@ -36,6 +38,27 @@
 #define QB_TRANSFORM_MAX_MEMORY		(512L * 1024 * 1024)	/* heap the helper may add */
 
 typedef struct QbTransform QbTransform;
+
+/*
+ * The helper child of a process (qb_transform.c's; zeroed: none started).
+ * Its host keeps it for the life of the process.
+ */
+typedef struct QbTransformHelper
+{
+	pid_t		pid;			/* 0: none */
+	int			fd;				/* the socket to it */
+	unsigned long serial;		/* when it was forked: it holds every
+								 * transform compiled before */
+	long		max_memory;
+	long		runs;
+
+	/*
+	 * The index in the chain of the stage running, in a page shared with
+	 * the child: written by the child before each stage, read when a
+	 * deadline passes (-1: none yet).
+	 */
+	volatile int *stage;
+} QbTransformHelper;
 
 typedef struct QbTransformVars
 {
@@ -69,14 +92,16 @@ extern QbTransform *qb_transform_compile(const char *program, char *err, size_t 
 extern void qb_transform_free(QbTransform *t);
 
 /*
- * Run a chain of n transforms on a payload (JSON text, len bytes).  On OK,
+ * Run a chain of n transforms on a payload (JSON text, len bytes), on the
+ * helper h (started, or replaced, as needed; NULL: FAILED).  On OK,
  * *out is the new payload (malloc'd, NUL-terminated, compact JSON) and
  * *outlen its length.  On REJECTED, *at is the index in the chain that
  * rejected or was running when a limit was hit (-1: the payload itself is
  * not JSON) and err the reason.  limits NULL
  * uses the defaults above.
  */
-extern QbTransformResult qb_transform_run_chain(const QbTransform *const *chain, int n,
+extern QbTransformResult qb_transform_run_chain(QbTransformHelper *h,
+												const QbTransform *const *chain, int n,
 												const char *payload, size_t len,
 												const QbTransformVars *vars,
 												const QbTransformLimits *limits,
@@ -84,13 +109,13 @@ extern QbTransformResult qb_transform_run_chain(const QbTransform *const *chain,
 												char *err, size_t errlen);
 
 /* One transform: qb_transform_run_chain with n = 1. */
-extern QbTransformResult qb_transform_run(const QbTransform *t, const char *payload, size_t len,
+extern QbTransformResult qb_transform_run(QbTransformHelper *h, const QbTransform *t, const char *payload, size_t len,
 										  const QbTransformVars *vars,
 										  const QbTransformLimits *limits,
 										  char **out, size_t *outlen,
 										  char *err, size_t errlen);
 
 /* The helper's pid, -1 when none runs (for tests). */
-extern pid_t qb_transform_helper_pid(void);
+extern pid_t qb_transform_helper_pid(const QbTransformHelper *h);
 
 #endif							/* QB_TRANSFORM_H */

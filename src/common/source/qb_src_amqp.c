@@ -220,6 +220,7 @@ qbsa_open(const QbSource *src, char *err, size_t errlen)
 	}
 	if (!qb_amqp_url_parse(src->broker_url, &c->u, err, errlen))
 		goto err;
+	c->u.host_egress = src->host_egress;
 	snprintf(c->where, sizeof(c->where), "rabbitmq %s:%d vhost %s, queue %s",
 			 c->u.host, c->u.port, c->u.vhost, src->queue);
 	snprintf(cname, sizeof(cname), "queuebox " QB_VERSION " inbox, source %s", src->name);

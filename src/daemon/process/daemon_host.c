@@ -40,6 +40,19 @@ static int	qbdh_pipe[2] = {-1, -1};
 static QbdHost *qbdh_current = NULL;
 static volatile sig_atomic_t qbdh_stop = 0;
 
+/* qbd_config_env: see qbd.h. */
+const QbConfigEnv qbd_config_env = {.files_anywhere = true};
+
+/* this process's runtime (a role's copy of the supervisor's, zeroed: none runs there) */
+static QbRuntime qbdh_runtime;
+
+/* qbd_runtime: see qbd.h. */
+QbRuntime *
+qbd_runtime(void)
+{
+	return &qbdh_runtime;
+}
+
 static void
 qbdh_signal(int sig)
 {
@@ -242,6 +255,8 @@ qbd_host_start(QbdHost *h, QbdShared *sh, QbEngineKind kind, const QbdDb *db,
 		.config_changed = qbdh_config_changed,
 		.metrics = &sh->metrics,
 		.routes = &qb_admin_routes,
+		.runtime = qbd_runtime(),
+		.config_env = &qbd_config_env,
 		.config_loaded = qbdh_config_loaded,
 		/* no commit hook tells the daemon of late commits: full intake reads */
 		.late_floor = NULL,

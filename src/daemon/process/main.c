@@ -150,11 +150,6 @@ main(int argc, char **argv)
 	if ((rc = qbd_args(argc, argv, &opt, &mode)) >= 0)
 		return rc;
 
-	/*
-	 * ${file:PATH} may read any file this process can: its operator chose
-	 * the user it runs as (the extension restricts the directories instead)
-	 */
-	qb_config_set_file_dirs(NULL, NULL);
 	if (qbd_config_read(opt.config_path, &text, &cfg, err, sizeof(err)) != 0)
 	{
 		fprintf(stderr, "queuebox-mssqld: %s%s\n", mode == QBD_MODE_CHECK ? "configuration test failed: " : "",

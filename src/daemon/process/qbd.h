@@ -57,6 +57,20 @@ extern char **qbd_ps_init(int argc, char **argv);
 /* the process title "queuebox-mssqld: <role>" ("supervisor", "outbox 0", ...) */
 extern void qbd_ps_set(const char *role);
 
+/* ---- daemon_host.c: what every daemon process gives the core ----------- */
+
+/*
+ * What the daemon allows a document, at every parse (main, supervisor,
+ * roles): ${file:PATH} may read any file this process can (its operator
+ * chose the user it runs as; the extension restricts the directories
+ * instead); no host egress policy: the document's egress: section gives
+ * the rules.
+ */
+extern const QbConfigEnv qbd_config_env;
+
+/* This process's runtime (qb_runtime.h): a role's engine's, via QbHost. */
+extern QbRuntime *qbd_runtime(void);
+
 /* ---- shared.c: the block the supervisor shares with every role -------- */
 typedef struct QbdShared
 {

@@ -51,7 +51,7 @@ qbd_role_run(QbEngineKind kind, int index, const QbHost *host, const QbStore *st
 		return 1;
 	}
 	/* the spans of the last attempts, for up to 2 s (qb_otlp.h) */
-	qb_otlp_shutdown(2000);
+	qb_otlp_shutdown(&qbd_runtime()->otlp, 2000);
 	qb_worker_set(host->worker, QB_W_STOPPED);
 	/* the daemon's line has no detail (the extension's outbox logs one) */
 	engine->stats(&stats, line, sizeof(line), detail, sizeof(detail));
@@ -86,7 +86,7 @@ qbd_role_main(QbdShared *sh, QbEngineKind kind, int index)
 
 	/* the supervisor published a valid document before it forked */
 	doc = qbd_shared_read(sh, &gen);
-	if (doc == NULL || qb_config_parse(doc, strlen(doc), &cfg, err, sizeof(err)) != 0)
+	if (doc == NULL || qb_config_parse(doc, strlen(doc), &qbd_config_env, &cfg, err, sizeof(err)) != 0)
 	{
 		qbd_log(QB_LOG_ERROR, "could not read the configuration in force: %s",
 				doc ? err : "none published");

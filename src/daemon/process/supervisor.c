@@ -191,7 +191,7 @@ qbd_config_read(const char *path, char **text, QbConfig **cfg, char *err, size_t
 	buf[len] = '\0';
 	fclose(f);
 	f = NULL;
-	if (qb_config_parse(buf, len, cfg, why, sizeof(why)) != 0)
+	if (qb_config_parse(buf, len, &qbd_config_env, cfg, why, sizeof(why)) != 0)
 	{
 		snprintf(err, errlen, "%s: %s", path, why);
 		goto fail;
