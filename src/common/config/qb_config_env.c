@@ -196,25 +196,16 @@ qbcf_refused(const QbConfigEnv *env, const char *path, const char *shown, char *
 }
 
 /*
- * qbcf_read_file appends the content of the file at path to b, less one
- * trailing newline (a file written by echo ends in one).  The path is
- * checked as written (absolute, no "." or "..", inside an allowed
- * directory) before anything is opened, so a refused path says nothing
- * about what exists; then resolved (symlinks) and checked again.  Messages
- * show the reference as written (shown: its ${NAME}s unexpanded, since a
- * variable's value may be a secret) and never the file's content; the
- * paths themselves only when no variable went into them (named).
+ * qbcf_resolve: the file a reference names, as real (symlinks resolved),
+ * when the path is written as the rules want (absolute, no "." or "..")
+ * and both it and real are inside an allowed directory.  The written path
+ * is checked before anything is looked up, so a refused path says nothing
+ * about what exists.
  */
 static bool
-qbcf_read_file(const QbConfigEnv *env, QbcfBuf *b, const char *path, const char *shown,
-			   bool named, char *err, size_t errlen)
+qbcf_resolve(const QbConfigEnv *env, const char *path, const char *shown, bool named,
+			 char *real, char *err, size_t errlen)
 {
-	char		real[PATH_MAX];
-	char	   *data = NULL;
-	struct stat st;
-	size_t		len = 0;
-	int			fd = -1;
-
 	if (*path == '\0' || !qbcf_path_clean(path))
 	{
 		snprintf(err, errlen,
@@ -237,6 +228,69 @@ qbcf_read_file(const QbConfigEnv *env, QbcfBuf *b, const char *path, const char 
 		qbcf_refused(env, named ? real : NULL, shown, err, errlen);
 		return false;
 	}
+	return true;
+}
+
+/* the message for a file over QBCF_FILE_MAX bytes */
+static void
+qbcf_too_large(const char *shown, char *err, size_t errlen)
+{
+	snprintf(err, errlen, "file reference ${file:%.200s}: the file is larger than %d bytes; a secret file holds the secret alone",
+			 shown, QBCF_FILE_MAX);
+}
+
+/*
+ * qbcf_slurp: the whole of fd into data (QBCF_FILE_MAX + 1 bytes), its
+ * length in *len; false, with err, when it cannot be read or is larger.
+ */
+static bool
+qbcf_slurp(int fd, const char *shown, char *data, size_t *len, char *err, size_t errlen)
+{
+	*len = 0;
+	for (;;)
+	{
+		ssize_t		n = read(fd, data + *len, QBCF_FILE_MAX + 1 - *len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+		{
+			snprintf(err, errlen, "file reference ${file:%.200s}: could not read it: %s",
+					 shown, strerror(errno));
+			return false;
+		}
+		if (n == 0)
+			return true;
+		*len += n;
+		if (*len > QBCF_FILE_MAX)
+		{
+			qbcf_too_large(shown, err, errlen);
+			return false;
+		}
+	}
+}
+
+/*
+ * qbcf_read_file appends the content of the file at path to b, less one
+ * trailing newline (a file written by echo ends in one), once qbcf_resolve
+ * has allowed it.  Messages show the reference as written (shown: its
+ * ${NAME}s unexpanded, since a variable's value may be a secret) and never
+ * the file's content; the paths themselves only when no variable went
+ * into them (named).
+ */
+static bool
+qbcf_read_file(const QbConfigEnv *env, QbcfBuf *b, const char *path, const char *shown,
+			   bool named, char *err, size_t errlen)
+{
+	char		real[PATH_MAX];
+	char	   *data = NULL;
+	struct stat st;
+	size_t		len = 0;
+	int			fd = -1;
+	bool		ok = false;
+
+	if (!qbcf_resolve(env, path, shown, named, real, err, errlen))
+		return false;
 	/* O_NONBLOCK: a FIFO planted there must not hang the load */
 	if ((fd = open(real, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)) < 0)
 	{
@@ -245,70 +299,140 @@ qbcf_read_file(const QbConfigEnv *env, QbcfBuf *b, const char *path, const char 
 		return false;
 	}
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-	{
 		snprintf(err, errlen, "file reference ${file:%.200s}: not a regular file", shown);
-		goto fail;
-	}
-	if (st.st_size > QBCF_FILE_MAX)
-	{
-		snprintf(err, errlen, "file reference ${file:%.200s}: the file is larger than %d bytes; a secret file holds the secret alone",
-				 shown, QBCF_FILE_MAX);
-		goto fail;
-	}
-	if ((data = malloc(QBCF_FILE_MAX + 1)) == NULL)
-	{
+	else if (st.st_size > QBCF_FILE_MAX)
+		qbcf_too_large(shown, err, errlen);
+	else if ((data = malloc(QBCF_FILE_MAX + 1)) == NULL)
 		snprintf(err, errlen, "out of memory");
-		goto fail;
-	}
-	for (;;)
-	{
-		ssize_t		n = read(fd, data + len, QBCF_FILE_MAX + 1 - len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-		{
-			snprintf(err, errlen, "file reference ${file:%.200s}: could not read it: %s",
-					 shown, strerror(errno));
-			goto fail;
-		}
-		if (n == 0)
-			break;
-		len += n;
-		if (len > QBCF_FILE_MAX)
-		{
-			snprintf(err, errlen, "file reference ${file:%.200s}: the file is larger than %d bytes; a secret file holds the secret alone",
-					 shown, QBCF_FILE_MAX);
-			goto fail;
-		}
-	}
-	if (memchr(data, '\0', len) != NULL)
-	{
+	else if (!qbcf_slurp(fd, shown, data, &len, err, errlen))
+		;
+	else if (memchr(data, '\0', len) != NULL)
 		snprintf(err, errlen, "file reference ${file:%.200s}: the file contains a NUL byte; a secret file holds text", shown);
-		goto fail;
+	else
+	{
+		if (len > 0 && data[len - 1] == '\n')
+			len -= len > 1 && data[len - 2] == '\r' ? 2 : 1;
+		qbcf_buf_add(b, data, len);
+		ok = true;
 	}
-	if (len > 0 && data[len - 1] == '\n')
-		len -= len > 1 && data[len - 2] == '\r' ? 2 : 1;
-	qbcf_buf_add(b, data, len);
-	explicit_bzero(data, QBCF_FILE_MAX + 1);
-	free(data);
-	close(fd);
-	return true;
-
-fail:
 	if (data != NULL)
 	{
 		explicit_bzero(data, QBCF_FILE_MAX + 1);
 		free(data);
 	}
 	close(fd);
-	return false;
+	return ok;
 }
 
 /* ---------------------------------------------------------------------
  * ${NAME} and ${file:PATH} expansion
  * ---------------------------------------------------------------------
  */
+
+static bool qbcf_expand(QbcfBuf *b, const char *in, size_t len, const QbConfigEnv *files,
+						char *err, size_t errlen);
+
+/*
+ * qbcf_expand_file: the ${file:PATH} reference whose PATH starts at start
+ * (just after "file:"), its content appended to b; *next: just after its
+ * '}'.  The reference ends at the first '}' outside a ${NAME}.
+ */
+static bool
+qbcf_expand_file(QbcfBuf *b, const char *start, const char *end, const QbConfigEnv *files,
+				 const char **next, char *err, size_t errlen)
+{
+	QbcfBuf		path = {0};
+	const char *q = start;
+	const char *close;
+	char	   *shown;			/* the reference as written, for messages */
+	bool		ok;
+
+	if (files == NULL)
+	{
+		snprintf(err, errlen, "a file reference cannot hold another one: only ${NAME} may appear in ${file:PATH}");
+		return false;
+	}
+	while (q < end && *q != '}')
+	{
+		if (end - q >= 2 && q[0] == '$' && q[1] == '{' &&
+			(close = memchr(q + 2, '}', end - q - 2)) != NULL)
+			q = close + 1;
+		else
+			q++;
+	}
+	if (q >= end)
+	{
+		snprintf(err, errlen,
+				 "unterminated ${file: reference: close it with '}', or write $${ for a literal ${");
+		return false;
+	}
+	if ((shown = strndup(start, q - start)) == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return false;
+	}
+	qbcf_buf_add(&path, "", 0);
+	ok = qbcf_expand(&path, start, q - start, NULL, err, errlen);
+	if (ok && path.oom)
+	{
+		snprintf(err, errlen, "out of memory");
+		ok = false;
+	}
+	if (ok)
+		ok = qbcf_read_file(files, b, path.data, shown, strstr(shown, "${") == NULL, err, errlen);
+	free(path.data);
+	free(shown);
+	*next = q + 1;
+	return ok;
+}
+
+/*
+ * qbcf_expand_name: the ${NAME} reference whose NAME starts at start, the
+ * variable's value appended to b; *next: just after its '}'.
+ */
+static bool
+qbcf_expand_name(QbcfBuf *b, const char *start, const char *end, const char **next,
+				 char *err, size_t errlen)
+{
+	const char *close = memchr(start, '}', end - start);
+	size_t		nlen;
+	bool		ok;
+	char	   *name;
+	const char *value;
+
+	if (close == NULL)
+	{
+		snprintf(err, errlen,
+				 "unterminated ${ reference: close it with '}', or write $${ for a literal ${");
+		return false;
+	}
+	nlen = close - start;
+	ok = nlen > 0 && (isalpha((unsigned char) start[0]) || start[0] == '_');
+	for (size_t i = 1; ok && i < nlen; i++)
+		ok = isalnum((unsigned char) start[i]) || start[i] == '_';
+	if (!ok)
+	{
+		snprintf(err, errlen,
+				 "bad variable name in \"${%.*s}\": a name is a letter or '_' followed by letters, digits and '_'; "
+				 "a file is ${file:/path} (write $${ for a literal ${)",
+				 nlen > 40 ? 40 : (int) nlen, start);
+		return false;
+	}
+	if ((name = strndup(start, nlen)) == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return false;
+	}
+	if ((value = getenv(name)) == NULL)
+		snprintf(err, errlen,
+				 "environment variable %s is not set; set it in the environment of the server or daemon that loads the configuration",
+				 name);
+	else
+		qbcf_buf_add(b, value, strlen(value));
+	free(name);
+	*next = close + 1;
+	return value != NULL;
+}
 
 /*
  * qbcf_expand: expand len bytes of in into b.  files: ${file:PATH} is
@@ -321,8 +445,6 @@ qbcf_expand(QbcfBuf *b, const char *in, size_t len, const QbConfigEnv *files,
 {
 	const char *p = in;
 	const char *end = in + len;
-	char	   *name = NULL;
-	char	   *shown = NULL;		/* a ${file:PATH} as written, for messages */
 
 	while (p < end)
 	{
@@ -331,112 +453,20 @@ qbcf_expand(QbcfBuf *b, const char *in, size_t len, const QbConfigEnv *files,
 			qbcf_buf_add(b, "${", 2);
 			p += 3;
 		}
+		else if (end - p >= 7 && memcmp(p, "${file:", 7) == 0)
+		{
+			if (!qbcf_expand_file(b, p + 7, end, files, &p, err, errlen))
+				return false;
+		}
 		else if (end - p >= 2 && p[0] == '$' && p[1] == '{')
 		{
-			const char *start = p + 2;
-			const char *close = memchr(start, '}', end - start);
-			size_t		nlen;
-			size_t		i;
-			bool		ok;
-			const char *value;
-
-			if (end - start >= 5 && memcmp(start, "file:", 5) == 0)
-			{
-				QbcfBuf		path = {0};
-				const char *q = start + 5;
-
-				if (files == NULL)
-				{
-					snprintf(err, errlen, "a file reference cannot hold another one: only ${NAME} may appear in ${file:PATH}");
-					goto fail;
-				}
-				/* the reference ends at the first '}' outside a ${NAME} */
-				while (q < end && *q != '}')
-				{
-					if (end - q >= 2 && q[0] == '$' && q[1] == '{' &&
-						(close = memchr(q + 2, '}', end - q - 2)) != NULL)
-						q = close + 1;
-					else
-						q++;
-				}
-				if (q >= end)
-				{
-					snprintf(err, errlen,
-							 "unterminated ${file: reference: close it with '}', or write $${ for a literal ${");
-					goto fail;
-				}
-				qbcf_buf_add(&path, "", 0);
-				shown = strndup(start + 5, q - (start + 5));
-				if (shown == NULL)
-				{
-					snprintf(err, errlen, "out of memory");
-					free(path.data);
-					goto fail;
-				}
-				if (!qbcf_expand(&path, start + 5, q - (start + 5), NULL, err, errlen) ||
-					path.oom ||
-					!qbcf_read_file(files, b, path.data, shown, strstr(shown, "${") == NULL, err, errlen))
-				{
-					if (path.oom)
-						snprintf(err, errlen, "out of memory");
-					free(path.data);
-					goto fail;
-				}
-				free(path.data);
-				free(shown);
-				shown = NULL;
-				p = q + 1;
-				continue;
-			}
-			if (close == NULL)
-			{
-				snprintf(err, errlen,
-						 "unterminated ${ reference: close it with '}', or write $${ for a literal ${");
-				goto fail;
-			}
-			nlen = close - start;
-			ok = nlen > 0 && (isalpha((unsigned char) start[0]) || start[0] == '_');
-			for (i = 1; ok && i < nlen; i++)
-				ok = isalnum((unsigned char) start[i]) || start[i] == '_';
-			if (!ok)
-			{
-				snprintf(err, errlen,
-						 "bad variable name in \"${%.*s}\": a name is a letter or '_' followed by letters, digits and '_'; "
-						 "a file is ${file:/path} (write $${ for a literal ${)",
-						 nlen > 40 ? 40 : (int) nlen, start);
-				goto fail;
-			}
-			name = strndup(start, nlen);
-			if (name == NULL)
-			{
-				snprintf(err, errlen, "out of memory");
-				goto fail;
-			}
-			value = getenv(name);
-			if (value == NULL)
-			{
-				snprintf(err, errlen,
-						 "environment variable %s is not set; set it in the environment of the server or daemon that loads the configuration",
-						 name);
-				goto fail;
-			}
-			qbcf_buf_add(b, value, strlen(value));
-			free(name);
-			name = NULL;
-			p = close + 1;
+			if (!qbcf_expand_name(b, p + 2, end, &p, err, errlen))
+				return false;
 		}
 		else
-		{
-			qbcf_buf_add(b, p, 1);
-			p++;
-		}
+			qbcf_buf_add(b, p++, 1);
 	}
 	return true;
-
-fail:
-	free(name);
-	free(shown);
-	return false;
 }
 
 /* qb_expand_env: see qb_config.h.  Messages name variables and files, never values. */

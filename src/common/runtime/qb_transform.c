@@ -908,6 +908,44 @@ qbt_run_once(QbTransformHelper *h, QbtRequest *rq, const char *const *s, const Q
 	return qbt_no_answer(h, rc, lim, crashed, err, errlen);
 }
 
+/*
+ * qbt_request: the request for a chain of n on payload and vars, and the
+ * strings it sends (s, QBT_NSTR of them; one too long to send goes as
+ * none).  Returns the newest transform's serial, for the helper's check.
+ */
+static unsigned long
+qbt_request(QbtRequest *rq, const char **s, const QbTransform *const *chain, int n,
+			const char *payload, size_t len, const QbTransformVars *vars, long max_output)
+{
+	unsigned long newest = 0;
+
+	memset(rq, 0, sizeof(*rq));
+	rq->n = n;
+	rq->max_output = max_output;
+	s[0] = payload;
+	s[1] = vars ? vars->topic : NULL;
+	s[2] = vars ? vars->key : NULL;
+	s[3] = vars ? vars->headers : NULL;
+	s[4] = vars ? vars->source : NULL;
+	s[5] = vars ? vars->event_type : NULL;
+	for (int i = 0; i < QBT_NSTR; i++)
+	{
+		size_t		l = i == 0 ? len : s[i] ? strlen(s[i]) : 0;
+
+		if (s[i] != NULL && l >= QBT_NULL_LEN)
+			s[i] = NULL;
+		rq->len[i] = s[i] ? (uint32_t) l : QBT_NULL_LEN;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		rq->chain[i] = chain[i];
+		rq->serial[i] = chain[i]->serial;
+		if (chain[i]->serial > newest)
+			newest = chain[i]->serial;
+	}
+	return newest;
+}
+
 QbTransformResult
 qb_transform_run_chain(QbTransformHelper *h, const QbTransform *const *chain, int n, const char *payload, size_t len,
 					   const QbTransformVars *vars, const QbTransformLimits *limits,
@@ -917,7 +955,7 @@ qb_transform_run_chain(QbTransformHelper *h, const QbTransform *const *chain, in
 	QB_TRANSFORM_MAX_MEMORY};
 	QbtRequest	rq;
 	const char *s[QBT_NSTR];
-	unsigned long newest = 0;
+	unsigned long newest;
 
 	*out = NULL;
 	*outlen = 0;
@@ -948,30 +986,7 @@ qb_transform_run_chain(QbTransformHelper *h, const QbTransform *const *chain, in
 		return QB_TRANSFORM_FAILED;
 	}
 
-	memset(&rq, 0, sizeof(rq));
-	rq.n = n;
-	rq.max_output = lim.max_output;
-	s[0] = payload;
-	s[1] = vars ? vars->topic : NULL;
-	s[2] = vars ? vars->key : NULL;
-	s[3] = vars ? vars->headers : NULL;
-	s[4] = vars ? vars->source : NULL;
-	s[5] = vars ? vars->event_type : NULL;
-	for (int i = 0; i < QBT_NSTR; i++)
-	{
-		size_t		l = i == 0 ? len : s[i] ? strlen(s[i]) : 0;
-
-		if (s[i] != NULL && l >= QBT_NULL_LEN)
-			s[i] = NULL;
-		rq.len[i] = s[i] ? (uint32_t) l : QBT_NULL_LEN;
-	}
-	for (int i = 0; i < n; i++)
-	{
-		rq.chain[i] = chain[i];
-		rq.serial[i] = chain[i]->serial;
-		if (chain[i]->serial > newest)
-			newest = chain[i]->serial;
-	}
+	newest = qbt_request(&rq, s, chain, n, payload, len, vars, lim.max_output);
 
 	/* a helper forked before one of these transforms existed cannot run it */
 	if (h->pid > 0 &&
