@@ -375,7 +375,8 @@ qbcf_expand(QbcfBuf *b, const char *in, size_t len, const QbConfigEnv *files,
 				}
 				if (!qbcf_expand(&path, start + 5, q - (start + 5), NULL, err, errlen) ||
 					path.oom ||
-					!qbcf_read_file(files, b, path.data, shown, strstr(shown, "${") == NULL, err, errlen))
+					!qbcf_read_file(files, b, path.data, shown, strstr(shown, "${") == NULL,
+									err, errlen))
 				{
 					if (path.oom)
 						snprintf(err, errlen, "out of memory");
