@@ -368,9 +368,10 @@ typedef struct QbConfigEnv
 /*
  * Parse and validate a whole document.  ${NAME} references are expanded and
  * QUEUEBOX_* overrides applied (both read through getenv), ${file:PATH} read
- * where env allows.  On success returns 0 and a new config in *out.  On failure returns -1, leaves *out NULL, and
- * writes one message to err: the key path (or line and column for a YAML
- * syntax error), what was wrong and what to do, e.g.
+ * where env allows.  On success returns 0 and a new config in *out.  On
+ * failure returns -1, leaves *out NULL, and writes one message to err: the
+ * key path (or line and column for a YAML syntax error), what was wrong and
+ * what to do, e.g.
  *   outbox.batchSize: expected an integer from 1 to 10000, got "many" (line 3, column 14)
  */
 extern int	qb_config_parse(const char *text, size_t len, const QbConfigEnv *env,

@@ -357,8 +357,8 @@ qbi_transform(QbiRequest *r)
 	char	   *out;
 	size_t		len;
 
-	switch (qb_transform_run(qb_host_jq(r->e->host), r->src->transform, r->x.body, r->x.len, &vars, NULL, &out, &len,
-							 err, sizeof(err)))
+	switch (qb_transform_run(qb_host_jq(r->e->host), r->src->transform, r->x.body, r->x.len,
+							 &vars, NULL, &out, &len, err, sizeof(err)))
 	{
 		case QB_TRANSFORM_OK:
 			free(r->x.body);
@@ -1119,7 +1119,8 @@ qbi_reload(QbiEngine *e)
 		qb_log(e->host, QB_LOG_WARNING, "could not read the configuration: %s", err);
 		return;
 	}
-	if (qb_config_parse(text, text ? strlen(text) : 0, e->host->config_env, &cfg, err, sizeof(err)) != 0)
+	if (qb_config_parse(text, text ? strlen(text) : 0, e->host->config_env, &cfg,
+						err, sizeof(err)) != 0)
 	{
 		qb_log(e->host, QB_LOG_WARNING, "the stored configuration is not valid here (%s); keeping the previous one", err);
 		free(text);

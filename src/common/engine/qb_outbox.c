@@ -298,8 +298,8 @@ qbo_transform(QboEngine *e, QboSlot *s)
 		chain[n++] = dest->transform;
 	if (n == 0)
 		return true;
-	switch (qb_transform_run_chain(qb_host_jq(e->host), chain, n, row->payload, row->payload_len, &vars, NULL,
-								   &out, &outlen, &at, err, sizeof(err)))
+	switch (qb_transform_run_chain(qb_host_jq(e->host), chain, n, row->payload, row->payload_len,
+								   &vars, NULL, &out, &outlen, &at, err, sizeof(err)))
 	{
 		case QB_TRANSFORM_OK:
 			free(row->payload);

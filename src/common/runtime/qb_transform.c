@@ -490,7 +490,8 @@ qbt_child_run(int fd, const QbtRequest *rq, char *const *s, volatile int *stage)
 	jv_free(out);
 }
 
-static void qbt_child(int fd, pid_t parent, long max_memory, volatile int *stage) __attribute__((noreturn));
+static void qbt_child(int fd, pid_t parent, long max_memory, volatile int *stage)
+			__attribute__((noreturn));
 
 /*
  * qbt_child serves requests until the parent goes away (EOF) or a run
@@ -780,8 +781,8 @@ qbt_send(QbTransformHelper *h, QbtRequest *rq, const char *const *s,
  * (the result is then the answer's); else the caller finds out why.
  */
 static QbTransformResult
-qbt_read_answer(QbTransformHelper *h, const QbtRequest *rq, const QbtFinal *fin, const QbTransformLimits *lim,
-				long deadline, char **out, size_t *outlen, int *at, int *rc,
+qbt_read_answer(QbTransformHelper *h, const QbtRequest *rq, const QbtFinal *fin,
+				const QbTransformLimits *lim, long deadline, char **out, size_t *outlen, int *at, int *rc,
 				char *err, size_t errlen)
 {
 	struct iovec iov[1];
@@ -830,7 +831,8 @@ qbt_read_answer(QbTransformHelper *h, const QbtRequest *rq, const QbtFinal *fin,
  * end says whose fault it was.
  */
 static QbTransformResult
-qbt_no_answer(QbTransformHelper *h, int rc, const QbTransformLimits *lim, bool *crashed, char *err, size_t errlen)
+qbt_no_answer(QbTransformHelper *h, int rc, const QbTransformLimits *lim, bool *crashed,
+			  char *err, size_t errlen)
 {
 	int			status = 0;
 	bool		waited = qbt_helper_stop(h, true, &status);
@@ -882,8 +884,8 @@ qbt_no_answer(QbTransformHelper *h, int rc, const QbTransformLimits *lim, bool *
  * this message (a crash, or no memory), which the caller may retry once.
  */
 static QbTransformResult
-qbt_run_once(QbTransformHelper *h, QbtRequest *rq, const char *const *s, const QbTransformLimits *lim,
-			 char **out, size_t *outlen, int *at, bool *crashed, char *err, size_t errlen)
+qbt_run_once(QbTransformHelper *h, QbtRequest *rq, const char *const *s,
+			 const QbTransformLimits *lim, char **out, size_t *outlen, int *at, bool *crashed, char *err, size_t errlen)
 {
 	QbtFinal	fin;
 	struct iovec iov[1] = {{&fin, sizeof(fin)}};
@@ -947,8 +949,8 @@ qbt_request(QbtRequest *rq, const char **s, const QbTransform *const *chain, int
 }
 
 QbTransformResult
-qb_transform_run_chain(QbTransformHelper *h, const QbTransform *const *chain, int n, const char *payload, size_t len,
-					   const QbTransformVars *vars, const QbTransformLimits *limits,
+qb_transform_run_chain(QbTransformHelper *h, const QbTransform *const *chain, int n,
+					   const char *payload, size_t len, const QbTransformVars *vars, const QbTransformLimits *limits,
 					   char **out, size_t *outlen, int *at, char *err, size_t errlen)
 {
 	QbTransformLimits lim = {QB_TRANSFORM_TIMEOUT_MS, QB_TRANSFORM_MAX_OUTPUT,

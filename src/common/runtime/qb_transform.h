@@ -109,7 +109,8 @@ extern QbTransformResult qb_transform_run_chain(QbTransformHelper *h,
 												char *err, size_t errlen);
 
 /* One transform: qb_transform_run_chain with n = 1. */
-extern QbTransformResult qb_transform_run(QbTransformHelper *h, const QbTransform *t, const char *payload, size_t len,
+extern QbTransformResult qb_transform_run(QbTransformHelper *h, const QbTransform *t,
+										  const char *payload, size_t len,
 										  const QbTransformVars *vars,
 										  const QbTransformLimits *limits,
 										  char **out, size_t *outlen,
