@@ -31,7 +31,7 @@ scripts/check-includes.sh
 echo "== test/README.md maps every test file (scripts/check-test-map.pl)"
 scripts/check-test-map.pl
 echo "== one prefix per module (src/README.md); --report until the renames land"
-scripts/check-prefixes.sh --report
+scripts/check-prefixes.sh
 
 scripts/setup.sh
 

@@ -42,11 +42,11 @@
 PG_FUNCTION_INFO_V1(qb_sql_config_source);
 
 /*
- * qbcf_read: the file's text, malloc'd; NULL with err set when it cannot
+ * qbcfile_read: the file's text, malloc'd; NULL with err set when it cannot
  * be read, is too large, or holds a NUL byte.
  */
 static char *
-qbcf_read(const char *path, char *err, size_t errlen)
+qbcfile_read(const char *path, char *err, size_t errlen)
 {
 	FILE	   *f = AllocateFile(path, PG_BINARY_R);
 	char	   *buf;
@@ -93,7 +93,7 @@ qb_config_file_load(char **text)
 	const char *path = qb_config_file;
 	char		why[QB_ERRLEN];
 	char		msg[QB_ERRLEN + MAXPGPATH + 64];
-	char	   *doc = qbcf_read(path, why, sizeof(why));
+	char	   *doc = qbcfile_read(path, why, sizeof(why));
 	QbConfig   *cfg = NULL;
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1];
@@ -148,7 +148,7 @@ qb_config_table_loaded(const char *text)
 }
 
 static Datum
-qbcf_time(int64_t ms, bool *isnull)
+qbcfile_time(int64_t ms, bool *isnull)
 {
 	*isnull = ms == 0;
 	return *isnull ? (Datum) 0 :
@@ -185,7 +185,7 @@ qb_sql_config_source(PG_FUNCTION_ARGS)
 		values[1] = CStringGetTextDatum(c.loads > 0 ? c.path : qb_config_file);
 	else
 		nulls[1] = true;
-	values[2] = qbcf_time(c.loaded_at_ms, &nulls[2]);
+	values[2] = qbcfile_time(c.loaded_at_ms, &nulls[2]);
 	if (c.sha256[0] != '\0')
 		values[3] = CStringGetTextDatum(c.sha256);
 	else
@@ -193,7 +193,7 @@ qb_sql_config_source(PG_FUNCTION_ARGS)
 	if (c.last_failed)
 	{
 		values[4] = CStringGetTextDatum(c.error);
-		values[5] = qbcf_time(c.failed_at_ms, &nulls[5]);
+		values[5] = qbcfile_time(c.failed_at_ms, &nulls[5]);
 	}
 	else
 		nulls[4] = nulls[5] = true;

@@ -74,11 +74,11 @@ typedef struct QbpKey
 	SubTransactionId subid;		/* the subtransaction that recorded it */
 } QbpKey;
 
-static HTAB *qbp_keys = NULL;
-static Oid	qbp_outbox = InvalidOid;	/* the table the trigger ran on */
+static HTAB *qbop_keys = NULL;
+static Oid	qbop_outbox = InvalidOid;	/* the table the trigger ran on */
 
 static uint32
-qbp_hash(const void *key, Size keysize)
+qbop_hash(const void *key, Size keysize)
 {
 	const char *k = *(const char *const *) key;
 
@@ -86,26 +86,26 @@ qbp_hash(const void *key, Size keysize)
 }
 
 static int
-qbp_match(const void *a, const void *b, Size keysize)
+qbop_match(const void *a, const void *b, Size keysize)
 {
 	return strcmp(*(const char *const *) a, *(const char *const *) b);
 }
 
 static void *
-qbp_keycopy(void *dest, const void *src, Size keysize)
+qbop_keycopy(void *dest, const void *src, Size keysize)
 {
 	*(char **) dest = MemoryContextStrdup(TopTransactionContext, *(const char *const *) src);
 	return dest;
 }
 
 /*
- * qbp_blocker: the nearest open row of key (a text Datum) with an id below
+ * qbop_blocker: the nearest open row of key (a text Datum) with an id below
  * id, as of now; *own says this transaction inserted it, *tid where it
  * is.  False when there is none, or when the index is missing (a schema
  * before 0.2.0: nothing is parked at insert then).
  */
 static bool
-qbp_blocker(Relation heap, Datum key, int64 id, bool *own, ItemPointer tid)
+qbop_blocker(Relation heap, Datum key, int64 id, bool *own, ItemPointer tid)
 {
 	Oid			idxoid = get_relname_relid(QBP_KEY_INDEX, RelationGetNamespace(heap));
 	Relation	idx;
@@ -156,25 +156,25 @@ qb_park_at_insert(Relation heap, int64 id, Datum key)
 	QbpKey	   *e;
 	bool		found;
 
-	if (!qbp_blocker(heap, key, id, &own, &tid))
+	if (!qbop_blocker(heap, key, id, &own, &tid))
 		return false;
-	if (qbp_keys == NULL)
+	if (qbop_keys == NULL)
 	{
 		HASHCTL		ctl;
 
 		ctl.keysize = sizeof(char *);
 		ctl.entrysize = sizeof(QbpKey);
-		ctl.hash = qbp_hash;
-		ctl.match = qbp_match;
-		ctl.keycopy = qbp_keycopy;
+		ctl.hash = qbop_hash;
+		ctl.match = qbop_match;
+		ctl.keycopy = qbop_keycopy;
 		ctl.hcxt = TopTransactionContext;
-		qbp_keys = hash_create("queuebox parked keys", 64, &ctl,
+		qbop_keys = hash_create("queuebox parked keys", 64, &ctl,
 							   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_KEYCOPY |
 							   HASH_CONTEXT);
 	}
-	qbp_outbox = RelationGetRelid(heap);
+	qbop_outbox = RelationGetRelid(heap);
 	k = TextDatumGetCString(key);
-	e = hash_search(qbp_keys, &k, HASH_ENTER, &found);
+	e = hash_search(qbop_keys, &k, HASH_ENTER, &found);
 	if (!found || id < e->first_id)
 	{
 		e->first_id = id;
@@ -186,12 +186,12 @@ qb_park_at_insert(Relation heap, int64 id, Datum key)
 }
 
 /*
- * qbp_held: at PRE_COMMIT, e's first parked row keeps its place: its
+ * qbop_held: at PRE_COMMIT, e's first parked row keeps its place: its
  * blocker is this transaction's, or is found again and locked FOR SHARE
  * without waiting.  False: release it.
  */
 static bool
-qbp_held(Relation heap, const QbpKey *e)
+qbop_held(Relation heap, const QbpKey *e)
 {
 	bool		own = false;
 	ItemPointerData tid;
@@ -201,7 +201,7 @@ qbp_held(Relation heap, const QbpKey *e)
 
 	if (e->own_blocker)
 		return true;
-	if (!qbp_blocker(heap, CStringGetTextDatum(e->key), e->first_id, &own, &tid))
+	if (!qbop_blocker(heap, CStringGetTextDatum(e->key), e->first_id, &own, &tid))
 		return false;			/* it ended since */
 	if (own)
 		return true;
@@ -213,11 +213,11 @@ qbp_held(Relation heap, const QbpKey *e)
 }
 
 /*
- * qbp_release: the rows ids, parked by this transaction, are released as
+ * qbop_release: the rows ids, parked by this transaction, are released as
  * a promotion releases a row.
  */
 static void
-qbp_release(Datum *ids, int n)
+qbop_release(Datum *ids, int n)
 {
 	Oid			types[1] = {INT8ARRAYOID};
 	Datum		args[1];
@@ -252,19 +252,19 @@ qb_park_pre_commit(bool prepare)
 	Datum	   *ids;
 	int			n = 0;
 
-	if (qbp_keys == NULL)
+	if (qbop_keys == NULL)
 		return;
-	heap = table_open(qbp_outbox, RowExclusiveLock);
-	ids = palloc(sizeof(Datum) * hash_get_num_entries(qbp_keys));
-	hash_seq_init(&seq, qbp_keys);
+	heap = table_open(qbop_outbox, RowExclusiveLock);
+	ids = palloc(sizeof(Datum) * hash_get_num_entries(qbop_keys));
+	hash_seq_init(&seq, qbop_keys);
 	while ((e = hash_seq_search(&seq)) != NULL)
-		if (prepare ? !e->own_blocker : !qbp_held(heap, e))
+		if (prepare ? !e->own_blocker : !qbop_held(heap, e))
 			ids[n++] = Int64GetDatum(e->first_id);
 	table_close(heap, NoLock);
-	qbp_keys = NULL;			/* the release below parks nothing */
+	qbop_keys = NULL;			/* the release below parks nothing */
 	if (n > 0)
 	{
-		qbp_release(ids, n);
+		qbop_release(ids, n);
 		qb_note_outbox_row(false);	/* claimable now: wake a worker at commit */
 	}
 	pfree(ids);
@@ -277,17 +277,17 @@ qb_park_forget_sub(SubTransactionId subid)
 	HASH_SEQ_STATUS seq;
 	QbpKey	   *e;
 
-	if (qbp_keys == NULL)
+	if (qbop_keys == NULL)
 		return;
-	hash_seq_init(&seq, qbp_keys);
+	hash_seq_init(&seq, qbop_keys);
 	while ((e = hash_seq_search(&seq)) != NULL)
 		if (e->subid >= subid)
-			(void) hash_search(qbp_keys, &e->key, HASH_REMOVE, NULL);
+			(void) hash_search(qbop_keys, &e->key, HASH_REMOVE, NULL);
 }
 
 /* qb_park_forget: the transaction ended; its table went with its memory. */
 void
 qb_park_forget(void)
 {
-	qbp_keys = NULL;
+	qbop_keys = NULL;
 }

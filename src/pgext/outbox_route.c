@@ -47,78 +47,78 @@ PG_FUNCTION_INFO_V1(qb_sql_route_outbox);
 #define QBR_PUBLISH_TRIES 10000
 
 /* A backend's copy of the published routes. */
-static QbPublishedRoute *qbr_copy = NULL;
-static int	qbr_ncopy = -1;
-static uint64 qbr_copy_gen = 0;
+static QbPublishedRoute *qbor_copy = NULL;
+static int	qbor_ncopy = -1;
+static uint64 qbor_copy_gen = 0;
 
 /* The outbox's attribute numbers, checked against its row type each time. */
-static int	qbr_att_topic = 0;
-static int	qbr_att_destination = 0;
-static int	qbr_att_hold = 0;
-static int	qbr_att_id = 0;
-static int	qbr_att_key = 0;
-static int	qbr_att_headers = 0;
+static int	qbor_att_topic = 0;
+static int	qbor_att_destination = 0;
+static int	qbor_att_hold = 0;
+static int	qbor_att_id = 0;
+static int	qbor_att_key = 0;
+static int	qbor_att_headers = 0;
 
 /*
  * The trace context of the statement being run, from its sqlcommenter
  * comment: looked up once per top-level statement (its start time and
  * text), not once per row of a many-row INSERT or COPY.
  */
-static TimestampTz qbr_trace_stmt = 0;
-static const char *qbr_trace_query = NULL;
-static bool qbr_trace_found = false;
-static char qbr_trace_tp[QB_TRACEPARENT_LEN + 1];
-static char qbr_trace_ts[QB_TRACESTATE_MAX + 1];
+static TimestampTz qbor_trace_stmt = 0;
+static const char *qbor_trace_query = NULL;
+static bool qbor_trace_found = false;
+static char qbor_trace_tp[QB_TRACEPARENT_LEN + 1];
+static char qbor_trace_ts[QB_TRACESTATE_MAX + 1];
 
 /*
  * Routes staged for a publish: a worker's load, or a configure() whose
  * transaction has not committed yet.  staged_n: -1 none usable, -2
  * nothing staged.
  */
-static QbPublishedRoute qbr_staged[QB_ROUTES_MAX];
-static int	qbr_staged_n = -2;
+static QbPublishedRoute qbor_staged[QB_ROUTES_MAX];
+static int	qbor_staged_n = -2;
 
 /*
- * qbr_stage copies cfg's routes (NULL: no document) into the staging area;
+ * qbor_stage copies cfg's routes (NULL: no document) into the staging area;
  * -1 when they do not fit (more than QB_ROUTES_MAX, or a name too long).
  */
 static int
-qbr_stage(const QbConfig *cfg)
+qbor_stage(const QbConfig *cfg)
 {
 	if (cfg == NULL || cfg->nroutes > QB_ROUTES_MAX)
-		return qbr_staged_n = -1;
+		return qbor_staged_n = -1;
 	for (int i = 0; i < cfg->nroutes; i++)
 	{
 		if (strlen(cfg->routes[i].topic_pattern) >= QB_ROUTE_PATTERN_MAX ||
 			strlen(cfg->routes[i].destination) >= QB_ROUTE_DEST_MAX)
-			return qbr_staged_n = -1;
+			return qbor_staged_n = -1;
 		/* zeroed first: the table is compared with memcmp */
-		memset(&qbr_staged[i], 0, sizeof(QbPublishedRoute));
-		strlcpy(qbr_staged[i].pattern, cfg->routes[i].topic_pattern, QB_ROUTE_PATTERN_MAX);
-		strlcpy(qbr_staged[i].destination, cfg->routes[i].destination, QB_ROUTE_DEST_MAX);
+		memset(&qbor_staged[i], 0, sizeof(QbPublishedRoute));
+		strlcpy(qbor_staged[i].pattern, cfg->routes[i].topic_pattern, QB_ROUTE_PATTERN_MAX);
+		strlcpy(qbor_staged[i].destination, cfg->routes[i].destination, QB_ROUTE_DEST_MAX);
 	}
-	return qbr_staged_n = cfg->nroutes;
+	return qbor_staged_n = cfg->nroutes;
 }
 
-/* qbr_holds: the shared table holds the staged routes already. */
+/* qbor_holds: the shared table holds the staged routes already. */
 static bool
-qbr_holds(const QbRouteTable *t, int n)
+qbor_holds(const QbRouteTable *t, int n)
 {
 	return t->database == MyDatabaseId && t->nroutes == n &&
-		(n <= 0 || memcmp(t->routes, qbr_staged, sizeof(QbPublishedRoute) * n) == 0);
+		(n <= 0 || memcmp(t->routes, qbor_staged, sizeof(QbPublishedRoute) * n) == 0);
 }
 
 /*
- * qbr_publish writes the staged routes into the shared table unless it
+ * qbor_publish writes the staged routes into the shared table unless it
  * holds them already (most loads: every worker loads every document), which
  * it checks first as a reader, without making the generation odd.  Raises
  * no error: it also runs in the commit callback.
  */
 static void
-qbr_publish(void)
+qbor_publish(void)
 {
 	QbRouteTable *t = &qb_shared->routes;
-	int			n = qbr_staged_n;
+	int			n = qbor_staged_n;
 	uint64		gen = pg_atomic_read_u64(&t->generation);
 
 	if (gen % 2 == 0)
@@ -126,7 +126,7 @@ qbr_publish(void)
 		bool		same;
 
 		pg_read_barrier();
-		same = qbr_holds(t, n);
+		same = qbor_holds(t, n);
 		pg_read_barrier();
 		if (same && pg_atomic_read_u64(&t->generation) == gen)
 			return;
@@ -142,7 +142,7 @@ qbr_publish(void)
 		pg_usleep(100L);
 	}
 	/* the compare-and-swap is a full barrier: the writes below follow it */
-	if (qbr_holds(t, n))
+	if (qbor_holds(t, n))
 	{
 		pg_atomic_write_u64(&t->generation, gen);	/* a publisher before us wrote them */
 		return;
@@ -150,7 +150,7 @@ qbr_publish(void)
 	t->database = MyDatabaseId;
 	t->nroutes = n;
 	if (n > 0)
-		memcpy(t->routes, qbr_staged, sizeof(QbPublishedRoute) * n);
+		memcpy(t->routes, qbor_staged, sizeof(QbPublishedRoute) * n);
 	pg_write_barrier();
 	pg_atomic_write_u64(&t->generation, gen + 2);
 }
@@ -163,11 +163,11 @@ qbr_publish(void)
 bool
 qb_publish_routes(const QbConfig *cfg)
 {
-	int			n = qbr_stage(cfg);
+	int			n = qbor_stage(cfg);
 
 	if (qb_shared != NULL)
-		qbr_publish();
-	qbr_staged_n = -2;
+		qbor_publish();
+	qbor_staged_n = -2;
 	return cfg == NULL || n >= 0;
 }
 
@@ -183,41 +183,41 @@ void
 qb_stage_routes(const QbConfig *cfg, bool unknown)
 {
 	if (unknown)
-		qbr_staged_n = -2;
+		qbor_staged_n = -2;
 	else
-		(void) qbr_stage(cfg);
+		(void) qbor_stage(cfg);
 }
 
 /* qb_publish_staged_routes: at commit (queuebox.c's callback). */
 void
 qb_publish_staged_routes(void)
 {
-	if (qbr_staged_n != -2 && qb_shared != NULL)
-		qbr_publish();
-	qbr_staged_n = -2;
+	if (qbor_staged_n != -2 && qb_shared != NULL)
+		qbor_publish();
+	qbor_staged_n = -2;
 }
 
 /* qb_clear_staged_routes: the transaction ended without a commit. */
 void
 qb_clear_staged_routes(void)
 {
-	qbr_staged_n = -2;
+	qbor_staged_n = -2;
 }
 
 /*
- * qbr_refresh: the backend's copy is the published table as of now, or
+ * qbor_refresh: the backend's copy is the published table as of now, or
  * false when it could not be read (a publisher kept writing): route
  * nothing this time.
  */
 static bool
-qbr_refresh(void)
+qbor_refresh(void)
 {
 	QbRouteTable *t = &qb_shared->routes;
 
-	if (qbr_copy == NULL)
+	if (qbor_copy == NULL)
 	{
-		qbr_copy = malloc(sizeof(QbPublishedRoute) * QB_ROUTES_MAX);
-		if (qbr_copy == NULL)
+		qbor_copy = malloc(sizeof(QbPublishedRoute) * QB_ROUTES_MAX);
+		if (qbor_copy == NULL)
 			return false;
 	}
 	for (int tries = 0; tries < QBR_READ_TRIES; tries++)
@@ -225,7 +225,7 @@ qbr_refresh(void)
 		uint64		g1 = pg_atomic_read_u64(&t->generation);
 		int			n;
 
-		if (g1 == qbr_copy_gen)
+		if (g1 == qbor_copy_gen)
 			return true;
 		if (g1 % 2 == 1)
 		{
@@ -235,21 +235,21 @@ qbr_refresh(void)
 		pg_read_barrier();
 		n = t->database == MyDatabaseId ? t->nroutes : -1;
 		if (n > 0)
-			memcpy(qbr_copy, t->routes, sizeof(QbPublishedRoute) * n);
+			memcpy(qbor_copy, t->routes, sizeof(QbPublishedRoute) * n);
 		pg_read_barrier();
 		if (pg_atomic_read_u64(&t->generation) == g1)
 		{
-			qbr_ncopy = n;
-			qbr_copy_gen = g1;
+			qbor_ncopy = n;
+			qbor_copy_gen = g1;
 			return true;
 		}
 	}
 	return false;
 }
 
-/* qbr_is: attribute attnum of desc is the live column name. */
+/* qbor_is: attribute attnum of desc is the live column name. */
 static bool
-qbr_is(TupleDesc desc, int attnum, const char *name)
+qbor_is(TupleDesc desc, int attnum, const char *name)
 {
 	Form_pg_attribute a;
 
@@ -260,69 +260,69 @@ qbr_is(TupleDesc desc, int attnum, const char *name)
 }
 
 /*
- * qbr_attnums finds topic, destination, hold, id, key and headers in the
+ * qbor_attnums finds topic, destination, hold, id, key and headers in the
  * outbox's row type.  The numbers found last are checked first (six name
  * compares): a column dropped and added again by an upgrade moves them.
  */
 static bool
-qbr_attnums(Relation rel)
+qbor_attnums(Relation rel)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 
-	if (qbr_is(desc, qbr_att_topic, "topic") && qbr_is(desc, qbr_att_destination, "destination") &&
-		qbr_is(desc, qbr_att_hold, "hold") && qbr_is(desc, qbr_att_id, "id") &&
-		qbr_is(desc, qbr_att_key, "key") && qbr_is(desc, qbr_att_headers, "headers"))
+	if (qbor_is(desc, qbor_att_topic, "topic") && qbor_is(desc, qbor_att_destination, "destination") &&
+		qbor_is(desc, qbor_att_hold, "hold") && qbor_is(desc, qbor_att_id, "id") &&
+		qbor_is(desc, qbor_att_key, "key") && qbor_is(desc, qbor_att_headers, "headers"))
 		return true;
-	qbr_att_topic = qbr_att_destination = qbr_att_hold = qbr_att_id = qbr_att_key = qbr_att_headers = 0;
+	qbor_att_topic = qbor_att_destination = qbor_att_hold = qbor_att_id = qbor_att_key = qbor_att_headers = 0;
 	for (int i = 1; i <= desc->natts; i++)
 	{
-		if (qbr_is(desc, i, "topic"))
-			qbr_att_topic = i;
-		else if (qbr_is(desc, i, "destination"))
-			qbr_att_destination = i;
-		else if (qbr_is(desc, i, "hold"))
-			qbr_att_hold = i;
-		else if (qbr_is(desc, i, "id"))
-			qbr_att_id = i;
-		else if (qbr_is(desc, i, "key"))
-			qbr_att_key = i;
-		else if (qbr_is(desc, i, "headers"))
-			qbr_att_headers = i;
+		if (qbor_is(desc, i, "topic"))
+			qbor_att_topic = i;
+		else if (qbor_is(desc, i, "destination"))
+			qbor_att_destination = i;
+		else if (qbor_is(desc, i, "hold"))
+			qbor_att_hold = i;
+		else if (qbor_is(desc, i, "id"))
+			qbor_att_id = i;
+		else if (qbor_is(desc, i, "key"))
+			qbor_att_key = i;
+		else if (qbor_is(desc, i, "headers"))
+			qbor_att_headers = i;
 	}
-	return qbr_att_topic != 0 && qbr_att_destination != 0 && qbr_att_hold != 0 &&
-		qbr_att_id != 0 && qbr_att_key != 0 && qbr_att_headers != 0;
+	return qbor_att_topic != 0 && qbor_att_destination != 0 && qbor_att_hold != 0 &&
+		qbor_att_id != 0 && qbor_att_key != 0 && qbor_att_headers != 0;
 }
 
-/* qbr_route: the destination of the first published route topic matches, or NULL. */
+/* qbor_route: the destination of the first published route topic matches, or NULL. */
 static const char *
-qbr_route(HeapTuple tup, TupleDesc desc)
+qbor_route(HeapTuple tup, TupleDesc desc)
 {
 	bool		isnull;
 	Datum		topic;
 	char	   *t;
 	const char *dest = NULL;
 
-	if (!qbr_refresh() || qbr_ncopy <= 0)
+	if (!qbor_refresh() || qbor_ncopy <= 0)
 		return NULL;
-	topic = heap_getattr(tup, qbr_att_topic, desc, &isnull);
+	topic = heap_getattr(tup, qbor_att_topic, desc, &isnull);
 	if (isnull)
 		return NULL;			/* the NOT NULL constraint says why */
 	t = TextDatumGetCString(topic);
-	for (int i = 0; i < qbr_ncopy && dest == NULL; i++)
-		if (qb_topic_match(qbr_copy[i].pattern, t))
-			dest = qbr_copy[i].destination;
+	for (int i = 0; i < qbor_ncopy && dest == NULL; i++)
+		if (qb_topic_match(qbor_copy[i].pattern, t))
+			dest = qbor_copy[i].destination;
 	pfree(t);
 	return dest;
 }
 
 /*
- * qbr_trace: the headers with the trace context a row inserted now takes
+ * qbor_trace: the headers with the trace context a row inserted now takes
  * (docs/observability.md, "Trace context"), or 0 when they stay as they
  * are: the row's own traceparent header wins; then queuebox.traceparent
  * (SET LOCAL); then a sqlcommenter comment in the inserting statement.
  */
 static Datum
-qbr_trace(HeapTuple tup, TupleDesc desc)
+qbor_trace(HeapTuple tup, TupleDesc desc)
 {
 	const char *tp = NULL;
 	const char *ts = "";
@@ -337,21 +337,21 @@ qbr_trace(HeapTuple tup, TupleDesc desc)
 	}
 	else
 	{
-		if (GetCurrentStatementStartTimestamp() != qbr_trace_stmt || debug_query_string != qbr_trace_query)
+		if (GetCurrentStatementStartTimestamp() != qbor_trace_stmt || debug_query_string != qbor_trace_query)
 		{
-			qbr_trace_stmt = GetCurrentStatementStartTimestamp();
-			qbr_trace_query = debug_query_string;
-			qbr_trace_found = qb_trace_from_sql(debug_query_string, qbr_trace_tp, qbr_trace_ts);
+			qbor_trace_stmt = GetCurrentStatementStartTimestamp();
+			qbor_trace_query = debug_query_string;
+			qbor_trace_found = qb_trace_from_sql(debug_query_string, qbor_trace_tp, qbor_trace_ts);
 		}
-		if (qbr_trace_found)
+		if (qbor_trace_found)
 		{
-			tp = qbr_trace_tp;
-			ts = qbr_trace_ts;
+			tp = qbor_trace_tp;
+			ts = qbor_trace_ts;
 		}
 	}
 	if (tp == NULL)
 		return (Datum) 0;
-	headers = heap_getattr(tup, qbr_att_headers, desc, &isnull);
+	headers = heap_getattr(tup, qbor_att_headers, desc, &isnull);
 	if (isnull || DatumGetBool(DirectFunctionCall2(jsonb_exists, headers,
 												   CStringGetTextDatum("traceparent"))))
 		return (Datum) 0;		/* NOT NULL says why; or the row's own wins */
@@ -365,7 +365,7 @@ qbr_trace(HeapTuple tup, TupleDesc desc)
 
 /*
  * BEFORE INSERT FOR EACH ROW on queuebox.outbox: a row takes the trace
- * context of its transaction or statement (qbr_trace); then, for a row
+ * context of its transaction or statement (qbor_trace); then, for a row
  * inserted without a hold, one with no destination gets its topic's
  * destination; then a
  * keyed row whose key has an earlier open row is parked (hold 'key',
@@ -397,40 +397,40 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("queuebox._route_outbox() must be called as a BEFORE INSERT FOR EACH ROW trigger")));
 	tup = td->tg_trigtuple;
-	if (qb_shared == NULL || !qbr_attnums(td->tg_relation))
+	if (qb_shared == NULL || !qbor_attnums(td->tg_relation))
 		return PointerGetDatum(tup);
 	desc = RelationGetDescr(td->tg_relation);
-	if ((traced = qbr_trace(tup, desc)) != (Datum) 0)
+	if ((traced = qbor_trace(tup, desc)) != (Datum) 0)
 	{
-		cols[n] = qbr_att_headers;
+		cols[n] = qbor_att_headers;
 		values[n++] = traced;
 	}
-	(void) heap_getattr(tup, qbr_att_hold, desc, &isnull);
+	(void) heap_getattr(tup, qbor_att_hold, desc, &isnull);
 	if (!isnull)
 	{
 		qb_note_outbox_row(false);	/* placed by its inserter: it may be claimable */
 		return n == 0 ? PointerGetDatum(tup) :
 			PointerGetDatum(heap_modify_tuple_by_cols(tup, desc, n, cols, values, nulls));
 	}
-	(void) heap_getattr(tup, qbr_att_destination, desc, &no_dest);
-	if (no_dest && (dest = qbr_route(tup, desc)) != NULL)
+	(void) heap_getattr(tup, qbor_att_destination, desc, &no_dest);
+	if (no_dest && (dest = qbor_route(tup, desc)) != NULL)
 	{
-		cols[n] = qbr_att_destination;
+		cols[n] = qbor_att_destination;
 		values[n++] = CStringGetTextDatum(dest);
 	}
-	key = heap_getattr(tup, qbr_att_key, desc, &isnull);
+	key = heap_getattr(tup, qbor_att_key, desc, &isnull);
 	parked = !isnull && qb_park_at_insert(td->tg_relation,
-										  DatumGetInt64(heap_getattr(tup, qbr_att_id, desc, &isnull)),
+										  DatumGetInt64(heap_getattr(tup, qbor_att_id, desc, &isnull)),
 										  key);
 	qb_note_outbox_row(parked);
 	if (parked)
 	{
-		cols[n] = qbr_att_hold;
+		cols[n] = qbor_att_hold;
 		values[n++] = CStringGetTextDatum("key");
 	}
 	else if (dest != NULL)
 	{
-		cols[n] = qbr_att_hold;
+		cols[n] = qbor_att_hold;
 		values[n++] = CStringGetTextDatum("intake");
 	}
 	if (n == 0)

@@ -13,7 +13,7 @@
  * Signals: SIGTERM only sets a flag and the latch, so an engine can finish
  * or release the rows of a batch in flight.  SIGHUP reloads GUCs, and the
  * configuration when it is read from files: queuebox.config_file, or its
- * ${file:PATH} secrets (qbh_interrupts).  Every wait
+ * ${file:PATH} secrets (qbwh_interrupts).  Every wait
  * ends with CHECK_FOR_INTERRUPTS(), which serves ProcSignalBarriers (DROP
  * DATABASE) promptly.
  *
@@ -40,79 +40,79 @@
 #include "qb_admin_gate.h"
 #include "qb_pg.h"
 
-static volatile sig_atomic_t qbh_got_sigterm = false;
-static MemoryContext qbh_loop_cxt = NULL;
-static QbWorkerSlot *qbh_slot = NULL;
-static char qbh_label[BGW_MAXLEN];
-static bool qbh_may_commit_async = false;
-static uint32 qbh_config_generation = 0;
-static bool qbh_reads_files = false;	/* the document in force has ${file:PATH} */
-static bool qbh_hup_reload = false;	/* a SIGHUP: load the document again */
-static char qbh_config_file_seen[MAXPGPATH];	/* queuebox.config_file at the last SIGHUP */
+static volatile sig_atomic_t qbwh_got_sigterm = false;
+static MemoryContext qbwh_loop_cxt = NULL;
+static QbWorkerSlot *qbwh_slot = NULL;
+static char qbwh_label[BGW_MAXLEN];
+static bool qbwh_may_commit_async = false;
+static uint32 qbwh_config_generation = 0;
+static bool qbwh_reads_files = false;	/* the document in force has ${file:PATH} */
+static bool qbwh_hup_reload = false;	/* a SIGHUP: load the document again */
+static char qbwh_config_file_seen[MAXPGPATH];	/* queuebox.config_file at the last SIGHUP */
 
 /* Two wait sets: latch only, and latch plus an engine's fd. */
-static WaitEventSet *qbh_wes_latch = NULL;
-static WaitEventSet *qbh_wes_fd = NULL;
-static int	qbh_wes_fd_fd = -1;
+static WaitEventSet *qbwh_wes_latch = NULL;
+static WaitEventSet *qbwh_wes_fd = NULL;
+static int	qbwh_wes_fd_fd = -1;
 
 static void
-qbh_sigterm(SIGNAL_ARGS)
+qbwh_sigterm(SIGNAL_ARGS)
 {
 	int			save_errno = errno;
 
-	qbh_got_sigterm = true;
+	qbwh_got_sigterm = true;
 	SetLatch(MyLatch);
 	errno = save_errno;
 }
 
 static void
-qbh_on_exit(int code, Datum arg)
+qbwh_on_exit(int code, Datum arg)
 {
-	if (qbh_slot != NULL)
+	if (qbwh_slot != NULL)
 	{
-		qbh_slot->latch = NULL;
-		qbh_slot->pid = 0;
+		qbwh_slot->latch = NULL;
+		qbwh_slot->pid = 0;
 	}
 }
 
 static void
-qbh_log(void *ctx, QbLogLevel level, const char *msg)
+qbwh_log(void *ctx, QbLogLevel level, const char *msg)
 {
 	int			elevel = level == QB_LOG_DEBUG ? DEBUG1 :
 		level == QB_LOG_INFO ? LOG : WARNING;
 
-	ereport(elevel, (errmsg("%s: %s", qbh_label, msg)));
+	ereport(elevel, (errmsg("%s: %s", qbwh_label, msg)));
 }
 
 static WaitEventSet *
-qbh_wait_set(int fd)
+qbwh_wait_set(int fd)
 {
 	if (fd < 0)
 	{
-		if (qbh_wes_latch == NULL)
+		if (qbwh_wes_latch == NULL)
 		{
-			qbh_wes_latch = qb_CreateWaitEventSet(2);
-			AddWaitEventToSet(qbh_wes_latch, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-			AddWaitEventToSet(qbh_wes_latch, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+			qbwh_wes_latch = qb_CreateWaitEventSet(2);
+			AddWaitEventToSet(qbwh_wes_latch, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+			AddWaitEventToSet(qbwh_wes_latch, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 		}
-		return qbh_wes_latch;
+		return qbwh_wes_latch;
 	}
-	if (qbh_wes_fd == NULL || qbh_wes_fd_fd != fd)
+	if (qbwh_wes_fd == NULL || qbwh_wes_fd_fd != fd)
 	{
 		/* no major (15 to 18) can remove an fd from a set: build a new one */
-		if (qbh_wes_fd != NULL)
-			FreeWaitEventSet(qbh_wes_fd);
-		qbh_wes_fd = qb_CreateWaitEventSet(3);
-		AddWaitEventToSet(qbh_wes_fd, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-		AddWaitEventToSet(qbh_wes_fd, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-		AddWaitEventToSet(qbh_wes_fd, WL_SOCKET_READABLE, fd, NULL, NULL);
-		qbh_wes_fd_fd = fd;
+		if (qbwh_wes_fd != NULL)
+			FreeWaitEventSet(qbwh_wes_fd);
+		qbwh_wes_fd = qb_CreateWaitEventSet(3);
+		AddWaitEventToSet(qbwh_wes_fd, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(qbwh_wes_fd, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+		AddWaitEventToSet(qbwh_wes_fd, WL_SOCKET_READABLE, fd, NULL, NULL);
+		qbwh_wes_fd_fd = fd;
 	}
-	return qbh_wes_fd;
+	return qbwh_wes_fd;
 }
 
 /*
- * qbh_apply_gucs: settings that act through this backend's own GUCs.
+ * qbwh_apply_gucs: settings that act through this backend's own GUCs.
  *
  * synchronous_commit: the outbox's claims and settles may commit
  * asynchronously (queuebox.worker_async_commit): one lost in a crash only
@@ -129,10 +129,10 @@ qbh_wait_set(int fd)
  * it turns the alternatives off rather than trusting estimates.
  */
 static void
-qbh_apply_gucs(void)
+qbwh_apply_gucs(void)
 {
 	SetConfigOption("synchronous_commit",
-					qbh_may_commit_async && qb_worker_async_commit ? "off" : "on",
+					qbwh_may_commit_async && qb_worker_async_commit ? "off" : "on",
 					PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("enable_bitmapscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
@@ -142,40 +142,40 @@ qbh_apply_gucs(void)
 }
 
 static void
-qbh_interrupts(void)
+qbwh_interrupts(void)
 {
 	CHECK_FOR_INTERRUPTS();
 	if (ConfigReloadPending)
 	{
 		ConfigReloadPending = false;
 		ProcessConfigFile(PGC_SIGHUP);
-		qbh_apply_gucs();
+		qbwh_apply_gucs();
 		/*
 		 * A reload is how queuebox.config_file is read again (and how it is
 		 * set or reset); the document's ${file:PATH} secrets may have
 		 * changed too.  Any other document is not loaded again (a consumer
 		 * would reconnect to its broker).
 		 */
-		qbh_hup_reload = qbh_reads_files || qb_config_file[0] != '\0' ||
-			strcmp(qbh_config_file_seen, qb_config_file) != 0;
-		strlcpy(qbh_config_file_seen, qb_config_file, sizeof(qbh_config_file_seen));
+		qbwh_hup_reload = qbwh_reads_files || qb_config_file[0] != '\0' ||
+			strcmp(qbwh_config_file_seen, qb_config_file) != 0;
+		strlcpy(qbwh_config_file_seen, qb_config_file, sizeof(qbwh_config_file_seen));
 	}
 }
 
 static int
-qbh_wait(void *ctx, int fd, long timeout_ms)
+qbwh_wait(void *ctx, int fd, long timeout_ms)
 {
 	WaitEvent	ev[3];
 	int			n;
 	int			result = QB_WAIT_TIMEOUT;
 
-	if (qbh_got_sigterm)
+	if (qbwh_got_sigterm)
 		return QB_WAIT_WOKEN;
 	/* between transactions nothing lives in the loop context: start afresh */
-	MemoryContextReset(qbh_loop_cxt);
-	pg_atomic_write_u32(&qbh_slot->waiting, 1);
-	n = WaitEventSetWait(qbh_wait_set(fd), timeout_ms, ev, lengthof(ev), PG_WAIT_EXTENSION);
-	pg_atomic_write_u32(&qbh_slot->waiting, 0);
+	MemoryContextReset(qbwh_loop_cxt);
+	pg_atomic_write_u32(&qbwh_slot->waiting, 1);
+	n = WaitEventSetWait(qbwh_wait_set(fd), timeout_ms, ev, lengthof(ev), PG_WAIT_EXTENSION);
+	pg_atomic_write_u32(&qbwh_slot->waiting, 0);
 	for (int i = 0; i < n; i++)
 	{
 		if (ev[i].events & WL_LATCH_SET)
@@ -186,48 +186,48 @@ qbh_wait(void *ctx, int fd, long timeout_ms)
 		if (ev[i].events & WL_SOCKET_READABLE)
 			result |= QB_WAIT_FD;
 	}
-	qbh_interrupts();
+	qbwh_interrupts();
 	return result;
 }
 
 /*
- * qbh_should_stop: SIGTERM, or the launcher that started us is gone (a new
+ * qbwh_should_stop: SIGTERM, or the launcher that started us is gone (a new
  * launcher starts a fresh set; two workers must never share a slot).
  */
 static bool
-qbh_should_stop(void *ctx)
+qbwh_should_stop(void *ctx)
 {
-	qbh_interrupts();
-	return qbh_got_sigterm ||
+	qbwh_interrupts();
+	return qbwh_got_sigterm ||
 		qb_shared->launcher_pid != MyBgworkerEntry->bgw_notify_pid;
 }
 
 static bool
-qbh_config_changed(void *ctx)
+qbwh_config_changed(void *ctx)
 {
 	uint32		gen = pg_atomic_read_u32(&qb_shared->config_generation);
 
-	if (gen == qbh_config_generation && !qbh_hup_reload)
+	if (gen == qbwh_config_generation && !qbwh_hup_reload)
 		return false;
-	qbh_config_generation = gen;
-	qbh_hup_reload = false;
+	qbwh_config_generation = gen;
+	qbwh_hup_reload = false;
 	return true;
 }
 
 /*
- * qbh_config_loaded publishes how many broker sources the configuration
+ * qbwh_config_loaded publishes how many broker sources the configuration
  * has (the launcher, which reads no table, starts one consumer worker per
  * source from it) and its routes (the outbox_route trigger routes new rows
  * by them).  Every worker publishes the same for the same document, so the
  * last writer is as good as any.
  */
 static void
-qbh_config_loaded(void *ctx, const QbConfig *cfg)
+qbwh_config_loaded(void *ctx, const QbConfig *cfg)
 {
 	uint32		n = (uint32) qb_config_broker_sources(cfg);
 	static bool warned = false;
 
-	qbh_reads_files = cfg != NULL && cfg->reads_files;
+	qbwh_reads_files = cfg != NULL && cfg->reads_files;
 	if (!qb_publish_routes(cfg) && !warned)
 	{
 		warned = true;
@@ -242,18 +242,18 @@ qbh_config_loaded(void *ctx, const QbConfig *cfg)
 		SetLatch(qb_shared->launcher_latch);
 }
 
-/* qbh_rows_wake: whether committers of new rows should wake this worker */
+/* qbwh_rows_wake: whether committers of new rows should wake this worker */
 static void
-qbh_rows_wake(void *ctx, bool want)
+qbwh_rows_wake(void *ctx, bool want)
 {
-	pg_atomic_write_u32(&qbh_slot->rows_wake_off, want ? 0 : 1);
+	pg_atomic_write_u32(&qbwh_slot->rows_wake_off, want ? 0 : 1);
 }
 
-/* qbh_late_floor: the outbox worker's late-commit report (claim.md). */
+/* qbwh_late_floor: the outbox worker's late-commit report (claim.md). */
 static int64_t
-qbh_late_floor(void *ctx)
+qbwh_late_floor(void *ctx)
 {
-	uint64		f = qb_take_outbox_late_floor(qbh_slot);
+	uint64		f = qb_take_outbox_late_floor(qbwh_slot);
 
 	return f >= (uint64) PG_INT64_MAX ? -1 : (int64_t) f;
 }
@@ -268,48 +268,48 @@ void
 qb_worker_host_start(const char *label, QbWorkerSlot *slot, bool may_commit_async,
 					 QbHost *host)
 {
-	strlcpy(qbh_label, label, sizeof(qbh_label));
-	strlcpy(qbh_config_file_seen, qb_config_file, sizeof(qbh_config_file_seen));
-	qbh_may_commit_async = may_commit_async;
+	strlcpy(qbwh_label, label, sizeof(qbwh_label));
+	strlcpy(qbwh_config_file_seen, qb_config_file, sizeof(qbwh_config_file_seen));
+	qbwh_may_commit_async = may_commit_async;
 
-	pqsignal(SIGTERM, qbh_sigterm);
+	pqsignal(SIGTERM, qbwh_sigterm);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(MyBgworkerEntry->bgw_extra, NULL, 0);
 	pgstat_report_appname(MyBgworkerEntry->bgw_type);
 
-	qbh_apply_gucs();
+	qbwh_apply_gucs();
 
 	/*
 	 * Whatever PostgreSQL allocates outside a transaction on our behalf (error
 	 * copies, GUC reloads) goes to a context reset at every wait.
 	 */
-	qbh_loop_cxt = AllocSetContextCreate(TopMemoryContext, "queuebox worker loop",
+	qbwh_loop_cxt = AllocSetContextCreate(TopMemoryContext, "queuebox worker loop",
 										 ALLOCSET_DEFAULT_SIZES);
-	MemoryContextSwitchTo(qbh_loop_cxt);
+	MemoryContextSwitchTo(qbwh_loop_cxt);
 
-	qbh_slot = slot;
+	qbwh_slot = slot;
 	slot->pid = MyProcPid;
 	/* wanted until the engine says otherwise: a slot may keep its last worker's no */
 	pg_atomic_write_u32(&slot->rows_wake_off, 0);
 	pg_atomic_write_u32(&slot->waiting, 0);
 	slot->latch = MyLatch;
-	before_shmem_exit(qbh_on_exit, 0);
+	before_shmem_exit(qbwh_on_exit, 0);
 
 	ereport(LOG,
 			(errmsg("%s started in database \"%s\"", label, MyBgworkerEntry->bgw_extra)));
 
 	memset(host, 0, sizeof(QbHost));
-	host->log = qbh_log;
-	host->wait = qbh_wait;
-	host->should_stop = qbh_should_stop;
-	host->config_changed = qbh_config_changed;
+	host->log = qbwh_log;
+	host->wait = qbwh_wait;
+	host->should_stop = qbwh_should_stop;
+	host->config_changed = qbwh_config_changed;
 	host->metrics = &qb_shared->metrics;
 	host->routes = &qb_admin_routes;
 	host->runtime = qb_pg_runtime();
 	host->config_env = qb_pg_config_env();
-	host->config_loaded = qbh_config_loaded;
-	host->late_floor = qbh_late_floor;
+	host->config_loaded = qbwh_config_loaded;
+	host->late_floor = qbwh_late_floor;
 	host->polled = NULL;		/* woken at commit: polls need no stretching */
-	host->rows_wake = qbh_rows_wake;
+	host->rows_wake = qbwh_rows_wake;
 }

@@ -118,9 +118,9 @@ qb_console_login_token(const char *body, size_t len, char *reason, size_t reason
 	return token;
 }
 
-/* qbc_peer_key: the bytes a peer is counted by; 0 for an unknown family */
+/* qbcon_peer_key: the bytes a peer is counted by; 0 for an unknown family */
 static size_t
-qbc_peer_key(const struct sockaddr *sa, unsigned char *key)
+qbcon_peer_key(const struct sockaddr *sa, unsigned char *key)
 {
 	if (sa != NULL && sa->sa_family == AF_INET)
 	{
@@ -137,7 +137,7 @@ qbc_peer_key(const struct sockaddr *sa, unsigned char *key)
 }
 
 static const QbConsolePeer *
-qbc_peer_find(const QbConsoleLimit *l, const unsigned char *key, size_t len)
+qbcon_peer_find(const QbConsoleLimit *l, const unsigned char *key, size_t len)
 {
 	for (int i = 0; i < QB_CONSOLE_LIMIT_SLOTS; i++)
 		if (l->peers[i].len == len && memcmp(l->peers[i].addr, key, len) == 0)
@@ -149,8 +149,8 @@ long
 qb_console_limit_wait(const QbConsoleLimit *l, const struct sockaddr *peer, long now)
 {
 	unsigned char key[16];
-	size_t		len = qbc_peer_key(peer, key);
-	const QbConsolePeer *p = len ? qbc_peer_find(l, key, len) : NULL;
+	size_t		len = qbcon_peer_key(peer, key);
+	const QbConsolePeer *p = len ? qbcon_peer_find(l, key, len) : NULL;
 
 	if (p == NULL || p->fails < QB_CONSOLE_LIMIT_FAILS || now - p->since >= QB_CONSOLE_LIMIT_WINDOW)
 		return 0;
@@ -161,12 +161,12 @@ void
 qb_console_limit_fail(QbConsoleLimit *l, const struct sockaddr *peer, long now)
 {
 	unsigned char key[16];
-	size_t		len = qbc_peer_key(peer, key);
+	size_t		len = qbcon_peer_key(peer, key);
 	QbConsolePeer *p;
 
 	if (len == 0)
 		return;
-	p = (QbConsolePeer *) qbc_peer_find(l, key, len);
+	p = (QbConsolePeer *) qbcon_peer_find(l, key, len);
 	if (p == NULL)
 	{
 		/* a free slot, else the one whose window began first */

@@ -60,9 +60,9 @@ qb_amqp_url_free(QbAmqpUrl *u)
 
 const char *const qb_amqp_routing_key_names[] = {"topic", "key", NULL};
 
-/* qba_int: a whole decimal number in [lo, hi]. */
+/* qbam_int: a whole decimal number in [lo, hi]. */
 static bool
-qba_int(const char *s, long lo, long hi, long *out)
+qbam_int(const char *s, long lo, long hi, long *out)
 {
 	char	   *end;
 	long		v;
@@ -77,16 +77,16 @@ qba_int(const char *s, long lo, long hi, long *out)
 	return true;
 }
 
-/* qba_option: one name=value of the query. */
+/* qbam_option: one name=value of the query. */
 static bool
-qba_option(QbAmqpUrl *u, const char *name, const char *value, char *err, size_t errlen)
+qbam_option(QbAmqpUrl *u, const char *name, const char *value, char *err, size_t errlen)
 {
 	long		v;
 	char	  **file = NULL;
 
 	if (strcmp(name, "heartbeat") == 0)
 	{
-		if (!qba_int(value, 0, 3600, &v))
+		if (!qbam_int(value, 0, 3600, &v))
 		{
 			snprintf(err, errlen, "heartbeat in the URL query must be a number of seconds from 0 to 3600");
 			return false;
@@ -96,7 +96,7 @@ qba_option(QbAmqpUrl *u, const char *name, const char *value, char *err, size_t 
 	}
 	if (strcmp(name, "connection_timeout") == 0)
 	{
-		if (!qba_int(value, 1, 600000, &v))
+		if (!qbam_int(value, 1, 600000, &v))
 		{
 			snprintf(err, errlen, "connection_timeout in the URL query must be milliseconds from 1 to 600000");
 			return false;
@@ -149,9 +149,9 @@ qba_option(QbAmqpUrl *u, const char *name, const char *value, char *err, size_t 
 	return true;
 }
 
-/* qba_credentials: the URL's user and password (moved), guest/guest when it has none */
+/* qbam_credentials: the URL's user and password (moved), guest/guest when it has none */
 static bool
-qba_credentials(QbAmqpUrl *u, QbUrl *url, char *err, size_t errlen)
+qbam_credentials(QbAmqpUrl *u, QbUrl *url, char *err, size_t errlen)
 {
 	if (url->user == NULL && url->password == NULL)
 	{
@@ -172,9 +172,9 @@ qba_credentials(QbAmqpUrl *u, QbUrl *url, char *err, size_t errlen)
 	return true;
 }
 
-/* qba_vhost: the path's one segment, decoded; "/" when it is empty */
+/* qbam_vhost: the path's one segment, decoded; "/" when it is empty */
 static bool
-qba_vhost(QbAmqpUrl *u, const QbUrl *url, char *err, size_t errlen)
+qbam_vhost(QbAmqpUrl *u, const QbUrl *url, char *err, size_t errlen)
 {
 	if (!url->path_one_segment)
 	{
@@ -190,9 +190,9 @@ qba_vhost(QbAmqpUrl *u, const QbUrl *url, char *err, size_t errlen)
 	return true;
 }
 
-/* qba_query: the query's name=value options */
+/* qbam_query: the query's name=value options */
 static bool
-qba_query(QbAmqpUrl *u, const char *query, char *err, size_t errlen)
+qbam_query(QbAmqpUrl *u, const char *query, char *err, size_t errlen)
 {
 	char	   *name;
 	char	   *value;
@@ -208,7 +208,7 @@ qba_query(QbAmqpUrl *u, const char *query, char *err, size_t errlen)
 			ok = false;
 		}
 		else if (ok)
-			ok = qba_option(u, name, value, err, errlen);
+			ok = qbam_option(u, name, value, err, errlen);
 		free(name);
 		free(value);
 		if (!ok)
@@ -239,8 +239,8 @@ qb_amqp_url_parse(const char *url, QbAmqpUrl *u, char *err, size_t errlen)
 	u->host = parts.host;
 	parts.host = NULL;
 	u->port = parts.port;
-	ok = u->host != NULL && qba_credentials(u, &parts, err, errlen) &&
-		qba_vhost(u, &parts, err, errlen) && qba_query(u, parts.query, err, errlen);
+	ok = u->host != NULL && qbam_credentials(u, &parts, err, errlen) &&
+		qbam_vhost(u, &parts, err, errlen) && qbam_query(u, parts.query, err, errlen);
 	qb_url_free(&parts);
 	return ok;
 }
@@ -376,11 +376,11 @@ qb_amqp_tcp_connect(const char *host, int port, long timeout_ms, const QbEgress 
 
 
 /*
- * qba_socket: librabbitmq's socket for u: TLS with u's files and
+ * qbam_socket: librabbitmq's socket for u: TLS with u's files and
  * verification (the system's CAs when none is given), or plain TCP.
  */
 static amqp_socket_t *
-qba_socket(amqp_connection_state_t amqp, const QbAmqpUrl *u, const char *where,
+qbam_socket(amqp_connection_state_t amqp, const QbAmqpUrl *u, const char *where,
 		   char *err, size_t errlen)
 {
 	amqp_socket_t *sock = u->tls ? amqp_ssl_socket_new(amqp) : amqp_tcp_socket_new(amqp);
@@ -411,13 +411,13 @@ qba_socket(amqp_connection_state_t amqp, const QbAmqpUrl *u, const char *where,
 }
 
 /*
- * qba_open_tls: librabbitmq resolves, connects and shakes hands (which
+ * qbam_open_tls: librabbitmq resolves, connects and shakes hands (which
  * sends no credential); then the address it used is judged before the
  * login.  A socket error it lost the reason of is learnt by connecting
  * once more.
  */
 static bool
-qba_open_tls(amqp_connection_state_t amqp, amqp_socket_t *sock, const QbAmqpUrl *u,
+qbam_open_tls(amqp_connection_state_t amqp, amqp_socket_t *sock, const QbAmqpUrl *u,
 			 const char *where, char *err, size_t errlen)
 {
 	struct timeval tv;
@@ -457,9 +457,9 @@ qba_open_tls(amqp_connection_state_t amqp, amqp_socket_t *sock, const QbAmqpUrl 
 	return false;
 }
 
-/* qba_open_tcp: our own connect, for an exact reason ("Connection refused") */
+/* qbam_open_tcp: our own connect, for an exact reason ("Connection refused") */
 static bool
-qba_open_tcp(amqp_socket_t *sock, const QbAmqpUrl *u, const char *where, char *err, size_t errlen)
+qbam_open_tcp(amqp_socket_t *sock, const QbAmqpUrl *u, const char *where, char *err, size_t errlen)
 {
 	char		why[QB_ERRLEN];
 	int			fd = qb_amqp_tcp_connect(u->host, u->port, u->connect_timeout_ms,
@@ -498,9 +498,9 @@ qb_amqp_login(const QbAmqpUrl *u, const char *where, const char *cname, bool con
 		snprintf(err, errlen, "%s: out of memory", where);
 		return NULL;
 	}
-	if ((sock = qba_socket(amqp, u, where, err, errlen)) == NULL ||
-		!(u->tls ? qba_open_tls(amqp, sock, u, where, err, errlen)
-		  : qba_open_tcp(sock, u, where, err, errlen)))
+	if ((sock = qbam_socket(amqp, u, where, err, errlen)) == NULL ||
+		!(u->tls ? qbam_open_tls(amqp, sock, u, where, err, errlen)
+		  : qbam_open_tcp(sock, u, where, err, errlen)))
 		goto fail;
 
 	/* ask for connection.blocked notices; keep authentication_failure_close */

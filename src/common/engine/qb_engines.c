@@ -15,14 +15,14 @@
 /* ---- run: each engine's entry, in one signature ----------------------- */
 
 static int
-qbe_outbox_run(const QbHost *host, const QbStore *store, int index,
+qben_outbox_run(const QbHost *host, const QbStore *store, int index,
 			   QbEngineStats *stats, char *err, size_t errlen)
 {
 	return qb_outbox_run(host, store, index, &stats->outbox, err, errlen);
 }
 
 static int
-qbe_relay_run(const QbHost *host, const QbStore *store, int index,
+qben_relay_run(const QbHost *host, const QbStore *store, int index,
 			  QbEngineStats *stats, char *err, size_t errlen)
 {
 	(void) index;
@@ -31,7 +31,7 @@ qbe_relay_run(const QbHost *host, const QbStore *store, int index,
 
 /* the ingress counts its answers into the host's shared metrics */
 static int
-qbe_ingress_run(const QbHost *host, const QbStore *store, int index,
+qben_ingress_run(const QbHost *host, const QbStore *store, int index,
 				QbEngineStats *stats, char *err, size_t errlen)
 {
 	(void) index;
@@ -39,7 +39,7 @@ qbe_ingress_run(const QbHost *host, const QbStore *store, int index,
 }
 
 static int
-qbe_consumer_run(const QbHost *host, const QbStore *store, int index,
+qben_consumer_run(const QbHost *host, const QbStore *store, int index,
 				 QbEngineStats *stats, char *err, size_t errlen)
 {
 	return qb_consume_run(host, store, index, &stats->consume, err, errlen);
@@ -48,7 +48,7 @@ qbe_consumer_run(const QbHost *host, const QbStore *store, int index,
 /* ---- stats: the stop lines -------------------------------------------- */
 
 static void
-qbe_outbox_stats(const QbEngineStats *stats, char *line, size_t linelen,
+qben_outbox_stats(const QbEngineStats *stats, char *line, size_t linelen,
 				 char *detail, size_t detaillen)
 {
 	const QbOutboxStats *s = &stats->outbox;
@@ -62,7 +62,7 @@ qbe_outbox_stats(const QbEngineStats *stats, char *line, size_t linelen,
 }
 
 static void
-qbe_relay_stats(const QbEngineStats *stats, char *line, size_t linelen,
+qben_relay_stats(const QbEngineStats *stats, char *line, size_t linelen,
 				char *detail, size_t detaillen)
 {
 	const QbRelayStats *s = &stats->relay;
@@ -73,7 +73,7 @@ qbe_relay_stats(const QbEngineStats *stats, char *line, size_t linelen,
 }
 
 static void
-qbe_ingress_stats(const QbEngineStats *stats, char *line, size_t linelen,
+qben_ingress_stats(const QbEngineStats *stats, char *line, size_t linelen,
 				  char *detail, size_t detaillen)
 {
 	const QbIngressStats *s = &stats->ingress;
@@ -85,7 +85,7 @@ qbe_ingress_stats(const QbEngineStats *stats, char *line, size_t linelen,
 }
 
 static void
-qbe_consumer_stats(const QbEngineStats *stats, char *line, size_t linelen,
+qben_consumer_stats(const QbEngineStats *stats, char *line, size_t linelen,
 				   char *detail, size_t detaillen)
 {
 	const QbConsumeStats *s = &stats->consume;
@@ -99,19 +99,19 @@ qbe_consumer_stats(const QbEngineStats *stats, char *line, size_t linelen,
 /* ---- wanted: how many of each the settings ask for -------------------- */
 
 static int
-qbe_outbox_wanted(const QbEngineWant *want)
+qben_outbox_wanted(const QbEngineWant *want)
 {
 	return want->outbox_workers;
 }
 
 static int
-qbe_relay_wanted(const QbEngineWant *want)
+qben_relay_wanted(const QbEngineWant *want)
 {
 	return want->relay ? 1 : 0;
 }
 
 static int
-qbe_ingress_wanted(const QbEngineWant *want)
+qben_ingress_wanted(const QbEngineWant *want)
 {
 	return want->ingress ? 1 : 0;
 }
@@ -122,7 +122,7 @@ qbe_ingress_wanted(const QbEngineWant *want)
  * one consumer runs to load it.
  */
 static int
-qbe_consumer_wanted(const QbEngineWant *want)
+qben_consumer_wanted(const QbEngineWant *want)
 {
 	int			n = want->broker_sources < 0 ? 1 : want->broker_sources;
 
@@ -133,13 +133,13 @@ qbe_consumer_wanted(const QbEngineWant *want)
 
 static const QbEngine qb_engines[QB_ENGINE_NKINDS] = {
 	[QB_ENGINE_OUTBOX] = {QB_ENGINE_OUTBOX, "outbox", true,
-	qbe_outbox_run, qbe_outbox_stats, qbe_outbox_wanted},
+	qben_outbox_run, qben_outbox_stats, qben_outbox_wanted},
 	[QB_ENGINE_RELAY] = {QB_ENGINE_RELAY, "relay", false,
-	qbe_relay_run, qbe_relay_stats, qbe_relay_wanted},
+	qben_relay_run, qben_relay_stats, qben_relay_wanted},
 	[QB_ENGINE_INGRESS] = {QB_ENGINE_INGRESS, "ingress", false,
-	qbe_ingress_run, qbe_ingress_stats, qbe_ingress_wanted},
+	qben_ingress_run, qben_ingress_stats, qben_ingress_wanted},
 	[QB_ENGINE_CONSUMER] = {QB_ENGINE_CONSUMER, "consumer", true,
-	qbe_consumer_run, qbe_consumer_stats, qbe_consumer_wanted},
+	qben_consumer_run, qben_consumer_stats, qben_consumer_wanted},
 };
 
 /* qb_engine: see qb_engines.h. */

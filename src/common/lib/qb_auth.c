@@ -2,7 +2,7 @@
  * qb_auth.c
  *	  Signature and token checks for inbound webhooks (see qb_auth.h).
  *
- * Every check ends in qba_same(): both sides are hashed with SHA-256 and the
+ * Every check ends in qbau_same(): both sides are hashed with SHA-256 and the
  * digests compared with CRYPTO_memcmp, so neither the content nor the length
  * of a guess shows in the timing.  HMACs and base64 come from qb_crypto.c,
  * which outbound signing (qb_sign.c) shares.
@@ -43,9 +43,9 @@ qb_auth_type_name(QbAuthType t)
 	return "?";
 }
 
-/* qba_same: constant-time equality of two byte strings of any lengths. */
+/* qbau_same: constant-time equality of two byte strings of any lengths. */
 static bool
-qba_same(const void *a, size_t alen, const void *b, size_t blen)
+qbau_same(const void *a, size_t alen, const void *b, size_t blen)
 {
 	unsigned char da[SHA256_DIGEST_LENGTH];
 	unsigned char db[SHA256_DIGEST_LENGTH];
@@ -78,12 +78,12 @@ qb_auth_secret_check(QbAuthType t, const char *secret, char *err, size_t errlen)
 }
 
 /*
- * qba_match_any: does the candidate (already encoded as the sender encodes
+ * qbau_match_any: does the candidate (already encoded as the sender encodes
  * it) equal the HMAC of the parts under any secret?  Every secret is
  * tried, whatever the outcome, so timing does not tell which one matched.
  */
 static bool
-qba_match_any(const QbAuth *a, const unsigned char *const *parts, const size_t *lens,
+qbau_match_any(const QbAuth *a, const unsigned char *const *parts, const size_t *lens,
 			  int nparts, bool whsec, QbSigEncoding enc, const char *candidate)
 {
 	bool		ok = false;
@@ -110,15 +110,15 @@ qba_match_any(const QbAuth *a, const unsigned char *const *parts, const size_t *
 			qb_hex_encode(mac, sizeof(mac), expect);
 		else
 			qb_b64_encode(mac, sizeof(mac), expect);
-		if (qba_same(expect, strlen(expect), candidate, strlen(candidate)))
+		if (qbau_same(expect, strlen(expect), candidate, strlen(candidate)))
 			ok = true;
 	}
 	return ok;
 }
 
-/* qba_timestamp: parse a Unix-seconds header value and check the tolerance. */
+/* qbau_timestamp: parse a Unix-seconds header value and check the tolerance. */
 static bool
-qba_timestamp(const QbAuth *a, const char *header, const char *value, time_t now,
+qbau_timestamp(const QbAuth *a, const char *header, const char *value, time_t now,
 			  char *err, size_t errlen)
 {
 	char	   *end = NULL;
@@ -147,7 +147,7 @@ qba_timestamp(const QbAuth *a, const char *header, const char *value, time_t now
 }
 
 static bool
-qba_hmac_header(const QbAuth *a, QbHeaderGet get, void *ctx,
+qbau_hmac_header(const QbAuth *a, QbHeaderGet get, void *ctx,
 				const unsigned char *body, size_t len, char *err, size_t errlen)
 {
 	const char *name = a->header ? a->header : "X-Signature";
@@ -177,7 +177,7 @@ qba_hmac_header(const QbAuth *a, QbHeaderGet get, void *ctx,
 	if (a->encoding == QB_SIG_HEX)
 		for (char *p = sig; *p; p++)
 			*p = (char) tolower((unsigned char) *p);
-	if (!qba_match_any(a, parts, lens, 1, false, a->encoding, sig))
+	if (!qbau_match_any(a, parts, lens, 1, false, a->encoding, sig))
 	{
 		snprintf(err, errlen, "%s: the signature does not match the body under any configured secret", name);
 		return false;
@@ -186,7 +186,7 @@ qba_hmac_header(const QbAuth *a, QbHeaderGet get, void *ctx,
 }
 
 static bool
-qba_stripe(const QbAuth *a, QbHeaderGet get, void *ctx,
+qbau_stripe(const QbAuth *a, QbHeaderGet get, void *ctx,
 		   const unsigned char *body, size_t len, time_t now, char *err, size_t errlen)
 {
 	const char *name = "Stripe-Signature";
@@ -223,7 +223,7 @@ qba_stripe(const QbAuth *a, QbHeaderGet get, void *ctx,
 		snprintf(err, errlen, "%s: expected t=<timestamp> and at least one v1=<signature>", name);
 		return false;
 	}
-	if (!qba_timestamp(a, name, t, now, err, errlen))
+	if (!qbau_timestamp(a, name, t, now, err, errlen))
 		return false;
 	{
 		const unsigned char *parts[3] = {(const unsigned char *) t, (const unsigned char *) ".", body};
@@ -233,7 +233,7 @@ qba_stripe(const QbAuth *a, QbHeaderGet get, void *ctx,
 		{
 			for (char *p = sigs[i]; *p; p++)
 				*p = (char) tolower((unsigned char) *p);
-			if (qba_match_any(a, parts, lens, 3, false, QB_SIG_HEX, sigs[i]))
+			if (qbau_match_any(a, parts, lens, 3, false, QB_SIG_HEX, sigs[i]))
 				ok = true;
 		}
 	}
@@ -243,7 +243,7 @@ qba_stripe(const QbAuth *a, QbHeaderGet get, void *ctx,
 }
 
 static bool
-qba_standard(const QbAuth *a, QbHeaderGet get, void *ctx,
+qbau_standard(const QbAuth *a, QbHeaderGet get, void *ctx,
 			 const unsigned char *body, size_t len, time_t now, char *err, size_t errlen)
 {
 	const char *id = get(ctx, "webhook-id");
@@ -260,7 +260,7 @@ qba_standard(const QbAuth *a, QbHeaderGet get, void *ctx,
 				 id == NULL ? "webhook-id" : ts == NULL ? "webhook-timestamp" : "webhook-signature");
 		return false;
 	}
-	if (!qba_timestamp(a, "webhook-timestamp", ts, now, err, errlen))
+	if (!qbau_timestamp(a, "webhook-timestamp", ts, now, err, errlen))
 		return false;
 	if (strlen(sv) >= sizeof(buf))
 	{
@@ -278,7 +278,7 @@ qba_standard(const QbAuth *a, QbHeaderGet get, void *ctx,
 			if (strncmp(item, "v1,", 3) != 0)
 				continue;
 			any = true;
-			if (qba_match_any(a, parts, lens, 5, true, QB_SIG_BASE64, item + 3))
+			if (qbau_match_any(a, parts, lens, 5, true, QB_SIG_BASE64, item + 3))
 				ok = true;
 		}
 	}
@@ -290,7 +290,7 @@ qba_standard(const QbAuth *a, QbHeaderGet get, void *ctx,
 }
 
 static bool
-qba_bearer(const QbAuth *a, QbHeaderGet get, void *ctx, char *err, size_t errlen)
+qbau_bearer(const QbAuth *a, QbHeaderGet get, void *ctx, char *err, size_t errlen)
 {
 	const char *v = get(ctx, "Authorization");
 	const char *tok = a->token ? a->token : "";
@@ -306,7 +306,7 @@ qba_bearer(const QbAuth *a, QbHeaderGet get, void *ctx, char *err, size_t errlen
 		return false;
 	}
 	v += 7;
-	if (!qba_same(v, strlen(v), tok, strlen(tok)) || tok[0] == '\0')
+	if (!qbau_same(v, strlen(v), tok, strlen(tok)) || tok[0] == '\0')
 	{
 		snprintf(err, errlen, "Authorization: the bearer token is not the configured one");
 		return false;
@@ -331,7 +331,7 @@ qb_auth_verify(const QbAuth *a, QbHeaderGet get, void *ctx,
 	switch (a->type)
 	{
 		case QB_AUTH_HMAC_SHA256:
-			return qba_hmac_header(a, get, ctx, body, len, err, errlen);
+			return qbau_hmac_header(a, get, ctx, body, len, err, errlen);
 		case QB_AUTH_GITHUB:
 			{
 				QbAuth		gh = *a;
@@ -339,14 +339,14 @@ qb_auth_verify(const QbAuth *a, QbHeaderGet get, void *ctx,
 				gh.header = "X-Hub-Signature-256";
 				gh.prefix = "sha256=";
 				gh.encoding = QB_SIG_HEX;
-				return qba_hmac_header(&gh, get, ctx, body, len, err, errlen);
+				return qbau_hmac_header(&gh, get, ctx, body, len, err, errlen);
 			}
 		case QB_AUTH_STRIPE:
-			return qba_stripe(a, get, ctx, body, len, now, err, errlen);
+			return qbau_stripe(a, get, ctx, body, len, now, err, errlen);
 		case QB_AUTH_STANDARD_WEBHOOKS:
-			return qba_standard(a, get, ctx, body, len, now, err, errlen);
+			return qbau_standard(a, get, ctx, body, len, now, err, errlen);
 		case QB_AUTH_BEARER:
-			return qba_bearer(a, get, ctx, err, errlen);
+			return qbau_bearer(a, get, ctx, err, errlen);
 		case QB_AUTH_NONE:
 			break;
 	}

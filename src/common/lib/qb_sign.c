@@ -46,11 +46,11 @@ qb_sign_key(QbAuthType t, const char *secret, QbSignKey *out, char *err, size_t 
 }
 
 /*
- * qbs_join: the MAC of the parts under every key, each as lead + encoded
+ * qbsg_join: the MAC of the parts under every key, each as lead + encoded
  * MAC, joined by sep; malloc'd, NULL on failure.
  */
 static char *
-qbs_join(const QbSigning *s, const unsigned char *const *parts, const size_t *lens,
+qbsg_join(const QbSigning *s, const unsigned char *const *parts, const size_t *lens,
 		 int nparts, const char *lead, QbSigEncoding enc, const char *sep)
 {
 	size_t		one = strlen(lead) + strlen(sep) + QB_HMAC_HEX_LEN;
@@ -100,7 +100,7 @@ qb_sign_request(const QbSigning *s, const char *message_id, long long timestamp,
 
 		snprintf(ts, sizeof(ts), "%lld", timestamp);
 		lens[2] = strlen(ts);
-		if ((value = qbs_join(s, parts, lens, 5, "v1,", QB_SIG_BASE64, " ")) == NULL)
+		if ((value = qbsg_join(s, parts, lens, 5, "v1,", QB_SIG_BASE64, " ")) == NULL)
 		{
 			snprintf(err, errlen, "webhook-signature: could not compute the signature (out of memory or OpenSSL failed)");
 			return false;
@@ -116,7 +116,7 @@ qb_sign_request(const QbSigning *s, const char *message_id, long long timestamp,
 		const unsigned char *parts[1] = {body_bytes};
 		size_t		lens[1] = {body_len};
 
-		if ((value = qbs_join(s, parts, lens, 1, s->prefix ? s->prefix : "",
+		if ((value = qbsg_join(s, parts, lens, 1, s->prefix ? s->prefix : "",
 							  s->encoding, ", ")) == NULL)
 		{
 			snprintf(err, errlen, "%s: could not compute the signature (out of memory or OpenSSL failed)",

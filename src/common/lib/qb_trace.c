@@ -21,7 +21,7 @@
 
 /* n lower-case hex digits into n/2 bytes; false on any other character */
 static bool
-qbt_hex(const char *s, int n, unsigned char *out)
+qbtc_hex(const char *s, int n, unsigned char *out)
 {
 	for (int i = 0; i < n; i += 2)
 	{
@@ -44,7 +44,7 @@ qbt_hex(const char *s, int n, unsigned char *out)
 }
 
 static bool
-qbt_zero(const unsigned char *b, int n)
+qbtc_zero(const unsigned char *b, int n)
 {
 	for (int i = 0; i < n; i++)
 		if (b[i] != 0)
@@ -62,16 +62,16 @@ qb_trace_parse(const char *s, QbTraceContext *out)
 	if (s == NULL)
 		return false;
 	len = strlen(s);
-	if (len < QB_TRACEPARENT_LEN || !qbt_hex(s, 2, &version) || version == 0xff ||
+	if (len < QB_TRACEPARENT_LEN || !qbtc_hex(s, 2, &version) || version == 0xff ||
 		s[2] != '-' || s[35] != '-' || s[52] != '-')
 		return false;
 	/* version 00 is exactly 55 characters; a later one may add "-..." */
 	if (version == 0 ? len != QB_TRACEPARENT_LEN : len > QB_TRACEPARENT_LEN && s[55] != '-')
 		return false;
-	if (!qbt_hex(s + 3, 32, out->trace_id) || !qbt_hex(s + 36, 16, out->span_id) ||
-		!qbt_hex(s + 53, 2, &out->flags))
+	if (!qbtc_hex(s + 3, 32, out->trace_id) || !qbtc_hex(s + 36, 16, out->span_id) ||
+		!qbtc_hex(s + 53, 2, &out->flags))
 		return false;
-	return !qbt_zero(out->trace_id, 16) && !qbt_zero(out->span_id, 8);
+	return !qbtc_zero(out->trace_id, 16) && !qbtc_zero(out->span_id, 8);
 }
 
 /* qb_trace_format: see qb_trace.h. */
@@ -98,7 +98,7 @@ qb_trace_child(const QbTraceContext *parent, QbTraceContext *child)
 	{
 		if (RAND_bytes(child->span_id, sizeof(child->span_id)) != 1)
 			return false;
-	} while (qbt_zero(child->span_id, 8));
+	} while (qbtc_zero(child->span_id, 8));
 	return true;
 }
 
@@ -115,11 +115,11 @@ qb_tracestate_ok(const char *s)
 }
 
 /*
- * qbt_comment_value: the URL-decoded value of key='...' inside the
+ * qbtc_comment_value: the URL-decoded value of key='...' inside the
  * comment [c, end), into out (outlen bytes); false when absent or too long.
  */
 static bool
-qbt_comment_value(const char *c, const char *end, const char *key, char *out, size_t outlen)
+qbtc_comment_value(const char *c, const char *end, const char *key, char *out, size_t outlen)
 {
 	size_t		klen = strlen(key);
 
@@ -168,10 +168,10 @@ qb_trace_from_sql(const char *sql, char *tp, char *ts)
 		if (end == NULL)
 			return false;
 		c += 2;
-		if (qbt_comment_value(c, end, "traceparent", buf, sizeof(buf)) && qb_trace_parse(buf, &ctx))
+		if (qbtc_comment_value(c, end, "traceparent", buf, sizeof(buf)) && qb_trace_parse(buf, &ctx))
 		{
 			qb_trace_format(&ctx, tp);
-			if (!qbt_comment_value(c, end, "tracestate", ts, QB_TRACESTATE_MAX + 1) ||
+			if (!qbtc_comment_value(c, end, "tracestate", ts, QB_TRACESTATE_MAX + 1) ||
 				!qb_tracestate_ok(ts))
 				ts[0] = '\0';
 			return true;
@@ -183,7 +183,7 @@ qb_trace_from_sql(const char *sql, char *tp, char *ts)
 
 /* the key of headers named name in any case, or NULL */
 static const char *
-qbt_key(json_t *headers, const char *name)
+qbtc_key(json_t *headers, const char *name)
 {
 	const char *k;
 	json_t	   *v;
@@ -204,12 +204,12 @@ qb_trace_publish(json_t *headers, QbTraceContext *parent, QbTraceContext *child)
 	char		k[64];
 	char		state_key[64] = "";
 
-	if (headers == NULL || (found = qbt_key(headers, "traceparent")) == NULL)
+	if (headers == NULL || (found = qbtc_key(headers, "traceparent")) == NULL)
 		return false;
 	/* copies: deleting a member frees its key */
 	snprintf(k, sizeof(k), "%s", found);
 	v = json_object_get(headers, k);
-	if ((found = qbt_key(headers, "tracestate")) != NULL)
+	if ((found = qbtc_key(headers, "tracestate")) != NULL)
 		snprintf(state_key, sizeof(state_key), "%s", found);
 	if (!json_is_string(v) || !qb_trace_parse(json_string_value(v), parent) ||
 		!qb_trace_child(parent, child))
@@ -229,7 +229,7 @@ qb_trace_publish(json_t *headers, QbTraceContext *parent, QbTraceContext *child)
 const char *
 qb_trace_state(json_t *headers)
 {
-	const char *k = headers != NULL ? qbt_key(headers, "tracestate") : NULL;
+	const char *k = headers != NULL ? qbtc_key(headers, "tracestate") : NULL;
 	const char *v = k != NULL ? json_string_value(json_object_get(headers, k)) : NULL;
 
 	return v != NULL && qb_tracestate_ok(v) ? v : NULL;

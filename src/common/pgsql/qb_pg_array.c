@@ -9,9 +9,9 @@
 
 #include "qb_pg_array.h"
 
-/* qbpa_put appends n bytes; out of memory sticks. */
+/* qbpg_put appends n bytes; out of memory sticks. */
 static void
-qbpa_put(QbPgArray *a, const char *s, size_t n)
+qbpg_put(QbPgArray *a, const char *s, size_t n)
 {
 	if (a->oom)
 		return;
@@ -35,35 +35,35 @@ qbpa_put(QbPgArray *a, const char *s, size_t n)
 	a->buf[a->len] = '\0';
 }
 
-/* qbpa_next opens the array or separates the next element. */
+/* qbpg_next opens the array or separates the next element. */
 static void
-qbpa_next(QbPgArray *a)
+qbpg_next(QbPgArray *a)
 {
-	qbpa_put(a, a->n++ == 0 ? "{" : ",", 1);
+	qbpg_put(a, a->n++ == 0 ? "{" : ",", 1);
 }
 
 void
 qb_pg_array_add(QbPgArray *a, const char *elem)
 {
-	qbpa_next(a);
+	qbpg_next(a);
 	if (elem == NULL)
 	{
-		qbpa_put(a, "NULL", 4);
+		qbpg_put(a, "NULL", 4);
 		return;
 	}
-	qbpa_put(a, "\"", 1);
+	qbpg_put(a, "\"", 1);
 	for (const char *p = elem; *p; p++)
 	{
 		size_t		run = strcspn(p, "\"\\");
 
-		qbpa_put(a, p, run);
+		qbpg_put(a, p, run);
 		p += run;
 		if (*p == '\0')
 			break;
-		qbpa_put(a, "\\", 1);
-		qbpa_put(a, p, 1);
+		qbpg_put(a, "\\", 1);
+		qbpg_put(a, p, 1);
 	}
-	qbpa_put(a, "\"", 1);
+	qbpg_put(a, "\"", 1);
 }
 
 void
@@ -71,15 +71,15 @@ qb_pg_array_add_int(QbPgArray *a, long long v)
 {
 	char		num[24];
 
-	qbpa_next(a);
-	qbpa_put(a, num, (size_t) snprintf(num, sizeof(num), "%lld", v));
+	qbpg_next(a);
+	qbpg_put(a, num, (size_t) snprintf(num, sizeof(num), "%lld", v));
 }
 
 void
 qb_pg_array_add_bool(QbPgArray *a, bool v)
 {
-	qbpa_next(a);
-	qbpa_put(a, v ? "t" : "f", 1);
+	qbpg_next(a);
+	qbpg_put(a, v ? "t" : "f", 1);
 }
 
 const char *
@@ -87,7 +87,7 @@ qb_pg_array_text(QbPgArray *a)
 {
 	if (!a->closed)
 	{
-		qbpa_put(a, a->n == 0 ? "{}" : "}", a->n == 0 ? 2 : 1);
+		qbpg_put(a, a->n == 0 ? "{}" : "}", a->n == 0 ? 2 : 1);
 		a->closed = true;
 	}
 	return a->oom ? NULL : a->buf;

@@ -76,9 +76,9 @@ qb_amqp_headers_free(QbAmqpHeaders *h)
 	memset(h, 0, sizeof(*h));
 }
 
-/* qba_header_add: one kept row header into the table (the rule's callback) */
+/* qbpa_header_add: one kept row header into the table (the rule's callback) */
 static bool
-qba_header_add(void *arg, const char *name, const char *value)
+qbpa_header_add(void *arg, const char *name, const char *value)
 {
 	QbAmqpHeaders *h = arg;
 	amqp_table_entry_t *e = &h->table.entries[h->table.num_entries];
@@ -114,7 +114,7 @@ qb_amqp_headers_build(const json_t *row_headers, QbAmqpHeaders *out, char *err, 
 		snprintf(err, errlen, "out of memory");
 		return QB_HDR_FAILED;
 	}
-	return qb_hdr_each(QB_HDR_AMQP, NULL, row_headers, qba_header_add, out, err, errlen);
+	return qb_hdr_each(QB_HDR_AMQP, NULL, row_headers, qbpa_header_add, out, err, errlen);
 }
 
 /* ---- the publisher -------------------------------------------------------- */
@@ -177,9 +177,9 @@ typedef struct QbAmqp
 } QbAmqp;
 
 
-/* qba_report queues an outcome for the next perform. */
+/* qbpa_report queues an outcome for the next perform. */
 static void
-qba_report(QbAmqp *a, int tag, bool ok, const char *why)
+qbpa_report(QbAmqp *a, int tag, bool ok, const char *why)
 {
 	QbaDone    *d = calloc(1, sizeof(QbaDone));
 
@@ -199,16 +199,16 @@ qba_report(QbAmqp *a, int tag, bool ok, const char *why)
 }
 
 static void
-qba_pending_free(QbaPending *m)
+qbpa_pending_free(QbaPending *m)
 {
 	free(m->message_id);
 	free(m->returned);
 	free(m);
 }
 
-/* qba_settle_head takes the first unconfirmed message off and reports it. */
+/* qbpa_settle_head takes the first unconfirmed message off and reports it. */
 static void
-qba_settle_head(QbAmqp *a, QbaConn *c, bool ok, const char *why)
+qbpa_settle_head(QbAmqp *a, QbaConn *c, bool ok, const char *why)
 {
 	QbaPending *m = c->head;
 
@@ -217,31 +217,31 @@ qba_settle_head(QbAmqp *a, QbaConn *c, bool ok, const char *why)
 		c->tail = NULL;
 	c->npending--;
 	if (ok && m->returned != NULL)
-		qba_report(a, m->tag, false, m->returned);
+		qbpa_report(a, m->tag, false, m->returned);
 	else
-		qba_report(a, m->tag, ok, why);
-	qba_pending_free(m);
+		qbpa_report(a, m->tag, ok, why);
+	qbpa_pending_free(m);
 }
 
-/* qba_fail_all: every unconfirmed message of c is a failed attempt. */
+/* qbpa_fail_all: every unconfirmed message of c is a failed attempt. */
 static void
-qba_fail_all(QbAmqp *a, QbaConn *c, const char *why)
+qbpa_fail_all(QbAmqp *a, QbaConn *c, const char *why)
 {
 	while (c->head != NULL)
-		qba_settle_head(a, c, false, why);
+		qbpa_settle_head(a, c, false, why);
 	c->ret_state = 0;
 }
 
-/* qba_drop_all: forget every unconfirmed message of c (a stop). */
+/* qbpa_drop_all: forget every unconfirmed message of c (a stop). */
 static void
-qba_drop_all(QbaConn *c)
+qbpa_drop_all(QbaConn *c)
 {
 	while (c->head != NULL)
 	{
 		QbaPending *m = c->head;
 
 		c->head = m->next;
-		qba_pending_free(m);
+		qbpa_pending_free(m);
 	}
 	c->tail = NULL;
 	c->npending = 0;
@@ -249,12 +249,12 @@ qba_drop_all(QbaConn *c)
 }
 
 /*
- * qba_disconnect closes c's connection.  graceful: say connection.close and
+ * qbpa_disconnect closes c's connection.  graceful: say connection.close and
  * wait (bounded) for close-ok, for a connection that is still sound; else
  * just drop the socket.  Unconfirmed messages must be settled before.
  */
 static void
-qba_disconnect(QbAmqp *a, QbaConn *c, bool graceful)
+qbpa_disconnect(QbAmqp *a, QbaConn *c, bool graceful)
 {
 	if (c->amqp == NULL)
 		return;
@@ -275,19 +275,19 @@ qba_disconnect(QbAmqp *a, QbaConn *c, bool graceful)
 	c->ret_state = 0;
 }
 
-/* qba_lost: the connection is unusable: fail what is unconfirmed, close it. */
+/* qbpa_lost: the connection is unusable: fail what is unconfirmed, close it. */
 static void
-qba_lost(QbAmqp *a, QbaConn *c, const char *why, bool graceful)
+qbpa_lost(QbAmqp *a, QbaConn *c, const char *why, bool graceful)
 {
-	qba_fail_all(a, c, why);
-	qba_disconnect(a, c, graceful);
+	qbpa_fail_all(a, c, why);
+	qbpa_disconnect(a, c, graceful);
 }
 
 static void
-qba_conn_free(QbAmqp *a, QbaConn *c)
+qbpa_conn_free(QbAmqp *a, QbaConn *c)
 {
-	qba_drop_all(c);
-	qba_disconnect(a, c, true);
+	qbpa_drop_all(c);
+	qbpa_disconnect(a, c, true);
 	qb_amqp_url_free(&c->u);
 	free(c->name);
 	free(c->url);
@@ -295,7 +295,7 @@ qba_conn_free(QbAmqp *a, QbaConn *c)
 }
 
 static void *
-qba_create(char *err, size_t errlen)
+qbpa_create(char *err, size_t errlen)
 {
 	QbAmqp	   *a = calloc(1, sizeof(QbAmqp));
 
@@ -314,7 +314,7 @@ qba_create(char *err, size_t errlen)
 }
 
 static void
-qba_done_clear(QbAmqp *a)
+qbpa_done_clear(QbAmqp *a)
 {
 	while (a->done_head != NULL)
 	{
@@ -328,7 +328,7 @@ qba_done_clear(QbAmqp *a)
 }
 
 static void
-qba_destroy(void *p)
+qbpa_destroy(void *p)
 {
 	QbAmqp	   *a = p;
 
@@ -339,16 +339,16 @@ qba_destroy(void *p)
 		QbaConn    *c = a->conns;
 
 		a->conns = c->next;
-		qba_conn_free(a, c);
+		qbpa_conn_free(a, c);
 	}
-	qba_done_clear(a);
+	qbpa_done_clear(a);
 	close(a->epfd);
 	free(a);
 }
 
-/* qba_prune closes the connections of destinations gone from cfg. */
+/* qbpa_prune closes the connections of destinations gone from cfg. */
 static void
-qba_prune(void *p, const QbConfig *cfg)
+qbpa_prune(void *p, const QbConfig *cfg)
 {
 	QbAmqp	   *a = p;
 	QbaConn   **pp = &a->conns;
@@ -361,7 +361,7 @@ qba_prune(void *p, const QbConfig *cfg)
 		if (c->npending == 0 && (d == NULL || strcmp(c->url, d->broker_url) != 0))
 		{
 			*pp = c->next;
-			qba_conn_free(a, c);
+			qbpa_conn_free(a, c);
 			continue;
 		}
 		pp = &c->next;
@@ -369,12 +369,12 @@ qba_prune(void *p, const QbConfig *cfg)
 }
 
 /*
- * qba_conn_for finds the destination's connection, or makes an unconnected
+ * qbpa_conn_for finds the destination's connection, or makes an unconnected
  * one.  A connection of the same destination name with another url (the
  * configuration changed) is closed once it has nothing unconfirmed.
  */
 static QbaConn *
-qba_conn_for(QbAmqp *a, const QbDestination *dest, char *err, size_t errlen)
+qbpa_conn_for(QbAmqp *a, const QbDestination *dest, char *err, size_t errlen)
 {
 	QbaConn   **pp = &a->conns;
 	QbaConn    *c;
@@ -389,7 +389,7 @@ qba_conn_for(QbAmqp *a, const QbDestination *dest, char *err, size_t errlen)
 			if (c->npending == 0)
 			{
 				*pp = c->next;
-				qba_conn_free(a, c);
+				qbpa_conn_free(a, c);
 				continue;
 			}
 		}
@@ -426,9 +426,9 @@ qba_conn_for(QbAmqp *a, const QbDestination *dest, char *err, size_t errlen)
 	return c;
 }
 
-/* qba_connect opens c: socket, login, channel 1, confirm.select. */
+/* qbpa_connect opens c: socket, login, channel 1, confirm.select. */
 static bool
-qba_connect(QbAmqp *a, QbaConn *c, char *err, size_t errlen)
+qbpa_connect(QbAmqp *a, QbaConn *c, char *err, size_t errlen)
 {
 	amqp_rpc_reply_t r;
 	char		cname[300];
@@ -477,9 +477,9 @@ fail:
 	return false;
 }
 
-/* qba_pending_by_mid: the first unconfirmed, unreturned message with the id. */
+/* qbpa_pending_by_mid: the first unconfirmed, unreturned message with the id. */
 static QbaPending *
-qba_pending_by_mid(QbaConn *c, const char *mid, size_t len)
+qbpa_pending_by_mid(QbaConn *c, const char *mid, size_t len)
 {
 	for (QbaPending *m = c->head; m != NULL; m = m->next)
 		if (m->returned == NULL && strlen(m->message_id) == len &&
@@ -488,9 +488,9 @@ qba_pending_by_mid(QbaConn *c, const char *mid, size_t len)
 	return NULL;
 }
 
-/* qba_confirm settles what a basic.ack or basic.nack names. */
+/* qbpa_confirm settles what a basic.ack or basic.nack names. */
 static void
-qba_confirm(QbAmqp *a, QbaConn *c, uint64_t dtag, bool multiple, bool ack)
+qbpa_confirm(QbAmqp *a, QbaConn *c, uint64_t dtag, bool multiple, bool ack)
 {
 	static const char nack[] =
 		"the broker refused the message (basic.nack): a queue it was routed to rejected it (e.g. x-overflow reject-publish on a full queue) or the broker could not store it";
@@ -500,12 +500,12 @@ qba_confirm(QbAmqp *a, QbaConn *c, uint64_t dtag, bool multiple, bool ack)
 	if (multiple)
 	{
 		while (c->head != NULL && c->head->dtag <= dtag)
-			qba_settle_head(a, c, ack, ack ? NULL : why);
+			qbpa_settle_head(a, c, ack, ack ? NULL : why);
 		return;
 	}
 	if (c->head != NULL && c->head->dtag == dtag)
 	{
-		qba_settle_head(a, c, ack, ack ? NULL : why);
+		qbpa_settle_head(a, c, ack, ack ? NULL : why);
 		return;
 	}
 	/* out of order (RabbitMQ does not do that, but the protocol allows it) */
@@ -519,20 +519,20 @@ qba_confirm(QbAmqp *a, QbaConn *c, uint64_t dtag, bool multiple, bool ack)
 				c->tail = prev;
 			c->npending--;
 			if (ack && m->returned != NULL)
-				qba_report(a, m->tag, false, m->returned);
+				qbpa_report(a, m->tag, false, m->returned);
 			else
-				qba_report(a, m->tag, ack, ack ? NULL : why);
-			qba_pending_free(m);
+				qbpa_report(a, m->tag, ack, ack ? NULL : why);
+			qbpa_pending_free(m);
 			return;
 		}
 }
 
 /*
- * qba_return_content: a header or body frame of the basic.return in
+ * qbpa_return_content: a header or body frame of the basic.return in
  * progress: the header's message_id names the returned message.
  */
 static void
-qba_return_content(QbaConn *c, const amqp_frame_t *f)
+qbpa_return_content(QbaConn *c, const amqp_frame_t *f)
 {
 	if (f->channel != QBA_CHANNEL)
 		return;
@@ -542,7 +542,7 @@ qba_return_content(QbaConn *c, const amqp_frame_t *f)
 		QbaPending *m = NULL;
 
 		if (pr != NULL && (pr->_flags & AMQP_BASIC_MESSAGE_ID_FLAG))
-			m = qba_pending_by_mid(c, pr->message_id.bytes, pr->message_id.len);
+			m = qbpa_pending_by_mid(c, pr->message_id.bytes, pr->message_id.len);
 		if (m != NULL)
 			m->returned = strdup(c->ret_why);
 		c->ret_left = f->payload.properties.body_size;
@@ -558,9 +558,9 @@ qba_return_content(QbaConn *c, const amqp_frame_t *f)
 	}
 }
 
-/* qba_returned: a basic.return: why, kept for the content frames that follow */
+/* qbpa_returned: a basic.return: why, kept for the content frames that follow */
 static void
-qba_returned(QbaConn *c, const amqp_basic_return_t *m)
+qbpa_returned(QbaConn *c, const amqp_basic_return_t *m)
 {
 	if (m->exchange.len == 0)
 		snprintf(c->ret_why, sizeof(c->ret_why),
@@ -577,12 +577,12 @@ qba_returned(QbaConn *c, const amqp_basic_return_t *m)
 }
 
 /*
- * qba_closed: the broker closed the channel or the connection: answer
+ * qbpa_closed: the broker closed the channel or the connection: answer
  * close-ok, fail every unconfirmed message; the next publish opens a new
  * connection.
  */
 static void
-qba_closed(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
+qbpa_closed(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
 {
 	char		why[QB_ERRLEN];
 
@@ -596,7 +596,7 @@ qba_closed(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
 				 (char *) m->reply_text.bytes,
 				 m->reply_code == 404 ? " (declare it, or fix the destination)" : "");
 		amqp_send_method(c->amqp, f->channel, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
-		qba_lost(a, c, why, true);
+		qbpa_lost(a, c, why, true);
 	}
 	else
 	{
@@ -607,13 +607,13 @@ qba_closed(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
 				 c->where, m->reply_code, (int) m->reply_text.len,
 				 (char *) m->reply_text.bytes);
 		amqp_send_method(c->amqp, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
-		qba_lost(a, c, why, false);
+		qbpa_lost(a, c, why, false);
 	}
 }
 
-/* qba_blocked: connection.blocked: no publish until unblocked */
+/* qbpa_blocked: connection.blocked: no publish until unblocked */
 static void
-qba_blocked(QbaConn *c, const amqp_connection_blocked_t *m)
+qbpa_blocked(QbaConn *c, const amqp_connection_blocked_t *m)
 {
 	long		soon = qb_now_ms() + QBA_BLOCKED_WAIT_MS;
 
@@ -627,15 +627,15 @@ qba_blocked(QbaConn *c, const amqp_connection_blocked_t *m)
 }
 
 /*
- * qba_frame handles one frame.  Returns false when the connection was
+ * qbpa_frame handles one frame.  Returns false when the connection was
  * closed (by the broker, or because it broke).
  */
 static bool
-qba_frame(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
+qbpa_frame(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
 {
 	if (f->frame_type == AMQP_FRAME_HEADER || f->frame_type == AMQP_FRAME_BODY)
 	{
-		qba_return_content(c, f);
+		qbpa_return_content(c, f);
 		return true;
 	}
 	if (f->frame_type != AMQP_FRAME_METHOD)
@@ -647,25 +647,25 @@ qba_frame(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
 			{
 				amqp_basic_ack_t *m = f->payload.method.decoded;
 
-				qba_confirm(a, c, m->delivery_tag, m->multiple != 0, true);
+				qbpa_confirm(a, c, m->delivery_tag, m->multiple != 0, true);
 				return true;
 			}
 		case AMQP_BASIC_NACK_METHOD:
 			{
 				amqp_basic_nack_t *m = f->payload.method.decoded;
 
-				qba_confirm(a, c, m->delivery_tag, m->multiple != 0, false);
+				qbpa_confirm(a, c, m->delivery_tag, m->multiple != 0, false);
 				return true;
 			}
 		case AMQP_BASIC_RETURN_METHOD:
-			qba_returned(c, f->payload.method.decoded);
+			qbpa_returned(c, f->payload.method.decoded);
 			return true;
 		case AMQP_CHANNEL_CLOSE_METHOD:
 		case AMQP_CONNECTION_CLOSE_METHOD:
-			qba_closed(a, c, f);
+			qbpa_closed(a, c, f);
 			return false;
 		case AMQP_CONNECTION_BLOCKED_METHOD:
-			qba_blocked(c, f->payload.method.decoded);
+			qbpa_blocked(c, f->payload.method.decoded);
 			return true;
 		case AMQP_CONNECTION_UNBLOCKED_METHOD:
 			c->blocked = false;
@@ -676,11 +676,11 @@ qba_frame(QbAmqp *a, QbaConn *c, const amqp_frame_t *f)
 }
 
 /*
- * qba_drain reads every frame that has arrived on c, without waiting.
+ * qbpa_drain reads every frame that has arrived on c, without waiting.
  * Returns false when the connection is gone afterwards.
  */
 static bool
-qba_drain(QbAmqp *a, QbaConn *c)
+qbpa_drain(QbAmqp *a, QbaConn *c)
 {
 	char		why[QB_ERRLEN];
 
@@ -702,10 +702,10 @@ qba_drain(QbAmqp *a, QbaConn *c)
 		{
 			snprintf(why, sizeof(why), "%s: connection lost: %s", c->where,
 					 amqp_error_string2(rc));
-			qba_lost(a, c, why, false);
+			qbpa_lost(a, c, why, false);
 			return false;
 		}
-		if (!qba_frame(a, c, &f))
+		if (!qbpa_frame(a, c, &f))
 			return false;
 		amqp_maybe_release_buffers(c->amqp);
 	}
@@ -713,11 +713,11 @@ qba_drain(QbAmqp *a, QbaConn *c)
 }
 
 /*
- * qba_routing_key: the destination's routingKey rendered for the row into
+ * qbpa_routing_key: the destination's routingKey rendered for the row into
  * *rkey (malloc'd); QB_PUB_ROW_INVALID when it is over AMQP's 255 bytes.
  */
 static QbPubStart
-qba_routing_key(const QbDestination *dest, const QbMessage *msg, char **rkey,
+qbpa_routing_key(const QbDestination *dest, const QbMessage *msg, char **rkey,
 				char *err, size_t errlen)
 {
 	const char *tmpl = dest->routing_key ? dest->routing_key : "{{ topic }}";
@@ -740,18 +740,18 @@ qba_routing_key(const QbDestination *dest, const QbMessage *msg, char **rkey,
 }
 
 /*
- * qba_conn_ready: the destination's connection, open and not blocked, or
+ * qbpa_conn_ready: the destination's connection, open and not blocked, or
  * NULL with err (a failed connect waits for its backoff).
  */
 static QbaConn *
-qba_conn_ready(QbAmqp *a, const QbDestination *dest, char *err, size_t errlen)
+qbpa_conn_ready(QbAmqp *a, const QbDestination *dest, char *err, size_t errlen)
 {
 	QbaConn    *c;
 
-	if ((c = qba_conn_for(a, dest, err, errlen)) == NULL)
+	if ((c = qbpa_conn_for(a, dest, err, errlen)) == NULL)
 		return NULL;
 	if (c->amqp != NULL)
-		qba_drain(a, c);		/* notice a close that came while idle */
+		qbpa_drain(a, c);		/* notice a close that came while idle */
 	if (c->amqp == NULL)
 	{
 		long		now = qb_now_ms();
@@ -762,7 +762,7 @@ qba_conn_ready(QbAmqp *a, const QbDestination *dest, char *err, size_t errlen)
 					 c->down_why, c->retry_at_ms - now);
 			return NULL;
 		}
-		if (!qba_connect(a, c, err, errlen))
+		if (!qbpa_connect(a, c, err, errlen))
 			return NULL;
 	}
 	if (c->blocked)
@@ -775,9 +775,9 @@ qba_conn_ready(QbAmqp *a, const QbDestination *dest, char *err, size_t errlen)
 	return c;
 }
 
-/* qba_props: the message's properties (they point into msg and hdrs) */
+/* qbpa_props: the message's properties (they point into msg and hdrs) */
 static void
-qba_props(amqp_basic_properties_t *props, const QbDestination *dest, const QbMessage *msg,
+qbpa_props(amqp_basic_properties_t *props, const QbDestination *dest, const QbMessage *msg,
 		  const QbAmqpHeaders *hdrs)
 {
 	memset(props, 0, sizeof(*props));
@@ -799,11 +799,11 @@ qba_props(amqp_basic_properties_t *props, const QbDestination *dest, const QbMes
 }
 
 /*
- * qba_publish: basic.publish on c, and the message unconfirmed until the
+ * qbpa_publish: basic.publish on c, and the message unconfirmed until the
  * broker answers.  A failed write loses the connection.
  */
 static QbPubStart
-qba_publish(QbAmqp *a, QbaConn *c, const QbDestination *dest, const QbMessage *msg,
+qbpa_publish(QbAmqp *a, QbaConn *c, const QbDestination *dest, const QbMessage *msg,
 			const char *rkey, const amqp_basic_properties_t *props, int tag,
 			char *err, size_t errlen)
 {
@@ -822,7 +822,7 @@ qba_publish(QbAmqp *a, QbaConn *c, const QbDestination *dest, const QbMessage *m
 							amqp_cstring_bytes(rkey), dest->mandatory ? 1 : 0, 0, props, body);
 	if (rc != AMQP_STATUS_OK)
 	{
-		qba_pending_free(m);
+		qbpa_pending_free(m);
 		if (rc == AMQP_STATUS_TABLE_TOO_BIG)
 		{
 			/* nothing was written: the connection is still sound */
@@ -832,7 +832,7 @@ qba_publish(QbAmqp *a, QbaConn *c, const QbDestination *dest, const QbMessage *m
 		}
 		snprintf(err, errlen, "%s: publish failed, connection lost: %s", c->where,
 				 amqp_error_string2(rc));
-		qba_lost(a, c, err, false);
+		qbpa_lost(a, c, err, false);
 		return QB_PUB_NOT_STARTED;
 	}
 	m->tag = tag;
@@ -848,11 +848,11 @@ qba_publish(QbAmqp *a, QbaConn *c, const QbDestination *dest, const QbMessage *m
 }
 
 /*
- * qba_start: what the row becomes (refused for good when it can never be
+ * qbpa_start: what the row becomes (refused for good when it can never be
  * sent), then the connection, then the publish.
  */
 static QbPubStart
-qba_start(void *p, const QbDestination *dest, const QbMessage *msg, int tag,
+qbpa_start(void *p, const QbDestination *dest, const QbMessage *msg, int tag,
 		  char *err, size_t errlen)
 {
 	QbAmqp	   *a = p;
@@ -863,7 +863,7 @@ qba_start(void *p, const QbDestination *dest, const QbMessage *msg, int tag,
 	QbPubStart	result;
 
 	memset(&hdrs, 0, sizeof(hdrs));
-	if ((result = qba_routing_key(dest, msg, &rkey, err, errlen)) != QB_PUB_STARTED)
+	if ((result = qbpa_routing_key(dest, msg, &rkey, err, errlen)) != QB_PUB_STARTED)
 		goto out;
 	if ((result = qb_hdr_start(qb_amqp_headers_build(msg->headers, &hdrs, err, errlen))) !=
 		QB_PUB_STARTED)
@@ -874,13 +874,13 @@ qba_start(void *p, const QbDestination *dest, const QbMessage *msg, int tag,
 		result = QB_PUB_ROW_INVALID;
 		goto out;
 	}
-	if ((c = qba_conn_ready(a, dest, err, errlen)) == NULL)
+	if ((c = qbpa_conn_ready(a, dest, err, errlen)) == NULL)
 	{
 		result = QB_PUB_NOT_STARTED;
 		goto out;
 	}
-	qba_props(&props, dest, msg, &hdrs);
-	result = qba_publish(a, c, dest, msg, rkey, &props, tag, err, errlen);
+	qbpa_props(&props, dest, msg, &hdrs);
+	result = qbpa_publish(a, c, dest, msg, rkey, &props, tag, err, errlen);
 
 out:
 	qb_amqp_headers_free(&hdrs);
@@ -889,7 +889,7 @@ out:
 }
 
 static int
-qba_in_flight(void *p)
+qbpa_in_flight(void *p)
 {
 	QbAmqp	   *a = p;
 	int			n = a->ndone;
@@ -900,13 +900,13 @@ qba_in_flight(void *p)
 }
 
 static int
-qba_fd(void *p)
+qbpa_fd(void *p)
 {
 	return ((QbAmqp *) p)->epfd;
 }
 
 static long
-qba_timeout_ms(void *p)
+qbpa_timeout_ms(void *p)
 {
 	QbAmqp	   *a = p;
 	long		now = qb_now_ms();
@@ -934,7 +934,7 @@ qba_timeout_ms(void *p)
 }
 
 static void
-qba_perform(void *p, QbPubDone done, void *arg)
+qbpa_perform(void *p, QbPubDone done, void *arg)
 {
 	QbAmqp	   *a = p;
 	long		now;
@@ -942,7 +942,7 @@ qba_perform(void *p, QbPubDone done, void *arg)
 
 	for (QbaConn *c = a->conns; c != NULL; c = c->next)
 		if (c->amqp != NULL)
-			qba_drain(a, c);
+			qbpa_drain(a, c);
 	now = qb_now_ms();
 	for (QbaConn *c = a->conns; c != NULL; c = c->next)
 	{
@@ -960,13 +960,13 @@ qba_perform(void *p, QbPubDone done, void *arg)
 			snprintf(why, sizeof(why),
 					 "%s: no publisher confirm: the broker blocks publishing on this connection (connection.blocked: %s); a resource alarm (memory or disk) is raised on the broker",
 					 c->where, c->blocked_why);
-			qba_fail_all(a, c, why);
+			qbpa_fail_all(a, c, why);
 		}
 		else
 		{
 			snprintf(why, sizeof(why), "%s: no publisher confirm within %d ms; the connection is reopened",
 					 c->where, QBA_CONFIRM_TIMEOUT_MS);
-			qba_lost(a, c, why, false);
+			qbpa_lost(a, c, why, false);
 		}
 	}
 
@@ -985,32 +985,32 @@ qba_perform(void *p, QbPubDone done, void *arg)
 }
 
 /*
- * qba_abort_all: a stop.  Unconfirmed messages are forgotten and their
+ * qbpa_abort_all: a stop.  Unconfirmed messages are forgotten and their
  * connections dropped, so a late ack can never be taken for another one.
  */
 static void
-qba_abort_all(void *p)
+qbpa_abort_all(void *p)
 {
 	QbAmqp	   *a = p;
 
 	for (QbaConn *c = a->conns; c != NULL; c = c->next)
 		if (c->npending > 0)
 		{
-			qba_drop_all(c);
-			qba_disconnect(a, c, false);
+			qbpa_drop_all(c);
+			qbpa_disconnect(a, c, false);
 		}
-	qba_done_clear(a);
+	qbpa_done_clear(a);
 }
 
 const QbPublisherOps qb_amqp_publisher = {
 	.type = QB_DEST_RABBITMQ,
-	.create = qba_create,
-	.destroy = qba_destroy,
-	.start = qba_start,
-	.in_flight = qba_in_flight,
-	.fd = qba_fd,
-	.timeout_ms = qba_timeout_ms,
-	.perform = qba_perform,
-	.abort_all = qba_abort_all,
-	.prune = qba_prune,
+	.create = qbpa_create,
+	.destroy = qbpa_destroy,
+	.start = qbpa_start,
+	.in_flight = qbpa_in_flight,
+	.fd = qbpa_fd,
+	.timeout_ms = qbpa_timeout_ms,
+	.perform = qbpa_perform,
+	.abort_all = qbpa_abort_all,
+	.prune = qbpa_prune,
 };

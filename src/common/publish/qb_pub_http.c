@@ -19,19 +19,19 @@ typedef struct QbpHttpCall
 } QbpHttpCall;
 
 static void *
-qbp_http_create(char *err, size_t errlen)
+qbph_create(char *err, size_t errlen)
 {
 	return qb_http_new(err, errlen);
 }
 
 static void
-qbp_http_destroy(void *p)
+qbph_destroy(void *p)
 {
 	qb_http_free(p);
 }
 
 static QbPubStart
-qbp_http_start(void *p, const QbDestination *dest, const QbMessage *m, int tag,
+qbph_start(void *p, const QbDestination *dest, const QbMessage *m, int tag,
 			   char *err, size_t errlen)
 {
 	switch (qb_http_post(p, dest, m->message_id, m->headers, m->body, m->body_len, tag,
@@ -48,25 +48,25 @@ qbp_http_start(void *p, const QbDestination *dest, const QbMessage *m, int tag,
 }
 
 static int
-qbp_http_in_flight(void *p)
+qbph_in_flight(void *p)
 {
 	return qb_http_in_flight(p);
 }
 
 static int
-qbp_http_fd(void *p)
+qbph_fd(void *p)
 {
 	return qb_http_fd(p);
 }
 
 static long
-qbp_http_timeout_ms(void *p)
+qbph_timeout_ms(void *p)
 {
 	return qb_http_timeout_ms(p);
 }
 
 static void
-qbp_http_done(void *arg, int tag, const QbHttpOutcome *o)
+qbph_done(void *arg, int tag, const QbHttpOutcome *o)
 {
 	QbpHttpCall *call = arg;
 	QbPubOutcome out = QB_PUB_OUTCOME_INIT;
@@ -80,15 +80,15 @@ qbp_http_done(void *arg, int tag, const QbHttpOutcome *o)
 }
 
 static void
-qbp_http_perform(void *p, QbPubDone done, void *arg)
+qbph_perform(void *p, QbPubDone done, void *arg)
 {
 	QbpHttpCall call = {done, arg};
 
-	qb_http_perform(p, qbp_http_done, &call);
+	qb_http_perform(p, qbph_done, &call);
 }
 
 static void
-qbp_http_abort_all(void *p)
+qbph_abort_all(void *p)
 {
 	qb_http_abort_all(p);
 }
@@ -96,13 +96,13 @@ qbp_http_abort_all(void *p)
 /* no prune: the connections are curl's cache, which drops unused ones itself */
 const QbPublisherOps qb_http_publisher = {
 	.type = QB_DEST_HTTP,
-	.create = qbp_http_create,
-	.destroy = qbp_http_destroy,
-	.start = qbp_http_start,
-	.in_flight = qbp_http_in_flight,
-	.fd = qbp_http_fd,
-	.timeout_ms = qbp_http_timeout_ms,
-	.perform = qbp_http_perform,
-	.abort_all = qbp_http_abort_all,
+	.create = qbph_create,
+	.destroy = qbph_destroy,
+	.start = qbph_start,
+	.in_flight = qbph_in_flight,
+	.fd = qbph_fd,
+	.timeout_ms = qbph_timeout_ms,
+	.perform = qbph_perform,
+	.abort_all = qbph_abort_all,
 	.prune = NULL,
 };

@@ -16,7 +16,7 @@
 #include "qb_src_nats.h"
 
 /* The consumers this build has, indexed by QbSourceType; NULL: not yet. */
-static const QbConsumerOps *const qbc_ops[] = {
+static const QbConsumerOps *const qbsrc_ops[] = {
 	[QB_SOURCE_HTTP] = NULL,
 	[QB_SOURCE_RABBITMQ] = &qb_amqp_consumer,
 	[QB_SOURCE_KAFKA] = &qb_kafka_consumer,
@@ -24,14 +24,14 @@ static const QbConsumerOps *const qbc_ops[] = {
 };
 
 /* their names, for qb_consumers_check's message */
-static const char *const qbc_names[] = {
+static const char *const qbsrc_names[] = {
 	[QB_SOURCE_HTTP] = "http",
 	[QB_SOURCE_RABBITMQ] = "rabbitmq",
 	[QB_SOURCE_KAFKA] = "kafka",
 	[QB_SOURCE_NATS] = "nats",
 };
 
-#define QBC_NTYPES ((int) (sizeof(qbc_ops) / sizeof(qbc_ops[0])))
+#define QBC_NTYPES ((int) (sizeof(qbsrc_ops) / sizeof(qbsrc_ops[0])))
 
 QB_OPS_LISTED(QbConsumerOps, 1, QB_CONSUMER_OPS, QB_OPS_NONE);
 
@@ -42,7 +42,7 @@ qb_consumer_check(const QbConsumerOps *ops, char *err, size_t errlen)
 	static const QbOpsField fields[] = {QB_CONSUMER_OPS(QB_OPS_FIELD, QbConsumerOps)};
 	int			t = (int) ops->type;
 
-	return qb_ops_check("consumer ops", t >= 0 && t < QBC_NTYPES ? qbc_names[t] : "?", ops,
+	return qb_ops_check("consumer ops", t >= 0 && t < QBC_NTYPES ? qbsrc_names[t] : "?", ops,
 						fields, sizeof(fields) / sizeof(fields[0]), err, errlen);
 }
 
@@ -52,15 +52,15 @@ qb_consumers_check(char *err, size_t errlen)
 {
 	for (int t = 0; t < QBC_NTYPES; t++)
 	{
-		if (qbc_ops[t] == NULL)
+		if (qbsrc_ops[t] == NULL)
 			continue;
-		if ((int) qbc_ops[t]->type != t)
+		if ((int) qbsrc_ops[t]->type != t)
 		{
 			snprintf(err, errlen, "consumer ops at the index of '%s' are another type's",
-					 qbc_names[t]);
+					 qbsrc_names[t]);
 			return -1;
 		}
-		if (qb_consumer_check(qbc_ops[t], err, errlen) != 0)
+		if (qb_consumer_check(qbsrc_ops[t], err, errlen) != 0)
 			return -1;
 	}
 	return 0;
@@ -72,7 +72,7 @@ qb_consumer_ops(QbSourceType type)
 {
 	if ((int) type < 0 || (int) type >= QBC_NTYPES)
 		return NULL;
-	return qbc_ops[type];
+	return qbsrc_ops[type];
 }
 
 /* qb_deliveries_clear: see qb_source.h. */

@@ -32,9 +32,9 @@ qbd_version_index(const QbdMigrateOps *ops, const char *v)
 	return strcmp(v, qbd_schema_version) == 0 ? i : -1;
 }
 
-/* qbd_apply: one script, then the version it brings recorded. */
+/* qbd_migrate_apply: one script, then the version it brings recorded. */
 static int
-qbd_apply(const QbdMigrateOps *ops, void *conn, const char *script, const char *version,
+qbd_migrate_apply(const QbdMigrateOps *ops, void *conn, const char *script, const char *version,
 		  const char *what, char *err, size_t errlen)
 {
 	if (ops->run_script(conn, script, what, err, errlen) != 0)
@@ -64,7 +64,7 @@ qbd_upgrade(const QbdMigrateOps *ops, void *conn, char *have, size_t havelen,
 		char		what[128];
 
 		snprintf(what, sizeof(what), "could not migrate the schema from %s to %s", u->from, u->to);
-		if (qbd_apply(ops, conn, u->sql, u->to, what, err, errlen) != 0)
+		if (qbd_migrate_apply(ops, conn, u->sql, u->to, what, err, errlen) != 0)
 			return -1;
 	}
 	return 0;
@@ -88,7 +88,7 @@ qbd_migrate(const QbdMigrateOps *ops, void *conn, char *done, size_t donelen,
 	if (ops->lock(conn, err, errlen) != 0 ||
 		(there = ops->inspect(conn, err, errlen)) < 0 ||
 		(there == 0 ?
-		 qbd_apply(ops, conn, ops->schema, qbd_schema_version, "could not create the QueueBox schema",
+		 qbd_migrate_apply(ops, conn, ops->schema, qbd_schema_version, "could not create the QueueBox schema",
 				   err, errlen) :
 		 qbd_upgrade(ops, conn, have, sizeof(have), err, errlen)) != 0 ||
 		ops->commit(conn, err, errlen) != 0)

@@ -22,7 +22,7 @@
  * parameters; the only text sent as it is, is the schema's own DDL.
  *
  * Messages: each failure says what failed (the step, the server's words
- * and SQLSTATE) and what to do (qbd_pg_advice, by SQLSTATE); only a schema
+ * and SQLSTATE) and what to do (qbpm_pg_advice, by SQLSTATE); only a schema
  * script of this binary that the server cannot parse blames the build.
  *-------------------------------------------------------------------------
  */
@@ -39,7 +39,7 @@
 /* 'queuebox' as a number: the key of the migration lock (docs/daemon.md) */
 #define QBD_MIGRATE_LOCK	"7087869466226663544"
 
-/* What a failed statement was doing: the advice differs (qbd_pg_advice) */
+/* What a failed statement was doing: the advice differs (qbpm_pg_advice) */
 typedef enum QbdStmt
 {
 	QBD_STMT_MIGRATE,			/* the migration's own statements: lock, checks */
@@ -48,14 +48,14 @@ typedef enum QbdStmt
 } QbdStmt;
 
 /*
- * qbd_pg_advice: what to do about a failed statement, from its SQLSTATE
+ * qbpm_pg_advice: what to do about a failed statement, from its SQLSTATE
  * (the server's words come in its language, so they are repeated, never
  * matched).  Only a syntax error in a script built into this binary is
  * this build's fault.  Every failure leaves the database as it was: each
  * caller's work is one transaction, rolled back.
  */
 static void
-qbd_pg_advice(PGconn *conn, const char *state, QbdStmt stmt, char *buf, size_t len)
+qbpm_pg_advice(PGconn *conn, const char *state, QbdStmt stmt, char *buf, size_t len)
 {
 	const char *user = PQuser(conn);
 	const char *db = PQdb(conn);
@@ -94,18 +94,18 @@ qbd_pg_advice(PGconn *conn, const char *state, QbdStmt stmt, char *buf, size_t l
 }
 
 /*
- * qbd_pg_error: "what: the server's message (SQLSTATE); its hint; what to
+ * qbpm_pg_error: "what: the server's message (SQLSTATE); its hint; what to
  * do" on one line; libpq's own text when the server said nothing.
  */
 static void
-qbd_pg_error(PGconn *conn, const PGresult *res, const char *what, QbdStmt stmt, char *err, size_t errlen)
+qbpm_pg_error(PGconn *conn, const PGresult *res, const char *what, QbdStmt stmt, char *err, size_t errlen)
 {
 	const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
 	const char *hint = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_HINT) : NULL;
 	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 	char		advice[400];
 
-	qbd_pg_advice(conn, state, stmt, advice, sizeof(advice));
+	qbpm_pg_advice(conn, state, stmt, advice, sizeof(advice));
 	if (primary != NULL)
 		snprintf(err, errlen, "%s: %s (SQLSTATE %s)%s%s; %s", what, primary, state ? state : "?",
 				 hint ? "; " : "", hint ? hint : "", advice);
@@ -123,25 +123,25 @@ qbd_pg_error(PGconn *conn, const PGresult *res, const char *what, QbdStmt stmt, 
 			*p = ' ';
 }
 
-/* qbd_exec: one statement with text parameters; the result, or NULL with err. */
+/* qbpm_exec: one statement with text parameters; the result, or NULL with err. */
 static PGresult *
-qbd_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
+qbpm_exec(PGconn *conn, const char *sql, int nparams, const char *const *params,
 		 ExecStatusType want, QbdStmt stmt, const char *what, char *err, size_t errlen)
 {
 	PGresult   *res = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
 
 	if (PQresultStatus(res) == want)
 		return res;
-	qbd_pg_error(conn, res, what, stmt, err, errlen);
+	qbpm_pg_error(conn, res, what, stmt, err, errlen);
 	PQclear(res);
 	return NULL;
 }
 
 static bool
-qbd_ok(PGconn *conn, const char *sql, int nparams, const char *const *params,
+qbpm_ok(PGconn *conn, const char *sql, int nparams, const char *const *params,
 	   QbdStmt stmt, const char *what, char *err, size_t errlen)
 {
-	PGresult   *res = qbd_exec(conn, sql, nparams, params, PGRES_COMMAND_OK, stmt, what, err, errlen);
+	PGresult   *res = qbpm_exec(conn, sql, nparams, params, PGRES_COMMAND_OK, stmt, what, err, errlen);
 
 	PQclear(res);
 	return res != NULL;
@@ -150,15 +150,15 @@ qbd_ok(PGconn *conn, const char *sql, int nparams, const char *const *params,
 /* ---- the migration's steps (qbd_migrate.h), on a PGconn ---------------- */
 
 static int
-qbd_pg_begin(void *conn, char *err, size_t errlen)
+qbpm_pg_begin(void *conn, char *err, size_t errlen)
 {
-	return qbd_ok(conn, "BEGIN", 0, NULL, QBD_STMT_MIGRATE, "could not begin the migration", err, errlen) ? 0 : -1;
+	return qbpm_ok(conn, "BEGIN", 0, NULL, QBD_STMT_MIGRATE, "could not begin the migration", err, errlen) ? 0 : -1;
 }
 
 static int
-qbd_pg_lock(void *conn, char *err, size_t errlen)
+qbpm_pg_lock(void *conn, char *err, size_t errlen)
 {
-	PGresult   *res = qbd_exec(conn, "SELECT pg_advisory_xact_lock(" QBD_MIGRATE_LOCK ")", 0, NULL,
+	PGresult   *res = qbpm_exec(conn, "SELECT pg_advisory_xact_lock(" QBD_MIGRATE_LOCK ")", 0, NULL,
 							   PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not take the migration lock",
 							   err, errlen);
 
@@ -168,9 +168,9 @@ qbd_pg_lock(void *conn, char *err, size_t errlen)
 
 /* the extension's workers would claim the same rows: one host per database */
 static int
-qbd_pg_no_extension(PGconn *conn, char *err, size_t errlen)
+qbpm_pg_no_extension(PGconn *conn, char *err, size_t errlen)
 {
-	PGresult   *res = qbd_exec(conn, "SELECT extversion FROM pg_extension WHERE extname = 'queuebox'",
+	PGresult   *res = qbpm_exec(conn, "SELECT extversion FROM pg_extension WHERE extname = 'queuebox'",
 							   0, NULL, PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not look for the extension",
 							   err, errlen);
 
@@ -192,15 +192,15 @@ qbd_pg_no_extension(PGconn *conn, char *err, size_t errlen)
 
 /* no extension, then schema queuebox: the daemon's (1), none (0), another's (-1) */
 static int
-qbd_pg_inspect(void *conn, char *err, size_t errlen)
+qbpm_pg_inspect(void *conn, char *err, size_t errlen)
 {
 	PGresult   *res;
 	bool		has_version_table;
 	bool		has_outbox;
 
-	if (qbd_pg_no_extension(conn, err, errlen) != 0)
+	if (qbpm_pg_no_extension(conn, err, errlen) != 0)
 		return -1;
-	if ((res = qbd_exec(conn,
+	if ((res = qbpm_exec(conn,
 						"SELECT to_regclass('queuebox.schema_version') IS NOT NULL,"
 						"       to_regclass('queuebox.outbox') IS NOT NULL",
 						0, NULL, PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not look at schema queuebox", err, errlen)) == NULL)
@@ -220,9 +220,9 @@ qbd_pg_inspect(void *conn, char *err, size_t errlen)
 }
 
 static int
-qbd_pg_read_version(void *conn, char *have, size_t havelen, char *err, size_t errlen)
+qbpm_pg_read_version(void *conn, char *have, size_t havelen, char *err, size_t errlen)
 {
-	PGresult   *res = qbd_exec(conn,
+	PGresult   *res = qbpm_exec(conn,
 							   "SELECT version FROM queuebox.schema_version ORDER BY applied_at DESC, version DESC LIMIT 1",
 							   0, NULL, PGRES_TUPLES_OK, QBD_STMT_MIGRATE, "could not read the schema version",
 							   err, errlen);
@@ -237,34 +237,34 @@ qbd_pg_read_version(void *conn, char *have, size_t havelen, char *err, size_t er
 
 /* one of the schema's scripts: constant text built into the binary, one simple query */
 static int
-qbd_pg_run_script(void *conn, const char *script, const char *what, char *err, size_t errlen)
+qbpm_pg_run_script(void *conn, const char *script, const char *what, char *err, size_t errlen)
 {
 	PGresult   *res = PQexec(conn, script);
 	bool		ok = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK;
 
 	if (!ok)
-		qbd_pg_error(conn, res, what, QBD_STMT_SCRIPT, err, errlen);
+		qbpm_pg_error(conn, res, what, QBD_STMT_SCRIPT, err, errlen);
 	PQclear(res);
 	return ok ? 0 : -1;
 }
 
 static int
-qbd_pg_record_version(void *conn, const char *version, char *err, size_t errlen)
+qbpm_pg_record_version(void *conn, const char *version, char *err, size_t errlen)
 {
 	const char *params[1] = {version};
 
-	return qbd_ok(conn, "INSERT INTO queuebox.schema_version (version) VALUES ($1)", 1, params,
+	return qbpm_ok(conn, "INSERT INTO queuebox.schema_version (version) VALUES ($1)", 1, params,
 				  QBD_STMT_MIGRATE, "could not record the schema version", err, errlen) ? 0 : -1;
 }
 
 static int
-qbd_pg_commit(void *conn, char *err, size_t errlen)
+qbpm_pg_commit(void *conn, char *err, size_t errlen)
 {
-	return qbd_ok(conn, "COMMIT", 0, NULL, QBD_STMT_MIGRATE, "could not commit the migration", err, errlen) ? 0 : -1;
+	return qbpm_ok(conn, "COMMIT", 0, NULL, QBD_STMT_MIGRATE, "could not commit the migration", err, errlen) ? 0 : -1;
 }
 
 static void
-qbd_pg_rollback(void *conn)
+qbpm_pg_rollback(void *conn)
 {
 	PQclear(PQexec(conn, "ROLLBACK"));
 }
@@ -274,14 +274,14 @@ static const QbdMigrateOps qbd_pg_migrate_ops = {
 	.where = "",
 	.schema = qbd_schema_pg,
 	.upgrades = qbd_upgrades_pg,
-	.begin = qbd_pg_begin,
-	.lock = qbd_pg_lock,
-	.inspect = qbd_pg_inspect,
-	.read_version = qbd_pg_read_version,
-	.run_script = qbd_pg_run_script,
-	.record_version = qbd_pg_record_version,
-	.commit = qbd_pg_commit,
-	.rollback = qbd_pg_rollback,
+	.begin = qbpm_pg_begin,
+	.lock = qbpm_pg_lock,
+	.inspect = qbpm_pg_inspect,
+	.read_version = qbpm_pg_read_version,
+	.run_script = qbpm_pg_run_script,
+	.record_version = qbpm_pg_record_version,
+	.commit = qbpm_pg_commit,
+	.rollback = qbpm_pg_rollback,
 };
 
 /* qb_pq_migrate: see pq_store.h. */
@@ -293,21 +293,21 @@ qb_pq_migrate(PGconn *conn, char *done, size_t donelen, char *err, size_t errlen
 
 /* the routes and destination names replace the stored ones (in the open transaction) */
 static bool
-qbd_pg_write_routes(PGconn *conn, const char *a_pat, const char *a_dst, const char *a_names,
+qbpm_pg_write_routes(PGconn *conn, const char *a_pat, const char *a_dst, const char *a_names,
 					char *err, size_t errlen)
 {
 	const char *p2[2] = {a_pat, a_dst};
 	const char *p1[1] = {a_names};
 
-	return qbd_ok(conn, "DELETE FROM queuebox.config_route", 0, NULL, QBD_STMT_PUBLISH,
+	return qbpm_ok(conn, "DELETE FROM queuebox.config_route", 0, NULL, QBD_STMT_PUBLISH,
 				  "could not write the routes", err, errlen) &&
-		qbd_ok(conn,
+		qbpm_ok(conn,
 			   "INSERT INTO queuebox.config_route (position, pattern, destination)"
 			   " SELECT n, p, d FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(p, d, n)",
 			   2, p2, QBD_STMT_PUBLISH, "could not write the routes", err, errlen) &&
-		qbd_ok(conn, "DELETE FROM queuebox.config_destination", 0, NULL, QBD_STMT_PUBLISH,
+		qbpm_ok(conn, "DELETE FROM queuebox.config_destination", 0, NULL, QBD_STMT_PUBLISH,
 			   "could not write the destinations", err, errlen) &&
-		qbd_ok(conn, "INSERT INTO queuebox.config_destination (name) SELECT unnest($1::text[])",
+		qbpm_ok(conn, "INSERT INTO queuebox.config_destination (name) SELECT unnest($1::text[])",
 			   1, p1, QBD_STMT_PUBLISH, "could not write the destinations", err, errlen);
 }
 
@@ -316,13 +316,13 @@ qbd_pg_write_routes(PGconn *conn, const char *a_pat, const char *a_dst, const ch
  * that differ (in the open transaction).
  */
 static bool
-qbd_pg_switch_triggers(PGconn *conn, bool listen, char *err, size_t errlen)
+qbpm_pg_switch_triggers(PGconn *conn, bool listen, char *err, size_t errlen)
 {
 	const char *pl[1] = {listen ? "t" : "f"};
 	PGresult   *res;
 	bool		ok = true;
 
-	if ((res = qbd_exec(conn,
+	if ((res = qbpm_exec(conn,
 						"SELECT t.tgname FROM pg_trigger t"
 						" WHERE t.tgrelid IN ('queuebox.outbox'::regclass, 'queuebox.inbox'::regclass)"
 						"   AND t.tgname IN ('outbox_notify', 'inbox_notify')"
@@ -339,7 +339,7 @@ qbd_pg_switch_triggers(PGconn *conn, bool listen, char *err, size_t errlen)
 			(outbox ? "ALTER TABLE queuebox.outbox DISABLE TRIGGER outbox_notify" :
 			 "ALTER TABLE queuebox.inbox DISABLE TRIGGER inbox_notify");
 
-		ok = qbd_ok(conn, sql, 0, NULL, QBD_STMT_PUBLISH, "could not switch a notify trigger", err, errlen);
+		ok = qbpm_ok(conn, sql, 0, NULL, QBD_STMT_PUBLISH, "could not switch a notify trigger", err, errlen);
 	}
 	PQclear(res);
 	return ok;
@@ -373,11 +373,11 @@ qb_pq_publish_config(PGconn *conn, const QbConfig *cfg, char *err, size_t errlen
 	a_names = qb_pg_array_text(&names);
 	if (a_pat == NULL || a_dst == NULL || a_names == NULL)
 		snprintf(err, errlen, "out of memory");
-	else if (qbd_ok(conn, "BEGIN", 0, NULL, QBD_STMT_PUBLISH, "could not begin writing the routes", err, errlen))
+	else if (qbpm_ok(conn, "BEGIN", 0, NULL, QBD_STMT_PUBLISH, "could not begin writing the routes", err, errlen))
 	{
-		if (qbd_pg_write_routes(conn, a_pat, a_dst, a_names, err, errlen) &&
-			qbd_pg_switch_triggers(conn, cfg->database.listen, err, errlen) &&
-			qbd_ok(conn, "COMMIT", 0, NULL, QBD_STMT_PUBLISH, "could not commit the routes", err, errlen))
+		if (qbpm_pg_write_routes(conn, a_pat, a_dst, a_names, err, errlen) &&
+			qbpm_pg_switch_triggers(conn, cfg->database.listen, err, errlen) &&
+			qbpm_ok(conn, "COMMIT", 0, NULL, QBD_STMT_PUBLISH, "could not commit the routes", err, errlen))
 			rc = 0;
 		else
 			PQclear(PQexec(conn, "ROLLBACK"));

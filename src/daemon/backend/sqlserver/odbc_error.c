@@ -22,7 +22,7 @@ typedef struct QboNative
 	QbOdbcClass cls;
 } QboNative;
 
-static const QboNative qbo_natives[] = {
+static const QboNative qboe_natives[] = {
 	{.native = 1205, .cls = QB_ODBC_RETRY},	/* chosen as the deadlock victim */
 	{.native = 1222, .cls = QB_ODBC_RETRY},	/* lock request time out period exceeded */
 	{.native = 33557097, .cls = QB_ODBC_RETRY},	/* Babelfish: canceling statement due to lock timeout */
@@ -52,9 +52,9 @@ qb_odbc_classify(const char *sqlstate, long native)
 		return QB_ODBC_LOST;
 	if (sqlstate != NULL && strcmp(sqlstate, "HYT00") == 0)
 		return QB_ODBC_TIMEOUT;
-	for (size_t i = 0; i < sizeof(qbo_natives) / sizeof(qbo_natives[0]); i++)
-		if (qbo_natives[i].native == native)
-			return qbo_natives[i].cls;
+	for (size_t i = 0; i < sizeof(qboe_natives) / sizeof(qboe_natives[0]); i++)
+		if (qboe_natives[i].native == native)
+			return qboe_natives[i].cls;
 	/* 40001 is a serialization failure, as a deadlock victim is reported by some drivers */
 	if (sqlstate != NULL && strcmp(sqlstate, "40001") == 0)
 		return QB_ODBC_RETRY;

@@ -99,7 +99,7 @@ typedef struct QboQuery
 	int			nparams;
 } QboQuery;
 
-static const QboQuery qbo_queries[QB_NQUERIES] = {
+static const QboQuery qboq_queries[QB_NQUERIES] = {
 	[QB_Q_READY] = {.sql = "SELECT queuebox._schema_version()", .nparams = 0},
 	/* built as text: a JSON fragment nested with FOR JSON is a string on some engines */
 	[QB_Q_GAUGES] = {.sql =
@@ -256,6 +256,6 @@ qb_odbc_query_text(QbQuery q, int *nparams)
 		*nparams = 0;
 		return NULL;
 	}
-	*nparams = qbo_queries[q].nparams;
-	return qbo_queries[q].sql;
+	*nparams = qboq_queries[q].nparams;
+	return qboq_queries[q].sql;
 }
