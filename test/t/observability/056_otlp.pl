@@ -45,6 +45,11 @@ my $TS = 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7';
 my $TS2 = 'vendor2=opaque-2';
 my $seq = 0;
 
+# the receivers still running: stopped at the end even when the test dies
+# early (a receiver left behind would hold what its parent held open)
+my %live_receivers;
+END { kill 'TERM', keys %live_receivers; }
+
 # receiver(status): a receiver on a free port; { pid, port, out }
 sub receiver
 {
@@ -59,11 +64,12 @@ sub receiver
 		open(STDERR, '>&', \*STDOUT);
 		exec('node', "$node_dir/otlp_receiver.mjs", "$base.port", "$base.jsonl", $status // 200) or POSIX::_exit(127);
 	}
+	$live_receivers{$pid} = 1;
 	qb_wait_for(sub { -s "$base.port" }, "an OTLP receiver listens (answering " . ($status // 200) . ')', timeout => 30);
 	return { pid => $pid, port => slurp_file("$base.port"), out => "$base.jsonl", base => $base };
 }
 
-sub receiver_stop { my ($r) = @_; kill 'TERM', $r->{pid}; waitpid($r->{pid}, 0); }
+sub receiver_stop { my ($r) = @_; kill 'TERM', $r->{pid}; waitpid($r->{pid}, 0); delete $live_receivers{ $r->{pid} }; }
 
 # the spans a receiver holds, each a hash (otlp_receiver.mjs)
 sub spans
