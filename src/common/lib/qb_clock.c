@@ -11,10 +11,17 @@
 long
 qb_now_ms(void)
 {
+	return (long) (qb_now_ns() / 1000000);
+}
+
+/* qb_now_ns: see qb_clock.h. */
+int64_t
+qb_now_ns(void)
+{
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* qb_wall_ms: see qb_clock.h. */

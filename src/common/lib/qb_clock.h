@@ -14,6 +14,8 @@
 
 /* Milliseconds on the monotonic clock: deadlines and timings. */
 extern long qb_now_ms(void);
+/* The same clock in ns: stamps that must order events milliseconds apart. */
+extern int64_t qb_now_ns(void);
 
 /* The wall clock since the epoch, in ms and in ns: times shown or exported. */
 extern int64_t qb_wall_ms(void);

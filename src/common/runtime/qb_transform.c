@@ -63,10 +63,7 @@ struct QbTransform
 static unsigned long
 qbt_serial(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long) ts.tv_sec * 1000000000UL + (unsigned long) ts.tv_nsec;
+	return (unsigned long) qb_now_ns();
 }
 
 /*
