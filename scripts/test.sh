@@ -30,7 +30,7 @@ echo "== includes of the core point down only"
 scripts/check-includes.sh
 echo "== test/README.md maps every test file (scripts/check-test-map.pl)"
 scripts/check-test-map.pl
-echo "== one prefix per module (src/README.md); --report until the renames land"
+echo "== one prefix per module (src/README.md)"
 scripts/check-prefixes.sh
 
 scripts/setup.sh

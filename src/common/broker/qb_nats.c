@@ -210,7 +210,6 @@ qb_nats_redact(const char *url, char *out, size_t outlen)
 		if (text != NULL && qb_url_read(text, qb_nats_schemes, QB_URL_USERINFO, &u, err, sizeof(err)))
 		{
 			bool		v6 = strchr(u.host, ':') != NULL;
-
 			char		port[16] = "";
 
 			if (u.port_written)
