@@ -270,7 +270,10 @@ is($rc, 0, 'the README\'s Program.cs builds against the packed package, with no 
 {
 	local $ENV{ORDERS_DB} = sprintf('Host=%s;Port=%d;Database=postgres;Username=postgres', $node->host, $node->port);
 	my ($o, $e) = ('', '');
-	my $h = IPC::Run::start([ 'dotnet', "$home/orders-bin/Orders.dll" ], '<', \undef, '>', \$o, '2>', \$e);
+	# SIGINT as a terminal gives it: a suite started in the background
+	# inherits SIGINT ignored, and .NET keeps an ignored SIGINT ignored
+	my $h = IPC::Run::start([ 'dotnet', "$home/orders-bin/Orders.dll" ], '<', \undef, '>', \$o, '2>', \$e,
+		init => sub { $SIG{INT} = 'DEFAULT' });
 	$node->safe_psql('postgres', $readme_sql[1] // '');
 	qb_wait_query($node, 'SELECT count(*) FROM orders', '1', 'the README\'s program consumes the README\'s message',
 		timeout => 60);
