@@ -414,6 +414,7 @@ qb_http_post(QbHttp *h, const QbDestination *dest,
 	t->headers = headers;
 	t->tag = tag;
 	t->egress = dest->egress;
+	t->host_egress = dest->host_egress;
 	qbh_transfer_setopt(t, dest, body, body_len);
 	if (curl_multi_add_handle(h->multi, t->easy) != CURLM_OK)
 	{
