@@ -159,7 +159,9 @@ else
 fi
 # the whole suite ran on 15 above; the other majors run a subset
 echo "== the other PostgreSQL majors (scripts/pg-majors.sh)"
-if ! scripts/pg-majors.sh; then
+# the core's objects it keeps were built with the flags above: its
+# extension links with the same (with SANITIZE=1, UBSan's runtime)
+if ! QB_EXTRA_CFLAGS="$SAN_CFLAGS" QB_EXTRA_LDFLAGS="$SAN_LDFLAGS" scripts/pg-majors.sh; then
   echo "== FAILED: scripts/pg-majors.sh (its summary above names the major)"
   exit 1
 fi
