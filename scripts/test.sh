@@ -111,7 +111,11 @@ else
   echo "== SQL Server: TAP 031 and 035 are skipped: QUEUEBOX_TEST_MSSQL_URL is not set (docs/sqlserver.md: Testing)"
 fi
 status=0
-( cd "$WORK/src" && "${RUNAS[@]}" "${ENV[@]}" make -s installcheck PROVE_FLAGS="--timer" ) 2>&1 \
+# QB_PROVE_JOBS=N runs N TAP files at once (prove -jN): 2 ran every file
+# green once in 588 s against about 1,000 s one at a time (2026-12-05);
+# one at a time stays the default until more runs say it holds
+( cd "$WORK/src" && "${RUNAS[@]}" "${ENV[@]}" make -s installcheck \
+    PROVE_FLAGS="--timer${QB_PROVE_JOBS:+ -j$QB_PROVE_JOBS}" ) 2>&1 \
   | tee "$WORK/installcheck.out" || status=$?
 if [ $status -ne 0 ]; then
   for f in "$WORK"/src/regression.diffs "$WORK"/src/output_iso/regression.diffs; do

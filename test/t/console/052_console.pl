@@ -233,7 +233,7 @@ SKIP:
 {
 	skip 'chromium is not installed (scripts/setup.sh installs it)', 16 unless -x '/usr/bin/chromium';
 	my $dir = qb_npm_dir('test/browser');
-	my $home = "$PostgreSQL::Test::Utils::tmp_check/browser-home";
+	my $home = "$PostgreSQL::Test::Utils::tmp_check/browser-home-052";
 	mkdir $home;
 	qb_node_tests("$dir/console.test.js", 'the console in headless Chromium', 13,
 		QB_CONSOLE_URL => $base,

@@ -206,7 +206,7 @@ is(decode_json($one->{content})->{state}, 'dead', 'and shows one inbox row') or 
 SKIP:
 {
 	skip 'chromium is not installed (scripts/setup.sh installs it)', 4 unless -x '/usr/bin/chromium';
-	my $home = "$PostgreSQL::Test::Utils::tmp_check/browser-home";
+	my $home = "$PostgreSQL::Test::Utils::tmp_check/browser-home-030";
 	mkdir $home;
 	qb_node_tests(qb_npm_dir('test/browser') . '/console-daemon.test.js', "the daemon's console in headless Chromium", 3,
 		QB_CONSOLE_URL => $base,
