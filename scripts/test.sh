@@ -8,13 +8,15 @@
 #      text sent to SQL Server parsed by Microsoft's parser (tools/tsql-check)
 #   3. cmocka unit tests of the core (no PostgreSQL header), then the
 #      libFuzzer harnesses of test/fuzz for a few seconds each
-#   4. pg_regress + isolation specs + TAP on temp clusters (make installcheck),
+#   4. pg_regress + isolation specs + TAP on temp clusters (make installcheck;
+#      two TAP files at a time, QB_PROVE_JOBS=N for N),
 #      the pull libraries' runners among them (TAP 032 to 035 and 039: cmocka,
 #      node --test, go test, dotnet test; the C# tests only where the .NET 10
 #      SDK is installed, else TAP 039 says they were skipped and what to install)
 #   5. the other PostgreSQL majors (scripts/pg-majors.sh): each one this
 #      machine can build from Debian's source packages, built once into a
-#      cache, runs pg_regress, the isolation specs and a subset of TAP;
+#      cache (in the background from step 1 on), runs pg_regress, the
+#      isolation specs and a subset of TAP;
 #      one whose source cannot be had is said loudly and skipped
 #      (QB_PG_MAJORS names the majors, default 16 17 18; empty: none)
 # With SANITIZE=1 the core's unit tests run under ASan + UBSan, and the
@@ -34,6 +36,14 @@ echo "== one prefix per module (src/README.md)"
 scripts/check-prefixes.sh
 
 scripts/setup.sh
+
+# the other majors' PostgreSQL builds (step 5) are built meanwhile, niced,
+# in the background: on a fresh machine they take minutes of CPU, and the
+# TAP files below leave most of a core idle
+PGB_LOG=$(mktemp /tmp/queuebox-pgbuild.XXXXXX)
+setsid scripts/pg-majors.sh --build-only >"$PGB_LOG" 2>&1 </dev/null &
+PGB=$!
+trap 'kill -TERM -- -$PGB 2>/dev/null || true; rm -f "$PGB_LOG"' EXIT
 
 # make reads the environment: a SANITIZE=1 given to this script must reach
 # only the makes that ask for it (an ASan core linked into queuebox.so would
@@ -89,7 +99,7 @@ if ! command -v dotnet >/dev/null; then
   echo "== C#: TAP 039 (clients/dotnet) is skipped: dotnet is not installed (install the .NET 10 SDK, dotnet-sdk-10.0)"
 fi
 WORK=$(mktemp -d /tmp/queuebox-test.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+trap 'kill -TERM -- -$PGB 2>/dev/null || true; rm -f "$PGB_LOG"; rm -rf "$WORK"' EXIT
 cp -a "$ROOT/." "$WORK/src"
 RUNAS=()
 if [ "$(id -u)" -eq 0 ]; then
@@ -111,11 +121,11 @@ else
   echo "== SQL Server: TAP 031 and 035 are skipped: QUEUEBOX_TEST_MSSQL_URL is not set (docs/sqlserver.md: Testing)"
 fi
 status=0
-# QB_PROVE_JOBS=N runs N TAP files at once (prove -jN): 2 ran every file
-# green once in 588 s against about 1,000 s one at a time (2026-12-05);
-# one at a time stays the default until more runs say it holds
+# two TAP files at once (QB_PROVE_JOBS, default 2; 1: one at a time): each
+# file has its own clusters, ports, sinks and brokers, and waits more than
+# it computes (2026-12-05: 588 s for every file against about 1,000 s)
 ( cd "$WORK/src" && "${RUNAS[@]}" "${ENV[@]}" make -s installcheck \
-    PROVE_FLAGS="--timer${QB_PROVE_JOBS:+ -j$QB_PROVE_JOBS}" ) 2>&1 \
+    PROVE_FLAGS="--timer -j${QB_PROVE_JOBS:-2}" ) 2>&1 \
   | tee "$WORK/installcheck.out" || status=$?
 if [ $status -ne 0 ]; then
   for f in "$WORK"/src/regression.diffs "$WORK"/src/output_iso/regression.diffs; do
@@ -163,6 +173,10 @@ else
 fi
 # the whole suite ran on 15 above; the other majors run a subset
 echo "== the other PostgreSQL majors (scripts/pg-majors.sh)"
+if ! wait $PGB; then
+  cat "$PGB_LOG"; echo "== FAILED: building the other PostgreSQL majors (above)"; exit 1
+fi
+grep -E '^(==|!!)' "$PGB_LOG" || true
 # the core's objects it keeps were built with the flags above: its
 # extension links with the same (with SANITIZE=1, UBSan's runtime)
 if ! QB_EXTRA_CFLAGS="$SAN_CFLAGS" QB_EXTRA_LDFLAGS="$SAN_LDFLAGS" scripts/pg-majors.sh; then

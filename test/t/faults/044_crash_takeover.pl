@@ -6,8 +6,10 @@
 #   it processing for 10 minutes and fails each "every row ends sent".
 #   - extension, kill -9 of an outbox worker (the cluster crash-restarts)
 #     and kill -9 of the postmaster with its children, mid-delivery over
-#     20 keys, 5 of them with a first row the sink holds for 15 s (so rows
-#     under a committed claim are in flight at any kill): every row sent,
+#     20 keys, 5 of them with a first row the sink holds for 25 s on its
+#     first attempt only (so rows under a committed claim are in flight at
+#     any kill, however slow the machine, and the takeover's attempt is
+#     answered at once): every row sent,
 #     none lost, every key in id order, the duplicates no more than the
 #     rows the workers could hold;
 #   - a claimer that is a plain session (its advisory lock held): its
@@ -46,15 +48,17 @@ sub conf
 }
 
 # load($node, $topic, $prefix): 400 rows over 20 keys, row i with key
-# $prefix . (i % 20); the first rows of 5 keys take the sink 15 s, so
-# whenever the crash comes they are processing under a committed claim
+# $prefix . (i % 20); the first attempt at the first rows of 5 keys takes
+# the sink 25 s (below the 30 s timeout), so whenever the crash comes they
+# are processing under a committed claim; the sink answers later attempts
+# (its "fail" count is per X-Message-Id) at once
 sub load
 {
 	my ($node, $topic, $prefix) = @_;
 	$node->safe_psql('postgres', qq{
 		INSERT INTO queuebox.outbox (topic, key, payload)
 		SELECT '$topic', '$prefix' || (i % 20),
-			   CASE WHEN i < 5 THEN jsonb_build_object('seq', i, '_sink', jsonb_build_object('delay_ms', 15000))
+			   CASE WHEN i < 5 THEN jsonb_build_object('seq', i, '_sink', jsonb_build_object('fail', 1, 'status', 200, 'delay_ms', 25000))
 					ELSE jsonb_build_object('seq', i) END
 		FROM generate_series(0, 399) i});
 	return;
@@ -214,9 +218,13 @@ note "daemon kill: $in_flight rows processing at the kill, $slow of them slow";
 is($dnode->safe_psql('postgres', q{SELECT count(*) FROM queuebox.outbox WHERE state = 'processing' AND claimer IS NULL}),
 	'0', 'daemon: its claims record a claimer');
 # the supervisor and its roles at once, as the OOM killer or a lost host
-# would: a role that outlives its supervisor for a moment releases its rows
+# would.  A role that outlived its supervisor for a moment would release
+# its rows (PR_SET_PDEATHSIG), and a supervisor that outlived a role would
+# start another: the supervisor is stopped first, then every role killed
 my $roles = qbd_role_pids($d);
-kill 'KILL', $d->{pid}, values %$roles;
+kill 'STOP', $d->{pid};
+kill 'KILL', values %$roles;
+kill 'KILL', $d->{pid};
 qbd_wait_exit($d, 10);
 qb_wait_for(sub { !grep { kill(0, $_) } values %$roles }, 'daemon kill: every role process exits with its supervisor');
 $d = qbd_start($dnode, $dconf, name => 'second');

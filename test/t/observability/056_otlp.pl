@@ -225,7 +225,9 @@ qb_wait_for(sub { ($back) = grep { ($_->{attributes}{'queuebox.topic'} // '') eq
 	'a receiver back: spans arrive again', timeout => 30);
 is($back->{parentSpanId} // 'none', 'none', 'a row without a context: the root of a trace');
 is($back->{traceState}, '', 'with no traceState');
-ok(metric($lport, 'queuebox_otlp_spans_exported_total') > $exported, 'counted as exported');
+# the receiver records the spans before it answers; the count follows the answer
+qb_wait_for(sub { (metric($lport, 'queuebox_otlp_spans_exported_total') // 0) > $exported },
+	'counted as exported', timeout => 30);
 $node->stop;
 
 # ---- the daemon
