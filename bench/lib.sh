@@ -382,7 +382,9 @@ qb_bench_latency_build() {
 # topic latency.event) into DB, joined by seq with the lines a qb_sink
 # --log wrote to SINK_LOG since; latency = the sink's t_us (body received)
 # - the time just before COMMIT.  Sets R[PRE_n, _sent, _p50, _p99, _max,
-# _commit] (ms; _commit: the COMMIT round trip alone, p50).
+# _commit, _a50, _a99] (ms; _commit: the COMMIT round trip alone, p50;
+# _a50 and _a99: from COMMIT's return to the sink, one clock, as an
+# application that commits then waits would see it).
 qb_bench_latency() {
 	local pre=$1 db=$2 slog=$3 count=${4:-$LAT_COUNT} rate=${5:-$LAT_RATE} lines0 i
 	lines0=$(wc -l <"$slog")
@@ -397,9 +399,11 @@ qb_bench_latency() {
 	import json, sys
 	sent = {}
 	commit = []
+	after = {}
 	for line in open(sys.argv[1]):
 	    seq, t, c = line.split()
 	    sent[int(seq)] = int(t)
+	    after[int(seq)] = int(t) + int(c)
 	    commit.append(int(c) / 1000.0)
 	first = {}
 	with open(sys.argv[2]) as f:
@@ -419,18 +423,20 @@ qb_bench_latency() {
 	        if isinstance(seq, int) and seq in sent and seq not in first:
 	            first[seq] = d["t_us"]
 	lat = sorted((first[s] - sent[s]) / 1000.0 for s in first)
-	def pct(p):
-	    return lat[min(len(lat) - 1, int(round(p / 100.0 * (len(lat) - 1))))]
+	aft = sorted((first[s] - after[s]) / 1000.0 for s in first)
+	def pct(v, p):
+	    return v[min(len(v) - 1, int(round(p / 100.0 * (len(v) - 1))))]
 	commit.sort()
 	c50 = commit[len(commit) // 2] if commit else float("nan")
 	if lat:
-	    print(f"{len(lat)} {len(sent)} {pct(50):.2f} {pct(99):.2f} {lat[-1]:.2f} {c50:.2f}")
+	    print(f"{len(lat)} {len(sent)} {pct(lat, 50):.2f} {pct(lat, 99):.2f} {lat[-1]:.2f} {c50:.2f} {pct(aft, 50):.2f} {pct(aft, 99):.2f}")
 	else:
-	    print(f"0 {len(sent)} n/a n/a n/a n/a")
+	    print(f"0 {len(sent)} n/a n/a n/a n/a n/a n/a")
 	EOF
 	)
-	read -r "R[${pre}_n]" "R[${pre}_sent]" "R[${pre}_p50]" "R[${pre}_p99]" "R[${pre}_max]" "R[${pre}_commit]" <<<"${R[${pre}_summary]}"
-	log "latency ($pre): ${R[${pre}_n]}/${R[${pre}_sent]} delivered; p50 ${R[${pre}_p50]} ms, p99 ${R[${pre}_p99]} ms, max ${R[${pre}_max]} ms; COMMIT round trip p50 ${R[${pre}_commit]} ms"
+	read -r "R[${pre}_n]" "R[${pre}_sent]" "R[${pre}_p50]" "R[${pre}_p99]" "R[${pre}_max]" "R[${pre}_commit]" \
+		"R[${pre}_a50]" "R[${pre}_a99]" <<<"${R[${pre}_summary]}"
+	log "latency ($pre): ${R[${pre}_n]}/${R[${pre}_sent]} delivered; p50 ${R[${pre}_p50]} ms, p99 ${R[${pre}_p99]} ms, max ${R[${pre}_max]} ms; COMMIT round trip p50 ${R[${pre}_commit]} ms; from COMMIT's return p50 ${R[${pre}_a50]} ms, p99 ${R[${pre}_a99]} ms"
 }
 
 # cpu_ms PID...: the CPU time (user + system, ms) the processes have used

@@ -176,7 +176,7 @@ echo "== the other PostgreSQL majors (scripts/pg-majors.sh)"
 if ! wait $PGB; then
   cat "$PGB_LOG"; echo "== FAILED: building the other PostgreSQL majors (above)"; exit 1
 fi
-grep -E '^(==|!!)' "$PGB_LOG" || true
+grep -E '^(==|!!|   )' "$PGB_LOG" || true
 # the core's objects it keeps were built with the flags above: its
 # extension links with the same (with SANITIZE=1, UBSan's runtime)
 if ! QB_EXTRA_CFLAGS="$SAN_CFLAGS" QB_EXTRA_LDFLAGS="$SAN_LDFLAGS" scripts/pg-majors.sh; then

@@ -120,13 +120,8 @@ qbwh_wait_set(int fd)
  * settles an inbox row and writes its outbox row, and its commit must be as
  * durable as the insert that stored the message.
  *
- * The claims must walk their index in order and stop after batch_size
- * claimable rows.  Without statistics (a freshly filled table, before
- * autoanalyze) the planner instead bitmap-scans every due row, checks the
- * per-key predicate on each and sorts: 50-150 ms a claim at 20k rows, and a
- * plan kept from an empty table seq-scans.  This backend runs only our
- * statements, each meant to be an index walk or a primary-key lookup, so
- * it turns the alternatives off rather than trusting estimates.
+ * The planner settings are the daemon's too (qb_pg_session_settings says
+ * why each).
  */
 static void
 qbwh_apply_gucs(void)
@@ -134,11 +129,9 @@ qbwh_apply_gucs(void)
 	SetConfigOption("synchronous_commit",
 					qbwh_may_commit_async && qb_worker_async_commit ? "off" : "on",
 					PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("enable_bitmapscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("enable_sort", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("enable_hashjoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	for (int i = 0; i < QB_PG_NSETTINGS; i++)
+		SetConfigOption(qb_pg_session_settings[i].name, qb_pg_session_settings[i].value,
+						PGC_SUSET, PGC_S_OVERRIDE);
 }
 
 static void

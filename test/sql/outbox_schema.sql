@@ -88,14 +88,13 @@ PREPARE claim(int, bigint, int, uuid, bigint, text[], int[], text[], bigint[], b
 -- (outbox_intake_idx from the floor), ready (outbox_ready_idx), the
 -- probe's held, routed or intake row (outbox_held_idx, outbox_routed_idx,
 -- outbox_dest_intake_idx), each candidate's blocker (outbox_key_open_idx),
--- the blockers' locks and the update by primary key
+-- the blockers' locks and the update by primary key; the custom plan, then
+-- the generic one (the workers' and the daemon's: qb_pg_session_settings)
 SELECT * FROM pg_temp.scans('claim',
   $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY['web'], ARRAY[0]::bigint[], 0$$);
--- the same with the generic plan (the workers' saved plan may become one)
 SET plan_cache_mode = force_generic_plan;
 SELECT * FROM pg_temp.scans('claim',
   $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY['web'], ARRAY[0]::bigint[], 0$$);
-RESET plan_cache_mode;
 
 \set promote_sql `sed -n '/^#define QB_PG_OUTBOX_PROMOTE /,/^$/p' src/common/pgsql/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
 PREPARE promote(text[], uuid, bigint, int, bigint) AS :promote_sql;
@@ -111,6 +110,7 @@ PREPARE unpark(text[], int) AS :unpark_sql;
 -- more, 15, 17 and 18 all take the key
 SELECT regexp_replace(s, 'using outbox_(pkey|held_idx) on outbox o$', 'using outbox_pkey or outbox_held_idx on outbox o') AS scans
 FROM pg_temp.scans('unpark', $$ARRAY['web'], 1000$$) s;
+RESET plan_cache_mode;
 DEALLOCATE ALL;
 \set VERBOSITY default
 

@@ -1303,6 +1303,8 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 		}
 		qbo_housekeeping(&e, now);
 		qbo_start_queued(&e);
+		/* the requests just started go out now, not after the next claim */
+		qb_pubset_perform(e.pub, qbo_publish_done, &e);
 		if (qbo_cycle_due(&e, now) > 0)
 		{
 			qb_pubset_perform(e.pub, qbo_publish_done, &e);

@@ -21,6 +21,26 @@
 #define TA	QB_PG_T_TEXT_ARRAY
 #define UA	QB_PG_T_UUID_ARRAY
 
+/*
+ * The session runs only these statements, each meant to be an index walk
+ * or a primary-key lookup: the alternatives are off rather than left to
+ * estimates (without statistics, a freshly filled table, the planner
+ * bitmap-scanned every due row and sorted them: 50-150 ms a claim at 20k
+ * rows), and each statement keeps one generic plan.  The plan cache would
+ * otherwise plan the claim anew at every execution (its custom plans cost
+ * less than the generic one by estimate, never by the clock): 60 % of a
+ * worker's CPU at 50 rows/s went to the planner, and COMMIT to request took
+ * 1.4 ms instead of 0.6 (bench/RESULTS.md, 2026-12-05).
+ */
+const QbPgSetting qb_pg_session_settings[QB_PG_NSETTINGS] = {
+	{"enable_seqscan", "off"},
+	{"enable_bitmapscan", "off"},
+	{"enable_sort", "off"},
+	{"enable_hashjoin", "off"},
+	{"jit", "off"},
+	{"plan_cache_mode", "force_generic_plan"},
+};
+
 const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS] = {
 	[QB_PG_S_CLAIM] = {"outbox claim", QB_PG_OUTBOX_CLAIM, 10,
 	{I4, I8, I4, U, I8, TA, I4A, TA, I8A, I8}},

@@ -78,4 +78,17 @@ typedef struct QbPgStmt
 
 extern const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS];
 
+/*
+ * A setting of the session that runs these statements (the extension's
+ * worker backend, the daemon's connection), the same in both.
+ */
+typedef struct QbPgSetting
+{
+	const char *name;
+	const char *value;
+} QbPgSetting;
+
+#define QB_PG_NSETTINGS 6
+extern const QbPgSetting qb_pg_session_settings[QB_PG_NSETTINGS];
+
 #endif							/* QB_PG_STMT_H */

@@ -269,12 +269,11 @@ qbpq_claimer_lock(QbPqStore *s, char *err, size_t errlen)
 static int
 qbpq_session(QbPqStore *s, char *err, size_t errlen)
 {
-	static const char *const off[] = {"enable_seqscan", "enable_bitmapscan", "enable_sort",
-	"enable_hashjoin", "jit"};
 	char		ms[24];
 
-	for (size_t i = 0; i < sizeof(off) / sizeof(off[0]); i++)
-		if (qbpq_set(s, off[i], "off", false, err, errlen) != 0)
+	for (int i = 0; i < QB_PG_NSETTINGS; i++)
+		if (qbpq_set(s, qb_pg_session_settings[i].name, qb_pg_session_settings[i].value,
+					 false, err, errlen) != 0)
 			return -1;
 	if (s->statement_timeout_ms > 0)
 	{
