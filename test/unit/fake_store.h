@@ -64,6 +64,7 @@ typedef struct FakeOutRow
 	char		token[QB_UUID_LEN + 1];
 	long		due_ms;
 	int64_t		after;			/* claimable once this row is sent (0: any time) */
+	char		key[32];		/* "" : none (after is what orders rows) */
 	int			settles;		/* settles that applied */
 	QbSettleKind last_kind;
 	long		last_delay;
@@ -119,6 +120,7 @@ typedef struct FakeStore
 	int			nout_claims;
 	int64_t		msg_base;		/* message ids: msg_base + id (the sink counts per id) */
 	int			stale_settles;	/* settles and forwards whose token did not match */
+	int			followers_left; /* rows a settle without a claim made claimable */
 	/* the breaker, by fake_tally_index */
 	char		tally_names[FAKE_MAX_DESTS][64];
 	int			ntally_names;
@@ -317,6 +319,7 @@ fake_outbox_claim(FakeStore *fs, const QbClaimReq *c, QbCycleOut *out)
 		o->max_attempts = 2;
 		o->claimed = true;
 		o->destination = r->destination[0] ? strdup(r->destination) : NULL;
+		o->key = r->key[0] ? strdup(r->key) : NULL;
 		o->in_intake = r->attempt == 0;
 	}
 }
@@ -387,7 +390,13 @@ fake_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 	memset(out, 0, sizeof(*out));
 	fake_outbox_tallies(fs, tallies, ntallies);
 	for (int i = 0; i < nsettles; i++)
+	{
 		fake_outbox_settle(fs, &settles[i], out);
+		/* the SQL's promotion claims the next row only when the cycle claims */
+		for (int j = 0; claim == NULL && settles[i].kind == QB_SETTLE_SENT && j < fs->nout; j++)
+			if (fs->out[j].after == settles[i].id && fs->out[j].state == ROW_PENDING)
+				fs->followers_left++;
+	}
 	if (claim != NULL)
 	{
 		out->states = calloc(FAKE_MAX_DESTS, sizeof(QbDestState));

@@ -767,12 +767,16 @@ qbo_room(QboEngine *e, int i)
  * destination that takes no rows (open, half-open, disabled, paused) also
  * wants a claim, one per poll interval: the claim reads the circuits and
  * moves one whose cooldown is over to half-open, and with no other
- * destination taking rows no claim would come at all.
+ * destination taking rows no claim would come at all.  promoting: the
+ * cycle settles rows of keys, whose next rows its promotion claims when it
+ * claims (or leaves for a later claim, after an idle one: a wake or the
+ * poll, one row of a key per poll): it claims even after an empty claim.
  */
 static bool
-qbo_want_claim(QboEngine *e)
+qbo_want_claim(QboEngine *e, bool promoting)
 {
-	if (e->reload_pending || e->claim_idle || e->host->should_stop(e->host->ctx))
+	if (e->reload_pending || (e->claim_idle && !promoting) ||
+		e->host->should_stop(e->host->ctx))
 		return false;
 	for (int i = 0; i < e->cfg->ndestinations; i++)
 	{
@@ -1167,25 +1171,48 @@ qbo_count_state(const QboEngine *e, QboSlotState st, long *oldest_done)
 }
 
 /*
+ * qbo_settle_in: in how many ms the done rows are to be settled (0: now):
+ * at once when none is busy, half a batch is done or a reload waits for
+ * them, else when the oldest has waited QBO_SETTLE_DELAY_MS for company;
+ * -1 when no row is done.
+ */
+static long
+qbo_settle_in(QboEngine *e, long now)
+{
+	long		oldest_done = 0;
+	int			ndone = qbo_count_state(e, QBO_DONE, &oldest_done);
+	long		left = QBO_SETTLE_DELAY_MS - (now - oldest_done);
+
+	if (ndone == 0)
+		return -1;
+	if (ndone == e->nactive || ndone >= e->cfg->outbox.batch_size / 2 || e->reload_pending)
+		return 0;
+	return left > 0 ? left : 0;
+}
+
+/* qbo_done_keyed: a done row has a key (its settle may promote the next) */
+static bool
+qbo_done_keyed(const QboEngine *e)
+{
+	for (int i = 0; i < e->nslots; i++)
+		if (e->slots[i].st == QBO_DONE && e->slots[i].row.key != NULL)
+			return true;
+	return false;
+}
+
+/*
  * qbo_cycle_due: a cycle, when one is due and a failed one's retry is not
- * ahead: to claim, or to settle the done rows once none is busy, half a
- * batch is done, the oldest has waited QBO_SETTLE_DELAY_MS, or a reload
- * waits for them.  What qbo_cycle answered (> 0: rows moved), or 0.
+ * ahead: to claim, or to settle the done rows (qbo_settle_in).  What
+ * qbo_cycle answered (> 0: rows moved), or 0.
  */
 static int
 qbo_cycle_due(QboEngine *e, long now)
 {
-	long		oldest_done = 0;
-	int			ndone = qbo_count_state(e, QBO_DONE, &oldest_done);
-	int			nbusy = e->nactive - ndone;
-	bool		claim = qbo_want_claim(e) && now >= e->next_cycle_try;
+	bool		settle = qbo_settle_in(e, now) == 0;
+	bool		claim = qbo_want_claim(e, settle && qbo_done_keyed(e));
 	int			cycled;
 
-	if (!(claim || (ndone > 0 &&
-					(nbusy == 0 || ndone >= e->cfg->outbox.batch_size / 2 ||
-					 now - oldest_done >= QBO_SETTLE_DELAY_MS ||
-					 e->reload_pending))) ||
-		now < e->next_cycle_try)
+	if (!(claim || settle) || now < e->next_cycle_try)
 		return 0;
 	qb_host_doing(e->host, QB_W_CLAIMING);
 	cycled = qbo_cycle(e, claim);
@@ -1202,11 +1229,12 @@ qbo_cycle_due(QboEngine *e, long now)
 static long
 qbo_wait_ms(QboEngine *e, long now)
 {
-	int			ndone = qbo_count_state(e, QBO_DONE, NULL);
+	/* an answer read since the loop's cycle may have made a settle due */
+	long		settle = qbo_settle_in(e, qb_now_ms());
 	long		timeout;
 
-	if (ndone > 0)
-		timeout = QBO_SETTLE_DELAY_MS;
+	if (settle >= 0)
+		timeout = settle;
 	else if (qb_pubset_in_flight(e->pub) > 0)
 	{
 		timeout = qb_pubset_timeout_ms(e->pub);
@@ -1215,7 +1243,7 @@ qbo_wait_ms(QboEngine *e, long now)
 	}
 	else
 		timeout = e->claim_idle ? e->cfg->outbox.poll_interval_ms : QBO_CYCLE_RETRY_MS;
-	if (e->next_cycle_try > now && (ndone > 0 || e->next_cycle_try - now < timeout))
+	if (e->next_cycle_try > now && (settle >= 0 || e->next_cycle_try - now < timeout))
 		timeout = e->next_cycle_try - now;	/* a failed cycle: not before its retry */
 	return timeout;
 }
