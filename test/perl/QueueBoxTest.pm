@@ -30,6 +30,7 @@ use warnings;
 use Carp;
 use Cwd qw(abs_path);
 use Exporter 'import';
+use Fcntl qw(:flock);
 use File::Basename qw(dirname);
 use HTTP::Tiny;
 use IO::Socket::INET;
@@ -49,7 +50,7 @@ our @EXPORT = qw(
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
   qb_consumers_on_lock qb_test_binary qb_npm_dir qb_node_tests
   qb_key_order qb_key_order_of qb_dest_status qb_log_count qb_kill9_crash qb_insert_keyed
-  qb_schema_description qb_ext_upgrade_test qb_pull_process_scenarios $QB_LATEST
+  qb_schema_description qb_ext_upgrade_test qb_pull_process_scenarios qb_mssql_alone $QB_LATEST
 );
 
 # test/perl/QueueBoxTest.pm -> the repository root (from this file, not
@@ -71,6 +72,26 @@ our $sink_seq = 0;
 
 # qb_test_binary('test/brokers/nats_tool'): a helper program `make sink`
 # builds, from the test's tree (TESTDIR) or this repository's
+# qb_mssql_alone(): when QUEUEBOX_TEST_MSSQL_URL is set, wait until no other
+# TAP file uses its database, and keep it until this one exits (a lock file
+# per server and database, in /tmp: the suite runs two files at once, and
+# each SQL Server file drops schema queuebox there).  True when set.
+my $mssql_lock;
+
+sub qb_mssql_alone
+{
+	my $url = $ENV{QUEUEBOX_TEST_MSSQL_URL};
+	return 0 unless defined $url && $url ne '';
+	return 1 if $mssql_lock;
+	my ($where) = $url =~ m{\@([^?]+)};
+	($where //= 'default') =~ s/[^A-Za-z0-9.]+/_/g;
+	my $path = "/tmp/queuebox-mssql-$where.lock";
+	open($mssql_lock, '>>', $path) or die "$path: $!";
+	chmod 0666, $path;
+	flock($mssql_lock, LOCK_EX) or die "flock $path: $!";
+	return 1;
+}
+
 sub qb_test_binary
 {
 	my ($rel) = @_;

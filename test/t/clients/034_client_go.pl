@@ -29,7 +29,7 @@ local $ENV{GOCACHE} = "$PostgreSQL::Test::Utils::tmp_check/go-cache";
 local $ENV{HOME} = "$PostgreSQL::Test::Utils::tmp_check";
 local $ENV{QBI_TEST_PGHOST} = $node->host;
 local $ENV{QBI_TEST_PGPORT} = $node->port;
-my $mssql = defined $ENV{QUEUEBOX_TEST_MSSQL_URL} && $ENV{QUEUEBOX_TEST_MSSQL_URL} ne '';
+my $mssql = qb_mssql_alone();
 local $ENV{QBI_TEST_MSSQLD} = qb_test_binary('queuebox-mssqld') if $mssql;
 
 my ($out, $err) = ('', '');

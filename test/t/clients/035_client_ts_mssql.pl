@@ -26,6 +26,7 @@ use PostgreSQL::Test::Utils;
 use QueueBoxTest;
 use QueueBoxDaemon;
 
+qb_mssql_alone();
 my $url = mssql_url();
 my $dbh = mssql_connect($url);
 mssql_reset($dbh);

@@ -92,7 +92,7 @@ like($out, qr/^\s*0 Warning\(s\)/m, 'with no warning');
 like($out, qr{QueueBox\.Inbox -> .*/net8\.0/QueueBox\.Inbox\.dll}, 'QueueBox.Inbox builds for net8.0 too');
 
 my $node = qb_node('client_dotnet');
-my $mssql = defined $ENV{QUEUEBOX_TEST_MSSQL_URL} && $ENV{QUEUEBOX_TEST_MSSQL_URL} ne '';
+my $mssql = qb_mssql_alone();
 {
 	local $ENV{QBI_TEST_PGHOST} = $node->host;
 	local $ENV{QBI_TEST_PGPORT} = $node->port;
