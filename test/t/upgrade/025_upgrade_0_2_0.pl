@@ -31,10 +31,12 @@ $node->safe_psql('postgres', q{
 	INSERT INTO queuebox.outbox (topic, key, payload, state, attempt, destination) VALUES
 		('t.old', 'k1', '{"final": "sent"}', 'sent', 1, 'web'),
 		('t.old', 'k2', '{"final": "dead"}', 'dead', 10, 'web');
-	-- key ka: processing under an expired lease, then a row parked behind
-	-- it, then a new row
+	-- key ka: processing under an expired lease (the sink holds its
+	-- delivery 3 s, so the key is still open when a row of it is inserted
+	-- after the update, below), then a row parked behind it, then a new row
 	INSERT INTO queuebox.outbox (topic, key, payload, state, claim_token, lease_until, destination)
-		VALUES ('t.e', 'ka', '{"ka": 0}', 'processing', gen_random_uuid(), now() - interval '1 minute', 'web');
+		VALUES ('t.e', 'ka', '{"ka": 0, "_sink": {"delay_ms": 3000}}', 'processing', gen_random_uuid(),
+				now() - interval '1 minute', 'web');
 	INSERT INTO queuebox.outbox (topic, key, payload, hold) VALUES ('t.e', 'ka', '{"ka": 1}', 'key');
 	INSERT INTO queuebox.outbox (topic, key, payload) VALUES ('t.e', 'ka', '{"ka": 2}');
 	-- key kb: routed and retried (due now), then routed not due yet, then
