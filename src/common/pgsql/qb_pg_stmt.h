@@ -10,6 +10,8 @@
  *	- A parameter type is a QbPgType: the core includes no PostgreSQL
  *	  header, so each host maps it to its own type OIDs (SPI to INT4OID and
  *	  friends, libpq to the pg_type numbers it sends).
+ *	- A session setting (qb_pg_session_settings) is one both hosts give the
+ *	  session that runs the statements, before the first.
  *	- The queries of QbStore.query_text follow the named statements, in
  *	  QbQuery's order (QB_PG_S_QUERY + a QbQuery); each takes text
  *	  parameters and casts them.  QbQuery lives in the engine, above this
