@@ -43,7 +43,10 @@ scripts/setup.sh
 PGB_LOG=$(mktemp /tmp/queuebox-pgbuild.XXXXXX)
 setsid scripts/pg-majors.sh --build-only >"$PGB_LOG" 2>&1 </dev/null &
 PGB=$!
-trap 'kill -TERM -- -$PGB 2>/dev/null || true; rm -f "$PGB_LOG"' EXIT
+WORK=""
+# on any exit: the background build stopped, the temporary files removed
+cleanup() { kill -TERM -- -"$PGB" 2>/dev/null || true; rm -f "$PGB_LOG"; [ -z "$WORK" ] || rm -rf "$WORK"; }
+trap cleanup EXIT
 
 # make reads the environment: a SANITIZE=1 given to this script must reach
 # only the makes that ask for it (an ASan core linked into queuebox.so would
@@ -99,7 +102,6 @@ if ! command -v dotnet >/dev/null; then
   echo "== C#: TAP 039 (clients/dotnet) is skipped: dotnet is not installed (install the .NET 10 SDK, dotnet-sdk-10.0)"
 fi
 WORK=$(mktemp -d /tmp/queuebox-test.XXXXXX)
-trap 'kill -TERM -- -$PGB 2>/dev/null || true; rm -f "$PGB_LOG"; rm -rf "$WORK"' EXIT
 cp -a "$ROOT/." "$WORK/src"
 RUNAS=()
 if [ "$(id -u)" -eq 0 ]; then

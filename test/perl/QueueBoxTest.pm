@@ -70,8 +70,6 @@ my $json = JSON::PP->new->canonical(1);
 my @live_sinks;
 our $sink_seq = 0;
 
-# qb_test_binary('test/brokers/nats_tool'): a helper program `make sink`
-# builds, from the test's tree (TESTDIR) or this repository's
 # qb_mssql_alone(): when QUEUEBOX_TEST_MSSQL_URL is set, wait until no other
 # TAP file uses its database, and keep it until this one exits (a lock file
 # per server and database, in /tmp: the suite runs two files at once, and
@@ -92,6 +90,8 @@ sub qb_mssql_alone
 	return 1;
 }
 
+# qb_test_binary('test/brokers/nats_tool'): a helper program `make sink`
+# builds, from the test's tree (TESTDIR) or this repository's
 sub qb_test_binary
 {
 	my ($rel) = @_;
