@@ -1079,6 +1079,30 @@ qbo_dispatch_claimed(QboEngine *e, QboCycle *c)
 }
 
 /*
+ * qbo_settles_claimable: a settle with no claim in its cycle leaves rows
+ * claimable now that only a claim statement takes: rows written back
+ * ('route', 'release') and the next rows of the keys whose rows ended (the
+ * promotion releases them, unclaimed).  The engine then claims at its next
+ * cycle with room, not at a wake or the poll, even after a claim that
+ * drained every place.
+ */
+static bool
+qbo_settles_claimable(const QboEngine *e, const QboCycle *c)
+{
+	for (int i = 0; i < c->ns; i++)
+	{
+		QbSettleKind k = c->settles[i].kind;
+
+		if (k == QB_SETTLE_ROUTE || k == QB_SETTLE_RELEASE)
+			return true;
+		if (k != QB_SETTLE_RETRY && k != QB_SETTLE_HOLD &&
+			e->slots[c->which[i]].row.key != NULL)
+			return true;
+	}
+	return false;
+}
+
+/*
  * qbo_cycle settles the done slots and, when claim is set, claims again,
  * in one store transaction.  Returns the rows claimed (parked ones count:
  * the claim made progress), 0 for an empty claim or none, -1 when the
@@ -1113,6 +1137,8 @@ qbo_cycle(QboEngine *e, bool claim)
 		e->next_cycle_try = qb_now_ms() + QBO_CYCLE_RETRY_MS;
 		goto done;
 	}
+	if (!c.claim && qbo_settles_claimable(e, &c))
+		e->claim_idle = false;
 	qbo_settled(e, &c);
 	/* a cycle's time: claim_ms when it claimed (with its settles), else settle_ms */
 	if (c.claim)
