@@ -7,22 +7,32 @@
  * Wording:
  *	- open: pending or processing, or dead and holding its key (hold
  *	  'dead'): the predicate of outbox_key_open_idx.
- *	- the blocker of a row: the nearest earlier (lower id) open row of its
- *	  key, found by one backward probe of outbox_key_open_idx as of now
- *	  (SnapshotSelf: every committed row, and this transaction's own, the
- *	  rows of the running statement included).
+ *	- a blocker of a row: an earlier (lower id) open row of its key, as of
+ *	  now (SnapshotSelf: every committed row, and this transaction's own,
+ *	  the rows of the running statement included).  The probe finds the
+ *	  nearest one with one backward scan of outbox_key_open_idx.
+ *	- the seen rows: for each key, where this backend last found a
+ *	  blocker.  A new row of the key looks there first and takes that row
+ *	  when it is still an open row of the key (the same test as the probe's,
+ *	  on the row itself): a busy key's backlog is not read again at every
+ *	  insert (the probe reads every entry of the key on its index page).
+ *	  Only a hint: whatever it points at is checked.
  *	- a parked key: a key of which this transaction parked a row at insert;
- *	  its first parked row (the lowest id), and whether that row's blocker
- *	  was a row of this transaction.
+ *	  its first parked row (the lowest id), and that row's blocker: where
+ *	  it is, and whether it is a row of this transaction.
  *
  * Why a park made here is never lost.  The blocker's end promotes its
  * key's first open row (QB_PG_OUTBOX_PROMOTE, a statement after the settle),
  * but a promotion cannot see a row whose transaction has not committed.
  * So at PRE_COMMIT, for each parked key whose blocker is not this
- * transaction's own row, the blocker is found again and locked FOR SHARE
- * without waiting, as the claim locks the row it parks behind:
+ * transaction's own row, a blocker is locked FOR SHARE without waiting, as
+ * the claim locks the row it parks behind: the one found at insert when it
+ * is still open, else the nearest found again:
  *	- locked: the blocker's end (an UPDATE) waits for this commit, and the
- *	  promotion after it sees the park;
+ *	  promotion after it sees the park.  Any earlier open row will do, not
+ *	  only the nearest: a key's rows end in id order (a claim takes only
+ *	  the first open row of its key), so the rows between the blocker and
+ *	  the park end after it, and the last of them promotes the park;
  *	- gone (ended since), or locked by a settle right now: the first parked
  *	  row is released (hold NULL, 'ready' when unrouted), and the claim that
  *	  meets it checks its order again, parking it under its own lock if
@@ -35,7 +45,9 @@
  * are gone; a later park of the key in this transaction records it again).
  *
  * Memory: the parked keys live in TopTransactionContext; qb_park_forget()
- * drops the table at every end of the transaction.
+ * drops the table at every end of the transaction.  The seen rows live in
+ * their own context for the backend's life, at most QBP_SEEN_MAX keys (then
+ * they start again), forgotten when the outbox is another table.
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -53,8 +65,10 @@
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
+#include "storage/bufmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/hsearch.h"
 #include "utils/lsyscache.h"
@@ -65,17 +79,31 @@
 #include "qb_pg.h"
 
 #define QBP_KEY_INDEX	"outbox_key_open_idx"
+/* the seen rows kept, at most (a few hundred kB) */
+#define QBP_SEEN_MAX	4096
 
 typedef struct QbpKey
 {
 	char	   *key;			/* hash key: a copy in TopTransactionContext */
 	int64		first_id;		/* the lowest id parked */
 	bool		own_blocker;	/* first_id's blocker is this transaction's */
+	ItemPointerData blocker;	/* where first_id's blocker was found */
 	SubTransactionId subid;		/* the subtransaction that recorded it */
 } QbpKey;
 
+typedef struct QbpSeen
+{
+	char	   *key;			/* hash key: a copy in qbop_seen_cxt */
+	ItemPointerData tid;		/* where a blocker of the key was found */
+} QbpSeen;
+
 static HTAB *qbop_keys = NULL;
 static Oid	qbop_outbox = InvalidOid;	/* the table the trigger ran on */
+static QbParkAtts qbop_atts;	/* its columns, as the trigger found them */
+
+static HTAB *qbop_seen = NULL;
+static MemoryContext qbop_seen_cxt = NULL;
+static Oid	qbop_seen_outbox = InvalidOid;	/* the table they are rows of */
 
 static uint32
 qbop_hash(const void *key, Size keysize)
@@ -96,6 +124,75 @@ qbop_keycopy(void *dest, const void *src, Size keysize)
 {
 	*(char **) dest = MemoryContextStrdup(TopTransactionContext, *(const char *const *) src);
 	return dest;
+}
+
+static void *
+qbop_seen_keycopy(void *dest, const void *src, Size keysize)
+{
+	*(char **) dest = MemoryContextStrdup(qbop_seen_cxt, *(const char *const *) src);
+	return dest;
+}
+
+/* qbop_table: a hash of char * keys in cxt, their copies made by keycopy */
+static HTAB *
+qbop_table(const char *name, Size entrysize, MemoryContext cxt, HashCopyFunc keycopy)
+{
+	HASHCTL		ctl;
+
+	ctl.keysize = sizeof(char *);
+	ctl.entrysize = entrysize;
+	ctl.hash = qbop_hash;
+	ctl.match = qbop_match;
+	ctl.keycopy = keycopy;
+	ctl.hcxt = cxt;
+	return hash_create(name, 64, &ctl,
+					   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_KEYCOPY | HASH_CONTEXT);
+}
+
+/* qbop_text_is: the text Datum d is the string s. */
+static bool
+qbop_text_is(Datum d, const char *s)
+{
+	text	   *t = DatumGetTextPP(d);
+
+	return VARSIZE_ANY_EXHDR(t) == strlen(s) && memcmp(VARDATA_ANY(t), s, strlen(s)) == 0;
+}
+
+/*
+ * qbop_check: the row version at tid is a blocker of a row (id, key), as
+ * the probe would find it: visible as of now (SnapshotSelf), of the key,
+ * below id, and open.  It stays in slot, whose pin keeps it from being
+ * pruned away before the caller locks it.  *own says this transaction
+ * inserted it.  The caller makes sure tid's block exists.
+ */
+static bool
+qbop_check(Relation heap, ItemPointer tid, Datum key, int64 id, TupleTableSlot *slot, bool *own)
+{
+	bool		isnull;
+	Datum		d;
+	bool		should_free;
+	HeapTuple	t;
+
+	if (!table_tuple_fetch_row_version(heap, tid, SnapshotSelf, slot))
+		return false;
+	d = slot_getattr(slot, qbop_atts.id, &isnull);
+	if (isnull || DatumGetInt64(d) >= id)
+		return false;
+	d = slot_getattr(slot, qbop_atts.key, &isnull);
+	if (isnull || !datum_image_eq(d, key, false, -1))
+		return false;
+	d = slot_getattr(slot, qbop_atts.state, &isnull);
+	if (isnull || !(qbop_text_is(d, "pending") || qbop_text_is(d, "processing")))
+	{
+		d = slot_getattr(slot, qbop_atts.hold, &isnull);
+		if (isnull || !qbop_text_is(d, "dead"))
+			return false;
+	}
+	t = ExecFetchSlotHeapTuple(slot, false, &should_free);
+	*own = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(t->t_data));
+	if (should_free)
+		heap_freetuple(t);
+	return true;
 }
 
 /*
@@ -142,74 +239,146 @@ qbop_blocker(Relation heap, Datum key, int64 id, bool *own, ItemPointer tid)
 }
 
 /*
+ * qbop_seen_blocker: the key's seen row, when it is still a blocker of the
+ * row (id, key) of heap; *tid where it is.
+ */
+static bool
+qbop_seen_blocker(Relation heap, const char *k, Datum key, int64 id, bool *own, ItemPointer tid)
+{
+	QbpSeen    *s;
+	TupleTableSlot *slot;
+	bool		found;
+
+	if (qbop_seen == NULL || qbop_seen_outbox != RelationGetRelid(heap))
+		return false;
+	s = hash_search(qbop_seen, &k, HASH_FIND, NULL);
+	/* a VACUUM may have cut the table short since (not while we insert) */
+	if (s == NULL || ItemPointerGetBlockNumber(&s->tid) >= RelationGetNumberOfBlocks(heap))
+		return false;
+	slot = table_slot_create(heap, NULL);
+	found = qbop_check(heap, &s->tid, key, id, slot, own);
+	ExecDropSingleTupleTableSlot(slot);
+	if (found)
+		*tid = s->tid;
+	return found;
+}
+
+/* qbop_see: the key's blocker is at tid now (NULL: it has none). */
+static void
+qbop_see(Relation heap, const char *k, ItemPointer tid)
+{
+	QbpSeen    *s;
+
+	if (qbop_seen_cxt == NULL)
+		qbop_seen_cxt = AllocSetContextCreate(TopMemoryContext, "queuebox seen keys",
+											  ALLOCSET_DEFAULT_SIZES);
+	if (qbop_seen != NULL && (qbop_seen_outbox != RelationGetRelid(heap) ||
+							  (tid != NULL && hash_get_num_entries(qbop_seen) >= QBP_SEEN_MAX)))
+	{
+		MemoryContextReset(qbop_seen_cxt);	/* the table went with it */
+		qbop_seen = NULL;
+	}
+	if (tid == NULL)
+	{
+		if (qbop_seen != NULL)
+			(void) hash_search(qbop_seen, &k, HASH_REMOVE, NULL);
+		return;
+	}
+	if (qbop_seen == NULL)
+	{
+		qbop_seen = qbop_table("queuebox seen keys", sizeof(QbpSeen), qbop_seen_cxt,
+							   qbop_seen_keycopy);
+		qbop_seen_outbox = RelationGetRelid(heap);
+	}
+	s = hash_search(qbop_seen, &k, HASH_ENTER, NULL);
+	s->tid = *tid;
+}
+
+/*
  * qb_park_at_insert: the outbox_route trigger's question for a new keyed
- * row (id, key) of heap: does an earlier row of its key keep it waiting?
- * True: the caller inserts it parked, and the key is recorded for
- * PRE_COMMIT.
+ * row (id, key) of heap, whose columns are atts: does an earlier row of
+ * its key keep it waiting?  True: the caller inserts it parked, and the
+ * key is recorded for PRE_COMMIT.
  */
 bool
-qb_park_at_insert(Relation heap, int64 id, Datum key)
+qb_park_at_insert(Relation heap, const QbParkAtts *atts, int64 id, Datum key)
 {
 	bool		own = false;
 	ItemPointerData tid;
-	char	   *k;
+	char	   *k = TextDatumGetCString(key);
 	QbpKey	   *e;
 	bool		found;
 
-	if (!qbop_blocker(heap, key, id, &own, &tid))
-		return false;
-	if (qbop_keys == NULL)
+	qbop_atts = *atts;
+	if (!qbop_seen_blocker(heap, k, key, id, &own, &tid))
 	{
-		HASHCTL		ctl;
-
-		ctl.keysize = sizeof(char *);
-		ctl.entrysize = sizeof(QbpKey);
-		ctl.hash = qbop_hash;
-		ctl.match = qbop_match;
-		ctl.keycopy = qbop_keycopy;
-		ctl.hcxt = TopTransactionContext;
-		qbop_keys = hash_create("queuebox parked keys", 64, &ctl,
-							   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_KEYCOPY |
-							   HASH_CONTEXT);
+		found = qbop_blocker(heap, key, id, &own, &tid);
+		qbop_see(heap, k, found ? &tid : NULL);
+		if (!found)
+		{
+			pfree(k);
+			return false;
+		}
 	}
+	if (qbop_keys == NULL)
+		qbop_keys = qbop_table("queuebox parked keys", sizeof(QbpKey), TopTransactionContext,
+							   qbop_keycopy);
 	qbop_outbox = RelationGetRelid(heap);
-	k = TextDatumGetCString(key);
 	e = hash_search(qbop_keys, &k, HASH_ENTER, &found);
 	if (!found || id < e->first_id)
 	{
 		e->first_id = id;
 		e->own_blocker = own;
+		e->blocker = tid;
 		e->subid = GetCurrentSubTransactionId();
 	}
 	pfree(k);
 	return true;
 }
 
+/* qbop_lock: lock the row version at tid FOR SHARE, without waiting. */
+static bool
+qbop_lock(Relation heap, ItemPointer tid)
+{
+	TupleTableSlot *slot = table_slot_create(heap, NULL);
+	TM_FailureData tmfd;
+	TM_Result	r;
+
+	r = table_tuple_lock(heap, tid, GetLatestSnapshot(), slot, GetCurrentCommandId(true),
+						 LockTupleShare, LockWaitSkip, 0, &tmfd);
+	ExecDropSingleTupleTableSlot(slot);
+	return r == TM_Ok;
+}
+
 /*
  * qbop_held: at PRE_COMMIT, e's first parked row keeps its place: its
- * blocker is this transaction's, or is found again and locked FOR SHARE
- * without waiting.  False: release it.
+ * blocker is this transaction's, or a blocker is locked FOR SHARE without
+ * waiting: the one found at insert while it still is one (this transaction
+ * holds the table: its block is still there), else the nearest found
+ * again.  False: release it.
  */
 static bool
 qbop_held(Relation heap, const QbpKey *e)
 {
 	bool		own = false;
 	ItemPointerData tid;
+	Datum		key;
 	TupleTableSlot *slot;
-	TM_FailureData tmfd;
-	TM_Result	r;
+	bool		held;
 
 	if (e->own_blocker)
 		return true;
-	if (!qbop_blocker(heap, CStringGetTextDatum(e->key), e->first_id, &own, &tid))
-		return false;			/* it ended since */
-	if (own)
-		return true;
+	key = CStringGetTextDatum(e->key);
 	slot = table_slot_create(heap, NULL);
-	r = table_tuple_lock(heap, &tid, GetLatestSnapshot(), slot, GetCurrentCommandId(true),
-						 LockTupleShare, LockWaitSkip, 0, &tmfd);
+	tid = e->blocker;
+	/* the slot keeps the row pinned until it is locked */
+	held = qbop_check(heap, &tid, key, e->first_id, slot, &own) && (own || qbop_lock(heap, &tid));
 	ExecDropSingleTupleTableSlot(slot);
-	return r == TM_Ok;
+	if (held)
+		return true;
+	if (!qbop_blocker(heap, key, e->first_id, &own, &tid))
+		return false;			/* it ended since */
+	return own || qbop_lock(heap, &tid);
 }
 
 /*

@@ -58,6 +58,7 @@ static int	qbor_att_hold = 0;
 static int	qbor_att_id = 0;
 static int	qbor_att_key = 0;
 static int	qbor_att_headers = 0;
+static int	qbor_att_state = 0;
 
 /*
  * The trace context of the statement being run, from its sqlcommenter
@@ -260,9 +261,10 @@ qbor_is(TupleDesc desc, int attnum, const char *name)
 }
 
 /*
- * qbor_attnums finds topic, destination, hold, id, key and headers in the
- * outbox's row type.  The numbers found last are checked first (six name
- * compares): a column dropped and added again by an upgrade moves them.
+ * qbor_attnums finds topic, destination, hold, id, key, headers and state
+ * in the outbox's row type.  The numbers found last are checked first
+ * (seven name compares): a column dropped and added again by an upgrade
+ * moves them.
  */
 static bool
 qbor_attnums(Relation rel)
@@ -271,9 +273,11 @@ qbor_attnums(Relation rel)
 
 	if (qbor_is(desc, qbor_att_topic, "topic") && qbor_is(desc, qbor_att_destination, "destination") &&
 		qbor_is(desc, qbor_att_hold, "hold") && qbor_is(desc, qbor_att_id, "id") &&
-		qbor_is(desc, qbor_att_key, "key") && qbor_is(desc, qbor_att_headers, "headers"))
+		qbor_is(desc, qbor_att_key, "key") && qbor_is(desc, qbor_att_headers, "headers") &&
+		qbor_is(desc, qbor_att_state, "state"))
 		return true;
-	qbor_att_topic = qbor_att_destination = qbor_att_hold = qbor_att_id = qbor_att_key = qbor_att_headers = 0;
+	qbor_att_topic = qbor_att_destination = qbor_att_hold = qbor_att_id = qbor_att_key = 0;
+	qbor_att_headers = qbor_att_state = 0;
 	for (int i = 1; i <= desc->natts; i++)
 	{
 		if (qbor_is(desc, i, "topic"))
@@ -288,9 +292,11 @@ qbor_attnums(Relation rel)
 			qbor_att_key = i;
 		else if (qbor_is(desc, i, "headers"))
 			qbor_att_headers = i;
+		else if (qbor_is(desc, i, "state"))
+			qbor_att_state = i;
 	}
 	return qbor_att_topic != 0 && qbor_att_destination != 0 && qbor_att_hold != 0 &&
-		qbor_att_id != 0 && qbor_att_key != 0 && qbor_att_headers != 0;
+		qbor_att_id != 0 && qbor_att_key != 0 && qbor_att_headers != 0 && qbor_att_state != 0;
 }
 
 /* qbor_route: the destination of the first published route topic matches, or NULL. */
@@ -390,6 +396,7 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 	Datum		values[3];
 	bool		nulls[3] = {false, false, false};
 	int			n = 0;
+	QbParkAtts	atts;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
 		!TRIGGER_FIRED_FOR_ROW(td->tg_event) || !TRIGGER_FIRED_BY_INSERT(td->tg_event))
@@ -400,6 +407,9 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 	if (qb_shared == NULL || !qbor_attnums(td->tg_relation))
 		return PointerGetDatum(tup);
 	desc = RelationGetDescr(td->tg_relation);
+	atts = (QbParkAtts) {
+		.id = qbor_att_id,.key = qbor_att_key,.state = qbor_att_state,.hold = qbor_att_hold,
+	};
 	if ((traced = qbor_trace(tup, desc)) != (Datum) 0)
 	{
 		cols[n] = qbor_att_headers;
@@ -419,7 +429,7 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 		values[n++] = CStringGetTextDatum(dest);
 	}
 	key = heap_getattr(tup, qbor_att_key, desc, &isnull);
-	parked = !isnull && qb_park_at_insert(td->tg_relation,
+	parked = !isnull && qb_park_at_insert(td->tg_relation, &atts,
 										  DatumGetInt64(heap_getattr(tup, qbor_att_id, desc, &isnull)),
 										  key);
 	qb_note_outbox_row(parked);

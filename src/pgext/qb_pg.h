@@ -150,8 +150,16 @@ extern void qb_stage_routes(const QbConfig *cfg, bool unknown);
 extern void qb_publish_staged_routes(void);
 extern void qb_clear_staged_routes(void);
 
-/* outbox_park.c */
-extern bool qb_park_at_insert(Relation heap, int64 id, Datum key);
+/* outbox_park.c: the outbox's columns it reads (attribute numbers) */
+typedef struct QbParkAtts
+{
+	int			id;
+	int			key;
+	int			state;
+	int			hold;
+} QbParkAtts;
+
+extern bool qb_park_at_insert(Relation heap, const QbParkAtts *atts, int64 id, Datum key);
 extern void qb_park_pre_commit(bool prepare);
 extern void qb_park_forget_sub(SubTransactionId subid);
 extern void qb_park_forget(void);
