@@ -32,24 +32,31 @@
 # Then, with retention set out of the way (36500d) so the table stays as it
 # is:
 #   - the anchor: anchor.outbox (LIKE queuebox.outbox INCLUDING ALL, the
-#     same fillfactor and indexes) gets one window's rows (7 x ROWS_PER_DAY) in one
-#     INSERT, each with the columns of a delivered row (state sent, routed,
+#     same fillfactor and indexes) gets one window's rows (7 x
+#     ROWS_PER_DAY) in one INSERT, each with the columns of a delivered row (state sent, routed,
 #     attempt 1, the same payload and headers), then VACUUM ANALYZE: what a
 #     window's rows take freshly loaded.  The bound is the steady-state
 #     total size / the anchor's total size;
-#   - the retention statement itself (its text as the workers prepared it,
-#     read from pg_stat_statements), EXPLAIN (ANALYZE, BUFFERS) inside
+#   - the retention statement itself (its text in the tree's qb_sql_pg.h,
+#     which make install put in queuebox.so), EXPLAIN (ANALYZE, BUFFERS) inside
 #     BEGIN ... ROLLBACK, generic plan, with the workers' planner settings
 #     (qb_pg_session_settings) and with PostgreSQL's defaults: a full batch
 #     (rows older than 6 days: a day's rows to delete) and the last batch of
-#     a run (rows older than 7 days: none or few left to delete), each
-#     QB_BENCH_EXPLAIN_REPEAT (3) times, the median time.
+#     a run (rows older than the oldest: none to delete, as the call that
+#     ends each run finds fewer than its limit), each
+#     QB_BENCH_EXPLAIN_REPEAT (3) times, the median time; and the same for
+#     the statement before this benchmark (commit 9fd330d's), beside it.
+#
+# autovacuum_naptime is QB_BENCH_NAPTIME (1s, PostgreSQL's least): the
+# table's own settings vacuum it at 1 % dead tuples, which a compressed day
+# reaches within a second, so the naptime decides how often it is vacuumed
+# (bench/README.md says what the compression does to vacuum).
 #
 # Knobs: QB_BENCH_ROWS_PER_DAY (300000: a window is 2.1M rows, the size
 # issue 37 quotes), QB_BENCH_DAY_S (30), QB_BENCH_WINDOWS (3),
 # QB_BENCH_CHUNK (50000), QB_BENCH_KEYS (10000), QB_BENCH_EXPLAIN_REPEAT
-# (3), QB_BENCH_PG_CONF (more postgresql.conf lines), QB_BENCH_KEEP=1 (keep
-# the temp dir: days.tsv, explain-*.txt, pg.log with every autovacuum
+# (3), QB_BENCH_NAPTIME (1s), QB_BENCH_PG_CONF (more postgresql.conf
+# lines), QB_BENCH_KEEP=1 (keep the temp dir: days.tsv, explain-*.txt, pg.log with every autovacuum
 # logged), QB_BENCH_RECORD=1 (= --record: append a section to
 # bench/RESULTS.md), QB_BENCH_NOTE (a sentence for it), QB_BENCH_TIMEOUT
 # (900 s, every wait).  About 13 minutes at the defaults.
@@ -205,16 +212,20 @@ RET_SQL=$("$WORK/ret")
 WORKER_SET="SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_sort = off; SET enable_hashjoin = off; SET jit = off; SET plan_cache_mode = force_generic_plan;"
 DEFAULT_SET="SET plan_cache_mode = force_generic_plan;"
 q bench "ANALYZE queuebox.outbox"
-# explain LABEL SETTINGS SECONDS: REPEAT runs of EXPLAIN (ANALYZE, BUFFERS)
-# of the statement with $1 = SECONDS, $2 = 1000, each rolled back; the plan
+# the statement before this benchmark (commit 9fd330d): any 1,000 old sent
+# rows, by a filter on a scan of the table; EXPLAINed beside the tree's
+OLD_SQL="DELETE FROM queuebox.outbox o WHERE o.id = ANY (ARRAY(   SELECT x.id FROM queuebox.outbox x   WHERE x.state = 'sent'     AND x.created_at < now() - \$1 * interval '1 second'   LIMIT \$2   FOR UPDATE SKIP LOCKED))"
+# explain LABEL SETTINGS SECONDS [SQL]: REPEAT runs of EXPLAIN (ANALYZE,
+# BUFFERS) of the statement (default: the tree's) with $1 = SECONDS, $2 =
+# 1000, each rolled back; the plan
 # of the last in explain-LABEL.txt; echoes "ms rows_deleted blocks
 # rows_removed_by_filter heap_blocks_read" (ms: the median)
 explain() {
-	local label=$1 set=$2 secs=$3 ms=() i out
+	local label=$1 set=$2 secs=$3 sql=${4:-$RET_SQL} ms=() i out
 	for (( i = 0; i < REPEAT; i++ )); do
 		out=$("$PSQL" "$CONN_BASE dbname=bench" -X -v ON_ERROR_STOP=1 -At -q <<-EOF
 		$set
-		PREPARE ret(int8, int4) AS $RET_SQL;
+		PREPARE ret(int8, int4) AS $sql;
 		BEGIN;
 		EXPLAIN (ANALYZE, BUFFERS) EXECUTE ret($secs, 1000);
 		ROLLBACK;
@@ -232,7 +243,7 @@ explain() {
 	recheck = sum(int(x) for x in re.findall(r'Rows Removed by Index Recheck: (\d+)', plan))
 	top = re.search(r'Buffers: shared(?: hit=(\d+))?(?: read=(\d+))?', plan)
 	blocks = sum(int(x or 0) for x in top.groups()) if top else 0
-	node = re.search(r'->  ((?:Index|Seq|Bitmap Heap|Index Only) Scan[^(]*?) on outbox x', plan)
+	node = re.search(r'->  ((?:Index|Seq|Bitmap Heap|Index Only) Scan[^(]*?) on outbox [wx] ', plan)
 	print(f"{ms:.1f} {lock.group(1) if lock else '?'} {blocks} {filt + recheck} {(node.group(1).strip().replace(' ', '_') if node else '?')}")
 	EOF
 }
@@ -246,6 +257,9 @@ for s in worker default; do
 	X[$s-last]=$(explain "$s-last" "${!set_var}" "$NONE_S")
 	log "retention, $s planner settings: a full batch (ms rows blocks rows-read-not-deleted scan) ${X[$s-full]}; the last batch ${X[$s-last]}"
 done
+X[before-full]=$(explain before-full "$WORKER_SET" $(( 6 * DAY_S )) "$OLD_SQL")
+X[before-last]=$(explain before-last "$WORKER_SET" "$NONE_S" "$OLD_SQL")
+log "retention before (9fd330d's statement), workers' settings: a full batch ${X[before-full]}; the last batch ${X[before-last]}"
 STMT=$(q bench "SELECT calls || ' ' || rows || ' ' || round(total_exec_time::numeric, 1) || ' ' || round(mean_exec_time::numeric, 2) || ' ' || round(max_exec_time::numeric, 1) || ' ' || (shared_blks_hit + shared_blks_read) FROM pg_stat_statements WHERE $RET_MATCH ORDER BY calls DESC LIMIT 1")
 # each autovacuum pass of the outbox: its elapsed time (log_autovacuum_min_duration = 0)
 AV=$(awk '/automatic vacuum of table "bench.queuebox.outbox"/ { on = 1 }
@@ -254,14 +268,14 @@ AV=$(awk '/automatic vacuum of table "bench.queuebox.outbox"/ { on = 1 }
 
 # ---------------------------------------------------------------- the summary
 SUMMARY=$(python3 - "$DAYS_TSV" "$ANCHOR" "$DAY_S" "$RPD" "$STMT" "$late" \
-	"${X[worker-full]}" "${X[worker-last]}" "${X[default-full]}" "${X[default-last]}" <<-'EOF'
+	"${X[worker-full]}" "${X[worker-last]}" "${X[default-full]}" "${X[default-last]}" "${X[before-full]}" "${X[before-last]}" <<-'EOF'
 import sys
 rows = [l.rstrip('\n').split('\t') for l in open(sys.argv[1])]
 anchor = dict(kv.split('=') for kv in sys.argv[2].split())
 day_s, rpd = int(sys.argv[3]), int(sys.argv[4])
 calls, nrows, tot_ms, mean_ms, max_ms, blks = sys.argv[5].split()
 late = int(sys.argv[6])
-xs = {k: v.split() for k, v in zip(['worker-full', 'worker-last', 'default-full', 'default-last'], sys.argv[7:11])}
+xs = {k: v.split() for k, v in zip(['worker-full', 'worker-last', 'default-full', 'default-last', 'before-full', 'before-last'], sys.argv[7:13])}
 MB = 1048576.0
 def mb(b): return f"{int(b) / MB:.0f}"
 def idx(sz): return {k: int(v) for k, v in sz.items() if k not in ('heap', 'total')}
@@ -292,7 +306,8 @@ out.append("| relation | anchor (one window's rows freshly loaded) MB | end of t
 out.append("|---|---|---|---|")
 for k in ['heap'] + sorted(ix_a) + ['total']:
     a = int(anchor[k]); e = last.get(k, 0)
-    out.append(f"| {k} | {a / MB:.1f} | {e / MB:.1f} | {(e / a) if a else float('nan'):.2f} |")
+    # an index the anchor's rows are not in (a partial one) has no ratio
+    out.append(f"| {k} | {a / MB:.1f} | {e / MB:.1f} | {f'{e / a:.2f}' if a >= MB else '-'} |")
 out.append("")
 nd = len(rows)
 wins = [(w, [totals[d] for d in range(7 * w - 6, 7 * w + 1) if d in totals]) for w in range(1, nd // 7 + 1)]
@@ -305,9 +320,10 @@ if len(wins) >= 3:
 out.append(f"BOUND k = max steady-state total (windows 2 on) / anchor total = {k:.2f} (anchor {a_total / MB:.0f} MB)")
 out.append(f"retention statement over the run (pg_stat_statements): {calls} calls, {nrows} rows deleted, {tot_ms} ms, mean {mean_ms} ms, max {max_ms} ms, {blks} shared blocks ({int(blks) / max(int(nrows), 1):.1f} per row deleted)")
 for key, what in [('worker-full', "workers' settings, a full batch"), ('worker-last', "workers' settings, the last batch of a run"),
-                  ('default-full', "default settings, a full batch"), ('default-last', "default settings, the last batch of a run")]:
+                  ('default-full', "default settings, a full batch"), ('default-last', "default settings, the last batch of a run"),
+                  ('before-full', "9fd330d's statement, workers' settings, a full batch"), ('before-last', "9fd330d's statement, workers' settings, the last batch of a run")]:
     ms, n, b, rr, node = xs[key]
-    out.append(f"EXPLAIN {what}: {ms} ms, {n} rows locked, {b} shared blocks, {rr} rows read and not taken, {node.replace('_', ' ')}")
+    out.append(f"EXPLAIN, the tree's statement unless named, {what}: {ms} ms, {n} rows locked, {b} shared blocks, {rr} rows read and not taken, {node.replace('_', ' ')}")
 if late:
     out.append(f"WARNING: {late} days' rows took longer than the day")
 print('\n'.join(out))

@@ -168,5 +168,20 @@ UPDATE queuebox.outbox SET created_at = now() - interval '8 days' WHERE id IN (2
 SELECT queuebox._outbox_retention(7 * 86400, 1000);
 SELECT id, state FROM queuebox.outbox ORDER BY id;
 
+-- retention walks the rows in id order and takes $2 of those it deletes and
+-- those too young to be: a young row ends the batch, an old row it keeps
+-- (dead, or dated in the future) is passed; a row older than one before it
+-- is deleted once the walk reaches it
+DELETE FROM queuebox.outbox;
+INSERT INTO queuebox.outbox (topic, payload)
+SELECT 'r', jsonb_build_object('n', g) FROM generate_series(1, 6) g;
+UPDATE queuebox.outbox SET state = CASE payload->>'n' WHEN '1' THEN 'dead' ELSE 'sent' END,
+  created_at = now() - CASE payload->>'n' WHEN '3' THEN interval '1 day'
+                                         WHEN '5' THEN interval '-1 day' ELSE interval '8 days' END;
+SELECT queuebox._outbox_retention(7 * 86400, 2);
+SELECT payload->>'n' AS n, state FROM queuebox.outbox ORDER BY id;
+SELECT queuebox._outbox_retention(7 * 86400, 1000);
+SELECT payload->>'n' AS n, state FROM queuebox.outbox ORDER BY id;
+
 DROP VIEW places;
 DELETE FROM queuebox.outbox;
