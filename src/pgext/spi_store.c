@@ -669,7 +669,10 @@ qbs_states(long probe_ms, QbCycleOut *out)
 	return PointerGetDatum(qb_text_array(probes, nprobes));
 }
 
-/* qbs_claim runs QB_PG_OUTBOX_CLAIM and copies its rows into out. */
+/*
+ * qbs_claim runs QB_PG_OUTBOX_CLAIM (QB_PG_OUTBOX_CLAIM_NO_PROBE when no
+ * probe is asked for) and copies its rows into out.
+ */
 static void
 qbs_claim(const QbClaimReq *c, Datum probes, QbCycleOut *out)
 {
@@ -677,7 +680,9 @@ qbs_claim(const QbClaimReq *c, Datum probes, QbCycleOut *out)
 	QbsColumns	d = qbs_columns_new(3, c->ndests);
 	static const int dest_params[3] = {5, 6, 8};	/* $6 names, $7 limits, $9 floors */
 	Datum		arrays[3];
-	SPIPlanPtr	p = qbs_prepare(QB_PG_S_CLAIM);
+	ArrayType  *pa = DatumGetArrayTypeP(probes);
+	SPIPlanPtr	p = qbs_prepare(ArrayGetNItems(ARR_NDIM(pa), ARR_DIMS(pa)) > 0 ?
+								QB_PG_S_CLAIM : QB_PG_S_CLAIM_NO_PROBE);
 
 	for (int i = 0; i < c->ndests; i++)
 	{
@@ -731,7 +736,9 @@ qbs_cycle_body(void *arg)
 		qbs_columns_arrays(&c, QB_PG_S_SETTLE, NULL, args);
 		out->nsettled = (int) qb_spi_outbox_settle(args, nulls, claim, out);
 	}
-	if (claim != NULL)
+	if (claim != NULL && claim->promoted_only)
+		out->states_skipped = true;
+	else if (claim != NULL)
 	{
 		/*
 		 * The rows the promotion claimed came first: each destination is
@@ -740,9 +747,13 @@ qbs_cycle_body(void *arg)
 		 */
 		QbClaimReq	req;
 		int		   *limits = palloc(sizeof(int) * (claim->ndests + 1));
+		Datum		probes;
 
 		qb_claim_left(claim, out->rows, out->nrows, &req, limits);
-		qbs_claim(&req, qbs_states(claim->probe_ms, out), out);
+		out->states_skipped = !claim->read_states;
+		probes = claim->read_states ? qbs_states(claim->probe_ms, out) :
+			PointerGetDatum(qb_text_array(NULL, 0));
+		qbs_claim(&req, probes, out);
 	}
 }
 

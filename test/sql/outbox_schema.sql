@@ -81,8 +81,11 @@ BEGIN
   END LOOP;
 END $f$;
 
-\set claim_sql `sed -n '/^#define QB_PG_OUTBOX_CLAIM /,/^$/p' src/common/pgsql/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
+-- the claim's two texts are made of shared parts: the C preprocessor joins them
+\set claim_sql `printf '#include "qb_sql_pg.h"\nQB_PG_OUTBOX_CLAIM\n' | cpp -P -Isrc/common/pgsql - | tr -d '\n' | sed 's/" *"//g; s/^ *"//; s/" *$//'`
+\set claim_np_sql `printf '#include "qb_sql_pg.h"\nQB_PG_OUTBOX_CLAIM_NO_PROBE\n' | cpp -P -Isrc/common/pgsql - | tr -d '\n' | sed 's/" *"//g; s/^ *"//; s/" *$//'`
 PREPARE claim(int, bigint, int, uuid, bigint, text[], int[], text[], bigint[], bigint) AS :claim_sql;
+PREPARE claim_np(int, bigint, int, uuid, bigint, text[], int[], text[], bigint[], bigint) AS :claim_np_sql;
 -- per destination its routed rows (outbox_routed_idx) then its intake from
 -- its floor (outbox_dest_intake_idx), the unrouted intake
 -- (outbox_intake_idx from the floor), ready (outbox_ready_idx), the
@@ -95,6 +98,10 @@ SELECT * FROM pg_temp.scans('claim',
 SET plan_cache_mode = force_generic_plan;
 SELECT * FROM pg_temp.scans('claim',
   $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY['web'], ARRAY[0]::bigint[], 0$$);
+-- the claim with no probe asked for (the workers' usual one): the same
+-- scans without the probe's three
+SELECT * FROM pg_temp.scans('claim_np',
+  $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY[]::text[], ARRAY[0]::bigint[], 0$$);
 
 \set promote_sql `sed -n '/^#define QB_PG_OUTBOX_PROMOTE /,/^$/p' src/common/pgsql/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
 PREPARE promote(text[], uuid, bigint, int, bigint) AS :promote_sql;

@@ -274,7 +274,7 @@ cycle(const QbDestTally *t, int nt, const QbSettle *st, int ns, int batch, long 
 	static int	limits[8] = {5, 5, 5, 5, 5, 5, 5, 5};
 	QbClaimReq	c = {.batch_size = batch, .lease_ms = lease_ms, .default_max_attempts = 5,
 		.token = token, .floor = 0, .dests = dests, .limits = limits, .floors = NULL,
-	.ndests = ndests, .probe_ms = 1000};
+	.ndests = ndests, .probe_ms = 1000, .read_states = true};
 	QbCycleOut	out;
 
 	if (store.outbox_cycle(store.ctx, t, nt, st, ns, batch > 0 ? &c : NULL, &out, err,

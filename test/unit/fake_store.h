@@ -79,6 +79,9 @@ typedef struct FakeOutClaim
 	char		dests[FAKE_MAX_DESTS][64];
 	int			limits[FAKE_MAX_DESTS];
 	int64_t		floors[FAKE_MAX_DESTS];
+	bool		read_states;	/* the claim was asked to read the circuits */
+	bool		promoted_only;	/* ... to claim only what the promotion releases */
+	long		at_ms;			/* when it ran (test_now_ms) */
 } FakeOutClaim;
 
 typedef struct FakeInRow
@@ -260,9 +263,24 @@ fake_tally_index(FakeStore *fs, const char *name)
 	return fs->ntally_names++;
 }
 
-/* The claim: due pending rows in id order, within the batch or their limit. */
+/* fake_settled_sent: the cycle settles row id as sent */
+static bool
+fake_settled_sent(const QbSettle *settles, int nsettles, int64_t id)
+{
+	for (int i = 0; i < nsettles; i++)
+		if (settles[i].id == id && settles[i].kind == QB_SETTLE_SENT)
+			return true;
+	return false;
+}
+
+/*
+ * The claim: due pending rows in id order, within the batch or their
+ * limit; promoted_only: only the rows whose earlier row the cycle settled
+ * as sent (what the SQL's promotion claims).
+ */
 static void
-fake_outbox_claim(FakeStore *fs, const QbClaimReq *c, QbCycleOut *out)
+fake_outbox_claim(FakeStore *fs, const QbClaimReq *c, const QbSettle *settles, int nsettles,
+				  QbCycleOut *out)
 {
 	FakeOutClaim *rec = &fs->out_claims[fs->nout_claims < FAKE_MAX_CLAIMS ?
 										fs->nout_claims++ : FAKE_MAX_CLAIMS - 1];
@@ -273,6 +291,9 @@ fake_outbox_claim(FakeStore *fs, const QbClaimReq *c, QbCycleOut *out)
 	memset(rec, 0, sizeof(*rec));
 	rec->batch_size = c->batch_size;
 	rec->ndests = c->ndests;
+	rec->read_states = c->read_states;
+	rec->promoted_only = c->promoted_only;
+	rec->at_ms = now;
 	for (int i = 0; i < c->ndests && i < FAKE_MAX_DESTS; i++)
 	{
 		snprintf(rec->dests[i], 64, "%s", c->dests[i]);
@@ -289,6 +310,8 @@ fake_outbox_claim(FakeStore *fs, const QbClaimReq *c, QbCycleOut *out)
 		if (r->state != ROW_PENDING || r->due_ms > now)
 			continue;
 		if (r->after > 0 && fake_outbox_row(fs, r->after)->state != ROW_SENT)
+			continue;
+		if (c->promoted_only && !(r->after > 0 && fake_settled_sent(settles, nsettles, r->after)))
 			continue;
 		if (r->destination[0] == '\0')
 		{
@@ -397,7 +420,9 @@ fake_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 			if (fs->out[j].after == settles[i].id && fs->out[j].state == ROW_PENDING)
 				fs->followers_left++;
 	}
-	if (claim != NULL)
+	if (claim != NULL && (!claim->read_states || claim->promoted_only))
+		out->states_skipped = true;
+	else if (claim != NULL)
 	{
 		out->states = calloc(FAKE_MAX_DESTS, sizeof(QbDestState));
 		for (int t = 0; t < fs->ntally_names; t++)
@@ -417,8 +442,9 @@ fake_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 			st->state = QB_CIRCUIT_OPEN;
 			st->failures = 1;
 		}
-		fake_outbox_claim(fs, claim, out);
 	}
+	if (claim != NULL)
+		fake_outbox_claim(fs, claim, settles, nsettles, out);
 	pthread_mutex_unlock(&fs->lock);
 	return 0;
 }

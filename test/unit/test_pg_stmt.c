@@ -155,6 +155,7 @@ static void
 test_claim_columns(void **state)
 {
 	check_claim_returning(qb_pg_stmts[QB_PG_S_CLAIM].sql);
+	check_claim_returning(qb_pg_stmts[QB_PG_S_CLAIM_NO_PROBE].sql);
 	check_claim_returning(qb_pg_stmts[QB_PG_S_PROMOTE].sql);
 }
 

@@ -41,6 +41,7 @@
 #define QBO_SETTLE_DELAY_MS		5	/* the longest a done row waits for company */
 #define QBO_CYCLE_RETRY_MS		200
 #define QBO_SHARE_MIN			0.05	/* a share below this counts as none */
+#define QBO_STATES_MS			250 /* the oldest view of the circuits a claim may keep */
 
 
 /* ---------------------------------------------------------------------
@@ -617,6 +618,13 @@ qbo_tally(QboEngine *e, const QboSlot *s, QbDestTally *t, int *nt)
 		x->failed++;
 		x->error = s->error;
 	}
+	/*
+	 * A row that failed before (here or at another worker) may have left
+	 * a failure counted that this worker's view, read up to QBO_STATES_MS
+	 * ago, does not show: its success must reach the breaker to reset it.
+	 */
+	if (s->attempt_ok && s->row.attempt > 0 && e->dests[s->dest].failures == 0)
+		e->dests[s->dest].failures = 1;
 	x->gone |= s->gone;
 	if (s->retry_after_ms > x->retry_after_ms)
 		x->retry_after_ms = s->retry_after_ms;
@@ -673,6 +681,9 @@ qbo_apply_tallies(QboEngine *e, const QbDestTally *t, int n)
 static void
 qbo_apply_states(QboEngine *e, const QbCycleOut *out)
 {
+	if (out->states_skipped)
+		return;
+	e->states_at = qb_now_ms();
 	/* a destination the claim did not list simply takes rows */
 	for (int i = 0; i < e->cfg->ndestinations; i++)
 	{
@@ -692,6 +703,29 @@ qbo_apply_states(QboEngine *e, const QbCycleOut *out)
 		e->dests[i].paused = out->states[j].paused;
 		e->dests[i].probe = out->states[j].probe;
 	}
+}
+
+/*
+ * qbo_states_due: the claim reads the circuits (QB_PG_OUTBOX_STATES) when
+ * this worker's view of one is not "closed, no failures", or when it was
+ * read more than QBO_STATES_MS ago.  A claim itself takes no row of a
+ * destination whose stored circuit is not closed or that is paused (the
+ * store's claim asks), so a clear view that is stale only lets rows this
+ * worker routes itself (unrouted, ready) go to a destination another worker
+ * opened or an operator paused within that time, as a view read at the
+ * claim does for the length of a request.  Reading them at every claim
+ * took a quarter of a claim's time at a low rate (bench/RESULTS.md, issue
+ * 37).
+ */
+static bool
+qbo_states_due(const QboEngine *e, long now)
+{
+	if (now - e->states_at >= QBO_STATES_MS)
+		return true;
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+		if (qbo_hold_reason(&e->dests[i]) != NULL || e->dests[i].failures > 0)
+			return true;
+	return false;
 }
 
 /*
@@ -788,7 +822,7 @@ qbo_want_claim(QboEngine *e, bool promoting)
 		if (room > 0 && (room * 2 >= most || e->nactive == 0))
 			return true;
 		if (qbo_hold_reason(&e->dests[i]) != NULL &&
-			qb_now_ms() - e->last_claim >= e->cfg->outbox.poll_interval_ms)
+			qb_now_ms() - e->states_at >= e->cfg->outbox.poll_interval_ms)
 			return true;
 	}
 	/* no destination at all: rows still need their "no route" outcome */
@@ -942,6 +976,9 @@ qbo_size_claim(QboEngine *e, QboCycle *c)
 	req->token = c->token;
 	req->floor = e->floor;
 	req->probe_ms = oc->claim_timeout_ms;
+	req->read_states = qbo_states_due(e, qb_now_ms());
+	/* an idle engine claims only because the cycle settles keyed rows */
+	req->promoted_only = e->claim_idle;
 	req->dests = c->dests;
 	req->limits = c->limits;
 	req->floors = c->floors;
@@ -986,6 +1023,28 @@ qbo_settled(QboEngine *e, QboCycle *c)
 }
 
 /*
+ * qbo_claim_drained: the claim read every place it asked to its end (rows
+ * other claims hold aside): it returned fewer rows than the least it asked
+ * of any place.  On a host woken at commit, a row that commits later wakes
+ * a worker (one that runs its loop first), so the next claim can wait for
+ * that wake or the poll: claiming again after each settle found nothing
+ * but cost a transaction per row at single-row commits.  A host with no
+ * wake at commit (the daemon) claims until a claim finds nothing.
+ */
+static bool
+qbo_claim_drained(const QboEngine *e, const QboCycle *c)
+{
+	int			least = c->req.batch_size;
+
+	if (e->host->rows_wake == NULL)
+		return false;
+	for (int i = 0; i < c->req.ndests; i++)
+		if (c->req.limits[i] < least)
+			least = c->req.limits[i];
+	return c->out.nrows < least;
+}
+
+/*
  * qbo_dispatch_claimed: the claim's rows to their slots, raising the
  * intake floors past the intake rows read; returns the rows claimed.
  */
@@ -1013,7 +1072,7 @@ qbo_dispatch_claimed(QboEngine *e, QboCycle *c)
 		qbo_dispatch(e, &out->rows[i], c->token);
 	}
 	qbo_update_shares(e);
-	e->claim_idle = claimed == 0;
+	e->claim_idle = claimed == 0 || qbo_claim_drained(e, c);
 	if (e->host->polled)
 		e->host->polled(e->host->ctx, claimed > 0);
 	return claimed;
@@ -1223,11 +1282,11 @@ qbo_cycle_due(QboEngine *e, long now)
 
 /*
  * qbo_wait_ms: how long the engine may wait: a settle that is due, the
- * answers in flight (at most a second), the poll; never past a failed
- * cycle's retry.
+ * answers in flight (at most a second), the poll (*poll set); never past a
+ * failed cycle's retry.
  */
 static long
-qbo_wait_ms(QboEngine *e, long now)
+qbo_wait_ms(QboEngine *e, long now, bool *poll)
 {
 	/* an answer read since the loop's cycle may have made a settle due */
 	long		settle = qbo_settle_in(e, qb_now_ms());
@@ -1243,6 +1302,7 @@ qbo_wait_ms(QboEngine *e, long now)
 	}
 	else
 		timeout = e->claim_idle ? e->cfg->outbox.poll_interval_ms : QBO_CYCLE_RETRY_MS;
+	*poll = settle < 0 && qb_pubset_in_flight(e->pub) == 0 && e->claim_idle;
 	if (e->next_cycle_try > now && (settle >= 0 || e->next_cycle_try - now < timeout))
 		timeout = e->next_cycle_try - now;	/* a failed cycle: not before its retry */
 	return timeout;
@@ -1256,7 +1316,8 @@ static void
 qbo_wait(QboEngine *e, long now)
 {
 	const QbHost *host = e->host;
-	long		timeout = qbo_wait_ms(e, now);
+	bool		poll;
+	long		timeout = qbo_wait_ms(e, now, &poll);
 	long		w0;
 	int			woke;
 
@@ -1272,7 +1333,7 @@ qbo_wait(QboEngine *e, long now)
 	e->stats->publish_ms += qb_now_ms() - w0;
 	if (woke & QB_WAIT_WOKEN)
 		e->claim_idle = false;
-	else if (woke == QB_WAIT_TIMEOUT && e->claim_idle && qb_pubset_in_flight(e->pub) == 0)
+	else if (woke == QB_WAIT_TIMEOUT && poll)
 	{
 		/* the poll: due retries, and rows the floor could not know of */
 		e->claim_idle = false;

@@ -85,7 +85,8 @@ typedef struct QboEngine
 	long		sweep_gap;		/* before the next walk (qb_outbox_sweep_gap) */
 	int			sweep_walk_released;	/* rows the walk under way released so far */
 	long		next_cycle_try; /* after a failed cycle */
-	long		last_claim;		/* when a claim last read the circuits */
+	long		last_claim;		/* when the last claim ran */
+	long		states_at;		/* when a claim last read the circuits */
 	bool		claim_idle;		/* the last claim brought nothing: wait */
 	bool		reload_pending;
 	bool		warned_no_config;

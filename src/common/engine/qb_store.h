@@ -139,6 +139,9 @@ typedef struct QbClaimReq
 	const int64_t *floors;		/* ... intake ids above this only */
 	int			ndests;
 	long		probe_ms;		/* how long a half-open probe may take */
+	bool		read_states;	/* read the circuits too (a store may skip it otherwise) */
+	bool		promoted_only;	/* only the rows the cycle's promotion releases
+								 * (a store may claim more) */
 } QbClaimReq;
 
 /* What a cycle returns; free with qb_cycle_out_free(). */
@@ -147,8 +150,9 @@ typedef struct QbCycleOut
 	int			nsettled;		/* rows the settles changed (fenced ones not) */
 	QbDestChange *changes;
 	int			nchanges;
-	QbDestState *states;		/* only when a claim ran */
+	QbDestState *states;		/* only when a claim ran ... */
 	int			nstates;
+	bool		states_skipped; /* ... and read them (!read_states may skip it) */
 	QbOutboxRow *rows;			/* claimed, parked and moved rows */
 	int			nrows;
 } QbCycleOut;

@@ -44,6 +44,8 @@ const QbPgSetting qb_pg_session_settings[QB_PG_NSETTINGS] = {
 const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS] = {
 	[QB_PG_S_CLAIM] = {"outbox claim", QB_PG_OUTBOX_CLAIM, 10,
 	{I4, I8, I4, U, I8, TA, I4A, TA, I8A, I8}},
+	[QB_PG_S_CLAIM_NO_PROBE] = {"outbox claim", QB_PG_OUTBOX_CLAIM_NO_PROBE, 10,
+	{I4, I8, I4, U, I8, TA, I4A, TA, I8A, I8}},
 	[QB_PG_S_SETTLE] = {"outbox settle", QB_PG_OUTBOX_SETTLE, 7, {UA, I8A, TA, I4A, I8A, TA, TA}},
 	[QB_PG_S_PROMOTE] = {"outbox promote", QB_PG_OUTBOX_PROMOTE, 5, {TA, U, I8, I4, I8}},
 	[QB_PG_S_BREAKER] = {"circuit breaker", QB_PG_OUTBOX_BREAKER, 8,

@@ -44,6 +44,7 @@ typedef enum QbPgType
 typedef enum QbPgStmtId
 {
 	QB_PG_S_CLAIM,
+	QB_PG_S_CLAIM_NO_PROBE,		/* the same parameters; $8 must be empty */
 	QB_PG_S_SETTLE,
 	QB_PG_S_PROMOTE,
 	QB_PG_S_BREAKER,

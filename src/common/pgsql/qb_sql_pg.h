@@ -106,7 +106,7 @@
  * destination's probe.  A destination of $6 whose circuit is not closed,
  * or that is paused, gives no row (the list may be a cycle old).
  */
-#define QB_PG_OUTBOX_CLAIM \
+#define QB_PG_OUTBOX_CLAIM_WITH(probe_cte, probe_cand, probe_col) \
 	"WITH c_dest AS (" \
 	"   SELECT r.id, r.key, r.intake FROM (" \
 	"     SELECT * FROM unnest($6::text[], $7::int[], $9::bigint[]) AS u(name, lim, floor)" \
@@ -135,25 +135,10 @@
 	"   WHERE c.state = 'pending' AND c.hold = 'ready' AND c.scheduled_at <= now()" \
 	"   ORDER BY c.scheduled_at, c.id" \
 	"   LIMIT greatest($1 - (SELECT count(*) FROM c_intake), 0) FOR UPDATE SKIP LOCKED)," \
-	" c_probe AS (" \
-	"   SELECT r.id, r.key FROM unnest($8::text[]) AS d(name)" \
-	"   CROSS JOIN LATERAL (" \
-	"     SELECT x.id, x.key FROM (" \
-	"       (SELECT * FROM (SELECT c.id, c.key FROM queuebox.outbox c" \
-	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'destination'" \
-	"        ORDER BY c.id LIMIT 1 FOR UPDATE SKIP LOCKED) b)" \
-	"       UNION ALL" \
-	"       (SELECT * FROM (SELECT c.id, c.key FROM queuebox.outbox c" \
-	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold IS NULL" \
-	"        ORDER BY c.scheduled_at, c.id LIMIT 1 FOR UPDATE SKIP LOCKED) b)" \
-	"       UNION ALL" \
-	"       (SELECT * FROM (SELECT c.id, c.key FROM queuebox.outbox c" \
-	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'intake'" \
-	"        ORDER BY c.id LIMIT 1 FOR UPDATE SKIP LOCKED) b)) x" \
-	"     LIMIT 1) r)," \
+	probe_cte \
 	" cand AS (" \
 	"   SELECT id, key FROM c_dest UNION ALL SELECT * FROM c_intake" \
-	"   UNION ALL SELECT * FROM c_ready UNION ALL SELECT * FROM c_probe)," \
+	"   UNION ALL SELECT * FROM c_ready" probe_cand ")," \
 	" blk AS (" \
 	"   SELECT c.id AS cid, b.id AS bid FROM cand c" \
 	"   CROSS JOIN LATERAL (" \
@@ -190,7 +175,40 @@
 	"           o.id = ANY (ARRAY(SELECT id FROM c_intake))" \
 	"             OR o.id = ANY (ARRAY(SELECT id FROM c_dest WHERE intake))," \
 	"           o.scheduled_at > now()," \
-	"           o.id = ANY (ARRAY(SELECT id FROM c_probe))"
+	"           " probe_col
+
+/* the probe rows (QB_PG_OUTBOX_CLAIM $8) */
+#define QB_PG_OUTBOX_CLAIM_PROBES \
+	" c_probe AS (" \
+	"   SELECT r.id, r.key FROM unnest($8::text[]) AS d(name)" \
+	"   CROSS JOIN LATERAL (" \
+	"     SELECT x.id, x.key FROM (" \
+	"       (SELECT * FROM (SELECT c.id, c.key FROM queuebox.outbox c" \
+	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'destination'" \
+	"        ORDER BY c.id LIMIT 1 FOR UPDATE SKIP LOCKED) b)" \
+	"       UNION ALL" \
+	"       (SELECT * FROM (SELECT c.id, c.key FROM queuebox.outbox c" \
+	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold IS NULL" \
+	"        ORDER BY c.scheduled_at, c.id LIMIT 1 FOR UPDATE SKIP LOCKED) b)" \
+	"       UNION ALL" \
+	"       (SELECT * FROM (SELECT c.id, c.key FROM queuebox.outbox c" \
+	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'intake'" \
+	"        ORDER BY c.id LIMIT 1 FOR UPDATE SKIP LOCKED) b)) x" \
+	"     LIMIT 1) r),"
+
+#define QB_PG_OUTBOX_CLAIM \
+	QB_PG_OUTBOX_CLAIM_WITH(QB_PG_OUTBOX_CLAIM_PROBES, " UNION ALL SELECT * FROM c_probe", \
+							"o.id = ANY (ARRAY(SELECT id FROM c_probe))")
+
+/*
+ * The claim when no probe is asked for ($8 empty), as it nearly always is:
+ * without the probes' three index scans, which a generic plan starts
+ * whether or not they read a row (a claim at 50 a second took a quarter
+ * less time without them: bench/RESULTS.md, issue 37).  Its probe column
+ * is false: $8 is an array, never NULL.
+ */
+#define QB_PG_OUTBOX_CLAIM_NO_PROBE \
+	QB_PG_OUTBOX_CLAIM_WITH("", "", "$8::text[] IS NULL")
 
 /*
  * Settle: $1 uuid[] claim tokens, $2 int8[] ids, $3 text[] outcomes, $4

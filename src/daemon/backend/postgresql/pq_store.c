@@ -240,7 +240,10 @@ qbpq_states(const PGresult *res, QbCycleOut *out, QbPgArray *probes, char *err, 
 	return oom ? qbpq_oom("reading the destination states", err, errlen) : 0;
 }
 
-/* qbpq_claim: QB_PG_OUTBOX_CLAIM, its rows into out. */
+/*
+ * qbpq_claim: QB_PG_OUTBOX_CLAIM (QB_PG_OUTBOX_CLAIM_NO_PROBE when no probe
+ * is asked for), its rows into out.
+ */
 static int
 qbpq_claim(QbPqStore *s, const QbClaimReq *c, QbPgArray *probes, QbCycleOut *out,
 		   char *err, size_t errlen)
@@ -267,8 +270,8 @@ qbpq_claim(QbPqStore *s, const QbClaimReq *c, QbPgArray *probes, QbCycleOut *out
 	qbpq_args_array(&a, 8);
 	qbpq_args_int(&a, 9, qbpq_claimer(s));
 	/* the cycle's last statement: its COMMIT goes with it */
-	if ((res = qbpq_run_commit(s, QB_PG_S_CLAIM, &a, PGRES_TUPLES_OK, "the outbox claim",
-						err, errlen)) != NULL)
+	if ((res = qbpq_run_commit(s, probes->n > 0 ? QB_PG_S_CLAIM : QB_PG_S_CLAIM_NO_PROBE, &a,
+							   PGRES_TUPLES_OK, "the outbox claim", err, errlen)) != NULL)
 	{
 		rc = qbpq_take_rows(res, out, "the outbox claim", err, errlen);
 		PQclear(res);
@@ -282,7 +285,9 @@ qbpq_claim(QbPqStore *s, const QbClaimReq *c, QbPgArray *probes, QbCycleOut *out
  * statement.  The round trips: the breaker's two statements (when it has
  * tallies) and the settle; then the promote with the destination states
  * (neither waits for the other); then the claim, which takes the promoted
- * rows and the probes into account, with the COMMIT.
+ * rows and the probes into account, with the COMMIT.  The states are read
+ * only when the engine asks (read_states: qbo_states_due), and neither
+ * they nor the claim when it wants only the promoted rows (promoted_only).
  */
 static int
 qbpq_cycle_body(QbPqStore *s, void *arg, char *err, size_t errlen)
@@ -308,24 +313,29 @@ qbpq_cycle_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 	if (nkeys > 0)
 		steps[nsteps++] = (QbpqStep) {.id = QB_PG_S_PROMOTE, .args = &p, .want = PGRES_TUPLES_OK,
 		.what = "promoting the next row of each key"};
-	if (claim != NULL)
+	if (claim != NULL && claim->read_states && !claim->promoted_only)
 	{
 		qbpq_args_int(&sa, 0, claim->probe_ms);
 		steps[nsteps++] = (QbpqStep) {.id = QB_PG_S_STATES, .args = &sa, .want = PGRES_TUPLES_OK,
 		.what = "reading the destination states"};
 	}
-	/* a settle alone commits with its promote */
-	if (nsteps > 0 && qbpq_pipeline(s, steps, nsteps, claim == NULL, err, errlen) != 0)
+	/* a settle alone, or with only its promoted rows to claim, commits with its promote */
+	if (nsteps > 0 && qbpq_pipeline(s, steps, nsteps, claim == NULL || claim->promoted_only,
+									err, errlen) != 0)
 		goto done;
 	if (nkeys > 0 && claim != NULL &&
 		qbpq_take_rows(steps[0].res, cy->out, "promoting the next row of each key", err, errlen) != 0)
 		goto done;
-	if (claim == NULL)
+	if (claim == NULL || claim->promoted_only)
 	{
+		/* the promoted rows are claimed: nothing else is asked for */
+		cy->out->states_skipped = true;
 		rc = 0;
 		goto done;
 	}
-	if (qbpq_states(steps[nsteps - 1].res, cy->out, &probes, err, errlen) != 0)
+	cy->out->states_skipped = !claim->read_states;
+	if (claim->read_states &&
+		qbpq_states(steps[nsteps - 1].res, cy->out, &probes, err, errlen) != 0)
 		goto done;
 	if ((limits = malloc(sizeof(int) * (claim->ndests + 1))) == NULL)
 	{
