@@ -45,7 +45,13 @@
 #     a run (rows older than the oldest: none to delete, as the call that
 #     ends each run finds fewer than its limit), each
 #     QB_BENCH_EXPLAIN_REPEAT (3) times, the median time; and the same for
-#     the statement before this benchmark (commit 9fd330d's), beside it.
+#     the statement before this benchmark (commit 9fd330d's), beside it;
+#   - the dead front: the first QB_BENCH_DEAD_ROWS (100000) ids set dead (old
+#     rows retention keeps, as after an outage), in a transaction rolled
+#     back, and a run of QB_BENCH_DEAD_BATCHES (20) batches back to back,
+#     each batch's time: by commit 7d66426's walk, every batch from the
+#     first id, and by the tree's, each from the floor the batch before
+#     answered.
 #
 # autovacuum_naptime is QB_BENCH_NAPTIME (1s, PostgreSQL's least): the
 # table's own settings vacuum it at 1 % dead tuples, which a compressed day
@@ -55,7 +61,8 @@
 # Knobs: QB_BENCH_ROWS_PER_DAY (300000: a window is 2.1M rows, the size
 # issue 37 quotes), QB_BENCH_DAY_S (30), QB_BENCH_WINDOWS (3),
 # QB_BENCH_CHUNK (50000), QB_BENCH_KEYS (10000), QB_BENCH_EXPLAIN_REPEAT
-# (3), QB_BENCH_NAPTIME (1s), QB_BENCH_PG_CONF (more postgresql.conf
+# (3), QB_BENCH_DEAD_ROWS (100000), QB_BENCH_DEAD_BATCHES (20),
+# QB_BENCH_NAPTIME (1s), QB_BENCH_PG_CONF (more postgresql.conf
 # lines), QB_BENCH_KEEP=1 (keep the temp dir: days.tsv, explain-*.txt, pg.log with every autovacuum
 # logged), QB_BENCH_RECORD=1 (= --record: append a section to
 # bench/RESULTS.md), QB_BENCH_NOTE (a sentence for it), QB_BENCH_TIMEOUT
@@ -119,7 +126,10 @@ sink_requests() { sink_stats "$SINK_PORT_d" | python3 -c 'import json,sys; print
 # the retention statement in pg_stat_statements (the workers prepare it as
 # qb_sql_pg.h has it: one entry)
 # (pg_stat_statements shows its constants as $3 and on)
-RET_MATCH="query LIKE 'DELETE FROM queuebox.outbox o%' AND query LIKE '%created_at < now()%'"
+# (the statement of 7d66426 and before began with the DELETE; from the
+# floor on it is a WITH whose d deletes; its rows are its calls, one row
+# each, so the rows deleted are counted from the table)
+RET_MATCH="(query LIKE 'DELETE FROM queuebox.outbox o%' OR query LIKE 'WITH w AS (%DELETE FROM queuebox.outbox o%') AND query LIKE '%created_at < now()%'"
 # the relation's sizes: heap, each index, total (bytes)
 SIZES_SQL="SELECT 'heap', pg_relation_size('queuebox.outbox')
 	UNION ALL SELECT 'total', pg_total_relation_size('queuebox.outbox')
@@ -176,6 +186,9 @@ for (( d = 1; d <= DAYS; d++ )); do
 	log "day $d: inserted in $(python3 -c "print(round($t_ins - $t_in, 1))") s, delivered by $(python3 -c "print(round($t_done - $t_in, 1))") s; $states; oldest $oldest days; live/dead/autovacuums/autoanalyzes $tup; retention calls/rows/ms/blocks $ret; total $(q bench "SELECT pg_size_pretty(pg_total_relation_size('queuebox.outbox'))")"
 done
 busy_note
+# the workers' retention over the run, before the EXPLAINs below run the
+# same text
+STMT=$(q bench "SELECT calls || ' ' || rows || ' ' || round(total_exec_time::numeric, 1) || ' ' || round(mean_exec_time::numeric, 2) || ' ' || round(max_exec_time::numeric, 1) || ' ' || (shared_blks_hit + shared_blks_read) FROM pg_stat_statements WHERE $RET_MATCH ORDER BY calls DESC LIMIT 1")
 
 # ---------------------------------------------------------------- the anchor
 # retention out of the way: the table stays as the week left it
@@ -215,9 +228,13 @@ q bench "ANALYZE queuebox.outbox"
 # the statement before this benchmark (commit 9fd330d): any 1,000 old sent
 # rows, by a filter on a scan of the table; EXPLAINed beside the tree's
 OLD_SQL="DELETE FROM queuebox.outbox o WHERE o.id = ANY (ARRAY(   SELECT x.id FROM queuebox.outbox x   WHERE x.state = 'sent'     AND x.created_at < now() - \$1 * interval '1 second'   LIMIT \$2   FOR UPDATE SKIP LOCKED))"
+# the walk of outbox_pkey without a floor (commit 7d66426): every batch walks
+# from the first id
+WALK_SQL="DELETE FROM queuebox.outbox o WHERE o.id = ANY (ARRAY(   SELECT x.id FROM queuebox.outbox x   WHERE x.id = ANY (ARRAY(     SELECT w.id FROM queuebox.outbox w     WHERE CASE WHEN w.created_at < now() - \$1 * interval '1 second'       THEN w.state = 'sent' ELSE w.created_at <= now() END     ORDER BY w.id LIMIT \$2))     AND x.state = 'sent'     AND x.created_at < now() - \$1 * interval '1 second'   FOR UPDATE SKIP LOCKED))"
 # explain LABEL SETTINGS SECONDS [SQL]: REPEAT runs of EXPLAIN (ANALYZE,
 # BUFFERS) of the statement (default: the tree's) with $1 = SECONDS, $2 =
-# 1000, each rolled back; the plan
+# 1000, $3 (the floor; unused by the statements before it) 0, each rolled
+# back; the plan
 # of the last in explain-LABEL.txt; echoes "ms rows_deleted blocks
 # rows_removed_by_filter heap_blocks_read" (ms: the median)
 explain() {
@@ -225,9 +242,9 @@ explain() {
 	for (( i = 0; i < REPEAT; i++ )); do
 		out=$("$PSQL" "$CONN_BASE dbname=bench" -X -v ON_ERROR_STOP=1 -At -q <<-EOF
 		$set
-		PREPARE ret(int8, int4) AS $sql;
+		PREPARE ret(int8, int4, int8) AS $sql;
 		BEGIN;
-		EXPLAIN (ANALYZE, BUFFERS) EXECUTE ret($secs, 1000);
+		EXPLAIN (ANALYZE, BUFFERS) EXECUTE ret($secs, 1000, 0);
 		ROLLBACK;
 		EOF
 		) || die "EXPLAIN ($label) failed"
@@ -260,7 +277,41 @@ done
 X[before-full]=$(explain before-full "$WORKER_SET" $(( 6 * DAY_S )) "$OLD_SQL")
 X[before-last]=$(explain before-last "$WORKER_SET" "$NONE_S" "$OLD_SQL")
 log "retention before (9fd330d's statement), workers' settings: a full batch ${X[before-full]}; the last batch ${X[before-last]}"
-STMT=$(q bench "SELECT calls || ' ' || rows || ' ' || round(total_exec_time::numeric, 1) || ' ' || round(mean_exec_time::numeric, 2) || ' ' || round(max_exec_time::numeric, 1) || ' ' || (shared_blks_hit + shared_blks_read) FROM pg_stat_statements WHERE $RET_MATCH ORDER BY calls DESC LIMIT 1")
+
+# the dead front: DEAD_ROWS old rows retention keeps (dead, as after an
+# outage) ahead of the old sent ones: the first DEAD_ROWS ids set dead in a
+# transaction rolled back, then a run of DEAD_BATCHES batches back to back
+# (rows older than 6 days: a day's rows to delete), workers' settings,
+# each batch's time (psql's \timing); once by 7d66426's walk, where every
+# batch starts at the first id, once by the tree's, each batch from the
+# floor the one before answered
+DEAD_ROWS=${QB_BENCH_DEAD_ROWS:-100000}
+DEAD_BATCHES=${QB_BENCH_DEAD_BATCHES:-20}
+dead_run() { # dead_run SQL FLOOR(0|1): the batches' ms, one a line
+	local sql=$1 floor=$2 script i
+	script="$WORKER_SET
+BEGIN;
+UPDATE queuebox.outbox SET state = 'dead' WHERE id IN (SELECT id FROM queuebox.outbox ORDER BY id LIMIT $DEAD_ROWS);
+PREPARE ret(int8, int4, int8) AS $sql;
+\\set walked 0
+\\timing on"
+	for (( i = 0; i < DEAD_BATCHES; i++ )); do
+		if [[ $floor == 1 ]]; then
+			script+=$'\n'"EXECUTE ret($(( 6 * DAY_S )), 1000, :walked) \\gset"
+		else
+			script+=$'\n'"EXECUTE ret($(( 6 * DAY_S )), 1000, 0);"
+		fi
+	done
+	script+=$'\n'"\\timing off"$'\n'"ROLLBACK;"
+	"$PSQL" "$CONN_BASE dbname=bench" -X -v ON_ERROR_STOP=1 -At -q <<<"$script" \
+		| sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' || die "the dead front run failed"
+}
+dead_summary() { # "first ms, median of the rest ms, total ms"
+	python3 -c 'import statistics, sys; v = [float(x) for x in sys.stdin.read().split()]; print(f"{v[0]:.1f} {statistics.median(v[1:]):.1f} {sum(v):.0f} {len(v)}")'
+}
+DEAD_WALK=$(dead_run "$WALK_SQL" 0 | dead_summary)
+DEAD_FLOOR=$(dead_run "$RET_SQL" 1 | dead_summary)
+log "the dead front ($DEAD_ROWS dead rows first), $DEAD_BATCHES batches (first ms, median of the rest ms, total ms, batches): 7d66426's walk $DEAD_WALK; the tree's $DEAD_FLOOR"
 # each autovacuum pass of the outbox: its elapsed time (log_autovacuum_min_duration = 0)
 AV=$(awk '/automatic vacuum of table "bench.queuebox.outbox"/ { on = 1 }
 	on && /elapsed: / { sub(/.*elapsed: /, ""); sub(/ s.*/, ""); print; on = 0 }' "$WORK/pg.log" \
@@ -268,7 +319,8 @@ AV=$(awk '/automatic vacuum of table "bench.queuebox.outbox"/ { on = 1 }
 
 # ---------------------------------------------------------------- the summary
 SUMMARY=$(python3 - "$DAYS_TSV" "$ANCHOR" "$DAY_S" "$RPD" "$STMT" "$late" \
-	"${X[worker-full]}" "${X[worker-last]}" "${X[default-full]}" "${X[default-last]}" "${X[before-full]}" "${X[before-last]}" <<-'EOF'
+	"${X[worker-full]}" "${X[worker-last]}" "${X[default-full]}" "${X[default-last]}" "${X[before-full]}" "${X[before-last]}" \
+	"$DEAD_ROWS" "$DEAD_WALK" "$DEAD_FLOOR" <<-'EOF'
 import sys
 rows = [l.rstrip('\n').split('\t') for l in open(sys.argv[1])]
 anchor = dict(kv.split('=') for kv in sys.argv[2].split())
@@ -284,6 +336,7 @@ out = []
 out.append(f"| day | rows sent / other | oldest row (days) | heap MB | outbox_pkey MB | outbox_created_brin MB | the 12 partial indexes MB | total MB | total / anchor | live / dead tuples | autovacuums | retention calls, rows deleted, ms, shared blocks (that day) | blocks per row deleted |")
 out.append("|" + "---|" * 13)
 prev = ['0', '0', '0', '0']
+prev_del = 0
 totals = {}
 for r in rows:
     d, t_ins, t_done, states, oldest, tup, ret, sizes, req = r
@@ -294,6 +347,11 @@ for r in rows:
     ret = ret.split()
     dc = [float(ret[i]) - float(prev[i]) for i in range(4)]
     prev = ret
+    # the rows deleted, from the table: inserted so far less those left
+    # (pg_stat_statements' rows are the statement's, one a call since it
+    # answers one row)
+    cum_del = int(d) * rpd - (sent + other)
+    dc[1], prev_del = cum_del - prev_del, cum_del
     ix = idx(sz)
     partial = sum(v for k, v in ix.items() if k not in ('outbox_pkey', 'outbox_created_brin'))
     totals[int(d)] = sz['total']
@@ -318,12 +376,17 @@ if len(wins) >= 3:
     g = wins[-1][1][-1] / wins[-2][1][-1]
     out.append(f"growth of the last window's end over the one before: {g:.3f}x")
 out.append(f"BOUND k = max steady-state total (windows 2 on) / anchor total = {k:.2f} (anchor {a_total / MB:.0f} MB)")
-out.append(f"retention statement over the run (pg_stat_statements): {calls} calls, {nrows} rows deleted, {tot_ms} ms, mean {mean_ms} ms, max {max_ms} ms, {blks} shared blocks ({int(blks) / max(int(nrows), 1):.1f} per row deleted)")
+nrows = prev_del
+out.append(f"retention statement over the run (pg_stat_statements; the rows deleted from the table): {calls} calls, {nrows} rows deleted, {tot_ms} ms, mean {mean_ms} ms, max {max_ms} ms, {blks} shared blocks ({int(blks) / max(int(nrows), 1):.1f} per row deleted)")
 for key, what in [('worker-full', "workers' settings, a full batch"), ('worker-last', "workers' settings, the last batch of a run"),
                   ('default-full', "default settings, a full batch"), ('default-last', "default settings, the last batch of a run"),
                   ('before-full', "9fd330d's statement, workers' settings, a full batch"), ('before-last', "9fd330d's statement, workers' settings, the last batch of a run")]:
     ms, n, b, rr, node = xs[key]
     out.append(f"EXPLAIN, the tree's statement unless named, {what}: {ms} ms, {n} rows locked, {b} shared blocks, {rr} rows read and not taken, {node.replace('_', ' ')}")
+dead_rows = int(sys.argv[13])
+for what, v in [("7d66426's walk (every batch from the first id)", sys.argv[14]), ("the tree's statement (each batch from the floor the one before answered)", sys.argv[15])]:
+    first, rest, total, nb = v.split()
+    out.append(f"the dead front ({dead_rows} old dead rows ahead of the old sent ones), a run of {nb} batches of 1000, workers' settings, {what}: the first batch {first} ms, the others' median {rest} ms, {total} ms in all")
 if late:
     out.append(f"WARNING: {late} days' rows took longer than the day")
 print('\n'.join(out))
