@@ -376,8 +376,10 @@ if len(wins) >= 3:
     g = wins[-1][1][-1] / wins[-2][1][-1]
     out.append(f"growth of the last window's end over the one before: {g:.3f}x")
 out.append(f"BOUND k = max steady-state total (windows 2 on) / anchor total = {k:.2f} (anchor {a_total / MB:.0f} MB)")
-nrows = prev_del
-out.append(f"retention statement over the run (pg_stat_statements; the rows deleted from the table): {calls} calls, {nrows} rows deleted, {tot_ms} ms, mean {mean_ms} ms, max {max_ms} ms, {blks} shared blocks ({int(blks) / max(int(nrows), 1):.1f} per row deleted)")
+# the totals at the last day's end, as the days' table has them (the
+# statement's own entry, read a little later, also holds the runs since)
+d_calls, d_ms, d_blks = int(float(prev[0])), float(prev[2]), int(float(prev[3]))
+out.append(f"retention statement over the days (pg_stat_statements at the last day's end; the rows deleted from the table): {d_calls} calls, {prev_del} rows deleted, {d_ms:.1f} ms, mean {d_ms / max(d_calls, 1):.2f} ms, {d_blks} shared blocks ({d_blks / max(prev_del, 1):.1f} per row deleted); its entry a little later: {calls} calls, {tot_ms} ms, mean {mean_ms} ms, max {max_ms} ms")
 for key, what in [('worker-full', "workers' settings, a full batch"), ('worker-last', "workers' settings, the last batch of a run"),
                   ('default-full', "default settings, a full batch"), ('default-last', "default settings, the last batch of a run"),
                   ('before-full', "9fd330d's statement, workers' settings, a full batch"), ('before-last', "9fd330d's statement, workers' settings, the last batch of a run")]:
