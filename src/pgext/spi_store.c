@@ -840,14 +840,47 @@ qbs_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
 						  NULL, NULL, n, err, errlen);
 }
 
+/* A retention batch: its floor in and out, the rows it deleted. */
+typedef struct QbsRetention
+{
+	long		retention_sec;
+	int			limit;
+	int64_t		after;
+	int			deleted;
+} QbsRetention;
+
+static void
+qbs_retention_body(void *arg)
+{
+	QbsRetention *r = arg;
+	Datum		values[3] = {Int64GetDatum(r->retention_sec), Int32GetDatum(r->limit),
+	Int64GetDatum(r->after)};
+	HeapTuple	tup;
+	bool		isnull;
+	Datum		walked;
+
+	if (SPI_execute_plan(qbs_prepare(QB_PG_S_RETENTION), values, NULL, false, 0) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "retention failed");
+	tup = SPI_tuptable->vals[0];
+	r->deleted = DatumGetInt32(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull));
+	walked = SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull);
+	if (!isnull)
+		r->after = DatumGetInt64(walked);
+}
+
 static int
-qbs_outbox_retention(void *ctx, long retention_sec, int limit, int *n,
+qbs_outbox_retention(void *ctx, long retention_sec, int limit, int64_t *after, int *n,
 					 char *err, size_t errlen)
 {
-	Datum		values[2] = {Int64GetDatum(retention_sec), Int32GetDatum(limit)};
+	QbsRetention r = {.retention_sec = retention_sec, .limit = limit, .after = *after};
+	int			rc = qbs_txn("queuebox: retention", qbs_retention_body, NULL, &r, NULL,
+							 err, errlen);
 
-	return qbs_count_call(QB_PG_S_RETENTION, SPI_OK_DELETE, "queuebox: retention", values,
-						  NULL, NULL, n, err, errlen);
+	*n = rc == 0 ? r.deleted : 0;
+	if (rc == 0)
+		*after = r.after;
+	return rc;
 }
 
 /* The sweep's key to start at and its answer. */

@@ -516,11 +516,22 @@ qb_sql_outbox_reclaim(PG_FUNCTION_ARGS)
 	return qbsql_count(fcinfo, QB_PG_S_RECLAIM, SPI_OK_UPDATE);
 }
 
-/* queuebox._outbox_retention(keep_sec, max_rows) */
+/*
+ * queuebox._outbox_retention(keep_sec, max_rows): the rows deleted.  It has
+ * no floor argument: the statement's NULL floor walks from the start.
+ */
 Datum
 qb_sql_outbox_retention(PG_FUNCTION_ARGS)
 {
-	return qbsql_count(fcinfo, QB_PG_S_RETENTION, SPI_OK_DELETE);
+	bool		isnull;
+	int32		n = 0;
+
+	SPI_connect();
+	if (qbsql_run(fcinfo, QB_PG_S_RETENTION, SPI_OK_SELECT) == 1)
+		n = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+										&isnull));
+	SPI_finish();
+	PG_RETURN_INT64((int64) n);
 }
 
 /* queuebox.topic_matches(pattern text, topic text): the routes' matcher */

@@ -168,5 +168,48 @@ UPDATE queuebox.outbox SET created_at = now() - interval '8 days' WHERE id IN (2
 SELECT queuebox._outbox_retention(7 * 86400, 1000);
 SELECT id, state FROM queuebox.outbox ORDER BY id;
 
+-- retention walks the rows in id order and takes $2 of those it deletes and
+-- those too young to be: a young row ends the batch, an old row it keeps
+-- (dead, or dated in the future) is passed; a row older than one before it
+-- is deleted once the walk reaches it
+DELETE FROM queuebox.outbox;
+INSERT INTO queuebox.outbox (topic, payload)
+SELECT 'r', jsonb_build_object('n', g) FROM generate_series(1, 6) g;
+UPDATE queuebox.outbox SET state = CASE payload->>'n' WHEN '1' THEN 'dead' ELSE 'sent' END,
+  created_at = now() - CASE payload->>'n' WHEN '3' THEN interval '1 day'
+                                         WHEN '5' THEN interval '-1 day' ELSE interval '8 days' END;
+SELECT queuebox._outbox_retention(7 * 86400, 2);
+SELECT payload->>'n' AS n, state FROM queuebox.outbox ORDER BY id;
+SELECT queuebox._outbox_retention(7 * 86400, 1000);
+SELECT payload->>'n' AS n, state FROM queuebox.outbox ORDER BY id;
+
+-- the floor ($3; the two-argument function above leaves it NULL: from the
+-- start): a batch walks the ids after it and answers the highest it took,
+-- which the engine passes to the next batch of the run, so the next batch
+-- does not read the dead row 1 again.  A new run starts from the start: row
+-- 1, requeued and sent after the run passed it, goes in the next run.
+-- (walked_n: the row the id is, by its n)
+\set ret_sql `printf '#include "qb_sql_pg.h"\nQB_PG_OUTBOX_RETENTION\n' | cpp -P -Isrc/common/pgsql - | tr -d '\n' | sed 's/" *"//g; s/^ *"//; s/" *$//'`
+PREPARE ret(int8, int4, int8) AS :ret_sql;
+DELETE FROM queuebox.outbox;
+INSERT INTO queuebox.outbox (topic, payload)
+SELECT 'r', jsonb_build_object('n', g) FROM generate_series(1, 6) g;
+UPDATE queuebox.outbox SET state = CASE WHEN payload->>'n' IN ('1', '4') THEN 'dead' ELSE 'sent' END,
+  created_at = now() - CASE payload->>'n' WHEN '6' THEN interval '1 day' ELSE interval '8 days' END;
+SELECT min(id) - 1 AS base FROM queuebox.outbox \gset
+EXECUTE ret(7 * 86400, 2, 0) \gset r_
+SELECT :r_deleted AS deleted, :r_walked - :base AS walked_n;
+EXECUTE ret(7 * 86400, 2, :r_walked) \gset r_
+SELECT :r_deleted AS deleted, :r_walked - :base AS walked_n;
+SELECT payload->>'n' AS n, state FROM queuebox.outbox ORDER BY id;
+UPDATE queuebox.outbox SET state = 'sent' WHERE payload->>'n' = '1';
+-- the same run past its floor: nothing left to take
+EXECUTE ret(7 * 86400, 2, :r_walked);
+-- the next run
+EXECUTE ret(7 * 86400, 2, 0) \gset r_
+SELECT :r_deleted AS deleted, :r_walked - :base AS walked_n;
+SELECT payload->>'n' AS n, state FROM queuebox.outbox ORDER BY id;
+DEALLOCATE ret;
+
 DROP VIEW places;
 DELETE FROM queuebox.outbox;

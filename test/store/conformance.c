@@ -583,8 +583,9 @@ sa_reclaim(void *ctx, int limit, int *n, char *e, size_t elen)
 	return sa_count("SELECT queuebox._outbox_reclaim($1)", 1, v, n, e, elen);
 }
 
+/* _outbox_retention has no floor argument: it walks from the start, *after stays */
 static int
-sa_retention(void *ctx, long sec, int limit, int *n, char *e, size_t elen)
+sa_retention(void *ctx, long sec, int limit, int64_t *after, int *n, char *e, size_t elen)
 {
 	const char *v[2] = {num(sec), num(limit)};
 
@@ -884,6 +885,7 @@ test_retention(void **state)
 	int64_t		old_sent = add_outbox("t.ret", NULL);
 	int64_t		new_sent = add_outbox("t.ret", NULL);
 	int64_t		old_dead = add_outbox("t.ret", NULL);
+	int64_t		after = 0;
 	int			n = -1;
 
 	rfree(q("UPDATE queuebox.outbox SET state = 'sent' WHERE id IN ($1, $2)", 2,
@@ -893,10 +895,48 @@ test_retention(void **state)
 			  "UPDATE queuebox.outbox SET created_at = DATEADD(hour, -2, SYSUTCDATETIME()) WHERE id IN (?, ?)"),
 			2, num(old_sent), num(old_dead)));
 	assert_int_equal(outbox_count(NULL), 3);
-	assert_int_equal(store.outbox_retention(store.ctx, 3600, 100, &n, err, sizeof(err)), 0);
+	assert_int_equal(store.outbox_retention(store.ctx, 3600, 100, &after, &n, err, sizeof(err)), 0);
 	assert_int_equal(n, 1);
 	assert_int_equal(outbox_count(NULL), 2);
 	assert_int_equal(qv("SELECT count(*) FROM queuebox.outbox WHERE id = $1", 1, num(old_sent), NULL), 0);
+	/* the walk took the old sent row and the young one; it passed the dead row */
+	assert_int_equal(after, kind_pq ? new_sent : 0);
+}
+
+/*
+ * Retention's floor: a batch walks the ids after it and answers the highest
+ * it took.  The pq store honours it; the SQL function (two arguments) and
+ * the odbc store, whose filtered index holds only the rows it deletes, walk
+ * from the start and leave it as it is.
+ */
+static void
+test_retention_floor(void **state)
+{
+	int64_t		a = add_outbox("t.ret", NULL);
+	int64_t		b = add_outbox("t.ret", NULL);
+	int64_t		c = add_outbox("t.ret", NULL);
+	int64_t		d = add_outbox("t.ret", NULL);
+	int64_t		after = c;
+	int			n = -1;
+
+	rfree(q("UPDATE queuebox.outbox SET state = 'sent' WHERE id IN ($1, $2, $3)", 3,
+			num(a), num(c), num(d)));
+	rfree(q("UPDATE queuebox.outbox SET state = 'dead' WHERE id = $1", 1, num(b)));
+	rfree(q(D("UPDATE queuebox.outbox SET created_at = now() - interval '2 hours' WHERE id IN ($1, $2, $3)",
+			  "UPDATE queuebox.outbox SET created_at = DATEADD(hour, -2, SYSUTCDATETIME()) WHERE id IN (?, ?, ?)"),
+			3, num(a), num(b), num(c)));
+	/* from c on: only the young d is past the floor */
+	assert_int_equal(store.outbox_retention(store.ctx, 3600, 100, &after, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, kind_pq ? 0 : 2);
+	assert_int_equal(after, kind_pq ? d : c);
+	assert_int_equal(outbox_count(NULL), kind_pq ? 4 : 2);
+	/* a new run, from the start: a and c go, the dead b and the young d stay */
+	after = 0;
+	assert_int_equal(store.outbox_retention(store.ctx, 3600, 100, &after, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, kind_pq ? 2 : 0);
+	assert_int_equal(after, kind_pq ? d : 0);
+	assert_int_equal(outbox_count(NULL), 2);
+	assert_int_equal(qv("SELECT count(*) FROM queuebox.outbox WHERE id IN ($1, $2)", 2, num(b), num(d)), 2);
 }
 
 static void
@@ -1505,6 +1545,7 @@ main(int argc, char **argv)
 		cmocka_unit_test_setup(test_release_keeps_attempt, clean),
 		cmocka_unit_test_setup(test_lease_reclaim, clean),
 		cmocka_unit_test_setup(test_retention, clean),
+		cmocka_unit_test_setup(test_retention_floor, clean),
 		cmocka_unit_test_setup(test_relay, clean),
 		cmocka_unit_test_setup(test_inbox_insert, clean),
 		cmocka_unit_test_setup(test_inbox_insert_timeout, clean),

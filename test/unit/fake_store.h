@@ -136,6 +136,11 @@ typedef struct FakeStore
 	int			nsweeps;
 	const char *sweep_next[8];	/* NULL: the walk reached the last key */
 	int			sweep_released;	/* rows each sweep says it released */
+	/* retention: each batch's floor, the rows and highest id it answers in turn */
+	int64_t		ret_after[8];
+	int			nretentions;
+	int			ret_deleted[8];
+	int64_t		ret_walked[8];	/* 0: the floor as it came */
 	/* the inbox */
 	FakeInRow	in[FAKE_MAX_ROWS];
 	int			nin;
@@ -473,10 +478,26 @@ fake_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * Retention records the floor each batch started after and answers
+ * ret_deleted and ret_walked in turn (0 rows and the floor as it came
+ * past them).
+ */
 static int
-fake_outbox_retention(void *ctx, long sec, int limit, int *n, char *err, size_t errlen)
+fake_outbox_retention(void *ctx, long sec, int limit, int64_t *after, int *n, char *err,
+					  size_t errlen)
 {
-	*n = 0;
+	FakeStore  *fs = ctx;
+	int			i;
+
+	pthread_mutex_lock(&fs->lock);
+	i = fs->nretentions < 8 ? fs->nretentions : 7;
+	fs->ret_after[i] = *after;
+	*n = fs->nretentions < 8 ? fs->ret_deleted[i] : 0;
+	if (fs->nretentions < 8 && fs->ret_walked[i] != 0)
+		*after = fs->ret_walked[i];
+	fs->nretentions++;
+	pthread_mutex_unlock(&fs->lock);
 	return 0;
 }
 

@@ -430,6 +430,59 @@ test_sweep_walks_on(void **state)
 	fake_store_free(f);
 }
 
+/* ---- retention ----------------------------------------------------------- */
+
+static bool
+four_retention_batches(void *arg)
+{
+	FakeStore  *f = arg;
+	bool		done;
+
+	pthread_mutex_lock(&f->lock);
+	done = f->nretentions >= 4;
+	pthread_mutex_unlock(&f->lock);
+	return done;
+}
+
+/*
+ * Worker 0's retention run: each batch after the first starts after the
+ * highest id the batch before took, until a batch deletes fewer than 1,000
+ * rows; the next run (a second later at a retention of 1 s) starts from
+ * the start again.
+ */
+static void
+test_retention_floor(void **state)
+{
+	FakeStore  *f = fake_new();
+	QbStore		store = fake_store_ops(f);
+	TestHost	th;
+	char		err[256] = "";
+
+	snprintf(f->config, sizeof(f->config),
+			 "outbox: { retention: 1s }\n"
+			 "destinations:\n"
+			 "  web: { type: http, baseUrl: \"%s\", path: /web }\n"
+			 "routes:\n"
+			 "  - { topicPattern: \"web.**\", destination: web }\n",
+			 sink_base);
+	f->ret_deleted[0] = 1000;
+	f->ret_walked[0] = 5000;
+	f->ret_deleted[1] = 1000;
+	f->ret_walked[1] = 9000;
+	f->ret_deleted[2] = 3;		/* the run's last batch */
+	f->ret_walked[2] = 9100;
+	test_host_init(&th, four_retention_batches, f, 20000, 20);
+	th.host.polled = NULL;
+	th.host.config_loaded = NULL;
+	assert_int_equal(qb_outbox_run(&th.host, &store, 0, NULL, err, sizeof(err)), 0);
+	assert_false(th.timed_out);
+	assert_int_equal(f->ret_after[0], 0);
+	assert_int_equal(f->ret_after[1], 5000);
+	assert_int_equal(f->ret_after[2], 9000);
+	assert_int_equal(f->ret_after[3], 0);
+	fake_store_free(f);
+}
+
 /*
  * The gap between walks: a second within a walk and after a walk that
  * released rows; doubling after each walk that released nothing, up to 30
@@ -563,6 +616,7 @@ main(void)
 		cmocka_unit_test(test_unrouted_claims_follow_their_destinations),
 		cmocka_unit_test(test_sweep_walks_on),
 		cmocka_unit_test(test_sweep_gap),
+		cmocka_unit_test(test_retention_floor),
 		cmocka_unit_test(test_rows_wake),
 		cmocka_unit_test(test_states_read_when_due),
 		cmocka_unit_test(test_drained_claim_waits_for_wake),

@@ -83,6 +83,39 @@ qbo_sweep(QboEngine *e, long now)
 	}
 }
 
+/*
+ * qbo_retention: one retention run, batches of QBO_RETENTION_BATCH until a
+ * batch deletes fewer.  Each batch starts after the highest id the one
+ * before took (the floor): the old rows a batch kept (dead, pending) and
+ * the index entries of the rows it deleted are not walked again by every
+ * batch.  The floor lives for the run only: the next run starts from the
+ * start, so a row kept now (a dead row requeued and sent later, its
+ * created_at old) is deleted by a later run.
+ */
+static void
+qbo_retention(QboEngine *e, long now)
+{
+	char		err[QB_ERRLEN];
+	/* a tenth of the retention period, between 1 s and a minute */
+	long		every = e->cfg->outbox.retention_sec * 100;
+	int64_t		after = 0;
+	int			n;
+
+	e->next_retention = now + (every < 1000 ? 1000 :
+							   every > QBO_RETENTION_EVERY_MS ? QBO_RETENTION_EVERY_MS : every);
+	do
+	{
+		n = 0;
+		if (e->store->outbox_retention(e->store->ctx, e->cfg->outbox.retention_sec,
+									   QBO_RETENTION_BATCH, &after, &n, err, sizeof(err)) != 0)
+		{
+			qb_log(e->host, QB_LOG_WARNING, "retention failed: %s", err);
+			break;
+		}
+		e->stats->deleted += n;
+	} while (n == QBO_RETENTION_BATCH && !e->host->should_stop(e->host->ctx));
+}
+
 /* qbo_housekeeping returns expired leases, unparks, sweeps, trims old sent rows. */
 void
 qbo_housekeeping(QboEngine *e, long now)
@@ -131,22 +164,5 @@ qbo_housekeeping(QboEngine *e, long now)
 	if (e->worker_index == 0 && now >= e->next_sweep)
 		qbo_sweep(e, now);
 	if (e->worker_index == 0 && now >= e->next_retention)
-	{
-		/* a tenth of the retention period, between 1 s and a minute */
-		long		every = e->cfg->outbox.retention_sec * 100;
-
-		e->next_retention = now + (every < 1000 ? 1000 :
-								   every > QBO_RETENTION_EVERY_MS ? QBO_RETENTION_EVERY_MS : every);
-		do
-		{
-			n = 0;
-			if (e->store->outbox_retention(e->store->ctx, e->cfg->outbox.retention_sec,
-										   QBO_RETENTION_BATCH, &n, err, sizeof(err)) != 0)
-			{
-				qb_log(e->host, QB_LOG_WARNING, "retention failed: %s", err);
-				break;
-			}
-			e->stats->deleted += n;
-		} while (n == QBO_RETENTION_BATCH && !e->host->should_stop(e->host->ctx));
-	}
+		qbo_retention(e, now);
 }

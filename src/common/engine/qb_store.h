@@ -257,9 +257,16 @@ typedef struct QbStore
 	/* processing rows whose lease expired go back to pending */
 	int			(*outbox_reclaim) (void *ctx, int limit, int *nreclaimed,
 								   char *err, size_t errlen);
-	/* delete up to limit sent rows created more than retention_sec ago */
+	/*
+	 * Delete up to limit sent rows created more than retention_sec ago.  A
+	 * store that walks the rows in id order starts after *after_id (0: from
+	 * the start) and sets it to the highest id its walk took, which the
+	 * engine passes to the next batch of the same run; one that needs no
+	 * floor leaves it as it is.
+	 */
 	int			(*outbox_retention) (void *ctx, long retention_sec, int limit,
-									 int *ndeleted, char *err, size_t errlen);
+									 int64_t *after_id, int *ndeleted,
+									 char *err, size_t errlen);
 	/*
 	 * Rows parked behind a key none of whose earlier rows is open (their
 	 * promotion was missed) become claimable: up to limit keys that have

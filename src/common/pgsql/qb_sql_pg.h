@@ -507,15 +507,46 @@
 	"   ORDER BY x.lease_until LIMIT $1" \
 	"   FOR UPDATE SKIP LOCKED))"
 
-/* Retention: $1 int8 seconds to keep, $2 int4 most rows. */
+/*
+ * Retention: $1 int8 seconds to keep, $2 int4 most rows, $3 int8 the floor:
+ * the walk starts after this id (NULL, as the two-argument SQL function
+ * passes it: from the start).  Sent rows created more than $1 seconds ago
+ * are deleted, in id order: ids follow created_at (the default, now()), so
+ * the oldest rows come first.  The walk of outbox_pkey (w) takes the first
+ * $2 rows past the floor that are either to be deleted or too young to be
+ * (created since the cutoff, not dated in the future), and d deletes the
+ * first kind: a batch reads about $2 rows, and the young rows at the end of
+ * the old ones end the last batch of a run after $2 rows too.  One row
+ * answers: the rows deleted and the highest id the walk took (NULL: it took
+ * none).  Within a retention run the engine passes that id as the next
+ * batch's floor, so the old rows a batch kept (dead, still pending, or
+ * dated in the future) and the index entries of the rows it deleted are
+ * not walked again; a run starts from the start, so a row kept once is
+ * looked at again by the next run.  Neither outbox_created_brin nor a
+ * filtered scan serves this on the workers' plans (enable_bitmapscan and
+ * enable_seqscan off): it was a sequential scan that read to the table's
+ * end in the last batch of every run (bench/retention, bench/RESULTS.md).
+ * A row whose created_at is later than that of rows inserted after it is
+ * deleted late, once the rows before it are.
+ */
 #define QB_PG_OUTBOX_RETENTION \
-	"DELETE FROM queuebox.outbox o" \
-	" WHERE o.id = ANY (ARRAY(" \
-	"   SELECT x.id FROM queuebox.outbox x" \
-	"   WHERE x.state = 'sent'" \
-	"     AND x.created_at < now() - $1 * interval '1 second'" \
-	"   LIMIT $2" \
-	"   FOR UPDATE SKIP LOCKED))"
+	"WITH w AS (" \
+	"   SELECT w.id FROM queuebox.outbox w" \
+	"   WHERE w.id > coalesce($3, 0)" \
+	"     AND CASE WHEN w.created_at < now() - $1 * interval '1 second'" \
+	"       THEN w.state = 'sent' ELSE w.created_at <= now() END" \
+	"   ORDER BY w.id LIMIT $2)," \
+	" d AS (" \
+	"   DELETE FROM queuebox.outbox o" \
+	"   WHERE o.id = ANY (ARRAY(" \
+	"     SELECT x.id FROM queuebox.outbox x" \
+	"     WHERE x.id = ANY (ARRAY(SELECT w.id FROM w))" \
+	"       AND x.state = 'sent'" \
+	"       AND x.created_at < now() - $1 * interval '1 second'" \
+	"     FOR UPDATE SKIP LOCKED))" \
+	"   RETURNING o.id)" \
+	" SELECT (SELECT count(*) FROM d)::int4 AS deleted," \
+	"   (SELECT max(w.id) FROM w) AS walked"
 
 /*
  * Relay claim: $1 int4 batch size, $2 int8 lease in ms, $3 uuid claim token,

@@ -445,15 +445,52 @@ qbpq_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
 	return qbpq_count(ctx, &c, n, err, errlen);
 }
 
+/* A retention batch: its floor in and out, the rows it deleted. */
+typedef struct QbpqRetention
+{
+	QbpqArgs	args;
+	int64_t		after;
+	int			deleted;
+} QbpqRetention;
+
 static int
-qbpq_outbox_retention(void *ctx, long retention_sec, int limit, int *n,
+qbpq_retention_body(QbPqStore *s, void *arg, char *err, size_t errlen)
+{
+	QbpqRetention *r = arg;
+	PGresult   *res = qbpq_run_commit(s, QB_PG_S_RETENTION, &r->args, PGRES_TUPLES_OK,
+									  "retention", err, errlen);
+
+	if (res == NULL)
+		return -1;
+	if (PQntuples(res) != 1)
+	{
+		snprintf(err, errlen, "retention answered %d rows, not one", PQntuples(res));
+		PQclear(res);
+		return -1;
+	}
+	r->deleted = (int) qbpq_int(res, 0, 0);
+	if (!PQgetisnull(res, 0, 1))
+		r->after = qbpq_int(res, 0, 1);
+	PQclear(res);
+	return 0;
+}
+
+static int
+qbpq_outbox_retention(void *ctx, long retention_sec, int limit, int64_t *after, int *n,
 					  char *err, size_t errlen)
 {
-	QbpqCount	c = {.id = QB_PG_S_RETENTION, .what = "retention"};
+	QbpqRetention r = {.after = *after};
+	int			rc;
 
-	qbpq_args_int(&c.args, 0, retention_sec);
-	qbpq_args_int(&c.args, 1, limit);
-	return qbpq_count(ctx, &c, n, err, errlen);
+	qbpq_args_int(&r.args, 0, retention_sec);
+	qbpq_args_int(&r.args, 1, limit);
+	qbpq_args_int(&r.args, 2, *after);
+	rc = qbpq_txn(ctx, "retention", 0, qbpq_retention_body, &r, err, errlen);
+	qbpq_args_free(&r.args);
+	*n = rc == 0 ? r.deleted : 0;
+	if (rc == 0)
+		*after = r.after;
+	return rc;
 }
 
 typedef struct QbpqSweep

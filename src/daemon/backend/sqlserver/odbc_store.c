@@ -403,8 +403,14 @@ qbos_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
 }
 
 static int
-qbos_outbox_retention(void *ctx, long retention_sec, int limit, int *n, char *err, size_t errlen)
+qbos_outbox_retention(void *ctx, long retention_sec, int limit, int64_t *after, int *n,
+					  char *err, size_t errlen)
 {
+	/*
+	 * No floor: _outbox_retention seeks outbox_sent_idx (created_at) WHERE
+	 * state = N'sent', a filtered index that holds no row it keeps, so a
+	 * batch reads only rows it deletes; *after stays as it is.
+	 */
 	QbosCount	c = {.sql = "EXEC queuebox._outbox_retention ?, ?",
 	.p = {QBOS_INT(retention_sec), QBOS_INT(limit)}, .np = 2};
 
