@@ -633,9 +633,12 @@ qbs_breaker(const QbDestTally *t, int n, QbCycleOut *out)
 	}
 }
 
-/* qbs_states runs QB_PG_OUTBOX_STATES; returns the probe names as text[]. */
+/*
+ * qbs_states runs QB_PG_OUTBOX_STATES; returns the probe names as text[],
+ * and their number in *nprobes.
+ */
 static Datum
-qbs_states(long probe_ms, QbCycleOut *out)
+qbs_states(long probe_ms, QbCycleOut *out, int *nprobes_out)
 {
 	Datum		v[1] = {Int64GetDatum(probe_ms)};
 	SPIPlanPtr	p = qbs_prepare(QB_PG_S_STATES);
@@ -666,23 +669,22 @@ qbs_states(long probe_ms, QbCycleOut *out)
 		if (st->probe)
 			probes[nprobes++] = CStringGetTextDatum(st->destination);
 	}
+	*nprobes_out = nprobes;
 	return PointerGetDatum(qb_text_array(probes, nprobes));
 }
 
 /*
- * qbs_claim runs QB_PG_OUTBOX_CLAIM (QB_PG_OUTBOX_CLAIM_NO_PROBE when no
- * probe is asked for) and copies its rows into out.
+ * qbs_claim runs QB_PG_OUTBOX_CLAIM (QB_PG_OUTBOX_CLAIM_NO_PROBE when
+ * probes, a text[], is empty: any_probe false) and copies its rows into out.
  */
 static void
-qbs_claim(const QbClaimReq *c, Datum probes, QbCycleOut *out)
+qbs_claim(const QbClaimReq *c, Datum probes, bool any_probe, QbCycleOut *out)
 {
 	Datum		v[10];
 	QbsColumns	d = qbs_columns_new(3, c->ndests);
 	static const int dest_params[3] = {5, 6, 8};	/* $6 names, $7 limits, $9 floors */
 	Datum		arrays[3];
-	ArrayType  *pa = DatumGetArrayTypeP(probes);
-	SPIPlanPtr	p = qbs_prepare(ArrayGetNItems(ARR_NDIM(pa), ARR_DIMS(pa)) > 0 ?
-								QB_PG_S_CLAIM : QB_PG_S_CLAIM_NO_PROBE);
+	SPIPlanPtr	p = qbs_prepare(any_probe ? QB_PG_S_CLAIM : QB_PG_S_CLAIM_NO_PROBE);
 
 	for (int i = 0; i < c->ndests; i++)
 	{
@@ -736,9 +738,8 @@ qbs_cycle_body(void *arg)
 		qbs_columns_arrays(&c, QB_PG_S_SETTLE, NULL, args);
 		out->nsettled = (int) qb_spi_outbox_settle(args, nulls, claim, out);
 	}
-	if (claim != NULL && claim->promoted_only)
-		out->states_skipped = true;
-	else if (claim != NULL)
+	/* promoted_only: the promotion claimed all the cycle asks for */
+	if (claim != NULL && !claim->promoted_only)
 	{
 		/*
 		 * The rows the promotion claimed came first: each destination is
@@ -747,13 +748,13 @@ qbs_cycle_body(void *arg)
 		 */
 		QbClaimReq	req;
 		int		   *limits = palloc(sizeof(int) * (claim->ndests + 1));
+		int			nprobes = 0;
 		Datum		probes;
 
 		qb_claim_left(claim, out->rows, out->nrows, &req, limits);
-		out->states_skipped = !claim->read_states;
-		probes = claim->read_states ? qbs_states(claim->probe_ms, out) :
+		probes = claim->read_states ? qbs_states(claim->probe_ms, out, &nprobes) :
 			PointerGetDatum(qb_text_array(NULL, 0));
-		qbs_claim(&req, probes, out);
+		qbs_claim(&req, probes, nprobes > 0, out);
 	}
 }
 

@@ -425,9 +425,8 @@ fake_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 			if (fs->out[j].after == settles[i].id && fs->out[j].state == ROW_PENDING)
 				fs->followers_left++;
 	}
-	if (claim != NULL && (!claim->read_states || claim->promoted_only))
-		out->states_skipped = true;
-	else if (claim != NULL)
+	/* the states, when the claim asks for them */
+	if (claim != NULL && claim->read_states && !claim->promoted_only)
 	{
 		out->states = calloc(FAKE_MAX_DESTS, sizeof(QbDestState));
 		for (int t = 0; t < fs->ntally_names; t++)

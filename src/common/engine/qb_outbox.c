@@ -637,6 +637,16 @@ qbo_tally_cmp(const void *a, const void *b)
 }
 
 /*
+ * qbo_dest_clear: as this worker sees destination d, its circuit is closed,
+ * unpaused, with no failure counted and no probe of ours pending.
+ */
+static bool
+qbo_dest_clear(const QboDest *d)
+{
+	return qbo_hold_reason(d) == NULL && d->failures == 0 && !d->probe;
+}
+
+/*
  * qbo_tally_needed: a destination's successes change nothing the breaker
  * keeps when it is closed, unpaused and has no failures counted (as the
  * last claim saw it, and our own tallies since): then the cycle need not
@@ -651,8 +661,7 @@ qbo_tally_needed(QboEngine *e, const QbDestTally *t)
 
 	if (t->failed > 0 || t->gone || t->retry_after_ms > 0 || i < 0)
 		return true;
-	return e->dests[i].state != QB_CIRCUIT_CLOSED || e->dests[i].failures > 0 ||
-		e->dests[i].paused || e->dests[i].probe;
+	return !qbo_dest_clear(&e->dests[i]);
 }
 
 /*
@@ -677,34 +686,6 @@ qbo_apply_tallies(QboEngine *e, const QbDestTally *t, int n)
 	}
 }
 
-/* qbo_apply_states takes the destination states a claim read. */
-static void
-qbo_apply_states(QboEngine *e, const QbCycleOut *out)
-{
-	if (out->states_skipped)
-		return;
-	e->states_at = qb_now_ms();
-	/* a destination the claim did not list simply takes rows */
-	for (int i = 0; i < e->cfg->ndestinations; i++)
-	{
-		e->dests[i].state = QB_CIRCUIT_CLOSED;
-		e->dests[i].failures = 0;
-		e->dests[i].paused = false;
-		e->dests[i].probe = false;
-	}
-	for (int j = 0; j < out->nstates; j++)
-	{
-		int			i = qbo_dest_index(e, out->states[j].destination);
-
-		if (i < 0)
-			continue;
-		e->dests[i].state = out->states[j].state;
-		e->dests[i].failures = out->states[j].failures;
-		e->dests[i].paused = out->states[j].paused;
-		e->dests[i].probe = out->states[j].probe;
-	}
-}
-
 /*
  * qbo_states_due: the claim reads the circuits (QB_PG_OUTBOX_STATES) when
  * this worker's view of one is not "closed, no failures", or when it was
@@ -723,7 +704,7 @@ qbo_states_due(const QboEngine *e, long now)
 	if (now - e->states_at >= QBO_STATES_MS)
 		return true;
 	for (int i = 0; i < e->cfg->ndestinations; i++)
-		if (qbo_hold_reason(&e->dests[i]) != NULL || e->dests[i].failures > 0)
+		if (!qbo_dest_clear(&e->dests[i]))
 			return true;
 	return false;
 }
@@ -1023,6 +1004,40 @@ qbo_settled(QboEngine *e, QboCycle *c)
 }
 
 /*
+ * qbo_apply_states takes the destination states a claim read, when it
+ * asked for them (a store may read them anyway: the SQL Server procedure
+ * does; the view then stays as the last asked-for read left it).
+ */
+static void
+qbo_apply_states(QboEngine *e, const QboCycle *c)
+{
+	const QbCycleOut *out = &c->out;
+
+	if (!c->req.read_states || c->req.promoted_only)
+		return;
+	e->states_at = qb_now_ms();
+	/* a destination the claim did not list simply takes rows */
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+	{
+		e->dests[i].state = QB_CIRCUIT_CLOSED;
+		e->dests[i].failures = 0;
+		e->dests[i].paused = false;
+		e->dests[i].probe = false;
+	}
+	for (int j = 0; j < out->nstates; j++)
+	{
+		int			i = qbo_dest_index(e, out->states[j].destination);
+
+		if (i < 0)
+			continue;
+		e->dests[i].state = out->states[j].state;
+		e->dests[i].failures = out->states[j].failures;
+		e->dests[i].paused = out->states[j].paused;
+		e->dests[i].probe = out->states[j].probe;
+	}
+}
+
+/*
  * qbo_claim_drained: the claim read every place it asked to its end (rows
  * other claims hold aside): it returned fewer rows than the least it asked
  * of any place.  On a host woken at commit, a row that commits later wakes
@@ -1056,7 +1071,7 @@ qbo_dispatch_claimed(QboEngine *e, QboCycle *c)
 
 	e->stats->batches++;
 	e->last_claim = qb_now_ms();
-	qbo_apply_states(e, out);
+	qbo_apply_states(e, c);
 	for (int i = 0; i < out->nrows; i++)
 	{
 		if (out->rows[i].in_intake)

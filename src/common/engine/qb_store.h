@@ -150,9 +150,8 @@ typedef struct QbCycleOut
 	int			nsettled;		/* rows the settles changed (fenced ones not) */
 	QbDestChange *changes;
 	int			nchanges;
-	QbDestState *states;		/* only when a claim ran ... */
+	QbDestState *states;		/* only when a claim ran */
 	int			nstates;
-	bool		states_skipped; /* ... and read them (!read_states may skip it) */
 	QbOutboxRow *rows;			/* claimed, parked and moved rows */
 	int			nrows;
 } QbCycleOut;

@@ -329,11 +329,9 @@ qbpq_cycle_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 	if (claim == NULL || claim->promoted_only)
 	{
 		/* the promoted rows are claimed: nothing else is asked for */
-		cy->out->states_skipped = true;
 		rc = 0;
 		goto done;
 	}
-	cy->out->states_skipped = !claim->read_states;
 	if (claim->read_states &&
 		qbpq_states(steps[nsteps - 1].res, cy->out, &probes, err, errlen) != 0)
 		goto done;
