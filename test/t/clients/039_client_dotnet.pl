@@ -102,6 +102,8 @@ my $mssql = qb_mssql_alone();
 }
 note $out;
 is($rc, 0, 'dotnet test passes') or diag $out;
+# each failed test on one line of its own, first: a log cut to its tail still names it
+diag "dotnet test failed: $1: $2" while $out =~ /^\s+Failed (QueueBox\.\S+) \[[^\]]*\]\n\s+Error Message:\n\s*(.*)$/mg;
 my ($total) = $out =~ /^Total tests: (\d+)$/m;
 my ($passed) = $out =~ /^\s+Passed: (\d+)$/m;
 my ($skipped) = $out =~ /^\s+Skipped: (\d+)$/m;
