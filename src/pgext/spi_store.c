@@ -835,7 +835,7 @@ qbs_count_call(QbPgStmtId stmt, int ok_code, const char *activity,
 static int
 qbs_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
 {
-	Datum		values[1] = {Int32GetDatum(limit)};
+	Datum		values[2] = {Int32GetDatum(limit), Int64GetDatum(qbs_claimer_id)};
 
 	return qbs_count_call(QB_PG_S_RECLAIM, SPI_OK_UPDATE, "queuebox: reclaim", values,
 						  NULL, NULL, n, err, errlen);
@@ -989,8 +989,8 @@ static int
 qbs_relay_claim(void *ctx, int batch_size, long lease_ms, const char *token,
 				QbRelayRow **rows_out, int *nrows_out, char *err, size_t errlen)
 {
-	Datum		values[4] = {Int32GetDatum(batch_size), Int64GetDatum(lease_ms), 0,
-	Int64GetDatum(qbs_claimer())};
+	Datum		values[5] = {Int32GetDatum(batch_size), Int64GetDatum(lease_ms), 0,
+	Int64GetDatum(qbs_claimer()), Int64GetDatum(qbs_claimer_id)};
 
 	return qbs_claim_call(QB_PG_S_RELAY_CLAIM, "queuebox: relay claim",
 						  SPI_OK_SELECT, values, 2, token, sizeof(QbRelayRow),

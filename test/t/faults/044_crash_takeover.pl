@@ -15,9 +15,11 @@
 #   - a claimer that is a plain session (its advisory lock held): its
 #     outbox rows and its push inbox rows stay processing while it lives
 #     (other rows go through meanwhile), and are taken over when it ends;
+#   - a worker's own rows held by the sink over reclaim rounds: sent once;
 #   - outbox.takeover: false records no claimer (the lease alone);
 #   - the daemon on PostgreSQL, kill -9 of the whole daemon (supervisor and
-#     roles together): a new daemon finishes every row at once.
+#     roles together): a new daemon finishes every row at once; its own
+#     rows held by the sink over reclaim rounds: sent once.
 use strict;
 use warnings;
 
@@ -100,6 +102,27 @@ sub finished
 	is($o->{delivered}, $n, "$what: the sink answered 2xx for every row");
 	is($o->{keys_in_order}, $o->{keys}, "$what: every key in id order") or diag explain $o->{bad};
 	cmp_ok($o->{dups}, '<=', $most_dups, "$what: $o->{dups} rows delivered twice, at most the $most_dups the workers could hold");
+	return;
+}
+
+# own_claims($node, $topic, $what): a worker's own claims in flight outlast
+# reclaim rounds untouched (its own lock never stops its own test, so the
+# reclaim must leave its claimer out): three rows the sink holds 2.5 s are
+# each sent once, none taken over
+sub own_claims
+{
+	my ($node, $topic, $what) = @_;
+	$node->safe_psql('postgres', qq{
+		INSERT INTO queuebox.outbox (topic, key, payload)
+		SELECT '$topic', '$topic' || i, '{"_sink": {"delay_ms": 2500}}' FROM generate_series(1, 3) i});
+	qb_wait_query($node, qq{SELECT count(*) FROM queuebox.outbox WHERE topic = '$topic' AND state = 'sent'},
+		'3', "$what: the rows held 2.5 s by the sink (two reclaim rounds) are sent");
+	my %mine = map { $_ => 1 } split /\n/,
+	  $node->safe_psql('postgres', qq{SELECT message_id FROM queuebox.outbox WHERE topic = '$topic'});
+	is(scalar(grep { $mine{ $_->{mid} } } @{ qb_sink_requests($sink) }), 3,
+		"$what: each sent once (no reclaim round took them back mid-flight)");
+	is($node->safe_psql('postgres', qq{SELECT count(*) FROM queuebox.outbox WHERE topic = '$topic' AND last_error IS NOT NULL}),
+		'0', "$what: none was taken over");
 	return;
 }
 
@@ -189,6 +212,8 @@ qb_wait_query($node, q{SELECT count(*) FROM queuebox.inbox WHERE idempotency_key
 is($node->safe_psql('postgres', q{SELECT count(*) FROM queuebox.outbox WHERE payload->>'i' IS NOT NULL AND headers->>'x-idempotency-key' LIKE 'sc-%'}),
 	'5', 'session claimer gone: each push row became one outbox row');
 
+own_claims($node, 'own.slow', 'own claims');
+
 # ---- outbox.takeover: false: claims record no claimer
 qb_configure($node, conf(outbox => { takeover => 'false' }));
 $node->safe_psql('postgres', q{
@@ -229,6 +254,7 @@ qbd_wait_exit($d, 10);
 qb_wait_for(sub { !grep { kill(0, $_) } values %$roles }, 'daemon kill: every role process exits with its supervisor');
 $d = qbd_start($dnode, $dconf, name => 'second');
 finished($dnode, 'daemon.kill', 400, 'daemon kill', 2 * $BATCH, $slow);
+own_claims($dnode, 'daemon.own', 'daemon: own claims');
 qbd_signal($d, 'TERM');
 is(qbd_wait_exit($d, 30), 0, 'daemon: the second daemon stops');
 $dnode->stop;

@@ -26,6 +26,13 @@ qbpq_claimer(const QbPqStore *s)
 	return s->takeover && s->claimer_held ? s->claimer_id : 0;
 }
 
+/* the claimer whose lock this session holds (0: none), whatever claims record */
+static int64_t
+qbpq_claimer_own(const QbPqStore *s)
+{
+	return s->claimer_held ? s->claimer_id : 0;
+}
+
 /* ---- reading results ---------------------------------------------------------- */
 
 /* qbpq_dup: a column as a malloc'd string, NULL for SQL NULL; *oom on failure. */
@@ -440,6 +447,7 @@ qbpq_outbox_reclaim(void *ctx, int limit, int *n, char *err, size_t errlen)
 	QbpqCount	c = {.id = QB_PG_S_RECLAIM, .what = "reclaim"};
 
 	qbpq_args_int(&c.args, 0, limit);
+	qbpq_args_int(&c.args, 1, qbpq_claimer_own(ctx));
 	return qbpq_count(ctx, &c, n, err, errlen);
 }
 
@@ -567,6 +575,7 @@ qbpq_relay_claim_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 	qbpq_args_int(&a, 1, c->lease_ms);
 	a.v[2] = c->token;
 	qbpq_args_int(&a, 3, qbpq_claimer(s));
+	qbpq_args_int(&a, 4, qbpq_claimer_own(s));
 	if ((res = qbpq_run_commit(s, QB_PG_S_RELAY_CLAIM, &a, PGRES_TUPLES_OK, "relay claim",
 						err, errlen)) == NULL)
 		return -1;
