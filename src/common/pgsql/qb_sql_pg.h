@@ -43,8 +43,9 @@
  * among the processing rows of rows (a table and its alias g, with a
  * condition on g, ending in AND) whose lease runs.  A claimer is gone when
  * its lock can be taken shared for this transaction: its session would
- * hold it exclusively.  own is the claimer this session holds (0: none):
- * a session's own lock never stops it, so it would look gone.  The lock a
+ * hold it exclusively.  own is the claimer this session holds (0 or NULL,
+ * as the SQL functions pass it: none): a session's own lock never stops
+ * it, so it would look gone.  The lock a
  * gone claimer's test takes only stops a new claimer from drawing that id
  * until this transaction ends.  DISTINCT keeps the volatile test on the
  * claimers, not their rows (a qual with one is never pushed into it).
@@ -52,7 +53,7 @@
 #define QB_PG_CLAIMERS_GONE(rows, own) \
 	"ARRAY(SELECT d.c FROM (SELECT DISTINCT g.claimer AS c FROM " rows \
 	"   g.state = 'processing' AND g.claimer IS NOT NULL AND g.lease_until >= now()) d" \
-	" WHERE d.c <> " own " AND pg_catalog.pg_try_advisory_xact_lock_shared(d.c))"
+	" WHERE d.c IS DISTINCT FROM " own " AND pg_catalog.pg_try_advisory_xact_lock_shared(d.c))"
 
 /*
  * Claimer lock: $1 int8 the claimer id.  Session level, held until the
