@@ -143,6 +143,18 @@ CREATE TABLE queuebox.destination_state (
 );
 
 -- ---------------------------------------------------------------------------
+-- Takeover on an engine where a claimer's applock cannot be tested
+-- (Babelfish: engine.sql _claimer_gone): each claimer writes here how long
+-- it is alive, at least once a second while it runs; a claimer with no
+-- row, or one whose alive_until has passed, is gone.  SQL Server tests the
+-- applock and never reads this table.
+-- ---------------------------------------------------------------------------
+CREATE TABLE queuebox.claimer_beat (
+	claimer			BIGINT NOT NULL CONSTRAINT claimer_beat_pkey PRIMARY KEY,
+	alive_until		DATETIME2(6) NOT NULL
+);
+
+-- ---------------------------------------------------------------------------
 -- The inbox
 -- ---------------------------------------------------------------------------
 CREATE TABLE queuebox.inbox (

@@ -12,8 +12,9 @@
 #   headers and a source's onDead: holdKey, the five pull statements and
 #   the claim's app-lock timeout (Msg 51000), the admin routes and
 #   /metrics, and T-SQL topic_matches
-#   against the extension's C one, and the upgrade of filled 0.3.0, 0.3.1,
-#   0.3.2 and 0.3.3 schemas.  Every case counts rows before and after.
+#   against the extension's C one, takeover (the applock on SQL Server, the
+#   claimers' beats on Babelfish), and the upgrade of filled 0.3.0, 0.3.1,
+#   0.3.2, 0.3.3, 0.3.4 and 0.3.5 schemas.  Every case counts rows before and after.
 #
 #   The suite drops and recreates schema queuebox in the database the URL
 #   names: give it a database of its own.
@@ -292,18 +293,14 @@ is(count('outbox', q{topic = N'down.x'}), 200, 'down destination: its 200 rows a
 	ok($row->[9] > 0, "destination_status: it holds rows ($row->[9])");
 }
 
-# takeover on SQL Server; on Babelfish, whose APPLOCK_TEST of a lock another
-# session holds crashes the server at the fifth call, the roles record no
-# claimer (their rows come back by lease) and say so
+# takeover: every role registers its claimer, on SQL Server by its session
+# applock, on Babelfish (whose APPLOCK_TEST of a lock another session holds
+# crashes the server at the fifth call) by its beat in claimer_beat
+unlike(qbd_log($d), qr/could not register for takeover/, 'every role registered for takeover');
 if ($babelfish)
 {
-	like(qbd_log($d), qr/outbox 0\[\d+\]: could not register for takeover: the server is Babelfish/,
-		'Babelfish: the outbox roles take over by lease only, and say why');
-	is(count('outbox', 'claimer IS NOT NULL'), 0, 'Babelfish: no claim records a claimer');
-}
-else
-{
-	unlike(qbd_log($d), qr/could not register for takeover/, 'every role registered for takeover');
+	cmp_ok(mssql_value($dbh, q{SELECT COUNT(*) FROM queuebox.claimer_beat WHERE alive_until > SYSUTCDATETIME()}),
+		'>=', $workers + 1, 'Babelfish: each outbox role and the relay beat (claimer_beat)');
 }
 
 # ---- kill -9 of an outbox role mid-delivery
@@ -561,22 +558,39 @@ is(count('inbox', q{source = N'tasks' AND state = N'dead'}), 1, 'pull: one dead'
 	$other->disconnect;
 }
 # takeover (issue 24): a claimer is alive while some session holds its
-# applock queuebox.claimer.<id>.  In one transaction, so the daemon's roles
-# never see these rows: the reclaim returns the row of a claimer nobody
-# holds, keeps the one whose applock another session holds, and the relay
-# claim takes over a push row of a gone claimer
+# applock queuebox.claimer.<id>; on Babelfish (issue 38) while its beat in
+# claimer_beat is fresh.  In one transaction, so the daemon's roles never
+# see these rows: the reclaim returns the row of a claimer that is gone,
+# keeps the one of the live claimer, and the relay claim takes over a push
+# row of the gone claimer, whose old token then settles nothing
 {
-	my $other = mssql_connect($url);
-	is(mssql_value($other, q{DECLARE @r INT; EXEC @r = sp_getapplock @Resource = N'queuebox.claimer.777',
-		@LockMode = N'Exclusive', @LockOwner = N'Session', @LockTimeout = 0; SELECT @r}) >= 0 ? 1 : 0, 1,
-		'takeover: another session holds the applock of claimer 777 (session owned)');
-	$dbh->begin_work;
+	my $other;
+	if ($babelfish)
+	{
+		$dbh->begin_work;
+		is(mssql_value($dbh, 'EXEC queuebox._claimer_beat ?, ?, ?', 777, 3600000, 1), 1,
+			'takeover: claimer 777 registers its beat (a fresh id, alive for an hour)');
+		is(mssql_value($dbh, 'EXEC queuebox._claimer_beat ?, ?, ?', 777, 3600000, 1), 0,
+			'takeover: an id that has a row is not registered again');
+		mssql_do($dbh, q{INSERT INTO queuebox.claimer_beat (claimer, alive_until)
+			VALUES (778, DATEADD(second, -1, SYSUTCDATETIME()))});
+	}
+	else
+	{
+		$other = mssql_connect($url);
+		is(mssql_value($other, q{DECLARE @r INT; EXEC @r = sp_getapplock @Resource = N'queuebox.claimer.777',
+			@LockMode = N'Exclusive', @LockOwner = N'Session', @LockTimeout = 0; SELECT @r}) >= 0 ? 1 : 0, 1,
+			'takeover: another session holds the applock of claimer 777 (session owned)');
+		$dbh->begin_work;
+	}
 	mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, payload, state, claim_token, lease_until, claimer)
 		VALUES (N'takeover.alive', N'{}', N'processing', NEWID(), DATEADD(hour, 1, SYSUTCDATETIME()), 777),
 		       (N'takeover.gone', N'{}', N'processing', NEWID(), DATEADD(hour, 1, SYSUTCDATETIME()), 778)});
 	mssql_do($dbh, q{INSERT INTO queuebox.inbox (source, idempotency_key, payload, consumption, state, claim_token,
 		lease_until, claimer)
 		VALUES (N'hooks', N'takeover-gone', N'{}', N'push', N'processing', NEWID(), DATEADD(hour, 1, SYSUTCDATETIME()), 778)});
+	my ($gone_id, $gone_token) = @{ mssql_rows($dbh, q{SELECT id, CONVERT(NVARCHAR(40), claim_token) FROM queuebox.inbox
+		WHERE idempotency_key = N'takeover-gone'})->[0] };
 	is(mssql_value($dbh, 'EXEC queuebox._outbox_reclaim ?, ?', 100, undef), 1, 'takeover: the reclaim returns one row');
 	is(rows_text(q{SELECT topic, state, CASE WHEN last_error LIKE N'taken over:%' THEN 1 ELSE 0 END,
 		CASE WHEN claimer IS NULL THEN 1 ELSE 0 END FROM queuebox.outbox WHERE topic LIKE N'takeover.%' ORDER BY topic}),
@@ -587,8 +601,22 @@ is(count('inbox', q{source = N'tasks' AND state = N'dead'}), 1, 'pull: one dead'
 	is(mssql_value($dbh, q{SELECT COUNT(*) FROM queuebox.inbox WHERE idempotency_key = N'takeover-gone'
 		AND claim_token = '99999999-9999-9999-9999-999999999999' AND claimer = 4242}), 1,
 		'takeover: the relay claim takes over the push row of the gone claimer, recording its own claimer');
+	is(mssql_value($dbh, example('complete'), $gone_id, $gone_token), 0,
+		'takeover: the gone claimer\'s late settle with its old token changes nothing');
+	is(mssql_value($dbh, example('complete'), $gone_id, '99999999-9999-9999-9999-999999999999'), 1,
+		'takeover: the new claim\'s token settles it');
+	if ($babelfish)
+	{
+		is(mssql_value($dbh, 'EXEC queuebox._claimer_beat ?, ?, ?', 779, 60000, 1), 1,
+			'takeover: claimer 779 registers');
+		is(mssql_value($dbh, q{SELECT COUNT(*) FROM queuebox.claimer_beat WHERE claimer = 778}), 0,
+			'takeover: a registration deletes the rows whose beat passed (778)');
+		is(mssql_value($dbh, 'EXEC queuebox._claimer_beat ?, ?, ?', 778, 60000, 0), 1,
+			'takeover: a claimer that could not beat for a while beats again (its row made again)');
+		is(mssql_value($dbh, 'SELECT queuebox._claimer_gone(778, NULL)'), 0, 'takeover: and is alive again');
+	}
 	$dbh->rollback;
-	$other->disconnect;
+	$other->disconnect if $other;
 }
 eval { mssql_value($dbh, example('claim'), 'tasks', 0, 30000) };
 like($@, qr/batch_size \(1 or more\)/, 'inbox_claim refuses a batch size of 0 and says why');
@@ -820,6 +848,12 @@ sub upgrade_from
 	is(rows_text(q{EXEC queuebox._outbox_sweep N'', 10}), '1|', "$from: the sweep releases a stranded row, and its walk ends");
 	is(count('outbox', q{[key] = N'k1' AND state = N'pending' AND hold = N'ready'}), 1,
 		"$from: the released row is ready to be claimed");
+	# 0.3.6: claimer_beat, which _claimer_gone reads on Babelfish (issue 38)
+	is(mssql_value($dbh, 'EXEC queuebox._claimer_beat ?, ?, ?', 4711, 60000, 1), 1,
+		"$from: a claimer registers its beat on the upgraded schema");
+	is(mssql_value($dbh, 'SELECT queuebox._claimer_gone(4711, NULL)'), $babelfish ? 0 : 1,
+		$babelfish ? "$from: a claimer that beats is alive (Babelfish)"
+		: "$from: a claimer whose applock nobody holds is gone (SQL Server reads no beat)");
 	return objects();
 }
 

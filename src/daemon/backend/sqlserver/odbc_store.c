@@ -23,6 +23,15 @@
  *	  claims record that id; SQL Server frees the applock when the session
  *	  ends, so a peer's reclaim or relay claim takes the rows over at once
  *	  (engine.sql _claimer_gone).  No special permission is needed.
+ *	- A beat (Babelfish only, where testing a peer's applock crashes the
+ *	  server): instead of the applock the store registers its claimer id in
+ *	  queuebox.claimer_beat (_claimer_beat, an id no row has) and, before an
+ *	  op when a second has passed since the last, writes that it is alive
+ *	  for the alive bound from now (qbos_alive_ms); a claimer whose bound
+ *	  passed is gone.  Ops come at least once a second with rows in flight
+ *	  (the outbox reclaim) and once a poll when idle (a poll interval, or
+ *	  up to database.idlePollMaxMs), so the bound is three of the longest
+ *	  of those, and at least 10 s.
  *
  * Transaction rules: as qb_store.h, one short transaction per op.  SQL
  * Server commits durably; there is no asynchronous commit to choose.
@@ -37,11 +46,14 @@
 
 #include "odbc_store.h"
 #include "qb_claim_cols.h"
+#include "qb_clock.h"
 #include "qb_host.h"
 #include "qb_relay.h"
 #include "qb_store_conn.h"
 
 #define QBOS_TRIES				3
+#define QBOS_BEAT_EVERY_MS		1000	/* the least time between two beats */
+#define QBOS_ALIVE_MIN_MS		10000	/* the least alive bound a beat writes */
 
 struct QbOdbcStore
 {
@@ -54,8 +66,9 @@ struct QbOdbcStore
 	const QbConfig *cfg;
 	bool		takeover;		/* the engine asked for it (QbStore.claimer) */
 	int64_t		claimer_id;		/* the claims' claimer id; 0: none drawn yet */
-	bool		claimer_held;	/* this session holds its applock */
-	bool		babelfish;		/* the server is Babelfish: no takeover */
+	bool		claimer_held;	/* this session holds its applock (Babelfish: beats) */
+	bool		babelfish;		/* the server is Babelfish: a beat, no applock */
+	long		beat_at;		/* qb_now_ms of the last beat written */
 };
 
 /* ---- connections and transactions ------------------------------------------------ */
@@ -69,6 +82,7 @@ qbos_drop(QbOdbcStore *s)
 }
 
 static int	qbos_claimer_lock(QbOdbcStore *s, char *err, size_t errlen);
+static int	qbos_beat_due(QbOdbcStore *s, QbOdbcClass *cls, char *err, size_t errlen);
 
 /* qbos_open makes one connection attempt. */
 static int
@@ -117,6 +131,15 @@ qbos_txn(QbOdbcStore *s, const char *what, QbosBody body, void *arg, bool retry_
 		if (qbos_ensure(s, err, errlen) != 0)
 		{
 			*cls = QB_ODBC_LOST;
+			return -1;
+		}
+		if (qbos_beat_due(s, cls, err, errlen) != 0)
+		{
+			if (*cls == QB_ODBC_LOST || qb_odbc_lost(s->conn))
+			{
+				*cls = QB_ODBC_LOST;
+				qbos_drop(s);
+			}
 			return -1;
 		}
 		if (qb_odbc_begin(s->conn, err, errlen) != 0)
@@ -895,6 +918,86 @@ qbos_lock_row(void *arg, int set, int ncols, char **v)
 }
 
 /*
+ * qbos_alive_ms: the alive bound a beat writes (the banner): three times
+ * the longest wait between two of the store's ops, at least 10 s.
+ */
+static long
+qbos_alive_ms(const QbOdbcStore *s)
+{
+	long		gap = QBOS_BEAT_EVERY_MS;
+
+	if (s->cfg != NULL && s->cfg->outbox.poll_interval_ms > gap)
+		gap = s->cfg->outbox.poll_interval_ms;
+	if (s->cfg != NULL && s->cfg->inbox.relay.poll_interval_ms > gap)
+		gap = s->cfg->inbox.relay.poll_interval_ms;
+	if (s->cfg != NULL && s->cfg->database.idle_poll_max_ms > gap)
+		gap = s->cfg->database.idle_poll_max_ms;
+	return 3 * gap > QBOS_ALIVE_MIN_MS ? 3 * gap : QBOS_ALIVE_MIN_MS;
+}
+
+/* qbos_beat: _claimer_beat of id (fresh: register it); *written its answer. */
+static int
+qbos_beat(QbOdbcStore *s, int64_t id, bool fresh, long long *written, QbOdbcClass *cls,
+		  char *err, size_t errlen)
+{
+	QbOdbcParam p[3] = {QBOS_INT(id), QBOS_INT(qbos_alive_ms(s)), QBOS_INT(fresh ? 1 : 0)};
+
+	*written = 0;
+	return qb_odbc_exec(s->conn, "EXEC queuebox._claimer_beat ?, ?, ?", p, 3,
+						s->statement_timeout_ms, qbos_lock_row, written, cls, err, errlen);
+}
+
+/*
+ * qbos_beat_due: the claimer's beat when a second has passed since the
+ * last, before an op's transaction (autocommit: a rolled back op keeps it).
+ */
+static int
+qbos_beat_due(QbOdbcStore *s, QbOdbcClass *cls, char *err, size_t errlen)
+{
+	long		now = qb_now_ms();
+	long long	written;
+
+	if (!s->babelfish || !s->claimer_held || now - s->beat_at < QBOS_BEAT_EVERY_MS)
+		return 0;
+	if (qbos_beat(s, s->claimer_id, false, &written, cls, err, errlen) != 0)
+		return -1;
+	s->beat_at = now;
+	return 0;
+}
+
+/*
+ * qbos_claimer_register: the Babelfish claimer (the banner's beat).  After
+ * a reconnect the same id beats on; a drawn id is registered only when no
+ * row has it, so no id is used twice while its old row could look alive.
+ */
+static int
+qbos_claimer_register(QbOdbcStore *s, char *err, size_t errlen)
+{
+	for (int tries = 0; tries < 8 && !s->claimer_held; tries++)
+	{
+		bool		again = s->claimer_id != 0 && tries == 0;
+		int64_t		id = again ? s->claimer_id : qb_claimer_id();
+		long long	written = 0;
+		QbOdbcClass cls;
+
+		if (id == 0)
+		{
+			snprintf(err, errlen, "no random bytes for a claimer id");
+			return -1;
+		}
+		if (qbos_beat(s, id, !again, &written, &cls, err, errlen) != 0)
+			return -1;
+		if (written == 1)
+		{
+			s->claimer_id = id;
+			s->claimer_held = true;
+			s->beat_at = qb_now_ms();
+		}
+	}
+	return 0;
+}
+
+/*
  * qbos_claimer_lock takes the session applock of the store's claimer id
  * (after a reconnect the same one, as the libpq store), or of a fresh one
  * when there is none yet or another session holds it.  sp_getapplock answers 0
@@ -902,8 +1005,8 @@ qbos_lock_row(void *arg, int set, int ncols, char **v)
  * @LockTimeout = 0).  Not on Babelfish (the statement answers -100): its
  * APPLOCK_TEST of a lock another session holds leaks an error each call,
  * and the fifth in a session crashes the server (PANIC: ERRORDATA_STACK_SIZE
- * exceeded, Babelfish 4.3), so no claimer is recorded there and the claims'
- * _claimer_gone never tests one: takeover by lease only.
+ * exceeded, Babelfish 4.3), so there the claimer beats instead
+ * (qbos_claimer_register) and _claimer_gone reads the beats.
  */
 static int
 qbos_claimer_lock(QbOdbcStore *s, char *err, size_t errlen)
@@ -937,13 +1040,13 @@ qbos_claimer_lock(QbOdbcStore *s, char *err, size_t errlen)
 			s->claimer_held = true;
 		}
 	}
-	return 0;
+	return s->babelfish ? qbos_claimer_register(s, err, errlen) : 0;
 }
 
 /*
  * qbos_claimer_op: QbStore.claimer.  An applock once taken is kept while
  * the session lives, also when takeover is turned off: rows claimed under
- * it may still be in flight.
+ * it may still be in flight (on Babelfish the beats go on likewise).
  */
 static int
 qbos_claimer_op(void *ctx, bool on, char *err, size_t errlen)
@@ -955,12 +1058,6 @@ qbos_claimer_op(void *ctx, bool on, char *err, size_t errlen)
 		return 0;
 	if (qbos_ensure(s, err, errlen) != 0 || qbos_claimer_lock(s, err, errlen) != 0)
 		return -1;
-	if (s->babelfish)
-	{
-		snprintf(err, errlen, "the server is Babelfish, where testing a lock another session holds "
-				 "crashes the server (docs/sqlserver.md, Babelfish)");
-		return -1;
-	}
 	return 0;
 }
 
