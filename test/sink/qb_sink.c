@@ -354,13 +354,10 @@ heap_push(uint64_t deadline, struct MHD_Connection *c)
 	return true;
 }
 
-static TimerEnt
-heap_pop(void)
+/* heap_sift_down: entry i moves down to its place. */
+static void
+heap_sift_down(size_t i)
 {
-	TimerEnt	top = heap[0];
-	size_t		i = 0;
-
-	heap[0] = heap[--heap_n];
 	for (;;)
 	{
 		size_t		l = 2 * i + 1,
@@ -376,6 +373,15 @@ heap_pop(void)
 		heap_swap(i, m);
 		i = m;
 	}
+}
+
+static TimerEnt
+heap_pop(void)
+{
+	TimerEnt	top = heap[0];
+
+	heap[0] = heap[--heap_n];
+	heap_sift_down(0);
 	return top;
 }
 
@@ -466,25 +472,7 @@ release_held(void)
 			n++;
 		}
 	for (size_t k = heap_n / 2; k-- > 0;)
-	{
-		size_t		i = k;
-
-		for (;;)
-		{
-			size_t		l = 2 * i + 1,
-						r = l + 1,
-						m = i;
-
-			if (l < heap_n && heap[l].deadline_ns < heap[m].deadline_ns)
-				m = l;
-			if (r < heap_n && heap[r].deadline_ns < heap[m].deadline_ns)
-				m = r;
-			if (m == i)
-				break;
-			heap_swap(i, m);
-			i = m;
-		}
-	}
+		heap_sift_down(k);
 	atomic_fetch_sub(&n_held, n);
 	pthread_cond_signal(&timer_cv);
 	pthread_mutex_unlock(&timer_mu);
