@@ -55,8 +55,10 @@ GO
  * QbStore.outbox_cycle): the tallies into the circuit breakers, the
  * settles, the promotion of the next row of each key that ended, then
  * (@claim not NULL) the destination states and the claim.
- *	@tallies [{"d": destination, "ok": n, "fail": n, "gone": bool, "ra": Retry-After ms,
- *	           "err": text, "th": failures threshold, "cd": cooldown ms}] or NULL
+ *	@tallies [{"d": destination, "ok": n, "ago": how many microseconds before
+ *	           the tally the latest success was sent, "fail": n, "gone": bool,
+ *	           "ra": Retry-After ms, "err": text, "th": failures threshold,
+ *	           "cd": cooldown ms}] or NULL
  *	@settles [{"id": id, "t": token, "o": outcome, "a": attempt, "ms": delay ms,
  *	           "err": text, "d": destination}] or NULL
  *	@claim   {"batch": n, "lease": ms, "maxa": default max_attempts, "token": uuid,
@@ -93,17 +95,22 @@ BEGIN
 	IF @tallies IS NOT NULL
 	BEGIN
 		DECLARE @t TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
-						  n_ok INT, n_fail INT, gone BIT, retry_after_ms BIGINT, error NVARCHAR(MAX),
-						  threshold INT, cooldown_ms BIGINT);
+						  n_ok INT, ok_sent_at DATETIME2(6), n_fail INT, gone BIT,
+						  retry_after_ms BIGINT, error NVARCHAR(MAX), threshold INT, cooldown_ms BIGINT);
 		DECLARE @nx TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
 						   old_state NVARCHAR(20), new_state NVARCHAR(20), old_failures INT,
 						   new_failures INT, old_paused DATETIME2(6), new_paused DATETIME2(6),
 						   n_fail INT, error NVARCHAR(MAX), cooldown_ms BIGINT);
 
-		INSERT @t (destination, n_ok, n_fail, gone, retry_after_ms, error, threshold, cooldown_ms)
-			SELECT destination, n_ok, n_fail, ISNULL(gone, 0), ISNULL(retry_after_ms, 0), error,
-				   threshold, cooldown_ms
+		-- when the latest success was sent: @now less its age, rounded up to
+		-- the millisecond (so never later than it was); an open circuit
+		-- counts it only when sent at or after opened_at (QB_PG_OUTBOX_BREAKER)
+		INSERT @t (destination, n_ok, ok_sent_at, n_fail, gone, retry_after_ms, error, threshold,
+				   cooldown_ms)
+			SELECT destination, n_ok, queuebox._after(@now, -((ISNULL(ago, 0) + 999) / 1000)),
+				   n_fail, ISNULL(gone, 0), ISNULL(retry_after_ms, 0), error, threshold, cooldown_ms
 			FROM OPENJSON(@tallies) WITH (destination NVARCHAR(200) '$.d', n_ok INT '$.ok',
+										  ago BIGINT '$.ago',
 										  n_fail INT '$.fail', gone BIT '$.gone',
 										  retry_after_ms BIGINT '$.ra', error NVARCHAR(MAX) '$.err',
 										  threshold INT '$.th', cooldown_ms BIGINT '$.cd');
@@ -117,12 +124,16 @@ BEGIN
 					new_paused, n_fail, error, cooldown_ms)
 			SELECT t.destination, c.state,
 				   CASE WHEN t.gone = 1 OR c.state = N'disabled' THEN N'disabled'
-						WHEN t.n_ok > 0 THEN N'closed'
+						WHEN t.n_ok > 0 AND (c.state NOT IN (N'open', N'half-open') OR c.opened_at IS NULL
+											 OR t.ok_sent_at >= c.opened_at) THEN N'closed'
 						WHEN t.n_fail > 0 AND c.state IN (N'open', N'half-open') THEN N'open'
 						WHEN t.n_fail > 0 AND c.failures + t.n_fail >= t.threshold THEN N'open'
 						ELSE c.state END,
 				   c.failures,
-				   CASE WHEN t.n_ok > 0 AND t.gone = 0 THEN 0 ELSE c.failures + t.n_fail END,
+				   CASE WHEN t.n_ok > 0 AND t.gone = 0
+							 AND (c.state NOT IN (N'open', N'half-open') OR c.opened_at IS NULL
+								  OR t.ok_sent_at >= c.opened_at) THEN 0
+						ELSE c.failures + t.n_fail END,
 				   c.paused_until,
 				   CASE WHEN t.retry_after_ms > 0
 							 AND (c.paused_until IS NULL OR c.paused_until < queuebox._after(@now, t.retry_after_ms))

@@ -464,8 +464,8 @@ typedef struct QbsColumns
 {
 	int			ncols;
 	int			n;
-	Datum	   *col[8];
-	bool	   *null[8];
+	Datum	   *col[9];
+	bool	   *null[9];
 } QbsColumns;
 
 static QbsColumns
@@ -473,7 +473,7 @@ qbs_columns_new(int ncols, int n)
 {
 	QbsColumns	c = {.ncols = ncols, .n = n};
 
-	Assert(ncols <= 8);
+	Assert(ncols <= 9);
 	for (int i = 0; i < ncols; i++)
 	{
 		c.col[i] = palloc(sizeof(Datum) * (n + 1));
@@ -592,8 +592,8 @@ qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, Qb
 static void
 qbs_breaker(const QbDestTally *t, int n, QbCycleOut *out)
 {
-	Datum		v[8];
-	QbsColumns	c = qbs_columns_new(8, n);
+	Datum		v[9];
+	QbsColumns	c = qbs_columns_new(9, n);
 	SPIPlanPtr	p = qbs_prepare(QB_PG_S_BREAKER);
 	SPIPlanPtr	rows;
 
@@ -607,6 +607,7 @@ qbs_breaker(const QbDestTally *t, int n, QbCycleOut *out)
 		c.col[5][i] = qbs_text_or_null(t[i].error, &c.null[5][i]);
 		c.col[6][i] = Int32GetDatum(t[i].threshold);
 		c.col[7][i] = Int64GetDatum(t[i].cooldown_ms);
+		c.col[8][i] = Int64GetDatum(t[i].ok_sent_ago_us);
 	}
 	qbs_columns_arrays(&c, QB_PG_S_BREAKER, NULL, v);
 	rows = qbs_prepare(QB_PG_S_BREAKER_ROWS);

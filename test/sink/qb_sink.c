@@ -58,6 +58,9 @@
  *	- only "delay_ms": every such request is answered with the default status
  *	  after D ms (a slow endpoint).
  *	A per-request delay_ms replaces --delay-ms for that request.
+ *	- "hold": true: every such request is answered (as above, no delay)
+ *	  only once POST /_sink/release is called, however long that takes
+ *	  (a request the test holds in flight while it changes the world).
  *	- "retry_after" (a string, sent as it is: "30", an HTTP-date, or garbage
  *	  to test a client): every answer with the scripted status S carries
  *	  "Retry-After: R"; the 200s after the "fail" ones do not.  A value with
@@ -70,7 +73,9 @@
  *		the answer was fully sent; slow = answers fully sent more than 1 s
  *		after the body was received (scripted delays excluded); max_answer_ms
  *		= the longest such time.
+ *		held = requests held now ("hold": true), not yet released
  *	POST /_sink/reset  -> zeroes the counters and the fail table
+ *	POST /_sink/release -> answers every held request now: {"released": n}
  *
  * SIGTERM / SIGINT: pending delayed answers are released, the daemon is
  * stopped, exit 0.
@@ -147,6 +152,7 @@ typedef struct Req
 	bool		too_large;
 	bool		decided;		/* status/delay decided (final call seen) */
 	bool		suspended;		/* waiting in the timer heap */
+	bool		held;			/* "hold": waits for POST /_sink/release */
 	bool		control;		/* /_sink/... */
 	int			status;
 	long		delay_ms;
@@ -287,6 +293,9 @@ static size_t heap_cap = 0;
 static bool timer_stop = false;
 static pthread_t timer_thread;
 static bool timer_started = false;
+static atomic_ulong n_held;		/* held requests not yet released */
+
+#define HELD_DEADLINE UINT64_MAX	/* a held request's place in the heap */
 
 static uint64_t
 mono_ns(void)
@@ -345,13 +354,10 @@ heap_push(uint64_t deadline, struct MHD_Connection *c)
 	return true;
 }
 
-static TimerEnt
-heap_pop(void)
+/* heap_sift_down: entry i moves down to its place. */
+static void
+heap_sift_down(size_t i)
 {
-	TimerEnt	top = heap[0];
-	size_t		i = 0;
-
-	heap[0] = heap[--heap_n];
 	for (;;)
 	{
 		size_t		l = 2 * i + 1,
@@ -367,6 +373,15 @@ heap_pop(void)
 		heap_swap(i, m);
 		i = m;
 	}
+}
+
+static TimerEnt
+heap_pop(void)
+{
+	TimerEnt	top = heap[0];
+
+	heap[0] = heap[--heap_n];
+	heap_sift_down(0);
 	return top;
 }
 
@@ -413,7 +428,10 @@ timer_main(void *arg)
 	return NULL;
 }
 
-/* Suspend c and schedule its resumption; false if it could not be queued. */
+/*
+ * Suspend c and schedule its resumption (ms < 0: held until release_held);
+ * false if it could not be queued.
+ */
 static bool
 delay_connection(struct MHD_Connection *c, long ms)
 {
@@ -424,7 +442,7 @@ delay_connection(struct MHD_Connection *c, long ms)
 		ok = false;
 	else
 	{
-		ok = heap_push(mono_ns() + (uint64_t) ms * 1000000ULL, c);
+		ok = heap_push(ms < 0 ? HELD_DEADLINE : mono_ns() + (uint64_t) ms * 1000000ULL, c);
 		if (ok)
 		{
 			/* suspend under the lock so the timer cannot resume it first */
@@ -434,6 +452,31 @@ delay_connection(struct MHD_Connection *c, long ms)
 	}
 	pthread_mutex_unlock(&timer_mu);
 	return ok;
+}
+
+/*
+ * release_held: every held request's deadline becomes now (the heap is
+ * rebuilt: they sat at its bottom); returns how many.
+ */
+static unsigned long
+release_held(void)
+{
+	unsigned long n = 0;
+	uint64_t	now = mono_ns();
+
+	pthread_mutex_lock(&timer_mu);
+	for (size_t i = 0; i < heap_n; i++)
+		if (heap[i].deadline_ns == HELD_DEADLINE)
+		{
+			heap[i].deadline_ns = now;
+			n++;
+		}
+	for (size_t k = heap_n / 2; k-- > 0;)
+		heap_sift_down(k);
+	atomic_fetch_sub(&n_held, n);
+	pthread_cond_signal(&timer_cv);
+	pthread_mutex_unlock(&timer_mu);
+	return n;
 }
 
 /* ------------------------------------------------------------------ logging */
@@ -620,6 +663,7 @@ decide(struct MHD_Connection *c, Req *r)
 		json_t	   *js = json_object_get(sk, "status");
 		json_t	   *jd = json_object_get(sk, "delay_ms");
 		json_t	   *jr = json_object_get(sk, "retry_after");
+		json_t	   *jh = json_object_get(sk, "hold");
 		const char *ra = json_is_string(jr) ? json_string_value(jr) : "";
 		int			st = 500;
 		long		delay = -1;
@@ -637,6 +681,7 @@ decide(struct MHD_Connection *c, Req *r)
 		}
 		if (json_is_integer(jd) && json_integer_value(jd) >= 0)
 			delay = (long) json_integer_value(jd);
+		r->held = json_is_true(jh);
 
 		if (json_is_integer(jf))
 		{
@@ -697,10 +742,10 @@ answer_control(struct MHD_Connection *c, const char *method, const char *url)
 	{
 		snprintf(buf, sizeof(buf),
 				 "{\"requests\":%lu,\"ok\":%lu,\"failed\":%lu,"
-				 "\"aborted\":%lu,\"slow\":%lu,\"max_answer_ms\":%.3f}",
+				 "\"aborted\":%lu,\"slow\":%lu,\"max_answer_ms\":%.3f,\"held\":%lu}",
 				 atomic_load(&n_requests), atomic_load(&n_ok), atomic_load(&n_failed),
 				 atomic_load(&n_aborted), atomic_load(&n_slow),
-				 atomic_load(&max_answer_us) / 1000.0);
+				 atomic_load(&max_answer_us) / 1000.0, atomic_load(&n_held));
 		return answer_json(c, 200, buf, NULL);
 	}
 	if (strcmp(url, "/_sink/reset") == 0 && strcmp(method, "POST") == 0)
@@ -713,6 +758,11 @@ answer_control(struct MHD_Connection *c, const char *method, const char *url)
 		atomic_store(&max_answer_us, 0);
 		fail_reset();
 		return answer_json(c, 200, "{\"ok\":true}", NULL);
+	}
+	if (strcmp(url, "/_sink/release") == 0 && strcmp(method, "POST") == 0)
+	{
+		snprintf(buf, sizeof(buf), "{\"released\":%lu}", release_held());
+		return answer_json(c, 200, buf, NULL);
 	}
 	return answer_json(c, 404, "{\"ok\":false,\"error\":\"unknown control endpoint\"}", NULL);
 }
@@ -796,11 +846,17 @@ handler(void *cls, struct MHD_Connection *c, const char *url, const char *method
 		r->t_mono_ns = mono_ns();
 		r->decided = true;
 		decide(c, r);
-		if (r->delay_ms > 0)
+		if (r->held)
+			r->delay_ms = 0;
+		if (r->delay_ms > 0 || r->held)
 		{
 			r->suspended = true;
-			if (delay_connection(c, r->delay_ms))
+			if (r->held)
+				atomic_fetch_add(&n_held, 1);
+			if (delay_connection(c, r->held ? -1 : r->delay_ms))
 				return MHD_YES;
+			if (r->held)
+				atomic_fetch_sub(&n_held, 1);
 			r->suspended = false;	/* shutting down: answer now */
 		}
 	}
@@ -835,7 +891,7 @@ completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
 	Req		   *r = *con_cls;
 
-	if (r && r->answered && r->t_mono_ns)
+	if (r && r->answered && r->t_mono_ns && !r->held)
 	{
 		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
 			atomic_fetch_add(&n_aborted, 1);

@@ -11,7 +11,12 @@
  *	  (a row with after waits for that row to be sent); each is recorded.
  *	- The breaker's count, by destination: a success resets it, else the
  *	  failures add; a claim returns the state of each destination with
- *	  failures counted.
+ *	  failures counted.  A destination's circuit is open from opened_us
+ *	  (open_on_settle: the cycle settling that row opens it first, as
+ *	  another worker would while the row was in flight); a claim shows it
+ *	  half-open and its first row as the probe, and a success closes it only
+ *	  when sent at or after opened_us (the tally's send age from the cycle's
+ *	  start, as the SQL takes it from now()); the cycle returns its move.
  *	- The relay claim takes pending rows, and processing ones whose lease
  *	  ran out on the host's clock (th), in id order up to the batch size.
  *	- An inbox insert stores each (source, idempotency key) once, with the
@@ -131,6 +136,10 @@ typedef struct FakeStore
 	int			failures[FAKE_MAX_DESTS];	/* the count, as its SQL keeps it */
 	int			most_failures[FAKE_MAX_DESTS];	/* the highest it reached */
 	const char *open_dest;		/* every claim reports this one's circuit open */
+	int64_t		opened_us[FAKE_MAX_DESTS];	/* its circuit opened then, 0: closed */
+	int			late_ok[FAKE_MAX_DESTS];	/* successes sent before it opened: not counted */
+	int64_t		open_on_settle; /* the cycle settling this row opens its circuit first */
+	int			probes;			/* rows a claim gave as probes */
 	/* the sweep of parked rows: each call's start key, the keys it answers in turn */
 	char		sweep_after[8][16];
 	int			nsweeps;
@@ -278,10 +287,21 @@ fake_settled_sent(const QbSettle *settles, int nsettles, int64_t id)
 	return false;
 }
 
+/* fake_probe_of: the state whose probe a row of dest is, not yet taken; or -1. */
+static int
+fake_probe_of(const QbCycleOut *out, const char *dest, const bool *probed)
+{
+	for (int k = 0; k < out->nstates && k < FAKE_MAX_DESTS; k++)
+		if (out->states[k].probe && !probed[k] && strcmp(out->states[k].destination, dest) == 0)
+			return k;
+	return -1;
+}
+
 /*
  * The claim: due pending rows in id order, within the batch or their
  * limit; promoted_only: only the rows whose earlier row the cycle settled
- * as sent (what the SQL's promotion claims).
+ * as sent (what the SQL's promotion claims).  The first row of a
+ * destination the states show half-open is its probe, listed or not.
  */
 static void
 fake_outbox_claim(FakeStore *fs, const QbClaimReq *c, const QbSettle *settles, int nsettles,
@@ -292,6 +312,7 @@ fake_outbox_claim(FakeStore *fs, const QbClaimReq *c, const QbSettle *settles, i
 	int			left[FAKE_MAX_DESTS];
 	int			unrouted = c->batch_size;
 	long		now = test_now_ms();
+	bool		probed[FAKE_MAX_DESTS] = {false};
 
 	memset(rec, 0, sizeof(*rec));
 	rec->batch_size = c->batch_size;
@@ -311,6 +332,7 @@ fake_outbox_claim(FakeStore *fs, const QbClaimReq *c, const QbSettle *settles, i
 		FakeOutRow *r = &fs->out[i];
 		QbOutboxRow *o;
 		int			d = -1;
+		int			probe = -1;
 
 		if (r->state != ROW_PENDING || r->due_ms > now)
 			continue;
@@ -324,6 +346,8 @@ fake_outbox_claim(FakeStore *fs, const QbClaimReq *c, const QbSettle *settles, i
 				continue;
 			unrouted--;
 		}
+		else if ((probe = fake_probe_of(out, r->destination, probed)) >= 0)
+			probed[probe] = true;	/* a half-open destination's: listed or not */
 		else
 		{
 			for (int j = 0; j < c->ndests; j++)
@@ -349,24 +373,78 @@ fake_outbox_claim(FakeStore *fs, const QbClaimReq *c, const QbSettle *settles, i
 		o->destination = r->destination[0] ? strdup(r->destination) : NULL;
 		o->key = r->key[0] ? strdup(r->key) : NULL;
 		o->in_intake = r->attempt == 0;
+		o->probe = probe >= 0;
+		fs->probes += o->probe;
 	}
 }
 
-/* The breaker statement's rule: a success resets the count, else failures add. */
+static int64_t
+fake_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* fake_open_on_settle: the cycle settles row open_on_settle: its circuit opens now. */
 static void
-fake_outbox_tallies(FakeStore *fs, const QbDestTally *tallies, int ntallies)
+fake_open_on_settle(FakeStore *fs, const QbSettle *settles, int nsettles, int64_t now_us)
+{
+	for (int i = 0; i < nsettles; i++)
+		if (fs->open_on_settle != 0 && settles[i].id == fs->open_on_settle &&
+			settles[i].destination != NULL)
+		{
+			int			t = fake_tally_index(fs, settles[i].destination);
+
+			if (fs->opened_us[t] == 0)
+				fs->opened_us[t] = now_us;
+		}
+}
+
+/* fake_change: the breaker's answer for a destination whose circuit was or is open. */
+static void
+fake_change(QbCycleOut *out, const char *destination, bool was_open, bool is_open)
+{
+	QbDestChange *c;
+
+	if (out->changes == NULL)
+		out->changes = calloc(FAKE_MAX_DESTS, sizeof(QbDestChange));
+	c = &out->changes[out->nchanges++];
+	c->destination = strdup(destination);
+	c->old_state = was_open ? QB_CIRCUIT_OPEN : QB_CIRCUIT_CLOSED;
+	c->new_state = is_open ? QB_CIRCUIT_OPEN : QB_CIRCUIT_CLOSED;
+}
+
+/*
+ * The breaker statement's rule: a success resets the count and closes the
+ * circuit, one sent before the circuit opened neither; else failures add.
+ */
+static void
+fake_outbox_tallies(FakeStore *fs, const QbDestTally *tallies, int ntallies, int64_t now_us,
+					QbCycleOut *out)
 {
 	for (int i = 0; i < ntallies; i++)
 	{
 		int			t = fake_tally_index(fs, tallies[i].destination);
+		bool		was_open = fs->opened_us[t] != 0;
+		bool		ok = tallies[i].ok > 0 &&
+			(!was_open || now_us - tallies[i].ok_sent_ago_us >= fs->opened_us[t]);
 
 		fs->tally_failed[t] += tallies[i].failed;
-		if (tallies[i].ok > 0 && !tallies[i].gone)
+		if (tallies[i].ok > 0 && !ok)
+			fs->late_ok[t]++;
+		if (ok && !tallies[i].gone)
+		{
 			fs->failures[t] = 0;
+			fs->opened_us[t] = 0;
+		}
 		else
 			fs->failures[t] += tallies[i].failed;
 		if (fs->failures[t] > fs->most_failures[t])
 			fs->most_failures[t] = fs->failures[t];
+		if (was_open)
+			fake_change(out, tallies[i].destination, was_open, fs->opened_us[t] != 0);
 	}
 }
 
@@ -413,10 +491,12 @@ fake_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 				  QbCycleOut *out, char *err, size_t errlen)
 {
 	FakeStore  *fs = ctx;
+	int64_t		now_us = fake_now_us(); /* the transaction's start */
 
 	pthread_mutex_lock(&fs->lock);
 	memset(out, 0, sizeof(*out));
-	fake_outbox_tallies(fs, tallies, ntallies);
+	fake_open_on_settle(fs, settles, nsettles, now_us);
+	fake_outbox_tallies(fs, tallies, ntallies, now_us, out);
 	for (int i = 0; i < nsettles; i++)
 	{
 		fake_outbox_settle(fs, &settles[i], out);
@@ -430,13 +510,14 @@ fake_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 	{
 		out->states = calloc(FAKE_MAX_DESTS, sizeof(QbDestState));
 		for (int t = 0; t < fs->ntally_names; t++)
-			if (fs->failures[t] > 0)
+			if (fs->failures[t] > 0 || fs->opened_us[t] != 0)
 			{
 				QbDestState *st = &out->states[out->nstates++];
 
 				st->destination = strdup(fs->tally_names[t]);
-				st->state = QB_CIRCUIT_CLOSED;
+				st->state = fs->opened_us[t] != 0 ? QB_CIRCUIT_HALF_OPEN : QB_CIRCUIT_CLOSED;
 				st->failures = fs->failures[t];
+				st->probe = fs->opened_us[t] != 0;
 			}
 		if (fs->open_dest != NULL)
 		{

@@ -263,6 +263,41 @@ test_success_resets_breaker_count(void **state)
 }
 
 /*
+ * A success sent before its circuit opened does not close it (issue 38: a
+ * request answered just before a partition, settled late, closed the
+ * circuit mid-partition).  Row a is sent while the circuit is closed (with
+ * a failure counted, so its success must reach the breaker); the cycle
+ * that settles it finds the circuit opened meanwhile (by another worker,
+ * the fake's open_on_settle): a's success is not counted and the circuit
+ * stays open.  Row b, claimable once a is sent, is the half-open probe,
+ * sent after the circuit opened: its success closes it.
+ */
+static void
+test_late_success_keeps_circuit_open(void **state)
+{
+	FakeStore  *f = fake_new();
+	QbOutboxStats stats = {0};
+	FakeOutRow *a = add_row(f, "web.late", "web", NULL);
+	FakeOutRow *b = add_row(f, "web.late", "web", NULL);
+	int			t = fake_tally_index(f, "web");
+
+	f->msg_base = 3000;
+	f->failures[t] = 1;
+	f->open_on_settle = a->id;
+	b->after = a->id;
+	run(f, &stats);
+	assert_int_equal(a->state, ROW_SENT);
+	assert_int_equal(b->state, ROW_SENT);
+	assert_int_equal(b->settles, 1);
+	assert_int_equal(f->late_ok[t], 1);	/* a's success: sent before the circuit opened */
+	assert_int_equal(f->probes, 1);
+	assert_true(f->opened_us[t] == 0);	/* closed by b, the probe */
+	assert_int_equal(f->failures[t], 0);
+	assert_int_equal(f->stale_settles, 0);
+	fake_store_free(f);
+}
+
+/*
  * Rows of one key, each claimable once the one before is sent: the cycle
  * that settles a row claims too, even after a claim that found nothing, so
  * the next row of the key is claimed at once (the promotion's claim), not
@@ -612,6 +647,7 @@ main(void)
 		cmocka_unit_test(test_retry_then_dead_and_no_route),
 		cmocka_unit_test(test_row_headers_parsed_once),
 		cmocka_unit_test(test_success_resets_breaker_count),
+		cmocka_unit_test(test_late_success_keeps_circuit_open),
 		cmocka_unit_test(test_key_followers_claimed_at_settle),
 		cmocka_unit_test(test_unrouted_claims_follow_their_destinations),
 		cmocka_unit_test(test_sweep_walks_on),

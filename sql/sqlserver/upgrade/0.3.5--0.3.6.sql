@@ -1,8 +1,8 @@
 /*
  * sql/sqlserver/upgrade/0.3.5--0.3.6.sql
  *	  What changes from schema 0.3.5 to 0.3.6 on SQL Server (issue 38, chaos
- *	  with a checker: takeover on Babelfish), one section each below; T-SQL
- *	  batches split on GO.
+ *	  with a checker: takeover on Babelfish, the breaker's late success), one
+ *	  section each below; T-SQL batches split on GO.
  */
 
 -- ---- takeover on Babelfish (issue 38) -------------------------------------
@@ -75,6 +75,326 @@ BEGIN
 	IF @@ROWCOUNT = 0
 		INSERT INTO queuebox.claimer_beat (claimer, alive_until) VALUES (@claimer, DATEADD(ms, @alive_ms, @now));
 	SELECT 1 AS written;
+END
+GO
+
+-- ---- the breaker's late success (issue 38) ----------------------------------
+-- _outbox_cycle counts a success into an open or half-open circuit only
+-- when it was sent at or after opened_at (the tallies' "ago"): a request
+-- answered before a partition and settled late no longer closes it.  No
+-- row changes.
+
+DROP PROCEDURE queuebox._outbox_cycle;
+GO
+CREATE PROCEDURE queuebox._outbox_cycle
+	@tallies NVARCHAR(MAX), @settles NVARCHAR(MAX), @claim NVARCHAR(MAX), @claimer BIGINT = NULL
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @now DATETIME2(6) = SYSUTCDATETIME();
+	DECLARE @nsettled INT = 0;
+	DECLARE @token UNIQUEIDENTIFIER = CONVERT(UNIQUEIDENTIFIER, JSON_VALUE(@claim, '$.token'));
+	DECLARE @lease BIGINT = CONVERT(BIGINT, JSON_VALUE(@claim, '$.lease'));
+	DECLARE @maxa INT = ISNULL(CONVERT(INT, JSON_VALUE(@claim, '$.maxa')), 1);
+	DECLARE @changes TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
+							old_state NVARCHAR(20), new_state NVARCHAR(20), paused BIT);
+	DECLARE @ended TABLE ([key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2);
+	DECLARE @states TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
+						   state NVARCHAR(20), failures INT, paused BIT, probe BIT);
+	DECLARE @rows TABLE (id BIGINT PRIMARY KEY, claimed BIT, destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2,
+						 src CHAR(1), not_due BIT);
+
+	/* -- the circuit breakers (QB_PG_OUTBOX_BREAKER_ROWS, QB_PG_OUTBOX_BREAKER) -- */
+	IF @tallies IS NOT NULL
+	BEGIN
+		DECLARE @t TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
+						  n_ok INT, ok_sent_at DATETIME2(6), n_fail INT, gone BIT,
+						  retry_after_ms BIGINT, error NVARCHAR(MAX), threshold INT, cooldown_ms BIGINT);
+		DECLARE @nx TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
+						   old_state NVARCHAR(20), new_state NVARCHAR(20), old_failures INT,
+						   new_failures INT, old_paused DATETIME2(6), new_paused DATETIME2(6),
+						   n_fail INT, error NVARCHAR(MAX), cooldown_ms BIGINT);
+
+		-- when the latest success was sent: @now less its age, rounded up to
+		-- the millisecond (so never later than it was); an open circuit
+		-- counts it only when sent at or after opened_at (QB_PG_OUTBOX_BREAKER)
+		INSERT @t (destination, n_ok, ok_sent_at, n_fail, gone, retry_after_ms, error, threshold,
+				   cooldown_ms)
+			SELECT destination, n_ok, queuebox._after(@now, -((ISNULL(ago, 0) + 999) / 1000)),
+				   n_fail, ISNULL(gone, 0), ISNULL(retry_after_ms, 0), error, threshold, cooldown_ms
+			FROM OPENJSON(@tallies) WITH (destination NVARCHAR(200) '$.d', n_ok INT '$.ok',
+										  ago BIGINT '$.ago',
+										  n_fail INT '$.fail', gone BIT '$.gone',
+										  retry_after_ms BIGINT '$.ra', error NVARCHAR(MAX) '$.err',
+										  threshold INT '$.th', cooldown_ms BIGINT '$.cd');
+		-- every destination has its row before the counts go in: the range
+		-- lock makes a second creator wait, then find the row
+		INSERT queuebox.destination_state (destination)
+			SELECT t.destination FROM @t t
+			WHERE NOT EXISTS (SELECT 1 FROM queuebox.destination_state d WITH (UPDLOCK, HOLDLOCK)
+							  WHERE d.destination = t.destination);
+		INSERT @nx (destination, old_state, new_state, old_failures, new_failures, old_paused,
+					new_paused, n_fail, error, cooldown_ms)
+			SELECT t.destination, c.state,
+				   CASE WHEN t.gone = 1 OR c.state = N'disabled' THEN N'disabled'
+						WHEN t.n_ok > 0 AND (c.state NOT IN (N'open', N'half-open') OR c.opened_at IS NULL
+											 OR t.ok_sent_at >= c.opened_at) THEN N'closed'
+						WHEN t.n_fail > 0 AND c.state IN (N'open', N'half-open') THEN N'open'
+						WHEN t.n_fail > 0 AND c.failures + t.n_fail >= t.threshold THEN N'open'
+						ELSE c.state END,
+				   c.failures,
+				   CASE WHEN t.n_ok > 0 AND t.gone = 0
+							 AND (c.state NOT IN (N'open', N'half-open') OR c.opened_at IS NULL
+								  OR t.ok_sent_at >= c.opened_at) THEN 0
+						ELSE c.failures + t.n_fail END,
+				   c.paused_until,
+				   CASE WHEN t.retry_after_ms > 0
+							 AND (c.paused_until IS NULL OR c.paused_until < queuebox._after(@now, t.retry_after_ms))
+						THEN queuebox._after(@now, t.retry_after_ms)
+						ELSE c.paused_until END,
+				   t.n_fail, t.error, t.cooldown_ms
+			FROM @t t
+			JOIN queuebox.destination_state c WITH (UPDLOCK, ROWLOCK) ON c.destination = t.destination;
+		UPDATE s
+		SET state = nx.new_state, failures = nx.new_failures,
+			opened_at = CASE WHEN nx.new_state = s.state THEN s.opened_at
+							 WHEN nx.new_state IN (N'open', N'disabled') THEN @now END,
+			probe_at = CASE WHEN nx.new_state = N'open' AND s.state = N'open' THEN s.probe_at
+							WHEN nx.new_state = N'open' THEN queuebox._after(@now, nx.cooldown_ms) END,
+			paused_until = nx.new_paused,
+			last_error = COALESCE(CASE WHEN nx.n_fail > 0 THEN nx.error END, s.last_error),
+			changed_at = CASE WHEN nx.new_state = s.state THEN s.changed_at ELSE @now END
+		FROM queuebox.destination_state s JOIN @nx nx ON nx.destination = s.destination
+		WHERE nx.new_state <> nx.old_state OR nx.new_failures <> nx.old_failures
+		   OR ISNULL(nx.new_paused, '00010101') <> ISNULL(nx.old_paused, '00010101');
+		INSERT @changes (destination, old_state, new_state, paused)
+			SELECT destination, old_state, new_state,
+				   CASE WHEN new_paused > @now THEN 1 ELSE 0 END
+			FROM @nx;
+	END
+
+	/* -- the settles (QB_PG_OUTBOX_SETTLE), fenced by each row's token -- */
+	IF @settles IS NOT NULL
+	BEGIN
+		DECLARE @s TABLE (id BIGINT, token UNIQUEIDENTIFIER, outcome NVARCHAR(10), attempt INT,
+						  delay_ms BIGINT, error NVARCHAR(MAX),
+						  destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2);
+		DECLARE @settled TABLE (id BIGINT PRIMARY KEY, [key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2,
+								state NVARCHAR(50));
+
+		INSERT @s (id, token, outcome, attempt, delay_ms, error, destination)
+			SELECT id, token, outcome, attempt, ISNULL(delay_ms, 0), error, destination
+			FROM OPENJSON(@settles) WITH (id BIGINT '$.id', token UNIQUEIDENTIFIER '$.t',
+										  outcome NVARCHAR(10) '$.o', attempt INT '$.a',
+										  delay_ms BIGINT '$.ms', error NVARCHAR(MAX) '$.err',
+										  destination NVARCHAR(200) '$.d');
+		-- the rows this token still holds, locked: the ones the update changes
+		INSERT @settled (id, [key], state)
+			SELECT o.id, o.[key], CASE s.outcome WHEN N'sent' THEN N'sent' WHEN N'dead' THEN N'dead'
+										 WHEN N'dead-hold' THEN N'dead' ELSE N'pending' END
+			FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK) JOIN @s s ON s.id = o.id
+			WHERE o.claim_token = s.token AND o.state = N'processing';
+		UPDATE o
+		SET state = w.state,
+			attempt = s.attempt,
+			destination = COALESCE(s.destination, o.destination),
+			hold = CASE WHEN s.outcome = N'hold' THEN N'destination'
+						WHEN s.outcome = N'dead-hold' AND o.[key] IS NOT NULL THEN N'dead'
+						WHEN s.outcome = N'retry'
+							 AND EXISTS (SELECT 1 FROM queuebox.destination_state d
+										 WHERE d.destination = s.destination
+										   AND (d.state <> N'closed' OR d.paused_until > @now))
+						THEN N'destination'
+						WHEN s.outcome IN (N'release', N'route', N'retry')
+							 AND COALESCE(s.destination, o.destination) IS NULL THEN N'ready' END,
+			scheduled_at = CASE s.outcome WHEN N'retry' THEN queuebox._after(@now, s.delay_ms)
+							   ELSE o.scheduled_at END,
+			last_error = CASE WHEN s.outcome IN (N'sent', N'route') THEN o.last_error ELSE s.error END,
+			claim_token = NULL, lease_until = NULL
+		FROM queuebox.outbox o
+		JOIN @settled w ON w.id = o.id
+		JOIN @s s ON s.id = o.id
+		WHERE o.claim_token = s.token AND o.state = N'processing';
+		SELECT @nsettled = COUNT(*) FROM @settled;
+		INSERT @ended ([key])
+			SELECT DISTINCT [key] FROM @settled
+			WHERE [key] IS NOT NULL AND state IN (N'sent', N'dead');
+	END
+
+	/*
+	 * -- the promotion (QB_PG_OUTBOX_PROMOTE), a statement after the settle:
+	 * the settle's update waited for every claim that parked a row behind
+	 * an ended row (they held a shared lock on it), so this one reads
+	 * their parks.  With a claim, a due released row is claimed at once.
+	 */
+	IF EXISTS (SELECT 1 FROM @ended)
+	BEGIN
+		DECLARE @promoted TABLE (id BIGINT PRIMARY KEY, claim BIT);
+
+		INSERT @promoted (id, claim)
+			SELECT o.id, CASE WHEN @token IS NOT NULL AND o.scheduled_at <= @now THEN 1 ELSE 0 END
+			FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK)
+			WHERE o.id IN (SELECT (SELECT MIN(f.id) FROM (
+									   SELECT a.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
+														 WHERE e.[key] = k.[key]
+														   AND e.state IN (N'pending', N'processing')
+														 ORDER BY e.id) a
+									   UNION ALL
+									   SELECT d.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
+														 WHERE e.[key] = k.[key] AND e.hold = N'dead'
+														 ORDER BY e.id) d) f)
+						   FROM @ended k)
+			  AND o.state = N'pending' AND o.hold = N'key';
+		UPDATE o
+		SET state = CASE WHEN p.claim = 1 THEN N'processing' ELSE N'pending' END,
+			hold = CASE WHEN p.claim = 1 THEN NULL WHEN o.destination IS NULL THEN N'ready' END,
+			claim_token = CASE WHEN p.claim = 1 THEN @token END,
+			lease_until = CASE WHEN p.claim = 1 THEN queuebox._after(@now, @lease) END,
+			claimer = CASE WHEN p.claim = 1 THEN @claimer END
+		FROM queuebox.outbox o JOIN @promoted p ON p.id = o.id
+		WHERE o.state = N'pending' AND o.hold = N'key';
+		INSERT @rows (id, claimed, destination, src, not_due)
+			SELECT o.id, CASE WHEN o.claim_token = @token AND o.state = N'processing' THEN 1 ELSE 0 END,
+				   o.destination, 'k', 0
+			FROM @promoted p JOIN queuebox.outbox o ON o.id = p.id;
+	END
+
+	IF @claim IS NOT NULL
+	BEGIN
+		DECLARE @probe_ms BIGINT = CONVERT(BIGINT, JSON_VALUE(@claim, '$.probe'));
+		DECLARE @batch INT = CONVERT(INT, JSON_VALUE(@claim, '$.batch'));
+		DECLARE @floor BIGINT = ISNULL(CONVERT(BIGINT, JSON_VALUE(@claim, '$.floor')), 0);
+		DECLARE @left INT;
+		DECLARE @p TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY);
+		DECLARE @d TABLE (name NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, lim INT);
+		DECLARE @cand TABLE (id BIGINT PRIMARY KEY, [key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2, src CHAR(1));
+		DECLARE @blk TABLE (cid BIGINT PRIMARY KEY, bid BIGINT);
+		DECLARE @lk TABLE (id BIGINT PRIMARY KEY);
+
+		/* -- the destination states (QB_PG_OUTBOX_STATES): a cooled-down open circuit goes half-open -- */
+		INSERT @p (destination)
+			SELECT d.destination FROM queuebox.destination_state d WITH (ROWLOCK, READPAST, UPDLOCK)
+			WHERE d.state IN (N'open', N'half-open') AND d.probe_at <= @now;
+		UPDATE d
+		SET state = N'half-open', probe_at = queuebox._after(@now, @probe_ms), changed_at = @now
+		FROM queuebox.destination_state d JOIN @p p ON p.destination = d.destination;
+		INSERT @states (destination, state, failures, paused, probe)
+			SELECT d.destination, d.state, d.failures,
+				   CASE WHEN d.paused_until > @now THEN 1 ELSE 0 END,
+				   CASE WHEN p.destination IS NOT NULL THEN 1 ELSE 0 END
+			FROM queuebox.destination_state d LEFT JOIN @p p ON p.destination = d.destination
+			WHERE d.state <> N'closed' OR d.failures > 0 OR d.paused_until > @now
+			   OR p.destination IS NOT NULL;
+
+		/* -- what the promotion left of the claim (qb_claim_left) -- */
+		SET @batch = @batch - (SELECT COUNT(*) FROM @rows WHERE claimed = 1 AND destination IS NULL);
+		IF @batch < 0
+			SET @batch = 0;
+		INSERT @d (name, lim)
+			SELECT name, lim FROM OPENJSON(@claim, '$.dests') WITH (name NVARCHAR(200) '$.n', lim INT '$.l');
+		UPDATE d
+		SET lim = CASE WHEN d.lim > x.n THEN d.lim - x.n ELSE 0 END
+		FROM @d d JOIN (SELECT destination, COUNT(*) AS n FROM @rows WHERE claimed = 1
+						GROUP BY destination) x ON x.destination = d.name;
+
+		/* -- the candidates: routed rows per destination taking rows, the unrouted intake, ready, probes -- */
+		INSERT @cand (id, [key], src)
+			SELECT r.id, r.[key], 'd'
+			FROM @d d
+			CROSS APPLY (SELECT TOP (d.lim) c.id, c.[key] FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+						 WHERE c.destination = d.name AND c.destination IS NOT NULL
+						   AND c.state = N'pending' AND c.hold IS NULL AND c.scheduled_at <= @now
+						 ORDER BY c.scheduled_at, c.id) r
+			WHERE d.lim > 0
+			  AND NOT EXISTS (SELECT 1 FROM queuebox.destination_state s
+							  WHERE s.destination = d.name
+								AND (s.state <> N'closed' OR s.paused_until > @now));
+		INSERT @cand (id, [key], src)
+			SELECT TOP (@batch) c.id, c.[key], 'i' FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+			WHERE c.state = N'pending' AND c.destination IS NULL AND c.hold IS NULL AND c.id > @floor
+			ORDER BY c.id;
+		SET @left = @batch - @@ROWCOUNT;
+		IF @left > 0
+			INSERT @cand (id, [key], src)
+				SELECT TOP (@left) c.id, c.[key], 'r' FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+				WHERE c.state = N'pending' AND c.hold = N'ready' AND c.scheduled_at <= @now
+				ORDER BY c.scheduled_at, c.id;
+		INSERT @cand (id, [key], src)
+			SELECT r.id, r.[key], 'p'
+			FROM @p pd
+			CROSS APPLY (SELECT TOP (1) x.id, x.[key] FROM (
+							SELECT 1 AS pri, h.id, h.[key] FROM (
+								SELECT TOP (1) c.id, c.[key] FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+								WHERE c.destination = pd.destination AND c.state = N'pending'
+								  AND c.hold = N'destination'
+								ORDER BY c.id) h
+							UNION ALL
+							SELECT 2, g.id, g.[key] FROM (
+								SELECT TOP (1) c.id, c.[key] FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+								WHERE c.destination = pd.destination AND c.destination IS NOT NULL
+								  AND c.state = N'pending' AND c.hold IS NULL
+								ORDER BY c.scheduled_at, c.id) g) x
+						 ORDER BY x.pri) r
+			WHERE NOT EXISTS (SELECT 1 FROM @cand k WHERE k.id = r.id);
+
+		/*
+		 * -- per-key order: a keyed candidate with an earlier open row of its
+		 * key is parked behind it when that row can be share-locked (so the
+		 * settle that ends it waits for this commit, and its promotion sees
+		 * the park), else moved to ready to be looked at again --
+		 */
+		INSERT @blk (cid, bid)
+			SELECT c.id, b.id FROM @cand c
+			CROSS APPLY (SELECT MAX(f.id) AS id FROM (
+							 SELECT a.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
+											   WHERE e.[key] = c.[key] AND e.id < c.id
+												 AND e.state IN (N'pending', N'processing')
+											   ORDER BY e.id DESC) a
+							 UNION ALL
+							 SELECT d.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
+											   WHERE e.[key] = c.[key] AND e.id < c.id AND e.hold = N'dead'
+											   ORDER BY e.id DESC) d) f) b
+			WHERE c.[key] IS NOT NULL AND b.id IS NOT NULL;
+		INSERT @lk (id)
+			SELECT e.id FROM queuebox.outbox e WITH (ROWLOCK, READPAST, REPEATABLEREAD)
+			WHERE e.id IN (SELECT bid FROM @blk)
+			  AND (e.state IN (N'pending', N'processing') OR e.hold = N'dead');
+
+		-- the candidates still pending and unclaimed (the lock keeps them so)
+		DELETE c FROM @cand c
+		WHERE NOT EXISTS (SELECT 1 FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK)
+						  WHERE o.id = c.id AND o.state = N'pending' AND o.claim_token IS NULL);
+		UPDATE o
+		SET state = CASE WHEN b.cid IS NULL THEN N'processing' ELSE N'pending' END,
+			hold = CASE WHEN b.cid IS NULL THEN NULL WHEN l.id IS NOT NULL THEN N'key' ELSE N'ready' END,
+			claim_token = CASE WHEN b.cid IS NULL THEN @token END,
+			lease_until = CASE WHEN b.cid IS NULL THEN queuebox._after(@now, @lease) END,
+			claimer = CASE WHEN b.cid IS NULL THEN @claimer END
+		FROM queuebox.outbox o
+		JOIN @cand c ON c.id = o.id
+		LEFT JOIN @blk b ON b.cid = c.id
+		LEFT JOIN @lk l ON l.id = b.bid
+		WHERE o.state = N'pending' AND o.claim_token IS NULL;
+		-- what changed, by the token: exact even where a lock hint is not honoured
+		INSERT @rows (id, claimed, destination, src, not_due)
+			SELECT o.id, CASE WHEN o.claim_token = @token THEN 1 ELSE 0 END, o.destination, c.src,
+				   CASE WHEN o.scheduled_at > @now THEN 1 ELSE 0 END
+			FROM @cand c JOIN queuebox.outbox o ON o.id = c.id
+			WHERE (o.claim_token = @token AND o.state = N'processing')
+			   OR (o.state = N'pending' AND o.hold IN (N'key', N'ready'));
+	END
+
+	SELECT destination, old_state, new_state, paused FROM @changes ORDER BY destination;
+	SELECT @nsettled AS settled;
+	SELECT destination, state, failures, paused, probe FROM @states ORDER BY destination;
+	SELECT o.id, o.message_id, o.topic, o.[key], o.payload, o.headers, o.attempt,
+		   COALESCE(o.max_attempts, @maxa) AS max_attempts, queuebox._epoch(o.created_at) AS created_epoch,
+		   r.claimed, o.destination,
+		   CASE WHEN r.src = 'i' THEN 1 ELSE 0 END AS in_intake, r.not_due,
+		   CASE WHEN r.src = 'p' THEN 1 ELSE 0 END AS probe
+	FROM @rows r JOIN queuebox.outbox o ON o.id = r.id
+	ORDER BY o.id;
 END
 GO
 

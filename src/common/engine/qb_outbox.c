@@ -431,6 +431,7 @@ qbo_start(QboEngine *e, QboSlot *s, int tag)
 		qbo_span_start(e, s, traced ? &parent : NULL, traced ? &span : NULL,
 					   traced ? qb_trace_state(headers) : NULL);
 	m.headers = headers;
+	s->sent_ns = qb_now_ns();
 	if (r == QB_PUB_STARTED)
 		r = qb_pubset_start(e->pub, &e->cfg->destinations[s->dest], &m, tag, err, sizeof(err));
 	json_decref(headers);
@@ -590,7 +591,16 @@ qbo_count(QboEngine *e, const QboSlot *s, double now)
 	}
 }
 
-/* qbo_tally adds a done slot's attempt to its destination's tally. */
+/*
+ * qbo_tally adds a done slot's attempt to its destination's tally, with
+ * how long ago its latest success was sent: the store closes an open
+ * circuit only for a success sent after the circuit opened (the probe), so
+ * a request answered before a partition and settled late does not close it
+ * mid-partition.  A duration, not a time: the store subtracts it from its
+ * own clock at the start of the cycle's transaction, so no worker's clock
+ * is compared with the database's; the estimate is late by at most the
+ * time from here to that start.
+ */
 static void
 qbo_tally(QboEngine *e, const QboSlot *s, QbDestTally *t, int *nt)
 {
@@ -612,7 +622,12 @@ qbo_tally(QboEngine *e, const QboSlot *s, QbDestTally *t, int *nt)
 		x->cooldown_ms = dest->breaker_cooldown_ms;
 	}
 	if (s->attempt_ok)
-		x->ok++;
+	{
+		int64_t		ago = (qb_now_ns() - s->sent_ns) / 1000;
+
+		if (x->ok++ == 0 || ago < x->ok_sent_ago_us)
+			x->ok_sent_ago_us = ago;
+	}
 	else
 	{
 		x->failed++;
@@ -668,7 +683,10 @@ qbo_tally_needed(QboEngine *e, const QbDestTally *t)
  * qbo_apply_tallies: what the breaker statement did to the count, as the
  * tallies it was given say (its rule: a success resets, else failures
  * add), so a settle with no claim after it leaves the view right for the
- * next one.  A claim's states, read after, replace it.
+ * next one.  A success sent before its circuit opened resets nothing
+ * there; the circuit's new state (qbo_apply_changes) then shows it open,
+ * so the view is not clear either way.  A claim's states, read after,
+ * replace it.
  */
 static void
 qbo_apply_tallies(QboEngine *e, const QbDestTally *t, int n)

@@ -40,6 +40,7 @@ typedef struct QboSlot
 	/* what the attempt told the destination's breaker */
 	bool		attempted;
 	bool		attempt_ok;
+	int64_t		sent_ns;		/* when its publish started (qb_now_ns) */
 	bool		gone;
 	long		retry_after_ms;
 	/* the attempt's span (qb_otlp.h), exported once its settle is written */

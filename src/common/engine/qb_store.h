@@ -14,7 +14,10 @@
  *	  move, the promotion of the next row of each key that ended, the claim.
  *	- A destination's circuit: closed (takes rows), open (rows held), half-
  *	  open (one probe row), disabled (410 Gone, until resumed); a Retry-After
- *	  pauses it.  The relay claims push inbox rows the same way; its forward
+ *	  pauses it.  An open or half-open circuit closes only on the success
+ *	  of a request sent after it opened (the probe), not on an older one
+ *	  settled late; the store compares on its own clock (QbDestTally).
+ *	  The relay claims push inbox rows the same way; its forward
  *	  writes their outbox rows and settles them in one transaction.
  *	- A claimer: the store's session, named by an id whose session lock it
  *	  holds while it lives (QbStore.claimer).  A claim records it; the rows
@@ -99,6 +102,10 @@ typedef struct QbDestTally
 {
 	const char *destination;
 	int			ok;				/* attempts that succeeded */
+	int64_t		ok_sent_ago_us; /* how long before the tally was made the
+								 * latest of them was sent (a monotonic
+								 * duration): it closes an open circuit only
+								 * when sent after the circuit opened */
 	int			failed;			/* attempts that failed (a 410 included) */
 	bool		gone;			/* one answered 410 Gone */
 	long		retry_after_ms; /* the longest Retry-After, 0: none */

@@ -312,12 +312,20 @@
  * order), $2 int4[] attempts that succeeded, $3 int4[] attempts that
  * failed, $4 bool[] a 410 Gone among them, $5 int8[] Retry-After in ms (0:
  * none), $6 text[] the last error, $7 int4[] circuitBreaker.failures, $8
- * int8[] circuitBreaker.cooldownMs.  The shared state of each destination
- * (queuebox.destination_state), read under a row lock and written only when
- * it changes:
+ * int8[] circuitBreaker.cooldownMs, $9 int8[] how many microseconds before
+ * the tally was made the latest success was sent (NULL: just now).  The
+ * shared state of each destination (queuebox.destination_state), read
+ * under a row lock and written only when it changes:
  *	- closed -> open after `failures` consecutive failed attempts (counted
  *	  by every worker and replica together; a success resets the count);
  *	- half-open -> open when the probe fails, -> closed when it succeeds;
+ *	- an open or half-open circuit counts a success only when it was sent
+ *	  at or after opened_at (the probe, or a request of a worker that had
+ *	  not seen it open yet): a request answered just before a partition and
+ *	  settled late must not close it mid-partition.  Its send time is
+ *	  now() less $9, on the database's clock as opened_at is (the worker
+ *	  measured only the duration); it is late by the time from the tally
+ *	  to this transaction's start, a round trip;
  *	- any -> disabled on a 410, until queuebox.resume_destination();
  *	- a Retry-After pauses the destination (paused_until) without changing
  *	  its state.
@@ -328,26 +336,31 @@
 #define QB_PG_OUTBOX_BREAKER \
 	"WITH t AS (" \
 	"   SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::bool[], $5::bigint[]," \
-	"                        $6::text[], $7::int[], $8::bigint[])" \
-	"   AS t(destination, n_ok, n_fail, gone, retry_after_ms, error, threshold, cooldown_ms))," \
+	"                        $6::text[], $7::int[], $8::bigint[], $9::bigint[])" \
+	"   AS t(destination, n_ok, n_fail, gone, retry_after_ms, error, threshold, cooldown_ms," \
+	"        ok_sent_ago_us))," \
 	" cur AS (" \
-	"   SELECT d.destination, d.state, d.failures, d.paused_until" \
+	"   SELECT d.destination, d.state, d.failures, d.paused_until, d.opened_at" \
 	"   FROM queuebox.destination_state d WHERE d.destination = ANY ($1::text[])" \
 	"   ORDER BY d.destination FOR UPDATE)," \
-	" nx AS (" \
-	"   SELECT t.*, c.state AS old_state," \
-	"     CASE WHEN t.gone OR c.state = 'disabled' THEN 'disabled'" \
-	"          WHEN t.n_ok > 0 THEN 'closed'" \
-	"          WHEN t.n_fail > 0 AND c.state IN ('open', 'half-open') THEN 'open'" \
-	"          WHEN t.n_fail > 0 AND c.failures + t.n_fail >= t.threshold THEN 'open'" \
-	"          ELSE c.state END AS new_state," \
-	"     CASE WHEN t.n_ok > 0 AND NOT t.gone THEN 0" \
-	"          ELSE c.failures + t.n_fail END AS new_failures," \
-	"     CASE WHEN t.retry_after_ms > 0" \
-	"          THEN greatest(c.paused_until, now() + t.retry_after_ms * interval '1 millisecond')" \
-	"          ELSE c.paused_until END AS new_paused," \
-	"     c.failures AS old_failures, c.paused_until AS old_paused" \
+	" tc AS (" \
+	"   SELECT t.*, c.state AS old_state, c.failures AS old_failures, c.paused_until AS old_paused," \
+	"     t.n_ok > 0 AND (c.state NOT IN ('open', 'half-open') OR c.opened_at IS NULL" \
+	"       OR now() - coalesce(t.ok_sent_ago_us, 0) * interval '1 microsecond' >= c.opened_at) AS ok" \
 	"   FROM t JOIN cur c ON c.destination = t.destination)," \
+	" nx AS (" \
+	"   SELECT tc.*," \
+	"     CASE WHEN tc.gone OR tc.old_state = 'disabled' THEN 'disabled'" \
+	"          WHEN tc.ok THEN 'closed'" \
+	"          WHEN tc.n_fail > 0 AND tc.old_state IN ('open', 'half-open') THEN 'open'" \
+	"          WHEN tc.n_fail > 0 AND tc.old_failures + tc.n_fail >= tc.threshold THEN 'open'" \
+	"          ELSE tc.old_state END AS new_state," \
+	"     CASE WHEN tc.ok AND NOT tc.gone THEN 0" \
+	"          ELSE tc.old_failures + tc.n_fail END AS new_failures," \
+	"     CASE WHEN tc.retry_after_ms > 0" \
+	"          THEN greatest(tc.old_paused, now() + tc.retry_after_ms * interval '1 millisecond')" \
+	"          ELSE tc.old_paused END AS new_paused" \
+	"   FROM tc)," \
 	" up AS (" \
 	"   UPDATE queuebox.destination_state s" \
 	"   SET state = nx.new_state, failures = nx.new_failures," \

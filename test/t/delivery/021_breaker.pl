@@ -12,7 +12,9 @@
 #   - a success resets the count: messages that each fail once and then
 #     succeed, one at a time, never open the circuit; resume of a closed
 #     destination answers resumed: false;
-#   - the only destination configured opens, and is still probed again.
+#   - the only destination configured opens, and is still probed again;
+#   - a success sent before the circuit opened (answered late) leaves it
+#     open; the probe's closes it.
 #   Every phase counts rows before and after; waits are bounded polls.
 use strict;
 use warnings;
@@ -325,9 +327,57 @@ qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = 'alone.
 ok(qb_log_count($node, qr/destination f is half-open: trying row \d+ as its probe/, $log_offset) >= 1, 'alone: f went half-open and a row was its probe');
 is(qb_dest_status($node, 'f')->{state}, 'closed', 'alone: f ends closed');
 
+# ==== 11. a late success does not close an open circuit (issue 38)
+# A request answered just before a partition and settled late closed the
+# circuit mid-partition.  One worker (so the one that sees l open is the one
+# that settles a): row a is sent while l is closed and the sink holds its
+# answer; row b fails once and opens l (failures 1, a cooldown of an hour:
+# no probe until the test brings probe_at forward).  Then the sink answers a
+# with 200: a was sent before l opened, so l stays open.  Then b is the
+# probe, sent after l opened: its 200 closes l.  No timed assertion: each
+# step waits for the one before.
+my $sink_l = qb_sink_start(name => 'brk_late');
+$node->safe_psql('postgres', 'ALTER SYSTEM SET queuebox.outbox_workers = 1; SELECT pg_reload_conf()');
+qb_wait_query($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'queuebox outbox%'", '1',
+	'late: one outbox worker runs', timeout => 30);
+$log_offset = -s $node->logfile;
+qb_configure($node, qb_config_yaml(
+	outbox => { maxAttempts => 1000, backoff => { initialMs => 50, maxMs => 100 } },
+	http => { listen => "127.0.0.1:$http_port" },
+	admin => { token => $token },
+	destinations => { l => { type => 'http', baseUrl => $sink_l->{url}, path => '/events',
+		circuitBreaker => { failures => 1, cooldownMs => 3600000 } } },
+	routes => [ { topicPattern => '**', destination => 'l' } ]));
+qb_wait_for(sub { qb_log_count($node, qr/queuebox outbox \d: configuration loaded/, $log_offset) >= 1 },
+	'late: the worker loaded the configuration of l', timeout => 30);
+my $late_a = $node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload)
+	VALUES ('late.a', '{"_sink": {"hold": true}}') RETURNING id});
+qb_wait_for(sub { qb_sink_stats($sink_l)->{held} == 1 }, 'late: a is sent, the sink holds its answer',
+	timeout => 30);
+my $late_b = $node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload)
+	VALUES ('late.b', '{"_sink": {"fail": 1}}') RETURNING id});
+qb_wait_for(sub { qb_dest_status($node, 'l')->{state} eq 'open' }, 'late: b fails and opens l', timeout => 30);
+$r = HTTP::Tiny->new(timeout => 10)->post("$sink_l->{url}/_sink/release");
+is($r->{content}, '{"released":1}', 'late: the sink answers a (200) now that l is open');
+qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE id = $late_a", 'sent',
+	'late: a is settled as sent', timeout => 30);
+my $ls = qb_dest_status($node, 'l');
+is("$ls->{state}/$ls->{failures}", 'open/1', 'late: a, sent before l opened, did not close it nor reset its count');
+is($node->safe_psql('postgres', "SELECT state || '/' || attempt FROM queuebox.outbox WHERE id = $late_b"),
+	'pending/1', 'late: b waits for the probe, one attempt spent');
+$node->safe_psql('postgres', "UPDATE queuebox.destination_state SET probe_at = now() WHERE destination = 'l'");
+qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE id = $late_b", 'sent',
+	'late: the cooldown over, b is the probe and is sent', timeout => 30);
+is(qb_dest_status($node, 'l')->{state}, 'closed', 'late: the probe, sent after l opened, closed it');
+ok(qb_log_count($node, qr/destination l is half-open: trying row $late_b as its probe/, $log_offset) >= 1,
+	'late: b was the probe');
+is(join(',', sort map { scalar @{ $_ } } values %{ qb_sink_by_id($sink_l) }),
+	'1,2', 'late: the sink got a once and b twice (a 500, then the probe)');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET queuebox.outbox_workers; SELECT pg_reload_conf()');
+
 is(qb_count($node, "state <> 'sent'"), '0', 'every row of the test ends sent');
-is(qb_outbox_count($node), 100 + 40 + 11 + 20 + 1 + 6 + 5, 'and the outbox holds them all');
+is(qb_outbox_count($node), 100 + 40 + 11 + 20 + 1 + 6 + 5 + 2, 'and the outbox holds them all');
 
 $node->stop;
-qb_sink_stop($_) for ($sink_r2, $sink_g, $sink_p, $sink_n2, $sink_f);
+qb_sink_stop($_) for ($sink_r2, $sink_g, $sink_p, $sink_n2, $sink_f, $sink_l);
 done_testing();

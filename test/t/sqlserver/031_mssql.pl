@@ -149,7 +149,7 @@ is(mssql_value($dbh, q{SELECT COUNT(*) FROM queuebox.config_route WHERE pattern 
 	my ($out, $errout) = ('', '');
 	IPC::Run::run([ qb_test_binary('test/store/conformance'), 'odbc' ], '>', \$out, '2>', \$errout);
 	is($? >> 8, 0, 'the store conformance suite passes against the ODBC store') or diag "$out\n$errout";
-	like($out . $errout, qr/\[  PASSED  \] 14 test\(s\)/, 'the fourteen common scenarios ran');
+	like($out . $errout, qr/\[  PASSED  \] 15 test\(s\)/, 'the fifteen common scenarios ran');
 	unlike($out . $errout, qr/Wrong-Secret-9/, 'no message shows the wrong password');
 	is(count('outbox') + count('inbox'), 0, 'the suite leaves the tables empty');
 }
@@ -833,6 +833,12 @@ sub upgrade_from
 	is(rows_text($breaker_rows), $breaker_before, "$from: the migration changes no breaker row");
 	is(mssql_value($dbh, example('complete'), $held->[0][0], $held->[0][1]), 1,
 		"$from: a claim made before the upgrade completes with its token");
+	# 0.3.6 (issue 38): the upgraded _outbox_cycle keeps an open circuit open
+	# on a success sent (the tallies' "ago", in microseconds) before it opened
+	mssql_do($dbh, q{UPDATE queuebox.destination_state SET opened_at = SYSUTCDATETIME() WHERE destination = N'broken'});
+	is(join('|', @{ mssql_rows($dbh, 'EXEC queuebox._outbox_cycle ?, NULL, NULL',
+		'[{"d": "broken", "ok": 1, "ago": 60000000, "fail": 0, "th": 3, "cd": 60000}]')->[0] }[0 .. 2]),
+		'broken|open|open', "$from: a success sent a minute before the circuit opened leaves it open");
 	is(join(' ', map { "$_=" . mssql_value($dbh, 'EXEC queuebox.resume_destination ?', $_) } qw(broken flaky paused waited)),
 		'broken=1 flaky=0 paused=1 waited=0',
 		"$from: resume_destination then answers 1 only where rows were held (open, paused ahead)");

@@ -48,9 +48,11 @@ qb_odbc_json_tallies(const QbDestTally *t, int n, bool *oom)
 		return NULL;
 	a = json_array();
 	for (int i = 0; i < n && a != NULL; i++)
-		failed |= json_array_append_new(a, json_pack("{s:o,s:i,s:i,s:b,s:I,s:o,s:i,s:I}",
+		failed |= json_array_append_new(a, json_pack("{s:o,s:i,s:I,s:i,s:b,s:I,s:o,s:i,s:I}",
 													 "d", qboj_str(t[i].destination),
-													 "ok", t[i].ok, "fail", t[i].failed,
+													 "ok", t[i].ok,
+													 "ago", (json_int_t) t[i].ok_sent_ago_us,
+													 "fail", t[i].failed,
 													 "gone", t[i].gone,
 													 "ra", (json_int_t) t[i].retry_after_ms,
 													 "err", qboj_str(t[i].error),
