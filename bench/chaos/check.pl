@@ -17,7 +17,9 @@
 #                     line per request, t_us when its body was read, status,
 #                     the X-Message-Id header and the body (the row's
 #                     payload: {"tx":T,"key":K,"seq":N,...})
-#   faults.jsonl      what the nemesis did: {"fault":F,"start":S,"end":S}
+#   faults.jsonl      what the nemesis did: {"fault":F,"start":S,"end":S,
+#                     "receiver":"receiver-x"} (the receiver whose rows it
+#                     is about; none: all)
 #   dead.jsonl        optional: the rows the system itself declares dead
 #                     ({"key":K,"seq":N}), read after the run
 #   meta.json         the run's settings (slack_before_s, slack_after_s)
@@ -26,7 +28,8 @@
 #   committed   a row of a transaction whose COMMIT was answered, or whose
 #               token is in committed.txt
 #   stored      a request the receiver answered 2xx (a cut answer too: the
-#               receiver took it, the sender did not hear so); a row's
+#               receiver took it, the sender did not hear so; the sink logs
+#               no request whose client left before its answer); a row's
 #               first store is the earliest t_us (then log order)
 #   lost        a committed row that is not poison and was never stored
 #   reordered   within a key, a committed row first stored before an
@@ -36,9 +39,10 @@
 #               was in order
 #   duplicate   each store of a row after its first; it is explained by a
 #               fault when the row's first store and the duplicate both lie
-#               in [start - slack_before, end + resume + slack_after] of one
-#               fault (the row was in flight at the fault); otherwise it is
-#               unexplained, a failure
+#               in [start - slack_before, end + slack_after] of one fault
+#               about its receiver (the row was in flight at the fault, and
+#               sent again once it was over); otherwise it is unexplained, a
+#               failure
 #   phantom     a stored row whose transaction did not commit (or that no
 #               writer tried): a failure
 #   poison      a row the writer asked to fail (its receiver answers 422,
@@ -153,17 +157,18 @@ my @req;
 my $idx = 0;
 for my $f (sort @rfiles)
 {
+	my ($rtag) = $f =~ m{(receiver-[^/]*)\.jsonl$};
 	for my $e (read_jsonl($f))
 	{
 		my $doc = eval { $json->decode($e->{body}) };
 		next unless ref $doc eq 'HASH' && defined $doc->{key} && defined $doc->{seq};
-		push @req, { t => $e->{t_us} / 1e6, idx => $idx++, status => $e->{status}, cut => $e->{cut} ? 1 : 0,
+		push @req, { t => $e->{t_us} / 1e6, idx => $idx++, status => $e->{status}, cut => $e->{cut} ? 1 : 0, rx => $rtag,
 			id => "$doc->{key}/$doc->{seq}", mid => $e->{headers}{'x-message-id'} // '' };
 	}
 }
 @req = sort { $a->{t} <=> $b->{t} || $a->{idx} <=> $b->{idx} } @req;
 
-my (%stores, %mid_of);
+my (%stores, %mid_of, %rx_of);
 my %st = (requests => scalar(@req), stored => 0, failed_answers => 0, cut => 0);
 for my $q (@req)
 {
@@ -183,6 +188,7 @@ for my $q (@req)
 		$st{stored}++;
 		$st{cut}++ if $q->{cut};
 		push @{ $stores{ $q->{id} } }, $q->{t};
+		$rx_of{ $q->{id} } //= $q->{rx};
 	}
 	else
 	{
@@ -259,23 +265,36 @@ for my $k (sort keys %by_key)
 # ---------------------------------------------------------------- faults
 
 my @faults = -e "$dir/faults.jsonl" ? read_jsonl("$dir/faults.jsonl") : ();
-my @ok_times = map { $_->{t} } grep { $_->{status} >= 200 && $_->{status} < 300 } @req;
 my $GAP = 0.25;    # seconds without a 2xx that make a stall (the writers never pause so long)
 @faults = sort { $a->{start} <=> $b->{start} } @faults;
 $_->{stall} = 0 for @faults;
-# each stall is the latest fault's that began before it (or within $GAP
-# after its start: the fault stopped the 2xx that were due), if the stall
-# begins at most 5 s after that fault's end
-my $k = -1;
-for my $i (0 .. $#ok_times - 1)
+# the 2xx times of each receiver, and of all ('')
+my %ok_times;
+for my $q (grep { $_->{status} >= 200 && $_->{status} < 300 } @req)
 {
-	my ($p, $q) = @ok_times[ $i, $i + 1 ];
-	next if $q - $p < $GAP;
-	$k++ while $k < $#faults && $faults[ $k + 1 ]{start} <= $p + $GAP;
-	next if $k < 0 || $p > $faults[$k]{end} + 5;
-	my $f = $faults[$k];
-	$f->{resume_at} = $q;
-	$f->{stall} = $q - $p if $q - $p > $f->{stall};
+	push @{ $ok_times{''} }, $q->{t};
+	push @{ $ok_times{ $q->{rx} } }, $q->{t};
+}
+# a fault is about one receiver when it names one ("receiver": the file's
+# name without .jsonl), else about all.  Each stall of a receiver is the
+# latest fault about it that began before the stall (or within $GAP after
+# its start: the fault stopped the 2xx that were due), if the stall begins
+# at most 5 s after that fault's end
+for my $rx (keys %ok_times)
+{
+	my @f = grep { ($_->{receiver} // '') eq $rx } @faults;
+	next unless @f;
+	my $ok = $ok_times{$rx};
+	my $k = -1;
+	for my $i (0 .. $#$ok - 1)
+	{
+		my ($p, $q) = @$ok[ $i, $i + 1 ];
+		next if $q - $p < $GAP;
+		$k++ while $k < $#f && $f[ $k + 1 ]{start} <= $p + $GAP;
+		next if $k < 0 || $p > $f[$k]{end} + 5;
+		$f[$k]{resume_at} = $q;
+		$f[$k]{stall} = $q - $p if $q - $p > $f[$k]{stall};
+	}
 }
 for my $f (@faults)
 {
@@ -283,13 +302,14 @@ for my $f (@faults)
 	if (!defined $resume_at)
 	{
 		# no stall: the first 2xx at or after the end
-		my ($lo, $hi) = (0, scalar @ok_times);
+		my $ok = $ok_times{ $f->{receiver} // '' } // [];
+		my ($lo, $hi) = (0, scalar @$ok);
 		while ($lo < $hi)
 		{
 			my $mid = int(($lo + $hi) / 2);
-			if ($ok_times[$mid] < $f->{end}) { $lo = $mid + 1 } else { $hi = $mid }
+			if ($ok->[$mid] < $f->{end}) { $lo = $mid + 1 } else { $hi = $mid }
 		}
-		$resume_at = $ok_times[$lo] if $lo < @ok_times;
+		$resume_at = $ok->[$lo] if $lo < @$ok;
 	}
 	$f->{resume} = defined $resume_at ? ($resume_at > $f->{end} ? $resume_at - $f->{end} : 0) : undef;
 	$f->{dups} = 0;
@@ -304,8 +324,10 @@ for my $id (sort keys %stores)
 	{
 		$dups++;
 		my ($by) = grep {
+			!defined $_->{receiver} || $_->{receiver} eq $rx_of{$id}
+		} grep {
 			my $lo = $_->{start} - $slack_before;
-			my $hi = $_->{end} + ($_->{resume} // 0) + $slack_after;
+			my $hi = $_->{end} + $slack_after;
 			$t[0] >= $lo && $t[0] <= $hi && $td >= $lo && $td <= $hi
 		} reverse @faults;
 		if ($by)
@@ -335,9 +357,9 @@ printf "duplicates: %d (%d unexplained by a fault)\n", $dups, $unexplained;
 my %by_type;
 push @{ $by_type{ $_->{fault} } }, $_ for @faults;
 print "faults: " . scalar(@faults) . "\n";
-printf "| %-18s | %5s | %-26s | %-26s | %10s |\n", 'fault', 'count', 'resume s (min / med / max)',
+printf "| %-20s | %5s | %-26s | %-26s | %10s |\n", 'fault', 'count', 'resume s (min / med / max)',
   'stall s (min / med / max)', 'duplicates';
-printf "|%s|%s|%s|%s|%s|\n", '-' x 20, '-' x 7, '-' x 28, '-' x 28, '-' x 12;
+printf "|%s|%s|%s|%s|%s|\n", '-' x 22, '-' x 7, '-' x 28, '-' x 28, '-' x 12;
 for my $type (sort keys %by_type)
 {
 	my $spread = sub {
@@ -346,7 +368,7 @@ for my $type (sort keys %by_type)
 	};
 	my $d = 0;
 	$d += $_->{dups} for @{ $by_type{$type} };
-	printf "| %-18s | %5d | %-26s | %-26s | %10d |\n", $type, scalar @{ $by_type{$type} },
+	printf "| %-20s | %5d | %-26s | %-26s | %10d |\n", $type, scalar @{ $by_type{$type} },
 	  $spread->(map { $_->{resume} // () } @{ $by_type{$type} }), $spread->(map { $_->{stall} } @{ $by_type{$type} }), $d;
 }
 if (@fail)

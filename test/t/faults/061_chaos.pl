@@ -14,37 +14,42 @@
 #   its key, inside a fault, is a duplicate, not a reordering.
 #
 #   Then the run (QB_CHAOS_SECONDS, default 120: the suite's short mode;
-#   bench/chaos/run.sh runs the same file for 10 minutes):
-#   - writers (QB_CHAOS_WRITERS, 2), each owning a share of QB_CHAOS_KEYS
-#     (200) keys, commit QB_CHAOS_TX_RATE (12) transactions a second of
-#     QB_CHAOS_ROWS (8) outbox rows on distinct keys, each payload {tx, key,
-#     seq: the key's next number}, plus a business row (table chaos_tx, the
-#     transaction's token) in the same transaction.  One row in 500 is
-#     poison (the receiver answers it 422, max_attempts 2: a dead letter the
-#     run asks for).  A transaction whose COMMIT got no answer (psql lost
-#     its server, or could not reach it) is "unknown" in the writer's log:
-#     its outcome is learned after the run, from chaos_tx;
-#   - the receiver: the loopback sink (test/sink/qb_sink), in a network
-#     namespace of its own when one can be made (test/perl/QueueBoxNetns.pm,
-#     as TAP 048), logging every request;
+#   bench/chaos/run.sh runs the same file for 10 minutes), on two
+#   QueueBoxes: the extension and the daemon on PostgreSQL, each with its
+#   own cluster and receiver (test/sink/qb_sink, logging every request;
+#   in network namespaces of their own when they can be made,
+#   test/perl/QueueBoxNetns.pm, as TAP 048):
+#   - writers (QB_CHAOS_WRITERS 2 into the extension's cluster,
+#     QB_CHAOS_DAEMON_WRITERS 1 into the daemon's), each owning a share of
+#     QB_CHAOS_KEYS (200) keys, commit QB_CHAOS_TX_RATE (10) transactions a
+#     second of QB_CHAOS_ROWS (8) outbox rows on distinct keys, each payload
+#     {tx, key, seq: the key's next number}, plus a business row (table
+#     chaos_tx, the transaction's token) in the same transaction.  One row
+#     in 500 is poison (the receiver answers it 422, max_attempts 2: a dead
+#     letter the run asks for).  A transaction whose COMMIT got no answer
+#     (psql lost its server, or could not reach it) is "unknown" in the
+#     writer's log: its outcome is learned after the run, from chaos_tx;
 #   - the nemesis, one fault at a time, each type in turn in a shuffled
 #     order, 2 to 5 s apart once deliveries resumed after the last: kill -9
-#     of an outbox worker (the cluster crash-restarts), kill -9 of the
-#     postmaster and its children (started again 1 to 2 s later), the
-#     receiver answering 500, 429 with Retry-After, 410 (the operator
-#     resumes the destination after it), answering after the destination's
-#     timeout, or cutting its answer mid-body; a partition and 10 % packet
-#     loss between the extension and the receiver (only with namespaces);
-#     a configuration reload (queuebox.configure() with another batch size,
-#     and pg_reload_conf()).  A fault that lasts lasts 3 to 6 s.
-#   When the time is up the writers stop, every row settles (sent or dead),
-#   the business rows and the dead letters are read into files, and the
+#     of an outbox worker (the cluster crash-restarts), of the postmaster
+#     and its children (started again 1 to 2 s later), of the daemon (a new
+#     one started) and of one of its outbox roles; the receiver answering
+#     500, 429 with Retry-After, 410 (the operator resumes the destination
+#     after it), after the destination's timeout, or cutting its answer
+#     mid-body; a partition and 10 % packet loss between the extension and
+#     its receiver, and between the daemon and its database (only with
+#     namespaces); a configuration reload of each (queuebox.configure()
+#     with another batch size and pg_reload_conf(); the daemon's file
+#     rewritten and SIGHUP).  A fault that lasts lasts 3 to 6 s.  The run
+#     lasts QB_CHAOS_SECONDS and until every type was made once.
+#   When it is over the writers stop, every row settles (sent or dead), the
+#   business rows and the dead letters are read into files, and the
 #   checker's verdict is asserted; its report (per fault type: count, time
-#   to resume, duplicates) is printed with note.  QB_CHAOS_OUT=DIR keeps
-#   the history and the report there (bench/chaos/run.sh).
+#   to resume, longest stall, duplicates) is printed with note.
+#   QB_CHAOS_OUT=DIR keeps the history and the report there
+#   (bench/chaos/run.sh).  bench/chaos/README.md defines each term.
 #
-#   Not here yet (issue 38, see bench/chaos/README.md): the daemon's faults,
-#   broker restarts and the inbox's webhooks.
+#   Not here yet (issue 38): broker restarts and the inbox's webhooks.
 use strict;
 use warnings;
 
@@ -68,6 +73,7 @@ use POSIX qw(WNOHANG);
 use Time::HiRes qw(time usleep);
 
 use QueueBoxTest;
+use QueueBoxDaemon;
 
 my $ROOT = "$FindBin::RealBin/../../..";
 my $CHECK = "$ROOT/bench/chaos/check.pl";
@@ -75,7 +81,8 @@ my $json = JSON::PP->new->canonical(1);
 
 my $SECONDS = $ENV{QB_CHAOS_SECONDS} // 120;
 my $WRITERS = $ENV{QB_CHAOS_WRITERS} // 2;
-my $TX_RATE = $ENV{QB_CHAOS_TX_RATE} // 12;
+my $DWRITERS = $ENV{QB_CHAOS_DAEMON_WRITERS} // 1;
+my $TX_RATE = $ENV{QB_CHAOS_TX_RATE} // 10;
 my $ROWS = $ENV{QB_CHAOS_ROWS} // 8;
 my $KEYS = $ENV{QB_CHAOS_KEYS} // 200;
 my $POISON = 1 / 500;
@@ -130,7 +137,7 @@ sub doctored
 			body => $json->encode({ key => $_->[1], seq => $_->[2], tx => 'x' }) }) . "\n" } @r);
 	write_file("$dir/faults.jsonl", map { $json->encode($_) . "\n" } @faults);
 	write_file("$dir/dead.jsonl", map { $json->encode($_) . "\n" } @dead);
-	write_file("$dir/meta.json", $json->encode({ slack_before_s => 1, slack_after_s => 2 }));
+	write_file("$dir/meta.json", $json->encode({ slack_before_s => 2, slack_after_s => 2 }));
 	my ($rc, $out) = run_check($dir);
 	if ($c{expect})
 	{
@@ -156,7 +163,7 @@ doctored('lost row of an unknown outcome',
 	edit => sub { my (undef, undef, $r) = @_; @$r = grep { "$_->[1]$_->[2]" ne 'a2' || $_->[3] != 200 } @$r },
 	expect => qr/^FAIL: lost: committed row a\/2 \(transaction w0-2, outcome learned afterwards\)/m);
 doctored('reordered', edit => sub { my (undef, undef, $r) = @_; $_->[0] = 9 for grep { "$_->[1]$_->[2]" eq 'a4' } @$r },
-	expect => qr/^FAIL: reordered: key a: row 2 first delivered at 12\.0+, before row 1 .*\n(?s:.*)verdict: FAIL/m);
+	expect => qr/^FAIL: reordered: key a: row 4 first delivered at 9\.0+, before row 2 \(first at 12\.0+\)$/m);
 my $redo = doctored('sent again after a later row, inside a fault',
 	edit => sub { my (undef, undef, $r) = @_; push @$r, [ 12.2, 'a', 1, 200 ] });
 like($redo, qr/^duplicates: 1 \(0 unexplained by a fault\)$/m, 'checker: that is one duplicate') or diag $redo;
@@ -177,60 +184,106 @@ doctored('an answered COMMIT missing from the database',
 
 my $dir = "$PostgreSQL::Test::Utils::tmp_check/chaos_history";
 make_path($dir);
-my ($sink, @types);
+my ($sink, $dsink, @types);
+my $dconf = '';
 if ($NETNS)
 {
-	# the receiver at 10.231.2.2, across a veth from the cluster (10.231.2.1)
+	# the extension's receiver at 10.231.2.2, across a veth from the cluster
+	# (10.231.2.1); the daemon at 10.231.1.2, across a veth from its
+	# database (10.231.1.1) and its receiver (10.231.1.3)
 	qbn_sh(qw(ip link set lo up));
 	qbn_ns_new('dest');
+	qbn_ns_new('daemon');
 	qbn_veth('dest', 'qbs0', 'qbs1', ['10.231.2.1'], '10.231.2.2');
+	qbn_veth('daemon', 'qbd0', 'qbd1', [ '10.231.1.1', '10.231.1.3' ], '10.231.1.2');
 	$sink = qb_sink_start(name => 'chaos', bind => '10.231.2.2', wrap => [ qbn_in_ns('dest') ]);
-	push @types, 'partition', 'loss';
+	$dsink = qb_sink_start(name => 'chaos_daemon', bind => '10.231.1.3');
+	$dconf = "listen_addresses = '127.0.0.1,10.231.1.1'\n";
+	push @types, qw(partition loss daemon_db_partition daemon_db_loss);
 }
 else
 {
 	note "no partition and no loss: $QueueBoxNetns::why";
 	$sink = qb_sink_start(name => 'chaos');
+	$dsink = qb_sink_start(name => 'chaos_daemon');
 }
-push @types, qw(kill9_worker kill9_postmaster http_500 http_429 http_410 timeout cut config_reload);
+push @types, qw(kill9_worker kill9_postmaster http_500 http_429 http_410 timeout cut config_reload
+  kill9_daemon kill9_role daemon_reload);
 
 my $node = qb_node('chaos', conf => "restart_after_crash = on\n");
-$node->safe_psql('postgres', 'CREATE TABLE chaos_tx (token text PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())');
+my $dnode = qbd_node('chaos_db', conf => $dconf);
+if ($NETNS)
+{
+	$dnode->append_conf('pg_hba.conf', "host all all 10.231.1.0/24 trust\n");
+	$dnode->reload;
+}
+$_->safe_psql('postgres', 'CREATE TABLE chaos_tx (token text PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())')
+  for $node, $dnode;
+
+# the settings both share: rows retried for ever (only poison rows die),
+# a short backoff, a circuit that probes again after 1 s
+sub chaos_yaml
+{
+	my ($batch, $url, %more) = @_;
+	return qb_config_yaml(
+		outbox => {
+			batchSize => $batch,
+			claimTimeoutMs => $CLAIM_MS,
+			maxAttempts => 1000000,
+			backoff => { initialMs => 50, maxMs => 500 }
+		},
+		destinations => {
+			web => {
+				type => 'http',
+				baseUrl => $url,
+				path => '/chaos',
+				timeoutMs => $TIMEOUT_MS,
+				circuitBreaker => { cooldownMs => 1000 }
+			} },
+		routes => [ { topicPattern => '**', destination => 'web' } ],
+		%more);
+}
 
 sub configure
 {
 	my ($batch) = @_;
-	qb_configure(
-		$node,
-		qb_config_yaml(
-			outbox => {
-				batchSize => $batch,
-				claimTimeoutMs => $CLAIM_MS,
-				maxAttempts => 1000000,
-				backoff => { initialMs => 50, maxMs => 500 }
-			},
-			destinations => {
-				web => {
-					type => 'http',
-					baseUrl => $sink->{url},
-					path => '/chaos',
-					timeoutMs => $TIMEOUT_MS,
-					circuitBreaker => { cooldownMs => 1000 }
-				} },
-			routes => [ { topicPattern => '**', destination => 'web' } ]));
+	qb_configure($node, chaos_yaml($batch, $sink->{url}));
 }
 configure(50);
+
+# the daemon: from its namespace, its connections with TCP settings that
+# find a dead peer within about 4 s (as TAP 048's database partition)
+my $durl = $NETNS
+  ? sprintf('postgres://qbd@10.231.1.1:%d/postgres?keepalives_idle=2&keepalives_interval=1'
+	  . '&keepalives_count=2&tcp_user_timeout=4000', $dnode->port)
+  : qbd_url($dnode);
+my @dwrap = $NETNS ? (wrap => [ qbn_in_ns('daemon') ]) : ();
+sub daemon_yaml
+{
+	my ($batch) = @_;
+	return chaos_yaml($batch, $dsink->{url},
+		database => { url => $durl, connectTimeoutMs => 2000, statementTimeoutMs => 10000 },
+		daemon => { outboxWorkers => 2, shutdownGraceMs => 2000 });
+}
+my $dconf_file = qbd_write_conf(daemon_yaml(50), 'chaos_daemon');
+my $r = qbd_run('--config', $dconf_file, '--migrate');
+is($r->[0], 0, 'daemon: the schema is installed') or diag $r->[2];
+my $daemon = qbd_start($dnode, undef, name => 'chaos_daemon', conf => $dconf_file, @dwrap);
+my @dlogs = ($daemon->{log});
+qbd_wait_daemon_log($daemon, qr/outbox 1\[\d+\]: started/);
 
 # ---------------------------------------------------------------- the writers
 
 # writer($w): a process committing transactions until $dir/stop exists
+# ($sys: x the extension's cluster, d the daemon's; writer $w of $nw
+# there, owning keys $sys<i> with i % $nw == $w)
 sub writer
 {
-	my ($w) = @_;
+	my ($sys, $w, $nw) = @_;
 	my $pid = fork();
 	die "fork: $!" unless defined $pid;
 	return $pid if $pid;
-	eval { write_loop($w) };
+	eval { write_loop($sys, $w, $nw) };
 	POSIX::_exit($@ ? 1 : 0);
 }
 
@@ -238,19 +291,19 @@ sub writer
 # (its parent changed) or long after the run should have ended
 sub write_loop
 {
-	my ($w) = @_;
+	my ($sys, $w, $nw) = @_;
 	my $parent = getppid();
 	my $deadline = time + $SECONDS + 900;
 	srand($$ ^ int(time * 1000));
-	open(my $log, '>>', "$dir/writer-$w.jsonl") or POSIX::_exit(1);
+	open(my $log, '>>', "$dir/writer-$sys$w.jsonl") or POSIX::_exit(1);
 	$log->autoflush(1);
-	my @keys = map { "k$_" } grep { $_ % $WRITERS == $w } 0 .. $KEYS - 1;
-	my $conn = $node->connstr('postgres');
+	my @keys = map { "$sys$_" } grep { $_ % $nw == $w } 0 .. $KEYS - 1;
+	my $conn = ($sys eq 'd' ? $dnode : $node)->connstr('postgres');
 	my (%seq, $n);
 	while (!-e "$dir/stop" && getppid() == $parent && time < $deadline)
 	{
 		my $t0 = time;
-		my $tok = "w$w-" . ++$n;
+		my $tok = "$sys$w-" . ++$n;
 		my @pick = (shuffle @keys)[ 0 .. ($ROWS > @keys ? $#keys : $ROWS - 1) ];
 		my @rows = map { { key => $_, seq => ++$seq{$_}, poison => rand() < $POISON ? 1 : 0 } } @pick;
 		print $log $json->encode({ ev => 'try', tx => $tok, t => $t0, rows => \@rows }), "\n";
@@ -306,7 +359,7 @@ sub lasting
 	return [ $t0, time ];
 }
 
-my $batch = 50;
+my ($batch, $dbatch) = (50, 50);
 my %fault = (
 	kill9_worker => sub {
 		my @pids = qb_worker_pids($node);
@@ -350,30 +403,77 @@ my %fault = (
 		configure($batch);
 		$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 		return [ $t, time ];
+	},
+	kill9_daemon => sub {
+		# the supervisor: its roles follow it; a new daemon takes over
+		my $t = time;
+		my $roles = qbd_role_pids($daemon);
+		qbd_signal($daemon, 'KILL');
+		qbd_wait_exit($daemon, 10);
+		my $deadline = time + 30;
+		usleep(20_000) while grep({ kill(0, $_) } values %$roles) && time < $deadline;
+		$daemon = qbd_start($dnode, undef, name => 'chaos_daemon', conf => $dconf_file, @dwrap);
+		push @dlogs, $daemon->{log};
+		return [ $t, time ];
+	},
+	kill9_role => sub {
+		my $roles = qbd_role_pids($daemon);
+		my @outbox = grep { /^outbox/ } sort keys %$roles;
+		die 'no outbox role to kill: ' . join(' ', keys %$roles) unless @outbox;
+		my $t = time;
+		kill 'KILL', $roles->{ $outbox[ int(rand(@outbox)) ] };
+		return [ $t, $t ];
+	},
+	daemon_db_partition => sub {
+		lasting(sub { qbn_fault_on('daemon', 'ip saddr 10.231.1.1', 'ip daddr 10.231.1.1') },
+			sub { qbn_fault_off('daemon') });
+	},
+	daemon_db_loss => sub {
+		lasting(sub { qbn_fault_on('daemon', "ip saddr 10.231.1.1 $QBN_LOSS", "ip daddr 10.231.1.1 $QBN_LOSS") },
+			sub { qbn_fault_off('daemon') });
+	},
+	daemon_reload => sub {
+		# the file rewritten with another batch size, then SIGHUP
+		my $t = time;
+		$dbatch = $dbatch == 50 ? 20 : 50;
+		open(my $fh, '>', $dconf_file) or die "$dconf_file: $!";
+		print $fh daemon_yaml($dbatch);
+		close $fh;
+		qbd_signal($daemon, 'HUP');
+		return [ $t, time ];
 	});
+
+# the receiver a fault is about: the daemon's for its faults
+sub receiver_of { return $_[0] =~ /daemon|role/ ? 'receiver-d' : 'receiver-x'; }
 
 # ---------------------------------------------------------------- the run
 
-my @writers = map { writer($_) } 0 .. $WRITERS - 1;
-note "chaos: $WRITERS writers, $TX_RATE transactions a second each of $ROWS rows, $KEYS keys, $SECONDS s; faults: @types";
+my @writers = ((map { writer('x', $_, $WRITERS) } 0 .. $WRITERS - 1),
+	(map { writer('d', $_, $DWRITERS) } 0 .. $DWRITERS - 1));
+note "chaos: $WRITERS writers into the extension's cluster, $DWRITERS into the daemon's, "
+  . "$TX_RATE transactions a second each of $ROWS rows, $KEYS keys each, $SECONDS s; faults: @types";
 my $t_start = time;
-qb_wait_for(sub { qb_sink_stats($sink)->{ok} > 0 }, 'chaos: deliveries under way', timeout => 60);
+my $oks = sub { return (eval { qb_sink_stats($sink)->{ok} } // 0) + (eval { qb_sink_stats($dsink)->{ok} } // 0) };
+qb_wait_for(sub { qb_sink_stats($sink)->{ok} > 0 && qb_sink_stats($dsink)->{ok} > 0 },
+	'chaos: deliveries under way, by the extension and by the daemon', timeout => 60);
 open(my $flog, '>', "$dir/faults.jsonl") or die $!;
 $flog->autoflush(1);
 my (@queue, %done);
-while (time - $t_start < $SECONDS)
+while ((time - $t_start < $SECONDS || grep { !$done{$_} } @types) && time - $t_start < 3 * $SECONDS + 120)
 {
 	usleep((2 + rand(3)) * 1e6);
 	@queue = shuffle @types unless @queue;
 	my $type = shift @queue;
 	my $span = $fault{$type}->();
 	$done{$type}++;
-	print $flog $json->encode({ fault => $type, start => $span->[0], end => $span->[1] }), "\n";
+	print $flog $json->encode({ fault => $type, start => $span->[0], end => $span->[1], receiver => receiver_of($type) }),
+	  "\n";
 	note sprintf('chaos: %s from %.1f to %.1f s', $type, $span->[0] - $t_start, $span->[1] - $t_start);
 	# the next fault once deliveries resumed (bounded; the checker measures)
-	my $ok0 = eval { qb_sink_stats($sink)->{ok} } // 0;
+	my $s = $type =~ /daemon|role/ ? $dsink : $sink;
+	my $ok0 = eval { qb_sink_stats($s)->{ok} } // 0;
 	my $deadline = time + 120;
-	usleep(100_000) while time < $deadline && (eval { qb_sink_stats($sink)->{ok} } // 0) <= $ok0;
+	usleep(100_000) while time < $deadline && (eval { qb_sink_stats($s)->{ok} } // 0) <= $ok0;
 }
 close $flog;
 write_file("$dir/stop", '');
@@ -385,17 +485,25 @@ note sprintf('chaos: writers stopped after %.1f s', time - $t_start);
 is(scalar(grep { !$done{$_} } @types), 0, 'chaos: every fault type was made at least once')
   or diag 'not made: ' . join(' ', grep { !$done{$_} } @types);
 
-qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE state NOT IN ('sent', 'dead')}, '0',
-	'chaos: every row settles (sent, or dead as asked) once the faults are over', timeout => 300);
-write_file("$dir/committed.txt", $node->safe_psql('postgres', 'SELECT token FROM chaos_tx ORDER BY token') . "\n");
-write_file("$dir/dead.jsonl", map { "$_\n" } grep { $_ ne '' } split /\n/, $node->safe_psql('postgres',
-	q{SELECT json_build_object('key', key, 'seq', (payload->>'seq')::int) FROM queuebox.outbox WHERE state = 'dead' ORDER BY id}));
+for my $n ([ $node, 'the extension' ], [ $dnode, 'the daemon' ])
+{
+	qb_wait_query($n->[0], q{SELECT count(*) FROM queuebox.outbox WHERE state NOT IN ('sent', 'dead')}, '0',
+		"chaos, $n->[1]: every row settles (sent, or dead as asked) once the faults are over", timeout => 300);
+}
+write_file("$dir/committed.txt", map { $_->safe_psql('postgres', 'SELECT token FROM chaos_tx ORDER BY token') . "\n" }
+	  $node, $dnode);
+write_file("$dir/dead.jsonl", map { "$_\n" } grep { $_ ne '' } map { split /\n/, $_->safe_psql('postgres',
+	q{SELECT json_build_object('key', key, 'seq', (payload->>'seq')::int) FROM queuebox.outbox WHERE state = 'dead' ORDER BY id}) }
+	  $node, $dnode);
 write_file("$dir/meta.json", $json->encode({
-	seconds => $SECONDS, writers => $WRITERS, tx_rate => $TX_RATE, rows_per_tx => $ROWS, keys => $KEYS,
-	timeout_ms => $TIMEOUT_MS, claim_timeout_ms => $CLAIM_MS,
+	seconds => $SECONDS, writers => $WRITERS, daemon_writers => $DWRITERS, tx_rate => $TX_RATE, rows_per_tx => $ROWS,
+	keys => $KEYS, timeout_ms => $TIMEOUT_MS, claim_timeout_ms => $CLAIM_MS,
 	slack_before_s => $TIMEOUT_MS / 1000 + 2, slack_after_s => $CLAIM_MS / 1000 + 10 }));
-qb_sink_stop($sink);
-copy($sink->{log}, "$dir/receiver-0.jsonl") or die "copy $sink->{log}: $!";
+qbd_signal($daemon, 'TERM');
+isnt(qbd_wait_exit($daemon, 30), undef, 'chaos: the daemon stops on SIGTERM');
+qb_sink_stop($_) for $sink, $dsink;
+copy($sink->{log}, "$dir/receiver-x.jsonl") or die "copy $sink->{log}: $!";
+copy($dsink->{log}, "$dir/receiver-d.jsonl") or die "copy $dsink->{log}: $!";
 
 my ($rc, $report) = run_check($dir);
 note "the checker's report:\n$report";
@@ -407,7 +515,8 @@ if ($ENV{QB_CHAOS_OUT})
 	make_path($ENV{QB_CHAOS_OUT});
 	copy($_, $ENV{QB_CHAOS_OUT}) or die "copy $_: $!" for glob("$dir/*");
 	copy($node->logfile, "$ENV{QB_CHAOS_OUT}/server.log");
+	copy($dlogs[$_], "$ENV{QB_CHAOS_OUT}/daemon-$_.log") for 0 .. $#dlogs;
 }
 
-$node->stop;
+$_->stop for $node, $dnode;
 done_testing();
