@@ -74,6 +74,7 @@ use Time::HiRes qw(time usleep);
 
 use QueueBoxTest;
 use QueueBoxDaemon;
+use QueueBoxNats;
 
 my $ROOT = "$FindBin::RealBin/../../..";
 my $CHECK = "$ROOT/bench/chaos/check.pl";
@@ -208,7 +209,12 @@ else
 	$dsink = qb_sink_start(name => 'chaos_daemon');
 }
 push @types, qw(kill9_worker kill9_postmaster http_500 http_429 http_410 timeout cut config_reload
-  kill9_daemon kill9_role daemon_reload);
+  kill9_daemon kill9_role daemon_reload nats_restart);
+
+# the broker: JetStream, stream CHAOS, the extension's rows of topic
+# chaos.nats published on chaos.<key>
+my $nats = nats_start(name => 'chaos');
+nats_add_stream($nats, 'CHAOS', 'chaos.>');
 
 my $node = qb_node('chaos', conf => "restart_after_crash = on\n");
 my $dnode = qbd_node('chaos_db', conf => $dconf);
@@ -225,6 +231,7 @@ $_->safe_psql('postgres', 'CREATE TABLE chaos_tx (token text PRIMARY KEY, at tim
 sub chaos_yaml
 {
 	my ($batch, $url, %more) = @_;
+	my $dests = delete $more{more_destinations} // {};
 	return qb_config_yaml(
 		outbox => {
 			batchSize => $batch,
@@ -239,7 +246,9 @@ sub chaos_yaml
 				path => '/chaos',
 				timeoutMs => $TIMEOUT_MS,
 				circuitBreaker => { cooldownMs => 1000 }
-			} },
+			},
+			%$dests
+		},
 		routes => [ { topicPattern => '**', destination => 'web' } ],
 		%more);
 }
@@ -247,7 +256,9 @@ sub chaos_yaml
 sub configure
 {
 	my ($batch) = @_;
-	qb_configure($node, chaos_yaml($batch, $sink->{url}));
+	qb_configure($node, chaos_yaml($batch, $sink->{url},
+		more_destinations => { bus => { type => 'nats', url => $nats->{url}, subject => 'chaos.{{ key }}' } },
+		routes => [ { topicPattern => 'chaos.nats', destination => 'bus' }, { topicPattern => '**', destination => 'web' } ]));
 }
 configure(50);
 
@@ -275,8 +286,9 @@ qbd_wait_daemon_log($daemon, qr/outbox 1\[\d+\]: started/);
 # ---------------------------------------------------------------- the writers
 
 # writer($w): a process committing transactions until $dir/stop exists
-# ($sys: x the extension's cluster, d the daemon's; writer $w of $nw
-# there, owning keys $sys<i> with i % $nw == $w)
+# ($sys: x the extension's cluster, d the daemon's, n the extension's
+# cluster on topic chaos.nats (to the broker); writer $w of $nw there,
+# owning keys $sys<i> with i % $nw == $w)
 sub writer
 {
 	my ($sys, $w, $nw) = @_;
@@ -305,12 +317,13 @@ sub write_loop
 		my $t0 = time;
 		my $tok = "$sys$w-" . ++$n;
 		my @pick = (shuffle @keys)[ 0 .. ($ROWS > @keys ? $#keys : $ROWS - 1) ];
-		my @rows = map { { key => $_, seq => ++$seq{$_}, poison => rand() < $POISON ? 1 : 0 } } @pick;
+		# (no poison row for the broker: it has no way to refuse one)
+		my @rows = map { { key => $_, seq => ++$seq{$_}, poison => $sys ne 'n' && rand() < $POISON ? 1 : 0 } } @pick;
 		print $log $json->encode({ ev => 'try', tx => $tok, t => $t0, rows => \@rows }), "\n";
 		my $values = join(', ', map {
 			my %p = (tx => $tok, key => $_->{key}, seq => $_->{seq});
 			$p{_sink} = { status => 422 } if $_->{poison};
-			"('chaos', " . qb_sql_quote($_->{key}) . ', ' . qb_sql_quote($json->encode(\%p)) . '::jsonb, '
+			'(' . qb_sql_quote($sys eq 'n' ? 'chaos.nats' : 'chaos') . ', ' . qb_sql_quote($_->{key}) . ', ' . qb_sql_quote($json->encode(\%p)) . '::jsonb, '
 			  . ($_->{poison} ? 2 : 'NULL') . ')'
 		} @rows);
 		my $sql = 'BEGIN; INSERT INTO chaos_tx (token) VALUES (' . qb_sql_quote($tok) . '); '
@@ -432,6 +445,13 @@ my %fault = (
 		lasting(sub { qbn_fault_on('daemon', "ip saddr 10.231.1.1 $QBN_LOSS", "ip daddr 10.231.1.1 $QBN_LOSS") },
 			sub { qbn_fault_off('daemon') });
 	},
+	nats_restart => sub {
+		my $t = time;
+		nats_stop($nats);
+		usleep((1 + rand(1)) * 1e6);
+		$nats = nats_start(again => $nats);
+		return [ $t, time ];
+	},
 	daemon_reload => sub {
 		# the file rewritten with another batch size, then SIGHUP
 		my $t = time;
@@ -444,13 +464,13 @@ my %fault = (
 	});
 
 # the receiver a fault is about: the daemon's for its faults
-sub receiver_of { return $_[0] =~ /daemon|role/ ? 'receiver-d' : 'receiver-x'; }
+sub receiver_of { return $_[0] =~ /daemon|role/ ? 'receiver-d' : $_[0] =~ /nats/ ? 'receiver-n' : 'receiver-x'; }
 
 # ---------------------------------------------------------------- the run
 
 my @writers = ((map { writer('x', $_, $WRITERS) } 0 .. $WRITERS - 1),
-	(map { writer('d', $_, $DWRITERS) } 0 .. $DWRITERS - 1));
-note "chaos: $WRITERS writers into the extension's cluster, $DWRITERS into the daemon's, "
+	(map { writer('d', $_, $DWRITERS) } 0 .. $DWRITERS - 1), writer('n', 0, 1));
+note "chaos: $WRITERS writers into the extension's cluster, $DWRITERS into the daemon's, 1 to NATS, "
   . "$TX_RATE transactions a second each of $ROWS rows, $KEYS keys each, $SECONDS s; faults: @types";
 my $t_start = time;
 my $oks = sub { return (eval { qb_sink_stats($sink)->{ok} } // 0) + (eval { qb_sink_stats($dsink)->{ok} } // 0) };
@@ -471,9 +491,10 @@ while ((time - $t_start < $SECONDS || grep { !$done{$_} } @types) && time - $t_s
 	note sprintf('chaos: %s from %.1f to %.1f s', $type, $span->[0] - $t_start, $span->[1] - $t_start);
 	# the next fault once deliveries resumed (bounded; the checker measures)
 	my $s = $type =~ /daemon|role/ ? $dsink : $sink;
-	my $ok0 = eval { qb_sink_stats($s)->{ok} } // 0;
+	my $count = $type =~ /nats/ ? sub { nats_count($nats, 'CHAOS') // 0 } : sub { eval { qb_sink_stats($s)->{ok} } // 0 };
+	my $ok0 = $count->();
 	my $deadline = time + 120;
-	usleep(100_000) while time < $deadline && (eval { qb_sink_stats($s)->{ok} } // 0) <= $ok0;
+	usleep(100_000) while time < $deadline && $count->() <= $ok0;
 }
 close $flog;
 write_file("$dir/stop", '');
@@ -504,6 +525,13 @@ isnt(qbd_wait_exit($daemon, 30), undef, 'chaos: the daemon stops on SIGTERM');
 qb_sink_stop($_) for $sink, $dsink;
 copy($sink->{log}, "$dir/receiver-x.jsonl") or die "copy $sink->{log}: $!";
 copy($dsink->{log}, "$dir/receiver-d.jsonl") or die "copy $dsink->{log}: $!";
+# the stream, as the receivers' records: when it stored each message, its
+# Nats-Msg-Id, its data (JetStream drops a repeated Nats-Msg-Id within its
+# duplicate window, 2 minutes)
+write_file("$dir/receiver-n.jsonl", map {
+	$json->encode({ t_us => $_->{time_us}, status => 200, headers => { 'x-message-id' => $_->{headers}{'Nats-Msg-Id'} // '' },
+		body => $_->{data}, seq => $_->{seq} }) . "\n" } @{ nats_dump($nats, 'CHAOS') });
+nats_stop($nats);
 
 my ($rc, $report) = run_check($dir);
 note "the checker's report:\n$report";
