@@ -12,7 +12,10 @@
 #   committed.txt     the business rows (table chaos_tx) read once the run
 #                     was over, one transaction token a line: how an unknown
 #                     outcome is learned (and a check that no COMMIT that was
-#                     answered is missing)
+#                     answered is missing); for webhooks, the idempotency
+#                     keys the inbox stored (a webhook is a transaction of one
+#                     row, its 2xx the answered COMMIT): each must be there
+#                     once
 #   receiver-*.jsonl  the receivers' records (test/sink/qb_sink --log): one
 #                     line per request, t_us when its body was read, status,
 #                     the X-Message-Id header and the body (the row's
@@ -117,7 +120,7 @@ if (-e "$dir/committed.txt")
 	while (my $l = <$fh>)
 	{
 		chomp $l;
-		$in_db{$l} = 1 if $l ne '';
+		$in_db{$l}++ if $l ne '';
 	}
 }
 else
@@ -144,9 +147,10 @@ for my $t (sort keys %tx)
 		$n{tx_unknown_committed}++ if $x->{committed};
 	}
 }
-for my $t (keys %in_db)
+for my $t (sort keys %in_db)
 {
 	push @fail, "business row $t has no transaction in the writers' logs" unless $tx{$t};
+	push @fail, "business row $t is stored $in_db{$t} times" if $in_db{$t} > 1;
 }
 
 # ---------------------------------------------------------------- the receivers
@@ -351,6 +355,18 @@ printf "transactions: %d tried, %d COMMIT answered, %d outcome unknown (%d of th
   $n{tx}, $n{tx_answered}, $n{tx_unknown}, $n{tx_unknown_committed};
 printf "rows: %d committed over %d keys (%d poison), %d delivered; %d lost, %d reordered, %d phantom\n",
   $ncommitted, scalar(keys %by_key), $poison_n, $delivered, $lost, $reordered, $phantom;
+# per writer kind (the key's letters: x the extension, d the daemon, n NATS,
+# h the webhooks, in TAP 061): committed rows, delivered, answered COMMITs
+my %kind;
+for my $id (keys %committed_rows)
+{
+	my ($k) = $row{$id}{key} =~ /^([A-Za-z]+)/;
+	$k //= '?';
+	$kind{$k}{rows}++;
+	$kind{$k}{delivered}++ if $stores{$id};
+}
+print 'by key prefix: ' . join('; ', map { "$_ $kind{$_}{rows} committed, " . ($kind{$_}{delivered} // 0) . ' delivered' }
+	sort keys %kind) . "\n";
 printf "requests: %d (%d stored with 2xx, %d of them cut mid-answer; %d other answers); dead letters %d\n",
   $st{requests}, $st{stored}, $st{cut}, $st{failed_answers}, $dead_n;
 printf "duplicates: %d (%d unexplained by a fault)\n", $dups, $unexplained;

@@ -54,7 +54,7 @@ QB_CHAOS_SECONDS=$SECS QB_CHAOS_OUT=$OUT \
 	as_pg make -s installcheck REGRESS= ISOLATION= PROVE_TESTS=test/t/faults/061_chaos.pl PROVE_FLAGS=--timer || rc=$?
 [[ -s "$OUT/report.txt" ]] || die "no report in $OUT (the run failed before the checker: see tmp_check/log/regress_log_061_chaos)"
 cat "$OUT/report.txt"
-META=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print(f"{m[\"writers\"]} writers into the extension'"'"'s cluster and {m[\"daemon_writers\"]} into the daemon'"'"'s, {m[\"tx_rate\"]} transactions a second each of {m[\"rows_per_tx\"]} rows, {m[\"keys\"]} keys per cluster; timeoutMs {m[\"timeout_ms\"]}, claimTimeoutMs {m[\"claim_timeout_ms\"]}")' "$OUT/meta.json")
+META=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print(f"{m[\"writers\"]} writers into the extension'"'"'s cluster and {m[\"daemon_writers\"]} into the daemon'"'"'s, 1 to NATS, 1 webhook sender, {m[\"tx_rate\"]} transactions a second each of {m[\"rows_per_tx\"]} rows, {m[\"keys\"]} keys per cluster; timeoutMs {m[\"timeout_ms\"]}, claimTimeoutMs {m[\"claim_timeout_ms\"]}")' "$OUT/meta.json")
 
 if [[ "$RECORD" == 1 ]]; then
 	{

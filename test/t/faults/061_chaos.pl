@@ -9,8 +9,8 @@
 #   First the checker itself, on small histories doctored by hand: a good
 #   one passes; a lost row, a reordering, a duplicate with no fault, a
 #   phantom (a delivered row whose transaction rolled back), a dead letter
-#   not asked for, a committed transaction missing from the database each
-#   fail it, with that finding named.  A row sent again after later rows of
+#   not asked for, a committed transaction missing from the database, a
+#   webhook stored twice each fail it, with that finding named.  A row sent again after later rows of
 #   its key, inside a fault, is a duplicate, not a reordering.
 #
 #   Then the run (QB_CHAOS_SECONDS, default 120: the suite's short mode;
@@ -49,7 +49,15 @@
 #   QB_CHAOS_OUT=DIR keeps the history and the report there
 #   (bench/chaos/run.sh).  bench/chaos/README.md defines each term.
 #
-#   Not here yet (issue 38): broker restarts and the inbox's webhooks.
+#   Also a NATS writer (rows of topic chaos.nats to JetStream, the nemesis
+#   restarting nats-server; the stream dumped after the run is that
+#   receiver's record) and a webhook sender (one webhook at a time to the
+#   extension's ingress, source hooks, idempotency key the token, aggregate
+#   the key; its 2xx is the answered COMMIT, the inbox's keys after the run
+#   its business rows; the relay forwards them to the receiver, per
+#   aggregate in order).
+#
+#   Not here yet (issue 38): RabbitMQ restarts.
 use strict;
 use warnings;
 
@@ -177,6 +185,8 @@ doctored('a dead letter not asked for', edit => sub { my (undef, undef, undef, u
 	expect => qr/^FAIL: dead letter a\/4 was not asked for/m);
 doctored('a poison row delivered', edit => sub { my (undef, undef, $r) = @_; push @$r, [ 13.2, 'b', 2, 200 ] },
 	expect => qr/^FAIL: poison row b\/2 was delivered/m);
+doctored('a webhook stored twice', edit => sub { my (undef, $c) = @_; push @$c, 'w0-1' },
+	expect => qr/^FAIL: business row w0-1 is stored 2 times$/m);
 doctored('an answered COMMIT missing from the database',
 	edit => sub { my (undef, $c) = @_; @$c = grep { $_ ne 'w0-4' } @$c },
 	expect => qr/^FAIL: committed transaction w0-4 \(its COMMIT was answered\) has no business row after the run$/m);
@@ -253,11 +263,25 @@ sub chaos_yaml
 		%more);
 }
 
+# the extension's webhook ingress: the relay forwards what it stores into
+# the outbox (topic chaos.hook, the aggregate as the key), to the receiver
+my $hooks_port = qb_free_port();
+my $hooks_url = "http://127.0.0.1:$hooks_port";
+
 sub configure
 {
 	my ($batch) = @_;
 	qb_configure($node, chaos_yaml($batch, $sink->{url},
 		more_destinations => { bus => { type => 'nats', url => $nats->{url}, subject => 'chaos.{{ key }}' } },
+		http => { listen => "127.0.0.1:$hooks_port" },
+		sources => {
+			hooks => {
+				type => 'http',
+				path => '/hooks',
+				idempotencyKeyPath => '$.tx',
+				aggregateIdPath => '$.key',
+				topic => 'chaos.hook'
+			} },
 		routes => [ { topicPattern => 'chaos.nats', destination => 'bus' }, { topicPattern => '**', destination => 'web' } ]));
 }
 configure(50);
@@ -316,30 +340,19 @@ sub write_loop
 	{
 		my $t0 = time;
 		my $tok = "$sys$w-" . ++$n;
-		my @pick = (shuffle @keys)[ 0 .. ($ROWS > @keys ? $#keys : $ROWS - 1) ];
-		# (no poison row for the broker: it has no way to refuse one)
-		my @rows = map { { key => $_, seq => ++$seq{$_}, poison => $sys ne 'n' && rand() < $POISON ? 1 : 0 } } @pick;
+		my $nrows = $sys eq 'h' ? 1 : $ROWS;
+		my @pick = (shuffle @keys)[ 0 .. ($nrows > @keys ? $#keys : $nrows - 1) ];
+		# (no poison row for the broker or the webhooks: neither can refuse one)
+		my @rows = map { { key => $_, seq => ++$seq{$_}, poison => $sys =~ /[xd]/ && rand() < $POISON ? 1 : 0 } } @pick;
 		print $log $json->encode({ ev => 'try', tx => $tok, t => $t0, rows => \@rows }), "\n";
-		my $values = join(', ', map {
-			my %p = (tx => $tok, key => $_->{key}, seq => $_->{seq});
-			$p{_sink} = { status => 422 } if $_->{poison};
-			'(' . qb_sql_quote($sys eq 'n' ? 'chaos.nats' : 'chaos') . ', ' . qb_sql_quote($_->{key}) . ', ' . qb_sql_quote($json->encode(\%p)) . '::jsonb, '
-			  . ($_->{poison} ? 2 : 'NULL') . ')'
-		} @rows);
-		my $sql = 'BEGIN; INSERT INTO chaos_tx (token) VALUES (' . qb_sql_quote($tok) . '); '
-		  . "INSERT INTO queuebox.outbox (topic, key, payload, max_attempts) VALUES $values; COMMIT;";
-		my ($out, $err) = ('', '');
-		my $ok = eval {
-			IPC::Run::run([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $conn, '-c', $sql ],
-				'>', \$out, '2>', \$err, IPC::Run::timeout(30));
-		};
-		if ($ok && $? == 0)
+		my ($ok, $err) = $sys eq 'h' ? send_webhook($tok, $rows[0]) : commit_rows($conn, $sys, $tok, @rows);
+		if ($ok)
 		{
 			print $log $json->encode({ ev => 'commit', tx => $tok, t => time }), "\n";
 		}
 		else
 		{
-			my ($why) = split /\n/, ($@ || $err || "psql exit $?");
+			my ($why) = split /\n/, $err;
 			print $log $json->encode({ ev => 'unknown', tx => $tok, t => time, why => $why // '' }), "\n";
 			usleep(100_000);
 		}
@@ -348,6 +361,42 @@ sub write_loop
 	}
 	close $log;
 	return;
+}
+
+# commit_rows($conn, $sys, $tok, @rows): the business row and the outbox
+# rows in one transaction (one psql session); (1) when COMMIT was answered,
+# else (0, why): the outcome is unknown until the business rows are read
+sub commit_rows
+{
+	my ($conn, $sys, $tok, @rows) = @_;
+	my $values = join(', ', map {
+		my %p = (tx => $tok, key => $_->{key}, seq => $_->{seq});
+		$p{_sink} = { status => 422 } if $_->{poison};
+		'(' . qb_sql_quote($sys eq 'n' ? 'chaos.nats' : 'chaos') . ', ' . qb_sql_quote($_->{key}) . ', '
+		  . qb_sql_quote($json->encode(\%p)) . '::jsonb, ' . ($_->{poison} ? 2 : 'NULL') . ')'
+	} @rows);
+	my $sql = 'BEGIN; INSERT INTO chaos_tx (token) VALUES (' . qb_sql_quote($tok) . '); '
+	  . "INSERT INTO queuebox.outbox (topic, key, payload, max_attempts) VALUES $values; COMMIT;";
+	my ($out, $err) = ('', '');
+	my $ok = eval {
+		IPC::Run::run([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $conn, '-c', $sql ],
+			'>', \$out, '2>', \$err, IPC::Run::timeout(30));
+	};
+	return (1) if $ok && $? == 0;
+	return (0, $@ || $err || "psql exit $?");
+}
+
+# send_webhook($tok, $row): one webhook to the extension's ingress, its
+# idempotency key the token, its aggregate the key; (1) on a 2xx (the
+# ingress stored it), else (0, why): the outcome is learned from the inbox
+sub send_webhook
+{
+	my ($tok, $r) = @_;
+	my $a = HTTP::Tiny->new(timeout => 5, keep_alive => 0)->post("$hooks_url/inbox/hooks",
+		{ content => $json->encode({ tx => $tok, key => $r->{key}, seq => $r->{seq} }),
+		  headers => { 'Content-Type' => 'application/json' } });
+	return (1) if $a->{status} >= 200 && $a->{status} < 300;
+	return (0, "HTTP $a->{status}: " . substr($a->{content} // '', 0, 200));
 }
 
 # ---------------------------------------------------------------- the nemesis
@@ -469,8 +518,8 @@ sub receiver_of { return $_[0] =~ /daemon|role/ ? 'receiver-d' : $_[0] =~ /nats/
 # ---------------------------------------------------------------- the run
 
 my @writers = ((map { writer('x', $_, $WRITERS) } 0 .. $WRITERS - 1),
-	(map { writer('d', $_, $DWRITERS) } 0 .. $DWRITERS - 1), writer('n', 0, 1));
-note "chaos: $WRITERS writers into the extension's cluster, $DWRITERS into the daemon's, 1 to NATS, "
+	(map { writer('d', $_, $DWRITERS) } 0 .. $DWRITERS - 1), writer('n', 0, 1), writer('h', 0, 1));
+note "chaos: $WRITERS writers into the extension's cluster, $DWRITERS into the daemon's, 1 to NATS, 1 of webhooks, "
   . "$TX_RATE transactions a second each of $ROWS rows, $KEYS keys each, $SECONDS s; faults: @types";
 my $t_start = time;
 my $oks = sub { return (eval { qb_sink_stats($sink)->{ok} } // 0) + (eval { qb_sink_stats($dsink)->{ok} } // 0) };
@@ -506,13 +555,17 @@ note sprintf('chaos: writers stopped after %.1f s', time - $t_start);
 is(scalar(grep { !$done{$_} } @types), 0, 'chaos: every fault type was made at least once')
   or diag 'not made: ' . join(' ', grep { !$done{$_} } @types);
 
+qb_wait_query($node, q{SELECT count(*) FROM queuebox.inbox WHERE state <> 'processed'}, '0',
+	'chaos: the relay forwards every webhook the inbox stored', timeout => 300);
 for my $n ([ $node, 'the extension' ], [ $dnode, 'the daemon' ])
 {
 	qb_wait_query($n->[0], q{SELECT count(*) FROM queuebox.outbox WHERE state NOT IN ('sent', 'dead')}, '0',
 		"chaos, $n->[1]: every row settles (sent, or dead as asked) once the faults are over", timeout => 300);
 }
-write_file("$dir/committed.txt", map { $_->safe_psql('postgres', 'SELECT token FROM chaos_tx ORDER BY token') . "\n" }
-	  $node, $dnode);
+# the business rows, and the webhooks the inbox stored (every row: a key
+# stored twice would show twice)
+write_file("$dir/committed.txt", (map { $_->safe_psql('postgres', 'SELECT token FROM chaos_tx ORDER BY token') . "\n" }
+	  $node, $dnode), $node->safe_psql('postgres', q{SELECT idempotency_key FROM queuebox.inbox WHERE source = 'hooks'}) . "\n");
 write_file("$dir/dead.jsonl", map { "$_\n" } grep { $_ ne '' } map { split /\n/, $_->safe_psql('postgres',
 	q{SELECT json_build_object('key', key, 'seq', (payload->>'seq')::int) FROM queuebox.outbox WHERE state = 'dead' ORDER BY id}) }
 	  $node, $dnode);
