@@ -33,6 +33,12 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 PGBIN=${PGBIN:-$("${PG_CONFIG:-pg_config}" --bindir)}
 
+# the tree is postgres's when run as root: git would call it dubious
+if [[ -z "${QB_BENCH_COMMIT:-}" ]]; then
+	QB_BENCH_COMMIT=$(git -c safe.directory="$ROOT" -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "no commit")
+	[[ -z "$(git -c safe.directory="$ROOT" -C "$ROOT" status --porcelain -- src sql test bench/chaos 2>/dev/null)" ]] ||
+		QB_BENCH_COMMIT+=" (uncommitted changes in src/, sql/, test/ or bench/chaos/)"
+fi
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
 qb_bench_prereqs
@@ -54,7 +60,10 @@ QB_CHAOS_SECONDS=$SECS QB_CHAOS_OUT=$OUT \
 	as_pg make -s installcheck REGRESS= ISOLATION= PROVE_TESTS=test/t/faults/061_chaos.pl PROVE_FLAGS=--timer || rc=$?
 [[ -s "$OUT/report.txt" ]] || die "no report in $OUT (the run failed before the checker: see tmp_check/log/regress_log_061_chaos)"
 cat "$OUT/report.txt"
-META=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print(f"{m[\"writers\"]} writers into the extension'"'"'s cluster and {m[\"daemon_writers\"]} into the daemon'"'"'s, 1 to NATS, 1 webhook sender, {m[\"tx_rate\"]} transactions a second each of {m[\"rows_per_tx\"]} rows, {m[\"keys\"]} keys per cluster; timeoutMs {m[\"timeout_ms\"]}, claimTimeoutMs {m[\"claim_timeout_ms\"]}")' "$OUT/meta.json")
+META=$(perl -MJSON::PP -e 'local $/; open(my $f, "<", $ARGV[0]) or die; my $m = decode_json(<$f>);
+	print "$m->{writers} writers into the extension\x27s cluster and $m->{daemon_writers} into the daemon\x27s, 1 to NATS, 1 webhook sender, "
+	  . "$m->{tx_rate} transactions a second each of $m->{rows_per_tx} rows, $m->{keys} keys per cluster; "
+	  . "timeoutMs $m->{timeout_ms}, claimTimeoutMs $m->{claim_timeout_ms}"' "$OUT/meta.json")
 
 if [[ "$RECORD" == 1 ]]; then
 	{
