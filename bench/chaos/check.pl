@@ -46,6 +46,12 @@
 #               about its receiver (the row was in flight at the fault, and
 #               sent again once it was over); otherwise it is unexplained, a
 #               failure
+#   after a later row
+#               a duplicate stored after a later row of its key was first
+#               stored; and a row whose last store came after the last store
+#               of a later row of its key (a receiver keeping the last
+#               version it got ends with the older row).  Counted and
+#               shown, not failures: at least once allows them
 #   phantom     a stored row whose transaction did not commit (or that no
 #               writer tried): a failure
 #   poison      a row the writer asked to fail (its receiver answers 422,
@@ -319,7 +325,42 @@ for my $f (@faults)
 	$f->{dups} = 0;
 	push @fail, "no delivery after the $f->{fault} fault that ended at $f->{end}" unless defined $f->{resume};
 }
-my ($dups, $unexplained) = (0, 0);
+# the latest first store of a later row of each key, by seq: a duplicate
+# after it came after a later row of its key (at least once, not a
+# reordering: counted apart, to look at)
+my %later_first;    # "key/seq" => the earliest first store of a row of the key with a higher seq
+for my $k (keys %by_key)
+{
+	my @seqs = sort { $b <=> $a } @{ $by_key{$k} };
+	my $min;
+	for my $sq (@seqs)
+	{
+		$later_first{"$k/$sq"} = $min;
+		my $t = $stores{"$k/$sq"}[0];
+		$min = $t if !defined $min || $t < $min;
+	}
+}
+# rows whose last store came after the last store of a later row of their
+# key: a receiver that keeps the last version it was sent ends with an
+# older row (at least once allows it; counted apart, to look at)
+my ($stale, @stale) = (0);
+for my $k (keys %by_key)
+{
+	my @seqs = sort { $b <=> $a } @{ $by_key{$k} };
+	my ($max, $max_seq);
+	for my $sq (@seqs)
+	{
+		my $t = $stores{"$k/$sq"}[-1];
+		if (defined $max && $t > $max)
+		{
+			$stale++;
+			push @stale, sprintf('%s/%d (last %.6f, after %s/%d last %.6f)', $k, $sq, $t, $k, $max_seq, $max) if @stale < 5;
+		}
+		($max, $max_seq) = ($t, $sq) if !defined $max || $t < $max;
+	}
+}
+my ($dups, $unexplained, $after_later) = (0, 0, 0);
+my @after_later;
 for my $id (sort keys %stores)
 {
 	my @t = @{ $stores{$id} };
@@ -327,12 +368,17 @@ for my $id (sort keys %stores)
 	for my $td (@t[1 .. $#t])
 	{
 		$dups++;
+		if (defined $later_first{$id} && $later_first{$id} < $td)
+		{
+			$after_later++;
+			push @after_later, sprintf('%s (first %.6f, again %.6f)', $id, $t[0], $td) if @after_later < 5;
+		}
 		my ($by) = grep {
 			!defined $_->{receiver} || $_->{receiver} eq $rx_of{$id}
 		} grep {
 			my $lo = $_->{start} - $slack_before;
 			my $hi = $_->{end} + $slack_after;
-			$t[0] >= $lo && $t[0] <= $hi && $td >= $lo && $td <= $hi
+			$t[0] >= $lo && $t[0] <= $hi && $td >= $lo && $td <= $hi && $_->{start} <= $td
 		} reverse @faults;
 		if ($by)
 		{
@@ -369,7 +415,10 @@ print 'by key prefix: ' . join('; ', map { "$_ $kind{$_}{rows} committed, " . ($
 	sort keys %kind) . "\n";
 printf "requests: %d (%d stored with 2xx, %d of them cut mid-answer; %d other answers); dead letters %d\n",
   $st{requests}, $st{stored}, $st{cut}, $st{failed_answers}, $dead_n;
-printf "duplicates: %d (%d unexplained by a fault)\n", $dups, $unexplained;
+printf "duplicates: %d (%d unexplained by a fault; %d sent again after a later row of their key was delivered%s)\n",
+  $dups, $unexplained, $after_later, @after_later ? ', e.g. ' . join(', ', @after_later) : '';
+printf "last deliveries out of order: %d rows last delivered after a later row of their key was last delivered%s\n",
+  $stale, @stale ? ', e.g. ' . join(', ', @stale) : '';
 my %by_type;
 push @{ $by_type{ $_->{fault} } }, $_ for @faults;
 print "faults: " . scalar(@faults) . "\n";
