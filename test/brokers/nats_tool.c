@@ -12,7 +12,8 @@
  *		{"subjects":[..],"retention":"limits"|..,"storage":"file"|"memory",
  *		 "description":..}
  *	nats_tool URL dump NAME                    one JSON line per message:
- *		{"seq":..,"subject":..,"data":..,"headers":{name:value}}
+ *		{"seq":..,"subject":..,"data":..,"headers":{name:value},
+ *		 "time_us": when the stream stored it (microseconds since the epoch)}
  *	nats_tool URL publish SUBJECT DATA [-n N] [NAME:VALUE]...
  *		JetStream publishes with headers, N times (default 1), "{i}" in
  *		DATA and the values replaced by 1..N; one JSON line per publish:
@@ -111,10 +112,11 @@ dump(jsCtx *js, const char *name)
 			}
 			free((void *) keys);
 		}
-		o = json_pack("{s:I, s:s, s:s%, s:o}", "seq", (json_int_t) seq,
+		o = json_pack("{s:I, s:s, s:s%, s:o, s:I}", "seq", (json_int_t) seq,
 					  "subject", natsMsg_GetSubject(m),
 					  "data", natsMsg_GetData(m), (size_t) natsMsg_GetDataLength(m),
-					  "headers", h);
+					  "headers", h,
+					  "time_us", (json_int_t) (natsMsg_GetTime(m) / 1000));
 		line = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
 		printf("%s\n", line);
 		free(line);

@@ -158,7 +158,8 @@ sub nats_stream
 	return decode_json($out);
 }
 
-# Every message of the stream, in stream order: [{seq, subject, data, headers}].
+# Every message of the stream, in stream order: [{seq, subject, data, headers,
+# time_us (when the stream stored it)}].
 sub nats_dump
 {
 	my ($s, $name) = @_;

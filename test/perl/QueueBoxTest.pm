@@ -49,7 +49,7 @@ our @EXPORT = qw(
   qb_wait_query qb_wait_for qb_worker_pids qb_launcher_pid qb_free_port
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
   qb_consumers_on_lock qb_test_binary qb_npm_dir qb_node_tests
-  qb_key_order qb_key_order_of qb_dest_status qb_log_count qb_kill9_crash qb_insert_keyed
+  qb_key_order qb_key_order_of qb_dest_status qb_log_count qb_kill9_crash qb_kill9_postmaster qb_insert_keyed
   qb_schema_description qb_ext_upgrade_test qb_pull_process_scenarios qb_mssql_alone $QB_LATEST
 );
 
@@ -877,6 +877,35 @@ sub qb_kill9_crash
 	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $offset);
 	pass("$what: the postmaster crash-restarts the cluster");
 	return $offset;
+}
+
+# qb_kill9_postmaster($node): kill -9 the postmaster and, as in a machine
+# crash, every one of its children (auxiliary processes too: they are not
+# all in pg_stat_activity), then wait until every one is gone; no ok().
+# Returns the children's pids.  The caller starts the node again.
+sub qb_kill9_postmaster
+{
+	my ($node) = @_;
+	open(my $pidf, '<', $node->data_dir . '/postmaster.pid') or die $!;
+	my $pmpid = <$pidf>;
+	close $pidf;
+	chomp $pmpid;
+	my @children;
+	opendir(my $proc, '/proc') or die $!;
+	for my $p (grep { /^\d+$/ } readdir $proc)
+	{
+		open(my $st, '<', "/proc/$p/stat") or next;
+		my $line = <$st>;
+		close $st;
+		push @children, $p if defined $line && $line =~ /^\d+ \(.*\) \S (\d+) / && $1 == $pmpid;
+	}
+	closedir $proc;
+	$node->kill9;
+	kill 'KILL', @children;
+	my $deadline = time + 60;
+	usleep(20_000) while grep({ kill(0, $_) } @children) && time < $deadline;
+	die "server processes still alive 60 s after kill -9: @children" if grep { kill(0, $_) } @children;
+	return @children;
 }
 
 # qb_insert_keyed($node, $topic, $n, $nkeys, $prefix[, $first_sink]): $n

@@ -76,6 +76,15 @@
  *		held = requests held now ("hold": true), not yet released
  *	POST /_sink/reset  -> zeroes the counters and the fail table
  *	POST /_sink/release -> answers every held request now: {"released": n}
+ *	POST /_sink/fault  -> a fault for every later request until the next one
+ *		(the chaos runner's nemesis, bench/chaos): the body is
+ *		{"status": S, "delay_ms": D, "cut": true, "retry_after": "R"}, each
+ *		key optional; {} ends the fault.  It stands in for --status and
+ *		--delay-ms; a message's own "_sink" script still wins.  "cut": the
+ *		answer's head and half its body are sent, then the connection is
+ *		closed (a receiver that dies mid-answer); its log line has
+ *		"cut": true.  Answers {"ok":true}, or 400 for a body that is not
+ *		such an object.
  *
  * SIGTERM / SIGINT: pending delayed answers are released, the daemon is
  * stopped, exit 0.
@@ -160,7 +169,25 @@ typedef struct Req
 	uint64_t	t_mono_ns;		/* full body received (CLOCK_MONOTONIC) */
 	bool		answered;		/* a counted answer was queued */
 	char		retry_after[128];	/* scripted Retry-After, "" none */
+	bool		cut;			/* close the connection mid-answer */
 } Req;
+
+/* ------------------------------------------------------------------ fault */
+
+/*
+ * The fault POST /_sink/fault set: read by decide() for every request, under
+ * fault_mu (a copy is taken; the control request that changes it is rare).
+ */
+typedef struct Fault
+{
+	int			status;			/* 0: the default status */
+	long		delay_ms;		/* -1: the default delay */
+	bool		cut;
+	char		retry_after[128];
+} Fault;
+
+static pthread_mutex_t fault_mu = PTHREAD_MUTEX_INITIALIZER;
+static Fault fault_now = {0, -1, false, ""};
 
 /* ------------------------------------------------------------------ fail table */
 
@@ -613,6 +640,8 @@ log_request(struct MHD_Connection *c, const char *method, const char *url, Req *
 	json_object_set_new(o, "body", r->too_large ? json_string("") :
 						json_string_any(r->body ? r->body : "", r->len));
 	json_object_set_new(o, "status", json_integer(r->status));
+	if (r->cut)
+		json_object_set_new(o, "cut", json_true());
 
 	char	   *line = log_fp ? json_dumps(o, JSON_COMPACT) : NULL;
 
@@ -644,6 +673,8 @@ log_request(struct MHD_Connection *c, const char *method, const char *url, Req *
 static void
 decide(struct MHD_Connection *c, Req *r)
 {
+	Fault		f;
+
 	r->status = opt_status;
 	r->delay_ms = opt_delay_ms;
 	if (r->too_large)
@@ -651,6 +682,17 @@ decide(struct MHD_Connection *c, Req *r)
 		r->status = HTTP_TOO_LARGE;
 		return;
 	}
+	pthread_mutex_lock(&fault_mu);
+	f = fault_now;
+	pthread_mutex_unlock(&fault_mu);
+	if (f.status != 0)
+	{
+		r->status = f.status;
+		snprintf(r->retry_after, sizeof(r->retry_after), "%s", f.retry_after);
+	}
+	if (f.delay_ms >= 0)
+		r->delay_ms = f.delay_ms;
+	r->cut = f.cut;
 	if (!r->body || r->len < 8 || !memmem(r->body, r->len, "\"_sink\"", 7))
 		return;
 
@@ -733,8 +775,80 @@ answer_json(struct MHD_Connection *c, int status, const char *text, const char *
 	return ret;
 }
 
+/* answer_fault: POST /_sink/fault, the fault for every later request. */
 static MHD_Result_t
-answer_control(struct MHD_Connection *c, const char *method, const char *url)
+answer_fault(struct MHD_Connection *c, Req *r)
+{
+	json_t	   *doc = json_loadb(r->body ? r->body : "{}", r->body ? r->len : 2, 0, NULL);
+	Fault		f = {0, -1, false, ""};
+	json_t	   *js,
+			   *jd,
+			   *jr;
+
+	if (!doc || !json_is_object(doc))
+	{
+		json_decref(doc);
+		return answer_json(c, 400, "{\"ok\":false,\"error\":\"expected a JSON object\"}", NULL);
+	}
+	js = json_object_get(doc, "status");
+	jd = json_object_get(doc, "delay_ms");
+	jr = json_object_get(doc, "retry_after");
+	if (json_is_integer(js) && json_integer_value(js) >= 100 && json_integer_value(js) <= 599)
+		f.status = (int) json_integer_value(js);
+	if (json_is_integer(jd) && json_integer_value(jd) >= 0)
+		f.delay_ms = (long) json_integer_value(jd);
+	f.cut = json_is_true(json_object_get(doc, "cut"));
+	if (json_is_string(jr))
+	{
+		snprintf(f.retry_after, sizeof(f.retry_after), "%s", json_string_value(jr));
+		for (const char *p = f.retry_after; *p != '\0'; p++)
+			if ((unsigned char) *p < ' ' || *p == 0x7f)
+				f.retry_after[0] = '\0';
+	}
+	json_decref(doc);
+	pthread_mutex_lock(&fault_mu);
+	fault_now = f;
+	pthread_mutex_unlock(&fault_mu);
+	return answer_json(c, 200, "{\"ok\":true}", NULL);
+}
+
+/*
+ * cut_reader: the body of a cut answer: its first half, then an error, which
+ * makes MHD close the connection with the answer unfinished.
+ */
+static ssize_t
+cut_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	const char *text = cls;
+	size_t		half = strlen(text) / 2;
+
+	if (pos >= half || max == 0)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	if (max > half - pos)
+		max = half - pos;
+	memcpy(buf, text + pos, max);
+	return (ssize_t) max;
+}
+
+/* answer_cut: the head of an answer with status, half its body, then close. */
+static MHD_Result_t
+answer_cut(struct MHD_Connection *c, int status)
+{
+	const char *text = status >= 200 && status < 300 ? BODY_OK : BODY_FAIL;
+	struct MHD_Response *resp =
+		MHD_create_response_from_callback(strlen(text), 64, cut_reader, (void *) text, NULL);
+	MHD_Result_t ret;
+
+	if (!resp)
+		return MHD_NO;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	ret = MHD_queue_response(c, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static MHD_Result_t
+answer_control(struct MHD_Connection *c, const char *method, const char *url, Req *r)
 {
 	char		buf[256];
 
@@ -764,6 +878,8 @@ answer_control(struct MHD_Connection *c, const char *method, const char *url)
 		snprintf(buf, sizeof(buf), "{\"released\":%lu}", release_held());
 		return answer_json(c, 200, buf, NULL);
 	}
+	if (strcmp(url, "/_sink/fault") == 0 && strcmp(method, "POST") == 0)
+		return answer_fault(c, r);
 	return answer_json(c, 404, "{\"ok\":false,\"error\":\"unknown control endpoint\"}", NULL);
 }
 
@@ -838,7 +954,7 @@ handler(void *cls, struct MHD_Connection *c, const char *url, const char *method
 
 	/* final call: the whole body is here (or we were resumed) */
 	if (r->control)
-		return answer_control(c, method, url);
+		return answer_control(c, method, url, r);
 
 	if (!r->decided)
 	{
@@ -872,6 +988,8 @@ handler(void *cls, struct MHD_Connection *c, const char *url, const char *method
 
 	struct MHD_Response *resp;
 
+	if (r->cut)
+		return answer_cut(c, r->status);
 	if (r->retry_after[0] != '\0')		/* the scripted status with its header */
 		return answer_json(c, r->status,
 						   r->status >= 200 && r->status < 300 ? BODY_OK : BODY_FAIL,

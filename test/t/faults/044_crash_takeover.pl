@@ -148,25 +148,8 @@ load($node, 'pm.kill', 'pk');
 ($in_flight, $slow) = under_way($node, 'pm.kill', 'postmaster kill');
 note "postmaster kill: $in_flight rows processing at the kill, $slow of them slow";
 my $pm = $node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
-my @children = grep { $_ ne '' } split /\n/,
-  $node->safe_psql('postgres', 'SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid()');
-open(my $pidf, '<', $node->data_dir . '/postmaster.pid') or die $!;
-my $pmpid = <$pidf>;
-close $pidf;
-chomp $pmpid;
-# every child, auxiliary processes too (they are not all in pg_stat_activity)
-opendir(my $proc, '/proc') or die $!;
-for my $p (grep { /^\d+$/ } readdir $proc)
-{
-	open(my $st, '<', "/proc/$p/stat") or next;
-	my $line = <$st>;
-	close $st;
-	push @children, $p if defined $line && $line =~ /^\d+ \(.*\) \S (\d+) / && $1 == $pmpid;
-}
-closedir $proc;
-$node->kill9;
-kill 'KILL', @children;
-qb_wait_for(sub { !grep { kill(0, $_) } @children }, 'postmaster kill: every server process is gone');
+my @children = qb_kill9_postmaster($node);
+ok(!grep({ kill(0, $_) } @children), 'postmaster kill: every server process is gone');
 $node->start;
 isnt($node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()'), $pm,
 	'postmaster kill: the server runs again (a new postmaster)');

@@ -43,35 +43,16 @@ use warnings;
 
 use Test::More;
 
-BEGIN
-{
-	my $gid = (split ' ', $()[0];
-	my @unshare = ('unshare', '--user', "--map-user=$<", "--map-group=$gid", '--net', '--keep-caps', '--');
-	if (!$ENV{QB_NETFAULTS_INNER})
-	{
-		# can this process make what the test needs?
-		my $probe = 'ip link set lo up && ip link add qbprobe0 type veth peer name qbprobe1 '
-		  . '&& nft add table inet qbprobe && unshare --net true';
-		my $out = `@unshare sh -c '$probe' 2>&1`;
-		if ($? != 0)
-		{
-			$out =~ s/\s+$//;
-			plan skip_all => "network namespaces, veth pairs or nftables cannot be made here "
-			  . "(unshare --user --net, ip, nft; scripts/setup.sh installs nftables): $out";
-		}
-		$ENV{QB_NETFAULTS_INNER} = 1;
-		exec(@unshare, $^X, (map { "-I$_" } grep { !ref } @INC), $0, @ARGV)
-		  or die "exec unshare: $!";
-	}
-}
+use FindBin;
+use lib "$FindBin::RealBin/../../perl";
+use QueueBoxNetns;
+BEGIN { qbn_enter(); }
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(time usleep);
 use POSIX qw(WNOHANG);
 
-use FindBin;
-use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 use QueueBoxDaemon;
 
@@ -79,99 +60,27 @@ my $N = 400;
 
 # ---------------------------------------------------------------- network
 
-my %ns;    # child namespace name => pid of the process that holds it
+*sh = \&qbn_sh;
+*in_ns = \&qbn_in_ns;
 
-sub sh
-{
-	my (@cmd) = @_;
-	my ($out, $err) = ('', '');
-	IPC::Run::run(\@cmd, '>', \$out, '2>', \$err)
-	  or die "@cmd failed: $err$out";
-	return $out;
-}
-
-sub in_ns
-{
-	my ($name, @cmd) = @_;
-	return ('nsenter', "--net=/proc/$ns{$name}/ns/net", '--', @cmd);
-}
-
-# ns_new($name): a network namespace held by a sleeping child
-sub ns_new
-{
-	my ($name) = @_;
-	my $mine = readlink('/proc/self/ns/net');
-	my $pid = fork();
-	die "fork: $!" unless defined $pid;
-	if ($pid == 0)
-	{
-		exec('unshare', '--net', '--', 'sleep', '100000') or POSIX::_exit(127);
-	}
-	my $deadline = time + 10;
-	while (time < $deadline)
-	{
-		my $l = readlink("/proc/$pid/ns/net") // '';
-		last if $l ne '' && $l ne $mine;
-		usleep(10_000);
-	}
-	$ns{$name} = $pid;
-	sh(in_ns($name, qw(ip link set lo up)));
-	return $pid;
-}
-
-# veth($name, $here, $there, [addresses here], $address there)
-sub veth
-{
-	my ($name, $here, $there, $here_addrs, $there_addr) = @_;
-	sh('ip', 'link', 'add', $here, 'type', 'veth', 'peer', 'name', $there, 'netns', $ns{$name});
-	sh('ip', 'addr', 'add', "$_/24", 'dev', $here) for @$here_addrs;
-	sh('ip', 'link', 'set', $here, 'up');
-	sh(in_ns($name, 'ip', 'addr', 'add', "$there_addr/24", 'dev', $there));
-	sh(in_ns($name, 'ip', 'link', 'set', $there, 'up'));
-}
-
-# fault_on($name, $in_match, $out_match): table inet qbfault in a namespace,
-# its input and output chains dropping (and counting) what the matches take
-# (a partition: "ip saddr X" / "ip daddr X"; loss: "numgen random mod 100 < 10")
-sub fault_on
-{
-	my ($name, $in_rule, $out_rule) = @_;
-	my $file = "$PostgreSQL::Test::Utils::tmp_check/nft_${name}_" . int(time * 1000) . '.nft';
-	open(my $fh, '>', $file) or die "$file: $!";
-	print $fh "table inet qbfault {\n"
-	  . "  chain in { type filter hook input priority 0; policy accept; $in_rule counter drop; }\n"
-	  . "  chain out { type filter hook output priority 0; policy accept; $out_rule counter drop; }\n}\n";
-	close $fh;
-	sh(in_ns($name, 'nft', '-f', $file));
-	return time;
-}
+sub fault_on { return qbn_fault_on(@_); }
 
 # fault_off($name): the rules deleted; an ok() that they dropped packets
 sub fault_off
 {
 	my ($name) = @_;
-	my $t = time;
-	my $rules = sh(in_ns($name, qw(nft list table inet qbfault)));
-	sh(in_ns($name, qw(nft delete table inet qbfault)));
-	my $dropped = 0;
-	$dropped += $1 while $rules =~ /counter packets (\d+)/g;
+	my ($t, $dropped) = qbn_fault_off($name);
 	cmp_ok($dropped, '>', 0, "the fault in namespace $name dropped packets ($dropped)");
 	return $t;
 }
 
 sh(qw(ip link set lo up));
-ns_new('daemon');
-ns_new('dest');
-veth('daemon', 'qbd0', 'qbd1', [ '10.231.1.1', '10.231.1.3' ], '10.231.1.2');
-veth('dest', 'qbs0', 'qbs1', ['10.231.2.1'], '10.231.2.2');
+qbn_ns_new('daemon');
+qbn_ns_new('dest');
+qbn_veth('daemon', 'qbd0', 'qbd1', [ '10.231.1.1', '10.231.1.3' ], '10.231.1.2');
+qbn_veth('dest', 'qbs0', 'qbs1', ['10.231.2.1'], '10.231.2.2');
 pass('namespaces: the daemon at 10.231.1.2 (PostgreSQL 10.231.1.1, sink 10.231.1.3), '
 	  . 'the extension\'s destination at 10.231.2.2');
-
-END
-{
-	local $?;
-	kill 'KILL', $_ for values %ns;
-}
 
 # ---------------------------------------------------------------- checks
 
@@ -242,7 +151,7 @@ sub nft_fault
 	return (on => sub { fault_on($name, $in, $out) }, off => sub { fault_off($name) });
 }
 
-my $LOSS = 'numgen random mod 100 < 10';
+my $LOSS = $QBN_LOSS;
 
 # A destination partition lasts until attempts timed out and the circuit
 # opened (timeoutMs 3 s, circuitBreaker.failures 10); its cooldown is short
