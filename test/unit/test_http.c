@@ -242,6 +242,23 @@ test_error_status(void **state)
 	qb_http_free(h);
 }
 
+/*
+ * loopback_port: socket s bound to an ephemeral loopback port (rcvbuf > 0:
+ * its receive buffer first), and url the destination URL of that port
+ */
+static void
+loopback_port(int s, int rcvbuf, char *url, size_t urllen)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t	len = sizeof(a);
+
+	if (rcvbuf > 0)
+		assert_int_equal(setsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
+	assert_int_equal(bind(s, (struct sockaddr *) &a, sizeof(a)), 0);
+	assert_int_equal(getsockname(s, (struct sockaddr *) &a, &len), 0);
+	snprintf(url, urllen, "http://127.0.0.1:%d/x", ntohs(a.sin_port));
+}
+
 /* A port nobody listens on, and an answer slower than timeoutMs. */
 static void
 test_refused_and_timeout(void **state)
@@ -250,18 +267,14 @@ test_refused_and_timeout(void **state)
 	char		url[128];
 	QbHttp	   *h = qb_http_new(err, sizeof(err));
 	Outcome		out = {0};
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t	len = sizeof(a);
 	int			s = socket(AF_INET, SOCK_STREAM, 0);
 	QbDestination down,
 				slow;
 	const char *body = "{\"_sink\": {\"fail\": 1, \"status\": 200, \"delay_ms\": 2000}}";
 
 	/* an ephemeral port that was free a moment ago, closed again */
-	assert_int_equal(bind(s, (struct sockaddr *) &a, sizeof(a)), 0);
-	assert_int_equal(getsockname(s, (struct sockaddr *) &a, &len), 0);
+	loopback_port(s, 0, url, sizeof(url));
 	close(s);
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d/x", ntohs(a.sin_port));
 	down = dest_for(url, 2000);
 	slow = dest_for(sink_url, 300);
 
@@ -324,10 +337,7 @@ test_timed_out_request_is_reset(void **state)
 	char		url[128];
 	QbHttp	   *h = qb_http_new(err, sizeof(err));
 	Outcome		out = {0};
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t	len = sizeof(a);
 	int			l = socket(AF_INET, SOCK_STREAM, 0);
-	int			small = 4096;
 	size_t		body_len = 16 * 1024 * 1024;
 	char	   *body = malloc(body_len);
 	QbDestination d;
@@ -337,11 +347,8 @@ test_timed_out_request_is_reset(void **state)
 
 	assert_non_null(body);
 	memset(body, 'x', body_len);
-	assert_int_equal(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
-	assert_int_equal(bind(l, (struct sockaddr *) &a, sizeof(a)), 0);
-	assert_int_equal(getsockname(l, (struct sockaddr *) &a, &len), 0);
+	loopback_port(l, 4096, url, sizeof(url));
 	assert_int_equal(listen(l, 4), 0);
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d/x", ntohs(a.sin_port));
 	d = dest_for(url, 300);
 	assert_int_equal(post(h, &d, "51111111-2222-4333-8444-555555555555", NULL,
 						  body, body_len, 0, err, sizeof(err)), QB_HTTP_STARTED);
