@@ -275,7 +275,9 @@ sub configure
 {
 	my ($batch) = @_;
 	qb_configure($node, chaos_yaml($batch, $sink->{url},
-		more_destinations => { bus => { type => 'nats', url => $nats->{url}, subject => 'chaos.{{ key }}' } },
+		# the same 1 s cooldown as web's: a restart's resume measures QueueBox, not the 30 s default
+		more_destinations => { bus => { type => 'nats', url => $nats->{url}, subject => 'chaos.{{ key }}',
+			circuitBreaker => { cooldownMs => 1000 } } },
 		http => { listen => "127.0.0.1:$hooks_port" },
 		sources => {
 			hooks => {
