@@ -464,8 +464,8 @@ typedef struct QbsColumns
 {
 	int			ncols;
 	int			n;
-	Datum	   *col[9];
-	bool	   *null[9];
+	Datum	   *col[QB_PG_MAXPARAMS];
+	bool	   *null[QB_PG_MAXPARAMS];
 } QbsColumns;
 
 static QbsColumns
@@ -473,7 +473,7 @@ qbs_columns_new(int ncols, int n)
 {
 	QbsColumns	c = {.ncols = ncols, .n = n};
 
-	Assert(ncols <= 9);
+	Assert(ncols <= QB_PG_MAXPARAMS);
 	for (int i = 0; i < ncols; i++)
 	{
 		c.col[i] = palloc(sizeof(Datum) * (n + 1));
@@ -592,8 +592,8 @@ qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, Qb
 static void
 qbs_breaker(const QbDestTally *t, int n, QbCycleOut *out)
 {
-	Datum		v[9];
-	QbsColumns	c = qbs_columns_new(9, n);
+	Datum		v[QB_PG_MAXPARAMS];
+	QbsColumns	c = qbs_columns_new(qb_pg_stmts[QB_PG_S_BREAKER].nparams, n);
 	SPIPlanPtr	p = qbs_prepare(QB_PG_S_BREAKER);
 	SPIPlanPtr	rows;
 

@@ -134,7 +134,7 @@ qbpq_breaker(QbPqStore *s, const QbDestTally *t, int n, QbCycleOut *out,
 		qb_pg_array_add_int(&a.arr[7], t[i].cooldown_ms);
 		qb_pg_array_add_int(&a.arr[8], t[i].ok_sent_ago_us);
 	}
-	for (int i = 0; i < 9; i++)
+	for (int i = 0; i < qb_pg_stmts[QB_PG_S_BREAKER].nparams; i++)
 		qbpq_args_array(&a, i);
 	if ((res = qbpq_run(s, QB_PG_S_BREAKER_ROWS, &a, PGRES_COMMAND_OK,
 						"creating the circuit breaker rows", err, errlen)) == NULL)
