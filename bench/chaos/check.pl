@@ -21,8 +21,8 @@
 #                     the X-Message-Id header and the body (the row's
 #                     payload: {"tx":T,"key":K,"seq":N,...})
 #   faults.jsonl      what the nemesis did: {"fault":F,"start":S,"end":S,
-#                     "receiver":"receiver-x"} (the receiver whose rows it
-#                     is about; none: all)
+#                     "receiver":"receiver-x receiver-n"} (the receivers
+#                     whose rows it is about, by file name; none: all)
 #   dead.jsonl        optional: the rows the system itself declares dead
 #                     ({"key":K,"seq":N}), read after the run
 #   meta.json         the run's settings (slack_before_s, slack_after_s)
@@ -277,7 +277,17 @@ for my $k (sort keys %by_key)
 my @faults = -e "$dir/faults.jsonl" ? read_jsonl("$dir/faults.jsonl") : ();
 my $GAP = 0.25;    # seconds without a 2xx that make a stall (the writers never pause so long)
 @faults = sort { $a->{start} <=> $b->{start} } @faults;
-$_->{stall} = 0 for @faults;
+my %rx_known = map { m{(receiver-[^/]*)\.jsonl$} ? ($1 => 1) : () } @rfiles;
+for my $f (@faults)
+{
+	my @named = split ' ', $f->{receiver} // '';
+	my @unknown = grep { !$rx_known{$_} } @named;
+	push @fail, "the $f->{fault} fault at $f->{start} names a receiver with no record: @unknown" if @unknown;
+	$f->{stall} = 0;
+	$f->{rxs} = @named ? [ grep { $rx_known{$_} } @named ] : [''];
+}
+# about($f, $rx): the fault is about that receiver ('': all of them)
+sub about { my ($f, $rx) = @_; return scalar grep { $_ eq $rx } @{ $f->{rxs} }; }
 # the 2xx times of each receiver, and of all ('')
 my %ok_times;
 for my $q (grep { $_->{status} >= 200 && $_->{status} < 300 } @req)
@@ -285,14 +295,15 @@ for my $q (grep { $_->{status} >= 200 && $_->{status} < 300 } @req)
 	push @{ $ok_times{''} }, $q->{t};
 	push @{ $ok_times{ $q->{rx} } }, $q->{t};
 }
-# a fault is about one receiver when it names one ("receiver": the file's
-# name without .jsonl), else about all.  Each stall of a receiver is the
-# latest fault about it that began before the stall (or within $GAP after
-# its start: the fault stopped the 2xx that were due), if the stall begins
-# at most 5 s after that fault's end
+# a fault is about the receivers it names ("receiver": their files' names
+# without .jsonl, space-separated), else about all.  Each stall of a
+# receiver is the latest fault about it that began before the stall (or
+# within $GAP after its start: the fault stopped the 2xx that were due), if
+# the stall begins at most 5 s after that fault's end; a fault about
+# several receivers resumes when the last of them does
 for my $rx (keys %ok_times)
 {
-	my @f = grep { ($_->{receiver} // '') eq $rx } @faults;
+	my @f = grep { about($_, $rx) } @faults;
 	next unless @f;
 	my $ok = $ok_times{$rx};
 	my $k = -1;
@@ -302,25 +313,36 @@ for my $rx (keys %ok_times)
 		next if $q - $p < $GAP;
 		$k++ while $k < $#f && $f[ $k + 1 ]{start} <= $p + $GAP;
 		next if $k < 0 || $p > $f[$k]{end} + 5;
-		$f[$k]{resume_at} = $q;
+		$f[$k]{resume_at}{$rx} = $q;
 		$f[$k]{stall} = $q - $p if $q - $p > $f[$k]{stall};
 	}
 }
+# first_ok_after($rx, $t): the receiver's first 2xx at or after $t
+sub first_ok_after
+{
+	my ($rx, $t) = @_;
+	my $ok = $ok_times{$rx} // [];
+	my ($lo, $hi) = (0, scalar @$ok);
+	while ($lo < $hi)
+	{
+		my $mid = int(($lo + $hi) / 2);
+		if ($ok->[$mid] < $t) { $lo = $mid + 1 } else { $hi = $mid }
+	}
+	return $lo < @$ok ? $ok->[$lo] : undef;
+}
 for my $f (@faults)
 {
-	my $resume_at = $f->{resume_at};
-	if (!defined $resume_at)
+	# per receiver: the end of its last stall, or without one its first 2xx
+	# at or after the end; the fault resumes when its last receiver does
+	my ($resume_at, $never);
+	# (a receiver that never answered 2xx has nothing to resume; a lost row says more)
+	for my $rx (grep { $ok_times{$_} } @{ $f->{rxs} })
 	{
-		# no stall: the first 2xx at or after the end
-		my $ok = $ok_times{ $f->{receiver} // '' } // [];
-		my ($lo, $hi) = (0, scalar @$ok);
-		while ($lo < $hi)
-		{
-			my $mid = int(($lo + $hi) / 2);
-			if ($ok->[$mid] < $f->{end}) { $lo = $mid + 1 } else { $hi = $mid }
-		}
-		$resume_at = $ok->[$lo] if $lo < @$ok;
+		my $t = $f->{resume_at}{$rx} // first_ok_after($rx, $f->{end});
+		$never = 1 unless defined $t;
+		$resume_at = $t if defined $t && (!defined $resume_at || $t > $resume_at);
 	}
+	$resume_at = undef if $never;
 	$f->{resume} = defined $resume_at ? ($resume_at > $f->{end} ? $resume_at - $f->{end} : 0) : undef;
 	$f->{dups} = 0;
 	push @fail, "no delivery after the $f->{fault} fault that ended at $f->{end}" unless defined $f->{resume};
@@ -374,7 +396,7 @@ for my $id (sort keys %stores)
 			push @after_later, sprintf('%s (first %.6f, again %.6f)', $id, $t[0], $td) if @after_later < 5;
 		}
 		my ($by) = grep {
-			!defined $_->{receiver} || $_->{receiver} eq $rx_of{$id}
+			about($_, '') || about($_, $rx_of{$id})
 		} grep {
 			my $lo = $_->{start} - $slack_before;
 			my $hi = $_->{end} + $slack_after;

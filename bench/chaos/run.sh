@@ -61,7 +61,7 @@ QB_CHAOS_SECONDS=$SECS QB_CHAOS_OUT=$OUT \
 [[ -s "$OUT/report.txt" ]] || die "no report in $OUT (the run failed before the checker: see tmp_check/log/regress_log_061_chaos)"
 cat "$OUT/report.txt"
 META=$(perl -MJSON::PP -e 'local $/; open(my $f, "<", $ARGV[0]) or die; my $m = decode_json(<$f>);
-	print "$m->{writers} writers into the extension\x27s cluster and $m->{daemon_writers} into the daemon\x27s, 1 to NATS, 1 webhook sender, "
+	print "$m->{writers} writers into the extension\x27s cluster and $m->{daemon_writers} into the daemon\x27s, 1 to NATS, 1 to RabbitMQ, 1 webhook sender, "
 	  . "$m->{tx_rate} transactions a second each of $m->{rows_per_tx} rows, $m->{keys} keys per cluster; "
 	  . "timeoutMs $m->{timeout_ms}, claimTimeoutMs $m->{claim_timeout_ms}"' "$OUT/meta.json")
 

@@ -26,6 +26,12 @@
  *	  publish QUEUE BODY MESSAGE_ID TYPE HEADERS_JSON
  *								a persistent message to QUEUE (default exchange),
  *								returning once the broker confirms it
+ *	  consume QUEUE STOPFILE	a consumer (TAP 061's record of a broker): each
+ *								message a JSON line as it arrives (t_us, the
+ *								wall clock; redelivered; message_id;
+ *								routing_key; body), flushed before its ack;
+ *								returns once STOPFILE exists and nothing came
+ *								for a second; a lost connection exits 1
  *
  * Commands run in order on one connection; the first failure prints the
  * broker's reason on stderr and exits 1.
@@ -39,6 +45,8 @@
 #include <amqp_framing.h>
 #include <amqp_tcp_socket.h>
 #include <jansson.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 static amqp_connection_state_t conn;
 static int	confirming;			/* channel 1 is in confirm mode */
@@ -291,6 +299,72 @@ publish(const char *queue, const char *body, const char *mid, const char *type,
 	json_decref(h);
 }
 
+/*
+ * consume: the line is written and flushed before the ack, so no acked
+ * message is missing from the record; a message whose ack a broker restart
+ * lost comes again with redelivered set, and the reader skips it when its
+ * message_id is already there.
+ */
+static void
+consume(const char *queue, const char *stopfile)
+{
+	struct timeval tv = {0, 200000};
+	int			idle = 0;
+
+	amqp_basic_qos(conn, 1, 0, 200, 0);
+	die_reply(amqp_get_rpc_reply(conn), "basic.qos");
+	amqp_basic_consume(conn, 1, amqp_cstring_bytes(queue), amqp_empty_bytes, 0, 0, 0,
+					   amqp_empty_table);
+	die_reply(amqp_get_rpc_reply(conn), "basic.consume");
+	for (;;)
+	{
+		amqp_envelope_t env;
+		amqp_rpc_reply_t r;
+		struct timeval now;
+		json_t	   *o;
+		char	   *line;
+
+		amqp_maybe_release_buffers(conn);
+		r = amqp_consume_message(conn, &env, &tv, 0);
+		if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+			r.library_error == AMQP_STATUS_TIMEOUT)
+		{
+			/* five quiet 200 ms waits after the stop file: a second */
+			if (access(stopfile, F_OK) == 0 && ++idle >= 5)
+				return;
+			continue;
+		}
+		if (r.reply_type != AMQP_RESPONSE_NORMAL)
+		{
+			fprintf(stderr, "amqp_tool: consume: the connection was lost (%s)\n",
+					r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION ?
+					amqp_error_string2(r.library_error) : "the broker closed it");
+			exit(1);
+		}
+		idle = 0;
+		gettimeofday(&now, NULL);
+		o = json_object();
+		json_object_set_new(o, "t_us", json_integer((json_int_t) now.tv_sec * 1000000 + now.tv_usec));
+		json_object_set_new(o, "redelivered", json_boolean(env.redelivered));
+		json_object_set_new(o, "routing_key", bytes_json(env.routing_key));
+		json_object_set_new(o, "message_id",
+							env.message.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG ?
+							bytes_json(env.message.properties.message_id) : json_null());
+		json_object_set_new(o, "body", bytes_json(env.message.body));
+		line = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+		printf("%s\n", line);
+		fflush(stdout);
+		free(line);
+		json_decref(o);
+		if (amqp_basic_ack(conn, 1, env.delivery_tag, 0) != AMQP_STATUS_OK)
+		{
+			fprintf(stderr, "amqp_tool: consume: basic.ack failed: the connection was lost\n");
+			exit(1);
+		}
+		amqp_destroy_envelope(&env);
+	}
+}
+
 static void
 usage(void)
 {
@@ -300,7 +374,8 @@ usage(void)
 			"  queue-reject NAME MAXLEN | queue-delete NAME | bind QUEUE EXCHANGE KEY |\n"
 			"  unbind QUEUE EXCHANGE KEY | purge QUEUE | count QUEUE | get QUEUE |\n"
 			"  publish QUEUE BODY MESSAGE_ID TYPE HEADERS_JSON (exchange \"\", key QUEUE;\n"
-			"  an empty MESSAGE_ID or TYPE: not set; HEADERS_JSON an object of strings)\n");
+			"  an empty MESSAGE_ID or TYPE: not set; HEADERS_JSON an object of strings) |\n"
+			"  consume QUEUE STOPFILE\n");
 	exit(2);
 }
 
@@ -437,6 +512,12 @@ main(int argc, char **argv)
 			need(argc, i, 1);
 			get_all(argv[i + 1]);
 			i += 2;
+		}
+		else if (strcmp(cmd, "consume") == 0)
+		{
+			need(argc, i, 2);
+			consume(argv[i + 1], argv[i + 2]);
+			i += 3;
 		}
 		else
 			usage();

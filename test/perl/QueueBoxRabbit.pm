@@ -23,6 +23,8 @@
 #                   confirms, count, get);
 #                   rmq_count, rmq_get: a queue's ready messages, and every
 #                   message taken off it (decoded JSON lines).
+#   - rmq_consume:  a process consuming a queue into a file as messages
+#                   arrive, across broker restarts (TAP 061's record).
 #
 # Every wait is bounded and dies with what it waited for.
 
@@ -45,7 +47,7 @@ use QueueBoxTest qw(qb_free_port qb_test_binary);
 
 our @EXPORT = qw(
   rmq_start rmq_stop rmq_kill rmq_running rmq_ctl
-  rmq_tool rmq_count rmq_get
+  rmq_tool rmq_count rmq_get rmq_consume
 );
 
 my $SERVER = '/usr/lib/rabbitmq/bin/rabbitmq-server';
@@ -376,6 +378,29 @@ sub rmq_get
 	my @m = map { decode_json($_) } grep { /\S/ } split /\n/,
 	  rmq_tool($r, 'get', $queue);
 	return \@m;
+}
+
+# rmq_consume($r, $queue, $out, $stop): a process consuming $queue into the
+# file $out (amqp_tool consume: a JSON line per message, flushed before its
+# ack), connecting again 200 ms after each loss (a broker restart), until
+# the file $stop exists and the queue was quiet for a second, or the test
+# is gone.  Returns its pid: create $stop, then wait for it.
+sub rmq_consume
+{
+	my ($r, $queue, $out, $stop) = @_;
+	my $tool = qb_test_binary('test/brokers/amqp_tool');
+	my $parent = $$;
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	return $pid if $pid;
+	while (getppid() == $parent)
+	{
+		my $err = '';
+		eval { IPC::Run::run([ $tool, $r->{url}, 'consume', $queue, $stop ], '<', \undef, '>>', $out, '2>', \$err) };
+		POSIX::_exit(0) if !$@ && $? == 0;
+		usleep(200_000);
+	}
+	POSIX::_exit(1);
 }
 
 1;

@@ -51,13 +51,14 @@
 #
 #   Also a NATS writer (rows of topic chaos.nats to JetStream, the nemesis
 #   restarting nats-server; the stream dumped after the run is that
-#   receiver's record) and a webhook sender (one webhook at a time to the
+#   receiver's record), a RabbitMQ writer (rows of topic chaos.rmq to a
+#   durable queue, the nemesis stopping rabbitmq-server gracefully or with
+#   kill -9 and starting it again; a consumer that reconnects records each
+#   message as it arrives, QueueBoxRabbit's rmq_consume) and a webhook sender (one webhook at a time to the
 #   extension's ingress, source hooks, idempotency key the token, aggregate
 #   the key; its 2xx is the answered COMMIT, the inbox's keys after the run
 #   its business rows; the relay forwards them to the receiver, per
 #   aggregate in order).
-#
-#   Not here yet (issue 38): RabbitMQ restarts.
 use strict;
 use warnings;
 
@@ -83,6 +84,7 @@ use Time::HiRes qw(time usleep);
 use QueueBoxTest;
 use QueueBoxDaemon;
 use QueueBoxNats;
+use QueueBoxRabbit;
 
 my $ROOT = "$FindBin::RealBin/../../..";
 my $CHECK = "$ROOT/bench/chaos/check.pl";
@@ -147,6 +149,7 @@ sub doctored
 	write_file("$dir/faults.jsonl", map { $json->encode($_) . "\n" } @faults);
 	write_file("$dir/dead.jsonl", map { $json->encode($_) . "\n" } @dead);
 	write_file("$dir/meta.json", $json->encode({ slack_before_s => 2, slack_after_s => 2 }));
+	write_file("$dir/$_", $c{files}{$_}) for keys %{ $c{files} // {} };
 	my ($rc, $out) = run_check($dir);
 	if ($c{expect})
 	{
@@ -182,6 +185,15 @@ like($redo, qr/^last deliveries out of order: 1 rows .* e\.g\. a\/1 \(last 12\.2
 doctored('a duplicate with no fault around it',
 	edit => sub { my (undef, undef, $r) = @_; push @$r, [ 20, 'a', 4, 200 ] },
 	expect => qr/^FAIL: unexplained duplicate: row a\/4 first delivered at 14\.0+, again at 20\.0+/m);
+doctored('a duplicate inside a fault about another receiver only',
+	edit => sub { my (undef, undef, $r, $f) = @_; push @$r, [ 11.6, 'a', 1, 200 ]; $f->[0]{receiver} = 'receiver-9' },
+	expect => qr/^FAIL: unexplained duplicate: row a\/1 first delivered at 10\.0+, again at 11\.60+/m);
+doctored('a fault naming a receiver that has no record',
+	edit => sub { my (undef, undef, undef, $f) = @_; $f->[0]{receiver} = 'receiver-0 receiver-9' },
+	expect => qr/^FAIL: the kill9_worker fault at 11\.5 names a receiver with no record: receiver-9$/m);
+doctored('a duplicate inside a fault about its receiver among others',
+	edit => sub { my (undef, undef, $r, $f) = @_; push @$r, [ 11.6, 'a', 1, 200 ]; $f->[0]{receiver} = 'receiver-1 receiver-0' },
+	files => { 'receiver-1.jsonl' => '' });
 doctored('phantom', edit => sub { my (undef, undef, $r) = @_; push @$r, [ 13.5, 'a', 3, 200 ] },
 	expect => qr/^FAIL: phantom: row a\/3 of transaction w0-3, which did not commit, was delivered$/m);
 doctored('a dead letter not asked for', edit => sub { my (undef, undef, undef, undef, $d) = @_; push @$d, { key => 'a', seq => 4 } },
@@ -222,12 +234,20 @@ else
 	$dsink = qb_sink_start(name => 'chaos_daemon');
 }
 push @types, qw(kill9_worker kill9_postmaster http_500 http_429 http_410 timeout cut config_reload
-  kill9_daemon kill9_role daemon_reload nats_restart);
+  kill9_daemon kill9_role daemon_reload nats_restart rabbit_restart rabbit_kill9);
 
 # the broker: JetStream, stream CHAOS, the extension's rows of topic
 # chaos.nats published on chaos.<key>
 my $nats = nats_start(name => 'chaos');
 nats_add_stream($nats, 'CHAOS', 'chaos.>');
+
+# and RabbitMQ: the extension's rows of topic chaos.rmq to exchange chaos,
+# bound to a durable queue; a consumer records each message as it arrives
+# (flushed before its ack), reconnecting after each restart
+my $rmq = rmq_start(name => 'chaos');
+rmq_tool($rmq, exchange => 'chaos', 'direct', queue => 'chaos.rmq', bind => 'chaos.rmq', 'chaos', 'chaos.rmq');
+my $rmq_raw = "$dir/rabbit-consumed.jsonl";
+my $rmq_consumer = rmq_consume($rmq, 'chaos.rmq', $rmq_raw, "$dir/rabbit-stop");
 
 my $node = qb_node('chaos', conf => "restart_after_crash = on\n");
 my $dnode = qbd_node('chaos_db', conf => $dconf);
@@ -276,8 +296,9 @@ sub configure
 	my ($batch) = @_;
 	qb_configure($node, chaos_yaml($batch, $sink->{url},
 		# the same 1 s cooldown as web's: a restart's resume measures QueueBox, not the 30 s default
-		more_destinations => { bus => { type => 'nats', url => $nats->{url}, subject => 'chaos.{{ key }}',
-			circuitBreaker => { cooldownMs => 1000 } } },
+		more_destinations => {
+			bus => { type => 'nats', url => $nats->{url}, subject => 'chaos.{{ key }}', circuitBreaker => { cooldownMs => 1000 } },
+			mq => { type => 'rabbitmq', url => $rmq->{url}, exchange => 'chaos', circuitBreaker => { cooldownMs => 1000 } } },
 		http => { listen => "127.0.0.1:$hooks_port" },
 		sources => {
 			hooks => {
@@ -287,7 +308,10 @@ sub configure
 				aggregateIdPath => '$.key',
 				topic => 'chaos.hook'
 			} },
-		routes => [ { topicPattern => 'chaos.nats', destination => 'bus' }, { topicPattern => '**', destination => 'web' } ]));
+		routes => [
+			{ topicPattern => 'chaos.nats', destination => 'bus' },
+			{ topicPattern => 'chaos.rmq', destination => 'mq' },
+			{ topicPattern => '**', destination => 'web' } ]));
 }
 configure(50);
 
@@ -315,8 +339,9 @@ qbd_wait_daemon_log($daemon, qr/outbox 1\[\d+\]: started/);
 # ---------------------------------------------------------------- the writers
 
 # writer($w): a process committing transactions until $dir/stop exists
-# ($sys: x the extension's cluster, d the daemon's, n the extension's
-# cluster on topic chaos.nats (to the broker); writer $w of $nw there,
+# ($sys: x the extension's cluster, d the daemon's, n and r the extension's
+# cluster on topic chaos.nats and chaos.rmq (to the brokers), h webhooks to
+# the extension's ingress; writer $w of $nw there,
 # owning keys $sys<i> with i % $nw == $w)
 sub writer
 {
@@ -377,7 +402,7 @@ sub commit_rows
 	my $values = join(', ', map {
 		my %p = (tx => $tok, key => $_->{key}, seq => $_->{seq});
 		$p{_sink} = { status => 422 } if $_->{poison};
-		'(' . qb_sql_quote($sys eq 'n' ? 'chaos.nats' : 'chaos') . ', ' . qb_sql_quote($_->{key}) . ', '
+		'(' . qb_sql_quote({ n => 'chaos.nats', r => 'chaos.rmq' }->{$sys} // 'chaos') . ', ' . qb_sql_quote($_->{key}) . ', '
 		  . qb_sql_quote($json->encode(\%p)) . '::jsonb, ' . ($_->{poison} ? 2 : 'NULL') . ')'
 	} @rows);
 	my $sql = 'BEGIN; INSERT INTO chaos_tx (token) VALUES (' . qb_sql_quote($tok) . '); '
@@ -506,6 +531,22 @@ my %fault = (
 		$nats = nats_start(again => $nats);
 		return [ $t, time ];
 	},
+	rabbit_restart => sub {
+		# rabbitmqctl stop: clients are told (connection.close 320)
+		my $t = time;
+		rmq_stop($rmq);
+		usleep((1 + rand(1)) * 1e6);
+		rmq_start($rmq);
+		return [ $t, time ];
+	},
+	rabbit_kill9 => sub {
+		# the Erlang VM killed: the node recovers its durable queue at start
+		my $t = time;
+		rmq_kill($rmq);
+		usleep((1 + rand(1)) * 1e6);
+		rmq_start($rmq);
+		return [ $t, time ];
+	},
 	daemon_reload => sub {
 		# the file rewritten with another batch size, then SIGHUP
 		my $t = time;
@@ -517,14 +558,24 @@ my %fault = (
 		return [ $t, time ];
 	});
 
-# the receiver a fault is about: the daemon's for its faults
-sub receiver_of { return $_[0] =~ /daemon|role/ ? 'receiver-d' : $_[0] =~ /nats/ ? 'receiver-n' : 'receiver-x'; }
+# the receivers a fault is about: the daemon's for its faults, a broker's
+# for its restarts, the extension's receiver for its faults, and all three
+# the extension delivers to for a fault of its cluster or its workers
+sub receiver_of
+{
+	my ($type) = @_;
+	return 'receiver-d' if $type =~ /daemon|role/;
+	return 'receiver-n' if $type =~ /nats/;
+	return 'receiver-r' if $type =~ /rabbit/;
+	return 'receiver-x receiver-n receiver-r' if $type =~ /kill9_worker|kill9_postmaster|config_reload/;
+	return 'receiver-x';
+}
 
 # ---------------------------------------------------------------- the run
 
 my @writers = ((map { writer('x', $_, $WRITERS) } 0 .. $WRITERS - 1),
-	(map { writer('d', $_, $DWRITERS) } 0 .. $DWRITERS - 1), writer('n', 0, 1), writer('h', 0, 1));
-note "chaos: $WRITERS writers into the extension's cluster, $DWRITERS into the daemon's, 1 to NATS, 1 of webhooks, "
+	(map { writer('d', $_, $DWRITERS) } 0 .. $DWRITERS - 1), writer('n', 0, 1), writer('r', 0, 1), writer('h', 0, 1));
+note "chaos: $WRITERS writers into the extension's cluster, $DWRITERS into the daemon's, 1 to NATS, 1 to RabbitMQ, 1 of webhooks, "
   . "$TX_RATE transactions a second each of $ROWS rows, $KEYS keys each, $SECONDS s; faults: @types";
 my $t_start = time;
 my $oks = sub { return (eval { qb_sink_stats($sink)->{ok} } // 0) + (eval { qb_sink_stats($dsink)->{ok} } // 0) };
@@ -545,7 +596,9 @@ while ((time - $t_start < $SECONDS || grep { !$done{$_} } @types) && time - $t_s
 	note sprintf('chaos: %s from %.1f to %.1f s', $type, $span->[0] - $t_start, $span->[1] - $t_start);
 	# the next fault once deliveries resumed (bounded; the checker measures)
 	my $s = $type =~ /daemon|role/ ? $dsink : $sink;
-	my $count = $type =~ /nats/ ? sub { nats_count($nats, 'CHAOS') // 0 } : sub { eval { qb_sink_stats($s)->{ok} } // 0 };
+	my $count = $type =~ /nats/ ? sub { nats_count($nats, 'CHAOS') // 0 }
+	  : $type =~ /rabbit/ ? sub { -s $rmq_raw // 0 }
+	  : sub { eval { qb_sink_stats($s)->{ok} } // 0 };
 	my $ok0 = $count->();
 	my $deadline = time + 120;
 	usleep(100_000) while time < $deadline && $count->() <= $ok0;
@@ -590,6 +643,25 @@ write_file("$dir/receiver-n.jsonl", map {
 	$json->encode({ t_us => $_->{time_us}, status => 200, headers => { 'x-message-id' => $_->{headers}{'Nats-Msg-Id'} // '' },
 		body => $_->{data}, seq => $_->{seq} }) . "\n" } @{ nats_dump($nats, 'CHAOS') });
 nats_stop($nats);
+# the queue's record: what the consumer got once every row is sent; a
+# message the broker gave again (its ack lost in a restart) is left out
+# when the consumer already has it: that is the broker's, not a send
+write_file("$dir/rabbit-stop", '');
+my ($gone, $reaped) = (time + 60, 0);
+until ($reaped || time > $gone)
+{
+	$reaped = waitpid($rmq_consumer, WNOHANG) == $rmq_consumer;
+	usleep(100_000) unless $reaped;
+}
+ok($reaped && $? == 0, 'chaos: the RabbitMQ consumer took every message and stopped');
+rmq_stop($rmq);
+my %consumed;
+write_file("$dir/receiver-r.jsonl", map {
+	my $m = decode_json($_);
+	($m->{redelivered} && $consumed{ $m->{message_id} }++) ? () : do {
+		$consumed{ $m->{message_id} }++;
+		$json->encode({ t_us => $m->{t_us}, status => 200, headers => { 'x-message-id' => $m->{message_id} },
+			body => $m->{body} }) . "\n" } } grep { /\S/ } split /\n/, slurp_file($rmq_raw));
 
 my ($rc, $report) = run_check($dir);
 note "the checker's report:\n$report";
