@@ -451,6 +451,17 @@ sub lasting
 	return [ $t0, time ];
 }
 
+# the broker down one way, started again 1 to 2 s later on its port and data
+sub rabbit_down
+{
+	my ($down) = @_;
+	my $t = time;
+	$down->($rmq);
+	usleep((1 + rand(1)) * 1e6);
+	rmq_start($rmq);
+	return [ $t, time ];
+}
+
 my ($batch, $dbatch) = (50, 50);
 my %fault = (
 	kill9_worker => sub {
@@ -531,22 +542,10 @@ my %fault = (
 		$nats = nats_start(again => $nats);
 		return [ $t, time ];
 	},
-	rabbit_restart => sub {
-		# rabbitmqctl stop: clients are told (connection.close 320)
-		my $t = time;
-		rmq_stop($rmq);
-		usleep((1 + rand(1)) * 1e6);
-		rmq_start($rmq);
-		return [ $t, time ];
-	},
-	rabbit_kill9 => sub {
-		# the Erlang VM killed: the node recovers its durable queue at start
-		my $t = time;
-		rmq_kill($rmq);
-		usleep((1 + rand(1)) * 1e6);
-		rmq_start($rmq);
-		return [ $t, time ];
-	},
+	# rabbitmqctl stop (clients are told: connection.close 320), or the
+	# Erlang VM killed (the node recovers its durable queue at start)
+	rabbit_restart => sub { rabbit_down(\&rmq_stop) },
+	rabbit_kill9 => sub { rabbit_down(\&rmq_kill) },
 	daemon_reload => sub {
 		# the file rewritten with another batch size, then SIGHUP
 		my $t = time;
