@@ -42,6 +42,17 @@ public static class OutboxDbContextExtensions
         return options.AddInterceptors(OutboxSaveChangesInterceptor.Instance);
     }
 
+    /// <summary>Adds the interceptor that writes the messages of <see cref="Enqueue{TPayload}"/> in SaveChanges.</summary>
+    /// <typeparam name="TContext">The context.</typeparam>
+    /// <param name="options">The context's options.</param>
+    /// <returns>The options, for the next call.</returns>
+    public static DbContextOptionsBuilder<TContext> UseQueueBoxOutbox<TContext>(this DbContextOptionsBuilder<TContext> options)
+        where TContext : DbContext
+    {
+        ArgumentNullException.ThrowIfNull(options);
+        return options.AddInterceptors(OutboxSaveChangesInterceptor.Instance);
+    }
+
     /// <summary>Adds a message that the context's next SaveChanges writes into <c>queuebox.outbox</c>, in the
     /// transaction of its business writes (the arguments: <see cref="OutboxMessage.Create{TPayload}"/>; the trace
     /// context is the activity current here).</summary>

@@ -392,6 +392,20 @@ public static class OutboxScenarios
                 await transaction.RollbackAsync();
                 Assert.Equal(("2", "2"), (await Orders(), await Count(b, "ef")));
             }
+            // in the application's transaction a failed SaveChanges rolls back to the savepoint: saved again
+            // and committed, the message is there once
+            await using (var db = Context(outbox: true))
+            {
+                await using var transaction = await db.Database.BeginTransactionAsync();
+                db.Orders.Add(new Order { Id = "1001", Total = 4 });
+                db.Enqueue(Topic("ef"), new { OrderId = "1004" });
+                await Assert.ThrowsAsync<DbUpdateException>(() => db.SaveChangesAsync());
+                db.ChangeTracker.Clear();
+                db.Orders.Add(new Order { Id = "1004", Total = 4 });
+                await db.SaveChangesAsync();
+                await transaction.CommitAsync();
+                Assert.Equal(("3", "3"), (await Orders(), await Count(b, "ef")));
+            }
             await using (var db = Context(outbox: false))
             {
                 var e = Assert.Throws<InvalidOperationException>(() => db.Enqueue(Topic("ef"), new { }));
