@@ -121,11 +121,9 @@ public static class OutboxScenarios
 {
     public static string Topic(string what) => $"dotnet.{Environment.ProcessId}.{what}";
 
-    public static async Task Reset(Backend b)
-    {
-        await b.Exec(b.Reset);
-        await b.Exec($"DELETE FROM queuebox.outbox WHERE topic LIKE 'dotnet.{Environment.ProcessId}.%'");
-    }
+    /// <summary>The business table anew. The outbox rows stay: their topics are this process's own, and a
+    /// DELETE of rows the relay is delivering can deadlock with its settle.</summary>
+    public static Task Reset(Backend b) => b.Exec(b.Reset);
 
     public static Task<string> Count(Backend b, string what) =>
         b.Rows("SELECT count(*) FROM queuebox.outbox WHERE topic = @t", ("@t", Topic(what)));
