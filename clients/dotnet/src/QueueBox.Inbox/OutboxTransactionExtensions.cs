@@ -155,14 +155,17 @@ public static class OutboxTransactionExtensions
             Add(parameters, create, dialect, n + 2, DbType.String, m.Key);
             Add(parameters, create, dialect, n + 3, DbType.String, m.Payload);
             Add(parameters, create, dialect, n + 4, DbType.String, JsonSerializer.Serialize(m.Headers));
-            // scheduled_at: timestamptz takes a UTC instant; SQL Server's DATETIME2 holds UTC without an offset
+            // scheduled_at, in whole microseconds (both columns' precision) rounded up, so neither store's own
+            // rounding makes a row due before its time: timestamptz takes a UTC instant; SQL Server's DATETIME2
+            // holds UTC without an offset
+            DateTime? due = m.NotBefore is { } t ? new DateTime((t.UtcTicks + 9) / 10 * 10, DateTimeKind.Utc) : null;
             if (dialect == InboxDialect.SqlServer)
             {
-                Add(parameters, create, dialect, n + 5, DbType.DateTime2, m.NotBefore?.UtcDateTime);
+                Add(parameters, create, dialect, n + 5, DbType.DateTime2, due);
             }
             else
             {
-                Add(parameters, create, dialect, n + 5, DbType.DateTimeOffset, m.NotBefore?.ToUniversalTime());
+                Add(parameters, create, dialect, n + 5, DbType.DateTimeOffset, due is { } d ? new DateTimeOffset(d) : null);
             }
             Add(parameters, create, dialect, n + 6, DbType.Int32, m.MaxAttempts);
         }

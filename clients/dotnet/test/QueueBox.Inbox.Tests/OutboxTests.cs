@@ -317,7 +317,8 @@ public static class OutboxScenarios
             $"the row due at {due:O} was delivered at {DateTime.UnixEpoch.AddTicks(delivered.TimeUs * 10):O}");
     }
 
-    private static DateTime Micro(DateTimeOffset t) => new(t.UtcTicks / 10 * 10, DateTimeKind.Utc);
+    // the time the row holds: microseconds, rounded up (never due before the time asked)
+    private static DateTime Micro(DateTimeOffset t) => new((t.UtcTicks + 9) / 10 * 10, DateTimeKind.Utc);
 
     private static async Task<DateTime> ScheduledAt(Backend b, Guid id)
     {
