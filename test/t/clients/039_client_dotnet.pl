@@ -9,7 +9,12 @@
 #   (standard error) and under the host (its logger), and the unit tests;
 #   on SQL Server too when QUEUEBOX_TEST_MSSQL_URL is set (the same, and
 #   Msg 51000; the schema migrated by queuebox-mssqld), else those are
-#   skipped, saying why.  Then
+#   skipped, saying why.  The outbox's enqueue (issue 40) in the same run:
+#   topics dotnet.** routed to a real sink (qb_sink), delivered by the
+#   extension's workers and, on SQL Server, by a queuebox-mssqld started
+#   here on a schema reset and migrated; OutboxTests and OutboxExamples
+#   (the README's outbox examples, each found in OutboxExamples.cs as
+#   written).  Then
 #   as processes: two workers on one source divide the work, and a worker
 #   killed with -9 mid-handler loses nothing and applies nothing twice.
 #   Then clients/dotnet/README.md as written, from a HOME outside the
@@ -38,6 +43,7 @@ use File::Temp;
 use FindBin;
 use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
+use QueueBoxDaemon;
 
 if (system('command -v dotnet >/dev/null 2>&1') != 0)
 {
@@ -93,12 +99,42 @@ like($out, qr{QueueBox\.Inbox -> .*/net8\.0/QueueBox\.Inbox\.dll}, 'QueueBox.Inb
 
 my $node = qb_node('client_dotnet');
 my $mssql = qb_mssql_alone();
+# the outbox tests' deliveries: topics dotnet.** to the sink, by the
+# extension's workers and, on SQL Server, by a daemon on a fresh schema
+my $sink = qb_sink_start(name => 'dotnet');
+my $routes = qb_config_yaml(
+	destinations => { sink => { type => 'http', baseUrl => $sink->{url}, path => '/events', timeoutMs => 3000 } },
+	routes => [ { topicPattern => 'dotnet.**', destination => 'sink' } ]);
+qb_configure($node, $routes);
+my $daemon;
+if ($mssql)
+{
+	require QueueBoxMssql;
+	QueueBoxMssql::mssql_reset(QueueBoxMssql::mssql_connect($ENV{QUEUEBOX_TEST_MSSQL_URL}));
+	my $yaml = $routes . qb_config_yaml(outbox => undef,
+		database => { url => $ENV{QUEUEBOX_TEST_MSSQL_URL}, connectTimeoutMs => 3000, idlePollMaxMs => 500 },
+		daemon => { outboxWorkers => 1, shutdownGraceMs => 5000 });
+	my $conf = "$tmp/dotnet-mssqld.yaml";
+	open(my $fh, '>', $conf) or die "$conf: $!";
+	print $fh $yaml;
+	close $fh;
+	my $m = qbd_run('--config', $conf, '--migrate');
+	is($m->[0], 0, 'SQL Server: queuebox-mssqld --migrate makes the schema') or diag "$m->[1]$m->[2]";
+	$daemon = qbd_start(undef, undef, conf => $conf, name => 'dotnet_mssqld');
+	qbd_wait_daemon_log($daemon, qr/outbox \d\[\d+\]: started/);
+}
 {
 	local $ENV{QBI_TEST_PGHOST} = $node->host;
 	local $ENV{QBI_TEST_PGPORT} = $node->port;
 	local $ENV{QBI_TEST_MSSQLD} = qb_test_binary('queuebox-mssqld') if $mssql;
+	local $ENV{QBI_TEST_SINK_LOG} = $sink->{log};
 	($rc, $out) = dotnet('test', 'QueueBox.Inbox.slnx', '--no-build', '-c', 'Release',
 		'--logger', 'console;verbosity=detailed');
+}
+if ($daemon)
+{
+	qbd_signal($daemon, 'TERM');
+	is(qbd_wait_exit($daemon, 30), 0, 'SQL Server: the outbox tests\' daemon stops cleanly');
 }
 note $out;
 is($rc, 0, 'dotnet test passes') or diag $out;
@@ -108,7 +144,7 @@ my ($total) = $out =~ /^Total tests: (\d+)$/m;
 my ($passed) = $out =~ /^\s+Passed: (\d+)$/m;
 my ($skipped) = $out =~ /^\s+Skipped: (\d+)$/m;
 unlike($out, qr/^\s+Failed: [1-9]/m, 'no test failed');
-is($total, 41, 'forty-one tests ran');
+is($total, 56, 'fifty-six tests ran');
 my @pg = $out =~ /^\s+Passed QueueBox\.Inbox\.Tests\.PostgreSqlScenarios\.(\w+)/mg;
 is(scalar(@pg), 10, 'PostgreSQL: the scenarios 1 to 7 (eight tests), the dialect and the handler\'s span passed') or diag "@pg";
 ok(scalar(grep { $_ eq 'S11_HandlerSpanIsAChildOfTheMessage' } @pg), 'the handler\'s activity is a child of the message\'s traceparent');
@@ -122,6 +158,13 @@ like($out, qr/^\s+Passed QueueBox\.Inbox\.Tests\.LoggingTests\.WithoutALoggerAFa
 	'no logger: a failing handler is written to standard error (NullLogger.Instance: nothing)');
 like($out, qr/^\s+Passed QueueBox\.Inbox\.Tests\.LoggingTests\.TheHostsLoggerGetsTheFailures/m,
 	'AddQueueBoxInbox: a failing handler is logged to the host\'s logger');
+my @pgo = $out =~ /^\s+Passed QueueBox\.Inbox\.Tests\.PostgreSqlOutbox\.(\w+)/mg;
+is(scalar(@pgo), 6, 'PostgreSQL outbox: together, the trace at the sink, the caller\'s traceparent, batch, delayed, EF Core')
+  or diag "@pgo";
+like($out, qr/^\s+Passed QueueBox\.Inbox\.Tests\.OutboxExamples\.TheTransactionExamplesRunOnPostgreSql/m,
+	'the README\'s outbox examples run as written');
+like($out, qr/^\s+Passed QueueBox\.Inbox\.Tests\.OutboxExamples\.TheEfCoreExampleRunsOnPostgreSql/m,
+	'the README\'s EF Core outbox example runs as written');
 if ($mssql)
 {
 	is($skipped // 0, 0, 'SQL Server: nothing skipped');
@@ -131,14 +174,18 @@ if ($mssql)
 		'SQL Server: EF Core on the handler transaction');
 	like($out, qr/^\s+Passed QueueBox\.Inbox\.Tests\.SpecExamples\.TheWorkerExampleRunsOnSqlServer/m,
 		'SQL Server: the spec\'s worker example as written');
-	is($passed, 41, 'all passed');
+	my @mso = $out =~ /^\s+Passed QueueBox\.Inbox\.Tests\.SqlServerOutbox\.(\w+)/mg;
+	is(scalar(@mso), 6, 'SQL Server outbox: the same six, delivered by queuebox-mssqld') or diag "@mso";
+	like($out, qr/^\s+Passed QueueBox\.Inbox\.Tests\.OutboxExamples\.TheTransactionExamplesRunOnSqlServer/m,
+		'SQL Server: the README\'s outbox examples as written');
+	is($passed, 56, 'all passed');
 }
 else
 {
-	is($skipped, 12, 'SQL Server: its twelve tests are skipped');
+	is($skipped, 19, 'SQL Server: its nineteen tests are skipped');
 	like($out, qr/Skipped QueueBox\.Inbox\.Tests\.SqlServerScenarios\.S1_CommitTogether.*\n.*\n\s+QUEUEBOX_TEST_MSSQL_URL is not set/,
 		'SQL Server: skipped, saying why');
-	is($passed, 29, 'the other twenty-nine passed');
+	is($passed, 37, 'the other thirty-seven passed');
 }
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'}), '0',
 	'no transaction is left open');
@@ -153,6 +200,19 @@ my @pull_blocks;
 	for my $block (@pull_blocks)
 	{
 		ok(index($tests, $block) >= 0, 'a C# block of docs/pull.md is in SpecExamples.cs as written')
+		  or diag $block;
+	}
+}
+
+# ---- the README's outbox examples are the ones the tests run
+{
+	my $tests = slurp_file("$dir/test/QueueBox.Inbox.Tests/OutboxExamples.cs");
+	my ($section) = slurp_file("$dir/README.md") =~ /^## Enqueue into the outbox\n(.*?)^## /ms;
+	my @blocks = ($section // '') =~ /^```csharp\n(.*?)^```$/msg;
+	is(scalar(@blocks), 3, 'the README\'s outbox section has its three C# examples');
+	for my $block (@blocks)
+	{
+		ok(index($tests, $block) >= 0, 'a C# block of the README\'s outbox section is in OutboxExamples.cs as written')
 		  or diag $block;
 	}
 }
