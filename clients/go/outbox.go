@@ -14,9 +14,10 @@ package queuebox
 //     00-<trace-id>-<span-id>-<flags> and its tracestate; a traceparent the
 //     caller set is kept, and refused when it is malformed.
 //
-// A batch is one statement with one parameter, a JSON array read by
-// jsonb_array_elements (PostgreSQL) or OPENJSON (SQL Server): one round
-// trip, ids in the order given, so the rows of one key are delivered in it.
+// A batch is one round trip: on PostgreSQL one statement with one
+// parameter, a JSON array read by jsonb_array_elements, whatever its size;
+// on SQL Server one batch of single-row INSERTs per 300 messages.  The ids
+// follow the order given, so the rows of one key are delivered in it.
 
 import (
 	"context"
@@ -65,7 +66,7 @@ type Outbox struct {
 	db    *sql.DB
 	o     OutboxOptions
 	once  sync.Once
-	stmt  string
+	atP   bool
 	probe error
 }
 
@@ -168,41 +169,67 @@ const pgEnqueue = "INSERT INTO queuebox.outbox (topic, key, payload, headers, sc
 	" coalesce((m->>'scheduledAt')::timestamptz, now()), (m->>'maxAttempts')::int" +
 	" FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS r(m, n) ORDER BY n RETURNING id"
 
-// OUTPUT INTO a table variable: OUTPUT without INTO is refused on a table with a trigger
-const mssqlEnqueue = `SET NOCOUNT ON;
-DECLARE @ids TABLE (id BIGINT NOT NULL);
-INSERT INTO queuebox.outbox (topic, [key], payload, headers, scheduled_at, max_attempts)
-OUTPUT inserted.id INTO @ids
-SELECT m.topic, m.[key], m.payload, m.headers, ISNULL(m.scheduled_at, SYSUTCDATETIME()), m.max_attempts
-FROM OPENJSON(@p1) AS r
-CROSS APPLY OPENJSON(r.value) WITH (topic NVARCHAR(400) '$.topic', [key] NVARCHAR(400) '$.key',
-  payload NVARCHAR(MAX) '$.payload', headers NVARCHAR(MAX) '$.headers' AS JSON,
-  scheduled_at DATETIME2(6) '$.scheduledAt', max_attempts INT '$.maxAttempts') AS m
-ORDER BY CAST(r.[key] AS INT);
-SELECT id FROM @ids ORDER BY id;`
+// SQL Server: one single-row INSERT per message, in one batch (one round
+// trip per mssqlPerBatch messages: 6 parameters each, under SQL Server's
+// 2100), so the ids follow the statements' order.  Not OPENJSON: Babelfish
+// reads its strings still escaped and cuts them at 4000 characters; not
+// INSERT ... SELECT ... ORDER BY with OUTPUT INTO: Babelfish refuses the
+// pair.  OUTPUT INTO a table variable: OUTPUT without INTO is refused on a
+// table with a trigger.
+const mssqlPerBatch = 300
 
-// statement: the dialect's; on SQL Server, @p1 (driver name "sqlserver")
-// or ? ("mssql"), found out once on the *sql.DB, as the worker does
-func (o *Outbox) statement(ctx context.Context) (string, error) {
-	if o.o.Dialect == PostgreSQL {
-		return pgEnqueue, nil
+func mssqlBatch(rows []outboxRow, native bool) (string, []interface{}, error) {
+	var b strings.Builder
+	args := make([]interface{}, 0, 6*len(rows))
+	b.WriteString("SET NOCOUNT ON;\nDECLARE @ids TABLE (id BIGINT NOT NULL);\n")
+	for _, r := range rows {
+		headers, err := json.Marshal(r.Headers)
+		if err != nil {
+			return "", nil, err
+		}
+		var key, at, attempts interface{}
+		if r.Key != nil {
+			key = *r.Key
+		}
+		if r.ScheduledAt != nil {
+			at = *r.ScheduledAt
+		}
+		if r.MaxAttempts != nil {
+			attempts = int64(*r.MaxAttempts)
+		}
+		n := len(args)
+		args = append(args, r.Topic, key, r.Payload, string(headers), at, attempts)
+		fmt.Fprintf(&b, "INSERT INTO queuebox.outbox (topic, [key], payload, headers, scheduled_at, max_attempts) OUTPUT inserted.id INTO @ids"+
+			" VALUES (@p%d, @p%d, @p%d, @p%d, ISNULL(CAST(@p%d AS DATETIME2(6)), SYSUTCDATETIME()), @p%d);\n", n+1, n+2, n+3, n+4, n+5, n+6)
 	}
+	b.WriteString("SELECT id FROM @ids ORDER BY id;")
+	if !native {
+		return ordinal.ReplaceAllString(b.String(), "?"), args, nil
+	}
+	return b.String(), args, nil
+}
+
+// native: on SQL Server, whether the driver binds @p1 (driver name
+// "sqlserver") or ? ("mssql"), found out once on the *sql.DB, as the worker
+// does
+func (o *Outbox) native(ctx context.Context) (bool, error) {
 	o.once.Do(func() {
 		var one int
 		if o.probe = o.db.QueryRowContext(ctx, "SELECT CAST(@p1 AS INT)", 1).Scan(&one); o.probe == nil {
-			o.stmt = mssqlEnqueue
-		} else if o.probe = o.db.QueryRowContext(ctx, "SELECT CAST(? AS INT)", 1).Scan(&one); o.probe == nil {
-			o.stmt = strings.Replace(mssqlEnqueue, "@p1", "?", 1)
+			o.atP = true
+		} else {
+			o.probe = o.db.QueryRowContext(ctx, "SELECT CAST(? AS INT)", 1).Scan(&one)
 		}
 	})
 	if o.probe != nil {
-		return "", fmt.Errorf("queuebox: Enqueue: cannot tell how the driver binds parameters: %w", o.probe)
+		return false, fmt.Errorf("queuebox: Enqueue: cannot tell how the driver binds parameters: %w", o.probe)
 	}
-	return o.stmt, nil
+	return o.atP, nil
 }
 
-// Enqueue writes msgs into queuebox.outbox in tx, in one statement, and
-// returns their ids in the order given.
+// Enqueue writes msgs into queuebox.outbox in tx, in one round trip (on
+// SQL Server one per 300 messages), and returns their ids in the order
+// given.
 func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, msgs ...OutboxMessage) ([]int64, error) {
 	if len(msgs) == 0 {
 		return nil, nil
@@ -230,20 +257,44 @@ func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, msgs ...OutboxMessage)
 		}
 		rows[i] = r
 	}
-	doc, err := json.Marshal(rows)
-	if err != nil {
-		return nil, fmt.Errorf("queuebox: Enqueue: %w", err)
+	if o.o.Dialect == PostgreSQL {
+		doc, err := json.Marshal(rows)
+		if err != nil {
+			return nil, fmt.Errorf("queuebox: Enqueue: %w", err)
+		}
+		return o.query(ctx, tx, pgEnqueue, string(doc))
 	}
-	stmt, err := o.statement(ctx)
+	native, err := o.native(ctx)
 	if err != nil {
 		return nil, err
 	}
-	res, err := tx.QueryContext(ctx, stmt, string(doc))
+	var ids []int64
+	for start := 0; start < len(rows); start += mssqlPerBatch {
+		end := start + mssqlPerBatch
+		if end > len(rows) {
+			end = len(rows)
+		}
+		stmt, args, err := mssqlBatch(rows[start:end], native)
+		if err != nil {
+			return nil, fmt.Errorf("queuebox: Enqueue: %w", err)
+		}
+		got, err := o.query(ctx, tx, stmt, args...)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, got...)
+	}
+	return ids, nil
+}
+
+// query runs an enqueue statement; the ids it returns, in ascending order
+func (o *Outbox) query(ctx context.Context, tx *sql.Tx, stmt string, args ...interface{}) ([]int64, error) {
+	res, err := tx.QueryContext(ctx, stmt, args...)
 	if err != nil {
 		return nil, fmt.Errorf("queuebox: Enqueue: %w", err)
 	}
 	defer res.Close()
-	ids := make([]int64, 0, len(msgs))
+	var ids []int64
 	for res.Next() {
 		var id int64
 		if err := res.Scan(&id); err != nil {

@@ -163,7 +163,7 @@ export interface OutboxMessage<P = unknown> {
 /** A pg client in a transaction, or an mssql Transaction. */
 export type OutboxTransaction = { query: Function } | { request: Function; commit: Function };
 
-/** Writes the messages in the transaction, in one statement; resolves to their ids (bigint as text), in order. */
+/** Writes the messages in the transaction, in one round trip (on SQL Server one per 300); resolves to their ids (bigint as text), in order. */
 export function enqueueBatch(tx: OutboxTransaction, messages: OutboxMessage[]): Promise<string[]>;
 /** One message; resolves to its id (bigint as text). */
 export function enqueue(tx: OutboxTransaction, message: OutboxMessage): Promise<string>;

@@ -12,10 +12,10 @@
 //     and its tracestate; a traceparent the caller set is kept, and refused
 //     when it is malformed.
 //
-// A batch is one statement with one parameter, a JSON array read by
-// jsonb_array_elements (PostgreSQL) or OPENJSON (SQL Server): one round trip
-// whatever its size, and ids given in the array's order, so rows of one key
-// are delivered in that order.
+// A batch is one round trip: on PostgreSQL one statement with one
+// parameter, a JSON array read by jsonb_array_elements, whatever its size;
+// on SQL Server one batch of single-row INSERTs per 300 messages.  The ids
+// follow the order given, so rows of one key are delivered in that order.
 
 import { createRequire } from 'node:module';
 
@@ -86,21 +86,30 @@ const PG_INSERT =
   " coalesce((m->>'scheduledAt')::timestamptz, now()), (m->>'maxAttempts')::int" +
   ' FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS r(m, n) ORDER BY n RETURNING id';
 
-// OUTPUT INTO a table variable: OUTPUT without INTO is refused on a table with a trigger
-const MSSQL_INSERT = `SET NOCOUNT ON;
-DECLARE @ids TABLE (id BIGINT NOT NULL);
-INSERT INTO queuebox.outbox (topic, [key], payload, headers, scheduled_at, max_attempts)
-OUTPUT inserted.id INTO @ids
-SELECT m.topic, m.[key], m.payload, m.headers, ISNULL(m.scheduled_at, SYSUTCDATETIME()), m.max_attempts
-FROM OPENJSON(@rows) AS r
-CROSS APPLY OPENJSON(r.value) WITH (topic NVARCHAR(400) '$.topic', [key] NVARCHAR(400) '$.key',
-  payload NVARCHAR(MAX) '$.payload', headers NVARCHAR(MAX) '$.headers' AS JSON,
-  scheduled_at DATETIME2(6) '$.scheduledAt', max_attempts INT '$.maxAttempts') AS m
-ORDER BY CAST(r.[key] AS INT);
-SELECT id FROM @ids ORDER BY id;`;
+// SQL Server: one single-row INSERT per message, in one batch (one round
+// trip per MSSQL_PER_BATCH messages: 6 parameters each, under SQL Server's
+// 2100), so the ids follow the statements' order.  Not OPENJSON: Babelfish
+// reads its strings still escaped and cuts them at 4000 characters; not
+// INSERT ... SELECT ... ORDER BY with OUTPUT INTO: Babelfish refuses the pair.
+// OUTPUT INTO a table variable: OUTPUT without INTO is refused on a table
+// with a trigger.
+const MSSQL_PER_BATCH = 300;
+
+function mssqlBatch(sql, req, rows) {
+  let text = 'SET NOCOUNT ON;\nDECLARE @ids TABLE (id BIGINT NOT NULL);\n';
+  rows.forEach((r, i) => {
+    req.input(`t${i}`, sql.NVarChar(400), r.topic).input(`k${i}`, sql.NVarChar(400), r.key)
+      .input(`p${i}`, sql.NVarChar(sql.MAX), r.payload).input(`h${i}`, sql.NVarChar(sql.MAX), JSON.stringify(r.headers))
+      // DATETIME2 has no zone: UTC, as SYSUTCDATETIME()
+      .input(`s${i}`, sql.NVarChar(30), r.scheduledAt?.replace('Z', '') ?? null).input(`m${i}`, sql.Int, r.maxAttempts);
+    text += 'INSERT INTO queuebox.outbox (topic, [key], payload, headers, scheduled_at, max_attempts) OUTPUT inserted.id INTO @ids' +
+      ` VALUES (@t${i}, @k${i}, @p${i}, @h${i}, ISNULL(CAST(@s${i} AS DATETIME2(6)), SYSUTCDATETIME()), @m${i});\n`;
+  });
+  return `${text}SELECT id FROM @ids ORDER BY id;`;
+}
 
 /**
- * Writes messages into queuebox.outbox in tx, in one statement; resolves to
+ * Writes messages into queuebox.outbox in tx, in one round trip; resolves to
  * their ids (bigint as text), in the order given.  tx: a pg client in a
  * transaction (BEGIN sent) or an mssql Transaction (begun).
  */
@@ -112,10 +121,13 @@ export async function enqueueBatch(tx, messages) {
   if (rows.length === 0) return [];
   if (tx && typeof tx.request === 'function' && typeof tx.commit === 'function') {
     const sql = await mssqlTypes('enqueue');
-    // SQL Server's DATETIME2 has no zone: UTC, as SYSUTCDATETIME()
-    for (const r of rows) if (r.scheduledAt) r.scheduledAt = r.scheduledAt.replace('Z', '');
-    const res = await tx.request().input('rows', sql.NVarChar(sql.MAX), JSON.stringify(rows)).query(MSSQL_INSERT);
-    return res.recordset.map((r) => String(r.id));
+    const ids = [];
+    for (let i = 0; i < rows.length; i += MSSQL_PER_BATCH) {
+      const req = tx.request();
+      const res = await req.query(mssqlBatch(sql, req, rows.slice(i, i + MSSQL_PER_BATCH)));
+      ids.push(...res.recordset.map((r) => String(r.id)));
+    }
+    return ids;
   }
   if (tx && typeof tx.query === 'function') {
     const res = await tx.query(PG_INSERT, [JSON.stringify(rows)]);

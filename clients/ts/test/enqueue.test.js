@@ -42,7 +42,8 @@ const db = onMssql ? await (async () => {
         throw e;
       }
     },
-    row: async (id) => (await q(`SELECT CAST(message_id AS NVARCHAR(36)) AS mid, state, attempt, [key] AS k, headers,
+    // SQL Server writes a UNIQUEIDENTIFIER in capitals, the sink's x-message-id is in small letters
+    row: async (id) => (await q(`SELECT LOWER(CAST(message_id AS NVARCHAR(36))) AS mid, state, attempt, [key] AS k, headers,
       CONVERT(NVARCHAR(30), scheduled_at, 126) AS at FROM queuebox.outbox WHERE id = @p1`, Number(id)))[0],
     makeDue: (id) => q('UPDATE queuebox.outbox SET scheduled_at = SYSUTCDATETIME() WHERE id = @p1', Number(id)),
   };
@@ -181,7 +182,8 @@ test('a delayed message is not claimed before its time', async () => {
   await sent(marker);   // written after it, delivered: the outbox has passed the delayed row
   const r = await db.row(delayed);
   assert.deepEqual([r.state, Number(r.attempt)], ['pending', 0], 'still pending, never attempted');
-  assert.equal(r.at.slice(0, 23), at.toISOString().slice(0, 23), 'scheduled_at is the time given');
+  // (Babelfish's style 126 puts a space where SQL Server puts the T)
+  assert.equal(r.at.replace(' ', 'T').slice(0, 23), at.toISOString().slice(0, 23), 'scheduled_at is the time given');
   assert.equal(requestsOf(r.mid).length, 0, 'the sink has not seen it');
   await db.makeDue(delayed);
   await sent(delayed);
