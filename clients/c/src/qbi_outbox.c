@@ -169,14 +169,63 @@ qbo_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* one statement for msgs[0..n): its text in b, its values in v (text), 0 or -1 */
+/*
+ * Message i's row of the VALUES list into b, its values into v from v[p]
+ * (nums: two buffers of its own for the numbers); returns the next p.
+ */
+static int
+qbo_row(QboBuf *b, const char **v, int p, const QbiOutboxMessage *m, int i, const QboTrace *tr, char nums[2][32])
+{
+	bool		own;
+
+	qbo_nparams(m, tr, &own);
+	v[p] = m->topic;
+	v[p + 1] = m->key;
+	v[p + 2] = m->payload_json;
+	qbo_printf(b, "%s(%d, $%d::text, $%d::text, $%d::jsonb, jsonb_build_object(", i ? ", " : "", i, p + 1, p + 2, p + 3);
+	p += 3;
+	for (int h = 0; h < m->nheaders; h++, p += 2)
+	{
+		v[p] = m->header_names[h];
+		v[p + 1] = m->header_values[h];
+		qbo_printf(b, "%s$%d::text, $%d::text", h ? ", " : "", p + 1, p + 2);
+	}
+	if (!own && tr->set)
+	{
+		v[p] = "traceparent";
+		v[p + 1] = tr->parent;
+		qbo_printf(b, "%s$%d::text, $%d::text", m->nheaders ? ", " : "", p + 1, p + 2);
+		p += 2;
+		if (tr->state[0])
+		{
+			v[p] = "tracestate";
+			v[p + 1] = tr->state;
+			qbo_printf(b, ", $%d::text, $%d::text", p + 1, p + 2);
+			p += 2;
+		}
+	}
+	if (m->scheduled_at != 0)
+	{
+		snprintf(nums[0], sizeof(nums[0]), "%lld", (long long) m->scheduled_at);
+		v[p] = nums[0];
+	}
+	if (m->max_attempts > 0)
+	{
+		snprintf(nums[1], sizeof(nums[1]), "%d", m->max_attempts);
+		v[p + 1] = nums[1];
+	}
+	qbo_printf(b, "), to_timestamp($%d::float8), $%d::int)", p + 1, p + 2);
+	return p + 2;
+}
+
+/* one statement for msgs[0..n); their ids into ids (sorted); 0 or -1 with err */
 static int
 qbo_run(PGconn *conn, const QbiOutboxMessage *msgs, int n, const QboTrace *tr, int64_t *ids,
 		char *err, size_t errlen)
 {
 	QboBuf		b = {0};
 	const char **v = NULL;
-	char	  (*nums)[32] = calloc((size_t) n, sizeof(*nums) * 2);
+	char	  (*nums)[2][32] = calloc((size_t) n, sizeof(*nums));
 	int			p = 0,
 				rc = -1,
 				total = 0;
@@ -194,48 +243,7 @@ qbo_run(PGconn *conn, const QbiOutboxMessage *msgs, int n, const QboTrace *tr, i
 	qbo_printf(&b, "INSERT INTO queuebox.outbox (topic, key, payload, headers, scheduled_at, max_attempts)"
 			   " SELECT v.topic, v.key, v.payload, v.headers, coalesce(v.at, now()), v.max_attempts FROM (VALUES ");
 	for (int i = 0; i < n; i++)
-	{
-		const QbiOutboxMessage *m = &msgs[i];
-
-		qbo_nparams(m, tr, &own);
-		v[p] = m->topic;
-		v[p + 1] = m->key;
-		v[p + 2] = m->payload_json;
-		qbo_printf(&b, "%s(%d, $%d::text, $%d::text, $%d::jsonb, jsonb_build_object(", i ? ", " : "", i, p + 1, p + 2, p + 3);
-		p += 3;
-		for (int h = 0; h < m->nheaders; h++, p += 2)
-		{
-			v[p] = m->header_names[h];
-			v[p + 1] = m->header_values[h];
-			qbo_printf(&b, "%s$%d::text, $%d::text", h ? ", " : "", p + 1, p + 2);
-		}
-		if (!own && tr->set)
-		{
-			v[p] = "traceparent";
-			v[p + 1] = tr->parent;
-			qbo_printf(&b, "%s$%d::text, $%d::text", m->nheaders ? ", " : "", p + 1, p + 2);
-			p += 2;
-			if (tr->state[0])
-			{
-				v[p] = "tracestate";
-				v[p + 1] = tr->state;
-				qbo_printf(&b, ", $%d::text, $%d::text", p + 1, p + 2);
-				p += 2;
-			}
-		}
-		if (m->scheduled_at != 0)
-		{
-			snprintf(nums[2 * i], sizeof(nums[0]), "%lld", (long long) m->scheduled_at);
-			v[p] = nums[2 * i];
-		}
-		if (m->max_attempts > 0)
-		{
-			snprintf(nums[2 * i + 1], sizeof(nums[0]), "%d", m->max_attempts);
-			v[p + 1] = nums[2 * i + 1];
-		}
-		qbo_printf(&b, "), to_timestamp($%d::float8), $%d::int)", p + 1, p + 2);
-		p += 2;
-	}
+		p = qbo_row(&b, v, p, &msgs[i], i, tr, nums[i]);
 	qbo_printf(&b, ") AS v(n, topic, key, payload, headers, at, max_attempts) ORDER BY v.n RETURNING id");
 	if (b.oom)
 	{
