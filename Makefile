@@ -79,7 +79,7 @@ TAP_TESTS   = 1
 TAP_FILES   = $(wildcard test/t/*/*.pl)
 PROVE_TESTS = $(foreach n,$(sort $(notdir $(TAP_FILES))),$(filter %/$(n),$(TAP_FILES)))
 
-EXTRA_CLEAN = build clients/c/build clients/c/lib clients/c/queuebox-inbox.pc clients/c/test/test_worker clients/c/test/qbi_test_worker queuebox-mssqld tmp_check tmp_check_iso results output_iso test/unit/bin test/unit/bin-san test/sink/qb_sink \
+EXTRA_CLEAN = build clients/c/build clients/c/lib clients/c/queuebox-inbox.pc clients/c/test/test_worker clients/c/test/test_enqueue clients/c/test/qbi_test_worker queuebox-mssqld tmp_check tmp_check_iso results output_iso test/unit/bin test/unit/bin-san test/sink/qb_sink \
               test/store/conformance \
               test/brokers/nats_tool \
               test/brokers/kafka_mock \
@@ -319,11 +319,11 @@ $(UNIT_BIN_DIR)/test_daemon: test/unit/test_daemon.c $(DAEMON_LIB) $(CORE_LIB) $
 	@mkdir -p $(UNIT_BIN_DIR)
 	$(UNIT_CC) $(UNIT_CFLAGS) -D_GNU_SOURCE $(DAEMON_INC) -o $@ $< $(DAEMON_LIB) $(CORE_LIB) $(UNIT_LIBS) -lpq -lodbc
 
-# clients/c: libqueuebox-inbox and its scenarios (TAP 032 runs them; `make sink` builds them)
+# clients/c: libqueuebox-inbox, its scenarios and its enqueue tests (TAP 032 and 064 run them; `make sink` builds them)
 .PHONY: clients-c
 sink: clients-c
 clients-c:
-	$(MAKE) -C clients/c all test/test_worker test/qbi_test_worker QB_EXTRA_CFLAGS="$(QB_EXTRA_CFLAGS)" QB_EXTRA_LDFLAGS="$(QB_EXTRA_LDFLAGS)"
+	$(MAKE) -C clients/c all test/test_worker test/test_enqueue test/qbi_test_worker QB_EXTRA_CFLAGS="$(QB_EXTRA_CFLAGS)" QB_EXTRA_LDFLAGS="$(QB_EXTRA_LDFLAGS)"
 
 # the SQL Server pieces that need no server (the ODBC store's helpers, the schema's batches)
 $(UNIT_BIN_DIR)/test_odbc: test/unit/test_odbc.c $(DAEMON_LIB) $(CORE_LIB) $(COMMON_HDRS) $(DAEMON_HDRS)

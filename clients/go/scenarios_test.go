@@ -536,16 +536,23 @@ func scenarioMaxConcurrency(t *testing.T, b *backend) {
 	same(t, "biz rows", b.rows(t, "SELECT count(*) FROM {biz}"), 40)
 }
 
-func TestPostgreSQL(t *testing.T) {
+// pgOpen: the test cluster (QBI_TEST_PGHOST, QBI_TEST_PGPORT); skipped,
+// saying which TAP file runs it, without one
+func pgOpen(t *testing.T, tap string) *sql.DB {
 	host := os.Getenv("QBI_TEST_PGHOST")
 	if host == "" {
-		t.Skip("QBI_TEST_PGHOST and QBI_TEST_PGPORT are not set: no PostgreSQL to run the scenarios against (TAP 034 runs them)")
+		t.Skip("QBI_TEST_PGHOST and QBI_TEST_PGPORT are not set: no PostgreSQL to run against (" + tap + " runs these tests)")
 	}
 	db, err := sql.Open("postgres", fmt.Sprintf("host=%s port=%s dbname=postgres user=%s sslmode=disable",
 		host, os.Getenv("QBI_TEST_PGPORT"), envOr("QBI_TEST_PGUSER", "postgres")))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return db
+}
+
+func TestPostgreSQL(t *testing.T) {
+	db := pgOpen(t, "TAP 034")
 	defer db.Close()
 	source, biz := testSource()
 	b := &backend{

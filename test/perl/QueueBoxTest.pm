@@ -43,7 +43,7 @@ use Test::More;
 use Time::HiRes qw(usleep time);
 
 our @EXPORT = qw(
-  qb_node qb_config_yaml qb_configure qb_sql_quote
+  qb_node qb_config_yaml qb_configure qb_sql_quote qb_client_c_program
   qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats qb_sink_first_after
   qb_endless_start qb_endless_conns qb_endless_stop qb_endless_routes qb_endless_check
   qb_wait_query qb_wait_for qb_worker_pids qb_launcher_pid qb_free_port
@@ -148,6 +148,30 @@ sub qb_node_tests
 	like($out, qr/^# fail 0$/m, "$what: none failed");
 	like($out, qr/^# skipped 0$/m, "$what: none skipped");
 	return $out;
+}
+
+# qb_client_c_program($node, $code, $name): a program of clients/c's README
+# (its connection string "postgres://app@db/app" replaced by $node's),
+# compiled with -Wall -Werror against libqueuebox-inbox; ok()s both, returns
+# the executable's path
+sub qb_client_c_program
+{
+	my ($node, $code, $name) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $conninfo = $node->connstr('postgres');
+	is($code =~ s{"postgres://app\@db/app"}{"$conninfo"}, 1, "$name: the program names one database, replaced by the test's");
+	my $src = "$PostgreSQL::Test::Utils::tmp_check/$name.c";
+	my $exe = "$PostgreSQL::Test::Utils::tmp_check/$name";
+	open(my $fh, '>', $src) or die "$src: $!";
+	print $fh $code;
+	close $fh;
+	my $dir = "$ROOT/clients/c";
+	# a library built with UBSan (scripts/test.sh with SANITIZE=1) needs its runtime
+	my @san = `nm -u $dir/lib/libqueuebox-inbox.a 2>/dev/null` =~ /__ubsan_/ ? ('-fsanitize=undefined') : ();
+	my ($cout, $cerr) = run_command([ 'cc', '-Wall', '-Werror', @san, '-o', $exe, $src, "-I$dir/include",
+		'-I' . `pg_config --includedir` =~ s/\s+$//r, "$dir/lib/libqueuebox-inbox.a", '-lpq', '-lpthread' ]);
+	ok(-x $exe, "$name: the program compiles with -Wall -Werror") or diag $cerr;
+	return $exe;
 }
 
 # ---------------------------------------------------------------- the node

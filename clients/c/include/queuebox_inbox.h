@@ -43,6 +43,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <libpq-fe.h>
 
@@ -157,5 +158,61 @@ extern void qbi_worker_stop(QbiWorker *w);
 
 extern void qbi_worker_counters(const QbiWorker *w, QbiCounters *out);
 extern void qbi_worker_free(QbiWorker *w);
+
+/*
+ * The outbox: enqueue in the application's transaction (src/qbi_outbox.c,
+ * docs/enqueue.md).
+ *
+ * Wording:
+ *	- A QbiOutboxMessage is one row of queuebox.outbox.  payload_json is JSON
+ *	  text (from your JSON library); the server parses it and refuses text
+ *	  that is not JSON.  Headers are name/value pairs.
+ *	- The transaction is the caller's: qbi_enqueue runs on conn, which is
+ *	  between BEGIN and COMMIT, and neither commits nor rolls back, so the
+ *	  rows commit and roll back with the business writes.
+ *	- The trace rule: a message whose headers carry no traceparent (any
+ *	  letter case) gets the current span's, from the hook qbi_set_trace_hook
+ *	  set (none: no header); a traceparent the caller set is kept, and
+ *	  refused, naming the format, when it is malformed.
+ *	- A batch is one statement (up to 65535 bound values, a larger batch one
+ *	  per 65535), its rows in the order given: rows of one key are delivered
+ *	  in it.
+ */
+#define QBI_TRACEPARENT_LEN 55
+
+typedef struct QbiOutboxMessage
+{
+	const char *topic;			/* routed by the configuration's routes */
+	const char *key;			/* the ordering key; NULL: none */
+	const char *payload_json;	/* JSON text */
+	const char *const *header_names;	/* nheaders names and values, or NULL */
+	const char *const *header_values;
+	int			nheaders;
+	time_t		scheduled_at;	/* not delivered before it; 0: now */
+	int			max_attempts;	/* 0: the configuration's outbox.maxAttempts */
+} QbiOutboxMessage;
+
+/*
+ * The tracing hook: writes the current span's traceparent (and its
+ * tracestate, "" for none) and returns true, or returns false when no span
+ * is current.  Called by qbi_enqueue in the caller's thread.
+ */
+typedef bool (*QbiTraceHook) (void *arg, char traceparent[QBI_TRACEPARENT_LEN + 1],
+							  char *tracestate, size_t tracestate_len);
+
+/* Sets the process's tracing hook (NULL: none); set it before threads enqueue. */
+extern void qbi_set_trace_hook(QbiTraceHook hook, void *arg);
+
+/* Whether text is a traceparent the W3C spec lets a receiver use. */
+extern bool qbi_traceparent_valid(const char *text);
+
+/*
+ * Writes the n messages into queuebox.outbox on conn, in its open
+ * transaction; their ids into ids (n of them, in the order given; NULL:
+ * not wanted).  0, or -1 with err (nothing written by this call; the
+ * transaction may be aborted by the server's error: roll it back).
+ */
+extern int	qbi_enqueue(PGconn *conn, const QbiOutboxMessage *msgs, int n, int64_t *ids,
+						char *err, size_t errlen);
 
 #endif							/* QUEUEBOX_INBOX_H */

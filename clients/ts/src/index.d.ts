@@ -141,3 +141,34 @@ export class InboxWorker<P = unknown, Tx = Queryable> {
   /** Claims and handles messages until signal aborts; resolves when every running handler ended. */
   run(handler: InboxHandler<P, Tx>, signal?: AbortSignal): Promise<void>;
 }
+
+// ---- the outbox (src/outbox.js, docs/enqueue.md)
+
+/** One row of queuebox.outbox. */
+export interface OutboxMessage<P = unknown> {
+  /** routed by the configuration's routes; a topic no route matches goes dead at its claim */
+  topic: string;
+  /** the ordering key: rows of one key are delivered one at a time, in id order; null: none */
+  key?: string | null;
+  /** any JSON value (JSON.stringify) */
+  payload: P;
+  /** string values; a traceparent set here wins over the active span's */
+  headers?: Record<string, string>;
+  /** not delivered before this time (default: now) */
+  scheduledAt?: Date | null;
+  /** delivery attempts before the row goes dead (default: the configuration's outbox.maxAttempts) */
+  maxAttempts?: number | null;
+}
+
+/** A pg client in a transaction, or an mssql Transaction. */
+export type OutboxTransaction = { query: Function } | { request: Function; commit: Function };
+
+/** Writes the messages in the transaction, in one round trip (on SQL Server one per 300); resolves to their ids (bigint as text), in order. */
+export function enqueueBatch(tx: OutboxTransaction, messages: OutboxMessage[]): Promise<string[]>;
+/** One message; resolves to its id (bigint as text). */
+export function enqueue(tx: OutboxTransaction, message: OutboxMessage): Promise<string>;
+/** The active span's (@opentelemetry/api) traceparent and tracestate, or null. */
+export function currentTraceHeaders(): { traceparent: string; tracestate?: string } | null;
+/** Whether text is a traceparent the W3C spec lets a receiver use. */
+export function isTraceparent(text: string): boolean;
+export const TRACEPARENT_FORMAT: string;

@@ -28,6 +28,8 @@
 // temporary failure).  The run's signal reaches the claim, so that a stop
 // cancels a claim waiting for SQL Server's claim lock.
 
+import { mssqlTypes } from './mssql-module.js';
+
 /** The policy's answer: retry after a delay. */
 export function retryAfter(ms) {
   return { dead: false, delayMs: Math.max(0, Math.floor(ms)) };
@@ -158,15 +160,6 @@ export function isClaimLockTimeout(err) {
   return walk(err);
 }
 
-let mssqlModule;
-async function mssqlTypes() {
-  mssqlModule ??= import('mssql').then((m) => m.default ?? m, (e) => {
-    mssqlModule = undefined;
-    throw new Error(`fromMssql: the mssql package cannot be loaded (npm install mssql): ${e.message}`);
-  });
-  return mssqlModule;
-}
-
 // roll back, unless the server has already (XACT_ABORT, an aborted transaction)
 const rollback = (tx) => tx.rollback().catch(() => {});
 
@@ -201,14 +194,14 @@ export function fromMssql(pool) {
     return v === true || v === 1;
   };
   async function one(proc, column, bind) {
-    const sql = await mssqlTypes();
+    const sql = await mssqlTypes('fromMssql');
     return changed(await bind(sql, pool.request()).execute(proc), column);
   }
   return {
     dialect: 'sqlserver',
     // signal: the run's; a stop cancels a claim waiting for its lock (up to 10 s), nothing claimed
     async claim(source, batchSize, leaseMs, signal) {
-      const sql = await mssqlTypes();
+      const sql = await mssqlTypes('fromMssql');
       const tx = pool.transaction();
       await tx.begin();
       if (signal?.aborted) {   // stopped while the transaction began
@@ -242,7 +235,7 @@ export function fromMssql(pool) {
     dead: (m, error) => one('queuebox.inbox_dead', 'dead',
       (sql, req) => held(sql, req, m).input('error', sql.NVarChar(sql.MAX), error)),
     async inTransaction(m, work) {
-      const sql = await mssqlTypes();
+      const sql = await mssqlTypes('fromMssql');
       const tx = pool.transaction();
       await tx.begin();
       try {
@@ -476,3 +469,6 @@ export class InboxWorker {
     }
   }
 }
+
+// ---- the outbox: enqueue in the application's transaction (src/outbox.js)
+export { enqueue, enqueueBatch, currentTraceHeaders, isTraceparent, TRACEPARENT_FORMAT } from './outbox.js';

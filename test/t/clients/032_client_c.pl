@@ -41,19 +41,7 @@ qb_pull_process_scenarios($node, sub { [ $wbin, $node->connstr('postgres'), @_ ]
 	my $readme = slurp_file("$FindBin::RealBin/../../../clients/c/README.md");
 	my ($code) = $readme =~ /^```c\n(.*?)^```$/ms;
 	ok($code, 'clients/c/README.md has a C example');
-	my $conninfo = $node->connstr('postgres');
-	is($code =~ s{"postgres://app\@db/app"}{"$conninfo"}, 1, 'the example names one database, replaced by the test\'s');
-	my $src = "$PostgreSQL::Test::Utils::tmp_check/readme_example.c";
-	my $exe = "$PostgreSQL::Test::Utils::tmp_check/readme_example";
-	open(my $fh, '>', $src) or die "$src: $!";
-	print $fh $code;
-	close $fh;
-	my $dir = "$FindBin::RealBin/../../../clients/c";
-	# a library built with UBSan (scripts/test.sh with SANITIZE=1) needs its runtime
-	my @san = `nm -u $dir/lib/libqueuebox-inbox.a 2>/dev/null` =~ /__ubsan_/ ? ('-fsanitize=undefined') : ();
-	my ($cout, $cerr) = run_command([ 'cc', '-Wall', '-Werror', @san, '-o', $exe, $src, "-I$dir/include",
-		'-I' . `pg_config --includedir` =~ s/\s+$//r, "$dir/lib/libqueuebox-inbox.a", '-lpq', '-lpthread' ]);
-	ok(-x $exe, 'the example compiles with -Wall -Werror') or diag $cerr;
+	my $exe = qb_client_c_program($node, $code, 'readme_example');
 	$node->safe_psql('postgres', q{
 		CREATE TABLE orders_seen (doc jsonb);
 		INSERT INTO queuebox.inbox (source, idempotency_key, aggregate_id, payload, consumption)
