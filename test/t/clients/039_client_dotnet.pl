@@ -210,9 +210,12 @@ my @pull_blocks;
 	my ($section) = slurp_file("$dir/README.md") =~ /^## Enqueue into the outbox\n(.*?)^## /ms;
 	my @blocks = ($section // '') =~ /^```csharp\n(.*?)^```$/msg;
 	is(scalar(@blocks), 3, 'the README\'s outbox section has its three C# examples');
-	for my $block (@blocks)
+	my ($csharp) = slurp_file("$FindBin::RealBin/../../../docs/enqueue.md") =~ /^## C#\n(.*?)(?:^## |\z)/ms;
+	my @doc_blocks = ($csharp // '') =~ /^```csharp\n(.*?)^```$/msg;
+	is(scalar(@doc_blocks), 1, 'docs/enqueue.md\'s C# section has its example');
+	for my $block (@blocks, @doc_blocks)
 	{
-		ok(index($tests, $block) >= 0, 'a C# block of the README\'s outbox section is in OutboxExamples.cs as written')
+		ok(index($tests, $block) >= 0, 'a C# block of the README\'s outbox section or docs/enqueue.md is in OutboxExamples.cs as written')
 		  or diag $block;
 	}
 }
