@@ -653,11 +653,12 @@ GO
  * _relay_claim (QB_PG_RELAY_CLAIM): up to @batch push rows under @token
  * with a lease of @lease ms, one in flight per aggregate across every push
  * source, in created_at order.  Returns the claimed rows: id, source,
- * event_type, in created_at order.  @claimer: the claimer the rows record
- * (NULL: none); a row whose claimer is gone is taken over as an expired
- * lease is.  A dead row that holds its aggregate (hold N'dead', a source's
- * onDead: holdKey) is open for it: the blocker seeks inbox_push_dead_idx
- * beside inbox_push_aggregate_idx (TOP (1) of each, the nearer wins).
+ * event_type, traceparent (its header; NULL: none), in created_at order.
+ * @claimer: the claimer the rows record (NULL: none); a row whose claimer
+ * is gone is taken over as an expired lease is.  A dead row that holds
+ * its aggregate (hold N'dead', a source's onDead: holdKey) is open for it:
+ * the blocker seeks inbox_push_dead_idx beside inbox_push_aggregate_idx
+ * (TOP (1) of each, the nearer wins).
  */
 CREATE PROCEDURE queuebox._relay_claim @batch INT, @lease BIGINT, @token UNIQUEIDENTIFIER,
 	@claimer BIGINT = NULL
@@ -736,8 +737,11 @@ BEGIN
 	WHERE i.state = N'pending' AND i.hold = N'aggregate'
 	  AND NOT EXISTS (SELECT 1 FROM queuebox.inbox e
 					  WHERE e.id = b.bid AND (e.state IN (N'pending', N'processing') OR e.hold = N'dead'));
-	-- what this claim took, by its token
-	SELECT i.id, i.source, i.event_type
+	-- what this claim took, by its token, with its traceparent header (any
+	-- letter case): the relay's forward span is a child of it
+	SELECT i.id, i.source, i.event_type,
+		   (SELECT TOP (1) h.[value] FROM OPENJSON(i.headers) h
+			WHERE LOWER(h.[key]) = N'traceparent' AND h.[type] = 1) AS traceparent
 	FROM @cand c JOIN queuebox.inbox i ON i.id = c.id
 	WHERE i.claim_token = @token AND i.state = N'processing'
 	ORDER BY i.created_at, i.id;

@@ -229,3 +229,78 @@ CREATE INDEX outbox_dead_topic_idx ON queuebox.outbox (topic, id) WHERE state = 
 CREATE INDEX outbox_dead_key_idx ON queuebox.outbox ([key], id) WHERE state = N'dead';
 CREATE INDEX inbox_dead_source_idx ON queuebox.inbox (source, id) WHERE state = N'dead';
 GO
+
+-- ---------------------------------------------------------------------------
+-- The outbox's trace context (docs/observability.md, "Trace context"): a
+-- row takes its session's, as PostgreSQL's SET LOCAL queuebox.traceparent
+-- does there
+-- ---------------------------------------------------------------------------
+/*
+ * _trace_error: why a session's trace context cannot be carried, or NULL
+ * when it can: @tp must be a traceparent qb_trace_parse accepts (2 lower-case
+ * hex, not ff, then 32, 16 and 2 lower-case hex joined by '-', ids not all
+ * zero; version 00 exactly 55 characters, a later one may add "-..."), @ts
+ * (NULL: none) at most 512 printable ASCII characters without '"' or '\'.
+ * The lengths are LEN(@x + N'x') - 1: LEN does not count trailing blanks,
+ * and DATALENGTH counts bytes, two a character on SQL Server, one on
+ * Babelfish.
+ */
+CREATE FUNCTION queuebox._trace_error(@tp NVARCHAR(4000), @ts NVARCHAR(4000)) RETURNS NVARCHAR(2000)
+AS
+BEGIN
+	DECLARE @n INT = LEN(@tp + N'x') - 1;
+
+	IF NOT (@n >= 55
+			AND @tp COLLATE Latin1_General_100_BIN2 LIKE N'[0-9a-f][0-9a-f]-' + REPLICATE(N'[0-9a-f]', 32) + N'-'
+				+ REPLICATE(N'[0-9a-f]', 16) + N'-[0-9a-f][0-9a-f]%'
+			AND LEFT(@tp, 2) <> N'ff'
+			AND (@n = 55 OR (LEFT(@tp, 2) <> N'00' AND SUBSTRING(@tp, 56, 1) = N'-'))
+			AND SUBSTRING(@tp, 4, 32) <> REPLICATE(N'0', 32)
+			AND SUBSTRING(@tp, 37, 16) <> REPLICATE(N'0', 16))
+		RETURN CONCAT(N'queuebox: SESSION_CONTEXT(N''queuebox.traceparent'') is not a valid traceparent: "',
+					  LEFT(@tp, 80), N'". A traceparent is 00-<trace-id: 32 hex>-<parent-id: 16 hex>-<flags: 2 hex>,',
+					  N' lower case, ids not all zero: set what your tracer''s propagator writes, e.g.',
+					  N' 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 (sp_set_session_context).');
+	IF @ts IS NOT NULL AND (LEN(@ts + N'x') - 1 > 512 OR @ts COLLATE Latin1_General_100_BIN2 LIKE N'%[^ -~]%'
+						   OR @ts LIKE N'%["\]%')
+		RETURN N'queuebox: SESSION_CONTEXT(N''queuebox.tracestate'') is not a valid tracestate. A tracestate is at'
+			+ N' most 512 printable ASCII characters, without ''"'' or ''\'', e.g. congo=t61rcWkgMzE.';
+	RETURN NULL;
+END
+GO
+
+/*
+ * outbox_trace: the rows an INSERT writes take the trace context of its
+ * session, sp_set_session_context N'queuebox.traceparent' (and
+ * N'queuebox.tracestate'), into their headers, unless a row carries its own
+ * traceparent header (in any letter case: that is the one delivered).  A
+ * context that is not valid refuses the insert, and XACT_ABORT or not the
+ * error ends the statement's transaction (THROW in a trigger aborts the
+ * batch): the business write goes with it.  A session without a context
+ * costs one SESSION_CONTEXT read per statement.  An AFTER trigger: the
+ * rows keep their SCOPE_IDENTITY(); an INSERT with OUTPUT needs INTO on
+ * SQL Server (Msg 334), docs/sqlserver.md says so.  A writer that may
+ * only INSERT has its rows updated here: by ownership chaining on SQL
+ * Server; Babelfish checks only the call of _trace_error, which roles.sql
+ * grants queuebox_writer.
+ */
+CREATE TRIGGER queuebox.outbox_trace ON queuebox.outbox AFTER INSERT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @tp NVARCHAR(4000) = NULLIF(CAST(SESSION_CONTEXT(N'queuebox.traceparent') AS NVARCHAR(4000)), N'');
+	DECLARE @ts NVARCHAR(4000), @error NVARCHAR(2000);
+
+	IF @tp IS NULL OR NOT EXISTS (SELECT 1 FROM inserted)
+		RETURN;
+	SET @ts = NULLIF(CAST(SESSION_CONTEXT(N'queuebox.tracestate') AS NVARCHAR(4000)), N'');
+	SET @error = queuebox._trace_error(@tp, @ts);
+	IF @error IS NOT NULL
+		THROW 50022, @error, 1;
+	UPDATE o
+	SET headers = CASE WHEN @ts IS NULL THEN JSON_MODIFY(o.headers, '$.traceparent', @tp)
+					   ELSE JSON_MODIFY(JSON_MODIFY(o.headers, '$.traceparent', @tp), '$.tracestate', @ts) END
+	FROM queuebox.outbox o JOIN inserted i ON i.id = o.id
+	WHERE NOT EXISTS (SELECT 1 FROM OPENJSON(o.headers) h WHERE LOWER(h.[key]) = N'traceparent');
+END
+GO

@@ -250,7 +250,8 @@ static int64_t
 add_outbox(const char *topic, const char *key)
 {
 	return qv(D("INSERT INTO queuebox.outbox (topic, key, payload) VALUES ($1, $2, '{\"n\": 1}') RETURNING id",
-				"INSERT INTO queuebox.outbox (topic, [key], payload) OUTPUT inserted.id VALUES (?, ?, N'{\"n\": 1}')"),
+				"INSERT INTO queuebox.outbox (topic, [key], payload) VALUES (?, ?, N'{\"n\": 1}');"
+				" SELECT CAST(SCOPE_IDENTITY() AS BIGINT)"),
 			  2, topic, key);
 }
 
@@ -602,7 +603,7 @@ sa_relay_claim(void *ctx, int batch, long lease_ms, const char *token, QbRelayRo
 	*rows = NULL;
 	*nrows = 0;
 	sa_simple("BEGIN");
-	if ((r = sa_exec("SELECT id, source, event_type FROM queuebox._relay_claim($1, $2, $3)", 3, v,
+	if ((r = sa_exec("SELECT id, source, event_type, traceparent FROM queuebox._relay_claim($1, $2, $3)", 3, v,
 					 "_relay_claim", e, elen)) == NULL)
 		return sa_end(false);
 	*rows = calloc(PQntuples(r) + 1, sizeof(QbRelayRow));
@@ -613,6 +614,7 @@ sa_relay_claim(void *ctx, int batch, long lease_ms, const char *token, QbRelayRo
 		o->id = strtoll(PQgetvalue(r, i, 0), NULL, 10);
 		o->source = sa_dup(r, i, 1);
 		o->event_type = sa_dup(r, i, 2);
+		o->traceparent = sa_dup(r, i, 3);
 	}
 	PQclear(r);
 	return sa_end(true);
@@ -947,18 +949,24 @@ insert_inbox(const QbInboxRow *rows, int n, int64_t *ids)
 		fail_msg("inbox_insert failed: %s", err);
 }
 
-/* The relay: claim push rows, forward them (the mapping; an empty topic is dead). */
+/*
+ * The relay: claim push rows, each with its traceparent header in any
+ * letter case (NULL: none), forward them (the mapping; an empty topic is
+ * dead).
+ */
 static void
 test_relay(void **state)
 {
 	QbInboxRow	in[2] = {
 		{.source = "web", .idempotency_key = "r1", .event_type = "order.created",
 			.aggregate_id = "agg-1", .payload = "{\"id\": \"r1\"}",
-		.headers = "{\"X-Correlation-Id\": \"c-9\", \"x-source\": \"forged\"}"},
+			.headers = "{\"X-Correlation-Id\": \"c-9\", \"x-source\": \"forged\","
+		" \"TraceParent\": \"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\"}"},
 		{.source = "web", .idempotency_key = "r2", .payload = "{\"id\": \"r2\"}", .headers = "{}"},
 	};
 	int64_t		ids[2];
 	QbRelayRow *rows = NULL;
+	QbRelayRow *r1;
 	int			nrows = 0;
 	int64_t		fids[2];
 	const char *topics[2];
@@ -978,6 +986,10 @@ test_relay(void **state)
 		topics[i] = rows[i].event_type ? "web.order.created" : "";
 	}
 	assert_string_equal(rows[0].source, "web");
+	r1 = rows[0].id == ids[0] ? &rows[0] : &rows[1];
+	assert_non_null(r1->traceparent);
+	assert_string_equal(r1->traceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+	assert_null(rows[r1 == &rows[0] ? 1 : 0].traceparent);
 	assert_int_equal(store.relay_forward(store.ctx, token_b, fids, topics, NULL, 2, 7, &nsettled,
 										 &ninserted, err, sizeof(err)), 0);
 	assert_int_equal(nsettled, 0);	/* fenced */

@@ -1,8 +1,10 @@
 /*
  * sql/sqlserver/upgrade/0.3.5--0.3.6.sql
  *	  What changes from schema 0.3.5 to 0.3.6 on SQL Server (issue 38, chaos
- *	  with a checker: takeover on Babelfish, the breaker's late success), one
- *	  section each below; T-SQL batches split on GO.
+ *	  with a checker: takeover on Babelfish, the breaker's late success;
+ *	  issue 40: the outbox's trace context from the session, the relay
+ *	  claim's traceparent), one section each below; T-SQL batches split on
+ *	  GO.
  */
 
 -- ---- takeover on Babelfish (issue 38) -------------------------------------
@@ -395,6 +397,183 @@ BEGIN
 		   CASE WHEN r.src = 'p' THEN 1 ELSE 0 END AS probe
 	FROM @rows r JOIN queuebox.outbox o ON o.id = r.id
 	ORDER BY o.id;
+END
+GO
+
+-- ---- SQL Server carries trace context like PostgreSQL (issue 40) -----------
+-- An INSERT into the outbox takes its session's trace context
+-- (sp_set_session_context N'queuebox.traceparent', N'queuebox.tracestate')
+-- into a row without a traceparent header: _trace_error and the trigger
+-- outbox_trace, both new.  _relay_claim returns each row's traceparent
+-- too, so the relay's forward span is its child: made again by DROP and
+-- CREATE (no role holds a grant on it).  No row is touched.
+/*
+ * _trace_error: why a session's trace context cannot be carried, or NULL
+ * when it can: @tp must be a traceparent qb_trace_parse accepts (2 lower-case
+ * hex, not ff, then 32, 16 and 2 lower-case hex joined by '-', ids not all
+ * zero; version 00 exactly 55 characters, a later one may add "-..."), @ts
+ * (NULL: none) at most 512 printable ASCII characters without '"' or '\'.
+ * The lengths are LEN(@x + N'x') - 1: LEN does not count trailing blanks,
+ * and DATALENGTH counts bytes, two a character on SQL Server, one on
+ * Babelfish.
+ */
+CREATE FUNCTION queuebox._trace_error(@tp NVARCHAR(4000), @ts NVARCHAR(4000)) RETURNS NVARCHAR(2000)
+AS
+BEGIN
+	DECLARE @n INT = LEN(@tp + N'x') - 1;
+
+	IF NOT (@n >= 55
+			AND @tp COLLATE Latin1_General_100_BIN2 LIKE N'[0-9a-f][0-9a-f]-' + REPLICATE(N'[0-9a-f]', 32) + N'-'
+				+ REPLICATE(N'[0-9a-f]', 16) + N'-[0-9a-f][0-9a-f]%'
+			AND LEFT(@tp, 2) <> N'ff'
+			AND (@n = 55 OR (LEFT(@tp, 2) <> N'00' AND SUBSTRING(@tp, 56, 1) = N'-'))
+			AND SUBSTRING(@tp, 4, 32) <> REPLICATE(N'0', 32)
+			AND SUBSTRING(@tp, 37, 16) <> REPLICATE(N'0', 16))
+		RETURN CONCAT(N'queuebox: SESSION_CONTEXT(N''queuebox.traceparent'') is not a valid traceparent: "',
+					  LEFT(@tp, 80), N'". A traceparent is 00-<trace-id: 32 hex>-<parent-id: 16 hex>-<flags: 2 hex>,',
+					  N' lower case, ids not all zero: set what your tracer''s propagator writes, e.g.',
+					  N' 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 (sp_set_session_context).');
+	IF @ts IS NOT NULL AND (LEN(@ts + N'x') - 1 > 512 OR @ts COLLATE Latin1_General_100_BIN2 LIKE N'%[^ -~]%'
+						   OR @ts LIKE N'%["\]%')
+		RETURN N'queuebox: SESSION_CONTEXT(N''queuebox.tracestate'') is not a valid tracestate. A tracestate is at'
+			+ N' most 512 printable ASCII characters, without ''"'' or ''\'', e.g. congo=t61rcWkgMzE.';
+	RETURN NULL;
+END
+GO
+
+/*
+ * outbox_trace: the rows an INSERT writes take the trace context of its
+ * session, sp_set_session_context N'queuebox.traceparent' (and
+ * N'queuebox.tracestate'), into their headers, unless a row carries its own
+ * traceparent header (in any letter case: that is the one delivered).  A
+ * context that is not valid refuses the insert, and XACT_ABORT or not the
+ * error ends the statement's transaction (THROW in a trigger aborts the
+ * batch): the business write goes with it.  A session without a context
+ * costs one SESSION_CONTEXT read per statement.  An AFTER trigger: the
+ * rows keep their SCOPE_IDENTITY(); an INSERT with OUTPUT needs INTO on
+ * SQL Server (Msg 334), docs/sqlserver.md says so.  A writer that may
+ * only INSERT has its rows updated here: by ownership chaining on SQL
+ * Server; Babelfish checks only the call of _trace_error, which roles.sql
+ * grants queuebox_writer.
+ */
+CREATE TRIGGER queuebox.outbox_trace ON queuebox.outbox AFTER INSERT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @tp NVARCHAR(4000) = NULLIF(CAST(SESSION_CONTEXT(N'queuebox.traceparent') AS NVARCHAR(4000)), N'');
+	DECLARE @ts NVARCHAR(4000), @error NVARCHAR(2000);
+
+	IF @tp IS NULL OR NOT EXISTS (SELECT 1 FROM inserted)
+		RETURN;
+	SET @ts = NULLIF(CAST(SESSION_CONTEXT(N'queuebox.tracestate') AS NVARCHAR(4000)), N'');
+	SET @error = queuebox._trace_error(@tp, @ts);
+	IF @error IS NOT NULL
+		THROW 50022, @error, 1;
+	UPDATE o
+	SET headers = CASE WHEN @ts IS NULL THEN JSON_MODIFY(o.headers, '$.traceparent', @tp)
+					   ELSE JSON_MODIFY(JSON_MODIFY(o.headers, '$.traceparent', @tp), '$.tracestate', @ts) END
+	FROM queuebox.outbox o JOIN inserted i ON i.id = o.id
+	WHERE NOT EXISTS (SELECT 1 FROM OPENJSON(o.headers) h WHERE LOWER(h.[key]) = N'traceparent');
+END
+GO
+DROP PROCEDURE queuebox._relay_claim;
+GO
+/*
+ * _relay_claim (QB_PG_RELAY_CLAIM): up to @batch push rows under @token
+ * with a lease of @lease ms, one in flight per aggregate across every push
+ * source, in created_at order.  Returns the claimed rows: id, source,
+ * event_type, traceparent (its header; NULL: none), in created_at order.
+ * @claimer: the claimer the rows record (NULL: none); a row whose claimer
+ * is gone is taken over as an expired lease is.  A dead row that holds
+ * its aggregate (hold N'dead', a source's onDead: holdKey) is open for it:
+ * the blocker seeks inbox_push_dead_idx beside inbox_push_aggregate_idx
+ * (TOP (1) of each, the nearer wins).
+ */
+CREATE PROCEDURE queuebox._relay_claim @batch INT, @lease BIGINT, @token UNIQUEIDENTIFIER,
+	@claimer BIGINT = NULL
+AS
+BEGIN
+	SET NOCOUNT ON;
+	SET XACT_ABORT ON;
+	DECLARE @now DATETIME2(6) = SYSUTCDATETIME();
+	DECLARE @left INT;
+	DECLARE @cand TABLE (id BIGINT PRIMARY KEY, aggregate_id NVARCHAR(400) COLLATE Latin1_General_100_BIN2,
+						 created_at DATETIME2(6));
+	DECLARE @blk TABLE (cid BIGINT PRIMARY KEY, bid BIGINT);
+	DECLARE @lk TABLE (id BIGINT PRIMARY KEY);
+	INSERT @cand (id, aggregate_id, created_at)
+		SELECT TOP (@batch) c.id, c.aggregate_id, c.created_at
+		FROM queuebox.inbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+		WHERE c.consumption = N'push' AND c.state = N'processing'
+		  AND (c.lease_until < @now OR queuebox._claimer_gone(c.claimer, @claimer) = 1)
+		ORDER BY c.lease_until;
+	SET @left = @batch - @@ROWCOUNT;
+	IF @left > 0
+		INSERT @cand (id, aggregate_id, created_at)
+			SELECT TOP (@left) c.id, c.aggregate_id, c.created_at
+			FROM queuebox.inbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+			WHERE c.consumption = N'push' AND c.state = N'pending' AND c.hold IS NULL
+			  AND c.scheduled_at <= @now
+			ORDER BY c.scheduled_at, c.created_at, c.id;
+	INSERT @blk (cid, bid)
+		SELECT c.id, b.id FROM @cand c
+		CROSS APPLY (SELECT TOP (1) u.id FROM (
+						 SELECT o.id, o.created_at FROM (
+							 SELECT TOP (1) e.id, e.created_at FROM queuebox.inbox e
+							 WHERE e.consumption = N'push' AND e.aggregate_id = c.aggregate_id
+							   AND e.state IN (N'pending', N'processing')
+							   AND (e.created_at < c.created_at OR (e.created_at = c.created_at AND e.id < c.id))
+							 ORDER BY e.created_at DESC, e.id DESC) o
+						 UNION ALL
+						 SELECT d.id, d.created_at FROM (
+							 SELECT TOP (1) e.id, e.created_at FROM queuebox.inbox e
+							 WHERE e.hold = N'dead' AND e.aggregate_id = c.aggregate_id
+							   AND (e.created_at < c.created_at OR (e.created_at = c.created_at AND e.id < c.id))
+							 ORDER BY e.created_at DESC, e.id DESC) d) u
+					 ORDER BY u.created_at DESC, u.id DESC) b
+		WHERE c.aggregate_id IS NOT NULL;
+	INSERT @lk (id)
+		SELECT e.id FROM queuebox.inbox e WITH (ROWLOCK, READPAST, REPEATABLEREAD)
+		WHERE e.id IN (SELECT bid FROM @blk)
+		  AND (e.state IN (N'pending', N'processing') OR e.hold = N'dead');
+
+	-- a candidate whose earlier row is locked elsewhere is left as it is
+	UPDATE i
+	SET state = CASE WHEN b.cid IS NULL THEN N'processing' ELSE N'pending' END,
+		hold = CASE WHEN b.cid IS NULL THEN NULL ELSE N'aggregate' END,
+		claim_token = CASE WHEN b.cid IS NULL THEN @token END,
+		lease_until = CASE WHEN b.cid IS NULL THEN queuebox._after(@now, @lease) END,
+		claimer = CASE WHEN b.cid IS NULL THEN @claimer END
+	FROM queuebox.inbox i
+	JOIN @cand c ON c.id = i.id
+	LEFT JOIN @blk b ON b.cid = c.id
+	WHERE (b.cid IS NULL OR b.bid IN (SELECT id FROM @lk))
+	  AND ((i.state = N'pending' AND i.claim_token IS NULL)
+		   OR (i.state = N'processing'
+			   AND (i.lease_until < @now OR queuebox._claimer_gone(i.claimer, @claimer) = 1)));
+	/*
+	 * The re-check, a statement after the park: a row parked behind an
+	 * earlier row that has ended by now is released.  A Babelfish engine
+	 * ignores the shared lock on the earlier row (@lk), so its end can
+	 * commit while this claim parks; the end's promotion updates the
+	 * unit's first open row whether parked or not, so either it waits for
+	 * this claim and releases the park, or this claim's park waited for
+	 * it, and this statement, reading after that commit, sees the row
+	 * ended.  On SQL Server the lock makes it a no-op.
+	 */
+	UPDATE i SET hold = NULL
+	FROM queuebox.inbox i JOIN @blk b ON b.cid = i.id
+	WHERE i.state = N'pending' AND i.hold = N'aggregate'
+	  AND NOT EXISTS (SELECT 1 FROM queuebox.inbox e
+					  WHERE e.id = b.bid AND (e.state IN (N'pending', N'processing') OR e.hold = N'dead'));
+	-- what this claim took, by its token, with its traceparent header (any
+	-- letter case): the relay's forward span is a child of it
+	SELECT i.id, i.source, i.event_type,
+		   (SELECT TOP (1) h.[value] FROM OPENJSON(i.headers) h
+			WHERE LOWER(h.[key]) = N'traceparent' AND h.[type] = 1) AS traceparent
+	FROM @cand c JOIN queuebox.inbox i ON i.id = c.id
+	WHERE i.claim_token = @token AND i.state = N'processing'
+	ORDER BY i.created_at, i.id;
 END
 GO
 

@@ -212,9 +212,8 @@ qbr_reload(QbrEngine *e)
 /*
  * qbr_spans: one span per forwarded row, when spans are exported: a child
  * of the row's traceparent (the outbox row it wrote carries that on), or
- * the root of a trace of its own when it has none (or its store does not
- * say: SQL Server's claim returns no header).  No traceState: the claim
- * returns the row's traceparent, not its tracestate.
+ * the root of a trace of its own when it has none.  No traceState: the
+ * claim returns the row's traceparent, not its tracestate.
  */
 static void
 qbr_spans(QbrEngine *e, const QbRelayRow *rows, const char *const *topics, int n, int64_t t0)

@@ -63,8 +63,7 @@ typedef struct QbRelayRow
 	int64_t		id;
 	char	   *source;
 	char	   *event_type;		/* NULL: the message carries none */
-	char	   *traceparent;	/* its traceparent header, NULL: none (or a store
-								 * that does not read it) */
+	char	   *traceparent;	/* its traceparent header, NULL: none */
 } QbRelayRow;
 
 typedef enum QbSettleKind

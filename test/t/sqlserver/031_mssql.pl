@@ -14,7 +14,9 @@
 #   /metrics, and T-SQL topic_matches
 #   against the extension's C one, takeover (the applock on SQL Server, the
 #   claimers' beats on Babelfish), and the upgrade of filled 0.3.0, 0.3.1,
-#   0.3.2, 0.3.3, 0.3.4 and 0.3.5 schemas.  Every case counts rows before and after.
+#   0.3.2, 0.3.3, 0.3.4 and 0.3.5 schemas (0.3.6: the outbox takes its
+#   session's trace context, the relay claim returns a row's traceparent;
+#   TAP 065 has the rest of it).  Every case counts rows before and after.
 #
 #   The suite drops and recreates schema queuebox in the database the URL
 #   names: give it a database of its own.
@@ -860,6 +862,19 @@ sub upgrade_from
 	is(mssql_value($dbh, 'SELECT queuebox._claimer_gone(4711, NULL)'), $babelfish ? 0 : 1,
 		$babelfish ? "$from: a claimer that beats is alive (Babelfish)"
 		: "$from: a claimer whose applock nobody holds is gone (SQL Server reads no beat)");
+	# 0.3.6 (issue 40): an insert takes its session's trace context, and the
+	# relay's claim returns a push row's traceparent header (h-1 has none)
+	my $tp = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+	mssql_do($dbh, q{EXEC sp_set_session_context N'queuebox.traceparent', ?}, $tp);
+	mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload) VALUES (N'orders.traced', N'k9', N'{}')});
+	mssql_do($dbh, q{EXEC sp_set_session_context N'queuebox.traceparent', NULL});
+	is(mssql_value($dbh, q{SELECT JSON_VALUE(headers, '$.traceparent') FROM queuebox.outbox WHERE topic = N'orders.traced'}),
+		$tp, "$from: an insert takes its session's trace context on the upgraded schema");
+	mssql_do($dbh, q{INSERT INTO queuebox.inbox (source, idempotency_key, payload, headers, consumption)
+		VALUES (N'hooks', N'h-tp', N'{}', ?, N'push')}, qq({"Traceparent": "$tp"}));
+	is(join(',', map { ($_->[1] // '') . '=' . ($_->[3] // 'none') }
+			@{ mssql_rows($dbh, q{EXEC queuebox._relay_claim 10, 60000, '6f9619ff-8b86-d011-b42d-00c04fc964ff'}) }),
+		"hooks=none,hooks=$tp", "$from: the relay's claim returns each push row's traceparent");
 	return objects();
 }
 

@@ -529,7 +529,8 @@ qbos_relay_row(void *arg, int set, int ncols, char **v)
 	r->id = qbos_num(v[0]);
 	r->source = qbos_take(v, 1);
 	r->event_type = qbos_take(v, 2);
-	r->traceparent = NULL;		/* SQL Server's _relay_claim returns no header */
+	/* schema 0.3.6 returns the row's traceparent header (NULL: none) */
+	r->traceparent = ncols >= 4 ? qbos_take(v, 3) : NULL;
 	return r->source == NULL ? -1 : 0;
 }
 
