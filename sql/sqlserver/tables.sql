@@ -297,6 +297,9 @@ BEGIN
 	SET @error = queuebox._trace_error(@tp, @ts);
 	IF @error IS NOT NULL
 		THROW 50022, @error, 1;
+	-- a later version's traceparent is delivered as version 00 of its first
+	-- 55 characters, as the PostgreSQL triggers store it
+	SET @tp = N'00' + SUBSTRING(@tp, 3, 53);
 	UPDATE o
 	SET headers = CASE WHEN @ts IS NULL THEN JSON_MODIFY(o.headers, '$.traceparent', @tp)
 					   ELSE JSON_MODIFY(JSON_MODIFY(o.headers, '$.traceparent', @tp), '$.tracestate', @ts) END
