@@ -3,9 +3,21 @@
 // through a SaveChanges interceptor (UseQueueBoxOutbox).
 //
 // Vocabulary: pending messages are those Enqueue added since the last
-// SaveChanges that succeeded; an owned transaction is one the interceptor
-// began because the context had none (EF then runs its writes in it
-// instead of one of its own), committed after EF's writes succeed.
+// SaveChanges began; they live in the context's own scoped service
+// (OutboxPending, in EF's internal service provider), so a pooled context
+// drops them when it goes back to the pool (IResettableService).  An owned
+// transaction is one the interceptor began because the context had none
+// (EF then runs its writes in it instead of one of its own), committed
+// after EF's writes succeed.
+//
+// The rule: a message commits with the business writes of the SaveChanges
+// that took it, or not at all.  Every SaveChanges takes all the pending
+// messages: written with it when it succeeds, dropped when it fails, is
+// cancelled, or its commit fails (the caller enqueues again with the
+// writes it retries).  Kept pending, they would ride on the next
+// SaveChanges, whose writes may be unrelated (after ChangeTracker.Clear(),
+// or the next user of a pooled context), and a commit that failed may have
+// committed them already.
 //
 // Why an interceptor: the application keeps its one SaveChanges call, and
 // an Enqueue without it is refused at once (a forgotten explicit call
@@ -13,11 +25,13 @@
 // queuebox.outbox: EF reads store-made values back (OUTPUT on SQL Server,
 // which a table with a trigger refuses), and would send the client's clock
 // as scheduled_at.  In the application's own transaction the messages go
-// under a savepoint, so a SaveChanges that fails and is called again does
-// not write them twice.
+// under a savepoint, which a failed SaveChanges rolls back (EF's own
+// savepoint is taken after our writes, so it would keep them); where the
+// transaction has none (SqlClient with MARS) the interceptor refuses
+// before writing anything, since a failed SaveChanges could not take the
+// messages back out of the application's transaction.
 using System;
 using System.Collections.Generic;
-using System.Runtime.CompilerServices;
 using System.Text.Json;
 using System.Threading;
 using System.Threading.Tasks;
@@ -25,20 +39,20 @@ using Microsoft.EntityFrameworkCore;
 using Microsoft.EntityFrameworkCore.Diagnostics;
 using Microsoft.EntityFrameworkCore.Infrastructure;
 using Microsoft.EntityFrameworkCore.Storage;
+using Microsoft.Extensions.DependencyInjection;
 
 namespace QueueBox.Inbox.DependencyInjection;
 
 /// <summary>Outbox messages written by a context's SaveChanges, in its transaction.</summary>
 public static class OutboxDbContextExtensions
 {
-    private static readonly ConditionalWeakTable<DbContext, OutboxSaveChangesInterceptor.Pending> PendingOf = [];
-
     /// <summary>Adds the interceptor that writes the messages of <see cref="Enqueue{TPayload}"/> in SaveChanges.</summary>
     /// <param name="options">The context's options.</param>
     /// <returns>The options, for the next call.</returns>
     public static DbContextOptionsBuilder UseQueueBoxOutbox(this DbContextOptionsBuilder options)
     {
         ArgumentNullException.ThrowIfNull(options);
+        ((IDbContextOptionsBuilderInfrastructure)options).AddOrUpdateExtension(new OutboxOptionsExtension());
         return options.AddInterceptors(OutboxSaveChangesInterceptor.Instance);
     }
 
@@ -50,12 +64,14 @@ public static class OutboxDbContextExtensions
         where TContext : DbContext
     {
         ArgumentNullException.ThrowIfNull(options);
+        ((IDbContextOptionsBuilderInfrastructure)options).AddOrUpdateExtension(new OutboxOptionsExtension());
         return options.AddInterceptors(OutboxSaveChangesInterceptor.Instance);
     }
 
     /// <summary>Adds a message that the context's next SaveChanges writes into <c>queuebox.outbox</c>, in the
     /// transaction of its business writes (the arguments: <see cref="OutboxMessage.Create{TPayload}"/>; the trace
-    /// context is the activity current here).</summary>
+    /// context is the activity current here).  That SaveChanges takes it whatever happens: a SaveChanges that
+    /// fails drops it, and the caller enqueues it again with the writes it retries.</summary>
     /// <typeparam name="TPayload">The payload's type (System.Text.Json).</typeparam>
     /// <param name="context">A context whose options have <see cref="UseQueueBoxOutbox"/>.</param>
     /// <param name="topic">The topic.</param>
@@ -72,13 +88,14 @@ public static class OutboxDbContextExtensions
     {
         ArgumentNullException.ThrowIfNull(context);
         var interceptors = context.GetService<IDbContextOptions>().FindExtension<CoreOptionsExtension>()?.Interceptors;
-        if (interceptors is null || !System.Linq.Enumerable.Contains(interceptors, OutboxSaveChangesInterceptor.Instance))
+        var pending = Of(context);
+        if (pending is null || interceptors is null
+            || !System.Linq.Enumerable.Contains(interceptors, OutboxSaveChangesInterceptor.Instance))
         {
             throw new InvalidOperationException(
                 $"{context.GetType().Name}: its options lack UseQueueBoxOutbox(), so SaveChanges would not write the message");
         }
         var message = OutboxMessage.Create(topic, payload, key, headers, notBefore, jsonOptions);
-        var pending = PendingOf.GetOrCreateValue(context);
         lock (pending)
         {
             pending.Messages.Add(message);
@@ -92,7 +109,7 @@ public static class OutboxDbContextExtensions
     public static IReadOnlyList<OutboxMessage> PendingOutboxMessages(this DbContext context)
     {
         ArgumentNullException.ThrowIfNull(context);
-        if (!PendingOf.TryGetValue(context, out var pending))
+        if (Of(context) is not { } pending)
         {
             return [];
         }
@@ -102,8 +119,69 @@ public static class OutboxDbContextExtensions
         }
     }
 
-    internal static OutboxSaveChangesInterceptor.Pending? Of(DbContext? context) =>
-        context is not null && PendingOf.TryGetValue(context, out var pending) ? pending : null;
+    /// <summary>The context's pending messages, or null when its options lack UseQueueBoxOutbox.</summary>
+    internal static OutboxPending? Of(DbContext? context) =>
+        context is null ? null : ((IInfrastructure<IServiceProvider>)context).Instance.GetService<OutboxPending>();
+}
+
+/// <summary>The messages a context's next SaveChanges takes, and that SaveChanges' state: one per context
+/// (scoped in EF's internal service provider), emptied when a pooled context is reset.</summary>
+internal sealed class OutboxPending : IResettableService
+{
+    internal List<OutboxMessage> Messages { get; } = [];
+
+    internal bool Writing { get; set; }
+
+    internal IDbContextTransaction? Owned { get; set; }
+
+    internal bool UnderSavepoint { get; set; }
+
+    /// <summary>A pooled context goes back to the pool: its messages must not ride on the next user's
+    /// writes (a SaveChanges in progress has ended by then).</summary>
+    public void ResetState()
+    {
+        lock (this)
+        {
+            Messages.Clear();
+        }
+        (Writing, Owned, UnderSavepoint) = (false, null, false);
+    }
+
+    public Task ResetStateAsync(CancellationToken cancellationToken = default)
+    {
+        ResetState();
+        return Task.CompletedTask;
+    }
+}
+
+/// <summary>What UseQueueBoxOutbox adds to EF's internal service provider: the pending messages of each
+/// context, reset with a pooled context.</summary>
+internal sealed class OutboxOptionsExtension : IDbContextOptionsExtension
+{
+    public DbContextOptionsExtensionInfo Info => field ??= new ExtensionInfo(this);
+
+    public void ApplyServices(IServiceCollection services)
+    {
+        services.AddScoped<OutboxPending>();
+        services.AddScoped<IResettableService>(p => p.GetRequiredService<OutboxPending>());
+    }
+
+    public void Validate(IDbContextOptions options)
+    {
+    }
+
+    private sealed class ExtensionInfo(IDbContextOptionsExtension extension) : DbContextOptionsExtensionInfo(extension)
+    {
+        public override bool IsDatabaseProvider => false;
+
+        public override string LogFragment => "UseQueueBoxOutbox ";
+
+        public override int GetServiceProviderHashCode() => 0;
+
+        public override bool ShouldUseSameServiceProvider(DbContextOptionsExtensionInfo other) => other is ExtensionInfo;
+
+        public override void PopulateDebugInfo(IDictionary<string, string> debugInfo) => debugInfo["QueueBox:Outbox"] = "1";
+    }
 }
 
 /// <summary>Writes a context's pending outbox messages in SaveChanges' transaction (add it with
@@ -117,17 +195,6 @@ public sealed class OutboxSaveChangesInterceptor : SaveChangesInterceptor
 
     private OutboxSaveChangesInterceptor()
     {
-    }
-
-    internal sealed class Pending
-    {
-        internal List<OutboxMessage> Messages { get; } = [];
-
-        internal List<OutboxMessage>? Writing { get; set; }
-
-        internal IDbContextTransaction? Owned { get; set; }
-
-        internal bool UnderSavepoint { get; set; }
     }
 
     /// <inheritdoc />
@@ -193,51 +260,56 @@ public sealed class OutboxSaveChangesInterceptor : SaveChangesInterceptor
         return EndAsync(eventData.Context, commit: false, async: true, CancellationToken.None).AsTask();
     }
 
-    /// <summary>Before EF's writes: the pending messages, in the context's transaction (one begun here when
-    /// it has none; under a savepoint in the application's).</summary>
+    /// <summary>Before EF's writes: the pending messages, taken off the list, in the context's transaction (one
+    /// begun here when it has none; under a savepoint in the application's, refused without savepoints).</summary>
     private static async ValueTask WriteAsync(DbContext? context, bool async, CancellationToken cancellationToken)
     {
         var pending = OutboxDbContextExtensions.Of(context);
-        List<OutboxMessage> messages;
-        lock (pending ?? new Pending())
+        if (pending is null)
         {
-            if (pending is null || pending.Messages.Count == 0)
+            return;
+        }
+        List<OutboxMessage> messages;
+        lock (pending)
+        {
+            if (pending.Messages.Count == 0)
             {
                 return;
             }
+            // this SaveChanges takes them, whatever comes of it
             messages = [.. pending.Messages];
+            pending.Messages.Clear();
         }
         var database = context!.Database;
         var transaction = database.CurrentTransaction;
-        if (transaction is null)
+        if (transaction is { SupportsSavepoints: false })
         {
-            pending.Owned = transaction = async
-                ? await database.BeginTransactionAsync(cancellationToken).ConfigureAwait(false)
-                : database.BeginTransaction();
+            throw new InvalidOperationException(
+                $"{context.GetType().Name}.SaveChanges with {messages.Count} outbox message(s), in a transaction of yours that has no "
+                + "savepoints (SqlClient has none with MultipleActiveResultSets=True): a failed SaveChanges could not take the messages "
+                + "back out of it, and your commit would write them without the business writes. Nothing was written and the "
+                + "messages are dropped. Turn MultipleActiveResultSets off, or call SaveChanges outside a transaction of yours (the "
+                + "outbox begins and commits one), or write the messages yourself with "
+                + "Database.CurrentTransaction.GetDbTransaction().EnqueueBatchAsync(...) and roll back when SaveChanges fails; "
+                + "then enqueue them again.");
         }
-        else if (transaction.SupportsSavepoints)
-        {
-            if (async)
-            {
-                await transaction.CreateSavepointAsync(Savepoint, cancellationToken).ConfigureAwait(false);
-            }
-            else
-            {
-                transaction.CreateSavepoint(Savepoint);
-            }
-            pending.UnderSavepoint = true;
-        }
-        pending.Writing = messages;
+        pending.Writing = true;
         try
         {
-            if (async)
+            if (transaction is null)
             {
-                await transaction.GetDbTransaction().EnqueueBatchAsync(messages, cancellationToken).ConfigureAwait(false);
+                pending.Owned = transaction = async
+                    ? await database.BeginTransactionAsync(cancellationToken).ConfigureAwait(false)
+                    : database.BeginTransaction();
             }
             else
             {
-                transaction.GetDbTransaction().EnqueueBatch(messages);
+                await (async ? transaction.CreateSavepointAsync(Savepoint, cancellationToken)
+                    : Run(() => transaction.CreateSavepoint(Savepoint))).ConfigureAwait(false);
+                pending.UnderSavepoint = true;
             }
+            await (async ? transaction.GetDbTransaction().EnqueueBatchAsync(messages, cancellationToken)
+                : Run(() => transaction.GetDbTransaction().EnqueueBatch(messages))).ConfigureAwait(false);
         }
         catch
         {
@@ -246,39 +318,27 @@ public sealed class OutboxSaveChangesInterceptor : SaveChangesInterceptor
         }
     }
 
-    /// <summary>After EF's writes: on success the written messages leave the pending list and an owned
-    /// transaction commits; on failure it rolls back (or the savepoint does), and they stay pending.</summary>
+    /// <summary>After EF's writes: on success an owned transaction commits; on failure it rolls back, or the
+    /// savepoint does.  The messages left the pending list when they were written: a failure, of the writes or
+    /// of the commit, drops them.</summary>
     private static async ValueTask EndAsync(DbContext? context, bool commit, bool async, CancellationToken cancellationToken)
     {
         var pending = OutboxDbContextExtensions.Of(context);
-        if (pending?.Writing is null)
+        if (pending is not { Writing: true })
         {
             return;
         }
         var owned = pending.Owned;
         var savepoint = pending.UnderSavepoint;
-        var written = pending.Writing;
-        pending.Owned = null;
-        pending.UnderSavepoint = false;
-        pending.Writing = null;
+        (pending.Writing, pending.Owned, pending.UnderSavepoint) = (false, null, false);
         try
         {
-            if (commit)
+            if (owned is not null)
             {
-                if (owned is not null)
-                {
-                    await (async ? owned.CommitAsync(cancellationToken) : Run(owned.Commit)).ConfigureAwait(false);
-                }
-                lock (pending)
-                {
-                    pending.Messages.RemoveAll(written.Contains);
-                }
+                await (commit ? (async ? owned.CommitAsync(cancellationToken) : Run(owned.Commit))
+                    : (async ? owned.RollbackAsync(cancellationToken) : Run(owned.Rollback))).ConfigureAwait(false);
             }
-            else if (owned is not null)
-            {
-                await (async ? owned.RollbackAsync(cancellationToken) : Run(owned.Rollback)).ConfigureAwait(false);
-            }
-            else if (savepoint && context!.Database.CurrentTransaction is { } transaction)
+            else if (!commit && savepoint && context!.Database.CurrentTransaction is { } transaction)
             {
                 await (async ? transaction.RollbackToSavepointAsync(Savepoint, cancellationToken)
                     : Run(() => transaction.RollbackToSavepoint(Savepoint))).ConfigureAwait(false);

@@ -1,7 +1,11 @@
 // OutboxTraceContext: the trace headers of a new outbox row.  A caller's
 // traceparent wins and is checked here, where the caller can be told (the
-// relay would otherwise drop a malformed one silently at delivery);
-// without one, the current Activity's W3C context and its tracestate.
+// relay would otherwise drop a malformed one silently at delivery), and
+// keeps the caller's tracestate beside it.  Without one, the caller's
+// tracestate (any letter case) is dropped: it belongs to no traceparent of
+// the row (W3C: a tracestate without its traceparent is discarded), and
+// beside the Activity's traceparent it would describe another trace; the
+// Activity's traceparent and tracestate go together instead.
 using System;
 using System.Collections.Generic;
 using System.Diagnostics;
@@ -13,13 +17,12 @@ internal static class OutboxTraceContext
     internal const string Format =
         "00-<trace-id: 32 lowercase hex>-<parent-id: 16 lowercase hex>-<flags: 2 lowercase hex>, the ids not all zeros (W3C Trace Context)";
 
-    /// <summary>The headers to store: the caller's, with the current activity's context added when they
-    /// carry no traceparent.</summary>
+    /// <summary>The headers to store: the caller's; when they carry no traceparent, without their tracestate
+    /// and with the current activity's traceparent and tracestate.</summary>
     internal static IReadOnlyDictionary<string, string> Headers(IReadOnlyDictionary<string, string>? headers, Activity? current)
     {
         var result = new Dictionary<string, string>(StringComparer.Ordinal);
         string? traceparent = null;
-        var tracestate = false;
         foreach (var (name, value) in headers ?? new Dictionary<string, string>())
         {
             ArgumentNullException.ThrowIfNull(value, $"headers[\"{name}\"]");
@@ -27,7 +30,6 @@ internal static class OutboxTraceContext
             {
                 traceparent = value;
             }
-            tracestate |= string.Equals(name, "tracestate", StringComparison.OrdinalIgnoreCase);
             result[name] = value;
         }
         if (traceparent is not null)
@@ -38,16 +40,33 @@ internal static class OutboxTraceContext
                     $"the traceparent header \"{traceparent}\" is not a W3C traceparent: the format is {Format}", nameof(headers));
             }
         }
-        else if (current is not null && current.IdFormat == ActivityIdFormat.W3C)
+        else
         {
+            DropTracestate(result);
+            if (current is null || current.IdFormat != ActivityIdFormat.W3C)
+            {
+                return result;
+            }
             result["traceparent"] = string.Concat("00-", current.TraceId.ToHexString(), "-",
                 current.SpanId.ToHexString(), (current.ActivityTraceFlags & ActivityTraceFlags.Recorded) != 0 ? "-01" : "-00");
-            if (!tracestate && !string.IsNullOrEmpty(current.TraceStateString))
+            if (!string.IsNullOrEmpty(current.TraceStateString))
             {
                 result["tracestate"] = current.TraceStateString;
             }
         }
         return result;
+    }
+
+    /// <summary>Removes every tracestate header, whatever its letter case.</summary>
+    private static void DropTracestate(Dictionary<string, string> headers)
+    {
+        foreach (var name in System.Linq.Enumerable.ToList(headers.Keys))
+        {
+            if (string.Equals(name, "tracestate", StringComparison.OrdinalIgnoreCase))
+            {
+                headers.Remove(name);
+            }
+        }
     }
 
     /// <summary>Whether <paramref name="v"/> is a traceparent QueueBox sends on (version 00, or a later

@@ -331,19 +331,24 @@ public static class OutboxScenarios
     }
 
     /// <summary>EF Core: an order and its message in one SaveChanges; a SaveChanges that fails writes neither
-    /// and keeps the message pending; the application's own transaction rolled back writes neither; a context
-    /// without UseQueueBoxOutbox refuses Enqueue.</summary>
+    /// and drops the message, which then rides on no later write (after ChangeTracker.Clear()) until enqueued
+    /// again; on PostgreSQL the same when the commit the outbox owns fails (a deferred unique check); a pooled
+    /// context reset drops its messages; the application's own transaction rolled back writes neither, a failed
+    /// SaveChanges in it rolls back to the savepoint; on SQL Server a transaction without savepoints (MARS) is
+    /// refused before anything is written; a context without UseQueueBoxOutbox refuses Enqueue.  Rows counted
+    /// before and after each.</summary>
     public static async Task EfCoreSaveChanges(Backend b, Action<DbContextOptionsBuilder<OrdersContext>, DbConnection> useProvider)
     {
         await Reset(b);
         var table = OrdersContext.Table;
         await b.Exec(b.Dialect == InboxDialect.SqlServer
             ? $"IF OBJECT_ID(N'{table}') IS NOT NULL DROP TABLE {table}; CREATE TABLE {table} (id NVARCHAR(50) PRIMARY KEY, total INT NOT NULL)"
-            : $"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (id text PRIMARY KEY, total int NOT NULL)");
+            : $"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (id text PRIMARY KEY, total int NOT NULL,"
+                + " UNIQUE (total) DEFERRABLE INITIALLY DEFERRED)");
         try
         {
             await using var connection = b.DataSource.CreateConnection();
-            OrdersContext Context(bool outbox)
+            DbContextOptions<OrdersContext> Options(bool outbox)
             {
                 var options = new DbContextOptionsBuilder<OrdersContext>();
                 useProvider(options, connection);
@@ -351,59 +356,120 @@ public static class OutboxScenarios
                 {
                     options.UseQueueBoxOutbox();
                 }
-                return new OrdersContext(options.Options);
+                return options.Options;
             }
-            Task<string> Orders() => b.Rows($"SELECT count(*) FROM {table}");
+            OrdersContext Context(bool outbox) => new(Options(outbox));
+            async Task<(string, string)> Counts() => (await b.Rows($"SELECT count(*) FROM {table}"), await Count(b, "ef"));
 
             await using (var db = Context(outbox: true))
             {
                 db.Orders.Add(new Order { Id = "1001", Total = 250 });
                 var m = db.Enqueue(Topic("ef"), new { OrderId = "1001" }, key: "order-1001");
-                Assert.Equal(("0", "0"), (await Orders(), await Count(b, "ef")));
+                Assert.Equal(("0", "0"), await Counts());
                 await db.SaveChangesAsync();
-                Assert.Equal(("1", "1"), (await Orders(), await Count(b, "ef")));
+                Assert.Equal(("1", "1"), await Counts());
                 Assert.Empty(db.PendingOutboxMessages());
                 Assert.Equal("order-1001", await b.Rows(b.Dialect == InboxDialect.SqlServer
                     ? "SELECT [key] FROM queuebox.outbox WHERE message_id = @m" : "SELECT key FROM queuebox.outbox WHERE message_id = @m",
                     ("@m", m.MessageId)));
             }
-            // the order's key exists: SaveChanges fails, the message is not written and stays pending
+            // the order's key exists: SaveChanges fails, writes neither and drops the message
             await using (var db = Context(outbox: true))
             {
                 db.Orders.Add(new Order { Id = "1001", Total = 1 });
                 db.Enqueue(Topic("ef"), new { OrderId = "dup" });
                 await Assert.ThrowsAsync<DbUpdateException>(() => db.SaveChangesAsync());
-                Assert.Equal(("1", "1"), (await Orders(), await Count(b, "ef")));
-                Assert.Single(db.PendingOutboxMessages());
-                // fixed and saved again: the message is written once
+                Assert.Equal(("1", "1"), await Counts());
+                Assert.Empty(db.PendingOutboxMessages());
+                // cleared, and an unrelated order saved: the message does not ride on it
                 db.ChangeTracker.Clear();
                 db.Orders.Add(new Order { Id = "1002", Total = 2 });
                 await db.SaveChangesAsync();
-                Assert.Equal(("2", "2"), (await Orders(), await Count(b, "ef")));
+                Assert.Equal(("2", "1"), await Counts());
+                // the write retried with its message enqueued again: written once
+                db.Orders.Add(new Order { Id = "1003", Total = 3 });
+                db.Enqueue(Topic("ef"), new { OrderId = "1003" });
+                await db.SaveChangesAsync();
+                Assert.Equal(("3", "2"), await Counts());
+            }
+            if (b.Dialect == InboxDialect.PostgreSql)
+            {
+                // the commit the outbox began fails (the deferred unique total): neither is there, and the message
+                // does not ride on the next write
+                await using var db = Context(outbox: true);
+                db.Orders.Add(new Order { Id = "1004", Total = 250 });
+                db.Enqueue(Topic("ef"), new { OrderId = "1004" });
+                var e = await Assert.ThrowsAsync<Npgsql.PostgresException>(() => db.SaveChangesAsync());
+                Assert.Equal("23505", e.SqlState);
+                Assert.Equal(("3", "2"), await Counts());
+                Assert.Empty(db.PendingOutboxMessages());
+                db.ChangeTracker.Clear();
+                db.Orders.Add(new Order { Id = "1004", Total = 4 });
+                await db.SaveChangesAsync();
+                Assert.Equal(("4", "2"), await Counts());
+            }
+            else
+            {
+                await b.Exec($"INSERT INTO {table} (id, total) VALUES ('1004', 4)");
+            }
+            // a pooled context enqueues and goes back to the pool unsaved: its next user's write carries nothing
+            var pool = new Microsoft.EntityFrameworkCore.Infrastructure.PooledDbContextFactory<OrdersContext>(Options(outbox: true), 1);
+            var first = pool.CreateDbContext();
+            first.Enqueue(Topic("ef"), new { OrderId = "abandoned" });
+            await first.DisposeAsync();
+            await using (var db = pool.CreateDbContext())
+            {
+                Assert.Same(first, db);
+                Assert.Empty(db.PendingOutboxMessages());
+                db.Orders.Add(new Order { Id = "1005", Total = 5 });
+                await db.SaveChangesAsync();
+                Assert.Equal(("5", "2"), await Counts());
             }
             // the application's transaction: its rollback takes the order and the message
             await using (var db = Context(outbox: true))
             {
                 await using var transaction = await db.Database.BeginTransactionAsync();
-                db.Orders.Add(new Order { Id = "1003", Total = 3 });
-                db.Enqueue(Topic("ef"), new { OrderId = "1003" });
+                db.Orders.Add(new Order { Id = "1006", Total = 6 });
+                db.Enqueue(Topic("ef"), new { OrderId = "1006" });
                 await db.SaveChangesAsync();
                 await transaction.RollbackAsync();
-                Assert.Equal(("2", "2"), (await Orders(), await Count(b, "ef")));
+                Assert.Equal(("5", "2"), await Counts());
             }
-            // in the application's transaction a failed SaveChanges rolls back to the savepoint: saved again
-            // and committed, the message is there once
+            // in the application's transaction a failed SaveChanges rolls back to the savepoint and drops the
+            // message: saved again with it enqueued again and committed, the message is there once
             await using (var db = Context(outbox: true))
             {
                 await using var transaction = await db.Database.BeginTransactionAsync();
-                db.Orders.Add(new Order { Id = "1001", Total = 4 });
-                db.Enqueue(Topic("ef"), new { OrderId = "1004" });
+                db.Orders.Add(new Order { Id = "1001", Total = 7 });
+                db.Enqueue(Topic("ef"), new { OrderId = "1007" });
                 await Assert.ThrowsAsync<DbUpdateException>(() => db.SaveChangesAsync());
+                Assert.Empty(db.PendingOutboxMessages());
                 db.ChangeTracker.Clear();
-                db.Orders.Add(new Order { Id = "1004", Total = 4 });
+                db.Orders.Add(new Order { Id = "1007", Total = 7 });
+                db.Enqueue(Topic("ef"), new { OrderId = "1007" });
                 await db.SaveChangesAsync();
                 await transaction.CommitAsync();
-                Assert.Equal(("3", "3"), (await Orders(), await Count(b, "ef")));
+                Assert.Equal(("6", "3"), await Counts());
+            }
+            if (b.Dialect == InboxDialect.SqlServer)
+            {
+                // MARS: the application's transaction has no savepoints, so SaveChanges refuses before writing
+                var mars = new Microsoft.Data.SqlClient.SqlConnectionStringBuilder(Databases.SqlServerConnectionString())
+                {
+                    MultipleActiveResultSets = true,
+                };
+                await using var marsConnection = new Microsoft.Data.SqlClient.SqlConnection(mars.ConnectionString);
+                await using var db = new OrdersContext(new DbContextOptionsBuilder<OrdersContext>()
+                    .UseSqlServer(marsConnection).UseQueueBoxOutbox().Options);
+                await using var transaction = await db.Database.BeginTransactionAsync();
+                db.Orders.Add(new Order { Id = "1008", Total = 8 });
+                db.Enqueue(Topic("ef"), new { OrderId = "1008" });
+                var e = await Assert.ThrowsAsync<InvalidOperationException>(() => db.SaveChangesAsync());
+                Assert.Contains("no savepoints", e.Message, StringComparison.Ordinal);
+                Assert.Contains("MultipleActiveResultSets", e.Message, StringComparison.Ordinal);
+                Assert.Empty(db.PendingOutboxMessages());
+                await transaction.CommitAsync();
+                Assert.Equal(("6", "3"), await Counts());
             }
             await using (var db = Context(outbox: false))
             {

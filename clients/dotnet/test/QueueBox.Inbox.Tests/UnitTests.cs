@@ -102,6 +102,35 @@ public sealed class UnitTests
     }
 
     [Fact]
+    public void OutboxTracestateGoesWithItsTraceparent()
+    {
+        using var span = new System.Diagnostics.Activity("place order")
+            .SetIdFormat(System.Diagnostics.ActivityIdFormat.W3C).Start();
+        span.TraceStateString = "congo=t61rcWkgMzE";
+        var spans = $"00-{span.TraceId.ToHexString()}-{span.SpanId.ToHexString()}-00";
+        // no traceparent of the caller: the caller's tracestate (any letter case) goes, the span's pair comes
+        foreach (var name in new[] { "tracestate", "TraceState", "TRACESTATE" })
+        {
+            var headers = OutboxTraceContext.Headers(new Dictionary<string, string> { [name] = "rojo=00f067aa0ba902b7", ["x"] = "1" },
+                span);
+            Assert.Equal(new Dictionary<string, string> { ["traceparent"] = spans, ["tracestate"] = "congo=t61rcWkgMzE", ["x"] = "1" },
+                headers);
+        }
+        // no activity either: no tracestate at all
+        Assert.Equal(new Dictionary<string, string> { ["x"] = "1" },
+            OutboxTraceContext.Headers(new Dictionary<string, string> { ["TraceState"] = "rojo=1", ["x"] = "1" }, null));
+        // the span has no tracestate: none is stored, not the caller's
+        span.TraceStateString = null;
+        Assert.Equal(new Dictionary<string, string> { ["traceparent"] = spans },
+            OutboxTraceContext.Headers(new Dictionary<string, string> { ["tracestate"] = "rojo=1" }, span));
+        // the caller's traceparent keeps the caller's tracestate, and the span adds nothing
+        const string mine = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        span.TraceStateString = "congo=t61rcWkgMzE";
+        Assert.Equal(new Dictionary<string, string> { ["TraceParent"] = mine, ["TraceState"] = "rojo=1" },
+            OutboxTraceContext.Headers(new Dictionary<string, string> { ["TraceParent"] = mine, ["TraceState"] = "rojo=1" }, span));
+    }
+
+    [Fact]
     public void Msg51000ByItsWords()
     {
         Assert.True(InboxStatements.IsClaimLockTimeout(new InvalidOperationException("x",
