@@ -58,6 +58,50 @@ func TestEnqueueSQLServer(t *testing.T) {
 		due: "UPDATE queuebox.outbox SET scheduled_at = SYSUTCDATETIME() WHERE id = @p1"})
 }
 
+// The driver name "mssql" binds ? where "sqlserver" binds @p1: Enqueue finds
+// out on the caller's transaction, and a failed probe (a cancelled context)
+// is not kept for the next call.
+func TestEnqueueMssqlDriverName(t *testing.T) {
+	sinkLog(t)
+	db := mssqlOpen(t, "mssql")
+	defer db.Close()
+	ctx := context.Background()
+	ob, err := NewOutbox(db, OutboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out0 int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM queuebox.outbox").Scan(&out0); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := ob.Enqueue(gone, tx, OutboxMessage{Topic: "enq.go.driver", Payload: 1}); err == nil {
+		t.Fatal("Enqueue with a cancelled context succeeded")
+	}
+	tx.Rollback()
+	if tx, err = db.BeginTx(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := ob.Enqueue(ctx, tx, OutboxMessage{Topic: "enq.go.driver", Key: "k-driver", Payload: 1},
+		OutboxMessage{Topic: "enq.go.driver", Key: "k-driver", Payload: 2})
+	if err != nil || len(ids) != 2 || ids[0] >= ids[1] {
+		t.Fatalf("after a cancelled call, Enqueue on the \"mssql\" driver: ids %v, %v", ids, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM queuebox.outbox").Scan(&n); err != nil || n != out0+2 {
+		t.Fatalf("%d rows, %v; want %d", n, err, out0+2)
+	}
+}
+
 type enqRow struct {
 	mid, state, headers, at string
 	attempt                 int
@@ -183,6 +227,19 @@ func runEnqueue(t *testing.T, log string, b *enqDB) {
 		if hs := row(id).headers; !strings.Contains(hs, own) || strings.Contains(hs, span.SpanID) {
 			t.Fatalf("the caller's traceparent is not the one kept: %s", hs)
 		}
+		// no traceparent of the caller's: its tracestate (any letter case) gives way to the span's
+		inTx(ctx, true, func(tx *sql.Tx) {
+			id = enqueue(WithTraceContext(ctx, span), tx, OutboxMessage{Topic: "enq.go.traced", Payload: 1,
+				Headers: map[string]string{"TraceState": "caller=1", "x-other": "kept"}})[0]
+		})
+		h = nil
+		if err := json.Unmarshal([]byte(row(id).headers), &h); err != nil {
+			t.Fatal(err)
+		}
+		if want := "00-" + span.TraceID + "-" + span.SpanID + "-01"; len(h) != 3 || h["traceparent"] != want ||
+			h["tracestate"] != "congo=t61" || h["x-other"] != "kept" {
+			t.Fatalf("a caller's TraceState without a traceparent: headers %v, want the span's traceparent and tracestate only", h)
+		}
 		inTx(ctx, true, func(tx *sql.Tx) { id = enqueue(ctx, tx, OutboxMessage{Topic: "enq.go.traced", Payload: 1})[0] })
 		if hs := strings.ReplaceAll(row(id).headers, " ", ""); hs != "{}" {
 			t.Fatalf("no span: headers %s, want none", hs)
@@ -218,6 +275,25 @@ func runEnqueue(t *testing.T, log string, b *enqDB) {
 			if _, err := ob.Enqueue(ctx, tx, OutboxMessage{Topic: "enq.go.batch", Payload: 1}, OutboxMessage{Payload: 2}); err == nil ||
 				!strings.Contains(err.Error(), "message 1: Topic is empty") {
 				t.Fatalf("an empty topic: %v", err)
+			}
+		})
+		if count("queuebox.outbox") != out0+5 {
+			t.Fatal("a refused batch wrote rows")
+		}
+		if ob.o.Dialect != SQLServer {
+			return
+		}
+		// SQL Server's [key] is NVARCHAR(400): a longer one refuses the batch before
+		// anything is sent, the transaction still usable
+		inTx(ctx, true, func(tx *sql.Tx) {
+			_, err := ob.Enqueue(ctx, tx, OutboxMessage{Topic: "enq.go.batch", Payload: 1},
+				OutboxMessage{Topic: "enq.go.batch", Key: strings.Repeat("k", 401), Payload: 2})
+			if err == nil || !strings.Contains(err.Error(), "message 1: Key is 401 characters, SQL Server takes at most 400") {
+				t.Fatalf("a 401-character key: %v", err)
+			}
+			var n int
+			if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM queuebox.outbox").Scan(&n); err != nil || n != out0+5 {
+				t.Fatalf("in the transaction after the refusal: %d rows, %v; want %d", n, err, out0+5)
 			}
 		})
 		if count("queuebox.outbox") != out0+5 {

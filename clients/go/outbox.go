@@ -28,6 +28,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf16"
 )
 
 // OutboxMessage is one message to deliver.
@@ -65,9 +66,9 @@ type OutboxOptions struct {
 type Outbox struct {
 	db    *sql.DB
 	o     OutboxOptions
-	once  sync.Once
+	mu    sync.Mutex
+	known bool // a probe succeeded: atP holds
 	atP   bool
-	probe error
 }
 
 // NewOutbox makes an Outbox for the transactions of db.
@@ -144,7 +145,14 @@ func (o *Outbox) row(i int, m OutboxMessage, trace map[string]string, utcSuffix 
 			own = true
 		}
 	}
-	if !own {
+	if !own && trace != nil {
+		// the context's tracestate goes with its traceparent: a caller's
+		// tracestate (any letter case) without a traceparent is dropped
+		for k := range r.Headers {
+			if strings.EqualFold(k, "tracestate") {
+				delete(r.Headers, k)
+			}
+		}
 		for k, v := range trace {
 			r.Headers[k] = v
 		}
@@ -178,10 +186,26 @@ const pgEnqueue = "INSERT INTO queuebox.outbox (topic, key, payload, headers, sc
 // table with a trigger.
 const mssqlPerBatch = 300
 
+// topic and [key] are NVARCHAR(400) on SQL Server, counted in UTF-16 units
+const mssqlTextMax = 400
+
+// mssqlCheck refuses what SQL Server's columns cannot take, before sending
+func mssqlCheck(i int, m OutboxMessage) error {
+	for _, f := range []struct{ name, v string }{{"Topic", m.Topic}, {"Key", m.Key}} {
+		if n := len(utf16.Encode([]rune(f.v))); n > mssqlTextMax {
+			return fmt.Errorf("queuebox: Enqueue: message %d: %s is %d characters, SQL Server takes at most %d", i, f.name, n, mssqlTextMax)
+		}
+	}
+	return nil
+}
+
 func mssqlBatch(rows []outboxRow, native bool) (string, []interface{}, error) {
 	var b strings.Builder
 	args := make([]interface{}, 0, 6*len(rows))
-	b.WriteString("SET NOCOUNT ON;\nDECLARE @ids TABLE (id BIGINT NOT NULL);\n")
+	// XACT_ABORT ON: a failing INSERT rolls back the whole transaction
+	// rather than leave the earlier rows of the call in it while the call
+	// fails (as a failed statement aborts a transaction on PostgreSQL)
+	b.WriteString("SET NOCOUNT ON;\nSET XACT_ABORT ON;\nDECLARE @ids TABLE (id BIGINT NOT NULL);\n")
 	for _, r := range rows {
 		headers, err := json.Marshal(r.Headers)
 		if err != nil {
@@ -210,21 +234,30 @@ func mssqlBatch(rows []outboxRow, native bool) (string, []interface{}, error) {
 }
 
 // native: on SQL Server, whether the driver binds @p1 (driver name
-// "sqlserver") or ? ("mssql"), found out once on the *sql.DB, as the worker
-// does
-func (o *Outbox) native(ctx context.Context) (bool, error) {
-	o.once.Do(func() {
-		var one int
-		if o.probe = o.db.QueryRowContext(ctx, "SELECT CAST(@p1 AS INT)", 1).Scan(&one); o.probe == nil {
-			o.atP = true
-		} else {
-			o.probe = o.db.QueryRowContext(ctx, "SELECT CAST(? AS INT)", 1).Scan(&one)
-		}
-	})
-	if o.probe != nil {
-		return false, fmt.Errorf("queuebox: Enqueue: cannot tell how the driver binds parameters: %w", o.probe)
+// "sqlserver") or ? ("mssql").  Probed on tx itself (a second connection of
+// the pool could wait for one the caller holds, under the caller's
+// deadline), @p1 first: the "mssql" driver refuses it before sending, so
+// the probe never fails in the caller's transaction.  Only a success is
+// kept: a failed probe (a cancelled ctx, say) is tried again next call.
+// (sql.Named binds @p1 on "sqlserver" only: "mssql" counts just ?, $n and
+// :name in the text and refuses the arguments.)
+func (o *Outbox) native(ctx context.Context, tx *sql.Tx) (bool, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.known {
+		return o.atP, nil
 	}
-	return o.atP, nil
+	var one int
+	err := tx.QueryRowContext(ctx, "SELECT CAST(@p1 AS INT)", 1).Scan(&one)
+	atP := err == nil
+	if err != nil {
+		err = tx.QueryRowContext(ctx, "SELECT CAST(? AS INT)", 1).Scan(&one)
+	}
+	if err != nil {
+		return false, fmt.Errorf("queuebox: Enqueue: cannot tell how the driver binds parameters: %w", err)
+	}
+	o.known, o.atP = true, atP
+	return atP, nil
 }
 
 // Enqueue writes msgs into queuebox.outbox in tx, in one round trip (on
@@ -252,6 +285,9 @@ func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, msgs ...OutboxMessage)
 	rows := make([]outboxRow, len(msgs))
 	for i, m := range msgs {
 		r, err := o.row(i, m, trace, suffix)
+		if err == nil && o.o.Dialect == SQLServer {
+			err = mssqlCheck(i, m)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -264,7 +300,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, msgs ...OutboxMessage)
 		}
 		return o.query(ctx, tx, pgEnqueue, string(doc))
 	}
-	native, err := o.native(ctx)
+	native, err := o.native(ctx, tx)
 	if err != nil {
 		return nil, err
 	}

@@ -208,9 +208,12 @@ extern bool qbi_traceparent_valid(const char *text);
 
 /*
  * Writes the n messages into queuebox.outbox on conn, in its open
- * transaction; their ids into ids (n of them, in the order given; NULL:
- * not wanted).  0, or -1 with err (nothing written by this call; the
- * transaction may be aborted by the server's error: roll it back).
+ * transaction (a connection in none, or in an aborted one, is refused);
+ * their ids into ids (n of them, in the order given; NULL: not wanted).
+ * 0, or -1 with err: nothing written by this call.  A call of more than one
+ * statement (65535 bound values each) runs them under a savepoint it rolls
+ * back to on a failure, the transaction still usable; a single statement
+ * the server refuses aborts the transaction: roll it back.
  */
 extern int	qbi_enqueue(PGconn *conn, const QbiOutboxMessage *msgs, int n, int64_t *ids,
 						char *err, size_t errlen);

@@ -28,7 +28,7 @@
 
 /* PostgreSQL's limit of bound values in one statement */
 #define QBO_MAXPARAMS 65535
-#define QBO_TRACESTATE_MAX 512
+#define QBO_TRACESTATE_MAX 512	/* characters, without the NUL */
 
 static const char qbo_format[] =
 	"00-<trace-id: 32 hex>-<parent-id: 16 hex>-<flags: 2 hex>, in small letters, the ids not all zeros";
@@ -122,18 +122,33 @@ typedef struct QboTrace
 {
 	bool		set;
 	char		parent[QBI_TRACEPARENT_LEN + 1];
-	char		state[QBO_TRACESTATE_MAX];
+	char		state[QBO_TRACESTATE_MAX + 1];
 } QboTrace;
+
+/*
+ * Whether header h of m is left out: a caller's tracestate (any letter
+ * case) when the span's context is added, its traceparent being the
+ * span's, not the caller's.
+ */
+static bool
+qbo_dropped(const QbiOutboxMessage *m, int h, const QboTrace *tr, bool own)
+{
+	return !own && tr->set && strcasecmp(m->header_names[h], "tracestate") == 0;
+}
 
 /* the bound values one message takes */
 static int
 qbo_nparams(const QbiOutboxMessage *m, const QboTrace *tr, bool *own)
 {
+	int			kept = 0;
+
 	*own = false;
 	for (int h = 0; h < m->nheaders; h++)
 		if (strcasecmp(m->header_names[h], "traceparent") == 0)
 			*own = true;
-	return 5 + 2 * m->nheaders + (!*own && tr->set ? (tr->state[0] ? 4 : 2) : 0);
+	for (int h = 0; h < m->nheaders; h++)
+		kept += !qbo_dropped(m, h, tr, *own);
+	return 5 + 2 * kept + (!*own && tr->set ? (tr->state[0] ? 4 : 2) : 0);
 }
 
 /* checks message i; 0, or -1 with err */
@@ -177,6 +192,7 @@ static int
 qbo_row(QboBuf *b, const char **v, int p, const QbiOutboxMessage *m, int i, const QboTrace *tr, char nums[2][32])
 {
 	bool		own;
+	int			kept = 0;
 
 	qbo_nparams(m, tr, &own);
 	v[p] = m->topic;
@@ -184,17 +200,20 @@ qbo_row(QboBuf *b, const char **v, int p, const QbiOutboxMessage *m, int i, cons
 	v[p + 2] = m->payload_json;
 	qbo_printf(b, "%s(%d, $%d::text, $%d::text, $%d::jsonb, jsonb_build_object(", i ? ", " : "", i, p + 1, p + 2, p + 3);
 	p += 3;
-	for (int h = 0; h < m->nheaders; h++, p += 2)
+	for (int h = 0; h < m->nheaders; h++)
 	{
+		if (qbo_dropped(m, h, tr, own))
+			continue;
 		v[p] = m->header_names[h];
 		v[p + 1] = m->header_values[h];
-		qbo_printf(b, "%s$%d::text, $%d::text", h ? ", " : "", p + 1, p + 2);
+		qbo_printf(b, "%s$%d::text, $%d::text", kept++ ? ", " : "", p + 1, p + 2);
+		p += 2;
 	}
 	if (!own && tr->set)
 	{
 		v[p] = "traceparent";
 		v[p + 1] = tr->parent;
-		qbo_printf(b, "%s$%d::text, $%d::text", m->nheaders ? ", " : "", p + 1, p + 2);
+		qbo_printf(b, "%s$%d::text, $%d::text", kept ? ", " : "", p + 1, p + 2);
 		p += 2;
 		if (tr->state[0])
 		{
@@ -253,8 +272,10 @@ qbo_run(PGconn *conn, const QbiOutboxMessage *msgs, int n, const QboTrace *tr, i
 	r = PQexecParams(conn, b.s, p, NULL, v, NULL, NULL, 0);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != n)
 	{
+		/* no result (out of memory, connection lost): the connection's message */
 		snprintf(err, errlen, "qbi_enqueue: %s", PQresultStatus(r) == PGRES_TUPLES_OK
-				 ? "the insert returned another number of rows" : PQresultErrorMessage(r));
+				 ? "the insert returned another number of rows"
+				 : r != NULL ? PQresultErrorMessage(r) : PQerrorMessage(conn));
 		goto done;
 	}
 	if (ids != NULL)
@@ -272,16 +293,80 @@ done:
 	return rc;
 }
 
+/* a command of no result (the savepoint's); 0, or -1 with err */
+static int
+qbo_command(PGconn *conn, const char *sql, char *err, size_t errlen)
+{
+	PGresult   *r = PQexec(conn, sql);
+	int			rc = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : -1;
+
+	if (rc != 0)
+		snprintf(err, errlen, "qbi_enqueue: %s: %s", sql, r != NULL ? PQresultErrorMessage(r) : PQerrorMessage(conn));
+	PQclear(r);
+	return rc;
+}
+
+/* refuses a connection outside an open transaction; 0, or -1 with err */
+static int
+qbo_in_transaction(PGconn *conn, char *err, size_t errlen)
+{
+	switch (PQtransactionStatus(conn))
+	{
+		case PQTRANS_INTRANS:
+			return 0;
+		case PQTRANS_IDLE:
+			return snprintf(err, errlen, "qbi_enqueue: the connection is in no transaction: send BEGIN first"
+							" (each row would otherwise commit on its own, apart from your writes)"), -1;
+		case PQTRANS_INERROR:
+			return snprintf(err, errlen, "qbi_enqueue: the connection's transaction is aborted by an earlier error:"
+							" roll it back"), -1;
+		default:
+			return snprintf(err, errlen, "qbi_enqueue: the connection is busy or broken, not idle in a transaction: %s",
+							PQerrorMessage(conn)), -1;
+	}
+}
+
+/*
+ * The statements, one per QBO_MAXPARAMS bound values; run (run true) or
+ * only counted.  Their number, or -1 with err.
+ */
+static int
+qbo_statements(PGconn *conn, const QbiOutboxMessage *msgs, int n, const QboTrace *tr, int64_t *ids,
+			   bool run, char *err, size_t errlen)
+{
+	int			start = 0,
+				params = 0,
+				count = 0;
+	bool		own;
+
+	for (int i = 0; i <= n; i++)
+	{
+		int			k = i < n ? qbo_nparams(&msgs[i], tr, &own) : 0;
+
+		if (i == n || (params + k > QBO_MAXPARAMS && i > start))
+		{
+			if (i > start && run && qbo_run(conn, msgs + start, i - start, tr, ids ? ids + start : NULL, err, errlen) != 0)
+				return -1;
+			count += i > start;
+			start = i;
+			params = 0;
+		}
+		params += k;
+	}
+	return count;
+}
+
 int
 qbi_enqueue(PGconn *conn, const QbiOutboxMessage *msgs, int n, int64_t *ids, char *err, size_t errlen)
 {
 	QboTrace	tr = {0};
-	int			start = 0,
-				params = 0;
-	bool		own;
+	bool		several;
+	char		first[1024];
 
 	if (conn == NULL || n < 0 || (n > 0 && msgs == NULL))
 		return snprintf(err, errlen, "qbi_enqueue: pass a connection in a transaction and n messages"), -1;
+	if (qbo_in_transaction(conn, err, errlen) != 0)
+		return -1;
 	if (qbo_hook != NULL && qbo_hook(qbo_hook_arg, tr.parent, tr.state, sizeof(tr.state)))
 	{
 		tr.parent[QBI_TRACEPARENT_LEN] = '\0';
@@ -294,19 +379,28 @@ qbi_enqueue(PGconn *conn, const QbiOutboxMessage *msgs, int n, int64_t *ids, cha
 	for (int i = 0; i < n; i++)
 		if (qbo_check(&msgs[i], i, err, errlen) != 0)
 			return -1;
-	/* one statement per QBO_MAXPARAMS bound values */
-	for (int i = 0; i <= n; i++)
-	{
-		int			k = i < n ? qbo_nparams(&msgs[i], &tr, &own) : 0;
 
-		if (i == n || (params + k > QBO_MAXPARAMS && i > start))
+	/*
+	 * More than one statement: under a savepoint, rolled back to when a
+	 * later one fails, so that a failed call leaves none of its rows and the
+	 * transaction usable.  One statement is all or nothing by itself.
+	 */
+	several = qbo_statements(conn, msgs, n, &tr, NULL, false, err, errlen) > 1;
+	if (several && qbo_command(conn, "SAVEPOINT qbi_enqueue", err, errlen) != 0)
+		return -1;
+	if (qbo_statements(conn, msgs, n, &tr, ids, true, err, errlen) < 0)
+	{
+		if (several)
 		{
-			if (i > start && qbo_run(conn, msgs + start, i - start, &tr, ids ? ids + start : NULL, err, errlen) != 0)
-				return -1;
-			start = i;
-			params = 0;
+			/* the statement's error is the one to report */
+			snprintf(first, sizeof(first), "%s", err);
+			if (qbo_command(conn, "ROLLBACK TO SAVEPOINT qbi_enqueue", err, errlen) == 0 &&
+				qbo_command(conn, "RELEASE SAVEPOINT qbi_enqueue", err, errlen) == 0)
+				snprintf(err, errlen, "%s", first);
 		}
-		params += k;
+		return -1;
 	}
+	if (several && qbo_command(conn, "RELEASE SAVEPOINT qbi_enqueue", err, errlen) != 0)
+		return -1;
 	return 0;
 }

@@ -215,6 +215,38 @@ traced(void **state)
 	assert_null(strstr(want, span_parent + 36));
 	assert_string_equal(col(id, "headers->>'x-tenant'"), "acme");
 
+	/* no traceparent of the caller's: its tracestate (any letter case) gives way to the span's */
+	snprintf(span_parent, sizeof(span_parent), "00-%s-01",
+			 val("SELECT md5(random()::text) || '-' || left(md5(random()::text), 16)", 0, NULL));
+	{
+		const char *snames[] = {"TraceState", "x-tenant"},
+				   *svalues[] = {"caller=1", "acme"};
+		char		longstate[513];
+
+		m.header_names = snames;
+		m.header_values = svalues;
+		m.nheaders = 2;
+		exec_app("BEGIN");
+		enqueue_ok(&m, 1, &id);
+		exec_app("COMMIT");
+		/* (jsonb's text: the shorter keys first) */
+		snprintf(want, sizeof(want), "{\"x-tenant\": \"acme\", \"tracestate\": \"congo=t61\", \"traceparent\": \"%s\"}",
+				 span_parent);
+		assert_string_equal(col(id, "headers::text"), want);
+
+		/* a tracestate of 512 characters, the most the hook can give, is kept whole */
+		memset(longstate, 'a', 512);
+		memcpy(longstate, "k=", 2);
+		longstate[512] = '\0';
+		span_state = longstate;
+		m.nheaders = 0;
+		exec_app("BEGIN");
+		enqueue_ok(&m, 1, &id);
+		exec_app("COMMIT");
+		assert_string_equal(col(id, "length(headers->>'tracestate')"), "512");
+		span_state = "congo=t61";
+	}
+
 	/* no span: no header */
 	span_parent[0] = '\0';
 	m.nheaders = 0;
@@ -280,6 +312,37 @@ batch(void **state)
 	assert_int_equal(qbi_enqueue(app, m, 2, NULL, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "message 1: topic is empty"));
 	exec_app("COMMIT");
+	assert_int_equal(count("queuebox.outbox"), out0 + 5);
+
+	/* no transaction: refused, nothing committed on its own */
+	m[1].topic = "enq.c.batch";
+	assert_int_equal(qbi_enqueue(app, m, 1, NULL, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "the connection is in no transaction: send BEGIN first"));
+	assert_int_equal(count("queuebox.outbox"), out0 + 5);
+
+	/*
+	 * Two statements (13200 messages of 5 bound values: over 65535), the
+	 * second refused by the server: none of the first's rows stay, and the
+	 * transaction is still usable.
+	 */
+	{
+		int			big = 13200;
+		QbiOutboxMessage *many = calloc((size_t) big, sizeof(*many));
+		PGresult   *r;
+
+		assert_non_null(many);
+		for (int i = 0; i < big; i++)
+			many[i] = (QbiOutboxMessage) {.topic = "enq.c.batch.never", .payload_json = i == big - 1 ? "not json" : "1"};
+		exec_app("BEGIN");
+		assert_int_equal(qbi_enqueue(app, many, big, NULL, err, sizeof(err)), -1);
+		assert_non_null(strstr(err, "invalid input syntax for type json"));
+		r = PQexec(app, "SELECT count(*) FROM queuebox.outbox WHERE topic = 'enq.c.batch.never'");
+		assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+		assert_string_equal(PQgetvalue(r, 0, 0), "0");
+		PQclear(r);
+		exec_app("COMMIT");
+		free(many);
+	}
 	assert_int_equal(count("queuebox.outbox"), out0 + 5);
 }
 

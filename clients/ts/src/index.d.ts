@@ -160,8 +160,20 @@ export interface OutboxMessage<P = unknown> {
   maxAttempts?: number | null;
 }
 
-/** A pg client in a transaction, or an mssql Transaction. */
-export type OutboxTransaction = { query: Function } | { request: Function; commit: Function };
+/**
+ * A pg client (pg's ClientBase: a Client, or a PoolClient from pool.connect())
+ * after BEGIN. Not a pg.Pool: it would run the INSERT on a connection of its own
+ * and commit it apart from your writes (enqueue throws a TypeError).
+ * (Structural, so that these types need no @types/pg.)
+ */
+export interface OutboxPgClient {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[] }>;
+  /** a pg.Pool's; a client has none */
+  totalCount?: never;
+}
+
+/** A pg client after BEGIN, or a begun mssql Transaction. */
+export type OutboxTransaction = OutboxPgClient | MssqlTransaction;
 
 /** Writes the messages in the transaction, in one round trip (on SQL Server one per 300); resolves to their ids (bigint as text), in order. */
 export function enqueueBatch(tx: OutboxTransaction, messages: OutboxMessage[]): Promise<string[]>;

@@ -67,7 +67,12 @@ function row(m, i, trace) {
   const own = Object.keys(headers).find((k) => k.toLowerCase() === 'traceparent');
   if (own !== undefined && !isTraceparent(headers[own]))
     throw new TypeError(`${where}: the traceparent header "${headers[own]}" is malformed: a traceparent is ${TRACEPARENT_FORMAT}`);
-  if (own === undefined && trace) Object.assign(headers, trace);
+  if (own === undefined && trace) {
+    // the span's tracestate goes with the span's traceparent: a caller's
+    // tracestate (any letter case) without a traceparent is dropped
+    for (const k of Object.keys(headers)) if (k.toLowerCase() === 'tracestate') delete headers[k];
+    Object.assign(headers, trace);
+  }
   let at = null;
   if (m.scheduledAt != null) {
     if (!(m.scheduledAt instanceof Date) || Number.isNaN(m.scheduledAt.getTime()))
@@ -76,7 +81,7 @@ function row(m, i, trace) {
   }
   if (m.maxAttempts != null && !(Number.isInteger(m.maxAttempts) && m.maxAttempts >= 1 && m.maxAttempts <= 2147483647))
     throw new RangeError(`${where}: maxAttempts must be an integer of 1 or more`);
-  return { topic: m.topic, key: m.key ?? null, payload: JSON.stringify(m.payload), headers,
+  return { where, topic: m.topic, key: m.key ?? null, payload: JSON.stringify(m.payload), headers,
     scheduledAt: at, maxAttempts: m.maxAttempts ?? null };
 }
 
@@ -94,9 +99,21 @@ const PG_INSERT =
 // OUTPUT INTO a table variable: OUTPUT without INTO is refused on a table
 // with a trigger.
 const MSSQL_PER_BATCH = 300;
+// topic and [key] are NVARCHAR(400) on SQL Server (in UTF-16 units, as a
+// JavaScript string's length)
+const MSSQL_TEXT_MAX = 400;
 
+function mssqlCheck(r) {
+  for (const [name, v] of [['topic', r.topic], ['key', r.key]])
+    if (v != null && v.length > MSSQL_TEXT_MAX)
+      throw new RangeError(`${r.where}: ${name} is ${v.length} characters, SQL Server takes at most ${MSSQL_TEXT_MAX}`);
+}
+
+// XACT_ABORT ON: a failing INSERT rolls back the whole transaction rather
+// than leave the earlier rows of the call in it while the call fails (as a
+// failed statement aborts a transaction on PostgreSQL)
 function mssqlBatch(sql, req, rows) {
-  let text = 'SET NOCOUNT ON;\nDECLARE @ids TABLE (id BIGINT NOT NULL);\n';
+  let text = 'SET NOCOUNT ON;\nSET XACT_ABORT ON;\nDECLARE @ids TABLE (id BIGINT NOT NULL);\n';
   rows.forEach((r, i) => {
     req.input(`t${i}`, sql.NVarChar(400), r.topic).input(`k${i}`, sql.NVarChar(400), r.key)
       .input(`p${i}`, sql.NVarChar(sql.MAX), r.payload).input(`h${i}`, sql.NVarChar(sql.MAX), JSON.stringify(r.headers))
@@ -120,6 +137,7 @@ export async function enqueueBatch(tx, messages) {
   const rows = messages.map((m, i) => row(m, i, trace));
   if (rows.length === 0) return [];
   if (tx && typeof tx.request === 'function' && typeof tx.commit === 'function') {
+    rows.forEach(mssqlCheck);
     const sql = await mssqlTypes('enqueue');
     const ids = [];
     for (let i = 0; i < rows.length; i += MSSQL_PER_BATCH) {
@@ -130,7 +148,11 @@ export async function enqueueBatch(tx, messages) {
     return ids;
   }
   if (tx && typeof tx.query === 'function') {
-    const res = await tx.query(PG_INSERT, [JSON.stringify(rows)]);
+    // a pg.Pool would run the INSERT on a connection of its own, committed at once
+    if (typeof tx.connect === 'function' && typeof tx.totalCount === 'number')
+      throw new TypeError('enqueue: a pg.Pool commits the row on its own connection, apart from your writes: ' +
+        'pass the client from pool.connect() after BEGIN');
+    const res = await tx.query(PG_INSERT, [JSON.stringify(rows.map(({ where, ...r }) => r))]);
     return res.rows.map((r) => String(r.id)).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1));
   }
   throw new TypeError('enqueue: pass a pg client in a transaction or an mssql Transaction');

@@ -145,6 +145,17 @@ test('the row carries the active span; the delivery is its child', async () => {
   });
   const h = JSON.parse((await db.row(id)).headers);
   assert.deepEqual([h.TraceParent, h.traceparent], [own, undefined], 'the caller\'s traceparent is kept, no other added');
+  // no traceparent of the caller's: its tracestate (any letter case) gives way to the span's
+  await tracer.startActiveSpan('third', async (s) => {
+    span = s.spanContext();
+    await db.inTx(async (tx) => {
+      id = await enqueue(tx, { topic: 'enq.ts.traced', payload: {}, headers: { TraceState: 'caller=1', 'x-other': 'kept' } });
+    });
+    s.end();
+  });
+  assert.deepEqual(JSON.parse((await db.row(id)).headers),
+    { traceparent: `00-${span.traceId}-${span.spanId}-01`, 'x-other': 'kept' },
+    'the caller\'s TraceState is dropped (the span has none), never stored beside the span\'s');
   // no active span: no trace headers
   await db.inTx(async (tx) => { id = await enqueue(tx, { topic: 'enq.ts.traced', payload: {} }); });
   assert.deepEqual(JSON.parse((await db.row(id)).headers), {}, 'no span: no header');
@@ -168,6 +179,22 @@ test('a batch is one statement; its rows keep their order and are delivered in i
   await db.inTx(async (tx) => {
     await assert.rejects(enqueueBatch(tx, [{ topic: 'enq.ts.batch', payload: 1 }, { topic: '', payload: 2 }]), /message 1: topic/);
   });
+  assert.equal(await outboxCount(), out0 + 5);
+  if (onMssql) {
+    // SQL Server's [key] is NVARCHAR(400): a longer one refuses the batch before anything is sent
+    await db.inTx(async (tx) => {
+      await assert.rejects(enqueueBatch(tx, [{ topic: 'enq.ts.batch', payload: 1 }, { topic: 'enq.ts.batch', key: 'k'.repeat(401), payload: 2 }]),
+        /message 1: key is 401 characters, SQL Server takes at most 400/);
+      assert.equal(Number((await new sql.Request(tx).query('SELECT COUNT(*) AS n FROM queuebox.outbox')).recordset[0].n), out0 + 5,
+        'nothing written, the transaction still usable');
+    });
+  } else {
+    // a pg.Pool would commit the row on a connection of its own
+    const pool = new pg.Pool({ host: process.env.QBI_TEST_PGHOST, port: Number(process.env.QBI_TEST_PGPORT), database: 'postgres' });
+    await assert.rejects(enqueue(pool, { topic: 'enq.ts.batch', payload: 1 }),
+      { name: 'TypeError', message: /pass the client from pool\.connect\(\) after BEGIN/ });
+    await pool.end();
+  }
   assert.equal(await outboxCount(), out0 + 5);
 });
 
