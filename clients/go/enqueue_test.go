@@ -313,9 +313,12 @@ func runEnqueue(t *testing.T, log string, b *enqDB) {
 		if r.state != "pending" || r.attempt != 0 {
 			t.Fatalf("the delayed row is %s after %d attempts", r.state, r.attempt)
 		}
-		// (Babelfish's style 126 puts a space where SQL Server puts the T)
-		if want := at.Format("2006-01-02T15:04:05.000"); strings.Replace(r.at, " ", "T", 1)[:23] != want {
-			t.Fatalf("scheduled_at %s, want %s", r.at, want)
+		// compared as instants, to the millisecond the text holds: Babelfish's
+		// style 126 puts a space where SQL Server puts the T and drops a
+		// fraction's trailing zeros (.52 for .520)
+		got, err := time.Parse("2006-01-02T15:04:05.999999999", strings.Replace(r.at, " ", "T", 1))
+		if d := got.Sub(at); err != nil || d <= -time.Millisecond || d >= time.Millisecond {
+			t.Fatalf("scheduled_at %s, want %s (%v)", r.at, at.Format(time.RFC3339Nano), err)
 		}
 		if n := len(sinkRequests(t, log, r.mid)); n != 0 {
 			t.Fatalf("the sink saw the delayed row %d times", n)
