@@ -93,6 +93,10 @@ public static class OutboxTransactionExtensions
             _ => throw new ArgumentException($"a transaction of {connection.GetType()}: the outbox is written through Npgsql or Microsoft.Data.SqlClient",
                 nameof(transaction)),
         };
+        if (dialect == InboxDialect.SqlServer)
+        {
+            CheckSqlServerLengths(messages);
+        }
         var per = RowsPerStatement(dialect);
         if (messages.Count <= per || !connection.CanCreateBatch)
         {
@@ -118,12 +122,33 @@ public static class OutboxTransactionExtensions
         _ = async ? await batch.ExecuteNonQueryAsync(cancellationToken).ConfigureAwait(false) : batch.ExecuteNonQuery();
     }
 
+    /// <summary>SQL Server's topic and key hold 400 characters: a longer one is refused before anything is sent,
+    /// naming the message, rather than by the server in the middle of a batch.</summary>
+    private static void CheckSqlServerLengths(IReadOnlyList<OutboxMessage> messages)
+    {
+        for (var i = 0; i < messages.Count; i++)
+        {
+            var m = messages[i] ?? throw new ArgumentException("a message of the batch is null", nameof(messages));
+            foreach (var (what, value) in new[] { ("topic", m.Topic), ("key", m.Key) })
+            {
+                if (value is { Length: > 400 })
+                {
+                    throw new ArgumentException(string.Create(CultureInfo.InvariantCulture,
+                        $"message {i} of the batch: its {what} is {value.Length} characters, and SQL Server's queuebox.outbox holds at most 400; nothing was written"),
+                        nameof(messages));
+                }
+            }
+        }
+    }
+
     /// <summary>INSERT ... VALUES with <paramref name="rows"/> rows of parameters: $n on PostgreSQL (Npgsql's
-    /// own placeholders, which its batches need), @pn on SQL Server.</summary>
+    /// own placeholders, which its batches need), @pn on SQL Server.  On SQL Server under XACT_ABORT: a row the
+    /// server refuses rolls the transaction back, so no statement of a batch stays behind while the call fails
+    /// (on PostgreSQL a failed statement aborts the transaction anyway).</summary>
     internal static string Insert(InboxDialect dialect, int rows)
     {
         var sql = new StringBuilder(dialect == InboxDialect.SqlServer
-            ? "INSERT INTO queuebox.outbox (message_id, topic, [key], payload, headers, scheduled_at, max_attempts) VALUES "
+            ? "SET XACT_ABORT ON; INSERT INTO queuebox.outbox (message_id, topic, [key], payload, headers, scheduled_at, max_attempts) VALUES "
             : "INSERT INTO queuebox.outbox (message_id, topic, key, payload, headers, scheduled_at, max_attempts) VALUES ");
         for (var r = 0; r < rows; r++)
         {

@@ -286,6 +286,18 @@ public static class OutboxScenarios
         Assert.Equal("1200", await b.Rows(b.Dialect == InboxDialect.SqlServer
             ? "SELECT count(DISTINCT JSON_VALUE(payload, '$.seq')) FROM queuebox.outbox WHERE topic = @t"
             : "SELECT count(DISTINCT payload->>'seq') FROM queuebox.outbox WHERE topic = @t", ("@t", Topic("big"))));
+
+        if (b.Dialect == InboxDialect.SqlServer)
+        {
+            // a key SQL Server cannot hold: refused before anything is sent, naming the message
+            var bad = new[] { OutboxMessage.Create(Topic("long"), new { Seq = 1 }), OutboxMessage.Create(Topic("long"), new { Seq = 2 }, key: new string('k', 401)) };
+            await using var connection = await b.DataSource.OpenConnectionAsync();
+            await using var transaction = await connection.BeginTransactionAsync();
+            var e = await Assert.ThrowsAsync<ArgumentException>(() => transaction.EnqueueBatchAsync(bad));
+            Assert.Contains("message 1 of the batch: its key is 401 characters", e.Message, StringComparison.Ordinal);
+            await transaction.CommitAsync();
+            Assert.Equal("0", await Count(b, "long"));
+        }
     }
 
     /// <summary>Delayed: a row an hour ahead stays pending (no attempt, its time kept, nothing at the sink)
