@@ -202,10 +202,10 @@ func mssqlCheck(i int, m OutboxMessage) error {
 func mssqlBatch(rows []outboxRow, native bool) (string, []interface{}, error) {
 	var b strings.Builder
 	args := make([]interface{}, 0, 6*len(rows))
-	// XACT_ABORT ON: a failing INSERT rolls back the whole transaction
-	// rather than leave the earlier rows of the call in it while the call
-	// fails (as a failed statement aborts a transaction on PostgreSQL)
-	b.WriteString("SET NOCOUNT ON;\nSET XACT_ABORT ON;\nDECLARE @ids TABLE (id BIGINT NOT NULL);\n")
+	// (no SET XACT_ABORT: it would outlive the call on the caller's
+	// connection and change how its later statements fail; a failed call is
+	// rolled back by the caller, README)
+	b.WriteString("SET NOCOUNT ON;\nDECLARE @ids TABLE (id BIGINT NOT NULL);\n")
 	for _, r := range rows {
 		headers, err := json.Marshal(r.Headers)
 		if err != nil {

@@ -109,11 +109,11 @@ function mssqlCheck(r) {
       throw new RangeError(`${r.where}: ${name} is ${v.length} characters, SQL Server takes at most ${MSSQL_TEXT_MAX}`);
 }
 
-// XACT_ABORT ON: a failing INSERT rolls back the whole transaction rather
-// than leave the earlier rows of the call in it while the call fails (as a
-// failed statement aborts a transaction on PostgreSQL)
+// (no SET XACT_ABORT: it would outlive the call on the caller's connection
+// and change how its later statements fail; a failed call is rolled back by
+// the caller, README)
 function mssqlBatch(sql, req, rows) {
-  let text = 'SET NOCOUNT ON;\nSET XACT_ABORT ON;\nDECLARE @ids TABLE (id BIGINT NOT NULL);\n';
+  let text = 'SET NOCOUNT ON;\nDECLARE @ids TABLE (id BIGINT NOT NULL);\n';
   rows.forEach((r, i) => {
     req.input(`t${i}`, sql.NVarChar(400), r.topic).input(`k${i}`, sql.NVarChar(400), r.key)
       .input(`p${i}`, sql.NVarChar(sql.MAX), r.payload).input(`h${i}`, sql.NVarChar(sql.MAX), JSON.stringify(r.headers))

@@ -142,13 +142,13 @@ public static class OutboxTransactionExtensions
     }
 
     /// <summary>INSERT ... VALUES with <paramref name="rows"/> rows of parameters: $n on PostgreSQL (Npgsql's
-    /// own placeholders, which its batches need), @pn on SQL Server.  On SQL Server under XACT_ABORT: a row the
-    /// server refuses rolls the transaction back, so no statement of a batch stays behind while the call fails
-    /// (on PostgreSQL a failed statement aborts the transaction anyway).</summary>
+    /// own placeholders, which its batches need), @pn on SQL Server.  No SET XACT_ABORT: it would outlive the
+    /// call on the application's connection and change how its later statements fail (EF Core's savepoints
+    /// among them); after a failed call the application rolls back.</summary>
     internal static string Insert(InboxDialect dialect, int rows)
     {
         var sql = new StringBuilder(dialect == InboxDialect.SqlServer
-            ? "SET XACT_ABORT ON; INSERT INTO queuebox.outbox (message_id, topic, [key], payload, headers, scheduled_at, max_attempts) VALUES "
+            ? "INSERT INTO queuebox.outbox (message_id, topic, [key], payload, headers, scheduled_at, max_attempts) VALUES "
             : "INSERT INTO queuebox.outbox (message_id, topic, key, payload, headers, scheduled_at, max_attempts) VALUES ");
         for (var r = 0; r < rows; r++)
         {
