@@ -14,6 +14,10 @@
 #   mssql_wait($dbh, $sql, \@bind, $expected, $what, timeout => 60)   an ok()
 #   mssql_insert_keyed($dbh, $topic, $n, $nkeys, $prefix)  rows with {"seq": i}
 #   mssql_key_order($dbh, $sinks, $where)   qb_key_order on SQL Server
+#   mssql_login_add($dbh, $url, $name, $role) -> $url of a new login and user
+#                                       of that name, a member of $role
+#   mssql_login_drop($dbh, $name)       its user and login, once the server
+#                                       has ended the login's sessions
 #   mssql_proxy_start($url) -> { port, url }, mssql_proxy_cut($p), mssql_proxy_stop($p)
 package QueueBoxMssql;
 
@@ -31,7 +35,7 @@ use Time::HiRes qw(usleep);
 use QueueBoxTest;
 
 our @EXPORT = qw(mssql_url mssql_skip_unless_url mssql_connect mssql_reset mssql_value mssql_rows mssql_do
-  mssql_wait mssql_insert_keyed mssql_key_order mssql_parse_url
+  mssql_wait mssql_insert_keyed mssql_key_order mssql_parse_url mssql_login_add mssql_login_drop
   mssql_proxy_start mssql_proxy_cut mssql_proxy_stop);
 
 my @live_proxies;
@@ -170,6 +174,38 @@ sub mssql_key_order
 }
 
 # ---- a TCP proxy the test can cut
+
+# mssql_login_add: a login of its own (left over from an earlier run: made
+# anew), its user in the database, a member of $role; returns $url with that
+# login and its random password
+sub mssql_login_add
+{
+	my ($dbh, $url, $name, $role) = @_;
+	my $pw = "Qb-$name-" . int(rand(1e9));
+	mssql_do($dbh, qq{IF DATABASE_PRINCIPAL_ID(N'$name') IS NOT NULL DROP USER $name});
+	mssql_do($dbh, qq{IF SUSER_ID(N'$name') IS NOT NULL DROP LOGIN $name});
+	mssql_do($dbh, qq{CREATE LOGIN $name WITH PASSWORD = '$pw'});
+	mssql_do($dbh, qq{CREATE USER $name FOR LOGIN $name});
+	mssql_do($dbh, qq{ALTER ROLE $role ADD MEMBER $name});
+	(my $u = $url) =~ s{^sqlserver://[^@/]+\@}{sqlserver://$name:$pw\@};
+	return $u;
+}
+
+# mssql_login_drop: the server ends a session a moment after its client
+# disconnected; until then its login cannot be dropped ("is currently
+# logged in"), so the drop is tried again for up to 30 s
+sub mssql_login_drop
+{
+	my ($dbh, $name) = @_;
+	mssql_do($dbh, qq{DROP USER $name});
+	my $deadline = Time::HiRes::time() + 30;
+	until (eval { mssql_do($dbh, qq{DROP LOGIN $name}); 1 })
+	{
+		die $@ if Time::HiRes::time() > $deadline || $@ !~ /currently logged in/;
+		usleep(100_000);
+	}
+	return;
+}
 
 sub _proxy_child
 {

@@ -32,9 +32,9 @@ use lib "$FindBin::RealBin/../../perl";
 use QueueBoxTest;
 use QueueBoxDaemon;
 use QueueBoxKafka;
+use QueueBoxOtlp;
 
 my $json = JSON::PP->new->canonical(1);
-my $node_dir = qb_npm_dir('test/node');
 my $sink = qb_sink_start(name => 'otlp');
 my $http = HTTP::Tiny->new(timeout => 10, keep_alive => 0);
 my $TRACE = '0af7651916cd43dd8448eb211c80319c';
@@ -43,41 +43,6 @@ my $TRACE2 = '4bf92f3577b34da6a3ce929d0e0e4736';
 my $TP2 = "00-$TRACE2-00f067aa0ba902b7-01";
 my $TS = 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7';
 my $TS2 = 'vendor2=opaque-2';
-my $seq = 0;
-
-# the receivers still running: stopped at the end even when the test dies
-# early (a receiver left behind would hold what its parent held open)
-my %live_receivers;
-END { kill 'TERM', keys %live_receivers; }
-
-# receiver(status): a receiver on a free port; { pid, port, out }
-sub receiver
-{
-	my ($status) = @_;
-	my $base = "$PostgreSQL::Test::Utils::tmp_check/otlp_" . ++$seq;
-	unlink "$base.port";
-	my $pid = fork();
-	die "fork: $!" unless defined $pid;
-	if ($pid == 0)
-	{
-		open(STDOUT, '>>', "$base.log");
-		open(STDERR, '>&', \*STDOUT);
-		exec('node', "$node_dir/otlp_receiver.mjs", "$base.port", "$base.jsonl", $status // 200) or POSIX::_exit(127);
-	}
-	$live_receivers{$pid} = 1;
-	qb_wait_for(sub { -s "$base.port" }, "an OTLP receiver listens (answering " . ($status // 200) . ')', timeout => 30);
-	return { pid => $pid, port => slurp_file("$base.port"), out => "$base.jsonl", base => $base };
-}
-
-sub receiver_stop { my ($r) = @_; kill 'TERM', $r->{pid}; waitpid($r->{pid}, 0); delete $live_receivers{ $r->{pid} }; }
-
-# the spans a receiver holds, each a hash (otlp_receiver.mjs)
-sub spans
-{
-	my ($r) = @_;
-	return [] unless -e $r->{out};
-	return [ map { $json->decode($_) } grep { /\n\z/ } split /^/, slurp_file($r->{out}) ];
-}
 
 sub doc
 {
@@ -107,7 +72,7 @@ sub metric
 }
 
 # ---- the extension
-my $rx = receiver();
+my $rx = otlp_receiver();
 my $kafka = qb_kafka_start(topics => ['ev:1']);
 my $node = qb_node('otlp');
 my $lport = qb_free_port();
@@ -137,7 +102,7 @@ qb_wait_query($node, "SELECT state || ':' || attempt FROM queuebox.outbox WHERE 
 	'a traced row fails once, then is delivered');
 my @att;
 qb_wait_for(sub { @att = sort { $a->{attributes}{'queuebox.attempt'} <=> $b->{attributes}{'queuebox.attempt'} }
-	grep { ($_->{attributes}{'queuebox.outbox.id'} // 0) == $id } @{ spans($rx) }; @att == 2 },
+	grep { ($_->{attributes}{'queuebox.outbox.id'} // 0) == $id } @{ otlp_spans($rx) }; @att == 2 },
 	'the receiver gets one span per attempt', timeout => 30);
 is(join(' ', map { $_->{name} } @att), 'deliver web deliver web', 'named by the operation and the destination');
 is(join(' ', map { $_->{traceId} } @att), "$TRACE $TRACE", 'both in the row\'s trace');
@@ -164,10 +129,10 @@ is($w->{status}, 202, 'a traced webhook is accepted');
 qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'shop.paid' AND state = 'sent'}, '1',
 	'it is relayed and delivered');
 my %by;
-qb_wait_for(sub { %by = map { $_->{name} => $_ } @{ spans($rx) }; $by{'receive shop'} && $by{'forward shop'}
-	  && grep { $_->{name} eq 'deliver web' && $_->{traceId} eq $TRACE2 } @{ spans($rx) } },
+qb_wait_for(sub { %by = map { $_->{name} => $_ } @{ otlp_spans($rx) }; $by{'receive shop'} && $by{'forward shop'}
+	  && grep { $_->{name} eq 'deliver web' && $_->{traceId} eq $TRACE2 } @{ otlp_spans($rx) } },
 	'the receipt, the forward and the delivery are exported', timeout => 30);
-my ($wd) = grep { $_->{name} eq 'deliver web' && $_->{traceId} eq $TRACE2 } @{ spans($rx) };
+my ($wd) = grep { $_->{name} eq 'deliver web' && $_->{traceId} eq $TRACE2 } @{ otlp_spans($rx) };
 is($by{'receive shop'}{traceId} . ' ' . $by{'receive shop'}{parentSpanId}, "$TRACE2 00f067aa0ba902b7",
 	'the receipt is a child of the traceparent the webhook came with');
 is($by{'receive shop'}{kind}, 2, 'a server span');
@@ -184,7 +149,7 @@ is($by{'forward shop'}{traceId} . ' ' . $by{'forward shop'}{parentSpanId}, "$TRA
 # a broker message: its receipt, a child of its traceparent header
 qb_kafka_produce($kafka, topic => 'ev', value => '{"n": 1}', key => 'k1', headers => { traceparent => $TP, tracestate => $TS2 });
 my ($ks);
-qb_wait_for(sub { ($ks) = grep { $_->{name} eq 'receive kk' } @{ spans($rx) }; $ks },
+qb_wait_for(sub { ($ks) = grep { $_->{name} eq 'receive kk' } @{ otlp_spans($rx) }; $ks },
 	'a Kafka message\'s receipt is exported', timeout => 60);
 is("$ks->{traceId} $ks->{parentSpanId} $ks->{kind} $ks->{attributes}{'queuebox.result'}",
 	"$TRACE b7ad6b7169203331 5 accepted", 'a consumer span, child of the message\'s traceparent, accepted');
@@ -194,7 +159,7 @@ qb_kafka_stop($kafka);
 ok(!-e "$rx->{out}.bad", 'every post decoded') or diag slurp_file("$rx->{out}.bad");
 
 # the receiver down, then overloaded: delivery goes on, spans are dropped and counted
-receiver_stop($rx);
+otlp_receiver_stop($rx);
 my $offset = -s $node->logfile;
 my $before = qb_outbox_count($node);
 my $sent = qb_sink_stats($sink)->{ok};
@@ -207,7 +172,7 @@ qb_wait_for(sub { (metric($lport, 'queuebox_otlp_spans_dropped_total') // 0) >= 
 	'the spans are dropped and counted in /metrics', timeout => 30);
 like(qb_wait_log($node, qr/span export failed/, $offset), qr/span export failed .*POST http:\/\/127\.0\.0\.1:\d+\/v1\/traces failed/,
 	'the failure is logged');
-my $busy = receiver(503);
+my $busy = otlp_receiver(503);
 qb_configure($node, doc($busy->{port}) . "http: { listen: \"127.0.0.1:$lport\" }\n");
 my $dropped = metric($lport, 'queuebox_otlp_spans_dropped_total');
 $node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) SELECT 'orders.busy', jsonb_build_object('n', g) FROM generate_series(1, 3) g});
@@ -215,13 +180,13 @@ qb_wait_query($node, q{SELECT count(*) FROM queuebox.outbox WHERE topic = 'order
 	'a receiver answering 503: every row is delivered');
 qb_wait_for(sub { (metric($lport, 'queuebox_otlp_spans_dropped_total') // 0) >= $dropped + 3 },
 	'its spans are dropped and counted', timeout => 30);
-receiver_stop($busy);
-my $rx2 = receiver();
+otlp_receiver_stop($busy);
+my $rx2 = otlp_receiver();
 my $exported = metric($lport, 'queuebox_otlp_spans_exported_total');
 qb_configure($node, doc($rx2->{port}) . "http: { listen: \"127.0.0.1:$lport\" }\n");
 $node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) VALUES ('orders.back', '{}')});
 my ($back);
-qb_wait_for(sub { ($back) = grep { ($_->{attributes}{'queuebox.topic'} // '') eq 'orders.back' } @{ spans($rx2) } },
+qb_wait_for(sub { ($back) = grep { ($_->{attributes}{'queuebox.topic'} // '') eq 'orders.back' } @{ otlp_spans($rx2) } },
 	'a receiver back: spans arrive again', timeout => 30);
 is($back->{parentSpanId} // 'none', 'none', 'a row without a context: the root of a trace');
 is($back->{traceState}, '', 'with no traceState');
@@ -237,14 +202,14 @@ qb_wait_query($dn, q{SELECT to_regclass('queuebox.outbox') IS NOT NULL}, 't', 'd
 $dn->safe_psql('postgres', qq{BEGIN; SET LOCAL queuebox.traceparent = '$TP2';
 	INSERT INTO queuebox.outbox (topic, payload) VALUES ('orders.daemon', '{}'); COMMIT;});
 my ($ds);
-qb_wait_for(sub { ($ds) = grep { ($_->{attributes}{'queuebox.topic'} // '') eq 'orders.daemon' } @{ spans($rx2) }; $ds },
+qb_wait_for(sub { ($ds) = grep { ($_->{attributes}{'queuebox.topic'} // '') eq 'orders.daemon' } @{ otlp_spans($rx2) }; $ds },
 	'daemon: the delivery\'s span is exported', timeout => 30);
 is($ds->{traceId} . ' ' . $ds->{parentSpanId} . ' ' . $ds->{attributes}{'queuebox.outcome'},
 	"$TRACE2 00f067aa0ba902b7 delivered", 'daemon: in the row\'s trace, delivered');
 is($ds->{traceState}, '', 'daemon: a row with a traceparent and no tracestate: no traceState');
 qbd_signal($d, 'TERM');
 qbd_wait_exit($d, 30);
-receiver_stop($rx2);
+otlp_receiver_stop($rx2);
 ok(!-e "$rx2->{out}.bad", 'every post decoded');
 
 done_testing();

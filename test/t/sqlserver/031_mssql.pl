@@ -936,20 +936,12 @@ else
 {
 	# Babelfish 4.3.0 has neither CREATE USER WITHOUT LOGIN nor EXECUTE AS:
 	# the reader is a login of its own, connected as itself
-	my $pw = 'Qb-Monitor-31-' . int(rand(1e9));
-	mssql_do($dbh, q{IF DATABASE_PRINCIPAL_ID(N'qb_monitor') IS NOT NULL DROP USER qb_monitor});
-	mssql_do($dbh, q{IF SUSER_ID(N'qb_monitor') IS NOT NULL DROP LOGIN qb_monitor});
-	mssql_do($dbh, qq{CREATE LOGIN qb_monitor WITH PASSWORD = '$pw'});
-	mssql_do($dbh, q{CREATE USER qb_monitor FOR LOGIN qb_monitor});
-	mssql_do($dbh, q{ALTER ROLE queuebox_reader ADD MEMBER qb_monitor});
-	(my $murl = $url) =~ s{^sqlserver://[^@/]+\@}{sqlserver://qb_monitor:$pw\@};
-	my $mon = mssql_connect($murl);
+	my $mon = mssql_connect(mssql_login_add($dbh, $url, 'qb_monitor', 'queuebox_reader'));
 	eval { mssql_do($mon, q{EXEC queuebox.requeue_outbox @id = 1}) };
 	like($@, qr/permission denied for procedure requeue_outbox/, 'a reader\'s user may not run requeue_outbox');
 	is(mssql_value($mon, q{SELECT COUNT(*) FROM queuebox.outbox_stats}), 0, 'a reader\'s user reads outbox_stats');
 	$mon->disconnect;
-	mssql_do($dbh, q{DROP USER qb_monitor});
-	mssql_do($dbh, q{DROP LOGIN qb_monitor});
+	mssql_login_drop($dbh, 'qb_monitor');
 }
 
 # ---- a schema queuebox that the daemon did not make is refused

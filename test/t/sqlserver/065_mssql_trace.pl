@@ -28,7 +28,6 @@ use warnings;
 use HTTP::Tiny;
 use JSON::PP;
 use Test::More;
-use Time::HiRes ();
 
 use FindBin;
 use lib "$FindBin::RealBin/../../perl";
@@ -40,13 +39,13 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use QueueBoxTest;
 use QueueBoxDaemon;
+use QueueBoxOtlp;
 
 qb_mssql_alone();
 my $url = mssql_url();
 my $dbh = mssql_connect($url);
 my $json = JSON::PP->new->canonical(1);
 my $http = HTTP::Tiny->new(timeout => 30, keep_alive => 0);
-my $node_dir = qb_npm_dir('test/node');
 my $sink = qb_sink_start(name => 'mssql_trace');
 my $babelfish = defined mssql_value($dbh, q{SELECT CAST(SERVERPROPERTY('BabelfishVersion') AS NVARCHAR(20))});
 my $TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
@@ -55,25 +54,7 @@ my $TP = "00-$TRACE-$SPAN-01";
 my $TS = 'congo=t61rcWkgMzE';
 
 # ---- an OTLP receiver (as TAP 056 runs it), stopped at the end
-my $rx_base = "$PostgreSQL::Test::Utils::tmp_check/otlp_065";
-unlink "$rx_base.port";
-my $rx_pid = fork();
-die "fork: $!" unless defined $rx_pid;
-if ($rx_pid == 0)
-{
-	open(STDOUT, '>>', "$rx_base.log");
-	open(STDERR, '>&', \*STDOUT);
-	exec('node', "$node_dir/otlp_receiver.mjs", "$rx_base.port", "$rx_base.jsonl", 200) or POSIX::_exit(127);
-}
-END { kill 'TERM', $rx_pid if $rx_pid; }
-qb_wait_for(sub { -s "$rx_base.port" }, 'an OTLP receiver listens', timeout => 30);
-my $rx_port = slurp_file("$rx_base.port");
-
-sub spans
-{
-	return [] unless -e "$rx_base.jsonl";
-	return [ map { $json->decode($_) } grep { /\n\z/ } split /^/, slurp_file("$rx_base.jsonl") ];
-}
+my $rx = otlp_receiver();
 
 sub count
 {
@@ -116,7 +97,7 @@ my $yaml = qb_config_yaml(
 	routes => [ { topicPattern => '**', destination => 'web' } ],
 	database => { url => $url, connectTimeoutMs => 3000, idlePollMaxMs => 500 },
 	daemon => { outboxWorkers => 1, shutdownGraceMs => 5000 },
-	telemetry => { otlp => { endpoint => "http://127.0.0.1:$rx_port", flushIntervalMs => 100, timeoutMs => 2000 } })
+	telemetry => { otlp => { endpoint => "http://127.0.0.1:$rx->{port}", flushIntervalMs => 100, timeoutMs => 2000 } })
   # a TDS engine compiles each procedure on a session's first call (docs/sqlserver.md)
   . "http: { listen: \"127.0.0.1:$port\", storeTimeoutMs: " . ($babelfish ? 30000 : 5000) . " }\n"
   . "sources:\n  shop: { type: http, path: /shop, idempotencyKeyPath: \$.id, eventTypePath: \$.type,"
@@ -153,7 +134,7 @@ ok($req_span && $req_span ne $SPAN, 'the request\'s traceparent: the session\'s 
   or diag "traceparent: " . ($req->{headers}{traceparent} // 'none');
 is($req->{headers}{tracestate}, $TS, 'the request carries the session\'s tracestate');
 my $sp;
-qb_wait_for(sub { ($sp) = grep { $_->{name} eq 'deliver web' && $_->{traceId} eq $TRACE } @{ spans() }; $sp },
+qb_wait_for(sub { ($sp) = grep { $_->{name} eq 'deliver web' && $_->{traceId} eq $TRACE } @{ otlp_spans($rx) }; $sp },
 	'the delivery\'s span is exported', timeout => 30);
 is("$sp->{spanId} $sp->{parentSpanId}", ($req_span // '?') . " $SPAN",
 	'the delivery span is the request\'s traceparent, and its parent is the session\'s span');
@@ -220,14 +201,7 @@ is(count('queuebox.outbox', q{topic LIKE N'trace.%'}), 7, 'seven rows of these c
 # _trace_error (roles.sql grants the writer EXECUTE on it) but not its
 # UPDATE
 {
-	my $pw = 'Qb-Writer-65-' . int(rand(1e9));
-	mssql_do($dbh, q{IF DATABASE_PRINCIPAL_ID(N'qb_writer65') IS NOT NULL DROP USER qb_writer65});
-	mssql_do($dbh, q{IF SUSER_ID(N'qb_writer65') IS NOT NULL DROP LOGIN qb_writer65});
-	mssql_do($dbh, qq{CREATE LOGIN qb_writer65 WITH PASSWORD = '$pw'});
-	mssql_do($dbh, q{CREATE USER qb_writer65 FOR LOGIN qb_writer65});
-	mssql_do($dbh, q{ALTER ROLE queuebox_writer ADD MEMBER qb_writer65});
-	(my $wurl = $url) =~ s{^sqlserver://[^@/]+\@}{sqlserver://qb_writer65:$pw\@};
-	my $w = mssql_connect($wurl);
+	my $w = mssql_connect(mssql_login_add($dbh, $url, 'qb_writer65', 'queuebox_writer'));
 	my $insert = sub {
 		my ($key) = @_;
 		my $n = count('queuebox.outbox');
@@ -242,15 +216,7 @@ is(count('queuebox.outbox', q{topic LIKE N'trace.%'}), 7, 'seven rows of these c
 	is(headers_of(q{[key] = N'w1'})->[0]{traceparent} // 'none', $TP, 'its row carries the context');
 	is(headers_of(q{[key] = N'w0'})->[0]{traceparent} // 'none', 'none', 'the one before the context carries none');
 	$w->disconnect;
-	mssql_do($dbh, q{DROP USER qb_writer65});
-	# the server ends the writer's session a moment after the disconnect: until
-	# then the login cannot be dropped ("is currently logged in")
-	my $deadline = Time::HiRes::time() + 30;
-	until (eval { mssql_do($dbh, q{DROP LOGIN qb_writer65}); 1 })
-	{
-		die $@ if Time::HiRes::time() > $deadline || $@ !~ /currently logged in/;
-		Time::HiRes::usleep(100_000);
-	}
+	mssql_login_drop($dbh, 'qb_writer65');
 }
 
 # ---- the relay: its forward span is the child of the webhook's traceparent
@@ -263,7 +229,7 @@ is(count('queuebox.outbox', q{topic LIKE N'trace.%'}), 7, 'seven rows of these c
 	is($r->{status}, 202, 'a traced webhook is accepted');
 	is(count('queuebox.inbox') - $n, 1, 'and stored once');
 	my $fw;
-	qb_wait_for(sub { ($fw) = grep { $_->{name} eq 'forward shop' } @{ spans() }; $fw },
+	qb_wait_for(sub { ($fw) = grep { $_->{name} eq 'forward shop' } @{ otlp_spans($rx) }; $fw },
 		'the relay\'s forward span is exported', timeout => 60);
 	is("$fw->{traceId} " . ($fw->{parentSpanId} || 'none'), "$TRACE3 b7ad6b7169203331",
 		'the forward is a child of the inbox row\'s traceparent');
@@ -274,7 +240,7 @@ is(count('queuebox.outbox', q{topic LIKE N'trace.%'}), 7, 'seven rows of these c
 
 qbd_signal($d, 'TERM');
 is(qbd_wait_exit($d, 30), 0, 'the daemon stops');
-ok(!-e "$rx_base.jsonl.bad", 'every OTLP post decoded');
+ok(!-e "$rx->{out}.bad", 'every OTLP post decoded');
 mssql_do($dbh, q{DROP TABLE dbo.orders});
 mssql_reset($dbh);
 $dbh->disconnect;
