@@ -234,7 +234,10 @@
  * and state of each row changed: the caller promotes the keys of the rows
  * that ended (QB_PG_OUTBOX_PROMOTE, a later statement).  "o.id = ANY ($2)"
  * bounds the rows read by the ids whatever the join order: a plan made on an
- * empty outbox joined every row of the table to the settles.
+ * empty outbox joined every row of the table to the settles.  A retry's
+ * destination is read in the CASE, so only retries read it: as a lateral
+ * join the planner probed destination_state for every row settled (2 of
+ * a sent row's 16 blocks; bench/RESULTS.md, issue 37).
  */
 #define QB_PG_OUTBOX_SETTLE \
 	"UPDATE queuebox.outbox o" \
@@ -244,7 +247,10 @@
 	"     destination = coalesce(s.destination, o.destination)," \
 	"     hold = CASE WHEN s.outcome = 'hold' THEN 'destination'" \
 	"                 WHEN s.outcome = 'dead-hold' AND o.key IS NOT NULL THEN 'dead'" \
-	"                 WHEN s.outcome = 'retry' AND coalesce(ds.blocked, false) THEN 'destination'" \
+	"                 WHEN s.outcome = 'retry' AND coalesce((" \
+	"                   SELECT d.state <> 'closed' OR coalesce(d.paused_until > now(), false)" \
+	"                   FROM queuebox.destination_state d" \
+	"                   WHERE d.destination = s.destination), false) THEN 'destination'" \
 	"                 WHEN s.outcome IN ('release', 'route', 'retry')" \
 	"                      AND coalesce(s.destination, o.destination) IS NULL THEN 'ready'" \
 	"                 END," \
@@ -255,10 +261,6 @@
 	"     claim_token = NULL, lease_until = NULL, claimer = NULL" \
 	" FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::text[]," \
 	"             $7::text[]) AS s(token, id, outcome, attempt, delay_ms, error, destination)" \
-	" LEFT JOIN LATERAL (" \
-	"   SELECT d.state <> 'closed' OR coalesce(d.paused_until > now(), false) AS blocked" \
-	"   FROM queuebox.destination_state d" \
-	"   WHERE s.outcome = 'retry' AND d.destination = s.destination) ds ON true" \
 	" WHERE o.id = ANY ($2::bigint[]) AND o.id = s.id AND o.claim_token = s.token" \
 	" RETURNING o.key, o.state"
 
