@@ -331,6 +331,8 @@ xs = {k: v.split() for k, v in zip(['worker-full', 'worker-last', 'default-full'
 MB = 1048576.0
 def mb(b): return f"{int(b) / MB:.0f}"
 def idx(sz): return {k: int(v) for k, v in sz.items() if k not in ('heap', 'total')}
+# outbox_created_brin: schema 0.3.7 dropped it; a tree without it shows '-'
+def brin_mb(ix): return f"{ix['outbox_created_brin'] / MB:.2f}" if 'outbox_created_brin' in ix else '-'
 a_total = int(anchor['total'])
 out = []
 out.append(f"| day | rows sent / other | oldest row (days) | heap MB | outbox_pkey MB | outbox_created_brin MB | the 12 partial indexes MB | total MB | total / anchor | live / dead tuples | autovacuums | retention calls, rows deleted, ms, shared blocks (that day) | blocks per row deleted |")
@@ -356,7 +358,7 @@ for r in rows:
     partial = sum(v for k, v in ix.items() if k not in ('outbox_pkey', 'outbox_created_brin'))
     totals[int(d)] = sz['total']
     bpr = f"{dc[3] / dc[1]:.1f}" if dc[1] else '-'
-    out.append(f"| {d} | {sent} / {other} | {oldest} | {mb(sz['heap'])} | {mb(ix.get('outbox_pkey', 0))} | {int(ix.get('outbox_created_brin', 0)) / MB:.2f} | {mb(partial)} | {mb(sz['total'])} | {sz['total'] / a_total:.2f} | {live} / {dead} | {av} | {int(dc[0])}, {int(dc[1])}, {dc[2]:.0f}, {int(dc[3])} | {bpr} |")
+    out.append(f"| {d} | {sent} / {other} | {oldest} | {mb(sz['heap'])} | {mb(ix.get('outbox_pkey', 0))} | {brin_mb(ix)} | {mb(partial)} | {mb(sz['total'])} | {sz['total'] / a_total:.2f} | {live} / {dead} | {av} | {int(dc[0])}, {int(dc[1])}, {dc[2]:.0f}, {int(dc[3])} | {bpr} |")
 out.append("")
 ix_a = idx({k: int(v) for k, v in anchor.items()})
 last = {k: int(v) for k, v in (kv.split('=') for kv in rows[-1][7].split())}

@@ -50,7 +50,7 @@ our @EXPORT = qw(
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
   qb_consumers_on_lock qb_test_binary qb_npm_dir qb_node_tests
   qb_key_order qb_key_order_of qb_dest_status qb_log_count qb_kill9_crash qb_kill9_postmaster qb_insert_keyed
-  qb_schema_description qb_ext_upgrade_test qb_pull_process_scenarios qb_mssql_alone $QB_LATEST
+  qb_schema_description qb_ext_upgrade_test qb_upgrade_fill qb_pull_process_scenarios qb_mssql_alone $QB_LATEST
 );
 
 # test/perl/QueueBoxTest.pm -> the repository root (from this file, not
@@ -207,6 +207,32 @@ sub qb_version
 	my ($node, $db) = @_;
 	return $node->safe_psql($db // 'postgres',
 		"SELECT extversion FROM pg_extension WHERE extname = 'queuebox'");
+}
+
+# qb_upgrade_fill(node, db): the rows an upgrade test fills either host
+# with (TAP 062, 068): outbox rows of three keys sent, pending, processing
+# under a claim and dead (payload {"n": 0..5}), inbox rows push (processing
+# under a claim) and pull
+sub qb_upgrade_fill
+{
+	my ($node, $db) = @_;
+	$node->safe_psql($db, q{
+		INSERT INTO queuebox.outbox (topic, key, payload, destination)
+		SELECT 'orders.created', 'k' || (g % 3), jsonb_build_object('n', g), 'web'
+		FROM generate_series(0, 5) g;
+		UPDATE queuebox.outbox SET state = 'sent', attempt = 1, hold = NULL WHERE payload->>'n' = '0';
+		UPDATE queuebox.outbox SET state = 'dead', attempt = 3, hold = NULL, last_error = 'HTTP 500'
+			WHERE payload->>'n' = '2';
+		UPDATE queuebox.outbox SET state = 'processing', hold = NULL,
+			claim_token = '22222222-2222-2222-2222-222222222222', lease_until = now() + interval '1 hour'
+			WHERE payload->>'n' = '1';
+		INSERT INTO queuebox.inbox (source, idempotency_key, payload, consumption)
+			VALUES ('hooks', 'h-1', '{"push": true}', 'push'), ('jobs', 'j-1', '{"pull": true}', 'pull');
+		UPDATE queuebox.inbox SET state = 'processing',
+			claim_token = '33333333-3333-3333-3333-333333333333', lease_until = now() + interval '1 hour'
+			WHERE idempotency_key = 'h-1';
+	});
+	return;
 }
 
 # qb_ext_upgrade_test(name, from, fill => sub, snapshot => sub, upgraded =>

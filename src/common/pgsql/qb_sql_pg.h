@@ -545,10 +545,11 @@
  * batch's floor, so the old rows a batch kept (dead, still pending, or
  * dated in the future) and the index entries of the rows it deleted are
  * not walked again; a run starts from the start, so a row kept once is
- * looked at again by the next run.  Neither outbox_created_brin nor a
- * filtered scan serves this on the workers' plans (enable_bitmapscan and
- * enable_seqscan off): it was a sequential scan that read to the table's
- * end in the last batch of every run (bench/retention, bench/RESULTS.md).
+ * looked at again by the next run.  No filtered scan serves this on the
+ * workers' plans (enable_bitmapscan and enable_seqscan off): it was a
+ * sequential scan that read to the table's end in the last batch of every
+ * run (bench/retention, bench/RESULTS.md); the BRIN on created_at that it
+ * could not use went in schema 0.3.7.
  * A row whose created_at is later than that of rows inserted after it is
  * deleted late, once the rows before it are.
  */

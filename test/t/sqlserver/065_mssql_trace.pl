@@ -106,7 +106,7 @@ my $yaml = qb_config_yaml(
 my $d = qbd_start(undef, $yaml, name => 'mssql_trace');
 qb_wait_for(sub { ($http->get("http://127.0.0.1:$port/readyz")->{status} // 0) == 200 },
 	'the daemon made its schema and is ready', timeout => 60);
-is(mssql_value($dbh, 'SELECT queuebox._schema_version()'), '0.3.6', 'schema 0.3.6');
+is(mssql_value($dbh, 'SELECT queuebox._schema_version()'), $QB_LATEST, "schema $QB_LATEST (0.3.6 or later)");
 mssql_do($dbh, q{IF OBJECT_ID(N'dbo.orders') IS NOT NULL DROP TABLE dbo.orders});
 mssql_do($dbh, q{CREATE TABLE dbo.orders (id INT PRIMARY KEY, status NVARCHAR(20) NOT NULL)});
 mssql_do($dbh, q{INSERT INTO dbo.orders (id, status) VALUES (42, N'new'), (43, N'new')});

@@ -27,29 +27,6 @@ my %sql = (
 	inbox => q{SELECT string_agg(concat_ws('|', id, source, idempotency_key, aggregate_id, payload, headers,
 		consumption, state, hold, attempt, claim_token, lease_until, claimer), E'\n' ORDER BY id) FROM queuebox.inbox});
 
-# fill($node, $db): the same rows on both hosts
-sub fill
-{
-	my ($node, $db) = @_;
-	$node->safe_psql($db, q{
-		INSERT INTO queuebox.outbox (topic, key, payload, destination)
-		SELECT 'orders.created', 'k' || (g % 3), jsonb_build_object('n', g), 'web'
-		FROM generate_series(0, 5) g;
-		UPDATE queuebox.outbox SET state = 'sent', attempt = 1, hold = NULL WHERE payload->>'n' = '0';
-		UPDATE queuebox.outbox SET state = 'dead', attempt = 3, hold = NULL, last_error = 'HTTP 500'
-			WHERE payload->>'n' = '2';
-		UPDATE queuebox.outbox SET state = 'processing', hold = NULL,
-			claim_token = '22222222-2222-2222-2222-222222222222', lease_until = now() + interval '1 hour'
-			WHERE payload->>'n' = '1';
-		INSERT INTO queuebox.inbox (source, idempotency_key, payload, consumption)
-			VALUES ('hooks', 'h-1', '{"push": true}', 'push'), ('jobs', 'j-1', '{"pull": true}', 'pull');
-		UPDATE queuebox.inbox SET state = 'processing',
-			claim_token = '33333333-3333-3333-3333-333333333333', lease_until = now() + interval '1 hour'
-			WHERE idempotency_key = 'h-1';
-	});
-	return;
-}
-
 sub snapshot
 {
 	my ($node, $db) = @_;
@@ -74,7 +51,7 @@ sub upgraded
 	return;
 }
 
-qb_ext_upgrade_test('up035', '0.3.5', fill => \&fill, snapshot => \&snapshot, upgraded => \&upgraded);
-qbd_upgrade_test('up035d', '0.3.5', fill => \&fill, snapshot => \&snapshot, upgraded => \&upgraded);
+qb_ext_upgrade_test('up035', '0.3.5', fill => \&qb_upgrade_fill, snapshot => \&snapshot, upgraded => \&upgraded);
+qbd_upgrade_test('up035d', '0.3.5', fill => \&qb_upgrade_fill, snapshot => \&snapshot, upgraded => \&upgraded);
 
 done_testing();
