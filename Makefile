@@ -160,6 +160,8 @@ UNIT_BINS     = $(addprefix $(UNIT_BIN_DIR)/,$(UNIT_TESTS))
 
 # the consumer engine's test puts its fake consumer behind qb_consumer_ops
 UNIT_LDFLAGS_test_consume_engine = -Wl,--wrap=qb_consumer_ops
+# the HTTP publisher's test counts its epoll_ctl and pthread_sigmask calls
+UNIT_LDFLAGS_test_http = -Wl,--wrap=epoll_ctl -Wl,--wrap=pthread_sigmask -ldl
 
 $(UNIT_BIN_DIR)/%: test/unit/%.c $(CORE_LIB) $(COMMON_HDRS) $(wildcard test/unit/*.h)
 	@mkdir -p $(UNIT_BIN_DIR)

@@ -8,7 +8,11 @@
  * cannot be sent (refused before any byte leaves), and abort; a timed-out
  * request the receiver never took is reset, never sent later; the outcome's
  * details (410 gone, Retry-After of a 429 or 503, and the Retry-After
- * parser alone); the signature headers of a signed destination.
+ * parser alone); the signature headers of a signed destination; what a
+ * request on a kept connection costs in epoll_ctl and sigprocmask calls
+ * (none: epoll_ctl and pthread_sigmask are wrapped, see the Makefile), a
+ * kept connection whose peer hangs up, and the signal mask of the threaded
+ * resolver's thread (pthread_create is interposed for libcurl).
  *-------------------------------------------------------------------------
  */
 #include <stdarg.h>
@@ -18,15 +22,18 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -45,6 +52,54 @@
 static TestSink sink;
 static char sink_url[160];
 static char log_path[256];
+
+/* calls the publisher made, counted by the wrappers below */
+static int	n_epoll_ctl;
+static int	n_sigmask_block;
+static int	n_threads;
+static int	n_threads_unmasked;	/* threads started with a signal not blocked */
+
+extern int	__real_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+extern int	__real_pthread_sigmask(int how, const sigset_t *set, sigset_t *old);
+extern int	__wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+extern int	__wrap_pthread_sigmask(int how, const sigset_t *set, sigset_t *old);
+
+int
+__wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	n_epoll_ctl++;
+	return __real_epoll_ctl(epfd, op, fd, ev);
+}
+
+int
+__wrap_pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
+{
+	if (how == SIG_BLOCK)
+		n_sigmask_block++;
+	return __real_pthread_sigmask(how, set, old);
+}
+
+/*
+ * pthread_create, as libcurl's threaded resolver calls it: the mask the
+ * new thread inherits is the caller's at this moment.
+ */
+int
+pthread_create(pthread_t *thread, const pthread_attr_t *attr,
+			   void *(*start) (void *), void *arg)
+{
+	static int	(*real) (pthread_t *, const pthread_attr_t *, void *(*) (void *), void *);
+	sigset_t	now;
+
+	if (real == NULL)
+		*(void **) &real = dlsym(RTLD_NEXT, "pthread_create");
+	__real_pthread_sigmask(SIG_SETMASK, NULL, &now);
+	n_threads++;
+	if (!sigismember(&now, SIGTERM) || !sigismember(&now, SIGHUP) ||
+		!sigismember(&now, SIGUSR1) || !sigismember(&now, SIGURG) ||
+		!sigismember(&now, SIGINT))
+		n_threads_unmasked++;
+	return real(thread, attr, start, arg);
+}
 
 typedef struct Outcome
 {
@@ -466,6 +521,165 @@ test_concurrency_and_abort(void **state)
 	qb_http_free(h);
 }
 
+/*
+ * A request on a kept connection changes nothing in the epoll set and
+ * blocks no signal: the connection's socket stays in the set while it
+ * idles in libcurl's cache, and only a name to resolve blocks signals.
+ */
+static void
+test_kept_connection_costs_no_calls(void **state)
+{
+	char		err[512];
+	QbHttp	   *h = qb_http_new(err, sizeof(err));
+	QbDestination d = dest_for(sink_url, 5000);
+	Outcome		out = {0};
+	int			ctl,
+				block;
+
+	assert_int_equal(post(h, &d, "c1111111-2222-4333-8444-555555555555", NULL,
+						  "{}", 2, 0, err, sizeof(err)), QB_HTTP_STARTED);
+	drive(h, &out);
+	assert_true(out.ok[0]);
+	ctl = n_epoll_ctl;
+	block = n_sigmask_block;
+	for (int i = 1; i <= 10; i++)
+	{
+		char		mid[40];
+
+		snprintf(mid, sizeof(mid), "c%07d-2222-4333-8444-555555555555", i);
+		assert_int_equal(post(h, &d, mid, NULL, "{}", 2, i, err, sizeof(err)),
+						 QB_HTTP_STARTED);
+		drive(h, &out);
+		assert_true(out.ok[i]);
+	}
+	assert_int_equal(out.n, 11);
+	assert_int_equal(n_epoll_ctl - ctl, 0);
+	assert_int_equal(n_sigmask_block - block, 0);
+	qb_http_free(h);
+}
+
+/*
+ * serve: answer one request on the listening socket ls (a keep-alive 200),
+ * driving h while waiting; *c is the accepted connection, kept open.
+ */
+static void
+serve(QbHttp *h, Outcome *out, int ls, int *c)
+{
+	char		req[4096];
+	size_t		got = 0;
+	static const char answer[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+
+	for (int rounds = 0; rounds < 10000 && qb_http_in_flight(h) > 0; rounds++)
+	{
+		struct pollfd p[2] = {{.fd = qb_http_fd(h), .events = POLLIN},
+		{.fd = *c >= 0 ? *c : ls, .events = POLLIN}};
+
+		poll(p, 2, 100);
+		qb_http_perform(h, record, out);
+		if (*c < 0)
+		{
+			if ((*c = accept(ls, NULL, NULL)) >= 0)
+				fcntl(*c, F_SETFL, O_NONBLOCK);
+		}
+		else if (got < sizeof(req) - 1)
+		{
+			ssize_t		n = recv(*c, req + got, sizeof(req) - 1 - got, 0);
+
+			if (n > 0)
+			{
+				got += (size_t) n;
+				req[got] = '\0';
+				/* the body "{}" comes with the head (no Expect round trip) */
+				if (strstr(req, "\r\n\r\n{}") != NULL)
+					assert_int_equal(send(*c, answer, strlen(answer), 0), (ssize_t) strlen(answer));
+			}
+		}
+	}
+	assert_int_equal(qb_http_in_flight(h), 0);
+}
+
+/*
+ * A kept connection whose peer hangs up while it idles wakes the publisher
+ * once: the first event takes its socket out of the set (the publisher's
+ * fd is quiet after one perform, no busy wait), and the next post to that
+ * peer goes out on a new connection.
+ */
+static void
+test_kept_connection_peer_closes(void **state)
+{
+	char		err[512];
+	char		url[128];
+	QbHttp	   *h = qb_http_new(err, sizeof(err));
+	Outcome		out = {0};
+	int			ls = socket(AF_INET, SOCK_STREAM, 0);
+	int			c = -1;
+	QbDestination d;
+	struct pollfd p = {.fd = qb_http_fd(h), .events = POLLIN};
+
+	loopback_port(ls, 0, url, sizeof(url));
+	assert_int_equal(listen(ls, 4), 0);
+	fcntl(ls, F_SETFL, O_NONBLOCK);
+	d = dest_for(url, 5000);
+	assert_int_equal(post(h, &d, "d1111111-2222-4333-8444-555555555555", NULL,
+						  "{}", 2, 0, err, sizeof(err)), QB_HTTP_STARTED);
+	serve(h, &out, ls, &c);
+	assert_int_equal(out.n, 1);
+	assert_true(out.ok[0]);
+
+	/* the peer hangs up: the kept socket reports it, once */
+	close(c);
+	c = -1;
+	assert_int_equal(poll(&p, 1, 10000), 1);
+	qb_http_perform(h, record, &out);
+	assert_int_equal(poll(&p, 1, 0), 0);
+	assert_int_equal(out.n, 1);
+
+	assert_int_equal(post(h, &d, "d2222222-2222-4333-8444-555555555555", NULL,
+						  "{}", 2, 1, err, sizeof(err)), QB_HTTP_STARTED);
+	serve(h, &out, ls, &c);
+	assert_int_equal(out.n, 2);
+	assert_true(out.ok[1]);
+	close(c);
+	close(ls);
+	qb_http_free(h);
+}
+
+/*
+ * A name to resolve: the threaded resolver's thread starts with every
+ * signal blocked (PostgreSQL's handlers must run on the worker's thread
+ * only), and the caller's mask is as it was once the post is done.
+ */
+static void
+test_resolver_thread_signals(void **state)
+{
+	char		err[512];
+	char		name[256];
+	char		url[300];
+	QbHttp	   *h = qb_http_new(err, sizeof(err));
+	Outcome		out = {0};
+	QbDestination d;
+	sigset_t	before,
+				after;
+
+	/* this machine's name: resolved by the system, not by libcurl itself */
+	assert_int_equal(gethostname(name, sizeof(name)), 0);
+	snprintf(url, sizeof(url), "http://%s:1/x", name);
+	d = dest_for(url, 5000);
+	pthread_sigmask(SIG_SETMASK, NULL, &before);
+	n_threads = n_threads_unmasked = 0;
+	assert_int_equal(post(h, &d, "e1111111-2222-4333-8444-555555555555", NULL,
+						  "{}", 2, 0, err, sizeof(err)), QB_HTTP_STARTED);
+	drive(h, &out);
+	assert_int_equal(out.n, 1);
+	assert_false(out.ok[0]);	/* nobody listens on port 1 */
+	assert_true(n_threads >= 1);
+	assert_int_equal(n_threads_unmasked, 0);
+	pthread_sigmask(SIG_SETMASK, NULL, &after);
+	for (int sig = 1; sig < NSIG; sig++)
+		assert_int_equal(sigismember(&before, sig), sigismember(&after, sig));
+	qb_http_free(h);
+}
+
 /* http_date: an IMF-fixdate t seconds from now. */
 static void
 http_date(long long t, char *buf, size_t len)
@@ -667,6 +881,9 @@ main(void)
 		cmocka_unit_test(test_invalid_row_headers),
 		cmocka_unit_test(test_long_row_header),
 		cmocka_unit_test(test_concurrency_and_abort),
+		cmocka_unit_test(test_kept_connection_costs_no_calls),
+		cmocka_unit_test(test_kept_connection_peer_closes),
+		cmocka_unit_test(test_resolver_thread_signals),
 		cmocka_unit_test(test_retry_after_values),
 		cmocka_unit_test(test_outcome_details),
 		cmocka_unit_test(test_signed_request),

@@ -16,15 +16,29 @@
  * an HTTP answer says nothing about the row itself.
  *
  * Threads: libcurl's threaded resolver may start a thread inside
- * curl_multi_socket_action(); we block every signal around those calls so the
- * thread inherits a full mask (PostgreSQL's signal handlers must only ever
- * run on the worker's own thread).
+ * curl_multi_socket_action(); its resolver-start callback blocks every
+ * signal just before the thread is made, and the action restores the mask
+ * when it returns, so the thread inherits a full mask (PostgreSQL's signal
+ * handlers must only ever run on the worker's own thread).  A request on a
+ * kept connection resolves nothing and costs no sigprocmask.
+ *
+ * The epoll set: libcurl asks us to watch a socket while a transfer uses it
+ * and to forget it when the transfer ends, so a kept connection would cost
+ * an EPOLL_CTL_DEL at every answer and an EPOLL_CTL_ADD at every request.
+ * A connection socket we opened (qbh_open_socket) stays in the set, read
+ * interest only, while it idles in libcurl's cache ("kept"); the first event
+ * on a kept socket that no transfer uses takes it out (lazy removal: a peer
+ * that closes an idle connection wakes us once, not at every wait), and its
+ * close (qbh_close_socket, which libcurl calls for every socket it opened
+ * through us) forgets it.  Sockets we did not open (the resolver's) are
+ * added and removed as libcurl says.
  *-------------------------------------------------------------------------
  */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,8 +65,14 @@
 #define QBH_ERRBODY 200			/* bytes of an error answer kept for last_error */
 #define QBH_READ_MAX 65536		/* bytes of any answer read before it is cut */
 
+/* qbh_fds[fd]: what the epoll set holds for a socket (QbHttp.fds) */
+#define QBH_FD_OURS		0x80000000u	/* opened by qbh_open_socket, not yet closed */
+#define QBH_FD_USED		0x40000000u	/* a transfer uses it (libcurl watches it) */
+#define QBH_FD_EVENTS	(EPOLLIN | EPOLLOUT)	/* registered in the set; 0: not in it */
+
 typedef struct QbhTransfer
 {
+	QbHttp	   *h;				/* the publisher it belongs to */
 	CURL	   *easy;
 	struct curl_slist *headers;
 	int			tag;
@@ -77,6 +97,10 @@ struct QbHttp
 	int			in_flight;
 	QbhTransfer *active;		/* in flight, doubly linked */
 	QbhTransfer *free_list;
+	uint32_t   *fds;			/* per fd: QBH_FD_* (see the banner) */
+	int			nfds;			/* entries in fds */
+	bool		sig_blocked;	/* a resolve started in this action: sig_old restores */
+	sigset_t	sig_old;
 };
 
 static int	qbh_socket_cb(CURL *e, curl_socket_t s, int what, void *userp, void *socketp);
@@ -84,6 +108,7 @@ static int	qbh_timer_cb(CURLM *m, long timeout_ms, void *userp);
 static size_t qbh_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata);
 static curl_socket_t qbh_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a);
 static int	qbh_close_socket(void *arg, curl_socket_t fd);
+static int	qbh_resolver_start(void *resolver_state, void *reserved, void *userdata);
 static void qbh_action(QbHttp *h, curl_socket_t s, int ev_bitmask);
 
 /*
@@ -152,8 +177,9 @@ qb_http_free(QbHttp *h)
 		curl_easy_cleanup(t->easy);
 		free(t);
 	}
-	curl_multi_cleanup(h->multi);
+	curl_multi_cleanup(h->multi);	/* closes the kept connections: reads h->fds */
 	close(h->epfd);
+	free(h->fds);
 	free(h);
 }
 
@@ -169,44 +195,107 @@ qb_http_in_flight(const QbHttp *h)
 	return h->in_flight;
 }
 
+/* qbh_fd_slot: h->fds[s], the table grown to hold it; NULL when out of memory */
+static uint32_t *
+qbh_fd_slot(QbHttp *h, curl_socket_t s)
+{
+	if (s < 0)
+		return NULL;
+	if (s >= h->nfds)
+	{
+		int			n = h->nfds ? h->nfds : 64;
+		uint32_t   *fds;
+
+		while (n <= s)
+			n *= 2;
+		if ((fds = realloc(h->fds, n * sizeof(uint32_t))) == NULL)
+			return NULL;
+		memset(fds + h->nfds, 0, (n - h->nfds) * sizeof(uint32_t));
+		h->fds = fds;
+		h->nfds = n;
+	}
+	return &h->fds[s];
+}
+
 /*
- * qbh_socket_cb mirrors libcurl's interest in a socket into our epoll set.
- * socketp is non-NULL once we have added the socket, which tells ADD from MOD.
+ * qbh_epoll_put: s in our set with these events, by ADD or MOD as in_set
+ * says.  in_set is only a hint for a socket we did not open: a closed socket
+ * leaves epoll silently, and its fd number can come back as a new socket that
+ * libcurl still knows by the old entry: a MOD then fails with ENOENT, and the
+ * answer on that socket would never be seen (the request times out with 0
+ * bytes received although the endpoint answered).  So fall back from MOD to
+ * ADD and from ADD to MOD.
+ */
+static void
+qbh_epoll_put(QbHttp *h, curl_socket_t s, bool in_set, uint32_t events)
+{
+	struct epoll_event ev = {.events = events,.data.fd = s};
+
+	if (!in_set)
+	{
+		if (epoll_ctl(h->epfd, EPOLL_CTL_ADD, s, &ev) != 0 && errno == EEXIST)
+			epoll_ctl(h->epfd, EPOLL_CTL_MOD, s, &ev);
+	}
+	else if (epoll_ctl(h->epfd, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT)
+		epoll_ctl(h->epfd, EPOLL_CTL_ADD, s, &ev);
+}
+
+/*
+ * qbh_watch_ours: a socket we opened, watched as libcurl now asks (want:
+ * its epoll events, 0 for CURL_POLL_REMOVE).  One that no transfer uses any
+ * more stays in the set when it has read interest only (kept: the banner
+ * says why); epoll_ctl runs only when the set must change.
+ */
+static void
+qbh_watch_ours(QbHttp *h, curl_socket_t s, uint32_t *fd, uint32_t want)
+{
+	uint32_t	have = *fd & QBH_FD_EVENTS;
+
+	if (want == 0)
+	{
+		if (have != 0 && have != EPOLLIN)
+		{
+			epoll_ctl(h->epfd, EPOLL_CTL_DEL, s, NULL);
+			have = 0;
+		}
+		*fd = QBH_FD_OURS | have;
+		return;
+	}
+	if (have != want)
+		qbh_epoll_put(h, s, have != 0, want);
+	*fd = QBH_FD_OURS | QBH_FD_USED | want;
+}
+
+/*
+ * qbh_socket_cb mirrors libcurl's interest in a socket into our epoll set:
+ * qbh_watch_ours for the sockets we opened; any other is added and removed
+ * as libcurl says, socketp (non-NULL once we have added it) telling ADD
+ * from MOD.
  */
 static int
 qbh_socket_cb(CURL *e, curl_socket_t s, int what, void *userp, void *socketp)
 {
 	QbHttp	   *h = userp;
-	struct epoll_event ev = {0};
+	uint32_t	want = 0;
 
+	if (what & CURL_POLL_IN)
+		want |= EPOLLIN;
+	if (what & CURL_POLL_OUT)
+		want |= EPOLLOUT;
+	if (s >= 0 && s < h->nfds && (h->fds[s] & QBH_FD_OURS))
+	{
+		qbh_watch_ours(h, s, &h->fds[s], what == CURL_POLL_REMOVE ? 0 : want);
+		return 0;
+	}
 	if (what == CURL_POLL_REMOVE)
 	{
 		epoll_ctl(h->epfd, EPOLL_CTL_DEL, s, NULL);
 		curl_multi_assign(h->multi, s, NULL);
 		return 0;
 	}
-	if (what & CURL_POLL_IN)
-		ev.events |= EPOLLIN;
-	if (what & CURL_POLL_OUT)
-		ev.events |= EPOLLOUT;
-	ev.data.fd = s;
-
-	/*
-	 * socketp only hints whether the socket is in our set.  A closed socket
-	 * leaves epoll silently, and its fd number can come back as a new
-	 * connection that libcurl still knows by the old entry: a MOD then fails
-	 * with ENOENT, and the answer on that socket would never be seen (the
-	 * request times out with 0 bytes received although the endpoint
-	 * answered).  So fall back from MOD to ADD and from ADD to MOD.
-	 */
+	qbh_epoll_put(h, s, socketp != NULL, want);
 	if (socketp == NULL)
-	{
-		if (epoll_ctl(h->epfd, EPOLL_CTL_ADD, s, &ev) != 0 && errno == EEXIST)
-			epoll_ctl(h->epfd, EPOLL_CTL_MOD, s, &ev);
 		curl_multi_assign(h->multi, s, h);
-	}
-	else if (epoll_ctl(h->epfd, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT)
-		epoll_ctl(h->epfd, EPOLL_CTL_ADD, s, &ev);
 	return 0;
 }
 
@@ -250,18 +339,42 @@ qbh_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return n;
 }
 
-/* qbh_action runs one curl_multi_socket_action with every signal blocked. */
+/*
+ * qbh_resolver_start: libcurl is about to resolve a name, which may start
+ * the threaded resolver's thread: every signal is blocked first, so that
+ * thread inherits a full mask; qbh_action restores the worker's mask when
+ * its action returns.
+ */
+static int
+qbh_resolver_start(void *resolver_state, void *reserved, void *userdata)
+{
+	QbHttp	   *h = userdata;
+	sigset_t	all;
+
+	if (!h->sig_blocked)
+	{
+		sigfillset(&all);
+		pthread_sigmask(SIG_BLOCK, &all, &h->sig_old);
+		h->sig_blocked = true;
+	}
+	return 0;
+}
+
+/*
+ * qbh_action runs one curl_multi_socket_action, then gives back the signals
+ * a resolve started in it blocked (qbh_resolver_start).
+ */
 static void
 qbh_action(QbHttp *h, curl_socket_t s, int ev_bitmask)
 {
-	sigset_t	all,
-				old;
 	int			running;
 
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
 	curl_multi_socket_action(h->multi, s, ev_bitmask, &running);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (h->sig_blocked)
+	{
+		h->sig_blocked = false;
+		pthread_sigmask(SIG_SETMASK, &h->sig_old, NULL);
+	}
 }
 
 /*
@@ -344,6 +457,7 @@ qbh_transfer_get(QbHttp *h)
 			free(t);
 			return NULL;
 		}
+		t->h = h;
 	}
 	t->errbuf[0] = '\0';
 	t->refused[0] = '\0';
@@ -375,9 +489,11 @@ qbh_transfer_setopt(QbhTransfer *t, const QbDestination *dest, const char *body,
 	curl_easy_setopt(t->easy, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(t->easy, CURLOPT_OPENSOCKETFUNCTION, qbh_open_socket);
 	curl_easy_setopt(t->easy, CURLOPT_OPENSOCKETDATA, t);
-	/* a connection outlives its transfer: its close reads nothing of t */
+	/* a connection outlives its transfer: its close reads only h, which outlives it */
 	curl_easy_setopt(t->easy, CURLOPT_CLOSESOCKETFUNCTION, qbh_close_socket);
-	curl_easy_setopt(t->easy, CURLOPT_CLOSESOCKETDATA, NULL);
+	curl_easy_setopt(t->easy, CURLOPT_CLOSESOCKETDATA, t->h);
+	curl_easy_setopt(t->easy, CURLOPT_RESOLVER_START_FUNCTION, qbh_resolver_start);
+	curl_easy_setopt(t->easy, CURLOPT_RESOLVER_START_DATA, t->h);
 	/*
 	 * timeoutMs bounds each attempt; keepalive probes (10 s idle, then every
 	 * 5 s) find a kept-alive connection whose peer went away between
@@ -532,6 +648,8 @@ qbh_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
 {
 	QbhTransfer *t = arg;
 	char	   *url = NULL;
+	curl_socket_t s;
+	uint32_t   *fd;
 
 	/* the URL names the host the rules look for among their names */
 	curl_easy_getinfo(t->easy, CURLINFO_EFFECTIVE_URL, &url);
@@ -539,7 +657,11 @@ qbh_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
 		!qb_egress_addr_ok(qb_egress_in_force(t->egress, t->host_egress), url, &a->addr,
 						   t->refused, sizeof(t->refused)))
 		return CURL_SOCKET_BAD;
-	return socket(a->family, a->socktype, a->protocol);
+	s = socket(a->family, a->socktype, a->protocol);
+	/* ours: not in the set yet; without room in the table, watched as libcurl says */
+	if (s >= 0 && (fd = qbh_fd_slot(t->h, s)) != NULL)
+		*fd = QBH_FD_OURS;
+	return s;
 }
 
 /*
@@ -549,11 +671,21 @@ qbh_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
  * partition heals, and the receiver would get this attempt after the retry
  * and after later rows of its key (bench/chaos, "Findings").  A reset
  * drops the bytes; a connection closed with nothing pending ends as usual.
+ * A socket still in our set (kept) leaves it first: close alone would not
+ * take it out while another process shares the socket.
  */
 static int
 qbh_close_socket(void *arg, curl_socket_t fd)
 {
+	QbHttp	   *h = arg;
 	int			pending = 0;
+
+	if (fd >= 0 && fd < h->nfds)
+	{
+		if (h->fds[fd] & QBH_FD_EVENTS)
+			epoll_ctl(h->epfd, EPOLL_CTL_DEL, fd, NULL);
+		h->fds[fd] = 0;
+	}
 
 	if (ioctl(fd, SIOCOUTQ, &pending) == 0 && pending > 0)
 	{
@@ -620,7 +752,16 @@ qb_http_perform(QbHttp *h, QbHttpDone done, void *arg)
 	n = epoll_wait(h->epfd, evs, 64, 0);
 	for (int i = 0; i < n; i++)
 	{
+		int			s = evs[i].data.fd;
 		int			mask = 0;
+
+		if (s < h->nfds && (h->fds[s] & (QBH_FD_OURS | QBH_FD_USED)) == QBH_FD_OURS)
+		{
+			/* a kept connection's peer wrote or hung up: no transfer to tell */
+			epoll_ctl(h->epfd, EPOLL_CTL_DEL, s, NULL);
+			h->fds[s] = QBH_FD_OURS;
+			continue;
+		}
 
 		if (evs[i].events & (EPOLLIN | EPOLLHUP))
 			mask |= CURL_CSELECT_IN;
@@ -628,7 +769,7 @@ qb_http_perform(QbHttp *h, QbHttpDone done, void *arg)
 			mask |= CURL_CSELECT_OUT;
 		if (evs[i].events & EPOLLERR)
 			mask |= CURL_CSELECT_ERR;
-		qbh_action(h, evs[i].data.fd, mask);
+		qbh_action(h, s, mask);
 	}
 	if (h->timer_ms >= 0 && qb_http_timeout_ms(h) == 0)
 	{

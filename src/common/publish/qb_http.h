@@ -10,8 +10,10 @@
  *	  answering signals while requests are in flight.
  *
  * Connections are kept alive across batches (the multi handle owns the
- * connection cache).  Every libcurl call that may start the threaded
- * resolver runs with all signals blocked, so a resolver thread never takes a
+ * connection cache), and their sockets stay in the epoll set while they
+ * idle, so a request on a kept connection changes nothing in the set.
+ * Every signal is blocked before libcurl starts a resolve (which may start
+ * the threaded resolver's thread), so a resolver thread never takes a
  * signal meant for the worker.
  *-------------------------------------------------------------------------
  */
