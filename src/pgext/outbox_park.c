@@ -45,7 +45,12 @@
  * are gone; a later park of the key in this transaction records it again).
  *
  * Memory: the parked keys live in TopTransactionContext; qb_park_forget()
- * drops the table at every end of the transaction.  The seen rows live in
+ * drops them at every end of the transaction.  The first key a transaction
+ * parks is kept in a static entry (qbop_first), the table is made only for
+ * a second key: most transactions park one row, and a hash table with its
+ * memory context per transaction was about 8 % of the row trigger's time
+ * (perf: hash_create 0.25 % of the inserting backends' samples, the row
+ * trigger 3.25 %; bench/RESULTS.md, "Issue 37, target 3").  The seen rows live in
  * their own context for the backend's life, at most QBP_SEEN_MAX keys (then
  * they start again), forgotten when the outbox is another table.
  *-------------------------------------------------------------------------
@@ -97,7 +102,9 @@ typedef struct QbpSeen
 	ItemPointerData tid;		/* where a blocker of the key was found */
 } QbpSeen;
 
-static HTAB *qbop_keys = NULL;
+static QbpKey qbop_first;		/* the transaction's first parked key */
+static bool qbop_have_first = false;
+static HTAB *qbop_keys = NULL;	/* the others, when there are */
 static Oid	qbop_outbox = InvalidOid;	/* the table the trigger ran on */
 static QbParkAtts qbop_atts;	/* its columns, as the trigger found them */
 
@@ -198,11 +205,12 @@ qbop_check(Relation heap, ItemPointer tid, Datum key, int64 id, TupleTableSlot *
 /*
  * qbop_blocker: the nearest open row of key (a text Datum) with an id below
  * id, as of now; *own says this transaction inserted it, *tid where it
- * is.  False when there is none, or when the index is missing (a schema
- * before 0.2.0: nothing is parked at insert then).
+ * is; it stays in keep when given (pinned, for a lock).  False when there
+ * is none, or when the index is missing (a schema before 0.2.0: nothing is
+ * parked at insert then).
  */
 static bool
-qbop_blocker(Relation heap, Datum key, int64 id, bool *own, ItemPointer tid)
+qbop_blocker(Relation heap, Datum key, int64 id, bool *own, ItemPointer tid, TupleTableSlot *keep)
 {
 	Oid			idxoid = get_relname_relid(QBP_KEY_INDEX, RelationGetNamespace(heap));
 	Relation	idx;
@@ -218,7 +226,7 @@ qbop_blocker(Relation heap, Datum key, int64 id, bool *own, ItemPointer tid)
 						   idx->rd_indcollation[0], F_TEXTEQ, key);
 	ScanKeyEntryInitialize(&sk[1], 0, 2, BTLessStrategyNumber, InvalidOid,
 						   idx->rd_indcollation[1], F_INT8LT, Int64GetDatum(id));
-	slot = table_slot_create(heap, NULL);
+	slot = keep != NULL ? keep : table_slot_create(heap, NULL);
 	scan = qb_index_beginscan(heap, idx, SnapshotSelf, 2, 0);
 	index_rescan(scan, sk, 2, NULL, 0);
 	found = index_getnext_slot(scan, BackwardScanDirection, slot);
@@ -233,7 +241,8 @@ qbop_blocker(Relation heap, Datum key, int64 id, bool *own, ItemPointer tid)
 			heap_freetuple(t);
 	}
 	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
+	if (keep == NULL)
+		ExecDropSingleTupleTableSlot(slot);
 	index_close(idx, AccessShareLock);
 	return found;
 }
@@ -295,6 +304,33 @@ qbop_see(Relation heap, const char *k, ItemPointer tid)
 }
 
 /*
+ * qbop_key_entry: the transaction's entry of parked key k, made when it
+ * has none (*found false): the static first entry while it is free and k
+ * is in no table, else one of the table.
+ */
+static QbpKey *
+qbop_key_entry(const char *k, bool *found)
+{
+	if (qbop_have_first && strcmp(qbop_first.key, k) == 0)
+	{
+		*found = true;
+		return &qbop_first;
+	}
+	if (qbop_keys == NULL && !qbop_have_first)
+	{
+		memset(&qbop_first, 0, sizeof(qbop_first));
+		qbop_first.key = MemoryContextStrdup(TopTransactionContext, k);
+		qbop_have_first = true;
+		*found = false;
+		return &qbop_first;
+	}
+	if (qbop_keys == NULL)
+		qbop_keys = qbop_table("queuebox parked keys", sizeof(QbpKey), TopTransactionContext,
+							   qbop_keycopy);
+	return hash_search(qbop_keys, &k, HASH_ENTER, found);
+}
+
+/*
  * qb_park_at_insert: the outbox_route trigger's question for a new keyed
  * row (id, key) of heap, whose columns are atts: does an earlier row of
  * its key keep it waiting?  True: the caller inserts it parked, and the
@@ -312,7 +348,7 @@ qb_park_at_insert(Relation heap, const QbParkAtts *atts, int64 id, Datum key)
 	qbop_atts = *atts;
 	if (!qbop_seen_blocker(heap, k, key, id, &own, &tid))
 	{
-		found = qbop_blocker(heap, key, id, &own, &tid);
+		found = qbop_blocker(heap, key, id, &own, &tid, NULL);
 		qbop_see(heap, k, found ? &tid : NULL);
 		if (!found)
 		{
@@ -320,11 +356,8 @@ qb_park_at_insert(Relation heap, const QbParkAtts *atts, int64 id, Datum key)
 			return false;
 		}
 	}
-	if (qbop_keys == NULL)
-		qbop_keys = qbop_table("queuebox parked keys", sizeof(QbpKey), TopTransactionContext,
-							   qbop_keycopy);
 	qbop_outbox = RelationGetRelid(heap);
-	e = hash_search(qbop_keys, &k, HASH_ENTER, &found);
+	e = qbop_key_entry(k, &found);
 	if (!found || id < e->first_id)
 	{
 		e->first_id = id;
@@ -336,18 +369,19 @@ qb_park_at_insert(Relation heap, const QbParkAtts *atts, int64 id, Datum key)
 	return true;
 }
 
-/* qbop_lock: lock the row version at tid FOR SHARE, without waiting. */
+/*
+ * qbop_lock: lock the row version at tid FOR SHARE, without waiting.  The
+ * version itself, not a later one (no TUPLE_LOCK_FLAG_FIND_LAST_VERSION),
+ * so the snapshot is only read to follow an update chain, which this never
+ * asks: SnapshotSelf, not a GetLatestSnapshot() per commit.
+ */
 static bool
-qbop_lock(Relation heap, ItemPointer tid)
+qbop_lock(Relation heap, ItemPointer tid, TupleTableSlot *slot)
 {
-	TupleTableSlot *slot = table_slot_create(heap, NULL);
 	TM_FailureData tmfd;
-	TM_Result	r;
 
-	r = table_tuple_lock(heap, tid, GetLatestSnapshot(), slot, GetCurrentCommandId(true),
-						 LockTupleShare, LockWaitSkip, 0, &tmfd);
-	ExecDropSingleTupleTableSlot(slot);
-	return r == TM_Ok;
+	return table_tuple_lock(heap, tid, SnapshotSelf, slot, GetCurrentCommandId(true),
+							LockTupleShare, LockWaitSkip, 0, &tmfd) == TM_Ok;
 }
 
 /*
@@ -371,14 +405,13 @@ qbop_held(Relation heap, const QbpKey *e)
 	key = CStringGetTextDatum(e->key);
 	slot = table_slot_create(heap, NULL);
 	tid = e->blocker;
-	/* the slot keeps the row pinned until it is locked */
-	held = qbop_check(heap, &tid, key, e->first_id, slot, &own) && (own || qbop_lock(heap, &tid));
+	/* the slot keeps the row pinned until it is locked (no prune moves it) */
+	held = qbop_check(heap, &tid, key, e->first_id, slot, &own) && (own || qbop_lock(heap, &tid, slot));
+	/* else it ended since, when no other is found */
+	if (!held && qbop_blocker(heap, key, e->first_id, &own, &tid, slot))
+		held = own || qbop_lock(heap, &tid, slot);
 	ExecDropSingleTupleTableSlot(slot);
-	if (held)
-		return true;
-	if (!qbop_blocker(heap, key, e->first_id, &own, &tid))
-		return false;			/* it ended since */
-	return own || qbop_lock(heap, &tid);
+	return held;
 }
 
 /*
@@ -421,16 +454,21 @@ qb_park_pre_commit(bool prepare)
 	Datum	   *ids;
 	int			n = 0;
 
-	if (qbop_keys == NULL)
+	if (!qbop_have_first && qbop_keys == NULL)
 		return;
 	heap = table_open(qbop_outbox, RowExclusiveLock);
-	ids = palloc(sizeof(Datum) * hash_get_num_entries(qbop_keys));
-	hash_seq_init(&seq, qbop_keys);
-	while ((e = hash_seq_search(&seq)) != NULL)
-		if (prepare ? !e->own_blocker : !qbop_held(heap, e))
-			ids[n++] = Int64GetDatum(e->first_id);
+	ids = palloc(sizeof(Datum) * (1 + (qbop_keys != NULL ? hash_get_num_entries(qbop_keys) : 0)));
+	if (qbop_have_first && (prepare ? !qbop_first.own_blocker : !qbop_held(heap, &qbop_first)))
+		ids[n++] = Int64GetDatum(qbop_first.first_id);
+	if (qbop_keys != NULL)
+	{
+		hash_seq_init(&seq, qbop_keys);
+		while ((e = hash_seq_search(&seq)) != NULL)
+			if (prepare ? !e->own_blocker : !qbop_held(heap, e))
+				ids[n++] = Int64GetDatum(e->first_id);
+	}
 	table_close(heap, NoLock);
-	qbop_keys = NULL;			/* the release below parks nothing */
+	qb_park_forget();			/* the release below parks nothing */
 	if (n > 0)
 	{
 		qbop_release(ids, n);
@@ -446,6 +484,9 @@ qb_park_forget_sub(SubTransactionId subid)
 	HASH_SEQ_STATUS seq;
 	QbpKey	   *e;
 
+	/* a later park of its key records it again, in the table if need be */
+	if (qbop_have_first && qbop_first.subid >= subid)
+		qbop_have_first = false;
 	if (qbop_keys == NULL)
 		return;
 	hash_seq_init(&seq, qbop_keys);
@@ -454,9 +495,10 @@ qb_park_forget_sub(SubTransactionId subid)
 			(void) hash_search(qbop_keys, &e->key, HASH_REMOVE, NULL);
 }
 
-/* qb_park_forget: the transaction ended; its table went with its memory. */
+/* qb_park_forget: the transaction ended; its keys go with its memory. */
 void
 qb_park_forget(void)
 {
+	qbop_have_first = false;
 	qbop_keys = NULL;
 }
