@@ -11,8 +11,9 @@
  * parser alone); the signature headers of a signed destination; what a
  * request on a kept connection costs in epoll_ctl and sigprocmask calls
  * (none: epoll_ctl and pthread_sigmask are wrapped, see the Makefile), a
- * kept connection whose peer hangs up, and the signal mask of the threaded
- * resolver's thread (pthread_create is interposed for libcurl).
+ * kept connection whose peer hangs up, the signal mask of the threaded
+ * resolver's thread (pthread_create is interposed for libcurl), and the
+ * resolver's socket on the fd of a refused attempt.
  *-------------------------------------------------------------------------
  */
 #include <stdarg.h>
@@ -55,6 +56,7 @@ static char log_path[256];
 
 /* calls the publisher made, counted by the wrappers below */
 static int	n_epoll_ctl;
+static int	n_epoll_add;
 static int	n_sigmask_block;
 static int	n_threads;
 static int	n_threads_unmasked;	/* threads started with a signal not blocked */
@@ -68,6 +70,8 @@ int
 __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	n_epoll_ctl++;
+	if (op == EPOLL_CTL_ADD)
+		n_epoll_add++;
 	return __real_epoll_ctl(epfd, op, fd, ev);
 }
 
@@ -680,6 +684,78 @@ test_resolver_thread_signals(void **state)
 	qb_http_free(h);
 }
 
+/*
+ * A socket libcurl closes itself (7.88 closes a socket that is still
+ * connecting, here one whose attempt timed out, without the close
+ * callback) leaves its fd free; the threaded resolver's socket that takes
+ * that fd is watched as libcurl says, so a later resolve on the same fd is
+ * heard (each resolve's socket is added to the set: the egress rules
+ * refuse the address, so no other socket is opened).  Fails before: the
+ * resolver's socket was taken for a kept connection, left "in" the set
+ * after its close, and the next resolve's socket on that fd was never
+ * added (libcurl 7.88 then finds the answer only by its own polling
+ * timer, up to 250 ms later).
+ */
+static void
+test_fd_of_unconnected_socket_reused(void **state)
+{
+	char		err[512];
+	char		name[256];
+	char		url[300];
+	QbHttp	   *h = qb_http_new(err, sizeof(err));
+	Outcome		out = {0};
+	int			ls = socket(AF_INET, SOCK_STREAM, 0);
+	int			fill[2];
+	int			add;
+	QbEgress   *rules = NULL;
+	QbDestination d;
+
+	/* a listener whose accept queue is full: a new connect hangs (SYN dropped) */
+	loopback_port(ls, 0, url, sizeof(url));
+	assert_int_equal(listen(ls, 0), 0);
+	for (int i = 0; i < 2; i++)
+	{
+		struct sockaddr_in a;
+		socklen_t	len = sizeof(a);
+
+		assert_int_equal(getsockname(ls, (struct sockaddr *) &a, &len), 0);
+		fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		(void) connect(fill[i], (struct sockaddr *) &a, len);
+	}
+	d = dest_for(url, 300);
+	assert_int_equal(post(h, &d, "f1111111-2222-4333-8444-555555555555", NULL,
+						  "{}", 2, 0, err, sizeof(err)), QB_HTTP_STARTED);
+	drive(h, &out);
+	assert_false(out.ok[0]);
+	assert_non_null(strstr(out.error[0], "timed out"));
+
+	/* a name (to resolve) whose address the rules refuse, at two ports */
+	assert_true(qb_egress_parse("10.0.0.0/8", "egress.allow", &rules, err, sizeof(err)));
+	assert_int_equal(gethostname(name, sizeof(name)), 0);
+	for (int i = 1; i <= 2; i++)
+	{
+		char		mid[40];
+
+		snprintf(url, sizeof(url), "http://%s:%d/x", name, i);
+		snprintf(mid, sizeof(mid), "f%07d-2222-4333-8444-555555555555", i);
+		d = dest_for(url, 3000);
+		d.egress = rules;
+		add = n_epoll_add;
+		assert_int_equal(post(h, &d, mid, NULL, "{}", 2, i, err, sizeof(err)),
+						 QB_HTTP_STARTED);
+		drive(h, &out);
+		assert_false(out.ok[i]);
+		assert_non_null(strstr(out.error[i], "egress refused"));
+		/* the resolver's socket went into the set (its only socket) */
+		assert_int_equal(n_epoll_add - add, 1);
+	}
+	qb_egress_free(rules);
+	close(fill[0]);
+	close(fill[1]);
+	close(ls);
+	qb_http_free(h);
+}
+
 /* http_date: an IMF-fixdate t seconds from now. */
 static void
 http_date(long long t, char *buf, size_t len)
@@ -884,6 +960,7 @@ main(void)
 		cmocka_unit_test(test_kept_connection_costs_no_calls),
 		cmocka_unit_test(test_kept_connection_peer_closes),
 		cmocka_unit_test(test_resolver_thread_signals),
+		cmocka_unit_test(test_fd_of_unconnected_socket_reused),
 		cmocka_unit_test(test_retry_after_values),
 		cmocka_unit_test(test_outcome_details),
 		cmocka_unit_test(test_signed_request),

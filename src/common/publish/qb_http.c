@@ -31,7 +31,14 @@
  * that closes an idle connection wakes us once, not at every wait), and its
  * close (qbh_close_socket, which libcurl calls for every socket it opened
  * through us) forgets it.  Sockets we did not open (the resolver's) are
- * added and removed as libcurl says.
+ * added and removed as libcurl says.  libcurl 7.88 closes a socket that is
+ * still connecting (an attempt that timed out or was aborted, the slower
+ * of two addresses) itself, without qbh_close_socket, so its fd keeps our
+ * mark; a socket libcurl reports for a transfer that is resolving is the
+ * resolver's, and that mark is dropped then (else the resolver's socket,
+ * taken for a kept one, stays "in" the set after its close, and the next
+ * resolve's socket on that fd is never added: libcurl finds its answer
+ * only by its own polling timer, up to 250 ms later).
  *-------------------------------------------------------------------------
  */
 #include <errno.h>
@@ -84,6 +91,7 @@ typedef struct QbhTransfer
 	size_t		body_len;
 	size_t		read;			/* bytes of the answer's body read so far */
 	bool		cut;			/* we stopped reading at QBH_READ_MAX */
+	bool		resolving;		/* a resolve began, no socket opened since */
 	struct QbhTransfer *next;	/* free list, or the in-flight list */
 	struct QbhTransfer *prev;	/* in-flight list */
 } QbhTransfer;
@@ -282,6 +290,15 @@ qbh_socket_cb(CURL *e, curl_socket_t s, int what, void *userp, void *socketp)
 		want |= EPOLLIN;
 	if (what & CURL_POLL_OUT)
 		want |= EPOLLOUT;
+	if (s >= 0 && s < h->nfds && (h->fds[s] & QBH_FD_OURS) && what != CURL_POLL_REMOVE)
+	{
+		QbhTransfer *t = NULL;
+
+		/* the resolver's socket on the fd of one closed without us (banner) */
+		curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **) &t);
+		if (t != NULL && t->resolving)
+			h->fds[s] = 0;
+	}
 	if (s >= 0 && s < h->nfds && (h->fds[s] & QBH_FD_OURS))
 	{
 		qbh_watch_ours(h, s, &h->fds[s], what == CURL_POLL_REMOVE ? 0 : want);
@@ -348,9 +365,11 @@ qbh_write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 static int
 qbh_resolver_start(void *resolver_state, void *reserved, void *userdata)
 {
-	QbHttp	   *h = userdata;
+	QbhTransfer *t = userdata;
+	QbHttp	   *h = t->h;
 	sigset_t	all;
 
+	t->resolving = true;		/* until it opens a socket: qbh_socket_cb */
 	if (!h->sig_blocked)
 	{
 		sigfillset(&all);
@@ -465,6 +484,7 @@ qbh_transfer_get(QbHttp *h)
 	t->body[0] = '\0';
 	t->read = 0;
 	t->cut = false;
+	t->resolving = false;
 	t->next = t->prev = NULL;
 	return t;
 }
@@ -493,7 +513,7 @@ qbh_transfer_setopt(QbhTransfer *t, const QbDestination *dest, const char *body,
 	curl_easy_setopt(t->easy, CURLOPT_CLOSESOCKETFUNCTION, qbh_close_socket);
 	curl_easy_setopt(t->easy, CURLOPT_CLOSESOCKETDATA, t->h);
 	curl_easy_setopt(t->easy, CURLOPT_RESOLVER_START_FUNCTION, qbh_resolver_start);
-	curl_easy_setopt(t->easy, CURLOPT_RESOLVER_START_DATA, t->h);
+	curl_easy_setopt(t->easy, CURLOPT_RESOLVER_START_DATA, t);
 	/*
 	 * timeoutMs bounds each attempt; keepalive probes (10 s idle, then every
 	 * 5 s) find a kept-alive connection whose peer went away between
@@ -651,6 +671,7 @@ qbh_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
 	curl_socket_t s;
 	uint32_t   *fd;
 
+	t->resolving = false;		/* the name is resolved: see qbh_socket_cb */
 	/* the URL names the host the rules look for among their names */
 	curl_easy_getinfo(t->easy, CURLINFO_EFFECTIVE_URL, &url);
 	if (purpose == CURLSOCKTYPE_IPCXN &&
