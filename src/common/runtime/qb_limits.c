@@ -5,9 +5,10 @@
  *
  * A worker whose holder could not be had (more than QB_LIMITS_HOLDERS
  * workers) or a destination whose slot could not be had (more than
- * QB_LIMITS_SLOTS limited destinations in use at once) is given nothing:
- * its rows wait in the table, and the engine logs why.  A limit is never
- * silently exceeded.
+ * QB_LIMITS_SLOTS limited destinations used within a minute) is given
+ * nothing: its limited destinations' rows wait in the table until a slot
+ * is idle for a minute (docs/delivery.md, "Limits").  A limit is never
+ * exceeded for want of room here.
  *-------------------------------------------------------------------------
  */
 #include <errno.h>
@@ -19,12 +20,12 @@
 #include "qb_limits.h"
 #include "qb_metrics.h"			/* QbSlotState */
 
-#define QBL_SPINS_PER_CHECK	1000	/* about a millisecond with the yields */
-#define QBL_IDLE_NS			(60 * 1000000000LL)
+#define QBLIM_SPINS_PER_CHECK	1000	/* about a millisecond with the yields */
+#define QBLIM_IDLE_NS			(60 * 1000000000LL)
 
-/* qbl_lock: take the lock word (qb_limits.h: a dead holder's is taken over). */
+/* qblim_lock: take the lock word (qb_limits.h: a dead holder's is taken over). */
 static void
-qbl_lock(uint32_t *lock)
+qblim_lock(uint32_t *lock)
 {
 	uint32_t	me = (uint32_t) getpid();
 
@@ -35,7 +36,7 @@ qbl_lock(uint32_t *lock)
 		if (__atomic_compare_exchange_n(lock, &seen, me, false,
 										__ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 			return;
-		if (spins % QBL_SPINS_PER_CHECK == QBL_SPINS_PER_CHECK - 1 && seen != me &&
+		if (spins % QBLIM_SPINS_PER_CHECK == QBLIM_SPINS_PER_CHECK - 1 && seen != me &&
 			kill((pid_t) seen, 0) != 0 && errno == ESRCH &&
 			__atomic_compare_exchange_n(lock, &seen, me, false,
 										__ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
@@ -45,7 +46,7 @@ qbl_lock(uint32_t *lock)
 }
 
 static void
-qbl_unlock(uint32_t *lock)
+qblim_unlock(uint32_t *lock)
 {
 	__atomic_store_n(lock, 0, __ATOMIC_RELEASE);
 }
@@ -56,9 +57,9 @@ qb_limits_init(QbLimits *l)
 	memset(l, 0, sizeof(*l));
 }
 
-/* qbl_end_holder: holder's places back, in every slot (no lock held) */
+/* qblim_end_holder: holder's places back, in every slot (no lock held) */
 static void
-qbl_end_holder(QbLimits *l, int holder)
+qblim_end_holder(QbLimits *l, int holder)
 {
 	for (int i = 0; i < QB_LIMITS_SLOTS; i++)
 	{
@@ -66,12 +67,12 @@ qbl_end_holder(QbLimits *l, int holder)
 
 		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != QB_SLOT_IN_USE)
 			continue;
-		qbl_lock(&s->lock);
+		qblim_lock(&s->lock);
 		s->in_use -= s->held[holder];
 		if (s->in_use < 0)
 			s->in_use = 0;
 		s->held[holder] = 0;
-		qbl_unlock(&s->lock);
+		qblim_unlock(&s->lock);
 	}
 }
 
@@ -82,7 +83,7 @@ qb_limits_holder(QbLimits *l, const char *name, int pid)
 
 	if (l == NULL)
 		return -1;
-	qbl_lock(&l->lock);
+	qblim_lock(&l->lock);
 	for (int i = 0; i < QB_LIMITS_HOLDERS && found < 0; i++)
 		if (l->holders[i].state == QB_SLOT_IN_USE &&
 			strncmp(l->holders[i].name, name, QB_LIMITS_NAMELEN - 1) == 0)
@@ -96,9 +97,9 @@ qb_limits_holder(QbLimits *l, const char *name, int pid)
 		}
 	if (found >= 0)
 		l->holders[found].pid = pid;
-	qbl_unlock(&l->lock);
+	qblim_unlock(&l->lock);
 	if (found >= 0)
-		qbl_end_holder(l, found);	/* what its predecessor held */
+		qblim_end_holder(l, found);	/* what its predecessor held */
 	return found;
 }
 
@@ -106,7 +107,7 @@ void
 qb_limits_holder_end(QbLimits *l, int holder)
 {
 	if (l != NULL && holder >= 0 && holder < QB_LIMITS_HOLDERS)
-		qbl_end_holder(l, holder);
+		qblim_end_holder(l, holder);
 }
 
 void
@@ -116,18 +117,18 @@ qb_limits_pid_end(QbLimits *l, int pid)
 
 	if (l == NULL || pid <= 0)
 		return;
-	qbl_lock(&l->lock);
+	qblim_lock(&l->lock);
 	for (int i = 0; i < QB_LIMITS_HOLDERS && found < 0; i++)
 		if (l->holders[i].state == QB_SLOT_IN_USE && l->holders[i].pid == pid)
 			found = i;
-	qbl_unlock(&l->lock);
+	qblim_unlock(&l->lock);
 	if (found >= 0)
-		qbl_end_holder(l, found);
+		qblim_end_holder(l, found);
 }
 
-/* qbl_find: the slot named name, or NULL */
+/* qblim_find: the slot named name, or NULL */
 static QbLimitSlot *
-qbl_find(QbLimits *l, const char *name)
+qblim_find(QbLimits *l, const char *name)
 {
 	for (int i = 0; i < QB_LIMITS_SLOTS; i++)
 	{
@@ -141,21 +142,21 @@ qbl_find(QbLimits *l, const char *name)
 }
 
 /*
- * qbl_slot: the slot of name, taken when none has it: a free one, else one
+ * qblim_slot: the slot of name, taken when none has it: a free one, else one
  * idle for a minute (renamed under both locks, so no take sees it half
  * renamed: a reader that found it by its old name sees the new name once
  * it holds the slot's lock, and looks again).
  */
 static QbLimitSlot *
-qbl_slot(QbLimits *l, const char *name, int64_t now_ns)
+qblim_slot(QbLimits *l, const char *name, int64_t now_ns)
 {
-	QbLimitSlot *s = qbl_find(l, name);
+	QbLimitSlot *s = qblim_find(l, name);
 	QbLimitSlot *take = NULL;
 
 	if (s != NULL)
 		return s;
-	qbl_lock(&l->lock);
-	if ((s = qbl_find(l, name)) == NULL)
+	qblim_lock(&l->lock);
+	if ((s = qblim_find(l, name)) == NULL)
 	{
 		for (int i = 0; i < QB_LIMITS_SLOTS && take == NULL; i++)
 			if (l->slots[i].state == QB_SLOT_FREE)
@@ -164,16 +165,16 @@ qbl_slot(QbLimits *l, const char *name, int64_t now_ns)
 		{
 			QbLimitSlot *o = &l->slots[i];
 
-			qbl_lock(&o->lock);
-			if (o->in_use == 0 && now_ns - o->used_ns > QBL_IDLE_NS)
+			qblim_lock(&o->lock);
+			if (o->in_use == 0 && now_ns - o->used_ns > QBLIM_IDLE_NS)
 				take = o;
 			else
-				qbl_unlock(&o->lock);
+				qblim_unlock(&o->lock);
 		}
 		if (take != NULL)
 		{
 			if (take->state == QB_SLOT_FREE)
-				qbl_lock(&take->lock);
+				qblim_lock(&take->lock);
 			memset(take->name, 0, sizeof(take->name));
 			strncpy(take->name, name, QB_LIMITS_NAMELEN - 1);
 			memset(&take->bucket, 0, sizeof(take->bucket));		/* full */
@@ -181,28 +182,28 @@ qbl_slot(QbLimits *l, const char *name, int64_t now_ns)
 			take->in_use = 0;
 			take->used_ns = now_ns;
 			__atomic_store_n(&take->state, QB_SLOT_IN_USE, __ATOMIC_RELEASE);
-			qbl_unlock(&take->lock);
+			qblim_unlock(&take->lock);
 			s = take;
 		}
 	}
-	qbl_unlock(&l->lock);
+	qblim_unlock(&l->lock);
 	return s;
 }
 
-/* qbl_hold: slot of name, locked, its name checked; NULL: none */
+/* qblim_hold: slot of name, locked, its name checked; NULL: none */
 static QbLimitSlot *
-qbl_hold(QbLimits *l, const char *name, int64_t now_ns, bool create)
+qblim_hold(QbLimits *l, const char *name, int64_t now_ns, bool create)
 {
 	for (int tries = 0; tries < 3; tries++)
 	{
-		QbLimitSlot *s = create ? qbl_slot(l, name, now_ns) : qbl_find(l, name);
+		QbLimitSlot *s = create ? qblim_slot(l, name, now_ns) : qblim_find(l, name);
 
 		if (s == NULL)
 			return NULL;
-		qbl_lock(&s->lock);
+		qblim_lock(&s->lock);
 		if (strncmp(s->name, name, QB_LIMITS_NAMELEN - 1) == 0)
 			return s;
-		qbl_unlock(&s->lock);	/* renamed meanwhile: look again */
+		qblim_unlock(&s->lock);	/* renamed meanwhile: look again */
 	}
 	return NULL;
 }
@@ -216,7 +217,7 @@ qb_limits_reserve(QbLimits *l, int holder, const char *name, const QbLimitSpec *
 
 	*wait_ms = -1;
 	if (l == NULL || holder < 0 || holder >= QB_LIMITS_HOLDERS || want <= 0 ||
-		(s = qbl_hold(l, name, now_ns, true)) == NULL)
+		(s = qblim_hold(l, name, now_ns, true)) == NULL)
 		return 0;
 	if (spec->max_concurrent > 0 && spec->max_concurrent - s->in_use < n)
 		n = spec->max_concurrent - s->in_use;
@@ -236,7 +237,7 @@ qb_limits_reserve(QbLimits *l, int holder, const char *name, const QbLimitSpec *
 	}
 	if (n > 0)
 		s->used_ns = now_ns;
-	qbl_unlock(&s->lock);
+	qblim_unlock(&s->lock);
 	return n;
 }
 
@@ -246,7 +247,7 @@ qb_limits_give(QbLimits *l, int holder, const char *name, const QbLimitSpec *spe
 	QbLimitSlot *s;
 
 	if (l == NULL || holder < 0 || holder >= QB_LIMITS_HOLDERS || n <= 0 ||
-		(s = qbl_hold(l, name, 0, false)) == NULL)
+		(s = qblim_hold(l, name, 0, false)) == NULL)
 		return;
 	if (spec->rate.per_sec > 0)
 		qb_ratelimit_give(&s->bucket, &spec->rate, n);
@@ -257,7 +258,7 @@ qb_limits_give(QbLimits *l, int holder, const char *name, const QbLimitSpec *spe
 		s->held[holder] -= k;
 		s->in_use -= k;
 	}
-	qbl_unlock(&s->lock);
+	qblim_unlock(&s->lock);
 }
 
 void
@@ -266,14 +267,14 @@ qb_limits_release(QbLimits *l, int holder, const char *name)
 	QbLimitSlot *s;
 
 	if (l == NULL || holder < 0 || holder >= QB_LIMITS_HOLDERS ||
-		(s = qbl_hold(l, name, 0, false)) == NULL)
+		(s = qblim_hold(l, name, 0, false)) == NULL)
 		return;
 	if (s->held[holder] > 0)
 	{
 		s->held[holder]--;
 		s->in_use--;
 	}
-	qbl_unlock(&s->lock);
+	qblim_unlock(&s->lock);
 }
 
 int

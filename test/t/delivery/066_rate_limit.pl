@@ -78,30 +78,16 @@ qb_insert_keyed($node, 'r.ev', $nr, 50, 'rk');
 is(qb_count($node, "topic = 'r.ev'"), $nr, "rate: $nr rows for r over 50 keys");
 my $most = most_processing_until_sent('r.ev', $nr, "rate: all $nr rows of r are sent", 120);
 
-my @t = sort { $a <=> $b } map { $_->{t_us} / 1e6 } @{ qb_sink_requests($sink_r) };
-is(scalar(@t), $nr, "rate: the sink received $nr requests (no attempt failed, none resent)");
-my $span = $t[-1] - $t[0];
-cmp_ok($span, '>=', 20, sprintf('rate: the sink\'s requests span %.2f s: at least 20 s', $span));
-# the token bucket, seen by the sink: any stretch [t_i, t_j] holds at most
-# burst + rate * (t_j - t_i) requests; 5 % over that at most
-my ($worst, $worst_at) = (0, '');
-for my $i (0 .. $#t)
-{
-	for my $j ($i .. $#t)
-	{
-		my $allowed = $burst + $rate * ($t[$j] - $t[$i]);
-		my $ratio = ($j - $i + 1) / $allowed;
-		($worst, $worst_at) = ($ratio, sprintf('%d requests in %.3f s from request %d', $j - $i + 1, $t[$j] - $t[$i], $i))
-		  if $ratio > $worst;
-	}
-}
-cmp_ok($worst, '<=', 1.05,
+my $seen = qb_sink_rate($sink_r, $rate, $burst);
+is($seen->{n}, $nr, "rate: the sink received $nr requests (no attempt failed, none resent)");
+cmp_ok($seen->{span}, '>=', 20, sprintf('rate: the sink\'s requests span %.2f s: at least 20 s', $seen->{span}));
+# any stretch of time holds at most burst + 50/s of it; 5 % over at most
+cmp_ok($seen->{worst}, '<=', 1.05,
 	sprintf('rate: no stretch of time holds more than burst + 50/s (+5 %%): the fullest is %.3f of it (%s)',
-		$worst, $worst_at));
+		$seen->{worst}, $seen->{worst_at}));
 # past the first burst, the rate held: within 5 % of 50/s
-my $steady = ($nr - 1 - $burst) / ($t[-1] - $t[$burst]);
-cmp_ok(abs($steady - $rate) / $rate, '<=', 0.05,
-	sprintf('rate: past the burst the sink saw %.2f requests a second (50 within 5 %%)', $steady));
+cmp_ok(abs($seen->{steady} - $rate) / $rate, '<=', 0.05,
+	sprintf('rate: past the burst the sink saw %.2f requests a second (50 within 5 %%)', $seen->{steady}));
 cmp_ok($most, '<=', 2 * $burst,
 	"rate: rows waited in the table: at most $most of them were claimed at once (<= 2 x burst)");
 my $or = qb_key_order($node, $sink_r, "topic = 'r.ev'");
