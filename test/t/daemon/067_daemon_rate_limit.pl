@@ -38,14 +38,16 @@ my $d = qbd_start(
 	qb_config_yaml(
 		outbox => { pollIntervalMs => 100, maxAttempts => 100, claimTimeoutMs => 5000 },
 		destinations => {
-			r => { type => 'http', baseUrl => $sink_r->{url}, rateLimit => { perSecond => $rate, burst => $burst } },
+			r => { type => 'http', baseUrl => $sink_r->{url}, timeoutMs => 2000,
+				rateLimit => { perSecond => $rate, burst => $burst } },
 			c => { type => 'http', baseUrl => $sink_c->{url}, timeoutMs => 2000, maxConcurrent => 1 },
 		},
 		routes => [ map { { topicPattern => "$_.**", destination => $_ } } qw(r c) ],
 		database => { url => $url },
 		daemon => { outboxWorkers => 2, shutdownGraceMs => 5000 }),
 	name => 'drl');
-qbd_wait_daemon_log($d, qr/(?=.*outbox 0\[\d+\]: started)(?=.*outbox 1\[\d+\]: started)/s);
+like(qbd_wait_daemon_log($d, qr/(?=.*outbox 0\[\d+\]: started)(?=.*outbox 1\[\d+\]: started)/s),
+	qr/outbox 1\[\d+\]: started/, 'the daemon started its two outbox roles');
 
 # ==== 1. rateLimit 50/s, burst 50, 2 outbox roles, 1100 rows (22 s of tokens)
 my $nr = 1100;
