@@ -419,7 +419,8 @@ qba_body_params(QbaCall *c, QbAdminAnswer *ans)
 	json_t	   *v;
 	char		reason[QB_ERRLEN];
 
-	c->doc = req->body_len > 0 ? json_loadb(req->body, req->body_len, 0, &jerr) : json_object();
+	/* json_pack, not json_object(): inside the server that name is PostgreSQL's */
+	c->doc = req->body_len > 0 ? json_loadb(req->body, req->body_len, 0, &jerr) : json_pack("{}");
 	if (c->doc == NULL)
 	{
 		snprintf(reason, sizeof(reason), "the body is not valid JSON: %s at line %d, column %d",
