@@ -18,6 +18,10 @@
  *	  row of a half-open one).
  *	- Rows not routed yet are routed here (qbo_size_claim sizes their claim);
  *	  new rows are claimed above intake floors (qbo_lower_floors).
+ *	- A limited destination (rateLimit, maxConcurrent) is asked by a claim
+ *	  for no more rows than its limit reserved, and a row starts only with
+ *	  its token and place (qb_outbox_limits.c, shared by the server's
+ *	  workers through the host).
  *
  * Transaction rules: each cycle is one short transaction, none open while
  * requests are in flight; a cycle not written leaves its rows processing
