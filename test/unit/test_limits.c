@@ -3,11 +3,13 @@
  *	  Unit tests of qb_limits.c, the destinations' limits shared by the
  *	  workers of one server: reservations under both limits, give-back,
  *	  places released at a publish's end, by a restarted worker and at a
- *	  dead one's reaping; a lock left by a process killed inside it; two
- *	  processes on one MAP_SHARED block never given more than the limit.
+ *	  dead one's reaping; a lock left by a process killed inside it, and
+ *	  halfway through a reservation; two processes on one MAP_SHARED block
+ *	  never given more than the limit.
  *-------------------------------------------------------------------------
  */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -101,6 +103,33 @@ test_restart_and_reap(void **state)
 	munmap(l, sizeof(*l));
 }
 
+/*
+ * die_in_lock: a child takes slot 0's lock as qblim_lock does and is killed
+ * -9 inside it; mid_change: as a holder of its own, after the first store of
+ * a reservation's two (the count of places raised, its own share not yet).
+ * Returns its pid, reaped.
+ */
+static pid_t
+die_in_lock(QbLimits *l, bool mid_change)
+{
+	pid_t		pid = fork();
+	int			status;
+
+	if (pid == 0)
+	{
+		if (mid_change)
+			qb_limits_holder(l, "outbox 1", getpid());
+		__atomic_store_n(&l->slots[0].lock, (uint32_t) getpid(), __ATOMIC_RELEASE);
+		if (mid_change)
+			l->slots[0].in_use++;
+		raise(SIGKILL);
+		_exit(0);
+	}
+	waitpid(pid, &status, 0);
+	assert_true(WIFSIGNALED(status));
+	return pid;
+}
+
 /* a process killed -9 while it held a slot's lock: a waiter takes it over */
 static void
 test_dead_lock_holder(void **state)
@@ -110,24 +139,37 @@ test_dead_lock_holder(void **state)
 	long		wait;
 	int			h = qb_limits_holder(l, "outbox 0", getpid());
 	pid_t		pid;
-	int			status;
 
 	(void) state;
 	assert_int_equal(qb_limits_reserve(l, h, "d", &spec, 1, qb_now_ns(), &wait), 1);
-	pid = fork();
-	if (pid == 0)
-	{
-		/* take the slot's lock as qbl_lock does, then die inside it */
-		__atomic_store_n(&l->slots[0].lock, (uint32_t) getpid(), __ATOMIC_RELEASE);
-		raise(SIGKILL);
-		_exit(0);
-	}
-	waitpid(pid, &status, 0);
-	assert_true(WIFSIGNALED(status));
+	pid = die_in_lock(l, false);
 	assert_int_equal(l->slots[0].lock, (uint32_t) pid);
 	qb_limits_release(l, h, "d");
 	assert_int_equal(qb_limits_in_use(l, "d"), 0);
 	assert_int_equal(l->slots[0].lock, 0);
+	munmap(l, sizeof(*l));
+}
+
+/*
+ * a role killed -9 halfway through a reservation: once the supervisor reaps
+ * it, the place is free again (else maxConcurrent 1 would take no row until
+ * a restart)
+ */
+static void
+test_dead_mid_change(void **state)
+{
+	QbLimits   *l = shared_block();
+	QbLimitSpec spec = {{0, 0}, 1};
+	long		wait;
+	int			h = qb_limits_holder(l, "outbox 0", getpid());
+
+	(void) state;
+	assert_int_equal(qb_limits_reserve(l, h, "d", &spec, 1, qb_now_ns(), &wait), 1);
+	qb_limits_release(l, h, "d");
+	qb_limits_pid_end(l, die_in_lock(l, true));	/* the supervisor's reap */
+	assert_int_equal(l->slots[0].lock, 0);
+	assert_int_equal(qb_limits_in_use(l, "d"), 0);
+	assert_int_equal(qb_limits_reserve(l, h, "d", &spec, 1, qb_now_ns(), &wait), 1);
 	munmap(l, sizeof(*l));
 }
 
@@ -183,6 +225,7 @@ main(void)
 		cmocka_unit_test(test_reserve_both),
 		cmocka_unit_test(test_restart_and_reap),
 		cmocka_unit_test(test_dead_lock_holder),
+		cmocka_unit_test(test_dead_mid_change),
 		cmocka_unit_test(test_two_processes),
 	};
 

@@ -57,6 +57,26 @@ qb_limits_init(QbLimits *l)
 	memset(l, 0, sizeof(*l));
 }
 
+/*
+ * qblim_count: the places in use, counted again from what each holder holds
+ * (slot locked).  held[] is the truth and each change to it is one store;
+ * in_use is its sum kept for the readers without a lock.  Counted, never
+ * adjusted by a difference: a role killed -9 between the two stores of a
+ * change would otherwise leave in_use a place above held[] for good (with
+ * maxConcurrent 1, the destination would take no row until a restart);
+ * the next change under the lock, the reap's at the latest, repairs it.
+ */
+static int32_t
+qblim_count(QbLimitSlot *s)
+{
+	int32_t		n = 0;
+
+	for (int h = 0; h < QB_LIMITS_HOLDERS; h++)
+		n += s->held[h];
+	__atomic_store_n(&s->in_use, n, __ATOMIC_RELAXED);
+	return n;
+}
+
 /* qblim_end_holder: holder's places back, in every slot (no lock held) */
 static void
 qblim_end_holder(QbLimits *l, int holder)
@@ -68,10 +88,8 @@ qblim_end_holder(QbLimits *l, int holder)
 		if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != QB_SLOT_IN_USE)
 			continue;
 		qblim_lock(&s->lock);
-		s->in_use -= s->held[holder];
-		if (s->in_use < 0)
-			s->in_use = 0;
 		s->held[holder] = 0;
+		qblim_count(s);
 		qblim_unlock(&s->lock);
 	}
 }
@@ -166,7 +184,7 @@ qblim_slot(QbLimits *l, const char *name, int64_t now_ns)
 			QbLimitSlot *o = &l->slots[i];
 
 			qblim_lock(&o->lock);
-			if (o->in_use == 0 && now_ns - o->used_ns > QBLIM_IDLE_NS)
+			if (qblim_count(o) == 0 && now_ns - o->used_ns > QBLIM_IDLE_NS)
 				take = o;
 			else
 				qblim_unlock(&o->lock);
@@ -214,26 +232,28 @@ qb_limits_reserve(QbLimits *l, int holder, const char *name, const QbLimitSpec *
 {
 	QbLimitSlot *s;
 	int			n = want;
+	int32_t		in_use;
 
 	*wait_ms = -1;
 	if (l == NULL || holder < 0 || holder >= QB_LIMITS_HOLDERS || want <= 0 ||
 		(s = qblim_hold(l, name, now_ns, true)) == NULL)
 		return 0;
-	if (spec->max_concurrent > 0 && spec->max_concurrent - s->in_use < n)
-		n = spec->max_concurrent - s->in_use;
+	in_use = qblim_count(s);
+	if (spec->max_concurrent > 0 && spec->max_concurrent - in_use < n)
+		n = spec->max_concurrent - in_use;
 	if (n < 0)
 		n = 0;
 	if (spec->rate.per_sec > 0)
 	{
 		n = qb_ratelimit_take(&s->bucket, &spec->rate, now_ns, n);
 		/* when a token comes, if tokens are what is missing */
-		if (n < want && (spec->max_concurrent <= 0 || s->in_use + n < spec->max_concurrent))
+		if (n < want && (spec->max_concurrent <= 0 || in_use + n < spec->max_concurrent))
 			*wait_ms = qb_ratelimit_wait_ms(&s->bucket, &spec->rate, now_ns, 1);
 	}
 	if (spec->max_concurrent > 0)
 	{
-		s->in_use += n;
 		s->held[holder] += n;
+		qblim_count(s);
 	}
 	if (n > 0)
 		s->used_ns = now_ns;
@@ -256,7 +276,7 @@ qb_limits_give(QbLimits *l, int holder, const char *name, const QbLimitSpec *spe
 		int			k = n < s->held[holder] ? n : s->held[holder];
 
 		s->held[holder] -= k;
-		s->in_use -= k;
+		qblim_count(s);
 	}
 	qblim_unlock(&s->lock);
 }
@@ -272,7 +292,7 @@ qb_limits_release(QbLimits *l, int holder, const char *name)
 	if (s->held[holder] > 0)
 	{
 		s->held[holder]--;
-		s->in_use--;
+		qblim_count(s);
 	}
 	qblim_unlock(&s->lock);
 }

@@ -27,7 +27,9 @@
  * pid of the process in it (0: free), taken by compare-and-swap around a
  * few dozen instructions.  A process that finds the lock held for more
  * than a millisecond checks that its holder lives (kill 0): a daemon role
- * killed -9 inside it leaves it held, and a waiter takes it over.  The
+ * killed -9 inside it leaves it held, and a waiter takes it over.  What it
+ * was changing stays usable: a place is counted in held[] alone (one store
+ * per change), in_use is counted again from it at every change.  The
  * table of holders and the naming of slots take the block's lock the same
  * way.  Counters read for display are read without a lock (relaxed).
  *-------------------------------------------------------------------------
@@ -50,7 +52,7 @@ typedef struct QbLimitSlot
 	uint32_t	state;			/* QbSlotState (qb_metrics.h) */
 	char		name[QB_LIMITS_NAMELEN];
 	QbRateBucket bucket;
-	int32_t		in_use;			/* places held, all holders */
+	int32_t		in_use;			/* sum of held[], for readers without a lock */
 	int64_t		used_ns;		/* the last take */
 	int32_t		held[QB_LIMITS_HOLDERS];	/* places held, by holder */
 } QbLimitSlot;
