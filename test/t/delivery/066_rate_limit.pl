@@ -5,8 +5,9 @@
 #      judged from the sink's own request timestamps, no stretch of time
 #      holds more requests than the bucket allows (burst + 50/s, 5 % over
 #      at most), and past the burst the rate is 50/s within 5 %; the rows
-#      wait in the table (few are claimed at once), none is lost, each is
-#      sent once, every key in order;
+#      wait in the table (at most 2 x burst claimed at once: over 275 keys,
+#      so that key order alone would let both workers claim their room, 2 x
+#      100), none is lost, each is sent once, every key in order;
 #   2. maxConcurrent: 1 against a sink that answers after 50 ms: the sink
 #      never sees two requests at once; every row sent once;
 #   3. a limited destination beside an unlimited one: the unlimited one's
@@ -73,9 +74,12 @@ sub most_processing_until_sent
 }
 
 # ==== 1. rateLimit 50/s, burst 50, 2 workers, 1100 rows (22 s of tokens)
+# over 275 keys: more than 2 x batchSize heads, so that what is claimed at
+# once is bounded by the limit, not by the keys' order (50 keys bound it to 50)
 my $nr = 1100;
-qb_insert_keyed($node, 'r.ev', $nr, 50, 'rk');
-is(qb_count($node, "topic = 'r.ev'"), $nr, "rate: $nr rows for r over 50 keys");
+my $nk = 275;
+qb_insert_keyed($node, 'r.ev', $nr, $nk, 'rk');
+is(qb_count($node, "topic = 'r.ev'"), $nr, "rate: $nr rows for r over $nk keys");
 my $most = most_processing_until_sent('r.ev', $nr, "rate: all $nr rows of r are sent", 120);
 
 my $seen = qb_sink_rate($sink_r, $rate, $burst);
@@ -93,7 +97,7 @@ cmp_ok($most, '<=', 2 * $burst,
 my $or = qb_key_order($node, $sink_r, "topic = 'r.ev'");
 is($or->{delivered}, $nr, "rate: all $nr rows were answered 2xx");
 is($or->{dups}, 0, 'rate: each row was sent once');
-is($or->{keys_in_order}, 50, 'rate: all 50 keys were delivered in id order') or diag join("\n", @{ $or->{bad} });
+is($or->{keys_in_order}, $nk, "rate: all $nk keys were delivered in id order") or diag join("\n", @{ $or->{bad} });
 is(qb_count($node, "topic = 'r.ev' AND attempt = 1"), $nr, 'rate: every row spent exactly one attempt');
 
 # ==== 2. maxConcurrent 1 against a sink that answers after 50 ms
