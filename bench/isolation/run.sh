@@ -3,7 +3,7 @@
 # snapshot is kept from slowing the rest of the outbox (issue 9).  Each
 # figure is a ratio against its anchor measured in the same run.
 #
-#   bench/isolation/run.sh [--record] [--phases "down keyfail slow hot xmin claim insert"]
+#   bench/isolation/run.sh [--record] [--phases "down keyfail slow limited hot xmin claim insert"]
 #
 # Run from anywhere after `make && make install` (as root, or as a user who
 # can run initdb); on a shared machine install and run under the install
@@ -21,6 +21,10 @@
 #           B's failing heads are retried for the whole window
 #   slow    A's rows/s alone, and again beside B's deep backlog (b is a sink
 #           answering after QB_BENCH_SLOW_MS)
+#   limited A's rows/s alone, and again beside B's deep backlog held to
+#           QB_BENCH_LIMITED_RATE requests a second by B's rateLimit (b is a
+#           sink answering at once): a limited destination's rows wait in
+#           the table and cost the others nothing
 #   hot     the rows/s of rows of other keys, alone and behind the pending
 #           rows of one hot key inserted before them
 #   xmin    rows/s with a REPEATABLE READ transaction held open since before
@@ -38,6 +42,8 @@
 #   QB_BENCH_DOWN_ROWS=200000 QB_BENCH_DOWN_KEYS=1000   B's rows in retry
 #   QB_BENCH_SLOW_ROWS=300000 QB_BENCH_SLOW_KEYS=1000 QB_BENCH_SLOW_MS=50
 #   QB_BENCH_SLOW_ROUNDS=3   slow: alone/with rounds, the medians compared
+#   QB_BENCH_LIMITED_ROWS=100000 QB_BENCH_LIMITED_KEYS=1000 QB_BENCH_LIMITED_RATE=100
+#   QB_BENCH_LIMITED_ROUNDS=3   limited: alone/with rounds, medians compared
 #   QB_BENCH_HOT_ROWS=300000   the hot key's rows
 #   QB_BENCH_HOT_OTHER=20000 QB_BENCH_HOT_OTHER_KEYS=1000   the timed rows
 #   QB_BENCH_XMIN_ROWS=100000
@@ -61,19 +67,19 @@
 set -euo pipefail
 
 RECORD=${QB_BENCH_RECORD:-0}
-PHASES=${QB_BENCH_PHASES:-down keyfail slow hot xmin claim insert}
+PHASES=${QB_BENCH_PHASES:-down keyfail slow limited hot xmin claim insert}
 CMDLINE="bench/isolation/run.sh"
 while (( $# )); do
 	case $1 in
 		--record) RECORD=1; CMDLINE+=" --record" ;;
 		--phases) [[ $# -ge 2 ]] || { echo "--phases needs a list" >&2; exit 2; }; PHASES=$2; CMDLINE+=" --phases \"$2\""; shift ;;
-		*) echo "usage: bench/isolation/run.sh [--record] [--phases \"down keyfail slow hot xmin claim insert\"]" >&2; exit 2 ;;
+		*) echo "usage: bench/isolation/run.sh [--record] [--phases \"down keyfail slow limited hot xmin claim insert\"]" >&2; exit 2 ;;
 	esac
 	shift
 done
 PHASES=${PHASES//,/ }
 for p in $PHASES; do
-	[[ " down keyfail slow hot xmin claim insert " == *" $p "* ]] || { echo "unknown phase $p (down keyfail slow hot xmin claim insert)" >&2; exit 2; }
+	[[ " down keyfail slow limited hot xmin claim insert " == *" $p "* ]] || { echo "unknown phase $p (down keyfail slow limited hot xmin claim insert)" >&2; exit 2; }
 done
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 
@@ -88,6 +94,10 @@ SLOW_ROWS=${QB_BENCH_SLOW_ROWS:-300000}
 SLOW_KEYS=${QB_BENCH_SLOW_KEYS:-1000}
 SLOW_MS=${QB_BENCH_SLOW_MS:-50}
 SLOW_ROUNDS=${QB_BENCH_SLOW_ROUNDS:-3}
+LIMITED_ROWS=${QB_BENCH_LIMITED_ROWS:-100000}
+LIMITED_KEYS=${QB_BENCH_LIMITED_KEYS:-1000}
+LIMITED_RATE=${QB_BENCH_LIMITED_RATE:-100}
+LIMITED_ROUNDS=${QB_BENCH_LIMITED_ROUNDS:-3}
 HOT_ROWS=${QB_BENCH_HOT_ROWS:-300000}
 HOT_OTHER=${QB_BENCH_HOT_OTHER:-20000}
 HOT_OTHER_KEYS=${QB_BENCH_HOT_OTHER_KEYS:-1000}
@@ -115,6 +125,7 @@ MEM_KB=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
 if [[ -n "${QB_BENCH_SHARED_BUFFERS:-}" ]]; then SB=$QB_BENCH_SHARED_BUFFERS
 elif (( MEM_KB >= 16 * 1024 * 1024 )); then SB=4GB; else SB=2GB; fi
 for v in "$A_ROWS" "$A_KEYS" "$DOWN_ROWS" "$DOWN_KEYS" "$SLOW_ROWS" "$SLOW_KEYS" "$SLOW_MS" "$HOT_ROWS" \
+	"$LIMITED_ROWS" "$LIMITED_KEYS" "$LIMITED_RATE" "$LIMITED_ROUNDS" \
 	"$HOT_OTHER" "$HOT_OTHER_KEYS" "$XMIN_ROWS" "$CLAIM_HEADS" "$CLAIM_FOLLOWERS" "$CLAIM_POOL" "$CLAIM_T" \
 	"$INSERT_T" "$INSERT_ROUNDS" "$INSERT_CLIENTS" "$WINDOW" "$BATCH" "$WORKERS" "$BACKOFF_MS" "$BACKOFF_MAX_MS" \
 	"$MAX_ATTEMPTS" "$TIMEOUT"; do
@@ -148,6 +159,7 @@ DOWN_PORT=$(free_port) || die "no free port"
 # shellcheck disable=SC2154  # start_sink sets SINK_PORT_a
 [[ "$DOWN_PORT" != "$SINK_PORT_a" ]] || die "free_port gave sink A's port; run again"
 if has_phase slow; then start_sink b --delay-ms "$SLOW_MS"; fi
+if has_phase limited; then start_sink l; fi
 log "queuebox $EXTVERSION; sink A 127.0.0.1:$SINK_PORT_a${SINK_PORT_b:+, slow sink B 127.0.0.1:$SINK_PORT_b (${SLOW_MS} ms)}; down port $DOWN_PORT"
 
 # configure B_URL [B_EXTRA]: destinations a (sink A) and b (B_URL, with the
@@ -291,32 +303,53 @@ if has_phase keyfail; then
 		"with B failing per key $(head_line keyfail); B: ${R[keyfail_b]}, circuit ${R[keyfail_circuit]})"
 fi
 
-# ================================================================ slow
-slow_setup() { # B's backlog, until sink B has answered
-	sink_reset "$SINK_PORT_b"
-	q bench "$(fill b.event "$SLOW_ROWS" "'b' || (g % $SLOW_KEYS)")"
-	wait_true "slow: sink B answered" "SELECT EXISTS (SELECT 1 FROM queuebox.outbox WHERE topic = 'b.event' AND state = 'sent')"
-	R[slow_b0]=$(sink_requests "$SINK_PORT_b")
+# ================================================================ slow, limited
+# backlog_setup PHASE ROWS KEYS PORT: B's backlog of ROWS rows over KEYS
+# keys, until B's sink (at PORT) has answered; R[PHASE_b0] its requests then
+backlog_setup() {
+	sink_reset "$4"
+	q bench "$(fill b.event "$2" "'b' || (g % $3)")"
+	wait_true "$1: B's sink answered" "SELECT EXISTS (SELECT 1 FROM queuebox.outbox WHERE topic = 'b.event' AND state = 'sent')"
+	R[$1_b0]=$(sink_requests "$4")
+}
+# beside_rounds PHASE ROUNDS PORT SETUP...: ROUNDS rounds of A's rows alone,
+# then beside B's backlog (SETUP, a function and its arguments; B's sink at
+# PORT), alternating: a single anchor run here varied from 22k to 28k rows/s
+# with where it fell in the run, so the medians are compared.  Sets
+# R[PHASE_alone_rows_s], R[PHASE_with_rows_s], R[PHASE_b_rate] (medians),
+# R[PHASE_b_left] (the last round's), ALONE, WITH and RATIOS (by round)
+beside_rounds() {
+	local phase=$1 n=$2 port=$3 r brate=()
+	shift 3
+	ALONE=(); WITH=(); RATIOS=()
+	for r in $(seq 1 "$n"); do
+		alone_and_with "$phase" "$A_ROWS" "'a' || (g % $A_KEYS)" "$*"
+		ALONE+=("${R[${phase}_alone_rows_s]}"); WITH+=("${R[${phase}_with_rows_s]}")
+		brate+=("$(python3 -c "print(round(($(sink_requests "$port") - ${R[${phase}_b0]}) / ${R[${phase}_with_elapsed]}))")")
+		RATIOS+=("$(fdiv "${R[${phase}_with_rows_s]}" "${R[${phase}_alone_rows_s]}" 2)")
+		R[${phase}_b_left]=$(q bench "SELECT count(*) FROM queuebox.outbox WHERE topic = 'b.event' AND state IN ('pending', 'processing')")
+		log "$phase round $r: ratio ${RATIOS[-1]}; B's sink answered ${brate[-1]} requests/s meanwhile; B's rows still waiting at the end: ${R[${phase}_b_left]}"
+		(( R[${phase}_b_left] > 0 )) || log "WARNING: B's backlog ran out during the measurement; give B more rows"
+	done
+	R[${phase}_alone_rows_s]=$(median "${ALONE[@]}"); R[${phase}_with_rows_s]=$(median "${WITH[@]}"); R[${phase}_b_rate]=$(median "${brate[@]}")
 }
 if has_phase slow; then
 	log "phase slow: A's $A_ROWS rows alone, then beside B's backlog of $SLOW_ROWS rows over $SLOW_KEYS keys (sink B answers after $SLOW_MS ms), $SLOW_ROUNDS rounds"
 	configure "http://127.0.0.1:$SINK_PORT_b"
-	# rounds, alone and with alternating: a single anchor run here varied from
-	# 22k to 28k rows/s with where it fell in the run; the medians are compared
-	slow_alone=(); slow_with=(); slow_b=(); slow_ratios=()
-	for r in $(seq 1 "$SLOW_ROUNDS"); do
-		alone_and_with slow "$A_ROWS" "'a' || (g % $A_KEYS)" slow_setup
-		slow_alone+=("${R[slow_alone_rows_s]}"); slow_with+=("${R[slow_with_rows_s]}")
-		slow_b+=("$(python3 -c "print(round(($(sink_requests "$SINK_PORT_b") - ${R[slow_b0]}) / ${R[slow_with_elapsed]}))")")
-		slow_ratios+=("$(fdiv "${R[slow_with_rows_s]}" "${R[slow_alone_rows_s]}" 2)")
-		R[slow_b_left]=$(q bench "SELECT count(*) FROM queuebox.outbox WHERE topic = 'b.event' AND state IN ('pending', 'processing')")
-		log "slow round $r: ratio ${slow_ratios[-1]}; sink B answered ${slow_b[-1]} requests/s meanwhile; B's rows still waiting at the end: ${R[slow_b_left]}"
-		(( R[slow_b_left] > 0 )) || log "WARNING: B's backlog ran out during the measurement; raise QB_BENCH_SLOW_ROWS"
-	done
-	R[slow_alone_rows_s]=$(median "${slow_alone[@]}"); R[slow_with_rows_s]=$(median "${slow_with[@]}"); R[slow_b_rate]=$(median "${slow_b[@]}")
+	beside_rounds slow "$SLOW_ROUNDS" "$SINK_PORT_b" backlog_setup slow "$SLOW_ROWS" "$SLOW_KEYS" "$SINK_PORT_b"
 	conclude slow "${R[slow_with_rows_s]}" "${R[slow_alone_rows_s]}" 2 ">= 0.8" \
-		"A alone, median of ${slow_alone[*]}: ${R[slow_alone_rows_s]} rows/s" \
-		"beside slow B, median of ${slow_with[*]}: ${R[slow_with_rows_s]} rows/s (ratios by round ${slow_ratios[*]}; B meanwhile ${R[slow_b_rate]} req/s, ${R[slow_b_left]} rows still waiting)"
+		"A alone, median of ${ALONE[*]}: ${R[slow_alone_rows_s]} rows/s" \
+		"beside slow B, median of ${WITH[*]}: ${R[slow_with_rows_s]} rows/s (ratios by round ${RATIOS[*]}; B meanwhile ${R[slow_b_rate]} req/s, ${R[slow_b_left]} rows still waiting)"
+fi
+if has_phase limited; then
+	log "phase limited: A's $A_ROWS rows alone, then beside B's backlog of $LIMITED_ROWS rows over $LIMITED_KEYS keys held to $LIMITED_RATE/s by its rateLimit (sink L answers at once), $LIMITED_ROUNDS rounds"
+	# shellcheck disable=SC2154  # start_sink sets SINK_PORT_l
+	configure "http://127.0.0.1:$SINK_PORT_l" "rateLimit: { perSecond: $LIMITED_RATE }"
+	beside_rounds limited "$LIMITED_ROUNDS" "$SINK_PORT_l" backlog_setup limited "$LIMITED_ROWS" "$LIMITED_KEYS" "$SINK_PORT_l"
+	R[limited_b_claimed]=$(q bench "SELECT count(*) FROM queuebox.outbox WHERE topic = 'b.event' AND state = 'processing'")
+	conclude limited "${R[limited_with_rows_s]}" "${R[limited_alone_rows_s]}" 2 ">= 0.9" \
+		"A alone, median of ${ALONE[*]}: ${R[limited_alone_rows_s]} rows/s" \
+		"beside B limited to $LIMITED_RATE/s, median of ${WITH[*]}: ${R[limited_with_rows_s]} rows/s (ratios by round ${RATIOS[*]}; B meanwhile ${R[limited_b_rate]} req/s, ${R[limited_b_left]} rows still waiting, ${R[limited_b_claimed]} of them claimed)"
 fi
 
 # ================================================================ hot
@@ -488,7 +521,7 @@ SUMMARY=$(
 		echo "| $p | $a | $m | $r | $t |"
 	done
 	echo
-	echo "Ratios: down, keyfail, slow, hot and xmin = rows/s measured / rows/s of the anchor; claim = ms per claim with the blocked rows / without; insert = plain-table tps / outbox tps (what the outbox costs per INSERT)."
+	echo "Ratios: down, keyfail, slow, limited, hot and xmin = rows/s measured / rows/s of the anchor; claim = ms per claim with the blocked rows / without; insert = plain-table tps / outbox tps (what the outbox costs per INSERT)."
 	echo "CPU busy while the benchmark was idle, at the start, before each measurement and at the end (%): ${BUSY[*]} (above ~15: the machine was shared, figures are low)."
 )
 echo
@@ -510,8 +543,8 @@ if [[ "$RECORD" == 1 ]]; then
 		echo "Command: \`$CMDLINE\` (phases \"$PHASES\")."
 		qb_bench_machine
 		echo "PostgreSQL $PGVERSION, fresh cluster: shared_buffers $SB, max_wal_size 16GB, checkpoint_timeout 30min, fsync on, synchronous_commit on; queuebox.outbox_workers $WORKERS (0 during insert)."
-		echo "Configuration: outbox.batchSize $BATCH, maxAttempts $MAX_ATTEMPTS, backoff initialMs $BACKOFF_MS, maxMs $BACKOFF_MAX_MS; destinations a (qb_sink) and b (down: a refused port; keyfail: the same with circuitBreaker.failures 1000000; slow: qb_sink --delay-ms $SLOW_MS)${DEST_EXTRA:+, each with $DEST_EXTRA}; routes a.** -> a, b.** -> b."
-		echo "Sizes: A $A_ROWS rows over $A_KEYS keys; down B $DOWN_ROWS rows over $DOWN_KEYS keys; slow B $SLOW_ROWS over $SLOW_KEYS ($SLOW_ROUNDS rounds, medians); hot $HOT_ROWS rows of one key, $HOT_OTHER timed rows over $HOT_OTHER_KEYS keys; xmin $XMIN_ROWS rows; claim $CLAIM_HEADS heads x $CLAIM_FOLLOWERS followers blocked, $CLAIM_POOL claimable, pgbench -T $CLAIM_T -c 1; insert $INSERT_ROUNDS x (outbox, plain) pgbench -T $INSERT_T -c $INSERT_CLIENTS. A timed delivery stops after ${WINDOW} s (rows/s = rows delivered / elapsed)."
+		echo "Configuration: outbox.batchSize $BATCH, maxAttempts $MAX_ATTEMPTS, backoff initialMs $BACKOFF_MS, maxMs $BACKOFF_MAX_MS; destinations a (qb_sink) and b (down: a refused port; keyfail: the same with circuitBreaker.failures 1000000; slow: qb_sink --delay-ms $SLOW_MS; limited: qb_sink, rateLimit perSecond $LIMITED_RATE)${DEST_EXTRA:+, each with $DEST_EXTRA}; routes a.** -> a, b.** -> b."
+		echo "Sizes: A $A_ROWS rows over $A_KEYS keys; down B $DOWN_ROWS rows over $DOWN_KEYS keys; slow B $SLOW_ROWS over $SLOW_KEYS ($SLOW_ROUNDS rounds, medians); limited B $LIMITED_ROWS over $LIMITED_KEYS ($LIMITED_ROUNDS rounds, medians); hot $HOT_ROWS rows of one key, $HOT_OTHER timed rows over $HOT_OTHER_KEYS keys; xmin $XMIN_ROWS rows; claim $CLAIM_HEADS heads x $CLAIM_FOLLOWERS followers blocked, $CLAIM_POOL claimable, pgbench -T $CLAIM_T -c 1; insert $INSERT_ROUNDS x (outbox, plain) pgbench -T $INSERT_T -c $INSERT_CLIENTS. A timed delivery stops after ${WINDOW} s (rows/s = rows delivered / elapsed)."
 		echo
 		echo "$SUMMARY"
 	} >>"$ROOT/bench/RESULTS.md"

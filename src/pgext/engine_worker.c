@@ -48,6 +48,28 @@ qbw_slot(QbEngineKind kind, int index)
 	return &qb_shared->consumer[index];
 }
 
+/* qbw_limits_end: the worker's maxConcurrent places back (its requests end with it) */
+static void
+qbw_limits_end(int code, Datum arg)
+{
+	qb_limits_holder_end(&qb_shared->limits, DatumGetInt32(arg));
+}
+
+/*
+ * qbw_limits: the destinations' limits every worker shares, and this
+ * worker's holder in them (taking it gives back what a predecessor of the
+ * same name held: one that ended by an ERROR exits without a crash
+ * restart).
+ */
+static void
+qbw_limits(QbHost *host, const char *name)
+{
+	host->limits = &qb_shared->limits;
+	host->limit_holder = qb_limits_holder(host->limits, name, (int) getpid());
+	if (host->limit_holder >= 0)
+		before_shmem_exit(qbw_limits_end, Int32GetDatum(host->limit_holder));
+}
+
 void
 qb_engine_worker_main(Datum arg)
 {
@@ -68,6 +90,7 @@ qb_engine_worker_main(Datum arg)
 	snprintf(label, sizeof(label), "queuebox %s", name);
 	qb_worker_host_start(label, qbw_slot(kind, index), kind == QB_ENGINE_OUTBOX, &host);
 	host.worker = qb_metrics_worker(host.metrics, name, (int) getpid());
+	qbw_limits(&host, name);
 	qb_spi_store_init(&store);
 
 	if (qb_engine_tables_check(&host, &store, name, err, sizeof(err)) != 0 ||

@@ -26,6 +26,12 @@
  *	- routes: written by any worker at a configuration load and by the
  *	  commit callback of a configure() in the served database, read by the
  *	  outbox_route trigger of any backend; a seqlock (outbox_route.c).
+ *	- limits: the destinations' rateLimit buckets and maxConcurrent places,
+ *	  under qb_limits.c's own locks (a spin lock per destination); each
+ *	  outbox worker takes its holder by name at its start and gives back
+ *	  its places at its exit (before_shmem_exit, engine_worker.c).  A
+ *	  worker killed -9 makes the postmaster restart every backend and
+ *	  initialise shared memory again: no place outlives it.
  *	No process-local pointer (a CURLM *, a heap address) is ever stored here.
  *-------------------------------------------------------------------------
  */
@@ -40,6 +46,7 @@
 #include "utils/relcache.h"
 
 #include "qb_host.h"
+#include "qb_limits.h"
 #include "qb_metrics.h"
 #include "qb_pg_stmt.h"
 #include "qb_store.h"
@@ -110,6 +117,7 @@ typedef struct QbShared
 	QbWorkerSlot ingress;
 	QbWorkerSlot consumer[QB_MAX_CONSUMER_WORKERS];
 	QbMetrics	metrics;		/* every worker adds; the ingress renders */
+	QbLimits	limits;			/* the destinations' limits (qb_limits.h) */
 	QbRouteTable routes;
 } QbShared;
 

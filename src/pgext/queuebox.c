@@ -351,6 +351,7 @@ qb_shmem_startup(void)
 		}
 		pg_atomic_init_u32(&qb_shared->outbox_wake_next, 0);
 		qb_metrics_init(&qb_shared->metrics);
+		qb_limits_init(&qb_shared->limits);
 		pg_atomic_init_u64(&qb_shared->routes.generation, 0);
 		qb_shared->routes.nroutes = -1;
 	}

@@ -45,6 +45,7 @@ use Time::HiRes qw(usleep time);
 our @EXPORT = qw(
   qb_node qb_config_yaml qb_configure qb_sql_quote qb_client_c_program
   qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats qb_sink_first_after
+  qb_sink_rate
   qb_endless_start qb_endless_conns qb_endless_stop qb_endless_routes qb_endless_check
   qb_wait_query qb_wait_for qb_worker_pids qb_launcher_pid qb_free_port
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
@@ -595,6 +596,32 @@ sub qb_sink_first_after
 		  if $r->{t_us} / 1e6 >= $t0 && $r->{status} >= 200 && $r->{status} < 300;
 	}
 	return undef;
+}
+
+# qb_sink_rate($sink, $per_sec, $burst): a rateLimit seen from the sink's own
+# request timestamps (t_us, stamped when it read each request), judged as a
+# token bucket.  Returns { n, span (s from the first request to the last),
+# worst: the most any stretch [t_i, t_j] held over what the bucket allows
+# (burst + per_sec * (t_j - t_i)), as a ratio, worst_at: that stretch in
+# words, steady: requests a second past the first burst }.
+sub qb_sink_rate
+{
+	my ($s, $per_sec, $burst) = @_;
+	my @t = sort { $a <=> $b } map { $_->{t_us} / 1e6 } @{ qb_sink_requests($s) };
+	my %r = (n => scalar(@t), span => @t ? $t[-1] - $t[0] : 0, worst => 0, worst_at => '');
+	for my $i (0 .. $#t)
+	{
+		for my $j ($i .. $#t)
+		{
+			my $ratio = ($j - $i + 1) / ($burst + $per_sec * ($t[$j] - $t[$i]));
+			next unless $ratio > $r{worst};
+			$r{worst} = $ratio;
+			$r{worst_at} = sprintf('%d requests in %.3f s from request %d', $j - $i + 1, $t[$j] - $t[$i], $i);
+		}
+	}
+	$r{steady} = @t > $burst + 1 && $t[-1] > $t[$burst]
+	  ? (@t - 1 - $burst) / ($t[-1] - $t[$burst]) : 0;
+	return \%r;
 }
 
 sub qb_sink_stats

@@ -74,6 +74,11 @@
  *		after the body was received (scripted delays excluded); max_answer_ms
  *		= the longest such time.
  *		held = requests held now ("hold": true), not yet released
+ *		concurrent = requests received (whole body read) whose answer is
+ *		not queued yet, now; max_concurrent = the most there were at once
+ *		(a client's concurrency limit, seen from the sink: a request is
+ *		counted from its receipt to its answer, so a slow answer, from
+ *		--delay-ms or "delay_ms", keeps it counted that long)
  *	POST /_sink/reset  -> zeroes the counters and the fail table
  *	POST /_sink/release -> answers every held request now: {"released": n}
  *	POST /_sink/fault  -> a fault for every later request until the next one
@@ -141,6 +146,8 @@ static atomic_ulong n_failed;
 static atomic_ulong n_aborted;	/* answer queued, connection ended before it was sent */
 static atomic_ulong n_slow;		/* answers fully sent more than 1 s after receipt */
 static atomic_ulong max_answer_us;	/* receipt -> answer fully sent, delays excluded */
+static atomic_long n_open;		/* requests received whose answer is not queued yet */
+static atomic_long max_open;	/* the most n_open has been */
 
 static FILE *log_fp = NULL;
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -856,10 +863,12 @@ answer_control(struct MHD_Connection *c, const char *method, const char *url, Re
 	{
 		snprintf(buf, sizeof(buf),
 				 "{\"requests\":%lu,\"ok\":%lu,\"failed\":%lu,"
-				 "\"aborted\":%lu,\"slow\":%lu,\"max_answer_ms\":%.3f,\"held\":%lu}",
+				 "\"aborted\":%lu,\"slow\":%lu,\"max_answer_ms\":%.3f,\"held\":%lu,"
+				 "\"concurrent\":%ld,\"max_concurrent\":%ld}",
 				 atomic_load(&n_requests), atomic_load(&n_ok), atomic_load(&n_failed),
 				 atomic_load(&n_aborted), atomic_load(&n_slow),
-				 atomic_load(&max_answer_us) / 1000.0, atomic_load(&n_held));
+				 atomic_load(&max_answer_us) / 1000.0, atomic_load(&n_held),
+				 atomic_load(&n_open), atomic_load(&max_open));
 		return answer_json(c, 200, buf, NULL);
 	}
 	if (strcmp(url, "/_sink/reset") == 0 && strcmp(method, "POST") == 0)
@@ -870,6 +879,7 @@ answer_control(struct MHD_Connection *c, const char *method, const char *url, Re
 		atomic_store(&n_aborted, 0);
 		atomic_store(&n_slow, 0);
 		atomic_store(&max_answer_us, 0);
+		atomic_store(&max_open, atomic_load(&n_open));
 		fail_reset();
 		return answer_json(c, 200, "{\"ok\":true}", NULL);
 	}
@@ -958,6 +968,11 @@ handler(void *cls, struct MHD_Connection *c, const char *url, const char *method
 
 	if (!r->decided)
 	{
+		long		open = atomic_fetch_add(&n_open, 1) + 1;
+		long		most = atomic_load(&max_open);
+
+		while (open > most && !atomic_compare_exchange_weak(&max_open, &most, open))
+			;
 		r->t_us = real_us();
 		r->t_mono_ns = mono_ns();
 		r->decided = true;
@@ -978,6 +993,7 @@ handler(void *cls, struct MHD_Connection *c, const char *url, const char *method
 	}
 
 	r->answered = true;
+	atomic_fetch_sub(&n_open, 1);	/* its answer is queued now */
 	atomic_fetch_add(&n_requests, 1);
 	if (r->status >= 200 && r->status < 300)
 		atomic_fetch_add(&n_ok, 1);
@@ -1009,6 +1025,9 @@ completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
 	Req		   *r = *con_cls;
 
+	/* received, never answered (the client went away while it waited) */
+	if (r && r->decided && !r->answered && r->t_mono_ns)
+		atomic_fetch_sub(&n_open, 1);
 	if (r && r->answered && r->t_mono_ns && !r->held)
 	{
 		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)

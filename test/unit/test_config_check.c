@@ -243,6 +243,59 @@ test_delivery_control(void **state)
 	unsetenv("QUEUEBOX_DESTINATIONS_A_MAXINFLIGHT");
 	unsetenv("QUEUEBOX_DESTINATIONS_A_CIRCUITBREAKER_FAILURES");
 }
+/* rateLimit and maxConcurrent: none by default, values, burst's default, errors, overrides */
+static void
+test_limits(void **state)
+{
+	QbConfig   *c;
+
+	c = accept("destinations:\n  a: {type: http, baseUrl: \"http://h\"}\n"
+			   "  b: {type: nats, url: \"nats://h\", rateLimit: {perSecond: 50, burst: 80}, maxConcurrent: 4}\n"
+			   "  c: {type: kafka, brokers: \"h:9092\", rateLimit: {perSecond: 2.5}}\n"
+			   "  d: {type: rabbitmq, url: \"amqp://h\", exchange: x, maxConcurrent: 1}\n");
+	assert_true(c->destinations[0].limit.rate.per_sec == 0);
+	assert_int_equal(c->destinations[0].limit.max_concurrent, 0);
+	assert_true(c->destinations[1].limit.rate.per_sec == 50);
+	assert_int_equal(c->destinations[1].limit.rate.burst, 80);
+	assert_int_equal(c->destinations[1].limit.max_concurrent, 4);
+	/* burst: perSecond's ceiling */
+	assert_true(c->destinations[2].limit.rate.per_sec == 2.5);
+	assert_int_equal(c->destinations[2].limit.rate.burst, 3);
+	assert_int_equal(c->destinations[2].limit.max_concurrent, 0);
+	assert_true(c->destinations[3].limit.rate.per_sec == 0);
+	assert_int_equal(c->destinations[3].limit.max_concurrent, 1);
+	qb_config_free(c);
+
+	refuse("destinations:\n  a: {type: http, baseUrl: \"http://h\", maxconcurrent: 2}\n",
+		   "destinations.a.maxconcurrent: unknown key for an http destination", "did you mean maxConcurrent?", NULL);
+	refuse("destinations:\n  a: {type: http, baseUrl: \"http://h\", maxConcurrent: 0}\n",
+		   "destinations.a.maxConcurrent: expected an integer from 1 to 10000", NULL);
+	refuse("destinations:\n  a: {type: http, baseUrl: \"http://h\", rateLimit: 50}\n",
+		   "destinations.a.rateLimit: expected a mapping such as { perSecond: 50, burst: 50 }", NULL);
+	refuse("destinations:\n  a: {type: http, baseUrl: \"http://h\", rateLimit: {persecond: 50}}\n",
+		   "destinations.a.rateLimit.persecond: unknown key in rateLimit", "did you mean perSecond?", NULL);
+	refuse("destinations:\n  a: {type: http, baseUrl: \"http://h\", rateLimit: {burst: 5}}\n",
+		   "destinations.a.rateLimit: missing required key perSecond", NULL);
+	refuse("destinations:\n  a: {type: http, baseUrl: \"http://h\", rateLimit: {perSecond: 0}}\n",
+		   "destinations.a.rateLimit.perSecond: expected a number of publishes a second from 0.001 to 1000000, got \"0\"", NULL);
+	refuse("destinations:\n  a: {type: http, baseUrl: \"http://h\", rateLimit: {perSecond: 5, burst: 0.5}}\n",
+		   "destinations.a.rateLimit.burst: expected an integer from 1 to 1000000", NULL);
+
+	setenv("QUEUEBOX_DESTINATIONS_A_RATELIMIT_PERSECOND", "20", 1);
+	setenv("QUEUEBOX_DESTINATIONS_A_MAXCONCURRENT", "3", 1);
+	c = accept("destinations:\n  a: {type: http, baseUrl: \"http://h\", rateLimit: {perSecond: 5, burst: 7}}\n");
+	assert_true(c->destinations[0].limit.rate.per_sec == 20);
+	assert_int_equal(c->destinations[0].limit.rate.burst, 7);
+	assert_int_equal(c->destinations[0].limit.max_concurrent, 3);
+	qb_config_free(c);
+	/* an override gives a destination a rateLimit the document lacks */
+	c = accept("destinations:\n  a: {type: http, baseUrl: \"http://h\"}\n");
+	assert_true(c->destinations[0].limit.rate.per_sec == 20);
+	assert_int_equal(c->destinations[0].limit.rate.burst, 20);
+	qb_config_free(c);
+	unsetenv("QUEUEBOX_DESTINATIONS_A_RATELIMIT_PERSECOND");
+	unsetenv("QUEUEBOX_DESTINATIONS_A_MAXCONCURRENT");
+}
 /* onDead: release (default) or holdKey, on a destination and on a route */
 static void
 test_on_dead(void **state)
@@ -490,6 +543,7 @@ main(void)
 		cmocka_unit_test(test_inbox_http_admin_invalid),
 		cmocka_unit_test(test_transforms),
 		cmocka_unit_test(test_delivery_control),
+		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_on_dead),
 		cmocka_unit_test(test_source_on_dead),
 		cmocka_unit_test(test_daemon_defaults),

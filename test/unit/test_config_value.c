@@ -69,15 +69,15 @@ test_unknown_keys(void **state)
 		   "outbox.backoff.initial: unknown key (allowed: initialMs, maxMs, multiplier, jitter)",
 		   "(line 3, column 5)", NULL);
 	refuse("destinations:\n  bus: { type: rabbitmq, url: \"amqp://h\", exchange: e, baseUrl: \"http://h\" }\n",
-		   "destinations.bus.baseUrl: unknown key for a rabbitmq destination (allowed: type, url, exchange, routingKey, persistent, mandatory, transform, maxInFlight, circuitBreaker, onDead)",
+		   "destinations.bus.baseUrl: unknown key for a rabbitmq destination (allowed: type, url, exchange, routingKey, persistent, mandatory, transform, maxInFlight, circuitBreaker, onDead, rateLimit, maxConcurrent)",
 		   "(line 2, column 56)", NULL);
 	refuse("destinations:\n  p: { type: http, baseUrl: \"http://h\", filter: x }\n",
-		   "destinations.p.filter: unknown key for an http destination (allowed: type, baseUrl, path, headers, timeoutMs, transform, signing, maxInFlight, circuitBreaker, onDead)",
+		   "destinations.p.filter: unknown key for an http destination (allowed: type, baseUrl, path, headers, timeoutMs, transform, signing, maxInFlight, circuitBreaker, onDead, rateLimit, maxConcurrent)",
 		   NULL);
 	refuse("destinations:\n  k: { type: kafka, brokers: h, subject: s }\n",
-		   "destinations.k.subject: unknown key for a kafka destination (allowed: type, brokers, topic, config, transform, maxInFlight, circuitBreaker, onDead)", NULL);
+		   "destinations.k.subject: unknown key for a kafka destination (allowed: type, brokers, topic, config, transform, maxInFlight, circuitBreaker, onDead, rateLimit, maxConcurrent)", NULL);
 	refuse("destinations:\n  n: { type: nats, url: \"nats://h\", topic: s }\n",
-		   "destinations.n.topic: unknown key for a nats destination (allowed: type, url, subject, jetstream, createStream, transform, maxInFlight, circuitBreaker, onDead)", NULL);
+		   "destinations.n.topic: unknown key for a nats destination (allowed: type, url, subject, jetstream, createStream, transform, maxInFlight, circuitBreaker, onDead, rateLimit, maxConcurrent)", NULL);
 	refuse("destinations: { p: { type: http, baseUrl: \"http://h\" } }\nroutes:\n  - topicPattern: a\n    destination: p\n    priority: 1\n",
 		   "routes[0].priority: unknown key (allowed: topicPattern, destination, transform, onDead)", "(line 5, column 5)", NULL);
 	refuse("? [a, b]\n: 1\n", "a key must be a string", NULL);

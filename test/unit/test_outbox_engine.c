@@ -156,6 +156,46 @@ test_delivers_every_row_once(void **state)
 }
 
 /*
+ * A limited destination (rateLimit {perSecond: 40, burst: 4}, maxConcurrent
+ * 2; the host has no shared limits, so the engine keeps its own): no claim
+ * asks for more of its rows than its 2 places allow (its tokens reserved
+ * with them), its rows not routed yet that came without a token or place
+ * went back to the table with no attempt spent, and every row is sent once.
+ */
+static void
+test_limited_destination(void **state)
+{
+	FakeStore  *f;
+	QbOutboxStats stats = {0};
+	char		config[1024];
+
+	snprintf(config, sizeof(config),
+			 "outbox: { batchSize: 10, maxAttempts: 2, backoff: { initialMs: 20, maxMs: 40 } }\n"
+			 "destinations:\n"
+			 "  lim: { type: http, baseUrl: \"%s\", path: /lim, rateLimit: { perSecond: 40, burst: 4 }, maxConcurrent: 2 }\n"
+			 "routes:\n"
+			 "  - { topicPattern: \"lim.**\", destination: lim }\n",
+			 sink_base);
+	f = fake_store_new(config);
+	for (int i = 0; i < 6; i++)
+		add_row(f, "lim.x", NULL, NULL);
+	for (int i = 0; i < 14; i++)
+		add_row(f, "lim.x", "lim", NULL);
+	run(f, &stats);
+	for (int i = 0; i < f->nout; i++)
+	{
+		assert_int_equal(f->out[i].state, ROW_SENT);
+		assert_int_equal(f->out[i].attempt, 1);
+	}
+	assert_int_equal(stats.sent, f->nout);
+	assert_int_equal(f->stale_settles, 0);
+	for (int c = 0; c < f->nout_claims; c++)
+		for (int d = 0; d < f->out_claims[c].ndests; d++)
+			assert_in_range(f->out_claims[c].limits[d], 1, 2);	/* maxConcurrent */
+	fake_store_free(f);
+}
+
+/*
  * Rows not routed yet (the daemon's new rows) all for one busy destination:
  * after the first claims, a claim asks for about what that destination can
  * take (its room and a tenth of a batch), not for the room of an idle one,
@@ -656,6 +696,7 @@ main(void)
 		cmocka_unit_test(test_rows_wake),
 		cmocka_unit_test(test_states_read_when_due),
 		cmocka_unit_test(test_drained_claim_waits_for_wake),
+		cmocka_unit_test(test_limited_destination),
 	};
 
 	return cmocka_run_group_tests(tests, start_sink, stop_sink);

@@ -419,7 +419,8 @@ qba_body_params(QbaCall *c, QbAdminAnswer *ans)
 	json_t	   *v;
 	char		reason[QB_ERRLEN];
 
-	c->doc = req->body_len > 0 ? json_loadb(req->body, req->body_len, 0, &jerr) : json_object();
+	/* json_pack, not json_object(): inside the server that name is PostgreSQL's */
+	c->doc = req->body_len > 0 ? json_loadb(req->body, req->body_len, 0, &jerr) : json_pack("{}");
 	if (c->doc == NULL)
 	{
 		snprintf(reason, sizeof(reason), "the body is not valid JSON: %s at line %d, column %d",
@@ -916,9 +917,41 @@ qba_count(uint64_t n)
 	return json_integer((json_int_t) n);
 }
 
+/*
+ * qba_limit: a destination's limits as the overview shows them, or null:
+ * {"perSecond", "burst"} of its rateLimit, "maxConcurrent" and the places
+ * "inUse" now (every worker of this server), each only when set.
+ */
+static json_t *
+qba_limit(const QbConfig *cfg, const char *name, const QbLimits *limits)
+{
+	const QbDestination *d = name != NULL ? qb_config_destination(cfg, name) : NULL;
+	json_t	   *o;
+
+	/* json_pack, not json_object(): inside the server that name is PostgreSQL's */
+	if (d == NULL || !qb_limits_set(&d->limit) || (o = json_pack("{}")) == NULL)
+		return json_null();
+	if (d->limit.rate.per_sec > 0)
+	{
+		double		ps = d->limit.rate.per_sec;
+
+		/* 50, not 50.0: as the document says it */
+		json_object_set_new(o, "perSecond", ps == (json_int_t) ps ?
+							json_integer((json_int_t) ps) : json_real(ps));
+		json_object_set_new(o, "burst", json_integer(d->limit.rate.burst));
+	}
+	if (d->limit.max_concurrent > 0)
+	{
+		json_object_set_new(o, "maxConcurrent", json_integer(d->limit.max_concurrent));
+		json_object_set_new(o, "inUse", json_integer(qb_limits_in_use(limits, name)));
+	}
+	return o;
+}
+
 void
 qb_admin_overview(const QbStore *store, long timeout_ms, const char *method,
-				  const QbConfig *cfg, const QbMetrics *metrics, int *status, char **answer)
+				  const QbConfig *cfg, const QbMetrics *metrics, const QbLimits *limits,
+				  int *status, char **answer)
 {
 	char		err[QB_ERRLEN];
 	char	   *out = NULL;
@@ -958,6 +991,8 @@ qb_admin_overview(const QbStore *store, long timeout_ms, const char *method,
 		json_object_set_new(d, "delivered", qba_count(c[QB_DELIVERED]));
 		json_object_set_new(d, "failed", qba_count(c[QB_FAILED]));
 		json_object_set_new(d, "dead", qba_count(c[QB_DEAD]));
+		json_object_set_new(d, "limit", qba_limit(cfg, name, limits));
+		json_object_set_new(d, "limit_waits", qba_count(c[QB_LIMITED]));
 	}
 	sources = json_array();
 	for (int k = 0; k < cfg->nsources; k++)

@@ -11,6 +11,7 @@
 
 #include "qb_config.h"
 #include "qb_host.h"
+#include "qb_limits.h"
 #include "qb_metrics.h"
 #include "qb_store.h"
 
@@ -73,6 +74,6 @@ extern void qb_admin_handle(const QbHost *host, const QbStore *store, long timeo
  */
 extern void qb_admin_overview(const QbStore *store, long timeout_ms, const char *method,
 							  const QbConfig *cfg, const QbMetrics *metrics,
-							  int *status, char **answer);
+							  const struct QbLimits *limits, int *status, char **answer);
 
 #endif							/* QB_ADMIN_H */

@@ -395,7 +395,7 @@ qbag_serve(const QbHost *host, const QbStore *store, QbIngressRequest *req,
 	if (strcmp(req->path, "/admin/overview") == 0)
 	{
 		qb_admin_overview(store, cfg->http.store_timeout_ms, req->method, cfg, metrics,
-						  &req->status, &req->answer);
+						  host->limits, &req->status, &req->answer);
 		return;
 	}
 	qb_admin_handle(host, store, cfg->http.store_timeout_ms, &ar, &ans);

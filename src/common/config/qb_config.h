@@ -35,6 +35,7 @@
 #include "qb_errlen.h"
 #include "qb_egress_policy.h"
 #include "qb_otlp.h"
+#include "qb_ratelimit.h"
 #include "qb_sign.h"
 #include "qb_transform.h"
 #include "qb_url.h"
@@ -77,7 +78,10 @@
  * Every destination type also takes maxInFlight 128 (1..10000: publishes in
  * flight at once, across the engine's claims) and circuitBreaker {failures
  * 10 (1..1000000 consecutive failed attempts open it), cooldownMs 30000
- * (100..86400000 before one probe row is tried)}.
+ * (100..86400000 before one probe row is tried)}, and the limits every
+ * worker of one server shares (qb_limits.h): rateLimit {perSecond (a number,
+ * 0.001..1000000), burst (1..1000000; default perSecond's ceiling)} and
+ * maxConcurrent (1..10000 publishes at once); absent: none.
  *
  * Sources (sources.<name>; type http answered by the ingress, or a broker
  * type rabbitmq, kafka, nats consumed by a consumer worker: docs/broker-sources.md):
@@ -183,6 +187,7 @@ typedef struct QbDestination
 	int			breaker_failures;	/* circuitBreaker.failures, default 10 */
 	long		breaker_cooldown_ms;	/* circuitBreaker.cooldownMs, default 30000 */
 	QbOnDead	on_dead;		/* onDead, default release */
+	QbLimitSpec limit;			/* rateLimit, maxConcurrent; zero: none */
 	const QbEgress *egress;		/* the document's egress rules (daemon), or
 								 * NULL: the host's */
 	const QbEgressPolicy *host_egress;	/* the host's (QbConfigEnv's), or NULL */

@@ -73,6 +73,8 @@ const char *const qbcf_keys_backoff[] =
 {"initialMs", "maxMs", "multiplier", "jitter", NULL};
 const char *const qbcf_keys_breaker[] =
 {"failures", "cooldownMs", NULL};
+const char *const qbcf_keys_rate_limit[] =
+{"perSecond", "burst", NULL};
 const char *const qbcf_keys_route[] =
 {"topicPattern", "destination", "transform", "onDead", NULL};
 static const char *const qbcf_keys_inbox[] =
@@ -294,15 +296,76 @@ qbcf_on_dead(QbcfCtx *cx, const char *path, const QbcfNode *m, const char *unit,
 }
 
 /*
+ * qbcf_opt_map: the optional mapping under key of m into *out (NULL:
+ * absent), its keys checked; sub (QBCF_PATHLEN) gets its path.  example
+ * shows one in the error for a value that is not a mapping.
+ */
+static bool
+qbcf_opt_map(QbcfCtx *cx, const char *path, const QbcfNode *m, const char *key,
+			 const char *example, const char *const *keys, char *sub, const QbcfNode **out)
+{
+	const QbcfNode *n = qbcf_get(m, key);
+	char		in[64];
+
+	*out = NULL;
+	if (n == NULL)
+		return true;
+	qbcf_path_key(sub, QBCF_PATHLEN, path, key);
+	if (n->kind != QBCF_MAP)
+		return qbcf_error(cx, sub, n, "expected a mapping such as %s, got %s", example,
+						  qbcf_kind_name(n));
+	snprintf(in, sizeof(in), "in %s", key);
+	if (!qbcf_check_keys(cx, sub, n, keys, in))
+		return false;
+	*out = n;
+	return true;
+}
+
+/*
+ * qbcf_limits: rateLimit {perSecond, burst} and maxConcurrent into d->limit
+ * (docs/delivery.md, "Limits"); burst defaults to perSecond's ceiling.
+ */
+static bool
+qbcf_limits(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestination *d)
+{
+	char		sub[QBCF_PATHLEN];
+	char		key[QBCF_PATHLEN];
+	const QbcfNode *rl;
+	const QbcfNode *n;
+	long		v = 0;
+	long		burst = 0;
+
+	memset(&d->limit, 0, sizeof(d->limit));
+	if (!qbcf_opt_int(cx, path, m, "maxConcurrent", 1, 10000, &v))
+		return false;
+	d->limit.max_concurrent = (int) v;
+	if (!qbcf_opt_map(cx, path, m, "rateLimit", "{ perSecond: 50, burst: 50 }",
+					  qbcf_keys_rate_limit, sub, &rl))
+		return false;
+	if (rl == NULL)
+		return true;
+	if ((n = qbcf_required(cx, sub, rl, "perSecond",
+						   "the publishes a second the destination allows, for example perSecond: 50")) == NULL)
+		return false;
+	qbcf_path_key(key, sizeof(key), sub, "perSecond");
+	if (!qbcf_number(cx, key, n, 0.001, 1000000,
+					 "a number of publishes a second from 0.001 to 1000000", &d->limit.rate.per_sec) ||
+		!qbcf_opt_int(cx, sub, rl, "burst", 1, 1000000, &burst))
+		return false;
+	d->limit.rate.burst = burst > 0 ? (int) burst : qb_ratelimit_default_burst(d->limit.rate.per_sec);
+	return true;
+}
+
+/*
  * qbcf_delivery_control: the keys every destination type has that shape how
  * the engine feeds it: maxInFlight, circuitBreaker {failures, cooldownMs},
- * onDead.
+ * onDead, rateLimit and maxConcurrent.
  */
 static bool
 qbcf_delivery_control(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestination *d)
 {
 	char		sub[QBCF_PATHLEN];
-	const QbcfNode *cb = qbcf_get(m, "circuitBreaker");
+	const QbcfNode *cb;
 	long		v = d->max_in_flight;
 	long		failures = d->breaker_failures;
 
@@ -310,17 +373,14 @@ qbcf_delivery_control(QbcfCtx *cx, const char *path, const QbcfNode *m, QbDestin
 		return false;
 	d->max_in_flight = (int) v;
 	d->on_dead = QB_ON_DEAD_RELEASE;
-	if (!qbcf_on_dead(cx, path, m, "key", &d->on_dead))
+	if (!qbcf_on_dead(cx, path, m, "key", &d->on_dead) || !qbcf_limits(cx, path, m, d))
+		return false;
+	if (!qbcf_opt_map(cx, path, m, "circuitBreaker", "{ failures: 10, cooldownMs: 30000 }",
+					  qbcf_keys_breaker, sub, &cb))
 		return false;
 	if (cb == NULL)
 		return true;
-	qbcf_path_key(sub, sizeof(sub), path, "circuitBreaker");
-	if (cb->kind != QBCF_MAP)
-		return qbcf_error(cx, sub, cb,
-						  "expected a mapping such as { failures: 10, cooldownMs: 30000 }, got %s",
-						  qbcf_kind_name(cb));
-	if (!qbcf_check_keys(cx, sub, cb, qbcf_keys_breaker, "in circuitBreaker") ||
-		!qbcf_opt_int(cx, sub, cb, "failures", 1, 1000000, &failures) ||
+	if (!qbcf_opt_int(cx, sub, cb, "failures", 1, 1000000, &failures) ||
 		!qbcf_opt_int(cx, sub, cb, "cooldownMs", 100, 86400000, &d->breaker_cooldown_ms))
 		return false;
 	d->breaker_failures = (int) failures;

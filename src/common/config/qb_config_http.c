@@ -37,7 +37,8 @@ qb_config_header_reserved(const char *name)
 
 static const char *const qbcf_keys_http[] =
 {"type", "baseUrl", "path", "headers", "timeoutMs", "transform", "signing", "maxInFlight",
-"circuitBreaker", "onDead", NULL};
+"circuitBreaker", "onDead",
+"rateLimit", "maxConcurrent", NULL};
 static const char *const qbcf_keys_http_source[] =
 {"type", "path", "idempotencyKeyPath", "idempotencyKeyHeader", "eventTypePath",
 "eventTypeHeader", "aggregateIdPath", "topic", "consumption", "maxBodyBytes", "auth",

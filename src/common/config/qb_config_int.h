@@ -184,6 +184,7 @@ extern const char *const qbcf_keys_admin[];
 extern const char *const qbcf_keys_database[];
 extern const char *const qbcf_keys_daemon[];
 extern const char *const qbcf_keys_breaker[];
+extern const char *const qbcf_keys_rate_limit[];
 extern const char *const qbcf_keys_route[];
 
 /* a broker destination's exchange, topic or subject into d->target */

@@ -18,7 +18,8 @@
 #include "qb_config_int.h"
 
 static const char *const qbcf_keys_kafka[] =
-{"type", "brokers", "topic", "config", "transform", "maxInFlight", "circuitBreaker", "onDead", NULL};
+{"type", "brokers", "topic", "config", "transform", "maxInFlight", "circuitBreaker", "onDead",
+"rateLimit", "maxConcurrent", NULL};
 static const char *const qbcf_keys_kafka_source[] =
 {"type", "brokers", "topics", "group", "config", "idempotencyKeyPath", "idempotencyKeyHeader",
 "eventTypePath", "eventTypeHeader", "aggregateIdPath", "topic", "consumption", "transform",

@@ -14,7 +14,7 @@
 
 static const char *const qbcf_keys_nats[] =
 {"type", "url", "subject", "jetstream", "createStream", "transform", "maxInFlight",
-"circuitBreaker", "onDead", NULL};
+"circuitBreaker", "onDead", "rateLimit", "maxConcurrent", NULL};
 static const char *const qbcf_keys_nats_source[] =
 {"type", "url", "subject", "stream", "durable", "idempotencyKeyPath", "idempotencyKeyHeader",
 "eventTypePath", "eventTypeHeader", "aggregateIdPath", "topic", "consumption", "transform",

@@ -169,7 +169,7 @@ static const QbcfOvSection qbcf_ov_sections[] =
  * are candidates of their own, qbcf_ov_try_map).
  */
 static const char *const qbcf_ov_not_scalar[] =
-{"headers", "signing", "config", "circuitBreaker", "auth", "topics", NULL};
+{"headers", "signing", "config", "circuitBreaker", "rateLimit", "auth", "topics", NULL};
 
 /* qbcf_ov_in: is name in the NULL-terminated list? */
 static bool
@@ -269,6 +269,7 @@ qbcf_ov_collect(const QbcfNode *root, const char *rest, QbcfOvFound *f)
 				continue;
 			qbcf_ov_type_keys(f, rest, "destinations", name, dest_keys);
 			qbcf_ov_under(f, rest, "destinations", name, "circuitBreaker", qbcf_keys_breaker);
+			qbcf_ov_under(f, rest, "destinations", name, "rateLimit", qbcf_keys_rate_limit);
 			qbcf_ov_under(f, rest, "destinations", name, "signing", qbcf_scalars_signing);
 			qbcf_ov_try_map(f, rest, name, m->kids[i], "headers");
 			qbcf_ov_try_map(f, rest, name, m->kids[i], "config");

@@ -17,7 +17,8 @@
 #include "qb_extract.h"
 
 static const char *const qbcf_keys_rabbitmq[] =
-{"type", "url", "exchange", "routingKey", "persistent", "mandatory", "transform", "maxInFlight", "circuitBreaker", "onDead", NULL};
+{"type", "url", "exchange", "routingKey", "persistent", "mandatory", "transform", "maxInFlight", "circuitBreaker", "onDead",
+"rateLimit", "maxConcurrent", NULL};
 static const char *const qbcf_keys_rabbitmq_source[] =
 {"type", "url", "queue", "prefetch", "idempotencyKeyPath", "idempotencyKeyHeader",
 "eventTypePath", "eventTypeFromHeader", "aggregateIdPath", "topic", "consumption",

@@ -151,7 +151,7 @@ qb_engine(QbEngineKind kind)
 
 QB_OPS_LISTED(QbEngine, 3, QB_ENGINE_OPS, QB_OPS_NONE);
 QB_OPS_LISTED(QbStore, 1, QB_STORE_OPS, QB_STORE_OPS_OPTIONAL);
-QB_OPS_LISTED(QbHost, 6, QB_HOST_OPS, QB_HOST_OPS_OPTIONAL);
+QB_OPS_LISTED(QbHost, 8, QB_HOST_OPS, QB_HOST_OPS_OPTIONAL);
 QB_OPS_LISTED(QbIngressRoutes, 0, QB_INGRESS_ROUTES_OPS, QB_OPS_NONE);
 
 /* qb_engines_check_table: see qb_engines.h. */

@@ -17,11 +17,16 @@ qbga_names(const QbConfig *cfg, QbGauges *g)
 {
 	const char **dests = calloc(cfg->ndestinations + 1, sizeof(char *));
 	const char **sources = calloc(cfg->nsources + 1, sizeof(char *));
+	const QbLimitSpec **limits = calloc(cfg->ndestinations + 1, sizeof(QbLimitSpec *));
 
-	if (dests != NULL && sources != NULL)
+	if (dests != NULL && sources != NULL && limits != NULL)
 	{
 		for (int i = 0; i < cfg->ndestinations; i++)
+		{
 			dests[i] = cfg->destinations[i].name;
+			limits[i] = &cfg->destinations[i].limit;
+		}
+		g->dest_limits = limits;
 		for (int i = 0; i < cfg->nsources; i++)
 			sources[i] = cfg->sources[i].name;
 		g->ndests = cfg->ndestinations;
@@ -33,6 +38,7 @@ qbga_names(const QbConfig *cfg, QbGauges *g)
 	{
 		free(dests);
 		free(sources);
+		free(limits);
 	}
 }
 
@@ -75,6 +81,7 @@ void
 qb_gauges_free(QbGauges *g)
 {
 	free(g->dest_circuits);
+	free((void *) g->dest_limits);
 	free((void *) g->dest_names);
 	free((void *) g->source_names);
 }

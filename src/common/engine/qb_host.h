@@ -113,6 +113,16 @@ typedef struct QbHost
 	 * configuration and an operation (requeue, resume) still wake it.
 	 */
 	void		(*rows_wake) (void *ctx, bool want);
+
+	/*
+	 * The destinations' limits (rateLimit, maxConcurrent) every worker of
+	 * this server shares (qb_limits.h), and this worker's holder in them
+	 * (qb_limits_holder, taken by the host when the worker starts and given
+	 * back when it ends); NULL: the outbox engine keeps limits of its own,
+	 * for this worker alone.
+	 */
+	struct QbLimits *limits;
+	int			limit_holder;
 } QbHost;
 
 /* QbHost's functions: the required, and those that may be NULL (qb_ops.h) */

@@ -980,6 +980,7 @@ qbi_serve_one(QbiEngine *e, QbiRequest *r)
 			break;
 		case QBI_METRICS:
 			qb_gauges_read(e->store, e->ref->cfg, &g);
+			g.limits = e->host->limits;
 			r->x.answer = qb_metrics_render(e->metrics, &g);
 			qb_gauges_free(&g);
 			r->x.status = r->x.answer ? 200 : 503;

@@ -18,6 +18,10 @@
  *	  row of a half-open one).
  *	- Rows not routed yet are routed here (qbo_size_claim sizes their claim);
  *	  new rows are claimed above intake floors (qbo_lower_floors).
+ *	- A limited destination (rateLimit, maxConcurrent) is asked by a claim
+ *	  for no more rows than its limit reserved, and a row starts only with
+ *	  its token and place (qb_outbox_limits.c, shared by the server's
+ *	  workers through the host).
  *
  * Transaction rules: each cycle is one short transaction, none open while
  * requests are in flight; a cycle not written leaves its rows processing
@@ -129,7 +133,10 @@ qbo_done(QboEngine *e, QboSlot *s, QbSettleKind kind, int attempt, long delay_ms
 	if (kind == QB_SETTLE_DEAD && qbo_on_dead(e, s) == QB_ON_DEAD_HOLD_KEY)
 		kind = QB_SETTLE_DEAD_HOLD;		/* the settle keeps its key (claim.md) */
 	if (d != NULL && s->st == QBO_SENDING)
+	{
 		d->sending--;
+		qbo_limit_done(e, s);	/* its maxConcurrent place, if it held one */
+	}
 	if (d != NULL && s->st == QBO_QUEUED)
 		d->queued--;
 	free(s->error);
@@ -412,6 +419,12 @@ qbo_start(QboEngine *e, QboSlot *s, int tag)
 	QbTraceContext span;
 	bool		traced;
 
+	if (!qbo_limit_take(e, s))
+	{
+		/* its limit has no token or place now: back to the table, routed */
+		qbo_done(e, s, QB_SETTLE_ROUTE, s->row.attempt, 0, NULL);
+		return;
+	}
 	d->queued--;
 	s->st = QBO_SENDING;
 	d->sending++;
@@ -524,6 +537,7 @@ qbo_dispatch(QboEngine *e, QbOutboxRow *row, const char *token)
 		s->dest = e->cfg->routes[s->route].dest_index;
 	dest = &e->cfg->destinations[s->dest];
 	d = &e->dests[s->dest];
+	d->claimed_now++;
 	if (s->row.destination == NULL)
 		d->unrouted_now++;		/* routed here: for the next claims' size */
 	d->queued++;
@@ -818,7 +832,8 @@ qbo_want_claim(QboEngine *e, bool promoting)
 
 		if (most > e->cfg->outbox.batch_size)
 			most = e->cfg->outbox.batch_size;
-		if (room > 0 && (room * 2 >= most || e->nactive == 0))
+		if (room > 0 && qbo_limit_want(e, i, qb_now_ms()) &&
+			(room * 2 >= most || e->nactive == 0))
 			return true;
 		if (qbo_hold_reason(&e->dests[i]) != NULL &&
 			qb_now_ms() - e->states_at >= e->cfg->outbox.poll_interval_ms)
@@ -963,6 +978,7 @@ qbo_size_claim(QboEngine *e, QboCycle *c)
 	int			other = 0;
 	int			tenth = oc->batch_size / 10 + 1;
 	bool		history = false;
+	long		now = qb_now_ms();
 
 	qbo_lower_floors(e);
 	if (!qb_uuid_v4(c->token))
@@ -975,7 +991,7 @@ qbo_size_claim(QboEngine *e, QboCycle *c)
 	req->token = c->token;
 	req->floor = e->floor;
 	req->probe_ms = oc->claim_timeout_ms;
-	req->read_states = qbo_states_due(e, qb_now_ms());
+	req->read_states = qbo_states_due(e, now);
 	/* an idle engine claims only because the cycle settles keyed rows */
 	req->promoted_only = e->claim_idle;
 	req->dests = c->dests;
@@ -984,7 +1000,7 @@ qbo_size_claim(QboEngine *e, QboCycle *c)
 	for (int i = 0; i < e->cfg->ndestinations; i++)
 		history |= e->dests[i].unrouted_share >= QBO_SHARE_MIN;
 	for (int i = 0; i < e->cfg->ndestinations; i++)
-		if ((c->limits[req->ndests] = qbo_room(e, i)) > 0)
+		if ((c->limits[req->ndests] = qbo_limit_allow(e, i, qbo_room(e, i), now)) > 0)
 		{
 			if (!history || e->dests[i].unrouted_share >= QBO_SHARE_MIN)
 				shared += c->limits[req->ndests];
@@ -1183,6 +1199,8 @@ qbo_cycle(QboEngine *e, bool claim)
 	rc = c.claim ? qbo_dispatch_claimed(e, &c) : 0;
 
 done:
+	qbo_limits_after_claim(e, c.claim && rc >= 0);
+	qbo_limits_give_unused(e);	/* what the claim reserved and no row uses */
 	qb_cycle_out_free(&c.out);
 	free(c.block);
 	return rc;
@@ -1200,6 +1218,7 @@ qbo_reload(QboEngine *e)
 	QboDest    *d;
 
 	e->reload_pending = false;
+	qbo_limits_give_unused(e);	/* none is queued: every reservation */
 	if (!qb_reload_config(e->host, e->store, &e->cfg, &e->warned_no_config, "outbox rows"))
 		return;
 	d = calloc(e->cfg->ndestinations + 1, sizeof(QboDest));
@@ -1327,8 +1346,14 @@ static int
 qbo_cycle_due(QboEngine *e, long now)
 {
 	bool		settle = qbo_settle_in(e, now) == 0;
-	bool		claim = qbo_want_claim(e, settle && qbo_done_keyed(e));
+	bool		claim;
 	int			cycled;
+	long		limit_in;
+
+	/* a limited destination's rows wait in the table: claim when it gives */
+	if (qbo_limits_due(e, now, &limit_in))
+		e->claim_idle = false;
+	claim = qbo_want_claim(e, settle && qbo_done_keyed(e));
 
 	if (!(claim || settle) || now < e->next_cycle_try)
 		return 0;
@@ -1350,6 +1375,7 @@ qbo_wait_ms(QboEngine *e, long now, bool *poll)
 	/* an answer read since the loop's cycle may have made a settle due */
 	long		settle = qbo_settle_in(e, qb_now_ms());
 	long		timeout;
+	long		limit_in;
 
 	if (settle >= 0)
 		timeout = settle;
@@ -1361,6 +1387,10 @@ qbo_wait_ms(QboEngine *e, long now, bool *poll)
 	}
 	else
 		timeout = e->claim_idle ? e->cfg->outbox.poll_interval_ms : QBO_CYCLE_RETRY_MS;
+	/* a limited destination's backlog: when its limit gives again */
+	qbo_limits_due(e, qb_now_ms(), &limit_in);
+	if (limit_in > 0 && limit_in < timeout)
+		timeout = limit_in;
 	*poll = settle < 0 && qb_pubset_in_flight(e->pub) == 0 && e->claim_idle;
 	if (e->next_cycle_try > now && (settle >= 0 || e->next_cycle_try - now < timeout))
 		timeout = e->next_cycle_try - now;	/* a failed cycle: not before its retry */
@@ -1410,11 +1440,13 @@ qbo_end(QboEngine *e)
 	for (int i = 0; i < e->nslots; i++)
 		if (e->slots[i].st != QBO_FREE)
 			qbo_slot_free(e, &e->slots[i]);
+	qbo_limits_give_unused(e);
 	free(e->slots);
 	free(e->dests);
 	free(e->sweep_after);
 	qb_pubset_free(e->pub);
 	qb_config_free(e->cfg);
+	qbo_limits_end(e);
 }
 
 int
@@ -1431,6 +1463,12 @@ qb_outbox_run(const QbHost *host, const QbStore *store, int worker_index,
 	e.pub = qb_pubset_new(err, errlen);
 	if (e.pub == NULL)
 		return -1;
+	if (!qbo_limits_start(&e))
+	{
+		snprintf(err, errlen, "out of memory for the destinations' limits");
+		qb_pubset_free(e.pub);
+		return -1;
+	}
 
 	while (!host->should_stop(host->ctx))
 	{

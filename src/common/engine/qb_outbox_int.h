@@ -49,6 +49,7 @@ typedef struct QboSlot
 	char		span_name[96];
 	char	   *trace_state;	/* owned text behind span.trace_state */
 	int			status;			/* the HTTP status answered, 0: none */
+	bool		limit_held;		/* sending with a maxConcurrent place (qb_outbox_limits.c) */
 } QboSlot;
 
 /* One destination of the configuration, as this engine sees it now. */
@@ -63,6 +64,13 @@ typedef struct QboDest
 	int64_t		floor;			/* its intake: ids above this only */
 	double		unrouted_share; /* rows not routed yet it got, per claim, decaying */
 	int			unrouted_now;	/* ... in the claim being dispatched */
+	/* its limits (rateLimit, maxConcurrent), when it has any: qb_outbox_limits.c */
+	int			reserved;		/* tokens and places taken, not used by a start yet */
+	int			allowed;		/* what the limit gave the claim being made */
+	bool		cut;			/* ... less than its room */
+	int			claimed_now;	/* its rows the claim brought */
+	bool		backlog;		/* its last claim used all the limit gave: rows wait */
+	long		limit_at;		/* when its limit may give a claim rows again */
 } QboDest;
 
 typedef struct QboEngine
@@ -92,6 +100,9 @@ typedef struct QboEngine
 	bool		reload_pending;
 	bool		warned_no_config;
 	QbOutboxStats *stats;
+	struct QbLimits *limits;	/* the host's, or own_limits: shared limits */
+	struct QbLimits *own_limits;	/* this worker's alone, when the host has none */
+	int			limit_holder;	/* this worker in limits, -1: none */
 } QboEngine;
 
 /* why destination d takes no rows now, or NULL when it does (qb_outbox.c) */
@@ -99,5 +110,16 @@ extern const char *qbo_hold_reason(const QboDest *d);
 
 /* qb_outbox_housekeeping.c: the chores of each loop round that are due */
 extern void qbo_housekeeping(QboEngine *e, long now);
+
+/* qb_outbox_limits.c: the destinations' rateLimit and maxConcurrent */
+extern bool qbo_limits_start(QboEngine *e);
+extern void qbo_limits_end(QboEngine *e);
+extern int	qbo_limit_allow(QboEngine *e, int i, int room, long now);
+extern bool qbo_limit_want(const QboEngine *e, int i, long now);
+extern bool qbo_limits_due(const QboEngine *e, long now, long *in_ms);
+extern bool qbo_limit_take(QboEngine *e, QboSlot *s);
+extern void qbo_limit_done(QboEngine *e, QboSlot *s);
+extern void qbo_limits_after_claim(QboEngine *e, bool claimed);
+extern void qbo_limits_give_unused(QboEngine *e);
 
 #endif							/* QB_OUTBOX_INT_H */

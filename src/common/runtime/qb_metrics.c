@@ -15,6 +15,7 @@
 
 #include "qb_clock.h"
 #include "qb_crypto.h"
+#include "qb_limits.h"
 #include "qb_metrics.h"
 
 static const double qbm_bounds[QB_METRICS_NBUCKETS] =
@@ -441,6 +442,9 @@ qbm_deliveries(QbmBuf *b, const QbMetrics *m, const QbGauges *g, QbmRow *rows)
 			   "Failed delivery attempts that scheduled a retry.", "destination", rows, n, QB_FAILED);
 	qbm_family(b, "queuebox_outbox_dead_total",
 			   "Outbox messages moved to dead.", "destination", rows, n, QB_DEAD);
+	qbm_family(b, "queuebox_outbox_limit_waits_total",
+			   "Times the destination's rows waited in the table for its rateLimit or maxConcurrent: claims it cut short, rows sent back for want of a token or place.",
+			   "destination", rows, n, QB_LIMITED);
 	qbm_printf(b, "# HELP queuebox_delivery_latency_seconds From the outbox row's created_at to the destination's acknowledgement.\n"
 			   "# TYPE queuebox_delivery_latency_seconds histogram\n");
 	for (int i = 0; i < n; i++)
@@ -531,6 +535,46 @@ qbm_config_load(QbmBuf *b, const QbConfigLoad *c)
 				   qb_config_source_name((QbConfigSource) c->source), c->sha256);
 }
 
+/* qbm_limit: one gauge family over the limited destinations (v < 0: not rendered) */
+static void
+qbm_limit(QbmBuf *b, const QbGauges *g, const char *metric, const char *help, int what)
+{
+	bool		head = false;
+
+	for (int i = 0; i < g->ndests; i++)
+	{
+		const QbLimitSpec *l = g->dest_limits[i];
+		double		v = what == 0 ? (l->rate.per_sec > 0 ? l->rate.per_sec : -1) :
+			what == 1 ? (l->rate.per_sec > 0 ? l->rate.burst : -1) :
+			what == 2 ? (l->max_concurrent > 0 ? l->max_concurrent : -1) :
+			(l->max_concurrent > 0 && g->limits != NULL ?
+			 qb_limits_in_use(g->limits, g->dest_names[i]) : -1);
+
+		if (v < 0)
+			continue;
+		if (!head)
+			qbm_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", metric, help, metric);
+		head = true;
+		qbm_printf(b, "%s{destination=\"%s\"} %.6g\n", metric, g->dest_names[i], v);
+	}
+}
+
+/* qbm_limits: the limited destinations' limits, and the places in use now */
+static void
+qbm_limits(QbmBuf *b, const QbGauges *g)
+{
+	if (g->dest_limits == NULL || g->dest_names == NULL)
+		return;
+	qbm_limit(b, g, "queuebox_destination_rate_limit_per_second",
+			  "The destination's rateLimit.perSecond (destinations with a rateLimit).", 0);
+	qbm_limit(b, g, "queuebox_destination_rate_limit_burst",
+			  "The destination's rateLimit.burst.", 1);
+	qbm_limit(b, g, "queuebox_destination_max_concurrent",
+			  "The destination's maxConcurrent (destinations with one).", 2);
+	qbm_limit(b, g, "queuebox_destination_concurrent",
+			  "Publishes to the destination in flight now, every worker of this server (destinations with a maxConcurrent).", 3);
+}
+
 /* qbm_gauges: what the store said at this scrape (qb_gauges.h) */
 static void
 qbm_gauges(QbmBuf *b, const QbGauges *g)
@@ -584,7 +628,10 @@ qb_metrics_render(const QbMetrics *m, const QbGauges *g)
 	qbm_counters(&b, m);
 	qbm_config_load(&b, &c);
 	if (g != NULL)
+	{
 		qbm_gauges(&b, g);
+		qbm_limits(&b, g);
+	}
 	free(rows);
 	if (b.oom)
 	{

@@ -40,6 +40,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qb_ratelimit.h"
+
 #define QB_METRICS_SLOTS	64
 #define QB_METRICS_NAMELEN	64
 /* delivery latency buckets, seconds (upper bounds); +Inf is implicit */
@@ -50,6 +52,7 @@ typedef enum QbDeliveryOutcome
 	QB_DELIVERED,				/* sent: the destination acknowledged it */
 	QB_FAILED,					/* an attempt failed; a retry is scheduled */
 	QB_DEAD,					/* moved to dead */
+	QB_LIMITED,					/* rows waited for its limit (rateLimit, maxConcurrent) */
 	QB_NOUTCOMES
 } QbDeliveryOutcome;
 
@@ -186,6 +189,10 @@ typedef struct QbGauges
 	const char *const *dest_names;
 	/* each one's circuit (QbCircuit: 0 closed .. 3 disabled); NULL: unknown */
 	int		   *dest_circuits;
+	/* each one's limits (rateLimit, maxConcurrent); NULL: unknown */
+	const QbLimitSpec *const *dest_limits;
+	/* the places in use now (qb_limits.h), or NULL: not shown */
+	const struct QbLimits *limits;
 	/* the configured sources; NULL names: render every slot */
 	int			nsources;
 	const char *const *source_names;

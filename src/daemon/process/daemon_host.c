@@ -254,6 +254,8 @@ qbd_host_start(QbdHost *h, QbdShared *sh, QbEngineKind kind, const QbdDb *db,
 		.should_stop = qbdh_should_stop,
 		.config_changed = qbdh_config_changed,
 		.metrics = &sh->metrics,
+		.limits = &sh->limits,
+		.limit_holder = -1,		/* qbd_role_main takes it, by the role's name */
 		.routes = &qb_admin_routes,
 		.runtime = qbd_runtime(),
 		.config_env = &qbd_config_env,

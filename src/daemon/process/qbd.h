@@ -14,8 +14,11 @@
  *	  source.  One that exits unasked is restarted after a delay that
  *	  doubles with each quick crash (qbd_restart_delay).
  *	- The shared block (QbdShared) is one anonymous shared mapping made
- *	  before the first fork: the metrics, and the document in force, which
- *	  only the supervisor writes.  Its generation counts the documents
+ *	  before the first fork: the metrics, the destinations' limits (a role
+ *	  takes its holder by name when it starts, which gives back what its
+ *	  predecessor held; the supervisor gives back a dead role's at once,
+ *	  when it reaps it), and the document in force, which only the
+ *	  supervisor writes.  Its generation counts the documents
  *	  published (a seqlock: odd while written); a role behind reloads.
  *
  * Signals: the supervisor turns SIGHUP (reload), SIGTERM/SIGINT (stop) and
@@ -33,6 +36,7 @@
 
 #include "qb_config.h"
 #include "qb_host.h"
+#include "qb_limits.h"
 #include "qb_metrics.h"
 
 /* The largest configuration document the daemon takes (the shared slot): either host's. */
@@ -75,6 +79,7 @@ extern QbRuntime *qbd_runtime(void);
 typedef struct QbdShared
 {
 	QbMetrics	metrics;
+	QbLimits	limits;			/* the destinations' limits, every role's (qb_limits.h) */
 	/*
 	 * 1: a NOTIFY did not reach a LISTEN through database.url (a pooler in
 	 * transaction mode): the roles neither LISTEN nor prepare statements by

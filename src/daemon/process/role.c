@@ -125,6 +125,8 @@ qbd_role_main(QbdShared *sh, QbEngineKind kind, int index)
 
 	qbd_log(QB_LOG_INFO, "started");
 	host.worker = qb_metrics_worker(host.metrics, name, (int) getpid());
+	/* the supervisor gives back its places when it reaps it (supervisor.c) */
+	host.limit_holder = qb_limits_holder(host.limits, name, (int) getpid());
 	rc = qbd_role_run(kind, index, &host, &store, name);
 	db.ops->store_free(db.store);
 	return rc;

@@ -438,6 +438,8 @@ qbds_reap(QbdSup *s)
 
 			if (r->pid != pid)
 				continue;
+			/* the maxConcurrent places it held: its requests died with it */
+			qb_limits_pid_end(&s->sh->limits, (int) pid);
 			qb_engine_name(r->kind, r->index, name, sizeof(name));
 			if (WIFSIGNALED(status))
 				snprintf(how, sizeof(how), "was killed by signal %d", WTERMSIG(status));

@@ -217,6 +217,11 @@ like($r->{content}, qr/seconds must be a whole number from 1 to 31536000/, 'paus
 $r = $http->request('POST', "$base/admin/destinations/p/pause", { headers => \%auth, content => '{"secs": 5}' });
 is($r->{status}, 400, 'pause: an unknown key is 400');
 like($r->{content}, qr/unknown key \\"secs\\"; this route takes: seconds/, 'pause: it names the key and lists seconds');
+# an empty body is no key (the ingress once crashed on it: jansson's json_object
+# resolved to PostgreSQL's function of that name inside the server)
+$r = $http->request('POST', "$base/admin/destinations/p/pause", { headers => \%auth });
+is($r->{status}, 400, 'pause: an empty body is 400');
+like($r->{content}, qr/seconds/, 'pause: and asks for seconds') or diag $r->{content};
 $r = $http->request('POST', "$base/admin/destinations/nosuch/pause", { headers => \%auth, content => '{"seconds": 60}' });
 is($r->{status}, 404, 'pause: a destination not in the configuration is 404');
 is($node->safe_psql('postgres', "SELECT count(*) FROM queuebox.destination_state WHERE destination = 'nosuch'"),

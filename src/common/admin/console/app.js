@@ -217,6 +217,19 @@ function destinationActions(td, name) {
 			'/admin/destinations/' + encodeURIComponent(name) + '/reset')));
 }
 
+/* a destination's limits: "50/s (burst 50), 4 at once (1 in use); waited 12", or "" */
+function limitText(l, waits) {
+	const parts = [];
+
+	if (!l)
+		return '';
+	if (l.perSecond !== undefined)
+		parts.push(l.perSecond + '/s (burst ' + l.burst + ')');
+	if (l.maxConcurrent !== undefined)
+		parts.push(l.maxConcurrent + ' at once (' + l.inUse + ' in use)');
+	return parts.join(', ') + '; waited ' + (waits || 0);
+}
+
 function render(o) {
 	const now = Date.now();
 
@@ -232,6 +245,7 @@ function render(o) {
 		cell(tr, age(d.oldest_pending_sec));
 		cell(tr, perMinute('destinations', d.destination, 'delivered', now, d.delivered), 'num');
 		cell(tr, perMinute('destinations', d.destination, 'failed', now, d.failed), 'num');
+		cell(tr, limitText(d.limit, d.limit_waits));
 		cell(tr, d.last_error, 'error');
 		destinationActions(cell(tr, '', 'actions'), d.destination);
 	});

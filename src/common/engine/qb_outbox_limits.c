@@ -1,0 +1,244 @@
+/*-------------------------------------------------------------------------
+ * qb_outbox_limits.c
+ *	  The outbox engine's side of the destinations' limits: rateLimit (a
+ *	  token bucket) and maxConcurrent (places), shared by every worker of
+ *	  the server through the host (qb_limits.h; docs/delivery.md, "Limits").
+ *
+ * Wording (qb_outbox.c's, and):
+ *	- A limited destination has a rateLimit, a maxConcurrent or both.
+ *	- Its allowance is what its limit gives a claim: the claim reserves,
+ *	  before it runs, up to the destination's room in tokens and places,
+ *	  and asks the table for no more rows of it than that.  Its other rows
+ *	  wait in the table, pending, unclaimed: nothing waits in memory but
+ *	  the batch a limit gave.
+ *	- A row claimed without a reservation (a key's next row that a settle
+ *	  promoted, a ready or unrouted row routed here) takes its token and
+ *	  place at its start; when the limit has none, it goes back to the
+ *	  table routed, no attempt spent.
+ *	- What a claim reserved and did not use (fewer rows came) is given
+ *	  back at the end of the cycle; a place is given back when its publish
+ *	  ends (qbo_done: an answer, a timeout, a failure to start, a stop).
+ *	- A destination has a backlog when its last claim brought all its
+ *	  allowance and the limit cut it: rows wait for the limit, so the
+ *	  engine claims again when the limit gives (limit_at), even between
+ *	  wakes and polls (a claim the limit gave nothing counts as one: rows
+ *	  may wait).  Each claim that brought a whole allowance it was cut to,
+ *	  and each row sent back for want of a token or place, adds one to the
+ *	  destination's "waited for its limit" counter (qb_metrics.h,
+ *	  QB_LIMITED).
+ *
+ * One engine, one thread; the shared state is qb_limits.c's, under its
+ * locks.
+ *-------------------------------------------------------------------------
+ */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "qb_limits.h"
+#include "qb_outbox_int.h"
+
+/* a claim waits for about this many ms of tokens, so claims stay few */
+#define QBO_LIMIT_GATHER_MS		100
+/* a destination waiting for a place looks at the places again after this */
+#define QBO_LIMIT_PLACE_MS		10
+
+static const QbLimitSpec *
+qbo_spec(const QboEngine *e, int i)
+{
+	return &e->cfg->destinations[i].limit;
+}
+
+/* qbo_limits_start: the host's shared limits, or limits of the engine's own. */
+bool
+qbo_limits_start(QboEngine *e)
+{
+	e->limits = e->host->limits;
+	e->limit_holder = e->host->limit_holder;
+	if (e->limits != NULL)
+		return true;
+	if ((e->own_limits = calloc(1, sizeof(QbLimits))) == NULL)
+		return false;
+	e->limits = e->own_limits;
+	e->limit_holder = qb_limits_holder(e->limits, "engine", (int) getpid());
+	return true;
+}
+
+void
+qbo_limits_end(QboEngine *e)
+{
+	free(e->own_limits);
+	e->own_limits = NULL;
+	e->limits = NULL;
+}
+
+static void
+qbo_limit_waited(QboEngine *e, int i)
+{
+	if (e->host->metrics != NULL)
+		qb_metrics_delivery(e->host->metrics, e->cfg->destinations[i].name, QB_LIMITED, -1);
+}
+
+/*
+ * qbo_limit_allow: what destination i's claim may ask of the table now,
+ * given its room: its room when it has no limit, else what its limit gave
+ * (reserved); when that is less, when to look again.
+ */
+int
+qbo_limit_allow(QboEngine *e, int i, int room, long now)
+{
+	const QbLimitSpec *spec = qbo_spec(e, i);
+	QboDest    *d = &e->dests[i];
+	long		wait_ms;
+	int			got;
+
+	d->allowed = room;
+	d->cut = false;
+	d->claimed_now = 0;
+	if (!qb_limits_set(spec) || room <= 0)
+		return room;
+	got = qb_limits_reserve(e->limits, e->limit_holder, e->cfg->destinations[i].name,
+							spec, room, qb_now_ns(), &wait_ms);
+	d->reserved += got;
+	d->allowed = got;
+	d->cut = got < room;
+	if (d->cut)
+	{
+		long		gather = 0;
+
+		/* about QBO_LIMIT_GATHER_MS of tokens, not one claim per token */
+		if (spec->rate.per_sec > 0 && wait_ms >= 0)
+		{
+			double		want = spec->rate.per_sec * QBO_LIMIT_GATHER_MS / 1000.0;
+
+			if (want > spec->rate.burst)
+				want = spec->rate.burst;
+			if (want > 1)
+				gather = (long) ((want - 1) * 1000.0 / spec->rate.per_sec);
+		}
+		d->limit_at = now + (wait_ms >= 0 ? wait_ms + gather : QBO_LIMIT_PLACE_MS);
+	}
+	return got;
+}
+
+/*
+ * qbo_limit_open: the limit that cut destination i's last claim may give
+ * rows now: its time came, and a place is free (read without a lock: a
+ * place taken meanwhile only makes the claim's reservation smaller).
+ */
+static bool
+qbo_limit_open(const QboEngine *e, int i, long now)
+{
+	const QbLimitSpec *spec = qbo_spec(e, i);
+
+	return now >= e->dests[i].limit_at &&
+		(spec->max_concurrent <= 0 ||
+		 qb_limits_in_use(e->limits, e->cfg->destinations[i].name) < spec->max_concurrent);
+}
+
+/* qbo_limit_want: destination i's limit may give a claim rows now. */
+bool
+qbo_limit_want(const QboEngine *e, int i, long now)
+{
+	return !qb_limits_set(qbo_spec(e, i)) || !e->dests[i].cut || qbo_limit_open(e, i, now);
+}
+
+/*
+ * qbo_limits_due: a destination with a backlog may be given rows by its
+ * limit now (true, *in_ms 0), or in *in_ms (-1: none waits).
+ */
+bool
+qbo_limits_due(const QboEngine *e, long now, long *in_ms)
+{
+	*in_ms = -1;
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+	{
+		const QboDest *d = &e->dests[i];
+
+		if (!d->backlog || !qb_limits_set(qbo_spec(e, i)) || qbo_hold_reason(d) != NULL)
+			continue;
+		if (qbo_limit_open(e, i, now))
+		{
+			*in_ms = 0;
+			return true;
+		}
+		if (*in_ms < 0 || d->limit_at - now < *in_ms)
+			*in_ms = d->limit_at > now ? d->limit_at - now : QBO_LIMIT_PLACE_MS;
+	}
+	return false;
+}
+
+/*
+ * qbo_limit_take: slot s may start its publish: its destination has no
+ * limit, or it uses a reservation, or its limit gives it a token and a
+ * place now.  False: the limit has none (counted as a wait).
+ */
+bool
+qbo_limit_take(QboEngine *e, QboSlot *s)
+{
+	const QbLimitSpec *spec = qbo_spec(e, s->dest);
+	QboDest    *d = &e->dests[s->dest];
+	long		wait_ms;
+
+	if (!qb_limits_set(spec))
+		return true;
+	if (d->reserved > 0)
+		d->reserved--;
+	else if (qb_limits_reserve(e->limits, e->limit_holder, e->cfg->destinations[s->dest].name,
+							   spec, 1, qb_now_ns(), &wait_ms) != 1)
+	{
+		qbo_limit_waited(e, s->dest);
+		return false;
+	}
+	s->limit_held = spec->max_concurrent > 0;
+	return true;
+}
+
+/* qbo_limit_done: slot s's publish ended: its place, if it held one, back. */
+void
+qbo_limit_done(QboEngine *e, QboSlot *s)
+{
+	if (!s->limit_held)
+		return;
+	s->limit_held = false;
+	qb_limits_release(e->limits, e->limit_holder, e->cfg->destinations[s->dest].name);
+}
+
+/*
+ * qbo_limits_after_claim: the claim's rows were dispatched (claimed: it
+ * ran): which limited destinations have a backlog now.
+ */
+void
+qbo_limits_after_claim(QboEngine *e, bool claimed)
+{
+	for (int i = 0; claimed && i < e->cfg->ndestinations; i++)
+	{
+		QboDest    *d = &e->dests[i];
+
+		if (!qb_limits_set(qbo_spec(e, i)))
+			continue;
+		d->backlog = d->cut && d->claimed_now >= d->allowed;
+		/* none given: its rows, if any, wait; counted when a claim meets them */
+		if (d->backlog && d->allowed > 0)
+			qbo_limit_waited(e, i);
+	}
+}
+
+/*
+ * qbo_limits_give_unused: reservations beyond the rows queued to use them
+ * back to the shared limits (every one, when nothing is queued).
+ */
+void
+qbo_limits_give_unused(QboEngine *e)
+{
+	for (int i = 0; e->cfg != NULL && i < e->cfg->ndestinations; i++)
+	{
+		QboDest    *d = &e->dests[i];
+		int			unused = d->reserved - d->queued;
+
+		if (unused <= 0)
+			continue;
+		qb_limits_give(e->limits, e->limit_holder, e->cfg->destinations[i].name,
+					   qbo_spec(e, i), unused);
+		d->reserved -= unused;
+	}
+}
