@@ -548,7 +548,7 @@ test_kept_connection_costs_no_calls(void **state)
 	block = n_sigmask_block;
 	for (int i = 1; i <= 10; i++)
 	{
-		char		mid[40];
+		char		mid[48];
 
 		snprintf(mid, sizeof(mid), "c%07d-2222-4333-8444-555555555555", i);
 		assert_int_equal(post(h, &d, mid, NULL, "{}", 2, i, err, sizeof(err)),
@@ -734,7 +734,7 @@ test_fd_of_unconnected_socket_reused(void **state)
 	assert_int_equal(gethostname(name, sizeof(name)), 0);
 	for (int i = 1; i <= 2; i++)
 	{
-		char		mid[40];
+		char		mid[48];
 
 		snprintf(url, sizeof(url), "http://%s:%d/x", name, i);
 		snprintf(mid, sizeof(mid), "f%07d-2222-4333-8444-555555555555", i);
