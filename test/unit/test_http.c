@@ -702,13 +702,25 @@ test_fd_of_unconnected_socket_reused(void **state)
 	char		err[512];
 	char		name[256];
 	char		url[300];
-	QbHttp	   *h = qb_http_new(err, sizeof(err));
+	QbHttp	   *h;
 	Outcome		out = {0};
-	int			ls = socket(AF_INET, SOCK_STREAM, 0);
+	int			ls;
 	int			fill[2];
 	int			add;
 	QbEgress   *rules = NULL;
 	QbDestination d;
+	const char *preload = getenv("LD_PRELOAD");
+
+	/*
+	 * Under valgrind the resolver's thread runs at once and has answered
+	 * before libcurl asks for its socket, so no socket is asked for and the
+	 * count below would be 0 either way: the check needs threads that run
+	 * side by side (plain and SANITIZE runs).
+	 */
+	if (preload != NULL && strstr(preload, "vgpreload") != NULL)
+		skip();
+	h = qb_http_new(err, sizeof(err));
+	ls = socket(AF_INET, SOCK_STREAM, 0);
 
 	/* a listener whose accept queue is full: a new connect hangs (SYN dropped) */
 	loopback_port(ls, 0, url, sizeof(url));
