@@ -12,6 +12,7 @@
 #                       check that rows sent to it settle on a bounded read
 #   - qb_wait_query /   bounded waits: poll_query_until with a chosen timeout,
 #     qb_wait_for       and a polling loop around a Perl predicate
+#   - qb_drains_beside: a destination drains while another's rows still wait
 #   - qb_npm_dir:       a test/node-style folder with its npm packages
 #                       installed from the lockfile (npm ci)
 #   - qb_node_tests:    one node --test file, its pass count checked
@@ -47,7 +48,7 @@ our @EXPORT = qw(
   qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats qb_sink_first_after
   qb_sink_rate
   qb_endless_start qb_endless_conns qb_endless_stop qb_endless_routes qb_endless_check
-  qb_wait_query qb_wait_for qb_worker_pids qb_launcher_pid qb_free_port
+  qb_wait_query qb_wait_for qb_drains_beside qb_worker_pids qb_launcher_pid qb_free_port
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
   qb_consumers_on_lock qb_test_binary qb_npm_dir qb_node_tests
   qb_key_order qb_key_order_of qb_dest_status qb_log_count qb_kill9_crash qb_kill9_postmaster qb_insert_keyed
@@ -768,6 +769,27 @@ sub qb_wait_query
 	note sprintf('%s: %.1f s', $what, time - $t0);
 	qb_diag_outbox($node, $o{db}) unless $ok;
 	return ok($ok, $what);
+}
+
+# qb_drains_beside($node, [$topic, $n], [$held_topic, $n_held], $what, %o):
+# a destination is not slowed by another's backlog: all $n rows of $topic
+# are sent while rows of $held_topic still wait, then those are all sent too.
+# Three ok()s named after $what; timeout => (60) for the first wait,
+# held_timeout => (60) for the second.
+sub qb_drains_beside
+{
+	my ($node, $fast, $held, $what, %o) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my ($ft, $nf) = @$fast;
+	my ($ht, $nh) = @$held;
+	my $sent = "SELECT count(*) FROM queuebox.outbox WHERE state = 'sent' AND topic = ";
+
+	qb_wait_query($node, $sent . qb_sql_quote($ft), $nf,
+		"$what: all $nf rows of $ft are sent", timeout => $o{timeout} // 60);
+	my $left = qb_count($node, 'topic = ' . qb_sql_quote($ht) . " AND state <> 'sent'");
+	cmp_ok($left, '>', 0, "$what: while $ht still had $left of its $nh rows waiting");
+	return qb_wait_query($node, $sent . qb_sql_quote($ht), $nh,
+		"$what: then all $nh rows of $ht are sent", timeout => $o{held_timeout} // 60);
 }
 
 # qb_diag_outbox: on a failed wait, what the outbox and the circuits hold
