@@ -13,7 +13,7 @@
 #                            docs/getting-started.md)
 #
 EXTENSION   = queuebox
-EXTVERSION  = 0.3.7
+EXTVERSION  = 0.3.8
 MODULE_big  = queuebox
 
 # The core (src/common), by folder, lowest first: each includes only its own

@@ -212,7 +212,7 @@ sub qb_version
 }
 
 # qb_upgrade_fill(node, db): the rows an upgrade test fills either host
-# with (TAP 062, 068): outbox rows of three keys sent, pending, processing
+# with (TAP 062, 068, 069): outbox rows of three keys sent, pending, processing
 # under a claim and dead (payload {"n": 0..5}), inbox rows push (processing
 # under a claim) and pull
 sub qb_upgrade_fill

@@ -14,9 +14,9 @@
 #   /metrics, and T-SQL topic_matches
 #   against the extension's C one, takeover (the applock on SQL Server, the
 #   claimers' beats on Babelfish), and the upgrade of filled 0.3.0, 0.3.1,
-#   0.3.2, 0.3.3, 0.3.4, 0.3.5 and 0.3.6 schemas (0.3.6: the outbox takes its
+#   0.3.2, 0.3.3, 0.3.4, 0.3.5, 0.3.6 and 0.3.7 schemas (0.3.6: the outbox takes its
 #   session's trace context, the relay claim returns a row's traceparent;
-#   TAP 065 has the rest of it; 0.3.7 records the version only).  Every case counts rows before and after.
+#   TAP 065 has the rest of it; 0.3.7 and 0.3.8 record the version only).  Every case counts rows before and after.
 #
 #   The suite drops and recreates schema queuebox in the database the URL
 #   names: give it a database of its own.
@@ -771,7 +771,7 @@ is(qbd_wait_exit($d, 30), 0, 'the daemon stops');
 	}
 }
 
-# ---- upgrades: the schema the 0.3.0, 0.3.1, 0.3.2, 0.3.3, 0.3.4, 0.3.5 and 0.3.6 daemons made
+# ---- upgrades: the schema the 0.3.0, 0.3.1, 0.3.2, 0.3.3, 0.3.4, 0.3.5, 0.3.6 and 0.3.7 daemons made
 # (test/fixtures), filled, then --migrate: no row changes, a claim made
 # before still completes, resume_destination answers as 0.3.2 says, the
 # sweep of 0.3.3 runs, and the objects are a fresh install's
@@ -890,7 +890,7 @@ sub version_cmp
 	return 0;
 }
 
-my @upgraded = map { upgrade_from($_) } qw(0.3.0 0.3.1 0.3.2 0.3.3 0.3.4 0.3.5 0.3.6);
+my @upgraded = map { upgrade_from($_) } qw(0.3.0 0.3.1 0.3.2 0.3.3 0.3.4 0.3.5 0.3.6 0.3.7);
 mssql_reset($dbh);
 $r = qbd_run('--config', qbd_write_conf(conf(), 'fresh'), '--migrate');
 is($r->[0], 0, '--migrate makes a fresh schema') or diag $r->[2];
@@ -902,6 +902,7 @@ is($upgraded[3], objects(), 'the schema upgraded from 0.3.3 has the objects and 
 is($upgraded[4], objects(), 'the schema upgraded from 0.3.4 has the objects and columns of a fresh install');
 is($upgraded[5], objects(), 'the schema upgraded from 0.3.5 has the objects and columns of a fresh install');
 is($upgraded[6], objects(), 'the schema upgraded from 0.3.6 has the objects and columns of a fresh install');
+is($upgraded[7], objects(), 'the schema upgraded from 0.3.7 has the objects and columns of a fresh install');
 
 # ---- the database roles (sql/sqlserver/roles.sql): made by a user who may,
 # each granted what its job needs; a reader's user may not requeue
