@@ -24,7 +24,8 @@ COMMENT ON TABLE queuebox.schema_version IS
 CREATE TABLE queuebox.config_route (
 	position	int PRIMARY KEY,
 	pattern		text NOT NULL,
-	destination	text NOT NULL
+	destination	text NOT NULL,
+	fanout		boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE queuebox.config_route IS
 	'The routes of the configuration file queuebox-mssqld runs, in order (the first match wins). Written by the daemon; do not edit.';

@@ -155,3 +155,30 @@ BEGIN
 END $$;
 CREATE TRIGGER outbox_trace BEFORE INSERT ON queuebox.outbox
 	FOR EACH ROW EXECUTE FUNCTION queuebox._trace_outbox();
+
+/*
+ * outbox_fanout: a row whose topic's first route has several destinations
+ * (fan-out) is marked (origin = its id), so the first claim copies it
+ * whatever its key's order, and each copy waits at its own destination
+ * (docs/design/claim.md, "One key, several destinations"), as the
+ * extension's C trigger does.  Made disabled: the daemon enables it only
+ * while its configuration has a fan-out route, so other installs pay
+ * nothing; a row inserted before it was enabled is copied all the same,
+ * only after its key's earlier rows everywhere.
+ */
+CREATE FUNCTION queuebox._fanout_outbox() RETURNS trigger
+	LANGUAGE plpgsql
+	AS $$
+BEGIN
+	IF NEW.destination IS NULL AND NEW.origin IS NULL
+	   AND coalesce((SELECT r.fanout FROM queuebox.config_route r
+					 WHERE queuebox.topic_matches(r.pattern, NEW.topic)
+					 ORDER BY r.position LIMIT 1), false) THEN
+		NEW.origin := NEW.id;
+	END IF;
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER outbox_fanout BEFORE INSERT ON queuebox.outbox
+	FOR EACH ROW EXECUTE FUNCTION queuebox._fanout_outbox();
+ALTER TABLE queuebox.outbox DISABLE TRIGGER outbox_fanout;

@@ -211,7 +211,8 @@ $$;
 -- ---------------------------------------------------------------------------
 /*
  * requeue_outbox(id): a dead row back to pending, due now, attempts reset,
- * routed again with the current configuration.  It keeps its id, so it
+ * routed again with the current configuration; a row of a route with
+ * several destinations (origin set) goes back to its own destination only.  It keeps its id, so it
  * keeps its place in its key's order: a row that held its key (onDead:
  * holdKey, hold 'dead') is its key's first open row again, and the rows
  * parked behind it follow it.  Recorded in outbox_audit (a requeue, the
@@ -223,7 +224,9 @@ CREATE FUNCTION queuebox.requeue_outbox(id bigint) RETURNS boolean
 	WITH u AS (
 		UPDATE queuebox.outbox o
 		SET state = 'pending', attempt = 0, scheduled_at = now(),
-			claim_token = NULL, lease_until = NULL, destination = NULL, hold = 'ready'
+			claim_token = NULL, lease_until = NULL,
+			destination = CASE WHEN o.origin IS NOT NULL THEN o.destination END,
+			hold = CASE WHEN o.origin IS NULL THEN 'ready' END
 		WHERE o.id = requeue_outbox.id AND o.state = 'dead'
 		RETURNING o.id),
 	a AS (
@@ -242,7 +245,9 @@ CREATE FUNCTION queuebox.requeue_outbox(
 	WITH u AS (
 		UPDATE queuebox.outbox o
 		SET state = 'pending', attempt = 0, scheduled_at = now(),
-			claim_token = NULL, lease_until = NULL, destination = NULL, hold = 'ready'
+			claim_token = NULL, lease_until = NULL,
+			destination = CASE WHEN o.origin IS NOT NULL THEN o.destination END,
+			hold = CASE WHEN o.origin IS NULL THEN 'ready' END
 		WHERE o.state = 'dead'
 		  AND (requeue_outbox.topic_pattern IS NULL
 			   OR queuebox.topic_matches(requeue_outbox.topic_pattern, o.topic))
@@ -274,7 +279,9 @@ CREATE FUNCTION queuebox.requeue_outbox(id bigint, payload jsonb) RETURNS boolea
 	u AS (
 		UPDATE queuebox.outbox x
 		SET state = 'pending', attempt = 0, scheduled_at = now(), payload = requeue_outbox.payload,
-			claim_token = NULL, lease_until = NULL, destination = NULL, hold = 'ready'
+			claim_token = NULL, lease_until = NULL,
+			destination = CASE WHEN x.origin IS NOT NULL THEN x.destination END,
+			hold = CASE WHEN x.origin IS NULL THEN 'ready' END
 		FROM o WHERE x.id = o.id
 		RETURNING x.id),
 	a AS (
@@ -299,18 +306,21 @@ CREATE FUNCTION queuebox.skip_outbox(id bigint) RETURNS boolean
 	AS $$
 DECLARE
 	k text;
+	d text;
 BEGIN
 	UPDATE queuebox.outbox o SET hold = NULL
 	WHERE o.id = skip_outbox.id AND o.state = 'dead' AND o.hold = 'dead'
-	RETURNING o.key INTO k;
+	RETURNING o.key, coalesce(o.destination, '') INTO k, d;
 	IF NOT FOUND THEN
 		RETURN false;
 	END IF;
 	INSERT INTO queuebox.outbox_audit (outbox_id, action) VALUES (skip_outbox.id, 'skip');
+	-- the first open row it held back: at its destination or not routed yet
 	UPDATE queuebox.outbox o SET hold = CASE WHEN o.destination IS NULL THEN 'ready' END
 	WHERE o.id = (SELECT e.id FROM queuebox.outbox e
-				  WHERE e.key = k AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')
-				  ORDER BY e.id LIMIT 1)
+				  WHERE e.key = k AND coalesce(e.destination, '') IN (d, '')
+					AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')
+				  ORDER BY coalesce(e.origin, e.id) LIMIT 1)
 	  AND o.state = 'pending' AND o.hold = 'key';
 	PERFORM queuebox._arm_outbox_wake();
 	RETURN true;
@@ -318,13 +328,14 @@ END
 $$;
 
 /*
- * held_keys(): the keys whose first open row is dead and holding them
- * (onDead: holdKey) or retrying (pending after a failed attempt), with
- * rows parked behind it: the key, the head's destination, id and state
+ * held_keys(): the keys whose first open row at a destination is dead and
+ * holding them (onDead: holdKey) or retrying (pending after a failed
+ * attempt), with rows parked behind it there (a key's order is kept per
+ * destination): the key, the head's destination, id and state
  * ('dead' or 'retrying'), how many open rows wait behind it, and since
  * when (the oldest of them was created).  It walks outbox_parked_idx one
- * step per key, as the sweep does, so it costs the keys with parked rows,
- * not the table.
+ * step per key and destination, as the sweep does, so it costs the keys
+ * with parked rows, not the table.
  */
 CREATE FUNCTION queuebox.held_keys()
 	RETURNS TABLE (key text, destination text, head_id bigint, head_state text,
@@ -332,24 +343,29 @@ CREATE FUNCTION queuebox.held_keys()
 	LANGUAGE sql STABLE
 	AS $$
 	WITH RECURSIVE k AS (
-		(SELECT o.key FROM queuebox.outbox o
-		 WHERE o.state = 'pending' AND o.hold = 'key' ORDER BY o.key LIMIT 1)
+		(SELECT o.key, coalesce(o.destination, '') AS g FROM queuebox.outbox o
+		 WHERE o.state = 'pending' AND o.hold = 'key'
+		 ORDER BY o.key, coalesce(o.destination, '') LIMIT 1)
 		UNION ALL
-		SELECT x.key FROM k CROSS JOIN LATERAL (
-			SELECT o.key FROM queuebox.outbox o
-			WHERE o.state = 'pending' AND o.hold = 'key' AND o.key > k.key
-			ORDER BY o.key LIMIT 1) x)
+		SELECT x.key, x.g FROM k CROSS JOIN LATERAL (
+			SELECT o.key, coalesce(o.destination, '') AS g FROM queuebox.outbox o
+			WHERE o.state = 'pending' AND o.hold = 'key'
+			  AND (o.key, coalesce(o.destination, '')) > (k.key, k.g)
+			ORDER BY o.key, coalesce(o.destination, '') LIMIT 1) x)
 	SELECT k.key, h.destination, h.id,
 		   CASE WHEN h.state = 'dead' THEN 'dead' ELSE 'retrying' END,
 		   b.n, b.since
 	FROM k
 	CROSS JOIN LATERAL (
-		SELECT e.id, e.state, e.attempt, e.destination FROM queuebox.outbox e
-		WHERE e.key = k.key AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')
-		ORDER BY e.id LIMIT 1) h
+		SELECT e.id, e.state, e.attempt, e.destination, coalesce(e.origin, e.id) AS pos
+		FROM queuebox.outbox e
+		WHERE e.key = k.key AND (k.g = '' OR coalesce(e.destination, '') IN (k.g, ''))
+		  AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')
+		ORDER BY coalesce(e.origin, e.id) LIMIT 1) h
 	CROSS JOIN LATERAL (
 		SELECT count(*) AS n, min(e.created_at) AS since FROM queuebox.outbox e
-		WHERE e.key = k.key AND e.id > h.id AND e.state IN ('pending', 'processing')) b
+		WHERE e.key = k.key AND coalesce(e.destination, '') = k.g
+		  AND coalesce(e.origin, e.id) > h.pos AND e.state IN ('pending', 'processing')) b
 	WHERE h.state = 'dead' OR (h.state = 'pending' AND h.attempt > 0)
 	ORDER BY k.key
 $$;
@@ -464,13 +480,15 @@ $$;
 /*
  * replay_outbox(id): a new pending row with the same topic, key, payload,
  * headers and max_attempts, and a new message_id; any state may be
- * replayed.  Returns the new row's id, or NULL when there is no such row.
+ * replayed.  A row of a route with several destinations (origin set) is
+ * replayed to its own destination only.  Returns the new row's id, or NULL when there is no such row.
  */
 CREATE FUNCTION queuebox.replay_outbox(id bigint) RETURNS bigint
 	LANGUAGE sql VOLATILE
 	AS $$
-	INSERT INTO queuebox.outbox (topic, key, payload, headers, max_attempts)
-	SELECT o.topic, o.key, o.payload, o.headers, o.max_attempts
+	INSERT INTO queuebox.outbox (topic, key, payload, headers, max_attempts, destination)
+	SELECT o.topic, o.key, o.payload, o.headers, o.max_attempts,
+		   CASE WHEN o.origin IS NOT NULL THEN o.destination END
 	FROM queuebox.outbox o WHERE o.id = replay_outbox.id
 	RETURNING id
 $$;
@@ -487,8 +505,9 @@ CREATE FUNCTION queuebox.replay_outbox(
 	LANGUAGE sql VOLATILE
 	AS $$
 	WITH n AS (
-		INSERT INTO queuebox.outbox (topic, key, payload, headers, max_attempts)
-		SELECT o.topic, o.key, o.payload, o.headers, o.max_attempts
+		INSERT INTO queuebox.outbox (topic, key, payload, headers, max_attempts, destination)
+		SELECT o.topic, o.key, o.payload, o.headers, o.max_attempts,
+			   CASE WHEN o.origin IS NOT NULL THEN o.destination END
 		FROM queuebox.outbox o
 		WHERE (replay_outbox.state IS NULL OR o.state = replay_outbox.state)
 		  AND (replay_outbox.topic_pattern IS NULL
@@ -777,8 +796,10 @@ COMMENT ON FUNCTION queuebox.dead_inbox(text, text, text, text, text, timestampt
 
 /*
  * outbox_row(id): the whole outbox row as one object, payload and headers
- * included, with what operators did to it (outbox_audit, oldest first);
- * NULL when there is no such row.
+ * included, with what operators did to it (outbox_audit, oldest first)
+ * and, for a row of a route with several destinations, every delivery of
+ * its message (deliveries: id, destination, state; null otherwise); NULL
+ * when there is no such row.
  */
 CREATE FUNCTION queuebox.outbox_row(id bigint) RETURNS jsonb
 	LANGUAGE sql STABLE
@@ -788,6 +809,10 @@ CREATE FUNCTION queuebox.outbox_row(id bigint) RETURNS jsonb
 		'destination', o.destination, 'state', o.state, 'hold', o.hold, 'attempt', o.attempt,
 		'max_attempts', o.max_attempts, 'scheduled_at', o.scheduled_at, 'created_at', o.created_at,
 		'last_error', o.last_error, 'payload', o.payload, 'headers', o.headers,
+		'deliveries', (SELECT jsonb_agg(jsonb_build_object(
+							'id', c.id, 'destination', c.destination, 'state', c.state)
+							ORDER BY c.id)
+					   FROM queuebox.outbox c WHERE c.origin = o.origin),
 		'audit', (SELECT coalesce(jsonb_agg(jsonb_build_object(
 						'action', a.action, 'done_by', a.done_by, 'done_at', a.done_at,
 						'payload_before', a.payload_before, 'payload_after', a.payload_after)

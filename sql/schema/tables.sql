@@ -35,7 +35,8 @@ CREATE TABLE queuebox.outbox (
 	destination		text,
 	hold			varchar(20)
 		CONSTRAINT outbox_hold_check CHECK (hold IN ('key', 'destination', 'ready', 'intake', 'dead')),
-	claimer			bigint
+	claimer			bigint,
+	origin			bigint
 ) WITH (fillfactor = 80,
 	  -- a queue table: every row is updated twice, so vacuum it early and
 	  -- often; until it is, claims walk the dead entries of delivered rows
@@ -59,6 +60,8 @@ COMMENT ON COLUMN queuebox.outbox.claimer IS
 	'While processing: the worker that claimed the row, by the session advisory lock it holds while it runs (pg_locks, objsubid 1); when no session holds that lock the reclaim step takes the row over at once. NULL: taken over only when its lease expires (takeover off, or a pooled daemon connection).';
 COMMENT ON COLUMN queuebox.outbox.destination IS
 	'The destination the row is routed to: at insert (the outbox_route trigger) or at its first claim; NULL until then.';
+COMMENT ON COLUMN queuebox.outbox.origin IS
+	'On a copy made by a route with several destinations (fan-out): the id of the row it was copied from, whose place in its key''s order it takes at its own destination. NULL on every other row.';
 COMMENT ON COLUMN queuebox.outbox.hold IS
 	'Where a pending row waits: intake (new, routed at insert), key (an earlier row of its key is open), destination (its destination is not taking rows), ready (claimable, not yet routed); NULL: new and not routed, or routed and due at scheduled_at. On a dead row, dead: it holds its key''s later rows until queuebox.requeue_outbox() or queuebox.skip_outbox() (onDead: holdKey).';
 
@@ -84,14 +87,21 @@ CREATE INDEX outbox_held_idx ON queuebox.outbox (destination, id)
 CREATE INDEX outbox_dest_intake_idx ON queuebox.outbox (destination, id)
 	WHERE state = 'pending' AND hold = 'intake';
 -- The per-key predicate: is an earlier row of this key still unsettled, or
--- dead and holding its key (onDead: holdKey; claim.md)?
-CREATE INDEX outbox_key_open_idx ON queuebox.outbox (key, id)
+-- dead and holding its key (onDead: holdKey; claim.md)?  A key's order is
+-- kept per destination ('': not routed yet, which waits for and holds back
+-- every destination), by place: a row's id, a fan-out copy's origin.
+CREATE INDEX outbox_key_open_idx ON queuebox.outbox
+	(key, (coalesce(destination, '')), (coalesce(origin, id)))
 	WHERE (state IN ('pending', 'processing') OR hold = 'dead') AND key IS NOT NULL;
--- Rows parked behind their key, key by key: the sweep reads each key's
--- first parked row (one step per key, however many it has parked) and
--- releases it when no earlier row of the key is open (claim.md, "The sweep").
-CREATE INDEX outbox_parked_idx ON queuebox.outbox (key, id)
+-- Rows parked behind their key, key and destination by key and destination:
+-- the sweep reads each one's first parked row (one step each, however many
+-- it has parked) and releases it when no earlier row of its key that it
+-- waits for is open (claim.md, "The sweep").
+CREATE INDEX outbox_parked_idx ON queuebox.outbox
+	(key, (coalesce(destination, '')), (coalesce(origin, id)))
 	WHERE state = 'pending' AND hold = 'key';
+-- Fan-out: a row's copies, for the console and route_of's callers.
+CREATE INDEX outbox_origin_idx ON queuebox.outbox (origin) WHERE origin IS NOT NULL;
 -- The reclaim step: expired leases.
 CREATE INDEX outbox_lease_idx ON queuebox.outbox (lease_until)
 	WHERE state = 'processing';

@@ -89,7 +89,10 @@
 
 typedef struct QbpKey
 {
-	char	   *key;			/* hash key: a copy in TopTransactionContext */
+	char	   *key;			/* hash key: the unit (qbop_unit), a copy in
+								 * TopTransactionContext */
+	char	   *rowkey;			/* the key's text, in TopTransactionContext */
+	char	   *dest;			/* its destination, NULL: not routed */
 	int64		first_id;		/* the lowest id parked */
 	bool		own_blocker;	/* first_id's blocker is this transaction's */
 	ItemPointerData blocker;	/* where first_id's blocker was found */
@@ -98,9 +101,20 @@ typedef struct QbpKey
 
 typedef struct QbpSeen
 {
-	char	   *key;			/* hash key: a copy in qbop_seen_cxt */
-	ItemPointerData tid;		/* where a blocker of the key was found */
+	char	   *key;			/* hash key: the unit, a copy in qbop_seen_cxt */
+	ItemPointerData tid;		/* where a blocker of the unit was found */
 } QbpSeen;
+
+/*
+ * qbop_unit: a key and destination as one string, "<length of dest>:<dest>
+ * <key>" (dest "" when not routed), for the tables: two units never spell
+ * the same.  Palloc'd in the current context.
+ */
+static char *
+qbop_unit(const char *key, const char *dest)
+{
+	return psprintf("%d:%s%s", dest ? (int) strlen(dest) : -1, dest ? dest : "", key);
+}
 
 static QbpKey qbop_first;		/* the transaction's first parked key */
 static bool qbop_have_first = false;
@@ -166,14 +180,16 @@ qbop_text_is(Datum d, const char *s)
 }
 
 /*
- * qbop_check: the row version at tid is a blocker of a row (id, key), as
- * the probe would find it: visible as of now (SnapshotSelf), of the key,
- * below id, and open.  It stays in slot, whose pin keeps it from being
+ * qbop_check: the row version at tid is a blocker of a row (id, key, dest),
+ * as the probe would find it: visible as of now (SnapshotSelf), of the key,
+ * at dest or not routed (any destination when dest is NULL), below id, and
+ * open.  It stays in slot, whose pin keeps it from being
  * pruned away before the caller locks it.  *own says this transaction
  * inserted it.  The caller makes sure tid's block exists.
  */
 static bool
-qbop_check(Relation heap, ItemPointer tid, Datum key, int64 id, TupleTableSlot *slot, bool *own)
+qbop_check(Relation heap, ItemPointer tid, Datum key, const char *dest, int64 id,
+		   TupleTableSlot *slot, bool *own)
 {
 	bool		isnull;
 	Datum		d;
@@ -187,6 +203,9 @@ qbop_check(Relation heap, ItemPointer tid, Datum key, int64 id, TupleTableSlot *
 		return false;
 	d = slot_getattr(slot, qbop_atts.key, &isnull);
 	if (isnull || !datum_image_eq(d, key, false, -1))
+		return false;
+	d = slot_getattr(slot, qbop_atts.destination, &isnull);
+	if (dest != NULL && !isnull && !qbop_text_is(d, dest))
 		return false;
 	d = slot_getattr(slot, qbop_atts.state, &isnull);
 	if (isnull || !(qbop_text_is(d, "pending") || qbop_text_is(d, "processing")))
@@ -203,32 +222,18 @@ qbop_check(Relation heap, ItemPointer tid, Datum key, int64 id, TupleTableSlot *
 }
 
 /*
- * qbop_blocker: the nearest open row of key (a text Datum) with an id below
- * id, as of now; *own says this transaction inserted it, *tid where it
- * is; it stays in keep when given (pinned, for a lock).  False when there
- * is none, or when the index is missing (a schema before 0.2.0: nothing is
- * parked at insert then).
+ * qbop_scan: the first row version a backward scan of idx finds with sk
+ * (nkeys of them), as of now; *own says this transaction inserted it, *tid
+ * where it is, and it stays in slot.
  */
 static bool
-qbop_blocker(Relation heap, Datum key, int64 id, bool *own, ItemPointer tid, TupleTableSlot *keep)
+qbop_scan(Relation heap, Relation idx, ScanKey sk, int nkeys, bool *own, ItemPointer tid,
+		  TupleTableSlot *slot)
 {
-	Oid			idxoid = get_relname_relid(QBP_KEY_INDEX, RelationGetNamespace(heap));
-	Relation	idx;
-	ScanKeyData sk[2];
-	IndexScanDesc scan;
-	TupleTableSlot *slot;
+	IndexScanDesc scan = qb_index_beginscan(heap, idx, SnapshotSelf, nkeys, 0);
 	bool		found;
 
-	if (!OidIsValid(idxoid))
-		return false;
-	idx = index_open(idxoid, AccessShareLock);
-	ScanKeyEntryInitialize(&sk[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   idx->rd_indcollation[0], F_TEXTEQ, key);
-	ScanKeyEntryInitialize(&sk[1], 0, 2, BTLessStrategyNumber, InvalidOid,
-						   idx->rd_indcollation[1], F_INT8LT, Int64GetDatum(id));
-	slot = keep != NULL ? keep : table_slot_create(heap, NULL);
-	scan = qb_index_beginscan(heap, idx, SnapshotSelf, 2, 0);
-	index_rescan(scan, sk, 2, NULL, 0);
+	index_rescan(scan, sk, nkeys, NULL, 0);
 	found = index_getnext_slot(scan, BackwardScanDirection, slot);
 	if (found)
 	{
@@ -241,6 +246,61 @@ qbop_blocker(Relation heap, Datum key, int64 id, bool *own, ItemPointer tid, Tup
 			heap_freetuple(t);
 	}
 	index_endscan(scan);
+	return found;
+}
+
+/*
+ * qbop_blocker: an open row of key (a text Datum) placed below id that
+ * holds back a row at dest (NULL: not routed), as of now: at dest, then
+ * among the rows not routed yet (outbox_key_open_idx is (key,
+ * coalesce(destination, ''), coalesce(origin, id))); of a row not routed
+ * yet, at any destination.  *own says this transaction inserted it, *tid
+ * where it is; it stays in keep when given (pinned, for a lock).  False
+ * when there is none, or when the index is missing (a schema before 0.2.0:
+ * nothing is parked at insert then).
+ */
+static bool
+qbop_blocker(Relation heap, Datum key, const char *dest, int64 id, bool *own, ItemPointer tid,
+			 TupleTableSlot *keep)
+{
+	Oid			idxoid = get_relname_relid(QBP_KEY_INDEX, RelationGetNamespace(heap));
+	Relation	idx;
+	ScanKeyData sk[3];
+	TupleTableSlot *slot;
+	bool		found;
+
+	if (!OidIsValid(idxoid))
+		return false;
+	idx = index_open(idxoid, AccessShareLock);
+	slot = keep != NULL ? keep : table_slot_create(heap, NULL);
+	ScanKeyEntryInitialize(&sk[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   idx->rd_indcollation[0], F_TEXTEQ, key);
+	ScanKeyEntryInitialize(&sk[2], 0, 3, BTLessStrategyNumber, InvalidOid,
+						   InvalidOid, F_INT8LT, Int64GetDatum(id));
+	if (IndexRelationGetNumberOfKeyAttributes(idx) == 2)
+	{
+		/* (key, id): a schema before 0.3.8, not updated yet; one order per key */
+		ScanKeyEntryInitialize(&sk[1], 0, 2, BTLessStrategyNumber, InvalidOid,
+							   InvalidOid, F_INT8LT, Int64GetDatum(id));
+		found = qbop_scan(heap, idx, sk, 2, own, tid, slot);
+	}
+	else if (dest == NULL)
+	{
+		sk[1] = sk[2];
+		found = qbop_scan(heap, idx, sk, 2, own, tid, slot);
+	}
+	else
+	{
+		ScanKeyEntryInitialize(&sk[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+							   idx->rd_indcollation[1], F_TEXTEQ, CStringGetTextDatum(dest));
+		found = qbop_scan(heap, idx, sk, 3, own, tid, slot);
+		if (!found)
+		{
+			ScanKeyEntryInitialize(&sk[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+								   idx->rd_indcollation[1], F_TEXTEQ, CStringGetTextDatum(""));
+			found = qbop_scan(heap, idx, sk, 3, own, tid, slot);
+		}
+	}
 	if (keep == NULL)
 		ExecDropSingleTupleTableSlot(slot);
 	index_close(idx, AccessShareLock);
@@ -252,7 +312,8 @@ qbop_blocker(Relation heap, Datum key, int64 id, bool *own, ItemPointer tid, Tup
  * row (id, key) of heap; *tid where it is.
  */
 static bool
-qbop_seen_blocker(Relation heap, const char *k, Datum key, int64 id, bool *own, ItemPointer tid)
+qbop_seen_blocker(Relation heap, const char *k, Datum key, const char *dest, int64 id,
+				  bool *own, ItemPointer tid)
 {
 	QbpSeen    *s;
 	TupleTableSlot *slot;
@@ -265,7 +326,7 @@ qbop_seen_blocker(Relation heap, const char *k, Datum key, int64 id, bool *own, 
 	if (s == NULL || ItemPointerGetBlockNumber(&s->tid) >= RelationGetNumberOfBlocks(heap))
 		return false;
 	slot = table_slot_create(heap, NULL);
-	found = qbop_check(heap, &s->tid, key, id, slot, own);
+	found = qbop_check(heap, &s->tid, key, dest, id, slot, own);
 	ExecDropSingleTupleTableSlot(slot);
 	if (found)
 		*tid = s->tid;
@@ -311,6 +372,8 @@ qbop_see(Relation heap, const char *k, ItemPointer tid)
 static QbpKey *
 qbop_key_entry(const char *k, bool *found)
 {
+	QbpKey	   *e;
+
 	if (qbop_have_first && strcmp(qbop_first.key, k) == 0)
 	{
 		*found = true;
@@ -327,37 +390,48 @@ qbop_key_entry(const char *k, bool *found)
 	if (qbop_keys == NULL)
 		qbop_keys = qbop_table("queuebox parked keys", sizeof(QbpKey), TopTransactionContext,
 							   qbop_keycopy);
-	return hash_search(qbop_keys, &k, HASH_ENTER, found);
+	e = hash_search(qbop_keys, &k, HASH_ENTER, found);
+	if (!*found)
+		e->rowkey = e->dest = NULL;
+	return e;
 }
 
 /*
  * qb_park_at_insert: the outbox_route trigger's question for a new keyed
- * row (id, key) of heap, whose columns are atts: does an earlier row of
- * its key keep it waiting?  True: the caller inserts it parked, and the
- * key is recorded for PRE_COMMIT.
+ * row (id, key) of heap routed to dest (NULL: not routed), whose columns
+ * are atts: does an earlier row of its key keep it waiting?  True: the
+ * caller inserts it parked, and the key and destination are recorded for
+ * PRE_COMMIT.
  */
 bool
-qb_park_at_insert(Relation heap, const QbParkAtts *atts, int64 id, Datum key)
+qb_park_at_insert(Relation heap, const QbParkAtts *atts, int64 id, Datum key, const char *dest)
 {
 	bool		own = false;
 	ItemPointerData tid;
-	char	   *k = TextDatumGetCString(key);
+	char	   *rowkey = TextDatumGetCString(key);
+	char	   *k = qbop_unit(rowkey, dest);
 	QbpKey	   *e;
 	bool		found;
 
 	qbop_atts = *atts;
-	if (!qbop_seen_blocker(heap, k, key, id, &own, &tid))
+	if (!qbop_seen_blocker(heap, k, key, dest, id, &own, &tid))
 	{
-		found = qbop_blocker(heap, key, id, &own, &tid, NULL);
+		found = qbop_blocker(heap, key, dest, id, &own, &tid, NULL);
 		qbop_see(heap, k, found ? &tid : NULL);
 		if (!found)
 		{
 			pfree(k);
+			pfree(rowkey);
 			return false;
 		}
 	}
 	qbop_outbox = RelationGetRelid(heap);
 	e = qbop_key_entry(k, &found);
+	if (e->rowkey == NULL)
+	{
+		e->rowkey = MemoryContextStrdup(TopTransactionContext, rowkey);
+		e->dest = dest ? MemoryContextStrdup(TopTransactionContext, dest) : NULL;
+	}
 	if (!found || id < e->first_id)
 	{
 		e->first_id = id;
@@ -366,6 +440,7 @@ qb_park_at_insert(Relation heap, const QbParkAtts *atts, int64 id, Datum key)
 		e->subid = GetCurrentSubTransactionId();
 	}
 	pfree(k);
+	pfree(rowkey);
 	return true;
 }
 
@@ -402,13 +477,14 @@ qbop_held(Relation heap, const QbpKey *e)
 
 	if (e->own_blocker)
 		return true;
-	key = CStringGetTextDatum(e->key);
+	key = CStringGetTextDatum(e->rowkey);
 	slot = table_slot_create(heap, NULL);
 	tid = e->blocker;
 	/* the slot keeps the row pinned until it is locked (no prune moves it) */
-	held = qbop_check(heap, &tid, key, e->first_id, slot, &own) && (own || qbop_lock(heap, &tid, slot));
+	held = qbop_check(heap, &tid, key, e->dest, e->first_id, slot, &own) &&
+		(own || qbop_lock(heap, &tid, slot));
 	/* else it ended since, when no other is found */
-	if (!held && qbop_blocker(heap, key, e->first_id, &own, &tid, slot))
+	if (!held && qbop_blocker(heap, key, e->dest, e->first_id, &own, &tid, slot))
 		held = own || qbop_lock(heap, &tid, slot);
 	ExecDropSingleTupleTableSlot(slot);
 	return held;

@@ -59,6 +59,7 @@ static int	qbor_att_id = 0;
 static int	qbor_att_key = 0;
 static int	qbor_att_headers = 0;
 static int	qbor_att_state = 0;
+static int	qbor_att_origin = 0;	/* 0: a schema before 0.3.8 */
 
 /*
  * The trace context of the statement being run, from its sqlcommenter
@@ -96,7 +97,9 @@ qbor_stage(const QbConfig *cfg)
 		/* zeroed first: the table is compared with memcmp */
 		memset(&qbor_staged[i], 0, sizeof(QbPublishedRoute));
 		strlcpy(qbor_staged[i].pattern, cfg->routes[i].topic_pattern, QB_ROUTE_PATTERN_MAX);
-		strlcpy(qbor_staged[i].destination, cfg->routes[i].destination, QB_ROUTE_DEST_MAX);
+		/* fan-out: "", the row is left unrouted and copied at its first claim */
+		if (cfg->routes[i].ndests == 1)
+			strlcpy(qbor_staged[i].destination, cfg->routes[i].destination, QB_ROUTE_DEST_MAX);
 	}
 	return qbor_staged_n = cfg->nroutes;
 }
@@ -277,13 +280,15 @@ qbor_attnums(Relation rel)
 		qbor_is(desc, qbor_att_state, "state"))
 		return true;
 	qbor_att_topic = qbor_att_destination = qbor_att_hold = qbor_att_id = qbor_att_key = 0;
-	qbor_att_headers = qbor_att_state = 0;
+	qbor_att_headers = qbor_att_state = qbor_att_origin = 0;
 	for (int i = 1; i <= desc->natts; i++)
 	{
 		if (qbor_is(desc, i, "topic"))
 			qbor_att_topic = i;
 		else if (qbor_is(desc, i, "destination"))
 			qbor_att_destination = i;
+		else if (qbor_is(desc, i, "origin"))
+			qbor_att_origin = i;
 		else if (qbor_is(desc, i, "hold"))
 			qbor_att_hold = i;
 		else if (qbor_is(desc, i, "id"))
@@ -299,9 +304,22 @@ qbor_attnums(Relation rel)
 		qbor_att_id != 0 && qbor_att_key != 0 && qbor_att_headers != 0 && qbor_att_state != 0;
 }
 
-/* qbor_route: the destination of the first published route topic matches, or NULL. */
+/* qbor_text_or_null: a text column of tup as a C string, or NULL. */
 static const char *
-qbor_route(HeapTuple tup, TupleDesc desc)
+qbor_text_or_null(HeapTuple tup, TupleDesc desc, int attnum)
+{
+	bool		isnull;
+	Datum		d = heap_getattr(tup, attnum, desc, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+/*
+ * qbor_route: the destination of the first published route topic matches,
+ * or NULL; *fanout says that route has several destinations.
+ */
+static const char *
+qbor_route(HeapTuple tup, TupleDesc desc, bool *fanout)
 {
 	bool		isnull;
 	Datum		topic;
@@ -314,9 +332,16 @@ qbor_route(HeapTuple tup, TupleDesc desc)
 	if (isnull)
 		return NULL;			/* the NOT NULL constraint says why */
 	t = TextDatumGetCString(topic);
-	for (int i = 0; i < qbor_ncopy && dest == NULL; i++)
+	for (int i = 0; i < qbor_ncopy; i++)
 		if (qb_topic_match(qbor_copy[i].pattern, t))
-			dest = qbor_copy[i].destination;
+		{
+			/* first match wins; "" is a fan-out route: copied at its claim */
+			if (qbor_copy[i].destination[0] != '\0')
+				dest = qbor_copy[i].destination;
+			else
+				*fanout = true;
+			break;
+		}
 	pfree(t);
 	return dest;
 }
@@ -392,6 +417,7 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 	const char *dest = NULL;
 	Datum		key;
 	Datum		traced;
+	bool		fanout = false;
 	int			cols[3];
 	Datum		values[3];
 	bool		nulls[3] = {false, false, false};
@@ -409,6 +435,7 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 	desc = RelationGetDescr(td->tg_relation);
 	atts = (QbParkAtts) {
 		.id = qbor_att_id,.key = qbor_att_key,.state = qbor_att_state,.hold = qbor_att_hold,
+		.destination = qbor_att_destination,
 	};
 	if ((traced = qbor_trace(tup, desc)) != (Datum) 0)
 	{
@@ -416,22 +443,34 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 		values[n++] = traced;
 	}
 	(void) heap_getattr(tup, qbor_att_hold, desc, &isnull);
-	if (!isnull)
+	if (!isnull || (qbor_att_origin != 0 && !heap_attisnull(tup, qbor_att_origin, desc)))
 	{
 		qb_note_outbox_row(false);	/* placed by its inserter: it may be claimable */
 		return n == 0 ? PointerGetDatum(tup) :
 			PointerGetDatum(heap_modify_tuple_by_cols(tup, desc, n, cols, values, nulls));
 	}
 	(void) heap_getattr(tup, qbor_att_destination, desc, &no_dest);
-	if (no_dest && (dest = qbor_route(tup, desc)) != NULL)
+	if (no_dest && (dest = qbor_route(tup, desc, &fanout)) != NULL)
 	{
 		cols[n] = qbor_att_destination;
 		values[n++] = CStringGetTextDatum(dest);
 	}
+	if (fanout && qbor_att_origin != 0)
+	{
+		/*
+		 * A fan-out row: marked (origin = its id) and left unparked, so the
+		 * first claim copies it whatever its key's order; each copy waits
+		 * at its own destination (claim.md, "One key, several destinations").
+		 */
+		cols[n] = qbor_att_origin;
+		values[n++] = heap_getattr(tup, qbor_att_id, desc, &isnull);
+		qb_note_outbox_row(false);
+		return PointerGetDatum(heap_modify_tuple_by_cols(tup, desc, n, cols, values, nulls));
+	}
 	key = heap_getattr(tup, qbor_att_key, desc, &isnull);
 	parked = !isnull && qb_park_at_insert(td->tg_relation, &atts,
 										  DatumGetInt64(heap_getattr(tup, qbor_att_id, desc, &isnull)),
-										  key);
+										  key, dest != NULL ? dest : qbor_text_or_null(tup, desc, qbor_att_destination));
 	qb_note_outbox_row(parked);
 	if (parked)
 	{

@@ -165,9 +165,11 @@ typedef struct QbParkAtts
 	int			key;
 	int			state;
 	int			hold;
+	int			destination;
 } QbParkAtts;
 
-extern bool qb_park_at_insert(Relation heap, const QbParkAtts *atts, int64 id, Datum key);
+extern bool qb_park_at_insert(Relation heap, const QbParkAtts *atts, int64 id, Datum key,
+							  const char *dest);
 extern void qb_park_pre_commit(bool prepare);
 extern void qb_park_forget_sub(SubTransactionId subid);
 extern void qb_park_forget(void);

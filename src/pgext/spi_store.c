@@ -545,28 +545,38 @@ qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, Qb
 {
 	SPIPlanPtr	p = qbs_prepare(QB_PG_S_SETTLE);
 	uint64		settled;
-	Datum	   *keys;
+	QbsColumns	k;
 	int			nkeys = 0;
 
 	if (SPI_execute_plan(p, args, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "the outbox settle failed");
 	settled = SPI_processed;
-	keys = palloc(sizeof(Datum) * (settled + 1));
+	k = qbs_columns_new(2, settled);
 	for (uint64 i = 0; i < settled; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		char	   *key = SPI_getvalue(tup, SPI_tuptable->tupdesc, 1);
 		char	   *state = SPI_getvalue(tup, SPI_tuptable->tupdesc, 2);
+		char	   *dest = SPI_getvalue(tup, SPI_tuptable->tupdesc, 3);
 
 		if (key != NULL && (strcmp(state, "sent") == 0 || strcmp(state, "dead") == 0))
-			keys[nkeys++] = CStringGetTextDatum(key);
+		{
+			k.col[0][nkeys] = CStringGetTextDatum(key);
+			k.col[1][nkeys] = qbs_text_or_null(dest, &k.null[1][nkeys]);
+			nkeys++;
+		}
 	}
+	k.n = nkeys;
 	if (nkeys > 0)
 	{
-		Datum		a[5];
-		char		n[5] = "     ";
+		Datum		a[6];
+		char		n[6] = "      ";
+		Datum		ka[2];
+		const int	kp[2] = {0, 5};
 
-		a[0] = PointerGetDatum(qb_text_array(keys, nkeys));
+		qbs_columns_arrays(&k, QB_PG_S_PROMOTE, kp, ka);
+		a[0] = ka[0];
+		a[5] = ka[1];
 		if (claim != NULL)
 		{
 			a[1] = DirectFunctionCall1(uuid_in, CStringGetDatum(claim->token));
@@ -709,6 +719,38 @@ qbs_claim(const QbClaimReq *c, Datum probes, bool any_probe, QbCycleOut *out)
 	qbs_take_rows(out);
 }
 
+/*
+ * qbs_fanout runs QB_PG_OUTBOX_FANOUT for the settles that copy their row
+ * (a route with several destinations), before the settle: the copies and
+ * the row's first destination are written in one transaction.
+ */
+static void
+qbs_fanout(const QbSettle *settles, int n)
+{
+	Datum		args[3];
+	QbsColumns	c;
+	int			m = 0;
+
+	for (int i = 0; i < n; i++)
+		m += settles[i].copies != NULL;
+	if (m == 0)
+		return;
+	c = qbs_columns_new(3, m);
+	m = 0;
+	for (int i = 0; i < n; i++)
+	{
+		if (settles[i].copies == NULL)
+			continue;
+		c.col[0][m] = DirectFunctionCall1(uuid_in, CStringGetDatum(settles[i].token));
+		c.col[1][m] = Int64GetDatum(settles[i].id);
+		c.col[2][m] = CStringGetTextDatum(settles[i].copies);
+		m++;
+	}
+	qbs_columns_arrays(&c, QB_PG_S_FANOUT, NULL, args);
+	if (SPI_execute_plan(qbs_prepare(QB_PG_S_FANOUT), args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "copying the rows of routes with several destinations failed");
+}
+
 static void
 qbs_cycle_body(void *arg)
 {
@@ -722,9 +764,9 @@ qbs_cycle_body(void *arg)
 	if (cy->nsettles > 0)
 	{
 		const QbSettle *settles = cy->settles;
-		Datum		args[7];
-		char		nulls[7] = "       ";
-		QbsColumns	c = qbs_columns_new(7, cy->nsettles);
+		Datum		args[8];
+		char		nulls[8] = "        ";
+		QbsColumns	c = qbs_columns_new(8, cy->nsettles);
 
 		for (int i = 0; i < cy->nsettles; i++)
 		{
@@ -735,7 +777,9 @@ qbs_cycle_body(void *arg)
 			c.col[4][i] = Int64GetDatum(settles[i].delay_ms);
 			c.col[5][i] = qbs_text_or_null(settles[i].error, &c.null[5][i]);
 			c.col[6][i] = qbs_text_or_null(settles[i].destination, &c.null[6][i]);
+			c.col[7][i] = BoolGetDatum(settles[i].unrouted);
 		}
+		qbs_fanout(settles, cy->nsettles);
 		qbs_columns_arrays(&c, QB_PG_S_SETTLE, NULL, args);
 		out->nsettled = (int) qb_spi_outbox_settle(args, nulls, claim, out);
 	}

@@ -294,7 +294,8 @@ qb_sql_route_of(PG_FUNCTION_ARGS)
 	ri = qb_config_route_find(cfg, topic);
 	if (ri < 0)
 		PG_RETURN_NULL();
-	PG_RETURN_TEXT_P(cstring_to_text(cfg->routes[ri].destination));
+	/* fan-out: every destination, in the route's order */
+	PG_RETURN_TEXT_P(cstring_to_text(cfg->routes[ri].dest_list));
 }
 
 /* queuebox._destination_names(): the destinations of the stored document. */
@@ -459,8 +460,8 @@ qb_sql_outbox_settle(PG_FUNCTION_ARGS)
 	ArrayType  *ids;
 	int			n;
 	Datum	   *tokens;
-	Datum		args[7];
-	char		nulls[7];
+	Datum		args[8];
+	char		nulls[8];
 	uint64		settled;
 
 	qbsql_check_nargs(fcinfo, 7, "_outbox_settle");
@@ -481,6 +482,9 @@ qb_sql_outbox_settle(PG_FUNCTION_ARGS)
 		args[i] = PG_GETARG_DATUM(i);
 		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
 	}
+	/* not known here: each ended row's key is promoted at every destination */
+	args[7] = (Datum) 0;
+	nulls[7] = 'n';
 	SPI_connect();
 	settled = qb_spi_outbox_settle(args, nulls, NULL, NULL);
 	SPI_finish();

@@ -78,8 +78,9 @@ SELECT count(*) FROM queuebox.held_keys();
 -- the claim's blocker probe still uses the open-rows index
 SET enable_seqscan = off;
 EXPLAIN (COSTS OFF) SELECT id FROM queuebox.outbox e
-WHERE e.key = 'k' AND e.id < 9 AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')
-ORDER BY e.id DESC LIMIT 1;
+WHERE e.key = 'k' AND coalesce(e.destination, '') = 'web' AND coalesce(e.origin, e.id) < 9
+  AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')
+ORDER BY coalesce(e.origin, e.id) DESC LIMIT 1;
 RESET enable_seqscan;
 
 DROP VIEW places;

@@ -103,10 +103,13 @@ SELECT * FROM pg_temp.scans('claim',
 SELECT * FROM pg_temp.scans('claim_np',
   $$100, 60000, 10, '11111111-1111-1111-1111-111111111111', 0, ARRAY['web'], ARRAY[100], ARRAY[]::text[], ARRAY[0]::bigint[], 0$$);
 
-\set promote_sql `sed -n '/^#define QB_PG_OUTBOX_PROMOTE /,/^$/p' src/common/pgsql/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
-PREPARE promote(text[], uuid, bigint, int, bigint) AS :promote_sql;
--- the promotion: the first open row of each key (outbox_key_open_idx), claimed with the cycle's token
-SELECT * FROM pg_temp.scans('promote', $$ARRAY['h1', 'h2'], '11111111-1111-1111-1111-111111111111', 60000, 10, 0$$);
+-- the promotion is made of macros (QB_PG_OUTBOX_BLOCKER): the preprocessor puts it together
+\set promote_sql `printf '#include "qb_sql_pg.h"\nQB_PG_OUTBOX_PROMOTE\n' | cpp -P -Isrc/common/pgsql - | tr -d '\n' | sed 's/" *"//g; s/^ *"//; s/" *$//'`
+PREPARE promote(text[], uuid, bigint, int, bigint, text[]) AS :promote_sql;
+-- the promotion: the first open row of each key at the ended row's destination or not
+-- routed (outbox_key_open_idx), claimed with the cycle's token; of a row that had no
+-- destination, the first at each destination, each checked for what else holds it back
+SELECT * FROM pg_temp.scans('promote', $$ARRAY['h1', 'h2'], '11111111-1111-1111-1111-111111111111', 60000, 10, 0, ARRAY['web', NULL]$$);
 
 \set unpark_sql `sed -n '/^#define QB_PG_OUTBOX_UNPARK /,/^$/p' src/common/pgsql/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
 PREPARE unpark(text[], int) AS :unpark_sql;

@@ -1,6 +1,7 @@
 /*-------------------------------------------------------------------------
  * test_config_check.c
- *	  Unit tests of qb_config_check.c, the document's validator: routes,
+ *	  Unit tests of qb_config_check.c, the document's validator: routes
+ *	  (fan-out's destinations: among them),
  *	  the lease against a request's timeout (with the nats createStream
  *	  and kafka message.timeout.ms cases that meet it), the inbox, http and
  *	  admin sections, transforms, maxInFlight and circuitBreaker, onDead on
@@ -48,6 +49,47 @@ test_routes_validation(void **state)
 	refuse("destinations: { p: { type: nats, url: \"nats://h\" } }\nroutes:\n  - { topicPattern: \"a.b*\", destination: p }\n",
 		   "routes[0].topicPattern: segment 2 \"b*\" mixes '*' with other text", NULL);
 }
+/*
+ * Fan-out: destinations: [a, b] is two or more known names, each once, and
+ * not beside destination:; the route keeps its first as its destination,
+ * the others as the copies' JSON array, and all of them for route_of().
+ */
+static void
+test_route_fanout(void **state)
+{
+	static const char *const dests =
+		"destinations:\n  a: { type: http, baseUrl: \"http://h\" }\n"
+		"  b: { type: nats, url: \"nats://h\" }\n  c-1: { type: http, baseUrl: \"http://h\" }\n";
+	char		doc[512];
+	QbConfig   *c;
+
+	snprintf(doc, sizeof(doc), "%sroutes:\n  - { topicPattern: x, destinations: [b, a, c-1] }\n"
+			 "  - { topicPattern: y, destination: a }\n", dests);
+	c = accept(doc);
+	assert_int_equal(c->routes[0].ndests, 3);
+	assert_string_equal(c->routes[0].destination, "b");
+	assert_int_equal(c->routes[0].dest_index, c->routes[0].dest_indexes[0]);
+	assert_string_equal(c->routes[0].copies, "[\"a\",\"c-1\"]");
+	assert_string_equal(c->routes[0].dest_list, "b, a, c-1");
+	assert_int_equal(c->routes[1].ndests, 1);
+	assert_null(c->routes[1].copies);
+	assert_string_equal(c->routes[1].dest_list, "a");
+	qb_config_free(c);
+
+	snprintf(doc, sizeof(doc), "%sroutes:\n  - { topicPattern: x, destination: a, destinations: [a, b] }\n", dests);
+	refuse(doc, "routes[0].destinations: a route has destination (one) or destinations", "not both", NULL);
+	snprintf(doc, sizeof(doc), "%sroutes:\n  - { topicPattern: x, destinations: [a] }\n", dests);
+	refuse(doc, "routes[0].destinations: expected a list of two or more destination names", NULL);
+	snprintf(doc, sizeof(doc), "%sroutes:\n  - { topicPattern: x, destinations: a }\n", dests);
+	refuse(doc, "routes[0].destinations: expected a list of two or more", NULL);
+	snprintf(doc, sizeof(doc), "%sroutes:\n  - { topicPattern: x, destinations: [a, b, a] }\n", dests);
+	refuse(doc, "routes[0].destinations[2]: destination a is listed twice", NULL);
+	snprintf(doc, sizeof(doc), "%sroutes:\n  - { topicPattern: x, destinations: [a, nope] }\n", dests);
+	refuse(doc, "routes[0].destinations[1]: unknown destination \"nope\"", NULL);
+	snprintf(doc, sizeof(doc), "%sroutes:\n  - { topicPattern: x }\n", dests);
+	refuse(doc, "routes[0]", "destination", NULL);
+}
+
 /* A request must end before its lease: timeoutMs < claimTimeoutMs. */
 static void
 test_lease_outlasts_request(void **state)
@@ -539,6 +581,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_routes_validation),
+		cmocka_unit_test(test_route_fanout),
 		cmocka_unit_test(test_lease_outlasts_request),
 		cmocka_unit_test(test_inbox_http_admin_invalid),
 		cmocka_unit_test(test_transforms),

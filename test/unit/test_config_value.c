@@ -79,7 +79,7 @@ test_unknown_keys(void **state)
 	refuse("destinations:\n  n: { type: nats, url: \"nats://h\", topic: s }\n",
 		   "destinations.n.topic: unknown key for a nats destination (allowed: type, url, subject, jetstream, createStream, transform, maxInFlight, circuitBreaker, onDead, rateLimit, maxConcurrent)", NULL);
 	refuse("destinations: { p: { type: http, baseUrl: \"http://h\" } }\nroutes:\n  - topicPattern: a\n    destination: p\n    priority: 1\n",
-		   "routes[0].priority: unknown key (allowed: topicPattern, destination, transform, onDead)", "(line 5, column 5)", NULL);
+		   "routes[0].priority: unknown key (allowed: topicPattern, destination, destinations, transform, onDead)", "(line 5, column 5)", NULL);
 	refuse("? [a, b]\n: 1\n", "a key must be a string", NULL);
 }
 static void

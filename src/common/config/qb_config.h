@@ -200,8 +200,13 @@ typedef struct QbDestination
 typedef struct QbRoute
 {
 	char	   *topic_pattern;	/* '*' one segment, '**' any number */
-	char	   *destination;	/* a destinations: key */
+	char	   *destination;	/* a destinations: key: the first of dests */
 	int			dest_index;		/* index into QbConfig.destinations */
+	char	  **dests;			/* destination:, or each of destinations: */
+	int		   *dest_indexes;	/* their indexes into QbConfig.destinations */
+	int			ndests;			/* > 1: fan-out, a copy of each row per other one */
+	char	   *copies;			/* fan-out: dests[1..] as a JSON array, else NULL */
+	char	   *dest_list;		/* dests joined by ", ": what route_of() shows */
 	QbTransform *transform;		/* transform: compiled, or NULL */
 	QbOnDead	on_dead;		/* onDead; UNSET: its destination's */
 } QbRoute;

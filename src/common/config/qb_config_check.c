@@ -26,6 +26,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <jansson.h>
+
 #include "qb_config_int.h"
 #include "qb_extract.h"
 #include "qb_route.h"
@@ -76,7 +78,7 @@ const char *const qbcf_keys_breaker[] =
 const char *const qbcf_keys_rate_limit[] =
 {"perSecond", "burst", NULL};
 const char *const qbcf_keys_route[] =
-{"topicPattern", "destination", "transform", "onDead", NULL};
+{"topicPattern", "destination", "destinations", "transform", "onDead", NULL};
 static const char *const qbcf_keys_inbox[] =
 {"basePath", "relay", NULL};
 const char *const qbcf_scalars_inbox[] =
@@ -546,6 +548,137 @@ qbcf_destinations(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
 	return true;
 }
 
+/* qbcf_dest_lookup: the index of destination name (at path, node n), or an error. */
+static bool
+qbcf_dest_lookup(QbcfCtx *cx, const char *path, const QbcfNode *n, const QbConfig *cfg,
+				 const char *name, int *index)
+{
+	char		echo[64];
+	char		names[256];
+	size_t		o = 0;
+
+	for (int j = 0; j < cfg->ndestinations; j++)
+		if (strcmp(cfg->destinations[j].name, name) == 0)
+		{
+			*index = j;
+			return true;
+		}
+	names[0] = '\0';
+	for (int j = 0; j < cfg->ndestinations && o < sizeof(names); j++)
+		o += snprintf(names + o, sizeof(names) - o, "%s%s", j ? ", " : "",
+					  cfg->destinations[j].name);
+	if (cfg->ndestinations == 0)
+		return qbcf_error(cx, path, n,
+						  "unknown destination %s (no destination is defined; add it under destinations:)",
+						  qbcf_echo(cx, echo, sizeof(echo), name));
+	return qbcf_error(cx, path, n, "unknown destination %s (defined: %s)",
+					  qbcf_echo(cx, echo, sizeof(echo), name), names);
+}
+
+/*
+ * qbcf_copies_json: r->dests[1..] as a JSON array (jansson), and every
+ * destination joined by ", ", in the arena.
+ */
+static bool
+qbcf_copies_json(QbcfCtx *cx, const char *path, const QbcfNode *n, QbRoute *r)
+{
+	json_t	   *a = json_array();
+	char	   *text = NULL;
+	size_t		len = 1;
+
+	for (int i = 0; i < r->ndests; i++)
+		len += strlen(r->dests[i]) + 2;
+	if ((r->dest_list = qbcf_arena_alloc(cx->arena, len)) == NULL)
+		return qbcf_error(cx, path, n, "out of memory");
+	r->dest_list[0] = '\0';
+	for (int i = 0; i < r->ndests; i++)
+	{
+		if (i > 0)
+			strcat(r->dest_list, ", ");
+		strcat(r->dest_list, r->dests[i]);
+	}
+
+	for (int i = 1; a != NULL && i < r->ndests; i++)
+		if (json_array_append_new(a, json_string(r->dests[i])) != 0)
+		{
+			json_decref(a);
+			a = NULL;
+		}
+	if (a != NULL)
+		text = json_dumps(a, JSON_COMPACT);
+	json_decref(a);
+	if (text != NULL)
+	{
+		r->copies = qbcf_arena_strdup(cx->arena, text);
+		free(text);
+	}
+	if (r->copies == NULL)
+		return qbcf_error(cx, path, n, "out of memory");
+	return true;
+}
+
+/*
+ * qbcf_route_dests: a route's destination: (one) or destinations: (a list
+ * of two or more, fan-out: each row is delivered to every one of them).
+ */
+static bool
+qbcf_route_dests(QbcfCtx *cx, const char *path, const QbcfNode *m, const QbConfig *cfg,
+				 QbRoute *r)
+{
+	char		sub[QBCF_PATHLEN];
+	char		item[QBCF_PATHLEN];
+	const QbcfNode *one = qbcf_get(m, "destination");
+	const QbcfNode *list = qbcf_get(m, "destinations");
+
+	qbcf_path_key(sub, sizeof(sub), path, "destinations");
+	if (one != NULL && list != NULL)
+		return qbcf_error(cx, sub, list,
+						  "a route has destination (one) or destinations (a list: each row goes to every one of them), not both; keep one of the two");
+	if (list == NULL)
+	{
+		if ((one = qbcf_required(cx, path, m, "destination",
+								 "the name of an entry under destinations: (or destinations: [a, b] to send each row to several)")) == NULL)
+			return false;
+		qbcf_path_key(sub, sizeof(sub), path, "destination");
+		if (!qbcf_string(cx, sub, one, false, &r->destination))
+			return false;
+		r->ndests = 1;
+		r->dests = qbcf_arena_alloc(cx->arena, sizeof(char *));
+		r->dest_indexes = qbcf_arena_alloc(cx->arena, sizeof(int));
+		if (r->dests == NULL || r->dest_indexes == NULL)
+			return qbcf_error(cx, sub, one, "out of memory");
+		r->dests[0] = r->dest_list = r->destination;
+		if (!qbcf_dest_lookup(cx, sub, one, cfg, r->destination, &r->dest_indexes[0]))
+			return false;
+		r->dest_index = r->dest_indexes[0];
+		return true;
+	}
+	qbcf_path_key(sub, sizeof(sub), path, "destinations");
+	if (list->kind != QBCF_SEQ || list->n < 2)
+		return qbcf_error(cx, sub, list,
+						  "expected a list of two or more destination names, e.g. destinations: [billing, analytics]; for one, write destination: billing");
+	r->ndests = list->n;
+	r->dests = qbcf_arena_alloc(cx->arena, list->n * sizeof(char *));
+	r->dest_indexes = qbcf_arena_alloc(cx->arena, list->n * sizeof(int));
+	if (r->dests == NULL || r->dest_indexes == NULL)
+		return qbcf_error(cx, sub, list, "out of memory");
+	for (int i = 0; i < list->n; i++)
+	{
+		qbcf_path_index(item, sizeof(item), sub, i);
+		if (!qbcf_string(cx, item, list->kids[i], false, &r->dests[i]) ||
+			!qbcf_dest_lookup(cx, item, list->kids[i], cfg, r->dests[i], &r->dest_indexes[i]))
+			return false;
+		for (int j = 0; j < i; j++)
+			if (r->dest_indexes[j] == r->dest_indexes[i])
+				return qbcf_error(cx, item, list->kids[i],
+								  "destination %s is listed twice; a row goes to each destination once",
+								  r->dests[i]);
+	}
+	r->destination = r->dests[0];
+	r->dest_index = r->dest_indexes[0];
+	return qbcf_copies_json(cx, sub, list, r);
+}
+
 /* qbcf_routes: the routes: section, after the destinations it names. */
 static bool
 qbcf_routes(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
@@ -554,8 +687,7 @@ qbcf_routes(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
 	char		sub[QBCF_PATHLEN];
 	char		msg[QBCF_MSGLEN];
 	const QbcfNode *seq;
-	int			i,
-				j;
+	int			i;
 
 	if (!qbcf_section(cx, "routes", node, QBCF_SEQ, &seq))
 		return false;
@@ -588,33 +720,8 @@ qbcf_routes(QbcfCtx *cx, const QbcfNode *node, QbConfig *cfg)
 		if (!qb_pattern_check(r->topic_pattern, msg, sizeof(msg)))
 			return qbcf_error(cx, sub, n, "%s", msg);
 
-		if ((n = qbcf_required(cx, path, m, "destination",
-							   "the name of an entry under destinations:")) == NULL)
+		if (!qbcf_route_dests(cx, path, m, cfg, r))
 			return false;
-		qbcf_path_key(sub, sizeof(sub), path, "destination");
-		if (!qbcf_string(cx, sub, n, false, &r->destination))
-			return false;
-		r->dest_index = -1;
-		for (j = 0; j < cfg->ndestinations; j++)
-			if (strcmp(cfg->destinations[j].name, r->destination) == 0)
-				r->dest_index = j;
-		if (r->dest_index < 0)
-		{
-			char		echo[64];
-			char		names[256];
-			size_t		o = 0;
-
-			names[0] = '\0';
-			for (j = 0; j < cfg->ndestinations && o < sizeof(names); j++)
-				o += snprintf(names + o, sizeof(names) - o, "%s%s", j ? ", " : "",
-							  cfg->destinations[j].name);
-			if (cfg->ndestinations == 0)
-				return qbcf_error(cx, sub, n,
-								  "unknown destination %s (no destination is defined; add it under destinations:)",
-								  qbcf_echo(cx, echo, sizeof(echo), r->destination));
-			return qbcf_error(cx, sub, n, "unknown destination %s (defined: %s)",
-							  qbcf_echo(cx, echo, sizeof(echo), r->destination), names);
-		}
 		if (!qbcf_transform(cx, path, m, &r->transform))
 			return false;
 		r->on_dead = QB_ON_DEAD_UNSET;

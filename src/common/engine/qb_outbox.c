@@ -148,6 +148,10 @@ qbo_done(QboEngine *e, QboSlot *s, QbSettleKind kind, int attempt, long delay_ms
 	s->settle.delay_ms = delay_ms;
 	s->settle.error = s->error;
 	s->settle.destination = qbo_dest_name(e, s);
+	s->settle.unrouted = s->row.destination == NULL;
+	/* a fan-out row is copied when its first destination is recorded */
+	s->settle.copies = s->settle.unrouted && s->dest >= 0 && s->route >= 0 ?
+		e->cfg->routes[s->route].copies : NULL;
 	s->st = QBO_DONE;
 	s->done_at = qb_now_ms();
 }
@@ -541,6 +545,16 @@ qbo_dispatch(QboEngine *e, QbOutboxRow *row, const char *token)
 	if (s->row.destination == NULL)
 		d->unrouted_now++;		/* routed here: for the next claims' size */
 	d->queued++;
+	if (s->row.destination == NULL && e->cfg->routes[s->route].ndests > 1)
+	{
+		/*
+		 * Fan-out: the row goes back routed to its first destination, and
+		 * the settle copies it to the others; each is then claimed at its
+		 * own destination, in its key's order there (claim.md).
+		 */
+		qbo_done(e, s, QB_SETTLE_ROUTE, s->row.attempt, 0, NULL);
+		return;
+	}
 	if (s->row.probe && d->probe)
 	{
 		/*

@@ -86,6 +86,9 @@ typedef struct QbSettle
 	long		delay_ms;		/* RETRY: scheduled_at = now() + delay */
 	const char *error;			/* last_error; NULL for SENT */
 	const char *destination;	/* where the row was routed, or NULL */
+	bool		unrouted;		/* the row had no destination when claimed */
+	const char *copies;			/* fan-out: a JSON array of the other
+								 * destinations to copy the row to, or NULL */
 } QbSettle;
 
 typedef enum QbCircuit

@@ -91,8 +91,12 @@
  * Rows held behind a key (hold 'key') or a destination (hold 'destination')
  * are in no claimed index, so however many there are the claim reads none.
  *
- * Of the candidates, a keyed row whose key has an earlier open row is not
- * claimed: it is parked (hold 'key') when that earlier row could be locked
+ * Of the candidates, a keyed row that an earlier open row of its key holds
+ * back (QB_PG_OUTBOX_BLOCKER: at its destination, or not routed yet) is not
+ * claimed, but for a fan-out row not copied yet (origin = id, no
+ * destination: marked at insert), which is claimed whatever its key's
+ * order and returned not_due: it is only copied and routed back, each copy
+ * then waits at its own destination.  A blocked row is parked (hold 'key') when that earlier row could be locked
  * FOR SHARE and is still open, so the settle that ends the earlier row is
  * sure to see the park and promote it (QB_PG_OUTBOX_PROMOTE); when the
  * earlier row is locked by another transaction it is only moved to ready,
@@ -112,46 +116,77 @@
  * destination's probe.  A destination of $6 whose circuit is not closed,
  * or that is paused, gives no row (the list may be a cycle old).
  */
+/*
+ * The order of a key is kept per destination (docs/design/claim.md, "One
+ * key, several destinations"): a row waits for the earlier open rows of its
+ * key at its own destination and for those not routed yet; a row not
+ * routed yet waits for every earlier open row of its key.  Earlier is by
+ * place, coalesce(origin, id): a fan-out copy takes the place of the row
+ * it was copied from.  QB_PG_OUTBOX_BLOCKER(x) is the nearest such row of
+ * x (a row source with key, dest (NULL: not routed) and pos), as a
+ * subquery of one column id and at most one row; each branch is one seek of
+ * outbox_key_open_idx (key, coalesce(destination, ''), place), the last
+ * only for a row not routed yet.
+ */
+#define QB_PG_OUTBOX_OPEN(e) "(" e ".state IN ('pending', 'processing') OR " e ".hold = 'dead')"
+#define QB_PG_OUTBOX_BLOCKER(x) \
+	" SELECT z.id FROM (" \
+	"  (SELECT e.id, coalesce(e.origin, e.id) AS p FROM queuebox.outbox e" \
+	"   WHERE e.key = " x ".key AND coalesce(e.destination, '') = ''" \
+	"     AND coalesce(e.origin, e.id) < " x ".pos AND " QB_PG_OUTBOX_OPEN("e") \
+	"   ORDER BY coalesce(e.origin, e.id) DESC LIMIT 1)" \
+	"  UNION ALL" \
+	"  (SELECT e.id, coalesce(e.origin, e.id) FROM queuebox.outbox e" \
+	"   WHERE e.key = " x ".key AND coalesce(e.destination, '') = " x ".dest" \
+	"     AND coalesce(e.origin, e.id) < " x ".pos AND " QB_PG_OUTBOX_OPEN("e") \
+	"   ORDER BY coalesce(e.origin, e.id) DESC LIMIT 1)" \
+	"  UNION ALL" \
+	"  (SELECT e.id, coalesce(e.origin, e.id) FROM queuebox.outbox e" \
+	"   WHERE " x ".dest IS NULL AND e.key = " x ".key AND coalesce(e.destination, '') > ''" \
+	"     AND coalesce(e.origin, e.id) < " x ".pos AND " QB_PG_OUTBOX_OPEN("e") \
+	"   LIMIT 1)) z ORDER BY z.p DESC LIMIT 1"
+
 #define QB_PG_OUTBOX_CLAIM_WITH(probe_cte, probe_cand, probe_col) \
 	"WITH c_dest AS (" \
-	"   SELECT r.id, r.key, r.intake FROM (" \
+	"   SELECT r.id, r.key, r.intake, d.name AS dest, r.pos, false AS fan FROM (" \
 	"     SELECT * FROM unnest($6::text[], $7::int[], $9::bigint[]) AS u(name, lim, floor)" \
 	"     WHERE NOT EXISTS (SELECT 1 FROM queuebox.destination_state s" \
 	"                       WHERE s.destination = u.name" \
 	"                         AND (s.state <> 'closed' OR s.paused_until > now()))) d" \
 	"   CROSS JOIN LATERAL (" \
-	"     SELECT x.id, x.key, x.intake FROM (" \
-	"       (SELECT * FROM (SELECT c.id, c.key, false AS intake FROM queuebox.outbox c" \
+	"     SELECT x.id, x.key, x.intake, x.pos FROM (" \
+	"       (SELECT * FROM (SELECT c.id, c.key, false AS intake, coalesce(c.origin, c.id) AS pos" \
+	"        FROM queuebox.outbox c" \
 	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold IS NULL" \
 	"          AND c.scheduled_at <= now()" \
 	"        ORDER BY c.scheduled_at, c.id LIMIT d.lim FOR UPDATE SKIP LOCKED) b)" \
 	"       UNION ALL" \
-	"       (SELECT * FROM (SELECT c.id, c.key, true FROM queuebox.outbox c" \
+	"       (SELECT * FROM (SELECT c.id, c.key, true, coalesce(c.origin, c.id)" \
+	"        FROM queuebox.outbox c" \
 	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'intake'" \
 	"          AND c.id > coalesce(d.floor, 0)" \
 	"        ORDER BY c.id LIMIT d.lim FOR UPDATE SKIP LOCKED) b)) x" \
 	"     LIMIT d.lim) r)," \
 	" c_intake AS (" \
-	"   SELECT c.id, c.key FROM queuebox.outbox c" \
+	"   SELECT c.id, c.key, NULL::text, coalesce(c.origin, c.id), c.origin = c.id" \
+	"   FROM queuebox.outbox c" \
 	"   WHERE c.state = 'pending' AND c.destination IS NULL AND c.hold IS NULL" \
 	"     AND c.id > $5" \
 	"   ORDER BY c.id LIMIT $1 FOR UPDATE SKIP LOCKED)," \
 	" c_ready AS (" \
-	"   SELECT c.id, c.key FROM queuebox.outbox c" \
+	"   SELECT c.id, c.key, c.destination, coalesce(c.origin, c.id)," \
+	"          c.destination IS NULL AND c.origin = c.id FROM queuebox.outbox c" \
 	"   WHERE c.state = 'pending' AND c.hold = 'ready' AND c.scheduled_at <= now()" \
 	"   ORDER BY c.scheduled_at, c.id" \
 	"   LIMIT greatest($1 - (SELECT count(*) FROM c_intake), 0) FOR UPDATE SKIP LOCKED)," \
 	probe_cte \
 	" cand AS (" \
-	"   SELECT id, key FROM c_dest UNION ALL SELECT * FROM c_intake" \
+	"   SELECT id, key, dest, pos, fan FROM c_dest UNION ALL SELECT * FROM c_intake" \
 	"   UNION ALL SELECT * FROM c_ready" probe_cand ")," \
 	" blk AS (" \
 	"   SELECT c.id AS cid, b.id AS bid FROM cand c" \
-	"   CROSS JOIN LATERAL (" \
-	"     SELECT e.id FROM queuebox.outbox e" \
-	"     WHERE e.key = c.key AND e.id < c.id AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')" \
-	"     ORDER BY e.id DESC LIMIT 1) b" \
-	"   WHERE c.key IS NOT NULL)," \
+	"   CROSS JOIN LATERAL (" QB_PG_OUTBOX_BLOCKER("c") ") b" \
+	"   WHERE c.key IS NOT NULL AND NOT coalesce(c.fan, false))," \
 	" lk AS (" \
 	"   SELECT e.id FROM queuebox.outbox e" \
 	"   WHERE e.id = ANY (ARRAY(SELECT bid FROM blk)) AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')" \
@@ -180,24 +215,24 @@
 	"           o.state = 'processing', o.destination," \
 	"           o.id = ANY (ARRAY(SELECT id FROM c_intake))" \
 	"             OR o.id = ANY (ARRAY(SELECT id FROM c_dest WHERE intake))," \
-	"           o.scheduled_at > now()," \
+	"           o.scheduled_at > now() OR (o.destination IS NULL AND o.origin = o.id)," \
 	"           " probe_col
 
 /* the probe rows (QB_PG_OUTBOX_CLAIM $8) */
 #define QB_PG_OUTBOX_CLAIM_PROBES \
 	" c_probe AS (" \
-	"   SELECT r.id, r.key FROM unnest($8::text[]) AS d(name)" \
+	"   SELECT r.id, r.key, d.name, r.pos, false FROM unnest($8::text[]) AS d(name)" \
 	"   CROSS JOIN LATERAL (" \
-	"     SELECT x.id, x.key FROM (" \
-	"       (SELECT * FROM (SELECT c.id, c.key FROM queuebox.outbox c" \
+	"     SELECT x.id, x.key, x.pos FROM (" \
+	"       (SELECT * FROM (SELECT c.id, c.key, coalesce(c.origin, c.id) AS pos FROM queuebox.outbox c" \
 	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'destination'" \
 	"        ORDER BY c.id LIMIT 1 FOR UPDATE SKIP LOCKED) b)" \
 	"       UNION ALL" \
-	"       (SELECT * FROM (SELECT c.id, c.key FROM queuebox.outbox c" \
+	"       (SELECT * FROM (SELECT c.id, c.key, coalesce(c.origin, c.id) FROM queuebox.outbox c" \
 	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold IS NULL" \
 	"        ORDER BY c.scheduled_at, c.id LIMIT 1 FOR UPDATE SKIP LOCKED) b)" \
 	"       UNION ALL" \
-	"       (SELECT * FROM (SELECT c.id, c.key FROM queuebox.outbox c" \
+	"       (SELECT * FROM (SELECT c.id, c.key, coalesce(c.origin, c.id) FROM queuebox.outbox c" \
 	"        WHERE c.destination = d.name AND c.state = 'pending' AND c.hold = 'intake'" \
 	"        ORDER BY c.id LIMIT 1 FOR UPDATE SKIP LOCKED) b)) x" \
 	"     LIMIT 1) r),"
@@ -219,8 +254,8 @@
 /*
  * Settle: $1 uuid[] claim tokens, $2 int8[] ids, $3 text[] outcomes, $4
  * int4[] attempts, $5 int8[] retry delays in ms, $6 text[] errors, $7
- * text[] the destination each row was routed to (NULL: not routed).
- * Outcomes: 'sent' and 'dead' are final; 'dead-hold' is dead and keeps
+ * text[] the destination each row was routed to (NULL: not routed), $8
+ * bool[] the row had no destination when it was claimed.  Outcomes: 'sent' and 'dead' are final; 'dead-hold' is dead and keeps
  * its key's later rows behind it (hold 'dead', onDead: holdKey; a row
  * without a key has none to keep); 'retry' is pending again, due
  * after its delay; 'release' is pending again with its attempt and due time
@@ -230,9 +265,10 @@
  * destination (hold 'destination': an open or disabled circuit, a
  * Retry-After pause).  A retry whose destination is not taking rows (the
  * breaker statement of the same transaction opened it) is held the same
- * way, its attempt counted.  Fenced by each row's token.  Returns the key
- * and state of each row changed: the caller promotes the keys of the rows
- * that ended (QB_PG_OUTBOX_PROMOTE, a later statement).  "o.id = ANY ($2)"
+ * way, its attempt counted.  Fenced by each row's token.  Returns the key,
+ * state and destination of each row changed (NULL when it had none at its
+ * claim: it held back its key at every destination): the caller promotes
+ * the keys of the rows that ended (QB_PG_OUTBOX_PROMOTE, a later statement).  "o.id = ANY ($2)"
  * bounds the rows read by the ids whatever the join order: a plan made on an
  * empty outbox joined every row of the table to the settles.  A retry's
  * destination is read in the CASE, so only retries read it: as a lateral
@@ -260,20 +296,56 @@
 	"     last_error = CASE WHEN s.outcome IN ('sent', 'route') THEN o.last_error ELSE s.error END," \
 	"     claim_token = NULL, lease_until = NULL, claimer = NULL" \
 	" FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::text[]," \
-	"             $7::text[]) AS s(token, id, outcome, attempt, delay_ms, error, destination)" \
+	"             $7::text[], $8::bool[])" \
+	"   AS s(token, id, outcome, attempt, delay_ms, error, destination, unrouted)" \
 	" WHERE o.id = ANY ($2::bigint[]) AND o.id = s.id AND o.claim_token = s.token" \
-	" RETURNING o.key, o.state"
+	" RETURNING o.key, o.state, CASE WHEN NOT s.unrouted THEN o.destination END"
+
+/*
+ * Fan-out: $1 uuid[] claim tokens, $2 int8[] ids, $3 text[] each row's
+ * copies: a JSON array of destination names, or NULL.  A row a route with
+ * several destinations matched is copied at its first claim, before the
+ * settle that records its first destination, in the same transaction: one
+ * copy per other destination, with the row's message_id, topic, key,
+ * payload, headers, max_attempts, scheduled_at and created_at, routed
+ * (hold NULL: claimable when due), and origin = the row's id, its place in
+ * its key's order; the row itself gets origin = its id too (the insert
+ * trigger set it already when it knew the route), which marks it a fan-out
+ * row (requeue, replay and unroute keep it to its own destination).
+ * Fenced by each row's token, and only while the row is not routed: a row
+ * is copied once.  The insert trigger leaves a copy as it is.
+ */
+#define QB_PG_OUTBOX_FANOUT \
+	"WITH r AS (" \
+	"   UPDATE queuebox.outbox o SET origin = o.id" \
+	"   FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS s(token, id, copies)" \
+	"   WHERE o.id = ANY ($2::bigint[]) AND o.id = s.id AND o.claim_token = s.token" \
+	"     AND s.copies IS NOT NULL AND o.destination IS NULL" \
+	"     AND (o.origin IS NULL OR o.origin = o.id)" \
+	"   RETURNING o.*, s.copies)" \
+	" INSERT INTO queuebox.outbox (message_id, topic, key, payload, headers, max_attempts," \
+	"                              scheduled_at, created_at, destination, origin)" \
+	" SELECT r.message_id, r.topic, r.key, r.payload, r.headers, r.max_attempts," \
+	"        r.scheduled_at, r.created_at, d.name, r.id" \
+	" FROM r CROSS JOIN LATERAL jsonb_array_elements_text(r.copies::jsonb)" \
+	"   WITH ORDINALITY AS d(name, n)" \
+	" ORDER BY r.id, d.n"
 
 /*
  * A dead row with hold 'dead' (onDead: holdKey) counts as open for its key
  * here, in the claim and in the sweep, until it is requeued or skipped
  * (docs/design/claim.md, "A dead head that holds its key").
  *
- * Promote: $1 text[] keys whose row just ended (sent or dead), in a
+ * Promote: $1 text[] keys whose row just ended (sent or dead), $6 text[]
+ * the destination of each (NULL: it had none when claimed), in a
  * statement after the settle, so its snapshot sees every park made while
  * the ended row was open (the claim parked them holding a FOR SHARE lock on
- * that row, which the settle's update waited for).  The first open row of
- * each key is released if it is parked behind the key; a row a claim has
+ * that row, which the settle's update waited for).  The rows the ended row
+ * may have held back are looked at: of its key at its destination, the
+ * first open row there or among the rows not routed yet; of a row that
+ * had no destination, the first open row of its key at each destination
+ * and among those not routed.  Each is released if it is parked behind the
+ * key and nothing else holds it back (QB_PG_OUTBOX_BLOCKER); a row a claim has
  * not met yet is left where it is (in intake or routed), for the claim
  * that meets it: that costs no write, and a claim can no longer park it
  * behind the row that ended.  With a token $2 (the cycle claims too), a due
@@ -299,10 +371,37 @@
 	"     claimer = CASE WHEN $2::uuid IS NOT NULL AND o.scheduled_at <= now()" \
 	"                    THEN nullif($5, 0) END" \
 	" WHERE o.id = ANY (ARRAY(" \
-	"   SELECT (SELECT e.id FROM queuebox.outbox e" \
-	"           WHERE e.key = k.key AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')" \
-	"           ORDER BY e.id LIMIT 1)" \
-	"   FROM unnest($1::text[]) AS k(key)))" \
+	"   SELECT f.id FROM unnest($1::text[], $6::text[]) AS k(key, dest)" \
+	"   CROSS JOIN LATERAL (" \
+	"     SELECT x.id, nullif(x.g, '') AS dest, x.pos FROM (" \
+	"       (SELECT e.id, coalesce(e.destination, '') AS g, coalesce(e.origin, e.id) AS pos" \
+	"        FROM queuebox.outbox e" \
+	"        WHERE e.key = k.key AND coalesce(e.destination, '') = k.dest AND " QB_PG_OUTBOX_OPEN("e") \
+	"        ORDER BY coalesce(e.origin, e.id) LIMIT 1)" \
+	"       UNION ALL" \
+	"       (SELECT e.id, '', coalesce(e.origin, e.id) FROM queuebox.outbox e" \
+	"        WHERE e.key = k.key AND coalesce(e.destination, '') = '' AND " QB_PG_OUTBOX_OPEN("e") \
+	"        ORDER BY coalesce(e.origin, e.id) LIMIT 1)) x" \
+	"     ORDER BY x.pos LIMIT 1) f" \
+	"   WHERE k.dest IS NOT NULL AND (f.dest IS NOT NULL OR NOT EXISTS (" \
+	"     SELECT 1 FROM queuebox.outbox e" \
+	"     WHERE e.key = k.key AND coalesce(e.destination, '') > ''" \
+	"       AND coalesce(e.origin, e.id) < f.pos AND " QB_PG_OUTBOX_OPEN("e") "))" \
+	"   UNION ALL" \
+	"   SELECT f.id FROM unnest($1::text[], $6::text[]) AS k(key, dest)" \
+	"   CROSS JOIN LATERAL (" \
+	"     SELECT k.key, x.id, nullif(x.g, '') AS dest, x.pos FROM (" \
+	"       (SELECT e.id, '' AS g, coalesce(e.origin, e.id) AS pos FROM queuebox.outbox e" \
+	"        WHERE k.dest IS NULL AND e.key = k.key AND coalesce(e.destination, '') = ''" \
+	"          AND " QB_PG_OUTBOX_OPEN("e") \
+	"        ORDER BY coalesce(e.origin, e.id) LIMIT 1)" \
+	"       UNION ALL" \
+	"       (SELECT DISTINCT ON (coalesce(e.destination, '')) e.id, coalesce(e.destination, '')," \
+	"               coalesce(e.origin, e.id) FROM queuebox.outbox e" \
+	"        WHERE k.dest IS NULL AND e.key = k.key AND coalesce(e.destination, '') > ''" \
+	"          AND " QB_PG_OUTBOX_OPEN("e") \
+	"        ORDER BY coalesce(e.destination, ''), coalesce(e.origin, e.id))) x) f" \
+	"   WHERE NOT EXISTS (" QB_PG_OUTBOX_BLOCKER("f") ")))" \
 	"   AND o.state = 'pending' AND coalesce(o.hold, '') = 'key'" \
 	" RETURNING o.id, o.message_id, o.topic, o.key, o.payload::text, o.headers::text," \
 	"           o.attempt, coalesce(o.max_attempts, $4)," \
@@ -454,12 +553,13 @@
  * row by UPDATE skips the promotion.  The sweep releases such rows, as the
  * promotion would have (to ready, or back to its destination's routed
  * rows; the claim checks the key's order again, so a release is always
- * safe).  It walks the keys that have parked rows in key order, from $1,
- * one step of outbox_parked_idx each (however many rows a key has
- * parked), takes each key's first parked row and probes
- * outbox_key_open_idx for an earlier open row: $2 keys, at most $2 rows.
- * Returns one row: the rows released, and the key to start the next sweep
- * at (NULL: the walk reached the last key, start again at '').  The probe is
+ * safe).  It walks the keys and destinations that have parked rows in key
+ * order, from $1, one step of outbox_parked_idx each (however many rows
+ * one has parked), takes the first parked row of each and probes
+ * outbox_key_open_idx for what holds it back (QB_PG_OUTBOX_BLOCKER): $2
+ * steps, at most $2 rows.  Returns one row: the rows released, and the key
+ * to start the next sweep at (NULL: the walk reached the last key, start
+ * again at ''; the key's destinations are walked again from its first).  The probe is
  * a LATERAL ... LIMIT 1 and the release finds its rows by id (as the
  * promotion does): on an outbox without statistics the planner turned a
  * NOT EXISTS into an anti join over the whole of outbox_key_open_idx and
@@ -468,21 +568,20 @@
  */
 #define QB_PG_OUTBOX_SWEEP \
 	"WITH RECURSIVE k AS (" \
-	"   (SELECT o.key, o.id, 1 AS n FROM queuebox.outbox o" \
+	"   (SELECT o.key, coalesce(o.destination, '') AS g, o.destination AS dest, o.id," \
+	"           coalesce(o.origin, o.id) AS pos, 1 AS n FROM queuebox.outbox o" \
 	"    WHERE o.state = 'pending' AND o.hold = 'key' AND o.key >= $1::text" \
-	"    ORDER BY o.key, o.id LIMIT 1)" \
+	"    ORDER BY o.key, coalesce(o.destination, ''), coalesce(o.origin, o.id) LIMIT 1)" \
 	"   UNION ALL" \
-	"   SELECT x.key, x.id, k.n + 1 FROM k CROSS JOIN LATERAL (" \
-	"     SELECT o.key, o.id FROM queuebox.outbox o" \
-	"     WHERE o.state = 'pending' AND o.hold = 'key' AND o.key > k.key" \
-	"     ORDER BY o.key, o.id LIMIT 1) x" \
+	"   SELECT x.key, x.g, x.dest, x.id, x.pos, k.n + 1 FROM k CROSS JOIN LATERAL (" \
+	"     SELECT o.key, coalesce(o.destination, '') AS g, o.destination AS dest, o.id," \
+	"            coalesce(o.origin, o.id) AS pos FROM queuebox.outbox o" \
+	"     WHERE o.state = 'pending' AND o.hold = 'key'" \
+	"       AND (o.key, coalesce(o.destination, '')) > (k.key, k.g)" \
+	"     ORDER BY o.key, coalesce(o.destination, ''), coalesce(o.origin, o.id) LIMIT 1) x" \
 	"   WHERE k.n < $2::int)," \
 	" s AS (" \
-	"   SELECT k.id FROM k LEFT JOIN LATERAL (" \
-	"     SELECT e.id FROM queuebox.outbox e" \
-	"     WHERE e.key = k.key AND e.id < k.id" \
-	"       AND (e.state IN ('pending', 'processing') OR e.hold = 'dead')" \
-	"     ORDER BY e.id DESC LIMIT 1) b ON true" \
+	"   SELECT k.id FROM k LEFT JOIN LATERAL (" QB_PG_OUTBOX_BLOCKER("k") ") b ON true" \
 	"   WHERE b.id IS NULL)," \
 	" u AS (" \
 	"   UPDATE queuebox.outbox o SET hold = CASE WHEN o.destination IS NULL THEN 'ready' END" \
@@ -498,12 +597,21 @@
 /*
  * Unroute: $1 text[] the destinations of the configuration.  Rows routed
  * to a destination that no longer exists are routed again by the next
- * claim (to ready; a row parked behind its key stays parked).  Run once
+ * claim (to ready; a row parked behind its key stays parked); a fan-out
+ * row (origin set) belongs to its destination, and goes dead saying so
+ * (routed again, it would be delivered twice elsewhere).  Run once
  * after a reload; it reads every routed pending row.
  */
 #define QB_PG_OUTBOX_UNROUTE \
 	"UPDATE queuebox.outbox o" \
-	" SET destination = NULL, hold = CASE WHEN o.hold = 'key' THEN 'key' ELSE 'ready' END" \
+	" SET destination = CASE WHEN o.origin IS NOT NULL THEN o.destination END," \
+	"     state = CASE WHEN o.origin IS NOT NULL THEN 'dead' ELSE 'pending' END," \
+	"     hold = CASE WHEN o.origin IS NOT NULL THEN NULL" \
+	"                 WHEN o.hold = 'key' THEN 'key' ELSE 'ready' END," \
+	"     last_error = CASE WHEN o.origin IS NOT NULL" \
+	"                       THEN 'destination ' || o.destination || ' is no longer in the configuration;" \
+	" add it back and requeue the row (queuebox.requeue_outbox), or leave it dead'" \
+	"                       ELSE o.last_error END" \
 	" WHERE o.state = 'pending' AND o.destination IS NOT NULL" \
 	"   AND NOT (o.destination = ANY ($1::text[]))"
 

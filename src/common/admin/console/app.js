@@ -450,7 +450,10 @@ async function openDetail(which, id) {
 		['Created', d.created_at], ['Scheduled', d.scheduled_at], ['Last error', d.last_error]];
 	if (which === 'outbox')
 		fields('detail-fields', [['Id', d.id], ['Message id', d.message_id], ['Topic', d.topic], ['Key', d.key],
-			['Destination', d.destination]].concat(common));
+			['Destination', d.destination]].concat(
+			// fan-out: every delivery of the message, each at its destination
+			Array.isArray(d.deliveries) ? [['Deliveries', d.deliveries.map((c) =>
+				c.destination + ' #' + c.id + ' ' + c.state).join(', ')]] : [], common));
 	else
 		fields('detail-fields', [['Id', d.id], ['Source', d.source], ['Idempotency key', d.idempotency_key],
 			['Event type', d.event_type], ['Aggregate id', d.aggregate_id],

@@ -293,53 +293,71 @@ qb_pq_migrate(PGconn *conn, char *done, size_t donelen, char *err, size_t errlen
 
 /* the routes and destination names replace the stored ones (in the open transaction) */
 static bool
-qbpm_pg_write_routes(PGconn *conn, const char *a_pat, const char *a_dst, const char *a_names,
-					char *err, size_t errlen)
+qbpm_pg_write_routes(PGconn *conn, const char *a_pat, const char *a_dst, const char *a_fan,
+					const char *a_names, char *err, size_t errlen)
 {
-	const char *p2[2] = {a_pat, a_dst};
+	const char *p2[3] = {a_pat, a_dst, a_fan};
 	const char *p1[1] = {a_names};
 
 	return qbpm_ok(conn, "DELETE FROM queuebox.config_route", 0, NULL, QBD_STMT_PUBLISH,
 				  "could not write the routes", err, errlen) &&
 		qbpm_ok(conn,
-			   "INSERT INTO queuebox.config_route (position, pattern, destination)"
-			   " SELECT n, p, d FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(p, d, n)",
-			   2, p2, QBD_STMT_PUBLISH, "could not write the routes", err, errlen) &&
+			   "INSERT INTO queuebox.config_route (position, pattern, destination, fanout)"
+			   " SELECT n, p, d, f FROM unnest($1::text[], $2::text[], $3::boolean[])"
+			   "   WITH ORDINALITY AS u(p, d, f, n)",
+			   3, p2, QBD_STMT_PUBLISH, "could not write the routes", err, errlen) &&
 		qbpm_ok(conn, "DELETE FROM queuebox.config_destination", 0, NULL, QBD_STMT_PUBLISH,
 			   "could not write the destinations", err, errlen) &&
 		qbpm_ok(conn, "INSERT INTO queuebox.config_destination (name) SELECT unnest($1::text[])",
 			   1, p1, QBD_STMT_PUBLISH, "could not write the destinations", err, errlen);
 }
 
+/* The triggers the configuration switches: their table, and the DDL each way. */
+static const struct
+{
+	const char *name;
+	const char *enable;
+	const char *disable;
+}			qbpm_switched[] = {
+	{"outbox_notify", "ALTER TABLE queuebox.outbox ENABLE TRIGGER outbox_notify",
+	"ALTER TABLE queuebox.outbox DISABLE TRIGGER outbox_notify"},
+	{"inbox_notify", "ALTER TABLE queuebox.inbox ENABLE TRIGGER inbox_notify",
+	"ALTER TABLE queuebox.inbox DISABLE TRIGGER inbox_notify"},
+	{"outbox_fanout", "ALTER TABLE queuebox.outbox ENABLE TRIGGER outbox_fanout",
+	"ALTER TABLE queuebox.outbox DISABLE TRIGGER outbox_fanout"},
+};
+
 /*
- * The notify triggers enabled as database.listen asks, switching only those
- * that differ (in the open transaction).
+ * The notify triggers enabled as database.listen asks, and the fan-out
+ * trigger while a route has several destinations, switching only those
+ * that differ (in the open transaction): a reload that changes neither
+ * takes no table lock.
  */
 static bool
-qbpm_pg_switch_triggers(PGconn *conn, bool listen, char *err, size_t errlen)
+qbpm_pg_switch_triggers(PGconn *conn, bool listen, bool fanout, char *err, size_t errlen)
 {
-	const char *pl[1] = {listen ? "t" : "f"};
+	const char *pl[2] = {listen ? "t" : "f", fanout ? "t" : "f"};
 	PGresult   *res;
 	bool		ok = true;
 
 	if ((res = qbpm_exec(conn,
-						"SELECT t.tgname FROM pg_trigger t"
+						"SELECT t.tgname, t.tgenabled = 'D' FROM pg_trigger t"
 						" WHERE t.tgrelid IN ('queuebox.outbox'::regclass, 'queuebox.inbox'::regclass)"
-						"   AND t.tgname IN ('outbox_notify', 'inbox_notify')"
-						"   AND (t.tgenabled <> 'D') <> $1::boolean ORDER BY 1",
-						1, pl, PGRES_TUPLES_OK, QBD_STMT_PUBLISH, "could not read the notify triggers", err, errlen)) == NULL)
+						"   AND (t.tgname IN ('outbox_notify', 'inbox_notify')"
+						"          AND (t.tgenabled <> 'D') <> $1::boolean"
+						"        OR t.tgname = 'outbox_fanout' AND (t.tgenabled <> 'D') <> $2::boolean)"
+						" ORDER BY 1",
+						2, pl, PGRES_TUPLES_OK, QBD_STMT_PUBLISH, "could not read the switched triggers", err, errlen)) == NULL)
 		return false;
 	for (int i = 0; ok && i < PQntuples(res); i++)
 	{
-		/* constant text: the two names are ours, and DDL takes no parameter */
-		bool		outbox = strcmp(PQgetvalue(res, i, 0), "outbox_notify") == 0;
-		const char *sql = listen ?
-			(outbox ? "ALTER TABLE queuebox.outbox ENABLE TRIGGER outbox_notify" :
-			 "ALTER TABLE queuebox.inbox ENABLE TRIGGER inbox_notify") :
-			(outbox ? "ALTER TABLE queuebox.outbox DISABLE TRIGGER outbox_notify" :
-			 "ALTER TABLE queuebox.inbox DISABLE TRIGGER inbox_notify");
+		/* constant text: the names are ours, and DDL takes no parameter */
+		bool		off = strcmp(PQgetvalue(res, i, 1), "t") == 0;
 
-		ok = qbpm_ok(conn, sql, 0, NULL, QBD_STMT_PUBLISH, "could not switch a notify trigger", err, errlen);
+		for (size_t j = 0; j < sizeof(qbpm_switched) / sizeof(qbpm_switched[0]); j++)
+			if (strcmp(PQgetvalue(res, i, 0), qbpm_switched[j].name) == 0)
+				ok = qbpm_ok(conn, off ? qbpm_switched[j].enable : qbpm_switched[j].disable, 0, NULL,
+							 QBD_STMT_PUBLISH, "could not switch a trigger", err, errlen);
 	}
 	PQclear(res);
 	return ok;
@@ -355,28 +373,34 @@ qb_pq_publish_config(PGconn *conn, const QbConfig *cfg, char *err, size_t errlen
 {
 	QbPgArray	pat = {0};
 	QbPgArray	dst = {0};
+	QbPgArray	fan = {0};
 	QbPgArray	names = {0};
 	const char *a_pat;
 	const char *a_dst;
+	const char *a_fan;
 	const char *a_names;
+	bool		fanout = false;
 	int			rc = -1;
 
 	for (int i = 0; i < cfg->nroutes; i++)
 	{
 		qb_pg_array_add(&pat, cfg->routes[i].topic_pattern);
-		qb_pg_array_add(&dst, cfg->routes[i].destination);
+		qb_pg_array_add(&dst, cfg->routes[i].dest_list);	/* what route_of() shows */
+		qb_pg_array_add_bool(&fan, cfg->routes[i].ndests > 1);
+		fanout |= cfg->routes[i].ndests > 1;
 	}
 	for (int i = 0; i < cfg->ndestinations; i++)
 		qb_pg_array_add(&names, cfg->destinations[i].name);
 	a_pat = qb_pg_array_text(&pat);
 	a_dst = qb_pg_array_text(&dst);
+	a_fan = qb_pg_array_text(&fan);
 	a_names = qb_pg_array_text(&names);
-	if (a_pat == NULL || a_dst == NULL || a_names == NULL)
+	if (a_pat == NULL || a_dst == NULL || a_fan == NULL || a_names == NULL)
 		snprintf(err, errlen, "out of memory");
 	else if (qbpm_ok(conn, "BEGIN", 0, NULL, QBD_STMT_PUBLISH, "could not begin writing the routes", err, errlen))
 	{
-		if (qbpm_pg_write_routes(conn, a_pat, a_dst, a_names, err, errlen) &&
-			qbpm_pg_switch_triggers(conn, cfg->database.listen, err, errlen) &&
+		if (qbpm_pg_write_routes(conn, a_pat, a_dst, a_fan, a_names, err, errlen) &&
+			qbpm_pg_switch_triggers(conn, cfg->database.listen, fanout, err, errlen) &&
 			qbpm_ok(conn, "COMMIT", 0, NULL, QBD_STMT_PUBLISH, "could not commit the routes", err, errlen))
 			rc = 0;
 		else
@@ -384,6 +408,7 @@ qb_pq_publish_config(PGconn *conn, const QbConfig *cfg, char *err, size_t errlen
 	}
 	qb_pg_array_free(&pat);
 	qb_pg_array_free(&dst);
+	qb_pg_array_free(&fan);
 	qb_pg_array_free(&names);
 	return rc;
 }

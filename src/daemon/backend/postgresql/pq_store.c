@@ -166,6 +166,39 @@ done:
 }
 
 /*
+ * qbpq_fanout: QB_PG_OUTBOX_FANOUT for the settles that copy their row (a
+ * route with several destinations), before the settle, in its transaction.
+ */
+static int
+qbpq_fanout(QbPqStore *s, const QbSettle *st, int n, char *err, size_t errlen)
+{
+	QbpqArgs	a = {0};
+	PGresult   *res;
+	int			m = 0;
+	int			rc;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (st[i].copies == NULL)
+			continue;
+		qb_pg_array_add(&a.arr[0], st[i].token);
+		qb_pg_array_add_int(&a.arr[1], st[i].id);
+		qb_pg_array_add(&a.arr[2], st[i].copies);
+		m++;
+	}
+	if (m == 0)
+		return 0;
+	for (int i = 0; i < 3; i++)
+		qbpq_args_array(&a, i);
+	res = qbpq_run(s, QB_PG_S_FANOUT, &a, PGRES_COMMAND_OK,
+				   "copying the rows of routes with several destinations", err, errlen);
+	rc = res != NULL ? 0 : -1;
+	PQclear(res);
+	qbpq_args_free(&a);
+	return rc;
+}
+
+/*
  * qbpq_settle: QB_PG_OUTBOX_SETTLE.  p gets the parameters of
  * QB_PG_OUTBOX_PROMOTE for the keys whose row ended (*nkeys of them), run
  * by the caller in a statement of its own (its comment says why); with
@@ -180,6 +213,8 @@ qbpq_settle(QbPqStore *s, const QbSettle *st, int n, const QbClaimReq *claim,
 	int			rc = -1;
 
 	*nkeys = 0;
+	if (qbpq_fanout(s, st, n, err, errlen) != 0)
+		return -1;
 	for (int i = 0; i < n; i++)
 	{
 		qb_pg_array_add(&a.arr[0], st[i].token);
@@ -189,8 +224,9 @@ qbpq_settle(QbPqStore *s, const QbSettle *st, int n, const QbClaimReq *claim,
 		qb_pg_array_add_int(&a.arr[4], st[i].delay_ms);
 		qb_pg_array_add(&a.arr[5], st[i].error);
 		qb_pg_array_add(&a.arr[6], st[i].destination);
+		qb_pg_array_add_bool(&a.arr[7], st[i].unrouted);
 	}
-	for (int i = 0; i < 7; i++)
+	for (int i = 0; i < 8; i++)
 		qbpq_args_array(&a, i);
 	if ((res = qbpq_run(s, QB_PG_S_SETTLE, &a, PGRES_TUPLES_OK, "the outbox settle",
 						err, errlen)) == NULL)
@@ -203,12 +239,14 @@ qbpq_settle(QbPqStore *s, const QbSettle *st, int n, const QbClaimReq *claim,
 		if (!PQgetisnull(res, i, 0) && (strcmp(state, "sent") == 0 || strcmp(state, "dead") == 0))
 		{
 			qb_pg_array_add(&p->arr[0], PQgetvalue(res, i, 0));
+			qb_pg_array_add(&p->arr[5], PQgetisnull(res, i, 2) ? NULL : PQgetvalue(res, i, 2));
 			(*nkeys)++;
 		}
 	}
 	if (*nkeys > 0)
 	{
 		qbpq_args_array(p, 0);
+		qbpq_args_array(p, 5);
 		if (claim != NULL)
 		{
 			p->v[1] = claim->token;

@@ -275,6 +275,14 @@ qb_mssql_publish_config(QbOdbcConn *c, const QbConfig *cfg, char *err, size_t er
 	QbOdbcClass cls;
 	char		buf[QB_ERRLEN];
 
+	for (int i = 0; i < cfg->nroutes; i++)
+		if (cfg->routes[i].ndests > 1)
+		{
+			snprintf(err, errlen,
+					 "routes[%d].destinations: a route with several destinations (fan-out) runs on PostgreSQL, not yet on SQL Server; give each destination a route of its own with destination:, or insert a row per destination",
+					 i);
+			return -1;
+		}
 	if (qb_odbc_begin(c, err, errlen) != 0)
 		return -1;
 	if (qb_odbc_exec(c, "DELETE FROM queuebox.config_route; DELETE FROM queuebox.config_destination",
