@@ -44,9 +44,9 @@ q bench "SELECT queuebox.configure('{\"destinations\": {\"a\": {\"type\": \"http
 
 ins() { echo "INSERT INTO queuebox.outbox (topic, key, payload) VALUES ('$1', 'k' || (random() * 1000)::int, '{\"n\": 1}');"; }
 # one transaction per event, as the application's business transaction
-{ echo BEGIN; ins fan.created; echo COMMIT; } >"$WORK/fan-out.sql"
-{ echo BEGIN; ins one.a.created; ins one.b.created; ins one.c.created; echo COMMIT; } >"$WORK/three.sql"
-{ echo BEGIN; ins one.a.created; echo COMMIT; } >"$WORK/one.sql"
+{ echo "BEGIN;"; ins fan.created; echo "COMMIT;"; } >"$WORK/fan-out.sql"
+{ echo "BEGIN;"; ins one.a.created; ins one.b.created; ins one.c.created; echo "COMMIT;"; } >"$WORK/three.sql"
+{ echo "BEGIN;"; ins one.a.created; echo "COMMIT;"; } >"$WORK/one.sql"
 chmod 644 "$WORK"/*.sql
 
 # run FORM: one pgbench run, the outbox emptied first; echoes events/s
