@@ -215,7 +215,7 @@
 	"           o.state = 'processing', o.destination," \
 	"           o.id = ANY (ARRAY(SELECT id FROM c_intake))" \
 	"             OR o.id = ANY (ARRAY(SELECT id FROM c_dest WHERE intake))," \
-	"           o.scheduled_at > now() OR (o.destination IS NULL AND o.origin = o.id)," \
+	"           o.scheduled_at > now() OR coalesce(o.destination IS NULL AND o.origin = o.id, false)," \
 	"           " probe_col
 
 /* the probe rows (QB_PG_OUTBOX_CLAIM $8) */
