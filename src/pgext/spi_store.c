@@ -534,8 +534,8 @@ qbs_take_rows(QbCycleOut *out)
 
 /*
  * qb_spi_outbox_settle runs the settle and then the promotion of the keys
- * whose row ended, each in its own statement (QB_PG_OUTBOX_PROMOTE says
- * why), inside the caller's transaction with SPI connected.  The arguments
+ * whose row ended or was routed, each in its own statement
+ * (QB_PG_OUTBOX_PROMOTE says why), inside the caller's transaction with SPI connected.  The arguments
  * are the arrays of QB_PG_OUTBOX_SETTLE.  With claim, the promoted rows
  * that are due are claimed under its token and appended to out->rows.
  * Returns the rows settled.
@@ -556,10 +556,12 @@ qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, Qb
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		char	   *key = SPI_getvalue(tup, SPI_tuptable->tupdesc, 1);
-		char	   *state = SPI_getvalue(tup, SPI_tuptable->tupdesc, 2);
 		char	   *dest = SPI_getvalue(tup, SPI_tuptable->tupdesc, 3);
+		bool		isnull;
+		Datum		promote = SPI_getbinval(tup, SPI_tuptable->tupdesc, 4, &isnull);
 
-		if (key != NULL && (strcmp(state, "sent") == 0 || strcmp(state, "dead") == 0))
+		/* ended, or routed now: its key's rows elsewhere may go (QB_PG_OUTBOX_SETTLE) */
+		if (key != NULL && !isnull && DatumGetBool(promote))
 		{
 			k.col[0][nkeys] = CStringGetTextDatum(key);
 			k.col[1][nkeys] = qbs_text_or_null(dest, &k.null[1][nkeys]);

@@ -215,7 +215,7 @@
 	"           o.state = 'processing', o.destination," \
 	"           o.id = ANY (ARRAY(SELECT id FROM c_intake))" \
 	"             OR o.id = ANY (ARRAY(SELECT id FROM c_dest WHERE intake))," \
-	"           o.scheduled_at > now() OR (o.destination IS NULL AND o.origin = o.id)," \
+	"           o.scheduled_at > now() OR coalesce(o.destination IS NULL AND o.origin = o.id, false)," \
 	"           " probe_col
 
 /* the probe rows (QB_PG_OUTBOX_CLAIM $8) */
@@ -267,8 +267,12 @@
  * breaker statement of the same transaction opened it) is held the same
  * way, its attempt counted.  Fenced by each row's token.  Returns the key,
  * state and destination of each row changed (NULL when it had none at its
- * claim: it held back its key at every destination): the caller promotes
- * the keys of the rows that ended (QB_PG_OUTBOX_PROMOTE, a later statement).  "o.id = ANY ($2)"
+ * claim: it held back its key at every destination), and whether the
+ * caller promotes its key (QB_PG_OUTBOX_PROMOTE, a later statement): a row
+ * that ended, or one routed now that had no destination at its claim (a
+ * fan-out row routed to its first destination, a retry, a hold, a
+ * release: it no longer holds back the rows of its key at the other
+ * destinations; $8 NULL, not known: every routed row).  "o.id = ANY ($2)"
  * bounds the rows read by the ids whatever the join order: a plan made on an
  * empty outbox joined every row of the table to the settles.  A retry's
  * destination is read in the CASE, so only retries read it: as a lateral
@@ -299,7 +303,9 @@
 	"             $7::text[], $8::bool[])" \
 	"   AS s(token, id, outcome, attempt, delay_ms, error, destination, unrouted)" \
 	" WHERE o.id = ANY ($2::bigint[]) AND o.id = s.id AND o.claim_token = s.token" \
-	" RETURNING o.key, o.state, CASE WHEN NOT s.unrouted THEN o.destination END"
+	" RETURNING o.key, o.state, CASE WHEN NOT s.unrouted THEN o.destination END," \
+	"           o.state IN ('sent', 'dead')" \
+	"             OR (coalesce(s.unrouted, true) AND o.destination IS NOT NULL)"
 
 /*
  * Fan-out: $1 uuid[] claim tokens, $2 int8[] ids, $3 text[] each row's
@@ -336,8 +342,9 @@
  * here, in the claim and in the sweep, until it is requeued or skipped
  * (docs/design/claim.md, "A dead head that holds its key").
  *
- * Promote: $1 text[] keys whose row just ended (sent or dead), $6 text[]
- * the destination of each (NULL: it had none when claimed), in a
+ * Promote: $1 text[] keys whose row just ended (sent or dead) or was just
+ * routed, $6 text[] the destination of each (NULL: it had none when
+ * claimed), in a
  * statement after the settle, so its snapshot sees every park made while
  * the ended row was open (the claim parked them holding a FOR SHARE lock on
  * that row, which the settle's update waited for).  The rows the ended row
@@ -345,7 +352,13 @@
  * first open row there or among the rows not routed yet; of a row that
  * had no destination, the first open row of its key at each destination
  * and among those not routed.  Each is released if it is parked behind the
- * key and nothing else holds it back (QB_PG_OUTBOX_BLOCKER); a row a claim has
+ * key and nothing else holds it back (QB_PG_OUTBOX_BLOCKER).  The first
+ * row not routed yet waits for rows at every destination, which may end
+ * at once in other transactions: each promotion would see the others open
+ * and none release it.  So a row in flight (processing) does not keep it
+ * parked here: released, the claim checks its order again and parks it
+ * again under a lock of what still holds it back
+ * (QB_PG_OUTBOX_ROUTED_WAITING).  A row a claim has
  * not met yet is left where it is (in intake or routed), for the claim
  * that meets it: that costs no write, and a claim can no longer park it
  * behind the row that ended.  With a token $2 (the cycle claims too), a due
@@ -359,6 +372,18 @@
  * the partial index look nearly empty), and which holds every row parked
  * at insert: 73 ms a promotion behind 90,000 of them.
  */
+/*
+ * An open row of key k placed before pos at a destination that is not in
+ * flight (pending, or dead holding its key), as a subquery for NOT EXISTS:
+ * what keeps a parked row not routed yet parked at a promotion.  One seek
+ * of outbox_key_open_idx.
+ */
+#define QB_PG_OUTBOX_ROUTED_WAITING(k, pos) \
+	" SELECT 1 FROM queuebox.outbox e" \
+	" WHERE e.key = " k " AND coalesce(e.destination, '') > ''" \
+	"   AND coalesce(e.origin, e.id) < " pos " AND " QB_PG_OUTBOX_OPEN("e") \
+	"   AND e.state <> 'processing'"
+
 #define QB_PG_OUTBOX_PROMOTE \
 	"UPDATE queuebox.outbox o" \
 	" SET state = CASE WHEN $2::uuid IS NOT NULL AND o.scheduled_at <= now()" \
@@ -384,9 +409,7 @@
 	"        ORDER BY coalesce(e.origin, e.id) LIMIT 1)) x" \
 	"     ORDER BY x.pos LIMIT 1) f" \
 	"   WHERE k.dest IS NOT NULL AND (f.dest IS NOT NULL OR NOT EXISTS (" \
-	"     SELECT 1 FROM queuebox.outbox e" \
-	"     WHERE e.key = k.key AND coalesce(e.destination, '') > ''" \
-	"       AND coalesce(e.origin, e.id) < f.pos AND " QB_PG_OUTBOX_OPEN("e") "))" \
+	QB_PG_OUTBOX_ROUTED_WAITING("k.key", "f.pos") "))" \
 	"   UNION ALL" \
 	"   SELECT f.id FROM unnest($1::text[], $6::text[]) AS k(key, dest)" \
 	"   CROSS JOIN LATERAL (" \
@@ -401,7 +424,8 @@
 	"        WHERE k.dest IS NULL AND e.key = k.key AND coalesce(e.destination, '') > ''" \
 	"          AND " QB_PG_OUTBOX_OPEN("e") \
 	"        ORDER BY coalesce(e.destination, ''), coalesce(e.origin, e.id))) x) f" \
-	"   WHERE NOT EXISTS (" QB_PG_OUTBOX_BLOCKER("f") ")))" \
+	"   WHERE CASE WHEN f.dest IS NULL THEN NOT EXISTS (" QB_PG_OUTBOX_ROUTED_WAITING("f.key", "f.pos") ")" \
+	"              ELSE NOT EXISTS (" QB_PG_OUTBOX_BLOCKER("f") ") END))" \
 	"   AND o.state = 'pending' AND coalesce(o.hold, '') = 'key'" \
 	" RETURNING o.id, o.message_id, o.topic, o.key, o.payload::text, o.headers::text," \
 	"           o.attempt, coalesce(o.max_attempts, $4)," \

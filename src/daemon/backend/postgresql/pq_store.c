@@ -200,7 +200,7 @@ qbpq_fanout(QbPqStore *s, const QbSettle *st, int n, char *err, size_t errlen)
 
 /*
  * qbpq_settle: QB_PG_OUTBOX_SETTLE.  p gets the parameters of
- * QB_PG_OUTBOX_PROMOTE for the keys whose row ended (*nkeys of them), run
+ * QB_PG_OUTBOX_PROMOTE for the keys whose row ended or was routed (*nkeys), run
  * by the caller in a statement of its own (its comment says why); with
  * claim, the promoted rows that are due are claimed under its token.
  */
@@ -234,9 +234,8 @@ qbpq_settle(QbPqStore *s, const QbSettle *st, int n, const QbClaimReq *claim,
 	out->nsettled = PQntuples(res);
 	for (int i = 0; i < PQntuples(res); i++)
 	{
-		const char *state = PQgetvalue(res, i, 1);
-
-		if (!PQgetisnull(res, i, 0) && (strcmp(state, "sent") == 0 || strcmp(state, "dead") == 0))
+		/* ended, or routed now: its key's rows elsewhere may go (QB_PG_OUTBOX_SETTLE) */
+		if (!PQgetisnull(res, i, 0) && strcmp(PQgetvalue(res, i, 3), "t") == 0)
 		{
 			qb_pg_array_add(&p->arr[0], PQgetvalue(res, i, 0));
 			qb_pg_array_add(&p->arr[5], PQgetisnull(res, i, 2) ? NULL : PQgetvalue(res, i, 2));
