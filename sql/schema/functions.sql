@@ -226,7 +226,7 @@ CREATE FUNCTION queuebox.requeue_outbox(id bigint) RETURNS boolean
 		SET state = 'pending', attempt = 0, scheduled_at = now(),
 			claim_token = NULL, lease_until = NULL,
 			destination = CASE WHEN o.origin IS NOT NULL THEN o.destination END,
-			hold = CASE WHEN o.origin IS NULL THEN 'ready' END
+			hold = CASE WHEN o.origin IS NULL OR o.destination IS NULL THEN 'ready' END
 		WHERE o.id = requeue_outbox.id AND o.state = 'dead'
 		RETURNING o.id),
 	a AS (
@@ -247,7 +247,7 @@ CREATE FUNCTION queuebox.requeue_outbox(
 		SET state = 'pending', attempt = 0, scheduled_at = now(),
 			claim_token = NULL, lease_until = NULL,
 			destination = CASE WHEN o.origin IS NOT NULL THEN o.destination END,
-			hold = CASE WHEN o.origin IS NULL THEN 'ready' END
+			hold = CASE WHEN o.origin IS NULL OR o.destination IS NULL THEN 'ready' END
 		WHERE o.state = 'dead'
 		  AND (requeue_outbox.topic_pattern IS NULL
 			   OR queuebox.topic_matches(requeue_outbox.topic_pattern, o.topic))
@@ -281,7 +281,7 @@ CREATE FUNCTION queuebox.requeue_outbox(id bigint, payload jsonb) RETURNS boolea
 		SET state = 'pending', attempt = 0, scheduled_at = now(), payload = requeue_outbox.payload,
 			claim_token = NULL, lease_until = NULL,
 			destination = CASE WHEN x.origin IS NOT NULL THEN x.destination END,
-			hold = CASE WHEN x.origin IS NULL THEN 'ready' END
+			hold = CASE WHEN x.origin IS NULL OR x.destination IS NULL THEN 'ready' END
 		FROM o WHERE x.id = o.id
 		RETURNING x.id),
 	a AS (
