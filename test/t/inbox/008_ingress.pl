@@ -486,7 +486,7 @@ is($r->{status}, 200, 'one row: an edited requeue first (for the audit)');
 $r = $http->get("$base/admin/outbox/$c2", { headers => \%auth });
 is($r->{status}, 200, 'GET /admin/outbox/{id} is 200');
 my $o = $json->decode($r->{content});
-is(join(',', sort keys %$o), 'attempt,audit,created_at,destination,headers,hold,id,key,last_error,max_attempts,message_id,payload,scheduled_at,state,topic',
+is(join(',', sort keys %$o), 'attempt,audit,created_at,deliveries,destination,headers,hold,id,key,last_error,max_attempts,message_id,payload,scheduled_at,state,topic',
 	'one row: every field');
 is($json->encode([ $o->{id}, $o->{state}, $o->{payload}, $o->{headers} ]), $json->encode([ 0 + $c2, 'pending', { g => 20 }, { 'x-h' => '1' } ]),
 	'one row: its state, payload and headers as JSON');
