@@ -47,6 +47,7 @@ our @EXPORT = qw(
   qb_node qb_config_yaml qb_configure qb_sql_quote qb_client_c_program
   qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats qb_sink_first_after
   qb_sink_rate
+  qb_sink_rate_held
   qb_endless_start qb_endless_conns qb_endless_stop qb_endless_routes qb_endless_check
   qb_wait_query qb_wait_for qb_drains_beside qb_worker_pids qb_launcher_pid qb_free_port
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
@@ -623,6 +624,25 @@ sub qb_sink_rate
 	$r{steady} = @t > $burst + 1 && $t[-1] > $t[$burst]
 	  ? (@t - 1 - $burst) / ($t[-1] - $t[$burst]) : 0;
 	return \%r;
+}
+
+# qb_sink_rate_held($sink, $per_sec, $burst, $n, $what): the sink received
+# $n requests over at least 20 s, no stretch of them holds more than the
+# bucket allows (+5 %), and past the burst they came at $per_sec within 5 %
+# (qb_sink_rate); four assertions, named after $what.
+sub qb_sink_rate_held
+{
+	my ($s, $per_sec, $burst, $n, $what) = @_;
+	my $seen = qb_sink_rate($s, $per_sec, $burst);
+	is($seen->{n}, $n, "$what: the sink received $n requests");
+	cmp_ok($seen->{span}, '>=', 20, sprintf('%s: they span %.2f s: at least 20 s', $what, $seen->{span}));
+	cmp_ok($seen->{worst}, '<=', 1.05,
+		sprintf('%s: no stretch of time holds more than burst + %s/s (+5 %%): the fullest is %.3f of it (%s)',
+			$what, $per_sec, $seen->{worst}, $seen->{worst_at}));
+	cmp_ok(abs($seen->{steady} - $per_sec) / $per_sec, '<=', 0.05,
+		sprintf('%s: past the burst the sink saw %.2f requests a second (%s within 5 %%)',
+			$what, $seen->{steady}, $per_sec));
+	return $seen;
 }
 
 sub qb_sink_stats

@@ -1012,9 +1012,14 @@ qbo_size_claim(QboEngine *e, QboCycle *c)
 	req->limits = c->limits;
 	req->floors = c->floors;
 	for (int i = 0; i < e->cfg->ndestinations; i++)
+	{
 		history |= e->dests[i].unrouted_share >= QBO_SHARE_MIN;
+		qbo_limit_allow(e, i, qbo_room(e, i), now);
+	}
+	/* across replicas: what the server's limits gave, asked of the database */
+	qbo_limits_take_shared(e, true, now);
 	for (int i = 0; i < e->cfg->ndestinations; i++)
-		if ((c->limits[req->ndests] = qbo_limit_allow(e, i, qbo_room(e, i), now)) > 0)
+		if ((c->limits[req->ndests] = e->dests[i].allowed) > 0)
 		{
 			if (!history || e->dests[i].unrouted_share >= QBO_SHARE_MIN)
 				shared += c->limits[req->ndests];
@@ -1233,6 +1238,7 @@ qbo_reload(QboEngine *e)
 
 	e->reload_pending = false;
 	qbo_limits_give_unused(e);	/* none is queued: every reservation */
+	qbo_limits_take_shared(e, false, qb_now_ms());	/* and the database's */
 	if (!qb_reload_config(e->host, e->store, &e->cfg, &e->warned_no_config, "outbox rows"))
 		return;
 	d = calloc(e->cfg->ndestinations + 1, sizeof(QboDest));
@@ -1245,6 +1251,9 @@ qbo_reload(QboEngine *e)
 	}
 	free(e->dests);
 	e->dests = d;
+	/* what the database counts as ours is not known: the first take says */
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+		d[i].db_held = -1;
 	e->claim_idle = false;
 	e->floor = 0;
 	/* a new retention period takes effect now, not at the old schedule */
@@ -1369,6 +1378,9 @@ qbo_cycle_due(QboEngine *e, long now)
 		e->claim_idle = false;
 	claim = qbo_want_claim(e, settle && qbo_done_keyed(e));
 
+	/* places and tokens the database counts and we do not use: given back */
+	if (qbo_limits_sync_in(e, now) == 0 && (!claim || now < e->next_cycle_try))
+		qbo_limits_take_shared(e, false, now);
 	if (!(claim || settle) || now < e->next_cycle_try)
 		return 0;
 	qb_host_doing(e->host, QB_W_CLAIMING);
@@ -1404,6 +1416,8 @@ qbo_wait_ms(QboEngine *e, long now, bool *poll)
 	/* a limited destination's backlog: when its limit gives again */
 	qbo_limits_due(e, qb_now_ms(), &limit_in);
 	if (limit_in > 0 && limit_in < timeout)
+		timeout = limit_in;
+	if ((limit_in = qbo_limits_sync_in(e, qb_now_ms())) >= 0 && limit_in < timeout)
 		timeout = limit_in;
 	*poll = settle < 0 && qb_pubset_in_flight(e->pub) == 0 && e->claim_idle;
 	if (e->next_cycle_try > now && (settle >= 0 || e->next_cycle_try - now < timeout))
@@ -1455,6 +1469,7 @@ qbo_end(QboEngine *e)
 		if (e->slots[i].st != QBO_FREE)
 			qbo_slot_free(e, &e->slots[i]);
 	qbo_limits_give_unused(e);
+	qbo_limits_take_shared(e, false, qb_now_ms());	/* our places in the database back */
 	free(e->slots);
 	free(e->dests);
 	free(e->sweep_after);

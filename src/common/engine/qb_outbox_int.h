@@ -71,6 +71,9 @@ typedef struct QboDest
 	int			claimed_now;	/* its rows the claim brought */
 	bool		backlog;		/* its last claim used all the limit gave: rows wait */
 	long		limit_at;		/* when its limit may give a claim rows again */
+	/* ... and in the database, across replicas (QbStore.limits_take) */
+	int			db_held;		/* the places the database counts as ours */
+	int			db_give;		/* tokens taken there and not used: given back next take */
 } QboDest;
 
 typedef struct QboEngine
@@ -103,6 +106,8 @@ typedef struct QboEngine
 	struct QbLimits *limits;	/* the host's, or own_limits: shared limits */
 	struct QbLimits *own_limits;	/* this worker's alone, when the host has none */
 	int			limit_holder;	/* this worker in limits, -1: none */
+	long		limits_sync_at; /* when a take gives back what the database
+								 * counts and we do not use, 0: none due */
 } QboEngine;
 
 /* why destination d takes no rows now, or NULL when it does (qb_outbox.c) */
@@ -121,5 +126,7 @@ extern bool qbo_limit_take(QboEngine *e, QboSlot *s);
 extern void qbo_limit_done(QboEngine *e, QboSlot *s);
 extern void qbo_limits_after_claim(QboEngine *e, bool claimed);
 extern void qbo_limits_give_unused(QboEngine *e);
+extern void qbo_limits_take_shared(QboEngine *e, bool claiming, long now);
+extern long qbo_limits_sync_in(const QboEngine *e, long now);
 
 #endif							/* QB_OUTBOX_INT_H */

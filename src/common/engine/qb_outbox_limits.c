@@ -27,8 +27,21 @@
  *	  destination's "waited for its limit" counter (qb_metrics.h,
  *	  QB_LIMITED).
  *
+ *	- Across replicas (the daemon: QbStore.limits_take): what the server's
+ *	  limits reserved is then asked of the database, every limited
+ *	  destination of a claim in one take before it; what the database did
+ *	  not give goes back to the server's limits at once.  The database
+ *	  counts as ours the places our publishes hold and our reservations
+ *	  (db_held); a place given back here (a publish ended, a reservation
+ *	  not used) is given back there at the next take: the claim's, else
+ *	  one of its own QBO_LIMIT_SYNC_MS later (limits_sync_at), with the
+ *	  tokens not used.  So the database never counts fewer places than
+ *	  are in use, and maxConcurrent holds across replicas; a gone
+ *	  replica's places are not counted (its claimer is gone).  A
+ *	  destination with no limit never takes part: it costs nothing.
+ *
  * One engine, one thread; the shared state is qb_limits.c's, under its
- * locks.
+ * locks, and the database's, in its transactions.
  *-------------------------------------------------------------------------
  */
 #include <stdlib.h>
@@ -41,6 +54,12 @@
 #define QBO_LIMIT_GATHER_MS		100
 /* a destination waiting for a place looks at the places again after this */
 #define QBO_LIMIT_PLACE_MS		10
+/* ... after this when the database had none (a take is a round trip) */
+#define QBO_LIMIT_DB_PLACE_MS	50
+/* what the database counts and we do not use is given back within this */
+#define QBO_LIMIT_SYNC_MS		10
+/* a take that failed is tried again after this */
+#define QBO_LIMIT_DB_RETRY_MS	200
 
 static const QbLimitSpec *
 qbo_spec(const QboEngine *e, int i)
@@ -79,6 +98,25 @@ qbo_limit_waited(QboEngine *e, int i)
 }
 
 /*
+ * qbo_limit_wait: in how many ms a limit that cut a claim may give rows:
+ * when a token comes (wait_ms >= 0) and about QBO_LIMIT_GATHER_MS of
+ * tokens more, so that it is not one claim per token; else (a place is
+ * missing) place_ms.
+ */
+static long
+qbo_limit_wait(const QbLimitSpec *spec, long wait_ms, long place_ms)
+{
+	double		want;
+
+	if (spec->rate.per_sec <= 0 || wait_ms < 0)
+		return place_ms;
+	want = spec->rate.per_sec * QBO_LIMIT_GATHER_MS / 1000.0;
+	if (want > spec->rate.burst)
+		want = spec->rate.burst;
+	return wait_ms + (want > 1 ? (long) ((want - 1) * 1000.0 / spec->rate.per_sec) : 0);
+}
+
+/*
  * qbo_limit_allow: what destination i's claim may ask of the table now,
  * given its room: its room when it has no limit, else what its limit gave
  * (reserved); when that is less, when to look again.
@@ -102,21 +140,7 @@ qbo_limit_allow(QboEngine *e, int i, int room, long now)
 	d->allowed = got;
 	d->cut = got < room;
 	if (d->cut)
-	{
-		long		gather = 0;
-
-		/* about QBO_LIMIT_GATHER_MS of tokens, not one claim per token */
-		if (spec->rate.per_sec > 0 && wait_ms >= 0)
-		{
-			double		want = spec->rate.per_sec * QBO_LIMIT_GATHER_MS / 1000.0;
-
-			if (want > spec->rate.burst)
-				want = spec->rate.burst;
-			if (want > 1)
-				gather = (long) ((want - 1) * 1000.0 / spec->rate.per_sec);
-		}
-		d->limit_at = now + (wait_ms >= 0 ? wait_ms + gather : QBO_LIMIT_PLACE_MS);
-	}
+		d->limit_at = now + qbo_limit_wait(spec, wait_ms, QBO_LIMIT_PLACE_MS);
 	return got;
 }
 
@@ -183,7 +207,8 @@ qbo_limit_take(QboEngine *e, QboSlot *s)
 		return true;
 	if (d->reserved > 0)
 		d->reserved--;
-	else if (qb_limits_reserve(e->limits, e->limit_holder, e->cfg->destinations[s->dest].name,
+	else if (e->store->limits_take != NULL ||	/* no take per row: the next claim's */
+			 qb_limits_reserve(e->limits, e->limit_holder, e->cfg->destinations[s->dest].name,
 							   spec, 1, qb_now_ns(), &wait_ms) != 1)
 	{
 		qbo_limit_waited(e, s->dest);
@@ -191,6 +216,14 @@ qbo_limit_take(QboEngine *e, QboSlot *s)
 	}
 	s->limit_held = spec->max_concurrent > 0;
 	return true;
+}
+
+/* qbo_limits_sync_soon: the database counts more than we use: a take is due. */
+static void
+qbo_limits_sync_soon(QboEngine *e)
+{
+	if (e->store->limits_take != NULL && e->limits_sync_at == 0)
+		e->limits_sync_at = qb_now_ms() + QBO_LIMIT_SYNC_MS;
 }
 
 /* qbo_limit_done: slot s's publish ended: its place, if it held one, back. */
@@ -201,6 +234,7 @@ qbo_limit_done(QboEngine *e, QboSlot *s)
 		return;
 	s->limit_held = false;
 	qb_limits_release(e->limits, e->limit_holder, e->cfg->destinations[s->dest].name);
+	qbo_limits_sync_soon(e);
 }
 
 /*
@@ -240,5 +274,98 @@ qbo_limits_give_unused(QboEngine *e)
 		qb_limits_give(e->limits, e->limit_holder, e->cfg->destinations[i].name,
 					   qbo_spec(e, i), unused);
 		d->reserved -= unused;
+		d->db_give += unused;
+		qbo_limits_sync_soon(e);
 	}
+}
+
+/* qbo_places: the places destination i's publishes hold now */
+static int
+qbo_places(const QboEngine *e, int i)
+{
+	int			n = 0;
+
+	for (int k = 0; k < e->nslots; k++)
+		if (e->slots[k].limit_held && e->slots[k].dest == i)
+			n++;
+	return n;
+}
+
+/*
+ * qbo_limits_take_shared: the take of the database (QbStore.limits_take),
+ * when the store has one and something is to be said: claiming, each
+ * limited destination's reservation from the server's limits (its
+ * allowed) is asked for, and what the database did not give goes back to
+ * the server's limits, the claim cut to it; every limited destination
+ * whose places or tokens not used the database counts (db_held, db_give)
+ * gives them back.  On a failure the claim gets none of it.
+ */
+void
+qbo_limits_take_shared(QboEngine *e, bool claiming, long now)
+{
+	QbLimitTake *t;
+	int		   *which;
+	int			n = 0;
+	int			rc;
+	char		err[QB_ERRLEN];
+
+	if (e->store->limits_take == NULL || e->cfg == NULL)
+		return;
+	t = calloc(e->cfg->ndestinations + 1, sizeof(QbLimitTake) + sizeof(int));
+	if (t == NULL)
+		return;					/* the claim keeps the server's part: tried again */
+	which = (int *) (t + e->cfg->ndestinations + 1);
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+	{
+		const QbLimitSpec *spec = qbo_spec(e, i);
+		QboDest    *d = &e->dests[i];
+		int			want = claiming && qb_limits_set(spec) ? d->allowed : 0;
+		int			held = spec->max_concurrent > 0 ? qbo_places(e, i) + d->reserved - want : 0;
+
+		if (!qb_limits_set(spec) || (want == 0 && d->db_give == 0 && held == d->db_held))
+			continue;
+		t[n] = (QbLimitTake) {
+			.destination = e->cfg->destinations[i].name,
+			.per_sec = spec->rate.per_sec, .burst = spec->rate.burst,
+			.max_concurrent = spec->max_concurrent,
+			.held = held, .give = d->db_give, .want = want,
+		};
+		which[n++] = i;
+	}
+	rc = n == 0 ? 0 : e->store->limits_take(e->store->ctx, t, n, e->cfg->outbox.claim_timeout_ms,
+											err, sizeof(err));
+	if (rc != 0)
+		qb_log(e->host, QB_LOG_WARNING,
+			   "taking the destinations' limits in the database failed: %s; their rows wait", err);
+	e->limits_sync_at = rc == 0 ? 0 : now + QBO_LIMIT_DB_RETRY_MS;
+	for (int j = 0; j < n; j++)
+	{
+		const QbLimitSpec *spec = qbo_spec(e, which[j]);
+		QboDest    *d = &e->dests[which[j]];
+		int			got = rc == 0 ? t[j].got : 0;
+
+		if (rc == 0)
+		{
+			d->db_give = 0;
+			d->db_held = spec->max_concurrent > 0 ? t[j].held + got : 0;
+		}
+		if (got >= t[j].want)
+			continue;
+		qb_limits_give(e->limits, e->limit_holder, t[j].destination, spec, t[j].want - got);
+		d->reserved -= t[j].want - got;
+		d->allowed = got;
+		d->cut = true;
+		d->limit_at = now + (rc != 0 ? QBO_LIMIT_DB_RETRY_MS :
+							 qbo_limit_wait(spec, t[j].wait_ms, QBO_LIMIT_DB_PLACE_MS));
+	}
+	free(t);
+}
+
+/* qbo_limits_sync_in: in how many ms a take of its own is due (0: now), -1: none */
+long
+qbo_limits_sync_in(const QboEngine *e, long now)
+{
+	if (e->limits_sync_at == 0)
+		return -1;
+	return e->limits_sync_at > now ? e->limits_sync_at - now : 0;
 }

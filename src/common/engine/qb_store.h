@@ -22,6 +22,11 @@
  *	- A claimer: the store's session, named by an id whose session lock it
  *	  holds while it lives (QbStore.claimer).  A claim records it; the rows
  *	  of a claimer whose lock is free are taken over at once (takeover).
+ *	- A limit take (QbStore.limits_take, the daemon's stores): the
+ *	  destinations' limits of every replica on one database, kept in the
+ *	  database (docs/delivery.md, "Limits"): each destination's token
+ *	  bucket, and the maxConcurrent places each claimer holds; a gone
+ *	  claimer's places are not counted.
  *
  * Transaction rules: each call is one short transaction, committed before
  * it returns; none spans a publish.  Errors come back as -1 with err, never
@@ -179,6 +184,25 @@ typedef struct QbCycleCall
 	QbCycleOut *out;
 } QbCycleCall;
 
+/*
+ * One destination's part of a limit take (QbStore.limits_take).  held and
+ * give say where this claimer stands since its last take; want is what it
+ * asks for now: as many tokens and as many places.
+ */
+typedef struct QbLimitTake
+{
+	const char *destination;
+	double		per_sec;		/* rateLimit.perSecond; 0: no rate limit */
+	int			burst;
+	int			max_concurrent; /* 0: none */
+	int			held;			/* the places this claimer holds now, in use */
+	int			give;			/* tokens taken before and not used: back to the bucket */
+	int			want;
+	int			got;			/* out: tokens and places given, 0..want */
+	long		wait_ms;		/* out, when got < want: in how many ms a token
+								 * comes; -1: a place is missing */
+} QbLimitTake;
+
 /* One received message for inbox_insert; strings borrowed from the caller. */
 typedef struct QbInboxRow
 {
@@ -319,6 +343,20 @@ typedef struct QbStore
 	 */
 	int			(*claimer) (void *ctx, bool on, char *err, size_t errlen);
 
+	/*
+	 * The destinations' limits across every replica on this database, in
+	 * one transaction: for each take, the bucket is refilled on the
+	 * database's clock and given back give tokens, then up to want tokens
+	 * and places are taken (places: maxConcurrent less those every other
+	 * live claimer holds, less held); this claimer's places become held +
+	 * got.  A claimer is live while its session lock is held (lease_ms 0
+	 * when it has one), else, through a pooler, for lease_ms after its
+	 * take.  On -1 nothing changed.  NULL: the store has no shared limits
+	 * (the extension: one server, its shared memory).
+	 */
+	int			(*limits_take) (void *ctx, QbLimitTake *takes, int n, long lease_ms,
+								char *err, size_t errlen);
+
 	/* claim up to batch_size push inbox rows under token with a lease */
 	int			(*relay_claim) (void *ctx, int batch_size, long lease_ms,
 								const char *token, QbRelayRow **rows, int *nrows,
@@ -342,7 +380,7 @@ typedef struct QbStore
 #define QB_STORE_OPS(X, T) X(T, config_load) X(T, outbox_cycle) X(T, outbox_unpark) \
 	X(T, outbox_unroute) X(T, outbox_reclaim) X(T, outbox_sweep) X(T, outbox_retention) X(T, inbox_insert) \
 	X(T, query_text) X(T, relay_claim) X(T, relay_forward)
-#define QB_STORE_OPS_OPTIONAL(X, T) X(T, claimer)
+#define QB_STORE_OPS_OPTIONAL(X, T) X(T, claimer) X(T, limits_take)
 
 extern void qb_outbox_rows_free(QbOutboxRow *rows, int n);
 extern void qb_outbox_rows_free_one(QbOutboxRow *row);

@@ -1065,4 +1065,87 @@
 #define QB_PG_SET_CONFIG \
 	"SELECT set_config($1, $2, $3)"
 
+/*
+ * The destinations' limits across the daemon's replicas (QbStore.
+ * limits_take; docs/delivery.md, "Limits"), three statements of one
+ * transaction: QB_PG_LIMITS_ENSURE makes the bucket rows that are missing,
+ * QB_PG_LIMITS_LOCK locks them in name order (so two takes never deadlock),
+ * and QB_PG_LIMITS_TAKE, a statement of its own so that its snapshot is
+ * taken once the locks are held, reads and writes what they guard: the
+ * places every claimer holds are read after the last take that changed
+ * them committed.  A place row's claimer is live while its session holds
+ * the claimer's lock (alive_until NULL: the lock test of
+ * QB_PG_CLAIMERS_GONE), or through a pooler until alive_until.
+ *
+ * Ensure: $1 text[] the destinations, $2 int4[] their bursts (a new
+ * bucket is full).
+ */
+#define QB_PG_LIMITS_ENSURE \
+	"INSERT INTO queuebox.destination_limit (destination, tokens, refilled_at)" \
+	" SELECT i.d, i.b, statement_timestamp() FROM unnest($1::text[], $2::int4[]) AS i(d, b)" \
+	" ON CONFLICT (destination) DO NOTHING"
+
+/* Lock: $1 text[] the destinations. */
+#define QB_PG_LIMITS_LOCK \
+	"SELECT l.destination FROM queuebox.destination_limit l" \
+	" WHERE l.destination = ANY ($1::text[]) ORDER BY l.destination FOR UPDATE"
+
+/*
+ * Take: $1 text[] the destinations, $2 text[] their perSecond (0: no rate
+ * limit), $3 int4[] bursts, $4 int4[] maxConcurrent (0: none), $5 int4[]
+ * the places this claimer holds in use, $6 int4[] the tokens it gives
+ * back, $7 int4[] what it asks for, $8 int8 the claimer, $9 int8 its
+ * lease in ms (0: its session lock shows it alive).  One row per
+ * destination: what it got, and in how many ms a token comes when tokens
+ * cut it (-1: places did, or it got all).  The bucket is refilled on the
+ * database's clock (statement_timestamp: the same for every row); the
+ * place rows of gone claimers are deleted.
+ */
+#define QB_PG_LIMITS_TAKE \
+	"WITH i AS (" \
+	"   SELECT * FROM unnest($1::text[], $2::text[]::float8[], $3::int4[], $4::int4[]," \
+	"     $5::int4[], $6::int4[], $7::int4[])" \
+	"     AS i(destination, per_sec, burst, max_concurrent, held, give, want))," \
+	" b AS (" \
+	"   SELECT i.*, CASE WHEN i.per_sec > 0 THEN least(i.burst::float8, l.tokens + i.give" \
+	"       + i.per_sec * greatest(0, extract(epoch FROM statement_timestamp() - l.refilled_at)::float8))" \
+	"     END AS tokens" \
+	"   FROM i JOIN queuebox.destination_limit l ON l.destination = i.destination)," \
+	" o AS (" \
+	"   SELECT p.destination, sum(p.held)::int AS held FROM queuebox.destination_limit_place p" \
+	"   WHERE p.destination = ANY ($1::text[]) AND p.claimer <> $8 AND p.held > 0" \
+	"     AND CASE WHEN p.alive_until IS NULL" \
+	"       THEN NOT pg_catalog.pg_try_advisory_xact_lock_shared(p.claimer)" \
+	"       ELSE p.alive_until >= statement_timestamp() END" \
+	"   GROUP BY p.destination)," \
+	" f AS (" \
+	"   SELECT b.*, CASE WHEN b.max_concurrent > 0" \
+	"       THEN b.max_concurrent - b.held - coalesce(o.held, 0) END AS places" \
+	"   FROM b LEFT JOIN o ON o.destination = b.destination)," \
+	" g AS (" \
+	"   SELECT f.*, greatest(0, least(f.want, coalesce(f.places, f.want)," \
+	"       CASE WHEN f.per_sec > 0 THEN floor(f.tokens + 1e-9)::int ELSE f.want END)) AS got" \
+	"   FROM f)," \
+	" u AS (" \
+	"   UPDATE queuebox.destination_limit l" \
+	"   SET tokens = g.tokens - g.got, refilled_at = statement_timestamp()" \
+	"   FROM g WHERE l.destination = g.destination AND g.per_sec > 0)," \
+	" h AS (" \
+	"   INSERT INTO queuebox.destination_limit_place AS p (destination, claimer, held, alive_until)" \
+	"   SELECT g.destination, $8, g.held + g.got," \
+	"     CASE WHEN $9 > 0 THEN statement_timestamp() + $9 * interval '1 millisecond' END" \
+	"   FROM g WHERE g.max_concurrent > 0" \
+	"   ON CONFLICT (destination, claimer)" \
+	"   DO UPDATE SET held = excluded.held, alive_until = excluded.alive_until)," \
+	" x AS (" \
+	"   DELETE FROM queuebox.destination_limit_place p" \
+	"   WHERE p.destination = ANY ($1::text[]) AND p.claimer <> $8" \
+	"     AND CASE WHEN p.alive_until IS NULL" \
+	"       THEN pg_catalog.pg_try_advisory_xact_lock_shared(p.claimer)" \
+	"       ELSE p.alive_until < statement_timestamp() END)" \
+	" SELECT g.destination, g.got," \
+	"   CASE WHEN g.got < g.want AND g.per_sec > 0 AND (g.places IS NULL OR g.got < g.places)" \
+	"     THEN greatest(0, ceil((1 - (g.tokens - g.got)) * 1000 / g.per_sec))::int ELSE -1 END" \
+	" FROM g"
+
 #endif							/* QB_SQL_PG_H */

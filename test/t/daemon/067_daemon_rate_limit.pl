@@ -55,14 +55,7 @@ qb_insert_keyed($node, 'r.ev', $nr, 50, 'rk');
 is(qb_count($node, "topic = 'r.ev'"), $nr, "rate: $nr rows for r over 50 keys");
 qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = 'r.ev' AND state = 'sent'",
 	$nr, "rate: all $nr rows of r are sent", timeout => 120);
-my $seen = qb_sink_rate($sink_r, $rate, $burst);
-is($seen->{n}, $nr, "rate: the sink received $nr requests");
-cmp_ok($seen->{span}, '>=', 20, sprintf('rate: they span %.2f s: at least 20 s', $seen->{span}));
-cmp_ok($seen->{worst}, '<=', 1.05,
-	sprintf('rate: no stretch of time holds more than burst + 50/s (+5 %%): the fullest is %.3f of it (%s)',
-		$seen->{worst}, $seen->{worst_at}));
-cmp_ok(abs($seen->{steady} - $rate) / $rate, '<=', 0.05,
-	sprintf('rate: past the burst the sink saw %.2f requests a second (50 within 5 %%)', $seen->{steady}));
+qb_sink_rate_held($sink_r, $rate, $burst, $nr, 'rate');
 my $or = qb_key_order($node, $sink_r, "topic = 'r.ev'");
 is($or->{delivered} . '/' . $or->{dups}, "$nr/0", 'rate: every row sent, each once');
 is($or->{keys_in_order}, 50, 'rate: all 50 keys in id order') or diag join("\n", @{ $or->{bad} });

@@ -82,16 +82,7 @@ qb_insert_keyed($node, 'r.ev', $nr, $nk, 'rk');
 is(qb_count($node, "topic = 'r.ev'"), $nr, "rate: $nr rows for r over $nk keys");
 my $most = most_processing_until_sent('r.ev', $nr, "rate: all $nr rows of r are sent", 120);
 
-my $seen = qb_sink_rate($sink_r, $rate, $burst);
-is($seen->{n}, $nr, "rate: the sink received $nr requests (no attempt failed, none resent)");
-cmp_ok($seen->{span}, '>=', 20, sprintf('rate: the sink\'s requests span %.2f s: at least 20 s', $seen->{span}));
-# any stretch of time holds at most burst + 50/s of it; 5 % over at most
-cmp_ok($seen->{worst}, '<=', 1.05,
-	sprintf('rate: no stretch of time holds more than burst + 50/s (+5 %%): the fullest is %.3f of it (%s)',
-		$seen->{worst}, $seen->{worst_at}));
-# past the first burst, the rate held: within 5 % of 50/s
-cmp_ok(abs($seen->{steady} - $rate) / $rate, '<=', 0.05,
-	sprintf('rate: past the burst the sink saw %.2f requests a second (50 within 5 %%)', $seen->{steady}));
+qb_sink_rate_held($sink_r, $rate, $burst, $nr, 'rate');
 cmp_ok($most, '<=', 2 * $burst,
 	"rate: rows waited in the table: at most $most of them were claimed at once (<= 2 x burst)");
 my $or = qb_key_order($node, $sink_r, "topic = 'r.ev'");

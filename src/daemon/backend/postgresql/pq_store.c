@@ -961,6 +961,7 @@ qb_pq_store_ops(QbPqStore *s, QbStore *store)
 		.inbox_insert = qbpq_inbox_insert,
 		.query_text = qbpq_query_text,
 		.claimer = qbpq_claimer_op,
+		.limits_take = qbpq_limits_take,
 		.relay_claim = qbpq_relay_claim,
 		.relay_forward = qbpq_relay_forward,
 	};

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  * pq_store_int.h
- *	  The libpq store's insides, shared by its three files (one prefix,
+ *	  The libpq store's insides, shared by its four files (one prefix,
  *	  qbpq_): pq_conn.c (the connection and its session), pq_txn.c (one op:
  *	  its transaction, its statements in pipeline mode), pq_store.c (the
- *	  QbStore ops).  pq_store.h is the store's face; nothing else includes
+ *	  QbStore ops), pq_limits.c (the limit take, QbStore.limits_take).  pq_store.h is the store's face; nothing else includes
  *	  this header.
  *
  * Wording:
@@ -143,5 +143,11 @@ extern int	qbpq_txn(QbPqStore *s, const char *what, long timeout_ms, QbpqBody bo
 
 /* this op commits synchronously even on a session that commits asynchronously */
 extern int	qbpq_durable(QbPqStore *s, char *err, size_t errlen);
+
+/* ---- pq_limits.c: the limit take ---------------------------------------- */
+
+/* QbStore.limits_take */
+extern int	qbpq_limits_take(void *ctx, QbLimitTake *takes, int n, long lease_ms,
+							 char *err, size_t errlen);
 
 #endif							/* PQ_STORE_INT_H */
