@@ -34,7 +34,7 @@ use File::Basename qw(dirname);
 use QueueBoxTest;
 
 our @EXPORT = qw(qbd_node qbd_url qbd_start qbd_signal qbd_wait_exit qbd_log
-  qbd_wait_daemon_log qbd_role_pids qbd_run qbd_binary qbd_write_conf
+  qbd_wait_daemon_log qbd_role_pids qbd_kill9 qbd_run qbd_binary qbd_write_conf
   qbd_install_fixture qbd_migrate qbd_upgrade_test);
 
 # test/fixtures, found from this file (at load: a test may chdir later)
@@ -180,6 +180,23 @@ sub qbd_role_pids
 		$pids{$2} = $1 if $l =~ /^\s*(\d+)\s+qb (.+?)\s*$/;
 	}
 	return \%pids;
+}
+
+# qbd_kill9($d, $what): a daemon killed as a crash would: its supervisor
+# stopped first (a role that outlived it would release its rows as on a
+# stop, PR_SET_PDEATHSIG), every role killed -9, then the supervisor;
+# returns once every one is gone (one assertion, named after $what), with
+# the roles' pids by name.
+sub qbd_kill9
+{
+	my ($d, $what) = @_;
+	my $roles = qbd_role_pids($d);
+	kill 'STOP', $d->{pid};
+	kill 'KILL', values %$roles;
+	kill 'KILL', $d->{pid};
+	qbd_wait_exit($d, 10);
+	qb_wait_for(sub { !grep { kill(0, $_) } values %$roles }, "$what: every role process is gone");
+	return $roles;
 }
 
 sub qbd_run

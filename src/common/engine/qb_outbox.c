@@ -1017,7 +1017,7 @@ qbo_size_claim(QboEngine *e, QboCycle *c)
 		qbo_limit_allow(e, i, qbo_room(e, i), now);
 	}
 	/* across replicas: what the server's limits gave, asked of the database */
-	qbo_limits_take_shared(e, true, now);
+	qbo_limits_take_shared(e, QBO_TAKE_CLAIM, now);
 	for (int i = 0; i < e->cfg->ndestinations; i++)
 		if ((c->limits[req->ndests] = e->dests[i].allowed) > 0)
 		{
@@ -1205,6 +1205,8 @@ qbo_cycle(QboEngine *e, bool claim)
 		e->next_cycle_try = qb_now_ms() + QBO_CYCLE_RETRY_MS;
 		goto done;
 	}
+	if (c.claim)
+		qbo_limits_claimed(e, qb_now_ms());	/* tokens held through a long claim: anew */
 	if (!c.claim && qbo_settles_claimable(e, &c))
 		e->claim_idle = false;
 	qbo_settled(e, &c);
@@ -1238,7 +1240,7 @@ qbo_reload(QboEngine *e)
 
 	e->reload_pending = false;
 	qbo_limits_give_unused(e);	/* none is queued: every reservation */
-	qbo_limits_take_shared(e, false, qb_now_ms());	/* and the database's */
+	qbo_limits_take_shared(e, QBO_TAKE_SYNC, qb_now_ms());	/* and the database's */
 	if (!qb_reload_config(e->host, e->store, &e->cfg, &e->warned_no_config, "outbox rows"))
 		return;
 	d = calloc(e->cfg->ndestinations + 1, sizeof(QboDest));
@@ -1380,7 +1382,7 @@ qbo_cycle_due(QboEngine *e, long now)
 
 	/* places and tokens the database counts and we do not use: given back */
 	if (qbo_limits_sync_in(e, now) == 0 && (!claim || now < e->next_cycle_try))
-		qbo_limits_take_shared(e, false, now);
+		qbo_limits_take_shared(e, QBO_TAKE_SYNC, now);
 	if (!(claim || settle) || now < e->next_cycle_try)
 		return 0;
 	qb_host_doing(e->host, QB_W_CLAIMING);
@@ -1469,7 +1471,7 @@ qbo_end(QboEngine *e)
 		if (e->slots[i].st != QBO_FREE)
 			qbo_slot_free(e, &e->slots[i]);
 	qbo_limits_give_unused(e);
-	qbo_limits_take_shared(e, false, qb_now_ms());	/* our places in the database back */
+	qbo_limits_take_shared(e, QBO_TAKE_SYNC, qb_now_ms());	/* our places in the database back */
 	free(e->slots);
 	free(e->dests);
 	free(e->sweep_after);

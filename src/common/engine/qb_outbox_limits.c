@@ -58,6 +58,8 @@
 #define QBO_LIMIT_DB_PLACE_MS	50
 /* what the database counts and we do not use is given back within this */
 #define QBO_LIMIT_SYNC_MS		10
+/* a claim longer than this after its take takes its tokens again */
+#define QBO_LIMIT_STALE_MS		100
 /* a take that failed is tried again after this */
 #define QBO_LIMIT_DB_RETRY_MS	200
 
@@ -293,15 +295,20 @@ qbo_places(const QboEngine *e, int i)
 
 /*
  * qbo_limits_take_shared: the take of the database (QbStore.limits_take),
- * when the store has one and something is to be said: claiming, each
- * limited destination's reservation from the server's limits (its
- * allowed) is asked for, and what the database did not give goes back to
- * the server's limits, the claim cut to it; every limited destination
- * whose places or tokens not used the database counts (db_held, db_give)
- * gives them back.  On a failure the claim gets none of it.
+ * when the store has one and something is to be said.  QBO_TAKE_CLAIM:
+ * each limited destination's reservation from the server's limits (its
+ * allowed) is asked for; QBO_TAKE_AGAIN (a claim that took longer than
+ * QBO_LIMIT_STALE_MS): the tokens of the reservations are taken anew, the
+ * old ones forfeited, not given back (given back and taken again they
+ * would be sent late all the same, beside the tokens others took
+ * meanwhile: a burst over the limit).  In both, what the database did not
+ * give goes back to the server's limits and the claim is cut to it.  In
+ * every mode, each limited destination whose places or tokens not used
+ * the database counts (db_held, db_give) gives them back.  On a failure
+ * the claim gets none of it.
  */
 void
-qbo_limits_take_shared(QboEngine *e, bool claiming, long now)
+qbo_limits_take_shared(QboEngine *e, QboTake mode, long now)
 {
 	QbLimitTake *t;
 	int		   *which;
@@ -319,7 +326,8 @@ qbo_limits_take_shared(QboEngine *e, bool claiming, long now)
 	{
 		const QbLimitSpec *spec = qbo_spec(e, i);
 		QboDest    *d = &e->dests[i];
-		int			want = claiming && qb_limits_set(spec) ? d->allowed : 0;
+		int			want = !qb_limits_set(spec) ? 0 : mode == QBO_TAKE_CLAIM ? d->allowed :
+			mode == QBO_TAKE_AGAIN && spec->rate.per_sec > 0 ? d->reserved : 0;
 		int			held = spec->max_concurrent > 0 ? qbo_places(e, i) + d->reserved - want : 0;
 
 		if (!qb_limits_set(spec) || (want == 0 && d->db_give == 0 && held == d->db_held))
@@ -332,6 +340,8 @@ qbo_limits_take_shared(QboEngine *e, bool claiming, long now)
 		};
 		which[n++] = i;
 	}
+	if (mode == QBO_TAKE_CLAIM)
+		e->limits_taken_at = now;
 	rc = n == 0 ? 0 : e->store->limits_take(e->store->ctx, t, n, e->cfg->outbox.claim_timeout_ms,
 											err, sizeof(err));
 	if (rc != 0)
@@ -359,6 +369,19 @@ qbo_limits_take_shared(QboEngine *e, bool claiming, long now)
 							 qbo_limit_wait(spec, t[j].wait_ms, QBO_LIMIT_DB_PLACE_MS));
 	}
 	free(t);
+}
+
+/*
+ * qbo_limits_claimed: the claim's store call returned: when it took longer
+ * than QBO_LIMIT_STALE_MS after the take (a claim blocked behind another,
+ * as on Babelfish, which ignores READPAST), the tokens its reservations
+ * hold are taken again before any row starts.
+ */
+void
+qbo_limits_claimed(QboEngine *e, long now)
+{
+	if (e->store->limits_take != NULL && now - e->limits_taken_at > QBO_LIMIT_STALE_MS)
+		qbo_limits_take_shared(e, QBO_TAKE_AGAIN, now);
 }
 
 /* qbo_limits_sync_in: in how many ms a take of its own is due (0: now), -1: none */

@@ -110,12 +110,7 @@ my $victim;
 qb_wait_for(sub { defined($victim = place_holder()) }, 'one: a replica\'s role holds c\'s place', timeout => 30);
 my ($alive) = grep { $_ ne $victim } keys %d;
 note "one: $victim holds the place; it is killed, $alive stays";
-my $roles = qbd_role_pids($d{$victim});
-kill 'STOP', $d{$victim}{pid};
-kill 'KILL', values %$roles;
-kill 'KILL', $d{$victim}{pid};
-qbd_wait_exit($d{$victim}, 10);
-qb_wait_for(sub { !grep { kill(0, $_) } values %$roles }, "one: every process of $victim is gone");
+qbd_kill9($d{$victim}, "one: $victim killed -9");
 # its request in flight still reaches its 50 ms answer at the sink, into a
 # closed socket, while the other replica may send: count from a second on
 sleep 1;

@@ -117,11 +117,7 @@ my $lease_end = mssql_value($dbh, q{SELECT CONVERT(NVARCHAR(40), MIN(lease_until
 my $roles = qbd_role_pids($a);
 ok(defined $roles->{'outbox 0'} && defined $roles->{'outbox 1'}, 'daemon A: its role processes are known')
   or diag explain $roles;
-kill 'STOP', $a->{pid};
-kill 'KILL', values %$roles;
-kill 'KILL', $a->{pid};
-qbd_wait_exit($a, 10);
-qb_wait_for(sub { !grep { kill(0, $_) } values %$roles }, 'daemon A: every role process is gone');
+qbd_kill9($a, 'daemon A');
 unlike(qbd_log($a), qr/could not register for takeover/, 'daemon A: every role had registered for takeover');
 
 # ---- daemon B takes A's rows over, before their leases end

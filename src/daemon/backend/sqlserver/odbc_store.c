@@ -1064,6 +1064,99 @@ qbos_claimer_op(void *ctx, bool on, char *err, size_t errlen)
 
 /* ---- the API -------------------------------------------------------------------------- */
 
+/* ---- the limit take ---------------------------------------------------------------- */
+
+typedef struct QbosLimits
+{
+	QbLimitTake *t;
+	int			n;
+	QbOdbcParam p[3];
+	int			seen;
+} QbosLimits;
+
+/* qbos_limits_row: (destination, got, wait_ms), one per take */
+static int
+qbos_limits_row(void *arg, int set, int ncols, char **v)
+{
+	QbosLimits *l = arg;
+
+	if (set != 0 || ncols < 3 || v[0] == NULL)
+		return 0;
+	for (int i = 0; i < l->n; i++)
+		if (strcmp(l->t[i].destination, v[0]) == 0)
+		{
+			long long	got = qbos_num(v[1]);
+
+			l->t[i].got = got < 0 || got > l->t[i].want ? 0 : (int) got;
+			l->t[i].wait_ms = (long) qbos_num(v[2]);
+			l->seen++;
+			break;
+		}
+	return 0;
+}
+
+static int
+qbos_limits_body(QbOdbcStore *s, void *arg, QbOdbcClass *cls, char *err, size_t errlen)
+{
+	QbosLimits *l = arg;
+
+	l->seen = 0;
+	if (qb_odbc_exec(s->conn, "EXEC queuebox._limits_take ?, ?, ?", l->p, 3, s->statement_timeout_ms,
+					 qbos_limits_row, l, cls, err, errlen) != 0)
+		return -1;
+	if (l->seen == l->n)
+		return 0;
+	*cls = QB_ODBC_FAILED;
+	snprintf(err, errlen, "the limit take answered %d of %d destinations", l->seen, l->n);
+	return -1;
+}
+
+/*
+ * qbos_limits_take: QbStore.limits_take (engine.sql _limits_take).  The
+ * places are this store's claimer's: its applock (SQL Server) or its beat
+ * (Babelfish) shows it alive, taken here when takeover is off too (claims
+ * still record none then: QBOS_CLAIMER).  A first take of a destination
+ * may meet a peer's making its bucket row: run again.
+ */
+static int
+qbos_limits_take(void *ctx, QbLimitTake *t, int n, long lease_ms, char *err, size_t errlen)
+{
+	QbOdbcStore *s = ctx;
+	QbosLimits	l = {.t = t, .n = n};
+	bool		oom = false;
+	char	   *json;
+	QbOdbcClass cls;
+	int			rc;
+
+	if (n <= 0)
+		return 0;
+	if (!s->claimer_held &&
+		(qbos_ensure(s, err, errlen) != 0 || qbos_claimer_lock(s, err, errlen) != 0))
+		return -1;
+	if (!s->claimer_held)
+	{
+		snprintf(err, errlen, "no claimer id could be taken for the limits' places");
+		return -1;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		t[i].got = 0;
+		t[i].wait_ms = -1;
+	}
+	if ((json = qb_odbc_json_limits(t, n, &oom)) == NULL)
+	{
+		snprintf(err, errlen, "out of memory for a limit take");
+		return -1;
+	}
+	l.p[0] = QBOS_TEXT(json);
+	l.p[1] = QBOS_INT(s->claimer_id);
+	l.p[2] = QBOS_INT(0);		/* the applock or the beat shows it alive */
+	(void) lease_ms;
+	rc = qbos_txn(s, "limit take", qbos_limits_body, &l, true, &cls, err, errlen);
+	free(json);
+	return rc;
+}
+
 QbOdbcStore *
 qb_odbc_store_new(const QbOdbcConf *conf, char *err, size_t errlen)
 {
@@ -1102,6 +1195,7 @@ qb_odbc_store_ops(QbOdbcStore *s, QbStore *store)
 		.inbox_insert = qbos_inbox_insert,
 		.query_text = qbos_query_text,
 		.claimer = qbos_claimer_op,
+		.limits_take = qbos_limits_take,
 		.relay_claim = qbos_relay_claim,
 		.relay_forward = qbos_relay_forward,
 	};

@@ -119,6 +119,8 @@ extern char *qb_odbc_json_settles(const QbSettle *s, int n, bool *oom);
 extern char *qb_odbc_json_claim(const QbClaimReq *c, bool *oom);
 extern char *qb_odbc_json_inbox_rows(const QbInboxRow *rows, int n, bool *oom);
 extern char *qb_odbc_json_names(const char *const *names, int n, bool *oom);
+/* a limit take's destinations (engine.sql, _limits_take) */
+extern char *qb_odbc_json_limits(const QbLimitTake *t, int n, bool *oom);
 extern char *qb_odbc_json_topics(const int64_t *ids, const char *const *topics,
 								 const bool *holds, int n, bool *oom);
 
