@@ -6,7 +6,8 @@
  *
  * What changes (issue 39), one section each below: fan-out (outbox.origin,
  * a key's order per destination in outbox_key_open_idx and
- * outbox_parked_idx, outbox_origin_idx); the version.
+ * outbox_parked_idx, outbox_origin_idx); the version; limits across the
+ * daemon's replicas (two tables, empty until a daemon takes a limit).
  */
 
 -- ---- fan-out: a key's order per destination -----------------------------------
@@ -223,3 +224,30 @@ $$;
 
 CREATE OR REPLACE FUNCTION queuebox._schema_version() RETURNS text
 	LANGUAGE sql IMMUTABLE AS $$ SELECT '0.3.8'::text $$;
+
+-- ---- limits across replicas (issue 39: rateLimit, maxConcurrent) ----------
+-- The same as a fresh install's (sql/schema/tables.sql).
+-- The destinations' limits (rateLimit, maxConcurrent) every daemon replica
+-- on this database shares (docs/delivery.md, "Limits"): a destination's
+-- token bucket, and the places each claimer holds.  Written by
+-- queuebox-mssqld's limit take alone (qb_sql_pg.h, QB_PG_LIMITS_TAKE),
+-- which locks a destination's bucket row before it reads or writes either
+-- table; the extension keeps its limits in shared memory and leaves these
+-- empty.  A row per limited destination used, and per claimer and
+-- destination; a gone claimer's rows are deleted by the next take.
+CREATE TABLE queuebox.destination_limit (
+	destination		text PRIMARY KEY,
+	tokens			double precision NOT NULL,
+	refilled_at		timestamptz NOT NULL
+);
+COMMENT ON TABLE queuebox.destination_limit IS
+	'The token bucket of each rate-limited destination that the daemon replicas on this database share: its tokens at refilled_at (the database''s clock). Written by queuebox-mssqld; do not edit.';
+CREATE TABLE queuebox.destination_limit_place (
+	destination		text NOT NULL,
+	claimer			bigint NOT NULL,
+	held			int NOT NULL CONSTRAINT destination_limit_place_held_check CHECK (held >= 0),
+	alive_until		timestamptz,
+	PRIMARY KEY (destination, claimer)
+);
+COMMENT ON TABLE queuebox.destination_limit_place IS
+	'The maxConcurrent places each daemon claimer holds at each destination; a claimer counts while a session holds its advisory lock (alive_until NULL) or, through a pooler, until alive_until. Written by queuebox-mssqld; do not edit.';

@@ -1,6 +1,6 @@
 # 069_upgrade_0_3_7.pl
-#   Schema 0.3.7 -> 0.3.8 (issue 39; the step records the version so far,
-#   fan-out and limits across replicas add to it) on both PostgreSQL hosts,
+#   Schema 0.3.7 -> 0.3.8 (issue 39: the version, the tables of the limits
+#   across daemon replicas; fan-out adds to it) on both PostgreSQL hosts,
 #   each with a filled database (qb_upgrade_fill): outbox rows sent,
 #   pending, processing under a claim and dead, inbox rows push (one
 #   processing under a claim) and pull.
@@ -9,7 +9,8 @@
 #   - the daemon: queuebox-mssqld --migrate on the schema its 0.3.7 release
 #     installed (test/fixtures/daemon-0.3.7-postgresql.sql).
 #   For each: no row changes in the upgrade, and the schema equals a fresh
-#   install's.  A feature that adds to the step adds its checks here.
+#   install's; the limits' tables (destination_limit, destination_limit_place)
+#   are there and empty.  A feature that adds to the step adds its checks here.
 use strict;
 use warnings;
 
@@ -42,6 +43,9 @@ sub upgraded
 	{
 		is($node->safe_psql($db, $sql{$t}), $before->{$t}, "$what: the upgrade changes no $t row");
 	}
+	is($node->safe_psql($db, q{SELECT (SELECT count(*) FROM queuebox.destination_limit)
+		+ (SELECT count(*) FROM queuebox.destination_limit_place)}), '0',
+		"$what: the limits' tables are there, empty");
 	return;
 }
 
