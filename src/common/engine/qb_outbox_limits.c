@@ -318,6 +318,11 @@ qbo_limits_take_shared(QboEngine *e, QboTake mode, long now)
 
 	if (e->store->limits_take == NULL || e->cfg == NULL)
 		return;
+	for (n = 0; n < e->cfg->ndestinations && !qb_limits_set(qbo_spec(e, n)); n++)
+		;
+	if (n == e->cfg->ndestinations)
+		return;					/* no limit: nothing to take, nothing allocated */
+	n = 0;
 	t = calloc(e->cfg->ndestinations + 1, sizeof(QbLimitTake) + sizeof(int));
 	if (t == NULL)
 		return;					/* the claim keeps the server's part: tried again */
