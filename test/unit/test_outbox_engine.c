@@ -196,6 +196,113 @@ test_limited_destination(void **state)
 }
 
 /*
+ * The database's limits across replicas (QbStore.limits_take), faked: a
+ * peer replica holds one of lim's 2 places for good, so the take gives this
+ * engine at most one; the first take fails (the database is away).  What
+ * the fake saw is kept here.
+ */
+static struct
+{
+	int			takes;
+	int			failed;
+	int			held;			/* the places the engine's last take left it */
+	int			most_held;
+	int			asked_held;		/* the most places a take said were in use */
+	int			tokens;			/* of a bucket of burst 4, refilled by each take */
+	int			given_back;
+} lt;
+
+static int
+fake_limits_take(void *ctx, QbLimitTake *t, int n, long lease_ms, char *err, size_t errlen)
+{
+	if (lt.takes++ == 0)
+	{
+		lt.failed++;
+		snprintf(err, errlen, "the database is away");
+		return -1;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		int			places = t[i].max_concurrent - 1 - t[i].held;
+
+		assert_string_equal(t[i].destination, "lim");
+		assert_int_equal(t[i].max_concurrent, 2);
+		lt.given_back += t[i].give;
+		lt.tokens = 4;			/* refilled: the test does not judge the rate */
+		t[i].got = t[i].want < places ? t[i].want : places;
+		if (t[i].got < 0)
+			t[i].got = 0;
+		if (t[i].got > lt.tokens)
+			t[i].got = lt.tokens;
+		t[i].wait_ms = -1;
+		lt.held = t[i].held + t[i].got;
+		if (lt.held > lt.most_held)
+			lt.most_held = lt.held;
+		if (t[i].held > lt.asked_held)
+			lt.asked_held = t[i].held;
+	}
+	return 0;
+}
+
+/*
+ * A limited destination on a store with limits across replicas: a claim
+ * asks for no more of its rows than the database gave (the place the
+ * peer leaves: 1), never while a take failed, and the engine never holds
+ * more than that place; every row is sent once with one attempt, and at
+ * the end the engine's last take left it no place.  The other
+ * destination, with no limit, never takes part (the fake asserts it).
+ */
+static void
+test_limits_across_replicas(void **state)
+{
+	FakeStore  *f;
+	QbOutboxStats stats = {0};
+	QbStore		store;
+	TestHost	th;
+	char		config[1024];
+	char		err[256] = "";
+
+	snprintf(config, sizeof(config),
+			 "outbox: { batchSize: 10, maxAttempts: 2, backoff: { initialMs: 20, maxMs: 40 } }\n"
+			 "destinations:\n"
+			 "  lim: { type: http, baseUrl: \"%s\", path: /lim, rateLimit: { perSecond: 400, burst: 4 }, maxConcurrent: 2 }\n"
+			 "  web: { type: http, baseUrl: \"%s\", path: /web }\n"
+			 "routes:\n"
+			 "  - { topicPattern: \"lim.**\", destination: lim }\n"
+			 "  - { topicPattern: \"web.**\", destination: web }\n",
+			 sink_base, sink_base);
+	f = fake_store_new(config);
+	memset(&lt, 0, sizeof(lt));
+	for (int i = 0; i < 12; i++)
+		add_row(f, "lim.x", "lim", NULL);
+	for (int i = 0; i < 6; i++)
+		add_row(f, "web.x", "web", NULL);
+	store = fake_store_ops(f);
+	store.limits_take = fake_limits_take;
+	test_host_init(&th, fake_done, f, 20000, 20);
+	th.host.polled = NULL;
+	th.host.config_loaded = NULL;
+	assert_int_equal(qb_outbox_run(&th.host, &store, 0, &stats, err, sizeof(err)), 0);
+	assert_false(th.timed_out);
+	for (int i = 0; i < f->nout; i++)
+	{
+		assert_int_equal(f->out[i].state, ROW_SENT);
+		assert_int_equal(f->out[i].attempt, 1);
+	}
+	assert_int_equal(stats.sent, f->nout);
+	assert_int_equal(lt.failed, 1);
+	assert_true(lt.takes > 2);
+	assert_int_equal(lt.most_held, 1);		/* the peer's place never taken */
+	assert_true(lt.asked_held <= 1);
+	assert_int_equal(lt.held, 0);			/* given back at the end */
+	for (int c = 0; c < f->nout_claims; c++)
+		for (int d = 0; d < f->out_claims[c].ndests; d++)
+			if (strcmp(f->out_claims[c].dests[d], "lim") == 0)
+				assert_int_equal(f->out_claims[c].limits[d], 1);
+	fake_store_free(f);
+}
+
+/*
  * Rows not routed yet (the daemon's new rows) all for one busy destination:
  * after the first claims, a claim asks for about what that destination can
  * take (its room and a tenth of a batch), not for the room of an idle one,
@@ -697,6 +804,7 @@ main(void)
 		cmocka_unit_test(test_states_read_when_due),
 		cmocka_unit_test(test_drained_claim_waits_for_wake),
 		cmocka_unit_test(test_limited_destination),
+		cmocka_unit_test(test_limits_across_replicas),
 	};
 
 	return cmocka_run_group_tests(tests, start_sink, stop_sink);
