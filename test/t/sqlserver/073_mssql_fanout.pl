@@ -234,10 +234,17 @@ is(count(), $before + 2, 'rows counted after the unroute: none lost');
 # ==== 5. a queuebox_writer member's rows are marked by the trigger
 $before = count();
 my $w = mssql_connect(mssql_login_add($dbh, $url, 'qb_writer73', 'queuebox_writer'));
-my $err = '';
-eval { mssql_do($w, q{INSERT INTO queuebox.outbox (topic, [key], payload) VALUES (N'orders.writer', N'w1', N'{"k": "w1", "n": 1}')}); 1 }
-  or $err = $@;
+my ($err, $marked) = ('', '');
+eval {
+	# in its transaction, before any worker can see it: marked by the trigger
+	$w->begin_work;
+	mssql_do($w, q{INSERT INTO queuebox.outbox (topic, [key], payload) VALUES (N'orders.writer', N'w1', N'{"k": "w1", "n": 1}')});
+	$marked = mssql_value($w, q{SELECT COUNT(*) FROM queuebox.outbox WHERE topic = N'orders.writer' AND origin = id});
+	$w->commit;
+	1;
+} or $err = $@;
 is($err, '', 'a queuebox_writer member inserts a row of a fan-out route');
+is($marked, 1, 'the trigger marks it at insert (origin = id), in the writer\'s transaction');
 $w->disconnect;
 mssql_login_drop($dbh, 'qb_writer73');
 mssql_wait($dbh, q{SELECT COUNT(*) FROM queuebox.outbox WHERE topic = N'orders.writer' AND state = N'sent'}, [], 2,
