@@ -219,8 +219,9 @@ BEGIN
 	DECLARE @maxa INT = ISNULL(CONVERT(INT, JSON_VALUE(@claim, '$.maxa')), 1);
 	DECLARE @changes TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
 							old_state NVARCHAR(20), new_state NVARCHAR(20), paused BIT);
-	-- the keys whose row ended, and where (NULL: it had none at its claim,
-	-- so it held back its key at every destination)
+	-- the keys whose row ended, or was routed now having had no destination
+	-- at its claim, and where (NULL: it had none at its claim, so it held
+	-- back its key at every destination)
 	DECLARE @ended TABLE ([key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2,
 						  destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2);
 	DECLARE @states TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
@@ -373,10 +374,15 @@ BEGIN
 		JOIN @s s ON s.id = o.id
 		WHERE o.claim_token = s.token AND o.state = N'processing';
 		SELECT @nsettled = COUNT(*) FROM @settled;
+		-- a row routed now that had no destination at its claim (a fan-out
+		-- row routed to its first destination, a retry, a hold, a release)
+		-- no longer holds back its key's rows at the other destinations:
+		-- its key is promoted as for a row that ended
 		INSERT @ended ([key], destination)
 			SELECT DISTINCT w.[key], CASE WHEN w.unrouted = 0 THEN o.destination END
 			FROM @settled w JOIN queuebox.outbox o ON o.id = w.id
-			WHERE w.[key] IS NOT NULL AND w.state IN (N'sent', N'dead');
+			WHERE w.[key] IS NOT NULL
+			  AND (w.state IN (N'sent', N'dead') OR (w.unrouted = 1 AND o.destination IS NOT NULL));
 	END
 
 	/*
@@ -385,11 +391,16 @@ BEGIN
 	 * an ended row (they held a shared lock on it), so this one reads
 	 * their parks.  The rows the ended row may have held back are looked
 	 * at: of its key, the first pending or processing row at its
-	 * destination and the first not routed yet; for a row that had no
-	 * destination at its claim, the first at each destination too.  Each
-	 * is released when it is parked behind its key and nothing else holds
-	 * it back (_outbox_blocker: a dead row holding its key among them).
-	 * With a claim, a due released row is claimed at once.
+	 * destination and the first open row not routed yet; for a row that
+	 * had no destination at its claim, the first at each destination too.
+	 * Each is released when it is parked behind its key and nothing else
+	 * holds it back (_outbox_blocker: a dead row holding its key among
+	 * them).  A row not routed yet waits for rows at every destination,
+	 * which may end at once in other transactions, each promotion seeing
+	 * the others open: so for it a row in flight (processing) does not
+	 * count (QB_PG_OUTBOX_ROUTED_WAITING); released, the claim checks its
+	 * order again and parks it again under a lock.  With a claim, a due
+	 * released row is claimed at once.
 	 */
 	IF EXISTS (SELECT 1 FROM @ended)
 	BEGIN
@@ -405,10 +416,19 @@ BEGIN
 										ORDER BY e.place) f
 						   UNION ALL
 						   SELECT f.id FROM @ended k
-						   CROSS APPLY (SELECT TOP (1) e.id FROM queuebox.outbox e
-										WHERE e.[key] = k.[key] AND e.destination IS NULL
-										  AND e.state IN (N'pending', N'processing')
-										ORDER BY e.place) f
+						   CROSS APPLY (SELECT TOP (1) u.id FROM (
+											SELECT a.id, a.place FROM (
+												SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+												WHERE e.[key] = k.[key] AND e.destination IS NULL
+												  AND e.state IN (N'pending', N'processing')
+												ORDER BY e.place) a
+											UNION ALL
+											SELECT a.id, a.place FROM (
+												SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+												WHERE e.[key] = k.[key] AND e.destination IS NULL
+												  AND e.hold = N'dead'
+												ORDER BY e.place) a) u
+										ORDER BY u.place) f
 						   UNION ALL
 						   SELECT f.id FROM @ended k
 						   CROSS APPLY (SELECT DISTINCT e.destination FROM queuebox.outbox e
@@ -420,7 +440,15 @@ BEGIN
 										ORDER BY e.place) f
 						   WHERE k.destination IS NULL)
 			  AND o.state = N'pending' AND o.hold = N'key'
-			  AND NOT EXISTS (SELECT 1 FROM queuebox._outbox_blocker(o.[key], o.destination, o.place));
+			  AND ((o.destination IS NOT NULL
+					AND NOT EXISTS (SELECT 1 FROM queuebox._outbox_blocker(o.[key], o.destination, o.place)))
+				   OR (o.destination IS NULL
+					   AND NOT EXISTS (SELECT 1 FROM queuebox.outbox e
+									   WHERE e.[key] = o.[key] AND e.destination IS NOT NULL
+										 AND e.place < o.place AND e.state = N'pending')
+					   AND NOT EXISTS (SELECT 1 FROM queuebox.outbox e
+									   WHERE e.[key] = o.[key] AND e.destination IS NOT NULL
+										 AND e.place < o.place AND e.hold = N'dead')));
 		UPDATE o
 		SET state = CASE WHEN p.claim = 1 THEN N'processing' ELSE N'pending' END,
 			hold = CASE WHEN p.claim = 1 THEN NULL WHEN o.destination IS NULL THEN N'ready' END,

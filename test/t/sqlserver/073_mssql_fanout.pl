@@ -21,7 +21,12 @@
 #      _outbox_unroute sends a copy whose destination left the
 #      configuration dead, saying what to do;
 #   5. a member of queuebox_writer (INSERT and SELECT only) inserts rows
-#      the trigger marks (on Babelfish it needs topic_matches: roles.sql).
+#      the trigger marks (on Babelfish it needs topic_matches: roles.sql);
+#   6. the promotion, one _outbox_cycle call at a time with the daemon
+#      stopped: a row not routed yet, routed without ending, releases its
+#      key's row parked at another destination; a row not routed yet parked
+#      behind rows in flight at two destinations is released when the first
+#      of them ends.
 #   Every case counts rows before and after.  Drops and recreates schema
 #   queuebox in the database the URL names.  Waits are bounded polls.
 use strict;
@@ -255,6 +260,62 @@ qbd_signal($d, 'TERM');
 is(qbd_wait_exit($d, 30), 0, 'the daemon stops');
 like(qbd_log($d), qr/outbox 0\[\d+\]: started/, 'the log shows the run');
 is(count(q{state NOT IN (N'sent', N'dead')}), 0, 'every row ended (sent, or dead where the test made it so)');
+
+# ==== 6. the promotion, by _outbox_cycle itself (the daemon stopped: each
+# step is one call, what it leaves is read right after; TAP 072's isolation
+# spec outbox_fanout_order is the extension's)
+my $T1 = '6f9619ff-8b86-d011-b42d-00c04fc964f1';
+my $T2 = '6f9619ff-8b86-d011-b42d-00c04fc964f2';
+sub cycle
+{
+	my ($settles, $claim) = @_;
+	return mssql_rows($dbh, 'EXEC queuebox._outbox_cycle NULL, ?, ?', $settles, $claim);
+}
+sub claim_json
+{
+	my ($token) = @_;
+	return encode_json({ batch => 10, lease => 60000, maxa => 5, token => $token, floor => 0, probe => 1000,
+		dests => [ { n => 'bill', l => 10 }, { n => 'part', l => 10 } ] });
+}
+sub ids_of
+{
+	my ($topic) = @_;
+	return map { $_->[0] } @{ mssql_rows($dbh, 'SELECT id FROM queuebox.outbox WHERE topic = ? ORDER BY id', $topic) };
+}
+sub hold_of
+{
+	my ($id) = @_;
+	return mssql_value($dbh, q{SELECT CONCAT(state, N'/', ISNULL(hold, N'-')) FROM queuebox.outbox WHERE id = ?}, $id);
+}
+# a: a row not routed yet (z1) holds back its key's row at the partner (z2,
+# parked behind it); routed to billing without ending, it no longer does:
+# its settle promotes z2 at once, not the sweep later
+$before = count();
+mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload) VALUES (N'cycle.z', N'z', N'{}')});
+mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload, destination) VALUES (N'cycle.z', N'z', N'{}', N'part')});
+my ($z1, $z2) = ids_of('cycle.z');
+cycle(undef, claim_json($T1));
+is(join(' ', hold_of($z1), hold_of($z2)), 'processing/- pending/key',
+	'a claim takes the row not routed yet and parks the partner\'s row behind it');
+cycle(qq([{"id": $z1, "t": "$T1", "o": "route", "a": 0, "d": "bill", "u": true}]), undef);
+is(join(' ', hold_of($z1), hold_of($z2)), 'pending/- pending/-',
+	'routed to billing, the row no longer holds the partner\'s row back: its settle released it');
+# b: a row not routed yet (y3) parked behind its key's rows in flight at two
+# destinations (y1 at billing, y2 at the partner): the first of them to end
+# releases it (the claim then checks its order again), as a promotion that
+# counted the other in flight would not
+mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload, destination) VALUES
+	(N'cycle.y', N'y', N'{}', N'bill'), (N'cycle.y', N'y', N'{}', N'part')});
+mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload) VALUES (N'cycle.y', N'y', N'{}')});
+my ($y1, $y2, $y3) = ids_of('cycle.y');
+cycle(undef, claim_json($T2));
+is(join(' ', map { hold_of($_) } $y1, $y2, $y3), 'processing/- processing/- pending/key',
+	'both destinations\' rows are in flight, the row not routed yet parked behind them');
+cycle(qq([{"id": $y1, "t": "$T2", "o": "sent", "a": 1, "d": "bill", "u": false}]), undef);
+is(join(' ', map { hold_of($_) } $y1, $y2, $y3), 'sent/- processing/- pending/ready',
+	'billing\'s row sent: the row not routed yet is released (the partner\'s, in flight, does not keep it)');
+cycle(qq([{"id": $y2, "t": "$T2", "o": "sent", "a": 1, "d": "part", "u": false}]), undef);
+is(count(), $before + 5, 'rows counted after: none lost');
 rmq_stop($rmq);
 qb_sink_stop($_) for ($bill, $part);
 done_testing();
