@@ -111,6 +111,32 @@ PREPARE promote(text[], uuid, bigint, int, bigint, text[]) AS :promote_sql;
 -- destination, the first at each destination, each checked for what else holds it back
 SELECT * FROM pg_temp.scans('promote', $$ARRAY['h1', 'h2'], '11111111-1111-1111-1111-111111111111', 60000, 10, 0, ARRAY['web', NULL]$$);
 
+-- the promotion claims a released row at once only when nothing of its key is in flight
+-- before it: a fan-out row's copies at A (in flight) and B (sent), and R, of the same key,
+-- not routed yet, parked.  B's promotion releases R (only rows not in flight hold a row
+-- not routed yet back at a promotion) but leaves it for the claim to look at again:
+-- claimed here, it would go out beside A.  Once A is sent, A's promotion claims it.
+BEGIN;
+CREATE TEMP TABLE keep_outbox AS SELECT * FROM queuebox.outbox;
+DELETE FROM queuebox.outbox;
+INSERT INTO queuebox.outbox (topic, key, payload, destination, state, hold, claim_token, lease_until)
+VALUES ('f', 'pk', '"A"', 'A', 'processing', 'ready', '22222222-2222-2222-2222-222222222222', now() + interval '1 minute');
+UPDATE queuebox.outbox SET origin = id, hold = NULL WHERE key = 'pk';
+INSERT INTO queuebox.outbox (topic, key, payload, destination, state, origin)
+VALUES ('f', 'pk', '"B"', 'B', 'sent', (SELECT min(id) FROM queuebox.outbox WHERE key = 'pk'));
+INSERT INTO queuebox.outbox (topic, key, payload, hold) VALUES ('f', 'pk', '"R"', 'key');
+\o /dev/null
+EXECUTE promote(ARRAY['pk'], '11111111-1111-1111-1111-111111111111', 60000, 10, 0, ARRAY['B']);
+\o
+SELECT payload::text, state, hold, claim_token IS NOT NULL AS claimed FROM queuebox.outbox WHERE key = 'pk' ORDER BY id;
+UPDATE queuebox.outbox SET state = 'sent', claim_token = NULL, lease_until = NULL WHERE payload::text = '"A"' AND key = 'pk';
+UPDATE queuebox.outbox SET hold = 'key' WHERE payload::text = '"R"' AND key = 'pk';
+\o /dev/null
+EXECUTE promote(ARRAY['pk'], '11111111-1111-1111-1111-111111111111', 60000, 10, 0, ARRAY['A']);
+\o
+SELECT payload::text, state, hold, claim_token IS NOT NULL AS claimed FROM queuebox.outbox WHERE key = 'pk' ORDER BY id;
+ROLLBACK;
+
 \set unpark_sql `sed -n '/^#define QB_PG_OUTBOX_UNPARK /,/^$/p' src/common/pgsql/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`
 PREPARE unpark(text[], int) AS :unpark_sql;
 -- the unpark: a destination's held rows (outbox_held_idx), then those rows

@@ -384,17 +384,32 @@
 	"   AND coalesce(e.origin, e.id) < " pos " AND " QB_PG_OUTBOX_OPEN("e") \
 	"   AND e.state <> 'processing'"
 
+/*
+ * A released row the promotion claims at once: the cycle claims ($2), the
+ * row is due, and it is routed, or no earlier row of its key is in flight
+ * at a destination (one seek of outbox_key_open_idx: "in flight" is
+ * written as open, not pending, not a held dead row, which the planner
+ * cannot serve from outbox_lease_idx and its walk of every row in flight;
+ * an earlier row in flight and not routed would have kept it from being
+ * the first).  A row not routed yet is released past rows in
+ * flight (QB_PG_OUTBOX_ROUTED_WAITING) only for the claim to look again:
+ * claimed here it would be published beside them.
+ */
+#define QB_PG_OUTBOX_PROMOTE_CLAIMS \
+	"$2::uuid IS NOT NULL AND o.scheduled_at <= now() AND (o.destination IS NOT NULL OR NOT EXISTS (" \
+	" SELECT 1 FROM queuebox.outbox e WHERE e.key = o.key AND coalesce(e.destination, '') > ''" \
+	"   AND coalesce(e.origin, e.id) < coalesce(o.origin, o.id) AND " QB_PG_OUTBOX_OPEN("e") \
+	"   AND e.state <> 'pending' AND coalesce(e.hold, '') <> 'dead'))"
+
 #define QB_PG_OUTBOX_PROMOTE \
 	"UPDATE queuebox.outbox o" \
-	" SET state = CASE WHEN $2::uuid IS NOT NULL AND o.scheduled_at <= now()" \
-	"                  THEN 'processing' ELSE 'pending' END," \
-	"     hold = CASE WHEN $2::uuid IS NOT NULL AND o.scheduled_at <= now() THEN NULL" \
+	" SET state = CASE WHEN " QB_PG_OUTBOX_PROMOTE_CLAIMS " THEN 'processing' ELSE 'pending' END," \
+	"     hold = CASE WHEN " QB_PG_OUTBOX_PROMOTE_CLAIMS " THEN NULL" \
 	"                 WHEN o.destination IS NULL THEN 'ready' END," \
-	"     claim_token = CASE WHEN o.scheduled_at <= now() THEN $2::uuid END," \
-	"     lease_until = CASE WHEN $2::uuid IS NOT NULL AND o.scheduled_at <= now()" \
+	"     claim_token = CASE WHEN " QB_PG_OUTBOX_PROMOTE_CLAIMS " THEN $2::uuid END," \
+	"     lease_until = CASE WHEN " QB_PG_OUTBOX_PROMOTE_CLAIMS \
 	"                        THEN now() + $3 * interval '1 millisecond' END," \
-	"     claimer = CASE WHEN $2::uuid IS NOT NULL AND o.scheduled_at <= now()" \
-	"                    THEN nullif($5, 0) END" \
+	"     claimer = CASE WHEN " QB_PG_OUTBOX_PROMOTE_CLAIMS " THEN nullif($5, 0) END" \
 	" WHERE o.id = ANY (ARRAY(" \
 	"   SELECT f.id FROM unnest($1::text[], $6::text[]) AS k(key, dest)" \
 	"   CROSS JOIN LATERAL (" \
