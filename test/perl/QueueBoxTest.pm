@@ -44,6 +44,7 @@ use Test::More;
 use Time::HiRes qw(usleep time);
 
 our @EXPORT = qw(
+  qb_seq_in_order
   qb_node qb_config_yaml qb_configure qb_sql_quote qb_client_c_program
   qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats qb_sink_first_after
   qb_sink_rate
@@ -902,6 +903,15 @@ sub qb_key_order
 		'SELECT message_id, id, coalesce(key, \'\') FROM queuebox.outbox'
 		  . ($where ? " WHERE $where" : '') . ' ORDER BY id');
 	return qb_key_order_of(\@rows, $sinks);
+}
+
+# qb_seq_in_order(\%seq, \@keys, $per): how many of the keys have exactly the
+# payload numbers 1 .. $per in %seq (each key's numbers in the order a sink
+# answered them): a fan-out test's check of a key's order at one destination.
+sub qb_seq_in_order
+{
+	my ($seq, $keys, $per) = @_;
+	return scalar grep { "@{ $seq->{$_} // [] }" eq join(' ', 1 .. $per) } @$keys;
 }
 
 # qb_key_order_of(\@rows, $sinks): qb_key_order over rows read elsewhere

@@ -74,10 +74,11 @@ sub seq_at
 	return (\%seq, \%n);
 }
 
+# how many of the keys $prefix1 .. $prefixN have 1 .. $per in order
 sub keys_in_order
 {
 	my ($seq, $prefix, $nkeys, $per) = @_;
-	return scalar grep { "@{ $seq->{\"$prefix$_\"} // [] }" eq join(' ', 1 .. $per) } 1 .. $nkeys;
+	return qb_seq_in_order($seq, [ map { "$prefix$_" } 1 .. $nkeys ], $per);
 }
 
 sub insert_rows

@@ -80,17 +80,6 @@ sub sink_keys
 	return (\%seq, \%n);
 }
 
-sub in_order
-{
-	my ($seq, $keys, $per) = @_;
-	my $ok = 0;
-	for my $k (@$keys)
-	{
-		$ok++ if "@{ $seq->{$k} // [] }" eq join(' ', 1 .. $per);
-	}
-	return $ok;
-}
-
 # ==== 1. one INSERT, three destinations of three kinds
 my @keys = map { "o$_" } 1 .. 5;
 my $per = 6;
@@ -113,19 +102,19 @@ is($node->safe_psql('postgres',
 
 my ($seq, $n) = sink_keys($bill, '/bill');
 is(scalar(grep { $_ == 1 } values %$n), $rows, 'billing: each message once');
-is(in_order($seq, \@keys, $per), 5, 'billing: every key in order');
+is(qb_seq_in_order($seq, \@keys, $per), 5, 'billing: every key in order');
 
 my $mq = rmq_get($rmq, 'q.fan');
 is(scalar(@$mq), $rows, 'RabbitMQ: one message per row');
 my %mq_seq;
 push @{ $mq_seq{ decode_json($_->{body})->{k} } }, decode_json($_->{body})->{n} for @$mq;
-is(in_order(\%mq_seq, \@keys, $per), 5, 'RabbitMQ: every key in order');
+is(qb_seq_in_order(\%mq_seq, \@keys, $per), 5, 'RabbitMQ: every key in order');
 
 my $kmsgs = qb_kafka_consume($kafka, 'fan.orders');
 is(scalar(@$kmsgs), $rows, 'Kafka: one message per row');
 my %k_seq;
 push @{ $k_seq{ $_->{key} } }, decode_json($_->{value})->{n} for @$kmsgs;
-is(in_order(\%k_seq, \@keys, $per), 5, 'Kafka: every key in order (one partition per key)');
+is(qb_seq_in_order(\%k_seq, \@keys, $per), 5, 'Kafka: every key in order (one partition per key)');
 
 my %ids = map { $_ => 1 } keys %$n;
 is(scalar(grep { $ids{ $_->{message_id} // '' } } @$mq), $rows,
@@ -151,7 +140,7 @@ is($node->safe_psql('postgres',
 	"SELECT count(*) FROM queuebox.outbox WHERE topic = 'partner.order' AND destination = 'part' AND state = 'sent'"),
 	'0', 'the partner has none yet');
 ($seq) = sink_keys($bill, '/bill');
-is(in_order($seq, \@pkeys, 5), 3, 'billing: the partner\'s keys in order there');
+is(qb_seq_in_order($seq, \@pkeys, 5), 3, 'billing: the partner\'s keys in order there');
 is($sink_http->post("$part->{url}/_sink/fault",
 	{ content => '{}', headers => { 'content-type' => 'application/json' } })->{status},
 	200, 'the partner answers again');
@@ -159,7 +148,7 @@ qb_wait_query($node,
 	"SELECT count(*) FROM queuebox.outbox WHERE topic = 'partner.order' AND state = 'sent'",
 	30, 'the partner gets them all', timeout => 90);
 ($seq, $n) = sink_keys($part, '/part');
-is(in_order($seq, \@pkeys, 5), 3, 'partner: every key in order, each row once after its failures');
+is(qb_seq_in_order($seq, \@pkeys, 5), 3, 'partner: every key in order, each row once after its failures');
 is(qb_outbox_count($node), $before + 30, 'rows counted after: 15 rows and 15 copies, none lost');
 
 # ==== 3. a dead letter at one destination, requeued there only
