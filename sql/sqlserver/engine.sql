@@ -51,6 +51,54 @@ END
 GO
 
 /*
+ * _outbox_blocker (QB_PG_OUTBOX_BLOCKER): what holds back a row of @key at
+ * @dest (NULL: not routed yet) in place @pos, as one row (id) or none.  A
+ * key's order is kept per destination (docs/design/claim.md, "One key,
+ * several destinations"): a row waits for the earlier open rows of its key
+ * at its own destination and for those not routed yet; a row not routed
+ * yet waits for every earlier open row of its key.  Earlier is by place
+ * (outbox.place: a fan-out copy takes the place of the row it was copied
+ * from); open is pending or processing (outbox_key_open_idx), or dead and
+ * holding its key (outbox_key_dead_idx): a filtered index takes no OR, so
+ * each branch is two seeks of (key, destination, place), the nearest wins;
+ * the last two only for a row not routed yet, any routed row will do.
+ */
+CREATE FUNCTION queuebox._outbox_blocker(@key NVARCHAR(400), @dest NVARCHAR(200), @pos BIGINT)
+RETURNS TABLE
+AS
+RETURN (
+	SELECT TOP (1) f.id FROM (
+		SELECT a.id, a.place FROM (SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+								   WHERE e.[key] = @key AND e.destination IS NULL AND e.place < @pos
+									 AND e.state IN (N'pending', N'processing')
+								   ORDER BY e.place DESC) a
+		UNION ALL
+		SELECT a.id, a.place FROM (SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+								   WHERE e.[key] = @key AND e.destination IS NULL AND e.place < @pos
+									 AND e.hold = N'dead'
+								   ORDER BY e.place DESC) a
+		UNION ALL
+		SELECT a.id, a.place FROM (SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+								   WHERE e.[key] = @key AND e.destination = @dest AND e.place < @pos
+									 AND e.state IN (N'pending', N'processing')
+								   ORDER BY e.place DESC) a
+		UNION ALL
+		SELECT a.id, a.place FROM (SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+								   WHERE e.[key] = @key AND e.destination = @dest AND e.place < @pos
+									 AND e.hold = N'dead'
+								   ORDER BY e.place DESC) a
+		UNION ALL
+		SELECT a.id, a.place FROM (SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+								   WHERE @dest IS NULL AND e.[key] = @key AND e.destination IS NOT NULL
+									 AND e.place < @pos AND e.state IN (N'pending', N'processing')) a
+		UNION ALL
+		SELECT a.id, a.place FROM (SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+								   WHERE @dest IS NULL AND e.[key] = @key AND e.destination IS NOT NULL
+									 AND e.place < @pos AND e.hold = N'dead') a) f
+	ORDER BY f.place DESC);
+GO
+
+/*
  * _outbox_cycle: one cycle, in the caller's transaction (qb_store.h,
  * QbStore.outbox_cycle): the tallies into the circuit breakers, the
  * settles, the promotion of the next row of each key that ended, then
@@ -60,7 +108,9 @@ GO
  *	           "ra": Retry-After ms, "err": text, "th": failures threshold,
  *	           "cd": cooldown ms}] or NULL
  *	@settles [{"id": id, "t": token, "o": outcome, "a": attempt, "ms": delay ms,
- *	           "err": text, "d": destination}] or NULL
+ *	           "err": text, "d": destination, "u": true when the row had no
+ *	           destination at its claim, "c": fan-out: the JSON array of the
+ *	           destinations to copy the row to}] or NULL
  *	@claim   {"batch": n, "lease": ms, "maxa": default max_attempts, "token": uuid,
  *	          "floor": unrouted intake floor, "probe": probe ms,
  *	          "dests": [{"n": destination, "l": limit}]} or NULL
@@ -85,7 +135,11 @@ BEGIN
 	DECLARE @maxa INT = ISNULL(CONVERT(INT, JSON_VALUE(@claim, '$.maxa')), 1);
 	DECLARE @changes TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
 							old_state NVARCHAR(20), new_state NVARCHAR(20), paused BIT);
-	DECLARE @ended TABLE ([key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2);
+	-- the keys whose row ended, or was routed now having had no destination
+	-- at its claim, and where (NULL: it had none at its claim, so it held
+	-- back its key at every destination)
+	DECLARE @ended TABLE ([key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2,
+						  destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2);
 	DECLARE @states TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
 						   state NVARCHAR(20), failures INT, paused BIT, probe BIT);
 	DECLARE @rows TABLE (id BIGINT PRIMARY KEY, claimed BIT, destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2,
@@ -165,22 +219,55 @@ BEGIN
 	BEGIN
 		DECLARE @s TABLE (id BIGINT, token UNIQUEIDENTIFIER, outcome NVARCHAR(10), attempt INT,
 						  delay_ms BIGINT, error NVARCHAR(MAX),
-						  destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2);
+						  destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2, unrouted BIT,
+						  copies NVARCHAR(MAX));
 		DECLARE @settled TABLE (id BIGINT PRIMARY KEY, [key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2,
-								state NVARCHAR(50));
+								state NVARCHAR(50), unrouted BIT);
+		DECLARE @fan TABLE (id BIGINT PRIMARY KEY, copies NVARCHAR(MAX));
 
-		INSERT @s (id, token, outcome, attempt, delay_ms, error, destination)
-			SELECT id, token, outcome, attempt, ISNULL(delay_ms, 0), error, destination
+		INSERT @s (id, token, outcome, attempt, delay_ms, error, destination, unrouted, copies)
+			SELECT id, token, outcome, attempt, ISNULL(delay_ms, 0), error, destination,
+				   ISNULL(unrouted, 0), copies
 			FROM OPENJSON(@settles) WITH (id BIGINT '$.id', token UNIQUEIDENTIFIER '$.t',
 										  outcome NVARCHAR(10) '$.o', attempt INT '$.a',
 										  delay_ms BIGINT '$.ms', error NVARCHAR(MAX) '$.err',
-										  destination NVARCHAR(200) '$.d');
+										  destination NVARCHAR(200) '$.d', unrouted BIT '$.u',
+										  copies NVARCHAR(MAX) '$.c' AS JSON);
 		-- the rows this token still holds, locked: the ones the update changes
-		INSERT @settled (id, [key], state)
+		INSERT @settled (id, [key], state, unrouted)
 			SELECT o.id, o.[key], CASE s.outcome WHEN N'sent' THEN N'sent' WHEN N'dead' THEN N'dead'
-										 WHEN N'dead-hold' THEN N'dead' ELSE N'pending' END
+										 WHEN N'dead-hold' THEN N'dead' ELSE N'pending' END, s.unrouted
 			FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK) JOIN @s s ON s.id = o.id
 			WHERE o.claim_token = s.token AND o.state = N'processing';
+
+		/*
+		 * -- fan-out (QB_PG_OUTBOX_FANOUT): a row a route with several
+		 * destinations matched is copied at its first claim, before the
+		 * settle records its first destination, in this transaction: one
+		 * copy per other destination, in the route's order, with the row's
+		 * message_id, topic, key, payload, headers, max_attempts,
+		 * scheduled_at and created_at, routed (hold NULL), origin = the
+		 * row's id (its place in its key's order); the row gets origin =
+		 * its id too (outbox_fanout set it already when it knew the
+		 * route).  Fenced by the token, and only while the row is not
+		 * routed: a row is copied once.  outbox_fanout leaves a copy as it is.
+		 */
+		INSERT @fan (id, copies)
+			SELECT o.id, s.copies FROM queuebox.outbox o JOIN @settled w ON w.id = o.id JOIN @s s ON s.id = o.id
+			WHERE s.copies IS NOT NULL AND o.destination IS NULL AND (o.origin IS NULL OR o.origin = o.id);
+		IF @@ROWCOUNT > 0
+		BEGIN
+			UPDATE o SET origin = o.id
+			FROM queuebox.outbox o JOIN @fan f ON f.id = o.id
+			WHERE o.origin IS NULL AND o.destination IS NULL;
+			INSERT queuebox.outbox (message_id, topic, [key], payload, headers, max_attempts, scheduled_at,
+									created_at, destination, origin)
+				SELECT o.message_id, o.topic, o.[key], o.payload, o.headers, o.max_attempts, o.scheduled_at,
+					   o.created_at, CAST(d.[value] AS NVARCHAR(200)), o.id
+				FROM @fan f JOIN queuebox.outbox o ON o.id = f.id
+				CROSS APPLY OPENJSON(f.copies) d
+				ORDER BY o.id, CAST(d.[key] AS INT);
+		END
 		UPDATE o
 		SET state = w.state,
 			attempt = s.attempt,
@@ -203,16 +290,33 @@ BEGIN
 		JOIN @s s ON s.id = o.id
 		WHERE o.claim_token = s.token AND o.state = N'processing';
 		SELECT @nsettled = COUNT(*) FROM @settled;
-		INSERT @ended ([key])
-			SELECT DISTINCT [key] FROM @settled
-			WHERE [key] IS NOT NULL AND state IN (N'sent', N'dead');
+		-- a row routed now that had no destination at its claim (a fan-out
+		-- row routed to its first destination, a retry, a hold, a release)
+		-- no longer holds back its key's rows at the other destinations:
+		-- its key is promoted as for a row that ended
+		INSERT @ended ([key], destination)
+			SELECT DISTINCT w.[key], CASE WHEN w.unrouted = 0 THEN o.destination END
+			FROM @settled w JOIN queuebox.outbox o ON o.id = w.id
+			WHERE w.[key] IS NOT NULL
+			  AND (w.state IN (N'sent', N'dead') OR (w.unrouted = 1 AND o.destination IS NOT NULL));
 	END
 
 	/*
 	 * -- the promotion (QB_PG_OUTBOX_PROMOTE), a statement after the settle:
 	 * the settle's update waited for every claim that parked a row behind
 	 * an ended row (they held a shared lock on it), so this one reads
-	 * their parks.  With a claim, a due released row is claimed at once.
+	 * their parks.  The rows the ended row may have held back are looked
+	 * at: of its key, the first pending or processing row at its
+	 * destination and the first open row not routed yet; for a row that
+	 * had no destination at its claim, the first at each destination too.
+	 * Each is released when it is parked behind its key and nothing else
+	 * holds it back (_outbox_blocker: a dead row holding its key among
+	 * them).  A row not routed yet waits for rows at every destination,
+	 * which may end at once in other transactions, each promotion seeing
+	 * the others open: so for it a row in flight (processing) does not
+	 * count (QB_PG_OUTBOX_ROUTED_WAITING); released, the claim checks its
+	 * order again and parks it again under a lock.  With a claim, a due
+	 * released row is claimed at once.
 	 */
 	IF EXISTS (SELECT 1 FROM @ended)
 	BEGIN
@@ -221,17 +325,46 @@ BEGIN
 		INSERT @promoted (id, claim)
 			SELECT o.id, CASE WHEN @token IS NOT NULL AND o.scheduled_at <= @now THEN 1 ELSE 0 END
 			FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK)
-			WHERE o.id IN (SELECT (SELECT MIN(f.id) FROM (
-									   SELECT a.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
-														 WHERE e.[key] = k.[key]
-														   AND e.state IN (N'pending', N'processing')
-														 ORDER BY e.id) a
-									   UNION ALL
-									   SELECT d.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
-														 WHERE e.[key] = k.[key] AND e.hold = N'dead'
-														 ORDER BY e.id) d) f)
-						   FROM @ended k)
-			  AND o.state = N'pending' AND o.hold = N'key';
+			WHERE o.id IN (SELECT f.id FROM @ended k
+						   CROSS APPLY (SELECT TOP (1) e.id FROM queuebox.outbox e
+										WHERE e.[key] = k.[key] AND e.destination = k.destination
+										  AND e.state IN (N'pending', N'processing')
+										ORDER BY e.place) f
+						   UNION ALL
+						   SELECT f.id FROM @ended k
+						   CROSS APPLY (SELECT TOP (1) u.id FROM (
+											SELECT a.id, a.place FROM (
+												SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+												WHERE e.[key] = k.[key] AND e.destination IS NULL
+												  AND e.state IN (N'pending', N'processing')
+												ORDER BY e.place) a
+											UNION ALL
+											SELECT a.id, a.place FROM (
+												SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+												WHERE e.[key] = k.[key] AND e.destination IS NULL
+												  AND e.hold = N'dead'
+												ORDER BY e.place) a) u
+										ORDER BY u.place) f
+						   UNION ALL
+						   SELECT f.id FROM @ended k
+						   CROSS APPLY (SELECT DISTINCT e.destination FROM queuebox.outbox e
+										WHERE e.[key] = k.[key] AND e.destination IS NOT NULL
+										  AND e.state IN (N'pending', N'processing')) g
+						   CROSS APPLY (SELECT TOP (1) e.id FROM queuebox.outbox e
+										WHERE e.[key] = k.[key] AND e.destination = g.destination
+										  AND e.state IN (N'pending', N'processing')
+										ORDER BY e.place) f
+						   WHERE k.destination IS NULL)
+			  AND o.state = N'pending' AND o.hold = N'key'
+			  AND ((o.destination IS NOT NULL
+					AND NOT EXISTS (SELECT 1 FROM queuebox._outbox_blocker(o.[key], o.destination, o.place)))
+				   OR (o.destination IS NULL
+					   AND NOT EXISTS (SELECT 1 FROM queuebox.outbox e
+									   WHERE e.[key] = o.[key] AND e.destination IS NOT NULL
+										 AND e.place < o.place AND e.state = N'pending')
+					   AND NOT EXISTS (SELECT 1 FROM queuebox.outbox e
+									   WHERE e.[key] = o.[key] AND e.destination IS NOT NULL
+										 AND e.place < o.place AND e.hold = N'dead')));
 		UPDATE o
 		SET state = CASE WHEN p.claim = 1 THEN N'processing' ELSE N'pending' END,
 			hold = CASE WHEN p.claim = 1 THEN NULL WHEN o.destination IS NULL THEN N'ready' END,
@@ -254,7 +387,10 @@ BEGIN
 		DECLARE @left INT;
 		DECLARE @p TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY);
 		DECLARE @d TABLE (name NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, lim INT);
-		DECLARE @cand TABLE (id BIGINT PRIMARY KEY, [key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2, src CHAR(1));
+		-- a candidate: its key, destination (NULL: not routed), place, and
+		-- fan 1 for a fan-out row not copied yet (origin = id, not routed)
+		DECLARE @cand TABLE (id BIGINT PRIMARY KEY, [key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2, src CHAR(1),
+							 destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2, pos BIGINT, fan BIT);
 		DECLARE @blk TABLE (cid BIGINT PRIMARY KEY, bid BIGINT);
 		DECLARE @lk TABLE (id BIGINT PRIMARY KEY);
 
@@ -285,10 +421,11 @@ BEGIN
 						GROUP BY destination) x ON x.destination = d.name;
 
 		/* -- the candidates: routed rows per destination taking rows, the unrouted intake, ready, probes -- */
-		INSERT @cand (id, [key], src)
-			SELECT r.id, r.[key], 'd'
+		INSERT @cand (id, [key], src, destination, pos, fan)
+			SELECT r.id, r.[key], 'd', r.destination, r.place, 0
 			FROM @d d
-			CROSS APPLY (SELECT TOP (d.lim) c.id, c.[key] FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+			CROSS APPLY (SELECT TOP (d.lim) c.id, c.[key], c.destination, c.place
+						 FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
 						 WHERE c.destination = d.name AND c.destination IS NOT NULL
 						   AND c.state = N'pending' AND c.hold IS NULL AND c.scheduled_at <= @now
 						 ORDER BY c.scheduled_at, c.id) r
@@ -296,28 +433,31 @@ BEGIN
 			  AND NOT EXISTS (SELECT 1 FROM queuebox.destination_state s
 							  WHERE s.destination = d.name
 								AND (s.state <> N'closed' OR s.paused_until > @now));
-		INSERT @cand (id, [key], src)
-			SELECT TOP (@batch) c.id, c.[key], 'i' FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+		INSERT @cand (id, [key], src, destination, pos, fan)
+			SELECT TOP (@batch) c.id, c.[key], 'i', NULL, c.place, CASE WHEN c.origin = c.id THEN 1 ELSE 0 END
+			FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
 			WHERE c.state = N'pending' AND c.destination IS NULL AND c.hold IS NULL AND c.id > @floor
 			ORDER BY c.id;
 		SET @left = @batch - @@ROWCOUNT;
 		IF @left > 0
-			INSERT @cand (id, [key], src)
-				SELECT TOP (@left) c.id, c.[key], 'r' FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+			INSERT @cand (id, [key], src, destination, pos, fan)
+				SELECT TOP (@left) c.id, c.[key], 'r', c.destination, c.place,
+					   CASE WHEN c.destination IS NULL AND c.origin = c.id THEN 1 ELSE 0 END
+				FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
 				WHERE c.state = N'pending' AND c.hold = N'ready' AND c.scheduled_at <= @now
 				ORDER BY c.scheduled_at, c.id;
-		INSERT @cand (id, [key], src)
-			SELECT r.id, r.[key], 'p'
+		INSERT @cand (id, [key], src, destination, pos, fan)
+			SELECT r.id, r.[key], 'p', pd.destination, r.place, 0
 			FROM @p pd
-			CROSS APPLY (SELECT TOP (1) x.id, x.[key] FROM (
-							SELECT 1 AS pri, h.id, h.[key] FROM (
-								SELECT TOP (1) c.id, c.[key] FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+			CROSS APPLY (SELECT TOP (1) x.id, x.[key], x.place FROM (
+							SELECT 1 AS pri, h.id, h.[key], h.place FROM (
+								SELECT TOP (1) c.id, c.[key], c.place FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
 								WHERE c.destination = pd.destination AND c.state = N'pending'
 								  AND c.hold = N'destination'
 								ORDER BY c.id) h
 							UNION ALL
-							SELECT 2, g.id, g.[key] FROM (
-								SELECT TOP (1) c.id, c.[key] FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
+							SELECT 2, g.id, g.[key], g.place FROM (
+								SELECT TOP (1) c.id, c.[key], c.place FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
 								WHERE c.destination = pd.destination AND c.destination IS NOT NULL
 								  AND c.state = N'pending' AND c.hold IS NULL
 								ORDER BY c.scheduled_at, c.id) g) x
@@ -325,23 +465,19 @@ BEGIN
 			WHERE NOT EXISTS (SELECT 1 FROM @cand k WHERE k.id = r.id);
 
 		/*
-		 * -- per-key order: a keyed candidate with an earlier open row of its
-		 * key is parked behind it when that row can be share-locked (so the
-		 * settle that ends it waits for this commit, and its promotion sees
-		 * the park), else moved to ready to be looked at again --
+		 * -- per-key order, per destination: a keyed candidate that an
+		 * earlier open row of its key holds back (_outbox_blocker) is parked
+		 * behind it when that row can be share-locked (so the settle that
+		 * ends it waits for this commit, and its promotion sees the park),
+		 * else moved to ready to be looked at again; a fan-out row not
+		 * copied yet is claimed whatever its key's order (it is only copied
+		 * and routed back, not_due), each copy then waits at its own
+		 * destination --
 		 */
 		INSERT @blk (cid, bid)
 			SELECT c.id, b.id FROM @cand c
-			CROSS APPLY (SELECT MAX(f.id) AS id FROM (
-							 SELECT a.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
-											   WHERE e.[key] = c.[key] AND e.id < c.id
-												 AND e.state IN (N'pending', N'processing')
-											   ORDER BY e.id DESC) a
-							 UNION ALL
-							 SELECT d.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
-											   WHERE e.[key] = c.[key] AND e.id < c.id AND e.hold = N'dead'
-											   ORDER BY e.id DESC) d) f) b
-			WHERE c.[key] IS NOT NULL AND b.id IS NOT NULL;
+			CROSS APPLY queuebox._outbox_blocker(c.[key], c.destination, c.pos) b
+			WHERE c.[key] IS NOT NULL AND c.fan = 0;
 		INSERT @lk (id)
 			SELECT e.id FROM queuebox.outbox e WITH (ROWLOCK, READPAST, REPEATABLEREAD)
 			WHERE e.id IN (SELECT bid FROM @blk)
@@ -365,7 +501,7 @@ BEGIN
 		-- what changed, by the token: exact even where a lock hint is not honoured
 		INSERT @rows (id, claimed, destination, src, not_due)
 			SELECT o.id, CASE WHEN o.claim_token = @token THEN 1 ELSE 0 END, o.destination, c.src,
-				   CASE WHEN o.scheduled_at > @now THEN 1 ELSE 0 END
+				   CASE WHEN o.scheduled_at > @now OR c.fan = 1 THEN 1 ELSE 0 END
 			FROM @cand c JOIN queuebox.outbox o ON o.id = c.id
 			WHERE (o.claim_token = @token AND o.state = N'processing')
 			   OR (o.state = N'pending' AND o.hold IN (N'key', N'ready'));
@@ -419,7 +555,10 @@ GO
 /*
  * _outbox_unroute (QB_PG_OUTBOX_UNROUTE): rows routed to a destination not
  * among @dests (a JSON array of the configuration's names) are routed again
- * by the next claim.  One row: the rows moved.
+ * by the next claim (a row parked behind its key stays parked).  A fan-out
+ * row (origin set) belongs to its destination: it goes dead saying so
+ * (routed again, it would be delivered twice elsewhere).  One row: the
+ * rows moved.
  */
 CREATE PROCEDURE queuebox._outbox_unroute @dests NVARCHAR(MAX)
 AS
@@ -429,7 +568,13 @@ BEGIN
 	DECLARE @n INT;
 
 	UPDATE o
-	SET destination = NULL, hold = CASE WHEN o.hold = N'key' THEN N'key' ELSE N'ready' END
+	SET destination = CASE WHEN o.origin IS NOT NULL THEN o.destination END,
+		state = CASE WHEN o.origin IS NOT NULL THEN N'dead' ELSE N'pending' END,
+		hold = CASE WHEN o.origin IS NOT NULL THEN NULL WHEN o.hold = N'key' THEN N'key' ELSE N'ready' END,
+		last_error = CASE WHEN o.origin IS NOT NULL
+			THEN N'destination ' + o.destination + N' is no longer in the configuration;'
+				+ N' add it back and requeue the row (queuebox.requeue_outbox), or leave it dead'
+			ELSE o.last_error END
 	FROM queuebox.outbox o
 	WHERE o.state = N'pending' AND o.destination IS NOT NULL
 	  AND o.destination NOT IN (SELECT name FROM OPENJSON(@dests) WITH (name NVARCHAR(200) '$'));
@@ -630,17 +775,20 @@ END
 GO
 
 /*
- * _outbox_sweep (QB_PG_OUTBOX_SWEEP): rows parked behind a key none of
- * whose earlier rows is open are released, as the promotion would have
- * released them (ready, or back to their destination's routed rows; the
- * claim checks the key's order again).  A Babelfish engine ignores the
- * shared lock a park is made under, so a settle can end the earlier row
- * and run its promotion before the park commits: this is what frees such
- * a row.  The walk visits at most @limit keys that have parked rows, in
- * key order from @after (N'': the first), one seek of outbox_parked_idx
- * each, and probes outbox_key_open_idx for the key's earlier open rows.
- * One row: the rows released, and the key the next sweep starts at (NULL:
- * the walk reached the last key).
+ * _outbox_sweep (QB_PG_OUTBOX_SWEEP): rows parked behind their key that
+ * nothing holds back any more (_outbox_blocker) are released, as the
+ * promotion would have released them (ready, or back to their
+ * destination's routed rows; the claim checks the key's order again).  A
+ * Babelfish engine ignores the shared lock a park is made under, so a
+ * settle can end the earlier row and run its promotion before the park
+ * commits: this is what frees such a row.  The walk visits at most @limit
+ * keys and destinations that have parked rows (a key's order is kept per
+ * destination; NULL, not routed yet, first), in key order from @after
+ * (N'': the first), one seek of outbox_parked_idx each for its first
+ * parked row, and probes outbox_key_open_idx and outbox_key_dead_idx for
+ * what holds it back.  One row: the rows released, and the key the next
+ * sweep starts at (NULL: the walk reached the last key; the key's
+ * destinations are walked again from its first).
  */
 CREATE PROCEDURE queuebox._outbox_sweep @after NVARCHAR(400), @limit INT
 AS
@@ -648,8 +796,11 @@ BEGIN
 	SET NOCOUNT ON;
 	SET XACT_ABORT ON;
 	DECLARE @key NVARCHAR(400) = ISNULL(@after, N'');
+	DECLARE @dest NVARCHAR(200);
 	DECLARE @next NVARCHAR(400);
+	DECLARE @ndest NVARCHAR(200);
 	DECLARE @id BIGINT;
+	DECLARE @pos BIGINT;
 	DECLARE @seen INT = 0;
 	DECLARE @n INT;
 	DECLARE @free TABLE (id BIGINT PRIMARY KEY);
@@ -657,20 +808,28 @@ BEGIN
 	WHILE @seen < @limit
 	BEGIN
 		SET @id = NULL;
-		-- the next key with parked rows, and its first parked row (@after itself first)
-		SELECT TOP (1) @next = o.[key], @id = o.id
-		FROM queuebox.outbox o
-		WHERE o.state = N'pending' AND o.hold = N'key' AND o.[key] >= @key
-		  AND (@seen = 0 OR o.[key] > @key)
-		ORDER BY o.[key], o.id;
+		-- the key's next destination with parked rows (after @dest; NULL sorts first)
+		IF @seen > 0
+			SELECT TOP (1) @ndest = o.destination, @id = o.id, @pos = o.place
+			FROM queuebox.outbox o
+			WHERE o.state = N'pending' AND o.hold = N'key' AND o.[key] = @key
+			  AND o.destination IS NOT NULL AND (@dest IS NULL OR o.destination > @dest)
+			ORDER BY o.destination, o.place;
+		-- else the next key with parked rows (@after itself first), its first destination
 		IF @id IS NULL
-			BREAK;
+		BEGIN
+			SELECT TOP (1) @next = o.[key], @ndest = o.destination, @id = o.id, @pos = o.place
+			FROM queuebox.outbox o
+			WHERE o.state = N'pending' AND o.hold = N'key' AND o.[key] >= @key
+			  AND (@seen = 0 OR o.[key] > @key)
+			ORDER BY o.[key], o.destination, o.place;
+			IF @id IS NULL
+				BREAK;
+			SET @key = @next;
+		END
+		SET @dest = @ndest;
 		SET @seen = @seen + 1;
-		SET @key = @next;
-		IF NOT EXISTS (SELECT 1 FROM queuebox.outbox e
-					   WHERE e.[key] = @key AND e.id < @id AND e.state IN (N'pending', N'processing'))
-		   AND NOT EXISTS (SELECT 1 FROM queuebox.outbox e
-						   WHERE e.[key] = @key AND e.id < @id AND e.hold = N'dead')
+		IF NOT EXISTS (SELECT 1 FROM queuebox._outbox_blocker(@key, @dest, @pos))
 			INSERT @free (id) VALUES (@id);
 	END
 	UPDATE o

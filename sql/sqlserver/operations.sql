@@ -13,7 +13,10 @@
 
 /*
  * requeue_outbox: a dead row back to pending, due now, attempts reset,
- * routed again; recorded in outbox_audit (a requeue, the payload unchanged).
+ * routed again; a row of a route with several destinations (origin set)
+ * goes back to its own destination only (routed again, the others would
+ * have it twice).  Recorded in outbox_audit (a requeue, the payload
+ * unchanged).
  */
 CREATE PROCEDURE queuebox.requeue_outbox @id BIGINT
 AS
@@ -27,7 +30,8 @@ BEGIN
 		BEGIN TRANSACTION;
 	UPDATE queuebox.outbox
 	SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
-		lease_until = NULL, destination = NULL, hold = N'ready'
+		lease_until = NULL, destination = CASE WHEN origin IS NOT NULL THEN destination END,
+		hold = CASE WHEN origin IS NULL OR destination IS NULL THEN N'ready' END
 	WHERE id = @id AND state = N'dead';
 	SET @n = @@ROWCOUNT;
 	IF @n = 1
@@ -40,7 +44,7 @@ GO
 
 /*
  * requeue_outbox_matching: each dead row matching the filters, audited one
- * by one.  The rows are read under UPDLOCK first (no OUTPUT: engine.sql
+ * by one (a fan-out row to its own destination, as requeue_outbox).  The rows are read under UPDLOCK first (no OUTPUT: engine.sql
  * says why), so the update and the audit name the same rows.
  */
 CREATE PROCEDURE queuebox.requeue_outbox_matching @topic_pattern NVARCHAR(400) = NULL,
@@ -70,7 +74,8 @@ BEGIN
 		  AND (@until IS NULL OR created_at < @until);
 	UPDATE o
 	SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
-		lease_until = NULL, destination = NULL, hold = N'ready'
+		lease_until = NULL, destination = CASE WHEN o.origin IS NOT NULL THEN o.destination END,
+		hold = CASE WHEN o.origin IS NULL OR o.destination IS NULL THEN N'ready' END
 	FROM queuebox.outbox o JOIN @ids r ON r.id = o.id
 	WHERE o.state = N'dead';
 	SET @n = @@ROWCOUNT;
@@ -84,7 +89,8 @@ END
 GO
 
 /*
- * requeue_outbox_edited: requeue_outbox with the payload replaced (onDead:
+ * requeue_outbox_edited: requeue_outbox with the payload replaced (a
+ * fan-out row to its own destination; onDead:
  * holdKey: the rows held behind it follow it, in order).  The edit is
  * recorded in outbox_audit: who (queuebox._actor(): the admin route, else the login), when, the payload before
  * and after.  A payload that is not JSON raises 50023, nothing changed.
@@ -109,7 +115,8 @@ BEGIN
 	BEGIN
 		UPDATE queuebox.outbox
 		SET state = N'pending', attempt = 0, scheduled_at = SYSUTCDATETIME(), claim_token = NULL,
-			lease_until = NULL, destination = NULL, hold = N'ready', payload = @payload
+			lease_until = NULL, destination = CASE WHEN origin IS NOT NULL THEN destination END,
+			hold = CASE WHEN origin IS NULL OR destination IS NULL THEN N'ready' END, payload = @payload
 		WHERE id = @id AND state = N'dead';
 		SET @n = @@ROWCOUNT;
 		INSERT queuebox.outbox_audit (outbox_id, action, payload_before, payload_after)
@@ -124,10 +131,11 @@ GO
 /*
  * skip_outbox: a dead row that holds its key (onDead: holdKey) lets it
  * go: it stays dead, its hold is cleared (recorded in outbox_audit), and
- * its key's first open row, when parked, is released as a settle's
- * promotion releases it, in a later statement (the update waited for the
- * claims parking rows behind it).  0, nothing changed, for a row that is
- * not dead and holding its key.
+ * the first open row it held back (of its key, at its destination or not
+ * routed yet, by place: a key's order is kept per destination), when
+ * parked, is released as a settle's promotion releases it, in a later
+ * statement (the update waited for the claims parking rows behind it).
+ * 0, nothing changed, for a row that is not dead and holding its key.
  */
 CREATE PROCEDURE queuebox.skip_outbox @id BIGINT
 AS
@@ -136,11 +144,12 @@ BEGIN
 	SET XACT_ABORT ON;
 	DECLARE @own BIT = CASE WHEN @@TRANCOUNT = 0 THEN 1 ELSE 0 END;
 	DECLARE @key NVARCHAR(400);
+	DECLARE @dest NVARCHAR(200);
 	DECLARE @n INT = 0;
 
 	IF @own = 1
 		BEGIN TRANSACTION;
-	SELECT @key = [key] FROM queuebox.outbox WITH (UPDLOCK, ROWLOCK)
+	SELECT @key = [key], @dest = destination FROM queuebox.outbox WITH (UPDLOCK, ROWLOCK)
 	WHERE id = @id AND state = N'dead' AND hold = N'dead';
 	IF @@ROWCOUNT = 1
 	BEGIN
@@ -155,14 +164,27 @@ BEGIN
 		UPDATE o
 		SET hold = CASE WHEN o.destination IS NULL THEN N'ready' END
 		FROM queuebox.outbox o WITH (ROWLOCK)
-		WHERE o.id = (SELECT MIN(f.id) FROM (
-						  SELECT a.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
-											WHERE e.[key] = @key AND e.state IN (N'pending', N'processing')
-											ORDER BY e.id) a
+		WHERE o.id = (SELECT TOP (1) f.id FROM (
+						  SELECT a.id, a.place FROM (SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+													 WHERE e.[key] = @key AND e.destination = @dest
+													   AND e.state IN (N'pending', N'processing')
+													 ORDER BY e.place) a
 						  UNION ALL
-						  SELECT d.id FROM (SELECT TOP (1) e.id FROM queuebox.outbox e
-											WHERE e.[key] = @key AND e.hold = N'dead'
-											ORDER BY e.id) d) f)
+						  SELECT a.id, a.place FROM (SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+													 WHERE e.[key] = @key AND e.destination = @dest
+													   AND e.hold = N'dead'
+													 ORDER BY e.place) a
+						  UNION ALL
+						  SELECT a.id, a.place FROM (SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+													 WHERE e.[key] = @key AND e.destination IS NULL
+													   AND e.state IN (N'pending', N'processing')
+													 ORDER BY e.place) a
+						  UNION ALL
+						  SELECT a.id, a.place FROM (SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+													 WHERE e.[key] = @key AND e.destination IS NULL
+													   AND e.hold = N'dead'
+													 ORDER BY e.place) a) f
+					  ORDER BY f.place)
 		  AND o.state = N'pending' AND o.hold = N'key';
 	END
 	IF @own = 1
@@ -172,10 +194,12 @@ END
 GO
 
 /*
- * held_keys: the keys whose first open row is dead and holding them
- * (onDead: holdKey) or retrying, with rows parked behind it: key,
- * destination, head_id, head_state (dead | retrying), behind, since (the
- * oldest of them was created, UTC); at most @limit keys, in key order.
+ * held_keys: the keys whose first open row at a destination is dead and
+ * holding them (onDead: holdKey) or retrying, with rows parked behind it
+ * there (a key's order is kept per destination; rows not routed yet wait
+ * for every destination): key, destination, head_id, head_state (dead |
+ * retrying), behind, since (the oldest of them was created, UTC); at most
+ * @limit, in key and destination order.
  */
 CREATE PROCEDURE queuebox.held_keys @limit INT = 100
 AS
@@ -184,15 +208,19 @@ BEGIN
 	SELECT TOP (@limit) k.[key], h.destination, h.id AS head_id,
 		   CASE WHEN h.state = N'dead' THEN N'dead' ELSE N'retrying' END AS head_state,
 		   b.n AS behind, b.since
-	FROM (SELECT DISTINCT o.[key] FROM queuebox.outbox o
+	FROM (SELECT DISTINCT o.[key], o.destination FROM queuebox.outbox o
 		  WHERE o.state = N'pending' AND o.hold = N'key') k
-	CROSS APPLY (SELECT TOP (1) e.id, e.state, e.attempt, e.destination FROM queuebox.outbox e
-				 WHERE e.[key] = k.[key] AND (e.state IN (N'pending', N'processing') OR e.hold = N'dead')
-				 ORDER BY e.id) h
+	CROSS APPLY (SELECT TOP (1) e.id, e.state, e.attempt, e.destination, e.place FROM queuebox.outbox e
+				 WHERE e.[key] = k.[key]
+				   AND (k.destination IS NULL OR e.destination = k.destination OR e.destination IS NULL)
+				   AND (e.state IN (N'pending', N'processing') OR e.hold = N'dead')
+				 ORDER BY e.place) h
 	CROSS APPLY (SELECT COUNT_BIG(*) AS n, MIN(e.created_at) AS since FROM queuebox.outbox e
-				 WHERE e.[key] = k.[key] AND e.id > h.id AND e.state IN (N'pending', N'processing')) b
+				 WHERE e.[key] = k.[key]
+				   AND (e.destination = k.destination OR (e.destination IS NULL AND k.destination IS NULL))
+				   AND e.place > h.place AND e.state IN (N'pending', N'processing')) b
 	WHERE h.state = N'dead' OR (h.state = N'pending' AND h.attempt > 0)
-	ORDER BY k.[key];
+	ORDER BY k.[key], k.destination;
 END
 GO
 
@@ -320,21 +348,29 @@ BEGIN
 END
 GO
 
-/* replay_outbox: a new pending row with the same content and a new message_id; its id, or NULL. */
+/*
+ * replay_outbox: a new pending row with the same content and a new
+ * message_id; a row of a route with several destinations (origin set) is
+ * replayed to its own destination only.  Its id, or NULL.
+ */
 CREATE PROCEDURE queuebox.replay_outbox @id BIGINT
 AS
 BEGIN
 	SET NOCOUNT ON;
 	DECLARE @n INT;
 
-	INSERT queuebox.outbox (topic, [key], payload, headers, max_attempts)
-	SELECT topic, [key], payload, headers, max_attempts FROM queuebox.outbox WHERE id = @id;
+	INSERT queuebox.outbox (topic, [key], payload, headers, max_attempts, destination)
+	SELECT topic, [key], payload, headers, max_attempts, CASE WHEN origin IS NOT NULL THEN destination END
+	FROM queuebox.outbox WHERE id = @id;
 	SET @n = @@ROWCOUNT;
 	SELECT CASE WHEN @n = 1 THEN CAST(SCOPE_IDENTITY() AS BIGINT) END AS id;
 END
 GO
 
-/* replay_outbox_matching: every row in @state (NULL: any) matching the filters, in id order. */
+/*
+ * replay_outbox_matching: every row in @state (NULL: any) matching the
+ * filters, in id order (a fan-out row to its own destination, as replay_outbox).
+ */
 CREATE PROCEDURE queuebox.replay_outbox_matching @state NVARCHAR(50) = NULL,
 	@topic_pattern NVARCHAR(400) = NULL, @since DATETIME2(6) = NULL, @until DATETIME2(6) = NULL
 AS
@@ -354,8 +390,9 @@ BEGIN
 		SET @msg = CONCAT(N'invalid topic pattern "', @topic_pattern, N'": ', @why);
 		THROW 50022, @msg, 1;
 	END
-	INSERT queuebox.outbox (topic, [key], payload, headers, max_attempts)
-	SELECT topic, [key], payload, headers, max_attempts FROM queuebox.outbox
+	INSERT queuebox.outbox (topic, [key], payload, headers, max_attempts, destination)
+	SELECT topic, [key], payload, headers, max_attempts, CASE WHEN origin IS NOT NULL THEN destination END
+	FROM queuebox.outbox
 	WHERE (@state IS NULL OR state = @state)
 	  AND (@topic_pattern IS NULL OR queuebox.topic_matches(@topic_pattern, topic) = 1)
 	  AND (@since IS NULL OR created_at >= @since)
@@ -610,7 +647,9 @@ GO
 
 /*
  * outbox_row: the whole outbox row as one JSON text (row), payload and
- * headers as they are stored, with its audit rows oldest first; no row
+ * headers as they are stored, with its audit rows oldest first and, for a
+ * row of a route with several destinations, every delivery of its message
+ * (deliveries: id, destination, state, by id; null otherwise); no row
  * when there is none.  Built as text: a payload may be any JSON, which
  * JSON_QUERY does not take.
  */
@@ -629,6 +668,12 @@ BEGIN
 		+ N', "created_at" : ' + queuebox._json_time(o.created_at)
 		+ N', "last_error" : ' + queuebox._json_text(o.last_error)
 		+ N', "payload" : ' + o.payload + N', "headers" : ' + o.headers
+		+ N', "deliveries" : ' + ISNULL((
+			SELECT N'[' + STRING_AGG(CAST(N'{"id" : ' + CAST(c.id AS NVARCHAR(20))
+				+ N', "destination" : ' + queuebox._json_text(c.destination)
+				+ N', "state" : ' + queuebox._json_text(c.state) + N'}' AS NVARCHAR(MAX)), N', ')
+				WITHIN GROUP (ORDER BY c.id) + N']'
+			FROM queuebox.outbox c WHERE c.origin = o.origin), N'null')
 		+ N', "audit" : [' + ISNULL((
 			SELECT STRING_AGG(CAST(N'{"action" : ' + queuebox._json_text(a.action)
 				+ N', "done_by" : ' + queuebox._json_text(a.done_by)

@@ -32,8 +32,12 @@ DECLARE @grants TABLE (seq INT IDENTITY PRIMARY KEY, role SYSNAME, perm NVARCHAR
 INSERT INTO @grants (role, perm, obj) VALUES
 	(N'queuebox_writer', N'INSERT', N'queuebox.outbox'),
 	(N'queuebox_writer', N'SELECT', N'queuebox.outbox'),
-	-- the outbox's trigger calls it; a no-op grant on SQL Server (ownership chaining)
+	-- what the outbox's triggers read and call (outbox_trace, outbox_fanout):
+	-- no-op grants on SQL Server (ownership chaining), needed on Babelfish
 	(N'queuebox_writer', N'EXECUTE', N'queuebox._trace_error'),
+	(N'queuebox_writer', N'SELECT', N'queuebox.config_route'),
+	(N'queuebox_writer', N'EXECUTE', N'queuebox.topic_matches'),
+	(N'queuebox_writer', N'EXECUTE', N'queuebox._pattern_error'),
 	(N'queuebox_consumer', N'EXECUTE', N'queuebox.inbox_claim'),
 	(N'queuebox_consumer', N'EXECUTE', N'queuebox.inbox_renew'),
 	(N'queuebox_consumer', N'EXECUTE', N'queuebox.inbox_complete'),

@@ -43,11 +43,14 @@ CREATE TABLE queuebox.schema_version (
 );
 
 -- What the procedures that follow the configuration read (routes, names):
--- the daemon writes them at every load of its file.
+-- the daemon writes them at every load of its file.  A route with several
+-- destinations (fan-out) has fanout = 1 and its names joined by ", " in
+-- destination (what route_of() shows): hence 4000 characters, not 200.
 CREATE TABLE queuebox.config_route (
 	position	INT NOT NULL CONSTRAINT config_route_pkey PRIMARY KEY,
 	pattern		NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NOT NULL,
-	destination	NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL
+	destination	NVARCHAR(4000) COLLATE Latin1_General_100_BIN2 NOT NULL,
+	fanout		BIT NOT NULL CONSTRAINT config_route_fanout_default DEFAULT 0
 );
 CREATE TABLE queuebox.config_destination (
 	name		NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL CONSTRAINT config_destination_pkey PRIMARY KEY
@@ -78,7 +81,14 @@ CREATE TABLE queuebox.outbox (
 	hold			NVARCHAR(20) NULL
 		CONSTRAINT outbox_hold_check CHECK (hold IN (N'key', N'destination', N'ready', N'intake', N'dead')),
 	-- while processing: the claimer whose session applock shows it alive (engine.sql _claimer_gone)
-	claimer			BIGINT NULL
+	claimer			BIGINT NULL,
+	-- fan-out (a route with several destinations): on a copy, the id of the
+	-- row it was copied from; on that row, its own id; NULL on every other row
+	origin			BIGINT NULL,
+	-- a row's place in its key's order: its id, a copy's origin (a copy
+	-- takes the place of the row it was copied from); computed, not stored:
+	-- the key indexes hold it
+	place			AS ISNULL(origin, id)
 );
 
 -- One filtered index per place a pending row can wait in, as on PostgreSQL
@@ -93,15 +103,23 @@ CREATE INDEX outbox_routed_idx ON queuebox.outbox (destination, scheduled_at, id
 	WHERE state = N'pending' AND hold IS NULL AND destination IS NOT NULL;
 CREATE INDEX outbox_held_idx ON queuebox.outbox (destination, id)
 	WHERE state = N'pending' AND hold = N'destination';
-CREATE INDEX outbox_key_open_idx ON queuebox.outbox ([key], id)
+-- The per-key predicate (docs/design/claim.md): is an earlier row of this
+-- key open?  A key's order is kept per destination (NULL: not routed yet,
+-- which waits for and holds back every destination), by place, so the
+-- probes seek (key, destination, place).
+CREATE INDEX outbox_key_open_idx ON queuebox.outbox ([key], destination, place)
 	WHERE state IN (N'pending', N'processing') AND [key] IS NOT NULL;
 -- Dead rows that hold their key (onDead: holdKey): open for their key's
 -- order too.  A filtered index takes no OR, so the probes seek both.
-CREATE INDEX outbox_key_dead_idx ON queuebox.outbox ([key], id)
+CREATE INDEX outbox_key_dead_idx ON queuebox.outbox ([key], destination, place)
 	WHERE hold = N'dead';
--- Rows parked behind their key, key by key: the sweep (_outbox_sweep).
-CREATE INDEX outbox_parked_idx ON queuebox.outbox ([key], id)
+-- Rows parked behind their key, key and destination by key and
+-- destination: the sweep (_outbox_sweep).
+CREATE INDEX outbox_parked_idx ON queuebox.outbox ([key], destination, place)
 	WHERE state = N'pending' AND hold = N'key';
+-- Fan-out: a message's deliveries (outbox_row).
+CREATE INDEX outbox_origin_idx ON queuebox.outbox (origin)
+	WHERE origin IS NOT NULL;
 CREATE INDEX outbox_lease_idx ON queuebox.outbox (lease_until)
 	WHERE state = N'processing';
 -- The gauges count the open states, operators read the dead rows.

@@ -93,12 +93,54 @@ BEGIN
 END
 GO
 
-/* route_of: the destination of the first route of the configuration that matches. */
-CREATE FUNCTION queuebox.route_of(@topic NVARCHAR(400)) RETURNS NVARCHAR(200)
+/*
+ * route_of: the destination of the first route of the configuration that
+ * matches; of a route with several destinations (fan-out), every one of
+ * them, joined by ", ".
+ */
+CREATE FUNCTION queuebox.route_of(@topic NVARCHAR(400)) RETURNS NVARCHAR(4000)
 AS
 BEGIN
 	RETURN (SELECT TOP (1) r.destination FROM queuebox.config_route r
 			WHERE queuebox.topic_matches(r.pattern, @topic) = 1
 			ORDER BY r.position);
+END
+GO
+
+/*
+ * outbox_fanout: a row whose topic's first route has several destinations
+ * (fan-out) is marked at insert (origin = its id), so the first claim
+ * copies it whatever its key's order, and each copy then waits at its own
+ * destination (docs/design/claim.md, "One key, several destinations"), as
+ * the PostgreSQL triggers do.  A row inserted routed (a replay of one
+ * delivery) or a copy is left as it is.  Without a fan-out route in the
+ * configuration it reads one row of config_route at most and returns; with
+ * one, each distinct topic of the statement is matched once.  A row
+ * inserted before its route fanned out is copied all the same, only after
+ * its key's earlier rows everywhere.  An AFTER trigger, as outbox_trace:
+ * the rows keep their SCOPE_IDENTITY().  On Babelfish, where a trigger
+ * runs with its caller's rights, a writer needs SELECT on config_route
+ * and EXECUTE on topic_matches and _pattern_error, which roles.sql grants
+ * queuebox_writer.
+ */
+CREATE TRIGGER queuebox.outbox_fanout ON queuebox.outbox AFTER INSERT
+AS
+BEGIN
+	SET NOCOUNT ON;
+	DECLARE @fan TABLE (topic NVARCHAR(400) COLLATE Latin1_General_100_BIN2 PRIMARY KEY);
+
+	IF NOT EXISTS (SELECT 1 FROM queuebox.config_route WHERE fanout = 1)
+		RETURN;
+	INSERT @fan (topic)
+		SELECT t.topic FROM (SELECT DISTINCT i.topic FROM inserted i
+							 WHERE i.destination IS NULL AND i.origin IS NULL) t
+		WHERE (SELECT TOP (1) r.fanout FROM queuebox.config_route r
+			   WHERE queuebox.topic_matches(r.pattern, t.topic) = 1
+			   ORDER BY r.position) = 1;
+	IF @@ROWCOUNT = 0
+		RETURN;
+	UPDATE o SET origin = o.id
+	FROM queuebox.outbox o JOIN inserted i ON i.id = o.id JOIN @fan f ON f.topic = i.topic
+	WHERE i.destination IS NULL AND i.origin IS NULL;
 END
 GO

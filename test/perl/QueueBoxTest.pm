@@ -19,6 +19,8 @@
 #   - qb_key_order /    what the sinks delivered per key, in log order, and
 #     qb_dest_status /  the destinations' circuits (destination_status(),
 #     qb_log_count      the server log)
+#   - qb_sink_seq /     the "n" of each key's payloads in the order a sink
+#     qb_seq_in_order   answered 2xx, and how many keys got exactly 1 .. n
 #
 # No helper asserts on elapsed time; every wait is bounded and reports what
 # it waited for when it gives up.
@@ -44,7 +46,6 @@ use Test::More;
 use Time::HiRes qw(usleep time);
 
 our @EXPORT = qw(
-  qb_seq_in_order
   qb_node qb_config_yaml qb_configure qb_sql_quote qb_client_c_program
   qb_sink_start qb_sink_stop qb_sink_requests qb_sink_by_id qb_sink_stats qb_sink_first_after
   qb_sink_rate
@@ -53,7 +54,7 @@ our @EXPORT = qw(
   qb_wait_query qb_wait_for qb_drains_beside qb_worker_pids qb_launcher_pid qb_free_port
   qb_count qb_outbox_count qb_version qb_wait_log qb_inbox_count qb_inbox_row
   qb_consumers_on_lock qb_test_binary qb_npm_dir qb_node_tests
-  qb_key_order qb_key_order_of qb_dest_status qb_log_count qb_kill9_crash qb_kill9_postmaster qb_insert_keyed
+  qb_key_order qb_key_order_of qb_sink_seq qb_seq_in_order qb_dest_status qb_log_count qb_kill9_crash qb_kill9_postmaster qb_insert_keyed
   qb_schema_description qb_ext_upgrade_test qb_upgrade_fill qb_pull_process_scenarios qb_mssql_alone $QB_LATEST
 );
 
@@ -905,13 +906,28 @@ sub qb_key_order
 	return qb_key_order_of(\@rows, $sinks);
 }
 
-# qb_seq_in_order(\%seq, \@keys, $per): how many of the keys have exactly the
-# payload numbers 1 .. $per in %seq (each key's numbers in the order a sink
-# answered them): a fan-out test's check of a key's order at one destination.
+# qb_sink_seq($sink, $path): for payloads {"k": key, "n": i}, the n of
+# each key in the order the sink answered 2xx at $path ({key => [n...]}),
+# and how many 2xx each message id got there ({mid => count})
+sub qb_sink_seq
+{
+	my ($sink, $path) = @_;
+	my (%seq, %n);
+	for my $r (@{ qb_sink_requests($sink) })
+	{
+		next unless $r->{path} eq $path && $r->{status} >= 200 && $r->{status} < 300;
+		my $b = decode_json($r->{body});
+		push @{ $seq{ $b->{k} } }, $b->{n};
+		$n{ $r->{mid} }++;
+	}
+	return (\%seq, \%n);
+}
+
+# qb_seq_in_order(\%seq, \@keys, $per): how many of the keys got 1 .. $per, in order, each once
 sub qb_seq_in_order
 {
 	my ($seq, $keys, $per) = @_;
-	return scalar grep { "@{ $seq->{$_} // [] }" eq join(' ', 1 .. $per) } @$keys;
+	return scalar(grep { "@{ $seq->{$_} // [] }" eq join(' ', 1 .. $per) } @$keys);
 }
 
 # qb_key_order_of(\@rows, $sinks): qb_key_order over rows read elsewhere

@@ -286,18 +286,22 @@ load(const char *text)
 static void
 test_json_settles(void **state)
 {
-	QbSettle	s[2] = {
+	QbSettle	s[3] = {
 		{.id = 7, .token = "3f2504e0-4f89-11d3-9a0c-0305e82c3301", .kind = QB_SETTLE_RETRY,
 		.attempt = 2, .delay_ms = 1500, .error = "HTTP 503 \"busy\"\n", .destination = "billing"},
 		{.id = 9007199254740993LL, .token = "3f2504e0-4f89-11d3-9a0c-0305e82c3301",
 		.kind = QB_SETTLE_SENT, .attempt = 1},
+		/* a fan-out row's first settle: routed back, its copies a JSON value */
+		{.id = 8, .token = "3f2504e0-4f89-11d3-9a0c-0305e82c3301", .kind = QB_SETTLE_ROUTE,
+		.destination = "billing", .unrouted = true, .copies = "[\"search\",\"partner\"]"},
 	};
 	bool		oom = false;
-	char	   *text = qb_odbc_json_settles(s, 2, &oom);
+	char	   *text = qb_odbc_json_settles(s, 3, &oom);
 	json_t	   *j = load(text);
+	json_t	   *c;
 
 	assert_false(oom);
-	assert_int_equal(json_array_size(j), 2);
+	assert_int_equal(json_array_size(j), 3);
 	assert_int_equal(json_integer_value(json_object_get(json_array_get(j, 0), "id")), 7);
 	assert_string_equal(json_string_value(json_object_get(json_array_get(j, 0), "o")), "retry");
 	assert_int_equal(json_integer_value(json_object_get(json_array_get(j, 0), "ms")), 1500);
@@ -308,6 +312,14 @@ test_json_settles(void **state)
 	assert_true(json_is_null(json_object_get(json_array_get(j, 1), "err")));
 	assert_true(json_is_null(json_object_get(json_array_get(j, 1), "d")));
 	assert_string_equal(json_string_value(json_object_get(json_array_get(j, 1), "o")), "sent");
+	/* "u": unrouted at the claim; "c" only on a fan-out row's first settle */
+	assert_true(json_is_false(json_object_get(json_array_get(j, 0), "u")));
+	assert_null(json_object_get(json_array_get(j, 0), "c"));
+	assert_true(json_is_true(json_object_get(json_array_get(j, 2), "u")));
+	c = json_object_get(json_array_get(j, 2), "c");
+	assert_true(json_is_array(c));
+	assert_int_equal(json_array_size(c), 2);
+	assert_string_equal(json_string_value(json_array_get(c, 1)), "partner");
 	json_decref(j);
 	free(text);
 	assert_null(qb_odbc_json_settles(s, 0, &oom));

@@ -65,21 +65,6 @@ my %config = (
 	]);
 qb_configure($node, qb_config_yaml(%config));
 
-# the ids in order at one destination, per key, from the sink's log
-sub sink_keys
-{
-	my ($sink, $path) = @_;
-	my (%seq, %n);
-	for my $r (@{ qb_sink_requests($sink) })
-	{
-		next unless $r->{path} eq $path && $r->{status} >= 200 && $r->{status} < 300;
-		my $b = decode_json($r->{body});
-		push @{ $seq{ $b->{k} } }, $b->{n};
-		$n{ $r->{mid} }++;
-	}
-	return (\%seq, \%n);
-}
-
 # ==== 1. one INSERT, three destinations of three kinds
 my @keys = map { "o$_" } 1 .. 5;
 my $per = 6;
@@ -100,7 +85,7 @@ is($node->safe_psql('postgres',
 	  . " FROM queuebox.outbox WHERE topic = 'orders.created'"),
 	3 * $rows . "/$rows", 'one delivery per message and destination, the message id shared');
 
-my ($seq, $n) = sink_keys($bill, '/bill');
+my ($seq, $n) = qb_sink_seq($bill, '/bill');
 is(scalar(grep { $_ == 1 } values %$n), $rows, 'billing: each message once');
 is(qb_seq_in_order($seq, \@keys, $per), 5, 'billing: every key in order');
 
@@ -139,7 +124,7 @@ qb_wait_query($node,
 is($node->safe_psql('postgres',
 	"SELECT count(*) FROM queuebox.outbox WHERE topic = 'partner.order' AND destination = 'part' AND state = 'sent'"),
 	'0', 'the partner has none yet');
-($seq) = sink_keys($bill, '/bill');
+($seq) = qb_sink_seq($bill, '/bill');
 is(qb_seq_in_order($seq, \@pkeys, 5), 3, 'billing: the partner\'s keys in order there');
 is($sink_http->post("$part->{url}/_sink/fault",
 	{ content => '{}', headers => { 'content-type' => 'application/json' } })->{status},
@@ -147,7 +132,7 @@ is($sink_http->post("$part->{url}/_sink/fault",
 qb_wait_query($node,
 	"SELECT count(*) FROM queuebox.outbox WHERE topic = 'partner.order' AND state = 'sent'",
 	30, 'the partner gets them all', timeout => 90);
-($seq, $n) = sink_keys($part, '/part');
+($seq, $n) = qb_sink_seq($part, '/part');
 is(qb_seq_in_order($seq, \@pkeys, 5), 3, 'partner: every key in order, each row once after its failures');
 is(qb_outbox_count($node), $before + 30, 'rows counted after: 15 rows and 15 copies, none lost');
 
@@ -182,7 +167,7 @@ qb_wait_query($node,
 	3, 'the requeued copy and the rows it held go to the partner', timeout => 60);
 is(scalar(grep { $_->{path} eq '/bill' } @{ qb_sink_requests($bill) }), $bill_before,
 	'billing saw no request from the requeue');
-($seq) = sink_keys($part, '/part');
+($seq) = qb_sink_seq($part, '/part');
 is("@{ $seq->{dk} }", '1 2 3', 'partner: the key in order after the requeue');
 is(qb_outbox_count($node), $before + 6, 'rows counted after: three rows and three copies');
 

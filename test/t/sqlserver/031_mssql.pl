@@ -16,7 +16,10 @@
 #   claimers' beats on Babelfish), and the upgrade of filled 0.3.0, 0.3.1,
 #   0.3.2, 0.3.3, 0.3.4, 0.3.5, 0.3.6 and 0.3.7 schemas (0.3.6: the outbox takes its
 #   session's trace context, the relay claim returns a row's traceparent;
-#   TAP 065 has the rest of it; 0.3.7 and 0.3.8 record the version only).  Every case counts rows before and after.
+#   TAP 065 has the rest of it; 0.3.7 records the version only; 0.3.8:
+#   config_route made again, a fan-out route's rows marked at insert,
+#   route_of names every destination; TAP 073 has the rest of it).  Every case counts rows
+#   before and after.
 #
 #   The suite drops and recreates schema queuebox in the database the URL
 #   names: give it a database of its own.
@@ -821,6 +824,8 @@ sub upgrade_from
 	my $breaker_rows = q{SELECT destination, state, failures, CONVERT(NVARCHAR(40), paused_until, 126)
 		FROM queuebox.destination_state ORDER BY destination};
 	my ($outbox_before, $breaker_before) = map { rows_text($_) } ($outbox_rows, $breaker_rows);
+	# the daemon's routes as the 0.3.x daemon wrote them
+	mssql_do($dbh, q{INSERT INTO queuebox.config_route (position, pattern, destination) VALUES (1, N'orders.**', N'web')});
 	my $held = claim(3);
 	is(scalar(@$held), 2, "$from: a claim takes a row of each aggregate (u-2 waits behind u-1)");
 	my $inbox_before = rows_text($inbox_rows);
@@ -875,6 +880,17 @@ sub upgrade_from
 	is(join(',', map { ($_->[1] // '') . '=' . ($_->[3] // 'none') }
 			@{ mssql_rows($dbh, q{EXEC queuebox._relay_claim 10, 60000, '6f9619ff-8b86-d011-b42d-00c04fc964ff'}) }),
 		"hooks=none,hooks=$tp", "$from: the relay's claim returns each push row's traceparent");
+	# 0.3.8 (issue 39, fan-out): config_route is made again (its rows
+	# copied, then --migrate writes the configuration's); a route marked
+	# fanout has its rows marked at insert (outbox_fanout)
+	is(rows_text(q{SELECT position, pattern, destination, fanout FROM queuebox.config_route}), '1|**|sink|0',
+		"$from: --migrate writes its routes into the config_route made again (fanout 0)");
+	mssql_do($dbh, q{UPDATE queuebox.config_route SET destination = N'web, mq', fanout = 1});
+	mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload) VALUES (N'orders.fan', N'k1', N'{}')});
+	is(count('outbox', q{topic = N'orders.fan' AND origin = id AND place = id}), 1,
+		"$from: a row of a fan-out route is marked at insert on the upgraded schema");
+	is(mssql_value($dbh, q{SELECT queuebox.route_of(N'orders.fan')}), 'web, mq', "$from: route_of names every destination");
+	mssql_do($dbh, q{DELETE FROM queuebox.config_route});
 	return objects();
 }
 

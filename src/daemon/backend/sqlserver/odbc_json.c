@@ -61,6 +61,12 @@ qb_odbc_json_tallies(const QbDestTally *t, int n, bool *oom)
 	return qboj_done(a, failed, oom);
 }
 
+/*
+ * The settles: "u" the row had no destination at its claim (its promotion
+ * looks at every destination of its key); "c", only on a fan-out row's
+ * first settle, the destinations to copy it to, as the JSON array the
+ * route holds (a JSON value, read AS JSON: never escaped twice).
+ */
 char *
 qb_odbc_json_settles(const QbSettle *s, int n, bool *oom)
 {
@@ -71,14 +77,21 @@ qb_odbc_json_settles(const QbSettle *s, int n, bool *oom)
 		return NULL;
 	a = json_array();
 	for (int i = 0; i < n && a != NULL; i++)
-		failed |= json_array_append_new(a, json_pack("{s:I,s:o,s:s,s:i,s:I,s:o,s:o}",
-													 "id", (json_int_t) s[i].id,
-													 "t", qboj_str(s[i].token),
-													 "o", qb_settle_kind_name(s[i].kind),
-													 "a", s[i].attempt,
-													 "ms", (json_int_t) s[i].delay_ms,
-													 "err", qboj_str(s[i].error),
-													 "d", qboj_str(s[i].destination))) != 0;
+	{
+		json_t	   *o = json_pack("{s:I,s:o,s:s,s:i,s:I,s:o,s:o,s:b}",
+								  "id", (json_int_t) s[i].id,
+								  "t", qboj_str(s[i].token),
+								  "o", qb_settle_kind_name(s[i].kind),
+								  "a", s[i].attempt,
+								  "ms", (json_int_t) s[i].delay_ms,
+								  "err", qboj_str(s[i].error),
+								  "d", qboj_str(s[i].destination),
+								  "u", s[i].unrouted);
+
+		if (o != NULL && s[i].copies != NULL)
+			failed |= json_object_set_new(o, "c", json_loads(s[i].copies, 0, NULL)) != 0;
+		failed |= json_array_append_new(a, o) != 0;
+	}
 	return qboj_done(a, failed, oom);
 }
 

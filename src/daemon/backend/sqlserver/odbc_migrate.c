@@ -275,14 +275,6 @@ qb_mssql_publish_config(QbOdbcConn *c, const QbConfig *cfg, char *err, size_t er
 	QbOdbcClass cls;
 	char		buf[QB_ERRLEN];
 
-	for (int i = 0; i < cfg->nroutes; i++)
-		if (cfg->routes[i].ndests > 1)
-		{
-			snprintf(err, errlen,
-					 "routes[%d].destinations: a route with several destinations (fan-out) runs on PostgreSQL, not yet on SQL Server; give each destination a route of its own with destination:, or insert a row per destination",
-					 i);
-			return -1;
-		}
 	if (qb_odbc_begin(c, err, errlen) != 0)
 		return -1;
 	if (qb_odbc_exec(c, "DELETE FROM queuebox.config_route; DELETE FROM queuebox.config_destination",
@@ -290,14 +282,21 @@ qb_mssql_publish_config(QbOdbcConn *c, const QbConfig *cfg, char *err, size_t er
 		goto fail;
 	for (int i = 0; i < cfg->nroutes; i++)
 	{
-		QbOdbcParam p[3] = {
+		/*
+		 * destination: what route_of() shows (every destination of a
+		 * fan-out route, joined by ", "); fanout: the outbox_fanout trigger
+		 * marks the route's rows at insert
+		 */
+		QbOdbcParam p[4] = {
 			{.type = QB_ODBC_T_INT, .num = i + 1},
 			{.type = QB_ODBC_T_TEXT, .text = cfg->routes[i].topic_pattern},
-			{.type = QB_ODBC_T_TEXT, .text = cfg->routes[i].destination},
+			{.type = QB_ODBC_T_TEXT, .text = cfg->routes[i].dest_list},
+			{.type = QB_ODBC_T_INT, .num = cfg->routes[i].ndests > 1},
 		};
 
-		if (qb_odbc_exec(c, "INSERT INTO queuebox.config_route (position, pattern, destination) VALUES (?, ?, ?)",
-						 p, 3, 0, NULL, NULL, &cls, err, errlen) != 0)
+		if (qb_odbc_exec(c, "INSERT INTO queuebox.config_route (position, pattern, destination, fanout)"
+						 " VALUES (?, ?, ?, CASE WHEN ? = 1 THEN 1 ELSE 0 END)",
+						 p, 4, 0, NULL, NULL, &cls, err, errlen) != 0)
 			goto fail;
 	}
 	for (int i = 0; i < cfg->ndestinations; i++)
