@@ -402,14 +402,23 @@ BEGIN
 	 * the others open: so for it a row in flight (processing) does not
 	 * count (QB_PG_OUTBOX_ROUTED_WAITING); released, the claim checks its
 	 * order again and parks it again under a lock.  With a claim, a due
-	 * released row is claimed at once.
+	 * released row is claimed at once if it is routed, or if no earlier
+	 * row of its key is in flight at a destination
+	 * (QB_PG_OUTBOX_PROMOTE_CLAIMS): a row not routed yet released past
+	 * rows in flight is only for the claim to look at again; claimed here
+	 * it would go out beside them.
 	 */
 	IF EXISTS (SELECT 1 FROM @ended)
 	BEGIN
 		DECLARE @promoted TABLE (id BIGINT PRIMARY KEY, claim BIT);
 
 		INSERT @promoted (id, claim)
-			SELECT o.id, CASE WHEN @token IS NOT NULL AND o.scheduled_at <= @now THEN 1 ELSE 0 END
+			SELECT o.id, CASE WHEN @token IS NOT NULL AND o.scheduled_at <= @now
+								   AND (o.destination IS NOT NULL
+										OR NOT EXISTS (SELECT 1 FROM queuebox.outbox e
+													   WHERE e.[key] = o.[key] AND e.destination IS NOT NULL
+														 AND e.place < o.place AND e.state = N'processing'))
+							  THEN 1 ELSE 0 END
 			FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK)
 			WHERE o.id IN (SELECT f.id FROM @ended k
 						   CROSS APPLY (SELECT TOP (1) e.id FROM queuebox.outbox e
@@ -585,6 +594,9 @@ BEGIN
 		LEFT JOIN @lk l ON l.id = b.bid
 		WHERE o.state = N'pending' AND o.claim_token IS NULL;
 		-- what changed, by the token: exact even where a lock hint is not honoured
+		-- (a row the promotion released and did not claim was a candidate:
+		-- what the claim did with it replaces what the promotion said)
+		DELETE r FROM @rows r JOIN @cand c ON c.id = r.id WHERE r.claimed = 0;
 		INSERT @rows (id, claimed, destination, src, not_due)
 			SELECT o.id, CASE WHEN o.claim_token = @token THEN 1 ELSE 0 END, o.destination, c.src,
 				   CASE WHEN o.scheduled_at > @now OR c.fan = 1 THEN 1 ELSE 0 END

@@ -295,7 +295,13 @@ is(count('outbox', q{topic = N'down.x'}), 200, 'down destination: its 200 rows a
 	my $st = mssql_rows($dbh, 'EXEC queuebox.destination_status');
 	my ($row) = grep { $_->[0] eq 'down' } @$st;
 	is($row->[1], 'open', 'destination_status: the down destination is open');
-	ok($row->[9] > 0, "destination_status: it holds rows ($row->[9])");
+	# when it fails, what the down destination's rows and the circuits were
+	ok($row->[9] > 0, "destination_status: it holds rows ($row->[9])")
+	  or diag(join("\n", map { join('|', map { $_ // 'NULL' } @$_) }
+		@{ mssql_rows($dbh, q{SELECT state, hold, [key], attempt, destination,
+			CONVERT(NVARCHAR(40), scheduled_at, 121), CONVERT(NVARCHAR(40), SYSUTCDATETIME(), 121)
+			FROM queuebox.outbox WHERE topic = N'down.x' AND (hold IS NULL OR hold <> N'key')}) },
+		@{ mssql_rows($dbh, q{SELECT * FROM queuebox.destination_state}) }));
 }
 
 # takeover: every role registers its claimer, on SQL Server by its session

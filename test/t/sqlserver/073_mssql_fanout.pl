@@ -26,7 +26,7 @@
 #      stopped: a row not routed yet, routed without ending, releases its
 #      key's row parked at another destination; a row not routed yet parked
 #      behind rows in flight at two destinations is released when the first
-#      of them ends.
+#      of them ends, and is claimed by a cycle only once none is in flight.
 #   Every case counts rows before and after.  Drops and recreates schema
 #   queuebox in the database the URL names.  Waits are bounded polls.
 use strict;
@@ -315,7 +315,25 @@ cycle(qq([{"id": $y1, "t": "$T2", "o": "sent", "a": 1, "d": "bill", "u": false}]
 is(join(' ', map { hold_of($_) } $y1, $y2, $y3), 'sent/- processing/- pending/ready',
 	'billing\'s row sent: the row not routed yet is released (the partner\'s, in flight, does not keep it)');
 cycle(qq([{"id": $y2, "t": "$T2", "o": "sent", "a": 1, "d": "part", "u": false}]), undef);
-is(count(), $before + 5, 'rows counted after: none lost');
+# c: as b, each settle in a cycle that also claims: billing's row sent, the
+# row not routed yet is released but not claimed at once while the
+# partner's row is in flight (claimed, it would go out beside it); once that
+# row is sent, the claim takes it
+my $T3 = '6f9619ff-8b86-d011-b42d-00c04fc964f3';
+mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload, destination) VALUES
+	(N'cycle.x', N'x', N'{}', N'bill'), (N'cycle.x', N'x', N'{}', N'part')});
+mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload) VALUES (N'cycle.x', N'x', N'{}')});
+my ($x1, $x2, $x3) = ids_of('cycle.x');
+cycle(undef, claim_json($T3));
+is(join(' ', map { hold_of($_) } $x1, $x2, $x3), 'processing/- processing/- pending/key',
+	'x: both destinations\' rows are in flight, the row not routed yet parked behind them');
+cycle(qq([{"id": $x1, "t": "$T3", "o": "sent", "a": 1, "d": "bill", "u": false}]), claim_json($T3));
+is(join(' ', map { hold_of($_) } $x1, $x2), 'sent/- processing/-', 'x: billing\'s row sent, the partner\'s in flight');
+like(hold_of($x3), qr{^pending/},
+	'billing\'s row sent by a cycle that claims: the row not routed yet is not claimed beside the partner\'s in flight');
+cycle(qq([{"id": $x2, "t": "$T3", "o": "sent", "a": 1, "d": "part", "u": false}]), claim_json($T3));
+is(hold_of($x3), 'processing/-', 'the partner\'s row sent: the row not routed yet is claimed');
+is(count(), $before + 8, 'rows counted after: none lost');
 rmq_stop($rmq);
 qb_sink_stop($_) for ($bill, $part);
 done_testing();
