@@ -2,7 +2,10 @@
 # bench/mssql/pull.pl: pull claimers against SQL Server, for bench/mssql/run.sh.
 #
 #   pull.pl fill URL SOURCE ROWS        ROWS pending pull rows of SOURCE
-#   pull.pl outbox URL TOPIC ROWS       ROWS outbox rows in one transaction
+#   pull.pl outbox URL TOPIC ROWS [KEYS]
+#                                       ROWS outbox rows in one transaction, over
+#                                       KEYS keys k0, k1, ... (row i: k(i % KEYS))
+#                                       when KEYS > 0, else none
 #   pull.pl count URL SQL               the first value of SQL
 #   pull.pl reset URL                   drop schema queuebox and what it holds
 #   pull.pl run URL SOURCES CLIENTS SECONDS
@@ -67,14 +70,16 @@ if ($cmd eq 'fill')
 }
 if ($cmd eq 'outbox')
 {
-	my ($url, $topic, $rows) = @ARGV;
+	my ($url, $topic, $rows, $keys) = @ARGV;
 	my $dbh = connect_url($url);
+	$keys //= 0;
 	$dbh->begin_work;
 	for (my $n = 0; $n < $rows; $n += 500)
 	{
 		my $k = $rows - $n > 500 ? 500 : $rows - $n;
-		$dbh->do('INSERT INTO queuebox.outbox (topic, payload) VALUES ' . join(',', ('(?, ?)') x $k), undef,
-			map { ($topic, qq({"seq":) . ($n + $_) . ',"type":"order.created","note":"padding padding padding"}') } 0 .. $k - 1);
+		$dbh->do('INSERT INTO queuebox.outbox (topic, [key], payload) VALUES ' . join(',', ('(?, ?, ?)') x $k), undef,
+			map { ($topic, $keys > 0 ? 'k' . (($n + $_) % $keys) : undef,
+				qq({"seq":) . ($n + $_) . ',"type":"order.created","note":"padding padding padding"}') } 0 .. $k - 1);
 	}
 	$dbh->commit;
 	exit 0;
@@ -82,8 +87,9 @@ if ($cmd eq 'outbox')
 if ($cmd eq 'reset')
 {
 	my $dbh = connect_url($ARGV[0]);
-	for my $k ([ 'P', 'PROCEDURE' ], [ 'V', 'VIEW' ], [ 'FN', 'FUNCTION' ], [ 'IF', 'FUNCTION' ],
-		[ 'TF', 'FUNCTION' ], [ 'U', 'TABLE' ])
+	# tables before functions: a column's default may call one (outbox_audit.done_by)
+	for my $k ([ 'P', 'PROCEDURE' ], [ 'V', 'VIEW' ], [ 'U', 'TABLE' ], [ 'FN', 'FUNCTION' ],
+		[ 'IF', 'FUNCTION' ], [ 'TF', 'FUNCTION' ])
 	{
 		my $names = $dbh->selectcol_arrayref(
 			q{SELECT o.name FROM sys.objects o WHERE o.schema_id = SCHEMA_ID(N'queuebox') AND o.type = ?}, undef, $k->[0]);

@@ -23,7 +23,9 @@
 # Knobs: QB_BENCH_PULL_T=10 (s per pull run), QB_BENCH_PULL_ROWS (rows per
 # source, default 20000 on SQL Server, 100000 on PostgreSQL: a claimer that
 # runs out of rows measures nothing, and the run says so), QB_BENCH_N=20000
-# (phase E rows), QB_BENCH_WORKERS=1, QB_BENCH_PHASES=PE, QB_BENCH_TIMEOUT=600.
+# (phase E rows), QB_BENCH_KEYS=0 (phase E rows over that many keys, k0,
+# k1, ...: each key's rows in order, so a settle promotes the key's next
+# row; 0: no key), QB_BENCH_WORKERS=1, QB_BENCH_PHASES=PE, QB_BENCH_TIMEOUT=600.
 set -euo pipefail
 
 RECORD=${QB_BENCH_RECORD:-0}
@@ -39,6 +41,7 @@ PULL_T=${QB_BENCH_PULL_T:-10}
 MS_ROWS=${QB_BENCH_PULL_ROWS:-20000}
 PG_ROWS=${QB_BENCH_PULL_ROWS:-100000}
 N=${QB_BENCH_N:-20000}
+KEYS=${QB_BENCH_KEYS:-0}
 WORKERS=${QB_BENCH_WORKERS:-1}
 PHASES=${QB_BENCH_PHASES:-PE}
 TIMEOUT=${QB_BENCH_TIMEOUT:-600}
@@ -128,9 +131,9 @@ deliver() { # deliver NAME YAML COUNT_CMD: rows/s of N rows, commit -> all sent
 	sleep 3
 	local t0 t1 left
 	if [[ "$name" == ms ]]; then
-		$PULL outbox "$URL" bench.e "$N"
+		$PULL outbox "$URL" bench.e "$N" "$KEYS"
 	else
-		q pbench "INSERT INTO queuebox.outbox (topic, payload) SELECT 'bench.e', jsonb_build_object('seq', g, 'type', 'order.created', 'note', 'padding padding padding') FROM generate_series(1, $N) g"
+		q pbench "INSERT INTO queuebox.outbox (topic, key, payload) SELECT 'bench.e', CASE WHEN $KEYS > 0 THEN 'k' || ((g - 1) % $KEYS) END, jsonb_build_object('seq', g, 'type', 'order.created', 'note', 'padding padding padding') FROM generate_series(1, $N) g"
 	fi
 	t0=$(date +%s.%N)
 	for _ in $(seq 1 $(( TIMEOUT * 10 ))); do
@@ -148,14 +151,14 @@ if has E; then
 	ms_e=$(deliver ms "$WORK/ms.yaml" $PULL count "$URL" "SELECT COUNT(*) FROM queuebox.outbox WHERE state IN (N'pending', N'processing')")
 	log "end to end: $N rows on PostgreSQL"
 	pg_e=$(deliver pg "$WORK/pg.yaml" q pbench "SELECT count(*) FROM queuebox.outbox WHERE state IN ('pending', 'processing')")
-	row "end to end, $N rows in one transaction, $WORKERS outbox worker(s) (rows/s)" "$ms_e" "$pg_e" \
+	row "end to end, $N rows in one transaction$( ((KEYS > 0)) && echo " over $KEYS keys"), $WORKERS outbox worker(s) (rows/s)" "$ms_e" "$pg_e" \
 		"$(python3 -c "print(round($ms_e / $pg_e, 3))")"
 fi
 
 {
 	echo "## $(date -u '+%Y-%m-%d %H:%M UTC') — bench/mssql, commit $COMMIT"
 	echo
-	echo "Command: \`QUEUEBOX_TEST_MSSQL_URL=... bench/mssql/run.sh$( ((RECORD)) && echo " --record")\` (phases $PHASES)."
+	echo "Command: \`QUEUEBOX_TEST_MSSQL_URL=... QB_BENCH_PHASES=$PHASES QB_BENCH_N=$N QB_BENCH_KEYS=$KEYS QB_BENCH_WORKERS=$WORKERS bench/mssql/run.sh$( ((RECORD)) && echo " --record")\`."
 	qb_bench_machine
 	echo "SQL Server side: $ENGINE. PostgreSQL side: $(q postgres 'SHOW server_version'), a fresh cluster (shared_buffers $SB), the daemon's schema. Both served by queuebox-mssqld $(${DAEMON} --version | awk '{print $2}')."
 	echo
