@@ -331,17 +331,22 @@ qbo_limits_take_shared(QboEngine *e, QboTake mode, long now)
 	{
 		const QbLimitSpec *spec = qbo_spec(e, i);
 		QboDest    *d = &e->dests[i];
-		int			want = !qb_limits_set(spec) ? 0 : mode == QBO_TAKE_CLAIM ? d->allowed :
-			mode == QBO_TAKE_AGAIN && spec->rate.per_sec > 0 ? d->reserved : 0;
-		int			held = spec->max_concurrent > 0 ? qbo_places(e, i) + d->reserved - want : 0;
+		int			want,
+					held;
 
-		if (!qb_limits_set(spec) || (want == 0 && d->db_give == 0 && held == d->db_held))
+		if (!qb_limits_set(spec))
 			continue;
+		want = mode == QBO_TAKE_CLAIM ? d->allowed :
+			mode == QBO_TAKE_AGAIN && spec->rate.per_sec > 0 ? d->reserved : 0;
+		held = spec->max_concurrent > 0 ? qbo_places(e, i) + d->reserved - want : 0;
+		if (want == 0 && d->db_give == 0 && held == d->db_held)
+			continue;
+		/* the answer starts as none: got 0, wait_ms -1 */
 		t[n] = (QbLimitTake) {
 			.destination = e->cfg->destinations[i].name,
 			.per_sec = spec->rate.per_sec, .burst = spec->rate.burst,
 			.max_concurrent = spec->max_concurrent,
-			.held = held, .give = d->db_give, .want = want,
+			.held = held, .give = d->db_give, .want = want, .wait_ms = -1,
 		};
 		which[n++] = i;
 	}

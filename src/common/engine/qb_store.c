@@ -208,3 +208,21 @@ qb_claim_left(const QbClaimReq *claim, const QbOutboxRow *rows, int nrows,
 	if (req->batch_size < 0)
 		req->batch_size = 0;
 }
+
+/*
+ * qb_limit_take_answer: what a store's take answered for destination dest
+ * (the tokens and places it got, in how many ms a token comes) into the
+ * take of that name.  More than was asked cannot be: taken as none.
+ */
+bool
+qb_limit_take_answer(QbLimitTake *takes, int n, const char *dest, long long got, long wait_ms)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(takes[i].destination, dest) == 0)
+		{
+			takes[i].got = got < 0 || got > takes[i].want ? 0 : (int) got;
+			takes[i].wait_ms = wait_ms;
+			return true;
+		}
+	return false;
+}

@@ -394,6 +394,10 @@ extern void qb_relay_rows_free(QbRelayRow *rows, int n);
 /* A settle's outcome as QB_PG_OUTBOX_SETTLE names it: "sent", "retry", ... */
 extern const char *qb_settle_kind_name(QbSettleKind k);
 
+/* a store's answer for destination dest into the take of that name; false: none has it */
+extern bool qb_limit_take_answer(QbLimitTake *takes, int n, const char *dest,
+								 long long got, long wait_ms);
+
 /* A random (version 4) UUID in canonical text form, from OpenSSL RAND_bytes. */
 extern bool qb_uuid_v4(char out[QB_UUID_LEN + 1]);
 

@@ -21,7 +21,6 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "pq_store_int.h"
 #include "qb_store.h"
@@ -40,16 +39,8 @@ qbpq_limits_read(const PGresult *res, QbLimitTake *t, int n, char *err, size_t e
 	int			seen = 0;
 
 	for (int r = 0; r < PQntuples(res); r++)
-		for (int i = 0; i < n; i++)
-			if (strcmp(t[i].destination, PQgetvalue(res, r, 0)) == 0)
-			{
-				t[i].got = (int) strtol(PQgetvalue(res, r, 1), NULL, 10);
-				t[i].wait_ms = strtol(PQgetvalue(res, r, 2), NULL, 10);
-				if (t[i].got < 0 || t[i].got > t[i].want)
-					t[i].got = 0;	/* cannot be: never more than asked */
-				seen++;
-				break;
-			}
+		seen += qb_limit_take_answer(t, n, PQgetvalue(res, r, 0), strtoll(PQgetvalue(res, r, 1), NULL, 10),
+									 strtol(PQgetvalue(res, r, 2), NULL, 10));
 	if (seen == n)
 		return 0;
 	snprintf(err, errlen, "the limit take answered %d of %d destinations", seen, n);
@@ -114,8 +105,6 @@ qbpq_limits_take(void *ctx, QbLimitTake *t, int n, long lease_ms, char *err, siz
 		return -1;
 	for (int i = 0; i < n; i++)
 	{
-		t[i].got = 0;
-		t[i].wait_ms = -1;
 		snprintf(num, sizeof(num), "%.17g", t[i].per_sec > 0 ? t[i].per_sec : 0.0);
 		qb_pg_array_add(&l.args.arr[0], t[i].destination);
 		qb_pg_array_add(&l.args.arr[1], num);

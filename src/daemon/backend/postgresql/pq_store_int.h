@@ -3,8 +3,8 @@
  *	  The libpq store's insides, shared by its four files (one prefix,
  *	  qbpq_): pq_conn.c (the connection and its session), pq_txn.c (one op:
  *	  its transaction, its statements in pipeline mode), pq_store.c (the
- *	  QbStore ops), pq_limits.c (the limit take, QbStore.limits_take).  pq_store.h is the store's face; nothing else includes
- *	  this header.
+ *	  QbStore ops), pq_limits.c (the limit take, QbStore.limits_take).
+ *	  pq_store.h is the store's face; nothing else includes this header.
  *
  * Wording:
  *	- A statement is one of qb_pg_stmts (qb_pg_stmt.h), the SQL the SPI

@@ -1080,18 +1080,8 @@ qbos_limits_row(void *arg, int set, int ncols, char **v)
 {
 	QbosLimits *l = arg;
 
-	if (set != 0 || ncols < 3 || v[0] == NULL)
-		return 0;
-	for (int i = 0; i < l->n; i++)
-		if (strcmp(l->t[i].destination, v[0]) == 0)
-		{
-			long long	got = qbos_num(v[1]);
-
-			l->t[i].got = got < 0 || got > l->t[i].want ? 0 : (int) got;
-			l->t[i].wait_ms = (long) qbos_num(v[2]);
-			l->seen++;
-			break;
-		}
+	if (set == 0 && ncols >= 3 && v[0] != NULL)
+		l->seen += qb_limit_take_answer(l->t, l->n, v[0], qbos_num(v[1]), (long) qbos_num(v[2]));
 	return 0;
 }
 
@@ -1137,11 +1127,6 @@ qbos_limits_take(void *ctx, QbLimitTake *t, int n, long lease_ms, char *err, siz
 	{
 		snprintf(err, errlen, "no claimer id could be taken for the limits' places");
 		return -1;
-	}
-	for (int i = 0; i < n; i++)
-	{
-		t[i].got = 0;
-		t[i].wait_ms = -1;
 	}
 	if ((json = qb_odbc_json_limits(t, n, &oom)) == NULL)
 	{
