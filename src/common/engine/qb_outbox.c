@@ -1205,8 +1205,6 @@ qbo_cycle(QboEngine *e, bool claim)
 		e->next_cycle_try = qb_now_ms() + QBO_CYCLE_RETRY_MS;
 		goto done;
 	}
-	if (c.claim)
-		qbo_limits_claimed(e, qb_now_ms());	/* tokens held through a long claim: anew */
 	if (!c.claim && qbo_settles_claimable(e, &c))
 		e->claim_idle = false;
 	qbo_settled(e, &c);
@@ -1222,6 +1220,8 @@ qbo_cycle(QboEngine *e, bool claim)
 done:
 	qbo_limits_after_claim(e, c.claim && rc >= 0);
 	qbo_limits_give_unused(e);	/* what the claim reserved and no row uses */
+	if (c.claim)
+		qbo_limits_give_now(e);	/* ... there too, at once */
 	qb_cycle_out_free(&c.out);
 	free(c.block);
 	return rc;

@@ -108,7 +108,6 @@ typedef struct QboEngine
 	int			limit_holder;	/* this worker in limits, -1: none */
 	long		limits_sync_at; /* when a take gives back what the database
 								 * counts and we do not use, 0: none due */
-	long		limits_taken_at;	/* when the last claim's take ran */
 } QboEngine;
 
 /* why destination d takes no rows now, or NULL when it does (qb_outbox.c) */
@@ -127,15 +126,14 @@ extern bool qbo_limit_take(QboEngine *e, QboSlot *s);
 extern void qbo_limit_done(QboEngine *e, QboSlot *s);
 extern void qbo_limits_after_claim(QboEngine *e, bool claimed);
 extern void qbo_limits_give_unused(QboEngine *e);
+extern void qbo_limits_give_now(QboEngine *e);
 /* what a take of the database's limits asks (qbo_limits_take_shared) */
 typedef enum QboTake
 {
 	QBO_TAKE_SYNC,				/* nothing: gives back what is not used */
-	QBO_TAKE_CLAIM,				/* the reservations a claim is about to ask rows for */
-	QBO_TAKE_AGAIN				/* their tokens anew: the claim took long */
+	QBO_TAKE_CLAIM				/* the reservations a claim is about to ask rows for */
 } QboTake;
 extern void qbo_limits_take_shared(QboEngine *e, QboTake mode, long now);
-extern void qbo_limits_claimed(QboEngine *e, long now);
 extern long qbo_limits_sync_in(const QboEngine *e, long now);
 
 #endif							/* QB_OUTBOX_INT_H */

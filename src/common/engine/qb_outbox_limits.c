@@ -32,13 +32,23 @@
  *	  destination of a claim in one take before it; what the database did
  *	  not give goes back to the server's limits at once.  The database
  *	  counts as ours the places our publishes hold and our reservations
- *	  (db_held); a place given back here (a publish ended, a reservation
- *	  not used) is given back there at the next take: the claim's, else
- *	  one of its own QBO_LIMIT_SYNC_MS later (limits_sync_at), with the
- *	  tokens not used.  So the database never counts fewer places than
- *	  are in use, and maxConcurrent holds across replicas; a gone
- *	  replica's places are not counted (its claimer is gone).  A
- *	  destination with no limit never takes part: it costs nothing.
+ *	  (db_held); a place given back here (a publish ended) is given back
+ *	  there at the next take: the claim's, else one of its own
+ *	  QBO_LIMIT_SYNC_MS later (limits_sync_at).  So the database never
+ *	  counts fewer places than are in use, and maxConcurrent holds across
+ *	  replicas; a gone replica's places are not counted (its claimer is
+ *	  gone).  A destination with no limit never takes part: it costs
+ *	  nothing.
+ *	- What a claim took there and no row uses (fewer rows came) goes back
+ *	  at once, in a take of its own after the claim (qbo_limits_give_now):
+ *	  tokens kept out of the bucket until a later take are out of it while
+ *	  it refills, and a role that gives back and takes again at each claim
+ *	  keeps them out for good (two roles would hold a bucket's worth each:
+ *	  a burst of twice the limit).  The tokens a claim uses are kept
+ *	  however long the claim took: taken anew after a claim that waited
+ *	  for another (Babelfish's do), they were forfeited so often that two
+ *	  replicas sent half the limit; the cost is that a claim's rows may go
+ *	  out as late as the claim, beside the tokens others took meanwhile.
  *
  * One engine, one thread; the shared state is qb_limits.c's, under its
  * locks, and the database's, in its transactions.
@@ -58,8 +68,6 @@
 #define QBO_LIMIT_DB_PLACE_MS	50
 /* what the database counts and we do not use is given back within this */
 #define QBO_LIMIT_SYNC_MS		10
-/* a claim longer than this after its take takes its tokens again */
-#define QBO_LIMIT_STALE_MS		100
 /* a take that failed is tried again after this */
 #define QBO_LIMIT_DB_RETRY_MS	200
 
@@ -281,6 +289,17 @@ qbo_limits_give_unused(QboEngine *e)
 	}
 }
 
+/*
+ * qbo_limits_give_now: after a claim, what its take got and no row uses
+ * goes back to the database at once (the banner says why).
+ */
+void
+qbo_limits_give_now(QboEngine *e)
+{
+	if (e->store->limits_take != NULL && e->limits_sync_at != 0)
+		qbo_limits_take_shared(e, QBO_TAKE_SYNC, qb_now_ms());
+}
+
 /* qbo_places: the places destination i's publishes hold now */
 static int
 qbo_places(const QboEngine *e, int i)
@@ -297,12 +316,8 @@ qbo_places(const QboEngine *e, int i)
  * qbo_limits_take_shared: the take of the database (QbStore.limits_take),
  * when the store has one and something is to be said.  QBO_TAKE_CLAIM:
  * each limited destination's reservation from the server's limits (its
- * allowed) is asked for; QBO_TAKE_AGAIN (a claim that took longer than
- * QBO_LIMIT_STALE_MS): the tokens of the reservations are taken anew, the
- * old ones forfeited, not given back (given back and taken again they
- * would be sent late all the same, beside the tokens others took
- * meanwhile: a burst over the limit).  In both, what the database did not
- * give goes back to the server's limits and the claim is cut to it.  In
+ * allowed) is asked for; what the database did not give goes back to the
+ * server's limits and the claim is cut to it.  In
  * every mode, each limited destination whose places or tokens not used
  * the database counts (db_held, db_give) gives them back.  On a failure
  * the claim gets none of it.
@@ -336,8 +351,7 @@ qbo_limits_take_shared(QboEngine *e, QboTake mode, long now)
 
 		if (!qb_limits_set(spec))
 			continue;
-		want = mode == QBO_TAKE_CLAIM ? d->allowed :
-			mode == QBO_TAKE_AGAIN && spec->rate.per_sec > 0 ? d->reserved : 0;
+		want = mode == QBO_TAKE_CLAIM ? d->allowed : 0;
 		held = spec->max_concurrent > 0 ? qbo_places(e, i) + d->reserved - want : 0;
 		if (want == 0 && d->db_give == 0 && held == d->db_held)
 			continue;
@@ -350,8 +364,6 @@ qbo_limits_take_shared(QboEngine *e, QboTake mode, long now)
 		};
 		which[n++] = i;
 	}
-	if (mode == QBO_TAKE_CLAIM)
-		e->limits_taken_at = now;
 	rc = n == 0 ? 0 : e->store->limits_take(e->store->ctx, t, n, e->cfg->outbox.claim_timeout_ms,
 											err, sizeof(err));
 	if (rc != 0)
@@ -379,19 +391,6 @@ qbo_limits_take_shared(QboEngine *e, QboTake mode, long now)
 							 qbo_limit_wait(spec, t[j].wait_ms, QBO_LIMIT_DB_PLACE_MS));
 	}
 	free(t);
-}
-
-/*
- * qbo_limits_claimed: the claim's store call returned: when it took longer
- * than QBO_LIMIT_STALE_MS after the take (a claim blocked behind another,
- * as on Babelfish, which ignores READPAST), the tokens its reservations
- * hold are taken again before any row starts.
- */
-void
-qbo_limits_claimed(QboEngine *e, long now)
-{
-	if (e->store->limits_take != NULL && now - e->limits_taken_at > QBO_LIMIT_STALE_MS)
-		qbo_limits_take_shared(e, QBO_TAKE_AGAIN, now);
 }
 
 /* qbo_limits_sync_in: in how many ms a take of its own is due (0: now), -1: none */
