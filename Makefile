@@ -287,10 +287,9 @@ $(DAEMON_DIR)/schema_pg.c: $(DAEMON_SCHEMA) $(UPGRADES_PG) $(wildcard sql/daemon
 	    scripts/embed-schema.sh pg $(EXTVERSION) sql/schema/upgrade $(DAEMON_SCHEMA); } > $@
 $(DAEMON_DIR)/schema_pg.o: $(DAEMON_DIR)/schema_pg.c
 	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
-$(DAEMON_DIR)/schema_mssql.c: $(DAEMON_MSSQL) sql/sqlserver/session.sql $(UPGRADES_MSSQL) scripts/embed-schema.sh Makefile
+$(DAEMON_DIR)/schema_mssql.c: $(DAEMON_MSSQL) $(UPGRADES_MSSQL) scripts/embed-schema.sh Makefile
 	@mkdir -p $(dir $@)
-	QBD_STEP_TAIL=sql/sqlserver/roles.sql QBD_SESSION=sql/sqlserver/session.sql \
-	  scripts/embed-schema.sh mssql $(EXTVERSION) sql/sqlserver/upgrade $(DAEMON_MSSQL) > $@
+	QBD_STEP_TAIL=sql/sqlserver/roles.sql scripts/embed-schema.sh mssql $(EXTVERSION) sql/sqlserver/upgrade $(DAEMON_MSSQL) > $@
 $(DAEMON_DIR)/schema_mssql.o: $(DAEMON_DIR)/schema_mssql.c
 	$(CORE_CC) $(DAEMON_CFLAGS) -c -o $@ $<
 

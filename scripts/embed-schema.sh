@@ -10,11 +10,8 @@
 # with @SCHEMA_VERSION@ replaced by VERSION; with QBD_STEP_DIR=DIR, a step's
 # own DIR/FROM--TO.sql follows its shared one (the daemon-only DDL,
 # sql/daemon/upgrade/); with QBD_STEP_TAIL=FILE, FILE ends every step
-# (PostgreSQL's sql/schema/roles.sql); with QBD_SESSION=FILE, also
-#   const char qbd_session_KIND[]         FILE: what each store session runs
-#                                         first (sql/sqlserver/session.sql)
-# The Makefile runs it for build/daemon/schema_pg.c and schema_mssql.c
-# (docs/design/schema.md).
+# (PostgreSQL's sql/schema/roles.sql).  The Makefile runs it for
+# build/daemon/schema_pg.c and schema_mssql.c (docs/design/schema.md).
 set -euo pipefail
 kind=$1 version=$2 updir=$3
 shift 3
@@ -44,9 +41,3 @@ for f in $(ls "$updir"/*--*.sql 2>/dev/null | sort -V); do
 done
 echo '	{.from = NULL, .to = NULL, .sql = NULL}'
 echo '};'
-if [ -n "${QBD_SESSION:-}" ]; then
-	echo
-	echo "const char qbd_session_$kind[] ="
-	cstring "$QBD_SESSION"
-	echo ';'
-fi

@@ -11,9 +11,6 @@
 #   mssql_value($dbh, $sql, @bind)      the first column of the first row
 #   mssql_rows($dbh, $sql, @bind)       every row, as array refs
 #   mssql_do($dbh, $sql, @bind)         rows changed
-#   mssql_session($dbh)                 the session's working tables
-#                                       (sql/sqlserver/session.sql), once: a
-#                                       test that calls _outbox_cycle itself
 #   mssql_wait($dbh, $sql, \@bind, $expected, $what, timeout => 60)   an ok()
 #   mssql_insert_keyed($dbh, $topic, $n, $nkeys, $prefix)  rows with {"seq": i}
 #   mssql_key_order($dbh, $sinks, $where)   qb_key_order on SQL Server
@@ -27,10 +24,8 @@ package QueueBoxMssql;
 use strict;
 use warnings;
 
-use Cwd qw(abs_path);
 use DBI;
 use Exporter 'import';
-use File::Basename qw(dirname);
 use IO::Select;
 use IO::Socket::INET;
 use POSIX ();
@@ -39,7 +34,7 @@ use Time::HiRes qw(usleep);
 
 use QueueBoxTest;
 
-our @EXPORT = qw(mssql_url mssql_skip_unless_url mssql_connect mssql_reset mssql_value mssql_rows mssql_do mssql_session
+our @EXPORT = qw(mssql_url mssql_skip_unless_url mssql_connect mssql_reset mssql_value mssql_rows mssql_do
   mssql_wait mssql_insert_keyed mssql_key_order mssql_parse_url mssql_login_add mssql_login_drop
   mssql_proxy_start mssql_proxy_cut mssql_proxy_stop);
 
@@ -116,19 +111,6 @@ sub mssql_do
 {
 	my ($dbh, $sql, @bind) = @_;
 	return $dbh->do($sql, undef, @bind);
-}
-
-# what queuebox-mssqld's store runs on each session it opens, unless this one has it
-sub mssql_session
-{
-	my ($dbh) = @_;
-	return if defined mssql_value($dbh, q{SELECT OBJECT_ID(N'tempdb..#qb_cycle_rows')});
-	my $file = dirname(abs_path(__FILE__)) . '/../../sql/sqlserver/session.sql';
-	open(my $fh, '<', $file) or die "$file: $!";
-	local $/;
-	my $sql = <$fh>;
-	close($fh);
-	$dbh->do($sql);
 }
 
 # every object of schema queuebox, then the schema: each test starts from nothing

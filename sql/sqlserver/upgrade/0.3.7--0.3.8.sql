@@ -219,30 +219,33 @@ BEGIN
 	DECLARE @token UNIQUEIDENTIFIER = CONVERT(UNIQUEIDENTIFIER, JSON_VALUE(@claim, '$.token'));
 	DECLARE @lease BIGINT = CONVERT(BIGINT, JSON_VALUE(@claim, '$.lease'));
 	DECLARE @maxa INT = ISNULL(CONVERT(INT, JSON_VALUE(@claim, '$.maxa')), 1);
-
-	/*
-	 * The session's working tables (sql/sqlserver/session.sql), each
-	 * emptied before the part that fills it.  #qb_cycle_ended: the keys
-	 * whose row ended, or was routed now having had no destination at its
-	 * claim, and where (NULL: it had none at its claim, so it held back its
-	 * key at every destination).
-	 */
-	IF OBJECT_ID(N'tempdb..#qb_cycle_rows') IS NULL
-		THROW 50022, N'queuebox._outbox_cycle: this session has no working tables: run sql/sqlserver/session.sql on it first (queuebox-mssqld does when it connects)', 1;
-	TRUNCATE TABLE #qb_cycle_changes;
-	TRUNCATE TABLE #qb_cycle_ended;
-	TRUNCATE TABLE #qb_cycle_states;
-	TRUNCATE TABLE #qb_cycle_rows;
+	DECLARE @changes TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
+							old_state NVARCHAR(20), new_state NVARCHAR(20), paused BIT);
+	-- the keys whose row ended, or was routed now having had no destination
+	-- at its claim, and where (NULL: it had none at its claim, so it held
+	-- back its key at every destination)
+	DECLARE @ended TABLE ([key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2,
+						  destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2);
+	DECLARE @states TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
+						   state NVARCHAR(20), failures INT, paused BIT, probe BIT);
+	DECLARE @rows TABLE (id BIGINT PRIMARY KEY, claimed BIT, destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2,
+						 src CHAR(1), not_due BIT);
 
 	/* -- the circuit breakers (QB_PG_OUTBOX_BREAKER_ROWS, QB_PG_OUTBOX_BREAKER) -- */
 	IF @tallies IS NOT NULL
 	BEGIN
-		TRUNCATE TABLE #qb_cycle_tally;
-		TRUNCATE TABLE #qb_cycle_next;
+		DECLARE @t TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
+						  n_ok INT, ok_sent_at DATETIME2(6), n_fail INT, gone BIT,
+						  retry_after_ms BIGINT, error NVARCHAR(MAX), threshold INT, cooldown_ms BIGINT);
+		DECLARE @nx TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
+						   old_state NVARCHAR(20), new_state NVARCHAR(20), old_failures INT,
+						   new_failures INT, old_paused DATETIME2(6), new_paused DATETIME2(6),
+						   n_fail INT, error NVARCHAR(MAX), cooldown_ms BIGINT);
+
 		-- when the latest success was sent: @now less its age, rounded up to
 		-- the millisecond (so never later than it was); an open circuit
 		-- counts it only when sent at or after opened_at (QB_PG_OUTBOX_BREAKER)
-		INSERT #qb_cycle_tally (destination, n_ok, ok_sent_at, n_fail, gone, retry_after_ms, error, threshold,
+		INSERT @t (destination, n_ok, ok_sent_at, n_fail, gone, retry_after_ms, error, threshold,
 				   cooldown_ms)
 			SELECT destination, n_ok, queuebox._after(@now, -((ISNULL(ago, 0) + 999) / 1000)),
 				   n_fail, ISNULL(gone, 0), ISNULL(retry_after_ms, 0), error, threshold, cooldown_ms
@@ -254,10 +257,10 @@ BEGIN
 		-- every destination has its row before the counts go in: the range
 		-- lock makes a second creator wait, then find the row
 		INSERT queuebox.destination_state (destination)
-			SELECT t.destination FROM #qb_cycle_tally t
+			SELECT t.destination FROM @t t
 			WHERE NOT EXISTS (SELECT 1 FROM queuebox.destination_state d WITH (UPDLOCK, HOLDLOCK)
 							  WHERE d.destination = t.destination);
-		INSERT #qb_cycle_next (destination, old_state, new_state, old_failures, new_failures, old_paused,
+		INSERT @nx (destination, old_state, new_state, old_failures, new_failures, old_paused,
 					new_paused, n_fail, error, cooldown_ms)
 			SELECT t.destination, c.state,
 				   CASE WHEN t.gone = 1 OR c.state = N'disabled' THEN N'disabled'
@@ -277,7 +280,7 @@ BEGIN
 						THEN queuebox._after(@now, t.retry_after_ms)
 						ELSE c.paused_until END,
 				   t.n_fail, t.error, t.cooldown_ms
-			FROM #qb_cycle_tally t
+			FROM @t t
 			JOIN queuebox.destination_state c WITH (UPDLOCK, ROWLOCK) ON c.destination = t.destination;
 		UPDATE s
 		SET state = nx.new_state, failures = nx.new_failures,
@@ -288,22 +291,27 @@ BEGIN
 			paused_until = nx.new_paused,
 			last_error = COALESCE(CASE WHEN nx.n_fail > 0 THEN nx.error END, s.last_error),
 			changed_at = CASE WHEN nx.new_state = s.state THEN s.changed_at ELSE @now END
-		FROM queuebox.destination_state s JOIN #qb_cycle_next nx ON nx.destination = s.destination
+		FROM queuebox.destination_state s JOIN @nx nx ON nx.destination = s.destination
 		WHERE nx.new_state <> nx.old_state OR nx.new_failures <> nx.old_failures
 		   OR ISNULL(nx.new_paused, '00010101') <> ISNULL(nx.old_paused, '00010101');
-		INSERT #qb_cycle_changes (destination, old_state, new_state, paused)
+		INSERT @changes (destination, old_state, new_state, paused)
 			SELECT destination, old_state, new_state,
 				   CASE WHEN new_paused > @now THEN 1 ELSE 0 END
-			FROM #qb_cycle_next;
+			FROM @nx;
 	END
 
 	/* -- the settles (QB_PG_OUTBOX_SETTLE), fenced by each row's token -- */
 	IF @settles IS NOT NULL
 	BEGIN
-		TRUNCATE TABLE #qb_cycle_settles;
-		TRUNCATE TABLE #qb_cycle_settled;
-		TRUNCATE TABLE #qb_cycle_fan;
-		INSERT #qb_cycle_settles (id, token, outcome, attempt, delay_ms, error, destination, unrouted, copies)
+		DECLARE @s TABLE (id BIGINT, token UNIQUEIDENTIFIER, outcome NVARCHAR(10), attempt INT,
+						  delay_ms BIGINT, error NVARCHAR(MAX),
+						  destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2, unrouted BIT,
+						  copies NVARCHAR(MAX));
+		DECLARE @settled TABLE (id BIGINT PRIMARY KEY, [key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2,
+								state NVARCHAR(50), unrouted BIT);
+		DECLARE @fan TABLE (id BIGINT PRIMARY KEY, copies NVARCHAR(MAX));
+
+		INSERT @s (id, token, outcome, attempt, delay_ms, error, destination, unrouted, copies)
 			SELECT id, token, outcome, attempt, ISNULL(delay_ms, 0), error, destination,
 				   ISNULL(unrouted, 0), copies
 			FROM OPENJSON(@settles) WITH (id BIGINT '$.id', token UNIQUEIDENTIFIER '$.t',
@@ -312,10 +320,10 @@ BEGIN
 										  destination NVARCHAR(200) '$.d', unrouted BIT '$.u',
 										  copies NVARCHAR(MAX) '$.c' AS JSON);
 		-- the rows this token still holds, locked: the ones the update changes
-		INSERT #qb_cycle_settled (id, [key], state, unrouted)
+		INSERT @settled (id, [key], state, unrouted)
 			SELECT o.id, o.[key], CASE s.outcome WHEN N'sent' THEN N'sent' WHEN N'dead' THEN N'dead'
 										 WHEN N'dead-hold' THEN N'dead' ELSE N'pending' END, s.unrouted
-			FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK) JOIN #qb_cycle_settles s ON s.id = o.id
+			FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK) JOIN @s s ON s.id = o.id
 			WHERE o.claim_token = s.token AND o.state = N'processing';
 
 		/*
@@ -329,26 +337,22 @@ BEGIN
 		 * its id too (outbox_fanout set it already when it knew the
 		 * route).  Fenced by the token, and only while the row is not
 		 * routed: a row is copied once.  outbox_fanout leaves a copy as it is.
-		 * Looked for only when a settle carries copies.
 		 */
-		IF EXISTS (SELECT 1 FROM #qb_cycle_settles WHERE copies IS NOT NULL)
+		INSERT @fan (id, copies)
+			SELECT o.id, s.copies FROM queuebox.outbox o JOIN @settled w ON w.id = o.id JOIN @s s ON s.id = o.id
+			WHERE s.copies IS NOT NULL AND o.destination IS NULL AND (o.origin IS NULL OR o.origin = o.id);
+		IF @@ROWCOUNT > 0
 		BEGIN
-			INSERT #qb_cycle_fan (id, copies)
-				SELECT o.id, s.copies FROM queuebox.outbox o JOIN #qb_cycle_settled w ON w.id = o.id JOIN #qb_cycle_settles s ON s.id = o.id
-				WHERE s.copies IS NOT NULL AND o.destination IS NULL AND (o.origin IS NULL OR o.origin = o.id);
-			IF @@ROWCOUNT > 0
-			BEGIN
-				UPDATE o SET origin = o.id
-				FROM queuebox.outbox o JOIN #qb_cycle_fan f ON f.id = o.id
-				WHERE o.origin IS NULL AND o.destination IS NULL;
-				INSERT queuebox.outbox (message_id, topic, [key], payload, headers, max_attempts, scheduled_at,
-										created_at, destination, origin)
-					SELECT o.message_id, o.topic, o.[key], o.payload, o.headers, o.max_attempts, o.scheduled_at,
-						   o.created_at, CAST(d.[value] AS NVARCHAR(200)), o.id
-					FROM #qb_cycle_fan f JOIN queuebox.outbox o ON o.id = f.id
-					CROSS APPLY OPENJSON(f.copies) d
-					ORDER BY o.id, CAST(d.[key] AS INT);
-			END
+			UPDATE o SET origin = o.id
+			FROM queuebox.outbox o JOIN @fan f ON f.id = o.id
+			WHERE o.origin IS NULL AND o.destination IS NULL;
+			INSERT queuebox.outbox (message_id, topic, [key], payload, headers, max_attempts, scheduled_at,
+									created_at, destination, origin)
+				SELECT o.message_id, o.topic, o.[key], o.payload, o.headers, o.max_attempts, o.scheduled_at,
+					   o.created_at, CAST(d.[value] AS NVARCHAR(200)), o.id
+				FROM @fan f JOIN queuebox.outbox o ON o.id = f.id
+				CROSS APPLY OPENJSON(f.copies) d
+				ORDER BY o.id, CAST(d.[key] AS INT);
 		END
 		UPDATE o
 		SET state = w.state,
@@ -368,17 +372,17 @@ BEGIN
 			last_error = CASE WHEN s.outcome IN (N'sent', N'route') THEN o.last_error ELSE s.error END,
 			claim_token = NULL, lease_until = NULL
 		FROM queuebox.outbox o
-		JOIN #qb_cycle_settled w ON w.id = o.id
-		JOIN #qb_cycle_settles s ON s.id = o.id
+		JOIN @settled w ON w.id = o.id
+		JOIN @s s ON s.id = o.id
 		WHERE o.claim_token = s.token AND o.state = N'processing';
-		SELECT @nsettled = COUNT(*) FROM #qb_cycle_settled;
+		SELECT @nsettled = COUNT(*) FROM @settled;
 		-- a row routed now that had no destination at its claim (a fan-out
 		-- row routed to its first destination, a retry, a hold, a release)
 		-- no longer holds back its key's rows at the other destinations:
 		-- its key is promoted as for a row that ended
-		INSERT #qb_cycle_ended ([key], destination)
+		INSERT @ended ([key], destination)
 			SELECT DISTINCT w.[key], CASE WHEN w.unrouted = 0 THEN o.destination END
-			FROM #qb_cycle_settled w JOIN queuebox.outbox o ON o.id = w.id
+			FROM @settled w JOIN queuebox.outbox o ON o.id = w.id
 			WHERE w.[key] IS NOT NULL
 			  AND (w.state IN (N'sent', N'dead') OR (w.unrouted = 1 AND o.destination IS NOT NULL));
 	END
@@ -404,10 +408,11 @@ BEGIN
 	 * rows in flight is only for the claim to look at again; claimed here
 	 * it would go out beside them.
 	 */
-	IF EXISTS (SELECT 1 FROM #qb_cycle_ended)
+	IF EXISTS (SELECT 1 FROM @ended)
 	BEGIN
-		TRUNCATE TABLE #qb_cycle_promoted;
-		INSERT #qb_cycle_promoted (id, claim)
+		DECLARE @promoted TABLE (id BIGINT PRIMARY KEY, claim BIT);
+
+		INSERT @promoted (id, claim)
 			SELECT o.id, CASE WHEN @token IS NOT NULL AND o.scheduled_at <= @now
 								   AND (o.destination IS NOT NULL
 										OR NOT EXISTS (SELECT 1 FROM queuebox.outbox e
@@ -415,13 +420,13 @@ BEGIN
 														 AND e.place < o.place AND e.state = N'processing'))
 							  THEN 1 ELSE 0 END
 			FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK)
-			WHERE o.id IN (SELECT f.id FROM #qb_cycle_ended k
+			WHERE o.id IN (SELECT f.id FROM @ended k
 						   CROSS APPLY (SELECT TOP (1) e.id FROM queuebox.outbox e
 										WHERE e.[key] = k.[key] AND e.destination = k.destination
 										  AND e.state IN (N'pending', N'processing')
 										ORDER BY e.place) f
 						   UNION ALL
-						   SELECT f.id FROM #qb_cycle_ended k
+						   SELECT f.id FROM @ended k
 						   CROSS APPLY (SELECT TOP (1) u.id FROM (
 											SELECT a.id, a.place FROM (
 												SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
@@ -436,7 +441,7 @@ BEGIN
 												ORDER BY e.place) a) u
 										ORDER BY u.place) f
 						   UNION ALL
-						   SELECT f.id FROM #qb_cycle_ended k
+						   SELECT f.id FROM @ended k
 						   CROSS APPLY (SELECT DISTINCT e.destination FROM queuebox.outbox e
 										WHERE e.[key] = k.[key] AND e.destination IS NOT NULL
 										  AND e.state IN (N'pending', N'processing')) g
@@ -461,12 +466,12 @@ BEGIN
 			claim_token = CASE WHEN p.claim = 1 THEN @token END,
 			lease_until = CASE WHEN p.claim = 1 THEN queuebox._after(@now, @lease) END,
 			claimer = CASE WHEN p.claim = 1 THEN @claimer END
-		FROM queuebox.outbox o JOIN #qb_cycle_promoted p ON p.id = o.id
+		FROM queuebox.outbox o JOIN @promoted p ON p.id = o.id
 		WHERE o.state = N'pending' AND o.hold = N'key';
-		INSERT #qb_cycle_rows (id, claimed, destination, src, not_due)
+		INSERT @rows (id, claimed, destination, src, not_due)
 			SELECT o.id, CASE WHEN o.claim_token = @token AND o.state = N'processing' THEN 1 ELSE 0 END,
 				   o.destination, 'k', 0
-			FROM #qb_cycle_promoted p JOIN queuebox.outbox o ON o.id = p.id;
+			FROM @promoted p JOIN queuebox.outbox o ON o.id = p.id;
 	END
 
 	IF @claim IS NOT NULL
@@ -475,45 +480,45 @@ BEGIN
 		DECLARE @batch INT = CONVERT(INT, JSON_VALUE(@claim, '$.batch'));
 		DECLARE @floor BIGINT = ISNULL(CONVERT(BIGINT, JSON_VALUE(@claim, '$.floor')), 0);
 		DECLARE @left INT;
-		-- #qb_cycle_cand, a candidate: its key, destination (NULL: not routed),
-		-- place, and fan 1 for a fan-out row not copied yet (origin = id, not
-		-- routed)
-		TRUNCATE TABLE #qb_cycle_probe;
-		TRUNCATE TABLE #qb_cycle_dests;
-		TRUNCATE TABLE #qb_cycle_cand;
-		TRUNCATE TABLE #qb_cycle_blk;
-		TRUNCATE TABLE #qb_cycle_lk;
+		DECLARE @p TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY);
+		DECLARE @d TABLE (name NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY, lim INT);
+		-- a candidate: its key, destination (NULL: not routed), place, and
+		-- fan 1 for a fan-out row not copied yet (origin = id, not routed)
+		DECLARE @cand TABLE (id BIGINT PRIMARY KEY, [key] NVARCHAR(400) COLLATE Latin1_General_100_BIN2, src CHAR(1),
+							 destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2, pos BIGINT, fan BIT);
+		DECLARE @blk TABLE (cid BIGINT PRIMARY KEY, bid BIGINT);
+		DECLARE @lk TABLE (id BIGINT PRIMARY KEY);
 
 		/* -- the destination states (QB_PG_OUTBOX_STATES): a cooled-down open circuit goes half-open -- */
-		INSERT #qb_cycle_probe (destination)
+		INSERT @p (destination)
 			SELECT d.destination FROM queuebox.destination_state d WITH (ROWLOCK, READPAST, UPDLOCK)
 			WHERE d.state IN (N'open', N'half-open') AND d.probe_at <= @now;
 		UPDATE d
 		SET state = N'half-open', probe_at = queuebox._after(@now, @probe_ms), changed_at = @now
-		FROM queuebox.destination_state d JOIN #qb_cycle_probe p ON p.destination = d.destination;
-		INSERT #qb_cycle_states (destination, state, failures, paused, probe)
+		FROM queuebox.destination_state d JOIN @p p ON p.destination = d.destination;
+		INSERT @states (destination, state, failures, paused, probe)
 			SELECT d.destination, d.state, d.failures,
 				   CASE WHEN d.paused_until > @now THEN 1 ELSE 0 END,
 				   CASE WHEN p.destination IS NOT NULL THEN 1 ELSE 0 END
-			FROM queuebox.destination_state d LEFT JOIN #qb_cycle_probe p ON p.destination = d.destination
+			FROM queuebox.destination_state d LEFT JOIN @p p ON p.destination = d.destination
 			WHERE d.state <> N'closed' OR d.failures > 0 OR d.paused_until > @now
 			   OR p.destination IS NOT NULL;
 
 		/* -- what the promotion left of the claim (qb_claim_left) -- */
-		SET @batch = @batch - (SELECT COUNT(*) FROM #qb_cycle_rows WHERE claimed = 1 AND destination IS NULL);
+		SET @batch = @batch - (SELECT COUNT(*) FROM @rows WHERE claimed = 1 AND destination IS NULL);
 		IF @batch < 0
 			SET @batch = 0;
-		INSERT #qb_cycle_dests (name, lim)
+		INSERT @d (name, lim)
 			SELECT name, lim FROM OPENJSON(@claim, '$.dests') WITH (name NVARCHAR(200) '$.n', lim INT '$.l');
 		UPDATE d
 		SET lim = CASE WHEN d.lim > x.n THEN d.lim - x.n ELSE 0 END
-		FROM #qb_cycle_dests d JOIN (SELECT destination, COUNT(*) AS n FROM #qb_cycle_rows WHERE claimed = 1
+		FROM @d d JOIN (SELECT destination, COUNT(*) AS n FROM @rows WHERE claimed = 1
 						GROUP BY destination) x ON x.destination = d.name;
 
 		/* -- the candidates: routed rows per destination taking rows, the unrouted intake, ready, probes -- */
-		INSERT #qb_cycle_cand (id, [key], src, destination, pos, fan)
+		INSERT @cand (id, [key], src, destination, pos, fan)
 			SELECT r.id, r.[key], 'd', r.destination, r.place, 0
-			FROM #qb_cycle_dests d
+			FROM @d d
 			CROSS APPLY (SELECT TOP (d.lim) c.id, c.[key], c.destination, c.place
 						 FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
 						 WHERE c.destination = d.name AND c.destination IS NOT NULL
@@ -523,22 +528,22 @@ BEGIN
 			  AND NOT EXISTS (SELECT 1 FROM queuebox.destination_state s
 							  WHERE s.destination = d.name
 								AND (s.state <> N'closed' OR s.paused_until > @now));
-		INSERT #qb_cycle_cand (id, [key], src, destination, pos, fan)
+		INSERT @cand (id, [key], src, destination, pos, fan)
 			SELECT TOP (@batch) c.id, c.[key], 'i', NULL, c.place, CASE WHEN c.origin = c.id THEN 1 ELSE 0 END
 			FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
 			WHERE c.state = N'pending' AND c.destination IS NULL AND c.hold IS NULL AND c.id > @floor
 			ORDER BY c.id;
 		SET @left = @batch - @@ROWCOUNT;
 		IF @left > 0
-			INSERT #qb_cycle_cand (id, [key], src, destination, pos, fan)
+			INSERT @cand (id, [key], src, destination, pos, fan)
 				SELECT TOP (@left) c.id, c.[key], 'r', c.destination, c.place,
 					   CASE WHEN c.destination IS NULL AND c.origin = c.id THEN 1 ELSE 0 END
 				FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
 				WHERE c.state = N'pending' AND c.hold = N'ready' AND c.scheduled_at <= @now
 				ORDER BY c.scheduled_at, c.id;
-		INSERT #qb_cycle_cand (id, [key], src, destination, pos, fan)
+		INSERT @cand (id, [key], src, destination, pos, fan)
 			SELECT r.id, r.[key], 'p', pd.destination, r.place, 0
-			FROM #qb_cycle_probe pd
+			FROM @p pd
 			CROSS APPLY (SELECT TOP (1) x.id, x.[key], x.place FROM (
 							SELECT 1 AS pri, h.id, h.[key], h.place FROM (
 								SELECT TOP (1) c.id, c.[key], c.place FROM queuebox.outbox c WITH (ROWLOCK, READPAST, UPDLOCK)
@@ -552,7 +557,7 @@ BEGIN
 								  AND c.state = N'pending' AND c.hold IS NULL
 								ORDER BY c.scheduled_at, c.id) g) x
 						 ORDER BY x.pri) r
-			WHERE NOT EXISTS (SELECT 1 FROM #qb_cycle_cand k WHERE k.id = r.id);
+			WHERE NOT EXISTS (SELECT 1 FROM @cand k WHERE k.id = r.id);
 
 		/*
 		 * -- per-key order, per destination: a keyed candidate that an
@@ -564,17 +569,17 @@ BEGIN
 		 * and routed back, not_due), each copy then waits at its own
 		 * destination --
 		 */
-		INSERT #qb_cycle_blk (cid, bid)
-			SELECT c.id, b.id FROM #qb_cycle_cand c
+		INSERT @blk (cid, bid)
+			SELECT c.id, b.id FROM @cand c
 			CROSS APPLY queuebox._outbox_blocker(c.[key], c.destination, c.pos) b
 			WHERE c.[key] IS NOT NULL AND c.fan = 0;
-		INSERT #qb_cycle_lk (id)
+		INSERT @lk (id)
 			SELECT e.id FROM queuebox.outbox e WITH (ROWLOCK, READPAST, REPEATABLEREAD)
-			WHERE e.id IN (SELECT bid FROM #qb_cycle_blk)
+			WHERE e.id IN (SELECT bid FROM @blk)
 			  AND (e.state IN (N'pending', N'processing') OR e.hold = N'dead');
 
 		-- the candidates still pending and unclaimed (the lock keeps them so)
-		DELETE c FROM #qb_cycle_cand c
+		DELETE c FROM @cand c
 		WHERE NOT EXISTS (SELECT 1 FROM queuebox.outbox o WITH (UPDLOCK, ROWLOCK)
 						  WHERE o.id = c.id AND o.state = N'pending' AND o.claim_token IS NULL);
 		UPDATE o
@@ -584,31 +589,31 @@ BEGIN
 			lease_until = CASE WHEN b.cid IS NULL THEN queuebox._after(@now, @lease) END,
 			claimer = CASE WHEN b.cid IS NULL THEN @claimer END
 		FROM queuebox.outbox o
-		JOIN #qb_cycle_cand c ON c.id = o.id
-		LEFT JOIN #qb_cycle_blk b ON b.cid = c.id
-		LEFT JOIN #qb_cycle_lk l ON l.id = b.bid
+		JOIN @cand c ON c.id = o.id
+		LEFT JOIN @blk b ON b.cid = c.id
+		LEFT JOIN @lk l ON l.id = b.bid
 		WHERE o.state = N'pending' AND o.claim_token IS NULL;
 		-- what changed, by the token: exact even where a lock hint is not honoured
 		-- (a row the promotion released and did not claim was a candidate:
 		-- what the claim did with it replaces what the promotion said)
-		DELETE r FROM #qb_cycle_rows r JOIN #qb_cycle_cand c ON c.id = r.id WHERE r.claimed = 0;
-		INSERT #qb_cycle_rows (id, claimed, destination, src, not_due)
+		DELETE r FROM @rows r JOIN @cand c ON c.id = r.id WHERE r.claimed = 0;
+		INSERT @rows (id, claimed, destination, src, not_due)
 			SELECT o.id, CASE WHEN o.claim_token = @token THEN 1 ELSE 0 END, o.destination, c.src,
 				   CASE WHEN o.scheduled_at > @now OR c.fan = 1 THEN 1 ELSE 0 END
-			FROM #qb_cycle_cand c JOIN queuebox.outbox o ON o.id = c.id
+			FROM @cand c JOIN queuebox.outbox o ON o.id = c.id
 			WHERE (o.claim_token = @token AND o.state = N'processing')
 			   OR (o.state = N'pending' AND o.hold IN (N'key', N'ready'));
 	END
 
-	SELECT destination, old_state, new_state, paused FROM #qb_cycle_changes ORDER BY destination;
+	SELECT destination, old_state, new_state, paused FROM @changes ORDER BY destination;
 	SELECT @nsettled AS settled;
-	SELECT destination, state, failures, paused, probe FROM #qb_cycle_states ORDER BY destination;
+	SELECT destination, state, failures, paused, probe FROM @states ORDER BY destination;
 	SELECT o.id, o.message_id, o.topic, o.[key], o.payload, o.headers, o.attempt,
 		   COALESCE(o.max_attempts, @maxa) AS max_attempts, queuebox._epoch(o.created_at) AS created_epoch,
 		   r.claimed, o.destination,
 		   CASE WHEN r.src = 'i' THEN 1 ELSE 0 END AS in_intake, r.not_due,
 		   CASE WHEN r.src = 'p' THEN 1 ELSE 0 END AS probe
-	FROM #qb_cycle_rows r JOIN queuebox.outbox o ON o.id = r.id
+	FROM @rows r JOIN queuebox.outbox o ON o.id = r.id
 	ORDER BY o.id;
 END
 GO
@@ -1076,20 +1081,19 @@ BEGIN
 	SET NOCOUNT ON;
 	SET XACT_ABORT ON;
 	DECLARE @now DATETIME2(6);
+	DECLARE @t TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
+					  per_sec FLOAT, burst INT, max_concurrent INT, held INT, give INT, want INT,
+					  tokens FLOAT NULL, places INT NULL, got INT NULL);
 
-	-- the session's working table (sql/sqlserver/session.sql), emptied
-	IF OBJECT_ID(N'tempdb..#qb_limits_take') IS NULL
-		THROW 50022, N'queuebox._limits_take: this session has no working tables: run sql/sqlserver/session.sql on it first (queuebox-mssqld does when it connects)', 1;
-	TRUNCATE TABLE #qb_limits_take;
-	INSERT #qb_limits_take (destination, per_sec, burst, max_concurrent, held, give, want)
+	INSERT @t (destination, per_sec, burst, max_concurrent, held, give, want)
 		SELECT n, r, b, m, h, g, w FROM OPENJSON(@takes)
 		WITH (n NVARCHAR(200) '$.n', r FLOAT '$.r', b INT '$.b', m INT '$.m', h INT '$.h',
 			  g INT '$.g', w INT '$.w');
 	INSERT INTO queuebox.destination_limit (destination, tokens, refilled_at)
-		SELECT t.destination, t.burst, SYSUTCDATETIME() FROM #qb_limits_take t
+		SELECT t.destination, t.burst, SYSUTCDATETIME() FROM @t t
 		WHERE NOT EXISTS (SELECT 1 FROM queuebox.destination_limit l WHERE l.destination = t.destination);
 	UPDATE l SET tokens = l.tokens
-	FROM queuebox.destination_limit l JOIN #qb_limits_take t ON t.destination = l.destination;
+	FROM queuebox.destination_limit l JOIN @t t ON t.destination = l.destination;
 	SET @now = SYSUTCDATETIME();
 
 	UPDATE t
@@ -1097,7 +1101,7 @@ BEGIN
 						OR l.tokens + t.give + t.per_sec * DATEDIFF(ms, l.refilled_at, @now) / 1000.0 > t.burst
 					  THEN t.burst
 					  ELSE l.tokens + t.give + t.per_sec * DATEDIFF(ms, l.refilled_at, @now) / 1000.0 END
-	FROM #qb_limits_take t JOIN queuebox.destination_limit l ON l.destination = t.destination
+	FROM @t t JOIN queuebox.destination_limit l ON l.destination = t.destination
 	WHERE t.per_sec > 0;
 	UPDATE t
 	SET places = t.max_concurrent - t.held - ISNULL((
@@ -1105,26 +1109,26 @@ BEGIN
 		WHERE p.destination = t.destination AND p.claimer <> @claimer AND p.held > 0
 		  AND 0 = CASE WHEN p.alive_until IS NULL THEN queuebox._claimer_gone(p.claimer, @claimer)
 					   WHEN p.alive_until >= @now THEN 0 ELSE 1 END), 0)
-	FROM #qb_limits_take t WHERE t.max_concurrent > 0;
-	UPDATE #qb_limits_take SET got = want;
-	UPDATE #qb_limits_take SET got = places WHERE places IS NOT NULL AND places < got;
-	UPDATE #qb_limits_take SET got = FLOOR(tokens + 1e-9) WHERE per_sec > 0 AND FLOOR(tokens + 1e-9) < got;
-	UPDATE #qb_limits_take SET got = 0 WHERE got < 0;
+	FROM @t t WHERE t.max_concurrent > 0;
+	UPDATE @t SET got = want;
+	UPDATE @t SET got = places WHERE places IS NOT NULL AND places < got;
+	UPDATE @t SET got = FLOOR(tokens + 1e-9) WHERE per_sec > 0 AND FLOOR(tokens + 1e-9) < got;
+	UPDATE @t SET got = 0 WHERE got < 0;
 
 	UPDATE l SET tokens = t.tokens - t.got, refilled_at = @now
-	FROM queuebox.destination_limit l JOIN #qb_limits_take t ON t.destination = l.destination
+	FROM queuebox.destination_limit l JOIN @t t ON t.destination = l.destination
 	WHERE t.per_sec > 0;
-	DELETE p FROM queuebox.destination_limit_place p JOIN #qb_limits_take t ON t.destination = p.destination
+	DELETE p FROM queuebox.destination_limit_place p JOIN @t t ON t.destination = p.destination
 	WHERE p.claimer <> @claimer
 	  AND 1 = CASE WHEN p.alive_until IS NULL THEN queuebox._claimer_gone(p.claimer, @claimer)
 				   WHEN p.alive_until < @now THEN 1 ELSE 0 END;
 	UPDATE p SET held = t.held + t.got,
 		alive_until = CASE WHEN @lease > 0 THEN DATEADD(ms, @lease, @now) END
-	FROM queuebox.destination_limit_place p JOIN #qb_limits_take t ON t.destination = p.destination
+	FROM queuebox.destination_limit_place p JOIN @t t ON t.destination = p.destination
 	WHERE p.claimer = @claimer AND t.max_concurrent > 0;
 	INSERT INTO queuebox.destination_limit_place (destination, claimer, held, alive_until)
 		SELECT t.destination, @claimer, t.held + t.got, CASE WHEN @lease > 0 THEN DATEADD(ms, @lease, @now) END
-		FROM #qb_limits_take t
+		FROM @t t
 		WHERE t.max_concurrent > 0
 		  AND NOT EXISTS (SELECT 1 FROM queuebox.destination_limit_place p
 						  WHERE p.destination = t.destination AND p.claimer = @claimer);
@@ -1133,6 +1137,6 @@ BEGIN
 			 THEN CASE WHEN (1 - (tokens - got)) <= 0 THEN 0
 					   ELSE CONVERT(INT, CEILING((1 - (tokens - got)) * 1000 / per_sec)) END
 			 ELSE -1 END AS wait_ms
-	FROM #qb_limits_take;
+	FROM @t;
 END
 GO

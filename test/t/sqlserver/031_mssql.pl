@@ -849,7 +849,6 @@ sub upgrade_from
 	# 0.3.6 (issue 38): the upgraded _outbox_cycle keeps an open circuit open
 	# on a success sent (the tallies' "ago", in microseconds) before it opened
 	mssql_do($dbh, q{UPDATE queuebox.destination_state SET opened_at = SYSUTCDATETIME() WHERE destination = N'broken'});
-	mssql_session($dbh);
 	is(join('|', @{ mssql_rows($dbh, 'EXEC queuebox._outbox_cycle ?, NULL, NULL',
 		'[{"d": "broken", "ok": 1, "ago": 60000000, "fail": 0, "th": 3, "cd": 60000}]')->[0] }[0 .. 2]),
 		'broken|open|open', "$from: a success sent a minute before the circuit opened leaves it open");

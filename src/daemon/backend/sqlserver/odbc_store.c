@@ -84,26 +84,15 @@ qbos_drop(QbOdbcStore *s)
 static int	qbos_claimer_lock(QbOdbcStore *s, char *err, size_t errlen);
 static int	qbos_beat_due(QbOdbcStore *s, QbOdbcClass *cls, char *err, size_t errlen);
 
-/*
- * qbos_open makes one connection attempt: the session, its working tables
- * (sql/sqlserver/session.sql, which _outbox_cycle and _limits_take use),
- * and the claimer's lock when the engine takes over.
- */
+/* qbos_open makes one connection attempt. */
 static int
 qbos_open(void *ctx, char *err, size_t errlen)
 {
 	QbOdbcStore *s = ctx;
-	QbOdbcClass cls;
 
 	s->conn = qb_odbc_connect(s->url, s->application_name, s->connect_timeout_ms, err, errlen);
 	if (s->conn == NULL)
 		return -1;
-	if (qb_odbc_exec(s->conn, qbd_session_mssql, NULL, 0, s->statement_timeout_ms, NULL, NULL, &cls,
-					 err, errlen) != 0)
-	{
-		qbos_drop(s);
-		return -1;
-	}
 	if (s->takeover && qbos_claimer_lock(s, err, errlen) != 0)
 	{
 		qbos_drop(s);

@@ -205,10 +205,6 @@ extern int	qb_odbc_exec(QbOdbcConn *c, const char *sql, const QbOdbcParam *param
 						 long timeout_ms, QbOdbcRow row, void *arg, QbOdbcClass *cls,
 						 char *err, size_t errlen);
 
-/* what each store session runs first: its working tables (schema_mssql.c,
- * made from sql/sqlserver/session.sql) */
-extern const char qbd_session_mssql[];
-
 /* BEGIN TRANSACTION; -1 with err */
 extern int	qb_odbc_begin(QbOdbcConn *c, char *err, size_t errlen);
 
