@@ -291,12 +291,13 @@ qbo_limits_give_unused(QboEngine *e)
 
 /*
  * qbo_limits_give_now: after a claim, what its take got and no row uses
- * goes back to the database at once (the banner says why).
+ * goes back to the database at once (the banner says why).  A take is due
+ * only with a database to give to (qbo_limits_sync_soon).
  */
 void
 qbo_limits_give_now(QboEngine *e)
 {
-	if (e->store->limits_take != NULL && e->limits_sync_at != 0)
+	if (e->limits_sync_at != 0)
 		qbo_limits_take_shared(e, QBO_TAKE_SYNC, qb_now_ms());
 }
 
