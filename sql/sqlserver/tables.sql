@@ -177,10 +177,12 @@ CREATE TABLE queuebox.claimer_beat (
 -- ---------------------------------------------------------------------------
 -- The destinations' limits (rateLimit, maxConcurrent) every replica on this
 -- database shares (docs/delivery.md, "Limits"): a destination's token
--- bucket, and the places each claimer holds.  Written by _limits_take alone
--- (engine.sql), which locks a destination's bucket row before it reads or
--- writes either table.  A claimer's places count while _claimer_gone says
--- it lives (its applock; on Babelfish its beat), or until alive_until.
+-- bucket, and the places and tokens each claimer holds (tokens taken and
+-- not spent yet: the bucket refills up to burst less them).  Written by
+-- _limits_take alone (engine.sql), which locks a destination's bucket row
+-- before it reads or writes either table.  A claimer's places and tokens
+-- count while _claimer_gone says it lives (its applock; on Babelfish its
+-- beat), or until alive_until.
 CREATE TABLE queuebox.destination_limit (
 	destination		NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL CONSTRAINT destination_limit_pkey PRIMARY KEY,
 	tokens			FLOAT NOT NULL,
@@ -190,6 +192,8 @@ CREATE TABLE queuebox.destination_limit_place (
 	destination		NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL,
 	claimer			BIGINT NOT NULL,
 	held			INT NOT NULL CONSTRAINT destination_limit_place_held_check CHECK (held >= 0),
+	tokens_out		INT NOT NULL CONSTRAINT destination_limit_place_tokens_out_default DEFAULT 0
+		CONSTRAINT destination_limit_place_tokens_out_check CHECK (tokens_out >= 0),
 	alive_until		DATETIME2(6) NULL,
 	CONSTRAINT destination_limit_place_pkey PRIMARY KEY (destination, claimer)
 );

@@ -54,10 +54,11 @@ test_reserve_both(void **state)
 	assert_int_equal(wait, -1);
 	assert_int_equal(qb_limits_in_use(l, "partner"), 3);
 	assert_int_equal(qb_limits_reserve(l, b, "partner", &spec, 1, t, &wait), 0);
-	/* two publishes end, one reservation is given back unused */
+	/* two publishes start and end, one reservation is given back unused */
+	qb_limits_spent(l, a, "partner", &spec, 2, t);
 	qb_limits_release(l, a, "partner");
 	qb_limits_release(l, a, "partner");
-	qb_limits_give(l, a, "partner", &spec, 1);
+	qb_limits_give(l, a, "partner", &spec, 1, t);
 	assert_int_equal(qb_limits_in_use(l, "partner"), 0);
 	/* the unused token came back: 2 + 1 */
 	assert_int_equal(qb_limits_reserve(l, b, "partner", &spec, 100, t, &wait), 3);
@@ -73,6 +74,36 @@ test_reserve_both(void **state)
 	assert_int_equal(qb_limits_reserve(l, a, "other", &spec, 1, t, &wait), 0);
 	assert_int_equal(wait, 100);
 	assert_int_equal(qb_limits_in_use(l, "other"), 0);
+	munmap(l, sizeof(*l));
+}
+
+/* tokens reserved are out until spent: the bucket refills up to burst less them */
+static void
+test_tokens_out(void **state)
+{
+	QbLimits   *l = shared_block();
+	QbLimitSpec spec = {{10, 5}, 0};
+	int			a = qb_limits_holder(l, "outbox 0", 400);
+	int			b = qb_limits_holder(l, "outbox 1", 401);
+	int64_t		t = 1000 * MS;
+	long		wait;
+
+	(void) state;
+	assert_int_equal(qb_limits_reserve(l, a, "d", &spec, 5, t, &wait), 5);
+	/* a second later a's claim has not sent them: b gets none */
+	assert_int_equal(qb_limits_reserve(l, b, "d", &spec, 5, t + 1000 * MS, &wait), 0);
+	/* a sends them: they count as taken now, the bucket refills from now */
+	qb_limits_spent(l, a, "d", &spec, 5, t + 1000 * MS);
+	assert_int_equal(qb_limits_reserve(l, b, "d", &spec, 5, t + 1000 * MS, &wait), 0);
+	assert_int_equal(qb_limits_reserve(l, b, "d", &spec, 5, t + 1300 * MS, &wait), 3);
+	/* b restarts (killed -9) with its 3 out: they stop being out */
+	assert_int_equal(qb_limits_holder(l, "outbox 1", 402), b);
+	assert_int_equal(qb_limits_reserve(l, a, "d", &spec, 5, t + 1500 * MS, &wait), 2);
+	/* given back unused: in the bucket again, at once */
+	qb_limits_give(l, a, "d", &spec, 2, t + 1500 * MS);
+	assert_int_equal(qb_limits_reserve(l, b, "d", &spec, 5, t + 1500 * MS, &wait), 2);
+	qb_limits_spent(l, b, "d", &spec, 2, t + 1500 * MS);
+	assert_int_equal(qb_limits_reserve(l, a, "d", &spec, 9, t + 9000 * MS, &wait), 5);
 	munmap(l, sizeof(*l));
 }
 
@@ -223,6 +254,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_reserve_both),
+		cmocka_unit_test(test_tokens_out),
 		cmocka_unit_test(test_restart_and_reap),
 		cmocka_unit_test(test_dead_lock_holder),
 		cmocka_unit_test(test_dead_mid_change),

@@ -210,6 +210,8 @@ static struct
 	int			asked_held;		/* the most places a take said were in use */
 	int			tokens;			/* of a bucket of burst 4, refilled by each take */
 	int			given_back;
+	int			out;			/* the tokens the engine's last take left it out */
+	int			out_wrong;		/* takes that said more out than the last left */
 } lt;
 
 static int
@@ -236,6 +238,9 @@ fake_limits_take(void *ctx, QbLimitTake *t, int n, long lease_ms, char *err, siz
 			t[i].got = lt.tokens;
 		t[i].wait_ms = -1;
 		lt.held = t[i].held + t[i].got;
+		if (t[i].out + t[i].give > lt.out || t[i].out < 0)
+			lt.out_wrong++;
+		lt.out = t[i].out + t[i].got;
 		if (lt.held > lt.most_held)
 			lt.most_held = lt.held;
 		if (t[i].held > lt.asked_held)
@@ -249,7 +254,8 @@ fake_limits_take(void *ctx, QbLimitTake *t, int n, long lease_ms, char *err, siz
  * asks for no more of its rows than the database gave (the place the
  * peer leaves: 1), never while a take failed, and the engine never holds
  * more than that place; every row is sent once with one attempt, and at
- * the end the engine's last take left it no place.  The other
+ * the end the engine's last take left it no place and no token out (each
+ * take says what is out: no more than the last left).  The other
  * destination, with no limit, never takes part (the fake asserts it).
  */
 static void
@@ -295,6 +301,8 @@ test_limits_across_replicas(void **state)
 	assert_int_equal(lt.most_held, 1);		/* the peer's place never taken */
 	assert_true(lt.asked_held <= 1);
 	assert_int_equal(lt.held, 0);			/* given back at the end */
+	assert_int_equal(lt.out, 0);			/* every token spent, and said */
+	assert_int_equal(lt.out_wrong, 0);
 	for (int c = 0; c < f->nout_claims; c++)
 		for (int d = 0; d < f->out_claims[c].ndests; d++)
 			if (strcmp(f->out_claims[c].dests[d], "lim") == 0)

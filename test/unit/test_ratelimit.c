@@ -73,14 +73,91 @@ test_give_back(void **state)
 	QbRateBucket b = {0};
 
 	(void) state;
-	assert_int_equal(qb_ratelimit_take(&b, &l, T0, 8), 8);
-	qb_ratelimit_give(&b, &l, 5);
+	assert_int_equal(qb_ratelimit_reserve(&b, &l, T0, 8), 8);
+	qb_ratelimit_give(&b, &l, T0, 5);
 	assert_int_equal(qb_ratelimit_available(&b, &l, T0), 7);
 	/* never above burst */
-	qb_ratelimit_give(&b, &l, 100);
+	qb_ratelimit_give(&b, &l, T0, 100);
 	assert_int_equal(qb_ratelimit_available(&b, &l, T0), 10);
-	qb_ratelimit_give(&b, &l, -3);
+	qb_ratelimit_give(&b, &l, T0, -3);
 	assert_int_equal(qb_ratelimit_available(&b, &l, T0), 10);
+}
+
+/* tokens reserved are out: the bucket refills up to burst less them */
+static void
+test_out_caps_refill(void **state)
+{
+	QbRateLimit l = {50, 50};
+	QbRateBucket b = {0};
+
+	(void) state;
+	assert_int_equal(qb_ratelimit_reserve(&b, &l, T0, 50), 50);
+	/* a second later the claim that reserved them has not sent: nothing more */
+	assert_int_equal(qb_ratelimit_available(&b, &l, T0 + 1000 * MS), 0);
+	/* 30 are spent, 20 still out: the bucket may refill up to 30 */
+	qb_ratelimit_spend(&b, &l, T0 + 1000 * MS, 30);
+	assert_int_equal(qb_ratelimit_available(&b, &l, T0 + 1000 * MS), 0);
+	assert_int_equal(qb_ratelimit_available(&b, &l, T0 + 1200 * MS), 10);
+	assert_int_equal(qb_ratelimit_available(&b, &l, T0 + 2000 * MS), 30);
+	/* more spent than is out: what is out, no more */
+	qb_ratelimit_spend(&b, &l, T0 + 2000 * MS, 100);
+	assert_int_equal(b.out, 0);
+	assert_int_equal(qb_ratelimit_available(&b, &l, T0 + 2200 * MS), 40);
+	/* given back: in the bucket again, at once */
+	assert_int_equal(qb_ratelimit_reserve(&b, &l, T0 + 2200 * MS, 40), 40);
+	qb_ratelimit_give(&b, &l, T0 + 2200 * MS, 15);
+	assert_int_equal(b.out, 25);
+	assert_int_equal(qb_ratelimit_available(&b, &l, T0 + 2200 * MS), 15);
+	assert_int_equal(qb_ratelimit_available(&b, &l, T0 + 5000 * MS), 25);
+}
+
+/*
+ * spent: the times (ms from T0) of n spent tokens in order; no stretch of
+ * time from one to another holds more than burst + perSecond a second.
+ */
+static void
+assert_spends_held(const int64_t *spent, int n, const QbRateLimit *l)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = i; j < n; j++)
+			assert_true(j - i + 1 <= l->burst + l->per_sec * (spent[j] - spent[i]) / 1000.0 + 1e-6);
+}
+
+/*
+ * 20 s of two takers on one bucket: each second one reserves at 0 ms and
+ * spends what it got at 900 ms (a slow claim); the other takes 3 every
+ * 13 ms from 900 ms to the second's end, when the first's tokens go out.
+ * Without the cap the second would take, beside the first's 50, the 45
+ * the bucket gained meanwhile.
+ */
+static void
+test_late_spends_held(void **state)
+{
+	QbRateLimit l = {50, 50};
+	QbRateBucket b = {0};
+	static int64_t spent[2000];
+	int			pending = 0;
+	int			n = 0;
+
+	(void) state;
+	for (int64_t t = 0; t <= 20000; t++)
+	{
+		int			k;
+
+		if (t % 1000 == 900)
+		{
+			qb_ratelimit_spend(&b, &l, T0 + t * MS, pending);
+			for (k = pending; k > 0 && n < 2000; k--)
+				spent[n++] = t;
+		}
+		if (t % 1000 == 0)
+			pending = qb_ratelimit_reserve(&b, &l, T0 + t * MS, 100);
+		if (t % 1000 >= 900 && t % 13 == 0)
+			for (k = qb_ratelimit_take(&b, &l, T0 + t * MS, 3); k > 0 && n < 2000; k--)
+				spent[n++] = t;
+	}
+	assert_true(n > 20 * 20 && n < 2000);
+	assert_spends_held(spent, n, &l);
 }
 
 static void
@@ -144,6 +221,8 @@ main(void)
 		cmocka_unit_test(test_full_then_refill),
 		cmocka_unit_test(test_fractional_rate),
 		cmocka_unit_test(test_give_back),
+		cmocka_unit_test(test_out_caps_refill),
+		cmocka_unit_test(test_late_spends_held),
 		cmocka_unit_test(test_wait),
 		cmocka_unit_test(test_lowered_burst_and_clock),
 		cmocka_unit_test(test_twenty_seconds),

@@ -229,7 +229,7 @@ CREATE OR REPLACE FUNCTION queuebox._schema_version() RETURNS text
 -- The same as a fresh install's (sql/schema/tables.sql).
 -- The destinations' limits (rateLimit, maxConcurrent) every daemon replica
 -- on this database shares (docs/delivery.md, "Limits"): a destination's
--- token bucket, and the places each claimer holds.  Written by
+-- token bucket, and the places and tokens each claimer holds.  Written by
 -- queuebox-mssqld's limit take alone (qb_sql_pg.h, QB_PG_LIMITS_TAKE),
 -- which locks a destination's bucket row before it reads or writes either
 -- table; the extension keeps its limits in shared memory and leaves these
@@ -246,8 +246,9 @@ CREATE TABLE queuebox.destination_limit_place (
 	destination		text NOT NULL,
 	claimer			bigint NOT NULL,
 	held			int NOT NULL CONSTRAINT destination_limit_place_held_check CHECK (held >= 0),
+	tokens_out		int NOT NULL DEFAULT 0 CONSTRAINT destination_limit_place_tokens_out_check CHECK (tokens_out >= 0),
 	alive_until		timestamptz,
 	PRIMARY KEY (destination, claimer)
 );
 COMMENT ON TABLE queuebox.destination_limit_place IS
-	'The maxConcurrent places each daemon claimer holds at each destination; a claimer counts while a session holds its advisory lock (alive_until NULL) or, through a pooler, until alive_until. Written by queuebox-mssqld; do not edit.';
+	'The maxConcurrent places each daemon claimer holds at each destination, and the rateLimit tokens it took there and has not spent (the bucket refills up to burst less them); a claimer counts while a session holds its advisory lock (alive_until NULL) or, through a pooler, until alive_until. Written by queuebox-mssqld; do not edit.';

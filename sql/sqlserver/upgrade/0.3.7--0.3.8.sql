@@ -1041,10 +1041,12 @@ GO
 -- The same as a fresh install's (sql/sqlserver/tables.sql; engine.sql's _limits_take).
 -- The destinations' limits (rateLimit, maxConcurrent) every replica on this
 -- database shares (docs/delivery.md, "Limits"): a destination's token
--- bucket, and the places each claimer holds.  Written by _limits_take alone
--- (engine.sql), which locks a destination's bucket row before it reads or
--- writes either table.  A claimer's places count while _claimer_gone says
--- it lives (its applock; on Babelfish its beat), or until alive_until.
+-- bucket, and the places and tokens each claimer holds (tokens taken and
+-- not spent yet: the bucket refills up to burst less them).  Written by
+-- _limits_take alone (engine.sql), which locks a destination's bucket row
+-- before it reads or writes either table.  A claimer's places and tokens
+-- count while _claimer_gone says it lives (its applock; on Babelfish its
+-- beat), or until alive_until.
 CREATE TABLE queuebox.destination_limit (
 	destination		NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL CONSTRAINT destination_limit_pkey PRIMARY KEY,
 	tokens			FLOAT NOT NULL,
@@ -1054,6 +1056,8 @@ CREATE TABLE queuebox.destination_limit_place (
 	destination		NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL,
 	claimer			BIGINT NOT NULL,
 	held			INT NOT NULL CONSTRAINT destination_limit_place_held_check CHECK (held >= 0),
+	tokens_out		INT NOT NULL CONSTRAINT destination_limit_place_tokens_out_default DEFAULT 0
+		CONSTRAINT destination_limit_place_tokens_out_check CHECK (tokens_out >= 0),
 	alive_until		DATETIME2(6) NULL,
 	CONSTRAINT destination_limit_place_pkey PRIMARY KEY (destination, claimer)
 );
@@ -1065,15 +1069,20 @@ GO
  * "Limits").
  *	@takes [{"n": destination, "r": perSecond (0: none), "b": burst,
  *	         "m": maxConcurrent (0: none), "h": the places the caller holds
- *	         in use, "g": tokens it gives back, "w": what it asks for}]
+ *	         in use, "o": the tokens it took before and has not spent,
+ *	         "g": tokens it gives back, "w": what it asks for}]
  *	@claimer: the caller's claimer (its places); @lease: > 0, its places
  *	          count for that many ms, else while _claimer_gone says it lives
  * One result set: destination, got, wait_ms (in how many ms a token comes
  * when tokens cut it; -1: places did, or it got all).  The bucket rows are
  * locked first (an UPDATE that changes nothing: UPDLOCK is ignored on
  * Babelfish), the places read only then, in later statements; two takes
- * that lock in another order are a deadlock the store runs again.  A new
- * bucket is full; a bucket not used for an hour is full again.
+ * that lock in another order are a deadlock the store runs again.  The
+ * bucket refills up to burst less the tokens the live claimers' rows count
+ * out: those rows were as they are since the last take, which refilled it
+ * too, so a token spent late counts as taken when its claimer's take says
+ * it was spent (qb_ratelimit.h).  A new bucket is full; a bucket not used
+ * for an hour is full again.
  */
 CREATE PROCEDURE queuebox._limits_take @takes NVARCHAR(MAX), @claimer BIGINT, @lease BIGINT = 0
 AS
@@ -1082,13 +1091,14 @@ BEGIN
 	SET XACT_ABORT ON;
 	DECLARE @now DATETIME2(6);
 	DECLARE @t TABLE (destination NVARCHAR(200) COLLATE Latin1_General_100_BIN2 PRIMARY KEY,
-					  per_sec FLOAT, burst INT, max_concurrent INT, held INT, give INT, want INT,
-					  tokens FLOAT NULL, places INT NULL, got INT NULL);
+					  per_sec FLOAT, burst INT, max_concurrent INT, held INT, tokens_out INT,
+					  give INT, want INT, out_all INT NULL, tokens FLOAT NULL, places INT NULL,
+					  got INT NULL);
 
-	INSERT @t (destination, per_sec, burst, max_concurrent, held, give, want)
-		SELECT n, r, b, m, h, g, w FROM OPENJSON(@takes)
+	INSERT @t (destination, per_sec, burst, max_concurrent, held, tokens_out, give, want)
+		SELECT n, r, b, m, h, ISNULL(o, 0), g, w FROM OPENJSON(@takes)
 		WITH (n NVARCHAR(200) '$.n', r FLOAT '$.r', b INT '$.b', m INT '$.m', h INT '$.h',
-			  g INT '$.g', w INT '$.w');
+			  o INT '$.o', g INT '$.g', w INT '$.w');
 	INSERT INTO queuebox.destination_limit (destination, tokens, refilled_at)
 		SELECT t.destination, t.burst, SYSUTCDATETIME() FROM @t t
 		WHERE NOT EXISTS (SELECT 1 FROM queuebox.destination_limit l WHERE l.destination = t.destination);
@@ -1097,12 +1107,22 @@ BEGIN
 	SET @now = SYSUTCDATETIME();
 
 	UPDATE t
-	SET tokens = CASE WHEN l.refilled_at < DATEADD(hour, -1, @now)
-						OR l.tokens + t.give + t.per_sec * DATEDIFF(ms, l.refilled_at, @now) / 1000.0 > t.burst
-					  THEN t.burst
-					  ELSE l.tokens + t.give + t.per_sec * DATEDIFF(ms, l.refilled_at, @now) / 1000.0 END
+	SET out_all = ISNULL((
+		SELECT SUM(p.tokens_out) FROM queuebox.destination_limit_place p
+		WHERE p.destination = t.destination AND p.tokens_out > 0
+		  AND (p.claimer = @claimer
+			   OR 0 = CASE WHEN p.alive_until IS NULL THEN queuebox._claimer_gone(p.claimer, @claimer)
+						   WHEN p.alive_until >= @now THEN 0 ELSE 1 END)), 0)
+	FROM @t t WHERE t.per_sec > 0;
+	UPDATE t
+	SET tokens = t.give
+		+ CASE WHEN l.refilled_at < DATEADD(hour, -1, @now)
+				 OR l.tokens + t.per_sec * DATEDIFF(ms, l.refilled_at, @now) / 1000.0 > t.burst - t.out_all
+			   THEN CASE WHEN t.burst > t.out_all THEN t.burst - t.out_all ELSE 0 END
+			   ELSE l.tokens + t.per_sec * DATEDIFF(ms, l.refilled_at, @now) / 1000.0 END
 	FROM @t t JOIN queuebox.destination_limit l ON l.destination = t.destination
 	WHERE t.per_sec > 0;
+	UPDATE @t SET tokens = burst WHERE per_sec > 0 AND tokens > burst;
 	UPDATE t
 	SET places = t.max_concurrent - t.held - ISNULL((
 		SELECT SUM(p.held) FROM queuebox.destination_limit_place p
@@ -1122,15 +1142,17 @@ BEGIN
 	WHERE p.claimer <> @claimer
 	  AND 1 = CASE WHEN p.alive_until IS NULL THEN queuebox._claimer_gone(p.claimer, @claimer)
 				   WHEN p.alive_until < @now THEN 1 ELSE 0 END;
-	UPDATE p SET held = t.held + t.got,
+	UPDATE p SET held = CASE WHEN t.max_concurrent > 0 THEN t.held + t.got ELSE 0 END,
+		tokens_out = CASE WHEN t.per_sec > 0 THEN t.tokens_out + t.got ELSE 0 END,
 		alive_until = CASE WHEN @lease > 0 THEN DATEADD(ms, @lease, @now) END
 	FROM queuebox.destination_limit_place p JOIN @t t ON t.destination = p.destination
-	WHERE p.claimer = @claimer AND t.max_concurrent > 0;
-	INSERT INTO queuebox.destination_limit_place (destination, claimer, held, alive_until)
-		SELECT t.destination, @claimer, t.held + t.got, CASE WHEN @lease > 0 THEN DATEADD(ms, @lease, @now) END
+	WHERE p.claimer = @claimer;
+	INSERT INTO queuebox.destination_limit_place (destination, claimer, held, tokens_out, alive_until)
+		SELECT t.destination, @claimer, CASE WHEN t.max_concurrent > 0 THEN t.held + t.got ELSE 0 END,
+			CASE WHEN t.per_sec > 0 THEN t.tokens_out + t.got ELSE 0 END,
+			CASE WHEN @lease > 0 THEN DATEADD(ms, @lease, @now) END
 		FROM @t t
-		WHERE t.max_concurrent > 0
-		  AND NOT EXISTS (SELECT 1 FROM queuebox.destination_limit_place p
+		WHERE NOT EXISTS (SELECT 1 FROM queuebox.destination_limit_place p
 						  WHERE p.destination = t.destination AND p.claimer = @claimer);
 	SELECT destination, got,
 		CASE WHEN got < want AND per_sec > 0 AND (places IS NULL OR got < places)

@@ -1255,7 +1255,10 @@ qbo_reload(QboEngine *e)
 	e->dests = d;
 	/* what the database counts as ours is not known: the first take says */
 	for (int i = 0; i < e->cfg->ndestinations; i++)
+	{
 		d[i].db_held = -1;
+		d[i].db_out = -1;
+	}
 	e->claim_idle = false;
 	e->floor = 0;
 	/* a new retention period takes effect now, not at the old schedule */

@@ -73,6 +73,7 @@ typedef struct QboDest
 	long		limit_at;		/* when its limit may give a claim rows again */
 	/* ... and in the database, across replicas (QbStore.limits_take) */
 	int			db_held;		/* the places the database counts as ours */
+	int			db_out;			/* the tokens it counts as ours, taken and not spent */
 	int			db_give;		/* tokens taken there and not used: given back next take */
 } QboDest;
 

@@ -15,6 +15,10 @@
  *	  promoted, a ready or unrouted row routed here) takes its token and
  *	  place at its start; when the limit has none, it goes back to the
  *	  table routed, no attempt spent.
+ *	- A token reserved is out until its row's publish starts, when it is
+ *	  spent (qb_limits_spent): the bucket refills up to burst less the
+ *	  tokens out, so a claim that took long sends no more beside the others
+ *	  than the bucket allows (qb_ratelimit.h).
  *	- What a claim reserved and did not use (fewer rows came) is given
  *	  back at the end of the cycle; a place is given back when its publish
  *	  ends (qbo_done: an answer, a timeout, a failure to start, a stop).
@@ -37,8 +41,11 @@
  *	  QBO_LIMIT_SYNC_MS later (limits_sync_at).  So the database never
  *	  counts fewer places than are in use, and maxConcurrent holds across
  *	  replicas; a gone replica's places are not counted (its claimer is
- *	  gone).  A destination with no limit never takes part: it costs
- *	  nothing.
+ *	  gone).  Our tokens out the same way (db_out): spent here, they are
+ *	  said spent there at the next take, at the latest
+ *	  QBO_LIMIT_SPENT_SYNC_MS later (the database counts them out till
+ *	  then: its bucket refills less, never more).  A destination with no
+ *	  limit never takes part: it costs nothing.
  *	- What a claim took there and no row uses (fewer rows came) goes back
  *	  at once, in a take of its own after the claim (qbo_limits_give_now):
  *	  tokens kept out of the bucket until a later take are out of it while
@@ -47,8 +54,8 @@
  *	  a burst of twice the limit).  The tokens a claim uses are kept
  *	  however long the claim took: taken anew after a claim that waited
  *	  for another (Babelfish's do), they were forfeited so often that two
- *	  replicas sent half the limit; the cost is that a claim's rows may go
- *	  out as late as the claim, beside the tokens others took meanwhile.
+ *	  replicas sent half the limit.  They are out until spent, so the
+ *	  refill others took meanwhile was less by them.
  *
  * One engine, one thread; the shared state is qb_limits.c's, under its
  * locks, and the database's, in its transactions.
@@ -68,6 +75,8 @@
 #define QBO_LIMIT_DB_PLACE_MS	50
 /* what the database counts and we do not use is given back within this */
 #define QBO_LIMIT_SYNC_MS		10
+/* ... tokens it counts out that we spent, within this: the next claim's take says it first */
+#define QBO_LIMIT_SPENT_SYNC_MS	200
 /* a take that failed is tried again after this */
 #define QBO_LIMIT_DB_RETRY_MS	200
 
@@ -202,6 +211,19 @@ qbo_limits_due(const QboEngine *e, long now, long *in_ms)
 }
 
 /*
+ * qbo_limits_sync_within: the database counts more than we use: a take is
+ * due within ms (an earlier one due stays).
+ */
+static void
+qbo_limits_sync_within(QboEngine *e, long ms)
+{
+	long		at = qb_now_ms() + ms;
+
+	if (e->store->limits_take != NULL && (e->limits_sync_at == 0 || at < e->limits_sync_at))
+		e->limits_sync_at = at;
+}
+
+/*
  * qbo_limit_take: slot s may start its publish: its destination has no
  * limit, or it uses a reservation, or its limit gives it a token and a
  * place now.  False: the limit has none (counted as a wait).
@@ -224,16 +246,12 @@ qbo_limit_take(QboEngine *e, QboSlot *s)
 		qbo_limit_waited(e, s->dest);
 		return false;
 	}
+	qb_limits_spent(e->limits, e->limit_holder, e->cfg->destinations[s->dest].name, spec, 1,
+					qb_now_ns());
+	if (spec->rate.per_sec > 0)
+		qbo_limits_sync_within(e, QBO_LIMIT_SPENT_SYNC_MS);	/* the database counts it out */
 	s->limit_held = spec->max_concurrent > 0;
 	return true;
-}
-
-/* qbo_limits_sync_soon: the database counts more than we use: a take is due. */
-static void
-qbo_limits_sync_soon(QboEngine *e)
-{
-	if (e->store->limits_take != NULL && e->limits_sync_at == 0)
-		e->limits_sync_at = qb_now_ms() + QBO_LIMIT_SYNC_MS;
 }
 
 /* qbo_limit_done: slot s's publish ended: its place, if it held one, back. */
@@ -244,7 +262,7 @@ qbo_limit_done(QboEngine *e, QboSlot *s)
 		return;
 	s->limit_held = false;
 	qb_limits_release(e->limits, e->limit_holder, e->cfg->destinations[s->dest].name);
-	qbo_limits_sync_soon(e);
+	qbo_limits_sync_within(e, QBO_LIMIT_SYNC_MS);
 }
 
 /*
@@ -282,23 +300,28 @@ qbo_limits_give_unused(QboEngine *e)
 		if (unused <= 0)
 			continue;
 		qb_limits_give(e->limits, e->limit_holder, e->cfg->destinations[i].name,
-					   qbo_spec(e, i), unused);
+					   qbo_spec(e, i), unused, qb_now_ns());
 		d->reserved -= unused;
 		d->db_give += unused;
-		qbo_limits_sync_soon(e);
+		qbo_limits_sync_within(e, QBO_LIMIT_SYNC_MS);
 	}
 }
 
 /*
  * qbo_limits_give_now: after a claim, what its take got and no row uses
- * goes back to the database at once (the banner says why).  A take is due
- * only with a database to give to (qbo_limits_sync_soon).
+ * goes back to the database at once (the banner says why); tokens spent
+ * meanwhile are said with it, else at their own time.
  */
 void
 qbo_limits_give_now(QboEngine *e)
 {
-	if (e->limits_sync_at != 0)
-		qbo_limits_take_shared(e, QBO_TAKE_SYNC, qb_now_ms());
+	for (int i = 0; e->store->limits_take != NULL && e->cfg != NULL &&
+		 i < e->cfg->ndestinations; i++)
+		if (e->dests[i].db_give > 0)
+		{
+			qbo_limits_take_shared(e, QBO_TAKE_SYNC, qb_now_ms());
+			return;
+		}
 }
 
 /* qbo_places: the places destination i's publishes hold now */
@@ -348,20 +371,22 @@ qbo_limits_take_shared(QboEngine *e, QboTake mode, long now)
 		const QbLimitSpec *spec = qbo_spec(e, i);
 		QboDest    *d = &e->dests[i];
 		int			want,
-					held;
+					held,
+					out;
 
 		if (!qb_limits_set(spec))
 			continue;
 		want = mode == QBO_TAKE_CLAIM ? d->allowed : 0;
 		held = spec->max_concurrent > 0 ? qbo_places(e, i) + d->reserved - want : 0;
-		if (want == 0 && d->db_give == 0 && held == d->db_held)
+		out = spec->rate.per_sec > 0 ? d->reserved - want : 0;
+		if (want == 0 && d->db_give == 0 && held == d->db_held && out == d->db_out)
 			continue;
 		/* the answer starts as none: got 0, wait_ms -1 */
 		t[n] = (QbLimitTake) {
 			.destination = e->cfg->destinations[i].name,
 			.per_sec = spec->rate.per_sec, .burst = spec->rate.burst,
 			.max_concurrent = spec->max_concurrent,
-			.held = held, .give = d->db_give, .want = want, .wait_ms = -1,
+			.held = held, .out = out, .give = d->db_give, .want = want, .wait_ms = -1,
 		};
 		which[n++] = i;
 	}
@@ -381,10 +406,12 @@ qbo_limits_take_shared(QboEngine *e, QboTake mode, long now)
 		{
 			d->db_give = 0;
 			d->db_held = spec->max_concurrent > 0 ? t[j].held + got : 0;
+			d->db_out = spec->rate.per_sec > 0 ? t[j].out + got : 0;
 		}
 		if (got >= t[j].want)
 			continue;
-		qb_limits_give(e->limits, e->limit_holder, t[j].destination, spec, t[j].want - got);
+		qb_limits_give(e->limits, e->limit_holder, t[j].destination, spec, t[j].want - got,
+					   qb_now_ns());
 		d->reserved -= t[j].want - got;
 		d->allowed = got;
 		d->cut = true;

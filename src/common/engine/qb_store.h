@@ -196,6 +196,7 @@ typedef struct QbLimitTake
 	int			burst;
 	int			max_concurrent; /* 0: none */
 	int			held;			/* the places this claimer holds now, in use */
+	int			out;			/* tokens it took before and has not spent yet */
 	int			give;			/* tokens taken before and not used: back to the bucket */
 	int			want;
 	int			got;			/* out: tokens and places given, 0..want */

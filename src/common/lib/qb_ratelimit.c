@@ -18,15 +18,24 @@ qb_ratelimit_default_burst(double per_sec)
 	return c < 1 ? 1 : c > 1000000 ? 1000000 : (int) c;
 }
 
+/* qbrl_cap: the most tokens b may hold: burst less what is out, at least 0 */
+static double
+qbrl_cap(const QbRateBucket *b, const QbRateLimit *l)
+{
+	return b->out >= l->burst ? 0 : l->burst - (b->out > 0 ? b->out : 0);
+}
+
 void
 qb_ratelimit_refill(QbRateBucket *b, const QbRateLimit *l, int64_t now_ns)
 {
+	double		cap = qbrl_cap(b, l);
+
 	if (b->at_ns == 0)
-		b->tokens = l->burst;	/* never used: full */
+		b->tokens = cap;		/* never used: full */
 	else if (now_ns > b->at_ns)
 		b->tokens += l->per_sec * (double) (now_ns - b->at_ns) / 1e9;
-	if (b->tokens > l->burst)
-		b->tokens = l->burst;	/* also when the burst was lowered */
+	if (b->tokens > cap)
+		b->tokens = cap;		/* also when the burst was lowered */
 	/* a clock read before the last one (another process's) adds nothing */
 	if (now_ns > b->at_ns)
 		b->at_ns = now_ns;
@@ -50,14 +59,37 @@ qb_ratelimit_take(QbRateBucket *b, const QbRateLimit *l, int64_t now_ns, int wan
 	return n;
 }
 
-void
-qb_ratelimit_give(QbRateBucket *b, const QbRateLimit *l, int n)
+int
+qb_ratelimit_reserve(QbRateBucket *b, const QbRateLimit *l, int64_t now_ns, int want)
 {
+	int			n = qb_ratelimit_take(b, l, now_ns, want);
+
+	b->out += n;
+	return n;
+}
+
+void
+qb_ratelimit_spend(QbRateBucket *b, const QbRateLimit *l, int64_t now_ns, int n)
+{
+	qb_ratelimit_refill(b, l, now_ns);	/* up to now, under what was out */
+	if (n > b->out)
+		n = b->out;
+	if (n > 0)
+		b->out -= n;
+}
+
+void
+qb_ratelimit_give(QbRateBucket *b, const QbRateLimit *l, int64_t now_ns, int n)
+{
+	double		cap;
+
 	if (n <= 0)
 		return;
-	b->tokens += n;
-	if (b->tokens > l->burst)
-		b->tokens = l->burst;
+	qb_ratelimit_spend(b, l, now_ns, n);	/* no longer out ... */
+	cap = qbrl_cap(b, l);
+	b->tokens += n;				/* ... but back in the bucket */
+	if (b->tokens > cap)
+		b->tokens = cap;
 }
 
 long

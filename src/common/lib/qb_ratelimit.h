@@ -8,6 +8,14 @@
  *	  second; a publish spends one.  A bucket never used is full.
  *	- Whole tokens: what a caller may take now is the floor of what the
  *	  bucket holds (with a nanotoken of slack for the arithmetic).
+ *	- A token reserved is taken now and spent later (a claim's, spent when
+ *	  its row's publish starts); until then it is out.  The bucket refills
+ *	  only up to burst minus what is out, so a token spent late counts as
+ *	  taken when it is spent: however late reserved tokens go out, no
+ *	  stretch of time holds more than burst + perSecond per second of
+ *	  spent tokens (a claim that waited a second would otherwise send its
+ *	  burst beside the second's refill that others took meanwhile).
+ *	  qb_ratelimit_take spends at once.
  *	- Times are the monotonic clock in ns (qb_now_ns), the same in every
  *	  process of one machine, so a bucket in shared memory is refilled
  *	  correctly by whichever process takes from it.
@@ -32,6 +40,7 @@ typedef struct QbRateBucket
 {
 	double		tokens;
 	int64_t		at_ns;			/* when tokens was right; 0: never used (full) */
+	int32_t		out;			/* reserved and not spent nor given back yet */
 } QbRateBucket;
 
 /*
@@ -48,17 +57,23 @@ typedef struct QbLimitSpec
 /* The burst a limit has when the document gives none: perSecond's ceiling, at least 1. */
 extern int	qb_ratelimit_default_burst(double per_sec);
 
-/* Bring b up to now_ns under l (tokens capped at l->burst). */
+/* Bring b up to now_ns under l (tokens capped at l->burst - b->out). */
 extern void qb_ratelimit_refill(QbRateBucket *b, const QbRateLimit *l, int64_t now_ns);
 
 /* The whole tokens b holds at now_ns (b refilled). */
 extern int	qb_ratelimit_available(QbRateBucket *b, const QbRateLimit *l, int64_t now_ns);
 
-/* Take up to want whole tokens at now_ns; returns how many were taken. */
+/* Take and spend up to want whole tokens at now_ns; returns how many. */
 extern int	qb_ratelimit_take(QbRateBucket *b, const QbRateLimit *l, int64_t now_ns, int want);
 
-/* Give back n tokens taken and not spent (capped at l->burst). */
-extern void qb_ratelimit_give(QbRateBucket *b, const QbRateLimit *l, int n);
+/* Reserve up to want whole tokens at now_ns (they are out); returns how many. */
+extern int	qb_ratelimit_reserve(QbRateBucket *b, const QbRateLimit *l, int64_t now_ns, int want);
+
+/* n reserved tokens were spent at now_ns (at most what is out). */
+extern void qb_ratelimit_spend(QbRateBucket *b, const QbRateLimit *l, int64_t now_ns, int n);
+
+/* Give back n reserved tokens not spent, at now_ns (capped at l->burst - b->out). */
+extern void qb_ratelimit_give(QbRateBucket *b, const QbRateLimit *l, int64_t now_ns, int n);
 
 /*
  * In how many ms (rounded up) b holds n whole tokens (n capped at

@@ -71,7 +71,7 @@ const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS] = {
 	[QB_PG_S_CLAIMER_LOCK] = {"claimer lock", QB_PG_CLAIMER_LOCK, 1, {I8}},
 	[QB_PG_S_LIMITS_ENSURE] = {"limit buckets", QB_PG_LIMITS_ENSURE, 2, {TA, I4A}},
 	[QB_PG_S_LIMITS_LOCK] = {"limit lock", QB_PG_LIMITS_LOCK, 1, {TA}},
-	[QB_PG_S_LIMITS_TAKE] = {"limit take", QB_PG_LIMITS_TAKE, 9, {TA, TA, I4A, I4A, I4A, I4A, I4A, I8, I8}},
+	[QB_PG_S_LIMITS_TAKE] = {"limit take", QB_PG_LIMITS_TAKE, 10, {TA, TA, I4A, I4A, I4A, I4A, I4A, I4A, I8, I8}},
 	/* the queries of QbStore.query_text, in QbQuery's order */
 	[QB_PG_S_QUERY + 0] = {"ready", QB_PG_Q_READY, 0, {0}},
 	[QB_PG_S_QUERY + 1] = {"gauges", QB_PG_Q_GAUGES, 0, {0}},

@@ -1109,34 +1109,43 @@
  * Take: $1 text[] the destinations, $2 text[] their perSecond (0: no rate
  * limit), $3 int4[] bursts, $4 int4[] maxConcurrent (0: none), $5 int4[]
  * the places this claimer holds in use, $6 int4[] the tokens it gives
- * back, $7 int4[] what it asks for, $8 int8 the claimer, $9 int8 its
- * lease in ms (0: its session lock shows it alive).  One row per
- * destination: what it got, and in how many ms a token comes when tokens
- * cut it (-1: places did, or it got all).  The bucket is refilled on the
- * database's clock (statement_timestamp: the same for every row); the
- * place rows of gone claimers are deleted.
+ * back, $7 int4[] what it asks for, $8 int4[] the tokens it took before
+ * and has not spent, $9 int8 the claimer, $10 int8 its lease in ms (0: its
+ * session lock shows it alive).  One row per destination: what it got,
+ * and in how many ms a token comes when tokens cut it (-1: places did, or
+ * it got all).  The bucket is refilled on the database's clock
+ * (statement_timestamp: the same for every row) up to burst less the
+ * tokens the live claimers' rows count out: those rows were as they are
+ * since the last take, which refilled the bucket too, so a token spent
+ * late counts as taken when its claimer's take says it was spent
+ * (qb_ratelimit.h).  The place rows of gone claimers are deleted.
  */
 #define QB_PG_LIMITS_TAKE \
 	"WITH i AS (" \
 	"   SELECT * FROM unnest($1::text[], $2::text[]::float8[], $3::int4[], $4::int4[]," \
-	"     $5::int4[], $6::int4[], $7::int4[])" \
-	"     AS i(destination, per_sec, burst, max_concurrent, held, give, want))," \
-	" b AS (" \
-	"   SELECT i.*, CASE WHEN i.per_sec > 0 THEN least(i.burst::float8, l.tokens + i.give" \
-	"       + i.per_sec * greatest(0, extract(epoch FROM statement_timestamp() - l.refilled_at)::float8))" \
-	"     END AS tokens" \
-	"   FROM i JOIN queuebox.destination_limit l ON l.destination = i.destination)," \
+	"     $5::int4[], $6::int4[], $7::int4[], $8::int4[])" \
+	"     AS i(destination, per_sec, burst, max_concurrent, held, give, want, tokens_out))," \
 	" o AS (" \
-	"   SELECT p.destination, sum(p.held)::int AS held FROM queuebox.destination_limit_place p" \
-	"   WHERE p.destination = ANY ($1::text[]) AND p.claimer <> $8 AND p.held > 0" \
-	"     AND CASE WHEN p.alive_until IS NULL" \
+	"   SELECT p.destination, coalesce(sum(p.held) FILTER (WHERE p.claimer <> $9), 0)::int AS held," \
+	"     sum(p.tokens_out)::int AS tokens_out" \
+	"   FROM queuebox.destination_limit_place p" \
+	"   WHERE p.destination = ANY ($1::text[]) AND (p.held > 0 OR p.tokens_out > 0)" \
+	"     AND (p.claimer = $9 OR CASE WHEN p.alive_until IS NULL" \
 	"       THEN NOT pg_catalog.pg_try_advisory_xact_lock_shared(p.claimer)" \
-	"       ELSE p.alive_until >= statement_timestamp() END" \
+	"       ELSE p.alive_until >= statement_timestamp() END)" \
 	"   GROUP BY p.destination)," \
+	" b AS (" \
+	"   SELECT i.*, coalesce(o.held, 0) AS others_held," \
+	"     CASE WHEN i.per_sec > 0 THEN least(i.burst::float8, i.give" \
+	"       + least(greatest(0, i.burst - coalesce(o.tokens_out, 0))::float8, l.tokens" \
+	"       + i.per_sec * greatest(0, extract(epoch FROM statement_timestamp() - l.refilled_at)::float8)))" \
+	"     END AS tokens" \
+	"   FROM i JOIN queuebox.destination_limit l ON l.destination = i.destination" \
+	"   LEFT JOIN o ON o.destination = i.destination)," \
 	" f AS (" \
 	"   SELECT b.*, CASE WHEN b.max_concurrent > 0" \
-	"       THEN b.max_concurrent - b.held - coalesce(o.held, 0) END AS places" \
-	"   FROM b LEFT JOIN o ON o.destination = b.destination)," \
+	"       THEN b.max_concurrent - b.held - b.others_held END AS places" \
+	"   FROM b)," \
 	" g AS (" \
 	"   SELECT f.*, greatest(0, least(f.want, coalesce(f.places, f.want)," \
 	"       CASE WHEN f.per_sec > 0 THEN floor(f.tokens + 1e-9)::int ELSE f.want END)) AS got" \
@@ -1146,15 +1155,17 @@
 	"   SET tokens = g.tokens - g.got, refilled_at = statement_timestamp()" \
 	"   FROM g WHERE l.destination = g.destination AND g.per_sec > 0)," \
 	" h AS (" \
-	"   INSERT INTO queuebox.destination_limit_place AS p (destination, claimer, held, alive_until)" \
-	"   SELECT g.destination, $8, g.held + g.got," \
-	"     CASE WHEN $9 > 0 THEN statement_timestamp() + $9 * interval '1 millisecond' END" \
-	"   FROM g WHERE g.max_concurrent > 0" \
-	"   ON CONFLICT (destination, claimer)" \
-	"   DO UPDATE SET held = excluded.held, alive_until = excluded.alive_until)," \
+	"   INSERT INTO queuebox.destination_limit_place AS p" \
+	"     (destination, claimer, held, tokens_out, alive_until)" \
+	"   SELECT g.destination, $9, CASE WHEN g.max_concurrent > 0 THEN g.held + g.got ELSE 0 END," \
+	"     CASE WHEN g.per_sec > 0 THEN g.tokens_out + g.got ELSE 0 END," \
+	"     CASE WHEN $10 > 0 THEN statement_timestamp() + $10 * interval '1 millisecond' END" \
+	"   FROM g" \
+	"   ON CONFLICT (destination, claimer) DO UPDATE" \
+	"   SET held = excluded.held, tokens_out = excluded.tokens_out, alive_until = excluded.alive_until)," \
 	" x AS (" \
 	"   DELETE FROM queuebox.destination_limit_place p" \
-	"   WHERE p.destination = ANY ($1::text[]) AND p.claimer <> $8" \
+	"   WHERE p.destination = ANY ($1::text[]) AND p.claimer <> $9" \
 	"     AND CASE WHEN p.alive_until IS NULL" \
 	"       THEN pg_catalog.pg_try_advisory_xact_lock_shared(p.claimer)" \
 	"       ELSE p.alive_until < statement_timestamp() END)" \

@@ -77,7 +77,44 @@ qblim_count(QbLimitSlot *s)
 	return n;
 }
 
-/* qblim_end_holder: holder's places back, in every slot (no lock held) */
+/*
+ * qblim_out: the tokens out, counted again from what each holder has out
+ * (slot locked), into the bucket: counted, never adjusted, as qblim_count
+ * says.
+ */
+static void
+qblim_out(QbLimitSlot *s)
+{
+	int32_t		n = 0;
+
+	for (int h = 0; h < QB_LIMITS_HOLDERS; h++)
+		n += s->out[h];
+	s->bucket.out = n;
+}
+
+/*
+ * qblim_spend: up to n of holder's tokens out were spent at now_ns (slot
+ * locked; rate: the limit in force, NULL when it has none).
+ */
+static void
+qblim_spend(QbLimitSlot *s, int holder, const QbRateLimit *rate, int n, int64_t now_ns)
+{
+	if (n > s->out[holder])
+		n = s->out[holder];
+	if (n <= 0)
+		return;
+	qblim_out(s);
+	if (rate != NULL)
+		qb_ratelimit_spend(&s->bucket, rate, now_ns, n);
+	s->out[holder] -= n;
+	qblim_out(s);
+}
+
+/*
+ * qblim_end_holder: holder's places back, in every slot, and its tokens
+ * out spent (no lock held).  The bucket refills at the next take under the
+ * limit in force; until then nothing else reads what is out.
+ */
 static void
 qblim_end_holder(QbLimits *l, int holder)
 {
@@ -90,6 +127,8 @@ qblim_end_holder(QbLimits *l, int holder)
 		qblim_lock(&s->lock);
 		s->held[holder] = 0;
 		qblim_count(s);
+		s->out[holder] = 0;
+		qblim_out(s);
 		qblim_unlock(&s->lock);
 	}
 }
@@ -197,6 +236,7 @@ qblim_slot(QbLimits *l, const char *name, int64_t now_ns)
 			strncpy(take->name, name, QB_LIMITS_NAMELEN - 1);
 			memset(&take->bucket, 0, sizeof(take->bucket));		/* full */
 			memset(take->held, 0, sizeof(take->held));
+			memset(take->out, 0, sizeof(take->out));
 			take->in_use = 0;
 			take->used_ns = now_ns;
 			__atomic_store_n(&take->state, QB_SLOT_IN_USE, __ATOMIC_RELEASE);
@@ -245,7 +285,10 @@ qb_limits_reserve(QbLimits *l, int holder, const char *name, const QbLimitSpec *
 		n = 0;
 	if (spec->rate.per_sec > 0)
 	{
-		n = qb_ratelimit_take(&s->bucket, &spec->rate, now_ns, n);
+		qblim_out(s);
+		n = qb_ratelimit_reserve(&s->bucket, &spec->rate, now_ns, n);
+		s->out[holder] += n;
+		qblim_out(s);
 		/* when a token comes, if tokens are what is missing */
 		if (n < want && (spec->max_concurrent <= 0 || in_use + n < spec->max_concurrent))
 			*wait_ms = qb_ratelimit_wait_ms(&s->bucket, &spec->rate, now_ns, 1);
@@ -262,7 +305,21 @@ qb_limits_reserve(QbLimits *l, int holder, const char *name, const QbLimitSpec *
 }
 
 void
-qb_limits_give(QbLimits *l, int holder, const char *name, const QbLimitSpec *spec, int n)
+qb_limits_spent(QbLimits *l, int holder, const char *name, const QbLimitSpec *spec,
+				int n, int64_t now_ns)
+{
+	QbLimitSlot *s;
+
+	if (l == NULL || holder < 0 || holder >= QB_LIMITS_HOLDERS || n <= 0 ||
+		(s = qblim_hold(l, name, 0, false)) == NULL)
+		return;
+	qblim_spend(s, holder, spec->rate.per_sec > 0 ? &spec->rate : NULL, n, now_ns);
+	qblim_unlock(&s->lock);
+}
+
+void
+qb_limits_give(QbLimits *l, int holder, const char *name, const QbLimitSpec *spec,
+			   int n, int64_t now_ns)
 {
 	QbLimitSlot *s;
 
@@ -270,7 +327,14 @@ qb_limits_give(QbLimits *l, int holder, const char *name, const QbLimitSpec *spe
 		(s = qblim_hold(l, name, 0, false)) == NULL)
 		return;
 	if (spec->rate.per_sec > 0)
-		qb_ratelimit_give(&s->bucket, &spec->rate, n);
+	{
+		int			k = n < s->out[holder] ? n : s->out[holder];
+
+		qblim_out(s);
+		qb_ratelimit_give(&s->bucket, &spec->rate, now_ns, k);
+		s->out[holder] -= k;
+		qblim_out(s);
+	}
 	if (spec->max_concurrent > 0)
 	{
 		int			k = n < s->held[holder] ? n : s->held[holder];

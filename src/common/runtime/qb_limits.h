@@ -14,9 +14,14 @@
  *	  a crash) gives back first everything its name held: its predecessor
  *	  is gone, and so are its requests.
  *	- To reserve is to take, in one step, up to n tokens and as many of
- *	  the maxConcurrent places: what a claim may bring.  A place is then
- *	  held until the publish that used it ends (qb_limits_release), and
- *	  what was reserved and not used is given back (qb_limits_give).
+ *	  the maxConcurrent places: what a claim may bring.  A token is then
+ *	  out until its publish starts (qb_limits_spent): the bucket refills
+ *	  only up to burst less the tokens out (qb_ratelimit.h says why).  A
+ *	  place is held until the publish that used it ends
+ *	  (qb_limits_release).  What was reserved and not used is given back
+ *	  (qb_limits_give).  A holder's tokens out are counted by holder, so
+ *	  that a dead worker's stop being out (spent at its end: its requests
+ *	  may have gone).
  *	- The limit in force is the one the caller passes: each call carries
  *	  its destination's rateLimit and maxConcurrent, so a reload changes it
  *	  at the next call (tokens above a lowered burst are dropped; places in
@@ -55,6 +60,7 @@ typedef struct QbLimitSlot
 	int32_t		in_use;			/* sum of held[], for readers without a lock */
 	int64_t		used_ns;		/* the last take */
 	int32_t		held[QB_LIMITS_HOLDERS];	/* places held, by holder */
+	int32_t		out[QB_LIMITS_HOLDERS]; /* tokens out, by holder */
 } QbLimitSlot;
 
 typedef struct QbLimitHolder
@@ -104,9 +110,13 @@ extern int	qb_limits_reserve(QbLimits *l, int holder, const char *name,
 							  const QbLimitSpec *spec, int want, int64_t now_ns,
 							  long *wait_ms);
 
-/* Give back n reserved and unused: n tokens (capped at the burst) and n places. */
+/* n reserved tokens were spent at now_ns: their publishes started. */
+extern void qb_limits_spent(QbLimits *l, int holder, const char *name,
+							const QbLimitSpec *spec, int n, int64_t now_ns);
+
+/* Give back n reserved and unused at now_ns: n tokens and n places. */
 extern void qb_limits_give(QbLimits *l, int holder, const char *name,
-						   const QbLimitSpec *spec, int n);
+						   const QbLimitSpec *spec, int n, int64_t now_ns);
 
 /* A publish that held a place ended: its place is given back. */
 extern void qb_limits_release(QbLimits *l, int holder, const char *name);

@@ -113,11 +113,12 @@ qbpq_limits_take(void *ctx, QbLimitTake *t, int n, long lease_ms, char *err, siz
 		qb_pg_array_add_int(&l.args.arr[4], t[i].held);
 		qb_pg_array_add_int(&l.args.arr[5], t[i].give);
 		qb_pg_array_add_int(&l.args.arr[6], t[i].want);
+		qb_pg_array_add_int(&l.args.arr[7], t[i].out);
 	}
-	for (int i = 0; i < 7; i++)
+	for (int i = 0; i < 8; i++)
 		qbpq_args_array(&l.args, i);
-	qbpq_args_int(&l.args, 7, s->claimer_id);
-	qbpq_args_int(&l.args, 8, lease_ms);
+	qbpq_args_int(&l.args, 8, s->claimer_id);
+	qbpq_args_int(&l.args, 9, lease_ms);
 	rc = qbpq_txn(s, "limit take", 0, qbpq_limits_body, &l, err, errlen);
 	qbpq_args_free(&l.args);
 	return rc;

@@ -292,11 +292,12 @@ qb_odbc_json_limits(const QbLimitTake *t, int n, bool *oom)
 	bool		failed = false;
 
 	for (int i = 0; i < n && a != NULL; i++)
-		failed |= json_array_append_new(a, json_pack("{s:o,s:f,s:i,s:i,s:i,s:i,s:i}",
+		failed |= json_array_append_new(a, json_pack("{s:o,s:f,s:i,s:i,s:i,s:i,s:i,s:i}",
 													 "n", qboj_str(t[i].destination),
 													 "r", t[i].per_sec > 0 ? t[i].per_sec : 0.0,
 													 "b", t[i].burst > 0 ? t[i].burst : 1,
 													 "m", t[i].max_concurrent, "h", t[i].held,
-													 "g", t[i].give, "w", t[i].want)) != 0;
+													 "o", t[i].out, "g", t[i].give,
+													 "w", t[i].want)) != 0;
 	return qboj_done(a, failed, oom);
 }
