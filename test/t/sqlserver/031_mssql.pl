@@ -789,12 +789,19 @@ sub rows_text
 	my ($sql) = @_;
 	return join("\n", map { join('|', map { $_ // '' } @$_) } @{ mssql_rows($dbh, $sql) });
 }
+# A column's default is read for a column that is not computed only:
+# Babelfish's sys.default_constraints reads pg_attrdef, which holds a
+# computed column's expression too (outbox.place, ISNULL: a COALESCE), and
+# depending on the plan it deparses that before it filters it out, which
+# its deparser cannot ("unrecognized node type: 36").
 sub objects
 {
 	return rows_text(q{
-		SELECT o.name, o.type, c.name, TYPE_NAME(c.user_type_id), c.max_length, c.is_nullable, d.definition
+		SELECT o.name, o.type, c.name, TYPE_NAME(c.user_type_id), c.max_length, c.is_nullable,
+			CASE WHEN c.is_computed = 0 THEN (
+				SELECT d.definition FROM sys.default_constraints d
+				WHERE d.parent_object_id = c.object_id AND d.parent_column_id = c.column_id) END
 		FROM sys.objects o LEFT JOIN sys.columns c ON c.object_id = o.object_id
-		LEFT JOIN sys.default_constraints d ON d.parent_object_id = c.object_id AND d.parent_column_id = c.column_id
 		WHERE o.schema_id = SCHEMA_ID(N'queuebox')
 		  AND o.type <> 'D' -- a default's name: Babelfish makes its own; its definition is on its column
 		ORDER BY o.name, c.column_id});
