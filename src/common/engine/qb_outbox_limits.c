@@ -246,10 +246,13 @@ qbo_limit_take(QboEngine *e, QboSlot *s)
 		qbo_limit_waited(e, s->dest);
 		return false;
 	}
-	qb_limits_spent(e->limits, e->limit_holder, e->cfg->destinations[s->dest].name, spec, 1,
-					qb_now_ns());
 	if (spec->rate.per_sec > 0)
+	{
+		/* a place-only limit has no token out: no slot lock for nothing */
+		qb_limits_spent(e->limits, e->limit_holder, e->cfg->destinations[s->dest].name, spec, 1,
+						qb_now_ns());
 		qbo_limits_sync_within(e, QBO_LIMIT_SPENT_SYNC_MS);	/* the database counts it out */
+	}
 	s->limit_held = spec->max_concurrent > 0;
 	return true;
 }
