@@ -602,12 +602,23 @@ sub qb_sink_first_after
 	return undef;
 }
 
+# The sink stamps a request when its threads read it: on a loaded machine
+# (CI runs tests two at a time) they may wait for a CPU, and read a burst
+# late.  Once, CI saw 66 requests in 0.215 s from the first with a bucket
+# of 50 and 50/s: the first burst read about 0.1 s late, beside requests
+# read on time.  So a stretch [t_i, t_j] may hold what was sent from
+# QB_SINK_LATE_S before t_i: the bucket allows it burst + per_sec *
+# (t_j - t_i + QB_SINK_LATE_S).  Five requests at 50/s; a claim's tokens
+# taken twice (the bug of 0.3.8's Babelfish runs, 1.17-1.18 of the strict
+# allowance) is still 1.08-1.11 of this one.
+use constant QB_SINK_LATE_S => 0.1;
+
 # qb_sink_rate($sink, $per_sec, $burst): a rateLimit seen from the sink's own
 # request timestamps (t_us, stamped when it read each request), judged as a
 # token bucket.  Returns { n, span (s from the first request to the last),
 # worst: the most any stretch [t_i, t_j] held over what the bucket allows
-# (burst + per_sec * (t_j - t_i)), as a ratio, worst_at: that stretch in
-# words, steady: requests a second past the first burst }.
+# (above), as a ratio, worst_at: that stretch in words, steady: requests a
+# second past the first burst }.
 sub qb_sink_rate
 {
 	my ($s, $per_sec, $burst) = @_;
@@ -617,7 +628,7 @@ sub qb_sink_rate
 	{
 		for my $j ($i .. $#t)
 		{
-			my $ratio = ($j - $i + 1) / ($burst + $per_sec * ($t[$j] - $t[$i]));
+			my $ratio = ($j - $i + 1) / ($burst + $per_sec * ($t[$j] - $t[$i] + QB_SINK_LATE_S));
 			next unless $ratio > $r{worst};
 			$r{worst} = $ratio;
 			$r{worst_at} = sprintf('%d requests in %.3f s from request %d', $j - $i + 1, $t[$j] - $t[$i], $i);
@@ -639,8 +650,9 @@ sub qb_sink_rate_held
 	is($seen->{n}, $n, "$what: the sink received $n requests");
 	cmp_ok($seen->{span}, '>=', 20, sprintf('%s: they span %.2f s: at least 20 s', $what, $seen->{span}));
 	cmp_ok($seen->{worst}, '<=', 1.05,
-		sprintf('%s: no stretch of time holds more than burst + %s/s (+5 %%): the fullest is %.3f of it (%s)',
-			$what, $per_sec, $seen->{worst}, $seen->{worst_at}));
+		sprintf('%s: no stretch of time holds more than burst + %s/s over it and %.1f s before (+5 %%): '
+			  . 'the fullest is %.3f of it (%s)',
+			$what, $per_sec, QB_SINK_LATE_S, $seen->{worst}, $seen->{worst_at}));
 	cmp_ok(abs($seen->{steady} - $per_sec) / $per_sec, '<=', 0.05,
 		sprintf('%s: past the burst the sink saw %.2f requests a second (%s within 5 %%)',
 			$what, $seen->{steady}, $per_sec));
