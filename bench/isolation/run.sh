@@ -3,7 +3,7 @@
 # snapshot is kept from slowing the rest of the outbox (issue 9).  Each
 # figure is a ratio against its anchor measured in the same run.
 #
-#   bench/isolation/run.sh [--record] [--phases "down keyfail slow limited hot xmin claim insert"]
+#   bench/isolation/run.sh [--record] [--phases "down keyfail slow limited parked hot xmin claim insert"]
 #
 # Run from anywhere after `make && make install` (as root, or as a user who
 # can run initdb); on a shared machine install and run under the install
@@ -25,6 +25,11 @@
 #           QB_BENCH_LIMITED_RATE requests a second by B's rateLimit (b is a
 #           sink answering at once): a limited destination's rows wait in
 #           the table and cost the others nothing
+#   parked  the same beside B's backlog of the same size whose destination
+#           is paused: no row of B is claimed or sent, they only lie in the
+#           table.  What rows waiting in the table cost A (a larger table,
+#           its indexes), against which the limited phase is read: limited
+#           less than parked is what the limit itself costs
 #   hot     the rows/s of rows of other keys, alone and behind the pending
 #           rows of one hot key inserted before them
 #   xmin    rows/s with a REPEATABLE READ transaction held open since before
@@ -43,7 +48,7 @@
 #   QB_BENCH_SLOW_ROWS=300000 QB_BENCH_SLOW_KEYS=1000 QB_BENCH_SLOW_MS=50
 #   QB_BENCH_SLOW_ROUNDS=3   slow: alone/with rounds, the medians compared
 #   QB_BENCH_LIMITED_ROWS=100000 QB_BENCH_LIMITED_KEYS=1000 QB_BENCH_LIMITED_RATE=100
-#   QB_BENCH_LIMITED_ROUNDS=3   limited: alone/with rounds, medians compared
+#   QB_BENCH_LIMITED_ROUNDS=3   limited, parked: alone/with rounds, medians compared
 #   QB_BENCH_HOT_ROWS=300000   the hot key's rows
 #   QB_BENCH_HOT_OTHER=20000 QB_BENCH_HOT_OTHER_KEYS=1000   the timed rows
 #   QB_BENCH_XMIN_ROWS=100000
@@ -67,19 +72,19 @@
 set -euo pipefail
 
 RECORD=${QB_BENCH_RECORD:-0}
-PHASES=${QB_BENCH_PHASES:-down keyfail slow limited hot xmin claim insert}
+PHASES=${QB_BENCH_PHASES:-down keyfail slow limited parked hot xmin claim insert}
 CMDLINE="bench/isolation/run.sh"
 while (( $# )); do
 	case $1 in
 		--record) RECORD=1; CMDLINE+=" --record" ;;
 		--phases) [[ $# -ge 2 ]] || { echo "--phases needs a list" >&2; exit 2; }; PHASES=$2; CMDLINE+=" --phases \"$2\""; shift ;;
-		*) echo "usage: bench/isolation/run.sh [--record] [--phases \"down keyfail slow limited hot xmin claim insert\"]" >&2; exit 2 ;;
+		*) echo "usage: bench/isolation/run.sh [--record] [--phases \"down keyfail slow limited parked hot xmin claim insert\"]" >&2; exit 2 ;;
 	esac
 	shift
 done
 PHASES=${PHASES//,/ }
 for p in $PHASES; do
-	[[ " down keyfail slow limited hot xmin claim insert " == *" $p "* ]] || { echo "unknown phase $p (down keyfail slow limited hot xmin claim insert)" >&2; exit 2; }
+	[[ " down keyfail slow limited parked hot xmin claim insert " == *" $p "* ]] || { echo "unknown phase $p (down keyfail slow limited parked hot xmin claim insert)" >&2; exit 2; }
 done
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 
@@ -159,7 +164,7 @@ DOWN_PORT=$(free_port) || die "no free port"
 # shellcheck disable=SC2154  # start_sink sets SINK_PORT_a
 [[ "$DOWN_PORT" != "$SINK_PORT_a" ]] || die "free_port gave sink A's port; run again"
 if has_phase slow; then start_sink b --delay-ms "$SLOW_MS"; fi
-if has_phase limited; then start_sink l; fi
+if has_phase limited || has_phase parked; then start_sink l; fi
 log "queuebox $EXTVERSION; sink A 127.0.0.1:$SINK_PORT_a${SINK_PORT_b:+, slow sink B 127.0.0.1:$SINK_PORT_b (${SLOW_MS} ms)}; down port $DOWN_PORT"
 
 # configure B_URL [B_EXTRA]: destinations a (sink A) and b (B_URL, with the
@@ -351,6 +356,23 @@ if has_phase limited; then
 		"A alone, median of ${ALONE[*]}: ${R[limited_alone_rows_s]} rows/s" \
 		"beside B limited to $LIMITED_RATE/s, median of ${WITH[*]}: ${R[limited_with_rows_s]} rows/s (ratios by round ${RATIOS[*]}; B meanwhile ${R[limited_b_rate]} req/s, ${R[limited_b_left]} rows still waiting, ${R[limited_b_claimed]} of them claimed)"
 fi
+# parked_setup: B paused for the hour, then its backlog (nothing of it is sent)
+parked_setup() {
+	q bench "SELECT queuebox.pause_destination('b', now() + interval '1 hour')" >/dev/null
+	sink_reset "$SINK_PORT_l"
+	q bench "$(fill b.event "$LIMITED_ROWS" "'b' || (g % $LIMITED_KEYS)")"
+	R[parked_b0]=$(sink_requests "$SINK_PORT_l")
+}
+if has_phase parked; then
+	log "phase parked: A's $A_ROWS rows alone, then beside B's backlog of $LIMITED_ROWS rows over $LIMITED_KEYS keys that wait for B's pause, $LIMITED_ROUNDS rounds"
+	configure "http://127.0.0.1:$SINK_PORT_l"
+	beside_rounds parked "$LIMITED_ROUNDS" "$SINK_PORT_l" parked_setup
+	R[parked_b_sent]=$(q bench "SELECT count(*) FROM queuebox.outbox WHERE topic = 'b.event' AND state <> 'pending'")
+	q bench "SELECT queuebox.resume_destination('b')" >/dev/null
+	conclude parked "${R[parked_with_rows_s]}" "${R[parked_alone_rows_s]}" 2 "-" \
+		"A alone, median of ${ALONE[*]}: ${R[parked_alone_rows_s]} rows/s" \
+		"beside B's rows paused, median of ${WITH[*]}: ${R[parked_with_rows_s]} rows/s (ratios by round ${RATIOS[*]}; ${R[parked_b_left]} of B's rows waiting, ${R[parked_b_sent]} claimed or sent)"
+fi
 
 # ================================================================ hot
 hot_setup() { q bench "$(fill a.hot "$HOT_ROWS" "'hot'")"; }
@@ -521,7 +543,7 @@ SUMMARY=$(
 		echo "| $p | $a | $m | $r | $t |"
 	done
 	echo
-	echo "Ratios: down, keyfail, slow, limited, hot and xmin = rows/s measured / rows/s of the anchor; claim = ms per claim with the blocked rows / without; insert = plain-table tps / outbox tps (what the outbox costs per INSERT)."
+	echo "Ratios: down, keyfail, slow, limited, parked, hot and xmin = rows/s measured / rows/s of the anchor; claim = ms per claim with the blocked rows / without; insert = plain-table tps / outbox tps (what the outbox costs per INSERT)."
 	echo "CPU busy while the benchmark was idle, at the start, before each measurement and at the end (%): ${BUSY[*]} (above ~15: the machine was shared, figures are low)."
 )
 echo
