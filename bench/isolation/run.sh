@@ -72,19 +72,20 @@
 set -euo pipefail
 
 RECORD=${QB_BENCH_RECORD:-0}
-PHASES=${QB_BENCH_PHASES:-down keyfail slow limited parked hot xmin claim insert}
+ALL_PHASES="down keyfail slow limited parked hot xmin claim insert"
+PHASES=${QB_BENCH_PHASES:-$ALL_PHASES}
 CMDLINE="bench/isolation/run.sh"
 while (( $# )); do
 	case $1 in
 		--record) RECORD=1; CMDLINE+=" --record" ;;
 		--phases) [[ $# -ge 2 ]] || { echo "--phases needs a list" >&2; exit 2; }; PHASES=$2; CMDLINE+=" --phases \"$2\""; shift ;;
-		*) echo "usage: bench/isolation/run.sh [--record] [--phases \"down keyfail slow limited parked hot xmin claim insert\"]" >&2; exit 2 ;;
+		*) echo "usage: bench/isolation/run.sh [--record] [--phases \"$ALL_PHASES\"]" >&2; exit 2 ;;
 	esac
 	shift
 done
 PHASES=${PHASES//,/ }
 for p in $PHASES; do
-	[[ " down keyfail slow limited parked hot xmin claim insert " == *" $p "* ]] || { echo "unknown phase $p (down keyfail slow limited parked hot xmin claim insert)" >&2; exit 2; }
+	[[ " $ALL_PHASES " == *" $p "* ]] || { echo "unknown phase $p ($ALL_PHASES)" >&2; exit 2; }
 done
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 
@@ -313,11 +314,17 @@ if has_phase keyfail; then
 fi
 
 # ================================================================ slow, limited
-# backlog_setup PHASE ROWS KEYS PORT: B's backlog of ROWS rows over KEYS
-# keys, until B's sink (at PORT) has answered; R[PHASE_b0] its requests then
-backlog_setup() {
+# backlog_fill PHASE ROWS KEYS PORT: B's backlog of ROWS rows over KEYS
+# keys (B's sink at PORT reset first); R[PHASE_b0] the sink's requests then
+backlog_fill() {
 	sink_reset "$4"
 	q bench "$(fill b.event "$2" "'b' || (g % $3)")"
+	R[$1_b0]=$(sink_requests "$4")
+}
+# backlog_setup PHASE ROWS KEYS PORT: the backlog, until B's sink has
+# answered; R[PHASE_b0] its requests then
+backlog_setup() {
+	backlog_fill "$@"
 	wait_true "$1: B's sink answered" "SELECT EXISTS (SELECT 1 FROM queuebox.outbox WHERE topic = 'b.event' AND state = 'sent')"
 	R[$1_b0]=$(sink_requests "$4")
 }
@@ -363,9 +370,7 @@ fi
 # parked_setup: B paused for the hour, then its backlog (nothing of it is sent)
 parked_setup() {
 	q bench "SELECT queuebox.pause_destination('b', now() + interval '1 hour')" >/dev/null
-	sink_reset "$SINK_PORT_l"
-	q bench "$(fill b.event "$LIMITED_ROWS" "'b' || (g % $LIMITED_KEYS)")"
-	R[parked_b0]=$(sink_requests "$SINK_PORT_l")
+	backlog_fill parked "$LIMITED_ROWS" "$LIMITED_KEYS" "$SINK_PORT_l"
 }
 if has_phase parked; then
 	log "phase parked: A's $A_ROWS rows alone, then beside B's backlog of $LIMITED_ROWS rows over $LIMITED_KEYS keys that wait for B's pause, $LIMITED_ROUNDS rounds"
