@@ -13,7 +13,8 @@
  * after it committed; a store that fails gets the batch released, nothing
  * acknowledged nor stored, and it is stored when fetched again; a repeat
  * is acknowledged and counted, not stored twice; a message with no usable
- * key is stored dead under a made-up key.  Rows are counted before and
+ * key is stored dead under a made-up key, which a redelivery repeats when
+ * the broker gives the message a position.  Rows are counted before and
  * after.  What the real consumers do with ack and release is tested
  * against real brokers (test/t/inbox/014_kafka_source.pl and the others).
  *-------------------------------------------------------------------------
@@ -41,6 +42,7 @@ typedef struct FakeMsg
 	const char *body;
 	const char *message_id;
 	const char *key;			/* its row's key; NULL: made up, found by payload */
+	const char *position;		/* where the broker keeps it, or NULL */
 	bool		in_flight;		/* fetched, not yet acked or released */
 	int			acks;
 	int			releases;
@@ -119,6 +121,7 @@ fc_fetch(void *c, QbDelivery *out, int max, char *err, size_t errlen)
 		out[n].body = strdup(m->body);
 		out[n].len = strlen(m->body);
 		out[n].message_id = m->message_id ? strdup(m->message_id) : NULL;
+		out[n].position = m->position ? strdup(m->position) : NULL;
 		out[n].handle = (uint64_t) i;
 		n++;
 	}
@@ -372,6 +375,32 @@ test_unusable_stored_dead(void **state)
 	fake_store_free(fs);
 }
 
+/*
+ * A message with a position and an unusable key is dead under
+ * no-key:<position>: delivered again (a replay from the broker's start),
+ * it is a duplicate of that row, not a second dead row.
+ */
+static void
+test_unusable_redelivered_once(void **state)
+{
+	FakeStore  *fs = setup_fake();
+	QbConsumeStats stats = {0};
+	TestHost	th;
+	const char *ctl = "{\"id\": \"a\\u0001b\"}";
+
+	add_msg(ctl, NULL, "no-key:t/0/7")->position = "t/0/7";
+	add_msg(ctl, NULL, "no-key:t/0/7")->position = "t/0/7";
+	run(&stats, &th);
+	assert_int_equal(fs->nin, 1);
+	assert_int_equal(fake_inbox_find(fs, "k", "no-key:t/0/7")->state, ROW_DEAD);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(fc.msgs[i].acks, 1);
+	assert_int_equal(fc.acked_unstored, 0);
+	assert_int_equal(stats.dead, 1);
+	assert_int_equal(stats.duplicates, 1);
+	fake_store_free(fs);
+}
+
 int
 main(void)
 {
@@ -380,6 +409,7 @@ main(void)
 		cmocka_unit_test(test_store_failure_releases),
 		cmocka_unit_test(test_duplicates_counted),
 		cmocka_unit_test(test_unusable_stored_dead),
+		cmocka_unit_test(test_unusable_redelivered_once),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

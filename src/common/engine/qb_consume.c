@@ -15,7 +15,8 @@
  *	  acknowledged like the rest).  An unusable value (qbc_unusable: none,
  *	  over 1024 bytes, not UTF-8, a control character) is dropped for the
  *	  event type and aggregate id; for the key the row is dead under a
- *	  made-up unique key, "no-key:<uuid>", that says so.
+ *	  made-up key, "no-key:<position>" (or "no-key:<uuid>" without a
+ *	  position), that says so.
  *
  * Transaction rules: the rows of a round are stored in one store call; the
  * round is acknowledged only after it returns 0.  When it fails the round
@@ -281,25 +282,34 @@ qbc_extract(const QbSource *s, const QbDelivery *d, json_t *doc, QbcRow *r)
 
 /*
  * qbc_key_or_made_up: a dead row still needs a unique key: an unusable one
- * is replaced by a made-up "no-key:<uuid>", and the row is dead saying so
- * (unless it is dead already).  false when out of random bytes or memory.
+ * is replaced by a made-up one, and the row is dead saying so (unless it is
+ * dead already).  The made-up key is "no-key:<position>" when the broker
+ * gives one (kafka, nats): a redelivery, or a stream replayed from its
+ * start, is then a duplicate of the row, not a second dead row.  Without a
+ * position (rabbitmq) it is "no-key:<uuid>".  false when out of random
+ * bytes or memory.
  */
 static bool
-qbc_key_or_made_up(QbcRow *r)
+qbc_key_or_made_up(const QbDelivery *d, QbcRow *r)
 {
 	char		msg[QB_ERRLEN + 128];
 	char		uuid[QB_UUID_LEN + 1];
 	const char *bad;
+	const char *made;
 
 	if ((bad = qbc_unusable(r->key)) == NULL)
 		return true;
 	free(r->key);
 	r->key = NULL;
-	if (!qb_uuid_v4(uuid))
+	if (d->position != NULL && qbc_unusable(d->position) == NULL)
+		made = d->position;
+	else if (qb_uuid_v4(uuid))
+		made = uuid;
+	else
 		return false;
-	if ((r->key = malloc(strlen(uuid) + 8)) == NULL)
+	if ((r->key = malloc(strlen(made) + 8)) == NULL)
 		return false;
-	snprintf(r->key, strlen(uuid) + 8, "no-key:%s", uuid);
+	snprintf(r->key, strlen(made) + 8, "no-key:%s", made);
 	if (r->dead_error == NULL)
 	{
 		snprintf(msg, sizeof(msg),
@@ -374,7 +384,7 @@ qbc_make_row(QbTransformHelper *jq, const QbSource *s, const QbDelivery *d, QbcR
 		json_decref(doc);
 		r->payload = strndup(d->body, d->len);
 	}
-	if (!qbc_key_or_made_up(r))
+	if (!qbc_key_or_made_up(d, r))
 		return false;
 
 	/* 2. transform (only what is JSON: a dead row is kept as it came) */
