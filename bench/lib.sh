@@ -330,6 +330,13 @@ fill_sql() {
 	      FROM generate_series(1, $1) g"
 }
 
+# KEYED_OPEN_SQL: true while a keyed row is pending or processing, the poll
+# of a drain of keyed rows (fill_sql's): outbox_key_open_idx holds every open
+# keyed row, where no partial index holds every pending row, so without it
+# the poll is a sequential scan over the rows already sent (560 ms and 60,000
+# blocks a poll at 10^6 rows, 9 in 10 sent: bench/RESULTS.md, 2026-12-07)
+KEYED_OPEN_SQL="SELECT EXISTS (SELECT 1 FROM queuebox.outbox WHERE state IN ('pending', 'processing') AND key IS NOT NULL);"
+
 # ---------------------------------------------------------------- pgbench
 # pgbench_tps FILE: the tps pgbench printed (without initial connection time)
 pgbench_tps() { sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$1"; }
