@@ -256,10 +256,11 @@ now() { echo "$EPOCHREALTIME"; }
 # the rows' average payload size as PostgreSQL prints it: every message's size
 SIZE=$(q bench "SELECT round(avg(octet_length(($PAYLOAD_SQL)::text))) FROM generate_series(1, $N) g")
 
-# Poll every 100 ms from one psql session until no row is pending or
-# processing.  Echoes the time.
-wait_drained() { # wait_drained DEADLINE_EPOCH
-	qb_bench_poll_until_false "$1" "SELECT EXISTS (SELECT 1 FROM queuebox.outbox WHERE state = 'pending') OR EXISTS (SELECT 1 FROM queuebox.outbox WHERE state = 'processing');"
+# wait_drained DEADLINE_EPOCH: the time when no row is pending or
+# processing (bench/lib.sh's poll; every preloaded row has a key,
+# KEYED_OPEN_SQL)
+wait_drained() {
+	qb_bench_poll_until_false "$1" "$KEYED_OPEN_SQL"
 }
 
 # wait_inbox N SOURCE DEADLINE_EPOCH: poll every 100 ms from one psql
