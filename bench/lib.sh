@@ -161,7 +161,7 @@ print(f'{a/b:.{int(sys.argv[3])}f}' if b else 'n/a')" "$@"; }
 # row is pending, so an EXISTS over the outbox ran as a sequential scan that
 # stops at the first pending row, reading every page already drained, every
 # poll: time taken from the workers it measures.  Where no index holds the
-# rows a poll looks for, it is still a sequential scan (bench/outbox-http
+# rows a poll looks for, it is still a sequential scan (qb_bench_wait_drained
 # asks for keyed rows, which one index holds).
 qb_bench_poll_until_false() {
 	local deadline=$1 sql=$2 db=${3:-bench} line
@@ -330,12 +330,15 @@ fill_sql() {
 	      FROM generate_series(1, $1) g"
 }
 
-# KEYED_OPEN_SQL: true while a keyed row is pending or processing, the poll
-# of a drain of keyed rows (fill_sql's): outbox_key_open_idx holds every open
-# keyed row, where no partial index holds every pending row, so without it
-# the poll is a sequential scan over the rows already sent (560 ms and 60,000
-# blocks a poll at 10^6 rows, 9 in 10 sent: bench/RESULTS.md, 2026-12-07)
-KEYED_OPEN_SQL="SELECT EXISTS (SELECT 1 FROM queuebox.outbox WHERE state IN ('pending', 'processing') AND key IS NOT NULL);"
+# qb_bench_wait_drained DEADLINE_EPOCH [DB]: the time when no keyed row is
+# pending or processing (qb_bench_poll_until_false), the drain of keyed rows
+# (fill_sql's).  outbox_key_open_idx holds every open keyed row, where no
+# partial index holds every pending row: without it the poll is a
+# sequential scan over the rows already sent (560 ms and 60,000 blocks a
+# poll at 10^6 rows, 9 in 10 sent: bench/RESULTS.md, 2026-12-07).
+qb_bench_wait_drained() {
+	qb_bench_poll_until_false "$1" "SELECT EXISTS (SELECT 1 FROM queuebox.outbox WHERE state IN ('pending', 'processing') AND key IS NOT NULL);" "${2:-bench}"
+}
 
 # ---------------------------------------------------------------- pgbench
 # pgbench_tps FILE: the tps pgbench printed (without initial connection time)

@@ -256,13 +256,6 @@ now() { echo "$EPOCHREALTIME"; }
 # the rows' average payload size as PostgreSQL prints it: every message's size
 SIZE=$(q bench "SELECT round(avg(octet_length(($PAYLOAD_SQL)::text))) FROM generate_series(1, $N) g")
 
-# wait_drained DEADLINE_EPOCH: the time when no row is pending or
-# processing (bench/lib.sh's poll; every preloaded row has a key,
-# KEYED_OPEN_SQL)
-wait_drained() {
-	qb_bench_poll_until_false "$1" "$KEYED_OPEN_SQL"
-}
-
 # wait_inbox N SOURCE DEADLINE_EPOCH: poll every 100 ms from one psql
 # session until SOURCE has N inbox rows.  Cheap while it runs: the inbox id
 # sequence (taken by every insert, before it commits); count(*) only once it
@@ -374,7 +367,7 @@ for B in $BROKERS; do
 	log "$B: starting $WORKERS outbox workers (batchSize $BATCH)"
 	t0=$(now)
 	set_guc outbox_workers "$WORKERS"
-	t1=$(wait_drained $(( EPOCHSECONDS + TIMEOUT )))
+	t1=$(qb_bench_wait_drained $(( EPOCHSECONDS + TIMEOUT )))
 	[[ "$t1" =~ ^[0-9] ]] || die "$B: the outbox did not drain within ${TIMEOUT}s ($t1): $(q bench "SELECT state, count(*) FROM queuebox.outbox GROUP BY 1" | tr '\n' ' '); last_error: $(q bench "SELECT last_error FROM queuebox.outbox WHERE last_error IS NOT NULL LIMIT 1")"
 	R[${B}_q_elapsed]=$(python3 -c "print(f'{$t1 - $t0:.3f}')")
 	R[${B}_q_rows_s]=$(python3 -c "print(round($N / ($t1 - $t0)))")

@@ -315,11 +315,10 @@ fi
 
 # ================================================================ slow, limited
 # backlog_fill PHASE ROWS KEYS PORT: B's backlog of ROWS rows over KEYS
-# keys (B's sink at PORT reset first); R[PHASE_b0] the sink's requests then
+# keys (B's sink at PORT reset first)
 backlog_fill() {
 	sink_reset "$4"
 	q bench "$(fill b.event "$2" "'b' || (g % $3)")"
-	R[$1_b0]=$(sink_requests "$4")
 }
 # backlog_setup PHASE ROWS KEYS PORT: the backlog, until B's sink has
 # answered; R[PHASE_b0] its requests then
@@ -371,6 +370,7 @@ fi
 parked_setup() {
 	q bench "SELECT queuebox.pause_destination('b', now() + interval '1 hour')" >/dev/null
 	backlog_fill parked "$LIMITED_ROWS" "$LIMITED_KEYS" "$SINK_PORT_l"
+	R[parked_b0]=$(sink_requests "$SINK_PORT_l")
 }
 if has_phase parked; then
 	log "phase parked: A's $A_ROWS rows alone, then beside B's backlog of $LIMITED_ROWS rows over $LIMITED_KEYS keys that wait for B's pause, $LIMITED_ROUNDS rounds"
