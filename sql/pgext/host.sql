@@ -58,8 +58,9 @@ CREATE FUNCTION queuebox._wake_outbox() RETURNS trigger
 
 -- One statement-level trigger arms a wake that fires at commit, whatever
 -- inserted the rows (INSERT, COPY, a function, enqueue()).
--- BEFORE the insert, so it can also note the first id a transaction can
--- have (the late-commit report, docs/design/claim.md).
+-- The late-commit report (docs/design/claim.md) comes from outbox_route,
+-- which sees each row's id; where that trigger does not fire, this one
+-- reports "from the start".
 CREATE TRIGGER outbox_wake BEFORE INSERT ON queuebox.outbox
 	FOR EACH STATEMENT EXECUTE FUNCTION queuebox._wake_outbox();
 

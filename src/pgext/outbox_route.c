@@ -395,6 +395,21 @@ qbor_trace(HeapTuple tup, TupleDesc desc)
 }
 
 /*
+ * qbor_note_unparked: tup is a new row left unparked, claimable from its
+ * insert: wake a worker at commit, and report its id for the workers'
+ * intake floors (the late-commit report, claim.md).
+ */
+static void
+qbor_note_unparked(HeapTuple tup, TupleDesc desc)
+{
+	bool		isnull;
+	Datum		id = heap_getattr(tup, qbor_att_id, desc, &isnull);
+
+	qb_note_outbox_first_id(isnull ? -1 : DatumGetInt64(id) - 1);
+	qb_note_outbox_row(false);
+}
+
+/*
  * BEFORE INSERT FOR EACH ROW on queuebox.outbox: a row takes the trace
  * context of its transaction or statement (qbor_trace); then, for a row
  * inserted without a hold, one with no destination gets its topic's
@@ -430,8 +445,13 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("queuebox._route_outbox() must be called as a BEFORE INSERT FOR EACH ROW trigger")));
 	tup = td->tg_trigtuple;
-	if (qb_shared == NULL || !qbor_attnums(td->tg_relation))
+	if (qb_shared == NULL)
 		return PointerGetDatum(tup);
+	if (!qbor_attnums(td->tg_relation))
+	{
+		qb_note_outbox_first_id(-1);	/* its id unknown: from the start */
+		return PointerGetDatum(tup);
+	}
 	desc = RelationGetDescr(td->tg_relation);
 	atts = (QbParkAtts) {
 		.id = qbor_att_id,.key = qbor_att_key,.state = qbor_att_state,.hold = qbor_att_hold,
@@ -445,7 +465,7 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 	(void) heap_getattr(tup, qbor_att_hold, desc, &isnull);
 	if (!isnull || (qbor_att_origin != 0 && !heap_attisnull(tup, qbor_att_origin, desc)))
 	{
-		qb_note_outbox_row(false);	/* placed by its inserter: it may be claimable */
+		qbor_note_unparked(tup, desc);	/* placed by its inserter: it may be claimable */
 		return n == 0 ? PointerGetDatum(tup) :
 			PointerGetDatum(heap_modify_tuple_by_cols(tup, desc, n, cols, values, nulls));
 	}
@@ -464,23 +484,27 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 		 */
 		cols[n] = qbor_att_origin;
 		values[n++] = heap_getattr(tup, qbor_att_id, desc, &isnull);
-		qb_note_outbox_row(false);
+		qbor_note_unparked(tup, desc);
 		return PointerGetDatum(heap_modify_tuple_by_cols(tup, desc, n, cols, values, nulls));
 	}
 	key = heap_getattr(tup, qbor_att_key, desc, &isnull);
 	parked = !isnull && qb_park_at_insert(td->tg_relation, &atts,
 										  DatumGetInt64(heap_getattr(tup, qbor_att_id, desc, &isnull)),
 										  key, dest != NULL ? dest : qbor_text_or_null(tup, desc, qbor_att_destination));
-	qb_note_outbox_row(parked);
 	if (parked)
 	{
+		qb_note_outbox_row(true);
 		cols[n] = qbor_att_hold;
 		values[n++] = CStringGetTextDatum("key");
 	}
-	else if (dest != NULL)
+	else
 	{
-		cols[n] = qbor_att_hold;
-		values[n++] = CStringGetTextDatum("intake");
+		qbor_note_unparked(tup, desc);
+		if (dest != NULL)
+		{
+			cols[n] = qbor_att_hold;
+			values[n++] = CStringGetTextDatum("intake");
+		}
 	}
 	if (n == 0)
 		return PointerGetDatum(tup);

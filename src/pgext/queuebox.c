@@ -394,11 +394,13 @@ qb_arm_outbox_wake_always(void)
 }
 
 /*
- * qb_note_outbox_first_id: the current transaction is about to insert outbox
- * rows, all with ids above `after`.  At commit every outbox worker learns
- * it, so a row that commits after a claim passed its id is still claimed
- * (claim.md, the intake floor).  -1: not known; the workers look from the
- * start.
+ * qb_note_outbox_first_id: the current transaction inserts intake rows
+ * (claimable from their insert, found above a worker's floor) with ids above
+ * `after`: the route trigger gives each such row's id less one.  At commit
+ * every outbox worker learns the lowest, so a row that commits after a
+ * claim passed its id is still claimed (claim.md, the intake floor).  -1:
+ * not known; the workers look from the start.  A parked row needs no report:
+ * its promotion finds it by its key.
  */
 void
 qb_note_outbox_first_id(int64 after)

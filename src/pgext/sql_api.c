@@ -22,14 +22,8 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
-#include "access/relation.h"
-#include "catalog/namespace.h"
-#include "catalog/pg_sequence.h"
-#include "commands/sequence.h"
-#include "storage/bufmgr.h"
-#include "utils/lsyscache.h"
-#include "utils/syscache.h"
 
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "utils/array.h"
 
@@ -164,54 +158,34 @@ qbsql_check_trigger(FunctionCallInfo fcinfo, const char *name)
 }
 
 /*
- * qbsql_outbox_seq_last: the last value queuebox.outbox_id_seq handed out,
- * read from its page (as pg_sequence_last_value() does, without its
- * privilege check: an INSERT needs none on an identity's sequence).  -1
- * when it cannot be known: no sequence, or a cache above 1, with which a
- * backend may still hand out ids below it.  It is looked for beside the
- * outbox (one catalog look-up fewer per statement than by schema name).
+ * qbsql_route_fires_with: the outbox_route trigger fires for every row of a
+ * statement that fires `wake` (the same enabled state, no WHEN clause), so
+ * it notes each intake row's id.  Looked up in the relation's trigger
+ * descriptor (relcache): no catalog read.  False on a schema before 0.3.0,
+ * which has no such trigger.
  */
-static int64
-qbsql_outbox_seq_last(Relation outbox)
+static bool
+qbsql_route_fires_with(Relation outbox, const Trigger *wake)
 {
-	Oid			seqoid = get_relname_relid("outbox_id_seq", RelationGetNamespace(outbox));
-	HeapTuple	pgseq;
-	Relation	rel;
-	Buffer		buf;
-	Page		page;
-	HeapTupleHeader th;
-	int64		last;
-	bool		called;
+	TriggerDesc *trigdesc = outbox->trigdesc;
 
-	if (!OidIsValid(seqoid))
-		return -1;
-	pgseq = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seqoid));
-	if (!HeapTupleIsValid(pgseq))
-		return -1;
-	if (((Form_pg_sequence) GETSTRUCT(pgseq))->seqcache != 1)
+	for (int i = 0; trigdesc != NULL && i < trigdesc->numtriggers; i++)
 	{
-		ReleaseSysCache(pgseq);
-		return -1;
+		const Trigger *t = &trigdesc->triggers[i];
+
+		if (strcmp(t->tgname, "outbox_route") == 0)
+			return t->tgenabled == wake->tgenabled && t->tgqual == NULL &&
+				TRIGGER_FOR_ROW(t->tgtype) && TRIGGER_FOR_BEFORE(t->tgtype);
 	}
-	ReleaseSysCache(pgseq);
-	rel = relation_open(seqoid, AccessShareLock);
-	buf = ReadBuffer(rel, 0);
-	LockBuffer(buf, BUFFER_LOCK_SHARE);
-	page = BufferGetPage(buf);
-	th = (HeapTupleHeader) PageGetItem(page, PageGetItemId(page, FirstOffsetNumber));
-	last = ((Form_pg_sequence_data) ((char *) th + th->t_hoff))->last_value;
-	called = ((Form_pg_sequence_data) ((char *) th + th->t_hoff))->is_called;
-	UnlockReleaseBuffer(buf);
-	relation_close(rel, AccessShareLock);
-	/* not called yet: last_value itself is the next id */
-	return called ? last : last - 1;
+	return false;
 }
 
 /*
  * BEFORE INSERT FOR EACH STATEMENT on queuebox.outbox: wake the workers at
- * commit, and tell them the ids of this statement's rows are above the
- * sequence's value now (the late-commit report of claim.md).  Fired AFTER
- * (a 0.1.0 schema), it cannot know, and says so.
+ * commit.  The late-commit report (claim.md, the intake floor) comes from
+ * the rows themselves: the outbox_route trigger notes each intake row's id.
+ * When that trigger does not fire with this one, or this one fires AFTER (a
+ * 0.1.0 schema), the report is "from the start".
  */
 Datum
 qb_sql_wake_outbox(PG_FUNCTION_ARGS)
@@ -220,7 +194,8 @@ qb_sql_wake_outbox(PG_FUNCTION_ARGS)
 
 	qbsql_check_trigger(fcinfo, "_wake_outbox");
 	qb_arm_outbox_wake();
-	qb_note_outbox_first_id(TRIGGER_FIRED_BEFORE(td->tg_event) ? qbsql_outbox_seq_last(td->tg_relation) : -1);
+	if (!TRIGGER_FIRED_BEFORE(td->tg_event) || !qbsql_route_fires_with(td->tg_relation, td->tg_trigger))
+		qb_note_outbox_first_id(-1);
 	return PointerGetDatum(NULL);
 }
 

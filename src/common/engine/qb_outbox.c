@@ -946,13 +946,26 @@ qbo_gather_done(QboEngine *e, QboCycle *c)
 	qsort(c->tallies, c->nkept, sizeof(QbDestTally), qbo_tally_cmp);
 }
 
+/* qbo_lower_floors_to: every floor at most `to`. */
+static void
+qbo_lower_floors_to(QboEngine *e, int64_t to)
+{
+	if (to < e->floor)
+		e->floor = to;
+	for (int i = 0; i < e->cfg->ndestinations; i++)
+		if (to < e->dests[i].floor)
+			e->dests[i].floor = to;
+}
+
 /*
  * qbo_lower_floors: new rows are claimed in id order above a floor, one per
  * destination (rows routed at insert) and one for rows not routed yet, so a
  * claim does not walk the index entries of rows already delivered (a held
- * snapshot keeps them).  The host's late floor (a commit of a lower id than
- * we read past), or 0 every QBO_FULL_SCAN_MS and whenever the host cannot
- * report, lowers every floor.
+ * snapshot keeps them).  The host's late floor (what commits since the last
+ * call reported: their new rows are above it), or 0 every QBO_FULL_SCAN_MS
+ * and whenever the host cannot report, lowers every floor.  A report is
+ * logged at debug level, once a cycle at most (TAP 024 reads it: a wrong
+ * report is otherwise seen only as a longer wait).
  */
 static void
 qbo_lower_floors(QboEngine *e)
@@ -960,18 +973,16 @@ qbo_lower_floors(QboEngine *e)
 	int64_t		late = e->host->late_floor ? e->host->late_floor(e->host->ctx) : -1;
 	long		now = qb_now_ms();
 
+	if (late >= 0)
+	{
+		qb_log(e->host, QB_LOG_DEBUG, "commits reported new rows above id %lld", (long long) late);
+		qbo_lower_floors_to(e, late);
+	}
 	if (now >= e->next_full_scan)
 	{
-		late = 0;
 		e->next_full_scan = now + QBO_FULL_SCAN_MS;
+		qbo_lower_floors_to(e, 0);
 	}
-	if (late < 0)
-		return;
-	if (late < e->floor)
-		e->floor = late;
-	for (int i = 0; i < e->cfg->ndestinations; i++)
-		if (late < e->dests[i].floor)
-			e->dests[i].floor = late;
 }
 
 /*

@@ -25,7 +25,18 @@ my $sent = sub {
 		"SELECT count(*) FROM queuebox.outbox WHERE topic = '$topic' AND state = 'sent'");
 };
 
+# The workers log each report at debug level ("commits reported new rows
+# above id N"): a wrong report is otherwise seen only as a longer wait (the
+# read from the start every second finds what it missed).
+$node->safe_psql('postgres', "ALTER SYSTEM SET log_min_messages = 'debug1'");
+$node->reload;
+my $reported = sub {
+	my ($after, $offset, $name) = @_;
+	ok($node->wait_for_log(qr/commits reported new rows above id \Q$after\E\b/, $offset), $name);
+};
+
 # ---- a late commit: its id is below rows claimed before it committed
+my $offset = -s $node->logfile;
 my $late = $node->background_psql('postgres');
 $late->query_safe(q{BEGIN; INSERT INTO queuebox.outbox (topic, payload) VALUES ('late', '{"n": 0}')});
 my $late_id = $late->query_safe(q{SELECT max(id) FROM queuebox.outbox WHERE topic = 'late'});
@@ -42,6 +53,62 @@ qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE topic = 'late'", '
 	'the row that committed late is sent');
 is(scalar(grep { $_->{body} =~ /"n": 0/ } @{ qb_sink_requests($sink) }), 1,
 	'and it reached the sink once');
+$reported->($late_id - 1, $offset, 'its commit reported its id to the workers');
+
+# ---- a late commit of a row with an id of its own (OVERRIDING SYSTEM
+# VALUE), below the sequence's value when its statement began: the report
+# is the row's id, not the sequence's
+$offset = -s $node->logfile;
+my $count0 = qb_outbox_count($node);
+my $gap = $node->safe_psql('postgres', "SELECT nextval('queuebox.outbox_id_seq')");
+$node->safe_psql('postgres', "SELECT nextval('queuebox.outbox_id_seq')");
+my $own = $node->background_psql('postgres');
+$own->query_safe(qq{BEGIN; INSERT INTO queuebox.outbox (id, topic, payload) OVERRIDING SYSTEM VALUE
+	VALUES ($gap, 'own-id', '{"n": 0}')});
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload)
+	SELECT 'own-after', jsonb_build_object('n', g) FROM generate_series(1, 50) g});
+qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic = 'own-after' AND state = 'sent'",
+	50, 'own id: the 50 rows inserted after it are sent');
+$own->query_safe('COMMIT');
+$own->quit;
+qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE id = $gap", 'sent',
+	'own id: the row that committed late is sent');
+$reported->($gap - 1, $offset, 'own id: its commit reported the id below its own');
+is(qb_outbox_count($node), $count0 + 51, 'own id: no row appeared or vanished');
+
+# ---- the route trigger disabled: the statement trigger cannot know the
+# rows' ids, and reports "from the start"
+$offset = -s $node->logfile;
+$count0 = qb_outbox_count($node);
+$node->safe_psql('postgres', 'ALTER TABLE queuebox.outbox DISABLE TRIGGER outbox_route');
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload) VALUES ('unrouted', '{"n": 0}')});
+$node->safe_psql('postgres', 'ALTER TABLE queuebox.outbox ENABLE TRIGGER outbox_route');
+qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE topic = 'unrouted'", 'sent',
+	'route trigger disabled: the row is sent (the claim routes it)');
+$reported->(0, $offset, 'route trigger disabled: its commit reported "from the start"');
+is(qb_outbox_count($node), $count0 + 1, 'route trigger disabled: one row more');
+
+# ---- a commit whose rows were all parked reports nothing: the next
+# report (an unkeyed row's) is that row's own
+$node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, key, payload)
+	VALUES ('quiet', 'q', '{"n": 1, "_sink": {"delay_ms": 2000}}')});
+qb_wait_query($node, "SELECT state FROM queuebox.outbox WHERE topic = 'quiet' AND payload->>'n' = '1'",
+	'processing', 'all parked: the key\'s first row is in flight');
+$offset = -s $node->logfile;
+my $parked_id = $node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, key, payload)
+	VALUES ('quiet', 'q', '{"n": 2}') RETURNING id});
+is($node->safe_psql('postgres', "SELECT hold FROM queuebox.outbox WHERE id = $parked_id"), 'key',
+	'all parked: the second row went in parked');
+my $marker = $node->safe_psql('postgres', q{INSERT INTO queuebox.outbox (topic, payload)
+	VALUES ('quiet-marker', '{"n": 3}') RETURNING id});
+$reported->($marker - 1, $offset, 'all parked: the next report is the unkeyed row\'s');
+my $log = slurp_file($node->logfile, $offset);
+unlike($log, qr/commits reported new rows above id \Q@{[$parked_id - 1]}\E\b/,
+	'all parked: the parked row\'s commit reported nothing');
+qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE topic LIKE 'quiet%' AND state = 'sent'",
+	3, 'all parked: the three rows are sent');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET log_min_messages');
+$node->reload;
 
 # ---- a prepared transaction's rows
 $node->safe_psql('postgres', q{BEGIN;
