@@ -394,18 +394,25 @@ qbor_trace(HeapTuple tup, TupleDesc desc)
 	return DirectFunctionCall2(jsonb_concat, headers, DirectFunctionCall1(jsonb_in, CStringGetDatum(add)));
 }
 
+/* qbor_changed: tup with its n columns cols set to values (none null), as the trigger's result. */
+static Datum
+qbor_changed(HeapTuple tup, TupleDesc desc, int n, int *cols, Datum *values)
+{
+	bool		nulls[3] = {false, false, false};
+
+	Assert(n <= lengthof(nulls));
+	return PointerGetDatum(n == 0 ? tup : heap_modify_tuple_by_cols(tup, desc, n, cols, values, nulls));
+}
+
 /*
- * qbor_note_unparked: tup is a new row left unparked, claimable from its
- * insert: wake a worker at commit, and report its id for the workers'
- * intake floors (the late-commit report, claim.md).
+ * qbor_note_unparked: a new row with this id is left unparked, claimable
+ * from its insert: wake a worker at commit, and report its id for the
+ * workers' intake floors (the late-commit report, claim.md).
  */
 static void
-qbor_note_unparked(HeapTuple tup, TupleDesc desc)
+qbor_note_unparked(Datum id, bool id_null)
 {
-	bool		isnull;
-	Datum		id = heap_getattr(tup, qbor_att_id, desc, &isnull);
-
-	qb_note_outbox_first_id(isnull ? -1 : DatumGetInt64(id) - 1);
+	qb_note_outbox_first_id(id_null ? -1 : DatumGetInt64(id) - 1);
 	qb_note_outbox_row(false);
 }
 
@@ -430,12 +437,13 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 	bool		no_dest;
 	bool		parked;
 	const char *dest = NULL;
+	Datum		id;
+	bool		id_null;
 	Datum		key;
 	Datum		traced;
 	bool		fanout = false;
 	int			cols[3];
 	Datum		values[3];
-	bool		nulls[3] = {false, false, false};
 	int			n = 0;
 	QbParkAtts	atts;
 
@@ -445,14 +453,13 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("queuebox._route_outbox() must be called as a BEFORE INSERT FOR EACH ROW trigger")));
 	tup = td->tg_trigtuple;
-	if (qb_shared == NULL)
-		return PointerGetDatum(tup);
-	if (!qbor_attnums(td->tg_relation))
+	if (qb_shared == NULL || !qbor_attnums(td->tg_relation))
 	{
 		qb_note_outbox_first_id(-1);	/* its id unknown: from the start */
 		return PointerGetDatum(tup);
 	}
 	desc = RelationGetDescr(td->tg_relation);
+	id = heap_getattr(tup, qbor_att_id, desc, &id_null);
 	atts = (QbParkAtts) {
 		.id = qbor_att_id,.key = qbor_att_key,.state = qbor_att_state,.hold = qbor_att_hold,
 		.destination = qbor_att_destination,
@@ -465,9 +472,8 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 	(void) heap_getattr(tup, qbor_att_hold, desc, &isnull);
 	if (!isnull || (qbor_att_origin != 0 && !heap_attisnull(tup, qbor_att_origin, desc)))
 	{
-		qbor_note_unparked(tup, desc);	/* placed by its inserter: it may be claimable */
-		return n == 0 ? PointerGetDatum(tup) :
-			PointerGetDatum(heap_modify_tuple_by_cols(tup, desc, n, cols, values, nulls));
+		qbor_note_unparked(id, id_null);	/* placed by its inserter: it may be claimable */
+		return qbor_changed(tup, desc, n, cols, values);
 	}
 	(void) heap_getattr(tup, qbor_att_destination, desc, &no_dest);
 	if (no_dest && (dest = qbor_route(tup, desc, &fanout)) != NULL)
@@ -483,30 +489,21 @@ qb_sql_route_outbox(PG_FUNCTION_ARGS)
 		 * at its own destination (claim.md, "One key, several destinations").
 		 */
 		cols[n] = qbor_att_origin;
-		values[n++] = heap_getattr(tup, qbor_att_id, desc, &isnull);
-		qbor_note_unparked(tup, desc);
-		return PointerGetDatum(heap_modify_tuple_by_cols(tup, desc, n, cols, values, nulls));
+		values[n++] = id;
+		qbor_note_unparked(id, id_null);
+		return qbor_changed(tup, desc, n, cols, values);
 	}
 	key = heap_getattr(tup, qbor_att_key, desc, &isnull);
-	parked = !isnull && qb_park_at_insert(td->tg_relation, &atts,
-										  DatumGetInt64(heap_getattr(tup, qbor_att_id, desc, &isnull)),
-										  key, dest != NULL ? dest : qbor_text_or_null(tup, desc, qbor_att_destination));
+	parked = !isnull && qb_park_at_insert(td->tg_relation, &atts, DatumGetInt64(id), key,
+										  dest != NULL ? dest : qbor_text_or_null(tup, desc, qbor_att_destination));
 	if (parked)
-	{
 		qb_note_outbox_row(true);
-		cols[n] = qbor_att_hold;
-		values[n++] = CStringGetTextDatum("key");
-	}
 	else
+		qbor_note_unparked(id, id_null);
+	if (parked || dest != NULL)
 	{
-		qbor_note_unparked(tup, desc);
-		if (dest != NULL)
-		{
-			cols[n] = qbor_att_hold;
-			values[n++] = CStringGetTextDatum("intake");
-		}
+		cols[n] = qbor_att_hold;
+		values[n++] = CStringGetTextDatum(parked ? "key" : "intake");
 	}
-	if (n == 0)
-		return PointerGetDatum(tup);
-	return PointerGetDatum(heap_modify_tuple_by_cols(tup, desc, n, cols, values, nulls));
+	return qbor_changed(tup, desc, n, cols, values);
 }
