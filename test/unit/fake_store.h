@@ -43,7 +43,7 @@
 #include "qb_store.h"
 #include "test_host.h"
 
-#define FAKE_MAX_ROWS 64
+#define FAKE_MAX_ROWS 320		/* one claim past the engine's first 256 slots */
 #define FAKE_MAX_CLAIMS 256		/* recorded; later claims overwrite the last */
 #define FAKE_MAX_DESTS 8
 

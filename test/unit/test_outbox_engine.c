@@ -333,7 +333,7 @@ test_unrouted_claims_follow_their_destinations(void **state)
 			 "  - { topicPattern: \"web.**\", destination: web }\n"
 			 "  - { topicPattern: \"other.**\", destination: other }\n",
 			 sink_base, sink_base);
-	for (int i = 0; i < FAKE_MAX_ROWS - 4; i++)
+	for (int i = 0; i < 60; i++)
 		add_row(f, "web.created", NULL, NULL);
 	run(f, &stats);
 	for (int i = 0; i < f->nout; i++)
@@ -380,6 +380,49 @@ test_retry_then_dead_and_no_route(void **state)
 	t = fake_tally_index(f, "other");
 	assert_int_equal(f->tally_failed[t], 2);
 	assert_int_equal(f->stale_settles, 0);
+	fake_store_free(f);
+}
+
+/*
+ * Rows done at their dispatch keep their claim's token while the slots grow
+ * under them.  One claim takes 40 rows no route matches (dead at their
+ * dispatch) and then 280 routed ones: the engine's first 256 slots do not
+ * hold them, and qbo_slot_new moves the slots by realloc after the dead
+ * ones were done.  Each settle must still carry the token (a settle once
+ * pointed at the slot's old place: garbage tokens, failed cycles and rows
+ * left processing until their lease ran out; valgrind and ASan see the read
+ * of freed memory).
+ */
+static void
+test_done_at_dispatch_while_slots_grow(void **state)
+{
+	char		config[1024];
+	FakeStore  *f;
+	QbOutboxStats stats = {0};
+
+	snprintf(config, sizeof(config),
+			 "outbox: { batchSize: 500 }\n"
+			 "destinations:\n"
+			 "  web: { type: http, baseUrl: \"%s\", path: /web, maxInFlight: 300 }\n"
+			 "routes:\n"
+			 "  - { topicPattern: \"web.**\", destination: web }\n",
+			 sink_base);
+	f = fake_store_new(config);
+	for (int i = 0; i < 40; i++)
+		add_row(f, "nowhere.x", NULL, NULL);
+	for (int i = 0; i < 280; i++)
+		add_row(f, "web.created", "web", NULL);
+	run(f, &stats);
+	assert_true(f->nout_claims >= 1);
+	assert_true(f->out_claims[0].limits[0] >= 280);	/* one claim took them all */
+	for (int i = 0; i < f->nout; i++)
+	{
+		assert_int_equal(f->out[i].state, i < 40 ? ROW_DEAD : ROW_SENT);
+		assert_int_equal(f->out[i].settles, 1);
+	}
+	assert_int_equal(f->stale_settles, 0);
+	assert_int_equal(stats.dead, 40);
+	assert_int_equal(stats.sent, 280);
 	fake_store_free(f);
 }
 
@@ -800,6 +843,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_delivers_every_row_once),
 		cmocka_unit_test(test_retry_then_dead_and_no_route),
+		cmocka_unit_test(test_done_at_dispatch_while_slots_grow),
 		cmocka_unit_test(test_row_headers_parsed_once),
 		cmocka_unit_test(test_success_resets_breaker_count),
 		cmocka_unit_test(test_late_success_keeps_circuit_open),

@@ -142,7 +142,7 @@ qbo_done(QboEngine *e, QboSlot *s, QbSettleKind kind, int attempt, long delay_ms
 	free(s->error);
 	s->error = error ? strdup(error) : NULL;
 	s->settle.id = s->row.id;
-	s->settle.token = s->token;
+	s->settle.token = NULL;		/* the slot's own: set when gathered (qbo_gather_done) */
 	s->settle.kind = kind;
 	s->settle.attempt = attempt;
 	s->settle.delay_ms = delay_ms;
@@ -937,7 +937,13 @@ qbo_gather_done(QboEngine *e, QboCycle *c)
 		if (e->slots[i].st == QBO_DONE)
 		{
 			c->which[c->ns] = i;
-			c->settles[c->ns++] = e->slots[i].settle;
+			c->settles[c->ns] = e->slots[i].settle;
+			/*
+			 * what lies in the slot itself is pointed at only now: a slot
+			 * done at its dispatch (a fan-out row, no route, not due) saw
+			 * the slots grow by realloc after it (qbo_slot_new)
+			 */
+			c->settles[c->ns++].token = e->slots[i].token;
 			qbo_tally(e, &e->slots[i], c->tallies, &nt);
 		}
 	for (int i = 0; i < nt; i++)
