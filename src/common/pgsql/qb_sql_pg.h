@@ -272,9 +272,14 @@
  * that ended, or one routed now that had no destination at its claim (a
  * fan-out row routed to its first destination, a retry, a hold, a
  * release: it no longer holds back the rows of its key at the other
- * destinations; $8 NULL, not known: every routed row).  "o.id = ANY ($2)"
- * bounds the rows read by the ids whatever the join order: a plan made on an
- * empty outbox joined every row of the table to the settles.  A retry's
+ * destinations; $8 NULL, not known: every routed row).  Each row is found
+ * by its id from the arrays' row, one probe of outbox_pkey (the join on a
+ * unique key: the planner takes it on an empty outbox too, with the
+ * sessions' settings, qb_pg_stmt.c).  Not bounded by "o.id = ANY ($2)"
+ * (before 2026-12-07): the planner then read the rows by the array and
+ * matched each arrays' row against all of them, quadratic in the batch (a
+ * sent row's settle took 12 µs at a batch of 100 and 22 at 500; by id 8.5
+ * and 7.6: bench/RESULTS.md, issue 37).  A retry's
  * destination is read in the CASE, so only retries read it: as a lateral
  * join the planner probed destination_state for every row settled (2 of
  * a sent row's 16 blocks; bench/RESULTS.md, issue 37).
@@ -302,7 +307,7 @@
 	" FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::text[]," \
 	"             $7::text[], $8::bool[])" \
 	"   AS s(token, id, outcome, attempt, delay_ms, error, destination, unrouted)" \
-	" WHERE o.id = ANY ($2::bigint[]) AND o.id = s.id AND o.claim_token = s.token" \
+	" WHERE o.id = s.id AND o.claim_token = s.token" \
 	" RETURNING o.key, o.state, CASE WHEN NOT s.unrouted THEN o.destination END," \
 	"           o.state IN ('sent', 'dead')" \
 	"             OR (coalesce(s.unrouted, true) AND o.destination IS NOT NULL)"
@@ -319,13 +324,14 @@
  * trigger set it already when it knew the route), which marks it a fan-out
  * row (requeue, replay and unroute keep it to its own destination).
  * Fenced by each row's token, and only while the row is not routed: a row
- * is copied once.  The insert trigger leaves a copy as it is.
+ * is copied once.  The insert trigger leaves a copy as it is.  Each row is
+ * found by its id, as in QB_PG_OUTBOX_SETTLE (and for its reason).
  */
 #define QB_PG_OUTBOX_FANOUT \
 	"WITH r AS (" \
 	"   UPDATE queuebox.outbox o SET origin = o.id" \
 	"   FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS s(token, id, copies)" \
-	"   WHERE o.id = ANY ($2::bigint[]) AND o.id = s.id AND o.claim_token = s.token" \
+	"   WHERE o.id = s.id AND o.claim_token = s.token" \
 	"     AND s.copies IS NOT NULL AND o.destination IS NULL" \
 	"     AND (o.origin IS NULL OR o.origin = o.id)" \
 	"   RETURNING o.*, s.copies)" \
