@@ -275,7 +275,9 @@
  * destinations; $8 NULL, not known: every routed row).  Each row is found
  * by its id from the arrays' row, one probe of outbox_pkey (the join on a
  * unique key: the planner takes it on an empty outbox too, with the
- * sessions' settings, qb_pg_stmt.c).  Not bounded by "o.id = ANY ($2)"
+ * workers' and the daemon's session settings, qb_pg_stmt.c; the internal
+ * SQL functions, queuebox._outbox_settle, plan it with their caller's).
+ * Not bounded by "o.id = ANY ($2)"
  * (before 2026-12-07): the planner then read the rows by the array and
  * matched each arrays' row against all of them, quadratic in the batch (a
  * sent row's settle took 12 µs at a batch of 100 and 22 at 500; by id 8.5
