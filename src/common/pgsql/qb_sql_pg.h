@@ -277,14 +277,13 @@
  * unique key: the planner takes it on an empty outbox too, with the
  * workers' and the daemon's session settings, qb_pg_stmt.c; the internal
  * SQL functions, queuebox._outbox_settle, plan it with their caller's).
- * Not bounded by "o.id = ANY ($2)"
- * (before 2026-12-07): the planner then read the rows by the array and
- * matched each arrays' row against all of them, quadratic in the batch (a
- * sent row's settle took 12 µs at a batch of 100 and 22 at 500; by id 8.5
- * and 7.6: bench/RESULTS.md, issue 37).  A retry's
- * destination is read in the CASE, so only retries read it: as a lateral
- * join the planner probed destination_state for every row settled (2 of
- * a sent row's 16 blocks; bench/RESULTS.md, issue 37).
+ * Not bounded by "o.id = ANY ($2)" (before 2026-12-07): the planner then
+ * read the rows by the array and matched each arrays' row against all of
+ * them, quadratic in the batch (a sent row's settle took 12 µs at a batch
+ * of 100 and 22 at 500; by id 8.5 and 7.6: bench/RESULTS.md, issue 37).
+ * A retry's destination is read in the CASE, so only retries read it: as a
+ * lateral join the planner probed destination_state for every row settled
+ * (2 of a sent row's 16 blocks; bench/RESULTS.md, issue 37).
  */
 #define QB_PG_OUTBOX_SETTLE \
 	"UPDATE queuebox.outbox o" \
