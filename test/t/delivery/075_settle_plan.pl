@@ -55,18 +55,14 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM queuebox.outbox WHERE stat
 is(scalar(grep { $_->{body} =~ /"n": / } @{ qb_sink_requests($sink) }), $n,
 	"the sink got $n requests");
 
-# The log's entries from the insert on; an auto_explain entry is its
-# "duration: ... plan:" line and the indented lines after it.
-my $plans = sub {
-	my ($offset, $text) = @_;
-	return grep { /Query Text: \Q$text\E/ } split /\n(?=\S)/, slurp_file($node->logfile, $offset);
-};
-# $check->(NAME, OFFSET, QUERY TEXT'S START, PLAN NODE): several rows at a
-# time, never a join filter, always the probe by id
+# $check->(NAME, OFFSET, QUERY TEXT'S START): the statement's plans in the
+# log from OFFSET on (an auto_explain entry is its "duration: ... plan:"
+# line and the indented lines after it): several rows at a time, never a
+# join filter, always the probe by id
 my $check = sub {
-	my ($name, $offset, $text, $node_re) = @_;
-	my @p = $plans->($offset, $text);
-	my @batched = grep { /$node_re\b[^\n]*\(actual rows=([0-9.]+)/ && $1 >= 2 } @p;
+	my ($name, $offset, $text) = @_;
+	my @p = grep { /Query Text: \Q$text\E/ } split /\n(?=\S)/, slurp_file($node->logfile, $offset);
+	my @batched = grep { /Update on outbox o\b[^\n]*\(actual rows=([0-9.]+)/ && $1 >= 2 } @p;
 	cmp_ok(scalar(@batched), '>=', 1, "the workers ran the $name on several rows at a time ("
 		  . scalar(@p) . ' logged)');
 	is(scalar(grep { /Join Filter/ } @p), 0,
@@ -75,8 +71,7 @@ my $check = sub {
 		"every $name finds each row by its id, one probe of outbox_pkey");
 	diag($batched[0] // $p[0] // "no $name was logged") if !Test::More->builder->is_passing;
 };
-$check->('settle', $offset, 'UPDATE queuebox.outbox o SET state = CASE WHEN s.outcome',
-	'Update on outbox o');
+$check->('settle', $offset, 'UPDATE queuebox.outbox o SET state = CASE WHEN s.outcome');
 
 # ---- fan-out rows: each is copied to its second destination at its first
 # claim, the cycle's rows in one statement
@@ -90,7 +85,6 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM queuebox.outbox WHERE stat
   or diag($node->safe_psql('postgres', "SELECT state, destination, hold, count(*), min(last_error) FROM queuebox.outbox GROUP BY 1, 2, 3"));
 is(scalar(grep { $_->{body} =~ /"f": / } @{ qb_sink_requests($copy) }), $n,
 	"the copies' sink got $n requests");
-$check->('fan-out', $offset, 'WITH r AS (   UPDATE queuebox.outbox o SET origin = o.id',
-	'Update on outbox o');
+$check->('fan-out', $offset, 'WITH r AS (   UPDATE queuebox.outbox o SET origin = o.id');
 
 done_testing();
