@@ -20,6 +20,12 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use QueueBoxTest;
 
+# auto_explain is contrib: Debian's postgresql-NN has it; a server built from
+# source without contrib (scripts/pg-majors.sh) has not, and is skipped so.
+my $pkglib = `pg_config --pkglibdir` =~ s/\s+$//r;
+plan skip_all => "auto_explain is not installed in $pkglib (build the server's contrib/auto_explain)"
+  unless -e "$pkglib/auto_explain.so";
+
 my $node = qb_node('settleplan', conf => <<'EOC');
 shared_preload_libraries = 'queuebox, auto_explain'
 auto_explain.log_min_duration = 0
