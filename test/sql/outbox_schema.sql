@@ -106,9 +106,10 @@ SELECT * FROM pg_temp.scans('claim_np',
 -- the promotion is made of macros (QB_PG_OUTBOX_BLOCKER): the preprocessor puts it together
 \set promote_sql `printf '#include "qb_sql_pg.h"\nQB_PG_OUTBOX_PROMOTE\n' | cpp -P -Isrc/common/pgsql - | tr -d '\n' | sed 's/" *"//g; s/^ *"//; s/" *$//'`
 PREPARE promote(text[], uuid, bigint, int, bigint, text[]) AS :promote_sql;
--- the promotion: the first open row of each key at the ended row's destination or not
--- routed (outbox_key_open_idx), claimed with the cycle's token; of a row that had no
--- destination, the first at each destination, each checked for what else holds it back
+-- the promotion: the first open row of each key (outbox_key_open_idx, one seek; a second,
+-- at the ended row's destination, only when that row is not routed or is at another
+-- destination), claimed with the cycle's token; of a row that had no destination, the
+-- first at each destination, each checked for what else holds it back
 SELECT * FROM pg_temp.scans('promote', $$ARRAY['h1', 'h2'], '11111111-1111-1111-1111-111111111111', 60000, 10, 0, ARRAY['web', NULL]$$);
 
 -- the promotion claims a released row at once only when nothing of its key is in flight
@@ -135,6 +136,38 @@ UPDATE queuebox.outbox SET hold = 'key' WHERE payload::text = '"R"' AND key = 'p
 EXECUTE promote(ARRAY['pk'], '11111111-1111-1111-1111-111111111111', 60000, 10, 0, ARRAY['A']);
 \o
 SELECT payload::text, state, hold, claim_token IS NOT NULL AS claimed FROM queuebox.outbox WHERE key = 'pk' ORDER BY id;
+ROLLBACK;
+
+-- the promotion's first seek finds the first open row of the key wherever it waits; the
+-- second, at the ended row's destination, runs only when that first row is not routed or
+-- waits at another destination.  A row at B ended (sent) in each key; the key's parked row
+-- at B is released and claimed when nothing before it at B or not routed is open:
+--   q1: the first open row waits at A (before B): B's parked row is found by the second seek
+--   q2: the first open row is not routed and before B's parked row: it holds that row back
+--   q3: a row not routed is open, after B's parked row: the parked row goes
+--   q4: the first open row is B's parked row (a row at C waits after it)
+BEGIN;
+DELETE FROM queuebox.outbox;
+-- the rows as written, not parked at insert
+SET LOCAL session_replication_role = replica;
+INSERT INTO queuebox.outbox (topic, key, payload, destination, state, hold)
+VALUES ('q', 'q1', '"A open"', 'A', 'pending', NULL),
+       ('q', 'q1', '"B sent"', 'B', 'sent', NULL),
+       ('q', 'q1', '"B parked"', 'B', 'pending', 'key'),
+       ('q', 'q2', '"not routed"', NULL, 'pending', NULL),
+       ('q', 'q2', '"B sent"', 'B', 'sent', NULL),
+       ('q', 'q2', '"B parked"', 'B', 'pending', 'key'),
+       ('q', 'q3', '"B sent"', 'B', 'sent', NULL),
+       ('q', 'q3', '"B parked"', 'B', 'pending', 'key'),
+       ('q', 'q3', '"not routed"', NULL, 'pending', NULL),
+       ('q', 'q4', '"B sent"', 'B', 'sent', NULL),
+       ('q', 'q4', '"B parked"', 'B', 'pending', 'key'),
+       ('q', 'q4', '"C open"', 'C', 'pending', NULL);
+RESET session_replication_role;
+\o /dev/null
+EXECUTE promote(ARRAY['q1', 'q2', 'q3', 'q4'], '11111111-1111-1111-1111-111111111111', 60000, 10, 0, ARRAY['B', 'B', 'B', 'B']);
+\o
+SELECT key, payload::text, state, hold, claim_token IS NOT NULL AS claimed FROM queuebox.outbox ORDER BY id;
 ROLLBACK;
 
 \set unpark_sql `sed -n '/^#define QB_PG_OUTBOX_UNPARK /,/^$/p' src/common/pgsql/qb_sql_pg.h | sed -n 's/^[^"]*"\(.*\)"[^"]*$/\1/p' | tr -d '\n'`

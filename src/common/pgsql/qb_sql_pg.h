@@ -356,7 +356,10 @@
  * the ended row was open (the claim parked them holding a FOR SHARE lock on
  * that row, which the settle's update waited for).  The rows the ended row
  * may have held back are looked at: of its key at its destination, the
- * first open row there or among the rows not routed yet; of a row that
+ * first open row there or among the rows not routed yet (one seek of
+ * outbox_key_open_idx finds the key's first open row, '' first: it is the
+ * answer when it waits at that destination, and only when it is not routed
+ * or waits at another does a second seek look at the destination); of a row that
  * had no destination, the first open row of its key at each destination
  * and among those not routed.  Each is released if it is parked behind the
  * key and nothing else holds it back (QB_PG_OUTBOX_BLOCKER).  The first
@@ -420,18 +423,22 @@
 	" WHERE o.id = ANY (ARRAY(" \
 	"   SELECT f.id FROM unnest($1::text[], $6::text[]) AS k(key, dest)" \
 	"   CROSS JOIN LATERAL (" \
+	"     SELECT e.id, coalesce(e.destination, '') AS g, coalesce(e.origin, e.id) AS pos" \
+	"     FROM queuebox.outbox e" \
+	"     WHERE k.dest IS NOT NULL AND e.key = k.key AND " QB_PG_OUTBOX_OPEN("e") \
+	"     ORDER BY coalesce(e.destination, ''), coalesce(e.origin, e.id) LIMIT 1) h" \
+	"   CROSS JOIN LATERAL (" \
 	"     SELECT x.id, nullif(x.g, '') AS dest, x.pos FROM (" \
-	"       (SELECT e.id, coalesce(e.destination, '') AS g, coalesce(e.origin, e.id) AS pos" \
-	"        FROM queuebox.outbox e" \
-	"        WHERE e.key = k.key AND coalesce(e.destination, '') = k.dest AND " QB_PG_OUTBOX_OPEN("e") \
-	"        ORDER BY coalesce(e.origin, e.id) LIMIT 1)" \
+	"       SELECT h.id, h.g, h.pos WHERE h.g IN ('', k.dest)" \
 	"       UNION ALL" \
-	"       (SELECT e.id, '', coalesce(e.origin, e.id) FROM queuebox.outbox e" \
-	"        WHERE e.key = k.key AND coalesce(e.destination, '') = '' AND " QB_PG_OUTBOX_OPEN("e") \
+	"       (SELECT e.id, coalesce(e.destination, ''), coalesce(e.origin, e.id)" \
+	"        FROM queuebox.outbox e" \
+	"        WHERE h.g <> k.dest AND e.key = k.key AND coalesce(e.destination, '') = k.dest" \
+	"          AND " QB_PG_OUTBOX_OPEN("e") \
 	"        ORDER BY coalesce(e.origin, e.id) LIMIT 1)) x" \
 	"     ORDER BY x.pos LIMIT 1) f" \
-	"   WHERE k.dest IS NOT NULL AND (f.dest IS NOT NULL OR NOT EXISTS (" \
-	QB_PG_OUTBOX_ROUTED_WAITING("k.key", "f.pos") "))" \
+	"   WHERE f.dest IS NOT NULL OR NOT EXISTS (" \
+	QB_PG_OUTBOX_ROUTED_WAITING("k.key", "f.pos") ")" \
 	"   UNION ALL" \
 	"   SELECT f.id FROM unnest($1::text[], $6::text[]) AS k(key, dest)" \
 	"   CROSS JOIN LATERAL (" \

@@ -13,7 +13,8 @@
 # unit case): the cycles failed on the garbage until the leases ran out.
 # auto_explain logs the workers' statements (nested, inside their cycle)
 # with their row counts; every settle and fan-out must show the probe by id
-# and no join filter.  Rows and requests are counted.
+# and no join filter, and a promotion one seek of outbox_key_open_idx a key
+# where the key has one destination.  Rows and requests are counted.
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -92,5 +93,27 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM queuebox.outbox WHERE stat
 is(scalar(grep { $_->{body} =~ /"f": / } @{ qb_sink_requests($copy) }), $n,
 	"the copies' sink got $n requests");
 $check->('fan-out', $offset, 'WITH r AS (   UPDATE queuebox.outbox o SET origin = o.id');
+
+# ---- the promotion (QB_PG_OUTBOX_PROMOTE): 50 keys of 6 rows, one
+# destination, so each settle promotes its keys' next rows.  Its first seek
+# of outbox_key_open_idx finds the key's first open row wherever it waits;
+# the second, at the ended row's destination, runs only when that row is not
+# routed or waits elsewhere: with one destination, never (before 2026-12-07
+# both ran for every key)
+my $keyed = 300;
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', qq{INSERT INTO queuebox.outbox (topic, key, payload)
+	SELECT 'plan', 'p' || (g % 50), jsonb_build_object('p', g) FROM generate_series(1, $keyed) g});
+qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE payload ? 'p' AND state = 'sent'",
+	$keyed, "all $keyed keyed rows are sent");
+is(scalar(grep { $_->{body} =~ /"p": / } @{ qb_sink_requests($sink) }), $keyed,
+	"the sink got $keyed requests");
+my @promotions = grep { /Query Text: UPDATE queuebox\.outbox o SET state = CASE WHEN \$2::uuid IS NOT NULL/
+	  && /Update on outbox o[^\n]*\(actual rows=[1-9]/ } split /\n(?=\S)/, slurp_file($node->logfile, $offset);
+cmp_ok(scalar(@promotions), '>=', 1, 'the workers promoted rows (' . scalar(@promotions) . ' promotions logged)');
+my $seek = qr/Index Scan using outbox_key_open_idx on outbox \w+\s+(?:\(cost=[^)]*\)\s+)?\(([^)]*)\)\n\s*Index Cond: \(\(key = k\.key\) AND \(COALESCE\(destination, ''::text\) = k\.dest\)\)/;
+is(scalar(grep { !/$seek/ || $1 ne 'never executed' } @promotions), 0,
+	"no promotion sought the ended row's destination again (one seek a key)")
+  or diag($promotions[0]);
 
 done_testing();
