@@ -351,24 +351,23 @@
  *
  * Promote: $1 text[] keys whose row just ended (sent or dead) or was just
  * routed, $6 text[] the destination of each (NULL: it had none when
- * claimed), in a
- * statement after the settle, so its snapshot sees every park made while
- * the ended row was open (the claim parked them holding a FOR SHARE lock on
- * that row, which the settle's update waited for).  The rows the ended row
- * may have held back are looked at: of its key at its destination, the
- * first open row there or among the rows not routed yet (one seek of
- * outbox_key_open_idx finds the key's first open row, '' first: it is the
- * answer when it waits at that destination, and only when it is not routed
- * or waits at another does a second seek look at the destination); of a row that
- * had no destination, the first open row of its key at each destination
- * and among those not routed.  Each is released if it is parked behind the
- * key and nothing else holds it back (QB_PG_OUTBOX_BLOCKER).  The first
- * row not routed yet waits for rows at every destination, which may end
- * at once in other transactions: each promotion would see the others open
- * and none release it.  So a row in flight (processing) does not keep it
- * parked here: released, the claim checks its order again and parks it
- * again under a lock of what still holds it back
- * (QB_PG_OUTBOX_ROUTED_WAITING).  A row a claim has
+ * claimed), in a statement after the settle, so its snapshot sees every
+ * park made while the ended row was open (the claim parked them holding a
+ * FOR SHARE lock on that row, which the settle's update waited for).  The
+ * rows the ended row may have held back are looked at: of its key at its
+ * destination, the first open row there or among the rows not routed yet
+ * (one seek of outbox_key_open_idx finds the key's first open row, ''
+ * first: it is the answer when it waits at that destination, and only when
+ * it is not routed or waits at another does a second seek look at the
+ * destination); of a row that had no destination, the first open row of its
+ * key at each destination and among those not routed.  Each is released if
+ * it is parked behind the key and nothing else holds it back
+ * (QB_PG_OUTBOX_BLOCKER).  The first row not routed yet waits for rows at
+ * every destination, which may end at once in other transactions: each
+ * promotion would see the others open and none release it.  So a row in
+ * flight (processing) does not keep it parked here: released, the claim
+ * checks its order again and parks it again under a lock of what still
+ * holds it back (QB_PG_OUTBOX_ROUTED_WAITING).  A row a claim has
  * not met yet is left where it is (in intake or routed), for the claim
  * that meets it: that costs no write, and a claim can no longer park it
  * behind the row that ended.  With a token $2 (the cycle claims too), a due
