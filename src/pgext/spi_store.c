@@ -410,34 +410,68 @@ qbs_claim_call(QbPgStmtId stmt, const char *activity, int ok_code,
 	return rc;
 }
 
-/* a claim row's column (qb_claim_cols.h) as SPI numbers attributes: from 1 */
-#define QBS_COL(c) ((c) + 1)
+/*
+ * qbs_text_copy: a malloc'd copy of a text Datum (NULL for NULL), its length
+ * in *len when asked.  A claim's text columns are read as text, not through
+ * their output function: no catalog look-up, no second copy, no strlen.
+ */
+static char *
+qbs_text_copy(Datum d, bool isnull, size_t *len)
+{
+	text	   *t;
+	size_t		n;
+	char	   *out;
 
+	if (len != NULL)
+		*len = 0;
+	if (isnull)
+		return NULL;
+	t = DatumGetTextPP(d);
+	n = VARSIZE_ANY_EXHDR(t);
+	out = malloc(n + 1);
+	if (out == NULL)
+		elog(ERROR, "out of memory");
+	memcpy(out, VARDATA_ANY(t), n);
+	out[n] = '\0';
+	if (len != NULL)
+		*len = n;
+	return out;
+}
+
+/*
+ * qbs_copy_outbox_row copies a claim row (qb_claim_cols.h) out of SPI's
+ * memory.  The tuple is deformed once: reading its columns one by one walks
+ * it from its start for each column after the first text one.
+ */
 static void
 qbs_copy_outbox_row(HeapTuple tup, TupleDesc desc, void *row)
 {
 	QbOutboxRow *r = row;
-	bool		isnull;
-	char	   *mid;
+	Datum		v[QB_CLAIM_NCOLS];
+	bool		n[QB_CLAIM_NCOLS];
 
-	r->id = DatumGetInt64(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_ID), &isnull));
-	mid = SPI_getvalue(tup, desc, QBS_COL(QB_CLAIM_COL_MESSAGE_ID));
-	strlcpy(r->message_id, mid ? mid : "", sizeof(r->message_id));
-	r->topic = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_TOPIC));
-	r->key = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_KEY));
-	r->payload = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_PAYLOAD));
-	r->payload_len = r->payload ? strlen(r->payload) : 0;
-	r->headers = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_HEADERS));
-	r->attempt = DatumGetInt32(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_ATTEMPT), &isnull));
-	r->max_attempts = DatumGetInt32(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_MAX_ATTEMPTS),
-												  &isnull));
-	r->created_epoch = DatumGetFloat8(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_CREATED_EPOCH),
-													&isnull));
-	r->claimed = DatumGetBool(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_CLAIMED), &isnull));
-	r->destination = qbs_strdup_col(tup, desc, QBS_COL(QB_CLAIM_COL_DESTINATION));
-	r->in_intake = DatumGetBool(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_IN_INTAKE), &isnull));
-	r->not_due = DatumGetBool(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_NOT_DUE), &isnull));
-	r->probe = DatumGetBool(SPI_getbinval(tup, desc, QBS_COL(QB_CLAIM_COL_PROBE), &isnull));
+	if (desc->natts != QB_CLAIM_NCOLS)
+		elog(ERROR, "a claim returned %d columns, not %d", desc->natts, QB_CLAIM_NCOLS);
+	heap_deform_tuple(tup, desc, v, n);
+	r->id = DatumGetInt64(v[QB_CLAIM_COL_ID]);
+	if (n[QB_CLAIM_COL_MESSAGE_ID])
+		r->message_id[0] = '\0';
+	else
+		strlcpy(r->message_id,
+				DatumGetCString(DirectFunctionCall1(uuid_out, v[QB_CLAIM_COL_MESSAGE_ID])),
+				sizeof(r->message_id));
+	r->topic = qbs_text_copy(v[QB_CLAIM_COL_TOPIC], n[QB_CLAIM_COL_TOPIC], NULL);
+	r->key = qbs_text_copy(v[QB_CLAIM_COL_KEY], n[QB_CLAIM_COL_KEY], NULL);
+	r->payload = qbs_text_copy(v[QB_CLAIM_COL_PAYLOAD], n[QB_CLAIM_COL_PAYLOAD], &r->payload_len);
+	r->headers = qbs_text_copy(v[QB_CLAIM_COL_HEADERS], n[QB_CLAIM_COL_HEADERS], NULL);
+	r->attempt = DatumGetInt32(v[QB_CLAIM_COL_ATTEMPT]);
+	r->max_attempts = DatumGetInt32(v[QB_CLAIM_COL_MAX_ATTEMPTS]);
+	r->created_epoch = DatumGetFloat8(v[QB_CLAIM_COL_CREATED_EPOCH]);
+	r->claimed = DatumGetBool(v[QB_CLAIM_COL_CLAIMED]);
+	r->destination = qbs_text_copy(v[QB_CLAIM_COL_DESTINATION], n[QB_CLAIM_COL_DESTINATION], NULL);
+	r->in_intake = DatumGetBool(v[QB_CLAIM_COL_IN_INTAKE]);
+	r->not_due = DatumGetBool(v[QB_CLAIM_COL_NOT_DUE]);
+	r->probe = DatumGetBool(v[QB_CLAIM_COL_PROBE]);
 }
 
 /* qbs_array: a one-dimensional array of n elements, NULLs where nulls[i]. */
@@ -552,19 +586,21 @@ qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, Qb
 		elog(ERROR, "the outbox settle failed");
 	settled = SPI_processed;
 	k = qbs_columns_new(2, settled);
+	/* the keys and destinations as text Datums in SPI's tuples: they are read
+	 * into the promotion's arrays before the next statement */
 	for (uint64 i = 0; i < settled; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
-		char	   *key = SPI_getvalue(tup, SPI_tuptable->tupdesc, 1);
-		char	   *dest = SPI_getvalue(tup, SPI_tuptable->tupdesc, 3);
-		bool		isnull;
-		Datum		promote = SPI_getbinval(tup, SPI_tuptable->tupdesc, 4, &isnull);
+		bool		nokey;
+		bool		nopromote;
+		Datum		key = SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &nokey);
+		Datum		promote = SPI_getbinval(tup, SPI_tuptable->tupdesc, 4, &nopromote);
 
 		/* ended, or routed now: its key's rows elsewhere may go (QB_PG_OUTBOX_SETTLE) */
-		if (key != NULL && !isnull && DatumGetBool(promote))
+		if (!nokey && !nopromote && DatumGetBool(promote))
 		{
-			k.col[0][nkeys] = CStringGetTextDatum(key);
-			k.col[1][nkeys] = qbs_text_or_null(dest, &k.null[1][nkeys]);
+			k.col[0][nkeys] = key;
+			k.col[1][nkeys] = SPI_getbinval(tup, SPI_tuptable->tupdesc, 3, &k.null[1][nkeys]);
 			nkeys++;
 		}
 	}
