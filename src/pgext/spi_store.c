@@ -586,8 +586,10 @@ qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, Qb
 		elog(ERROR, "the outbox settle failed");
 	settled = SPI_processed;
 	k = qbs_columns_new(2, settled);
-	/* the keys and destinations as text Datums in SPI's tuples: they are read
-	 * into the promotion's arrays before the next statement */
+	/*
+	 * the keys and destinations as text Datums in SPI's tuples: they are
+	 * read into the promotion's arrays before the next statement
+	 */
 	for (uint64 i = 0; i < settled; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];

@@ -62,13 +62,20 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM queuebox.outbox WHERE stat
 is(scalar(grep { $_->{body} =~ /"n": / } @{ qb_sink_requests($sink) }), $n,
 	"the sink got $n requests");
 
-# $check->(NAME, OFFSET, QUERY TEXT'S START): the statement's plans in the
-# log from OFFSET on (an auto_explain entry is its "duration: ... plan:"
-# line and the indented lines after it): several rows at a time, never a
-# join filter, always the probe by id
+# $plans->(OFFSET, QUERY TEXT'S START): the statement's plans in the log
+# from OFFSET on (an auto_explain entry is its "duration: ... plan:" line and
+# the indented lines after it)
+my $plans = sub {
+	my ($offset, $text) = @_;
+	return grep { /Query Text: \Q$text\E/ } split /\n(?=\S)/, slurp_file($node->logfile, $offset);
+};
+
+# $check->(NAME, OFFSET, QUERY TEXT'S START): the statement's plans from
+# OFFSET on: several rows at a time, never a join filter, always the probe
+# by id
 my $check = sub {
 	my ($name, $offset, $text) = @_;
-	my @p = grep { /Query Text: \Q$text\E/ } split /\n(?=\S)/, slurp_file($node->logfile, $offset);
+	my @p = $plans->($offset, $text);
 	my @batched = grep { /Update on outbox o\b[^\n]*\(actual rows=([0-9.]+)/ && $1 >= 2 } @p;
 	cmp_ok(scalar(@batched), '>=', 1, "the workers ran the $name on several rows at a time ("
 		  . scalar(@p) . ' logged)');
@@ -108,8 +115,8 @@ qb_wait_query($node, "SELECT count(*) FROM queuebox.outbox WHERE payload ? 'p' A
 	$keyed, "all $keyed keyed rows are sent");
 is(scalar(grep { $_->{body} =~ /"p": / } @{ qb_sink_requests($sink) }), $keyed,
 	"the sink got $keyed requests");
-my @promotions = grep { /Query Text: UPDATE queuebox\.outbox o SET state = CASE WHEN \$2::uuid IS NOT NULL/
-	  && /Update on outbox o[^\n]*\(actual rows=[1-9]/ } split /\n(?=\S)/, slurp_file($node->logfile, $offset);
+my @promotions = grep { /Update on outbox o[^\n]*\(actual rows=[1-9]/ }
+  $plans->($offset, 'UPDATE queuebox.outbox o SET state = CASE WHEN $2::uuid IS NOT NULL');
 cmp_ok(scalar(@promotions), '>=', 1, 'the workers promoted rows (' . scalar(@promotions) . ' promotions logged)');
 my $seek = qr/Index Scan using outbox_key_open_idx on outbox \w+\s+(?:\(cost=[^)]*\)\s+)?\(([^)]*)\)\n\s*Index Cond: \(\(key = k\.key\) AND \(COALESCE\(destination, ''::text\) = k\.dest\)\)/;
 is(scalar(grep { !/$seek/ || $1 ne 'never executed' } @promotions), 0,
