@@ -14,8 +14,10 @@
 # qb_bench_rabbit_start, rabbit, qb_bench_brokers_stop); the rows (PAYLOAD_SQL, HEADERS_SQL, fill_sql);
 # pgbench (pgbench_tps, the SQL-only claim + settle cycle:
 # qb_bench_claim_settle_script, qb_bench_claim_settle); latency
-# (qb_bench_latency_build, qb_bench_latency); cpu_ms; the workers
-# (role_count, set_guc, wait_role, stop_line); qb_bench_machine.
+# (qb_bench_latency_build, qb_bench_latency); cpu_ms; QB_BENCH_STATEMENTS
+# (qb_bench_statements_conf, qb_bench_statements_reset, qb_bench_statements,
+# QB_BENCH_POLL_LIKE); the workers (role_count, set_guc, wait_role,
+# stop_line); qb_bench_machine.
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -467,6 +469,58 @@ cpu_ms() {
 		t=$(( t + f[11] + f[12] ))
 	done
 	echo $(( t * 1000 / $(getconf CLK_TCK) ))
+}
+
+# ---------------------------------------------------------------- statements
+# QB_BENCH_STATEMENTS=1: pg_stat_statements with track = all (the extension's
+# workers run their statements inside them).  qb_bench_statements_conf, called
+# before the cluster starts, adds its lines to QB_BENCH_PG_CONF; later lines
+# of postgresql.conf win, so its preload line replaces the cluster's.
+qb_bench_statements_conf() {
+	[[ "${QB_BENCH_STATEMENTS:-0}" == 1 ]] || return 0
+	QB_BENCH_PG_CONF="shared_preload_libraries = 'queuebox, pg_stat_statements'
+pg_stat_statements.track = all
+pg_stat_statements.max = 1000${QB_BENCH_PG_CONF:+
+$QB_BENCH_PG_CONF}"
+	export QB_BENCH_PG_CONF
+}
+
+# qb_bench_statements_reset DB: counts from now (every database's)
+qb_bench_statements_reset() {
+	q "$1" "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
+	q "$1" "SELECT pg_stat_statements_reset()" >/dev/null
+}
+
+# QB_BENCH_POLL_LIKE: qb_bench_wait_drained's poll, which the report leaves out
+QB_BENCH_POLL_LIKE="query LIKE 'SELECT EXISTS (SELECT % FROM queuebox.outbox WHERE state %'"
+
+# qb_bench_statements DB ROWS: the 6 costliest statements of DB since the
+# reset, per row delivered: time, shared blocks (read from the kernel, and
+# the time reading them with track_io_timing), blocks dirtied and written
+# (and the time writing), WAL bytes.  Both hosts' promotion, settle and
+# claim are named; any other statement by the start of its text.
+qb_bench_statements() {
+	q "$1" "
+		SELECT string_agg(format('%s: %s calls, %s rows, %s µs, %s blocks (%s read, %s µs reading; %s dirtied, %s written, %s µs writing), %s WAL bytes',
+		                         what, calls, rows, us, blks, rd, rd_us, dirt, wr, wr_us, wal), '; ' ORDER BY us DESC)
+		FROM (SELECT CASE WHEN query LIKE 'UPDATE queuebox.outbox o SET state = CASE WHEN \$2::uuid%' THEN 'promote'
+		                  WHEN query LIKE '%s(token, id, outcome%' THEN 'settle'
+		                  WHEN query LIKE 'WITH c_dest AS%' THEN 'claim'
+		                  ELSE left(regexp_replace(query, '\s+', ' ', 'g'), 40) END AS what,
+		             calls, rows,
+		             round((total_exec_time * 1000 / $2)::numeric, 1) AS us,
+		             round(((shared_blks_hit + shared_blks_read) / $2::numeric), 1) AS blks,
+		             round((shared_blks_read / $2::numeric), 2) AS rd,
+		             round((blk_read_time * 1000 / $2)::numeric, 1) AS rd_us,
+		             round((shared_blks_dirtied / $2::numeric), 2) AS dirt,
+		             round((shared_blks_written / $2::numeric), 2) AS wr,
+		             round((blk_write_time * 1000 / $2)::numeric, 1) AS wr_us,
+		             round(wal_bytes / $2, 0) AS wal
+		      FROM pg_stat_statements
+		      WHERE dbid = (SELECT oid FROM pg_database WHERE datname = '$1')
+		        AND NOT $QB_BENCH_POLL_LIKE
+		        AND query NOT LIKE '%pg_stat_statements%'
+		      ORDER BY total_exec_time DESC LIMIT 6) s"
 }
 
 # ---------------------------------------------------------------- the workers
