@@ -66,17 +66,20 @@ ANALYZE queuebox.outbox;
 SELECT state, hold, destination IS NOT NULL AS routed, count(*)
 FROM queuebox.outbox GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
 
--- scans(name, args): the scans of queuebox.outbox in the plan of prepared
--- statement name with these arguments, under the CTE each is in (a scan of
--- the whole outbox would show as a Seq Scan or Bitmap Heap Scan)
-CREATE FUNCTION pg_temp.scans(stmt text, args text) RETURNS SETOF text
+-- scans(name, args[, run]): the scans of queuebox.outbox in the plan of
+-- prepared statement name with these arguments, under the CTE each is in (a
+-- scan of the whole outbox would show as a Seq Scan or Bitmap Heap Scan);
+-- run: executed (EXPLAIN ANALYZE), with how many times each scan ran
+CREATE FUNCTION pg_temp.scans(stmt text, args text, run boolean DEFAULT false) RETURNS SETOF text
 LANGUAGE plpgsql AS $f$
 DECLARE
   l text;
 BEGIN
-  FOR l IN EXECUTE format('EXPLAIN (COSTS OFF) EXECUTE %s(%s)', stmt, args) LOOP
+  FOR l IN EXECUTE format('EXPLAIN (%s) EXECUTE %s(%s)',
+                          CASE WHEN run THEN 'ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF' ELSE 'COSTS OFF' END,
+                          stmt, args) LOOP
     IF l ~ '^ *CTE \w+$' OR l ~ 'Scan.* on outbox ' THEN
-      RETURN NEXT rtrim(regexp_replace(l, '->  ', ''));
+      RETURN NEXT rtrim(regexp_replace(regexp_replace(l, '->  ', ''), '\(actual rows=\d+ ', '('));
     END IF;
   END LOOP;
 END $f$;
@@ -146,6 +149,15 @@ ROLLBACK;
 --   q2: the first open row is not routed and before B's parked row: it holds that row back
 --   q3: a row not routed is open, after B's parked row: the parked row goes
 --   q4: the first open row is B's parked row (a row at C waits after it)
+-- and keys with no parked row, as the daemon's are (it parks only at a claim): their
+-- promotion asks outbox_parked_idx once and makes no second seek, nor the check of what
+-- holds a row not routed back (those scans never run):
+--   q5: the first open row is not routed, not parked
+--   q6: the first open row waits at A, not parked
+-- and keys whose ended row had no destination when claimed (the daemon routes at the
+-- claim), each parked row that is first where it waits released:
+--   q7: parked rows at B and at C
+--   q8: a parked row not routed yet
 BEGIN;
 DELETE FROM queuebox.outbox;
 -- the rows as written, not parked at insert
@@ -162,11 +174,26 @@ VALUES ('q', 'q1', '"A open"', 'A', 'pending', NULL),
        ('q', 'q3', '"not routed"', NULL, 'pending', NULL),
        ('q', 'q4', '"B sent"', 'B', 'sent', NULL),
        ('q', 'q4', '"B parked"', 'B', 'pending', 'key'),
-       ('q', 'q4', '"C open"', 'C', 'pending', NULL);
+       ('q', 'q4', '"C open"', 'C', 'pending', NULL),
+       ('q', 'q5', '"B sent"', 'B', 'sent', NULL),
+       ('q', 'q5', '"not routed"', NULL, 'pending', NULL),
+       ('q', 'q5', '"not routed"', NULL, 'pending', NULL),
+       ('q', 'q6', '"B sent"', 'B', 'sent', NULL),
+       ('q', 'q6', '"A open"', 'A', 'pending', NULL),
+       ('q', 'q7', '"B sent"', 'B', 'sent', NULL),
+       ('q', 'q7', '"B parked"', 'B', 'pending', 'key'),
+       ('q', 'q7', '"C parked"', 'C', 'pending', 'key'),
+       ('q', 'q8', '"B sent"', 'B', 'sent', NULL),
+       ('q', 'q8', '"parked"', NULL, 'pending', 'key');
 RESET session_replication_role;
 \o /dev/null
-EXECUTE promote(ARRAY['q1', 'q2', 'q3', 'q4'], '11111111-1111-1111-1111-111111111111', 60000, 10, 0, ARRAY['B', 'B', 'B', 'B']);
+EXECUTE promote(ARRAY['q1', 'q2', 'q3', 'q4', 'q7', 'q8'], '11111111-1111-1111-1111-111111111111', 60000, 10, 0, ARRAY['B', 'B', 'B', 'B', NULL, NULL]);
 \o
+SELECT * FROM pg_temp.scans('promote', $$ARRAY['q5', 'q6'], '11111111-1111-1111-1111-111111111111', 60000, 10, 0, ARRAY['B', 'B']$$, true);
+-- and the same keys as if their ended row had had no destination when claimed (the
+-- daemon's, routed at their claim): every destination would be looked at, but for
+-- outbox_parked_idx nothing is
+SELECT * FROM pg_temp.scans('promote', $$ARRAY['q5', 'q6'], '11111111-1111-1111-1111-111111111111', 60000, 10, 0, ARRAY[NULL, NULL]::text[]$$, true);
 SELECT key, payload::text, state, hold, claim_token IS NOT NULL AS claimed FROM queuebox.outbox ORDER BY id;
 ROLLBACK;
 

@@ -360,7 +360,10 @@
  * first: it is the answer when it waits at that destination, and only when
  * it is not routed or waits at another does a second seek look at the
  * destination); of a row that had no destination, the first open row of its
- * key at each destination and among those not routed.  Each is released if
+ * key at each destination and among those not routed.  Only parked rows are
+ * released, so the second seek, and every look after a row that had no
+ * destination, wait on QB_PG_OUTBOX_KEY_PARKED: a key with nothing parked
+ * costs the first seek or less.  Each is released if
  * it is parked behind the key and nothing else holds it back
  * (QB_PG_OUTBOX_BLOCKER).  The first row not routed yet waits for rows at
  * every destination, which may end at once in other transactions: each
@@ -410,6 +413,20 @@
 	"   AND coalesce(e.origin, e.id) < coalesce(o.origin, o.id) AND " QB_PG_OUTBOX_OPEN("e") \
 	"   AND e.state <> 'pending' AND coalesce(e.hold, '') <> 'dead'))"
 
+/*
+ * Has key k a parked row (hold 'key')?  One seek of outbox_parked_idx, for
+ * a promotion whose key's first open row is not parked: a promotion
+ * releases only parked rows, so without one it has nothing to look for.
+ * On the extension a key's next row is parked at insert and this is
+ * seldom asked; the daemon parks only at a claim, and a claim after the
+ * key's earlier rows ended parks nothing, so this small index answers what
+ * two more seeks of outbox_key_open_idx would (bench/RESULTS.md,
+ * 2026-12-07: 14.5 blocks a delivered row for no promoted row).
+ */
+#define QB_PG_OUTBOX_KEY_PARKED(k) \
+	"EXISTS (SELECT 1 FROM queuebox.outbox p" \
+	"  WHERE p.key = " k " AND p.state = 'pending' AND p.hold = 'key')"
+
 #define QB_PG_OUTBOX_PROMOTE \
 	"UPDATE queuebox.outbox o" \
 	" SET state = CASE WHEN " QB_PG_OUTBOX_PROMOTE_CLAIMS " THEN 'processing' ELSE 'pending' END," \
@@ -422,37 +439,42 @@
 	" WHERE o.id = ANY (ARRAY(" \
 	"   SELECT f.id FROM unnest($1::text[], $6::text[]) AS k(key, dest)" \
 	"   CROSS JOIN LATERAL (" \
-	"     SELECT e.id, coalesce(e.destination, '') AS g, coalesce(e.origin, e.id) AS pos" \
+	"     SELECT e.id, coalesce(e.destination, '') AS g, coalesce(e.origin, e.id) AS pos," \
+	"            coalesce(e.hold, '') AS hold" \
 	"     FROM queuebox.outbox e" \
 	"     WHERE k.dest IS NOT NULL AND e.key = k.key AND " QB_PG_OUTBOX_OPEN("e") \
 	"     ORDER BY coalesce(e.destination, ''), coalesce(e.origin, e.id) LIMIT 1) h" \
 	"   CROSS JOIN LATERAL (" \
-	"     SELECT x.id, nullif(x.g, '') AS dest, x.pos FROM (" \
-	"       SELECT h.id, h.g, h.pos WHERE h.g IN ('', k.dest)" \
+	"     SELECT x.id, nullif(x.g, '') AS dest, x.pos, x.hold FROM (" \
+	"       SELECT h.id, h.g, h.pos, h.hold WHERE h.g IN ('', k.dest)" \
 	"       UNION ALL" \
-	"       (SELECT e.id, coalesce(e.destination, ''), coalesce(e.origin, e.id)" \
+	"       (SELECT e.id, coalesce(e.destination, ''), coalesce(e.origin, e.id), coalesce(e.hold, '')" \
 	"        FROM queuebox.outbox e" \
-	"        WHERE h.g <> k.dest AND e.key = k.key AND coalesce(e.destination, '') = k.dest" \
+	"        WHERE h.g <> k.dest AND (h.hold = 'key' OR " QB_PG_OUTBOX_KEY_PARKED("k.key") ")" \
+	"          AND e.key = k.key AND coalesce(e.destination, '') = k.dest" \
 	"          AND " QB_PG_OUTBOX_OPEN("e") \
 	"        ORDER BY coalesce(e.origin, e.id) LIMIT 1)) x" \
 	"     ORDER BY x.pos LIMIT 1) f" \
-	"   WHERE f.dest IS NOT NULL OR NOT EXISTS (" \
-	QB_PG_OUTBOX_ROUTED_WAITING("k.key", "f.pos") ")" \
+	"   WHERE f.hold = 'key' AND (f.dest IS NOT NULL OR NOT EXISTS (" \
+	QB_PG_OUTBOX_ROUTED_WAITING("k.key", "f.pos") "))" \
 	"   UNION ALL" \
 	"   SELECT f.id FROM unnest($1::text[], $6::text[]) AS k(key, dest)" \
 	"   CROSS JOIN LATERAL (" \
-	"     SELECT k.key, x.id, nullif(x.g, '') AS dest, x.pos FROM (" \
-	"       (SELECT e.id, '' AS g, coalesce(e.origin, e.id) AS pos FROM queuebox.outbox e" \
+	"     SELECT k.key, x.id, nullif(x.g, '') AS dest, x.pos, x.hold FROM (" \
+	"       (SELECT e.id, '' AS g, coalesce(e.origin, e.id) AS pos, coalesce(e.hold, '') AS hold" \
+	"        FROM queuebox.outbox e" \
 	"        WHERE k.dest IS NULL AND e.key = k.key AND coalesce(e.destination, '') = ''" \
 	"          AND " QB_PG_OUTBOX_OPEN("e") \
 	"        ORDER BY coalesce(e.origin, e.id) LIMIT 1)" \
 	"       UNION ALL" \
 	"       (SELECT DISTINCT ON (coalesce(e.destination, '')) e.id, coalesce(e.destination, '')," \
-	"               coalesce(e.origin, e.id) FROM queuebox.outbox e" \
+	"               coalesce(e.origin, e.id), coalesce(e.hold, '') FROM queuebox.outbox e" \
 	"        WHERE k.dest IS NULL AND e.key = k.key AND coalesce(e.destination, '') > ''" \
 	"          AND " QB_PG_OUTBOX_OPEN("e") \
-	"        ORDER BY coalesce(e.destination, ''), coalesce(e.origin, e.id))) x) f" \
-	"   WHERE CASE WHEN f.dest IS NULL THEN NOT EXISTS (" QB_PG_OUTBOX_ROUTED_WAITING("f.key", "f.pos") ")" \
+	"        ORDER BY coalesce(e.destination, ''), coalesce(e.origin, e.id))) x" \
+	"     WHERE k.dest IS NULL AND " QB_PG_OUTBOX_KEY_PARKED("k.key") ") f" \
+	"   WHERE f.hold = 'key'" \
+	"     AND CASE WHEN f.dest IS NULL THEN NOT EXISTS (" QB_PG_OUTBOX_ROUTED_WAITING("f.key", "f.pos") ")" \
 	"              ELSE NOT EXISTS (" QB_PG_OUTBOX_BLOCKER("f") ") END))" \
 	"   AND o.state = 'pending' AND coalesce(o.hold, '') = 'key'" \
 	" RETURNING o.id, o.message_id, o.topic, o.key, o.payload::text, o.headers::text," \
