@@ -79,7 +79,7 @@ BEGIN
                           CASE WHEN run THEN 'ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF' ELSE 'COSTS OFF' END,
                           stmt, args) LOOP
     IF l ~ '^ *CTE \w+$' OR l ~ 'Scan.* on outbox ' THEN
-      RETURN NEXT rtrim(regexp_replace(regexp_replace(l, '->  ', ''), '\(actual rows=\d+ ', '('));
+      RETURN NEXT rtrim(regexp_replace(regexp_replace(l, '->  ', ''), '\(actual rows=[0-9.]+ ', '('));
     END IF;
   END LOOP;
 END $f$;
