@@ -268,18 +268,26 @@ qbs_prepare(QbPgStmtId id)
 	return qbs_plans[id];
 }
 
+/* qbs_copy: a malloc'd, NUL-terminated copy of the n bytes at s. */
+static char *
+qbs_copy(const char *s, size_t n)
+{
+	char	   *out = malloc(n + 1);
+
+	if (out == NULL)
+		elog(ERROR, "out of memory");
+	memcpy(out, s, n);
+	out[n] = '\0';
+	return out;
+}
+
+/* qbs_strdup_col: a copy of a column as text (its output function), NULL for NULL. */
 static char *
 qbs_strdup_col(HeapTuple tup, TupleDesc desc, int col)
 {
 	char	   *v = SPI_getvalue(tup, desc, col);
-	char	   *out;
 
-	if (v == NULL)
-		return NULL;
-	out = strdup(v);
-	if (out == NULL)
-		elog(ERROR, "out of memory");
-	return out;
+	return v == NULL ? NULL : qbs_copy(v, strlen(v));
 }
 
 static void
@@ -419,23 +427,17 @@ static char *
 qbs_text_copy(Datum d, bool isnull, size_t *len)
 {
 	text	   *t;
-	size_t		n;
-	char	   *out;
 
-	if (len != NULL)
-		*len = 0;
 	if (isnull)
+	{
+		if (len != NULL)
+			*len = 0;
 		return NULL;
+	}
 	t = DatumGetTextPP(d);
-	n = VARSIZE_ANY_EXHDR(t);
-	out = malloc(n + 1);
-	if (out == NULL)
-		elog(ERROR, "out of memory");
-	memcpy(out, VARDATA_ANY(t), n);
-	out[n] = '\0';
 	if (len != NULL)
-		*len = n;
-	return out;
+		*len = VARSIZE_ANY_EXHDR(t);
+	return qbs_copy(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
 }
 
 /*

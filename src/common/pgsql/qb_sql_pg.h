@@ -463,13 +463,12 @@
 	"     SELECT k.key, x.id, nullif(x.g, '') AS dest, x.pos, x.hold FROM (" \
 	"       (SELECT e.id, '' AS g, coalesce(e.origin, e.id) AS pos, coalesce(e.hold, '') AS hold" \
 	"        FROM queuebox.outbox e" \
-	"        WHERE k.dest IS NULL AND e.key = k.key AND coalesce(e.destination, '') = ''" \
-	"          AND " QB_PG_OUTBOX_OPEN("e") \
+	"        WHERE e.key = k.key AND coalesce(e.destination, '') = '' AND " QB_PG_OUTBOX_OPEN("e") \
 	"        ORDER BY coalesce(e.origin, e.id) LIMIT 1)" \
 	"       UNION ALL" \
 	"       (SELECT DISTINCT ON (coalesce(e.destination, '')) e.id, coalesce(e.destination, '')," \
 	"               coalesce(e.origin, e.id), coalesce(e.hold, '') FROM queuebox.outbox e" \
-	"        WHERE k.dest IS NULL AND e.key = k.key AND coalesce(e.destination, '') > ''" \
+	"        WHERE e.key = k.key AND coalesce(e.destination, '') > ''" \
 	"          AND " QB_PG_OUTBOX_OPEN("e") \
 	"        ORDER BY coalesce(e.destination, ''), coalesce(e.origin, e.id))) x" \
 	"     WHERE k.dest IS NULL AND " QB_PG_OUTBOX_KEY_PARKED("k.key") ") f" \
