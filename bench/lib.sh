@@ -471,6 +471,16 @@ cpu_ms() {
 	echo $(( t * 1000 / $(getconf CLK_TCK) ))
 }
 
+# machine_cpu: the machine's CPU time since boot, in ms: "busy idle" (busy:
+# user, nice, system, irq, softirq and steal of every CPU; idle: idle and
+# iowait), for a share or a cost per row over a span of a run
+machine_cpu() {
+	local c
+	read -ra c < <(head -1 /proc/stat)
+	echo $(( (c[1] + c[2] + c[3] + c[6] + c[7] + c[8]) * 1000 / $(getconf CLK_TCK) )) \
+		$(( (c[4] + c[5]) * 1000 / $(getconf CLK_TCK) ))
+}
+
 # ---------------------------------------------------------------- statements
 # QB_BENCH_STATEMENTS=1: pg_stat_statements with track = all (the extension's
 # workers run their statements inside them).  qb_bench_statements_conf, called
