@@ -569,6 +569,30 @@ qbs_take_rows(QbCycleOut *out)
 }
 
 /*
+ * qbs_promote_past runs QB_PG_OUTBOX_PROMOTE_PAST, after the promotion, for
+ * the keys of k (key, destination) whose row had no destination when it
+ * was claimed (a fan-out row, or every row when the caller did not say):
+ * a row parked behind rows in flight that another transaction ends at the
+ * same time is released for the claim to look at again.
+ */
+static void
+qbs_promote_past(const QbsColumns *k)
+{
+	QbsColumns	past = qbs_columns_new(1, k->n);
+	Datum		a[1];
+
+	past.n = 0;
+	for (int i = 0; i < k->n; i++)
+		if (k->null[1][i])
+			past.col[0][past.n++] = k->col[0][i];
+	if (past.n == 0)
+		return;
+	qbs_columns_arrays(&past, QB_PG_S_PROMOTE_PAST, NULL, a);
+	if (SPI_execute_plan(qbs_prepare(QB_PG_S_PROMOTE_PAST), a, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "releasing the rows parked behind two ends at once failed");
+}
+
+/*
  * qb_spi_outbox_settle runs the settle and then the promotion of the keys
  * whose row ended or was routed, each in its own statement
  * (QB_PG_OUTBOX_PROMOTE says why), inside the caller's transaction with SPI connected.  The arguments
@@ -636,6 +660,7 @@ qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, Qb
 			elog(ERROR, "promoting the next row of each key failed");
 		if (claim != NULL)
 			qbs_take_rows(out);
+		qbs_promote_past(&k);
 	}
 	return settled;
 }

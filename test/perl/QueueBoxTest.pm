@@ -56,11 +56,32 @@ our @EXPORT = qw(
   qb_consumers_on_lock qb_test_binary qb_npm_dir qb_node_tests
   qb_key_order qb_key_order_of qb_sink_seq qb_seq_in_order qb_dest_status qb_log_count qb_kill9_crash qb_kill9_postmaster qb_insert_keyed
   qb_schema_description qb_ext_upgrade_test qb_upgrade_fill qb_pull_process_scenarios qb_mssql_alone $QB_LATEST
+  qb_pg_statement
 );
 
 # test/perl/QueueBoxTest.pm -> the repository root (from this file, not
 # from the test's: the tests sit one folder deeper in test/t/<group>/)
 my $ROOT = abs_path(dirname(abs_path(__FILE__)) . '/../..');
+
+# qb_pg_statement($macro): the text of one of the workers' statements
+# (src/common/pgsql/qb_sql_pg.h, e.g. QB_PG_OUTBOX_PROMOTE) as the stores
+# run it, put together by the C preprocessor, for a test to PREPARE and
+# run step by step in sessions of its own
+sub qb_pg_statement
+{
+	my ($macro) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'cpp', '-P', "-I$ROOT/src/common/pgsql", '-' ],
+		'<', \qq{#include "qb_sql_pg.h"
+$macro
+}, '>', \$out, '2>', \$err)
+	  or die "cpp $macro: $err";
+	# adjacent C string literals: one string
+	$out =~ s/\n//g;
+	$out =~ s/"\s*"//g;
+	$out =~ s/^\s*"|"\s*$//g;
+	return $out;
+}
 
 # The version a fresh CREATE EXTENSION installs (queuebox.control).
 our $QB_LATEST = do {

@@ -48,6 +48,7 @@ const QbPgStmt qb_pg_stmts[QB_PG_NSTMTS] = {
 	{I4, I8, I4, U, I8, TA, I4A, TA, I8A, I8}},
 	[QB_PG_S_SETTLE] = {"outbox settle", QB_PG_OUTBOX_SETTLE, 8, {UA, I8A, TA, I4A, I8A, TA, TA, BA}},
 	[QB_PG_S_PROMOTE] = {"outbox promote", QB_PG_OUTBOX_PROMOTE, 6, {TA, U, I8, I4, I8, TA}},
+	[QB_PG_S_PROMOTE_PAST] = {"outbox promote past", QB_PG_OUTBOX_PROMOTE_PAST, 1, {TA}},
 	[QB_PG_S_FANOUT] = {"outbox fan-out", QB_PG_OUTBOX_FANOUT, 3, {UA, I8A, TA}},
 	[QB_PG_S_BREAKER] = {"circuit breaker", QB_PG_OUTBOX_BREAKER, 9,
 	{TA, I4A, I4A, BA, I8A, TA, I4A, I8A, I8A}},

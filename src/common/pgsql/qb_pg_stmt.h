@@ -47,6 +47,7 @@ typedef enum QbPgStmtId
 	QB_PG_S_CLAIM_NO_PROBE,		/* the same parameters; $8 must be empty */
 	QB_PG_S_SETTLE,
 	QB_PG_S_PROMOTE,
+	QB_PG_S_PROMOTE_PAST,
 	QB_PG_S_FANOUT,
 	QB_PG_S_BREAKER,
 	QB_PG_S_BREAKER_ROWS,

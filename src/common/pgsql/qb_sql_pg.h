@@ -482,6 +482,70 @@
 	"           o.state = 'processing', o.destination, false, false, false"
 
 /*
+ * Two ends at once (docs/design/claim.md): a fan-out row is claimed
+ * whatever its key's order, so while a worker routes it (not routed yet,
+ * in flight) it can end at the same time as the row before it at a
+ * destination D, in another transaction; a row C parked at D behind both
+ * is then left parked by both promotions, each seeing the other row open.
+ * So after the promotion, for the keys of rows that had no destination
+ * when claimed ($1 text[]; a routed row's promotion needs none of this: an
+ * earlier row not routed yet that ended beside it ran this), a statement
+ * of its own releases, unclaimed, each destination's first parked row
+ * (the first open row there, or the one after it when that one is in
+ * flight) whose earlier open rows (at D and not routed yet) are all in
+ * flight and one of them is being ended by another transaction now (its
+ * lock held: skipped) or has ended since this statement's snapshot (its
+ * latest version is not in flight): that transaction's promotion may have
+ * left it parked.  Released to its destination's routed rows, the claim
+ * checks its order again under a lock (claims it, or parks it again behind
+ * a row still open, one that was retried say).  The rows in flight it can
+ * lock stay locked FOR SHARE until its commit: their settles wait for it,
+ * and their promotions see this end.  So of two ends at once, at least
+ * one releases C.  Only keys with a parked row are looked at
+ * (QB_PG_OUTBOX_KEY_PARKED), with the promotion's seeks.
+ */
+#define QB_PG_OUTBOX_PAST_OPEN(k, g, pos, what) \
+	" (SELECT 1 FROM queuebox.outbox e" \
+	"  WHERE e.key = " k " AND coalesce(e.destination, '') = " g \
+	"    AND coalesce(e.origin, e.id) < " pos " AND " QB_PG_OUTBOX_OPEN("e") " AND " what ")"
+#define QB_PG_OUTBOX_PAST_WAITING "(e.state = 'pending' OR e.hold = 'dead')"
+#define QB_PG_OUTBOX_PAST_ENDING \
+	"e.state <> 'pending' AND coalesce(e.hold, '') <> 'dead'" \
+	" AND NOT EXISTS (SELECT 1 FROM queuebox.outbox l WHERE l.id = e.id" \
+	"   AND l.state <> 'pending' AND l.state <> 'sent' AND l.state <> 'dead' FOR SHARE SKIP LOCKED)"
+#define QB_PG_OUTBOX_PAST(k, d, pos) \
+	"NOT EXISTS" QB_PG_OUTBOX_PAST_OPEN(k, "''", pos, QB_PG_OUTBOX_PAST_WAITING) \
+	" AND NOT EXISTS" QB_PG_OUTBOX_PAST_OPEN(k, d, pos, QB_PG_OUTBOX_PAST_WAITING) \
+	" AND (EXISTS" QB_PG_OUTBOX_PAST_OPEN(k, "''", pos, QB_PG_OUTBOX_PAST_ENDING) \
+	"      OR EXISTS" QB_PG_OUTBOX_PAST_OPEN(k, d, pos, QB_PG_OUTBOX_PAST_ENDING) ")"
+
+#define QB_PG_OUTBOX_PROMOTE_PAST \
+	"UPDATE queuebox.outbox o SET hold = NULL" \
+	" WHERE o.id = ANY (ARRAY(" \
+	"   SELECT r.id FROM (SELECT DISTINCT key FROM unnest($1::text[]) AS u(key)) k" \
+	"   CROSS JOIN LATERAL (" \
+	"     SELECT DISTINCT ON (coalesce(e.destination, '')) k.key, e.id, e.destination AS dest," \
+	"            coalesce(e.origin, e.id) AS pos, coalesce(e.hold, '') AS hold, e.state AS st" \
+	"     FROM queuebox.outbox e" \
+	"     WHERE " QB_PG_OUTBOX_KEY_PARKED("k.key") " AND e.key = k.key" \
+	"       AND coalesce(e.destination, '') > '' AND " QB_PG_OUTBOX_OPEN("e") \
+	"     ORDER BY coalesce(e.destination, ''), coalesce(e.origin, e.id)) f" \
+	"   LEFT JOIN LATERAL (SELECT * FROM (" QB_PG_OUTBOX_BLOCKER("f") ") z" \
+	"     WHERE f.hold = 'key' OFFSET 0) b ON true" \
+	"   LEFT JOIN LATERAL (" \
+	"     SELECT e.id, coalesce(e.origin, e.id) AS pos, coalesce(e.hold, '') AS hold" \
+	"     FROM queuebox.outbox e" \
+	"     WHERE f.st = 'processing' AND e.key = f.key AND coalesce(e.destination, '') = f.dest" \
+	"       AND coalesce(e.origin, e.id) > f.pos AND " QB_PG_OUTBOX_OPEN("e") \
+	"     ORDER BY coalesce(e.origin, e.id) LIMIT 1) n ON true" \
+	"   CROSS JOIN LATERAL (VALUES" \
+	"     (f.id, b.id IS NOT NULL AND " QB_PG_OUTBOX_PAST("f.key", "f.dest", "f.pos") ")," \
+	"     (n.id, n.hold = 'key' AND " QB_PG_OUTBOX_PAST("f.key", "f.dest", "n.pos") ")" \
+	"   ) r(id, ok)" \
+	"   WHERE r.ok))" \
+	"   AND o.state = 'pending' AND coalesce(o.hold, '') = 'key'"
+
+/*
  * Breaker: $1 text[] destinations (sorted, so two settles lock them in one
  * order), $2 int4[] attempts that succeeded, $3 int4[] attempts that
  * failed, $4 bool[] a 410 Gone among them, $5 int8[] Retry-After in ms (0:

@@ -206,13 +206,14 @@ qbpq_fanout(QbPqStore *s, const QbSettle *st, int n, char *err, size_t errlen)
  */
 static int
 qbpq_settle(QbPqStore *s, const QbSettle *st, int n, const QbClaimReq *claim,
-			QbpqArgs *p, int *nkeys, QbCycleOut *out, char *err, size_t errlen)
+			QbpqArgs *p, int *nkeys, QbpqArgs *past, int *npast, QbCycleOut *out,
+			char *err, size_t errlen)
 {
 	QbpqArgs	a = {0};
 	PGresult   *res = NULL;
 	int			rc = -1;
 
-	*nkeys = 0;
+	*nkeys = *npast = 0;
 	if (qbpq_fanout(s, st, n, err, errlen) != 0)
 		return -1;
 	for (int i = 0; i < n; i++)
@@ -240,8 +241,16 @@ qbpq_settle(QbPqStore *s, const QbSettle *st, int n, const QbClaimReq *claim,
 			qb_pg_array_add(&p->arr[0], PQgetvalue(res, i, 0));
 			qb_pg_array_add(&p->arr[5], PQgetisnull(res, i, 2) ? NULL : PQgetvalue(res, i, 2));
 			(*nkeys)++;
+			/* no destination at its claim: QB_PG_OUTBOX_PROMOTE_PAST after the promotion */
+			if (PQgetisnull(res, i, 2))
+			{
+				qb_pg_array_add(&past->arr[0], PQgetvalue(res, i, 0));
+				(*npast)++;
+			}
 		}
 	}
+	if (*npast > 0)
+		qbpq_args_array(past, 0);
 	if (*nkeys > 0)
 	{
 		qbpq_args_array(p, 0);
@@ -343,9 +352,11 @@ qbpq_cycle_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 	QbPgArray	probes = {0};
 	QbpqArgs	p = {0};
 	QbpqArgs	sa = {0};
-	QbpqStep	steps[2];
+	QbpqArgs	pa = {0};
+	QbpqStep	steps[3];
 	int			nsteps = 0;
 	int			nkeys = 0;
+	int			npast = 0;
 	int		   *limits = NULL;
 	int			rc = -1;
 
@@ -353,11 +364,15 @@ qbpq_cycle_body(QbPqStore *s, void *arg, char *err, size_t errlen)
 		qbpq_breaker(s, cy->tallies, cy->ntallies, cy->out, err, errlen) != 0)
 		goto done;
 	if (cy->nsettles > 0 &&
-		qbpq_settle(s, cy->settles, cy->nsettles, claim, &p, &nkeys, cy->out, err, errlen) != 0)
+		qbpq_settle(s, cy->settles, cy->nsettles, claim, &p, &nkeys, &pa, &npast, cy->out,
+					err, errlen) != 0)
 		goto done;
 	if (nkeys > 0)
 		steps[nsteps++] = (QbpqStep) {.id = QB_PG_S_PROMOTE, .args = &p, .want = PGRES_TUPLES_OK,
 		.what = "promoting the next row of each key"};
+	if (npast > 0)
+		steps[nsteps++] = (QbpqStep) {.id = QB_PG_S_PROMOTE_PAST, .args = &pa,
+		.want = PGRES_COMMAND_OK, .what = "releasing the rows parked behind two ends at once"};
 	if (claim != NULL && claim->read_states && !claim->promoted_only)
 	{
 		qbpq_args_int(&sa, 0, claim->probe_ms);
@@ -393,6 +408,7 @@ done:
 		PQclear(steps[i].res);
 	qb_pg_array_free(&probes);
 	qbpq_args_free(&p);
+	qbpq_args_free(&pa);
 	free(limits);
 	return rc;
 }
