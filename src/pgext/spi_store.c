@@ -595,8 +595,9 @@ qbs_promote_past(const QbsColumns *k)
 /*
  * qb_spi_outbox_settle runs the settle and then the promotion of the keys
  * whose row ended or was routed, each in its own statement
- * (QB_PG_OUTBOX_PROMOTE says why), inside the caller's transaction with SPI connected.  The arguments
- * are the arrays of QB_PG_OUTBOX_SETTLE.  With claim, the promoted rows
+ * (QB_PG_OUTBOX_PROMOTE says why), then qbs_promote_past, inside the
+ * caller's transaction with SPI connected.  The arguments are the arrays
+ * of QB_PG_OUTBOX_SETTLE.  With claim, the promoted rows
  * that are due are claimed under its token and appended to out->rows.
  * Returns the rows settled.
  */

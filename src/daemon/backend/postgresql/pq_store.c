@@ -337,8 +337,10 @@ qbpq_claim(QbPqStore *s, const QbClaimReq *c, QbPgArray *probes, QbCycleOut *out
 /*
  * qbpq_cycle_body: as the SPI store's qbs_cycle_body, statement for
  * statement.  The round trips: the breaker's two statements (when it has
- * tallies) and the settle; then the promote with the destination states
- * (neither waits for the other); then the claim, which takes the promoted
+ * tallies) and the settle; then the promote, the release past rows in
+ * flight (QB_PG_OUTBOX_PROMOTE_PAST, when a settled row had no destination
+ * at its claim) and the destination states (none waits for another); then
+ * the claim, which takes the promoted
  * rows and the probes into account, with the COMMIT.  The states are read
  * only when the engine asks (read_states: qbo_states_due), and neither
  * they nor the claim when it wants only the promoted rows (promoted_only).
