@@ -128,17 +128,10 @@ q() { # q DB SQL...: one statement, tuples only
 
 # cpu_busy, busy_note (a warning when the machine is not idle, kept in BUSY),
 # median X..., fdiv A B DIGITS, and the results array R
-cpu_busy() { # share of the CPUs busy over one second (all processes)
+cpu_busy() { # share of the CPUs busy over one second (all processes: machine_cpu)
 	local a b
-	read -ra a < <(head -1 /proc/stat); sleep 1; read -ra b < <(head -1 /proc/stat)
-	python3 - "${a[@]:1}" -- "${b[@]:1}" <<'EOF'
-import sys
-i = sys.argv.index('--')
-a = list(map(int, sys.argv[1:i])); b = list(map(int, sys.argv[i + 1:]))
-d = [y - x for x, y in zip(a, b)]
-tot = sum(d[:8]) or 1
-print(round(100.0 * (tot - d[3] - d[4]) / tot))
-EOF
+	read -ra a < <(machine_cpu); sleep 1; read -ra b < <(machine_cpu)
+	fdiv $(( (b[0] - a[0]) * 100 )) $(( b[0] - a[0] + b[1] - a[1] )) 0
 }
 declare -A R   # results
 BUSY=()

@@ -100,9 +100,10 @@ scenario() {
 	local mt mo
 	mt=$(median "${twin[@]}"); mo=$(median "${out[@]}")
 	log "$1: twin ${twin[*]} tps, outbox ${out[*]} tps, workers' CPU $cpu ms for $n rows; the machine busy $tb ms (idle $ti) for $nt twin rows, $ob ms (idle $oi) for $n outbox rows; the sink's CPU $sink ms"
-	ROWS+=("| $1 | $mt | $mo | $(fdiv "$mo" "$mt" 2) | $(fdiv $(( cpu * 1000 )) "$n" 1) | $(fdiv $(( tb * 1000 )) "$nt" 0) / $(fdiv $(( ob * 1000 )) "$n" 0) | $(fdiv $(( ti * 100 )) $(( tb + ti )) 0) / $(fdiv $(( oi * 100 )) $(( ob + oi )) 0) | ${SINK_PID:+$(fdiv $(( sink * 1000 )) "$n" 1)} |")
+	# per row, kept for the budget line after the last scenario
 	MACHINE_TWIN=$(fdiv $(( tb * 1000 )) "$nt" 1); MACHINE_OUT=$(fdiv $(( ob * 1000 )) "$n" 1)
 	WORKERS_ROW=$(fdiv $(( cpu * 1000 )) "$n" 1); SINK_ROW=$(fdiv $(( sink * 1000 )) "$n" 1)
+	ROWS+=("| $1 | $mt | $mo | $(fdiv "$mo" "$mt" 2) | $WORKERS_ROW | $(fdiv "$MACHINE_TWIN" 1 0) / $(fdiv "$MACHINE_OUT" 1 0) | $(fdiv $(( ti * 100 )) $(( tb + ti )) 0) / $(fdiv $(( oi * 100 )) $(( ob + oi )) 0) | ${SINK_PID:+$SINK_ROW} |")
 }
 
 set_guc outbox_workers 0
