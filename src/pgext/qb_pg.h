@@ -198,7 +198,7 @@ extern void qb_config_table_loaded(const char *text);
 extern void qb_spi_store_init(QbStore *store);
 extern char *qb_spi_load_document(void);
 extern uint64 qb_spi_relay_promote(Datum ids);
-extern uint64 qb_spi_outbox_settle(Datum *args, const char *nulls,
+extern uint64 qb_spi_outbox_settle(Datum *args, const char *nulls, bool past,
 								   const QbClaimReq *claim, QbCycleOut *out);
 extern ArrayType *qb_int8_array(Datum *elems, int n);
 extern ArrayType *qb_text_array(Datum *elems, int n);

@@ -595,14 +595,16 @@ qbs_promote_past(const QbsColumns *k)
 /*
  * qb_spi_outbox_settle runs the settle and then the promotion of the keys
  * whose row ended or was routed, each in its own statement
- * (QB_PG_OUTBOX_PROMOTE says why), then qbs_promote_past, inside the
+ * (QB_PG_OUTBOX_PROMOTE says why), then, with past (a fan-out row among
+ * them, QbSettle.fanout), qbs_promote_past, inside the
  * caller's transaction with SPI connected.  The arguments are the arrays
  * of QB_PG_OUTBOX_SETTLE.  With claim, the promoted rows
  * that are due are claimed under its token and appended to out->rows.
  * Returns the rows settled.
  */
 uint64
-qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, QbCycleOut *out)
+qb_spi_outbox_settle(Datum *args, const char *nulls, bool past, const QbClaimReq *claim,
+					 QbCycleOut *out)
 {
 	SPIPlanPtr	p = qbs_prepare(QB_PG_S_SETTLE);
 	uint64		settled;
@@ -661,7 +663,8 @@ qb_spi_outbox_settle(Datum *args, const char *nulls, const QbClaimReq *claim, Qb
 			elog(ERROR, "promoting the next row of each key failed");
 		if (claim != NULL)
 			qbs_take_rows(out);
-		qbs_promote_past(&k);
+		if (past)
+			qbs_promote_past(&k);
 	}
 	return settled;
 }
@@ -849,7 +852,9 @@ qbs_cycle_body(void *arg)
 		}
 		qbs_fanout(settles, cy->nsettles);
 		qbs_columns_arrays(&c, QB_PG_S_SETTLE, NULL, args);
-		out->nsettled = (int) qb_spi_outbox_settle(args, nulls, claim, out);
+		out->nsettled = (int) qb_spi_outbox_settle(args, nulls,
+												   qb_settles_fanout(settles, cy->nsettles),
+												   claim, out);
 	}
 	/* promoted_only: the promotion claimed all the cycle asks for */
 	if (claim != NULL && !claim->promoted_only)

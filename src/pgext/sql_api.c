@@ -461,7 +461,8 @@ qb_sql_outbox_settle(PG_FUNCTION_ARGS)
 	args[7] = (Datum) 0;
 	nulls[7] = 'n';
 	SPI_connect();
-	settled = qb_spi_outbox_settle(args, nulls, NULL, NULL);
+	/* not known which rows were fan-out rows: as if some were */
+	settled = qb_spi_outbox_settle(args, nulls, true, NULL, NULL);
 	SPI_finish();
 	PG_RETURN_INT64((int64) settled);
 }

@@ -149,6 +149,7 @@ qbo_done(QboEngine *e, QboSlot *s, QbSettleKind kind, int attempt, long delay_ms
 	s->settle.error = s->error;
 	s->settle.destination = qbo_dest_name(e, s);
 	s->settle.unrouted = s->row.destination == NULL;
+	s->settle.fanout = s->settle.unrouted && s->row.not_due;
 	/* a fan-out row is copied when its first destination is recorded */
 	s->settle.copies = s->settle.unrouted && s->dest >= 0 && s->route >= 0 ?
 		e->cfg->routes[s->route].copies : NULL;

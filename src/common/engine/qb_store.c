@@ -117,6 +117,15 @@ qb_circuit_parse(const char *name)
 	return QB_CIRCUIT_CLOSED;
 }
 
+bool
+qb_settles_fanout(const QbSettle *st, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (st[i].fanout)
+			return true;
+	return false;
+}
+
 const char *
 qb_settle_kind_name(QbSettleKind k)
 {

@@ -92,6 +92,9 @@ typedef struct QbSettle
 	const char *error;			/* last_error; NULL for SENT */
 	const char *destination;	/* where the row was routed, or NULL */
 	bool		unrouted;		/* the row had no destination when claimed */
+	bool		fanout;			/* ... and was claimed whatever its key's
+								 * order (a fan-out row, returned not_due):
+								 * QB_PG_OUTBOX_PROMOTE_PAST after its end */
 	const char *copies;			/* fan-out: a JSON array of the other
 								 * destinations to copy the row to, or NULL */
 } QbSettle;
@@ -394,6 +397,9 @@ extern void qb_relay_rows_free(QbRelayRow *rows, int n);
 
 /* A settle's outcome as QB_PG_OUTBOX_SETTLE names it: "sent", "retry", ... */
 extern const char *qb_settle_kind_name(QbSettleKind k);
+
+/* a fan-out row among the settles: the store runs QB_PG_OUTBOX_PROMOTE_PAST */
+extern bool qb_settles_fanout(const QbSettle *st, int n);
 
 /* a store's answer for destination dest into the take of that name; false: none has it */
 extern bool qb_limit_take_answer(QbLimitTake *takes, int n, const char *dest,

@@ -487,9 +487,10 @@
  * in flight) it can end at the same time as the row before it at a
  * destination D, in another transaction; a row C parked at D behind both
  * is then left parked by both promotions, each seeing the other row open.
- * So after the promotion, for the keys of rows that had no destination
- * when claimed ($1 text[]; a routed row's promotion needs none of this: an
- * earlier row not routed yet that ended beside it ran this), a statement
+ * So after the promotion in a cycle that ended a fan-out row, for the keys
+ * of rows that had no destination when claimed ($1 text[]; a routed row's
+ * promotion needs none of this: the fan-out row that ended beside it ran
+ * this; no other row is in flight out of its key's order), a statement
  * of its own releases, unclaimed, each destination's first parked row
  * (the first open row there, or the one after it when that one is in
  * flight) whose earlier open rows (at D and not routed yet) are all in

@@ -212,6 +212,7 @@ qbpq_settle(QbPqStore *s, const QbSettle *st, int n, const QbClaimReq *claim,
 	QbpqArgs	a = {0};
 	PGresult   *res = NULL;
 	int			rc = -1;
+	bool		fanout = qb_settles_fanout(st, n);
 
 	*nkeys = *npast = 0;
 	if (qbpq_fanout(s, st, n, err, errlen) != 0)
@@ -241,8 +242,8 @@ qbpq_settle(QbPqStore *s, const QbSettle *st, int n, const QbClaimReq *claim,
 			qb_pg_array_add(&p->arr[0], PQgetvalue(res, i, 0));
 			qb_pg_array_add(&p->arr[5], PQgetisnull(res, i, 2) ? NULL : PQgetvalue(res, i, 2));
 			(*nkeys)++;
-			/* no destination at its claim: QB_PG_OUTBOX_PROMOTE_PAST after the promotion */
-			if (PQgetisnull(res, i, 2))
+			/* no destination at its claim, in a cycle that ended a fan-out row */
+			if (fanout && PQgetisnull(res, i, 2))
 			{
 				qb_pg_array_add(&past->arr[0], PQgetvalue(res, i, 0));
 				(*npast)++;
@@ -338,8 +339,8 @@ qbpq_claim(QbPqStore *s, const QbClaimReq *c, QbPgArray *probes, QbCycleOut *out
  * qbpq_cycle_body: as the SPI store's qbs_cycle_body, statement for
  * statement.  The round trips: the breaker's two statements (when it has
  * tallies) and the settle; then the promote, the release past rows in
- * flight (QB_PG_OUTBOX_PROMOTE_PAST, when a settled row had no destination
- * at its claim) and the destination states (none waits for another); then
+ * flight (QB_PG_OUTBOX_PROMOTE_PAST, when a fan-out row was settled) and
+ * the destination states (none waits for another); then
  * the claim, which takes the promoted
  * rows and the probes into account, with the COMMIT.  The states are read
  * only when the engine asks (read_states: qbo_states_due), and neither
