@@ -9,6 +9,8 @@
  *	- The outbox claim takes due pending rows in id order, unrouted ones
  *	  within the batch size, routed ones within their destination's limit
  *	  (a row with after waits for that row to be sent); each is recorded.
+ *	  A fan-out row (fanout) comes back not_due while it is unrouted, for
+ *	  the engine to route it; its settles are counted by their mark.
  *	- The breaker's count, by destination: a success resets it, else the
  *	  failures add; a claim returns the state of each destination with
  *	  failures counted.  A destination's circuit is open from opened_us
@@ -70,7 +72,10 @@ typedef struct FakeOutRow
 	long		due_ms;
 	int64_t		after;			/* claimable once this row is sent (0: any time) */
 	char		key[32];		/* "" : none (after is what orders rows) */
+	bool		fanout;			/* a fan-out row: claimed not_due while unrouted */
 	int			settles;		/* settles that applied */
+	int			fanout_settles; /* ... of them marked QbSettle.fanout */
+	char		copies[64];		/* the copies a settle carried ("" : none) */
 	QbSettleKind last_kind;
 	long		last_delay;
 	char		last_error[512];
@@ -129,6 +134,7 @@ typedef struct FakeStore
 	int64_t		msg_base;		/* message ids: msg_base + id (the sink counts per id) */
 	int			stale_settles;	/* settles and forwards whose token did not match */
 	int			followers_left; /* rows a settle without a claim made claimable */
+	int			fanout_cycles;	/* cycles qb_settles_fanout says ended a fan-out row */
 	/* the breaker, by fake_tally_index */
 	char		tally_names[FAKE_MAX_DESTS][64];
 	int			ntally_names;
@@ -373,6 +379,8 @@ fake_outbox_claim(FakeStore *fs, const QbClaimReq *c, const QbSettle *settles, i
 		o->destination = r->destination[0] ? strdup(r->destination) : NULL;
 		o->key = r->key[0] ? strdup(r->key) : NULL;
 		o->in_intake = r->attempt == 0;
+		/* a fan-out row not copied yet comes back to be routed, as the SQL's */
+		o->not_due = r->fanout && r->destination[0] == '\0';
 		o->probe = probe >= 0;
 		fs->probes += o->probe;
 	}
@@ -460,6 +468,9 @@ fake_outbox_settle(FakeStore *fs, const QbSettle *s, QbCycleOut *out)
 	}
 	out->nsettled++;
 	r->settles++;
+	r->fanout_settles += s->fanout;
+	if (s->copies != NULL)
+		snprintf(r->copies, sizeof(r->copies), "%s", s->copies);
 	r->last_kind = s->kind;
 	r->last_delay = s->delay_ms;
 	snprintf(r->last_error, sizeof(r->last_error), "%s", s->error ? s->error : "");
@@ -497,6 +508,7 @@ fake_outbox_cycle(void *ctx, const QbDestTally *tallies, int ntallies,
 	memset(out, 0, sizeof(*out));
 	fake_open_on_settle(fs, settles, nsettles, now_us);
 	fake_outbox_tallies(fs, tallies, ntallies, now_us, out);
+	fs->fanout_cycles += qb_settles_fanout(settles, nsettles);
 	for (int i = 0; i < nsettles; i++)
 	{
 		fake_outbox_settle(fs, &settles[i], out);

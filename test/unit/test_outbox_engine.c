@@ -427,6 +427,53 @@ test_done_at_dispatch_while_slots_grow(void **state)
 }
 
 /*
+ * A fan-out row (claimed not_due while unrouted, as the SQL returns it) is
+ * routed back to its route's first destination with the others as its
+ * copies, and that settle is marked fanout; so is its cycle
+ * (qb_settles_fanout), which is when the stores run the release past rows
+ * in flight (QB_PG_OUTBOX_PROMOTE_PAST).  An unrouted row of a route with
+ * one destination, routed the same way, and a routed row are not marked.
+ */
+static void
+test_fanout_settle_marked(void **state)
+{
+	char		config[1024];
+	FakeStore  *f;
+	QbOutboxStats stats = {0};
+	FakeOutRow *fan;
+	FakeOutRow *plain;
+	FakeOutRow *routed;
+
+	snprintf(config, sizeof(config),
+			 "destinations:\n"
+			 "  web: { type: http, baseUrl: \"%s\", path: /web }\n"
+			 "  other: { type: http, baseUrl: \"%s\", path: /other }\n"
+			 "routes:\n"
+			 "  - { topicPattern: \"fan.**\", destinations: [web, other] }\n"
+			 "  - { topicPattern: \"web.**\", destination: web }\n",
+			 sink_base, sink_base);
+	f = fake_store_new(config);
+	fan = add_row(f, "fan.created", NULL, NULL);
+	fan->fanout = true;
+	plain = add_row(f, "web.created", NULL, NULL);
+	routed = add_row(f, "web.created", "web", NULL);
+	run(f, &stats);
+	assert_int_equal(fan->state, ROW_SENT);
+	assert_int_equal(fan->settles, 2);	/* routed back, then sent */
+	assert_int_equal(fan->fanout_settles, 1);
+	assert_string_equal(fan->destination, "web");
+	assert_non_null(strstr(fan->copies, "\"other\""));
+	assert_string_equal(plain->copies, "");
+	assert_int_equal(plain->state, ROW_SENT);
+	assert_int_equal(plain->fanout_settles, 0);
+	assert_int_equal(routed->state, ROW_SENT);
+	assert_int_equal(routed->fanout_settles, 0);
+	assert_int_equal(f->fanout_cycles, 1);
+	assert_int_equal(f->stale_settles, 0);
+	fake_store_free(f);
+}
+
+/*
  * A success resets the breaker's count: an endpoint whose messages each
  * fail once and then succeed, one message at a time, never has more than
  * one failure counted.  (The engine once skipped a success's tally while
@@ -844,6 +891,7 @@ main(void)
 		cmocka_unit_test(test_delivers_every_row_once),
 		cmocka_unit_test(test_retry_then_dead_and_no_route),
 		cmocka_unit_test(test_done_at_dispatch_while_slots_grow),
+		cmocka_unit_test(test_fanout_settle_marked),
 		cmocka_unit_test(test_row_headers_parsed_once),
 		cmocka_unit_test(test_success_resets_breaker_count),
 		cmocka_unit_test(test_late_success_keeps_circuit_open),
