@@ -421,11 +421,15 @@
  * seldom asked; the daemon parks only at a claim, and a claim after the
  * key's earlier rows ended parks nothing, so this small index answers what
  * two more seeks of outbox_key_open_idx would (bench/RESULTS.md,
- * 2026-12-07: 14.5 blocks a delivered row for no promoted row).
+ * 2026-12-07: 14.5 blocks a delivered row for no promoted row).  OFFSET 0
+ * keeps it a seek per key: a generic plan made while the table looked
+ * small (before its first ANALYZE) turned the EXISTS into a hashed subplan
+ * that read the whole index at every promotion (2,125 blocks for 10,000
+ * parked rows; TAP 075).
  */
 #define QB_PG_OUTBOX_KEY_PARKED(k) \
 	"EXISTS (SELECT 1 FROM queuebox.outbox p" \
-	"  WHERE p.key = " k " AND p.state = 'pending' AND p.hold = 'key')"
+	"  WHERE p.key = " k " AND p.state = 'pending' AND p.hold = 'key' OFFSET 0)"
 
 #define QB_PG_OUTBOX_PROMOTE \
 	"UPDATE queuebox.outbox o" \
