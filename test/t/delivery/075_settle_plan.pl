@@ -14,9 +14,8 @@
 # auto_explain logs the workers' statements (nested, inside their cycle)
 # with their row counts; every settle and fan-out must show the probe by id
 # and no join filter, and a promotion one seek of outbox_key_open_idx a key
-# where the key has one destination.  Rows and requests are counted.  Last,
-# the promotion's plan made on an empty outbox asks outbox_parked_idx for
-# its key only, whatever is parked at other keys.
+# where the key has one destination.  Rows and requests are counted.
+# (Plans made on an empty outbox: TAP 077.)
 use strict;
 use warnings;
 use PostgreSQL::Test::Utils;
@@ -124,38 +123,5 @@ my $seek = qr/Index Scan using outbox_key_open_idx on outbox \w+\s+(?:\(cost=[^)
 is(scalar(grep { !/$seek/ || $1 ne 'never executed' } @promotions), 0,
 	"no promotion sought the ended row's destination again (one seek a key)")
   or diag($promotions[0]);
-
-# ---- the promotion's plan made on an empty outbox (a fresh install, a
-# TRUNCATE: a worker keeps the generic plan it made then until the table's
-# first ANALYZE): whether its key has a parked row (QB_PG_OUTBOX_KEY_PARKED)
-# stays one seek of outbox_parked_idx per key.  Without OFFSET 0 in it, the
-# planner turned the EXISTS into a hashed subplan that read the whole index
-# at every promotion of a key whose row had no destination when claimed
-# (every key on the daemon): here 10,000 parked rows of other keys.  The
-# statements' own text, prepared in a database the workers do not serve.
-$node->safe_psql('postgres', 'CREATE DATABASE emptyplan');
-$node->safe_psql('emptyplan', 'CREATE EXTENSION queuebox CASCADE');
-$node->safe_psql('emptyplan', 'ALTER TABLE queuebox.outbox SET (autovacuum_enabled = false)');
-my $explain = 'EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF)';
-my $out = $node->safe_psql('emptyplan', join("\n",
-	'SET plan_cache_mode = force_generic_plan;',
-	'PREPARE promote(text[], uuid, int8, int4, int8, text[]) AS ' . qb_pg_statement('QB_PG_OUTBOX_PROMOTE') . ';',
-	'PREPARE past(text[]) AS ' . qb_pg_statement('QB_PG_OUTBOX_PROMOTE_PAST') . ';',
-	# planned now, on the empty table
-	"BEGIN; EXECUTE promote(ARRAY['u'], NULL, 0, 5, 0, ARRAY[NULL]::text[]); EXECUTE past(ARRAY['u']); ROLLBACK;",
-	# two rows for each of 10,000 keys: the second parked behind the first
-	"INSERT INTO queuebox.outbox (topic, key, payload, destination) SELECT 't', 'k' || g, '{}', 's' FROM generate_series(1, 10000) g;",
-	"INSERT INTO queuebox.outbox (topic, key, payload, destination) SELECT 't', 'k' || g, '{}', 's' FROM generate_series(1, 10000) g;",
-	"INSERT INTO queuebox.outbox (topic, key, payload) VALUES ('t', 'u', '{}');",
-	"SELECT 'parked ' || count(*) FROM queuebox.outbox WHERE state = 'pending' AND hold = 'key';",
-	"BEGIN; $explain EXECUTE promote(ARRAY['u'], NULL, 0, 5, 0, ARRAY[NULL]::text[]);",
-	"$explain EXECUTE past(ARRAY['u']); ROLLBACK;"));
-like($out, qr/^parked 10000$/m, '10,000 rows of other keys are parked');
-my @parked_scans = $out =~ /Index Only Scan using outbox_parked_idx on outbox \w+ \(actual rows=(\d+) loops=\d+\)/g;
-cmp_ok(scalar(@parked_scans), '>=', 2, 'the promotion and the release past rows in flight ask outbox_parked_idx');
-is(scalar(grep { $_ > 1 } @parked_scans), 0,
-	'each asks it for its key only (plans made on an empty outbox)')
-  or diag($out);
-unlike($out, qr/hashed SubPlan/, 'no hashed subplan over the parked rows');
 
 done_testing();
