@@ -388,6 +388,56 @@ BEGIN
 			FROM @promoted p JOIN queuebox.outbox o ON o.id = p.id;
 	END
 
+	/*
+	 * -- two ends at once (QB_PG_OUTBOX_PROMOTE_PAST; docs/design/claim.md):
+	 * a fan-out row is claimed whatever its key's order, so while it is
+	 * copied it can end beside the row before it at a destination D, in
+	 * another transaction; a row C parked at D behind both is then left
+	 * parked by both promotions, each reading the other row in flight.  So
+	 * after the promotion in a cycle that copied a fan-out row, each
+	 * destination's first parked row of its key is released, unclaimed,
+	 * when every earlier open row of its key at D or not routed yet is in
+	 * flight (none pending, none dead holding the key).  This does not ask,
+	 * as PostgreSQL does, whether one of them is being ended right now (a
+	 * READPAST lock test): an engine that ignores the hint (Babelfish)
+	 * would never release C.  So C may be released while its blockers are
+	 * simply in flight; the claim checks its order again under a lock and
+	 * parks it again behind them, one more write, in cycles that copied a
+	 * fan-out row only.  Whichever of the two ends commits, one of them
+	 * released C: the fan-out row's transaction reads the other row in
+	 * flight, whether or not it ends.  The fan-out rows are read from @fan,
+	 * declared with the settles: no table variable is added (on Babelfish
+	 * each is a table made at every call).
+	 */
+	IF @settles IS NOT NULL
+	BEGIN
+		IF EXISTS (SELECT 1 FROM @fan)
+			UPDATE o SET hold = NULL
+			FROM queuebox.outbox o
+			WHERE o.id IN (SELECT c.id FROM (SELECT DISTINCT u.[key] FROM @fan f JOIN queuebox.outbox u ON u.id = f.id
+											 WHERE u.[key] IS NOT NULL) k
+						   CROSS APPLY (SELECT DISTINCT e.destination FROM queuebox.outbox e
+										WHERE e.[key] = k.[key] AND e.state = N'pending' AND e.hold = N'key'
+										  AND e.destination IS NOT NULL) g
+						   CROSS APPLY (SELECT TOP (1) e.id, e.place FROM queuebox.outbox e
+										WHERE e.[key] = k.[key] AND e.destination = g.destination
+										  AND e.state = N'pending' AND e.hold = N'key'
+										ORDER BY e.place) c
+						   WHERE NOT EXISTS (SELECT 1 FROM queuebox.outbox e
+											 WHERE e.[key] = k.[key] AND e.destination = g.destination
+											   AND e.place < c.place AND e.state = N'pending')
+							 AND NOT EXISTS (SELECT 1 FROM queuebox.outbox e
+											 WHERE e.[key] = k.[key] AND e.destination IS NULL
+											   AND e.place < c.place AND e.state = N'pending')
+							 AND NOT EXISTS (SELECT 1 FROM queuebox.outbox e
+											 WHERE e.[key] = k.[key] AND e.destination = g.destination
+											   AND e.place < c.place AND e.hold = N'dead')
+							 AND NOT EXISTS (SELECT 1 FROM queuebox.outbox e
+											 WHERE e.[key] = k.[key] AND e.destination IS NULL
+											   AND e.place < c.place AND e.hold = N'dead'))
+			  AND o.state = N'pending' AND o.hold = N'key';
+	END
+
 	IF @claim IS NOT NULL
 	BEGIN
 		DECLARE @probe_ms BIGINT = CONVERT(BIGINT, JSON_VALUE(@claim, '$.probe'));

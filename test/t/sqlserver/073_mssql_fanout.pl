@@ -26,7 +26,11 @@
 #      stopped: a row not routed yet, routed without ending, releases its
 #      key's row parked at another destination; a row not routed yet parked
 #      behind rows in flight at two destinations is released when the first
-#      of them ends, and is claimed by a cycle only once none is in flight.
+#      of them ends, and is claimed by a cycle only once none is in flight;
+#   7. two ends at once: a fan-out row and the row before it at another
+#      destination, ended in two open transactions, release the row parked
+#      behind both (not the sweep); released past a row still in flight,
+#      the claim parks it again; a copy at its destination keeps it parked.
 #   Every case counts rows before and after.  Drops and recreates schema
 #   queuebox in the database the URL names.  Waits are bounded polls.
 use strict;
@@ -334,6 +338,96 @@ like(hold_of($x3), qr{^pending/},
 cycle(qq([{"id": $x2, "t": "$T3", "o": "sent", "a": 1, "d": "part", "u": false}]), claim_json($T3));
 is(hold_of($x3), 'processing/-', 'the partner\'s row sent: the row not routed yet is claimed');
 is(count(), $before + 8, 'rows counted after: none lost');
+
+# ==== 7. two ends at once (docs/design/claim.md): a fan-out row u is
+# claimed whatever its key's order, so it is in flight beside p, the row
+# before it at the partner, and c, parked at the partner, waits for both.
+# Two sessions end u and p in two open transactions: each promotion reads
+# the other row in flight, and the fan-out row's cycle releases c (before,
+# c waited for the sweep).  Needs reads of the last committed version
+# (READ_COMMITTED_SNAPSHOT, docs/sqlserver.md): without it the second
+# session would wait for the first, which this script holds open.
+my ($ta, $tb) = (mssql_connect($url), mssql_connect($url));
+sub cycle_in
+{
+	my ($h, $settles, $claim) = @_;
+	return mssql_rows($h, 'EXEC queuebox._outbox_cycle NULL, ?, ?', $settles, $claim);
+}
+# p at the partner, u not routed yet and marked fan-out (origin = its id, as
+# outbox_fanout marks a row of a fan-out route), c at the partner; one claim
+# takes p and u and parks c
+sub three
+{
+	my ($key, $token) = @_;
+	mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload, destination) VALUES (N'cycle.w', ?, N'{}', N'part')},
+		$key);
+	mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload) VALUES (N'cycle.w', ?, N'{}')}, $key);
+	mssql_do($dbh, q{UPDATE queuebox.outbox SET origin = id WHERE [key] = ? AND destination IS NULL}, $key);
+	mssql_do($dbh, q{INSERT INTO queuebox.outbox (topic, [key], payload, destination) VALUES (N'cycle.w', ?, N'{}', N'part')},
+		$key);
+	my @ids = map { $_->[0] } @{ mssql_rows($dbh, q{SELECT id FROM queuebox.outbox WHERE [key] = ? ORDER BY id}, $key) };
+	cycle(undef, claim_json($token));
+	is(join(' ', map { hold_of($_) } @ids), 'processing/- processing/- pending/key',
+		"$key: p and the fan-out row u in flight, c parked at the partner behind both");
+	return @ids;
+}
+sub p_sent { my ($p, $t) = @_; return qq([{"id": $p, "t": "$t", "o": "sent", "a": 1, "d": "part", "u": false}]); }
+sub u_sent
+{
+	my ($u, $t, $copies) = @_;
+	return qq([{"id": $u, "t": "$t", "o": "sent", "a": 1, "d": "bill", "u": true, "c": $copies}]);
+}
+SKIP:
+{
+	skip 'two ends at once needs READ_COMMITTED_SNAPSHOT ON (docs/sqlserver.md): a read would wait for the other session', 13
+	  unless mssql_value($dbh, 'SELECT is_read_committed_snapshot_on FROM sys.databases WHERE name = DB_NAME()');
+	$before = count();
+	# a: p's end first, then u's, each in its own open transaction; committed in that order
+	my $Ta = '6f9619ff-8b86-d011-b42d-00c04fc964fa';
+	my ($p, $u, $c) = three('w.a', $Ta);
+	mssql_do($_, 'BEGIN TRANSACTION') for ($ta, $tb);
+	cycle_in($ta, p_sent($p, $Ta), undef);
+	cycle_in($tb, u_sent($u, $Ta, '["mq"]'), undef);
+	mssql_do($_, 'COMMIT') for ($ta, $tb);
+	is(join(' ', map { hold_of($_) } $p, $u, $c), 'sent/- sent/- pending/-',
+		'a: p and u ended at once: c is released, not left for the sweep');
+	# b: u's end first, then p's; committed in that order
+	my $Tb = '6f9619ff-8b86-d011-b42d-00c04fc964fb';
+	($p, $u, $c) = three('w.b', $Tb);
+	mssql_do($_, 'BEGIN TRANSACTION') for ($ta, $tb);
+	cycle_in($tb, u_sent($u, $Tb, '["mq"]'), undef);
+	cycle_in($ta, p_sent($p, $Tb), undef);
+	mssql_do($_, 'COMMIT') for ($tb, $ta);
+	is(join(' ', map { hold_of($_) } $p, $u, $c), 'sent/- sent/- pending/-', 'b: the other order: c is released');
+	# c: u ends alone while p stays in flight: c is released past it, and
+	# the next claim checks its order and parks it again (not sent beside
+	# p); p's end then releases it
+	my $Tc = '6f9619ff-8b86-d011-b42d-00c04fc964fc';
+	($p, $u, $c) = three('w.c', $Tc);
+	cycle(u_sent($u, $Tc, '["mq"]'), undef);
+	is(hold_of($c), 'pending/-', 'c: u ended, p in flight: c is released, for the claim to look at again');
+	cycle(undef, claim_json($Tc));
+	is(join(' ', map { hold_of($_) } $p, $c), 'processing/- pending/key', 'c: the claim parks c again behind p in flight');
+	cycle(p_sent($p, $Tc), claim_json($Tc));
+	is(hold_of($c), 'processing/-', 'c: p sent: c is claimed');
+	# d: u is copied to the partner too: its copy comes before c there, so c
+	# stays parked at both ends, and goes out after the copy
+	my $Td = '6f9619ff-8b86-d011-b42d-00c04fc964fd';
+	($p, $u, $c) = three('w.d', $Td);
+	mssql_do($_, 'BEGIN TRANSACTION') for ($ta, $tb);
+	cycle_in($ta, p_sent($p, $Td), undef);
+	cycle_in($tb, u_sent($u, $Td, '["part"]'), undef);
+	mssql_do($_, 'COMMIT') for ($ta, $tb);
+	my $copy = mssql_value($dbh, q{SELECT id FROM queuebox.outbox WHERE origin = ? AND id <> ?}, $u, $u);
+	is(join(' ', map { hold_of($_) } $copy, $c), 'pending/- pending/key',
+		'd: u\'s copy at the partner comes first: c stays parked behind it');
+	cycle(undef, claim_json($Td));
+	is(join(' ', map { hold_of($_) } $copy, $c), 'processing/- pending/key', 'd: the claim takes the copy, c waits');
+	cycle(qq([{"id": $copy, "t": "$Td", "o": "sent", "a": 1, "d": "part", "u": false}]), claim_json($Td));
+	is(hold_of($c), 'processing/-', 'd: the copy sent: c is claimed');
+	is(count(), $before + 16, 'rows counted after: 12 inserted, 4 copies, none lost');
+}
+$_->disconnect for ($ta, $tb);
 rmq_stop($rmq);
 qb_sink_stop($_) for ($bill, $part);
 done_testing();
