@@ -14,7 +14,8 @@
 #   3. the subset, as the postgres user in a copy of the tree: pg_regress,
 #      the isolation specs, and TAP $QB_PG_TAP (delivery 001, retries 002,
 #      the intake floor and parked at insert 024, routed at insert 026,
-#      crash takeover 044, upgrade from a filled 0.3.4 054); 15's Debian
+#      crash takeover 044, upgrade from a filled 0.3.4 054, the plans
+#      made on empty tables 077: each major's planner); 15's Debian
 #      binaries run the whole suite (scripts/test.sh).
 #
 # The source comes from Debian's archive, through apt with a private
@@ -49,7 +50,7 @@ if [ "$(id -u)" -eq 0 ]; then
 else
   CACHE=${QB_PG_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/queuebox-pg}
 fi
-TAP=${QB_PG_TAP:-test/t/delivery/001_delivery.pl test/t/delivery/002_retry_dead.pl test/t/delivery/024_intake_floor.pl test/t/delivery/026_route_at_insert.pl test/t/faults/044_crash_takeover.pl test/t/upgrade/054_upgrade_0_3_4.pl}
+TAP=${QB_PG_TAP:-test/t/delivery/001_delivery.pl test/t/delivery/002_retry_dead.pl test/t/delivery/024_intake_floor.pl test/t/delivery/026_route_at_insert.pl test/t/faults/044_crash_takeover.pl test/t/upgrade/054_upgrade_0_3_4.pl test/t/delivery/077_plans_on_empty_tables.pl}
 JOBS=${QB_PG_JOBS:-$(nproc)}
 # what the build below is: a cache built by another recipe is rebuilt
 RECIPE="1: upstream tarball; --enable-tap-tests --without-icu --without-readline --without-zlib; perl and isolation installed"

@@ -82,7 +82,8 @@ is(scalar(keys %plan), 5, 'five plans explained') or diag($out);
 # the promotion and the release past rows in flight ask outbox_parked_idx for their key only
 for my $name (qw(promote past))
 {
-	my @scans = $plan{$name} =~ /Index Only Scan using outbox_parked_idx on outbox \w+ \(actual rows=(\d+) loops=\d+\)/g;
+	# (18 prints rows with two decimals)
+	my @scans = $plan{$name} =~ /Index Only Scan using outbox_parked_idx on outbox \w+ \(actual rows=([0-9.]+) loops=\d+\)/g;
 	cmp_ok(scalar(@scans), '>=', 1, "$name: asks outbox_parked_idx");
 	is(scalar(grep { $_ > 1 } @scans), 0, "$name: for its key only, not every parked row")
 	  or diag($plan{$name});
