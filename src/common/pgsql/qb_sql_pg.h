@@ -1159,16 +1159,24 @@
  * Replay, the rows to replay: $1 int8 one id (NULL: by filter), $2 text
  * state (NULL: any), $3 text source (NULL: any), $4 timestamptz since, $5
  * timestamptz until (NULL: open).  In created_at, id order; the caller
- * renders each row's topic from the current configuration.
+ * renders each row's topic from the current configuration.  One id and
+ * the filters are two branches: a generic plan of "($1 IS NULL OR id =
+ * $1)" cannot probe inbox_pkey, and read the whole inbox to replay one
+ * row (the daemon's prepared statement; TAP 077).
  */
+#define QB_PG_INBOX_REPLAY_FILTERS \
+	"($2::text IS NULL OR i.state = $2)" \
+	" AND ($3::text IS NULL OR i.source = $3)" \
+	" AND ($4::timestamptz IS NULL OR i.created_at >= $4)" \
+	" AND ($5::timestamptz IS NULL OR i.created_at < $5)"
 #define QB_PG_INBOX_REPLAY_SELECT \
-	"SELECT i.id, i.source, i.event_type FROM queuebox.inbox i" \
-	" WHERE ($1::bigint IS NULL OR i.id = $1)" \
-	"   AND ($2::text IS NULL OR i.state = $2)" \
-	"   AND ($3::text IS NULL OR i.source = $3)" \
-	"   AND ($4::timestamptz IS NULL OR i.created_at >= $4)" \
-	"   AND ($5::timestamptz IS NULL OR i.created_at < $5)" \
-	" ORDER BY i.created_at, i.id"
+	"SELECT r.id, r.source, r.event_type FROM (" \
+	"   SELECT i.id, i.source, i.event_type, i.created_at FROM queuebox.inbox i" \
+	"   WHERE i.id = $1::bigint AND " QB_PG_INBOX_REPLAY_FILTERS \
+	"   UNION ALL" \
+	"   SELECT i.id, i.source, i.event_type, i.created_at FROM queuebox.inbox i" \
+	"   WHERE $1::bigint IS NULL AND " QB_PG_INBOX_REPLAY_FILTERS ") r" \
+	" ORDER BY r.created_at, r.id"
 
 /*
  * Replay, the insert: $1 int8[] inbox ids, $2 text[] their rendered topics,

@@ -13,7 +13,10 @@
 #   - the relay's forward walked every open inbox row through
 #     inbox_open_idx, and its promotion the whole of that index;
 #   (the last three fixed with coalesce(), which keeps the planner from
-#   matching a partial index's predicate: the rows are found by id).
+#   matching a partial index's predicate: the rows are found by id);
+#   - and, whatever the statistics, the replay of one inbox row read the
+#     whole inbox: a generic plan of "($1 IS NULL OR id = $1)" cannot probe
+#     inbox_pkey (now one id and the filters are two branches).
 #   Each statement's own text (cpp over qb_sql_pg.h) is prepared with the
 #   workers' session settings in a database the workers do not serve,
 #   executed once on the empty tables, then explained on filled ones,
@@ -41,10 +44,13 @@ my @prepare = (
 	'PREPARE unpark(text[], int4) AS ' . qb_pg_statement('QB_PG_OUTBOX_UNPARK') . ';',
 	'PREPARE forward(uuid, int8[], text[], int4, bool[]) AS ' . qb_pg_statement('QB_PG_RELAY_FORWARD') . ';',
 	'PREPARE relay_promote(int8[]) AS ' . qb_pg_statement('QB_PG_RELAY_PROMOTE') . ';',
+	'PREPARE replay_select(int8, text, text, timestamptz, timestamptz) AS '
+	  . qb_pg_statement('QB_PG_INBOX_REPLAY_SELECT') . ';',
 	'BEGIN;',
 	"EXECUTE promote(ARRAY['u'], NULL, 0, 5, 0, ARRAY[NULL]::text[]); EXECUTE past(ARRAY['u']);",
 	"EXECUTE unpark(ARRAY['free'], 1000);",
 	"EXECUTE forward('$token', ARRAY[1]::int8[], ARRAY['t'], NULL, NULL); EXECUTE relay_promote(ARRAY[1]::int8[]);",
+	'EXECUTE replay_select(1, NULL, NULL, NULL, NULL);',
 	'ROLLBACK;');
 # the fill, in the same session (inserts do not replan):
 # - 10,000 keys with two rows each at s, the second parked behind the first;
@@ -63,7 +69,9 @@ my @fill = (
 	"SELECT 'claimed ' || count(*) FROM queuebox.inbox WHERE state = 'processing';");
 # the claimed rows' ids, into psql's :'claimed' (EXECUTE takes no subquery)
 my $claimed = q{SELECT array_agg(id ORDER BY id) AS claimed FROM queuebox.inbox WHERE state = 'processing' \gset};
-my $sql = join("\n", @prepare, @fill, $claimed, 'BEGIN;',
+# an inbox row to replay by its id
+my $one = q{SELECT id AS one FROM queuebox.inbox WHERE idempotency_key = 'i777' \gset};
+my $sql = join("\n", @prepare, @fill, $claimed, $one, 'BEGIN;',
 	"SELECT '==== promote';", "$explain EXECUTE promote(ARRAY['u'], NULL, 0, 5, 0, ARRAY[NULL]::text[]);",
 	"SELECT '==== past';", "$explain EXECUTE past(ARRAY['u']);",
 	"SELECT '==== unpark';", "$explain EXECUTE unpark(ARRAY['shut'], 1000);",
@@ -71,13 +79,18 @@ my $sql = join("\n", @prepare, @fill, $claimed, 'BEGIN;',
 	"$explain EXECUTE forward('$token', :'claimed', array_fill('t'::text, ARRAY[50]), NULL, NULL);",
 	"SELECT '==== relay_promote';",
 	"$explain EXECUTE relay_promote(:'claimed');",
-	"SELECT '==== end';", 'ROLLBACK;');
+	"SELECT '==== replay_select';", "$explain EXECUTE replay_select(:'one', NULL, NULL, NULL, NULL);",
+	"SELECT '==== end';", 'ROLLBACK;',
+	# what it returns: the one row; by filter, the claimed rows, in created_at, id order
+	"SELECT '---- one';", "EXECUTE replay_select(:'one', NULL, NULL, NULL, NULL);",
+	"SELECT '---- filter';", "EXECUTE replay_select(NULL, 'processing', 'src', NULL, NULL);",
+	"SELECT '---- done';");
 my $out = $node->safe_psql('emptyplan', $sql);
 like($out, qr/^parked 10000$/m, '10,000 rows are parked behind their keys');
 like($out, qr/^held 20000$/m, '20,000 rows are held for a destination whose circuit is open');
 like($out, qr/^claimed 50$/m, '50 inbox rows are processing under one token');
 my %plan = $out =~ /^==== (\w+)\n(.*?)(?=^==== )/msg;
-is(scalar(keys %plan), 5, 'five plans explained') or diag($out);
+is(scalar(keys %plan), 6, 'six plans explained') or diag($out);
 
 # the promotion and the release past rows in flight ask outbox_parked_idx for their key only
 for my $name (qw(promote past))
@@ -100,5 +113,15 @@ unlike($plan{forward}, qr/Index Scan using inbox_open_idx on inbox i\b/, 'forwar
 like($plan{relay_promote}, qr/Index Scan using inbox_pkey on inbox o\b/, 'relay promote: releases rows by id')
   or diag($plan{relay_promote});
 unlike($plan{relay_promote}, qr/inbox_open_idx on inbox o\b/, 'relay promote: does not walk inbox_open_idx');
+
+# the replay of one row probes inbox_pkey; the filters still find their rows
+like($plan{replay_select}, qr/Index Scan using inbox_pkey on inbox i\b/, 'replay select: one row by its id')
+  or diag($plan{replay_select});
+my ($one_rows) = $out =~ /^---- one\n(.*?)^---- filter$/ms;
+like($one_rows, qr/^\d+\|src\|\n\z/, 'replay select: the one row') or diag($one_rows);
+my ($filtered) = $out =~ /^---- filter\n(.*?)^---- done$/ms;
+my @ids = map { (split /\|/)[0] } split /\n/, $filtered;
+is(scalar(@ids), 50, 'replay select by filter: the 50 processing rows of the source');
+is(join(',', @ids), join(',', sort { $a <=> $b } @ids), 'replay select by filter: in created_at, id order');
 
 done_testing();
