@@ -56,7 +56,7 @@ our @EXPORT = qw(
   qb_consumers_on_lock qb_test_binary qb_npm_dir qb_node_tests
   qb_key_order qb_key_order_of qb_sink_seq qb_seq_in_order qb_dest_status qb_log_count qb_kill9_crash qb_kill9_postmaster qb_insert_keyed
   qb_schema_description qb_ext_upgrade_test qb_upgrade_fill qb_pull_process_scenarios qb_mssql_alone $QB_LATEST
-  qb_pg_statement
+  qb_pg_statement qb_pg_session_sql
 );
 
 # test/perl/QueueBoxTest.pm -> the repository root (from this file, not
@@ -81,6 +81,21 @@ $macro
 	$out =~ s/"\s*"//g;
 	$out =~ s/^\s*"|"\s*$//g;
 	return $out;
+}
+
+# qb_pg_session_sql(): the SET statements of the workers' sessions
+# (qb_pg_session_settings in src/common/pgsql/qb_pg_stmt.c), read from that
+# table, for a test that plans as the workers plan
+sub qb_pg_session_sql
+{
+	my $c = slurp_file("$ROOT/src/common/pgsql/qb_pg_stmt.c");
+	my ($table) = $c =~ /qb_pg_session_settings\[[^\]]*\] = \{(.*?)\n\};/s
+	  or die "no qb_pg_session_settings in qb_pg_stmt.c";
+	my @pairs = $table =~ /\{"(\w+)", "(\w+)"\}/g;
+	die "qb_pg_session_settings in qb_pg_stmt.c: no setting read" unless @pairs;
+	my @sets;
+	while (my ($name, $value) = splice(@pairs, 0, 2)) { push @sets, "SET $name = $value;" }
+	return join(' ', @sets);
 }
 
 # The version a fresh CREATE EXTENSION installs (queuebox.control).

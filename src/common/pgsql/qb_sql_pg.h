@@ -429,7 +429,7 @@
  * keeps it a seek per key: a generic plan made while the table looked
  * small (before its first ANALYZE) turned the EXISTS into a hashed subplan
  * that read the whole index at every promotion (2,125 blocks for 10,000
- * parked rows; TAP 075).
+ * parked rows; TAP 077).
  */
 #define QB_PG_OUTBOX_KEY_PARKED(k) \
 	"EXISTS (SELECT 1 FROM queuebox.outbox p" \

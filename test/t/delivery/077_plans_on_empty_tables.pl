@@ -37,8 +37,7 @@ my $token = '6f9619ff-8b86-d011-b42d-00c04fc96400';
 # the workers' session (qb_pg_session_settings), the statements prepared,
 # and each executed once while the tables are empty: the plans are made then
 my @prepare = (
-	'SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_sort = off;',
-	'SET enable_hashjoin = off; SET jit = off; SET plan_cache_mode = force_generic_plan;',
+	qb_pg_session_sql(),
 	'PREPARE promote(text[], uuid, int8, int4, int8, text[]) AS ' . qb_pg_statement('QB_PG_OUTBOX_PROMOTE') . ';',
 	'PREPARE past(text[]) AS ' . qb_pg_statement('QB_PG_OUTBOX_PROMOTE_PAST') . ';',
 	'PREPARE unpark(text[], int4) AS ' . qb_pg_statement('QB_PG_OUTBOX_UNPARK') . ';',

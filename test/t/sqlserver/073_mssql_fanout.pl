@@ -270,11 +270,13 @@ is(count(q{state NOT IN (N'sent', N'dead')}), 0, 'every row ended (sent, or dead
 # spec outbox_fanout_order is the extension's)
 my $T1 = '6f9619ff-8b86-d011-b42d-00c04fc964f1';
 my $T2 = '6f9619ff-8b86-d011-b42d-00c04fc964f2';
-sub cycle
+# a cycle of settles and a claim, on handle $h (cycle: on $dbh)
+sub cycle_in
 {
-	my ($settles, $claim) = @_;
-	return mssql_rows($dbh, 'EXEC queuebox._outbox_cycle NULL, ?, ?', $settles, $claim);
+	my ($h, $settles, $claim) = @_;
+	return mssql_rows($h, 'EXEC queuebox._outbox_cycle NULL, ?, ?', $settles, $claim);
 }
+sub cycle { return cycle_in($dbh, @_); }
 sub claim_json
 {
 	my ($token) = @_;
@@ -348,11 +350,6 @@ is(count(), $before + 8, 'rows counted after: none lost');
 # (READ_COMMITTED_SNAPSHOT, docs/sqlserver.md): without it the second
 # session would wait for the first, which this script holds open.
 my ($ta, $tb) = (mssql_connect($url), mssql_connect($url));
-sub cycle_in
-{
-	my ($h, $settles, $claim) = @_;
-	return mssql_rows($h, 'EXEC queuebox._outbox_cycle NULL, ?, ?', $settles, $claim);
-}
 # p at the partner, u not routed yet and marked fan-out (origin = its id, as
 # outbox_fanout marks a row of a fan-out route), c at the partner; one claim
 # takes p and u and parks c
