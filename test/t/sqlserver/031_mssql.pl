@@ -299,7 +299,7 @@ is(count('outbox', q{topic = N'down.x'}), 200, 'down destination: its 200 rows a
 	# aside once the circuit was open: the heads that failed before it
 	# opened wait routed, unheld (docs/operations.md), so held may be 0.
 	# When it fails, what the down destination's rows and the circuits were.
-	ok($row->[8] == 200 && $row->[9] >= 0 && $row->[9] <= 5,
+	ok($row->[8] == 200 && $row->[9] <= 5,
 		"destination_status: its 200 rows pending, at most its 5 heads held ($row->[8], $row->[9])")
 	  or diag(join("\n", map { join('|', map { $_ // 'NULL' } @$_) }
 		@{ mssql_rows($dbh, q{SELECT state, hold, [key], attempt, destination,
